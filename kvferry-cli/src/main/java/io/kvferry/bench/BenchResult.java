@@ -1,0 +1,24 @@
+package io.kvferry.bench;
+
+import com.fasterxml.jackson.annotation.JsonProperty;
+
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The summary of a bench run; {@code --json} prints it as the last line.
+ *
+ * @param gbps              verified KV bytes per second, in GB/s (10^9 bytes per second)
+ * @param memcpyGbps        single-thread MemorySegment.copy of the same item sizes, same run, GB/s
+ * @param ratioToMemcpy     gbps / memcpy_gbps
+ */
+public record BenchResult(
+        String model, String transport, boolean processes, int tp,
+        int requests, int succeeded, int failed, int corrupted,
+        @JsonProperty("verified_bytes") long verifiedBytes,
+        @JsonProperty("elapsed_s") double elapsedSeconds,
+        double gbps,
+        @JsonProperty("latency_ms") Map<String, Double> latencyMs,
+        @JsonProperty("memcpy_gbps") double memcpyGbps,
+        @JsonProperty("ratio_to_memcpy") double ratioToMemcpy,
+        @JsonProperty("first_failures") List<String> firstFailures) {}

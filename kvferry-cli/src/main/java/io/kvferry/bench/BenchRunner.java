@@ -1,0 +1,210 @@
+package io.kvferry.bench;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import org.HdrHistogram.Histogram;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Runs the bench: a bootstrap registry, prefill ranks and decode ranks, either all in this JVM
+ * (threads, TCP over loopback) or as separate JVMs started with {@code kvferry prefill} and
+ * {@code kvferry decode}; then merges their reports into one {@link BenchResult}.
+ */
+public final class BenchRunner {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private final BenchConfig config;
+    private final PrintStream progressOut;
+
+    public BenchRunner(BenchConfig config, PrintStream progressOut) {
+        this.config = config;
+        this.progressOut = progressOut;
+    }
+
+    public BenchResult run(boolean processes) throws Exception {
+        long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.tp());
+        double memcpy = MemcpyBaseline.measure(itemBytes);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
+            String addr = "127.0.0.1:" + registry.port();
+            List<RoleReport> reports = processes ? runProcesses(addr) : runEmbedded(addr);
+            return merge(reports, processes, memcpy);
+        }
+    }
+
+    // ------------------------------------------------------------------ embedded
+
+    private List<RoleReport> runEmbedded(String addr) throws Exception {
+        int tp = config.tp();
+        List<KVManager> managers = new ArrayList<>();
+        List<RankPool> pools = new ArrayList<>();
+        ExecutorService exec = Executors.newFixedThreadPool(2 * tp + 1);
+        AtomicInteger progress = new AtomicInteger();
+        try {
+            List<Future<RoleReport>> futures = new ArrayList<>();
+            for (int r = 0; r < tp; r++) {
+                RankPool pool = newPool(r, 1000 + r);
+                pools.add(pool);
+                KVManager m = RoleRunner.manager(config, DisaggregationMode.PREFILL, r, addr, pool);
+                managers.add(m);
+                m.registerToBootstrap();
+                futures.add(exec.submit(() -> new PrefillDriver(m, pool, config.workload(), addr, pool.rank).run()));
+            }
+            for (int r = 0; r < tp; r++) {
+                RankPool pool = newPool(r, 2000 + r);
+                pools.add(pool);
+                KVManager m = RoleRunner.manager(config, DisaggregationMode.DECODE, r, addr, pool);
+                managers.add(m);
+                AtomicInteger p = r == 0 ? progress : null;
+                futures.add(exec.submit(() -> new DecodeDriver(m, pool, config.workload(), addr, pool.rank, p).run()));
+            }
+            Future<?> ticker = exec.submit(() -> showProgress(progress));
+            List<RoleReport> reports = new ArrayList<>();
+            for (Future<RoleReport> f : futures) reports.add(get(f));
+            ticker.cancel(true);
+            return reports;
+        } finally {
+            exec.shutdownNow();
+            for (KVManager m : managers) m.close();
+            exec.awaitTermination(5, TimeUnit.SECONDS);
+            for (RankPool p : pools) p.close();
+        }
+    }
+
+    private RankPool newPool(int rank, long seed) {
+        Workload w = config.workload();
+        return new RankPool(config.shape(), w.pageSize(), config.tp(), rank, w.poolPages(), w.concurrency() + 2,
+                w.seed() * 31 + seed);
+    }
+
+    private static <T> T get(Future<T> f) throws Exception {
+        try {
+            return f.get();
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof Exception ex) throw ex;
+            throw e;
+        }
+    }
+
+    private void showProgress(AtomicInteger progress) {
+        int total = config.workload().requests();
+        long start = System.nanoTime();
+        try {
+            while (!Thread.currentThread().isInterrupted()) {
+                Thread.sleep(1000);
+                if (progressOut != null) {
+                    progressOut.printf("[bench] %d/%d requests concluded on decode rank 0, %.1f s%n", progress.get(), total,
+                            (System.nanoTime() - start) / 1e9);
+                }
+            }
+        } catch (InterruptedException ignored) {
+            // done
+        }
+    }
+
+    // ------------------------------------------------------------------ processes
+
+    private List<RoleReport> runProcesses(String addr) throws Exception {
+        List<Process> children = new ArrayList<>();
+        Thread hook = new Thread(() -> children.forEach(Process::destroyForcibly));
+        Runtime.getRuntime().addShutdownHook(hook);
+        try {
+            Process prefill = RoleRunner.spawn("prefill", config, addr);
+            children.add(prefill);
+            Process decode = RoleRunner.spawn("decode", config, addr);
+            children.add(decode);
+            ExecutorService exec = Executors.newFixedThreadPool(2);
+            try {
+                Future<List<RoleReport>> p = exec.submit(() -> collect(prefill, "prefill"));
+                Future<List<RoleReport>> d = exec.submit(() -> collect(decode, "decode"));
+                List<RoleReport> out = new ArrayList<>(get(p));
+                out.addAll(get(d));
+                return out;
+            } finally {
+                exec.shutdownNow();
+            }
+        } finally {
+            for (Process c : children) {
+                c.destroy();
+                if (!c.waitFor(5, TimeUnit.SECONDS)) c.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+            }
+            Runtime.getRuntime().removeShutdownHook(hook);
+        }
+    }
+
+    /** Reads a role process's stdout: its last lines are one JSON report per rank. */
+    private List<RoleReport> collect(Process p, String role) throws IOException, InterruptedException {
+        List<RoleReport> reports = new ArrayList<>();
+        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = r.readLine()) != null) {
+                if (line.startsWith("{\"role\"")) reports.add(JSON.readValue(line, RoleReport.class));
+                else if (progressOut != null) progressOut.println("[" + role + "] " + line);
+            }
+        }
+        int rc = p.waitFor();
+        if (rc != 0 || reports.size() != config.tp()) {
+            throw new IllegalStateException(role + " process exited with status " + rc + " after " + reports.size()
+                    + " of " + config.tp() + " rank reports");
+        }
+        return reports;
+    }
+
+    // ------------------------------------------------------------------ merge
+
+    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy) {
+        int n = config.workload().requests();
+        Set<Integer> failedIdx = new HashSet<>();
+        long verified = 0;
+        double elapsed = 0;
+        int corrupted = 0;
+        Histogram h = new Histogram(3);
+        List<String> failures = new ArrayList<>();
+        for (RoleReport r : reports) {
+            failedIdx.addAll(r.failedRequests());
+            for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(r.role() + "[" + r.rank() + "]: " + f);
+            if (r.role().equals("decode")) {
+                verified += r.bytes();
+                elapsed = Math.max(elapsed, r.elapsedSeconds());
+                corrupted += r.corrupted();
+                for (long us : r.latencyMicros()) h.recordValue(Math.max(1, us));
+            }
+        }
+        Map<String, Double> lat = new LinkedHashMap<>();
+        lat.put("p50", h.getTotalCount() == 0 ? 0 : h.getValueAtPercentile(50) / 1000.0);
+        lat.put("p99", h.getTotalCount() == 0 ? 0 : h.getValueAtPercentile(99) / 1000.0);
+        lat.put("max", h.getTotalCount() == 0 ? 0 : h.getMaxValue() / 1000.0);
+        double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
+        return new BenchResult(config.shape().name(), config.transport(), processes, config.tp(), n, n - failedIdx.size(),
+                failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
+                memcpy > 0 ? round(gbps / memcpy) : 0, failures);
+    }
+
+    private static double round(double v) {
+        return Math.round(v * 1000) / 1000.0;
+    }
+
+    public static String toJson(BenchResult r) throws IOException {
+        return JSON.writeValueAsString(r);
+    }
+}

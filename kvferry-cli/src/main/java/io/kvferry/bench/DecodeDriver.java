@@ -1,0 +1,125 @@
+package io.kvferry.bench;
+
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.protocol.Region;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * Plays the decode scheduler of one rank: for each request, pre-allocates destination pages,
+ * bootstraps a receiver and sends metadata; on Success verifies every byte of every destination
+ * page, aux row and state slot against {@link KvPattern}; then frees and clears. Single-threaded.
+ */
+public final class DecodeDriver {
+    /** A scheduler iteration with nothing to do sleeps this long: spinning would steal the cores the transfer needs. */
+    static final long IDLE_PARK_NANOS = 200_000;
+
+    private final KVManager manager;
+    private final RankPool pool;
+    private final Workload workload;
+    private final String bootstrapAddr;
+    private final int shardRank;
+    private final KvPattern pattern;
+    private final AtomicInteger progress;
+
+    private record Flight(Workload.Request req, KVReceiver receiver, int[] pages, int row) {}
+
+    public DecodeDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank,
+                        AtomicInteger progress) {
+        this.manager = manager;
+        this.pool = pool;
+        this.workload = workload;
+        this.bootstrapAddr = bootstrapAddr;
+        this.shardRank = shardRank;
+        this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
+        this.progress = progress;
+    }
+
+    public RoleReport run() {
+        List<Workload.Request> reqs = workload.generate();
+        List<Flight> inflight = new ArrayList<>();
+        List<Integer> failedIdx = new ArrayList<>();
+        List<String> reasons = new ArrayList<>();
+        List<Long> latencies = new ArrayList<>();
+        int next = 0, done = 0, ok = 0, failed = 0, corrupted = 0;
+        long bytes = 0;
+        long start = System.nanoTime();
+        while (done < reqs.size()) {
+            boolean moved = false;
+            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+                Workload.Request r = reqs.get(next);
+                int n = r.pagesToSend(workload.pageSize());
+                if (!pool.canAllocate(n)) break;
+                next++;
+                KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
+                recv.init(0);
+                int[] pages = pool.allocatePages(n);
+                int row = pool.allocateRow();
+                int[][] state = pool.hasState() ? new int[][]{{row}} : null;
+                recv.sendMetadata(pages, row, state, r.prefixTokens());
+                inflight.add(new Flight(r, recv, pages, row));
+                moved = true;
+            }
+            for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
+                Flight f = it.next();
+                KVPoll st = f.receiver.poll();
+                if (st != KVPoll.Success && st != KVPoll.Failed) continue;
+                if (st == KVPoll.Success) {
+                    if (verify(f)) {
+                        ok++;
+                        bytes += pool.requestBytes(f.pages.length);
+                        Double lat = f.receiver.getTransferMetric().transferLatencySeconds();
+                        if (lat != null) latencies.add((long) (lat * 1e6));
+                    } else {
+                        corrupted++;
+                        failedIdx.add(f.req.index());
+                        if (reasons.size() < 5) reasons.add("room " + f.req.room() + ": bytes differ from what prefill sent");
+                    }
+                } else {
+                    failed++;
+                    failedIdx.add(f.req.index());
+                    try {
+                        f.receiver.failureException();
+                    } catch (KVTransferException e) {
+                        if (reasons.size() < 5) reasons.add(e.getMessage());
+                    }
+                }
+                f.receiver.clear();
+                pool.freePages(f.pages);
+                pool.freeRow(f.row);
+                it.remove();
+                done++;
+                if (progress != null) progress.incrementAndGet();
+                moved = true;
+            }
+            if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
+        }
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons);
+    }
+
+    private boolean verify(Flight f) {
+        long room = f.req.room();
+        int prefixPages = f.req.prefixPages(workload.pageSize());
+        for (int j = 0; j < f.pages.length; j++) {
+            for (int b = 0; b < pool.kv.length; b++) {
+                long key = KvPattern.key(room, Region.KV.code(), 0, b, prefixPages + j, shardRank);
+                if (!pattern.matches(pool.page(b, f.pages[j]), key)) return false;
+            }
+        }
+        for (int b = 0; b < pool.aux.length; b++) {
+            if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, shardRank))) return false;
+        }
+        for (int t = 0; t < pool.state.length; t++) {
+            if (!pattern.matches(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank))) return false;
+        }
+        return true;
+    }
+}

@@ -1,0 +1,133 @@
+package io.kvferry.bench;
+
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.protocol.Region;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
+ * metadata, "computes" the KV (fills fragmented source pages with {@link KvPattern}), then sends
+ * it in page-aligned chunks in order, the last chunk with state and aux. Single-threaded.
+ */
+public final class PrefillDriver {
+    /** A scheduler iteration with nothing to do sleeps this long: spinning would steal the cores the transfer needs. */
+    static final long IDLE_PARK_NANOS = 200_000;
+
+    private final KVManager manager;
+    private final RankPool pool;
+    private final Workload workload;
+    private final String bootstrapAddr;
+    private final int shardRank;
+    private final KvPattern pattern;
+
+    private static final class Flight {
+        final Workload.Request req;
+        final KVSender sender;
+        int[] pages;
+        int row = -1;
+
+        Flight(Workload.Request req, KVSender sender) {
+            this.req = req;
+            this.sender = sender;
+        }
+    }
+
+    public PrefillDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank) {
+        this.manager = manager;
+        this.pool = pool;
+        this.workload = workload;
+        this.bootstrapAddr = bootstrapAddr;
+        this.shardRank = shardRank;
+        this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
+    }
+
+    public RoleReport run() {
+        List<Workload.Request> reqs = workload.generate();
+        List<Flight> inflight = new ArrayList<>();
+        List<Integer> failedIdx = new ArrayList<>();
+        List<String> reasons = new ArrayList<>();
+        int next = 0, done = 0, ok = 0, failed = 0;
+        long bytes = 0;
+        long start = System.nanoTime();
+        while (done < reqs.size()) {
+            boolean moved = false;
+            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+                Workload.Request r = reqs.get(next++);
+                inflight.add(new Flight(r, manager.createSender(bootstrapAddr, r.room())));
+                moved = true;
+            }
+            for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
+                Flight f = it.next();
+                KVPoll st = f.sender.poll();
+                if (st == KVPoll.WaitingForInput && f.pages == null) {
+                    moved |= startTransfer(f);
+                    continue;
+                }
+                if (st != KVPoll.Success && st != KVPoll.Failed) continue;
+                if (st == KVPoll.Success) {
+                    ok++;
+                    Long b = f.sender.getTransferMetric().transferTotalBytes();
+                    bytes += b == null ? 0 : b;
+                } else {
+                    failed++;
+                    failedIdx.add(f.req.index());
+                    try {
+                        f.sender.failureException();
+                    } catch (KVTransferException e) {
+                        if (reasons.size() < 5) reasons.add(e.getMessage());
+                    }
+                }
+                f.sender.clear();
+                if (f.pages != null) pool.freePages(f.pages);
+                if (f.row >= 0) pool.freeRow(f.row);
+                it.remove();
+                done++;
+                moved = true;
+            }
+            if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
+        }
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        return new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons);
+    }
+
+    private boolean startTransfer(Flight f) {
+        int prefixTokens = f.sender.popDecodePrefixLen();
+        int numPages = (f.req.tokens() - prefixTokens + workload.pageSize() - 1) / workload.pageSize();
+        if (!pool.canAllocate(numPages)) return false;
+        f.pages = pool.allocatePages(numPages);
+        f.row = pool.allocateRow();
+        long room = f.req.room();
+        int prefixPages = prefixTokens / workload.pageSize();
+        for (int j = 0; j < numPages; j++) {
+            for (int b = 0; b < pool.kv.length; b++) {
+                pattern.fill(pool.page(b, f.pages[j]), KvPattern.key(room, Region.KV.code(), 0, b, prefixPages + j, shardRank));
+            }
+        }
+        for (int b = 0; b < pool.aux.length; b++) {
+            pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, shardRank));
+        }
+        for (int t = 0; t < pool.state.length; t++) {
+            pattern.fill(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank));
+        }
+        f.sender.init(numPages, f.row);
+        int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
+        int chunk = workload.chunkPages();
+        int sent = 0;
+        do {
+            int end = Math.min(numPages, sent + chunk);
+            boolean last = end == numPages;
+            int[] part = Arrays.copyOfRange(f.pages, sent, end);
+            if (f.sender.shouldSendKvChunk(part.length, last)) f.sender.send(part, last ? state : null);
+            sent = end;
+        } while (sent < numPages);
+        return true;
+    }
+}

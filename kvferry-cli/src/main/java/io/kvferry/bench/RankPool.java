@@ -1,0 +1,142 @@
+package io.kvferry.bench;
+
+import io.kvferry.api.KVArgs;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Random;
+
+/**
+ * The memory of one bench rank: KV buffers, aux (metadata) rows and state slots, with simple
+ * allocators. Pages come off a free list shuffled in small blocks, so page lists are fragmented
+ * and differ between prefill and decode, as in a busy server. Owned by one driver thread.
+ */
+public final class RankPool implements AutoCloseable {
+    /** Aux buffers shaped like SGLang's metadata buffers (§4.9): row bytes of each. */
+    static final long[] AUX_ROW_BYTES = {64, 64, 64, 64, 512, 512, 64};
+
+    private final Arena arena = Arena.ofShared();
+    final ModelShape shape;
+    final int pageSize;
+    final int tp;
+    final int rank;
+    final long pageBytes;
+    final MemorySegment[] kv;
+    final MemorySegment[] aux;
+    final MemorySegment[] state;
+    final int pages;
+    final int auxRows;
+    private final ArrayDeque<Integer> freePages = new ArrayDeque<>();
+    private final ArrayDeque<Integer> freeRows = new ArrayDeque<>();
+
+    public RankPool(ModelShape shape, int pageSize, int tp, int rank, int pages, int auxRows, long seed) {
+        this.shape = shape;
+        this.pageSize = pageSize;
+        this.tp = tp;
+        this.rank = rank;
+        this.pages = pages;
+        this.auxRows = auxRows;
+        this.pageBytes = shape.pageBytes(pageSize, tp);
+        kv = new MemorySegment[shape.kvBuffers()];
+        for (int i = 0; i < kv.length; i++) kv[i] = arena.allocate(pageBytes * pages, 64);
+        aux = new MemorySegment[AUX_ROW_BYTES.length];
+        for (int i = 0; i < aux.length; i++) aux[i] = arena.allocate(AUX_ROW_BYTES[i] * auxRows, 64);
+        state = new MemorySegment[shape.stateBytes().size()];
+        for (int i = 0; i < state.length; i++) state[i] = arena.allocate(shape.stateBytes().get(i) * auxRows, 64);
+        // Blocks of 1..4 contiguous pages in random order: fragmented, but with some runs to coalesce.
+        Random rnd = new Random(seed);
+        List<int[]> blocks = new ArrayList<>();
+        for (int p = 0; p < pages; ) {
+            int len = Math.min(pages - p, 1 + rnd.nextInt(4));
+            blocks.add(new int[]{p, len});
+            p += len;
+        }
+        Collections.shuffle(blocks, rnd);
+        for (int[] b : blocks) for (int i = 0; i < b[1]; i++) freePages.add(b[0] + i);
+        for (int r = 0; r < auxRows; r++) freeRows.add(r);
+    }
+
+    /** The KVArgs registering this pool. */
+    public KVArgs kvArgs(int engineRank) {
+        KVArgs args = new KVArgs();
+        args.engineRank = engineRank;
+        args.pageSize = pageSize;
+        args.kvCacheDtypeStr = "bf16";
+        args.kvHeadNum = shape.headsPerRank(tp);
+        args.totalKvHeadNum = shape.kvHeads();
+        for (MemorySegment b : kv) args.addKvBuffer(b, pageBytes);
+        for (int i = 0; i < aux.length; i++) args.addAuxBuffer(aux[i], AUX_ROW_BYTES[i]);
+        if (state.length > 0) {
+            args.addStateComponent(shape.stateType(), List.of(state),
+                    shape.stateBytes().stream().toList());
+        }
+        return args;
+    }
+
+    public boolean hasState() {
+        return state.length > 0;
+    }
+
+    public boolean canAllocate(int n) {
+        return freePages.size() >= n && !freeRows.isEmpty();
+    }
+
+    public int[] allocatePages(int n) {
+        if (freePages.size() < n) throw new IllegalStateException("pool exhausted: need " + n + " pages, " + freePages.size() + " free");
+        int[] out = new int[n];
+        for (int i = 0; i < n; i++) out[i] = freePages.poll();
+        return out;
+    }
+
+    public void freePages(int[] ps) {
+        for (int p : ps) freePages.add(p);
+    }
+
+    /** Rows double as state slots: one per in-flight request. */
+    public int allocateRow() {
+        Integer r = freeRows.poll();
+        if (r == null) throw new IllegalStateException("no free aux row");
+        return r;
+    }
+
+    public void freeRow(int row) {
+        freeRows.add(row);
+    }
+
+    public long maxItemBytes() {
+        long m = pageBytes;
+        for (long a : AUX_ROW_BYTES) m = Math.max(m, a);
+        for (long s : shape.stateBytes()) m = Math.max(m, s);
+        return m;
+    }
+
+    public MemorySegment page(int buffer, int page) {
+        return kv[buffer].asSlice(page * pageBytes, pageBytes);
+    }
+
+    public MemorySegment auxRow(int buffer, int row) {
+        return aux[buffer].asSlice(row * AUX_ROW_BYTES[buffer], AUX_ROW_BYTES[buffer]);
+    }
+
+    public MemorySegment stateSlot(int tensor, int slot) {
+        long b = shape.stateBytes().get(tensor);
+        return state[tensor].asSlice(slot * b, b);
+    }
+
+    /** Bytes of one request: KV pages + aux row + state slot. */
+    public long requestBytes(int numPages) {
+        long b = (long) numPages * pageBytes * kv.length;
+        for (long a : AUX_ROW_BYTES) b += a;
+        for (long s : shape.stateBytes()) b += s;
+        return b;
+    }
+
+    @Override
+    public void close() {
+        arena.close();
+    }
+}

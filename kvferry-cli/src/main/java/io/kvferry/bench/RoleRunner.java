@@ -1,0 +1,123 @@
+package io.kvferry.bench;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+
+/**
+ * One role (prefill or decode) as its own process: every TP rank of the instance runs in this
+ * JVM on its own driver thread, and each prints one JSON {@link RoleReport} line on stdout.
+ */
+public final class RoleRunner {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private RoleRunner() {}
+
+    static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, String bootstrapAddr, RankPool pool) {
+        String[] hp = splitHostPort(bootstrapAddr);
+        KVManagerConfig mc = KVManagerConfig.builder()
+                .attnTp(config.tp(), rank)
+                .mla(config.shape().mla())
+                .bootstrap(hp[0], Integer.parseInt(hp[1]))
+                .authToken(config.authToken())
+                .build();
+        return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
+    }
+
+    static String[] splitHostPort(String addr) {
+        int i = addr.lastIndexOf(':');
+        if (i <= 0) throw new IllegalArgumentException("bootstrap address must be host:port, got '" + addr + "'");
+        String host = addr.substring(0, i);
+        if (host.startsWith("[") && host.endsWith("]")) host = host.substring(1, host.length() - 1);
+        return new String[]{host, addr.substring(i + 1)};
+    }
+
+    /** Runs all TP ranks of one role in this JVM; prints one JSON line per rank. Returns true when all succeeded. */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, PrintStream out)
+            throws Exception {
+        int tp = config.tp();
+        List<KVManager> managers = new ArrayList<>();
+        List<RankPool> pools = new ArrayList<>();
+        ExecutorService exec = Executors.newFixedThreadPool(tp);
+        try {
+            List<Future<RoleReport>> futures = new ArrayList<>();
+            Workload w = config.workload();
+            for (int r = 0; r < tp; r++) {
+                RankPool pool = new RankPool(config.shape(), w.pageSize(), tp, r, w.poolPages(), w.concurrency() + 2,
+                        w.seed() * 31 + (mode == DisaggregationMode.PREFILL ? 1000 : 2000) + r);
+                pools.add(pool);
+                KVManager m = manager(config, mode, r, bootstrapAddr, pool);
+                managers.add(m);
+                if (mode == DisaggregationMode.PREFILL) {
+                    m.registerToBootstrap();
+                    futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, bootstrapAddr, pool.rank).run()));
+                } else {
+                    futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, bootstrapAddr, pool.rank, null).run()));
+                }
+            }
+            boolean allOk = true;
+            for (Future<RoleReport> f : futures) {
+                RoleReport rep = f.get();
+                allOk &= rep.failed() == 0 && rep.corrupted() == 0;
+                out.println(JSON.writeValueAsString(rep));
+                out.flush();
+            }
+            return allOk;
+        } finally {
+            exec.shutdownNow();
+            for (KVManager m : managers) m.close();
+            for (RankPool p : pools) p.close();
+        }
+    }
+
+    /** Starts {@code kvferry <role>} as a separate JVM with the same class path, sharing the options. */
+    public static Process spawn(String role, BenchConfig config, String bootstrapAddr) throws IOException {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        cmd.add("--enable-native-access=ALL-UNNAMED");
+        cmd.add("-Xmx1g");
+        cmd.add("-cp");
+        cmd.add(System.getProperty("java.class.path"));
+        cmd.add("io.kvferry.cli.Main");
+        cmd.add(role);
+        cmd.addAll(roleArgs(config, bootstrapAddr));
+        ProcessBuilder pb = new ProcessBuilder(cmd);
+        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.redirectInput(ProcessBuilder.Redirect.PIPE);
+        // The token goes through the environment, not argv, so it does not show in process listings.
+        if (config.authToken() != null) pb.environment().put("KVFERRY_AUTH_TOKEN", config.authToken());
+        return pb.start();
+    }
+
+    static List<String> roleArgs(BenchConfig c, String bootstrapAddr) {
+        Workload w = c.workload();
+        List<String> a = new ArrayList<>(List.of(
+                "--bootstrap", bootstrapAddr,
+                "--model", c.shape().name(),
+                "--kv-heads", Integer.toString(c.shape().kvHeads()),
+                "--requests", Integer.toString(w.requests()),
+                "--prompt-tokens", Integer.toString(w.promptTokens()),
+                "--page-size", Integer.toString(w.pageSize()),
+                "--chunk-tokens", Integer.toString(w.chunkTokens()),
+                "--concurrency", Integer.toString(w.concurrency()),
+                "--prefix-every", Integer.toString(w.prefixEvery()),
+                "--seed", Long.toString(w.seed()),
+                "--transport", c.transport(),
+                "--tp", Integer.toString(c.tp()),
+                "--exit-on-stdin-eof"));
+        if (c.shape().mla()) a.add("--mla");
+        return a;
+    }
+
+}

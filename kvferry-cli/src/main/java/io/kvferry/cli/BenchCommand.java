@@ -1,0 +1,53 @@
+package io.kvferry.cli;
+
+import io.kvferry.bench.BenchConfig;
+import io.kvferry.bench.BenchResult;
+import io.kvferry.bench.BenchRunner;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.util.concurrent.Callable;
+
+/** The main job: an embedded cluster moving Llama-shaped KV, verified byte for byte. */
+@Command(name = "bench", mixinStandardHelpOptions = true,
+        description = {"Transfer KV for a stream of requests between a prefill and a decode (bootstrap registry, "
+                + "control protocol, real transport), verify every destination byte, and print a summary.",
+                "With no options: Llama-3.1-8B shape, 64 requests of ~1024 tokens, TCP over loopback, one JVM."})
+public final class BenchCommand implements Callable<Integer> {
+    @Mixin
+    WorkloadOptions workload;
+
+    @Option(names = "--processes", description = "Run prefill and decode as separate JVMs.")
+    boolean processes;
+
+    @Option(names = "--json", description = "Print the summary as one JSON object on the last line.")
+    boolean json;
+
+    @Override
+    public Integer call() throws Exception {
+        BenchConfig config;
+        try {
+            config = workload.toConfig(true);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry bench: " + e.getMessage());
+            return 2;
+        }
+        long perRequest = config.shape().bytesPerToken(config.tp()) * config.workload().promptTokens() * config.tp();
+        System.err.printf("[bench] model=%s transport=%s tp=%d requests=%d prompt=%d tokens (~%.1f MiB KV each), "
+                        + "page=%d, chunk=%d tokens, concurrency=%d, %s%n",
+                config.shape().name(), config.transport(), config.tp(), config.workload().requests(),
+                config.workload().promptTokens(), perRequest / 1048576.0, config.workload().pageSize(),
+                config.workload().chunkTokens(), config.workload().concurrency(),
+                processes ? "separate processes" : "one JVM");
+        BenchResult r = new BenchRunner(config, System.err).run(processes);
+        System.out.printf("requests=%d succeeded=%d failed=%d corrupted=%d verified=%.2f GiB in %.2f s -> %.2f GB/s "
+                        + "(memcpy baseline %.2f GB/s, ratio %.2f); latency p50=%.1f ms p99=%.1f ms%n",
+                r.requests(), r.succeeded(), r.failed(), r.corrupted(), r.verifiedBytes() / 1073741824.0,
+                r.elapsedSeconds(), r.gbps(), r.memcpyGbps(), r.ratioToMemcpy(), r.latencyMs().get("p50"),
+                r.latencyMs().get("p99"));
+        for (String f : r.firstFailures()) System.out.println("  failure: " + f);
+        if (json) System.out.println(BenchRunner.toJson(r));
+        return r.failed() == 0 && r.corrupted() == 0 ? 0 : 1;
+    }
+}

@@ -1,0 +1,39 @@
+package io.kvferry.cli;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/** Runs a bootstrap registry until killed. */
+@Command(name = "bootstrap", mixinStandardHelpOptions = true,
+        description = "Run the bootstrap registry of a prefill instance (SGLang-compatible routes: PUT/GET /route, "
+                + "/register_dp_rank, /query_dp_ranks, /health).")
+public final class BootstrapCommand implements Callable<Integer> {
+    @Option(names = "--host", defaultValue = "127.0.0.1", description = "Bind address. Default: ${DEFAULT-VALUE}.")
+    String host;
+
+    @Option(names = "--port", defaultValue = "8998", description = "Port (0 = any free port). Default: ${DEFAULT-VALUE}.")
+    int port;
+
+    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
+            description = "Bearer token required on the write routes (env KVFERRY_AUTH_TOKEN). Without one they answer 401.")
+    String authToken;
+
+    @Override
+    public Integer call() throws Exception {
+        KVBootstrapServer server = KVFerry.startBootstrapServer(host, port, authToken);
+        CountDownLatch stop = new CountDownLatch(1);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            server.close();
+            stop.countDown();
+        }));
+        System.out.println("kvferry bootstrap listening on " + server.host() + ":" + server.port());
+        System.out.flush();
+        stop.await();
+        return 0;
+    }
+}

@@ -1,0 +1,48 @@
+package io.kvferry.cli;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.bench.BenchConfig;
+import io.kvferry.bench.RoleRunner;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.util.concurrent.Callable;
+
+/** Shared body of {@code kvferry prefill} and {@code kvferry decode}. */
+abstract class RoleCommand implements Callable<Integer> {
+    @Mixin
+    WorkloadOptions workload;
+
+    @Option(names = "--bootstrap", required = true, description = "host:port of the prefill instance's bootstrap registry.")
+    String bootstrap;
+
+    @Option(names = "--exit-on-stdin-eof", description = "Exit when standard input closes (the parent process died).")
+    boolean exitOnStdinEof;
+
+    abstract DisaggregationMode mode();
+
+    @Override
+    public Integer call() throws Exception {
+        BenchConfig config;
+        try {
+            config = workload.toConfig(false);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": " + e.getMessage());
+            return 2;
+        }
+        if (exitOnStdinEof) {
+            Thread.ofPlatform().daemon().start(() -> {
+                try {
+                    while (System.in.read() >= 0) {
+                        // drain
+                    }
+                } catch (java.io.IOException ignored) {
+                    // treat as EOF
+                }
+                System.err.println("kvferry " + mode().name().toLowerCase() + ": parent went away, exiting");
+                Runtime.getRuntime().halt(3);
+            });
+        }
+        return RoleRunner.runRole(mode(), config, bootstrap, System.out) ? 0 : 1;
+    }
+}

@@ -1,0 +1,92 @@
+package io.kvferry.cli;
+
+import io.kvferry.KVFerry;
+import io.kvferry.bench.BenchConfig;
+import io.kvferry.bench.ModelShape;
+import io.kvferry.bench.Workload;
+import picocli.CommandLine.Option;
+
+/** Options shared by bench and the role commands: the model shape, the request stream and the transport. */
+public final class WorkloadOptions {
+    @Option(names = "--model", defaultValue = "llama-3.1-8b",
+            description = "Model preset: ${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.",
+            completionCandidates = ModelNames.class)
+    String model;
+
+    @Option(names = "--kv-heads", description = "Override the preset's KV head count.")
+    Integer kvHeads;
+
+    @Option(names = "--mla", description = "Treat the model as MLA (one latent buffer per layer).")
+    boolean mla;
+
+    @Option(names = "--requests", defaultValue = "64", description = "Requests to transfer. Default: ${DEFAULT-VALUE}.")
+    int requests;
+
+    @Option(names = "--prompt-tokens", defaultValue = "1024", description = "Prompt length in tokens. Default: ${DEFAULT-VALUE}.")
+    int promptTokens;
+
+    @Option(names = "--page-size", defaultValue = "16", description = "Tokens per KV page. Default: ${DEFAULT-VALUE}.")
+    int pageSize;
+
+    @Option(names = "--chunk-tokens", defaultValue = "256", description = "Chunked-prefill size in tokens. Default: ${DEFAULT-VALUE}.")
+    int chunkTokens;
+
+    @Option(names = "--concurrency", defaultValue = "4", description = "Requests in flight per rank. Default: ${DEFAULT-VALUE}.")
+    int concurrency;
+
+    @Option(names = "--prefix-every", defaultValue = "8",
+            description = "Every n-th request has a decode prefix (0 = never). Default: ${DEFAULT-VALUE}.")
+    int prefixEvery;
+
+    @Option(names = "--seed", defaultValue = "42", description = "Seed of rooms, lengths and page layouts. Default: ${DEFAULT-VALUE}.")
+    long seed;
+
+    @Option(names = "--transport", defaultValue = "tcp", description = "Transfer backend: tcp, inproc, fake. Default: ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--tp", defaultValue = "1", description = "Attention-TP size of prefill and decode. Default: ${DEFAULT-VALUE}.")
+    int tp;
+
+    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
+            description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
+    String authToken;
+
+    /**
+     * @param generateToken make up a random cluster token when none is given (an embedded cluster
+     *                      shares it; separate role processes must be given the same one)
+     */
+    BenchConfig toConfig(boolean generateToken) {
+        if (!KVFerry.BACKENDS.contains(transport)) {
+            throw new IllegalArgumentException("--transport must be one of " + KVFerry.BACKENDS + ", got '" + transport + "'");
+        }
+        if (tp < 1) throw new IllegalArgumentException("--tp must be >= 1");
+        ModelShape shape = ModelShape.preset(model);
+        if (kvHeads != null) {
+            if (kvHeads < 1) throw new IllegalArgumentException("--kv-heads must be >= 1");
+            shape = shape.withKvHeads(kvHeads);
+        }
+        if (mla) shape = shape.withMla(true);
+        if (!shape.mla() && shape.kvHeads() % tp != 0 && tp % shape.kvHeads() != 0) {
+            throw new IllegalArgumentException("--tp " + tp + " does not divide " + shape.kvHeads() + " KV heads (or vice versa)");
+        }
+        Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed);
+        String token = authToken;
+        if (token == null || token.isEmpty()) {
+            if (!generateToken) {
+                throw new IllegalArgumentException("a cluster token is required: pass --auth-token or set KVFERRY_AUTH_TOKEN "
+                        + "(the registry's write routes fail closed without one)");
+            }
+            byte[] b = new byte[32];
+            new java.security.SecureRandom().nextBytes(b);
+            token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
+        }
+        return new BenchConfig(shape, w, transport, tp, token);
+    }
+
+    /** Completion candidates for --model. */
+    static final class ModelNames extends java.util.ArrayList<String> {
+        ModelNames() {
+            super(new java.util.TreeSet<>(ModelShape.PRESETS.keySet()));
+        }
+    }
+}

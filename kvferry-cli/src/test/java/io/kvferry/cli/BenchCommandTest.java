@@ -1,0 +1,67 @@
+package io.kvferry.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The CLI as a user runs it: exit codes, the human summary and the --json last line. */
+@Timeout(120)
+class BenchCommandTest {
+    record Run(int code, String out) {}
+
+    static Run run(String... args) {
+        PrintStream old = System.out;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setOut(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        try {
+            int code = Main.run(args);
+            return new Run(code, buf.toString(StandardCharsets.UTF_8));
+        } finally {
+            System.setOut(old);
+        }
+    }
+
+    static JsonNode lastJson(String out) throws Exception {
+        String[] lines = out.strip().split("\n");
+        return new ObjectMapper().readTree(lines[lines.length - 1]);
+    }
+
+    @Test
+    void embeddedBenchPrintsAJsonSummaryAsTheLastLine() throws Exception {
+        Run r = run("bench", "--model", "tiny-hybrid", "--requests", "16", "--prompt-tokens", "300", "--json");
+        assertEquals(0, r.code(), r.out());
+        JsonNode j = lastJson(r.out());
+        for (String f : new String[]{"requests", "succeeded", "failed", "verified_bytes", "gbps", "latency_ms"}) {
+            assertTrue(j.has(f), "missing " + f + " in " + j);
+        }
+        assertEquals(16, j.get("requests").asInt());
+        assertEquals(16, j.get("succeeded").asInt());
+        assertEquals(0, j.get("failed").asInt());
+        assertTrue(j.get("verified_bytes").asLong() > 16L * 256 * 2048);
+        assertTrue(j.get("latency_ms").has("p50") && j.get("latency_ms").has("p99"));
+    }
+
+    @Test
+    void inprocAndFakeBackendsRunTheSameJob() throws Exception {
+        assertEquals(0, run("bench", "--model", "tiny", "--requests", "8", "--prompt-tokens", "128", "--transport", "inproc").code());
+        Run fake = run("bench", "--model", "tiny", "--requests", "4", "--prompt-tokens", "64", "--transport", "fake", "--json");
+        // Nothing moves on the fake backend, so verification must fail: the bench does not pretend.
+        assertEquals(1, fake.code());
+        assertEquals(4, lastJson(fake.out()).get("corrupted").asInt());
+    }
+
+    @Test
+    void badOptionsGiveAClearErrorAndExitCode() {
+        assertEquals(2, run("bench", "--transport", "carrier-pigeon").code());
+        assertEquals(2, run("bench", "--model", "gpt-17").code());
+        assertTrue(run("bench", "--requests", "many").code() != 0);
+    }
+}

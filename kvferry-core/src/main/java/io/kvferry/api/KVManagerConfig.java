@@ -1,0 +1,106 @@
+package io.kvferry.api;
+
+import java.time.Duration;
+
+/**
+ * The server settings a manager needs besides {@link KVArgs} (the part of SGLang's
+ * {@code ServerArgs} the transfer layer reads). Immutable; build with {@link #builder()}.
+ *
+ * @param attnTpSize          attention-TP size of this instance
+ * @param attnTpRank          this rank's attention-TP rank
+ * @param attnCpSize          context-parallel size (prefill); decode must be 1
+ * @param attnCpRank          this rank's CP rank
+ * @param dpSize              attention-DP size
+ * @param dpRank              this rank's DP group
+ * @param ppSize              pipeline stages
+ * @param isMla               MLA model (KV replicated across TP ranks, copied whole)
+ * @param bootstrapHost       prefill: host of this instance's bootstrap registry
+ * @param bootstrapPort       prefill: its port
+ * @param listenHost          address the control/data endpoint binds to and advertises
+ * @param authToken           cluster token for registry writes and control connections; null disables control auth
+ * @param transferWorkers     prefill: transfer worker threads (chunks of one room stay on one worker)
+ * @param bootstrapTimeout    prefill: a sender still Bootstrapping after this fails
+ * @param waitingTimeout      decode: a receiver still waiting for KV this long after send_metadata fails
+ * @param connectTimeout      decode: TCP connect + handshake timeout per prefill rank
+ * @param loadBalanceMethod   "follow_bootstrap_room" (DP rank = room % dp) or another router policy
+ * @param prefillHttpPort     published in the registration, for routers
+ */
+public record KVManagerConfig(
+        int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
+        int ppSize, boolean isMla, String bootstrapHost, int bootstrapPort, String listenHost,
+        String authToken, int transferWorkers, Duration bootstrapTimeout, Duration waitingTimeout,
+        Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort) {
+
+    public KVManagerConfig {
+        requireRank("attn_tp", attnTpRank, attnTpSize);
+        requireRank("attn_cp", attnCpRank, attnCpSize);
+        requireRank("dp", dpRank, dpSize);
+        if (ppSize < 1) throw new IllegalArgumentException("pp_size must be >= 1, got " + ppSize);
+        if (transferWorkers < 1) throw new IllegalArgumentException("transferWorkers must be >= 1, got " + transferWorkers);
+        if (listenHost == null || listenHost.isBlank()) throw new IllegalArgumentException("listenHost is required");
+    }
+
+    private static void requireRank(String name, int rank, int size) {
+        if (size < 1) throw new IllegalArgumentException(name + "_size must be >= 1, got " + size);
+        if (rank < 0 || rank >= size) {
+            throw new IllegalArgumentException(name + "_rank " + rank + " is outside [0, " + size + ")");
+        }
+    }
+
+    /** "host:port" of the bootstrap registry, as decode addresses it. */
+    public String bootstrapAddr() {
+        return bootstrapHost + ":" + bootstrapPort;
+    }
+
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    public Builder toBuilder() {
+        Builder b = new Builder();
+        b.attnTpSize = attnTpSize; b.attnTpRank = attnTpRank; b.attnCpSize = attnCpSize; b.attnCpRank = attnCpRank;
+        b.dpSize = dpSize; b.dpRank = dpRank; b.ppSize = ppSize; b.isMla = isMla;
+        b.bootstrapHost = bootstrapHost; b.bootstrapPort = bootstrapPort; b.listenHost = listenHost;
+        b.authToken = authToken; b.transferWorkers = transferWorkers; b.bootstrapTimeout = bootstrapTimeout;
+        b.waitingTimeout = waitingTimeout; b.connectTimeout = connectTimeout;
+        b.loadBalanceMethod = loadBalanceMethod; b.prefillHttpPort = prefillHttpPort;
+        return b;
+    }
+
+    /** Defaults follow SGLang: 300 s bootstrap and waiting timeouts, 4 transfer queues. */
+    public static final class Builder {
+        private int attnTpSize = 1, attnTpRank, attnCpSize = 1, attnCpRank, dpSize = 1, dpRank, ppSize = 1;
+        private boolean isMla;
+        private String bootstrapHost = "127.0.0.1";
+        private int bootstrapPort = 8998;
+        private String listenHost = "127.0.0.1";
+        private String authToken;
+        private int transferWorkers = 4;
+        private Duration bootstrapTimeout = Duration.ofSeconds(300);
+        private Duration waitingTimeout = Duration.ofSeconds(300);
+        private Duration connectTimeout = Duration.ofSeconds(10);
+        private String loadBalanceMethod = "follow_bootstrap_room";
+        private int prefillHttpPort;
+
+        public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
+        public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
+        public Builder dp(int size, int rank) { dpSize = size; dpRank = rank; return this; }
+        public Builder ppSize(int size) { ppSize = size; return this; }
+        public Builder mla(boolean mla) { isMla = mla; return this; }
+        public Builder bootstrap(String host, int port) { bootstrapHost = host; bootstrapPort = port; return this; }
+        public Builder listenHost(String host) { listenHost = host; return this; }
+        public Builder authToken(String token) { authToken = token; return this; }
+        public Builder transferWorkers(int n) { transferWorkers = n; return this; }
+        public Builder bootstrapTimeout(Duration d) { bootstrapTimeout = d; return this; }
+        public Builder waitingTimeout(Duration d) { waitingTimeout = d; return this; }
+        public Builder connectTimeout(Duration d) { connectTimeout = d; return this; }
+        public Builder loadBalanceMethod(String m) { loadBalanceMethod = m; return this; }
+        public Builder prefillHttpPort(int p) { prefillHttpPort = p; return this; }
+
+        public KVManagerConfig build() {
+            return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
+                    bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
+                    waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort);
+        }
+    }
+}

@@ -1,0 +1,40 @@
+package io.kvferry.api;
+
+/**
+ * The decode side of one request on one rank (SGLang's {@code BaseKVReceiver}). Created by
+ * {@link KVManager#createReceiver}. Called from the decode scheduler thread.
+ */
+public interface KVReceiver {
+    /** Resolves the prefill ranks to talk to, registers this rank's buffers with them once, and moves to WaitingForInput. */
+    void init(int prefillDpRank);
+
+    /**
+     * Tells every target prefill rank where this request's KV goes.
+     *
+     * @param kvIndices       destination page ids, in token order, after the decode prefix
+     * @param auxIndex        destination metadata row, or -1 for none
+     * @param stateIndices    destination indices per state component, or null
+     * @param decodePrefixLen tokens decode already holds (prefill skips them), or 0
+     */
+    void sendMetadata(int[] kvIndices, int auxIndex, int[][] stateIndices, int decodePrefixLen);
+
+    default void sendMetadata(int[] kvIndices, int auxIndex) {
+        sendMetadata(kvIndices, auxIndex, null, 0);
+    }
+
+    KVPoll poll();
+
+    /** Throws the {@link KVTransferException} describing why this room failed. */
+    void failureException();
+
+    /** Drops this room's bookkeeping. */
+    void clear();
+
+    /** Fails the room with "Aborted by AbortReq." and tells the prefill ranks. */
+    void abort();
+
+    /** Bytes that landed for this request on this rank, and metadata-sent → Success latency. */
+    KVTransferMetric getTransferMetric();
+
+    long bootstrapRoom();
+}

@@ -1,0 +1,31 @@
+package io.kvferry.api;
+
+/**
+ * Raised by {@code failureException()} of a failed sender or receiver. The message has SGLang's
+ * shape, {@code KVTransferError(bootstrap_room=R): reason}, so logs and client errors read the same.
+ */
+public final class KVTransferException extends RuntimeException {
+    private final long bootstrapRoom;
+    private final String reason;
+    private final boolean fromAnotherRank;
+
+    public KVTransferException(long bootstrapRoom, String reason, boolean fromAnotherRank) {
+        super("KVTransferError(bootstrap_room=" + bootstrapRoom + "): " + reason);
+        this.bootstrapRoom = bootstrapRoom;
+        this.reason = reason;
+        this.fromAnotherRank = fromAnotherRank;
+    }
+
+    public long bootstrapRoom() {
+        return bootstrapRoom;
+    }
+
+    public String reason() {
+        return reason;
+    }
+
+    /** True when this rank recorded no reason of its own: the failure was reported by a peer rank. */
+    public boolean isFromAnotherRank() {
+        return fromAnotherRank;
+    }
+}

@@ -1,0 +1,398 @@
+package io.kvferry.conn;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.ProtocolException;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillServerInfo;
+import io.kvferry.registry.RankEndpoint;
+import io.kvferry.registry.RetryPolicy;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.InprocRegistry;
+import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.transport.WriteSink;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The decode side of one rank: resolves prefill ranks through their bootstrap registry, keeps one
+ * registered connection per prefill rank, and lands incoming writes — after checking each one
+ * against registered memory and the pages the room owns — straight into the destination buffers.
+ *
+ * <p>Threads: the scheduler thread drives receivers; one reader thread per {@link PrefillLink}
+ * lands writes and statuses for the rooms on it. Room status lives in {@link RoomStatusTable}.
+ */
+public final class DecodeKVManager implements KVManager, WriteSink {
+    private static final Logger log = LoggerFactory.getLogger(DecodeKVManager.class);
+    static final String DEFAULT_PREFILL_FAILURE = "Failed to get kvcache from prefill instance, it might be dead";
+
+    private final KVManagerConfig config;
+    private final RegisteredMemory memory;
+    private final int engineRank;
+    private final int pageSize;
+    private final String kvCacheDtype;
+    private final int ppRank;
+    private final String backend;
+    private final String sessionId = UUID.randomUUID().toString();
+    final RoomStatusTable statuses = new RoomStatusTable();
+    private final ConcurrentHashMap<Long, DecodeRoom> rooms = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, PrefillServerInfo> topologies = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, RankEndpoint> endpoints = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, PrefillLink> links = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, BootstrapClient> clients = new ConcurrentHashMap<>();
+    private final ScheduledExecutorService timer;
+    private final Object linkSetup = new Object();
+    private volatile boolean closed;
+
+    public DecodeKVManager(KVArgs args, KVManagerConfig config, String backend) {
+        if (config.attnCpSize() != 1) {
+            throw new IllegalArgumentException("decode attn_cp_size must be 1, got " + config.attnCpSize());
+        }
+        this.config = config;
+        this.memory = RegisteredMemory.from(args);
+        this.engineRank = args.engineRank;
+        this.pageSize = args.pageSize;
+        this.kvCacheDtype = args.kvCacheDtypeStr;
+        this.ppRank = args.ppRank;
+        this.backend = backend;
+        this.timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
+                .name("kvferry-decode-timer-" + engineRank).unstarted(r));
+        if ("inproc".equals(backend)) InprocRegistry.register(sessionId, this);
+    }
+
+    @Override
+    public DisaggregationMode mode() {
+        return DisaggregationMode.DECODE;
+    }
+
+    @Override
+    public String backend() {
+        return backend;
+    }
+
+    @Override
+    public void registerToBootstrap() {
+        // Only prefill ranks register; decode ranks look them up.
+    }
+
+    @Override
+    public boolean enableDeferredDecodeKvRelease() {
+        return false;
+    }
+
+    @Override
+    public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
+                                 boolean reqHasDisaggPrefillDpRank) {
+        throw new UnsupportedOperationException("a decode manager creates receivers, not senders");
+    }
+
+    @Override
+    public KVReceiver createReceiver(String bootstrapAddr, long bootstrapRoom) {
+        if (closed) throw new IllegalStateException("the decode KV manager was torn down");
+        DecodeRoom room = new DecodeRoom(bootstrapRoom, bootstrapAddr);
+        DecodeRoom previous = rooms.putIfAbsent(bootstrapRoom, room);
+        if (previous != null) {
+            throw new IllegalArgumentException("bootstrap_room " + bootstrapRoom + " is already in flight on this decode rank");
+        }
+        statuses.update(bootstrapRoom, KVPoll.Bootstrapping);
+        return new DecodeKVReceiver(this, room);
+    }
+
+    KVManagerConfig config() {
+        return config;
+    }
+
+    RegisteredMemory memory() {
+        return memory;
+    }
+
+    int engineRank() {
+        return engineRank;
+    }
+
+    int pageSize() {
+        return pageSize;
+    }
+
+    String kvCacheDtype() {
+        return kvCacheDtype;
+    }
+
+    int ppRank() {
+        return ppRank;
+    }
+
+    void forget(DecodeRoom room) {
+        statuses.remove(room.room);
+        rooms.remove(room.room, room);
+        for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
+    }
+
+    // ------------------------------------------------------------------ bootstrap lookups (scheduler thread)
+
+    private BootstrapClient client(String addr) {
+        return clients.computeIfAbsent(addr, a -> new BootstrapClient(a, config.authToken(),
+                new RetryPolicy(8, Duration.ofMillis(250), Duration.ofSeconds(2), Duration.ofSeconds(5))));
+    }
+
+    PrefillServerInfo topology(String addr) {
+        PrefillServerInfo info = topologies.get(addr);
+        if (info != null) return info;
+        info = client(addr).fetchTopology();
+        topologies.put(addr, info);
+        return info;
+    }
+
+    RankEndpoint endpoint(String addr, int dp, int cp, int tp, int pp) {
+        String key = addr + "/" + dp + "/" + cp + "/" + tp + "/" + pp;
+        RankEndpoint ep = endpoints.get(key);
+        if (ep != null) return ep;
+        ep = client(addr).fetchRankEndpoint(dp, cp, tp, pp);
+        endpoints.put(key, ep);
+        return ep;
+    }
+
+    /** The registered connection to a prefill rank, opened and registered (HELLO) on first use. */
+    PrefillLink link(String addr, RankEndpoint ep) throws IOException {
+        String key = ep.rankIp() + ":" + ep.rankPort();
+        PrefillLink link = links.get(key);
+        if (link != null && !link.connection.isClosed()) return link;
+        synchronized (linkSetup) {
+            link = links.get(key);
+            if (link != null && !link.connection.isClosed()) return link;
+            link = openLink(addr, ep, key);
+            links.put(key, link);
+            return link;
+        }
+    }
+
+    private PrefillLink openLink(String addr, RankEndpoint ep, String key) throws IOException {
+        Duration timeout = config.connectTimeout();
+        ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
+        // A peer that accepts but never answers must not hang init: close the socket at the deadline.
+        ScheduledFuture<?> deadline = timer.schedule(conn::close, timeout.toMillis(), TimeUnit.MILLISECONDS);
+        try {
+            conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId,
+                    "inproc".equals(backend) ? "inproc" : "tcp", engineRank, config.attnTpSize(), ppRank, pageSize,
+                    kvCacheDtype, memory.describe()));
+            ControlMessage reply = conn.read();
+            if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
+            if (!ack.accepted()) throw new IOException("prefill rank at " + key + " refused registration: " + ack.error());
+            PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
+            link.reader = Thread.ofPlatform().daemon().name("kvferry-decode-reader-" + engineRank + "-" + key)
+                    .start(() -> readLoop(link));
+            return link;
+        } catch (IOException | RuntimeException e) {
+            conn.close();
+            if (conn.isClosed() && deadline.isDone() && !(e.getMessage() != null && e.getMessage().contains("refused"))) {
+                throw new IOException("prefill rank at " + key + " did not complete the handshake within " + timeout.toMillis() + " ms", e);
+            }
+            throw e;
+        } finally {
+            deadline.cancel(false);
+        }
+    }
+
+    // ------------------------------------------------------------------ reader thread
+
+    private void readLoop(PrefillLink link) {
+        String why = "connection closed";
+        try {
+            while (!closed) {
+                ControlMessage m = link.connection.read();
+                switch (m) {
+                    case WriteHeader w -> onWrite(link, w);
+                    case Status s -> onStatus(link, s);
+                    case AbortAck a -> {
+                        DecodeRoom r = rooms.get(a.room());
+                        if (r != null) r.abortAcked = true;
+                    }
+                    default -> throw new ProtocolException("unexpected " + m.type() + " from prefill");
+                }
+            }
+        } catch (EOFException e) {
+            why = "connection closed by prefill";
+        } catch (IOException e) {
+            why = e.getMessage();
+            if (!closed) log.warn("connection to {}: {}", link, why);
+        } finally {
+            onLinkLost(link, why);
+        }
+    }
+
+    private void onWrite(PrefillLink link, WriteHeader w) throws IOException {
+        MemorySegment dst;
+        try {
+            dst = resolve(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length());
+        } catch (WriteRejectedException e) {
+            if (e.fatal()) throw new ProtocolException("write from " + link + " rejected: " + e.getMessage());
+            link.connection.skipPayload(w.length());
+            rejectWrite(w.room(), link.toString(), e.getMessage());
+            return;
+        }
+        link.connection.readPayload(dst);
+        landed(w.room(), w.length());
+    }
+
+    private void rejectWrite(long room, String from, String why) {
+        KVPoll st = statuses.status(room);
+        if (st == KVPoll.Failed || !rooms.containsKey(room)) {
+            log.debug("dropped a write for inactive room {} from {}: {}", room, from, why);
+            return;
+        }
+        String reason = "Rejected a write from " + from + ": " + why;
+        log.warn("room {}: {}", room, reason);
+        statuses.fail(room, reason);
+    }
+
+    private void onStatus(PrefillLink link, Status s) {
+        DecodeRoom room = rooms.get(s.room());
+        if (room == null) return; // cleared: never resurrect
+        if (s.status() == KVPoll.Success) {
+            room.responded.add(s.prefillUniqueRank());
+            if (room.responded.size() >= room.requiredResponses) {
+                if (statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
+                statuses.update(s.room(), KVPoll.Success);
+            }
+        } else if (s.status() == KVPoll.Failed) {
+            statuses.fail(s.room(), s.reason().isEmpty() ? DEFAULT_PREFILL_FAILURE : s.reason());
+        }
+    }
+
+    private void onLinkLost(PrefillLink link, String why) {
+        link.connection.close();
+        links.remove(link.endpoint, link);
+        if (closed) return;
+        // Cached lookups may point at a dead or replaced instance: look them up again next time.
+        topologies.remove(link.bootstrapAddr);
+        endpoints.keySet().removeIf(k -> k.startsWith(link.bootstrapAddr + "/"));
+        int affected = 0;
+        for (Long r : link.rooms) {
+            if (statuses.status(r).isTerminal()) continue;
+            if (statuses.fail(r, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) affected++;
+        }
+        if (affected > 0) log.warn("Lost connection with {} ({}): {} requests affected", link, why, affected);
+    }
+
+    // ------------------------------------------------------------------ WriteSink
+
+    @Override
+    public MemorySegment resolve(long room, Region region, int component, int buffer, long offset, long length)
+            throws WriteRejectedException {
+        MemorySegment seg = memory.segmentOrNull(region, component, buffer);
+        if (seg == null) throw new WriteRejectedException("no registered " + region + " buffer " + component + "/" + buffer, true);
+        if (length > seg.byteSize()) {
+            throw new WriteRejectedException("write of " + length + " bytes is larger than " + region + " buffer "
+                    + component + "/" + buffer + " (" + seg.byteSize() + " bytes)", true);
+        }
+        if (offset > seg.byteSize() - length) {
+            throw new WriteRejectedException("write [" + offset + ", +" + length + ") is outside " + region + " buffer "
+                    + component + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
+        }
+        DecodeRoom r = rooms.get(room);
+        if (r == null) throw new WriteRejectedException("room " + room + " is unknown on this decode rank", false);
+        if (statuses.status(room) == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
+        DecodeRoom.Allowance a = r.allowance;
+        if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
+        if (length == 0) return seg.asSlice(offset, 0);
+        long item = memory.itemLen(region, component, buffer);
+        switch (region) {
+            case KV -> requireOwned(a.sortedPages(), offset, length, item, "KV buffer " + buffer + " page", room);
+            case AUX -> {
+                long start = a.auxIndex() * item;
+                if (a.auxIndex() < 0 || offset < start || offset + length > start + item) {
+                    throw new WriteRejectedException("aux write [" + offset + ", +" + length + ") is not inside row "
+                            + a.auxIndex() + " of room " + room, false);
+                }
+            }
+            case STATE -> {
+                if (component >= a.sortedState().length) {
+                    throw new WriteRejectedException("room " + room + " sent no indices for state component " + component, false);
+                }
+                requireOwned(a.sortedState()[component], offset, length, item, "state component " + component + " index", room);
+            }
+        }
+        statuses.update(room, KVPoll.Transferring);
+        return seg.asSlice(offset, length);
+    }
+
+    private static void requireOwned(int[] sorted, long offset, long length, long item, String what, long room)
+            throws WriteRejectedException {
+        long first = offset / item;
+        long last = (offset + length - 1) / item;
+        int idx = first > Integer.MAX_VALUE ? -1 : Arrays.binarySearch(sorted, (int) first);
+        boolean ok = idx >= 0 && idx + (last - first) < sorted.length;
+        for (long k = 1; ok && k <= last - first; k++) ok = sorted[(int) (idx + k)] == first + k;
+        if (!ok) {
+            throw new WriteRejectedException("write to " + what + "s [" + first + ", " + last + "] touches memory room "
+                    + room + " does not own", false);
+        }
+    }
+
+    @Override
+    public void landed(long room, long bytes) {
+        DecodeRoom r = rooms.get(room);
+        if (r != null) r.bytesLanded.addAndGet(bytes);
+    }
+
+    // ------------------------------------------------------------------ lifecycle
+
+    /** Rooms this manager still tracks (for leak checks). */
+    public int trackedRooms() {
+        return rooms.size();
+    }
+
+    /** Open prefill connections. */
+    public int linkCount() {
+        return links.size();
+    }
+
+    @Override
+    public void teardown() {
+        if (closed) return;
+        closed = true;
+        InprocRegistry.unregister(sessionId);
+        List<PrefillLink> all = new ArrayList<>(links.values());
+        for (PrefillLink l : all) l.connection.close();
+        for (PrefillLink l : all) {
+            Thread t = l.reader;
+            if (t != null) {
+                try {
+                    t.join(2000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+        timer.shutdownNow();
+        for (BootstrapClient c : clients.values()) c.close();
+    }
+}

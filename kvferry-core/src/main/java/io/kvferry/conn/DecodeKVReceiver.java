@@ -1,0 +1,205 @@
+package io.kvferry.conn;
+
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.api.KVTransferMetric;
+import io.kvferry.plan.RankMapping;
+import io.kvferry.protocol.Abort;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.PrefillServerInfo;
+import io.kvferry.registry.RankEndpoint;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+
+/** One request on one decode rank; owned by the scheduler thread that calls it. */
+final class DecodeKVReceiver implements KVReceiver {
+    private final DecodeKVManager manager;
+    private final DecodeRoom room;
+
+    DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
+        this.manager = manager;
+        this.room = room;
+    }
+
+    @Override
+    public long bootstrapRoom() {
+        return room.room;
+    }
+
+    @Override
+    public void init(int prefillDpRank) {
+        if (manager.statuses.status(room.room) != KVPoll.Bootstrapping) return;
+        String addr = room.bootstrapAddr;
+        try {
+            PrefillServerInfo info = manager.topology(addr);
+            if (info.pageSize() != manager.pageSize()) {
+                fail("page_size mismatch: prefill at " + addr + " uses " + info.pageSize() + ", decode uses "
+                        + manager.pageSize() + "; both servers must use the same --page-size value");
+                return;
+            }
+            if (!info.kvCacheDtype().equals(manager.kvCacheDtype())) {
+                fail("kv_cache_dtype mismatch: prefill at " + addr + " uses " + info.kvCacheDtype() + ", decode uses "
+                        + manager.kvCacheDtype());
+                return;
+            }
+            if (prefillDpRank < 0 || prefillDpRank >= info.dpSize()) {
+                fail("prefill dp rank " + prefillDpRank + " is outside the prefill's dp_size " + info.dpSize());
+                return;
+            }
+            RankMapping mapping = RankMapping.resolve(info.attnTpSize(), manager.config().attnTpSize(),
+                    manager.engineRank(), manager.config().isMla(), info.attnCpSize(), false, info.ppSize(),
+                    manager.config().ppSize(), manager.ppRank());
+            List<DecodeRoom.Target> targets = new ArrayList<>();
+            for (int cp : mapping.targetCpRanks()) {
+                for (int tp : mapping.targetTpRanks()) {
+                    for (int pp : mapping.targetPpRanks()) {
+                        RankEndpoint ep = manager.endpoint(addr, prefillDpRank, cp, tp, pp);
+                        PrefillLink link = manager.link(addr, ep);
+                        link.rooms.add(room.room);
+                        targets.add(new DecodeRoom.Target(link, tp, mapping.isDummy(tp, manager.config().isMla())));
+                    }
+                }
+            }
+            room.targets = List.copyOf(targets);
+            room.requiredResponses = mapping.requiredPrefillResponseNum();
+            room.requiredDstInfoNum = mapping.requiredDstInfoNum();
+            manager.statuses.update(room.room, KVPoll.WaitingForInput);
+        } catch (IOException | RuntimeException e) {
+            fail("Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
+        }
+    }
+
+    @Override
+    public void sendMetadata(int[] kvIndices, int auxIndex, int[][] stateIndices, int decodePrefixLen) {
+        KVPoll st = manager.statuses.status(room.room);
+        if (st == KVPoll.Failed) return;
+        if (st != KVPoll.WaitingForInput || room.allowance != null) {
+            throw new IllegalStateException("send_metadata for room " + room.room + " in state " + st
+                    + (room.allowance != null ? " (already sent)" : " (call init first)"));
+        }
+        String problem = checkIndices(kvIndices, auxIndex, stateIndices, decodePrefixLen);
+        if (problem != null) {
+            fail(problem);
+            return;
+        }
+        int[][] state = stateIndices == null ? new int[0][] : stateIndices;
+        int[][] sortedState = new int[state.length][];
+        for (int c = 0; c < state.length; c++) {
+            sortedState[c] = state[c] == null ? new int[0] : state[c].clone();
+            Arrays.sort(sortedState[c]);
+        }
+        int[] sortedPages = kvIndices.clone();
+        Arrays.sort(sortedPages);
+        // Published before any info leaves, so the first write already finds its allowance.
+        room.allowance = new DecodeRoom.Allowance(sortedPages, auxIndex, sortedState);
+        int[][] stateCopy = new int[state.length][];
+        for (int c = 0; c < state.length; c++) stateCopy[c] = state[c] == null ? new int[0] : state[c].clone();
+        room.metadataSentNanos = System.nanoTime();
+        for (DecodeRoom.Target t : room.targets) {
+            TransferInfo info = t.dummy()
+                    ? new TransferInfo(room.room, new int[0], -1, new int[0][], room.requiredDstInfoNum, decodePrefixLen, true)
+                    : new TransferInfo(room.room, kvIndices.clone(), auxIndex, stateCopy, room.requiredDstInfoNum,
+                    decodePrefixLen, false);
+            try {
+                t.link().connection.send(info);
+            } catch (IOException e) {
+                fail("Failed to send metadata to " + t.link() + ": " + e.getMessage());
+                return;
+            }
+        }
+    }
+
+    private String checkIndices(int[] pages, int auxIndex, int[][] state, int prefix) {
+        if (pages == null) return "send_metadata: kv indices are null";
+        if (prefix < 0) return "send_metadata: negative decode_prefix_len " + prefix;
+        long pool = manager.memory().kvPageCount();
+        int[] sorted = pages.clone();
+        Arrays.sort(sorted);
+        for (int i = 0; i < sorted.length; i++) {
+            if (sorted[i] < 0 || sorted[i] >= pool) {
+                return "send_metadata: page id " + sorted[i] + " is outside the decode KV pool of " + pool + " pages";
+            }
+            if (i > 0 && sorted[i] == sorted[i - 1]) return "send_metadata: page id " + sorted[i] + " appears twice";
+        }
+        long rows = manager.memory().auxRowCount();
+        if (auxIndex < -1 || auxIndex >= 0 && auxIndex >= rows) {
+            return "send_metadata: aux index " + auxIndex + " is outside the decode metadata pool of " + rows + " rows";
+        }
+        if (state != null) {
+            if (state.length > manager.memory().stateComponentCount()) {
+                return "send_metadata: " + state.length + " state index lists for " + manager.memory().stateComponentCount()
+                        + " registered state components";
+            }
+            for (int c = 0; c < state.length; c++) {
+                long n = manager.memory().stateIndexCount(c);
+                int[] s = state[c] == null ? new int[0] : state[c].clone();
+                Arrays.sort(s);
+                for (int i = 0; i < s.length; i++) {
+                    if (s[i] < 0 || s[i] >= n) return "send_metadata: state index " + s[i] + " of component " + c + " is outside its " + n + " entries";
+                    if (i > 0 && s[i] == s[i - 1]) return "send_metadata: state index " + s[i] + " of component " + c + " appears twice";
+                }
+            }
+        }
+        return null;
+    }
+
+    @Override
+    public KVPoll poll() {
+        KVPoll st = manager.statuses.status(room.room);
+        long sent = room.metadataSentNanos;
+        if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && sent != 0) {
+            double waited = (System.nanoTime() - sent) / 1e9;
+            if (waited > manager.config().waitingTimeout().toNanos() / 1e9) {
+                fail(String.format("Request %d timed out after %.1fs in KVPoll.WaitingForInput", room.room, waited));
+                notifyAbort();
+                return KVPoll.Failed;
+            }
+        }
+        return st;
+    }
+
+    private void fail(String reason) {
+        manager.statuses.fail(room.room, reason);
+    }
+
+    private void notifyAbort() {
+        if (!room.abortSent.compareAndSet(false, true)) return;
+        for (DecodeRoom.Target t : room.targets) {
+            try {
+                t.link().connection.send(new Abort(room.room));
+            } catch (IOException e) {
+                // best effort: a dead link fails the room anyway
+            }
+        }
+    }
+
+    @Override
+    public void failureException() {
+        String reason = manager.statuses.reason(room.room);
+        boolean fromAnother = reason == null;
+        throw new KVTransferException(room.room,
+                fromAnother ? "Failed due to an unknown reason from another rank" : reason, fromAnother);
+    }
+
+    @Override
+    public void clear() {
+        manager.forget(room);
+    }
+
+    @Override
+    public void abort() {
+        fail(PrefillKVManager.ABORT_REASON);
+        notifyAbort();
+    }
+
+    @Override
+    public KVTransferMetric getTransferMetric() {
+        long sent = room.metadataSentNanos, done = room.successNanos;
+        Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
+        return new KVTransferMetric(latency, null, room.bytesLanded.get());
+    }
+}

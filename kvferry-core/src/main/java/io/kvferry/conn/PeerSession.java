@@ -1,0 +1,34 @@
+package io.kvferry.conn;
+
+import io.kvferry.protocol.Hello;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DataPath;
+
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * A decode rank connected to this prefill rank: its accepted connection, what it registered in
+ * HELLO, and how bytes reach it. Created and closed by the connection's reader thread.
+ */
+final class PeerSession {
+    final ControlConnection connection;
+    volatile Hello hello;
+    volatile DataPath dataPath;
+    /** Rooms that hold a destination on this session, so its loss fails exactly them. */
+    final Set<Long> rooms = ConcurrentHashMap.newKeySet();
+
+    PeerSession(ControlConnection connection) {
+        this.connection = connection;
+    }
+
+    String sessionId() {
+        Hello h = hello;
+        return h == null ? "unregistered@" + connection.peer() : h.sessionId();
+    }
+
+    @Override
+    public String toString() {
+        return sessionId() + " (" + connection.peer() + ")";
+    }
+}

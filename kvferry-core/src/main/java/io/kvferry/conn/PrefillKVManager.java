@@ -1,0 +1,550 @@
+package io.kvferry.conn;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.plan.CopyPlan;
+import io.kvferry.plan.PlanException;
+import io.kvferry.plan.RankMapping;
+import io.kvferry.plan.TransferPlanner;
+import io.kvferry.protocol.Abort;
+import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.protocol.ProtocolException;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.InprocDataPath;
+import io.kvferry.transport.InprocRegistry;
+import io.kvferry.transport.TcpDataPath;
+import io.kvferry.transport.WriteSink;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+
+/**
+ * The prefill side of one rank: accepts decode connections, collects their transfer infos, and
+ * moves each room's KV, state and aux into the decode's memory on its transfer worker.
+ *
+ * <p>Threads: one acceptor; one reader per decode connection (owns that {@link PeerSession});
+ * {@code transferWorkers} workers, each draining its own FIFO — a room is pinned to one worker
+ * so its chunks, its final status and any abort-ack leave in order. Room status lives in the
+ * thread-safe {@link RoomStatusTable}.
+ */
+public final class PrefillKVManager implements KVManager {
+    private static final Logger log = LoggerFactory.getLogger(PrefillKVManager.class);
+    static final String ABORT_REASON = "Aborted by AbortReq.";
+
+    private final KVManagerConfig config;
+    private final RegisteredMemory memory;
+    private final int engineRank;
+    private final int pageSize;
+    private final String kvCacheDtype;
+    private final int ppRank;
+    private final int uniqueRank;
+    private final String backend;
+    final RoomStatusTable statuses = new RoomStatusTable();
+    private final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
+    private final Set<PeerSession> sessions = ConcurrentHashMap.newKeySet();
+    private final ServerSocketChannel listener;
+    private final Thread acceptor;
+    private final Worker[] workers;
+    private final byte[] authToken;
+    private volatile boolean closed;
+
+    public PrefillKVManager(KVArgs args, KVManagerConfig config, String backend) {
+        this.config = config;
+        this.memory = RegisteredMemory.from(args);
+        this.engineRank = args.engineRank;
+        this.pageSize = args.pageSize;
+        this.kvCacheDtype = args.kvCacheDtypeStr;
+        this.ppRank = args.ppRank;
+        this.backend = backend;
+        this.uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
+                config.attnCpRank(), config.attnCpSize());
+        this.authToken = config.authToken() == null ? null : config.authToken().getBytes(StandardCharsets.UTF_8);
+        try {
+            listener = ServerSocketChannel.open();
+            listener.bind(new InetSocketAddress(config.listenHost(), 0));
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot listen on " + config.listenHost() + ": " + e.getMessage(), e);
+        }
+        workers = new Worker[config.transferWorkers()];
+        for (int i = 0; i < workers.length; i++) {
+            workers[i] = new Worker(i);
+            workers[i].thread.start();
+        }
+        acceptor = Thread.ofPlatform().daemon().name("kvferry-prefill-accept-" + engineRank).start(this::acceptLoop);
+    }
+
+    @Override
+    public DisaggregationMode mode() {
+        return DisaggregationMode.PREFILL;
+    }
+
+    @Override
+    public String backend() {
+        return backend;
+    }
+
+    /** The control endpoint decode ranks connect to. */
+    public InetSocketAddress endpoint() {
+        try {
+            return (InetSocketAddress) listener.getLocalAddress();
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    @Override
+    public void registerToBootstrap() {
+        InetSocketAddress ep = endpoint();
+        PrefillRankRegistration reg = new PrefillRankRegistration(
+                config.attnTpSize(), config.attnTpRank(), config.attnCpSize(), config.attnCpRank(),
+                config.dpSize(), config.dpRank(), config.ppSize(), ppRank, 1, 0,
+                config.listenHost(), ep.getPort(), pageSize, kvCacheDtype, config.loadBalanceMethod(), false,
+                config.prefillHttpPort());
+        try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
+            client.registerRank(reg);
+        }
+        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {}", config.attnTpRank(), ppRank,
+                config.listenHost(), ep.getPort(), config.bootstrapAddr());
+    }
+
+    @Override
+    public boolean enableDeferredDecodeKvRelease() {
+        return false;
+    }
+
+    @Override
+    public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
+                                 boolean reqHasDisaggPrefillDpRank) {
+        requireOpen();
+        return new PrefillKVSender(this, room(bootstrapRoom), bootstrapAddr);
+    }
+
+    @Override
+    public KVReceiver createReceiver(String bootstrapAddr, long bootstrapRoom) {
+        throw new UnsupportedOperationException("a prefill manager creates senders, not receivers");
+    }
+
+    // ------------------------------------------------------------------ sender support (scheduler thread)
+
+    PrefillRoom room(long room) {
+        return rooms.computeIfAbsent(room, r -> new PrefillRoom(r, (int) Math.floorMod(r, (long) workers.length)));
+    }
+
+    RegisteredMemory memory() {
+        return memory;
+    }
+
+    KVManagerConfig config() {
+        return config;
+    }
+
+    void enqueue(PrefillRoom room, Runnable task) {
+        workers[room.worker].queue.add(task);
+    }
+
+    void forget(long room) {
+        statuses.remove(room);
+        PrefillRoom r = rooms.remove(room);
+        if (r != null) {
+            for (PrefillRoom.Destination d : r.destinations.values()) d.session().rooms.remove(room);
+        }
+    }
+
+    /** Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight chunks). */
+    void failRoom(PrefillRoom room, String reason) {
+        statuses.fail(room.room, reason);
+        if (room.failureNotified.compareAndSet(false, true)) {
+            enqueue(room, () -> notifyFailure(room));
+        }
+    }
+
+    private void notifyFailure(PrefillRoom room) {
+        String reason = statuses.reason(room.room);
+        for (PrefillRoom.Destination d : room.orderedDestinations()) {
+            if (d.info().dummy()) continue;
+            sendQuietly(d.session(), new Status(room.room, KVPoll.Failed, uniqueRank,
+                    reason == null ? "Failed on prefill rank " + uniqueRank : reason));
+        }
+    }
+
+    // ------------------------------------------------------------------ transfer worker
+
+    /** One chunk of one room, executed on the room's worker. */
+    void executeChunk(PrefillRoom room, int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex) {
+        KVPoll st = statuses.status(room.room);
+        if (st == KVPoll.Failed || !rooms.containsKey(room.room)) return;
+        if (room.firstSendNanos == 0) room.firstSendNanos = System.nanoTime();
+        PrefillRoom.Destination current = null;
+        try {
+            long[] itemLens = memory.kvItemLens();
+            List<PrefillRoom.Destination> destinations = room.orderedDestinations();
+            for (PrefillRoom.Destination d : destinations) {
+                if (d.info().dummy()) continue;
+                current = d;
+                int[] dstAll = d.info().dstKvIndices();
+                if (sliceStart + pages.length > dstAll.length) {
+                    throw new PlanException("decode session " + d.session().sessionId() + " expects " + dstAll.length
+                            + " pages but prefill sends pages [" + sliceStart + ", " + (sliceStart + pages.length) + ")");
+                }
+                int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
+                runPlan(room, d, TransferPlanner.planKv(pages, dst, itemLens));
+                if (last) {
+                    runPlan(room, d, TransferPlanner.planState(memory.stateTypes(), stateIndices,
+                            d.info().stateIndices(), memory.stateItemLens(),
+                            w -> log.warn("room {}: {}", room.room, w)));
+                    runPlan(room, d, TransferPlanner.planAux(auxIndex, d.info().auxIndex(), memory.auxItemLens()));
+                }
+            }
+            current = null;
+            if (last) {
+                if (statuses.status(room.room) == KVPoll.Failed) return;
+                for (PrefillRoom.Destination d : destinations) {
+                    if (d.info().dummy()) continue;
+                    current = d;
+                    d.session().connection.send(new Status(room.room, KVPoll.Success, uniqueRank, ""));
+                }
+                room.doneNanos = System.nanoTime();
+                statuses.update(room.room, KVPoll.Success);
+            }
+        } catch (IOException | RuntimeException e) {
+            String to = current == null ? "" : " to " + current.session();
+            String reason = "Failed to send kv chunk of " + room.room + to + ": " + e.getMessage();
+            log.warn(reason);
+            failRoom(room, reason);
+        }
+    }
+
+    private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
+        DataPath path = d.session().dataPath;
+        long bytes = 0;
+        for (int op = 0; op < plan.size(); op++) {
+            if (statuses.status(room.room) == KVPoll.Failed) {
+                throw new IOException("room failed during the transfer: " + statuses.reason(room.room));
+            }
+            MemorySegment src = memory.slice(plan.region(op), plan.component(op), plan.buffer(op),
+                    plan.srcOffset(op), plan.length(op));
+            path.write(room.room, plan.region(op), plan.component(op), plan.buffer(op), plan.dstOffset(op), src);
+            bytes += plan.length(op);
+        }
+        room.bytesSent += bytes;
+    }
+
+    private final class Worker {
+        final BlockingQueue<Runnable> queue = new LinkedBlockingQueue<>();
+        final Thread thread;
+
+        Worker(int index) {
+            thread = Thread.ofPlatform().daemon().name("kvferry-prefill-worker-" + engineRank + "-" + index).unstarted(this::run);
+        }
+
+        private void run() {
+            while (!closed) {
+                Runnable task;
+                try {
+                    task = queue.take();
+                } catch (InterruptedException e) {
+                    return;
+                }
+                try {
+                    task.run();
+                } catch (RuntimeException e) {
+                    log.error("transfer task failed unexpectedly", e);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ connections
+
+    private void acceptLoop() {
+        while (!closed) {
+            SocketChannel ch;
+            try {
+                ch = listener.accept();
+            } catch (ClosedChannelException e) {
+                return;
+            } catch (IOException e) {
+                if (!closed) log.warn("accept failed: {}", e.getMessage());
+                continue;
+            }
+            try {
+                PeerSession session = new PeerSession(new ControlConnection(ch));
+                sessions.add(session);
+                Thread.ofPlatform().daemon().name("kvferry-prefill-reader-" + engineRank)
+                        .start(() -> readLoop(session));
+            } catch (IOException e) {
+                log.warn("cannot set up connection: {}", e.getMessage());
+                try {
+                    ch.close();
+                } catch (IOException ignored) {
+                    // nothing more to do
+                }
+            }
+        }
+    }
+
+    private void readLoop(PeerSession session) {
+        String why = "closed";
+        try {
+            while (!closed) {
+                ControlMessage m = session.connection.read();
+                if (session.hello == null && !(m instanceof Hello)) {
+                    throw new ProtocolException("first message must be HELLO, got " + m.type());
+                }
+                switch (m) {
+                    case Hello h -> onHello(session, h);
+                    case TransferInfo t -> onTransferInfo(session, t);
+                    case Abort a -> onAbort(session, a);
+                    case WriteHeader w -> throw new ProtocolException("a prefill rank does not accept WRITE frames");
+                    default -> throw new ProtocolException("unexpected " + m.type() + " from decode");
+                }
+            }
+        } catch (EOFException e) {
+            why = "connection closed by decode";
+        } catch (IOException e) {
+            why = e.getMessage();
+            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", session, why);
+        } finally {
+            onSessionLost(session, why);
+        }
+    }
+
+    private void onHello(PeerSession session, Hello h) throws IOException {
+        if (session.hello != null) throw new ProtocolException("duplicate HELLO on one connection");
+        String error = checkHello(h);
+        if (error != null) {
+            sendQuietly(session, new HelloAck(false, error, engineRank, uniqueRank));
+            throw new ProtocolException("refused decode registration: " + error);
+        }
+        DataPath path;
+        if ("inproc".equals(h.dataPath())) {
+            WriteSink sink = InprocRegistry.lookup(h.sessionId());
+            if (sink == null) {
+                String err = "inproc data path needs the decode manager in the same JVM; session " + h.sessionId() + " is not here";
+                sendQuietly(session, new HelloAck(false, err, engineRank, uniqueRank));
+                throw new ProtocolException(err);
+            }
+            path = new InprocDataPath(sink);
+        } else {
+            path = new TcpDataPath(session.connection);
+        }
+        // A decode restarted with the same session id replaces its old session.
+        for (PeerSession old : sessions) {
+            if (old != session && old.hello != null && old.hello.sessionId().equals(h.sessionId())) old.connection.close();
+        }
+        session.dataPath = path;
+        session.hello = h;
+        session.connection.send(new HelloAck(true, "", engineRank, uniqueRank));
+        log.debug("decode session {} registered ({} data path)", session, path.name());
+    }
+
+    /** Returns why a decode's registration cannot be served, or null. */
+    private String checkHello(Hello h) {
+        if (authToken != null) {
+            byte[] given = h.authToken().getBytes(StandardCharsets.UTF_8);
+            if (!MessageDigest.isEqual(authToken, given)) return "Unauthorized: wrong or missing cluster auth token";
+        }
+        if (!"tcp".equals(h.dataPath()) && !"inproc".equals(h.dataPath())) {
+            return "unknown data path '" + h.dataPath() + "' (this prefill serves tcp, inproc)";
+        }
+        if (h.pageSize() != pageSize) {
+            return "page_size mismatch: prefill uses " + pageSize + ", decode uses " + h.pageSize()
+                    + "; both servers must use the same --page-size value";
+        }
+        if (!h.kvCacheDtype().equals(kvCacheDtype)) {
+            return "kv_cache_dtype mismatch: prefill uses " + kvCacheDtype + ", decode uses " + h.kvCacheDtype();
+        }
+        MemoryDescriptor d = h.memory();
+        if (!config.isMla() && h.attnTpSize() != config.attnTpSize()) {
+            return "heterogeneous attention TP (prefill " + config.attnTpSize() + ", decode " + h.attnTpSize()
+                    + ") needs head slicing, which this version does not support for MHA";
+        }
+        long[] mine = memory.kvItemLens();
+        if (d.kvItemLens().length != mine.length) {
+            return "KV buffer count mismatch: prefill registered " + mine.length + ", decode " + d.kvItemLens().length;
+        }
+        for (int i = 0; i < mine.length; i++) {
+            if (d.kvItemLens()[i] != mine[i]) {
+                return "KV buffer " + i + " page size in bytes differs: prefill " + mine[i] + ", decode " + d.kvItemLens()[i];
+            }
+        }
+        long[] aux = memory.auxItemLens();
+        if (!Arrays.equals(aux, d.auxItemLens())) {
+            return "aux buffers differ: prefill item lengths " + Arrays.toString(aux) + ", decode " + Arrays.toString(d.auxItemLens());
+        }
+        if (d.states().size() != memory.stateComponentCount()) {
+            return "state component count mismatch: prefill " + memory.stateComponentCount() + ", decode " + d.states().size();
+        }
+        long[][] stateItems = memory.stateItemLens();
+        for (int c = 0; c < stateItems.length; c++) {
+            MemoryDescriptor.StateDescriptor s = d.states().get(c);
+            if (!s.type().equals(memory.stateTypes().get(c).wire())) {
+                return "state component " + c + " type differs: prefill " + memory.stateTypes().get(c).wire() + ", decode " + s.type();
+            }
+            if (!Arrays.equals(stateItems[c], s.itemLens())) {
+                return "state component " + c + " item lengths differ: prefill " + Arrays.toString(stateItems[c])
+                        + ", decode " + Arrays.toString(s.itemLens());
+            }
+        }
+        return null;
+    }
+
+    private void onTransferInfo(PeerSession session, TransferInfo t) {
+        PrefillRoom room = room(t.room());
+        String error = t.dummy() ? null : checkTransferInfo(session, t);
+        PrefillRoom.Destination previous = room.destinations.putIfAbsent(session.sessionId(),
+                new PrefillRoom.Destination(session, t));
+        if (previous != null) {
+            error = "duplicate transfer info for room " + t.room() + " from decode session " + session.sessionId();
+        }
+        session.rooms.add(t.room());
+        statuses.update(t.room(), KVPoll.Bootstrapping);
+        if (error != null) {
+            log.warn("room {}: {}", t.room(), error);
+            statuses.fail(t.room(), error);
+            if (previous != null || t.dummy()) {
+                sendQuietly(session, new Status(t.room(), KVPoll.Failed, uniqueRank, error));
+            } else {
+                failRoom(room, error);
+            }
+            return;
+        }
+        if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
+        room.requiredDstInfoNum = t.requiredDstInfoNum();
+        if (room.destinations.size() >= t.requiredDstInfoNum()) {
+            statuses.update(t.room(), KVPoll.WaitingForInput);
+        }
+    }
+
+    /** Checks a decode's indices against the memory that decode registered; returns the problem or null. */
+    private static String checkTransferInfo(PeerSession session, TransferInfo t) {
+        MemoryDescriptor d = session.hello.memory();
+        long pages = Long.MAX_VALUE;
+        for (int i = 0; i < d.kvLengths().length; i++) pages = Math.min(pages, d.kvLengths()[i] / d.kvItemLens()[i]);
+        for (int p : t.dstKvIndices()) {
+            if (p < 0 || p >= pages) {
+                return "destination page id " + p + " is outside the decode KV pool of " + pages + " pages";
+            }
+        }
+        if (t.auxIndex() >= 0) {
+            long rows = Long.MAX_VALUE;
+            for (int i = 0; i < d.auxLengths().length; i++) rows = Math.min(rows, d.auxLengths()[i] / d.auxItemLens()[i]);
+            if (d.auxLengths().length == 0 || t.auxIndex() >= rows) {
+                return "destination aux index " + t.auxIndex() + " is outside the decode metadata pool of "
+                        + (d.auxLengths().length == 0 ? 0 : rows) + " rows";
+            }
+        }
+        if (t.stateIndices().length > d.states().size()) {
+            return "transfer info has " + t.stateIndices().length + " state index lists but decode registered "
+                    + d.states().size() + " state components";
+        }
+        for (int c = 0; c < t.stateIndices().length; c++) {
+            MemoryDescriptor.StateDescriptor s = d.states().get(c);
+            long n = Long.MAX_VALUE;
+            for (int i = 0; i < s.lengths().length; i++) n = Math.min(n, s.lengths()[i] / s.itemLens()[i]);
+            for (int idx : t.stateIndices()[c]) {
+                if (idx < 0 || idx >= n) return "destination state index " + idx + " of component " + c + " is outside its " + n + " entries";
+            }
+        }
+        return null;
+    }
+
+    private void onAbort(PeerSession session, Abort a) {
+        PrefillRoom room = rooms.get(a.room());
+        if (room == null || statuses.status(a.room()) == KVPoll.Success) {
+            sendQuietly(session, new AbortAck(a.room(), uniqueRank));
+            return;
+        }
+        statuses.fail(a.room(), ABORT_REASON);
+        room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
+        // The ack goes through the room's worker so it leaves only after any in-flight chunk stopped.
+        enqueue(room, () -> sendQuietly(session, new AbortAck(a.room(), uniqueRank)));
+    }
+
+    private void onSessionLost(PeerSession session, String why) {
+        sessions.remove(session);
+        session.connection.close();
+        if (closed) return;
+        for (Long r : session.rooms) {
+            PrefillRoom room = rooms.get(r);
+            if (room == null || statuses.status(r).isTerminal()) continue;
+            statuses.fail(r, "Decode instance could be dead: lost connection with decode session "
+                    + session.sessionId() + " (" + why + ")");
+            room.failureNotified.set(true);
+            enqueue(room, () -> notifyFailure(room));
+        }
+    }
+
+    private void sendQuietly(PeerSession session, ControlMessage m) {
+        try {
+            session.connection.send(m);
+        } catch (IOException e) {
+            log.debug("could not send {} to {}: {}", m.type(), session, e.getMessage());
+        }
+    }
+
+    private void requireOpen() {
+        if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
+    }
+
+    /** Rooms this manager still tracks (for leak checks). */
+    public int trackedRooms() {
+        return rooms.size();
+    }
+
+    /** Connected decode sessions. */
+    public int sessionCount() {
+        return sessions.size();
+    }
+
+    @Override
+    public void teardown() {
+        if (closed) return;
+        closed = true;
+        try {
+            listener.close();
+        } catch (IOException ignored) {
+            // closing anyway
+        }
+        for (PeerSession s : new ArrayList<>(sessions)) s.connection.close();
+        for (Worker w : workers) w.thread.interrupt();
+        try {
+            acceptor.join(2000);
+            for (Worker w : workers) w.thread.join(2000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

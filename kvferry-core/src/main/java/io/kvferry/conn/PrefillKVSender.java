@@ -1,0 +1,141 @@
+package io.kvferry.conn;
+
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.api.KVTransferMetric;
+
+/**
+ * One request on one prefill rank. Owned by the scheduler thread that calls it; the transfer
+ * itself runs on the room's worker in the manager.
+ */
+final class PrefillKVSender implements KVSender {
+    private final PrefillKVManager manager;
+    private final PrefillRoom room;
+    private final String bootstrapAddr;
+
+    PrefillKVSender(PrefillKVManager manager, PrefillRoom room, String bootstrapAddr) {
+        this.manager = manager;
+        this.room = room;
+        this.bootstrapAddr = bootstrapAddr;
+        manager.statuses.update(room.room, KVPoll.Bootstrapping);
+    }
+
+    @Override
+    public long bootstrapRoom() {
+        return room.room;
+    }
+
+    @Override
+    public void init(int numKvIndices, int auxIndex) {
+        if (numKvIndices < 0) {
+            manager.failRoom(room, "init: negative page count " + numKvIndices);
+            return;
+        }
+        long rows = manager.memory().auxRowCount();
+        if (auxIndex >= 0 && auxIndex >= rows || auxIndex < -1) {
+            manager.failRoom(room, "init: aux index " + auxIndex + " is outside the prefill metadata pool of " + rows + " rows");
+            return;
+        }
+        room.numPages = numKvIndices;
+        room.auxIndex = auxIndex;
+    }
+
+    @Override
+    public void send(int[] kvIndices, int[][] stateIndices, Integer numKvTokens) {
+        KVPoll st = manager.statuses.status(room.room);
+        if (st == KVPoll.Failed) return; // chunks of a failed room are dropped, as after an abort
+        if (room.numPages < 0) throw new IllegalStateException("send() before init() for room " + room.room);
+        if (st == KVPoll.Bootstrapping) {
+            throw new IllegalStateException("send() for room " + room.room + " before decode sent its metadata (still Bootstrapping)");
+        }
+        int start = room.sentPages;
+        int end = start + kvIndices.length;
+        if (end > room.numPages) {
+            manager.failRoom(room, "send: pages [" + start + ", " + end + ") exceed the " + room.numPages
+                    + " pages declared in init");
+            return;
+        }
+        long pool = manager.memory().kvPageCount();
+        for (int p : kvIndices) {
+            if (p < 0 || p >= pool) {
+                manager.failRoom(room, "send: page id " + p + " is outside the prefill KV pool of " + pool + " pages");
+                return;
+            }
+        }
+        if (stateIndices != null) {
+            for (int c = 0; c < stateIndices.length && c < manager.memory().stateComponentCount(); c++) {
+                long n = manager.memory().stateIndexCount(c);
+                for (int idx : stateIndices[c] == null ? new int[0] : stateIndices[c]) {
+                    if (idx < 0 || idx >= n) {
+                        manager.failRoom(room, "send: state index " + idx + " of component " + c + " is outside its " + n + " entries");
+                        return;
+                    }
+                }
+            }
+        }
+        room.sentPages = end;
+        boolean last = end == room.numPages;
+        int[] pages = kvIndices.clone();
+        int[][] state = stateIndices == null ? null : deepCopy(stateIndices);
+        int aux = room.auxIndex;
+        manager.enqueue(room, () -> manager.executeChunk(room, pages, start, last, state, aux));
+    }
+
+    private static int[][] deepCopy(int[][] a) {
+        int[][] c = new int[a.length][];
+        for (int i = 0; i < a.length; i++) c[i] = a[i] == null ? new int[0] : a[i].clone();
+        return c;
+    }
+
+    @Override
+    public int popDecodePrefixLen() {
+        if (room.prefixPopped) return 0;
+        room.prefixPopped = true;
+        return room.decodePrefixLen;
+    }
+
+    @Override
+    public KVTransferMetric getTransferMetric() {
+        long first = room.firstSendNanos, done = room.doneNanos;
+        Double latency = first != 0 && done != 0 ? (done - first) / 1e9 : null;
+        return new KVTransferMetric(latency, null, room.bytesSent);
+    }
+
+    @Override
+    public KVPoll poll() {
+        KVPoll st = manager.statuses.status(room.room);
+        if (st == KVPoll.Bootstrapping) {
+            double waited = (System.nanoTime() - room.createdNanos) / 1e9;
+            if (waited > manager.config().bootstrapTimeout().toNanos() / 1e9) {
+                manager.failRoom(room, String.format("Request %d timed out after %.1fs in KVPoll.Bootstrapping",
+                        room.room, waited));
+                return KVPoll.Failed;
+            }
+        }
+        return st;
+    }
+
+    @Override
+    public void failureException() {
+        String reason = manager.statuses.reason(room.room);
+        boolean fromAnother = reason == null;
+        throw new KVTransferException(room.room,
+                fromAnother ? "Failed due to an unknown reason from another rank" : reason, fromAnother);
+    }
+
+    @Override
+    public void clear() {
+        manager.forget(room.room);
+    }
+
+    @Override
+    public void abort() {
+        manager.failRoom(room, PrefillKVManager.ABORT_REASON);
+    }
+
+    @Override
+    public String toString() {
+        return "PrefillKVSender[room=" + room.room + ", bootstrap=" + bootstrapAddr + "]";
+    }
+}

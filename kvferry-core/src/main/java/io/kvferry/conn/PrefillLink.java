@@ -1,0 +1,31 @@
+package io.kvferry.conn;
+
+import io.kvferry.transport.ControlConnection;
+
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * A decode rank's connection to one prefill rank, registered (HELLO accepted) and read by its own
+ * reader thread. Shared by every room that targets that rank.
+ */
+final class PrefillLink {
+    final String bootstrapAddr;
+    final String endpoint;
+    final ControlConnection connection;
+    final int prefillUniqueRank;
+    final Set<Long> rooms = ConcurrentHashMap.newKeySet();
+    volatile Thread reader;
+
+    PrefillLink(String bootstrapAddr, String endpoint, ControlConnection connection, int prefillUniqueRank) {
+        this.bootstrapAddr = bootstrapAddr;
+        this.endpoint = endpoint;
+        this.connection = connection;
+        this.prefillUniqueRank = prefillUniqueRank;
+    }
+
+    @Override
+    public String toString() {
+        return "prefill rank " + prefillUniqueRank + " at " + endpoint;
+    }
+}

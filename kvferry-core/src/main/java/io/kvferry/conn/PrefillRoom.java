@@ -1,0 +1,49 @@
+package io.kvferry.conn;
+
+import io.kvferry.protocol.TransferInfo;
+
+import java.util.List;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * Prefill-side bookkeeping of one room. Destinations are added by connection reader threads and
+ * frozen once {@code requiredDstInfoNum} arrived (the room is then WaitingForInput); the send
+ * cursor belongs to the scheduler thread that drives the sender; the byte/timing figures belong to
+ * the transfer worker the room is pinned to and are published through volatile fields.
+ */
+final class PrefillRoom {
+    /** Where one decode rank wants this room's KV. */
+    record Destination(PeerSession session, TransferInfo info) {}
+
+    final long room;
+    final int worker;
+    final long createdNanos = System.nanoTime();
+    final ConcurrentHashMap<String, Destination> destinations = new ConcurrentHashMap<>();
+    volatile int requiredDstInfoNum = Integer.MAX_VALUE;
+    volatile int decodePrefixLen;
+    final AtomicBoolean failureNotified = new AtomicBoolean();
+
+    // scheduler thread
+    int numPages = -1;
+    int auxIndex = -1;
+    int sentPages;
+    boolean prefixPopped;
+
+    // transfer worker, read by the scheduler through the metric
+    volatile long bytesSent;
+    volatile long firstSendNanos;
+    volatile long doneNanos;
+
+    PrefillRoom(long room, int worker) {
+        this.room = room;
+        this.worker = worker;
+    }
+
+    /** Destinations in a stable order (by session id), so every chunk visits them the same way. */
+    List<Destination> orderedDestinations() {
+        return destinations.values().stream()
+                .sorted((a, b) -> a.session().sessionId().compareTo(b.session().sessionId()))
+                .toList();
+    }
+}

@@ -1,0 +1,192 @@
+package io.kvferry.memory;
+
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.StateType;
+import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.protocol.Region;
+
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * An immutable, validated snapshot of the buffers a rank registered through {@link KVArgs}.
+ * Every lookup is bounds-checked; nothing outside these segments is ever read or written.
+ */
+public final class RegisteredMemory {
+    private final MemorySegment[] kv;
+    private final long[] kvItemLens;
+    private final int[] kvLayerIds;
+    private final MemorySegment[] aux;
+    private final long[] auxItemLens;
+    private final List<StateType> stateTypes;
+    private final MemorySegment[][] state;
+    private final long[][] stateItemLens;
+
+    private RegisteredMemory(MemorySegment[] kv, long[] kvItemLens, int[] kvLayerIds, MemorySegment[] aux,
+                             long[] auxItemLens, List<StateType> stateTypes, MemorySegment[][] state, long[][] stateItemLens) {
+        this.kv = kv;
+        this.kvItemLens = kvItemLens;
+        this.kvLayerIds = kvLayerIds;
+        this.aux = aux;
+        this.auxItemLens = auxItemLens;
+        this.stateTypes = stateTypes;
+        this.state = state;
+        this.stateItemLens = stateItemLens;
+    }
+
+    /** Validates {@code args} (native memory, positive item lengths, consistent list sizes) and snapshots it. */
+    public static RegisteredMemory from(KVArgs args) {
+        if (args.kvData.size() != args.kvItemLens.size()) {
+            throw new IllegalArgumentException("KVArgs has " + args.kvData.size() + " KV buffers but "
+                    + args.kvItemLens.size() + " kv_item_lens");
+        }
+        if (!args.kvLayerIds.isEmpty() && args.kvLayerIds.size() != args.kvData.size()) {
+            throw new IllegalArgumentException("KVArgs has " + args.kvData.size() + " KV buffers but "
+                    + args.kvLayerIds.size() + " kv_layer_ids");
+        }
+        if (args.pageSize < 1) throw new IllegalArgumentException("page_size must be >= 1, got " + args.pageSize);
+        MemorySegment[] kv = new MemorySegment[args.kvData.size()];
+        long[] kvItem = new long[kv.length];
+        int[] layers = new int[kv.length];
+        for (int i = 0; i < kv.length; i++) {
+            kv[i] = check(args.kvData.get(i), args.kvItemLens.get(i), "KV buffer " + i);
+            kvItem[i] = args.kvItemLens.get(i);
+            layers[i] = args.kvLayerIds.isEmpty() ? i : args.kvLayerIds.get(i);
+        }
+        if (args.auxData.size() != args.auxItemLens.size()) {
+            throw new IllegalArgumentException("KVArgs has " + args.auxData.size() + " aux buffers but "
+                    + args.auxItemLens.size() + " aux_item_lens");
+        }
+        MemorySegment[] aux = new MemorySegment[args.auxData.size()];
+        long[] auxItem = new long[aux.length];
+        for (int i = 0; i < aux.length; i++) {
+            aux[i] = check(args.auxData.get(i), args.auxItemLens.get(i), "aux buffer " + i);
+            auxItem[i] = args.auxItemLens.get(i);
+        }
+        int components = args.stateTypes.size();
+        if (args.stateData.size() != components || args.stateItemLens.size() != components) {
+            throw new IllegalArgumentException("KVArgs has " + components + " state types but " + args.stateData.size()
+                    + " state_data lists and " + args.stateItemLens.size() + " state_item_lens lists");
+        }
+        MemorySegment[][] state = new MemorySegment[components][];
+        long[][] stateItem = new long[components][];
+        for (int c = 0; c < components; c++) {
+            List<MemorySegment> tensors = args.stateData.get(c);
+            List<Long> items = args.stateItemLens.get(c);
+            if (tensors.size() != items.size()) {
+                throw new IllegalArgumentException("state component " + c + " has " + tensors.size() + " tensors but "
+                        + items.size() + " item lengths");
+            }
+            state[c] = new MemorySegment[tensors.size()];
+            stateItem[c] = new long[tensors.size()];
+            for (int t = 0; t < tensors.size(); t++) {
+                state[c][t] = check(tensors.get(t), items.get(t), "state component " + c + " tensor " + t);
+                stateItem[c][t] = items.get(t);
+            }
+        }
+        return new RegisteredMemory(kv, kvItem, layers, aux, auxItem, List.copyOf(args.stateTypes), state, stateItem);
+    }
+
+    private static MemorySegment check(MemorySegment seg, Long itemLen, String what) {
+        if (seg == null) throw new IllegalArgumentException(what + " is null");
+        if (!seg.isNative()) {
+            throw new IllegalArgumentException(what + " is heap memory; transfers need native memory (Arena or raw address)");
+        }
+        if (itemLen == null || itemLen <= 0) throw new IllegalArgumentException(what + " has item length " + itemLen + "; must be > 0");
+        if (seg.byteSize() < itemLen) {
+            throw new IllegalArgumentException(what + " is " + seg.byteSize() + " bytes, smaller than one item of " + itemLen);
+        }
+        return seg;
+    }
+
+    public int kvBufferCount() { return kv.length; }
+    public long[] kvItemLens() { return kvItemLens.clone(); }
+    public long kvItemLen(int buffer) { return kvItemLens[buffer]; }
+    public int auxBufferCount() { return aux.length; }
+    public long[] auxItemLens() { return auxItemLens.clone(); }
+    public List<StateType> stateTypes() { return stateTypes; }
+    public int stateComponentCount() { return state.length; }
+    public int stateTensorCount(int component) { return state[component].length; }
+    public long[][] stateItemLens() {
+        long[][] copy = new long[stateItemLens.length][];
+        for (int i = 0; i < copy.length; i++) copy[i] = stateItemLens[i].clone();
+        return copy;
+    }
+
+    /** Whole pages every KV buffer can hold: the valid page ids are [0, kvPageCount). */
+    public long kvPageCount() {
+        long n = Long.MAX_VALUE;
+        for (int i = 0; i < kv.length; i++) n = Math.min(n, kv[i].byteSize() / kvItemLens[i]);
+        return kv.length == 0 ? 0 : n;
+    }
+
+    /** Rows every aux buffer can hold. */
+    public long auxRowCount() {
+        long n = Long.MAX_VALUE;
+        for (int i = 0; i < aux.length; i++) n = Math.min(n, aux[i].byteSize() / auxItemLens[i]);
+        return aux.length == 0 ? 0 : n;
+    }
+
+    /** Indices every tensor of a state component can hold. */
+    public long stateIndexCount(int component) {
+        long n = Long.MAX_VALUE;
+        for (int t = 0; t < state[component].length; t++) {
+            n = Math.min(n, state[component][t].byteSize() / stateItemLens[component][t]);
+        }
+        return state[component].length == 0 ? 0 : n;
+    }
+
+    /** Item length for (region, component, buffer), or -1 when no such buffer exists. */
+    public long itemLen(Region region, int component, int buffer) {
+        MemorySegment seg = segmentOrNull(region, component, buffer);
+        if (seg == null) return -1;
+        return switch (region) {
+            case KV -> kvItemLens[buffer];
+            case AUX -> auxItemLens[buffer];
+            case STATE -> stateItemLens[component][buffer];
+        };
+    }
+
+    /** The registered segment at (region, component, buffer), or null when no such buffer exists. */
+    public MemorySegment segmentOrNull(Region region, int component, int buffer) {
+        return switch (region) {
+            case KV -> component == 0 && buffer >= 0 && buffer < kv.length ? kv[buffer] : null;
+            case AUX -> component == 0 && buffer >= 0 && buffer < aux.length ? aux[buffer] : null;
+            case STATE -> component >= 0 && component < state.length && buffer >= 0 && buffer < state[component].length
+                    ? state[component][buffer] : null;
+        };
+    }
+
+    /**
+     * The slice [offset, offset+length) of a registered buffer.
+     *
+     * @throws IndexOutOfBoundsException naming the buffer and its size when the range falls outside it
+     */
+    public MemorySegment slice(Region region, int component, int buffer, long offset, long length) {
+        MemorySegment seg = segmentOrNull(region, component, buffer);
+        if (seg == null) {
+            throw new IndexOutOfBoundsException("no registered " + region + " buffer " + component + "/" + buffer);
+        }
+        if (offset < 0 || length < 0 || offset > seg.byteSize() || length > seg.byteSize() - offset) {
+            throw new IndexOutOfBoundsException("range [" + offset + ", +" + length + ") is outside " + region
+                    + " buffer " + component + "/" + buffer + " of " + seg.byteSize() + " bytes");
+        }
+        return seg.asSlice(offset, length);
+    }
+
+    /** The shape sent to the peer in HELLO (lengths and item lengths, never addresses). */
+    public MemoryDescriptor describe() {
+        long[] kvLen = new long[kv.length];
+        for (int i = 0; i < kv.length; i++) kvLen[i] = kv[i].byteSize();
+        long[] auxLen = new long[aux.length];
+        for (int i = 0; i < aux.length; i++) auxLen[i] = aux[i].byteSize();
+        List<MemoryDescriptor.StateDescriptor> states = new ArrayList<>();
+        for (int c = 0; c < state.length; c++) {
+            long[] len = new long[state[c].length];
+            for (int t = 0; t < len.length; t++) len[t] = state[c][t].byteSize();
+            states.add(new MemoryDescriptor.StateDescriptor(stateTypes.get(c).wire(), len, stateItemLens[c].clone()));
+        }
+        return new MemoryDescriptor(kvLen, kvItemLens.clone(), kvLayerIds.clone(), auxLen, auxItemLens.clone(), states);
+    }
+}

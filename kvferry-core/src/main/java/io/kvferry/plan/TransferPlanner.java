@@ -1,0 +1,85 @@
+package io.kvferry.plan;
+
+import io.kvferry.api.StateType;
+import io.kvferry.protocol.Region;
+
+import java.util.List;
+import java.util.function.Consumer;
+
+/**
+ * Pure planning: which local bytes go to which peer bytes for a chunk. No I/O, no shared state.
+ * The executing transport checks nothing here; the decode side checks every op against the room.
+ */
+public final class TransferPlanner {
+    private TransferPlanner() {}
+
+    /**
+     * KV ops for equal per-page layouts: one op per (buffer, run), all runs of buffer 0, then buffer 1, ….
+     *
+     * @param itemLens bytes of one page in each KV buffer (must equal the peer's)
+     */
+    public static CopyPlan planKv(int[] srcPages, int[] dstPages, long[] itemLens) {
+        PageRuns runs = PageRuns.group(srcPages, dstPages);
+        CopyPlan plan = new CopyPlan(runs.count() * itemLens.length);
+        appendKv(plan, runs, itemLens);
+        return plan;
+    }
+
+    static void appendKv(CopyPlan plan, PageRuns runs, long[] itemLens) {
+        for (int b = 0; b < itemLens.length; b++) {
+            long item = itemLens[b];
+            for (int r = 0; r < runs.count(); r++) {
+                plan.add(Region.KV, 0, b, runs.srcStart(r) * item, runs.dstStart(r) * item, runs.length(r) * item);
+            }
+        }
+    }
+
+    /** Aux ops: one row per metadata buffer, from the prefill's row to the decode's row. */
+    public static CopyPlan planAux(int srcAuxIndex, int dstAuxIndex, long[] itemLens) {
+        CopyPlan plan = new CopyPlan(itemLens.length);
+        if (srcAuxIndex < 0 || dstAuxIndex < 0) return plan;
+        for (int b = 0; b < itemLens.length; b++) {
+            plan.add(Region.AUX, 0, b, srcAuxIndex * itemLens[b], dstAuxIndex * itemLens[b], itemLens[b]);
+        }
+        return plan;
+    }
+
+    /**
+     * State ops, component by component in order. Paged types (swa, dsa, …) are truncated to the
+     * shorter index list, reported through {@code warnings}; positional types (mamba slots, ring
+     * rows) must match exactly.
+     *
+     * @param itemLens per component, per tensor: bytes of one index
+     */
+    public static CopyPlan planState(List<StateType> types, int[][] srcIndices, int[][] dstIndices,
+                                     long[][] itemLens, Consumer<String> warnings) {
+        CopyPlan plan = new CopyPlan(types.size() * 2);
+        if (srcIndices == null || dstIndices == null) return plan;
+        int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
+        for (int c = 0; c < components; c++) {
+            int[] src = srcIndices[c] == null ? new int[0] : srcIndices[c];
+            int[] dst = dstIndices[c] == null ? new int[0] : dstIndices[c];
+            if (src.length == 0 || dst.length == 0) continue;
+            if (src.length != dst.length) {
+                StateType t = types.get(c);
+                if (!t.isPaged()) {
+                    throw new PlanException("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
+                            + src.length + " vs decode " + dst.length + "; positional state must match exactly");
+                }
+                int n = Math.min(src.length, dst.length);
+                warnings.accept("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
+                        + src.length + " vs decode " + dst.length + "; truncated to " + n);
+                src = java.util.Arrays.copyOf(src, n);
+                dst = java.util.Arrays.copyOf(dst, n);
+            }
+            PageRuns runs = PageRuns.group(src, dst);
+            for (int tensor = 0; tensor < itemLens[c].length; tensor++) {
+                long item = itemLens[c][tensor];
+                for (int r = 0; r < runs.count(); r++) {
+                    plan.add(Region.STATE, c, tensor, runs.srcStart(r) * item, runs.dstStart(r) * item, runs.length(r) * item);
+                }
+            }
+        }
+        return plan;
+    }
+}

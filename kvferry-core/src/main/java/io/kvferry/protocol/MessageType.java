@@ -1,0 +1,42 @@
+package io.kvferry.protocol;
+
+/** Control message kinds and the largest body each may declare (checked before any allocation). */
+public enum MessageType {
+    /** decode → prefill, once per connection: identity, auth token and the destination buffer layout. */
+    HELLO(1, 1 << 20),
+    /** prefill → decode: the answer to HELLO. */
+    HELLO_ACK(2, 8 << 10),
+    /** decode → prefill, once per request per target rank: where the request's KV goes. */
+    TRANSFER_INFO(3, Wire.MAX_BODY_BYTES),
+    /** decode → prefill: the request was aborted on decode. */
+    ABORT(4, 64),
+    /** prefill → decode: a fixed header, then {@code length} raw bytes for the destination. */
+    WRITE(5, WriteHeader.BODY_BYTES),
+    /** prefill → decode: a room's outcome on one prefill rank. */
+    STATUS(6, 8 << 10),
+    /** prefill → decode: no write for the aborted room is in flight any more. */
+    ABORT_ACK(7, 64);
+
+    private final int code;
+    private final int maxBodyBytes;
+
+    MessageType(int code, int maxBodyBytes) {
+        this.code = code;
+        this.maxBodyBytes = maxBodyBytes;
+    }
+
+    public int code() {
+        return code;
+    }
+
+    public int maxBodyBytes() {
+        return maxBodyBytes;
+    }
+
+    public static MessageType fromCode(int code) throws ProtocolException {
+        for (MessageType t : values()) {
+            if (t.code == code) return t;
+        }
+        throw new ProtocolException("unknown message type " + code);
+    }
+}

@@ -1,0 +1,18 @@
+package io.kvferry.protocol;
+
+/** Constants of kvferry's control framing (docs/PROTOCOL.md). All integers are little-endian. */
+public final class Wire {
+    private Wire() {}
+
+    /** "KVFY" read as a little-endian u32. */
+    public static final int MAGIC = 0x5946564B;
+    public static final int VERSION = 1;
+    /** magic u32, version u8, type u8, flags u16, body length u32. */
+    public static final int HEADER_BYTES = 12;
+    /** The largest control body any message may declare (a TRANSFER_INFO with ~4M page ids). */
+    public static final int MAX_BODY_BYTES = 16 << 20;
+    /** The longest string field (tokens, reasons, ids), in UTF-8 bytes. */
+    public static final int MAX_STRING_BYTES = 4096;
+    /** The most buffers of one kind a HELLO may describe. */
+    public static final int MAX_BUFFERS = 1 << 16;
+}

@@ -1,0 +1,318 @@
+package io.kvferry.registry;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.ThreadLocalRandom;
+
+/**
+ * Talks to one bootstrap registry (kvferry's or SGLang's): prefill ranks register with it, decode ranks
+ * look prefill ranks up. Thread-safe; close it to release the HTTP client's threads.
+ *
+ * <p>Retries: every call except {@link #health()} follows the {@link RetryPolicy}. Unreachable
+ * registries, timeouts and 5xx/408/429 answers are retried with backoff; other answers (400, 401, 404,
+ * 405, 413) fail at once because repeating the same request cannot change them. A 503 on the read
+ * routes means "not every prefill rank has registered yet": those calls keep retrying it and, if the
+ * last attempt still gets 503, throw {@link RegistryNotReadyException}, so a caller that wants to wait
+ * longer can catch exactly that and try again later. Use a policy of one attempt for a single probe.
+ */
+public final class BootstrapClient implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(BootstrapClient.class);
+
+    /** SGLang's heartbeat uses (2 s connect, 3 s read): a health probe must not stall its caller. */
+    private static final Duration CONNECT_TIMEOUT = Duration.ofSeconds(2);
+    private static final Duration HEALTH_TIMEOUT = Duration.ofSeconds(3);
+
+    private final String address;
+    private final URI base;
+    private final String authorization;
+    private final RetryPolicy policy;
+    private final HttpClient http;
+
+    /** A client with {@link RetryPolicy#defaults()}. */
+    public BootstrapClient(String address, String authToken) {
+        this(address, authToken, RetryPolicy.defaults());
+    }
+
+    /**
+     * @param address   "host:port"; IPv6 as "[::1]:8998" (the bare "::1:8998" is read as splitting at
+     *                  the last colon); an "http://" prefix is tolerated
+     * @param authToken bearer token for the write routes; null sends none (the registry will refuse writes)
+     */
+    public BootstrapClient(String address, String authToken, RetryPolicy policy) {
+        this.address = Objects.requireNonNull(address, "address");
+        this.base = baseUri(address);
+        this.policy = Objects.requireNonNull(policy, "policy");
+        if (authToken != null && authToken.chars().anyMatch(c -> c < 0x20 || c == 0x7f)) {
+            throw new IllegalArgumentException("auth token contains control characters");
+        }
+        this.authorization = authToken == null || authToken.isBlank() ? null : "Bearer " + authToken.strip();
+        this.http = HttpClient.newBuilder()
+                .version(HttpClient.Version.HTTP_1_1)
+                .connectTimeout(min(policy.requestTimeout(), CONNECT_TIMEOUT))
+                .followRedirects(HttpClient.Redirect.NEVER)
+                .build();
+    }
+
+    /** The address this client was created with. */
+    public String address() {
+        return address;
+    }
+
+    /** The registry's base URI, e.g. {@code http://[::1]:8998}. */
+    public URI baseUri() {
+        return base;
+    }
+
+    /**
+     * {@code PUT /route}: announces one prefill rank. Unlike SGLang, which only logs a failed
+     * registration, this throws: a rank nobody can find should not look healthy.
+     *
+     * @throws RegistryException on 400/401 at once, otherwise after the last attempt
+     */
+    public void registerRank(PrefillRankRegistration reg) {
+        Objects.requireNonNull(reg, "reg");
+        call("PUT /route", request("/route").PUT(jsonBody(reg)));
+    }
+
+    /**
+     * {@code GET /route} with all ranks -1: the prefill topology.
+     *
+     * @throws RegistryNotReadyException when every attempt got 503 (not all prefill ranks registered)
+     * @throws RegistryException         for any other failure, including a reply that is not a topology
+     */
+    public PrefillServerInfo fetchTopology() {
+        String body = call("GET /route (topology)", request(routeQuery(-1, -1, -1, -1)).GET());
+        PrefillServerInfo info;
+        try {
+            info = Json.MAPPER.readValue(body, PrefillServerInfo.class);
+        } catch (JsonProcessingException e) {
+            throw unexpected("GET /route (topology)", body, e);
+        }
+        if (info.attnTpSize() < 1 || info.attnCpSize() < 1 || info.dpSize() < 1 || info.ppSize() < 1
+                || info.pageSize() < 1 || info.kvCacheDtype() == null) {
+            throw unexpected("GET /route (topology)", body, null);
+        }
+        return info;
+    }
+
+    /**
+     * {@code GET /route} with concrete ranks: where that prefill rank listens.
+     *
+     * @throws RegistryNotReadyException when every attempt got 503
+     * @throws RegistryException         with status 404 when no rank is registered there
+     */
+    public RankEndpoint fetchRankEndpoint(int dpRank, int cpRank, int tpRank, int ppRank) {
+        String what = "GET /route (dp=" + dpRank + " cp=" + cpRank + " tp=" + tpRank + " pp=" + ppRank + ")";
+        String body = call(what, request(routeQuery(dpRank, cpRank, tpRank, ppRank)).GET());
+        RankEndpoint ep;
+        try {
+            ep = Json.MAPPER.readValue(body, RankEndpoint.class);
+        } catch (JsonProcessingException e) {
+            throw unexpected(what, body, e);
+        }
+        if (ep.rankIp() == null || ep.rankIp().isBlank() || ep.rankPort() < 1 || ep.rankPort() > 65_535) {
+            throw unexpected(what, body, null);
+        }
+        return ep;
+    }
+
+    /** {@code POST /register_dp_rank}: records which DP group serves a room (needs the token). */
+    public void registerDpRank(long room, int dpRank) {
+        Map<String, Object> body = Map.of("bootstrap_room", room, "dp_rank", dpRank);
+        call("POST /register_dp_rank", request("/register_dp_rank").POST(jsonBody(body)));
+    }
+
+    /**
+     * {@code POST /query_dp_ranks}: the DP groups of those rooms the registry knows (and whose entries
+     * have not expired); unknown rooms are simply absent from the result.
+     */
+    public Map<Long, Integer> queryDpRanks(Collection<Long> rooms) {
+        Objects.requireNonNull(rooms, "rooms");
+        if (rooms.isEmpty()) return Map.of();
+        String body = call("POST /query_dp_ranks",
+                request("/query_dp_ranks").POST(jsonBody(Map.of("bootstrap_rooms", rooms))));
+        try {
+            JsonNode node = Json.MAPPER.readTree(body);
+            if (node == null || !node.isObject()) throw unexpected("POST /query_dp_ranks", body, null);
+            Map<Long, Integer> out = new HashMap<>();
+            for (Map.Entry<String, JsonNode> e : node.properties()) {
+                if (!e.getValue().isIntegralNumber() || !e.getValue().canConvertToInt()) {
+                    throw unexpected("POST /query_dp_ranks", body, null);
+                }
+                out.put(Long.parseLong(e.getKey()), e.getValue().intValue());
+            }
+            return out;
+        } catch (JsonProcessingException | NumberFormatException e) {
+            throw unexpected("POST /query_dp_ranks", body, e);
+        }
+    }
+
+    /**
+     * {@code GET /health}, once, with short timeouts: for heartbeats, which count failures themselves.
+     * Never throws.
+     */
+    public boolean health() {
+        HttpRequest req = HttpRequest.newBuilder(base.resolve("/health"))
+                .timeout(min(policy.requestTimeout(), HEALTH_TIMEOUT)).GET().build();
+        try {
+            return http.send(req, HttpResponse.BodyHandlers.discarding()).statusCode() == 200;
+        } catch (IOException | RuntimeException e) {
+            log.debug("health check of {} failed: {}", address, e.toString());
+            return false;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    @Override
+    public void close() {
+        http.shutdownNow();
+    }
+
+    // ------------------------------------------------------------------ plumbing
+
+    /** Runs one request under the retry policy and returns the body of its 200 answer. */
+    private String call(String what, HttpRequest.Builder builder) {
+        HttpRequest req = builder.build();
+        int status = RegistryException.NO_RESPONSE;
+        String body = null;
+        Exception error = null;
+        for (int attempt = 1; attempt <= policy.attempts(); attempt++) {
+            if (attempt > 1) {
+                Duration wait = policy.backoff(attempt - 1, ThreadLocalRandom.current());
+                log.debug("{} to {}: attempt {}/{} failed ({}); retrying in {} ms", what, base, attempt - 1,
+                        policy.attempts(), outcome(status, body, error), wait.toMillis());
+                try {
+                    Thread.sleep(wait);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new RegistryException(what + " to " + base + " interrupted", status, body, e);
+                }
+            }
+            try {
+                HttpResponse<String> resp = http.send(req, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+                status = resp.statusCode();
+                body = resp.body();
+                error = null;
+                if (status == 200) return body;
+                if (!retryable(status)) {
+                    throw new RegistryException(what + " to " + base + " refused: " + outcome(status, body, null)
+                            + " (not retried)", status, body);
+                }
+            } catch (IOException e) {
+                status = RegistryException.NO_RESPONSE;
+                body = null;
+                error = e;
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new RegistryException(what + " to " + base + " interrupted", status, body, e);
+            }
+        }
+        String msg = what + " to " + base + " failed after " + policy.attempts() + " attempt"
+                + (policy.attempts() == 1 ? "" : "s") + ": " + outcome(status, body, error);
+        log.warn(msg);
+        if (status == 503) throw new RegistryNotReadyException(msg, body);
+        throw new RegistryException(msg, status, body, error);
+    }
+
+    private static boolean retryable(int status) {
+        return status >= 500 || status == 408 || status == 429;
+    }
+
+    private static String outcome(int status, String body, Exception error) {
+        if (error != null) {
+            // HttpClient often wraps the socket error without a message of its own; show the first real one.
+            String m = null;
+            for (Throwable t = error; t != null && m == null; t = t.getCause()) {
+                if (t.getMessage() != null && !t.getMessage().isBlank() && !t.getMessage().equals(String.valueOf(t.getCause()))) {
+                    m = t.getMessage();
+                }
+            }
+            if (m == null && error instanceof java.net.ConnectException) m = "connection refused or host unreachable";
+            return error.getClass().getSimpleName() + (m == null ? "" : ": " + m);
+        }
+        return "HTTP " + status + (body == null || body.isBlank() ? "" : ": " + Requests.clip(body.strip()));
+    }
+
+    private RegistryException unexpected(String what, String body, Exception cause) {
+        return new RegistryException(what + " to " + base + " returned an unexpected body: "
+                + Requests.clip(body), 200, body, cause);
+    }
+
+    private HttpRequest.Builder request(String pathAndQuery) {
+        HttpRequest.Builder b = HttpRequest.newBuilder(base.resolve(pathAndQuery)).timeout(policy.requestTimeout());
+        if (authorization != null) b.header("Authorization", authorization);
+        return b;
+    }
+
+    private static String routeQuery(int dp, int cp, int tp, int pp) {
+        return "/route?prefill_dp_rank=" + dp + "&prefill_cp_rank=" + cp + "&target_tp_rank=" + tp
+                + "&target_pp_rank=" + pp;
+    }
+
+    private static HttpRequest.BodyPublisher jsonBody(Object value) {
+        try {
+            return HttpRequest.BodyPublishers.ofByteArray(Json.MAPPER.writeValueAsBytes(value));
+        } catch (JsonProcessingException e) {
+            throw new IllegalArgumentException("cannot serialise " + value.getClass().getSimpleName(), e);
+        }
+    }
+
+    private static Duration min(Duration a, Duration b) {
+        return a.compareTo(b) <= 0 ? a : b;
+    }
+
+    static URI baseUri(String address) {
+        String a = address.strip();
+        if (a.regionMatches(true, 0, "http://", 0, 7)) a = a.substring(7);
+        while (a.endsWith("/")) a = a.substring(0, a.length() - 1);
+        String host;
+        String port;
+        if (a.startsWith("[")) {
+            int close = a.indexOf(']');
+            if (close < 0 || close + 1 >= a.length() || a.charAt(close + 1) != ':') {
+                throw new IllegalArgumentException("bootstrap address '" + address + "' is not [ipv6]:port");
+            }
+            host = a.substring(1, close);
+            port = a.substring(close + 2);
+        } else {
+            int colon = a.lastIndexOf(':');
+            if (colon < 0) throw new IllegalArgumentException("bootstrap address '" + address + "' has no port (want host:port)");
+            host = a.substring(0, colon);
+            port = a.substring(colon + 1);
+        }
+        int p;
+        try {
+            p = Integer.parseInt(port);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("bootstrap address '" + address + "' has a bad port '" + port + "'");
+        }
+        if (host.isEmpty()) throw new IllegalArgumentException("bootstrap address '" + address + "' has no host");
+        if (p < 1 || p > 65_535) throw new IllegalArgumentException("bootstrap address '" + address + "' has port " + p + " outside [1, 65535]");
+        URI uri;
+        try {
+            uri = new URI("http://" + (host.indexOf(':') >= 0 ? "[" + host + "]" : host) + ":" + p);
+        } catch (java.net.URISyntaxException e) {
+            throw new IllegalArgumentException("bootstrap address '" + address + "' is not a valid host:port: " + e.getMessage(), e);
+        }
+        if (uri.getHost() == null) {
+            throw new IllegalArgumentException("bootstrap address '" + address + "' has a host that is not a valid URI host");
+        }
+        return uri;
+    }
+}

@@ -1,0 +1,54 @@
+package io.kvferry.registry;
+
+import com.fasterxml.jackson.annotation.JsonIgnore;
+import com.fasterxml.jackson.annotation.JsonInclude;
+import com.fasterxml.jackson.annotation.JsonProperty;
+
+/**
+ * The {@code PUT /route} body one prefill rank sends. Field names are SGLang's so either side can be
+ * SGLang. The record itself does not validate: the server does, so that it can answer 400 with a
+ * message instead of the client throwing before anything reached the wire.
+ *
+ * @param loadBalanceMethod null is left out of the JSON, which SGLang reads as "follow_bootstrap_room"
+ * @param prefillHttpPort   null is left out of the JSON (older senders have no HTTP port to publish)
+ */
+@JsonInclude(JsonInclude.Include.NON_NULL)
+public record PrefillRankRegistration(
+        @JsonProperty("attn_tp_size") int attnTpSize,
+        @JsonProperty("attn_tp_rank") int attnTpRank,
+        @JsonProperty("attn_cp_size") int attnCpSize,
+        @JsonProperty("attn_cp_rank") int attnCpRank,
+        @JsonProperty("attn_dp_size") int attnDpSize,
+        @JsonProperty("attn_dp_rank") int attnDpRank,
+        @JsonProperty("pp_size") int ppSize,
+        @JsonProperty("pp_rank") int ppRank,
+        @JsonProperty("system_dp_size") int systemDpSize,
+        @JsonProperty("system_dp_rank") int systemDpRank,
+        @JsonProperty("rank_ip") String rankIp,
+        @JsonProperty("rank_port") int rankPort,
+        @JsonProperty("page_size") int pageSize,
+        @JsonProperty("kv_cache_dtype") String kvCacheDtype,
+        @JsonProperty("load_balance_method") String loadBalanceMethod,
+        @JsonProperty("enable_dsa_cache_layer_split") boolean enableDsaCacheLayerSplit,
+        @JsonProperty("prefill_http_port") Integer prefillHttpPort) {
+
+    public static final String FOLLOW_BOOTSTRAP_ROOM = "follow_bootstrap_room";
+
+    /** The DP group the server files this rank under: system DP wins when it is in use. */
+    @JsonIgnore
+    public int dpGroup() {
+        return systemDpSize == 1 ? attnDpRank : systemDpRank;
+    }
+
+    /** The DP size derived the same way as {@link #dpGroup()}. */
+    @JsonIgnore
+    public int dpSize() {
+        return systemDpSize == 1 ? attnDpSize : systemDpSize;
+    }
+
+    /** A missing method counts as following the room, as SGLang does. */
+    @JsonIgnore
+    public boolean followBootstrapRoom() {
+        return loadBalanceMethod == null || FOLLOW_BOOTSTRAP_ROOM.equals(loadBalanceMethod);
+    }
+}

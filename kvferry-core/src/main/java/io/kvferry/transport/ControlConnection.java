@@ -1,0 +1,188 @@
+package io.kvferry.transport;
+
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.ProtocolException;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Wire;
+import io.kvferry.protocol.WriteHeader;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * One framed TCP connection between a decode rank and a prefill rank (blocking NIO).
+ *
+ * <p>Ownership: writes may come from any thread and are serialized by {@code writeLock} (a frame
+ * and its payload are never interleaved with another frame); reads belong to the single reader
+ * thread of whoever owns the connection. Payload bytes move between the socket and native
+ * segments through direct {@link ByteBuffer} views of those segments, never through the heap.
+ */
+public final class ControlConnection implements AutoCloseable {
+    private static final int SOCKET_BUFFER_BYTES = 4 << 20;
+
+    private final SocketChannel channel;
+    private final String peer;
+    private final ReentrantLock writeLock = new ReentrantLock();
+    /** Guarded by writeLock. */
+    private final ByteBuffer writeFrame = ByteBuffer.allocateDirect(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES)
+            .order(ByteOrder.LITTLE_ENDIAN);
+    /** Guarded by writeLock. */
+    private final ByteBuffer[] gather = new ByteBuffer[2];
+    /** Reader thread only. */
+    private final ByteBuffer readHeader = ByteBuffer.allocateDirect(Wire.HEADER_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    /** Reader thread only: grows up to the largest body seen, which the header check bounds. */
+    private ByteBuffer readBody = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
+    /** Reader thread only. */
+    private ByteBuffer skipScratch;
+    private volatile boolean closed;
+
+    public ControlConnection(SocketChannel channel) throws IOException {
+        this.channel = channel;
+        channel.configureBlocking(true);
+        channel.setOption(StandardSocketOptions.TCP_NODELAY, true);
+        channel.setOption(StandardSocketOptions.SO_KEEPALIVE, true);
+        channel.setOption(StandardSocketOptions.SO_SNDBUF, SOCKET_BUFFER_BYTES);
+        channel.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER_BYTES);
+        this.peer = String.valueOf(channel.getRemoteAddress());
+    }
+
+    /** Opens a connection, failing after {@code timeout} if the peer does not accept. */
+    public static ControlConnection connect(InetSocketAddress address, Duration timeout) throws IOException {
+        SocketChannel ch = SocketChannel.open();
+        try {
+            ch.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER_BYTES);
+            ch.socket().connect(address, (int) Math.max(1, timeout.toMillis()));
+            return new ControlConnection(ch);
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            throw e;
+        }
+    }
+
+    public String peer() {
+        return peer;
+    }
+
+    public boolean isClosed() {
+        return closed;
+    }
+
+    /** Sends one control message (not a WRITE). */
+    public void send(ControlMessage message) throws IOException {
+        ByteBuffer frame = FrameCodec.encode(message);
+        writeLock.lock();
+        try {
+            writeFully(frame);
+        } finally {
+            writeLock.unlock();
+        }
+    }
+
+    /**
+     * Sends a WRITE: the header, then the bytes of {@code source}, straight from its native memory
+     * to the socket (gathering write). The peer lands them at {@code dstOffset} of the named buffer.
+     */
+    public void write(long room, Region region, int component, int buffer, long dstOffset, MemorySegment source)
+            throws IOException {
+        ByteBuffer payload = source.asByteBuffer();
+        writeLock.lock();
+        try {
+            writeFrame.clear();
+            FrameCodec.putWriteFrame(writeFrame, room, region, component, buffer, dstOffset, source.byteSize());
+            writeFrame.flip();
+            gather[0] = writeFrame;
+            gather[1] = payload;
+            while (writeFrame.hasRemaining() || payload.hasRemaining()) {
+                channel.write(gather);
+            }
+        } catch (IOException e) {
+            closeQuietly();
+            throw e;
+        } finally {
+            gather[1] = null;
+            writeLock.unlock();
+        }
+    }
+
+    private void writeFully(ByteBuffer buf) throws IOException {
+        try {
+            while (buf.hasRemaining()) channel.write(buf);
+        } catch (IOException e) {
+            closeQuietly();
+            throw e;
+        }
+    }
+
+    /**
+     * Reads the next message (reader thread only). For a {@link WriteHeader} the payload is still on
+     * the stream: the caller must consume exactly its length with {@link #readPayload} or
+     * {@link #skipPayload} before reading again.
+     */
+    public ControlMessage read() throws IOException {
+        readHeader.clear();
+        readFully(readHeader);
+        readHeader.flip();
+        FrameCodec.Header header = FrameCodec.readHeader(readHeader);
+        if (readBody.capacity() < header.bodyLength()) {
+            readBody = ByteBuffer.allocate(header.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
+        }
+        readBody.clear().limit(header.bodyLength());
+        readFully(readBody);
+        readBody.flip();
+        return FrameCodec.decodeBody(header.type(), readBody);
+    }
+
+    /** Reads a WRITE payload straight into {@code destination} (its whole size). */
+    public void readPayload(MemorySegment destination) throws IOException {
+        readFully(destination.asByteBuffer());
+    }
+
+    /** Discards {@code length} payload bytes of a rejected WRITE, keeping the stream in step. */
+    public void skipPayload(long length) throws IOException {
+        if (skipScratch == null) skipScratch = ByteBuffer.allocateDirect(64 << 10);
+        long left = length;
+        while (left > 0) {
+            skipScratch.clear().limit((int) Math.min(skipScratch.capacity(), left));
+            readFully(skipScratch);
+            left -= skipScratch.limit();
+        }
+    }
+
+    private void readFully(ByteBuffer buf) throws IOException {
+        while (buf.hasRemaining()) {
+            int n = channel.read(buf);
+            if (n < 0) {
+                if (buf.position() == 0 && buf == readHeader) throw new EOFException("connection closed by " + peer);
+                throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
+            }
+        }
+    }
+
+    private void closeQuietly() {
+        closed = true;
+        try {
+            channel.close();
+        } catch (IOException ignored) {
+            // already broken
+        }
+    }
+
+    @Override
+    public void close() {
+        closeQuietly();
+    }
+
+    @Override
+    public String toString() {
+        return "ControlConnection[" + peer + "]";
+    }
+}

@@ -1,0 +1,505 @@
+package io.kvferry.protocol;
+
+import io.kvferry.api.KVPoll;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestFactory;
+import org.junit.jupiter.api.function.Executable;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.lang.management.ManagementFactory;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.stream.Stream;
+
+import static io.kvferry.protocol.ProtocolSamples.Body;
+import static io.kvferry.protocol.ProtocolSamples.all;
+import static io.kvferry.protocol.ProtocolSamples.assertSameMessage;
+import static io.kvferry.protocol.ProtocolSamples.body;
+import static io.kvferry.protocol.ProtocolSamples.bytes;
+import static io.kvferry.protocol.ProtocolSamples.concat;
+import static io.kvferry.protocol.ProtocolSamples.encoded;
+import static io.kvferry.protocol.ProtocolSamples.frame;
+import static io.kvferry.protocol.ProtocolSamples.header;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+class FrameCodecTest {
+
+    // ================================================================== helpers
+
+    private static ProtocolException rejectsFrame(byte[] frame, String... expectedFragments) {
+        ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(ByteBuffer.wrap(frame)),
+                () -> "frame " + Arrays.toString(frame) + " was not rejected with a ProtocolException");
+        assertMentions(e, expectedFragments);
+        return e;
+    }
+
+    private static void assertMentions(Exception e, String... fragments) {
+        String msg = e.getMessage();
+        assertTrue(msg != null && !msg.isBlank(), "exception without a message");
+        for (String f : fragments) {
+            assertTrue(msg.toLowerCase().contains(f.toLowerCase()), () -> "message '" + msg + "' does not mention '" + f + "'");
+        }
+    }
+
+    private static byte[] withHeaderByte(byte[] frame, int index, int value) {
+        byte[] copy = frame.clone();
+        copy[index] = (byte) value;
+        return copy;
+    }
+
+    private static ControlMessage decode(byte[] frame) throws ProtocolException {
+        return FrameCodec.decodeFrame(ByteBuffer.wrap(frame));
+    }
+
+    /** Bytes allocated by the current thread while running {@code r}, or -1 when the JVM cannot say. */
+    private static long allocatedBy(Executable r) throws Throwable {
+        if (!(ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean mx)
+                || !mx.isThreadAllocatedMemorySupported() || !mx.isThreadAllocatedMemoryEnabled()) {
+            r.execute();
+            return -1;
+        }
+        long before = mx.getCurrentThreadAllocatedBytes();
+        r.execute();
+        return mx.getCurrentThreadAllocatedBytes() - before;
+    }
+
+    // ================================================================== round trips
+
+    @TestFactory
+    Stream<DynamicTest> everyMessageRoundTrips() {
+        return all().stream().map(m -> DynamicTest.dynamicTest(m.type() + " " + m.getClass().getSimpleName(), () -> {
+            ByteBuffer frame = FrameCodec.encode(m);
+            assertEquals(0, frame.position(), "encode returns a flipped buffer");
+            ControlMessage back = FrameCodec.decodeFrame(frame);
+            assertSameMessage(m, back);
+            assertEquals(m.type(), back.type());
+        }));
+    }
+
+    @Test
+    void everyMessageTypeIsCoveredBySamples() {
+        assertEquals(Arrays.stream(MessageType.values()).toList(),
+                all().stream().map(ControlMessage::type).distinct().sorted().toList());
+    }
+
+    @Test
+    void headerLayoutIsLittleEndianMagicVersionTypeFlagsLength() {
+        byte[] f = encoded(new Abort(7));
+        assertEquals(Wire.HEADER_BYTES + 8, f.length);
+        assertArrayEquals(new byte[] {'K', 'V', 'F', 'Y'}, Arrays.copyOf(f, 4), "magic spells KVFY on the wire");
+        assertEquals(Wire.VERSION, f[4]);
+        assertEquals(MessageType.ABORT.code(), f[5]);
+        assertEquals(0, f[6]);
+        assertEquals(0, f[7]);
+        assertEquals(8, ByteBuffer.wrap(f, 8, 4).order(ByteOrder.LITTLE_ENDIAN).getInt());
+        assertEquals(7L, ByteBuffer.wrap(f, 12, 8).order(ByteOrder.LITTLE_ENDIAN).getLong());
+    }
+
+    @Test
+    void readHeaderThenDecodeBodyOverAStreamOfFrames() throws Exception {
+        List<ControlMessage> msgs = all();
+        byte[] stream = new byte[0];
+        for (ControlMessage m : msgs) stream = concat(stream, encoded(m));
+        ByteBuffer in = ByteBuffer.wrap(stream).order(ByteOrder.BIG_ENDIAN); // readHeader must not rely on the caller's order
+        for (ControlMessage m : msgs) {
+            int start = in.position();
+            FrameCodec.Header h = FrameCodec.readHeader(in);
+            assertEquals(start + Wire.HEADER_BYTES, in.position(), "readHeader consumes exactly the header");
+            assertEquals(m.type(), h.type());
+            ByteBuffer body = in.slice(in.position(), h.bodyLength()).order(ByteOrder.BIG_ENDIAN);
+            in.position(in.position() + h.bodyLength());
+            assertSameMessage(m, FrameCodec.decodeBody(h.type(), body));
+        }
+        assertTrue(!in.hasRemaining());
+    }
+
+    @Test
+    void nullStringsEncodeAsEmpty() throws Exception {
+        assertEquals(new Status(1, KVPoll.Success, 0, ""), decode(encoded(new Status(1, KVPoll.Success, 0, null))));
+        assertEquals(new HelloAck(true, "", 1, 2), decode(encoded(new HelloAck(true, null, 1, 2))));
+        Hello h = ProtocolSamples.sampleHello();
+        Hello withNull = new Hello(null, h.sessionId(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
+                h.pageSize(), null, h.memory());
+        Hello back = assertInstanceOf(Hello.class, decode(encoded(withNull)));
+        assertEquals("", back.authToken());
+        assertEquals("", back.kvCacheDtype());
+    }
+
+    @Test
+    void nullStateIndicesEncodeAsEmptyLists() throws Exception {
+        TransferInfo none = new TransferInfo(3, new int[] {1}, -1, null, 1, 0, false);
+        TransferInfo back = assertInstanceOf(TransferInfo.class, decode(encoded(none)));
+        assertEquals(0, back.stateIndices().length);
+
+        TransferInfo holes = new TransferInfo(3, new int[] {1}, -1, new int[][] {null, {4, 5}}, 1, 0, false);
+        back = assertInstanceOf(TransferInfo.class, decode(encoded(holes)));
+        assertEquals(2, back.stateIndices().length);
+        assertArrayEquals(new int[0], back.stateIndices()[0]);
+        assertArrayEquals(new int[] {4, 5}, back.stateIndices()[1]);
+    }
+
+    @Test
+    void stringAtTheLimitRoundTrips() throws Exception {
+        String max = "x".repeat(Wire.MAX_STRING_BYTES);
+        assertEquals(new HelloAck(false, max, 0, 0), decode(encoded(new HelloAck(false, max, 0, 0))));
+    }
+
+    @Test
+    void largestTransferInfoRoundTrips() throws Exception {
+        // body = room 8 + dummy 1 + aux 4 + required 4 + prefix 4 + page count 4 + 4n + state count 4
+        int n = (Wire.MAX_BODY_BYTES - 33) / 4;
+        int[] pages = new int[n];
+        for (int i = 0; i < n; i++) pages[i] = i;
+        TransferInfo t = new TransferInfo(1, pages, 0, new int[0][], 1, 0, false);
+        ByteBuffer f = FrameCodec.encode(t);
+        assertTrue(f.remaining() - Wire.HEADER_BYTES <= Wire.MAX_BODY_BYTES);
+        assertSameMessage(t, FrameCodec.decodeFrame(f));
+    }
+
+    // ================================================================== WRITE
+
+    @ParameterizedTest
+    @EnumSource(Region.class)
+    void putWriteFrameDecodesToTheSameHeader(Region region) throws Exception {
+        ByteBuffer out = ByteBuffer.allocate(100).order(ByteOrder.BIG_ENDIAN);
+        out.put(new byte[5]); // the hot path appends into a shared buffer
+        FrameCodec.putWriteFrame(out, 0xDEAD_BEEF_0000_0001L, region, 65535, 12, 4096L * 1_000_000, 7L << 33);
+        assertEquals(5 + Wire.HEADER_BYTES + WriteHeader.BODY_BYTES, out.position());
+        out.flip().position(5);
+        WriteHeader w = assertInstanceOf(WriteHeader.class, FrameCodec.decodeFrame(out));
+        assertEquals(new WriteHeader(0xDEAD_BEEF_0000_0001L, region, 65535, 12, 4096L * 1_000_000, 7L << 33), w);
+    }
+
+    @Test
+    void encodeOfWriteHeaderEqualsPutWriteFrame() {
+        WriteHeader w = new WriteHeader(5, Region.STATE, 2, 3, 64, 128);
+        ByteBuffer direct = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
+        FrameCodec.putWriteFrame(direct, 5, Region.STATE, 2, 3, 64, 128);
+        assertArrayEquals(direct.array(), encoded(w));
+    }
+
+    @Test
+    void writeBodyMustBeExactly32Bytes() {
+        for (int len : new int[] {0, 31}) {
+            ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
+                    ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, len))));
+            assertMentions(e, "WRITE", "32");
+        }
+        assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
+                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, 33))));
+    }
+
+    private static byte[] writeBody(long room, int region, int component, int buffer, long offset, long length) {
+        return new Body().i64(room).u8(region).u8(0).u16(component).i32(buffer).i64(offset).i64(length).bytes();
+    }
+
+    @Test
+    void writeRejectsNegativeOffsetLengthAndBuffer() {
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 0, 0, -1, 10)), "offset", "negative");
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 0, 0, Long.MIN_VALUE, 10)), "offset", "negative");
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 0, 0, 0, -1)), "length", "negative");
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 0, -1, 0, 1)), "buffer", "negative");
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {3, 4, 127, 255})
+    void writeRejectsUnknownRegion(int region) {
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, region, 0, 0, 0, 1)), "region", String.valueOf(region));
+    }
+
+    // ================================================================== header rejection
+
+    @Test
+    void badMagicIsRejected() {
+        byte[] f = encoded(new Abort(1));
+        rejectsFrame(withHeaderByte(f, 0, 'X'), "magic");
+        rejectsFrame(concat(header(0x4B565946 /* KVFY big-endian */, 1, 4, 0, 8), new byte[8]), "magic");
+        rejectsFrame(new byte[Wire.HEADER_BYTES + 8], "magic");
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {0, 2, 255})
+    void unsupportedVersionIsRejected(int version) {
+        rejectsFrame(withHeaderByte(encoded(new Abort(1)), 4, version), "version", String.valueOf(version));
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {0, 8, 99, 255})
+    void unknownTypeIsRejected(int type) {
+        rejectsFrame(withHeaderByte(encoded(new Abort(1)), 5, type), "type", String.valueOf(type));
+        assertThrows(ProtocolException.class, () -> MessageType.fromCode(type));
+    }
+
+    @Test
+    void nonZeroFlagsAreRejected() {
+        rejectsFrame(withHeaderByte(encoded(new Abort(1)), 6, 1), "flags");
+        rejectsFrame(withHeaderByte(encoded(new Abort(1)), 7, 0x80), "flags");
+    }
+
+    @Test
+    void forgedTwoGibTransferInfoLengthIsRejectedByReadHeader() throws Throwable {
+        byte[] h = header(Wire.MAGIC, Wire.VERSION, MessageType.TRANSFER_INFO.code(), 0, 0x8000_0000);
+        long allocated = allocatedBy(() -> {
+            ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(ByteBuffer.wrap(h)));
+            assertMentions(e, "TRANSFER_INFO", "2147483648", "exceeds");
+        });
+        assertTrue(allocated < (1 << 20), "rejecting a forged length allocated " + allocated + " bytes");
+        // and the whole-frame entry point reports the length, not a short body
+        rejectsFrame(h, "exceeds");
+        rejectsFrame(header(Wire.MAGIC, Wire.VERSION, MessageType.TRANSFER_INFO.code(), 0, -1), "4294967295", "exceeds");
+    }
+
+    @ParameterizedTest
+    @EnumSource(MessageType.class)
+    void bodyOneByteAboveTheTypeMaximumIsRejected(MessageType type) {
+        ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
+                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, type.code(), 0, type.maxBodyBytes() + 1))));
+        assertMentions(e, type.name());
+    }
+
+    @ParameterizedTest
+    @EnumSource(value = MessageType.class, names = "WRITE", mode = EnumSource.Mode.EXCLUDE)
+    void bodyAtTheTypeMaximumPassesReadHeader(MessageType type) throws Exception {
+        FrameCodec.Header h = FrameCodec.readHeader(
+                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, type.code(), 0, type.maxBodyBytes())));
+        assertEquals(new FrameCodec.Header(type, type.maxBodyBytes()), h);
+    }
+
+    @Test
+    void truncatedHeaderIsRejected() {
+        byte[] f = encoded(new Abort(1));
+        for (int n = 0; n < Wire.HEADER_BYTES; n++) {
+            byte[] prefix = Arrays.copyOf(f, n);
+            ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(ByteBuffer.wrap(prefix)));
+            assertMentions(e, "truncated", "header");
+            rejectsFrame(prefix, "truncated");
+        }
+    }
+
+    // ================================================================== body rejection
+
+    @TestFactory
+    Stream<DynamicTest> everyProperPrefixOfEveryBodyIsRejected() {
+        return all().stream().map(m -> DynamicTest.dynamicTest(m.type() + " " + m, () -> {
+            byte[] body = body(m);
+            for (int n = 0; n < body.length; n++) {
+                byte[] prefix = Arrays.copyOf(body, n);
+                // decodeBody on the short body
+                ProtocolException e = assertThrows(ProtocolException.class,
+                        () -> FrameCodec.decodeBody(m.type(), ByteBuffer.wrap(prefix)), "prefix of " + n + " bytes accepted");
+                assertMentions(e);
+                // a header that admits the short length (WRITE's header fixes the length, so it fails there)
+                assertThrows(ProtocolException.class, () -> decode(frame(m.type(), prefix)));
+                // a header that declares the full length but the frame is cut short
+                byte[] cut = Arrays.copyOf(encoded(m), Wire.HEADER_BYTES + n);
+                assertThrows(ProtocolException.class, () -> decode(cut));
+            }
+        }));
+    }
+
+    @Test
+    void truncatedBodyMessagesSayTruncatedOrDeclared() {
+        byte[] abort = encoded(new Abort(5));
+        rejectsFrame(Arrays.copyOf(abort, abort.length - 1), "declares", "8");
+        rejectsFrame(frame(MessageType.ABORT, new byte[7]), "truncated", "ABORT");
+    }
+
+    @TestFactory
+    Stream<DynamicTest> trailingBytesAreRejected() {
+        return all().stream().filter(m -> m.type() != MessageType.WRITE)
+                .map(m -> DynamicTest.dynamicTest(m.type() + " " + m, () -> {
+                    byte[] longer = concat(body(m), new byte[] {0});
+                    rejectsFrame(frame(m.type(), longer), "trailing");
+                    ProtocolException e = assertThrows(ProtocolException.class,
+                            () -> FrameCodec.decodeBody(m.type(), ByteBuffer.wrap(longer)));
+                    assertMentions(e, "trailing");
+                    // extra bytes after a frame whose header is honest about its own length
+                    rejectsFrame(concat(encoded(m), new byte[] {1, 2, 3}), "declares");
+                }));
+    }
+
+    @Test
+    void writeWithExtraBytesAfterTheFixedBodyIsRejected() {
+        rejectsFrame(concat(encoded(new WriteHeader(1, Region.KV, 0, 0, 0, 0)), new byte[1]));
+        assertThrows(ProtocolException.class, () -> FrameCodec.decodeBody(MessageType.WRITE,
+                ByteBuffer.wrap(concat(writeBody(1, 0, 0, 0, 0, 0), new byte[4]))));
+    }
+
+    private static Body transferInfoPrefix(long room, int dummy, int aux, int required, int prefix) {
+        return new Body().i64(room).u8(dummy).i32(aux).i32(required).i32(prefix);
+    }
+
+    @Test
+    void oversizedCountsInsideABodyAreRejectedWithoutAllocating() throws Throwable {
+        List<byte[]> attacks = new ArrayList<>();
+        attacks.add(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(0x7fffffff).bytes()));
+        attacks.add(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(1 << 20).i32(0).bytes()));
+        attacks.add(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(0).i32(0x7fffffff).bytes()));
+        attacks.add(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(0).i32(Wire.MAX_BUFFERS).bytes()));
+        attacks.add(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(0).i32(1).i32(0x7fffffff).bytes()));
+        attacks.add(frame(MessageType.HELLO, helloPrefix().i32(0x7fffffff).bytes()));
+        attacks.add(frame(MessageType.HELLO, helloPrefix().i32(Wire.MAX_BUFFERS).bytes()));
+        attacks.add(frame(MessageType.HELLO, helloPrefix().i32(0).i32(Wire.MAX_BUFFERS).bytes()));
+        attacks.add(frame(MessageType.HELLO, helloPrefix().i32(0).i32(0).i32(Wire.MAX_BUFFERS).bytes()));
+        attacks.add(frame(MessageType.HELLO, helloPrefix().i32(0).i32(0).i32(1).str("mamba").i32(0x7fffffff).bytes()));
+        for (byte[] f : attacks) assertThrows(ProtocolException.class, () -> decode(f)); // warm-up
+        for (byte[] f : attacks) {
+            long allocated = allocatedBy(() -> {
+                ProtocolException e = assertThrows(ProtocolException.class, () -> decode(f));
+                assertMentions(e, "count");
+            });
+            assertTrue(allocated < (256 << 10), "rejecting a forged count allocated " + allocated + " bytes");
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {-1, -2, Integer.MIN_VALUE})
+    void negativeCountsAreRejected(int count) {
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(count).i32(0).bytes()),
+                "count", String.valueOf(count));
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(0).i32(count).bytes()),
+                "count", String.valueOf(count));
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(count).i32(0).i32(0).bytes()), "count");
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(0).i32(count).i32(0).bytes()), "count");
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(0).i32(0).i32(count).bytes()), "count");
+    }
+
+    @Test
+    void countsJustFittingTheBodyAreAccepted() throws Exception {
+        TransferInfo t = assertInstanceOf(TransferInfo.class, decode(frame(MessageType.TRANSFER_INFO,
+                transferInfoPrefix(1, 0, -1, 1, 0).i32(2).i32(7).i32(8).i32(0).bytes())));
+        assertArrayEquals(new int[] {7, 8}, t.dstKvIndices());
+        // three page ids declared, two present: the count check fires before the read
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(3).i32(7).i32(8).bytes()),
+                "count 3", "does not fit");
+    }
+
+    private static Body helloPrefix() {
+        return new Body().str("tok").str("sess").str("tcp").i32(0).i32(1).i32(0).i32(16).str("fp16");
+    }
+
+    @Test
+    void invalidUtf8IsRejected() {
+        byte[][] bad = {{(byte) 0xC3, 0x28}, {(byte) 0xFF}, {(byte) 0xE2, (byte) 0x82}, {(byte) 0xED, (byte) 0xA0, (byte) 0x80}};
+        for (byte[] s : bad) {
+            rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u16(s.length).raw(s).i32(0).i32(0).bytes()), "UTF-8");
+            rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).i32(0).u16(s.length).raw(s).bytes()), "UTF-8");
+            rejectsFrame(frame(MessageType.HELLO, new Body().u16(s.length).raw(s).bytes()), "UTF-8");
+        }
+    }
+
+    @Test
+    void overlongStringOnTheWireIsRejected() {
+        int n = Wire.MAX_STRING_BYTES + 1;
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u16(n).raw(new byte[n]).i32(0).i32(0).bytes()),
+                String.valueOf(n), "exceeds");
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u16(100).raw(new byte[10]).bytes()), "truncated");
+    }
+
+    @Test
+    void boolFlagMustBeZeroOrOne() {
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(2).str("").i32(0).i32(0).bytes()), "accepted", "2");
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(255).str("").i32(0).i32(0).bytes()), "accepted", "255");
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 2, -1, 1, 0).i32(0).i32(0).bytes()), "dummy", "2");
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {5, 6, 128, 255})
+    void unknownKvPollInStatusIsRejected(int value) {
+        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(value).i32(0).str("").bytes()),
+                "poll", String.valueOf(value));
+    }
+
+    @Test
+    void statusRejectsNegativePrefillRank() {
+        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(4).i32(-1).str("").bytes()), "rank", "negative");
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {-2, -3, Integer.MIN_VALUE})
+    void auxIndexBelowMinusOneIsRejected(int aux) {
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, aux, 1, 0).i32(0).i32(0).bytes()),
+                "aux index", String.valueOf(aux));
+    }
+
+    @Test
+    void auxIndexMinusOneMeansNone() throws Exception {
+        TransferInfo t = assertInstanceOf(TransferInfo.class,
+                decode(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, 0).i32(0).i32(0).bytes())));
+        assertEquals(-1, t.auxIndex());
+    }
+
+    @ParameterizedTest
+    @ValueSource(ints = {0, -1, Integer.MIN_VALUE})
+    void requiredDstInfoNumMustBePositive(int required) {
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, required, 0).i32(0).i32(0).bytes()),
+                "required_dst_info_num", String.valueOf(required));
+    }
+
+    @Test
+    void negativeDecodePrefixLenIsRejected() {
+        rejectsFrame(frame(MessageType.TRANSFER_INFO, transferInfoPrefix(1, 0, -1, 1, -5).i32(0).i32(0).bytes()),
+                "decode_prefix_len", "-5");
+    }
+
+    @Test
+    void helloFieldValidation() {
+        byte[] tail = new Body().i32(0).i32(0).i32(0).bytes();
+        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(-1).i32(1).i32(0).i32(16).str("").bytes(), tail)),
+                "engine_rank");
+        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(0).i32(0).i32(0).i32(16).str("").bytes(), tail)),
+                "attn_tp_size");
+        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(0).i32(1).i32(-1).i32(16).str("").bytes(), tail)),
+                "pp_rank");
+        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(0).i32(1).i32(0).i32(0).str("").bytes(), tail)),
+                "page_size");
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(1).i64(-1).i64(16).i32(0).i32(0).i32(0).bytes()), "kv buffer length");
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(1).i64(16).i64(0).i32(0).i32(0).i32(0).bytes()), "kv item length");
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(0).i32(1).i64(16).i64(0).i32(0).bytes()), "aux item length");
+        rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(0).i32(0).i32(1).str("mamba").i32(1).i64(-8).i64(8).bytes()),
+                "state tensor length");
+    }
+
+    // ================================================================== encode limits
+
+    @Test
+    void encodingAStringOverTheLimitThrowsIllegalArgument() {
+        String tooLong = "x".repeat(Wire.MAX_STRING_BYTES + 1);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> FrameCodec.encode(new HelloAck(false, tooLong, 0, 0)));
+        assertMentions(e, String.valueOf(Wire.MAX_STRING_BYTES));
+        assertThrows(IllegalArgumentException.class, () -> FrameCodec.encode(new Status(1, KVPoll.Failed, 0, tooLong)));
+        // the limit is in UTF-8 bytes, not chars: 2049 two-byte chars are 4098 bytes
+        String wide = "\u00e9".repeat(Wire.MAX_STRING_BYTES / 2 + 1);
+        assertTrue(wide.length() < Wire.MAX_STRING_BYTES);
+        assertThrows(IllegalArgumentException.class, () -> FrameCodec.encode(new HelloAck(false, wide, 0, 0)));
+    }
+
+    @Test
+    void encodingABodyOverTheTypeMaximumThrowsIllegalArgument() {
+        TransferInfo huge = new TransferInfo(1, new int[Wire.MAX_BODY_BYTES / 4], 0, new int[0][], 1, 0, false);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> FrameCodec.encode(huge));
+        assertMentions(e, "TRANSFER_INFO");
+    }
+
+    @Test
+    void readHeaderBytesMatchEncodedLength() throws Exception {
+        for (ControlMessage m : all()) {
+            ByteBuffer f = FrameCodec.encode(m);
+            FrameCodec.Header h = FrameCodec.readHeader(f.duplicate());
+            assertEquals(m.type(), h.type());
+            assertEquals(f.remaining() - Wire.HEADER_BYTES, h.bodyLength());
+            assertArrayEquals(bytes(f), encoded(m), "encoding is deterministic");
+        }
+    }
+}

@@ -1,0 +1,259 @@
+package io.kvferry.registry;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.sun.net.httpserver.HttpServer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+class BootstrapClientTest {
+    static final String TOKEN = "client-test-token";
+    static final RetryPolicy FAST = RetryPolicy.fast();
+
+    BootstrapRegistryServer server;
+    BootstrapClient client;
+    final List<AutoCloseable> extra = new ArrayList<>();
+
+    @BeforeEach
+    void start() {
+        server = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults(TOKEN));
+        client = new BootstrapClient("127.0.0.1:" + server.port(), TOKEN, FAST);
+    }
+
+    @AfterEach
+    void stop() throws Exception {
+        client.close();
+        server.close();
+        for (AutoCloseable c : extra) c.close();
+    }
+
+    static PrefillRankRegistration reg(int tpSize, int tpRank, int ppSize, int ppRank, int port) {
+        return new PrefillRankRegistration(tpSize, tpRank, 1, 0, 1, 0, ppSize, ppRank, 1, 0,
+                "127.0.0.1", port, 16, "bf16", "follow_bootstrap_room", false, 30000);
+    }
+
+    @Test
+    void fullRoundTrip() {
+        assertTrue(client.health());
+        for (int tp = 0; tp < 2; tp++) client.registerRank(reg(2, tp, 1, 0, 9000 + tp));
+        PrefillServerInfo info = client.fetchTopology();
+        assertEquals(PrefillServerInfo.of(2, 1, 1, 1, 16, "bf16", true, false, 30000), info);
+        assertEquals(2, info.totalRanks());
+        assertEquals(new RankEndpoint("127.0.0.1", 9001), client.fetchRankEndpoint(0, 0, 1, 0));
+        client.registerDpRank(42L, 0);
+        client.registerDpRank(Long.MAX_VALUE, 0);
+        assertEquals(Map.of(42L, 0, Long.MAX_VALUE, 0), client.queryDpRanks(List.of(42L, 43L, Long.MAX_VALUE)));
+        assertEquals(Map.of(), client.queryDpRanks(List.of()));
+    }
+
+    @Test
+    void topologyNotReadyIsADistinctException() {
+        client.registerRank(reg(2, 0, 1, 0, 9000));
+        RegistryNotReadyException e = assertThrows(RegistryNotReadyException.class, client::fetchTopology);
+        assertEquals(503, e.statusCode());
+        assertTrue(e.getMessage().contains("(1 workers registered)"), e.getMessage());
+        assertTrue(e.getMessage().contains("after 5 attempts"), e.getMessage());
+        assertThrows(RegistryNotReadyException.class, () -> client.fetchRankEndpoint(0, 0, 0, 0));
+    }
+
+    @Test
+    void unknownRankIsA404RegistryException() {
+        client.registerRank(reg(1, 0, 1, 0, 9000));
+        RegistryException e = assertThrows(RegistryException.class, () -> client.fetchRankEndpoint(0, 0, 5, 0));
+        assertFalse(e instanceof RegistryNotReadyException);
+        assertEquals(404, e.statusCode());
+        assertTrue(e.getMessage().contains("Bootstrap info not found"), e.getMessage());
+    }
+
+    @Test
+    void refusedRegistrationsFailAtOnce() {
+        try (BootstrapClient noToken = new BootstrapClient("127.0.0.1:" + server.port(), null, RetryPolicy.defaults());
+             BootstrapClient wrong = new BootstrapClient("127.0.0.1:" + server.port(), "nope", RetryPolicy.defaults())) {
+            long t0 = System.nanoTime();
+            RegistryException e = assertThrows(RegistryException.class, () -> noToken.registerRank(reg(1, 0, 1, 0, 9000)));
+            assertEquals(401, e.statusCode());
+            assertEquals("Unauthorized", e.responseBody());
+            assertTrue(e.getMessage().contains("401") && e.getMessage().contains("not retried"), e.getMessage());
+            assertEquals(401, assertThrows(RegistryException.class, () -> wrong.registerDpRank(1, 0)).statusCode());
+            RegistryException bad = assertThrows(RegistryException.class, () -> client.registerRank(reg(1, 3, 1, 0, 9000)));
+            assertEquals(400, bad.statusCode());
+            assertTrue(bad.getMessage().contains("attn_tp_rank"), bad.getMessage());
+            // The default policy waits a second before its first retry: finishing sooner proves none happened.
+            assertTrue(System.nanoTime() - t0 < Duration.ofMillis(900).toNanos());
+        }
+        assertEquals(503, assertThrows(RegistryException.class, client::fetchTopology).statusCode());
+    }
+
+    @Test
+    void registrationRetriesUntilALateServerComesUp() throws Exception {
+        int port;
+        try (ServerSocket probe = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            port = probe.getLocalPort();
+        }
+        RetryPolicy patient = new RetryPolicy(40, Duration.ofMillis(20), Duration.ofMillis(50), Duration.ofSeconds(1));
+        try (BootstrapClient late = new BootstrapClient("127.0.0.1:" + port, TOKEN, patient)) {
+            CompletableFuture<Void> reg = CompletableFuture.runAsync(() -> late.registerRank(reg(1, 0, 1, 0, 9000)));
+            Thread.sleep(200);
+            assertFalse(reg.isDone(), "registration cannot have succeeded before the server exists");
+            BootstrapRegistryServer s = BootstrapRegistryServer.start("127.0.0.1", port, RegistryOptions.defaults(TOKEN));
+            extra.add(s);
+            reg.get();
+            assertEquals(new RankEndpoint("127.0.0.1", 9000), late.fetchRankEndpoint(0, 0, 0, 0));
+        }
+    }
+
+    @Test
+    void givesUpOnAnUnreachableRegistryWithAClearError() throws Exception {
+        int port = closedPort();
+        RetryPolicy three = new RetryPolicy(3, Duration.ofMillis(5), Duration.ofMillis(10), Duration.ofSeconds(1));
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + port, TOKEN, three)) {
+            RegistryException e = assertThrows(RegistryException.class, () -> c.registerRank(reg(1, 0, 1, 0, 9000)));
+            assertEquals(RegistryException.NO_RESPONSE, e.statusCode());
+            assertNull(e.responseBody());
+            assertTrue(e.getMessage().contains("PUT /route") && e.getMessage().contains("127.0.0.1:" + port)
+                    && e.getMessage().contains("after 3 attempts") && e.getMessage().contains("ConnectException"), e.getMessage());
+            assertInstanceOf(IOException.class, e.getCause());
+        }
+    }
+
+    @Test
+    void healthIsFalseAgainstAClosedPort() throws Exception {
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + closedPort(), null, FAST)) {
+            assertFalse(c.health());
+        }
+        assertTrue(client.health());
+        server.close();
+        assertFalse(client.health());
+    }
+
+    /** A stub that answers scripted statuses, to see what the client retries. */
+    private HttpServer stub(Deque<int[]> script, AtomicInteger hits, String body) throws IOException {
+        HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        s.createContext("/", ex -> {
+            hits.incrementAndGet();
+            int[] next = script.size() > 1 ? script.poll() : script.peek();
+            byte[] out = (next[0] == 200 ? body : "status " + next[0]).getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(next[0], out.length);
+            try (OutputStream o = ex.getResponseBody()) {
+                o.write(out);
+            }
+        });
+        s.start();
+        extra.add(() -> s.stop(0));
+        return s;
+    }
+
+    @Test
+    void retriesServerErrorsButNotClientErrors() throws Exception {
+        AtomicInteger hits = new AtomicInteger();
+        Deque<int[]> script = new ArrayDeque<>(List.of(new int[]{503}, new int[]{500}, new int[]{200}));
+        HttpServer s = stub(script, hits, "OK");
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + s.getAddress().getPort(), TOKEN, FAST)) {
+            c.registerRank(reg(1, 0, 1, 0, 9000));
+            assertEquals(3, hits.get());
+
+            hits.set(0);
+            script.clear();
+            script.add(new int[]{400});
+            assertEquals(400, assertThrows(RegistryException.class, () -> c.registerDpRank(1, 0)).statusCode());
+            assertEquals(1, hits.get());
+
+            hits.set(0);
+            script.clear();
+            script.add(new int[]{502});
+            RegistryException e = assertThrows(RegistryException.class, () -> c.registerRank(reg(1, 0, 1, 0, 9000)));
+            assertEquals(FAST.attempts(), hits.get());
+            assertEquals(502, e.statusCode());
+            assertTrue(e.getMessage().contains("HTTP 502: status 502"), e.getMessage());
+        }
+    }
+
+    @Test
+    void unexpectedReplyBodiesAreRegistryExceptions() throws Exception {
+        AtomicInteger hits = new AtomicInteger();
+        HttpServer s = stub(new ArrayDeque<>(List.<int[]>of(new int[]{200})), hits, "{\"surprise\":true}");
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + s.getAddress().getPort(), TOKEN, FAST)) {
+            assertTrue(assertThrows(RegistryException.class, c::fetchTopology).getMessage().contains("unexpected body"));
+            assertThrows(RegistryException.class, () -> c.fetchRankEndpoint(0, 0, 0, 0));
+            assertThrows(RegistryException.class, () -> c.queryDpRanks(List.of(1L)));
+        }
+    }
+
+    @Test
+    void registrationJsonUsesSglangFieldNames() throws Exception {
+        JsonNode n = Json.MAPPER.readTree(Json.MAPPER.writeValueAsString(reg(4, 1, 1, 0, 53017)));
+        Set<String> names = new TreeSet<>();
+        n.fieldNames().forEachRemaining(names::add);
+        assertEquals(new TreeSet<>(List.of("attn_tp_size", "attn_tp_rank", "attn_cp_size", "attn_cp_rank",
+                "attn_dp_size", "attn_dp_rank", "pp_size", "pp_rank", "system_dp_size", "system_dp_rank", "rank_ip",
+                "rank_port", "page_size", "kv_cache_dtype", "load_balance_method", "enable_dsa_cache_layer_split",
+                "prefill_http_port")), names);
+        PrefillRankRegistration noLb = new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, "h", 1, 1, "auto",
+                null, false, null);
+        String json = Json.MAPPER.writeValueAsString(noLb);
+        assertFalse(json.contains("load_balance_method") || json.contains("prefill_http_port"), json);
+        assertTrue(noLb.followBootstrapRoom());
+        assertEquals(noLb, Json.MAPPER.readValue(json, PrefillRankRegistration.class));
+    }
+
+    @Test
+    void addressForms() {
+        assertEquals("http://127.0.0.1:8998", BootstrapClient.baseUri("127.0.0.1:8998").toString());
+        assertEquals("http://[::1]:8998", BootstrapClient.baseUri("[::1]:8998").toString());
+        assertEquals("http://[::1]:8998", BootstrapClient.baseUri("::1:8998").toString());
+        assertEquals("http://[fe80::1]:1", BootstrapClient.baseUri("http://[fe80::1]:1/").toString());
+        assertEquals("http://prefill-0.svc:8998", BootstrapClient.baseUri(" prefill-0.svc:8998 ").toString());
+        for (String bad : List.of("host", "host:", ":8998", "host:0", "host:70000", "host:x", "[::1]", "[::1]8998", "a b:1")) {
+            assertThrows(IllegalArgumentException.class, () -> BootstrapClient.baseUri(bad), bad);
+        }
+        assertThrows(IllegalArgumentException.class, () -> new BootstrapClient("h:1", "tok\r\nX: y"));
+    }
+
+    @Test
+    void worksOverIpv6Loopback() {
+        BootstrapRegistryServer v6;
+        try {
+            v6 = BootstrapRegistryServer.start("::1", 0, RegistryOptions.defaults(TOKEN));
+        } catch (RuntimeException e) {
+            assumeTrue(false, "no IPv6 loopback here: " + e.getMessage());
+            return;
+        }
+        extra.add(v6);
+        try (BootstrapClient c = new BootstrapClient("[::1]:" + v6.port(), TOKEN, FAST)) {
+            assertTrue(c.health());
+            c.registerRank(reg(1, 0, 1, 0, 9000));
+            assertEquals(1, c.fetchTopology().attnTpSize());
+        }
+    }
+
+    private static int closedPort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            return s.getLocalPort();
+        }
+    }
+}
