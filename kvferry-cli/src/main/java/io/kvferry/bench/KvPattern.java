@@ -11,18 +11,16 @@ import java.util.SplittableRandom;
  * (room, region, component, buffer, logical index, rank): a byte from the wrong page, buffer,
  * request or rank, or a torn copy, shows up as a mismatch.
  *
- * <p>Not thread-safe because of the scratch item: one instance per driver thread.
+ * <p>Immutable after construction; safe to share.
  */
 public final class KvPattern {
     static final int STRIDE = 512;
     private final MemorySegment template;
-    private final MemorySegment scratch;
 
     public KvPattern(long maxItemBytes, long seed) {
         template = MemorySegment.ofArray(new byte[(int) maxItemBytes]);
         SplittableRandom rnd = new SplittableRandom(seed);
         for (long i = 0; i + 8 <= maxItemBytes; i += 8) template.set(ValueLayout.JAVA_LONG_UNALIGNED, i, rnd.nextLong());
-        scratch = java.lang.foreign.Arena.ofAuto().allocate(maxItemBytes, 64);
     }
 
     public static long key(long room, int region, int component, int buffer, long index, int rank) {
@@ -36,16 +34,36 @@ public final class KvPattern {
 
     /** Writes the item for {@code key} into {@code dst} (its whole size). */
     public void fill(MemorySegment dst, long key) {
+        fill(dst, key, false);
+    }
+
+    /**
+     * As {@link #fill(MemorySegment, long)}; with {@code templateInPlace} the caller guarantees
+     * {@code dst} already holds this pattern's template between the stamps (a source page it filled
+     * before and nobody else writes), so only the stamps are rewritten.
+     */
+    public void fill(MemorySegment dst, long key, boolean templateInPlace) {
         long n = dst.byteSize();
-        MemorySegment.copy(template, 0, dst, 0, n);
+        if (!templateInPlace) MemorySegment.copy(template, 0, dst, 0, n);
         for (long off = 0; off + 8 <= n; off += STRIDE) dst.set(ValueLayout.JAVA_LONG_UNALIGNED, off, key + off);
     }
 
-    /** True when {@code actual} holds exactly the item for {@code key}. */
+    /**
+     * True when {@code actual} holds exactly the item for {@code key}: each stamp is checked, and
+     * the bytes between stamps are compared with the template directly (no expected copy is built).
+     */
     public boolean matches(MemorySegment actual, long key) {
         long n = actual.byteSize();
-        MemorySegment expected = scratch.asSlice(0, n);
-        fill(expected, key);
-        return actual.mismatch(expected) < 0;
+        for (long off = 0; off < n; off += STRIDE) {
+            long end = Math.min(n, off + STRIDE);
+            long body = off + 8;
+            if (body <= n) {
+                if (actual.get(ValueLayout.JAVA_LONG_UNALIGNED, off) != key + off) return false;
+            } else {
+                body = off; // a tail shorter than a stamp is plain template
+            }
+            if (body < end && MemorySegment.mismatch(actual, body, end, template, body, end) >= 0) return false;
+        }
+        return true;
     }
 }

@@ -8,6 +8,7 @@ import io.kvferry.protocol.Region;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.BitSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.locks.LockSupport;
@@ -27,6 +28,8 @@ public final class PrefillDriver {
     private final String bootstrapAddr;
     private final int shardRank;
     private final KvPattern pattern;
+    /** Source pages that already hold the pattern template (see startTransfer). */
+    private final BitSet templatedPages = new BitSet();
 
     private static final class Flight {
         final Workload.Request req;
@@ -107,9 +110,14 @@ public final class PrefillDriver {
         long room = f.req.room();
         int prefixPages = prefixTokens / workload.pageSize();
         for (int j = 0; j < numPages; j++) {
+            // Source pages are written only here, so after their first fill only the stamps change:
+            // the bench then spends its CPU on the transfer, as a GPU-fed prefill would.
+            boolean templated = templatedPages.get(f.pages[j]);
             for (int b = 0; b < pool.kv.length; b++) {
-                pattern.fill(pool.page(b, f.pages[j]), KvPattern.key(room, Region.KV.code(), 0, b, prefixPages + j, shardRank));
+                pattern.fill(pool.page(b, f.pages[j]), KvPattern.key(room, Region.KV.code(), 0, b, prefixPages + j, shardRank),
+                        templated);
             }
+            templatedPages.set(f.pages[j]);
         }
         for (int b = 0; b < pool.aux.length; b++) {
             pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, shardRank));

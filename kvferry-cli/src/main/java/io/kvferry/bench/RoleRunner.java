@@ -25,13 +25,20 @@ public final class RoleRunner {
     private RoleRunner() {}
 
     static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, String bootstrapAddr, RankPool pool) {
+        return manager(config, mode, rank, bootstrapAddr, "127.0.0.1", pool);
+    }
+
+    static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, String bootstrapAddr, String host,
+                             RankPool pool) {
         String[] hp = splitHostPort(bootstrapAddr);
-        KVManagerConfig mc = KVManagerConfig.builder()
+        KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(), rank)
                 .mla(config.shape().mla())
                 .bootstrap(hp[0], Integer.parseInt(hp[1]))
                 .authToken(config.authToken())
-                .build();
+                .listenHost(host);
+        if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
+        KVManagerConfig mc = b.build();
         return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
     }
 
@@ -43,21 +50,21 @@ public final class RoleRunner {
         return new String[]{host, addr.substring(i + 1)};
     }
 
-    /** Runs all TP ranks of one role in this JVM; prints one JSON line per rank. Returns true when all succeeded. */
-    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, PrintStream out)
-            throws Exception {
+    /** Runs the given TP ranks of one role in this JVM; prints one JSON line per rank. Returns true when all succeeded. */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                  String host, PrintStream out) throws Exception {
         int tp = config.tp();
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
-        ExecutorService exec = Executors.newFixedThreadPool(tp);
+        ExecutorService exec = Executors.newFixedThreadPool(ranks.size());
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
             Workload w = config.workload();
-            for (int r = 0; r < tp; r++) {
+            for (int r : ranks) {
                 RankPool pool = new RankPool(config.shape(), w.pageSize(), tp, r, w.poolPages(), w.concurrency() + 2,
                         w.seed() * 31 + (mode == DisaggregationMode.PREFILL ? 1000 : 2000) + r);
                 pools.add(pool);
-                KVManager m = manager(config, mode, r, bootstrapAddr, pool);
+                KVManager m = manager(config, mode, r, bootstrapAddr, host, pool);
                 managers.add(m);
                 if (mode == DisaggregationMode.PREFILL) {
                     m.registerToBootstrap();
@@ -115,6 +122,7 @@ public final class RoleRunner {
                 "--seed", Long.toString(w.seed()),
                 "--transport", c.transport(),
                 "--tp", Integer.toString(c.tp()),
+                "--transfer-workers", Integer.toString(c.transferWorkers()),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         return a;

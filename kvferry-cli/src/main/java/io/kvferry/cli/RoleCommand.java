@@ -16,6 +16,14 @@ abstract class RoleCommand implements Callable<Integer> {
     @Option(names = "--bootstrap", required = true, description = "host:port of the prefill instance's bootstrap registry.")
     String bootstrap;
 
+    @Option(names = "--rank", split = ",",
+            description = "Attention-TP ranks this process serves (e.g. --rank 0 or --rank 0,1). Default: all ranks of --tp.")
+    java.util.List<Integer> ranks;
+
+    @Option(names = "--host", defaultValue = "127.0.0.1",
+            description = "Address this rank binds its control endpoint to and publishes in the registry. Default: ${DEFAULT-VALUE}.")
+    String host;
+
     @Option(names = "--exit-on-stdin-eof", description = "Exit when standard input closes (the parent process died).")
     boolean exitOnStdinEof;
 
@@ -43,6 +51,13 @@ abstract class RoleCommand implements Callable<Integer> {
                 Runtime.getRuntime().halt(3);
             });
         }
-        return RoleRunner.runRole(mode(), config, bootstrap, System.out) ? 0 : 1;
+        java.util.List<Integer> serve = ranks == null ? java.util.stream.IntStream.range(0, config.tp()).boxed().toList() : ranks;
+        for (int r : serve) {
+            if (r < 0 || r >= config.tp()) {
+                System.err.println("kvferry " + mode().name().toLowerCase() + ": --rank " + r + " is outside [0, " + config.tp() + ")");
+                return 2;
+            }
+        }
+        return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out) ? 0 : 1;
     }
 }

@@ -47,6 +47,10 @@ public final class WorkloadOptions {
     @Option(names = "--tp", defaultValue = "1", description = "Attention-TP size of prefill and decode. Default: ${DEFAULT-VALUE}.")
     int tp;
 
+    @Option(names = "--transfer-workers", defaultValue = "0",
+            description = "Prefill transfer worker threads per rank (0 = library default). Default: ${DEFAULT-VALUE}.")
+    int transferWorkers;
+
     @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
             description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
     String authToken;
@@ -80,7 +84,8 @@ public final class WorkloadOptions {
             new java.security.SecureRandom().nextBytes(b);
             token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
-        return new BenchConfig(shape, w, transport, tp, token);
+        if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
+        return new BenchConfig(shape, w, transport, tp, token, transferWorkers);
     }
 
     /** Completion candidates for --model. */

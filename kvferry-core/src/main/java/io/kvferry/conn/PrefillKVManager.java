@@ -35,7 +35,6 @@ import org.slf4j.LoggerFactory;
 
 import java.io.EOFException;
 import java.io.IOException;
-import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.ServerSocketChannel;
@@ -247,18 +246,8 @@ public final class PrefillKVManager implements KVManager {
     }
 
     private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
-        DataPath path = d.session().dataPath;
-        long bytes = 0;
-        for (int op = 0; op < plan.size(); op++) {
-            if (statuses.status(room.room) == KVPoll.Failed) {
-                throw new IOException("room failed during the transfer: " + statuses.reason(room.room));
-            }
-            MemorySegment src = memory.slice(plan.region(op), plan.component(op), plan.buffer(op),
-                    plan.srcOffset(op), plan.length(op));
-            path.write(room.room, plan.region(op), plan.component(op), plan.buffer(op), plan.dstOffset(op), src);
-            bytes += plan.length(op);
-        }
-        room.bytesSent += bytes;
+        d.session().dataPath.write(room.room, plan, memory, () -> statuses.status(room.room) == KVPoll.Failed);
+        room.bytesSent += plan.totalBytes();
     }
 
     private final class Worker {

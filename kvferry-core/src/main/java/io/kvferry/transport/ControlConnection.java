@@ -1,5 +1,7 @@
 package io.kvferry.transport;
 
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.plan.CopyPlan;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.ProtocolException;
@@ -16,7 +18,9 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.BooleanSupplier;
 
 /**
  * One framed TCP connection between a decode rank and a prefill rank (blocking NIO).
@@ -28,6 +32,9 @@ import java.util.concurrent.locks.ReentrantLock;
  */
 public final class ControlConnection implements AutoCloseable {
     private static final int SOCKET_BUFFER_BYTES = 4 << 20;
+    /** WRITE frames per gathering syscall: fewer syscalls for fragmented (small-run) plans. */
+    static final int WRITE_BATCH = 16;
+    private static final int WRITE_FRAME_BYTES = Wire.HEADER_BYTES + WriteHeader.BODY_BYTES;
 
     private final SocketChannel channel;
     private final String peer;
@@ -37,6 +44,9 @@ public final class ControlConnection implements AutoCloseable {
             .order(ByteOrder.LITTLE_ENDIAN);
     /** Guarded by writeLock. */
     private final ByteBuffer[] gather = new ByteBuffer[2];
+    /** Guarded by writeLock: reusable WRITE headers and the gather vector for batched writes. */
+    private final ByteBuffer[] batchHeaders = new ByteBuffer[WRITE_BATCH];
+    private final ByteBuffer[] batchVector = new ByteBuffer[2 * WRITE_BATCH];
     /** Reader thread only. */
     private final ByteBuffer readHeader = ByteBuffer.allocateDirect(Wire.HEADER_BYTES).order(ByteOrder.LITTLE_ENDIAN);
     /** Reader thread only: grows up to the largest body seen, which the header check bounds. */
@@ -53,6 +63,9 @@ public final class ControlConnection implements AutoCloseable {
         channel.setOption(StandardSocketOptions.SO_SNDBUF, SOCKET_BUFFER_BYTES);
         channel.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER_BYTES);
         this.peer = String.valueOf(channel.getRemoteAddress());
+        for (int i = 0; i < WRITE_BATCH; i++) {
+            batchHeaders[i] = ByteBuffer.allocateDirect(WRITE_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        }
     }
 
     /** Opens a connection, failing after {@code timeout} if the peer does not accept. */
@@ -110,6 +123,42 @@ public final class ControlConnection implements AutoCloseable {
         } finally {
             gather[1] = null;
             writeLock.unlock();
+        }
+    }
+
+    /**
+     * Sends every op of {@code plan} as a WRITE frame, {@value #WRITE_BATCH} frames per gathering
+     * syscall, straight from the registered source memory. Checks {@code cancelled} between batches
+     * so an aborted room stops within one batch.
+     */
+    public void writePlan(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled)
+            throws IOException {
+        for (int first = 0; first < plan.size(); first += WRITE_BATCH) {
+            if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
+            int n = Math.min(WRITE_BATCH, plan.size() - first);
+            writeLock.lock();
+            try {
+                long remaining = 0;
+                for (int i = 0; i < n; i++) {
+                    int op = first + i;
+                    ByteBuffer h = batchHeaders[i];
+                    h.clear();
+                    FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.buffer(op),
+                            plan.dstOffset(op), plan.length(op));
+                    h.flip();
+                    batchVector[2 * i] = h;
+                    batchVector[2 * i + 1] = source.slice(plan.region(op), plan.component(op), plan.buffer(op),
+                            plan.srcOffset(op), plan.length(op)).asByteBuffer();
+                    remaining += WRITE_FRAME_BYTES + plan.length(op);
+                }
+                while (remaining > 0) remaining -= channel.write(batchVector, 0, 2 * n);
+            } catch (IOException e) {
+                closeQuietly();
+                throw e;
+            } finally {
+                Arrays.fill(batchVector, null);
+                writeLock.unlock();
+            }
         }
     }
 

@@ -1,9 +1,12 @@
 package io.kvferry.transport;
 
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.plan.CopyPlan;
 import io.kvferry.protocol.Region;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.util.function.BooleanSupplier;
 
 /** Streams each run over the control connection as a WRITE frame; the decode reader lands it in place. */
 public final class TcpDataPath implements DataPath {
@@ -22,5 +25,10 @@ public final class TcpDataPath implements DataPath {
     public void write(long room, Region region, int component, int buffer, long dstOffset, MemorySegment source)
             throws IOException {
         connection.write(room, region, component, buffer, dstOffset, source);
+    }
+
+    @Override
+    public void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException {
+        connection.writePlan(room, plan, source, cancelled);
     }
 }
