@@ -86,8 +86,10 @@ public final class BenchRunner {
         } finally {
             exec.shutdownNow();
             for (KVManager m : managers) m.close();
-            exec.awaitTermination(5, TimeUnit.SECONDS);
-            for (RankPool p : pools) p.close();
+            // Pools are freed only once no driver thread can touch them.
+            if (exec.awaitTermination(10, TimeUnit.SECONDS)) {
+                for (RankPool p : pools) p.close();
+            }
         }
     }
 

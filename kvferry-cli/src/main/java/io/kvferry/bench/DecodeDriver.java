@@ -91,7 +91,7 @@ public final class DecodeDriver {
                         if (reasons.size() < 5) reasons.add(e.getMessage());
                     }
                 }
-                f.receiver.clear();
+                f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
                 pool.freePages(f.pages);
                 pool.freeRow(f.row);
                 it.remove();
@@ -99,6 +99,7 @@ public final class DecodeDriver {
                 if (progress != null) progress.incrementAndGet();
                 moved = true;
             }
+            if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
             if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;

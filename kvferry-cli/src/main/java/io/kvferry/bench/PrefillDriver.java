@@ -36,6 +36,7 @@ public final class PrefillDriver {
         final KVSender sender;
         int[] pages;
         int row = -1;
+        int prefixTokens = -1;
 
         Flight(Workload.Request req, KVSender sender) {
             this.req = req;
@@ -95,6 +96,7 @@ public final class PrefillDriver {
                 done++;
                 moved = true;
             }
+            if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
             if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
@@ -102,7 +104,8 @@ public final class PrefillDriver {
     }
 
     private boolean startTransfer(Flight f) {
-        int prefixTokens = f.sender.popDecodePrefixLen();
+        if (f.prefixTokens < 0) f.prefixTokens = f.sender.popDecodePrefixLen(); // pop once, even if we must wait for pages
+        int prefixTokens = f.prefixTokens;
         int numPages = (f.req.tokens() - prefixTokens + workload.pageSize() - 1) / workload.pageSize();
         if (!pool.canAllocate(numPages)) return false;
         f.pages = pool.allocatePages(numPages);

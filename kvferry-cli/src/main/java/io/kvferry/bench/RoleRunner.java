@@ -84,7 +84,9 @@ public final class RoleRunner {
         } finally {
             exec.shutdownNow();
             for (KVManager m : managers) m.close();
-            for (RankPool p : pools) p.close();
+            if (exec.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+                for (RankPool p : pools) p.close();
+            }
         }
     }
 

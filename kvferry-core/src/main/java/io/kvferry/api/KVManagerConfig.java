@@ -24,12 +24,14 @@ import java.time.Duration;
  * @param connectTimeout      decode: TCP connect + handshake timeout per prefill rank
  * @param loadBalanceMethod   "follow_bootstrap_room" (DP rank = room % dp) or another router policy
  * @param prefillHttpPort     published in the registration, for routers
+ * @param writeStallTimeout   prefill: a connection whose write makes no progress this long is closed
+ *                            (its rooms fail) so one stuck decode cannot block a transfer worker
  */
 public record KVManagerConfig(
         int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
         int ppSize, boolean isMla, String bootstrapHost, int bootstrapPort, String listenHost,
         String authToken, int transferWorkers, Duration bootstrapTimeout, Duration waitingTimeout,
-        Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort) {
+        Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout) {
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -38,6 +40,9 @@ public record KVManagerConfig(
         if (ppSize < 1) throw new IllegalArgumentException("pp_size must be >= 1, got " + ppSize);
         if (transferWorkers < 1) throw new IllegalArgumentException("transferWorkers must be >= 1, got " + transferWorkers);
         if (listenHost == null || listenHost.isBlank()) throw new IllegalArgumentException("listenHost is required");
+        if (writeStallTimeout == null || writeStallTimeout.isNegative() || writeStallTimeout.isZero()) {
+            throw new IllegalArgumentException("writeStallTimeout must be positive");
+        }
     }
 
     private static void requireRank(String name, int rank, int size) {
@@ -64,6 +69,7 @@ public record KVManagerConfig(
         b.authToken = authToken; b.transferWorkers = transferWorkers; b.bootstrapTimeout = bootstrapTimeout;
         b.waitingTimeout = waitingTimeout; b.connectTimeout = connectTimeout;
         b.loadBalanceMethod = loadBalanceMethod; b.prefillHttpPort = prefillHttpPort;
+        b.writeStallTimeout = writeStallTimeout;
         return b;
     }
 
@@ -81,6 +87,7 @@ public record KVManagerConfig(
         private Duration connectTimeout = Duration.ofSeconds(10);
         private String loadBalanceMethod = "follow_bootstrap_room";
         private int prefillHttpPort;
+        private Duration writeStallTimeout = Duration.ofSeconds(30);
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -96,11 +103,12 @@ public record KVManagerConfig(
         public Builder connectTimeout(Duration d) { connectTimeout = d; return this; }
         public Builder loadBalanceMethod(String m) { loadBalanceMethod = m; return this; }
         public Builder prefillHttpPort(int p) { prefillHttpPort = p; return this; }
+        public Builder writeStallTimeout(Duration d) { writeStallTimeout = d; return this; }
 
         public KVManagerConfig build() {
             return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
                     bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
-                    waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort);
+                    waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout);
         }
     }
 }

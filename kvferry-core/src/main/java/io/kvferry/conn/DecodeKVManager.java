@@ -52,6 +52,8 @@ import java.util.concurrent.TimeUnit;
  */
 public final class DecodeKVManager implements KVManager, WriteSink {
     private static final Logger log = LoggerFactory.getLogger(DecodeKVManager.class);
+    /** How long clear() waits for a landing write before cutting the link it comes on. */
+    static final long LANDING_DRAIN_MILLIS = 2000;
     static final String DEFAULT_PREFILL_FAILURE = "Failed to get kvcache from prefill instance, it might be dead";
 
     private final KVManagerConfig config;
@@ -68,6 +70,9 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private final ConcurrentHashMap<String, RankEndpoint> endpoints = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, PrefillLink> links = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, BootstrapClient> clients = new ConcurrentHashMap<>();
+    /** bootstrap address → "nanoTime|reason" of its last failed topology lookup. */
+    private final ConcurrentHashMap<String, String> recentFailures = new ConcurrentHashMap<>();
+    private static final long TOPOLOGY_RETRY_NANOS = 1_000_000_000L;
     private final ScheduledExecutorService timer;
     private final Object linkSetup = new Object();
     private volatile boolean closed;
@@ -150,7 +155,16 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         return ppRank;
     }
 
+    /**
+     * Drops a room. Returns only when no write of the room can land any more: writes in flight are
+     * waited for, and a link stuck mid-write (a stalled peer) is closed, which stops its reader.
+     */
     void forget(DecodeRoom room) {
+        if (!room.closeAndDrain(LANDING_DRAIN_MILLIS)) {
+            log.warn("room {}: a write is still landing after {} ms; closing its links", room.room, LANDING_DRAIN_MILLIS);
+            for (DecodeRoom.Target t : room.targets) t.link().connection.close();
+            room.closeAndDrain(Long.MAX_VALUE / 2_000_000L);
+        }
         statuses.remove(room.room);
         rooms.remove(room.room, room);
         for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
@@ -159,14 +173,28 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     // ------------------------------------------------------------------ bootstrap lookups (scheduler thread)
 
     private BootstrapClient client(String addr) {
+        if (closed) throw new IllegalStateException("the decode KV manager was torn down");
+        // Few, short retries: init() runs on the scheduler thread, which must not stall on one bad address.
         return clients.computeIfAbsent(addr, a -> new BootstrapClient(a, config.authToken(),
-                new RetryPolicy(8, Duration.ofMillis(250), Duration.ofSeconds(2), Duration.ofSeconds(5))));
+                new RetryPolicy(2, Duration.ofMillis(100), Duration.ofMillis(500), Duration.ofSeconds(3))));
     }
 
     PrefillServerInfo topology(String addr) {
         PrefillServerInfo info = topologies.get(addr);
         if (info != null) return info;
-        info = client(addr).fetchTopology();
+        // A recent failure answers at once, so a burst of requests for a dead address fails fast.
+        String recent = recentFailures.get(addr);
+        if (recent != null) {
+            String[] parts = recent.split("\\|", 2);
+            if (System.nanoTime() - Long.parseLong(parts[0]) < TOPOLOGY_RETRY_NANOS) throw new IllegalStateException(parts[1]);
+        }
+        try {
+            info = client(addr).fetchTopology();
+        } catch (RuntimeException e) {
+            recentFailures.put(addr, System.nanoTime() + "|" + e.getMessage());
+            throw e;
+        }
+        recentFailures.remove(addr);
         topologies.put(addr, info);
         return info;
     }
@@ -249,17 +277,22 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     }
 
     private void onWrite(PrefillLink link, WriteHeader w) throws IOException {
-        MemorySegment dst;
+        DecodeRoom.Landing landing;
         try {
-            dst = resolve(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length());
+            landing = begin(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length());
         } catch (WriteRejectedException e) {
             if (e.fatal()) throw new ProtocolException("write from " + link + " rejected: " + e.getMessage());
             link.connection.skipPayload(w.length());
             rejectWrite(w.room(), link.toString(), e.getMessage());
             return;
         }
-        link.connection.readPayload(dst);
-        landed(w.room(), w.length());
+        boolean landed = false;
+        try {
+            link.connection.readPayload(landing.target());
+            landed = true;
+        } finally {
+            end(landing, landed);
+        }
     }
 
     private void rejectWrite(long room, String from, String why) {
@@ -276,8 +309,14 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private void onStatus(PrefillLink link, Status s) {
         DecodeRoom room = rooms.get(s.room());
         if (room == null) return; // cleared: never resurrect
+        boolean target = false;
+        for (DecodeRoom.Target t : room.targets) target |= t.link() == link;
+        if (!target) {
+            log.warn("ignored a status for room {} from {}, which is not one of its prefill ranks", s.room(), link);
+            return;
+        }
         if (s.status() == KVPoll.Success) {
-            room.responded.add(s.prefillUniqueRank());
+            room.responded.add(link.prefillUniqueRank);
             if (room.responded.size() >= room.requiredResponses) {
                 if (statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
                 statuses.update(s.room(), KVPoll.Success);
@@ -305,8 +344,9 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     // ------------------------------------------------------------------ WriteSink
 
     @Override
-    public MemorySegment resolve(long room, Region region, int component, int buffer, long offset, long length)
+    public DecodeRoom.Landing begin(long room, Region region, int component, int buffer, long offset, long length)
             throws WriteRejectedException {
+        if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
         MemorySegment seg = memory.segmentOrNull(region, component, buffer);
         if (seg == null) throw new WriteRejectedException("no registered " + region + " buffer " + component + "/" + buffer, true);
         if (length > seg.byteSize()) {
@@ -322,7 +362,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         if (statuses.status(room) == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
         DecodeRoom.Allowance a = r.allowance;
         if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
-        if (length == 0) return seg.asSlice(offset, 0);
+        if (length == 0) return admit(r, seg.asSlice(offset, 0), 0);
         long item = memory.itemLen(region, component, buffer);
         switch (region) {
             case KV -> requireOwned(a.sortedPages(), offset, length, item, "KV buffer " + buffer + " page", room);
@@ -340,8 +380,17 @@ public final class DecodeKVManager implements KVManager, WriteSink {
                 requireOwned(a.sortedState()[component], offset, length, item, "state component " + component + " index", room);
             }
         }
-        statuses.update(room, KVPoll.Transferring);
-        return seg.asSlice(offset, length);
+        if (!r.transferring) {
+            r.transferring = true;
+            statuses.update(room, KVPoll.Transferring);
+        }
+        return admit(r, seg.asSlice(offset, length), length);
+    }
+
+    private static DecodeRoom.Landing admit(DecodeRoom r, MemorySegment target, long length) throws WriteRejectedException {
+        // Counted in flight under the room's lock, so clear() either refuses this write or waits for it.
+        if (!r.beginLanding()) throw new WriteRejectedException("room " + r.room + " was cleared", false);
+        return new DecodeRoom.Landing(r, target, length);
     }
 
     private static void requireOwned(int[] sorted, long offset, long length, long item, String what, long room)
@@ -358,9 +407,10 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     }
 
     @Override
-    public void landed(long room, long bytes) {
-        DecodeRoom r = rooms.get(room);
-        if (r != null) r.bytesLanded.addAndGet(bytes);
+    public void end(WriteSink.Landing landing, boolean landed) {
+        DecodeRoom.Landing l = (DecodeRoom.Landing) landing;
+        if (landed) l.room().bytesLanded.addAndGet(l.length());
+        l.room().endLanding();
     }
 
     // ------------------------------------------------------------------ lifecycle
@@ -380,6 +430,10 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         if (closed) return;
         closed = true;
         InprocRegistry.unregister(sessionId);
+        for (DecodeRoom r : rooms.values()) {
+            statuses.fail(r.room, "the decode KV manager was torn down");
+            r.closeAndDrain(LANDING_DRAIN_MILLIS);
+        }
         List<PrefillLink> all = new ArrayList<>(links.values());
         for (PrefillLink l : all) l.connection.close();
         for (PrefillLink l : all) {

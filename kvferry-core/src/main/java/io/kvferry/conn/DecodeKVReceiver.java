@@ -19,6 +19,8 @@ import java.util.List;
 final class DecodeKVReceiver implements KVReceiver {
     private final DecodeKVManager manager;
     private final DecodeRoom room;
+    /** Scheduler thread only: the terminal state once poll() returned it. */
+    private KVPoll concluded;
 
     DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
         this.manager = manager;
@@ -54,6 +56,7 @@ final class DecodeKVReceiver implements KVReceiver {
                     manager.engineRank(), manager.config().isMla(), info.attnCpSize(), false, info.ppSize(),
                     manager.config().ppSize(), manager.ppRank());
             List<DecodeRoom.Target> targets = new ArrayList<>();
+            room.targets = targets; // visible to forget() even if a later lookup fails
             for (int cp : mapping.targetCpRanks()) {
                 for (int tp : mapping.targetTpRanks()) {
                     for (int pp : mapping.targetPpRanks()) {
@@ -149,7 +152,12 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public KVPoll poll() {
+        if (concluded != null) return concluded;
         KVPoll st = manager.statuses.status(room.room);
+        if (st.isTerminal()) {
+            concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
+            return st;
+        }
         long sent = room.metadataSentNanos;
         if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && sent != 0) {
             double waited = (System.nanoTime() - sent) / 1e9;
@@ -166,6 +174,11 @@ final class DecodeKVReceiver implements KVReceiver {
         manager.statuses.fail(room.room, reason);
     }
 
+    @Override
+    public String toString() {
+        return "DecodeKVReceiver[room=" + room.room + ", bootstrap=" + room.bootstrapAddr + "]";
+    }
+
     private void notifyAbort() {
         if (!room.abortSent.compareAndSet(false, true)) return;
         for (DecodeRoom.Target t : room.targets) {
@@ -180,6 +193,8 @@ final class DecodeKVReceiver implements KVReceiver {
     @Override
     public void failureException() {
         String reason = manager.statuses.reason(room.room);
+        concluded = KVPoll.Failed;
+        manager.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         boolean fromAnother = reason == null;
         throw new KVTransferException(room.room,
                 fromAnother ? "Failed due to an unknown reason from another rank" : reason, fromAnother);

@@ -31,6 +31,44 @@ final class DecodeRoom {
     final AtomicLong bytesLanded = new AtomicLong();
     final AtomicBoolean abortSent = new AtomicBoolean();
     volatile boolean abortAcked;
+    /** Set once the first write lands, so the status table is touched once per room, not per write. */
+    volatile boolean transferring;
+
+    // Guarded by this: writes between gate and retirement, and whether new ones are refused.
+    private int landingsInFlight;
+    private boolean closed;
+
+    /** Registers a write that passed the gate; false when the room no longer accepts writes. */
+    synchronized boolean beginLanding() {
+        if (closed) return false;
+        landingsInFlight++;
+        return true;
+    }
+
+    synchronized void endLanding() {
+        if (--landingsInFlight == 0) notifyAll();
+    }
+
+    /** Refuses further writes and waits up to {@code millis} for those in flight; true when none is left. */
+    synchronized boolean closeAndDrain(long millis) {
+        closed = true;
+        long deadline = System.nanoTime() + millis * 1_000_000L;
+        while (landingsInFlight > 0) {
+            long left = (deadline - System.nanoTime()) / 1_000_000L;
+            if (left <= 0) return false;
+            try {
+                wait(left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return landingsInFlight == 0;
+            }
+        }
+        return true;
+    }
+
+    /** The write gate's per-landing token: the room it counts against and its destination. */
+    record Landing(DecodeRoom room, java.lang.foreign.MemorySegment target, long length)
+            implements io.kvferry.transport.WriteSink.Landing {}
 
     DecodeRoom(long room, String bootstrapAddr) {
         this.room = room;

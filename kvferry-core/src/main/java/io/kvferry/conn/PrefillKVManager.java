@@ -47,7 +47,10 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The prefill side of one rank: accepts decode connections, collects their transfer infos, and
@@ -77,6 +80,8 @@ public final class PrefillKVManager implements KVManager {
     private final Thread acceptor;
     private final Worker[] workers;
     private final byte[] authToken;
+    /** HELLO deadlines and the stalled-write watchdog. */
+    private final ScheduledExecutorService timer;
     private volatile boolean closed;
 
     public PrefillKVManager(KVArgs args, KVManagerConfig config, String backend) {
@@ -96,6 +101,18 @@ public final class PrefillKVManager implements KVManager {
         } catch (IOException e) {
             throw new IllegalStateException("cannot listen on " + config.listenHost() + ": " + e.getMessage(), e);
         }
+        timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
+                .name("kvferry-prefill-timer-" + args.engineRank).unstarted(r));
+        long stall = config.writeStallTimeout().toMillis();
+        timer.scheduleWithFixedDelay(() -> {
+            // A decode that stops reading would block a worker (and every room pinned to it) forever.
+            for (PeerSession s : sessions) {
+                if (s.connection.writeStalledFor() > stall) {
+                    log.warn("decode session {}: no write progress for {} ms; closing it", s, stall);
+                    s.connection.close();
+                }
+            }
+        }, Math.min(1000, stall), Math.min(1000, stall), TimeUnit.MILLISECONDS);
         workers = new Worker[config.transferWorkers()];
         for (int i = 0; i < workers.length; i++) {
             workers[i] = new Worker(i);
@@ -217,6 +234,10 @@ public final class PrefillKVManager implements KVManager {
                     throw new PlanException("decode session " + d.session().sessionId() + " expects " + dstAll.length
                             + " pages but prefill sends pages [" + sliceStart + ", " + (sliceStart + pages.length) + ")");
                 }
+                if (last && sliceStart + pages.length != dstAll.length) {
+                    throw new PlanException("decode session " + d.session().sessionId() + " expects " + dstAll.length
+                            + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
+                }
                 int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
                 runPlan(room, d, TransferPlanner.planKv(pages, dst, itemLens));
                 if (last) {
@@ -268,7 +289,8 @@ public final class PrefillKVManager implements KVManager {
                 }
                 try {
                     task.run();
-                } catch (RuntimeException e) {
+                } catch (Throwable e) {
+                    // Tasks fail their own room; anything escaping must not kill the worker and strand its queue.
                     log.error("transfer task failed unexpectedly", e);
                 }
             }
@@ -291,6 +313,14 @@ public final class PrefillKVManager implements KVManager {
             try {
                 PeerSession session = new PeerSession(new ControlConnection(ch));
                 sessions.add(session);
+                if (closed) {
+                    session.connection.close();
+                    return;
+                }
+                // A peer that connects but never registers must not hold a thread forever.
+                timer.schedule(() -> {
+                    if (session.hello == null) session.connection.close();
+                }, config.connectTimeout().toMillis(), TimeUnit.MILLISECONDS);
                 Thread.ofPlatform().daemon().name("kvferry-prefill-reader-" + engineRank)
                         .start(() -> readLoop(session));
             } catch (IOException e) {
@@ -433,6 +463,7 @@ public final class PrefillKVManager implements KVManager {
         if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
         room.requiredDstInfoNum = t.requiredDstInfoNum();
         if (room.destinations.size() >= t.requiredDstInfoNum()) {
+            room.freezeDestinations();
             statuses.update(t.room(), KVPoll.WaitingForInput);
         }
     }
@@ -529,6 +560,7 @@ public final class PrefillKVManager implements KVManager {
         }
         for (PeerSession s : new ArrayList<>(sessions)) s.connection.close();
         for (Worker w : workers) w.thread.interrupt();
+        timer.shutdownNow();
         try {
             acceptor.join(2000);
             for (Worker w : workers) w.thread.join(2000);

@@ -13,6 +13,8 @@ final class PrefillKVSender implements KVSender {
     private final PrefillKVManager manager;
     private final PrefillRoom room;
     private final String bootstrapAddr;
+    /** Scheduler thread only: the terminal state once poll() returned it. */
+    private KVPoll concluded;
 
     PrefillKVSender(PrefillKVManager manager, PrefillRoom room, String bootstrapAddr) {
         this.manager = manager;
@@ -104,7 +106,12 @@ final class PrefillKVSender implements KVSender {
 
     @Override
     public KVPoll poll() {
+        if (concluded != null) return concluded;
         KVPoll st = manager.statuses.status(room.room);
+        if (st.isTerminal()) {
+            concluded = st; // latched, as SGLang's conclude_state
+            return st;
+        }
         if (st == KVPoll.Bootstrapping) {
             double waited = (System.nanoTime() - room.createdNanos) / 1e9;
             if (waited > manager.config().bootstrapTimeout().toNanos() / 1e9) {
@@ -119,6 +126,8 @@ final class PrefillKVSender implements KVSender {
     @Override
     public void failureException() {
         String reason = manager.statuses.reason(room.room);
+        concluded = KVPoll.Failed;
+        manager.forget(room.room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         boolean fromAnother = reason == null;
         throw new KVTransferException(room.room,
                 fromAnother ? "Failed due to an unknown reason from another rank" : reason, fromAnother);

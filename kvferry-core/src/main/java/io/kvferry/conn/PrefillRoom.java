@@ -40,8 +40,20 @@ final class PrefillRoom {
         this.worker = worker;
     }
 
+    /** The destinations in a stable order, fixed once the room is WaitingForInput. */
+    private volatile List<Destination> frozen;
+
+    void freezeDestinations() {
+        frozen = sorted();
+    }
+
     /** Destinations in a stable order (by session id), so every chunk visits them the same way. */
     List<Destination> orderedDestinations() {
+        List<Destination> f = frozen;
+        return f != null ? f : sorted();
+    }
+
+    private List<Destination> sorted() {
         return destinations.values().stream()
                 .sorted((a, b) -> a.session().sessionId().compareTo(b.session().sessionId()))
                 .toList();

@@ -29,7 +29,23 @@ public final class CopyPlan {
         length = new long[cap];
     }
 
+    /**
+     * The largest single op: longer runs are split, so one op never pins a destination for long
+     * (clear() waits for landing ops) and fits a ByteBuffer view.
+     */
+    public static final long MAX_OP_BYTES = 4L << 20;
+
     void add(Region r, int comp, int buf, long src, long dst, long len) {
+        while (len > MAX_OP_BYTES) {
+            addOne(r, comp, buf, src, dst, MAX_OP_BYTES);
+            src += MAX_OP_BYTES;
+            dst += MAX_OP_BYTES;
+            len -= MAX_OP_BYTES;
+        }
+        addOne(r, comp, buf, src, dst, len);
+    }
+
+    private void addOne(Region r, int comp, int buf, long src, long dst, long len) {
         if (len == 0) return;
         if (size == region.length) {
             int cap = size * 2;

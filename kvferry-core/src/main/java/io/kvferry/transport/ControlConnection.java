@@ -48,12 +48,20 @@ public final class ControlConnection implements AutoCloseable {
     private final ByteBuffer[] batchHeaders = new ByteBuffer[WRITE_BATCH];
     private final ByteBuffer[] batchVector = new ByteBuffer[2 * WRITE_BATCH];
     /** Reader thread only. */
-    private final ByteBuffer readHeader = ByteBuffer.allocateDirect(Wire.HEADER_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    /**
+     * Reader thread only: bytes read ahead of the current frame. It never holds more than
+     * {@link #WRITE_FRAME_BYTES} bytes counted from a frame's start, so a read-ahead can pick up a
+     * whole WRITE header in one syscall but never a byte of a WRITE payload (the smallest frame plus
+     * a WRITE header is already longer), which therefore always lands straight in its destination.
+     */
+    private final ByteBuffer ahead = ByteBuffer.allocateDirect(WRITE_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN).flip();
     /** Reader thread only: grows up to the largest body seen, which the header check bounds. */
     private ByteBuffer readBody = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
     /** Reader thread only. */
     private ByteBuffer skipScratch;
     private volatile boolean closed;
+    /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
+    private volatile long writingSince;
 
     public ControlConnection(SocketChannel channel) throws IOException {
         this.channel = channel;
@@ -114,13 +122,15 @@ public final class ControlConnection implements AutoCloseable {
             writeFrame.flip();
             gather[0] = writeFrame;
             gather[1] = payload;
+            writingSince = System.nanoTime();
             while (writeFrame.hasRemaining() || payload.hasRemaining()) {
-                channel.write(gather);
+                if (channel.write(gather) > 0) writingSince = System.nanoTime();
             }
         } catch (IOException e) {
             closeQuietly();
             throw e;
         } finally {
+            writingSince = 0;
             gather[1] = null;
             writeLock.unlock();
         }
@@ -151,23 +161,40 @@ public final class ControlConnection implements AutoCloseable {
                             plan.srcOffset(op), plan.length(op)).asByteBuffer();
                     remaining += WRITE_FRAME_BYTES + plan.length(op);
                 }
-                while (remaining > 0) remaining -= channel.write(batchVector, 0, 2 * n);
+                writingSince = System.nanoTime();
+                while (remaining > 0) {
+                    long w = channel.write(batchVector, 0, 2 * n);
+                    if (w > 0) writingSince = System.nanoTime();
+                    remaining -= w;
+                }
             } catch (IOException e) {
                 closeQuietly();
                 throw e;
             } finally {
+                writingSince = 0;
                 Arrays.fill(batchVector, null);
                 writeLock.unlock();
             }
         }
     }
 
+    /** Milliseconds the current write has made no progress (0 when not writing). */
+    public long writeStalledFor() {
+        long since = writingSince;
+        return since == 0 ? 0 : (System.nanoTime() - since) / 1_000_000L;
+    }
+
     private void writeFully(ByteBuffer buf) throws IOException {
         try {
-            while (buf.hasRemaining()) channel.write(buf);
+            writingSince = System.nanoTime();
+            while (buf.hasRemaining()) {
+                if (channel.write(buf) > 0) writingSince = System.nanoTime();
+            }
         } catch (IOException e) {
             closeQuietly();
             throw e;
+        } finally {
+            writingSince = 0;
         }
     }
 
@@ -177,21 +204,39 @@ public final class ControlConnection implements AutoCloseable {
      * {@link #skipPayload} before reading again.
      */
     public ControlMessage read() throws IOException {
-        readHeader.clear();
-        readFully(readHeader);
-        readHeader.flip();
-        FrameCodec.Header header = FrameCodec.readHeader(readHeader);
-        if (readBody.capacity() < header.bodyLength()) {
-            readBody = ByteBuffer.allocate(header.bodyLength()).order(ByteOrder.LITTLE_ENDIAN);
+        fillAhead(Wire.HEADER_BYTES);
+        FrameCodec.Header header = FrameCodec.readHeader(ahead);
+        int bodyLength = header.bodyLength();
+        if (readBody.capacity() < bodyLength) {
+            readBody = ByteBuffer.allocate(bodyLength).order(ByteOrder.LITTLE_ENDIAN);
         }
-        readBody.clear().limit(header.bodyLength());
-        readFully(readBody);
+        readBody.clear().limit(bodyLength);
+        int fromAhead = Math.min(ahead.remaining(), bodyLength);
+        readBody.put(ahead.slice(ahead.position(), fromAhead));
+        ahead.position(ahead.position() + fromAhead);
+        readFully(readBody); // the rest of the body, read directly: never past this frame
         readBody.flip();
         return FrameCodec.decodeBody(header.type(), readBody);
     }
 
+    /** At a frame start: makes at least {@code need} unread bytes available in {@link #ahead}. */
+    private void fillAhead(int need) throws IOException {
+        if (ahead.remaining() >= need) return;
+        ahead.compact(); // kept bytes move to 0 = this frame's start; reads stop at the buffer's capacity
+        while (ahead.position() < need) {
+            if (channel.read(ahead) < 0) {
+                boolean clean = ahead.position() == 0;
+                ahead.flip();
+                if (clean) throw new EOFException("connection closed by " + peer);
+                throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
+            }
+        }
+        ahead.flip();
+    }
+
     /** Reads a WRITE payload straight into {@code destination} (its whole size). */
     public void readPayload(MemorySegment destination) throws IOException {
+        if (ahead.hasRemaining()) throw new IllegalStateException("read-ahead holds payload bytes: framing bug");
         readFully(destination.asByteBuffer());
     }
 
@@ -210,7 +255,6 @@ public final class ControlConnection implements AutoCloseable {
         while (buf.hasRemaining()) {
             int n = channel.read(buf);
             if (n < 0) {
-                if (buf.position() == 0 && buf == readHeader) throw new EOFException("connection closed by " + peer);
                 throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
             }
         }

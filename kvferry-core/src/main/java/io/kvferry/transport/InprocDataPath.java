@@ -24,13 +24,18 @@ public final class InprocDataPath implements DataPath {
     @Override
     public void write(long room, Region region, int component, int buffer, long dstOffset, MemorySegment source)
             throws IOException {
-        MemorySegment dst;
+        WriteSink.Landing landing;
         try {
-            dst = sink.resolve(room, region, component, buffer, dstOffset, source.byteSize());
+            landing = sink.begin(room, region, component, buffer, dstOffset, source.byteSize());
         } catch (WriteRejectedException e) {
             throw new IOException("decode rejected the write: " + e.getMessage());
         }
-        MemorySegment.copy(source, 0, dst, 0, source.byteSize());
-        sink.landed(room, source.byteSize());
+        boolean landed = false;
+        try {
+            MemorySegment.copy(source, 0, landing.target(), 0, source.byteSize());
+            landed = true;
+        } finally {
+            sink.end(landing, landed);
+        }
     }
 }

@@ -5,17 +5,24 @@ import io.kvferry.protocol.Region;
 import java.lang.foreign.MemorySegment;
 
 /**
- * The decode side's gate for incoming writes: resolves a write to the exact destination slice,
- * after checking it lies inside registered memory and inside the pages/rows/slots the room owns.
+ * The decode side's gate for incoming writes. {@link #begin} checks a write lies inside
+ * registered memory and inside the pages/rows/slots the room owns, and registers it as in flight;
+ * {@link #end} retires it. A room that is cleared waits for its in-flight writes, so no byte of a
+ * room lands after its receiver's {@code clear()} returned.
  */
 public interface WriteSink {
+    /** A write that passed the gate: where its bytes go. */
+    interface Landing {
+        MemorySegment target();
+    }
+
     /**
-     * @return the destination slice of exactly {@code length} bytes
-     * @throws WriteRejectedException naming why the write may not land (the room is failed by the caller)
+     * @return the landing whose target is exactly {@code length} bytes
+     * @throws WriteRejectedException naming why the write may not land
      */
-    MemorySegment resolve(long room, Region region, int component, int buffer, long offset, long length)
+    Landing begin(long room, Region region, int component, int buffer, long offset, long length)
             throws WriteRejectedException;
 
-    /** Accounts bytes that landed for a room (progress and metrics). */
-    void landed(long room, long bytes);
+    /** Retires a landing; {@code landed} says whether all its bytes were written. */
+    void end(Landing landing, boolean landed);
 }

@@ -127,8 +127,8 @@ class BadInputTest extends TransferTestBase {
         KVSender s = p.createSender(addr, 4242);
         assertEquals(KVPoll.Bootstrapping, s.poll());
         await(s::poll, KVPoll.Failed);
-        assertTrue(failure(s::failureException).contains("Request 4242 timed out after"));
-        assertTrue(failure(s::failureException).contains("in KVPoll.Bootstrapping"));
+        String why = failure(s::failureException);
+        assertTrue(why.contains("Request 4242 timed out after") && why.contains("in KVPoll.Bootstrapping"), why);
     }
 
     /**
