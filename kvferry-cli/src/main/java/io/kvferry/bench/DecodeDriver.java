@@ -29,7 +29,18 @@ public final class DecodeDriver {
     private final KvPattern pattern;
     private final AtomicInteger progress;
 
-    private record Flight(Workload.Request req, KVReceiver receiver, int[] pages, int row) {}
+    /** One request in flight; pages and row are allocated once the handshake finished (as SGLang's prealloc queue). */
+    private static final class Flight {
+        final Workload.Request req;
+        final KVReceiver receiver;
+        int[] pages;
+        int row = -1;
+
+        Flight(Workload.Request req, KVReceiver receiver) {
+            this.req = req;
+            this.receiver = receiver;
+        }
+    }
 
     public DecodeDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank,
                         AtomicInteger progress) {
@@ -54,22 +65,25 @@ public final class DecodeDriver {
         while (done < reqs.size()) {
             boolean moved = false;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
-                Workload.Request r = reqs.get(next);
-                int n = r.pagesToSend(workload.pageSize());
-                if (!pool.canAllocate(n)) break;
-                next++;
+                Workload.Request r = reqs.get(next++);
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
                 recv.init(0);
-                int[] pages = pool.allocatePages(n);
-                int row = pool.allocateRow();
-                int[][] state = pool.hasState() ? new int[][]{{row}} : null;
-                recv.sendMetadata(pages, row, state, r.prefixTokens());
-                inflight.add(new Flight(r, recv, pages, row));
+                inflight.add(new Flight(r, recv));
                 moved = true;
             }
             for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
                 Flight f = it.next();
                 KVPoll st = f.receiver.poll();
+                if (st == KVPoll.WaitingForInput && f.pages == null) {
+                    int n = f.req.pagesToSend(workload.pageSize());
+                    if (!pool.canAllocate(n)) continue;
+                    f.pages = pool.allocatePages(n);
+                    f.row = pool.allocateRow();
+                    int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
+                    f.receiver.sendMetadata(f.pages, f.row, state, f.req.prefixTokens());
+                    moved = true;
+                    continue;
+                }
                 if (st != KVPoll.Success && st != KVPoll.Failed) continue;
                 if (st == KVPoll.Success) {
                     if (verify(f)) {
@@ -92,8 +106,8 @@ public final class DecodeDriver {
                     }
                 }
                 f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
-                pool.freePages(f.pages);
-                pool.freeRow(f.row);
+                if (f.pages != null) pool.freePages(f.pages);
+                if (f.row >= 0) pool.freeRow(f.row);
                 it.remove();
                 done++;
                 if (progress != null) progress.incrementAndGet();

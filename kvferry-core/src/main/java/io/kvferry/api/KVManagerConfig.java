@@ -26,12 +26,15 @@ import java.time.Duration;
  * @param prefillHttpPort     published in the registration, for routers
  * @param writeStallTimeout   prefill: a connection whose write makes no progress this long is closed
  *                            (its rooms fail) so one stuck decode cannot block a transfer worker
+ * @param prefillInfoTimeout  decode: how long a receiver keeps retrying (once a second) to fetch an
+ *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart)
  */
 public record KVManagerConfig(
         int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
         int ppSize, boolean isMla, String bootstrapHost, int bootstrapPort, String listenHost,
         String authToken, int transferWorkers, Duration bootstrapTimeout, Duration waitingTimeout,
-        Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout) {
+        Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
+        Duration prefillInfoTimeout) {
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -70,6 +73,7 @@ public record KVManagerConfig(
         b.waitingTimeout = waitingTimeout; b.connectTimeout = connectTimeout;
         b.loadBalanceMethod = loadBalanceMethod; b.prefillHttpPort = prefillHttpPort;
         b.writeStallTimeout = writeStallTimeout;
+        b.prefillInfoTimeout = prefillInfoTimeout;
         return b;
     }
 
@@ -88,6 +92,7 @@ public record KVManagerConfig(
         private String loadBalanceMethod = "follow_bootstrap_room";
         private int prefillHttpPort;
         private Duration writeStallTimeout = Duration.ofSeconds(30);
+        private Duration prefillInfoTimeout = Duration.ofSeconds(15);
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -104,11 +109,13 @@ public record KVManagerConfig(
         public Builder loadBalanceMethod(String m) { loadBalanceMethod = m; return this; }
         public Builder prefillHttpPort(int p) { prefillHttpPort = p; return this; }
         public Builder writeStallTimeout(Duration d) { writeStallTimeout = d; return this; }
+        public Builder prefillInfoTimeout(Duration d) { prefillInfoTimeout = d; return this; }
 
         public KVManagerConfig build() {
             return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
                     bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
-                    waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout);
+                    waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout,
+                    prefillInfoTimeout);
         }
     }
 }

@@ -174,9 +174,9 @@ public final class DecodeKVManager implements KVManager, WriteSink {
 
     private BootstrapClient client(String addr) {
         if (closed) throw new IllegalStateException("the decode KV manager was torn down");
-        // Few, short retries: init() runs on the scheduler thread, which must not stall on one bad address.
+        // One try per call: init()/poll() run on the scheduler thread; the receiver retries a second later.
         return clients.computeIfAbsent(addr, a -> new BootstrapClient(a, config.authToken(),
-                new RetryPolicy(2, Duration.ofMillis(100), Duration.ofMillis(500), Duration.ofSeconds(3))));
+                new RetryPolicy(1, Duration.ofMillis(100), Duration.ofMillis(100), Duration.ofSeconds(3))));
     }
 
     PrefillServerInfo topology(String addr) {
@@ -187,6 +187,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         if (recent != null) {
             String[] parts = recent.split("\\|", 2);
             if (System.nanoTime() - Long.parseLong(parts[0]) < TOPOLOGY_RETRY_NANOS) throw new IllegalStateException(parts[1]);
+            recentFailures.remove(addr, recent);
         }
         try {
             info = client(addr).fetchTopology();

@@ -21,6 +21,9 @@ final class DecodeKVReceiver implements KVReceiver {
     private final DecodeRoom room;
     /** Scheduler thread only: the terminal state once poll() returned it. */
     private KVPoll concluded;
+    /** Scheduler thread only: 0 before init(), when init() started while bootstrapping, -1 once done. */
+    private long initPendingSince;
+    private int prefillDpRank;
 
     DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
         this.manager = manager;
@@ -34,10 +37,32 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public void init(int prefillDpRank) {
-        if (manager.statuses.status(room.room) != KVPoll.Bootstrapping) return;
+        if (manager.statuses.status(room.room) != KVPoll.Bootstrapping || initPendingSince != 0) return;
+        this.prefillDpRank = prefillDpRank;
+        initPendingSince = System.nanoTime();
+        tryBootstrap();
+    }
+
+    /**
+     * One bootstrap attempt. The prefill's topology being unavailable (not registered yet, registry
+     * unreachable) leaves the room Bootstrapping and poll() tries again, at most once a second per
+     * address, until {@code prefillInfoTimeout} — as SGLang retries pending requests for ~15 s.
+     * Any other problem fails the room at once.
+     */
+    private void tryBootstrap() {
         String addr = room.bootstrapAddr;
+        PrefillServerInfo info;
         try {
-            PrefillServerInfo info = manager.topology(addr);
+            info = manager.topology(addr);
+        } catch (RuntimeException e) {
+            double waited = (System.nanoTime() - initPendingSince) / 1e9;
+            if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
+                fail("Could not fetch prefill parallel info from " + addr + " after " + String.format("%.1f", waited)
+                        + " s: " + e.getMessage());
+            }
+            return;
+        }
+        try {
             if (info.pageSize() != manager.pageSize()) {
                 fail("page_size mismatch: prefill at " + addr + " uses " + info.pageSize() + ", decode uses "
                         + manager.pageSize() + "; both servers must use the same --page-size value");
@@ -70,6 +95,7 @@ final class DecodeKVReceiver implements KVReceiver {
             room.targets = List.copyOf(targets);
             room.requiredResponses = mapping.requiredPrefillResponseNum();
             room.requiredDstInfoNum = mapping.requiredDstInfoNum();
+            initPendingSince = -1;
             manager.statuses.update(room.room, KVPoll.WaitingForInput);
         } catch (IOException | RuntimeException e) {
             fail("Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
@@ -157,6 +183,10 @@ final class DecodeKVReceiver implements KVReceiver {
         if (st.isTerminal()) {
             concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
             return st;
+        }
+        if (st == KVPoll.Bootstrapping && initPendingSince > 0) {
+            tryBootstrap();
+            st = manager.statuses.status(room.room);
         }
         long sent = room.metadataSentNanos;
         if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && sent != 0) {

@@ -151,22 +151,40 @@ class SafetyTest extends TransferTestBase {
     }
 
     @Test
-    void anUnreachableBootstrapFailsFastWithoutStallingTheScheduler() {
+    void anUnreachableBootstrapIsRetriedWithoutStallingTheSchedulerThenFails() throws Exception {
         TestRank dm = rank();
-        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofMillis(1500)).build(), 0, PAGE_SIZE);
         KVReceiver r = d.createReceiver("127.0.0.1:1", 5);
         long t0 = System.nanoTime();
         r.init(0);
         double first = (System.nanoTime() - t0) / 1e9;
-        assertEquals(KVPoll.Failed, r.poll());
-        assertTrue(failure(r::failureException).contains("Could not bootstrap with prefill at 127.0.0.1:1"));
+        assertEquals(KVPoll.Bootstrapping, r.poll(), "an unavailable prefill is retried, not failed at once");
         KVReceiver r2 = d.createReceiver("127.0.0.1:1", 6);
         long t1 = System.nanoTime();
         r2.init(0);
         double second = (System.nanoTime() - t1) / 1e9;
         assertTrue(first < 3.0, "first init took " + first + " s");
-        assertTrue(second < 0.2, "a recent failure should answer at once; took " + second + " s");
-        assertEquals(KVPoll.Failed, r2.poll());
+        assertTrue(second < 0.2, "a lookup that just failed is not repeated within a second; took " + second + " s");
+        assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
+        String why = failure(r::failureException);
+        assertTrue(why.contains("Could not fetch prefill parallel info from 127.0.0.1:1 after"), why);
     }
 
+    /** A decode that starts before its prefill registered waits for it instead of failing its requests. */
+    @Test
+    void decodeStartedBeforePrefillRegistrationWaitsForIt() {
+        TestRank pm = rank(), dm = rank();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 31);
+        r.init(0);
+        assertEquals(KVPoll.Bootstrapping, r.poll());
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        await(r::poll, KVPoll.WaitingForInput);
+        KVSender s = p.createSender(addr, 31);
+        r.sendMetadata(new int[]{4}, 0, null, 0);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1, 0);
+        s.send(new int[]{9});
+        await(r::poll, KVPoll.Success);
+    }
 }
