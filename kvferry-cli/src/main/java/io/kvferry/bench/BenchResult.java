@@ -11,6 +11,8 @@ import java.util.Map;
  * @param gbps              verified KV bytes per second, in GB/s (10^9 bytes per second)
  * @param memcpyGbps        single-thread MemorySegment.copy of the same item sizes, same run, GB/s
  * @param ratioToMemcpy     gbps / memcpy_gbps
+ * @param iperf3Gbps        single-stream iperf3 over loopback, same run (null unless asked for and installed)
+ * @param ratioToIperf3     gbps / iperf3_gbps
  */
 public record BenchResult(
         String model, String transport, boolean processes, int tp,
@@ -21,4 +23,6 @@ public record BenchResult(
         @JsonProperty("latency_ms") Map<String, Double> latencyMs,
         @JsonProperty("memcpy_gbps") double memcpyGbps,
         @JsonProperty("ratio_to_memcpy") double ratioToMemcpy,
+        @JsonProperty("iperf3_gbps") Double iperf3Gbps,
+        @JsonProperty("ratio_to_iperf3") Double ratioToIperf3,
         @JsonProperty("first_failures") List<String> firstFailures) {}

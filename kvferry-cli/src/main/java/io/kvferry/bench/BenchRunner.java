@@ -24,6 +24,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -33,6 +34,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class BenchRunner {
     private static final ObjectMapper JSON = new ObjectMapper();
+    private static final int PREFILL_GRACE_SECONDS = 20;
 
     private final BenchConfig config;
     private final PrintStream progressOut;
@@ -43,12 +45,21 @@ public final class BenchRunner {
     }
 
     public BenchResult run(boolean processes) throws Exception {
+        return run(processes, false);
+    }
+
+    /** @param iperf3 also measure iperf3's loopback bandwidth as a TCP baseline */
+    public BenchResult run(boolean processes, boolean iperf3) throws Exception {
         long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.tp());
         double memcpy = MemcpyBaseline.measure(itemBytes);
+        double iperf = iperf3 ? IperfBaseline.measure() : -1;
+        if (iperf3 && iperf < 0 && progressOut != null) {
+            progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
+        }
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
             String addr = "127.0.0.1:" + registry.port();
             List<RoleReport> reports = processes ? runProcesses(addr) : runEmbedded(addr);
-            return merge(reports, processes, memcpy);
+            return merge(reports, processes, memcpy, iperf);
         }
     }
 
@@ -139,8 +150,20 @@ public final class BenchRunner {
             try {
                 Future<List<RoleReport>> p = exec.submit(() -> collect(prefill, "prefill"));
                 Future<List<RoleReport>> d = exec.submit(() -> collect(decode, "decode"));
-                List<RoleReport> out = new ArrayList<>(get(p));
-                out.addAll(get(d));
+                List<RoleReport> out = new ArrayList<>(get(d));
+                try {
+                    out.addAll(p.get(PREFILL_GRACE_SECONDS, TimeUnit.SECONDS));
+                } catch (TimeoutException e) {
+                    // Decode is done; prefill rooms whose decode failed before sending metadata would wait for
+                    // the bootstrap timeout (300 s). The decode report already counts those requests as failed.
+                    if (progressOut != null) {
+                        progressOut.println("[bench] prefill still waiting " + PREFILL_GRACE_SECONDS
+                                + " s after decode finished (requests decode failed); stopping it");
+                    }
+                    prefill.destroyForcibly();
+                } catch (ExecutionException e) {
+                    if (progressOut != null) progressOut.println("[bench] prefill process: " + e.getCause().getMessage());
+                }
                 return out;
             } finally {
                 exec.shutdownNow();
@@ -174,7 +197,7 @@ public final class BenchRunner {
 
     // ------------------------------------------------------------------ merge
 
-    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy) {
+    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf) {
         int n = config.workload().requests();
         Set<Integer> failedIdx = new HashSet<>();
         long verified = 0;
@@ -199,7 +222,8 @@ public final class BenchRunner {
         double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
         return new BenchResult(config.shape().name(), config.transport(), processes, config.tp(), n, n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
-                memcpy > 0 ? round(gbps / memcpy) : 0, failures);
+                memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,
+                iperf > 0 ? round(gbps / iperf) : null, failures);
     }
 
     private static double round(double v) {

@@ -21,6 +21,9 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--processes", description = "Run prefill and decode as separate JVMs.")
     boolean processes;
 
+    @Option(names = "--iperf3", description = "Also measure single-stream iperf3 over loopback as the TCP baseline (needs iperf3).")
+    boolean iperf3;
+
     @Option(names = "--json", description = "Print the summary as one JSON object on the last line.")
     boolean json;
 
@@ -33,6 +36,10 @@ public final class BenchCommand implements Callable<Integer> {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;
         }
+        if (processes && config.transport().equals("inproc")) {
+            System.err.println("kvferry bench: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
+            return 2;
+        }
         long perRequest = config.shape().bytesPerToken(config.tp()) * config.workload().promptTokens() * config.tp();
         System.err.printf("[bench] model=%s transport=%s tp=%d requests=%d prompt=%d tokens (~%.1f MiB KV each), "
                         + "page=%d, chunk=%d tokens, concurrency=%d, %s%n",
@@ -40,12 +47,15 @@ public final class BenchCommand implements Callable<Integer> {
                 config.workload().promptTokens(), perRequest / 1048576.0, config.workload().pageSize(),
                 config.workload().chunkTokens(), config.workload().concurrency(),
                 processes ? "separate processes" : "one JVM");
-        BenchResult r = new BenchRunner(config, System.err).run(processes);
+        BenchResult r = new BenchRunner(config, System.err).run(processes, iperf3);
         System.out.printf("requests=%d succeeded=%d failed=%d corrupted=%d verified=%.2f GiB in %.2f s -> %.2f GB/s "
                         + "(memcpy baseline %.2f GB/s, ratio %.2f); latency p50=%.1f ms p99=%.1f ms%n",
                 r.requests(), r.succeeded(), r.failed(), r.corrupted(), r.verifiedBytes() / 1073741824.0,
                 r.elapsedSeconds(), r.gbps(), r.memcpyGbps(), r.ratioToMemcpy(), r.latencyMs().get("p50"),
                 r.latencyMs().get("p99"));
+        if (r.iperf3Gbps() != null) {
+            System.out.printf("iperf3 loopback baseline %.2f GB/s, ratio %.2f%n", r.iperf3Gbps(), r.ratioToIperf3());
+        }
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));
         return r.failed() == 0 && r.corrupted() == 0 ? 0 : 1;

@@ -62,6 +62,7 @@ class BenchCommandTest {
     void badOptionsGiveAClearErrorAndExitCode() {
         assertEquals(2, run("bench", "--transport", "carrier-pigeon").code());
         assertEquals(2, run("bench", "--model", "gpt-17").code());
+        assertEquals(2, run("bench", "--transport", "inproc", "--processes").code());
         assertTrue(run("bench", "--requests", "many").code() != 0);
     }
 }
