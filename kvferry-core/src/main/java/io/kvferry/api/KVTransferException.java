@@ -16,6 +16,16 @@ public final class KVTransferException extends RuntimeException {
         this.fromAnotherRank = fromAnotherRank;
     }
 
+    /**
+     * The exception for a failed room: its recorded reason, or — when this rank recorded none —
+     * SGLang's "unknown reason from another rank" with {@link #isFromAnotherRank()} set.
+     */
+    public static KVTransferException forRoom(long bootstrapRoom, String recordedReason) {
+        return recordedReason == null
+                ? new KVTransferException(bootstrapRoom, "Failed due to an unknown reason from another rank", true)
+                : new KVTransferException(bootstrapRoom, recordedReason, false);
+    }
+
     public long bootstrapRoom() {
         return bootstrapRoom;
     }

@@ -225,9 +225,7 @@ final class DecodeKVReceiver implements KVReceiver {
         String reason = manager.statuses.reason(room.room);
         concluded = KVPoll.Failed;
         manager.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
-        boolean fromAnother = reason == null;
-        throw new KVTransferException(room.room,
-                fromAnother ? "Failed due to an unknown reason from another rank" : reason, fromAnother);
+        throw KVTransferException.forRoom(room.room, reason);
     }
 
     @Override

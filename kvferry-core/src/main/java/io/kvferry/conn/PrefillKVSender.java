@@ -128,9 +128,7 @@ final class PrefillKVSender implements KVSender {
         String reason = manager.statuses.reason(room.room);
         concluded = KVPoll.Failed;
         manager.forget(room.room); // as SGLang: the failure is latched and the room's bookkeeping dropped
-        boolean fromAnother = reason == null;
-        throw new KVTransferException(room.room,
-                fromAnother ? "Failed due to an unknown reason from another rank" : reason, fromAnother);
+        throw KVTransferException.forRoom(room.room, reason);
     }
 
     @Override
