@@ -280,7 +280,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private void onWrite(PrefillLink link, WriteHeader w) throws IOException {
         DecodeRoom.Landing landing;
         try {
-            landing = begin(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length());
+            landing = begin(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.span(), w.length());
         } catch (WriteRejectedException e) {
             if (e.fatal()) throw new ProtocolException("write from " + link + " rejected: " + e.getMessage());
             link.connection.skipPayload(w.length());
@@ -289,7 +289,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         }
         boolean landed = false;
         try {
-            link.connection.readPayload(landing.target());
+            if (w.strided()) link.connection.readStridedPayload(w, landing.target());
+            else link.connection.readPayload(landing.target());
             landed = true;
         } finally {
             end(landing, landed);
@@ -345,8 +346,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     // ------------------------------------------------------------------ WriteSink
 
     @Override
-    public DecodeRoom.Landing begin(long room, Region region, int component, int buffer, long offset, long length)
-            throws WriteRejectedException {
+    public DecodeRoom.Landing begin(long room, Region region, int component, int buffer, long offset, long length,
+                                    long payload) throws WriteRejectedException {
         if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
         MemorySegment seg = memory.segmentOrNull(region, component, buffer);
         if (seg == null) throw new WriteRejectedException("no registered " + region + " buffer " + component + "/" + buffer, true);
@@ -364,6 +365,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         DecodeRoom.Allowance a = r.allowance;
         if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
         if (length == 0) return admit(r, seg.asSlice(offset, 0), 0);
+        if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
         long item = memory.itemLen(region, component, buffer);
         switch (region) {
             case KV -> requireOwned(a.sortedPages(), offset, length, item, "KV buffer " + buffer + " page", room);
@@ -385,7 +387,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             r.transferring = true;
             statuses.update(room, KVPoll.Transferring);
         }
-        return admit(r, seg.asSlice(offset, length), length);
+        return admit(r, seg.asSlice(offset, length), payload);
     }
 
     private static DecodeRoom.Landing admit(DecodeRoom r, MemorySegment target, long length) throws WriteRejectedException {

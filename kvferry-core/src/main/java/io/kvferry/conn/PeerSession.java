@@ -1,5 +1,6 @@
 package io.kvferry.conn;
 
+import io.kvferry.plan.HeadSlice;
 import io.kvferry.protocol.Hello;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DataPath;
@@ -15,6 +16,8 @@ final class PeerSession {
     final ControlConnection connection;
     volatile Hello hello;
     volatile DataPath dataPath;
+    /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */
+    volatile HeadSlice[] kvSlices;
     /** Rooms that hold a destination on this session, so its loss fails exactly them. */
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
 

@@ -9,6 +9,7 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
+import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.PlanException;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.plan.TransferPlanner;
@@ -71,6 +72,7 @@ public final class PrefillKVManager implements KVManager {
     private final int pageSize;
     private final String kvCacheDtype;
     private final int ppRank;
+    private final int totalKvHeads;
     private final int uniqueRank;
     private final String backend;
     final RoomStatusTable statuses = new RoomStatusTable();
@@ -91,6 +93,7 @@ public final class PrefillKVManager implements KVManager {
         this.pageSize = args.pageSize;
         this.kvCacheDtype = args.kvCacheDtypeStr;
         this.ppRank = args.ppRank;
+        this.totalKvHeads = args.totalKvHeadNum;
         this.backend = backend;
         this.uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
                 config.attnCpRank(), config.attnCpSize());
@@ -239,7 +242,11 @@ public final class PrefillKVManager implements KVManager {
                             + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
                 }
                 int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
-                runPlan(room, d, TransferPlanner.planKv(pages, dst, itemLens));
+                HeadSlice[] slices = d.session().kvSlices;
+                runPlan(room, d, slices == null
+                        ? TransferPlanner.planKv(pages, dst, itemLens)
+                        : TransferPlanner.planKvSliced(pages, dst, itemLens, d.session().hello.memory().kvItemLens(),
+                                pageSize, slices));
                 if (last) {
                     runPlan(room, d, TransferPlanner.planState(memory.stateTypes(), stateIndices,
                             d.info().stateIndices(), memory.stateItemLens(),
@@ -379,6 +386,7 @@ public final class PrefillKVManager implements KVManager {
         } else {
             path = new TcpDataPath(session.connection);
         }
+        session.kvSlices = headSlices(h);
         // A decode restarted with the same session id replaces its old session.
         for (PeerSession old : sessions) {
             if (old != session && old.hello != null && old.hello.sessionId().equals(h.sessionId())) old.connection.close();
@@ -387,6 +395,18 @@ public final class PrefillKVManager implements KVManager {
         session.hello = h;
         session.connection.send(new HelloAck(true, "", engineRank, uniqueRank));
         log.debug("decode session {} registered ({} data path)", session, path.name());
+    }
+
+    /** Head slices for an MHA decode with another attention-TP size; null when pages copy whole. */
+    private HeadSlice[] headSlices(Hello h) {
+        if (config.isMla() || h.attnTpSize() == config.attnTpSize()) return null;
+        long[] mine = memory.kvItemLens();
+        HeadSlice[] slices = new HeadSlice[mine.length];
+        for (int b = 0; b < mine.length; b++) {
+            slices[b] = HeadSlice.resolve(totalKvHeads, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
+                    h.engineRank() % h.attnTpSize(), mine[b], h.memory().kvItemLens()[b], pageSize);
+        }
+        return slices;
     }
 
     /** Returns why a decode's registration cannot be served, or null. */
@@ -406,17 +426,30 @@ public final class PrefillKVManager implements KVManager {
             return "kv_cache_dtype mismatch: prefill uses " + kvCacheDtype + ", decode uses " + h.kvCacheDtype();
         }
         MemoryDescriptor d = h.memory();
-        if (!config.isMla() && h.attnTpSize() != config.attnTpSize()) {
-            return "heterogeneous attention TP (prefill " + config.attnTpSize() + ", decode " + h.attnTpSize()
-                    + ") needs head slicing, which this version does not support for MHA";
-        }
         long[] mine = memory.kvItemLens();
         if (d.kvItemLens().length != mine.length) {
             return "KV buffer count mismatch: prefill registered " + mine.length + ", decode " + d.kvItemLens().length;
         }
-        for (int i = 0; i < mine.length; i++) {
-            if (d.kvItemLens()[i] != mine[i]) {
-                return "KV buffer " + i + " page size in bytes differs: prefill " + mine[i] + ", decode " + d.kvItemLens()[i];
+        boolean sliced = !config.isMla() && h.attnTpSize() != config.attnTpSize();
+        if (sliced) {
+            int big = Math.max(h.attnTpSize(), config.attnTpSize()), small = Math.min(h.attnTpSize(), config.attnTpSize());
+            if (big % small != 0) {
+                return "attention TP sizes must divide one another: prefill " + config.attnTpSize() + ", decode " + h.attnTpSize();
+            }
+            try {
+                headSlices(h);
+            } catch (RuntimeException e) {
+                return "cannot slice KV heads between prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize()
+                        + ": " + e.getMessage();
+            }
+            if (memory.stateComponentCount() > 0) {
+                return "state components with different attention TP need state resharding, which this version does not do";
+            }
+        } else {
+            for (int i = 0; i < mine.length; i++) {
+                if (d.kvItemLens()[i] != mine[i]) {
+                    return "KV buffer " + i + " page size in bytes differs: prefill " + mine[i] + ", decode " + d.kvItemLens()[i];
+                }
             }
         }
         long[] aux = memory.auxItemLens();

@@ -17,6 +17,9 @@ public final class CopyPlan {
     private long[] srcOffset;
     private long[] dstOffset;
     private long[] length;
+    private long[] pieceLength;
+    private long[] srcStride;
+    private long[] dstStride;
     private int size;
 
     CopyPlan(int expected) {
@@ -27,6 +30,9 @@ public final class CopyPlan {
         srcOffset = new long[cap];
         dstOffset = new long[cap];
         length = new long[cap];
+        pieceLength = new long[cap];
+        srcStride = new long[cap];
+        dstStride = new long[cap];
     }
 
     /**
@@ -46,6 +52,26 @@ public final class CopyPlan {
     }
 
     private void addOne(Region r, int comp, int buf, long src, long dst, long len) {
+        addStrided(r, comp, buf, src, dst, len, len, len, len);
+    }
+
+    /**
+     * Adds {@code count} pieces of {@code piece} bytes: piece i moves from {@code src + i*srcStride}
+     * to {@code dst + i*dstStride}. Split into ops of at most {@link #MAX_OP_BYTES} payload.
+     */
+    void addPieces(Region r, int comp, int buf, long src, long dst, long piece, long count, long srcStride, long dstStride) {
+        if (piece == srcStride && piece == dstStride) {
+            add(r, comp, buf, src, dst, piece * count);
+            return;
+        }
+        long perOp = Math.max(1, MAX_OP_BYTES / piece);
+        for (long done = 0; done < count; done += perOp) {
+            long n = Math.min(perOp, count - done);
+            addStrided(r, comp, buf, src + done * srcStride, dst + done * dstStride, n * piece, piece, srcStride, dstStride);
+        }
+    }
+
+    private void addStrided(Region r, int comp, int buf, long src, long dst, long len, long piece, long sStride, long dStride) {
         if (len == 0) return;
         if (size == region.length) {
             int cap = size * 2;
@@ -55,6 +81,9 @@ public final class CopyPlan {
             srcOffset = Arrays.copyOf(srcOffset, cap);
             dstOffset = Arrays.copyOf(dstOffset, cap);
             length = Arrays.copyOf(length, cap);
+            pieceLength = Arrays.copyOf(pieceLength, cap);
+            srcStride = Arrays.copyOf(srcStride, cap);
+            dstStride = Arrays.copyOf(dstStride, cap);
         }
         region[size] = r;
         component[size] = comp;
@@ -62,6 +91,9 @@ public final class CopyPlan {
         srcOffset[size] = src;
         dstOffset[size] = dst;
         length[size] = len;
+        pieceLength[size] = piece;
+        srcStride[size] = sStride;
+        dstStride[size] = dStride;
         size++;
     }
 
@@ -71,7 +103,18 @@ public final class CopyPlan {
     public int buffer(int op) { return buffer[op]; }
     public long srcOffset(int op) { return srcOffset[op]; }
     public long dstOffset(int op) { return dstOffset[op]; }
+    /** Payload bytes of the op (all pieces). */
     public long length(int op) { return length[op]; }
+    /** Bytes of one piece; equals {@link #length} for a contiguous op. */
+    public long pieceLength(int op) { return pieceLength[op]; }
+    public long srcStride(int op) { return srcStride[op]; }
+    public long dstStride(int op) { return dstStride[op]; }
+    public boolean strided(int op) { return pieceLength[op] != length[op]; }
+    public long pieces(int op) { return length[op] / pieceLength[op]; }
+    /** Bytes from the first piece's start to the last piece's end, at the source. */
+    public long srcSpan(int op) { return strided(op) ? (pieces(op) - 1) * srcStride[op] + pieceLength[op] : length[op]; }
+    /** Bytes from the first piece's start to the last piece's end, at the destination. */
+    public long dstSpan(int op) { return strided(op) ? (pieces(op) - 1) * dstStride[op] + pieceLength[op] : length[op]; }
 
     public long totalBytes() {
         long t = 0;
@@ -86,6 +129,10 @@ public final class CopyPlan {
             if (i > 0) sb.append(", ");
             sb.append(region[i]).append(':').append(component[i]).append('/').append(buffer[i]).append(' ')
                     .append(srcOffset[i]).append("->").append(dstOffset[i]).append(" x").append(length[i]);
+            if (pieceLength[i] != length[i]) {
+                sb.append(" (pieces of ").append(pieceLength[i]).append(", strides ").append(srcStride[i]).append('/')
+                        .append(dstStride[i]).append(')');
+            }
         }
         return sb.append(']').toString();
     }

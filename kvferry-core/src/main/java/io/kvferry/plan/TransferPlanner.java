@@ -34,6 +34,27 @@ public final class TransferPlanner {
         }
     }
 
+    /**
+     * Head-sliced KV ops (MHA/GQA with different TP): per (buffer, run), one strided op whose pieces
+     * are the slice's heads of each token, gathered on the sending side. Buffers pair by index and
+     * each side's page layout is given by its own item lengths.
+     */
+    public static CopyPlan planKvSliced(int[] srcPages, int[] dstPages, long[] srcItemLens, long[] dstItemLens,
+                                        int pageSize, HeadSlice[] slices) {
+        PageRuns runs = PageRuns.group(srcPages, dstPages);
+        CopyPlan plan = new CopyPlan(runs.count() * srcItemLens.length);
+        for (int b = 0; b < srcItemLens.length; b++) {
+            HeadSlice s = slices[b];
+            for (int r = 0; r < runs.count(); r++) {
+                long src = runs.srcStart(r) * srcItemLens[b] + s.srcHeadStart() * s.headBytes();
+                long dst = runs.dstStart(r) * dstItemLens[b] + s.dstHeadStart() * s.headBytes();
+                plan.addPieces(Region.KV, 0, b, src, dst, s.pieceBytes(), (long) runs.length(r) * pageSize,
+                        s.srcTokenBytes(), s.dstTokenBytes());
+            }
+        }
+        return plan;
+    }
+
     /** Aux ops: one row per metadata buffer, from the prefill's row to the decode's row. */
     public static CopyPlan planAux(int srcAuxIndex, int dstAuxIndex, long[] itemLens) {
         CopyPlan plan = new CopyPlan(itemLens.length);

@@ -83,7 +83,8 @@ public final class FrameCodec {
             }
             case WriteHeader w -> {
                 ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
-                putWriteFrame(out, w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length());
+                putWriteFrame(out, w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length(),
+                        w.pieceLength(), w.dstStride());
                 return out.flip();
             }
         }
@@ -97,12 +98,20 @@ public final class FrameCodec {
         return out.flip();
     }
 
-    /** Puts a complete WRITE header frame (without payload) into {@code out}; allocation-free for the hot path. */
+    /** Puts a complete contiguous WRITE header frame (without payload) into {@code out}. */
     public static void putWriteFrame(ByteBuffer out, long room, Region region, int component, int buffer,
                                      long offset, long length) {
+        putWriteFrame(out, room, region, component, buffer, offset, length, length, length);
+    }
+
+    /** Puts a complete WRITE header frame (without payload) into {@code out}; allocation-free for the hot path. */
+    public static void putWriteFrame(ByteBuffer out, long room, Region region, int component, int buffer,
+                                     long offset, long length, long pieceLength, long dstStride) {
+        if (component < 0 || component > 0xFFFF) throw new IllegalArgumentException("component " + component + " is outside [0, 65535]");
+        if (buffer < 0) throw new IllegalArgumentException("buffer index " + buffer + " is negative");
         putHeader(out, MessageType.WRITE, WriteHeader.BODY_BYTES);
         out.putLong(room).put((byte) region.code()).put((byte) 0).putShort((short) component)
-                .putInt(buffer).putLong(offset).putLong(length);
+                .putInt(buffer).putLong(offset).putLong(length).putLong(pieceLength).putLong(dstStride);
     }
 
     private static void encodeHello(Sink b, Hello h) {
@@ -250,12 +259,24 @@ public final class FrameCodec {
     private static WriteHeader decodeWrite(ByteBuffer in) throws ProtocolException {
         long room = in.getLong();
         Region region = Region.fromCode(in.get() & 0xFF);
-        in.get(); // pad
+        int pad = in.get() & 0xFF;
+        if (pad != 0) throw new ProtocolException("WRITE pad byte must be 0, got " + pad);
         int component = in.getShort() & 0xFFFF;
         int buffer = nonNegative(in.getInt(), "buffer index");
         long offset = nonNegative(in.getLong(), "write offset");
         long length = nonNegative(in.getLong(), "write length");
-        return new WriteHeader(room, region, component, buffer, offset, length);
+        long piece = nonNegative(in.getLong(), "write piece length");
+        long stride = nonNegative(in.getLong(), "write destination stride");
+        if (length > 0 && (piece == 0 || length % piece != 0)) {
+            throw new ProtocolException("WRITE length " + length + " is not a whole number of " + piece + "-byte pieces");
+        }
+        if (piece != length && stride < piece) {
+            throw new ProtocolException("strided WRITE pieces of " + piece + " bytes overlap at stride " + stride);
+        }
+        if (piece != length && (length / piece - 1) > (Long.MAX_VALUE - piece) / Math.max(1, stride)) {
+            throw new ProtocolException("strided WRITE span overflows");
+        }
+        return new WriteHeader(room, region, component, buffer, offset, length, piece, stride);
     }
 
     // ---------------------------------------------------------------- field helpers

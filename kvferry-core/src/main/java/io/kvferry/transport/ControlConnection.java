@@ -11,6 +11,7 @@ import io.kvferry.protocol.WriteHeader;
 
 import java.io.EOFException;
 import java.io.IOException;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import java.net.StandardSocketOptions;
@@ -59,6 +60,9 @@ public final class ControlConnection implements AutoCloseable {
     private ByteBuffer readBody = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
     /** Reader thread only. */
     private ByteBuffer skipScratch;
+    /** Guarded by writeLock / reader thread only: staging for strided (head-sliced) writes, made on first use. */
+    private MemorySegment sendStaging;
+    private MemorySegment recvStaging;
     private volatile boolean closed;
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
@@ -143,38 +147,107 @@ public final class ControlConnection implements AutoCloseable {
      */
     public void writePlan(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled)
             throws IOException {
-        for (int first = 0; first < plan.size(); first += WRITE_BATCH) {
+        int op = 0;
+        while (op < plan.size()) {
             if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
-            int n = Math.min(WRITE_BATCH, plan.size() - first);
-            writeLock.lock();
-            try {
-                long remaining = 0;
-                for (int i = 0; i < n; i++) {
-                    int op = first + i;
-                    ByteBuffer h = batchHeaders[i];
-                    h.clear();
-                    FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.buffer(op),
-                            plan.dstOffset(op), plan.length(op));
-                    h.flip();
-                    batchVector[2 * i] = h;
-                    batchVector[2 * i + 1] = source.slice(plan.region(op), plan.component(op), plan.buffer(op),
-                            plan.srcOffset(op), plan.length(op)).asByteBuffer();
-                    remaining += WRITE_FRAME_BYTES + plan.length(op);
-                }
-                writingSince = System.nanoTime();
-                while (remaining > 0) {
-                    long w = channel.write(batchVector, 0, 2 * n);
-                    if (w > 0) writingSince = System.nanoTime();
-                    remaining -= w;
-                }
-            } catch (IOException e) {
-                closeQuietly();
-                throw e;
-            } finally {
-                writingSince = 0;
-                Arrays.fill(batchVector, null);
-                writeLock.unlock();
+            if (plan.strided(op)) {
+                writeStrided(room, plan, op, source);
+                op++;
+                continue;
             }
+            int n = 0;
+            while (n < WRITE_BATCH && op + n < plan.size() && !plan.strided(op + n)) n++;
+            writeBatch(room, plan, op, n, source);
+            op += n;
+        }
+    }
+
+    /** Up to {@value #WRITE_BATCH} contiguous ops in one gathering syscall, straight from source memory. */
+    private void writeBatch(long room, CopyPlan plan, int first, int n, RegisteredMemory source) throws IOException {
+        writeLock.lock();
+        try {
+            long remaining = 0;
+            for (int i = 0; i < n; i++) {
+                int op = first + i;
+                ByteBuffer h = batchHeaders[i];
+                h.clear();
+                FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.buffer(op),
+                        plan.dstOffset(op), plan.length(op));
+                h.flip();
+                batchVector[2 * i] = h;
+                batchVector[2 * i + 1] = source.slice(plan.region(op), plan.component(op), plan.buffer(op),
+                        plan.srcOffset(op), plan.length(op)).asByteBuffer();
+                remaining += WRITE_FRAME_BYTES + plan.length(op);
+            }
+            writingSince = System.nanoTime();
+            while (remaining > 0) {
+                long w = channel.write(batchVector, 0, 2 * n);
+                if (w > 0) writingSince = System.nanoTime();
+                remaining -= w;
+            }
+        } catch (IOException e) {
+            closeQuietly();
+            throw e;
+        } finally {
+            writingSince = 0;
+            Arrays.fill(batchVector, null);
+            writeLock.unlock();
+        }
+    }
+
+    /**
+     * A strided op (head-sliced KV): its pieces are gathered into a native staging buffer (one
+     * memory copy, no heap) and sent as one WRITE, so a slice moves in one large operation rather
+     * than one per token per head.
+     */
+    private void writeStrided(long room, CopyPlan plan, int op, RegisteredMemory source) throws IOException {
+        long length = plan.length(op), piece = plan.pieceLength(op), stride = plan.srcStride(op);
+        MemorySegment src = source.slice(plan.region(op), plan.component(op), plan.buffer(op), plan.srcOffset(op),
+                plan.srcSpan(op));
+        writeLock.lock();
+        try {
+            if (sendStaging == null) sendStaging = Arena.ofAuto().allocate(CopyPlan.MAX_OP_BYTES, 64);
+            for (long i = 0, n = length / piece; i < n; i++) {
+                MemorySegment.copy(src, i * stride, sendStaging, i * piece, piece);
+            }
+            ByteBuffer h = batchHeaders[0];
+            h.clear();
+            FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.buffer(op), plan.dstOffset(op),
+                    length, piece, plan.dstStride(op));
+            h.flip();
+            batchVector[0] = h;
+            batchVector[1] = sendStaging.asSlice(0, length).asByteBuffer();
+            long remaining = WRITE_FRAME_BYTES + length;
+            writingSince = System.nanoTime();
+            while (remaining > 0) {
+                long w = channel.write(batchVector, 0, 2);
+                if (w > 0) writingSince = System.nanoTime();
+                remaining -= w;
+            }
+        } catch (IOException e) {
+            closeQuietly();
+            throw e;
+        } finally {
+            writingSince = 0;
+            Arrays.fill(batchVector, null);
+            writeLock.unlock();
+        }
+    }
+
+    /**
+     * Reads a strided WRITE's payload into a native staging buffer and scatters its pieces into
+     * {@code target} (reader thread only).
+     */
+    public void readStridedPayload(WriteHeader w, MemorySegment target) throws IOException {
+        if (w.length() > CopyPlan.MAX_OP_BYTES) {
+            throw new ProtocolException("strided WRITE of " + w.length() + " bytes exceeds " + CopyPlan.MAX_OP_BYTES);
+        }
+        if (recvStaging == null) recvStaging = Arena.ofAuto().allocate(CopyPlan.MAX_OP_BYTES, 64);
+        MemorySegment staged = recvStaging.asSlice(0, w.length());
+        readPayload(staged);
+        long piece = w.pieceLength();
+        for (long i = 0, n = w.pieces(); i < n; i++) {
+            MemorySegment.copy(staged, i * piece, target, i * w.dstStride(), piece);
         }
     }
 

@@ -2,13 +2,11 @@ package io.kvferry.transport;
 
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
-import io.kvferry.protocol.Region;
 
 import java.io.IOException;
-import java.lang.foreign.MemorySegment;
 import java.util.function.BooleanSupplier;
 
-/** Streams each run over the control connection as a WRITE frame; the decode reader lands it in place. */
+/** Streams each op over the control connection as a WRITE frame; the decode reader lands it in place. */
 public final class TcpDataPath implements DataPath {
     private final ControlConnection connection;
 
@@ -19,12 +17,6 @@ public final class TcpDataPath implements DataPath {
     @Override
     public String name() {
         return "tcp";
-    }
-
-    @Override
-    public void write(long room, Region region, int component, int buffer, long dstOffset, MemorySegment source)
-            throws IOException {
-        connection.write(room, region, component, buffer, dstOffset, source);
     }
 
     @Override

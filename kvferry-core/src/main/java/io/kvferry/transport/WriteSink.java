@@ -17,10 +17,12 @@ public interface WriteSink {
     }
 
     /**
-     * @return the landing whose target is exactly {@code length} bytes
+     * @param span    destination bytes the write touches, from its first to its last byte
+     * @param payload bytes actually written (less than {@code span} for a strided write)
+     * @return the landing whose target is exactly {@code span} bytes at {@code offset}
      * @throws WriteRejectedException naming why the write may not land
      */
-    Landing begin(long room, Region region, int component, int buffer, long offset, long length)
+    Landing begin(long room, Region region, int component, int buffer, long offset, long span, long payload)
             throws WriteRejectedException;
 
     /** Retires a landing; {@code landed} says whether all its bytes were written. */

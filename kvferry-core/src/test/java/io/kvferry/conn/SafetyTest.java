@@ -89,7 +89,7 @@ class SafetyTest extends TransferTestBase {
         recv.init(0);
         recv.sendMetadata(new int[]{5}, 0, null, 0);
         d.teardown();
-        assertThrows(WriteRejectedException.class, () -> d.begin(42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES));
+        assertThrows(WriteRejectedException.class, () -> d.begin(42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
         assertEquals(KVPoll.Failed, recv.poll());
     }
 

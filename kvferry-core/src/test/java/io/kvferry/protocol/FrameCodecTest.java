@@ -189,18 +189,19 @@ class FrameCodecTest {
     }
 
     @Test
-    void writeBodyMustBeExactly32Bytes() {
-        for (int len : new int[] {0, 31}) {
+    void writeBodyMustBeExactly48Bytes() {
+        for (int len : new int[] {0, 47}) {
             ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
                     ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, len))));
-            assertMentions(e, "WRITE", "32");
+            assertMentions(e, "WRITE", "48");
         }
         assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
-                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, 33))));
+                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, 49))));
     }
 
     private static byte[] writeBody(long room, int region, int component, int buffer, long offset, long length) {
-        return new Body().i64(room).u8(region).u8(0).u16(component).i32(buffer).i64(offset).i64(length).bytes();
+        return new Body().i64(room).u8(region).u8(0).u16(component).i32(buffer).i64(offset).i64(length)
+                .i64(length).i64(length).bytes();
     }
 
     @Test
@@ -501,5 +502,25 @@ class FrameCodecTest {
             assertEquals(f.remaining() - Wire.HEADER_BYTES, h.bodyLength());
             assertArrayEquals(bytes(f), encoded(m), "encoding is deterministic");
         }
+    }
+
+    @Test
+    void stridedWritesRoundTripAndBadPieceLayoutsAreRejected() throws Exception {
+        WriteHeader w = new WriteHeader(3, Region.KV, 0, 1, 4096, 64 * 10, 64, 256);
+        assertEquals(w, FrameCodec.decodeFrame(FrameCodec.encode(w)));
+        assertTrue(w.strided());
+        assertEquals(10, w.pieces());
+        assertEquals(9 * 256 + 64, w.span());
+        ByteBuffer notWhole = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
+        FrameCodec.putWriteFrame(notWhole, 3, Region.KV, 0, 1, 0, 100, 64, 256);
+        ProtocolException e1 = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(notWhole.flip()));
+        assertTrue(e1.getMessage().contains("whole number"), e1.getMessage());
+        ByteBuffer overlapping = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
+        FrameCodec.putWriteFrame(overlapping, 3, Region.KV, 0, 1, 0, 128, 64, 32);
+        ProtocolException e2 = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(overlapping.flip()));
+        assertTrue(e2.getMessage().contains("overlap"), e2.getMessage());
+        ByteBuffer overflow = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
+        FrameCodec.putWriteFrame(overflow, 3, Region.KV, 0, 1, 0, 1L << 40, 1, Long.MAX_VALUE / 2);
+        assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(overflow.flip()));
     }
 }
