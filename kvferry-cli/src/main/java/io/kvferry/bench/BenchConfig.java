@@ -1,16 +1,23 @@
 package io.kvferry.bench;
 
+import io.kvferry.api.DisaggregationMode;
+
 /**
  * Everything a bench run or a role process needs to agree on.
  *
- * @param transport tcp, inproc or fake
- * @param tp        attention-TP size (same on both sides in this version)
+ * @param transport       tcp, inproc or fake
+ * @param prefillTp       attention-TP size of the prefill instance
+ * @param decodeTp        attention-TP size of the decode instance
  * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
  */
-public record BenchConfig(ModelShape shape, Workload workload, String transport, int tp, String authToken,
-                          int transferWorkers) {
-    /** With the library's default number of prefill transfer workers. */
+public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
+                          String authToken, int transferWorkers) {
+    /** Equal TP on both sides, library defaults. */
     public BenchConfig(ModelShape shape, Workload workload, String transport, int tp, String authToken) {
-        this(shape, workload, transport, tp, authToken, 0);
+        this(shape, workload, transport, tp, tp, authToken, 0);
+    }
+
+    public int tp(DisaggregationMode mode) {
+        return mode == DisaggregationMode.PREFILL ? prefillTp : decodeTp;
     }
 }

@@ -15,7 +15,11 @@ import java.util.Map;
  * @param ratioToIperf3     gbps / iperf3_gbps
  */
 public record BenchResult(
-        String model, String transport, boolean processes, int tp,
+        String model, String transport, boolean processes,
+        @JsonProperty("prefill_tp") int prefillTp,
+        @JsonProperty("decode_tp") int decodeTp,
+        boolean mla,
+        @JsonProperty("kv_heads") int kvHeads,
         int requests, int succeeded, int failed, int corrupted,
         @JsonProperty("verified_bytes") long verifiedBytes,
         @JsonProperty("elapsed_s") double elapsedSeconds,

@@ -50,7 +50,7 @@ public final class BenchRunner {
 
     /** @param iperf3 also measure iperf3's loopback bandwidth as a TCP baseline */
     public BenchResult run(boolean processes, boolean iperf3) throws Exception {
-        long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.tp());
+        long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
         double memcpy = MemcpyBaseline.measure(itemBytes);
         double iperf = iperf3 ? IperfBaseline.measure() : -1;
         if (iperf3 && iperf < 0 && progressOut != null) {
@@ -66,23 +66,22 @@ public final class BenchRunner {
     // ------------------------------------------------------------------ embedded
 
     private List<RoleReport> runEmbedded(String addr) throws Exception {
-        int tp = config.tp();
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
-        ExecutorService exec = Executors.newFixedThreadPool(2 * tp + 1);
+        ExecutorService exec = Executors.newFixedThreadPool(config.prefillTp() + config.decodeTp() + 1);
         AtomicInteger progress = new AtomicInteger();
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
-            for (int r = 0; r < tp; r++) {
-                RankPool pool = newPool(r, 1000 + r);
+            for (int r = 0; r < config.prefillTp(); r++) {
+                RankPool pool = newPool(DisaggregationMode.PREFILL, r, 1000 + r);
                 pools.add(pool);
                 KVManager m = RoleRunner.manager(config, DisaggregationMode.PREFILL, r, addr, pool);
                 managers.add(m);
                 m.registerToBootstrap();
                 futures.add(exec.submit(() -> new PrefillDriver(m, pool, config.workload(), addr, pool.rank).run()));
             }
-            for (int r = 0; r < tp; r++) {
-                RankPool pool = newPool(r, 2000 + r);
+            for (int r = 0; r < config.decodeTp(); r++) {
+                RankPool pool = newPool(DisaggregationMode.DECODE, r, 2000 + r);
                 pools.add(pool);
                 KVManager m = RoleRunner.manager(config, DisaggregationMode.DECODE, r, addr, pool);
                 managers.add(m);
@@ -104,9 +103,9 @@ public final class BenchRunner {
         }
     }
 
-    private RankPool newPool(int rank, long seed) {
+    private RankPool newPool(DisaggregationMode mode, int rank, long seed) {
         Workload w = config.workload();
-        return new RankPool(config.shape(), w.pageSize(), config.tp(), rank, w.poolPages(), w.concurrency() + 2,
+        return new RankPool(config.shape(), w.pageSize(), config.tp(mode), rank, w.poolPages(), w.concurrency() + 2,
                 w.seed() * 31 + seed);
     }
 
@@ -188,9 +187,10 @@ public final class BenchRunner {
             }
         }
         int rc = p.waitFor();
-        if (rc != 0 || reports.size() != config.tp()) {
+        int expected = role.equals("prefill") ? config.prefillTp() : config.decodeTp();
+        if (reports.size() != expected) {
             throw new IllegalStateException(role + " process exited with status " + rc + " after " + reports.size()
-                    + " of " + config.tp() + " rank reports");
+                    + " of " + expected + " rank reports");
         }
         return reports;
     }
@@ -220,7 +220,8 @@ public final class BenchRunner {
         lat.put("p99", h.getTotalCount() == 0 ? 0 : h.getValueAtPercentile(99) / 1000.0);
         lat.put("max", h.getTotalCount() == 0 ? 0 : h.getMaxValue() / 1000.0);
         double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
-        return new BenchResult(config.shape().name(), config.transport(), processes, config.tp(), n, n - failedIdx.size(),
+        return new BenchResult(config.shape().name(), config.transport(), processes, config.prefillTp(), config.decodeTp(),
+                config.shape().mla(), config.shape().kvHeads(), n, n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
                 memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,
                 iperf > 0 ? round(gbps / iperf) : null, failures);

@@ -123,14 +123,17 @@ public final class DecodeDriver {
     private boolean verify(Flight f) {
         long room = f.req.room();
         int prefixPages = f.req.prefixPages(workload.pageSize());
+        int[] heads = pool.globalHeads();
+        long unit = pool.shape.headBytes();
+        int ps = workload.pageSize();
         for (int j = 0; j < f.pages.length; j++) {
+            long firstToken = (long) (prefixPages + j) * ps;
             for (int b = 0; b < pool.kv.length; b++) {
-                long key = KvPattern.key(room, Region.KV.code(), 0, b, prefixPages + j, shardRank);
-                if (!pattern.matches(pool.page(b, f.pages[j]), key)) return false;
+                if (!pattern.pageMatches(pool.page(b, f.pages[j]), room, b, firstToken, ps, heads, unit)) return false;
             }
         }
         for (int b = 0; b < pool.aux.length; b++) {
-            if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, shardRank))) return false;
+            if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0))) return false;
         }
         for (int t = 0; t < pool.state.length; t++) {
             if (!pattern.matches(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank))) return false;

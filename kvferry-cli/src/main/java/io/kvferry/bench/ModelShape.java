@@ -62,6 +62,20 @@ public record ModelShape(String name, int layers, int kvHeads, int headDim, int 
         return pageBytes(1, tp) * kvBuffers();
     }
 
+    /** Bytes of one head of one token (the verification unit). */
+    public long headBytes() {
+        return (long) headDim * dtypeBytes;
+    }
+
+    /** Global head id held in each local head slot of rank {@code rank} under TP {@code tp} (replicated GQA heads by division). */
+    public int[] globalHeads(int tp, int rank) {
+        if (mla) return new int[]{0};
+        int local = headsPerRank(tp);
+        int[] out = new int[local];
+        for (int j = 0; j < local; j++) out[j] = tp <= kvHeads ? rank * (kvHeads / tp) + j : rank / (tp / kvHeads);
+        return out;
+    }
+
     public StateType stateType() {
         return StateType.MAMBA;
     }

@@ -112,18 +112,22 @@ public final class PrefillDriver {
         f.row = pool.allocateRow();
         long room = f.req.room();
         int prefixPages = prefixTokens / workload.pageSize();
+        int[] heads = pool.globalHeads();
+        long unit = pool.shape.headBytes();
+        int ps = workload.pageSize();
         for (int j = 0; j < numPages; j++) {
             // Source pages are written only here, so after their first fill only the stamps change:
             // the bench then spends its CPU on the transfer, as a GPU-fed prefill would.
             boolean templated = templatedPages.get(f.pages[j]);
+            long firstToken = (long) (prefixPages + j) * ps;
             for (int b = 0; b < pool.kv.length; b++) {
-                pattern.fill(pool.page(b, f.pages[j]), KvPattern.key(room, Region.KV.code(), 0, b, prefixPages + j, shardRank),
-                        templated);
+                pattern.fillPage(pool.page(b, f.pages[j]), room, b, firstToken, ps, heads, unit, templated);
             }
             templatedPages.set(f.pages[j]);
         }
         for (int b = 0; b < pool.aux.length; b++) {
-            pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, shardRank));
+            // Aux rows are the same on every prefill rank (several may write one decode row).
+            pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0));
         }
         for (int t = 0; t < pool.state.length; t++) {
             pattern.fill(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank));

@@ -67,7 +67,7 @@ public final class RankPool implements AutoCloseable {
         args.pageSize = pageSize;
         args.kvCacheDtypeStr = "bf16";
         args.kvHeadNum = shape.headsPerRank(tp);
-        args.totalKvHeadNum = shape.kvHeads();
+        args.totalKvHeadNum = shape.mla() ? 1 : shape.kvHeads();
         for (MemorySegment b : kv) args.addKvBuffer(b, pageBytes);
         for (int i = 0; i < aux.length; i++) args.addAuxBuffer(aux[i], AUX_ROW_BYTES[i]);
         if (state.length > 0) {
@@ -105,6 +105,11 @@ public final class RankPool implements AutoCloseable {
 
     public void freeRow(int row) {
         freeRows.add(row);
+    }
+
+    /** Global head ids of this rank's local head slots. */
+    public int[] globalHeads() {
+        return shape.globalHeads(tp, rank);
     }
 
     public long maxItemBytes() {

@@ -32,7 +32,7 @@ public final class RoleRunner {
                              RankPool pool) {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
-                .attnTp(config.tp(), rank)
+                .attnTp(config.tp(mode), rank)
                 .mla(config.shape().mla())
                 .bootstrap(hp[0], Integer.parseInt(hp[1]))
                 .authToken(config.authToken())
@@ -53,7 +53,7 @@ public final class RoleRunner {
     /** Runs the given TP ranks of one role in this JVM; prints one JSON line per rank. Returns true when all succeeded. */
     public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
                                   String host, PrintStream out) throws Exception {
-        int tp = config.tp();
+        int tp = config.tp(mode);
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
         ExecutorService exec = Executors.newFixedThreadPool(ranks.size());
@@ -123,7 +123,8 @@ public final class RoleRunner {
                 "--prefix-every", Integer.toString(w.prefixEvery()),
                 "--seed", Long.toString(w.seed()),
                 "--transport", c.transport(),
-                "--tp", Integer.toString(c.tp()),
+                "--prefill-tp", Integer.toString(c.prefillTp()),
+                "--decode-tp", Integer.toString(c.decodeTp()),
                 "--transfer-workers", Integer.toString(c.transferWorkers()),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");

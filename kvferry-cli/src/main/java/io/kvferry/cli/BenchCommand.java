@@ -40,10 +40,10 @@ public final class BenchCommand implements Callable<Integer> {
             System.err.println("kvferry bench: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
             return 2;
         }
-        long perRequest = config.shape().bytesPerToken(config.tp()) * config.workload().promptTokens() * config.tp();
-        System.err.printf("[bench] model=%s transport=%s tp=%d requests=%d prompt=%d tokens (~%.1f MiB KV each), "
+        long perRequest = config.shape().bytesPerToken(config.decodeTp()) * config.workload().promptTokens() * config.decodeTp();
+        System.err.printf("[bench] model=%s transport=%s tp=%d->%d requests=%d prompt=%d tokens (~%.1f MiB KV each), "
                         + "page=%d, chunk=%d tokens, concurrency=%d, %s%n",
-                config.shape().name(), config.transport(), config.tp(), config.workload().requests(),
+                config.shape().name(), config.transport(), config.prefillTp(), config.decodeTp(), config.workload().requests(),
                 config.workload().promptTokens(), perRequest / 1048576.0, config.workload().pageSize(),
                 config.workload().chunkTokens(), config.workload().concurrency(),
                 processes ? "separate processes" : "one JVM");

@@ -51,10 +51,11 @@ abstract class RoleCommand implements Callable<Integer> {
                 Runtime.getRuntime().halt(3);
             });
         }
-        java.util.List<Integer> serve = ranks == null ? java.util.stream.IntStream.range(0, config.tp()).boxed().toList() : ranks;
+        int tp = config.tp(mode());
+        java.util.List<Integer> serve = ranks == null ? java.util.stream.IntStream.range(0, tp).boxed().toList() : ranks;
         for (int r : serve) {
-            if (r < 0 || r >= config.tp()) {
-                System.err.println("kvferry " + mode().name().toLowerCase() + ": --rank " + r + " is outside [0, " + config.tp() + ")");
+            if (r < 0 || r >= tp) {
+                System.err.println("kvferry " + mode().name().toLowerCase() + ": --rank " + r + " is outside [0, " + tp + ")");
                 return 2;
             }
         }

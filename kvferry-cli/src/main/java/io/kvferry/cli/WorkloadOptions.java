@@ -44,8 +44,15 @@ public final class WorkloadOptions {
     @Option(names = "--transport", defaultValue = "tcp", description = "Transfer backend: tcp, inproc, fake. Default: ${DEFAULT-VALUE}.")
     String transport;
 
-    @Option(names = "--tp", defaultValue = "1", description = "Attention-TP size of prefill and decode. Default: ${DEFAULT-VALUE}.")
+    @Option(names = "--tp", defaultValue = "1",
+            description = "Attention-TP size of prefill and decode (each overridable below). Default: ${DEFAULT-VALUE}.")
     int tp;
+
+    @Option(names = "--prefill-tp", description = "Attention-TP size of the prefill instance. Default: --tp.")
+    Integer prefillTp;
+
+    @Option(names = "--decode-tp", description = "Attention-TP size of the decode instance. Default: --tp.")
+    Integer decodeTp;
 
     @Option(names = "--transfer-workers", defaultValue = "0",
             description = "Prefill transfer worker threads per rank (0 = library default). Default: ${DEFAULT-VALUE}.")
@@ -63,15 +70,25 @@ public final class WorkloadOptions {
         if (!KVFerry.BACKENDS.contains(transport)) {
             throw new IllegalArgumentException("--transport must be one of " + KVFerry.BACKENDS + ", got '" + transport + "'");
         }
-        if (tp < 1) throw new IllegalArgumentException("--tp must be >= 1");
+        int p = prefillTp == null ? tp : prefillTp, d = decodeTp == null ? tp : decodeTp;
+        if (p < 1 || d < 1) throw new IllegalArgumentException("--tp, --prefill-tp and --decode-tp must be >= 1");
+        if (Math.max(p, d) % Math.min(p, d) != 0) {
+            throw new IllegalArgumentException("--prefill-tp " + p + " and --decode-tp " + d + " must divide one another");
+        }
         ModelShape shape = ModelShape.preset(model);
         if (kvHeads != null) {
             if (kvHeads < 1) throw new IllegalArgumentException("--kv-heads must be >= 1");
             shape = shape.withKvHeads(kvHeads);
         }
         if (mla) shape = shape.withMla(true);
-        if (!shape.mla() && shape.kvHeads() % tp != 0 && tp % shape.kvHeads() != 0) {
-            throw new IllegalArgumentException("--tp " + tp + " does not divide " + shape.kvHeads() + " KV heads (or vice versa)");
+        for (int t : new int[]{p, d}) {
+            if (!shape.mla() && shape.kvHeads() % t != 0 && t % shape.kvHeads() != 0) {
+                throw new IllegalArgumentException("TP " + t + " and " + shape.kvHeads() + " KV heads must divide one another");
+            }
+        }
+        if (p != d && !shape.mla() && !shape.stateBytes().isEmpty()) {
+            throw new IllegalArgumentException("model " + shape.name() + " has per-request state; different prefill and decode TP "
+                    + "need state resharding, which this version does not do");
         }
         Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed);
         String token = authToken;
@@ -85,7 +102,7 @@ public final class WorkloadOptions {
             token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        return new BenchConfig(shape, w, transport, tp, token, transferWorkers);
+        return new BenchConfig(shape, w, transport, p, d, token, transferWorkers);
     }
 
     /** Completion candidates for --model. */
