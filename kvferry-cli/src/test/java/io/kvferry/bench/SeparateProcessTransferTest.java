@@ -39,4 +39,15 @@ class SeparateProcessTransferTest {
         assertEquals(24, r.succeeded(), () -> "failures: " + r.firstFailures());
         assertEquals(0, r.corrupted());
     }
+
+    @Test
+    @Timeout(300)
+    void heterogeneousTensorParallelAcrossProcesses() throws Exception {
+        // Prefill TP2 feeds decode TP1: each prefill rank's heads land side by side in the decode's token slots.
+        Workload w = new Workload(12, 300, 16, 64, 3, 4, 7L);
+        BenchConfig config = new BenchConfig(ModelShape.preset("tiny").withKvHeads(4), w, "tcp", 2, 1, "it-token", 0);
+        BenchResult r = new BenchRunner(config, new PrintStream(OutputStream.nullOutputStream())).run(true);
+        assertEquals(12, r.succeeded(), () -> "failures: " + r.firstFailures());
+        assertEquals(0, r.corrupted());
+    }
 }

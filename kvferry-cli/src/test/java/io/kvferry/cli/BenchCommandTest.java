@@ -59,10 +59,30 @@ class BenchCommandTest {
     }
 
     @Test
+    void heterogeneousLayoutsAreVerifiedByteForByte() throws Exception {
+        for (String[] layout : new String[][]{
+                {"--kv-heads", "4", "--prefill-tp", "4", "--decode-tp", "2"},
+                {"--kv-heads", "2", "--prefill-tp", "1", "--decode-tp", "4"},
+                {"--mla", "--prefill-tp", "1", "--decode-tp", "4"},
+                {"--mla", "--prefill-tp", "4", "--decode-tp", "2"}}) {
+            java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(
+                    "bench", "--model", "tiny", "--requests", "6", "--prompt-tokens", "200", "--json"));
+            args.addAll(java.util.List.of(layout));
+            Run r = run(args.toArray(String[]::new));
+            assertEquals(0, r.code(), String.join(" ", layout) + "\n" + r.out());
+            JsonNode j = lastJson(r.out());
+            assertEquals(6, j.get("succeeded").asInt());
+            assertEquals(0, j.get("corrupted").asInt());
+        }
+    }
+
+    @Test
     void badOptionsGiveAClearErrorAndExitCode() {
         assertEquals(2, run("bench", "--transport", "carrier-pigeon").code());
         assertEquals(2, run("bench", "--model", "gpt-17").code());
         assertEquals(2, run("bench", "--transport", "inproc", "--processes").code());
+        assertEquals(2, run("bench", "--prefill-tp", "3", "--decode-tp", "2").code());
+        assertEquals(2, run("bench", "--model", "qwen3-next", "--prefill-tp", "2", "--decode-tp", "1").code());
         assertTrue(run("bench", "--requests", "many").code() != 0);
     }
 }
