@@ -133,7 +133,8 @@ public final class DecodeDriver {
             }
         }
         for (int b = 0; b < pool.aux.length; b++) {
-            if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0))) return false;
+            boolean roomColumn = b == RankPool.ROOM_BUFFER; // checked by the manager's metadata gate
+            if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0), roomColumn)) return false;
         }
         for (int t = 0; t < pool.state.length; t++) {
             if (!pattern.matches(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank))) return false;

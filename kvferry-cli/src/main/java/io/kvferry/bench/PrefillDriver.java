@@ -129,6 +129,7 @@ public final class PrefillDriver {
             // Aux rows are the same on every prefill rank (several may write one decode row).
             pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0));
         }
+        pool.auxRow(RankPool.ROOM_BUFFER, f.row).set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0, room);
         for (int t = 0; t < pool.state.length; t++) {
             pattern.fill(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank));
         }

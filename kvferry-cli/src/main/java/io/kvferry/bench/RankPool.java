@@ -18,6 +18,8 @@ import java.util.Random;
 public final class RankPool implements AutoCloseable {
     /** Aux buffers shaped like SGLang's metadata buffers (§4.9): row bytes of each. */
     static final long[] AUX_ROW_BYTES = {64, 64, 64, 64, 512, 512, 64};
+    /** The aux buffer whose row starts with the request's bootstrap_room (int64), as in SGLang. */
+    static final int ROOM_BUFFER = AUX_ROW_BYTES.length - 1;
 
     private final Arena arena = Arena.ofShared();
     final ModelShape shape;
@@ -70,6 +72,7 @@ public final class RankPool implements AutoCloseable {
         args.totalKvHeadNum = shape.mla() ? 1 : shape.kvHeads();
         for (MemorySegment b : kv) args.addKvBuffer(b, pageBytes);
         for (int i = 0; i < aux.length; i++) args.addAuxBuffer(aux[i], AUX_ROW_BYTES[i]);
+        args.auxRoomBuffer = ROOM_BUFFER; // SGLang's metadata gate: bootstrap_room is the last metadata buffer
         if (state.length > 0) {
             args.addStateComponent(shape.stateType(), List.of(state),
                     shape.stateBytes().stream().toList());

@@ -26,6 +26,13 @@ public final class KVArgs {
 
     public final List<MemorySegment> auxData = new ArrayList<>();
     public final List<Long> auxItemLens = new ArrayList<>();
+    /**
+     * Decode: index of the aux buffer whose row starts with the request's bootstrap_room (int64,
+     * little-endian) — SGLang puts it last. With it set, decode zeroes that column when it sends
+     * metadata and reports Success only once the column holds the request's room ("Metadata
+     * corruption detected - bootstrap_room mismatch" otherwise). -1 turns the gate off.
+     */
+    public int auxRoomBuffer = -1;
 
     public final List<StateType> stateTypes = new ArrayList<>();
     public final List<List<MemorySegment>> stateData = new ArrayList<>();

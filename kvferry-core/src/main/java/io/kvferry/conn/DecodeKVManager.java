@@ -320,12 +320,36 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         if (s.status() == KVPoll.Success) {
             room.responded.add(link.prefillUniqueRank);
             if (room.responded.size() >= room.requiredResponses) {
+                String corrupt = checkMetadataRoom(room);
+                if (corrupt != null) {
+                    statuses.fail(s.room(), corrupt);
+                    return;
+                }
                 if (statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
                 statuses.update(s.room(), KVPoll.Success);
             }
         } else if (s.status() == KVPoll.Failed) {
             statuses.fail(s.room(), s.reason().isEmpty() ? DEFAULT_PREFILL_FAILURE : s.reason());
         }
+    }
+
+    /**
+     * SGLang's metadata gate: the aux row's bootstrap_room column must hold this room once every
+     * prefill rank reported Success. Writes precede their STATUS on the connection, so a column
+     * still 0 here will not be filled later. Returns the failure reason, or null.
+     */
+    private String checkMetadataRoom(DecodeRoom room) {
+        int buffer = memory.auxRoomBuffer();
+        DecodeRoom.Allowance a = room.allowance;
+        if (buffer < 0 || a == null || a.auxIndex() < 0) return null;
+        long found = memory.slice(Region.AUX, 0, buffer, a.auxIndex() * memory.auxItemLens()[buffer], 8)
+                .get(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0);
+        if (found == room.room) return null;
+        if (found == 0) {
+            return "Metadata not written: the bootstrap_room column of aux row " + a.auxIndex()
+                    + " is still 0 after every prefill rank reported Success";
+        }
+        return "Metadata corruption detected - bootstrap_room mismatch (expected " + room.room + ", found " + found + ")";
     }
 
     private void onLinkLost(PrefillLink link, String why) {

@@ -6,11 +6,13 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Abort;
+import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RankEndpoint;
 
 import java.io.IOException;
+import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -123,6 +125,12 @@ final class DecodeKVReceiver implements KVReceiver {
         }
         int[] sortedPages = kvIndices.clone();
         Arrays.sort(sortedPages);
+        int roomBuffer = manager.memory().auxRoomBuffer();
+        if (roomBuffer >= 0 && auxIndex >= 0) {
+            // The gate reads this column at Success: clear what a previous occupant of the row left.
+            manager.memory().slice(Region.AUX, 0, roomBuffer, auxIndex * manager.memory().auxItemLens()[roomBuffer], 8)
+                    .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
+        }
         // Published before any info leaves, so the first write already finds its allowance.
         room.allowance = new DecodeRoom.Allowance(sortedPages, auxIndex, sortedState);
         int[][] stateCopy = new int[state.length][];

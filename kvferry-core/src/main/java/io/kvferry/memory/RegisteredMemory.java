@@ -22,9 +22,11 @@ public final class RegisteredMemory {
     private final List<StateType> stateTypes;
     private final MemorySegment[][] state;
     private final long[][] stateItemLens;
+    private final int auxRoomBuffer;
 
     private RegisteredMemory(MemorySegment[] kv, long[] kvItemLens, int[] kvLayerIds, MemorySegment[] aux,
-                             long[] auxItemLens, List<StateType> stateTypes, MemorySegment[][] state, long[][] stateItemLens) {
+                             long[] auxItemLens, List<StateType> stateTypes, MemorySegment[][] state, long[][] stateItemLens,
+                             int auxRoomBuffer) {
         this.kv = kv;
         this.kvItemLens = kvItemLens;
         this.kvLayerIds = kvLayerIds;
@@ -33,6 +35,7 @@ public final class RegisteredMemory {
         this.stateTypes = stateTypes;
         this.state = state;
         this.stateItemLens = stateItemLens;
+        this.auxRoomBuffer = auxRoomBuffer;
     }
 
     /** Validates {@code args} (native memory, positive item lengths, consistent list sizes) and snapshots it. */
@@ -85,7 +88,12 @@ public final class RegisteredMemory {
                 stateItem[c][t] = items.get(t);
             }
         }
-        return new RegisteredMemory(kv, kvItem, layers, aux, auxItem, List.copyOf(args.stateTypes), state, stateItem);
+        if (args.auxRoomBuffer != -1 && (args.auxRoomBuffer < 0 || args.auxRoomBuffer >= aux.length || auxItem[args.auxRoomBuffer] < 8)) {
+            throw new IllegalArgumentException("auxRoomBuffer " + args.auxRoomBuffer + " must name an aux buffer with rows of at least 8 bytes"
+                    + " (there are " + aux.length + " aux buffers)");
+        }
+        return new RegisteredMemory(kv, kvItem, layers, aux, auxItem, List.copyOf(args.stateTypes), state, stateItem,
+                args.auxRoomBuffer);
     }
 
     private static MemorySegment check(MemorySegment seg, Long itemLen, String what) {
@@ -101,6 +109,8 @@ public final class RegisteredMemory {
     }
 
     public int kvBufferCount() { return kv.length; }
+    /** The aux buffer holding the bootstrap_room column, or -1 when the metadata gate is off. */
+    public int auxRoomBuffer() { return auxRoomBuffer; }
     public long[] kvItemLens() { return kvItemLens.clone(); }
     public long kvItemLen(int buffer) { return kvItemLens[buffer]; }
     public int auxBufferCount() { return aux.length; }
