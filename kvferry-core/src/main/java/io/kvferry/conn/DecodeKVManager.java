@@ -209,6 +209,23 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         return ep;
     }
 
+    /**
+     * The prefill DP group holding a room (SGLang's {@code _resolve_prefill_dp_rank}): the router's
+     * hint; 0 without attention-DP; {@code room % dp_size} when the prefill follows the bootstrap
+     * room; else the registry's {@code /query_dp_ranks}. Returns -1 while it is not known yet (the
+     * prefill has not registered the room; ask again later) — then call {@code init} with the answer.
+     *
+     * @param hint the request's {@code disagg_prefill_dp_rank}, or null
+     */
+    public int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
+        if (hint != null) return hint;
+        PrefillServerInfo info = topology(bootstrapAddr);
+        if (info.dpSize() <= 1) return 0;
+        if (info.followBootstrapRoom()) return (int) Math.floorMod(room, (long) info.dpSize());
+        Integer dp = client(bootstrapAddr).queryDpRanks(List.of(room)).get(room);
+        return dp == null ? -1 : dp;
+    }
+
     /** The registered connection to a prefill rank, opened and registered (HELLO) on first use. */
     PrefillLink link(String addr, RankEndpoint ep) throws IOException {
         String key = ep.rankIp() + ":" + ep.rankPort();

@@ -167,7 +167,36 @@ public final class PrefillKVManager implements KVManager {
     public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                                  boolean reqHasDisaggPrefillDpRank) {
         requireOpen();
-        return new PrefillKVSender(this, room(bootstrapRoom), bootstrapAddr);
+        PrefillRoom room = room(bootstrapRoom);
+        // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
+        boolean dummyCp = config.attnCpRank() != 0;
+        PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
+        if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
+        return sender;
+    }
+
+    /**
+     * Attention-DP (SGLang §2.4): with follow_bootstrap_room the room decides the DP group and a
+     * mismatch is a routing error; otherwise this rank tells the registry which group holds the room.
+     */
+    private void publishDpRank(PrefillRoom room, long bootstrapRoom) {
+        if (followsBootstrapRoom()) {
+            int implied = (int) Math.floorMod(bootstrapRoom, (long) config.dpSize());
+            if (implied != config.dpRank()) {
+                failRoom(room, "follow_bootstrap_room conflict: dispatched to dp_rank " + config.dpRank() + " but bootstrap_room "
+                        + bootstrapRoom + " implies dp_rank " + implied);
+            }
+            return;
+        }
+        try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
+            client.registerDpRank(bootstrapRoom, config.dpRank());
+        } catch (RuntimeException e) {
+            failRoom(room, "could not register dp_rank " + config.dpRank() + " for room " + bootstrapRoom + ": " + e.getMessage());
+        }
+    }
+
+    private boolean followsBootstrapRoom() {
+        return config.loadBalanceMethod() == null || "follow_bootstrap_room".equals(config.loadBalanceMethod());
     }
 
     @Override

@@ -16,11 +16,15 @@ final class PrefillKVSender implements KVSender {
     /** Scheduler thread only: the terminal state once poll() returned it. */
     private KVPoll concluded;
 
-    PrefillKVSender(PrefillKVManager manager, PrefillRoom room, String bootstrapAddr) {
+    /** A dummy sender (non-zero CP rank) moves nothing: it waits for no decode and succeeds on its last chunk. */
+    private final boolean dummy;
+
+    PrefillKVSender(PrefillKVManager manager, PrefillRoom room, String bootstrapAddr, boolean dummy) {
         this.manager = manager;
         this.room = room;
         this.bootstrapAddr = bootstrapAddr;
-        manager.statuses.update(room.room, KVPoll.Bootstrapping);
+        this.dummy = dummy;
+        manager.statuses.update(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
     }
 
     @Override
@@ -78,6 +82,10 @@ final class PrefillKVSender implements KVSender {
         }
         room.sentPages = end;
         boolean last = end == room.numPages;
+        if (dummy) {
+            if (last) manager.statuses.update(room.room, KVPoll.Success);
+            return;
+        }
         int[] pages = kvIndices.clone();
         int[][] state = stateIndices == null ? null : deepCopy(stateIndices);
         int aux = room.auxIndex;
