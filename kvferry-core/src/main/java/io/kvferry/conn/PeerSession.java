@@ -18,6 +18,8 @@ final class PeerSession {
     volatile DataPath dataPath;
     /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */
     volatile HeadSlice[] kvSlices;
+    /** Decode KV buffer of each local KV buffer, paired by layer id (PP stages hold a subset). */
+    volatile int[] kvBufferMap;
     /** Rooms that hold a destination on this session, so its loss fails exactly them. */
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
 

@@ -10,6 +10,7 @@ import io.kvferry.api.KVSender;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
+import io.kvferry.plan.LayerPairing;
 import io.kvferry.plan.PlanException;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.plan.TransferPlanner;
@@ -272,10 +273,11 @@ public final class PrefillKVManager implements KVManager {
                 }
                 int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
                 HeadSlice[] slices = d.session().kvSlices;
+                int[] bufferMap = d.session().kvBufferMap;
                 runPlan(room, d, slices == null
-                        ? TransferPlanner.planKv(pages, dst, itemLens)
+                        ? TransferPlanner.planKv(pages, dst, itemLens, bufferMap)
                         : TransferPlanner.planKvSliced(pages, dst, itemLens, d.session().hello.memory().kvItemLens(),
-                                pageSize, slices));
+                                pageSize, slices, bufferMap));
                 if (last) {
                     runPlan(room, d, TransferPlanner.planState(memory.stateTypes(), stateIndices,
                             d.info().stateIndices(), memory.stateItemLens(),
@@ -415,7 +417,8 @@ public final class PrefillKVManager implements KVManager {
         } else {
             path = new TcpDataPath(session.connection);
         }
-        session.kvSlices = headSlices(h);
+        session.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
+        session.kvSlices = headSlices(h, session.kvBufferMap);
         // A decode restarted with the same session id replaces its old session.
         for (PeerSession old : sessions) {
             if (old != session && old.hello != null && old.hello.sessionId().equals(h.sessionId())) old.connection.close();
@@ -427,13 +430,13 @@ public final class PrefillKVManager implements KVManager {
     }
 
     /** Head slices for an MHA decode with another attention-TP size; null when pages copy whole. */
-    private HeadSlice[] headSlices(Hello h) {
+    private HeadSlice[] headSlices(Hello h, int[] bufferMap) {
         if (config.isMla() || h.attnTpSize() == config.attnTpSize()) return null;
         long[] mine = memory.kvItemLens();
         HeadSlice[] slices = new HeadSlice[mine.length];
         for (int b = 0; b < mine.length; b++) {
             slices[b] = HeadSlice.resolve(totalKvHeads, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
-                    h.engineRank() % h.attnTpSize(), mine[b], h.memory().kvItemLens()[b], pageSize);
+                    h.engineRank() % h.attnTpSize(), mine[b], h.memory().kvItemLens()[bufferMap[b]], pageSize);
         }
         return slices;
     }
@@ -456,8 +459,11 @@ public final class PrefillKVManager implements KVManager {
         }
         MemoryDescriptor d = h.memory();
         long[] mine = memory.kvItemLens();
-        if (d.kvItemLens().length != mine.length) {
-            return "KV buffer count mismatch: prefill registered " + mine.length + ", decode " + d.kvItemLens().length;
+        int[] map;
+        try {
+            map = LayerPairing.pair(memory.kvLayerIds(), d.kvLayerIds());
+        } catch (RuntimeException e) {
+            return "KV buffers do not pair by layer id: " + e.getMessage();
         }
         boolean sliced = !config.isMla() && h.attnTpSize() != config.attnTpSize();
         if (sliced) {
@@ -466,7 +472,7 @@ public final class PrefillKVManager implements KVManager {
                 return "attention TP sizes must divide one another: prefill " + config.attnTpSize() + ", decode " + h.attnTpSize();
             }
             try {
-                headSlices(h);
+                headSlices(h, map);
             } catch (RuntimeException e) {
                 return "cannot slice KV heads between prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize()
                         + ": " + e.getMessage();
@@ -476,8 +482,9 @@ public final class PrefillKVManager implements KVManager {
             }
         } else {
             for (int i = 0; i < mine.length; i++) {
-                if (d.kvItemLens()[i] != mine[i]) {
-                    return "KV buffer " + i + " page size in bytes differs: prefill " + mine[i] + ", decode " + d.kvItemLens()[i];
+                if (d.kvItemLens()[map[i]] != mine[i]) {
+                    return "KV buffer " + i + " page size in bytes differs: prefill " + mine[i] + ", decode buffer " + map[i]
+                            + " " + d.kvItemLens()[map[i]];
                 }
             }
         }

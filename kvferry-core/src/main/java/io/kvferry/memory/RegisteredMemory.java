@@ -112,6 +112,8 @@ public final class RegisteredMemory {
     /** The aux buffer holding the bootstrap_room column, or -1 when the metadata gate is off. */
     public int auxRoomBuffer() { return auxRoomBuffer; }
     public long[] kvItemLens() { return kvItemLens.clone(); }
+    /** Global layer id of each KV buffer (its index when none were given). */
+    public int[] kvLayerIds() { return kvLayerIds.clone(); }
     public long kvItemLen(int buffer) { return kvItemLens[buffer]; }
     public int auxBufferCount() { return aux.length; }
     public long[] auxItemLens() { return auxItemLens.clone(); }

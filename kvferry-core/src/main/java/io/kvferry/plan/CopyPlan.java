@@ -14,6 +14,7 @@ public final class CopyPlan {
     private Region[] region;
     private int[] component;
     private int[] buffer;
+    private int[] dstBuffer;
     private long[] srcOffset;
     private long[] dstOffset;
     private long[] length;
@@ -27,6 +28,7 @@ public final class CopyPlan {
         region = new Region[cap];
         component = new int[cap];
         buffer = new int[cap];
+        dstBuffer = new int[cap];
         srcOffset = new long[cap];
         dstOffset = new long[cap];
         length = new long[cap];
@@ -40,6 +42,14 @@ public final class CopyPlan {
      * (clear() waits for landing ops) and fits a ByteBuffer view.
      */
     public static final long MAX_OP_BYTES = 4L << 20;
+
+    /** Destination buffer for the following adds; -1 means "same index as the source buffer". */
+    private int nextDstBuffer = -1;
+    private int targetBuffer;
+
+    void targetBuffer(int dst) {
+        nextDstBuffer = dst;
+    }
 
     void add(Region r, int comp, int buf, long src, long dst, long len) {
         while (len > MAX_OP_BYTES) {
@@ -73,11 +83,13 @@ public final class CopyPlan {
 
     private void addStrided(Region r, int comp, int buf, long src, long dst, long len, long piece, long sStride, long dStride) {
         if (len == 0) return;
+        targetBuffer = nextDstBuffer < 0 ? buf : nextDstBuffer;
         if (size == region.length) {
             int cap = size * 2;
             region = Arrays.copyOf(region, cap);
             component = Arrays.copyOf(component, cap);
             buffer = Arrays.copyOf(buffer, cap);
+            dstBuffer = Arrays.copyOf(dstBuffer, cap);
             srcOffset = Arrays.copyOf(srcOffset, cap);
             dstOffset = Arrays.copyOf(dstOffset, cap);
             length = Arrays.copyOf(length, cap);
@@ -88,6 +100,7 @@ public final class CopyPlan {
         region[size] = r;
         component[size] = comp;
         buffer[size] = buf;
+        dstBuffer[size] = targetBuffer;
         srcOffset[size] = src;
         dstOffset[size] = dst;
         length[size] = len;
@@ -100,7 +113,10 @@ public final class CopyPlan {
     public int size() { return size; }
     public Region region(int op) { return region[op]; }
     public int component(int op) { return component[op]; }
+    /** The source buffer of the op. */
     public int buffer(int op) { return buffer[op]; }
+    /** The destination buffer (differs from {@link #buffer} when buffers pair by layer id, e.g. under PP). */
+    public int dstBuffer(int op) { return dstBuffer[op]; }
     public long srcOffset(int op) { return srcOffset[op]; }
     public long dstOffset(int op) { return dstOffset[op]; }
     /** Payload bytes of the op (all pieces). */
@@ -127,7 +143,9 @@ public final class CopyPlan {
         StringBuilder sb = new StringBuilder("CopyPlan[");
         for (int i = 0; i < size; i++) {
             if (i > 0) sb.append(", ");
-            sb.append(region[i]).append(':').append(component[i]).append('/').append(buffer[i]).append(' ')
+            sb.append(region[i]).append(':').append(component[i]).append('/').append(buffer[i]);
+            if (dstBuffer[i] != buffer[i]) sb.append("->").append(dstBuffer[i]);
+            sb.append(' ')
                     .append(srcOffset[i]).append("->").append(dstOffset[i]).append(" x").append(length[i]);
             if (pieceLength[i] != length[i]) {
                 sb.append(" (pieces of ").append(pieceLength[i]).append(", strides ").append(srcStride[i]).append('/')

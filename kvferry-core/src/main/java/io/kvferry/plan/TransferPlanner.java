@@ -19,19 +19,25 @@ public final class TransferPlanner {
      * @param itemLens bytes of one page in each KV buffer (must equal the peer's)
      */
     public static CopyPlan planKv(int[] srcPages, int[] dstPages, long[] itemLens) {
-        PageRuns runs = PageRuns.group(srcPages, dstPages);
-        CopyPlan plan = new CopyPlan(runs.count() * itemLens.length);
-        appendKv(plan, runs, itemLens);
-        return plan;
+        return planKv(srcPages, dstPages, itemLens, null);
     }
 
-    static void appendKv(CopyPlan plan, PageRuns runs, long[] itemLens) {
+    /**
+     * As {@link #planKv(int[], int[], long[])}, with source buffer b landing in destination buffer
+     * {@code dstBufferOf[b]} (buffers paired by layer id, see {@link LayerPairing}); null = same index.
+     */
+    public static CopyPlan planKv(int[] srcPages, int[] dstPages, long[] itemLens, int[] dstBufferOf) {
+        PageRuns runs = PageRuns.group(srcPages, dstPages);
+        CopyPlan plan = new CopyPlan(runs.count() * itemLens.length);
         for (int b = 0; b < itemLens.length; b++) {
+            plan.targetBuffer(dstBufferOf == null ? b : dstBufferOf[b]);
             long item = itemLens[b];
             for (int r = 0; r < runs.count(); r++) {
                 plan.add(Region.KV, 0, b, runs.srcStart(r) * item, runs.dstStart(r) * item, runs.length(r) * item);
             }
         }
+        plan.targetBuffer(-1);
+        return plan;
     }
 
     /**
@@ -41,17 +47,26 @@ public final class TransferPlanner {
      */
     public static CopyPlan planKvSliced(int[] srcPages, int[] dstPages, long[] srcItemLens, long[] dstItemLens,
                                         int pageSize, HeadSlice[] slices) {
+        return planKvSliced(srcPages, dstPages, srcItemLens, dstItemLens, pageSize, slices, null);
+    }
+
+    /** @param dstBufferOf destination buffer of each source buffer; {@code dstItemLens} is indexed by destination buffer */
+    public static CopyPlan planKvSliced(int[] srcPages, int[] dstPages, long[] srcItemLens, long[] dstItemLens,
+                                        int pageSize, HeadSlice[] slices, int[] dstBufferOf) {
         PageRuns runs = PageRuns.group(srcPages, dstPages);
         CopyPlan plan = new CopyPlan(runs.count() * srcItemLens.length);
         for (int b = 0; b < srcItemLens.length; b++) {
             HeadSlice s = slices[b];
+            int db = dstBufferOf == null ? b : dstBufferOf[b];
+            plan.targetBuffer(db);
             for (int r = 0; r < runs.count(); r++) {
                 long src = runs.srcStart(r) * srcItemLens[b] + s.srcHeadStart() * s.headBytes();
-                long dst = runs.dstStart(r) * dstItemLens[b] + s.dstHeadStart() * s.headBytes();
+                long dst = runs.dstStart(r) * dstItemLens[db] + s.dstHeadStart() * s.headBytes();
                 plan.addPieces(Region.KV, 0, b, src, dst, s.pieceBytes(), (long) runs.length(r) * pageSize,
                         s.srcTokenBytes(), s.dstTokenBytes());
             }
         }
+        plan.targetBuffer(-1);
         return plan;
     }
 

@@ -171,7 +171,7 @@ public final class ControlConnection implements AutoCloseable {
                 int op = first + i;
                 ByteBuffer h = batchHeaders[i];
                 h.clear();
-                FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.buffer(op),
+                FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.dstBuffer(op),
                         plan.dstOffset(op), plan.length(op));
                 h.flip();
                 batchVector[2 * i] = h;
@@ -212,7 +212,7 @@ public final class ControlConnection implements AutoCloseable {
             }
             ByteBuffer h = batchHeaders[0];
             h.clear();
-            FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.buffer(op), plan.dstOffset(op),
+            FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
                     length, piece, plan.dstStride(op));
             h.flip();
             batchVector[0] = h;

@@ -31,7 +31,7 @@ public final class InprocDataPath implements DataPath {
                     plan.srcSpan(op));
             WriteSink.Landing landing;
             try {
-                landing = sink.begin(room, plan.region(op), plan.component(op), plan.buffer(op), plan.dstOffset(op),
+                landing = sink.begin(room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
                         plan.dstSpan(op), plan.length(op));
             } catch (WriteRejectedException e) {
                 throw new IOException("decode rejected the write: " + e.getMessage());
