@@ -18,6 +18,8 @@ public record BenchResult(
         String model, String transport, boolean processes,
         @JsonProperty("prefill_tp") int prefillTp,
         @JsonProperty("decode_tp") int decodeTp,
+        @JsonProperty("prefill_pp") int prefillPp,
+        @JsonProperty("decode_pp") int decodePp,
         boolean mla,
         @JsonProperty("kv_heads") int kvHeads,
         int requests, int succeeded, int failed, int corrupted,

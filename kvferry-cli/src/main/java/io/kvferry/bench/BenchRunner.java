@@ -68,26 +68,15 @@ public final class BenchRunner {
     private List<RoleReport> runEmbedded(String addr) throws Exception {
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
-        ExecutorService exec = Executors.newFixedThreadPool(config.prefillTp() + config.decodeTp() + 1);
+        int ranks = config.prefillTp() * config.prefillPp() + config.decodeTp() * config.decodePp();
+        ExecutorService exec = Executors.newFixedThreadPool(ranks + 1);
         AtomicInteger progress = new AtomicInteger();
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
-            for (int r = 0; r < config.prefillTp(); r++) {
-                RankPool pool = newPool(DisaggregationMode.PREFILL, r, 1000 + r);
-                pools.add(pool);
-                KVManager m = RoleRunner.manager(config, DisaggregationMode.PREFILL, r, addr, pool);
-                managers.add(m);
-                m.registerToBootstrap();
-                futures.add(exec.submit(() -> new PrefillDriver(m, pool, config.workload(), addr, pool.rank).run()));
-            }
-            for (int r = 0; r < config.decodeTp(); r++) {
-                RankPool pool = newPool(DisaggregationMode.DECODE, r, 2000 + r);
-                pools.add(pool);
-                KVManager m = RoleRunner.manager(config, DisaggregationMode.DECODE, r, addr, pool);
-                managers.add(m);
-                AtomicInteger p = r == 0 ? progress : null;
-                futures.add(exec.submit(() -> new DecodeDriver(m, pool, config.workload(), addr, pool.rank, p).run()));
-            }
+            RoleRunner.launch(DisaggregationMode.PREFILL, config, addr, range(config.prefillTp()), "127.0.0.1", exec,
+                    managers, pools, futures, null);
+            RoleRunner.launch(DisaggregationMode.DECODE, config, addr, range(config.decodeTp()), "127.0.0.1", exec,
+                    managers, pools, futures, progress);
             Future<?> ticker = exec.submit(() -> showProgress(progress));
             List<RoleReport> reports = new ArrayList<>();
             for (Future<RoleReport> f : futures) reports.add(get(f));
@@ -103,10 +92,8 @@ public final class BenchRunner {
         }
     }
 
-    private RankPool newPool(DisaggregationMode mode, int rank, long seed) {
-        Workload w = config.workload();
-        return new RankPool(config.shape(), w.pageSize(), config.tp(mode), rank, w.poolPages(), w.concurrency() + 2,
-                w.seed() * 31 + seed);
+    private static List<Integer> range(int n) {
+        return java.util.stream.IntStream.range(0, n).boxed().toList();
     }
 
     private static <T> T get(Future<T> f) throws Exception {
@@ -187,7 +174,7 @@ public final class BenchRunner {
             }
         }
         int rc = p.waitFor();
-        int expected = role.equals("prefill") ? config.prefillTp() : config.decodeTp();
+        int expected = role.equals("prefill") ? config.prefillTp() * config.prefillPp() : config.decodeTp() * config.decodePp();
         if (reports.size() != expected) {
             throw new IllegalStateException(role + " process exited with status " + rc + " after " + reports.size()
                     + " of " + expected + " rank reports");
@@ -221,6 +208,7 @@ public final class BenchRunner {
         lat.put("max", h.getTotalCount() == 0 ? 0 : h.getMaxValue() / 1000.0);
         double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
         return new BenchResult(config.shape().name(), config.transport(), processes, config.prefillTp(), config.decodeTp(),
+                config.prefillPp(), config.decodePp(),
                 config.shape().mla(), config.shape().kvHeads(), n, n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
                 memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,

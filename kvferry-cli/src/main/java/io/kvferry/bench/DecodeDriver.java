@@ -129,7 +129,7 @@ public final class DecodeDriver {
         for (int j = 0; j < f.pages.length; j++) {
             long firstToken = (long) (prefixPages + j) * ps;
             for (int b = 0; b < pool.kv.length; b++) {
-                if (!pattern.pageMatches(pool.page(b, f.pages[j]), room, b, firstToken, ps, heads, unit)) return false;
+                if (!pattern.pageMatches(pool.page(b, f.pages[j]), room, pool.globalBuffer(b), firstToken, ps, heads, unit)) return false;
             }
         }
         for (int b = 0; b < pool.aux.length; b++) {

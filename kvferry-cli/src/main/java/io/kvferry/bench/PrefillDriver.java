@@ -121,7 +121,7 @@ public final class PrefillDriver {
             boolean templated = templatedPages.get(f.pages[j]);
             long firstToken = (long) (prefixPages + j) * ps;
             for (int b = 0; b < pool.kv.length; b++) {
-                pattern.fillPage(pool.page(b, f.pages[j]), room, b, firstToken, ps, heads, unit, templated);
+                pattern.fillPage(pool.page(b, f.pages[j]), room, pool.globalBuffer(b), firstToken, ps, heads, unit, templated);
             }
             templatedPages.set(f.pages[j]);
         }

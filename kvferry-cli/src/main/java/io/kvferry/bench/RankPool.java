@@ -35,7 +35,21 @@ public final class RankPool implements AutoCloseable {
     private final ArrayDeque<Integer> freePages = new ArrayDeque<>();
     private final ArrayDeque<Integer> freeRows = new ArrayDeque<>();
 
+    /** Pipeline stage of this pool and the layers it holds: [firstLayer, firstLayer + layers). */
+    final int ppRank;
+    final int firstLayer;
+    final int layers;
+
     public RankPool(ModelShape shape, int pageSize, int tp, int rank, int pages, int auxRows, long seed) {
+        this(shape, pageSize, tp, rank, 1, 0, pages, auxRows, seed);
+    }
+
+    /** A pool for TP rank {@code rank} of pipeline stage {@code ppRank} of {@code ppSize}. */
+    public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
+                    long seed) {
+        this.ppRank = ppRank;
+        this.layers = shape.layers() / ppSize;
+        this.firstLayer = ppRank * layers;
         this.shape = shape;
         this.pageSize = pageSize;
         this.tp = tp;
@@ -43,7 +57,7 @@ public final class RankPool implements AutoCloseable {
         this.pages = pages;
         this.auxRows = auxRows;
         this.pageBytes = shape.pageBytes(pageSize, tp);
-        kv = new MemorySegment[shape.kvBuffers()];
+        kv = new MemorySegment[shape.mla() ? layers : 2 * layers];
         for (int i = 0; i < kv.length; i++) kv[i] = arena.allocate(pageBytes * pages, 64);
         aux = new MemorySegment[AUX_ROW_BYTES.length];
         for (int i = 0; i < aux.length; i++) aux[i] = arena.allocate(AUX_ROW_BYTES[i] * auxRows, 64);
@@ -71,6 +85,10 @@ public final class RankPool implements AutoCloseable {
         args.kvHeadNum = shape.headsPerRank(tp);
         args.totalKvHeadNum = shape.mla() ? 1 : shape.kvHeads();
         for (MemorySegment b : kv) args.addKvBuffer(b, pageBytes);
+        for (int i = 0; i < kv.length; i++) args.kvLayerIds.add(firstLayer + i % layers);
+        args.ppRank = ppRank;
+        args.prefillStartLayer = firstLayer;
+        args.prefillEndLayer = firstLayer + layers;
         for (int i = 0; i < aux.length; i++) args.addAuxBuffer(aux[i], AUX_ROW_BYTES[i]);
         args.auxRoomBuffer = ROOM_BUFFER; // SGLang's metadata gate: bootstrap_room is the last metadata buffer
         if (state.length > 0) {
@@ -108,6 +126,12 @@ public final class RankPool implements AutoCloseable {
 
     public void freeRow(int row) {
         freeRows.add(row);
+    }
+
+    /** The full model's index of local KV buffer {@code i} ([K_0..K_L-1, V_0..V_L-1], or one per layer for MLA). */
+    public int globalBuffer(int i) {
+        int layer = firstLayer + i % layers;
+        return shape.mla() ? layer : (i / layers) * shape.layers() + layer;
     }
 
     /** Global head ids of this rank's local head slots. */

@@ -33,6 +33,7 @@ public final class RoleRunner {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(mode), rank)
+                .ppSize(config.pp(mode))
                 .mla(config.shape().mla())
                 .bootstrap(hp[0], Integer.parseInt(hp[1]))
                 .authToken(config.authToken())
@@ -50,29 +51,15 @@ public final class RoleRunner {
         return new String[]{host, addr.substring(i + 1)};
     }
 
-    /** Runs the given TP ranks of one role in this JVM; prints one JSON line per rank. Returns true when all succeeded. */
+    /** Runs the given TP ranks (of every PP stage) of one role in this JVM; prints one JSON line per rank. */
     public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
                                   String host, PrintStream out) throws Exception {
-        int tp = config.tp(mode);
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
-        ExecutorService exec = Executors.newFixedThreadPool(ranks.size());
+        ExecutorService exec = Executors.newFixedThreadPool(ranks.size() * config.pp(mode));
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
-            Workload w = config.workload();
-            for (int r : ranks) {
-                RankPool pool = new RankPool(config.shape(), w.pageSize(), tp, r, w.poolPages(), w.concurrency() + 2,
-                        w.seed() * 31 + (mode == DisaggregationMode.PREFILL ? 1000 : 2000) + r);
-                pools.add(pool);
-                KVManager m = manager(config, mode, r, bootstrapAddr, host, pool);
-                managers.add(m);
-                if (mode == DisaggregationMode.PREFILL) {
-                    m.registerToBootstrap();
-                    futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, bootstrapAddr, pool.rank).run()));
-                } else {
-                    futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, bootstrapAddr, pool.rank, null).run()));
-                }
-            }
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, null);
             boolean allOk = true;
             for (Future<RoleReport> f : futures) {
                 RoleReport rep = f.get();
@@ -86,6 +73,35 @@ public final class RoleRunner {
             for (KVManager m : managers) m.close();
             if (exec.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
                 for (RankPool p : pools) p.close();
+            }
+        }
+    }
+
+    /**
+     * Creates the pools, managers and driver tasks of one role: every PP stage × the given TP ranks.
+     * The caller owns what is added to {@code managers} and {@code pools} and closes them.
+     *
+     * @param progress counted by decode rank 0 of stage 0 as requests conclude; may be null
+     */
+    static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress) {
+        Workload w = config.workload();
+        boolean prefill = mode == DisaggregationMode.PREFILL;
+        for (int stage = 0; stage < config.pp(mode); stage++) {
+            for (int r : tpRanks) {
+                RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
+                        w.poolPages(), w.concurrency() + 2, w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r);
+                pools.add(pool);
+                KVManager m = manager(config, mode, r, addr, host, pool);
+                managers.add(m);
+                if (prefill) {
+                    m.registerToBootstrap();
+                    futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank).run()));
+                } else {
+                    java.util.concurrent.atomic.AtomicInteger p = r == 0 && stage == 0 ? progress : null;
+                    futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p).run()));
+                }
             }
         }
     }
@@ -125,6 +141,8 @@ public final class RoleRunner {
                 "--transport", c.transport(),
                 "--prefill-tp", Integer.toString(c.prefillTp()),
                 "--decode-tp", Integer.toString(c.decodeTp()),
+                "--prefill-pp", Integer.toString(c.prefillPp()),
+                "--decode-pp", Integer.toString(c.decodePp()),
                 "--transfer-workers", Integer.toString(c.transferWorkers()),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");

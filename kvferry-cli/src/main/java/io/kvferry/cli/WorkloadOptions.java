@@ -54,6 +54,13 @@ public final class WorkloadOptions {
     @Option(names = "--decode-tp", description = "Attention-TP size of the decode instance. Default: --tp.")
     Integer decodeTp;
 
+    @Option(names = "--prefill-pp", defaultValue = "1", description = "Pipeline stages of the prefill instance. Default: ${DEFAULT-VALUE}.")
+    int prefillPp;
+
+    @Option(names = "--decode-pp", defaultValue = "1",
+            description = "Pipeline stages of the decode instance: 1 or --prefill-pp. Default: ${DEFAULT-VALUE}.")
+    int decodePp;
+
     @Option(names = "--transfer-workers", defaultValue = "0",
             description = "Prefill transfer worker threads per rank (0 = library default). Default: ${DEFAULT-VALUE}.")
     int transferWorkers;
@@ -86,6 +93,16 @@ public final class WorkloadOptions {
                 throw new IllegalArgumentException("TP " + t + " and " + shape.kvHeads() + " KV heads must divide one another");
             }
         }
+        if (prefillPp < 1 || shape.layers() % prefillPp != 0) {
+            throw new IllegalArgumentException("--prefill-pp " + prefillPp + " must divide the model's " + shape.layers() + " layers");
+        }
+        if (decodePp != 1 && decodePp != prefillPp) {
+            throw new IllegalArgumentException("--decode-pp must be 1 or equal to --prefill-pp (" + prefillPp + "), got " + decodePp);
+        }
+        if (prefillPp > 1 && !shape.stateBytes().isEmpty()) {
+            throw new IllegalArgumentException("model " + shape.name() + " has per-request state; pipeline-parallel state is not "
+                    + "split by stage in this version");
+        }
         if (p != d && !shape.mla() && !shape.stateBytes().isEmpty()) {
             throw new IllegalArgumentException("model " + shape.name() + " has per-request state; different prefill and decode TP "
                     + "need state resharding, which this version does not do");
@@ -102,7 +119,7 @@ public final class WorkloadOptions {
             token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        return new BenchConfig(shape, w, transport, p, d, token, transferWorkers);
+        return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, token, transferWorkers);
     }
 
     /** Completion candidates for --model. */

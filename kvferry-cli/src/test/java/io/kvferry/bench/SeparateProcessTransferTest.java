@@ -50,4 +50,15 @@ class SeparateProcessTransferTest {
         assertEquals(12, r.succeeded(), () -> "failures: " + r.firstFailures());
         assertEquals(0, r.corrupted());
     }
+
+    @Test
+    @Timeout(300)
+    void pipelineParallelPrefillAcrossProcesses() throws Exception {
+        // Two prefill stages (each its own layers) feed one decode that holds all layers.
+        Workload w = new Workload(12, 300, 16, 64, 3, 4, 11L);
+        BenchConfig config = new BenchConfig(ModelShape.preset("tiny"), w, "tcp", 1, 1, 2, 1, "it-token", 0);
+        BenchResult r = new BenchRunner(config, new PrintStream(OutputStream.nullOutputStream())).run(true);
+        assertEquals(12, r.succeeded(), () -> "failures: " + r.firstFailures());
+        assertEquals(0, r.corrupted());
+    }
 }

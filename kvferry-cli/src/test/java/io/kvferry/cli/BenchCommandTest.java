@@ -64,7 +64,10 @@ class BenchCommandTest {
                 {"--kv-heads", "4", "--prefill-tp", "4", "--decode-tp", "2"},
                 {"--kv-heads", "2", "--prefill-tp", "1", "--decode-tp", "4"},
                 {"--mla", "--prefill-tp", "1", "--decode-tp", "4"},
-                {"--mla", "--prefill-tp", "4", "--decode-tp", "2"}}) {
+                {"--mla", "--prefill-tp", "4", "--decode-tp", "2"},
+                {"--prefill-pp", "2"},
+                {"--prefill-pp", "2", "--decode-pp", "2"},
+                {"--kv-heads", "4", "--prefill-pp", "4", "--prefill-tp", "2", "--decode-tp", "4"}}) {
             java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(
                     "bench", "--model", "tiny", "--requests", "6", "--prompt-tokens", "200", "--json"));
             args.addAll(java.util.List.of(layout));
@@ -82,6 +85,8 @@ class BenchCommandTest {
         assertEquals(2, run("bench", "--model", "gpt-17").code());
         assertEquals(2, run("bench", "--transport", "inproc", "--processes").code());
         assertEquals(2, run("bench", "--prefill-tp", "3", "--decode-tp", "2").code());
+        assertEquals(2, run("bench", "--prefill-pp", "3").code());
+        assertEquals(2, run("bench", "--prefill-pp", "2", "--decode-pp", "4").code());
         assertEquals(2, run("bench", "--model", "qwen3-next", "--prefill-tp", "2", "--decode-tp", "1").code());
         assertTrue(run("bench", "--requests", "many").code() != 0);
     }
