@@ -49,9 +49,18 @@ public final class BenchRunner {
     }
 
     /** @param iperf3 also measure iperf3's loopback bandwidth as a TCP baseline */
+    /** Runs without the memcpy baseline (for correctness tests that do not report speed). */
+    public BenchResult runWithoutBaselines(boolean processes) throws Exception {
+        return run(processes, false, false);
+    }
+
     public BenchResult run(boolean processes, boolean iperf3) throws Exception {
+        return run(processes, iperf3, true);
+    }
+
+    private BenchResult run(boolean processes, boolean iperf3, boolean memcpyBaseline) throws Exception {
         long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
-        double memcpy = MemcpyBaseline.measure(itemBytes);
+        double memcpy = memcpyBaseline ? MemcpyBaseline.measure(itemBytes) : 0;
         double iperf = iperf3 ? IperfBaseline.measure() : -1;
         if (iperf3 && iperf < 0 && progressOut != null) {
             progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
