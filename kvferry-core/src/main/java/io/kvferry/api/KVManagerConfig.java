@@ -28,13 +28,15 @@ import java.time.Duration;
  *                            (its rooms fail) so one stuck decode cannot block a transfer worker
  * @param prefillInfoTimeout  decode: how long a receiver keeps retrying (once a second) to fetch an
  *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart)
+ * @param allCpRanksTransfer  every prefill CP rank sends its contiguous share of the pages (set on both
+ *                            sides); otherwise only CP rank 0 sends and the others are dummies
  */
 public record KVManagerConfig(
         int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
         int ppSize, boolean isMla, String bootstrapHost, int bootstrapPort, String listenHost,
         String authToken, int transferWorkers, Duration bootstrapTimeout, Duration waitingTimeout,
         Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
-        Duration prefillInfoTimeout) {
+        Duration prefillInfoTimeout, boolean allCpRanksTransfer) {
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -74,6 +76,7 @@ public record KVManagerConfig(
         b.loadBalanceMethod = loadBalanceMethod; b.prefillHttpPort = prefillHttpPort;
         b.writeStallTimeout = writeStallTimeout;
         b.prefillInfoTimeout = prefillInfoTimeout;
+        b.allCpRanksTransfer = allCpRanksTransfer;
         return b;
     }
 
@@ -93,6 +96,7 @@ public record KVManagerConfig(
         private int prefillHttpPort;
         private Duration writeStallTimeout = Duration.ofSeconds(30);
         private Duration prefillInfoTimeout = Duration.ofSeconds(15);
+        private boolean allCpRanksTransfer;
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -110,12 +114,13 @@ public record KVManagerConfig(
         public Builder prefillHttpPort(int p) { prefillHttpPort = p; return this; }
         public Builder writeStallTimeout(Duration d) { writeStallTimeout = d; return this; }
         public Builder prefillInfoTimeout(Duration d) { prefillInfoTimeout = d; return this; }
+        public Builder allCpRanksTransfer(boolean b) { allCpRanksTransfer = b; return this; }
 
         public KVManagerConfig build() {
             return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
                     bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
                     waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout,
-                    prefillInfoTimeout);
+                    prefillInfoTimeout, allCpRanksTransfer);
         }
     }
 }

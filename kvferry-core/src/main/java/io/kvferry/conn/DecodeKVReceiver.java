@@ -80,7 +80,8 @@ final class DecodeKVReceiver implements KVReceiver {
                 return;
             }
             RankMapping mapping = RankMapping.resolve(info.attnTpSize(), manager.config().attnTpSize(),
-                    manager.engineRank(), manager.config().isMla(), info.attnCpSize(), false, info.ppSize(),
+                    manager.engineRank(), manager.config().isMla(), info.attnCpSize(), manager.config().allCpRanksTransfer(),
+                    info.ppSize(),
                     manager.config().ppSize(), manager.ppRank());
             List<DecodeRoom.Target> targets = new ArrayList<>();
             room.targets = targets; // visible to forget() even if a later lookup fails

@@ -170,7 +170,7 @@ public final class PrefillKVManager implements KVManager {
         requireOpen();
         PrefillRoom room = room(bootstrapRoom);
         // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
-        boolean dummyCp = config.attnCpRank() != 0;
+        boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
         if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
         return sender;
@@ -252,6 +252,12 @@ public final class PrefillKVManager implements KVManager {
 
     /** One chunk of one room, executed on the room's worker. */
     void executeChunk(PrefillRoom room, int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex) {
+        executeChunk(room, pages, sliceStart, last, stateIndices, auxIndex, -1);
+    }
+
+    /** @param lastPageEnd where this rank's pages end on the last chunk (its CP share); -1 = the decode's page count */
+    void executeChunk(PrefillRoom room, int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex,
+                      int lastPageEnd) {
         KVPoll st = statuses.status(room.room);
         if (st == KVPoll.Failed || !rooms.containsKey(room.room)) return;
         if (room.firstSendNanos == 0) room.firstSendNanos = System.nanoTime();
@@ -267,8 +273,9 @@ public final class PrefillKVManager implements KVManager {
                     throw new PlanException("decode session " + d.session().sessionId() + " expects " + dstAll.length
                             + " pages but prefill sends pages [" + sliceStart + ", " + (sliceStart + pages.length) + ")");
                 }
-                if (last && sliceStart + pages.length != dstAll.length) {
-                    throw new PlanException("decode session " + d.session().sessionId() + " expects " + dstAll.length
+                int expectedEnd = lastPageEnd < 0 ? dstAll.length : lastPageEnd;
+                if (last && sliceStart + pages.length != expectedEnd) {
+                    throw new PlanException("decode session " + d.session().sessionId() + " expects " + expectedEnd
                             + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
                 }
                 int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);

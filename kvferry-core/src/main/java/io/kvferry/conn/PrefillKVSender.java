@@ -1,9 +1,12 @@
 package io.kvferry.conn;
 
+import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
+
+import java.util.Arrays;
 
 /**
  * One request on one prefill rank. Owned by the scheduler thread that calls it; the transfer
@@ -86,9 +89,25 @@ final class PrefillKVSender implements KVSender {
             if (last) manager.statuses.update(room.room, KVPoll.Success);
             return;
         }
-        int[] pages = kvIndices.clone();
         int[][] state = stateIndices == null ? null : deepCopy(stateIndices);
         int aux = room.auxIndex;
+        KVManagerConfig cfg = manager.config();
+        if (cfg.allCpRanksTransfer() && cfg.attnCpSize() > 1) {
+            // SGLang §4.6: this CP rank sends the part of the chunk inside its contiguous share of the
+            // request's pages; replicated state and aux come from CP rank 0 only.
+            int total = room.numPages, cp = cfg.attnCpSize(), r = cfg.attnCpRank();
+            int base = total / cp, extra = total % cp;
+            int shareStart = r * base + Math.min(r, extra), shareEnd = shareStart + base + (r < extra ? 1 : 0);
+            int from = Math.max(start, shareStart), to = Math.min(end, shareEnd);
+            int[] part = from < to ? Arrays.copyOfRange(kvIndices, from - start, to - start) : new int[0];
+            int sliceStart = from < to ? from : shareEnd;
+            if (part.length == 0 && !last) return;
+            int[][] partState = r == 0 ? state : null;
+            int partAux = r == 0 ? aux : -1;
+            manager.enqueue(room, () -> manager.executeChunk(room, part, sliceStart, last, partState, partAux, shareEnd));
+            return;
+        }
+        int[] pages = kvIndices.clone();
         manager.enqueue(room, () -> manager.executeChunk(room, pages, start, last, state, aux));
     }
 

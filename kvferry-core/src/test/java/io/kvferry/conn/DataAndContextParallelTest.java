@@ -93,4 +93,41 @@ class DataAndContextParallelTest extends TransferTestBase {
         await(recv::poll, KVPoll.Success);
         assertEquals(0L, dummy.getTransferMetric().transferTotalBytes());
     }
+
+    /** All-CP-ranks transfer: each CP rank sends its contiguous share of the pages; decode waits for every CP rank. */
+    @Test
+    void allContextParallelRanksSendTheirContiguousShares() {
+        TestRank c0 = rank(), c1 = rank(), c2 = rank(), dm = rank();
+        TestRank[] mems = {c0, c1, c2};
+        KVManager[] cps = new KVManager[3];
+        for (int r = 0; r < 3; r++) cps[r] = prefillRank(mems[r], cfg(1, 0).attnCp(3, r).allCpRanksTransfer(true).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).allCpRanksTransfer(true).build(), 0, PAGE_SIZE);
+        long room = 909;
+        int[] dst = {10, 11, 12, 13, 14, 15, 16}; // 7 pages: shares of 3, 2, 2
+        int[] src = {1, 2, 3, 4, 5, 6, 7};
+        KVReceiver recv = d.createReceiver(addr, room);
+        recv.init(0);
+        recv.sendMetadata(dst, 2, new int[][]{{3}}, 0);
+        KVSender[] senders = new KVSender[3];
+        for (int r = 0; r < 3; r++) {
+            // Every CP rank holds the whole (replicated) KV here; each must send only its share.
+            for (int j = 0; j < src.length; j++) mems[r].fillPage(src[j], room, j);
+            mems[r].fillRow(mems[r].aux, mems[r].auxItem, 0, room);
+            mems[r].fillRow(mems[r].state, mems[r].stateItem, 0, room);
+            senders[r] = cps[r].createSender(addr, room);
+            await(senders[r]::poll, KVPoll.WaitingForInput);
+            senders[r].init(src.length, 0);
+            senders[r].send(new int[]{1, 2, 3, 4});
+            senders[r].send(new int[]{5, 6, 7}, new int[][]{{0}});
+        }
+        for (KVSender s : senders) await(s::poll, KVPoll.Success);
+        await(recv::poll, KVPoll.Success);
+        for (int j = 0; j < dst.length; j++) assertTrue(dm.pageMatches(dst[j], room, j), "page " + j);
+        assertTrue(dm.rowMatches(dm.aux, dm.auxItem, 2, room, 0));
+        assertTrue(dm.rowMatches(dm.state, dm.stateItem, 3, room, 0));
+        long page = 4 * PAGE_BYTES; // 4 KV buffers
+        assertEquals(3 * page + 64 + 128 + 256 + 512, senders[0].getTransferMetric().transferTotalBytes());
+        assertEquals(2 * page, senders[1].getTransferMetric().transferTotalBytes());
+        assertEquals(2 * page, senders[2].getTransferMetric().transferTotalBytes());
+    }
 }
