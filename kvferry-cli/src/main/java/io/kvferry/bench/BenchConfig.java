@@ -10,19 +10,34 @@ import io.kvferry.api.DisaggregationMode;
  * @param decodeTp        attention-TP size of the decode instance
  * @param prefillPp       pipeline stages of the prefill instance
  * @param decodePp        pipeline stages of the decode instance (1 or prefillPp)
+ * @param prefillCp       context-parallel ranks of the prefill instance
+ * @param allCpRanks      every CP rank sends its share (else CP ranks other than 0 are dummies)
+ * @param prefillDp       attention-DP groups of the prefill instance (requests go to group room % dp)
  * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
  */
 public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
-                          int prefillPp, int decodePp, String authToken, int transferWorkers) {
+                          int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
+                          String authToken, int transferWorkers) {
+    /** Given TP and PP; no CP or DP. */
+    public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
+                       int decodePp, String authToken, int transferWorkers) {
+        this(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, 1, false, 1, authToken, transferWorkers);
+    }
+
     /** Equal TP on both sides, library defaults. */
     public BenchConfig(ModelShape shape, Workload workload, String transport, int tp, String authToken) {
-        this(shape, workload, transport, tp, tp, 1, 1, authToken, 0);
+        this(shape, workload, transport, tp, tp, 1, 1, 1, false, 1, authToken, 0);
     }
 
     /** Given TPs, no PP. */
     public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, String authToken,
                        int transferWorkers) {
-        this(shape, workload, transport, prefillTp, decodeTp, 1, 1, authToken, transferWorkers);
+        this(shape, workload, transport, prefillTp, decodeTp, 1, 1, 1, false, 1, authToken, transferWorkers);
+    }
+
+    /** Ranks one role runs: DP groups × CP ranks × PP stages × TP ranks. */
+    public int rankCount(DisaggregationMode mode) {
+        return mode == DisaggregationMode.PREFILL ? prefillDp * prefillCp * prefillPp * prefillTp : decodePp * decodeTp;
     }
 
     public int pp(DisaggregationMode mode) {

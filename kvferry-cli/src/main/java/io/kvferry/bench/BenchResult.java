@@ -20,6 +20,8 @@ public record BenchResult(
         @JsonProperty("decode_tp") int decodeTp,
         @JsonProperty("prefill_pp") int prefillPp,
         @JsonProperty("decode_pp") int decodePp,
+        @JsonProperty("prefill_cp") int prefillCp,
+        @JsonProperty("prefill_dp") int prefillDp,
         boolean mla,
         @JsonProperty("kv_heads") int kvHeads,
         int requests, int succeeded, int failed, int corrupted,

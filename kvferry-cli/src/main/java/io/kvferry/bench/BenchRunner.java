@@ -77,7 +77,7 @@ public final class BenchRunner {
     private List<RoleReport> runEmbedded(String addr) throws Exception {
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
-        int ranks = config.prefillTp() * config.prefillPp() + config.decodeTp() * config.decodePp();
+        int ranks = config.rankCount(DisaggregationMode.PREFILL) + config.rankCount(DisaggregationMode.DECODE);
         ExecutorService exec = Executors.newFixedThreadPool(ranks + 1);
         AtomicInteger progress = new AtomicInteger();
         try {
@@ -183,7 +183,7 @@ public final class BenchRunner {
             }
         }
         int rc = p.waitFor();
-        int expected = role.equals("prefill") ? config.prefillTp() * config.prefillPp() : config.decodeTp() * config.decodePp();
+        int expected = config.rankCount(role.equals("prefill") ? DisaggregationMode.PREFILL : DisaggregationMode.DECODE);
         if (reports.size() != expected) {
             throw new IllegalStateException(role + " process exited with status " + rc + " after " + reports.size()
                     + " of " + expected + " rank reports");
@@ -217,7 +217,7 @@ public final class BenchRunner {
         lat.put("max", h.getTotalCount() == 0 ? 0 : h.getMaxValue() / 1000.0);
         double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
         return new BenchResult(config.shape().name(), config.transport(), processes, config.prefillTp(), config.decodeTp(),
-                config.prefillPp(), config.decodePp(),
+                config.prefillPp(), config.decodePp(), config.prefillCp(), config.prefillDp(),
                 config.shape().mla(), config.shape().kvHeads(), n, n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
                 memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,

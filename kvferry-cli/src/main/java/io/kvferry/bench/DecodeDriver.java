@@ -35,6 +35,8 @@ public final class DecodeDriver {
         final KVReceiver receiver;
         int[] pages;
         int row = -1;
+        boolean initialized;
+        final long createdNanos = System.nanoTime();
 
         Flight(Workload.Request req, KVReceiver receiver) {
             this.req = req;
@@ -67,12 +69,20 @@ public final class DecodeDriver {
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 Workload.Request r = reqs.get(next++);
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
-                recv.init(0);
-                inflight.add(new Flight(r, recv));
+                Flight f = new Flight(r, recv);
+                tryInit(f);
+                inflight.add(f);
                 moved = true;
             }
             for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
                 Flight f = it.next();
+                if (!f.initialized && !tryInit(f)) {
+                    if (System.nanoTime() - f.createdNanos > DP_RESOLVE_TIMEOUT_NANOS) {
+                        f.receiver.abort(); // the prefill never answered where the room is: fail it, do not hang
+                        f.initialized = true;
+                    }
+                    continue;
+                }
                 KVPoll st = f.receiver.poll();
                 if (st == KVPoll.WaitingForInput && f.pages == null) {
                     int n = f.req.pagesToSend(workload.pageSize());
@@ -118,6 +128,28 @@ public final class DecodeDriver {
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons);
+    }
+
+    private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;
+
+    /**
+     * Resolves the prefill DP group holding the room (SGLang's decode does this before init) and
+     * inits the receiver. False while it is not known yet (prefill not registered or room not
+     * published): try again on a later iteration.
+     */
+    private boolean tryInit(Flight f) {
+        int dp = 0;
+        if (manager instanceof io.kvferry.conn.DecodeKVManager dm) {
+            try {
+                dp = dm.resolvePrefillDpRank(bootstrapAddr, f.req.room(), null);
+            } catch (RuntimeException e) {
+                dp = -1; // registry not ready yet
+            }
+        }
+        if (dp < 0) return false;
+        f.receiver.init(dp);
+        f.initialized = true;
+        return true;
     }
 
     private boolean verify(Flight f) {

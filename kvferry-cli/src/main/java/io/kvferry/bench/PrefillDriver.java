@@ -44,7 +44,18 @@ public final class PrefillDriver {
         }
     }
 
+    /** Attention-DP: this rank serves only the rooms with {@code room % dpSize == dpGroup} (follow_bootstrap_room). */
+    private final int dpGroup;
+    private final int dpSize;
+
     public PrefillDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank) {
+        this(manager, pool, workload, bootstrapAddr, shardRank, 0, 1);
+    }
+
+    public PrefillDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank,
+                         int dpGroup, int dpSize) {
+        this.dpGroup = dpGroup;
+        this.dpSize = dpSize;
         this.manager = manager;
         this.pool = pool;
         this.workload = workload;
@@ -54,7 +65,8 @@ public final class PrefillDriver {
     }
 
     public RoleReport run() {
-        List<Workload.Request> reqs = workload.generate();
+        List<Workload.Request> reqs = workload.generate().stream()
+                .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
         List<Flight> inflight = new ArrayList<>();
         List<Integer> failedIdx = new ArrayList<>();
         List<String> reasons = new ArrayList<>();

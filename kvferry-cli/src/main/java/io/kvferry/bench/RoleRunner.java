@@ -25,20 +25,22 @@ public final class RoleRunner {
     private RoleRunner() {}
 
     static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, String bootstrapAddr, RankPool pool) {
-        return manager(config, mode, rank, bootstrapAddr, "127.0.0.1", pool);
+        return manager(config, mode, rank, 0, 0, bootstrapAddr, "127.0.0.1", pool);
     }
 
-    static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, String bootstrapAddr, String host,
-                             RankPool pool) {
+    static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                             String bootstrapAddr, String host, RankPool pool) {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(mode), rank)
                 .ppSize(config.pp(mode))
+                .allCpRanksTransfer(config.allCpRanks())
                 .mla(config.shape().mla())
                 .bootstrap(hp[0], Integer.parseInt(hp[1]))
                 .authToken(config.authToken())
                 .listenHost(host);
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
+        if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
         KVManagerConfig mc = b.build();
         return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
     }
@@ -56,7 +58,7 @@ public final class RoleRunner {
                                   String host, PrintStream out) throws Exception {
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
-        ExecutorService exec = Executors.newFixedThreadPool(ranks.size() * config.pp(mode));
+        ExecutorService exec = Executors.newFixedThreadPool(config.rankCount(mode));
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
             launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, null);
@@ -88,19 +90,27 @@ public final class RoleRunner {
                        List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress) {
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
-        for (int stage = 0; stage < config.pp(mode); stage++) {
-            for (int r : tpRanks) {
-                RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
-                        w.poolPages(), w.concurrency() + 2, w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r);
-                pools.add(pool);
-                KVManager m = manager(config, mode, r, addr, host, pool);
-                managers.add(m);
-                if (prefill) {
-                    m.registerToBootstrap();
-                    futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank).run()));
-                } else {
-                    java.util.concurrent.atomic.AtomicInteger p = r == 0 && stage == 0 ? progress : null;
-                    futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p).run()));
+        int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
+        for (int dp = 0; dp < groups; dp++) {
+            for (int cp = 0; cp < cps; cp++) {
+                for (int stage = 0; stage < config.pp(mode); stage++) {
+                    for (int r : tpRanks) {
+                        long seed = w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r + 10_000L * cp + 100_000L * dp;
+                        RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
+                                w.poolPages(), w.concurrency() + 2, seed);
+                        pools.add(pool);
+                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool);
+                        managers.add(m);
+                        if (prefill) {
+                            m.registerToBootstrap();
+                            int group = dp;
+                            futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
+                                    config.prefillDp()).run()));
+                        } else {
+                            java.util.concurrent.atomic.AtomicInteger p = r == 0 && stage == 0 ? progress : null;
+                            futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p).run()));
+                        }
+                    }
                 }
             }
         }
@@ -143,9 +153,12 @@ public final class RoleRunner {
                 "--decode-tp", Integer.toString(c.decodeTp()),
                 "--prefill-pp", Integer.toString(c.prefillPp()),
                 "--decode-pp", Integer.toString(c.decodePp()),
+                "--prefill-cp", Integer.toString(c.prefillCp()),
+                "--prefill-dp", Integer.toString(c.prefillDp()),
                 "--transfer-workers", Integer.toString(c.transferWorkers()),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
+        if (c.allCpRanks()) a.add("--all-cp-ranks");
         return a;
     }
 

@@ -54,6 +54,16 @@ public final class WorkloadOptions {
     @Option(names = "--decode-tp", description = "Attention-TP size of the decode instance. Default: --tp.")
     Integer decodeTp;
 
+    @Option(names = "--prefill-cp", defaultValue = "1", description = "Context-parallel ranks of the prefill instance. Default: ${DEFAULT-VALUE}.")
+    int prefillCp;
+
+    @Option(names = "--all-cp-ranks", description = "Every prefill CP rank sends its share of the pages (else only CP rank 0 sends).")
+    boolean allCpRanks;
+
+    @Option(names = "--prefill-dp", defaultValue = "1",
+            description = "Attention-DP groups of the prefill instance; a request goes to group room %% dp. Default: ${DEFAULT-VALUE}.")
+    int prefillDp;
+
     @Option(names = "--prefill-pp", defaultValue = "1", description = "Pipeline stages of the prefill instance. Default: ${DEFAULT-VALUE}.")
     int prefillPp;
 
@@ -93,6 +103,7 @@ public final class WorkloadOptions {
                 throw new IllegalArgumentException("TP " + t + " and " + shape.kvHeads() + " KV heads must divide one another");
             }
         }
+        if (prefillCp < 1 || prefillDp < 1) throw new IllegalArgumentException("--prefill-cp and --prefill-dp must be >= 1");
         if (prefillPp < 1 || shape.layers() % prefillPp != 0) {
             throw new IllegalArgumentException("--prefill-pp " + prefillPp + " must divide the model's " + shape.layers() + " layers");
         }
@@ -119,7 +130,8 @@ public final class WorkloadOptions {
             token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, token, transferWorkers);
+        return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
+                transferWorkers);
     }
 
     /** Completion candidates for --model. */

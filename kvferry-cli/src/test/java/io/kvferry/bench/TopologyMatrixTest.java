@@ -64,6 +64,19 @@ class TopologyMatrixTest {
         assertExact(new Topology(p, d, pp, same, heads, mla, page, chunk, prompt, transport));
     }
 
+    @ParameterizedTest(name = "CP{0} all={1} DP{2} with P{3} D{4} PP{5}")
+    @CsvSource({"2,false,1,1,1,1", "3,true,1,1,1,1", "2,true,1,2,1,1", "1,false,2,1,1,1", "1,false,2,2,4,1",
+            "2,true,2,1,1,2", "1,false,4,1,2,1"})
+    @Timeout(60)
+    void contextAndDataParallelPrefill(int cp, boolean allCp, int dp, int p, int d, int pp) throws Exception {
+        Workload w = new Workload(8, 230, 16, 64, 2, 3, 77L + cp * 10 + dp);
+        BenchConfig c = new BenchConfig(ModelShape.preset("tiny").withKvHeads(4), w, "tcp", p, d, pp, 1, cp, allCp, dp,
+                "matrix", 1);
+        BenchResult r = new BenchRunner(c, new PrintStream(OutputStream.nullOutputStream())).runWithoutBaselines(false);
+        assertEquals(0, r.corrupted(), () -> c + ": " + r.firstFailures());
+        assertEquals(8, r.succeeded(), () -> c + ": " + r.firstFailures());
+    }
+
     @Property(tries = 12)
     void randomTopologiesAreByteExact(@ForAll("topologies") Topology t) throws Exception {
         assertExact(t);
