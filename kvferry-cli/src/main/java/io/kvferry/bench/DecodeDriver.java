@@ -169,7 +169,8 @@ public final class DecodeDriver {
             if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0), roomColumn)) return false;
         }
         for (int t = 0; t < pool.state.length; t++) {
-            if (!pattern.matches(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank))) return false;
+            if (!pattern.pageMatches(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(),
+                    pool.stateEntryBytes(t))) return false;
         }
         return true;
     }

@@ -143,7 +143,8 @@ public final class PrefillDriver {
         }
         pool.auxRow(RankPool.ROOM_BUFFER, f.row).set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0, room);
         for (int t = 0; t < pool.state.length; t++) {
-            pattern.fill(pool.stateSlot(t, f.row), KvPattern.key(room, Region.STATE.code(), 0, t, 0, shardRank));
+            // One unit per global entry of the TP-sharded dimension, so any TP resharding is verifiable.
+            pattern.fillPage(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(), pool.stateEntryBytes(t), false);
         }
         f.sender.init(numPages, f.row);
         int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;

@@ -62,7 +62,7 @@ public final class RankPool implements AutoCloseable {
         aux = new MemorySegment[AUX_ROW_BYTES.length];
         for (int i = 0; i < aux.length; i++) aux[i] = arena.allocate(AUX_ROW_BYTES[i] * auxRows, 64);
         state = new MemorySegment[shape.stateBytes().size()];
-        for (int i = 0; i < state.length; i++) state[i] = arena.allocate(shape.stateBytes().get(i) * auxRows, 64);
+        for (int i = 0; i < state.length; i++) state[i] = arena.allocate(stateSlotBytes(i) * auxRows, 64);
         // Blocks of 1..4 contiguous pages in random order: fragmented, but with some runs to coalesce.
         Random rnd = new Random(seed);
         List<int[]> blocks = new ArrayList<>();
@@ -92,8 +92,16 @@ public final class RankPool implements AutoCloseable {
         for (int i = 0; i < aux.length; i++) args.addAuxBuffer(aux[i], AUX_ROW_BYTES[i]);
         args.auxRoomBuffer = ROOM_BUFFER; // SGLang's metadata gate: bootstrap_room is the last metadata buffer
         if (state.length > 0) {
-            args.addStateComponent(shape.stateType(), List.of(state),
-                    shape.stateBytes().stream().toList());
+            List<Long> items = new ArrayList<>();
+            List<Integer> dims = new ArrayList<>(), outer = new ArrayList<>();
+            for (int t = 0; t < state.length; t++) {
+                items.add(stateSlotBytes(t));
+                dims.add(STATE_ENTRIES / tp);
+                outer.add(1);
+            }
+            args.addStateComponent(shape.stateType(), List.of(state), items);
+            args.stateDimPerTensor.add(dims);
+            args.stateSliceOuterCounts.add(outer);
         }
         return args;
     }
@@ -128,6 +136,28 @@ public final class RankPool implements AutoCloseable {
         freeRows.add(row);
     }
 
+    /**
+     * Mamba-like state: a slot is one row of {@value #STATE_ENTRIES} entries sharded over TP, so a
+     * rank's slot is the model's slot bytes / TP and the entries it holds are [rank × n, (rank+1) × n).
+     */
+    static final int STATE_ENTRIES = 64;
+
+    public long stateSlotBytes(int tensor) {
+        return shape.stateBytes().get(tensor) / tp;
+    }
+
+    public long stateEntryBytes(int tensor) {
+        return shape.stateBytes().get(tensor) / STATE_ENTRIES;
+    }
+
+    /** Global state entries this rank's slot holds, in order. */
+    public int[] stateEntries() {
+        int n = STATE_ENTRIES / tp;
+        int[] out = new int[n];
+        for (int i = 0; i < n; i++) out[i] = rank * n + i;
+        return out;
+    }
+
     /** The full model's index of local KV buffer {@code i} ([K_0..K_L-1, V_0..V_L-1], or one per layer for MLA). */
     public int globalBuffer(int i) {
         int layer = firstLayer + i % layers;
@@ -155,7 +185,7 @@ public final class RankPool implements AutoCloseable {
     }
 
     public MemorySegment stateSlot(int tensor, int slot) {
-        long b = shape.stateBytes().get(tensor);
+        long b = stateSlotBytes(tensor);
         return state[tensor].asSlice(slot * b, b);
     }
 
@@ -163,7 +193,7 @@ public final class RankPool implements AutoCloseable {
     public long requestBytes(int numPages) {
         long b = (long) numPages * pageBytes * kv.length;
         for (long a : AUX_ROW_BYTES) b += a;
-        for (long s : shape.stateBytes()) b += s;
+        for (int t = 0; t < state.length; t++) b += stateSlotBytes(t);
         return b;
     }
 

@@ -114,9 +114,8 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("model " + shape.name() + " has per-request state; pipeline-parallel state is not "
                     + "split by stage in this version");
         }
-        if (p != d && !shape.mla() && !shape.stateBytes().isEmpty()) {
-            throw new IllegalArgumentException("model " + shape.name() + " has per-request state; different prefill and decode TP "
-                    + "need state resharding, which this version does not do");
+        if (!shape.stateBytes().isEmpty() && Math.max(p, d) > RankPoolLimits.STATE_ENTRIES) {
+            throw new IllegalArgumentException("TP above " + RankPoolLimits.STATE_ENTRIES + " cannot shard the bench's state");
         }
         Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed);
         String token = authToken;
@@ -132,6 +131,11 @@ public final class WorkloadOptions {
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
                 transferWorkers);
+    }
+
+    /** Bench pool limits the options are checked against. */
+    static final class RankPoolLimits {
+        static final int STATE_ENTRIES = 64;
     }
 
     /** Completion candidates for --model. */

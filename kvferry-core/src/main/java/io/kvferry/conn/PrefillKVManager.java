@@ -286,9 +286,10 @@ public final class PrefillKVManager implements KVManager {
                         : TransferPlanner.planKvSliced(pages, dst, itemLens, d.session().hello.memory().kvItemLens(),
                                 pageSize, slices, bufferMap));
                 if (last) {
-                    runPlan(room, d, TransferPlanner.planState(memory.stateTypes(), stateIndices,
-                            d.info().stateIndices(), memory.stateItemLens(),
-                            w -> log.warn("room {}: {}", room.room, w)));
+                    runPlan(room, d, slices == null
+                            ? TransferPlanner.planState(memory.stateTypes(), stateIndices, d.info().stateIndices(),
+                                    memory.stateItemLens(), w -> log.warn("room {}: {}", room.room, w))
+                            : planStateSliced(stateIndices, d));
                     runPlan(room, d, TransferPlanner.planAux(auxIndex, d.info().auxIndex(), memory.auxItemLens()));
                 }
             }
@@ -309,6 +310,25 @@ public final class PrefillKVManager implements KVManager {
             log.warn(reason);
             failRoom(room, reason);
         }
+    }
+
+    private CopyPlan planStateSliced(int[][] stateIndices, PrefillRoom.Destination d) {
+        Hello h = d.session().hello;
+        int n = memory.stateComponentCount();
+        long[][] dstItems = new long[n][];
+        int[][] dims = new int[n][], outer = new int[n][];
+        for (int c = 0; c < n; c++) {
+            dstItems[c] = h.memory().states().get(c).itemLens();
+            dims[c] = new int[memory.stateTensorCount(c)];
+            outer[c] = new int[memory.stateTensorCount(c)];
+            for (int t = 0; t < dims[c].length; t++) {
+                dims[c][t] = memory.stateDim(c, t);
+                outer[c][t] = memory.stateOuterCount(c, t);
+            }
+        }
+        return TransferPlanner.planStateSliced(memory.stateTypes(), stateIndices, d.info().stateIndices(),
+                memory.stateItemLens(), dstItems, dims, outer, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
+                h.engineRank() % h.attnTpSize());
     }
 
     private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
@@ -484,8 +504,17 @@ public final class PrefillKVManager implements KVManager {
                 return "cannot slice KV heads between prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize()
                         + ": " + e.getMessage();
             }
-            if (memory.stateComponentCount() > 0) {
-                return "state components with different attention TP need state resharding, which this version does not do";
+            for (int c = 0; c < memory.stateComponentCount(); c++) {
+                if (memory.stateTypes().get(c) != io.kvferry.api.StateType.MAMBA) {
+                    return "state component " + c + " (" + memory.stateTypes().get(c).wire() + ") cannot be resharded between "
+                            + "prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize();
+                }
+                for (int t = 0; t < memory.stateTensorCount(c); t++) {
+                    if (memory.stateDim(c, t) < 1 || memory.stateOuterCount(c, t) < 1) {
+                        return "state component " + c + " tensor " + t + " needs state_dim_per_tensor and "
+                                + "state_slice_outer_counts to be resharded across attention TP sizes";
+                    }
+                }
             }
         } else {
             for (int i = 0; i < mine.length; i++) {
@@ -508,7 +537,7 @@ public final class PrefillKVManager implements KVManager {
             if (!s.type().equals(memory.stateTypes().get(c).wire())) {
                 return "state component " + c + " type differs: prefill " + memory.stateTypes().get(c).wire() + ", decode " + s.type();
             }
-            if (!Arrays.equals(stateItems[c], s.itemLens())) {
+            if (!sliced && !Arrays.equals(stateItems[c], s.itemLens())) {
                 return "state component " + c + " item lengths differ: prefill " + Arrays.toString(stateItems[c])
                         + ", decode " + Arrays.toString(s.itemLens());
             }

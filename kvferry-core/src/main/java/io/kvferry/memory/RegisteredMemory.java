@@ -23,6 +23,9 @@ public final class RegisteredMemory {
     private final MemorySegment[][] state;
     private final long[][] stateItemLens;
     private final int auxRoomBuffer;
+    /** Per state component, per tensor: TP-sharded entries per row and rows before the slice axis (0 = unknown). */
+    private final int[][] stateDims;
+    private final int[][] stateOuter;
 
     private RegisteredMemory(MemorySegment[] kv, long[] kvItemLens, int[] kvLayerIds, MemorySegment[] aux,
                              long[] auxItemLens, List<StateType> stateTypes, MemorySegment[][] state, long[][] stateItemLens,
@@ -36,6 +39,8 @@ public final class RegisteredMemory {
         this.state = state;
         this.stateItemLens = stateItemLens;
         this.auxRoomBuffer = auxRoomBuffer;
+        this.stateDims = new int[state.length][];
+        this.stateOuter = new int[state.length][];
     }
 
     /** Validates {@code args} (native memory, positive item lengths, consistent list sizes) and snapshots it. */
@@ -92,8 +97,25 @@ public final class RegisteredMemory {
             throw new IllegalArgumentException("auxRoomBuffer " + args.auxRoomBuffer + " must name an aux buffer with rows of at least 8 bytes"
                     + " (there are " + aux.length + " aux buffers)");
         }
-        return new RegisteredMemory(kv, kvItem, layers, aux, auxItem, List.copyOf(args.stateTypes), state, stateItem,
-                args.auxRoomBuffer);
+        RegisteredMemory m = new RegisteredMemory(kv, kvItem, layers, aux, auxItem, List.copyOf(args.stateTypes), state,
+                stateItem, args.auxRoomBuffer);
+        for (int c = 0; c < components; c++) {
+            m.stateDims[c] = ints(args.stateDimPerTensor, c, state[c].length, "state_dim_per_tensor");
+            m.stateOuter[c] = ints(args.stateSliceOuterCounts, c, state[c].length, "state_slice_outer_counts");
+        }
+        return m;
+    }
+
+    private static int[] ints(List<List<Integer>> lists, int component, int tensors, String what) {
+        int[] out = new int[tensors];
+        if (component >= lists.size() || lists.get(component) == null) return out;
+        List<Integer> l = lists.get(component);
+        if (l.size() != tensors) {
+            throw new IllegalArgumentException(what + " of state component " + component + " has " + l.size()
+                    + " entries for " + tensors + " tensors");
+        }
+        for (int t = 0; t < tensors; t++) out[t] = l.get(t) == null ? 0 : l.get(t);
+        return out;
     }
 
     private static MemorySegment check(MemorySegment seg, Long itemLen, String what) {
@@ -109,6 +131,10 @@ public final class RegisteredMemory {
     }
 
     public int kvBufferCount() { return kv.length; }
+    /** TP-sharded entries per row of a state tensor (0 when not given). */
+    public int stateDim(int component, int tensor) { return stateDims[component][tensor]; }
+    /** Rows before the slice axis of a state tensor (0 when not given). */
+    public int stateOuterCount(int component, int tensor) { return stateOuter[component][tensor]; }
     /** The aux buffer holding the bootstrap_room column, or -1 when the metadata gate is off. */
     public int auxRoomBuffer() { return auxRoomBuffer; }
     public long[] kvItemLens() { return kvItemLens.clone(); }

@@ -70,6 +70,39 @@ public final class TransferPlanner {
         return plan;
     }
 
+    /**
+     * State ops when prefill and decode attention TP differ: mamba slots are re-sliced along their
+     * TP-sharded dimension ({@link StateSlice}); other state types cannot be resharded and fail.
+     *
+     * @param dims  per component, per tensor: this prefill rank's sharded entries per row
+     * @param outer per component, per tensor: rows before the slice axis
+     */
+    public static CopyPlan planStateSliced(List<StateType> types, int[][] srcIndices, int[][] dstIndices,
+                                           long[][] srcItemLens, long[][] dstItemLens, int[][] dims, int[][] outer,
+                                           int prefillTp, int prefillRank, int decodeTp, int decodeRank) {
+        CopyPlan plan = new CopyPlan(types.size() * 2);
+        if (srcIndices == null || dstIndices == null) return plan;
+        int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
+        for (int c = 0; c < components; c++) {
+            int[] src = srcIndices[c] == null ? new int[0] : srcIndices[c];
+            int[] dst = dstIndices[c] == null ? new int[0] : dstIndices[c];
+            if (src.length == 0 || dst.length == 0) continue;
+            if (types.get(c) != StateType.MAMBA) {
+                throw new PlanException("state component " + c + " (" + types.get(c).wire() + ") cannot be resharded between "
+                        + "prefill TP " + prefillTp + " and decode TP " + decodeTp);
+            }
+            if (src.length != 1 || dst.length != 1) {
+                throw new PlanException("state component " + c + " (mamba) needs exactly one slot per side, got "
+                        + src.length + " and " + dst.length);
+            }
+            for (int t = 0; t < srcItemLens[c].length; t++) {
+                StateSlice.append(plan, c, t, src[0], dst[0], srcItemLens[c][t], dstItemLens[c][t], outer[c][t], dims[c][t],
+                        prefillTp, prefillRank, decodeTp, decodeRank);
+            }
+        }
+        return plan;
+    }
+
     /** Aux ops: one row per metadata buffer, from the prefill's row to the decode's row. */
     public static CopyPlan planAux(int srcAuxIndex, int dstAuxIndex, long[] itemLens) {
         CopyPlan plan = new CopyPlan(itemLens.length);
