@@ -14,6 +14,14 @@ class LayerPairingTest {
     }
 
     @Test
+    void draftModelBuffersAppendedAfterTheTargetsPairByTheirOwnLayerIds() {
+        // Target layers 0..1 (K, V) then EAGLE draft layer 100 (K, V); a PP stage holding layer 1 and the draft.
+        int[] decode = {0, 1, 0, 1, 100, 100};
+        assertArrayEquals(new int[]{1, 3, 4, 5}, LayerPairing.pair(new int[]{1, 1, 100, 100}, decode));
+        assertArrayEquals(new int[]{0, 1, 2, 3, 4, 5}, LayerPairing.pair(decode, decode));
+    }
+
+    @Test
     void identicalLayoutsPairByPosition() {
         assertArrayEquals(new int[]{0, 1, 2}, LayerPairing.pair(new int[]{5, 6, 7}, new int[]{5, 6, 7}));
     }
