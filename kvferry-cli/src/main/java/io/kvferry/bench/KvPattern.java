@@ -86,22 +86,27 @@ public final class KvPattern {
                 MemorySegment.copy(template, 0, page, u * unitBytes, unitBytes);
             }
         }
-        long off = 0;
+        long base = key(room, 0, 0, buffer, 0, 0), off = 0;
         for (int t = 0; t < tokens; t++) {
+            long tokenKey = base + (firstToken + t) * UNIT_KEY_TOKEN_STEP;
             for (int gh : globalHeads) {
-                page.set(ValueLayout.JAVA_LONG_UNALIGNED, off, key(room, 0, 0, buffer, firstToken + t, gh));
+                page.set(ValueLayout.JAVA_LONG_UNALIGNED, off, tokenKey + gh);
                 off += unitBytes;
             }
         }
     }
 
+    /** Unit keys are the (room, buffer) hash plus token × this plus head: distinct for < 2^16 heads. */
+    private static final long UNIT_KEY_TOKEN_STEP = 1L << 16;
+
     /** True when {@code page} holds exactly what {@link #fillPage} writes for these arguments. */
     public boolean pageMatches(MemorySegment page, long room, int buffer, long firstToken, int tokens, int[] globalHeads,
                                long unitBytes) {
-        long off = 0;
+        long base = key(room, 0, 0, buffer, 0, 0), off = 0;
         for (int t = 0; t < tokens; t++) {
+            long tokenKey = base + (firstToken + t) * UNIT_KEY_TOKEN_STEP;
             for (int gh : globalHeads) {
-                if (page.get(ValueLayout.JAVA_LONG_UNALIGNED, off) != key(room, 0, 0, buffer, firstToken + t, gh)) return false;
+                if (page.get(ValueLayout.JAVA_LONG_UNALIGNED, off) != tokenKey + gh) return false;
                 if (MemorySegment.mismatch(page, off + 8, off + unitBytes, template, 8, unitBytes) >= 0) return false;
                 off += unitBytes;
             }
