@@ -16,8 +16,12 @@ import java.util.Random;
  * and differ between prefill and decode, as in a busy server. Owned by one driver thread.
  */
 public final class RankPool implements AutoCloseable {
-    /** Aux buffers shaped like SGLang's metadata buffers (§4.9): row bytes of each. */
-    static final long[] AUX_ROW_BYTES = {64, 64, 64, 64, 512, 512, 64};
+    /**
+     * Aux buffers shaped like SGLang's metadata buffers (§4.9), row bytes of each: output_ids,
+     * cached_tokens, token logprob val/idx (16 × 4 B), top-logprobs val/idx (128 × 4 B), EAGLE
+     * topk_p (16 × f32), topk_index (16 × i64), hidden_states (4096 × bf16), bootstrap_room (8 × i64) last.
+     */
+    static final long[] AUX_ROW_BYTES = {64, 64, 64, 64, 512, 512, 64, 128, 8192, 64};
     /** The aux buffer whose row starts with the request's bootstrap_room (int64), as in SGLang. */
     static final int ROOM_BUFFER = AUX_ROW_BYTES.length - 1;
 
