@@ -179,19 +179,27 @@ public final class ControlConnection implements AutoCloseable {
                         plan.srcOffset(op), plan.length(op)).asByteBuffer();
                 remaining += WRITE_FRAME_BYTES + plan.length(op);
             }
+            gatherWrite(2 * n, remaining);
+        } finally {
+            Arrays.fill(batchVector, null);
+            writeLock.unlock();
+        }
+    }
+
+    /** Writes the first {@code count} buffers of the gather vector, {@code bytes} in all (write lock held). */
+    private void gatherWrite(int count, long bytes) throws IOException {
+        try {
             writingSince = System.nanoTime();
-            while (remaining > 0) {
-                long w = channel.write(batchVector, 0, 2 * n);
+            while (bytes > 0) {
+                long w = channel.write(batchVector, 0, count);
                 if (w > 0) writingSince = System.nanoTime();
-                remaining -= w;
+                bytes -= w;
             }
         } catch (IOException e) {
             closeQuietly();
             throw e;
         } finally {
             writingSince = 0;
-            Arrays.fill(batchVector, null);
-            writeLock.unlock();
         }
     }
 
@@ -217,18 +225,8 @@ public final class ControlConnection implements AutoCloseable {
             h.flip();
             batchVector[0] = h;
             batchVector[1] = sendStaging.asSlice(0, length).asByteBuffer();
-            long remaining = WRITE_FRAME_BYTES + length;
-            writingSince = System.nanoTime();
-            while (remaining > 0) {
-                long w = channel.write(batchVector, 0, 2);
-                if (w > 0) writingSince = System.nanoTime();
-                remaining -= w;
-            }
-        } catch (IOException e) {
-            closeQuietly();
-            throw e;
+            gatherWrite(2, WRITE_FRAME_BYTES + length);
         } finally {
-            writingSince = 0;
             Arrays.fill(batchVector, null);
             writeLock.unlock();
         }
