@@ -13,11 +13,26 @@ import io.kvferry.api.DisaggregationMode;
  * @param prefillCp       context-parallel ranks of the prefill instance
  * @param allCpRanks      every CP rank sends its share (else CP ranks other than 0 are dummies)
  * @param prefillDp       attention-DP groups of the prefill instance (requests go to group room % dp)
+ * @param bootstrapTimeoutMillis prefill bootstrap timeout; 0 = library default (300 s)
+ * @param deadlineMillis  drivers stop after this long and report unfinished requests as hung; 0 = never
  * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
  */
 public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
                           int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
-                          String authToken, int transferWorkers) {
+                          String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis) {
+    /** Without fault-harness settings (library timeouts, no deadline). */
+    public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
+                       int decodePp, int prefillCp, boolean allCpRanks, int prefillDp, String authToken, int transferWorkers) {
+        this(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp,
+                authToken, transferWorkers, 0, 0);
+    }
+
+    /** The same run with a prefill bootstrap timeout and a driver deadline (for fault injection). */
+    public BenchConfig withFaultTimeouts(long bootstrapTimeoutMs, long deadlineMs) {
+        return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs);
+    }
+
     /** Given TP and PP; no CP or DP. */
     public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
                        int decodePp, String authToken, int transferWorkers) {

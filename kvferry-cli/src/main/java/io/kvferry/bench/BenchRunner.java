@@ -174,14 +174,7 @@ public final class BenchRunner {
 
     /** Reads a role process's stdout: its last lines are one JSON report per rank. */
     private List<RoleReport> collect(Process p, String role) throws IOException, InterruptedException {
-        List<RoleReport> reports = new ArrayList<>();
-        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-            String line;
-            while ((line = r.readLine()) != null) {
-                if (line.startsWith("{\"role\"")) reports.add(JSON.readValue(line, RoleReport.class));
-                else if (progressOut != null) progressOut.println("[" + role + "] " + line);
-            }
-        }
+        List<RoleReport> reports = RoleRunner.readReports(p, role, progressOut);
         int rc = p.waitFor();
         int expected = config.rankCount(role.equals("prefill") ? DisaggregationMode.PREFILL : DisaggregationMode.DECODE);
         if (reports.size() != expected) {

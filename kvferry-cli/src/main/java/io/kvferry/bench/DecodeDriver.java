@@ -18,6 +18,14 @@ import java.util.concurrent.locks.LockSupport;
  * page, aux row and state slot against {@link KvPattern}; then frees and clears. Single-threaded.
  */
 public final class DecodeDriver {
+    /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
+    private long deadlineNanos;
+
+    public DecodeDriver withDeadline(long nanoTime) {
+        this.deadlineNanos = nanoTime;
+        return this;
+    }
+
     /** A scheduler iteration with nothing to do sleeps this long: spinning would steal the cores the transfer needs. */
     static final long IDLE_PARK_NANOS = 200_000;
 
@@ -64,7 +72,9 @@ public final class DecodeDriver {
         int next = 0, done = 0, ok = 0, failed = 0, corrupted = 0;
         long bytes = 0;
         long start = System.nanoTime();
+        long firstFailureAt = 0;
         while (done < reqs.size()) {
+            if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 Workload.Request r = reqs.get(next++);
@@ -113,6 +123,7 @@ public final class DecodeDriver {
                         f.receiver.failureException();
                     } catch (KVTransferException e) {
                         if (reasons.size() < 5) reasons.add(e.getMessage());
+                        if (firstFailureAt == 0) firstFailureAt = System.currentTimeMillis();
                     }
                 }
                 f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
@@ -127,7 +138,11 @@ public final class DecodeDriver {
             if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
-        return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons);
+        int hung = reqs.size() - done;
+        for (Flight f : inflight) failedIdx.add(f.req.index());
+        for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
+        return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
+                firstFailureAt, 0);
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;
@@ -143,10 +158,12 @@ public final class DecodeDriver {
             try {
                 dp = dm.resolvePrefillDpRank(bootstrapAddr, f.req.room(), null);
             } catch (RuntimeException e) {
-                dp = -1; // registry not ready yet
+                // Registry not reachable or not ready: init anyway; the receiver retries the lookup and
+                // fails the room with SGLang's message if the prefill never shows up.
+                dp = 0;
             }
         }
-        if (dp < 0) return false;
+        if (dp < 0) return false; // attention-DP: the prefill has not published this room yet
         f.receiver.init(dp);
         f.initialized = true;
         return true;

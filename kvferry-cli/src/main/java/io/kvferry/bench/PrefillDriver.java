@@ -19,6 +19,14 @@ import java.util.concurrent.locks.LockSupport;
  * it in page-aligned chunks in order, the last chunk with state and aux. Single-threaded.
  */
 public final class PrefillDriver {
+    /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
+    private long deadlineNanos;
+
+    public PrefillDriver withDeadline(long nanoTime) {
+        this.deadlineNanos = nanoTime;
+        return this;
+    }
+
     /** A scheduler iteration with nothing to do sleeps this long: spinning would steal the cores the transfer needs. */
     static final long IDLE_PARK_NANOS = 200_000;
 
@@ -73,7 +81,9 @@ public final class PrefillDriver {
         int next = 0, done = 0, ok = 0, failed = 0;
         long bytes = 0;
         long start = System.nanoTime();
+        long firstFailureAt = 0;
         while (done < reqs.size()) {
+            if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 Workload.Request r = reqs.get(next++);
@@ -99,6 +109,7 @@ public final class PrefillDriver {
                         f.sender.failureException();
                     } catch (KVTransferException e) {
                         if (reasons.size() < 5) reasons.add(e.getMessage());
+                        if (firstFailureAt == 0) firstFailureAt = System.currentTimeMillis();
                     }
                 }
                 f.sender.clear();
@@ -112,7 +123,11 @@ public final class PrefillDriver {
             if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
-        return new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons);
+        int hung = reqs.size() - done;
+        for (Flight f : inflight) failedIdx.add(f.req.index());
+        for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
+        return new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons, hung,
+                firstFailureAt, 0);
     }
 
     private boolean startTransfer(Flight f) {

@@ -15,6 +15,22 @@ import java.util.List;
  * @param elapsedSeconds  first request started → last request concluded
  * @param latencyMicros   decode: metadata sent → Success, per request
  * @param firstFailures   up to five failure reasons, for the report
+ * @param hung            requests still without a terminal state when the driver's deadline passed
+ * @param firstFailureAtMillis wall-clock time (epoch ms) of the first failure this rank saw, 0 if none
+ * @param leakedRooms     rooms the rank's manager still tracked after every request concluded
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
-                         long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures) {}
+                         long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                         int hung, long firstFailureAtMillis, int leakedRooms) {
+    public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
+                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures) {
+        this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
+                0, 0, 0);
+    }
+
+    /** The same report with the manager's leftover room count filled in. */
+    public RoleReport withLeakedRooms(int leaked) {
+        return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
+                firstFailures, hung, firstFailureAtMillis, leaked);
+    }
+}

@@ -40,6 +40,7 @@ public final class RoleRunner {
                 .authToken(config.authToken())
                 .listenHost(host);
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
+        if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(java.time.Duration.ofMillis(config.bootstrapTimeoutMillis()));
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
         KVManagerConfig mc = b.build();
         return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
@@ -61,13 +62,37 @@ public final class RoleRunner {
         ExecutorService exec = Executors.newFixedThreadPool(config.rankCount(mode));
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
-            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, null);
+            java.util.concurrent.atomic.AtomicInteger progress = new java.util.concurrent.atomic.AtomicInteger();
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress);
+            if (mode == DisaggregationMode.DECODE) {
+                // "progress N" lines let a parent (kvferry chaos) time a fault to land mid-transfer.
+                Thread.ofPlatform().daemon().start(() -> {
+                    int last = 0;
+                    while (!Thread.currentThread().isInterrupted()) {
+                        int now = progress.get();
+                        if (now != last) {
+                            synchronized (out) {
+                                out.println("progress " + now);
+                                out.flush();
+                            }
+                            last = now;
+                        }
+                        try {
+                            Thread.sleep(50);
+                        } catch (InterruptedException e) {
+                            return;
+                        }
+                    }
+                });
+            }
             boolean allOk = true;
-            for (Future<RoleReport> f : futures) {
-                RoleReport rep = f.get();
+            for (int i = 0; i < futures.size(); i++) {
+                RoleReport rep = futures.get(i).get().withLeakedRooms(trackedRooms(managers.get(i)));
                 allOk &= rep.failed() == 0 && rep.corrupted() == 0;
-                out.println(JSON.writeValueAsString(rep));
-                out.flush();
+                synchronized (out) {
+                    out.println(JSON.writeValueAsString(rep));
+                    out.flush();
+                }
             }
             return allOk;
         } finally {
@@ -77,6 +102,13 @@ public final class RoleRunner {
                 for (RankPool p : pools) p.close();
             }
         }
+    }
+
+    /** Rooms a manager still tracks (a leak once every request concluded). */
+    static int trackedRooms(KVManager m) {
+        if (m instanceof io.kvferry.conn.PrefillKVManager p) return p.trackedRooms();
+        if (m instanceof io.kvferry.conn.DecodeKVManager d) return d.trackedRooms();
+        return 0;
     }
 
     /**
@@ -105,15 +137,43 @@ public final class RoleRunner {
                             m.registerToBootstrap();
                             int group = dp;
                             futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
-                                    config.prefillDp()).run()));
+                                    config.prefillDp()).withDeadline(deadline(config)).run()));
                         } else {
                             java.util.concurrent.atomic.AtomicInteger p = r == 0 && stage == 0 ? progress : null;
-                            futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p).run()));
+                            futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p)
+                                    .withDeadline(deadline(config)).run()));
                         }
                     }
                 }
             }
         }
+    }
+
+    /** Reads a role process's stdout until it ends: report lines are parsed, other lines echoed to {@code progress}. */
+    static List<RoleReport> readReports(Process p, String role, PrintStream progress) throws IOException {
+        return readReports(p, role, progress, null);
+    }
+
+    /** As above; "progress N" lines from a decode process update {@code concluded}. */
+    static List<RoleReport> readReports(Process p, String role, PrintStream progress,
+                                        java.util.concurrent.atomic.AtomicInteger concluded) throws IOException {
+        List<RoleReport> reports = new ArrayList<>();
+        try (java.io.BufferedReader r = new java.io.BufferedReader(
+                new java.io.InputStreamReader(p.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = r.readLine()) != null) {
+                if (line.startsWith("{\"role\"")) reports.add(JSON.readValue(line, RoleReport.class));
+                else if (line.startsWith("progress ")) {
+                    if (concluded != null) concluded.set(Integer.parseInt(line.substring(9).trim()));
+                }
+                else if (progress != null) progress.println("[" + role + "] " + line);
+            }
+        }
+        return reports;
+    }
+
+    private static long deadline(BenchConfig c) {
+        return c.deadlineMillis() > 0 ? System.nanoTime() + c.deadlineMillis() * 1_000_000L : 0;
     }
 
     /** Starts {@code kvferry <role>} as a separate JVM with the same class path, sharing the options. */
@@ -156,6 +216,8 @@ public final class RoleRunner {
                 "--prefill-cp", Integer.toString(c.prefillCp()),
                 "--prefill-dp", Integer.toString(c.prefillDp()),
                 "--transfer-workers", Integer.toString(c.transferWorkers()),
+                "--bootstrap-timeout-ms", Long.toString(c.bootstrapTimeoutMillis()),
+                "--deadline-ms", Long.toString(c.deadlineMillis()),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         if (c.allCpRanks()) a.add("--all-cp-ranks");

@@ -75,6 +75,14 @@ public final class WorkloadOptions {
             description = "Prefill transfer worker threads per rank (0 = library default). Default: ${DEFAULT-VALUE}.")
     int transferWorkers;
 
+    @Option(names = "--bootstrap-timeout-ms", defaultValue = "0", hidden = true,
+            description = "Prefill bootstrap timeout in ms (0 = 300 s default); used by kvferry chaos.")
+    long bootstrapTimeoutMs;
+
+    @Option(names = "--deadline-ms", defaultValue = "0", hidden = true,
+            description = "Stop after this long and report unfinished requests as hung (0 = never); used by kvferry chaos.")
+    long deadlineMs;
+
     @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
             description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
     String authToken;
@@ -130,7 +138,7 @@ public final class WorkloadOptions {
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers);
+                transferWorkers, bootstrapTimeoutMs, deadlineMs);
     }
 
     /** Bench pool limits the options are checked against. */

@@ -306,7 +306,11 @@ public final class PrefillKVManager implements KVManager {
             }
         } catch (IOException | RuntimeException e) {
             String to = current == null ? "" : " to " + current.session();
-            String reason = "Failed to send kv chunk of " + room.room + to + ": " + e.getMessage();
+            String why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
+            if (e instanceof java.nio.channels.ClosedChannelException || e instanceof java.io.EOFException) {
+                why = "Decode instance could be dead: connection closed (" + why + ")";
+            }
+            String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
             log.warn(reason);
             failRoom(room, reason);
         }

@@ -1,0 +1,169 @@
+package io.kvferry.bench;
+
+import com.fasterxml.jackson.annotation.JsonProperty;
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.RankEndpoint;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The fault harness behind {@code kvferry chaos}: a registry here, prefill and decode as separate
+ * JVMs driving the bench workload, one injected fault, and a verdict. Passing means no request
+ * hung, none reported Success with wrong bytes, and no room was left behind.
+ */
+public final class ChaosRunner {
+    /** Scenarios this build runs. */
+    public static final List<String> SCENARIOS = List.of("kill-prefill", "kill-decode", "bad-frames");
+
+    /** The verdict; {@code --json} prints it as the last line. */
+    public record Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
+                         @JsonProperty("detect_ms") Map<String, Long> detectMs,
+                         @JsonProperty("first_failures") List<String> firstFailures) {
+        public boolean passed() {
+            return hung == 0 && corrupted == 0 && leaked == 0;
+        }
+    }
+
+    /** Requests the decode must have concluded before the fault, so it lands on a working pair. */
+    static final int FAULT_AFTER_REQUESTS = 2;
+
+    private final BenchConfig config;
+    private final PrintStream progress;
+    private final long faultAfterMillis;
+
+    /** @param faultAfterMillis extra delay before the fault, once the first requests concluded */
+    public ChaosRunner(BenchConfig config, PrintStream progress, long faultAfterMillis) {
+        this.config = config;
+        this.progress = progress;
+        this.faultAfterMillis = faultAfterMillis;
+    }
+
+    public Result run(String scenario) throws Exception {
+        if (!SCENARIOS.contains(scenario)) {
+            throw new IllegalArgumentException("unknown scenario '" + scenario + "'; this build runs " + SCENARIOS);
+        }
+        PrintStream quiet = progress != null ? progress : new PrintStream(OutputStream.nullOutputStream());
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
+            String addr = "127.0.0.1:" + registry.port();
+            Process prefill = RoleRunner.spawn("prefill", config, addr);
+            Process decode = RoleRunner.spawn("decode", config, addr);
+            ExecutorService exec = Executors.newFixedThreadPool(2);
+            try {
+                Future<List<RoleReport>> pf = exec.submit(() -> RoleRunner.readReports(prefill, "prefill", quiet));
+                java.util.concurrent.atomic.AtomicInteger concluded = new java.util.concurrent.atomic.AtomicInteger();
+                Future<List<RoleReport>> df = exec.submit(() -> RoleRunner.readReports(decode, "decode", quiet, concluded));
+                // Strike mid-transfer: once the pair has concluded a few requests (or after the given time at most).
+                long strikeBy = System.nanoTime() + 60_000_000_000L;
+                while (concluded.get() < FAULT_AFTER_REQUESTS && System.nanoTime() < strikeBy) Thread.sleep(5);
+                Thread.sleep(faultAfterMillis);
+                long faultAt = System.currentTimeMillis();
+                switch (scenario) {
+                    case "kill-prefill" -> prefill.destroyForcibly();
+                    case "kill-decode" -> decode.destroyForcibly();
+                    case "bad-frames" -> sendBadFrames(addr);
+                    default -> throw new IllegalStateException(scenario);
+                }
+                long wait = Math.max(60_000, config.deadlineMillis() + 30_000);
+                List<RoleReport> pre = pf.get(wait, TimeUnit.MILLISECONDS);
+                List<RoleReport> dec = df.get(wait, TimeUnit.MILLISECONDS);
+                return verdict(scenario, pre, dec, faultAt);
+            } finally {
+                exec.shutdownNow();
+                for (Process p : List.of(prefill, decode)) p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+            }
+        }
+    }
+
+    private Result verdict(String scenario, List<RoleReport> pre, List<RoleReport> dec, long faultAt) {
+        int n = config.workload().requests();
+        boolean decodeAlive = !scenario.equals("kill-decode");
+        List<RoleReport> judge = decodeAlive ? dec : pre;
+        java.util.Set<Integer> failedIdx = new java.util.HashSet<>();
+        int hung = 0, corrupted = 0, leaked = 0;
+        List<String> failures = new ArrayList<>();
+        for (RoleReport r : judge) {
+            failedIdx.addAll(r.failedRequests());
+            hung += r.hung();
+            corrupted += r.corrupted();
+        }
+        for (List<RoleReport> side : List.of(pre, dec)) {
+            for (RoleReport r : side) {
+                leaked += r.leakedRooms();
+                for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(r.role() + ": " + f);
+            }
+        }
+        // A side that was killed reports nothing: its requests are judged by the survivor.
+        if (judge.isEmpty()) hung = n;
+        Map<String, Long> detect = new LinkedHashMap<>();
+        detect.put("prefill", firstFailureAfter(pre, faultAt));
+        detect.put("decode", firstFailureAfter(dec, faultAt));
+        return new Result(scenario, n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, detect, failures);
+    }
+
+    /** Milliseconds from the fault to the first failure a side saw, or null when it saw none (or was the victim). */
+    private static Long firstFailureAfter(List<RoleReport> reports, long faultAt) {
+        long first = 0;
+        for (RoleReport r : reports) {
+            if (r.firstFailureAtMillis() > 0 && (first == 0 || r.firstFailureAtMillis() < first)) first = r.firstFailureAtMillis();
+        }
+        return first == 0 ? null : Math.max(0, first - faultAt);
+    }
+
+    /**
+     * Hostile traffic at the prefill rank's control port: random bytes, a forged 2 GiB length, a
+     * wrong magic, an unknown type and a HELLO with a wrong token. The run must still succeed whole.
+     */
+    private void sendBadFrames(String addr) throws IOException {
+        RankEndpoint ep;
+        try (BootstrapClient client = new BootstrapClient(addr, config.authToken())) {
+            ep = client.fetchRankEndpoint(0, 0, 0, 0);
+        }
+        Random rnd = new Random(7);
+        List<byte[]> attacks = new ArrayList<>();
+        byte[] noise = new byte[4096];
+        rnd.nextBytes(noise);
+        attacks.add(noise);
+        attacks.add(header(0x5946564B, 1, 3, 0, Integer.MAX_VALUE)); // TRANSFER_INFO claiming ~2 GiB
+        attacks.add(header(0x12345678, 1, 1, 0, 16));                // wrong magic
+        attacks.add(header(0x5946564B, 1, 99, 0, 0));                 // unknown type
+        attacks.add(header(0x5946564B, 7, 1, 0, 0));                  // unknown version
+        attacks.add(io.kvferry.protocol.FrameCodec.encode(new io.kvferry.protocol.Hello("wrong-token", "intruder", "tcp", 0, 1,
+                0, config.workload().pageSize(), "bf16", new io.kvferry.protocol.MemoryDescriptor(new long[0], new long[0],
+                new int[0], new long[0], new long[0], List.of()))).array());
+        for (byte[] a : attacks) {
+            try (Socket s = new Socket()) {
+                s.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), 2000);
+                s.setSoTimeout(2000);
+                s.getOutputStream().write(a);
+                s.getOutputStream().flush();
+                try {
+                    s.getInputStream().read(new byte[256]); // the prefill answers or closes; either is fine
+                } catch (IOException ignored) {
+                    // reset by the peer: also a rejection
+                }
+            }
+        }
+    }
+
+    private static byte[] header(int magic, int version, int type, int flags, int length) {
+        return ByteBuffer.allocate(12).order(ByteOrder.LITTLE_ENDIAN).putInt(magic).put((byte) version).put((byte) type)
+                .putShort((short) flags).putInt(length).array();
+    }
+}
