@@ -122,8 +122,9 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("model " + shape.name() + " has per-request state; pipeline-parallel state is not "
                     + "split by stage in this version");
         }
-        if (!shape.stateBytes().isEmpty() && Math.max(p, d) > RankPoolLimits.STATE_ENTRIES) {
-            throw new IllegalArgumentException("TP above " + RankPoolLimits.STATE_ENTRIES + " cannot shard the bench's state");
+        if (!shape.stateBytes().isEmpty() && (RankPoolLimits.STATE_ENTRIES % p != 0 || RankPoolLimits.STATE_ENTRIES % d != 0)) {
+            throw new IllegalArgumentException("the bench's state has " + RankPoolLimits.STATE_ENTRIES
+                    + " entries per slot: TP must divide it");
         }
         Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed);
         String token = authToken;

@@ -88,6 +88,9 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         this.kvCacheDtype = args.kvCacheDtypeStr;
         this.ppRank = args.ppRank;
         this.backend = backend;
+        if (config.ppSize() > 1 && args.kvLayerIds.isEmpty()) {
+            throw new IllegalArgumentException("a pipeline-parallel decode stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
+        }
         this.timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
                 .name("kvferry-decode-timer-" + engineRank).unstarted(r));
         if ("inproc".equals(backend)) InprocRegistry.register(sessionId, this);
@@ -248,7 +251,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         try {
             conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId,
                     "inproc".equals(backend) ? "inproc" : "tcp", engineRank, config.attnTpSize(), ppRank, pageSize,
-                    kvCacheDtype, memory.describe()));
+                    kvCacheDtype, memory.describe(), config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0));
             ControlMessage reply = conn.read();
             if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
             if (!ack.accepted()) throw new IOException("prefill rank at " + key + " refused registration: " + ack.error());

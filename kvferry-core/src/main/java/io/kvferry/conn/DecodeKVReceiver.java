@@ -23,7 +23,9 @@ final class DecodeKVReceiver implements KVReceiver {
     private final DecodeRoom room;
     /** Scheduler thread only: the terminal state once poll() returned it. */
     private KVPoll concluded;
-    /** Scheduler thread only: 0 before init(), when init() started while bootstrapping, -1 once done. */
+    /** Scheduler thread only: init() was called and the bootstrap has not completed yet; since when. */
+    private boolean initPending;
+    private boolean initCalled;
     private long initPendingSince;
     private int prefillDpRank;
 
@@ -39,7 +41,9 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public void init(int prefillDpRank) {
-        if (manager.statuses.status(room.room) != KVPoll.Bootstrapping || initPendingSince != 0) return;
+        if (manager.statuses.status(room.room) != KVPoll.Bootstrapping || initCalled) return;
+        initCalled = true;
+        initPending = true;
         this.prefillDpRank = prefillDpRank;
         initPendingSince = System.nanoTime();
         tryBootstrap();
@@ -57,6 +61,11 @@ final class DecodeKVReceiver implements KVReceiver {
         try {
             info = manager.topology(addr);
         } catch (RuntimeException e) {
+            if (e instanceof io.kvferry.registry.RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
+                fail("Could not fetch prefill parallel info from " + addr + ": " + e.getMessage()); // retrying cannot help
+                initPending = false;
+                return;
+            }
             double waited = (System.nanoTime() - initPendingSince) / 1e9;
             if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
                 fail("Could not fetch prefill parallel info from " + addr + " after " + String.format("%.1f", waited)
@@ -98,7 +107,7 @@ final class DecodeKVReceiver implements KVReceiver {
             room.targets = List.copyOf(targets);
             room.requiredResponses = mapping.requiredPrefillResponseNum();
             room.requiredDstInfoNum = mapping.requiredDstInfoNum();
-            initPendingSince = -1;
+            initPending = false;
             manager.statuses.update(room.room, KVPoll.WaitingForInput);
         } catch (IOException | RuntimeException e) {
             fail("Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
@@ -193,7 +202,7 @@ final class DecodeKVReceiver implements KVReceiver {
             concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
             return st;
         }
-        if (st == KVPoll.Bootstrapping && initPendingSince > 0) {
+        if (st == KVPoll.Bootstrapping && initPending) {
             tryBootstrap();
             st = manager.statuses.status(room.room);
         }

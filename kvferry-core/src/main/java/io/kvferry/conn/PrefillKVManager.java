@@ -74,6 +74,7 @@ public final class PrefillKVManager implements KVManager {
     private final String kvCacheDtype;
     private final int ppRank;
     private final int totalKvHeads;
+    private final boolean hasConvShardGroups;
     private final int uniqueRank;
     private final String backend;
     final RoomStatusTable statuses = new RoomStatusTable();
@@ -95,6 +96,11 @@ public final class PrefillKVManager implements KVManager {
         this.kvCacheDtype = args.kvCacheDtypeStr;
         this.ppRank = args.ppRank;
         this.totalKvHeads = args.totalKvHeadNum;
+        if (config.ppSize() > 1 && args.kvLayerIds.isEmpty()) {
+            // Without ids a stage's buffers would pair with the decode's first layers: wrong bytes, no error.
+            throw new IllegalArgumentException("a pipeline-parallel prefill stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
+        }
+        this.hasConvShardGroups = args.stateConvShardGroups.stream().anyMatch(l -> l != null && l.stream().anyMatch(g -> g != null));
         this.backend = backend;
         this.uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
                 config.attnCpRank(), config.attnCpSize());
@@ -258,6 +264,12 @@ public final class PrefillKVManager implements KVManager {
     /** @param lastPageEnd where this rank's pages end on the last chunk (its CP share); -1 = the decode's page count */
     void executeChunk(PrefillRoom room, int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex,
                       int lastPageEnd) {
+        executeChunk(room, pages, sliceStart, last, stateIndices, auxIndex, lastPageEnd, -1);
+    }
+
+    /** @param totalPages pages the whole request sends (every CP share together); -1 = not a CP share */
+    void executeChunk(PrefillRoom room, int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex,
+                      int lastPageEnd, int totalPages) {
         KVPoll st = statuses.status(room.room);
         if (st == KVPoll.Failed || !rooms.containsKey(room.room)) return;
         if (room.firstSendNanos == 0) room.firstSendNanos = System.nanoTime();
@@ -274,6 +286,10 @@ public final class PrefillKVManager implements KVManager {
                             + " pages but prefill sends pages [" + sliceStart + ", " + (sliceStart + pages.length) + ")");
                 }
                 int expectedEnd = lastPageEnd < 0 ? dstAll.length : lastPageEnd;
+                if (last && totalPages >= 0 && totalPages != dstAll.length) {
+                    throw new PlanException("decode session " + d.session().sessionId() + " expects " + dstAll.length
+                            + " pages but the prefill CP ranks send " + totalPages);
+                }
                 if (last && sliceStart + pages.length != expectedEnd) {
                     throw new PlanException("decode session " + d.session().sessionId() + " expects " + expectedEnd
                             + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
@@ -481,6 +497,11 @@ public final class PrefillKVManager implements KVManager {
         if (!"tcp".equals(h.dataPath()) && !"inproc".equals(h.dataPath())) {
             return "unknown data path '" + h.dataPath() + "' (this prefill serves tcp, inproc)";
         }
+        boolean decodeAllCp = (h.flags() & Hello.FLAG_ALL_CP_RANKS) != 0;
+        if (config.attnCpSize() > 1 && decodeAllCp != config.allCpRanksTransfer()) {
+            return "all-CP-ranks transfer differs: prefill " + (config.allCpRanksTransfer() ? "on" : "off") + ", decode "
+                    + (decodeAllCp ? "on" : "off") + "; set it the same on both sides";
+        }
         if (h.pageSize() != pageSize) {
             return "page_size mismatch: prefill uses " + pageSize + ", decode uses " + h.pageSize()
                     + "; both servers must use the same --page-size value";
@@ -508,7 +529,27 @@ public final class PrefillKVManager implements KVManager {
                 return "cannot slice KV heads between prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize()
                         + ": " + e.getMessage();
             }
+            if (hasConvShardGroups) {
+                return "state with conv shard groups (GDN q/k/v sub-blocks) cannot be resharded between prefill TP "
+                        + config.attnTpSize() + " and decode TP " + h.attnTpSize() + " by this version";
+            }
+            if (d.states().size() != memory.stateComponentCount()) {
+                return "state component count mismatch: prefill " + memory.stateComponentCount() + ", decode " + d.states().size();
+            }
             for (int c = 0; c < memory.stateComponentCount(); c++) {
+                if (d.states().get(c).itemLens().length != memory.stateTensorCount(c)) {
+                    return "state component " + c + " tensor count differs: prefill " + memory.stateTensorCount(c) + ", decode "
+                            + d.states().get(c).itemLens().length;
+                }
+                for (int t = 0; t < memory.stateTensorCount(c) && memory.stateDim(c, t) > 0 && memory.stateOuterCount(c, t) > 0; t++) {
+                    try {
+                        io.kvferry.plan.StateSlice.append(io.kvferry.plan.CopyPlan.probe(), c, t, 0, 0, memory.stateItemLens()[c][t],
+                                d.states().get(c).itemLens()[t], memory.stateOuterCount(c, t), memory.stateDim(c, t),
+                                config.attnTpSize(), config.attnTpRank(), h.attnTpSize(), h.engineRank() % h.attnTpSize());
+                    } catch (RuntimeException e) {
+                        return e.getMessage();
+                    }
+                }
                 if (memory.stateTypes().get(c) != io.kvferry.api.StateType.MAMBA) {
                     return "state component " + c + " (" + memory.stateTypes().get(c).wire() + ") cannot be resharded between "
                             + "prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize();

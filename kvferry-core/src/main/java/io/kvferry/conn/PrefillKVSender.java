@@ -104,7 +104,7 @@ final class PrefillKVSender implements KVSender {
             if (part.length == 0 && !last) return;
             int[][] partState = r == 0 ? state : null;
             int partAux = r == 0 ? aux : -1;
-            manager.enqueue(room, () -> manager.executeChunk(room, part, sliceStart, last, partState, partAux, shareEnd));
+            manager.enqueue(room, () -> manager.executeChunk(room, part, sliceStart, last, partState, partAux, shareEnd, total));
             return;
         }
         int[] pages = kvIndices.clone();

@@ -23,6 +23,11 @@ public final class CopyPlan {
     private long[] dstStride;
     private int size;
 
+    /** A throwaway plan for validating a layout without keeping its ops. */
+    public static CopyPlan probe() {
+        return new CopyPlan(1);
+    }
+
     CopyPlan(int expected) {
         int cap = Math.max(4, expected);
         region = new Region[cap];

@@ -123,6 +123,7 @@ public final class FrameCodec {
         b.i32(h.ppRank());
         b.i32(h.pageSize());
         b.str(h.kvCacheDtype());
+        b.i32(h.flags());
         MemoryDescriptor m = h.memory();
         b.i32(m.kvLengths().length);
         for (int i = 0; i < m.kvLengths().length; i++) {
@@ -200,6 +201,8 @@ public final class FrameCodec {
         int ppRank = nonNegative(in.getInt(), "pp_rank");
         int pageSize = positive(in.getInt(), "page_size");
         String dtype = str(in);
+        int flags = in.getInt();
+        if ((flags & ~Hello.FLAG_ALL_CP_RANKS) != 0) throw new ProtocolException("unknown HELLO flags 0x" + Integer.toHexString(flags));
         int nKv = count(in, 20, "kv buffer");
         long[] kvLen = new long[nKv], kvItem = new long[nKv];
         int[] kvLayer = new int[nKv];
@@ -227,7 +230,7 @@ public final class FrameCodec {
             states.add(new MemoryDescriptor.StateDescriptor(stype, len, item));
         }
         return new Hello(token, session, dataPath, engineRank, tpSize, ppRank, pageSize, dtype,
-                new MemoryDescriptor(kvLen, kvItem, kvLayer, auxLen, auxItem, states));
+                new MemoryDescriptor(kvLen, kvItem, kvLayer, auxLen, auxItem, states), flags);
     }
 
     private static TransferInfo decodeTransferInfo(ByteBuffer in) throws ProtocolException {
@@ -267,6 +270,10 @@ public final class FrameCodec {
         long length = nonNegative(in.getLong(), "write length");
         long piece = nonNegative(in.getLong(), "write piece length");
         long stride = nonNegative(in.getLong(), "write destination stride");
+        if (length == 0 && piece != 0) throw new ProtocolException("an empty WRITE must have piece length 0, got " + piece);
+        if (piece != length && length > io.kvferry.plan.CopyPlan.MAX_OP_BYTES) {
+            throw new ProtocolException("strided WRITE of " + length + " bytes exceeds " + io.kvferry.plan.CopyPlan.MAX_OP_BYTES);
+        }
         if (length > 0 && (piece == 0 || length % piece != 0)) {
             throw new ProtocolException("WRITE length " + length + " is not a whole number of " + piece + "-byte pieces");
         }

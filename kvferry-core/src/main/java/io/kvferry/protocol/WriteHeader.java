@@ -19,6 +19,7 @@ public record WriteHeader(long room, Region region, int component, int buffer, l
     /** A contiguous write. */
     public WriteHeader(long room, Region region, int component, int buffer, long offset, long length) {
         this(room, region, component, buffer, offset, length, length, length);
+        // a contiguous write: one piece of the whole length (0 for an empty write)
     }
 
     public boolean strided() {

@@ -130,4 +130,35 @@ class DataAndContextParallelTest extends TransferTestBase {
         assertEquals(2 * page, senders[1].getTransferMetric().transferTotalBytes());
         assertEquals(2 * page, senders[2].getTransferMetric().transferTotalBytes());
     }
+
+    @Test
+    void allCpSharesStillCheckTheDecodesPageCount() {
+        TestRank c0 = rank(), c1 = rank(), dm = rank();
+        KVManager cp0 = prefillRank(c0, cfg(1, 0).attnCp(2, 0).allCpRanksTransfer(true).build());
+        KVManager cp1 = prefillRank(c1, cfg(1, 0).attnCp(2, 1).allCpRanksTransfer(true).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).allCpRanksTransfer(true).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 5);
+        recv.init(0);
+        recv.sendMetadata(new int[]{10, 11, 12}, 0, null, 0); // decode wants 3 pages
+        for (KVManager cp : new KVManager[]{cp0, cp1}) {
+            KVSender s = cp.createSender(addr, 5);
+            await(s::poll, KVPoll.WaitingForInput);
+            s.init(2, 0); // prefill declares 2
+            s.send(new int[]{1, 2});
+        }
+        await(recv::poll, KVPoll.Failed);
+        assertTrue(failure(recv::failureException).contains("expects 3 pages but the prefill CP ranks send 2"));
+    }
+
+    @Test
+    void anAllCpSettingThatDiffersBetweenTheSidesIsRefused() {
+        TestRank c0 = rank(), c1 = rank(), dm = rank();
+        prefillRank(c0, cfg(1, 0).attnCp(2, 0).allCpRanksTransfer(true).build());
+        prefillRank(c1, cfg(1, 0).attnCp(2, 1).allCpRanksTransfer(true).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 6);
+        recv.init(0);
+        assertEquals(KVPoll.Failed, recv.poll());
+        assertTrue(failure(recv::failureException).contains("all-CP-ranks transfer differs: prefill on, decode off"));
+    }
 }

@@ -142,4 +142,29 @@ class HybridStateTpTest extends TransferTestBase {
             }
         }
     }
+
+    @org.junit.jupiter.api.Test
+    void aStateLayoutThatCannotBeReshardedIsRefusedAtRegistration() {
+        Rank p = new Rank(2), d = new Rank(1);
+        closeables.add(p.arena);
+        closeables.add(d.arena);
+        KVManager pm = KVFerry.createManager("tcp", p.args(0), DisaggregationMode.PREFILL, cfg(2, 0).build());
+        closeables.add(pm);
+        pm.registerToBootstrap();
+        KVManager pm1 = KVFerry.createManager("tcp", new Rank(2).args(1), DisaggregationMode.PREFILL, cfg(2, 1).build());
+        closeables.add(pm1);
+        pm1.registerToBootstrap();
+        KVArgs bad = d.args(0);
+        bad.stateData.set(0, List.of(d.state[0])); // one tensor where prefill has two
+        bad.stateItemLens.set(0, List.of(d.item(0)));
+        bad.stateDimPerTensor.set(0, List.of(GLOBAL_DIM[0]));
+        bad.stateSliceOuterCounts.set(0, List.of(OUTER[0]));
+        KVManager dm = KVFerry.createManager("tcp", bad, DisaggregationMode.DECODE, cfg(1, 0).build());
+        closeables.add(dm);
+        KVReceiver r = dm.createReceiver(addr, 3);
+        r.init(0);
+        assertEquals(KVPoll.Failed, r.poll());
+        String why = failure(r::failureException);
+        org.junit.jupiter.api.Assertions.assertTrue(why.contains("tensor count differs"), why);
+    }
 }

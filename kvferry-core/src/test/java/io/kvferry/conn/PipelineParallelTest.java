@@ -128,4 +128,15 @@ class PipelineParallelTest extends TransferTestBase {
             for (long o = 0; o < PAGE_BYTES; o += 8) page.set(ValueLayout.JAVA_LONG_UNALIGNED, o, TestRank.value(room, fullBuffer, j, o));
         }
     }
+
+    @org.junit.jupiter.api.Test
+    void aPipelineStageWithoutLayerIdsIsRefusedRatherThanMisplaced() {
+        TestRank mem = new TestRank(2, PAGES, PAGE_BYTES, ROWS);
+        closeables.add(mem);
+        KVArgs args = mem.args(0, PAGE_SIZE);
+        args.ppRank = 1;
+        IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                () -> KVFerry.createManager("tcp", args, DisaggregationMode.PREFILL, cfg(1, 0).ppSize(2).build()));
+        assertTrue(e.getMessage().contains("kvLayerIds"));
+    }
 }

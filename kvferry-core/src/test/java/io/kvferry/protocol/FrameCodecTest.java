@@ -229,7 +229,7 @@ class FrameCodecTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 2, 255})
+    @ValueSource(ints = {0, 1, 3, 255})
     void unsupportedVersionIsRejected(int version) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 4, version), "version", String.valueOf(version));
     }
@@ -386,7 +386,7 @@ class FrameCodecTest {
     }
 
     private static Body helloPrefix() {
-        return new Body().str("tok").str("sess").str("tcp").i32(0).i32(1).i32(0).i32(16).str("fp16");
+        return new Body().str("tok").str("sess").str("tcp").i32(0).i32(1).i32(0).i32(16).str("fp16").i32(0); // flags
     }
 
     @Test
@@ -502,6 +502,18 @@ class FrameCodecTest {
             assertEquals(f.remaining() - Wire.HEADER_BYTES, h.bodyLength());
             assertArrayEquals(bytes(f), encoded(m), "encoding is deterministic");
         }
+    }
+
+    @Test
+    void unknownHelloFlagsAreRejected() throws Exception {
+        Hello h = ProtocolSamples.sampleHello();
+        Hello flagged = new Hello(h.authToken(), h.sessionId(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
+                h.pageSize(), h.kvCacheDtype(), h.memory(), Hello.FLAG_ALL_CP_RANKS);
+        assertEquals(Hello.FLAG_ALL_CP_RANKS, ((Hello) FrameCodec.decodeFrame(FrameCodec.encode(flagged))).flags());
+        Hello unknown = new Hello(h.authToken(), h.sessionId(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
+                h.pageSize(), h.kvCacheDtype(), h.memory(), 0x10);
+        ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(FrameCodec.encode(unknown)));
+        assertTrue(e.getMessage().contains("unknown HELLO flags"), e.getMessage());
     }
 
     @Test
