@@ -19,7 +19,33 @@ import io.kvferry.api.DisaggregationMode;
  */
 public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
                           int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
-                          String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis) {
+                          String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis,
+                          Faults faults) {
+    /**
+     * Faults the drivers inject (kvferry chaos).
+     *
+     * @param abortProbability    chance that a driver aborts a request it is working on (each side decides)
+     * @param slowDecodeMillis    the decode pauses this long before verifying each request (a slow consumer)
+     * @param failureProbability  the library's failure-injection hook (KVManagerConfig), on both sides
+     */
+    public record Faults(double abortProbability, long slowDecodeMillis, double failureProbability) {
+        public static final Faults NONE = new Faults(0, 0, 0);
+    }
+
+    /** Without injected faults. */
+    public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
+                       int decodePp, int prefillCp, boolean allCpRanks, int prefillDp, String authToken, int transferWorkers,
+                       long bootstrapTimeoutMillis, long deadlineMillis) {
+        this(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp,
+                authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, Faults.NONE);
+    }
+
+    /** The same run with injected faults. */
+    public BenchConfig withFaults(Faults f) {
+        return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, f);
+    }
+
     /** Without fault-harness settings (library timeouts, no deadline). */
     public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
                        int decodePp, int prefillCp, boolean allCpRanks, int prefillDp, String authToken, int transferWorkers) {
@@ -30,7 +56,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with a prefill bootstrap timeout and a driver deadline (for fault injection). */
     public BenchConfig withFaultTimeouts(long bootstrapTimeoutMs, long deadlineMs) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs, faults);
     }
 
     /** Given TP and PP; no CP or DP. */

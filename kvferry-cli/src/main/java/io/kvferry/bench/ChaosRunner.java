@@ -30,7 +30,18 @@ import java.util.concurrent.TimeUnit;
  */
 public final class ChaosRunner {
     /** Scenarios this build runs. */
-    public static final List<String> SCENARIOS = List.of("kill-prefill", "kill-decode", "bad-frames");
+    public static final List<String> SCENARIOS = List.of("kill-prefill", "kill-decode", "bad-frames", "abort-storm",
+            "slow-decode", "failure-injection");
+
+    /** The faults a scenario injects through the drivers or the library (none for the process-level ones). */
+    public static BenchConfig.Faults faultsFor(String scenario) {
+        return switch (scenario) {
+            case "abort-storm" -> new BenchConfig.Faults(0.25, 0, 0);
+            case "slow-decode" -> new BenchConfig.Faults(0, 100, 0);
+            case "failure-injection" -> new BenchConfig.Faults(0, 0, 0.1);
+            default -> BenchConfig.Faults.NONE;
+        };
+    }
 
     /** The verdict; {@code --json} prints it as the last line. */
     public record Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
@@ -59,6 +70,8 @@ public final class ChaosRunner {
         if (!SCENARIOS.contains(scenario)) {
             throw new IllegalArgumentException("unknown scenario '" + scenario + "'; this build runs " + SCENARIOS);
         }
+        BenchConfig config = this.config.faults().equals(BenchConfig.Faults.NONE)
+                ? this.config.withFaults(faultsFor(scenario)) : this.config;
         PrintStream quiet = progress != null ? progress : new PrintStream(OutputStream.nullOutputStream());
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
             String addr = "127.0.0.1:" + registry.port();
@@ -78,12 +91,14 @@ public final class ChaosRunner {
                     case "kill-prefill" -> prefill.destroyForcibly();
                     case "kill-decode" -> decode.destroyForcibly();
                     case "bad-frames" -> sendBadFrames(addr);
-                    default -> throw new IllegalStateException(scenario);
+                    default -> {
+                        // abort-storm, slow-decode, failure-injection: injected by the drivers / library all along
+                    }
                 }
                 long wait = Math.max(60_000, config.deadlineMillis() + 30_000);
                 List<RoleReport> pre = pf.get(wait, TimeUnit.MILLISECONDS);
                 List<RoleReport> dec = df.get(wait, TimeUnit.MILLISECONDS);
-                return verdict(scenario, pre, dec, faultAt);
+                return verdict(config, scenario, pre, dec, faultAt);
             } finally {
                 exec.shutdownNow();
                 for (Process p : List.of(prefill, decode)) p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
@@ -91,7 +106,7 @@ public final class ChaosRunner {
         }
     }
 
-    private Result verdict(String scenario, List<RoleReport> pre, List<RoleReport> dec, long faultAt) {
+    private Result verdict(BenchConfig config, String scenario, List<RoleReport> pre, List<RoleReport> dec, long faultAt) {
         int n = config.workload().requests();
         boolean decodeAlive = !scenario.equals("kill-decode");
         List<RoleReport> judge = decodeAlive ? dec : pre;
@@ -111,9 +126,10 @@ public final class ChaosRunner {
         }
         // A side that was killed reports nothing: its requests are judged by the survivor.
         if (judge.isEmpty()) hung = n;
+        // Detection time is what a peer's death measures; the other scenarios inject faults all along.
         Map<String, Long> detect = new LinkedHashMap<>();
-        detect.put("prefill", firstFailureAfter(pre, faultAt));
-        detect.put("decode", firstFailureAfter(dec, faultAt));
+        detect.put("prefill", scenario.equals("kill-decode") ? firstFailureAfter(pre, faultAt) : null);
+        detect.put("decode", scenario.equals("kill-prefill") ? firstFailureAfter(dec, faultAt) : null);
         return new Result(scenario, n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, detect, failures);
     }
 
@@ -131,6 +147,7 @@ public final class ChaosRunner {
      * wrong magic, an unknown type and a HELLO with a wrong token. The run must still succeed whole.
      */
     private void sendBadFrames(String addr) throws IOException {
+        BenchConfig config = this.config;
         RankEndpoint ep;
         try (BootstrapClient client = new BootstrapClient(addr, config.authToken())) {
             ep = client.fetchRankEndpoint(0, 0, 0, 0);

@@ -20,6 +20,13 @@ import java.util.concurrent.locks.LockSupport;
 public final class DecodeDriver {
     /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
     private long deadlineNanos;
+    private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
+    private final java.util.Random faultRandom = new java.util.Random(17);
+
+    public DecodeDriver withFaults(BenchConfig.Faults f) {
+        this.faults = f;
+        return this;
+    }
 
     public DecodeDriver withDeadline(long nanoTime) {
         this.deadlineNanos = nanoTime;
@@ -44,6 +51,7 @@ public final class DecodeDriver {
         int[] pages;
         int row = -1;
         boolean initialized;
+        boolean abortDecided;
         final long createdNanos = System.nanoTime();
 
         Flight(Workload.Request req, KVReceiver receiver) {
@@ -94,6 +102,14 @@ public final class DecodeDriver {
                     continue;
                 }
                 KVPoll st = f.receiver.poll();
+                if (f.pages != null && !f.abortDecided) {
+                    // Abort after the metadata went out, so writes may be in flight: the hard case.
+                    f.abortDecided = true;
+                    if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) {
+                        f.receiver.abort();
+                        st = f.receiver.poll();
+                    }
+                }
                 if (st == KVPoll.WaitingForInput && f.pages == null) {
                     int n = f.req.pagesToSend(workload.pageSize());
                     if (!pool.canAllocate(n)) continue;
@@ -106,6 +122,7 @@ public final class DecodeDriver {
                 }
                 if (st != KVPoll.Success && st != KVPoll.Failed) continue;
                 if (st == KVPoll.Success) {
+                    if (faults.slowDecodeMillis() > 0) LockSupport.parkNanos(faults.slowDecodeMillis() * 1_000_000L);
                     if (verify(f)) {
                         ok++;
                         bytes += pool.requestBytes(f.pages.length);

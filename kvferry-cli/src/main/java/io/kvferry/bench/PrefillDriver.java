@@ -21,6 +21,13 @@ import java.util.concurrent.locks.LockSupport;
 public final class PrefillDriver {
     /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
     private long deadlineNanos;
+    private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
+    private final java.util.Random faultRandom = new java.util.Random(17);
+
+    public PrefillDriver withFaults(BenchConfig.Faults f) {
+        this.faults = f;
+        return this;
+    }
 
     public PrefillDriver withDeadline(long nanoTime) {
         this.deadlineNanos = nanoTime;
@@ -45,6 +52,7 @@ public final class PrefillDriver {
         int[] pages;
         int row = -1;
         int prefixTokens = -1;
+        boolean abortDecided;
 
         Flight(Workload.Request req, KVSender sender) {
             this.req = req;
@@ -92,6 +100,10 @@ public final class PrefillDriver {
             }
             for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
                 Flight f = it.next();
+                if (!f.abortDecided) {
+                    f.abortDecided = true;
+                    if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
+                }
                 KVPoll st = f.sender.poll();
                 if (st == KVPoll.WaitingForInput && f.pages == null) {
                     moved |= startTransfer(f);

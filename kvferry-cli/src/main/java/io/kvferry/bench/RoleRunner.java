@@ -41,6 +41,7 @@ public final class RoleRunner {
                 .listenHost(host);
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(java.time.Duration.ofMillis(config.bootstrapTimeoutMillis()));
+        if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
         KVManagerConfig mc = b.build();
         return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
@@ -137,11 +138,11 @@ public final class RoleRunner {
                             m.registerToBootstrap();
                             int group = dp;
                             futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
-                                    config.prefillDp()).withDeadline(deadline(config)).run()));
+                                    config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults()).run()));
                         } else {
                             java.util.concurrent.atomic.AtomicInteger p = r == 0 && stage == 0 ? progress : null;
                             futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p)
-                                    .withDeadline(deadline(config)).run()));
+                                    .withDeadline(deadline(config)).withFaults(config.faults()).run()));
                         }
                     }
                 }
@@ -218,6 +219,9 @@ public final class RoleRunner {
                 "--transfer-workers", Integer.toString(c.transferWorkers()),
                 "--bootstrap-timeout-ms", Long.toString(c.bootstrapTimeoutMillis()),
                 "--deadline-ms", Long.toString(c.deadlineMillis()),
+                "--abort-prob", Double.toString(c.faults().abortProbability()),
+                "--slow-decode-ms", Long.toString(c.faults().slowDecodeMillis()),
+                "--failure-prob", Double.toString(c.faults().failureProbability()),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         if (c.allCpRanks()) a.add("--all-cp-ranks");

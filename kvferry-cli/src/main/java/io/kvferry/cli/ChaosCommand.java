@@ -15,7 +15,8 @@ import java.util.concurrent.Callable;
                 + "one fault and report: requests, succeeded, failed, hung, corrupted, leaked, detect_ms.",
                 "Passes (exit 0) when hung == 0, corrupted == 0 and leaked == 0."})
 public final class ChaosCommand implements Callable<Integer> {
-    @Option(names = "--scenario", required = true, description = "kill-prefill, kill-decode or bad-frames.")
+    @Option(names = "--scenario", required = true,
+            description = "kill-prefill, kill-decode, bad-frames, abort-storm, slow-decode or failure-injection.")
     String scenario;
 
     @Option(names = "--fault-after-ms", defaultValue = "200",

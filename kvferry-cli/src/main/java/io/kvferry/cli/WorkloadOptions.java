@@ -83,6 +83,15 @@ public final class WorkloadOptions {
             description = "Stop after this long and report unfinished requests as hung (0 = never); used by kvferry chaos.")
     long deadlineMs;
 
+    @Option(names = "--abort-prob", defaultValue = "0", hidden = true, description = "Chance a driver aborts a request (chaos).")
+    double abortProb;
+
+    @Option(names = "--slow-decode-ms", defaultValue = "0", hidden = true, description = "Decode pause per request (chaos).")
+    long slowDecodeMs;
+
+    @Option(names = "--failure-prob", defaultValue = "0", hidden = true, description = "Library failure-injection probability (chaos).")
+    double failureProb;
+
     @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
             description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
     String authToken;
@@ -138,8 +147,11 @@ public final class WorkloadOptions {
             token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
+        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || slowDecodeMs < 0) {
+            throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
+        }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers, bootstrapTimeoutMs, deadlineMs);
+                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb));
     }
 
     /** Bench pool limits the options are checked against. */

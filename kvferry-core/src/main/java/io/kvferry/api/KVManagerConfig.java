@@ -30,13 +30,15 @@ import java.time.Duration;
  *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart)
  * @param allCpRanksTransfer  every prefill CP rank sends its contiguous share of the pages (set on both
  *                            sides); otherwise only CP rank 0 sends and the others are dummies
+ * @param failureInjectionProbability test hook (SGLang's SGLANG_TEST_DISAGG_FAILURE_PROB): the chance that
+ *                            a request fails on this rank once it is under way, with "Injected failure"; 0 = off
  */
 public record KVManagerConfig(
         int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
         int ppSize, boolean isMla, String bootstrapHost, int bootstrapPort, String listenHost,
         String authToken, int transferWorkers, Duration bootstrapTimeout, Duration waitingTimeout,
         Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
-        Duration prefillInfoTimeout, boolean allCpRanksTransfer) {
+        Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability) {
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -45,6 +47,9 @@ public record KVManagerConfig(
         if (ppSize < 1) throw new IllegalArgumentException("pp_size must be >= 1, got " + ppSize);
         if (transferWorkers < 1) throw new IllegalArgumentException("transferWorkers must be >= 1, got " + transferWorkers);
         if (listenHost == null || listenHost.isBlank()) throw new IllegalArgumentException("listenHost is required");
+        if (failureInjectionProbability < 0 || failureInjectionProbability > 1) {
+            throw new IllegalArgumentException("failureInjectionProbability must be in [0, 1], got " + failureInjectionProbability);
+        }
         if (writeStallTimeout == null || writeStallTimeout.isNegative() || writeStallTimeout.isZero()) {
             throw new IllegalArgumentException("writeStallTimeout must be positive");
         }
@@ -77,6 +82,7 @@ public record KVManagerConfig(
         b.writeStallTimeout = writeStallTimeout;
         b.prefillInfoTimeout = prefillInfoTimeout;
         b.allCpRanksTransfer = allCpRanksTransfer;
+        b.failureInjectionProbability = failureInjectionProbability;
         return b;
     }
 
@@ -97,6 +103,7 @@ public record KVManagerConfig(
         private Duration writeStallTimeout = Duration.ofSeconds(30);
         private Duration prefillInfoTimeout = Duration.ofSeconds(15);
         private boolean allCpRanksTransfer;
+        private double failureInjectionProbability;
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -115,12 +122,13 @@ public record KVManagerConfig(
         public Builder writeStallTimeout(Duration d) { writeStallTimeout = d; return this; }
         public Builder prefillInfoTimeout(Duration d) { prefillInfoTimeout = d; return this; }
         public Builder allCpRanksTransfer(boolean b) { allCpRanksTransfer = b; return this; }
+        public Builder failureInjectionProbability(double p) { failureInjectionProbability = p; return this; }
 
         public KVManagerConfig build() {
             return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
                     bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
                     waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout,
-                    prefillInfoTimeout, allCpRanksTransfer);
+                    prefillInfoTimeout, allCpRanksTransfer, failureInjectionProbability);
         }
     }
 }

@@ -23,6 +23,8 @@ final class DecodeKVReceiver implements KVReceiver {
     private final DecodeRoom room;
     /** Scheduler thread only: the terminal state once poll() returned it. */
     private KVPoll concluded;
+    /** Failure-injection hook: this request fails once its metadata went out (decided at creation). */
+    private boolean injectFailure;
     /** Scheduler thread only: init() was called and the bootstrap has not completed yet; since when. */
     private boolean initPending;
     private boolean initCalled;
@@ -32,6 +34,8 @@ final class DecodeKVReceiver implements KVReceiver {
     DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
         this.manager = manager;
         this.room = room;
+        double p = manager.config().failureInjectionProbability();
+        injectFailure = p > 0 && java.util.concurrent.ThreadLocalRandom.current().nextDouble() < p;
     }
 
     @Override
@@ -198,6 +202,12 @@ final class DecodeKVReceiver implements KVReceiver {
     public KVPoll poll() {
         if (concluded != null) return concluded;
         KVPoll st = manager.statuses.status(room.room);
+        if (injectFailure && room.metadataSentNanos != 0 && !st.isTerminal()) {
+            injectFailure = false;
+            fail("Injected failure (failure-injection test hook)");
+            notifyAbort(); // the prefill stops and acknowledges, as after an abort
+            st = manager.statuses.status(room.room);
+        }
         if (st.isTerminal()) {
             concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
             return st;

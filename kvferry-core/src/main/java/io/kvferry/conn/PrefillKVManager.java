@@ -80,6 +80,16 @@ public final class PrefillKVManager implements KVManager {
     final RoomStatusTable statuses = new RoomStatusTable();
     private final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
     private final Set<PeerSession> sessions = ConcurrentHashMap.newKeySet();
+    /**
+     * Rooms that failed here and were cleared, newest last (bounded): a decode's metadata arriving
+     * after that gets a Failed status instead of re-creating a room nobody will ever send.
+     */
+    private final java.util.LinkedHashMap<Long, String> tombstones = new java.util.LinkedHashMap<>() {
+        @Override
+        protected boolean removeEldestEntry(java.util.Map.Entry<Long, String> eldest) {
+            return size() > 16_384;
+        }
+    };
     private final ServerSocketChannel listener;
     private final Thread acceptor;
     private final Worker[] workers;
@@ -230,6 +240,12 @@ public final class PrefillKVManager implements KVManager {
     }
 
     void forget(long room) {
+        if (statuses.status(room) == KVPoll.Failed && statuses.contains(room)) {
+            String reason = statuses.reason(room);
+            synchronized (tombstones) {
+                tombstones.put(room, reason == null ? "failed on prefill" : reason);
+            }
+        }
         statuses.remove(room);
         PrefillRoom r = rooms.remove(room);
         if (r != null) {
@@ -591,6 +607,14 @@ public final class PrefillKVManager implements KVManager {
     }
 
     private void onTransferInfo(PeerSession session, TransferInfo t) {
+        String buried;
+        synchronized (tombstones) {
+            buried = rooms.containsKey(t.room()) ? null : tombstones.get(t.room());
+        }
+        if (buried != null) {
+            sendQuietly(session, new Status(t.room(), KVPoll.Failed, uniqueRank, buried));
+            return;
+        }
         PrefillRoom room = room(t.room());
         String error = t.dummy() ? null : checkTransferInfo(session, t);
         PrefillRoom.Destination previous = room.destinations.putIfAbsent(session.sessionId(),

@@ -18,6 +18,8 @@ final class PrefillKVSender implements KVSender {
     private final String bootstrapAddr;
     /** Scheduler thread only: the terminal state once poll() returned it. */
     private KVPoll concluded;
+    /** Failure-injection hook: this request fails once under way (decided at creation). */
+    private boolean injectFailure;
 
     /** A dummy sender (non-zero CP rank) moves nothing: it waits for no decode and succeeds on its last chunk. */
     private final boolean dummy;
@@ -28,6 +30,8 @@ final class PrefillKVSender implements KVSender {
         this.bootstrapAddr = bootstrapAddr;
         this.dummy = dummy;
         manager.statuses.update(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        double p = manager.config().failureInjectionProbability();
+        injectFailure = p > 0 && java.util.concurrent.ThreadLocalRandom.current().nextDouble() < p;
     }
 
     @Override
@@ -135,6 +139,11 @@ final class PrefillKVSender implements KVSender {
     public KVPoll poll() {
         if (concluded != null) return concluded;
         KVPoll st = manager.statuses.status(room.room);
+        if (injectFailure && st.value() >= KVPoll.WaitingForInput.value() && st != KVPoll.Success) {
+            injectFailure = false;
+            manager.failRoom(room, "Injected failure (failure-injection test hook)");
+            st = manager.statuses.status(room.room);
+        }
         if (st.isTerminal()) {
             concluded = st; // latched, as SGLang's conclude_state
             return st;

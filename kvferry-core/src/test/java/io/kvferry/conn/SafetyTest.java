@@ -187,4 +187,39 @@ class SafetyTest extends TransferTestBase {
         s.send(new int[]{9});
         await(r::poll, KVPoll.Success);
     }
+
+    /** A prefill that aborted and cleared a room before decode's metadata arrived answers it with Failed: no re-created room, no hang. */
+    @Test
+    void metadataForARoomThePrefillAlreadyAbortedFailsAtOnce() {
+        TestRank pm = rank(), dm = rank();
+        PrefillKVManager p = (PrefillKVManager) prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVSender s = p.createSender(addr, 4444);
+        s.abort();
+        assertEquals(KVPoll.Failed, s.poll());
+        s.clear();
+        KVReceiver r = d.createReceiver(addr, 4444);
+        r.init(0);
+        r.sendMetadata(new int[]{1}, 0, null, 0);
+        assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
+        assertTrue(failure(r::failureException).contains("Aborted by AbortReq."));
+        assertEquals(0, p.trackedRooms(), "the late metadata must not re-create the room on prefill");
+    }
+
+    @Test
+    void theFailureInjectionHookFailsRequestsOnceUnderWay() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).failureInjectionProbability(1.0).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 88);
+        r.init(0);
+        r.sendMetadata(new int[]{2}, 0, null, 0);
+        KVSender s = p.createSender(addr, 88);
+        assertEquals(KVPoll.Failed, awaitTerminal(s::poll));
+        assertTrue(failure(s::failureException).contains("Injected failure"));
+        assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
+    }
 }
