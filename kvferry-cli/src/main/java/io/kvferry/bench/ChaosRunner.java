@@ -31,7 +31,7 @@ import java.util.concurrent.TimeUnit;
 public final class ChaosRunner {
     /** Scenarios this build runs. */
     public static final List<String> SCENARIOS = List.of("kill-prefill", "kill-decode", "bad-frames", "abort-storm",
-            "slow-decode", "failure-injection");
+            "slow-decode", "failure-injection", "restart-prefill", "restart-decode");
 
     /** The faults a scenario injects through the drivers or the library (none for the process-level ones). */
     public static BenchConfig.Faults faultsFor(String scenario) {
@@ -46,9 +46,11 @@ public final class ChaosRunner {
     /** The verdict; {@code --json} prints it as the last line. */
     public record Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
                          @JsonProperty("detect_ms") Map<String, Long> detectMs,
+                         @JsonProperty("recovered") Boolean recovered,
                          @JsonProperty("first_failures") List<String> firstFailures) {
+        /** Restart scenarios also require that requests succeeded through the restarted process. */
         public boolean passed() {
-            return hung == 0 && corrupted == 0 && leaked == 0;
+            return hung == 0 && corrupted == 0 && leaked == 0 && (recovered == null || recovered);
         }
     }
 
@@ -77,7 +79,8 @@ public final class ChaosRunner {
             String addr = "127.0.0.1:" + registry.port();
             Process prefill = RoleRunner.spawn("prefill", config, addr);
             Process decode = RoleRunner.spawn("decode", config, addr);
-            ExecutorService exec = Executors.newFixedThreadPool(2);
+            ExecutorService exec = Executors.newFixedThreadPool(3);
+            List<Process> started = new ArrayList<>(List.of(prefill, decode));
             try {
                 Future<List<RoleReport>> pf = exec.submit(() -> RoleRunner.readReports(prefill, "prefill", quiet));
                 java.util.concurrent.atomic.AtomicInteger concluded = new java.util.concurrent.atomic.AtomicInteger();
@@ -87,28 +90,48 @@ public final class ChaosRunner {
                 while (concluded.get() < FAULT_AFTER_REQUESTS && System.nanoTime() < strikeBy) Thread.sleep(5);
                 Thread.sleep(faultAfterMillis);
                 long faultAt = System.currentTimeMillis();
+                int concludedBeforeFault = concluded.get();
+                Process restarted = null;
+                Future<List<RoleReport>> rf = null;
                 switch (scenario) {
                     case "kill-prefill" -> prefill.destroyForcibly();
                     case "kill-decode" -> decode.destroyForcibly();
                     case "bad-frames" -> sendBadFrames(addr);
+                    case "restart-prefill", "restart-decode" -> {
+                        // Kill one side and start a fresh process behind the same registry; its peer keeps running.
+                        boolean pre = scenario.equals("restart-prefill");
+                        (pre ? prefill : decode).destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+                        restarted = RoleRunner.spawn(pre ? "prefill" : "decode", config, addr);
+                        Process r = restarted;
+                        rf = exec.submit(() -> RoleRunner.readReports(r, pre ? "prefill" : "decode", quiet));
+                    }
                     default -> {
                         // abort-storm, slow-decode, failure-injection: injected by the drivers / library all along
                     }
                 }
                 long wait = Math.max(60_000, config.deadlineMillis() + 30_000);
+                if (restarted != null) started.add(restarted);
                 List<RoleReport> pre = pf.get(wait, TimeUnit.MILLISECONDS);
                 List<RoleReport> dec = df.get(wait, TimeUnit.MILLISECONDS);
-                return verdict(config, scenario, pre, dec, faultAt);
+                if (rf != null) {
+                    List<RoleReport> fresh = rf.get(wait, TimeUnit.MILLISECONDS);
+                    if (scenario.equals("restart-prefill")) pre = fresh;
+                    else dec = fresh;
+                }
+                return verdict(config, scenario, pre, dec, faultAt, concludedBeforeFault);
             } finally {
                 exec.shutdownNow();
-                for (Process p : List.of(prefill, decode)) p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+                for (Process p : started) p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
             }
         }
     }
 
-    private Result verdict(BenchConfig config, String scenario, List<RoleReport> pre, List<RoleReport> dec, long faultAt) {
+    private Result verdict(BenchConfig config, String scenario, List<RoleReport> pre, List<RoleReport> dec, long faultAt,
+                           int concludedBeforeFault) {
         int n = config.workload().requests();
         boolean decodeAlive = !scenario.equals("kill-decode");
+        // After a decode restart the fresh decode repeats the stream: what the old one finished fails there
+        // (the prefill already cleared those rooms); recovery means the fresh pair completed requests.
         List<RoleReport> judge = decodeAlive ? dec : pre;
         java.util.Set<Integer> failedIdx = new java.util.HashSet<>();
         int hung = 0, corrupted = 0, leaked = 0;
@@ -130,7 +153,15 @@ public final class ChaosRunner {
         Map<String, Long> detect = new LinkedHashMap<>();
         detect.put("prefill", scenario.equals("kill-decode") ? firstFailureAfter(pre, faultAt) : null);
         detect.put("decode", scenario.equals("kill-prefill") ? firstFailureAfter(dec, faultAt) : null);
-        return new Result(scenario, n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, detect, failures);
+        Boolean recovered = null;
+        if (scenario.startsWith("restart-")) {
+            int ok = 0;
+            for (RoleReport r : judge) ok += r.succeeded();
+            // A fresh decode's successes all came after the restart; the surviving decode must beat its pre-fault count.
+            recovered = scenario.equals("restart-decode") ? ok > 0 : ok > concludedBeforeFault;
+        }
+        return new Result(scenario, n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, detect, recovered,
+                failures);
     }
 
     /** Milliseconds from the fault to the first failure a side saw, or null when it saw none (or was the victim). */

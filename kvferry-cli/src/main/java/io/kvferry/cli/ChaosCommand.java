@@ -16,7 +16,8 @@ import java.util.concurrent.Callable;
                 "Passes (exit 0) when hung == 0, corrupted == 0 and leaked == 0."})
 public final class ChaosCommand implements Callable<Integer> {
     @Option(names = "--scenario", required = true,
-            description = "kill-prefill, kill-decode, bad-frames, abort-storm, slow-decode or failure-injection.")
+            description = "kill-prefill, kill-decode, restart-prefill, restart-decode, bad-frames, abort-storm, slow-decode "
+                    + "or failure-injection.")
     String scenario;
 
     @Option(names = "--fault-after-ms", defaultValue = "200",
@@ -46,9 +47,9 @@ public final class ChaosCommand implements Callable<Integer> {
         config = config.withFaultTimeouts(config.bootstrapTimeoutMillis() > 0 ? config.bootstrapTimeoutMillis() : 2000,
                 config.deadlineMillis() > 0 ? config.deadlineMillis() : 120_000);
         ChaosRunner.Result r = new ChaosRunner(config, System.err, faultAfterMs).run(scenario);
-        System.out.printf("scenario=%s requests=%d succeeded=%d failed=%d hung=%d corrupted=%d leaked=%d detect_ms=%s -> %s%n",
+        System.out.printf("scenario=%s requests=%d succeeded=%d failed=%d hung=%d corrupted=%d leaked=%d detect_ms=%s%s -> %s%n",
                 r.scenario(), r.requests(), r.succeeded(), r.failed(), r.hung(), r.corrupted(), r.leaked(), r.detectMs(),
-                r.passed() ? "PASS" : "FAIL");
+                r.recovered() == null ? "" : " recovered=" + r.recovered(), r.passed() ? "PASS" : "FAIL");
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(new ObjectMapper().writeValueAsString(r));
         return r.passed() ? 0 : 1;

@@ -13,7 +13,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** Short forms of the kvferry chaos scenarios, with the pass condition asserted. */
 class ChaosTest {
     @ParameterizedTest
-    @ValueSource(strings = {"kill-prefill", "kill-decode", "bad-frames", "abort-storm", "slow-decode", "failure-injection"})
+    @ValueSource(strings = {"kill-prefill", "kill-decode", "bad-frames", "abort-storm", "slow-decode", "failure-injection",
+            "restart-prefill", "restart-decode"})
     @Timeout(240)
     void scenarioPasses(String scenario) throws Exception {
         Workload w = new Workload(16, 512, 16, 128, 4, 0, 3L);
@@ -26,6 +27,8 @@ class ChaosTest {
         assertEquals(0, r.leaked());
         if (scenario.equals("bad-frames") || scenario.equals("slow-decode")) {
             assertEquals(16, r.succeeded(), () -> "these faults must not fail real requests: " + r);
+        } else if (scenario.startsWith("restart-")) {
+            assertEquals(Boolean.TRUE, r.recovered(), () -> "no request succeeded through the restarted process: " + r);
         } else if (scenario.startsWith("kill-")) {
             String survivor = scenario.equals("kill-prefill") ? "decode" : "prefill";
             Long detect = r.detectMs().get(survivor);

@@ -372,13 +372,18 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         return "Metadata corruption detected - bootstrap_room mismatch (expected " + room.room + ", found " + found + ")";
     }
 
+    /** Drops every cached lookup for a prefill instance (its rank endpoints may have moved). */
+    void forgetPrefill(String addr) {
+        topologies.remove(addr);
+        endpoints.keySet().removeIf(k -> k.startsWith(addr + "/"));
+    }
+
     private void onLinkLost(PrefillLink link, String why) {
         link.connection.close();
         links.remove(link.endpoint, link);
         if (closed) return;
         // Cached lookups may point at a dead or replaced instance: look them up again next time.
-        topologies.remove(link.bootstrapAddr);
-        endpoints.keySet().removeIf(k -> k.startsWith(link.bootstrapAddr + "/"));
+        forgetPrefill(link.bootstrapAddr);
         int affected = 0;
         for (Long r : link.rooms) {
             if (statuses.status(r).isTerminal()) continue;

@@ -113,6 +113,17 @@ final class DecodeKVReceiver implements KVReceiver {
             room.requiredDstInfoNum = mapping.requiredDstInfoNum();
             initPending = false;
             manager.statuses.update(room.room, KVPoll.WaitingForInput);
+        } catch (java.net.ConnectException e) {
+            // The registry still points at a rank that is gone (a prefill being restarted): drop the cached
+            // lookups and keep the room bootstrapping; poll() retries until prefillInfoTimeout.
+            manager.forgetPrefill(addr);
+            for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
+            room.targets = List.of();
+            double waited = (System.nanoTime() - initPendingSince) / 1e9;
+            if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
+                fail("Could not bootstrap with prefill at " + addr + " after " + String.format("%.1f", waited) + " s: "
+                        + e.getMessage());
+            }
         } catch (IOException | RuntimeException e) {
             fail("Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
         }

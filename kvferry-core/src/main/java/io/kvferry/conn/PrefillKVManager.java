@@ -81,8 +81,9 @@ public final class PrefillKVManager implements KVManager {
     private final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
     private final Set<PeerSession> sessions = ConcurrentHashMap.newKeySet();
     /**
-     * Rooms that failed here and were cleared, newest last (bounded): a decode's metadata arriving
-     * after that gets a Failed status instead of re-creating a room nobody will ever send.
+     * Rooms cleared here, newest last (bounded): a decode's metadata arriving after that (a late
+     * info, a restarted decode repeating a request) gets a Failed status instead of re-creating a
+     * room nobody will ever send.
      */
     private final java.util.LinkedHashMap<Long, String> tombstones = new java.util.LinkedHashMap<>() {
         @Override
@@ -240,10 +241,13 @@ public final class PrefillKVManager implements KVManager {
     }
 
     void forget(long room) {
-        if (statuses.status(room) == KVPoll.Failed && statuses.contains(room)) {
-            String reason = statuses.reason(room);
+        if (statuses.contains(room)) {
+            KVPoll st = statuses.status(room);
+            String reason = st == KVPoll.Failed
+                    ? (statuses.reason(room) == null ? "failed on prefill" : statuses.reason(room))
+                    : "room " + room + " already concluded (" + st + ") and was cleared on this prefill rank";
             synchronized (tombstones) {
-                tombstones.put(room, reason == null ? "failed on prefill" : reason);
+                tombstones.put(room, reason);
             }
         }
         statuses.remove(room);
