@@ -114,6 +114,11 @@ public final class RankPool implements AutoCloseable {
         return state.length > 0;
     }
 
+    /** Pages and rows handed out and not returned (0 once every request concluded and was released). */
+    public int outstanding() {
+        return (pages - freePages.size()) + (auxRows - freeRows.size());
+    }
+
     public boolean canAllocate(int n) {
         return freePages.size() >= n && !freeRows.isEmpty();
     }

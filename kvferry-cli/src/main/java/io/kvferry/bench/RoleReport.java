@@ -17,7 +17,8 @@ import java.util.List;
  * @param firstFailures   up to five failure reasons, for the report
  * @param hung            requests still without a terminal state when the driver's deadline passed
  * @param firstFailureAtMillis wall-clock time (epoch ms) of the first failure this rank saw, 0 if none
- * @param leakedRooms     rooms the rank's manager still tracked after every request concluded
+ * @param leakedRooms     rooms the rank's manager still tracked, plus KV pages and aux rows not returned to the
+ *                        pool, after every request concluded
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,

@@ -88,7 +88,8 @@ public final class RoleRunner {
             }
             boolean allOk = true;
             for (int i = 0; i < futures.size(); i++) {
-                RoleReport rep = futures.get(i).get().withLeakedRooms(trackedRooms(managers.get(i)));
+                // Leaks: rooms the manager still tracks plus pages/rows the driver never got back.
+                RoleReport rep = futures.get(i).get().withLeakedRooms(trackedRooms(managers.get(i)) + pools.get(i).outstanding());
                 allOk &= rep.failed() == 0 && rep.corrupted() == 0;
                 synchronized (out) {
                     out.println(JSON.writeValueAsString(rep));
