@@ -362,7 +362,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         int buffer = memory.auxRoomBuffer();
         DecodeRoom.Allowance a = room.allowance;
         if (buffer < 0 || a == null || a.auxIndex() < 0) return null;
-        long found = memory.slice(Region.AUX, 0, buffer, a.auxIndex() * memory.auxItemLens()[buffer], 8)
+        long found = memory.slice(Region.AUX, 0, buffer, a.auxIndex() * memory.auxItemLen(buffer), 8)
                 .get(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0);
         if (found == room.room) return null;
         if (found == 0) {

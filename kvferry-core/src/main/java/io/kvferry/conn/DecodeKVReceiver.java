@@ -153,7 +153,7 @@ final class DecodeKVReceiver implements KVReceiver {
         int roomBuffer = manager.memory().auxRoomBuffer();
         if (roomBuffer >= 0 && auxIndex >= 0) {
             // The gate reads this column at Success: clear what a previous occupant of the row left.
-            manager.memory().slice(Region.AUX, 0, roomBuffer, auxIndex * manager.memory().auxItemLens()[roomBuffer], 8)
+            manager.memory().slice(Region.AUX, 0, roomBuffer, auxIndex * manager.memory().auxItemLen(roomBuffer), 8)
                     .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
         }
         // Published before any info leaves, so the first write already finds its allowance.

@@ -69,6 +69,10 @@ public final class PrefillKVManager implements KVManager {
 
     private final KVManagerConfig config;
     private final RegisteredMemory memory;
+    /** Immutable after construction; read by the transfer workers. */
+    private final long[] kvItemLens;
+    private final long[] auxItemLens;
+    private final long[][] stateItemLens;
     private final int engineRank;
     private final int pageSize;
     private final String kvCacheDtype;
@@ -102,6 +106,10 @@ public final class PrefillKVManager implements KVManager {
     public PrefillKVManager(KVArgs args, KVManagerConfig config, String backend) {
         this.config = config;
         this.memory = RegisteredMemory.from(args);
+        // Copied once: the transfer worker plans with them on every chunk.
+        this.kvItemLens = memory.kvItemLens();
+        this.auxItemLens = memory.auxItemLens();
+        this.stateItemLens = memory.stateItemLens();
         this.engineRank = args.engineRank;
         this.pageSize = args.pageSize;
         this.kvCacheDtype = args.kvCacheDtypeStr;
@@ -295,7 +303,7 @@ public final class PrefillKVManager implements KVManager {
         if (room.firstSendNanos == 0) room.firstSendNanos = System.nanoTime();
         PrefillRoom.Destination current = null;
         try {
-            long[] itemLens = memory.kvItemLens();
+            long[] itemLens = kvItemLens;
             List<PrefillRoom.Destination> destinations = room.orderedDestinations();
             for (PrefillRoom.Destination d : destinations) {
                 if (d.info().dummy()) continue;
@@ -324,9 +332,9 @@ public final class PrefillKVManager implements KVManager {
                 if (last) {
                     runPlan(room, d, slices == null
                             ? TransferPlanner.planState(memory.stateTypes(), stateIndices, d.info().stateIndices(),
-                                    memory.stateItemLens(), w -> log.warn("room {}: {}", room.room, w))
+                                    stateItemLens, w -> log.warn("room {}: {}", room.room, w))
                             : planStateSliced(stateIndices, d));
-                    runPlan(room, d, TransferPlanner.planAux(auxIndex, d.info().auxIndex(), memory.auxItemLens()));
+                    runPlan(room, d, TransferPlanner.planAux(auxIndex, d.info().auxIndex(), auxItemLens));
                 }
             }
             current = null;
@@ -367,7 +375,7 @@ public final class PrefillKVManager implements KVManager {
             }
         }
         return TransferPlanner.planStateSliced(memory.stateTypes(), stateIndices, d.info().stateIndices(),
-                memory.stateItemLens(), dstItems, dims, outer, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
+                stateItemLens, dstItems, dims, outer, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
                 h.engineRank() % h.attnTpSize());
     }
 

@@ -143,6 +143,7 @@ public final class RegisteredMemory {
     public long kvItemLen(int buffer) { return kvItemLens[buffer]; }
     public int auxBufferCount() { return aux.length; }
     public long[] auxItemLens() { return auxItemLens.clone(); }
+    public long auxItemLen(int buffer) { return auxItemLens[buffer]; }
     public List<StateType> stateTypes() { return stateTypes; }
     public int stateComponentCount() { return state.length; }
     public int stateTensorCount(int component) { return state[component].length; }

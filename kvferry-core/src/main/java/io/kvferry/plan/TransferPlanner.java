@@ -84,8 +84,7 @@ public final class TransferPlanner {
         if (srcIndices == null || dstIndices == null) return plan;
         int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
         for (int c = 0; c < components; c++) {
-            int[] src = srcIndices[c] == null ? new int[0] : srcIndices[c];
-            int[] dst = dstIndices[c] == null ? new int[0] : dstIndices[c];
+            int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
             if (src.length == 0 || dst.length == 0) continue;
             if (types.get(c) != StateType.MAMBA) {
                 throw new PlanException("state component " + c + " (" + types.get(c).wire() + ") cannot be resharded between "
@@ -101,6 +100,12 @@ public final class TransferPlanner {
             }
         }
         return plan;
+    }
+
+    private static final int[] NO_INDICES = new int[0];
+
+    private static int[] indicesOf(int[][] lists, int component) {
+        return lists[component] == null ? NO_INDICES : lists[component];
     }
 
     /** Aux ops: one row per metadata buffer, from the prefill's row to the decode's row. */
@@ -126,8 +131,7 @@ public final class TransferPlanner {
         if (srcIndices == null || dstIndices == null) return plan;
         int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
         for (int c = 0; c < components; c++) {
-            int[] src = srcIndices[c] == null ? new int[0] : srcIndices[c];
-            int[] dst = dstIndices[c] == null ? new int[0] : dstIndices[c];
+            int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
             if (src.length == 0 || dst.length == 0) continue;
             if (src.length != dst.length) {
                 StateType t = types.get(c);
