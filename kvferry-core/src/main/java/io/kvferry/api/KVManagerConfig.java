@@ -32,13 +32,27 @@ import java.time.Duration;
  *                            sides); otherwise only CP rank 0 sends and the others are dummies
  * @param failureInjectionProbability test hook (SGLang's SGLANG_TEST_DISAGG_FAILURE_PROB): the chance that
  *                            a request fails on this rank once it is under way, with "Injected failure"; 0 = off
+ * @param advertiseHost       prefill: host published in the registry instead of listenHost (null = listenHost),
+ *                            e.g. a NAT or proxy address
+ * @param advertisePort       prefill: port published instead of the bound one (0 = the bound port)
+ * @param heartbeatInterval   both sides: a HEARTBEAT is sent on an idle control connection this often
+ * @param heartbeatMisses     both sides: a connection that receives no byte for heartbeatInterval × this
+ *                            is declared dead (its rooms fail); catches peers that hang or partitions
+ *                            where TCP keepalive is answered by a middlebox
+ * @param abortAckTimeout     decode: how long clear() of an unfinished room waits for every prefill
+ *                            rank writing with a one-sided transport (shm, ucx) to confirm (ABORT_ACK)
+ *                            that no write of the room is in flight, before it cuts the link
+ * @param tcpStripes          decode: TCP connections per prefill rank for data (1 = the control
+ *                            connection carries data too); chunks are spread over them by room
  */
 public record KVManagerConfig(
         int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
         int ppSize, boolean isMla, String bootstrapHost, int bootstrapPort, String listenHost,
         String authToken, int transferWorkers, Duration bootstrapTimeout, Duration waitingTimeout,
         Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
-        Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability) {
+        Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability,
+        String advertiseHost, int advertisePort, Duration heartbeatInterval, int heartbeatMisses,
+        Duration abortAckTimeout, int tcpStripes) {
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -53,6 +67,18 @@ public record KVManagerConfig(
         if (writeStallTimeout == null || writeStallTimeout.isNegative() || writeStallTimeout.isZero()) {
             throw new IllegalArgumentException("writeStallTimeout must be positive");
         }
+        if (advertisePort < 0 || advertisePort > 65535) throw new IllegalArgumentException("advertisePort " + advertisePort + " is outside [0, 65535]");
+        if (heartbeatInterval == null || heartbeatInterval.toMillis() < 1) {
+            throw new IllegalArgumentException("heartbeatInterval must be at least 1 ms");
+        }
+        if (heartbeatMisses < 1) throw new IllegalArgumentException("heartbeatMisses must be >= 1, got " + heartbeatMisses);
+        if (abortAckTimeout == null || abortAckTimeout.isNegative()) throw new IllegalArgumentException("abortAckTimeout must be >= 0");
+        if (tcpStripes < 1 || tcpStripes > 64) throw new IllegalArgumentException("tcpStripes must be in [1, 64], got " + tcpStripes);
+    }
+
+    /** How long a control connection may receive nothing before it is declared dead. */
+    public Duration heartbeatTimeout() {
+        return heartbeatInterval.multipliedBy(heartbeatMisses);
     }
 
     private static void requireRank(String name, int rank, int size) {
@@ -83,6 +109,9 @@ public record KVManagerConfig(
         b.prefillInfoTimeout = prefillInfoTimeout;
         b.allCpRanksTransfer = allCpRanksTransfer;
         b.failureInjectionProbability = failureInjectionProbability;
+        b.advertiseHost = advertiseHost; b.advertisePort = advertisePort;
+        b.heartbeatInterval = heartbeatInterval; b.heartbeatMisses = heartbeatMisses;
+        b.abortAckTimeout = abortAckTimeout; b.tcpStripes = tcpStripes;
         return b;
     }
 
@@ -104,6 +133,12 @@ public record KVManagerConfig(
         private Duration prefillInfoTimeout = Duration.ofSeconds(15);
         private boolean allCpRanksTransfer;
         private double failureInjectionProbability;
+        private String advertiseHost;
+        private int advertisePort;
+        private Duration heartbeatInterval = Duration.ofSeconds(1);
+        private int heartbeatMisses = 5;
+        private Duration abortAckTimeout = Duration.ofSeconds(5);
+        private int tcpStripes = 1;
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -123,12 +158,17 @@ public record KVManagerConfig(
         public Builder prefillInfoTimeout(Duration d) { prefillInfoTimeout = d; return this; }
         public Builder allCpRanksTransfer(boolean b) { allCpRanksTransfer = b; return this; }
         public Builder failureInjectionProbability(double p) { failureInjectionProbability = p; return this; }
+        public Builder advertise(String host, int port) { advertiseHost = host; advertisePort = port; return this; }
+        public Builder heartbeat(Duration interval, int misses) { heartbeatInterval = interval; heartbeatMisses = misses; return this; }
+        public Builder abortAckTimeout(Duration d) { abortAckTimeout = d; return this; }
+        public Builder tcpStripes(int n) { tcpStripes = n; return this; }
 
         public KVManagerConfig build() {
             return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
                     bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
                     waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout,
-                    prefillInfoTimeout, allCpRanksTransfer, failureInjectionProbability);
+                    prefillInfoTimeout, allCpRanksTransfer, failureInjectionProbability, advertiseHost, advertisePort,
+                    heartbeatInterval, heartbeatMisses, abortAckTimeout, tcpStripes);
         }
     }
 }

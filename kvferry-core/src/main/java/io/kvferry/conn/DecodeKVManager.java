@@ -94,6 +94,12 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         this.timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
                 .name("kvferry-decode-timer-" + engineRank).unstarted(r));
         if ("inproc".equals(backend)) InprocRegistry.register(sessionId, this);
+        long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
+        timer.scheduleWithFixedDelay(() -> {
+            for (PrefillLink l : links.values()) {
+                if (!l.connection.heartbeat(beat, dead)) log.warn("connection to {}: {}", l, l.connection.closeReason());
+            }
+        }, beat / 2, beat / 2, TimeUnit.NANOSECONDS);
     }
 
     @Override
@@ -247,7 +253,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         Duration timeout = config.connectTimeout();
         ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
         // A peer that accepts but never answers must not hang init: close the socket at the deadline.
-        ScheduledFuture<?> deadline = timer.schedule(conn::close, timeout.toMillis(), TimeUnit.MILLISECONDS);
+        ScheduledFuture<?> deadline = timer.schedule((Runnable) conn::close, timeout.toMillis(), TimeUnit.MILLISECONDS);
         try {
             conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId,
                     "inproc".equals(backend) ? "inproc" : "tcp", engineRank, config.attnTpSize(), ppRank, pageSize,
@@ -280,6 +286,9 @@ public final class DecodeKVManager implements KVManager, WriteSink {
                 switch (m) {
                     case WriteHeader w -> onWrite(link, w);
                     case Status s -> onStatus(link, s);
+                    case io.kvferry.protocol.Heartbeat hb -> {
+                        // liveness only
+                    }
                     case AbortAck a -> {
                         DecodeRoom r = rooms.get(a.room());
                         if (r != null) r.abortAcked = true;
@@ -293,7 +302,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             why = e.getMessage();
             if (!closed) log.warn("connection to {}: {}", link, why);
         } finally {
-            onLinkLost(link, why);
+            String reason = link.connection.closeReason();
+            onLinkLost(link, reason != null ? reason : why);
         }
     }
 

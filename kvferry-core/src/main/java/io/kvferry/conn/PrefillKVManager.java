@@ -142,6 +142,12 @@ public final class PrefillKVManager implements KVManager {
                 }
             }
         }, Math.min(1000, stall), Math.min(1000, stall), TimeUnit.MILLISECONDS);
+        long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
+        timer.scheduleWithFixedDelay(() -> {
+            for (PeerSession s : sessions) {
+                if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
+            }
+        }, beat / 2, beat / 2, TimeUnit.NANOSECONDS);
         workers = new Worker[config.transferWorkers()];
         for (int i = 0; i < workers.length; i++) {
             workers[i] = new Worker(i);
@@ -171,17 +177,24 @@ public final class PrefillKVManager implements KVManager {
 
     @Override
     public void registerToBootstrap() {
-        InetSocketAddress ep = endpoint();
         PrefillRankRegistration reg = new PrefillRankRegistration(
                 config.attnTpSize(), config.attnTpRank(), config.attnCpSize(), config.attnCpRank(),
                 config.dpSize(), config.dpRank(), config.ppSize(), ppRank, 1, 0,
-                config.listenHost(), ep.getPort(), pageSize, kvCacheDtype, config.loadBalanceMethod(), false,
+                advertisedHost(), advertisedPort(), pageSize, kvCacheDtype, config.loadBalanceMethod(), false,
                 config.prefillHttpPort());
         try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
             client.registerRank(reg);
         }
         log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {}", config.attnTpRank(), ppRank,
-                config.listenHost(), ep.getPort(), config.bootstrapAddr());
+                advertisedHost(), advertisedPort(), config.bootstrapAddr());
+    }
+
+    private String advertisedHost() {
+        return config.advertiseHost() == null ? config.listenHost() : config.advertiseHost();
+    }
+
+    private int advertisedPort() {
+        return config.advertisePort() == 0 ? endpoint().getPort() : config.advertisePort();
     }
 
     @Override
@@ -460,6 +473,9 @@ public final class PrefillKVManager implements KVManager {
                     case TransferInfo t -> onTransferInfo(session, t);
                     case Abort a -> onAbort(session, a);
                     case WriteHeader w -> throw new ProtocolException("a prefill rank does not accept WRITE frames");
+                    case io.kvferry.protocol.Heartbeat hb -> {
+                        // liveness only: the read itself refreshed the connection's clock
+                    }
                     default -> throw new ProtocolException("unexpected " + m.type() + " from decode");
                 }
             }
@@ -469,7 +485,8 @@ public final class PrefillKVManager implements KVManager {
             why = e.getMessage();
             if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", session, why);
         } finally {
-            onSessionLost(session, why);
+            String reason = session.connection.closeReason();
+            onSessionLost(session, reason != null ? reason : why);
         }
     }
 

@@ -68,6 +68,11 @@ public final class FrameCodec {
                 body.str(a.error());
                 body.i32(a.prefillEngineRank());
                 body.i32(a.prefillUniqueRank());
+                body.str(a.dataPath());
+                body.str(a.fallback());
+            }
+            case Heartbeat hb -> {
+                // no body
             }
             case TransferInfo t -> encodeTransferInfo(body, t);
             case Abort a -> body.i64(a.room());
@@ -145,6 +150,14 @@ public final class FrameCodec {
                 b.i64(s.itemLens()[i]);
             }
         }
+        if (h.offers().size() > TransportOffer.MAX_OFFERS) {
+            throw new IllegalArgumentException("HELLO carries " + h.offers().size() + " offers; at most " + TransportOffer.MAX_OFFERS);
+        }
+        b.i32(h.offers().size());
+        for (TransportOffer o : h.offers()) {
+            b.str(o.transport());
+            b.bytes(o.blob());
+        }
     }
 
     private static void encodeTransferInfo(Sink b, TransferInfo t) {
@@ -167,7 +180,8 @@ public final class FrameCodec {
         try {
             ControlMessage m = switch (type) {
                 case HELLO -> decodeHello(body);
-                case HELLO_ACK -> new HelloAck(bool(body, "accepted"), str(body), body.getInt(), body.getInt());
+                case HELLO_ACK -> new HelloAck(bool(body, "accepted"), str(body), body.getInt(), body.getInt(), str(body), str(body));
+                case HEARTBEAT -> new Heartbeat();
                 case TRANSFER_INFO -> decodeTransferInfo(body);
                 case ABORT -> new Abort(body.getLong());
                 case ABORT_ACK -> new AbortAck(body.getLong(), body.getInt());
@@ -229,8 +243,25 @@ public final class FrameCodec {
             }
             states.add(new MemoryDescriptor.StateDescriptor(stype, len, item));
         }
+        int nOffers = in.getInt();
+        if (nOffers < 0 || nOffers > TransportOffer.MAX_OFFERS) {
+            throw new ProtocolException("transport offer count " + nOffers + " is outside [0, " + TransportOffer.MAX_OFFERS + "]");
+        }
+        List<TransportOffer> offers = new ArrayList<>(nOffers);
+        for (int i = 0; i < nOffers; i++) {
+            String transport = str(in);
+            if (transport.isEmpty()) throw new ProtocolException("transport offer " + i + " has no name");
+            int n = in.getInt();
+            if (n < 0 || n > TransportOffer.MAX_BLOB_BYTES || n > in.remaining()) {
+                throw new ProtocolException("transport offer '" + transport + "' declares " + n + " bytes but "
+                        + in.remaining() + " are left (limit " + TransportOffer.MAX_BLOB_BYTES + ")");
+            }
+            byte[] blob = new byte[n];
+            in.get(blob);
+            offers.add(new TransportOffer(transport, blob));
+        }
         return new Hello(token, session, dataPath, engineRank, tpSize, ppRank, pageSize, dtype,
-                new MemoryDescriptor(kvLen, kvItem, kvLayer, auxLen, auxItem, states), flags);
+                new MemoryDescriptor(kvLen, kvItem, kvLayer, auxLen, auxItem, states), flags, offers);
     }
 
     private static TransferInfo decodeTransferInfo(ByteBuffer in) throws ProtocolException {
@@ -373,6 +404,11 @@ public final class FrameCodec {
             }
             ensure(2 + b.length);
             buf.putShort((short) b.length).put(b);
+        }
+
+        void bytes(byte[] a) {
+            ensure(4 + a.length);
+            buf.putInt(a.length).put(a);
         }
 
         void intArray(int[] a) {

@@ -3,7 +3,7 @@ package io.kvferry.protocol;
 /** Control message kinds and the largest body each may declare (checked before any allocation). */
 public enum MessageType {
     /** decode → prefill, once per connection: identity, auth token and the destination buffer layout. */
-    HELLO(1, 1 << 20),
+    HELLO(1, 2 << 20),
     /** prefill → decode: the answer to HELLO. */
     HELLO_ACK(2, 8 << 10),
     /** decode → prefill, once per request per target rank: where the request's KV goes. */
@@ -15,7 +15,9 @@ public enum MessageType {
     /** prefill → decode: a room's outcome on one prefill rank. */
     STATUS(6, 8 << 10),
     /** prefill → decode: no write for the aborted room is in flight any more. */
-    ABORT_ACK(7, 64);
+    ABORT_ACK(7, 64),
+    /** either direction, on an idle connection: liveness (the peer declares the link dead after missing several). */
+    HEARTBEAT(8, 0);
 
     private final int code;
     private final int maxBodyBytes;

@@ -6,8 +6,11 @@ public final class Wire {
 
     /** "KVFY" read as a little-endian u32. */
     public static final int MAGIC = 0x5946564B;
-    /** 2: WRITE carries piece length and stride (strided writes); HELLO carries flags. */
-    public static final int VERSION = 2;
+    /**
+     * 2: WRITE carries piece length and stride (strided writes); HELLO carries flags.
+     * 3: HELLO carries transport offers, HELLO_ACK the chosen data path; HEARTBEAT.
+     */
+    public static final int VERSION = 3;
     /** magic u32, version u8, type u8, flags u16, body length u32. */
     public static final int HEADER_BYTES = 12;
     /** The largest control body any message may declare (a TRANSFER_INFO with ~4M page ids). */

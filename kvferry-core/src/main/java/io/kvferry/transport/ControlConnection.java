@@ -65,6 +65,13 @@ public final class ControlConnection implements AutoCloseable {
     private MemorySegment sendStaging;
     private MemorySegment recvStaging;
     private volatile boolean closed;
+    /** Why this side closed the connection (e.g. missed heartbeats), or null. */
+    private volatile String closeReason;
+    /** nanoTime of the last read that returned bytes (any frame or payload byte proves the peer alive). */
+    private volatile long lastReadNanos = System.nanoTime();
+    /** nanoTime of the last completed write of any frame. */
+    private volatile long lastWriteNanos = System.nanoTime();
+    private static final java.nio.ByteBuffer HEARTBEAT_FRAME = FrameCodec.encode(new io.kvferry.protocol.Heartbeat());
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
 
@@ -161,6 +168,7 @@ public final class ControlConnection implements AutoCloseable {
             throw e;
         } finally {
             writingSince = 0;
+            lastWriteNanos = System.nanoTime();
             gather[1] = null;
             writeLock.unlock();
         }
@@ -226,6 +234,7 @@ public final class ControlConnection implements AutoCloseable {
             throw e;
         } finally {
             writingSince = 0;
+            lastWriteNanos = System.nanoTime();
         }
     }
 
@@ -292,7 +301,46 @@ public final class ControlConnection implements AutoCloseable {
             throw e;
         } finally {
             writingSince = 0;
+            lastWriteNanos = System.nanoTime();
         }
+    }
+
+    /**
+     * Liveness upkeep, called periodically by the owner's timer: sends a HEARTBEAT when nothing was
+     * written for {@code intervalNanos} (skipped while another thread is writing: its bytes are proof
+     * enough), and closes the connection when nothing arrived for {@code timeoutNanos}.
+     *
+     * @return false when the connection was declared dead by this call
+     */
+    public boolean heartbeat(long intervalNanos, long timeoutNanos) {
+        if (closed) return true;
+        long now = System.nanoTime();
+        long silent = now - lastReadNanos;
+        if (silent > timeoutNanos) {
+            close("no heartbeat or data from " + peer + " for " + silent / 1_000_000L + " ms");
+            return false;
+        }
+        if (now - lastWriteNanos >= intervalNanos && writeLock.tryLock()) {
+            try {
+                writeFully(HEARTBEAT_FRAME.duplicate());
+            } catch (IOException e) {
+                // the reader sees the broken connection
+            } finally {
+                writeLock.unlock();
+            }
+        }
+        return true;
+    }
+
+    /** Why this side closed the connection, or null when it did not (or not for a stated reason). */
+    public String closeReason() {
+        return closeReason;
+    }
+
+    /** Closes with a reason the owner reports instead of the reader's I/O error. */
+    public void close(String reason) {
+        if (closeReason == null) closeReason = reason;
+        closeQuietly();
     }
 
     /**
@@ -321,7 +369,9 @@ public final class ControlConnection implements AutoCloseable {
         if (ahead.remaining() >= need) return;
         ahead.compact(); // kept bytes move to 0 = this frame's start; reads stop at the buffer's capacity
         while (ahead.position() < need) {
-            if (channel.read(ahead) < 0) {
+            int n = channel.read(ahead);
+            if (n > 0) lastReadNanos = System.nanoTime();
+            if (n < 0) {
                 boolean clean = ahead.position() == 0;
                 ahead.flip();
                 if (clean) throw new EOFException("connection closed by " + peer);
@@ -351,6 +401,7 @@ public final class ControlConnection implements AutoCloseable {
     private void readFully(ByteBuffer buf) throws IOException {
         while (buf.hasRemaining()) {
             int n = channel.read(buf);
+            if (n > 0) lastReadNanos = System.nanoTime();
             if (n < 0) {
                 throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
             }

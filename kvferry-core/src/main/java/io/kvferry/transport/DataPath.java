@@ -22,4 +22,15 @@ public interface DataPath {
      * IOException when {@code cancelled} turns true (checked at least every few ops).
      */
     void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException;
+
+    /**
+     * Whether bytes land without the decode's reader seeing them (shm, ucx): the decode then needs an
+     * ABORT_ACK (or a revoked offer) before it may reuse an unfinished room's pages.
+     */
+    default boolean oneSided() {
+        return false;
+    }
+
+    /** Releases what this path holds for its peer (mappings, endpoints); writes after it fail. */
+    default void close() {}
 }
