@@ -20,23 +20,36 @@ import java.util.List;
 public final class KVFerry {
     private KVFerry() {}
 
-    /** Backend names this build serves. */
-    public static final List<String> BACKENDS = List.of("tcp", "inproc", "fake");
+    /** Backend names this build serves: the built-in ones and every pluggable transport on the class path. */
+    public static final List<String> BACKENDS = backends();
+
+    private static List<String> backends() {
+        List<String> names = new java.util.ArrayList<>(List.of("tcp", "inproc"));
+        for (io.kvferry.transport.TransportProvider p : io.kvferry.transport.Transports.all()) names.add(p.name());
+        names.add("auto");
+        names.add("fake");
+        return List.copyOf(names);
+    }
 
     /**
      * Creates the KV manager of one rank.
      *
      * @param backend tcp (bytes over the control TCP connection), inproc (same JVM: direct memory copy),
-     *                or fake (nothing moves; requests succeed)
+     *                shm (same host: the prefill copies into the decode's shared-memory pools; the decode
+     *                must allocate them with {@link io.kvferry.memory.SharedMemory}), ucx (one-sided puts
+     *                through UCX, with the kvferry-ucx module on the class path), auto (shm when the peer
+     *                shares the host and the pools are shared, else ucx when available, else tcp), or
+     *                fake (nothing moves; requests succeed). A transport the peer cannot use falls back to
+     *                tcp with the reason logged; the chosen one is in the transfer metrics.
      */
     public static KVManager createManager(String backend, KVArgs args, DisaggregationMode mode, KVManagerConfig config) {
-        return switch (backend) {
-            case "tcp", "inproc" -> mode == DisaggregationMode.PREFILL
-                    ? new PrefillKVManager(args, config, backend)
-                    : new DecodeKVManager(args, config, backend);
-            case "fake" -> new FakeKVManager(mode);
-            default -> throw new IllegalArgumentException("unknown transfer backend '" + backend + "'; choose one of " + BACKENDS);
-        };
+        if ("fake".equals(backend)) return new FakeKVManager(mode);
+        if (!BACKENDS.contains(backend)) {
+            throw new IllegalArgumentException("unknown transfer backend '" + backend + "'; choose one of " + BACKENDS);
+        }
+        return mode == DisaggregationMode.PREFILL
+                ? new PrefillKVManager(args, config, backend)
+                : new DecodeKVManager(args, config, backend);
     }
 
     /** Starts the bootstrap registry of a prefill instance ({@code KVBootstrapServer(host, port)}). */

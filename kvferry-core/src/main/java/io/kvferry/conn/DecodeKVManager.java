@@ -21,7 +21,12 @@ import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.registry.RetryPolicy;
 import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.InprocRegistry;
+import io.kvferry.transport.LinkOffer;
+import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.Transports;
+import io.kvferry.protocol.TransportOffer;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.transport.WriteSink;
 import org.slf4j.Logger;
@@ -75,6 +80,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private static final long TOPOLOGY_RETRY_NANOS = 1_000_000_000L;
     private final ScheduledExecutorService timer;
     private final Object linkSetup = new Object();
+    /** One-sided transports this rank offers, in preference order (empty for tcp and inproc). */
+    private final List<DestinationTransport> destinations;
     private volatile boolean closed;
 
     public DecodeKVManager(KVArgs args, KVManagerConfig config, String backend) {
@@ -94,12 +101,35 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         this.timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
                 .name("kvferry-decode-timer-" + engineRank).unstarted(r));
         if ("inproc".equals(backend)) InprocRegistry.register(sessionId, this);
+        this.destinations = openDestinations(backend, memory, engineRank);
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.scheduleWithFixedDelay(() -> {
             for (PrefillLink l : links.values()) {
                 if (!l.connection.heartbeat(beat, dead)) log.warn("connection to {}: {}", l, l.connection.closeReason());
             }
         }, beat / 2, beat / 2, TimeUnit.NANOSECONDS);
+    }
+
+    private static List<DestinationTransport> openDestinations(String backend, RegisteredMemory memory, int engineRank) {
+        List<DestinationTransport> out = new ArrayList<>();
+        boolean explicit = !"auto".equals(backend);
+        for (TransportProvider p : Transports.forBackend(backend)) {
+            String unavailable = p.unavailableReason();
+            if (unavailable != null) {
+                if (explicit) throw new IllegalStateException("transfer backend " + p.name() + " cannot run here: " + unavailable);
+                log.info("auto: {} not offered: {}", p.name(), unavailable);
+                continue;
+            }
+            try {
+                DestinationTransport d = p.openDestination(memory, engineRank,
+                        why -> log.info("{}: not offered, links use TCP: {}", p.name(), why));
+                if (d != null) out.add(d);
+            } catch (IOException | RuntimeException e) {
+                if (explicit) throw new IllegalStateException("transfer backend " + p.name() + " could not start: " + e.getMessage(), e);
+                log.warn("auto: {} not offered: {}", p.name(), e.getMessage());
+            }
+        }
+        return List.copyOf(out);
     }
 
     @Override
@@ -169,6 +199,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
      * waited for, and a link stuck mid-write (a stalled peer) is closed, which stops its reader.
      */
     void forget(DecodeRoom room) {
+        if (statuses.status(room.room) != KVPoll.Success) quiesceOneSided(room);
         if (!room.closeAndDrain(LANDING_DRAIN_MILLIS)) {
             log.warn("room {}: a write is still landing after {} ms; closing its links", room.room, LANDING_DRAIN_MILLIS);
             for (DecodeRoom.Target t : room.targets) t.link().connection.close();
@@ -177,6 +208,40 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         statuses.remove(room.room);
         rooms.remove(room.room, room);
         for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
+    }
+
+    /**
+     * Before an unfinished room's pages are reused: writes through one-sided transports (shm, ucx)
+     * bypass the landing gate, so every such prefill rank must confirm with ABORT_ACK that none of
+     * the room's writes is in flight; a rank that does not within abortAckTimeout has its link cut,
+     * and a lost link's permission is revoked (which waits for copies in progress).
+     */
+    private void quiesceOneSided(DecodeRoom room) {
+        List<PrefillLink> oneSided = new ArrayList<>();
+        for (DecodeRoom.Target t : room.targets) {
+            if (!t.dummy() && t.link().oneSided != null && !oneSided.contains(t.link())) oneSided.add(t.link());
+        }
+        if (oneSided.isEmpty()) return;
+        if (room.abortSent.compareAndSet(false, true)) {
+            for (DecodeRoom.Target t : room.targets) {
+                try {
+                    t.link().connection.send(new io.kvferry.protocol.Abort(room.room));
+                } catch (IOException e) {
+                    // a dead link is revoked below
+                }
+            }
+        }
+        long timeout = config.abortAckTimeout().toMillis();
+        for (PrefillLink silent : room.awaitAbortAcks(oneSided, timeout)) {
+            log.warn("room {}: {} sent no ABORT_ACK within {} ms; cutting the link before the pages are reused", room.room,
+                    silent, timeout);
+            silent.connection.close("no ABORT_ACK for room " + room.room + " within " + timeout + " ms");
+        }
+        for (PrefillLink l : oneSided) {
+            if (l.connection.isClosed() && !l.oneSided.revoke(config.abortAckTimeout())) {
+                log.error("room {}: could not confirm that {} stopped writing ({} ms); releasing the room anyway", room.room, l, timeout);
+            }
+        }
     }
 
     // ------------------------------------------------------------------ bootstrap lookups (scheduler thread)
@@ -254,25 +319,44 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
         // A peer that accepts but never answers must not hang init: close the socket at the deadline.
         ScheduledFuture<?> deadline = timer.schedule((Runnable) conn::close, timeout.toMillis(), TimeUnit.MILLISECONDS);
+        java.util.Map<String, LinkOffer> made = new java.util.LinkedHashMap<>();
         try {
-            conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId,
-                    "inproc".equals(backend) ? "inproc" : "tcp", engineRank, config.attnTpSize(), ppRank, pageSize,
-                    kvCacheDtype, memory.describe(), config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0));
+            List<TransportOffer> offers = new ArrayList<>();
+            for (DestinationTransport d : destinations) {
+                LinkOffer o = d.offer(key);
+                if (o == null) continue;
+                made.put(d.name(), o);
+                offers.add(new TransportOffer(d.name(), o.blob()));
+            }
+            conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend, engineRank,
+                    config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(),
+                    config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0, offers));
             ControlMessage reply = conn.read();
             if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
             if (!ack.accepted()) throw new IOException("prefill rank at " + key + " refused registration: " + ack.error());
             PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
+            link.dataPath = ack.dataPath().isEmpty() ? "tcp" : ack.dataPath();
+            link.oneSided = made.remove(link.dataPath);
+            if (!ack.fallback().isEmpty()) {
+                if ("auto".equals(backend)) log.info("link to {} uses {}: {}", key, link.dataPath, ack.fallback());
+                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, ack.fallback());
+            } else {
+                log.info("link to {} uses {}", key, link.dataPath);
+            }
             link.reader = Thread.ofPlatform().daemon().name("kvferry-decode-reader-" + engineRank + "-" + key)
                     .start(() -> readLoop(link));
             return link;
         } catch (IOException | RuntimeException e) {
             conn.close();
+            for (LinkOffer o : made.values()) o.close();
+            made.clear();
             if (conn.isClosed() && deadline.isDone() && !(e.getMessage() != null && e.getMessage().contains("refused"))) {
                 throw new IOException("prefill rank at " + key + " did not complete the handshake within " + timeout.toMillis() + " ms", e);
             }
             throw e;
         } finally {
             deadline.cancel(false);
+            for (LinkOffer o : made.values()) o.close(); // offers the prefill did not take
         }
     }
 
@@ -291,7 +375,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
                     }
                     case AbortAck a -> {
                         DecodeRoom r = rooms.get(a.room());
-                        if (r != null) r.abortAcked = true;
+                        if (r != null) r.abortAcked(link);
                     }
                     default -> throw new ProtocolException("unexpected " + m.type() + " from prefill");
                 }
@@ -400,6 +484,10 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             if (statuses.fail(r, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) affected++;
         }
         if (affected > 0) log.warn("Lost connection with {} ({}): {} requests affected", link, why, affected);
+        LinkOffer offer = link.oneSided;
+        if (offer != null && !offer.revoke(config.abortAckTimeout())) {
+            log.error("could not confirm that {} stopped writing after the connection was lost", link);
+        }
     }
 
     // ------------------------------------------------------------------ WriteSink
@@ -509,6 +597,12 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             }
         }
         timer.shutdownNow();
+        for (PrefillLink l : all) {
+            if (l.oneSided != null && !l.oneSided.revoke(config.abortAckTimeout())) {
+                log.error("teardown: could not confirm that {} stopped writing", l);
+            }
+        }
+        for (DestinationTransport d : destinations) d.close();
         for (BootstrapClient c : clients.values()) c.close();
     }
 }

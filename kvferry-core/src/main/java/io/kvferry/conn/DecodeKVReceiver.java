@@ -282,6 +282,15 @@ final class DecodeKVReceiver implements KVReceiver {
     public KVTransferMetric getTransferMetric() {
         long sent = room.metadataSentNanos, done = room.successNanos;
         Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
-        return new KVTransferMetric(latency, null, room.bytesLanded.get());
+        java.util.TreeSet<String> paths = new java.util.TreeSet<>();
+        boolean oneSided = false;
+        for (DecodeRoom.Target t : room.targets) {
+            if (t.dummy()) continue;
+            paths.add(t.link().dataPath);
+            oneSided |= t.link().oneSided != null;
+        }
+        // One-sided writes bypass this rank, so it cannot count their bytes.
+        Long bytes = oneSided ? null : room.bytesLanded.get();
+        return new KVTransferMetric(latency, null, bytes, paths.isEmpty() ? null : String.join("+", paths));
     }
 }

@@ -30,7 +30,8 @@ final class DecodeRoom {
     final Set<Integer> responded = ConcurrentHashMap.newKeySet();
     final AtomicLong bytesLanded = new AtomicLong();
     final AtomicBoolean abortSent = new AtomicBoolean();
-    volatile boolean abortAcked;
+    /** Links whose prefill confirmed (ABORT_ACK) that no write of this room is in flight. */
+    final Set<PrefillLink> abortAckedBy = ConcurrentHashMap.newKeySet();
     /** Set once the first write lands, so the status table is touched once per room, not per write. */
     volatile boolean transferring;
 
@@ -43,6 +44,31 @@ final class DecodeRoom {
         if (closed) return false;
         landingsInFlight++;
         return true;
+    }
+
+    synchronized void abortAcked(PrefillLink link) {
+        abortAckedBy.add(link);
+        notifyAll();
+    }
+
+    /**
+     * Waits until every link in {@code links} acknowledged the abort or closed, up to {@code millis};
+     * returns the links that did neither.
+     */
+    synchronized List<PrefillLink> awaitAbortAcks(List<PrefillLink> links, long millis) {
+        long deadline = System.nanoTime() + millis * 1_000_000L;
+        while (true) {
+            List<PrefillLink> waiting = new java.util.ArrayList<>();
+            for (PrefillLink l : links) if (!abortAckedBy.contains(l) && !l.connection.isClosed()) waiting.add(l);
+            long left = (deadline - System.nanoTime()) / 1_000_000L;
+            if (waiting.isEmpty() || left <= 0) return waiting;
+            try {
+                wait(Math.min(left, 50)); // also re-checks links closing, which do not notify
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return waiting;
+            }
+        }
     }
 
     synchronized void endLanding() {

@@ -30,7 +30,12 @@ import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.InprocDataPath;
 import io.kvferry.transport.InprocRegistry;
+import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TcpDataPath;
+import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.TransportUnavailableException;
+import io.kvferry.transport.Transports;
+import io.kvferry.protocol.TransportOffer;
 import io.kvferry.transport.WriteSink;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -101,6 +106,8 @@ public final class PrefillKVManager implements KVManager {
     private final byte[] authToken;
     /** HELLO deadlines and the stalled-write watchdog. */
     private final ScheduledExecutorService timer;
+    /** Pluggable transports opened on first use, by name (guarded by itself). */
+    private final java.util.Map<String, SourceTransport> sources = new java.util.HashMap<>();
     private volatile boolean closed;
 
     public PrefillKVManager(KVArgs args, KVManagerConfig config, String backend) {
@@ -498,6 +505,7 @@ public final class PrefillKVManager implements KVManager {
             throw new ProtocolException("refused decode registration: " + error);
         }
         DataPath path;
+        StringBuilder fallback = new StringBuilder();
         if ("inproc".equals(h.dataPath())) {
             WriteSink sink = InprocRegistry.lookup(h.sessionId());
             if (sink == null) {
@@ -507,7 +515,8 @@ public final class PrefillKVManager implements KVManager {
             }
             path = new InprocDataPath(sink);
         } else {
-            path = new TcpDataPath(session.connection);
+            path = chooseOffer(session, h, fallback);
+            if (path == null) path = new TcpDataPath(session.connection);
         }
         session.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
         session.kvSlices = headSlices(h, session.kvBufferMap);
@@ -517,8 +526,50 @@ public final class PrefillKVManager implements KVManager {
         }
         session.dataPath = path;
         session.hello = h;
-        session.connection.send(new HelloAck(true, "", engineRank, uniqueRank));
-        log.debug("decode session {} registered ({} data path)", session, path.name());
+        session.connection.send(new HelloAck(true, "", engineRank, uniqueRank, path.name(), fallback.toString()));
+        if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", session, path.name());
+        else log.info("decode session {} registered; data path {} ({})", session, path.name(), fallback);
+    }
+
+    /**
+     * The first transport the decode offered that this prefill's backend allows and can use, or
+     * null for TCP; {@code fallback} collects why earlier offers were passed over.
+     */
+    private DataPath chooseOffer(PeerSession session, Hello h, StringBuilder fallback) {
+        for (TransportOffer offer : h.offers()) {
+            String name = offer.transport();
+            TransportProvider provider = Transports.forBackend(backend).stream().filter(p -> p.name().equals(name))
+                    .findFirst().orElse(null);
+            String why;
+            if (provider == null) {
+                why = "not enabled on this prefill (backend " + backend + ")";
+            } else if (provider.unavailableReason() != null) {
+                why = provider.unavailableReason();
+            } else {
+                try {
+                    return source(provider).connect(offer.blob(), h.memory(), session.toString());
+                } catch (TransportUnavailableException e) {
+                    why = e.getMessage();
+                } catch (IOException | RuntimeException e) {
+                    why = "unusable offer: " + e.getMessage();
+                    log.warn("decode session {}: {} offer refused: {}", session, name, e.getMessage());
+                }
+            }
+            if (!fallback.isEmpty()) fallback.append("; ");
+            fallback.append(name).append(" not used: ").append(why);
+        }
+        return null;
+    }
+
+    private SourceTransport source(TransportProvider provider) throws IOException {
+        synchronized (sources) {
+            SourceTransport s = sources.get(provider.name());
+            if (s == null) {
+                s = provider.openSource(memory, engineRank);
+                sources.put(provider.name(), s);
+            }
+            return s;
+        }
     }
 
     /** Head slices for an MHA decode with another attention-TP size; null when pages copy whole. */
@@ -539,8 +590,8 @@ public final class PrefillKVManager implements KVManager {
             byte[] given = h.authToken().getBytes(StandardCharsets.UTF_8);
             if (!MessageDigest.isEqual(authToken, given)) return "Unauthorized: wrong or missing cluster auth token";
         }
-        if (!"tcp".equals(h.dataPath()) && !"inproc".equals(h.dataPath())) {
-            return "unknown data path '" + h.dataPath() + "' (this prefill serves tcp, inproc)";
+        if (!h.dataPath().matches("[a-z0-9_-]{1,32}")) {
+            return "malformed data path name '" + h.dataPath() + "'";
         }
         boolean decodeAllCp = (h.flags() & Hello.FLAG_ALL_CP_RANKS) != 0;
         if (config.attnCpSize() > 1 && decodeAllCp != config.allCpRanksTransfer()) {
@@ -707,7 +758,9 @@ public final class PrefillKVManager implements KVManager {
     private void onAbort(PeerSession session, Abort a) {
         PrefillRoom room = rooms.get(a.room());
         if (room == null || statuses.status(a.room()) == KVPoll.Success) {
-            sendQuietly(session, new AbortAck(a.room(), uniqueRank));
+            // Still through the room's worker: a chunk of a room cleared here a moment ago may be running.
+            workers[(int) Math.floorMod(a.room(), (long) workers.length)].queue.add(
+                    () -> sendQuietly(session, new AbortAck(a.room(), uniqueRank)));
             return;
         }
         statuses.fail(a.room(), ABORT_REASON);
@@ -719,6 +772,11 @@ public final class PrefillKVManager implements KVManager {
     private void onSessionLost(PeerSession session, String why) {
         sessions.remove(session);
         session.connection.close();
+        DataPath path = session.dataPath;
+        if (path != null) {
+            // After the rooms below fail, so one-sided writers stop at their next op before unmapping.
+            closeAfterFailing(session, path);
+        }
         if (closed) return;
         for (Long r : session.rooms) {
             PrefillRoom room = rooms.get(r);
@@ -727,6 +785,17 @@ public final class PrefillKVManager implements KVManager {
                     + session.sessionId() + " (" + why + ")");
             room.failureNotified.set(true);
             enqueue(room, () -> notifyFailure(room));
+        }
+    }
+
+    private void closeAfterFailing(PeerSession session, DataPath path) {
+        if (!path.oneSided() || closed) return; // teardown closes every path itself
+        // Runs once the session's rooms were failed (the caller continues to fail them right after):
+        // queued on the timer so this reader thread is not blocked while writers wind down.
+        try {
+            timer.execute(path::close);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            path.close();
         }
     }
 
@@ -761,7 +830,8 @@ public final class PrefillKVManager implements KVManager {
         } catch (IOException ignored) {
             // closing anyway
         }
-        for (PeerSession s : new ArrayList<>(sessions)) s.connection.close();
+        List<PeerSession> open = new ArrayList<>(sessions);
+        for (PeerSession s : open) s.connection.close();
         for (Worker w : workers) w.thread.interrupt();
         timer.shutdownNow();
         try {
@@ -769,6 +839,13 @@ public final class PrefillKVManager implements KVManager {
             for (Worker w : workers) w.thread.join(2000);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+        }
+        for (PeerSession s : open) {
+            if (s.dataPath != null) s.dataPath.close();
+        }
+        synchronized (sources) {
+            for (SourceTransport s : sources.values()) s.close();
+            sources.clear();
         }
     }
 }

@@ -132,7 +132,11 @@ final class PrefillKVSender implements KVSender {
     public KVTransferMetric getTransferMetric() {
         long first = room.firstSendNanos, done = room.doneNanos;
         Double latency = first != 0 && done != 0 ? (done - first) / 1e9 : null;
-        return new KVTransferMetric(latency, null, room.bytesSent);
+        java.util.TreeSet<String> paths = new java.util.TreeSet<>();
+        for (PrefillRoom.Destination d : room.destinations.values()) {
+            if (!d.info().dummy() && d.session().dataPath != null) paths.add(d.session().dataPath.name());
+        }
+        return new KVTransferMetric(latency, null, room.bytesSent, paths.isEmpty() ? null : String.join("+", paths));
     }
 
     @Override

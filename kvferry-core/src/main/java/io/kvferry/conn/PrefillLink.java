@@ -16,6 +16,10 @@ final class PrefillLink {
     final int prefillUniqueRank;
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
     volatile Thread reader;
+    /** The data path the prefill chose (tcp, inproc, shm, ucx). Set once at registration. */
+    volatile String dataPath = "tcp";
+    /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
+    volatile io.kvferry.transport.LinkOffer oneSided;
 
     PrefillLink(String bootstrapAddr, String endpoint, ControlConnection connection, int prefillUniqueRank) {
         this.bootstrapAddr = bootstrapAddr;

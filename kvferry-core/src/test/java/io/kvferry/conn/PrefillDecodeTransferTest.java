@@ -33,7 +33,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 @Timeout(60)
 class PrefillDecodeTransferTest extends TransferTestBase {
     @ParameterizedTest
-    @ValueSource(strings = {"tcp", "inproc"})
+    @ValueSource(strings = {"tcp", "inproc", "shm", "auto"})
     void equalTpMovesFragmentedChunkedRequestsByteExact(String backend) {
         TestRank pm = rank(), dm = rank();
         KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
@@ -50,6 +50,8 @@ class PrefillDecodeTransferTest extends TransferTestBase {
                         Arrays.copyOfRange(dstAll, k * 12, k * 12 + n), k, ROWS - 1 - k, 0));
             }
             for (Transfer t : ts) assertLanded(t, dm);
+            String expected = "auto".equals(backend) ? "shm" : backend;
+            assertEquals(expected, ts.get(0).receiver().getTransferMetric().transport(), "data path chosen for " + backend);
         }
         assertTrue(dm.canariesIntact());
         assertEquals(0, ((DecodeKVManager) d).trackedRooms());

@@ -49,7 +49,7 @@ class SafetyTest extends TransferTestBase {
 
     /** Abort + clear mid-transfer, then the pages are reused: nothing of the old room may land in them. */
     @ParameterizedTest
-    @ValueSource(strings = {"tcp", "inproc"})
+    @ValueSource(strings = {"tcp", "inproc", "shm"})
     void noByteOfAClearedRoomLandsInReusedPages(String backend) throws Exception {
         long pb = 4L << 20;
         int np = 16;

@@ -16,7 +16,8 @@ import java.util.List;
 final class TestRank implements AutoCloseable {
     static final long CANARY = 0x5A5A5A5A5A5A5A5AL;
     static final int GUARD = 256;
-    final Arena arena = Arena.ofShared();
+    /** Shared memory by default, so every backend (shm included) can serve these buffers. */
+    final Arena arena;
     final long pageBytes;
     final int pages;
     final int rows;
@@ -28,6 +29,13 @@ final class TestRank implements AutoCloseable {
     final long[] stateItem = {256, 512};
 
     TestRank(int buffers, int pages, long pageBytes, int rows) {
+        this(buffers, pages, pageBytes, rows, false);
+    }
+
+    /** @param privateMemory allocate from a private arena (shm cannot offer it) instead of shared memory */
+    TestRank(int buffers, int pages, long pageBytes, int rows, boolean privateMemory) {
+        long bytes = buffers * (pages * pageBytes + 2L * GUARD + 64) + (64 + 128 + 256 + 512) * (long) rows + 4 * 64;
+        this.arena = privateMemory ? Arena.ofShared() : io.kvferry.memory.SharedArena.open("test-rank", bytes);
         this.pageBytes = pageBytes;
         this.pages = pages;
         this.rows = rows;

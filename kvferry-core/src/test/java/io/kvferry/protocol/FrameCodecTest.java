@@ -229,13 +229,13 @@ class FrameCodecTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 1, 3, 255})
+    @ValueSource(ints = {0, 1, 2, 4, 255})
     void unsupportedVersionIsRejected(int version) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 4, version), "version", String.valueOf(version));
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 8, 99, 255})
+    @ValueSource(ints = {0, 9, 99, 255})
     void unknownTypeIsRejected(int type) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 5, type), "type", String.valueOf(type));
         assertThrows(ProtocolException.class, () -> MessageType.fromCode(type));
@@ -320,7 +320,8 @@ class FrameCodecTest {
         return all().stream().filter(m -> m.type() != MessageType.WRITE)
                 .map(m -> DynamicTest.dynamicTest(m.type() + " " + m, () -> {
                     byte[] longer = concat(body(m), new byte[] {0});
-                    rejectsFrame(frame(m.type(), longer), "trailing");
+                    // An empty-bodied type is refused by its body limit before decoding even starts.
+                    rejectsFrame(frame(m.type(), longer), m.type().maxBodyBytes() == 0 ? "exceeds" : "trailing");
                     ProtocolException e = assertThrows(ProtocolException.class,
                             () -> FrameCodec.decodeBody(m.type(), ByteBuffer.wrap(longer)));
                     assertMentions(e, "trailing");

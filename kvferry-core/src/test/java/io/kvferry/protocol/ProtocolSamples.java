@@ -30,8 +30,9 @@ final class ProtocolSamples {
     }
 
     static Hello sampleHello() {
-        return new Hello("s3cr\u00e9t-\u4e2d\u6587-\uD83D\uDE80", "decode-session-42", "tcp", 3, 8, 1, 16, "bfloat16",
-                sampleMemory());
+        return new Hello("s3cr\u00e9t-\u4e2d\u6587-\uD83D\uDE80", "decode-session-42", "auto", 3, 8, 1, 16, "bfloat16",
+                sampleMemory(), Hello.FLAG_ALL_CP_RANKS, List.of(new TransportOffer("shm", new byte[] {1, 2, 3, (byte) 0xFF}),
+                        new TransportOffer("ucx", new byte[0])));
     }
 
     static Hello emptyHello() {
@@ -55,6 +56,8 @@ final class ProtocolSamples {
         out.add(emptyHello());
         out.add(new HelloAck(true, "", 2, 17));
         out.add(new HelloAck(false, "bad auth token \u2014 refused", 0, 0));
+        out.add(new HelloAck(true, "", 1, 3, "shm", "ucx not used: not enabled on this prefill"));
+        out.add(new Heartbeat());
         out.add(sampleTransferInfo());
         out.add(dummyTransferInfo());
         out.add(new Abort(42L));
@@ -143,6 +146,8 @@ final class ProtocolSamples {
                 assertEquals(e.pageSize(), a.pageSize(), "pageSize");
                 assertEquals(nz(e.kvCacheDtype()), a.kvCacheDtype(), "kvCacheDtype");
                 assertSameMemory(e.memory(), a.memory());
+                assertEquals(e.flags(), a.flags(), "flags");
+                assertEquals(e.offers(), a.offers(), "offers");
             }
             case TransferInfo e -> {
                 TransferInfo a = assertInstanceOf(TransferInfo.class, actual);
@@ -165,12 +170,14 @@ final class ProtocolSamples {
             }
             case HelloAck e -> {
                 HelloAck a = assertInstanceOf(HelloAck.class, actual);
-                assertEquals(new HelloAck(e.accepted(), nz(e.error()), e.prefillEngineRank(), e.prefillUniqueRank()), a);
+                assertEquals(new HelloAck(e.accepted(), nz(e.error()), e.prefillEngineRank(), e.prefillUniqueRank(),
+                        e.dataPath(), e.fallback()), a);
             }
             // records without arrays: equals is field-wise
             case Abort e -> assertEquals(e, actual);
             case AbortAck e -> assertEquals(e, actual);
             case WriteHeader e -> assertEquals(e, actual);
+            case Heartbeat e -> assertEquals(e, actual);
         }
     }
 

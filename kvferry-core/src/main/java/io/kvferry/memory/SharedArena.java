@@ -1,0 +1,67 @@
+package io.kvferry.memory;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+
+/**
+ * An {@link Arena} whose segments live in one {@link SharedMemory} file: the drop-in replacement
+ * for {@code Arena.ofShared()} when allocating KV pools (and aux/state buffers) that a same-host
+ * peer should write directly. Allocation bumps a pointer through the file (the file is sparse, so
+ * reserving more than is used costs address space, not memory); segments are zero-filled, may be
+ * used from any thread, and all become invalid when the arena closes, which also deletes the file.
+ */
+public final class SharedArena implements Arena {
+    private final SharedMemory memory;
+    /** Guarded by this. */
+    private long next;
+
+    private SharedArena(SharedMemory memory) {
+        this.memory = memory;
+    }
+
+    /**
+     * @param label    a short file label, e.g. "decode-kv-rank0"
+     * @param capacity bytes the arena may hand out in all (plus alignment padding)
+     */
+    public static SharedArena open(String label, long capacity) {
+        try {
+            return new SharedArena(SharedMemory.allocate(label, capacity));
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot create a shared-memory arena of " + capacity + " bytes: " + e.getMessage(), e);
+        }
+    }
+
+    @Override
+    public synchronized MemorySegment allocate(long byteSize, long byteAlignment) {
+        if (byteSize < 0) throw new IllegalArgumentException("negative allocation size " + byteSize);
+        if (byteAlignment <= 0 || Long.bitCount(byteAlignment) != 1) {
+            throw new IllegalArgumentException("alignment " + byteAlignment + " is not a power of two");
+        }
+        MemorySegment all = memory.segment();
+        long base = all.address();
+        long start = ((base + next + byteAlignment - 1) & -byteAlignment) - base;
+        if (start > all.byteSize() || byteSize > all.byteSize() - start) {
+            throw new IllegalStateException("shared arena " + memory.path() + " of " + all.byteSize() + " bytes cannot fit "
+                    + byteSize + " more bytes (" + next + " used)");
+        }
+        next = start + byteSize;
+        return all.asSlice(start, byteSize, byteAlignment);
+    }
+
+    @Override
+    public MemorySegment.Scope scope() {
+        return memory.segment().scope();
+    }
+
+    /** The backing file. */
+    public java.nio.file.Path path() {
+        return memory.path();
+    }
+
+    @Override
+    public void close() {
+        memory.close();
+    }
+}

@@ -1,0 +1,149 @@
+package io.kvferry.transport.shm;
+
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SharedMemory;
+import io.kvferry.protocol.Region;
+import io.kvferry.transport.DestinationTransport;
+import io.kvferry.transport.LinkOffer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
+
+/**
+ * A decode manager's shared pools as the shm transport offers them: the file window of every
+ * registered buffer, plus a fence file with one slot per link (never reused, so a writer of an old
+ * link can never pass a new link's check). Owned by the decode manager; offers by its links.
+ */
+final class ShmDestination implements DestinationTransport {
+    private static final Logger log = LoggerFactory.getLogger(ShmDestination.class);
+    private static final int SLOTS = 4095;
+
+    private final SharedMemory fence;
+    private final long nonceHi, nonceLo;
+    private final String hostId = SharedMemory.hostId();
+    private final List<ShmOffer.Entry> entries;
+    private final AtomicInteger nextSlot = new AtomicInteger();
+
+    private ShmDestination(SharedMemory fence, long nonceHi, long nonceLo, List<ShmOffer.Entry> entries) {
+        this.fence = fence;
+        this.nonceHi = nonceHi;
+        this.nonceLo = nonceLo;
+        this.entries = entries;
+    }
+
+    /** Null (and {@code why} told) when some registered buffer is not in shared memory. */
+    static ShmDestination open(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
+        List<ShmOffer.Entry> entries = new ArrayList<>();
+        for (Region region : Region.values()) {
+            int components = region == Region.STATE ? memory.stateComponentCount() : 1;
+            for (int c = 0; c < components; c++) {
+                for (int b = 0; ; b++) {
+                    MemorySegment seg = memory.segmentOrNull(region, c, b);
+                    if (seg == null) break;
+                    SharedMemory.Location loc = SharedMemory.locate(seg);
+                    if (loc == null) {
+                        why.accept(region + " buffer " + c + "/" + b + " is private memory, not a SharedMemory allocation");
+                        return null;
+                    }
+                    entries.add(new ShmOffer.Entry(region, c, b, loc.path().toString(), loc.offset(), loc.length()));
+                }
+            }
+        }
+        SharedMemory fence = SharedMemory.allocate("fence-rank" + engineRank, Fence.HEADER + SLOTS * Fence.SLOT);
+        SecureRandom rnd = new SecureRandom();
+        long hi = rnd.nextLong(), lo = rnd.nextLong();
+        fence.segment().set(ValueLayout.JAVA_LONG, 0, hi);
+        fence.segment().set(ValueLayout.JAVA_LONG, 8, lo);
+        return new ShmDestination(fence, hi, lo, List.copyOf(entries));
+    }
+
+    @Override
+    public String name() {
+        return "shm";
+    }
+
+    @Override
+    public LinkOffer offer(String peer) {
+        int slot = nextSlot.getAndIncrement();
+        if (slot >= SLOTS) {
+            log.warn("shm: all {} fence slots used; the link to {} uses TCP", SLOTS, peer);
+            return null;
+        }
+        byte[] blob = new ShmOffer(hostId, fence.path().toString(), nonceHi, nonceLo, slot, entries).encode();
+        return new Offer(slot, blob);
+    }
+
+    @Override
+    public void close() {
+        fence.close();
+    }
+
+    /** The fence page (tests stand in for writers with it). */
+    MemorySegment fenceForTest() {
+        return fence.segment();
+    }
+
+    private final class Offer implements LinkOffer {
+        private final long slotOffset;
+        private final byte[] blob;
+        private volatile Boolean revoked;
+
+        Offer(int slot, byte[] blob) {
+            this.slotOffset = Fence.slotOffset(slot);
+            this.blob = blob;
+        }
+
+        @Override
+        public byte[] blob() {
+            return blob.clone();
+        }
+
+        @Override
+        public synchronized boolean revoke(Duration timeout) {
+            if (revoked != null) return revoked;
+            MemorySegment page = fence.segment();
+            Fence.revoke(page, slotOffset);
+            long deadline = System.nanoTime() + timeout.toNanos();
+            boolean drained;
+            while (true) {
+                if (Fence.busy(page, slotOffset) == 0) {
+                    drained = true;
+                    break;
+                }
+                // A writer SIGKILLed mid-copy leaves its count behind, but can write nothing more.
+                long pid = Fence.writerPid(page, slotOffset);
+                if (pid != 0 && !SharedMemory.processAlive(pid, Fence.writerStart(page, slotOffset))) {
+                    drained = true;
+                    break;
+                }
+                if (System.nanoTime() > deadline) {
+                    drained = false;
+                    break;
+                }
+                try {
+                    Thread.sleep(1);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    drained = false;
+                    break;
+                }
+            }
+            revoked = drained;
+            return drained;
+        }
+
+        @Override
+        public void close() {
+            Fence.revoke(fence.segment(), slotOffset); // no waiting: the link is gone or never used this offer
+        }
+    }
+}

@@ -1,0 +1,41 @@
+package io.kvferry.transport.shm;
+
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SharedMemory;
+import io.kvferry.transport.DestinationTransport;
+import io.kvferry.transport.SourceTransport;
+import io.kvferry.transport.TransportProvider;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.util.function.Consumer;
+
+/**
+ * Same host, different processes: the decode's pools live in {@link SharedMemory} files, the
+ * prefill maps them and each run is one {@code MemorySegment.copy}. Registered through
+ * {@code META-INF/services}.
+ */
+public final class ShmTransportProvider implements TransportProvider {
+    @Override
+    public String name() {
+        return "shm";
+    }
+
+    @Override
+    public String unavailableReason() {
+        if (!Files.isDirectory(SharedMemory.DIR) || !Files.isWritable(SharedMemory.DIR)) {
+            return SharedMemory.DIR + " is not a writable directory (mount a tmpfs there, or set -Dkvferry.shm.dir)";
+        }
+        return null;
+    }
+
+    @Override
+    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
+        return ShmDestination.open(memory, engineRank, why);
+    }
+
+    @Override
+    public SourceTransport openSource(RegisteredMemory memory, int engineRank) {
+        return new ShmSource();
+    }
+}

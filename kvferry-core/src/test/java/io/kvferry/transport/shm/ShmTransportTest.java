@@ -1,0 +1,236 @@
+package io.kvferry.transport.shm;
+
+import io.kvferry.api.KVArgs;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SharedArena;
+import io.kvferry.memory.SharedMemory;
+import io.kvferry.plan.CopyPlan;
+import io.kvferry.plan.TransferPlanner;
+import io.kvferry.protocol.Region;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.LinkOffer;
+import io.kvferry.transport.TransportUnavailableException;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The shm transport below the managers: offers, checks, copies and the fence. */
+@Timeout(30)
+class ShmTransportTest {
+    static final long PAGE = 4096;
+    static final int PAGES = 16;
+    final List<AutoCloseable> closeables = new ArrayList<>();
+
+    @AfterEach
+    void close() throws Exception {
+        for (int i = closeables.size() - 1; i >= 0; i--) closeables.get(i).close();
+    }
+
+    RegisteredMemory memory(Arena arena, int buffers) {
+        KVArgs a = new KVArgs();
+        a.pageSize = 16;
+        a.kvCacheDtypeStr = "bf16";
+        for (int b = 0; b < buffers; b++) a.addKvBuffer(arena.allocate(PAGE * PAGES, 64), PAGE);
+        a.addAuxBuffer(arena.allocate(64 * 4, 64), 64);
+        return RegisteredMemory.from(a);
+    }
+
+    SharedArena sharedArena() {
+        SharedArena a = SharedArena.open("shm-test", 1 << 20);
+        closeables.add(a);
+        return a;
+    }
+
+    ShmDestination destination(RegisteredMemory m) throws IOException {
+        List<String> why = new ArrayList<>();
+        ShmDestination d = ShmDestination.open(m, 0, why::add);
+        assertNotNull(d, "not offered: " + why);
+        closeables.add(d);
+        return d;
+    }
+
+    @Test
+    void copiesEveryRunIntoTheMappedPoolAndCleansUpItsFiles() throws Exception {
+        SharedArena decodeArena = sharedArena();
+        RegisteredMemory dst = memory(decodeArena, 2);
+        Arena privateArena = Arena.ofShared();
+        closeables.add(privateArena);
+        RegisteredMemory src = memory(privateArena, 2);
+        for (int b = 0; b < 2; b++) {
+            MemorySegment s = src.segmentOrNull(Region.KV, 0, b);
+            for (long i = 0; i < s.byteSize(); i++) s.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7 + b));
+        }
+        ShmDestination d = destination(dst);
+        LinkOffer offer = d.offer("test-peer");
+        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), "test-decode");
+        assertTrue(path.oneSided());
+        CopyPlan plan = TransferPlanner.planKv(new int[] {3, 4, 5, 9}, new int[] {0, 1, 7, 15}, new long[] {PAGE, PAGE});
+        path.write(1, plan, src, () -> false);
+        int[] s = {3, 4, 5, 9}, t = {0, 1, 7, 15};
+        for (int b = 0; b < 2; b++) {
+            for (int k = 0; k < 4; k++) {
+                assertEquals(-1, src.slice(Region.KV, 0, b, s[k] * PAGE, PAGE).mismatch(dst.slice(Region.KV, 0, b, t[k] * PAGE, PAGE)),
+                        "buffer " + b + " page " + t[k]);
+            }
+            assertTrue(isZero(dst.slice(Region.KV, 0, b, 2 * PAGE, 5 * PAGE)), "pages the plan does not name stay untouched");
+        }
+        path.close();
+        assertThrows(IOException.class, () -> path.write(2, plan, src, () -> false), "a closed path refuses writes");
+        Path file = decodeArena.path();
+        assertTrue(Files.exists(file));
+        decodeArena.close();
+        assertFalse(Files.exists(file), "closing the arena deletes its file");
+    }
+
+    @Test
+    void privateMemoryIsNotOffered() throws Exception {
+        Arena privateArena = Arena.ofShared();
+        closeables.add(privateArena);
+        List<String> why = new ArrayList<>();
+        assertNull(ShmDestination.open(memory(privateArena, 1), 0, why::add));
+        assertTrue(why.get(0).contains("private memory"), why.toString());
+    }
+
+    @Test
+    void offersFromAnotherHostOrAnotherMountAreDeclinedWithAReason() throws Exception {
+        RegisteredMemory dst = memory(sharedArena(), 1);
+        ShmOffer real = ShmOffer.decode(destination(dst).offer("p").blob());
+        ShmOffer otherHost = new ShmOffer("another-boot-id", real.fencePath(), real.nonceHi(), real.nonceLo(), real.slot(), real.entries());
+        TransportUnavailableException e = assertThrows(TransportUnavailableException.class,
+                () -> new ShmSource().connect(otherHost.encode(), dst.describe(), "d"));
+        assertTrue(e.getMessage().contains("another host"), e.getMessage());
+        ShmOffer otherFiles = new ShmOffer(real.hostId(), real.fencePath(), real.nonceHi() + 1, real.nonceLo(), real.slot(), real.entries());
+        e = assertThrows(TransportUnavailableException.class, () -> new ShmSource().connect(otherFiles.encode(), dst.describe(), "d"));
+        assertTrue(e.getMessage().contains("not the shared-memory files"), e.getMessage());
+    }
+
+    @Test
+    void forgedOffersNeverMapFilesOutsideTheSharedDirectoryOrOutsideTheDeclaredShape() throws Exception {
+        RegisteredMemory dst = memory(sharedArena(), 1);
+        ShmOffer real = ShmOffer.decode(destination(dst).offer("p").blob());
+        ShmOffer.Entry kv = real.entries().get(0);
+        List<ShmOffer.Entry> rest = real.entries().subList(1, real.entries().size());
+        Path outside = Files.createTempFile("kvferry-", ".bin");
+        Files.write(outside, new byte[(int) (PAGE * PAGES)]);
+        try {
+            for (String path : List.of(outside.toString(), "/etc/passwd", SharedMemory.DIR + "/../etc/passwd",
+                    SharedMemory.DIR + "/not-kvferry")) {
+                ShmOffer forged = with(real, new ShmOffer.Entry(Region.KV, 0, 0, path, 0, kv.length()), rest);
+                IOException e = assertThrows(IOException.class, () -> new ShmSource().connect(forged.encode(), dst.describe(), "d"));
+                assertTrue(e.getMessage().contains("not a kvferry file"), e.getMessage());
+            }
+        } finally {
+            Files.deleteIfExists(outside);
+        }
+        ShmOffer wrongLength = with(real, new ShmOffer.Entry(Region.KV, 0, 0, kv.path(), kv.offset(), kv.length() + PAGE), rest);
+        IOException e = assertThrows(IOException.class, () -> new ShmSource().connect(wrongLength.encode(), dst.describe(), "d"));
+        assertTrue(e.getMessage().contains("HELLO declares"), e.getMessage());
+        ShmOffer pastEnd = with(real, new ShmOffer.Entry(Region.KV, 0, 0, kv.path(), 1 << 20, kv.length()), rest);
+        e = assertThrows(IOException.class, () -> new ShmSource().connect(pastEnd.encode(), dst.describe(), "d"));
+        assertTrue(e.getMessage().contains("outside"), e.getMessage());
+        ShmOffer missing = new ShmOffer(real.hostId(), real.fencePath(), real.nonceHi(), real.nonceLo(), real.slot(), rest);
+        e = assertThrows(IOException.class, () -> new ShmSource().connect(missing.encode(), dst.describe(), "d"));
+        assertTrue(e.getMessage().contains("lacks KV buffer 0"), e.getMessage());
+        byte[] truncated = java.util.Arrays.copyOf(real.encode(), 20);
+        e = assertThrows(IOException.class, () -> new ShmSource().connect(truncated, dst.describe(), "d"));
+        assertTrue(e.getMessage().contains("malformed"), e.getMessage());
+    }
+
+    private static ShmOffer with(ShmOffer o, ShmOffer.Entry first, List<ShmOffer.Entry> rest) {
+        List<ShmOffer.Entry> all = new ArrayList<>();
+        all.add(first);
+        all.addAll(rest);
+        return new ShmOffer(o.hostId(), o.fencePath(), o.nonceHi(), o.nonceLo(), o.slot(), all);
+    }
+
+    @Test
+    void aWriteOutsideTheDestinationBufferFailsBeforeAnyByteMoves() throws Exception {
+        RegisteredMemory dst = memory(sharedArena(), 1);
+        Arena privateArena = Arena.ofShared();
+        closeables.add(privateArena);
+        RegisteredMemory src = memory(privateArena, 1);
+        DataPath path = new ShmSource().connect(destination(dst).offer("p").blob(), dst.describe(), "d");
+        CopyPlan plan = TransferPlanner.planKv(new int[] {0}, new int[] {PAGES}, new long[] {PAGE});
+        IOException e = assertThrows(IOException.class, () -> path.write(1, plan, src, () -> false));
+        assertTrue(e.getMessage().contains("outside"), e.getMessage());
+        path.close();
+    }
+
+    @Test
+    void revokeWaitsForACopyInProgressAndStopsLaterOnes() throws Exception {
+        RegisteredMemory dst = memory(sharedArena(), 1);
+        Arena privateArena = Arena.ofShared();
+        closeables.add(privateArena);
+        RegisteredMemory src = memory(privateArena, 1);
+        ShmDestination d = destination(dst);
+        LinkOffer offer = d.offer("p");
+        ShmOffer o = ShmOffer.decode(offer.blob());
+        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), "d");
+        // Stand in for a writer caught mid-copy: hold the slot's busy count.
+        MemorySegment fence = d.fenceForTest();
+        long slot = Fence.slotOffset(o.slot());
+        assertTrue(Fence.enter(fence, slot));
+        CompletableFuture<Boolean> revoked = CompletableFuture.supplyAsync(() -> offer.revoke(Duration.ofSeconds(10)));
+        Thread.sleep(200);
+        assertFalse(revoked.isDone(), "revoke must wait while a copy is in progress");
+        Fence.exit(fence, slot);
+        assertTrue(revoked.get(5, TimeUnit.SECONDS));
+        CopyPlan plan = TransferPlanner.planKv(new int[] {0}, new int[] {1}, new long[] {PAGE});
+        IOException e = assertThrows(IOException.class, () -> path.write(1, plan, src, () -> false));
+        assertTrue(e.getMessage().contains("revoked"), e.getMessage());
+        assertTrue(isZero(dst.slice(Region.KV, 0, 0, 0, PAGE * PAGES)));
+        path.close();
+    }
+
+    @Test
+    void aDeadWritersStaleCountDoesNotHoldRevokeUntilTheTimeout() throws Exception {
+        RegisteredMemory dst = memory(sharedArena(), 1);
+        ShmDestination d = destination(dst);
+        LinkOffer offer = d.offer("p");
+        long slot = Fence.slotOffset(ShmOffer.decode(offer.blob()).slot());
+        Process gone = new ProcessBuilder("true").start();
+        gone.waitFor();
+        MemorySegment fence = d.fenceForTest();
+        Fence.claim(fence, slot, gone.pid(), gone.info().startInstant().map(java.time.Instant::toEpochMilli).orElse(1L));
+        assertTrue(Fence.enter(fence, slot)); // the "killed" writer's count stays behind
+        long t0 = System.nanoTime();
+        assertTrue(offer.revoke(Duration.ofSeconds(20)));
+        assertTrue(System.nanoTime() - t0 < 5_000_000_000L, "revoke saw the writer was gone");
+    }
+
+    @Test
+    void staleFilesOfDeadOwnersAreSwept() throws Exception {
+        Process gone = new ProcessBuilder("true").start();
+        gone.waitFor();
+        Path stale = SharedMemory.DIR.resolve(SharedMemory.PREFIX + gone.pid() + "-1-abcdef-stale");
+        Files.write(stale, new byte[16]);
+        Path mine = sharedArena().path();
+        SharedMemory.sweepStale();
+        assertFalse(Files.exists(stale), "the dead owner's file is removed");
+        assertTrue(Files.exists(mine), "a live owner's file stays");
+    }
+
+    private static boolean isZero(MemorySegment s) {
+        for (long i = 0; i < s.byteSize(); i++) if (s.get(ValueLayout.JAVA_BYTE, i) != 0) return false;
+        return true;
+    }
+}
