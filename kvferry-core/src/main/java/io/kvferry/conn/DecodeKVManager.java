@@ -106,6 +106,9 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         timer.scheduleWithFixedDelay(() -> {
             for (PrefillLink l : links.values()) {
                 if (!l.connection.heartbeat(beat, dead)) log.warn("connection to {}: {}", l, l.connection.closeReason());
+                for (ControlConnection c : l.stripes) {
+                    if (!c.heartbeat(beat, dead)) log.warn("data stripe to {}: {}", l, c.closeReason());
+                }
             }
         }, beat / 2, beat / 2, TimeUnit.NANOSECONDS);
     }
@@ -202,7 +205,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         if (statuses.status(room.room) != KVPoll.Success) quiesceOneSided(room);
         if (!room.closeAndDrain(LANDING_DRAIN_MILLIS)) {
             log.warn("room {}: a write is still landing after {} ms; closing its links", room.room, LANDING_DRAIN_MILLIS);
-            for (DecodeRoom.Target t : room.targets) t.link().connection.close();
+            for (DecodeRoom.Target t : room.targets) t.link().closeAll("a write of room " + room.room + " is stuck");
             room.closeAndDrain(Long.MAX_VALUE / 2_000_000L);
         }
         statuses.remove(room.room);
@@ -320,6 +323,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         // A peer that accepts but never answers must not hang init: close the socket at the deadline.
         ScheduledFuture<?> deadline = timer.schedule((Runnable) conn::close, timeout.toMillis(), TimeUnit.MILLISECONDS);
         java.util.Map<String, LinkOffer> made = new java.util.LinkedHashMap<>();
+        List<ControlConnection> stripesOpened = new ArrayList<>();
         try {
             List<TransportOffer> offers = new ArrayList<>();
             for (DestinationTransport d : destinations) {
@@ -330,7 +334,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             }
             conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend, engineRank,
                     config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(),
-                    config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0, offers));
+                    (config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0) | (config.tcpStripes() << Hello.STRIPES_SHIFT), offers));
             ControlMessage reply = conn.read();
             if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
             if (!ack.accepted()) throw new IOException("prefill rank at " + key + " refused registration: " + ack.error());
@@ -343,12 +347,18 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             } else {
                 log.info("link to {} uses {}", key, link.dataPath);
             }
+            if ("tcp".equals(link.dataPath) && config.tcpStripes() > 1) openStripes(link, ep, timeout, stripesOpened);
             link.reader = Thread.ofPlatform().daemon().name("kvferry-decode-reader-" + engineRank + "-" + key)
-                    .start(() -> readLoop(link));
+                    .start(() -> readLoop(link, link.connection));
+            for (ControlConnection stripe : link.stripes) {
+                link.stripeReaders.add(Thread.ofPlatform().daemon().name("kvferry-decode-stripe-" + engineRank + "-" + key)
+                        .start(() -> readLoop(link, stripe)));
+            }
             return link;
         } catch (IOException | RuntimeException e) {
             conn.close();
             for (LinkOffer o : made.values()) o.close();
+            for (ControlConnection c : stripesOpened) c.close();
             made.clear();
             if (conn.isClosed() && deadline.isDone() && !(e.getMessage() != null && e.getMessage().contains("refused"))) {
                 throw new IOException("prefill rank at " + key + " did not complete the handshake within " + timeout.toMillis() + " ms", e);
@@ -360,15 +370,39 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         }
     }
 
+    /**
+     * Opens the extra data connections of a TCP link (registered as stripes of this session) before
+     * the link carries any request; {@code opened} collects them so a failed set-up closes them.
+     */
+    private void openStripes(PrefillLink link, RankEndpoint ep, Duration timeout, List<ControlConnection> opened)
+            throws IOException {
+        for (int k = 1; k < config.tcpStripes(); k++) {
+            ControlConnection c = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
+            opened.add(c);
+            ScheduledFuture<?> deadline = timer.schedule((Runnable) c::close, timeout.toMillis(), TimeUnit.MILLISECONDS);
+            try {
+                c.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend, engineRank,
+                        config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(),
+                        Hello.FLAG_STRIPE | (k << Hello.STRIPE_INDEX_SHIFT)));
+                ControlMessage reply = c.read();
+                if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
+                if (!ack.accepted()) throw new IOException("prefill rank at " + link.endpoint + " refused data stripe " + k + ": " + ack.error());
+            } finally {
+                deadline.cancel(false);
+            }
+            link.stripes.add(c);
+        }
+    }
+
     // ------------------------------------------------------------------ reader thread
 
-    private void readLoop(PrefillLink link) {
+    private void readLoop(PrefillLink link, ControlConnection conn) {
         String why = "connection closed";
         try {
             while (!closed) {
-                ControlMessage m = link.connection.read();
+                ControlMessage m = conn.read();
                 switch (m) {
-                    case WriteHeader w -> onWrite(link, w);
+                    case WriteHeader w -> onWrite(link, conn, w);
                     case Status s -> onStatus(link, s);
                     case io.kvferry.protocol.Heartbeat hb -> {
                         // liveness only
@@ -386,25 +420,25 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             why = e.getMessage();
             if (!closed) log.warn("connection to {}: {}", link, why);
         } finally {
-            String reason = link.connection.closeReason();
+            String reason = conn.closeReason();
             onLinkLost(link, reason != null ? reason : why);
         }
     }
 
-    private void onWrite(PrefillLink link, WriteHeader w) throws IOException {
+    private void onWrite(PrefillLink link, ControlConnection conn, WriteHeader w) throws IOException {
         DecodeRoom.Landing landing;
         try {
             landing = begin(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.span(), w.length());
         } catch (WriteRejectedException e) {
             if (e.fatal()) throw new ProtocolException("write from " + link + " rejected: " + e.getMessage());
-            link.connection.skipPayload(w.length());
+            conn.skipPayload(w.length());
             rejectWrite(w.room(), link.toString(), e.getMessage());
             return;
         }
         boolean landed = false;
         try {
-            if (w.strided()) link.connection.readStridedPayload(w, landing.target());
-            else link.connection.readPayload(landing.target());
+            if (w.strided()) conn.readStridedPayload(w, landing.target());
+            else conn.readPayload(landing.target());
             landed = true;
         } finally {
             end(landing, landed);
@@ -473,7 +507,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     }
 
     private void onLinkLost(PrefillLink link, String why) {
-        link.connection.close();
+        link.closeAll(why);
         links.remove(link.endpoint, link);
         if (closed) return;
         // Cached lookups may point at a dead or replaced instance: look them up again next time.
@@ -585,8 +619,15 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             r.closeAndDrain(LANDING_DRAIN_MILLIS);
         }
         List<PrefillLink> all = new ArrayList<>(links.values());
-        for (PrefillLink l : all) l.connection.close();
+        for (PrefillLink l : all) l.closeAll("the decode KV manager was torn down");
         for (PrefillLink l : all) {
+            for (Thread s : l.stripeReaders) {
+                try {
+                    s.join(2000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
             Thread t = l.reader;
             if (t != null) {
                 try {

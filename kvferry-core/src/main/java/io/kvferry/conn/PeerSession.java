@@ -20,11 +20,20 @@ final class PeerSession {
     volatile HeadSlice[] kvSlices;
     /** Decode KV buffer of each local KV buffer, paired by layer id (PP stages hold a subset). */
     volatile int[] kvBufferMap;
+    /** For an extra TCP data stripe: the session it belongs to (its loss is that session's loss); else null. */
+    volatile PeerSession stripeOf;
+    /** The data stripes attached to this session (closed with it). */
+    final Set<PeerSession> stripes = ConcurrentHashMap.newKeySet();
     /** Rooms that hold a destination on this session, so its loss fails exactly them. */
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
 
     PeerSession(ControlConnection connection) {
         this.connection = connection;
+    }
+
+    /** The connection a room's success status must follow its writes on. */
+    ControlConnection statusConnection(long room) {
+        return dataPath instanceof io.kvferry.transport.TcpDataPath tcp ? tcp.connectionFor(room) : connection;
     }
 
     String sessionId() {

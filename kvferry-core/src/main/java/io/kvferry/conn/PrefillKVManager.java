@@ -106,6 +106,8 @@ public final class PrefillKVManager implements KVManager {
     private final byte[] authToken;
     /** HELLO deadlines and the stalled-write watchdog. */
     private final ScheduledExecutorService timer;
+    private final java.util.concurrent.atomic.LongAdder dataPathBytes = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder dataPathNanos = new java.util.concurrent.atomic.LongAdder();
     /** Pluggable transports opened on first use, by name (guarded by itself). */
     private final java.util.Map<String, SourceTransport> sources = new java.util.HashMap<>();
     private volatile boolean closed;
@@ -363,7 +365,7 @@ public final class PrefillKVManager implements KVManager {
                 for (PrefillRoom.Destination d : destinations) {
                     if (d.info().dummy()) continue;
                     current = d;
-                    d.session().connection.send(new Status(room.room, KVPoll.Success, uniqueRank, ""));
+                    d.session().statusConnection(room.room).send(new Status(room.room, KVPoll.Success, uniqueRank, ""));
                 }
                 room.doneNanos = System.nanoTime();
                 statuses.update(room.room, KVPoll.Success);
@@ -400,8 +402,23 @@ public final class PrefillKVManager implements KVManager {
     }
 
     private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
+        long t0 = System.nanoTime();
         d.session().dataPath.write(room.room, plan, memory, () -> statuses.status(room.room) == KVPoll.Failed);
-        room.bytesSent += plan.totalBytes();
+        dataPathNanos.add(System.nanoTime() - t0);
+        long bytes = plan.totalBytes();
+        dataPathBytes.add(bytes);
+        room.bytesSent += bytes;
+    }
+
+    /**
+     * Bytes the data paths moved and the time the transfer workers spent inside them, summed over
+     * workers: bytes / time is the per-thread data-path bandwidth, comparable with a single-thread
+     * memory copy (the bench's {@code datapath_gbps}).
+     */
+    public record DataPathStats(long bytes, long busyNanos) {}
+
+    public DataPathStats dataPathStats() {
+        return new DataPathStats(dataPathBytes.sum(), dataPathNanos.sum());
     }
 
     private final class Worker {
@@ -475,6 +492,9 @@ public final class PrefillKVManager implements KVManager {
                 if (session.hello == null && !(m instanceof Hello)) {
                     throw new ProtocolException("first message must be HELLO, got " + m.type());
                 }
+                if (session.stripeOf != null && !(m instanceof io.kvferry.protocol.Heartbeat)) {
+                    throw new ProtocolException("a data stripe carries only heartbeats from decode, got " + m.type());
+                }
                 switch (m) {
                     case Hello h -> onHello(session, h);
                     case TransferInfo t -> onTransferInfo(session, t);
@@ -499,6 +519,10 @@ public final class PrefillKVManager implements KVManager {
 
     private void onHello(PeerSession session, Hello h) throws IOException {
         if (session.hello != null) throw new ProtocolException("duplicate HELLO on one connection");
+        if (h.isStripe()) {
+            attachStripe(session, h);
+            return;
+        }
         String error = checkHello(h);
         if (error != null) {
             sendQuietly(session, new HelloAck(false, error, engineRank, uniqueRank));
@@ -516,13 +540,15 @@ public final class PrefillKVManager implements KVManager {
             path = new InprocDataPath(sink);
         } else {
             path = chooseOffer(session, h, fallback);
-            if (path == null) path = new TcpDataPath(session.connection);
+            if (path == null) path = new TcpDataPath(session.connection, h.stripes());
         }
         session.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
         session.kvSlices = headSlices(h, session.kvBufferMap);
         // A decode restarted with the same session id replaces its old session.
         for (PeerSession old : sessions) {
-            if (old != session && old.hello != null && old.hello.sessionId().equals(h.sessionId())) old.connection.close();
+            if (old != session && old.stripeOf == null && old.hello != null && old.hello.sessionId().equals(h.sessionId())) {
+                old.connection.close();
+            }
         }
         session.dataPath = path;
         session.hello = h;
@@ -570,6 +596,32 @@ public final class PrefillKVManager implements KVManager {
             }
             return s;
         }
+    }
+
+    /** An extra TCP data connection of a registered decode session (tcpStripes > 1 on the decode). */
+    private void attachStripe(PeerSession stripe, Hello h) throws IOException {
+        String error = null;
+        if (authToken != null && !MessageDigest.isEqual(authToken, h.authToken().getBytes(StandardCharsets.UTF_8))) {
+            error = "Unauthorized: wrong or missing cluster auth token";
+        }
+        PeerSession main = null;
+        for (PeerSession s : sessions) {
+            if (s.stripeOf == null && s.hello != null && s.hello.sessionId().equals(h.sessionId())) main = s;
+        }
+        if (error == null && (main == null || !(main.dataPath instanceof TcpDataPath tcp))) {
+            error = "no TCP session " + h.sessionId() + " to add a data stripe to";
+        } else if (error == null && !((TcpDataPath) main.dataPath).attach(h.stripeIndex(), stripe.connection)) {
+            error = "stripe " + h.stripeIndex() + " of session " + h.sessionId() + " is out of range or already attached";
+        }
+        if (error != null) {
+            sendQuietly(stripe, new HelloAck(false, error, engineRank, uniqueRank));
+            throw new ProtocolException("refused data stripe: " + error);
+        }
+        stripe.stripeOf = main;
+        stripe.hello = h;
+        main.stripes.add(stripe);
+        stripe.connection.send(new HelloAck(true, "", engineRank, uniqueRank, "tcp", ""));
+        if (main.connection.isClosed()) stripe.connection.close(); // lost while attaching: go with it
     }
 
     /** Head slices for an MHA decode with another attention-TP size; null when pages copy whole. */
@@ -772,6 +824,13 @@ public final class PrefillKVManager implements KVManager {
     private void onSessionLost(PeerSession session, String why) {
         sessions.remove(session);
         session.connection.close();
+        PeerSession owner = session.stripeOf;
+        if (owner != null) {
+            // A lost data stripe takes its session down: the rooms whose bytes it carried cannot finish.
+            owner.connection.close("data stripe " + session.hello.stripeIndex() + " lost: " + why);
+            return;
+        }
+        for (PeerSession stripe : session.stripes) stripe.connection.close();
         DataPath path = session.dataPath;
         if (path != null) {
             // After the rooms below fail, so one-sided writers stop at their next op before unmapping.

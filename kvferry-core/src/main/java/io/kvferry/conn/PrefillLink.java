@@ -16,6 +16,9 @@ final class PrefillLink {
     final int prefillUniqueRank;
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
     volatile Thread reader;
+    /** Extra TCP data connections (tcpStripes > 1), each read by its own thread; closed with the link. */
+    final java.util.List<ControlConnection> stripes = new java.util.concurrent.CopyOnWriteArrayList<>();
+    final java.util.List<Thread> stripeReaders = new java.util.concurrent.CopyOnWriteArrayList<>();
     /** The data path the prefill chose (tcp, inproc, shm, ucx). Set once at registration. */
     volatile String dataPath = "tcp";
     /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
@@ -26,6 +29,12 @@ final class PrefillLink {
         this.endpoint = endpoint;
         this.connection = connection;
         this.prefillUniqueRank = prefillUniqueRank;
+    }
+
+    /** Closes the control connection and every stripe. */
+    void closeAll(String reason) {
+        connection.close(reason);
+        for (ControlConnection c : stripes) c.close(reason);
     }
 
     @Override

@@ -216,7 +216,7 @@ public final class FrameCodec {
         int pageSize = positive(in.getInt(), "page_size");
         String dtype = str(in);
         int flags = in.getInt();
-        if ((flags & ~Hello.FLAG_ALL_CP_RANKS) != 0) throw new ProtocolException("unknown HELLO flags 0x" + Integer.toHexString(flags));
+        if ((flags & ~Hello.KNOWN_FLAGS) != 0) throw new ProtocolException("unknown HELLO flags 0x" + Integer.toHexString(flags));
         int nKv = count(in, 20, "kv buffer");
         long[] kvLen = new long[nKv], kvItem = new long[nKv];
         int[] kvLayer = new int[nKv];

@@ -4,14 +4,42 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 
 import java.io.IOException;
+import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.function.BooleanSupplier;
 
-/** Streams each op over the control connection as a WRITE frame; the decode reader lands it in place. */
+/**
+ * Streams each op as a WRITE frame; the decode reader lands it in place. With striping, a room's
+ * writes (and its final STATUS, see {@link #connectionFor}) all use stripe {@code room mod n}, so
+ * they stay in order while different rooms spread over the connections.
+ */
 public final class TcpDataPath implements DataPath {
-    private final ControlConnection connection;
+    private final ControlConnection main;
+    /** Index 0 is the control connection; others are attached as the decode opens them (before its first request). */
+    private final AtomicReferenceArray<ControlConnection> stripes;
 
     public TcpDataPath(ControlConnection connection) {
-        this.connection = connection;
+        this(connection, 1);
+    }
+
+    public TcpDataPath(ControlConnection connection, int stripes) {
+        this.main = connection;
+        this.stripes = new AtomicReferenceArray<>(Math.max(1, stripes));
+        this.stripes.set(0, connection);
+    }
+
+    /** Attaches data stripe {@code index}; false when the index is out of range or taken. */
+    public boolean attach(int index, ControlConnection connection) {
+        return index > 0 && index < stripes.length() && stripes.compareAndSet(index, null, connection);
+    }
+
+    public int stripeCount() {
+        return stripes.length();
+    }
+
+    /** The connection that carries a room's writes and its final status. */
+    public ControlConnection connectionFor(long room) {
+        ControlConnection c = stripes.get((int) Math.floorMod(room, (long) stripes.length()));
+        return c == null ? main : c;
     }
 
     @Override
@@ -21,6 +49,6 @@ public final class TcpDataPath implements DataPath {
 
     @Override
     public void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException {
-        connection.writePlan(room, plan, source, cancelled);
+        connectionFor(room).writePlan(room, plan, source, cancelled);
     }
 }

@@ -22,6 +22,7 @@ import org.junit.jupiter.api.Timeout;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
+import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -143,5 +144,26 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         assertEquals(1, ((DecodeKVManager) d).linkCount(), "the idle link survived");
         assertEquals("tcp", pathOf(p, pm, d, dm, 52));
         assertEquals(1, ((DecodeKVManager) d).linkCount(), "and was reused");
+    }
+
+    @Test
+    void stripedTcpSpreadsRoomsOverSeveralConnectionsInOrder() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).tcpStripes(3).build(), 0, PAGE_SIZE);
+        java.util.Random rnd = new java.util.Random(3);
+        for (int round = 0; round < 4; round++) {
+            int[] src = distinctPages(rnd, 30, PAGES), dst = distinctPages(rnd, 30, PAGES);
+            List<Transfer> ts = new java.util.ArrayList<>();
+            for (int k = 0; k < 3; k++) {
+                long room = 100 + round * 3 + k; // consecutive rooms land on different stripes
+                ts.add(start(p, pm, d, room, java.util.Arrays.copyOfRange(src, k * 10, k * 10 + 10),
+                        java.util.Arrays.copyOfRange(dst, k * 10, k * 10 + 10), k, ROWS - 1 - k, 0));
+            }
+            for (Transfer t : ts) assertLanded(t, dm);
+        }
+        assertEquals(3, ((PrefillKVManager) p).sessionCount(), "one control connection and two data stripes");
+        assertEquals(1, ((DecodeKVManager) d).linkCount());
+        assertTrue(dm.canariesIntact());
     }
 }
