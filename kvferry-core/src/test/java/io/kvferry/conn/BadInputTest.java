@@ -17,6 +17,8 @@ import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.junit.jupiter.api.Timeout;
 
 import java.lang.foreign.Arena;
@@ -34,11 +36,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(60)
 class BadInputTest extends TransferTestBase {
 
-    @Test
-    void decodePageIdsBeyondThePoolFailOnlyThatRoom() {
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "inproc", "shm", "auto"})
+    void decodePageIdsBeyondThePoolFailOnlyThatRoom(String backend) {
         TestRank pm = rank(), dm = rank();
-        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
-        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver bad = d.createReceiver(addr, 500);
         bad.init(0);
         bad.sendMetadata(new int[]{1, PAGES + 5}, 0, null, 0);
@@ -48,11 +51,12 @@ class BadInputTest extends TransferTestBase {
         assertTrue(dm.pageIsZero(1) && dm.canariesIntact());
     }
 
-    @Test
-    void prefillPageIdBeyondThePoolFailsBothSides() {
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "inproc", "shm", "auto"})
+    void prefillPageIdBeyondThePoolFailsBothSides(String backend) {
         TestRank pm = rank(), dm = rank();
-        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
-        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 600);
         recv.init(0);
         recv.sendMetadata(new int[]{7, 8}, 1, null, 0);
@@ -68,11 +72,12 @@ class BadInputTest extends TransferTestBase {
         assertLanded(start(p, pm, d, 601, new int[]{1}, new int[]{2}, 0, 0, 0), dm);
     }
 
-    @Test
-    void wrongAuxIndexIsRejectedOnEitherSide() {
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "inproc", "shm", "auto"})
+    void wrongAuxIndexIsRejectedOnEitherSide(String backend) {
         TestRank pm = rank(), dm = rank();
-        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
-        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver r1 = d.createReceiver(addr, 700);
         r1.init(0);
         r1.sendMetadata(new int[]{1}, ROWS, null, 0);
@@ -89,11 +94,12 @@ class BadInputTest extends TransferTestBase {
         assertTrue(failure(r2::failureException).contains("aux index " + (ROWS + 3)));
     }
 
-    @Test
-    void pageSizeMismatchIsAClearFailure() {
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "inproc", "shm", "auto"})
+    void pageSizeMismatchIsAClearFailure(String backend) {
         TestRank pm = rank(), dm = rank();
-        prefill(pm, "tcp", 1, 0, PAGE_SIZE);
-        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, 32);
+        prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, 32);
         KVReceiver r = d.createReceiver(addr, 800);
         r.init(0);
         assertEquals(KVPoll.Failed, r.poll());

@@ -34,7 +34,8 @@ class MhaHeteroTpTest extends TransferTestBase {
 
     /** One rank's KV pool with {@code heads} heads per token slot. */
     static final class Pool {
-        final Arena arena = Arena.ofShared();
+        /** Shared memory so the shm backend can serve it too (sparse: only written pages cost memory). */
+        final Arena arena = io.kvferry.memory.SharedArena.open("mha-pool", 16 << 20);
         final int heads;
         final long pageBytes;
         final MemorySegment[] kv = new MemorySegment[BUFS];
@@ -76,7 +77,7 @@ class MhaHeteroTpTest extends TransferTestBase {
 
     @ParameterizedTest(name = "MHA H={2}: P{0} -> D{1} over {3}")
     @CsvSource({"4,2,8,tcp", "2,4,8,tcp", "1,4,8,tcp", "4,1,8,tcp", "8,2,8,tcp", "4,2,2,tcp", "2,4,2,tcp", "1,8,2,tcp",
-            "8,1,4,tcp", "4,2,8,inproc", "2,4,2,inproc"})
+            "8,1,4,tcp", "4,2,8,inproc", "2,4,2,inproc", "4,2,8,shm", "2,4,2,shm", "1,8,2,shm"})
     void everyDecodeRankGetsExactlyItsHeads(int prefillTp, int decodeTp, int totalHeads, String backend) {
         List<Pool> pp = new ArrayList<>(), dp = new ArrayList<>();
         List<KVManager> pre = new ArrayList<>(), dec = new ArrayList<>();

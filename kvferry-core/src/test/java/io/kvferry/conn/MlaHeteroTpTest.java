@@ -23,15 +23,15 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 @Timeout(60)
 class MlaHeteroTpTest extends TransferTestBase {
 
-    @ParameterizedTest(name = "MLA P{0} -> D{1}")
-    @CsvSource({"4,2", "2,4", "1,4", "4,1", "2,2"})
-    void everyDecodeRankGetsTheWholeReplicatedKv(int prefillTp, int decodeTp) {
+    @ParameterizedTest(name = "MLA P{0} -> D{1} over {2}")
+    @CsvSource({"4,2,tcp", "2,4,tcp", "1,4,tcp", "4,1,tcp", "2,2,tcp", "4,2,shm", "1,4,shm"})
+    void everyDecodeRankGetsTheWholeReplicatedKv(int prefillTp, int decodeTp, String backend) {
         List<TestRank> pm = new ArrayList<>(), dm = new ArrayList<>();
         List<KVManager> pre = new ArrayList<>(), dec = new ArrayList<>();
         for (int r = 0; r < prefillTp; r++) {
             TestRank mem = rank();
             pm.add(mem);
-            KVManager m = KVFerry.createManager("tcp", mem.args(r, PAGE_SIZE), DisaggregationMode.PREFILL,
+            KVManager m = KVFerry.createManager(backend, mem.args(r, PAGE_SIZE), DisaggregationMode.PREFILL,
                     cfg(prefillTp, r).mla(true).build());
             closeables.add(m);
             m.registerToBootstrap();
@@ -40,7 +40,7 @@ class MlaHeteroTpTest extends TransferTestBase {
         for (int r = 0; r < decodeTp; r++) {
             TestRank mem = rank();
             dm.add(mem);
-            dec.add(decode(mem, "tcp", cfg(decodeTp, r).mla(true).build(), r, PAGE_SIZE));
+            dec.add(decode(mem, backend, cfg(decodeTp, r).mla(true).build(), r, PAGE_SIZE));
         }
         long room = 4711;
         int[] dst = {3, 4, 5, 9, 10};
