@@ -166,4 +166,25 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         assertEquals(1, ((DecodeKVManager) d).linkCount());
         assertTrue(dm.canariesIntact());
     }
+
+    @Test
+    void thePrefillUnmapsTheDecodesPoolWhenTheDecodeGoesAway() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
+        KVManager d = KVFerry.createManager("shm", dm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.DECODE, cfg(1, 0).build());
+        assertEquals("shm", pathOf(p, pm, d, dm, 61));
+        String file = ((io.kvferry.memory.SharedArena) dm.arena).path().toString();
+        assertEquals(2, mappingsOf(file), "the decode's own mapping and the prefill's");
+        d.close();
+        long deadline = System.nanoTime() + 5_000_000_000L;
+        while (mappingsOf(file) > 1 && System.nanoTime() < deadline) Thread.sleep(20);
+        assertEquals(1, mappingsOf(file), "the prefill unmapped the pool once the decode's session was gone");
+        assertEquals(0, ((PrefillKVManager) p).sessionCount());
+    }
+
+    private static long mappingsOf(String file) throws java.io.IOException {
+        try (var lines = java.nio.file.Files.lines(java.nio.file.Path.of("/proc/self/maps"))) {
+            return lines.filter(l -> l.endsWith(file)).count();
+        }
+    }
 }
