@@ -53,14 +53,18 @@ final class ShmDataPath implements DataPath {
             for (int op = 0; op < plan.size(); op++) {
                 if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
                 if (closed) throw new IOException("the shared-memory path to " + peer + " was closed");
-                MemorySegment src = source.slice(plan.region(op), plan.component(op), plan.buffer(op), plan.srcOffset(op),
-                        plan.srcSpan(op));
+                // Whole buffers and offsets, no slices: nothing is allocated per op.
+                MemorySegment src = source.segmentOrNull(plan.region(op), plan.component(op), plan.buffer(op));
                 MemorySegment buffer = targets.get(plan.region(op), plan.component(op), plan.dstBuffer(op));
-                if (buffer == null) {
-                    throw new IOException("decode " + peer + " has no " + plan.region(op) + " buffer " + plan.component(op) + "/"
-                            + plan.dstBuffer(op));
+                if (src == null || buffer == null) {
+                    throw new IOException("no " + plan.region(op) + " buffer " + plan.component(op) + "/"
+                            + (src == null ? plan.buffer(op) + " on this prefill" : plan.dstBuffer(op) + " at decode " + peer));
                 }
-                long at = plan.dstOffset(op), span = plan.dstSpan(op);
+                long from = plan.srcOffset(op), at = plan.dstOffset(op), span = plan.dstSpan(op), srcSpan = plan.srcSpan(op);
+                if (from < 0 || from > src.byteSize() || srcSpan > src.byteSize() - from) {
+                    throw new IOException("read [" + from + ", +" + srcSpan + ") is outside source " + plan.region(op) + " buffer "
+                            + plan.buffer(op) + " of " + src.byteSize() + " bytes");
+                }
                 if (at < 0 || at > buffer.byteSize() || span > buffer.byteSize() - at) {
                     throw new IOException("write [" + at + ", +" + span + ") is outside " + plan.region(op) + " buffer "
                             + plan.dstBuffer(op) + " of " + buffer.byteSize() + " bytes at " + peer);
@@ -68,11 +72,11 @@ final class ShmDataPath implements DataPath {
                 if (!Fence.enter(fence, slot)) throw new IOException("decode " + peer + " revoked this link's shared-memory access");
                 try {
                     if (!plan.strided(op)) {
-                        MemorySegment.copy(src, 0, buffer, at, plan.length(op));
+                        MemorySegment.copy(src, from, buffer, at, plan.length(op));
                     } else {
                         long piece = plan.pieceLength(op), n = plan.pieces(op);
                         long srcStride = plan.srcStride(op), dstStride = plan.dstStride(op);
-                        for (long i = 0; i < n; i++) MemorySegment.copy(src, i * srcStride, buffer, at + i * dstStride, piece);
+                        for (long i = 0; i < n; i++) MemorySegment.copy(src, from + i * srcStride, buffer, at + i * dstStride, piece);
                     }
                 } finally {
                     Fence.exit(fence, slot);
