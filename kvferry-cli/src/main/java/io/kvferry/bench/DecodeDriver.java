@@ -21,7 +21,8 @@ public final class DecodeDriver {
     /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
     private long deadlineNanos;
     private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
-    private final java.util.Random faultRandom = new java.util.Random(17);
+    /** Which requests a driver aborts: a function of the workload seed (a soak varies it per cycle). */
+    private final java.util.Random faultRandom;
 
     public DecodeDriver withFaults(BenchConfig.Faults f) {
         this.faults = f;
@@ -30,6 +31,12 @@ public final class DecodeDriver {
 
     public DecodeDriver withDeadline(long nanoTime) {
         this.deadlineNanos = nanoTime;
+        return this;
+    }
+
+    /** Counts verified successes as they happen (kvferry chaos watches recovery through it); null = none. */
+    public DecodeDriver withSuccessCounter(AtomicInteger counter) {
+        this.successes = counter;
         return this;
     }
 
@@ -43,6 +50,7 @@ public final class DecodeDriver {
     private final int shardRank;
     private final KvPattern pattern;
     private final AtomicInteger progress;
+    private AtomicInteger successes;
 
     /** One request in flight; pages and row are allocated once the handshake finished (as SGLang's prealloc queue). */
     private static final class Flight {
@@ -68,6 +76,7 @@ public final class DecodeDriver {
         this.bootstrapAddr = bootstrapAddr;
         this.shardRank = shardRank;
         this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
+        this.faultRandom = new java.util.Random(17 * 31 + workload.seed());
         this.progress = progress;
     }
 
@@ -81,6 +90,7 @@ public final class DecodeDriver {
         long bytes = 0;
         long start = System.nanoTime();
         long firstFailureAt = 0;
+        List<Long> failureTimes = new ArrayList<>();
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
@@ -125,6 +135,7 @@ public final class DecodeDriver {
                     if (faults.slowDecodeMillis() > 0) LockSupport.parkNanos(faults.slowDecodeMillis() * 1_000_000L);
                     if (verify(f)) {
                         ok++;
+                        if (successes != null) successes.incrementAndGet();
                         bytes += pool.requestBytes(f.pages.length);
                         Double lat = f.receiver.getTransferMetric().transferLatencySeconds();
                         if (lat != null) latencies.add((long) (lat * 1e6));
@@ -136,11 +147,13 @@ public final class DecodeDriver {
                 } else {
                     failed++;
                     failedIdx.add(f.req.index());
+                    long at = System.currentTimeMillis();
+                    if (firstFailureAt == 0) firstFailureAt = at;
                     try {
                         f.receiver.failureException();
                     } catch (KVTransferException e) {
                         if (reasons.size() < 5) reasons.add(e.getMessage());
-                        if (firstFailureAt == 0) firstFailureAt = System.currentTimeMillis();
+                        if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                     }
                 }
                 f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
@@ -159,7 +172,7 @@ public final class DecodeDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
-                firstFailureAt, 0);
+                firstFailureAt, 0, failureTimes, null);
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;

@@ -22,7 +22,8 @@ public final class PrefillDriver {
     /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
     private long deadlineNanos;
     private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
-    private final java.util.Random faultRandom = new java.util.Random(17);
+    /** Which requests a driver aborts: a function of the workload seed (a soak varies it per cycle). */
+    private final java.util.Random faultRandom;
 
     public PrefillDriver withFaults(BenchConfig.Faults f) {
         this.faults = f;
@@ -78,6 +79,7 @@ public final class PrefillDriver {
         this.bootstrapAddr = bootstrapAddr;
         this.shardRank = shardRank;
         this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
+        this.faultRandom = new java.util.Random(17 * 31 + workload.seed());
     }
 
     public RoleReport run() {
@@ -90,6 +92,7 @@ public final class PrefillDriver {
         long bytes = 0;
         long start = System.nanoTime();
         long firstFailureAt = 0;
+        List<Long> failureTimes = new ArrayList<>();
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
@@ -117,11 +120,13 @@ public final class PrefillDriver {
                 } else {
                     failed++;
                     failedIdx.add(f.req.index());
+                    long at = System.currentTimeMillis();
+                    if (firstFailureAt == 0) firstFailureAt = at;
                     try {
                         f.sender.failureException();
                     } catch (KVTransferException e) {
                         if (reasons.size() < 5) reasons.add(e.getMessage());
-                        if (firstFailureAt == 0) firstFailureAt = System.currentTimeMillis();
+                        if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                     }
                 }
                 f.sender.clear();
@@ -139,7 +144,7 @@ public final class PrefillDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons, hung,
-                firstFailureAt, 0);
+                firstFailureAt, 0, failureTimes, null);
     }
 
     private boolean startTransfer(Flight f) {

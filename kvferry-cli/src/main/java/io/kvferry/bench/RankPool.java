@@ -2,6 +2,8 @@ package io.kvferry.bench;
 
 import io.kvferry.api.KVArgs;
 
+import io.kvferry.memory.SharedArena;
+
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayDeque;
@@ -25,7 +27,8 @@ public final class RankPool implements AutoCloseable {
     /** The aux buffer whose row starts with the request's bootstrap_room (int64), as in SGLang. */
     static final int ROOM_BUFFER = AUX_ROW_BYTES.length - 1;
 
-    private final Arena arena = Arena.ofShared();
+    /** Private memory, or a {@link SharedArena} when a same-host peer should write it directly (shm, auto). */
+    private final Arena arena;
     final ModelShape shape;
     final int pageSize;
     final int tp;
@@ -51,6 +54,20 @@ public final class RankPool implements AutoCloseable {
     /** A pool for TP rank {@code rank} of pipeline stage {@code ppRank} of {@code ppSize}. */
     public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
                     long seed) {
+        this(shape, pageSize, tp, rank, ppSize, ppRank, pages, auxRows, seed, false);
+    }
+
+    /** Whether pools for this transfer backend go in shared memory (so the shm data path can be used). */
+    public static boolean sharedFor(String transport) {
+        return "shm".equals(transport) || "auto".equals(transport);
+    }
+
+    /** @param sharedMemory allocate every buffer in one shared-memory file (see {@link SharedArena}) */
+    public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
+                    long seed, boolean sharedMemory) {
+        this.arena = sharedMemory
+                ? SharedArena.open("pool-tp" + rank + "-pp" + ppRank, capacity(shape, pageSize, tp, ppSize, pages, auxRows))
+                : Arena.ofShared();
         this.ppRank = ppRank;
         this.layers = shape.layers() / ppSize;
         this.firstLayer = ppRank * layers;
@@ -150,6 +167,15 @@ public final class RankPool implements AutoCloseable {
      * rank's slot is the model's slot bytes / TP and the entries it holds are [rank × n, (rank+1) × n).
      */
     static final int STATE_ENTRIES = 64;
+
+    /** Bytes every buffer of such a pool takes, with alignment slack. */
+    private static long capacity(ModelShape shape, int pageSize, int tp, int ppSize, int pages, int auxRows) {
+        int layers = shape.layers() / ppSize;
+        long bytes = (shape.mla() ? layers : 2L * layers) * (shape.pageBytes(pageSize, tp) * pages + 64);
+        for (long row : AUX_ROW_BYTES) bytes += row * auxRows + 64;
+        for (long s : shape.stateBytes()) bytes += (s + 64) * auxRows + 64;
+        return bytes + 4096;
+    }
 
     public long stateSlotBytes(int tensor) {
         return shape.stateBytes().get(tensor) / tp;

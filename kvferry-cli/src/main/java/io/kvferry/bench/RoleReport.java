@@ -17,21 +17,36 @@ import java.util.List;
  * @param firstFailures   up to five failure reasons, for the report
  * @param hung            requests still without a terminal state when the driver's deadline passed
  * @param firstFailureAtMillis wall-clock time (epoch ms) of the first failure this rank saw, 0 if none
- * @param leakedRooms     rooms the rank's manager still tracked, plus KV pages and aux rows not returned to the
- *                        pool, after every request concluded
+ * @param leakedRooms     everything this report counts as leaked: {@code leaks.total()}
+ * @param failureTimesMillis wall-clock time (epoch ms) of every failure this rank saw, in order, except the backstop
+ *                        timeouts (bootstrap / waiting timeout): what detection times are measured with
+ * @param leaks           what was not returned: rooms and pool pages/rows of this rank; the process's
+ *                        threads, sockets and native memory after teardown on its first report only
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
-                         int hung, long firstFailureAtMillis, int leakedRooms) {
+                         int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
+                         LeakCheck.Leaks leaks) {
+    public RoleReport {
+        failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
+        leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
+    }
+
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                       long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures) {
         this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
-                0, 0, 0);
+                0, 0, 0, List.of(), LeakCheck.Leaks.NONE);
     }
 
-    /** The same report with the manager's leftover room count filled in. */
-    public RoleReport withLeakedRooms(int leaked) {
+    /** A failure by the bootstrap or waiting timeout (a backstop), not by detecting a fault. */
+    public static boolean isBackstopTimeout(String reason) {
+        return reason != null && reason.contains(" timed out after ")
+                && (reason.contains("KVPoll.Bootstrapping") || reason.contains("KVPoll.WaitingForInput"));
+    }
+
+    /** The same report with what was not returned; {@code leakedRooms} becomes its total. */
+    public RoleReport withLeaks(LeakCheck.Leaks l) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
-                firstFailures, hung, firstFailureAtMillis, leaked);
+                firstFailures, hung, firstFailureAtMillis, l.total(), failureTimesMillis, l);
     }
 }

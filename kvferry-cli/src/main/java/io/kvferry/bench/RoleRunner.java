@@ -30,6 +30,12 @@ public final class RoleRunner {
 
     static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
                              String bootstrapAddr, String host, RankPool pool) {
+        return manager(config, mode, rank, cpRank, dpRank, bootstrapAddr, host, pool, RoleOptions.NONE, 0);
+    }
+
+    /** @param index the manager's launch index in its process (selects its advertised port) */
+    static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                             String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index) {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(mode), rank)
@@ -43,6 +49,15 @@ public final class RoleRunner {
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(java.time.Duration.ofMillis(config.bootstrapTimeoutMillis()));
         if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
+        if (mode == DisaggregationMode.PREFILL && opts.advertisePort(index) > 0) b.advertise(null, opts.advertisePort(index));
+        if (mode == DisaggregationMode.DECODE && opts.prefillInfoTimeoutMillis() > 0) {
+            b.prefillInfoTimeout(java.time.Duration.ofMillis(opts.prefillInfoTimeoutMillis()));
+        }
+        if (opts.heartbeatMillis() > 0 || opts.heartbeatMisses() > 0) {
+            KVManagerConfig defaults = KVManagerConfig.builder().build();
+            b.heartbeat(opts.heartbeatMillis() > 0 ? opts.heartbeatInterval() : defaults.heartbeatInterval(),
+                    opts.heartbeatMisses() > 0 ? opts.heartbeatMisses() : defaults.heartbeatMisses());
+        }
         KVManagerConfig mc = b.build();
         return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
     }
@@ -58,22 +73,49 @@ public final class RoleRunner {
     /** Runs the given TP ranks (of every PP stage) of one role in this JVM; prints one JSON line per rank. */
     public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
                                   String host, PrintStream out) throws Exception {
+        return runRole(mode, config, bootstrapAddr, ranks, host, out, RoleOptions.NONE);
+    }
+
+    /**
+     * As above with link settings. Prefill ranks print {@code endpoint I HOST:PORT} (their bound
+     * endpoint, launch index I) once started; decode rank 0 prints {@code progress CONCLUDED SUCCEEDED}
+     * as requests conclude. The reports are printed after teardown, with what was not returned:
+     * each rank's rooms and pool pages, and on the first report the process's threads, sockets and
+     * native memory beyond the baseline taken before any manager existed ({@link LeakCheck}).
+     */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                  String host, PrintStream out, RoleOptions opts) throws Exception {
+        LeakCheck.Snapshot baseline = LeakCheck.baseline();
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
+        List<RoleReport> reports = new ArrayList<>();
         ExecutorService exec = Executors.newFixedThreadPool(config.rankCount(mode));
+        Thread progressPrinter = null;
+        boolean poolsClosed = false;
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
             java.util.concurrent.atomic.AtomicInteger progress = new java.util.concurrent.atomic.AtomicInteger();
-            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress);
+            java.util.concurrent.atomic.AtomicInteger successes = new java.util.concurrent.atomic.AtomicInteger();
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts);
+            for (int i = 0; i < managers.size(); i++) {
+                if (managers.get(i) instanceof io.kvferry.conn.PrefillKVManager p) {
+                    java.net.InetSocketAddress ep = p.endpoint();
+                    String h = ep.getAddress() == null || ep.getAddress().isAnyLocalAddress() ? "127.0.0.1" : ep.getHostString();
+                    synchronized (out) {
+                        out.println("endpoint " + i + " " + h + ":" + ep.getPort());
+                        out.flush();
+                    }
+                }
+            }
             if (mode == DisaggregationMode.DECODE) {
-                // "progress N" lines let a parent (kvferry chaos) time a fault to land mid-transfer.
-                Thread.ofPlatform().daemon().start(() -> {
+                // "progress N S" lines let a parent (kvferry chaos) time a fault to land mid-transfer and watch recovery.
+                progressPrinter = Thread.ofPlatform().daemon().name("role-progress").start(() -> {
                     int last = 0;
-                    while (!Thread.currentThread().isInterrupted()) {
+                    while (true) {
                         int now = progress.get();
                         if (now != last) {
                             synchronized (out) {
-                                out.println("progress " + now);
+                                out.println("progress " + now + " " + successes.get());
                                 out.flush();
                             }
                             last = now;
@@ -86,25 +128,42 @@ public final class RoleRunner {
                     }
                 });
             }
-            boolean allOk = true;
             for (int i = 0; i < futures.size(); i++) {
-                // Leaks: rooms the manager still tracks plus pages/rows the driver never got back.
-                RoleReport rep = futures.get(i).get().withLeakedRooms(trackedRooms(managers.get(i)) + pools.get(i).outstanding());
-                allOk &= rep.failed() == 0 && rep.corrupted() == 0;
-                synchronized (out) {
-                    out.println(JSON.writeValueAsString(rep));
-                    out.flush();
-                }
+                RoleReport rep = futures.get(i).get();
+                // Rooms the manager still tracks and pages/rows the driver never got back, once every request concluded.
+                reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
+                        List.of())));
             }
-            return allOk;
         } finally {
+            if (progressPrinter != null) {
+                progressPrinter.interrupt();
+                progressPrinter.join(1000);
+            }
             exec.shutdownNow();
             for (KVManager m : managers) m.close();
             if (exec.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
                 for (RankPool p : pools) p.close();
+                poolsClosed = true;
             }
         }
+        // Teardown done: threads, sockets and native memory must be back to the baseline.
+        LeakCheck.Leaks proc = LeakCheck.since(baseline, LEAK_WAIT_MILLIS);
+        if (!poolsClosed) proc = proc.plus(new LeakCheck.Leaks(0, 0, 0, 0, 0, List.of("driver threads did not stop: pools not freed")));
+        boolean allOk = true;
+        for (int i = 0; i < reports.size(); i++) {
+            RoleReport rep = reports.get(i);
+            if (i == 0) rep = rep.withLeaks(rep.leaks().plus(proc));
+            allOk &= rep.failed() == 0 && rep.corrupted() == 0;
+            synchronized (out) {
+                out.println(JSON.writeValueAsString(rep));
+                out.flush();
+            }
+        }
+        return allOk;
     }
+
+    /** How long a torn-down role waits for its threads to exit and its sockets and memory to be released. */
+    static final long LEAK_WAIT_MILLIS = 2000;
 
     /** Rooms a manager still tracks (a leak once every request concluded). */
     static int trackedRooms(KVManager m) {
@@ -122,6 +181,14 @@ public final class RoleRunner {
     static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress) {
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE);
+    }
+
+    /** As above; decode rank 0 of stage 0 also counts verified successes in {@code successes} (may be null). */
+    static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress,
+                       java.util.concurrent.atomic.AtomicInteger successes, RoleOptions opts) {
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
@@ -131,9 +198,9 @@ public final class RoleRunner {
                     for (int r : tpRanks) {
                         long seed = w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r + 10_000L * cp + 100_000L * dp;
                         RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
-                                w.poolPages(), w.concurrency() + 2, seed);
+                                w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()));
                         pools.add(pool);
-                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool);
+                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size());
                         managers.add(m);
                         if (prefill) {
                             m.registerToBootstrap();
@@ -141,9 +208,10 @@ public final class RoleRunner {
                             futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
                                     config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults()).run()));
                         } else {
-                            java.util.concurrent.atomic.AtomicInteger p = r == 0 && stage == 0 ? progress : null;
+                            boolean first = r == 0 && stage == 0;
+                            java.util.concurrent.atomic.AtomicInteger p = first ? progress : null, ok = first ? successes : null;
                             futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p)
-                                    .withDeadline(deadline(config)).withFaults(config.faults()).run()));
+                                    .withSuccessCounter(ok).withDeadline(deadline(config)).withFaults(config.faults()).run()));
                         }
                     }
                 }
@@ -153,22 +221,43 @@ public final class RoleRunner {
 
     /** Reads a role process's stdout until it ends: report lines are parsed, other lines echoed to {@code progress}. */
     static List<RoleReport> readReports(Process p, String role, PrintStream progress) throws IOException {
-        return readReports(p, role, progress, null);
+        return readReports(p, role, progress, (java.util.function.Consumer<String>) null);
     }
 
-    /** As above; "progress N" lines from a decode process update {@code concluded}. */
+    /** As above; "progress N S" lines from a decode process update {@code concluded}. */
     static List<RoleReport> readReports(Process p, String role, PrintStream progress,
                                         java.util.concurrent.atomic.AtomicInteger concluded) throws IOException {
+        return readReports(p, role, progress, line -> {
+            if (concluded != null && line.startsWith("progress ")) concluded.set(Integer.parseInt(line.substring(9).trim().split(" ")[0]));
+        });
+    }
+
+    /**
+     * As above; the role's control lines ({@code progress N S} from a decode, {@code endpoint I HOST:PORT}
+     * from a prefill) go to {@code control} instead of {@code progress}.
+     */
+    static List<RoleReport> readReports(Process p, String role, PrintStream progress,
+                                        java.util.function.Consumer<String> control) throws IOException {
         List<RoleReport> reports = new ArrayList<>();
         try (java.io.BufferedReader r = new java.io.BufferedReader(
                 new java.io.InputStreamReader(p.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
             String line;
             while ((line = r.readLine()) != null) {
                 if (line.startsWith("{\"role\"")) reports.add(JSON.readValue(line, RoleReport.class));
-                else if (line.startsWith("progress ")) {
-                    if (concluded != null) concluded.set(Integer.parseInt(line.substring(9).trim()));
+                else if (line.startsWith("progress ") || line.startsWith("endpoint ")) {
+                    if (control != null) control.accept(line);
                 }
                 else if (progress != null) progress.println("[" + role + "] " + line);
+            }
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw e; // a report that does not parse is a bug, not a kill
+        } catch (IOException e) {
+            // Process.destroy closes the pipe under a blocked reader ("Stream closed"): a killed role just ends here.
+            try {
+                if (!p.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) throw e;
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+                throw e;
             }
         }
         return reports;
@@ -180,21 +269,54 @@ public final class RoleRunner {
 
     /** Starts {@code kvferry <role>} as a separate JVM with the same class path, sharing the options. */
     public static Process spawn(String role, BenchConfig config, String bootstrapAddr) throws IOException {
+        return spawn(role, config, bootstrapAddr, List.of(), List.of());
+    }
+
+    /**
+     * As above with extra JVM flags (kvferry chaos adds {@code -XX:NativeMemoryTracking=summary} for
+     * the leak check) and extra role arguments (e.g. {@link RoleOptions#args()}).
+     */
+    public static Process spawn(String role, BenchConfig config, String bootstrapAddr, List<String> jvmFlags,
+                                List<String> extraArgs) throws IOException {
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.add("--enable-native-access=ALL-UNNAMED");
         cmd.add("-Xmx1g");
+        cmd.addAll(jvmFlags);
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));
         cmd.add("io.kvferry.cli.Main");
         cmd.add(role);
-        cmd.addAll(roleArgs(config, bootstrapAddr));
+        cmd.addAll(withOverrides(roleArgs(config, bootstrapAddr), extraArgs));
         ProcessBuilder pb = new ProcessBuilder(cmd);
         pb.redirectError(ProcessBuilder.Redirect.INHERIT);
         pb.redirectInput(ProcessBuilder.Redirect.PIPE);
         // The token goes through the environment, not argv, so it does not show in process listings.
         if (config.authToken() != null) pb.environment().put("KVFERRY_AUTH_TOKEN", config.authToken());
         return pb.start();
+    }
+
+    /**
+     * The shared arguments followed by the extra ones; a valued option given in both (e.g. {@code --seed}
+     * for a soak cycle) takes the extra one's value.
+     */
+    static List<String> withOverrides(List<String> shared, List<String> extra) {
+        java.util.Set<String> overridden = new java.util.HashSet<>();
+        for (int i = 0; i + 1 < extra.size(); i++) {
+            if (extra.get(i).startsWith("--") && !extra.get(i + 1).startsWith("--")) overridden.add(extra.get(i));
+        }
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < shared.size(); i++) {
+            String a = shared.get(i);
+            boolean valued = i + 1 < shared.size() && !shared.get(i + 1).startsWith("--");
+            if (overridden.contains(a) && valued) {
+                i++; // drop the option and its value
+                continue;
+            }
+            out.add(a);
+        }
+        out.addAll(extra);
+        return out;
     }
 
     static List<String> roleArgs(BenchConfig c, String bootstrapAddr) {

@@ -12,13 +12,20 @@ import java.util.concurrent.Callable;
 /** The fault harness: real processes, one injected fault, and a pass/fail verdict. */
 @Command(name = "chaos", mixinStandardHelpOptions = true,
         description = {"Start a registry, a prefill and a decode as separate processes, drive the bench workload, inject "
-                + "one fault and report: requests, succeeded, failed, hung, corrupted, leaked, detect_ms.",
-                "Passes (exit 0) when hung == 0, corrupted == 0 and leaked == 0."})
+                + "one fault and report: requests, succeeded, failed, hung, corrupted, leaked (rooms, pages, threads, sockets, "
+                + "native memory not returned), detect_ms.",
+                "Passes (exit 0) when hung == 0, corrupted == 0 and leaked == 0, and for restart-* and partition when requests "
+                + "succeeded again after the fault (partition: and both sides detected the blackholed link)."})
 public final class ChaosCommand implements Callable<Integer> {
     @Option(names = "--scenario", required = true,
-            description = "kill-prefill, kill-decode, restart-prefill, restart-decode, bad-frames, abort-storm, slow-decode "
-                    + "or failure-injection.")
+            description = "kill-prefill, kill-decode, restart-prefill, restart-decode, bad-frames, abort-storm, slow-decode, "
+                    + "failure-injection or partition.")
     String scenario;
+
+    @Option(names = "--duration", defaultValue = "0",
+            description = "Soak: repeat the load/fault cycle (fresh processes each time) until this much time passed and "
+                    + "report the sums, e.g. 60s, 5m, 90 (seconds). Default: one cycle.")
+    String duration;
 
     @Option(names = "--fault-after-ms", defaultValue = "200",
             description = "Inject the fault this long after the first requests concluded (mid-transfer). Default: ${DEFAULT-VALUE}.")
@@ -46,12 +53,52 @@ public final class ChaosCommand implements Callable<Integer> {
         // Requests whose peer died before it sent metadata fail by the bootstrap timeout: keep it short here.
         config = config.withFaultTimeouts(config.bootstrapTimeoutMillis() > 0 ? config.bootstrapTimeoutMillis() : 2000,
                 config.deadlineMillis() > 0 ? config.deadlineMillis() : 120_000);
-        ChaosRunner.Result r = new ChaosRunner(config, System.err, faultAfterMs).run(scenario);
-        System.out.printf("scenario=%s requests=%d succeeded=%d failed=%d hung=%d corrupted=%d leaked=%d detect_ms=%s%s -> %s%n",
-                r.scenario(), r.requests(), r.succeeded(), r.failed(), r.hung(), r.corrupted(), r.leaked(), r.detectMs(),
-                r.recovered() == null ? "" : " recovered=" + r.recovered(), r.passed() ? "PASS" : "FAIL");
+        long durationMs;
+        try {
+            durationMs = parseDuration(duration);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry chaos: " + e.getMessage());
+            return 2;
+        }
+        ChaosRunner.Result r;
+        try {
+            r = new ChaosRunner(config, System.err, faultAfterMs).withDuration(durationMs).run(scenario);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry chaos: " + e.getMessage());
+            return 2;
+        }
+        System.out.printf("scenario=%s requests=%d succeeded=%d failed=%d hung=%d corrupted=%d leaked=%d leaks=%s detect_ms=%s%s%s%s -> %s%n",
+                r.scenario(), r.requests(), r.succeeded(), r.failed(), r.hung(), r.corrupted(), r.leaked(), r.leaks(),
+                r.detectMs(), r.recovered() == null ? "" : " recovered=" + r.recovered(),
+                r.detected() == null ? "" : " detected=" + r.detected(), r.cycles() > 1 ? " cycles=" + r.cycles() : "",
+                r.passed() ? "PASS" : "FAIL");
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(new ObjectMapper().writeValueAsString(r));
         return r.passed() ? 0 : 1;
+    }
+
+    /** "90", "90s", "1500ms", "5m", "1h" → milliseconds; "0" = one cycle. */
+    static long parseDuration(String d) {
+        String v = d.trim().toLowerCase(java.util.Locale.ROOT);
+        long unit = 1000;
+        if (v.endsWith("ms")) {
+            unit = 1;
+            v = v.substring(0, v.length() - 2);
+        } else if (v.endsWith("s")) {
+            v = v.substring(0, v.length() - 1);
+        } else if (v.endsWith("m")) {
+            unit = 60_000;
+            v = v.substring(0, v.length() - 1);
+        } else if (v.endsWith("h")) {
+            unit = 3_600_000;
+            v = v.substring(0, v.length() - 1);
+        }
+        try {
+            long n = Long.parseLong(v.trim());
+            if (n < 0) throw new NumberFormatException();
+            return Math.multiplyExact(n, unit);
+        } catch (NumberFormatException | ArithmeticException e) {
+            throw new IllegalArgumentException("--duration must be a non-negative time like 60s, 5m or 90, got '" + d + "'");
+        }
     }
 }

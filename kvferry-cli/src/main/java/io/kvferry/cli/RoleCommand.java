@@ -2,6 +2,7 @@ package io.kvferry.cli;
 
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.bench.BenchConfig;
+import io.kvferry.bench.RoleOptions;
 import io.kvferry.bench.RoleRunner;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -27,6 +28,23 @@ abstract class RoleCommand implements Callable<Integer> {
     @Option(names = "--exit-on-stdin-eof", description = "Exit when standard input closes (the parent process died).")
     boolean exitOnStdinEof;
 
+    @Option(names = "--advertise-port", split = ",", hidden = true,
+            description = "prefill: port each rank publishes in the registry instead of its bound one, in launch order "
+                    + "(kvferry chaos --scenario partition: a fault proxy's port).")
+    java.util.List<Integer> advertisePorts;
+
+    @Option(names = "--heartbeat-ms", defaultValue = "0", hidden = true,
+            description = "Heartbeat interval of the control connections in ms (0 = library default).")
+    long heartbeatMs;
+
+    @Option(names = "--heartbeat-misses", defaultValue = "0", hidden = true,
+            description = "Heartbeats missed before a control connection is declared dead (0 = library default).")
+    int heartbeatMisses;
+
+    @Option(names = "--prefill-info-timeout-ms", defaultValue = "0", hidden = true,
+            description = "decode: how long a room retries a registered prefill that refuses connections (0 = library default).")
+    long prefillInfoTimeoutMs;
+
     abstract DisaggregationMode mode();
 
     @Override
@@ -51,6 +69,13 @@ abstract class RoleCommand implements Callable<Integer> {
                 Runtime.getRuntime().halt(3);
             });
         }
+        RoleOptions opts;
+        try {
+            opts = new RoleOptions(advertisePorts, heartbeatMs, heartbeatMisses, prefillInfoTimeoutMs);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": " + e.getMessage());
+            return 2;
+        }
         int tp = config.tp(mode());
         java.util.List<Integer> serve = ranks == null ? java.util.stream.IntStream.range(0, tp).boxed().toList() : ranks;
         for (int r : serve) {
@@ -59,6 +84,6 @@ abstract class RoleCommand implements Callable<Integer> {
                 return 2;
             }
         }
-        return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out) ? 0 : 1;
+        return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out, opts) ? 0 : 1;
     }
 }
