@@ -5,7 +5,7 @@ import io.kvferry.api.DisaggregationMode;
 /**
  * Everything a bench run or a role process needs to agree on.
  *
- * @param transport       tcp, inproc or fake
+ * @param transport       tcp, inproc, shm, ucx, auto or fake
  * @param prefillTp       attention-TP size of the prefill instance
  * @param decodeTp        attention-TP size of the decode instance
  * @param prefillPp       pipeline stages of the prefill instance
@@ -16,11 +16,29 @@ import io.kvferry.api.DisaggregationMode;
  * @param bootstrapTimeoutMillis prefill bootstrap timeout; 0 = library default (300 s)
  * @param deadlineMillis  drivers stop after this long and report unfinished requests as hung; 0 = never
  * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
+ * @param tcpStripes      TCP connections per decode link for data (1 = the control connection only)
  */
 public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
                           int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
                           String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis,
-                          Faults faults) {
+                          Faults faults, int tcpStripes) {
+    public BenchConfig {
+        if (tcpStripes < 1) tcpStripes = 1;
+    }
+
+    public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
+                       int decodePp, int prefillCp, boolean allCpRanks, int prefillDp, String authToken, int transferWorkers,
+                       long bootstrapTimeoutMillis, long deadlineMillis, Faults faults) {
+        this(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp,
+                authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, 1);
+    }
+
+    /** The same run with this many TCP stripes per decode link. */
+    public BenchConfig withTcpStripes(int n) {
+        return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, n);
+    }
+
     /**
      * Faults the drivers inject (kvferry chaos).
      *
@@ -43,7 +61,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with injected faults. */
     public BenchConfig withFaults(Faults f) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, f);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, f, tcpStripes);
     }
 
     /** Without fault-harness settings (library timeouts, no deadline). */
@@ -56,7 +74,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with a prefill bootstrap timeout and a driver deadline (for fault injection). */
     public BenchConfig withFaultTimeouts(long bootstrapTimeoutMs, long deadlineMs) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs, faults);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs, faults, tcpStripes);
     }
 
     /** Given TP and PP; no CP or DP. */

@@ -13,6 +13,14 @@ import java.util.Map;
  * @param ratioToMemcpy     gbps / memcpy_gbps
  * @param iperf3Gbps        single-stream iperf3 over loopback, same run (null unless asked for and installed)
  * @param ratioToIperf3     gbps / iperf3_gbps
+ * @param tcpStripes        TCP connections per decode link (tcp data path)
+ * @param dataPaths         succeeded requests per data path they actually took (e.g. {"shm": 64})
+ * @param datapathGbps      bytes the prefill data paths moved ÷ time the transfer workers spent inside them (summed
+ *                          over workers): the transport's own per-thread bandwidth, without the bench's pattern fill
+ *                          and verification, comparable with the single-thread memcpy baseline
+ * @param ratioDatapathToMemcpy datapath_gbps / memcpy_gbps
+ * @param ucxPerftestGbps   ucx_perftest -t ucp_put_bw at the page size, same run (ucx only; null when not measured)
+ * @param ratioDatapathToUcxPerftest datapath_gbps / ucx_perftest_gbps
  */
 public record BenchResult(
         String model, String transport, boolean processes,
@@ -33,4 +41,10 @@ public record BenchResult(
         @JsonProperty("ratio_to_memcpy") double ratioToMemcpy,
         @JsonProperty("iperf3_gbps") Double iperf3Gbps,
         @JsonProperty("ratio_to_iperf3") Double ratioToIperf3,
+        @JsonProperty("tcp_stripes") int tcpStripes,
+        @JsonProperty("data_paths") Map<String, Long> dataPaths,
+        @JsonProperty("datapath_gbps") double datapathGbps,
+        @JsonProperty("ratio_datapath_to_memcpy") double ratioDatapathToMemcpy,
+        @JsonProperty("ucx_perftest_gbps") Double ucxPerftestGbps,
+        @JsonProperty("ratio_datapath_to_ucx_perftest") Double ratioDatapathToUcxPerftest,
         @JsonProperty("first_failures") List<String> firstFailures) {}

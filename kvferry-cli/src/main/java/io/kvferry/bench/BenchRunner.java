@@ -62,13 +62,17 @@ public final class BenchRunner {
         long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
         double memcpy = memcpyBaseline ? MemcpyBaseline.measure(itemBytes) : 0;
         double iperf = iperf3 ? IperfBaseline.measure() : -1;
+        double ucxPerftest = memcpyBaseline && "ucx".equals(config.transport()) ? UcxPerftestBaseline.measure(itemBytes) : -1;
+        if ("ucx".equals(config.transport()) && memcpyBaseline && ucxPerftest < 0 && progressOut != null) {
+            progressOut.println("[bench] ucx_perftest baseline unavailable (install it: apt-get install ucx-utils)");
+        }
         if (iperf3 && iperf < 0 && progressOut != null) {
             progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
         }
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
             String addr = "127.0.0.1:" + registry.port();
             List<RoleReport> reports = processes ? runProcesses(addr) : runEmbedded(addr);
-            return merge(reports, processes, memcpy, iperf);
+            return merge(reports, processes, memcpy, iperf, ucxPerftest);
         }
     }
 
@@ -186,18 +190,23 @@ public final class BenchRunner {
 
     // ------------------------------------------------------------------ merge
 
-    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf) {
+    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf, double ucxPerftest) {
         int n = config.workload().requests();
         Set<Integer> failedIdx = new HashSet<>();
         long verified = 0;
         double elapsed = 0;
         int corrupted = 0;
+        long pathBytes = 0, pathNanos = 0;
+        Map<String, Long> paths = new java.util.TreeMap<>();
         Histogram h = new Histogram(3);
         List<String> failures = new ArrayList<>();
         for (RoleReport r : reports) {
             failedIdx.addAll(r.failedRequests());
             for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(r.role() + "[" + r.rank() + "]: " + f);
+            pathBytes += r.datapathBytes();
+            pathNanos += r.datapathBusyNanos();
             if (r.role().equals("decode")) {
+                r.dataPaths().forEach((k, v) -> paths.merge(k, v, Long::sum));
                 verified += r.bytes();
                 elapsed = Math.max(elapsed, r.elapsedSeconds());
                 corrupted += r.corrupted();
@@ -214,7 +223,11 @@ public final class BenchRunner {
                 config.shape().mla(), config.shape().kvHeads(), n, n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
                 memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,
-                iperf > 0 ? round(gbps / iperf) : null, failures);
+                iperf > 0 ? round(gbps / iperf) : null, config.tcpStripes(), paths,
+                round(pathNanos > 0 ? pathBytes / (double) pathNanos : 0),
+                memcpy > 0 && pathNanos > 0 ? round(pathBytes / (double) pathNanos / memcpy) : 0,
+                ucxPerftest > 0 ? round(ucxPerftest) : null,
+                ucxPerftest > 0 && pathNanos > 0 ? round(pathBytes / (double) pathNanos / ucxPerftest) : null, failures);
     }
 
     private static double round(double v) {

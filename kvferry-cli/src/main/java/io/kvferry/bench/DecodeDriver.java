@@ -91,6 +91,7 @@ public final class DecodeDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
+        java.util.Map<String, Long> dataPaths = new java.util.TreeMap<>();
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
@@ -137,8 +138,10 @@ public final class DecodeDriver {
                         ok++;
                         if (successes != null) successes.incrementAndGet();
                         bytes += pool.requestBytes(f.pages.length);
-                        Double lat = f.receiver.getTransferMetric().transferLatencySeconds();
+                        io.kvferry.api.KVTransferMetric metric = f.receiver.getTransferMetric();
+                        Double lat = metric.transferLatencySeconds();
                         if (lat != null) latencies.add((long) (lat * 1e6));
+                        dataPaths.merge(metric.transport() == null ? "none" : metric.transport(), 1L, Long::sum);
                     } else {
                         corrupted++;
                         failedIdx.add(f.req.index());
@@ -172,7 +175,7 @@ public final class DecodeDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
-                firstFailureAt, 0, failureTimes, null);
+                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0);
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;

@@ -22,14 +22,41 @@ import java.util.List;
  *                        timeouts (bootstrap / waiting timeout): what detection times are measured with
  * @param leaks           what was not returned: rooms and pool pages/rows of this rank; the process's
  *                        threads, sockets and native memory after teardown on its first report only
+ * @param dataPaths       decode: succeeded requests per data path they took (tcp, shm, ucx, inproc; '+'-joined when mixed)
+ * @param datapathBytes   prefill: bytes its data paths moved
+ * @param datapathBusyNanos prefill: time its transfer workers spent inside the data paths, summed over workers
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
                          int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
-                         LeakCheck.Leaks leaks) {
+                         LeakCheck.Leaks leaks, java.util.Map<String, Long> dataPaths, long datapathBytes,
+                         long datapathBusyNanos) {
     public RoleReport {
         failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
+        dataPaths = dataPaths == null ? java.util.Map.of() : java.util.Map.copyOf(dataPaths);
+    }
+
+    public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
+                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                      int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
+                      LeakCheck.Leaks leaks) {
+        this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
+                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, java.util.Map.of(), 0, 0);
+    }
+
+    /** The same report with the data paths its succeeded requests took. */
+    public RoleReport withDataPaths(java.util.Map<String, Long> paths) {
+        return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
+                firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, paths, datapathBytes,
+                datapathBusyNanos);
+    }
+
+    /** The same report with the prefill manager's data-path figures. */
+    public RoleReport withDataPathStats(long bytes, long busyNanos) {
+        return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
+                latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
+                bytes, busyNanos);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -47,6 +74,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     /** The same report with what was not returned; {@code leakedRooms} becomes its total. */
     public RoleReport withLeaks(LeakCheck.Leaks l) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
-                firstFailures, hung, firstFailureAtMillis, l.total(), failureTimesMillis, l);
+                firstFailures, hung, firstFailureAtMillis, l.total(), failureTimesMillis, l, dataPaths, datapathBytes,
+                datapathBusyNanos);
     }
 }

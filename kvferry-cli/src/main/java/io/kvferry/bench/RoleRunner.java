@@ -46,6 +46,7 @@ public final class RoleRunner {
                 .authToken(config.authToken())
                 .listenHost(host);
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
+        b.tcpStripes(config.tcpStripes());
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(java.time.Duration.ofMillis(config.bootstrapTimeoutMillis()));
         if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
@@ -131,6 +132,10 @@ public final class RoleRunner {
             for (int i = 0; i < futures.size(); i++) {
                 RoleReport rep = futures.get(i).get();
                 // Rooms the manager still tracks and pages/rows the driver never got back, once every request concluded.
+                if (managers.get(i) instanceof io.kvferry.conn.PrefillKVManager p) {
+                    io.kvferry.conn.PrefillKVManager.DataPathStats st = p.dataPathStats();
+                    rep = rep.withDataPathStats(st.bytes(), st.busyNanos());
+                }
                 reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
                         List.of())));
             }
@@ -333,6 +338,7 @@ public final class RoleRunner {
                 "--prefix-every", Integer.toString(w.prefixEvery()),
                 "--seed", Long.toString(w.seed()),
                 "--transport", c.transport(),
+                "--tcp-stripes", Integer.toString(c.tcpStripes()),
                 "--prefill-tp", Integer.toString(c.prefillTp()),
                 "--decode-tp", Integer.toString(c.decodeTp()),
                 "--prefill-pp", Integer.toString(c.prefillPp()),

@@ -41,8 +41,14 @@ public final class WorkloadOptions {
     @Option(names = "--seed", defaultValue = "42", description = "Seed of rooms, lengths and page layouts. Default: ${DEFAULT-VALUE}.")
     long seed;
 
-    @Option(names = "--transport", defaultValue = "tcp", description = "Transfer backend: tcp, inproc, fake. Default: ${DEFAULT-VALUE}.")
+    @Option(names = "--transport", defaultValue = "tcp",
+            description = "Transfer backend: tcp, inproc (one JVM), shm (same host: decode pools in /dev/shm), ucx (UCX one-sided puts), "
+                    + "auto (shm, else ucx, else tcp), fake. Default: ${DEFAULT-VALUE}.")
     String transport;
+
+    @Option(names = "--tcp-stripes", defaultValue = "1",
+            description = "TCP connections per decode link carrying data (rooms spread over them). Default: ${DEFAULT-VALUE}.")
+    int tcpStripes;
 
     @Option(names = "--tp", defaultValue = "1",
             description = "Attention-TP size of prefill and decode (each overridable below). Default: ${DEFAULT-VALUE}.")
@@ -104,6 +110,7 @@ public final class WorkloadOptions {
         if (!KVFerry.BACKENDS.contains(transport)) {
             throw new IllegalArgumentException("--transport must be one of " + KVFerry.BACKENDS + ", got '" + transport + "'");
         }
+        if (tcpStripes < 1 || tcpStripes > 64) throw new IllegalArgumentException("--tcp-stripes must be in [1, 64], got " + tcpStripes);
         int p = prefillTp == null ? tp : prefillTp, d = decodeTp == null ? tp : decodeTp;
         if (p < 1 || d < 1) throw new IllegalArgumentException("--tp, --prefill-tp and --decode-tp must be >= 1");
         if (Math.max(p, d) % Math.min(p, d) != 0) {
@@ -151,7 +158,7 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb));
+                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb), tcpStripes);
     }
 
     /** Bench pool limits the options are checked against. */

@@ -335,7 +335,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             conn.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend, engineRank,
                     config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(),
                     (config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0) | (config.tcpStripes() << Hello.STRIPES_SHIFT), offers));
-            ControlMessage reply = conn.read();
+            ControlMessage reply = readSkippingHeartbeats(conn);
             if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
             if (!ack.accepted()) throw new IOException("prefill rank at " + key + " refused registration: " + ack.error());
             PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
@@ -384,7 +384,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
                 c.send(new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend, engineRank,
                         config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(),
                         Hello.FLAG_STRIPE | (k << Hello.STRIPE_INDEX_SHIFT)));
-                ControlMessage reply = c.read();
+                ControlMessage reply = readSkippingHeartbeats(c);
                 if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
                 if (!ack.accepted()) throw new IOException("prefill rank at " + link.endpoint + " refused data stripe " + k + ": " + ack.error());
             } finally {
@@ -392,6 +392,14 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             }
             link.stripes.add(c);
         }
+    }
+
+    private static ControlMessage readSkippingHeartbeats(ControlConnection c) throws IOException {
+        ControlMessage m;
+        do {
+            m = c.read();
+        } while (m instanceof io.kvferry.protocol.Heartbeat);
+        return m;
     }
 
     // ------------------------------------------------------------------ reader thread
@@ -417,7 +425,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         } catch (EOFException e) {
             why = "connection closed by prefill";
         } catch (IOException e) {
-            why = e.getMessage();
+            why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
             if (!closed) log.warn("connection to {}: {}", link, why);
         } finally {
             String reason = conn.closeReason();

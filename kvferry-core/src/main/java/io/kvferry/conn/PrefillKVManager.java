@@ -154,6 +154,7 @@ public final class PrefillKVManager implements KVManager {
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.scheduleWithFixedDelay(() -> {
             for (PeerSession s : sessions) {
+                if (s.hello == null) continue; // not registered yet: the HELLO deadline covers it, and HELLO_ACK must come first
                 if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
             }
         }, beat / 2, beat / 2, TimeUnit.NANOSECONDS);
@@ -509,7 +510,7 @@ public final class PrefillKVManager implements KVManager {
         } catch (EOFException e) {
             why = "connection closed by decode";
         } catch (IOException e) {
-            why = e.getMessage();
+            why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
             if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", session, why);
         } finally {
             String reason = session.connection.closeReason();
@@ -575,7 +576,7 @@ public final class PrefillKVManager implements KVManager {
                 try {
                     return source(provider).connect(offer.blob(), h.memory(), session.toString());
                 } catch (TransportUnavailableException e) {
-                    why = e.getMessage();
+                    why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {
                     why = "unusable offer: " + e.getMessage();
                     log.warn("decode session {}: {} offer refused: {}", session, name, e.getMessage());

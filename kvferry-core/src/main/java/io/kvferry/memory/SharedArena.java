@@ -9,8 +9,9 @@ import java.lang.foreign.MemorySegment;
  * An {@link Arena} whose segments live in one {@link SharedMemory} file: the drop-in replacement
  * for {@code Arena.ofShared()} when allocating KV pools (and aux/state buffers) that a same-host
  * peer should write directly. Allocation bumps a pointer through the file (the file is sparse, so
- * reserving more than is used costs address space, not memory); segments are zero-filled, may be
+ * reserving more than is allocated costs address space, not memory); segments are zero-filled, may be
  * used from any thread, and all become invalid when the arena closes, which also deletes the file.
+ * Each allocation is backed at once (its pages are touched), so transfers into it never fault.
  */
 public final class SharedArena implements Arena {
     private final SharedMemory memory;
@@ -47,8 +48,22 @@ public final class SharedArena implements Arena {
                     + byteSize + " more bytes (" + next + " used)");
         }
         next = start + byteSize;
-        return all.asSlice(start, byteSize, byteAlignment);
+        MemorySegment seg = all.asSlice(start, byteSize, byteAlignment);
+        prefault(seg);
+        return seg;
     }
+
+    /**
+     * Touches every page of a new allocation (writing the zero it already holds), so tmpfs backs it
+     * now and the transfer path never takes a first-touch page fault — as an engine zero-filling
+     * its KV pool would. A file page fault costs far more than a copy of the page (measured in
+     * docs/PERFORMANCE.md), so it belongs to set-up, not to a request.
+     */
+    private static void prefault(MemorySegment seg) {
+        for (long off = 0; off < seg.byteSize(); off += PAGE) seg.set(java.lang.foreign.ValueLayout.JAVA_BYTE, off, (byte) 0);
+    }
+
+    private static final long PAGE = 4096;
 
     @Override
     public MemorySegment.Scope scope() {

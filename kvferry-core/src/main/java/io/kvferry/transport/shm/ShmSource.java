@@ -70,7 +70,10 @@ final class ShmSource implements SourceTransport {
                 if (e.offset() > file.byteSize() || e.length() > file.byteSize() - e.offset()) {
                     throw new IOException("shm offer window [" + e.offset() + ", +" + e.length() + ") lies outside " + e.path());
                 }
-                targets.put(e.region(), e.component(), e.buffer(), file.asSlice(e.offset(), e.length()));
+                MemorySegment window = file.asSlice(e.offset(), e.length());
+                // Map every page now (registration time), so no copy of a request takes a page fault.
+                window.load();
+                targets.put(e.region(), e.component(), e.buffer(), window);
             }
             targets.requireComplete(peer);
             Fence.claim(fence, slot, ProcessHandle.current().pid(),
