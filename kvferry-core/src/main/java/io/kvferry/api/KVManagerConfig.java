@@ -135,7 +135,7 @@ public record KVManagerConfig(
         private double failureInjectionProbability;
         private String advertiseHost;
         private int advertisePort;
-        private Duration heartbeatInterval = Duration.ofSeconds(1);
+        private Duration heartbeatInterval = Duration.ofSeconds(2);
         private int heartbeatMisses = 5;
         private Duration abortAckTimeout = Duration.ofSeconds(5);
         private int tcpStripes = 1;

@@ -59,6 +59,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private static final Logger log = LoggerFactory.getLogger(DecodeKVManager.class);
     /** How long clear() waits for a landing write before cutting the link it comes on. */
     static final long LANDING_DRAIN_MILLIS = 2000;
+    private static final long TEARDOWN_REVOKE_NANOS = 1_000_000_000L;
     static final String DEFAULT_PREFILL_FAILURE = "Failed to get kvcache from prefill instance, it might be dead";
 
     private final KVManagerConfig config;
@@ -527,8 +528,13 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         }
         if (affected > 0) log.warn("Lost connection with {} ({}): {} requests affected", link, why, affected);
         LinkOffer offer = link.oneSided;
-        if (offer != null && !offer.revoke(config.abortAckTimeout())) {
-            log.error("could not confirm that {} stopped writing after the connection was lost", link);
+        if (offer != null) {
+            // Revoked at once, off this reader thread; a clear() of the link's rooms waits for it (revoke is idempotent).
+            Thread.ofPlatform().daemon().name("kvferry-decode-revoke-" + engineRank).start(() -> {
+                if (!offer.revoke(config.abortAckTimeout())) {
+                    log.error("could not confirm that {} stopped writing after the connection was lost", link);
+                }
+            });
         }
     }
 
@@ -646,9 +652,12 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             }
         }
         timer.shutdownNow();
+        // Bounded: every link gets what is left of one second (the transports also deregister below).
+        long revokeDeadline = System.nanoTime() + TEARDOWN_REVOKE_NANOS;
         for (PrefillLink l : all) {
-            if (l.oneSided != null && !l.oneSided.revoke(config.abortAckTimeout())) {
-                log.error("teardown: could not confirm that {} stopped writing", l);
+            Duration left = Duration.ofNanos(Math.max(0, revokeDeadline - System.nanoTime()));
+            if (l.oneSided != null && !l.oneSided.revoke(left)) {
+                log.warn("teardown: could not confirm that {} stopped writing", l);
             }
         }
         for (DestinationTransport d : destinations) d.close();

@@ -574,7 +574,7 @@ public final class PrefillKVManager implements KVManager {
                 why = provider.unavailableReason();
             } else {
                 try {
-                    return source(provider).connect(offer.blob(), h.memory(), session.toString());
+                    return source(provider).connect(offer.blob(), h.memory(), h.sessionId() + " (" + session.connection.peer() + ")");
                 } catch (TransportUnavailableException e) {
                     why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {
@@ -850,13 +850,9 @@ public final class PrefillKVManager implements KVManager {
 
     private void closeAfterFailing(PeerSession session, DataPath path) {
         if (!path.oneSided() || closed) return; // teardown closes every path itself
-        // Runs once the session's rooms were failed (the caller continues to fail them right after):
-        // queued on the timer so this reader thread is not blocked while writers wind down.
-        try {
-            timer.execute(path::close);
-        } catch (java.util.concurrent.RejectedExecutionException e) {
-            path.close();
-        }
+        // Runs once the session's rooms were failed (the caller continues to fail them right after), on
+        // its own thread: neither this reader nor the timer (heartbeats!) waits while writers wind down.
+        Thread.ofPlatform().daemon().name("kvferry-prefill-unmap-" + engineRank).start(path::close);
     }
 
     private void sendQuietly(PeerSession session, ControlMessage m) {
