@@ -81,6 +81,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private static final long TOPOLOGY_RETRY_NANOS = 1_000_000_000L;
     private final ScheduledExecutorService timer;
     private final Object linkSetup = new Object();
+    /** Threads revoking lost links' offers (a revoke that cannot confirm waits its timeout); teardown interrupts them. */
+    private final java.util.Set<Thread> revokers = ConcurrentHashMap.newKeySet();
     /** One-sided transports this rank offers, in preference order (empty for tcp and inproc). */
     private final List<DestinationTransport> destinations;
     private volatile boolean closed;
@@ -530,11 +532,17 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         LinkOffer offer = link.oneSided;
         if (offer != null) {
             // Revoked at once, off this reader thread; a clear() of the link's rooms waits for it (revoke is idempotent).
-            Thread.ofPlatform().daemon().name("kvferry-decode-revoke-" + engineRank).start(() -> {
-                if (!offer.revoke(config.abortAckTimeout())) {
-                    log.error("could not confirm that {} stopped writing after the connection was lost", link);
+            Thread t = Thread.ofPlatform().daemon().name("kvferry-decode-revoke-" + engineRank).unstarted(() -> {
+                try {
+                    if (!offer.revoke(config.abortAckTimeout())) {
+                        log.warn("could not confirm that {} stopped writing after the connection was lost", link);
+                    }
+                } finally {
+                    revokers.remove(Thread.currentThread());
                 }
             });
+            revokers.add(t);
+            t.start();
         }
     }
 
@@ -652,6 +660,14 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             }
         }
         timer.shutdownNow();
+        for (Thread t : revokers) t.interrupt(); // teardown bounds the wait itself, below
+        for (Thread t : revokers) {
+            try {
+                t.join(1000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
         // Bounded: every link gets what is left of one second (the transports also deregister below).
         long revokeDeadline = System.nanoTime() + TEARDOWN_REVOKE_NANOS;
         for (PrefillLink l : all) {
