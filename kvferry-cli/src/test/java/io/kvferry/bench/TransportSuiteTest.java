@@ -62,6 +62,16 @@ class TransportSuiteTest {
         assertTrue(r.verifiedBytes() > 64L << 20, "verified only " + r.verifiedBytes() + " bytes");
     }
 
+    /** Rooms spread over three connections; the prefill exits right after its last status (which must not be lost). */
+    @org.junit.jupiter.api.Test
+    @Timeout(300)
+    void stripedTcpKeepsEveryRoomsWritesAndStatusInOrder() throws Exception {
+        Workload w = new Workload(48, 900, 16, 256, 4, 8, 20261203L);
+        BenchResult r = run(new BenchConfig(ModelShape.preset("tiny-hybrid"), w, "tcp", 1, "suite-token").withTcpStripes(3));
+        assertAllExact(r, 48, "tcp");
+        assertEquals(3, r.tcpStripes());
+    }
+
     @ParameterizedTest(name = "{0}")
     @ValueSource(strings = {"tcp", "shm", "auto", "ucx"})
     @Timeout(300)

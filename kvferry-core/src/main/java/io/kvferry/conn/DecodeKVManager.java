@@ -60,6 +60,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     /** How long clear() waits for a landing write before cutting the link it comes on. */
     static final long LANDING_DRAIN_MILLIS = 2000;
     private static final long TEARDOWN_REVOKE_NANOS = 1_000_000_000L;
+    /** How long a stripe that saw the prefill close waits for the link's other stripes to drain. */
+    private static final long STRIPE_DRAIN_MILLIS = 500;
     static final String DEFAULT_PREFILL_FAILURE = "Failed to get kvcache from prefill instance, it might be dead";
 
     private final KVManagerConfig config;
@@ -518,6 +520,20 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     }
 
     private void onLinkLost(PrefillLink link, String why) {
+        if (why.startsWith("connection closed by prefill") && !link.stripes.isEmpty()) {
+            // A clean close can overtake a room's last frames still queued on another stripe (its STATUS):
+            // let the other readers reach their own end of stream before anything is failed.
+            List<Thread> readers = new ArrayList<>(link.stripeReaders);
+            readers.add(link.reader);
+            for (Thread r : readers) {
+                if (r == null || r == Thread.currentThread()) continue;
+                try {
+                    r.join(STRIPE_DRAIN_MILLIS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
         link.closeAll(why);
         links.remove(link.endpoint, link);
         if (closed) return;
