@@ -1,0 +1,175 @@
+package io.kvferry.ucx;
+
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.protocol.Region;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.SourceTransport;
+import io.kvferry.transport.TransportUnavailableException;
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpMemMapParams;
+import org.openucx.jucx.ucp.UcpMemory;
+import org.openucx.jucx.ucp.UcpParams;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * A prefill rank's side of ucx: a UCP context with its source memory registered, and one
+ * {@link UcxEngine} (worker + progress thread) shared by every decode link and transfer worker.
+ *
+ * <p><b>Owners.</b> The context and the source registrations belong to this object (made in
+ * {@link #open} on the caller's thread before the engine thread starts, released in {@link #close}
+ * after it stopped). Everything made from the worker belongs to the engine thread.
+ */
+final class UcxSource implements SourceTransport {
+    private static final Logger log = LoggerFactory.getLogger(UcxSource.class);
+
+    private final UcpContext context;
+    private final List<UcpMemory> registrations;
+    private final UcxEngine engine;
+    private boolean closed;
+
+    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine) {
+        this.context = context;
+        this.registrations = registrations;
+        this.engine = engine;
+    }
+
+    /** Registers every source buffer (so UCX's zero-copy sends find it registered) and starts the engine. */
+    static UcxSource open(RegisteredMemory memory, int engineRank) throws IOException {
+        UcpContext ctx;
+        try {
+            ctx = new UcpContext(new UcpParams().requestRmaFeature().requestWakeupFeature());
+        } catch (RuntimeException e) {
+            throw new IOException("UCX cannot open a context: " + e.getMessage(), e);
+        }
+        List<UcpMemory> regs = new ArrayList<>();
+        try {
+            for (Region region : Region.values()) {
+                int components = region == Region.STATE ? memory.stateComponentCount() : 1;
+                for (int c = 0; c < components; c++) {
+                    for (int b = 0; ; b++) {
+                        MemorySegment seg = memory.segmentOrNull(region, c, b);
+                        if (seg == null) break;
+                        try {
+                            regs.add(ctx.memoryMap(new UcpMemMapParams().setAddress(seg.address()).setLength(seg.byteSize())
+                                    .setMemoryType(MemoryType.HOST.ucsOrdinal())));
+                        } catch (RuntimeException e) {
+                            throw new IOException("UCX cannot register source " + region + " buffer " + c + "/" + b + " ("
+                                    + seg.byteSize() + " bytes): " + e.getMessage(), e);
+                        }
+                    }
+                }
+            }
+            UcxEngine engine = new UcxEngine(ctx, engineRank);
+            log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
+                    UcxRuntime.version(), engine.errMode().name().toLowerCase(java.util.Locale.ROOT));
+            return new UcxSource(ctx, regs, engine);
+        } catch (IOException | RuntimeException e) {
+            for (UcpMemory m : regs) m.deregister();
+            ctx.close();
+            if (e instanceof IOException io) throw io;
+            throw new IOException("UCX source setup failed: " + e.getMessage(), e);
+        }
+    }
+
+    @Override
+    public String name() {
+        return "ucx";
+    }
+
+    /**
+     * Checks the offer (format; every buffer declared in HELLO present with the declared length;
+     * memory types this UCX can reach), connects an endpoint to the link's worker and waits for
+     * its wireup (a first flush) within {@link UcxSettings#connectTimeoutMs()}.
+     *
+     * @throws IOException a malformed offer, or one that contradicts HELLO
+     * @throws TransportUnavailableException a newer offer version, unsupported memory, an unreachable decode
+     */
+    @Override
+    public DataPath connect(byte[] blob, MemoryDescriptor destination, String peer) throws TransportUnavailableException, IOException {
+        synchronized (this) {
+            if (closed) throw new TransportUnavailableException("the UCX source is closed");
+        }
+        UcxOffer offer;
+        UcxOffer.Index index;
+        try {
+            offer = UcxOffer.decode(blob);
+            index = UcxOffer.index(offer, destination);
+        } catch (UcxOffer.Malformed e) {
+            throw new IOException("malformed ucx offer from " + peer + ": " + e.getMessage());
+        } catch (UcxOffer.Unsupported e) {
+            throw new TransportUnavailableException(e.getMessage());
+        }
+        if (offer.ucxMajor() != UcxRuntime.major() || offer.ucxMinor() != UcxRuntime.minor()) {
+            // UCX's worker address format differs between releases and libucp aborts on one it cannot parse.
+            throw new TransportUnavailableException("decode " + peer + " runs UCX " + offer.ucxMajor() + "." + offer.ucxMinor()
+                    + ", this prefill UCX " + UcxRuntime.version() + "; kvferry-ucx needs the same UCX release on both sides");
+        }
+        long supported = context.getMemoryTypesMask();
+        for (UcxOffer.Entry e : offer.entries()) {
+            if (e.memoryType() != MemoryType.HOST && (supported & (1L << e.memoryType().ucsOrdinal())) == 0) {
+                throw new TransportUnavailableException("decode " + peer + " offers " + e.memoryType() + " memory ("
+                        + e.region() + " buffer " + e.component() + "/" + e.buffer() + "), which this UCX cannot reach");
+            }
+        }
+        UcxEngine.Link link = new UcxEngine.Link(peer, offer, index);
+        CompletableFuture<UcxEngine.Link> done = new CompletableFuture<>();
+        engine.submit(() -> engine.connect(link, done));
+        long timeout = UcxSettings.connectTimeoutMs();
+        try {
+            done.get(timeout, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            engine.submit(() -> engine.close(link, "connect failed", true));
+            throw new TransportUnavailableException("UCX cannot reach decode " + peer + ": " + e.getCause().getMessage()
+                    + hint());
+        } catch (TimeoutException e) {
+            engine.submit(() -> engine.close(link, "connect timed out", true));
+            throw new TransportUnavailableException("UCX did not connect to decode " + peer + " within " + timeout + " ms" + hint());
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            engine.submit(() -> engine.close(link, "connect interrupted", true));
+            throw new IOException("interrupted while connecting to " + peer);
+        }
+        return new UcxDataPath(engine, link);
+    }
+
+    private String hint() {
+        String tls = System.getenv("UCX_TLS");
+        return " (UCX_TLS=" + (tls == null ? "<unset>" : tls) + ", KVFERRY_UCX_ERR_MODE="
+                + engine.errMode().name().toLowerCase(java.util.Locale.ROOT)
+                + (engine.errMode() == UcxSettings.ErrMode.PEER ? "; peer error mode needs a transport with peer-failure"
+                + " support for active messages, e.g. tcp or rc: UCX 1.13 leaves out posix/sysv" : "") + ")";
+    }
+
+    /** Stops the engine (closing every endpoint), then unregisters the source memory and closes the context. */
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (closed) return;
+            closed = true;
+        }
+        engine.shutdown(TimeUnit.SECONDS.toNanos(10));
+        if (!engine.stopped()) {
+            log.error("ucx: the source engine is still running; its UCX context is left open");
+            return;
+        }
+        for (UcpMemory m : registrations) {
+            try {
+                m.deregister();
+            } catch (RuntimeException e) {
+                log.warn("ucx: unmapping a source buffer failed: {}", e.getMessage());
+            }
+        }
+        context.close();
+    }
+}

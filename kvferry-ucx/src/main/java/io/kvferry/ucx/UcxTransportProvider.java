@@ -1,0 +1,49 @@
+package io.kvferry.ucx;
+
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.transport.DestinationTransport;
+import io.kvferry.transport.SourceTransport;
+import io.kvferry.transport.TransportProvider;
+
+import java.io.IOException;
+import java.util.function.Consumer;
+
+/**
+ * The {@code ucx} transport: one-sided UCX puts (JUCX) from the prefill's registered memory straight
+ * into the decode's, each write ending with a flush, so the STATUS that follows on the control
+ * connection never overtakes its bytes. Registered through
+ * {@code META-INF/services/io.kvferry.transport.TransportProvider}.
+ *
+ * <p>Settings: UCX's own environment variables ({@code UCX_TLS}, {@code UCX_NET_DEVICES}, …) pass
+ * through untouched; kvferry's are in {@link UcxSettings} ({@code KVFERRY_UCX_ERR_MODE=peer|none},
+ * batch, window and timeouts).
+ */
+public final class UcxTransportProvider implements TransportProvider {
+    @Override
+    public String name() {
+        return "ucx";
+    }
+
+    /** Null when libucp and JUCX load and a UCP context opens; otherwise why not and how to install UCX. */
+    @Override
+    public String unavailableReason() {
+        return UcxRuntime.unavailableReason();
+    }
+
+    @Override
+    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
+        String reason = UcxRuntime.unavailableReason();
+        if (reason != null) {
+            why.accept(reason);
+            return null;
+        }
+        return UcxDestination.open(memory, engineRank, why);
+    }
+
+    @Override
+    public SourceTransport openSource(RegisteredMemory memory, int engineRank) throws IOException {
+        String reason = UcxRuntime.unavailableReason();
+        if (reason != null) throw new IOException(reason);
+        return UcxSource.open(memory, engineRank);
+    }
+}
