@@ -214,6 +214,20 @@ public final class RegisteredMemory {
         return seg.asSlice(offset, length);
     }
 
+    /** Visits every registered buffer: KV, then aux, then each state component's tensors. */
+    public interface BufferVisitor<E extends Exception> {
+        void visit(Region region, int component, int buffer, MemorySegment segment) throws E;
+    }
+
+    /** Calls {@code visitor} for every registered buffer, in region, component, buffer order. */
+    public <E extends Exception> void forEachBuffer(BufferVisitor<E> visitor) throws E {
+        for (int b = 0; b < kv.length; b++) visitor.visit(Region.KV, 0, b, kv[b]);
+        for (int b = 0; b < aux.length; b++) visitor.visit(Region.AUX, 0, b, aux[b]);
+        for (int c = 0; c < state.length; c++) {
+            for (int t = 0; t < state[c].length; t++) visitor.visit(Region.STATE, c, t, state[c][t]);
+        }
+    }
+
     /** The shape sent to the peer in HELLO (lengths and item lengths, never addresses). */
     public MemoryDescriptor describe() {
         long[] kvLen = new long[kv.length];

@@ -2,7 +2,6 @@ package io.kvferry.transport.shm;
 
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SharedMemory;
-import io.kvferry.protocol.Region;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.LinkOffer;
 import org.slf4j.Logger;
@@ -43,20 +42,16 @@ final class ShmDestination implements DestinationTransport {
     /** Null (and {@code why} told) when some registered buffer is not in shared memory. */
     static ShmDestination open(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
         List<ShmOffer.Entry> entries = new ArrayList<>();
-        for (Region region : Region.values()) {
-            int components = region == Region.STATE ? memory.stateComponentCount() : 1;
-            for (int c = 0; c < components; c++) {
-                for (int b = 0; ; b++) {
-                    MemorySegment seg = memory.segmentOrNull(region, c, b);
-                    if (seg == null) break;
-                    SharedMemory.Location loc = SharedMemory.locate(seg);
-                    if (loc == null) {
-                        why.accept(region + " buffer " + c + "/" + b + " is private memory, not a SharedMemory allocation");
-                        return null;
-                    }
-                    entries.add(new ShmOffer.Entry(region, c, b, loc.path().toString(), loc.offset(), loc.length()));
-                }
-            }
+        List<String> privateBuffers = new ArrayList<>();
+        memory.forEachBuffer((region, c, b, seg) -> {
+            SharedMemory.Location loc = SharedMemory.locate(seg);
+            if (loc == null) privateBuffers.add(region + " buffer " + c + "/" + b);
+            else entries.add(new ShmOffer.Entry(region, c, b, loc.path().toString(), loc.offset(), loc.length()));
+        });
+        if (!privateBuffers.isEmpty()) {
+            why.accept(privateBuffers.get(0) + " is private memory, not a SharedMemory allocation"
+                    + (privateBuffers.size() > 1 ? " (and " + (privateBuffers.size() - 1) + " more buffers)" : ""));
+            return null;
         }
         SharedMemory fence = SharedMemory.allocate("fence-rank" + engineRank, Fence.HEADER + SLOTS * Fence.SLOT);
         SecureRandom rnd = new SecureRandom();
