@@ -542,6 +542,10 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         int affected = 0;
         for (Long r : link.rooms) {
             if (statuses.status(r).isTerminal()) continue;
+            // This rank already delivered everything for the room (its Success follows its bytes); the room
+            // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
+            DecodeRoom room = rooms.get(r);
+            if (room != null && room.responded.contains(link.prefillUniqueRank)) continue;
             if (statuses.fail(r, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) affected++;
         }
         if (affected > 0) log.warn("Lost connection with {} ({}): {} requests affected", link, why, affected);
@@ -679,7 +683,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         for (Thread t : revokers) t.interrupt(); // teardown bounds the wait itself, below
         for (Thread t : revokers) {
             try {
-                t.join(1000);
+                t.join(config.abortAckTimeout().toMillis() + 1000); // a transport may finish its fence first
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
