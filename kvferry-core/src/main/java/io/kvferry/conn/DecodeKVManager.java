@@ -230,15 +230,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             if (!t.dummy() && t.link().oneSided != null && !oneSided.contains(t.link())) oneSided.add(t.link());
         }
         if (oneSided.isEmpty()) return;
-        if (room.abortSent.compareAndSet(false, true)) {
-            for (DecodeRoom.Target t : room.targets) {
-                try {
-                    t.link().connection.send(new io.kvferry.protocol.Abort(room.room));
-                } catch (IOException e) {
-                    // a dead link is revoked below
-                }
-            }
-        }
+        notifyAbort(room);
         long timeout = config.abortAckTimeout().toMillis();
         for (PrefillLink silent : room.awaitAbortAcks(oneSided, timeout)) {
             log.warn("room {}: {} sent no ABORT_ACK within {} ms; cutting the link before the pages are reused", room.room,
@@ -248,6 +240,18 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         for (PrefillLink l : oneSided) {
             if (l.connection.isClosed() && !l.oneSided.revoke(config.abortAckTimeout())) {
                 log.error("room {}: could not confirm that {} stopped writing ({} ms); releasing the room anyway", room.room, l, timeout);
+            }
+        }
+    }
+
+    /** Sends ABORT for a room to each of its prefill ranks, once (a dead link fails or revokes the room anyway). */
+    void notifyAbort(DecodeRoom room) {
+        if (!room.abortSent.compareAndSet(false, true)) return;
+        for (DecodeRoom.Target t : room.targets) {
+            try {
+                t.link().connection.send(new io.kvferry.protocol.Abort(room.room));
+            } catch (IOException e) {
+                // best effort
             }
         }
     }

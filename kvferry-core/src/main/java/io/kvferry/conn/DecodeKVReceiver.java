@@ -5,7 +5,6 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
 import io.kvferry.plan.RankMapping;
-import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.PrefillServerInfo;
@@ -249,14 +248,7 @@ final class DecodeKVReceiver implements KVReceiver {
     }
 
     private void notifyAbort() {
-        if (!room.abortSent.compareAndSet(false, true)) return;
-        for (DecodeRoom.Target t : room.targets) {
-            try {
-                t.link().connection.send(new Abort(room.room));
-            } catch (IOException e) {
-                // best effort: a dead link fails the room anyway
-            }
-        }
+        manager.notifyAbort(room);
     }
 
     @Override

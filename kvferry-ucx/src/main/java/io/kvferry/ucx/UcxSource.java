@@ -2,7 +2,6 @@ package io.kvferry.ucx;
 
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.MemoryDescriptor;
-import io.kvferry.protocol.Region;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportUnavailableException;
@@ -14,7 +13,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -54,22 +52,15 @@ final class UcxSource implements SourceTransport {
         }
         List<UcpMemory> regs = new ArrayList<>();
         try {
-            for (Region region : Region.values()) {
-                int components = region == Region.STATE ? memory.stateComponentCount() : 1;
-                for (int c = 0; c < components; c++) {
-                    for (int b = 0; ; b++) {
-                        MemorySegment seg = memory.segmentOrNull(region, c, b);
-                        if (seg == null) break;
-                        try {
-                            regs.add(ctx.memoryMap(new UcpMemMapParams().setAddress(seg.address()).setLength(seg.byteSize())
-                                    .setMemoryType(MemoryType.HOST.ucsOrdinal())));
-                        } catch (RuntimeException e) {
-                            throw new IOException("UCX cannot register source " + region + " buffer " + c + "/" + b + " ("
-                                    + seg.byteSize() + " bytes): " + e.getMessage(), e);
-                        }
-                    }
+            memory.forEachBuffer((region, c, b, seg) -> {
+                try {
+                    regs.add(ctx.memoryMap(new UcpMemMapParams().setAddress(seg.address()).setLength(seg.byteSize())
+                            .setMemoryType(MemoryType.HOST.ucsOrdinal())));
+                } catch (RuntimeException e) {
+                    throw new IOException("UCX cannot register source " + region + " buffer " + c + "/" + b + " ("
+                            + seg.byteSize() + " bytes): " + e.getMessage(), e);
                 }
-            }
+            });
             UcxEngine engine = new UcxEngine(ctx, engineRank);
             log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
                     UcxRuntime.version(), engine.errMode().name().toLowerCase(java.util.Locale.ROOT));
