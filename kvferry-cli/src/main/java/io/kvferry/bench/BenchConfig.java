@@ -17,13 +17,31 @@ import io.kvferry.api.DisaggregationMode;
  * @param deadlineMillis  drivers stop after this long and report unfinished requests as hung; 0 = never
  * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
  * @param tcpStripes      TCP connections per decode link for data (1 = the control connection only)
+ * @param pairedMemcpy    time a single-thread copy of each measured request's source pages just before its transfer
  */
 public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
                           int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
                           String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis,
-                          Faults faults, int tcpStripes) {
+                          Faults faults, int tcpStripes, boolean pairedMemcpy) {
     public BenchConfig {
         if (tcpStripes < 1) tcpStripes = 1;
+    }
+
+    public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
+                       int decodePp, int prefillCp, boolean allCpRanks, int prefillDp, String authToken, int transferWorkers,
+                       long bootstrapTimeoutMillis, long deadlineMillis, Faults faults, int tcpStripes) {
+        this(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp,
+                authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes, false);
+    }
+
+    /**
+     * The same run with the paired memcpy baseline on: before each measured request's transfer the
+     * prefill driver copies the same source pages with one MemorySegment.copy per run into a private
+     * scratch region and times it ({@link PairedMemcpy}).
+     */
+    public BenchConfig withPairedMemcpy(boolean on) {
+        return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes, on);
     }
 
     public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
@@ -36,7 +54,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with this many TCP stripes per decode link. */
     public BenchConfig withTcpStripes(int n) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, n);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, n, pairedMemcpy);
     }
 
     /**

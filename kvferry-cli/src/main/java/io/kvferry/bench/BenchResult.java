@@ -8,6 +8,9 @@ import java.util.Map;
 /**
  * The summary of a bench run; {@code --json} prints it as the last line.
  *
+ * @param requests          requests run, warm-up ones included (succeeded + failed + corrupted)
+ * @param warmup            of those, warm-up requests: verified, counted in succeeded/failed/corrupted, left
+ *                          out of verified_bytes, elapsed_s, gbps, latency and the data-path figures
  * @param gbps              verified KV bytes per second, in GB/s (10^9 bytes per second)
  * @param memcpyGbps        single-thread MemorySegment.copy of the same item sizes, same run, GB/s
  * @param ratioToMemcpy     gbps / memcpy_gbps
@@ -18,8 +21,18 @@ import java.util.Map;
  * @param datapathGbps      bytes the prefill data paths moved ÷ time the transfer workers spent inside them (summed
  *                          over workers): the transport's own per-thread bandwidth, without the bench's pattern fill
  *                          and verification, comparable with the single-thread memcpy baseline
+ * @param transferGbps      bytes the prefill data paths moved ÷ wall time during which at least one transfer worker
+ *                          was inside a data path (per prefill rank, summed over ranks): the transport's bandwidth
+ *                          with all its workers, while it had data to move
+ * @param ratioTransferToMemcpy transfer_gbps / memcpy_gbps
+ * @param pairedMemcpyGbps  with --paired-memcpy: a single-thread copy of each measured request's source pages, timed
+ *                          just before its transfer (null otherwise)
+ * @param ratioDatapathToPairedMemcpy datapath_gbps / paired_memcpy_gbps
+ * @param datapathOpBytes   mean bytes per data-path op (a run of pages of one buffer, an aux row, a state slot)
  * @param ratioDatapathToMemcpy datapath_gbps / memcpy_gbps
- * @param ucxPerftestGbps   ucx_perftest -t ucp_put_bw at the page size, same run (ucx only; null when not measured)
+ * @param ucxPerftestGbps   ucx_perftest -t ucp_put_bw at datapath_op_bytes with the bench's UCX_TLS and
+ *                          error-handling mode, same run (ucx only; null when not measured)
+ * @param ucxPerftestCommand the ucx_perftest client command line that gave ucx_perftest_gbps
  * @param ratioDatapathToUcxPerftest datapath_gbps / ucx_perftest_gbps
  */
 public record BenchResult(
@@ -32,7 +45,7 @@ public record BenchResult(
         @JsonProperty("prefill_dp") int prefillDp,
         boolean mla,
         @JsonProperty("kv_heads") int kvHeads,
-        int requests, int succeeded, int failed, int corrupted,
+        int requests, int warmup, int succeeded, int failed, int corrupted,
         @JsonProperty("verified_bytes") long verifiedBytes,
         @JsonProperty("elapsed_s") double elapsedSeconds,
         double gbps,
@@ -44,7 +57,13 @@ public record BenchResult(
         @JsonProperty("tcp_stripes") int tcpStripes,
         @JsonProperty("data_paths") Map<String, Long> dataPaths,
         @JsonProperty("datapath_gbps") double datapathGbps,
+        @JsonProperty("transfer_gbps") double transferGbps,
+        @JsonProperty("ratio_transfer_to_memcpy") double ratioTransferToMemcpy,
+        @JsonProperty("paired_memcpy_gbps") Double pairedMemcpyGbps,
+        @JsonProperty("ratio_datapath_to_paired_memcpy") Double ratioDatapathToPairedMemcpy,
+        @JsonProperty("datapath_op_bytes") long datapathOpBytes,
         @JsonProperty("ratio_datapath_to_memcpy") double ratioDatapathToMemcpy,
         @JsonProperty("ucx_perftest_gbps") Double ucxPerftestGbps,
         @JsonProperty("ratio_datapath_to_ucx_perftest") Double ratioDatapathToUcxPerftest,
+        @JsonProperty("ucx_perftest_command") String ucxPerftestCommand,
         @JsonProperty("first_failures") List<String> firstFailures) {}

@@ -48,32 +48,45 @@ public final class BenchRunner {
         return run(processes, false);
     }
 
-    /** @param iperf3 also measure iperf3's loopback bandwidth as a TCP baseline */
     /** Runs without the memcpy baseline (for correctness tests that do not report speed). */
     public BenchResult runWithoutBaselines(boolean processes) throws Exception {
         return run(processes, false, false);
     }
 
+    /** @param iperf3 also measure iperf3's loopback bandwidth as a TCP baseline */
     public BenchResult run(boolean processes, boolean iperf3) throws Exception {
         return run(processes, iperf3, true);
     }
 
     private BenchResult run(boolean processes, boolean iperf3, boolean memcpyBaseline) throws Exception {
         long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
-        double memcpy = memcpyBaseline ? MemcpyBaseline.measure(itemBytes) : 0;
+        // memcpy is measured before and after the transfers (this VM's memory bandwidth drifts): their median.
+        double[] memcpyBefore = memcpyBaseline ? MemcpyBaseline.rounds(itemBytes) : new double[0];
         double iperf = iperf3 ? IperfBaseline.measure() : -1;
-        double ucxPerftest = memcpyBaseline && "ucx".equals(config.transport()) ? UcxPerftestBaseline.measure(itemBytes) : -1;
-        if ("ucx".equals(config.transport()) && memcpyBaseline && ucxPerftest < 0 && progressOut != null) {
-            progressOut.println("[bench] ucx_perftest baseline unavailable (install it: apt-get install ucx-utils)");
-        }
         if (iperf3 && iperf < 0 && progressOut != null) {
             progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
         }
+        List<RoleReport> reports;
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
             String addr = "127.0.0.1:" + registry.port();
-            List<RoleReport> reports = processes ? runProcesses(addr) : runEmbedded(addr);
-            return merge(reports, processes, memcpy, iperf, ucxPerftest);
+            reports = processes ? runProcesses(addr) : runEmbedded(addr);
         }
+        double memcpy = memcpyBaseline ? MemcpyBaseline.median(memcpyBefore, MemcpyBaseline.rounds(itemBytes)) : 0;
+        // After the transfers (their mean op size is known only now), with nothing else running.
+        UcxPerftestBaseline.Result ucxPerftest = null;
+        if (memcpyBaseline && "ucx".equals(config.transport())) {
+            long ops = 0, bytes = 0;
+            for (RoleReport r : reports) {
+                ops += r.datapathOps();
+                bytes += r.datapathBytes();
+            }
+            long opBytes = ops > 0 ? bytes / ops : itemBytes;
+            ucxPerftest = UcxPerftestBaseline.measure(opBytes, io.kvferry.ucx.UcxTransportProvider.peerErrorHandling());
+            if (ucxPerftest == null && progressOut != null) {
+                progressOut.println("[bench] ucx_perftest baseline unavailable (install it: apt-get install ucx-utils)");
+            }
+        }
+        return merge(reports, processes, memcpy, iperf, ucxPerftest);
     }
 
     // ------------------------------------------------------------------ embedded
@@ -119,7 +132,7 @@ public final class BenchRunner {
     }
 
     private void showProgress(AtomicInteger progress) {
-        int total = config.workload().requests();
+        int total = config.workload().totalRequests();
         long start = System.nanoTime();
         try {
             while (!Thread.currentThread().isInterrupted()) {
@@ -190,13 +203,14 @@ public final class BenchRunner {
 
     // ------------------------------------------------------------------ merge
 
-    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf, double ucxPerftest) {
-        int n = config.workload().requests();
+    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf,
+                              UcxPerftestBaseline.Result ucxPerftest) {
+        int n = config.workload().totalRequests();
         Set<Integer> failedIdx = new HashSet<>();
         long verified = 0;
         double elapsed = 0;
         int corrupted = 0;
-        long pathBytes = 0, pathNanos = 0;
+        long pathBytes = 0, pathNanos = 0, pathOps = 0, activeNanos = 0, pairedBytes = 0, pairedNanos = 0;
         Map<String, Long> paths = new java.util.TreeMap<>();
         Histogram h = new Histogram(3);
         List<String> failures = new ArrayList<>();
@@ -205,6 +219,10 @@ public final class BenchRunner {
             for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(r.role() + "[" + r.rank() + "]: " + f);
             pathBytes += r.datapathBytes();
             pathNanos += r.datapathBusyNanos();
+            pathOps += r.datapathOps();
+            activeNanos += r.datapathActiveNanos();
+            pairedBytes += r.pairedMemcpyBytes();
+            pairedNanos += r.pairedMemcpyNanos();
             if (r.role().equals("decode")) {
                 r.dataPaths().forEach((k, v) -> paths.merge(k, v, Long::sum));
                 verified += r.bytes();
@@ -218,16 +236,23 @@ public final class BenchRunner {
         lat.put("p99", h.getTotalCount() == 0 ? 0 : h.getValueAtPercentile(99) / 1000.0);
         lat.put("max", h.getTotalCount() == 0 ? 0 : h.getMaxValue() / 1000.0);
         double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
+        double pathGbps = pathNanos > 0 ? pathBytes / (double) pathNanos : 0;
+        double perftest = ucxPerftest == null ? 0 : ucxPerftest.gbps();
+        double transferGbps = activeNanos > 0 ? pathBytes / (double) activeNanos : 0;
+        double paired = pairedNanos > 0 ? pairedBytes / (double) pairedNanos : 0;
         return new BenchResult(config.shape().name(), config.transport(), processes, config.prefillTp(), config.decodeTp(),
                 config.prefillPp(), config.decodePp(), config.prefillCp(), config.prefillDp(),
-                config.shape().mla(), config.shape().kvHeads(), n, n - failedIdx.size(),
+                config.shape().mla(), config.shape().kvHeads(), n, config.workload().warmup(), n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
                 memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,
                 iperf > 0 ? round(gbps / iperf) : null, config.tcpStripes(), paths,
-                round(pathNanos > 0 ? pathBytes / (double) pathNanos : 0),
-                memcpy > 0 && pathNanos > 0 ? round(pathBytes / (double) pathNanos / memcpy) : 0,
-                ucxPerftest > 0 ? round(ucxPerftest) : null,
-                ucxPerftest > 0 && pathNanos > 0 ? round(pathBytes / (double) pathNanos / ucxPerftest) : null, failures);
+                round(pathGbps), round(transferGbps), memcpy > 0 ? round(transferGbps / memcpy) : 0,
+                paired > 0 ? round(paired) : null, paired > 0 && pathNanos > 0 ? round(pathGbps / paired) : null,
+                pathOps > 0 ? pathBytes / pathOps : 0,
+                memcpy > 0 && pathNanos > 0 ? round(pathGbps / memcpy) : 0,
+                perftest > 0 ? round(perftest) : null,
+                perftest > 0 && pathNanos > 0 ? round(pathGbps / perftest) : null,
+                ucxPerftest == null ? null : ucxPerftest.command(), failures);
     }
 
     private static double round(double v) {

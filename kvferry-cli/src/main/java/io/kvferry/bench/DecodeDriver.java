@@ -16,6 +16,8 @@ import java.util.concurrent.locks.LockSupport;
  * Plays the decode scheduler of one rank: for each request, pre-allocates destination pages,
  * bootstraps a receiver and sends metadata; on Success verifies every byte of every destination
  * page, aux row and state slot against {@link KvPattern}; then frees and clears. Single-threaded.
+ * Warm-up requests ({@link Workload#warmup()}) run first and are verified like the others; bytes,
+ * latency and elapsed time count only the measured ones, which start after the last warm-up concluded.
  */
 public final class DecodeDriver {
     /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
@@ -92,10 +94,15 @@ public final class DecodeDriver {
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
         java.util.Map<String, Long> dataPaths = new java.util.TreeMap<>();
+        int warmup = Math.min(workload.warmup(), reqs.size());
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+                // Measured requests start only once every warm-up request concluded, so no measured
+                // transfer overlaps a warm-up one (the prefill snapshots its data-path figures then).
+                if (next == warmup && done < warmup) break;
+                if (next == warmup && warmup > 0) start = System.nanoTime();
                 Workload.Request r = reqs.get(next++);
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
                 Flight f = new Flight(r, recv);
@@ -137,10 +144,12 @@ public final class DecodeDriver {
                     if (verify(f)) {
                         ok++;
                         if (successes != null) successes.incrementAndGet();
-                        bytes += pool.requestBytes(f.pages.length);
                         io.kvferry.api.KVTransferMetric metric = f.receiver.getTransferMetric();
-                        Double lat = metric.transferLatencySeconds();
-                        if (lat != null) latencies.add((long) (lat * 1e6));
+                        if (!workload.isWarmup(f.req)) { // warm-up requests are verified but not timed
+                            bytes += pool.requestBytes(f.pages.length);
+                            Double lat = metric.transferLatencySeconds();
+                            if (lat != null) latencies.add((long) (lat * 1e6));
+                        }
                         dataPaths.merge(metric.transport() == null ? "none" : metric.transport(), 1L, Long::sum);
                     } else {
                         corrupted++;
@@ -175,7 +184,7 @@ public final class DecodeDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
-                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0);
+                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0);
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;

@@ -30,6 +30,15 @@ public final class PrefillDriver {
         return this;
     }
 
+    /** Time a single-thread copy of each measured request's source pages before its transfer ({@link PairedMemcpy}). */
+    public PrefillDriver withPairedMemcpy(boolean on) {
+        this.pairedMemcpyOn = on;
+        return this;
+    }
+
+    private boolean pairedMemcpyOn;
+    private PairedMemcpy pairedMemcpy;
+
     public PrefillDriver withDeadline(long nanoTime) {
         this.deadlineNanos = nanoTime;
         return this;
@@ -44,6 +53,12 @@ public final class PrefillDriver {
     private final String bootstrapAddr;
     private final int shardRank;
     private final KvPattern pattern;
+    /**
+     * The manager's data-path figures when the first measured (non-warm-up) request started its
+     * transfer; null until then. The decode starts measured requests only after every warm-up one
+     * concluded, and a prefill's writes land before its STATUS, so the snapshot splits them exactly.
+     */
+    private io.kvferry.conn.PrefillKVManager.DataPathStats warmupStats;
     /** Source pages that already hold the pattern template (see startTransfer). */
     private final BitSet templatedPages = new BitSet();
 
@@ -116,7 +131,7 @@ public final class PrefillDriver {
                 if (st == KVPoll.Success) {
                     ok++;
                     Long b = f.sender.getTransferMetric().transferTotalBytes();
-                    bytes += b == null ? 0 : b;
+                    if (!workload.isWarmup(f.req)) bytes += b == null ? 0 : b;
                 } else {
                     failed++;
                     failedIdx.add(f.req.index());
@@ -143,8 +158,19 @@ public final class PrefillDriver {
         int hung = reqs.size() - done;
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
-        return new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons, hung,
-                firstFailureAt, 0, failureTimes, null);
+        RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons,
+                hung, firstFailureAt, 0, failureTimes, null);
+        if (manager instanceof io.kvferry.conn.PrefillKVManager pm) {
+            io.kvferry.conn.PrefillKVManager.DataPathStats st = pm.dataPathStats();
+            if (warmupStats != null) st = st.minus(warmupStats);
+            else if (workload.warmup() > 0) st = new io.kvferry.conn.PrefillKVManager.DataPathStats(0, 0, 0, 0); // nothing measured
+            report = report.withDataPathStats(st.bytes(), st.busyNanos(), st.ops(), st.activeNanos());
+        }
+        if (pairedMemcpy != null) {
+            report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
+            pairedMemcpy.close();
+        }
+        return report;
     }
 
     private boolean startTransfer(Flight f) {
@@ -152,6 +178,10 @@ public final class PrefillDriver {
         int prefixTokens = f.prefixTokens;
         int numPages = (f.req.tokens() - prefixTokens + workload.pageSize() - 1) / workload.pageSize();
         if (!pool.canAllocate(numPages)) return false;
+        if (warmupStats == null && !workload.isWarmup(f.req) && workload.warmup() > 0
+                && manager instanceof io.kvferry.conn.PrefillKVManager pm) {
+            warmupStats = pm.dataPathStats();
+        }
         f.pages = pool.allocatePages(numPages);
         f.row = pool.allocateRow();
         long room = f.req.room();
@@ -177,6 +207,10 @@ public final class PrefillDriver {
         for (int t = 0; t < pool.state.length; t++) {
             // One unit per global entry of the TP-sharded dimension, so any TP resharding is verifiable.
             pattern.fillPage(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(), pool.stateEntryBytes(t), false);
+        }
+        if (pairedMemcpyOn && !workload.isWarmup(f.req)) {
+            if (pairedMemcpy == null) pairedMemcpy = new PairedMemcpy(pool, workload.maxPagesPerRequest());
+            pairedMemcpy.copy(pool, f.pages);
         }
         f.sender.init(numPages, f.row);
         int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;

@@ -25,12 +25,17 @@ import java.util.List;
  * @param dataPaths       decode: succeeded requests per data path they took (tcp, shm, ucx, inproc; '+'-joined when mixed)
  * @param datapathBytes   prefill: bytes its data paths moved
  * @param datapathBusyNanos prefill: time its transfer workers spent inside the data paths, summed over workers
+ * @param datapathOps     prefill: plan ops its data paths moved (bytes / ops = mean message size)
+ * @param datapathActiveNanos prefill: wall time with at least one write inside a data path
+ * @param pairedMemcpyBytes prefill with --paired-memcpy: bytes its paired single-thread copies moved
+ * @param pairedMemcpyNanos prefill with --paired-memcpy: time those copies took
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
                          int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                          LeakCheck.Leaks leaks, java.util.Map<String, Long> dataPaths, long datapathBytes,
-                         long datapathBusyNanos) {
+                         long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
+                         long pairedMemcpyNanos) {
     public RoleReport {
         failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
@@ -42,21 +47,28 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
                       int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                       LeakCheck.Leaks leaks) {
         this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
-                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, java.util.Map.of(), 0, 0);
+                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, java.util.Map.of(), 0, 0, 0, 0, 0, 0);
     }
 
     /** The same report with the data paths its succeeded requests took. */
     public RoleReport withDataPaths(java.util.Map<String, Long> paths) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, paths, datapathBytes,
-                datapathBusyNanos);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos);
     }
 
     /** The same report with the prefill manager's data-path figures. */
-    public RoleReport withDataPathStats(long bytes, long busyNanos) {
+    public RoleReport withDataPathStats(long bytes, long busyNanos, long ops, long activeNanos) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
                 latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
-                bytes, busyNanos);
+                bytes, busyNanos, ops, activeNanos, pairedMemcpyBytes, pairedMemcpyNanos);
+    }
+
+    /** The same report with the paired memcpy baseline's totals. */
+    public RoleReport withPairedMemcpy(long bytes, long nanos) {
+        return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
+                latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
+                datapathBytes, datapathBusyNanos, datapathOps, datapathActiveNanos, bytes, nanos);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -75,6 +87,6 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     public RoleReport withLeaks(LeakCheck.Leaks l) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, l.total(), failureTimesMillis, l, dataPaths, datapathBytes,
-                datapathBusyNanos);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos);
     }
 }

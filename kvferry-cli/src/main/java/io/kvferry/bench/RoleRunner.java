@@ -132,10 +132,6 @@ public final class RoleRunner {
             for (int i = 0; i < futures.size(); i++) {
                 RoleReport rep = futures.get(i).get();
                 // Rooms the manager still tracks and pages/rows the driver never got back, once every request concluded.
-                if (managers.get(i) instanceof io.kvferry.conn.PrefillKVManager p) {
-                    io.kvferry.conn.PrefillKVManager.DataPathStats st = p.dataPathStats();
-                    rep = rep.withDataPathStats(st.bytes(), st.busyNanos());
-                }
                 reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
                         List.of())));
             }
@@ -211,7 +207,8 @@ public final class RoleRunner {
                             m.registerToBootstrap();
                             int group = dp;
                             futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
-                                    config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults()).run()));
+                                    config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults())
+                                    .withPairedMemcpy(config.pairedMemcpy()).run()));
                         } else {
                             boolean first = r == 0 && stage == 0;
                             java.util.concurrent.atomic.AtomicInteger p = first ? progress : null, ok = first ? successes : null;
@@ -331,6 +328,7 @@ public final class RoleRunner {
                 "--model", c.shape().name(),
                 "--kv-heads", Integer.toString(c.shape().kvHeads()),
                 "--requests", Integer.toString(w.requests()),
+                "--warmup", Integer.toString(w.warmup()),
                 "--prompt-tokens", Integer.toString(w.promptTokens()),
                 "--page-size", Integer.toString(w.pageSize()),
                 "--chunk-tokens", Integer.toString(w.chunkTokens()),
@@ -354,6 +352,7 @@ public final class RoleRunner {
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         if (c.allCpRanks()) a.add("--all-cp-ranks");
+        if (c.pairedMemcpy()) a.add("--paired-memcpy");
         return a;
     }
 

@@ -7,37 +7,52 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * UCX's own one-sided put bandwidth ({@code ucx_perftest -t ucp_put_bw}, from Debian's ucx-utils)
- * over loopback at the bench's page size, measured in the same run as the bench, with the same
- * UCX_* environment (UCX_TLS, …) the bench's processes inherit. Note ucx_perftest puts the same
- * buffer over and over, so small messages stay in cache; the bench moves distinct pages.
+ * over loopback, measured in the same run as the bench and configured like the bench's data path:
+ * the same UCX_* environment (UCX_TLS, …, inherited by both), the same endpoint error-handling mode
+ * ({@code -e} when kvferry uses peer mode, its default: on UCX 1.13 that mode leaves out the
+ * shared-memory transports, so both then run over tcp) and the bench's mean op size as the message
+ * size. ucx_perftest puts the same buffer over and over, so its source stays in cache; the bench
+ * moves distinct pages.
  */
 public final class UcxPerftestBaseline {
     private UcxPerftestBaseline() {}
 
-    /** GB/s (10^9 B/s) of the "overall" bandwidth on the Final line, or -1 when ucx_perftest is unavailable. */
-    public static double measure(long messageBytes) {
+    /** @param gbps    GB/s (10^9 B/s) of the "overall" bandwidth on the Final line
+     *  @param command the client command line */
+    public record Result(double gbps, String command) {}
+
+    /** Null when ucx_perftest is unavailable or failed. */
+    public static Result measure(long messageBytes, boolean peerErrorHandling) {
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
         } catch (IOException e) {
-            return -1;
+            return null;
         }
-        long iterations = Math.max(1000, Math.min(200_000, (2L << 30) / Math.max(1, messageBytes)));
+        long size = Math.max(8, messageBytes);
+        long iterations = Math.max(1000, Math.min(200_000, (2L << 30) / size));
+        java.util.List<String> common = new java.util.ArrayList<>(java.util.List.of("-p", Integer.toString(port), "-t", "ucp_put_bw",
+                "-s", Long.toString(size), "-n", Long.toString(iterations), "-w", Long.toString(iterations / 10 + 1)));
+        if (peerErrorHandling) common.add("-e");
+        java.util.List<String> serverCmd = new java.util.ArrayList<>(java.util.List.of("ucx_perftest"));
+        serverCmd.addAll(common);
+        java.util.List<String> clientCmd = new java.util.ArrayList<>(java.util.List.of("ucx_perftest", "127.0.0.1"));
+        clientCmd.addAll(common);
         Process server = null;
         try {
-            server = new ProcessBuilder("ucx_perftest", "-p", Integer.toString(port))
-                    .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+            server = new ProcessBuilder(serverCmd).redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
             Thread.sleep(500);
-            Process client = new ProcessBuilder("ucx_perftest", "127.0.0.1", "-p", Integer.toString(port), "-t", "ucp_put_bw",
-                    "-s", Long.toString(messageBytes), "-n", Long.toString(iterations)).redirectErrorStream(true).start();
+            Process client = new ProcessBuilder(clientCmd).redirectErrorStream(true).start();
             String out = new String(client.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            if (!client.waitFor(60, TimeUnit.SECONDS) || client.exitValue() != 0) return -1;
-            return parseFinalOverallGbps(out);
+            if (!client.waitFor(120, TimeUnit.SECONDS) || client.exitValue() != 0) return null;
+            double gbps = parseFinalOverallGbps(out);
+            String tls = System.getenv("UCX_TLS");
+            return gbps < 0 ? null : new Result(gbps, (tls == null ? "" : "UCX_TLS=" + tls + " ") + String.join(" ", clientCmd));
         } catch (IOException e) {
-            return -1; // not installed
+            return null; // not installed
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            return -1;
+            return null;
         } finally {
             if (server != null) server.destroyForcibly();
         }

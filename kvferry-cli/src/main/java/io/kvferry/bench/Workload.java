@@ -17,9 +17,17 @@ import java.util.SplittableRandom;
  * @param concurrency  requests in flight per rank
  * @param prefixEvery  every n-th request has a decode prefix (0: none)
  * @param seed         randomness of rooms, lengths and page layouts
+ * @param warmup       requests run (and verified) before the measured ones and left out of every
+ *                     timing figure: the first requests pay for JIT compilation, connection set-up
+ *                     and first-touch page faults. The stream holds {@code warmup + requests}.
  */
 public record Workload(int requests, int promptTokens, int pageSize, int chunkTokens, int concurrency,
-                       int prefixEvery, long seed) {
+                       int prefixEvery, long seed, int warmup) {
+
+    /** Without warm-up requests. */
+    public Workload(int requests, int promptTokens, int pageSize, int chunkTokens, int concurrency, int prefixEvery, long seed) {
+        this(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, 0);
+    }
 
     /**
      * @param room         bootstrap room (unique, in [1, 2^63))
@@ -42,13 +50,24 @@ public record Workload(int requests, int promptTokens, int pageSize, int chunkTo
         if (promptTokens < 1) throw new IllegalArgumentException("--prompt-tokens must be >= 1");
         if (concurrency < 1) throw new IllegalArgumentException("--concurrency must be >= 1");
         if (chunkTokens < pageSize) throw new IllegalArgumentException("--chunk-tokens must be >= --page-size");
+        if (warmup < 0) throw new IllegalArgumentException("--warmup must be >= 0");
+    }
+
+    /** Warm-up plus measured requests: the length of {@link #generate()}. */
+    public int totalRequests() {
+        return warmup + requests;
+    }
+
+    /** Whether a request (by its index in the stream) is a warm-up one. */
+    public boolean isWarmup(Request r) {
+        return r.index() < warmup;
     }
 
     public List<Request> generate() {
         SplittableRandom rnd = new SplittableRandom(seed);
         Set<Long> rooms = new HashSet<>();
-        List<Request> out = new ArrayList<>(requests);
-        for (int i = 0; i < requests; i++) {
+        List<Request> out = new ArrayList<>(totalRequests());
+        for (int i = 0; i < totalRequests(); i++) {
             long room;
             do {
                 room = rnd.nextLong(1, Long.MAX_VALUE);

@@ -15,6 +15,9 @@ import java.util.concurrent.Callable;
                 + "control protocol, real transport), verify every destination byte, and print a summary.",
                 "With no options: Llama-3.1-8B shape, 64 requests of ~1024 tokens, TCP over loopback, one JVM."})
 public final class BenchCommand implements Callable<Integer> {
+    /** Warm-up requests before the measured ones: enough for the JIT to compile the copy loops on this 2-core machine. */
+    static final int DEFAULT_WARMUP = 8;
+
     @Mixin
     WorkloadOptions workload;
 
@@ -31,7 +34,7 @@ public final class BenchCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         BenchConfig config;
         try {
-            config = workload.toConfig(true);
+            config = workload.toConfig(true, DEFAULT_WARMUP);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;
@@ -41,9 +44,10 @@ public final class BenchCommand implements Callable<Integer> {
             return 2;
         }
         long perRequest = config.shape().bytesPerToken(config.decodeTp()) * config.workload().promptTokens() * config.decodeTp();
-        System.err.printf("[bench] model=%s transport=%s tp=%d->%d requests=%d prompt=%d tokens (~%.1f MiB KV each), "
+        System.err.printf("[bench] model=%s transport=%s tp=%d->%d requests=%d (+%d warm-up) prompt=%d tokens (~%.1f MiB KV each), "
                         + "page=%d, chunk=%d tokens, concurrency=%d, %s%n",
                 config.shape().name(), config.transport(), config.prefillTp(), config.decodeTp(), config.workload().requests(),
+                config.workload().warmup(),
                 config.workload().promptTokens(), perRequest / 1048576.0, config.workload().pageSize(),
                 config.workload().chunkTokens(), config.workload().concurrency(),
                 processes ? "separate processes" : "one JVM");
@@ -55,6 +59,14 @@ public final class BenchCommand implements Callable<Integer> {
                 r.latencyMs().get("p99"));
         if (r.iperf3Gbps() != null) {
             System.out.printf("iperf3 loopback baseline %.2f GB/s, ratio %.2f%n", r.iperf3Gbps(), r.ratioToIperf3());
+        }
+        if (r.datapathGbps() > 0) {
+            System.out.printf("data path %s: %.2f GB/s per transfer worker (ratio to memcpy %.2f), mean op %d bytes%n",
+                    r.dataPaths().keySet(), r.datapathGbps(), r.ratioDatapathToMemcpy(), r.datapathOpBytes());
+        }
+        if (r.ucxPerftestGbps() != null) {
+            System.out.printf("ucx_perftest baseline %.2f GB/s (%s), data path ratio %.2f%n", r.ucxPerftestGbps(),
+                    r.ucxPerftestCommand(), r.ratioDatapathToUcxPerftest());
         }
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));

@@ -25,6 +25,11 @@ public final class WorkloadOptions {
     @Option(names = "--prompt-tokens", defaultValue = "1024", description = "Prompt length in tokens. Default: ${DEFAULT-VALUE}.")
     int promptTokens;
 
+    @Option(names = "--warmup",
+            description = "Requests run (and verified) before the measured ones, left out of every timing figure "
+                    + "(kvferry bench: 8; kvferry chaos: 0).")
+    Integer warmup;
+
     @Option(names = "--page-size", defaultValue = "16", description = "Tokens per KV page. Default: ${DEFAULT-VALUE}.")
     int pageSize;
 
@@ -77,6 +82,11 @@ public final class WorkloadOptions {
             description = "Pipeline stages of the decode instance: 1 or --prefill-pp. Default: ${DEFAULT-VALUE}.")
     int decodePp;
 
+    @Option(names = "--paired-memcpy",
+            description = "Before each measured request's transfer, time a single-thread copy of the same source pages "
+                    + "(paired_memcpy_gbps): a memcpy baseline taken milliseconds from each transfer.")
+    boolean pairedMemcpy;
+
     @Option(names = "--transfer-workers", defaultValue = "0",
             description = "Prefill transfer worker threads per rank (0 = library default). Default: ${DEFAULT-VALUE}.")
     int transferWorkers;
@@ -107,6 +117,11 @@ public final class WorkloadOptions {
      *                      shares it; separate role processes must be given the same one)
      */
     BenchConfig toConfig(boolean generateToken) {
+        return toConfig(generateToken, 0);
+    }
+
+    /** @param defaultWarmup warm-up requests when --warmup is not given */
+    BenchConfig toConfig(boolean generateToken, int defaultWarmup) {
         if (!KVFerry.BACKENDS.contains(transport)) {
             throw new IllegalArgumentException("--transport must be one of " + KVFerry.BACKENDS + ", got '" + transport + "'");
         }
@@ -142,7 +157,9 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("the bench's state has " + RankPoolLimits.STATE_ENTRIES
                     + " entries per slot: TP must divide it");
         }
-        Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed);
+        int warm = warmup == null ? defaultWarmup : warmup;
+        if (warm < 0) throw new IllegalArgumentException("--warmup must be >= 0, got " + warm);
+        Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warm);
         String token = authToken;
         if (token == null || token.isEmpty()) {
             if (!generateToken) {
@@ -158,7 +175,8 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb), tcpStripes);
+                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb), tcpStripes,
+                pairedMemcpy);
     }
 
     /** Bench pool limits the options are checked against. */

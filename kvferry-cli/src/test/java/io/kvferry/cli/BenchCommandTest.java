@@ -39,11 +39,15 @@ class BenchCommandTest {
         Run r = run("bench", "--model", "tiny-hybrid", "--requests", "16", "--prompt-tokens", "300", "--json");
         assertEquals(0, r.code(), r.out());
         JsonNode j = lastJson(r.out());
-        for (String f : new String[]{"requests", "succeeded", "failed", "verified_bytes", "gbps", "latency_ms"}) {
+        for (String f : new String[]{"requests", "warmup", "succeeded", "failed", "verified_bytes", "gbps", "latency_ms",
+                "datapath_gbps", "transfer_gbps", "datapath_op_bytes"}) {
             assertTrue(j.has(f), "missing " + f + " in " + j);
         }
-        assertEquals(16, j.get("requests").asInt());
-        assertEquals(16, j.get("succeeded").asInt());
+        // 16 measured requests after the default warm-up, every one verified.
+        assertEquals(BenchCommand.DEFAULT_WARMUP, j.get("warmup").asInt());
+        assertEquals(16 + BenchCommand.DEFAULT_WARMUP, j.get("requests").asInt());
+        assertEquals(16 + BenchCommand.DEFAULT_WARMUP, j.get("succeeded").asInt());
+        assertTrue(j.get("datapath_gbps").asDouble() > 0);
         assertEquals(0, j.get("failed").asInt());
         assertTrue(j.get("verified_bytes").asLong() > 16L * 256 * 2048);
         assertTrue(j.get("latency_ms").has("p50") && j.get("latency_ms").has("p99"));
@@ -51,8 +55,8 @@ class BenchCommandTest {
 
     @Test
     void inprocAndFakeBackendsRunTheSameJob() throws Exception {
-        assertEquals(0, run("bench", "--model", "tiny", "--requests", "8", "--prompt-tokens", "128", "--transport", "inproc").code());
-        Run fake = run("bench", "--model", "tiny", "--requests", "4", "--prompt-tokens", "64", "--transport", "fake", "--json");
+        assertEquals(0, run("bench", "--model", "tiny", "--requests", "8", "--prompt-tokens", "128", "--transport", "inproc", "--warmup", "0").code());
+        Run fake = run("bench", "--model", "tiny", "--requests", "4", "--prompt-tokens", "64", "--transport", "fake", "--warmup", "0", "--json");
         // Nothing moves on the fake backend, so verification must fail: the bench does not pretend.
         assertEquals(1, fake.code());
         assertEquals(4, lastJson(fake.out()).get("corrupted").asInt());
@@ -69,7 +73,7 @@ class BenchCommandTest {
                 {"--prefill-pp", "2", "--decode-pp", "2"},
                 {"--kv-heads", "4", "--prefill-pp", "4", "--prefill-tp", "2", "--decode-tp", "4"}}) {
             java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(
-                    "bench", "--model", "tiny", "--requests", "6", "--prompt-tokens", "200", "--json"));
+                    "bench", "--model", "tiny", "--requests", "6", "--prompt-tokens", "200", "--warmup", "0", "--json"));
             args.addAll(java.util.List.of(layout));
             Run r = run(args.toArray(String[]::new));
             assertEquals(0, r.code(), String.join(" ", layout) + "\n" + r.out());
@@ -82,7 +86,7 @@ class BenchCommandTest {
     @Test
     void hybridModelsReshardTheirMambaStateAcrossTp() throws Exception {
         for (String[] tps : new String[][]{{"1", "4"}, {"2", "1"}}) {
-            Run r = run("bench", "--model", "tiny-hybrid", "--requests", "6", "--prompt-tokens", "200", "--prefill-tp", tps[0],
+            Run r = run("bench", "--model", "tiny-hybrid", "--requests", "6", "--prompt-tokens", "200", "--warmup", "0", "--prefill-tp", tps[0],
                     "--decode-tp", tps[1], "--json");
             assertEquals(0, r.code(), r.out());
             assertEquals(6, lastJson(r.out()).get("succeeded").asInt());
@@ -99,5 +103,6 @@ class BenchCommandTest {
         assertEquals(2, run("bench", "--prefill-pp", "2", "--decode-pp", "4").code());
         assertEquals(2, run("bench", "--model", "qwen3-next", "--prefill-pp", "2").code());
         assertTrue(run("bench", "--requests", "many").code() != 0);
+        assertEquals(2, run("bench", "--warmup", "-1").code());
     }
 }

@@ -108,6 +108,7 @@ public final class PrefillKVManager implements KVManager {
     private final ScheduledExecutorService timer;
     private final java.util.concurrent.atomic.LongAdder dataPathBytes = new java.util.concurrent.atomic.LongAdder();
     private final java.util.concurrent.atomic.LongAdder dataPathNanos = new java.util.concurrent.atomic.LongAdder();
+    private final java.util.concurrent.atomic.LongAdder dataPathOps = new java.util.concurrent.atomic.LongAdder();
     /** Pluggable transports opened on first use, by name (guarded by itself). */
     private final java.util.Map<String, SourceTransport> sources = new java.util.HashMap<>();
     private volatile boolean closed;
@@ -404,23 +405,63 @@ public final class PrefillKVManager implements KVManager {
 
     private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
         long t0 = System.nanoTime();
-        d.session().dataPath.write(room.room, plan, memory, () -> statuses.status(room.room) == KVPoll.Failed);
-        dataPathNanos.add(System.nanoTime() - t0);
+        activeWrites.begin(t0);
+        try {
+            d.session().dataPath.write(room.room, plan, memory, () -> statuses.status(room.room) == KVPoll.Failed);
+        } finally {
+            long t1 = System.nanoTime();
+            activeWrites.end(t1);
+            dataPathNanos.add(t1 - t0);
+        }
         long bytes = plan.totalBytes();
         dataPathBytes.add(bytes);
+        dataPathOps.add(plan.size());
         room.bytesSent += bytes;
     }
 
     /**
      * Bytes the data paths moved and the time the transfer workers spent inside them, summed over
      * workers: bytes / time is the per-thread data-path bandwidth, comparable with a single-thread
-     * memory copy (the bench's {@code datapath_gbps}).
+     * memory copy (the bench's {@code datapath_gbps}); {@code ops} counts the plans' ops (a run of
+     * pages of one buffer, an aux row, a state slot), so bytes / ops is the mean message size.
+     * {@code activeNanos} is the wall time during which at least one write was in a data path:
+     * bytes / activeNanos is the rank's aggregate bandwidth while it was moving data, all workers together.
      */
-    public record DataPathStats(long bytes, long busyNanos) {}
+    public record DataPathStats(long bytes, long busyNanos, long ops, long activeNanos) {
+        /** What moved since {@code earlier} (a snapshot of the same manager). */
+        public DataPathStats minus(DataPathStats earlier) {
+            return new DataPathStats(bytes - earlier.bytes, busyNanos - earlier.busyNanos, ops - earlier.ops,
+                    activeNanos - earlier.activeNanos);
+        }
+    }
 
     public DataPathStats dataPathStats() {
-        return new DataPathStats(dataPathBytes.sum(), dataPathNanos.sum());
+        return new DataPathStats(dataPathBytes.sum(), dataPathNanos.sum(), dataPathOps.sum(), activeWrites.activeNanos());
     }
+
+    /**
+     * Wall time with at least one write inside a data path (the union of the workers' busy
+     * intervals). Entered once per plan (a chunk of a room), not per page, so a lock is cheap here.
+     */
+    private static final class ActiveWrites {
+        private int active;
+        private long since;
+        private long total;
+
+        synchronized void begin(long now) {
+            if (active++ == 0) since = now;
+        }
+
+        synchronized void end(long now) {
+            if (--active == 0) total += now - since;
+        }
+
+        synchronized long activeNanos() {
+            return active > 0 ? total + (System.nanoTime() - since) : total;
+        }
+    }
+
+    private final ActiveWrites activeWrites = new ActiveWrites();
 
     private final class Worker {
         final BlockingQueue<Runnable> queue = new LinkedBlockingQueue<>();

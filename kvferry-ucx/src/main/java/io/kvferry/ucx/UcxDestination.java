@@ -35,7 +35,8 @@ import java.util.function.Consumer;
  * ({@code progress}, {@code waitForEvents}, {@code close}); other threads only call the thread-safe
  * {@code signal()}. The progress thread is needed because UCX's tcp transport (and any active
  * message or wireup traffic) lands only while the target worker progresses; when idle it sleeps in
- * {@code waitForEvents()} (the worker's event fd), no spinning.
+ * {@code waitForEvents()} (the worker's event fd); after doing work it polls a while first ({@link UcxSettings#dstSpin}),
+ * since a transfer brings the next fragment within microseconds.
  *
  * <p><b>What revoke guarantees.</b> The registrations are shared by every link (one rkey per buffer,
  * packed once): UCX cannot withdraw a remote key from one peer without unmapping the memory for
@@ -190,10 +191,12 @@ final class UcxDestination implements DestinationTransport {
         @Override
         public void run() {
             long lastError = 0;
+            long spin = UcxSettings.dstSpin(), idle = spin;
             try {
                 while (!stopping) {
                     try {
-                        if (worker.progress() == 0 && !stopping) worker.waitForEvents();
+                        if (worker.progress() > 0) idle = 0;
+                        else if (++idle > spin && !stopping) worker.waitForEvents();
                     } catch (Exception e) {
                         long now = System.nanoTime();
                         if (now - lastError > 1_000_000_000L) {

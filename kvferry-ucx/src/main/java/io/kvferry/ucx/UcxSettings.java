@@ -79,6 +79,17 @@ final class UcxSettings {
         return Math.max(0, getLong("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", 20_000));
     }
 
+    /**
+     * Empty progress calls a decode link's progress thread makes after a call that did work, before
+     * it sleeps on the worker's event fd ({@code kvferry.ucx.dstSpin} / {@code KVFERRY_UCX_DST_SPIN}).
+     * Transports that are not truly one-sided (tcp, and the active-message lanes) need the decode's
+     * worker to receive every fragment; sleeping between fragments costs an event-fd wakeup each.
+     * An idle link sleeps at once.
+     */
+    static long dstSpin() {
+        return Math.max(0, getLong("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", 20_000));
+    }
+
     /** UCX transports that write a peer's memory without that peer's UCX worker (see {@link #directAccessPossible}). */
     static final Set<String> DIRECT_ACCESS_TLS = Set.of("cma", "knem", "xpmem", "cuda_ipc", "rocm_ipc");
 

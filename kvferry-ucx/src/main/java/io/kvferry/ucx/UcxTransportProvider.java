@@ -24,6 +24,14 @@ public final class UcxTransportProvider implements TransportProvider {
         return "ucx";
     }
 
+    /**
+     * Whether endpoints use UCX's peer error-handling mode ({@code KVFERRY_UCX_ERR_MODE} /
+     * {@code kvferry.ucx.errMode}, default peer): benchmarks configure their baseline the same way.
+     */
+    public static boolean peerErrorHandling() {
+        return UcxSettings.errMode() == UcxSettings.ErrMode.PEER;
+    }
+
     /** Null when libucp and JUCX load and a UCP context opens; otherwise why not and how to install UCX. */
     @Override
     public String unavailableReason() {
