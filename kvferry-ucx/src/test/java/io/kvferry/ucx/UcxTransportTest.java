@@ -220,6 +220,27 @@ class UcxTransportTest {
     }
 
     @Test
+    void idleLinksSleepInsteadOfSpinning() throws Exception {
+        RegisteredMemory dst = memory(2), src = memory(2000);
+        DataPath path = connect(source(src), offer(destination(dst), "prefill-0"), dst);
+        path.write(8, kvPlan(new int[] {0, 1, 2}, new int[] {5, 6, 7}), src, NEVER);
+        // Both sides poll a little after work (a few ms), then sleep on the worker's event fd.
+        Thread.sleep(300);
+        java.lang.management.ThreadMXBean mx = java.lang.management.ManagementFactory.getThreadMXBean();
+        List<Long> ids = new ArrayList<>();
+        for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if (t.getName().startsWith("kvferry-ucx-")) ids.add(t.threadId());
+        }
+        assertTrue(ids.size() >= 2, "expected the source engine and the decode link's progress thread");
+        long before = 0, after = 0;
+        for (long id : ids) before += Math.max(0, mx.getThreadCpuTime(id));
+        Thread.sleep(1000);
+        for (long id : ids) after += Math.max(0, mx.getThreadCpuTime(id));
+        // A spinning thread would burn ~1000 ms of CPU in that second.
+        assertTrue(after - before < 100_000_000L, "idle UCX threads used " + (after - before) / 1_000_000 + " ms of CPU in 1 s");
+    }
+
+    @Test
     void writesHeadSlicedPlansBothWays() throws Exception {
         // 8 KV heads of 128 bytes, 16 tokens a page. P2 -> D1: prefill rank 1's 4 heads land in the
         // second half of each decode token (strided destination: one put per piece). P1 -> D2: decode
