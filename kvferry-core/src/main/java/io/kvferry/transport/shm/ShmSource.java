@@ -27,6 +27,21 @@ import java.util.Map;
  */
 final class ShmSource implements SourceTransport {
     private final String hostId = SharedMemory.hostId();
+    /** Shared by every data path of this source (one prefill rank). */
+    private final CopyLanes lanes;
+
+    ShmSource(int engineRank) {
+        this(engineRank, CopyLanes.configured());
+    }
+
+    /** @param copyThreads threads copying one large write, the transfer worker included */
+    ShmSource(int engineRank, int copyThreads) {
+        this.lanes = new CopyLanes(copyThreads, "r" + engineRank);
+    }
+
+    ShmSource() {
+        this(0);
+    }
 
     @Override
     public String name() {
@@ -79,7 +94,7 @@ final class ShmSource implements SourceTransport {
             Fence.claim(fence, slot, ProcessHandle.current().pid(),
                     ProcessHandle.current().info().startInstant().map(java.time.Instant::toEpochMilli).orElse(0L));
             ok = true;
-            return new ShmDataPath(arena, fence, slot, targets, peer);
+            return new ShmDataPath(arena, fence, slot, targets, peer, lanes);
         } finally {
             if (!ok) arena.close();
         }
@@ -109,7 +124,8 @@ final class ShmSource implements SourceTransport {
 
     @Override
     public void close() {
-        // mappings belong to the data paths
+        // mappings belong to the data paths; writes still running finish their lanes themselves
+        lanes.close();
     }
 
     /** The mapped destination of every decode buffer, by (region, component, buffer). */

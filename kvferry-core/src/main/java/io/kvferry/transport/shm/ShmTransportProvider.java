@@ -36,6 +36,6 @@ public final class ShmTransportProvider implements TransportProvider {
 
     @Override
     public SourceTransport openSource(RegisteredMemory memory, int engineRank) {
-        return new ShmSource();
+        return new ShmSource(engineRank);
     }
 }

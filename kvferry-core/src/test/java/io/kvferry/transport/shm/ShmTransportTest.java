@@ -102,6 +102,79 @@ class ShmTransportTest {
     }
 
     @Test
+    void aLargeWriteIsSplitOverCopyLanesAndLandsExactly() throws Exception {
+        long page = 256 << 10;
+        int pages = 64, buffers = 2;
+        SharedArena decodeArena = SharedArena.open("shm-lanes", page * pages * buffers + (1 << 20));
+        closeables.add(decodeArena);
+        Arena privateArena = Arena.ofShared();
+        closeables.add(privateArena);
+        KVArgs da = new KVArgs(), sa = new KVArgs();
+        da.pageSize = sa.pageSize = 16;
+        for (int b = 0; b < buffers; b++) {
+            da.addKvBuffer(decodeArena.allocate(page * pages, 64), page);
+            MemorySegment s = privateArena.allocate(page * pages, 64);
+            for (long i = 0; i < s.byteSize(); i += 8) s.set(ValueLayout.JAVA_LONG_UNALIGNED, i, i * 31 + b);
+            sa.addKvBuffer(s, page);
+        }
+        RegisteredMemory dst = RegisteredMemory.from(da), src = RegisteredMemory.from(sa);
+        int[] from = new int[pages], to = new int[pages];
+        List<Integer> order = new ArrayList<>();
+        for (int i = 0; i < pages; i++) order.add(i);
+        java.util.Collections.shuffle(order, new java.util.Random(5));
+        for (int i = 0; i < pages; i++) {
+            from[i] = i;
+            to[i] = order.get(i);
+        }
+        ShmSource source = new ShmSource(0, 3);
+        closeables.add(source);
+        ShmDestination d = destination(dst);
+        LinkOffer offer = d.offer("p");
+        DataPath path = source.connect(offer.blob(), dst.describe(), "d");
+        CopyPlan plan = TransferPlanner.planKv(from, to, new long[] {page, page});
+        assertTrue(plan.totalBytes() >= 3 * CopyLanes.MIN_LANE_BYTES, "the plan is big enough for three lanes");
+        path.write(1, plan, src, () -> false);
+        for (int b = 0; b < buffers; b++) {
+            for (int i = 0; i < pages; i++) {
+                assertEquals(-1, src.slice(Region.KV, 0, b, from[i] * page, page).mismatch(dst.slice(Region.KV, 0, b, to[i] * page, page)),
+                        "buffer " + b + " page " + to[i]);
+            }
+        }
+        assertTrue(Thread.getAllStackTraces().keySet().stream().anyMatch(t -> t.getName().startsWith("kvferry-shm-copy-r0-")),
+                "helper threads copied lanes");
+        // A failing lane fails the whole write with its reason (here: the room was cancelled midway).
+        java.util.concurrent.atomic.AtomicInteger checks = new java.util.concurrent.atomic.AtomicInteger();
+        IOException e = assertThrows(IOException.class, () -> path.write(2, plan, src, () -> checks.incrementAndGet() > 20));
+        assertTrue(e.getMessage().contains("failed during the transfer"), e.getMessage());
+        // Revoked: every lane stops at the fence.
+        assertTrue(offer.revoke(Duration.ofSeconds(5)));
+        e = assertThrows(IOException.class, () -> path.write(3, plan, src, () -> false));
+        assertTrue(e.getMessage().contains("revoked"), e.getMessage());
+        path.close();
+    }
+
+    @Test
+    void copyThreadsAreConfigurable() {
+        assertTrue(CopyLanes.configured() >= 1);
+        CopyLanes one = new CopyLanes(1, "t");
+        assertEquals(1, one.lanesFor(1L << 30));
+        assertFalse(one.offer(() -> {}));
+        CopyLanes four = new CopyLanes(4, "t");
+        assertEquals(1, four.lanesFor(CopyLanes.MIN_LANE_BYTES));
+        assertEquals(2, four.lanesFor(2 * CopyLanes.MIN_LANE_BYTES + 1));
+        assertEquals(4, four.lanesFor(1L << 30));
+        four.close();
+        assertFalse(four.offer(() -> {}), "a closed source's helpers take no more lanes; the writer copies them");
+        System.setProperty("kvferry.shm.copyThreads", "0");
+        try {
+            IllegalArgumentException x = assertThrows(IllegalArgumentException.class, CopyLanes::configured);
+            assertTrue(x.getMessage().contains("KVFERRY_SHM_COPY_THREADS"), x.getMessage());
+        } finally {
+            System.clearProperty("kvferry.shm.copyThreads");
+        }
+    }
+
+    @Test
     void privateMemoryIsNotOffered() throws Exception {
         Arena privateArena = Arena.ofShared();
         closeables.add(privateArena);
