@@ -33,7 +33,9 @@ import java.util.Map;
  * @param ucxPerftestGbps   ucx_perftest -t ucp_put_bw at datapath_op_bytes with the bench's UCX_TLS and
  *                          error-handling mode, same run (ucx only; null when not measured)
  * @param ucxPerftestCommand the ucx_perftest client command line that gave ucx_perftest_gbps
- * @param ratioDatapathToUcxPerftest datapath_gbps / ucx_perftest_gbps
+ * @param ratioTransferToUcxPerftest transfer_gbps / ucx_perftest_gbps: ucx_perftest is one stream, and one UCX engine
+ *                          thread per prefill rank posts every worker's puts, so the transport's bandwidth is
+ *                          transfer_gbps (equal to datapath_gbps with one transfer worker)
  */
 public record BenchResult(
         String model, String transport, boolean processes,
@@ -64,6 +66,6 @@ public record BenchResult(
         @JsonProperty("datapath_op_bytes") long datapathOpBytes,
         @JsonProperty("ratio_datapath_to_memcpy") double ratioDatapathToMemcpy,
         @JsonProperty("ucx_perftest_gbps") Double ucxPerftestGbps,
-        @JsonProperty("ratio_datapath_to_ucx_perftest") Double ratioDatapathToUcxPerftest,
+        @JsonProperty("ratio_transfer_to_ucx_perftest") Double ratioTransferToUcxPerftest,
         @JsonProperty("ucx_perftest_command") String ucxPerftestCommand,
         @JsonProperty("first_failures") List<String> firstFailures) {}

@@ -61,12 +61,18 @@ public final class BenchCommand implements Callable<Integer> {
             System.out.printf("iperf3 loopback baseline %.2f GB/s, ratio %.2f%n", r.iperf3Gbps(), r.ratioToIperf3());
         }
         if (r.datapathGbps() > 0) {
-            System.out.printf("data path %s: %.2f GB/s per transfer worker (ratio to memcpy %.2f), mean op %d bytes%n",
-                    r.dataPaths().keySet(), r.datapathGbps(), r.ratioDatapathToMemcpy(), r.datapathOpBytes());
+            System.out.printf("data path %s: %.2f GB/s per transfer worker (ratio to memcpy %.2f), %.2f GB/s with all "
+                            + "workers (ratio %.2f), mean op %d bytes%n",
+                    r.dataPaths().keySet(), r.datapathGbps(), r.ratioDatapathToMemcpy(), r.transferGbps(),
+                    r.ratioTransferToMemcpy(), r.datapathOpBytes());
+            if (r.pairedMemcpyGbps() != null) {
+                System.out.printf("paired memcpy %.2f GB/s, data path ratio %.2f%n", r.pairedMemcpyGbps(),
+                        r.ratioDatapathToPairedMemcpy());
+            }
         }
         if (r.ucxPerftestGbps() != null) {
-            System.out.printf("ucx_perftest baseline %.2f GB/s (%s), data path ratio %.2f%n", r.ucxPerftestGbps(),
-                    r.ucxPerftestCommand(), r.ratioDatapathToUcxPerftest());
+            System.out.printf("ucx_perftest baseline %.2f GB/s (%s), transfer ratio %.2f%n", r.ucxPerftestGbps(),
+                    r.ucxPerftestCommand(), r.ratioTransferToUcxPerftest());
         }
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));

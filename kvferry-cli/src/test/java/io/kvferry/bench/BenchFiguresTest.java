@@ -97,5 +97,9 @@ class BenchFiguresTest {
         UcxPerftestBaseline.Result none = UcxPerftestBaseline.measure(57_344, false);
         assertNotNull(none);
         assertTrue(!none.command().contains(" -e"), none.command());
+        // Private buffers like kvferry's pools (else error mode none measures cache-hot memcpys into a shared segment).
+        if (System.getenv("UCX_ALLOC_PRIO") == null) {
+            assertTrue(none.command().contains("UCX_ALLOC_PRIO=" + UcxPerftestBaseline.PRIVATE_BUFFERS + " "), none.command());
+        }
     }
 }

@@ -40,7 +40,7 @@ class BenchCommandTest {
         assertEquals(0, r.code(), r.out());
         JsonNode j = lastJson(r.out());
         for (String f : new String[]{"requests", "warmup", "succeeded", "failed", "verified_bytes", "gbps", "latency_ms",
-                "datapath_gbps", "transfer_gbps", "datapath_op_bytes"}) {
+                "datapath_gbps", "transfer_gbps", "datapath_op_bytes", "ucx_perftest_gbps", "ratio_transfer_to_ucx_perftest"}) {
             assertTrue(j.has(f), "missing " + f + " in " + j);
         }
         // 16 measured requests after the default warm-up, every one verified.
