@@ -3,6 +3,8 @@ package io.kvferry.bench;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -38,12 +40,12 @@ public final class UcxPerftestBaseline {
         }
         long size = Math.max(8, messageBytes);
         long iterations = Math.max(1000, Math.min(200_000, (2L << 30) / size));
-        java.util.List<String> common = new java.util.ArrayList<>(java.util.List.of("-p", Integer.toString(port), "-t", "ucp_put_bw",
+        List<String> common = new ArrayList<>(List.of("-p", Integer.toString(port), "-t", "ucp_put_bw",
                 "-s", Long.toString(size), "-n", Long.toString(iterations), "-w", Long.toString(iterations / 10 + 1)));
         if (peerErrorHandling) common.add("-e");
-        java.util.List<String> serverCmd = new java.util.ArrayList<>(java.util.List.of("ucx_perftest"));
+        List<String> serverCmd = new ArrayList<>(List.of("ucx_perftest"));
         serverCmd.addAll(common);
-        java.util.List<String> clientCmd = new java.util.ArrayList<>(java.util.List.of("ucx_perftest", "127.0.0.1"));
+        List<String> clientCmd = new ArrayList<>(List.of("ucx_perftest", "127.0.0.1"));
         clientCmd.addAll(common);
         String allocPrio = System.getenv("UCX_ALLOC_PRIO");
         boolean privateBuffers = allocPrio == null;
@@ -69,7 +71,7 @@ public final class UcxPerftestBaseline {
         }
     }
 
-    private static ProcessBuilder perftestProcess(java.util.List<String> command, boolean privateBuffers) {
+    private static ProcessBuilder perftestProcess(List<String> command, boolean privateBuffers) {
         ProcessBuilder pb = new ProcessBuilder(command);
         if (privateBuffers) pb.environment().put("UCX_ALLOC_PRIO", PRIVATE_BUFFERS);
         return pb;

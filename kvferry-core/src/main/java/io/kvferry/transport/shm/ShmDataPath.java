@@ -8,6 +8,10 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.VarHandle;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -27,7 +31,7 @@ final class ShmDataPath implements DataPath {
     private final String peer;
     private final CopyLanes lanes;
     /** Writes inside {@link #write}; close() waits for them so a copy is never cut off mid-fence. */
-    private final java.util.concurrent.atomic.AtomicInteger inflight = new java.util.concurrent.atomic.AtomicInteger();
+    private final AtomicInteger inflight = new AtomicInteger();
     private volatile boolean closed;
 
     ShmDataPath(Arena arena, MemorySegment fence, long slot, ShmSource.Targets targets, String peer, CopyLanes lanes) {
@@ -82,7 +86,7 @@ final class ShmDataPath implements DataPath {
             if (acc >= share * lane) cut[lane++] = op + 1;
         }
         while (lane <= n) cut[lane++] = plan.size();
-        java.util.concurrent.atomic.AtomicReference<Throwable> failure = new java.util.concurrent.atomic.AtomicReference<>();
+        AtomicReference<Throwable> failure = new AtomicReference<>();
         Lane[] all = new Lane[n];
         for (int i = 0; i < n; i++) all[i] = new Lane(room, plan, cut[i], cut[i + 1], source, cancelled, failure);
         for (int i = 1; i < n; i++) lanes.offer(all[i]);
@@ -101,12 +105,12 @@ final class ShmDataPath implements DataPath {
         private final int from, to;
         private final RegisteredMemory source;
         private final BooleanSupplier cancelled;
-        private final java.util.concurrent.atomic.AtomicReference<Throwable> failure;
-        private final java.util.concurrent.atomic.AtomicBoolean claimed = new java.util.concurrent.atomic.AtomicBoolean();
-        private final java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(1);
+        private final AtomicReference<Throwable> failure;
+        private final AtomicBoolean claimed = new AtomicBoolean();
+        private final CountDownLatch done = new CountDownLatch(1);
 
         Lane(long room, CopyPlan plan, int from, int to, RegisteredMemory source, BooleanSupplier cancelled,
-             java.util.concurrent.atomic.AtomicReference<Throwable> failure) {
+             AtomicReference<Throwable> failure) {
             this.room = room;
             this.plan = plan;
             this.from = from;
@@ -145,7 +149,7 @@ final class ShmDataPath implements DataPath {
 
     /** Copies ops [from, to); stops early when the room is cancelled, the path closed or another lane failed. */
     private void copy(long room, CopyPlan plan, int from, int to, RegisteredMemory source, BooleanSupplier cancelled,
-                      java.util.concurrent.atomic.AtomicReference<Throwable> otherLane) throws IOException {
+                      AtomicReference<Throwable> otherLane) throws IOException {
         try {
             for (int op = from; op < to; op++) {
                 if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
