@@ -32,6 +32,7 @@ import java.util.Map;
  * @param ratioDatapathToMemcpy datapath_gbps / memcpy_gbps
  * @param ucxPerftestGbps   ucx_perftest -t ucp_put_bw at datapath_op_bytes with the bench's UCX_TLS and
  *                          error-handling mode, same run (ucx only; null when not measured)
+ * @param ucxPerftestRoundsGbps each ucx_perftest round's GB/s; ucx_perftest_gbps is their median
  * @param ucxPerftestCommand the ucx_perftest client command line that gave ucx_perftest_gbps
  * @param ratioTransferToUcxPerftest transfer_gbps / ucx_perftest_gbps: ucx_perftest is one stream, and one UCX engine
  *                          thread per prefill rank posts every worker's puts, so the transport's bandwidth is
@@ -66,6 +67,7 @@ public record BenchResult(
         @JsonProperty("datapath_op_bytes") long datapathOpBytes,
         @JsonProperty("ratio_datapath_to_memcpy") double ratioDatapathToMemcpy,
         @JsonProperty("ucx_perftest_gbps") Double ucxPerftestGbps,
+        @JsonProperty("ucx_perftest_rounds_gbps") List<Double> ucxPerftestRoundsGbps,
         @JsonProperty("ratio_transfer_to_ucx_perftest") Double ratioTransferToUcxPerftest,
         @JsonProperty("ucx_perftest_command") String ucxPerftestCommand,
         @JsonProperty("first_failures") List<String> firstFailures) {}

@@ -251,6 +251,7 @@ public final class BenchRunner {
                 pathOps > 0 ? pathBytes / pathOps : 0,
                 memcpy > 0 && pathNanos > 0 ? round(pathGbps / memcpy) : 0,
                 perftest > 0 ? round(perftest) : null,
+                ucxPerftest == null ? null : ucxPerftest.rounds().stream().map(BenchRunner::round).toList(),
                 perftest > 0 && activeNanos > 0 ? round(transferGbps / perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.command(), failures);
     }

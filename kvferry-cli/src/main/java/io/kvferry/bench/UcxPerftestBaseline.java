@@ -3,6 +3,8 @@ package io.kvferry.bench;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -23,15 +25,43 @@ import java.util.concurrent.TimeUnit;
 public final class UcxPerftestBaseline {
     private UcxPerftestBaseline() {}
 
-    /** @param gbps    GB/s (10^9 B/s) of the "overall" bandwidth on the Final line
-     *  @param command the client command line */
-    public record Result(double gbps, String command) {}
+    /** @param gbps    GB/s (10^9 B/s): the median of the rounds' "overall" bandwidth on the Final line
+     *  @param command the client command line (the same in every round but for the port)
+     *  @param rounds  each round's GB/s, in the order run */
+    public record Result(double gbps, String command, List<Double> rounds) {}
 
     /** UCX_ALLOC_PRIO for ucx_perftest's buffers: private memory, as kvferry's pools are. */
     static final String PRIVATE_BUFFERS = "mmap,heap";
 
-    /** Null when ucx_perftest is unavailable or failed. */
+    /** Rounds per baseline: one ucx_perftest run varies by ±30 % on a shared host, the median far less. */
+    static final int ROUNDS = 3;
+    /** Bytes each round puts: about 2 s at this host's tcp-emulated put speed. */
+    static final long BYTES_PER_ROUND = 1L << 30;
+    /** A round that has not finished by then failed (its processes are killed). */
+    static final long ROUND_TIMEOUT_S = 120;
+
+    /** Null when ucx_perftest is unavailable or every round failed. */
     public static Result measure(long messageBytes, boolean peerErrorHandling) {
+        List<Double> rounds = new ArrayList<>();
+        String command = null;
+        for (int i = 0; i < ROUNDS; i++) {
+            Result r = measureOnce(messageBytes, peerErrorHandling);
+            if (r == null) {
+                if (rounds.isEmpty()) return null; // not installed, or UCX cannot run here
+                continue;
+            }
+            rounds.add(r.gbps());
+            command = r.command();
+        }
+        List<Double> sorted = new ArrayList<>(rounds);
+        sorted.sort(null);
+        int n = sorted.size();
+        double median = n % 2 == 1 ? sorted.get(n / 2) : (sorted.get(n / 2 - 1) + sorted.get(n / 2)) / 2;
+        return new Result(median, command, List.copyOf(rounds));
+    }
+
+    /** One ucx_perftest server + client pair; null when it could not run or did not finish in time. */
+    static Result measureOnce(long messageBytes, boolean peerErrorHandling) {
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
@@ -39,7 +69,7 @@ public final class UcxPerftestBaseline {
             return null;
         }
         long size = Math.max(8, messageBytes);
-        long iterations = Math.max(1000, Math.min(200_000, (2L << 30) / size));
+        long iterations = Math.max(1000, Math.min(200_000, BYTES_PER_ROUND / size));
         List<String> common = new ArrayList<>(List.of("-p", Integer.toString(port), "-t", "ucp_put_bw",
                 "-s", Long.toString(size), "-n", Long.toString(iterations), "-w", Long.toString(iterations / 10 + 1)));
         if (peerErrorHandling) common.add("-e");
@@ -49,25 +79,35 @@ public final class UcxPerftestBaseline {
         clientCmd.addAll(common);
         String allocPrio = System.getenv("UCX_ALLOC_PRIO");
         boolean privateBuffers = allocPrio == null;
-        Process server = null;
+        Process server = null, client = null;
+        Path out = null;
         try {
+            out = Files.createTempFile("kvferry-perftest-", ".out");
             server = perftestProcess(serverCmd, privateBuffers).redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
             Thread.sleep(500);
-            Process client = perftestProcess(clientCmd, privateBuffers).redirectErrorStream(true).start();
-            String out = new String(client.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            if (!client.waitFor(120, TimeUnit.SECONDS) || client.exitValue() != 0) return null;
-            double gbps = parseFinalOverallGbps(out);
+            // Output to a file, not a pipe: a client that never finishes must not block the bench in a read.
+            client = perftestProcess(clientCmd, privateBuffers).redirectErrorStream(true).redirectOutput(out.toFile()).start();
+            if (!client.waitFor(ROUND_TIMEOUT_S, TimeUnit.SECONDS) || client.exitValue() != 0) return null;
+            double gbps = parseFinalOverallGbps(Files.readString(out, StandardCharsets.UTF_8));
             String tls = System.getenv("UCX_TLS");
             String env = (tls == null ? "" : "UCX_TLS=" + tls + " ")
                     + "UCX_ALLOC_PRIO=" + (privateBuffers ? PRIVATE_BUFFERS : allocPrio) + " ";
-            return gbps < 0 ? null : new Result(gbps, env + String.join(" ", clientCmd));
+            return gbps < 0 ? null : new Result(gbps, env + String.join(" ", clientCmd), List.of(gbps));
         } catch (IOException e) {
             return null; // not installed
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             return null;
         } finally {
+            if (client != null) client.destroyForcibly();
             if (server != null) server.destroyForcibly();
+            if (out != null) {
+                try {
+                    Files.deleteIfExists(out);
+                } catch (IOException ignored) {
+                    // a temp file left behind is harmless
+                }
+            }
         }
     }
 

@@ -71,8 +71,8 @@ public final class BenchCommand implements Callable<Integer> {
             }
         }
         if (r.ucxPerftestGbps() != null) {
-            System.out.printf("ucx_perftest baseline %.2f GB/s (%s), transfer ratio %.2f%n", r.ucxPerftestGbps(),
-                    r.ucxPerftestCommand(), r.ratioTransferToUcxPerftest());
+            System.out.printf("ucx_perftest baseline %.2f GB/s (median of %s; %s), transfer ratio %.2f%n", r.ucxPerftestGbps(),
+                    r.ucxPerftestRoundsGbps(), r.ucxPerftestCommand(), r.ratioTransferToUcxPerftest());
         }
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));
