@@ -19,8 +19,9 @@ import java.util.Map;
  * @param tcpStripes        TCP connections per decode link (tcp data path)
  * @param dataPaths         succeeded requests per data path they actually took (e.g. {"shm": 64})
  * @param datapathGbps      bytes the prefill data paths moved ÷ time the transfer workers spent inside them (summed
- *                          over workers): the transport's own per-thread bandwidth, without the bench's pattern fill
- *                          and verification, comparable with the single-thread memcpy baseline
+ *                          over workers): the transport's own per-worker bandwidth, without the bench's pattern fill
+ *                          and verification (an shm write of ≥ 8 MiB may use several copy threads: set
+ *                          KVFERRY_SHM_COPY_THREADS=1 to compare one thread with the single-thread memcpy baseline)
  * @param transferGbps      bytes the prefill data paths moved ÷ wall time during which at least one transfer worker
  *                          was inside a data path (per prefill rank, summed over ranks): the transport's bandwidth
  *                          with all its workers, while it had data to move
@@ -28,6 +29,7 @@ import java.util.Map;
  * @param pairedMemcpyGbps  with --paired-memcpy: a single-thread copy of each measured request's source pages, timed
  *                          just before its transfer (null otherwise)
  * @param ratioDatapathToPairedMemcpy datapath_gbps / paired_memcpy_gbps
+ * @param datapathBytes     bytes the prefill data paths moved for the measured requests (warm-up left out)
  * @param datapathOpBytes   mean bytes per data-path op (a run of pages of one buffer, an aux row, a state slot)
  * @param ratioDatapathToMemcpy datapath_gbps / memcpy_gbps
  * @param ucxPerftestGbps   ucx_perftest -t ucp_put_bw at datapath_op_bytes with the bench's UCX_TLS and
@@ -64,6 +66,7 @@ public record BenchResult(
         @JsonProperty("ratio_transfer_to_memcpy") double ratioTransferToMemcpy,
         @JsonProperty("paired_memcpy_gbps") Double pairedMemcpyGbps,
         @JsonProperty("ratio_datapath_to_paired_memcpy") Double ratioDatapathToPairedMemcpy,
+        @JsonProperty("datapath_bytes") long datapathBytes,
         @JsonProperty("datapath_op_bytes") long datapathOpBytes,
         @JsonProperty("ratio_datapath_to_memcpy") double ratioDatapathToMemcpy,
         @JsonProperty("ucx_perftest_gbps") Double ucxPerftestGbps,

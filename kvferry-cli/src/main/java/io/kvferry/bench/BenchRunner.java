@@ -211,6 +211,7 @@ public final class BenchRunner {
         double elapsed = 0;
         int corrupted = 0;
         long pathBytes = 0, pathNanos = 0, pathOps = 0, activeNanos = 0, pairedBytes = 0, pairedNanos = 0;
+        double transferGbps = 0;
         Map<String, Long> paths = new java.util.TreeMap<>();
         Histogram h = new Histogram(3);
         List<String> failures = new ArrayList<>();
@@ -221,6 +222,8 @@ public final class BenchRunner {
             pathNanos += r.datapathBusyNanos();
             pathOps += r.datapathOps();
             activeNanos += r.datapathActiveNanos();
+            // Ranks move their shares at the same time: the bandwidths add up, not the times.
+            if (r.datapathActiveNanos() > 0) transferGbps += r.datapathBytes() / (double) r.datapathActiveNanos();
             pairedBytes += r.pairedMemcpyBytes();
             pairedNanos += r.pairedMemcpyNanos();
             if (r.role().equals("decode")) {
@@ -238,7 +241,6 @@ public final class BenchRunner {
         double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
         double pathGbps = pathNanos > 0 ? pathBytes / (double) pathNanos : 0;
         double perftest = ucxPerftest == null ? 0 : ucxPerftest.gbps();
-        double transferGbps = activeNanos > 0 ? pathBytes / (double) activeNanos : 0;
         double paired = pairedNanos > 0 ? pairedBytes / (double) pairedNanos : 0;
         return new BenchResult(config.shape().name(), config.transport(), processes, config.prefillTp(), config.decodeTp(),
                 config.prefillPp(), config.decodePp(), config.prefillCp(), config.prefillDp(),
@@ -248,7 +250,7 @@ public final class BenchRunner {
                 iperf > 0 ? round(gbps / iperf) : null, config.tcpStripes(), paths,
                 round(pathGbps), round(transferGbps), memcpy > 0 ? round(transferGbps / memcpy) : 0,
                 paired > 0 ? round(paired) : null, paired > 0 && pathNanos > 0 ? round(pathGbps / paired) : null,
-                pathOps > 0 ? pathBytes / pathOps : 0,
+                pathBytes, pathOps > 0 ? pathBytes / pathOps : 0,
                 memcpy > 0 && pathNanos > 0 ? round(pathGbps / memcpy) : 0,
                 perftest > 0 ? round(perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.rounds().stream().map(BenchRunner::round).toList(),

@@ -55,10 +55,13 @@ public final class PrefillDriver {
     private final KvPattern pattern;
     /**
      * The manager's data-path figures when the first measured (non-warm-up) request started its
-     * transfer; null until then. The decode starts measured requests only after every warm-up one
-     * concluded, and a prefill's writes land before its STATUS, so the snapshot splits them exactly.
+     * transfer; null until then. It is taken only once this prefill has concluded every warm-up
+     * request and no write is inside a data path (a failed or aborted warm-up's write may still be
+     * stopping), so the snapshot splits warm-up and measured writes exactly.
      */
     private io.kvferry.conn.PrefillKVManager.DataPathStats warmupStats;
+    /** This driver's warm-up requests (its DP share), and how many of them concluded (driver thread only). */
+    private int warmupsHere, concludedWarmups;
     /** Source pages that already hold the pattern template (see startTransfer). */
     private final BitSet templatedPages = new BitSet();
 
@@ -102,6 +105,7 @@ public final class PrefillDriver {
         if (pairedMemcpyOn && pairedMemcpy == null) pairedMemcpy = new PairedMemcpy(pool, workload.maxPagesPerRequest());
         List<Workload.Request> reqs = workload.generate().stream()
                 .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
+        warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
         List<Flight> inflight = new ArrayList<>();
         List<Integer> failedIdx = new ArrayList<>();
         List<String> reasons = new ArrayList<>();
@@ -147,6 +151,7 @@ public final class PrefillDriver {
                     }
                 }
                 f.sender.clear();
+                if (workload.isWarmup(f.req)) concludedWarmups++;
                 if (f.pages != null) pool.freePages(f.pages);
                 if (f.row >= 0) pool.freeRow(f.row);
                 it.remove();
@@ -182,6 +187,7 @@ public final class PrefillDriver {
         if (!pool.canAllocate(numPages)) return false;
         if (warmupStats == null && !workload.isWarmup(f.req) && workload.warmup() > 0
                 && manager instanceof io.kvferry.conn.PrefillKVManager pm) {
+            if (concludedWarmups < warmupsHere || pm.writesInDataPath() > 0) return false; // retried on the next pass
             warmupStats = pm.dataPathStats();
         }
         f.pages = pool.allocatePages(numPages);

@@ -33,8 +33,9 @@ class BenchFiguresTest {
         assertEquals(0, warmed.corrupted());
         assertEquals(all.verifiedBytes() - first3.verifiedBytes(), warmed.verifiedBytes());
         assertTrue(warmed.latencyMs().get("p50") > 0);
-        // The data-path totals (embedded too) leave the warm-up out as well.
+        // The data-path totals (embedded too) leave the warm-up out as well, to the byte.
         assertTrue(warmed.datapathGbps() > 0 && warmed.transferGbps() > 0, warmed.toString());
+        assertEquals(all.datapathBytes() - first3.datapathBytes(), warmed.datapathBytes());
         assertTrue(all.datapathOpBytes() > 0);
         assertNull(warmed.pairedMemcpyGbps());
     }

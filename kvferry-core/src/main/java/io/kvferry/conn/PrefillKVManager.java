@@ -131,6 +131,14 @@ public final class PrefillKVManager implements KVManager {
         }
         this.hasConvShardGroups = args.stateConvShardGroups.stream().anyMatch(l -> l != null && l.stream().anyMatch(g -> g != null));
         this.backend = backend;
+        if (!"auto".equals(backend)) {
+            // As on the decode: a backend asked for by name that cannot run (not installed, a bad
+            // setting) fails here, not link by link later.
+            for (TransportProvider p : Transports.forBackend(backend)) {
+                String unavailable = p.unavailableReason();
+                if (unavailable != null) throw new IllegalStateException("transfer backend " + p.name() + " cannot run here: " + unavailable);
+            }
+        }
         this.uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
                 config.attnCpRank(), config.attnCpSize());
         this.authToken = config.authToken() == null ? null : config.authToken().getBytes(StandardCharsets.UTF_8);
@@ -404,14 +412,12 @@ public final class PrefillKVManager implements KVManager {
     }
 
     private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
-        long t0 = System.nanoTime();
-        activeWrites.begin(t0);
+        long t0 = activeWrites.begin();
         try {
             d.session().dataPath.write(room.room, plan, memory, () -> statuses.status(room.room) == KVPoll.Failed);
         } finally {
-            long t1 = System.nanoTime();
-            activeWrites.end(t1);
-            dataPathNanos.add(t1 - t0);
+            // A failed write's time counts too (the data path was busy), its bytes do not.
+            dataPathNanos.add(activeWrites.end() - t0);
         }
         long bytes = plan.totalBytes();
         dataPathBytes.add(bytes);
@@ -421,8 +427,9 @@ public final class PrefillKVManager implements KVManager {
 
     /**
      * Bytes the data paths moved and the time the transfer workers spent inside them, summed over
-     * workers: bytes / time is the per-thread data-path bandwidth, comparable with a single-thread
-     * memory copy (the bench's {@code datapath_gbps}); {@code ops} counts the plans' ops (a run of
+     * workers: bytes / time is the per-worker data-path bandwidth (the bench's {@code datapath_gbps}),
+     * comparable with a single-thread memory copy when a write runs on its worker alone (shm copy
+     * lanes let one large write use several threads); {@code ops} counts the plans' ops (a run of
      * pages of one buffer, an aux row, a state slot), so bytes / ops is the mean message size.
      * {@code activeNanos} is the wall time during which at least one write was in a data path:
      * bytes / activeNanos is the rank's aggregate bandwidth while it was moving data, all workers together.
@@ -433,6 +440,11 @@ public final class PrefillKVManager implements KVManager {
             return new DataPathStats(bytes - earlier.bytes, busyNanos - earlier.busyNanos, ops - earlier.ops,
                     activeNanos - earlier.activeNanos);
         }
+    }
+
+    /** Writes inside a data path right now (a failed room's write may still be stopping). */
+    public int writesInDataPath() {
+        return activeWrites.active();
     }
 
     public DataPathStats dataPathStats() {
@@ -448,12 +460,21 @@ public final class PrefillKVManager implements KVManager {
         private long since;
         private long total;
 
-        synchronized void begin(long now) {
+        /** The clock is read under the lock, so no other write's interval can fall between it and the count. */
+        synchronized long begin() {
+            long now = System.nanoTime();
             if (active++ == 0) since = now;
+            return now;
         }
 
-        synchronized void end(long now) {
+        synchronized long end() {
+            long now = System.nanoTime();
             if (--active == 0) total += now - since;
+            return now;
+        }
+
+        synchronized int active() {
+            return active;
         }
 
         synchronized long activeNanos() {

@@ -73,6 +73,27 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
     }
 
     @Test
+    void aBackendWithABadSettingFailsBothManagersNamingIt() {
+        TestRank pm = rank(), dm = rank();
+        System.setProperty("kvferry.shm.copyThreads", "lots");
+        try {
+            for (io.kvferry.api.DisaggregationMode mode : io.kvferry.api.DisaggregationMode.values()) {
+                TestRank r = mode == io.kvferry.api.DisaggregationMode.PREFILL ? pm : dm;
+                IllegalStateException e = assertThrows(IllegalStateException.class,
+                        () -> KVFerry.createManager("shm", r.args(0, PAGE_SIZE), mode, cfg(1, 0).build()));
+                assertTrue(e.getMessage().contains("transfer backend shm cannot run here")
+                        && e.getMessage().contains("KVFERRY_SHM_COPY_THREADS") && e.getMessage().contains("'lots'"), e.getMessage());
+            }
+            // With auto the bad transport is only left out: links use another one.
+            KVManager p = prefill(pm, "auto", 1, 0, PAGE_SIZE);
+            KVManager d = decode(dm, "auto", cfg(1, 0).build(), 0, PAGE_SIZE);
+            assertEquals("tcp", pathOf(p, pm, d, dm, 29));
+        } finally {
+            System.clearProperty("kvferry.shm.copyThreads");
+        }
+    }
+
+    @Test
     void aPrefillThatGoesSilentIsDeclaredDeadByHeartbeats() throws Exception {
         TestRank dm = rank();
         try (KVBootstrapServer fakeRegistry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);

@@ -61,6 +61,8 @@ final class UcxDestination implements DestinationTransport {
     private final int engineRank;
     private final boolean directAccessPossible;
     private final Set<Link> links = ConcurrentHashMap.newKeySet();
+    /** Empty progress calls after work before a link sleeps ({@link UcxSettings#dstSpin()}), read once at open. */
+    private final long dstSpin;
     private boolean closed;
 
     private UcxDestination(UcpContext context, List<UcpMemory> registrations, List<UcxOffer.Entry> entries, int engineRank) {
@@ -69,6 +71,7 @@ final class UcxDestination implements DestinationTransport {
         this.entries = entries;
         this.engineRank = engineRank;
         this.directAccessPossible = UcxSettings.directAccessPossible(System.getenv("UCX_TLS"));
+        this.dstSpin = UcxSettings.dstSpin();
     }
 
     /** Registers every KV, aux and state buffer; null (and {@code why} told) when UCX refuses one. */
@@ -191,7 +194,7 @@ final class UcxDestination implements DestinationTransport {
         @Override
         public void run() {
             long lastError = 0;
-            long spin = UcxSettings.dstSpin(), idle = spin;
+            long spin = dstSpin, idle = spin;
             try {
                 while (!stopping) {
                     try {

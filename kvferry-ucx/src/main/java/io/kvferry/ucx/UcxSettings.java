@@ -12,6 +12,29 @@ import java.util.Set;
 final class UcxSettings {
     private UcxSettings() {}
 
+    /** Spin settings are capped here (a few minutes of polling): larger values would overflow the idle counters. */
+    static final long MAX_SPIN = 1_000_000_000L;
+
+    /**
+     * Null when every kvferry-ucx setting parses; otherwise the first bad one, named. Checked before
+     * a transport opens, so a typo fails the manager's creation (or, with backend auto, is logged
+     * and the link uses another transport) instead of breaking a link's thread later.
+     */
+    static String problem() {
+        try {
+            errMode();
+            batchBytes();
+            window();
+            connectTimeoutMs();
+            drainTimeoutMs();
+            spin();
+            dstSpin();
+            return null;
+        } catch (IllegalArgumentException e) {
+            return e.getMessage();
+        }
+    }
+
     /** Endpoint error-handling mode. */
     enum ErrMode {
         /**
@@ -76,7 +99,7 @@ final class UcxSettings {
      * few milliseconds). With nothing in flight it sleeps at once.
      */
     static long spin() {
-        return Math.max(0, getLong("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", 20_000));
+        return Math.max(0, Math.min(MAX_SPIN, getLong("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", 20_000)));
     }
 
     /**
@@ -87,7 +110,7 @@ final class UcxSettings {
      * An idle link sleeps at once.
      */
     static long dstSpin() {
-        return Math.max(0, getLong("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", 20_000));
+        return Math.max(0, Math.min(MAX_SPIN, getLong("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", 20_000)));
     }
 
     /** UCX transports that write a peer's memory without that peer's UCX worker (see {@link #directAccessPossible}). */

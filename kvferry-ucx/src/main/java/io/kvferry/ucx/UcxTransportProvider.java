@@ -32,15 +32,19 @@ public final class UcxTransportProvider implements TransportProvider {
         return UcxSettings.errMode() == UcxSettings.ErrMode.PEER;
     }
 
-    /** Null when libucp and JUCX load and a UCP context opens; otherwise why not and how to install UCX. */
+    /**
+     * Null when libucp and JUCX load, a UCP context opens and kvferry-ucx's settings parse; otherwise
+     * why not (and how to install UCX, or which setting is wrong).
+     */
     @Override
     public String unavailableReason() {
-        return UcxRuntime.unavailableReason();
+        String reason = UcxRuntime.unavailableReason();
+        return reason != null ? reason : UcxSettings.problem();
     }
 
     @Override
     public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
-        String reason = UcxRuntime.unavailableReason();
+        String reason = unavailableReason();
         if (reason != null) {
             why.accept(reason);
             return null;
@@ -50,7 +54,7 @@ public final class UcxTransportProvider implements TransportProvider {
 
     @Override
     public SourceTransport openSource(RegisteredMemory memory, int engineRank) throws IOException {
-        String reason = UcxRuntime.unavailableReason();
+        String reason = unavailableReason();
         if (reason != null) throw new IOException(reason);
         return UcxSource.open(memory, engineRank);
     }

@@ -13,6 +13,7 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The offer's wire format and the settings parsers: pure, no UCX needed (never skipped). */
@@ -152,6 +153,28 @@ class UcxOfferTest {
             }
         }
         assertTrue(refused > 10_000, refused + " refused");
+    }
+
+    @Test
+    void badSettingsAreNamedAndSpinsAreCapped() {
+        assertNull(UcxSettings.problem());
+        System.setProperty("kvferry.ucx.dstSpin", "5k");
+        try {
+            String why = UcxSettings.problem();
+            assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN") && why.contains("'5k'"), why);
+            System.setProperty("kvferry.ucx.dstSpin", Long.toString(Long.MAX_VALUE));
+            assertNull(UcxSettings.problem());
+            // Capped, so a link's idle counter (which starts at the spin count) cannot overflow and spin forever.
+            assertEquals(UcxSettings.MAX_SPIN, UcxSettings.dstSpin());
+        } finally {
+            System.clearProperty("kvferry.ucx.dstSpin");
+        }
+        System.setProperty("kvferry.ucx.errMode", "sometimes");
+        try {
+            assertTrue(UcxSettings.problem().contains("KVFERRY_UCX_ERR_MODE"), UcxSettings.problem());
+        } finally {
+            System.clearProperty("kvferry.ucx.errMode");
+        }
     }
 
     @Test

@@ -196,6 +196,14 @@ class UcxTransportTest {
         assertEquals("ucx", p.name());
         assertNull(p.unavailableReason());
         assertNotNull(UcxRuntime.version());
+        // A bad kvferry-ucx setting makes the transport unavailable, named, before any link starts.
+        System.setProperty("kvferry.ucx.dstSpin", "fast");
+        try {
+            String why = p.unavailableReason();
+            assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN"), why);
+        } finally {
+            System.clearProperty("kvferry.ucx.dstSpin");
+        }
     }
 
     @Test

@@ -89,9 +89,14 @@ final class ShmDataPath implements DataPath {
         AtomicReference<Throwable> failure = new AtomicReference<>();
         Lane[] all = new Lane[n];
         for (int i = 0; i < n; i++) all[i] = new Lane(room, plan, cut[i], cut[i + 1], source, cancelled, failure);
-        for (int i = 1; i < n; i++) lanes.offer(all[i]);
-        for (Lane l : all) l.run(); // lane 0, then any lane no helper has started
-        for (Lane l : all) l.awaitDone();
+        try {
+            for (int i = 1; i < n; i++) lanes.offer(all[i]);
+        } finally {
+            // Even when handing a lane over threw (a helper thread that could not start), no lane may
+            // still run once write() returns: the decode would reuse pages a helper is writing.
+            for (Lane l : all) l.run(); // lane 0, then any lane no helper has started
+            for (Lane l : all) l.awaitDone();
+        }
         Throwable t = failure.get();
         if (t instanceof IOException e) throw e;
         if (t instanceof RuntimeException e) throw e;

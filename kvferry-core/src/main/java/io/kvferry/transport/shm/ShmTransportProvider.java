@@ -26,6 +26,11 @@ public final class ShmTransportProvider implements TransportProvider {
         if (!Files.isDirectory(SharedMemory.DIR) || !Files.isWritable(SharedMemory.DIR)) {
             return SharedMemory.DIR + " is not a writable directory (mount a tmpfs there, or set -Dkvferry.shm.dir)";
         }
+        try {
+            CopyLanes.configured();
+        } catch (IllegalArgumentException e) {
+            return e.getMessage();
+        }
         return null;
     }
 
