@@ -42,8 +42,8 @@ public final class DecodeDriver {
         return this;
     }
 
-    /** A scheduler iteration with nothing to do sleeps this long: spinning would steal the cores the transfer needs. */
-    static final long IDLE_PARK_NANOS = 200_000;
+    /** Sleeps of an idle scheduler iteration: spinning would steal the cores the transfer needs. */
+    private final IdleBackoff idle = new IdleBackoff();
 
     private final KVManager manager;
     private final RankPool pool;
@@ -177,7 +177,7 @@ public final class DecodeDriver {
                 moved = true;
             }
             if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
-            if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
+            idle.after(moved);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
         int hung = reqs.size() - done;

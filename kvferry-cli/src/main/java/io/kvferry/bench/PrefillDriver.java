@@ -11,7 +11,6 @@ import java.util.Arrays;
 import java.util.BitSet;
 import java.util.Iterator;
 import java.util.List;
-import java.util.concurrent.locks.LockSupport;
 
 /**
  * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
@@ -44,8 +43,8 @@ public final class PrefillDriver {
         return this;
     }
 
-    /** A scheduler iteration with nothing to do sleeps this long: spinning would steal the cores the transfer needs. */
-    static final long IDLE_PARK_NANOS = 200_000;
+    /** Sleeps of an idle scheduler iteration: spinning would steal the cores the transfer needs. */
+    private final IdleBackoff idle = new IdleBackoff();
 
     private final KVManager manager;
     private final RankPool pool;
@@ -159,7 +158,7 @@ public final class PrefillDriver {
                 moved = true;
             }
             if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
-            if (!moved) LockSupport.parkNanos(IDLE_PARK_NANOS);
+            idle.after(moved);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
         int hung = reqs.size() - done;
