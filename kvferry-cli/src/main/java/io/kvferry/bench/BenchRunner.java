@@ -210,7 +210,7 @@ public final class BenchRunner {
         long verified = 0;
         double elapsed = 0;
         int corrupted = 0;
-        long pathBytes = 0, pathNanos = 0, pathOps = 0, activeNanos = 0, pairedBytes = 0, pairedNanos = 0;
+        long pathBytes = 0, pathNanos = 0, pathOps = 0, pairedBytes = 0, pairedNanos = 0;
         double transferGbps = 0;
         Map<String, Long> paths = new java.util.TreeMap<>();
         Histogram h = new Histogram(3);
@@ -221,7 +221,6 @@ public final class BenchRunner {
             pathBytes += r.datapathBytes();
             pathNanos += r.datapathBusyNanos();
             pathOps += r.datapathOps();
-            activeNanos += r.datapathActiveNanos();
             // Ranks move their shares at the same time: the bandwidths add up, not the times.
             if (r.datapathActiveNanos() > 0) transferGbps += r.datapathBytes() / (double) r.datapathActiveNanos();
             pairedBytes += r.pairedMemcpyBytes();
@@ -254,7 +253,7 @@ public final class BenchRunner {
                 memcpy > 0 && pathNanos > 0 ? round(pathGbps / memcpy) : 0,
                 perftest > 0 ? round(perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.rounds().stream().map(BenchRunner::round).toList(),
-                perftest > 0 && activeNanos > 0 ? round(transferGbps / perftest) : null,
+                perftest > 0 && transferGbps > 0 ? round(transferGbps / perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.command(), failures);
     }
 

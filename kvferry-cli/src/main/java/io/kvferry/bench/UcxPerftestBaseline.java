@@ -53,10 +53,7 @@ public final class UcxPerftestBaseline {
             rounds.add(r.gbps());
             command = r.command();
         }
-        List<Double> sorted = new ArrayList<>(rounds);
-        sorted.sort(null);
-        int n = sorted.size();
-        double median = n % 2 == 1 ? sorted.get(n / 2) : (sorted.get(n / 2 - 1) + sorted.get(n / 2)) / 2;
+        double median = MemcpyBaseline.median(rounds.stream().mapToDouble(Double::doubleValue).toArray());
         return new Result(median, command, List.copyOf(rounds));
     }
 

@@ -121,10 +121,10 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private static List<DestinationTransport> openDestinations(String backend, RegisteredMemory memory, int engineRank) {
         List<DestinationTransport> out = new ArrayList<>();
         boolean explicit = !"auto".equals(backend);
+        Transports.requireAvailable(backend);
         for (TransportProvider p : Transports.forBackend(backend)) {
             String unavailable = p.unavailableReason();
             if (unavailable != null) {
-                if (explicit) throw new IllegalStateException("transfer backend " + p.name() + " cannot run here: " + unavailable);
                 log.info("auto: {} not offered: {}", p.name(), unavailable);
                 continue;
             }

@@ -131,14 +131,7 @@ public final class PrefillKVManager implements KVManager {
         }
         this.hasConvShardGroups = args.stateConvShardGroups.stream().anyMatch(l -> l != null && l.stream().anyMatch(g -> g != null));
         this.backend = backend;
-        if (!"auto".equals(backend)) {
-            // As on the decode: a backend asked for by name that cannot run (not installed, a bad
-            // setting) fails here, not link by link later.
-            for (TransportProvider p : Transports.forBackend(backend)) {
-                String unavailable = p.unavailableReason();
-                if (unavailable != null) throw new IllegalStateException("transfer backend " + p.name() + " cannot run here: " + unavailable);
-            }
-        }
+        Transports.requireAvailable(backend);
         this.uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
                 config.attnCpRank(), config.attnCpSize());
         this.authToken = config.authToken() == null ? null : config.authToken().getBytes(StandardCharsets.UTF_8);
