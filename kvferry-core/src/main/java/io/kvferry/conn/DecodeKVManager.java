@@ -83,8 +83,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     private static final long TOPOLOGY_RETRY_NANOS = 1_000_000_000L;
     private final ScheduledExecutorService timer;
     private final Object linkSetup = new Object();
-    /** Threads revoking lost links' offers (a revoke that cannot confirm waits its timeout); teardown interrupts them. */
-    private final java.util.Set<Thread> revokers = ConcurrentHashMap.newKeySet();
+    /** Revokes lost links' offers off the reader threads (a revoke that cannot confirm waits its timeout); teardown joins it. */
+    private final OwnedTaskThread revoker;
     /** One-sided transports this rank offers, in preference order (empty for tcp and inproc). */
     private final List<DestinationTransport> destinations;
     private volatile boolean closed;
@@ -105,6 +105,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         }
         this.timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
                 .name("kvferry-decode-timer-" + engineRank).unstarted(r));
+        this.revoker = new OwnedTaskThread("kvferry-decode-revoke-" + engineRank);
         if ("inproc".equals(backend)) InprocRegistry.register(sessionId, this);
         this.destinations = openDestinations(backend, memory, engineRank);
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
@@ -556,17 +557,13 @@ public final class DecodeKVManager implements KVManager, WriteSink {
         LinkOffer offer = link.oneSided;
         if (offer != null) {
             // Revoked at once, off this reader thread; a clear() of the link's rooms waits for it (revoke is idempotent).
-            Thread t = Thread.ofPlatform().daemon().name("kvferry-decode-revoke-" + engineRank).unstarted(() -> {
-                try {
-                    if (!offer.revoke(config.abortAckTimeout())) {
-                        log.warn("could not confirm that {} stopped writing after the connection was lost", link);
-                    }
-                } finally {
-                    revokers.remove(Thread.currentThread());
+            boolean queued = revoker.submit(() -> {
+                if (!offer.revoke(config.abortAckTimeout())) {
+                    log.warn("could not confirm that {} stopped writing after the connection was lost", link);
                 }
             });
-            revokers.add(t);
-            t.start();
+            // Refused only once teardown began: it deregisters every destination's memory itself.
+            if (!queued) log.debug("revoke of {} left to teardown", link);
         }
     }
 
@@ -684,13 +681,8 @@ public final class DecodeKVManager implements KVManager, WriteSink {
             }
         }
         timer.shutdownNow();
-        for (Thread t : revokers) t.interrupt(); // teardown bounds the wait itself, below
-        for (Thread t : revokers) {
-            try {
-                t.join(config.abortAckTimeout().toMillis() + 1000); // a transport may finish its fence first
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
+        if (!revoker.close(config.abortAckTimeout().plusSeconds(1))) { // a transport may finish its fence first
+            log.warn("teardown: {} did not end within {}", revoker.name(), config.abortAckTimeout().plusSeconds(1));
         }
         // Bounded: every link gets what is left of one second (the transports also deregister below).
         long revokeDeadline = System.nanoTime() + TEARDOWN_REVOKE_NANOS;

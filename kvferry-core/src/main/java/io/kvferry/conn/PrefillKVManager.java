@@ -112,6 +112,8 @@ public final class PrefillKVManager implements KVManager {
     /** Pluggable transports opened on first use, by name (guarded by itself). */
     private final java.util.Map<String, SourceTransport> sources = new java.util.HashMap<>();
     private volatile boolean closed;
+    /** Closes failed sessions' one-sided paths off the reader and timer threads; teardown joins it. */
+    private final OwnedTaskThread unmapper;
 
     public PrefillKVManager(KVArgs args, KVManagerConfig config, String backend) {
         this.config = config;
@@ -141,6 +143,7 @@ public final class PrefillKVManager implements KVManager {
         } catch (IOException e) {
             throw new IllegalStateException("cannot listen on " + config.listenHost() + ": " + e.getMessage(), e);
         }
+        unmapper = new OwnedTaskThread("kvferry-prefill-unmap-" + engineRank);
         timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon()
                 .name("kvferry-prefill-timer-" + args.engineRank).unstarted(r));
         long stall = config.writeStallTimeout().toMillis();
@@ -907,7 +910,8 @@ public final class PrefillKVManager implements KVManager {
         if (!path.oneSided() || closed) return; // teardown closes every path itself
         // Runs once the session's rooms were failed (the caller continues to fail them right after), on
         // its own thread: neither this reader nor the timer (heartbeats!) waits while writers wind down.
-        Thread.ofPlatform().daemon().name("kvferry-prefill-unmap-" + engineRank).start(path::close);
+        // Refused only once teardown began, which closes every session's path itself.
+        unmapper.submit(path::close);
     }
 
     private void sendQuietly(PeerSession session, ControlMessage m) {
@@ -950,6 +954,9 @@ public final class PrefillKVManager implements KVManager {
             for (Worker w : workers) w.thread.join(2000);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+        }
+        if (!unmapper.close(config.abortAckTimeout().plusSeconds(1))) {
+            log.warn("teardown: {} did not end within {}", unmapper.name(), config.abortAckTimeout().plusSeconds(1));
         }
         for (PeerSession s : open) {
             if (s.dataPath != null) s.dataPath.close();
