@@ -56,4 +56,9 @@ public final class KVFerry {
     public static KVBootstrapServer startBootstrapServer(String host, int port, String authToken) {
         return BootstrapRegistryServer.start(host, port, RegistryOptions.defaults(authToken));
     }
+
+    /** A registry with explicit options, e.g. {@link RegistryOptions#withoutAuth()} for clusters whose clients send no token. */
+    public static KVBootstrapServer startBootstrapServer(String host, int port, RegistryOptions options) {
+        return BootstrapRegistryServer.start(host, port, options);
+    }
 }

@@ -169,7 +169,7 @@ public final class RankPool implements AutoCloseable {
     static final int STATE_ENTRIES = 64;
 
     /** Bytes every buffer of such a pool takes, with alignment slack. */
-    private static long capacity(ModelShape shape, int pageSize, int tp, int ppSize, int pages, int auxRows) {
+    static long capacity(ModelShape shape, int pageSize, int tp, int ppSize, int pages, int auxRows) {
         int layers = shape.layers() / ppSize;
         long bytes = (shape.mla() ? layers : 2L * layers) * (shape.pageBytes(pageSize, tp) * pages + 64);
         for (long row : AUX_ROW_BYTES) bytes += row * auxRows + 64;

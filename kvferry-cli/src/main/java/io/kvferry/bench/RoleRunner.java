@@ -193,6 +193,10 @@ public final class RoleRunner {
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
+        long poolCount = (long) groups * cps * config.pp(mode) * tpRanks.size();
+        long perPool = RankPool.capacity(config.shape(), w.pageSize(), config.tp(mode), config.pp(mode), w.poolPages(),
+                w.concurrency() + 2);
+        MemoryBudget.require(mode.name().toLowerCase(java.util.Locale.ROOT), poolCount, perPool, MemoryBudget.availableBytes());
         for (int dp = 0; dp < groups; dp++) {
             for (int cp = 0; cp < cps; cp++) {
                 for (int stage = 0; stage < config.pp(mode); stage++) {
@@ -284,6 +288,9 @@ public final class RoleRunner {
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.add("--enable-native-access=ALL-UNNAMED");
         cmd.add("-Xmx1g");
+        cmd.add("-XX:+ExitOnOutOfMemoryError"); // a role out of heap exits (the parent reports it) instead of living on half-dead
+        String logLevel = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel");
+        if (logLevel != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + logLevel); // --verbose reaches the roles
         cmd.addAll(jvmFlags);
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));

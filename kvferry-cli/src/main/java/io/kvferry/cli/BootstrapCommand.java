@@ -2,6 +2,7 @@ package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.registry.RegistryOptions;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -23,9 +24,19 @@ public final class BootstrapCommand implements Callable<Integer> {
             description = "Bearer token required on the write routes (env KVFERRY_AUTH_TOKEN). Without one they answer 401.")
     String authToken;
 
+    @Option(names = "--no-auth", description = "Accept writes without a token, for SGLang releases that predate bootstrap "
+            + "auth and send no Authorization header. Anyone who reaches the port can then register ranks; logged as a warning.")
+    boolean noAuth;
+
     @Override
     public Integer call() throws Exception {
-        KVBootstrapServer server = KVFerry.startBootstrapServer(host, port, authToken);
+        if (noAuth && authToken != null && !authToken.isBlank()) {
+            System.err.println("kvferry bootstrap: --no-auth and a token (--auth-token or KVFERRY_AUTH_TOKEN) exclude each other: drop one");
+            return 2;
+        }
+        KVBootstrapServer server = noAuth
+                ? KVFerry.startBootstrapServer(host, port, RegistryOptions.withoutAuth())
+                : KVFerry.startBootstrapServer(host, port, authToken);
         CountDownLatch stop = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.close();

@@ -17,7 +17,22 @@ public final class Main implements Runnable {
     }
 
     public static void main(String[] args) {
-        System.exit(run(args));
+        System.exit(run(withLogLevel(args)));
+    }
+
+    static final String LOG_LEVEL_PROPERTY = "org.slf4j.simpleLogger.defaultLogLevel";
+
+    /**
+     * A user sees the command's own progress and summary: the library's INFO lines (links, registrations)
+     * only with {@code --verbose} (anywhere on the line), warnings and errors always. Must run before the
+     * first logger is made; an explicit {@code -Dorg.slf4j.simpleLogger.defaultLogLevel} wins.
+     *
+     * @return the arguments without {@code --verbose}
+     */
+    static String[] withLogLevel(String[] args) {
+        boolean verbose = java.util.Arrays.asList(args).contains("--verbose");
+        if (System.getProperty(LOG_LEVEL_PROPERTY) == null) System.setProperty(LOG_LEVEL_PROPERTY, verbose ? "info" : "warn");
+        return java.util.Arrays.stream(args).filter(a -> !a.equals("--verbose")).toArray(String[]::new);
     }
 
     /** Runs the command line and returns its exit code (tests call this without exiting the JVM). */

@@ -60,13 +60,14 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     private static final int QUEUE_CAPACITY = 256;
 
     private static final String TEXT = "text/plain; charset=utf-8";
-    private static final String JSON = "application/json";
+    private static final String JSON = "application/json; charset=utf-8"; // as SGLang's aiohttp server says
 
     private final String host;
     private final HttpServer server;
     private final ThreadPoolExecutor httpExecutor;
     private final ScheduledThreadPoolExecutor sweeper;
     private final byte[] tokenDigest;
+    private final boolean openWrites;
     private final RouteTable routes = new RouteTable();
     private final RoomDpTable rooms;
     private final AtomicBoolean closed = new AtomicBoolean();
@@ -76,6 +77,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         this.server = server;
         String token = options.authToken();
         this.tokenDigest = token == null || token.isBlank() ? null : sha256(token);
+        this.openWrites = options.openWrites();
         this.rooms = new RoomDpTable(options.roomEntryTtl().toNanos(), nanoClock);
         String prefix = "kvferry-registry-" + server.getAddress().getPort();
         // Bounded queue, and the dispatcher runs the request itself when it is full: back-pressure
@@ -116,7 +118,10 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         long period = Math.clamp(ttl.toMillis() / 2, 50L, 60_000L);
         s.sweeper.scheduleWithFixedDelay(s::sweep, period, period, TimeUnit.MILLISECONDS);
         http.start();
-        if (s.tokenDigest == null) {
+        if (s.openWrites) {
+            log.warn("bootstrap registry on {}:{} runs WITHOUT auth (--no-auth): anyone who reaches it can register "
+                    + "or replace prefill ranks", host, s.port());
+        } else if (s.tokenDigest == null) {
             log.warn("bootstrap registry on {}:{} has no auth token: every PUT /route and POST /register_dp_rank "
                     + "will be refused with 401", host, s.port());
         } else {
@@ -206,8 +211,8 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         return switch (ex.getRequestURI().getRawPath()) {
             case "/route" -> switch (method) {
                 case "PUT" -> putRoute(ex);
-                case "GET", "HEAD" -> getRoute(ex.getRequestURI().getRawQuery());
-                default -> Response.notAllowed("GET, HEAD, PUT");
+                case "GET" -> getRoute(ex.getRequestURI().getRawQuery());
+                default -> Response.notAllowed("GET, PUT"); // HEAD too, as SGLang answers it
             };
             case "/register_dp_rank" -> method.equals("POST") ? registerDpRank(ex) : Response.notAllowed("POST");
             case "/query_dp_ranks" -> method.equals("POST") ? queryDpRanks(ex) : Response.notAllowed("POST");
@@ -293,6 +298,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
 
     /** Fails closed: no configured token, no header, another scheme or another token are all 401. */
     private void requireAuth(HttpExchange ex) throws BadRequestException {
+        if (openWrites) return;
         if (!authorized(ex.getRequestHeaders().getFirst("Authorization"))) {
             log.warn("unauthorized {} {} from {}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress());
             throw new BadRequestException(401, "Unauthorized");

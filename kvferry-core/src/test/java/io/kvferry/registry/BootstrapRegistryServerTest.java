@@ -156,12 +156,38 @@ class BootstrapRegistryServerTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"POST", "DELETE", "PATCH"})
+    @ValueSource(strings = {"POST", "DELETE", "PATCH", "HEAD"})
     void otherMethodsOnRouteAre405(String method) {
         RawHttp.Reply r = http.send(method, "/route", "{}", AUTH);
         assertEquals(405, r.status());
-        assertEquals("Method not allowed", r.body());
+        if (!method.equals("HEAD")) assertEquals("Method not allowed", r.body());
         assertTrue(r.headers().firstValue("Allow").orElse("").contains("PUT"));
+    }
+
+    @Test
+    void jsonAnswersSayTheirCharsetAsSglangDoes() throws Exception {
+        assertEquals(200, register(RawHttp.registration(1, 0, 1, 0, 6000)).status());
+        RawHttp.Reply t = http.topology();
+        assertEquals(200, t.status());
+        assertEquals("application/json; charset=utf-8", t.headers().firstValue("Content-Type").orElse(""));
+    }
+
+    @Test
+    void noAuthOptOutAcceptsWritesWithoutAHeader() {
+        try (BootstrapRegistryServer open = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.withoutAuth());
+             RawHttp h = new RawHttp(open.port())) {
+            assertEquals(503, h.topology().status());
+            assertEquals(200, h.put(RawHttp.json(RawHttp.registration(1, 0, 1, 0, 6000)), null).status());
+            assertEquals(200, h.post("/register_dp_rank", "{\"bootstrap_room\":1,\"dp_rank\":0}", null).status());
+            assertEquals(200, h.topology().status());
+        }
+    }
+
+    @Test
+    void noAuthAndATokenTogetherAreRefused() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> new RegistryOptions(TOKEN, RegistryOptions.DEFAULT_ROOM_ENTRY_TTL, true));
+        assertTrue(e.getMessage().contains("--no-auth"), e.getMessage());
     }
 
     @Test
