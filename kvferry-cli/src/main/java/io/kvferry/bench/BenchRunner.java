@@ -59,6 +59,7 @@ public final class BenchRunner {
     }
 
     private BenchResult run(boolean processes, boolean iperf3, boolean memcpyBaseline) throws Exception {
+        MemoryBudget.requireBothRoles(config, MemoryBudget.availableBytes());
         long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
         // memcpy is measured before and after the transfers (this VM's memory bandwidth drifts): their median.
         double[] memcpyBefore = memcpyBaseline ? MemcpyBaseline.rounds(itemBytes) : new double[0];

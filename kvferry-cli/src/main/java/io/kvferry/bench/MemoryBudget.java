@@ -9,7 +9,14 @@ import java.nio.file.Path;
  * in-flight request's pages, so a large {@code --concurrency} can need more than the machine has, and the
  * kernel's OOM killer would end the run without a word.
  */
-final class MemoryBudget {
+public final class MemoryBudget {
+    /** The refusal: a user error (exit code 2, the message only), not a crash. */
+    public static final class PoolsDoNotFit extends IllegalArgumentException {
+        PoolsDoNotFit(String message) {
+            super(message);
+        }
+    }
+
     /** Leave a fifth of what is available to the JVMs, the page cache and the rest of the machine. */
     static final double USABLE_FRACTION = 0.8;
 
@@ -21,19 +28,55 @@ final class MemoryBudget {
      * @param pools     rank pools this role allocates in this process
      * @param poolBytes bytes of one pool
      * @param available bytes the machine has available now ({@link #availableBytes()}); negative = unknown, no check
-     * @throws IllegalArgumentException naming the numbers and what to lower
+     * @throws PoolsDoNotFit naming the numbers and what to lower
      */
     static void require(String role, long pools, long poolBytes, long available) {
         if (available < 0) return;
         long need = pools * poolBytes;
         long usable = (long) (available * USABLE_FRACTION);
         if (need > usable) {
-            throw new IllegalArgumentException(String.format(
+            throw new PoolsDoNotFit(String.format(
                     "the %s pools need %s (%d rank pools of %s, sized for --concurrency in-flight requests of "
                             + "--prompt-tokens each) but only %s of the %s available may be used: lower --concurrency "
                             + "or --prompt-tokens, or use a smaller --model",
-                    role, mib(need), pools, mib(poolBytes), mib(usable), mib(available)));
+                    role, gib(need), pools, gib(poolBytes), gib(usable), gib(available)));
         }
+    }
+
+    /**
+     * A whole bench on this machine (one JVM or {@code --processes}): both roles' pools together, since
+     * both are allocated here. Checked before any process starts, so two role processes that each fit
+     * cannot together push the machine into the OOM killer.
+     */
+    static void requireBothRoles(BenchConfig config, long available) {
+        if (available < 0) return;
+        long prefill = roleBytes(io.kvferry.api.DisaggregationMode.PREFILL, config, config.prefillTp());
+        long decode = roleBytes(io.kvferry.api.DisaggregationMode.DECODE, config, config.decodeTp());
+        long need = prefill + decode, usable = (long) (available * USABLE_FRACTION);
+        if (need > usable) {
+            throw new PoolsDoNotFit(String.format(
+                    "the prefill and decode pools need %s together (%s prefill + %s decode, sized for --concurrency "
+                            + "in-flight requests of --prompt-tokens each) but only %s of the %s available may be used: "
+                            + "lower --concurrency or --prompt-tokens, or use a smaller --model",
+                    gib(need), gib(prefill), gib(decode), gib(usable), gib(available)));
+        }
+    }
+
+    /** Bytes of the pools one role allocates for {@code tpRanksHere} of its TP ranks (every dp group, cp rank and stage). */
+    static long roleBytes(io.kvferry.api.DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
+        return poolCount(mode, config, tpRanksHere) * poolBytes(mode, config);
+    }
+
+    static long poolCount(io.kvferry.api.DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
+        boolean prefill = mode == io.kvferry.api.DisaggregationMode.PREFILL;
+        int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
+        return (long) groups * cps * config.pp(mode) * tpRanksHere;
+    }
+
+    static long poolBytes(io.kvferry.api.DisaggregationMode mode, BenchConfig config) {
+        Workload w = config.workload();
+        return RankPool.capacity(config.shape(), w.pageSize(), config.tp(mode), config.pp(mode), w.poolPages(),
+                w.concurrency() + 2);
     }
 
     /** MemAvailable from /proc/meminfo, or -1 where it cannot be read. */
@@ -51,7 +94,7 @@ final class MemoryBudget {
         return -1;
     }
 
-    private static String mib(long bytes) {
+    private static String gib(long bytes) {
         return String.format("%.1f GiB", bytes / (1024.0 * 1024 * 1024));
     }
 }

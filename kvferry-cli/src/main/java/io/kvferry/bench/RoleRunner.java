@@ -193,9 +193,8 @@ public final class RoleRunner {
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
-        long poolCount = (long) groups * cps * config.pp(mode) * tpRanks.size();
-        long perPool = RankPool.capacity(config.shape(), w.pageSize(), config.tp(mode), config.pp(mode), w.poolPages(),
-                w.concurrency() + 2);
+        long poolCount = MemoryBudget.poolCount(mode, config, tpRanks.size());
+        long perPool = MemoryBudget.poolBytes(mode, config);
         MemoryBudget.require(mode.name().toLowerCase(java.util.Locale.ROOT), poolCount, perPool, MemoryBudget.availableBytes());
         for (int dp = 0; dp < groups; dp++) {
             for (int cp = 0; cp < cps; cp++) {

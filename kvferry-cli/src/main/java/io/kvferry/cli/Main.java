@@ -1,5 +1,6 @@
 package io.kvferry.cli;
 
+import io.kvferry.bench.MemoryBudget;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
@@ -37,6 +38,10 @@ public final class Main implements Runnable {
 
     /** Runs the command line and returns its exit code (tests call this without exiting the JVM). */
     public static int run(String... args) {
-        return new CommandLine(new Main()).execute(args);
+        return new CommandLine(new Main()).setExecutionExceptionHandler((e, cmd, parsed) -> {
+            if (!(e instanceof MemoryBudget.PoolsDoNotFit)) throw e;
+            cmd.getErr().println("kvferry " + cmd.getCommandName() + ": " + e.getMessage());
+            return 2;
+        }).execute(args);
     }
 }

@@ -3,6 +3,7 @@ package io.kvferry.bench;
 import org.junit.jupiter.api.Test;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -31,5 +32,18 @@ class MemoryBudgetTest {
         long perPool = RankPool.capacity(ModelShape.preset("llama-3.1-8b"), w.pageSize(), 1, 1, w.poolPages(), w.concurrency() + 2);
         assertTrue(perPool > 10 * GIB, "pool bytes " + perPool);
         assertThrows(IllegalArgumentException.class, () -> MemoryBudget.require("decode", 1, perPool, 12 * GIB));
+    }
+
+    @Test
+    void aWholeBenchCountsBothRolesTogether() {
+        // Each role's pools fit alone; both on one machine (one JVM or --processes) do not.
+        BenchConfig c = new BenchConfig(ModelShape.preset("llama-3.1-8b"), new Workload(100, 128, 16, 256, 300, 0, 1), "tcp", 1, "t");
+        long perRole = MemoryBudget.roleBytes(io.kvferry.api.DisaggregationMode.PREFILL, c, c.prefillTp());
+        assertEquals(perRole, MemoryBudget.roleBytes(io.kvferry.api.DisaggregationMode.DECODE, c, c.decodeTp()));
+        long available = (long) (1.5 * perRole / MemoryBudget.USABLE_FRACTION);
+        assertDoesNotThrow(() -> MemoryBudget.require("prefill", 1, perRole, available));
+        MemoryBudget.PoolsDoNotFit e = assertThrows(MemoryBudget.PoolsDoNotFit.class, () -> MemoryBudget.requireBothRoles(c, available));
+        assertTrue(e.getMessage().contains("prefill and decode pools"), e.getMessage());
+        assertDoesNotThrow(() -> MemoryBudget.requireBothRoles(c, 3 * available));
     }
 }

@@ -103,6 +103,8 @@ class BenchCommandTest {
         assertEquals(2, run("bench", "--prefill-pp", "2", "--decode-pp", "4").code());
         assertEquals(2, run("bench", "--model", "qwen3-next", "--prefill-pp", "2").code());
         assertTrue(run("bench", "--requests", "many").code() != 0);
+        // Pools for 100,000 in-flight 4096-token Llama-8B requests fit no machine: refused before any is allocated.
+        assertEquals(2, run("bench", "--requests", "1", "--warmup", "0", "--concurrency", "100000", "--prompt-tokens", "4096").code());
         assertEquals(2, run("bench", "--warmup", "-1").code());
     }
 }
