@@ -77,6 +77,13 @@ public final class ChaosRunner {
     static final int PARTITION_HEARTBEAT_MISSES = 5;
     /** partition: how long the link stays blackholed (the heartbeat timeout plus a margin for both sides). */
     static final long BLACKHOLE_MS = PARTITION_HEARTBEAT_MS * PARTITION_HEARTBEAT_MISSES + 1500;
+    /**
+     * partition: the proxied link's pace. The link must be the bottleneck: with a faster link the
+     * prefill can be idle, every room waiting for metadata, when the blackhole strikes; then it has
+     * no room to fail by heartbeat (its rooms fail later by bootstrap timeout) and detection cannot
+     * be judged. Paced, the prefill always has rooms whose bytes are still queued behind the link.
+     */
+    static final long PARTITION_LINK_BYTES_PER_SECOND = 256L << 20;
     /** partition: how long requests may take to succeed again once the link is restored or reset. */
     static final long RECOVERY_WAIT_MS = 30_000;
     /** Scenarios whose prefill waits {@link #PATIENT_BOOTSTRAP_TIMEOUT_MS} for metadata instead of chaos's short timeout. */
@@ -184,7 +191,7 @@ public final class ChaosRunner {
                 // Every prefill rank publishes a proxy's port; the proxy learns the rank's real port from its stdout.
                 List<Integer> ports = new ArrayList<>();
                 for (int i = 0; i < config.rankCount(io.kvferry.api.DisaggregationMode.PREFILL); i++) {
-                    FaultProxy x = new FaultProxy("rank" + i);
+                    FaultProxy x = new FaultProxy("rank" + i, PARTITION_LINK_BYTES_PER_SECOND);
                     proxies.add(x);
                     ports.add(x.port());
                 }

@@ -32,6 +32,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class FaultProxy implements AutoCloseable {
     private static final int BUFFER_BYTES = 1 << 20;
+    private static final int PACED_BUFFER_BYTES = 64 << 10;
     private static final long UPSTREAM_WAIT_MILLIS = 30_000;
 
     private final ServerSocketChannel server;
@@ -42,10 +43,22 @@ public final class FaultProxy implements AutoCloseable {
     private volatile InetSocketAddress upstream;
     private volatile boolean blackholed;
     private volatile boolean closed;
+    /** Each direction of each connection is paced to this many bytes per second; 0 = as fast as it goes. */
+    private final long bytesPerSecond;
 
-    /** Listens on an ephemeral port of 127.0.0.1. */
+    /** Listens on an ephemeral port of 127.0.0.1 and forwards at full speed. */
     public FaultProxy(String name) throws IOException {
+        this(name, 0);
+    }
+
+    /**
+     * @param bytesPerSecond pace of each direction (0 = unpaced). A paced link is the bottleneck, so the
+     *                       prefill always has rooms mid-transfer when a fault strikes (partition).
+     */
+    public FaultProxy(String name, long bytesPerSecond) throws IOException {
+        if (bytesPerSecond < 0) throw new IllegalArgumentException("bytesPerSecond must be >= 0, got " + bytesPerSecond);
         this.name = name;
+        this.bytesPerSecond = bytesPerSecond;
         server = ServerSocketChannel.open();
         server.bind(new InetSocketAddress("127.0.0.1", 0));
         acceptor = Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-accept").start(this::acceptLoop);
@@ -157,8 +170,8 @@ public final class FaultProxy implements AutoCloseable {
                 p.upstream = up;
             }
             p.client.setOption(StandardSocketOptions.TCP_NODELAY, true);
-            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-up").start(() -> pump(p, p.client, up));
-            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-down").start(() -> pump(p, up, p.client));
+            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-up").start(() -> pump(p, p.client, up, bytesPerSecond));
+            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-down").start(() -> pump(p, up, p.client, bytesPerSecond));
         } catch (IOException e) {
             p.close(true); // upstream refused: the client sees a reset, as it would from the rank itself
         }
@@ -177,9 +190,11 @@ public final class FaultProxy implements AutoCloseable {
         return closed ? null : upstream;
     }
 
-    /** Copies one direction; a blackholed pair stops before writing and waits for its end. */
-    private static void pump(Pair p, SocketChannel from, SocketChannel to) {
-        ByteBuffer buf = ByteBuffer.allocateDirect(BUFFER_BYTES);
+    /** Copies one direction (paced when {@code rate > 0}); a blackholed pair stops before writing and waits for its end. */
+    private static void pump(Pair p, SocketChannel from, SocketChannel to, long rate) {
+        // Paced: small reads, so the pace holds at the scale of a few milliseconds.
+        ByteBuffer buf = ByteBuffer.allocateDirect(rate > 0 ? PACED_BUFFER_BYTES : BUFFER_BYTES);
+        long start = System.nanoTime(), sent = 0;
         try {
             while (!p.closed) {
                 buf.clear();
@@ -191,6 +206,15 @@ public final class FaultProxy implements AutoCloseable {
                     }
                 }
                 if (p.closed) return;
+                if (rate > 0) {
+                    sent += buf.remaining();
+                    long due = start + sent * 1_000_000_000L / rate, now = System.nanoTime();
+                    if (due > now) TimeUnit.NANOSECONDS.sleep(due - now);
+                    else if (now - due > 100_000_000L) { // idle a while: do not let a burst make up for it
+                        start = now;
+                        sent = 0;
+                    }
+                }
                 while (buf.hasRemaining()) to.write(buf);
             }
         } catch (IOException | InterruptedException e) {

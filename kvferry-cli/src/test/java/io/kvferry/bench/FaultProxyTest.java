@@ -93,6 +93,36 @@ class FaultProxyTest {
         }
     }
 
+    /** A paced proxy keeps to its pace (a lower bound only: a loaded machine can make it slower, never faster). */
+    @Test
+    @Timeout(30)
+    void pacedProxyForwardsEveryByteNoFasterThanItsPace() throws Exception {
+        long rate = 4L << 20;
+        byte[] data = new byte[1 << 20];
+        new java.util.Random(7).nextBytes(data);
+        try (ServerSocket echo = echoServer(); FaultProxy proxy = new FaultProxy("paced", rate)) {
+            proxy.upstream(new InetSocketAddress(InetAddress.getLoopbackAddress(), echo.getLocalPort()));
+            try (Socket s = connect(proxy)) {
+                s.setSoTimeout(10_000);
+                long start = System.nanoTime();
+                Thread writer = Thread.ofPlatform().start(() -> {
+                    try {
+                        s.getOutputStream().write(data);
+                    } catch (IOException ignored) {
+                        // the read below fails then
+                    }
+                });
+                byte[] back = s.getInputStream().readNBytes(data.length);
+                long millis = (System.nanoTime() - start) / 1_000_000;
+                writer.join();
+                assertArrayEquals(data, back);
+                // 1 MiB at 4 MiB/s each way: at least ~250 ms, less a 64 KiB read of slack.
+                assertTrue(millis >= 200, () -> "1 MiB through a 4 MiB/s proxy took only " + millis + " ms");
+            }
+        }
+        assertThrows(IllegalArgumentException.class, () -> new FaultProxy("bad", -1));
+    }
+
     private static int readOrEof(InputStream in) throws IOException {
         try {
             return in.read();
