@@ -1,0 +1,67 @@
+package io.kvferry.engine.model;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+
+/**
+ * Finds the test checkpoint (stories260K.bin + tok512.bin) and builds what an engine runs on: the
+ * checkpoint when present, else seeded random weights of its shape with a synthetic byte tokenizer
+ * (a fresh clone runs; the text is noise, the math and the transfers are real).
+ */
+public final class ModelFiles {
+    public static final String CHECKPOINT = "stories260K.bin";
+    public static final String TOKENIZER = "tok512.bin";
+    public static final long RANDOM_SEED = 260;
+
+    /** Weights and tokenizer, with a line saying which they are. */
+    public record Loaded(ModelWeights weights, Tokenizer tokenizer, boolean real, String description) {
+    }
+
+    private ModelFiles() {
+    }
+
+    /** Where stories260K may be: -Dkvferry.models, $KVFERRY_MODELS, then ../shared/models and ../../shared/models. */
+    public static List<Path> searchPath() {
+        List<Path> dirs = new ArrayList<>();
+        String prop = System.getProperty("kvferry.models");
+        if (prop != null && !prop.isBlank()) dirs.add(Path.of(prop));
+        String env = System.getenv("KVFERRY_MODELS");
+        if (env != null && !env.isBlank()) dirs.add(Path.of(env));
+        dirs.add(Path.of("..", "shared", "models"));
+        dirs.add(Path.of("..", "..", "shared", "models"));
+        return dirs;
+    }
+
+    /** The folder holding both files, if any. */
+    public static Optional<Path> findModelDir() {
+        for (Path d : searchPath()) {
+            if (Files.isRegularFile(d.resolve(CHECKPOINT)) && Files.isRegularFile(d.resolve(TOKENIZER))) return Optional.of(d.toAbsolutePath().normalize());
+        }
+        return Optional.empty();
+    }
+
+    /**
+     * @param checkpoint an explicit llama2.c checkpoint (its tokenizer: {@code tokenizer}, or tok512.bin
+     *                   beside it), or null to find stories260K or fall back to random weights
+     */
+    public static Loaded load(Path checkpoint, Path tokenizer) throws IOException {
+        if (checkpoint != null) {
+            ModelWeights w = ModelWeights.load(checkpoint);
+            Path tok = tokenizer != null ? tokenizer : checkpoint.resolveSibling(TOKENIZER);
+            if (!Files.isRegularFile(tok)) {
+                throw new IOException("no tokenizer for " + checkpoint + ": " + tok + " does not exist (pass --tokenizer)");
+            }
+            return new Loaded(w, Tokenizer.load(tok, w.config.vocabSize()), true, "checkpoint " + checkpoint + " (" + w.config + ")");
+        }
+        Optional<Path> dir = findModelDir();
+        if (dir.isPresent()) return load(dir.get().resolve(CHECKPOINT), dir.get().resolve(TOKENIZER));
+        LlamaConfig shape = LlamaConfig.stories260K();
+        return new Loaded(ModelWeights.random(shape, RANDOM_SEED), Tokenizer.synthetic(shape.vocabSize()), false,
+                "random weights of stories260K's shape (seed " + RANDOM_SEED + "): " + CHECKPOINT + " not found in " + searchPath()
+                        + "; the text is noise, the transfers are real");
+    }
+}

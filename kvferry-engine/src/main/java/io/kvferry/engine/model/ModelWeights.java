@@ -1,0 +1,155 @@
+package io.kvferry.engine.model;
+
+import java.io.DataInputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.SplittableRandom;
+
+/**
+ * The float32 weights of a Llama model, laid out as llama2.c stores them (row-major, output rows):
+ * {@code wq[l]} is dim × dim, {@code wk/wv[l]} kvDim × dim, {@code wo[l]} dim × dim, {@code w1/w3[l]}
+ * hidden × dim, {@code w2[l]} dim × hidden. Immutable once built; shared read-only by every TP shard.
+ */
+public final class ModelWeights {
+    public final LlamaConfig config;
+    public final float[] tokenEmbedding;
+    public final float[][] rmsAtt, wq, wk, wv, wo, rmsFfn, w1, w2, w3;
+    public final float[] rmsFinal;
+    /** The classifier; the token embedding itself when the checkpoint shares it. */
+    public final float[] wcls;
+    /** Where the weights came from, for logs and the demo's banner. */
+    public final String source;
+
+    private ModelWeights(LlamaConfig c, String source) {
+        this.config = c;
+        this.source = source;
+        int L = c.layers();
+        tokenEmbedding = new float[c.vocabSize() * c.dim()];
+        rmsAtt = new float[L][c.dim()];
+        wq = new float[L][c.dim() * c.dim()];
+        wk = new float[L][c.kvDim() * c.dim()];
+        wv = new float[L][c.kvDim() * c.dim()];
+        wo = new float[L][c.dim() * c.dim()];
+        rmsFfn = new float[L][c.dim()];
+        w1 = new float[L][c.hiddenDim() * c.dim()];
+        w2 = new float[L][c.dim() * c.hiddenDim()];
+        w3 = new float[L][c.hiddenDim() * c.dim()];
+        rmsFinal = new float[c.dim()];
+        wcls = null;
+    }
+
+    private ModelWeights(ModelWeights w, float[] wcls) {
+        config = w.config;
+        source = w.source;
+        tokenEmbedding = w.tokenEmbedding;
+        rmsAtt = w.rmsAtt;
+        wq = w.wq;
+        wk = w.wk;
+        wv = w.wv;
+        wo = w.wo;
+        rmsFfn = w.rmsFfn;
+        w1 = w.w1;
+        w2 = w.w2;
+        w3 = w.w3;
+        rmsFinal = w.rmsFinal;
+        this.wcls = wcls;
+    }
+
+    /**
+     * Loads a llama2.c checkpoint: 7 little-endian int32 (dim, hidden_dim, n_layers, n_heads,
+     * n_kv_heads, vocab_size, seq_len; a negative vocab_size means a separate classifier follows),
+     * then the float32 tensors in llama2.c's order, with the RoPE tables (unused: RoPE is computed).
+     */
+    public static ModelWeights load(Path file) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            long size = ch.size();
+            if (size < 28) throw new IOException(file + ": " + size + " bytes is too short for a llama2.c checkpoint header (28)");
+            ByteBuffer buf = ch.map(FileChannel.MapMode.READ_ONLY, 0, size).order(ByteOrder.LITTLE_ENDIAN);
+            int[] h = new int[7];
+            for (int i = 0; i < 7; i++) h[i] = buf.getInt();
+            boolean shared = h[5] > 0;
+            LlamaConfig c;
+            try {
+                c = new LlamaConfig(h[0], h[1], h[2], h[3], h[4], Math.abs(h[5]), h[6]);
+            } catch (IllegalArgumentException e) {
+                throw new IOException(file + ": not a llama2.c checkpoint (" + e.getMessage() + ")", e);
+            }
+            long floats = expectedFloats(c, shared);
+            long need = 28 + floats * 4;
+            if (size < need) {
+                throw new IOException(file + ": truncated: header " + c + " needs " + need + " bytes, the file has " + size);
+            }
+            if (size > need) {
+                throw new IOException(file + ": " + (size - need) + " bytes more than header " + c + " describes; not a llama2.c checkpoint");
+            }
+            ModelWeights w = new ModelWeights(c, file.toString());
+            java.nio.FloatBuffer f = buf.asFloatBuffer();
+            f.get(w.tokenEmbedding);
+            for (float[] a : w.rmsAtt) f.get(a);
+            for (float[] a : w.wq) f.get(a);
+            for (float[] a : w.wk) f.get(a);
+            for (float[] a : w.wv) f.get(a);
+            for (float[] a : w.wo) f.get(a);
+            for (float[] a : w.rmsFfn) f.get(a);
+            for (float[] a : w.w1) f.get(a);
+            for (float[] a : w.w2) f.get(a);
+            for (float[] a : w.w3) f.get(a);
+            f.get(w.rmsFinal);
+            f.position(f.position() + c.seqLen() * c.headSize()); // freq_cis_real and freq_cis_imag
+            if (shared) return new ModelWeights(w, w.tokenEmbedding);
+            float[] cls = new float[c.vocabSize() * c.dim()];
+            f.get(cls);
+            return new ModelWeights(w, cls);
+        }
+    }
+
+    static long expectedFloats(LlamaConfig c, boolean sharedClassifier) {
+        long d = c.dim(), hd = c.hiddenDim(), L = c.layers(), kv = c.kvDim();
+        long n = c.vocabSize() * d + L * d + L * d * d + 2 * L * d * kv + L * d * d + L * d + 3 * L * d * hd + d
+                + (long) c.seqLen() * c.headSize();
+        return sharedClassifier ? n : n + c.vocabSize() * d;
+    }
+
+    /**
+     * Seeded random weights of the given shape (a fresh clone has no checkpoint): the text is noise,
+     * but the math, the KV and every transfer are real. Scaled like an initialized model (1/sqrt(fan-in)).
+     */
+    public static ModelWeights random(LlamaConfig c, long seed) {
+        ModelWeights w = new ModelWeights(c, "random weights (seed " + seed + ")");
+        SplittableRandom r = new SplittableRandom(seed);
+        fill(w.tokenEmbedding, r, 1.0f);
+        float inDim = (float) (1 / Math.sqrt(c.dim())), inHidden = (float) (1 / Math.sqrt(c.hiddenDim()));
+        for (int l = 0; l < c.layers(); l++) {
+            java.util.Arrays.fill(w.rmsAtt[l], 1f);
+            java.util.Arrays.fill(w.rmsFfn[l], 1f);
+            fill(w.wq[l], r, inDim);
+            fill(w.wk[l], r, inDim);
+            fill(w.wv[l], r, inDim);
+            fill(w.wo[l], r, inDim);
+            fill(w.w1[l], r, inDim);
+            fill(w.w3[l], r, inDim);
+            fill(w.w2[l], r, inHidden);
+        }
+        java.util.Arrays.fill(w.rmsFinal, 1f);
+        return new ModelWeights(w, w.tokenEmbedding);
+    }
+
+    private static void fill(float[] a, SplittableRandom r, float scale) {
+        for (int i = 0; i < a.length; i++) a[i] = (float) ((r.nextDouble() * 2 - 1) * scale);
+    }
+
+    /** Reads only the header of a checkpoint, for a clear message before the pools are sized. */
+    public static LlamaConfig readHeader(Path file) throws IOException {
+        try (DataInputStream in = new DataInputStream(java.nio.file.Files.newInputStream(file))) {
+            byte[] b = in.readNBytes(28);
+            if (b.length < 28) throw new IOException(file + ": too short for a llama2.c checkpoint header");
+            ByteBuffer bb = ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN);
+            return new LlamaConfig(bb.getInt(), bb.getInt(), bb.getInt(), bb.getInt(), bb.getInt(), Math.abs(bb.getInt()),
+                    bb.getInt());
+        }
+    }
+}

@@ -1,0 +1,68 @@
+package io.kvferry.engine.model;
+
+import java.util.SplittableRandom;
+
+/**
+ * How the next token is chosen: greedy (temperature 0) or seeded temperature / top-p (nucleus). The
+ * coin of step {@code n} is derived from (seed, n) alone, so the prefill (first token) and the decode
+ * (the rest) draw the same sequence as one colocated run without handing any RNG state over.
+ */
+public record Sampling(float temperature, float topP, long seed) {
+    public static final Sampling GREEDY = new Sampling(0f, 1f, 0);
+
+    public Sampling {
+        if (!(temperature >= 0) || Float.isInfinite(temperature)) throw new IllegalArgumentException("temperature must be >= 0, got " + temperature);
+        if (!(topP > 0 && topP <= 1)) throw new IllegalArgumentException("top_p must be in (0, 1], got " + topP);
+    }
+
+    /** The token for output position {@code step} (0 = the first output token). */
+    public int sample(float[] logits, int step) {
+        if (temperature == 0f) return argmax(logits);
+        int n = logits.length;
+        float max = Float.NEGATIVE_INFINITY;
+        for (float l : logits) max = Math.max(max, l);
+        double[] p = new double[n];
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            p[i] = Math.exp((logits[i] - max) / temperature);
+            sum += p[i];
+        }
+        Integer[] order = new Integer[n];
+        for (int i = 0; i < n; i++) {
+            p[i] /= sum;
+            order[i] = i;
+        }
+        java.util.Arrays.sort(order, (a, b) -> p[b] != p[a] ? Double.compare(p[b], p[a]) : Integer.compare(a, b));
+        double cum = 0;
+        int keep = n;
+        for (int i = 0; i < n; i++) {
+            cum += p[order[i]];
+            if (cum >= topP) {
+                keep = i + 1;
+                break;
+            }
+        }
+        double coin = new SplittableRandom(seed * 0x9E3779B97F4A7C15L + step).nextDouble() * Math.min(cum, 1.0);
+        double acc = 0;
+        for (int i = 0; i < keep; i++) {
+            acc += p[order[i]];
+            if (coin < acc) return order[i];
+        }
+        return order[keep - 1];
+    }
+
+    public static int argmax(float[] logits) {
+        int best = 0;
+        for (int i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+
+    /** log softmax(logits)[token] at temperature 1. */
+    public static float logprob(float[] logits, int token) {
+        float max = Float.NEGATIVE_INFINITY;
+        for (float l : logits) max = Math.max(max, l);
+        double sum = 0;
+        for (float l : logits) sum += Math.exp(l - max);
+        return (float) (logits[token] - max - Math.log(sum));
+    }
+}

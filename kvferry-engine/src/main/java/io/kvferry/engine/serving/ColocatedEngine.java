@@ -1,0 +1,65 @@
+package io.kvferry.engine.serving;
+
+import io.kvferry.engine.kv.KvPool;
+import io.kvferry.engine.kv.PageAllocator;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.runtime.ShardedModel;
+
+/**
+ * Prefill and decode in one engine, no transfer: the reference every disaggregated run is compared
+ * with, token for token and bit for bit. Same chunked prefill, same paged attention, same sampling;
+ * the KV simply stays in the pool it was written to. One request at a time (callers serialize).
+ */
+public final class ColocatedEngine implements AutoCloseable {
+    private final EngineSpec spec;
+    private final KvPool[][] pools;
+    private final ShardedModel model;
+    private final PageAllocator pages;
+
+    public ColocatedEngine(EngineSpec spec) {
+        this.spec = spec;
+        this.pools = spec.newPools(false, "colocated");
+        this.model = new ShardedModel(spec.weights(), spec.tp(), spec.pp(), pools);
+        this.pages = new PageAllocator(spec.pages(), spec.maxRequests());
+    }
+
+    public synchronized Generation generate(int[] prompt, int maxNewTokens, Sampling sampling) {
+        var c = spec.weights().config;
+        Requests.validate(prompt, maxNewTokens, c);
+        int total = Math.min(c.seqLen(), prompt.length + maxNewTokens);
+        int[] table = pages.allocatePages(spec.pagesFor(total));
+        try {
+            float[] logits = null;
+            for (int from = 0; from < prompt.length; from += spec.chunkTokens()) {
+                int to = Math.min(prompt.length, from + spec.chunkTokens());
+                logits = model.forward(prompt, from, to, table, to == prompt.length);
+            }
+            float[] first = logits.clone();
+            int[] out = new int[total - prompt.length];
+            int[] seq = java.util.Arrays.copyOf(prompt, total);
+            int n = 0;
+            String reason = "length";
+            int tok = sampling.sample(logits, 0);
+            while (true) {
+                out[n++] = tok;
+                seq[prompt.length + n - 1] = tok;
+                if (tok == io.kvferry.engine.model.Tokenizer.EOS) {
+                    reason = "stop";
+                    break;
+                }
+                if (n == out.length) break;
+                int pos = prompt.length + n - 1;
+                logits = model.forward(seq, pos, pos + 1, table, true);
+                tok = sampling.sample(logits, n);
+            }
+            return new Generation(0, java.util.Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE);
+        } finally {
+            pages.freePages(table);
+        }
+    }
+
+    @Override
+    public void close() {
+        for (KvPool[] s : pools) for (KvPool p : s) p.close();
+    }
+}

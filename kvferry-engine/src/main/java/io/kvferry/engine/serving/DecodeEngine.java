@@ -1,0 +1,296 @@
+package io.kvferry.engine.serving;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.engine.kv.KvPool;
+import io.kvferry.engine.kv.PageAllocator;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.engine.runtime.ShardedModel;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+
+/**
+ * The decode side, in SGLang's order (sglang-pd-disaggregation.md §1): the prealloc queue (receivers
+ * created and {@code init}, pages for prompt + output allocated when free, {@code send_metadata}
+ * with the prompt's pages and the aux row), the transfer queue (until every rank's receiver is
+ * Success: the KV landed and the aux row holds the room), then the running batch: continuous
+ * batching, one token per running request per step, streamed to its sink. Attention reads the
+ * pages kvferry wrote, in place.
+ */
+public final class DecodeEngine extends SchedulerThread {
+    /** Receives a request's output on the scheduler thread: must not block. */
+    public interface TokenSink {
+        void onToken(int token);
+
+        void onDone(Generation g);
+
+        void onError(String message);
+    }
+
+    public record Request(long room, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink) {
+    }
+
+    private final EngineSpec spec;
+    private final TransferSpec transfer;
+    private final KvPool[][] pools;
+    private final ShardedModel model;
+    private final ShardManagers managers;
+    private final PageAllocator alloc;
+    private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
+    private volatile int inFlight;
+
+    private final class Flight {
+        final Request req;
+        final KVReceiver[][] receivers;
+        int[] pages, seq;
+        int row = -1, generated;
+        long metadataNanos, landedNanos;
+        double firstDecodeMs;
+        float[] firstLogits;
+        boolean aborted;
+
+        Flight(Request req) {
+            this.req = req;
+            receivers = new KVReceiver[spec.pp()][spec.tp()];
+        }
+
+        KVPoll poll() {
+            KVPoll worst = KVPoll.Success;
+            for (KVReceiver[] s : receivers) {
+                for (KVReceiver x : s) {
+                    KVPoll p = x.poll();
+                    if (p == KVPoll.Failed) return KVPoll.Failed;
+                    if (p.compareTo(worst) < 0) worst = p;
+                }
+            }
+            return worst;
+        }
+
+        int totalTokens() {
+            return Math.min(spec.weights().config.seqLen(), req.prompt().length + req.maxNewTokens());
+        }
+    }
+
+    public DecodeEngine(EngineSpec spec, TransferSpec transfer) {
+        super("kvferry-engine-decode");
+        this.spec = spec;
+        this.transfer = transfer;
+        this.pools = spec.newPools(transfer.sharedDecodePools(), "decode");
+        this.model = new ShardedModel(spec.weights(), spec.tp(), spec.pp(), pools);
+        ShardManagers m;
+        try {
+            m = new ShardManagers(spec, transfer, pools, DisaggregationMode.DECODE);
+        } catch (RuntimeException e) {
+            closePools();
+            throw e;
+        }
+        this.managers = m;
+        this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
+        start();
+    }
+
+    public EngineSpec spec() {
+        return spec;
+    }
+
+    public int inFlight() {
+        return inFlight;
+    }
+
+    /** Queues a request; its sink hears every token, then onDone or onError (exactly one of them). */
+    public void submit(Request req) {
+        Requests.validate(req.prompt(), req.maxNewTokens(), spec.weights().config);
+        int need = spec.pagesFor(Math.min(spec.weights().config.seqLen(), req.prompt().length + req.maxNewTokens()));
+        if (need > spec.pages()) {
+            throw new IllegalArgumentException("the request needs " + need + " pages (prompt + max_tokens); this decode has " + spec.pages());
+        }
+        execute(() -> {
+            Flight f = new Flight(req);
+            try {
+                for (int s = 0; s < spec.pp(); s++) {
+                    for (int r = 0; r < spec.tp(); r++) {
+                        KVReceiver x = managers.managers[s][r].createReceiver(transfer.bootstrapAddr(), req.room());
+                        f.receivers[s][r] = x;
+                        x.init(0);
+                    }
+                }
+            } catch (RuntimeException e) {
+                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) if (x != null) x.clear();
+                req.sink().onError(e.getMessage());
+                return;
+            }
+            inFlight++;
+            prealloc.add(f);
+        });
+    }
+
+    /** Aborts a request (client gone): it ends with onError; its pages are freed once no write can land. */
+    public void abort(long room) {
+        execute(() -> {
+            for (List<Flight> q : List.of(prealloc, transferring)) {
+                for (Flight f : q) if (f.req.room() == room) for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.abort();
+            }
+            for (Flight f : running) if (f.req.room() == room) f.aborted = true;
+        });
+    }
+
+    public java.util.concurrent.CompletableFuture<Integer> outstanding() {
+        var out = new java.util.concurrent.CompletableFuture<Integer>();
+        execute(() -> out.complete(alloc.outstanding()));
+        return out;
+    }
+
+    @Override
+    boolean step() {
+        boolean moved = false;
+        for (Iterator<Flight> it = prealloc.iterator(); it.hasNext(); ) {
+            Flight f = it.next();
+            KVPoll p = f.poll();
+            if (p == KVPoll.Failed) {
+                it.remove();
+                fail(f);
+                moved = true;
+                continue;
+            }
+            if (p.compareTo(KVPoll.WaitingForInput) < 0) continue;
+            int total = spec.pagesFor(f.totalTokens());
+            if (!alloc.canAllocate(total)) continue; // waits for a finished request's pages
+            f.pages = alloc.allocatePages(total);
+            f.row = alloc.allocateRow();
+            int[] promptPages = java.util.Arrays.copyOf(f.pages, spec.pagesFor(f.req.prompt().length));
+            f.metadataNanos = System.nanoTime();
+            for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.sendMetadata(promptPages, f.row, null, 0);
+            it.remove();
+            transferring.add(f);
+            moved = true;
+        }
+        for (Iterator<Flight> it = transferring.iterator(); it.hasNext(); ) {
+            Flight f = it.next();
+            KVPoll p = f.poll();
+            if (p == KVPoll.Failed) {
+                it.remove();
+                fail(f);
+                moved = true;
+            } else if (p == KVPoll.Success) {
+                it.remove();
+                f.landedNanos = System.nanoTime();
+                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
+                KvPool aux = pools[0][0];
+                int first = aux.firstToken(f.row);
+                f.firstLogits = aux.firstLogits(f.row);
+                f.seq = java.util.Arrays.copyOf(f.req.prompt(), f.totalTokens());
+                running.add(f);
+                emit(f, first);
+                moved = true;
+            }
+        }
+        // The running batch: one token for every running request, then the queues again.
+        for (Iterator<Flight> it = running.iterator(); it.hasNext(); ) {
+            Flight f = it.next();
+            if (f.aborted) {
+                it.remove();
+                release(f);
+                f.req.sink().onError("Aborted by AbortReq.");
+                continue;
+            }
+            String reason = finishReason(f);
+            if (reason != null) {
+                it.remove();
+                finish(f, reason);
+                continue;
+            }
+            int pos = f.req.prompt().length + f.generated - 1;
+            long t0 = System.nanoTime();
+            float[] logits = model.forward(f.seq, pos, pos + 1, f.pages, true);
+            if (f.generated == 1) f.firstDecodeMs = (System.nanoTime() - t0) / 1e6;
+            emit(f, f.req.sampling().sample(logits, f.generated));
+            moved = true;
+        }
+        return moved;
+    }
+
+    private void emit(Flight f, int token) {
+        f.seq[f.req.prompt().length + f.generated] = token;
+        f.generated++;
+        f.req.sink().onToken(token);
+    }
+
+    private String finishReason(Flight f) {
+        int last = f.seq[f.req.prompt().length + f.generated - 1];
+        if (last == Tokenizer.EOS) return "stop";
+        if (f.req.prompt().length + f.generated >= f.totalTokens()) return "length";
+        return null;
+    }
+
+    private void finish(Flight f, String reason) {
+        int[] out = java.util.Arrays.copyOfRange(f.seq, f.req.prompt().length, f.req.prompt().length + f.generated);
+        long bytes = 0;
+        for (KvPool[] s : pools) {
+            for (KvPool p : s) bytes += (long) spec.pagesFor(f.req.prompt().length) * p.pageBytes() * 2 * p.layers;
+        }
+        Generation g = new Generation(f.req.room(), out, f.firstLogits, reason,
+                new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes));
+        release(f);
+        f.req.sink().onDone(g);
+    }
+
+    private void fail(Flight f) {
+        String message = null;
+        for (KVReceiver[] s : f.receivers) {
+            for (KVReceiver x : s) {
+                if (message != null || x.poll() != KVPoll.Failed) continue;
+                try {
+                    x.failureException();
+                } catch (KVTransferException e) {
+                    message = e.getMessage();
+                }
+            }
+        }
+        // clear() returns once no write of the room can land, so the pages are safe to reuse after it.
+        for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
+        release(f);
+        f.req.sink().onError(message != null ? message : "room " + f.req.room() + " failed");
+    }
+
+    private void release(Flight f) {
+        if (f.pages != null) alloc.freePages(f.pages);
+        if (f.row >= 0) alloc.freeRow(f.row);
+        f.pages = null;
+        f.row = -1;
+        inFlight--;
+    }
+
+    @Override
+    void shutdown() {
+        for (List<Flight> q : List.of(prealloc, transferring)) {
+            for (Flight f : q) {
+                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.abort();
+                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
+                release(f);
+                f.req.sink().onError("the decode engine shut down");
+            }
+            q.clear();
+        }
+        for (Flight f : running) {
+            release(f);
+            f.req.sink().onError("the decode engine shut down");
+        }
+        running.clear();
+    }
+
+    @Override
+    public void close() {
+        super.close();
+        managers.close();
+        closePools();
+    }
+
+    private void closePools() {
+        for (KvPool[] s : pools) for (KvPool p : s) p.close();
+    }
+}

@@ -1,0 +1,19 @@
+package io.kvferry.engine.serving;
+
+/**
+ * A finished request: its output tokens (the first from the prefill), the first token's logits (as
+ * the prefill computed them), why it stopped, and where its time went.
+ *
+ * @param finishReason "stop" (EOS), "length" (max tokens or the model's seq_len)
+ */
+public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings) {
+    /**
+     * @param prefillComputeMs prefill forward of the prompt (all chunks)
+     * @param transferMs       decode: metadata sent → every rank's KV landed (Success)
+     * @param firstDecodeMs    the first decode step after the KV landed
+     * @param bytes            KV + aux bytes that landed on the decode ranks
+     */
+    public record Timings(double prefillComputeMs, double transferMs, double firstDecodeMs, long bytes) {
+        public static final Timings NONE = new Timings(0, 0, 0, 0);
+    }
+}

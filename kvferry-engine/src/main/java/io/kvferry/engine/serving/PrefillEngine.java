@@ -1,0 +1,296 @@
+package io.kvferry.engine.serving;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.engine.kv.KvPool;
+import io.kvferry.engine.kv.PageAllocator;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.runtime.ShardedModel;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * The prefill side, in SGLang's order (sglang-pd-disaggregation.md §1): a request's senders wait in
+ * the bootstrap queue until the decode sent its metadata (WaitingForInput); then it gets its pages
+ * and aux row, {@code init(pages after the decode prefix, aux)}, runs chunked prefill, {@code send}s
+ * the pages each chunk completed (the last chunk with the aux row: first token, logprob, logits and
+ * room), and waits in the inflight queue for Success or Failed before its pages are freed.
+ */
+public final class PrefillEngine extends SchedulerThread {
+    /** @param room the bootstrap room the router assigned (the decode uses the same) */
+    public record Request(long room, int[] prompt, Sampling sampling) {
+    }
+
+    /** @param computeMs prefill forward time; @param sendMs last send → Success on every rank */
+    public record Result(long room, int firstToken, double computeMs, double sendMs) {
+    }
+
+    private final EngineSpec spec;
+    private final TransferSpec transfer;
+    private final KvPool[][] pools;
+    private final ShardedModel model;
+    private final ShardManagers managers;
+    private final PageAllocator alloc;
+    private final List<Flight> bootstrap = new ArrayList<>(), forward = new ArrayList<>(), inflight = new ArrayList<>();
+    private volatile int inFlight;
+
+    private final class Flight {
+        final Request req;
+        final KVSender[][] senders;
+        final CompletableFuture<Result> done;
+        int[] pages;
+        int row = -1, prefixPages, computed, sentPages;
+        long computeNanos, lastSendNanos;
+
+        Flight(Request req, CompletableFuture<Result> done) {
+            this.req = req;
+            this.done = done;
+            senders = new KVSender[spec.pp()][spec.tp()];
+        }
+
+        KVPoll poll() {
+            KVPoll worst = KVPoll.Success;
+            for (KVSender[] s : senders) {
+                for (KVSender x : s) {
+                    KVPoll p = x.poll();
+                    if (p == KVPoll.Failed) return KVPoll.Failed;
+                    if (p.compareTo(worst) < 0) worst = p;
+                }
+            }
+            return worst;
+        }
+    }
+
+    public PrefillEngine(EngineSpec spec, TransferSpec transfer) {
+        super("kvferry-engine-prefill");
+        this.spec = spec;
+        this.transfer = transfer;
+        this.pools = spec.newPools(false, "prefill");
+        this.model = new ShardedModel(spec.weights(), spec.tp(), spec.pp(), pools);
+        ShardManagers m;
+        try {
+            m = new ShardManagers(spec, transfer, pools, DisaggregationMode.PREFILL);
+        } catch (RuntimeException e) {
+            closePools();
+            throw e;
+        }
+        this.managers = m;
+        this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
+        start();
+    }
+
+    public EngineSpec spec() {
+        return spec;
+    }
+
+    /** Requests accepted and not yet concluded (for the router's least-loaded choice). */
+    public int inFlight() {
+        return inFlight;
+    }
+
+    public CompletableFuture<Result> submit(Request req) {
+        Requests.validate(req.prompt(), 1, spec.weights().config);
+        if (spec.pagesFor(req.prompt().length) > spec.pages()) {
+            throw new IllegalArgumentException("the prompt needs " + spec.pagesFor(req.prompt().length) + " pages; this prefill has "
+                    + spec.pages());
+        }
+        CompletableFuture<Result> done = new CompletableFuture<>();
+        execute(() -> {
+            Flight f = new Flight(req, done);
+            try {
+                for (int s = 0; s < spec.pp(); s++) {
+                    for (int r = 0; r < spec.tp(); r++) {
+                        f.senders[s][r] = managers.managers[s][r].createSender(transfer.bootstrapAddr(), req.room(), List.of(), s, false);
+                    }
+                }
+            } catch (RuntimeException e) {
+                clearSenders(f);
+                done.completeExceptionally(e);
+                return;
+            }
+            inFlight++;
+            bootstrap.add(f);
+        });
+        return done;
+    }
+
+    /** Aborts the room (client gone): its senders fail with "Aborted by AbortReq." and its pages are freed. */
+    public void abort(long room) {
+        execute(() -> {
+            for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
+                for (Flight f : q) {
+                    if (f.req.room() == room) for (KVSender[] s : f.senders) for (KVSender x : s) if (x != null) x.abort();
+                }
+            }
+        });
+    }
+
+    /** Pages and aux rows not returned (0 once every request concluded). Scheduler-owned: read through a command. */
+    public CompletableFuture<Integer> outstanding() {
+        CompletableFuture<Integer> out = new CompletableFuture<>();
+        execute(() -> out.complete(alloc.outstanding()));
+        return out;
+    }
+
+    @Override
+    boolean step() {
+        boolean moved = false;
+        for (Iterator<Flight> it = bootstrap.iterator(); it.hasNext(); ) {
+            Flight f = it.next();
+            KVPoll p = f.poll();
+            if (p == KVPoll.Failed) {
+                it.remove();
+                fail(f);
+                moved = true;
+                continue;
+            }
+            if (p.compareTo(KVPoll.WaitingForInput) < 0) continue;
+            int total = spec.pagesFor(f.req.prompt().length);
+            if (!alloc.canAllocate(total)) continue; // waits for pages; nothing fails for want of them
+            int prefix = -1;
+            for (KVSender[] s : f.senders) {
+                for (KVSender x : s) {
+                    int n = x.popDecodePrefixLen();
+                    if (prefix >= 0 && n != prefix) {
+                        prefix = -2;
+                    } else if (prefix != -2) {
+                        prefix = n;
+                    }
+                }
+            }
+            if (prefix < 0 || prefix % spec.pageSize() != 0 || prefix >= f.req.prompt().length) {
+                for (KVSender[] s : f.senders) for (KVSender x : s) x.abort();
+                it.remove();
+                failWith(f, new IllegalStateException("room " + f.req.room() + ": the decode's prefix (" + prefix
+                        + " tokens) is not a whole number of pages of " + spec.pageSize() + " below the prompt's "
+                        + f.req.prompt().length + " tokens, or differs between ranks"));
+                moved = true;
+                continue;
+            }
+            f.pages = alloc.allocatePages(total);
+            f.row = alloc.allocateRow();
+            f.prefixPages = prefix / spec.pageSize();
+            f.sentPages = f.prefixPages;
+            for (KVSender[] s : f.senders) for (KVSender x : s) x.init(total - f.prefixPages, f.row);
+            it.remove();
+            forward.add(f);
+            moved = true;
+        }
+        if (!forward.isEmpty()) {
+            // One chunk per pass: the other queues are polled between chunks.
+            Flight f = forward.getFirst();
+            if (f.poll() == KVPoll.Failed) {
+                forward.removeFirst();
+                fail(f);
+            } else {
+                forwardChunk(f);
+                if (f.computed == f.req.prompt().length) {
+                    forward.removeFirst();
+                    inflight.add(f);
+                }
+            }
+            moved = true;
+        }
+        for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
+            Flight f = it.next();
+            KVPoll p = f.poll();
+            if (p == KVPoll.Success) {
+                it.remove();
+                Result r = new Result(f.req.room(), pools[0][0].firstToken(f.row), f.computeNanos / 1e6,
+                        (System.nanoTime() - f.lastSendNanos) / 1e6);
+                release(f);
+                f.done.complete(r);
+                moved = true;
+            } else if (p == KVPoll.Failed) {
+                it.remove();
+                fail(f);
+                moved = true;
+            }
+        }
+        return moved;
+    }
+
+    private void forwardChunk(Flight f) {
+        int[] prompt = f.req.prompt();
+        int from = f.computed, to = Math.min(prompt.length, from + spec.chunkTokens());
+        boolean last = to == prompt.length;
+        long t0 = System.nanoTime();
+        float[] logits = model.forward(prompt, from, to, f.pages, last);
+        f.computed = to;
+        if (last) {
+            int token = f.req.sampling().sample(logits, 0);
+            float lp = io.kvferry.engine.model.Sampling.logprob(logits, token);
+            // The aux row is the same on every shard: whichever rank's copy the decode gets, it is right.
+            for (KvPool[] s : pools) for (KvPool p : s) p.writeFirstToken(f.row, token, lp, prompt.length, logits, f.req.room());
+        }
+        f.computeNanos += System.nanoTime() - t0;
+        // Pages whose tokens are all computed (the last chunk: every remaining page, the partial one too).
+        int ready = last ? f.pages.length : to / spec.pageSize();
+        int[] part = java.util.Arrays.copyOfRange(f.pages, f.sentPages, Math.max(f.sentPages, ready));
+        for (KVSender[] s : f.senders) {
+            for (KVSender x : s) if (x.shouldSendKvChunk(part.length, last)) x.send(part, null, null);
+        }
+        f.sentPages = Math.max(f.sentPages, ready);
+        f.lastSendNanos = System.nanoTime();
+    }
+
+    private void fail(Flight f) {
+        KVTransferException error = null;
+        for (KVSender[] s : f.senders) {
+            for (KVSender x : s) {
+                if (error != null || x.poll() != KVPoll.Failed) continue;
+                try {
+                    x.failureException();
+                } catch (KVTransferException e) {
+                    error = e;
+                }
+            }
+        }
+        failWith(f, error != null ? error : new IllegalStateException("room " + f.req.room() + " failed"));
+    }
+
+    private void failWith(Flight f, Exception e) {
+        release(f);
+        f.done.completeExceptionally(e);
+    }
+
+    private void release(Flight f) {
+        clearSenders(f);
+        if (f.pages != null) alloc.freePages(f.pages);
+        if (f.row >= 0) alloc.freeRow(f.row);
+        f.pages = null;
+        f.row = -1;
+        inFlight--;
+    }
+
+    private static void clearSenders(Flight f) {
+        for (KVSender[] s : f.senders) for (KVSender x : s) if (x != null) x.clear();
+    }
+
+    @Override
+    void shutdown() {
+        for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
+            for (Flight f : q) {
+                for (KVSender[] s : f.senders) for (KVSender x : s) x.abort();
+                failWith(f, new IllegalStateException("the prefill engine shut down"));
+            }
+            q.clear();
+        }
+    }
+
+    @Override
+    public void close() {
+        super.close();
+        managers.close();
+        closePools();
+    }
+
+    private void closePools() {
+        for (KvPool[] s : pools) for (KvPool p : s) p.close();
+    }
+}

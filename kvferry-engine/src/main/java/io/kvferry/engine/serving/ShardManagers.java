@@ -1,0 +1,43 @@
+package io.kvferry.engine.serving;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.engine.kv.KvPool;
+
+/** One kvferry KVManager per shard (TP rank × PP stage), as SGLang has one per engine rank. */
+final class ShardManagers implements AutoCloseable {
+    final KVManager[][] managers; // [stage][rank]
+
+    ShardManagers(EngineSpec spec, TransferSpec t, KvPool[][] pools, DisaggregationMode mode) {
+        managers = new KVManager[spec.pp()][spec.tp()];
+        try {
+            for (int s = 0; s < spec.pp(); s++) {
+                for (int r = 0; r < spec.tp(); r++) {
+                    KVManagerConfig.Builder b = KVManagerConfig.builder()
+                            .attnTp(spec.tp(), r)
+                            .ppSize(spec.pp())
+                            .bootstrap(t.bootstrapHost(), t.bootstrapPort())
+                            .listenHost(t.listenHost());
+                    if (t.authToken() != null) b.authToken(t.authToken());
+                    KVManager m = KVFerry.createManager(t.transport(), pools[s][r].kvArgs(r, s), mode, b.build());
+                    managers[s][r] = m;
+                    if (mode == DisaggregationMode.PREFILL) m.registerToBootstrap();
+                }
+            }
+        } catch (RuntimeException e) {
+            close();
+            throw e;
+        }
+    }
+
+    @Override
+    public void close() {
+        for (KVManager[] s : managers) {
+            for (KVManager m : s) {
+                if (m != null) m.teardown();
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+package io.kvferry.engine.serving;
+
+/**
+ * How an engine reaches its peers through kvferry: the transport (tcp, shm, ucx, inproc, auto), the
+ * bootstrap registry of the prefill instance (host:port), the cluster token, the host its ranks listen on.
+ */
+public record TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost) {
+    public TransferSpec {
+        if (transport == null || transport.isBlank()) throw new IllegalArgumentException("transport must be named");
+        if (bootstrapAddr == null || bootstrapAddr.lastIndexOf(':') <= 0) {
+            throw new IllegalArgumentException("bootstrap address must be host:port, got '" + bootstrapAddr + "'");
+        }
+        if (listenHost == null) listenHost = "127.0.0.1";
+    }
+
+    public String bootstrapHost() {
+        String h = bootstrapAddr.substring(0, bootstrapAddr.lastIndexOf(':'));
+        return h.startsWith("[") && h.endsWith("]") ? h.substring(1, h.length() - 1) : h;
+    }
+
+    public int bootstrapPort() {
+        String p = bootstrapAddr.substring(bootstrapAddr.lastIndexOf(':') + 1);
+        try {
+            return Integer.parseInt(p);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("bootstrap port must be a number, got '" + p + "' in " + bootstrapAddr);
+        }
+    }
+
+    /** Decode pools go in shared memory when a same-host prefill may write them directly. */
+    public boolean sharedDecodePools() {
+        return "shm".equals(transport) || "auto".equals(transport);
+    }
+}
