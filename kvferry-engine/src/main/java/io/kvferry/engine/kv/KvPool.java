@@ -89,6 +89,11 @@ public final class KvPool implements AutoCloseable {
         return a;
     }
 
+    /** Bytes a request of {@code pages} pages occupies here: its K and V pages of every local layer and its aux row. */
+    public long requestBytes(int pages) {
+        return 2L * layers * pages * pageBytes + TOKEN_ROW_BYTES + (long) model.vocabSize() * Float.BYTES + 8;
+    }
+
     public long pageBytes() {
         return pageBytes;
     }

@@ -32,7 +32,8 @@ public final class DecodeEngine extends SchedulerThread {
         void onError(String message);
     }
 
-    public record Request(long room, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink) {
+    /** @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()} */
+    public record Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink) {
     }
 
     private final EngineSpec spec;
@@ -49,7 +50,7 @@ public final class DecodeEngine extends SchedulerThread {
         final KVReceiver[][] receivers;
         int[] pages, seq;
         int row = -1, generated;
-        long metadataNanos, landedNanos;
+        long metadataNanos, landedNanos, landedBytes;
         double firstDecodeMs;
         float[] firstLogits;
         boolean aborted;
@@ -109,12 +110,14 @@ public final class DecodeEngine extends SchedulerThread {
         if (need > spec.pages()) {
             throw new IllegalArgumentException("the request needs " + need + " pages (prompt + max_tokens); this decode has " + spec.pages());
         }
+        String addr = req.bootstrapAddr() != null ? req.bootstrapAddr() : transfer.bootstrapAddr();
+        if (addr == null) throw new IllegalArgumentException("room " + req.room() + " names no bootstrap address and this decode has none");
         execute(() -> {
             Flight f = new Flight(req);
             try {
                 for (int s = 0; s < spec.pp(); s++) {
                     for (int r = 0; r < spec.tp(); r++) {
-                        KVReceiver x = managers.managers[s][r].createReceiver(transfer.bootstrapAddr(), req.room());
+                        KVReceiver x = managers.managers[s][r].createReceiver(addr, req.room());
                         f.receivers[s][r] = x;
                         x.init(0);
                     }
@@ -179,7 +182,13 @@ public final class DecodeEngine extends SchedulerThread {
             } else if (p == KVPoll.Success) {
                 it.remove();
                 f.landedNanos = System.nanoTime();
-                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
+                for (KVReceiver[] s : f.receivers) {
+                    for (KVReceiver x : s) {
+                        Long b = x.getTransferMetric().transferTotalBytes(); // what kvferry landed on this rank
+                        if (b != null) f.landedBytes += b;
+                        x.clear();
+                    }
+                }
                 KvPool aux = pools[0][0];
                 int first = aux.firstToken(f.row);
                 f.firstLogits = aux.firstLogits(f.row);
@@ -229,9 +238,10 @@ public final class DecodeEngine extends SchedulerThread {
 
     private void finish(Flight f, String reason) {
         int[] out = java.util.Arrays.copyOfRange(f.seq, f.req.prompt().length, f.req.prompt().length + f.generated);
-        long bytes = 0;
-        for (KvPool[] s : pools) {
-            for (KvPool p : s) bytes += (long) spec.pagesFor(f.req.prompt().length) * p.pageBytes() * 2 * p.layers;
+        // tcp counts what landed; one-sided transports (shm, ucx) write without telling the decode: count what it asked for.
+        long bytes = f.landedBytes;
+        if (bytes == 0) {
+            for (KvPool[] s : pools) for (KvPool p : s) bytes += p.requestBytes(spec.pagesFor(f.req.prompt().length));
         }
         Generation g = new Generation(f.req.room(), out, f.firstLogits, reason,
                 new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes));

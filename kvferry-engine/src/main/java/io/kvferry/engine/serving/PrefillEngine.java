@@ -68,6 +68,7 @@ public final class PrefillEngine extends SchedulerThread {
 
     public PrefillEngine(EngineSpec spec, TransferSpec transfer) {
         super("kvferry-engine-prefill");
+        if (transfer.bootstrapAddr() == null) throw new IllegalArgumentException("a prefill engine needs its bootstrap registry's address");
         this.spec = spec;
         this.transfer = transfer;
         this.pools = spec.newPools(false, "prefill");

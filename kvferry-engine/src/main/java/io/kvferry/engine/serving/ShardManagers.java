@@ -18,8 +18,8 @@ final class ShardManagers implements AutoCloseable {
                     KVManagerConfig.Builder b = KVManagerConfig.builder()
                             .attnTp(spec.tp(), r)
                             .ppSize(spec.pp())
-                            .bootstrap(t.bootstrapHost(), t.bootstrapPort())
                             .listenHost(t.listenHost());
+                    if (t.bootstrapAddr() != null) b.bootstrap(t.bootstrapHost(), t.bootstrapPort());
                     if (t.authToken() != null) b.authToken(t.authToken());
                     KVManager m = KVFerry.createManager(t.transport(), pools[s][r].kvArgs(r, s), mode, b.build());
                     managers[s][r] = m;

@@ -2,12 +2,14 @@ package io.kvferry.engine.serving;
 
 /**
  * How an engine reaches its peers through kvferry: the transport (tcp, shm, ucx, inproc, auto), the
- * bootstrap registry of the prefill instance (host:port), the cluster token, the host its ranks listen on.
+ * bootstrap registry of the prefill instance (host:port; a decode may leave it null, as its requests name
+ * their prefill's), the cluster token, the host its ranks listen on.
  */
 public record TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost) {
     public TransferSpec {
         if (transport == null || transport.isBlank()) throw new IllegalArgumentException("transport must be named");
-        if (bootstrapAddr == null || bootstrapAddr.lastIndexOf(':') <= 0) {
+        // A decode may leave it null: each request names its prefill's registry (the router picks the prefill).
+        if (bootstrapAddr != null && bootstrapAddr.lastIndexOf(':') <= 0) {
             throw new IllegalArgumentException("bootstrap address must be host:port, got '" + bootstrapAddr + "'");
         }
         if (listenHost == null) listenHost = "127.0.0.1";

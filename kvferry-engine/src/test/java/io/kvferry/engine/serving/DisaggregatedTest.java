@@ -35,7 +35,7 @@ class DisaggregatedTest {
 
     static CompletableFuture<Generation> decode(DecodeEngine d, long room, int[] prompt, int max, Sampling s) {
         CompletableFuture<Generation> out = new CompletableFuture<>();
-        d.submit(new DecodeEngine.Request(room, prompt, max, s, new DecodeEngine.TokenSink() {
+        d.submit(new DecodeEngine.Request(room, null, prompt, max, s, new DecodeEngine.TokenSink() {
             @Override
             public void onToken(int token) {
             }

@@ -1,0 +1,232 @@
+package io.kvferry.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.serve.Roles;
+import io.kvferry.engine.serving.ColocatedEngine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
+
+/** {@code kvferry demo}: PD disaggregation serving real text, checked against a colocated run. */
+@Command(name = "demo", mixinStandardHelpOptions = true,
+        description = {"Start a router, one prefill and one decode (the reference engine, kvferry between them), send a handful of",
+                "prompts, stream their text, and report per request: TTFT split into prefill compute / KV transfer / first decode",
+                "step, bytes moved, tokens/s, and whether the tokens equal a colocated run's."})
+public final class DemoCommand implements Callable<Integer> {
+    static final List<String> PROMPTS = List.of("Once upon a time", "Lily and Ben went to the park", "One day, a big bear",
+            "Tom had a red ball. He", "The sun was hot, so the little bird");
+
+    @Mixin
+    EngineOptions engine = new EngineOptions();
+
+    @Option(names = "--processes", description = "Run the prefill and the decode as separate JVMs (the router stays in this one).")
+    boolean processes;
+
+    @Option(names = "--prefill-tp", defaultValue = "1", description = "Prefill TP size (in process). Default: ${DEFAULT-VALUE}.")
+    int prefillTp;
+
+    @Option(names = "--decode-tp", defaultValue = "1", description = "Decode TP size (in process). Default: ${DEFAULT-VALUE}.")
+    int decodeTp;
+
+    @Option(names = "--prefill-pp", defaultValue = "1", description = "Prefill PP stages (in process). Default: ${DEFAULT-VALUE}.")
+    int prefillPp;
+
+    @Option(names = "--max-tokens", defaultValue = "48", description = "Tokens generated per prompt. Default: ${DEFAULT-VALUE}.")
+    int maxTokens;
+
+    @Option(names = "--prompt", description = "Prompts to send (repeatable). Default: five TinyStories openings.")
+    List<String> prompts;
+
+    @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, tokens_per_s.")
+    boolean json;
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    @Override
+    public Integer call() throws Exception {
+        PrintStream out = System.out;
+        ModelFiles.Loaded model = engine.load();
+        out.println("[demo] model: " + model.description());
+        String token = engine.token() != null ? engine.token() : EngineOptions.randomToken();
+        List<String> ps = prompts != null && !prompts.isEmpty() ? prompts : PROMPTS;
+        List<Process> children = new ArrayList<>();
+        Roles.Role cluster = null;
+        try {
+            String routerUrl;
+            if (processes) {
+                Process p = spawn("prefill", prefillTp, prefillPp, token);
+                children.add(p);
+                Process d = spawn("decode", decodeTp, 1, token);
+                children.add(d);
+                String pUrl = awaitUrl(p, "prefill"), dUrl = awaitUrl(d, "decode");
+                cluster = Roles.router(engine.options(model, 1, 1, 0, 0, token), List.of(pUrl), List.of(dUrl));
+                out.println("[demo] prefill (pid " + p.pid() + ") at " + pUrl + ", decode (pid " + d.pid() + ") at " + dUrl);
+            } else {
+                cluster = Roles.all(engine.options(model, 1, 1, 0, 0, token), engine.options(model, prefillTp, prefillPp, 0, 0, token),
+                        engine.options(model, decodeTp, 1, 0, 0, token));
+            }
+            routerUrl = "http://" + engine.host + ":" + cluster.port();
+            out.println("[demo] router " + routerUrl + ": prefill tp" + prefillTp + " pp" + prefillPp + " -> decode tp" + decodeTp
+                    + " over " + engine.transport + (processes ? ", separate processes" : ", one process"));
+            return run(out, model, routerUrl, ps);
+        } finally {
+            if (cluster != null) cluster.close();
+            for (Process c : children) {
+                c.destroy();
+                if (!c.waitFor(5, TimeUnit.SECONDS)) c.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+            }
+        }
+    }
+
+    private int run(PrintStream out, ModelFiles.Loaded model, String routerUrl, List<String> ps) throws Exception {
+        HttpClient http = HttpClient.newHttpClient();
+        List<Double> ttft = new ArrayList<>(), transfer = new ArrayList<>();
+        int succeeded = 0, matched = 0;
+        long tokens = 0;
+        double seconds = 0;
+        try (ColocatedEngine colocated = new ColocatedEngine(new io.kvferry.engine.serving.EngineSpec(model.weights(), 1, 1,
+                engine.pageSize, Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens))) {
+            for (String prompt : ps) {
+                ObjectNode body = JSON.createObjectNode();
+                body.put("model", Roles.modelName(model));
+                body.put("prompt", prompt);
+                body.put("max_tokens", maxTokens);
+                body.put("temperature", 0);
+                body.put("stream", true);
+                out.print("\n> " + prompt);
+                out.flush();
+                long t0 = System.nanoTime();
+                HttpResponse<InputStream> r = http.send(HttpRequest.newBuilder(URI.create(routerUrl + "/v1/completions"))
+                        .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(),
+                        HttpResponse.BodyHandlers.ofInputStream());
+                if (r.statusCode() != 200) {
+                    out.println("\n[demo] HTTP " + r.statusCode() + ": " + new String(r.body().readAllBytes(), StandardCharsets.UTF_8));
+                    continue;
+                }
+                JsonNode fin = null;
+                try (BufferedReader in = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
+                    String line;
+                    while ((line = in.readLine()) != null) {
+                        if (!line.startsWith("data: ") || line.equals("data: [DONE]")) continue;
+                        JsonNode ev = JSON.readTree(line.substring(6));
+                        if (ev.has("error")) {
+                            out.println("\n[demo] failed: " + ev.path("error").path("message").asText());
+                            break;
+                        }
+                        out.print(ev.path("choices").path(0).path("text").asText());
+                        out.flush();
+                        if (ev.has("kvferry")) fin = ev;
+                    }
+                }
+                double secs = (System.nanoTime() - t0) / 1e9;
+                out.println();
+                if (fin == null) continue;
+                succeeded++;
+                JsonNode k = fin.get("kvferry");
+                int[] ids = new int[k.get("token_ids").size()];
+                for (int i = 0; i < ids.length; i++) ids[i] = k.get("token_ids").get(i).intValue();
+                int[] ref = colocated.generate(model.tokenizer().encode(prompt, true, false), maxTokens, Sampling.GREEDY).tokens();
+                boolean same = Arrays.equals(ids, ref);
+                if (same) matched++;
+                tokens += ids.length;
+                seconds += secs;
+                ttft.add(k.path("ttft_ms").asDouble());
+                transfer.add(k.path("transfer_ms").asDouble());
+                out.printf("  [ttft %.1f ms: prefill compute %.1f, KV transfer %.1f (last chunk sent -> landed), first decode step %.2f;"
+                                + " the rest is HTTP and scheduling] %d B of KV moved, %d tokens at %.0f tokens/s, %s%n",
+                        k.path("ttft_ms").asDouble(), k.path("prefill_compute_ms").asDouble(), k.path("transfer_ms").asDouble(),
+                        k.path("first_decode_ms").asDouble(), k.path("bytes").asLong(), ids.length, ids.length / secs,
+                        same ? "matches colocated" : "DIFFERS from colocated: " + Arrays.toString(ref));
+            }
+        }
+        double tps = seconds > 0 ? tokens / seconds : 0;
+        out.printf("%n[demo] %d/%d requests succeeded, %d tokens, %d/%d match the colocated run, %.0f tokens/s (one stream at a time)%n",
+                succeeded, ps.size(), tokens, matched, succeeded, tps);
+        if (json) {
+            ObjectNode o = JSON.createObjectNode();
+            o.put("requests", ps.size());
+            o.put("succeeded", succeeded);
+            o.put("tokens", tokens);
+            o.put("matches_colocated", succeeded > 0 && matched == succeeded);
+            o.set("ttft_ms", percentiles(ttft));
+            o.set("transfer_ms", percentiles(transfer));
+            o.put("tokens_per_s", tps);
+            o.put("model", Roles.modelName(model));
+            o.put("transport", engine.transport);
+            out.println(JSON.writeValueAsString(o));
+        }
+        return succeeded == ps.size() && matched == succeeded ? 0 : 1;
+    }
+
+    private static ObjectNode percentiles(List<Double> v) {
+        ObjectNode o = JSON.createObjectNode();
+        List<Double> s = new ArrayList<>(v);
+        s.sort(null);
+        o.put("p50", s.isEmpty() ? 0 : s.get((int) Math.floor(0.5 * (s.size() - 1))));
+        o.put("p99", s.isEmpty() ? 0 : s.get((int) Math.ceil(0.99 * (s.size() - 1))));
+        return o;
+    }
+
+    private Process spawn(String role, int tp, int pp, String token) throws IOException {
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "-Xmx512m", "-XX:+ExitOnOutOfMemoryError"));
+        String level = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel");
+        if (level != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + level);
+        String models = System.getProperty("kvferry.models");
+        if (models != null) cmd.add("-Dkvferry.models=" + models);
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--role", role,
+                "--port", "0", "--bootstrap-port", "0", "--tp", Integer.toString(tp), "--pp", Integer.toString(pp),
+                "--transport", engine.transport, "--host", engine.host, "--page-size", Integer.toString(engine.pageSize),
+                "--pages", Integer.toString(engine.pages), "--max-requests", Integer.toString(engine.maxRequests),
+                "--chunk-tokens", Integer.toString(engine.chunkTokens)));
+        if (engine.modelFile != null) cmd.addAll(List.of("--model-file", engine.modelFile.toAbsolutePath().toString()));
+        if (engine.tokenizer != null) cmd.addAll(List.of("--tokenizer", engine.tokenizer.toAbsolutePath().toString()));
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.environment().put("KVFERRY_AUTH_TOKEN", token); // not in argv: process listings would show it
+        return pb.start();
+    }
+
+    /** Reads a role's stdout until its "listening on http://…" line; its remaining output is drained in the background. */
+    static String awaitUrl(Process p, String role) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            int i = line.indexOf("listening on http://");
+            if (i >= 0) {
+                Thread.ofVirtual().start(() -> {
+                    try {
+                        while (in.readLine() != null) {
+                            // drain
+                        }
+                    } catch (IOException ignored) {
+                        // the role ended
+                    }
+                });
+                return line.substring(i + "listening on ".length()).trim();
+            }
+        }
+        throw new IOException(role + " process (pid " + p.pid() + ") exited before it started listening (status "
+                + (p.isAlive() ? "alive" : Integer.toString(p.exitValue())) + ")");
+    }
+}

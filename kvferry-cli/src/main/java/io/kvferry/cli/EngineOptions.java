@@ -1,0 +1,69 @@
+package io.kvferry.cli;
+
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serve.Roles;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+/** The model, memory and transfer options of {@code kvferry serve} and {@code kvferry demo}. */
+final class EngineOptions {
+    @Option(names = "--model-file", description = "llama2.c checkpoint (.bin). Default: stories260K.bin from ../shared/models "
+            + "(or -Dkvferry.models / KVFERRY_MODELS) when present, else seeded random weights of its shape.")
+    Path modelFile;
+
+    @Option(names = "--tokenizer", description = "llama2.c tokenizer (.bin). Default: tok512.bin beside the model file.")
+    Path tokenizer;
+
+    @Option(names = "--transport", defaultValue = "tcp", description = "kvferry transport between prefill and decode: tcp, shm, ucx, "
+            + "inproc (embedded only), auto. Default: ${DEFAULT-VALUE}.")
+    String transport;
+
+    @Option(names = "--host", defaultValue = "127.0.0.1", description = "Address the HTTP servers and kvferry ranks bind. Default: ${DEFAULT-VALUE}.")
+    String host;
+
+    @Option(names = "--page-size", defaultValue = "16", description = "Tokens per KV page. Default: ${DEFAULT-VALUE}.")
+    int pageSize;
+
+    @Option(names = "--pages", defaultValue = "1024", description = "KV pages per engine (each TP rank holds its heads of every page). Default: ${DEFAULT-VALUE}.")
+    int pages;
+
+    @Option(names = "--max-requests", defaultValue = "256", description = "Requests in flight per engine (aux rows). Default: ${DEFAULT-VALUE}.")
+    int maxRequests;
+
+    @Option(names = "--chunk-tokens", defaultValue = "64", description = "Chunked-prefill size in tokens (need not be a page multiple). Default: ${DEFAULT-VALUE}.")
+    int chunkTokens;
+
+    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
+            description = "Cluster token for the bootstrap registry and kvferry's control connections (env KVFERRY_AUTH_TOKEN).")
+    String authToken;
+
+    @Option(names = "--auth-token-file", description = "Read the cluster token from this file (first line).")
+    Path authTokenFile;
+
+    ModelFiles.Loaded load() throws IOException {
+        return ModelFiles.load(modelFile, tokenizer);
+    }
+
+    /** The token from --auth-token-file, --auth-token or the environment; null when none was given. */
+    String token() throws IOException {
+        if (authTokenFile != null) {
+            String t = Files.readAllLines(authTokenFile).stream().findFirst().orElse("").trim();
+            if (t.isEmpty()) throw new IllegalArgumentException("--auth-token-file " + authTokenFile + " is empty");
+            return t;
+        }
+        return authToken == null || authToken.isBlank() ? null : authToken;
+    }
+
+    Roles.Options options(ModelFiles.Loaded model, int tp, int pp, int port, int bootstrapPort, String token) {
+        return new Roles.Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, token);
+    }
+
+    static String randomToken() {
+        byte[] b = new byte[16];
+        new java.security.SecureRandom().nextBytes(b);
+        return java.util.HexFormat.of().formatHex(b);
+    }
+}

@@ -1,0 +1,104 @@
+package io.kvferry.cli;
+
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serve.Roles;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CountDownLatch;
+
+/** {@code kvferry serve}: the reference engine's deployment roles. */
+@Command(name = "serve", mixinStandardHelpOptions = true,
+        description = {"Serve a llama2.c model with prefill/decode disaggregation through kvferry (the reference engine).",
+                "--role prefill: bootstrap registry + prefill engine + its HTTP server. --role decode: decode engine + HTTP server.",
+                "--role router: OpenAI-shaped POST /v1/completions, GET /v1/models, SGLang-shaped POST /generate, GET /health,",
+                "sending each request to a prefill and a decode. No --role: all three in this process."})
+public final class ServeCommand implements Callable<Integer> {
+    @Mixin
+    EngineOptions engine = new EngineOptions();
+
+    @Option(names = "--role", description = "prefill, decode or router. Default: all three in this process.")
+    String role;
+
+    @Option(names = "--port", description = "HTTP port (0 = any free). Default: router 8000, prefill 30000, decode 30001.")
+    Integer port;
+
+    @Option(names = "--bootstrap-port", defaultValue = "8998", description = "Prefill: its bootstrap registry's port. Default: ${DEFAULT-VALUE}.")
+    int bootstrapPort;
+
+    @Option(names = "--tp", defaultValue = "1", description = "Prefill/decode role: tensor-parallel ranks (in process). Default: ${DEFAULT-VALUE}.")
+    int tp;
+
+    @Option(names = "--pp", defaultValue = "1", description = "Prefill/decode role: pipeline stages (in process). Default: ${DEFAULT-VALUE}.")
+    int pp;
+
+    @Option(names = "--prefill-tp", defaultValue = "1", description = "Embedded: the prefill's TP size. Default: ${DEFAULT-VALUE}.")
+    int prefillTp;
+
+    @Option(names = "--decode-tp", defaultValue = "1", description = "Embedded: the decode's TP size. Default: ${DEFAULT-VALUE}.")
+    int decodeTp;
+
+    @Option(names = "--prefill-pp", defaultValue = "1", description = "Embedded: the prefill's PP size. Default: ${DEFAULT-VALUE}.")
+    int prefillPp;
+
+    @Option(names = "--prefill", description = "Router: a prefill server URL (repeatable), e.g. http://10.0.0.1:30000.")
+    List<String> prefills = List.of();
+
+    @Option(names = "--decode", description = "Router: a decode server URL (repeatable), e.g. http://10.0.0.2:30001.")
+    List<String> decodes = List.of();
+
+    @Override
+    public Integer call() throws Exception {
+        ModelFiles.Loaded model = engine.load();
+        String token = engine.token();
+        Roles.Role started;
+        String what;
+        if (role == null) {
+            if (token == null) token = EngineOptions.randomToken(); // one process: nobody else needs to know it
+            started = Roles.all(engine.options(model, 1, 1, port != null ? port : 8000, 0, token),
+                    engine.options(model, prefillTp, prefillPp, 0, bootstrapPort, token),
+                    engine.options(model, decodeTp, 1, 0, 0, token));
+            what = "router (with one prefill tp" + prefillTp + " pp" + prefillPp + " and one decode tp" + decodeTp + " over " + engine.transport + ")";
+        } else {
+            switch (role) {
+                case "prefill", "decode" -> {
+                    if (token == null) {
+                        System.err.println("kvferry serve --role " + role + ": no cluster token: set KVFERRY_AUTH_TOKEN, --auth-token or "
+                                + "--auth-token-file (the same on every prefill and decode)");
+                        return 2;
+                    }
+                    boolean pre = role.equals("prefill");
+                    Roles.Options o = engine.options(model, tp, pp, port != null ? port : pre ? 30000 : 30001, bootstrapPort, token);
+                    started = pre ? Roles.prefill(o) : Roles.decode(o);
+                    what = role + " tp" + tp + " pp" + pp + (pre ? " (bootstrap registry on " + engine.host + ":" + bootstrapPort + ")" : "");
+                }
+                case "router" -> {
+                    if (prefills.isEmpty() || decodes.isEmpty()) {
+                        System.err.println("kvferry serve --role router: give at least one --prefill URL and one --decode URL");
+                        return 2;
+                    }
+                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes);
+                    what = "router over " + prefills.size() + " prefill(s) and " + decodes.size() + " decode(s)";
+                }
+                default -> {
+                    System.err.println("kvferry serve: unknown --role '" + role + "'; use prefill, decode or router (or none for all three)");
+                    return 2;
+                }
+            }
+        }
+        CountDownLatch stop = new CountDownLatch(1);
+        Roles.Role r = started;
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            r.close();
+            stop.countDown();
+        }));
+        System.out.println("kvferry serve: model " + model.description());
+        System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port());
+        System.out.flush();
+        stop.await();
+        return 0;
+    }
+}

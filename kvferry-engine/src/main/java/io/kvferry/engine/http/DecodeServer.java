@@ -1,0 +1,131 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.serving.DecodeEngine;
+import io.kvferry.engine.serving.Generation;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+
+/**
+ * A decode engine's HTTP face (SGLang's decode server): {@code POST /generate} streams the request's
+ * tokens as server-sent events once its KV landed. The status line waits for the first token, so a
+ * failed transfer is an HTTP 500 carrying the {@code KVTransferError(...)} text; a client that goes
+ * away aborts the room.
+ */
+public final class DecodeServer implements AutoCloseable {
+    private final DecodeEngine engine;
+    private final HttpServer server;
+
+    public DecodeServer(DecodeEngine engine, String host, int port) throws IOException {
+        this.engine = engine;
+        server = Http.server(host, port);
+        server.createContext("/generate", ex -> PrefillServer.handle(ex, this::generate));
+        server.createContext("/abort", ex -> PrefillServer.handle(ex, this::abort));
+        server.createContext("/health", ex -> PrefillServer.handle(ex, this::health));
+        server.start();
+    }
+
+    public int port() {
+        return server.getAddress().getPort();
+    }
+
+    /** What the scheduler thread hands the handler: a token, the end, or an error. */
+    private record Event(int token, Generation done, String error) {
+    }
+
+    private void generate(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        JsonNode req = Http.readJson(ex);
+        long room = Http.longField(req, "bootstrap_room");
+        String addr = Http.textField(req, "bootstrap_addr");
+        int[] ids = Http.intArray(req, "input_ids");
+        int max = Http.intField(req, "max_new_tokens", 16, 1, Integer.MAX_VALUE);
+        var sampling = SamplingParams.parse(req.get("sampling_params"), room);
+        BlockingQueue<Event> events = new LinkedBlockingQueue<>();
+        engine.submit(new DecodeEngine.Request(room, addr, ids, max, sampling, new DecodeEngine.TokenSink() {
+            @Override
+            public void onToken(int token) {
+                events.add(new Event(token, null, null));
+            }
+
+            @Override
+            public void onDone(Generation g) {
+                events.add(new Event(-1, g, null));
+            }
+
+            @Override
+            public void onError(String message) {
+                events.add(new Event(-1, null, message));
+            }
+        }));
+        OutputStream out = null;
+        try {
+            while (true) {
+                Event e = events.take();
+                if (e.error() != null) {
+                    if (out == null) {
+                        Http.sendError(ex, 500, e.error().startsWith("KVTransferError") ? "kv_transfer_error" : "internal_error", e.error());
+                    } else {
+                        Http.event(out, Http.JSON.writeValueAsString(errorEvent(e.error())));
+                    }
+                    return;
+                }
+                if (out == null) out = Http.startEvents(ex);
+                if (e.done() != null) {
+                    Http.event(out, Http.JSON.writeValueAsString(doneEvent(e.done())));
+                    out.close();
+                    return;
+                }
+                Http.event(out, "{\"token\":" + e.token() + "}");
+            }
+        } catch (IOException gone) {
+            engine.abort(room); // the client disconnected: free the room's pages (once safe) on this side
+        }
+    }
+
+    static ObjectNode errorEvent(String message) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        o.putObject("error").put("message", message).put("type", message.startsWith("KVTransferError") ? "kv_transfer_error" : "internal_error");
+        return o;
+    }
+
+    private static ObjectNode doneEvent(Generation g) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        o.put("finish_reason", g.finishReason());
+        var tokens = o.putArray("tokens");
+        for (int t : g.tokens()) tokens.add(t);
+        ObjectNode t = o.putObject("timings");
+        t.put("transfer_ms", g.timings().transferMs());
+        t.put("first_decode_ms", g.timings().firstDecodeMs());
+        t.put("bytes", g.timings().bytes());
+        return o;
+    }
+
+    private void abort(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        engine.abort(Http.longField(Http.readJson(ex), "bootstrap_room"));
+        Http.sendJson(ex, 200, Http.JSON.createObjectNode().put("aborted", true));
+    }
+
+    private void health(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "GET")) return;
+        ObjectNode out = Http.JSON.createObjectNode();
+        out.put("status", "ok");
+        out.put("role", "decode");
+        out.put("tp", engine.spec().tp());
+        out.put("pp", engine.spec().pp());
+        out.put("in_flight", engine.inFlight());
+        Http.sendJson(ex, 200, out);
+    }
+
+    @Override
+    public void close() {
+        server.stop(0);
+    }
+}

@@ -1,0 +1,135 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+
+/**
+ * The HTTP plumbing the engine's servers share. The JDK's HttpServer, as kvferry's registry uses:
+ * no extra dependency, and what these servers need is small (JSON bodies, SSE streams). Handlers run
+ * on virtual threads, so a streamed response waiting for tokens holds no platform thread.
+ */
+final class Http {
+    static final ObjectMapper JSON = new ObjectMapper();
+    /** Largest request body read (a prompt of the model's whole context is far smaller). */
+    static final int MAX_BODY_BYTES = 1 << 20;
+
+    private Http() {
+    }
+
+    static HttpServer server(String host, int port) throws IOException {
+        HttpServer s = HttpServer.create(new InetSocketAddress(host, port), 128);
+        ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
+        s.setExecutor(exec);
+        return s;
+    }
+
+    /** A client error: 400 with the message. */
+    static final class BadRequest extends RuntimeException {
+        BadRequest(String message) {
+            super(message);
+        }
+    }
+
+    static JsonNode readJson(HttpExchange ex) throws IOException {
+        byte[] body = ex.getRequestBody().readNBytes(MAX_BODY_BYTES + 1);
+        if (body.length > MAX_BODY_BYTES) throw new BadRequest("request body over " + MAX_BODY_BYTES + " bytes");
+        if (body.length == 0) throw new BadRequest("empty request body; expected a JSON object");
+        try {
+            JsonNode n = JSON.readTree(body);
+            if (n == null || !n.isObject()) throw new BadRequest("the request body must be a JSON object");
+            return n;
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw new BadRequest("malformed JSON: " + e.getOriginalMessage());
+        }
+    }
+
+    static void sendJson(HttpExchange ex, int status, Object body) throws IOException {
+        byte[] b = JSON.writeValueAsBytes(body);
+        ex.getResponseHeaders().set("Content-Type", "application/json; charset=utf-8");
+        ex.sendResponseHeaders(status, b.length);
+        try (OutputStream o = ex.getResponseBody()) {
+            o.write(b);
+        }
+    }
+
+    /** OpenAI's error shape: {"error": {"message", "type", "code"}}. */
+    static void sendError(HttpExchange ex, int status, String type, String message) throws IOException {
+        ObjectNode err = JSON.createObjectNode();
+        ObjectNode e = err.putObject("error");
+        e.put("message", message);
+        e.put("type", type);
+        e.put("code", status);
+        sendJson(ex, status, err);
+    }
+
+    static boolean method(HttpExchange ex, String expected) throws IOException {
+        if (ex.getRequestMethod().equals(expected)) return true;
+        ex.getResponseHeaders().set("Allow", expected);
+        sendError(ex, 405, "invalid_request_error", ex.getRequestMethod() + " " + ex.getRequestURI().getPath() + " is not allowed; use " + expected);
+        return false;
+    }
+
+    /** Starts a server-sent-event stream (status 200, chunked). */
+    static OutputStream startEvents(HttpExchange ex) throws IOException {
+        ex.getResponseHeaders().set("Content-Type", "text/event-stream; charset=utf-8");
+        ex.getResponseHeaders().set("Cache-Control", "no-cache");
+        ex.sendResponseHeaders(200, 0);
+        return ex.getResponseBody();
+    }
+
+    /** Writes one {@code data:} event and flushes it: an IOException means the client is gone. */
+    static void event(OutputStream out, String data) throws IOException {
+        out.write(("data: " + data + "\n\n").getBytes(StandardCharsets.UTF_8));
+        out.flush();
+    }
+
+    static int intField(JsonNode n, String name, int dflt, int min, int max) {
+        JsonNode v = n.get(name);
+        if (v == null || v.isNull()) return dflt;
+        if (!v.canConvertToInt() || !v.isIntegralNumber()) throw new BadRequest(name + " must be an integer, got " + v);
+        int i = v.intValue();
+        if (i < min || i > max) throw new BadRequest(name + " must be in [" + min + ", " + max + "], got " + i);
+        return i;
+    }
+
+    static float floatField(JsonNode n, String name, float dflt) {
+        JsonNode v = n.get(name);
+        if (v == null || v.isNull()) return dflt;
+        if (!v.isNumber()) throw new BadRequest(name + " must be a number, got " + v);
+        return v.floatValue();
+    }
+
+    static long longField(JsonNode n, String name) {
+        JsonNode v = n.get(name);
+        if (v == null || !v.isIntegralNumber() || !v.canConvertToLong()) throw new BadRequest(name + " must be an integer, got " + v);
+        return v.longValue();
+    }
+
+    static String textField(JsonNode n, String name) {
+        JsonNode v = n.get(name);
+        if (v == null || !v.isTextual()) throw new BadRequest(name + " must be a string, got " + v);
+        return v.textValue();
+    }
+
+    static int[] intArray(JsonNode n, String name) {
+        JsonNode v = n.get(name);
+        if (v == null || !v.isArray()) throw new BadRequest(name + " must be an array of token ids, got " + v);
+        int[] out = new int[v.size()];
+        for (int i = 0; i < out.length; i++) {
+            JsonNode e = v.get(i);
+            if (!e.isIntegralNumber() || !e.canConvertToInt()) throw new BadRequest(name + "[" + i + "] must be an integer, got " + e);
+            out[i] = e.intValue();
+        }
+        return out;
+    }
+}

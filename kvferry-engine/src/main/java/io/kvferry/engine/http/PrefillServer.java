@@ -1,0 +1,98 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.engine.serving.PrefillEngine;
+
+import java.io.IOException;
+import java.util.concurrent.ExecutionException;
+
+/**
+ * A prefill engine's HTTP face, which the router calls (SGLang's prefill server): {@code POST
+ * /generate} runs the request and answers once its KV reached the decode (or failed), {@code POST
+ * /abort}, {@code GET /health}.
+ */
+public final class PrefillServer implements AutoCloseable {
+    private final PrefillEngine engine;
+    private final HttpServer server;
+    private final String bootstrapAddr;
+
+    public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port) throws IOException {
+        this.engine = engine;
+        this.bootstrapAddr = bootstrapAddr;
+        server = Http.server(host, port);
+        server.createContext("/generate", ex -> handle(ex, this::generate));
+        server.createContext("/abort", ex -> handle(ex, this::abort));
+        server.createContext("/health", ex -> handle(ex, this::health));
+        server.start();
+    }
+
+    public int port() {
+        return server.getAddress().getPort();
+    }
+
+    interface Handler {
+        void handle(HttpExchange ex) throws Exception;
+    }
+
+    static void handle(HttpExchange ex, Handler h) {
+        try (ex) {
+            try {
+                h.handle(ex);
+            } catch (Http.BadRequest | IllegalArgumentException e) {
+                Http.sendError(ex, 400, "invalid_request_error", e.getMessage());
+            } catch (Exception e) {
+                Http.sendError(ex, 500, "internal_error", String.valueOf(e.getMessage()));
+            }
+        } catch (IOException ignored) {
+            // the client went away
+        }
+    }
+
+    private void generate(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        JsonNode req = Http.readJson(ex);
+        long room = Http.longField(req, "bootstrap_room");
+        int[] ids = Http.intArray(req, "input_ids");
+        var sampling = SamplingParams.parse(req.get("sampling_params"), room);
+        try {
+            PrefillEngine.Result r = engine.submit(new PrefillEngine.Request(room, ids, sampling)).get();
+            ObjectNode out = Http.JSON.createObjectNode();
+            out.put("bootstrap_room", room);
+            out.put("first_token", r.firstToken());
+            out.put("compute_ms", r.computeMs());
+            out.put("send_ms", r.sendMs());
+            Http.sendJson(ex, 200, out);
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            String type = c instanceof KVTransferException ? "kv_transfer_error" : "internal_error";
+            Http.sendError(ex, 500, type, String.valueOf(c.getMessage()));
+        }
+    }
+
+    private void abort(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        engine.abort(Http.longField(Http.readJson(ex), "bootstrap_room"));
+        Http.sendJson(ex, 200, Http.JSON.createObjectNode().put("aborted", true));
+    }
+
+    private void health(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "GET")) return;
+        ObjectNode out = Http.JSON.createObjectNode();
+        out.put("status", "ok");
+        out.put("role", "prefill");
+        out.put("bootstrap", bootstrapAddr);
+        out.put("tp", engine.spec().tp());
+        out.put("pp", engine.spec().pp());
+        out.put("in_flight", engine.inFlight());
+        Http.sendJson(ex, 200, out);
+    }
+
+    @Override
+    public void close() {
+        server.stop(0);
+    }
+}

@@ -1,0 +1,135 @@
+package io.kvferry.engine.serve;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.http.DecodeServer;
+import io.kvferry.engine.http.PrefillServer;
+import io.kvferry.engine.http.Router;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.DecodeEngine;
+import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.engine.serving.PrefillEngine;
+import io.kvferry.engine.serving.TransferSpec;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Starts the serving roles ({@code kvferry serve}): a prefill instance (its bootstrap registry, engine
+ * and HTTP server), a decode instance (engine and HTTP server), the router, or all three in one
+ * process. Each returned role closes everything it started, in reverse order.
+ */
+public final class Roles {
+    private Roles() {
+    }
+
+    /** A started role: its HTTP port, and close(). */
+    public interface Role extends AutoCloseable {
+        int port();
+
+        @Override
+        void close();
+    }
+
+    /** What a role needs; ports 0 = any free port. */
+    public record Options(ModelFiles.Loaded model, int tp, int pp, int pageSize, int pages, int maxRequests, int chunkTokens,
+                          String transport, String host, int port, int bootstrapPort, String authToken) {
+        public EngineSpec spec() {
+            return new EngineSpec(model.weights(), tp, pp, pageSize, pages, maxRequests, chunkTokens);
+        }
+
+        public Options withParallelism(int tp, int pp) {
+            return new Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken);
+        }
+
+        public Options withPorts(int port, int bootstrapPort) {
+            return new Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken);
+        }
+    }
+
+    private static final class Stack implements Role {
+        final List<AutoCloseable> parts = new ArrayList<>();
+        int port;
+
+        @Override
+        public int port() {
+            return port;
+        }
+
+        @Override
+        public void close() {
+            for (int i = parts.size() - 1; i >= 0; i--) {
+                try {
+                    parts.get(i).close();
+                } catch (Exception ignored) {
+                    // keep closing the rest
+                }
+            }
+        }
+    }
+
+    public static Role prefill(Options o) throws IOException {
+        Stack s = new Stack();
+        try {
+            KVBootstrapServer registry = KVFerry.startBootstrapServer(o.host(), o.bootstrapPort(), o.authToken());
+            s.parts.add(registry);
+            String addr = o.host() + ":" + registry.port();
+            PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), addr, o.authToken(), o.host()));
+            s.parts.add(engine);
+            PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port());
+            s.parts.add(server);
+            s.port = server.port();
+            return s;
+        } catch (IOException | RuntimeException e) {
+            s.close();
+            throw e;
+        }
+    }
+
+    public static Role decode(Options o) throws IOException {
+        Stack s = new Stack();
+        try {
+            DecodeEngine engine = new DecodeEngine(o.spec(), new TransferSpec(o.transport(), null, o.authToken(), o.host()));
+            s.parts.add(engine);
+            DecodeServer server = new DecodeServer(engine, o.host(), o.port());
+            s.parts.add(server);
+            s.port = server.port();
+            return s;
+        } catch (IOException | RuntimeException e) {
+            s.close();
+            throw e;
+        }
+    }
+
+    public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls) throws IOException {
+        Stack s = new Stack();
+        Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), modelName(o.model()), o.host(), o.port());
+        s.parts.add(r);
+        s.port = r.port();
+        return s;
+    }
+
+    /** Router + one prefill + one decode in this process, talking HTTP and kvferry over loopback. */
+    public static Role all(Options router, Options prefill, Options decode) throws IOException {
+        Stack s = new Stack();
+        try {
+            Role p = prefill(prefill);
+            s.parts.add(p);
+            Role d = decode(decode);
+            s.parts.add(d);
+            Role r = router(router, List.of("http://" + prefill.host() + ":" + p.port()), List.of("http://" + decode.host() + ":" + d.port()));
+            s.parts.add(r);
+            s.port = r.port();
+            return s;
+        } catch (IOException | RuntimeException e) {
+            s.close();
+            throw e;
+        }
+    }
+
+    public static String modelName(ModelFiles.Loaded m) {
+        return m.real() ? java.nio.file.Path.of(m.weights().source).getFileName().toString().replaceFirst("\\.bin$", "")
+                : "random-stories260K-shape";
+    }
+}
