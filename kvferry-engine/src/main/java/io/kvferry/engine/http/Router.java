@@ -168,6 +168,7 @@ public final class Router implements AutoCloseable {
         CompletableFuture<HttpResponse<String>> prefillCall = client.sendAsync(post(p, "/generate", body), HttpResponse.BodyHandlers.ofString());
         prefillCall.whenComplete((r, e) -> {
             p.inFlight.decrementAndGet();
+            if (e != null) p.healthy = false; // unreachable: no new requests until its health check passes again
             if (e != null || r.statusCode() != 200) abort(d, room); // the decode would otherwise wait for KV that never comes
         });
         try {
@@ -175,6 +176,7 @@ public final class Router implements AutoCloseable {
             try {
                 dr = client.send(post(d, "/generate", decodeBody), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
+                d.healthy = false;
                 abort(p, room);
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }

@@ -44,6 +44,7 @@ public final class DecodeEngine extends SchedulerThread {
     private final PageAllocator alloc;
     private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
     private volatile int inFlight;
+    private volatile long abortedRequests;
 
     private final class Flight {
         final Request req;
@@ -101,6 +102,11 @@ public final class DecodeEngine extends SchedulerThread {
 
     public int inFlight() {
         return inFlight;
+    }
+
+    /** Requests that ended by abort (client gone, router's abort), since start. */
+    public long abortedRequests() {
+        return abortedRequests;
     }
 
     /** Queues a request; its sink hears every token, then onDone or onError (exactly one of them). */
@@ -204,6 +210,7 @@ public final class DecodeEngine extends SchedulerThread {
             if (f.aborted) {
                 it.remove();
                 release(f);
+                abortedRequests++;
                 f.req.sink().onError("Aborted by AbortReq.");
                 continue;
             }

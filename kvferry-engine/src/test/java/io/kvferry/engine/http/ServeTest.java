@@ -1,0 +1,244 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.serving.ColocatedEngine;
+import io.kvferry.engine.serving.DecodeEngine;
+import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.engine.serving.PrefillEngine;
+import io.kvferry.engine.serving.TransferSpec;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.BufferedReader;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The router and the engines' HTTP servers, end to end over loopback with kvferry's tcp transport between the engines. */
+class ServeTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static ModelFiles.Loaded model;
+    static KVBootstrapServer registry;
+    static PrefillEngine prefill;
+    static DecodeEngine decode;
+    static PrefillServer prefillServer;
+    static DecodeServer decodeServer;
+    static Router router;
+    static ColocatedEngine colocated;
+    static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+
+    @BeforeAll
+    static void start() throws Exception {
+        model = ModelFiles.load(null, null);
+        registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "serve-test");
+        String addr = "127.0.0.1:" + registry.port();
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 256, 32);
+        prefill = new PrefillEngine(spec.withParallelism(2, 1), new TransferSpec("tcp", addr, "serve-test", "127.0.0.1"));
+        decode = new DecodeEngine(spec, new TransferSpec("tcp", null, "serve-test", "127.0.0.1"));
+        prefillServer = new PrefillServer(prefill, addr, "127.0.0.1", 0);
+        decodeServer = new DecodeServer(decode, "127.0.0.1", 0);
+        router = new Router(List.of("http://127.0.0.1:" + prefillServer.port()), List.of("http://127.0.0.1:" + decodeServer.port()),
+                model.tokenizer(), "test-model", "127.0.0.1", 0);
+        colocated = new ColocatedEngine(spec.withMaxRequests(1));
+    }
+
+    @AfterAll
+    static void stop() {
+        for (AutoCloseable c : new AutoCloseable[]{router, decodeServer, prefillServer, decode, prefill, registry, colocated}) {
+            try {
+                if (c != null) c.close();
+            } catch (Exception ignored) {
+                // closing the rest
+            }
+        }
+    }
+
+    static HttpResponse<String> post(String path, String body) throws Exception {
+        return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + path))
+                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    static int[] ids(JsonNode arr) {
+        int[] out = new int[arr.size()];
+        for (int i = 0; i < out.length; i++) out[i] = arr.get(i).intValue();
+        return out;
+    }
+
+    static void awaitPagesReturned() throws Exception {
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        int p, d;
+        do {
+            p = prefill.outstanding().get(5, TimeUnit.SECONDS);
+            d = decode.outstanding().get(5, TimeUnit.SECONDS);
+            if (p == 0 && d == 0) return;
+            Thread.sleep(20);
+        } while (System.nanoTime() < until);
+        throw new AssertionError("pages not returned: prefill " + p + ", decode " + d);
+    }
+
+    @Test
+    @Timeout(60)
+    void completionsReturnTheColocatedTokensAsText() throws Exception {
+        String prompt = "Once upon a time";
+        HttpResponse<String> r = post("/v1/completions", "{\"model\":\"test-model\",\"prompt\":\"" + prompt + "\",\"max_tokens\":30,\"temperature\":0}");
+        assertEquals(200, r.statusCode(), r.body());
+        JsonNode j = JSON.readTree(r.body());
+        int[] expected = colocated.generate(model.tokenizer().encode(prompt, true, false), 30, Sampling.GREEDY).tokens();
+        assertArrayEquals(expected, ids(j.path("kvferry").path("token_ids")));
+        String text = j.path("choices").path(0).path("text").asText();
+        assertEquals(model.tokenizer().decode(concat(model.tokenizer().encode(prompt, true, false), expected)).substring(prompt.length()), text);
+        assertEquals(expected.length, j.path("usage").path("completion_tokens").asInt());
+        assertEquals("text_completion", j.path("object").asText());
+        assertTrue(j.path("kvferry").path("bytes").asLong() > 0, r.body());
+        if (model.real()) assertTrue(text.startsWith(", there was a little girl named Lily"), text);
+    }
+
+    static int[] concat(int[] a, int[] b) {
+        int[] o = java.util.Arrays.copyOf(a, a.length + b.length);
+        System.arraycopy(b, 0, o, a.length, b.length);
+        return o;
+    }
+
+    @Test
+    @Timeout(60)
+    void streamedTextEqualsTheWholeAnswer() throws Exception {
+        String body = "{\"prompt\":\"Tom had a red ball.\",\"max_tokens\":25,\"temperature\":0.8,\"seed\":5";
+        JsonNode whole = JSON.readTree(post("/v1/completions", body + "}").body());
+        HttpResponse<String> r = post("/v1/completions", body + ",\"stream\":true}");
+        assertEquals(200, r.statusCode());
+        assertTrue(r.headers().firstValue("Content-Type").orElse("").startsWith("text/event-stream"));
+        StringBuilder text = new StringBuilder();
+        JsonNode last = null;
+        List<String> lines = r.body().lines().filter(l -> l.startsWith("data: ")).toList();
+        assertEquals("data: [DONE]", lines.getLast());
+        for (String l : lines.subList(0, lines.size() - 1)) {
+            last = JSON.readTree(l.substring(6));
+            text.append(last.path("choices").path(0).path("text").asText());
+        }
+        assertEquals(whole.path("choices").path(0).path("text").asText(), text.toString());
+        assertEquals(whole.path("kvferry").path("token_ids"), last.path("kvferry").path("token_ids"), "a seeded sample is reproducible");
+        assertTrue(lines.size() > 5, "one event per token");
+    }
+
+    @Test
+    @Timeout(60)
+    void sglangGenerateModelsAndHealth() throws Exception {
+        HttpResponse<String> r = post("/generate", "{\"text\":\"One day\",\"sampling_params\":{\"max_new_tokens\":8,\"temperature\":0}}");
+        assertEquals(200, r.statusCode(), r.body());
+        JsonNode j = JSON.readTree(r.body());
+        assertEquals(8, j.path("output_ids").size());
+        assertEquals(8, j.path("meta_info").path("completion_tokens").asInt());
+        assertEquals("length", j.path("meta_info").path("finish_reason").path("type").asText());
+        HttpResponse<String> m = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/models")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals("test-model", JSON.readTree(m.body()).path("data").path(0).path("id").asText());
+        HttpResponse<String> h = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/health")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, h.statusCode(), h.body());
+    }
+
+    @Test
+    @Timeout(60)
+    void badRequestsGetA400NamingTheProblem() throws Exception {
+        String[][] cases = {
+                {"{\"max_tokens\":4}", "prompt"},
+                {"{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
+                {"{\"prompt\":\"x\",\"temperature\":-1}", "temperature"},
+                {"{\"prompt\":\"x\",\"top_p\":2}", "top_p"},
+                {"{\"prompt\":", "malformed JSON"},
+                {"[1,2]", "JSON object"},
+                {"{\"prompt\":\"" + "a b ".repeat(400) + "\"}", "context"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = post("/v1/completions", c[0]);
+            assertEquals(400, r.statusCode(), c[0] + " -> " + r.body());
+            String msg = JSON.readTree(r.body()).path("error").path("message").asText();
+            assertTrue(msg.contains(c[1]), c[0] + " -> " + msg);
+        }
+        HttpResponse<String> get = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals(405, get.statusCode());
+        awaitPagesReturned(); // refused requests hold nothing
+    }
+
+    /** A client that goes away mid-stream aborts the room: the decode stops generating and both sides free its pages. */
+    @Test
+    @Timeout(60)
+    void aClientDisconnectAbortsTheRoomAndFreesItsPages() throws Exception {
+        String body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"temperature\":0,\"stream\":true}";
+        long abortedBefore = decode.abortedRequests();
+        try (Socket s = new Socket("127.0.0.1", router.port())) {
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                    + body.getBytes(StandardCharsets.UTF_8).length + "\r\n\r\n" + body).getBytes(StandardCharsets.UTF_8));
+            o.flush();
+            BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+            String line;
+            int events = 0;
+            while ((line = in.readLine()) != null && events < 3) if (line.startsWith("data: ")) events++;
+            assertEquals(3, events, "the stream started");
+        } // closed mid-stream: 480 tokens take far longer than this
+        awaitPagesReturned();
+        assertEquals(0, decode.inFlight());
+        assertEquals(abortedBefore + 1, decode.abortedRequests(), "the request ran to its end instead of being aborted");
+    }
+
+    @Test
+    @Timeout(180)
+    void twoHundredConcurrentStreamsAllSucceedAndReturnEveryPage() throws Exception {
+        ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
+        List<Future<Integer>> results = new ArrayList<>();
+        for (int i = 0; i < 200; i++) {
+            String prompt = DemoPrompts.get(i);
+            Callable<Integer> c = () -> {
+                HttpResponse<InputStream> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                        .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"" + prompt + "\",\"max_tokens\":12,\"temperature\":0,\"stream\":true}"))
+                        .build(), HttpResponse.BodyHandlers.ofInputStream());
+                if (r.statusCode() != 200) return -r.statusCode();
+                try (BufferedReader in = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
+                    String line, last = null;
+                    while ((line = in.readLine()) != null) if (line.startsWith("data: ")) last = line;
+                    return "data: [DONE]".equals(last) ? 1 : 0;
+                }
+            };
+            results.add(exec.submit(c));
+        }
+        int ok = 0;
+        for (Future<Integer> f : results) ok += f.get(150, TimeUnit.SECONDS) == 1 ? 1 : 0;
+        exec.shutdown();
+        assertEquals(200, ok);
+        awaitPagesReturned();
+    }
+
+    static final class DemoPrompts {
+        static final String[] WORDS = {"Once upon a time", "The cat", "Lily saw", "A big dog", "Ben and Mia", "The sun", "One day"};
+
+        static String get(int i) {
+            return WORDS[i % WORDS.length] + (i % 3 == 0 ? " went" : "");
+        }
+    }
+}
