@@ -92,7 +92,7 @@ public final class DemoCommand implements Callable<Integer> {
             return run(out, model, routerUrl, ps);
         } finally {
             if (cluster != null) cluster.close();
-            for (Process c : children) {
+            for (Process c : children.reversed()) { // decode first: a prefill gone first makes the decode revoke its links
                 c.destroy();
                 if (!c.waitFor(5, TimeUnit.SECONDS)) c.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
             }

@@ -20,7 +20,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
  * checks that the requested data path was the one used. ucx runs when UCX can load here; without
  * it the ucx cases are skipped with how to install it, unless KVFERRY_REQUIRE_UCX=1 (CI).
  */
-class TransportSuiteTest {
+public class TransportSuiteTest {
     private static final PrintStream QUIET = new PrintStream(OutputStream.nullOutputStream());
 
     static void requireTransport(String transport) {
@@ -31,6 +31,11 @@ class TransportSuiteTest {
         String message = "UCX is not usable here (" + why + "); install it with: apt-get install -y libucx0";
         if ("1".equals(System.getenv("KVFERRY_REQUIRE_UCX"))) fail(message + " (KVFERRY_REQUIRE_UCX=1)");
         assumeTrue(false, message);
+    }
+
+    /** {@link #requireTransport} for tests in other packages (the engine demo's separate-process runs). */
+    public static void requireTransportForOtherTests(String transport) {
+        requireTransport(transport);
     }
 
     /** The data path a transport must end up on between two processes of this host. */

@@ -1,0 +1,133 @@
+package io.kvferry.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.bench.TransportSuiteTest;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serve.Roles;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** kvferry demo and kvferry serve with prefill and decode as separate JVMs. */
+class ServeCommandTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+
+    @ParameterizedTest(name = "{0}: prefill tp{1} pp{2} -> decode tp{3}")
+    @CsvSource({"tcp, 4, 1, 2", "shm, 1, 1, 4", "ucx, 2, 1, 1", "tcp, 1, 2, 1"})
+    @Timeout(180)
+    void demoOverSeparateProcessesMatchesColocated(String transport, int ptp, int ppp, int dtp) throws Exception {
+        TransportSuiteTest.requireTransportForOtherTests(transport);
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--processes", "--transport", transport, "--prefill-tp", "" + ptp,
+                "--prefill-pp", "" + ppp, "--decode-tp", "" + dtp, "--max-tokens", "24", "--chunk-tokens", "5",
+                "--prompt", "Once upon a time", "--prompt", "The little cat was sad because", "--json");
+        assertEquals(0, r.code(), r.out());
+        JsonNode j = BenchCommandTest.lastJson(r.out());
+        assertEquals(2, j.path("succeeded").asInt(), r.out());
+        assertTrue(j.path("matches_colocated").asBoolean(), r.out());
+        assertEquals(48, j.path("tokens").asInt(), r.out());
+        assertEquals(transport, j.path("transport").asText());
+    }
+
+    @Test
+    @Timeout(60)
+    void serveRefusesMissingPieces() {
+        assertEquals(2, BenchCommandTest.run("serve", "--role", "bogus").code());
+        assertEquals(2, BenchCommandTest.run("serve", "--role", "router").code());
+    }
+
+    static Process spawnRole(String role, List<String> extra) throws Exception {
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main",
+                "serve", "--role", role, "--port", "0", "--bootstrap-port", "0"));
+        cmd.addAll(extra);
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.environment().put("KVFERRY_AUTH_TOKEN", "kill-test");
+        return pb.start();
+    }
+
+    /**
+     * A prefill process killed while requests wait on it: each of its requests ends within 3 s with an
+     * HTTP 500 naming the failure, and the router goes on serving through the other prefill.
+     */
+    @Test
+    @Timeout(180)
+    void killingAPrefillFailsItsRequestsFastAndTheRouterServesOn() throws Exception {
+        List<Process> procs = new ArrayList<>();
+        // Two slots per prefill and long prompts in 16-token chunks: requests queue on the prefills.
+        List<String> slow = List.of("--pages", "64", "--max-requests", "2", "--chunk-tokens", "16");
+        Roles.Role router = null;
+        try {
+            Process victim = spawnRole("prefill", slow), survivor = spawnRole("prefill", slow);
+            Process decode = spawnRole("decode", List.of());
+            procs.addAll(List.of(decode, victim, survivor));
+            String v = DemoCommand.awaitUrl(victim, "prefill"), s = DemoCommand.awaitUrl(survivor, "prefill");
+            String d = DemoCommand.awaitUrl(decode, "decode");
+            ModelFiles.Loaded model = ModelFiles.load(null, null);
+            router = Roles.router(new Roles.Options(model, 1, 1, 16, 64, 8, 64, "tcp", "127.0.0.1", 0, 0, "kill-test"), List.of(v, s), List.of(d));
+            String url = "http://127.0.0.1:" + router.port() + "/v1/completions";
+            HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+            String prompt = "Once upon a time there was a little girl. ".repeat(30);
+            ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
+            record Outcome(int status, String body, long endNanos) {
+            }
+            List<Future<Outcome>> futures = new ArrayList<>();
+            for (int i = 0; i < 40; i++) {
+                futures.add(exec.submit(() -> {
+                    HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create(url)).POST(HttpRequest.BodyPublishers.ofString(
+                            "{\"prompt\":\"" + prompt + "\",\"max_tokens\":4,\"temperature\":0}")).build(), HttpResponse.BodyHandlers.ofString());
+                    return new Outcome(r.statusCode(), r.body(), System.nanoTime());
+                }));
+            }
+            // Strike once requests are moving: the first answer came back.
+            long strikeBy = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (futures.stream().noneMatch(Future::isDone) && System.nanoTime() < strikeBy) Thread.sleep(5);
+            long killedAt = System.nanoTime();
+            victim.destroyForcibly();
+            int failed = 0;
+            for (Future<Outcome> f : futures) {
+                Outcome o = f.get(30, TimeUnit.SECONDS);
+                if (o.status() == 200) continue;
+                failed++;
+                assertEquals(500, o.status(), o.body());
+                String msg = JSON.readTree(o.body()).path("error").path("message").asText();
+                assertTrue(!msg.isBlank(), o.body());
+                double after = (o.endNanos() - killedAt) / 1e9;
+                assertTrue(after < 3.0, "a request of the killed prefill ended " + after + " s after the kill: " + msg);
+            }
+            assertTrue(failed > 0, "the kill hit no request (all 40 were done before it)");
+            // New requests go to the surviving prefill.
+            for (int i = 0; i < 5; i++) {
+                HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create(url)).POST(HttpRequest.BodyPublishers.ofString(
+                        "{\"prompt\":\"One day\",\"max_tokens\":4,\"temperature\":0}")).build(), HttpResponse.BodyHandlers.ofString());
+                assertEquals(200, r.statusCode(), r.body());
+            }
+            exec.shutdown();
+        } finally {
+            if (router != null) router.close();
+            for (Process p : procs) {
+                p.destroy();
+                if (!p.waitFor(5, TimeUnit.SECONDS)) p.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+            }
+        }
+    }
+}
