@@ -58,6 +58,11 @@ public final class DemoCommand implements Callable<Integer> {
     @Option(names = "--prompt", description = "Prompts to send (repeatable). Default: five TinyStories openings.")
     List<String> prompts;
 
+    @Option(names = "--load", defaultValue = "0", description = "Then send this many requests at once (--max-tokens each, "
+            + "greedy) and report their aggregate tokens/s and TTFT p50/p99, beside the same requests run one by one on a "
+            + "colocated engine in this process (the baseline of the same run). Default: ${DEFAULT-VALUE} (skip).")
+    int load;
+
     @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, tokens_per_s.")
     boolean json;
 
@@ -163,8 +168,10 @@ public final class DemoCommand implements Callable<Integer> {
         double tps = seconds > 0 ? tokens / seconds : 0;
         out.printf("%n[demo] %d/%d requests succeeded, %d tokens, %d/%d match the colocated run, %.0f tokens/s (one stream at a time)%n",
                 succeeded, ps.size(), tokens, matched, succeeded, tps);
+        ObjectNode loadResult = load > 0 ? load(out, model, routerUrl, http) : null;
         if (json) {
             ObjectNode o = JSON.createObjectNode();
+            if (loadResult != null) o.set("load", loadResult);
             o.put("requests", ps.size());
             o.put("succeeded", succeeded);
             o.put("tokens", tokens);
@@ -177,6 +184,51 @@ public final class DemoCommand implements Callable<Integer> {
             out.println(JSON.writeValueAsString(o));
         }
         return succeeded == ps.size() && matched == succeeded ? 0 : 1;
+    }
+
+    /** N concurrent requests through the router vs the same N one by one on a colocated engine. */
+    private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http) throws Exception {
+        List<String> ps = new ArrayList<>();
+        for (int i = 0; i < load; i++) ps.add(PROMPTS.get(i % PROMPTS.size()) + " " + (i / PROMPTS.size()));
+        java.util.concurrent.ExecutorService exec = java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor();
+        List<java.util.concurrent.Future<JsonNode>> fs = new ArrayList<>();
+        long t0 = System.nanoTime();
+        for (String p : ps) {
+            ObjectNode body = JSON.createObjectNode().put("prompt", p).put("max_tokens", maxTokens).put("temperature", 0);
+            fs.add(exec.submit(() -> {
+                HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create(routerUrl + "/v1/completions"))
+                        .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+                return r.statusCode() == 200 ? JSON.readTree(r.body()) : null;
+            }));
+        }
+        long tokens = 0;
+        int ok = 0;
+        List<Double> ttft = new ArrayList<>();
+        for (var f : fs) {
+            JsonNode j = f.get(600, TimeUnit.SECONDS);
+            if (j == null) continue;
+            ok++;
+            tokens += j.path("kvferry").path("token_ids").size();
+            ttft.add(j.path("kvferry").path("ttft_ms").asDouble());
+        }
+        double secs = (System.nanoTime() - t0) / 1e9;
+        exec.shutdown();
+        long c0 = System.nanoTime(), ctokens = 0;
+        try (ColocatedEngine colocated = new ColocatedEngine(new io.kvferry.engine.serving.EngineSpec(model.weights(), 1, 1, engine.pageSize,
+                Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens))) {
+            for (String p : ps) ctokens += colocated.generate(model.tokenizer().encode(p, true, false), maxTokens, Sampling.GREEDY).tokens().length;
+        }
+        double csecs = (System.nanoTime() - c0) / 1e9;
+        ObjectNode o = JSON.createObjectNode();
+        o.put("requests", load);
+        o.put("succeeded", ok);
+        o.put("tokens_per_s", tokens / secs);
+        o.put("colocated_one_by_one_tokens_per_s", ctokens / csecs);
+        o.set("ttft_ms", percentiles(ttft));
+        out.printf("[demo] load: %d/%d concurrent requests succeeded, %.0f tokens/s through the router (TTFT p50 %.1f ms, p99 %.1f ms); "
+                        + "the same requests one by one on a colocated engine: %.0f tokens/s%n", ok, load, tokens / secs,
+                o.path("ttft_ms").path("p50").asDouble(), o.path("ttft_ms").path("p99").asDouble(), ctokens / csecs);
+        return o;
     }
 
     private static ObjectNode percentiles(List<Double> v) {

@@ -65,24 +65,33 @@ public final class DecodeServer implements AutoCloseable {
             }
         }));
         OutputStream out = null;
+        java.util.List<Event> batch = new java.util.ArrayList<>();
         try {
             while (true) {
-                Event e = events.take();
-                if (e.error() != null) {
-                    if (out == null) {
-                        Http.sendError(ex, 500, e.error().startsWith("KVTransferError") ? "kv_transfer_error" : "internal_error", e.error());
-                    } else {
-                        Http.event(out, Http.JSON.writeValueAsString(errorEvent(e.error())));
+                batch.clear();
+                batch.add(events.take());
+                events.drainTo(batch); // tokens that piled up while we wrote go out in one write: one flush per batch, not per token
+                StringBuilder data = new StringBuilder();
+                for (Event e : batch) {
+                    if (e.error() != null) {
+                        if (out == null) {
+                            Http.sendError(ex, 500, e.error().startsWith("KVTransferError") ? "kv_transfer_error" : "internal_error", e.error());
+                        } else {
+                            data.append("data: ").append(Http.JSON.writeValueAsString(errorEvent(e.error()))).append("\n\n");
+                            Http.write(out, data);
+                        }
+                        return;
                     }
-                    return;
+                    if (out == null) out = Http.startEvents(ex);
+                    if (e.done() != null) {
+                        data.append("data: ").append(Http.JSON.writeValueAsString(doneEvent(e.done()))).append("\n\n");
+                        Http.write(out, data);
+                        out.close();
+                        return;
+                    }
+                    data.append("data: {\"token\":").append(e.token()).append("}\n\n");
                 }
-                if (out == null) out = Http.startEvents(ex);
-                if (e.done() != null) {
-                    Http.event(out, Http.JSON.writeValueAsString(doneEvent(e.done())));
-                    out.close();
-                    return;
-                }
-                Http.event(out, "{\"token\":" + e.token() + "}");
+                Http.write(out, data);
             }
         } catch (IOException gone) {
             engine.abort(room); // the client disconnected: free the room's pages (once safe) on this side

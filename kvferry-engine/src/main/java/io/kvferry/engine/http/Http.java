@@ -93,6 +93,12 @@ final class Http {
         out.flush();
     }
 
+    /** Writes already formatted events and flushes once. */
+    static void write(OutputStream out, CharSequence events) throws IOException {
+        out.write(events.toString().getBytes(StandardCharsets.UTF_8));
+        out.flush();
+    }
+
     static int intField(JsonNode n, String name, int dflt, int min, int max) {
         JsonNode v = n.get(name);
         if (v == null || v.isNull()) return dflt;
