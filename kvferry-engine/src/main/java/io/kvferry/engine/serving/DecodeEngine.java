@@ -6,6 +6,7 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
+import io.kvferry.engine.kv.PrefixCache;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
@@ -42,6 +43,7 @@ public final class DecodeEngine extends SchedulerThread {
     private final ShardedModel model;
     private final ShardManagers managers;
     private final PageAllocator alloc;
+    private final PrefixCache prefixCache;
     private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
     private volatile int inFlight;
     private volatile long abortedRequests;
@@ -50,7 +52,8 @@ public final class DecodeEngine extends SchedulerThread {
         final Request req;
         final KVReceiver[][] receivers;
         int[] pages, seq;
-        int row = -1, generated;
+        long[] prefixKeys;
+        int row = -1, generated, prefixPages;
         long metadataNanos, landedNanos, landedBytes;
         double firstDecodeMs;
         float[] firstLogits;
@@ -93,6 +96,7 @@ public final class DecodeEngine extends SchedulerThread {
         }
         this.managers = m;
         this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
+        this.prefixCache = new PrefixCache(spec.pageSize());
         start();
     }
 
@@ -148,9 +152,17 @@ public final class DecodeEngine extends SchedulerThread {
         });
     }
 
+    /** Pages and aux rows held by requests (the prefix cache's pages not counted): 0 once every request ended. */
     public java.util.concurrent.CompletableFuture<Integer> outstanding() {
         var out = new java.util.concurrent.CompletableFuture<Integer>();
-        execute(() -> out.complete(alloc.outstanding()));
+        execute(() -> out.complete(alloc.outstanding() - prefixCache.pages()));
+        return out;
+    }
+
+    /** Pages the prefix cache holds. */
+    public java.util.concurrent.CompletableFuture<Integer> cachedPages() {
+        var out = new java.util.concurrent.CompletableFuture<Integer>();
+        execute(() -> out.complete(prefixCache.pages()));
         return out;
     }
 
@@ -168,12 +180,26 @@ public final class DecodeEngine extends SchedulerThread {
             }
             if (p.compareTo(KVPoll.WaitingForInput) < 0) continue;
             int total = spec.pagesFor(f.totalTokens());
-            if (!alloc.canAllocate(total)) continue; // waits for a finished request's pages
-            f.pages = alloc.allocatePages(total);
+            // Full prompt pages a later request may share; at least one token is left for the prefill to send.
+            if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), (f.req.prompt().length - 1) / spec.pageSize());
+            int[] hit = prefixCache.acquire(f.prefixKeys);
+            int need = total - hit.length;
+            if (!alloc.canAllocate(need) && prefixCache.evictable() > 0) {
+                alloc.freePages(prefixCache.evict(Math.max(1, need - alloc.freePages())));
+            }
+            if (!alloc.canAllocate(need)) { // waits for a finished request's pages
+                prefixCache.release(f.prefixKeys, hit.length);
+                continue;
+            }
+            f.prefixPages = hit.length;
+            f.pages = java.util.Arrays.copyOf(hit, total);
+            System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
             f.row = alloc.allocateRow();
-            int[] promptPages = java.util.Arrays.copyOf(f.pages, spec.pagesFor(f.req.prompt().length));
+            int[] promptPages = java.util.Arrays.copyOfRange(f.pages, hit.length, spec.pagesFor(f.req.prompt().length));
             f.metadataNanos = System.nanoTime();
-            for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.sendMetadata(promptPages, f.row, null, 0);
+            for (KVReceiver[] s : f.receivers) {
+                for (KVReceiver x : s) x.sendMetadata(promptPages, f.row, null, hit.length * spec.pageSize());
+            }
             it.remove();
             transferring.add(f);
             moved = true;
@@ -209,7 +235,7 @@ public final class DecodeEngine extends SchedulerThread {
             Flight f = it.next();
             if (f.aborted) {
                 it.remove();
-                release(f);
+                release(f, false);
                 abortedRequests++;
                 f.req.sink().onError("Aborted by AbortReq.");
                 continue;
@@ -248,11 +274,11 @@ public final class DecodeEngine extends SchedulerThread {
         // tcp counts what landed; one-sided transports (shm, ucx) write without telling the decode: count what it asked for.
         long bytes = f.landedBytes;
         if (bytes == 0) {
-            for (KvPool[] s : pools) for (KvPool p : s) bytes += p.requestBytes(spec.pagesFor(f.req.prompt().length));
+            for (KvPool[] s : pools) for (KvPool p : s) bytes += p.requestBytes(spec.pagesFor(f.req.prompt().length) - f.prefixPages);
         }
         Generation g = new Generation(f.req.room(), out, f.firstLogits, reason,
                 new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes));
-        release(f);
+        release(f, true);
         f.req.sink().onDone(g);
     }
 
@@ -270,12 +296,21 @@ public final class DecodeEngine extends SchedulerThread {
         }
         // clear() returns once no write of the room can land, so the pages are safe to reuse after it.
         for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
-        release(f);
+        release(f, false);
         f.req.sink().onError(message != null ? message : "room " + f.req.room() + " failed");
     }
 
-    private void release(Flight f) {
-        if (f.pages != null) alloc.freePages(f.pages);
+    /** @param cacheable the request finished: its full prompt pages may join the prefix cache */
+    private void release(Flight f, boolean cacheable) {
+        if (f.pages != null) {
+            prefixCache.release(f.prefixKeys, f.prefixPages);
+            int from = f.prefixPages;
+            if (cacheable) {
+                for (int p : prefixCache.insert(f.prefixKeys, f.pages, f.prefixPages)) alloc.freePages(new int[]{p});
+                from = f.prefixKeys.length;
+            }
+            alloc.freePages(java.util.Arrays.copyOfRange(f.pages, from, f.pages.length));
+        }
         if (f.row >= 0) alloc.freeRow(f.row);
         f.pages = null;
         f.row = -1;
@@ -288,13 +323,13 @@ public final class DecodeEngine extends SchedulerThread {
             for (Flight f : q) {
                 for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.abort();
                 for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
-                release(f);
+                release(f, false);
                 f.req.sink().onError("the decode engine shut down");
             }
             q.clear();
         }
         for (Flight f : running) {
-            release(f);
+            release(f, false);
             f.req.sink().onError("the decode engine shut down");
         }
         running.clear();

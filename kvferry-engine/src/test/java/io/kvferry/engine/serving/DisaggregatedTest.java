@@ -137,6 +137,41 @@ class DisaggregatedTest {
         }
     }
 
+    /** A repeated prompt prefix is served from the decode's prefix cache: fewer bytes move, the tokens stay exact. */
+    @ParameterizedTest(name = "{0}: prefill tp{1} -> decode tp{2}")
+    @CsvSource({"tcp, 1, 1", "tcp, 2, 1", "shm, 1, 2"})
+    @Timeout(120)
+    void aDecodePrefixCacheHitMovesLessAndStaysExact(String transport, int ptp, int dtp) throws Exception {
+        EngineSpec spec = new EngineSpec(WEIGHTS, 1, 1, 16, 64, 4, 10);
+        SplittableRandom r = new SplittableRandom(9);
+        int[] a = prompt(r, 50);
+        int[] b = a.clone(); // shares a's first page (16 tokens), then differs
+        for (int i = 16; i < b.length; i++) b[i] = 3 + r.nextInt(400);
+        int[][] order = {a, a, b, a};
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "t");
+             ColocatedEngine c = new ColocatedEngine(spec)) {
+            TransferSpec t = new TransferSpec(transport, "127.0.0.1:" + registry.port(), "t", "127.0.0.1");
+            try (PrefillEngine p = new PrefillEngine(spec.withParallelism(ptp, 1), t); DecodeEngine d = new DecodeEngine(spec.withParallelism(dtp, 1), t)) {
+                long[] bytes = new long[order.length];
+                for (int i = 0; i < order.length; i++) {
+                    long room = r.nextLong() & Long.MAX_VALUE;
+                    p.submit(new PrefillEngine.Request(room, order[i], Sampling.GREEDY));
+                    Generation g = decode(d, room, order[i], 12, Sampling.GREEDY).get(60, TimeUnit.SECONDS);
+                    Generation e = c.generate(order[i], 12, Sampling.GREEDY);
+                    assertArrayEquals(e.tokens(), g.tokens(), "request " + i);
+                    assertArrayEquals(e.firstLogits(), g.firstLogits(), "request " + i);
+                    bytes[i] = g.timings().bytes();
+                }
+                assertTrue(bytes[1] < bytes[0], "a repeated prompt moved " + bytes[1] + " bytes, the first time " + bytes[0]);
+                assertTrue(bytes[2] < bytes[0] && bytes[2] > bytes[1], "a shared 1-page prefix: " + java.util.Arrays.toString(bytes));
+                assertEquals(bytes[1], bytes[3]);
+                assertTrue(d.cachedPages().get(10, TimeUnit.SECONDS) >= 3);
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+                assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
     static LlamaConfig shape() {
         return WEIGHTS.config;
     }
