@@ -196,14 +196,14 @@ public final class DecodeDriver {
      */
     private boolean tryInit(Flight f) {
         int dp = 0;
-        if (manager instanceof io.kvferry.conn.DecodeKVManager dm) {
-            try {
-                dp = dm.resolvePrefillDpRank(bootstrapAddr, f.req.room(), null);
-            } catch (RuntimeException e) {
-                // Registry not reachable or not ready: init anyway; the receiver retries the lookup and
-                // fails the room with SGLang's message if the prefill never shows up.
-                dp = 0;
-            }
+        try {
+            dp = manager.resolvePrefillDpRank(bootstrapAddr, f.req.room(), null);
+        } catch (UnsupportedOperationException e) {
+            dp = 0; // a manager without DP resolution (fake)
+        } catch (RuntimeException e) {
+            // Registry not reachable or not ready: init anyway; the receiver retries the lookup and
+            // fails the room with SGLang's message if the prefill never shows up.
+            dp = 0;
         }
         if (dp < 0) return false; // attention-DP: the prefill has not published this room yet
         f.receiver.init(dp);

@@ -1,6 +1,7 @@
 package io.kvferry.bench;
 
 import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerStats;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
@@ -58,7 +59,7 @@ public final class PrefillDriver {
      * request and no write is inside a data path (a failed or aborted warm-up's write may still be
      * stopping), so the snapshot splits warm-up and measured writes exactly.
      */
-    private io.kvferry.conn.PrefillKVManager.DataPathStats warmupStats;
+    private KVManagerStats warmupStats;
     /** This driver's warm-up requests (its DP share), and how many of them concluded (driver thread only). */
     private int warmupsHere, concludedWarmups;
     /** Source pages that already hold the pattern template (see startTransfer). */
@@ -166,12 +167,10 @@ public final class PrefillDriver {
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons,
                 hung, firstFailureAt, 0, failureTimes, null);
-        if (manager instanceof io.kvferry.conn.PrefillKVManager pm) {
-            io.kvferry.conn.PrefillKVManager.DataPathStats st = pm.dataPathStats();
-            if (warmupStats != null) st = st.minus(warmupStats);
-            else if (workload.warmup() > 0) st = new io.kvferry.conn.PrefillKVManager.DataPathStats(0, 0, 0, 0); // nothing measured
-            report = report.withDataPathStats(st.bytes(), st.busyNanos(), st.ops(), st.activeNanos());
-        }
+        KVManagerStats st = manager.stats();
+        if (warmupStats != null) st = st.minus(warmupStats);
+        else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured
+        report = report.withDataPathStats(st.dataPathBytes(), st.dataPathBusyNanos(), st.dataPathOps(), st.dataPathActiveNanos());
         if (pairedMemcpy != null) {
             report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
             pairedMemcpy.close();
@@ -184,10 +183,10 @@ public final class PrefillDriver {
         int prefixTokens = f.prefixTokens;
         int numPages = (f.req.tokens() - prefixTokens + workload.pageSize() - 1) / workload.pageSize();
         if (!pool.canAllocate(numPages)) return false;
-        if (warmupStats == null && !workload.isWarmup(f.req) && workload.warmup() > 0
-                && manager instanceof io.kvferry.conn.PrefillKVManager pm) {
-            if (concludedWarmups < warmupsHere || pm.writesInDataPath() > 0) return false; // retried on the next pass
-            warmupStats = pm.dataPathStats();
+        if (warmupStats == null && !workload.isWarmup(f.req) && workload.warmup() > 0) {
+            KVManagerStats now = manager.stats();
+            if (concludedWarmups < warmupsHere || now.writesInDataPath() > 0) return false; // retried on the next pass
+            warmupStats = now;
         }
         f.pages = pool.allocatePages(numPages);
         f.row = pool.allocateRow();

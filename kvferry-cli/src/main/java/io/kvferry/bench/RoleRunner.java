@@ -99,8 +99,9 @@ public final class RoleRunner {
             java.util.concurrent.atomic.AtomicInteger successes = new java.util.concurrent.atomic.AtomicInteger();
             launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts);
             for (int i = 0; i < managers.size(); i++) {
-                if (managers.get(i) instanceof io.kvferry.conn.PrefillKVManager p) {
-                    java.net.InetSocketAddress ep = p.endpoint();
+                java.util.Optional<java.net.InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
+                if (endpoint.isPresent()) {
+                    java.net.InetSocketAddress ep = endpoint.get();
                     String h = ep.getAddress() == null || ep.getAddress().isAnyLocalAddress() ? "127.0.0.1" : ep.getHostString();
                     synchronized (out) {
                         out.println("endpoint " + i + " " + h + ":" + ep.getPort());
@@ -168,9 +169,7 @@ public final class RoleRunner {
 
     /** Rooms a manager still tracks (a leak once every request concluded). */
     static int trackedRooms(KVManager m) {
-        if (m instanceof io.kvferry.conn.PrefillKVManager p) return p.trackedRooms();
-        if (m instanceof io.kvferry.conn.DecodeKVManager d) return d.trackedRooms();
-        return 0;
+        return m.stats().trackedRooms();
     }
 
     /**

@@ -106,7 +106,7 @@ class PeerDeathTest {
                     assertTrue(detectMs < 3000, "prefill saw the decode's death after " + detectMs + " ms");
                     String why = reason(rooms.getFirst()::failureException);
                     assertTrue(why.contains("Decode instance could be dead"), why);
-                    assertEquals(0, ((io.kvferry.conn.PrefillKVManager) prefill).sessionCount());
+                    assertEquals(0, prefill.stats().peerConnections());
                 } finally {
                     decode.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
                 }

@@ -1,6 +1,8 @@
 package io.kvferry.api;
 
+import java.net.InetSocketAddress;
 import java.util.List;
+import java.util.Optional;
 
 /**
  * One per engine rank (SGLang's {@code BaseKVManager}): owns the registered buffers, the control
@@ -37,6 +39,27 @@ public interface KVManager extends AutoCloseable {
 
     /** The name of the backend serving this manager (tcp, inproc, fake). */
     String backend();
+
+    /** This manager's public counters, read without stopping it. */
+    KVManagerStats stats();
+
+    /** Prefill only: the control endpoint decode ranks connect to (what it registers with its bootstrap server). */
+    default Optional<InetSocketAddress> controlEndpoint() {
+        return Optional.empty();
+    }
+
+    /**
+     * Decode only: the prefill DP group holding a room (SGLang's {@code _resolve_prefill_dp_rank}):
+     * the router's hint; 0 without attention-DP; {@code room % dp_size} when the prefill follows the
+     * bootstrap room; else the registry's answer. Returns -1 while it is not known yet (ask again
+     * later), then call {@link KVReceiver#init} with the answer.
+     *
+     * @param hint the request's {@code disagg_prefill_dp_rank}, or null
+     */
+    default int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
+        if (hint != null) return hint;
+        throw new UnsupportedOperationException("only a decode manager resolves prefill DP ranks");
+    }
 
     @Override
     default void close() {

@@ -304,6 +304,7 @@ public final class DecodeKVManager implements KVManager, WriteSink {
      *
      * @param hint the request's {@code disagg_prefill_dp_rank}, or null
      */
+    @Override
     public int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
         if (hint != null) return hint;
         PrefillServerInfo info = topology(bootstrapAddr);
@@ -650,6 +651,11 @@ public final class DecodeKVManager implements KVManager, WriteSink {
     /** Open prefill connections. */
     public int linkCount() {
         return links.size();
+    }
+
+    @Override
+    public io.kvferry.api.KVManagerStats stats() {
+        return new io.kvferry.api.KVManagerStats(rooms.size(), links.size(), 0, 0, 0, 0, 0);
     }
 
     @Override

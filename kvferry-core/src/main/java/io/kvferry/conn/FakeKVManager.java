@@ -24,6 +24,7 @@ public final class FakeKVManager implements KVManager {
 
     @Override public DisaggregationMode mode() { return mode; }
     @Override public String backend() { return "fake"; }
+    @Override public io.kvferry.api.KVManagerStats stats() { return io.kvferry.api.KVManagerStats.EMPTY; }
     @Override public void registerToBootstrap() {}
     @Override public void teardown() {}
     @Override public boolean enableDeferredDecodeKvRelease() { return false; }

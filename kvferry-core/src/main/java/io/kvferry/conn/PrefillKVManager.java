@@ -937,6 +937,18 @@ public final class PrefillKVManager implements KVManager {
     }
 
     @Override
+    public io.kvferry.api.KVManagerStats stats() {
+        DataPathStats d = dataPathStats();
+        return new io.kvferry.api.KVManagerStats(rooms.size(), sessions.size(), d.bytes(), d.busyNanos(), d.ops(),
+                d.activeNanos(), writesInDataPath());
+    }
+
+    @Override
+    public java.util.Optional<InetSocketAddress> controlEndpoint() {
+        return java.util.Optional.of(endpoint());
+    }
+
+    @Override
     public void teardown() {
         if (closed) return;
         closed = true;
