@@ -5,11 +5,12 @@ import io.kvferry.api.KVArgs;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
-import io.kvferry.conn.DecodeKVManager;
-import io.kvferry.conn.FakeKVManager;
-import io.kvferry.conn.PrefillKVManager;
+import io.kvferry.decode.DecodeKVManager;
+import io.kvferry.fake.FakeKVManager;
+import io.kvferry.prefill.PrefillKVManager;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.RegistryOptions;
+import io.kvferry.transport.Backend;
 
 import java.util.List;
 
@@ -21,15 +22,7 @@ public final class KVFerry {
     private KVFerry() {}
 
     /** Backend names this build serves: the built-in ones and every pluggable transport on the class path. */
-    public static final List<String> BACKENDS = backends();
-
-    private static List<String> backends() {
-        List<String> names = new java.util.ArrayList<>(List.of("tcp", "inproc"));
-        for (io.kvferry.transport.TransportProvider p : io.kvferry.transport.Transports.all()) names.add(p.name());
-        names.add("auto");
-        names.add("fake");
-        return List.copyOf(names);
-    }
+    public static final List<String> BACKENDS = Backend.names();
 
     /**
      * Creates the KV manager of one rank.
@@ -43,13 +36,11 @@ public final class KVFerry {
      *                tcp with the reason logged; the chosen one is in the transfer metrics.
      */
     public static KVManager createManager(String backend, KVArgs args, DisaggregationMode mode, KVManagerConfig config) {
-        if ("fake".equals(backend)) return new FakeKVManager(mode);
-        if (!BACKENDS.contains(backend)) {
-            throw new IllegalArgumentException("unknown transfer backend '" + backend + "'; choose one of " + BACKENDS);
-        }
+        Backend b = Backend.of(backend);
+        if (b.kind() == Backend.Kind.FAKE) return new FakeKVManager(mode);
         return mode == DisaggregationMode.PREFILL
-                ? new PrefillKVManager(args, config, backend)
-                : new DecodeKVManager(args, config, backend);
+                ? new PrefillKVManager(args, config, b)
+                : new DecodeKVManager(args, config, b);
     }
 
     /** Starts the bootstrap registry of a prefill instance ({@code KVBootstrapServer(host, port)}). */

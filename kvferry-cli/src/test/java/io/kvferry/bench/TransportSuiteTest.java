@@ -26,7 +26,7 @@ public class TransportSuiteTest {
     static void requireTransport(String transport) {
         if (!transport.equals("ucx")) return;
         TransportProvider ucx = Transports.get("ucx");
-        String why = ucx == null ? "the kvferry-ucx module is not on the class path" : ucx.unavailableReason();
+        String why = ucx == null ? "the kvferry-ucx module is not on the class path" : ucx.unavailableReason(io.kvferry.api.KVFerrySettings.fromEnvironment());
         if (why == null) return;
         String message = "UCX is not usable here (" + why + "); install it with: apt-get install -y libucx0";
         if ("1".equals(System.getenv("KVFERRY_REQUIRE_UCX"))) fail(message + " (KVFERRY_REQUIRE_UCX=1)");

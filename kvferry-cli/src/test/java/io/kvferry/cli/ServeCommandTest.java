@@ -111,6 +111,9 @@ class ServeCommandTest {
                 assertEquals(500, o.status(), o.body());
                 String msg = JSON.readTree(o.body()).path("error").path("message").asText();
                 assertTrue(!msg.isBlank(), o.body());
+                String kind = JSON.readTree(o.body()).path("error").path("kind").asText();
+                assertTrue(java.util.Set.of("peer_lost", "heartbeat_timeout", "prefill_unreachable", "transfer_error").contains(kind),
+                        "a lost prefill is a typed transfer failure: " + o.body());
                 double after = (o.endNanos() - killedAt) / 1e9;
                 assertTrue(after < 3.0, "a request of the killed prefill ended " + after + " s after the kill: " + msg);
             }

@@ -44,6 +44,12 @@ import java.time.Duration;
  *                            that no write of the room is in flight, before it cuts the link
  * @param tcpStripes          decode: TCP connections per prefill rank for data (1 = the control
  *                            connection carries data too); chunks are spread over them by room
+ * @param settings            the configuration context this config was built from; transports read their
+ *                            own knobs from it (docs/CONFIGURATION.md)
+ * @param ticker              the clock deadlines are measured with ({@link Ticker#SYSTEM}; tests pass a manual one)
+ *
+ * <p>Every knob-backed field (see {@link Knobs}) resolves as default ← {@code KVFERRY_*} environment ←
+ * the builder's explicit value.
  */
 public record KVManagerConfig(
         int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int dpSize, int dpRank,
@@ -52,7 +58,7 @@ public record KVManagerConfig(
         Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
         Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability,
         String advertiseHost, int advertisePort, Duration heartbeatInterval, int heartbeatMisses,
-        Duration abortAckTimeout, int tcpStripes) {
+        Duration abortAckTimeout, int tcpStripes, KVFerrySettings settings, Ticker ticker) {
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -74,6 +80,8 @@ public record KVManagerConfig(
         if (heartbeatMisses < 1) throw new IllegalArgumentException("heartbeatMisses must be >= 1, got " + heartbeatMisses);
         if (abortAckTimeout == null || abortAckTimeout.isNegative()) throw new IllegalArgumentException("abortAckTimeout must be >= 0");
         if (tcpStripes < 1 || tcpStripes > 64) throw new IllegalArgumentException("tcpStripes must be in [1, 64], got " + tcpStripes);
+        if (settings == null) throw new IllegalArgumentException("settings are required (KVFerrySettings.defaults() for none)");
+        if (ticker == null) throw new IllegalArgumentException("ticker is required (Ticker.SYSTEM)");
     }
 
     /** How long a control connection may receive nothing before it is declared dead. */
@@ -112,10 +120,15 @@ public record KVManagerConfig(
         b.advertiseHost = advertiseHost; b.advertisePort = advertisePort;
         b.heartbeatInterval = heartbeatInterval; b.heartbeatMisses = heartbeatMisses;
         b.abortAckTimeout = abortAckTimeout; b.tcpStripes = tcpStripes;
+        b.settings = settings; b.ticker = ticker;
         return b;
     }
 
-    /** Defaults follow SGLang: 300 s bootstrap and waiting timeouts, 4 transfer queues. */
+    /**
+     * Defaults follow SGLang (300 s bootstrap and waiting timeouts, 4 transfer queues); knob-backed
+     * fields left unset here come from the settings ({@link KVFerrySettings#fromEnvironment()} unless
+     * {@link #settings} says otherwise).
+     */
     public static final class Builder {
         private int attnTpSize = 1, attnTpRank, attnCpSize = 1, attnCpRank, dpSize = 1, dpRank, ppSize = 1;
         private boolean isMla;
@@ -123,22 +136,24 @@ public record KVManagerConfig(
         private int bootstrapPort = 8998;
         private String listenHost = "127.0.0.1";
         private String authToken;
-        private int transferWorkers = 4;
-        private Duration bootstrapTimeout = Duration.ofSeconds(300);
-        private Duration waitingTimeout = Duration.ofSeconds(300);
-        private Duration connectTimeout = Duration.ofSeconds(10);
+        private Integer transferWorkers;
+        private Duration bootstrapTimeout;
+        private Duration waitingTimeout;
+        private Duration connectTimeout;
         private String loadBalanceMethod = "follow_bootstrap_room";
         private int prefillHttpPort;
-        private Duration writeStallTimeout = Duration.ofSeconds(30);
-        private Duration prefillInfoTimeout = Duration.ofSeconds(15);
+        private Duration writeStallTimeout;
+        private Duration prefillInfoTimeout;
         private boolean allCpRanksTransfer;
-        private double failureInjectionProbability;
+        private Double failureInjectionProbability;
         private String advertiseHost;
         private int advertisePort;
-        private Duration heartbeatInterval = Duration.ofSeconds(2);
-        private int heartbeatMisses = 5;
-        private Duration abortAckTimeout = Duration.ofSeconds(5);
-        private int tcpStripes = 1;
+        private Duration heartbeatInterval;
+        private Integer heartbeatMisses;
+        private Duration abortAckTimeout;
+        private Integer tcpStripes;
+        private KVFerrySettings settings;
+        private Ticker ticker = Ticker.SYSTEM;
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -162,13 +177,28 @@ public record KVManagerConfig(
         public Builder heartbeat(Duration interval, int misses) { heartbeatInterval = interval; heartbeatMisses = misses; return this; }
         public Builder abortAckTimeout(Duration d) { abortAckTimeout = d; return this; }
         public Builder tcpStripes(int n) { tcpStripes = n; return this; }
+        /** The configuration context (default: this process's environment); knobs not set on the builder come from it. */
+        public Builder settings(KVFerrySettings s) { settings = s; return this; }
+        public Builder ticker(Ticker t) { ticker = t; return this; }
 
         public KVManagerConfig build() {
+            KVFerrySettings s = settings != null ? settings : KVFerrySettings.fromEnvironment();
             return new KVManagerConfig(attnTpSize, attnTpRank, attnCpSize, attnCpRank, dpSize, dpRank, ppSize, isMla,
-                    bootstrapHost, bootstrapPort, listenHost, authToken, transferWorkers, bootstrapTimeout,
-                    waitingTimeout, connectTimeout, loadBalanceMethod, prefillHttpPort, writeStallTimeout,
-                    prefillInfoTimeout, allCpRanksTransfer, failureInjectionProbability, advertiseHost, advertisePort,
-                    heartbeatInterval, heartbeatMisses, abortAckTimeout, tcpStripes);
+                    bootstrapHost, bootstrapPort, listenHost, authToken,
+                    transferWorkers != null ? transferWorkers : s.getInt(Knobs.TRANSFER_WORKERS, 1, 1024),
+                    or(bootstrapTimeout, s, Knobs.BOOTSTRAP_TIMEOUT_MS, 1), or(waitingTimeout, s, Knobs.WAITING_TIMEOUT_MS, 1),
+                    or(connectTimeout, s, Knobs.CONNECT_TIMEOUT_MS, 1), loadBalanceMethod, prefillHttpPort,
+                    or(writeStallTimeout, s, Knobs.WRITE_STALL_TIMEOUT_MS, 1), or(prefillInfoTimeout, s, Knobs.PREFILL_INFO_TIMEOUT_MS, 0),
+                    allCpRanksTransfer,
+                    failureInjectionProbability != null ? failureInjectionProbability : s.getProbability(Knobs.FAILURE_INJECTION),
+                    advertiseHost, advertisePort, or(heartbeatInterval, s, Knobs.HEARTBEAT_INTERVAL_MS, 1),
+                    heartbeatMisses != null ? heartbeatMisses : s.getInt(Knobs.HEARTBEAT_MAX_FAILURE, 1, 1_000_000),
+                    or(abortAckTimeout, s, Knobs.ABORT_ACK_TIMEOUT_MS, 0),
+                    tcpStripes != null ? tcpStripes : s.getInt(Knobs.TCP_STRIPES, 1, 64), s, ticker);
+        }
+
+        private static Duration or(Duration explicit, KVFerrySettings s, Knob knob, long minMillis) {
+            return explicit != null ? explicit : s.getMillis(knob, minMillis);
         }
     }
 }

@@ -1,5 +1,6 @@
 package io.kvferry.protocol;
 
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 
 import java.nio.BufferUnderflowException;
@@ -65,6 +66,7 @@ public final class FrameCodec {
             case Hello h -> encodeHello(body, h);
             case HelloAck a -> {
                 body.u8(a.accepted() ? 1 : 0);
+                body.u8(a.refusal() == null ? 0 : a.refusal().code());
                 body.str(a.error());
                 body.i32(a.prefillEngineRank());
                 body.i32(a.prefillUniqueRank());
@@ -83,6 +85,7 @@ public final class FrameCodec {
             case Status s -> {
                 body.i64(s.room());
                 body.u8(s.status().value());
+                body.u8(s.kind() == null ? 0 : s.kind().code());
                 body.i32(s.prefillUniqueRank());
                 body.str(s.reason() == null ? "" : s.reason());
             }
@@ -180,7 +183,7 @@ public final class FrameCodec {
         try {
             ControlMessage m = switch (type) {
                 case HELLO -> decodeHello(body);
-                case HELLO_ACK -> new HelloAck(bool(body, "accepted"), str(body), body.getInt(), body.getInt(), str(body), str(body));
+                case HELLO_ACK -> decodeHelloAck(body);
                 case HEARTBEAT -> new Heartbeat();
                 case TRANSFER_INFO -> decodeTransferInfo(body);
                 case ABORT -> new Abort(body.getLong());
@@ -287,7 +290,25 @@ public final class FrameCodec {
         } catch (IllegalArgumentException e) {
             throw new ProtocolException("STATUS carries unknown poll value " + raw);
         }
-        return new Status(room, status, nonNegative(in.getInt(), "prefill rank"), str(in));
+        FailureKind kind = failureKind(in.get() & 0xFF, status == KVPoll.Failed, "STATUS");
+        return new Status(room, status, kind, nonNegative(in.getInt(), "prefill rank"), str(in));
+    }
+
+    private static HelloAck decodeHelloAck(ByteBuffer in) throws ProtocolException {
+        boolean accepted = bool(in, "accepted");
+        FailureKind refusal = failureKind(in.get() & 0xFF, !accepted, "HELLO_ACK");
+        return new HelloAck(accepted, str(in), refusal, in.getInt(), in.getInt(), str(in), str(in));
+    }
+
+    /** A failure kind byte: 0 exactly when the message reports no failure, else a known kind. */
+    private static FailureKind failureKind(int code, boolean failure, String where) throws ProtocolException {
+        if (!failure) {
+            if (code != 0) throw new ProtocolException(where + " without a failure carries failure kind " + code);
+            return null;
+        }
+        FailureKind kind = FailureKind.fromCode(code);
+        if (kind == null) throw new ProtocolException(where + " carries unknown failure kind " + code);
+        return kind;
     }
 
     private static WriteHeader decodeWrite(ByteBuffer in) throws ProtocolException {
@@ -302,8 +323,8 @@ public final class FrameCodec {
         long piece = nonNegative(in.getLong(), "write piece length");
         long stride = nonNegative(in.getLong(), "write destination stride");
         if (length == 0 && piece != 0) throw new ProtocolException("an empty WRITE must have piece length 0, got " + piece);
-        if (piece != length && length > io.kvferry.plan.CopyPlan.MAX_OP_BYTES) {
-            throw new ProtocolException("strided WRITE of " + length + " bytes exceeds " + io.kvferry.plan.CopyPlan.MAX_OP_BYTES);
+        if (piece != length && length > Wire.MAX_STRIDED_WRITE_BYTES) {
+            throw new ProtocolException("strided WRITE of " + length + " bytes exceeds " + Wire.MAX_STRIDED_WRITE_BYTES);
         }
         if (length > 0 && (piece == 0 || length % piece != 0)) {
             throw new ProtocolException("WRITE length " + length + " is not a whole number of " + piece + "-byte pieces");

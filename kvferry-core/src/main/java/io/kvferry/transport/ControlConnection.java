@@ -67,6 +67,7 @@ public final class ControlConnection implements AutoCloseable {
     private volatile boolean closed;
     /** Why this side closed the connection (e.g. missed heartbeats), or null. */
     private volatile String closeReason;
+    private volatile io.kvferry.api.FailureKind closeKind;
     /** nanoTime of the last read that returned bytes (any frame or payload byte proves the peer alive). */
     private volatile long lastReadNanos = System.nanoTime();
     /** nanoTime of the last completed write of any frame. */
@@ -317,7 +318,7 @@ public final class ControlConnection implements AutoCloseable {
         long now = System.nanoTime();
         long silent = now - lastReadNanos;
         if (silent > timeoutNanos) {
-            close("no heartbeat or data from " + peer + " for " + silent / 1_000_000L + " ms");
+            close(io.kvferry.api.FailureKind.HEARTBEAT_TIMEOUT, "no heartbeat or data from " + peer + " for " + silent / 1_000_000L + " ms");
             return false;
         }
         if (now - lastWriteNanos >= intervalNanos && writeLock.tryLock()) {
@@ -337,9 +338,22 @@ public final class ControlConnection implements AutoCloseable {
         return closeReason;
     }
 
-    /** Closes with a reason the owner reports instead of the reader's I/O error. */
+    /** What kind of failure this side closed the connection for, or null when it stated none. */
+    public io.kvferry.api.FailureKind closeKind() {
+        return closeKind;
+    }
+
+    /** Closes with a reason the owner reports instead of the reader's I/O error (kind: peer lost). */
     public void close(String reason) {
-        if (closeReason == null) closeReason = reason;
+        close(io.kvferry.api.FailureKind.PEER_LOST, reason);
+    }
+
+    /** Closes with a kind and reason the owner reports instead of the reader's I/O error; the first one stays. */
+    public synchronized void close(io.kvferry.api.FailureKind kind, String reason) {
+        if (closeReason == null) {
+            closeKind = kind;
+            closeReason = reason;
+        }
         closeQuietly();
     }
 

@@ -1,8 +1,11 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knob;
 import io.kvferry.memory.RegisteredMemory;
 
 import java.io.IOException;
+import java.util.List;
 
 /**
  * A data path besides TCP, plugged in by name (the transport SPI). Found through
@@ -19,17 +22,25 @@ public interface TransportProvider {
     /** The backend name ({@code shm}, {@code ucx}). */
     String name();
 
-    /** Null when this transport can run in this process; otherwise why not and how to fix it. */
-    String unavailableReason();
+    /** This transport's own settings, read from the {@link KVFerrySettings} it is handed (docs/CONFIGURATION.md lists them). */
+    default List<Knob> knobs() {
+        return List.of();
+    }
+
+    /**
+     * Null when this transport can run in this process with these settings; otherwise why not and how
+     * to fix it (a bad knob value is named here, before any link uses the transport).
+     */
+    String unavailableReason(KVFerrySettings settings);
 
     /**
      * Decode side, once per manager.
      *
      * @return the destination, or null when this memory cannot be offered (then {@code why} is told why)
      */
-    DestinationTransport openDestination(RegisteredMemory memory, int engineRank, java.util.function.Consumer<String> why)
-            throws IOException;
+    DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings,
+                                         java.util.function.Consumer<String> why) throws IOException;
 
     /** Prefill side, once per manager. */
-    SourceTransport openSource(RegisteredMemory memory, int engineRank) throws IOException;
+    SourceTransport openSource(RegisteredMemory memory, int engineRank, KVFerrySettings settings) throws IOException;
 }

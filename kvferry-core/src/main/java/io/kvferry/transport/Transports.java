@@ -34,26 +34,4 @@ public final class Transports {
     public static TransportProvider get(String name) {
         return PROVIDERS.get(name);
     }
-
-    /**
-     * The transports a manager with this backend uses: {@code auto} → every one on the class path;
-     * a pluggable transport's own name → that one; tcp/inproc → none.
-     */
-    public static List<TransportProvider> forBackend(String backend) {
-        if ("auto".equals(backend)) return all();
-        TransportProvider p = PROVIDERS.get(backend);
-        return p == null ? List.of() : List.of(p);
-    }
-
-    /**
-     * For a backend named explicitly (not {@code auto}): fails when its transport cannot run here
-     * (not installed, a bad setting), so a manager refuses to start instead of failing link by link.
-     */
-    public static void requireAvailable(String backend) {
-        if ("auto".equals(backend)) return;
-        for (TransportProvider p : forBackend(backend)) {
-            String unavailable = p.unavailableReason();
-            if (unavailable != null) throw new IllegalStateException("transfer backend " + p.name() + " cannot run here: " + unavailable);
-        }
-    }
 }

@@ -229,7 +229,7 @@ class FrameCodecTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 1, 2, 4, 255})
+    @ValueSource(ints = {0, 1, 2, 3, 5, 255})
     void unsupportedVersionIsRejected(int version) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 4, version), "version", String.valueOf(version));
     }
@@ -394,8 +394,8 @@ class FrameCodecTest {
     void invalidUtf8IsRejected() {
         byte[][] bad = {{(byte) 0xC3, 0x28}, {(byte) 0xFF}, {(byte) 0xE2, (byte) 0x82}, {(byte) 0xED, (byte) 0xA0, (byte) 0x80}};
         for (byte[] s : bad) {
-            rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u16(s.length).raw(s).i32(0).i32(0).bytes()), "UTF-8");
-            rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).i32(0).u16(s.length).raw(s).bytes()), "UTF-8");
+            rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u8(6).u16(s.length).raw(s).i32(0).i32(0).bytes()), "UTF-8");
+            rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(1).i32(0).u16(s.length).raw(s).bytes()), "UTF-8");
             rejectsFrame(frame(MessageType.HELLO, new Body().u16(s.length).raw(s).bytes()), "UTF-8");
         }
     }
@@ -403,9 +403,9 @@ class FrameCodecTest {
     @Test
     void overlongStringOnTheWireIsRejected() {
         int n = Wire.MAX_STRING_BYTES + 1;
-        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u16(n).raw(new byte[n]).i32(0).i32(0).bytes()),
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u8(6).u16(n).raw(new byte[n]).i32(0).i32(0).bytes()),
                 String.valueOf(n), "exceeds");
-        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u16(100).raw(new byte[10]).bytes()), "truncated");
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u8(6).u16(100).raw(new byte[10]).bytes()), "truncated");
     }
 
     @Test
@@ -424,7 +424,22 @@ class FrameCodecTest {
 
     @Test
     void statusRejectsNegativePrefillRank() {
-        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(4).i32(-1).str("").bytes()), "rank", "negative");
+        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(4).u8(0).i32(-1).str("").bytes()), "rank", "negative");
+    }
+
+    @Test
+    void failureKindMustMatchTheStatus() throws Exception {
+        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(4).u8(1).i32(0).str("").bytes()), "without a failure", "kind 1");
+        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(0).i32(0).str("x").bytes()), "unknown failure kind 0");
+        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(200).i32(0).str("x").bytes()), "unknown failure kind 200");
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(1).u8(6).str("").i32(0).i32(0).str("tcp").str("").bytes()),
+                "HELLO_ACK without a failure");
+        for (io.kvferry.api.FailureKind k : io.kvferry.api.FailureKind.values()) {
+            Status s = new Status(9, io.kvferry.api.KVPoll.Failed, k, 2, "why");
+            assertEquals(s, decode(encoded(s)), "kind " + k + " round-trips");
+        }
+        HelloAck refused = HelloAck.refused(io.kvferry.api.FailureKind.LAYOUT_REFUSED, "page_size mismatch", 1, 2);
+        assertEquals(refused, decode(encoded(refused)));
     }
 
     @ParameterizedTest

@@ -166,11 +166,11 @@ final class ProtocolSamples {
             }
             case Status e -> {
                 Status a = assertInstanceOf(Status.class, actual);
-                assertEquals(new Status(e.room(), e.status(), e.prefillUniqueRank(), nz(e.reason())), a);
+                assertEquals(new Status(e.room(), e.status(), e.kind(), e.prefillUniqueRank(), nz(e.reason())), a);
             }
             case HelloAck e -> {
                 HelloAck a = assertInstanceOf(HelloAck.class, actual);
-                assertEquals(new HelloAck(e.accepted(), nz(e.error()), e.prefillEngineRank(), e.prefillUniqueRank(),
+                assertEquals(new HelloAck(e.accepted(), nz(e.error()), e.refusal(), e.prefillEngineRank(), e.prefillUniqueRank(),
                         e.dataPath(), e.fallback()), a);
             }
             // records without arrays: equals is field-wise

@@ -20,7 +20,7 @@ class LayeringTest {
     @Test
     void usesOnlyKvferrysPublicApi() {
         noClasses().that().resideInAPackage("io.kvferry.engine..")
-                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.conn..", "io.kvferry.transport..", "io.kvferry.protocol..",
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.prefill..", "io.kvferry.decode..", "io.kvferry.session..", "io.kvferry.fake..", "io.kvferry.transport..", "io.kvferry.protocol..",
                         "io.kvferry.plan..", "io.kvferry.registry..")
                 .because("the reference engine drives kvferry exactly as an external serving engine would")
                 .check(ENGINE);

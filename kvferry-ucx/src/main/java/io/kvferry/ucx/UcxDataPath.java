@@ -24,11 +24,12 @@ final class UcxDataPath implements DataPath {
 
     private final UcxEngine engine;
     private final UcxEngine.Link link;
-    private final long drainNanos = TimeUnit.MILLISECONDS.toNanos(UcxSettings.drainTimeoutMs());
+    private final long drainNanos;
 
-    UcxDataPath(UcxEngine engine, UcxEngine.Link link) {
+    UcxDataPath(UcxEngine engine, UcxEngine.Link link, long drainTimeoutMs) {
         this.engine = engine;
         this.link = link;
+        this.drainNanos = TimeUnit.MILLISECONDS.toNanos(drainTimeoutMs);
     }
 
     @Override

@@ -61,21 +61,22 @@ final class UcxDestination implements DestinationTransport {
     private final int engineRank;
     private final boolean directAccessPossible;
     private final Set<Link> links = ConcurrentHashMap.newKeySet();
-    /** Empty progress calls after work before a link sleeps ({@link UcxSettings#dstSpin()}), read once at open. */
+    /** Empty progress calls after work before a link sleeps ({@link UcxSettings#dstSpin}), read once at open. */
     private final long dstSpin;
     private boolean closed;
 
-    private UcxDestination(UcpContext context, List<UcpMemory> registrations, List<UcxOffer.Entry> entries, int engineRank) {
+    private UcxDestination(UcpContext context, List<UcpMemory> registrations, List<UcxOffer.Entry> entries, int engineRank,
+                           UcxSettings settings) {
         this.context = context;
         this.registrations = registrations;
         this.entries = entries;
         this.engineRank = engineRank;
         this.directAccessPossible = UcxSettings.directAccessPossible(System.getenv("UCX_TLS"));
-        this.dstSpin = UcxSettings.dstSpin();
+        this.dstSpin = settings.dstSpin;
     }
 
     /** Registers every KV, aux and state buffer; null (and {@code why} told) when UCX refuses one. */
-    static UcxDestination open(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
+    static UcxDestination open(RegisteredMemory memory, int engineRank, UcxSettings settings, Consumer<String> why) throws IOException {
         UcpContext ctx;
         try {
             ctx = new UcpContext(new UcpParams().requestRmaFeature().requestWakeupFeature().setMtWorkersShared(true));
@@ -113,7 +114,7 @@ final class UcxDestination implements DestinationTransport {
             throw e;
         }
         log.info("ucx: decode rank {} registered {} buffers with UCX {}", engineRank, regs.size(), UcxRuntime.version());
-        return new UcxDestination(ctx, regs, List.copyOf(entries), engineRank);
+        return new UcxDestination(ctx, regs, List.copyOf(entries), engineRank, settings);
     }
 
     @Override

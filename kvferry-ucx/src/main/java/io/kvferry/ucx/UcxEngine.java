@@ -74,12 +74,12 @@ final class UcxEngine implements Runnable {
     private int inFlight;
     private boolean failedLinks;
 
-    UcxEngine(UcpContext context, int engineRank) {
+    UcxEngine(UcpContext context, int engineRank, UcxSettings settings) {
         this.context = context;
-        this.errMode = UcxSettings.errMode();
-        this.batchBytes = UcxSettings.batchBytes();
-        this.window = UcxSettings.window();
-        this.spin = UcxSettings.spin();
+        this.errMode = settings.errMode;
+        this.batchBytes = settings.batchBytes;
+        this.window = settings.window;
+        this.spin = settings.spin;
         this.worker = context.newWorker(new UcpWorkerParams().requestWakeupRMA().requestWakeupRX().requestWakeupTX());
         this.thread = Thread.ofPlatform().daemon().name("kvferry-ucx-src-r" + engineRank).unstarted(this);
         thread.start();

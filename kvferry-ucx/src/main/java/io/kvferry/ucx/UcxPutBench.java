@@ -40,6 +40,9 @@ import java.util.Locale;
  * </pre>
  */
 public final class UcxPutBench {
+    /** The bench's configuration context: this process's KVFERRY_UCX_* environment. */
+    private static final io.kvferry.api.KVFerrySettings SETTINGS = io.kvferry.api.KVFerrySettings.fromEnvironment();
+
     private UcxPutBench() {}
 
     public static void main(String[] args) throws Exception {
@@ -74,7 +77,7 @@ public final class UcxPutBench {
         if (size < 1 || size > CopyPlan.MAX_OP_BYTES) throw new IllegalArgumentException("--size must be in [1, " + CopyPlan.MAX_OP_BYTES + "]");
         if (batch < 0) batch = (int) Math.max(1, Math.min(1024, (64L << 20) / size)); // ~64 MiB per write
         if (warmup < 0) warmup = Math.max(batch, iters / 10);
-        String reason = new UcxTransportProvider().unavailableReason();
+        String reason = new UcxTransportProvider().unavailableReason(SETTINGS);
         if (reason != null) {
             System.err.println(reason);
             System.exit(2);
@@ -90,11 +93,11 @@ public final class UcxPutBench {
             if (json) {
                 System.out.printf(Locale.ROOT, "{\"size\":%d,\"pages\":\"%s\",\"iters\":%d,\"ops_per_write\":%d,\"mib_per_s\":%.1f,\"seconds\":%.3f,"
                                 + "\"ucx_tls\":\"%s\",\"err_mode\":\"%s\",\"verified\":%b}%n", size, same ? "same" : "distinct", r.puts, batch, r.mibPerSec(), r.seconds(),
-                        tls == null ? "" : tls, UcxSettings.errMode().name().toLowerCase(Locale.ROOT), r.verified);
+                        tls == null ? "" : tls, new UcxSettings(SETTINGS).errMode.name().toLowerCase(Locale.ROOT), r.verified);
             } else {
                 System.out.printf(Locale.ROOT, "ucx DataPath put bandwidth: size %d B (%s pages), %d puts (%d per write), %.1f MB/s (MB = 2^20),"
                                 + " %.3f s; UCX_TLS=%s, KVFERRY_UCX_ERR_MODE=%s, verified=%b%n", size, same ? "same" : "distinct", r.puts, batch, r.mibPerSec(),
-                        r.seconds(), tls == null ? "<unset>" : tls, UcxSettings.errMode().name().toLowerCase(Locale.ROOT), r.verified);
+                        r.seconds(), tls == null ? "<unset>" : tls, new UcxSettings(SETTINGS).errMode.name().toLowerCase(Locale.ROOT), r.verified);
             }
         }
         System.exit(0);
@@ -167,9 +170,9 @@ public final class UcxPutBench {
             UcxTransportProvider p = new UcxTransportProvider();
             RegisteredMemory dst = memory(arena, size, 2 * batch, false), src = memory(arena, size, 2 * batch, true);
             List<String> why = new ArrayList<>();
-            DestinationTransport d = p.openDestination(dst, 0, why::add);
+            DestinationTransport d = p.openDestination(dst, 0, SETTINGS, why::add);
             if (d == null) throw new IllegalStateException("no destination: " + why);
-            try (d; SourceTransport s = p.openSource(src, 0); LinkOffer o = d.offer("bench")) {
+            try (d; SourceTransport s = p.openSource(src, 0, SETTINGS); LinkOffer o = d.offer("bench")) {
                 DataPath path = s.connect(o.blob(), dst.describe(), "bench");
                 Result r = drive(path, src, size, batch, iters, warmup);
                 path.close();
@@ -187,7 +190,7 @@ public final class UcxPutBench {
             UcxTransportProvider p = new UcxTransportProvider();
             RegisteredMemory dst = memory(arena, size, pages, false);
             List<String> why = new ArrayList<>();
-            DestinationTransport d = p.openDestination(dst, 0, why::add);
+            DestinationTransport d = p.openDestination(dst, 0, SETTINGS, why::add);
             if (d == null) throw new IllegalStateException("no destination: " + why);
             try (d; Socket c = ss.accept(); LinkOffer o = d.offer(c.getRemoteSocketAddress().toString())) {
                 DataOutputStream out = new DataOutputStream(c.getOutputStream());
@@ -240,7 +243,7 @@ public final class UcxPutBench {
             RegisteredMemory src = memory(arena, size, 2 * batch, true);
             MemoryDescriptor shape = new MemoryDescriptor(new long[] {dstLength}, new long[] {size}, new int[] {0}, new long[0],
                     new long[0], List.of());
-            try (SourceTransport s = new UcxTransportProvider().openSource(src, 0)) {
+            try (SourceTransport s = new UcxTransportProvider().openSource(src, 0, SETTINGS)) {
                 DataPath path = s.connect(blob, shape, hostPort);
                 Result r = drive(path, src, size, batch, iters, warmup);
                 path.close();

@@ -1,39 +1,38 @@
 package io.kvferry.ucx;
 
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knob;
+
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 
 /**
- * kvferry-ucx's own settings: each a system property ({@code -Dkvferry.ucx.…}) or an environment
- * variable ({@code KVFERRY_UCX_…}), the property winning. UCX's own settings ({@code UCX_TLS},
+ * kvferry-ucx's own settings, read once from the {@link KVFerrySettings} context the manager hands
+ * the provider (each a {@code KVFERRY_UCX_…} variable or {@code -Dkvferry.ucx.…} property, or set
+ * explicitly). UCX's own settings ({@code UCX_TLS},
  * {@code UCX_NET_DEVICES}, {@code UCX_RNDV_THRESH}, …) are read by UCX itself from the environment:
  * kvferry never sets, overrides or filters them (no {@code UcpParams.setConfig}).
  */
 final class UcxSettings {
-    private UcxSettings() {}
-
     /** Spin settings are capped here (a few minutes of polling): larger values would overflow the idle counters. */
     static final long MAX_SPIN = 1_000_000_000L;
 
-    /**
-     * Null when every kvferry-ucx setting parses; otherwise the first bad one, named. Checked before
-     * a transport opens, so a typo fails the manager's creation (or, with backend auto, is logged
-     * and the link uses another transport) instead of breaking a link's thread later.
-     */
-    static String problem() {
-        try {
-            errMode();
-            batchBytes();
-            window();
-            connectTimeoutMs();
-            drainTimeoutMs();
-            spin();
-            dstSpin();
-            return null;
-        } catch (IllegalArgumentException e) {
-            return e.getMessage();
-        }
-    }
+    static final Knob ERR_MODE = new Knob("kvferry.ucx.errMode", "KVFERRY_UCX_ERR_MODE", "peer",
+            "ucx: endpoint error handling, peer (a dead decode fails the endpoint) or none (every UCX transport usable)", "");
+    static final Knob BATCH_BYTES = new Knob("kvferry.ucx.batchBytes", "KVFERRY_UCX_BATCH_BYTES", Long.toString(8L << 20),
+            "ucx: bytes posted to one endpoint between two flushes (min 4096)", "");
+    static final Knob WINDOW = new Knob("kvferry.ucx.window", "KVFERRY_UCX_WINDOW", "4",
+            "ucx: batches in flight per endpoint (1..64)", "");
+    static final Knob CONNECT_TIMEOUT_MS = new Knob("kvferry.ucx.connectTimeoutMs", "KVFERRY_UCX_CONNECT_TIMEOUT_MS", "10000",
+            "ucx: how long endpoint wire-up may take before the link falls back to TCP", "");
+    static final Knob DRAIN_TIMEOUT_MS = new Knob("kvferry.ucx.drainTimeoutMs", "KVFERRY_UCX_DRAIN_TIMEOUT_MS", "5000",
+            "ucx: after a cancelled write, how long posted puts may take before the endpoint is force-closed", "");
+    static final Knob SPIN = new Knob("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", "20000",
+            "ucx: empty progress calls the prefill engine makes with puts in flight before sleeping on the event fd", "");
+    static final Knob DST_SPIN = new Knob("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", "20000",
+            "ucx: empty progress calls a decode link makes after work before sleeping on the event fd", "");
+    static final List<Knob> ALL = List.of(ERR_MODE, BATCH_BYTES, WINDOW, CONNECT_TIMEOUT_MS, DRAIN_TIMEOUT_MS, SPIN, DST_SPIN);
 
     /** Endpoint error-handling mode. */
     enum ErrMode {
@@ -52,65 +51,55 @@ final class UcxSettings {
         NONE
     }
 
-    /** {@code kvferry.ucx.errMode} / {@code KVFERRY_UCX_ERR_MODE}: {@code peer} (default) or {@code none}. */
-    static ErrMode errMode() {
-        String v = get("kvferry.ucx.errMode", "KVFERRY_UCX_ERR_MODE", "peer").trim().toLowerCase(Locale.ROOT);
-        return switch (v) {
-            case "peer" -> ErrMode.PEER;
-            case "none" -> ErrMode.NONE;
-            default -> throw new IllegalArgumentException("KVFERRY_UCX_ERR_MODE / kvferry.ucx.errMode must be peer or none, not '" + v + "'");
-        };
-    }
-
+    final ErrMode errMode;
     /**
-     * Bytes posted to one endpoint between two flushes (a "batch"); the engine keeps
-     * {@link #window()} batches in flight, so the pipe stays full while each batch's flush confirms
-     * remote completion. {@code kvferry.ucx.batchBytes} / {@code KVFERRY_UCX_BATCH_BYTES}, default 8 MiB.
+     * Bytes posted to one endpoint between two flushes (a "batch"); the engine keeps {@link #window}
+     * batches in flight, so the pipe stays full while each batch's flush confirms remote completion.
      */
-    static long batchBytes() {
-        return Math.max(4096, getLong("kvferry.ucx.batchBytes", "KVFERRY_UCX_BATCH_BYTES", 8L << 20));
-    }
-
-    /** Batches in flight at once ({@code kvferry.ucx.window} / {@code KVFERRY_UCX_WINDOW}, default 4). */
-    static int window() {
-        return (int) Math.max(1, Math.min(64, getLong("kvferry.ucx.window", "KVFERRY_UCX_WINDOW", 4)));
-    }
-
-    /**
-     * How long connect waits for UCX to wire the endpoint up (a first flush) before the link falls
-     * back to TCP ({@code kvferry.ucx.connectTimeoutMs} / {@code KVFERRY_UCX_CONNECT_TIMEOUT_MS}, default 10 s).
-     */
-    static long connectTimeoutMs() {
-        return Math.max(1, getLong("kvferry.ucx.connectTimeoutMs", "KVFERRY_UCX_CONNECT_TIMEOUT_MS", 10_000));
-    }
-
-    /**
-     * After a cancelled write, how long its puts already posted may take to complete before the
-     * endpoint is force-closed and the link failed ({@code kvferry.ucx.drainTimeoutMs} /
-     * {@code KVFERRY_UCX_DRAIN_TIMEOUT_MS}, default 5 s).
-     */
-    static long drainTimeoutMs() {
-        return Math.max(1, getLong("kvferry.ucx.drainTimeoutMs", "KVFERRY_UCX_DRAIN_TIMEOUT_MS", 5_000));
-    }
-
-    /**
-     * Empty progress calls the prefill's engine makes while puts are in flight before it sleeps on
-     * the worker's event fd ({@code kvferry.ucx.spin} / {@code KVFERRY_UCX_SPIN}, default 20000, a
-     * few milliseconds). With nothing in flight it sleeps at once.
-     */
-    static long spin() {
-        return Math.max(0, Math.min(MAX_SPIN, getLong("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", 20_000)));
-    }
-
+    final long batchBytes;
+    final int window;
+    /** How long connect waits for UCX to wire the endpoint up (a first flush) before the link falls back to TCP. */
+    final long connectTimeoutMs;
+    /** After a cancelled write, how long its puts already posted may take before the endpoint is force-closed. */
+    final long drainTimeoutMs;
+    /** Empty progress calls the prefill's engine makes while puts are in flight before it sleeps (nothing in flight: at once). */
+    final long spin;
     /**
      * Empty progress calls a decode link's progress thread makes after a call that did work, before
-     * it sleeps on the worker's event fd ({@code kvferry.ucx.dstSpin} / {@code KVFERRY_UCX_DST_SPIN}).
-     * Transports that are not truly one-sided (tcp, and the active-message lanes) need the decode's
-     * worker to receive every fragment; sleeping between fragments costs an event-fd wakeup each.
-     * An idle link sleeps at once.
+     * it sleeps on the worker's event fd. Transports that are not truly one-sided (tcp, and the
+     * active-message lanes) need the decode's worker to receive every fragment; sleeping between
+     * fragments costs an event-fd wakeup each. An idle link sleeps at once.
      */
-    static long dstSpin() {
-        return Math.max(0, Math.min(MAX_SPIN, getLong("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", 20_000)));
+    final long dstSpin;
+
+    /** Parses every kvferry-ucx knob from the context; a bad one fails naming it. */
+    UcxSettings(KVFerrySettings s) {
+        String mode = s.get(ERR_MODE).toLowerCase(Locale.ROOT);
+        errMode = switch (mode) {
+            case "peer" -> ErrMode.PEER;
+            case "none" -> ErrMode.NONE;
+            default -> throw new IllegalArgumentException(ERR_MODE.names() + " must be peer or none, not '" + mode + "'");
+        };
+        batchBytes = Math.max(4096, s.getLong(BATCH_BYTES));
+        window = (int) Math.max(1, Math.min(64, s.getLong(WINDOW)));
+        connectTimeoutMs = Math.max(1, s.getLong(CONNECT_TIMEOUT_MS));
+        drainTimeoutMs = Math.max(1, s.getLong(DRAIN_TIMEOUT_MS));
+        spin = Math.max(0, Math.min(MAX_SPIN, s.getLong(SPIN)));
+        dstSpin = Math.max(0, Math.min(MAX_SPIN, s.getLong(DST_SPIN)));
+    }
+
+    /**
+     * Null when every kvferry-ucx setting parses; otherwise the first bad one, named. Checked before
+     * a transport opens, so a typo fails the manager's creation (or, with backend auto, is logged
+     * and the link uses another transport) instead of breaking a link's thread later.
+     */
+    static String problem(KVFerrySettings s) {
+        try {
+            new UcxSettings(s);
+            return null;
+        } catch (IllegalArgumentException e) {
+            return e.getMessage();
+        }
     }
 
     /** UCX transports that write a peer's memory without that peer's UCX worker (see {@link #directAccessPossible}). */
@@ -146,21 +135,5 @@ final class UcxSettings {
         }
         if (!exclude) return !named.isEmpty();
         return !named.containsAll(DIRECT_ACCESS_TLS);
-    }
-
-    static String get(String property, String env, String dflt) {
-        String v = System.getProperty(property);
-        if (v == null || v.isBlank()) v = System.getenv(env);
-        return v == null || v.isBlank() ? dflt : v;
-    }
-
-    static long getLong(String property, String env, long dflt) {
-        String v = get(property, env, null);
-        if (v == null) return dflt;
-        try {
-            return Long.parseLong(v.trim());
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException(env + " / " + property + " must be a number, not '" + v + "'");
-        }
     }
 }

@@ -36,14 +36,17 @@ final class UcxSource implements SourceTransport {
     private final UcxEngine engine;
     private boolean closed;
 
-    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine) {
+    private final UcxSettings settings;
+
+    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine, UcxSettings settings) {
+        this.settings = settings;
         this.context = context;
         this.registrations = registrations;
         this.engine = engine;
     }
 
     /** Registers every source buffer (so UCX's zero-copy sends find it registered) and starts the engine. */
-    static UcxSource open(RegisteredMemory memory, int engineRank) throws IOException {
+    static UcxSource open(RegisteredMemory memory, int engineRank, UcxSettings settings) throws IOException {
         UcpContext ctx;
         try {
             ctx = new UcpContext(new UcpParams().requestRmaFeature().requestWakeupFeature());
@@ -61,10 +64,10 @@ final class UcxSource implements SourceTransport {
                             + seg.byteSize() + " bytes): " + e.getMessage(), e);
                 }
             });
-            UcxEngine engine = new UcxEngine(ctx, engineRank);
+            UcxEngine engine = new UcxEngine(ctx, engineRank, settings);
             log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
                     UcxRuntime.version(), engine.errMode().name().toLowerCase(java.util.Locale.ROOT));
-            return new UcxSource(ctx, regs, engine);
+            return new UcxSource(ctx, regs, engine, settings);
         } catch (IOException | RuntimeException e) {
             for (UcpMemory m : regs) m.deregister();
             ctx.close();
@@ -116,7 +119,7 @@ final class UcxSource implements SourceTransport {
         UcxEngine.Link link = new UcxEngine.Link(peer, offer, index);
         CompletableFuture<UcxEngine.Link> done = new CompletableFuture<>();
         engine.submit(() -> engine.connect(link, done));
-        long timeout = UcxSettings.connectTimeoutMs();
+        long timeout = settings.connectTimeoutMs;
         try {
             done.get(timeout, TimeUnit.MILLISECONDS);
         } catch (ExecutionException e) {
@@ -131,7 +134,7 @@ final class UcxSource implements SourceTransport {
             engine.submit(() -> engine.close(link, "connect interrupted", true));
             throw new IOException("interrupted while connecting to " + peer);
         }
-        return new UcxDataPath(engine, link);
+        return new UcxDataPath(engine, link, settings.drainTimeoutMs);
     }
 
     private String hint() {

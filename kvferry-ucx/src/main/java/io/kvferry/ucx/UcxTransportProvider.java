@@ -1,5 +1,8 @@
 package io.kvferry.ucx;
 
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knob;
+import java.util.List;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.SourceTransport;
@@ -29,7 +32,16 @@ public final class UcxTransportProvider implements TransportProvider {
      * {@code kvferry.ucx.errMode}, default peer): benchmarks configure their baseline the same way.
      */
     public static boolean peerErrorHandling() {
-        return UcxSettings.errMode() == UcxSettings.ErrMode.PEER;
+        return peerErrorHandling(KVFerrySettings.fromEnvironment());
+    }
+
+    public static boolean peerErrorHandling(KVFerrySettings settings) {
+        return new UcxSettings(settings).errMode == UcxSettings.ErrMode.PEER;
+    }
+
+    @Override
+    public List<Knob> knobs() {
+        return UcxSettings.ALL;
     }
 
     /**
@@ -37,25 +49,26 @@ public final class UcxTransportProvider implements TransportProvider {
      * why not (and how to install UCX, or which setting is wrong).
      */
     @Override
-    public String unavailableReason() {
+    public String unavailableReason(KVFerrySettings settings) {
         String reason = UcxRuntime.unavailableReason();
-        return reason != null ? reason : UcxSettings.problem();
+        return reason != null ? reason : UcxSettings.problem(settings);
     }
 
     @Override
-    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
-        String reason = unavailableReason();
+    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings,
+                                                Consumer<String> why) throws IOException {
+        String reason = unavailableReason(settings);
         if (reason != null) {
             why.accept(reason);
             return null;
         }
-        return UcxDestination.open(memory, engineRank, why);
+        return UcxDestination.open(memory, engineRank, new UcxSettings(settings), why);
     }
 
     @Override
-    public SourceTransport openSource(RegisteredMemory memory, int engineRank) throws IOException {
-        String reason = unavailableReason();
+    public SourceTransport openSource(RegisteredMemory memory, int engineRank, KVFerrySettings settings) throws IOException {
+        String reason = unavailableReason(settings);
         if (reason != null) throw new IOException(reason);
-        return UcxSource.open(memory, engineRank);
+        return UcxSource.open(memory, engineRank, new UcxSettings(settings));
     }
 }

@@ -12,14 +12,14 @@ import java.util.List;
 public final class ProbeMain {
     public static void main(String[] args) throws Exception {
         UcxTransportProvider p = new UcxTransportProvider();
-        System.out.println("REASON=" + p.unavailableReason());
+        System.out.println("REASON=" + p.unavailableReason(io.kvferry.api.KVFerrySettings.fromEnvironment()));
         KVArgs a = new KVArgs();
         a.addKvBuffer(Arena.global().allocate(4096), 1024);
         RegisteredMemory m = RegisteredMemory.from(a);
         List<String> why = new ArrayList<>();
-        System.out.println("DESTINATION=" + p.openDestination(m, 0, why::add) + " WHY=" + why);
+        System.out.println("DESTINATION=" + p.openDestination(m, 0, io.kvferry.api.KVFerrySettings.fromEnvironment(), why::add) + " WHY=" + why);
         try {
-            p.openSource(m, 0);
+            p.openSource(m, 0, io.kvferry.api.KVFerrySettings.fromEnvironment());
             System.out.println("SOURCE=opened");
         } catch (IOException e) {
             System.out.println("SOURCE=IOException " + e.getMessage());

@@ -157,24 +157,24 @@ class UcxOfferTest {
 
     @Test
     void badSettingsAreNamedAndSpinsAreCapped() {
-        assertNull(UcxSettings.problem());
-        System.setProperty("kvferry.ucx.dstSpin", "5k");
-        try {
-            String why = UcxSettings.problem();
-            assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN") && why.contains("'5k'"), why);
-            System.setProperty("kvferry.ucx.dstSpin", Long.toString(Long.MAX_VALUE));
-            assertNull(UcxSettings.problem());
-            // Capped, so a link's idle counter (which starts at the spin count) cannot overflow and spin forever.
-            assertEquals(UcxSettings.MAX_SPIN, UcxSettings.dstSpin());
-        } finally {
-            System.clearProperty("kvferry.ucx.dstSpin");
-        }
-        System.setProperty("kvferry.ucx.errMode", "sometimes");
-        try {
-            assertTrue(UcxSettings.problem().contains("KVFERRY_UCX_ERR_MODE"), UcxSettings.problem());
-        } finally {
-            System.clearProperty("kvferry.ucx.errMode");
-        }
+        io.kvferry.api.KVFerrySettings none = io.kvferry.api.KVFerrySettings.defaults();
+        assertNull(UcxSettings.problem(none));
+        String why = UcxSettings.problem(none.with(UcxSettings.DST_SPIN, "5k"));
+        assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN") && why.contains("'5k'"), why);
+        io.kvferry.api.KVFerrySettings huge = none.with(UcxSettings.DST_SPIN, Long.toString(Long.MAX_VALUE));
+        assertNull(UcxSettings.problem(huge));
+        // Capped, so a link's idle counter (which starts at the spin count) cannot overflow and spin forever.
+        assertEquals(UcxSettings.MAX_SPIN, new UcxSettings(huge).dstSpin);
+        String mode = UcxSettings.problem(none.with(UcxSettings.ERR_MODE, "sometimes"));
+        assertTrue(mode.contains("KVFERRY_UCX_ERR_MODE"), mode);
+        // The environment layer: a KVFERRY_UCX_* variable is read, a -D property wins over it, an explicit value over both.
+        io.kvferry.api.KVFerrySettings env = io.kvferry.api.KVFerrySettings.fromEnvironment(
+                java.util.Map.of("KVFERRY_UCX_WINDOW", "8"), java.util.Map.of());
+        assertEquals(8, new UcxSettings(env).window);
+        env = io.kvferry.api.KVFerrySettings.fromEnvironment(java.util.Map.of("KVFERRY_UCX_WINDOW", "8"),
+                java.util.Map.of("kvferry.ucx.window", "2"));
+        assertEquals(2, new UcxSettings(env).window);
+        assertEquals(16, new UcxSettings(env.with(UcxSettings.WINDOW, "16")).window);
     }
 
     @Test
@@ -196,16 +196,22 @@ class UcxOfferTest {
 
     @Test
     void settingsParse() {
-        System.setProperty("kvferry.ucx.errMode", "NONE");
-        try {
-            assertEquals(UcxSettings.ErrMode.NONE, UcxSettings.errMode());
-            System.setProperty("kvferry.ucx.errMode", "sometimes");
-            assertTrue(assertThrows(IllegalArgumentException.class, UcxSettings::errMode).getMessage().contains("peer or none"));
-        } finally {
-            System.clearProperty("kvferry.ucx.errMode");
-        }
+        io.kvferry.api.KVFerrySettings none = io.kvferry.api.KVFerrySettings.defaults();
+        assertEquals(UcxSettings.ErrMode.PEER, new UcxSettings(none).errMode);
+        assertEquals(UcxSettings.ErrMode.NONE, new UcxSettings(none.with(UcxSettings.ERR_MODE, "NONE")).errMode);
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> new UcxSettings(none.with(UcxSettings.ERR_MODE, "sometimes")))
+                .getMessage().contains("peer or none"));
         assertTrue(UcxRuntime.INSTALL_HINT.contains("apt-get install -y libucx0"));
         assertEquals(0, MemoryType.HOST.code());
         assertEquals(MemoryType.CUDA, MemoryType.fromCode(1));
+    }
+
+    @Test
+    void everyUcxKnobIsDocumented() throws Exception {
+        java.nio.file.Path doc = java.nio.file.Path.of("..", "docs", "CONFIGURATION.md");
+        String text = java.nio.file.Files.readString(doc);
+        for (io.kvferry.api.Knob k : new UcxTransportProvider().knobs()) {
+            assertTrue(text.contains("`" + k.env() + "`") && text.contains("`" + k.key() + "`"), k.env() + " is missing from " + doc);
+        }
     }
 }

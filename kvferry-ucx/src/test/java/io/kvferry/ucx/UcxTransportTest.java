@@ -50,6 +50,9 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
  */
 @Timeout(60)
 class UcxTransportTest {
+    /** The suite runs under this process's KVFERRY_UCX_* settings (e.g. KVFERRY_UCX_ERR_MODE=none for the other mode). */
+    static final io.kvferry.api.KVFerrySettings SETTINGS = io.kvferry.api.KVFerrySettings.fromEnvironment();
+
     static final long PAGE = 16 << 10;
     static final int PAGES = 32;
     static final int KV_BUFFERS = 4;
@@ -64,7 +67,7 @@ class UcxTransportTest {
 
     @BeforeAll
     static void requireUcx() {
-        String reason = new UcxTransportProvider().unavailableReason();
+        String reason = new UcxTransportProvider().unavailableReason(SETTINGS);
         if (reason != null && "1".equals(System.getenv("KVFERRY_REQUIRE_UCX"))) {
             fail("KVFERRY_REQUIRE_UCX=1 but UCX is unavailable: " + reason);
         }
@@ -110,14 +113,14 @@ class UcxTransportTest {
 
     DestinationTransport destination(RegisteredMemory m) throws IOException {
         List<String> why = new ArrayList<>();
-        DestinationTransport d = provider.openDestination(m, 0, why::add);
+        DestinationTransport d = provider.openDestination(m, 0, SETTINGS, why::add);
         assertNotNull(d, "not offered: " + why);
         closeables.add(d);
         return d;
     }
 
     SourceTransport source(RegisteredMemory m) throws IOException {
-        SourceTransport s = provider.openSource(m, 0);
+        SourceTransport s = provider.openSource(m, 0, SETTINGS);
         closeables.add(s);
         return s;
     }
@@ -194,16 +197,11 @@ class UcxTransportTest {
         TransportProvider p = Transports.get("ucx");
         assertInstanceOf(UcxTransportProvider.class, p);
         assertEquals("ucx", p.name());
-        assertNull(p.unavailableReason());
+        assertNull(p.unavailableReason(io.kvferry.api.KVFerrySettings.defaults()));
         assertNotNull(UcxRuntime.version());
         // A bad kvferry-ucx setting makes the transport unavailable, named, before any link starts.
-        System.setProperty("kvferry.ucx.dstSpin", "fast");
-        try {
-            String why = p.unavailableReason();
-            assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN"), why);
-        } finally {
-            System.clearProperty("kvferry.ucx.dstSpin");
-        }
+        String why = p.unavailableReason(io.kvferry.api.KVFerrySettings.defaults().with(UcxSettings.DST_SPIN, "fast"));
+        assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN"), why);
     }
 
     @Test
@@ -478,7 +476,7 @@ class UcxTransportTest {
         d.close();
         assertWriteFailsWithinSeconds(path, src);
         // later writes fail at once with the same reason
-        if (UcxSettings.errMode() == UcxSettings.ErrMode.PEER) {
+        if (new UcxSettings(SETTINGS).errMode == UcxSettings.ErrMode.PEER) {
             long t = System.nanoTime();
             IOException e = assertThrows(IOException.class, () -> path.write(3, kvPlan(new int[] {0}, new int[] {0}), src, NEVER));
             assertTrue(System.nanoTime() - t < 1_000_000_000L);
@@ -498,7 +496,7 @@ class UcxTransportTest {
                 () -> path.write(2, kvPlan(new int[] {0, 1, 2, 3}, new int[] {4, 5, 6, 7}), src, cancelled));
         long ms = (System.nanoTime() - start) / 1_000_000;
         System.out.println("write to a gone decode failed after " + ms + " ms (cancelled: " + cancel.get() + "): " + e.getMessage());
-        if (UcxSettings.errMode() == UcxSettings.ErrMode.PEER) {
+        if (new UcxSettings(SETTINGS).errMode == UcxSettings.ErrMode.PEER) {
             assertFalse(cancel.get(), "peer mode should report the failure before the room is cancelled (" + ms + " ms): " + e.getMessage());
         }
         assertTrue(ms < 15_000, ms + " ms");

@@ -54,22 +54,13 @@ final class CopyLanes implements AutoCloseable {
         }
     }
 
-    /**
-     * {@code kvferry.shm.copyThreads} / {@code KVFERRY_SHM_COPY_THREADS}: threads copying one large
-     * write, the transfer worker included; default the number of cores, at most 4.
-     */
-    static int configured() {
-        String v = System.getProperty("kvferry.shm.copyThreads");
-        if (v == null || v.isBlank()) v = System.getenv("KVFERRY_SHM_COPY_THREADS");
-        int dflt = Math.min(4, Runtime.getRuntime().availableProcessors());
-        if (v == null || v.isBlank()) return dflt;
-        try {
-            int n = Integer.parseInt(v.trim());
-            if (n < 1 || n > 64) throw new NumberFormatException();
-            return n;
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException("KVFERRY_SHM_COPY_THREADS / kvferry.shm.copyThreads must be in [1, 64], not '" + v + "'");
-        }
+    /** Threads copying one large write, the transfer worker included; unset = the number of cores, at most 4. */
+    static final io.kvferry.api.Knob COPY_THREADS = new io.kvferry.api.Knob("kvferry.shm.copyThreads", "KVFERRY_SHM_COPY_THREADS", "",
+            "shm: threads copying one large write, the transfer worker included (unset: cores, at most 4)", "");
+
+    static int configured(io.kvferry.api.KVFerrySettings settings) {
+        if (!settings.isSet(COPY_THREADS)) return Math.min(4, Runtime.getRuntime().availableProcessors());
+        return settings.getInt(COPY_THREADS, 1, 64);
     }
 
     @Override

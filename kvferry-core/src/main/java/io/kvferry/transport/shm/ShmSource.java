@@ -30,17 +30,13 @@ final class ShmSource implements SourceTransport {
     /** Shared by every data path of this source (one prefill rank). */
     private final CopyLanes lanes;
 
-    ShmSource(int engineRank) {
-        this(engineRank, CopyLanes.configured());
-    }
-
     /** @param copyThreads threads copying one large write, the transfer worker included */
     ShmSource(int engineRank, int copyThreads) {
         this.lanes = new CopyLanes(copyThreads, "r" + engineRank);
     }
 
     ShmSource() {
-        this(0);
+        this(0, CopyLanes.configured(io.kvferry.api.KVFerrySettings.defaults()));
     }
 
     @Override

@@ -1,5 +1,7 @@
 package io.kvferry.transport.shm;
 
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knob;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SharedMemory;
 import io.kvferry.transport.DestinationTransport;
@@ -8,6 +10,7 @@ import io.kvferry.transport.TransportProvider;
 
 import java.io.IOException;
 import java.nio.file.Files;
+import java.util.List;
 import java.util.function.Consumer;
 
 /**
@@ -22,12 +25,17 @@ public final class ShmTransportProvider implements TransportProvider {
     }
 
     @Override
-    public String unavailableReason() {
+    public List<Knob> knobs() {
+        return List.of(CopyLanes.COPY_THREADS);
+    }
+
+    @Override
+    public String unavailableReason(KVFerrySettings settings) {
         if (!Files.isDirectory(SharedMemory.DIR) || !Files.isWritable(SharedMemory.DIR)) {
             return SharedMemory.DIR + " is not a writable directory (mount a tmpfs there, or set -Dkvferry.shm.dir)";
         }
         try {
-            CopyLanes.configured();
+            CopyLanes.configured(settings);
         } catch (IllegalArgumentException e) {
             return e.getMessage();
         }
@@ -35,12 +43,13 @@ public final class ShmTransportProvider implements TransportProvider {
     }
 
     @Override
-    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
+    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings,
+                                                Consumer<String> why) throws IOException {
         return ShmDestination.open(memory, engineRank, why);
     }
 
     @Override
-    public SourceTransport openSource(RegisteredMemory memory, int engineRank) {
-        return new ShmSource(engineRank);
+    public SourceTransport openSource(RegisteredMemory memory, int engineRank, KVFerrySettings settings) {
+        return new ShmSource(engineRank, CopyLanes.configured(settings));
     }
 }

@@ -155,7 +155,7 @@ class ShmTransportTest {
 
     @Test
     void copyThreadsAreConfigurable() {
-        assertTrue(CopyLanes.configured() >= 1);
+        assertTrue(CopyLanes.configured(io.kvferry.api.KVFerrySettings.defaults()) >= 1);
         CopyLanes one = new CopyLanes(1, "t");
         assertEquals(1, one.lanesFor(1L << 30));
         assertFalse(one.offer(() -> {}));
@@ -165,13 +165,13 @@ class ShmTransportTest {
         assertEquals(4, four.lanesFor(1L << 30));
         four.close();
         assertFalse(four.offer(() -> {}), "a closed source's helpers take no more lanes; the writer copies them");
-        System.setProperty("kvferry.shm.copyThreads", "0");
-        try {
-            IllegalArgumentException x = assertThrows(IllegalArgumentException.class, CopyLanes::configured);
-            assertTrue(x.getMessage().contains("KVFERRY_SHM_COPY_THREADS"), x.getMessage());
-        } finally {
-            System.clearProperty("kvferry.shm.copyThreads");
-        }
+        io.kvferry.api.KVFerrySettings none = io.kvferry.api.KVFerrySettings.defaults();
+        IllegalArgumentException x = assertThrows(IllegalArgumentException.class,
+                () -> CopyLanes.configured(none.with(CopyLanes.COPY_THREADS, "0")));
+        assertTrue(x.getMessage().contains("KVFERRY_SHM_COPY_THREADS"), x.getMessage());
+        assertEquals(3, CopyLanes.configured(io.kvferry.api.KVFerrySettings.fromEnvironment(
+                java.util.Map.of("KVFERRY_SHM_COPY_THREADS", "3"), java.util.Map.of())), "read from the environment layer");
+        assertEquals(Math.min(4, Runtime.getRuntime().availableProcessors()), CopyLanes.configured(none), "unset: cores, at most 4");
     }
 
     @Test

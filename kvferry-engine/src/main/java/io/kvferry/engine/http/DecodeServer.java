@@ -36,7 +36,7 @@ public final class DecodeServer implements AutoCloseable {
     }
 
     /** What the scheduler thread hands the handler: a token, the end, or an error. */
-    private record Event(int token, Generation done, String error) {
+    private record Event(int token, Generation done, String error, io.kvferry.api.FailureKind kind) {
     }
 
     private void generate(HttpExchange ex) throws Exception {
@@ -51,17 +51,17 @@ public final class DecodeServer implements AutoCloseable {
         engine.submit(new DecodeEngine.Request(room, addr, ids, max, sampling, new DecodeEngine.TokenSink() {
             @Override
             public void onToken(int token) {
-                events.add(new Event(token, null, null));
+                events.add(new Event(token, null, null, null));
             }
 
             @Override
             public void onDone(Generation g) {
-                events.add(new Event(-1, g, null));
+                events.add(new Event(-1, g, null, null));
             }
 
             @Override
-            public void onError(String message) {
-                events.add(new Event(-1, null, message));
+            public void onError(io.kvferry.api.FailureKind kind, String message) {
+                events.add(new Event(-1, null, message, kind));
             }
         }));
         OutputStream out = null;
@@ -75,9 +75,9 @@ public final class DecodeServer implements AutoCloseable {
                 for (Event e : batch) {
                     if (e.error() != null) {
                         if (out == null) {
-                            Http.sendError(ex, 500, e.error().startsWith("KVTransferError") ? "kv_transfer_error" : "internal_error", e.error());
+                            Http.sendError(ex, 500, errorType(e.kind()), e.kind() == null ? null : e.kind().label(), e.error());
                         } else {
-                            data.append("data: ").append(Http.JSON.writeValueAsString(errorEvent(e.error()))).append("\n\n");
+                            data.append("data: ").append(Http.JSON.writeValueAsString(Http.errorEvent(errorType(e.kind()), e.kind() == null ? null : e.kind().label(), e.error()))).append("\n\n");
                             Http.write(out, data);
                         }
                         return;
@@ -98,10 +98,9 @@ public final class DecodeServer implements AutoCloseable {
         }
     }
 
-    static ObjectNode errorEvent(String message) {
-        ObjectNode o = Http.JSON.createObjectNode();
-        o.putObject("error").put("message", message).put("type", message.startsWith("KVTransferError") ? "kv_transfer_error" : "internal_error");
-        return o;
+    /** A failure with a transfer kind is a kv_transfer_error; anything else an internal_error. */
+    static String errorType(io.kvferry.api.FailureKind kind) {
+        return kind != null ? "kv_transfer_error" : "internal_error";
     }
 
     private static ObjectNode doneEvent(Generation g) {

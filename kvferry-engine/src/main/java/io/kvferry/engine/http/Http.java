@@ -64,12 +64,26 @@ final class Http {
 
     /** OpenAI's error shape: {"error": {"message", "type", "code"}}. */
     static void sendError(HttpExchange ex, int status, String type, String message) throws IOException {
+        sendError(ex, status, type, null, message);
+    }
+
+    /** An OpenAI-shaped error body; {@code kind} (a transfer failure's {@link io.kvferry.api.FailureKind} label) only when known. */
+    static void sendError(HttpExchange ex, int status, String type, String kind, String message) throws IOException {
         ObjectNode err = JSON.createObjectNode();
         ObjectNode e = err.putObject("error");
         e.put("message", message);
         e.put("type", type);
+        if (kind != null) e.put("kind", kind);
         e.put("code", status);
         sendJson(ex, status, err);
+    }
+
+    /** The error event of an SSE stream, shaped like the error body. */
+    static ObjectNode errorEvent(String type, String kind, String message) {
+        ObjectNode o = JSON.createObjectNode();
+        ObjectNode e = o.putObject("error").put("message", message).put("type", type);
+        if (kind != null) e.put("kind", kind);
+        return o;
     }
 
     static boolean method(HttpExchange ex, String expected) throws IOException {

@@ -68,8 +68,8 @@ public final class PrefillServer implements AutoCloseable {
             Http.sendJson(ex, 200, out);
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
-            String type = c instanceof KVTransferException ? "kv_transfer_error" : "internal_error";
-            Http.sendError(ex, 500, type, String.valueOf(c.getMessage()));
+            if (c instanceof KVTransferException t) Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
+            else Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
         }
     }
 

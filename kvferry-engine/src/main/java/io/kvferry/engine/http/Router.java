@@ -1,5 +1,6 @@
 package io.kvferry.engine.http;
 
+import io.kvferry.api.FailureKind;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -66,11 +67,18 @@ public final class Router implements AutoCloseable {
     static final class Failure extends Exception {
         final int status;
         final String type;
+        /** The transfer failure's kind label, when the backend said. */
+        final String kind;
 
         Failure(int status, String type, String message) {
+            this(status, type, null, message);
+        }
+
+        Failure(int status, String type, String kind, String message) {
             super(message);
             this.status = status;
             this.type = type;
+            this.kind = kind;
         }
     }
 
@@ -181,15 +189,17 @@ public final class Router implements AutoCloseable {
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }
             if (dr.statusCode() != 200) {
-                String err;
+                ErrorBody err;
                 try (InputStream in = dr.body()) {
-                    err = errorMessage(new String(in.readAllBytes(), StandardCharsets.UTF_8));
+                    err = ErrorBody.parse(new String(in.readAllBytes(), StandardCharsets.UTF_8));
                 }
                 abort(p, room);
-                String prefillErr = prefillError(prefillCall);
-                // A transfer the prefill failed shows up on the decode as an abort: the prefill's reason is the real one.
-                if (prefillErr != null && (err.startsWith("Aborted") || !err.startsWith("KVTransferError"))) err = prefillErr;
-                throw new Failure(dr.statusCode() == 400 ? 400 : 500, dr.statusCode() == 400 ? "invalid_request_error" : "kv_transfer_error", err);
+                ErrorBody prefillErr = prefillError(prefillCall);
+                // A transfer the prefill failed shows up on the decode as an abort (or not as a transfer failure at all):
+                // the prefill's reason is the real one.
+                if (prefillErr != null && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) err = prefillErr;
+                throw new Failure(dr.statusCode() == 400 ? 400 : 500, dr.statusCode() == 400 ? "invalid_request_error" : "kv_transfer_error",
+                        err.kind(), err.message());
             }
             Tokenizer.TextStream text = new Tokenizer.TextStream(tokenizer, ids[ids.length - 1]); // a leading space after the prompt stays
             StringBuilder all = new StringBuilder();
@@ -214,7 +224,9 @@ public final class Router implements AutoCloseable {
                             throw clientGone;
                         }
                     } else if (ev.has("error")) {
-                        throw new Failure(500, ev.path("error").path("type").asText("internal_error"), ev.path("error").path("message").asText());
+                        JsonNode e = ev.path("error");
+                        throw new Failure(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
+                                e.path("message").asText());
                     } else if (ev.has("finish_reason")) {
                         JsonNode pre = null;
                         try {
@@ -235,22 +247,26 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    private static String prefillError(CompletableFuture<HttpResponse<String>> call) {
+    private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call) {
         try {
             HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
-            return r.statusCode() == 200 ? null : errorMessage(r.body());
+            return r.statusCode() == 200 ? null : ErrorBody.parse(r.body());
         } catch (java.util.concurrent.ExecutionException e) {
-            return "prefill unreachable: " + e.getCause();
+            return new ErrorBody(FailureKind.PREFILL_UNREACHABLE.label(), "prefill unreachable: " + e.getCause());
         } catch (Exception e) {
             return null;
         }
     }
 
-    private static String errorMessage(String body) {
-        try {
-            return Http.JSON.readTree(body).path("error").path("message").asText(body);
-        } catch (IOException e) {
-            return body;
+    /** What a backend's error body says: its message and, for a transfer failure, its kind label. */
+    private record ErrorBody(String kind, String message) {
+        static ErrorBody parse(String body) {
+            try {
+                JsonNode e = Http.JSON.readTree(body).path("error");
+                return new ErrorBody(e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body));
+            } catch (IOException ex) {
+                return new ErrorBody(null, body);
+            }
         }
     }
 
@@ -305,9 +321,9 @@ public final class Router implements AutoCloseable {
             }
         } catch (Failure f) {
             if (events[0] == null) {
-                Http.sendError(ex, f.status, f.type, f.getMessage());
+                Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             } else {
-                Http.event(events[0], Http.JSON.writeValueAsString(DecodeServer.errorEvent(f.getMessage())));
+                Http.event(events[0], Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
                 events[0].close();
             }
         }
@@ -405,9 +421,9 @@ public final class Router implements AutoCloseable {
                 Http.sendJson(ex, 200, out);
             }
         } catch (Failure f) {
-            if (events[0] == null) Http.sendError(ex, f.status, f.type, f.getMessage());
+            if (events[0] == null) Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             else {
-                Http.event(events[0], Http.JSON.writeValueAsString(DecodeServer.errorEvent(f.getMessage())));
+                Http.event(events[0], Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
                 events[0].close();
             }
         }

@@ -30,7 +30,8 @@ public final class DecodeEngine extends SchedulerThread {
 
         void onDone(Generation g);
 
-        void onError(String message);
+        /** @param kind the transfer failure's kind; null when the request failed for another reason */
+        void onError(io.kvferry.api.FailureKind kind, String message);
     }
 
     /** @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()} */
@@ -134,7 +135,7 @@ public final class DecodeEngine extends SchedulerThread {
                 }
             } catch (RuntimeException e) {
                 for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) if (x != null) x.clear();
-                req.sink().onError(e.getMessage());
+                req.sink().onError(null, e.getMessage());
                 return;
             }
             inFlight++;
@@ -237,7 +238,7 @@ public final class DecodeEngine extends SchedulerThread {
                 it.remove();
                 release(f, false);
                 abortedRequests++;
-                f.req.sink().onError("Aborted by AbortReq.");
+                f.req.sink().onError(io.kvferry.api.FailureKind.ABORTED, "Aborted by AbortReq.");
                 continue;
             }
             String reason = finishReason(f);
@@ -284,6 +285,7 @@ public final class DecodeEngine extends SchedulerThread {
 
     private void fail(Flight f) {
         String message = null;
+        io.kvferry.api.FailureKind kind = null;
         for (KVReceiver[] s : f.receivers) {
             for (KVReceiver x : s) {
                 if (message != null || x.poll() != KVPoll.Failed) continue;
@@ -291,13 +293,14 @@ public final class DecodeEngine extends SchedulerThread {
                     x.failureException();
                 } catch (KVTransferException e) {
                     message = e.getMessage();
+                    kind = e.kind();
                 }
             }
         }
         // clear() returns once no write of the room can land, so the pages are safe to reuse after it.
         for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
         release(f, false);
-        f.req.sink().onError(message != null ? message : "room " + f.req.room() + " failed");
+        f.req.sink().onError(kind != null ? kind : io.kvferry.api.FailureKind.UNKNOWN, message != null ? message : "room " + f.req.room() + " failed");
     }
 
     /** @param cacheable the request finished: its full prompt pages may join the prefix cache */
@@ -324,13 +327,13 @@ public final class DecodeEngine extends SchedulerThread {
                 for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.abort();
                 for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
                 release(f, false);
-                f.req.sink().onError("the decode engine shut down");
+                f.req.sink().onError(null, "the decode engine shut down");
             }
             q.clear();
         }
         for (Flight f : running) {
             release(f, false);
-            f.req.sink().onError("the decode engine shut down");
+            f.req.sink().onError(null, "the decode engine shut down");
         }
         running.clear();
     }

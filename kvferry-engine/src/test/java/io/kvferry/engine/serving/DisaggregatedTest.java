@@ -46,7 +46,7 @@ class DisaggregatedTest {
             }
 
             @Override
-            public void onError(String message) {
+            public void onError(io.kvferry.api.FailureKind kind, String message) {
                 out.completeExceptionally(new IllegalStateException(message));
             }
         }));

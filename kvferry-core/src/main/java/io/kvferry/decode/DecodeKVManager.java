@@ -1,0 +1,237 @@
+package io.kvferry.decode;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVManagerStats;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.session.OwnedTaskThread;
+import io.kvferry.session.SessionTimer;
+import io.kvferry.transport.Backend;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DestinationTransport;
+import io.kvferry.transport.InprocRegistry;
+import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.WriteSink;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+
+/**
+ * The decode side of one rank: a façade over its parts. {@link LinkDirectory} resolves prefill
+ * ranks through their bootstrap registry and keeps one registered {@link PrefillLink} per rank;
+ * {@link LinkReader} threads land writes through the {@link WriteGate} and conclude rooms;
+ * {@link RoomRelease} makes sure no write lands in a room's pages after it is released.
+ *
+ * <p>Threads, all owned here and ended by {@link #teardown}: the scheduler thread drives receivers;
+ * one reader per link connection; one timer (heartbeats, handshake deadlines); one revoker
+ * (revokes lost links' one-sided permissions off the readers).
+ */
+public final class DecodeKVManager implements KVManager {
+    private static final Logger log = LoggerFactory.getLogger(DecodeKVManager.class);
+    private static final long TEARDOWN_REVOKE_NANOS = 1_000_000_000L;
+
+    private final KVManagerConfig config;
+    private final RegisteredMemory memory;
+    private final int engineRank;
+    private final int pageSize;
+    private final String kvCacheDtype;
+    private final int ppRank;
+    private final Backend backend;
+    private final String sessionId = UUID.randomUUID().toString();
+    final DecodeRooms rooms = new DecodeRooms();
+    private final WriteGate gate;
+    final RoomRelease release;
+    final LinkDirectory directory;
+    private LinkReader reader;
+    private final SessionTimer timer;
+    private final OwnedTaskThread revoker;
+    /** One-sided transports this rank offers, in preference order (empty for tcp and inproc). */
+    private final List<DestinationTransport> destinations;
+    private volatile boolean closed;
+
+    public DecodeKVManager(KVArgs args, KVManagerConfig config, Backend backend) {
+        if (config.attnCpSize() != 1) {
+            throw new IllegalArgumentException("decode attn_cp_size must be 1, got " + config.attnCpSize());
+        }
+        this.config = config;
+        this.memory = RegisteredMemory.from(args);
+        this.engineRank = args.engineRank;
+        this.pageSize = args.pageSize;
+        this.kvCacheDtype = args.kvCacheDtypeStr;
+        this.ppRank = args.ppRank;
+        this.backend = backend;
+        if (config.ppSize() > 1 && args.kvLayerIds.isEmpty()) {
+            throw new IllegalArgumentException("a pipeline-parallel decode stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
+        }
+        this.gate = new WriteGate(memory, rooms);
+        this.release = new RoomRelease(rooms, config.abortAckTimeout());
+        this.timer = new SessionTimer("kvferry-decode-timer-" + engineRank);
+        this.revoker = new OwnedTaskThread("kvferry-decode-revoke-" + engineRank);
+        if (backend.isInproc()) InprocRegistry.register(sessionId, gate);
+        this.destinations = openDestinations(backend, memory, engineRank, config.settings());
+        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, pageSize, kvCacheDtype,
+                destinations, timer, dir -> reader = new LinkReader(rooms, gate, memory, dir, revoker, config.abortAckTimeout(), engineRank));
+        long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
+        timer.every(Duration.ofNanos(beat / 2), () -> {
+            for (PrefillLink l : directory.links()) {
+                if (!l.connection.heartbeat(beat, dead)) log.warn("connection to {}: {}", l, l.connection.closeReason());
+                for (ControlConnection c : l.stripes) {
+                    if (!c.heartbeat(beat, dead)) log.warn("data stripe to {}: {}", l, c.closeReason());
+                }
+            }
+        });
+    }
+
+    private static List<DestinationTransport> openDestinations(Backend backend, RegisteredMemory memory, int engineRank,
+                                                                 io.kvferry.api.KVFerrySettings settings) {
+        List<DestinationTransport> out = new ArrayList<>();
+        backend.requireAvailable(settings);
+        for (TransportProvider p : backend.pluggableTransports()) {
+            String unavailable = p.unavailableReason(settings);
+            if (unavailable != null) {
+                log.info("auto: {} not offered: {}", p.name(), unavailable);
+                continue;
+            }
+            try {
+                DestinationTransport d = p.openDestination(memory, engineRank, settings,
+                        why -> log.info("{}: not offered, links use TCP: {}", p.name(), why));
+                if (d != null) out.add(d);
+            } catch (IOException | RuntimeException e) {
+                if (!backend.isAuto()) throw new IllegalStateException("transfer backend " + p.name() + " could not start: " + e.getMessage(), e);
+                log.warn("auto: {} not offered: {}", p.name(), e.getMessage());
+            }
+        }
+        return List.copyOf(out);
+    }
+
+    @Override
+    public DisaggregationMode mode() {
+        return DisaggregationMode.DECODE;
+    }
+
+    @Override
+    public String backend() {
+        return backend.name();
+    }
+
+    @Override
+    public void registerToBootstrap() {
+        // Only prefill ranks register; decode ranks look them up.
+    }
+
+    @Override
+    public boolean enableDeferredDecodeKvRelease() {
+        return false;
+    }
+
+    @Override
+    public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
+                                 boolean reqHasDisaggPrefillDpRank) {
+        throw new UnsupportedOperationException("a decode manager creates receivers, not senders");
+    }
+
+    @Override
+    public KVReceiver createReceiver(String bootstrapAddr, long bootstrapRoom) {
+        if (closed) throw new IllegalStateException("the decode KV manager was torn down");
+        DecodeRoom room = new DecodeRoom(bootstrapRoom, bootstrapAddr);
+        if (!rooms.add(room)) {
+            throw new IllegalArgumentException("bootstrap_room " + bootstrapRoom + " is already in flight on this decode rank");
+        }
+        rooms.statuses.update(bootstrapRoom, KVPoll.Bootstrapping);
+        return new DecodeKVReceiver(this, room);
+    }
+
+    /**
+     * The prefill DP group holding a room (SGLang's {@code _resolve_prefill_dp_rank}): the router's
+     * hint; 0 without attention-DP; {@code room % dp_size} when the prefill follows the bootstrap
+     * room; else the registry's {@code /query_dp_ranks}. Returns -1 while it is not known yet (the
+     * prefill has not registered the room; ask again later) — then call {@code init} with the answer.
+     */
+    @Override
+    public int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
+        return directory.resolvePrefillDpRank(bootstrapAddr, room, hint);
+    }
+
+    /** The landing gate two-sided transports write through (exposed for tests of hostile writes). */
+    public WriteSink writeGate() {
+        return gate;
+    }
+
+    KVManagerConfig config() {
+        return config;
+    }
+
+    RegisteredMemory memory() {
+        return memory;
+    }
+
+    int engineRank() {
+        return engineRank;
+    }
+
+    int pageSize() {
+        return pageSize;
+    }
+
+    String kvCacheDtype() {
+        return kvCacheDtype;
+    }
+
+    int ppRank() {
+        return ppRank;
+    }
+
+    @Override
+    public KVManagerStats stats() {
+        return new KVManagerStats(rooms.size(), directory.size(), 0, 0, 0, 0, 0);
+    }
+
+    @Override
+    public void teardown() {
+        if (closed) return;
+        closed = true;
+        InprocRegistry.unregister(sessionId);
+        gate.close();
+        reader.close();
+        directory.close();
+        for (DecodeRoom r : rooms.all()) {
+            rooms.statuses.fail(r.room, FailureKind.SHUTDOWN, "the decode KV manager was torn down");
+            r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS);
+        }
+        List<PrefillLink> all = new ArrayList<>(directory.links());
+        for (PrefillLink l : all) l.closeAll(FailureKind.SHUTDOWN, "the decode KV manager was torn down");
+        for (PrefillLink l : all) {
+            for (Thread t : l.readers()) {
+                try {
+                    t.join(2000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+        timer.close();
+        if (!revoker.close(config.abortAckTimeout().plusSeconds(1))) { // a transport may finish its fence first
+            log.warn("teardown: {} did not end within {}", revoker.name(), config.abortAckTimeout().plusSeconds(1));
+        }
+        // Bounded: every link gets what is left of one second (the transports also deregister below).
+        long revokeDeadline = System.nanoTime() + TEARDOWN_REVOKE_NANOS;
+        for (PrefillLink l : all) {
+            Duration left = Duration.ofNanos(Math.max(0, revokeDeadline - System.nanoTime()));
+            if (l.oneSided != null && !l.oneSided.revoke(left)) {
+                log.warn("teardown: could not confirm that {} stopped writing", l);
+            }
+        }
+        for (DestinationTransport d : destinations) d.close();
+    }
+}

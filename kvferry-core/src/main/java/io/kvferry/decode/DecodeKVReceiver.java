@@ -1,0 +1,304 @@
+package io.kvferry.decode;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.api.KVTransferMetric;
+import io.kvferry.plan.RankMapping;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.PrefillServerInfo;
+import io.kvferry.registry.RankEndpoint;
+import io.kvferry.session.Failures;
+import io.kvferry.session.RoomStatusTable;
+
+import java.io.IOException;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+
+/** One request on one decode rank; owned by the scheduler thread that calls it. */
+final class DecodeKVReceiver implements KVReceiver {
+    private final DecodeKVManager manager;
+    private final DecodeRoom room;
+    /** Scheduler thread only: the terminal state once poll() returned it. */
+    private KVPoll concluded;
+    /** Failure-injection hook: this request fails once its metadata went out (decided at creation). */
+    private boolean injectFailure;
+    /** Scheduler thread only: init() was called and the bootstrap has not completed yet; since when. */
+    private boolean initPending;
+    private boolean initCalled;
+    private long initPendingSince;
+    private int prefillDpRank;
+    /** Scheduler thread only: send_metadata went out, and when (on the manager's ticker: the waiting deadline counts from here). */
+    private boolean metadataSent;
+    private long metadataSentTick;
+
+    private long now() {
+        return manager.config().ticker().nanoTime();
+    }
+
+    DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
+        this.manager = manager;
+        this.room = room;
+        double p = manager.config().failureInjectionProbability();
+        injectFailure = p > 0 && java.util.concurrent.ThreadLocalRandom.current().nextDouble() < p;
+    }
+
+    @Override
+    public long bootstrapRoom() {
+        return room.room;
+    }
+
+    @Override
+    public void init(int prefillDpRank) {
+        if (manager.rooms.statuses.status(room.room) != KVPoll.Bootstrapping || initCalled) return;
+        initCalled = true;
+        initPending = true;
+        this.prefillDpRank = prefillDpRank;
+        initPendingSince = now();
+        tryBootstrap();
+    }
+
+    /**
+     * One bootstrap attempt. The prefill's topology being unavailable (not registered yet, registry
+     * unreachable) leaves the room Bootstrapping and poll() tries again, at most once a second per
+     * address, until {@code prefillInfoTimeout} — as SGLang retries pending requests for ~15 s.
+     * Any other problem fails the room at once.
+     */
+    private void tryBootstrap() {
+        String addr = room.bootstrapAddr;
+        PrefillServerInfo info;
+        try {
+            info = manager.directory.topology(addr);
+        } catch (RuntimeException e) {
+            if (e instanceof io.kvferry.registry.RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
+                fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + ": " + e.getMessage()); // retrying cannot help
+                initPending = false;
+                return;
+            }
+            double waited = (now() - initPendingSince) / 1e9;
+            if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
+                fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + " after " + String.format("%.1f", waited)
+                        + " s: " + e.getMessage());
+            }
+            return;
+        }
+        try {
+            if (info.pageSize() != manager.pageSize()) {
+                fail(FailureKind.LAYOUT_REFUSED, "page_size mismatch: prefill at " + addr + " uses " + info.pageSize() + ", decode uses "
+                        + manager.pageSize() + "; both servers must use the same --page-size value");
+                return;
+            }
+            if (!info.kvCacheDtype().equals(manager.kvCacheDtype())) {
+                fail(FailureKind.LAYOUT_REFUSED, "kv_cache_dtype mismatch: prefill at " + addr + " uses " + info.kvCacheDtype() + ", decode uses "
+                        + manager.kvCacheDtype());
+                return;
+            }
+            if (prefillDpRank < 0 || prefillDpRank >= info.dpSize()) {
+                fail(FailureKind.ROUTING, "prefill dp rank " + prefillDpRank + " is outside the prefill's dp_size " + info.dpSize());
+                return;
+            }
+            RankMapping mapping = RankMapping.resolve(info.attnTpSize(), manager.config().attnTpSize(),
+                    manager.engineRank(), manager.config().isMla(), info.attnCpSize(), manager.config().allCpRanksTransfer(),
+                    info.ppSize(),
+                    manager.config().ppSize(), manager.ppRank());
+            List<DecodeRoom.Target> targets = new ArrayList<>();
+            room.targets = targets; // visible to forget() even if a later lookup fails
+            for (int cp : mapping.targetCpRanks()) {
+                for (int tp : mapping.targetTpRanks()) {
+                    for (int pp : mapping.targetPpRanks()) {
+                        RankEndpoint ep = manager.directory.endpoint(addr, prefillDpRank, cp, tp, pp);
+                        PrefillLink link = manager.directory.link(addr, ep);
+                        link.rooms.add(room.room);
+                        targets.add(new DecodeRoom.Target(link, tp, mapping.isDummy(tp, manager.config().isMla())));
+                    }
+                }
+            }
+            room.targets = List.copyOf(targets);
+            room.requiredResponses = mapping.requiredPrefillResponseNum();
+            room.requiredDstInfoNum = mapping.requiredDstInfoNum();
+            initPending = false;
+            manager.rooms.statuses.update(room.room, KVPoll.WaitingForInput);
+        } catch (java.net.ConnectException e) {
+            // The registry still points at a rank that is gone (a prefill being restarted): drop the cached
+            // lookups and keep the room bootstrapping; poll() retries until prefillInfoTimeout.
+            manager.directory.forgetPrefill(addr);
+            for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
+            room.targets = List.of();
+            double waited = (now() - initPendingSince) / 1e9;
+            if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
+                fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + " after " + String.format("%.1f", waited) + " s: "
+                        + e.getMessage());
+            }
+        } catch (LinkRefusedException e) {
+            fail(e.kind(), "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
+        } catch (IOException e) {
+            fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
+        } catch (RuntimeException e) {
+            fail(e instanceof io.kvferry.plan.PlanException ? FailureKind.LAYOUT_REFUSED : FailureKind.PREFILL_UNREACHABLE,
+                    "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
+        }
+    }
+
+    @Override
+    public void sendMetadata(int[] kvIndices, int auxIndex, int[][] stateIndices, int decodePrefixLen) {
+        KVPoll st = manager.rooms.statuses.status(room.room);
+        if (st == KVPoll.Failed) return;
+        if (st != KVPoll.WaitingForInput || room.allowance != null) {
+            throw new IllegalStateException("send_metadata for room " + room.room + " in state " + st
+                    + (room.allowance != null ? " (already sent)" : " (call init first)"));
+        }
+        String problem = checkIndices(kvIndices, auxIndex, stateIndices, decodePrefixLen);
+        if (problem != null) {
+            fail(FailureKind.BAD_REQUEST, problem);
+            return;
+        }
+        int[][] state = stateIndices == null ? new int[0][] : stateIndices;
+        int[][] sortedState = new int[state.length][];
+        for (int c = 0; c < state.length; c++) {
+            sortedState[c] = state[c] == null ? new int[0] : state[c].clone();
+            Arrays.sort(sortedState[c]);
+        }
+        int[] sortedPages = kvIndices.clone();
+        Arrays.sort(sortedPages);
+        int roomBuffer = manager.memory().auxRoomBuffer();
+        if (roomBuffer >= 0 && auxIndex >= 0) {
+            // The gate reads this column at Success: clear what a previous occupant of the row left.
+            manager.memory().slice(Region.AUX, 0, roomBuffer, auxIndex * manager.memory().auxItemLen(roomBuffer), 8)
+                    .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
+        }
+        // Published before any info leaves, so the first write already finds its allowance.
+        room.allowance = new DecodeRoom.Allowance(sortedPages, auxIndex, sortedState);
+        int[][] stateCopy = new int[state.length][];
+        for (int c = 0; c < state.length; c++) stateCopy[c] = state[c] == null ? new int[0] : state[c].clone();
+        room.metadataSentNanos = System.nanoTime();
+        metadataSentTick = now();
+        metadataSent = true;
+        for (DecodeRoom.Target t : room.targets) {
+            TransferInfo info = t.dummy()
+                    ? new TransferInfo(room.room, new int[0], -1, new int[0][], room.requiredDstInfoNum, decodePrefixLen, true)
+                    : new TransferInfo(room.room, kvIndices.clone(), auxIndex, stateCopy, room.requiredDstInfoNum,
+                    decodePrefixLen, false);
+            try {
+                t.link().connection.send(info);
+            } catch (IOException e) {
+                fail(FailureKind.PEER_LOST, "Failed to send metadata to " + t.link() + ": " + e.getMessage());
+                return;
+            }
+        }
+    }
+
+    private String checkIndices(int[] pages, int auxIndex, int[][] state, int prefix) {
+        if (pages == null) return "send_metadata: kv indices are null";
+        if (prefix < 0) return "send_metadata: negative decode_prefix_len " + prefix;
+        long pool = manager.memory().kvPageCount();
+        int[] sorted = pages.clone();
+        Arrays.sort(sorted);
+        for (int i = 0; i < sorted.length; i++) {
+            if (sorted[i] < 0 || sorted[i] >= pool) {
+                return "send_metadata: page id " + sorted[i] + " is outside the decode KV pool of " + pool + " pages";
+            }
+            if (i > 0 && sorted[i] == sorted[i - 1]) return "send_metadata: page id " + sorted[i] + " appears twice";
+        }
+        long rows = manager.memory().auxRowCount();
+        if (auxIndex < -1 || auxIndex >= 0 && auxIndex >= rows) {
+            return "send_metadata: aux index " + auxIndex + " is outside the decode metadata pool of " + rows + " rows";
+        }
+        if (state != null) {
+            if (state.length > manager.memory().stateComponentCount()) {
+                return "send_metadata: " + state.length + " state index lists for " + manager.memory().stateComponentCount()
+                        + " registered state components";
+            }
+            for (int c = 0; c < state.length; c++) {
+                long n = manager.memory().stateIndexCount(c);
+                int[] s = state[c] == null ? new int[0] : state[c].clone();
+                Arrays.sort(s);
+                for (int i = 0; i < s.length; i++) {
+                    if (s[i] < 0 || s[i] >= n) return "send_metadata: state index " + s[i] + " of component " + c + " is outside its " + n + " entries";
+                    if (i > 0 && s[i] == s[i - 1]) return "send_metadata: state index " + s[i] + " of component " + c + " appears twice";
+                }
+            }
+        }
+        return null;
+    }
+
+    @Override
+    public KVPoll poll() {
+        if (concluded != null) return concluded;
+        KVPoll st = manager.rooms.statuses.status(room.room);
+        if (injectFailure && metadataSent && !st.isTerminal()) {
+            injectFailure = false;
+            fail(FailureKind.INJECTED, Failures.INJECTED);
+            notifyAbort(); // the prefill stops and acknowledges, as after an abort
+            st = manager.rooms.statuses.status(room.room);
+        }
+        if (st.isTerminal()) {
+            concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
+            return st;
+        }
+        if (st == KVPoll.Bootstrapping && initPending) {
+            tryBootstrap();
+            st = manager.rooms.statuses.status(room.room);
+        }
+        if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && metadataSent) {
+            double waited = (now() - metadataSentTick) / 1e9;
+            if (waited > manager.config().waitingTimeout().toNanos() / 1e9) {
+                fail(FailureKind.WAITING_TIMEOUT, Failures.timedOut(room.room, waited, "WaitingForInput"));
+                notifyAbort();
+                return KVPoll.Failed;
+            }
+        }
+        return st;
+    }
+
+    private void fail(FailureKind kind, String reason) {
+        manager.rooms.statuses.fail(room.room, kind, reason);
+    }
+
+    @Override
+    public String toString() {
+        return "DecodeKVReceiver[room=" + room.room + ", bootstrap=" + room.bootstrapAddr + "]";
+    }
+
+    private void notifyAbort() {
+        manager.release.notifyAbort(room);
+    }
+
+    @Override
+    public void failureException() {
+        RoomStatusTable.Entry e = manager.rooms.statuses.entry(room.room);
+        concluded = KVPoll.Failed;
+        manager.release.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
+        throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
+    }
+
+    @Override
+    public void clear() {
+        manager.release.forget(room);
+    }
+
+    @Override
+    public void abort() {
+        fail(FailureKind.ABORTED, Failures.ABORTED);
+        notifyAbort();
+    }
+
+    @Override
+    public KVTransferMetric getTransferMetric() {
+        long sent = room.metadataSentNanos, done = room.successNanos;
+        Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
+        java.util.TreeSet<String> paths = new java.util.TreeSet<>();
+        boolean oneSided = false;
+        for (DecodeRoom.Target t : room.targets) {
+            if (t.dummy()) continue;
+            paths.add(t.link().dataPath);
+            oneSided |= t.link().oneSided != null;
+        }
+        // One-sided writes bypass this rank, so it cannot count their bytes.
+        Long bytes = oneSided ? null : room.bytesLanded.get();
+        return new KVTransferMetric(latency, null, bytes, paths.isEmpty() ? null : String.join("+", paths));
+    }
+}

@@ -1,0 +1,252 @@
+package io.kvferry.decode;
+
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.ProtocolException;
+import io.kvferry.protocol.TransportOffer;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillServerInfo;
+import io.kvferry.registry.RankEndpoint;
+import io.kvferry.registry.RetryPolicy;
+import io.kvferry.session.SessionTimer;
+import io.kvferry.transport.Backend;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DestinationTransport;
+import io.kvferry.transport.LinkOffer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
+
+/**
+ * Where a decode rank finds its prefill ranks: cached bootstrap lookups (topology, rank endpoints)
+ * and one registered {@link PrefillLink} per prefill rank, opened on first use — HELLO with the
+ * transports this rank offers, HELLO_ACK with the one the prefill chose, extra TCP stripes — and
+ * read by a {@link LinkReader} thread per connection.
+ */
+final class LinkDirectory {
+    private static final Logger log = LoggerFactory.getLogger(LinkDirectory.class);
+    private static final long TOPOLOGY_RETRY_NANOS = 1_000_000_000L;
+
+    /** A failed topology lookup, answered again without asking for a second. */
+    private record RecentFailure(long atNanos, String reason) {}
+
+    private final KVManagerConfig config;
+    private final RegisteredMemory memory;
+    private final Backend backend;
+    private final String sessionId;
+    private final int engineRank;
+    private final int ppRank;
+    private final int pageSize;
+    private final String kvCacheDtype;
+    private final List<DestinationTransport> destinations;
+    private final SessionTimer timer;
+    private final LinkReader reader;
+    private final ConcurrentHashMap<String, PrefillServerInfo> topologies = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, RankEndpoint> endpoints = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, PrefillLink> links = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, BootstrapClient> clients = new ConcurrentHashMap<>();
+    private final ConcurrentHashMap<String, RecentFailure> recentFailures = new ConcurrentHashMap<>();
+    private final Object linkSetup = new Object();
+    private volatile boolean closed;
+
+    LinkDirectory(KVManagerConfig config, RegisteredMemory memory, Backend backend, String sessionId, int engineRank, int ppRank,
+                  int pageSize, String kvCacheDtype, List<DestinationTransport> destinations, SessionTimer timer,
+                  java.util.function.Function<LinkDirectory, LinkReader> readerFactory) {
+        this.config = config;
+        this.memory = memory;
+        this.backend = backend;
+        this.sessionId = sessionId;
+        this.engineRank = engineRank;
+        this.ppRank = ppRank;
+        this.pageSize = pageSize;
+        this.kvCacheDtype = kvCacheDtype;
+        this.destinations = destinations;
+        this.timer = timer;
+        this.reader = readerFactory.apply(this);
+    }
+
+    private BootstrapClient client(String addr) {
+        if (closed) throw new IllegalStateException("the decode KV manager was torn down");
+        // One try per call: init()/poll() run on the scheduler thread; the receiver retries a second later.
+        return clients.computeIfAbsent(addr, a -> new BootstrapClient(a, config.authToken(),
+                new RetryPolicy(1, Duration.ofMillis(100), Duration.ofMillis(100), Duration.ofSeconds(3))));
+    }
+
+    PrefillServerInfo topology(String addr) {
+        PrefillServerInfo info = topologies.get(addr);
+        if (info != null) return info;
+        // A recent failure answers at once, so a burst of requests for a dead address fails fast.
+        RecentFailure recent = recentFailures.get(addr);
+        if (recent != null) {
+            if (System.nanoTime() - recent.atNanos() < TOPOLOGY_RETRY_NANOS) throw new IllegalStateException(recent.reason());
+            recentFailures.remove(addr, recent);
+        }
+        try {
+            info = client(addr).fetchTopology();
+        } catch (RuntimeException e) {
+            recentFailures.put(addr, new RecentFailure(System.nanoTime(), e.getMessage()));
+            throw e;
+        }
+        recentFailures.remove(addr);
+        topologies.put(addr, info);
+        return info;
+    }
+
+    RankEndpoint endpoint(String addr, int dp, int cp, int tp, int pp) {
+        String key = addr + "/" + dp + "/" + cp + "/" + tp + "/" + pp;
+        RankEndpoint ep = endpoints.get(key);
+        if (ep != null) return ep;
+        ep = client(addr).fetchRankEndpoint(dp, cp, tp, pp);
+        endpoints.put(key, ep);
+        return ep;
+    }
+
+    /** SGLang's {@code _resolve_prefill_dp_rank}; see {@link io.kvferry.api.KVManager#resolvePrefillDpRank}. */
+    int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
+        if (hint != null) return hint;
+        PrefillServerInfo info = topology(bootstrapAddr);
+        if (info.dpSize() <= 1) return 0;
+        if (info.followBootstrapRoom()) return (int) Math.floorMod(room, (long) info.dpSize());
+        Integer dp = client(bootstrapAddr).queryDpRanks(List.of(room)).get(room);
+        return dp == null ? -1 : dp;
+    }
+
+    /** Drops every cached lookup for a prefill instance (its rank endpoints may have moved). */
+    void forgetPrefill(String addr) {
+        topologies.remove(addr);
+        endpoints.keySet().removeIf(k -> k.startsWith(addr + "/"));
+    }
+
+    /** A lost link leaves the directory (the next room opens a new one). */
+    void remove(PrefillLink link) {
+        links.remove(link.endpoint, link);
+    }
+
+    Collection<PrefillLink> links() {
+        return links.values();
+    }
+
+    int size() {
+        return links.size();
+    }
+
+    /** The registered connection to a prefill rank, opened and registered (HELLO) on first use. */
+    PrefillLink link(String addr, RankEndpoint ep) throws IOException {
+        String key = ep.rankIp() + ":" + ep.rankPort();
+        PrefillLink link = links.get(key);
+        if (link != null && !link.connection.isClosed()) return link;
+        synchronized (linkSetup) {
+            link = links.get(key);
+            if (link != null && !link.connection.isClosed()) return link;
+            if (closed) throw new IllegalStateException("the decode KV manager was torn down");
+            link = openLink(addr, ep, key);
+            links.put(key, link);
+            return link;
+        }
+    }
+
+    private Hello hello(List<TransportOffer> offers, int flags) {
+        return new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend.name(), engineRank,
+                config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(), flags, offers);
+    }
+
+    private PrefillLink openLink(String addr, RankEndpoint ep, String key) throws IOException {
+        Duration timeout = config.connectTimeout();
+        ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
+        // A peer that accepts but never answers must not hang init: close the socket at the deadline.
+        ScheduledFuture<?> deadline = timer.after(timeout, conn::close);
+        Map<String, LinkOffer> made = new LinkedHashMap<>();
+        List<ControlConnection> stripesOpened = new ArrayList<>();
+        try {
+            List<TransportOffer> offers = new ArrayList<>();
+            for (DestinationTransport d : destinations) {
+                LinkOffer o = d.offer(key);
+                if (o == null) continue;
+                made.put(d.name(), o);
+                offers.add(new TransportOffer(d.name(), o.blob()));
+            }
+            conn.send(hello(offers, (config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0)
+                    | (config.tcpStripes() << Hello.STRIPES_SHIFT)));
+            HelloAck ack = awaitAck(conn, "registration", key);
+            PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
+            link.dataPath = ack.dataPath().isEmpty() ? Backend.TCP.name() : ack.dataPath();
+            link.oneSided = made.remove(link.dataPath);
+            if (!ack.fallback().isEmpty()) {
+                if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, ack.fallback());
+                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, ack.fallback());
+            } else {
+                log.info("link to {} uses {}", key, link.dataPath);
+            }
+            if (Backend.TCP.name().equals(link.dataPath) && config.tcpStripes() > 1) {
+                openStripes(link, ep, timeout, stripesOpened);
+            }
+            reader.start(link);
+            return link;
+        } catch (IOException | RuntimeException e) {
+            boolean timedOut = deadline.isDone() && !(e instanceof LinkRefusedException);
+            conn.close();
+            for (LinkOffer o : made.values()) o.close();
+            for (ControlConnection c : stripesOpened) c.close();
+            made.clear();
+            if (timedOut) {
+                throw new IOException("prefill rank at " + key + " did not complete the handshake within " + timeout.toMillis() + " ms", e);
+            }
+            throw e;
+        } finally {
+            deadline.cancel(false);
+            for (LinkOffer o : made.values()) o.close(); // offers the prefill did not take
+        }
+    }
+
+    private static HelloAck awaitAck(ControlConnection c, String what, String key) throws IOException {
+        ControlMessage reply;
+        do {
+            reply = c.read();
+        } while (reply instanceof Heartbeat);
+        if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
+        if (!ack.accepted()) throw new LinkRefusedException(ack.refusal(), "prefill rank at " + key + " refused " + what + ": " + ack.error());
+        return ack;
+    }
+
+    /**
+     * Opens the extra data connections of a TCP link (registered as stripes of this session) before
+     * the link carries any request; {@code opened} collects them so a failed set-up closes them.
+     */
+    private void openStripes(PrefillLink link, RankEndpoint ep, Duration timeout, List<ControlConnection> opened)
+            throws IOException {
+        for (int k = 1; k < config.tcpStripes(); k++) {
+            ControlConnection c = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
+            opened.add(c);
+            ScheduledFuture<?> deadline = timer.after(timeout, c::close);
+            try {
+                c.send(hello(List.of(), Hello.FLAG_STRIPE | (k << Hello.STRIPE_INDEX_SHIFT)));
+                awaitAck(c, "data stripe " + k, link.endpoint);
+            } finally {
+                deadline.cancel(false);
+            }
+            link.stripes.add(c);
+        }
+    }
+
+    /** Refuses new links and closes the bootstrap clients (links are closed by the manager). */
+    void close() {
+        synchronized (linkSetup) {
+            closed = true;
+        }
+        for (BootstrapClient c : clients.values()) c.close();
+    }
+}

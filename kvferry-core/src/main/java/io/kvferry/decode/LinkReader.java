@@ -1,0 +1,219 @@
+package io.kvferry.decode;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVPoll;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.ProtocolException;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.session.Failures;
+import io.kvferry.session.OwnedTaskThread;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.LinkOffer;
+import io.kvferry.transport.WriteRejectedException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+
+/**
+ * Reads what prefill ranks send a decode rank, one thread per connection of a {@link PrefillLink}:
+ * WRITEs land through the {@link WriteGate}, STATUSes conclude rooms (behind the metadata gate),
+ * ABORT_ACKs release rooms waiting in {@link RoomRelease}. A lost link fails exactly the rooms it
+ * still owed and has its one-sided permission revoked on the owned revoker thread.
+ */
+final class LinkReader {
+    private static final Logger log = LoggerFactory.getLogger(LinkReader.class);
+    /** How long a stripe that saw the prefill close waits for the link's other stripes to drain. */
+    private static final long STRIPE_DRAIN_MILLIS = 500;
+
+    private final DecodeRooms rooms;
+    private final WriteGate gate;
+    private final RegisteredMemory memory;
+    private final LinkDirectory directory;
+    private final OwnedTaskThread revoker;
+    private final Duration abortAckTimeout;
+    private final String threadPrefix;
+    private volatile boolean closed;
+
+    LinkReader(DecodeRooms rooms, WriteGate gate, RegisteredMemory memory, LinkDirectory directory, OwnedTaskThread revoker,
+               Duration abortAckTimeout, int engineRank) {
+        this.rooms = rooms;
+        this.gate = gate;
+        this.memory = memory;
+        this.directory = directory;
+        this.revoker = revoker;
+        this.abortAckTimeout = abortAckTimeout;
+        this.threadPrefix = "kvferry-decode-reader-" + engineRank + "-";
+    }
+
+    /** Starts the link's reader threads (its control connection and each stripe); the link keeps them for joining. */
+    void start(PrefillLink link) {
+        link.reader = Thread.ofPlatform().daemon().name(threadPrefix + link.endpoint).start(() -> readLoop(link, link.connection));
+        for (ControlConnection stripe : link.stripes) {
+            link.stripeReaders.add(Thread.ofPlatform().daemon().name(threadPrefix + "stripe-" + link.endpoint)
+                    .start(() -> readLoop(link, stripe)));
+        }
+    }
+
+    /** Teardown began: lost links fail nothing more (teardown fails every room itself). */
+    void close() {
+        closed = true;
+    }
+
+    private void readLoop(PrefillLink link, ControlConnection conn) {
+        String why = "connection closed";
+        boolean cleanClose = false;
+        try {
+            while (!closed) {
+                ControlMessage m = conn.read();
+                switch (m) {
+                    case WriteHeader w -> onWrite(link, conn, w);
+                    case Status s -> onStatus(link, s);
+                    case Heartbeat hb -> {
+                        // liveness only
+                    }
+                    case AbortAck a -> {
+                        DecodeRoom r = rooms.get(a.room());
+                        if (r != null) r.abortAcked(link);
+                    }
+                    default -> throw new ProtocolException("unexpected " + m.type() + " from prefill");
+                }
+            }
+        } catch (EOFException e) {
+            why = "connection closed by prefill";
+            cleanClose = true;
+        } catch (IOException e) {
+            why = Failures.message(e);
+            if (!closed) log.warn("connection to {}: {}", link, why);
+        } finally {
+            String reason = conn.closeReason();
+            FailureKind kind = reason != null && conn.closeKind() != null ? conn.closeKind() : FailureKind.PEER_LOST;
+            onLinkLost(link, kind, reason != null ? reason : why, cleanClose && reason == null);
+        }
+    }
+
+    private void onWrite(PrefillLink link, ControlConnection conn, WriteHeader w) throws IOException {
+        DecodeRoom.Landing landing;
+        try {
+            landing = gate.begin(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.span(), w.length());
+        } catch (WriteRejectedException e) {
+            if (e.fatal()) throw new ProtocolException("write from " + link + " rejected: " + e.getMessage());
+            conn.skipPayload(w.length());
+            rejectWrite(w.room(), link.toString(), e.getMessage());
+            return;
+        }
+        boolean landed = false;
+        try {
+            if (w.strided()) conn.readStridedPayload(w, landing.target());
+            else conn.readPayload(landing.target());
+            landed = true;
+        } finally {
+            gate.end(landing, landed);
+        }
+    }
+
+    private void rejectWrite(long room, String from, String why) {
+        if (rooms.statuses.status(room) == KVPoll.Failed || !rooms.isTracked(room)) {
+            log.debug("dropped a write for inactive room {} from {}: {}", room, from, why);
+            return;
+        }
+        String reason = "Rejected a write from " + from + ": " + why;
+        log.warn("room {}: {}", room, reason);
+        rooms.statuses.fail(room, FailureKind.WRITE_REJECTED, reason);
+    }
+
+    private void onStatus(PrefillLink link, Status s) {
+        DecodeRoom room = rooms.get(s.room());
+        if (room == null) return; // cleared: never resurrect
+        boolean target = false;
+        for (DecodeRoom.Target t : room.targets) target |= t.link() == link;
+        if (!target) {
+            log.warn("ignored a status for room {} from {}, which is not one of its prefill ranks", s.room(), link);
+            return;
+        }
+        if (s.status() == KVPoll.Success) {
+            room.responded.add(link.prefillUniqueRank);
+            if (room.responded.size() >= room.requiredResponses) {
+                String corrupt = checkMetadataRoom(room);
+                if (corrupt != null) {
+                    rooms.statuses.fail(s.room(), FailureKind.INTEGRITY, corrupt);
+                    return;
+                }
+                if (rooms.statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
+                rooms.statuses.update(s.room(), KVPoll.Success);
+            }
+        } else if (s.status() == KVPoll.Failed) {
+            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : s.reason());
+        }
+    }
+
+    /**
+     * SGLang's metadata gate: the aux row's bootstrap_room column must hold this room once every
+     * prefill rank reported Success. Writes precede their STATUS on the connection, so a column
+     * still 0 here will not be filled later. Returns the failure reason, or null.
+     */
+    private String checkMetadataRoom(DecodeRoom room) {
+        int buffer = memory.auxRoomBuffer();
+        DecodeRoom.Allowance a = room.allowance;
+        if (buffer < 0 || a == null || a.auxIndex() < 0) return null;
+        long found = memory.slice(Region.AUX, 0, buffer, a.auxIndex() * memory.auxItemLen(buffer), 8)
+                .get(ValueLayout.JAVA_LONG_UNALIGNED, 0);
+        if (found == room.room) return null;
+        if (found == 0) {
+            return "Metadata not written: the bootstrap_room column of aux row " + a.auxIndex()
+                    + " is still 0 after every prefill rank reported Success";
+        }
+        return "Metadata corruption detected - bootstrap_room mismatch (expected " + room.room + ", found " + found + ")";
+    }
+
+    private void onLinkLost(PrefillLink link, FailureKind kind, String why, boolean cleanClose) {
+        if (cleanClose && !link.stripes.isEmpty()) {
+            // A clean close can overtake a room's last frames still queued on another stripe (its STATUS):
+            // let the other readers reach their own end of stream before anything is failed.
+            for (Thread r : link.readers()) {
+                if (r == Thread.currentThread()) continue;
+                try {
+                    r.join(STRIPE_DRAIN_MILLIS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+        link.closeAll(kind, why);
+        directory.remove(link);
+        if (closed) return;
+        // Cached lookups may point at a dead or replaced instance: look them up again next time.
+        directory.forgetPrefill(link.bootstrapAddr);
+        int affected = 0;
+        for (Long r : link.rooms) {
+            if (rooms.statuses.status(r).isTerminal()) continue;
+            // This rank already delivered everything for the room (its Success follows its bytes); the room
+            // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
+            DecodeRoom room = rooms.get(r);
+            if (room != null && room.responded.contains(link.prefillUniqueRank)) continue;
+            if (rooms.statuses.fail(r, kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
+                affected++;
+            }
+        }
+        if (affected > 0) log.warn("Lost connection with {} ({}): {} requests affected", link, why, affected);
+        LinkOffer offer = link.oneSided;
+        if (offer != null) {
+            // Revoked at once, off this reader thread; a clear() of the link's rooms waits for it (revoke is idempotent).
+            boolean queued = revoker.submit(() -> {
+                if (!offer.revoke(abortAckTimeout)) {
+                    log.warn("could not confirm that {} stopped writing after the connection was lost", link);
+                }
+            });
+            // Refused only once teardown began: it deregisters every destination's memory itself.
+            if (!queued) log.debug("revoke of {} left to teardown", link);
+        }
+    }
+}

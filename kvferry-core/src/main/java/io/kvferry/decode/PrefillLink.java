@@ -1,0 +1,52 @@
+package io.kvferry.decode;
+
+import io.kvferry.transport.ControlConnection;
+
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * A decode rank's connection to one prefill rank (the decode's view of the link; the prefill's is
+ * {@code io.kvferry.prefill.DecodeLink}), registered (HELLO accepted) by {@link LinkDirectory} and
+ * read by its own {@link LinkReader} thread(s). Shared by every room that targets that rank.
+ */
+final class PrefillLink {
+    final String bootstrapAddr;
+    final String endpoint;
+    final ControlConnection connection;
+    final int prefillUniqueRank;
+    final Set<Long> rooms = ConcurrentHashMap.newKeySet();
+    volatile Thread reader;
+    /** Extra TCP data connections (tcpStripes > 1), each read by its own thread; closed with the link. */
+    final java.util.List<ControlConnection> stripes = new java.util.concurrent.CopyOnWriteArrayList<>();
+    final java.util.List<Thread> stripeReaders = new java.util.concurrent.CopyOnWriteArrayList<>();
+    /** The data path the prefill chose (tcp, inproc, shm, ucx). Set once at registration. */
+    volatile String dataPath = "tcp";
+    /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
+    volatile io.kvferry.transport.LinkOffer oneSided;
+
+    PrefillLink(String bootstrapAddr, String endpoint, ControlConnection connection, int prefillUniqueRank) {
+        this.bootstrapAddr = bootstrapAddr;
+        this.endpoint = endpoint;
+        this.connection = connection;
+        this.prefillUniqueRank = prefillUniqueRank;
+    }
+
+    /** Closes the control connection and every stripe. */
+    void closeAll(io.kvferry.api.FailureKind kind, String reason) {
+        connection.close(kind, reason);
+        for (ControlConnection c : stripes) c.close(kind, reason);
+    }
+
+    /** Every reader thread of this link (control and stripes), for joining. */
+    java.util.List<Thread> readers() {
+        java.util.List<Thread> all = new java.util.ArrayList<>(stripeReaders);
+        if (reader != null) all.add(reader);
+        return all;
+    }
+
+    @Override
+    public String toString() {
+        return "prefill rank " + prefillUniqueRank + " at " + endpoint;
+    }
+}

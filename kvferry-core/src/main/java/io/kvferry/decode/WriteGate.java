@@ -1,0 +1,111 @@
+package io.kvferry.decode;
+
+import io.kvferry.api.KVPoll;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Region;
+import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.transport.WriteSink;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
+
+/**
+ * The decode side's landing gate: every two-sided write (tcp, inproc) is checked here before a byte
+ * lands — inside a registered buffer, for a live room that sent its metadata, and only into that
+ * room's own pages, aux row and state slots — and counted in flight, so releasing a room can wait
+ * for the writes it admitted. Handed to the two-sided transports as their {@link WriteSink}; the
+ * one-sided transports (shm, ucx) are fenced by {@link RoomRelease} instead. No sockets: it is
+ * unit-tested directly.
+ */
+final class WriteGate implements WriteSink {
+    private final RegisteredMemory memory;
+    private final DecodeRooms rooms;
+    private volatile boolean closed;
+
+    WriteGate(RegisteredMemory memory, DecodeRooms rooms) {
+        this.memory = memory;
+        this.rooms = rooms;
+    }
+
+    /** Refuses every write from now on (teardown). */
+    void close() {
+        closed = true;
+    }
+
+    @Override
+    public DecodeRoom.Landing begin(long room, Region region, int component, int buffer, long offset, long length,
+                                    long payload) throws WriteRejectedException {
+        if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
+        MemorySegment seg = memory.segmentOrNull(region, component, buffer);
+        if (seg == null) throw new WriteRejectedException("no registered " + region + " buffer " + component + "/" + buffer, true);
+        if (length > seg.byteSize()) {
+            throw new WriteRejectedException("write of " + length + " bytes is larger than " + region + " buffer "
+                    + component + "/" + buffer + " (" + seg.byteSize() + " bytes)", true);
+        }
+        if (offset > seg.byteSize() - length) {
+            throw new WriteRejectedException("write [" + offset + ", +" + length + ") is outside " + region + " buffer "
+                    + component + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
+        }
+        DecodeRoom r = rooms.get(room);
+        if (r == null) throw new WriteRejectedException("room " + room + " is unknown on this decode rank", false);
+        if (rooms.statuses.status(room) == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
+        DecodeRoom.Allowance a = r.allowance;
+        if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
+        if (length == 0) return admit(r, seg.asSlice(offset, 0), 0);
+        if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
+        requireAllowed(a, region, component, memory.itemLen(region, component, buffer), buffer, offset, length, room);
+        if (!r.transferring) {
+            r.transferring = true;
+            rooms.statuses.update(room, KVPoll.Transferring);
+        }
+        return admit(r, seg.asSlice(offset, length), payload);
+    }
+
+    /** Whether a write of {@code [offset, offset + length)} in a buffer of {@code item}-byte items stays inside what the room owns. */
+    static void requireAllowed(DecodeRoom.Allowance a, Region region, int component, long item, int buffer, long offset,
+                               long length, long room) throws WriteRejectedException {
+        switch (region) {
+            case KV -> requireOwned(a.sortedPages(), offset, length, item, "KV buffer " + buffer + " page", room);
+            case AUX -> {
+                long start = a.auxIndex() * item;
+                if (a.auxIndex() < 0 || offset < start || offset + length > start + item) {
+                    throw new WriteRejectedException("aux write [" + offset + ", +" + length + ") is not inside row "
+                            + a.auxIndex() + " of room " + room, false);
+                }
+            }
+            case STATE -> {
+                if (component >= a.sortedState().length) {
+                    throw new WriteRejectedException("room " + room + " sent no indices for state component " + component, false);
+                }
+                requireOwned(a.sortedState()[component], offset, length, item, "state component " + component + " index", room);
+            }
+        }
+    }
+
+    /** The items {@code [offset, offset + length)} touches must be a run of consecutive ids in {@code sorted}. */
+    static void requireOwned(int[] sorted, long offset, long length, long item, String what, long room)
+            throws WriteRejectedException {
+        long first = offset / item;
+        long last = (offset + length - 1) / item;
+        int idx = first > Integer.MAX_VALUE ? -1 : Arrays.binarySearch(sorted, (int) first);
+        boolean ok = idx >= 0 && idx + (last - first) < sorted.length;
+        for (long k = 1; ok && k <= last - first; k++) ok = sorted[(int) (idx + k)] == first + k;
+        if (!ok) {
+            throw new WriteRejectedException("write to " + what + "s [" + first + ", " + last + "] touches memory room "
+                    + room + " does not own", false);
+        }
+    }
+
+    private static DecodeRoom.Landing admit(DecodeRoom r, MemorySegment target, long length) throws WriteRejectedException {
+        // Counted in flight under the room's lock, so clear() either refuses this write or waits for it.
+        if (!r.beginLanding()) throw new WriteRejectedException("room " + r.room + " was cleared", false);
+        return new DecodeRoom.Landing(r, target, length);
+    }
+
+    @Override
+    public void end(WriteSink.Landing landing, boolean landed) {
+        DecodeRoom.Landing l = (DecodeRoom.Landing) landing;
+        if (landed) l.room().bytesLanded.addAndGet(l.length());
+        l.room().endLanding();
+    }
+}

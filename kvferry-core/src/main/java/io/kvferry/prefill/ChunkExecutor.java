@@ -1,0 +1,162 @@
+package io.kvferry.prefill;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.plan.CopyPlan;
+import io.kvferry.plan.HeadSlice;
+import io.kvferry.plan.PlanException;
+import io.kvferry.plan.TransferPlanner;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.Status;
+import io.kvferry.session.Failures;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * Moves one chunk of one room to each of its destinations, on the room's transfer worker: plans
+ * which bytes go where (pure, {@link TransferPlanner}), hands each plan to the destination's data
+ * path, and after the last chunk sends Success behind the bytes. Any error fails the room.
+ */
+final class ChunkExecutor {
+    private static final Logger log = LoggerFactory.getLogger(ChunkExecutor.class);
+
+    /** One chunk: pages {@code [sliceStart, sliceStart + pages.length)} of the room. */
+    record Chunk(int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex, int lastPageEnd, int totalPages) {
+        /** A plain chunk (no CP share): the decode's page count ends it. */
+        static Chunk of(int[] pages, int sliceStart, boolean last, int[][] stateIndices, int auxIndex) {
+            return new Chunk(pages, sliceStart, last, stateIndices, auxIndex, -1, -1);
+        }
+    }
+
+    private final RegisteredMemory memory;
+    private final KVManagerConfig config;
+    private final int pageSize;
+    private final int uniqueRank;
+    private final PrefillRooms rooms;
+    private final TransferWorkers workers;
+    /** Copied once: planned with on every chunk. */
+    private final long[] kvItemLens;
+    private final long[] auxItemLens;
+    private final long[][] stateItemLens;
+
+    ChunkExecutor(RegisteredMemory memory, KVManagerConfig config, int pageSize, int uniqueRank, PrefillRooms rooms,
+                  TransferWorkers workers) {
+        this.memory = memory;
+        this.config = config;
+        this.pageSize = pageSize;
+        this.uniqueRank = uniqueRank;
+        this.rooms = rooms;
+        this.workers = workers;
+        this.kvItemLens = memory.kvItemLens();
+        this.auxItemLens = memory.auxItemLens();
+        this.stateItemLens = memory.stateItemLens();
+    }
+
+    void execute(PrefillRoom room, Chunk c) {
+        KVPoll st = rooms.statuses.status(room.room);
+        if (st == KVPoll.Failed || !rooms.isTracked(room.room)) return;
+        if (room.firstSendNanos == 0) room.firstSendNanos = System.nanoTime();
+        PrefillRoom.Destination current = null;
+        try {
+            List<PrefillRoom.Destination> destinations = room.orderedDestinations();
+            for (PrefillRoom.Destination d : destinations) {
+                if (d.info().dummy()) continue;
+                current = d;
+                sendTo(room, d, c);
+            }
+            current = null;
+            if (c.last()) {
+                if (rooms.statuses.status(room.room) == KVPoll.Failed) return;
+                for (PrefillRoom.Destination d : destinations) {
+                    if (d.info().dummy()) continue;
+                    current = d;
+                    d.link().statusConnection(room.room).send(new Status(room.room, KVPoll.Success, uniqueRank, ""));
+                }
+                room.doneNanos = System.nanoTime();
+                rooms.statuses.update(room.room, KVPoll.Success);
+            }
+        } catch (IOException | RuntimeException e) {
+            String to = current == null ? "" : " to " + current.link();
+            String why = Failures.message(e);
+            FailureKind kind = e instanceof PlanException ? FailureKind.BAD_REQUEST : FailureKind.TRANSFER_ERROR;
+            if (Failures.isConnectionLoss(e)) {
+                why = "Decode instance could be dead: connection closed (" + why + ")";
+                kind = FailureKind.PEER_LOST;
+            }
+            String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
+            log.warn(reason);
+            rooms.fail(room, kind, reason);
+        }
+    }
+
+    private void sendTo(PrefillRoom room, PrefillRoom.Destination d, Chunk c) throws IOException {
+        int[] dstAll = d.info().dstKvIndices();
+        int[] pages = c.pages();
+        int sliceStart = c.sliceStart();
+        if (sliceStart + pages.length > dstAll.length) {
+            throw new PlanException("decode session " + d.link().sessionId() + " expects " + dstAll.length
+                    + " pages but prefill sends pages [" + sliceStart + ", " + (sliceStart + pages.length) + ")");
+        }
+        int expectedEnd = c.lastPageEnd() < 0 ? dstAll.length : c.lastPageEnd();
+        if (c.last() && c.totalPages() >= 0 && c.totalPages() != dstAll.length) {
+            throw new PlanException("decode session " + d.link().sessionId() + " expects " + dstAll.length
+                    + " pages but the prefill CP ranks send " + c.totalPages());
+        }
+        if (c.last() && sliceStart + pages.length != expectedEnd) {
+            throw new PlanException("decode session " + d.link().sessionId() + " expects " + expectedEnd
+                    + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
+        }
+        int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
+        HeadSlice[] slices = d.link().kvSlices;
+        int[] bufferMap = d.link().kvBufferMap;
+        runPlan(room, d, slices == null
+                ? TransferPlanner.planKv(pages, dst, kvItemLens, bufferMap)
+                : TransferPlanner.planKvSliced(pages, dst, kvItemLens, d.link().hello.memory().kvItemLens(),
+                        pageSize, slices, bufferMap));
+        if (c.last()) {
+            runPlan(room, d, slices == null
+                    ? TransferPlanner.planState(memory.stateTypes(), c.stateIndices(), d.info().stateIndices(),
+                            stateItemLens, w -> log.warn("room {}: {}", room.room, w))
+                    : planStateSliced(c.stateIndices(), d));
+            runPlan(room, d, TransferPlanner.planAux(c.auxIndex(), d.info().auxIndex(), auxItemLens));
+        }
+    }
+
+    private CopyPlan planStateSliced(int[][] stateIndices, PrefillRoom.Destination d) {
+        Hello h = d.link().hello;
+        int n = memory.stateComponentCount();
+        long[][] dstItems = new long[n][];
+        int[][] dims = new int[n][], outer = new int[n][];
+        for (int c = 0; c < n; c++) {
+            dstItems[c] = h.memory().states().get(c).itemLens();
+            dims[c] = new int[memory.stateTensorCount(c)];
+            outer[c] = new int[memory.stateTensorCount(c)];
+            for (int t = 0; t < dims[c].length; t++) {
+                dims[c][t] = memory.stateDim(c, t);
+                outer[c][t] = memory.stateOuterCount(c, t);
+            }
+        }
+        return TransferPlanner.planStateSliced(memory.stateTypes(), stateIndices, d.info().stateIndices(),
+                stateItemLens, dstItems, dims, outer, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
+                h.engineRank() % h.attnTpSize());
+    }
+
+    private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
+        long t0 = workers.entered();
+        boolean moved = false;
+        try {
+            d.link().dataPath.write(room.room, plan, memory, () -> rooms.statuses.status(room.room) == KVPoll.Failed);
+            moved = true;
+        } finally {
+            // A failed write's time counts too (the data path was busy), its bytes do not.
+            workers.exited(t0, moved ? plan.totalBytes() : 0, moved ? plan.size() : 0);
+        }
+        room.bytesSent += plan.totalBytes();
+    }
+}

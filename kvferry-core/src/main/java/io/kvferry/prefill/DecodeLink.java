@@ -1,0 +1,64 @@
+package io.kvferry.prefill;
+
+import io.kvferry.plan.HeadSlice;
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Hello;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DataPath;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * A decode rank connected to this prefill rank (the prefill's view of the link; the decode's is
+ * {@code io.kvferry.decode.PrefillLink}): its accepted connection, what it registered in HELLO, and
+ * how bytes reach it. Registered and closed by the connection's reader thread in {@link DecodeSessions}.
+ */
+final class DecodeLink {
+    private static final Logger log = LoggerFactory.getLogger(DecodeLink.class);
+
+    final ControlConnection connection;
+    volatile Hello hello;
+    volatile DataPath dataPath;
+    /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */
+    volatile HeadSlice[] kvSlices;
+    /** Decode KV buffer of each local KV buffer, paired by layer id (PP stages hold a subset). */
+    volatile int[] kvBufferMap;
+    /** For an extra TCP data stripe: the link it belongs to (its loss is that link's loss); else null. */
+    volatile DecodeLink stripeOf;
+    /** The data stripes attached to this link (closed with it). */
+    final Set<DecodeLink> stripes = ConcurrentHashMap.newKeySet();
+    /** Rooms that hold a destination on this link, so its loss fails exactly them. */
+    final Set<Long> rooms = ConcurrentHashMap.newKeySet();
+
+    DecodeLink(ControlConnection connection) {
+        this.connection = connection;
+    }
+
+    /** The connection a room's success status must follow its writes on. */
+    ControlConnection statusConnection(long room) {
+        return dataPath instanceof io.kvferry.transport.TcpDataPath tcp ? tcp.connectionFor(room) : connection;
+    }
+
+    /** Sends a control message; a broken connection is the reader's to report, so it is only logged. */
+    void sendQuietly(ControlMessage m) {
+        try {
+            connection.send(m);
+        } catch (IOException e) {
+            log.debug("could not send {} to {}: {}", m.type(), this, e.getMessage());
+        }
+    }
+
+    String sessionId() {
+        Hello h = hello;
+        return h == null ? "unregistered@" + connection.peer() : h.sessionId();
+    }
+
+    @Override
+    public String toString() {
+        return sessionId() + " (" + connection.peer() + ")";
+    }
+}

@@ -1,0 +1,344 @@
+package io.kvferry.prefill;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.plan.LayerPairing;
+import io.kvferry.protocol.Abort;
+import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.ProtocolException;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.session.Failures;
+import io.kvferry.session.OwnedTaskThread;
+import io.kvferry.session.SessionTimer;
+import io.kvferry.transport.Backend;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.InprocDataPath;
+import io.kvferry.transport.InprocRegistry;
+import io.kvferry.transport.TcpDataPath;
+import io.kvferry.transport.WriteSink;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The connection side of a prefill rank: accepts decode connections, reads each on its own
+ * thread, registers them (HELLO), records their transfer infos and aborts, and fails exactly the
+ * rooms of a link that is lost. The acceptor and every reader thread are owned here and joined by
+ * {@link #close}; liveness (heartbeats, HELLO deadline, stalled writes) runs on the manager's timer.
+ */
+final class DecodeSessions {
+    private static final Logger log = LoggerFactory.getLogger(DecodeSessions.class);
+
+    private final KVManagerConfig config;
+    private final RegisteredMemory memory;
+    private final Backend backend;
+    private final int engineRank;
+    private final int uniqueRank;
+    private final HandshakeValidator validator;
+    private final OfferNegotiator negotiator;
+    private final PrefillRooms rooms;
+    private final TransferWorkers workers;
+    private final SessionTimer timer;
+    /** Closes failed links' one-sided paths off the reader and timer threads; the manager's teardown joins it. */
+    private final OwnedTaskThread unmapper;
+    private final ServerSocketChannel listener;
+    private final Set<DecodeLink> links = ConcurrentHashMap.newKeySet();
+    private final Set<Thread> readers = ConcurrentHashMap.newKeySet();
+    private final Thread acceptor;
+    private volatile boolean closed;
+
+    DecodeSessions(KVManagerConfig config, RegisteredMemory memory, Backend backend, int engineRank, int uniqueRank,
+                   HandshakeValidator validator, OfferNegotiator negotiator, PrefillRooms rooms, TransferWorkers workers,
+                   SessionTimer timer, OwnedTaskThread unmapper, ServerSocketChannel listener) {
+        this.config = config;
+        this.memory = memory;
+        this.backend = backend;
+        this.engineRank = engineRank;
+        this.uniqueRank = uniqueRank;
+        this.validator = validator;
+        this.negotiator = negotiator;
+        this.rooms = rooms;
+        this.workers = workers;
+        this.timer = timer;
+        this.unmapper = unmapper;
+        this.listener = listener;
+        Duration stall = config.writeStallTimeout();
+        timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
+            // A decode that stops reading would block a worker (and every room pinned to it) forever.
+            for (DecodeLink s : links) {
+                if (s.connection.writeStalledFor() > stall.toMillis()) {
+                    log.warn("decode session {}: no write progress for {} ms; closing it", s, stall.toMillis());
+                    s.connection.close(FailureKind.PEER_LOST, "no write progress for " + stall.toMillis() + " ms");
+                }
+            }
+        });
+        long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
+        timer.every(Duration.ofNanos(beat / 2), () -> {
+            for (DecodeLink s : links) {
+                if (s.hello == null) continue; // not registered yet: the HELLO deadline covers it, and HELLO_ACK must come first
+                if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
+            }
+        });
+        acceptor = Thread.ofPlatform().daemon().name("kvferry-prefill-accept-" + engineRank).start(this::acceptLoop);
+    }
+
+    /** Connected decode links, stripes included. */
+    int count() {
+        return links.size();
+    }
+
+    private void acceptLoop() {
+        while (!closed) {
+            SocketChannel ch;
+            try {
+                ch = listener.accept();
+            } catch (ClosedChannelException e) {
+                return;
+            } catch (IOException e) {
+                if (!closed) log.warn("accept failed: {}", e.getMessage());
+                continue;
+            }
+            try {
+                DecodeLink link = new DecodeLink(new ControlConnection(ch));
+                links.add(link);
+                if (closed) {
+                    link.connection.close();
+                    return;
+                }
+                // A peer that connects but never registers must not hold a thread forever.
+                timer.after(config.connectTimeout(), () -> {
+                    if (link.hello == null) link.connection.close(FailureKind.HANDSHAKE_REFUSED, "no HELLO within the connect timeout");
+                });
+                Thread reader = Thread.ofPlatform().daemon().name("kvferry-prefill-reader-" + engineRank).unstarted(() -> readLoop(link));
+                readers.add(reader);
+                reader.start();
+            } catch (IOException e) {
+                log.warn("cannot set up connection: {}", e.getMessage());
+                try {
+                    ch.close();
+                } catch (IOException ignored) {
+                    // nothing more to do
+                }
+            }
+        }
+    }
+
+    private void readLoop(DecodeLink link) {
+        String why = "closed";
+        FailureKind kind = FailureKind.PEER_LOST;
+        try {
+            while (!closed) {
+                ControlMessage m = link.connection.read();
+                if (link.hello == null && !(m instanceof Hello)) {
+                    throw new ProtocolException("first message must be HELLO, got " + m.type());
+                }
+                if (link.stripeOf != null && !(m instanceof Heartbeat)) {
+                    throw new ProtocolException("a data stripe carries only heartbeats from decode, got " + m.type());
+                }
+                switch (m) {
+                    case Hello h -> onHello(link, h);
+                    case TransferInfo t -> onTransferInfo(link, t);
+                    case Abort a -> onAbort(link, a);
+                    case WriteHeader w -> throw new ProtocolException("a prefill rank does not accept WRITE frames");
+                    case Heartbeat hb -> {
+                        // liveness only: the read itself refreshed the connection's clock
+                    }
+                    default -> throw new ProtocolException("unexpected " + m.type() + " from decode");
+                }
+            }
+        } catch (EOFException e) {
+            why = "connection closed by decode";
+        } catch (IOException e) {
+            why = Failures.message(e);
+            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", link, why);
+        } finally {
+            String reason = link.connection.closeReason();
+            if (reason != null && link.connection.closeKind() != null) kind = link.connection.closeKind();
+            onLinkLost(link, kind, reason != null ? reason : why);
+            readers.remove(Thread.currentThread());
+        }
+    }
+
+    private void onHello(DecodeLink link, Hello h) throws IOException {
+        if (link.hello != null) throw new ProtocolException("duplicate HELLO on one connection");
+        if (h.isStripe()) {
+            attachStripe(link, h);
+            return;
+        }
+        HandshakeValidator.Refusal refusal = validator.checkHello(h);
+        if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
+        DataPath path;
+        StringBuilder fallback = new StringBuilder();
+        if (Backend.INPROC.name().equals(h.dataPath())) {
+            WriteSink sink = InprocRegistry.lookup(h.sessionId());
+            if (sink == null) {
+                refuse(link, FailureKind.HANDSHAKE_REFUSED, "inproc data path needs the decode manager in the same JVM; session "
+                        + h.sessionId() + " is not here", "");
+            }
+            path = new InprocDataPath(sink);
+        } else {
+            path = negotiator.choose(h, link.connection.peer(), fallback);
+            if (path == null) path = new TcpDataPath(link.connection, h.stripes());
+        }
+        link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
+        link.kvSlices = validator.headSlices(h, link.kvBufferMap);
+        // A decode restarted with the same session id replaces its old link.
+        for (DecodeLink old : links) {
+            if (old != link && old.stripeOf == null && old.hello != null && old.hello.sessionId().equals(h.sessionId())) {
+                old.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
+            }
+        }
+        link.dataPath = path;
+        link.hello = h;
+        link.connection.send(new HelloAck(true, "", engineRank, uniqueRank, path.name(), fallback.toString()));
+        if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
+        else log.info("decode session {} registered; data path {} ({})", link, path.name(), fallback);
+    }
+
+    /** Answers a refused HELLO and ends the connection (the caller's reader unwinds). */
+    private void refuse(DecodeLink link, FailureKind kind, String reason, String logPrefix) throws ProtocolException {
+        link.sendQuietly(HelloAck.refused(kind, reason, engineRank, uniqueRank));
+        throw new ProtocolException(logPrefix + reason);
+    }
+
+    /** An extra TCP data connection of a registered decode link (tcpStripes > 1 on the decode). */
+    private void attachStripe(DecodeLink stripe, Hello h) throws IOException {
+        HandshakeValidator.Refusal token = validator.checkToken(h);
+        if (token != null) refuse(stripe, token.kind(), token.reason(), "refused data stripe: ");
+        DecodeLink main = null;
+        for (DecodeLink s : links) {
+            if (s.stripeOf == null && s.hello != null && s.hello.sessionId().equals(h.sessionId())) main = s;
+        }
+        if (main == null || !(main.dataPath instanceof TcpDataPath tcp)) {
+            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no TCP session " + h.sessionId() + " to add a data stripe to",
+                    "refused data stripe: ");
+            return;
+        }
+        if (!tcp.attach(h.stripeIndex(), stripe.connection)) {
+            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
+                    + " is out of range or already attached", "refused data stripe: ");
+        }
+        stripe.stripeOf = main;
+        stripe.hello = h;
+        main.stripes.add(stripe);
+        stripe.connection.send(new HelloAck(true, "", engineRank, uniqueRank, "tcp", ""));
+        if (main.connection.isClosed()) stripe.connection.close(); // lost while attaching: go with it
+    }
+
+    private void onTransferInfo(DecodeLink link, TransferInfo t) {
+        PrefillRooms.Tombstone buried = rooms.buried(t.room());
+        if (buried != null) {
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
+            return;
+        }
+        PrefillRoom room = rooms.room(t.room());
+        String error = t.dummy() ? null : HandshakeValidator.checkTransferInfo(link.hello.memory(), t);
+        PrefillRoom.Destination previous = room.destinations.putIfAbsent(link.sessionId(), new PrefillRoom.Destination(link, t));
+        if (previous != null) {
+            error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
+        }
+        link.rooms.add(t.room());
+        rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
+        if (error != null) {
+            log.warn("room {}: {}", t.room(), error);
+            rooms.statuses.fail(t.room(), FailureKind.BAD_REQUEST, error);
+            if (previous != null || t.dummy()) {
+                link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));
+            } else {
+                rooms.fail(room, FailureKind.BAD_REQUEST, error);
+            }
+            return;
+        }
+        if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
+        room.requiredDstInfoNum = t.requiredDstInfoNum();
+        if (room.destinations.size() >= t.requiredDstInfoNum()) {
+            room.freezeDestinations();
+            rooms.statuses.update(t.room(), KVPoll.WaitingForInput);
+        }
+    }
+
+    private void onAbort(DecodeLink link, Abort a) {
+        PrefillRoom room = rooms.get(a.room());
+        if (room == null || rooms.statuses.status(a.room()) == KVPoll.Success) {
+            // Still through the room's worker: a chunk of a room cleared here a moment ago may be running.
+            workers.enqueue(a.room(), () -> link.sendQuietly(new AbortAck(a.room(), uniqueRank)));
+            return;
+        }
+        rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);
+        room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
+        // The ack goes through the room's worker so it leaves only after any in-flight chunk stopped.
+        workers.enqueue(a.room(), () -> link.sendQuietly(new AbortAck(a.room(), uniqueRank)));
+    }
+
+    private void onLinkLost(DecodeLink link, FailureKind kind, String why) {
+        links.remove(link);
+        link.connection.close();
+        DecodeLink owner = link.stripeOf;
+        if (owner != null) {
+            // A lost data stripe takes its link down: the rooms whose bytes it carried cannot finish.
+            owner.connection.close(kind, "data stripe " + link.hello.stripeIndex() + " lost: " + why);
+            return;
+        }
+        for (DecodeLink stripe : link.stripes) stripe.connection.close();
+        DataPath path = link.dataPath;
+        if (path != null && path.oneSided() && !closed) {
+            // Queued before the rooms below fail, but it runs on its own thread once they have: one-sided
+            // writers stop at their next op before unmapping, and neither this reader nor the timer
+            // (heartbeats!) waits while they wind down. Refused only once teardown began, which closes
+            // every link's path itself.
+            unmapper.submit(path::close);
+        }
+        if (closed) return;
+        for (Long r : link.rooms) {
+            PrefillRoom room = rooms.get(r);
+            if (room == null || rooms.statuses.status(r).isTerminal()) continue;
+            rooms.statuses.fail(r, kind, "Decode instance could be dead: lost connection with decode session "
+                    + link.sessionId() + " (" + why + ")");
+            rooms.notifyOnce(room);
+        }
+    }
+
+    /** Stops accepting, closes every link, joins the acceptor and the readers (bounded), then closes the links' data paths. */
+    void close(long joinMillis) throws InterruptedException {
+        closed = true;
+        try {
+            listener.close();
+        } catch (IOException ignored) {
+            // closing anyway
+        }
+        List<DecodeLink> open = new ArrayList<>(links);
+        for (DecodeLink s : open) s.connection.close();
+        acceptor.join(joinMillis);
+        long deadline = System.nanoTime() + joinMillis * 1_000_000L;
+        for (Thread r : new ArrayList<>(readers)) r.join(Math.max(1, (deadline - System.nanoTime()) / 1_000_000L));
+        closedPaths = open;
+    }
+
+    /** The links open at {@link #close}, whose data paths teardown closes after the unmapper ended. */
+    private volatile List<DecodeLink> closedPaths = List.of();
+
+    void closeDataPaths() {
+        for (DecodeLink s : closedPaths) {
+            if (s.dataPath != null) s.dataPath.close();
+        }
+    }
+}

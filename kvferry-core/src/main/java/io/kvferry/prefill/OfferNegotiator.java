@@ -1,0 +1,91 @@
+package io.kvferry.prefill;
+
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.TransportOffer;
+import io.kvferry.transport.Backend;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.SourceTransport;
+import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.TransportUnavailableException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Picks the data path for a decode link from the transports the decode offered in HELLO: the first
+ * one this prefill's backend allows and can use. Each transport's source side is opened once, on
+ * first use, and closed with the manager.
+ */
+final class OfferNegotiator implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(OfferNegotiator.class);
+
+    private final Backend backend;
+    private final List<TransportProvider> providers;
+    private final RegisteredMemory memory;
+    private final int engineRank;
+    /** Guarded by itself. */
+    private final Map<String, SourceTransport> sources = new HashMap<>();
+
+    private final io.kvferry.api.KVFerrySettings settings;
+
+    OfferNegotiator(Backend backend, RegisteredMemory memory, int engineRank, io.kvferry.api.KVFerrySettings settings) {
+        this.settings = settings;
+        this.backend = backend;
+        this.providers = backend.pluggableTransports();
+        this.memory = memory;
+        this.engineRank = engineRank;
+    }
+
+    /**
+     * The first offered transport that is allowed and usable, or null for the built-in path;
+     * {@code fallback} collects why earlier offers were passed over.
+     */
+    DataPath choose(Hello h, String peer, StringBuilder fallback) {
+        for (TransportOffer offer : h.offers()) {
+            String name = offer.transport();
+            TransportProvider provider = providers.stream().filter(p -> p.name().equals(name)).findFirst().orElse(null);
+            String why;
+            if (provider == null) {
+                why = "not enabled on this prefill (backend " + backend + ")";
+            } else if (provider.unavailableReason(settings) != null) {
+                why = provider.unavailableReason(settings);
+            } else {
+                try {
+                    return source(provider).connect(offer.blob(), h.memory(), h.sessionId() + " (" + peer + ")");
+                } catch (TransportUnavailableException e) {
+                    why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
+                } catch (IOException | RuntimeException e) {
+                    why = "unusable offer: " + e.getMessage();
+                    log.warn("decode session {} ({}): {} offer refused: {}", h.sessionId(), peer, name, e.getMessage());
+                }
+            }
+            if (!fallback.isEmpty()) fallback.append("; ");
+            fallback.append(name).append(" not used: ").append(why);
+        }
+        return null;
+    }
+
+    private SourceTransport source(TransportProvider provider) throws IOException {
+        synchronized (sources) {
+            SourceTransport s = sources.get(provider.name());
+            if (s == null) {
+                s = provider.openSource(memory, engineRank, settings);
+                sources.put(provider.name(), s);
+            }
+            return s;
+        }
+    }
+
+    @Override
+    public void close() {
+        synchronized (sources) {
+            for (SourceTransport s : sources.values()) s.close();
+            sources.clear();
+        }
+    }
+}

@@ -1,0 +1,216 @@
+package io.kvferry.prefill;
+
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVManagerStats;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.plan.RankMapping;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.session.OwnedTaskThread;
+import io.kvferry.session.SessionTimer;
+import io.kvferry.transport.Backend;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.util.List;
+import java.util.Optional;
+
+/**
+ * The prefill side of one rank: a façade over its parts. {@link DecodeSessions} accepts and reads
+ * decode connections (validated by {@link HandshakeValidator}, data path chosen by
+ * {@link OfferNegotiator}); {@link PrefillRooms} holds the rooms, their statuses and tombstones;
+ * {@link TransferWorkers} run each room's chunks through {@link ChunkExecutor} on the worker the
+ * room is pinned to.
+ *
+ * <p>Threads, all owned here and ended by {@link #teardown}: one acceptor and one reader per decode
+ * connection (in {@link DecodeSessions}), {@code transferWorkers} workers, one timer (heartbeats,
+ * handshake deadlines, stalled-write watchdog) and one unmapper (closes lost links' one-sided paths).
+ */
+public final class PrefillKVManager implements KVManager {
+    private static final Logger log = LoggerFactory.getLogger(PrefillKVManager.class);
+
+    private final KVManagerConfig config;
+    private final RegisteredMemory memory;
+    private final int ppRank;
+    private final int pageSize;
+    private final String kvCacheDtype;
+    private final Backend backend;
+    private final ServerSocketChannel listener;
+    private final SessionTimer timer;
+    private final OwnedTaskThread unmapper;
+    private final TransferWorkers workers;
+    final PrefillRooms rooms;
+    final ChunkExecutor chunks;
+    private final OfferNegotiator negotiator;
+    private final DecodeSessions sessions;
+    private volatile boolean closed;
+
+    public PrefillKVManager(KVArgs args, KVManagerConfig config, Backend backend) {
+        this.config = config;
+        this.memory = RegisteredMemory.from(args);
+        this.ppRank = args.ppRank;
+        this.pageSize = args.pageSize;
+        this.kvCacheDtype = args.kvCacheDtypeStr;
+        this.backend = backend;
+        if (config.ppSize() > 1 && args.kvLayerIds.isEmpty()) {
+            // Without ids a stage's buffers would pair with the decode's first layers: wrong bytes, no error.
+            throw new IllegalArgumentException("a pipeline-parallel prefill stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
+        }
+        backend.requireAvailable(config.settings());
+        boolean hasConvShardGroups = args.stateConvShardGroups.stream().anyMatch(l -> l != null && l.stream().anyMatch(g -> g != null));
+        int uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
+                config.attnCpRank(), config.attnCpSize());
+        try {
+            listener = ServerSocketChannel.open();
+            listener.bind(new InetSocketAddress(config.listenHost(), 0));
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot listen on " + config.listenHost() + ": " + e.getMessage(), e);
+        }
+        int rank = args.engineRank;
+        unmapper = new OwnedTaskThread("kvferry-prefill-unmap-" + rank);
+        timer = new SessionTimer("kvferry-prefill-timer-" + rank);
+        workers = new TransferWorkers(config.transferWorkers(), "kvferry-prefill-worker-" + rank + "-");
+        rooms = new PrefillRooms(workers, uniqueRank, config.ticker());
+        chunks = new ChunkExecutor(memory, config, pageSize, uniqueRank, rooms, workers);
+        negotiator = new OfferNegotiator(backend, memory, rank, config.settings());
+        HandshakeValidator validator = new HandshakeValidator(memory, config, pageSize, kvCacheDtype, args.totalKvHeadNum,
+                hasConvShardGroups);
+        sessions = new DecodeSessions(config, memory, backend, rank, uniqueRank, validator, negotiator, rooms, workers, timer,
+                unmapper, listener);
+    }
+
+    @Override
+    public DisaggregationMode mode() {
+        return DisaggregationMode.PREFILL;
+    }
+
+    @Override
+    public String backend() {
+        return backend.name();
+    }
+
+    /** The control endpoint decode ranks connect to. */
+    public InetSocketAddress endpoint() {
+        try {
+            return (InetSocketAddress) listener.getLocalAddress();
+        } catch (IOException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    @Override
+    public Optional<InetSocketAddress> controlEndpoint() {
+        return Optional.of(endpoint());
+    }
+
+    @Override
+    public void registerToBootstrap() {
+        PrefillRankRegistration reg = new PrefillRankRegistration(
+                config.attnTpSize(), config.attnTpRank(), config.attnCpSize(), config.attnCpRank(),
+                config.dpSize(), config.dpRank(), config.ppSize(), ppRank, 1, 0,
+                advertisedHost(), advertisedPort(), pageSize, kvCacheDtype, config.loadBalanceMethod(), false,
+                config.prefillHttpPort());
+        try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
+            client.registerRank(reg);
+        }
+        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {}", config.attnTpRank(), ppRank,
+                advertisedHost(), advertisedPort(), config.bootstrapAddr());
+    }
+
+    private String advertisedHost() {
+        return config.advertiseHost() == null ? config.listenHost() : config.advertiseHost();
+    }
+
+    private int advertisedPort() {
+        return config.advertisePort() == 0 ? endpoint().getPort() : config.advertisePort();
+    }
+
+    @Override
+    public boolean enableDeferredDecodeKvRelease() {
+        return false;
+    }
+
+    @Override
+    public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
+                                 boolean reqHasDisaggPrefillDpRank) {
+        if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
+        PrefillRoom room = rooms.room(bootstrapRoom);
+        // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
+        boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
+        PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
+        if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
+        return sender;
+    }
+
+    /**
+     * Attention-DP (SGLang §2.4): with follow_bootstrap_room the room decides the DP group and a
+     * mismatch is a routing error; otherwise this rank tells the registry which group holds the room.
+     */
+    private void publishDpRank(PrefillRoom room, long bootstrapRoom) {
+        if (config.loadBalanceMethod() == null || "follow_bootstrap_room".equals(config.loadBalanceMethod())) {
+            int implied = (int) Math.floorMod(bootstrapRoom, (long) config.dpSize());
+            if (implied != config.dpRank()) {
+                rooms.fail(room, FailureKind.ROUTING, "follow_bootstrap_room conflict: dispatched to dp_rank " + config.dpRank()
+                        + " but bootstrap_room " + bootstrapRoom + " implies dp_rank " + implied);
+            }
+            return;
+        }
+        try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
+            client.registerDpRank(bootstrapRoom, config.dpRank());
+        } catch (RuntimeException e) {
+            rooms.fail(room, FailureKind.ROUTING, "could not register dp_rank " + config.dpRank() + " for room " + bootstrapRoom
+                    + ": " + e.getMessage());
+        }
+    }
+
+    @Override
+    public KVReceiver createReceiver(String bootstrapAddr, long bootstrapRoom) {
+        throw new UnsupportedOperationException("a prefill manager creates senders, not receivers");
+    }
+
+    RegisteredMemory memory() {
+        return memory;
+    }
+
+    KVManagerConfig config() {
+        return config;
+    }
+
+    /** Queues one chunk of a room on the room's worker. */
+    void enqueue(PrefillRoom room, ChunkExecutor.Chunk chunk) {
+        workers.enqueue(room.room, () -> chunks.execute(room, chunk));
+    }
+
+    @Override
+    public KVManagerStats stats() {
+        return new KVManagerStats(rooms.size(), sessions.count(), workers.bytes(), workers.busyNanos(), workers.ops(),
+                workers.activeNanos(), workers.writesInDataPath());
+    }
+
+    @Override
+    public void teardown() {
+        if (closed) return;
+        closed = true;
+        timer.close();
+        try {
+            sessions.close(2000);
+            workers.close(2000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (!unmapper.close(config.abortAckTimeout().plusSeconds(1))) {
+            log.warn("teardown: {} did not end within {}", unmapper.name(), config.abortAckTimeout().plusSeconds(1));
+        }
+        sessions.closeDataPaths();
+        negotiator.close();
+    }
+}

@@ -1,0 +1,191 @@
+package io.kvferry.prefill;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.api.KVTransferMetric;
+
+import io.kvferry.session.Failures;
+import io.kvferry.session.RoomStatusTable;
+
+import java.util.Arrays;
+
+/**
+ * One request on one prefill rank. Owned by the scheduler thread that calls it; the transfer
+ * itself runs on the room's worker in the manager.
+ */
+final class PrefillKVSender implements KVSender {
+    private final PrefillKVManager manager;
+    private final PrefillRoom room;
+    private final String bootstrapAddr;
+    /** Scheduler thread only: the terminal state once poll() returned it. */
+    private KVPoll concluded;
+    /** Failure-injection hook: this request fails once under way (decided at creation). */
+    private boolean injectFailure;
+
+    /** A dummy sender (non-zero CP rank) moves nothing: it waits for no decode and succeeds on its last chunk. */
+    private final boolean dummy;
+
+    PrefillKVSender(PrefillKVManager manager, PrefillRoom room, String bootstrapAddr, boolean dummy) {
+        this.manager = manager;
+        this.room = room;
+        this.bootstrapAddr = bootstrapAddr;
+        this.dummy = dummy;
+        manager.rooms.statuses.update(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        double p = manager.config().failureInjectionProbability();
+        injectFailure = p > 0 && java.util.concurrent.ThreadLocalRandom.current().nextDouble() < p;
+    }
+
+    @Override
+    public long bootstrapRoom() {
+        return room.room;
+    }
+
+    @Override
+    public void init(int numKvIndices, int auxIndex) {
+        if (numKvIndices < 0) {
+            manager.rooms.fail(room, FailureKind.BAD_REQUEST, "init: negative page count " + numKvIndices);
+            return;
+        }
+        long rows = manager.memory().auxRowCount();
+        if (auxIndex >= 0 && auxIndex >= rows || auxIndex < -1) {
+            manager.rooms.fail(room, FailureKind.BAD_REQUEST, "init: aux index " + auxIndex + " is outside the prefill metadata pool of " + rows + " rows");
+            return;
+        }
+        room.numPages = numKvIndices;
+        room.auxIndex = auxIndex;
+    }
+
+    @Override
+    public void send(int[] kvIndices, int[][] stateIndices, Integer numKvTokens) {
+        KVPoll st = manager.rooms.statuses.status(room.room);
+        if (st == KVPoll.Failed) return; // chunks of a failed room are dropped, as after an abort
+        if (room.numPages < 0) throw new IllegalStateException("send() before init() for room " + room.room);
+        if (st == KVPoll.Bootstrapping) {
+            throw new IllegalStateException("send() for room " + room.room + " before decode sent its metadata (still Bootstrapping)");
+        }
+        int start = room.sentPages;
+        int end = start + kvIndices.length;
+        if (end > room.numPages) {
+            manager.rooms.fail(room, FailureKind.BAD_REQUEST, "send: pages [" + start + ", " + end + ") exceed the " + room.numPages
+                    + " pages declared in init");
+            return;
+        }
+        long pool = manager.memory().kvPageCount();
+        for (int p : kvIndices) {
+            if (p < 0 || p >= pool) {
+                manager.rooms.fail(room, FailureKind.BAD_REQUEST, "send: page id " + p + " is outside the prefill KV pool of " + pool + " pages");
+                return;
+            }
+        }
+        if (stateIndices != null) {
+            for (int c = 0; c < stateIndices.length && c < manager.memory().stateComponentCount(); c++) {
+                long n = manager.memory().stateIndexCount(c);
+                for (int idx : stateIndices[c] == null ? new int[0] : stateIndices[c]) {
+                    if (idx < 0 || idx >= n) {
+                        manager.rooms.fail(room, FailureKind.BAD_REQUEST, "send: state index " + idx + " of component " + c + " is outside its " + n + " entries");
+                        return;
+                    }
+                }
+            }
+        }
+        room.sentPages = end;
+        boolean last = end == room.numPages;
+        if (dummy) {
+            if (last) manager.rooms.statuses.update(room.room, KVPoll.Success);
+            return;
+        }
+        int[][] state = stateIndices == null ? null : deepCopy(stateIndices);
+        int aux = room.auxIndex;
+        KVManagerConfig cfg = manager.config();
+        if (cfg.allCpRanksTransfer() && cfg.attnCpSize() > 1) {
+            // SGLang §4.6: this CP rank sends the part of the chunk inside its contiguous share of the
+            // request's pages; replicated state and aux come from CP rank 0 only.
+            int total = room.numPages, cp = cfg.attnCpSize(), r = cfg.attnCpRank();
+            int base = total / cp, extra = total % cp;
+            int shareStart = r * base + Math.min(r, extra), shareEnd = shareStart + base + (r < extra ? 1 : 0);
+            int from = Math.max(start, shareStart), to = Math.min(end, shareEnd);
+            int[] part = from < to ? Arrays.copyOfRange(kvIndices, from - start, to - start) : new int[0];
+            int sliceStart = from < to ? from : shareEnd;
+            if (part.length == 0 && !last) return;
+            int[][] partState = r == 0 ? state : null;
+            int partAux = r == 0 ? aux : -1;
+            manager.enqueue(room, new ChunkExecutor.Chunk(part, sliceStart, last, partState, partAux, shareEnd, total));
+            return;
+        }
+        int[] pages = kvIndices.clone();
+        manager.enqueue(room, ChunkExecutor.Chunk.of(pages, start, last, state, aux));
+    }
+
+    private static int[][] deepCopy(int[][] a) {
+        int[][] c = new int[a.length][];
+        for (int i = 0; i < a.length; i++) c[i] = a[i] == null ? new int[0] : a[i].clone();
+        return c;
+    }
+
+    @Override
+    public int popDecodePrefixLen() {
+        if (room.prefixPopped) return 0;
+        room.prefixPopped = true;
+        return room.decodePrefixLen;
+    }
+
+    @Override
+    public KVTransferMetric getTransferMetric() {
+        long first = room.firstSendNanos, done = room.doneNanos;
+        Double latency = first != 0 && done != 0 ? (done - first) / 1e9 : null;
+        java.util.TreeSet<String> paths = new java.util.TreeSet<>();
+        for (PrefillRoom.Destination d : room.destinations.values()) {
+            if (!d.info().dummy() && d.link().dataPath != null) paths.add(d.link().dataPath.name());
+        }
+        return new KVTransferMetric(latency, null, room.bytesSent, paths.isEmpty() ? null : String.join("+", paths));
+    }
+
+    @Override
+    public KVPoll poll() {
+        if (concluded != null) return concluded;
+        KVPoll st = manager.rooms.statuses.status(room.room);
+        if (injectFailure && st.value() >= KVPoll.WaitingForInput.value() && st != KVPoll.Success) {
+            injectFailure = false;
+            manager.rooms.fail(room, FailureKind.INJECTED, Failures.INJECTED);
+            st = manager.rooms.statuses.status(room.room);
+        }
+        if (st.isTerminal()) {
+            concluded = st; // latched, as SGLang's conclude_state
+            return st;
+        }
+        if (st == KVPoll.Bootstrapping) {
+            double waited = (manager.config().ticker().nanoTime() - room.createdTick) / 1e9;
+            if (waited > manager.config().bootstrapTimeout().toNanos() / 1e9) {
+                manager.rooms.fail(room, FailureKind.BOOTSTRAP_TIMEOUT, Failures.timedOut(room.room, waited, "Bootstrapping"));
+                return KVPoll.Failed;
+            }
+        }
+        return st;
+    }
+
+    @Override
+    public void failureException() {
+        RoomStatusTable.Entry e = manager.rooms.statuses.entry(room.room);
+        concluded = KVPoll.Failed;
+        manager.rooms.forget(room.room); // as SGLang: the failure is latched and the room's bookkeeping dropped
+        throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
+    }
+
+    @Override
+    public void clear() {
+        manager.rooms.forget(room.room);
+    }
+
+    @Override
+    public void abort() {
+        manager.rooms.fail(room, FailureKind.ABORTED, Failures.ABORTED);
+    }
+
+    @Override
+    public String toString() {
+        return "PrefillKVSender[room=" + room.room + ", bootstrap=" + bootstrapAddr + "]";
+    }
+}

@@ -1,0 +1,88 @@
+package io.kvferry.session;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVPoll;
+
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Status of every room on one manager, with SGLang's rules: a status only moves forward; Failed is
+ * sticky and keeps the first kind and reason recorded; only Bootstrapping and WaitingForInput may
+ * create a room; a cleared (removed) room is never resurrected; a missing room reads as Failed.
+ *
+ * <p>Thread-safe: every change is one atomic {@code compute} on the map, so the scheduler thread,
+ * reader threads and transfer workers may all update it.
+ */
+public final class RoomStatusTable {
+    /** One room's state; immutable. Kind and reason are set exactly when the status is Failed. */
+    public record Entry(KVPoll status, FailureKind kind, String reason) {}
+
+    private final ConcurrentHashMap<Long, Entry> rooms = new ConcurrentHashMap<>();
+
+    /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
+    public KVPoll update(long room, KVPoll status) {
+        if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
+        Entry e = rooms.compute(room, (k, old) -> {
+            if (old == null) {
+                return status == KVPoll.Bootstrapping || status == KVPoll.WaitingForInput ? new Entry(status, null, null) : null;
+            }
+            if (old.status() == KVPoll.Failed || old.status().value() >= status.value()) return old;
+            return new Entry(status, null, null);
+        });
+        return e == null ? KVPoll.Failed : e.status();
+    }
+
+    /**
+     * Fails a room that exists, keeping the first kind and reason. Returns true when this call moved
+     * the room to Failed (false: absent or already Failed).
+     */
+    public boolean fail(long room, FailureKind kind, String reason) {
+        if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
+        boolean[] changed = {false};
+        rooms.computeIfPresent(room, (k, old) -> {
+            if (old.status() == KVPoll.Failed) return old;
+            changed[0] = true;
+            return new Entry(KVPoll.Failed, kind, reason);
+        });
+        return changed[0];
+    }
+
+    public KVPoll status(long room) {
+        Entry e = rooms.get(room);
+        return e == null ? KVPoll.Failed : e.status();
+    }
+
+    /** The recorded failure reason, or null. */
+    public String reason(long room) {
+        Entry e = rooms.get(room);
+        return e == null ? null : e.reason();
+    }
+
+    /** The recorded failure kind, or null (not failed, or unknown here). */
+    public FailureKind kind(long room) {
+        Entry e = rooms.get(room);
+        return e == null ? null : e.kind();
+    }
+
+    /** The room's whole entry, or null when absent. */
+    public Entry entry(long room) {
+        return rooms.get(room);
+    }
+
+    public boolean contains(long room) {
+        return rooms.containsKey(room);
+    }
+
+    public void remove(long room) {
+        rooms.remove(room);
+    }
+
+    public int size() {
+        return rooms.size();
+    }
+
+    public Set<Long> rooms() {
+        return Set.copyOf(rooms.keySet());
+    }
+}

@@ -1,0 +1,36 @@
+package io.kvferry.session;
+
+import java.time.Duration;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The one timer thread of a manager: heartbeat sweeps, handshake deadlines and the write-stall
+ * watchdog all run here, so none of them needs a thread of its own. Owned by the manager and shut
+ * down by its teardown; tasks must be short (they close connections, they never wait on them).
+ */
+public final class SessionTimer implements AutoCloseable {
+    private final ScheduledExecutorService executor;
+
+    public SessionTimer(String threadName) {
+        executor = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name(threadName).unstarted(r));
+    }
+
+    /** Runs {@code task} every {@code period}, first after one period. */
+    public void every(Duration period, Runnable task) {
+        long nanos = Math.max(1, period.toNanos());
+        executor.scheduleWithFixedDelay(task, nanos, nanos, TimeUnit.NANOSECONDS);
+    }
+
+    /** Runs {@code task} once after {@code delay}; cancel the returned future when the deadline no longer matters. */
+    public ScheduledFuture<?> after(Duration delay, Runnable task) {
+        return executor.schedule(task, delay.toNanos(), TimeUnit.NANOSECONDS);
+    }
+
+    @Override
+    public void close() {
+        executor.shutdownNow();
+    }
+}

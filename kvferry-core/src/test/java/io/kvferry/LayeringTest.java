@@ -1,0 +1,84 @@
+package io.kvferry;
+
+import com.tngtech.archunit.core.domain.JavaClasses;
+import com.tngtech.archunit.core.importer.ClassFileImporter;
+import com.tngtech.archunit.core.importer.ImportOption;
+import org.junit.jupiter.api.Test;
+
+import static com.tngtech.archunit.lang.syntax.ArchRuleDefinition.noClasses;
+import static com.tngtech.archunit.library.dependencies.SlicesRuleDefinition.slices;
+
+/**
+ * The "may touch" table of docs/ARCHITECTURE.md, enforced: {@code api} depends on nothing of
+ * kvferry; {@code protocol} and {@code plan} are pure (no I/O packages, no threads of ours);
+ * transports see only the SPI's neighbours (api, memory, plan, protocol); the session toolkit sees
+ * only api and the transports; prefill and decode never see each other; only the {@link KVFerry}
+ * factory names the managers; and no two packages depend on each other in a cycle.
+ */
+class LayeringTest {
+    static final JavaClasses CORE = new ClassFileImporter().withImportOption(ImportOption.Predefined.DO_NOT_INCLUDE_TESTS)
+            .importPackages("io.kvferry");
+
+    private static final String[] ROLE_PACKAGES = {"io.kvferry.prefill..", "io.kvferry.decode..", "io.kvferry.fake.."};
+
+    @Test
+    void apiDependsOnNothingOfKvferry() {
+        noClasses().that().resideInAPackage("io.kvferry.api..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.memory..", "io.kvferry.plan..", "io.kvferry.protocol..",
+                        "io.kvferry.registry..", "io.kvferry.transport..", "io.kvferry.session..", "io.kvferry.prefill..",
+                        "io.kvferry.decode..", "io.kvferry.fake..")
+                .orShould().dependOnClassesThat().belongToAnyOf(KVFerry.class)
+                .because("the API is what engines compile against; it must not drag the implementation with it")
+                .check(CORE);
+    }
+
+    @Test
+    void protocolAndPlanArePure() {
+        noClasses().that().resideInAnyPackage("io.kvferry.protocol..", "io.kvferry.plan..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.memory..", "io.kvferry.registry..",
+                        "io.kvferry.transport..", "io.kvferry.session..", "io.kvferry.prefill..", "io.kvferry.decode..",
+                        "java.nio.channels..", "java.net..", "java.util.concurrent..")
+                .because("framing and planning are pure functions of their inputs, tested without sockets or threads")
+                .check(CORE);
+    }
+
+    @Test
+    void transportsSeeOnlyTheSpiNeighbours() {
+        noClasses().that().resideInAPackage("io.kvferry.transport..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.registry..", "io.kvferry.session..",
+                        "io.kvferry.prefill..", "io.kvferry.decode..", "io.kvferry.fake..")
+                .because("a transport moves bytes between registered memories; rooms and sessions are the managers' business")
+                .check(CORE);
+    }
+
+    @Test
+    void sessionToolkitIsSharedNotRoleSpecific() {
+        noClasses().that().resideInAPackage("io.kvferry.session..")
+                .should().dependOnClassesThat().resideInAnyPackage(ROLE_PACKAGES)
+                .orShould().dependOnClassesThat().resideInAnyPackage("io.kvferry.registry..")
+                .check(CORE);
+    }
+
+    @Test
+    void prefillAndDecodeNeverSeeEachOther() {
+        noClasses().that().resideInAPackage("io.kvferry.prefill..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.decode..", "io.kvferry.fake..")
+                .check(CORE);
+        noClasses().that().resideInAPackage("io.kvferry.decode..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.prefill..", "io.kvferry.fake..")
+                .check(CORE);
+    }
+
+    @Test
+    void onlyTheFactoryNamesTheManagers() {
+        noClasses().that().resideOutsideOfPackages(ROLE_PACKAGES).and().doNotBelongToAnyOf(KVFerry.class)
+                .should().dependOnClassesThat().resideInAnyPackage(ROLE_PACKAGES)
+                .because("engines and tools reach a manager through KVFerry.createManager and the KVManager interface")
+                .check(CORE);
+    }
+
+    @Test
+    void packagesAreFreeOfCycles() {
+        slices().matching("io.kvferry.(*)..").should().beFreeOfCycles().check(CORE);
+    }
+}

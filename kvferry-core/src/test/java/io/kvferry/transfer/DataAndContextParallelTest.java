@@ -1,0 +1,164 @@
+package io.kvferry.transfer;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** Attention-DP on prefill (DP rank from the room, the registry or a hint) and dummy CP ranks. */
+@Timeout(60)
+class DataAndContextParallelTest extends TransferTestBase {
+
+    KVManager prefillRank(TestRank mem, KVManagerConfig config) {
+        KVManager m = KVFerry.createManager("tcp", mem.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, config);
+        closeables.add(m);
+        m.registerToBootstrap();
+        return m;
+    }
+
+    @Test
+    void followBootstrapRoomPicksTheDpGroupFromTheRoom() {
+        TestRank p0 = rank(), p1 = rank(), dm = rank();
+        KVManager dp0 = prefillRank(p0, cfg(1, 0).dp(2, 0).build());
+        KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).build());
+        io.kvferry.api.KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        long room = 1001; // odd: DP group 1
+        assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
+        assertEquals(0, d.resolvePrefillDpRank(addr, room, 0), "a router hint wins");
+        KVReceiver recv = d.createReceiver(addr, room);
+        recv.init(1);
+        recv.sendMetadata(new int[]{4, 5}, 0, null, 0);
+        KVSender s = dp1.createSender(addr, room);
+        await(s::poll, KVPoll.WaitingForInput);
+        p1.fillPage(9, room, 0);
+        p1.fillPage(10, room, 1);
+        s.init(2, 0);
+        s.send(new int[]{9, 10});
+        await(recv::poll, KVPoll.Success);
+        assertTrue(dm.pageMatches(4, room, 0) && dm.pageMatches(5, room, 1));
+        // The scheduler put the room on the wrong group: a clear routing error, not a hang.
+        KVSender wrong = dp0.createSender(addr, 2003);
+        assertEquals(KVPoll.Failed, wrong.poll());
+        assertTrue(failure(wrong::failureException).contains("follow_bootstrap_room conflict: dispatched to dp_rank 0 but bootstrap_room 2003 implies dp_rank 1"));
+    }
+
+    @Test
+    void otherBalancersPublishTheDpRankThroughTheRegistry() {
+        TestRank p0 = rank(), p1 = rank(), dm = rank();
+        prefillRank(p0, cfg(1, 0).dp(2, 0).loadBalanceMethod("round_robin").build());
+        KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).loadBalanceMethod("round_robin").build());
+        io.kvferry.api.KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        long room = 4000; // even, but placed on group 1
+        assertEquals(-1, d.resolvePrefillDpRank(addr, room, null), "not known before the prefill took the request");
+        KVSender s = dp1.createSender(addr, room);
+        assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
+        KVReceiver recv = d.createReceiver(addr, room);
+        recv.init(1);
+        recv.sendMetadata(new int[]{6}, 0, null, 0);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1, 0);
+        s.send(new int[]{3});
+        await(recv::poll, KVPoll.Success);
+    }
+
+    @Test
+    void nonZeroContextParallelRanksAreDummiesThatStillConclude() {
+        TestRank c0 = rank(), c1 = rank(), dm = rank();
+        KVManager cp0 = prefillRank(c0, cfg(1, 0).attnCp(2, 0).build());
+        KVManager cp1 = prefillRank(c1, cfg(1, 0).attnCp(2, 1).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        long room = 77;
+        KVSender dummy = cp1.createSender(addr, room);
+        assertEquals(KVPoll.WaitingForInput, dummy.poll(), "a dummy CP rank waits for no decode");
+        KVReceiver recv = d.createReceiver(addr, room);
+        recv.init(0);
+        recv.sendMetadata(new int[]{1, 2}, 0, null, 0);
+        KVSender real = cp0.createSender(addr, room);
+        await(real::poll, KVPoll.WaitingForInput);
+        for (KVSender s : new KVSender[]{real, dummy}) {
+            s.init(2, 0);
+            s.send(new int[]{11});
+            s.send(new int[]{12});
+        }
+        await(dummy::poll, KVPoll.Success);
+        await(real::poll, KVPoll.Success);
+        await(recv::poll, KVPoll.Success);
+        assertEquals(0L, dummy.getTransferMetric().transferTotalBytes());
+    }
+
+    /** All-CP-ranks transfer: each CP rank sends its contiguous share of the pages; decode waits for every CP rank. */
+    @Test
+    void allContextParallelRanksSendTheirContiguousShares() {
+        TestRank c0 = rank(), c1 = rank(), c2 = rank(), dm = rank();
+        TestRank[] mems = {c0, c1, c2};
+        KVManager[] cps = new KVManager[3];
+        for (int r = 0; r < 3; r++) cps[r] = prefillRank(mems[r], cfg(1, 0).attnCp(3, r).allCpRanksTransfer(true).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).allCpRanksTransfer(true).build(), 0, PAGE_SIZE);
+        long room = 909;
+        int[] dst = {10, 11, 12, 13, 14, 15, 16}; // 7 pages: shares of 3, 2, 2
+        int[] src = {1, 2, 3, 4, 5, 6, 7};
+        KVReceiver recv = d.createReceiver(addr, room);
+        recv.init(0);
+        recv.sendMetadata(dst, 2, new int[][]{{3}}, 0);
+        KVSender[] senders = new KVSender[3];
+        for (int r = 0; r < 3; r++) {
+            // Every CP rank holds the whole (replicated) KV here; each must send only its share.
+            for (int j = 0; j < src.length; j++) mems[r].fillPage(src[j], room, j);
+            mems[r].fillRow(mems[r].aux, mems[r].auxItem, 0, room);
+            mems[r].fillRow(mems[r].state, mems[r].stateItem, 0, room);
+            senders[r] = cps[r].createSender(addr, room);
+            await(senders[r]::poll, KVPoll.WaitingForInput);
+            senders[r].init(src.length, 0);
+            senders[r].send(new int[]{1, 2, 3, 4});
+            senders[r].send(new int[]{5, 6, 7}, new int[][]{{0}});
+        }
+        for (KVSender s : senders) await(s::poll, KVPoll.Success);
+        await(recv::poll, KVPoll.Success);
+        for (int j = 0; j < dst.length; j++) assertTrue(dm.pageMatches(dst[j], room, j), "page " + j);
+        assertTrue(dm.rowMatches(dm.aux, dm.auxItem, 2, room, 0));
+        assertTrue(dm.rowMatches(dm.state, dm.stateItem, 3, room, 0));
+        long page = 4 * PAGE_BYTES; // 4 KV buffers
+        assertEquals(3 * page + 64 + 128 + 256 + 512, senders[0].getTransferMetric().transferTotalBytes());
+        assertEquals(2 * page, senders[1].getTransferMetric().transferTotalBytes());
+        assertEquals(2 * page, senders[2].getTransferMetric().transferTotalBytes());
+    }
+
+    @Test
+    void allCpSharesStillCheckTheDecodesPageCount() {
+        TestRank c0 = rank(), c1 = rank(), dm = rank();
+        KVManager cp0 = prefillRank(c0, cfg(1, 0).attnCp(2, 0).allCpRanksTransfer(true).build());
+        KVManager cp1 = prefillRank(c1, cfg(1, 0).attnCp(2, 1).allCpRanksTransfer(true).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).allCpRanksTransfer(true).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 5);
+        recv.init(0);
+        recv.sendMetadata(new int[]{10, 11, 12}, 0, null, 0); // decode wants 3 pages
+        for (KVManager cp : new KVManager[]{cp0, cp1}) {
+            KVSender s = cp.createSender(addr, 5);
+            await(s::poll, KVPoll.WaitingForInput);
+            s.init(2, 0); // prefill declares 2
+            s.send(new int[]{1, 2});
+        }
+        await(recv::poll, KVPoll.Failed);
+        assertTrue(failure(recv::failureException).contains("expects 3 pages but the prefill CP ranks send 2"));
+    }
+
+    @Test
+    void anAllCpSettingThatDiffersBetweenTheSidesIsRefused() {
+        TestRank c0 = rank(), c1 = rank(), dm = rank();
+        prefillRank(c0, cfg(1, 0).attnCp(2, 0).allCpRanksTransfer(true).build());
+        prefillRank(c1, cfg(1, 0).attnCp(2, 1).allCpRanksTransfer(true).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 6);
+        recv.init(0);
+        assertEquals(KVPoll.Failed, recv.poll());
+        assertTrue(failure(recv::failureException).contains("all-CP-ranks transfer differs: prefill on, decode off"));
+    }
+}

@@ -1,0 +1,217 @@
+package io.kvferry.transfer;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.registry.RankEndpoint;
+import io.kvferry.transport.ControlConnection;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.time.Duration;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** Which data path a link takes (and why it falls back), and application heartbeats on both sides. */
+@Timeout(60)
+class DataPathChoiceAndLivenessTest extends TransferTestBase {
+
+    private String pathOf(KVManager p, TestRank pm, KVManager d, TestRank dm, long room) {
+        Transfer t = start(p, pm, d, room, new int[] {1, 2, 3}, new int[] {7, 8, 9}, 0, 1, 0);
+        assertLanded(t, dm);
+        return t.receiver().getTransferMetric().transport();
+    }
+
+    @Test
+    void shmFallsBackToTcpWhenTheDecodePoolIsPrivateMemory() {
+        TestRank pm = rank(), dm = new TestRank(BUFFERS, PAGES, PAGE_BYTES, ROWS, true);
+        closeables.add(dm);
+        KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "shm", cfg(1, 0).build(), 0, PAGE_SIZE);
+        assertEquals("tcp", pathOf(p, pm, d, dm, 21));
+        assertTrue(dm.canariesIntact());
+    }
+
+    @Test
+    void aPrefillThatOnlyServesTcpDeclinesTheShmOffer() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "auto", cfg(1, 0).build(), 0, PAGE_SIZE);
+        assertEquals("tcp", pathOf(p, pm, d, dm, 22));
+    }
+
+    @Test
+    void autoOnBothSidesOfOneHostPicksShm() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "auto", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "auto", cfg(1, 0).build(), 0, PAGE_SIZE);
+        assertEquals("shm", pathOf(p, pm, d, dm, 23));
+    }
+
+    @Test
+    void anUnknownBackendNameIsAClearError() {
+        TestRank dm = rank();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> decode(dm, "rdma", cfg(1, 0).build(), 0, PAGE_SIZE));
+        assertTrue(e.getMessage().contains("unknown transfer backend 'rdma'"), e.getMessage());
+    }
+
+    @Test
+    void aBackendWithABadSettingFailsBothManagersNamingIt() {
+        TestRank pm = rank(), dm = rank();
+        io.kvferry.api.Knob copyThreads = io.kvferry.transport.Transports.get("shm").knobs().stream()
+                .filter(k -> k.env().equals("KVFERRY_SHM_COPY_THREADS")).findFirst().orElseThrow();
+        KVManagerConfig bad = cfg(1, 0).settings(io.kvferry.api.KVFerrySettings.defaults().with(copyThreads, "lots")).build();
+        for (io.kvferry.api.DisaggregationMode mode : io.kvferry.api.DisaggregationMode.values()) {
+            TestRank r = mode == io.kvferry.api.DisaggregationMode.PREFILL ? pm : dm;
+            IllegalStateException e = assertThrows(IllegalStateException.class,
+                    () -> KVFerry.createManager("shm", r.args(0, PAGE_SIZE), mode, bad));
+            assertTrue(e.getMessage().contains("transfer backend shm cannot run here")
+                    && e.getMessage().contains("KVFERRY_SHM_COPY_THREADS") && e.getMessage().contains("'lots'"), e.getMessage());
+        }
+        // With auto the bad transport is only left out: links use another one.
+        KVManager p = KVFerry.createManager("auto", pm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.PREFILL, bad);
+        closeables.add(p);
+        p.registerToBootstrap();
+        KVManager d = decode(dm, "auto", bad, 0, PAGE_SIZE);
+        assertEquals("tcp", pathOf(p, pm, d, dm, 29));
+    }
+
+    @Test
+    void aPrefillThatGoesSilentIsDeclaredDeadByHeartbeats() throws Exception {
+        TestRank dm = rank();
+        try (KVBootstrapServer fakeRegistry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+             ServerSocketChannel server = ServerSocketChannel.open()) {
+            server.bind(new InetSocketAddress("127.0.0.1", 0));
+            String fakeAddr = "127.0.0.1:" + fakeRegistry.port();
+            new BootstrapClient(fakeAddr, TOKEN).registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+                    "127.0.0.1", ((InetSocketAddress) server.getLocalAddress()).getPort(), PAGE_SIZE, "bf16",
+                    "follow_bootstrap_room", false, 0));
+            KVManagerConfig c = cfg(1, 0).heartbeat(Duration.ofMillis(100), 3).build();
+            KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
+            KVReceiver r = d.createReceiver(fakeAddr, 31);
+            Thread t = Thread.ofVirtual().start(() -> r.init(0));
+            // A prefill that registers, then hangs: its socket stays open, nothing more arrives.
+            ControlConnection hung = new ControlConnection(server.accept());
+            assertInstanceOf(Hello.class, hung.read());
+            hung.send(new HelloAck(true, "", 0, 0));
+            t.join();
+            r.sendMetadata(new int[] {1}, 0, null, 0);
+            assertInstanceOf(TransferInfo.class, hung.read());
+            // The decode's own heartbeats keep coming while it waits.
+            assertInstanceOf(Heartbeat.class, hung.read());
+            long t0 = System.nanoTime();
+            await(r::poll, KVPoll.Failed);
+            long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms < 3000, "detected after " + ms + " ms");
+            KVTransferException e = failed(r::failureException);
+            assertEquals(FailureKind.HEARTBEAT_TIMEOUT, e.kind());
+            String why = e.getMessage();
+            assertTrue(why.contains("Lost connection with prefill instance (bootstrap_addr: " + fakeAddr + ")"), why);
+            hung.close();
+        }
+    }
+
+    @Test
+    void aDecodeThatGoesSilentIsDeclaredDeadByHeartbeatsAndItsRoomReleased() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManagerConfig pc = cfg(1, 0).heartbeat(Duration.ofMillis(100), 3).build();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.PREFILL, pc);
+        closeables.add(p);
+        p.registerToBootstrap();
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        // A decode that registers and sends its metadata, then hangs.
+        try (ControlConnection hung = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), Duration.ofSeconds(5))) {
+            hung.send(new Hello(TOKEN, "hung-decode", "tcp", 0, 1, 0, PAGE_SIZE, "bf16",
+                    RegisteredMemory.from(dm.args(0, PAGE_SIZE)).describe()));
+            assertInstanceOf(HelloAck.class, hung.read());
+            KVSender s = p.createSender(addr, 41);
+            hung.send(new TransferInfo(41, new int[] {1}, 0, new int[][] {{0}}, 1, 0, false));
+            await(s::poll, KVPoll.WaitingForInput);
+            long t0 = System.nanoTime();
+            await(s::poll, KVPoll.Failed);
+            long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms < 3000, "detected after " + ms + " ms");
+            KVTransferException e = failed(s::failureException);
+            assertEquals(FailureKind.HEARTBEAT_TIMEOUT, e.kind());
+            String why = e.getMessage();
+            assertTrue(why.contains("Decode instance could be dead") && why.contains("no heartbeat"), why);
+            assertEquals(0, p.stats().trackedRooms(), "the failed room's KV is released");
+        }
+    }
+
+    @Test
+    void heartbeatsKeepAnIdleLinkAlivePastTheTimeout() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManagerConfig c = cfg(1, 0).heartbeat(Duration.ofMillis(50), 3).build();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.PREFILL, c);
+        closeables.add(p);
+        p.registerToBootstrap();
+        KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
+        assertEquals("tcp", pathOf(p, pm, d, dm, 51));
+        Thread.sleep(600); // 4× the timeout with no traffic but heartbeats
+        assertEquals(1, d.stats().peerConnections(), "the idle link survived");
+        assertEquals("tcp", pathOf(p, pm, d, dm, 52));
+        assertEquals(1, d.stats().peerConnections(), "and was reused");
+    }
+
+    @Test
+    void stripedTcpSpreadsRoomsOverSeveralConnectionsInOrder() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).tcpStripes(3).build(), 0, PAGE_SIZE);
+        java.util.Random rnd = new java.util.Random(3);
+        for (int round = 0; round < 4; round++) {
+            int[] src = distinctPages(rnd, 30, PAGES), dst = distinctPages(rnd, 30, PAGES);
+            List<Transfer> ts = new java.util.ArrayList<>();
+            for (int k = 0; k < 3; k++) {
+                long room = 100 + round * 3 + k; // consecutive rooms land on different stripes
+                ts.add(start(p, pm, d, room, java.util.Arrays.copyOfRange(src, k * 10, k * 10 + 10),
+                        java.util.Arrays.copyOfRange(dst, k * 10, k * 10 + 10), k, ROWS - 1 - k, 0));
+            }
+            for (Transfer t : ts) assertLanded(t, dm);
+        }
+        assertEquals(3, p.stats().peerConnections(), "one control connection and two data stripes");
+        assertEquals(1, d.stats().peerConnections());
+        assertTrue(dm.canariesIntact());
+    }
+
+    @Test
+    void thePrefillUnmapsTheDecodesPoolWhenTheDecodeGoesAway() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
+        KVManager d = KVFerry.createManager("shm", dm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.DECODE, cfg(1, 0).build());
+        assertEquals("shm", pathOf(p, pm, d, dm, 61));
+        String file = ((io.kvferry.memory.SharedArena) dm.arena).path().toString();
+        assertEquals(2, mappingsOf(file), "the decode's own mapping and the prefill's");
+        d.close();
+        long deadline = System.nanoTime() + 5_000_000_000L;
+        while (mappingsOf(file) > 1 && System.nanoTime() < deadline) Thread.sleep(20);
+        assertEquals(1, mappingsOf(file), "the prefill unmapped the pool once the decode's session was gone");
+        assertEquals(0, p.stats().peerConnections());
+    }
+
+    private static long mappingsOf(String file) throws java.io.IOException {
+        try (var lines = java.nio.file.Files.lines(java.nio.file.Path.of("/proc/self/maps"))) {
+            return lines.filter(l -> l.endsWith(file)).count();
+        }
+    }
+}

@@ -1,0 +1,235 @@
+package io.kvferry.transfer;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.decode.DecodeKVManager;
+import io.kvferry.prefill.PrefillKVManager;
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.WriteRejectedException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.time.Duration;
+import java.util.function.Supplier;
+import java.util.stream.IntStream;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** Memory safety and liveness: no byte after clear(), no stuck worker, no Success with missing pages. */
+@Timeout(120)
+class SafetyTest extends TransferTestBase {
+
+    private TestRank big(int pages, long pageBytes) {
+        TestRank r = new TestRank(1, pages, pageBytes, 4);
+        closeables.add(r);
+        return r;
+    }
+
+    private static KVPoll awaitTerminal(Supplier<KVPoll> p) {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        KVPoll st;
+        while ((st = p.get()) != KVPoll.Success && st != KVPoll.Failed) {
+            if (System.nanoTime() > deadline) return st;
+            Thread.onSpinWait();
+        }
+        return st;
+    }
+
+    /** Abort + clear mid-transfer, then the pages are reused: nothing of the old room may land in them. */
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "inproc", "shm"})
+    void noByteOfAClearedRoomLandsInReusedPages(String backend) throws Exception {
+        long pb = 4L << 20;
+        int np = 16;
+        TestRank pm = big(np, pb), dm = big(np, pb);
+        KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
+        int[] pages = IntStream.range(0, np).toArray();
+        KVReceiver recv = d.createReceiver(addr, 77);
+        recv.init(0);
+        KVSender send = p.createSender(addr, 77);
+        recv.sendMetadata(pages, 0, null, 0);
+        await(send::poll, KVPoll.WaitingForInput);
+        for (int j = 0; j < np; j++) pm.fillPage(j, 77, j);
+        send.init(np, 0);
+        send.send(pages, null);
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (recv.poll() != KVPoll.Transferring && recv.poll() != KVPoll.Success) {
+            assertTrue(System.nanoTime() < deadline, "never Transferring");
+            Thread.onSpinWait();
+        }
+        recv.abort();
+        recv.clear();
+        // The scheduler frees the pages and another request writes all of them.
+        dm.kv[0].fill((byte) 0);
+        awaitTerminal(send::poll);
+        Thread.sleep(300);
+        for (int j = 0; j < np; j++) assertTrue(dm.pageIsZero(j), backend + ": cleared room 77 wrote page " + j + " after clear()");
+        assertTrue(dm.canariesIntact());
+    }
+
+    @Test
+    void aTornDownDecodeRefusesWrites() {
+        TestRank pm = rank(), dm = rank();
+        prefill(pm, "inproc", 1, 0, PAGE_SIZE);
+        DecodeKVManager d = (DecodeKVManager) decode(dm, "inproc", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 42);
+        recv.init(0);
+        recv.sendMetadata(new int[]{5}, 0, null, 0);
+        d.teardown();
+        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
+        assertEquals(KVPoll.Failed, recv.poll());
+    }
+
+    /** A decode that stops reading is cut off after the write-stall timeout; other rooms on the same worker proceed. */
+    @Test
+    void aStalledDecodeDoesNotBlockOtherRoomsOnItsWorker() throws Exception {
+        long pb = 1L << 20;
+        TestRank pm = big(64, pb), dm = big(64, pb), fm = big(64, pb);
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).writeStallTimeout(Duration.ofMillis(800)).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
+        closeables.add(stalled);
+        stalled.send(new Hello(TOKEN, "stalled-decode", "tcp", 0, 1, 0, PAGE_SIZE, "bf16",
+                RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()));
+        assertTrue(((HelloAck) stalled.read()).accepted());
+        int[] all = IntStream.range(0, 64).toArray();
+        stalled.send(new TransferInfo(8, all, 0, new int[0][], 1, 0, false));
+        KVSender s8 = p.createSender(addr, 8);
+        await(s8::poll, KVPoll.WaitingForInput);
+        s8.init(64, 0);
+        s8.send(all, null); // 64 MiB towards a peer that never reads
+        Thread.sleep(200);
+        // Room 12 is pinned to the same worker as room 8 (12 mod 4 == 8 mod 4).
+        Transfer t = start(p, pm, d, 12, new int[]{1, 2}, new int[]{3, 4}, 1, 1, 0);
+        assertEquals(KVPoll.Success, awaitTerminal(t.receiver()::poll), "room 12 stuck behind room 8's blocked write");
+        assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
+    }
+
+    @Test
+    void failureExceptionLatchesAndClearsLikeSGLang() {
+        TestRank pm = rank();
+        PrefillKVManager p = (PrefillKVManager) prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVSender s = p.createSender(addr, 900);
+        s.abort();
+        assertEquals(KVPoll.Failed, s.poll());
+        KVTransferException e = assertThrows(KVTransferException.class, s::failureException);
+        assertEquals("KVTransferError(bootstrap_room=900): Aborted by AbortReq.", e.getMessage());
+        assertEquals(0, p.stats().trackedRooms());
+        assertEquals(KVPoll.Failed, s.poll());
+    }
+
+    @Test
+    void prefillSendingFewerPagesThanDecodeAskedForFails() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 321);
+        recv.init(0);
+        KVSender send = p.createSender(addr, 321);
+        recv.sendMetadata(new int[]{10, 11, 12, 13, 14, 15}, 0, null, 0);
+        await(send::poll, KVPoll.WaitingForInput);
+        send.init(3, 0);
+        send.send(new int[]{1, 2, 3}, null);
+        assertEquals(KVPoll.Failed, awaitTerminal(recv::poll));
+        assertTrue(failure(recv::failureException).contains("expects 6 pages"));
+    }
+
+    @Test
+    void anUnreachableBootstrapIsRetriedWithoutStallingTheSchedulerThenFails() throws Exception {
+        TestRank dm = rank();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofMillis(1500)).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver("127.0.0.1:1", 5);
+        long t0 = System.nanoTime();
+        r.init(0);
+        double first = (System.nanoTime() - t0) / 1e9;
+        assertEquals(KVPoll.Bootstrapping, r.poll(), "an unavailable prefill is retried, not failed at once");
+        KVReceiver r2 = d.createReceiver("127.0.0.1:1", 6);
+        long t1 = System.nanoTime();
+        r2.init(0);
+        double second = (System.nanoTime() - t1) / 1e9;
+        assertTrue(first < 3.0, "first init took " + first + " s");
+        assertTrue(second < 0.2, "a lookup that just failed is not repeated within a second; took " + second + " s");
+        assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
+        KVTransferException e = failed(r::failureException);
+        assertEquals(FailureKind.PREFILL_UNREACHABLE, e.kind());
+        String why = e.getMessage();
+        assertTrue(why.contains("Could not fetch prefill parallel info from 127.0.0.1:1 after"), why);
+    }
+
+    /** A decode that starts before its prefill registered waits for it instead of failing its requests. */
+    @Test
+    void decodeStartedBeforePrefillRegistrationWaitsForIt() {
+        TestRank pm = rank(), dm = rank();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 31);
+        r.init(0);
+        assertEquals(KVPoll.Bootstrapping, r.poll());
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        await(r::poll, KVPoll.WaitingForInput);
+        KVSender s = p.createSender(addr, 31);
+        r.sendMetadata(new int[]{4}, 0, null, 0);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1, 0);
+        s.send(new int[]{9});
+        await(r::poll, KVPoll.Success);
+    }
+
+    /** A prefill that aborted and cleared a room before decode's metadata arrived answers it with Failed: no re-created room, no hang. */
+    @Test
+    void metadataForARoomThePrefillAlreadyAbortedFailsAtOnce() {
+        TestRank pm = rank(), dm = rank();
+        PrefillKVManager p = (PrefillKVManager) prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVSender s = p.createSender(addr, 4444);
+        s.abort();
+        assertEquals(KVPoll.Failed, s.poll());
+        s.clear();
+        KVReceiver r = d.createReceiver(addr, 4444);
+        r.init(0);
+        r.sendMetadata(new int[]{1}, 0, null, 0);
+        assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
+        KVTransferException aborted = failed(r::failureException);
+        assertTrue(aborted.getMessage().contains("Aborted by AbortReq."));
+        assertEquals(FailureKind.ABORTED, aborted.kind(), "the tombstone keeps the kind");
+        assertEquals(0, p.stats().trackedRooms(), "the late metadata must not re-create the room on prefill");
+    }
+
+    @Test
+    void theFailureInjectionHookFailsRequestsOnceUnderWay() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).failureInjectionProbability(1.0).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 88);
+        r.init(0);
+        r.sendMetadata(new int[]{2}, 0, null, 0);
+        KVSender s = p.createSender(addr, 88);
+        assertEquals(KVPoll.Failed, awaitTerminal(s::poll));
+        KVTransferException injected = failed(s::failureException);
+        assertTrue(injected.getMessage().contains("Injected failure"));
+        assertEquals(FailureKind.INJECTED, injected.kind());
+        assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
+        assertEquals(FailureKind.INJECTED, failed(r::failureException).kind());
+    }
+}
