@@ -1,6 +1,6 @@
 package io.kvferry.cli;
 
-import io.kvferry.bench.BenchConfig;
+import io.kvferry.testkit.BenchConfig;
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
 import picocli.CommandLine.Command;

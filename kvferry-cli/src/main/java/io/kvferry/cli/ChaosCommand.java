@@ -1,8 +1,8 @@
 package io.kvferry.cli;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.bench.BenchConfig;
-import io.kvferry.bench.ChaosRunner;
+import io.kvferry.testkit.BenchConfig;
+import io.kvferry.chaos.ChaosRunner;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;

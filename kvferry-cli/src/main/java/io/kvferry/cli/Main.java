@@ -1,6 +1,6 @@
 package io.kvferry.cli;
 
-import io.kvferry.bench.MemoryBudget;
+import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 

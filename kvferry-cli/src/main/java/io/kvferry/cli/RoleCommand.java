@@ -1,9 +1,9 @@
 package io.kvferry.cli;
 
 import io.kvferry.api.DisaggregationMode;
-import io.kvferry.bench.BenchConfig;
-import io.kvferry.bench.RoleOptions;
-import io.kvferry.bench.RoleRunner;
+import io.kvferry.testkit.BenchConfig;
+import io.kvferry.testkit.RoleOptions;
+import io.kvferry.testkit.RoleRunner;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 

@@ -1,9 +1,9 @@
 package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
-import io.kvferry.bench.BenchConfig;
-import io.kvferry.bench.ModelShape;
-import io.kvferry.bench.Workload;
+import io.kvferry.testkit.BenchConfig;
+import io.kvferry.testkit.ModelShape;
+import io.kvferry.testkit.Workload;
 import picocli.CommandLine.Option;
 
 /** Options shared by bench and the role commands: the model shape, the request stream and the transport. */

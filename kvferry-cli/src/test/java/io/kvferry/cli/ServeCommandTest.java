@@ -2,7 +2,7 @@ package io.kvferry.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.bench.TransportSuiteTest;
+import io.kvferry.tools.TransportSuiteTest;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serve.Roles;
 import org.junit.jupiter.api.Test;

@@ -1,0 +1,274 @@
+package io.kvferry.bench;
+
+import io.kvferry.testkit.BenchConfig;
+import io.kvferry.testkit.MemoryBudget;
+import io.kvferry.testkit.RankPool;
+import io.kvferry.testkit.RoleReport;
+import io.kvferry.testkit.RoleRunner;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import org.HdrHistogram.Histogram;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Runs the bench: a bootstrap registry, prefill ranks and decode ranks, either all in this JVM
+ * (threads, TCP over loopback) or as separate JVMs started with {@code kvferry prefill} and
+ * {@code kvferry decode}; then merges their reports into one {@link BenchResult}.
+ */
+public final class BenchRunner {
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final int PREFILL_GRACE_SECONDS = 20;
+
+    private final BenchConfig config;
+    private final PrintStream progressOut;
+
+    public BenchRunner(BenchConfig config, PrintStream progressOut) {
+        this.config = config;
+        this.progressOut = progressOut;
+    }
+
+    public BenchResult run(boolean processes) throws Exception {
+        return run(processes, false);
+    }
+
+    /** Runs without the memcpy baseline (for correctness tests that do not report speed). */
+    public BenchResult runWithoutBaselines(boolean processes) throws Exception {
+        return run(processes, false, false);
+    }
+
+    /** @param iperf3 also measure iperf3's loopback bandwidth as a TCP baseline */
+    public BenchResult run(boolean processes, boolean iperf3) throws Exception {
+        return run(processes, iperf3, true);
+    }
+
+    private BenchResult run(boolean processes, boolean iperf3, boolean memcpyBaseline) throws Exception {
+        MemoryBudget.requireBothRoles(config, MemoryBudget.availableBytes());
+        long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
+        // memcpy is measured before and after the transfers (this VM's memory bandwidth drifts): their median.
+        double[] memcpyBefore = memcpyBaseline ? MemcpyBaseline.rounds(itemBytes) : new double[0];
+        double iperf = iperf3 ? IperfBaseline.measure() : -1;
+        if (iperf3 && iperf < 0 && progressOut != null) {
+            progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
+        }
+        List<RoleReport> reports;
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
+            String addr = "127.0.0.1:" + registry.port();
+            reports = processes ? runProcesses(addr) : runEmbedded(addr);
+        }
+        double memcpy = memcpyBaseline ? MemcpyBaseline.median(memcpyBefore, MemcpyBaseline.rounds(itemBytes)) : 0;
+        // After the transfers (their mean op size is known only now), with nothing else running.
+        UcxPerftestBaseline.Result ucxPerftest = null;
+        if (memcpyBaseline && "ucx".equals(config.transport())) {
+            long ops = 0, bytes = 0;
+            for (RoleReport r : reports) {
+                ops += r.datapathOps();
+                bytes += r.datapathBytes();
+            }
+            long opBytes = ops > 0 ? bytes / ops : itemBytes;
+            ucxPerftest = UcxPerftestBaseline.measure(opBytes, io.kvferry.ucx.UcxTransportProvider.peerErrorHandling());
+            if (ucxPerftest == null && progressOut != null) {
+                progressOut.println("[bench] ucx_perftest baseline unavailable (install it: apt-get install ucx-utils)");
+            }
+        }
+        return merge(reports, processes, memcpy, iperf, ucxPerftest);
+    }
+
+    // ------------------------------------------------------------------ embedded
+
+    private List<RoleReport> runEmbedded(String addr) throws Exception {
+        List<KVManager> managers = new ArrayList<>();
+        List<RankPool> pools = new ArrayList<>();
+        int ranks = config.rankCount(DisaggregationMode.PREFILL) + config.rankCount(DisaggregationMode.DECODE);
+        ExecutorService exec = Executors.newFixedThreadPool(ranks + 1);
+        AtomicInteger progress = new AtomicInteger();
+        try {
+            List<Future<RoleReport>> futures = new ArrayList<>();
+            RoleRunner.launch(DisaggregationMode.PREFILL, config, addr, range(config.prefillTp()), "127.0.0.1", exec,
+                    managers, pools, futures, null);
+            RoleRunner.launch(DisaggregationMode.DECODE, config, addr, range(config.decodeTp()), "127.0.0.1", exec,
+                    managers, pools, futures, progress);
+            Future<?> ticker = exec.submit(() -> showProgress(progress));
+            List<RoleReport> reports = new ArrayList<>();
+            for (Future<RoleReport> f : futures) reports.add(get(f));
+            ticker.cancel(true);
+            return reports;
+        } finally {
+            exec.shutdownNow();
+            for (KVManager m : managers) m.close();
+            // Pools are freed only once no driver thread can touch them.
+            if (exec.awaitTermination(10, TimeUnit.SECONDS)) {
+                for (RankPool p : pools) p.close();
+            }
+        }
+    }
+
+    private static List<Integer> range(int n) {
+        return java.util.stream.IntStream.range(0, n).boxed().toList();
+    }
+
+    private static <T> T get(Future<T> f) throws Exception {
+        try {
+            return f.get();
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof Exception ex) throw ex;
+            throw e;
+        }
+    }
+
+    private void showProgress(AtomicInteger progress) {
+        int total = config.workload().totalRequests();
+        long start = System.nanoTime();
+        try {
+            while (!Thread.currentThread().isInterrupted()) {
+                Thread.sleep(1000);
+                if (progressOut != null) {
+                    progressOut.printf("[bench] %d/%d requests concluded on decode rank 0, %.1f s%n", progress.get(), total,
+                            (System.nanoTime() - start) / 1e9);
+                }
+            }
+        } catch (InterruptedException ignored) {
+            // done
+        }
+    }
+
+    // ------------------------------------------------------------------ processes
+
+    private List<RoleReport> runProcesses(String addr) throws Exception {
+        List<Process> children = new ArrayList<>();
+        Thread hook = new Thread(() -> children.forEach(Process::destroyForcibly));
+        Runtime.getRuntime().addShutdownHook(hook);
+        try {
+            Process prefill = RoleRunner.spawn("prefill", config, addr);
+            children.add(prefill);
+            Process decode = RoleRunner.spawn("decode", config, addr);
+            children.add(decode);
+            ExecutorService exec = Executors.newFixedThreadPool(2);
+            try {
+                Future<List<RoleReport>> p = exec.submit(() -> collect(prefill, "prefill"));
+                Future<List<RoleReport>> d = exec.submit(() -> collect(decode, "decode"));
+                List<RoleReport> out = new ArrayList<>(get(d));
+                try {
+                    out.addAll(p.get(PREFILL_GRACE_SECONDS, TimeUnit.SECONDS));
+                } catch (TimeoutException e) {
+                    // Decode is done; prefill rooms whose decode failed before sending metadata would wait for
+                    // the bootstrap timeout (300 s). The decode report already counts those requests as failed.
+                    if (progressOut != null) {
+                        progressOut.println("[bench] prefill still waiting " + PREFILL_GRACE_SECONDS
+                                + " s after decode finished (requests decode failed); stopping it");
+                    }
+                    prefill.destroyForcibly();
+                } catch (ExecutionException e) {
+                    if (progressOut != null) progressOut.println("[bench] prefill process: " + e.getCause().getMessage());
+                }
+                return out;
+            } finally {
+                exec.shutdownNow();
+            }
+        } finally {
+            for (Process c : children) {
+                c.destroy();
+                if (!c.waitFor(5, TimeUnit.SECONDS)) c.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+            }
+            Runtime.getRuntime().removeShutdownHook(hook);
+        }
+    }
+
+    /** Reads a role process's stdout: its last lines are one JSON report per rank. */
+    private List<RoleReport> collect(Process p, String role) throws IOException, InterruptedException {
+        List<RoleReport> reports = RoleRunner.readReports(p, role, progressOut);
+        int rc = p.waitFor();
+        int expected = config.rankCount(role.equals("prefill") ? DisaggregationMode.PREFILL : DisaggregationMode.DECODE);
+        if (reports.size() != expected) {
+            throw new IllegalStateException(role + " process exited with status " + rc + " after " + reports.size()
+                    + " of " + expected + " rank reports");
+        }
+        return reports;
+    }
+
+    // ------------------------------------------------------------------ merge
+
+    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf,
+                              UcxPerftestBaseline.Result ucxPerftest) {
+        int n = config.workload().totalRequests();
+        Set<Integer> failedIdx = new HashSet<>();
+        long verified = 0;
+        double elapsed = 0;
+        int corrupted = 0;
+        long pathBytes = 0, pathNanos = 0, pathOps = 0, pairedBytes = 0, pairedNanos = 0;
+        double transferGbps = 0;
+        Map<String, Long> paths = new java.util.TreeMap<>();
+        Histogram h = new Histogram(3);
+        List<String> failures = new ArrayList<>();
+        for (RoleReport r : reports) {
+            failedIdx.addAll(r.failedRequests());
+            for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(r.role() + "[" + r.rank() + "]: " + f);
+            pathBytes += r.datapathBytes();
+            pathNanos += r.datapathBusyNanos();
+            pathOps += r.datapathOps();
+            // Ranks move their shares at the same time: the bandwidths add up, not the times.
+            if (r.datapathActiveNanos() > 0) transferGbps += r.datapathBytes() / (double) r.datapathActiveNanos();
+            pairedBytes += r.pairedMemcpyBytes();
+            pairedNanos += r.pairedMemcpyNanos();
+            if (r.role().equals("decode")) {
+                r.dataPaths().forEach((k, v) -> paths.merge(k, v, Long::sum));
+                verified += r.bytes();
+                elapsed = Math.max(elapsed, r.elapsedSeconds());
+                corrupted += r.corrupted();
+                for (long us : r.latencyMicros()) h.recordValue(Math.max(1, us));
+            }
+        }
+        Map<String, Double> lat = new LinkedHashMap<>();
+        lat.put("p50", h.getTotalCount() == 0 ? 0 : h.getValueAtPercentile(50) / 1000.0);
+        lat.put("p99", h.getTotalCount() == 0 ? 0 : h.getValueAtPercentile(99) / 1000.0);
+        lat.put("max", h.getTotalCount() == 0 ? 0 : h.getMaxValue() / 1000.0);
+        double gbps = elapsed > 0 ? verified / elapsed / 1e9 : 0;
+        double pathGbps = pathNanos > 0 ? pathBytes / (double) pathNanos : 0;
+        double perftest = ucxPerftest == null ? 0 : ucxPerftest.gbps();
+        double paired = pairedNanos > 0 ? pairedBytes / (double) pairedNanos : 0;
+        return new BenchResult(config.shape().name(), config.transport(), processes, config.prefillTp(), config.decodeTp(),
+                config.prefillPp(), config.decodePp(), config.prefillCp(), config.prefillDp(),
+                config.shape().mla(), config.shape().kvHeads(), n, config.workload().warmup(), n - failedIdx.size(),
+                failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
+                memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,
+                iperf > 0 ? round(gbps / iperf) : null, config.tcpStripes(), paths,
+                round(pathGbps), round(transferGbps), memcpy > 0 ? round(transferGbps / memcpy) : 0,
+                paired > 0 ? round(paired) : null, paired > 0 && pathNanos > 0 ? round(pathGbps / paired) : null,
+                pathBytes, pathOps > 0 ? pathBytes / pathOps : 0,
+                memcpy > 0 && pathNanos > 0 ? round(pathGbps / memcpy) : 0,
+                perftest > 0 ? round(perftest) : null,
+                ucxPerftest == null ? null : ucxPerftest.rounds().stream().map(BenchRunner::round).toList(),
+                perftest > 0 && transferGbps > 0 ? round(transferGbps / perftest) : null,
+                ucxPerftest == null ? null : ucxPerftest.command(), failures);
+    }
+
+    private static double round(double v) {
+        return Math.round(v * 1000) / 1000.0;
+    }
+
+    public static String toJson(BenchResult r) throws IOException {
+        return JSON.writeValueAsString(r);
+    }
+}

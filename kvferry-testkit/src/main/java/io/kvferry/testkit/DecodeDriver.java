@@ -1,0 +1,237 @@
+package io.kvferry.testkit;
+
+
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.protocol.Region;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * Plays the decode scheduler of one rank: for each request, pre-allocates destination pages,
+ * bootstraps a receiver and sends metadata; on Success verifies every byte of every destination
+ * page, aux row and state slot against {@link KvPattern}; then frees and clears. Single-threaded.
+ * Warm-up requests ({@link Workload#warmup()}) run first and are verified like the others; bytes,
+ * latency and elapsed time count only the measured ones, which start after the last warm-up concluded.
+ */
+public final class DecodeDriver {
+    /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
+    private long deadlineNanos;
+    private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
+    /** Which requests a driver aborts: a function of the workload seed (a soak varies it per cycle). */
+    private final java.util.Random faultRandom;
+
+    public DecodeDriver withFaults(BenchConfig.Faults f) {
+        this.faults = f;
+        return this;
+    }
+
+    public DecodeDriver withDeadline(long nanoTime) {
+        this.deadlineNanos = nanoTime;
+        return this;
+    }
+
+    /** Counts verified successes as they happen (kvferry chaos watches recovery through it); null = none. */
+    public DecodeDriver withSuccessCounter(AtomicInteger counter) {
+        this.successes = counter;
+        return this;
+    }
+
+    /** Sleeps of an idle scheduler iteration: spinning would steal the cores the transfer needs. */
+    private final IdleBackoff idle = new IdleBackoff();
+
+    private final KVManager manager;
+    private final RankPool pool;
+    private final Workload workload;
+    private final String bootstrapAddr;
+    private final int shardRank;
+    private final KvPattern pattern;
+    private final AtomicInteger progress;
+    private AtomicInteger successes;
+
+    /** One request in flight; pages and row are allocated once the handshake finished (as SGLang's prealloc queue). */
+    private static final class Flight {
+        final Workload.Request req;
+        final KVReceiver receiver;
+        int[] pages;
+        int row = -1;
+        boolean initialized;
+        boolean abortDecided;
+        final long createdNanos = System.nanoTime();
+
+        Flight(Workload.Request req, KVReceiver receiver) {
+            this.req = req;
+            this.receiver = receiver;
+        }
+    }
+
+    public DecodeDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank,
+                        AtomicInteger progress) {
+        this.manager = manager;
+        this.pool = pool;
+        this.workload = workload;
+        this.bootstrapAddr = bootstrapAddr;
+        this.shardRank = shardRank;
+        this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
+        this.faultRandom = new java.util.Random(17 * 31 + workload.seed());
+        this.progress = progress;
+    }
+
+    public RoleReport run() {
+        List<Workload.Request> reqs = workload.generate();
+        List<Flight> inflight = new ArrayList<>();
+        List<Integer> failedIdx = new ArrayList<>();
+        List<String> reasons = new ArrayList<>();
+        List<Long> latencies = new ArrayList<>();
+        int next = 0, done = 0, ok = 0, failed = 0, corrupted = 0;
+        long bytes = 0;
+        long start = System.nanoTime();
+        long firstFailureAt = 0;
+        List<Long> failureTimes = new ArrayList<>();
+        java.util.Map<String, Long> dataPaths = new java.util.TreeMap<>();
+        int warmup = Math.min(workload.warmup(), reqs.size());
+        while (done < reqs.size()) {
+            if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
+            boolean moved = false;
+            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+                // Measured requests start only once every warm-up request concluded, so no measured
+                // transfer overlaps a warm-up one (the prefill snapshots its data-path figures then).
+                if (next == warmup && done < warmup) break;
+                if (next == warmup && warmup > 0) start = System.nanoTime();
+                Workload.Request r = reqs.get(next++);
+                KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
+                Flight f = new Flight(r, recv);
+                tryInit(f);
+                inflight.add(f);
+                moved = true;
+            }
+            for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
+                Flight f = it.next();
+                if (!f.initialized && !tryInit(f)) {
+                    if (System.nanoTime() - f.createdNanos > DP_RESOLVE_TIMEOUT_NANOS) {
+                        f.receiver.abort(); // the prefill never answered where the room is: fail it, do not hang
+                        f.initialized = true;
+                    }
+                    continue;
+                }
+                KVPoll st = f.receiver.poll();
+                if (f.pages != null && !f.abortDecided) {
+                    // Abort after the metadata went out, so writes may be in flight: the hard case.
+                    f.abortDecided = true;
+                    if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) {
+                        f.receiver.abort();
+                        st = f.receiver.poll();
+                    }
+                }
+                if (st == KVPoll.WaitingForInput && f.pages == null) {
+                    int n = f.req.pagesToSend(workload.pageSize());
+                    if (!pool.canAllocate(n)) continue;
+                    f.pages = pool.allocatePages(n);
+                    f.row = pool.allocateRow();
+                    int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
+                    f.receiver.sendMetadata(f.pages, f.row, state, f.req.prefixTokens());
+                    moved = true;
+                    continue;
+                }
+                if (st != KVPoll.Success && st != KVPoll.Failed) continue;
+                if (st == KVPoll.Success) {
+                    if (faults.slowDecodeMillis() > 0) LockSupport.parkNanos(faults.slowDecodeMillis() * 1_000_000L);
+                    if (verify(f)) {
+                        ok++;
+                        if (successes != null) successes.incrementAndGet();
+                        io.kvferry.api.KVTransferMetric metric = f.receiver.getTransferMetric();
+                        if (!workload.isWarmup(f.req)) { // warm-up requests are verified but not timed
+                            bytes += pool.requestBytes(f.pages.length);
+                            Double lat = metric.transferLatencySeconds();
+                            if (lat != null) latencies.add((long) (lat * 1e6));
+                        }
+                        dataPaths.merge(metric.transport() == null ? "none" : metric.transport(), 1L, Long::sum);
+                    } else {
+                        corrupted++;
+                        failedIdx.add(f.req.index());
+                        if (reasons.size() < 5) reasons.add("room " + f.req.room() + ": bytes differ from what prefill sent");
+                    }
+                } else {
+                    failed++;
+                    failedIdx.add(f.req.index());
+                    long at = System.currentTimeMillis();
+                    if (firstFailureAt == 0) firstFailureAt = at;
+                    try {
+                        f.receiver.failureException();
+                    } catch (KVTransferException e) {
+                        if (reasons.size() < 5) reasons.add(e.getMessage());
+                        if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
+                    }
+                }
+                f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
+                if (f.pages != null) pool.freePages(f.pages);
+                if (f.row >= 0) pool.freeRow(f.row);
+                it.remove();
+                done++;
+                if (progress != null) progress.incrementAndGet();
+                moved = true;
+            }
+            if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
+            idle.after(moved);
+        }
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        int hung = reqs.size() - done;
+        for (Flight f : inflight) failedIdx.add(f.req.index());
+        for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
+        return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
+                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0);
+    }
+
+    private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;
+
+    /**
+     * Resolves the prefill DP group holding the room (SGLang's decode does this before init) and
+     * inits the receiver. False while it is not known yet (prefill not registered or room not
+     * published): try again on a later iteration.
+     */
+    private boolean tryInit(Flight f) {
+        int dp = 0;
+        try {
+            dp = manager.resolvePrefillDpRank(bootstrapAddr, f.req.room(), null);
+        } catch (UnsupportedOperationException e) {
+            dp = 0; // a manager without DP resolution (fake)
+        } catch (RuntimeException e) {
+            // Registry not reachable or not ready: init anyway; the receiver retries the lookup and
+            // fails the room with SGLang's message if the prefill never shows up.
+            dp = 0;
+        }
+        if (dp < 0) return false; // attention-DP: the prefill has not published this room yet
+        f.receiver.init(dp);
+        f.initialized = true;
+        return true;
+    }
+
+    private boolean verify(Flight f) {
+        long room = f.req.room();
+        int prefixPages = f.req.prefixPages(workload.pageSize());
+        int[] heads = pool.globalHeads();
+        long unit = pool.shape.headBytes();
+        int ps = workload.pageSize();
+        for (int j = 0; j < f.pages.length; j++) {
+            long firstToken = (long) (prefixPages + j) * ps;
+            for (int b = 0; b < pool.kv.length; b++) {
+                if (!pattern.pageMatches(pool.page(b, f.pages[j]), room, pool.globalBuffer(b), firstToken, ps, heads, unit)) return false;
+            }
+        }
+        for (int b = 0; b < pool.aux.length; b++) {
+            boolean roomColumn = b == RankPool.ROOM_BUFFER; // checked by the manager's metadata gate
+            if (!pattern.matches(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0), roomColumn)) return false;
+        }
+        for (int t = 0; t < pool.state.length; t++) {
+            if (!pattern.pageMatches(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(),
+                    pool.stateEntryBytes(t))) return false;
+        }
+        return true;
+    }
+}

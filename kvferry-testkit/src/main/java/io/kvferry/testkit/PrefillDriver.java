@@ -1,0 +1,232 @@
+package io.kvferry.testkit;
+
+
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerStats;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.protocol.Region;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.BitSet;
+import java.util.Iterator;
+import java.util.List;
+
+/**
+ * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
+ * metadata, "computes" the KV (fills fragmented source pages with {@link KvPattern}), then sends
+ * it in page-aligned chunks in order, the last chunk with state and aux. Single-threaded.
+ */
+public final class PrefillDriver {
+    /** nanoTime after which the driver stops waiting and reports what is left as hung; 0 = never. */
+    private long deadlineNanos;
+    private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
+    /** Which requests a driver aborts: a function of the workload seed (a soak varies it per cycle). */
+    private final java.util.Random faultRandom;
+
+    public PrefillDriver withFaults(BenchConfig.Faults f) {
+        this.faults = f;
+        return this;
+    }
+
+    /** Time a single-thread copy of each measured request's source pages before its transfer ({@link PairedMemcpy}). */
+    public PrefillDriver withPairedMemcpy(boolean on) {
+        this.pairedMemcpyOn = on;
+        return this;
+    }
+
+    private boolean pairedMemcpyOn;
+    private PairedMemcpy pairedMemcpy;
+
+    public PrefillDriver withDeadline(long nanoTime) {
+        this.deadlineNanos = nanoTime;
+        return this;
+    }
+
+    /** Sleeps of an idle scheduler iteration: spinning would steal the cores the transfer needs. */
+    private final IdleBackoff idle = new IdleBackoff();
+
+    private final KVManager manager;
+    private final RankPool pool;
+    private final Workload workload;
+    private final String bootstrapAddr;
+    private final int shardRank;
+    private final KvPattern pattern;
+    /**
+     * The manager's data-path figures when the first measured (non-warm-up) request started its
+     * transfer; null until then. It is taken only once this prefill has concluded every warm-up
+     * request and no write is inside a data path (a failed or aborted warm-up's write may still be
+     * stopping), so the snapshot splits warm-up and measured writes exactly.
+     */
+    private KVManagerStats warmupStats;
+    /** This driver's warm-up requests (its DP share), and how many of them concluded (driver thread only). */
+    private int warmupsHere, concludedWarmups;
+    /** Source pages that already hold the pattern template (see startTransfer). */
+    private final BitSet templatedPages = new BitSet();
+
+    private static final class Flight {
+        final Workload.Request req;
+        final KVSender sender;
+        int[] pages;
+        int row = -1;
+        int prefixTokens = -1;
+        boolean abortDecided;
+
+        Flight(Workload.Request req, KVSender sender) {
+            this.req = req;
+            this.sender = sender;
+        }
+    }
+
+    /** Attention-DP: this rank serves only the rooms with {@code room % dpSize == dpGroup} (follow_bootstrap_room). */
+    private final int dpGroup;
+    private final int dpSize;
+
+    public PrefillDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank) {
+        this(manager, pool, workload, bootstrapAddr, shardRank, 0, 1);
+    }
+
+    public PrefillDriver(KVManager manager, RankPool pool, Workload workload, String bootstrapAddr, int shardRank,
+                         int dpGroup, int dpSize) {
+        this.dpGroup = dpGroup;
+        this.dpSize = dpSize;
+        this.manager = manager;
+        this.pool = pool;
+        this.workload = workload;
+        this.bootstrapAddr = bootstrapAddr;
+        this.shardRank = shardRank;
+        this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
+        this.faultRandom = new java.util.Random(17 * 31 + workload.seed());
+    }
+
+    public RoleReport run() {
+        // Allocated (and faulted in) before any request, so no request's latency pays for it.
+        if (pairedMemcpyOn && pairedMemcpy == null) pairedMemcpy = new PairedMemcpy(pool, workload.maxPagesPerRequest());
+        List<Workload.Request> reqs = workload.generate().stream()
+                .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
+        warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
+        List<Flight> inflight = new ArrayList<>();
+        List<Integer> failedIdx = new ArrayList<>();
+        List<String> reasons = new ArrayList<>();
+        int next = 0, done = 0, ok = 0, failed = 0;
+        long bytes = 0;
+        long start = System.nanoTime();
+        long firstFailureAt = 0;
+        List<Long> failureTimes = new ArrayList<>();
+        while (done < reqs.size()) {
+            if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
+            boolean moved = false;
+            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+                Workload.Request r = reqs.get(next++);
+                inflight.add(new Flight(r, manager.createSender(bootstrapAddr, r.room())));
+                moved = true;
+            }
+            for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
+                Flight f = it.next();
+                if (!f.abortDecided) {
+                    f.abortDecided = true;
+                    if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
+                }
+                KVPoll st = f.sender.poll();
+                if (st == KVPoll.WaitingForInput && f.pages == null) {
+                    moved |= startTransfer(f);
+                    continue;
+                }
+                if (st != KVPoll.Success && st != KVPoll.Failed) continue;
+                if (st == KVPoll.Success) {
+                    ok++;
+                    Long b = f.sender.getTransferMetric().transferTotalBytes();
+                    if (!workload.isWarmup(f.req)) bytes += b == null ? 0 : b;
+                } else {
+                    failed++;
+                    failedIdx.add(f.req.index());
+                    long at = System.currentTimeMillis();
+                    if (firstFailureAt == 0) firstFailureAt = at;
+                    try {
+                        f.sender.failureException();
+                    } catch (KVTransferException e) {
+                        if (reasons.size() < 5) reasons.add(e.getMessage());
+                        if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
+                    }
+                }
+                f.sender.clear();
+                if (workload.isWarmup(f.req)) concludedWarmups++;
+                if (f.pages != null) pool.freePages(f.pages);
+                if (f.row >= 0) pool.freeRow(f.row);
+                it.remove();
+                done++;
+                moved = true;
+            }
+            if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
+            idle.after(moved);
+        }
+        double elapsed = (System.nanoTime() - start) / 1e9;
+        int hung = reqs.size() - done;
+        for (Flight f : inflight) failedIdx.add(f.req.index());
+        for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
+        RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons,
+                hung, firstFailureAt, 0, failureTimes, null);
+        KVManagerStats st = manager.stats();
+        if (warmupStats != null) st = st.minus(warmupStats);
+        else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured
+        report = report.withDataPathStats(st.dataPathBytes(), st.dataPathBusyNanos(), st.dataPathOps(), st.dataPathActiveNanos());
+        if (pairedMemcpy != null) {
+            report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
+            pairedMemcpy.close();
+        }
+        return report;
+    }
+
+    private boolean startTransfer(Flight f) {
+        if (f.prefixTokens < 0) f.prefixTokens = f.sender.popDecodePrefixLen(); // pop once, even if we must wait for pages
+        int prefixTokens = f.prefixTokens;
+        int numPages = (f.req.tokens() - prefixTokens + workload.pageSize() - 1) / workload.pageSize();
+        if (!pool.canAllocate(numPages)) return false;
+        if (warmupStats == null && !workload.isWarmup(f.req) && workload.warmup() > 0) {
+            KVManagerStats now = manager.stats();
+            if (concludedWarmups < warmupsHere || now.writesInDataPath() > 0) return false; // retried on the next pass
+            warmupStats = now;
+        }
+        f.pages = pool.allocatePages(numPages);
+        f.row = pool.allocateRow();
+        long room = f.req.room();
+        int prefixPages = prefixTokens / workload.pageSize();
+        int[] heads = pool.globalHeads();
+        long unit = pool.shape.headBytes();
+        int ps = workload.pageSize();
+        for (int j = 0; j < numPages; j++) {
+            // Source pages are written only here, so after their first fill only the stamps change:
+            // the bench then spends its CPU on the transfer, as a GPU-fed prefill would.
+            boolean templated = templatedPages.get(f.pages[j]);
+            long firstToken = (long) (prefixPages + j) * ps;
+            for (int b = 0; b < pool.kv.length; b++) {
+                pattern.fillPage(pool.page(b, f.pages[j]), room, pool.globalBuffer(b), firstToken, ps, heads, unit, templated);
+            }
+            templatedPages.set(f.pages[j]);
+        }
+        for (int b = 0; b < pool.aux.length; b++) {
+            // Aux rows are the same on every prefill rank (several may write one decode row).
+            pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0));
+        }
+        pool.auxRow(RankPool.ROOM_BUFFER, f.row).set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0, room);
+        for (int t = 0; t < pool.state.length; t++) {
+            // One unit per global entry of the TP-sharded dimension, so any TP resharding is verifiable.
+            pattern.fillPage(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(), pool.stateEntryBytes(t), false);
+        }
+        if (pairedMemcpy != null && !workload.isWarmup(f.req)) pairedMemcpy.copy(pool, f.pages);
+        f.sender.init(numPages, f.row);
+        int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
+        int chunk = workload.chunkPages();
+        int sent = 0;
+        do {
+            int end = Math.min(numPages, sent + chunk);
+            boolean last = end == numPages;
+            int[] part = Arrays.copyOfRange(f.pages, sent, end);
+            if (f.sender.shouldSendKvChunk(part.length, last)) f.sender.send(part, last ? state : null);
+            sent = end;
+        } while (sent < numPages);
+        return true;
+    }
+}

@@ -1,0 +1,366 @@
+package io.kvferry.testkit;
+
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+
+/**
+ * One role (prefill or decode) as its own process: every TP rank of the instance runs in this
+ * JVM on its own driver thread, and each prints one JSON {@link RoleReport} line on stdout.
+ */
+public final class RoleRunner {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private RoleRunner() {}
+
+    public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, String bootstrapAddr, RankPool pool) {
+        return manager(config, mode, rank, 0, 0, bootstrapAddr, "127.0.0.1", pool);
+    }
+
+    public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                             String bootstrapAddr, String host, RankPool pool) {
+        return manager(config, mode, rank, cpRank, dpRank, bootstrapAddr, host, pool, RoleOptions.NONE, 0);
+    }
+
+    /** @param index the manager's launch index in its process (selects its advertised port) */
+    public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                             String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index) {
+        String[] hp = splitHostPort(bootstrapAddr);
+        KVManagerConfig.Builder b = KVManagerConfig.builder()
+                .attnTp(config.tp(mode), rank)
+                .ppSize(config.pp(mode))
+                .allCpRanksTransfer(config.allCpRanks())
+                .mla(config.shape().mla())
+                .bootstrap(hp[0], Integer.parseInt(hp[1]))
+                .authToken(config.authToken())
+                .listenHost(host);
+        if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
+        b.tcpStripes(config.tcpStripes());
+        if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(java.time.Duration.ofMillis(config.bootstrapTimeoutMillis()));
+        if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
+        if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
+        if (mode == DisaggregationMode.PREFILL && opts.advertisePort(index) > 0) b.advertise(null, opts.advertisePort(index));
+        if (mode == DisaggregationMode.DECODE && opts.prefillInfoTimeoutMillis() > 0) {
+            b.prefillInfoTimeout(java.time.Duration.ofMillis(opts.prefillInfoTimeoutMillis()));
+        }
+        if (opts.heartbeatMillis() > 0 || opts.heartbeatMisses() > 0) {
+            KVManagerConfig defaults = KVManagerConfig.builder().build();
+            b.heartbeat(opts.heartbeatMillis() > 0 ? opts.heartbeatInterval() : defaults.heartbeatInterval(),
+                    opts.heartbeatMisses() > 0 ? opts.heartbeatMisses() : defaults.heartbeatMisses());
+        }
+        KVManagerConfig mc = b.build();
+        return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
+    }
+
+    public static String[] splitHostPort(String addr) {
+        int i = addr.lastIndexOf(':');
+        if (i <= 0) throw new IllegalArgumentException("bootstrap address must be host:port, got '" + addr + "'");
+        String host = addr.substring(0, i);
+        if (host.startsWith("[") && host.endsWith("]")) host = host.substring(1, host.length() - 1);
+        return new String[]{host, addr.substring(i + 1)};
+    }
+
+    /** Runs the given TP ranks (of every PP stage) of one role in this JVM; prints one JSON line per rank. */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                  String host, PrintStream out) throws Exception {
+        return runRole(mode, config, bootstrapAddr, ranks, host, out, RoleOptions.NONE);
+    }
+
+    /**
+     * As above with link settings. Prefill ranks print {@code endpoint I HOST:PORT} (their bound
+     * endpoint, launch index I) once started; decode rank 0 prints {@code progress CONCLUDED SUCCEEDED}
+     * as requests conclude. The reports are printed after teardown, with what was not returned:
+     * each rank's rooms and pool pages, and on the first report the process's threads, sockets and
+     * native memory beyond the baseline taken before any manager existed ({@link LeakCheck}).
+     */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                  String host, PrintStream out, RoleOptions opts) throws Exception {
+        LeakCheck.Snapshot baseline = LeakCheck.baseline();
+        List<KVManager> managers = new ArrayList<>();
+        List<RankPool> pools = new ArrayList<>();
+        List<RoleReport> reports = new ArrayList<>();
+        ExecutorService exec = Executors.newFixedThreadPool(config.rankCount(mode));
+        Thread progressPrinter = null;
+        boolean poolsClosed = false;
+        try {
+            List<Future<RoleReport>> futures = new ArrayList<>();
+            java.util.concurrent.atomic.AtomicInteger progress = new java.util.concurrent.atomic.AtomicInteger();
+            java.util.concurrent.atomic.AtomicInteger successes = new java.util.concurrent.atomic.AtomicInteger();
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts);
+            for (int i = 0; i < managers.size(); i++) {
+                java.util.Optional<java.net.InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
+                if (endpoint.isPresent()) {
+                    java.net.InetSocketAddress ep = endpoint.get();
+                    String h = ep.getAddress() == null || ep.getAddress().isAnyLocalAddress() ? "127.0.0.1" : ep.getHostString();
+                    synchronized (out) {
+                        out.println(RoleEvent.line(new RoleEvent.Endpoint(i, h, ep.getPort())));
+                        out.flush();
+                    }
+                }
+            }
+            if (mode == DisaggregationMode.DECODE) {
+                // Progress events let a parent (kvferry chaos) time a fault to land mid-transfer and watch recovery.
+                progressPrinter = Thread.ofPlatform().daemon().name("role-progress").start(() -> {
+                    int last = 0;
+                    while (true) {
+                        int now = progress.get();
+                        if (now != last) {
+                            synchronized (out) {
+                                out.println(RoleEvent.line(new RoleEvent.Progress(now, successes.get())));
+                                out.flush();
+                            }
+                            last = now;
+                        }
+                        try {
+                            Thread.sleep(50);
+                        } catch (InterruptedException e) {
+                            return;
+                        }
+                    }
+                });
+            }
+            for (int i = 0; i < futures.size(); i++) {
+                RoleReport rep = futures.get(i).get();
+                // Rooms the manager still tracks and pages/rows the driver never got back, once every request concluded.
+                reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
+                        List.of())));
+            }
+        } finally {
+            if (progressPrinter != null) {
+                progressPrinter.interrupt();
+                progressPrinter.join(1000);
+            }
+            exec.shutdownNow();
+            for (KVManager m : managers) m.close();
+            if (exec.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+                for (RankPool p : pools) p.close();
+                poolsClosed = true;
+            }
+        }
+        // Teardown done: threads, sockets and native memory must be back to the baseline.
+        LeakCheck.Leaks proc = LeakCheck.since(baseline, LEAK_WAIT_MILLIS);
+        if (!poolsClosed) proc = proc.plus(new LeakCheck.Leaks(0, 0, 0, 0, 0, List.of("driver threads did not stop: pools not freed")));
+        boolean allOk = true;
+        for (int i = 0; i < reports.size(); i++) {
+            RoleReport rep = reports.get(i);
+            if (i == 0) rep = rep.withLeaks(rep.leaks().plus(proc));
+            allOk &= rep.failed() == 0 && rep.corrupted() == 0;
+            synchronized (out) {
+                out.println(JSON.writeValueAsString(rep));
+                out.flush();
+            }
+        }
+        return allOk;
+    }
+
+    /** How long a torn-down role waits for its threads to exit and its sockets and memory to be released. */
+    static final long LEAK_WAIT_MILLIS = 2000;
+
+    /** Rooms a manager still tracks (a leak once every request concluded). */
+    public static int trackedRooms(KVManager m) {
+        return m.stats().trackedRooms();
+    }
+
+    /**
+     * Creates the pools, managers and driver tasks of one role: every PP stage × the given TP ranks.
+     * The caller owns what is added to {@code managers} and {@code pools} and closes them.
+     *
+     * @param progress counted by decode rank 0 of stage 0 as requests conclude; may be null
+     */
+    public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress) {
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE);
+    }
+
+    /** As above; decode rank 0 of stage 0 also counts verified successes in {@code successes} (may be null). */
+    public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress,
+                       java.util.concurrent.atomic.AtomicInteger successes, RoleOptions opts) {
+        Workload w = config.workload();
+        boolean prefill = mode == DisaggregationMode.PREFILL;
+        int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
+        long poolCount = MemoryBudget.poolCount(mode, config, tpRanks.size());
+        long perPool = MemoryBudget.poolBytes(mode, config);
+        MemoryBudget.require(mode.name().toLowerCase(java.util.Locale.ROOT), poolCount, perPool, MemoryBudget.availableBytes());
+        for (int dp = 0; dp < groups; dp++) {
+            for (int cp = 0; cp < cps; cp++) {
+                for (int stage = 0; stage < config.pp(mode); stage++) {
+                    for (int r : tpRanks) {
+                        long seed = w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r + 10_000L * cp + 100_000L * dp;
+                        RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
+                                w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()));
+                        pools.add(pool);
+                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size());
+                        managers.add(m);
+                        if (prefill) {
+                            m.registerToBootstrap();
+                            int group = dp;
+                            futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
+                                    config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults())
+                                    .withPairedMemcpy(config.pairedMemcpy()).run()));
+                        } else {
+                            boolean first = r == 0 && stage == 0;
+                            java.util.concurrent.atomic.AtomicInteger p = first ? progress : null, ok = first ? successes : null;
+                            futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p)
+                                    .withSuccessCounter(ok).withDeadline(deadline(config)).withFaults(config.faults()).run()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /** Reads a role process's stdout until it ends: report lines are parsed, other lines echoed to {@code progress}. */
+    public static List<RoleReport> readReports(Process p, String role, PrintStream progress) throws IOException {
+        return readReports(p, role, progress, (java.util.function.Consumer<RoleEvent>) null);
+    }
+
+    /** As above; progress events from a decode process update {@code concluded}. */
+    public static List<RoleReport> readReports(Process p, String role, PrintStream progress,
+                                        java.util.concurrent.atomic.AtomicInteger concluded) throws IOException {
+        return readReports(p, role, progress, line -> {
+            if (concluded != null && line instanceof RoleEvent.Progress pr) concluded.set(pr.concluded());
+        });
+    }
+
+    /**
+     * As above; the role's {@link RoleEvent}s (progress from a decode, endpoints from a prefill) go to
+     * {@code control}; other non-report lines are echoed to {@code progress}.
+     */
+    public static List<RoleReport> readReports(Process p, String role, PrintStream progress,
+                                        java.util.function.Consumer<RoleEvent> control) throws IOException {
+        List<RoleReport> reports = new ArrayList<>();
+        try (java.io.BufferedReader r = new java.io.BufferedReader(
+                new java.io.InputStreamReader(p.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = r.readLine()) != null) {
+                if (line.startsWith("{\"role\"")) reports.add(JSON.readValue(line, RoleReport.class));
+                else if (line.startsWith(RoleEvent.PREFIX)) {
+                    RoleEvent e = RoleEvent.parse(line); // malformed: an IOException naming the line
+                    if (control != null) control.accept(e);
+                }
+                else if (progress != null) progress.println("[" + role + "] " + line);
+            }
+        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+            throw e; // a report that does not parse is a bug, not a kill
+        } catch (IOException e) {
+            // Process.destroy closes the pipe under a blocked reader ("Stream closed"): a killed role just ends here.
+            try {
+                if (!p.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) throw e;
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+                throw e;
+            }
+        }
+        return reports;
+    }
+
+    private static long deadline(BenchConfig c) {
+        return c.deadlineMillis() > 0 ? System.nanoTime() + c.deadlineMillis() * 1_000_000L : 0;
+    }
+
+    /** Starts {@code kvferry <role>} as a separate JVM with the same class path, sharing the options. */
+    public static Process spawn(String role, BenchConfig config, String bootstrapAddr) throws IOException {
+        return spawn(role, config, bootstrapAddr, List.of(), List.of());
+    }
+
+    /**
+     * As above with extra JVM flags (kvferry chaos adds {@code -XX:NativeMemoryTracking=summary} for
+     * the leak check) and extra role arguments (e.g. {@link RoleOptions#args()}).
+     */
+    public static Process spawn(String role, BenchConfig config, String bootstrapAddr, List<String> jvmFlags,
+                                List<String> extraArgs) throws IOException {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        cmd.add("--enable-native-access=ALL-UNNAMED");
+        cmd.add("-Xmx1g");
+        cmd.add("-XX:+ExitOnOutOfMemoryError"); // a role out of heap exits (the parent reports it) instead of living on half-dead
+        String logLevel = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel");
+        if (logLevel != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + logLevel); // --verbose reaches the roles
+        cmd.addAll(jvmFlags);
+        cmd.add("-cp");
+        cmd.add(System.getProperty("java.class.path"));
+        cmd.add("io.kvferry.cli.Main");
+        cmd.add(role);
+        cmd.addAll(withOverrides(roleArgs(config, bootstrapAddr), extraArgs));
+        ProcessBuilder pb = new ProcessBuilder(cmd);
+        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.redirectInput(ProcessBuilder.Redirect.PIPE);
+        // The token goes through the environment, not argv, so it does not show in process listings.
+        if (config.authToken() != null) pb.environment().put("KVFERRY_AUTH_TOKEN", config.authToken());
+        return pb.start();
+    }
+
+    /**
+     * The shared arguments followed by the extra ones; a valued option given in both (e.g. {@code --seed}
+     * for a soak cycle) takes the extra one's value.
+     */
+    public static List<String> withOverrides(List<String> shared, List<String> extra) {
+        java.util.Set<String> overridden = new java.util.HashSet<>();
+        for (int i = 0; i + 1 < extra.size(); i++) {
+            if (extra.get(i).startsWith("--") && !extra.get(i + 1).startsWith("--")) overridden.add(extra.get(i));
+        }
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < shared.size(); i++) {
+            String a = shared.get(i);
+            boolean valued = i + 1 < shared.size() && !shared.get(i + 1).startsWith("--");
+            if (overridden.contains(a) && valued) {
+                i++; // drop the option and its value
+                continue;
+            }
+            out.add(a);
+        }
+        out.addAll(extra);
+        return out;
+    }
+
+    public static List<String> roleArgs(BenchConfig c, String bootstrapAddr) {
+        Workload w = c.workload();
+        List<String> a = new ArrayList<>(List.of(
+                "--bootstrap", bootstrapAddr,
+                "--model", c.shape().name(),
+                "--kv-heads", Integer.toString(c.shape().kvHeads()),
+                "--requests", Integer.toString(w.requests()),
+                "--warmup", Integer.toString(w.warmup()),
+                "--prompt-tokens", Integer.toString(w.promptTokens()),
+                "--page-size", Integer.toString(w.pageSize()),
+                "--chunk-tokens", Integer.toString(w.chunkTokens()),
+                "--concurrency", Integer.toString(w.concurrency()),
+                "--prefix-every", Integer.toString(w.prefixEvery()),
+                "--seed", Long.toString(w.seed()),
+                "--transport", c.transport(),
+                "--tcp-stripes", Integer.toString(c.tcpStripes()),
+                "--prefill-tp", Integer.toString(c.prefillTp()),
+                "--decode-tp", Integer.toString(c.decodeTp()),
+                "--prefill-pp", Integer.toString(c.prefillPp()),
+                "--decode-pp", Integer.toString(c.decodePp()),
+                "--prefill-cp", Integer.toString(c.prefillCp()),
+                "--prefill-dp", Integer.toString(c.prefillDp()),
+                "--transfer-workers", Integer.toString(c.transferWorkers()),
+                "--bootstrap-timeout-ms", Long.toString(c.bootstrapTimeoutMillis()),
+                "--deadline-ms", Long.toString(c.deadlineMillis()),
+                "--abort-prob", Double.toString(c.faults().abortProbability()),
+                "--slow-decode-ms", Long.toString(c.faults().slowDecodeMillis()),
+                "--failure-prob", Double.toString(c.faults().failureProbability()),
+                "--exit-on-stdin-eof"));
+        if (c.shape().mla()) a.add("--mla");
+        if (c.allCpRanks()) a.add("--all-cp-ranks");
+        if (c.pairedMemcpy()) a.add("--paired-memcpy");
+        return a;
+    }
+
+}

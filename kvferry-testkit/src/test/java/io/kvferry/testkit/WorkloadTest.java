@@ -1,0 +1,58 @@
+package io.kvferry.testkit;
+
+
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+class WorkloadTest {
+    @Test
+    void streamIsDeterministicWithUniqueNonZeroRoomsAndBothPrefixKinds() {
+        Workload w = new Workload(128, 1100, 16, 256, 4, 8, 20261202L);
+        List<Workload.Request> a = w.generate(), b = w.generate();
+        assertEquals(a, b);
+        Set<Long> rooms = new HashSet<>();
+        boolean zeroPage = false, partialPrefix = false, partialLastPage = false;
+        for (Workload.Request r : a) {
+            assertTrue(r.room() > 0);
+            assertTrue(rooms.add(r.room()));
+            if (r.prefixTokens() > 0 && r.pagesToSend(16) == 0) zeroPage = true;
+            if (r.prefixTokens() > 0 && r.pagesToSend(16) > 0) partialPrefix = true;
+            if (r.tokens() % 16 != 0) partialLastPage = true;
+            assertEquals(0, r.prefixTokens() % 16);
+        }
+        assertTrue(zeroPage && partialPrefix && partialLastPage);
+    }
+
+    @Test
+    void badOptionsAreRejectedWithTheirName() {
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> new Workload(0, 10, 16, 256, 1, 0, 1))
+                .getMessage().contains("--requests"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> new Workload(1, 10, 16, 8, 1, 0, 1))
+                .getMessage().contains("--chunk-tokens"));
+    }
+
+    @Test
+    void patternDetectsWrongKeyAndSingleFlippedByte() {
+        KvPattern p = new KvPattern(4096, 1);
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment page = arena.allocate(4096);
+            long key = KvPattern.key(5, 0, 0, 3, 7, 0);
+            p.fill(page, key);
+            assertTrue(p.matches(page, key));
+            assertFalse(p.matches(page, KvPattern.key(5, 0, 0, 3, 8, 0)));
+            assertFalse(p.matches(page, KvPattern.key(5, 0, 0, 3, 7, 1)));
+            page.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 1234, (byte) (page.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 1234) ^ 1));
+            assertFalse(p.matches(page, key));
+        }
+    }
+}
