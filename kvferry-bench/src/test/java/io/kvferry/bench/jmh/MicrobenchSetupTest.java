@@ -1,0 +1,33 @@
+package io.kvferry.bench.jmh;
+
+import io.kvferry.plan.CopyPlan;
+import io.kvferry.protocol.WriteHeader;
+import org.junit.jupiter.api.Test;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+
+/** The JMH benchmarks measure what they claim: their inputs are valid and their bodies do the work (nothing is timed here). */
+class MicrobenchSetupTest {
+    @Test
+    void frameCodecBenchEncodesAndDecodesARealWriteHeader() throws Exception {
+        FrameCodecBench b = new FrameCodecBench();
+        b.setUp();
+        assertEquals(b.frame.remaining(), b.encodeWriteHeader().position(), "encode writes one whole header frame");
+        WriteHeader w = assertInstanceOf(WriteHeader.class, b.decodeWriteHeader());
+        assertEquals(42, w.room());
+        assertEquals(16384, w.length());
+    }
+
+    @Test
+    void plannerBenchPlansEveryPageOfEveryBuffer() {
+        for (String pages : new String[]{"contiguous", "fragmented"}) {
+            PlannerBench b = new PlannerBench();
+            b.pages = pages;
+            b.setUp();
+            CopyPlan plan = b.planKv();
+            assertEquals(4096L * 32 * 16 * 1024, plan.totalBytes(), pages);
+            if (pages.equals("fragmented")) assertEquals(true, plan.size() > 4096, "shuffled free lists give about one op per page");
+        }
+    }
+}
