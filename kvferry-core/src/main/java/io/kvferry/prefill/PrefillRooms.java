@@ -94,13 +94,17 @@ final class PrefillRooms {
         notifyOnce(room);
     }
 
-    /** Tells the room's destinations its recorded failure, unless that was done already. */
+    /**
+     * Tells the room's destinations its recorded failure, unless that was done already. The entry is
+     * read now: the scheduler may clear the room before the worker gets to the notice.
+     */
     void notifyOnce(PrefillRoom room) {
-        if (room.failureNotified.compareAndSet(false, true)) workers.enqueue(room.room, () -> notifyFailure(room));
+        if (!room.failureNotified.compareAndSet(false, true)) return;
+        RoomStatusTable.Entry e = statuses.entry(room.room);
+        workers.enqueue(room.room, () -> notifyFailure(room, e));
     }
 
-    private void notifyFailure(PrefillRoom room) {
-        RoomStatusTable.Entry e = statuses.entry(room.room);
+    private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e) {
         String reason = e == null || e.reason() == null ? "Failed on prefill rank " + uniqueRank : e.reason();
         FailureKind kind = e == null ? FailureKind.UNKNOWN : e.kind();
         for (PrefillRoom.Destination d : room.orderedDestinations()) {
