@@ -167,8 +167,13 @@ final class LinkDirectory {
     private PrefillLink openLink(String addr, RankEndpoint ep, String key) throws IOException {
         Duration timeout = config.connectTimeout();
         ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
-        // A peer that accepts but never answers must not hang init: close the socket at the deadline.
-        ScheduledFuture<?> deadline = timer.after(timeout, conn::close);
+        // A peer that accepts but never answers must not hang init: close the socket at the deadline. The flag is
+        // set before the close, so the read that the close breaks already sees why (the future is done only later).
+        java.util.concurrent.atomic.AtomicBoolean expired = new java.util.concurrent.atomic.AtomicBoolean();
+        ScheduledFuture<?> deadline = timer.after(timeout, () -> {
+            expired.set(true);
+            conn.close();
+        });
         Map<String, LinkOffer> made = new LinkedHashMap<>();
         List<ControlConnection> stripesOpened = new ArrayList<>();
         try {
@@ -197,7 +202,7 @@ final class LinkDirectory {
             reader.start(link);
             return link;
         } catch (IOException | RuntimeException e) {
-            boolean timedOut = deadline.isDone() && !(e instanceof LinkRefusedException);
+            boolean timedOut = expired.get() && !(e instanceof LinkRefusedException);
             conn.close();
             for (LinkOffer o : made.values()) o.close();
             for (ControlConnection c : stripesOpened) c.close();

@@ -224,7 +224,9 @@ class BadInputTest extends TransferTestBase {
             KVReceiver r = d.createReceiver(fakeAddr, 5);
             r.init(0); // the server accepts (backlog) but never answers HELLO
             assertEquals(KVPoll.Failed, r.poll());
-            assertTrue(failure(r::failureException).contains("handshake"), failure(r::failureException));
+            KVTransferException e = failed(r::failureException);
+            assertTrue(e.getMessage().contains("did not complete the handshake within 300 ms"), e.getMessage());
+            assertEquals(FailureKind.PREFILL_UNREACHABLE, e.kind());
         }
     }
 
