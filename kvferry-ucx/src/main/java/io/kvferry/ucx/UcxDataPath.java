@@ -3,6 +3,7 @@ package io.kvferry.ucx;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.RemoteBuffers;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -89,31 +90,21 @@ final class UcxDataPath implements DataPath {
             if (strided && (plan.srcStride(op) < 0 || plan.dstStride(op) < 0)) {
                 throw new IOException("room " + room + ": op " + op + " has a negative stride");
             }
-            MemorySegment src;
-            try {
-                src = source.slice(plan.region(op), plan.component(op), plan.buffer(op), plan.srcOffset(op), plan.srcSpan(op));
-            } catch (IndexOutOfBoundsException e) {
-                throw new IOException("room " + room + ": source " + e.getMessage());
-            }
-            int entry = link.index.of(plan.region(op), plan.component(op), plan.dstBuffer(op));
-            if (entry < 0) {
-                throw new IOException("room " + room + ": decode " + link.peer + " has no " + plan.region(op) + " buffer "
-                        + plan.component(op) + "/" + plan.dstBuffer(op));
-            }
+            MemorySegment src = RemoteBuffers.checkSource(room, plan, op, source);
+            int entry = link.buffers.checkDestination(room, plan, op);
             UcxOffer.Entry e = link.offer.entries().get(entry);
-            long at = plan.dstOffset(op), span = plan.dstSpan(op);
-            if (at < 0 || span < 0 || at > e.length() || span > e.length() - at) {
-                throw new IOException("room " + room + ": write [" + at + ", +" + span + ") is outside " + plan.region(op)
-                        + " buffer " + plan.component(op) + "/" + plan.dstBuffer(op) + " of " + e.length() + " bytes at " + link.peer);
-            }
-            job.src[op] = src.address();
+            long at = plan.dstOffset(op);
+            job.src[op] = src.address() + plan.srcOffset(op);
             job.dst[op] = e.address() + at;
             job.len[op] = len;
             job.piece[op] = piece;
             job.sStride[op] = strided ? plan.srcStride(op) : len;
             job.dStride[op] = strided ? plan.dstStride(op) : len;
             job.entry[op] = entry;
-            if (strided) job.srcSlice[op] = src;
+            if (strided) {
+                job.srcBuffer[op] = src;
+                job.srcOffset[op] = plan.srcOffset(op);
+            }
         }
         return job;
     }

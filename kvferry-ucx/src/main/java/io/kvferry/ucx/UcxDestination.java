@@ -4,6 +4,7 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Region;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.LinkOffer;
+import io.kvferry.transport.RevocableOffer;
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpMemMapParams;
 import org.openucx.jucx.ucp.UcpMemory;
@@ -237,19 +238,12 @@ final class UcxDestination implements DestinationTransport {
         }
     }
 
-    private final class Offer implements LinkOffer {
+    private final class Offer extends RevocableOffer {
         private final Link link;
-        private final byte[] blob;
-        private Boolean revoked;
 
         Offer(Link link, byte[] blob) {
+            super(blob);
             this.link = link;
-            this.blob = blob;
-        }
-
-        @Override
-        public byte[] blob() {
-            return blob.clone();
         }
 
         /**
@@ -257,8 +251,7 @@ final class UcxDestination implements DestinationTransport {
          * can be in use (see the class comment); otherwise false after the whole timeout.
          */
         @Override
-        public synchronized boolean revoke(Duration timeout) {
-            if (revoked != null) return revoked;
+        protected boolean revokeOnce(Duration timeout) {
             long start = System.nanoTime();
             long deadline = start + Math.max(0, timeout.toNanos());
             boolean workerClosed = link.stop(deadline);
@@ -276,7 +269,6 @@ final class UcxDestination implements DestinationTransport {
             } else {
                 log.debug("ucx: revoked the link to {} in {} us", link.peer, (System.nanoTime() - start) / 1000);
             }
-            revoked = confirmed;
             return confirmed;
         }
 

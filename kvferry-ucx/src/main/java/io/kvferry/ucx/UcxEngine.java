@@ -1,5 +1,6 @@
 package io.kvferry.ucx;
 
+import io.kvferry.transport.RemoteBuffers;
 import org.openucx.jucx.UcxCallback;
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpEndpoint;
@@ -307,8 +308,9 @@ final class UcxEngine implements Runnable {
                     if (staged != null) break; // one staging buffer per batch
                     staged = takeStaging();
                     long pieces = len / piece, stride = j.sStride[o];
-                    MemorySegment src = j.srcSlice[o];
-                    for (long i = 0; i < pieces; i++) MemorySegment.copy(src, i * stride, staged.segment, i * piece, piece);
+                    MemorySegment src = j.srcBuffer[o];
+                    long from = j.srcOffset[o];
+                    for (long i = 0; i < pieces; i++) MemorySegment.copy(src, from + i * stride, staged.segment, i * piece, piece);
                     ep.putNonBlockingImplicit(staged.segment.address(), len, j.dst[o], rkey);
                     bytes += len;
                     puts++;
@@ -479,7 +481,7 @@ final class UcxEngine implements Runnable {
     static final class Link {
         final String peer;
         final UcxOffer offer;
-        final UcxOffer.Index index;
+        final RemoteBuffers buffers;
         UcpEndpoint ep;
         UcpRemoteKey[] rkeys;
         /** Batches posted and not yet confirmed (engine thread). */
@@ -489,10 +491,10 @@ final class UcxEngine implements Runnable {
         volatile boolean closed;
         final CompletableFuture<Void> closedDone = new CompletableFuture<>();
 
-        Link(String peer, UcxOffer offer, UcxOffer.Index index) {
+        Link(String peer, UcxOffer offer, RemoteBuffers buffers) {
             this.peer = peer;
             this.offer = offer;
-            this.index = index;
+            this.buffers = buffers;
         }
 
         void fail(String why) {
@@ -507,8 +509,9 @@ final class UcxEngine implements Runnable {
         final int ops;
         final long[] src, dst, len, piece, sStride, dStride;
         final int[] entry;
-        /** The source slice of each strided op (gathered into staging on the engine thread). */
-        final MemorySegment[] srcSlice;
+        /** The whole source buffer and the op's offset in it, of each strided op (gathered into staging on the engine thread). */
+        final MemorySegment[] srcBuffer;
+        final long[] srcOffset;
         final Thread waiter = Thread.currentThread();
         int op;
         long piece_i;
@@ -531,7 +534,8 @@ final class UcxEngine implements Runnable {
             sStride = new long[ops];
             dStride = new long[ops];
             entry = new int[ops];
-            srcSlice = new MemorySegment[ops];
+            srcBuffer = new MemorySegment[ops];
+            srcOffset = new long[ops];
         }
     }
 

@@ -2,6 +2,7 @@ package io.kvferry.ucx;
 
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
+import io.kvferry.transport.RemoteBuffers;
 
 import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
@@ -158,73 +159,16 @@ record UcxOffer(int ucxMajor, int ucxMinor, byte[] workerAddress, List<Entry> en
         }
     }
 
-    /**
-     * The entry index of every buffer the decode declared in HELLO, checked: each declared buffer
-     * has exactly one entry of exactly the declared length, and the offer names no other buffer.
-     */
-    static Index index(UcxOffer offer, MemoryDescriptor shape) throws Malformed {
-        int[] kv = filled(shape.kvLengths().length);
-        int[] aux = filled(shape.auxLengths().length);
-        int[][] state = new int[shape.states().size()][];
-        for (int c = 0; c < state.length; c++) state[c] = filled(shape.states().get(c).lengths().length);
-        for (int i = 0; i < offer.entries.size(); i++) {
-            Entry e = offer.entries.get(i);
-            long declared;
-            int[] slots;
-            switch (e.region) {
-                case KV -> {
-                    slots = kv;
-                    declared = e.buffer < kv.length ? shape.kvLengths()[e.buffer] : -1;
-                }
-                case AUX -> {
-                    slots = aux;
-                    declared = e.buffer < aux.length ? shape.auxLengths()[e.buffer] : -1;
-                }
-                default -> {
-                    slots = e.component < state.length ? state[e.component] : null;
-                    declared = slots != null && e.buffer < slots.length ? shape.states().get(e.component).lengths()[e.buffer] : -1;
-                }
-            }
-            if (declared < 0) {
-                throw new Malformed("the offer names " + e.region + " buffer " + e.component + "/" + e.buffer
-                        + ", which the decode's HELLO does not declare");
-            }
-            if (declared != e.length) {
-                throw new Malformed("the offer gives " + e.region + " buffer " + e.component + "/" + e.buffer + " " + e.length
-                        + " bytes but HELLO declares " + declared);
-            }
-            slots[e.buffer] = i;
-        }
-        for (int b = 0; b < kv.length; b++) if (kv[b] < 0) throw new Malformed("the offer lacks KV buffer " + b);
-        for (int b = 0; b < aux.length; b++) if (aux[b] < 0) throw new Malformed("the offer lacks AUX buffer " + b);
-        for (int c = 0; c < state.length; c++) {
-            for (int b = 0; b < state[c].length; b++) if (state[c][b] < 0) throw new Malformed("the offer lacks STATE buffer " + c + "/" + b);
-        }
-        return new Index(kv, aux, state);
+    /** The offer's buffers checked against what the decode declared in HELLO (see {@link RemoteBuffers}). */
+    static RemoteBuffers buffers(UcxOffer offer, MemoryDescriptor shape, String peer) throws RemoteBuffers.OfferMismatch {
+        RemoteBuffers.Builder b = RemoteBuffers.builder(shape, peer);
+        for (Entry e : offer.entries) b.add(e.region, e.component, e.buffer, e.length);
+        return b.build();
     }
 
     static int crc(byte[] bytes, int length) {
         java.util.zip.CRC32C c = new java.util.zip.CRC32C();
         c.update(bytes, 0, length);
         return (int) c.getValue();
-    }
-
-    private static int[] filled(int n) {
-        int[] a = new int[n];
-        java.util.Arrays.fill(a, -1);
-        return a;
-    }
-
-    /** (region, component, buffer) → entry index. Immutable. */
-    record Index(int[] kv, int[] aux, int[][] state) {
-        /** The entry index, or -1 when the decode has no such buffer. */
-        int of(Region r, int component, int buffer) {
-            if (buffer < 0 || component < 0) return -1;
-            return switch (r) {
-                case KV -> component == 0 && buffer < kv.length ? kv[buffer] : -1;
-                case AUX -> component == 0 && buffer < aux.length ? aux[buffer] : -1;
-                case STATE -> component < state.length && buffer < state[component].length ? state[component][buffer] : -1;
-            };
-        }
     }
 }

@@ -3,6 +3,7 @@ package io.kvferry.ucx;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.RemoteBuffers;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportUnavailableException;
 import org.openucx.jucx.ucp.UcpContext;
@@ -95,11 +96,11 @@ final class UcxSource implements SourceTransport {
             if (closed) throw new TransportUnavailableException("the UCX source is closed");
         }
         UcxOffer offer;
-        UcxOffer.Index index;
+        RemoteBuffers buffers;
         try {
             offer = UcxOffer.decode(blob);
-            index = UcxOffer.index(offer, destination);
-        } catch (UcxOffer.Malformed e) {
+            buffers = UcxOffer.buffers(offer, destination, peer);
+        } catch (UcxOffer.Malformed | RemoteBuffers.OfferMismatch e) {
             throw new IOException("malformed ucx offer from " + peer + ": " + e.getMessage());
         } catch (UcxOffer.Unsupported e) {
             throw new TransportUnavailableException(e.getMessage());
@@ -116,7 +117,7 @@ final class UcxSource implements SourceTransport {
                         + e.region() + " buffer " + e.component() + "/" + e.buffer() + "), which this UCX cannot reach");
             }
         }
-        UcxEngine.Link link = new UcxEngine.Link(peer, offer, index);
+        UcxEngine.Link link = new UcxEngine.Link(peer, offer, buffers);
         CompletableFuture<UcxEngine.Link> done = new CompletableFuture<>();
         engine.submit(() -> engine.connect(link, done));
         long timeout = settings.connectTimeoutMs;

@@ -2,6 +2,7 @@ package io.kvferry.ucx;
 
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
+import io.kvferry.transport.RemoteBuffers;
 import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
@@ -56,13 +57,13 @@ class UcxOfferTest {
         assertEquals(0x7f0000004000L, e.address());
         assertEquals(512, e.length());
         assertArrayEquals(new byte[] {6}, e.rkey());
-        UcxOffer.Index idx = UcxOffer.index(back, shape());
-        assertEquals(1, idx.of(Region.KV, 0, 1));
-        assertEquals(2, idx.of(Region.AUX, 0, 0));
-        assertEquals(3, idx.of(Region.STATE, 1, 0));
-        assertEquals(-1, idx.of(Region.KV, 0, 2));
-        assertEquals(-1, idx.of(Region.KV, 1, 0));
-        assertEquals(-1, idx.of(Region.STATE, 0, 0));
+        RemoteBuffers idx = UcxOffer.buffers(back, shape(), "peer");
+        assertEquals(1, idx.entry(Region.KV, 0, 1));
+        assertEquals(2, idx.entry(Region.AUX, 0, 0));
+        assertEquals(3, idx.entry(Region.STATE, 1, 0));
+        assertEquals(-1, idx.entry(Region.KV, 0, 2));
+        assertEquals(-1, idx.entry(Region.KV, 1, 0));
+        assertEquals(-1, idx.entry(Region.STATE, 0, 0));
     }
 
     /** Patches the encoded sample and expects a Malformed naming {@code words}. */
@@ -119,14 +120,14 @@ class UcxOfferTest {
         MemoryDescriptor s = shape();
         MemoryDescriptor longer = new MemoryDescriptor(new long[] {4096, 8192}, s.kvItemLens(), s.kvLayerIds(), s.auxLengths(),
                 s.auxItemLens(), s.states());
-        assertTrue(assertThrows(UcxOffer.Malformed.class, () -> UcxOffer.index(o, longer)).getMessage()
+        assertTrue(assertThrows(RemoteBuffers.OfferMismatch.class, () -> UcxOffer.buffers(o, longer, "peer")).getMessage()
                 .contains("gives KV buffer 0/1 4096 bytes but HELLO declares 8192"));
         MemoryDescriptor moreKv = new MemoryDescriptor(new long[] {4096, 4096, 4096}, new long[] {1, 1, 1}, new int[] {0, 1, 2},
                 s.auxLengths(), s.auxItemLens(), s.states());
-        assertTrue(assertThrows(UcxOffer.Malformed.class, () -> UcxOffer.index(o, moreKv)).getMessage().contains("lacks KV buffer 2"));
+        assertTrue(assertThrows(RemoteBuffers.OfferMismatch.class, () -> UcxOffer.buffers(o, moreKv, "peer")).getMessage().contains("lacks KV buffer 2"));
         MemoryDescriptor noState = new MemoryDescriptor(s.kvLengths(), s.kvItemLens(), s.kvLayerIds(), s.auxLengths(),
                 s.auxItemLens(), List.of());
-        assertTrue(assertThrows(UcxOffer.Malformed.class, () -> UcxOffer.index(o, noState)).getMessage()
+        assertTrue(assertThrows(RemoteBuffers.OfferMismatch.class, () -> UcxOffer.buffers(o, noState, "peer")).getMessage()
                 .contains("STATE buffer 1/0, which the decode's HELLO does not declare"));
     }
 
@@ -147,8 +148,8 @@ class UcxOfferTest {
                 for (int f = 1 + r.nextInt(3); f > 0; f--) bad[r.nextInt(bad.length)] = (byte) r.nextInt(256);
             }
             try {
-                UcxOffer.index(UcxOffer.decode(bad), shape());
-            } catch (UcxOffer.Malformed | UcxOffer.Unsupported e) {
+                UcxOffer.buffers(UcxOffer.decode(bad), shape(), "peer");
+            } catch (UcxOffer.Malformed | UcxOffer.Unsupported | RemoteBuffers.OfferMismatch e) {
                 refused++;
             }
         }

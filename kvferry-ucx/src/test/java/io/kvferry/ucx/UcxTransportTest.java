@@ -8,6 +8,7 @@ import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
+import io.kvferry.transport.RemoteBuffers;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.LinkOffer;
@@ -422,8 +423,8 @@ class UcxTransportTest {
             int flips = 1 + r.nextInt(4);
             for (int f = 0; f < flips; f++) bad[r.nextInt(bad.length)] = (byte) r.nextInt(256);
             try {
-                UcxOffer.index(UcxOffer.decode(bad), shape);
-            } catch (UcxOffer.Malformed | UcxOffer.Unsupported expected) {
+                UcxOffer.buffers(UcxOffer.decode(bad), shape, "peer");
+            } catch (UcxOffer.Malformed | UcxOffer.Unsupported | RemoteBuffers.OfferMismatch expected) {
                 assertNotNull(expected.getMessage());
             }
         }

@@ -3,6 +3,7 @@ package io.kvferry.transport.shm;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.RemoteBuffers;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -27,19 +28,23 @@ final class ShmDataPath implements DataPath {
     private final Arena arena;
     private final MemorySegment fence;
     private final long slot;
-    private final ShmSource.Targets targets;
+    private final RemoteBuffers buffers;
+    /** The mapped window of each offered buffer, by {@link RemoteBuffers#entry entry index}. */
+    private final MemorySegment[] windows;
     private final String peer;
     private final CopyLanes lanes;
     /** Writes inside {@link #write}; close() waits for them so a copy is never cut off mid-fence. */
     private final AtomicInteger inflight = new AtomicInteger();
     private volatile boolean closed;
 
-    ShmDataPath(Arena arena, MemorySegment fence, long slot, ShmSource.Targets targets, String peer, CopyLanes lanes) {
+    ShmDataPath(Arena arena, MemorySegment fence, long slot, RemoteBuffers buffers, MemorySegment[] windows, String peer,
+                CopyLanes lanes) {
         this.lanes = lanes;
         this.arena = arena;
         this.fence = fence;
         this.slot = slot;
-        this.targets = targets;
+        this.buffers = buffers;
+        this.windows = windows;
         this.peer = peer;
     }
 
@@ -161,21 +166,9 @@ final class ShmDataPath implements DataPath {
                 if (closed) throw new IOException("the shared-memory path to " + peer + " was closed");
                 if (otherLane != null && otherLane.get() != null) return; // the write fails with that lane's reason
                 // Whole buffers and offsets, no slices: nothing is allocated per op.
-                MemorySegment src = source.segmentOrNull(plan.region(op), plan.component(op), plan.buffer(op));
-                MemorySegment buffer = targets.get(plan.region(op), plan.component(op), plan.dstBuffer(op));
-                if (src == null || buffer == null) {
-                    throw new IOException("no " + plan.region(op) + " buffer " + plan.component(op) + "/"
-                            + (src == null ? plan.buffer(op) + " on this prefill" : plan.dstBuffer(op) + " at decode " + peer));
-                }
-                long from0 = plan.srcOffset(op), at = plan.dstOffset(op), span = plan.dstSpan(op), srcSpan = plan.srcSpan(op);
-                if (from0 < 0 || from0 > src.byteSize() || srcSpan > src.byteSize() - from0) {
-                    throw new IOException("read [" + from0 + ", +" + srcSpan + ") is outside source " + plan.region(op) + " buffer "
-                            + plan.buffer(op) + " of " + src.byteSize() + " bytes");
-                }
-                if (at < 0 || at > buffer.byteSize() || span > buffer.byteSize() - at) {
-                    throw new IOException("write [" + at + ", +" + span + ") is outside " + plan.region(op) + " buffer "
-                            + plan.dstBuffer(op) + " of " + buffer.byteSize() + " bytes at " + peer);
-                }
+                MemorySegment src = RemoteBuffers.checkSource(room, plan, op, source);
+                MemorySegment buffer = windows[buffers.checkDestination(room, plan, op)];
+                long from0 = plan.srcOffset(op), at = plan.dstOffset(op);
                 if (!Fence.enter(fence, slot)) throw new IOException("decode " + peer + " revoked this link's shared-memory access");
                 try {
                     if (!plan.strided(op)) {

@@ -4,6 +4,7 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SharedMemory;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.LinkOffer;
+import io.kvferry.transport.RevocableOffer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -87,24 +88,16 @@ final class ShmDestination implements DestinationTransport {
         return fence.segment();
     }
 
-    private final class Offer implements LinkOffer {
+    private final class Offer extends RevocableOffer {
         private final long slotOffset;
-        private final byte[] blob;
-        private volatile Boolean revoked;
 
         Offer(int slot, byte[] blob) {
+            super(blob);
             this.slotOffset = Fence.slotOffset(slot);
-            this.blob = blob;
         }
 
         @Override
-        public byte[] blob() {
-            return blob.clone();
-        }
-
-        @Override
-        public synchronized boolean revoke(Duration timeout) {
-            if (revoked != null) return revoked;
+        protected boolean revokeOnce(Duration timeout) {
             MemorySegment page = fence.segment();
             Fence.revoke(page, slotOffset);
             long deadline = System.nanoTime() + timeout.toNanos();
@@ -132,7 +125,6 @@ final class ShmDestination implements DestinationTransport {
                     break;
                 }
             }
-            revoked = drained;
             return drained;
         }
 

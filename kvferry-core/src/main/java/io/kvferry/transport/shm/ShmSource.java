@@ -2,8 +2,8 @@ package io.kvferry.transport.shm;
 
 import io.kvferry.memory.SharedMemory;
 import io.kvferry.protocol.MemoryDescriptor;
-import io.kvferry.protocol.Region;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.RemoteBuffers;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportUnavailableException;
 
@@ -17,7 +17,9 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -68,15 +70,10 @@ final class ShmSource implements SourceTransport {
                 throw new TransportUnavailableException("decode " + peer + " shares the boot id but not the shared-memory files"
                         + " (another container or mount namespace)");
             }
-            Targets targets = new Targets(destination);
+            RemoteBuffers.Builder offered = RemoteBuffers.builder(destination, peer);
+            List<MemorySegment> windows = new ArrayList<>(offer.entries().size());
             for (ShmOffer.Entry e : offer.entries()) {
-                long declared = targets.declaredLength(e.region(), e.component(), e.buffer());
-                if (declared < 0) throw new IOException("shm offer names " + e.region() + " buffer " + e.component() + "/" + e.buffer()
-                        + ", which the decode's HELLO does not declare");
-                if (declared != e.length()) {
-                    throw new IOException("shm offer gives " + e.region() + " buffer " + e.component() + "/" + e.buffer() + " "
-                            + e.length() + " bytes but HELLO declares " + declared);
-                }
+                offered.add(e.region(), e.component(), e.buffer(), e.length());
                 MemorySegment file = map(arena, files, e.path(), peer);
                 if (e.offset() > file.byteSize() || e.length() > file.byteSize() - e.offset()) {
                     throw new IOException("shm offer window [" + e.offset() + ", +" + e.length() + ") lies outside " + e.path());
@@ -84,13 +81,13 @@ final class ShmSource implements SourceTransport {
                 MemorySegment window = file.asSlice(e.offset(), e.length());
                 // Map every page now (registration time), so no copy of a request takes a page fault.
                 window.load();
-                targets.put(e.region(), e.component(), e.buffer(), window);
+                windows.add(window);
             }
-            targets.requireComplete(peer);
+            RemoteBuffers buffers = offered.build();
             Fence.claim(fence, slot, ProcessHandle.current().pid(),
                     ProcessHandle.current().info().startInstant().map(java.time.Instant::toEpochMilli).orElse(0L));
             ok = true;
-            return new ShmDataPath(arena, fence, slot, targets, peer, lanes);
+            return new ShmDataPath(arena, fence, slot, buffers, windows.toArray(MemorySegment[]::new), peer, lanes);
         } finally {
             if (!ok) arena.close();
         }
@@ -122,55 +119,5 @@ final class ShmSource implements SourceTransport {
     public void close() {
         // mappings belong to the data paths; writes still running finish their lanes themselves
         lanes.close();
-    }
-
-    /** The mapped destination of every decode buffer, by (region, component, buffer). */
-    static final class Targets {
-        private final MemorySegment[] kv, aux;
-        private final MemorySegment[][] state;
-        private final MemoryDescriptor shape;
-
-        Targets(MemoryDescriptor d) {
-            this.shape = d;
-            kv = new MemorySegment[d.kvLengths().length];
-            aux = new MemorySegment[d.auxLengths().length];
-            state = new MemorySegment[d.states().size()][];
-            for (int c = 0; c < state.length; c++) state[c] = new MemorySegment[d.states().get(c).lengths().length];
-        }
-
-        long declaredLength(Region r, int c, int b) {
-            return switch (r) {
-                case KV -> c == 0 && b < kv.length ? shape.kvLengths()[b] : -1;
-                case AUX -> c == 0 && b < aux.length ? shape.auxLengths()[b] : -1;
-                case STATE -> c < state.length && b < state[c].length ? shape.states().get(c).lengths()[b] : -1;
-            };
-        }
-
-        void put(Region r, int c, int b, MemorySegment seg) {
-            switch (r) {
-                case KV -> kv[b] = seg;
-                case AUX -> aux[b] = seg;
-                case STATE -> state[c][b] = seg;
-            }
-        }
-
-        /** The destination buffer, or null. */
-        MemorySegment get(Region r, int c, int b) {
-            return switch (r) {
-                case KV -> c == 0 && b >= 0 && b < kv.length ? kv[b] : null;
-                case AUX -> c == 0 && b >= 0 && b < aux.length ? aux[b] : null;
-                case STATE -> c >= 0 && c < state.length && b >= 0 && b < state[c].length ? state[c][b] : null;
-            };
-        }
-
-        void requireComplete(String peer) throws IOException {
-            for (int b = 0; b < kv.length; b++) if (kv[b] == null) throw new IOException("shm offer from " + peer + " lacks KV buffer " + b);
-            for (int b = 0; b < aux.length; b++) if (aux[b] == null) throw new IOException("shm offer from " + peer + " lacks aux buffer " + b);
-            for (int c = 0; c < state.length; c++) {
-                for (int b = 0; b < state[c].length; b++) {
-                    if (state[c][b] == null) throw new IOException("shm offer from " + peer + " lacks state buffer " + c + "/" + b);
-                }
-            }
-        }
     }
 }
