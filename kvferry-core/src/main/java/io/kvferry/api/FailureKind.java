@@ -1,5 +1,7 @@
 package io.kvferry.api;
 
+import java.util.Locale;
+
 /**
  * Why a room failed, as a closed set: metrics count failures by it, schedulers and tests branch on
  * it, and it travels on STATUS and HELLO_ACK frames (its {@link #code()} is the wire value). The
@@ -60,6 +62,6 @@ public enum FailureKind {
 
     /** Lower-case name, for metric labels and logs ({@code peer_lost}). */
     public String label() {
-        return name().toLowerCase(java.util.Locale.ROOT);
+        return name().toLowerCase(Locale.ROOT);
     }
 }

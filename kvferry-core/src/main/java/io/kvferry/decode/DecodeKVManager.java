@@ -3,6 +3,7 @@ package io.kvferry.decode;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVManagerStats;
@@ -15,9 +16,10 @@ import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DestinationTransport;
-import io.kvferry.transport.InprocRegistry;
 import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.Transports;
 import io.kvferry.transport.WriteSink;
+import io.kvferry.transport.tcp.TcpDestination;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -56,7 +58,7 @@ public final class DecodeKVManager implements KVManager {
     private LinkReader reader;
     private final SessionTimer timer;
     private final OwnedTaskThread revoker;
-    /** One-sided transports this rank offers, in preference order (empty for tcp and inproc). */
+    /** The transports this rank offers besides tcp, in preference order (empty for tcp). */
     private final List<DestinationTransport> destinations;
     private volatile boolean closed;
 
@@ -78,10 +80,10 @@ public final class DecodeKVManager implements KVManager {
         this.release = new RoomRelease(rooms, config.abortAckTimeout());
         this.timer = new SessionTimer("kvferry-decode-timer-" + engineRank);
         this.revoker = new OwnedTaskThread("kvferry-decode-revoke-" + engineRank);
-        if (backend.isInproc()) InprocRegistry.register(sessionId, gate);
-        this.destinations = openDestinations(backend, memory, engineRank, config.settings());
+        TcpDestination tcp = Transports.fallback().openDestination(memory, engineRank, config.settings(), gate, why -> { });
+        this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
         this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, pageSize, kvCacheDtype,
-                destinations, timer, dir -> reader = new LinkReader(rooms, gate, memory, dir, revoker, config.abortAckTimeout(), engineRank));
+                destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (PrefillLink l : directory.links()) {
@@ -94,17 +96,17 @@ public final class DecodeKVManager implements KVManager {
     }
 
     private static List<DestinationTransport> openDestinations(Backend backend, RegisteredMemory memory, int engineRank,
-                                                                 io.kvferry.api.KVFerrySettings settings) {
+                                                                 KVFerrySettings settings, WriteSink gate) {
         List<DestinationTransport> out = new ArrayList<>();
         backend.requireAvailable(settings);
-        for (TransportProvider p : backend.pluggableTransports()) {
+        for (TransportProvider p : backend.offeredTransports()) {
             String unavailable = p.unavailableReason(settings);
             if (unavailable != null) {
                 log.info("auto: {} not offered: {}", p.name(), unavailable);
                 continue;
             }
             try {
-                DestinationTransport d = p.openDestination(memory, engineRank, settings,
+                DestinationTransport d = p.openDestination(memory, engineRank, settings, gate,
                         why -> log.info("{}: not offered, links use TCP: {}", p.name(), why));
                 if (d != null) out.add(d);
             } catch (IOException | RuntimeException e) {
@@ -201,7 +203,6 @@ public final class DecodeKVManager implements KVManager {
     public void teardown() {
         if (closed) return;
         closed = true;
-        InprocRegistry.unregister(sessionId);
         gate.close();
         reader.close();
         directory.close();

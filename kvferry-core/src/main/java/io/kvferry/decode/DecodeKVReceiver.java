@@ -5,19 +5,24 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
+import io.kvferry.plan.PlanException;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RankEndpoint;
+import io.kvferry.registry.RegistryException;
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomStatusTable;
 
 import java.io.IOException;
 import java.lang.foreign.ValueLayout;
+import java.net.ConnectException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.TreeSet;
+import java.util.concurrent.ThreadLocalRandom;
 
 /** One request on one decode rank; owned by the scheduler thread that calls it. */
 final class DecodeKVReceiver implements KVReceiver {
@@ -44,7 +49,7 @@ final class DecodeKVReceiver implements KVReceiver {
         this.manager = manager;
         this.room = room;
         double p = manager.config().failureInjectionProbability();
-        injectFailure = p > 0 && java.util.concurrent.ThreadLocalRandom.current().nextDouble() < p;
+        injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
     }
 
     @Override
@@ -74,7 +79,7 @@ final class DecodeKVReceiver implements KVReceiver {
         try {
             info = manager.directory.topology(addr);
         } catch (RuntimeException e) {
-            if (e instanceof io.kvferry.registry.RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
+            if (e instanceof RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
                 fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + ": " + e.getMessage()); // retrying cannot help
                 initPending = false;
                 return;
@@ -122,7 +127,7 @@ final class DecodeKVReceiver implements KVReceiver {
             room.requiredDstInfoNum = mapping.requiredDstInfoNum();
             initPending = false;
             manager.rooms.statuses.update(room.room, KVPoll.WaitingForInput);
-        } catch (java.net.ConnectException e) {
+        } catch (ConnectException e) {
             // The registry still points at a rank that is gone (a prefill being restarted): drop the cached
             // lookups and keep the room bootstrapping; poll() retries until prefillInfoTimeout.
             manager.directory.forgetPrefill(addr);
@@ -138,7 +143,7 @@ final class DecodeKVReceiver implements KVReceiver {
         } catch (IOException e) {
             fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
         } catch (RuntimeException e) {
-            fail(e instanceof io.kvferry.plan.PlanException ? FailureKind.LAYOUT_REFUSED : FailureKind.PREFILL_UNREACHABLE,
+            fail(e instanceof PlanException ? FailureKind.LAYOUT_REFUSED : FailureKind.PREFILL_UNREACHABLE,
                     "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
         }
     }
@@ -290,7 +295,7 @@ final class DecodeKVReceiver implements KVReceiver {
     public KVTransferMetric getTransferMetric() {
         long sent = room.metadataSentNanos, done = room.successNanos;
         Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
-        java.util.TreeSet<String> paths = new java.util.TreeSet<>();
+        TreeSet<String> paths = new TreeSet<>();
         boolean oneSided = false;
         for (DecodeRoom.Target t : room.targets) {
             if (t.dummy()) continue;

@@ -1,5 +1,6 @@
 package io.kvferry.decode;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -58,7 +59,7 @@ final class DecodeRoom {
     synchronized List<PrefillLink> awaitAbortAcks(List<PrefillLink> links, long millis) {
         long deadline = System.nanoTime() + millis * 1_000_000L;
         while (true) {
-            List<PrefillLink> waiting = new java.util.ArrayList<>();
+            List<PrefillLink> waiting = new ArrayList<>();
             for (PrefillLink l : links) if (!abortAckedBy.contains(l) && !l.connection.isClosed()) waiting.add(l);
             long left = (deadline - System.nanoTime()) / 1_000_000L;
             if (waiting.isEmpty() || left <= 0) return waiting;
@@ -91,10 +92,6 @@ final class DecodeRoom {
         }
         return true;
     }
-
-    /** The write gate's per-landing token: the room it counts against and its destination. */
-    record Landing(DecodeRoom room, java.lang.foreign.MemorySegment target, long length)
-            implements io.kvferry.transport.WriteSink.Landing {}
 
     DecodeRoom(long room, String bootstrapAddr) {
         this.room = room;

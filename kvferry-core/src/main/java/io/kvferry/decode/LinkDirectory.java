@@ -17,6 +17,7 @@ import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.LinkOffer;
+import io.kvferry.transport.Transports;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -30,6 +31,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Function;
 
 /**
  * Where a decode rank finds its prefill ranks: cached bootstrap lookups (topology, rank endpoints)
@@ -65,7 +68,7 @@ final class LinkDirectory {
 
     LinkDirectory(KVManagerConfig config, RegisteredMemory memory, Backend backend, String sessionId, int engineRank, int ppRank,
                   int pageSize, String kvCacheDtype, List<DestinationTransport> destinations, SessionTimer timer,
-                  java.util.function.Function<LinkDirectory, LinkReader> readerFactory) {
+                  Function<LinkDirectory, LinkReader> readerFactory) {
         this.config = config;
         this.memory = memory;
         this.backend = backend;
@@ -169,7 +172,7 @@ final class LinkDirectory {
         ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
         // A peer that accepts but never answers must not hang init: close the socket at the deadline. The flag is
         // set before the close, so the read that the close breaks already sees why (the future is done only later).
-        java.util.concurrent.atomic.AtomicBoolean expired = new java.util.concurrent.atomic.AtomicBoolean();
+        AtomicBoolean expired = new AtomicBoolean();
         ScheduledFuture<?> deadline = timer.after(timeout, () -> {
             expired.set(true);
             conn.close();
@@ -188,15 +191,21 @@ final class LinkDirectory {
                     | (config.tcpStripes() << Hello.STRIPES_SHIFT)));
             HelloAck ack = awaitAck(conn, "registration", key);
             PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
-            link.dataPath = ack.dataPath().isEmpty() ? Backend.TCP.name() : ack.dataPath();
-            link.oneSided = made.remove(link.dataPath);
+            LinkOffer chosen = made.remove(ack.dataPath());
+            boolean fallback = chosen == null;
+            if (fallback && !ack.dataPath().isEmpty() && !ack.dataPath().equals(Transports.fallback().name())) {
+                throw new ProtocolException("prefill rank at " + key + " chose data path '" + ack.dataPath()
+                        + "', which this decode did not offer");
+            }
+            link.dataPath = fallback ? Transports.fallback().name() : ack.dataPath();
+            link.oneSided = chosen != null && chosen.oneSided() ? chosen : null;
             if (!ack.fallback().isEmpty()) {
                 if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, ack.fallback());
                 else log.warn("link to {} falls back to {}: {}", key, link.dataPath, ack.fallback());
             } else {
                 log.info("link to {} uses {}", key, link.dataPath);
             }
-            if (Backend.TCP.name().equals(link.dataPath) && config.tcpStripes() > 1) {
+            if (fallback && config.tcpStripes() > 1) {
                 openStripes(link, ep, timeout, stripesOpened);
             }
             reader.start(link);

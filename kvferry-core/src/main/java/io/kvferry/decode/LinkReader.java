@@ -15,6 +15,8 @@ import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.LinkOffer;
 import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.transport.WriteSink;
+import io.kvferry.transport.tcp.TcpDestination;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -25,7 +27,7 @@ import java.time.Duration;
 
 /**
  * Reads what prefill ranks send a decode rank, one thread per connection of a {@link PrefillLink}:
- * WRITEs land through the {@link WriteGate}, STATUSes conclude rooms (behind the metadata gate),
+ * WRITEs land through tcp's {@link TcpDestination} (the {@link WriteGate} it was handed), STATUSes conclude rooms (behind the metadata gate),
  * ABORT_ACKs release rooms waiting in {@link RoomRelease}. A lost link fails exactly the rooms it
  * still owed and has its one-sided permission revoked on the owned revoker thread.
  */
@@ -35,7 +37,7 @@ final class LinkReader {
     private static final long STRIPE_DRAIN_MILLIS = 500;
 
     private final DecodeRooms rooms;
-    private final WriteGate gate;
+    private final TcpDestination tcp;
     private final RegisteredMemory memory;
     private final LinkDirectory directory;
     private final OwnedTaskThread revoker;
@@ -43,10 +45,10 @@ final class LinkReader {
     private final String threadPrefix;
     private volatile boolean closed;
 
-    LinkReader(DecodeRooms rooms, WriteGate gate, RegisteredMemory memory, LinkDirectory directory, OwnedTaskThread revoker,
+    LinkReader(DecodeRooms rooms, TcpDestination tcp, RegisteredMemory memory, LinkDirectory directory, OwnedTaskThread revoker,
                Duration abortAckTimeout, int engineRank) {
         this.rooms = rooms;
-        this.gate = gate;
+        this.tcp = tcp;
         this.memory = memory;
         this.directory = directory;
         this.revoker = revoker;
@@ -71,11 +73,12 @@ final class LinkReader {
     private void readLoop(PrefillLink link, ControlConnection conn) {
         String why = "connection closed";
         boolean cleanClose = false;
+        WriteSink.Landing landing = new WriteSink.Landing(); // this reader's, reused for every WRITE it lands
         try {
             while (!closed) {
                 ControlMessage m = conn.read();
                 switch (m) {
-                    case WriteHeader w -> onWrite(link, conn, w);
+                    case WriteHeader w -> onWrite(link, conn, w, landing);
                     case Status s -> onStatus(link, s);
                     case Heartbeat hb -> {
                         // liveness only
@@ -100,24 +103,11 @@ final class LinkReader {
         }
     }
 
-    private void onWrite(PrefillLink link, ControlConnection conn, WriteHeader w) throws IOException {
-        DecodeRoom.Landing landing;
-        try {
-            landing = gate.begin(w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.span(), w.length());
-        } catch (WriteRejectedException e) {
-            if (e.fatal()) throw new ProtocolException("write from " + link + " rejected: " + e.getMessage());
-            conn.skipPayload(w.length());
-            rejectWrite(w.room(), link.toString(), e.getMessage());
-            return;
-        }
-        boolean landed = false;
-        try {
-            if (w.strided()) conn.readStridedPayload(w, landing.target());
-            else conn.readPayload(landing.target());
-            landed = true;
-        } finally {
-            gate.end(landing, landed);
-        }
+    private void onWrite(PrefillLink link, ControlConnection conn, WriteHeader w, WriteSink.Landing landing) throws IOException {
+        WriteRejectedException rejected = tcp.land(conn, w, landing);
+        if (rejected == null) return;
+        if (rejected.fatal()) throw new ProtocolException("write from " + link + " rejected: " + rejected.getMessage());
+        rejectWrite(w.room(), link.toString(), rejected.getMessage());
     }
 
     private void rejectWrite(long room, String from, String why) {

@@ -1,9 +1,14 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.FailureKind;
 import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.LinkOffer;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
  * A decode rank's connection to one prefill rank (the decode's view of the link; the prefill's is
@@ -18,12 +23,12 @@ final class PrefillLink {
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
     volatile Thread reader;
     /** Extra TCP data connections (tcpStripes > 1), each read by its own thread; closed with the link. */
-    final java.util.List<ControlConnection> stripes = new java.util.concurrent.CopyOnWriteArrayList<>();
-    final java.util.List<Thread> stripeReaders = new java.util.concurrent.CopyOnWriteArrayList<>();
+    final List<ControlConnection> stripes = new CopyOnWriteArrayList<>();
+    final List<Thread> stripeReaders = new CopyOnWriteArrayList<>();
     /** The data path the prefill chose (tcp, inproc, shm, ucx). Set once at registration. */
     volatile String dataPath = "tcp";
     /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
-    volatile io.kvferry.transport.LinkOffer oneSided;
+    volatile LinkOffer oneSided;
 
     PrefillLink(String bootstrapAddr, String endpoint, ControlConnection connection, int prefillUniqueRank) {
         this.bootstrapAddr = bootstrapAddr;
@@ -33,14 +38,14 @@ final class PrefillLink {
     }
 
     /** Closes the control connection and every stripe. */
-    void closeAll(io.kvferry.api.FailureKind kind, String reason) {
+    void closeAll(FailureKind kind, String reason) {
         connection.close(kind, reason);
         for (ControlConnection c : stripes) c.close(kind, reason);
     }
 
     /** Every reader thread of this link (control and stripes), for joining. */
-    java.util.List<Thread> readers() {
-        java.util.List<Thread> all = new java.util.ArrayList<>(stripeReaders);
+    List<Thread> readers() {
+        List<Thread> all = new ArrayList<>(stripeReaders);
         if (reader != null) all.add(reader);
         return all;
     }

@@ -33,8 +33,8 @@ final class WriteGate implements WriteSink {
     }
 
     @Override
-    public DecodeRoom.Landing begin(long room, Region region, int component, int buffer, long offset, long length,
-                                    long payload) throws WriteRejectedException {
+    public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long length,
+                      long payload) throws WriteRejectedException {
         if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
         MemorySegment seg = memory.segmentOrNull(region, component, buffer);
         if (seg == null) throw new WriteRejectedException("no registered " + region + " buffer " + component + "/" + buffer, true);
@@ -51,14 +51,17 @@ final class WriteGate implements WriteSink {
         if (rooms.statuses.status(room) == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
         DecodeRoom.Allowance a = r.allowance;
         if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
-        if (length == 0) return admit(r, seg.asSlice(offset, 0), 0);
+        if (length == 0) {
+            admit(into, r, seg, offset, 0, 0);
+            return;
+        }
         if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
         requireAllowed(a, region, component, memory.itemLen(region, component, buffer), buffer, offset, length, room);
         if (!r.transferring) {
             r.transferring = true;
             rooms.statuses.update(room, KVPoll.Transferring);
         }
-        return admit(r, seg.asSlice(offset, length), payload);
+        admit(into, r, seg, offset, length, payload);
     }
 
     /** Whether a write of {@code [offset, offset + length)} in a buffer of {@code item}-byte items stays inside what the room owns. */
@@ -96,16 +99,17 @@ final class WriteGate implements WriteSink {
         }
     }
 
-    private static DecodeRoom.Landing admit(DecodeRoom r, MemorySegment target, long length) throws WriteRejectedException {
+    private static void admit(Landing into, DecodeRoom r, MemorySegment buffer, long offset, long span, long payload)
+            throws WriteRejectedException {
         // Counted in flight under the room's lock, so clear() either refuses this write or waits for it.
         if (!r.beginLanding()) throw new WriteRejectedException("room " + r.room + " was cleared", false);
-        return new DecodeRoom.Landing(r, target, length);
+        into.admit(r, buffer, offset, span, payload);
     }
 
     @Override
-    public void end(WriteSink.Landing landing, boolean landed) {
-        DecodeRoom.Landing l = (DecodeRoom.Landing) landing;
-        if (landed) l.room().bytesLanded.addAndGet(l.length());
-        l.room().endLanding();
+    public void end(Landing landing, boolean landed) {
+        DecodeRoom r = (DecodeRoom) landing.token();
+        if (landed) r.bytesLanded.addAndGet(landing.payload());
+        r.endLanding();
     }
 }

@@ -1,7 +1,9 @@
 package io.kvferry.fake;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerStats;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
@@ -24,7 +26,7 @@ public final class FakeKVManager implements KVManager {
 
     @Override public DisaggregationMode mode() { return mode; }
     @Override public String backend() { return "fake"; }
-    @Override public io.kvferry.api.KVManagerStats stats() { return io.kvferry.api.KVManagerStats.EMPTY; }
+    @Override public KVManagerStats stats() { return KVManagerStats.EMPTY; }
     @Override public void registerToBootstrap() {}
     @Override public void teardown() {}
     @Override public boolean enableDeferredDecodeKvRelease() { return false; }
@@ -60,7 +62,7 @@ public final class FakeKVManager implements KVManager {
         @Override public int popDecodePrefixLen() { return 0; }
         @Override public KVTransferMetric getTransferMetric() { return KVTransferMetric.EMPTY; }
         @Override public KVPoll poll() { return state; }
-        @Override public void failureException() { throw new KVTransferException(room, io.kvferry.api.FailureKind.ABORTED, "Aborted by AbortReq.", false); }
+        @Override public void failureException() { throw new KVTransferException(room, FailureKind.ABORTED, "Aborted by AbortReq.", false); }
         @Override public void clear() {}
         @Override public void abort() { state = KVPoll.Failed; }
     }
@@ -80,7 +82,7 @@ public final class FakeKVManager implements KVManager {
         }
 
         @Override public KVPoll poll() { return state; }
-        @Override public void failureException() { throw new KVTransferException(room, io.kvferry.api.FailureKind.ABORTED, "Aborted by AbortReq.", false); }
+        @Override public void failureException() { throw new KVTransferException(room, FailureKind.ABORTED, "Aborted by AbortReq.", false); }
         @Override public void clear() {}
         @Override public void abort() { state = KVPoll.Failed; }
         @Override public KVTransferMetric getTransferMetric() { return KVTransferMetric.EMPTY; }

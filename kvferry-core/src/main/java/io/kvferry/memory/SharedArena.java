@@ -4,6 +4,8 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
 
 /**
  * An {@link Arena} whose segments live in one {@link SharedMemory} file: the drop-in replacement
@@ -60,7 +62,7 @@ public final class SharedArena implements Arena {
      * docs/PERFORMANCE.md), so it belongs to set-up, not to a request.
      */
     private static void prefault(MemorySegment seg) {
-        for (long off = 0; off < seg.byteSize(); off += PAGE) seg.set(java.lang.foreign.ValueLayout.JAVA_BYTE, off, (byte) 0);
+        for (long off = 0; off < seg.byteSize(); off += PAGE) seg.set(ValueLayout.JAVA_BYTE, off, (byte) 0);
     }
 
     private static final long PAGE = 4096;
@@ -71,7 +73,7 @@ public final class SharedArena implements Arena {
     }
 
     /** The backing file. */
-    public java.nio.file.Path path() {
+    public Path path() {
         return memory.path();
     }
 

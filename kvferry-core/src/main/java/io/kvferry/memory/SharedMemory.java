@@ -6,6 +6,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
@@ -13,6 +14,7 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.security.SecureRandom;
+import java.time.Instant;
 import java.util.HexFormat;
 import java.util.Map;
 import java.util.concurrent.ConcurrentSkipListMap;
@@ -83,7 +85,7 @@ public final class SharedMemory implements AutoCloseable {
                 StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
             ch.truncate(bytes);
             // setLength via a write at the end: truncate only shrinks
-            ch.write(java.nio.ByteBuffer.allocate(1), bytes - 1);
+            ch.write(ByteBuffer.allocate(1), bytes - 1);
             MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, bytes, arena);
             SharedMemory m = new SharedMemory(path, arena, seg);
             LIVE.put(seg.address(), m);
@@ -148,7 +150,7 @@ public final class SharedMemory implements AutoCloseable {
     }
 
     private static long startMillis(ProcessHandle p) {
-        return p.info().startInstant().map(java.time.Instant::toEpochMilli).orElse(0L);
+        return p.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
     }
 
     /** Whether the process {@code pid}, started at {@code startMillis}, still runs (pid reuse aware). */

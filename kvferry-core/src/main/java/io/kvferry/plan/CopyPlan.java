@@ -1,6 +1,7 @@
 package io.kvferry.plan;
 
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Wire;
 
 import java.util.Arrays;
 
@@ -46,7 +47,7 @@ public final class CopyPlan {
      * The largest single op: longer runs are split, so one op never pins a destination for long
      * (clear() waits for landing ops) and fits a ByteBuffer view.
      */
-    public static final long MAX_OP_BYTES = io.kvferry.protocol.Wire.MAX_STRIDED_WRITE_BYTES;
+    public static final long MAX_OP_BYTES = Wire.MAX_STRIDED_WRITE_BYTES;
 
     /** Destination buffer for the following adds; -1 means "same index as the source buffer". */
     private int nextDstBuffer = -1;

@@ -3,6 +3,7 @@ package io.kvferry.plan;
 import io.kvferry.api.StateType;
 import io.kvferry.protocol.Region;
 
+import java.util.Arrays;
 import java.util.List;
 import java.util.function.Consumer;
 
@@ -142,8 +143,8 @@ public final class TransferPlanner {
                 int n = Math.min(src.length, dst.length);
                 warnings.accept("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
                         + src.length + " vs decode " + dst.length + "; truncated to " + n);
-                src = java.util.Arrays.copyOf(src, n);
-                dst = java.util.Arrays.copyOf(dst, n);
+                src = Arrays.copyOf(src, n);
+                dst = Arrays.copyOf(dst, n);
             }
             PageRuns runs = PageRuns.group(src, dst);
             for (int tensor = 0; tensor < itemLens[c].length; tensor++) {

@@ -151,7 +151,7 @@ final class ChunkExecutor {
         long t0 = workers.entered();
         boolean moved = false;
         try {
-            d.link().dataPath.write(room.room, plan, memory, () -> rooms.statuses.status(room.room) == KVPoll.Failed);
+            d.link().dataPath.write(room.room, plan, memory, room.failed(rooms.statuses));
             moved = true;
         } finally {
             // A failed write's time counts too (the data path was busy), its bytes do not.

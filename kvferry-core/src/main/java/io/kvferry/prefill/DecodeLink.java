@@ -21,6 +21,8 @@ final class DecodeLink {
     private static final Logger log = LoggerFactory.getLogger(DecodeLink.class);
 
     final ControlConnection connection;
+    /** When the connection was accepted (the oldest unfinished handshake is evicted first). */
+    final long acceptedNanos = System.nanoTime();
     volatile Hello hello;
     volatile DataPath dataPath;
     /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */
@@ -40,7 +42,8 @@ final class DecodeLink {
 
     /** The connection a room's success status must follow its writes on. */
     ControlConnection statusConnection(long room) {
-        return dataPath instanceof io.kvferry.transport.TcpDataPath tcp ? tcp.connectionFor(room) : connection;
+        ControlConnection c = dataPath == null ? null : dataPath.connectionFor(room);
+        return c == null ? connection : c;
     }
 
     /** Sends a control message; a broken connection is the reader's to report, so it is only logged. */

@@ -11,6 +11,7 @@ import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MessageType;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
@@ -21,10 +22,7 @@ import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DataPath;
-import io.kvferry.transport.InprocDataPath;
-import io.kvferry.transport.InprocRegistry;
-import io.kvferry.transport.TcpDataPath;
-import io.kvferry.transport.WriteSink;
+import io.kvferry.transport.PeerLink;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -106,19 +104,41 @@ final class DecodeSessions {
         return links.size();
     }
 
+    /**
+     * Connections still in their handshake (no HELLO accepted yet) at once. A new one beyond it
+     * evicts the oldest, so peers that connect and stall cannot exhaust threads or memory, nor keep
+     * a real decode (whose handshake takes milliseconds) out.
+     */
+    static final int MAX_PENDING_HANDSHAKES = 64;
+    /** Connections per rank (decode links, their stripes and pending handshakes). */
+    static final int MAX_CONNECTIONS = 1024;
+    /** The largest HELLO an unauthenticated peer may send (a real one is a few KB, with UCX keys some tens). */
+    static final int MAX_UNAUTHENTICATED_HELLO_BYTES = 1 << 20;
+
     private void acceptLoop() {
+        long lastRefusalLog = 0;
         while (!closed) {
             SocketChannel ch;
             try {
                 ch = listener.accept();
             } catch (ClosedChannelException e) {
                 return;
-            } catch (IOException e) {
+            } catch (IOException | RuntimeException e) {
                 if (!closed) log.warn("accept failed: {}", e.getMessage());
                 continue;
             }
             try {
+                String refusal = admission();
+                if (refusal != null) {
+                    ch.close();
+                    if (System.nanoTime() - lastRefusalLog > 1_000_000_000L) { // at most one line a second under a flood
+                        lastRefusalLog = System.nanoTime();
+                        log.warn("refused a connection: {}", refusal);
+                    }
+                    continue;
+                }
                 DecodeLink link = new DecodeLink(new ControlConnection(ch));
+                link.connection.acceptOnly(MessageType.HELLO, MAX_UNAUTHENTICATED_HELLO_BYTES);
                 links.add(link);
                 if (closed) {
                     link.connection.close();
@@ -130,9 +150,17 @@ final class DecodeSessions {
                 });
                 Thread reader = Thread.ofPlatform().daemon().name("kvferry-prefill-reader-" + engineRank).unstarted(() -> readLoop(link));
                 readers.add(reader);
-                reader.start();
-            } catch (IOException e) {
-                log.warn("cannot set up connection: {}", e.getMessage());
+                try {
+                    reader.start();
+                } catch (Throwable t) {
+                    readers.remove(reader);
+                    links.remove(link);
+                    link.connection.close();
+                    throw t;
+                }
+            } catch (Throwable t) {
+                // Whatever one connection did (or the JVM could not give it), the acceptor keeps serving the others.
+                log.warn("cannot set up connection: {}", t.toString());
                 try {
                     ch.close();
                 } catch (IOException ignored) {
@@ -140,6 +168,24 @@ final class DecodeSessions {
                 }
             }
         }
+    }
+
+    /** Null when one more connection may be accepted (evicting the oldest handshake if needed), else why not. */
+    private String admission() {
+        int pending = 0, total = 0;
+        DecodeLink oldest = null;
+        for (DecodeLink l : links) {
+            total++;
+            if (l.hello == null) {
+                pending++;
+                if (oldest == null || l.acceptedNanos < oldest.acceptedNanos) oldest = l;
+            }
+        }
+        if (total >= MAX_CONNECTIONS) return "this rank already holds " + MAX_CONNECTIONS + " connections";
+        if (pending >= MAX_PENDING_HANDSHAKES && oldest != null) {
+            oldest.connection.close(FailureKind.HANDSHAKE_REFUSED, "evicted: " + pending + " handshakes pending and this one is the oldest");
+        }
+        return null;
     }
 
     private void readLoop(DecodeLink link) {
@@ -186,19 +232,9 @@ final class DecodeSessions {
         }
         HandshakeValidator.Refusal refusal = validator.checkHello(h);
         if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
-        DataPath path;
         StringBuilder fallback = new StringBuilder();
-        if (Backend.INPROC.name().equals(h.dataPath())) {
-            WriteSink sink = InprocRegistry.lookup(h.sessionId());
-            if (sink == null) {
-                refuse(link, FailureKind.HANDSHAKE_REFUSED, "inproc data path needs the decode manager in the same JVM; session "
-                        + h.sessionId() + " is not here", "");
-            }
-            path = new InprocDataPath(sink);
-        } else {
-            path = negotiator.choose(h, link.connection.peer(), fallback);
-            if (path == null) path = new TcpDataPath(link.connection, h.stripes());
-        }
+        DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
+                h.stripes()), fallback);
         link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
         link.kvSlices = validator.headSlices(h, link.kvBufferMap);
         // A decode restarted with the same session id replaces its old link.
@@ -209,6 +245,7 @@ final class DecodeSessions {
         }
         link.dataPath = path;
         link.hello = h;
+        link.connection.acceptAll();
         link.connection.send(new HelloAck(true, "", engineRank, uniqueRank, path.name(), fallback.toString()));
         if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
         else log.info("decode session {} registered; data path {} ({})", link, path.name(), fallback);
@@ -228,19 +265,21 @@ final class DecodeSessions {
         for (DecodeLink s : links) {
             if (s.stripeOf == null && s.hello != null && s.hello.sessionId().equals(h.sessionId())) main = s;
         }
-        if (main == null || !(main.dataPath instanceof TcpDataPath tcp)) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no TCP session " + h.sessionId() + " to add a data stripe to",
+        if (main == null) {
+            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
                     "refused data stripe: ");
             return;
         }
-        if (!tcp.attach(h.stripeIndex(), stripe.connection)) {
+        if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
-                    + " is out of range or already attached", "refused data stripe: ");
+                    + " is out of range, already attached, or its data path (" + main.dataPath.name() + ") takes none",
+                    "refused data stripe: ");
         }
         stripe.stripeOf = main;
         stripe.hello = h;
+        stripe.connection.acceptAll();
         main.stripes.add(stripe);
-        stripe.connection.send(new HelloAck(true, "", engineRank, uniqueRank, "tcp", ""));
+        stripe.connection.send(new HelloAck(true, "", engineRank, uniqueRank, main.dataPath.name(), ""));
         if (main.connection.isClosed()) stripe.connection.close(); // lost while attaching: go with it
     }
 

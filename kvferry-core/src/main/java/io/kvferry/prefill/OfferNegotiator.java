@@ -1,13 +1,16 @@
 package io.kvferry.prefill;
 
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.TransportOffer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.PeerLink;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportProvider;
 import io.kvferry.transport.TransportUnavailableException;
+import io.kvferry.transport.Transports;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -18,8 +21,8 @@ import java.util.Map;
 
 /**
  * Picks the data path for a decode link from the transports the decode offered in HELLO: the first
- * one this prefill's backend allows and can use. Each transport's source side is opened once, on
- * first use, and closed with the manager.
+ * one this prefill's backend allows and can use, else tcp. Each transport's source side is opened
+ * once, on first use, and closed with the manager.
  */
 final class OfferNegotiator implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(OfferNegotiator.class);
@@ -31,21 +34,22 @@ final class OfferNegotiator implements AutoCloseable {
     /** Guarded by itself. */
     private final Map<String, SourceTransport> sources = new HashMap<>();
 
-    private final io.kvferry.api.KVFerrySettings settings;
+    private final KVFerrySettings settings;
 
-    OfferNegotiator(Backend backend, RegisteredMemory memory, int engineRank, io.kvferry.api.KVFerrySettings settings) {
+    OfferNegotiator(Backend backend, RegisteredMemory memory, int engineRank, KVFerrySettings settings) {
         this.settings = settings;
         this.backend = backend;
-        this.providers = backend.pluggableTransports();
+        this.providers = backend.offeredTransports();
         this.memory = memory;
         this.engineRank = engineRank;
     }
 
     /**
-     * The first offered transport that is allowed and usable, or null for the built-in path;
-     * {@code fallback} collects why earlier offers were passed over.
+     * The first offered transport that is allowed and usable, else tcp; {@code fallback} collects
+     * why earlier offers were passed over.
      */
-    DataPath choose(Hello h, String peer, StringBuilder fallback) {
+    DataPath choose(Hello h, PeerLink link, StringBuilder fallback) throws IOException {
+        String peer = link.peer();
         for (TransportOffer offer : h.offers()) {
             String name = offer.transport();
             TransportProvider provider = providers.stream().filter(p -> p.name().equals(name)).findFirst().orElse(null);
@@ -56,18 +60,22 @@ final class OfferNegotiator implements AutoCloseable {
                 why = provider.unavailableReason(settings);
             } else {
                 try {
-                    return source(provider).connect(offer.blob(), h.memory(), h.sessionId() + " (" + peer + ")");
+                    return source(provider).connect(offer.blob(), h.memory(), link);
                 } catch (TransportUnavailableException e) {
                     why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {
                     why = "unusable offer: " + e.getMessage();
-                    log.warn("decode session {} ({}): {} offer refused: {}", h.sessionId(), peer, name, e.getMessage());
+                    log.warn("decode session {}: {} offer refused: {}", peer, name, e.getMessage());
                 }
             }
             if (!fallback.isEmpty()) fallback.append("; ");
             fallback.append(name).append(" not used: ").append(why);
         }
-        return null;
+        try {
+            return source(Transports.fallback()).connect(new byte[0], h.memory(), link);
+        } catch (TransportUnavailableException e) {
+            throw new IOException("no data path to decode " + peer + ": " + e.getMessage(), e);
+        }
     }
 
     private SourceTransport source(TransportProvider provider) throws IOException {

@@ -11,6 +11,8 @@ import io.kvferry.session.Failures;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.Arrays;
+import java.util.TreeSet;
+import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * One request on one prefill rank. Owned by the scheduler thread that calls it; the transfer
@@ -35,7 +37,7 @@ final class PrefillKVSender implements KVSender {
         this.dummy = dummy;
         manager.rooms.statuses.update(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
         double p = manager.config().failureInjectionProbability();
-        injectFailure = p > 0 && java.util.concurrent.ThreadLocalRandom.current().nextDouble() < p;
+        injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
     }
 
     @Override
@@ -136,7 +138,7 @@ final class PrefillKVSender implements KVSender {
     public KVTransferMetric getTransferMetric() {
         long first = room.firstSendNanos, done = room.doneNanos;
         Double latency = first != 0 && done != 0 ? (done - first) / 1e9 : null;
-        java.util.TreeSet<String> paths = new java.util.TreeSet<>();
+        TreeSet<String> paths = new TreeSet<>();
         for (PrefillRoom.Destination d : room.destinations.values()) {
             if (!d.info().dummy() && d.link().dataPath != null) paths.add(d.link().dataPath.name());
         }

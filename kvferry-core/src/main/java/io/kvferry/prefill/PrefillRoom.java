@@ -1,10 +1,12 @@
 package io.kvferry.prefill;
 
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.session.RoomStatusTable;
 
 import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.BooleanSupplier;
 
 /**
  * Prefill-side bookkeeping of one room. Destinations are added by connection reader threads and
@@ -33,8 +35,16 @@ final class PrefillRoom {
 
     // transfer worker, read by the scheduler through the metric
     volatile long bytesSent;
+    /** Set once the room fails or is cleared; the data paths check it between ops (made on the first write). */
+    private volatile BooleanSupplier failed;
     volatile long firstSendNanos;
     volatile long doneNanos;
+
+    BooleanSupplier failed(RoomStatusTable statuses) {
+        BooleanSupplier f = failed;
+        if (f == null) failed = f = statuses.failedFlag(room);
+        return f;
+    }
 
     PrefillRoom(long room, int worker, long createdTick) {
         this.room = room;

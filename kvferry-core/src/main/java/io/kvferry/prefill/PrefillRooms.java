@@ -2,6 +2,7 @@ package io.kvferry.prefill;
 
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
+import io.kvferry.api.Ticker;
 import io.kvferry.protocol.Status;
 import io.kvferry.session.RoomStatusTable;
 
@@ -36,9 +37,9 @@ final class PrefillRooms {
     /** Why a cleared room cannot be served again. */
     record Tombstone(FailureKind kind, String reason) {}
 
-    private final io.kvferry.api.Ticker ticker;
+    private final Ticker ticker;
 
-    PrefillRooms(TransferWorkers workers, int uniqueRank, io.kvferry.api.Ticker ticker) {
+    PrefillRooms(TransferWorkers workers, int uniqueRank, Ticker ticker) {
         this.ticker = ticker;
         this.workers = workers;
         this.uniqueRank = uniqueRank;

@@ -34,6 +34,15 @@ public final class FrameCodec {
 
     /** Reads and validates {@link Wire#HEADER_BYTES} bytes. */
     public static Header readHeader(ByteBuffer in) throws ProtocolException {
+        long packed = readHeaderPacked(in);
+        return new Header(packedType(packed), packedBodyLength(packed));
+    }
+
+    /**
+     * As {@link #readHeader}, without allocating (a reader's hot path): the type's code in the high
+     * and the body length in the low 32 bits; see {@link #packedType} and {@link #packedBodyLength}.
+     */
+    public static long readHeaderPacked(ByteBuffer in) throws ProtocolException {
         in.order(ByteOrder.LITTLE_ENDIAN);
         if (in.remaining() < Wire.HEADER_BYTES) throw new ProtocolException("truncated frame header");
         int magic = in.getInt();
@@ -54,7 +63,19 @@ public final class FrameCodec {
         if (type == MessageType.WRITE && bodyLength != WriteHeader.BODY_BYTES) {
             throw new ProtocolException("WRITE body must be " + WriteHeader.BODY_BYTES + " bytes, got " + bodyLength);
         }
-        return new Header(type, (int) bodyLength);
+        return ((long) type.code() << 32) | bodyLength;
+    }
+
+    public static MessageType packedType(long packed) {
+        try {
+            return MessageType.fromCode((int) (packed >>> 32));
+        } catch (ProtocolException e) {
+            throw new IllegalArgumentException("not a packed header: " + packed);
+        }
+    }
+
+    public static int packedBodyLength(long packed) {
+        return (int) packed;
     }
 
     // ---------------------------------------------------------------- encode
@@ -189,7 +210,7 @@ public final class FrameCodec {
                 case ABORT -> new Abort(body.getLong());
                 case ABORT_ACK -> new AbortAck(body.getLong(), body.getInt());
                 case STATUS -> decodeStatus(body);
-                case WRITE -> decodeWrite(body);
+                case WRITE -> decodeWriteInto(body, WriteHeader.reusable());
             };
             if (body.hasRemaining()) {
                 throw new ProtocolException(type + " body has " + body.remaining() + " unexpected trailing bytes");
@@ -311,7 +332,15 @@ public final class FrameCodec {
         return kind;
     }
 
-    private static WriteHeader decodeWrite(ByteBuffer in) throws ProtocolException {
+    /**
+     * Decodes a WRITE body into {@code into} in place (a reader's reused header: no allocation per
+     * frame), with every check {@link #decodeBody} makes.
+     */
+    public static WriteHeader decodeWriteInto(ByteBuffer in, WriteHeader into) throws ProtocolException {
+        in.order(ByteOrder.LITTLE_ENDIAN);
+        if (in.remaining() != WriteHeader.BODY_BYTES) {
+            throw new ProtocolException("WRITE body must be " + WriteHeader.BODY_BYTES + " bytes, got " + in.remaining());
+        }
         long room = in.getLong();
         Region region = Region.fromCode(in.get() & 0xFF);
         int pad = in.get() & 0xFF;
@@ -335,7 +364,8 @@ public final class FrameCodec {
         if (piece != length && (length / piece - 1) > (Long.MAX_VALUE - piece) / Math.max(1, stride)) {
             throw new ProtocolException("strided WRITE span overflows");
         }
-        return new WriteHeader(room, region, component, buffer, offset, length, piece, stride);
+        into.set(room, region, component, buffer, offset, length, piece, stride);
+        return into;
     }
 
     // ---------------------------------------------------------------- field helpers

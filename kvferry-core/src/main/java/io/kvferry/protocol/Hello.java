@@ -1,5 +1,7 @@
 package io.kvferry.protocol;
 
+import java.util.List;
+
 /**
  * @param authToken  the cluster token ("" when none)
  * @param sessionId  unique id of the decode manager (the per-room key on prefill)
@@ -9,17 +11,17 @@ package io.kvferry.protocol;
  */
 public record Hello(String authToken, String sessionId, String dataPath, int engineRank, int attnTpSize,
                     int ppRank, int pageSize, String kvCacheDtype, MemoryDescriptor memory, int flags,
-                    java.util.List<TransportOffer> offers)
+                    List<TransportOffer> offers)
         implements ControlMessage {
     public Hello {
-        offers = offers == null ? java.util.List.of() : java.util.List.copyOf(offers);
+        offers = offers == null ? List.of() : List.copyOf(offers);
     }
 
     /** Without offers (TCP only, or inproc). */
     public Hello(String authToken, String sessionId, String dataPath, int engineRank, int attnTpSize, int ppRank,
                  int pageSize, String kvCacheDtype, MemoryDescriptor memory, int flags) {
         this(authToken, sessionId, dataPath, engineRank, attnTpSize, ppRank, pageSize, kvCacheDtype, memory, flags,
-                java.util.List.of());
+                List.of());
     }
 
     /** Flag: the decode expects every prefill CP rank to send its share (all-CP-ranks transfer). */

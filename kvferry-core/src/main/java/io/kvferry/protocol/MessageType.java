@@ -21,6 +21,8 @@ public enum MessageType {
 
     private final int code;
     private final int maxBodyBytes;
+    /** values() clones its array on every call; reading a frame header must not allocate. */
+    private static final MessageType[] VALUES = values();
 
     MessageType(int code, int maxBodyBytes) {
         this.code = code;
@@ -36,7 +38,7 @@ public enum MessageType {
     }
 
     public static MessageType fromCode(int code) throws ProtocolException {
-        for (MessageType t : values()) {
+        for (MessageType t : VALUES) {
             if (t.code == code) return t;
         }
         throw new ProtocolException("unknown message type " + code);

@@ -6,7 +6,9 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.net.ConnectException;
 import java.net.URI;
+import java.net.URISyntaxException;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -243,7 +245,7 @@ public final class BootstrapClient implements AutoCloseable {
                     m = t.getMessage();
                 }
             }
-            if (m == null && error instanceof java.net.ConnectException) m = "connection refused or host unreachable";
+            if (m == null && error instanceof ConnectException) m = "connection refused or host unreachable";
             return error.getClass().getSimpleName() + (m == null ? "" : ": " + m);
         }
         return "HTTP " + status + (body == null || body.isBlank() ? "" : ": " + Requests.clip(body.strip()));
@@ -307,7 +309,7 @@ public final class BootstrapClient implements AutoCloseable {
         URI uri;
         try {
             uri = new URI("http://" + (host.indexOf(':') >= 0 ? "[" + host + "]" : host) + ":" + p);
-        } catch (java.net.URISyntaxException e) {
+        } catch (URISyntaxException e) {
             throw new IllegalArgumentException("bootstrap address '" + address + "' is not a valid host:port: " + e.getMessage(), e);
         }
         if (uri.getHost() == null) {

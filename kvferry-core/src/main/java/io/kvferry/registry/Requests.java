@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * Parses and validates request bodies by hand rather than by data binding, so that every refusal
@@ -161,7 +162,7 @@ final class Requests {
         if (n.isIntegralNumber()) return "out-of-range integer " + clip(n.asText());
         if (n.isNumber()) return "number " + clip(n.asText());
         if (n.isTextual()) return "string";
-        return n.getNodeType().name().toLowerCase(java.util.Locale.ROOT);
+        return n.getNodeType().name().toLowerCase(Locale.ROOT);
     }
 
     static String clip(String s) {

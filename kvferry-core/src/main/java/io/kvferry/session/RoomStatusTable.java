@@ -5,6 +5,7 @@ import io.kvferry.api.KVPoll;
 
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.BooleanSupplier;
 
 /**
  * Status of every room on one manager, with SGLang's rules: a status only moves forward; Failed is
@@ -19,6 +20,18 @@ public final class RoomStatusTable {
     public record Entry(KVPoll status, FailureKind kind, String reason) {}
 
     private final ConcurrentHashMap<Long, Entry> rooms = new ConcurrentHashMap<>();
+    /** Rooms whose writers asked for a {@link #failedFlag}; set when the room fails. */
+    private final ConcurrentHashMap<Long, FailedFlag> flags = new ConcurrentHashMap<>();
+
+    /** True once its room failed (or was cleared): what a writer checks between ops, without a map lookup. */
+    public static final class FailedFlag implements BooleanSupplier {
+        private volatile boolean failed;
+
+        @Override
+        public boolean getAsBoolean() {
+            return failed;
+        }
+    }
 
     /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
     public KVPoll update(long room, KVPoll status) {
@@ -45,7 +58,23 @@ public final class RoomStatusTable {
             changed[0] = true;
             return new Entry(KVPoll.Failed, kind, reason);
         });
+        if (changed[0]) raise(room);
         return changed[0];
+    }
+
+    /**
+     * The room's flag, made on first request. Either this call sees the room Failed or absent and
+     * sets the flag, or a later {@link #fail} / {@link #remove} finds the flag and sets it.
+     */
+    public BooleanSupplier failedFlag(long room) {
+        FailedFlag f = flags.computeIfAbsent(room, k -> new FailedFlag());
+        if (status(room) == KVPoll.Failed) f.failed = true;
+        return f;
+    }
+
+    private void raise(long room) {
+        FailedFlag f = flags.get(room);
+        if (f != null) f.failed = true;
     }
 
     public KVPoll status(long room) {
@@ -76,6 +105,8 @@ public final class RoomStatusTable {
 
     public void remove(long room) {
         rooms.remove(room);
+        FailedFlag f = flags.remove(room);
+        if (f != null) f.failed = true; // a cleared room's writers stop too
     }
 
     public int size() {

@@ -1,47 +1,51 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.KVFerrySettings;
+
 import java.util.ArrayList;
 import java.util.List;
 
 /**
- * A transfer backend as chosen by {@code --disaggregation-transfer-backend}: the built-in
- * {@code tcp} (bytes over the control connection) and {@code inproc} (same JVM), a pluggable
- * transport found through {@link TransportProvider} ({@code shm}, {@code ucx}, …), {@code auto}
- * (every pluggable one the peer can use, else tcp) or {@code fake} (nothing moves). Managers ask
- * it what to do instead of comparing names.
+ * A transfer backend as chosen by {@code --disaggregation-transfer-backend}: one transport by name
+ * ({@code tcp}, {@code inproc}, {@code shm}, {@code ucx}, … — every {@link TransportProvider} on the
+ * class path), {@code auto} (every transport the peer can use, in preference order, else tcp) or
+ * {@code fake} (nothing moves). Managers ask it what to offer and accept instead of comparing names.
  */
 public final class Backend {
-    /** How a backend moves bytes. */
-    public enum Kind { TCP, INPROC, PLUGGABLE, AUTO, FAKE }
+    /** How a backend picks its transports. */
+    public enum Kind { TRANSPORT, AUTO, FAKE }
 
-    public static final Backend TCP = new Backend("tcp", Kind.TCP);
-    public static final Backend INPROC = new Backend("inproc", Kind.INPROC);
-    public static final Backend AUTO = new Backend("auto", Kind.AUTO);
-    public static final Backend FAKE = new Backend("fake", Kind.FAKE);
+    private static final String AUTO_NAME = "auto";
+    private static final String FAKE_NAME = "fake";
 
     private final String name;
     private final Kind kind;
+    /** For {@link Kind#TRANSPORT}; null otherwise. */
+    private final TransportProvider transport;
 
-    private Backend(String name, Kind kind) {
+    private Backend(String name, Kind kind, TransportProvider transport) {
         this.name = name;
         this.kind = kind;
+        this.transport = transport;
     }
 
     /** The backend of that name; an unknown name fails listing the ones this build has. */
     public static Backend of(String name) {
         if (name == null) throw new IllegalArgumentException("no transfer backend given; choose one of " + names());
-        for (Backend b : List.of(TCP, INPROC, AUTO, FAKE)) if (b.name.equals(name)) return b;
+        if (name.equals(AUTO_NAME)) return new Backend(name, Kind.AUTO, null);
+        if (name.equals(FAKE_NAME)) return new Backend(name, Kind.FAKE, null);
         TransportProvider p = Transports.get(name);
-        if (p != null) return new Backend(name, Kind.PLUGGABLE);
+        if (p != null) return new Backend(name, Kind.TRANSPORT, p);
         throw new IllegalArgumentException("unknown transfer backend '" + name + "'; choose one of " + names());
     }
 
-    /** Every backend name this build serves: the built-in ones, each pluggable transport on the class path, auto, fake. */
+    /** Every backend name this build serves: each transport on the class path, auto, fake. */
     public static List<String> names() {
-        List<String> names = new ArrayList<>(List.of(TCP.name, INPROC.name));
-        for (TransportProvider p : Transports.all()) names.add(p.name());
-        names.add(AUTO.name);
-        names.add(FAKE.name);
+        List<String> names = new ArrayList<>();
+        Transports.all().stream().map(TransportProvider::name).sorted((a, b) -> a.equals("tcp") ? -1 : b.equals("tcp") ? 1 : 0)
+                .forEach(names::add);
+        names.add(AUTO_NAME);
+        names.add(FAKE_NAME);
         return List.copyOf(names);
     }
 
@@ -53,25 +57,21 @@ public final class Backend {
         return kind;
     }
 
-    /** Decode and prefill in one JVM, bytes copied directly into the decode's memory through its write gate. */
-    public boolean isInproc() {
-        return kind == Kind.INPROC;
-    }
-
     /** Chosen by the peers per link (auto). */
     public boolean isAuto() {
         return kind == Kind.AUTO;
     }
 
     /**
-     * The pluggable transports this backend uses, in auto's preference order: every one for
-     * {@code auto}, its own for a pluggable backend, none for tcp, inproc and fake.
+     * The transports a decode offers and a prefill accepts with this backend, in preference order,
+     * besides tcp, which every link can fall back to: auto's list for {@code auto}, the named one
+     * for a named transport other than tcp, none for tcp and fake.
      */
-    public List<TransportProvider> pluggableTransports() {
+    public List<TransportProvider> offeredTransports() {
         return switch (kind) {
-            case AUTO -> Transports.all();
-            case PLUGGABLE -> List.of(Transports.get(name));
-            case TCP, INPROC, FAKE -> List.of();
+            case AUTO -> Transports.offeredByAuto();
+            case TRANSPORT -> transport == Transports.fallback() ? List.of() : List.of(transport);
+            case FAKE -> List.of();
         };
     }
 
@@ -79,10 +79,9 @@ public final class Backend {
      * For a backend named explicitly (not {@code auto}): fails when its transport cannot run here
      * (not installed, a bad setting), so a manager refuses to start instead of failing link by link.
      */
-    public void requireAvailable(io.kvferry.api.KVFerrySettings settings) {
-        if (kind != Kind.PLUGGABLE) return;
-        TransportProvider p = Transports.get(name);
-        String unavailable = p.unavailableReason(settings);
+    public void requireAvailable(KVFerrySettings settings) {
+        if (kind != Kind.TRANSPORT) return;
+        String unavailable = transport.unavailableReason(settings);
         if (unavailable != null) throw new IllegalStateException("transfer backend " + name + " cannot run here: " + unavailable);
     }
 

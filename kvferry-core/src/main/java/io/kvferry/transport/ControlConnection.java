@@ -1,12 +1,15 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.FailureKind;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Wire;
+import io.kvferry.protocol.MessageType;
 import io.kvferry.protocol.WriteHeader;
 
 import java.io.EOFException;
@@ -15,6 +18,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import jdk.net.ExtendedSocketOptions;
+import java.net.SocketOption;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -57,22 +61,31 @@ public final class ControlConnection implements AutoCloseable {
      * a WRITE header is already longer), which therefore always lands straight in its destination.
      */
     private final ByteBuffer ahead = ByteBuffer.allocateDirect(WRITE_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN).flip();
-    /** Reader thread only: grows up to the largest body seen, which the header check bounds. */
-    private ByteBuffer readBody = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
+    /** Bodies up to this size are read into a kept buffer; a larger one gets its own, dropped after it is decoded. */
+    private static final int KEPT_BODY_BYTES = 4096;
+    /** Reader thread only: the body being read; grows as a large body's bytes arrive. */
+    private ByteBuffer readBody = ByteBuffer.allocate(KEPT_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    /** Reader thread only: a WRITE's fixed body and the header it is decoded into (no allocation per frame). */
+    private final ByteBuffer writeBody = ByteBuffer.allocate(WriteHeader.BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    private final WriteHeader writeHeader = WriteHeader.reusable();
+    /** Reader thread only: see {@link #acceptOnly}. */
+    private MessageType onlyType;
+    private int onlyMaxBody = Integer.MAX_VALUE;
     /** Reader thread only. */
     private ByteBuffer skipScratch;
     /** Guarded by writeLock / reader thread only: staging for strided (head-sliced) writes, made on first use. */
     private MemorySegment sendStaging;
     private MemorySegment recvStaging;
+    private ByteBuffer recvStagingView;
     private volatile boolean closed;
     /** Why this side closed the connection (e.g. missed heartbeats), or null. */
     private volatile String closeReason;
-    private volatile io.kvferry.api.FailureKind closeKind;
+    private volatile FailureKind closeKind;
     /** nanoTime of the last read that returned bytes (any frame or payload byte proves the peer alive). */
     private volatile long lastReadNanos = System.nanoTime();
     /** nanoTime of the last completed write of any frame. */
     private volatile long lastWriteNanos = System.nanoTime();
-    private static final java.nio.ByteBuffer HEARTBEAT_FRAME = FrameCodec.encode(new io.kvferry.protocol.Heartbeat());
+    private static final ByteBuffer HEARTBEAT_FRAME = FrameCodec.encode(new Heartbeat());
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
 
@@ -96,7 +109,7 @@ public final class ControlConnection implements AutoCloseable {
 
     private static final int KEEPALIVE_IDLE_SECONDS = 5;
 
-    private static void trySet(SocketChannel channel, java.net.SocketOption<Integer> option, int value) {
+    private static void trySet(SocketChannel channel, SocketOption<Integer> option, int value) {
         try {
             if (channel.supportedOptions().contains(option)) channel.setOption(option, value);
         } catch (IOException | UnsupportedOperationException e) {
@@ -272,16 +285,19 @@ public final class ControlConnection implements AutoCloseable {
      * Reads a strided WRITE's payload into a native staging buffer and scatters its pieces into
      * {@code target} (reader thread only).
      */
-    public void readStridedPayload(WriteHeader w, MemorySegment target) throws IOException {
+    public void readStridedPayload(WriteHeader w, MemorySegment target, long at) throws IOException {
         if (w.length() > CopyPlan.MAX_OP_BYTES) {
             throw new ProtocolException("strided WRITE of " + w.length() + " bytes exceeds " + CopyPlan.MAX_OP_BYTES);
         }
-        if (recvStaging == null) recvStaging = Arena.ofAuto().allocate(CopyPlan.MAX_OP_BYTES, 64);
-        MemorySegment staged = recvStaging.asSlice(0, w.length());
-        readPayload(staged);
+        if (recvStaging == null) {
+            recvStaging = Arena.ofAuto().allocate(CopyPlan.MAX_OP_BYTES, 64);
+            recvStagingView = recvStaging.asByteBuffer();
+        }
+        recvStagingView.clear().limit((int) w.length());
+        readPayload(recvStagingView);
         long piece = w.pieceLength();
         for (long i = 0, n = w.pieces(); i < n; i++) {
-            MemorySegment.copy(staged, i * piece, target, i * w.dstStride(), piece);
+            MemorySegment.copy(recvStaging, i * piece, target, at + i * w.dstStride(), piece);
         }
     }
 
@@ -318,7 +334,7 @@ public final class ControlConnection implements AutoCloseable {
         long now = System.nanoTime();
         long silent = now - lastReadNanos;
         if (silent > timeoutNanos) {
-            close(io.kvferry.api.FailureKind.HEARTBEAT_TIMEOUT, "no heartbeat or data from " + peer + " for " + silent / 1_000_000L + " ms");
+            close(FailureKind.HEARTBEAT_TIMEOUT, "no heartbeat or data from " + peer + " for " + silent / 1_000_000L + " ms");
             return false;
         }
         if (now - lastWriteNanos >= intervalNanos && writeLock.tryLock()) {
@@ -339,17 +355,17 @@ public final class ControlConnection implements AutoCloseable {
     }
 
     /** What kind of failure this side closed the connection for, or null when it stated none. */
-    public io.kvferry.api.FailureKind closeKind() {
+    public FailureKind closeKind() {
         return closeKind;
     }
 
     /** Closes with a reason the owner reports instead of the reader's I/O error (kind: peer lost). */
     public void close(String reason) {
-        close(io.kvferry.api.FailureKind.PEER_LOST, reason);
+        close(FailureKind.PEER_LOST, reason);
     }
 
     /** Closes with a kind and reason the owner reports instead of the reader's I/O error; the first one stays. */
-    public synchronized void close(io.kvferry.api.FailureKind kind, String reason) {
+    public synchronized void close(FailureKind kind, String reason) {
         if (closeReason == null) {
             closeKind = kind;
             closeReason = reason;
@@ -358,24 +374,67 @@ public final class ControlConnection implements AutoCloseable {
     }
 
     /**
+     * Until {@link #acceptAll}: only {@code type} frames of at most {@code maxBodyBytes} are read; any
+     * other frame ends the read with a ProtocolException before its body is read. A listener sets it
+     * on every accepted connection, so an unauthenticated peer can make this side hold no more than
+     * one small HELLO (reader thread, or before the reader starts).
+     */
+    public void acceptOnly(MessageType type, int maxBodyBytes) {
+        onlyType = type;
+        onlyMaxBody = maxBodyBytes;
+    }
+
+    /** The peer is authenticated: every frame type within its own size limit is read from now on. */
+    public void acceptAll() {
+        onlyType = null;
+        onlyMaxBody = Integer.MAX_VALUE;
+    }
+
+    /**
      * Reads the next message (reader thread only). For a {@link WriteHeader} the payload is still on
      * the stream: the caller must consume exactly its length with {@link #readPayload} or
-     * {@link #skipPayload} before reading again.
+     * {@link #skipPayload} before reading again; the header itself is this connection's reused one,
+     * valid until the next read. A body is read into a buffer that grows as its bytes arrive (never
+     * sized from the header alone), so a peer that announces a large frame and stalls costs nothing.
      */
     public ControlMessage read() throws IOException {
         fillAhead(Wire.HEADER_BYTES);
-        FrameCodec.Header header = FrameCodec.readHeader(ahead);
-        int bodyLength = header.bodyLength();
-        if (readBody.capacity() < bodyLength) {
-            readBody = ByteBuffer.allocate(bodyLength).order(ByteOrder.LITTLE_ENDIAN);
+        long header = FrameCodec.readHeaderPacked(ahead);
+        MessageType type = FrameCodec.packedType(header);
+        int bodyLength = FrameCodec.packedBodyLength(header);
+        if (onlyType != null) {
+            if (type != onlyType) throw new ProtocolException("expected " + onlyType + " from an unauthenticated peer, got " + type);
+            if (bodyLength > onlyMaxBody) {
+                throw new ProtocolException(type + " of " + bodyLength + " bytes from an unauthenticated peer exceeds " + onlyMaxBody);
+            }
         }
-        readBody.clear().limit(bodyLength);
+        if (type == MessageType.WRITE) {
+            writeBody.clear();
+            int fromAhead = Math.min(ahead.remaining(), WriteHeader.BODY_BYTES);
+            writeBody.put(0, ahead, ahead.position(), fromAhead).position(fromAhead);
+            ahead.position(ahead.position() + fromAhead);
+            readFully(writeBody); // never past this frame: the payload lands in its destination
+            writeBody.flip();
+            return FrameCodec.decodeWriteInto(writeBody, writeHeader);
+        }
+        readBody.clear().limit(Math.min(bodyLength, readBody.capacity()));
         int fromAhead = Math.min(ahead.remaining(), bodyLength);
-        readBody.put(ahead.slice(ahead.position(), fromAhead));
+        readBody.put(0, ahead, ahead.position(), fromAhead).position(fromAhead);
         ahead.position(ahead.position() + fromAhead);
-        readFully(readBody); // the rest of the body, read directly: never past this frame
+        while (true) {
+            readFully(readBody); // the rest of the body, read directly: never past this frame
+            if (readBody.position() == bodyLength) break;
+            // Full, and the frame is longer: grow by doubling, only as far as bytes have arrived.
+            ByteBuffer larger = ByteBuffer.allocate((int) Math.min(bodyLength, 2L * readBody.capacity())).order(ByteOrder.LITTLE_ENDIAN);
+            readBody.flip();
+            larger.put(readBody);
+            larger.limit(larger.capacity());
+            readBody = larger;
+        }
         readBody.flip();
-        return FrameCodec.decodeBody(header.type(), readBody);
+        ControlMessage m = FrameCodec.decodeBody(type, readBody);
+        if (readBody.capacity() > KEPT_BODY_BYTES) readBody = ByteBuffer.allocate(KEPT_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        return m;
     }
 
     /** At a frame start: makes at least {@code need} unread bytes available in {@link #ahead}. */
@@ -397,8 +456,13 @@ public final class ControlConnection implements AutoCloseable {
 
     /** Reads a WRITE payload straight into {@code destination} (its whole size). */
     public void readPayload(MemorySegment destination) throws IOException {
+        readPayload(destination.asByteBuffer());
+    }
+
+    /** Reads a WRITE payload straight into {@code destination}'s remaining bytes. */
+    public void readPayload(ByteBuffer destination) throws IOException {
         if (ahead.hasRemaining()) throw new IllegalStateException("read-ahead holds payload bytes: framing bug");
-        readFully(destination.asByteBuffer());
+        readFully(destination);
     }
 
     /** Discards {@code length} payload bytes of a rejected WRITE, keeping the stream in step. */

@@ -13,7 +13,7 @@ import java.util.function.BooleanSupplier;
  * connection (the STATUS) is processed.
  */
 public interface DataPath {
-    /** The backend name (tcp, inproc). */
+    /** The transport name (tcp, inproc, shm, ucx). */
     String name();
 
     /**
@@ -28,6 +28,19 @@ public interface DataPath {
      * ABORT_ACK (or a revoked offer) before it may reuse an unfinished room's pages.
      */
     default boolean oneSided() {
+        return false;
+    }
+
+    /**
+     * The connection that must carry a room's final STATUS so it arrives after the room's writes
+     * (a striped tcp path); null: the link's control connection.
+     */
+    default ControlConnection connectionFor(long room) {
+        return null;
+    }
+
+    /** Adds an extra connection the decode opened for this path (tcp stripes); false when this path takes none or that index. */
+    default boolean attachStripe(int index, ControlConnection connection) {
         return false;
     }
 

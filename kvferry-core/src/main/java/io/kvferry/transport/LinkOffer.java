@@ -3,10 +3,16 @@ package io.kvferry.transport;
 import java.time.Duration;
 
 /**
- * One prefill rank's permission to write a decode's memory directly (one-sided). Owned by the
- * decode's link to that rank.
+ * One prefill rank's permission to write a decode's memory through one transport. Owned by the
+ * decode's link to that rank. One-sided offers (shm, ucx: bytes land without the decode seeing
+ * them) extend {@link RevocableOffer}; a two-sided one (inproc) lands through the decode's write gate.
  */
 public interface LinkOffer extends AutoCloseable {
+    /** Whether writes through this offer bypass the decode's write gate (then clear() needs ABORT_ACK or revoke). */
+    default boolean oneSided() {
+        return true;
+    }
+
     /** What HELLO carries for this transport (opaque to the control protocol). */
     byte[] blob();
 

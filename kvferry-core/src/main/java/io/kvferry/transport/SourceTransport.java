@@ -13,7 +13,7 @@ public interface SourceTransport extends AutoCloseable {
      *
      * @throws TransportUnavailableException when this offer cannot be used from here (the link falls back to TCP)
      */
-    DataPath connect(byte[] offer, MemoryDescriptor destination, String peer) throws TransportUnavailableException, IOException;
+    DataPath connect(byte[] offer, MemoryDescriptor destination, PeerLink link) throws TransportUnavailableException, IOException;
 
     @Override
     void close();

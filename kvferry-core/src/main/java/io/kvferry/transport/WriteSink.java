@@ -3,6 +3,8 @@ package io.kvferry.transport;
 import io.kvferry.protocol.Region;
 
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.util.IdentityHashMap;
 
 /**
  * The decode side's gate for incoming writes. {@link #begin} checks a write lies inside
@@ -11,20 +13,76 @@ import java.lang.foreign.MemorySegment;
  * room lands after its receiver's {@code clear()} returned.
  */
 public interface WriteSink {
-    /** A write that passed the gate: where its bytes go. */
-    interface Landing {
-        MemorySegment target();
+    /**
+     * One writer's landing, reused for every write it lands (one per tcp reader thread or inproc
+     * writer call): the gate fills it in {@link #begin}, so admitting a write allocates nothing.
+     * Owned by one thread at a time.
+     */
+    final class Landing {
+        /** The gate's token for the write in flight (the room it counts against). */
+        private Object token;
+        private MemorySegment buffer;
+        private long offset, span, payload;
+        /** ByteBuffer views of the destination buffers this landing has used, made once each. */
+        private final IdentityHashMap<MemorySegment, ByteBuffer> views = new IdentityHashMap<>();
+
+        /** Called by a gate that admitted a write. */
+        public void admit(Object token, MemorySegment buffer, long offset, long span, long payload) {
+            this.token = token;
+            this.buffer = buffer;
+            this.offset = offset;
+            this.span = span;
+            this.payload = payload;
+        }
+
+        public Object token() {
+            return token;
+        }
+
+        /** The whole destination buffer; the write covers {@code [offset, offset + span)} of it. */
+        public MemorySegment buffer() {
+            return buffer;
+        }
+
+        public long offset() {
+            return offset;
+        }
+
+        public long span() {
+            return span;
+        }
+
+        public long payload() {
+            return payload;
+        }
+
+        /**
+         * The write's destination bytes as a ByteBuffer (for a socket read), positioned at
+         * {@code offset} with {@code span} bytes remaining: a view of the whole buffer made once and
+         * reused; a slice for a buffer beyond ByteBuffer's 2 GiB.
+         */
+        public ByteBuffer target() {
+            if (buffer.byteSize() > Integer.MAX_VALUE) return buffer.asSlice(offset, span).asByteBuffer();
+            ByteBuffer view = views.get(buffer);
+            if (view == null) {
+                view = buffer.asByteBuffer();
+                views.put(buffer, view);
+            }
+            view.limit((int) (offset + span)).position((int) offset);
+            return view;
+        }
     }
 
     /**
+     * Admits a write into {@code into}.
+     *
      * @param span    destination bytes the write touches, from its first to its last byte
      * @param payload bytes actually written (less than {@code span} for a strided write)
-     * @return the landing whose target is exactly {@code span} bytes at {@code offset}
      * @throws WriteRejectedException naming why the write may not land
      */
-    Landing begin(long room, Region region, int component, int buffer, long offset, long span, long payload)
+    void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload)
             throws WriteRejectedException;
 
-    /** Retires a landing; {@code landed} says whether all its bytes were written. */
+    /** Retires an admitted landing; {@code landed} says whether all its bytes were written. */
     void end(Landing landing, boolean landed);
 }

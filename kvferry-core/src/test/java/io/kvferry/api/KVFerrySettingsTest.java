@@ -1,8 +1,14 @@
 package io.kvferry.api;
 
+import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.Transports;
 import org.junit.jupiter.api.Test;
 
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -65,10 +71,10 @@ class KVFerrySettingsTest {
 
     @Test
     void everyCoreKnobIsDocumented() throws Exception {
-        java.nio.file.Path doc = java.nio.file.Path.of("..", "docs", "CONFIGURATION.md");
-        String text = java.nio.file.Files.readString(doc);
-        java.util.List<Knob> all = new java.util.ArrayList<>(Knobs.ALL);
-        for (io.kvferry.transport.TransportProvider p : io.kvferry.transport.Transports.all()) all.addAll(p.knobs());
+        Path doc = Path.of("..", "docs", "CONFIGURATION.md");
+        String text = Files.readString(doc);
+        List<Knob> all = new ArrayList<>(Knobs.ALL);
+        for (TransportProvider p : Transports.all()) all.addAll(p.knobs());
         assertTrue(all.size() > Knobs.ALL.size(), "the shm transport declares its knobs");
         for (Knob k : all) {
             assertTrue(text.contains("`" + k.env() + "`") && text.contains("`" + k.key() + "`"), k.env() + " is missing from " + doc);

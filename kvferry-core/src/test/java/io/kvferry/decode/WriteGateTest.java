@@ -7,7 +7,9 @@ import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Region;
 import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.transport.WriteSink;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -52,7 +54,7 @@ class WriteGateTest {
 
     private String rejected(long room, Region region, int component, long offset, long length, boolean fatal) {
         WriteRejectedException e = assertThrows(WriteRejectedException.class,
-                () -> gate.begin(room, region, component, 0, offset, length, length));
+                () -> gate.begin(new WriteSink.Landing(), room, region, component, 0, offset, length, length));
         assertEquals(fatal, e.fatal(), e.getMessage());
         return e.getMessage();
     }
@@ -60,8 +62,12 @@ class WriteGateTest {
     @Test
     void aRunOfOwnedPagesLandsAndIsCounted() throws WriteRejectedException {
         DecodeRoom r = room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
-        DecodeRoom.Landing l = gate.begin(7, Region.KV, 0, 0, 2 * PAGE, 2 * PAGE, 2 * PAGE);
-        assertEquals(2 * PAGE, l.target().byteSize());
+        WriteSink.Landing l = new WriteSink.Landing();
+        gate.begin(l, 7, Region.KV, 0, 0, 2 * PAGE, 2 * PAGE, 2 * PAGE);
+        assertEquals(2 * PAGE, l.span());
+        assertEquals(2 * PAGE, l.offset());
+        assertEquals(2 * PAGE, l.target().remaining(), "the socket read fills exactly the write's bytes");
+        assertEquals(2 * PAGE, l.target().position());
         assertEquals(KVPoll.Transferring, rooms.statuses.status(7), "the first write moves the room to Transferring");
         gate.end(l, true);
         assertEquals(2 * PAGE, r.bytesLanded.get());
@@ -78,9 +84,12 @@ class WriteGateTest {
     @Test
     void auxAndStateWritesStayInTheirRowAndSlots() throws WriteRejectedException {
         room(7, new int[]{0}, 1, new int[][]{{2}});
-        gate.end(gate.begin(7, Region.AUX, 0, 0, 64, 64, 64), true);
+        WriteSink.Landing l = new WriteSink.Landing();
+        gate.begin(l, 7, Region.AUX, 0, 0, 64, 64, 64);
+        gate.end(l, true);
         assertTrue(rejected(7, Region.AUX, 0, 128, 64, false).contains("not inside row 1"));
-        gate.end(gate.begin(7, Region.STATE, 0, 0, 2 * 128, 128, 128), true);
+        gate.begin(l, 7, Region.STATE, 0, 0, 2 * 128, 128, 128);
+        gate.end(l, true);
         assertTrue(rejected(7, Region.STATE, 0, 3 * 128, 128, false).contains("state component 0 index"));
     }
 
@@ -115,7 +124,7 @@ class WriteGateTest {
     @Test
     void ownershipIsAConsecutiveRunInTheSortedIds() {
         int[] sorted = {1, 2, 4};
-        org.junit.jupiter.api.Assertions.assertDoesNotThrow(() -> WriteGate.requireOwned(sorted, 64, 128, 64, "page", 1));
+        Assertions.assertDoesNotThrow(() -> WriteGate.requireOwned(sorted, 64, 128, 64, "page", 1));
         assertThrows(WriteRejectedException.class, () -> WriteGate.requireOwned(sorted, 128, 128, 64, "page", 1));
         assertThrows(WriteRejectedException.class, () -> WriteGate.requireOwned(sorted, Long.MAX_VALUE - 64, 64, 64, "page", 1));
     }

@@ -6,9 +6,11 @@ import net.jqwik.api.Combinators;
 import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
 import net.jqwik.api.Provide;
+import net.jqwik.api.Tuple;
 import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -97,8 +99,8 @@ class PageRunsTest {
     @Provide
     Arbitrary<int[][]> pagePairs() {
         Arbitrary<Integer> step = Arbitraries.frequency(
-                net.jqwik.api.Tuple.of(6, 1), net.jqwik.api.Tuple.of(1, 0), net.jqwik.api.Tuple.of(1, 2),
-                net.jqwik.api.Tuple.of(1, -1), net.jqwik.api.Tuple.of(1, 1000));
+                Tuple.of(6, 1), Tuple.of(1, 0), Tuple.of(1, 2),
+                Tuple.of(1, -1), Tuple.of(1, 1000));
         Arbitrary<int[]> steps = Combinators.combine(step, step).as((a, b) -> new int[] {a, b});
         return Combinators.combine(Arbitraries.integers().between(0, 1 << 20), Arbitraries.integers().between(0, 1 << 20),
                 steps.list().ofMaxSize(200)).as((s0, d0, st) -> {
@@ -129,8 +131,8 @@ class PageRunsTest {
                 d.add(r.dstStart(i) + k);
             }
         }
-        assertEquals(java.util.Arrays.stream(src).boxed().toList(), s);
-        assertEquals(java.util.Arrays.stream(dst).boxed().toList(), d);
+        assertEquals(Arrays.stream(src).boxed().toList(), s);
+        assertEquals(Arrays.stream(dst).boxed().toList(), d);
         assertEquals(src.length, r.totalPages());
         for (int i = 0; i + 1 < r.count(); i++) {
             boolean mergeable = r.srcStart(i + 1) == r.srcStart(i) + r.length(i)

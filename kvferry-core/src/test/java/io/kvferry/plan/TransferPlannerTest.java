@@ -14,6 +14,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -77,7 +78,7 @@ class TransferPlannerTest {
     void planKvTotalsAndShape(@ForAll("pages") int[] src, @ForAll("pages") int[] dstSeed,
                               @ForAll @Size(max = 6) List<@IntRange(min = 1, max = 1 << 16) Integer> items) {
         int n = Math.min(src.length, dstSeed.length);
-        int[] s = java.util.Arrays.copyOf(src, n), d = java.util.Arrays.copyOf(dstSeed, n);
+        int[] s = Arrays.copyOf(src, n), d = Arrays.copyOf(dstSeed, n);
         long[] itemLens = items.stream().mapToLong(Integer::longValue).toArray();
         CopyPlan p = TransferPlanner.planKv(s, d, itemLens);
         PageRuns runs = PageRuns.group(s, d);
@@ -112,7 +113,7 @@ class TransferPlannerTest {
             dst[i] = i;
         }
         long[] items = new long[9];
-        java.util.Arrays.fill(items, 16);
+        Arrays.fill(items, 16);
         CopyPlan p = TransferPlanner.planKv(src, dst, items);
         assertEquals(n * 9, p.size());
         assertEquals(n * 9 * 16L, p.totalBytes());

@@ -1,5 +1,7 @@
 package io.kvferry.protocol;
 
+import com.sun.management.ThreadMXBean;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.Test;
@@ -63,7 +65,7 @@ class FrameCodecTest {
 
     /** Bytes allocated by the current thread while running {@code r}, or -1 when the JVM cannot say. */
     private static long allocatedBy(Executable r) throws Throwable {
-        if (!(ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean mx)
+        if (!(ManagementFactory.getThreadMXBean() instanceof ThreadMXBean mx)
                 || !mx.isThreadAllocatedMemorySupported() || !mx.isThreadAllocatedMemoryEnabled()) {
             r.execute();
             return -1;
@@ -434,11 +436,11 @@ class FrameCodecTest {
         rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(200).i32(0).str("x").bytes()), "unknown failure kind 200");
         rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(1).u8(6).str("").i32(0).i32(0).str("tcp").str("").bytes()),
                 "HELLO_ACK without a failure");
-        for (io.kvferry.api.FailureKind k : io.kvferry.api.FailureKind.values()) {
-            Status s = new Status(9, io.kvferry.api.KVPoll.Failed, k, 2, "why");
+        for (FailureKind k : FailureKind.values()) {
+            Status s = new Status(9, KVPoll.Failed, k, 2, "why");
             assertEquals(s, decode(encoded(s)), "kind " + k + " round-trips");
         }
-        HelloAck refused = HelloAck.refused(io.kvferry.api.FailureKind.LAYOUT_REFUSED, "page_size mismatch", 1, 2);
+        HelloAck refused = HelloAck.refused(FailureKind.LAYOUT_REFUSED, "page_size mismatch", 1, 2);
         assertEquals(refused, decode(encoded(refused)));
     }
 

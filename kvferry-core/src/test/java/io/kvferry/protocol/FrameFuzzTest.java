@@ -6,6 +6,7 @@ import net.jqwik.api.Combinators;
 import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
 import net.jqwik.api.Provide;
+import net.jqwik.api.Tuple;
 import net.jqwik.api.constraints.IntRange;
 import net.jqwik.api.constraints.Size;
 
@@ -197,15 +198,15 @@ class FrameFuzzTest {
     @Provide
     Arbitrary<Integer> magics() {
         return Arbitraries.frequencyOf(
-                net.jqwik.api.Tuple.of(8, Arbitraries.just(Wire.MAGIC)),
-                net.jqwik.api.Tuple.of(1, Arbitraries.integers()));
+                Tuple.of(8, Arbitraries.just(Wire.MAGIC)),
+                Tuple.of(1, Arbitraries.integers()));
     }
 
     @Provide
     Arbitrary<Integer> flags() {
         return Arbitraries.frequencyOf(
-                net.jqwik.api.Tuple.of(8, Arbitraries.just(0)),
-                net.jqwik.api.Tuple.of(1, Arbitraries.integers().between(0, 0xFFFF)));
+                Tuple.of(8, Arbitraries.just(0)),
+                Tuple.of(1, Arbitraries.integers().between(0, 0xFFFF)));
     }
 
     @Provide

@@ -7,6 +7,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.io.UncheckedIOException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
@@ -488,7 +489,7 @@ class BootstrapRegistryServerTest {
 
     @Test
     void bindingABusyPortFailsClearly() {
-        Exception e = assertThrows(java.io.UncheckedIOException.class,
+        Exception e = assertThrows(UncheckedIOException.class,
                 () -> BootstrapRegistryServer.start("127.0.0.1", server.port(), RegistryOptions.defaults(TOKEN)));
         assertTrue(e.getMessage().contains("127.0.0.1:" + server.port()), e.getMessage());
     }

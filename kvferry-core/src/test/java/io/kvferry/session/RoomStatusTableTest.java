@@ -8,6 +8,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Random;
 import java.util.Set;
@@ -16,6 +17,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.function.BooleanSupplier;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -217,7 +219,7 @@ class RoomStatusTableTest {
         AtomicInteger wins = new AtomicInteger();
         AtomicBoolean writing = new AtomicBoolean(true);
         CyclicBarrier start = new CyclicBarrier(writers + 1);
-        List<String> readerErrors = java.util.Collections.synchronizedList(new ArrayList<>());
+        List<String> readerErrors = Collections.synchronizedList(new ArrayList<>());
 
         ExecutorService pool = Executors.newFixedThreadPool(writers + 1);
         try {
@@ -319,5 +321,23 @@ class RoomStatusTableTest {
             pool.shutdownNow();
         }
         assertEquals(0, table.size(), "fail/Transferring/Success after remove must not re-create a room: " + table.rooms());
+    }
+
+    @Test
+    void theFailedFlagRisesWhenTheRoomFailsOrIsClearedWhicheverComesFirst() {
+        RoomStatusTable t = new RoomStatusTable();
+        t.update(1, KVPoll.Bootstrapping);
+        BooleanSupplier early = t.failedFlag(1);
+        assertFalse(early.getAsBoolean());
+        t.update(1, KVPoll.Transferring);
+        assertFalse(early.getAsBoolean());
+        t.fail(1, FailureKind.ABORTED, "aborted");
+        assertTrue(early.getAsBoolean(), "asked before the failure, raised by it");
+        assertTrue(t.failedFlag(1).getAsBoolean(), "asked after the failure");
+        t.update(2, KVPoll.WaitingForInput);
+        BooleanSupplier cleared = t.failedFlag(2);
+        t.remove(2);
+        assertTrue(cleared.getAsBoolean(), "a cleared room's writers stop");
+        assertTrue(t.failedFlag(3).getAsBoolean(), "an unknown room reads as failed");
     }
 }

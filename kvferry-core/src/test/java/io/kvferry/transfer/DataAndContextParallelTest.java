@@ -29,7 +29,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         TestRank p0 = rank(), p1 = rank(), dm = rank();
         KVManager dp0 = prefillRank(p0, cfg(1, 0).dp(2, 0).build());
         KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).build());
-        io.kvferry.api.KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         long room = 1001; // odd: DP group 1
         assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
         assertEquals(0, d.resolvePrefillDpRank(addr, room, 0), "a router hint wins");
@@ -55,7 +55,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         TestRank p0 = rank(), p1 = rank(), dm = rank();
         prefillRank(p0, cfg(1, 0).dp(2, 0).loadBalanceMethod("round_robin").build());
         KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).loadBalanceMethod("round_robin").build());
-        io.kvferry.api.KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         long room = 4000; // even, but placed on group 1
         assertEquals(-1, d.resolvePrefillDpRank(addr, room, null), "not known before the prefill took the request");
         KVSender s = dp1.createSender(addr, room);

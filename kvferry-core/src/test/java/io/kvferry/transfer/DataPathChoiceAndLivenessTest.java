@@ -1,6 +1,8 @@
 package io.kvferry.transfer;
 
+import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
@@ -9,7 +11,9 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.Knob;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SharedArena;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
@@ -18,13 +22,20 @@ import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.Transports;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
+import java.util.Random;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -77,18 +88,18 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
     @Test
     void aBackendWithABadSettingFailsBothManagersNamingIt() {
         TestRank pm = rank(), dm = rank();
-        io.kvferry.api.Knob copyThreads = io.kvferry.transport.Transports.get("shm").knobs().stream()
+        Knob copyThreads = Transports.get("shm").knobs().stream()
                 .filter(k -> k.env().equals("KVFERRY_SHM_COPY_THREADS")).findFirst().orElseThrow();
-        KVManagerConfig bad = cfg(1, 0).settings(io.kvferry.api.KVFerrySettings.defaults().with(copyThreads, "lots")).build();
-        for (io.kvferry.api.DisaggregationMode mode : io.kvferry.api.DisaggregationMode.values()) {
-            TestRank r = mode == io.kvferry.api.DisaggregationMode.PREFILL ? pm : dm;
+        KVManagerConfig bad = cfg(1, 0).settings(KVFerrySettings.defaults().with(copyThreads, "lots")).build();
+        for (DisaggregationMode mode : DisaggregationMode.values()) {
+            TestRank r = mode == DisaggregationMode.PREFILL ? pm : dm;
             IllegalStateException e = assertThrows(IllegalStateException.class,
                     () -> KVFerry.createManager("shm", r.args(0, PAGE_SIZE), mode, bad));
             assertTrue(e.getMessage().contains("transfer backend shm cannot run here")
                     && e.getMessage().contains("KVFERRY_SHM_COPY_THREADS") && e.getMessage().contains("'lots'"), e.getMessage());
         }
         // With auto the bad transport is only left out: links use another one.
-        KVManager p = KVFerry.createManager("auto", pm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.PREFILL, bad);
+        KVManager p = KVFerry.createManager("auto", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, bad);
         closeables.add(p);
         p.registerToBootstrap();
         KVManager d = decode(dm, "auto", bad, 0, PAGE_SIZE);
@@ -134,7 +145,7 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
     void aDecodeThatGoesSilentIsDeclaredDeadByHeartbeatsAndItsRoomReleased() throws Exception {
         TestRank pm = rank(), dm = rank();
         KVManagerConfig pc = cfg(1, 0).heartbeat(Duration.ofMillis(100), 3).build();
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.PREFILL, pc);
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, pc);
         closeables.add(p);
         p.registerToBootstrap();
         RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
@@ -162,7 +173,7 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
     void heartbeatsKeepAnIdleLinkAlivePastTheTimeout() throws Exception {
         TestRank pm = rank(), dm = rank();
         KVManagerConfig c = cfg(1, 0).heartbeat(Duration.ofMillis(50), 3).build();
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.PREFILL, c);
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, c);
         closeables.add(p);
         p.registerToBootstrap();
         KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
@@ -178,14 +189,14 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         TestRank pm = rank(), dm = rank();
         KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, "tcp", cfg(1, 0).tcpStripes(3).build(), 0, PAGE_SIZE);
-        java.util.Random rnd = new java.util.Random(3);
+        Random rnd = new Random(3);
         for (int round = 0; round < 4; round++) {
             int[] src = distinctPages(rnd, 30, PAGES), dst = distinctPages(rnd, 30, PAGES);
-            List<Transfer> ts = new java.util.ArrayList<>();
+            List<Transfer> ts = new ArrayList<>();
             for (int k = 0; k < 3; k++) {
                 long room = 100 + round * 3 + k; // consecutive rooms land on different stripes
-                ts.add(start(p, pm, d, room, java.util.Arrays.copyOfRange(src, k * 10, k * 10 + 10),
-                        java.util.Arrays.copyOfRange(dst, k * 10, k * 10 + 10), k, ROWS - 1 - k, 0));
+                ts.add(start(p, pm, d, room, Arrays.copyOfRange(src, k * 10, k * 10 + 10),
+                        Arrays.copyOfRange(dst, k * 10, k * 10 + 10), k, ROWS - 1 - k, 0));
             }
             for (Transfer t : ts) assertLanded(t, dm);
         }
@@ -198,9 +209,9 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
     void thePrefillUnmapsTheDecodesPoolWhenTheDecodeGoesAway() throws Exception {
         TestRank pm = rank(), dm = rank();
         KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
-        KVManager d = KVFerry.createManager("shm", dm.args(0, PAGE_SIZE), io.kvferry.api.DisaggregationMode.DECODE, cfg(1, 0).build());
+        KVManager d = KVFerry.createManager("shm", dm.args(0, PAGE_SIZE), DisaggregationMode.DECODE, cfg(1, 0).build());
         assertEquals("shm", pathOf(p, pm, d, dm, 61));
-        String file = ((io.kvferry.memory.SharedArena) dm.arena).path().toString();
+        String file = ((SharedArena) dm.arena).path().toString();
         assertEquals(2, mappingsOf(file), "the decode's own mapping and the prefill's");
         d.close();
         long deadline = System.nanoTime() + 5_000_000_000L;
@@ -209,8 +220,8 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         assertEquals(0, p.stats().peerConnections());
     }
 
-    private static long mappingsOf(String file) throws java.io.IOException {
-        try (var lines = java.nio.file.Files.lines(java.nio.file.Path.of("/proc/self/maps"))) {
+    private static long mappingsOf(String file) throws IOException {
+        try (var lines = Files.lines(Path.of("/proc/self/maps"))) {
             return lines.filter(l -> l.endsWith(file)).count();
         }
     }

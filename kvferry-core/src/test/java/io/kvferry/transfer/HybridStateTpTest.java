@@ -8,6 +8,8 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.StateType;
+import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -143,7 +145,7 @@ class HybridStateTpTest extends TransferTestBase {
         }
     }
 
-    @org.junit.jupiter.api.Test
+    @Test
     void aStateLayoutThatCannotBeReshardedIsRefusedAtRegistration() {
         Rank p = new Rank(2), d = new Rank(1);
         closeables.add(p.arena);
@@ -165,6 +167,6 @@ class HybridStateTpTest extends TransferTestBase {
         r.init(0);
         assertEquals(KVPoll.Failed, r.poll());
         String why = failure(r::failureException);
-        org.junit.jupiter.api.Assertions.assertTrue(why.contains("tensor count differs"), why);
+        Assertions.assertTrue(why.contains("tensor count differs"), why);
     }
 }

@@ -7,6 +7,7 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.memory.SharedArena;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -35,7 +36,7 @@ class MhaHeteroTpTest extends TransferTestBase {
     /** One rank's KV pool with {@code heads} heads per token slot. */
     static final class Pool {
         /** Shared memory so the shm backend can serve it too (sparse: only written pages cost memory). */
-        final Arena arena = io.kvferry.memory.SharedArena.open("mha-pool", 16 << 20);
+        final Arena arena = SharedArena.open("mha-pool", 16 << 20);
         final int heads;
         final long pageBytes;
         final MemorySegment[] kv = new MemorySegment[BUFS];

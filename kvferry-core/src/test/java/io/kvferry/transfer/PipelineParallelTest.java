@@ -7,6 +7,8 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -129,13 +131,13 @@ class PipelineParallelTest extends TransferTestBase {
         }
     }
 
-    @org.junit.jupiter.api.Test
+    @Test
     void aPipelineStageWithoutLayerIdsIsRefusedRatherThanMisplaced() {
         TestRank mem = new TestRank(2, PAGES, PAGE_BYTES, ROWS);
         closeables.add(mem);
         KVArgs args = mem.args(0, PAGE_SIZE);
         args.ppRank = 1;
-        IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+        IllegalArgumentException e = Assertions.assertThrows(IllegalArgumentException.class,
                 () -> KVFerry.createManager("tcp", args, DisaggregationMode.PREFILL, cfg(1, 0).ppSize(2).build()));
         assertTrue(e.getMessage().contains("kvLayerIds"));
     }

@@ -17,6 +17,7 @@ import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.transport.WriteSink;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -92,7 +93,7 @@ class SafetyTest extends TransferTestBase {
         recv.init(0);
         recv.sendMetadata(new int[]{5}, 0, null, 0);
         d.teardown();
-        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
+        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing(), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
         assertEquals(KVPoll.Failed, recv.poll());
     }
 

@@ -2,6 +2,7 @@ package io.kvferry.transfer;
 
 import io.kvferry.api.KVArgs;
 import io.kvferry.api.StateType;
+import io.kvferry.memory.SharedArena;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -35,7 +36,7 @@ final class TestRank implements AutoCloseable {
     /** @param privateMemory allocate from a private arena (shm cannot offer it) instead of shared memory */
     TestRank(int buffers, int pages, long pageBytes, int rows, boolean privateMemory) {
         long bytes = buffers * (pages * pageBytes + 2L * GUARD + 64) + (64 + 128 + 256 + 512) * (long) rows + 4 * 64;
-        this.arena = privateMemory ? Arena.ofShared() : io.kvferry.memory.SharedArena.open("test-rank", bytes);
+        this.arena = privateMemory ? Arena.ofShared() : SharedArena.open("test-rank", bytes);
         this.pageBytes = pageBytes;
         this.pages = pages;
         this.rows = rows;

@@ -1,5 +1,6 @@
 package io.kvferry.ucx;
 
+import io.kvferry.plan.CopyPlan;
 import io.kvferry.transport.RemoteBuffers;
 import org.openucx.jucx.UcxCallback;
 import org.openucx.jucx.ucp.UcpContext;
@@ -17,6 +18,7 @@ import org.slf4j.LoggerFactory;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
+import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -416,7 +418,7 @@ final class UcxEngine implements Runnable {
         stopping = true;
         wake();
         try {
-            thread.join(java.time.Duration.ofNanos(timeoutNanos));
+            thread.join(Duration.ofNanos(timeoutNanos));
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
@@ -554,7 +556,7 @@ final class UcxEngine implements Runnable {
 
     private static final class Staging {
         /** A strided op carries at most CopyPlan.MAX_OP_BYTES of payload. */
-        static final long SIZE = io.kvferry.plan.CopyPlan.MAX_OP_BYTES;
+        static final long SIZE = CopyPlan.MAX_OP_BYTES;
         final MemorySegment segment;
         final UcpMemory registration;
 

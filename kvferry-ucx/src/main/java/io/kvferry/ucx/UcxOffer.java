@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.zip.CRC32C;
 
 /**
  * The {@code ucx} offer a decode sends in HELLO: the UCX worker address of this link and, for every
@@ -167,7 +168,7 @@ record UcxOffer(int ucxMajor, int ucxMinor, byte[] workerAddress, List<Entry> en
     }
 
     static int crc(byte[] bytes, int length) {
-        java.util.zip.CRC32C c = new java.util.zip.CRC32C();
+        CRC32C c = new CRC32C();
         c.update(bytes, 0, length);
         return (int) c.getValue();
     }

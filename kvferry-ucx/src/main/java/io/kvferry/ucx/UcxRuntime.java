@@ -1,5 +1,8 @@
 package io.kvferry.ucx;
 
+import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpParams;
+
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
@@ -92,8 +95,8 @@ final class UcxRuntime {
             return new Probe(null, "cannot query the UCX version: " + t + "; " + INSTALL_HINT);
         }
         try {
-            org.openucx.jucx.ucp.UcpContext ctx = new org.openucx.jucx.ucp.UcpContext(
-                    new org.openucx.jucx.ucp.UcpParams().requestRmaFeature().requestWakeupFeature());
+            UcpContext ctx = new UcpContext(
+                    new UcpParams().requestRmaFeature().requestWakeupFeature());
             ctx.close();
         } catch (LinkageError e) {
             String what = e instanceof NoClassDefFoundError && e.getMessage() != null && e.getMessage().contains("openucx")

@@ -3,6 +3,7 @@ package io.kvferry.ucx;
 import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.Knob;
 
+import java.util.HashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Set;
@@ -118,7 +119,7 @@ final class UcxSettings {
         String v = ucxTls.trim().toLowerCase(Locale.ROOT);
         boolean exclude = v.startsWith("^");
         if (exclude) v = v.substring(1);
-        java.util.Set<String> named = new java.util.HashSet<>();
+        Set<String> named = new HashSet<>();
         for (String raw : v.split(",")) {
             String t = raw.trim();
             while (t.startsWith("\\")) t = t.substring(1); // UCX 1.14+: "\name" = this name, not an alias

@@ -3,6 +3,7 @@ package io.kvferry.ucx;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.PeerLink;
 import io.kvferry.transport.RemoteBuffers;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportUnavailableException;
@@ -16,6 +17,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -67,7 +69,7 @@ final class UcxSource implements SourceTransport {
             });
             UcxEngine engine = new UcxEngine(ctx, engineRank, settings);
             log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
-                    UcxRuntime.version(), engine.errMode().name().toLowerCase(java.util.Locale.ROOT));
+                    UcxRuntime.version(), engine.errMode().name().toLowerCase(Locale.ROOT));
             return new UcxSource(ctx, regs, engine, settings);
         } catch (IOException | RuntimeException e) {
             for (UcpMemory m : regs) m.deregister();
@@ -91,7 +93,8 @@ final class UcxSource implements SourceTransport {
      * @throws TransportUnavailableException a newer offer version, unsupported memory, an unreachable decode
      */
     @Override
-    public DataPath connect(byte[] blob, MemoryDescriptor destination, String peer) throws TransportUnavailableException, IOException {
+    public DataPath connect(byte[] blob, MemoryDescriptor destination, PeerLink to) throws TransportUnavailableException, IOException {
+        String peer = to.peer();
         synchronized (this) {
             if (closed) throw new TransportUnavailableException("the UCX source is closed");
         }
@@ -141,7 +144,7 @@ final class UcxSource implements SourceTransport {
     private String hint() {
         String tls = System.getenv("UCX_TLS");
         return " (UCX_TLS=" + (tls == null ? "<unset>" : tls) + ", KVFERRY_UCX_ERR_MODE="
-                + engine.errMode().name().toLowerCase(java.util.Locale.ROOT)
+                + engine.errMode().name().toLowerCase(Locale.ROOT)
                 + (engine.errMode() == UcxSettings.ErrMode.PEER ? "; peer error mode needs a transport with peer-failure"
                 + " support for active messages, e.g. tcp or rc: UCX 1.13 leaves out posix/sysv" : "") + ")";
     }

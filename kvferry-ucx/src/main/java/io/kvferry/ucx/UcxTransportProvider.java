@@ -7,6 +7,7 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.WriteSink;
 
 import java.io.IOException;
 import java.util.function.Consumer;
@@ -55,7 +56,7 @@ public final class UcxTransportProvider implements TransportProvider {
     }
 
     @Override
-    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings,
+    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings, WriteSink gate,
                                                 Consumer<String> why) throws IOException {
         String reason = unavailableReason(settings);
         if (reason != null) {

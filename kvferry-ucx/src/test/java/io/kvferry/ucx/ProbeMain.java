@@ -1,6 +1,7 @@
 package io.kvferry.ucx;
 
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.memory.RegisteredMemory;
 
 import java.io.IOException;
@@ -12,14 +13,14 @@ import java.util.List;
 public final class ProbeMain {
     public static void main(String[] args) throws Exception {
         UcxTransportProvider p = new UcxTransportProvider();
-        System.out.println("REASON=" + p.unavailableReason(io.kvferry.api.KVFerrySettings.fromEnvironment()));
+        System.out.println("REASON=" + p.unavailableReason(KVFerrySettings.fromEnvironment()));
         KVArgs a = new KVArgs();
         a.addKvBuffer(Arena.global().allocate(4096), 1024);
         RegisteredMemory m = RegisteredMemory.from(a);
         List<String> why = new ArrayList<>();
-        System.out.println("DESTINATION=" + p.openDestination(m, 0, io.kvferry.api.KVFerrySettings.fromEnvironment(), why::add) + " WHY=" + why);
+        System.out.println("DESTINATION=" + p.openDestination(m, 0, KVFerrySettings.fromEnvironment(), null, why::add) + " WHY=" + why);
         try {
-            p.openSource(m, 0, io.kvferry.api.KVFerrySettings.fromEnvironment());
+            p.openSource(m, 0, KVFerrySettings.fromEnvironment());
             System.out.println("SOURCE=opened");
         } catch (IOException e) {
             System.out.println("SOURCE=IOException " + e.getMessage());

@@ -1,5 +1,7 @@
 package io.kvferry.ucx;
 
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knob;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
 import io.kvferry.transport.RemoteBuffers;
@@ -7,7 +9,11 @@ import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.List;
+import java.util.Map;
+import java.util.Random;
 import java.util.function.Consumer;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -134,7 +140,7 @@ class UcxOfferTest {
     @Test
     void fuzzedOffersDecodeOrFailCleanly() {
         byte[] good = sample().encode();
-        java.util.Random r = new java.util.Random(7);
+        Random r = new Random(7);
         int refused = 0;
         for (int i = 0; i < 20_000; i++) {
             byte[] bad;
@@ -158,22 +164,22 @@ class UcxOfferTest {
 
     @Test
     void badSettingsAreNamedAndSpinsAreCapped() {
-        io.kvferry.api.KVFerrySettings none = io.kvferry.api.KVFerrySettings.defaults();
+        KVFerrySettings none = KVFerrySettings.defaults();
         assertNull(UcxSettings.problem(none));
         String why = UcxSettings.problem(none.with(UcxSettings.DST_SPIN, "5k"));
         assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN") && why.contains("'5k'"), why);
-        io.kvferry.api.KVFerrySettings huge = none.with(UcxSettings.DST_SPIN, Long.toString(Long.MAX_VALUE));
+        KVFerrySettings huge = none.with(UcxSettings.DST_SPIN, Long.toString(Long.MAX_VALUE));
         assertNull(UcxSettings.problem(huge));
         // Capped, so a link's idle counter (which starts at the spin count) cannot overflow and spin forever.
         assertEquals(UcxSettings.MAX_SPIN, new UcxSettings(huge).dstSpin);
         String mode = UcxSettings.problem(none.with(UcxSettings.ERR_MODE, "sometimes"));
         assertTrue(mode.contains("KVFERRY_UCX_ERR_MODE"), mode);
         // The environment layer: a KVFERRY_UCX_* variable is read, a -D property wins over it, an explicit value over both.
-        io.kvferry.api.KVFerrySettings env = io.kvferry.api.KVFerrySettings.fromEnvironment(
-                java.util.Map.of("KVFERRY_UCX_WINDOW", "8"), java.util.Map.of());
+        KVFerrySettings env = KVFerrySettings.fromEnvironment(
+                Map.of("KVFERRY_UCX_WINDOW", "8"), Map.of());
         assertEquals(8, new UcxSettings(env).window);
-        env = io.kvferry.api.KVFerrySettings.fromEnvironment(java.util.Map.of("KVFERRY_UCX_WINDOW", "8"),
-                java.util.Map.of("kvferry.ucx.window", "2"));
+        env = KVFerrySettings.fromEnvironment(Map.of("KVFERRY_UCX_WINDOW", "8"),
+                Map.of("kvferry.ucx.window", "2"));
         assertEquals(2, new UcxSettings(env).window);
         assertEquals(16, new UcxSettings(env.with(UcxSettings.WINDOW, "16")).window);
     }
@@ -197,7 +203,7 @@ class UcxOfferTest {
 
     @Test
     void settingsParse() {
-        io.kvferry.api.KVFerrySettings none = io.kvferry.api.KVFerrySettings.defaults();
+        KVFerrySettings none = KVFerrySettings.defaults();
         assertEquals(UcxSettings.ErrMode.PEER, new UcxSettings(none).errMode);
         assertEquals(UcxSettings.ErrMode.NONE, new UcxSettings(none.with(UcxSettings.ERR_MODE, "NONE")).errMode);
         assertTrue(assertThrows(IllegalArgumentException.class, () -> new UcxSettings(none.with(UcxSettings.ERR_MODE, "sometimes")))
@@ -209,9 +215,9 @@ class UcxOfferTest {
 
     @Test
     void everyUcxKnobIsDocumented() throws Exception {
-        java.nio.file.Path doc = java.nio.file.Path.of("..", "docs", "CONFIGURATION.md");
-        String text = java.nio.file.Files.readString(doc);
-        for (io.kvferry.api.Knob k : new UcxTransportProvider().knobs()) {
+        Path doc = Path.of("..", "docs", "CONFIGURATION.md");
+        String text = Files.readString(doc);
+        for (Knob k : new UcxTransportProvider().knobs()) {
             assertTrue(text.contains("`" + k.env() + "`") && text.contains("`" + k.key() + "`"), k.env() + " is missing from " + doc);
         }
     }

@@ -1,6 +1,7 @@
 package io.kvferry.ucx;
 
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
@@ -8,6 +9,7 @@ import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
+import io.kvferry.transport.PeerLink;
 import io.kvferry.transport.RemoteBuffers;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.DestinationTransport;
@@ -16,6 +18,7 @@ import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportProvider;
 import io.kvferry.transport.TransportUnavailableException;
 import io.kvferry.transport.Transports;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -25,13 +28,17 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.BooleanSupplier;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -52,7 +59,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 @Timeout(60)
 class UcxTransportTest {
     /** The suite runs under this process's KVFERRY_UCX_* settings (e.g. KVFERRY_UCX_ERR_MODE=none for the other mode). */
-    static final io.kvferry.api.KVFerrySettings SETTINGS = io.kvferry.api.KVFerrySettings.fromEnvironment();
+    static final KVFerrySettings SETTINGS = KVFerrySettings.fromEnvironment();
 
     static final long PAGE = 16 << 10;
     static final int PAGES = 32;
@@ -77,7 +84,7 @@ class UcxTransportTest {
         System.setProperty("kvferry.ucx.drainTimeoutMs", "1000");
     }
 
-    @org.junit.jupiter.api.AfterAll
+    @AfterAll
     static void clearSettings() {
         System.clearProperty("kvferry.ucx.drainTimeoutMs");
     }
@@ -114,7 +121,7 @@ class UcxTransportTest {
 
     DestinationTransport destination(RegisteredMemory m) throws IOException {
         List<String> why = new ArrayList<>();
-        DestinationTransport d = provider.openDestination(m, 0, SETTINGS, why::add);
+        DestinationTransport d = provider.openDestination(m, 0, SETTINGS, null, why::add);
         assertNotNull(d, "not offered: " + why);
         closeables.add(d);
         return d;
@@ -134,7 +141,7 @@ class UcxTransportTest {
     }
 
     DataPath connect(SourceTransport s, LinkOffer o, RegisteredMemory dst) throws Exception {
-        DataPath p = s.connect(o.blob(), dst.describe(), "decode-0");
+        DataPath p = s.connect(o.blob(), dst.describe(), PeerLink.named("decode-0"));
         closeables.add(p::close);
         return p;
     }
@@ -185,11 +192,11 @@ class UcxTransportTest {
 
     static CopyPlan kvPlan(int[] src, int[] dst) {
         long[] items = new long[KV_BUFFERS];
-        java.util.Arrays.fill(items, PAGE);
+        Arrays.fill(items, PAGE);
         return TransferPlanner.planKv(src, dst, items);
     }
 
-    static final java.util.function.BooleanSupplier NEVER = () -> false;
+    static final BooleanSupplier NEVER = () -> false;
 
     // ------------------------------------------------------------------ tests
 
@@ -198,10 +205,10 @@ class UcxTransportTest {
         TransportProvider p = Transports.get("ucx");
         assertInstanceOf(UcxTransportProvider.class, p);
         assertEquals("ucx", p.name());
-        assertNull(p.unavailableReason(io.kvferry.api.KVFerrySettings.defaults()));
+        assertNull(p.unavailableReason(KVFerrySettings.defaults()));
         assertNotNull(UcxRuntime.version());
         // A bad kvferry-ucx setting makes the transport unavailable, named, before any link starts.
-        String why = p.unavailableReason(io.kvferry.api.KVFerrySettings.defaults().with(UcxSettings.DST_SPIN, "fast"));
+        String why = p.unavailableReason(KVFerrySettings.defaults().with(UcxSettings.DST_SPIN, "fast"));
         assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN"), why);
     }
 
@@ -233,7 +240,7 @@ class UcxTransportTest {
         path.write(8, kvPlan(new int[] {0, 1, 2}, new int[] {5, 6, 7}), src, NEVER);
         // Both sides poll a little after work (a few ms), then sleep on the worker's event fd.
         Thread.sleep(300);
-        java.lang.management.ThreadMXBean mx = java.lang.management.ManagementFactory.getThreadMXBean();
+        ThreadMXBean mx = ManagementFactory.getThreadMXBean();
         List<Long> ids = new ArrayList<>();
         for (Thread t : Thread.getAllStackTraces().keySet()) {
             if (t.getName().startsWith("kvferry-ucx-")) ids.add(t.threadId());
@@ -367,7 +374,7 @@ class UcxTransportTest {
         DestinationTransport d = destination(dst);
         DataPath path = connect(source(src), offer(d, "p"), dst);
         long[] items = new long[KV_BUFFERS + 1];
-        java.util.Arrays.fill(items, PAGE);
+        Arrays.fill(items, PAGE);
         IOException e = assertThrows(IOException.class,
                 () -> path.write(1, TransferPlanner.planKv(new int[] {0}, new int[] {0}, items), src, NEVER));
         assertTrue(e.getMessage().contains("has no KV buffer 0/" + KV_BUFFERS), e.getMessage());
@@ -384,19 +391,19 @@ class UcxTransportTest {
         kv[2] += PAGE;
         MemoryDescriptor longer = new MemoryDescriptor(kv, real.kvItemLens(), real.kvLayerIds(), real.auxLengths(),
                 real.auxItemLens(), real.states());
-        IOException e = assertThrows(IOException.class, () -> s.connect(o.blob(), longer, "p"));
+        IOException e = assertThrows(IOException.class, () -> s.connect(o.blob(), longer, PeerLink.named("p")));
         assertTrue(e.getMessage().contains("KV buffer 0/2") && e.getMessage().contains("HELLO declares"), e.getMessage());
         long[] aux3 = {AUX_ROW * AUX_ROWS, AUX_ROW * AUX_ROWS, AUX_ROW * AUX_ROWS};
         MemoryDescriptor more = new MemoryDescriptor(real.kvLengths(), real.kvItemLens(), real.kvLayerIds(), aux3,
                 new long[] {AUX_ROW, AUX_ROW, AUX_ROW}, real.states());
-        IOException e2 = assertThrows(IOException.class, () -> s.connect(o.blob(), more, "p"));
+        IOException e2 = assertThrows(IOException.class, () -> s.connect(o.blob(), more, PeerLink.named("p")));
         assertTrue(e2.getMessage().contains("lacks AUX buffer 2"), e2.getMessage());
         MemoryDescriptor fewer = new MemoryDescriptor(real.kvLengths(), real.kvItemLens(), real.kvLayerIds(),
                 new long[] {AUX_ROW * AUX_ROWS}, new long[] {AUX_ROW}, real.states());
-        IOException e3 = assertThrows(IOException.class, () -> s.connect(o.blob(), fewer, "p"));
+        IOException e3 = assertThrows(IOException.class, () -> s.connect(o.blob(), fewer, PeerLink.named("p")));
         assertTrue(e3.getMessage().contains("does not declare"), e3.getMessage());
         // the real shape still connects
-        assertNotNull(s.connect(o.blob(), real, "p"));
+        assertNotNull(s.connect(o.blob(), real, PeerLink.named("p")));
     }
 
     @Test
@@ -406,15 +413,15 @@ class UcxTransportTest {
         byte[] good = offer(d, "p").blob();
         SourceTransport s = source(src);
         MemoryDescriptor shape = dst.describe();
-        IOException e = assertThrows(IOException.class, () -> s.connect(new byte[] {1, 2, 3}, shape, "p"));
+        IOException e = assertThrows(IOException.class, () -> s.connect(new byte[] {1, 2, 3}, shape, PeerLink.named("p")));
         assertTrue(e.getMessage().startsWith("malformed ucx offer from p: truncated"), e.getMessage());
         byte[] v2 = good.clone();
         v2[4] = 2;
-        TransportUnavailableException u = assertThrows(TransportUnavailableException.class, () -> s.connect(v2, shape, "p"));
+        TransportUnavailableException u = assertThrows(TransportUnavailableException.class, () -> s.connect(v2, shape, PeerLink.named("p")));
         assertTrue(u.getMessage().contains("version 2"), u.getMessage());
         // truncated at every length, and random corruption: a clear refusal, never another exception or a hang
         for (int len = 0; len < good.length; len++) {
-            byte[] cut = java.util.Arrays.copyOf(good, len);
+            byte[] cut = Arrays.copyOf(good, len);
             assertThrows(UcxOffer.Malformed.class, () -> UcxOffer.decode(cut), "length " + len);
         }
         Random r = new Random(42);
@@ -433,7 +440,7 @@ class UcxTransportTest {
         for (int off : new int[] {0, 6, 8, 9, 12, 16, 20, 30, good.length / 2, good.length - 10, good.length - 1}) {
             byte[] bad = good.clone();
             bad[off] ^= (byte) 0xFF;
-            Exception ex = assertThrows(Exception.class, () -> s.connect(bad, shape, "p"));
+            Exception ex = assertThrows(Exception.class, () -> s.connect(bad, shape, PeerLink.named("p")));
             assertTrue(ex instanceof IOException || ex instanceof TransportUnavailableException, ex.toString());
         }
     }
@@ -489,7 +496,7 @@ class UcxTransportTest {
     private void assertWriteFailsWithinSeconds(DataPath path, RegisteredMemory src) {
         long start = System.nanoTime();
         AtomicBoolean cancel = new AtomicBoolean();
-        java.util.function.BooleanSupplier cancelled = () -> {
+        BooleanSupplier cancelled = () -> {
             if (System.nanoTime() - start > 1_500_000_000L) cancel.set(true);
             return cancel.get();
         };
@@ -546,7 +553,7 @@ class UcxTransportTest {
         other.write(2, kvPlan(new int[] {0}, new int[] {1}), src, NEVER);
         s.close();
         assertThrows(IOException.class, () -> other.write(3, kvPlan(new int[] {0}, new int[] {1}), src, NEVER));
-        assertThrows(TransportUnavailableException.class, () -> s.connect(offer(d, "r").blob(), dst.describe(), "r"));
+        assertThrows(TransportUnavailableException.class, () -> s.connect(offer(d, "r").blob(), dst.describe(), PeerLink.named("r")));
     }
 
     @Test

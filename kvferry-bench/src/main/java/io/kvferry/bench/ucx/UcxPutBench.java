@@ -6,6 +6,7 @@ import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
+import io.kvferry.transport.PeerLink;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.LinkOffer;
@@ -171,10 +172,10 @@ public final class UcxPutBench {
             UcxTransportProvider p = new UcxTransportProvider();
             RegisteredMemory dst = memory(arena, size, 2 * batch, false), src = memory(arena, size, 2 * batch, true);
             List<String> why = new ArrayList<>();
-            DestinationTransport d = p.openDestination(dst, 0, SETTINGS, why::add);
+            DestinationTransport d = p.openDestination(dst, 0, SETTINGS, null, why::add);
             if (d == null) throw new IllegalStateException("no destination: " + why);
             try (d; SourceTransport s = p.openSource(src, 0, SETTINGS); LinkOffer o = d.offer("bench")) {
-                DataPath path = s.connect(o.blob(), dst.describe(), "bench");
+                DataPath path = s.connect(o.blob(), dst.describe(), PeerLink.named("bench"));
                 Result r = drive(path, src, size, batch, iters, warmup);
                 path.close();
                 return new Result(r.puts, r.bytes, r.nanos, verify(src, dst, size, batch));
@@ -191,7 +192,7 @@ public final class UcxPutBench {
             UcxTransportProvider p = new UcxTransportProvider();
             RegisteredMemory dst = memory(arena, size, pages, false);
             List<String> why = new ArrayList<>();
-            DestinationTransport d = p.openDestination(dst, 0, SETTINGS, why::add);
+            DestinationTransport d = p.openDestination(dst, 0, SETTINGS, null, why::add);
             if (d == null) throw new IllegalStateException("no destination: " + why);
             try (d; Socket c = ss.accept(); LinkOffer o = d.offer(c.getRemoteSocketAddress().toString())) {
                 DataOutputStream out = new DataOutputStream(c.getOutputStream());
@@ -245,7 +246,7 @@ public final class UcxPutBench {
             MemoryDescriptor shape = new MemoryDescriptor(new long[] {dstLength}, new long[] {size}, new int[] {0}, new long[0],
                     new long[0], List.of());
             try (SourceTransport s = new UcxTransportProvider().openSource(src, 0, SETTINGS)) {
-                DataPath path = s.connect(blob, shape, hostPort);
+                DataPath path = s.connect(blob, shape, PeerLink.named(hostPort));
                 Result r = drive(path, src, size, batch, iters, warmup);
                 path.close();
                 out.writeInt(1);

@@ -1,5 +1,8 @@
 package io.kvferry.transport.shm;
 
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knob;
+
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
@@ -55,10 +58,10 @@ final class CopyLanes implements AutoCloseable {
     }
 
     /** Threads copying one large write, the transfer worker included; unset = the number of cores, at most 4. */
-    static final io.kvferry.api.Knob COPY_THREADS = new io.kvferry.api.Knob("kvferry.shm.copyThreads", "KVFERRY_SHM_COPY_THREADS", "",
+    static final Knob COPY_THREADS = new Knob("kvferry.shm.copyThreads", "KVFERRY_SHM_COPY_THREADS", "",
             "shm: threads copying one large write, the transfer worker included (unset: cores, at most 4)", "");
 
-    static int configured(io.kvferry.api.KVFerrySettings settings) {
+    static int configured(KVFerrySettings settings) {
         if (!settings.isSet(COPY_THREADS)) return Math.min(4, Runtime.getRuntime().availableProcessors());
         return settings.getInt(COPY_THREADS, 1, 64);
     }

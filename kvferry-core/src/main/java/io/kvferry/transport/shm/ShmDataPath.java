@@ -13,6 +13,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -193,7 +194,7 @@ final class ShmDataPath implements DataPath {
         closed = true;
         // Writers stop within one op once closed is set (their rooms fail too); don't unmap under them.
         long deadline = System.nanoTime() + 5_000_000_000L;
-        while (inflight.get() > 0 && System.nanoTime() < deadline) java.util.concurrent.locks.LockSupport.parkNanos(100_000);
+        while (inflight.get() > 0 && System.nanoTime() < deadline) LockSupport.parkNanos(100_000);
         try {
             arena.close();
         } catch (IllegalStateException e) {

@@ -1,5 +1,6 @@
 package io.kvferry.transport.shm;
 
+import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Region;
 
 import java.nio.BufferUnderflowException;
@@ -59,7 +60,7 @@ record ShmOffer(String hostId, String fencePath, long nonceHi, long nonceLo, int
                 Region region;
                 try {
                     region = Region.fromCode(code);
-                } catch (io.kvferry.protocol.ProtocolException e) {
+                } catch (ProtocolException e) {
                     throw new IllegalArgumentException(e.getMessage());
                 }
                 int component = b.getInt(), buffer = b.getInt();

@@ -1,8 +1,10 @@
 package io.kvferry.transport.shm;
 
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.memory.SharedMemory;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.transport.DataPath;
+import io.kvferry.transport.PeerLink;
 import io.kvferry.transport.RemoteBuffers;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportUnavailableException;
@@ -17,6 +19,7 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -38,7 +41,7 @@ final class ShmSource implements SourceTransport {
     }
 
     ShmSource() {
-        this(0, CopyLanes.configured(io.kvferry.api.KVFerrySettings.defaults()));
+        this(0, CopyLanes.configured(KVFerrySettings.defaults()));
     }
 
     @Override
@@ -47,7 +50,8 @@ final class ShmSource implements SourceTransport {
     }
 
     @Override
-    public DataPath connect(byte[] blob, MemoryDescriptor destination, String peer) throws TransportUnavailableException, IOException {
+    public DataPath connect(byte[] blob, MemoryDescriptor destination, PeerLink link) throws TransportUnavailableException, IOException {
+        String peer = link.peer();
         ShmOffer offer;
         try {
             offer = ShmOffer.decode(blob);
@@ -85,7 +89,7 @@ final class ShmSource implements SourceTransport {
             }
             RemoteBuffers buffers = offered.build();
             Fence.claim(fence, slot, ProcessHandle.current().pid(),
-                    ProcessHandle.current().info().startInstant().map(java.time.Instant::toEpochMilli).orElse(0L));
+                    ProcessHandle.current().info().startInstant().map(Instant::toEpochMilli).orElse(0L));
             ok = true;
             return new ShmDataPath(arena, fence, slot, buffers, windows.toArray(MemorySegment[]::new), peer, lanes);
         } finally {

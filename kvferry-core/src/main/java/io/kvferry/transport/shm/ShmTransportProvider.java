@@ -7,6 +7,7 @@ import io.kvferry.memory.SharedMemory;
 import io.kvferry.transport.DestinationTransport;
 import io.kvferry.transport.SourceTransport;
 import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.WriteSink;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -43,7 +44,7 @@ public final class ShmTransportProvider implements TransportProvider {
     }
 
     @Override
-    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings,
+    public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings, WriteSink gate,
                                                 Consumer<String> why) throws IOException {
         return ShmDestination.open(memory, engineRank, why);
     }

@@ -1,12 +1,14 @@
 package io.kvferry.transport.shm;
 
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SharedArena;
 import io.kvferry.memory.SharedMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Region;
+import io.kvferry.transport.PeerLink;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.LinkOffer;
 import io.kvferry.transport.TransportUnavailableException;
@@ -21,10 +23,16 @@ import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
 import java.util.List;
+import java.util.Map;
+import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -81,7 +89,7 @@ class ShmTransportTest {
         }
         ShmDestination d = destination(dst);
         LinkOffer offer = d.offer("test-peer");
-        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), "test-decode");
+        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), PeerLink.named("test-decode"));
         assertTrue(path.oneSided());
         CopyPlan plan = TransferPlanner.planKv(new int[] {3, 4, 5, 9}, new int[] {0, 1, 7, 15}, new long[] {PAGE, PAGE});
         path.write(1, plan, src, () -> false);
@@ -121,7 +129,7 @@ class ShmTransportTest {
         int[] from = new int[pages], to = new int[pages];
         List<Integer> order = new ArrayList<>();
         for (int i = 0; i < pages; i++) order.add(i);
-        java.util.Collections.shuffle(order, new java.util.Random(5));
+        Collections.shuffle(order, new Random(5));
         for (int i = 0; i < pages; i++) {
             from[i] = i;
             to[i] = order.get(i);
@@ -130,7 +138,7 @@ class ShmTransportTest {
         closeables.add(source);
         ShmDestination d = destination(dst);
         LinkOffer offer = d.offer("p");
-        DataPath path = source.connect(offer.blob(), dst.describe(), "d");
+        DataPath path = source.connect(offer.blob(), dst.describe(), PeerLink.named("d"));
         CopyPlan plan = TransferPlanner.planKv(from, to, new long[] {page, page});
         assertTrue(plan.totalBytes() >= 3 * CopyLanes.MIN_LANE_BYTES, "the plan is big enough for three lanes");
         path.write(1, plan, src, () -> false);
@@ -143,7 +151,7 @@ class ShmTransportTest {
         assertTrue(Thread.getAllStackTraces().keySet().stream().anyMatch(t -> t.getName().startsWith("kvferry-shm-copy-r0-")),
                 "helper threads copied lanes");
         // A failing lane fails the whole write with its reason (here: the room was cancelled midway).
-        java.util.concurrent.atomic.AtomicInteger checks = new java.util.concurrent.atomic.AtomicInteger();
+        AtomicInteger checks = new AtomicInteger();
         IOException e = assertThrows(IOException.class, () -> path.write(2, plan, src, () -> checks.incrementAndGet() > 20));
         assertTrue(e.getMessage().contains("failed during the transfer"), e.getMessage());
         // Revoked: every lane stops at the fence.
@@ -155,7 +163,7 @@ class ShmTransportTest {
 
     @Test
     void copyThreadsAreConfigurable() {
-        assertTrue(CopyLanes.configured(io.kvferry.api.KVFerrySettings.defaults()) >= 1);
+        assertTrue(CopyLanes.configured(KVFerrySettings.defaults()) >= 1);
         CopyLanes one = new CopyLanes(1, "t");
         assertEquals(1, one.lanesFor(1L << 30));
         assertFalse(one.offer(() -> {}));
@@ -165,12 +173,12 @@ class ShmTransportTest {
         assertEquals(4, four.lanesFor(1L << 30));
         four.close();
         assertFalse(four.offer(() -> {}), "a closed source's helpers take no more lanes; the writer copies them");
-        io.kvferry.api.KVFerrySettings none = io.kvferry.api.KVFerrySettings.defaults();
+        KVFerrySettings none = KVFerrySettings.defaults();
         IllegalArgumentException x = assertThrows(IllegalArgumentException.class,
                 () -> CopyLanes.configured(none.with(CopyLanes.COPY_THREADS, "0")));
         assertTrue(x.getMessage().contains("KVFERRY_SHM_COPY_THREADS"), x.getMessage());
-        assertEquals(3, CopyLanes.configured(io.kvferry.api.KVFerrySettings.fromEnvironment(
-                java.util.Map.of("KVFERRY_SHM_COPY_THREADS", "3"), java.util.Map.of())), "read from the environment layer");
+        assertEquals(3, CopyLanes.configured(KVFerrySettings.fromEnvironment(
+                Map.of("KVFERRY_SHM_COPY_THREADS", "3"), Map.of())), "read from the environment layer");
         assertEquals(Math.min(4, Runtime.getRuntime().availableProcessors()), CopyLanes.configured(none), "unset: cores, at most 4");
     }
 
@@ -189,10 +197,10 @@ class ShmTransportTest {
         ShmOffer real = ShmOffer.decode(destination(dst).offer("p").blob());
         ShmOffer otherHost = new ShmOffer("another-boot-id", real.fencePath(), real.nonceHi(), real.nonceLo(), real.slot(), real.entries());
         TransportUnavailableException e = assertThrows(TransportUnavailableException.class,
-                () -> new ShmSource().connect(otherHost.encode(), dst.describe(), "d"));
+                () -> new ShmSource().connect(otherHost.encode(), dst.describe(), PeerLink.named("d")));
         assertTrue(e.getMessage().contains("another host"), e.getMessage());
         ShmOffer otherFiles = new ShmOffer(real.hostId(), real.fencePath(), real.nonceHi() + 1, real.nonceLo(), real.slot(), real.entries());
-        e = assertThrows(TransportUnavailableException.class, () -> new ShmSource().connect(otherFiles.encode(), dst.describe(), "d"));
+        e = assertThrows(TransportUnavailableException.class, () -> new ShmSource().connect(otherFiles.encode(), dst.describe(), PeerLink.named("d")));
         assertTrue(e.getMessage().contains("not the shared-memory files"), e.getMessage());
     }
 
@@ -208,23 +216,23 @@ class ShmTransportTest {
             for (String path : List.of(outside.toString(), "/etc/passwd", SharedMemory.DIR + "/../etc/passwd",
                     SharedMemory.DIR + "/not-kvferry")) {
                 ShmOffer forged = with(real, new ShmOffer.Entry(Region.KV, 0, 0, path, 0, kv.length()), rest);
-                IOException e = assertThrows(IOException.class, () -> new ShmSource().connect(forged.encode(), dst.describe(), "d"));
+                IOException e = assertThrows(IOException.class, () -> new ShmSource().connect(forged.encode(), dst.describe(), PeerLink.named("d")));
                 assertTrue(e.getMessage().contains("not a kvferry file"), e.getMessage());
             }
         } finally {
             Files.deleteIfExists(outside);
         }
         ShmOffer wrongLength = with(real, new ShmOffer.Entry(Region.KV, 0, 0, kv.path(), kv.offset(), kv.length() + PAGE), rest);
-        IOException e = assertThrows(IOException.class, () -> new ShmSource().connect(wrongLength.encode(), dst.describe(), "d"));
+        IOException e = assertThrows(IOException.class, () -> new ShmSource().connect(wrongLength.encode(), dst.describe(), PeerLink.named("d")));
         assertTrue(e.getMessage().contains("HELLO declares"), e.getMessage());
         ShmOffer pastEnd = with(real, new ShmOffer.Entry(Region.KV, 0, 0, kv.path(), 1 << 20, kv.length()), rest);
-        e = assertThrows(IOException.class, () -> new ShmSource().connect(pastEnd.encode(), dst.describe(), "d"));
+        e = assertThrows(IOException.class, () -> new ShmSource().connect(pastEnd.encode(), dst.describe(), PeerLink.named("d")));
         assertTrue(e.getMessage().contains("outside"), e.getMessage());
         ShmOffer missing = new ShmOffer(real.hostId(), real.fencePath(), real.nonceHi(), real.nonceLo(), real.slot(), rest);
-        e = assertThrows(IOException.class, () -> new ShmSource().connect(missing.encode(), dst.describe(), "d"));
+        e = assertThrows(IOException.class, () -> new ShmSource().connect(missing.encode(), dst.describe(), PeerLink.named("d")));
         assertTrue(e.getMessage().contains("lacks KV buffer 0"), e.getMessage());
-        byte[] truncated = java.util.Arrays.copyOf(real.encode(), 20);
-        e = assertThrows(IOException.class, () -> new ShmSource().connect(truncated, dst.describe(), "d"));
+        byte[] truncated = Arrays.copyOf(real.encode(), 20);
+        e = assertThrows(IOException.class, () -> new ShmSource().connect(truncated, dst.describe(), PeerLink.named("d")));
         assertTrue(e.getMessage().contains("malformed"), e.getMessage());
     }
 
@@ -241,7 +249,7 @@ class ShmTransportTest {
         Arena privateArena = Arena.ofShared();
         closeables.add(privateArena);
         RegisteredMemory src = memory(privateArena, 1);
-        DataPath path = new ShmSource().connect(destination(dst).offer("p").blob(), dst.describe(), "d");
+        DataPath path = new ShmSource().connect(destination(dst).offer("p").blob(), dst.describe(), PeerLink.named("d"));
         CopyPlan plan = TransferPlanner.planKv(new int[] {0}, new int[] {PAGES}, new long[] {PAGE});
         IOException e = assertThrows(IOException.class, () -> path.write(1, plan, src, () -> false));
         assertTrue(e.getMessage().contains("outside"), e.getMessage());
@@ -257,7 +265,7 @@ class ShmTransportTest {
         ShmDestination d = destination(dst);
         LinkOffer offer = d.offer("p");
         ShmOffer o = ShmOffer.decode(offer.blob());
-        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), "d");
+        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), PeerLink.named("d"));
         // Stand in for a writer caught mid-copy: hold the slot's busy count.
         MemorySegment fence = d.fenceForTest();
         long slot = Fence.slotOffset(o.slot());
@@ -283,7 +291,7 @@ class ShmTransportTest {
         Process gone = new ProcessBuilder("true").start();
         gone.waitFor();
         MemorySegment fence = d.fenceForTest();
-        Fence.claim(fence, slot, gone.pid(), gone.info().startInstant().map(java.time.Instant::toEpochMilli).orElse(1L));
+        Fence.claim(fence, slot, gone.pid(), gone.info().startInstant().map(Instant::toEpochMilli).orElse(1L));
         assertTrue(Fence.enter(fence, slot)); // the "killed" writer's count stays behind
         long t0 = System.nanoTime();
         assertTrue(offer.revoke(Duration.ofSeconds(20)));

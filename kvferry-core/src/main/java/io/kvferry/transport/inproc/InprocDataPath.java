@@ -1,7 +1,11 @@
-package io.kvferry.transport;
+package io.kvferry.transport.inproc;
 
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.RemoteBuffers;
+import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.transport.WriteSink;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -11,10 +15,10 @@ import java.util.function.BooleanSupplier;
  * Same-JVM data path: plain {@link MemorySegment#copy}s into the decode's memory, gated by the
  * same {@link WriteSink} checks a TCP write goes through. Control messages still use TCP.
  */
-public final class InprocDataPath implements DataPath {
+final class InprocDataPath implements DataPath {
     private final WriteSink sink;
 
-    public InprocDataPath(WriteSink sink) {
+    InprocDataPath(WriteSink sink) {
         this.sink = sink;
     }
 
@@ -25,25 +29,25 @@ public final class InprocDataPath implements DataPath {
 
     @Override
     public void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException {
+        WriteSink.Landing landing = new WriteSink.Landing(); // one per plan, reused for each op
         for (int op = 0; op < plan.size(); op++) {
             if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
-            MemorySegment src = source.slice(plan.region(op), plan.component(op), plan.buffer(op), plan.srcOffset(op),
-                    plan.srcSpan(op));
-            WriteSink.Landing landing;
+            MemorySegment src = RemoteBuffers.checkSource(room, plan, op, source);
             try {
-                landing = sink.begin(room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
+                sink.begin(landing, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
                         plan.dstSpan(op), plan.length(op));
             } catch (WriteRejectedException e) {
                 throw new IOException("decode rejected the write: " + e.getMessage());
             }
             boolean landed = false;
             try {
+                long from = plan.srcOffset(op), at = landing.offset();
                 if (!plan.strided(op)) {
-                    MemorySegment.copy(src, 0, landing.target(), 0, plan.length(op));
+                    MemorySegment.copy(src, from, landing.buffer(), at, plan.length(op));
                 } else {
                     long piece = plan.pieceLength(op), n = plan.pieces(op);
                     for (long i = 0; i < n; i++) {
-                        MemorySegment.copy(src, i * plan.srcStride(op), landing.target(), i * plan.dstStride(op), piece);
+                        MemorySegment.copy(src, from + i * plan.srcStride(op), landing.buffer(), at + i * plan.dstStride(op), piece);
                     }
                 }
                 landed = true;

@@ -1,6 +1,8 @@
-package io.kvferry.transport;
+package io.kvferry.transport.tcp;
 
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DataPath;
 import io.kvferry.plan.CopyPlan;
 
 import java.io.IOException;
@@ -17,26 +19,18 @@ public final class TcpDataPath implements DataPath {
     /** Index 0 is the control connection; others are attached as the decode opens them (before its first request). */
     private final AtomicReferenceArray<ControlConnection> stripes;
 
-    public TcpDataPath(ControlConnection connection) {
-        this(connection, 1);
-    }
-
-    public TcpDataPath(ControlConnection connection, int stripes) {
+    TcpDataPath(ControlConnection connection, int stripes) {
         this.main = connection;
         this.stripes = new AtomicReferenceArray<>(Math.max(1, stripes));
         this.stripes.set(0, connection);
     }
 
-    /** Attaches data stripe {@code index}; false when the index is out of range or taken. */
-    public boolean attach(int index, ControlConnection connection) {
+    @Override
+    public boolean attachStripe(int index, ControlConnection connection) {
         return index > 0 && index < stripes.length() && stripes.compareAndSet(index, null, connection);
     }
 
-    public int stripeCount() {
-        return stripes.length();
-    }
-
-    /** The connection that carries a room's writes and its final status. */
+    @Override
     public ControlConnection connectionFor(long room) {
         ControlConnection c = stripes.get((int) Math.floorMod(room, (long) stripes.length()));
         return c == null ? main : c;
