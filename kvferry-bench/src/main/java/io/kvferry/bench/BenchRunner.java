@@ -11,20 +11,18 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManager;
-import io.kvferry.api.KVManagerConfig;
+import io.kvferry.ucx.UcxTransportProvider;
 import org.HdrHistogram.Histogram;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -32,6 +30,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.IntStream;
 
 /**
  * Runs the bench: a bootstrap registry, prefill ranks and decode ranks, either all in this JVM
@@ -88,7 +87,7 @@ public final class BenchRunner {
                 bytes += r.datapathBytes();
             }
             long opBytes = ops > 0 ? bytes / ops : itemBytes;
-            ucxPerftest = UcxPerftestBaseline.measure(opBytes, io.kvferry.ucx.UcxTransportProvider.peerErrorHandling());
+            ucxPerftest = UcxPerftestBaseline.measure(opBytes, UcxTransportProvider.peerErrorHandling());
             if (ucxPerftest == null && progressOut != null) {
                 progressOut.println("[bench] ucx_perftest baseline unavailable (install it: apt-get install ucx-utils)");
             }
@@ -126,7 +125,7 @@ public final class BenchRunner {
     }
 
     private static List<Integer> range(int n) {
-        return java.util.stream.IntStream.range(0, n).boxed().toList();
+        return IntStream.range(0, n).boxed().toList();
     }
 
     private static <T> T get(Future<T> f) throws Exception {
@@ -219,7 +218,7 @@ public final class BenchRunner {
         int corrupted = 0;
         long pathBytes = 0, pathNanos = 0, pathOps = 0, pairedBytes = 0, pairedNanos = 0;
         double transferGbps = 0;
-        Map<String, Long> paths = new java.util.TreeMap<>();
+        Map<String, Long> paths = new TreeMap<>();
         Histogram h = new Histogram(3);
         List<String> failures = new ArrayList<>();
         for (RoleReport r : reports) {

@@ -2,6 +2,7 @@ package io.kvferry.bench;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
 
 /** Single-thread MemorySegment.copy bandwidth, measured in the same run as the bench it is compared with. */
 public final class MemcpyBaseline {
@@ -19,7 +20,7 @@ public final class MemcpyBaseline {
 
     /** The median of rounds from several measurements (the bench measures before and after its transfers). */
     public static double median(double[]... measurements) {
-        double[] all = java.util.Arrays.stream(measurements).flatMapToDouble(java.util.Arrays::stream).sorted().toArray();
+        double[] all = Arrays.stream(measurements).flatMapToDouble(Arrays::stream).sorted().toArray();
         if (all.length == 0) return 0;
         return all.length % 2 == 1 ? all[all.length / 2] : (all[all.length / 2 - 1] + all[all.length / 2]) / 2;
     }

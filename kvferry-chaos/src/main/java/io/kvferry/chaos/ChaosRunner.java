@@ -13,10 +13,13 @@ import io.kvferry.api.KVBootstrapServer;
 
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.net.InetSocketAddress;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -243,7 +246,7 @@ public final class ChaosRunner {
     /** A prefill rank's endpoint: proxy {@code rank} forwards there. */
     private static void onEndpoint(RoleEvent event, List<FaultProxy> proxies) {
         if (!(event instanceof RoleEvent.Endpoint e) || e.rank() >= proxies.size()) return;
-        proxies.get(e.rank()).upstream(new java.net.InetSocketAddress(e.host(), e.port()));
+        proxies.get(e.rank()).upstream(new InetSocketAddress(e.host(), e.port()));
     }
 
     private Result verdict(BenchConfig config, ChaosScenario scenario, List<RoleReport> pre, List<RoleReport> dec,
@@ -252,7 +255,7 @@ public final class ChaosRunner {
         // After a decode restart the fresh decode repeats the stream: what the old one finished fails there
         // (the prefill already cleared those rooms); recovery means the fresh pair completed requests.
         List<RoleReport> judge = scenario.decodeSurvives() ? dec : pre;
-        java.util.Set<Integer> failedIdx = new java.util.HashSet<>();
+        Set<Integer> failedIdx = new HashSet<>();
         int hung = 0, corrupted = 0, leaked = 0;
         LeakCheck.Leaks leaks = LeakCheck.Leaks.NONE;
         List<String> failures = new ArrayList<>();

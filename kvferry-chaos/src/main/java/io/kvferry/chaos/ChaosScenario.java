@@ -4,6 +4,7 @@ import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.RoleOptions;
 import io.kvferry.testkit.RoleReport;
 
+import java.io.IOException;
 import java.io.PrintStream;
 import java.util.List;
 import java.util.Map;
@@ -30,7 +31,7 @@ public interface ChaosScenario {
     }
 
     /** The prefill role's options; a scenario may put fault proxies in front of its ranks here. */
-    default RoleOptions prefillOptions(Setup setup) throws java.io.IOException {
+    default RoleOptions prefillOptions(Setup setup) throws IOException {
         return RoleOptions.NONE;
     }
 

@@ -3,7 +3,9 @@ package io.kvferry.chaos;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.testkit.BenchConfig;
+import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.RoleReport;
+import io.kvferry.testkit.Workload;
 import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
@@ -72,7 +74,7 @@ class ChaosScenariosTest {
     }
 
     private static BenchConfig defaults() {
-        return new BenchConfig(io.kvferry.testkit.ModelShape.preset("tiny"),
-                new io.kvferry.testkit.Workload(128, 1300, 16, 256, 4, 8, 1L), "tcp", 1, "t");
+        return new BenchConfig(ModelShape.preset("tiny"),
+                new Workload(128, 1300, 16, 256, 4, 8, 1L), "tcp", 1, "t");
     }
 }

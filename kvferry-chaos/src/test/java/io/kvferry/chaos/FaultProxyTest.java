@@ -12,6 +12,7 @@ import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.SocketException;
 import java.net.SocketTimeoutException;
+import java.util.Random;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -100,7 +101,7 @@ class FaultProxyTest {
     void pacedProxyForwardsEveryByteNoFasterThanItsPace() throws Exception {
         long rate = 4L << 20;
         byte[] data = new byte[1 << 20];
-        new java.util.Random(7).nextBytes(data);
+        new Random(7).nextBytes(data);
         try (ServerSocket echo = echoServer(); FaultProxy proxy = new FaultProxy("paced", rate)) {
             proxy.upstream(new InetSocketAddress(InetAddress.getLoopbackAddress(), echo.getLocalPort()));
             try (Socket s = connect(proxy)) {

@@ -7,6 +7,7 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.util.Locale;
 import java.util.concurrent.Callable;
 
 /** The fault harness: real processes, one injected fault, and a pass/fail verdict. */
@@ -79,7 +80,7 @@ public final class ChaosCommand implements Callable<Integer> {
 
     /** "90", "90s", "1500ms", "5m", "1h" → milliseconds; "0" = one cycle. */
     static long parseDuration(String d) {
-        String v = d.trim().toLowerCase(java.util.Locale.ROOT);
+        String v = d.trim().toLowerCase(Locale.ROOT);
         long unit = 1000;
         if (v.endsWith("ms")) {
             unit = 1;

@@ -7,6 +7,7 @@ import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.serve.Roles;
 import io.kvferry.engine.serving.ColocatedEngine;
+import io.kvferry.engine.serving.EngineSpec;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -26,6 +27,9 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.Callable;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 /** {@code kvferry demo}: PD disaggregation serving real text, checked against a colocated run. */
@@ -110,7 +114,7 @@ public final class DemoCommand implements Callable<Integer> {
         int succeeded = 0, matched = 0;
         long tokens = 0;
         double seconds = 0;
-        try (ColocatedEngine colocated = new ColocatedEngine(new io.kvferry.engine.serving.EngineSpec(model.weights(), 1, 1,
+        try (ColocatedEngine colocated = new ColocatedEngine(new EngineSpec(model.weights(), 1, 1,
                 engine.pageSize, Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens))) {
             for (String prompt : ps) {
                 ObjectNode body = JSON.createObjectNode();
@@ -190,8 +194,8 @@ public final class DemoCommand implements Callable<Integer> {
     private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http) throws Exception {
         List<String> ps = new ArrayList<>();
         for (int i = 0; i < load; i++) ps.add(PROMPTS.get(i % PROMPTS.size()) + " " + (i / PROMPTS.size()));
-        java.util.concurrent.ExecutorService exec = java.util.concurrent.Executors.newVirtualThreadPerTaskExecutor();
-        List<java.util.concurrent.Future<JsonNode>> fs = new ArrayList<>();
+        ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
+        List<Future<JsonNode>> fs = new ArrayList<>();
         long t0 = System.nanoTime();
         for (String p : ps) {
             ObjectNode body = JSON.createObjectNode().put("prompt", p).put("max_tokens", maxTokens).put("temperature", 0);
@@ -214,7 +218,7 @@ public final class DemoCommand implements Callable<Integer> {
         double secs = (System.nanoTime() - t0) / 1e9;
         exec.shutdown();
         long c0 = System.nanoTime(), ctokens = 0;
-        try (ColocatedEngine colocated = new ColocatedEngine(new io.kvferry.engine.serving.EngineSpec(model.weights(), 1, 1, engine.pageSize,
+        try (ColocatedEngine colocated = new ColocatedEngine(new EngineSpec(model.weights(), 1, 1, engine.pageSize,
                 Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens))) {
             for (String p : ps) ctokens += colocated.generate(model.tokenizer().encode(p, true, false), maxTokens, Sampling.GREEDY).tokens().length;
         }

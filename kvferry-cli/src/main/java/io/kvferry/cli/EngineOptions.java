@@ -7,6 +7,8 @@ import picocli.CommandLine.Option;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.security.SecureRandom;
+import java.util.HexFormat;
 
 /** The model, memory and transfer options of {@code kvferry serve} and {@code kvferry demo}. */
 final class EngineOptions {
@@ -63,7 +65,7 @@ final class EngineOptions {
 
     static String randomToken() {
         byte[] b = new byte[16];
-        new java.security.SecureRandom().nextBytes(b);
-        return java.util.HexFormat.of().formatHex(b);
+        new SecureRandom().nextBytes(b);
+        return HexFormat.of().formatHex(b);
     }
 }

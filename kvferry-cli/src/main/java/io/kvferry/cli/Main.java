@@ -4,6 +4,8 @@ import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
+import java.util.Arrays;
+
 /** The {@code kvferry} command. */
 @Command(name = "kvferry", mixinStandardHelpOptions = true, version = "kvferry 0.1.0",
         description = "KV-cache transfer engine for prefill/decode disaggregated LLM serving.",
@@ -31,9 +33,9 @@ public final class Main implements Runnable {
      * @return the arguments without {@code --verbose}
      */
     static String[] withLogLevel(String[] args) {
-        boolean verbose = java.util.Arrays.asList(args).contains("--verbose");
+        boolean verbose = Arrays.asList(args).contains("--verbose");
         if (System.getProperty(LOG_LEVEL_PROPERTY) == null) System.setProperty(LOG_LEVEL_PROPERTY, verbose ? "info" : "warn");
-        return java.util.Arrays.stream(args).filter(a -> !a.equals("--verbose")).toArray(String[]::new);
+        return Arrays.stream(args).filter(a -> !a.equals("--verbose")).toArray(String[]::new);
     }
 
     /** Runs the command line and returns its exit code (tests call this without exiting the JVM). */

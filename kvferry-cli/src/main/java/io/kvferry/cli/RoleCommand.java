@@ -7,7 +7,10 @@ import io.kvferry.testkit.RoleRunner;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.io.IOException;
+import java.util.List;
 import java.util.concurrent.Callable;
+import java.util.stream.IntStream;
 
 /** Shared body of {@code kvferry prefill} and {@code kvferry decode}. */
 abstract class RoleCommand implements Callable<Integer> {
@@ -19,7 +22,7 @@ abstract class RoleCommand implements Callable<Integer> {
 
     @Option(names = "--rank", split = ",",
             description = "Attention-TP ranks this process serves (e.g. --rank 0 or --rank 0,1). Default: all ranks of --tp.")
-    java.util.List<Integer> ranks;
+    List<Integer> ranks;
 
     @Option(names = "--host", defaultValue = "127.0.0.1",
             description = "Address this rank binds its control endpoint to and publishes in the registry. Default: ${DEFAULT-VALUE}.")
@@ -31,7 +34,7 @@ abstract class RoleCommand implements Callable<Integer> {
     @Option(names = "--advertise-port", split = ",", hidden = true,
             description = "prefill: port each rank publishes in the registry instead of its bound one, in launch order "
                     + "(kvferry chaos --scenario partition: a fault proxy's port).")
-    java.util.List<Integer> advertisePorts;
+    List<Integer> advertisePorts;
 
     @Option(names = "--heartbeat-ms", defaultValue = "0", hidden = true,
             description = "Heartbeat interval of the control connections in ms (0 = library default).")
@@ -62,7 +65,7 @@ abstract class RoleCommand implements Callable<Integer> {
                     while (System.in.read() >= 0) {
                         // drain
                     }
-                } catch (java.io.IOException ignored) {
+                } catch (IOException ignored) {
                     // treat as EOF
                 }
                 System.err.println("kvferry " + mode().name().toLowerCase() + ": parent went away, exiting");
@@ -77,7 +80,7 @@ abstract class RoleCommand implements Callable<Integer> {
             return 2;
         }
         int tp = config.tp(mode());
-        java.util.List<Integer> serve = ranks == null ? java.util.stream.IntStream.range(0, tp).boxed().toList() : ranks;
+        List<Integer> serve = ranks == null ? IntStream.range(0, tp).boxed().toList() : ranks;
         for (int r : serve) {
             if (r < 0 || r >= tp) {
                 System.err.println("kvferry " + mode().name().toLowerCase() + ": --rank " + r + " is outside [0, " + tp + ")");

@@ -6,6 +6,11 @@ import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
 import picocli.CommandLine.Option;
 
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.TreeSet;
+
 /** Options shared by bench and the role commands: the model shape, the request stream and the transport. */
 public final class WorkloadOptions {
     @Option(names = "--model", defaultValue = "llama-3.1-8b",
@@ -167,8 +172,8 @@ public final class WorkloadOptions {
                         + "(the registry's write routes fail closed without one)");
             }
             byte[] b = new byte[32];
-            new java.security.SecureRandom().nextBytes(b);
-            token = java.util.Base64.getUrlEncoder().withoutPadding().encodeToString(b);
+            new SecureRandom().nextBytes(b);
+            token = Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
         if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || slowDecodeMs < 0) {
@@ -185,9 +190,9 @@ public final class WorkloadOptions {
     }
 
     /** Completion candidates for --model. */
-    static final class ModelNames extends java.util.ArrayList<String> {
+    static final class ModelNames extends ArrayList<String> {
         ModelNames() {
-            super(new java.util.TreeSet<>(ModelShape.PRESETS.keySet()));
+            super(new TreeSet<>(ModelShape.PRESETS.keySet()));
         }
     }
 }

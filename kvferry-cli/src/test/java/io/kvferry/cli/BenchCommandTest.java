@@ -8,6 +8,8 @@ import org.junit.jupiter.api.Timeout;
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -72,9 +74,9 @@ class BenchCommandTest {
                 {"--prefill-pp", "2"},
                 {"--prefill-pp", "2", "--decode-pp", "2"},
                 {"--kv-heads", "4", "--prefill-pp", "4", "--prefill-tp", "2", "--decode-tp", "4"}}) {
-            java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(
+            List<String> args = new ArrayList<>(List.of(
                     "bench", "--model", "tiny", "--requests", "6", "--prompt-tokens", "200", "--warmup", "0", "--json"));
-            args.addAll(java.util.List.of(layout));
+            args.addAll(List.of(layout));
             Run r = run(args.toArray(String[]::new));
             assertEquals(0, r.code(), String.join(" ", layout) + "\n" + r.out());
             JsonNode j = lastJson(r.out());

@@ -10,16 +10,14 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -112,7 +110,7 @@ class ServeCommandTest {
                 String msg = JSON.readTree(o.body()).path("error").path("message").asText();
                 assertTrue(!msg.isBlank(), o.body());
                 String kind = JSON.readTree(o.body()).path("error").path("kind").asText();
-                assertTrue(java.util.Set.of("peer_lost", "heartbeat_timeout", "prefill_unreachable", "transfer_error").contains(kind),
+                assertTrue(Set.of("peer_lost", "heartbeat_timeout", "prefill_unreachable", "transfer_error").contains(kind),
                         "a lost prefill is a typed transfer failure: " + o.body());
                 double after = (o.endNanos() - killedAt) / 1e9;
                 assertTrue(after < 3.0, "a request of the killed prefill ended " + after + " s after the kill: " + msg);

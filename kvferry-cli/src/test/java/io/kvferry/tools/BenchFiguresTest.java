@@ -14,8 +14,11 @@ import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.File;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -98,7 +101,7 @@ class BenchFiguresTest {
 
     @Test
     void perftestBaselineUsesTheBenchsErrorModeAndMessageSize() {
-        boolean installed = new java.io.File("/usr/bin/ucx_perftest").canExecute();
+        boolean installed = new File("/usr/bin/ucx_perftest").canExecute();
         Assumptions.assumeTrue(installed || "1".equals(System.getenv("KVFERRY_REQUIRE_UCX")),
                 "ucx_perftest is not installed (apt-get install ucx-utils)");
         UcxPerftestBaseline.Result peer = UcxPerftestBaseline.measure(57_344, true);
@@ -107,7 +110,7 @@ class BenchFiguresTest {
         assertTrue(peer.command().contains("-t ucp_put_bw -s 57344 ") && peer.command().endsWith(" -e"), peer.command());
         // The reported figure is the median of the rounds.
         assertEquals(UcxPerftestBaseline.ROUNDS, peer.rounds().size(), peer.toString());
-        java.util.List<Double> sorted = new java.util.ArrayList<>(peer.rounds());
+        List<Double> sorted = new ArrayList<>(peer.rounds());
         sorted.sort(null);
         assertEquals(sorted.get(sorted.size() / 2), peer.gbps(), 1e-12); // ROUNDS is odd
         UcxPerftestBaseline.Result none = UcxPerftestBaseline.measureOnce(57_344, false);

@@ -20,6 +20,7 @@ import org.junit.jupiter.api.Timeout;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -40,7 +41,7 @@ class PeerDeathTest {
         return new BenchConfig(ModelShape.preset("tiny"), workload(), "tcp", 1, TOKEN);
     }
 
-    static KVPoll awaitTerminal(java.util.function.Supplier<KVPoll> p, long timeoutMillis) {
+    static KVPoll awaitTerminal(Supplier<KVPoll> p, long timeoutMillis) {
         long deadline = System.nanoTime() + timeoutMillis * 1_000_000L;
         KVPoll st;
         while ((st = p.get()) != KVPoll.Success && st != KVPoll.Failed) {
@@ -120,7 +121,7 @@ class PeerDeathTest {
         }
     }
 
-    static KVPoll awaitPast(java.util.function.Supplier<KVPoll> p, KVPoll past, long timeoutMillis) {
+    static KVPoll awaitPast(Supplier<KVPoll> p, KVPoll past, long timeoutMillis) {
         long deadline = System.nanoTime() + timeoutMillis * 1_000_000L;
         KVPoll st;
         while ((st = p.get()) == past) {

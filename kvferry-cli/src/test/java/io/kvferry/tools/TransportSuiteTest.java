@@ -1,5 +1,6 @@
 package io.kvferry.tools;
 
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
 import io.kvferry.chaos.ChaosRunner;
@@ -9,12 +10,15 @@ import io.kvferry.testkit.Workload;
 
 import io.kvferry.transport.TransportProvider;
 import io.kvferry.transport.Transports;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.util.Set;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -33,7 +37,7 @@ public class TransportSuiteTest {
     static void requireTransport(String transport) {
         if (!transport.equals("ucx")) return;
         TransportProvider ucx = Transports.get("ucx");
-        String why = ucx == null ? "the kvferry-ucx module is not on the class path" : ucx.unavailableReason(io.kvferry.api.KVFerrySettings.fromEnvironment());
+        String why = ucx == null ? "the kvferry-ucx module is not on the class path" : ucx.unavailableReason(KVFerrySettings.fromEnvironment());
         if (why == null) return;
         String message = "UCX is not usable here (" + why + "); install it with: apt-get install -y libucx0";
         if ("1".equals(System.getenv("KVFERRY_REQUIRE_UCX"))) fail(message + " (KVFERRY_REQUIRE_UCX=1)");
@@ -59,7 +63,7 @@ public class TransportSuiteTest {
         assertEquals(0, r.corrupted());
         assertTrue(r.processes());
         // One entry per decode rank and request, all on the expected path.
-        assertEquals(java.util.Set.of(expectedPath(transport)), r.dataPaths().keySet(), () -> "data paths taken: " + r.dataPaths());
+        assertEquals(Set.of(expectedPath(transport)), r.dataPaths().keySet(), () -> "data paths taken: " + r.dataPaths());
         assertEquals(0, r.dataPaths().get(expectedPath(transport)) % requests, () -> "data paths taken: " + r.dataPaths());
     }
 
@@ -75,7 +79,7 @@ public class TransportSuiteTest {
     }
 
     /** Rooms spread over three connections; the prefill exits right after its last status (which must not be lost). */
-    @org.junit.jupiter.api.Test
+    @Test
     @Timeout(300)
     void stripedTcpKeepsEveryRoomsWritesAndStatusInOrder() throws Exception {
         Workload w = new Workload(48, 900, 16, 256, 4, 8, 20261203L);
@@ -107,7 +111,7 @@ public class TransportSuiteTest {
     }
 
     @ParameterizedTest(name = "{0}: {1}")
-    @org.junit.jupiter.params.provider.CsvSource({"tcp,kill-prefill", "shm,kill-prefill", "auto,kill-prefill", "ucx,kill-prefill",
+    @CsvSource({"tcp,kill-prefill", "shm,kill-prefill", "auto,kill-prefill", "ucx,kill-prefill",
             "tcp,kill-decode", "shm,kill-decode", "ucx,kill-decode", "tcp,abort-storm", "shm,abort-storm", "ucx,abort-storm",
             "shm,restart-decode", "ucx,restart-prefill"})
     @Timeout(300)

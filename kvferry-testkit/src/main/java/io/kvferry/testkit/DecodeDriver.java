@@ -5,11 +5,15 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.api.KVTransferMetric;
 import io.kvferry.protocol.Region;
 
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.LockSupport;
 
@@ -25,7 +29,7 @@ public final class DecodeDriver {
     private long deadlineNanos;
     private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
     /** Which requests a driver aborts: a function of the workload seed (a soak varies it per cycle). */
-    private final java.util.Random faultRandom;
+    private final Random faultRandom;
 
     public DecodeDriver withFaults(BenchConfig.Faults f) {
         this.faults = f;
@@ -79,7 +83,7 @@ public final class DecodeDriver {
         this.bootstrapAddr = bootstrapAddr;
         this.shardRank = shardRank;
         this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
-        this.faultRandom = new java.util.Random(17 * 31 + workload.seed());
+        this.faultRandom = new Random(17 * 31 + workload.seed());
         this.progress = progress;
     }
 
@@ -94,7 +98,7 @@ public final class DecodeDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
-        java.util.Map<String, Long> dataPaths = new java.util.TreeMap<>();
+        Map<String, Long> dataPaths = new TreeMap<>();
         int warmup = Math.min(workload.warmup(), reqs.size());
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
@@ -145,7 +149,7 @@ public final class DecodeDriver {
                     if (verify(f)) {
                         ok++;
                         if (successes != null) successes.incrementAndGet();
-                        io.kvferry.api.KVTransferMetric metric = f.receiver.getTransferMetric();
+                        KVTransferMetric metric = f.receiver.getTransferMetric();
                         if (!workload.isWarmup(f.req)) { // warm-up requests are verified but not timed
                             bytes += pool.requestBytes(f.pages.length);
                             Double lat = metric.transferLatencySeconds();

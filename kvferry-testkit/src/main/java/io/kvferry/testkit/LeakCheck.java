@@ -8,12 +8,18 @@ import com.fasterxml.jackson.annotation.JsonProperty;
 import java.io.IOException;
 import java.lang.management.BufferPoolMXBean;
 import java.lang.management.ManagementFactory;
+import java.nio.channels.Selector;
+import java.nio.channels.SocketChannel;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.locks.LockSupport;
+import javax.management.MBeanServer;
+import javax.management.ObjectName;
 
 /**
  * Process-level leak accounting of a role process: live {@code kvferry-} threads, open sockets
@@ -88,8 +94,8 @@ public final class LeakCheck {
      */
     public static Snapshot baseline() {
         try {
-            java.nio.channels.SocketChannel.open().close();
-            java.nio.channels.Selector.open().close();
+            SocketChannel.open().close();
+            Selector.open().close();
         } catch (IOException | RuntimeException e) {
             // no NIO sockets here: nothing to warm up
         }
@@ -179,7 +185,7 @@ public final class LeakCheck {
     /** "local -> remote state" of the given socket inodes from /proc/self/net/tcp{,6}, for the report. */
     public static List<String> describeSockets(List<String> inodes) {
         List<String> out = new ArrayList<>();
-        java.util.Map<String, String> byInode = new java.util.HashMap<>();
+        Map<String, String> byInode = new HashMap<>();
         for (String table : List.of("tcp", "tcp6", "udp", "udp6", "unix", "netlink")) {
             try {
                 for (String line : Files.readAllLines(Path.of("/proc/self/net/" + table))) {
@@ -205,11 +211,11 @@ public final class LeakCheck {
         return c < 0 ? hexAddr : ":" + Integer.parseInt(hexAddr.substring(c + 1), 16);
     }
 
-    private static final java.util.Map<String, String> TCP_STATES = java.util.Map.ofEntries(
-            java.util.Map.entry("01", "ESTABLISHED"), java.util.Map.entry("02", "SYN_SENT"), java.util.Map.entry("03", "SYN_RECV"),
-            java.util.Map.entry("04", "FIN_WAIT1"), java.util.Map.entry("05", "FIN_WAIT2"), java.util.Map.entry("06", "TIME_WAIT"),
-            java.util.Map.entry("07", "CLOSE"), java.util.Map.entry("08", "CLOSE_WAIT"), java.util.Map.entry("09", "LAST_ACK"),
-            java.util.Map.entry("0A", "LISTEN"), java.util.Map.entry("0B", "CLOSING"));
+    private static final Map<String, String> TCP_STATES = Map.ofEntries(
+            Map.entry("01", "ESTABLISHED"), Map.entry("02", "SYN_SENT"), Map.entry("03", "SYN_RECV"),
+            Map.entry("04", "FIN_WAIT1"), Map.entry("05", "FIN_WAIT2"), Map.entry("06", "TIME_WAIT"),
+            Map.entry("07", "CLOSE"), Map.entry("08", "CLOSE_WAIT"), Map.entry("09", "LAST_ACK"),
+            Map.entry("0A", "LISTEN"), Map.entry("0B", "CLOSING"));
 
     /** {native bytes, 1 if from NMT else 0}. */
     public static long[] nativeBytes() {
@@ -225,8 +231,8 @@ public final class LeakCheck {
     /** NMT's "Other" category in bytes, or -1 when Native Memory Tracking is off or unreadable. */
     public static long nmtOtherBytes() {
         try {
-            javax.management.MBeanServer s = ManagementFactory.getPlatformMBeanServer();
-            Object out = s.invoke(new javax.management.ObjectName("com.sun.management:type=DiagnosticCommand"),
+            MBeanServer s = ManagementFactory.getPlatformMBeanServer();
+            Object out = s.invoke(new ObjectName("com.sun.management:type=DiagnosticCommand"),
                     "vmNativeMemory", new Object[]{new String[]{"summary scale=b"}},
                     new String[]{String[].class.getName()});
             for (String line : String.valueOf(out).split("\n")) {

@@ -1,6 +1,8 @@
 package io.kvferry.testkit;
 
 
+import io.kvferry.api.DisaggregationMode;
+
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -51,8 +53,8 @@ public final class MemoryBudget {
      */
     public static void requireBothRoles(BenchConfig config, long available) {
         if (available < 0) return;
-        long prefill = roleBytes(io.kvferry.api.DisaggregationMode.PREFILL, config, config.prefillTp());
-        long decode = roleBytes(io.kvferry.api.DisaggregationMode.DECODE, config, config.decodeTp());
+        long prefill = roleBytes(DisaggregationMode.PREFILL, config, config.prefillTp());
+        long decode = roleBytes(DisaggregationMode.DECODE, config, config.decodeTp());
         long need = prefill + decode, usable = (long) (available * USABLE_FRACTION);
         if (need > usable) {
             throw new PoolsDoNotFit(String.format(
@@ -64,17 +66,17 @@ public final class MemoryBudget {
     }
 
     /** Bytes of the pools one role allocates for {@code tpRanksHere} of its TP ranks (every dp group, cp rank and stage). */
-    public static long roleBytes(io.kvferry.api.DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
+    public static long roleBytes(DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
         return poolCount(mode, config, tpRanksHere) * poolBytes(mode, config);
     }
 
-    public static long poolCount(io.kvferry.api.DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
-        boolean prefill = mode == io.kvferry.api.DisaggregationMode.PREFILL;
+    public static long poolCount(DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
+        boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
         return (long) groups * cps * config.pp(mode) * tpRanksHere;
     }
 
-    public static long poolBytes(io.kvferry.api.DisaggregationMode mode, BenchConfig config) {
+    public static long poolBytes(DisaggregationMode mode, BenchConfig config) {
         Workload w = config.workload();
         return RankPool.capacity(config.shape(), w.pageSize(), config.tp(mode), config.pp(mode), w.poolPages(),
                 w.concurrency() + 2);

@@ -8,11 +8,13 @@ import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.protocol.Region;
 
+import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Random;
 
 /**
  * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
@@ -24,7 +26,7 @@ public final class PrefillDriver {
     private long deadlineNanos;
     private BenchConfig.Faults faults = BenchConfig.Faults.NONE;
     /** Which requests a driver aborts: a function of the workload seed (a soak varies it per cycle). */
-    private final java.util.Random faultRandom;
+    private final Random faultRandom;
 
     public PrefillDriver withFaults(BenchConfig.Faults f) {
         this.faults = f;
@@ -98,7 +100,7 @@ public final class PrefillDriver {
         this.bootstrapAddr = bootstrapAddr;
         this.shardRank = shardRank;
         this.pattern = new KvPattern(pool.maxItemBytes(), workload.seed());
-        this.faultRandom = new java.util.Random(17 * 31 + workload.seed());
+        this.faultRandom = new Random(17 * 31 + workload.seed());
     }
 
     public RoleReport run() {
@@ -210,7 +212,7 @@ public final class PrefillDriver {
             // Aux rows are the same on every prefill rank (several may write one decode row).
             pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0));
         }
-        pool.auxRow(RankPool.ROOM_BUFFER, f.row).set(java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED, 0, room);
+        pool.auxRow(RankPool.ROOM_BUFFER, f.row).set(ValueLayout.JAVA_LONG_UNALIGNED, 0, room);
         for (int t = 0; t < pool.state.length; t++) {
             // One unit per global entry of the TP-sharded dimension, so any TP resharding is verifiable.
             pattern.fillPage(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(), pool.stateEntryBytes(t), false);

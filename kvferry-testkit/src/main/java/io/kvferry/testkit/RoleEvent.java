@@ -3,6 +3,7 @@ package io.kvferry.testkit;
 import com.fasterxml.jackson.annotation.JsonSubTypes;
 import com.fasterxml.jackson.annotation.JsonTypeInfo;
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 import java.io.IOException;
@@ -16,7 +17,7 @@ import java.io.IOException;
 @JsonSubTypes({@JsonSubTypes.Type(value = RoleEvent.Endpoint.class, name = "endpoint"),
         @JsonSubTypes.Type(value = RoleEvent.Progress.class, name = "progress")})
 public sealed interface RoleEvent permits RoleEvent.Endpoint, RoleEvent.Progress {
-    ObjectMapper JSON = new ObjectMapper().enable(com.fasterxml.jackson.databind.DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+    ObjectMapper JSON = new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
     /** How an event line starts; anything else is a report or log output. */
     String PREFIX = "{\"type\":";
 

@@ -2,6 +2,7 @@ package io.kvferry.testkit;
 
 
 import java.util.List;
+import java.util.Map;
 
 /**
  * What one rank driver saw, serialised as one JSON line by role processes.
@@ -34,13 +35,13 @@ import java.util.List;
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
                          int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
-                         LeakCheck.Leaks leaks, java.util.Map<String, Long> dataPaths, long datapathBytes,
+                         LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
                          long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
                          long pairedMemcpyNanos) {
     public RoleReport {
         failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
-        dataPaths = dataPaths == null ? java.util.Map.of() : java.util.Map.copyOf(dataPaths);
+        dataPaths = dataPaths == null ? Map.of() : Map.copyOf(dataPaths);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -48,11 +49,11 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
                       int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                       LeakCheck.Leaks leaks) {
         this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
-                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, java.util.Map.of(), 0, 0, 0, 0, 0, 0);
+                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, Map.of(), 0, 0, 0, 0, 0, 0);
     }
 
     /** The same report with the data paths its succeeded requests took. */
-    public RoleReport withDataPaths(java.util.Map<String, Long> paths) {
+    public RoleReport withDataPaths(Map<String, Long> paths) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, paths, datapathBytes,
                 datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos);

@@ -1,20 +1,33 @@
 package io.kvferry.testkit;
 
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Locale;
+import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
 
 /**
  * One role (prefill or decode) as its own process: every TP rank of the instance runs in this
@@ -48,12 +61,12 @@ public final class RoleRunner {
                 .listenHost(host);
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
         b.tcpStripes(config.tcpStripes());
-        if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(java.time.Duration.ofMillis(config.bootstrapTimeoutMillis()));
+        if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(Duration.ofMillis(config.bootstrapTimeoutMillis()));
         if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
         if (mode == DisaggregationMode.PREFILL && opts.advertisePort(index) > 0) b.advertise(null, opts.advertisePort(index));
         if (mode == DisaggregationMode.DECODE && opts.prefillInfoTimeoutMillis() > 0) {
-            b.prefillInfoTimeout(java.time.Duration.ofMillis(opts.prefillInfoTimeoutMillis()));
+            b.prefillInfoTimeout(Duration.ofMillis(opts.prefillInfoTimeoutMillis()));
         }
         if (opts.heartbeatMillis() > 0 || opts.heartbeatMisses() > 0) {
             KVManagerConfig defaults = KVManagerConfig.builder().build();
@@ -96,13 +109,13 @@ public final class RoleRunner {
         boolean poolsClosed = false;
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
-            java.util.concurrent.atomic.AtomicInteger progress = new java.util.concurrent.atomic.AtomicInteger();
-            java.util.concurrent.atomic.AtomicInteger successes = new java.util.concurrent.atomic.AtomicInteger();
+            AtomicInteger progress = new AtomicInteger();
+            AtomicInteger successes = new AtomicInteger();
             launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts);
             for (int i = 0; i < managers.size(); i++) {
-                java.util.Optional<java.net.InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
+                Optional<InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
                 if (endpoint.isPresent()) {
-                    java.net.InetSocketAddress ep = endpoint.get();
+                    InetSocketAddress ep = endpoint.get();
                     String h = ep.getAddress() == null || ep.getAddress().isAnyLocalAddress() ? "127.0.0.1" : ep.getHostString();
                     synchronized (out) {
                         out.println(RoleEvent.line(new RoleEvent.Endpoint(i, h, ep.getPort())));
@@ -144,7 +157,7 @@ public final class RoleRunner {
             }
             exec.shutdownNow();
             for (KVManager m : managers) m.close();
-            if (exec.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS)) {
+            if (exec.awaitTermination(10, TimeUnit.SECONDS)) {
                 for (RankPool p : pools) p.close();
                 poolsClosed = true;
             }
@@ -181,21 +194,21 @@ public final class RoleRunner {
      */
     public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
-                       List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress) {
+                       List<Future<RoleReport>> futures, AtomicInteger progress) {
         launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE);
     }
 
     /** As above; decode rank 0 of stage 0 also counts verified successes in {@code successes} (may be null). */
     public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
-                       List<Future<RoleReport>> futures, java.util.concurrent.atomic.AtomicInteger progress,
-                       java.util.concurrent.atomic.AtomicInteger successes, RoleOptions opts) {
+                       List<Future<RoleReport>> futures, AtomicInteger progress,
+                       AtomicInteger successes, RoleOptions opts) {
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
         long poolCount = MemoryBudget.poolCount(mode, config, tpRanks.size());
         long perPool = MemoryBudget.poolBytes(mode, config);
-        MemoryBudget.require(mode.name().toLowerCase(java.util.Locale.ROOT), poolCount, perPool, MemoryBudget.availableBytes());
+        MemoryBudget.require(mode.name().toLowerCase(Locale.ROOT), poolCount, perPool, MemoryBudget.availableBytes());
         for (int dp = 0; dp < groups; dp++) {
             for (int cp = 0; cp < cps; cp++) {
                 for (int stage = 0; stage < config.pp(mode); stage++) {
@@ -214,7 +227,7 @@ public final class RoleRunner {
                                     .withPairedMemcpy(config.pairedMemcpy()).run()));
                         } else {
                             boolean first = r == 0 && stage == 0;
-                            java.util.concurrent.atomic.AtomicInteger p = first ? progress : null, ok = first ? successes : null;
+                            AtomicInteger p = first ? progress : null, ok = first ? successes : null;
                             futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p)
                                     .withSuccessCounter(ok).withDeadline(deadline(config)).withFaults(config.faults()).run()));
                         }
@@ -226,12 +239,12 @@ public final class RoleRunner {
 
     /** Reads a role process's stdout until it ends: report lines are parsed, other lines echoed to {@code progress}. */
     public static List<RoleReport> readReports(Process p, String role, PrintStream progress) throws IOException {
-        return readReports(p, role, progress, (java.util.function.Consumer<RoleEvent>) null);
+        return readReports(p, role, progress, (Consumer<RoleEvent>) null);
     }
 
     /** As above; progress events from a decode process update {@code concluded}. */
     public static List<RoleReport> readReports(Process p, String role, PrintStream progress,
-                                        java.util.concurrent.atomic.AtomicInteger concluded) throws IOException {
+                                        AtomicInteger concluded) throws IOException {
         return readReports(p, role, progress, line -> {
             if (concluded != null && line instanceof RoleEvent.Progress pr) concluded.set(pr.concluded());
         });
@@ -242,10 +255,10 @@ public final class RoleRunner {
      * {@code control}; other non-report lines are echoed to {@code progress}.
      */
     public static List<RoleReport> readReports(Process p, String role, PrintStream progress,
-                                        java.util.function.Consumer<RoleEvent> control) throws IOException {
+                                        Consumer<RoleEvent> control) throws IOException {
         List<RoleReport> reports = new ArrayList<>();
-        try (java.io.BufferedReader r = new java.io.BufferedReader(
-                new java.io.InputStreamReader(p.getInputStream(), java.nio.charset.StandardCharsets.UTF_8))) {
+        try (BufferedReader r = new BufferedReader(
+                new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
             String line;
             while ((line = r.readLine()) != null) {
                 if (line.startsWith("{\"role\"")) reports.add(JSON.readValue(line, RoleReport.class));
@@ -255,12 +268,12 @@ public final class RoleRunner {
                 }
                 else if (progress != null) progress.println("[" + role + "] " + line);
             }
-        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+        } catch (JsonProcessingException e) {
             throw e; // a report that does not parse is a bug, not a kill
         } catch (IOException e) {
             // Process.destroy closes the pipe under a blocked reader ("Stream closed"): a killed role just ends here.
             try {
-                if (!p.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) throw e;
+                if (!p.waitFor(5, TimeUnit.SECONDS)) throw e;
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
                 throw e;
@@ -310,7 +323,7 @@ public final class RoleRunner {
      * for a soak cycle) takes the extra one's value.
      */
     public static List<String> withOverrides(List<String> shared, List<String> extra) {
-        java.util.Set<String> overridden = new java.util.HashSet<>();
+        Set<String> overridden = new HashSet<>();
         for (int i = 0; i + 1 < extra.size(); i++) {
             if (extra.get(i).startsWith("--") && !extra.get(i + 1).startsWith("--")) overridden.add(extra.get(i));
         }

@@ -7,6 +7,7 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.ByteBuffer;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -64,8 +65,8 @@ class LeakCheckTest {
 
     @Test
     void leaksAddUp() {
-        LeakCheck.Leaks a = new LeakCheck.Leaks(1, 2, 0, 0, 0, java.util.List.of());
-        LeakCheck.Leaks b = new LeakCheck.Leaks(0, 0, 1, 1, 100_000, java.util.List.of("x"));
+        LeakCheck.Leaks a = new LeakCheck.Leaks(1, 2, 0, 0, 0, List.of());
+        LeakCheck.Leaks b = new LeakCheck.Leaks(0, 0, 1, 1, 100_000, List.of("x"));
         LeakCheck.Leaks s = a.plus(b);
         assertEquals(6, s.total());
         assertEquals(100_000, s.nativeBytes());

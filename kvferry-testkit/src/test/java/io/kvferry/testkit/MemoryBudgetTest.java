@@ -1,6 +1,7 @@
 package io.kvferry.testkit;
 
 
+import io.kvferry.api.DisaggregationMode;
 import org.junit.jupiter.api.Test;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
@@ -39,8 +40,8 @@ class MemoryBudgetTest {
     void aWholeBenchCountsBothRolesTogether() {
         // Each role's pools fit alone; both on one machine (one JVM or --processes) do not.
         BenchConfig c = new BenchConfig(ModelShape.preset("llama-3.1-8b"), new Workload(100, 128, 16, 256, 300, 0, 1), "tcp", 1, "t");
-        long perRole = MemoryBudget.roleBytes(io.kvferry.api.DisaggregationMode.PREFILL, c, c.prefillTp());
-        assertEquals(perRole, MemoryBudget.roleBytes(io.kvferry.api.DisaggregationMode.DECODE, c, c.decodeTp()));
+        long perRole = MemoryBudget.roleBytes(DisaggregationMode.PREFILL, c, c.prefillTp());
+        assertEquals(perRole, MemoryBudget.roleBytes(DisaggregationMode.DECODE, c, c.decodeTp()));
         long available = (long) (1.5 * perRole / MemoryBudget.USABLE_FRACTION);
         assertDoesNotThrow(() -> MemoryBudget.require("prefill", 1, perRole, available));
         MemoryBudget.PoolsDoNotFit e = assertThrows(MemoryBudget.PoolsDoNotFit.class, () -> MemoryBudget.requireBothRoles(c, available));

@@ -5,6 +5,7 @@ import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
@@ -51,7 +52,7 @@ class WorkloadTest {
             assertTrue(p.matches(page, key));
             assertFalse(p.matches(page, KvPattern.key(5, 0, 0, 3, 8, 0)));
             assertFalse(p.matches(page, KvPattern.key(5, 0, 0, 3, 7, 1)));
-            page.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 1234, (byte) (page.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 1234) ^ 1));
+            page.set(ValueLayout.JAVA_BYTE, 1234, (byte) (page.get(ValueLayout.JAVA_BYTE, 1234) ^ 1));
             assertFalse(p.matches(page, key));
         }
     }

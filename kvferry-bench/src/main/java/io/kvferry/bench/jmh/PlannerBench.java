@@ -14,6 +14,7 @@ import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.Warmup;
 
+import java.util.Arrays;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
@@ -50,7 +51,7 @@ public class PlannerBench {
             shuffle(dst, rnd);
         }
         itemLens = new long[32];
-        java.util.Arrays.fill(itemLens, 16 * 1024);
+        Arrays.fill(itemLens, 16 * 1024);
     }
 
     private static void shuffle(int[] a, Random rnd) {

@@ -1,6 +1,7 @@
 package io.kvferry.bench.ucx;
 
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.TransferPlanner;
@@ -18,6 +19,7 @@ import java.io.DataOutputStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
@@ -43,7 +45,7 @@ import java.util.Locale;
  */
 public final class UcxPutBench {
     /** The bench's configuration context: this process's KVFERRY_UCX_* environment. */
-    private static final io.kvferry.api.KVFerrySettings SETTINGS = io.kvferry.api.KVFerrySettings.fromEnvironment();
+    private static final KVFerrySettings SETTINGS = KVFerrySettings.fromEnvironment();
 
     private UcxPutBench() {}
 
@@ -227,7 +229,7 @@ public final class UcxPutBench {
         while (true) {
             try {
                 return new Socket(host, port);
-            } catch (java.net.ConnectException e) {
+            } catch (ConnectException e) {
                 if (System.nanoTime() > deadline) throw e;
                 Thread.sleep(100);
             }

@@ -4,11 +4,14 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import io.kvferry.api.FailureKind;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.Generation;
 
 import java.io.IOException;
 import java.io.OutputStream;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
 
@@ -36,7 +39,7 @@ public final class DecodeServer implements AutoCloseable {
     }
 
     /** What the scheduler thread hands the handler: a token, the end, or an error. */
-    private record Event(int token, Generation done, String error, io.kvferry.api.FailureKind kind) {
+    private record Event(int token, Generation done, String error, FailureKind kind) {
     }
 
     private void generate(HttpExchange ex) throws Exception {
@@ -60,12 +63,12 @@ public final class DecodeServer implements AutoCloseable {
             }
 
             @Override
-            public void onError(io.kvferry.api.FailureKind kind, String message) {
+            public void onError(FailureKind kind, String message) {
                 events.add(new Event(-1, null, message, kind));
             }
         }));
         OutputStream out = null;
-        java.util.List<Event> batch = new java.util.ArrayList<>();
+        List<Event> batch = new ArrayList<>();
         try {
             while (true) {
                 batch.clear();
@@ -99,7 +102,7 @@ public final class DecodeServer implements AutoCloseable {
     }
 
     /** A failure with a transfer kind is a kv_transfer_error; anything else an internal_error. */
-    static String errorType(io.kvferry.api.FailureKind kind) {
+    static String errorType(FailureKind kind) {
         return kind != null ? "kv_transfer_error" : "internal_error";
     }
 

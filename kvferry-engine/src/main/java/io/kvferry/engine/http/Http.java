@@ -1,5 +1,6 @@
 package io.kvferry.engine.http;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -48,7 +49,7 @@ final class Http {
             JsonNode n = JSON.readTree(body);
             if (n == null || !n.isObject()) throw new BadRequest("the request body must be a JSON object");
             return n;
-        } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
+        } catch (JsonProcessingException e) {
             throw new BadRequest("malformed JSON: " + e.getOriginalMessage());
         }
     }

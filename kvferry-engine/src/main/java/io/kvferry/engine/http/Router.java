@@ -25,6 +25,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadLocalRandom;
@@ -251,7 +252,7 @@ public final class Router implements AutoCloseable {
         try {
             HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
             return r.statusCode() == 200 ? null : ErrorBody.parse(r.body());
-        } catch (java.util.concurrent.ExecutionException e) {
+        } catch (ExecutionException e) {
             return new ErrorBody(FailureKind.PREFILL_UNREACHABLE.label(), "prefill unreachable: " + e.getCause());
         } catch (Exception e) {
             return null;

@@ -1,6 +1,7 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.Sampling;
 
 /** {@code sampling_params} between the router and the engines: temperature, top_p, seed. */
@@ -22,7 +23,7 @@ final class SamplingParams {
         }
     }
 
-    static com.fasterxml.jackson.databind.node.ObjectNode json(Sampling s) {
+    static ObjectNode json(Sampling s) {
         var o = Http.JSON.createObjectNode();
         o.put("temperature", s.temperature());
         o.put("top_p", s.topP());

@@ -4,9 +4,12 @@ import java.io.DataInputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.FloatBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.Arrays;
 import java.util.SplittableRandom;
 
 /**
@@ -87,7 +90,7 @@ public final class ModelWeights {
                 throw new IOException(file + ": " + (size - need) + " bytes more than header " + c + " describes; not a llama2.c checkpoint");
             }
             ModelWeights w = new ModelWeights(c, file.toString());
-            java.nio.FloatBuffer f = buf.asFloatBuffer();
+            FloatBuffer f = buf.asFloatBuffer();
             f.get(w.tokenEmbedding);
             for (float[] a : w.rmsAtt) f.get(a);
             for (float[] a : w.wq) f.get(a);
@@ -124,8 +127,8 @@ public final class ModelWeights {
         fill(w.tokenEmbedding, r, 1.0f);
         float inDim = (float) (1 / Math.sqrt(c.dim())), inHidden = (float) (1 / Math.sqrt(c.hiddenDim()));
         for (int l = 0; l < c.layers(); l++) {
-            java.util.Arrays.fill(w.rmsAtt[l], 1f);
-            java.util.Arrays.fill(w.rmsFfn[l], 1f);
+            Arrays.fill(w.rmsAtt[l], 1f);
+            Arrays.fill(w.rmsFfn[l], 1f);
             fill(w.wq[l], r, inDim);
             fill(w.wk[l], r, inDim);
             fill(w.wv[l], r, inDim);
@@ -134,7 +137,7 @@ public final class ModelWeights {
             fill(w.w3[l], r, inDim);
             fill(w.w2[l], r, inHidden);
         }
-        java.util.Arrays.fill(w.rmsFinal, 1f);
+        Arrays.fill(w.rmsFinal, 1f);
         return new ModelWeights(w, w.tokenEmbedding);
     }
 
@@ -144,7 +147,7 @@ public final class ModelWeights {
 
     /** Reads only the header of a checkpoint, for a clear message before the pools are sized. */
     public static LlamaConfig readHeader(Path file) throws IOException {
-        try (DataInputStream in = new DataInputStream(java.nio.file.Files.newInputStream(file))) {
+        try (DataInputStream in = new DataInputStream(Files.newInputStream(file))) {
             byte[] b = in.readNBytes(28);
             if (b.length < 28) throw new IOException(file + ": too short for a llama2.c checkpoint header");
             ByteBuffer bb = ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN);

@@ -1,5 +1,6 @@
 package io.kvferry.engine.model;
 
+import java.util.Arrays;
 import java.util.SplittableRandom;
 
 /**
@@ -32,7 +33,7 @@ public record Sampling(float temperature, float topP, long seed) {
             p[i] /= sum;
             order[i] = i;
         }
-        java.util.Arrays.sort(order, (a, b) -> p[b] != p[a] ? Double.compare(p[b], p[a]) : Integer.compare(a, b));
+        Arrays.sort(order, (a, b) -> p[b] != p[a] ? Double.compare(p[b], p[a]) : Integer.compare(a, b));
         double cum = 0;
         int keep = n;
         for (int i = 0; i < n; i++) {

@@ -4,6 +4,8 @@ import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.model.LlamaConfig;
 import io.kvferry.engine.model.ModelWeights;
 
+import java.util.Arrays;
+
 /**
  * The Llama forward pass over an engine's shards: {@code pp} pipeline stages of {@code tp} tensor-
  * parallel ranks, each with its own {@link KvPool}. Rank r of a stage holds KV heads
@@ -131,7 +133,7 @@ public final class ShardedModel {
                         sum += att[t];
                     }
                     for (int t = 0; t <= pos; t++) att[t] /= sum;
-                    java.util.Arrays.fill(headOut, h * hs, (h + 1) * hs, 0f);
+                    Arrays.fill(headOut, h * hs, (h + 1) * hs, 0f);
                     for (int t = 0; t <= pos; t++) pool.addV(local, pageTable[t / ps], t % ps, kh, att[t], headOut, h * hs);
                 }
                 // This group's share of wo @ headOut: columns of its query heads.

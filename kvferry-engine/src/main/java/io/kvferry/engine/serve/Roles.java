@@ -12,6 +12,7 @@ import io.kvferry.engine.serving.PrefillEngine;
 import io.kvferry.engine.serving.TransferSpec;
 
 import java.io.IOException;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -129,7 +130,7 @@ public final class Roles {
     }
 
     public static String modelName(ModelFiles.Loaded m) {
-        return m.real() ? java.nio.file.Path.of(m.weights().source).getFileName().toString().replaceFirst("\\.bin$", "")
+        return m.real() ? Path.of(m.weights().source).getFileName().toString().replaceFirst("\\.bin$", "")
                 : "random-stories260K-shape";
     }
 }

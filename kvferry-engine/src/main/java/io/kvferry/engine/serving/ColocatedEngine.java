@@ -3,7 +3,10 @@ package io.kvferry.engine.serving;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
+
+import java.util.Arrays;
 
 /**
  * Prefill and decode in one engine, no transfer: the reference every disaggregated run is compared
@@ -36,14 +39,14 @@ public final class ColocatedEngine implements AutoCloseable {
             }
             float[] first = logits.clone();
             int[] out = new int[total - prompt.length];
-            int[] seq = java.util.Arrays.copyOf(prompt, total);
+            int[] seq = Arrays.copyOf(prompt, total);
             int n = 0;
             String reason = "length";
             int tok = sampling.sample(logits, 0);
             while (true) {
                 out[n++] = tok;
                 seq[prompt.length + n - 1] = tok;
-                if (tok == io.kvferry.engine.model.Tokenizer.EOS) {
+                if (tok == Tokenizer.EOS) {
                     reason = "stop";
                     break;
                 }
@@ -52,7 +55,7 @@ public final class ColocatedEngine implements AutoCloseable {
                 logits = model.forward(seq, pos, pos + 1, table, true);
                 tok = sampling.sample(logits, n);
             }
-            return new Generation(0, java.util.Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE);
+            return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE);
         } finally {
             pages.freePages(table);
         }

@@ -1,6 +1,7 @@
 package io.kvferry.engine.serving;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
@@ -12,8 +13,10 @@ import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 
 /**
  * The decode side, in SGLang's order (sglang-pd-disaggregation.md §1): the prealloc queue (receivers
@@ -31,7 +34,7 @@ public final class DecodeEngine extends SchedulerThread {
         void onDone(Generation g);
 
         /** @param kind the transfer failure's kind; null when the request failed for another reason */
-        void onError(io.kvferry.api.FailureKind kind, String message);
+        void onError(FailureKind kind, String message);
     }
 
     /** @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()} */
@@ -154,15 +157,15 @@ public final class DecodeEngine extends SchedulerThread {
     }
 
     /** Pages and aux rows held by requests (the prefix cache's pages not counted): 0 once every request ended. */
-    public java.util.concurrent.CompletableFuture<Integer> outstanding() {
-        var out = new java.util.concurrent.CompletableFuture<Integer>();
+    public CompletableFuture<Integer> outstanding() {
+        var out = new CompletableFuture<Integer>();
         execute(() -> out.complete(alloc.outstanding() - prefixCache.pages()));
         return out;
     }
 
     /** Pages the prefix cache holds. */
-    public java.util.concurrent.CompletableFuture<Integer> cachedPages() {
-        var out = new java.util.concurrent.CompletableFuture<Integer>();
+    public CompletableFuture<Integer> cachedPages() {
+        var out = new CompletableFuture<Integer>();
         execute(() -> out.complete(prefixCache.pages()));
         return out;
     }
@@ -193,10 +196,10 @@ public final class DecodeEngine extends SchedulerThread {
                 continue;
             }
             f.prefixPages = hit.length;
-            f.pages = java.util.Arrays.copyOf(hit, total);
+            f.pages = Arrays.copyOf(hit, total);
             System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
             f.row = alloc.allocateRow();
-            int[] promptPages = java.util.Arrays.copyOfRange(f.pages, hit.length, spec.pagesFor(f.req.prompt().length));
+            int[] promptPages = Arrays.copyOfRange(f.pages, hit.length, spec.pagesFor(f.req.prompt().length));
             f.metadataNanos = System.nanoTime();
             for (KVReceiver[] s : f.receivers) {
                 for (KVReceiver x : s) x.sendMetadata(promptPages, f.row, null, hit.length * spec.pageSize());
@@ -225,7 +228,7 @@ public final class DecodeEngine extends SchedulerThread {
                 KvPool aux = pools[0][0];
                 int first = aux.firstToken(f.row);
                 f.firstLogits = aux.firstLogits(f.row);
-                f.seq = java.util.Arrays.copyOf(f.req.prompt(), f.totalTokens());
+                f.seq = Arrays.copyOf(f.req.prompt(), f.totalTokens());
                 running.add(f);
                 emit(f, first);
                 moved = true;
@@ -238,7 +241,7 @@ public final class DecodeEngine extends SchedulerThread {
                 it.remove();
                 release(f, false);
                 abortedRequests++;
-                f.req.sink().onError(io.kvferry.api.FailureKind.ABORTED, "Aborted by AbortReq.");
+                f.req.sink().onError(FailureKind.ABORTED, "Aborted by AbortReq.");
                 continue;
             }
             String reason = finishReason(f);
@@ -271,7 +274,7 @@ public final class DecodeEngine extends SchedulerThread {
     }
 
     private void finish(Flight f, String reason) {
-        int[] out = java.util.Arrays.copyOfRange(f.seq, f.req.prompt().length, f.req.prompt().length + f.generated);
+        int[] out = Arrays.copyOfRange(f.seq, f.req.prompt().length, f.req.prompt().length + f.generated);
         // tcp counts what landed; one-sided transports (shm, ucx) write without telling the decode: count what it asked for.
         long bytes = f.landedBytes;
         if (bytes == 0) {
@@ -285,7 +288,7 @@ public final class DecodeEngine extends SchedulerThread {
 
     private void fail(Flight f) {
         String message = null;
-        io.kvferry.api.FailureKind kind = null;
+        FailureKind kind = null;
         for (KVReceiver[] s : f.receivers) {
             for (KVReceiver x : s) {
                 if (message != null || x.poll() != KVPoll.Failed) continue;
@@ -300,7 +303,7 @@ public final class DecodeEngine extends SchedulerThread {
         // clear() returns once no write of the room can land, so the pages are safe to reuse after it.
         for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
         release(f, false);
-        f.req.sink().onError(kind != null ? kind : io.kvferry.api.FailureKind.UNKNOWN, message != null ? message : "room " + f.req.room() + " failed");
+        f.req.sink().onError(kind != null ? kind : FailureKind.UNKNOWN, message != null ? message : "room " + f.req.room() + " failed");
     }
 
     /** @param cacheable the request finished: its full prompt pages may join the prefix cache */
@@ -312,7 +315,7 @@ public final class DecodeEngine extends SchedulerThread {
                 for (int p : prefixCache.insert(f.prefixKeys, f.pages, f.prefixPages)) alloc.freePages(new int[]{p});
                 from = f.prefixKeys.length;
             }
-            alloc.freePages(java.util.Arrays.copyOfRange(f.pages, from, f.pages.length));
+            alloc.freePages(Arrays.copyOfRange(f.pages, from, f.pages.length));
         }
         if (f.row >= 0) alloc.freeRow(f.row);
         f.pages = null;

@@ -10,6 +10,7 @@ import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.runtime.ShardedModel;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -225,14 +226,14 @@ public final class PrefillEngine extends SchedulerThread {
         f.computed = to;
         if (last) {
             int token = f.req.sampling().sample(logits, 0);
-            float lp = io.kvferry.engine.model.Sampling.logprob(logits, token);
+            float lp = Sampling.logprob(logits, token);
             // The aux row is the same on every shard: whichever rank's copy the decode gets, it is right.
             for (KvPool[] s : pools) for (KvPool p : s) p.writeFirstToken(f.row, token, lp, prompt.length, logits, f.req.room());
         }
         f.computeNanos += System.nanoTime() - t0;
         // Pages whose tokens are all computed (the last chunk: every remaining page, the partial one too).
         int ready = last ? f.pages.length : to / spec.pageSize();
-        int[] part = java.util.Arrays.copyOfRange(f.pages, f.sentPages, Math.max(f.sentPages, ready));
+        int[] part = Arrays.copyOfRange(f.pages, f.sentPages, Math.max(f.sentPages, ready));
         for (KVSender[] s : f.senders) {
             for (KVSender x : s) if (x.shouldSendKvChunk(part.length, last)) x.send(part, null, null);
         }

@@ -27,6 +27,7 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutorService;
@@ -118,7 +119,7 @@ class ServeTest {
     }
 
     static int[] concat(int[] a, int[] b) {
-        int[] o = java.util.Arrays.copyOf(a, a.length + b.length);
+        int[] o = Arrays.copyOf(a, a.length + b.length);
         System.arraycopy(b, 0, o, a.length, b.length);
         return o;
     }

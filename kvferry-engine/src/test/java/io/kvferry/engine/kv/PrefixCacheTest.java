@@ -2,6 +2,8 @@ package io.kvferry.engine.kv;
 
 import org.junit.jupiter.api.Test;
 
+import java.util.List;
+
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
@@ -17,10 +19,10 @@ class PrefixCacheTest {
         assertEquals(ka[0], kb[0]);
         assertNotEquals(ka[1], kb[1], "page 1 differs in one token");
         assertEquals(0, c.acquire(ka).length);
-        assertEquals(java.util.List.of(), c.insert(ka, new int[]{40, 41, 42}, 0));
+        assertEquals(List.of(), c.insert(ka, new int[]{40, 41, 42}, 0));
         assertArrayEquals(new int[]{40}, c.acquire(kb), "only the first page of b is a's");
         assertEquals(1, c.evictable(), "page 40 is in use, 41 is idle");
-        assertEquals(java.util.List.of(40), c.insert(kb, new int[]{40, 50}, 0).subList(0, 1), "an already cached key is refused");
+        assertEquals(List.of(40), c.insert(kb, new int[]{40, 50}, 0).subList(0, 1), "an already cached key is refused");
         c.release(kb, 1);
         assertArrayEquals(new int[]{41, 50, 40}, sorted(c.evict(3), new int[]{41, 50, 40}), "least recently idle first");
         assertEquals(0, c.pages());

@@ -1,6 +1,7 @@
 package io.kvferry.engine.serving;
 
 import io.kvferry.KVFerry;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.LlamaConfig;
 import io.kvferry.engine.model.ModelFiles;
@@ -11,7 +12,10 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
@@ -28,8 +32,8 @@ class DisaggregatedTest {
     private static ModelWeights loadWeights() {
         try {
             return ModelFiles.load(null, null).weights(); // stories260K when present, else random weights of its shape
-        } catch (java.io.IOException e) {
-            throw new java.io.UncheckedIOException(e);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
         }
     }
 
@@ -46,7 +50,7 @@ class DisaggregatedTest {
             }
 
             @Override
-            public void onError(io.kvferry.api.FailureKind kind, String message) {
+            public void onError(FailureKind kind, String message) {
                 out.completeExceptionally(new IllegalStateException(message));
             }
         }));
@@ -163,7 +167,7 @@ class DisaggregatedTest {
                     bytes[i] = g.timings().bytes();
                 }
                 assertTrue(bytes[1] < bytes[0], "a repeated prompt moved " + bytes[1] + " bytes, the first time " + bytes[0]);
-                assertTrue(bytes[2] < bytes[0] && bytes[2] > bytes[1], "a shared 1-page prefix: " + java.util.Arrays.toString(bytes));
+                assertTrue(bytes[2] < bytes[0] && bytes[2] > bytes[1], "a shared 1-page prefix: " + Arrays.toString(bytes));
                 assertEquals(bytes[1], bytes[3]);
                 assertTrue(d.cachedPages().get(10, TimeUnit.SECONDS) >= 3);
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
