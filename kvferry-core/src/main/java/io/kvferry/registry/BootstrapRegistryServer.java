@@ -23,11 +23,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.ExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadFactory;
-import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -48,6 +45,10 @@ import java.util.function.LongSupplier;
  * </ul>
  * Unlike SGLang it validates what it stores: a bad registration is refused with a 400 naming the
  * problem rather than poisoning the table that every decode rank reads.
+ *
+ * <p>Slow or stalled clients cannot hold it: each request runs on a virtual thread of its own, a request
+ * unfinished {@link RegistryOptions#requestTimeout()} after its first byte has its connection closed, and
+ * at most {@link RegistryOptions#maxConnections()} requests are under way at once ({@link RequestGate}).
  */
 public final class BootstrapRegistryServer implements KVBootstrapServer {
     private static final Logger log = LoggerFactory.getLogger(BootstrapRegistryServer.class);
@@ -56,15 +57,13 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     static final int MAX_BODY_BYTES = 64 * 1024;
     /** Read past an oversized body up to this much so the client still sees the 413, not a reset. */
     private static final int MAX_DISCARD_BYTES = 1024 * 1024;
-    private static final int HTTP_THREADS = 4;
-    private static final int QUEUE_CAPACITY = 256;
 
     private static final String TEXT = "text/plain; charset=utf-8";
     private static final String JSON = "application/json; charset=utf-8"; // as SGLang's aiohttp server says
 
     private final String host;
     private final HttpServer server;
-    private final ThreadPoolExecutor httpExecutor;
+    private final RequestGate gate;
     private final ScheduledThreadPoolExecutor sweeper;
     private final byte[] tokenDigest;
     private final boolean openWrites;
@@ -80,12 +79,11 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         this.openWrites = options.openWrites();
         this.rooms = new RoomDpTable(options.roomEntryTtl().toNanos(), nanoClock);
         String prefix = "kvferry-registry-" + server.getAddress().getPort();
-        // Bounded queue, and the dispatcher runs the request itself when it is full: back-pressure
-        // instead of an unbounded backlog or a dropped connection.
-        this.httpExecutor = new ThreadPoolExecutor(HTTP_THREADS, HTTP_THREADS, 30, TimeUnit.SECONDS,
-                new ArrayBlockingQueue<>(QUEUE_CAPACITY), threads(prefix + "-http-"),
-                new ThreadPoolExecutor.CallerRunsPolicy());
-        httpExecutor.allowCoreThreadTimeOut(true);
+        // Not a fixed pool: the JDK server reads request line, headers and body on the executor's thread
+        // with no deadline, so a few stalled clients held every worker (and, through a caller-runs queue,
+        // the dispatcher). A virtual thread per request, a per-registry request deadline and a cap on
+        // requests under way instead; RequestGate says why and how.
+        this.gate = new RequestGate(prefix, options.maxConnections(), options.requestTimeout());
         this.sweeper = new ScheduledThreadPoolExecutor(1, threads(prefix + "-sweeper-"));
         sweeper.setRemoveOnCancelPolicy(true);
     }
@@ -113,10 +111,12 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         }
         BootstrapRegistryServer s = new BootstrapRegistryServer(host, http, options, nanoClock);
         http.createContext("/", s::handle);
-        http.setExecutor(s.httpExecutor);
+        http.setExecutor(s.gate);
         Duration ttl = options.roomEntryTtl();
         long period = Math.clamp(ttl.toMillis() / 2, 50L, 60_000L);
         s.sweeper.scheduleWithFixedDelay(s::sweep, period, period, TimeUnit.MILLISECONDS);
+        long requestSweep = RequestGate.sweepPeriodMillis(options.requestTimeout());
+        s.sweeper.scheduleWithFixedDelay(s.gate::sweep, requestSweep, requestSweep, TimeUnit.MILLISECONDS);
         http.start();
         if (s.openWrites) {
             log.warn("bootstrap registry on {}:{} runs WITHOUT auth (--no-auth): anyone who reaches it can register "
@@ -125,7 +125,8 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
             log.warn("bootstrap registry on {}:{} has no auth token: every PUT /route and POST /register_dp_rank "
                     + "will be refused with 401", host, s.port());
         } else {
-            log.info("bootstrap registry listening on {}:{}", host, s.port());
+            log.info("bootstrap registry listening on {}:{} (request timeout {} ms, at most {} requests under way)",
+                    host, s.port(), options.requestTimeout().toMillis(), options.maxConnections());
         }
         return s;
     }
@@ -143,21 +144,26 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     @Override
     public void close() {
         if (!closed.compareAndSet(false, true)) return;
-        server.stop(0);
+        server.stop(0); // closes every connection; its dispatcher hands out no more requests
         sweeper.shutdownNow();
-        httpExecutor.shutdownNow();
         try {
+            gate.close(Duration.ofSeconds(1));
             sweeper.awaitTermination(1, TimeUnit.SECONDS);
-            httpExecutor.awaitTermination(1, TimeUnit.SECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        log.info("bootstrap registry on {}:{} closed", host, port());
+        log.info("bootstrap registry on {}:{} closed ({} requests cut off by the request timeout, {} refused at the cap)",
+                host, port(), gate.timedOutCount(), gate.refusedCount());
     }
 
     /** Entries in the room table, expired or not; for tests of the sweeper. */
     int roomEntryCount() {
         return rooms.size();
+    }
+
+    /** Requests being read or answered right now; for the slow-client tests. */
+    int requestsUnderWay() {
+        return gate.underWay();
     }
 
     private void sweep() {
