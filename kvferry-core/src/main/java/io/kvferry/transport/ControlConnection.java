@@ -53,7 +53,6 @@ public final class ControlConnection implements AutoCloseable {
     /** Guarded by writeLock: reusable WRITE headers and the gather vector for batched writes. */
     private final ByteBuffer[] batchHeaders = new ByteBuffer[WRITE_BATCH];
     private final ByteBuffer[] batchVector = new ByteBuffer[2 * WRITE_BATCH];
-    /** Reader thread only. */
     /**
      * Reader thread only: bytes read ahead of the current frame. It never holds more than
      * {@link #WRITE_FRAME_BYTES} bytes counted from a frame's start, so a read-ahead can pick up a

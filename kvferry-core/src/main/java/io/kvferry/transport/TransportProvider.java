@@ -6,12 +6,11 @@ import io.kvferry.memory.RegisteredMemory;
 
 import java.io.IOException;
 import java.util.List;
-import java.util.ServiceLoader;
 import java.util.function.Consumer;
 
 /**
  * A data path, plugged in by name (the transport SPI): the built-in {@code tcp} and {@code inproc},
- * {@code shm}, and {@code ucx} from its own module. Found through {@link ServiceLoader}
+ * {@code shm}, and {@code ucx} from its own module. Found through {@link java.util.ServiceLoader}
  * ({@code META-INF/services/io.kvferry.transport.TransportProvider}), so a module adds one by
  * being on the class path.
  *

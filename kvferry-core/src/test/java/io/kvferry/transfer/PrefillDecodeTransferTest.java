@@ -2,32 +2,23 @@ package io.kvferry.transfer;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManager;
-import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
-import io.kvferry.api.KVTransferException;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Collections;
 import java.util.List;
 import java.util.Random;
-import java.util.function.Supplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 
 /** End-to-end transfers between prefill and decode managers in one JVM, over real loopback TCP. */
 @Timeout(60)

@@ -1,6 +1,5 @@
 package io.kvferry.transfer;
 
-import io.kvferry.api.FailureKind;
 import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVBootstrapServer;
