@@ -6,6 +6,7 @@ import io.kvferry.registry.RegistryOptions;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+import java.time.Duration;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
@@ -28,15 +29,31 @@ public final class BootstrapCommand implements Callable<Integer> {
             + "auth and send no Authorization header. Anyone who reaches the port can then register ranks; logged as a warning.")
     boolean noAuth;
 
+    @Option(names = "--request-timeout-ms", defaultValue = "${env:KVFERRY_REGISTRY_REQUEST_TIMEOUT_MS:-10000}",
+            description = "A request still unfinished this many ms after its first byte has its connection closed "
+                    + "(env KVFERRY_REGISTRY_REQUEST_TIMEOUT_MS). Default: ${DEFAULT-VALUE}.")
+    long requestTimeoutMs;
+
+    @Option(names = "--max-connections", defaultValue = "${env:KVFERRY_REGISTRY_MAX_CONNECTIONS:-1024}",
+            description = "Requests under way at once; one more is closed unanswered (env KVFERRY_REGISTRY_MAX_CONNECTIONS). "
+                    + "Default: ${DEFAULT-VALUE}.")
+    int maxConnections;
+
     @Override
     public Integer call() throws Exception {
         if (noAuth && authToken != null && !authToken.isBlank()) {
             System.err.println("kvferry bootstrap: --no-auth and a token (--auth-token or KVFERRY_AUTH_TOKEN) exclude each other: drop one");
             return 2;
         }
-        KVBootstrapServer server = noAuth
-                ? KVFerry.startBootstrapServer(host, port, RegistryOptions.withoutAuth())
-                : KVFerry.startBootstrapServer(host, port, authToken);
+        RegistryOptions options;
+        try {
+            options = (noAuth ? RegistryOptions.withoutAuth() : RegistryOptions.defaults(authToken))
+                    .withRequestTimeout(Duration.ofMillis(requestTimeoutMs)).withMaxConnections(maxConnections);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry bootstrap: " + e.getMessage());
+            return 2;
+        }
+        KVBootstrapServer server = KVFerry.startBootstrapServer(host, port, options);
         CountDownLatch stop = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.close();

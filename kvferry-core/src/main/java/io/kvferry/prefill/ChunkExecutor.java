@@ -92,6 +92,14 @@ final class ChunkExecutor {
             String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
             log.warn(reason);
             rooms.fail(room, kind, reason);
+        } catch (Error e) {
+            // e.g. InternalError from a mapping whose file was truncated under it: the room fails and
+            // its decode is told, rather than the error being logged by the worker and the room hanging.
+            String to = current == null ? "" : " to " + current.link();
+            String reason = "Failed to send kv chunk of " + room.room + to + ": " + e;
+            log.error(reason, e);
+            rooms.fail(room, FailureKind.INTERNAL, reason);
+            if (e instanceof VirtualMachineError) throw e;
         }
     }
 

@@ -17,12 +17,15 @@ import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.WriteRejectedException;
+import io.kvferry.memory.SharedMemory;
 import io.kvferry.transport.WriteSink;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.nio.channels.FileChannel;
+import java.nio.file.StandardOpenOption;
 import java.time.Duration;
 import java.util.function.Supplier;
 import java.util.stream.IntStream;
@@ -232,5 +235,27 @@ class SafetyTest extends TransferTestBase {
         assertEquals(FailureKind.INJECTED, injected.kind());
         assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
         assertEquals(FailureKind.INJECTED, failed(r::failureException).kind());
+    }
+
+    /**
+     * A decode's shared file truncated under a live shm link (issue 13, hostile input 8): the
+     * prefill's next copy faults (InternalError); the room fails on both sides with a reason, no hang.
+     */
+    @Test
+    void aTruncatedSharedFileFailsTheRoomOnBothSides() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "shm", cfg(1, 0).build(), 0, PAGE_SIZE);
+        assertLanded(start(p, pm, d, 1, new int[]{1, 2}, new int[]{3, 4}, 0, 0, 0), dm);
+        try (FileChannel f = FileChannel.open(SharedMemory.locate(dm.kv[0]).path(), StandardOpenOption.WRITE)) {
+            f.truncate(0); // from now on nobody may touch dm's memory: every access faults
+        }
+        Transfer t = start(p, pm, d, 2, new int[]{5, 6}, new int[]{7, 8}, 0, 1, 0);
+        assertEquals(KVPoll.Failed, awaitTerminal(t.sender()::poll));
+        assertEquals(KVPoll.Failed, awaitTerminal(t.receiver()::poll));
+        KVTransferException onPrefill = failed(t.sender()::failureException);
+        assertEquals(FailureKind.INTERNAL, onPrefill.kind(), onPrefill.getMessage());
+        assertTrue(onPrefill.getMessage().contains("InternalError"), onPrefill.getMessage());
+        assertEquals(FailureKind.INTERNAL, failed(t.receiver()::failureException).kind(), "the decode is told the kind");
     }
 }
