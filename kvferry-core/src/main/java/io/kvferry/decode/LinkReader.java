@@ -11,6 +11,7 @@ import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.session.Failures;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.transport.ControlConnection;
@@ -18,6 +19,7 @@ import io.kvferry.transport.LinkOffer;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.transport.WriteSink;
 import io.kvferry.transport.tcp.TcpDestination;
+import io.kvferry.transport.tcp.TcpLander;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -28,7 +30,8 @@ import java.time.Duration;
 
 /**
  * Reads what prefill ranks send a decode rank, one thread per connection of a {@link PrefillLink}:
- * WRITEs land through tcp's {@link TcpDestination} (the {@link WriteGate} it was handed), STATUSes conclude rooms (behind the metadata gate),
+ * WRITEs and WRITE_LISTs land through the reader's {@link TcpLander} (tcp's, through the {@link WriteGate} it was
+ * handed), STATUSes conclude rooms (behind the metadata gate),
  * ABORT_ACKs release rooms waiting in {@link RoomRelease}. A lost link fails exactly the rooms it
  * still owed and has its one-sided permission revoked on the owned revoker thread.
  */
@@ -77,12 +80,13 @@ final class LinkReader {
         String why = "connection closed";
         boolean cleanClose = false;
         // This reader's, reused for every WRITE it lands: the gate counts each against the link it came on.
-        WriteSink.Landing landing = new WriteSink.Landing(link.endpoint, link.checksum);
+        TcpLander lander = tcp.lander(conn, new WriteSink.Landing(link.endpoint, link.checksum));
         try {
             while (!closed) {
                 ControlMessage m = conn.read();
                 switch (m) {
-                    case WriteHeader w -> onWrite(link, conn, w, landing);
+                    case WriteList l -> onWrite(link, l.room(), lander.land(l));
+                    case WriteHeader w -> onWrite(link, w.room(), lander.land(w));
                     case Status s -> onStatus(link, s);
                     case Heartbeat hb -> {
                         // liveness only
@@ -107,11 +111,11 @@ final class LinkReader {
         }
     }
 
-    private void onWrite(PrefillLink link, ControlConnection conn, WriteHeader w, WriteSink.Landing landing) throws IOException {
-        WriteRejectedException rejected = tcp.land(conn, w, landing);
+    /** After a WRITE or WRITE_LIST was landed (rejected null) or refused. */
+    private void onWrite(PrefillLink link, long room, WriteRejectedException rejected) throws IOException {
         if (rejected == null) return;
         if (rejected.fatal()) throw new ProtocolException("write from " + link + " rejected: " + rejected.getMessage());
-        rejectWrite(w.room(), link.toString(), rejected);
+        rejectWrite(room, link.toString(), rejected);
     }
 
     private void rejectWrite(long room, String from, WriteRejectedException rejected) {
