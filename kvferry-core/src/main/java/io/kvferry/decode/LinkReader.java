@@ -131,31 +131,29 @@ final class LinkReader {
     private void onStatus(PrefillLink link, Status s) {
         DecodeRoom room = rooms.get(s.room());
         if (room == null) return; // cleared: never resurrect
-        boolean target = false;
-        for (DecodeRoom.Target t : room.targets) target |= t.link() == link;
-        if (!target) {
+        int target = room.targetIndexOf(link);
+        if (target < 0) {
             log.warn("ignored a status for room {} from {}, which is not one of its prefill ranks", s.room(), link);
             return;
         }
         if (s.status() == KVPoll.Success) {
-            String incomplete = checkComplete(room, link, s);
+            String incomplete = checkComplete(room, target, link, s);
             if (incomplete != null) {
                 log.warn("room {}: {}", s.room(), incomplete);
-                rooms.statuses.fail(s.room(), FailureKind.INTEGRITY, incomplete);
+                room.slot.fail(FailureKind.INTEGRITY, incomplete);
                 return;
             }
-            room.responded.add(link.prefillUniqueRank);
-            if (room.responded.size() >= room.requiredResponses) {
+            if (room.respond(link.prefillUniqueRank) >= room.requiredResponses) {
                 String corrupt = checkMetadataRoom(room);
                 if (corrupt != null) {
-                    rooms.statuses.fail(s.room(), FailureKind.INTEGRITY, corrupt);
+                    room.slot.fail(FailureKind.INTEGRITY, corrupt);
                     return;
                 }
-                if (rooms.statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
-                rooms.statuses.update(s.room(), KVPoll.Success);
+                if (room.slot.status() != KVPoll.Failed) room.successNanos = System.nanoTime();
+                room.slot.update(KVPoll.Success);
             }
         } else if (s.status() == KVPoll.Failed) {
-            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : s.reason());
+            room.slot.fail(s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : s.reason());
         }
     }
 
@@ -164,21 +162,19 @@ final class LinkReader {
      * two-sided path those bytes also landed here, and where checksums travel in STATUS the digest
      * of what landed matches the prefill's. Returns why not, or null.
      */
-    private String checkComplete(DecodeRoom room, PrefillLink link, Status s) {
+    private String checkComplete(DecodeRoom room, int i, PrefillLink link, Status s) {
         DecodeRoom.Allowance a = room.allowance;
-        int i = -1;
-        for (int k = 0; k < room.targets.size(); k++) if (room.targets.get(k).link() == link) i = k;
-        if (a == null || i < 0) return "Success from " + link + " for room " + room.room + " before its metadata was sent";
+        if (a == null) return "Success from " + link + " for room " + room.room + " before its metadata was sent";
         long owed = a.owed()[i];
-        String from = link + " (" + link.dataPath + ")";
         if (s.bytes() != owed) {
-            return "incomplete transfer: " + from + " reports " + s.bytes() + " of the " + owed + " bytes it owes room " + room.room;
+            return "incomplete transfer: " + from(link) + " reports " + s.bytes() + " of the " + owed + " bytes it owes room " + room.room;
         }
         if (link.oneSided == null) {
             long landed = room.landedFrom.get(i);
-            if (landed != owed) return "incomplete transfer: landed " + landed + " of " + owed + " bytes from " + from;
+            if (landed != owed) return "incomplete transfer: landed " + landed + " of " + owed + " bytes from " + from(link);
         }
         if (link.digestInStatus) {
+            String from = from(link);
             if (!s.hasDigest()) return "integrity: " + from + " sent no digest on a checksum=" + link.checksum.label() + " link";
             long expected = Completeness.digest(link.coverage, memory, a.pagesOf()[i], a.auxIndex(), a.state(), room.room,
                     link.checksum, crcs.get());
@@ -188,6 +184,10 @@ final class LinkReader {
             }
         }
         return null;
+    }
+
+    private static String from(PrefillLink link) {
+        return link + " (" + link.dataPath + ")";
     }
 
     /**
@@ -233,7 +233,7 @@ final class LinkReader {
             // This rank already delivered everything for the room (its Success follows its bytes); the room
             // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
             DecodeRoom room = rooms.get(r);
-            if (room != null && room.responded.contains(link.prefillUniqueRank)) continue;
+            if (room != null && room.hasResponded(link.prefillUniqueRank)) continue;
             if (rooms.statuses.fail(r, kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
                 affected++;
             }

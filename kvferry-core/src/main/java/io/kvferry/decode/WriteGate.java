@@ -59,7 +59,7 @@ final class WriteGate implements WriteSink {
         requireAllowed(a, region, component, memory.itemLen(region, component, buffer), buffer, offset, length, room);
         if (!r.transferring) {
             r.transferring = true;
-            rooms.statuses.update(room, KVPoll.Transferring);
+            r.slot.update(KVPoll.Transferring);
         }
         admit(into, r, slot, seg, offset, length, payload);
     }
@@ -97,7 +97,7 @@ final class WriteGate implements WriteSink {
         }
         if (!r.transferring) {
             r.transferring = true;
-            rooms.statuses.update(room, KVPoll.Transferring);
+            r.slot.update(KVPoll.Transferring);
         }
         // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
         if (!r.beginLanding()) throw new WriteRejectedException("room " + room + " was cleared", false);
@@ -110,7 +110,7 @@ final class WriteGate implements WriteSink {
      */
     private int admissibleSlot(Landing into, DecodeRoom r, long room) throws WriteRejectedException {
         if (r == null) throw new WriteRejectedException("room " + room + " is unknown on this decode rank", false);
-        KVPoll status = rooms.statuses.status(room);
+        KVPoll status = r.slot.status();
         if (status == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
         // After Success the engine decodes from these pages: nothing may change them any more.
         if (status == KVPoll.Success) throw new WriteRejectedException("room " + room + " has already concluded", false);
@@ -127,7 +127,9 @@ final class WriteGate implements WriteSink {
     static void requireAllowed(DecodeRoom.Allowance a, Region region, int component, long item, int buffer, long offset,
                                long length, long room) throws WriteRejectedException {
         switch (region) {
-            case KV -> requireOwned(a.sortedPages(), offset, length, item, "KV buffer " + buffer + " page", room);
+            case KV -> {
+                if (!owns(a.sortedPages(), offset, length, item)) throw notOwned("KV buffer " + buffer + " page", offset, length, item, room);
+            }
             case AUX -> {
                 long start = a.auxIndex() * item;
                 if (a.auxIndex() < 0 || offset < start || offset + length > start + item) {
@@ -139,7 +141,9 @@ final class WriteGate implements WriteSink {
                 if (component >= a.sortedState().length) {
                     throw new WriteRejectedException("room " + room + " sent no indices for state component " + component, false);
                 }
-                requireOwned(a.sortedState()[component], offset, length, item, "state component " + component + " index", room);
+                if (!owns(a.sortedState()[component], offset, length, item)) {
+                    throw notOwned("state component " + component + " index", offset, length, item, room);
+                }
             }
         }
     }
@@ -147,15 +151,23 @@ final class WriteGate implements WriteSink {
     /** The items {@code [offset, offset + length)} touches must be a run of consecutive ids in {@code sorted}. */
     static void requireOwned(int[] sorted, long offset, long length, long item, String what, long room)
             throws WriteRejectedException {
+        if (!owns(sorted, offset, length, item)) throw notOwned(what, offset, length, item, room);
+    }
+
+    /** Whether the items {@code [offset, offset + length)} touches are a run of consecutive ids in {@code sorted}. */
+    private static boolean owns(int[] sorted, long offset, long length, long item) {
         long first = offset / item;
         long last = (offset + length - 1) / item;
         int idx = first > Integer.MAX_VALUE ? -1 : Arrays.binarySearch(sorted, (int) first);
         boolean ok = idx >= 0 && idx + (last - first) < sorted.length;
         for (long k = 1; ok && k <= last - first; k++) ok = sorted[(int) (idx + k)] == first + k;
-        if (!ok) {
-            throw new WriteRejectedException("write to " + what + "s [" + first + ", " + last + "] touches memory room "
-                    + room + " does not own", false);
-        }
+        return ok;
+    }
+
+    /** The refusal, built only when a write is refused (the message costs allocations). */
+    private static WriteRejectedException notOwned(String what, long offset, long length, long item, long room) {
+        return new WriteRejectedException("write to " + what + "s [" + offset / item + ", " + (offset + length - 1) / item
+                + "] touches memory room " + room + " does not own", false);
     }
 
     private static void admit(Landing into, DecodeRoom r, int slot, MemorySegment buffer, long offset, long span, long payload)

@@ -14,6 +14,7 @@ import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.Status;
 import io.kvferry.session.Failures;
+import io.kvferry.session.RoomStatusTable;
 import io.kvferry.transport.PageDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -72,7 +73,7 @@ final class ChunkExecutor {
     }
 
     void execute(PrefillRoom room, Chunk c) {
-        KVPoll st = rooms.statuses.status(room.room);
+        KVPoll st = room.status(rooms.statuses);
         if (st == KVPoll.Failed || !rooms.isTracked(room.room)) return;
         if (room.firstSendNanos == 0) {
             room.firstSendNanos = System.nanoTime();
@@ -95,7 +96,9 @@ final class ChunkExecutor {
             current = null;
             if (c.last()) {
                 room.doneNanos = System.nanoTime();
-                rooms.statuses.update(room.room, KVPoll.Success);
+                RoomStatusTable.Slot slot = room.slot;
+                if (slot != null) slot.update(KVPoll.Success);
+                else rooms.statuses.update(room.room, KVPoll.Success);
             }
         } catch (IOException | RuntimeException e) {
             String to = current == null ? "" : " to " + current.link();
@@ -195,7 +198,7 @@ final class ChunkExecutor {
             // Digested from the source before the write: whatever changes the bytes on their way is caught.
             room.digestOf[index] += PageDigest.ofPlan(plan, memory, link.hello.memory(), room.room, link.checksum, CRC.get());
         }
-        if (last != null && rooms.statuses.status(room.room) != KVPoll.Failed) {
+        if (last != null && room.status(rooms.statuses) != KVPoll.Failed) {
             status = last.status.clear();
             FrameCodec.putSuccessStatusFrame(status, room.room, uniqueRank, room.sentTo[index] + total, room.digestOf[index],
                     link.digestInStatus);

@@ -35,8 +35,20 @@ final class PrefillRooms {
     private final TransferWorkers workers;
     private final int uniqueRank;
 
-    /** Why a cleared room cannot be served again. */
-    record Tombstone(FailureKind kind, String reason) {}
+    /**
+     * Why a cleared room cannot be served again: how it ended (the reason of a concluded room is
+     * worded only when a late info asks, not for every room cleared).
+     */
+    record Tombstone(long room, KVPoll status, FailureKind failureKind, String failure) {
+        FailureKind kind() {
+            return status == KVPoll.Failed ? failureKind : FailureKind.BAD_REQUEST;
+        }
+
+        String reason() {
+            if (status == KVPoll.Failed) return failure == null ? "failed on prefill" : failure;
+            return "room " + room + " already concluded (" + status + ") and was cleared on this prefill rank";
+        }
+    }
 
     private final Ticker ticker;
 
@@ -115,10 +127,7 @@ final class PrefillRooms {
     void forget(long room) {
         RoomStatusTable.Entry e = statuses.entry(room);
         if (e != null) {
-            Tombstone t = e.status() == KVPoll.Failed
-                    ? new Tombstone(e.kind(), e.reason() == null ? "failed on prefill" : e.reason())
-                    : new Tombstone(FailureKind.BAD_REQUEST,
-                            "room " + room + " already concluded (" + e.status() + ") and was cleared on this prefill rank");
+            Tombstone t = new Tombstone(room, e.status(), e.kind(), e.reason());
             synchronized (tombstones) {
                 tombstones.put(room, t);
             }
@@ -127,7 +136,7 @@ final class PrefillRooms {
         PrefillRoom r = rooms.remove(room);
         if (r != null) {
             r.releaseCharges();
-            for (PrefillRoom.Destination d : r.destinations.values()) d.link().rooms.remove(room);
+            for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(room);
         }
     }
 

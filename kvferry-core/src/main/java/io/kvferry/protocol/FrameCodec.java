@@ -123,6 +123,37 @@ public final class FrameCodec {
         return out.flip();
     }
 
+    /**
+     * Encodes control frames into buffers it keeps, for one owner at a time (a connection's writer,
+     * under its write lock): a frame allocates nothing once the buffers have grown to the largest one.
+     */
+    public static final class FrameBuffer {
+        /** Frames up to this size are encoded into a kept buffer (a TRANSFER_INFO of some thousand pages). */
+        private static final int KEPT_FRAME_BYTES = 256 << 10;
+        private final WireWriter body = new WireWriter();
+        private ByteBuffer frame = ByteBuffer.allocateDirect(1024).order(ByteOrder.LITTLE_ENDIAN);
+
+        /** The whole frame of {@code message} (not a WRITE or WRITE_LIST), valid until the next call. */
+        public ByteBuffer encode(ControlMessage message) {
+            body.reset();
+            encodeBody(body, message);
+            if (body.size() > message.type().maxBodyBytes()) {
+                throw new IllegalArgumentException(message.type() + " body of " + body.size()
+                        + " bytes exceeds the protocol limit of " + message.type().maxBodyBytes());
+            }
+            int bytes = Wire.HEADER_BYTES + body.size();
+            ByteBuffer out = frame;
+            if (out.capacity() < bytes) {
+                out = ByteBuffer.allocateDirect(Math.max(bytes, 2 * out.capacity())).order(ByteOrder.LITTLE_ENDIAN);
+                if (bytes <= KEPT_FRAME_BYTES) frame = out; // a rare huge frame is not kept
+            }
+            out.clear();
+            putHeader(out, message.type(), body.size());
+            out.put(body.bytes(), 0, body.size());
+            return out.flip();
+        }
+    }
+
     /** The body bytes of a message as the wire carries them (what a handshake MAC is computed over). */
     public static ByteBuffer body(ControlMessage message) {
         WireWriter body = encodeBody(message);
@@ -131,6 +162,11 @@ public final class FrameCodec {
 
     private static WireWriter encodeBody(ControlMessage message) {
         WireWriter body = new WireWriter();
+        encodeBody(body, message);
+        return body;
+    }
+
+    private static void encodeBody(WireWriter body, ControlMessage message) {
         switch (message) {
             case Hello h -> HandshakeCodec.encodeHello(body, h);
             case HelloAck a -> HandshakeCodec.encodeHelloAck(body, a);
@@ -157,7 +193,6 @@ public final class FrameCodec {
             case WriteHeader w -> throw new IllegalArgumentException("a WRITE is framed by putWriteFrame");
             case WriteList l -> throw new IllegalArgumentException("a WRITE_LIST is framed by putWriteListHeader");
         }
-        return body;
     }
 
     /** Puts a complete contiguous WRITE header frame (without payload) into {@code out}. */

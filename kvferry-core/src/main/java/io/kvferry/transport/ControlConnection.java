@@ -47,6 +47,8 @@ public final class ControlConnection implements AutoCloseable {
     private final SocketChannel channel;
     private final String peer;
     private final ReentrantLock writeLock = new ReentrantLock();
+    /** Guarded by writeLock: where control frames are encoded. */
+    private final FrameCodec.FrameBuffer sendBuffer = new FrameCodec.FrameBuffer();
     /** Reader thread only: bytes read ahead, from the current frame's start (or payload position) on. */
     private final ByteBuffer ahead = ByteBuffer.allocateDirect(AHEAD_BYTES).order(ByteOrder.LITTLE_ENDIAN).flip();
     /** Reader thread only: the single-buffer vector of {@link #readPayload(ByteBuffer)} (plus the read-ahead slot). */
@@ -131,12 +133,11 @@ public final class ControlConnection implements AutoCloseable {
         return closed;
     }
 
-    /** Sends one control message (not a WRITE). */
+    /** Sends one control message (not a WRITE or WRITE_LIST), encoded into this connection's reused buffer. */
     public void send(ControlMessage message) throws IOException {
-        ByteBuffer frame = FrameCodec.encode(message);
         writeLock.lock();
         try {
-            writeFully(frame);
+            writeFully(sendBuffer.encode(message));
         } finally {
             writeLock.unlock();
         }

@@ -50,9 +50,8 @@ class WriteGateTest {
     private static final String PREFILL = "10.0.0.1:7000", STRANGER = "10.0.0.9:7000";
 
     private DecodeRoom room(long id, int[] sortedPages, int aux, int[][] state) {
-        DecodeRoom r = new DecodeRoom(id, "bootstrap");
+        DecodeRoom r = new DecodeRoom(id, "bootstrap", rooms.statuses.open(id, KVPoll.WaitingForInput));
         assertTrue(rooms.add(r));
-        rooms.statuses.update(id, KVPoll.WaitingForInput);
         r.targets = List.of(new DecodeRoom.Target(new PrefillLink("bootstrap", PREFILL, null, 0), 0, 0, false));
         r.landedFrom = new AtomicLongArray(1);
         if (sortedPages != null) {
