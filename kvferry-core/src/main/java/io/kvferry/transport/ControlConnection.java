@@ -152,9 +152,12 @@ public final class ControlConnection implements AutoCloseable {
         writeLock.lock();
         try {
             writingSince = System.nanoTime();
+            int first = offset, end = offset + count;
             while (bytes > 0) {
-                vectoredWritten += count;
-                long w = channel.write(vector, offset, count);
+                while (first < end && !vector[first].hasRemaining()) first++;
+                int last = window(vector, first, end);
+                vectoredWritten += last - first;
+                long w = channel.write(vector, first, last - first);
                 if (w > 0) writingSince = System.nanoTime();
                 bytes -= w;
             }
@@ -166,6 +169,24 @@ public final class ControlConnection implements AutoCloseable {
             lastWriteNanos = System.nanoTime();
             writeLock.unlock();
         }
+    }
+
+    /**
+     * Bytes one vectored call is offered: the JDK prepares (and on a partial transfer prepares again)
+     * every buffer it is handed, so a call gets the buffers up to about this many bytes rather than a
+     * whole list of a thousand small pieces.
+     */
+    static final long VECTOR_WINDOW_BYTES = 512 << 10;
+
+    /** The end of the buffers from {@code first} (at least one) whose bytes stay within {@link #VECTOR_WINDOW_BYTES}. */
+    private static int window(ByteBuffer[] vector, int first, int end) {
+        int last = first;
+        long bytes = 0;
+        while (last < end && (last == first || bytes + vector[last].remaining() <= VECTOR_WINDOW_BYTES)) {
+            bytes += vector[last].remaining();
+            last++;
+        }
+        return last;
     }
 
     /** Buffers handed to vectored reads so far (see {@link #vectoredWritten}); reader thread. */
@@ -379,8 +400,11 @@ public final class ControlConnection implements AutoCloseable {
         vector[count] = ahead;
         try {
             while (left > 0) {
-                vectoredRead += count + 1 - first;
-                long n = channel.read(vector, first, count + 1 - first);
+                // The read-ahead joins the call only once the window reaches the payload's end.
+                int last = window(vector, first, count);
+                if (last == count) last++;
+                vectoredRead += last - first;
+                long n = channel.read(vector, first, last - first);
                 if (n < 0) throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
                 if (n > 0) lastReadNanos = System.nanoTime();
                 left -= n;

@@ -21,6 +21,9 @@ final class BufferViews {
 
     private final IdentityHashMap<MemorySegment, Pool> pools = new IdentityHashMap<>();
     private long call;
+    /** The last segment asked for and its pool: a list's pieces come buffer after buffer. */
+    private MemorySegment lastSegment;
+    private Pool lastPool;
 
     /** Starts a new call: every view may be handed out again. */
     void reset() {
@@ -34,11 +37,13 @@ final class BufferViews {
      */
     ByteBuffer view(MemorySegment segment, long offset, long length) {
         if (segment.byteSize() > Integer.MAX_VALUE) return segment.asSlice(offset, length).asByteBuffer();
-        Pool p = pools.get(segment);
+        Pool p = segment == lastSegment ? lastPool : pools.get(segment);
         if (p == null) {
             p = new Pool();
             pools.put(segment, p);
         }
+        lastSegment = segment;
+        lastPool = p;
         if (p.call != call) {
             p.call = call;
             p.used = 0;
