@@ -3,10 +3,12 @@ package io.kvferry.cli;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
+import io.kvferry.bench.SuiteFigures;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.util.Map;
 import java.util.concurrent.Callable;
 
 /** The main job: an embedded cluster moving Llama-shaped KV, verified byte for byte. */
@@ -74,8 +76,35 @@ public final class BenchCommand implements Callable<Integer> {
             System.out.printf("ucx_perftest baseline %.2f GB/s (median of %s; %s), transfer ratio %.2f%n", r.ucxPerftestGbps(),
                     r.ucxPerftestRoundsGbps(), r.ucxPerftestCommand(), r.ratioTransferToUcxPerftest());
         }
+        printSuiteSummary(r);
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));
         return r.failed() == 0 && r.corrupted() == 0 ? 0 : 1;
+    }
+
+    // ---- benchmark suite (issue 16): the nixlbench columns, open-loop and room-rate lines
+
+    /** The suite's columns, three lines: nixlbench row, load and latency from arrival, per-room cost. */
+    static void printSuiteSummary(BenchResult r) {
+        SuiteFigures s = r.suite();
+        if (s == null) return;
+        System.out.printf("nixl: block %d B, batch %.1f ops/request, %.2f GB/s (transfer %.2f), avg latency %.3f ms; "
+                        + "prepare avg %.3f p99 %.3f ms, post avg %.3f p99 %.3f ms, transfer avg %.3f p99 %.3f ms (pages %s)%n",
+                s.blockBytes(), s.batchSize(), r.gbps(), r.transferGbps(), s.avgLatencyMs(), s.prepareMs().get("avg"),
+                s.prepareMs().get("p99"), s.postMs().get("avg"), s.postMs().get("p99"), s.transferMs().get("avg"),
+                s.transferMs().get("p99"), s.pages());
+        System.out.printf("load: %s, achieved %.1f requests/s; latency from arrival p50 %.3f p99 %.3f p999 %.3f ms%n",
+                s.offeredRate() == null ? "closed loop" : String.format("offered %.1f requests/s", s.offeredRate()),
+                s.achievedRate(), s.requestLatencyMs().get("p50"), s.requestLatencyMs().get("p99"),
+                s.requestLatencyMs().get("p999"));
+        Map<String, Object> cpu = s.cpuUsPerRoom();
+        System.out.printf("rooms: %.1f rooms/s; CPU per room prefill %s µs, decode %s µs (%s)%n", s.roomsPerSecond(),
+                cpu.get("prefill"), cpu.get("decode"), "threads".equals(cpu.get("method"))
+                        ? "one JVM, by thread group; other threads " + cpu.get("other") + " µs" : "per role JVM");
+        if (s.roomMemory() != null) {
+            s.roomMemory().forEach((scope, m) -> System.out.printf(
+                    "room memory (%s): %d B heap + %d B native (%s) = %d B per in-flight room, %d rooms parked%n",
+                    scope, m.heapBytesPerRoom(), m.nativeBytesPerRoom(), m.nativeSource(), m.totalBytesPerRoom(), m.rooms()));
+        }
     }
 }
