@@ -166,9 +166,11 @@ public final class BenchRunner {
         Thread hook = new Thread(() -> children.forEach(Process::destroyForcibly));
         Runtime.getRuntime().addShutdownHook(hook);
         try {
-            Process prefill = RoleRunner.spawn("prefill", config, addr);
+            // The room-memory probe reads native memory from NMT (every Arena and direct allocation) when it is on.
+            List<String> jvmFlags = config.suite().probeRooms() > 0 ? List.of("-XX:NativeMemoryTracking=summary") : List.of();
+            Process prefill = RoleRunner.spawn("prefill", config, addr, jvmFlags, List.of());
             children.add(prefill);
-            Process decode = RoleRunner.spawn("decode", config, addr);
+            Process decode = RoleRunner.spawn("decode", config, addr, jvmFlags, List.of());
             children.add(decode);
             ExecutorService exec = Executors.newFixedThreadPool(2);
             try {

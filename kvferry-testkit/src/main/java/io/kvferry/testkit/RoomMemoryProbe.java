@@ -1,5 +1,6 @@
 package io.kvferry.testkit;
 
+import com.fasterxml.jackson.annotation.JsonIgnoreProperties;
 import com.fasterxml.jackson.annotation.JsonProperty;
 
 import java.lang.management.ManagementFactory;
@@ -29,6 +30,7 @@ public final class RoomMemoryProbe {
      * @param nativeSource     "nmt" or "direct+mapped"
      * @param scope            prefill, decode, or both (one JVM holding both roles)
      */
+    @JsonIgnoreProperties(value = "total_bytes_per_room", allowGetters = true) // derived: written, not read back
     public record Result(int rooms, @JsonProperty("heap_bytes_per_room") long heapBytesPerRoom,
                          @JsonProperty("native_bytes_per_room") long nativeBytesPerRoom,
                          @JsonProperty("native_source") String nativeSource, String scope) {
