@@ -4,10 +4,17 @@ import io.kvferry.testkit.BenchConfig;
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
 import io.kvferry.bench.SuiteFigures;
+import io.kvferry.bench.sweep.SweepPlan;
+import io.kvferry.bench.sweep.SweepRunner;
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.ucx.UcxTransportProvider;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Callable;
 
@@ -32,6 +39,20 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print the summary as one JSON object on the last line.")
     boolean json;
 
+    // ---- benchmark suite (issue 16): the sweep
+
+    @Option(names = "--sweep",
+            description = "Run the sweep: op size (page size) x transport (tcp, shm, ucx when available) x concurrency, "
+                    + "then an offered-load series (--rate); one JSON per point, sweep.csv and PNG charts under --out.")
+    boolean sweep;
+
+    @Option(names = "--sweep-quick", description = "A sweep in seconds (tiny model, tcp and inproc, two loads): to try it out.")
+    boolean sweepQuick;
+
+    @Option(names = "--out", defaultValue = "bench-sweep",
+            description = "Directory the sweep writes to (created). Default: ${DEFAULT-VALUE}.")
+    Path out;
+
     @Override
     public Integer call() throws Exception {
         BenchConfig config;
@@ -41,6 +62,7 @@ public final class BenchCommand implements Callable<Integer> {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;
         }
+        if (sweep || sweepQuick) return runSweep(config);
         if (processes && config.transport().equals("inproc")) {
             System.err.println("kvferry bench: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
             return 2;
@@ -80,6 +102,33 @@ public final class BenchCommand implements Callable<Integer> {
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));
         return r.failed() == 0 && r.corrupted() == 0 ? 0 : 1;
+    }
+
+    // ---- benchmark suite (issue 16): the sweep
+
+    /** Runs the sweep; the command line's TP, seed, --pages, --transfer-workers and --processes apply to every point. */
+    private int runSweep(BenchConfig base) throws Exception {
+        SweepPlan.Grid grid;
+        if (sweepQuick) {
+            grid = SweepPlan.Grid.quick();
+        } else {
+            List<String> transports = new ArrayList<>(List.of("tcp", "shm"));
+            String noUcx = new UcxTransportProvider().unavailableReason(KVFerrySettings.fromEnvironment());
+            if (noUcx == null) transports.add("ucx");
+            else System.err.println("[sweep] no ucx points: " + noUcx);
+            grid = SweepPlan.Grid.standard(transports);
+        }
+        if (processes && grid.transports().contains("inproc")) {
+            System.err.println("kvferry bench: --sweep-quick has inproc points, which cannot run with --processes");
+            return 2;
+        }
+        SweepPlan plan = SweepPlan.of(base, grid, processes, !sweepQuick, !sweepQuick);
+        System.err.printf("[sweep] %d points -> %s%n", plan.points().size(), out.toAbsolutePath());
+        SweepRunner.Outcome o = new SweepRunner(plan, out, System.err).run();
+        System.out.printf("sweep: %d points (%d failed) in %s: %s, %s, charts %s%n", o.pointFiles().size(), o.failedPoints(),
+                o.dir(), o.csv().getFileName(), o.baselines().getFileName(),
+                o.charts().stream().map(c -> c.getFileName().toString()).toList());
+        return o.failedPoints() == 0 ? 0 : 1;
     }
 
     // ---- benchmark suite (issue 16): the nixlbench columns, open-loop and room-rate lines

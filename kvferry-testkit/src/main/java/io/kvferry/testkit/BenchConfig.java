@@ -94,6 +94,13 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
                 pairedMemcpy, suite);
     }
 
+    /** The same run with another model shape. */
+    public BenchConfig withShape(ModelShape m) {
+        return new BenchConfig(m, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes,
+                pairedMemcpy, suite);
+    }
+
     /** The same run over another transport. */
     public BenchConfig withTransport(String t) {
         return new BenchConfig(shape, workload, t, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
