@@ -28,9 +28,10 @@ import java.util.Map;
  * @param prepareMs       decode: KVReceiver.init → sendMetadata returned; avg and p99
  * @param postMs          prefill: time inside KVSender.init and send; avg and p99
  * @param transferMs      prefill: last send returned → Success; avg and p99
- * @param cpuUsPerRoom    CPU µs per measured room per side ({@code prefill}, {@code decode}; one JVM also
- *                        {@code other}: GC, JIT, registry) and {@code method}: process (each role's JVM over its
- *                        measured window) or threads (one JVM: per thread group over the decode's window)
+ * @param cpuUsPerRoom    CPU µs per measured room per side ({@code prefill}, {@code decode}) and {@code method}:
+ *                        process (each role's JVM over its measured window, GC and JIT included) or threads (one
+ *                        JVM: per Java thread group over the decode's window; also {@code other}, Java threads of
+ *                        neither role, and {@code process}, the whole JVM with GC and JIT, which no thread group has)
  * @param roomMemory      with --room-memory: bytes per in-flight room by scope (prefill, decode, or both in one JVM)
  */
 @JsonInclude(JsonInclude.Include.NON_NULL)
@@ -88,6 +89,8 @@ public record SuiteFigures(
                 cpu.put("prefill", round(decodeCpu.prefillNanos() / 1000.0 / measured));
                 cpu.put("decode", round(decodeCpu.decodeNanos() / 1000.0 / measured));
                 cpu.put("other", round(decodeCpu.otherNanos() / 1000.0 / measured));
+                // GC and JIT threads are not Java threads: only the whole process's figure includes them.
+                cpu.put("process", decodeCpu.processNanos() < 0 ? null : round(decodeCpu.processNanos() / 1000.0 / measured));
                 cpu.put("method", "threads");
             }
         }

@@ -149,7 +149,8 @@ public final class BenchCommand implements Callable<Integer> {
         Map<String, Object> cpu = s.cpuUsPerRoom();
         System.out.printf("rooms: %.1f rooms/s; CPU per room prefill %s µs, decode %s µs (%s)%n", s.roomsPerSecond(),
                 cpu.get("prefill"), cpu.get("decode"), "threads".equals(cpu.get("method"))
-                        ? "one JVM, by thread group; other threads " + cpu.get("other") + " µs" : "per role JVM");
+                        ? "one JVM, by Java thread group; other threads " + cpu.get("other") + " µs, whole JVM with GC and JIT "
+                        + cpu.get("process") + " µs" : "per role JVM, GC and JIT included");
         if (s.roomMemory() != null) {
             s.roomMemory().forEach((scope, m) -> System.out.printf(
                     "room memory (%s): %d B heap + %d B native (%s) = %d B per in-flight room, %d rooms parked%n",
