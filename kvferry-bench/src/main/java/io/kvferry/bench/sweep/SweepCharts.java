@@ -56,6 +56,9 @@ final class SweepCharts {
         XYChart c = new XYChartBuilder().width(WIDTH).height(HEIGHT).title("kvferry bench --sweep: bandwidth vs op size")
                 .xAxisTitle("mean bytes per data-path op (log)").yAxisTitle("GB/s").build();
         style(c);
+        // Up to a dozen series: a column on the right, not a row that runs off the image.
+        c.getStyler().setLegendPosition(Styler.LegendPosition.OutsideE);
+        c.getStyler().setLegendLayout(Styler.LegendLayout.Vertical);
         c.getStyler().setXAxisLogarithmic(true);
         Map<String, List<ObjectNode>> series = new TreeMap<>();
         for (ObjectNode r : rows) {
