@@ -216,6 +216,9 @@ class BenchCommandTest {
         assertEquals(2, run("bench", "--rate", "-3").code());
         assertEquals(2, run("bench", "--sweep-quick", "--processes").code());
         assertTrue(run("bench", "--rate", "fast").code() != 0);
+        // Open loop and the chaos harness check both roles' pools before anything starts, as the closed loop does.
+        assertEquals(2, run("bench", "--rate", "100", "--requests", "1", "--concurrency", "100000", "--prompt-tokens", "4096").code());
+        assertEquals(2, run("chaos", "--scenario", "kill-prefill", "--concurrency", "100000", "--prompt-tokens", "4096").code());
     }
 
     @Test
