@@ -142,6 +142,7 @@ public final class SweepRunner {
             out.setAll(node);
             // Baselines of the same sweep replace the per-run ones the points skip.
             if (p.kind() == SweepPlan.Kind.BANDWIDTH) out.put("memcpy_gbps", memcpyByItem.get(itemBytes(p)));
+            else out.putNull("memcpy_gbps"); // not measured for load points (an empty cell, not a 0)
             if (iperf != null) out.put("iperf3_gbps", iperf);
             bar.finish(label);
             if (plan.ucxPerftest() && p.config().transport().equals("ucx")) {
