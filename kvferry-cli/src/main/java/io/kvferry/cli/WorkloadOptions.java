@@ -1,10 +1,12 @@
 package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.PageLayout;
 import io.kvferry.testkit.Workload;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.security.SecureRandom;
@@ -114,6 +116,19 @@ public final class WorkloadOptions {
     @Option(names = "--failure-prob", defaultValue = "0", hidden = true, description = "Library failure-injection probability (chaos).")
     double failureProb;
 
+    @Option(names = "--corrupt-prob", defaultValue = "0", hidden = true,
+            description = "Library corruption hook on the prefill: chance a room's KV gets one byte flipped after its digest (chaos).")
+    double corruptProb;
+
+    @Option(names = "--checksum", defaultValue = "${env:KVFERRY_CHECKSUM:-off}",
+            description = "Verify transfers against the prefill's CRC32C digests: off, sampled or full (env KVFERRY_CHECKSUM). "
+                    + "Default: ${DEFAULT-VALUE}.")
+    String checksum;
+
+    /** The cluster token for registry writes and control connections. */
+    @Mixin
+    AuthTokenOptions auth = new AuthTokenOptions();
+
     // ---- benchmark suite (issue 16): page layout, open-loop arrivals, room-memory probe
 
     @Option(names = "--pages", defaultValue = "fragmented",
@@ -137,10 +152,6 @@ public final class WorkloadOptions {
 
     /** Slack on top of the open-loop arrival span before the drivers call what is left hung. */
     static final long OPEN_LOOP_SLACK_MS = 120_000;
-
-    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
-            description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
-    String authToken;
 
     /**
      * @param generateToken make up a random cluster token when none is given (an embedded cluster
@@ -206,10 +217,10 @@ public final class WorkloadOptions {
             // Open loop is bounded in time too: the arrival span twice over plus slack, then what is left is hung.
             deadline = (long) (2_000.0 * requests / rate) + OPEN_LOOP_SLACK_MS;
         }
-        String token = authToken;
+        String token = auth.token();
         if (token == null || token.isEmpty()) {
             if (!generateToken) {
-                throw new IllegalArgumentException("a cluster token is required: pass --auth-token or set KVFERRY_AUTH_TOKEN "
+                throw new IllegalArgumentException("a cluster token is required: set KVFERRY_AUTH_TOKEN or pass --auth-token-file "
                         + "(the registry's write routes fail closed without one)");
             }
             byte[] b = new byte[32];
@@ -217,12 +228,13 @@ public final class WorkloadOptions {
             token = Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || slowDecodeMs < 0) {
+        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || corruptProb < 0 || corruptProb > 1
+                || slowDecodeMs < 0) {
             throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb), tcpStripes,
-                pairedMemcpy, new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe));
+                transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
+                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe));
     }
 
     /** Bench pool limits the options are checked against. */

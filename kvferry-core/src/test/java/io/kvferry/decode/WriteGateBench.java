@@ -21,8 +21,10 @@ import org.openjdk.jmh.annotations.TearDown;
 import org.openjdk.jmh.annotations.Warmup;
 
 import java.lang.foreign.Arena;
+import java.util.List;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * The decode's per-WRITE check (JMH, in kvferry-core's test sources because {@link WriteGate} is
@@ -47,7 +49,9 @@ public class WriteGateBench {
     Arena arena;
     WriteGate gate;
     DecodeRooms rooms;
-    final WriteSink.Landing landing = new WriteSink.Landing();
+    /** The prefill link the room's writes come from (the gate admits only the room's own ranks). */
+    static final String PREFILL = "10.0.0.1:7000";
+    final WriteSink.Landing landing = new WriteSink.Landing(PREFILL, null);
     /** The room's pages as byte offsets, visited in turn. */
     long[] offsets;
     int next;
@@ -66,7 +70,9 @@ public class WriteGateBench {
         DecodeRoom r = new DecodeRoom(ROOM, "bootstrap");
         rooms.add(r);
         rooms.statuses.update(ROOM, KVPoll.WaitingForInput);
-        r.allowance = new DecodeRoom.Allowance(pages, -1, new int[0][]);
+        r.targets = List.of(new DecodeRoom.Target(new PrefillLink("bootstrap", PREFILL, null, 0), 0, 0, false));
+        r.landedFrom = new AtomicLongArray(1);
+        r.allowance = new DecodeRoom.Allowance(pages, pages, -1, new int[0][], new int[0][], new long[1], new int[][] {pages});
         offsets = new long[pages.length];
         for (int i = 0; i < pages.length; i++) offsets[i] = pages[i] * PAGE;
     }

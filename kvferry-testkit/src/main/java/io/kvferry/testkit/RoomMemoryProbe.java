@@ -4,6 +4,7 @@ import com.fasterxml.jackson.annotation.JsonIgnoreProperties;
 import com.fasterxml.jackson.annotation.JsonProperty;
 
 import java.lang.management.ManagementFactory;
+import java.util.concurrent.locks.LockSupport;
 
 /**
  * Heap and native bytes per in-flight room. The bench's drivers park {@code rooms} requests in flight
@@ -11,8 +12,8 @@ import java.lang.management.ManagementFactory;
  * twice: a baseline once every driver in it reached the probe with nothing in flight, and again once
  * every driver has its rooms parked — decode: each room's receiver initialised and its metadata sent;
  * prefill: each room's sender created and at WaitingForInput (the decode's TRANSFER_INFO arrived), no
- * chunk sent. Each measurement runs {@link System#gc()} twice and reads the heap in use and the native
- * memory {@link LeakCheck#nativeBytes()} counts (NMT's "Other" when the JVM runs with
+ * chunk sent. Each measurement runs {@link System#gc()} until the native figure settles and reads the heap
+ * in use and the native memory {@link LeakCheck#nativeBytes()} counts (NMT's "Other" when the JVM runs with
  * {@code -XX:NativeMemoryTracking}, else the direct buffer pool; plus mapped buffers). The difference
  * divided by {@code rooms} is the cost of one room. Pools are allocated before the baseline, so page
  * memory is not in it: this is the library's (and the drivers') per-room state.
@@ -98,12 +99,26 @@ public final class RoomMemoryProbe {
         return result;
     }
 
-    /** {heap bytes in use after GC, native bytes, 1 if native is from NMT}. */
+    /** Rounds of GC a measurement may take waiting for native memory to settle. */
+    static final int MAX_GC_ROUNDS = 20;
+
+    /**
+     * {heap bytes in use after GC, native bytes, 1 if native is from NMT}. Native memory behind
+     * unreachable buffers and automatic arenas is freed by the JDK's cleaner thread after a GC, not by
+     * the GC: the reading is taken once two rounds in a row agree (at most {@link #MAX_GC_ROUNDS}),
+     * so the baseline does not count memory that is about to go.
+     */
     private static long[] measure() {
-        System.gc();
-        System.gc();
-        long heap = ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed();
-        long[] nat = LeakCheck.nativeBytes();
-        return new long[]{heap, nat[0], nat[1]};
+        long[] prev = null;
+        for (int round = 0; round < MAX_GC_ROUNDS; round++) {
+            System.gc();
+            LockSupport.parkNanos(10_000_000L); // give the cleaner thread a turn
+            long heap = ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed();
+            long[] nat = LeakCheck.nativeBytes();
+            long[] now = {heap, nat[0], nat[1]};
+            if (prev != null && prev[1] == now[1]) return now;
+            prev = now;
+        }
+        return prev;
     }
 }
