@@ -2,12 +2,10 @@ package io.kvferry.prefill;
 
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
-import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.LayerPairing;
-import io.kvferry.plan.StateSlice;
+import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.TransferInfo;
@@ -159,23 +157,13 @@ final class HandshakeValidator {
             return "state component " + c + " tensor count differs: prefill " + memory.stateTensorCount(c) + ", decode "
                     + d.states().get(c).itemLens().length;
         }
-        for (int t = 0; t < memory.stateTensorCount(c) && memory.stateDim(c, t) > 0 && memory.stateOuterCount(c, t) > 0; t++) {
+        for (int t = 0; t < memory.stateTensorCount(c); t++) {
             try {
-                StateSlice.append(CopyPlan.probe(), c, t, 0, 0, memory.stateItemLens()[c][t],
+                TransferPlanner.checkStateReshard(memory.stateTypes().get(c), c, t, memory.stateItemLens()[c][t],
                         d.states().get(c).itemLens()[t], memory.stateOuterCount(c, t), memory.stateDim(c, t),
                         config.attnTpSize(), config.attnTpRank(), h.attnTpSize(), h.engineRank() % h.attnTpSize());
             } catch (RuntimeException e) {
                 return e.getMessage();
-            }
-        }
-        if (memory.stateTypes().get(c) != StateType.MAMBA) {
-            return "state component " + c + " (" + memory.stateTypes().get(c).wire() + ") cannot be resharded between "
-                    + "prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize();
-        }
-        for (int t = 0; t < memory.stateTensorCount(c); t++) {
-            if (memory.stateDim(c, t) < 1 || memory.stateOuterCount(c, t) < 1) {
-                return "state component " + c + " tensor " + t + " needs state_dim_per_tensor and "
-                        + "state_slice_outer_counts to be resharded across attention TP sizes";
             }
         }
         return null;
