@@ -1,38 +1,58 @@
 package io.kvferry.engine.runtime;
 
+import io.kvferry.engine.kv.HeadPages;
 import io.kvferry.engine.kv.KvPool;
+import io.kvferry.engine.kv.LatentPages;
+import io.kvferry.engine.kv.RecurrentState;
 import io.kvferry.engine.model.LlamaConfig;
+import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelWeights;
 
 import java.util.Arrays;
 
 /**
- * The Llama forward pass over an engine's shards: {@code pp} pipeline stages of {@code tp} tensor-
- * parallel ranks, each with its own {@link KvPool}. Rank r of a stage holds KV heads
- * [r·H/tp, (r+1)·H/tp) (and their query heads, and the matching MLP blocks) and attends over its own
- * pool's pages in place. The row-parallel sums (attention output, MLP down projection) are made of
- * fixed reduction groups, one per KV head, added in one global order by the in-process all-reduce:
- * the floats are the same for every TP and PP size, so a TP4 prefill feeding a TP2 decode produces
- * exactly the tokens of a TP1 colocated run. Arithmetic follows llama2.c's run.c (float32, the same
- * operation order per token), and a chunk of tokens is computed token by token within each layer, so
- * chunking never changes a value either.
+ * The forward pass over an engine's shards: {@code pp} pipeline stages of {@code tp} tensor-parallel
+ * ranks, each with its own {@link KvPool}. Rank r of a stage holds KV heads [r·H/tp, (r+1)·H/tp)
+ * (and their query heads, its share of the recurrent channels, and the matching MLP blocks) and reads
+ * its own pool's memory in place. The row-parallel sums (attention or mixer output, MLP down
+ * projection) are made of fixed reduction groups, one per KV head, added in one global order by the
+ * in-process all-reduce: the floats are the same for every TP and PP size, so a TP4 prefill feeding a
+ * TP2 decode produces exactly the tokens of a TP1 colocated run. Arithmetic follows llama2.c's run.c
+ * (float32, the same operation order per token), and a chunk of tokens is computed token by token
+ * within each layer, so chunking never changes a value either.
  *
- * <p>Not thread-safe: one engine scheduler thread drives it (the scratch arrays are its own).
+ * <p>Layer kinds ({@link Model#kind}): attention and window attention (GQA, K/V in the pool's head
+ * pages; a window layer attends over the last {@link Model#window} positions of the request's window
+ * ring), latent attention (MLA in its absorbed form: each head's query goes through the key
+ * up-projection into latent space, scores and the weighted sum are taken against the cached latents,
+ * and the value up-projection turns the summed latent into the head's output — the same as
+ * reconstructing every token's per-head keys and values from the latent, without doing it per
+ * token), and the recurrent mixer (causal depthwise conv then a selective state-space scan per
+ * channel, gated; its state slot updated in place).
+ *
+ * <p>Not thread-safe: one engine scheduler thread drives it (the scratch arrays are its own, reused
+ * across calls; the logits returned are valid until the next call).
  */
 public final class ShardedModel {
+    private final Model model;
     private final ModelWeights w;
     private final LlamaConfig c;
     public final int tp, pp;
     private final KvPool[][] pools; // [stage][rank]
     private final float[] ropeCos, ropeSin; // [pos][headSize/2]
-    private final int hs, groups, kvPerRank, block;
+    private final float[] latentCos, latentSin; // [pos][ropeDim/2]
+    private final int hs, groups, kvPerRank, block, channelsPerGroup;
     // scratch (owner thread)
-    private final float[] xb, q, kvec, vvec, att, headOut, partial, hb, hb2;
+    private final float[] xb, q, kvec, vvec, att, headOut, partial, hb, hb2, logits;
+    private final float[] latentVec, ropeKey, qLatent, qNope, qRope, latentSum;
+    private final float[] bVec, cVec, mixOut;
+    private float[][] xs = new float[0][];
 
-    public ShardedModel(ModelWeights weights, int tp, int pp, KvPool[][] pools) {
-        this.w = weights;
-        this.c = weights.config;
-        c.requireTp(tp);
+    public ShardedModel(Model model, int tp, int pp, KvPool[][] pools) {
+        this.model = model;
+        this.w = model.weights;
+        this.c = model.config;
+        model.requireTp(tp);
         c.requirePp(pp);
         if (pools.length != pp) throw new IllegalArgumentException("pools for " + pools.length + " stages, pp is " + pp);
         for (KvPool[] s : pools) if (s.length != tp) throw new IllegalArgumentException("pools for " + s.length + " ranks, tp is " + tp);
@@ -43,18 +63,13 @@ public final class ShardedModel {
         groups = c.reductionGroups();
         kvPerRank = c.kvHeads() / tp;
         block = c.hiddenDim() / groups;
-        int half = hs / 2;
-        ropeCos = new float[c.seqLen() * half];
-        ropeSin = new float[c.seqLen() * half];
-        for (int pos = 0; pos < c.seqLen(); pos++) {
-            for (int i = 0; i < half; i++) {
-                // run.c: head_dim = i % head_size (even i), freq = 1 / 10000^(head_dim / head_size), val = pos * freq
-                float freq = 1.0f / (float) Math.pow(10000.0f, (2 * i) / (float) hs);
-                float val = pos * freq;
-                ropeCos[pos * half + i] = (float) Math.cos(val);
-                ropeSin[pos * half + i] = (float) Math.sin(val);
-            }
-        }
+        channelsPerGroup = model.inner / groups;
+        ropeCos = new float[c.seqLen() * (hs / 2)];
+        ropeSin = new float[c.seqLen() * (hs / 2)];
+        ropeTable(ropeCos, ropeSin, hs);
+        latentCos = new float[c.seqLen() * (model.ropeDim / 2)];
+        latentSin = new float[c.seqLen() * (model.ropeDim / 2)];
+        ropeTable(latentCos, latentSin, model.ropeDim);
         xb = new float[c.dim()];
         q = new float[hs];
         kvec = new float[hs];
@@ -64,28 +79,50 @@ public final class ShardedModel {
         partial = new float[groups * c.dim()];
         hb = new float[c.hiddenDim()];
         hb2 = new float[c.hiddenDim()];
+        logits = new float[c.vocabSize()];
+        latentVec = new float[model.latentRank + model.ropeDim];
+        ropeKey = new float[model.ropeDim];
+        qLatent = new float[model.latentRank];
+        qNope = new float[hs];
+        qRope = new float[model.ropeDim];
+        latentSum = new float[model.latentRank];
+        bVec = new float[model.stateSize];
+        cVec = new float[model.stateSize];
+        mixOut = new float[model.inner];
+    }
+
+    private void ropeTable(float[] cos, float[] sin, int size) {
+        int half = size / 2;
+        for (int pos = 0; pos < c.seqLen(); pos++) {
+            for (int i = 0; i < half; i++) {
+                // run.c: head_dim = i % head_size (even i), freq = 1 / 10000^(head_dim / head_size), val = pos * freq
+                float freq = 1.0f / (float) Math.pow(10000.0f, (2 * i) / (float) size);
+                float val = pos * freq;
+                cos[pos * half + i] = (float) Math.cos(val);
+                sin[pos * half + i] = (float) Math.sin(val);
+            }
+        }
     }
 
     public LlamaConfig config() {
         return c;
     }
 
-    public KvPool pool(int stage, int rank) {
-        return pools[stage][rank];
-    }
-
     /**
-     * Runs tokens[from, to) at positions from..to-1 through every layer, writing their K and V into
-     * the pages of {@code pageTable} (page of position p = pageTable[p / pageSize]); attention reads
-     * positions 0..p from the same pages, so earlier chunks (or KV that kvferry landed) must be there.
+     * Runs tokens[from, to) at positions from..to-1 through every layer of the request on aux row
+     * {@code row}, writing their K/V (or latents) into the pages of {@code pageTable} (page of position
+     * p = pageTable[p / pageSize]), their window K/V into the row's window ring and updating the row's
+     * recurrent state; attention reads positions 0..p from the same memory, so earlier chunks (or what
+     * kvferry landed) must be there.
      *
-     * @return the logits after the last token, or null when {@code wantLogits} is false
+     * @return the logits after the last token (valid until the next call), or null when {@code wantLogits} is false
      */
-    public float[] forward(int[] tokens, int from, int to, int[] pageTable, boolean wantLogits) {
+    public float[] forward(int[] tokens, int from, int to, int[] pageTable, int row, boolean wantLogits) {
         if (from < 0 || to > tokens.length || from >= to) throw new IllegalArgumentException("bad token range [" + from + ", " + to + ")");
         if (to > c.seqLen()) throw new IllegalArgumentException("position " + (to - 1) + " is past the model's seq_len " + c.seqLen());
         int n = to - from, dim = c.dim();
-        float[][] x = new float[n][dim];
+        if (xs.length < n) xs = new float[n][dim];
+        float[][] x = xs;
         for (int t = 0; t < n; t++) {
             int tok = tokens[from + t];
             if (tok < 0 || tok >= c.vocabSize()) throw new IllegalArgumentException("token " + tok + " is outside the vocabulary (" + c.vocabSize() + ")");
@@ -94,62 +131,26 @@ public final class ShardedModel {
         for (int stage = 0; stage < pp; stage++) {
             int first = c.stageStart(pp, stage), end = c.stageStart(pp, stage + 1);
             for (int l = first; l < end; l++) {
-                for (int t = 0; t < n; t++) layer(stage, l, l - first, x[t], from + t, pageTable);
+                for (int t = 0; t < n; t++) layer(stage, l, l - first, x[t], from + t, pageTable, row);
             }
         }
         if (!wantLogits) return null;
-        float[] last = x[n - 1];
-        rmsnorm(xb, last, w.rmsFinal);
-        float[] logits = new float[c.vocabSize()];
+        rmsnorm(xb, x[n - 1], w.rmsFinal);
         matmul(logits, 0, xb, w.wcls, 0, c.vocabSize(), dim);
         return logits;
     }
 
-    private void layer(int stage, int l, int local, float[] x, int pos, int[] pageTable) {
-        int dim = c.dim(), ps = pools[stage][0].pageSize, page = pageTable[pos / ps], slot = pos % ps;
+    private void layer(int stage, int l, int local, float[] x, int pos, int[] pageTable, int row) {
         rmsnorm(xb, x, w.rmsAtt[l]);
-        float scale = (float) Math.sqrt(hs);
-        for (int r = 0; r < tp; r++) {
-            KvPool pool = pools[stage][r];
-            for (int kh = 0; kh < kvPerRank; kh++) {
-                int g = r * kvPerRank + kh;
-                matmul(kvec, 0, xb, w.wk[l], g * hs, hs, dim);
-                matmul(vvec, 0, xb, w.wv[l], g * hs, hs, dim);
-                rope(kvec, pos);
-                pool.writeKv(local, page, slot, kh, kvec, 0, vvec, 0);
-                for (int j = 0; j < c.kvMul(); j++) {
-                    int h = g * c.kvMul() + j;
-                    matmul(q, 0, xb, w.wq[l], h * hs, hs, dim);
-                    rope(q, pos);
-                    float max = Float.NEGATIVE_INFINITY;
-                    for (int t = 0; t <= pos; t++) {
-                        float s = pool.dotK(local, pageTable[t / ps], t % ps, kh, q, 0) / scale;
-                        att[t] = s;
-                        if (s > max) max = s;
-                    }
-                    float sum = 0;
-                    for (int t = 0; t <= pos; t++) {
-                        att[t] = (float) Math.exp(att[t] - max);
-                        sum += att[t];
-                    }
-                    for (int t = 0; t <= pos; t++) att[t] /= sum;
-                    Arrays.fill(headOut, h * hs, (h + 1) * hs, 0f);
-                    for (int t = 0; t <= pos; t++) pool.addV(local, pageTable[t / ps], t % ps, kh, att[t], headOut, h * hs);
-                }
-                // This group's share of wo @ headOut: columns of its query heads.
-                int col0 = g * c.kvMul() * hs, cols = c.kvMul() * hs;
-                float[] wo = w.wo[l];
-                for (int i = 0; i < dim; i++) {
-                    float s = 0;
-                    int row = i * dim + col0;
-                    for (int j = 0; j < cols; j++) s += wo[row + j] * headOut[col0 + j];
-                    partial[g * dim + i] = s;
-                }
-            }
+        switch (model.kind(l)) {
+            case ATTENTION -> attention(stage, l, local, pos, pageTable, row, false);
+            case WINDOW -> attention(stage, l, local, pos, pageTable, row, true);
+            case LATENT -> latentAttention(stage, l, local, pos, pageTable);
+            case RECURRENT -> recurrent(stage, l, local, row);
         }
         allReduceInto(x);
         rmsnorm(xb, x, w.rmsFfn[l]);
-        int hidden = c.hiddenDim();
+        int dim = c.dim(), hidden = c.hiddenDim();
         for (int r = 0; r < tp; r++) {
             for (int b = r * kvPerRank; b < (r + 1) * kvPerRank; b++) {
                 int j0 = b * block;
@@ -163,13 +164,167 @@ public final class ShardedModel {
                 float[] w2 = w.w2[l];
                 for (int i = 0; i < dim; i++) {
                     float s = 0;
-                    int row = i * hidden + j0;
-                    for (int j = 0; j < block; j++) s += w2[row + j] * hb[j0 + j];
+                    int rowOff = i * hidden + j0;
+                    for (int j = 0; j < block; j++) s += w2[rowOff + j] * hb[j0 + j];
                     partial[b * dim + i] = s;
                 }
             }
         }
         allReduceInto(x);
+    }
+
+    /** Grouped-query attention; {@code windowed}: over the last {@link Model#window} positions, in the row's window ring. */
+    private void attention(int stage, int l, int local, int pos, int[] pageTable, int row, boolean windowed) {
+        int dim = c.dim(), ps = pools[stage][0].pageSize;
+        int start = windowed ? Math.max(0, pos - model.window + 1) : 0;
+        float scale = (float) Math.sqrt(hs);
+        for (int r = 0; r < tp; r++) {
+            KvPool pool = pools[stage][r];
+            HeadPages kv = windowed ? pool.window(local) : pool.attention(local);
+            int page = windowed ? pool.windowPage(row, pos / ps) : pageTable[pos / ps], slot = pos % ps;
+            for (int kh = 0; kh < kvPerRank; kh++) {
+                int g = r * kvPerRank + kh;
+                matmul(kvec, 0, xb, w.wk[l], g * hs, hs, dim);
+                matmul(vvec, 0, xb, w.wv[l], g * hs, hs, dim);
+                rope(kvec, 0, hs, pos, ropeCos, ropeSin);
+                kv.write(page, slot, kh, kvec, 0, vvec, 0);
+                for (int j = 0; j < c.kvMul(); j++) {
+                    int h = g * c.kvMul() + j;
+                    matmul(q, 0, xb, w.wq[l], h * hs, hs, dim);
+                    rope(q, 0, hs, pos, ropeCos, ropeSin);
+                    float max = Float.NEGATIVE_INFINITY;
+                    for (int t = start; t <= pos; t++) {
+                        int pg = windowed ? pool.windowPage(row, t / ps) : pageTable[t / ps];
+                        float s = kv.dotK(pg, t % ps, kh, q, 0) / scale;
+                        att[t] = s;
+                        if (s > max) max = s;
+                    }
+                    float sum = 0;
+                    for (int t = start; t <= pos; t++) {
+                        att[t] = (float) Math.exp(att[t] - max);
+                        sum += att[t];
+                    }
+                    for (int t = start; t <= pos; t++) att[t] /= sum;
+                    Arrays.fill(headOut, h * hs, (h + 1) * hs, 0f);
+                    for (int t = start; t <= pos; t++) {
+                        int pg = windowed ? pool.windowPage(row, t / ps) : pageTable[t / ps];
+                        kv.addV(pg, t % ps, kh, att[t], headOut, h * hs);
+                    }
+                }
+                outputPartial(l, g);
+            }
+        }
+    }
+
+    /** This group's share of wo @ headOut: the columns of its query heads. */
+    private void outputPartial(int l, int g) {
+        int dim = c.dim(), col0 = g * c.kvMul() * hs, cols = c.kvMul() * hs;
+        float[] wo = w.wo[l];
+        for (int i = 0; i < dim; i++) {
+            float s = 0;
+            int rowOff = i * dim + col0;
+            for (int j = 0; j < cols; j++) s += wo[rowOff + j] * headOut[col0 + j];
+            partial[g * dim + i] = s;
+        }
+    }
+
+    /** MLA-style attention over the layer's latent pages (absorbed form; see the class comment). */
+    private void latentAttention(int stage, int l, int local, int pos, int[] pageTable) {
+        int dim = c.dim(), rank = model.latentRank, rope = model.ropeDim, ps = pools[stage][0].pageSize;
+        // The token's latent and rope key: the same on every rank (replicated), each rank writes its own copy.
+        matmul(latentVec, 0, xb, model.kvDown[l], 0, rank + rope, dim);
+        System.arraycopy(latentVec, rank, ropeKey, 0, rope);
+        rmsnormPrefix(latentVec, rank, model.kvNorm[l]);
+        rope(ropeKey, 0, rope, pos, latentCos, latentSin);
+        int page = pageTable[pos / ps], slot = pos % ps;
+        float scale = (float) Math.sqrt(hs + rope);
+        float[] wq = model.qLatent[l], upK = model.upK[l], upV = model.upV[l];
+        for (int r = 0; r < tp; r++) {
+            LatentPages cache = pools[stage][r].latent(local);
+            cache.write(page, slot, latentVec, ropeKey);
+            for (int g = r * kvPerRank; g < (r + 1) * kvPerRank; g++) {
+                for (int j = 0; j < c.kvMul(); j++) {
+                    int h = g * c.kvMul() + j;
+                    matmul(qNope, 0, xb, wq, h * (hs + rope), hs, dim);
+                    matmul(qRope, 0, xb, wq, h * (hs + rope) + hs, rope, dim);
+                    rope(qRope, 0, rope, pos, latentCos, latentSin);
+                    // qLatent = upK_h^T qNope: the query in latent space
+                    for (int i = 0; i < rank; i++) {
+                        float s = 0;
+                        for (int d = 0; d < hs; d++) s += upK[(h * hs + d) * rank + i] * qNope[d];
+                        qLatent[i] = s;
+                    }
+                    float max = Float.NEGATIVE_INFINITY;
+                    for (int t = 0; t <= pos; t++) {
+                        float s = cache.score(pageTable[t / ps], t % ps, qLatent, qRope, 0) / scale;
+                        att[t] = s;
+                        if (s > max) max = s;
+                    }
+                    float sum = 0;
+                    for (int t = 0; t <= pos; t++) {
+                        att[t] = (float) Math.exp(att[t] - max);
+                        sum += att[t];
+                    }
+                    for (int t = 0; t <= pos; t++) att[t] /= sum;
+                    Arrays.fill(latentSum, 0f);
+                    for (int t = 0; t <= pos; t++) cache.addLatent(pageTable[t / ps], t % ps, att[t], latentSum);
+                    matmul(headOut, h * hs, latentSum, upV, h * hs, hs, rank); // the value up-projection
+                }
+                outputPartial(l, g);
+            }
+        }
+    }
+
+    /** The recurrent mixer for one token: conv + selective scan per channel of each rank's groups, the row's state in place. */
+    private void recurrent(int stage, int l, int local, int row) {
+        int dim = c.dim(), n = model.stateSize, k = model.convKernel, inner = model.inner, perRank = inner / tp;
+        matmul(bVec, 0, xb, model.bProj[l], 0, n, dim);
+        matmul(cVec, 0, xb, model.cProj[l], 0, n, dim);
+        float[] conv = model.conv[l], aLog = model.aLog[l], out = model.outProj[l];
+        for (int r = 0; r < tp; r++) {
+            RecurrentState st = pools[stage][r].recurrent(local);
+            for (int g = r * kvPerRank; g < (r + 1) * kvPerRank; g++) {
+                int c0 = g * channelsPerGroup;
+                for (int ch = c0; ch < c0 + channelsPerGroup; ch++) {
+                    int lc = ch - r * perRank;
+                    float uIn = dot(model.inProj[l], ch * dim, xb, dim);
+                    float z = dot(model.gateProj[l], ch * dim, xb, dim);
+                    float u = model.convBias[l][ch];
+                    for (int i = 0; i < k - 1; i++) u += conv[ch * k + i] * st.conv(row, i, lc);
+                    u += conv[ch * k + k - 1] * uIn;
+                    for (int i = 0; i < k - 2; i++) st.setConv(row, i, lc, st.conv(row, i + 1, lc));
+                    st.setConv(row, k - 2, lc, uIn);
+                    u *= 1.0f / (1.0f + (float) Math.exp(-u)); // SiLU
+                    float dt = softplus(model.dtWeight[l][ch] * u + model.dtBias[l][ch]);
+                    float y = 0;
+                    for (int s = 0; s < n; s++) {
+                        float decay = (float) Math.exp(-dt * (float) Math.exp(aLog[ch * n + s]));
+                        float h = decay * st.scan(row, lc, s) + dt * bVec[s] * u;
+                        st.setScan(row, lc, s, h);
+                        y += cVec[s] * h;
+                    }
+                    y += model.skip[l][ch] * u;
+                    y *= z / (1.0f + (float) Math.exp(-z)); // gate: SiLU(z)
+                    mixOut[ch] = y;
+                }
+                for (int i = 0; i < dim; i++) {
+                    float s = 0;
+                    int rowOff = i * inner + c0;
+                    for (int j = 0; j < channelsPerGroup; j++) s += out[rowOff + j] * mixOut[c0 + j];
+                    partial[g * dim + i] = s;
+                }
+            }
+        }
+    }
+
+    private static float softplus(float v) {
+        return v > 20 ? v : (float) Math.log1p(Math.exp(v));
+    }
+
+    private static float dot(float[] wm, int off, float[] x, int n) {
+        float s = 0;
+        for (int j = 0; j < n; j++) s += wm[off + j] * x[j];
+        return s;
     }
 
     /** The all-reduce: x += the groups' partial sums, added in global group order whatever the TP split. */
@@ -182,13 +337,13 @@ public final class ShardedModel {
         }
     }
 
-    private void rope(float[] v, int pos) {
-        int half = hs / 2;
+    private static void rope(float[] v, int off, int size, int pos, float[] cos, float[] sin) {
+        int half = size / 2;
         for (int i = 0; i < half; i++) {
-            float fcr = ropeCos[pos * half + i], fci = ropeSin[pos * half + i];
-            float v0 = v[2 * i], v1 = v[2 * i + 1];
-            v[2 * i] = v0 * fcr - v1 * fci;
-            v[2 * i + 1] = v0 * fci + v1 * fcr;
+            float fcr = cos[pos * half + i], fci = sin[pos * half + i];
+            float v0 = v[off + 2 * i], v1 = v[off + 2 * i + 1];
+            v[off + 2 * i] = v0 * fcr - v1 * fci;
+            v[off + 2 * i + 1] = v0 * fci + v1 * fcr;
         }
     }
 
@@ -209,5 +364,15 @@ public final class ShardedModel {
         ss += 1e-5f;
         ss = 1.0f / (float) Math.sqrt(ss);
         for (int j = 0; j < x.length; j++) out[j] = weight[j] * (ss * x[j]);
+    }
+
+    /** RMSNorm of v[0, n) in place. */
+    private static void rmsnormPrefix(float[] v, int n, float[] weight) {
+        float ss = 0;
+        for (int j = 0; j < n; j++) ss += v[j] * v[j];
+        ss /= n;
+        ss += 1e-5f;
+        ss = 1.0f / (float) Math.sqrt(ss);
+        for (int j = 0; j < n; j++) v[j] = weight[j] * (ss * v[j]);
     }
 }

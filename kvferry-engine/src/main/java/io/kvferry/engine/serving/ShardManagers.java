@@ -18,6 +18,7 @@ final class ShardManagers implements AutoCloseable {
                     KVManagerConfig.Builder b = KVManagerConfig.builder()
                             .attnTp(spec.tp(), r)
                             .ppSize(spec.pp())
+                            .mla(pools[s][r].latent()) // latent KV is replicated: copied whole, one real sender per decode rank
                             .listenHost(t.listenHost());
                     if (t.bootstrapAddr() != null) b.bootstrap(t.bootstrapHost(), t.bootstrapPort());
                     if (t.authToken() != null) b.authToken(t.authToken());
