@@ -65,6 +65,7 @@ public final class PrefillServer implements AutoCloseable {
             out.put("first_token", r.firstToken());
             out.put("compute_ms", r.computeMs());
             out.put("send_ms", r.sendMs());
+            out.put("kv_pages", r.kvPages());
             Http.sendJson(ex, 200, out);
         } catch (ExecutionException e) {
             Throwable c = e.getCause();

@@ -27,8 +27,12 @@ public final class PrefillEngine extends SchedulerThread {
     public record Request(long room, int[] prompt, Sampling sampling) {
     }
 
-    /** @param computeMs prefill forward time; @param sendMs last send → Success on every rank */
-    public record Result(long room, int firstToken, double computeMs, double sendMs) {
+    /**
+     * @param computeMs prefill forward time
+     * @param sendMs    last send → Success on every rank
+     * @param kvPages   pages sent after the decode's prefix (0: the last chunk carried only the state and the aux row)
+     */
+    public record Result(long room, int firstToken, double computeMs, double sendMs, int kvPages) {
     }
 
     private final EngineSpec spec;
@@ -186,7 +190,7 @@ public final class PrefillEngine extends SchedulerThread {
             if (p == KVPoll.Success) {
                 it.remove();
                 Result r = new Result(f.req.room(), pools[0][0].firstToken(f.row), f.computeNanos / 1e6,
-                        (System.nanoTime() - f.lastSendNanos) / 1e6);
+                        (System.nanoTime() - f.lastSendNanos) / 1e6, f.pages.length - f.prefixPages);
                 release(f);
                 f.done.complete(r);
                 moved = true;
