@@ -129,6 +129,7 @@ public final class DecodeServer implements AutoCloseable {
         ObjectNode out = Http.JSON.createObjectNode();
         out.put("status", "ok");
         out.put("role", "decode");
+        out.put("model_variant", engine.spec().model().variant.label());
         out.put("tp", engine.spec().tp());
         out.put("pp", engine.spec().pp());
         out.put("in_flight", engine.inFlight());

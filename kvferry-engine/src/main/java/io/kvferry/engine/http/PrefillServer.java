@@ -85,6 +85,7 @@ public final class PrefillServer implements AutoCloseable {
         ObjectNode out = Http.JSON.createObjectNode();
         out.put("status", "ok");
         out.put("role", "prefill");
+        out.put("model_variant", engine.spec().model().variant.label());
         out.put("bootstrap", bootstrapAddr);
         out.put("tp", engine.spec().tp());
         out.put("pp", engine.spec().pp());
