@@ -121,10 +121,10 @@ public final class Router implements AutoCloseable {
             for (Backend b : this.decodes) checkHealth(b);
         }, HEALTH_EVERY.toMillis(), HEALTH_EVERY.toMillis(), TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
-        server.createContext("/v1/completions", ex -> PrefillServer.handle(ex, this::completions));
-        server.createContext("/v1/models", ex -> PrefillServer.handle(ex, this::models));
-        server.createContext("/generate", ex -> PrefillServer.handle(ex, this::generate));
-        server.createContext("/health", ex -> PrefillServer.handle(ex, this::healthRoute));
+        server.createContext("/v1/completions", ex -> Http.handle(ex, this::completions));
+        server.createContext("/v1/models", ex -> Http.handle(ex, this::models));
+        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
+        server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.start();
     }
 

@@ -2,7 +2,6 @@ package io.kvferry.engine.kv;
 
 import io.kvferry.api.KVArgs;
 import io.kvferry.api.StateType;
-import io.kvferry.engine.model.LayerKind;
 import io.kvferry.engine.model.LlamaConfig;
 import io.kvferry.engine.model.Model;
 import io.kvferry.memory.SharedArena;
@@ -16,7 +15,7 @@ import java.util.List;
 /**
  * The caches of one engine shard (one TP rank of one PP stage), in the very memory kvferry
  * registers: attention writes into these pages and reads them in place, and the transfer layer moves
- * the same memory. Per local layer, by its {@link LayerKind}:
+ * the same memory. Per local layer, by its {@link io.kvferry.engine.model.LayerKind}:
  * <ul>
  * <li>attention: a K and a V buffer of {@code pages} pages ({@link HeadPages}), registered as KV
  * buffers in SGLang's MHA order (all K, then all V);
