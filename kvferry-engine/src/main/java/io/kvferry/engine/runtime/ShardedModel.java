@@ -4,6 +4,7 @@ import io.kvferry.engine.kv.HeadPages;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.LatentPages;
 import io.kvferry.engine.kv.RecurrentState;
+import io.kvferry.engine.model.LayerKind;
 import io.kvferry.engine.model.LlamaConfig;
 import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelWeights;
@@ -43,10 +44,14 @@ public final class ShardedModel {
     private final float[] latentCos, latentSin; // [pos][ropeDim/2]
     private final int hs, groups, kvPerRank, block, channelsPerGroup;
     // scratch (owner thread)
-    private final float[] xb, q, kvec, vvec, att, headOut, partial, hb, hb2, logits;
+    private final float[] xb, att, headOut, partial; // one token of a latent or recurrent layer
     private final float[] latentVec, ropeKey, qLatent, qNope, qRope, latentSum;
     private final float[] bVec, cVec, mixOut;
-    private float[][] xs = new float[0][];
+    // per batch entry, grown to the largest batch seen
+    private float[][] bx = new float[0][], bxb, bq, bk, bv, bheads, bpartial, bhb, bhb2, blogits;
+    private float[] transposed, acc;
+    private int[] batchTokens, batchPositions, batchRows;
+    private int[][] batchTables;
 
     public ShardedModel(Model model, int tp, int pp, KvPool[][] pools) {
         this.model = model;
@@ -71,15 +76,10 @@ public final class ShardedModel {
         latentSin = new float[c.seqLen() * (model.ropeDim / 2)];
         ropeTable(latentCos, latentSin, model.ropeDim);
         xb = new float[c.dim()];
-        q = new float[hs];
-        kvec = new float[hs];
-        vvec = new float[hs];
         att = new float[c.seqLen()];
         headOut = new float[c.dim()];
         partial = new float[groups * c.dim()];
-        hb = new float[c.hiddenDim()];
-        hb2 = new float[c.hiddenDim()];
-        logits = new float[c.vocabSize()];
+        ensureBatch(1);
         latentVec = new float[model.latentRank + model.ropeDim];
         ropeKey = new float[model.ropeDim];
         qLatent = new float[model.latentRank];
@@ -119,63 +119,126 @@ public final class ShardedModel {
      */
     public float[] forward(int[] tokens, int from, int to, int[] pageTable, int row, boolean wantLogits) {
         if (from < 0 || to > tokens.length || from >= to) throw new IllegalArgumentException("bad token range [" + from + ", " + to + ")");
-        if (to > c.seqLen()) throw new IllegalArgumentException("position " + (to - 1) + " is past the model's seq_len " + c.seqLen());
-        int n = to - from, dim = c.dim();
-        if (xs.length < n) xs = new float[n][dim];
-        float[][] x = xs;
+        int n = to - from;
+        ensureBatch(n);
         for (int t = 0; t < n; t++) {
-            int tok = tokens[from + t];
+            batchTokens[t] = tokens[from + t];
+            batchPositions[t] = from + t;
+            batchTables[t] = pageTable;
+            batchRows[t] = row;
+        }
+        float[][] out = forward(n, batchTokens, batchPositions, batchTables, batchRows, wantLogits ? n - 1 : n);
+        return wantLogits ? out[n - 1] : null;
+    }
+
+    /**
+     * One pass over {@code count} entries, each a token at a position of a request (its page table and
+     * aux row): a chunk of one request's prompt (consecutive positions), or the running batch's next
+     * token of each request. Within a layer the entries' projections are computed together (weights
+     * read once per layer for the whole batch), then each entry attends or recurs in entry order, so an
+     * entry sees the K/V of the entries before it; each output is summed in the same order as for a
+     * lone token, so batching never changes a value.
+     *
+     * @param logitsFrom entries [logitsFrom, count) get logits
+     * @return logits per entry (rows below logitsFrom unset), valid until the next call
+     */
+    public float[][] forward(int count, int[] tokens, int[] positions, int[][] pageTables, int[] rows, int logitsFrom) {
+        int dim = c.dim();
+        ensureBatch(count);
+        for (int b = 0; b < count; b++) {
+            int tok = tokens[b];
             if (tok < 0 || tok >= c.vocabSize()) throw new IllegalArgumentException("token " + tok + " is outside the vocabulary (" + c.vocabSize() + ")");
-            System.arraycopy(w.tokenEmbedding, tok * dim, x[t], 0, dim);
+            if (positions[b] < 0 || positions[b] >= c.seqLen()) {
+                throw new IllegalArgumentException("position " + positions[b] + " is outside the model's seq_len " + c.seqLen());
+            }
+            System.arraycopy(w.tokenEmbedding, tok * dim, bx[b], 0, dim);
         }
         for (int stage = 0; stage < pp; stage++) {
             int first = c.stageStart(pp, stage), end = c.stageStart(pp, stage + 1);
-            for (int l = first; l < end; l++) {
-                for (int t = 0; t < n; t++) layer(stage, l, l - first, x[t], from + t, pageTable, row);
-            }
+            for (int l = first; l < end; l++) layer(count, stage, l, l - first, positions, pageTables, rows);
         }
-        if (!wantLogits) return null;
-        rmsnorm(xb, x[n - 1], w.rmsFinal);
-        matmul(logits, 0, xb, w.wcls, 0, c.vocabSize(), dim);
-        return logits;
+        for (int b = logitsFrom; b < count; b++) rmsnorm(bxb[b], bx[b], w.rmsFinal);
+        matmulBatch(blogits, 0, bxb, 0, logitsFrom, count, w.wcls, 0, c.vocabSize(), dim, dim, 0);
+        return blogits;
     }
 
-    private void layer(int stage, int l, int local, float[] x, int pos, int[] pageTable, int row) {
-        rmsnorm(xb, x, w.rmsAtt[l]);
+    private void ensureBatch(int n) {
+        if (bx.length >= n) return;
+        int cap = Math.max(n, 2 * bx.length);
+        int dim = c.dim(), kvDim = c.kvDim();
+        bx = new float[cap][dim];
+        bxb = new float[cap][dim];
+        bq = new float[cap][dim];
+        bk = new float[cap][kvDim];
+        bv = new float[cap][kvDim];
+        bheads = new float[cap][dim];
+        bpartial = new float[cap][groups * dim];
+        bhb = new float[cap][c.hiddenDim()];
+        bhb2 = new float[cap][c.hiddenDim()];
+        blogits = new float[cap][c.vocabSize()];
+        transposed = new float[Math.max(c.hiddenDim(), dim) * cap];
+        acc = new float[cap];
+        batchTokens = new int[cap];
+        batchPositions = new int[cap];
+        batchTables = new int[cap][];
+        batchRows = new int[cap];
+    }
+
+    private void layer(int count, int stage, int l, int local, int[] positions, int[][] pageTables, int[] rows) {
+        int dim = c.dim(), hidden = c.hiddenDim(), kvDim = c.kvDim();
+        for (int b = 0; b < count; b++) rmsnorm(bxb[b], bx[b], w.rmsAtt[l]);
         switch (model.kind(l)) {
-            case ATTENTION -> attention(stage, l, local, pos, pageTable, row, false);
-            case WINDOW -> attention(stage, l, local, pos, pageTable, row, true);
-            case LATENT -> latentAttention(stage, l, local, pos, pageTable);
-            case RECURRENT -> recurrent(stage, l, local, row);
-        }
-        allReduceInto(x);
-        rmsnorm(xb, x, w.rmsFfn[l]);
-        int dim = c.dim(), hidden = c.hiddenDim();
-        for (int r = 0; r < tp; r++) {
-            for (int b = r * kvPerRank; b < (r + 1) * kvPerRank; b++) {
-                int j0 = b * block;
-                matmul(hb, j0, xb, w.w1[l], j0, block, dim);
-                matmul(hb2, j0, xb, w.w3[l], j0, block, dim);
-                for (int j = j0; j < j0 + block; j++) {
-                    float v = hb[j];
-                    v *= 1.0f / (1.0f + (float) Math.exp(-v)); // SiLU
-                    hb[j] = v * hb2[j];
+            case ATTENTION, WINDOW -> {
+                boolean windowed = model.kind(l) == LayerKind.WINDOW;
+                matmulBatch(bq, 0, bxb, 0, 0, count, w.wq[l], 0, dim, dim, dim, 0);
+                matmulBatch(bk, 0, bxb, 0, 0, count, w.wk[l], 0, kvDim, dim, dim, 0);
+                matmulBatch(bv, 0, bxb, 0, 0, count, w.wv[l], 0, kvDim, dim, dim, 0);
+                for (int b = 0; b < count; b++) attend(stage, local, positions[b], pageTables[b], rows[b], windowed, bq[b], bk[b], bv[b], bheads[b]);
+                // Each group's share of wo @ heads: the columns of its query heads.
+                int cols = c.kvMul() * hs;
+                for (int g = 0; g < groups; g++) {
+                    matmulBatch(bpartial, g * dim, bheads, g * cols, 0, count, w.wo[l], 0, dim, cols, dim, g * cols);
                 }
-                float[] w2 = w.w2[l];
-                for (int i = 0; i < dim; i++) {
-                    float s = 0;
-                    int rowOff = i * hidden + j0;
-                    for (int j = 0; j < block; j++) s += w2[rowOff + j] * hb[j0 + j];
-                    partial[b * dim + i] = s;
+            }
+            case LATENT, RECURRENT -> {
+                for (int b = 0; b < count; b++) {
+                    System.arraycopy(bxb[b], 0, xb, 0, dim);
+                    if (model.kind(l) == LayerKind.LATENT) latentAttention(stage, l, local, positions[b], pageTables[b]);
+                    else recurrent(stage, l, local, rows[b]);
+                    System.arraycopy(partial, 0, bpartial[b], 0, groups * dim);
                 }
             }
         }
-        allReduceInto(x);
+        for (int b = 0; b < count; b++) {
+            allReduceInto(bx[b], bpartial[b]);
+            rmsnorm(bxb[b], bx[b], w.rmsFfn[l]);
+        }
+        matmulBatch(bhb, 0, bxb, 0, 0, count, w.w1[l], 0, hidden, dim, dim, 0);
+        matmulBatch(bhb2, 0, bxb, 0, 0, count, w.w3[l], 0, hidden, dim, dim, 0);
+        for (int b = 0; b < count; b++) {
+            float[] h1 = bhb[b], h3 = bhb2[b];
+            for (int j = 0; j < hidden; j++) {
+                float v = h1[j];
+                v *= 1.0f / (1.0f + (float) Math.exp(-v)); // SiLU
+                h1[j] = v * h3[j];
+            }
+        }
+        // Each group's share of w2 @ hb: the columns of its MLP block (groups of every rank, in global order).
+        for (int g = 0; g < groups; g++) {
+            matmulBatch(bpartial, g * dim, bhb, g * block, 0, count, w.w2[l], 0, dim, block, hidden, g * block);
+        }
+        for (int b = 0; b < count; b++) allReduceInto(bx[b], bpartial[b]);
     }
 
-    /** Grouped-query attention; {@code windowed}: over the last {@link Model#window} positions, in the row's window ring. */
-    private void attention(int stage, int l, int local, int pos, int[] pageTable, int row, boolean windowed) {
-        int dim = c.dim(), ps = pools[stage][0].pageSize;
+    /**
+     * One token's grouped-query attention on every rank from its projections (q: all query heads, k and
+     * v: all KV heads): each rank ropes and writes its KV heads at the token's slot, then its query heads
+     * attend over positions [start, pos] of its pool (the whole sequence, or the window ring's last
+     * {@link Model#window} positions) into {@code heads}.
+     */
+    private void attend(int stage, int local, int pos, int[] pageTable, int row, boolean windowed, float[] qAll, float[] kAll,
+                        float[] vAll, float[] heads) {
+        int ps = pools[stage][0].pageSize;
         int start = windowed ? Math.max(0, pos - model.window + 1) : 0;
         float scale = (float) Math.sqrt(hs);
         for (int r = 0; r < tp; r++) {
@@ -184,18 +247,15 @@ public final class ShardedModel {
             int page = windowed ? pool.windowPage(row, pos / ps) : pageTable[pos / ps], slot = pos % ps;
             for (int kh = 0; kh < kvPerRank; kh++) {
                 int g = r * kvPerRank + kh;
-                matmul(kvec, 0, xb, w.wk[l], g * hs, hs, dim);
-                matmul(vvec, 0, xb, w.wv[l], g * hs, hs, dim);
-                rope(kvec, 0, hs, pos, ropeCos, ropeSin);
-                kv.write(page, slot, kh, kvec, 0, vvec, 0);
+                rope(kAll, g * hs, hs, pos, ropeCos, ropeSin);
+                kv.write(page, slot, kh, kAll, g * hs, vAll, g * hs);
                 for (int j = 0; j < c.kvMul(); j++) {
                     int h = g * c.kvMul() + j;
-                    matmul(q, 0, xb, w.wq[l], h * hs, hs, dim);
-                    rope(q, 0, hs, pos, ropeCos, ropeSin);
+                    rope(qAll, h * hs, hs, pos, ropeCos, ropeSin);
                     float max = Float.NEGATIVE_INFINITY;
                     for (int t = start; t <= pos; t++) {
                         int pg = windowed ? pool.windowPage(row, t / ps) : pageTable[t / ps];
-                        float s = kv.dotK(pg, t % ps, kh, q, 0) / scale;
+                        float s = kv.dotK(pg, t % ps, kh, qAll, h * hs) / scale;
                         att[t] = s;
                         if (s > max) max = s;
                     }
@@ -205,18 +265,17 @@ public final class ShardedModel {
                         sum += att[t];
                     }
                     for (int t = start; t <= pos; t++) att[t] /= sum;
-                    Arrays.fill(headOut, h * hs, (h + 1) * hs, 0f);
+                    Arrays.fill(heads, h * hs, (h + 1) * hs, 0f);
                     for (int t = start; t <= pos; t++) {
                         int pg = windowed ? pool.windowPage(row, t / ps) : pageTable[t / ps];
-                        kv.addV(pg, t % ps, kh, att[t], headOut, h * hs);
+                        kv.addV(pg, t % ps, kh, att[t], heads, h * hs);
                     }
                 }
-                outputPartial(l, g);
             }
         }
     }
 
-    /** This group's share of wo @ headOut: the columns of its query heads. */
+    /** This group's share of wo @ headOut (latent attention): the columns of its query heads. */
     private void outputPartial(int l, int g) {
         int dim = c.dim(), col0 = g * c.kvMul() * hs, cols = c.kvMul() * hs;
         float[] wo = w.wo[l];
@@ -328,11 +387,11 @@ public final class ShardedModel {
     }
 
     /** The all-reduce: x += the groups' partial sums, added in global group order whatever the TP split. */
-    private void allReduceInto(float[] x) {
+    private void allReduceInto(float[] x, float[] parts) {
         int dim = c.dim();
         for (int i = 0; i < dim; i++) {
-            float s = partial[i];
-            for (int g = 1; g < groups; g++) s += partial[g * dim + i];
+            float s = parts[i];
+            for (int g = 1; g < groups; g++) s += parts[g * dim + i];
             x[i] += s;
         }
     }
@@ -344,6 +403,43 @@ public final class ShardedModel {
             float v0 = v[off + 2 * i], v1 = v[off + 2 * i + 1];
             v[off + 2 * i] = v0 * fcr - v1 * fci;
             v[off + 2 * i + 1] = v0 * fci + v1 * fcr;
+        }
+    }
+
+    /**
+     * out[b][outOff + i] = W[rowOff + i, colOff : colOff + n] · x[b][xOff : xOff + n] for i in [0, rows)
+     * and entries b in [from, to) (W row-major, {@code stride} columns). Each output is summed over j in
+     * order, exactly as {@link #matmul} sums it; over a batch the loop runs j outside and the entries
+     * inside (a weight is read once per batch and the inner loop is a vectorizable axpy over entries).
+     */
+    private void matmulBatch(float[][] out, int outOff, float[][] x, int xOff, int from, int to, float[] wm, int rowOff, int rows,
+                             int n, int stride, int colOff) {
+        int count = to - from;
+        if (count <= 0) return;
+        if (count == 1) {
+            float[] xv = x[from], o = out[from];
+            for (int i = 0; i < rows; i++) {
+                float s = 0;
+                int base = (rowOff + i) * stride + colOff;
+                for (int j = 0; j < n; j++) s += wm[base + j] * xv[xOff + j];
+                o[outOff + i] = s;
+            }
+            return;
+        }
+        float[] xt = transposed, a = acc;
+        for (int b = 0; b < count; b++) {
+            float[] xv = x[from + b];
+            for (int j = 0; j < n; j++) xt[j * count + b] = xv[xOff + j];
+        }
+        for (int i = 0; i < rows; i++) {
+            Arrays.fill(a, 0, count, 0f);
+            int base = (rowOff + i) * stride + colOff;
+            for (int j = 0; j < n; j++) {
+                float wij = wm[base + j];
+                int o = j * count;
+                for (int b = 0; b < count; b++) a[b] += wij * xt[o + b];
+            }
+            for (int b = 0; b < count; b++) out[from + b][outOff + i] = a[b];
         }
     }
 

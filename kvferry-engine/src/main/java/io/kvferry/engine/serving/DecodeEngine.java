@@ -51,6 +51,10 @@ public final class DecodeEngine extends SchedulerThread {
     private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
     private volatile int inFlight;
     private volatile long abortedRequests;
+    // The running batch's step, reused (at most one running request per aux row).
+    private final Flight[] batch;
+    private final int[] batchTokens, batchPositions, batchRows;
+    private final int[][] batchTables;
 
     private final class Flight {
         final Request req;
@@ -88,6 +92,11 @@ public final class DecodeEngine extends SchedulerThread {
         this.managers = m;
         this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
         this.prefixCache = new PrefixCache(spec.pageSize());
+        batch = new Flight[spec.maxRequests()];
+        batchTokens = new int[spec.maxRequests()];
+        batchPositions = new int[spec.maxRequests()];
+        batchRows = new int[spec.maxRequests()];
+        batchTables = new int[spec.maxRequests()][];
         start();
     }
 
@@ -225,7 +234,8 @@ public final class DecodeEngine extends SchedulerThread {
                 moved = true;
             }
         }
-        // The running batch: one token for every running request, then the queues again.
+        // The running batch: one token for every running request, all computed in one pass, then the queues again.
+        int n = 0;
         for (Iterator<Flight> it = running.iterator(); it.hasNext(); ) {
             Flight f = it.next();
             if (f.aborted) {
@@ -242,10 +252,23 @@ public final class DecodeEngine extends SchedulerThread {
                 continue;
             }
             int pos = f.req.prompt().length + f.generated - 1;
+            batch[n] = f;
+            batchTokens[n] = f.seq[pos];
+            batchPositions[n] = pos;
+            batchTables[n] = f.pages;
+            batchRows[n] = f.row;
+            n++;
+        }
+        if (n > 0) {
             long t0 = System.nanoTime();
-            float[] logits = model.forward(f.seq, pos, pos + 1, f.pages, f.row, true);
-            if (f.generated == 1) f.firstDecodeMs = (System.nanoTime() - t0) / 1e6;
-            emit(f, f.req.sampling().sample(logits, f.generated));
+            float[][] logits = model.forward(n, batchTokens, batchPositions, batchTables, batchRows, 0);
+            double stepMs = (System.nanoTime() - t0) / 1e6;
+            for (int i = 0; i < n; i++) {
+                Flight f = batch[i];
+                batch[i] = null;
+                if (f.generated == 1) f.firstDecodeMs = stepMs;
+                emit(f, f.req.sampling().sample(logits[i], f.generated));
+            }
             moved = true;
         }
         return moved;
