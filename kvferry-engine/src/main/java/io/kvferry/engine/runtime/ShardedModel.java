@@ -49,7 +49,6 @@ public final class ShardedModel {
     private final float[] bVec, cVec, mixOut;
     // per batch entry, grown to the largest batch seen
     private float[][] bx = new float[0][], bxb, bq, bk, bv, bheads, bpartial, bhb, bhb2, blogits;
-    private float[] transposed, acc;
     private int[] batchTokens, batchPositions, batchRows;
     private int[][] batchTables;
 
@@ -176,8 +175,6 @@ public final class ShardedModel {
         bhb = new float[cap][c.hiddenDim()];
         bhb2 = new float[cap][c.hiddenDim()];
         blogits = new float[cap][c.vocabSize()];
-        transposed = new float[Math.max(c.hiddenDim(), dim) * cap];
-        acc = new float[cap];
         batchTokens = new int[cap];
         batchPositions = new int[cap];
         batchTables = new int[cap][];
@@ -409,37 +406,67 @@ public final class ShardedModel {
     /**
      * out[b][outOff + i] = W[rowOff + i, colOff : colOff + n] · x[b][xOff : xOff + n] for i in [0, rows)
      * and entries b in [from, to) (W row-major, {@code stride} columns). Each output is summed over j in
-     * order, exactly as {@link #matmul} sums it; over a batch the loop runs j outside and the entries
-     * inside (a weight is read once per batch and the inner loop is a vectorizable axpy over entries).
+     * order, exactly as {@link #matmul} sums it, whatever the batch.
      */
-    private void matmulBatch(float[][] out, int outOff, float[][] x, int xOff, int from, int to, float[] wm, int rowOff, int rows,
-                             int n, int stride, int colOff) {
-        int count = to - from;
-        if (count <= 0) return;
-        if (count == 1) {
-            float[] xv = x[from], o = out[from];
+    static void matmulBatch(float[][] out, int outOff, float[][] x, int xOff, int from, int to, float[] wm, int rowOff, int rows,
+                            int n, int stride, int colOff) {
+        int b = from;
+        // Tiles of two weight rows x four entries: eight independent sums, each weight and input read once per
+        // tile (a lone dot product waits on its add latency every step), every sum in the lone token's order.
+        for (; b + 4 <= to; b += 4) {
+            float[] x0 = x[b], x1 = x[b + 1], x2 = x[b + 2], x3 = x[b + 3];
+            float[] o0 = out[b], o1 = out[b + 1], o2 = out[b + 2], o3 = out[b + 3];
+            int i = 0;
+            for (; i + 2 <= rows; i += 2) {
+                float s0 = 0, s1 = 0, s2 = 0, s3 = 0, t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+                int base = (rowOff + i) * stride + colOff, base2 = base + stride;
+                for (int j = 0; j < n; j++) {
+                    float wv = wm[base + j], wu = wm[base2 + j];
+                    int xj = xOff + j;
+                    float a0 = x0[xj], a1 = x1[xj], a2 = x2[xj], a3 = x3[xj];
+                    s0 += wv * a0;
+                    s1 += wv * a1;
+                    s2 += wv * a2;
+                    s3 += wv * a3;
+                    t0 += wu * a0;
+                    t1 += wu * a1;
+                    t2 += wu * a2;
+                    t3 += wu * a3;
+                }
+                o0[outOff + i] = s0;
+                o1[outOff + i] = s1;
+                o2[outOff + i] = s2;
+                o3[outOff + i] = s3;
+                o0[outOff + i + 1] = t0;
+                o1[outOff + i + 1] = t1;
+                o2[outOff + i + 1] = t2;
+                o3[outOff + i + 1] = t3;
+            }
+            for (; i < rows; i++) {
+                float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                int base = (rowOff + i) * stride + colOff;
+                for (int j = 0; j < n; j++) {
+                    float wv = wm[base + j];
+                    int xj = xOff + j;
+                    s0 += wv * x0[xj];
+                    s1 += wv * x1[xj];
+                    s2 += wv * x2[xj];
+                    s3 += wv * x3[xj];
+                }
+                o0[outOff + i] = s0;
+                o1[outOff + i] = s1;
+                o2[outOff + i] = s2;
+                o3[outOff + i] = s3;
+            }
+        }
+        for (; b < to; b++) { // the entries left over, one at a time
+            float[] xv = x[b], o = out[b];
             for (int i = 0; i < rows; i++) {
                 float s = 0;
                 int base = (rowOff + i) * stride + colOff;
                 for (int j = 0; j < n; j++) s += wm[base + j] * xv[xOff + j];
                 o[outOff + i] = s;
             }
-            return;
-        }
-        float[] xt = transposed, a = acc;
-        for (int b = 0; b < count; b++) {
-            float[] xv = x[from + b];
-            for (int j = 0; j < n; j++) xt[j * count + b] = xv[xOff + j];
-        }
-        for (int i = 0; i < rows; i++) {
-            Arrays.fill(a, 0, count, 0f);
-            int base = (rowOff + i) * stride + colOff;
-            for (int j = 0; j < n; j++) {
-                float wij = wm[base + j];
-                int o = j * count;
-                for (int b = 0; b < count; b++) a[b] += wij * xt[o + b];
-            }
-            for (int b = 0; b < count; b++) out[from + b][outOff + i] = a[b];
         }
     }
 
