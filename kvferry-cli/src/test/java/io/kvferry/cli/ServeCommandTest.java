@@ -11,10 +11,13 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -68,6 +71,18 @@ class ServeCommandTest {
     void serveRefusesMissingPieces() {
         assertEquals(2, BenchCommandTest.run("serve", "--role", "bogus").code());
         assertEquals(2, BenchCommandTest.run("serve", "--role", "router").code());
+        PrintStream err = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        int code;
+        try {
+            code = Main.run("demo", "--model-variant", "mamba2");
+        } finally {
+            System.setErr(err);
+        }
+        String said = buf.toString(StandardCharsets.UTF_8);
+        assertEquals(2, code, said);
+        assertTrue(said.contains("unknown model variant 'mamba2'; use one of llama, mla, swa, hybrid"), said);
     }
 
     static Process spawnRole(String role, List<String> extra) throws Exception {

@@ -25,11 +25,13 @@ import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -184,6 +186,26 @@ class DisaggregatedTest {
                 for (int i = 0; i < gens.size(); i++) {
                     assertArrayEquals(c.generate(prompts.get(i), 20, Sampling.GREEDY).tokens(), gens.get(i).get(60, TimeUnit.SECONDS).tokens());
                 }
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    /** A decode of another variant than its prefill: kvferry refuses the layout at HELLO and the request fails saying why. */
+    @Test
+    @Timeout(60)
+    void mismatchedVariantsFailWithTheLayoutRefusal() throws Exception {
+        EngineSpec llama = new EngineSpec(MODELS.get(ModelVariant.LLAMA), 1, 1, 16, 64, 4, 16);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
+            TransferSpec t = transfer("tcp", registry);
+            try (PrefillEngine p = new PrefillEngine(llama, t);
+                 DecodeEngine d = new DecodeEngine(llama.withModel(MODELS.get(ModelVariant.HYBRID)), t)) {
+                int[] prompt = prompt(new SplittableRandom(1), 20);
+                p.submit(new PrefillEngine.Request(7, prompt, Sampling.GREEDY));
+                Exception e = assertThrows(ExecutionException.class, () -> decode(d, 7, prompt, 4, Sampling.GREEDY).get(30, TimeUnit.SECONDS));
+                assertTrue(e.getCause().getMessage().contains("KV buffers do not pair by layer id")
+                        || e.getCause().getMessage().contains("state component count mismatch"), e.getCause().getMessage());
+                p.abort(7);
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
