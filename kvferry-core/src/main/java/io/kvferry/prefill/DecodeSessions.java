@@ -1,5 +1,6 @@
 package io.kvferry.prefill;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
@@ -7,7 +8,10 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.LayerPairing;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
@@ -96,6 +100,13 @@ final class DecodeSessions {
                 if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
             }
         });
+        // A decode waits at most its waiting timeout for a room's KV, so holding its metadata longer is pointless.
+        Duration unclaimed = config.waitingTimeout();
+        timer.every(unclaimed.compareTo(Duration.ofSeconds(4)) < 0 ? unclaimed.dividedBy(4).plusMillis(1) : Duration.ofSeconds(1),
+                () -> {
+                    int n = rooms.expireUnclaimed(unclaimed.toNanos());
+                    if (n > 0) log.warn("dropped {} transfer infos whose requests never reached this rank", n);
+                });
         acceptor = Thread.ofPlatform().daemon().name("kvferry-prefill-accept-" + engineRank).start(this::acceptLoop);
     }
 
@@ -192,6 +203,9 @@ final class DecodeSessions {
         String why = "closed";
         FailureKind kind = FailureKind.PEER_LOST;
         try {
+            // Nothing the peer sends is acted on before its HELLO answered this challenge with the cluster key.
+            link.challenge = Handshake.nonce();
+            link.connection.send(new Challenge(link.challenge));
             while (!closed) {
                 ControlMessage m = link.connection.read();
                 if (link.hello == null && !(m instanceof Hello)) {
@@ -230,25 +244,45 @@ final class DecodeSessions {
             attachStripe(link, h);
             return;
         }
-        HandshakeValidator.Refusal refusal = validator.checkHello(h);
+        HandshakeValidator.Refusal refusal = validator.checkMac(h, link.challenge);
+        if (refusal == null) refusal = validator.checkHello(h);
         if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
+        if (h.sessionId().isEmpty() || h.instanceId().isEmpty()) {
+            refuse(link, FailureKind.HANDSHAKE_REFUSED, "HELLO names no session or decode instance", "refused decode registration: ");
+        }
+        DecodeLink previous = registered(h.sessionId());
+        if (previous != null && !(h.isResume()
+                && Handshake.equal(Handshake.resumeProof(previous.sessionKey, link.challenge), h.resumeProof()))) {
+            // Only the decode that holds the session's key may replace its link (a reconnection after a loss
+            // this rank has not noticed yet); anyone else naming the session id is refused, not obeyed.
+            refuse(link, FailureKind.HANDSHAKE_REFUSED, "session " + h.sessionId() + " is already registered on this rank "
+                    + "and the registration does not prove its session key", "refused decode registration: ");
+        }
         StringBuilder fallback = new StringBuilder();
         DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
                 h.stripes()), fallback);
         link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
         link.kvSlices = validator.headSlices(h, link.kvBufferMap);
-        // A decode restarted with the same session id replaces its old link.
-        for (DecodeLink old : links) {
-            if (old != link && old.stripeOf == null && old.hello != null && old.hello.sessionId().equals(h.sessionId())) {
-                old.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
-            }
-        }
+        link.checksum = config.checksum().max(h.checksum());
+        link.digestInStatus = link.checksum != ChecksumMode.OFF && !path.carryChecksums(link.checksum);
+        Coverage coverage = validator.coverage(h, link.kvBufferMap, link.kvSlices);
+        link.sessionKey = Handshake.sessionKey(validator.key(), link.challenge, h.decodeNonce(), h.sessionId());
+        if (previous != null) previous.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
         link.dataPath = path;
         link.hello = h;
         link.connection.acceptAll();
-        link.connection.send(new HelloAck(true, "", engineRank, uniqueRank, path.name(), fallback.toString()));
+        link.connection.send(HelloAck.accept(engineRank, uniqueRank, path.name(), fallback.toString(), link.checksum, coverage)
+                .signed(validator.key(), h.decodeNonce()));
         if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
         else log.info("decode session {} registered; data path {} ({})", link, path.name(), fallback);
+    }
+
+    /** The registered (not stripe) link of a session, or null. */
+    private DecodeLink registered(String sessionId) {
+        for (DecodeLink l : links) {
+            if (l.stripeOf == null && l.hello != null && l.hello.sessionId().equals(sessionId) && !l.connection.isClosed()) return l;
+        }
+        return null;
     }
 
     /** Answers a refused HELLO and ends the connection (the caller's reader unwinds). */
@@ -257,18 +291,17 @@ final class DecodeSessions {
         throw new ProtocolException(logPrefix + reason);
     }
 
-    /** An extra TCP data connection of a registered decode link (tcpStripes > 1 on the decode). */
+    /** An extra TCP data connection of a registered decode link (tcpStripes > 1 on the decode), signed with the session key. */
     private void attachStripe(DecodeLink stripe, Hello h) throws IOException {
-        HandshakeValidator.Refusal token = validator.checkToken(h);
-        if (token != null) refuse(stripe, token.kind(), token.reason(), "refused data stripe: ");
-        DecodeLink main = null;
-        for (DecodeLink s : links) {
-            if (s.stripeOf == null && s.hello != null && s.hello.sessionId().equals(h.sessionId())) main = s;
-        }
+        DecodeLink main = registered(h.sessionId());
         if (main == null) {
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
                     "refused data stripe: ");
             return;
+        }
+        if (!h.verify(main.sessionKey, stripe.challenge)) {
+            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "Unauthorized: data stripe not signed with its session's key",
+                    "refused data stripe: ");
         }
         if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
@@ -279,7 +312,8 @@ final class DecodeSessions {
         stripe.hello = h;
         stripe.connection.acceptAll();
         main.stripes.add(stripe);
-        stripe.connection.send(new HelloAck(true, "", engineRank, uniqueRank, main.dataPath.name(), ""));
+        stripe.connection.send(HelloAck.accept(engineRank, uniqueRank, main.dataPath.name(), "", main.checksum, Coverage.NONE)
+                .signed(validator.key(), h.decodeNonce()));
         if (main.connection.isClosed()) stripe.connection.close(); // lost while attaching: go with it
     }
 
@@ -289,11 +323,38 @@ final class DecodeSessions {
             link.sendQuietly(new Status(t.room(), KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
             return;
         }
+        PrefillRoom existing = rooms.get(t.room());
+        if ((existing == null || !existing.claimed) && !rooms.mayHold(link, t)) {
+            // A decode's metadata for requests this rank does not have yet is held, within bounds per link.
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                    "prefill rank " + uniqueRank + " already holds " + link.unclaimedRooms.get()
+                            + " transfer infos from this decode for requests it has not started; try again later"));
+            return;
+        }
         PrefillRoom room = rooms.room(t.room());
+        String bound = room.bindTo(link.instanceId());
+        if (!bound.equals(link.instanceId())) {
+            log.warn("room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
+                    link.instanceId(), bound);
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                    "room " + t.room() + " belongs to another decode instance"));
+            return;
+        }
         String error = t.dummy() ? null : HandshakeValidator.checkTransferInfo(link.hello.memory(), t);
+        boolean duplicate = room.destinations.containsKey(link.sessionId());
+        if (!duplicate && room.frozen()) {
+            // Its destinations are complete: a late one would get only the chunks still to come.
+            log.warn("room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
+                    room.destinations.size());
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                    "room " + t.room() + " already has its " + room.destinations.size() + " destinations"));
+            return;
+        }
         PrefillRoom.Destination previous = room.destinations.putIfAbsent(link.sessionId(), new PrefillRoom.Destination(link, t));
         if (previous != null) {
             error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
+        } else {
+            room.charge(link, t);
         }
         link.rooms.add(t.room());
         rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
@@ -315,17 +376,29 @@ final class DecodeSessions {
         }
     }
 
-    private void onAbort(DecodeLink link, Abort a) {
+    /** ABORT_ACKs one decode link may have queued and not sent yet; one more means an ABORT flood, and the link is cut. */
+    static final int MAX_PENDING_ACKS = 1024;
+
+    private void onAbort(DecodeLink link, Abort a) throws ProtocolException {
         PrefillRoom room = rooms.get(a.room());
-        if (room == null || rooms.statuses.status(a.room()) == KVPoll.Success) {
-            // Still through the room's worker: a chunk of a room cleared here a moment ago may be running.
-            workers.enqueue(a.room(), () -> link.sendQuietly(new AbortAck(a.room(), uniqueRank)));
-            return;
+        boolean ours = room != null && room.destinations.containsKey(link.sessionId());
+        // Only a destination of the room may abort it; anything else is acknowledged (once per room) and ignored.
+        if (!ours && !link.answeredUnknown.add(a.room())) return;
+        if (link.pendingAcks.incrementAndGet() > MAX_PENDING_ACKS) {
+            throw new ProtocolException("ABORT flood: " + MAX_PENDING_ACKS + " ABORT_ACKs for this link are still unsent");
         }
-        rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);
-        room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
-        // The ack goes through the room's worker so it leaves only after any in-flight chunk stopped.
-        workers.enqueue(a.room(), () -> link.sendQuietly(new AbortAck(a.room(), uniqueRank)));
+        if (ours && rooms.statuses.status(a.room()) != KVPoll.Success) {
+            rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);
+            room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
+        }
+        // Through the room's worker, so the ack leaves only after any in-flight chunk of the room stopped.
+        workers.enqueue(a.room(), () -> {
+            try {
+                link.sendQuietly(new AbortAck(a.room(), uniqueRank));
+            } finally {
+                link.pendingAcks.decrementAndGet();
+            }
+        });
     }
 
     private void onLinkLost(DecodeLink link, FailureKind kind, String why) {
@@ -349,7 +422,13 @@ final class DecodeSessions {
         if (closed) return;
         for (Long r : link.rooms) {
             PrefillRoom room = rooms.get(r);
-            if (room == null || rooms.statuses.status(r).isTerminal()) continue;
+            if (room == null) continue;
+            if (!room.claimed && room.heldOnlyBy(link)) {
+                // Held only for this decode and never started here: nobody will ever clear it.
+                rooms.forget(r);
+                continue;
+            }
+            if (rooms.statuses.status(r).isTerminal()) continue;
             rooms.statuses.fail(r, kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")");
             rooms.notifyOnce(room);
