@@ -127,6 +127,11 @@ public final class Model {
         return (window - 2) / pageSize + 2;
     }
 
+    /** The model's identity for kvferry's handshake: the weights' and the variant's, so engines of different ones never pair. */
+    public String identity() {
+        return weights.identity() + "/" + variant.label();
+    }
+
     /** One line for logs and banners. */
     public String describe() {
         return switch (variant) {
