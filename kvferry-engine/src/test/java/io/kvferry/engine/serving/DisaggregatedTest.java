@@ -80,7 +80,8 @@ class DisaggregatedTest {
             new Layout("SWA P2->D1", ModelVariant.SWA, 2, 1, 1, 1, 4, 7),
             new Layout("SWA P1->D4", ModelVariant.SWA, 1, 1, 4, 1, 16, 11),
             new Layout("recurrent P1->D2", ModelVariant.HYBRID, 1, 1, 2, 1, 16, 5),
-            new Layout("recurrent P4->D1", ModelVariant.HYBRID, 4, 1, 1, 1, 8, 19));
+            new Layout("recurrent P4->D1", ModelVariant.HYBRID, 4, 1, 1, 1, 8, 19),
+            new Layout("SWA P2xPP2->D1xPP2 (state per stage)", ModelVariant.SWA, 2, 2, 1, 2, 16, 9));
 
     static Stream<Arguments> layoutsOverTransports() {
         return LAYOUTS.stream().flatMap(l -> TRANSPORTS.stream().map(t -> Arguments.of(l, t)));
