@@ -175,7 +175,7 @@ public final class DemoCommand implements Callable<Integer> {
                         k.path("first_decode_ms").asDouble(), k.path("bytes").asLong(),
                         kvPages == 0 ? "no KV page: the prompt was all in the decode's prefix cache, the last chunk carried the aux row"
                                 + (engine.variant == ModelVariant.LLAMA || engine.variant == ModelVariant.MLA ? "" : " and the state")
-                                : kvPages + " pages", ids.length, ids.length / secs,
+                                : kvPages + (kvPages == 1 ? " page" : " pages"), ids.length, ids.length / secs,
                         same ? "matches colocated" : "DIFFERS from colocated: " + Arrays.toString(ref));
                 perRequest.addObject().put("tokens", ids.length).put("bytes", k.path("bytes").asLong()).put("kv_pages", kvPages)
                         .put("matches_colocated", same);
