@@ -147,11 +147,14 @@ public final class PrefillKVManager implements KVManager {
     public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                                  boolean reqHasDisaggPrefillDpRank) {
         if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
+        PrefillRooms.Tombstone dropped = rooms.droppedBeforeStart(bootstrapRoom);
         PrefillRoom room = rooms.room(bootstrapRoom);
         room.claim();
         // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
         boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
+        // Its decode left (or gave up) before this rank started the request: the sender sees that failure at once.
+        if (dropped != null) rooms.statuses.fail(bootstrapRoom, dropped.kind(), dropped.reason());
         if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
         return sender;
     }
