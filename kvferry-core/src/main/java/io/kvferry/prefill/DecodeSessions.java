@@ -1,20 +1,16 @@
 package io.kvferry.prefill;
 
-import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.plan.LayerPairing;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
-import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
-import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.MessageType;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Status;
@@ -26,7 +22,6 @@ import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DataPath;
-import io.kvferry.transport.PeerLink;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -64,6 +59,7 @@ final class DecodeSessions {
     private final OwnedTaskThread unmapper;
     private final ServerSocketChannel listener;
     private final Set<DecodeLink> links = ConcurrentHashMap.newKeySet();
+    private final SessionHandshake handshake;
     private final Set<Thread> readers = ConcurrentHashMap.newKeySet();
     private final Thread acceptor;
     private volatile boolean closed;
@@ -83,6 +79,7 @@ final class DecodeSessions {
         this.timer = timer;
         this.unmapper = unmapper;
         this.listener = listener;
+        this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links);
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
             // A decode that stops reading would block a worker (and every room pinned to it) forever.
@@ -215,7 +212,7 @@ final class DecodeSessions {
                     throw new ProtocolException("a data stripe carries only heartbeats from decode, got " + m.type());
                 }
                 switch (m) {
-                    case Hello h -> onHello(link, h);
+                    case Hello h -> handshake.onHello(link, h);
                     case TransferInfo t -> onTransferInfo(link, t);
                     case Abort a -> onAbort(link, a);
                     case WriteHeader w -> throw new ProtocolException("a prefill rank does not accept WRITE frames");
@@ -236,85 +233,6 @@ final class DecodeSessions {
             onLinkLost(link, kind, reason != null ? reason : why);
             readers.remove(Thread.currentThread());
         }
-    }
-
-    private void onHello(DecodeLink link, Hello h) throws IOException {
-        if (link.hello != null) throw new ProtocolException("duplicate HELLO on one connection");
-        if (h.isStripe()) {
-            attachStripe(link, h);
-            return;
-        }
-        HandshakeValidator.Refusal refusal = validator.checkMac(h, link.challenge);
-        if (refusal == null) refusal = validator.checkHello(h);
-        if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
-        if (h.sessionId().isEmpty() || h.instanceId().isEmpty()) {
-            refuse(link, FailureKind.HANDSHAKE_REFUSED, "HELLO names no session or decode instance", "refused decode registration: ");
-        }
-        DecodeLink previous = registered(h.sessionId());
-        if (previous != null && !(h.isResume()
-                && Handshake.equal(Handshake.resumeProof(previous.sessionKey, link.challenge), h.resumeProof()))) {
-            // Only the decode that holds the session's key may replace its link (a reconnection after a loss
-            // this rank has not noticed yet); anyone else naming the session id is refused, not obeyed.
-            refuse(link, FailureKind.HANDSHAKE_REFUSED, "session " + h.sessionId() + " is already registered on this rank "
-                    + "and the registration does not prove its session key", "refused decode registration: ");
-        }
-        StringBuilder fallback = new StringBuilder();
-        DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
-                h.stripes()), fallback);
-        link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
-        link.kvSlices = validator.headSlices(h, link.kvBufferMap);
-        link.checksum = config.checksum().max(h.checksum());
-        link.digestInStatus = link.checksum != ChecksumMode.OFF && !path.carryChecksums(link.checksum);
-        Coverage coverage = validator.coverage(h, link.kvBufferMap, link.kvSlices);
-        link.sessionKey = Handshake.sessionKey(validator.key(), link.challenge, h.decodeNonce(), h.sessionId());
-        if (previous != null) previous.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
-        link.dataPath = path;
-        link.hello = h;
-        link.connection.acceptAll();
-        link.connection.send(HelloAck.accept(engineRank, uniqueRank, path.name(), fallback.toString(), link.checksum, coverage)
-                .signed(validator.key(), h.decodeNonce()));
-        if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
-        else log.info("decode session {} registered; data path {} ({})", link, path.name(), fallback);
-    }
-
-    /** The registered (not stripe) link of a session, or null. */
-    private DecodeLink registered(String sessionId) {
-        for (DecodeLink l : links) {
-            if (l.stripeOf == null && l.hello != null && l.hello.sessionId().equals(sessionId) && !l.connection.isClosed()) return l;
-        }
-        return null;
-    }
-
-    /** Answers a refused HELLO and ends the connection (the caller's reader unwinds). */
-    private void refuse(DecodeLink link, FailureKind kind, String reason, String logPrefix) throws ProtocolException {
-        link.sendQuietly(HelloAck.refused(kind, reason, engineRank, uniqueRank));
-        throw new ProtocolException(logPrefix + reason);
-    }
-
-    /** An extra TCP data connection of a registered decode link (tcpStripes > 1 on the decode), signed with the session key. */
-    private void attachStripe(DecodeLink stripe, Hello h) throws IOException {
-        DecodeLink main = registered(h.sessionId());
-        if (main == null) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
-                    "refused data stripe: ");
-            return;
-        }
-        if (!h.verify(main.sessionKey, stripe.challenge)) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "Unauthorized: data stripe not signed with its session's key",
-                    "refused data stripe: ");
-        }
-        if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
-                    + " is out of range, already attached, or its data path (" + main.dataPath.name() + ") takes none",
-                    "refused data stripe: ");
-        }
-        stripe.stripeOf = main;
-        stripe.hello = h;
-        stripe.connection.acceptAll();
-        main.stripes.add(stripe);
-        stripe.connection.send(HelloAck.accept(engineRank, uniqueRank, main.dataPath.name(), "", main.checksum, Coverage.NONE)
-                .signed(validator.key(), h.decodeNonce()));
-        if (main.connection.isClosed()) stripe.connection.close(); // lost while attaching: go with it
     }
 
     private void onTransferInfo(DecodeLink link, TransferInfo t) {
@@ -423,14 +341,15 @@ final class DecodeSessions {
         for (Long r : link.rooms) {
             PrefillRoom room = rooms.get(r);
             if (room == null) continue;
-            if (!room.claimed && room.heldOnlyBy(link)) {
-                // Held only for this decode and never started here: nobody will ever clear it.
-                rooms.forget(r);
-                continue;
-            }
             if (rooms.statuses.status(r).isTerminal()) continue;
             rooms.statuses.fail(r, kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")");
+            if (!room.claimed && room.heldOnlyBy(link)) {
+                // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
+                // keeps the failure for a sender created for it later.
+                rooms.forget(r);
+                continue;
+            }
             rooms.notifyOnce(room);
         }
     }

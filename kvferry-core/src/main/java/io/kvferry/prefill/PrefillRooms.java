@@ -38,8 +38,11 @@ final class PrefillRooms {
     /**
      * Why a cleared room cannot be served again: how it ended (the reason of a concluded room is
      * worded only when a late info asks, not for every room cleared).
+     *
+     * @param unclaimed the room was dropped before this rank's scheduler started it (its decode went away,
+     *                  or its info expired): a sender created for it later fails at once with this reason
      */
-    record Tombstone(long room, KVPoll status, FailureKind failureKind, String failure) {
+    record Tombstone(long room, KVPoll status, FailureKind failureKind, String failure, boolean unclaimed) {
         FailureKind kind() {
             return status == KVPoll.Failed ? failureKind : FailureKind.BAD_REQUEST;
         }
@@ -123,11 +126,24 @@ final class PrefillRooms {
         return expired;
     }
 
+    /**
+     * The failure a sender created now for {@code room} starts with: the room was dropped before this
+     * rank started it (its decode left, or its info expired). Null when it was never seen or was started.
+     */
+    Tombstone droppedBeforeStart(long room) {
+        synchronized (tombstones) {
+            Tombstone t = tombstones.get(room);
+            return t != null && t.unclaimed() ? t : null;
+        }
+    }
+
     /** Drops a room, leaving a tombstone when it had concluded or failed. */
     void forget(long room) {
         RoomStatusTable.Entry e = statuses.entry(room);
+        PrefillRoom held = rooms.get(room);
+        boolean unclaimed = held != null && !held.claimed;
         if (e != null) {
-            Tombstone t = new Tombstone(room, e.status(), e.kind(), e.reason());
+            Tombstone t = new Tombstone(room, e.status(), e.kind(), e.reason(), e.status() == KVPoll.Failed && unclaimed);
             synchronized (tombstones) {
                 tombstones.put(room, t);
             }

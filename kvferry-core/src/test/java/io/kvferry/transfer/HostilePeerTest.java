@@ -7,6 +7,7 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
@@ -208,11 +209,9 @@ class HostilePeerTest extends TransferTestBase {
      */
     @Test
     void transferInfosForRoomsNeverStartedAreBoundedDroppedWithTheirSessionAndExpire() throws Exception {
-        TestRank pm = rank(), fm = rank();
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
-                cfg(1, 0).waitingTimeout(Duration.ofSeconds(2)).build());
-        closeables.add(p);
-        p.registerToBootstrap();
+        TestRank pm = rank(), fm = rank(), qm = rank();
+        // Default waiting timeout (300 s): only the disconnect can drop these rooms.
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
         InetSocketAddress at = new InetSocketAddress(ep.rankIp(), ep.rankPort());
         int[] fourMiB = new int[1 << 20];
@@ -230,16 +229,26 @@ class HostilePeerTest extends TransferTestBase {
         long deadline = System.nanoTime() + 10_000_000_000L;
         while (p.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
         assertEquals(0, p.stats().trackedRooms(), "the disconnected peer's held rooms are dropped");
+        // A request that reaches this rank after its decode left fails at once, with why (not after a bootstrap timeout).
+        KVSender late = p.createSender(addr, 5000);
+        assertEquals(KVPoll.Failed, late.poll());
+        KVTransferException gone = failed(late::failureException);
+        assertEquals(FailureKind.PEER_LOST, gone.kind());
+        assertTrue(gone.getMessage().contains("Decode instance could be dead"), gone.getMessage());
 
-        try (ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5))) {
+        // Another prefill rank whose 2 s waiting timeout expires a held info while its decode stays connected.
+        KVManager q = KVFerry.createManager("tcp", qm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).waitingTimeout(Duration.ofSeconds(2)).build());
+        closeables.add(q);
+        try (ControlConnection c = ControlConnection.connect(q.controlEndpoint().orElseThrow(), Duration.ofSeconds(5))) {
             assertTrue(registerAsDecode(c, "slow", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
             c.send(new TransferInfo(6000, new int[]{1}, -1, new int[0][], 1, 0, false));
             Status expired = assertInstanceOf(Status.class, readSkippingHeartbeats(c)); // after the 2 s waiting timeout
             assertEquals(FailureKind.WAITING_TIMEOUT, expired.kind());
             assertTrue(expired.reason().contains("no request for room 6000"), expired.reason());
             deadline = System.nanoTime() + 10_000_000_000L;
-            while (p.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
-            assertEquals(0, p.stats().trackedRooms());
+            while (q.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+            assertEquals(0, q.stats().trackedRooms());
         }
     }
 }
