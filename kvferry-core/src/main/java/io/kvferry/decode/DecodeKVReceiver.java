@@ -42,6 +42,10 @@ final class DecodeKVReceiver implements KVReceiver {
     /** Scheduler thread only: send_metadata went out, and when (on the manager's ticker: the waiting deadline counts from here). */
     private boolean metadataSent;
     private long metadataSentTick;
+    /** Scheduler thread only: when the room fails for waiting too long (ticker time). */
+    private long waitDeadlineTick;
+    /** The room's status slot, read on every poll (kept here: one object fewer to touch per poll). */
+    private final RoomStatusTable.Slot slot;
     private static final int[] NO_INDICES = new int[0];
     private static final int[][] NO_STATE = new int[0][];
     /** Scheduler thread only: where the room goes, once bootstrapped. */
@@ -54,6 +58,7 @@ final class DecodeKVReceiver implements KVReceiver {
     DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
         this.manager = manager;
         this.room = room;
+        this.slot = room.slot;
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
     }
@@ -229,6 +234,7 @@ final class DecodeKVReceiver implements KVReceiver {
         room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf);
         room.metadataSentNanos = System.nanoTime();
         metadataSentTick = now();
+        waitDeadlineTick = metadataSentTick + Failures.deadlineNanos(manager.config().waitingTimeout());
         metadataSent = true;
         for (DecodeRoom.Target t : room.targets) {
             // Encoded as it is sent and not kept: it may share the allowance's arrays, which nothing changes.
@@ -297,7 +303,7 @@ final class DecodeKVReceiver implements KVReceiver {
     @Override
     public KVPoll poll() {
         if (concluded != null) return concluded;
-        KVPoll st = room.slot.status();
+        KVPoll st = slot.status();
         if (injectFailure && metadataSent && !st.isTerminal()) {
             injectFailure = false;
             fail(FailureKind.INJECTED, Failures.INJECTED);
@@ -313,9 +319,9 @@ final class DecodeKVReceiver implements KVReceiver {
             st = room.slot.status();
         }
         if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && metadataSent) {
-            double waited = (now() - metadataSentTick) / 1e9;
-            if (waited > manager.config().waitingTimeout().toNanos() / 1e9) {
-                fail(FailureKind.WAITING_TIMEOUT, Failures.timedOut(room.room, waited, "WaitingForInput"));
+            long now = now();
+            if (now - waitDeadlineTick > 0) {
+                fail(FailureKind.WAITING_TIMEOUT, Failures.timedOut(room.room, (now - metadataSentTick) / 1e9, "WaitingForInput"));
                 notifyAbort();
                 return KVPoll.Failed;
             }

@@ -28,6 +28,11 @@ final class PrefillKVSender implements KVSender {
     /** Failure-injection hook: this request fails once under way (decided at creation). */
     private boolean injectFailure;
 
+    /** The room's status slot, read on every poll. */
+    private final RoomStatusTable.Slot slot;
+    /** When the room fails for bootstrapping too long (ticker time). */
+    private final long bootstrapDeadlineTick;
+
     /** A dummy sender (non-zero CP rank) moves nothing: it waits for no decode and succeeds on its last chunk. */
     private final boolean dummy;
 
@@ -36,7 +41,8 @@ final class PrefillKVSender implements KVSender {
         this.room = room;
         this.bootstrapAddr = bootstrapAddr;
         this.dummy = dummy;
-        room.slot = manager.rooms.statuses.open(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        slot = room.slot = manager.rooms.statuses.open(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        bootstrapDeadlineTick = room.createdTick + Failures.deadlineNanos(manager.config().bootstrapTimeout());
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
     }
@@ -156,7 +162,7 @@ final class PrefillKVSender implements KVSender {
     @Override
     public KVPoll poll() {
         if (concluded != null) return concluded;
-        KVPoll st = room.slot.status();
+        KVPoll st = slot.status();
         if (injectFailure && st.value() >= KVPoll.WaitingForInput.value() && st != KVPoll.Success) {
             injectFailure = false;
             manager.rooms.fail(room, FailureKind.INJECTED, Failures.INJECTED);
@@ -167,9 +173,10 @@ final class PrefillKVSender implements KVSender {
             return st;
         }
         if (st == KVPoll.Bootstrapping) {
-            double waited = (manager.config().ticker().nanoTime() - room.createdTick) / 1e9;
-            if (waited > manager.config().bootstrapTimeout().toNanos() / 1e9) {
-                manager.rooms.fail(room, FailureKind.BOOTSTRAP_TIMEOUT, Failures.timedOut(room.room, waited, "Bootstrapping"));
+            long now = manager.config().ticker().nanoTime();
+            if (now - bootstrapDeadlineTick > 0) {
+                manager.rooms.fail(room, FailureKind.BOOTSTRAP_TIMEOUT, Failures.timedOut(room.room, (now - room.createdTick) / 1e9,
+                        "Bootstrapping"));
                 return KVPoll.Failed;
             }
         }
