@@ -4,13 +4,8 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Heartbeat;
-import io.kvferry.protocol.ProtocolException;
-import io.kvferry.protocol.Wire;
 import io.kvferry.protocol.MessageType;
-import io.kvferry.protocol.WriteHeader;
-import io.kvferry.protocol.WriteList;
 
-import java.io.EOFException;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
@@ -18,7 +13,6 @@ import jdk.net.ExtendedSocketOptions;
 import java.net.SocketOption;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.concurrent.locks.ReentrantLock;
@@ -34,28 +28,23 @@ import java.util.concurrent.locks.ReentrantLock;
  * thread of whoever owns the connection. Payload bytes move between the socket and native
  * segments through direct {@link ByteBuffer} views of those segments, never through the heap.
  *
- * <p>Reads go through a 64 KiB direct read-ahead: one syscall picks up as many whole small frames
- * as have arrived (a room's piece list, its STATUS, the next room's list …). Payload bytes that
- * arrived in it are copied from it; the rest are read straight into their destinations, with the
- * read-ahead as the last buffer of the scattering read so the next frames come with the same call.
+ * <p>Reads go through the connection's {@link FrameReader} (a 64 KiB read-ahead: many small frames
+ * per syscall); the writer side encodes control frames into one reused buffer. Liveness: every
+ * byte read refreshes the peer's clock, {@link #heartbeat} keeps an idle link alive and declares a
+ * silent one dead.
  */
 public final class ControlConnection implements AutoCloseable {
     private static final int SOCKET_BUFFER_BYTES = 4 << 20;
     /** The read-ahead: every body up to this size is decoded in place from it. */
-    static final int AHEAD_BYTES = 64 << 10;
+    static final int AHEAD_BYTES = FrameReader.AHEAD_BYTES;
 
     private final SocketChannel channel;
     private final String peer;
     private final ReentrantLock writeLock = new ReentrantLock();
     /** Guarded by writeLock: where control frames are encoded. */
     private final FrameCodec.FrameBuffer sendBuffer = new FrameCodec.FrameBuffer();
-    /** Reader thread only: bytes read ahead, from the current frame's start (or payload position) on. */
-    private final ByteBuffer ahead = ByteBuffer.allocateDirect(AHEAD_BYTES).order(ByteOrder.LITTLE_ENDIAN).flip();
-    /** Reader thread only: the single-buffer vector of {@link #readPayload(ByteBuffer)} (plus the read-ahead slot). */
-    private final ByteBuffer[] single = new ByteBuffer[2];
-    /** Reader thread only: WRITE frames are decoded into this header, WRITE_LIST frames into this list (no allocation per frame). */
-    private final WriteHeader writeHeader = WriteHeader.reusable();
-    private WriteList writeList;
+    /** The reading half (reader thread only): read-ahead, frames, payloads. */
+    private final FrameReader reader;
     /** Reader thread only: see {@link #acceptOnly}. */
     private MessageType onlyType;
     private int onlyMaxBody = Integer.MAX_VALUE;
@@ -71,11 +60,11 @@ public final class ControlConnection implements AutoCloseable {
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
     /**
-     * Buffers handed to vectored reads (reader thread) and writes (under the write lock) so far. The
-     * JDK allocates a small releaser per segment-backed buffer per vectored call (sun.nio.ch.IOUtil),
-     * so tests tell that garbage from kvferry's own by these counts.
+     * Buffers handed to vectored writes (under the write lock) so far. The JDK allocates a small
+     * releaser per segment-backed buffer per vectored call (sun.nio.ch.IOUtil), so tests tell that
+     * garbage from kvferry's own by this count.
      */
-    private long vectoredRead, vectoredWritten;
+    private long vectoredWritten;
 
     public ControlConnection(SocketChannel channel) throws IOException {
         this.channel = channel;
@@ -90,6 +79,7 @@ public final class ControlConnection implements AutoCloseable {
         channel.setOption(StandardSocketOptions.SO_SNDBUF, SOCKET_BUFFER_BYTES);
         channel.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER_BYTES);
         this.peer = String.valueOf(channel.getRemoteAddress());
+        this.reader = new FrameReader(channel, peer, this);
     }
 
     private static final int KEEPALIVE_IDLE_SECONDS = 5;
@@ -179,7 +169,7 @@ public final class ControlConnection implements AutoCloseable {
     static final long VECTOR_WINDOW_BYTES = 512 << 10;
 
     /** The end of the buffers from {@code first} (at least one) whose bytes stay within {@link #VECTOR_WINDOW_BYTES}. */
-    private static int window(ByteBuffer[] vector, int first, int end) {
+    static int window(ByteBuffer[] vector, int first, int end) {
         int last = first;
         long bytes = 0;
         while (last < end && (last == first || bytes + vector[last].remaining() <= VECTOR_WINDOW_BYTES)) {
@@ -187,11 +177,6 @@ public final class ControlConnection implements AutoCloseable {
             last++;
         }
         return last;
-    }
-
-    /** Buffers handed to vectored reads so far (see {@link #vectoredWritten}); reader thread. */
-    public long vectoredRead() {
-        return vectoredRead;
     }
 
     /** Buffers handed to vectored writes so far: each costs a few bytes of JDK garbage per call. */
@@ -289,158 +274,48 @@ public final class ControlConnection implements AutoCloseable {
     }
 
     /**
-     * Reads the next message (reader thread only). For a {@link WriteHeader} or {@link WriteList} the
-     * payload is still on the stream: the caller must consume exactly its length with
+     * Reads the next message (reader thread only). For a {@link io.kvferry.protocol.WriteHeader} or
+     * {@link io.kvferry.protocol.WriteList} the payload is still on the stream: the caller must consume exactly its length with
      * {@link #readPayload} or {@link #skipPayload} before reading again; the header or list itself is
-     * this connection's reused one, valid until the next read. A body up to the read-ahead's size is
-     * decoded in place from it; a larger one is read into a buffer that grows as its bytes arrive
-     * (never sized from the header alone), so a peer that announces a large frame and stalls costs nothing.
+     * this connection's reused one, valid until the next read. See {@link FrameReader}.
      */
     public ControlMessage read() throws IOException {
-        fillAhead(Wire.HEADER_BYTES, true);
-        long header = FrameCodec.readHeaderPacked(ahead);
-        MessageType type = FrameCodec.packedType(header);
-        int bodyLength = FrameCodec.packedBodyLength(header);
-        if (onlyType != null) {
-            if (type != onlyType) throw new ProtocolException("expected " + onlyType + " from an unauthenticated peer, got " + type);
-            if (bodyLength > onlyMaxBody) {
-                throw new ProtocolException(type + " of " + bodyLength + " bytes from an unauthenticated peer exceeds " + onlyMaxBody);
-            }
-        }
-        if (bodyLength <= AHEAD_BYTES) {
-            fillAhead(bodyLength, false);
-            int end = ahead.position() + bodyLength, limit = ahead.limit();
-            ahead.limit(end);
-            try {
-                return switch (type) {
-                    case WRITE -> FrameCodec.decodeWriteInto(ahead, writeHeader);
-                    case WRITE_LIST -> FrameCodec.decodeWriteListInto(ahead, writeList == null ? writeList = WriteList.reusable() : writeList);
-                    default -> FrameCodec.decodeBody(type, ahead);
-                };
-            } finally {
-                ahead.limit(limit).position(end);
-            }
-        }
-        // Larger than the read-ahead (a big HELLO or TRANSFER_INFO): what arrived so far is all this body's.
-        ByteBuffer body = ByteBuffer.allocate(Math.max(4096, ahead.remaining())).order(ByteOrder.LITTLE_ENDIAN);
-        body.put(ahead);
-        body.limit(Math.min(bodyLength, body.capacity()));
-        while (true) {
-            readFully(body); // the rest of the body, read directly: never past this frame
-            if (body.position() == bodyLength) break;
-            // Full, and the frame is longer: grow by doubling, only as far as bytes have arrived.
-            ByteBuffer larger = ByteBuffer.allocate((int) Math.min(bodyLength, 2L * body.capacity())).order(ByteOrder.LITTLE_ENDIAN);
-            body.flip();
-            larger.put(body);
-            larger.limit(larger.capacity());
-            body = larger;
-        }
-        body.flip();
-        return FrameCodec.decodeBody(type, body);
-    }
-
-    /**
-     * Makes at least {@code need} (at most {@link #AHEAD_BYTES}) unread bytes available in {@link #ahead};
-     * an end of stream is clean only at a frame's start with nothing of the next frame read.
-     */
-    private void fillAhead(int need, boolean frameStart) throws IOException {
-        if (ahead.remaining() >= need) return;
-        ahead.compact(); // kept bytes move to 0; reads take whatever has arrived, up to the buffer's capacity
-        while (ahead.position() < need) {
-            int n = channel.read(ahead);
-            if (n > 0) lastReadNanos = System.nanoTime();
-            if (n < 0) {
-                boolean clean = frameStart && ahead.position() == 0;
-                ahead.flip();
-                if (clean) throw new EOFException("connection closed by " + peer);
-                throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
-            }
-        }
-        ahead.flip();
+        return reader.read(onlyType, onlyMaxBody);
     }
 
     /** Reads a WRITE payload into {@code destination} (its whole size). */
     public void readPayload(MemorySegment destination) throws IOException {
-        readPayload(destination.asByteBuffer());
+        reader.readPayload(destination.asByteBuffer());
     }
 
     /** Reads payload bytes into {@code destination}'s remaining bytes. */
     public void readPayload(ByteBuffer destination) throws IOException {
-        single[0] = destination;
-        try {
-            readPayload(single, 1);
-        } finally {
-            single[0] = null;
-        }
+        reader.readPayload(destination);
     }
 
     /**
      * Fills the remaining bytes of the first {@code count} buffers of {@code vector}, in order, with
-     * the payload that follows the last frame read (reader thread only): first from the read-ahead,
-     * then with scattering reads straight into them. {@code vector[count]} must be free: the
-     * read-ahead takes that slot during the reads, so the frames after this payload arrive with it.
+     * the payload that follows the last frame read (reader thread only): from the read-ahead, then
+     * with scattering reads straight into them. {@code vector[count]} must be free: the read-ahead
+     * takes that slot during the reads, so the frames after this payload arrive with it.
      */
     public void readPayload(ByteBuffer[] vector, int count) throws IOException {
-        int first = 0;
-        long left = 0;
-        for (int i = 0; i < count; i++) {
-            ByteBuffer b = vector[i];
-            int n = Math.min(ahead.remaining(), b.remaining());
-            if (n > 0) {
-                b.put(b.position(), ahead, ahead.position(), n);
-                b.position(b.position() + n);
-                ahead.position(ahead.position() + n);
-            }
-            if (!b.hasRemaining() && first == i) first = i + 1;
-            left += b.remaining();
-        }
-        if (left == 0) return;
-        // The read-ahead is empty here: it takes what comes after this payload.
-        ahead.clear();
-        vector[count] = ahead;
-        try {
-            while (left > 0) {
-                // The read-ahead joins the call only once the window reaches the payload's end.
-                int last = window(vector, first, count);
-                if (last == count) last++;
-                vectoredRead += last - first;
-                long n = channel.read(vector, first, last - first);
-                if (n < 0) throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
-                if (n > 0) lastReadNanos = System.nanoTime();
-                left -= n;
-                while (first < count && !vector[first].hasRemaining()) first++;
-            }
-        } finally {
-            vector[count] = null;
-            ahead.flip();
-        }
+        reader.readPayload(vector, count);
     }
 
     /** Discards {@code length} payload bytes of a rejected write, keeping the stream in step. */
     public void skipPayload(long length) throws IOException {
-        long fromAhead = Math.min(ahead.remaining(), length);
-        ahead.position(ahead.position() + (int) fromAhead);
-        long left = length - fromAhead;
-        while (left > 0) {
-            ahead.clear();
-            int n = channel.read(ahead);
-            ahead.flip();
-            if (n < 0) throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
-            if (n > 0) lastReadNanos = System.nanoTime();
-            int drop = (int) Math.min(n, left);
-            ahead.position(drop); // bytes past the payload stay: they are the next frames
-            left -= drop;
-        }
+        reader.skipPayload(length);
     }
 
-    private void readFully(ByteBuffer buf) throws IOException {
-        while (buf.hasRemaining()) {
-            int n = channel.read(buf);
-            if (n > 0) lastReadNanos = System.nanoTime();
-            if (n < 0) {
-                throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
-            }
-        }
+    /** Buffers handed to vectored reads so far (see {@link #vectoredWritten}); reader thread. */
+    public long vectoredRead() {
+        return reader.vectoredRead();
+    }
+
+    /** Any byte arrived: proof the peer is alive (the reader's calls). */
+    void markRead() {
+        lastReadNanos = System.nanoTime();
     }
 
     private void closeQuietly() {
