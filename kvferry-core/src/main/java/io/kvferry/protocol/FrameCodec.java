@@ -131,7 +131,8 @@ public final class FrameCodec {
         /** Frames up to this size are encoded into a kept buffer (a TRANSFER_INFO of some thousand pages). */
         private static final int KEPT_FRAME_BYTES = 256 << 10;
         private final WireWriter body = new WireWriter();
-        private ByteBuffer frame = ByteBuffer.allocateDirect(1024).order(ByteOrder.LITTLE_ENDIAN);
+        /** Heap: a control frame is small, and a connection keeps no native memory for it. */
+        private ByteBuffer frame = ByteBuffer.allocate(1024).order(ByteOrder.LITTLE_ENDIAN);
 
         /** The whole frame of {@code message} (not a WRITE or WRITE_LIST), valid until the next call. */
         public ByteBuffer encode(ControlMessage message) {
@@ -144,7 +145,7 @@ public final class FrameCodec {
             int bytes = Wire.HEADER_BYTES + body.size();
             ByteBuffer out = frame;
             if (out.capacity() < bytes) {
-                out = ByteBuffer.allocateDirect(Math.max(bytes, 2 * out.capacity())).order(ByteOrder.LITTLE_ENDIAN);
+                out = ByteBuffer.allocate(Math.max(bytes, 2 * out.capacity())).order(ByteOrder.LITTLE_ENDIAN);
                 if (bytes <= KEPT_FRAME_BYTES) frame = out; // a rare huge frame is not kept
             }
             out.clear();

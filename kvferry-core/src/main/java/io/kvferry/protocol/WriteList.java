@@ -18,8 +18,11 @@ public final class WriteList implements ControlMessage {
     public static final int FIXED_BYTES = 32;
     /** Per piece: region u8, pad u8, component u16, buffer u32, offset u64, length u64. */
     public static final int PIECE_BYTES = 24;
-    /** Pieces per list: with its frame one gathering write of at most IOV_MAX (1024) buffers. */
-    public static final int MAX_PIECES = 1023;
+    /**
+     * Pieces per list: a frame's body (12 KiB) is decoded in place from the reader's 16 KiB read-ahead,
+     * and with its frame a list is at most 512 buffers of one gathering write (IOV_MAX is 1024).
+     */
+    public static final int MAX_PIECES = 511;
     /** The largest list payload (the largest single op); bigger ops travel in lists of their own. */
     public static final long MAX_PAYLOAD_BYTES = Wire.MAX_STRIDED_WRITE_BYTES;
     /** The largest WRITE_LIST body. */

@@ -28,7 +28,7 @@ import java.util.concurrent.locks.ReentrantLock;
  * thread of whoever owns the connection. Payload bytes move between the socket and native
  * segments through direct {@link ByteBuffer} views of those segments, never through the heap.
  *
- * <p>Reads go through the connection's {@link FrameReader} (a 64 KiB read-ahead: many small frames
+ * <p>Reads go through the connection's {@link FrameReader} (a 16 KiB read-ahead: many small frames
  * per syscall); the writer side encodes control frames into one reused buffer. Liveness: every
  * byte read refreshes the peer's clock, {@link #heartbeat} keeps an idle link alive and declares a
  * silent one dead.

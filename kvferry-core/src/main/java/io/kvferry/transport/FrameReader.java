@@ -16,7 +16,7 @@ import java.nio.channels.SocketChannel;
 
 /**
  * The reading half of a {@link ControlConnection}, owned by its reader thread: frames are parsed
- * from a 64 KiB direct read-ahead, so one syscall picks up as many whole small frames as have
+ * from a 16 KiB direct read-ahead, so one syscall picks up as many whole small frames as have
  * arrived (a room's piece list, its STATUS, the next room's list …). A body up to the read-ahead's
  * size is decoded in place from it; a larger one is read into a buffer that grows as its bytes
  * arrive (never sized from the header alone), so a peer that announces a large frame and stalls
@@ -25,8 +25,12 @@ import java.nio.channels.SocketChannel;
  * the next frames come with the same call. Nothing is allocated per WRITE or WRITE_LIST frame.
  */
 final class FrameReader {
-    /** The read-ahead: every body up to this size is decoded in place from it. */
-    static final int AHEAD_BYTES = 64 << 10;
+    /**
+     * The read-ahead: every body up to this size (a WRITE_LIST's, a STATUS, most TRANSFER_INFOs) is
+     * decoded in place from it. Small, because each connection keeps it for its life: with the frame
+     * writer's list buffer a link costs well under 64 KiB of native memory on either side.
+     */
+    static final int AHEAD_BYTES = 16 << 10;
 
     private final SocketChannel channel;
     private final String peer;

@@ -191,8 +191,8 @@ class TcpFramesTest {
         assertEquals(Status.success(7, 3, bytes, 0, false), s, "the STATUS follows the bytes it reports");
         assertEquals(bytes, gate.landed.get(), "every byte counted, once");
         assertEquals(0, gate.writes, "contiguous ops travel in lists only");
-        // 6001 pieces, at most 1023 per list, one buffer after another ascending: 3 × 2 lists, the aux row in the last.
-        assertEquals(6, gate.lists, "pieces sorted by destination pack into full lists");
+        // 6001 pieces, one buffer after another ascending, at most MAX_PIECES per list, the aux row in the last list.
+        assertEquals((6001 + WriteList.MAX_PIECES - 1) / WriteList.MAX_PIECES, gate.lists, "pieces sorted by destination pack into full lists");
         for (int i = 0; i < 2000; i++) {
             for (int b = 0; b < BUFFERS; b++) {
                 MemorySegment from = src.slice(Region.KV, 0, b, srcPages[i] * PAGE, PAGE);
@@ -365,9 +365,10 @@ class TcpFramesTest {
         });
         OpenGate gate = new OpenGate(dst);
         TcpLander lander = new TcpLander(peer, gate, new WriteSink.Landing("peer", ChecksumMode.FULL));
+        long perPhase = (long) rounds * chunk * BUFFERS * PAGE;
         IoAction landRound = () -> {
-            int lists = gate.lists;
-            while (gate.lists - lists < rounds) assertNull(lander.land((WriteList) peer.read()));
+            long landed = gate.landed.get();
+            while (gate.landed.get() - landed < perPhase) assertNull(lander.land((WriteList) peer.read()));
         };
         landRound.run();
         long before = peer.vectoredRead();
