@@ -1,5 +1,9 @@
 package io.kvferry.api;
 
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.config.MeterFilter;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+
 import java.time.Duration;
 
 /**
@@ -47,6 +51,12 @@ import java.time.Duration;
  * @param settings            the configuration context this config was built from; transports read their
  *                            own knobs from it (docs/CONFIGURATION.md)
  * @param ticker              the clock deadlines are measured with ({@link Ticker#SYSTEM}; tests pass a manual one)
+ * @param meterRegistry       where the manager records its meters (docs/ARCHITECTURE.md, Metrics): the embedding
+ *                            process's registry; default {@link #NO_METERS}, which keeps
+ *                            nothing, so a library user who exports no metrics pays nothing
+ * @param statusUrl           prefill: the {@code http://host:port/status.json} of this rank's process, published in
+ *                            its registration (kvferry's optional {@code kvferry_status_url} field) so the registry's
+ *                            status page can reach it; null publishes none
  *
  * <p>Every knob-backed field (see {@link Knobs}) resolves as default ← {@code KVFERRY_*} environment ←
  * the builder's explicit value.
@@ -58,7 +68,20 @@ public record KVManagerConfig(
         Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
         Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability,
         String advertiseHost, int advertisePort, Duration heartbeatInterval, int heartbeatMisses,
-        Duration abortAckTimeout, int tcpStripes, KVFerrySettings settings, Ticker ticker) {
+        Duration abortAckTimeout, int tcpStripes, KVFerrySettings settings, Ticker ticker, MeterRegistry meterRegistry,
+        String statusUrl) {
+
+    /**
+     * The registry of managers whose config names none: every meter is denied, so recording is an
+     * empty call and nothing is kept.
+     */
+    public static final MeterRegistry NO_METERS = noMeters();
+
+    private static MeterRegistry noMeters() {
+        SimpleMeterRegistry r = new SimpleMeterRegistry();
+        r.config().meterFilter(MeterFilter.deny());
+        return r;
+    }
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -82,6 +105,7 @@ public record KVManagerConfig(
         if (tcpStripes < 1 || tcpStripes > 64) throw new IllegalArgumentException("tcpStripes must be in [1, 64], got " + tcpStripes);
         if (settings == null) throw new IllegalArgumentException("settings are required (KVFerrySettings.defaults() for none)");
         if (ticker == null) throw new IllegalArgumentException("ticker is required (Ticker.SYSTEM)");
+        if (meterRegistry == null) throw new IllegalArgumentException("meterRegistry is required (KVManagerConfig.NO_METERS for none)");
     }
 
     /** How long a control connection may receive nothing before it is declared dead. */
@@ -121,6 +145,7 @@ public record KVManagerConfig(
         b.heartbeatInterval = heartbeatInterval; b.heartbeatMisses = heartbeatMisses;
         b.abortAckTimeout = abortAckTimeout; b.tcpStripes = tcpStripes;
         b.settings = settings; b.ticker = ticker;
+        b.meterRegistry = meterRegistry; b.statusUrl = statusUrl;
         return b;
     }
 
@@ -154,6 +179,8 @@ public record KVManagerConfig(
         private Integer tcpStripes;
         private KVFerrySettings settings;
         private Ticker ticker = Ticker.SYSTEM;
+        private MeterRegistry meterRegistry = NO_METERS;
+        private String statusUrl;
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -180,6 +207,10 @@ public record KVManagerConfig(
         /** The configuration context (default: this process's environment); knobs not set on the builder come from it. */
         public Builder settings(KVFerrySettings s) { settings = s; return this; }
         public Builder ticker(Ticker t) { ticker = t; return this; }
+        /** Where the manager's meters go (the process's registry, e.g. a PrometheusMeterRegistry). */
+        public Builder meterRegistry(MeterRegistry r) { meterRegistry = r; return this; }
+        /** Prefill: the status URL published with this rank's registration. */
+        public Builder statusUrl(String url) { statusUrl = url; return this; }
 
         public KVManagerConfig build() {
             KVFerrySettings s = settings != null ? settings : KVFerrySettings.fromEnvironment();
@@ -194,7 +225,7 @@ public record KVManagerConfig(
                     advertiseHost, advertisePort, or(heartbeatInterval, s, Knobs.HEARTBEAT_INTERVAL_MS, 1),
                     heartbeatMisses != null ? heartbeatMisses : s.getInt(Knobs.HEARTBEAT_MAX_FAILURE, 1, 1_000_000),
                     or(abortAckTimeout, s, Knobs.ABORT_ACK_TIMEOUT_MS, 0),
-                    tcpStripes != null ? tcpStripes : s.getInt(Knobs.TCP_STRIPES, 1, 64), s, ticker);
+                    tcpStripes != null ? tcpStripes : s.getInt(Knobs.TCP_STRIPES, 1, 64), s, ticker, meterRegistry, statusUrl);
         }
 
         private static Duration or(Duration explicit, KVFerrySettings s, Knob knob, long minMillis) {

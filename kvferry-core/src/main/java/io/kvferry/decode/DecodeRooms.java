@@ -9,8 +9,18 @@ import java.util.concurrent.ConcurrentHashMap;
  * (createReceiver) and removed by {@link RoomRelease}; readers and the write gate look them up.
  */
 final class DecodeRooms {
-    final RoomStatusTable statuses = new RoomStatusTable();
+    final RoomStatusTable statuses;
     private final ConcurrentHashMap<Long, DecodeRoom> rooms = new ConcurrentHashMap<>();
+
+    /** Without a listener (tests of the parts). */
+    DecodeRooms() {
+        this(null);
+    }
+
+    /** @param listener told of every status change (the manager's telemetry) */
+    DecodeRooms(RoomStatusTable.Listener listener) {
+        statuses = new RoomStatusTable(listener);
+    }
 
     /** Adds a room; false when one with that id is in flight already. */
     boolean add(DecodeRoom room) {

@@ -2,6 +2,7 @@ package io.kvferry.decode;
 
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
@@ -147,6 +148,11 @@ final class LinkDirectory {
         return links.size();
     }
 
+    /** How many topology lookups are cached (for status pages: prefill instances this rank knows). */
+    int knownPrefills() {
+        return topologies.size();
+    }
+
     /** The registered connection to a prefill rank, opened and registered (HELLO) on first use. */
     PrefillLink link(String addr, RankEndpoint ep) throws IOException {
         String key = ep.rankIp() + ":" + ep.rankPort();
@@ -232,7 +238,10 @@ final class LinkDirectory {
             reply = c.read();
         } while (reply instanceof Heartbeat);
         if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
-        if (!ack.accepted()) throw new LinkRefusedException(ack.refusal(), "prefill rank at " + key + " refused " + what + ": " + ack.error());
+        if (!ack.accepted()) {
+            // The prefill's words: escaped, they become the room's failure reason and reach logs and pages.
+            throw new LinkRefusedException(ack.refusal(), "prefill rank at " + key + " refused " + what + ": " + LogSafe.text(ack.error()));
+        }
         return ack;
     }
 

@@ -3,6 +3,7 @@ package io.kvferry.decode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Heartbeat;
@@ -116,7 +117,7 @@ final class LinkReader {
             return;
         }
         String reason = "Rejected a write from " + from + ": " + why;
-        log.warn("room {}: {}", room, reason);
+        log.debug("room {}: {}", room, reason); // the room's failure line (io.kvferry.failures) reports it
         rooms.statuses.fail(room, FailureKind.WRITE_REJECTED, reason);
     }
 
@@ -141,7 +142,8 @@ final class LinkReader {
                 rooms.statuses.update(s.room(), KVPoll.Success);
             }
         } else if (s.status() == KVPoll.Failed) {
-            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : s.reason());
+            // The prefill's words: escaped, they become the room's reason and reach logs, exceptions and pages.
+            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : LogSafe.text(s.reason()));
         }
     }
 

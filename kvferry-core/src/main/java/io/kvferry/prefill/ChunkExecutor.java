@@ -90,7 +90,7 @@ final class ChunkExecutor {
                 kind = FailureKind.PEER_LOST;
             }
             String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
-            log.warn(reason);
+            log.debug(reason); // the room's failure line (io.kvferry.failures) reports it
             rooms.fail(room, kind, reason);
         } catch (Error e) {
             // e.g. InternalError from a mapping whose file was truncated under it: the room fails and
@@ -161,6 +161,7 @@ final class ChunkExecutor {
         try {
             d.link().dataPath.write(room.room, plan, memory, room.failed(rooms.statuses));
             moved = true;
+            d.link().meters.written(plan);
         } finally {
             // A failed write's time counts too (the data path was busy), its bytes do not.
             workers.exited(t0, moved ? plan.totalBytes() : 0, moved ? plan.size() : 0);

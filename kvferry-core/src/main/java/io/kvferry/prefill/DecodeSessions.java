@@ -4,6 +4,9 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.HandshakeRefusal;
+import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.plan.LayerPairing;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
@@ -56,6 +59,7 @@ final class DecodeSessions {
     private final PrefillRooms rooms;
     private final TransferWorkers workers;
     private final SessionTimer timer;
+    private final RankTelemetry telemetry;
     /** Closes failed links' one-sided paths off the reader and timer threads; the manager's teardown joins it. */
     private final OwnedTaskThread unmapper;
     private final ServerSocketChannel listener;
@@ -66,7 +70,7 @@ final class DecodeSessions {
 
     DecodeSessions(KVManagerConfig config, RegisteredMemory memory, Backend backend, int engineRank, int uniqueRank,
                    HandshakeValidator validator, OfferNegotiator negotiator, PrefillRooms rooms, TransferWorkers workers,
-                   SessionTimer timer, OwnedTaskThread unmapper, ServerSocketChannel listener) {
+                   SessionTimer timer, OwnedTaskThread unmapper, ServerSocketChannel listener, RankTelemetry telemetry) {
         this.config = config;
         this.memory = memory;
         this.backend = backend;
@@ -79,6 +83,7 @@ final class DecodeSessions {
         this.timer = timer;
         this.unmapper = unmapper;
         this.listener = listener;
+        this.telemetry = telemetry;
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
             // A decode that stops reading would block a worker (and every room pinned to it) forever.
@@ -93,7 +98,11 @@ final class DecodeSessions {
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (DecodeLink s : links) {
                 if (s.hello == null) continue; // not registered yet: the HELLO deadline covers it, and HELLO_ACK must come first
-                if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
+                telemetry.heartbeatsMissed(s.connection.newlyMissedHeartbeats(beat));
+                if (!s.connection.heartbeat(beat, dead)) {
+                    telemetry.heartbeatTimedOut();
+                    log.warn("decode session {}: {}", s, s.connection.closeReason());
+                }
             }
         });
         acceptor = Thread.ofPlatform().daemon().name("kvferry-prefill-accept-" + engineRank).start(this::acceptLoop);
@@ -102,6 +111,13 @@ final class DecodeSessions {
     /** Connected decode links, stripes included. */
     int count() {
         return links.size();
+    }
+
+    /** Registered decode links (not their stripes, not handshakes under way), for status pages. */
+    List<DecodeLink> registered() {
+        List<DecodeLink> out = new ArrayList<>();
+        for (DecodeLink l : links) if (l.hello != null && l.stripeOf == null) out.add(l);
+        return out;
     }
 
     /**
@@ -131,6 +147,7 @@ final class DecodeSessions {
                 String refusal = admission();
                 if (refusal != null) {
                     ch.close();
+                    telemetry.refused(HandshakeRefusal.CONNECTION_LIMIT);
                     if (System.nanoTime() - lastRefusalLog > 1_000_000_000L) { // at most one line a second under a flood
                         lastRefusalLog = System.nanoTime();
                         log.warn("refused a connection: {}", refusal);
@@ -146,7 +163,10 @@ final class DecodeSessions {
                 }
                 // A peer that connects but never registers must not hold a thread forever.
                 timer.after(config.connectTimeout(), () -> {
-                    if (link.hello == null) link.connection.close(FailureKind.HANDSHAKE_REFUSED, "no HELLO within the connect timeout");
+                    if (link.hello == null && !link.connection.isClosed()) {
+                        telemetry.refused(HandshakeRefusal.NO_HELLO);
+                        link.connection.close(FailureKind.HANDSHAKE_REFUSED, "no HELLO within the connect timeout");
+                    }
                 });
                 Thread reader = Thread.ofPlatform().daemon().name("kvferry-prefill-reader-" + engineRank).unstarted(() -> readLoop(link));
                 readers.add(reader);
@@ -183,6 +203,7 @@ final class DecodeSessions {
         }
         if (total >= MAX_CONNECTIONS) return "this rank already holds " + MAX_CONNECTIONS + " connections";
         if (pending >= MAX_PENDING_HANDSHAKES && oldest != null) {
+            telemetry.refused(HandshakeRefusal.EVICTED);
             oldest.connection.close(FailureKind.HANDSHAKE_REFUSED, "evicted: " + pending + " handshakes pending and this one is the oldest");
         }
         return null;
@@ -215,7 +236,8 @@ final class DecodeSessions {
             why = "connection closed by decode";
         } catch (IOException e) {
             why = Failures.message(e);
-            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", link, why);
+            // The message may quote the peer's HELLO (a refused kv_cache_dtype): escaped before it is logged.
+            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", link, LogSafe.text(why));
         } finally {
             String reason = link.connection.closeReason();
             if (reason != null && link.connection.closeKind() != null) kind = link.connection.closeKind();
@@ -231,7 +253,11 @@ final class DecodeSessions {
             return;
         }
         HandshakeValidator.Refusal refusal = validator.checkHello(h);
-        if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
+        if (refusal != null) {
+            telemetry.refused(refusal.kind() == FailureKind.LAYOUT_REFUSED ? HandshakeRefusal.LAYOUT
+                    : validator.checkToken(h) != null ? HandshakeRefusal.AUTH : HandshakeRefusal.PROTOCOL);
+            refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
+        }
         StringBuilder fallback = new StringBuilder();
         DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
                 h.stripes()), fallback);
@@ -243,6 +269,7 @@ final class DecodeSessions {
                 old.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
             }
         }
+        link.meters = telemetry.dataPath(path.name());
         link.dataPath = path;
         link.hello = h;
         link.connection.acceptAll();
@@ -260,17 +287,22 @@ final class DecodeSessions {
     /** An extra TCP data connection of a registered decode link (tcpStripes > 1 on the decode). */
     private void attachStripe(DecodeLink stripe, Hello h) throws IOException {
         HandshakeValidator.Refusal token = validator.checkToken(h);
-        if (token != null) refuse(stripe, token.kind(), token.reason(), "refused data stripe: ");
+        if (token != null) {
+            telemetry.refused(HandshakeRefusal.AUTH);
+            refuse(stripe, token.kind(), token.reason(), "refused data stripe: ");
+        }
         DecodeLink main = null;
         for (DecodeLink s : links) {
             if (s.stripeOf == null && s.hello != null && s.hello.sessionId().equals(h.sessionId())) main = s;
         }
         if (main == null) {
+            telemetry.refused(HandshakeRefusal.STRIPE);
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
                     "refused data stripe: ");
             return;
         }
         if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
+            telemetry.refused(HandshakeRefusal.STRIPE);
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
                     + " is out of range, already attached, or its data path (" + main.dataPath.name() + ") takes none",
                     "refused data stripe: ");
@@ -298,7 +330,7 @@ final class DecodeSessions {
         link.rooms.add(t.room());
         rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
         if (error != null) {
-            log.warn("room {}: {}", t.room(), error);
+            log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
             rooms.statuses.fail(t.room(), FailureKind.BAD_REQUEST, error);
             if (previous != null || t.dummy()) {
                 link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));

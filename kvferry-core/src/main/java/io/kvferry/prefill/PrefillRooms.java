@@ -18,7 +18,7 @@ import java.util.concurrent.ConcurrentHashMap;
 final class PrefillRooms {
     private static final int TOMBSTONES = 16_384;
 
-    final RoomStatusTable statuses = new RoomStatusTable();
+    final RoomStatusTable statuses;
     private final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
     /**
      * Rooms cleared here, newest last (bounded): a decode's metadata arriving after that (a late
@@ -39,7 +39,8 @@ final class PrefillRooms {
 
     private final Ticker ticker;
 
-    PrefillRooms(TransferWorkers workers, int uniqueRank, Ticker ticker) {
+    PrefillRooms(TransferWorkers workers, int uniqueRank, Ticker ticker, RoomStatusTable.Listener listener) {
+        this.statuses = new RoomStatusTable(listener);
         this.ticker = ticker;
         this.workers = workers;
         this.uniqueRank = uniqueRank;
