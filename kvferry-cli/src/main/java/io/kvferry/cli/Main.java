@@ -9,7 +9,8 @@ import java.util.Arrays;
 /** The {@code kvferry} command. */
 @Command(name = "kvferry", mixinStandardHelpOptions = true, version = "kvferry 0.1.0",
         description = "KV-cache transfer engine for prefill/decode disaggregated LLM serving.",
-        subcommands = {DemoCommand.class, ServeCommand.class, BenchCommand.class, ChaosCommand.class, BootstrapCommand.class, PrefillCommand.class, DecodeCommand.class})
+        subcommands = {DemoCommand.class, ServeCommand.class, BenchCommand.class, ChaosCommand.class, BootstrapCommand.class, StatusCommand.class, PrefillCommand.class,
+                DecodeCommand.class})
 public final class Main implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;

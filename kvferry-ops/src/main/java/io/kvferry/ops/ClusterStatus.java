@@ -1,5 +1,6 @@
 package io.kvferry.ops;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -8,6 +9,7 @@ import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.PrefillServerInfo;
 
+import java.io.UncheckedIOException;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -22,6 +24,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.Supplier;
 
 /**
@@ -36,7 +39,10 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
 
     private final BootstrapRegistryServer registry;
     private final HttpClient http;
-    private final List<String> extraUrls;
+    /** Status documents to include besides the registered ranks' (copy-on-write: the page reads it while a launcher adds). */
+    private final List<String> extraUrls = new CopyOnWriteArrayList<>();
+    /** Processes in the registry's own process (a prefill engine role holds its registry), shown without a fetch. */
+    private final List<ProcessStatus> local = new CopyOnWriteArrayList<>();
 
     /**
      * @param extraUrls status documents to include besides the registered ranks' (e.g. the decode processes a
@@ -44,8 +50,24 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
      */
     public ClusterStatus(BootstrapRegistryServer registry, List<String> extraUrls) {
         this.registry = registry;
-        this.extraUrls = List.copyOf(extraUrls);
+        for (String u : extraUrls) watch(u);
         this.http = HttpClient.newBuilder().connectTimeout(FETCH_TIMEOUT).build();
+    }
+
+    /** Also shows ranks that live in the registry's own process (no URL, no fetch: {@code "url": "local"}). */
+    public void local(ProcessStatus status) {
+        local.add(status);
+    }
+
+    /**
+     * Also shows the process whose status document is at {@code statusJsonUrl} (a decode process, which
+     * registers with no prefill registry). Idempotent.
+     */
+    public void watch(String statusJsonUrl) {
+        if (!statusJsonUrl.startsWith("http://") || !statusJsonUrl.endsWith("/status.json")) {
+            throw new IllegalArgumentException("a status document URL is http://HOST:PORT/status.json, not '" + statusJsonUrl + "'");
+        }
+        if (!extraUrls.contains(statusJsonUrl)) extraUrls.add(statusJsonUrl);
     }
 
     @Override
@@ -95,13 +117,16 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
         }
         long bytes = 0, concluded = 0, peers = 0;
         Map<String, Long> byState = new TreeMap<>(), byKind = new TreeMap<>();
+        List<Map.Entry<String, CompletableFuture<JsonNode>>> all = new ArrayList<>();
+        for (ProcessStatus l : local) all.add(Map.entry("local", CompletableFuture.completedFuture(l.get())));
         for (Map.Entry<String, CompletableFuture<HttpResponse<String>>> e : pending.entrySet()) {
+            all.add(Map.entry(e.getKey(), e.getValue().thenApply(ClusterStatus::parse)));
+        }
+        for (Map.Entry<String, CompletableFuture<JsonNode>> e : all) {
             ObjectNode p = processes.addObject();
             p.put("url", e.getKey());
             try {
-                HttpResponse<String> resp = e.getValue().get();
-                if (resp.statusCode() != 200) throw new IllegalStateException("HTTP " + resp.statusCode());
-                JsonNode status = StatusJson.MAPPER.readTree(resp.body());
+                JsonNode status = e.getValue().get();
                 if (!"process".equals(status.path("kind").asText())) throw new IllegalStateException("not a process status document");
                 p.put("ok", true);
                 p.set("status", status);
@@ -128,6 +153,15 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
         totals.set("rooms_by_state", StatusJson.MAPPER.valueToTree(byState));
         totals.set("failures_by_kind", StatusJson.MAPPER.valueToTree(byKind));
         return doc;
+    }
+
+    private static JsonNode parse(HttpResponse<String> resp) {
+        if (resp.statusCode() != 200) throw new IllegalStateException("HTTP " + resp.statusCode());
+        try {
+            return StatusJson.MAPPER.readTree(resp.body());
+        } catch (JsonProcessingException e) {
+            throw new UncheckedIOException("not JSON: " + e.getOriginalMessage(), e);
+        }
     }
 
     private static void addAll(Map<String, Long> into, JsonNode counts) {

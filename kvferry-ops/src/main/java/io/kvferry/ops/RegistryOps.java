@@ -1,5 +1,6 @@
 package io.kvferry.ops;
 
+import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillServerInfo;
 import io.micrometer.core.instrument.Gauge;
@@ -26,13 +27,31 @@ public final class RegistryOps {
      * @param extraUrls further process status documents the page should include (decode processes)
      */
     public static ClusterStatus mount(BootstrapRegistryServer registry, PrometheusMeterRegistry metrics, List<String> extraUrls) {
+        return mount(registry, metrics, extraUrls, true);
+    }
+
+    /**
+     * The same for a registry started through {@code KVFerry.startBootstrapServer} (an engine holds it as a
+     * {@link KVBootstrapServer}); null when it is not kvferry's (then it serves no page).
+     *
+     * @param serveMetrics false when the process serves {@code /metrics} on another port already (one scrape
+     *                     target per process)
+     */
+    public static ClusterStatus mountIfKvferry(KVBootstrapServer server, PrometheusMeterRegistry metrics, boolean serveMetrics) {
+        return server instanceof BootstrapRegistryServer r ? mount(r, metrics, List.of(), serveMetrics) : null;
+    }
+
+    private static ClusterStatus mount(BootstrapRegistryServer registry, PrometheusMeterRegistry metrics, List<String> extraUrls,
+                                       boolean serveMetrics) {
         Gauge.builder(REGISTERED, registry, r -> r.registeredRanks()).description("Prefill ranks registered").register(metrics);
         Gauge.builder(EXPECTED, registry, r -> {
             PrefillServerInfo t = r.topology();
             return t == null ? 0 : t.totalRanks();
         }).description("Prefill ranks the registered topology expects").register(metrics);
         ClusterStatus cluster = new ClusterStatus(registry, extraUrls);
-        OpsHandlers.routes(metrics, cluster).forEach(registry::mount);
+        OpsHandlers.routes(metrics, cluster).forEach((path, handler) -> {
+            if (serveMetrics || !path.equals("/metrics")) registry.mount(path, handler);
+        });
         return cluster;
     }
 }

@@ -50,6 +50,12 @@ public final class RoleRunner {
     /** @param index the manager's launch index in its process (selects its advertised port) */
     public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
                              String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index) {
+        return manager(config, mode, rank, cpRank, dpRank, bootstrapAddr, host, pool, opts, index, RoleOps.NONE);
+    }
+
+    /** As above, recording into the process's registry and (prefill) publishing its status URL. */
+    public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                             String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index, RoleOps ops) {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(mode), rank)
@@ -58,7 +64,9 @@ public final class RoleRunner {
                 .mla(config.shape().mla())
                 .bootstrap(hp[0], Integer.parseInt(hp[1]))
                 .authToken(config.authToken())
-                .listenHost(host);
+                .listenHost(host)
+                .meterRegistry(ops.meters())
+                .statusUrl(ops.statusUrl());
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
         b.tcpStripes(config.tcpStripes());
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(Duration.ofMillis(config.bootstrapTimeoutMillis()));
@@ -100,6 +108,30 @@ public final class RoleRunner {
      */
     public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
                                   String host, PrintStream out, RoleOptions opts) throws Exception {
+        return runRole(mode, config, bootstrapAddr, ranks, host, out, opts, -1);
+    }
+
+    /**
+     * As above, with a status endpoint on {@code statusPort} (0 = any free port, negative = none): the
+     * process prints {@code {"type":"status","url":…}} once it serves, its prefill ranks publish it in
+     * their registrations, and once every request concluded it prints its final scrape
+     * ({@code {"type":"metrics",…}}) before tearing down.
+     */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                  String host, PrintStream out, RoleOptions opts, int statusPort) throws Exception {
+        try (RoleOps ops = RoleOps.serve(mode.name().toLowerCase(Locale.ROOT), host, statusPort)) {
+            if (ops.baseUrl() != null) {
+                synchronized (out) {
+                    out.println(RoleEvent.line(new RoleEvent.Status(ops.baseUrl())));
+                    out.flush();
+                }
+            }
+            return runRole(mode, config, bootstrapAddr, ranks, host, out, opts, ops);
+        }
+    }
+
+    private static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                   String host, PrintStream out, RoleOptions opts, RoleOps ops) throws Exception {
         LeakCheck.Snapshot baseline = LeakCheck.baseline();
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
@@ -111,7 +143,7 @@ public final class RoleRunner {
             List<Future<RoleReport>> futures = new ArrayList<>();
             AtomicInteger progress = new AtomicInteger();
             AtomicInteger successes = new AtomicInteger();
-            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts);
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts, ops);
             for (int i = 0; i < managers.size(); i++) {
                 Optional<InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
                 if (endpoint.isPresent()) {
@@ -150,13 +182,23 @@ public final class RoleRunner {
                 reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
                         List.of())));
             }
+            String scrape = ops.scrape();
+            if (!scrape.isEmpty()) {
+                synchronized (out) {
+                    out.println(RoleEvent.line(new RoleEvent.Metrics(scrape)));
+                    out.flush();
+                }
+            }
         } finally {
             if (progressPrinter != null) {
                 progressPrinter.interrupt();
                 progressPrinter.join(1000);
             }
             exec.shutdownNow();
-            for (KVManager m : managers) m.close();
+            for (KVManager m : managers) {
+                ops.left(m);
+                m.close();
+            }
             if (exec.awaitTermination(10, TimeUnit.SECONDS)) {
                 for (RankPool p : pools) p.close();
                 poolsClosed = true;
@@ -195,14 +237,21 @@ public final class RoleRunner {
     public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, AtomicInteger progress) {
-        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE);
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE, RoleOps.NONE);
+    }
+
+    /** As below, recording into {@code ops} (its managers show on its status page). */
+    public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, AtomicInteger progress, RoleOps ops) {
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE, ops);
     }
 
     /** As above; decode rank 0 of stage 0 also counts verified successes in {@code successes} (may be null). */
     public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, AtomicInteger progress,
-                       AtomicInteger successes, RoleOptions opts) {
+                       AtomicInteger successes, RoleOptions opts, RoleOps ops) {
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
@@ -217,8 +266,9 @@ public final class RoleRunner {
                         RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
                                 w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()));
                         pools.add(pool);
-                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size());
+                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size(), ops);
                         managers.add(m);
+                        ops.joined(m);
                         if (prefill) {
                             m.registerToBootstrap();
                             int group = dp;

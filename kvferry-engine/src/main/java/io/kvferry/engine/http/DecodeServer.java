@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
 import io.kvferry.engine.serving.DecodeEngine;
@@ -32,6 +33,11 @@ public final class DecodeServer implements AutoCloseable {
         server.createContext("/abort", ex -> PrefillServer.handle(ex, this::abort));
         server.createContext("/health", ex -> PrefillServer.handle(ex, this::health));
         server.start();
+    }
+
+    /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */
+    public void route(String path, HttpHandler handler) {
+        server.createContext(path, handler);
     }
 
     public int port() {

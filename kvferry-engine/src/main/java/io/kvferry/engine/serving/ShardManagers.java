@@ -6,6 +6,9 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.engine.kv.KvPool;
 
+import java.util.ArrayList;
+import java.util.List;
+
 /** One kvferry KVManager per shard (TP rank × PP stage), as SGLang has one per engine rank. */
 final class ShardManagers implements AutoCloseable {
     final KVManager[][] managers; // [stage][rank]
@@ -18,7 +21,8 @@ final class ShardManagers implements AutoCloseable {
                     KVManagerConfig.Builder b = KVManagerConfig.builder()
                             .attnTp(spec.tp(), r)
                             .ppSize(spec.pp())
-                            .listenHost(t.listenHost());
+                            .listenHost(t.listenHost())
+                            .meterRegistry(t.meters());
                     if (t.bootstrapAddr() != null) b.bootstrap(t.bootstrapHost(), t.bootstrapPort());
                     if (t.authToken() != null) b.authToken(t.authToken());
                     KVManager m = KVFerry.createManager(t.transport(), pools[s][r].kvArgs(r, s), mode, b.build());
@@ -30,6 +34,13 @@ final class ShardManagers implements AutoCloseable {
             close();
             throw e;
         }
+    }
+
+    /** Every manager, stage by stage. */
+    List<KVManager> all() {
+        List<KVManager> out = new ArrayList<>();
+        for (KVManager[] s : managers) for (KVManager m : s) if (m != null) out.add(m);
+        return out;
     }
 
     @Override
