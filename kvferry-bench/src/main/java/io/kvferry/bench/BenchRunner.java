@@ -103,7 +103,7 @@ public final class BenchRunner {
                         + (ops.baseUrl() == null ? "" : " (this process: " + ops.baseUrl() + "/status, " + ops.baseUrl() + "/metrics)"));
             }
             reports = processes ? runProcesses(addr) : runEmbedded(addr, ops);
-            finalScrapes.put(processes ? "bench (registry)" : "bench (embedded prefill + decode + registry)", ops.scrape());
+            if (processes) finalScrapes.put("bench process (registry)", ops.scrape());
         }
         if (metricsDump != null) writeMetricsDump(metricsDump);
         double memcpy = memcpyBaseline ? MemcpyBaseline.median(memcpyBefore, MemcpyBaseline.rounds(itemBytes)) : 0;
@@ -154,6 +154,8 @@ public final class BenchRunner {
             List<RoleReport> reports = new ArrayList<>();
             for (Future<RoleReport> f : futures) reports.add(get(f));
             ticker.cancel(true);
+            // Every request concluded; the ranks are still up (their rooms gauges too).
+            finalScrapes.put("bench process (embedded prefill + decode + registry)", ops.scrape());
             return reports;
         } finally {
             exec.shutdownNow();

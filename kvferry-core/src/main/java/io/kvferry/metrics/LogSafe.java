@@ -22,7 +22,8 @@ public final class LogSafe {
         while (i < n && !needsEscape(s.charAt(i))) i++;
         if (i == n && n <= MAX_CHARS) return s; // the common case: nothing to do, nothing allocated
         StringBuilder b = new StringBuilder(Math.min(n, MAX_CHARS) + 16);
-        b.append(s, 0, Math.min(i, MAX_CHARS));
+        i = Math.min(i, MAX_CHARS);
+        b.append(s, 0, i);
         for (; i < n && b.length() < MAX_CHARS; i++) escapeInto(b, s.charAt(i));
         if (i < n) b.append("…(").append(n).append(" chars)");
         return b.toString();

@@ -44,6 +44,7 @@ public final class RankTelemetry implements AutoCloseable {
     private final Counter heartbeatMisses;
     private final Counter heartbeatTimeouts;
     private final DistributionSummary bootstrapMs;
+    /** Decode only (null on a prefill). */
     private final DistributionSummary allocMs;
     private final ConcurrentHashMap<String, RoomMeters> byTransport = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, DataPathMeters> dataPaths = new ConcurrentHashMap<>();
@@ -88,7 +89,8 @@ public final class RankTelemetry implements AutoCloseable {
                 .description("Control connections declared dead after missed heartbeats").tags(tags).register(registry);
         bootstrapMs = DistributionSummary.builder(KVFerryMeters.TRANSFER_BOOTSTRAP_MS).description("Room creation to WaitingForInput")
                 .serviceLevelObjectives(KVFerryMeters.BOOTSTRAP_MS).tags(tags).register(registry);
-        allocMs = DistributionSummary.builder(KVFerryMeters.TRANSFER_ALLOC_MS)
+        // Only a decode waits for KV pages between bootstrapping and its metadata.
+        allocMs = !"decode".equals(id.role()) ? null : DistributionSummary.builder(KVFerryMeters.TRANSFER_ALLOC_MS)
                 .description("Decode: WaitingForInput to send_metadata (waiting for KV pages)")
                 .serviceLevelObjectives(KVFerryMeters.BOOTSTRAP_MS).tags(tags).register(registry);
         gauges = RoomGauges.register(registry, tags, census);
@@ -105,7 +107,7 @@ public final class RankTelemetry implements AutoCloseable {
 
     /** Decode: a room's metadata went out {@code nanos} after it was bootstrapped. */
     public void allocated(long nanos) {
-        allocMs.record(nanos / 1e6);
+        if (allocMs != null) allocMs.record(nanos / 1e6);
     }
 
     /**
