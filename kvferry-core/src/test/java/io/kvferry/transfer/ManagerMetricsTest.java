@@ -4,12 +4,12 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVManagerInspection;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.metrics.KVFerryMeters;
-import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.Status;
@@ -24,7 +24,6 @@ import org.junit.jupiter.api.Test;
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
 import java.net.InetSocketAddress;
-import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -45,7 +44,7 @@ class ManagerMetricsTest extends TransferTestBase {
         return c.count();
     }
 
-    private KVManager prefillWith(TestRank mem, io.kvferry.api.KVManagerConfig config) {
+    private KVManager prefillWith(TestRank mem, KVManagerConfig config) {
         KVManager m = KVFerry.createManager("tcp", mem.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, config);
         closeables.add(m);
         m.registerToBootstrap();
@@ -146,7 +145,8 @@ class ManagerMetricsTest extends TransferTestBase {
             }
             Thread fake = Thread.ofPlatform().daemon().start(() -> {
                 try (ControlConnection conn = new ControlConnection(listener.accept())) {
-                    Hello h = (Hello) conn.read();
+                    Hello hello = (Hello) conn.read();
+                    assertEquals(TOKEN, hello.authToken());
                     conn.send(new HelloAck(true, "", 0, 0, "tcp", ""));
                     TransferInfo info = (TransferInfo) conn.read();
                     conn.send(new Status(info.room(), KVPoll.Failed, FailureKind.TRANSFER_ERROR, 0, forged));
@@ -181,10 +181,5 @@ class ManagerMetricsTest extends TransferTestBase {
             }
             assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "transfer_error"));
         }
-    }
-
-    /** For the reader of FrameCodec-level tests: a frame is length-prefixed, so only reasons could carry text. */
-    static ByteBuffer encoded(Status s) {
-        return FrameCodec.encode(s);
     }
 }
