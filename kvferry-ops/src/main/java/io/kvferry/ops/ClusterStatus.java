@@ -25,6 +25,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Executors;
 import java.util.function.Supplier;
 
 /**
@@ -51,7 +52,10 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
     public ClusterStatus(BootstrapRegistryServer registry, List<String> extraUrls) {
         this.registry = registry;
         for (String u : extraUrls) watch(u);
-        this.http = HttpClient.newBuilder().connectTimeout(FETCH_TIMEOUT).build();
+        // Its own executor: the client's dependent stages must not wait for the common pool, which an
+        // embedding process may keep busy (a bench run on it held every status fetch until its timeout).
+        this.http = HttpClient.newBuilder().connectTimeout(FETCH_TIMEOUT).version(HttpClient.Version.HTTP_1_1)
+                .executor(Executors.newVirtualThreadPerTaskExecutor()).build();
     }
 
     /** Also shows ranks that live in the registry's own process (no URL, no fetch: {@code "url": "local"}). */

@@ -1,5 +1,6 @@
 package io.kvferry.ops;
 
+import com.fasterxml.jackson.annotation.JsonFormat;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.PropertyNamingStrategies;
 import com.fasterxml.jackson.databind.SerializationFeature;
@@ -18,10 +19,21 @@ import java.util.TreeMap;
  * snake_case, as the rest of kvferry's JSON.
  */
 public final class StatusJson {
-    /** Snake-case names; records serialise by their components. */
+    /**
+     * Snake-case names; records serialise by their components. Room ids are 63-bit: written as strings,
+     * or JavaScript (whose numbers are doubles) would show another room.
+     */
     public static final ObjectMapper MAPPER = new ObjectMapper()
             .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
-            .disable(SerializationFeature.FAIL_ON_EMPTY_BEANS);
+            .disable(SerializationFeature.FAIL_ON_EMPTY_BEANS)
+            .addMixIn(KVManagerInspection.Room.class, RoomIdAsString.class)
+            .addMixIn(KVManagerInspection.Failure.class, RoomIdAsString.class);
+
+    /** Jackson mix-in: the {@code room} component as a JSON string. */
+    private abstract static class RoomIdAsString {
+        @JsonFormat(shape = JsonFormat.Shape.STRING)
+        abstract long room();
+    }
 
     private StatusJson() {}
 

@@ -112,7 +112,7 @@ function render(doc) {
   previous = {t: doc.now_ms, bytes: total};
   while (samples.length > 0 && samples[0].t < doc.now_ms - WINDOW_MS) samples.shift();
   const last = samples.length ? samples[samples.length - 1].gbps : 0;
-  document.getElementById('bw-now').textContent = last.toFixed(2) + ' GB/s';
+  document.getElementById('bw-now').textContent = last < 1 ? (last * 1000).toFixed(1) + ' MB/s' : last.toFixed(2) + ' GB/s';
   drawChart(doc.now_ms);
 
   // Topology: the registry's ranks (cluster view), with the data paths their process reports.
