@@ -354,6 +354,9 @@ public final class RoleRunner {
         cmd.add("-XX:+ExitOnOutOfMemoryError"); // a role out of heap exits (the parent reports it) instead of living on half-dead
         String logLevel = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel");
         if (logLevel != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + logLevel); // --verbose reaches the roles
+        for (String k : System.getProperties().stringPropertyNames()) {
+            if (k.startsWith("kvferry.")) cmd.add("-D" + k + "=" + System.getProperty(k)); // kvferry --set reaches the roles
+        }
         cmd.addAll(jvmFlags);
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));
