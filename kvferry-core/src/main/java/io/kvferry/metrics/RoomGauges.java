@@ -1,5 +1,6 @@
 package io.kvferry.metrics;
 
+import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.Meter;
@@ -46,6 +47,7 @@ final class RoomGauges {
 
     /** Adds a census; returns what removes it. */
     static Runnable register(MeterRegistry registry, Tags tags, RoomCensus census) {
+        if (registry == KVManagerConfig.NO_METERS) return () -> { }; // keeps nothing: nothing to hold either
         synchronized (GROUPS) {
             Group g = GROUPS.computeIfAbsent(registry, r -> new HashMap<>()).get(tags);
             if (g == null) {
