@@ -206,8 +206,9 @@ final class LinkDirectory {
             link.dataPath = fallback ? Transports.fallback().name() : ack.dataPath();
             link.oneSided = chosen != null && chosen.oneSided() ? chosen : null;
             if (!ack.fallback().isEmpty()) {
-                if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, ack.fallback());
-                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, ack.fallback());
+                String why = LogSafe.text(ack.fallback()); // the prefill's words
+                if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, why);
+                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, why);
             } else {
                 log.info("link to {} uses {}", key, link.dataPath);
             }
