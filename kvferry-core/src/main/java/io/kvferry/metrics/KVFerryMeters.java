@@ -47,8 +47,11 @@ public final class KVFerryMeters {
     public static final String DATAPATH_BYTES = "kvferry_datapath_bytes";
     /** Data-path ops (a run of pages of one buffer, an aux row, a state slot), by transport (prefill). */
     public static final String DATAPATH_OPS = "kvferry_datapath_ops";
-    /** Size of each data-path op, by transport (NIXL reports descriptors per transfer; so do we). */
-    public static final String DATAPATH_OP_BYTES = "kvferry_datapath_op_bytes";
+    /**
+     * Data-path ops by size, by transport, cumulative with an {@code le} tag (bytes) like a histogram's buckets
+     * (NIXL reports descriptors per transfer; so do we): {@code histogram_quantile} reads it.
+     */
+    public static final String DATAPATH_OPS_BY_SIZE = "kvferry_datapath_ops_by_size";
     /** Data-path ops per data-path write (one plan: a chunk's KV, its state or its aux row). */
     public static final String DATAPATH_OPS_PER_WRITE = "kvferry_datapath_ops_per_write";
     /** Rooms this rank tracks, by state; computed from the status table when scraped. */
@@ -72,7 +75,7 @@ public final class KVFerryMeters {
     /** Every meter name above, for documentation and the dashboard test. */
     public static final List<String> NAMES = List.of(TRANSFER_LATENCY_MS, TRANSFER_SPEED_GB_S, TRANSFER_BOOTSTRAP_MS,
             TRANSFER_ALLOC_MS, TRANSFER_TOTAL_MB, BOOTSTRAP_FAILED, TRANSFER_FAILED, TIMEOUTS, ABORTS, HEARTBEAT_MISSES,
-            HEARTBEAT_TIMEOUTS, HANDSHAKE_REFUSALS, DATAPATH_BYTES, DATAPATH_OPS, DATAPATH_OP_BYTES, DATAPATH_OPS_PER_WRITE,
+            HEARTBEAT_TIMEOUTS, HANDSHAKE_REFUSALS, DATAPATH_BYTES, DATAPATH_OPS, DATAPATH_OPS_BY_SIZE, DATAPATH_OPS_PER_WRITE,
             ROOMS, PEERS);
 
     /**

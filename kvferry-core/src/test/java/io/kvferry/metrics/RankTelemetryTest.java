@@ -127,11 +127,18 @@ class RankTelemetryTest {
         m.written(plan);
         assertEquals(2 * 78_192, count(KVFerryMeters.DATAPATH_BYTES, "transport", "tcp"));
         assertEquals(6, count(KVFerryMeters.DATAPATH_OPS, "transport", "tcp"));
-        DistributionSummary sizes = registry.find(KVFerryMeters.DATAPATH_OP_BYTES).tag("transport", "tcp").summary();
-        assertEquals(6, sizes.count());
-        assertEquals(70_000, sizes.max(), 1e-9);
+        // Cumulative by size: four ops of 4096 bytes are at most 4096, all six at most 262144 (70000 is in that bucket).
+        assertEquals(0, sizeBucket("1024"));
+        assertEquals(4, sizeBucket("4096"));
+        assertEquals(4, sizeBucket("65536"));
+        assertEquals(6, sizeBucket("262144"));
+        assertEquals(6, sizeBucket("+Inf"));
         assertEquals(2, registry.find(KVFerryMeters.DATAPATH_OPS_PER_WRITE).summary().count());
         assertTrue(t.dataPath("tcp") == m, "resolved once per transport");
+    }
+
+    private double sizeBucket(String le) {
+        return registry.find(KVFerryMeters.DATAPATH_OPS_BY_SIZE).tags("transport", "tcp", "le", le).functionCounter().count();
     }
 
     @Test

@@ -70,7 +70,7 @@ class ManagerMetricsTest extends TransferTestBase {
         assertEquals(3, meters.find(KVFerryMeters.TRANSFER_ALLOC_MS).tags("role", "decode").summary().count());
         assertEquals(bytes, counter(KVFerryMeters.DATAPATH_BYTES, "role", "prefill", "transport", "tcp"));
         assertEquals(p.stats().dataPathOps(), counter(KVFerryMeters.DATAPATH_OPS, "transport", "tcp"));
-        assertEquals(p.stats().dataPathOps(), meters.find(KVFerryMeters.DATAPATH_OP_BYTES).summary().count());
+        assertEquals(p.stats().dataPathOps(), meters.find(KVFerryMeters.DATAPATH_OPS_BY_SIZE).tags("le", "+Inf").functionCounter().count());
         assertEquals(0, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "peer_lost"));
         assertEquals(1, meters.find(KVFerryMeters.PEERS).tags("role", "prefill").gauge().value());
         assertEquals(0, meters.find(KVFerryMeters.ROOMS).tags("role", "prefill", "state", "success").gauge().value(), "cleared rooms leave");
