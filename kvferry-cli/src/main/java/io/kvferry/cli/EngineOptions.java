@@ -2,10 +2,10 @@ package io.kvferry.cli;
 
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serve.Roles;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.util.HexFormat;
@@ -38,25 +38,17 @@ final class EngineOptions {
     @Option(names = "--chunk-tokens", defaultValue = "64", description = "Chunked-prefill size in tokens (need not be a page multiple). Default: ${DEFAULT-VALUE}.")
     int chunkTokens;
 
-    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
-            description = "Cluster token for the bootstrap registry and kvferry's control connections (env KVFERRY_AUTH_TOKEN).")
-    String authToken;
-
-    @Option(names = "--auth-token-file", description = "Read the cluster token from this file (first line).")
-    Path authTokenFile;
+    /** The cluster token for the bootstrap registry and kvferry's control connections. */
+    @Mixin
+    AuthTokenOptions auth = new AuthTokenOptions();
 
     ModelFiles.Loaded load() throws IOException {
         return ModelFiles.load(modelFile, tokenizer);
     }
 
-    /** The token from --auth-token-file, --auth-token or the environment; null when none was given. */
-    String token() throws IOException {
-        if (authTokenFile != null) {
-            String t = Files.readAllLines(authTokenFile).stream().findFirst().orElse("").trim();
-            if (t.isEmpty()) throw new IllegalArgumentException("--auth-token-file " + authTokenFile + " is empty");
-            return t;
-        }
-        return authToken == null || authToken.isBlank() ? null : authToken;
+    /** The token from --auth-token-file or KVFERRY_AUTH_TOKEN; null when none was given. */
+    String token() {
+        return auth.token();
     }
 
     Roles.Options options(ModelFiles.Loaded model, int tp, int pp, int port, int bootstrapPort, String token) {

@@ -6,6 +6,7 @@ import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
+import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -86,7 +87,10 @@ public final class Main implements Runnable {
             return 2;
         }
         return new CommandLine(new Main()).setExecutionExceptionHandler((e, cmd, parsed) -> {
-            if (!(e instanceof MemoryBudget.PoolsDoNotFit)) throw e;
+            // Bad input (a flag's value, a token on the command line, a missing file) is one clear line, not a stack trace.
+            if (!(e instanceof MemoryBudget.PoolsDoNotFit || e instanceof IllegalArgumentException || e instanceof UncheckedIOException)) {
+                throw e;
+            }
             cmd.getErr().println("kvferry " + cmd.getCommandName() + ": " + e.getMessage());
             return 2;
         }).execute(args);

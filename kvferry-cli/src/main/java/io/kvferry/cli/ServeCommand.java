@@ -66,7 +66,7 @@ public final class ServeCommand implements Callable<Integer> {
             switch (role) {
                 case "prefill", "decode" -> {
                     if (token == null) {
-                        System.err.println("kvferry serve --role " + role + ": no cluster token: set KVFERRY_AUTH_TOKEN, --auth-token or "
+                        System.err.println("kvferry serve --role " + role + ": no cluster token: set KVFERRY_AUTH_TOKEN or "
                                 + "--auth-token-file (the same on every prefill and decode)");
                         return 2;
                     }

@@ -1,9 +1,11 @@
 package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.security.SecureRandom;
@@ -113,9 +115,18 @@ public final class WorkloadOptions {
     @Option(names = "--failure-prob", defaultValue = "0", hidden = true, description = "Library failure-injection probability (chaos).")
     double failureProb;
 
-    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
-            description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
-    String authToken;
+    @Option(names = "--corrupt-prob", defaultValue = "0", hidden = true,
+            description = "Library corruption hook on the prefill: chance a room's KV gets one byte flipped after its digest (chaos).")
+    double corruptProb;
+
+    @Option(names = "--checksum", defaultValue = "${env:KVFERRY_CHECKSUM:-off}",
+            description = "Verify transfers against the prefill's CRC32C digests: off, sampled or full (env KVFERRY_CHECKSUM). "
+                    + "Default: ${DEFAULT-VALUE}.")
+    String checksum;
+
+    /** The cluster token for registry writes and control connections. */
+    @Mixin
+    AuthTokenOptions auth = new AuthTokenOptions();
 
     /**
      * @param generateToken make up a random cluster token when none is given (an embedded cluster
@@ -165,10 +176,10 @@ public final class WorkloadOptions {
         int warm = warmup == null ? defaultWarmup : warmup;
         if (warm < 0) throw new IllegalArgumentException("--warmup must be >= 0, got " + warm);
         Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warm);
-        String token = authToken;
+        String token = auth.token();
         if (token == null || token.isEmpty()) {
             if (!generateToken) {
-                throw new IllegalArgumentException("a cluster token is required: pass --auth-token or set KVFERRY_AUTH_TOKEN "
+                throw new IllegalArgumentException("a cluster token is required: set KVFERRY_AUTH_TOKEN or pass --auth-token-file "
                         + "(the registry's write routes fail closed without one)");
             }
             byte[] b = new byte[32];
@@ -176,12 +187,13 @@ public final class WorkloadOptions {
             token = Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || slowDecodeMs < 0) {
+        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || corruptProb < 0 || corruptProb > 1
+                || slowDecodeMs < 0) {
             throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb), tcpStripes,
-                pairedMemcpy);
+                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
+                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum));
     }
 
     /** Bench pool limits the options are checked against. */

@@ -16,6 +16,8 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.metrics.RankIdentity;
 import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.metrics.RoomCensus;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.Fingerprint;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.session.RoomStatusTable;
 import io.kvferry.session.SessionTimer;
@@ -36,6 +38,8 @@ import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.UUID;
 
 /**
@@ -105,7 +109,8 @@ public final class DecodeKVManager implements KVManager {
         this.revoker = new OwnedTaskThread("kvferry-decode-revoke-" + engineRank);
         TcpDestination tcp = Transports.fallback().openDestination(memory, engineRank, config.settings(), gate, why -> { });
         this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
-        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, pageSize, kvCacheDtype,
+        Fingerprint fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
+        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, fingerprint,
                 destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
@@ -204,6 +209,25 @@ public final class DecodeKVManager implements KVManager {
         return config;
     }
 
+    /** Verdicts of {@link Completeness#uncovered} by the rooms' writer coverages (few distinct sets: one per prefill topology). */
+    private final ConcurrentHashMap<CoverageKey, Optional<String>> coverageVerdicts = new ConcurrentHashMap<>();
+
+    private record CoverageKey(List<Coverage> writers, boolean aux, List<Boolean> state) {}
+
+    /** Whether coverages {@code writers} together fill a room (cached: the same prefill ranks cover every room alike). */
+    String coverageVerdict(List<Coverage> writers, boolean needsAux, boolean[] stateNeeded) {
+        List<Boolean> state = new ArrayList<>(stateNeeded.length);
+        for (boolean b : stateNeeded) state.add(b);
+        CoverageKey key = new CoverageKey(writers, needsAux, state);
+        Optional<String> v = coverageVerdicts.get(key);
+        if (v == null) {
+            v = Optional.ofNullable(Completeness.uncovered(writers, memory, needsAux, stateNeeded));
+            if (coverageVerdicts.size() > 4096) coverageVerdicts.clear(); // bounded: links come and go
+            coverageVerdicts.put(key, v);
+        }
+        return v.orElse(null);
+    }
+
     RegisteredMemory memory() {
         return memory;
     }
@@ -239,7 +263,7 @@ public final class DecodeKVManager implements KVManager {
             case Success -> {
                 DecodeRoom r = rooms.get(roomId);
                 if (r == null) return;
-                KVTransferMetric m = DecodeKVReceiver.metricOf(r);
+                KVTransferMetric m = DecodeKVReceiver.metricOf(r, KVPoll.Success);
                 long sent = r.metadataSentNanos, done = r.successNanos;
                 telemetry.concluded(m.transport(), sent != 0 && done != 0 ? done - sent : -1,
                         m.transferTotalBytes() == null ? -1 : m.transferTotalBytes());

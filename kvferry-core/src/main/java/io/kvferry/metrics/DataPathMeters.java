@@ -3,7 +3,6 @@ package io.kvferry.metrics;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.plan.CopyPlan;
 import io.micrometer.core.instrument.Counter;
-import io.micrometer.core.instrument.DistributionSummary;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
@@ -13,15 +12,15 @@ import java.util.concurrent.atomic.LongAdder;
 /**
  * The data-path meters of one transport on one rank, resolved once per link (not per write), so a
  * write records into meters it already holds, nothing allocated. Per op only one {@link LongAdder}
- * increment in the op's size bucket: a Micrometer histogram per op (count, sum, decaying max,
- * bucket) cost ~4× that in {@code MetricsBench}, which mattered for fragmented plans of one page per
- * op. The buckets are exported as cumulative counters with an {@code le} tag
+ * increment in the op's size bucket, per write a few counter adds: a Micrometer histogram per op
+ * (count, sum, decaying max, bucket) cost ~4× that in {@code MetricsBench}, which mattered for
+ * fragmented plans of one page per op. The buckets are exported as cumulative counters with an {@code le} tag
  * ({@link KVFerryMeters#DATAPATH_OPS_BY_SIZE}), which {@code histogram_quantile} reads like any histogram.
  */
 public final class DataPathMeters {
     private final Counter bytes;
     private final Counter ops;
-    private final DistributionSummary opsPerWrite;
+    private final Counter writes;
     /** Ops per size bucket (not cumulative): {@code perBucket[i]} counts ops in (OP_BYTES[i-1], OP_BYTES[i]]; the last is +Inf. */
     private final LongAdder[] perBucket = new LongAdder[KVFerryMeters.OP_BYTES.length + 1];
     /** False for the registry that keeps nothing: then a write records nothing either. */
@@ -33,9 +32,8 @@ public final class DataPathMeters {
                 .tags(tags).register(registry);
         ops = Counter.builder(KVFerryMeters.DATAPATH_OPS).description("Data-path ops (a run of pages of one buffer, an aux row, a state slot)")
                 .tags(tags).register(registry);
-        opsPerWrite = DistributionSummary.builder(KVFerryMeters.DATAPATH_OPS_PER_WRITE)
-                .description("Ops per data-path write (descriptors per transfer)")
-                .serviceLevelObjectives(KVFerryMeters.OPS_PER_WRITE).tags(tags).register(registry);
+        writes = Counter.builder(KVFerryMeters.DATAPATH_WRITES)
+                .description("Data-path writes (one plan each; ops / writes = descriptors per transfer)").tags(tags).register(registry);
         for (int i = 0; i < perBucket.length; i++) perBucket[i] = new LongAdder();
         for (int i = 0; i < perBucket.length; i++) {
             int upTo = i;
@@ -67,6 +65,6 @@ public final class DataPathMeters {
         }
         bytes.increment(total);
         ops.increment(n);
-        opsPerWrite.record(n);
+        writes.increment();
     }
 }

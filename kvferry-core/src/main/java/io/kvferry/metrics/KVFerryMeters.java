@@ -52,8 +52,8 @@ public final class KVFerryMeters {
      * (NIXL reports descriptors per transfer; so do we): {@code histogram_quantile} reads it.
      */
     public static final String DATAPATH_OPS_BY_SIZE = "kvferry_datapath_ops_by_size";
-    /** Data-path ops per data-path write (one plan: a chunk's KV, its state or its aux row). */
-    public static final String DATAPATH_OPS_PER_WRITE = "kvferry_datapath_ops_per_write";
+    /** Data-path writes (one plan: a chunk's KV, its state or its aux row); ops / writes is descriptors per transfer. */
+    public static final String DATAPATH_WRITES = "kvferry_datapath_writes";
     /** Rooms this rank tracks, by state; computed from the status table when scraped. */
     public static final String ROOMS = "kvferry_rooms";
     /** Peer links: decode sessions of a prefill rank, prefill links of a decode rank. */
@@ -69,13 +69,11 @@ public final class KVFerryMeters {
     static final double[] TOTAL_MB = {1, 5, 10, 50, 100, 500, 1000, 5000, 10000};
     /** Op sizes, 1 KiB to 64 MiB by powers of four (one op is at most Wire.MAX_STRIDED_WRITE_BYTES). */
     static final double[] OP_BYTES = {1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864};
-    /** Ops per write, 1 to 4096 by powers of four. */
-    static final double[] OPS_PER_WRITE = {1, 4, 16, 64, 256, 1024, 4096};
 
     /** Every meter name above, for documentation and the dashboard test. */
     public static final List<String> NAMES = List.of(TRANSFER_LATENCY_MS, TRANSFER_SPEED_GB_S, TRANSFER_BOOTSTRAP_MS,
             TRANSFER_ALLOC_MS, TRANSFER_TOTAL_MB, BOOTSTRAP_FAILED, TRANSFER_FAILED, TIMEOUTS, ABORTS, HEARTBEAT_MISSES,
-            HEARTBEAT_TIMEOUTS, HANDSHAKE_REFUSALS, DATAPATH_BYTES, DATAPATH_OPS, DATAPATH_OPS_BY_SIZE, DATAPATH_OPS_PER_WRITE,
+            HEARTBEAT_TIMEOUTS, HANDSHAKE_REFUSALS, DATAPATH_BYTES, DATAPATH_OPS, DATAPATH_OPS_BY_SIZE, DATAPATH_WRITES,
             ROOMS, PEERS);
 
     /**

@@ -120,9 +120,10 @@ public final class TransferPlanner {
     }
 
     /**
-     * State ops, component by component in order. Paged types (swa, dsa, …) are truncated to the
-     * shorter index list, reported through {@code warnings}; positional types (mamba slots, ring
-     * rows) must match exactly.
+     * State ops, component by component in order. Paged types (swa, dsa, …) with more source than
+     * destination indices send the first ones, reported through {@code warnings}; fewer source
+     * indices (decode slots that would stay unwritten) and any mismatch of positional types (mamba
+     * slots, ring rows) fail.
      *
      * @param itemLens per component, per tensor: bytes of one index
      */
@@ -136,15 +137,17 @@ public final class TransferPlanner {
             if (src.length == 0 || dst.length == 0) continue;
             if (src.length != dst.length) {
                 StateType t = types.get(c);
-                if (!t.isPaged()) {
+                if (!t.isPaged() || src.length < dst.length) {
+                    // Fewer source indices would leave decode slots it asked for unwritten: never a silent partial room.
                     throw new PlanException("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
-                            + src.length + " vs decode " + dst.length + "; positional state must match exactly");
+                            + src.length + " vs decode " + dst.length + (t.isPaged()
+                            ? "; the decode's extra indices would stay unwritten"
+                            : "; positional state must match exactly"));
                 }
-                int n = Math.min(src.length, dst.length);
+                int n = dst.length;
                 warnings.accept("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
-                        + src.length + " vs decode " + dst.length + "; truncated to " + n);
+                        + src.length + " vs decode " + dst.length + "; the prefill's extra indices are not sent");
                 src = Arrays.copyOf(src, n);
-                dst = Arrays.copyOf(dst, n);
             }
             PageRuns runs = PageRuns.group(src, dst);
             for (int tensor = 0; tensor < itemLens[c].length; tensor++) {

@@ -16,6 +16,8 @@ import io.kvferry.metrics.RankIdentity;
 import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.metrics.RoomCensus;
 import io.kvferry.plan.RankMapping;
+import io.kvferry.protocol.Fingerprint;
+import io.kvferry.session.Authentication;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.session.OwnedTaskThread;
@@ -66,6 +68,7 @@ public final class PrefillKVManager implements KVManager {
     private final OfferNegotiator negotiator;
     private final DecodeSessions sessions;
     private final RankTelemetry telemetry;
+    private final Fingerprint fingerprint;
     private volatile boolean closed;
 
     public PrefillKVManager(KVArgs args, KVManagerConfig config, Backend backend) {
@@ -80,6 +83,7 @@ public final class PrefillKVManager implements KVManager {
             throw new IllegalArgumentException("a pipeline-parallel prefill stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
         }
         backend.requireAvailable(config.settings());
+        Authentication.requireTokenOrLoopback(config, config.listenHost(), "prefill rank listening on");
         boolean hasConvShardGroups = args.stateConvShardGroups.stream().anyMatch(l -> l != null && l.stream().anyMatch(g -> g != null));
         int uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
                 config.attnCpRank(), config.attnCpSize());
@@ -108,8 +112,8 @@ public final class PrefillKVManager implements KVManager {
         rooms = new PrefillRooms(workers, uniqueRank, config.ticker(), this::onRoomChanged);
         chunks = new ChunkExecutor(memory, config, pageSize, uniqueRank, rooms, workers);
         negotiator = new OfferNegotiator(backend, memory, rank, config.settings());
-        HandshakeValidator validator = new HandshakeValidator(memory, config, pageSize, kvCacheDtype, args.totalKvHeadNum,
-                hasConvShardGroups);
+        fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
+        HandshakeValidator validator = new HandshakeValidator(memory, config, fingerprint, hasConvShardGroups);
         sessions = new DecodeSessions(config, memory, backend, rank, uniqueRank, validator, negotiator, rooms, workers, timer,
                 unmapper, listener, telemetry);
     }
@@ -169,10 +173,14 @@ public final class PrefillKVManager implements KVManager {
     public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                                  boolean reqHasDisaggPrefillDpRank) {
         if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
+        PrefillRooms.Tombstone dropped = rooms.droppedBeforeStart(bootstrapRoom);
         PrefillRoom room = rooms.room(bootstrapRoom);
+        room.claim();
         // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
         boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
+        // Its decode left (or gave up) before this rank started the request: the sender sees that failure at once.
+        if (dropped != null) rooms.statuses.fail(bootstrapRoom, dropped.kind(), dropped.reason());
         if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
         return sender;
     }

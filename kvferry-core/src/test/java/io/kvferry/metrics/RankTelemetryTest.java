@@ -133,7 +133,7 @@ class RankTelemetryTest {
         assertEquals(4, sizeBucket("65536"));
         assertEquals(6, sizeBucket("262144"));
         assertEquals(6, sizeBucket("+Inf"));
-        assertEquals(2, registry.find(KVFerryMeters.DATAPATH_OPS_PER_WRITE).summary().count());
+        assertEquals(2, count(KVFerryMeters.DATAPATH_WRITES, "transport", "tcp"));
         assertTrue(t.dataPath("tcp") == m, "resolved once per transport");
     }
 

@@ -10,8 +10,6 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.metrics.KVFerryMeters;
-import io.kvferry.protocol.Hello;
-import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.BootstrapClient;
@@ -145,9 +143,7 @@ class ManagerMetricsTest extends TransferTestBase {
             }
             Thread fake = Thread.ofPlatform().daemon().start(() -> {
                 try (ControlConnection conn = new ControlConnection(listener.accept())) {
-                    Hello hello = (Hello) conn.read();
-                    assertEquals(TOKEN, hello.authToken());
-                    conn.send(new HelloAck(true, "", 0, 0, "tcp", ""));
+                    acceptAsPrefill(conn);
                     TransferInfo info = (TransferInfo) conn.read();
                     conn.send(new Status(info.room(), KVPoll.Failed, FailureKind.TRANSFER_ERROR, 0, forged));
                     conn.read(); // until the decode closes

@@ -1,6 +1,7 @@
 package io.kvferry.testkit;
 
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.DisaggregationMode;
 
 /**
@@ -19,13 +20,29 @@ import io.kvferry.api.DisaggregationMode;
  * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
  * @param tcpStripes      TCP connections per decode link for data (1 = the control connection only)
  * @param pairedMemcpy    time a single-thread copy of each measured request's source pages just before its transfer
+ * @param checksum        what both roles' managers verify (KVManagerConfig.checksum)
  */
 public record BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
                           int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
                           String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis,
-                          Faults faults, int tcpStripes, boolean pairedMemcpy) {
+                          Faults faults, int tcpStripes, boolean pairedMemcpy, ChecksumMode checksum) {
     public BenchConfig {
         if (tcpStripes < 1) tcpStripes = 1;
+        if (checksum == null) checksum = ChecksumMode.OFF;
+    }
+
+    public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp,
+                       int prefillPp, int decodePp, int prefillCp, boolean allCpRanks, int prefillDp,
+                       String authToken, int transferWorkers, long bootstrapTimeoutMillis, long deadlineMillis,
+                       Faults faults, int tcpStripes, boolean pairedMemcpy) {
+        this(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, authToken,
+                transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes, pairedMemcpy, ChecksumMode.OFF);
+    }
+
+    /** The same run with checksums verified in this mode. */
+    public BenchConfig withChecksum(ChecksumMode mode) {
+        return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes, pairedMemcpy, mode);
     }
 
     public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
@@ -42,7 +59,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
      */
     public BenchConfig withPairedMemcpy(boolean on) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes, on);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, tcpStripes, on, checksum);
     }
 
     public BenchConfig(ModelShape shape, Workload workload, String transport, int prefillTp, int decodeTp, int prefillPp,
@@ -55,7 +72,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with this many TCP stripes per decode link. */
     public BenchConfig withTcpStripes(int n) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, n, pairedMemcpy);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, faults, n, pairedMemcpy, checksum);
     }
 
     /**
@@ -64,9 +81,14 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
      * @param abortProbability    chance that a driver aborts a request it is working on (each side decides)
      * @param slowDecodeMillis    the decode pauses this long before verifying each request (a slow consumer)
      * @param failureProbability  the library's failure-injection hook (KVManagerConfig), on both sides
+     * @param corruptProbability  the library's corruption hook on the prefill (a byte flipped after its digest was taken)
      */
-    public record Faults(double abortProbability, long slowDecodeMillis, double failureProbability) {
-        public static final Faults NONE = new Faults(0, 0, 0);
+    public record Faults(double abortProbability, long slowDecodeMillis, double failureProbability, double corruptProbability) {
+        public static final Faults NONE = new Faults(0, 0, 0, 0);
+
+        public Faults(double abortProbability, long slowDecodeMillis, double failureProbability) {
+            this(abortProbability, slowDecodeMillis, failureProbability, 0);
+        }
     }
 
     /** Without injected faults. */
@@ -80,7 +102,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with injected faults. */
     public BenchConfig withFaults(Faults f) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, f, tcpStripes);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMillis, deadlineMillis, f, tcpStripes, pairedMemcpy, checksum);
     }
 
     /** Without fault-harness settings (library timeouts, no deadline). */
@@ -93,7 +115,7 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
     /** The same run with a prefill bootstrap timeout and a driver deadline (for fault injection). */
     public BenchConfig withFaultTimeouts(long bootstrapTimeoutMs, long deadlineMs) {
         return new BenchConfig(shape, workload, transport, prefillTp, decodeTp, prefillPp, decodePp, prefillCp, allCpRanks,
-                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs, faults, tcpStripes);
+                prefillDp, authToken, transferWorkers, bootstrapTimeoutMs, deadlineMs, faults, tcpStripes, pairedMemcpy, checksum);
     }
 
     /** Given TP and PP; no CP or DP. */

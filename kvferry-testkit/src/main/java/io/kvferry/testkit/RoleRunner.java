@@ -71,6 +71,10 @@ public final class RoleRunner {
         b.tcpStripes(config.tcpStripes());
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(Duration.ofMillis(config.bootstrapTimeoutMillis()));
         if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
+        if (mode == DisaggregationMode.PREFILL && config.faults().corruptProbability() > 0) {
+            b.corruptionInjectionProbability(config.faults().corruptProbability());
+        }
+        b.checksum(config.checksum());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
         if (mode == DisaggregationMode.PREFILL && opts.advertisePort(index) > 0) b.advertise(null, opts.advertisePort(index));
         if (mode == DisaggregationMode.DECODE && opts.prefillInfoTimeoutMillis() > 0) {
@@ -422,6 +426,8 @@ public final class RoleRunner {
                 "--abort-prob", Double.toString(c.faults().abortProbability()),
                 "--slow-decode-ms", Long.toString(c.faults().slowDecodeMillis()),
                 "--failure-prob", Double.toString(c.faults().failureProbability()),
+                "--corrupt-prob", Double.toString(c.faults().corruptProbability()),
+                "--checksum", c.checksum().label(),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         if (c.allCpRanks()) a.add("--all-cp-ranks");
