@@ -102,7 +102,7 @@ public final class DecodeKVManager implements KVManager {
                         return directory == null ? 0 : directory.size();
                     }
                 });
-        this.rooms = new DecodeRooms(this::onRoomChanged);
+        this.rooms = new DecodeRooms(this::onRoomChanged, this::onRoomSucceeded);
         this.gate = new WriteGate(memory, rooms);
         this.release = new RoomRelease(rooms, config.abortAckTimeout());
         this.timer = new SessionTimer("kvferry-decode-timer-" + engineRank);
@@ -260,22 +260,22 @@ public final class DecodeKVManager implements KVManager {
     private void onRoomChanged(long roomId, KVPoll from, RoomStatusTable.Entry to) {
         switch (to.status()) {
             case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
-            case Success -> {
-                DecodeRoom r = rooms.get(roomId);
-                if (r == null) return;
-                KVTransferMetric m = DecodeKVReceiver.metricOf(r, KVPoll.Success);
-                long sent = r.metadataSentNanos, done = r.successNanos;
-                telemetry.concluded(m.transport(), sent != 0 && done != 0 ? done - sent : -1,
-                        m.transferTotalBytes() == null ? -1 : m.transferTotalBytes());
-            }
             case Failed -> {
                 DecodeRoom r = rooms.get(roomId);
                 telemetry.failed(roomId, from, to.kind(), to.reason(), r == null ? null : peersOf(r));
             }
             default -> {
-                // Bootstrapping and Transferring carry no figure of their own
+                // Bootstrapping and Transferring carry no figure of their own; Success is recorded with its room in hand
             }
         }
+    }
+
+    /** Every prefill rank of a room reported Success ({@link DecodeRooms#succeed}): its latency, bytes and data path. */
+    private void onRoomSucceeded(DecodeRoom r) {
+        KVTransferMetric m = DecodeKVReceiver.metricOf(r, KVPoll.Success);
+        long sent = r.metadataSentNanos, done = r.successNanos;
+        telemetry.concluded(m.transport(), sent != 0 && done != 0 ? done - sent : -1,
+                m.transferTotalBytes() == null ? -1 : m.transferTotalBytes());
     }
 
     private static String peersOf(DecodeRoom r) {

@@ -149,7 +149,7 @@ final class LinkReader {
                     return;
                 }
                 if (rooms.statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
-                rooms.statuses.update(s.room(), KVPoll.Success);
+                rooms.succeed(room);
             }
         } else if (s.status() == KVPoll.Failed) {
             // The prefill's words: escaped, they become the room's reason and reach logs, exceptions and pages.

@@ -159,14 +159,15 @@ public final class RankTelemetry implements AutoCloseable {
         String stageLabel = RoomGauges.stateLabel(at);
         String safeReason = LogSafe.text(reason == null ? "" : reason);
         String safePeer = LogSafe.text(peer == null ? "" : peer);
-        synchronized (recent) {
-            recent.addLast(new KVManagerInspection.Failure(room, k.label(), stageLabel, safeReason, safePeer, System.currentTimeMillis()));
-            while (recent.size() > KVManagerInspection.MAX_FAILURES) recent.removeFirst();
-        }
         if (k == FailureKind.ABORTED || k == FailureKind.INJECTED || k == FailureKind.SHUTDOWN) {
             if (FAILURES.isInfoEnabled()) FAILURES.info(failureLine(room, stageLabel, k, reason, peer));
         } else if (FAILURES.isWarnEnabled()) {
             FAILURES.warn(failureLine(room, stageLabel, k, reason, peer));
+        }
+        // Last: once a failure shows in inspect(), its counters and its log line are done.
+        synchronized (recent) {
+            recent.addLast(new KVManagerInspection.Failure(room, k.label(), stageLabel, safeReason, safePeer, System.currentTimeMillis()));
+            while (recent.size() > KVManagerInspection.MAX_FAILURES) recent.removeFirst();
         }
     }
 

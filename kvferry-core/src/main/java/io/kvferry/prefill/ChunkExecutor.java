@@ -101,7 +101,7 @@ final class ChunkExecutor {
                             room.digestOf[i], d.link().digestInStatus));
                 }
                 room.doneNanos = System.nanoTime();
-                rooms.statuses.update(room.room, KVPoll.Success);
+                rooms.succeed(room);
             }
         } catch (IOException | RuntimeException e) {
             String to = current == null ? "" : " to " + current.link();

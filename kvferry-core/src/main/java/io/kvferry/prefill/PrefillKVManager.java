@@ -109,7 +109,7 @@ public final class PrefillKVManager implements KVManager {
                         return sessions == null ? 0 : sessions.registered().size();
                     }
                 });
-        rooms = new PrefillRooms(workers, uniqueRank, config.ticker(), this::onRoomChanged);
+        rooms = new PrefillRooms(workers, uniqueRank, config.ticker(), this::onRoomChanged, this::onRoomSucceeded);
         chunks = new ChunkExecutor(memory, config, pageSize, uniqueRank, rooms, workers);
         negotiator = new OfferNegotiator(backend, memory, rank, config.settings());
         fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
@@ -237,20 +237,20 @@ public final class PrefillKVManager implements KVManager {
     private void onRoomChanged(long roomId, KVPoll from, RoomStatusTable.Entry to) {
         switch (to.status()) {
             case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
-            case Success -> {
-                PrefillRoom r = rooms.get(roomId);
-                if (r == null) return;
-                long first = r.firstSendNanos, done = r.doneNanos;
-                telemetry.concluded(transportOf(r), first != 0 && done != 0 ? done - first : -1, r.bytesSent);
-            }
             case Failed -> {
                 PrefillRoom r = rooms.get(roomId);
                 telemetry.failed(roomId, from, to.kind(), to.reason(), r == null ? null : peersOf(r));
             }
             default -> {
-                // Bootstrapping and Transferring carry no figure of their own
+                // Bootstrapping and Transferring carry no figure of their own; Success is recorded with its room in hand
             }
         }
+    }
+
+    /** A room moved to Success on its worker ({@link PrefillRooms#succeed}): its latency, bytes and data path. */
+    private void onRoomSucceeded(PrefillRoom r) {
+        long first = r.firstSendNanos, done = r.doneNanos;
+        telemetry.concluded(transportOf(r), first != 0 && done != 0 ? done - first : -1, r.bytesSent);
     }
 
     private static String transportOf(PrefillRoom r) {

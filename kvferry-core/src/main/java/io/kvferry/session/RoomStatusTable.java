@@ -63,6 +63,17 @@ public final class RoomStatusTable {
 
     /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
     public KVPoll update(long room, KVPoll status) {
+        return apply(room, status, null);
+    }
+
+    /** Applies a non-Failed status; true when this call moved the room to it (false: absent, failed, or there already). */
+    public boolean advance(long room, KVPoll status) {
+        boolean[] moved = {false};
+        apply(room, status, moved);
+        return moved[0];
+    }
+
+    private KVPoll apply(long room, KVPoll status, boolean[] moved) {
         if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
         KVPoll[] from = new KVPoll[1];
         boolean[] changed = {false};
@@ -79,6 +90,7 @@ public final class RoomStatusTable {
             return new Entry(status, null, null, old.createdNanos(), System.nanoTime());
         });
         if (changed[0] && listener != null) listener.changed(room, from[0], e);
+        if (moved != null) moved[0] = changed[0];
         return e == null ? KVPoll.Failed : e.status();
     }
 

@@ -26,6 +26,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BooleanSupplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -40,6 +41,15 @@ class ManagerMetricsTest extends TransferTestBase {
         Counter c = meters.find(name).tags(tags).counter();
         assertNotNull(c, name);
         return c.count();
+    }
+
+    /** Waits (20 s at most) for a condition another thread makes true. */
+    private static void eventually(BooleanSupplier condition, String what) {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) throw new AssertionError("not within 20 s: " + what);
+            Thread.onSpinWait();
+        }
     }
 
     private KVManager prefillWith(TestRank mem, KVManagerConfig config) {
@@ -60,6 +70,9 @@ class ManagerMetricsTest extends TransferTestBase {
             assertLanded(t, dm);
             bytes += 3 * PAGE_BYTES * BUFFERS + 64 + 128 + 256 + 512;
         }
+        // Each side records a room right after its status moved, on the thread that moved it: wait for the last one.
+        eventually(() -> meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", "prefill").summary().count() == 3
+                && meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", "decode").summary().count() == 3, "3 rooms recorded");
         for (String role : new String[]{"prefill", "decode"}) {
             assertEquals(3, meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", role, "transport", "tcp").summary().count(), role);
             assertEquals(bytes / 1e6, meters.find(KVFerryMeters.TRANSFER_TOTAL_MB).tags("role", role).summary().totalAmount(), 1e-9, role);
@@ -114,9 +127,11 @@ class ManagerMetricsTest extends TransferTestBase {
         r.abort();
         assertEquals(KVPoll.Failed, r.poll());
         await(s::poll, KVPoll.Failed);
-        assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "aborted"));
+        assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "aborted")); // failed on this thread
         assertEquals(1, counter(KVFerryMeters.ABORTS, "role", "decode"));
-        assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "prefill", "kind", "aborted"));
+        // The prefill's reader failed the room; its telemetry hears of it just after the status changed.
+        eventually(() -> counter(KVFerryMeters.TRANSFER_FAILED, "role", "prefill", "kind", "aborted") == 1
+                && p.inspect().recentFailures().getFirst().room() == 78, "the prefill recorded the abort");
         KVManagerInspection.Failure last = p.inspect().recentFailures().getFirst();
         assertEquals(78, last.room());
         assertEquals("aborted", last.kind());
@@ -160,6 +175,7 @@ class ManagerMetricsTest extends TransferTestBase {
                 r.init(0);
                 r.sendMetadata(new int[]{1}, 0, new int[][]{{0}}, 0);
                 await(r::poll, KVPoll.Failed);
+                eventually(() -> !d.inspect().recentFailures().isEmpty(), "the decode recorded the failure");
                 String reason = d.inspect().recentFailures().getFirst().reason();
                 assertFalse(reason.contains("\n"), reason);
                 assertTrue(reason.contains("boom\\n[main] WARN"), reason);
