@@ -7,6 +7,7 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.Knob;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -358,8 +359,9 @@ public final class RoleRunner {
         cmd.add("-XX:+ExitOnOutOfMemoryError"); // a role out of heap exits (the parent reports it) instead of living on half-dead
         String logLevel = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel");
         if (logLevel != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + logLevel); // --verbose reaches the roles
-        for (String k : System.getProperties().stringPropertyNames()) {
-            if (k.startsWith("kvferry.")) cmd.add("-D" + k + "=" + System.getProperty(k)); // kvferry --set reaches the roles
+        for (Knob k : KVFerry.knobs()) { // kvferry --set reaches the roles (knobs only: nothing secret rides on argv)
+            String v = System.getProperty(k.key());
+            if (v != null) cmd.add("-D" + k.key() + "=" + v);
         }
         cmd.addAll(jvmFlags);
         cmd.add("-cp");
