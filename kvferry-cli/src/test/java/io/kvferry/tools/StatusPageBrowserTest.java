@@ -89,8 +89,8 @@ class StatusPageBrowserTest {
                 return t.equals("–") ? null : t;
             });
             wait.until(b -> !b.findElement(By.id("rooms-concluded")).getText().equals(first));
+            // A bandwidth sample is the difference of two documents' bytes: a non-zero one means the chart moved.
             wait.until(b -> Integer.parseInt(b.findElement(By.id("bandwidth")).getAttribute("data-non-zero")) > 0);
-            assertTrue(Integer.parseInt(browser.findElement(By.id("bandwidth")).getAttribute("data-samples")) > 1);
             // Decode peers, rooms by state and failures with their kind.
             wait.until(b -> !b.findElements(By.xpath("//table[@id='peers']/tbody/tr[not(contains(@class,'empty'))]")).isEmpty());
             wait.until(b -> b.findElement(By.id("failures")).getText().contains("injected"));
