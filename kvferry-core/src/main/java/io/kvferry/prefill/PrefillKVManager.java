@@ -152,8 +152,14 @@ public final class PrefillKVManager implements KVManager {
         try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
             client.registerRank(reg);
         }
-        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {}", config.attnTpRank(), ppRank,
-                advertisedHost(), advertisedPort(), config.bootstrapAddr());
+        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {} (fingerprint {}: kvferry {}, model '{}', {} page {})",
+                config.attnTpRank(), ppRank, advertisedHost(), advertisedPort(), config.bootstrapAddr(), fingerprint.hash(),
+                fingerprint.kvferryVersion(), fingerprint.model(), fingerprint.kvCacheDtype(), fingerprint.pageSize());
+    }
+
+    /** What a decode must agree with to be served (exposed for operators; its hash is logged at registration). */
+    public Fingerprint fingerprint() {
+        return fingerprint;
     }
 
     private String advertisedHost() {

@@ -3,6 +3,7 @@ package io.kvferry.engine.serve;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -39,7 +40,8 @@ class EngineOpsTest {
         try (ServerSocket s = new ServerSocket(0)) {
             bootstrapPort = s.getLocalPort();
         }
-        Roles.Options o = new Roles.Options(model, 1, 1, 16, 256, 8, 32, "tcp", "127.0.0.1", 0, bootstrapPort, "ops-test");
+        Roles.Options o = new Roles.Options(model, ModelVariant.LLAMA, 1, 1, 16, 256, 8, 32, "tcp", "127.0.0.1", 0, bootstrapPort,
+                "ops-test");
         try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o.withPorts(0, 0));
              Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
             HttpResponse<String> done = send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
