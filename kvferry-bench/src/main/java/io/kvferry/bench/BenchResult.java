@@ -1,6 +1,7 @@
 package io.kvferry.bench;
 
 import com.fasterxml.jackson.annotation.JsonProperty;
+import com.fasterxml.jackson.annotation.JsonUnwrapped;
 
 import java.util.List;
 import java.util.Map;
@@ -40,6 +41,7 @@ import java.util.Map;
  *                          thread per prefill rank posts every worker's puts, so the transport's bandwidth is
  *                          transfer_gbps (equal to datapath_gbps with one transfer worker)
  * @param metricsDump       with --metrics-dump: the file holding the final scrape of every role (null otherwise)
+ * @param suite             the benchmark suite's columns ({@link SuiteFigures}), flattened into this object's JSON
  */
 public record BenchResult(
         String model, String transport, boolean processes,
@@ -75,4 +77,5 @@ public record BenchResult(
         @JsonProperty("ratio_transfer_to_ucx_perftest") Double ratioTransferToUcxPerftest,
         @JsonProperty("ucx_perftest_command") String ucxPerftestCommand,
         @JsonProperty("first_failures") List<String> firstFailures,
-        @JsonProperty("metrics_dump") String metricsDump) {}
+        @JsonProperty("metrics_dump") String metricsDump,
+        @JsonUnwrapped SuiteFigures suite) {}
