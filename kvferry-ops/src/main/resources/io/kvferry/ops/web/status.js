@@ -190,15 +190,34 @@ function drawChart(now) {
     g.fillText(s === 0 ? 'now' : '-' + s + 's', x - 12, h - 6);
   }
   if (samples.length > 0) {
+    const at = s => [left + (w - left - right) * (1 - (now - s.t) / WINDOW_MS), top + (h - top - bottom) * (1 - s.gbps / max)];
+    const base = h - bottom;
+    // The area under the line, then the line, then a dot per sample: a run of one or two samples still shows.
+    g.fillStyle = 'rgba(47, 111, 222, 0.15)';
+    g.beginPath();
+    samples.forEach((s, i) => {
+      const [x, y] = at(s);
+      if (i === 0) g.moveTo(x, base);
+      g.lineTo(x, y);
+      if (i === samples.length - 1) g.lineTo(x, base);
+    });
+    g.closePath();
+    g.fill();
     g.strokeStyle = '#2f6fde';
     g.lineWidth = 2;
     g.beginPath();
     samples.forEach((s, i) => {
-      const x = left + (w - left - right) * (1 - (now - s.t) / WINDOW_MS);
-      const y = top + (h - top - bottom) * (1 - s.gbps / max);
+      const [x, y] = at(s);
       if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
     });
     g.stroke();
+    g.fillStyle = '#2f6fde';
+    samples.forEach(s => {
+      const [x, y] = at(s);
+      g.beginPath();
+      g.arc(x, y, 2.5, 0, 2 * Math.PI);
+      g.fill();
+    });
   }
   c.dataset.samples = String(samples.length);
   c.dataset.lastGbps = samples.length ? samples[samples.length - 1].gbps.toFixed(4) : '0';
