@@ -98,6 +98,7 @@ public final class DecodeDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
+        Map<String, Integer> failureKinds = new TreeMap<>();
         Map<String, Long> dataPaths = new TreeMap<>();
         int warmup = Math.min(workload.warmup(), reqs.size());
         while (done < reqs.size()) {
@@ -169,6 +170,7 @@ public final class DecodeDriver {
                     try {
                         f.receiver.failureException();
                     } catch (KVTransferException e) {
+                        failureKinds.merge(e.kind().label(), 1, Integer::sum);
                         if (reasons.size() < 5) reasons.add(e.getMessage());
                         if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                     }
@@ -189,7 +191,7 @@ public final class DecodeDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
-                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0);
+                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0, failureKinds);
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;

@@ -14,7 +14,9 @@ import java.util.Arrays;
 import java.util.BitSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
+import java.util.TreeMap;
 
 /**
  * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
@@ -117,6 +119,7 @@ public final class PrefillDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
+        Map<String, Integer> failureKinds = new TreeMap<>();
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
@@ -149,6 +152,7 @@ public final class PrefillDriver {
                     try {
                         f.sender.failureException();
                     } catch (KVTransferException e) {
+                        failureKinds.merge(e.kind().label(), 1, Integer::sum);
                         if (reasons.size() < 5) reasons.add(e.getMessage());
                         if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                     }
@@ -169,7 +173,7 @@ public final class PrefillDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons,
-                hung, firstFailureAt, 0, failureTimes, null);
+                hung, firstFailureAt, 0, failureTimes, null).withFailureKinds(failureKinds);
         KVManagerStats st = manager.stats();
         if (warmupStats != null) st = st.minus(warmupStats);
         else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured
