@@ -6,7 +6,10 @@ import io.kvferry.chaos.net.LinkImpairment;
 import io.kvferry.chaos.net.Netns;
 import io.kvferry.chaos.net.NetnsLink;
 
+import io.kvferry.registry.RegistryOptions;
+
 import java.io.IOException;
+import java.time.Duration;
 import java.util.List;
 
 /**
@@ -73,9 +76,13 @@ final class ChaosNetwork implements AutoCloseable {
         return NetnsLink.launcher(prefillSide ? link.prefillNamespace() : link.decodeNamespace());
     }
 
-    KVBootstrapServer startRegistry(String token) throws IOException {
-        if (link == null) return KVFerry.startBootstrapServer(LOOPBACK, 0, token);
-        return Netns.call(link.prefillNamespace(), () -> KVFerry.startBootstrapServer(NetnsLink.PREFILL_ADDR, 0, token));
+    /** The registry, on the prefill's side; {@code requestTimeout} null = the default (10 s). */
+    KVBootstrapServer startRegistry(String token, Duration requestTimeout) throws IOException {
+        RegistryOptions options = requestTimeout == null ? RegistryOptions.defaults(token)
+                : new RegistryOptions(token, RegistryOptions.DEFAULT_ROOM_ENTRY_TTL, false, requestTimeout,
+                        RegistryOptions.DEFAULT_MAX_CONNECTIONS);
+        if (link == null) return KVFerry.startBootstrapServer(LOOPBACK, 0, options);
+        return Netns.call(link.prefillNamespace(), () -> KVFerry.startBootstrapServer(NetnsLink.PREFILL_ADDR, 0, options));
     }
 
     /** A fault proxy on the decode's side of the link (its connections to the prefill cross the link). */

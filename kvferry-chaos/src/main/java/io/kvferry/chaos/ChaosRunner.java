@@ -247,7 +247,7 @@ public final class ChaosRunner {
         Path prefillLog = scenario.keepsPrefillLog() ? Files.createTempFile("kvferry-chaos-prefill-", ".log") : null;
         try (ChaosNetwork network = netnsKind == null ? ChaosNetwork.loopback() : ChaosNetwork.netns(netem, netnsKind)) {
             if (network.isNetns()) quiet.println("[chaos] network namespaces: " + network.info());
-            try (KVBootstrapServer registry = network.startRegistry(config.authToken())) {
+            try (KVBootstrapServer registry = network.startRegistry(config.authToken(), scenario.registryRequestTimeout())) {
                 return runOnce(scenario, cycle, config, quiet, proxies, network, registry, prefillLog);
             } finally {
                 for (FaultProxy x : proxies) x.close();

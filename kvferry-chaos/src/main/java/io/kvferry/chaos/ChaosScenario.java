@@ -8,6 +8,7 @@ import io.kvferry.testkit.RoleReport;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -81,6 +82,11 @@ public interface ChaosScenario {
 
     /** Scenario-specific verdict: recovery, detection within a window, extra detection figures. */
     default void judge(Judgement judgement) {
+    }
+
+    /** The registry's request timeout for this scenario; null = the library default (10 s). */
+    default Duration registryRequestTimeout() {
+        return null;
     }
 
     /** Whether the prefill's standard error is written to a file the strike and verdict can read (else inherited). */

@@ -100,6 +100,15 @@ public final class ChaosScenarios {
             return "the harness connects to the prefill's rank from the root namespace";
         }
 
+        /**
+         * The attacks must meet a live prefill: paced by a slow decode, the workload outlasts them
+         * (unpaced, a fast machine could finish every request before the attacks connect).
+         */
+        @Override
+        public BenchConfig.Faults faults() {
+            return new BenchConfig.Faults(0, 100, 0);
+        }
+
         @Override
         public boolean patientPrefill() {
             return true;

@@ -14,6 +14,8 @@ import java.net.SocketTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
+import java.util.List;
+import java.util.function.LongFunction;
 
 /**
  * A raw kvferry control connection played by the hostile peer: whole frames out through
@@ -98,17 +100,39 @@ final class PeerConnection implements AutoCloseable {
     }
 
     /**
-     * Writes {@code frame} over and over without reading anything until the rank cuts the connection
-     * or {@code within} passed. Returns how many frames went out before the cut, or -1 if it was never cut.
+     * How many of {@code connections} the rank closed, polling them all until at least {@code atLeast}
+     * are closed or {@code within} passed (what they send meanwhile is read and dropped).
      */
-    long floodUntilCut(ByteBuffer frame, int framesPerBatch, Duration within) throws IOException {
-        ByteBuffer batch = ByteBuffer.allocate(frame.remaining() * framesPerBatch);
-        for (int i = 0; i < framesPerBatch; i++) batch.put(frame.duplicate());
+    static int closedAmong(List<PeerConnection> connections, int atLeast, Duration within) {
+        boolean[] closed = new boolean[connections.size()];
+        int n = 0;
+        long deadline = System.nanoTime() + within.toNanos();
+        do {
+            for (int i = 0; i < closed.length; i++) {
+                if (!closed[i] && connections.get(i).closedByPeer(Duration.ofMillis(1))) {
+                    closed[i] = true;
+                    n++;
+                }
+            }
+        } while (n < atLeast && System.nanoTime() < deadline);
+        return n;
+    }
+
+    /**
+     * Writes frames from {@code frames} (called with the index of each frame; it returns the frame's
+     * bytes) without reading anything until the rank cuts the connection or {@code within} passed.
+     * Returns about how many frames went out before the cut, or -1 if it was never cut.
+     */
+    long floodUntilCut(LongFunction<ByteBuffer> frames, int framesPerBatch, Duration within) throws IOException {
+        int frameBytes = frames.apply(0).remaining();
+        ByteBuffer batch = ByteBuffer.allocate(frameBytes * framesPerBatch);
         channel.configureBlocking(false);
         long sent = 0, deadline = System.nanoTime() + within.toNanos();
         try {
             while (System.nanoTime() < deadline) {
                 batch.clear();
+                for (int i = 0; i < framesPerBatch; i++) batch.put(frames.apply(sent + i));
+                batch.flip();
                 while (batch.hasRemaining() && System.nanoTime() < deadline) {
                     // Full socket buffers: wait without reading (a cut shows as an error of a later write: RST).
                     if (channel.write(batch) == 0) sleepMillis(1);
