@@ -7,6 +7,12 @@ import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
 
+import net.jqwik.api.Arbitraries;
+import net.jqwik.api.Arbitrary;
+import net.jqwik.api.Combinators;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.Provide;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -92,6 +98,23 @@ class ChecksumTopologyTest {
         BenchConfig c = new BenchConfig(ModelShape.preset("tiny").withKvHeads(4), w, transport, p, d, pp, 1, cp, allCp, dp,
                 "matrix", 1).withChecksum(ChecksumMode.parse(checksum));
         assertVerified(c, "CP" + cp + (allCp ? " all" : "") + " DP" + dp + " P" + p + " D" + d + " PP" + pp + " " + transport);
+    }
+
+    /** TopologyMatrixTest's random layouts, over a random data path, with full checksums. */
+    @Property(tries = 10)
+    void randomLayoutsVerifyUnderFullChecksums(@ForAll("layouts") TopologyMatrixTest.Topology t) throws Exception {
+        ModelShape shape = ModelShape.preset("tiny").withKvHeads(t.kvHeads()).withMla(t.mla());
+        Workload w = new Workload(5, t.promptTokens(), t.pageSize(), t.chunkTokens(), 2, 2, 1234L + t.hashCode());
+        BenchConfig c = new BenchConfig(shape, w, t.transport(), t.prefillTp(), t.decodeTp(), t.prefillPp(),
+                t.decodePpSame() ? t.prefillPp() : 1, "matrix", 1).withChecksum(ChecksumMode.FULL);
+        assertVerified(c, t.toString());
+    }
+
+    @Provide
+    Arbitrary<TopologyMatrixTest.Topology> layouts() {
+        return Combinators.combine(new TopologyMatrixTest().topologies(), Arbitraries.of("tcp", "shm", "inproc"))
+                .as((t, transport) -> new TopologyMatrixTest.Topology(t.prefillTp(), t.decodeTp(), t.prefillPp(), t.decodePpSame(),
+                        t.kvHeads(), t.mla(), t.pageSize(), t.chunkTokens(), t.promptTokens(), transport));
     }
 
     /**
