@@ -1,9 +1,12 @@
 package io.kvferry.cli;
 
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serve.Roles;
+import picocli.CommandLine.ITypeConverter;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.TypeConversionException;
 
 import java.io.IOException;
 import java.nio.file.Path;
@@ -18,6 +21,24 @@ final class EngineOptions {
 
     @Option(names = "--tokenizer", description = "llama2.c tokenizer (.bin). Default: tok512.bin beside the model file.")
     Path tokenizer;
+
+    @Option(names = "--model-variant", defaultValue = "llama", converter = VariantConverter.class,
+            description = "Layer kinds: llama (GQA attention), mla (latent KV, replicated over TP, is_mla), swa (odd layers over a "
+                    + "sliding window whose pages travel as swa state), hybrid (even layers recurrent, their state travels as mamba "
+                    + "state). Variant layers use seeded random weights. Prefill and decode must agree. Default: ${DEFAULT-VALUE}.")
+    ModelVariant variant;
+
+    /** Picocli converter: the variant's name, or a message listing the names. */
+    static final class VariantConverter implements ITypeConverter<ModelVariant> {
+        @Override
+        public ModelVariant convert(String value) {
+            try {
+                return ModelVariant.parse(value);
+            } catch (IllegalArgumentException e) {
+                throw new TypeConversionException(e.getMessage());
+            }
+        }
+    }
 
     @Option(names = "--transport", defaultValue = "tcp", description = "kvferry transport between prefill and decode: tcp, shm, ucx, "
             + "inproc (embedded only), auto. Default: ${DEFAULT-VALUE}.")
@@ -52,7 +73,8 @@ final class EngineOptions {
     }
 
     Roles.Options options(ModelFiles.Loaded model, int tp, int pp, int port, int bootstrapPort, String token) {
-        return new Roles.Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, token);
+        return new Roles.Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
+                token);
     }
 
     static String randomToken() {

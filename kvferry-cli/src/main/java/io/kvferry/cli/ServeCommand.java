@@ -95,7 +95,7 @@ public final class ServeCommand implements Callable<Integer> {
             r.close();
             stop.countDown();
         }));
-        System.out.println("kvferry serve: model " + model.description());
+        System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
         System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port());
         System.out.flush();
         stop.await();

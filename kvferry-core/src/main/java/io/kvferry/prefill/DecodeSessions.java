@@ -341,14 +341,15 @@ final class DecodeSessions {
         for (Long r : link.rooms) {
             PrefillRoom room = rooms.get(r);
             if (room == null) continue;
-            if (!room.claimed && room.heldOnlyBy(link)) {
-                // Held only for this decode and never started here: nobody will ever clear it.
-                rooms.forget(r);
-                continue;
-            }
             if (rooms.statuses.status(r).isTerminal()) continue;
             rooms.statuses.fail(r, kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")");
+            if (!room.claimed && room.heldOnlyBy(link)) {
+                // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
+                // keeps the failure for a sender created for it later.
+                rooms.forget(r);
+                continue;
+            }
             rooms.notifyOnce(room);
         }
     }

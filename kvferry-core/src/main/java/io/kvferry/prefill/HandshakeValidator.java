@@ -4,10 +4,10 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.LayerPairing;
 import io.kvferry.plan.StateSlice;
+import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Fingerprint;
 import io.kvferry.protocol.Handshake;
@@ -160,23 +160,13 @@ final class HandshakeValidator {
             return "state component " + c + " tensor count differs: prefill " + memory.stateTensorCount(c) + ", decode "
                     + d.states().get(c).itemLens().length;
         }
-        for (int t = 0; t < memory.stateTensorCount(c) && memory.stateDim(c, t) > 0 && memory.stateOuterCount(c, t) > 0; t++) {
+        for (int t = 0; t < memory.stateTensorCount(c); t++) {
             try {
-                StateSlice.append(CopyPlan.probe(), c, t, 0, 0, memory.stateItemLens()[c][t],
+                TransferPlanner.checkStateReshard(memory.stateTypes().get(c), c, t, memory.stateItemLens()[c][t],
                         d.states().get(c).itemLens()[t], memory.stateOuterCount(c, t), memory.stateDim(c, t),
                         config.attnTpSize(), config.attnTpRank(), h.attnTpSize(), h.engineRank() % h.attnTpSize());
             } catch (RuntimeException e) {
                 return e.getMessage();
-            }
-        }
-        if (memory.stateTypes().get(c) != StateType.MAMBA) {
-            return "state component " + c + " (" + memory.stateTypes().get(c).wire() + ") cannot be resharded between "
-                    + "prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize();
-        }
-        for (int t = 0; t < memory.stateTensorCount(c); t++) {
-            if (memory.stateDim(c, t) < 1 || memory.stateOuterCount(c, t) < 1) {
-                return "state component " + c + " tensor " + t + " needs state_dim_per_tensor and "
-                        + "state_slice_outer_counts to be resharded across attention TP sizes";
             }
         }
         return null;
@@ -233,9 +223,18 @@ final class HandshakeValidator {
                     sLength[c][t] = items[t];
                     continue;
                 }
-                // Re-sliced mamba state (StateSlice): per row, this rank's entries (P >= D) or the whole row (P < D).
                 int outer = memory.stateOuterCount(c, t);
                 if (outer < 1) continue; // not re-sliceable: checkHello refused such a link already
+                if (memory.stateTypes().get(c) == StateType.SWA) {
+                    // Head-sliced window pages (StateSlice.pageHeads): per token slot, this rank's heads' slice.
+                    HeadSlice s = StateSlice.pageHeads(c, t, memory.stateItemLens()[c][t], items[t], outer, memory.stateDim(c, t),
+                            config.attnTpSize(), config.attnTpRank(), h.attnTpSize(), h.engineRank() % h.attnTpSize());
+                    sUnit[c][t] = s.dstTokenBytes();
+                    sOffset[c][t] = s.dstHeadStart() * s.headBytes();
+                    sLength[c][t] = s.pieceBytes();
+                    continue;
+                }
+                // Re-sliced mamba state (StateSlice): per row, this rank's entries (P >= D) or the whole row (P < D).
                 long dstRow = items[t] / outer;
                 long srcRow = memory.stateItemLens()[c][t] / outer;
                 sUnit[c][t] = dstRow;

@@ -126,8 +126,14 @@ public final class PrefillKVManager implements KVManager {
         try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
             client.registerRank(reg);
         }
-        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {}", config.attnTpRank(), ppRank,
-                advertisedHost(), advertisedPort(), config.bootstrapAddr());
+        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {} (fingerprint {}: kvferry {}, model '{}', {} page {})",
+                config.attnTpRank(), ppRank, advertisedHost(), advertisedPort(), config.bootstrapAddr(), fingerprint.hash(),
+                fingerprint.kvferryVersion(), fingerprint.model(), fingerprint.kvCacheDtype(), fingerprint.pageSize());
+    }
+
+    /** What a decode must agree with to be served (exposed for operators; its hash is logged at registration). */
+    public Fingerprint fingerprint() {
+        return fingerprint;
     }
 
     private String advertisedHost() {
@@ -147,11 +153,14 @@ public final class PrefillKVManager implements KVManager {
     public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                                  boolean reqHasDisaggPrefillDpRank) {
         if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
+        PrefillRooms.Tombstone dropped = rooms.droppedBeforeStart(bootstrapRoom);
         PrefillRoom room = rooms.room(bootstrapRoom);
         room.claim();
         // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
         boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
+        // Its decode left (or gave up) before this rank started the request: the sender sees that failure at once.
+        if (dropped != null) rooms.statuses.fail(bootstrapRoom, dropped.kind(), dropped.reason());
         if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
         return sender;
     }

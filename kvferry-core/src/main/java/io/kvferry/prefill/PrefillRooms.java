@@ -35,8 +35,13 @@ final class PrefillRooms {
     private final TransferWorkers workers;
     private final int uniqueRank;
 
-    /** Why a cleared room cannot be served again. */
-    record Tombstone(FailureKind kind, String reason) {}
+    /**
+     * Why a cleared room cannot be served again.
+     *
+     * @param unclaimed the room was dropped before this rank's scheduler started it (its decode went away,
+     *                  or its info expired): a sender created for it later fails at once with this reason
+     */
+    record Tombstone(FailureKind kind, String reason, boolean unclaimed) {}
 
     private final Ticker ticker;
 
@@ -111,14 +116,27 @@ final class PrefillRooms {
         return expired;
     }
 
+    /**
+     * The failure a sender created now for {@code room} starts with: the room was dropped before this
+     * rank started it (its decode left, or its info expired). Null when it was never seen or was started.
+     */
+    Tombstone droppedBeforeStart(long room) {
+        synchronized (tombstones) {
+            Tombstone t = tombstones.get(room);
+            return t != null && t.unclaimed() ? t : null;
+        }
+    }
+
     /** Drops a room, leaving a tombstone when it had concluded or failed. */
     void forget(long room) {
         RoomStatusTable.Entry e = statuses.entry(room);
+        PrefillRoom held = rooms.get(room);
+        boolean unclaimed = held != null && !held.claimed;
         if (e != null) {
             Tombstone t = e.status() == KVPoll.Failed
-                    ? new Tombstone(e.kind(), e.reason() == null ? "failed on prefill" : e.reason())
+                    ? new Tombstone(e.kind(), e.reason() == null ? "failed on prefill" : e.reason(), unclaimed)
                     : new Tombstone(FailureKind.BAD_REQUEST,
-                            "room " + room + " already concluded (" + e.status() + ") and was cleared on this prefill rank");
+                            "room " + room + " already concluded (" + e.status() + ") and was cleared on this prefill rank", false);
             synchronized (tombstones) {
                 tombstones.put(room, t);
             }

@@ -180,4 +180,64 @@ class HandshakeValidatorTest {
         assertEquals("transfer info has 2 state index lists but decode registered 1 state components",
                 HandshakeValidator.checkTransferInfo(d, new TransferInfo(1, new int[]{1}, 0, new int[][]{{0}, {0}}, 1, 0, false)));
     }
+
+    /** KV pages of {@code heads} heads (16 tokens, 64-byte heads) plus one state component of two tensors (K and V window pages of {@code stateHeads} heads). */
+    private KVArgs withWindowState(int heads, StateType type, boolean dims) {
+        return withWindowState(heads, heads, type, dims);
+    }
+
+    private KVArgs withWindowState(int heads, int stateHeads, StateType type, boolean dims) {
+        long page = 16L * heads * 64, statePage = 16L * stateHeads * 64;
+        KVArgs a = new KVArgs();
+        a.pageSize = 16;
+        a.kvCacheDtypeStr = "bf16";
+        a.totalKvHeadNum = 4;
+        for (int b = 0; b < 2; b++) a.addKvBuffer(arena.allocate(8 * page), page);
+        a.addAuxBuffer(arena.allocate(8 * 64), 64);
+        a.addStateComponent(type, List.of(arena.allocate(4 * statePage), arena.allocate(4 * statePage)), List.of(statePage, statePage));
+        if (dims) {
+            a.stateDimPerTensor.add(List.of(stateHeads, stateHeads));
+            a.stateSliceOuterCounts.add(List.of(16, 16));
+        }
+        return a;
+    }
+
+    private static HandshakeValidator windowValidator(KVArgs mine, KVManagerConfig config) {
+        return new HandshakeValidator(RegisteredMemory.from(mine), config,
+                Fingerprint.of(config.modelIdentity(), mine.kvCacheDtypeStr, mine.pageSize, config.isMla(), 4), false);
+    }
+
+    @Test
+    void swaWindowPagesAreReshardedByHeadUnderATpChange() {
+        // prefill TP2 (2 of 4 heads per rank) -> decode TP1 (4 heads) and TP4 (1 head)
+        KVArgs mine = withWindowState(2, StateType.SWA, true);
+        HandshakeValidator v = windowValidator(mine, KVManagerConfig.builder().attnTp(2, 1).build());
+        Hello toOne = hello("", withWindowState(4, StateType.SWA, true), 1, 0);
+        assertNull(v.checkHello(toOne));
+        assertNull(v.checkHello(hello("", withWindowState(1, StateType.SWA, true), 4, 0)));
+        // Rank 1 writes heads 2..3 of every token of each window page: 128 of every 256 bytes, from byte 128.
+        Coverage c = v.coverage(toOne, new int[] {0, 1}, v.headSlices(toOne, new int[] {0, 1}));
+        assertArrayEquals(new long[][] {{256, 256}}, c.stateUnit());
+        assertArrayEquals(new long[][] {{128, 128}}, c.stateOffset());
+        assertArrayEquals(new long[][] {{128, 128}}, c.stateLength());
+        HandshakeValidator.Refusal wrong = v.checkHello(hello("", withWindowState(4, 3, StateType.SWA, true), 1, 0));
+        assertEquals(FailureKind.LAYOUT_REFUSED, wrong.kind());
+        assertTrue(wrong.reason().contains("state component 0 (swa) tensor 0"), wrong.reason());
+    }
+
+    @Test
+    void stateThatCannotBeReshardedIsNamedAtHello() {
+        KVManagerConfig tp2 = KVManagerConfig.builder().attnTp(2, 0).build();
+        HandshakeValidator noDims = windowValidator(withWindowState(2, StateType.SWA, false), tp2);
+        HandshakeValidator.Refusal r = noDims.checkHello(hello("", withWindowState(4, StateType.SWA, false), 1, 0));
+        assertEquals(FailureKind.LAYOUT_REFUSED, r.kind());
+        assertTrue(r.reason().contains("state component 0 tensor 0 needs state_dim_per_tensor and state_slice_outer_counts"),
+                r.reason());
+        HandshakeValidator dsa = windowValidator(withWindowState(2, StateType.DSA, true), tp2);
+        assertEquals("state component 0 (dsa) cannot be resharded between prefill TP 2 and decode TP 1",
+                dsa.checkHello(hello("", withWindowState(4, StateType.DSA, true), 1, 0)).reason());
+        // the same TP needs no reshard: the window copies page for page
+        HandshakeValidator same = windowValidator(withWindowState(2, StateType.DSA, false), tp2);
+        assertNull(same.checkHello(hello("", withWindowState(2, StateType.DSA, false), 2, 0)));
+    }
 }

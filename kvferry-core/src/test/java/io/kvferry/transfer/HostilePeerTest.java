@@ -7,6 +7,7 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
@@ -230,6 +231,12 @@ class HostilePeerTest extends TransferTestBase {
         long deadline = System.nanoTime() + 10_000_000_000L;
         while (p.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
         assertEquals(0, p.stats().trackedRooms(), "the disconnected peer's held rooms are dropped");
+        // A request that reaches this rank after its decode left fails at once, with why (not after a bootstrap timeout).
+        KVSender late = p.createSender(addr, 5000);
+        assertEquals(KVPoll.Failed, late.poll());
+        KVTransferException gone = failed(late::failureException);
+        assertEquals(FailureKind.PEER_LOST, gone.kind());
+        assertTrue(gone.getMessage().contains("Decode instance could be dead"), gone.getMessage());
 
         try (ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5))) {
             assertTrue(registerAsDecode(c, "slow", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
