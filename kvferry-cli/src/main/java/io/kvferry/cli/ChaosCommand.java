@@ -87,12 +87,14 @@ public final class ChaosCommand implements Callable<Integer> {
         ChaosRunner.Result r;
         try {
             if (netns) {
+                LinkImpairment impairment = LinkImpairment.parse(netem);
+                NetnsLink.Kind kind = NetnsLink.Kind.parse(netnsLink);
                 String why = Netns.unavailableReason();
                 if (why != null) {
                     System.err.println("kvferry chaos: --netns: " + why);
                     return 2;
                 }
-                runner.withNetns(LinkImpairment.parse(netem), NetnsLink.Kind.parse(netnsLink));
+                runner.withNetns(impairment, kind);
             }
             r = runner.run(scenario);
         } catch (IllegalArgumentException e) {

@@ -32,8 +32,24 @@ public final class Netns {
     private static final Path NETNS_DIR = Path.of("/run/netns");
     private static final long COMMAND_TIMEOUT_SECONDS = 20;
 
-    /** Why this process cannot run chaos in network namespaces, or null when it can. */
+    /** The answer of {@link #unavailableReason()}, found once per process ("" = available). */
+    private static volatile String unavailable;
+
+    /**
+     * Why this process cannot run chaos in network namespaces, or null when it can: it must be root,
+     * have iproute2, and be allowed to create a namespace (a probe is created and deleted; a
+     * container without CAP_SYS_ADMIN fails here, not halfway through a run).
+     */
     public static String unavailableReason() {
+        String u = unavailable;
+        if (u == null) {
+            u = probe();
+            unavailable = u;
+        }
+        return u.isEmpty() ? null : u;
+    }
+
+    private static String probe() {
         try {
             for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
                 if (line.startsWith("Uid:")) {
@@ -41,8 +57,10 @@ public final class Netns {
                     if (!uid.equals("0")) return "network namespaces need root (effective uid " + uid + ")";
                 }
             }
-            run(List.of("ip", "netns", "list"));
-            return null;
+            String name = PREFIX + ProcessHandle.current().pid() + "-0-probe";
+            add(name);
+            delete(name);
+            return "";
         } catch (IOException e) {
             return "network namespaces unavailable: " + e.getMessage();
         }
