@@ -6,6 +6,7 @@ import io.kvferry.chaos.ChaosRunner;
 import io.kvferry.chaos.net.LinkImpairment;
 import io.kvferry.chaos.net.Netns;
 import io.kvferry.chaos.net.NetnsLink;
+import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -86,6 +87,8 @@ public final class ChaosCommand implements Callable<Integer> {
         ChaosRunner runner = new ChaosRunner(config, System.err, faultAfterMs).withDuration(durationMs);
         ChaosRunner.Result r;
         try {
+            // Both roles' pools on this machine, before any process starts (issue 16: every bench mode checks).
+            MemoryBudget.requireBothRoles(config, MemoryBudget.availableBytes());
             if (netns) {
                 LinkImpairment impairment = LinkImpairment.parse(netem);
                 NetnsLink.Kind kind = NetnsLink.Kind.parse(netnsLink);
