@@ -28,6 +28,11 @@ abstract class RoleCommand implements Callable<Integer> {
             description = "Address this rank binds its control endpoint to and publishes in the registry. Default: ${DEFAULT-VALUE}.")
     String host;
 
+    @Option(names = "--status-port", defaultValue = "${env:KVFERRY_STATUS_PORT:-0}",
+            description = "Port of this process's /metrics, /status and /status.json (0 = any free port, printed; -1 = none; "
+                    + "env KVFERRY_STATUS_PORT). Prefill ranks publish it in their registration. Default: ${DEFAULT-VALUE}.")
+    int statusPort;
+
     @Option(names = "--exit-on-stdin-eof", description = "Exit when standard input closes (the parent process died).")
     boolean exitOnStdinEof;
 
@@ -35,6 +40,11 @@ abstract class RoleCommand implements Callable<Integer> {
             description = "prefill: port each rank publishes in the registry instead of its bound one, in launch order "
                     + "(kvferry chaos --scenario partition: a fault proxy's port).")
     List<Integer> advertisePorts;
+
+    @Option(names = "--advertise-host", hidden = true,
+            description = "prefill: host every rank publishes in the registry instead of --host "
+                    + "(kvferry chaos --netns: a fault proxy on the decode's side of the link).")
+    String advertiseHost;
 
     @Option(names = "--heartbeat-ms", defaultValue = "0", hidden = true,
             description = "Heartbeat interval of the control connections in ms (0 = library default).")
@@ -74,7 +84,7 @@ abstract class RoleCommand implements Callable<Integer> {
         }
         RoleOptions opts;
         try {
-            opts = new RoleOptions(advertisePorts, heartbeatMs, heartbeatMisses, prefillInfoTimeoutMs);
+            opts = new RoleOptions(advertisePorts, heartbeatMs, heartbeatMisses, prefillInfoTimeoutMs, advertiseHost);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry " + mode().name().toLowerCase() + ": " + e.getMessage());
             return 2;
@@ -87,6 +97,10 @@ abstract class RoleCommand implements Callable<Integer> {
                 return 2;
             }
         }
-        return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out, opts) ? 0 : 1;
+        if (statusPort > 65535 || statusPort < -1) {
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": --status-port " + statusPort + " is outside [-1, 65535]");
+            return 2;
+        }
+        return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out, opts, statusPort) ? 0 : 1;
     }
 }

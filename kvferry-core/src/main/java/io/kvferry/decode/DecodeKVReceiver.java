@@ -5,6 +5,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
+import io.kvferry.metrics.HandshakeRefusal;
 import io.kvferry.plan.PlanException;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Coverage;
@@ -156,6 +157,7 @@ final class DecodeKVReceiver implements KVReceiver {
                         + e.getMessage());
             }
         } catch (LinkRefusedException e) {
+            manager.telemetry.refused(HandshakeRefusal.of(e.kind()));
             fail(e.kind(), "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
         } catch (IOException e) {
             fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
@@ -233,6 +235,8 @@ final class DecodeKVReceiver implements KVReceiver {
         // Published before any info leaves, so the first write already finds its allowance.
         room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf);
         room.metadataSentNanos = System.nanoTime();
+        RoomStatusTable.Entry bootstrapped = manager.rooms.statuses.entry(room.room);
+        if (bootstrapped != null) manager.telemetry.allocated(room.metadataSentNanos - bootstrapped.sinceNanos());
         metadataSentTick = now();
         waitDeadlineTick = metadataSentTick + Failures.deadlineNanos(manager.config().waitingTimeout());
         metadataSent = true;
@@ -363,6 +367,11 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public KVTransferMetric getTransferMetric() {
+        return metricOf(room, slot.status());
+    }
+
+    /** A room's transfer figures (its receiver's metric, and what the manager's telemetry records at Success). */
+    static KVTransferMetric metricOf(DecodeRoom room, KVPoll status) {
         long sent = room.metadataSentNanos, done = room.successNanos;
         Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
         String only = null;
@@ -380,7 +389,7 @@ final class DecodeKVReceiver implements KVReceiver {
         // bytes that landed through the gate are known (one-sided writes bypass this rank).
         DecodeRoom.Allowance a = room.allowance;
         Long bytes;
-        if (a != null && room.slot.status() == KVPoll.Success) {
+        if (a != null && status == KVPoll.Success) {
             long owed = 0;
             for (long o : a.owed()) owed += o;
             bytes = owed;

@@ -14,7 +14,6 @@ import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.Status;
 import io.kvferry.session.Failures;
-import io.kvferry.session.RoomStatusTable;
 import io.kvferry.transport.PageDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -96,9 +95,7 @@ final class ChunkExecutor {
             current = null;
             if (c.last()) {
                 room.doneNanos = System.nanoTime();
-                RoomStatusTable.Slot slot = room.slot;
-                if (slot != null) slot.update(KVPoll.Success);
-                else rooms.statuses.update(room.room, KVPoll.Success);
+                rooms.succeed(room);
             }
         } catch (IOException | RuntimeException e) {
             String to = current == null ? "" : " to " + current.link();
@@ -109,7 +106,7 @@ final class ChunkExecutor {
                 kind = FailureKind.PEER_LOST;
             }
             String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
-            log.warn(reason);
+            log.debug(reason); // the room's failure line (io.kvferry.failures) reports it
             rooms.fail(room, kind, reason);
         } catch (Error e) {
             // e.g. InternalError from a mapping whose file was truncated under it: the room fails and
@@ -212,6 +209,7 @@ final class ChunkExecutor {
             try {
                 statusSent = link.dataPath.write(room.room, plan, memory, room.failed(rooms.statuses), status);
                 moved = true;
+                link.meters.written(plan);
             } finally {
                 if (flipped >= 0) {
                     flipOneByte(plan); // the test hook restores the source: only the decode's copy is damaged

@@ -3,6 +3,8 @@ package io.kvferry.session;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 
+import java.util.HashMap;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.BooleanSupplier;
@@ -17,27 +19,51 @@ import java.util.function.BooleanSupplier;
  * volatile field — no map lookup, no boxed id. The map is touched to create, find (by a frame's
  * room id) and remove a room.
  *
- * <p>Thread-safe: a slot changes under its own lock, and a removed slot stays removed, so the
- * scheduler thread, reader threads and transfer workers may all update it.
+ * <p>Thread-safe: a slot changes under its own lock and a removed slot stays removed, so the
+ * scheduler thread, reader threads and transfer workers may all update it. Every change is reported
+ * to the table's {@link Listener} after it was made (metrics, the failure log line and the
+ * recent-failures ring hang there: this is the one place rooms change state, so they are counted once).
  */
 public final class RoomStatusTable {
-    /** One room's state, a snapshot. Kind and reason are set exactly when the status is Failed. */
-    public record Entry(KVPoll status, FailureKind kind, String reason) {}
+    /**
+     * One room's state, a snapshot. Kind and reason are set exactly when the status is Failed.
+     *
+     * @param createdNanos when the room entered the table ({@link System#nanoTime()})
+     * @param sinceNanos   when it entered this status
+     */
+    public record Entry(KVPoll status, FailureKind kind, String reason, long createdNanos, long sinceNanos) {}
+
+    /** Told of every status change, on the thread that made it, after it was made. */
+    @FunctionalInterface
+    public interface Listener {
+        /**
+         * @param from the status before ({@code null}: the room was just created)
+         * @param to   the room's entry now
+         */
+        void changed(long room, KVPoll from, Entry to);
+    }
 
     /**
      * One room's live status. As a {@link BooleanSupplier} it is the room's failed flag: true once
      * the room failed or was cleared, what a writer checks between ops.
      */
     public static final class Slot implements BooleanSupplier {
+        private final long room;
+        private final Listener listener;
+        private final long createdNanos;
         /** Written under the slot's lock; read without it. Kind and reason are written before a Failed status. */
         private volatile KVPoll status;
         private volatile FailureKind kind;
         private volatile String reason;
+        private volatile long sinceNanos;
         /** Set once the room was removed (cleared): the slot then reads as Failed and never changes. */
         private volatile boolean removed;
 
-        private Slot(KVPoll status) {
+        private Slot(long room, KVPoll status, Listener listener) {
+            this.room = room;
+            this.listener = listener;
             this.status = status;
+            this.createdNanos = this.sinceNanos = System.nanoTime();
         }
 
         /** The room's status (Failed once removed). */
@@ -53,29 +79,55 @@ public final class RoomStatusTable {
         /** A snapshot; null once removed (as for a room the table does not know). */
         public Entry entry() {
             if (removed) return null;
+            synchronized (this) {
+                return snapshot();
+            }
+        }
+
+        private Entry snapshot() {
             KVPoll s = status;
-            return s == KVPoll.Failed ? new Entry(s, kind, reason) : new Entry(s, null, null);
+            return s == KVPoll.Failed ? new Entry(s, kind, reason, createdNanos, sinceNanos)
+                    : new Entry(s, null, null, createdNanos, sinceNanos);
         }
 
         /** Applies a non-Failed status (forward only); returns the status afterwards. */
         public KVPoll update(KVPoll next) {
-            if (next == KVPoll.Failed) throw new IllegalArgumentException("use fail(kind, reason) for Failed");
-            synchronized (this) {
-                if (!removed && status != KVPoll.Failed && status.value() < next.value()) status = next;
-            }
+            advance(next);
             return status();
+        }
+
+        /** Applies a non-Failed status; true when this call moved the room to it (false: removed, failed, or there already). */
+        public boolean advance(KVPoll next) {
+            if (next == KVPoll.Failed) throw new IllegalArgumentException("use fail(kind, reason) for Failed");
+            KVPoll from;
+            Entry now = null;
+            synchronized (this) {
+                from = status;
+                if (removed || from == KVPoll.Failed || from.value() >= next.value()) return false;
+                sinceNanos = System.nanoTime();
+                status = next;
+                if (listener != null) now = snapshot();
+            }
+            if (now != null) listener.changed(room, from, now);
+            return true;
         }
 
         /** Fails the room, keeping the first kind and reason; true when this call moved it to Failed. */
         public boolean fail(FailureKind failureKind, String why) {
             if (failureKind == null) throw new IllegalArgumentException("a failure needs a kind");
+            KVPoll from;
+            Entry now = null;
             synchronized (this) {
-                if (removed || status == KVPoll.Failed) return false;
+                from = status;
+                if (removed || from == KVPoll.Failed) return false;
                 kind = failureKind;
                 reason = why;
+                sinceNanos = System.nanoTime();
                 status = KVPoll.Failed;
-                return true;
+                if (listener != null) now = snapshot();
             }
+            if (now != null) listener.changed(room, from, now);
+            return true;
         }
 
         private void markRemoved() {
@@ -89,16 +141,45 @@ public final class RoomStatusTable {
     private static final BooleanSupplier UNKNOWN = () -> true;
 
     private final ConcurrentHashMap<Long, Slot> rooms = new ConcurrentHashMap<>();
+    private final Listener listener;
+
+    public RoomStatusTable() {
+        this(null);
+    }
+
+    /** @param listener told of every change; null for none */
+    public RoomStatusTable(Listener listener) {
+        this.listener = listener;
+    }
 
     /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
     public KVPoll update(long room, KVPoll status) {
+        advance(room, status);
+        return status(room);
+    }
+
+    /** Applies a non-Failed status; true when this call moved the room to it (false: absent, failed, or there already). */
+    public boolean advance(long room, KVPoll status) {
         if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
         Slot s = rooms.get(room);
-        if (s == null) {
-            if (status != KVPoll.Bootstrapping && status != KVPoll.WaitingForInput) return KVPoll.Failed;
-            s = rooms.computeIfAbsent(room, k -> new Slot(status));
-        }
-        return s.update(status);
+        if (s != null) return s.advance(status);
+        boolean[] made = {false};
+        s = create(room, status, made);
+        return s != null && (made[0] || s.advance(status));
+    }
+
+    /**
+     * Creates an absent room in {@code status} (Bootstrapping or WaitingForInput only, else null) and
+     * tells the listener; {@code made} says whether this call created it (another may have raced it).
+     */
+    private Slot create(long room, KVPoll status, boolean[] made) {
+        if (status != KVPoll.Bootstrapping && status != KVPoll.WaitingForInput) return rooms.get(room);
+        Slot s = rooms.computeIfAbsent(room, k -> {
+            made[0] = true;
+            return new Slot(k, status, listener);
+        });
+        if (made[0] && listener != null) listener.changed(room, null, s.entry());
+        return s;
     }
 
     /**
@@ -109,8 +190,9 @@ public final class RoomStatusTable {
         if (initial != KVPoll.Bootstrapping && initial != KVPoll.WaitingForInput) {
             throw new IllegalArgumentException("only Bootstrapping and WaitingForInput create a room, not " + initial);
         }
-        Slot s = rooms.computeIfAbsent(room, k -> new Slot(initial));
-        s.update(initial);
+        Slot s = rooms.get(room);
+        if (s == null) s = create(room, initial, new boolean[1]);
+        s.advance(initial);
         return s;
     }
 
@@ -177,5 +259,22 @@ public final class RoomStatusTable {
 
     public Set<Long> rooms() {
         return Set.copyOf(rooms.keySet());
+    }
+
+    /** Rooms in {@code status} right now (walks the table: for scrapes and status pages, not per request). */
+    public int count(KVPoll status) {
+        int n = 0;
+        for (Slot s : rooms.values()) if (s.status() == status) n++;
+        return n;
+    }
+
+    /** Every room with its entry, as a copy (for status pages). */
+    public Map<Long, Entry> snapshot() {
+        Map<Long, Entry> copy = new HashMap<>();
+        for (Map.Entry<Long, Slot> e : rooms.entrySet()) {
+            Entry v = e.getValue().entry();
+            if (v != null) copy.put(e.getKey(), v);
+        }
+        return Map.copyOf(copy);
     }
 }
