@@ -3,7 +3,10 @@ package io.kvferry;
 import com.tngtech.archunit.core.domain.JavaClasses;
 import com.tngtech.archunit.core.importer.ClassFileImporter;
 import com.tngtech.archunit.core.importer.ImportOption;
+import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.Test;
+
+import java.nio.ByteBuffer;
 
 import static com.tngtech.archunit.lang.syntax.ArchRuleDefinition.noClasses;
 import static com.tngtech.archunit.library.dependencies.SlicesRuleDefinition.slices;
@@ -48,6 +51,26 @@ class LayeringTest {
                 .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.registry..", "io.kvferry.session..",
                         "io.kvferry.prefill..", "io.kvferry.decode..", "io.kvferry.fake..")
                 .because("a transport moves bytes between registered memories; rooms and sessions are the managers' business")
+                .check(CORE);
+    }
+
+    /**
+     * Issue 12: framing and liveness ({@code ControlConnection} and its {@code FrameReader}) know no
+     * plan and no registered memory; tcp's data path (frames with payloads, their landing) lives in
+     * {@code transport.tcp}, the only code that puts payload frames on a connection or reads payloads off it.
+     */
+    @Test
+    void framingIsSeparateFromTheTcpDataPath() {
+        noClasses().that().belongToAnyOf(ControlConnection.class).or().haveFullyQualifiedName("io.kvferry.transport.FrameReader")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.plan..", "io.kvferry.memory..",
+                        "io.kvferry.transport.tcp..")
+                .because("a control connection frames and keeps a link alive; what WRITE frames carry is tcp's data path")
+                .check(CORE);
+        noClasses().that().resideOutsideOfPackage("io.kvferry.transport.tcp..").and().doNotBelongToAnyOf(ControlConnection.class)
+                .should().callMethod(ControlConnection.class, "writeFrames", ByteBuffer[].class, int.class, int.class, long.class)
+                .orShould().callMethod(ControlConnection.class, "readPayload", ByteBuffer[].class, int.class)
+                .orShould().callMethod(ControlConnection.class, "skipPayload", long.class)
+                .because("only transport.tcp's frame writer and lander move payload bytes over a control connection")
                 .check(CORE);
     }
 

@@ -3,6 +3,7 @@ package io.kvferry.chaos;
 import io.kvferry.protocol.MessageType;
 import io.kvferry.protocol.Wire;
 import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -10,26 +11,32 @@ import java.nio.ByteOrder;
 /**
  * Follows one direction of a kvferry control stream (prefill to decode) frame by frame as its bytes
  * pass through a {@link FaultProxy}, in whatever pieces the socket delivers them, and flips one byte
- * in the middle of the payload of a WRITE its {@link WriteCorruption} picks. Headers and bodies are
+ * in the middle of the payload of a WRITE or WRITE_LIST its {@link WriteCorruption} picks. Headers and bodies are
  * never touched: the decode must see a well-formed stream whose KV bytes are wrong, which only a
  * checksum can tell (a damaged header would be a protocol error, caught anyway).
  *
  * <p>Frames: a 12-byte header (magic, version, type, flags, body length, little-endian); a WRITE's
- * 56-byte body is followed by {@code length} payload bytes (body offset 24, i64); every other
- * frame is just its body. A stream that does not parse (bad magic or version) is passed on
+ * 56-byte body is followed by {@code length} payload bytes (body offset 24, i64); a WRITE_LIST's
+ * body (a 32-byte fixed part: room at 0, payload length at 16; then its pieces) is followed by its
+ * payload, the pieces' bytes back to back; every other frame is just its body. A stream that does not parse (bad magic or version) is passed on
  * untouched from there on. One instance per stream direction, used by its pump thread only;
  * nothing is allocated per frame.
  */
 final class FrameCorruptor {
     private static final int WRITE = MessageType.WRITE.code();
+    private static final int WRITE_LIST = MessageType.WRITE_LIST.code();
+    /** Offsets inside a WRITE_LIST body's fixed part. */
+    private static final int LIST_PAYLOAD_AT = 16;
     /** Offsets inside the header and the WRITE body. */
     private static final int TYPE_AT = 5, LENGTH_AT = 8, ROOM_AT = 0, PAYLOAD_LENGTH_AT = 24;
 
-    private enum Stage { HEADER, WRITE_BODY, PAYLOAD, SKIP, BROKEN }
+    private enum Stage { HEADER, WRITE_BODY, LIST_FIXED, LIST_PIECES, PAYLOAD, SKIP, BROKEN }
 
     private final WriteCorruption corruption;
     private final byte[] header = new byte[Wire.HEADER_BYTES];
     private final byte[] writeBody = new byte[WriteHeader.BODY_BYTES];
+    /** A WRITE_LIST's payload, announced by its fixed part and due after its pieces. */
+    private long listPayload;
     private final ByteBuffer headerView = ByteBuffer.wrap(header).order(ByteOrder.LITTLE_ENDIAN);
     private final ByteBuffer bodyView = ByteBuffer.wrap(writeBody).order(ByteOrder.LITTLE_ENDIAN);
     private Stage stage = Stage.HEADER;
@@ -69,6 +76,20 @@ final class FrameCorruptor {
                     filled += n;
                     if (filled == WriteHeader.BODY_BYTES) onWriteBody();
                 }
+                case LIST_FIXED -> {
+                    int n = Math.min(WriteList.FIXED_BYTES - filled, end - i);
+                    buf.get(i, writeBody, filled, n);
+                    i += n;
+                    filled += n;
+                    remaining -= n;
+                    if (filled == WriteList.FIXED_BYTES) onListFixed();
+                }
+                case LIST_PIECES -> {
+                    int n = (int) Math.min(remaining, end - i);
+                    remaining -= n;
+                    i += n;
+                    if (remaining == 0) startPayload(bodyView.getLong(ROOM_AT), listPayload);
+                }
                 case PAYLOAD -> {
                     int n = (int) Math.min(remaining, end - i);
                     if (flipAt >= payloadSeen && flipAt < payloadSeen + n) {
@@ -105,6 +126,9 @@ final class FrameCorruptor {
         filled = 0;
         if (type == WRITE && bodyLength == WriteHeader.BODY_BYTES) {
             stage = Stage.WRITE_BODY;
+        } else if (type == WRITE_LIST && bodyLength >= WriteList.FIXED_BYTES) {
+            stage = Stage.LIST_FIXED;
+            remaining = bodyLength;
         } else if (bodyLength == 0) {
             nextFrame();
         } else {
@@ -114,8 +138,20 @@ final class FrameCorruptor {
     }
 
     private void onWriteBody() {
-        long room = bodyView.getLong(ROOM_AT);
-        long length = bodyView.getLong(PAYLOAD_LENGTH_AT);
+        startPayload(bodyView.getLong(ROOM_AT), bodyView.getLong(PAYLOAD_LENGTH_AT));
+    }
+
+    private void onListFixed() {
+        listPayload = bodyView.getLong(LIST_PAYLOAD_AT);
+        if (remaining > 0) {
+            stage = Stage.LIST_PIECES;
+        } else {
+            startPayload(bodyView.getLong(ROOM_AT), listPayload);
+        }
+    }
+
+    /** The payload of a WRITE or WRITE_LIST follows: {@code length} bytes, the chosen room's flipped in the middle. */
+    private void startPayload(long room, long length) {
         if (length <= 0) {
             nextFrame(); // an empty write (or one the decode refuses as malformed anyway)
             return;

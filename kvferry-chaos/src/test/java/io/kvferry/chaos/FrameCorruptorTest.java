@@ -7,6 +7,7 @@ import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
 import net.jqwik.api.constraints.IntRange;
@@ -26,7 +27,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The corrupting proxy's stream walker: one byte flipped in one payload of each chosen room, whatever the chunking; nothing else touched. */
 class FrameCorruptorTest {
-    /** A prefill-to-decode stream: CHALLENGE, then per room WRITEs (one empty) and a STATUS, heartbeats between. */
+    /** A prefill-to-decode stream: CHALLENGE, then per room WRITEs and WRITE_LISTs (one empty WRITE) and a STATUS, heartbeats between. */
     private record Stream(byte[] bytes, List<long[]> payloads) {} // payloads: {room, offset in stream, length}
 
     private static Stream stream(int rooms, long seed) {
@@ -39,7 +40,19 @@ class FrameCorruptorTest {
             put(out, FrameCodec.encode(new WriteHeader(room, Region.KV, 0, 0, 0, 0))); // empty: nothing to flip
             for (int w = 0; w < 3; w++) {
                 int len = 1 + rnd.nextInt(5000);
-                put(out, FrameCodec.encode(new WriteHeader(room, Region.KV, 0, w, 4096L * w, len)));
+                if (rnd.nextBoolean()) {
+                    put(out, FrameCodec.encode(new WriteHeader(room, Region.KV, 0, w, 4096L * w, len)));
+                } else {
+                    // A piece list of up to three pieces, their bytes in one payload (what tcp sends).
+                    WriteList list = WriteList.builder(room, 3);
+                    int left = len, pieces = 1 + rnd.nextInt(3);
+                    for (int p = 0; p < pieces && left > 0; p++) {
+                        int piece = p == pieces - 1 ? left : 1 + rnd.nextInt(left);
+                        list.add(Region.KV, 0, w, 8192L * p, piece);
+                        left -= piece;
+                    }
+                    put(out, FrameCodec.encode(list));
+                }
                 byte[] payload = new byte[len];
                 rnd.nextBytes(payload);
                 payloads.add(new long[]{room, out.size(), len});

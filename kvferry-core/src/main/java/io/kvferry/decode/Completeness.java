@@ -75,16 +75,14 @@ final class Completeness {
     /** The bytes a rank with coverage {@code c} owes a room: {@code pages} KV pages, the aux row, the state slots. */
     static long owed(Coverage c, RegisteredMemory mine, int pages, int auxIndex, int[][] state) {
         long bytes = 0;
-        long[] kvItems = mine.kvItemLens();
-        for (int b = 0; b < kvItems.length; b++) bytes += c.kvBytesPerPage(b, kvItems[b]) * pages;
+        for (int b = 0, n = mine.kvBufferCount(); b < n; b++) bytes += c.kvBytesPerPage(b, mine.kvItemLen(b)) * pages;
         if (c.aux() && auxIndex >= 0) {
-            for (long item : mine.auxItemLens()) bytes += item;
+            for (int b = 0, n = mine.auxBufferCount(); b < n; b++) bytes += mine.auxItemLen(b);
         }
         if (c.state()) {
-            long[][] items = mine.stateItemLens();
-            for (int k = 0; k < state.length && k < items.length; k++) {
+            for (int k = 0; k < state.length && k < mine.stateComponentCount(); k++) {
                 long perSlot = 0;
-                for (int t = 0; t < items[k].length; t++) perSlot += c.stateBytesPerItem(k, t, items[k][t]);
+                for (int t = 0; t < mine.stateTensorCount(k); t++) perSlot += c.stateBytesPerItem(k, t, mine.itemLen(Region.STATE, k, t));
                 bytes += perSlot * state[k].length;
             }
         }

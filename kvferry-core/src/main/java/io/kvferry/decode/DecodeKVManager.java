@@ -181,11 +181,13 @@ public final class DecodeKVManager implements KVManager {
     @Override
     public KVReceiver createReceiver(String bootstrapAddr, long bootstrapRoom) {
         if (closed) throw new IllegalStateException("the decode KV manager was torn down");
-        DecodeRoom room = new DecodeRoom(bootstrapRoom, bootstrapAddr);
+        if (rooms.isTracked(bootstrapRoom)) {
+            throw new IllegalArgumentException("bootstrap_room " + bootstrapRoom + " is already in flight on this decode rank");
+        }
+        DecodeRoom room = new DecodeRoom(bootstrapRoom, bootstrapAddr, rooms.statuses.open(bootstrapRoom, KVPoll.Bootstrapping));
         if (!rooms.add(room)) {
             throw new IllegalArgumentException("bootstrap_room " + bootstrapRoom + " is already in flight on this decode rank");
         }
-        rooms.statuses.update(bootstrapRoom, KVPoll.Bootstrapping);
         return new DecodeKVReceiver(this, room);
     }
 

@@ -43,6 +43,14 @@ final class DecodeKVReceiver implements KVReceiver {
     /** Scheduler thread only: send_metadata went out, and when (on the manager's ticker: the waiting deadline counts from here). */
     private boolean metadataSent;
     private long metadataSentTick;
+    /** Scheduler thread only: when the room fails for waiting too long (ticker time). */
+    private long waitDeadlineTick;
+    /** The room's status slot, read on every poll (kept here: one object fewer to touch per poll). */
+    private final RoomStatusTable.Slot slot;
+    private static final int[] NO_INDICES = new int[0];
+    private static final int[][] NO_STATE = new int[0][];
+    /** Scheduler thread only: where the room goes, once bootstrapped. */
+    private LinkDirectory.Route route;
 
     private long now() {
         return manager.config().ticker().nanoTime();
@@ -51,6 +59,7 @@ final class DecodeKVReceiver implements KVReceiver {
     DecodeKVReceiver(DecodeKVManager manager, DecodeRoom room) {
         this.manager = manager;
         this.room = room;
+        this.slot = room.slot;
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
     }
@@ -62,7 +71,7 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public void init(int prefillDpRank) {
-        if (manager.rooms.statuses.status(room.room) != KVPoll.Bootstrapping || initCalled) return;
+        if (room.slot.status() != KVPoll.Bootstrapping || initCalled) return;
         initCalled = true;
         initPending = true;
         this.prefillDpRank = prefillDpRank;
@@ -78,6 +87,12 @@ final class DecodeKVReceiver implements KVReceiver {
      */
     private void tryBootstrap() {
         String addr = room.bootstrapAddr;
+        LinkDirectory.Route cached = manager.directory.route(addr, prefillDpRank);
+        if (cached != null) {
+            // Every room of this DP group goes to the same prefill ranks while their links live.
+            adopt(cached, true);
+            return;
+        }
         PrefillServerInfo info;
         try {
             info = manager.directory.topology(addr);
@@ -125,14 +140,11 @@ final class DecodeKVReceiver implements KVReceiver {
                     }
                 }
             }
-            room.prefillCpSize = info.attnCpSize();
-            room.allCpRanks = manager.config().allCpRanksTransfer() && info.attnCpSize() > 1;
-            room.landedFrom = new AtomicLongArray(targets.size());
-            room.targets = List.copyOf(targets);
-            room.requiredResponses = mapping.requiredPrefillResponseNum();
-            room.requiredDstInfoNum = mapping.requiredDstInfoNum();
-            initPending = false;
-            manager.rooms.statuses.update(room.room, KVPoll.WaitingForInput);
+            LinkDirectory.Route route = new LinkDirectory.Route(List.copyOf(targets), mapping.requiredPrefillResponseNum(),
+                    mapping.requiredDstInfoNum(), info.attnCpSize(), manager.config().allCpRanksTransfer() && info.attnCpSize() > 1,
+                    new LinkDirectory.CoverageMemo());
+            manager.directory.keepRoute(addr, prefillDpRank, route);
+            adopt(route, false);
         } catch (ConnectException e) {
             // The registry still points at a rank that is gone (a prefill being restarted): drop the cached
             // lookups and keep the room bootstrapping; poll() retries until prefillInfoTimeout.
@@ -155,47 +167,64 @@ final class DecodeKVReceiver implements KVReceiver {
         }
     }
 
+    /** Takes the room's prefill ranks from its route (registering the room on their links): the room is then WaitingForInput. */
+    private void adopt(LinkDirectory.Route route, boolean register) {
+        this.route = route;
+        if (register) for (DecodeRoom.Target t : route.targets()) t.link().rooms.add(room.room);
+        room.prefillCpSize = route.prefillCpSize();
+        room.allCpRanks = route.allCpRanks();
+        room.landedFrom = new AtomicLongArray(route.targets().size());
+        room.requiredResponses = route.requiredResponses();
+        room.requiredDstInfoNum = route.requiredDstInfoNum();
+        room.targets = route.targets();
+        initPending = false;
+        room.slot.update(KVPoll.WaitingForInput);
+    }
+
     @Override
     public void sendMetadata(int[] kvIndices, int auxIndex, int[][] stateIndices, int decodePrefixLen) {
-        KVPoll st = manager.rooms.statuses.status(room.room);
+        KVPoll st = room.slot.status();
         if (st == KVPoll.Failed) return;
         if (st != KVPoll.WaitingForInput || room.allowance != null) {
             throw new IllegalStateException("send_metadata for room " + room.room + " in state " + st
                     + (room.allowance != null ? " (already sent)" : " (call init first)"));
         }
-        String problem = checkIndices(kvIndices, auxIndex, stateIndices, decodePrefixLen);
+        // Owned copies, made once: the pages in token order (kept, and sent) and sorted (checked, then the gate's).
+        int[] pages = kvIndices == null ? null : kvIndices.clone();
+        int[] sortedPages = pages == null ? null : pages.clone();
+        if (sortedPages != null) Arrays.sort(sortedPages);
+        int[][] state = stateIndices == null ? NO_STATE : new int[stateIndices.length][];
+        for (int c = 0; c < state.length; c++) state[c] = stateIndices[c] == null ? NO_INDICES : stateIndices[c].clone();
+        int[][] sortedState = new int[state.length][];
+        for (int c = 0; c < state.length; c++) {
+            sortedState[c] = state[c].length == 0 ? NO_INDICES : state[c].clone();
+            Arrays.sort(sortedState[c]);
+        }
+        String problem = checkIndices(sortedPages, auxIndex, stateIndices == null ? null : sortedState, decodePrefixLen);
         if (problem != null) {
             fail(FailureKind.BAD_REQUEST, problem);
             return;
         }
-        int[][] state = stateIndices == null ? new int[0][] : stateIndices;
-        int[][] sortedState = new int[state.length][];
-        for (int c = 0; c < state.length; c++) {
-            sortedState[c] = state[c] == null ? new int[0] : state[c].clone();
-            Arrays.sort(sortedState[c]);
-        }
-        int[] sortedPages = kvIndices.clone();
-        Arrays.sort(sortedPages);
         String gap = uncovered(auxIndex, state);
         if (gap != null) {
             fail(FailureKind.LAYOUT_REFUSED, "the prefill ranks of room " + room.room + " would leave part of it unwritten: " + gap);
             return;
         }
-        int[] pages = kvIndices.clone();
-        int[][] stateInOrder = new int[state.length][];
-        for (int c = 0; c < state.length; c++) stateInOrder[c] = state[c] == null ? new int[0] : state[c].clone();
         long[] owed = new long[room.targets.size()];
         int[][] pagesOf = new int[room.targets.size()][];
         for (int i = 0; i < owed.length; i++) {
             DecodeRoom.Target t = room.targets.get(i);
             if (t.dummy()) {
-                pagesOf[i] = new int[0];
+                pagesOf[i] = NO_INDICES;
                 continue;
             }
-            int[] share = room.allCpRanks ? Completeness.cpShare(pages.length, room.prefillCpSize, t.cpRank())
-                    : new int[] {0, pages.length};
-            pagesOf[i] = Arrays.copyOfRange(pages, share[0], share[0] + share[1]);
-            owed[i] = Completeness.owed(t.link().coverage, manager.memory(), share[1], auxIndex, stateInOrder);
+            if (room.allCpRanks) {
+                int[] share = Completeness.cpShare(pages.length, room.prefillCpSize, t.cpRank());
+                pagesOf[i] = Arrays.copyOfRange(pages, share[0], share[0] + share[1]);
+            } else {
+                pagesOf[i] = pages;
+            }
+            owed[i] = Completeness.owed(t.link().coverage, manager.memory(), pagesOf[i].length, auxIndex, state);
         }
         int roomBuffer = manager.memory().auxRoomBuffer();
         if (roomBuffer >= 0 && auxIndex >= 0) {
@@ -204,19 +233,18 @@ final class DecodeKVReceiver implements KVReceiver {
                     .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
         }
         // Published before any info leaves, so the first write already finds its allowance.
-        room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, stateInOrder, sortedState, owed, pagesOf);
-        int[][] stateCopy = new int[state.length][];
-        for (int c = 0; c < state.length; c++) stateCopy[c] = state[c] == null ? new int[0] : state[c].clone();
+        room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf);
         room.metadataSentNanos = System.nanoTime();
         RoomStatusTable.Entry bootstrapped = manager.rooms.statuses.entry(room.room);
         if (bootstrapped != null) manager.telemetry.allocated(room.metadataSentNanos - bootstrapped.sinceNanos());
         metadataSentTick = now();
+        waitDeadlineTick = metadataSentTick + Failures.deadlineNanos(manager.config().waitingTimeout());
         metadataSent = true;
         for (DecodeRoom.Target t : room.targets) {
+            // Encoded as it is sent and not kept: it may share the allowance's arrays, which nothing changes.
             TransferInfo info = t.dummy()
-                    ? new TransferInfo(room.room, new int[0], -1, new int[0][], room.requiredDstInfoNum, decodePrefixLen, true)
-                    : new TransferInfo(room.room, kvIndices.clone(), auxIndex, stateCopy, room.requiredDstInfoNum,
-                    decodePrefixLen, false);
+                    ? new TransferInfo(room.room, NO_INDICES, -1, NO_STATE, room.requiredDstInfoNum, decodePrefixLen, true)
+                    : new TransferInfo(room.room, pages, auxIndex, state, room.requiredDstInfoNum, decodePrefixLen, false);
             try {
                 t.link().connection.send(info);
             } catch (IOException e) {
@@ -228,20 +256,27 @@ final class DecodeKVReceiver implements KVReceiver {
 
     /** Whether the room's writing prefill ranks together cover all it asks for; why not, or null. */
     private String uncovered(int auxIndex, int[][] state) {
+        boolean needsAux = auxIndex >= 0 && manager.memory().auxBufferCount() > 0;
+        int components = manager.memory().stateComponentCount();
+        long mask = 0;
+        for (int c = 0; c < state.length && c < components && c < 64; c++) if (state[c].length > 0) mask |= 1L << c;
+        LinkDirectory.CoverageMemo memo = route == null || components > 64 ? null : route.memo();
+        LinkDirectory.CoverageMemo.Verdict last = memo == null ? null : memo.last;
+        if (last != null && last.needsAux() == needsAux && last.stateMask() == mask) return last.gap();
         List<Coverage> writers = new ArrayList<>();
         for (DecodeRoom.Target t : room.targets) if (!t.dummy()) writers.add(t.link().coverage);
-        boolean[] stateNeeded = new boolean[manager.memory().stateComponentCount()];
-        for (int c = 0; c < state.length && c < stateNeeded.length; c++) stateNeeded[c] = state[c] != null && state[c].length > 0;
-        boolean needsAux = auxIndex >= 0 && manager.memory().auxBufferCount() > 0;
-        return writers.isEmpty() ? null : manager.coverageVerdict(writers, needsAux, stateNeeded);
+        boolean[] stateNeeded = new boolean[components];
+        for (int c = 0; c < state.length && c < stateNeeded.length; c++) stateNeeded[c] = state[c].length > 0;
+        String gap = writers.isEmpty() ? null : manager.coverageVerdict(writers, needsAux, stateNeeded);
+        if (memo != null) memo.last = new LinkDirectory.CoverageMemo.Verdict(needsAux, mask, gap);
+        return gap;
     }
 
-    private String checkIndices(int[] pages, int auxIndex, int[][] state, int prefix) {
-        if (pages == null) return "send_metadata: kv indices are null";
+    /** Checks the metadata's indices, given sorted copies ({@code state} null when none were sent). */
+    private String checkIndices(int[] sorted, int auxIndex, int[][] state, int prefix) {
+        if (sorted == null) return "send_metadata: kv indices are null";
         if (prefix < 0) return "send_metadata: negative decode_prefix_len " + prefix;
         long pool = manager.memory().kvPageCount();
-        int[] sorted = pages.clone();
-        Arrays.sort(sorted);
         for (int i = 0; i < sorted.length; i++) {
             if (sorted[i] < 0 || sorted[i] >= pool) {
                 return "send_metadata: page id " + sorted[i] + " is outside the decode KV pool of " + pool + " pages";
@@ -259,8 +294,7 @@ final class DecodeKVReceiver implements KVReceiver {
             }
             for (int c = 0; c < state.length; c++) {
                 long n = manager.memory().stateIndexCount(c);
-                int[] s = state[c] == null ? new int[0] : state[c].clone();
-                Arrays.sort(s);
+                int[] s = state[c];
                 for (int i = 0; i < s.length; i++) {
                     if (s[i] < 0 || s[i] >= n) return "send_metadata: state index " + s[i] + " of component " + c + " is outside its " + n + " entries";
                     if (i > 0 && s[i] == s[i - 1]) return "send_metadata: state index " + s[i] + " of component " + c + " appears twice";
@@ -273,12 +307,12 @@ final class DecodeKVReceiver implements KVReceiver {
     @Override
     public KVPoll poll() {
         if (concluded != null) return concluded;
-        KVPoll st = manager.rooms.statuses.status(room.room);
+        KVPoll st = slot.status();
         if (injectFailure && metadataSent && !st.isTerminal()) {
             injectFailure = false;
             fail(FailureKind.INJECTED, Failures.INJECTED);
             notifyAbort(); // the prefill stops and acknowledges, as after an abort
-            st = manager.rooms.statuses.status(room.room);
+            st = room.slot.status();
         }
         if (st.isTerminal()) {
             concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
@@ -286,12 +320,12 @@ final class DecodeKVReceiver implements KVReceiver {
         }
         if (st == KVPoll.Bootstrapping && initPending) {
             tryBootstrap();
-            st = manager.rooms.statuses.status(room.room);
+            st = room.slot.status();
         }
         if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && metadataSent) {
-            double waited = (now() - metadataSentTick) / 1e9;
-            if (waited > manager.config().waitingTimeout().toNanos() / 1e9) {
-                fail(FailureKind.WAITING_TIMEOUT, Failures.timedOut(room.room, waited, "WaitingForInput"));
+            long now = now();
+            if (now - waitDeadlineTick > 0) {
+                fail(FailureKind.WAITING_TIMEOUT, Failures.timedOut(room.room, (now - metadataSentTick) / 1e9, "WaitingForInput"));
                 notifyAbort();
                 return KVPoll.Failed;
             }
@@ -300,7 +334,7 @@ final class DecodeKVReceiver implements KVReceiver {
     }
 
     private void fail(FailureKind kind, String reason) {
-        manager.rooms.statuses.fail(room.room, kind, reason);
+        room.slot.fail(kind, reason);
     }
 
     @Override
@@ -314,7 +348,7 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public void failureException() {
-        RoomStatusTable.Entry e = manager.rooms.statuses.entry(room.room);
+        RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
         manager.release.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
@@ -333,16 +367,23 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public KVTransferMetric getTransferMetric() {
-        return metricOf(room, manager.rooms.statuses.status(room.room));
+        return metricOf(room, slot.status());
     }
 
     /** A room's transfer figures (its receiver's metric, and what the manager's telemetry records at Success). */
     static KVTransferMetric metricOf(DecodeRoom room, KVPoll status) {
         long sent = room.metadataSentNanos, done = room.successNanos;
         Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
-        TreeSet<String> paths = new TreeSet<>();
+        String only = null;
+        TreeSet<String> paths = null;
         for (DecodeRoom.Target t : room.targets) {
-            if (!t.dummy()) paths.add(t.link().dataPath);
+            if (t.dummy() || t.link().dataPath.equals(only)) continue;
+            if (only == null && paths == null) {
+                only = t.link().dataPath;
+                continue;
+            }
+            if (paths == null) paths = new TreeSet<>(List.of(only));
+            paths.add(t.link().dataPath);
         }
         // Once concluded, every prefill rank delivered exactly what it owed (checked at its STATUS); before, only the
         // bytes that landed through the gate are known (one-sided writes bypass this rank).
@@ -355,6 +396,6 @@ final class DecodeKVReceiver implements KVReceiver {
         } else {
             bytes = room.bytesLanded.get();
         }
-        return new KVTransferMetric(latency, null, bytes, paths.isEmpty() ? null : String.join("+", paths));
+        return new KVTransferMetric(latency, null, bytes, paths != null ? String.join("+", paths) : only);
     }
 }

@@ -1,9 +1,10 @@
 package io.kvferry.decode;
 
+import io.kvferry.session.RoomStatusTable;
+
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
@@ -26,6 +27,8 @@ final class DecodeRoom {
 
     final long room;
     final String bootstrapAddr;
+    /** The room's status in its manager's table, read and changed without lookups. */
+    final RoomStatusTable.Slot slot;
     final long createdNanos = System.nanoTime();
     volatile List<Target> targets = List.of();
     volatile int requiredResponses = Integer.MAX_VALUE;
@@ -33,7 +36,6 @@ final class DecodeRoom {
     volatile Allowance allowance;
     volatile long metadataSentNanos;
     volatile long successNanos;
-    final Set<Integer> responded = ConcurrentHashMap.newKeySet();
     final AtomicLong bytesLanded = new AtomicLong();
     /** Bytes landed through the write gate from each target (tcp, inproc), by target index; set with the targets. */
     volatile AtomicLongArray landedFrom = new AtomicLongArray(0);
@@ -41,14 +43,41 @@ final class DecodeRoom {
     volatile int prefillCpSize = 1;
     volatile boolean allCpRanks;
     final AtomicBoolean abortSent = new AtomicBoolean();
-    /** Links whose prefill confirmed (ABORT_ACK) that no write of this room is in flight. */
-    final Set<PrefillLink> abortAckedBy = ConcurrentHashMap.newKeySet();
+    /** Guarded by this: links whose prefill confirmed (ABORT_ACK) that no write of this room is in flight; made on the first. */
+    private List<PrefillLink> abortAckedBy;
+    /** Guarded by this: the prefill unique ranks that reported Success, and how many. */
+    private int[] responded;
+    private int respondedCount;
     /** Set once the first write lands, so the status table is touched once per room, not per write. */
     volatile boolean transferring;
 
     // Guarded by this: writes between gate and retirement, and whether new ones are refused.
     private int landingsInFlight;
     private boolean closed;
+
+    /** The index of the target on {@code link}, or -1. */
+    int targetIndexOf(PrefillLink link) {
+        List<Target> ts = targets;
+        for (int i = 0; i < ts.size(); i++) {
+            if (ts.get(i).link() == link) return i;
+        }
+        return -1;
+    }
+
+    /** Records a Success from a prefill rank; returns how many distinct ranks have reported Success. */
+    synchronized int respond(int prefillUniqueRank) {
+        if (hasResponded(prefillUniqueRank)) return respondedCount;
+        if (responded == null) responded = new int[Math.max(1, targets.size())];
+        if (respondedCount == responded.length) responded = Arrays.copyOf(responded, 2 * respondedCount);
+        responded[respondedCount++] = prefillUniqueRank;
+        return respondedCount;
+    }
+
+    /** Whether that prefill rank reported Success already. */
+    synchronized boolean hasResponded(int prefillUniqueRank) {
+        for (int i = 0; i < respondedCount; i++) if (responded[i] == prefillUniqueRank) return true;
+        return false;
+    }
 
     /** The index of the target whose link is {@code source} (a link endpoint key), or -1. */
     int targetIndexOf(String source) {
@@ -67,7 +96,8 @@ final class DecodeRoom {
     }
 
     synchronized void abortAcked(PrefillLink link) {
-        abortAckedBy.add(link);
+        if (abortAckedBy == null) abortAckedBy = new ArrayList<>(2);
+        if (!abortAckedBy.contains(link)) abortAckedBy.add(link);
         notifyAll();
     }
 
@@ -79,7 +109,9 @@ final class DecodeRoom {
         long deadline = System.nanoTime() + millis * 1_000_000L;
         while (true) {
             List<PrefillLink> waiting = new ArrayList<>();
-            for (PrefillLink l : links) if (!abortAckedBy.contains(l) && !l.connection.isClosed()) waiting.add(l);
+            for (PrefillLink l : links) {
+                if ((abortAckedBy == null || !abortAckedBy.contains(l)) && !l.connection.isClosed()) waiting.add(l);
+            }
             long left = (deadline - System.nanoTime()) / 1_000_000L;
             if (waiting.isEmpty() || left <= 0) return waiting;
             try {
@@ -112,8 +144,9 @@ final class DecodeRoom {
         return true;
     }
 
-    DecodeRoom(long room, String bootstrapAddr) {
+    DecodeRoom(long room, String bootstrapAddr, RoomStatusTable.Slot slot) {
         this.room = room;
         this.bootstrapAddr = bootstrapAddr;
+        this.slot = slot;
     }
 }

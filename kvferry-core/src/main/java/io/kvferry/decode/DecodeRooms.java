@@ -36,7 +36,7 @@ final class DecodeRooms {
      * record in hand (the scheduler may clear the room as soon as it sees Success).
      */
     void succeed(DecodeRoom room) {
-        if (statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
+        if (room.slot.advance(KVPoll.Success)) onSuccess.accept(room);
     }
 
     /** Adds a room; false when one with that id is in flight already. */

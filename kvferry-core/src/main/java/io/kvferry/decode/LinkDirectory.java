@@ -141,11 +141,53 @@ final class LinkDirectory {
     void forgetPrefill(String addr) {
         topologies.remove(addr);
         endpoints.keySet().removeIf(k -> k.startsWith(addr + "/"));
+        routes.keySet().removeIf(k -> k.addr().equals(addr));
     }
 
-    /** A lost link leaves the directory (the next room opens a new one). */
+    /** A lost link leaves the directory (the next room opens a new one), and so do the routes through it. */
     void remove(PrefillLink link) {
         links.remove(link.endpoint, link);
+        routes.values().removeIf(r -> r.uses(link));
+    }
+
+    /**
+     * Where the rooms of one (prefill instance, DP group) go: their prefill ranks and how many must
+     * answer. The same for every room of that group while its links live, so it is worked out once
+     * (registry lookups, rank mapping, link set-up) and shared; the targets are immutable.
+     */
+    record Route(List<DecodeRoom.Target> targets, int requiredResponses, int requiredDstInfoNum, int prefillCpSize,
+                 boolean allCpRanks, CoverageMemo memo) {
+        boolean uses(PrefillLink link) {
+            for (DecodeRoom.Target t : targets) if (t.link() == link) return true;
+            return false;
+        }
+
+        boolean alive() {
+            for (DecodeRoom.Target t : targets) if (t.link().connection.isClosed()) return false;
+            return true;
+        }
+    }
+
+    /** The route's coverage verdict for the last (aux needed, state needed) pattern asked: rooms alike share it. */
+    static final class CoverageMemo {
+        volatile Verdict last;
+
+        record Verdict(boolean needsAux, long stateMask, String gap) {}
+    }
+
+    private record RouteKey(String addr, int dp) {}
+
+    private final ConcurrentHashMap<RouteKey, Route> routes = new ConcurrentHashMap<>();
+
+    /** The cached route of (addr, dp) while all its links are open, or null. */
+    Route route(String addr, int dp) {
+        Route r = routes.get(new RouteKey(addr, dp));
+        return r != null && r.alive() ? r : null;
+    }
+
+    void keepRoute(String addr, int dp, Route route) {
+        if (routes.size() > 4096) routes.clear(); // bounded: instances and groups come and go
+        if (route.alive()) routes.put(new RouteKey(addr, dp), route);
     }
 
     Collection<PrefillLink> links() {

@@ -12,6 +12,7 @@ import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.session.Failures;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.transport.ControlConnection;
@@ -19,6 +20,7 @@ import io.kvferry.transport.LinkOffer;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.transport.WriteSink;
 import io.kvferry.transport.tcp.TcpDestination;
+import io.kvferry.transport.tcp.TcpLander;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -29,7 +31,8 @@ import java.time.Duration;
 
 /**
  * Reads what prefill ranks send a decode rank, one thread per connection of a {@link PrefillLink}:
- * WRITEs land through tcp's {@link TcpDestination} (the {@link WriteGate} it was handed), STATUSes conclude rooms (behind the metadata gate),
+ * WRITEs and WRITE_LISTs land through the reader's {@link TcpLander} (tcp's, through the {@link WriteGate} it was
+ * handed), STATUSes conclude rooms (behind the metadata gate),
  * ABORT_ACKs release rooms waiting in {@link RoomRelease}. A lost link fails exactly the rooms it
  * still owed and has its one-sided permission revoked on the owned revoker thread.
  */
@@ -78,12 +81,13 @@ final class LinkReader {
         String why = "connection closed";
         boolean cleanClose = false;
         // This reader's, reused for every WRITE it lands: the gate counts each against the link it came on.
-        WriteSink.Landing landing = new WriteSink.Landing(link.endpoint, link.checksum);
+        TcpLander lander = tcp.lander(conn, new WriteSink.Landing(link.endpoint, link.checksum));
         try {
             while (!closed) {
                 ControlMessage m = conn.read();
                 switch (m) {
-                    case WriteHeader w -> onWrite(link, conn, w, landing);
+                    case WriteList l -> onWrite(link, l.room(), lander.land(l));
+                    case WriteHeader w -> onWrite(link, w.room(), lander.land(w));
                     case Status s -> onStatus(link, s);
                     case Heartbeat hb -> {
                         // liveness only
@@ -108,11 +112,11 @@ final class LinkReader {
         }
     }
 
-    private void onWrite(PrefillLink link, ControlConnection conn, WriteHeader w, WriteSink.Landing landing) throws IOException {
-        WriteRejectedException rejected = tcp.land(conn, w, landing);
+    /** After a WRITE or WRITE_LIST was landed (rejected null) or refused. */
+    private void onWrite(PrefillLink link, long room, WriteRejectedException rejected) throws IOException {
         if (rejected == null) return;
         if (rejected.fatal()) throw new ProtocolException("write from " + link + " rejected: " + rejected.getMessage());
-        rejectWrite(w.room(), link.toString(), rejected);
+        rejectWrite(room, link.toString(), rejected);
     }
 
     private void rejectWrite(long room, String from, WriteRejectedException rejected) {
@@ -128,32 +132,30 @@ final class LinkReader {
     private void onStatus(PrefillLink link, Status s) {
         DecodeRoom room = rooms.get(s.room());
         if (room == null) return; // cleared: never resurrect
-        boolean target = false;
-        for (DecodeRoom.Target t : room.targets) target |= t.link() == link;
-        if (!target) {
+        int target = room.targetIndexOf(link);
+        if (target < 0) {
             log.warn("ignored a status for room {} from {}, which is not one of its prefill ranks", s.room(), link);
             return;
         }
         if (s.status() == KVPoll.Success) {
-            String incomplete = checkComplete(room, link, s);
+            String incomplete = checkComplete(room, target, link, s);
             if (incomplete != null) {
                 log.warn("room {}: {}", s.room(), incomplete);
-                rooms.statuses.fail(s.room(), FailureKind.INTEGRITY, incomplete);
+                room.slot.fail(FailureKind.INTEGRITY, incomplete);
                 return;
             }
-            room.responded.add(link.prefillUniqueRank);
-            if (room.responded.size() >= room.requiredResponses) {
+            if (room.respond(link.prefillUniqueRank) >= room.requiredResponses) {
                 String corrupt = checkMetadataRoom(room);
                 if (corrupt != null) {
-                    rooms.statuses.fail(s.room(), FailureKind.INTEGRITY, corrupt);
+                    room.slot.fail(FailureKind.INTEGRITY, corrupt);
                     return;
                 }
-                if (rooms.statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
+                if (room.slot.status() != KVPoll.Failed) room.successNanos = System.nanoTime();
                 rooms.succeed(room);
             }
         } else if (s.status() == KVPoll.Failed) {
             // The prefill's words: escaped, they become the room's reason and reach logs, exceptions and pages.
-            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : LogSafe.text(s.reason()));
+            room.slot.fail(s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : LogSafe.text(s.reason()));
         }
     }
 
@@ -162,21 +164,19 @@ final class LinkReader {
      * two-sided path those bytes also landed here, and where checksums travel in STATUS the digest
      * of what landed matches the prefill's. Returns why not, or null.
      */
-    private String checkComplete(DecodeRoom room, PrefillLink link, Status s) {
+    private String checkComplete(DecodeRoom room, int i, PrefillLink link, Status s) {
         DecodeRoom.Allowance a = room.allowance;
-        int i = -1;
-        for (int k = 0; k < room.targets.size(); k++) if (room.targets.get(k).link() == link) i = k;
-        if (a == null || i < 0) return "Success from " + link + " for room " + room.room + " before its metadata was sent";
+        if (a == null) return "Success from " + link + " for room " + room.room + " before its metadata was sent";
         long owed = a.owed()[i];
-        String from = link + " (" + link.dataPath + ")";
         if (s.bytes() != owed) {
-            return "incomplete transfer: " + from + " reports " + s.bytes() + " of the " + owed + " bytes it owes room " + room.room;
+            return "incomplete transfer: " + from(link) + " reports " + s.bytes() + " of the " + owed + " bytes it owes room " + room.room;
         }
         if (link.oneSided == null) {
             long landed = room.landedFrom.get(i);
-            if (landed != owed) return "incomplete transfer: landed " + landed + " of " + owed + " bytes from " + from;
+            if (landed != owed) return "incomplete transfer: landed " + landed + " of " + owed + " bytes from " + from(link);
         }
         if (link.digestInStatus) {
+            String from = from(link);
             if (!s.hasDigest()) return "integrity: " + from + " sent no digest on a checksum=" + link.checksum.label() + " link";
             long expected = Completeness.digest(link.coverage, memory, a.pagesOf()[i], a.auxIndex(), a.state(), room.room,
                     link.checksum, crcs.get());
@@ -186,6 +186,10 @@ final class LinkReader {
             }
         }
         return null;
+    }
+
+    private static String from(PrefillLink link) {
+        return link + " (" + link.dataPath + ")";
     }
 
     /**
@@ -231,7 +235,7 @@ final class LinkReader {
             // This rank already delivered everything for the room (its Success follows its bytes); the room
             // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
             DecodeRoom room = rooms.get(r);
-            if (room != null && room.responded.contains(link.prefillUniqueRank)) continue;
+            if (room != null && room.hasResponded(link.prefillUniqueRank)) continue;
             if (rooms.statuses.fail(r, kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
                 affected++;
             }

@@ -35,7 +35,7 @@ final class RoomRelease {
      * waited for, and a link stuck mid-write (a stalled peer) is closed, which stops its reader.
      */
     void forget(DecodeRoom room) {
-        if (rooms.statuses.status(room.room) != KVPoll.Success) quiesceOneSided(room);
+        if (room.slot.status() != KVPoll.Success) quiesceOneSided(room);
         if (!room.closeAndDrain(LANDING_DRAIN_MILLIS)) {
             log.warn("room {}: a write is still landing after {} ms; closing its links", room.room, LANDING_DRAIN_MILLIS);
             for (DecodeRoom.Target t : room.targets) t.link().closeAll(FailureKind.PEER_LOST, "a write of room " + room.room + " is stuck");

@@ -3,6 +3,7 @@ package io.kvferry.decode;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.transport.WriteSink;
 
@@ -48,18 +49,8 @@ final class WriteGate implements WriteSink {
                     + component + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
         }
         DecodeRoom r = rooms.get(room);
-        if (r == null) throw new WriteRejectedException("room " + room + " is unknown on this decode rank", false);
-        KVPoll status = rooms.statuses.status(room);
-        if (status == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
-        // After Success the engine decodes from these pages: nothing may change them any more.
-        if (status == KVPoll.Success) throw new WriteRejectedException("room " + room + " has already concluded", false);
+        int slot = admissibleSlot(into, r, room);
         DecodeRoom.Allowance a = r.allowance;
-        if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
-        int slot = r.targetIndexOf(into.source());
-        if (slot < 0 || r.targets.get(slot).dummy()) {
-            throw new WriteRejectedException("a write for room " + room + " came from " + into.source()
-                    + ", which is not one of the room's prefill ranks", false);
-        }
         if (length == 0) {
             admit(into, r, slot, seg, offset, 0, 0);
             return;
@@ -68,16 +59,77 @@ final class WriteGate implements WriteSink {
         requireAllowed(a, region, component, memory.itemLen(region, component, buffer), buffer, offset, length, room);
         if (!r.transferring) {
             r.transferring = true;
-            rooms.statuses.update(room, KVPoll.Transferring);
+            r.slot.update(KVPoll.Transferring);
         }
         admit(into, r, slot, seg, offset, length, payload);
+    }
+
+    @Override
+    public void beginList(Landing into, WriteList list) throws WriteRejectedException {
+        if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
+        long room = list.room();
+        MemorySegment[] buffers = into.pieceBuffers();
+        for (int i = 0, n = list.count(); i < n; i++) {
+            Region region = list.region(i);
+            int component = list.component(i), buffer = list.buffer(i);
+            long offset = list.offset(i), length = list.length(i);
+            MemorySegment seg = memory.segmentOrNull(region, component, buffer);
+            if (seg == null) {
+                throw new WriteRejectedException("piece " + i + " names no registered " + region + " buffer " + component + "/" + buffer, true);
+            }
+            if (length > seg.byteSize()) {
+                throw new WriteRejectedException("piece " + i + " of " + length + " bytes is larger than " + region + " buffer "
+                        + component + "/" + buffer + " (" + seg.byteSize() + " bytes)", true);
+            }
+            if (offset > seg.byteSize() - length) {
+                throw new WriteRejectedException("piece " + i + " [" + offset + ", +" + length + ") is outside " + region + " buffer "
+                        + component + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
+            }
+            buffers[i] = seg;
+        }
+        DecodeRoom r = rooms.get(room);
+        int slot = admissibleSlot(into, r, room);
+        DecodeRoom.Allowance a = r.allowance;
+        for (int i = 0, n = list.count(); i < n; i++) {
+            Region region = list.region(i);
+            requireAllowed(a, region, list.component(i), memory.itemLen(region, list.component(i), list.buffer(i)), list.buffer(i),
+                    list.offset(i), list.length(i), room);
+        }
+        if (!r.transferring) {
+            r.transferring = true;
+            r.slot.update(KVPoll.Transferring);
+        }
+        // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
+        if (!r.beginLanding()) throw new WriteRejectedException("room " + room + " was cleared", false);
+        into.admitList(r, slot, list.payloadLength());
+    }
+
+    /**
+     * The slot among the room's sources of a write that may land in it: the room is known, neither failed nor concluded, its metadata sent, and the
+     * write's link one of its (non-dummy) prefill ranks.
+     */
+    private int admissibleSlot(Landing into, DecodeRoom r, long room) throws WriteRejectedException {
+        if (r == null) throw new WriteRejectedException("room " + room + " is unknown on this decode rank", false);
+        KVPoll status = r.slot.status();
+        if (status == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
+        // After Success the engine decodes from these pages: nothing may change them any more.
+        if (status == KVPoll.Success) throw new WriteRejectedException("room " + room + " has already concluded", false);
+        if (r.allowance == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
+        int slot = r.targetIndexOf(into.source());
+        if (slot < 0 || r.targets.get(slot).dummy()) {
+            throw new WriteRejectedException("a write for room " + room + " came from " + into.source()
+                    + ", which is not one of the room's prefill ranks", false);
+        }
+        return slot;
     }
 
     /** Whether a write of {@code [offset, offset + length)} in a buffer of {@code item}-byte items stays inside what the room owns. */
     static void requireAllowed(DecodeRoom.Allowance a, Region region, int component, long item, int buffer, long offset,
                                long length, long room) throws WriteRejectedException {
         switch (region) {
-            case KV -> requireOwned(a.sortedPages(), offset, length, item, "KV buffer " + buffer + " page", room);
+            case KV -> {
+                if (!owns(a.sortedPages(), offset, length, item)) throw notOwned("KV buffer " + buffer + " page", offset, length, item, room);
+            }
             case AUX -> {
                 long start = a.auxIndex() * item;
                 if (a.auxIndex() < 0 || offset < start || offset + length > start + item) {
@@ -89,7 +141,9 @@ final class WriteGate implements WriteSink {
                 if (component >= a.sortedState().length) {
                     throw new WriteRejectedException("room " + room + " sent no indices for state component " + component, false);
                 }
-                requireOwned(a.sortedState()[component], offset, length, item, "state component " + component + " index", room);
+                if (!owns(a.sortedState()[component], offset, length, item)) {
+                    throw notOwned("state component " + component + " index", offset, length, item, room);
+                }
             }
         }
     }
@@ -97,15 +151,23 @@ final class WriteGate implements WriteSink {
     /** The items {@code [offset, offset + length)} touches must be a run of consecutive ids in {@code sorted}. */
     static void requireOwned(int[] sorted, long offset, long length, long item, String what, long room)
             throws WriteRejectedException {
+        if (!owns(sorted, offset, length, item)) throw notOwned(what, offset, length, item, room);
+    }
+
+    /** Whether the items {@code [offset, offset + length)} touches are a run of consecutive ids in {@code sorted}. */
+    private static boolean owns(int[] sorted, long offset, long length, long item) {
         long first = offset / item;
         long last = (offset + length - 1) / item;
         int idx = first > Integer.MAX_VALUE ? -1 : Arrays.binarySearch(sorted, (int) first);
         boolean ok = idx >= 0 && idx + (last - first) < sorted.length;
         for (long k = 1; ok && k <= last - first; k++) ok = sorted[(int) (idx + k)] == first + k;
-        if (!ok) {
-            throw new WriteRejectedException("write to " + what + "s [" + first + ", " + last + "] touches memory room "
-                    + room + " does not own", false);
-        }
+        return ok;
+    }
+
+    /** The refusal, built only when a write is refused (the message costs allocations). */
+    private static WriteRejectedException notOwned(String what, long offset, long length, long item, long room) {
+        return new WriteRejectedException("write to " + what + "s [" + offset / item + ", " + (offset + length - 1) / item
+                + "] touches memory room " + room + " does not own", false);
     }
 
     private static void admit(Landing into, DecodeRoom r, int slot, MemorySegment buffer, long offset, long span, long payload)

@@ -8,8 +8,10 @@ import java.util.Arrays;
 /**
  * The ordered list of byte copies for one chunk to one destination: each op moves {@code length}
  * bytes from {@code srcOffset} of a local buffer to {@code dstOffset} of the peer's buffer with
- * the same (region, component, buffer) coordinates. Built by {@link TransferPlanner}; immutable
- * once built; struct-of-arrays so it holds no object per op.
+ * the same (region, component, buffer) coordinates. Built by {@link TransferPlanner}; not changed
+ * once built, except that a transfer worker's {@linkplain #reusable() reusable} plan is {@link #reset}
+ * and rebuilt for each chunk it sends (so planning allocates nothing once its arrays have grown);
+ * struct-of-arrays so it holds no object per op.
  */
 public final class CopyPlan {
     private Region[] region;
@@ -27,6 +29,17 @@ public final class CopyPlan {
     /** A throwaway plan for validating a layout without keeping its ops. */
     public static CopyPlan probe() {
         return new CopyPlan(1);
+    }
+
+    /** An empty plan to be rebuilt over and over by one thread (a transfer worker's): see {@link #reset}. */
+    public static CopyPlan reusable() {
+        return new CopyPlan(64);
+    }
+
+    /** Empties the plan, keeping its arrays. */
+    public void reset() {
+        size = 0;
+        nextDstBuffer = -1;
     }
 
     CopyPlan(int expected) {

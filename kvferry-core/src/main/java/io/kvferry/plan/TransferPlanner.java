@@ -30,6 +30,12 @@ public final class TransferPlanner {
     public static CopyPlan planKv(int[] srcPages, int[] dstPages, long[] itemLens, int[] dstBufferOf) {
         PageRuns runs = PageRuns.group(srcPages, dstPages);
         CopyPlan plan = new CopyPlan(runs.count() * itemLens.length);
+        appendKv(plan, runs, itemLens, dstBufferOf);
+        return plan;
+    }
+
+    /** Appends the KV ops of {@code runs} to {@code plan} (a worker's reusable plan), as {@link #planKv(int[], int[], long[], int[])}. */
+    public static void appendKv(CopyPlan plan, PageRuns runs, long[] itemLens, int[] dstBufferOf) {
         for (int b = 0; b < itemLens.length; b++) {
             plan.targetBuffer(dstBufferOf == null ? b : dstBufferOf[b]);
             long item = itemLens[b];
@@ -38,7 +44,6 @@ public final class TransferPlanner {
             }
         }
         plan.targetBuffer(-1);
-        return plan;
     }
 
     /**
@@ -56,6 +61,13 @@ public final class TransferPlanner {
                                         int pageSize, HeadSlice[] slices, int[] dstBufferOf) {
         PageRuns runs = PageRuns.group(srcPages, dstPages);
         CopyPlan plan = new CopyPlan(runs.count() * srcItemLens.length);
+        appendKvSliced(plan, runs, srcItemLens, dstItemLens, pageSize, slices, dstBufferOf);
+        return plan;
+    }
+
+    /** Appends the head-sliced KV ops of {@code runs} to {@code plan}, as {@link #planKvSliced(int[], int[], long[], long[], int, HeadSlice[], int[])}. */
+    public static void appendKvSliced(CopyPlan plan, PageRuns runs, long[] srcItemLens, long[] dstItemLens, int pageSize,
+                                      HeadSlice[] slices, int[] dstBufferOf) {
         for (int b = 0; b < srcItemLens.length; b++) {
             HeadSlice s = slices[b];
             int db = dstBufferOf == null ? b : dstBufferOf[b];
@@ -68,7 +80,6 @@ public final class TransferPlanner {
             }
         }
         plan.targetBuffer(-1);
-        return plan;
     }
 
     /**
@@ -84,7 +95,16 @@ public final class TransferPlanner {
                                            long[][] srcItemLens, long[][] dstItemLens, int[][] dims, int[][] outer,
                                            int prefillTp, int prefillRank, int decodeTp, int decodeRank) {
         CopyPlan plan = new CopyPlan(types.size() * 2);
-        if (srcIndices == null || dstIndices == null) return plan;
+        appendStateSliced(plan, types, srcIndices, dstIndices, srcItemLens, dstItemLens, dims, outer, prefillTp, prefillRank,
+                decodeTp, decodeRank);
+        return plan;
+    }
+
+    /** Appends re-sliced state ops to {@code plan}, as {@link #planStateSliced}. */
+    public static void appendStateSliced(CopyPlan plan, List<StateType> types, int[][] srcIndices, int[][] dstIndices,
+                                         long[][] srcItemLens, long[][] dstItemLens, int[][] dims, int[][] outer,
+                                         int prefillTp, int prefillRank, int decodeTp, int decodeRank) {
+        if (srcIndices == null || dstIndices == null) return;
         int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
         for (int c = 0; c < components; c++) {
             int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
@@ -114,7 +134,6 @@ public final class TransferPlanner {
                 throw notReshardable(c, type, prefillTp, decodeTp);
             }
         }
-        return plan;
     }
 
     /**
@@ -152,11 +171,16 @@ public final class TransferPlanner {
     /** Aux ops: one row per metadata buffer, from the prefill's row to the decode's row. */
     public static CopyPlan planAux(int srcAuxIndex, int dstAuxIndex, long[] itemLens) {
         CopyPlan plan = new CopyPlan(itemLens.length);
-        if (srcAuxIndex < 0 || dstAuxIndex < 0) return plan;
+        appendAux(plan, srcAuxIndex, dstAuxIndex, itemLens);
+        return plan;
+    }
+
+    /** Appends the aux ops to {@code plan}, as {@link #planAux}. */
+    public static void appendAux(CopyPlan plan, int srcAuxIndex, int dstAuxIndex, long[] itemLens) {
+        if (srcAuxIndex < 0 || dstAuxIndex < 0) return;
         for (int b = 0; b < itemLens.length; b++) {
             plan.add(Region.AUX, 0, b, srcAuxIndex * itemLens[b], dstAuxIndex * itemLens[b], itemLens[b]);
         }
-        return plan;
     }
 
     /**
@@ -170,7 +194,14 @@ public final class TransferPlanner {
     public static CopyPlan planState(List<StateType> types, int[][] srcIndices, int[][] dstIndices,
                                      long[][] itemLens, Consumer<String> warnings) {
         CopyPlan plan = new CopyPlan(types.size() * 2);
-        if (srcIndices == null || dstIndices == null) return plan;
+        appendState(plan, types, srcIndices, dstIndices, itemLens, warnings);
+        return plan;
+    }
+
+    /** Appends the state ops to {@code plan}, as {@link #planState}. */
+    public static void appendState(CopyPlan plan, List<StateType> types, int[][] srcIndices, int[][] dstIndices,
+                                   long[][] itemLens, Consumer<String> warnings) {
+        if (srcIndices == null || dstIndices == null) return;
         int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
         for (int c = 0; c < components; c++) {
             int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
@@ -197,6 +228,5 @@ public final class TransferPlanner {
                 }
             }
         }
-        return plan;
     }
 }

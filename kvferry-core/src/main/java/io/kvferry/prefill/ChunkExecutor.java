@@ -7,8 +7,10 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SegmentCrc;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
+import io.kvferry.plan.PageRuns;
 import io.kvferry.plan.PlanException;
 import io.kvferry.plan.TransferPlanner;
+import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.Status;
 import io.kvferry.session.Failures;
@@ -19,7 +21,8 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.Arrays;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.util.List;
 import java.util.concurrent.ThreadLocalRandom;
 
@@ -69,7 +72,7 @@ final class ChunkExecutor {
     }
 
     void execute(PrefillRoom room, Chunk c) {
-        KVPoll st = rooms.statuses.status(room.room);
+        KVPoll st = room.status(rooms.statuses);
         if (st == KVPoll.Failed || !rooms.isTracked(room.room)) return;
         if (room.firstSendNanos == 0) {
             room.firstSendNanos = System.nanoTime();
@@ -82,24 +85,15 @@ final class ChunkExecutor {
                 room.sentTo = new long[destinations.size()];
                 room.digestOf = new long[destinations.size()];
             }
+            Scratch scratch = SCRATCH.get();
             for (int i = 0; i < destinations.size(); i++) {
                 PrefillRoom.Destination d = destinations.get(i);
                 if (d.info().dummy()) continue;
                 current = d;
-                sendTo(room, i, d, c);
+                sendTo(room, i, d, c, scratch);
             }
             current = null;
             if (c.last()) {
-                if (rooms.statuses.status(room.room) == KVPoll.Failed) return;
-                for (int i = 0; i < destinations.size(); i++) {
-                    PrefillRoom.Destination d = destinations.get(i);
-                    if (d.info().dummy()) continue;
-                    current = d;
-                    // Success carries every byte written to this destination (and their digest), so the decode
-                    // can tell a complete room from one that lost bytes on the way.
-                    d.link().statusConnection(room.room).send(Status.success(room.room, uniqueRank, room.sentTo[i],
-                            room.digestOf[i], d.link().digestInStatus));
-                }
                 room.doneNanos = System.nanoTime();
                 rooms.succeed(room);
             }
@@ -125,7 +119,12 @@ final class ChunkExecutor {
         }
     }
 
-    private void sendTo(PrefillRoom room, int index, PrefillRoom.Destination d, Chunk c) throws IOException {
+    /**
+     * Plans the chunk for one destination into the worker's reusable plan — its KV and, with the last
+     * chunk, its aux row and state (in region order, so tcp packs them into one piece list) — and
+     * moves it; after the last chunk the destination's Success STATUS follows the bytes.
+     */
+    private void sendTo(PrefillRoom room, int index, PrefillRoom.Destination d, Chunk c, Scratch scratch) throws IOException {
         int[] dstAll = d.info().dstKvIndices();
         int[] pages = c.pages();
         int sliceStart = c.sliceStart();
@@ -142,23 +141,29 @@ final class ChunkExecutor {
             throw new PlanException("decode session " + d.link().sessionId() + " expects " + expectedEnd
                     + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
         }
-        int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
         HeadSlice[] slices = d.link().kvSlices;
         int[] bufferMap = d.link().kvBufferMap;
-        runPlan(room, index, d, slices == null
-                ? TransferPlanner.planKv(pages, dst, kvItemLens, bufferMap)
-                : TransferPlanner.planKvSliced(pages, dst, kvItemLens, d.link().hello.memory().kvItemLens(),
-                        pageSize, slices, bufferMap));
-        if (c.last()) {
-            runPlan(room, index, d, slices == null
-                    ? TransferPlanner.planState(memory.stateTypes(), c.stateIndices(), d.info().stateIndices(),
-                            stateItemLens, w -> log.warn("room {}: {}", room.room, w))
-                    : planStateSliced(c.stateIndices(), d));
-            runPlan(room, index, d, TransferPlanner.planAux(c.auxIndex(), d.info().auxIndex(), auxItemLens));
+        CopyPlan plan = scratch.plan;
+        plan.reset();
+        PageRuns runs = scratch.runs.regroup(pages, 0, dstAll, sliceStart, pages.length).sortByDestination();
+        if (slices == null) {
+            TransferPlanner.appendKv(plan, runs, kvItemLens, bufferMap);
+        } else {
+            TransferPlanner.appendKvSliced(plan, runs, kvItemLens, d.link().hello.memory().kvItemLens(), pageSize, slices, bufferMap);
         }
+        if (c.last()) {
+            TransferPlanner.appendAux(plan, c.auxIndex(), d.info().auxIndex(), auxItemLens);
+            if (slices == null) {
+                TransferPlanner.appendState(plan, memory.stateTypes(), c.stateIndices(), d.info().stateIndices(), stateItemLens,
+                        w -> log.warn("room {}: {}", room.room, w));
+            } else {
+                appendStateSliced(plan, c.stateIndices(), d);
+            }
+        }
+        runPlan(room, index, d, plan, c.last() ? scratch : null);
     }
 
-    private CopyPlan planStateSliced(int[][] stateIndices, PrefillRoom.Destination d) {
+    private void appendStateSliced(CopyPlan plan, int[][] stateIndices, PrefillRoom.Destination d) {
         Hello h = d.link().hello;
         int n = memory.stateComponentCount();
         long[][] dstItems = new long[n][];
@@ -172,36 +177,67 @@ final class ChunkExecutor {
                 outer[c][t] = memory.stateOuterCount(c, t);
             }
         }
-        return TransferPlanner.planStateSliced(memory.stateTypes(), stateIndices, d.info().stateIndices(),
+        TransferPlanner.appendStateSliced(plan, memory.stateTypes(), stateIndices, d.info().stateIndices(),
                 stateItemLens, dstItems, dims, outer, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
                 h.engineRank() % h.attnTpSize());
     }
 
-    private void runPlan(PrefillRoom room, int index, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
-        if (plan.size() == 0) return;
+    /**
+     * Moves one plan to one destination. With {@code last} (the scratch of the room's last chunk) the
+     * destination's Success STATUS — every byte written to it, and their digest — follows the plan:
+     * in the same syscall on tcp, else sent right after it on the room's status connection.
+     */
+    private void runPlan(PrefillRoom room, int index, PrefillRoom.Destination d, CopyPlan plan, Scratch last) throws IOException {
         DecodeLink link = d.link();
-        if (link.digestInStatus) {
+        ByteBuffer status = null;
+        long total = plan.totalBytes();
+        if (plan.size() > 0 && link.digestInStatus) {
             // Digested from the source before the write: whatever changes the bytes on their way is caught.
             room.digestOf[index] += PageDigest.ofPlan(plan, memory, link.hello.memory(), room.room, link.checksum, CRC.get());
         }
-        long t0 = workers.entered();
-        boolean moved = false;
-        long flipped = room.corruptPending && !link.dataPath.name().equals("tcp") ? flipOneByte(plan) : -1;
-        try {
-            link.dataPath.write(room.room, plan, memory, room.failed(rooms.statuses));
-            moved = true;
-            d.link().meters.written(plan);
-        } finally {
-            if (flipped >= 0) {
-                flipOneByte(plan); // the test hook restores the source: only the decode's copy is damaged
-                room.corruptPending = false;
-            }
-            // A failed write's time counts too (the data path was busy), its bytes do not.
-            workers.exited(t0, moved ? plan.totalBytes() : 0, moved ? plan.size() : 0);
+        if (last != null && room.status(rooms.statuses) != KVPoll.Failed) {
+            status = last.status.clear();
+            FrameCodec.putSuccessStatusFrame(status, room.room, uniqueRank, room.sentTo[index] + total, room.digestOf[index],
+                    link.digestInStatus);
+            status.flip();
         }
-        room.sentTo[index] += plan.totalBytes();
-        room.bytesSent += plan.totalBytes();
+        boolean statusSent = false;
+        if (plan.size() > 0) {
+            long t0 = workers.entered();
+            boolean moved = false;
+            long flipped = room.corruptPending && !link.dataPath.name().equals("tcp") ? flipOneByte(plan) : -1;
+            try {
+                statusSent = link.dataPath.write(room.room, plan, memory, room.failed(rooms.statuses), status);
+                moved = true;
+                link.meters.written(plan);
+            } finally {
+                if (flipped >= 0) {
+                    flipOneByte(plan); // the test hook restores the source: only the decode's copy is damaged
+                    room.corruptPending = false;
+                }
+                // A failed write's time counts too (the data path was busy), its bytes do not.
+                workers.exited(t0, moved ? total : 0, moved ? plan.size() : 0);
+            }
+            room.sentTo[index] += total;
+            room.bytesSent += total;
+        }
+        if (status != null && !statusSent) {
+            // Success carries every byte written to this destination (and their digest), so the decode
+            // can tell a complete room from one that lost bytes on the way.
+            link.statusConnection(room.room).send(Status.success(room.room, uniqueRank, room.sentTo[index], room.digestOf[index],
+                    link.digestInStatus));
+        }
     }
+
+    /** A transfer worker's reusable planning state: nothing is allocated per chunk once it has grown. */
+    private static final class Scratch {
+        final CopyPlan plan = CopyPlan.reusable();
+        final PageRuns runs = PageRuns.reusable();
+        final ByteBuffer status = ByteBuffer.allocateDirect(FrameCodec.SUCCESS_STATUS_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    /** Each transfer worker's scratch (the workers are the manager's fixed threads). */
+    private static final ThreadLocal<Scratch> SCRATCH = ThreadLocal.withInitial(Scratch::new);
 
     /**
      * Test hook ({@code corruptionInjectionProbability}, the chaos {@code corrupt} scenario): flips one

@@ -283,16 +283,16 @@ final class DecodeSessions {
             return;
         }
         String error = t.dummy() ? null : HandshakeValidator.checkTransferInfo(link.hello.memory(), t);
-        boolean duplicate = room.destinations.containsKey(link.sessionId());
+        boolean duplicate = room.hasDestinationOf(link.sessionId());
         if (!duplicate && room.frozen()) {
             // Its destinations are complete: a late one would get only the chunks still to come.
             log.warn("room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
-                    room.destinations.size());
+                    room.destinations().size());
             link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
-                    "room " + t.room() + " already has its " + room.destinations.size() + " destinations"));
+                    "room " + t.room() + " already has its " + room.destinations().size() + " destinations"));
             return;
         }
-        PrefillRoom.Destination previous = room.destinations.putIfAbsent(link.sessionId(), new PrefillRoom.Destination(link, t));
+        PrefillRoom.Destination previous = room.addDestination(new PrefillRoom.Destination(link, t));
         if (previous != null) {
             error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
         } else {
@@ -312,7 +312,7 @@ final class DecodeSessions {
         }
         if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
         room.requiredDstInfoNum = t.requiredDstInfoNum();
-        if (room.destinations.size() >= t.requiredDstInfoNum()) {
+        if (room.destinations().size() >= t.requiredDstInfoNum()) {
             room.freezeDestinations();
             rooms.statuses.update(t.room(), KVPoll.WaitingForInput);
         }
@@ -323,7 +323,7 @@ final class DecodeSessions {
 
     private void onAbort(DecodeLink link, Abort a) throws ProtocolException {
         PrefillRoom room = rooms.get(a.room());
-        boolean ours = room != null && room.destinations.containsKey(link.sessionId());
+        boolean ours = room != null && room.hasDestinationOf(link.sessionId());
         // Only a destination of the room may abort it; anything else is acknowledged (once per room) and ignored.
         if (!ours && !link.answeredUnknown.add(a.room())) return;
         if (link.pendingAcks.incrementAndGet() > MAX_PENDING_ACKS) {

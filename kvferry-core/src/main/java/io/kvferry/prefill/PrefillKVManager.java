@@ -261,7 +261,7 @@ public final class PrefillKVManager implements KVManager {
 
     private static String transportOf(PrefillRoom r) {
         TreeSet<String> paths = new TreeSet<>();
-        for (PrefillRoom.Destination d : r.destinations.values()) {
+        for (PrefillRoom.Destination d : r.destinations()) {
             if (!d.info().dummy() && d.link().dataPath != null) paths.add(d.link().dataPath.name());
         }
         return paths.isEmpty() ? null : String.join("+", paths);
@@ -269,7 +269,7 @@ public final class PrefillKVManager implements KVManager {
 
     private static String peersOf(PrefillRoom r) {
         StringBuilder b = new StringBuilder();
-        for (PrefillRoom.Destination d : r.destinations.values()) {
+        for (PrefillRoom.Destination d : r.destinations()) {
             if (!b.isEmpty()) b.append(", ");
             b.append(d.link());
         }

@@ -11,6 +11,7 @@ import io.kvferry.session.Failures;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.Arrays;
+import java.util.List;
 import java.util.TreeSet;
 import java.util.concurrent.ThreadLocalRandom;
 
@@ -27,6 +28,11 @@ final class PrefillKVSender implements KVSender {
     /** Failure-injection hook: this request fails once under way (decided at creation). */
     private boolean injectFailure;
 
+    /** The room's status slot, read on every poll. */
+    private final RoomStatusTable.Slot slot;
+    /** When the room fails for bootstrapping too long (ticker time). */
+    private final long bootstrapDeadlineTick;
+
     /** A dummy sender (non-zero CP rank) moves nothing: it waits for no decode and succeeds on its last chunk. */
     private final boolean dummy;
 
@@ -35,7 +41,8 @@ final class PrefillKVSender implements KVSender {
         this.room = room;
         this.bootstrapAddr = bootstrapAddr;
         this.dummy = dummy;
-        manager.rooms.statuses.update(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        slot = room.slot = manager.rooms.statuses.open(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        bootstrapDeadlineTick = room.createdTick + Failures.deadlineNanos(manager.config().bootstrapTimeout());
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
     }
@@ -62,7 +69,7 @@ final class PrefillKVSender implements KVSender {
 
     @Override
     public void send(int[] kvIndices, int[][] stateIndices, Integer numKvTokens) {
-        KVPoll st = manager.rooms.statuses.status(room.room);
+        KVPoll st = room.slot.status();
         if (st == KVPoll.Failed) return; // chunks of a failed room are dropped, as after an abort
         if (room.numPages < 0) throw new IllegalStateException("send() before init() for room " + room.room);
         if (st == KVPoll.Bootstrapping) {
@@ -96,7 +103,7 @@ final class PrefillKVSender implements KVSender {
         room.sentPages = end;
         boolean last = end == room.numPages;
         if (dummy) {
-            if (last) manager.rooms.statuses.update(room.room, KVPoll.Success);
+            if (last) room.slot.update(KVPoll.Success);
             return;
         }
         int[][] state = stateIndices == null ? null : deepCopy(stateIndices);
@@ -138,30 +145,38 @@ final class PrefillKVSender implements KVSender {
     public KVTransferMetric getTransferMetric() {
         long first = room.firstSendNanos, done = room.doneNanos;
         Double latency = first != 0 && done != 0 ? (done - first) / 1e9 : null;
-        TreeSet<String> paths = new TreeSet<>();
-        for (PrefillRoom.Destination d : room.destinations.values()) {
-            if (!d.info().dummy() && d.link().dataPath != null) paths.add(d.link().dataPath.name());
+        String only = null;
+        TreeSet<String> paths = null;
+        for (PrefillRoom.Destination d : room.destinations()) {
+            if (d.info().dummy() || d.link().dataPath == null || d.link().dataPath.name().equals(only)) continue;
+            if (only == null && paths == null) {
+                only = d.link().dataPath.name();
+                continue;
+            }
+            if (paths == null) paths = new TreeSet<>(List.of(only));
+            paths.add(d.link().dataPath.name());
         }
-        return new KVTransferMetric(latency, null, room.bytesSent, paths.isEmpty() ? null : String.join("+", paths));
+        return new KVTransferMetric(latency, null, room.bytesSent, paths != null ? String.join("+", paths) : only);
     }
 
     @Override
     public KVPoll poll() {
         if (concluded != null) return concluded;
-        KVPoll st = manager.rooms.statuses.status(room.room);
+        KVPoll st = slot.status();
         if (injectFailure && st.value() >= KVPoll.WaitingForInput.value() && st != KVPoll.Success) {
             injectFailure = false;
             manager.rooms.fail(room, FailureKind.INJECTED, Failures.INJECTED);
-            st = manager.rooms.statuses.status(room.room);
+            st = room.slot.status();
         }
         if (st.isTerminal()) {
             concluded = st; // latched, as SGLang's conclude_state
             return st;
         }
         if (st == KVPoll.Bootstrapping) {
-            double waited = (manager.config().ticker().nanoTime() - room.createdTick) / 1e9;
-            if (waited > manager.config().bootstrapTimeout().toNanos() / 1e9) {
-                manager.rooms.fail(room, FailureKind.BOOTSTRAP_TIMEOUT, Failures.timedOut(room.room, waited, "Bootstrapping"));
+            long now = manager.config().ticker().nanoTime();
+            if (now - bootstrapDeadlineTick > 0) {
+                manager.rooms.fail(room, FailureKind.BOOTSTRAP_TIMEOUT, Failures.timedOut(room.room, (now - room.createdTick) / 1e9,
+                        "Bootstrapping"));
                 return KVPoll.Failed;
             }
         }
@@ -170,7 +185,7 @@ final class PrefillKVSender implements KVSender {
 
     @Override
     public void failureException() {
-        RoomStatusTable.Entry e = manager.rooms.statuses.entry(room.room);
+        RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
         manager.rooms.forget(room.room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());

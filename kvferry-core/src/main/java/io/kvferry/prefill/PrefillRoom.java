@@ -1,11 +1,11 @@
 package io.kvferry.prefill;
 
+import io.kvferry.api.KVPoll;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BooleanSupplier;
 
@@ -23,7 +23,8 @@ final class PrefillRoom {
     final int worker;
     /** When the room was created, on the manager's {@link io.kvferry.api.Ticker} (its bootstrap deadline counts from here). */
     final long createdTick;
-    final ConcurrentHashMap<String, Destination> destinations = new ConcurrentHashMap<>();
+    /** Its destinations, sorted by session id; replaced whole under this room's lock (most rooms have one). */
+    private volatile List<Destination> destinations = List.of();
     volatile int requiredDstInfoNum = Integer.MAX_VALUE;
     /** The decode instance the room's destinations belong to, fixed by its first transfer info. */
     volatile String boundInstance;
@@ -49,12 +50,23 @@ final class PrefillRoom {
     boolean corruptPending;
     /** Set once the room fails or is cleared; the data paths check it between ops (made on the first write). */
     private volatile BooleanSupplier failed;
+    /** The room's status, once its sender opened it (the transfer worker reads it without lookups). */
+    volatile RoomStatusTable.Slot slot;
+
+    /** The room's status: through its slot once a sender opened it, else by lookup. */
+    KVPoll status(RoomStatusTable statuses) {
+        RoomStatusTable.Slot s = slot;
+        return s != null ? s.status() : statuses.status(room);
+    }
     volatile long firstSendNanos;
     volatile long doneNanos;
 
     BooleanSupplier failed(RoomStatusTable statuses) {
         BooleanSupplier f = failed;
-        if (f == null) failed = f = statuses.failedFlag(room);
+        if (f == null) {
+            RoomStatusTable.Slot s = slot;
+            failed = f = s != null ? s : statuses.failedFlag(room);
+        }
         return f;
     }
 
@@ -68,7 +80,7 @@ final class PrefillRoom {
     private volatile List<Destination> frozen;
 
     void freezeDestinations() {
-        frozen = sorted();
+        frozen = destinations;
     }
 
     /**
@@ -83,7 +95,7 @@ final class PrefillRoom {
     }
 
     /** Transfer infos held for a decode while no sender claimed the room: what each costs its link. Guarded by this. */
-    private final List<Charge> charges = new ArrayList<>(1);
+    private List<Charge> charges;
 
     private record Charge(DecodeLink link, long bytes) {}
 
@@ -92,6 +104,7 @@ final class PrefillRoom {
         synchronized (this) {
             if (claimed) return;
             long bytes = PrefillRooms.heldBytes(info);
+            if (charges == null) charges = new ArrayList<>(1);
             charges.add(new Charge(link, bytes));
             link.unclaimedRooms.incrementAndGet();
             link.unclaimedBytes.addAndGet(bytes);
@@ -109,6 +122,7 @@ final class PrefillRoom {
     /** Returns every charge (the room is claimed or dropped). */
     void releaseCharges() {
         synchronized (this) {
+            if (charges == null) return;
             for (Charge c : charges) {
                 c.link().unclaimedRooms.decrementAndGet();
                 c.link().unclaimedBytes.addAndGet(-c.bytes());
@@ -119,8 +133,42 @@ final class PrefillRoom {
 
     /** Whether every destination the room holds is on {@code link}. */
     boolean heldOnlyBy(DecodeLink link) {
-        for (Destination d : destinations.values()) if (d.link() != link) return false;
+        for (Destination d : destinations) if (d.link() != link) return false;
         return true;
+    }
+
+    /** The room's destinations so far, sorted by session id. */
+    List<Destination> destinations() {
+        return destinations;
+    }
+
+    /** Whether a destination of decode session {@code sessionId} was added. */
+    boolean hasDestinationOf(String sessionId) {
+        for (Destination d : destinations) if (d.link().sessionId().equals(sessionId)) return true;
+        return false;
+    }
+
+    /** Adds a destination unless its session has one already; returns that earlier one, or null when added. */
+    Destination addDestination(Destination d) {
+        synchronized (this) {
+            String id = d.link().sessionId();
+            List<Destination> now = destinations;
+            int at = 0;
+            for (Destination e : now) {
+                int c = e.link().sessionId().compareTo(id);
+                if (c == 0) return e;
+                if (c < 0) at++;
+            }
+            if (now.isEmpty()) {
+                destinations = List.of(d);
+            } else {
+                List<Destination> next = new ArrayList<>(now.size() + 1);
+                next.addAll(now);
+                next.add(at, d);
+                destinations = List.copyOf(next);
+            }
+            return null;
+        }
     }
 
     /** Whether the room has all its destinations (later transfer infos are refused). */
@@ -131,12 +179,6 @@ final class PrefillRoom {
     /** Destinations in a stable order (by session id), so every chunk visits them the same way. */
     List<Destination> orderedDestinations() {
         List<Destination> f = frozen;
-        return f != null ? f : sorted();
-    }
-
-    private List<Destination> sorted() {
-        return destinations.values().stream()
-                .sorted((a, b) -> a.link().sessionId().compareTo(b.link().sessionId()))
-                .toList();
+        return f != null ? f : destinations;
     }
 }

@@ -37,12 +37,22 @@ final class PrefillRooms {
     private final int uniqueRank;
 
     /**
-     * Why a cleared room cannot be served again.
+     * Why a cleared room cannot be served again: how it ended (the reason of a concluded room is
+     * worded only when a late info asks, not for every room cleared).
      *
      * @param unclaimed the room was dropped before this rank's scheduler started it (its decode went away,
      *                  or its info expired): a sender created for it later fails at once with this reason
      */
-    record Tombstone(FailureKind kind, String reason, boolean unclaimed) {}
+    record Tombstone(long room, KVPoll status, FailureKind failureKind, String failure, boolean unclaimed) {
+        FailureKind kind() {
+            return status == KVPoll.Failed ? failureKind : FailureKind.BAD_REQUEST;
+        }
+
+        String reason() {
+            if (status == KVPoll.Failed) return failure == null ? "failed on prefill" : failure;
+            return "room " + room + " already concluded (" + status + ") and was cleared on this prefill rank";
+        }
+    }
 
     private final Ticker ticker;
 
@@ -140,10 +150,7 @@ final class PrefillRooms {
         PrefillRoom held = rooms.get(room);
         boolean unclaimed = held != null && !held.claimed;
         if (e != null) {
-            Tombstone t = e.status() == KVPoll.Failed
-                    ? new Tombstone(e.kind(), e.reason() == null ? "failed on prefill" : e.reason(), unclaimed)
-                    : new Tombstone(FailureKind.BAD_REQUEST,
-                            "room " + room + " already concluded (" + e.status() + ") and was cleared on this prefill rank", false);
+            Tombstone t = new Tombstone(room, e.status(), e.kind(), e.reason(), e.status() == KVPoll.Failed && unclaimed);
             synchronized (tombstones) {
                 tombstones.put(room, t);
             }
@@ -152,7 +159,7 @@ final class PrefillRooms {
         PrefillRoom r = rooms.remove(room);
         if (r != null) {
             r.releaseCharges();
-            for (PrefillRoom.Destination d : r.destinations.values()) d.link().rooms.remove(room);
+            for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(room);
         }
     }
 
@@ -162,7 +169,8 @@ final class PrefillRooms {
      * clear the room at once, so nothing is looked up by id afterwards).
      */
     void succeed(PrefillRoom room) {
-        if (statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
+        RoomStatusTable.Slot slot = room.slot;
+        if (slot != null ? slot.advance(KVPoll.Success) : statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
     }
 
     /** Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight chunks). */

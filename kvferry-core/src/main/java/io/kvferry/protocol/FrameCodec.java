@@ -67,6 +67,17 @@ public final class FrameCodec {
         if (type == MessageType.WRITE && bodyLength != WriteHeader.BODY_BYTES) {
             throw new ProtocolException("WRITE body must be " + WriteHeader.BODY_BYTES + " bytes, got " + bodyLength);
         }
+        if (type == MessageType.WRITE_LIST) {
+            if (bodyLength < WriteList.bodyBytes(1)) {
+                throw new ProtocolException("WRITE_LIST body of " + bodyLength + " bytes is shorter than one piece ("
+                        + WriteList.bodyBytes(1) + " bytes)");
+            }
+            long trailing = (bodyLength - WriteList.FIXED_BYTES) % WriteList.PIECE_BYTES;
+            if (trailing != 0) {
+                throw new ProtocolException("WRITE_LIST body of " + bodyLength + " bytes has " + trailing + " trailing bytes after its "
+                        + (bodyLength - WriteList.FIXED_BYTES) / WriteList.PIECE_BYTES + " pieces of " + WriteList.PIECE_BYTES);
+            }
+        }
         return ((long) type.code() << 32) | bodyLength;
     }
 
@@ -92,6 +103,15 @@ public final class FrameCodec {
                     w.pieceLength(), w.dstStride(), w.hasCrc(), w.crc());
             return out.flip();
         }
+        if (message instanceof WriteList l) {
+            ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteList.bodyBytes(l.count())).order(ByteOrder.LITTLE_ENDIAN);
+            for (int i = 0; i < l.count(); i++) {
+                putWriteListPiece(out, Wire.HEADER_BYTES + WriteList.bodyBytes(i), l.region(i), l.component(i), l.buffer(i),
+                        l.offset(i), l.length(i));
+            }
+            putWriteListHeader(out, 0, l.room(), l.count(), l.payloadLength(), l.hasCrc(), l.crc());
+            return out.limit(out.capacity()).position(0);
+        }
         WireWriter body = encodeBody(message);
         if (body.size() > message.type().maxBodyBytes()) {
             throw new IllegalArgumentException(message.type() + " body of " + body.size()
@@ -103,6 +123,38 @@ public final class FrameCodec {
         return out.flip();
     }
 
+    /**
+     * Encodes control frames into buffers it keeps, for one owner at a time (a connection's writer,
+     * under its write lock): a frame allocates nothing once the buffers have grown to the largest one.
+     */
+    public static final class FrameBuffer {
+        /** Frames up to this size are encoded into a kept buffer (a TRANSFER_INFO of some thousand pages). */
+        private static final int KEPT_FRAME_BYTES = 256 << 10;
+        private final WireWriter body = new WireWriter();
+        /** Heap: a control frame is small, and a connection keeps no native memory for it. */
+        private ByteBuffer frame = ByteBuffer.allocate(1024).order(ByteOrder.LITTLE_ENDIAN);
+
+        /** The whole frame of {@code message} (not a WRITE or WRITE_LIST), valid until the next call. */
+        public ByteBuffer encode(ControlMessage message) {
+            body.reset();
+            encodeBody(body, message);
+            if (body.size() > message.type().maxBodyBytes()) {
+                throw new IllegalArgumentException(message.type() + " body of " + body.size()
+                        + " bytes exceeds the protocol limit of " + message.type().maxBodyBytes());
+            }
+            int bytes = Wire.HEADER_BYTES + body.size();
+            ByteBuffer out = frame;
+            if (out.capacity() < bytes) {
+                out = ByteBuffer.allocate(Math.max(bytes, 2 * out.capacity())).order(ByteOrder.LITTLE_ENDIAN);
+                if (bytes <= KEPT_FRAME_BYTES) frame = out; // a rare huge frame is not kept
+            }
+            out.clear();
+            putHeader(out, message.type(), body.size());
+            out.put(body.bytes(), 0, body.size());
+            return out.flip();
+        }
+    }
+
     /** The body bytes of a message as the wire carries them (what a handshake MAC is computed over). */
     public static ByteBuffer body(ControlMessage message) {
         WireWriter body = encodeBody(message);
@@ -111,6 +163,11 @@ public final class FrameCodec {
 
     private static WireWriter encodeBody(ControlMessage message) {
         WireWriter body = new WireWriter();
+        encodeBody(body, message);
+        return body;
+    }
+
+    private static void encodeBody(WireWriter body, ControlMessage message) {
         switch (message) {
             case Hello h -> HandshakeCodec.encodeHello(body, h);
             case HelloAck a -> HandshakeCodec.encodeHelloAck(body, a);
@@ -135,8 +192,8 @@ public final class FrameCodec {
                 body.str(s.reason());
             }
             case WriteHeader w -> throw new IllegalArgumentException("a WRITE is framed by putWriteFrame");
+            case WriteList l -> throw new IllegalArgumentException("a WRITE_LIST is framed by putWriteListHeader");
         }
-        return body;
     }
 
     /** Puts a complete contiguous WRITE header frame (without payload) into {@code out}. */
@@ -157,6 +214,44 @@ public final class FrameCodec {
         out.putLong(room).put((byte) region.code()).put((byte) (hasCrc ? WriteHeader.FLAG_CRC : 0)).putShort((short) component)
                 .putInt(buffer).putLong(offset).putLong(length).putLong(pieceLength).putLong(dstStride)
                 .putInt(hasCrc ? crc : 0).putInt(0);
+    }
+
+    /**
+     * Puts a WRITE_LIST frame header and the list's fixed body fields at {@code at} of {@code out}
+     * (absolute: the pieces may be put first, then this once the payload's CRC is known).
+     * Allocation-free. The frame is {@code Wire.HEADER_BYTES + WriteList.bodyBytes(count)} bytes.
+     */
+    public static void putWriteListHeader(ByteBuffer out, int at, long room, int count, long payloadLength, boolean hasCrc, int crc) {
+        if (count < 1 || count > WriteList.MAX_PIECES) throw new IllegalArgumentException("a WRITE_LIST holds 1 to "
+                + WriteList.MAX_PIECES + " pieces, not " + count);
+        out.order(ByteOrder.LITTLE_ENDIAN);
+        out.putInt(at, Wire.MAGIC).put(at + 4, (byte) Wire.VERSION).put(at + 5, (byte) MessageType.WRITE_LIST.code())
+                .putShort(at + 6, (short) 0).putInt(at + 8, WriteList.bodyBytes(count));
+        int b = at + Wire.HEADER_BYTES;
+        out.putLong(b, room).put(b + 8, (byte) (hasCrc ? WriteList.FLAG_CRC : 0)).put(b + 9, (byte) 0).putShort(b + 10, (short) 0)
+                .putInt(b + 12, count).putLong(b + 16, payloadLength).putInt(b + 24, hasCrc ? crc : 0).putInt(b + 28, 0);
+    }
+
+    /** Puts one piece of a WRITE_LIST at {@code at} of {@code out} (absolute; {@link WriteList#PIECE_BYTES} bytes). */
+    public static void putWriteListPiece(ByteBuffer out, int at, Region region, int component, int buffer, long offset, long length) {
+        if (component < 0 || component > 0xFFFF) throw new IllegalArgumentException("component " + component + " is outside [0, 65535]");
+        if (buffer < 0) throw new IllegalArgumentException("buffer index " + buffer + " is negative");
+        out.put(at, (byte) region.code()).put(at + 1, (byte) 0).putShort(at + 2, (short) component).putInt(at + 4, buffer)
+                .putLong(at + 8, offset).putLong(at + 16, length);
+    }
+
+    /** Bytes of a Success STATUS frame (empty reason), as {@link #putSuccessStatusFrame} puts it. */
+    public static final int SUCCESS_STATUS_FRAME_BYTES = Wire.HEADER_BYTES + 33;
+
+    /**
+     * Puts a whole Success STATUS frame (empty reason) at {@code out}'s position; allocation-free (a
+     * transfer worker encodes each room's Success into one reused buffer).
+     */
+    public static void putSuccessStatusFrame(ByteBuffer out, long room, int prefillUniqueRank, long bytes, long digest,
+                                             boolean hasDigest) {
+        putHeader(out, MessageType.STATUS, SUCCESS_STATUS_FRAME_BYTES - Wire.HEADER_BYTES);
+        out.putLong(room).put((byte) KVPoll.Success.value()).put((byte) 0).put((byte) (hasDigest ? 1 : 0)).putInt(prefillUniqueRank)
+                .putLong(bytes).putLong(hasDigest ? digest : 0).putShort((short) 0);
     }
 
     private static void encodeTransferInfo(WireWriter b, TransferInfo t) {
@@ -187,6 +282,7 @@ public final class FrameCodec {
                 case ABORT_ACK -> new AbortAck(body.getLong(), body.getInt());
                 case STATUS -> decodeStatus(body);
                 case WRITE -> decodeWriteInto(body, WriteHeader.reusable());
+                case WRITE_LIST -> decodeWriteListInto(body, WriteList.reusable());
             };
             if (body.hasRemaining()) {
                 throw new ProtocolException(type + " body has " + body.remaining() + " unexpected trailing bytes");
@@ -279,6 +375,79 @@ public final class FrameCodec {
             throw new ProtocolException("strided WRITE span overflows");
         }
         into.set(room, region, component, buffer, offset, length, piece, stride, hasCrc, crc);
+        return into;
+    }
+
+    /**
+     * Decodes a WRITE_LIST body into {@code into} in place (a reader's reused list: no allocation per
+     * frame). Strict: the piece count must match the body, every piece be non-empty and end inside
+     * the address range, pieces strictly ascend by (region, component, buffer, offset) without
+     * overlapping, and their lengths add up to the declared payload of at most
+     * {@link WriteList#MAX_PAYLOAD_BYTES}.
+     */
+    public static WriteList decodeWriteListInto(ByteBuffer in, WriteList into) throws ProtocolException {
+        in.order(ByteOrder.LITTLE_ENDIAN);
+        if (in.remaining() < WriteList.FIXED_BYTES) {
+            throw new ProtocolException("WRITE_LIST body of " + in.remaining() + " bytes is shorter than its fixed " + WriteList.FIXED_BYTES);
+        }
+        long room = in.getLong();
+        int flags = in.get() & 0xFF;
+        if ((flags & ~WriteList.FLAG_CRC) != 0) throw new ProtocolException("unknown WRITE_LIST flags 0x" + Integer.toHexString(flags));
+        int pad = in.get() & 0xFF;
+        int reserved = in.getShort() & 0xFFFF;
+        if (pad != 0 || reserved != 0) throw new ProtocolException("WRITE_LIST pad bytes must be 0");
+        int count = in.getInt();
+        if (count < 1 || count > WriteList.MAX_PIECES || count > into.capacity()) {
+            throw new ProtocolException("WRITE_LIST piece count " + Integer.toUnsignedString(count) + " is outside [1, "
+                    + WriteList.MAX_PIECES + "]");
+        }
+        long payload = in.getLong();
+        int crc = in.getInt();
+        int pad2 = in.getInt();
+        if (pad2 != 0) throw new ProtocolException("WRITE_LIST pad must be 0, got " + pad2);
+        boolean hasCrc = (flags & WriteList.FLAG_CRC) != 0;
+        if (!hasCrc && crc != 0) throw new ProtocolException("WRITE_LIST without a CRC carries CRC bits");
+        if (payload <= 0 || payload > WriteList.MAX_PAYLOAD_BYTES) {
+            throw new ProtocolException("WRITE_LIST payload of " + payload + " bytes is outside [1, " + WriteList.MAX_PAYLOAD_BYTES + "]");
+        }
+        long expected = (long) count * WriteList.PIECE_BYTES;
+        if (expected < in.remaining()) {
+            throw new ProtocolException("WRITE_LIST has " + (in.remaining() - expected) + " trailing bytes after its " + count + " pieces");
+        }
+        if (expected > in.remaining()) {
+            throw new ProtocolException("truncated WRITE_LIST: " + count + " pieces declared, " + in.remaining() + " bytes of them follow");
+        }
+        long sum = 0;
+        int prevRegion = -1, prevComponent = -1, prevBuffer = -1;
+        long prevEnd = 0;
+        for (int i = 0; i < count; i++) {
+            int regionCode = in.get() & 0xFF;
+            Region region = Region.fromCode(regionCode);
+            if (in.get() != 0) throw new ProtocolException("WRITE_LIST piece " + i + " pad must be 0");
+            int component = in.getShort() & 0xFFFF;
+            int buffer = nonNegative(in.getInt(), "WRITE_LIST piece buffer index");
+            long offset = nonNegative(in.getLong(), "WRITE_LIST piece offset");
+            long length = in.getLong();
+            if (length <= 0 || length > payload) {
+                throw new ProtocolException("WRITE_LIST piece " + i + " length " + length + " is outside [1, " + payload + "]");
+            }
+            if (offset > Long.MAX_VALUE - length) throw new ProtocolException("WRITE_LIST piece " + i + " range overflows");
+            int order = regionCode != prevRegion ? Integer.compare(regionCode, prevRegion)
+                    : component != prevComponent ? Integer.compare(component, prevComponent) : Integer.compare(buffer, prevBuffer);
+            if (order < 0 || order == 0 && offset < prevEnd) {
+                throw new ProtocolException("WRITE_LIST piece " + i + " (" + region + " " + component + "/" + buffer + " at " + offset
+                        + ") overlaps or precedes the piece before it: pieces must ascend without overlapping");
+            }
+            sum += length;
+            if (sum > payload) throw new ProtocolException("WRITE_LIST pieces add up to more than the declared payload of " + payload);
+            into.set(i, region, component, buffer, offset, length);
+            prevRegion = regionCode;
+            prevComponent = component;
+            prevBuffer = buffer;
+            prevEnd = offset + length;
+        }
+        if (sum != payload) throw new ProtocolException("WRITE_LIST pieces add up to " + sum + " bytes, not the declared " + payload);
+        into.begin(room, hasCrc, crc, count, payload);
         return into;
     }
 

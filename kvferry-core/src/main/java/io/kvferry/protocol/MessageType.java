@@ -19,7 +19,9 @@ public enum MessageType {
     /** either direction, on an idle connection: liveness (the peer declares the link dead after missing several). */
     HEARTBEAT(8, 0),
     /** prefill → decode, first on every accepted connection: the nonce HELLO must answer. */
-    CHALLENGE(9, Handshake.BYTES);
+    CHALLENGE(9, Handshake.BYTES),
+    /** prefill → decode: many small contiguous writes of one room (a piece list), then their payload back to back. */
+    WRITE_LIST(10, WriteList.MAX_BODY_BYTES);
 
     private final int code;
     private final int maxBodyBytes;

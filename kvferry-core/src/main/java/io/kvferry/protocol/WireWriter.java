@@ -44,8 +44,13 @@ final class WireWriter {
     void intArray(int[] a) {
         ensure(4 + a.length * 4);
         buf.putInt(a.length);
-        buf.asIntBuffer().put(a);
-        buf.position(buf.position() + a.length * 4);
+        for (int v : a) buf.putInt(v);
+    }
+
+    /** Empties the sink, keeping its buffer (a reused encoder) unless a rare huge body grew it. */
+    void reset() {
+        if (buf.capacity() > 256 << 10) buf = ByteBuffer.allocate(256).order(ByteOrder.LITTLE_ENDIAN);
+        buf.clear();
     }
 
     int size() { return buf.position(); }

@@ -2,6 +2,7 @@ package io.kvferry.session;
 
 import java.io.EOFException;
 import java.nio.channels.ClosedChannelException;
+import java.time.Duration;
 
 /** Failure reasons both sides word the same way (SGLang's texts where it has one). */
 public final class Failures {
@@ -26,5 +27,15 @@ public final class Failures {
     /** SGLang's timeout reason: {@code Request R timed out after 3.0s in KVPoll.Bootstrapping}. */
     public static String timedOut(long room, double waitedSeconds, String state) {
         return String.format("Request %d timed out after %.1fs in KVPoll.%s", room, waitedSeconds, state);
+    }
+
+    /**
+     * A timeout in nanoseconds to add to a clock reading and compare as {@code now - deadline > 0}:
+     * saturated at 2^61 ns (~73 years), so the sum never wraps into the past.
+     */
+    public static long deadlineNanos(Duration timeout) {
+        long cap = Long.MAX_VALUE / 4;
+        if (timeout.isNegative()) return 0;
+        return timeout.compareTo(Duration.ofNanos(cap)) >= 0 ? cap : timeout.toNanos();
     }
 }

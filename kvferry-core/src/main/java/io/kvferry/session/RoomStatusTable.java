@@ -3,6 +3,7 @@ package io.kvferry.session;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -13,14 +14,19 @@ import java.util.function.BooleanSupplier;
  * sticky and keeps the first kind and reason recorded; only Bootstrapping and WaitingForInput may
  * create a room; a cleared (removed) room is never resurrected; a missing room reads as Failed.
  *
- * <p>Thread-safe: every change is one atomic {@code compute} on the map, so the scheduler thread,
- * reader threads and transfer workers may all update it. Every change is reported to the table's
- * {@link Listener} after it was made (metrics, the failure log line and the recent-failures ring
- * hang there: this is the one place rooms change state, so they are counted once).
+ * <p>Each room's status lives in one {@link Slot}, which the room's own objects (its sender or
+ * receiver, its record) keep: polling a room, or a writer checking it failed between ops, reads a
+ * volatile field — no map lookup, no boxed id. The map is touched to create, find (by a frame's
+ * room id) and remove a room.
+ *
+ * <p>Thread-safe: a slot changes under its own lock and a removed slot stays removed, so the
+ * scheduler thread, reader threads and transfer workers may all update it. Every change is reported
+ * to the table's {@link Listener} after it was made (metrics, the failure log line and the
+ * recent-failures ring hang there: this is the one place rooms change state, so they are counted once).
  */
 public final class RoomStatusTable {
     /**
-     * One room's state; immutable. Kind and reason are set exactly when the status is Failed.
+     * One room's state, a snapshot. Kind and reason are set exactly when the status is Failed.
      *
      * @param createdNanos when the room entered the table ({@link System#nanoTime()})
      * @param sinceNanos   when it entered this status
@@ -37,7 +43,104 @@ public final class RoomStatusTable {
         void changed(long room, KVPoll from, Entry to);
     }
 
-    private final ConcurrentHashMap<Long, Entry> rooms = new ConcurrentHashMap<>();
+    /**
+     * One room's live status. As a {@link BooleanSupplier} it is the room's failed flag: true once
+     * the room failed or was cleared, what a writer checks between ops.
+     */
+    public static final class Slot implements BooleanSupplier {
+        private final long room;
+        private final Listener listener;
+        private final long createdNanos;
+        /** Written under the slot's lock; read without it. Kind and reason are written before a Failed status. */
+        private volatile KVPoll status;
+        private volatile FailureKind kind;
+        private volatile String reason;
+        private volatile long sinceNanos;
+        /** Set once the room was removed (cleared): the slot then reads as Failed and never changes. */
+        private volatile boolean removed;
+
+        private Slot(long room, KVPoll status, Listener listener) {
+            this.room = room;
+            this.listener = listener;
+            this.status = status;
+            this.createdNanos = this.sinceNanos = System.nanoTime();
+        }
+
+        /** The room's status (Failed once removed). */
+        public KVPoll status() {
+            return removed ? KVPoll.Failed : status;
+        }
+
+        @Override
+        public boolean getAsBoolean() {
+            return removed || status == KVPoll.Failed;
+        }
+
+        /** A snapshot; null once removed (as for a room the table does not know). */
+        public Entry entry() {
+            if (removed) return null;
+            synchronized (this) {
+                return snapshot();
+            }
+        }
+
+        private Entry snapshot() {
+            KVPoll s = status;
+            return s == KVPoll.Failed ? new Entry(s, kind, reason, createdNanos, sinceNanos)
+                    : new Entry(s, null, null, createdNanos, sinceNanos);
+        }
+
+        /** Applies a non-Failed status (forward only); returns the status afterwards. */
+        public KVPoll update(KVPoll next) {
+            advance(next);
+            return status();
+        }
+
+        /** Applies a non-Failed status; true when this call moved the room to it (false: removed, failed, or there already). */
+        public boolean advance(KVPoll next) {
+            if (next == KVPoll.Failed) throw new IllegalArgumentException("use fail(kind, reason) for Failed");
+            KVPoll from;
+            Entry now = null;
+            synchronized (this) {
+                from = status;
+                if (removed || from == KVPoll.Failed || from.value() >= next.value()) return false;
+                sinceNanos = System.nanoTime();
+                status = next;
+                if (listener != null) now = snapshot();
+            }
+            if (now != null) listener.changed(room, from, now);
+            return true;
+        }
+
+        /** Fails the room, keeping the first kind and reason; true when this call moved it to Failed. */
+        public boolean fail(FailureKind failureKind, String why) {
+            if (failureKind == null) throw new IllegalArgumentException("a failure needs a kind");
+            KVPoll from;
+            Entry now = null;
+            synchronized (this) {
+                from = status;
+                if (removed || from == KVPoll.Failed) return false;
+                kind = failureKind;
+                reason = why;
+                sinceNanos = System.nanoTime();
+                status = KVPoll.Failed;
+                if (listener != null) now = snapshot();
+            }
+            if (now != null) listener.changed(room, from, now);
+            return true;
+        }
+
+        private void markRemoved() {
+            synchronized (this) {
+                removed = true;
+            }
+        }
+    }
+
+    /** What every unknown room's flag reads: failed. */
+    private static final BooleanSupplier UNKNOWN = () -> true;
+
+    private final ConcurrentHashMap<Long, Slot> rooms = new ConcurrentHashMap<>();
     private final Listener listener;
 
     public RoomStatusTable() {
@@ -48,50 +151,54 @@ public final class RoomStatusTable {
     public RoomStatusTable(Listener listener) {
         this.listener = listener;
     }
-    /** Rooms whose writers asked for a {@link #failedFlag}; set when the room fails. */
-    private final ConcurrentHashMap<Long, FailedFlag> flags = new ConcurrentHashMap<>();
-
-    /** True once its room failed (or was cleared): what a writer checks between ops, without a map lookup. */
-    public static final class FailedFlag implements BooleanSupplier {
-        private volatile boolean failed;
-
-        @Override
-        public boolean getAsBoolean() {
-            return failed;
-        }
-    }
 
     /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
     public KVPoll update(long room, KVPoll status) {
-        return apply(room, status, null);
+        advance(room, status);
+        return status(room);
     }
 
     /** Applies a non-Failed status; true when this call moved the room to it (false: absent, failed, or there already). */
     public boolean advance(long room, KVPoll status) {
-        boolean[] moved = {false};
-        apply(room, status, moved);
-        return moved[0];
+        if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
+        Slot s = rooms.get(room);
+        if (s != null) return s.advance(status);
+        boolean[] made = {false};
+        s = create(room, status, made);
+        return s != null && (made[0] || s.advance(status));
     }
 
-    private KVPoll apply(long room, KVPoll status, boolean[] moved) {
-        if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
-        KVPoll[] from = new KVPoll[1];
-        boolean[] changed = {false};
-        Entry e = rooms.compute(room, (k, old) -> {
-            if (old == null) {
-                if (status != KVPoll.Bootstrapping && status != KVPoll.WaitingForInput) return null;
-                changed[0] = true;
-                long now = System.nanoTime();
-                return new Entry(status, null, null, now, now);
-            }
-            if (old.status() == KVPoll.Failed || old.status().value() >= status.value()) return old;
-            from[0] = old.status();
-            changed[0] = true;
-            return new Entry(status, null, null, old.createdNanos(), System.nanoTime());
+    /**
+     * Creates an absent room in {@code status} (Bootstrapping or WaitingForInput only, else null) and
+     * tells the listener; {@code made} says whether this call created it (another may have raced it).
+     */
+    private Slot create(long room, KVPoll status, boolean[] made) {
+        if (status != KVPoll.Bootstrapping && status != KVPoll.WaitingForInput) return rooms.get(room);
+        Slot s = rooms.computeIfAbsent(room, k -> {
+            made[0] = true;
+            return new Slot(k, status, listener);
         });
-        if (changed[0] && listener != null) listener.changed(room, from[0], e);
-        if (moved != null) moved[0] = changed[0];
-        return e == null ? KVPoll.Failed : e.status();
+        if (made[0] && listener != null) listener.changed(room, null, s.entry());
+        return s;
+    }
+
+    /**
+     * The room's slot, created (Bootstrapping or WaitingForInput) if absent: what a sender or receiver
+     * keeps to read and change its room's status without lookups.
+     */
+    public Slot open(long room, KVPoll initial) {
+        if (initial != KVPoll.Bootstrapping && initial != KVPoll.WaitingForInput) {
+            throw new IllegalArgumentException("only Bootstrapping and WaitingForInput create a room, not " + initial);
+        }
+        Slot s = rooms.get(room);
+        if (s == null) s = create(room, initial, new boolean[1]);
+        s.advance(initial);
+        return s;
+    }
+
+    /** The room's slot, or null when absent. */
+    public Slot slot(long room) {
+        return rooms.get(room);
     }
 
     /**
@@ -100,66 +207,50 @@ public final class RoomStatusTable {
      */
     public boolean fail(long room, FailureKind kind, String reason) {
         if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
-        boolean[] changed = {false};
-        KVPoll[] from = new KVPoll[1];
-        Entry e = rooms.computeIfPresent(room, (k, old) -> {
-            if (old.status() == KVPoll.Failed) return old;
-            changed[0] = true;
-            from[0] = old.status();
-            return new Entry(KVPoll.Failed, kind, reason, old.createdNanos(), System.nanoTime());
-        });
-        if (changed[0]) {
-            raise(room);
-            if (listener != null) listener.changed(room, from[0], e);
-        }
-        return changed[0];
+        Slot s = rooms.get(room);
+        return s != null && s.fail(kind, reason);
     }
 
     /**
-     * The room's flag, made on first request. Either this call sees the room Failed or absent and
-     * sets the flag, or a later {@link #fail} / {@link #remove} finds the flag and sets it.
+     * The room's failed flag: its slot, or for an unknown room a flag that reads failed. Either way
+     * the flag rises when the room fails or is removed, whichever comes first.
      */
     public BooleanSupplier failedFlag(long room) {
-        FailedFlag f = flags.computeIfAbsent(room, k -> new FailedFlag());
-        if (status(room) == KVPoll.Failed) f.failed = true;
-        return f;
-    }
-
-    private void raise(long room) {
-        FailedFlag f = flags.get(room);
-        if (f != null) f.failed = true;
+        Slot s = rooms.get(room);
+        return s == null ? UNKNOWN : s;
     }
 
     public KVPoll status(long room) {
-        Entry e = rooms.get(room);
-        return e == null ? KVPoll.Failed : e.status();
+        Slot s = rooms.get(room);
+        return s == null ? KVPoll.Failed : s.status();
     }
 
     /** The recorded failure reason, or null. */
     public String reason(long room) {
-        Entry e = rooms.get(room);
+        Entry e = entry(room);
         return e == null ? null : e.reason();
     }
 
     /** The recorded failure kind, or null (not failed, or unknown here). */
     public FailureKind kind(long room) {
-        Entry e = rooms.get(room);
+        Entry e = entry(room);
         return e == null ? null : e.kind();
     }
 
     /** The room's whole entry, or null when absent. */
     public Entry entry(long room) {
-        return rooms.get(room);
+        Slot s = rooms.get(room);
+        return s == null ? null : s.entry();
     }
 
     public boolean contains(long room) {
         return rooms.containsKey(room);
     }
 
+    /** Drops the room; its slot reads Failed from now on (a cleared room's writers stop too) and never changes again. */
     public void remove(long room) {
-        rooms.remove(room);
-        FailedFlag f = flags.remove(room);
-        if (f != null) f.failed = true; // a cleared room's writers stop too
+        Slot s = rooms.remove(room);
+        if (s != null) s.markRemoved();
     }
 
     public int size() {
@@ -173,12 +264,17 @@ public final class RoomStatusTable {
     /** Rooms in {@code status} right now (walks the table: for scrapes and status pages, not per request). */
     public int count(KVPoll status) {
         int n = 0;
-        for (Entry e : rooms.values()) if (e.status() == status) n++;
+        for (Slot s : rooms.values()) if (s.status() == status) n++;
         return n;
     }
 
     /** Every room with its entry, as a copy (for status pages). */
     public Map<Long, Entry> snapshot() {
-        return Map.copyOf(rooms);
+        Map<Long, Entry> copy = new HashMap<>();
+        for (Map.Entry<Long, Slot> e : rooms.entrySet()) {
+            Entry v = e.getValue().entry();
+            if (v != null) copy.put(e.getKey(), v);
+        }
+        return Map.copyOf(copy);
     }
 }

@@ -1,85 +1,53 @@
 package io.kvferry.transport;
 
-import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.FailureKind;
-import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.memory.SegmentCrc;
-import io.kvferry.plan.CopyPlan;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Heartbeat;
-import io.kvferry.protocol.ProtocolException;
-import io.kvferry.protocol.Region;
-import io.kvferry.protocol.Wire;
 import io.kvferry.protocol.MessageType;
-import io.kvferry.protocol.WriteHeader;
 
-import java.io.EOFException;
 import java.io.IOException;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
 import jdk.net.ExtendedSocketOptions;
 import java.net.SocketOption;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.concurrent.locks.ReentrantLock;
-import java.util.function.BooleanSupplier;
 
 /**
- * One framed TCP connection between a decode rank and a prefill rank (blocking NIO).
+ * One framed TCP connection between a decode rank and a prefill rank (blocking NIO): framing and
+ * liveness only. What the frames carry is up to their owners; tcp's data path
+ * ({@code io.kvferry.transport.tcp}) builds WRITE/WRITE_LIST frames and lands their payloads through
+ * {@link #writeFrames} and {@link #readPayload(ByteBuffer[], int)}.
  *
  * <p>Ownership: writes may come from any thread and are serialized by {@code writeLock} (a frame
  * and its payload are never interleaved with another frame); reads belong to the single reader
  * thread of whoever owns the connection. Payload bytes move between the socket and native
  * segments through direct {@link ByteBuffer} views of those segments, never through the heap.
+ *
+ * <p>Reads go through the connection's {@link FrameReader} (a 16 KiB read-ahead: many small frames
+ * per syscall); the writer side encodes control frames into one reused buffer. Liveness: every
+ * byte read refreshes the peer's clock, {@link #heartbeat} keeps an idle link alive and declares a
+ * silent one dead.
  */
 public final class ControlConnection implements AutoCloseable {
     private static final int SOCKET_BUFFER_BYTES = 4 << 20;
-    /** WRITE frames per gathering syscall: fewer syscalls for fragmented (small-run) plans. */
-    static final int WRITE_BATCH = 16;
-    private static final int WRITE_FRAME_BYTES = Wire.HEADER_BYTES + WriteHeader.BODY_BYTES;
+    /** The read-ahead: every body up to this size is decoded in place from it. */
+    static final int AHEAD_BYTES = FrameReader.AHEAD_BYTES;
 
     private final SocketChannel channel;
     private final String peer;
     private final ReentrantLock writeLock = new ReentrantLock();
-    /** Guarded by writeLock. */
-    private final ByteBuffer writeFrame = ByteBuffer.allocateDirect(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES)
-            .order(ByteOrder.LITTLE_ENDIAN);
-    /** Guarded by writeLock. */
-    private final ByteBuffer[] gather = new ByteBuffer[2];
-    /** Guarded by writeLock: reusable WRITE headers and the gather vector for batched writes. */
-    private final ByteBuffer[] batchHeaders = new ByteBuffer[WRITE_BATCH];
-    private final ByteBuffer[] batchVector = new ByteBuffer[2 * WRITE_BATCH];
-    /**
-     * Reader thread only: bytes read ahead of the current frame. It never holds more than
-     * {@link #WRITE_FRAME_BYTES} bytes counted from a frame's start, so a read-ahead can pick up a
-     * whole WRITE header in one syscall but never a byte of a WRITE payload (the smallest frame plus
-     * a WRITE header is already longer), which therefore always lands straight in its destination.
-     */
-    private final ByteBuffer ahead = ByteBuffer.allocateDirect(WRITE_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN).flip();
-    /** Bodies up to this size are read into a kept buffer; a larger one gets its own, dropped after it is decoded. */
-    private static final int KEPT_BODY_BYTES = 4096;
-    /** Reader thread only: the body being read; grows as a large body's bytes arrive. */
-    private ByteBuffer readBody = ByteBuffer.allocate(KEPT_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    /** Reader thread only: a WRITE's fixed body and the header it is decoded into (no allocation per frame). */
-    private final ByteBuffer writeBody = ByteBuffer.allocate(WriteHeader.BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    private final WriteHeader writeHeader = WriteHeader.reusable();
+    /** Guarded by writeLock: where control frames are encoded. */
+    private final FrameCodec.FrameBuffer sendBuffer = new FrameCodec.FrameBuffer();
+    /** The reading half (reader thread only): read-ahead, frames, payloads. */
+    private final FrameReader reader;
     /** Reader thread only: see {@link #acceptOnly}. */
     private MessageType onlyType;
     private int onlyMaxBody = Integer.MAX_VALUE;
-    /** Reader thread only. */
-    private ByteBuffer skipScratch;
-    /** Guarded by writeLock / reader thread only: staging for strided (head-sliced) writes, made on first use. */
-    private MemorySegment sendStaging;
-    /** Guarded by writeLock: the CRC of WRITE payloads as they leave. */
-    private final SegmentCrc sendCrc = new SegmentCrc();
-    private MemorySegment recvStaging;
-    private ByteBuffer recvStagingView;
     private volatile boolean closed;
     /** Why this side closed the connection (e.g. missed heartbeats), or null. */
     private volatile String closeReason;
@@ -91,6 +59,12 @@ public final class ControlConnection implements AutoCloseable {
     private static final ByteBuffer HEARTBEAT_FRAME = FrameCodec.encode(new Heartbeat());
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
+    /**
+     * Buffers handed to vectored writes (under the write lock) so far. The JDK allocates a small
+     * releaser per segment-backed buffer per vectored call (sun.nio.ch.IOUtil), so tests tell that
+     * garbage from kvferry's own by this count.
+     */
+    private long vectoredWritten;
     /** Owner's timer thread only: the silence (its last read) and its intervals already reported by {@link #newlyMissedHeartbeats}. */
     private long missesSilenceStart;
     private long missesReported;
@@ -108,9 +82,7 @@ public final class ControlConnection implements AutoCloseable {
         channel.setOption(StandardSocketOptions.SO_SNDBUF, SOCKET_BUFFER_BYTES);
         channel.setOption(StandardSocketOptions.SO_RCVBUF, SOCKET_BUFFER_BYTES);
         this.peer = String.valueOf(channel.getRemoteAddress());
-        for (int i = 0; i < WRITE_BATCH; i++) {
-            batchHeaders[i] = ByteBuffer.allocateDirect(WRITE_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        }
+        this.reader = new FrameReader(channel, peer, this);
     }
 
     private static final int KEEPALIVE_IDLE_SECONDS = 5;
@@ -154,121 +126,31 @@ public final class ControlConnection implements AutoCloseable {
         return closed;
     }
 
-    /** Sends one control message (not a WRITE). */
+    /** Sends one control message (not a WRITE or WRITE_LIST), encoded into this connection's reused buffer. */
     public void send(ControlMessage message) throws IOException {
-        ByteBuffer frame = FrameCodec.encode(message);
         writeLock.lock();
         try {
-            writeFully(frame);
+            writeFully(sendBuffer.encode(message));
         } finally {
             writeLock.unlock();
         }
     }
 
     /**
-     * Sends a WRITE: the header, then the bytes of {@code source}, straight from its native memory
-     * to the socket (gathering write). The peer lands them at {@code dstOffset} of the named buffer.
+     * Writes the first {@code count} buffers of {@code vector} from {@code offset}, {@code bytes} in
+     * all, as one uninterrupted stretch of the stream (gathering writes under the write lock): the
+     * way frames with payloads (tcp's WRITE and WRITE_LIST) go out. A failure closes the connection.
      */
-    public void write(long room, Region region, int component, int buffer, long dstOffset, MemorySegment source)
-            throws IOException {
-        ByteBuffer payload = source.asByteBuffer();
+    public void writeFrames(ByteBuffer[] vector, int offset, int count, long bytes) throws IOException {
         writeLock.lock();
-        try {
-            writeFrame.clear();
-            FrameCodec.putWriteFrame(writeFrame, room, region, component, buffer, dstOffset, source.byteSize());
-            writeFrame.flip();
-            gather[0] = writeFrame;
-            gather[1] = payload;
-            writingSince = System.nanoTime();
-            while (writeFrame.hasRemaining() || payload.hasRemaining()) {
-                if (channel.write(gather) > 0) writingSince = System.nanoTime();
-            }
-        } catch (IOException e) {
-            closeQuietly();
-            throw e;
-        } finally {
-            writingSince = 0;
-            lastWriteNanos = System.nanoTime();
-            gather[1] = null;
-            writeLock.unlock();
-        }
-    }
-
-    /**
-     * Sends every op of {@code plan} as a WRITE frame, {@value #WRITE_BATCH} frames per gathering
-     * syscall, straight from the registered source memory. Checks {@code cancelled} between batches
-     * so an aborted room stops within one batch.
-     */
-    public void writePlan(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled)
-            throws IOException {
-        writePlan(room, plan, source, cancelled, ChecksumMode.OFF);
-    }
-
-    /**
-     * As {@link #writePlan(long, CopyPlan, RegisteredMemory, BooleanSupplier)}, each WRITE that
-     * {@code checksum} selects carrying the CRC32C of its payload, computed as it leaves.
-     */
-    public void writePlan(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled, ChecksumMode checksum)
-            throws IOException {
-        int op = 0;
-        while (op < plan.size()) {
-            if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
-            if (plan.strided(op)) {
-                writeStrided(room, plan, op, source, checksum);
-                op++;
-                continue;
-            }
-            int n = 0;
-            while (n < WRITE_BATCH && op + n < plan.size() && !plan.strided(op + n)) n++;
-            writeBatch(room, plan, op, n, source, checksum);
-            op += n;
-        }
-    }
-
-    /** Whether a WRITE to {@code (region, component, buffer, offset)} of a room carries a CRC in this mode. */
-    private static boolean crcFor(ChecksumMode mode, long room, Region region, int component, int buffer, long offset) {
-        return mode != ChecksumMode.OFF && PageDigest.sampled(mode, room, region, PageDigest.key(region, component, buffer, offset));
-    }
-
-    /** Up to {@value #WRITE_BATCH} contiguous ops in one gathering syscall, straight from source memory. */
-    private void writeBatch(long room, CopyPlan plan, int first, int n, RegisteredMemory source, ChecksumMode checksum)
-            throws IOException {
-        writeLock.lock();
-        try {
-            long remaining = 0;
-            for (int i = 0; i < n; i++) {
-                int op = first + i;
-                ByteBuffer h = batchHeaders[i];
-                h.clear();
-                boolean withCrc = crcFor(checksum, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op));
-                int crc = 0;
-                if (withCrc) {
-                    sendCrc.reset();
-                    sendCrc.update(source.segmentOrNull(plan.region(op), plan.component(op), plan.buffer(op)), plan.srcOffset(op),
-                            plan.length(op));
-                    crc = sendCrc.value();
-                }
-                FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.dstBuffer(op),
-                        plan.dstOffset(op), plan.length(op), plan.length(op), plan.length(op), withCrc, crc);
-                h.flip();
-                batchVector[2 * i] = h;
-                batchVector[2 * i + 1] = source.slice(plan.region(op), plan.component(op), plan.buffer(op),
-                        plan.srcOffset(op), plan.length(op)).asByteBuffer();
-                remaining += WRITE_FRAME_BYTES + plan.length(op);
-            }
-            gatherWrite(2 * n, remaining);
-        } finally {
-            Arrays.fill(batchVector, null);
-            writeLock.unlock();
-        }
-    }
-
-    /** Writes the first {@code count} buffers of the gather vector, {@code bytes} in all (write lock held). */
-    private void gatherWrite(int count, long bytes) throws IOException {
         try {
             writingSince = System.nanoTime();
+            int first = offset, end = offset + count;
             while (bytes > 0) {
-                long w = channel.write(batchVector, 0, count);
+                while (first < end && !vector[first].hasRemaining()) first++;
+                int last = window(vector, first, end);
+                vectoredWritten += last - first;
+                long w = channel.write(vector, first, last - first);
                 if (w > 0) writingSince = System.nanoTime();
                 bytes -= w;
             }
@@ -278,64 +160,31 @@ public final class ControlConnection implements AutoCloseable {
         } finally {
             writingSince = 0;
             lastWriteNanos = System.nanoTime();
-        }
-    }
-
-    /**
-     * A strided op (head-sliced KV): its pieces are gathered into a native staging buffer (one
-     * memory copy, no heap) and sent as one WRITE, so a slice moves in one large operation rather
-     * than one per token per head.
-     */
-    private void writeStrided(long room, CopyPlan plan, int op, RegisteredMemory source, ChecksumMode checksum) throws IOException {
-        long length = plan.length(op), piece = plan.pieceLength(op), stride = plan.srcStride(op);
-        MemorySegment src = source.slice(plan.region(op), plan.component(op), plan.buffer(op), plan.srcOffset(op),
-                plan.srcSpan(op));
-        writeLock.lock();
-        try {
-            if (sendStaging == null) sendStaging = Arena.ofAuto().allocate(CopyPlan.MAX_OP_BYTES, 64);
-            for (long i = 0, n = length / piece; i < n; i++) {
-                MemorySegment.copy(src, i * stride, sendStaging, i * piece, piece);
-            }
-            ByteBuffer h = batchHeaders[0];
-            h.clear();
-            boolean withCrc = crcFor(checksum, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op));
-            int crc = 0;
-            if (withCrc) {
-                sendCrc.reset();
-                sendCrc.update(sendStaging, 0, length);
-                crc = sendCrc.value();
-            }
-            FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
-                    length, piece, plan.dstStride(op), withCrc, crc);
-            h.flip();
-            batchVector[0] = h;
-            batchVector[1] = sendStaging.asSlice(0, length).asByteBuffer();
-            gatherWrite(2, WRITE_FRAME_BYTES + length);
-        } finally {
-            Arrays.fill(batchVector, null);
             writeLock.unlock();
         }
     }
 
     /**
-     * Reads a strided WRITE's payload into a native staging buffer and scatters its pieces into
-     * {@code target} (reader thread only); with {@code crc}, the payload's CRC32C goes into it.
+     * Bytes one vectored call is offered: the JDK prepares (and on a partial transfer prepares again)
+     * every buffer it is handed, so a call gets the buffers up to about this many bytes rather than a
+     * whole list of a thousand small pieces.
      */
-    public void readStridedPayload(WriteHeader w, MemorySegment target, long at, SegmentCrc crc) throws IOException {
-        if (w.length() > CopyPlan.MAX_OP_BYTES) {
-            throw new ProtocolException("strided WRITE of " + w.length() + " bytes exceeds " + CopyPlan.MAX_OP_BYTES);
+    static final long VECTOR_WINDOW_BYTES = 512 << 10;
+
+    /** The end of the buffers from {@code first} (at least one) whose bytes stay within {@link #VECTOR_WINDOW_BYTES}. */
+    static int window(ByteBuffer[] vector, int first, int end) {
+        int last = first;
+        long bytes = 0;
+        while (last < end && (last == first || bytes + vector[last].remaining() <= VECTOR_WINDOW_BYTES)) {
+            bytes += vector[last].remaining();
+            last++;
         }
-        if (recvStaging == null) {
-            recvStaging = Arena.ofAuto().allocate(CopyPlan.MAX_OP_BYTES, 64);
-            recvStagingView = recvStaging.asByteBuffer();
-        }
-        recvStagingView.clear().limit((int) w.length());
-        readPayload(recvStagingView);
-        if (crc != null) crc.update(recvStaging, 0, w.length());
-        long piece = w.pieceLength();
-        for (long i = 0, n = w.pieces(); i < n; i++) {
-            MemorySegment.copy(recvStaging, i * piece, target, at + i * w.dstStride(), piece);
-        }
+        return last;
+    }
+
+    /** Buffers handed to vectored writes so far: each costs a few bytes of JDK garbage per call. */
+    public long vectoredWritten() {
+        return vectoredWritten;
     }
 
     /** Milliseconds the current write has made no progress (0 when not writing). */
@@ -451,99 +300,48 @@ public final class ControlConnection implements AutoCloseable {
     }
 
     /**
-     * Reads the next message (reader thread only). For a {@link WriteHeader} the payload is still on
-     * the stream: the caller must consume exactly its length with {@link #readPayload} or
-     * {@link #skipPayload} before reading again; the header itself is this connection's reused one,
-     * valid until the next read. A body is read into a buffer that grows as its bytes arrive (never
-     * sized from the header alone), so a peer that announces a large frame and stalls costs nothing.
+     * Reads the next message (reader thread only). For a {@link io.kvferry.protocol.WriteHeader} or
+     * {@link io.kvferry.protocol.WriteList} the payload is still on the stream: the caller must consume exactly its length with
+     * {@link #readPayload} or {@link #skipPayload} before reading again; the header or list itself is
+     * this connection's reused one, valid until the next read. See {@link FrameReader}.
      */
     public ControlMessage read() throws IOException {
-        fillAhead(Wire.HEADER_BYTES);
-        long header = FrameCodec.readHeaderPacked(ahead);
-        MessageType type = FrameCodec.packedType(header);
-        int bodyLength = FrameCodec.packedBodyLength(header);
-        if (onlyType != null) {
-            if (type != onlyType) throw new ProtocolException("expected " + onlyType + " from an unauthenticated peer, got " + type);
-            if (bodyLength > onlyMaxBody) {
-                throw new ProtocolException(type + " of " + bodyLength + " bytes from an unauthenticated peer exceeds " + onlyMaxBody);
-            }
-        }
-        if (type == MessageType.WRITE) {
-            writeBody.clear();
-            int fromAhead = Math.min(ahead.remaining(), WriteHeader.BODY_BYTES);
-            writeBody.put(0, ahead, ahead.position(), fromAhead).position(fromAhead);
-            ahead.position(ahead.position() + fromAhead);
-            readFully(writeBody); // never past this frame: the payload lands in its destination
-            writeBody.flip();
-            return FrameCodec.decodeWriteInto(writeBody, writeHeader);
-        }
-        readBody.clear().limit(Math.min(bodyLength, readBody.capacity()));
-        int fromAhead = Math.min(ahead.remaining(), bodyLength);
-        readBody.put(0, ahead, ahead.position(), fromAhead).position(fromAhead);
-        ahead.position(ahead.position() + fromAhead);
-        while (true) {
-            readFully(readBody); // the rest of the body, read directly: never past this frame
-            if (readBody.position() == bodyLength) break;
-            // Full, and the frame is longer: grow by doubling, only as far as bytes have arrived.
-            ByteBuffer larger = ByteBuffer.allocate((int) Math.min(bodyLength, 2L * readBody.capacity())).order(ByteOrder.LITTLE_ENDIAN);
-            readBody.flip();
-            larger.put(readBody);
-            larger.limit(larger.capacity());
-            readBody = larger;
-        }
-        readBody.flip();
-        ControlMessage m = FrameCodec.decodeBody(type, readBody);
-        if (readBody.capacity() > KEPT_BODY_BYTES) readBody = ByteBuffer.allocate(KEPT_BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-        return m;
+        return reader.read(onlyType, onlyMaxBody);
     }
 
-    /** At a frame start: makes at least {@code need} unread bytes available in {@link #ahead}. */
-    private void fillAhead(int need) throws IOException {
-        if (ahead.remaining() >= need) return;
-        ahead.compact(); // kept bytes move to 0 = this frame's start; reads stop at the buffer's capacity
-        while (ahead.position() < need) {
-            int n = channel.read(ahead);
-            if (n > 0) lastReadNanos = System.nanoTime();
-            if (n < 0) {
-                boolean clean = ahead.position() == 0;
-                ahead.flip();
-                if (clean) throw new EOFException("connection closed by " + peer);
-                throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
-            }
-        }
-        ahead.flip();
-    }
-
-    /** Reads a WRITE payload straight into {@code destination} (its whole size). */
+    /** Reads a WRITE payload into {@code destination} (its whole size). */
     public void readPayload(MemorySegment destination) throws IOException {
-        readPayload(destination.asByteBuffer());
+        reader.readPayload(destination.asByteBuffer());
     }
 
-    /** Reads a WRITE payload straight into {@code destination}'s remaining bytes. */
+    /** Reads payload bytes into {@code destination}'s remaining bytes. */
     public void readPayload(ByteBuffer destination) throws IOException {
-        if (ahead.hasRemaining()) throw new IllegalStateException("read-ahead holds payload bytes: framing bug");
-        readFully(destination);
+        reader.readPayload(destination);
     }
 
-    /** Discards {@code length} payload bytes of a rejected WRITE, keeping the stream in step. */
+    /**
+     * Fills the remaining bytes of the first {@code count} buffers of {@code vector}, in order, with
+     * the payload that follows the last frame read (reader thread only): from the read-ahead, then
+     * with scattering reads straight into them. {@code vector[count]} must be free: the read-ahead
+     * takes that slot during the reads, so the frames after this payload arrive with it.
+     */
+    public void readPayload(ByteBuffer[] vector, int count) throws IOException {
+        reader.readPayload(vector, count);
+    }
+
+    /** Discards {@code length} payload bytes of a rejected write, keeping the stream in step. */
     public void skipPayload(long length) throws IOException {
-        if (skipScratch == null) skipScratch = ByteBuffer.allocateDirect(64 << 10);
-        long left = length;
-        while (left > 0) {
-            skipScratch.clear().limit((int) Math.min(skipScratch.capacity(), left));
-            readFully(skipScratch);
-            left -= skipScratch.limit();
-        }
+        reader.skipPayload(length);
     }
 
-    private void readFully(ByteBuffer buf) throws IOException {
-        while (buf.hasRemaining()) {
-            int n = channel.read(buf);
-            if (n > 0) lastReadNanos = System.nanoTime();
-            if (n < 0) {
-                throw new ProtocolException("connection closed by " + peer + " in the middle of a frame");
-            }
-        }
+    /** Buffers handed to vectored reads so far (see {@link #vectoredWritten}); reader thread. */
+    public long vectoredRead() {
+        return reader.vectoredRead();
+    }
+
+    /** Any byte arrived: proof the peer is alive (the reader's calls). */
+    void markRead() {
+        lastReadNanos = System.nanoTime();
     }
 
     private void closeQuietly() {

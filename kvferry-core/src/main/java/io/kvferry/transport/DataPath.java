@@ -5,6 +5,7 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -23,6 +24,18 @@ public interface DataPath {
      * IOException when {@code cancelled} turns true (checked at least every few ops).
      */
     void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException;
+
+    /**
+     * As {@link #write}, then {@code trailer} — one encoded control frame, the room's STATUS — on the
+     * connection that carries the room's status ({@link #connectionFor}), after every byte of the
+     * plan. Returns whether this path sent it: tcp does, in the same gathering write as the plan's
+     * last frame (no syscall of its own); the default does not, and the caller sends it.
+     */
+    default boolean write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled, ByteBuffer trailer)
+            throws IOException {
+        write(room, plan, source, cancelled);
+        return false;
+    }
 
     /**
      * Called once when the link is set up, with the checksum mode it uses: true when this path

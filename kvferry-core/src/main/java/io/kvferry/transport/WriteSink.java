@@ -2,10 +2,9 @@ package io.kvferry.transport;
 
 import io.kvferry.api.ChecksumMode;
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.WriteList;
 
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
-import java.util.IdentityHashMap;
 
 /**
  * The decode side's gate for incoming writes. {@link #begin} checks a write lies inside
@@ -16,7 +15,8 @@ import java.util.IdentityHashMap;
 public interface WriteSink {
     /**
      * One writer's landing, reused for every write it lands (one per tcp reader thread or inproc
-     * writer call): the gate fills it in {@link #begin}, so admitting a write allocates nothing.
+     * writer call): the gate fills it in {@link #begin} or {@link #beginList}, so admitting a write
+     * allocates nothing.
      * Owned by one thread at a time.
      */
     final class Landing {
@@ -29,8 +29,8 @@ public interface WriteSink {
         private int slot;
         private MemorySegment buffer;
         private long offset, span, payload;
-        /** ByteBuffer views of the destination buffers this landing has used, made once each. */
-        private final IdentityHashMap<MemorySegment, ByteBuffer> views = new IdentityHashMap<>();
+        /** A list's destination buffer per piece (made on the first list). */
+        private MemorySegment[] pieceBuffers;
 
         /** A landing for the writes of one link. */
         public Landing(String source, ChecksumMode checksum) {
@@ -54,6 +54,22 @@ public interface WriteSink {
             this.offset = offset;
             this.span = span;
             this.payload = payload;
+        }
+
+        /** Called by a gate that admitted a piece list: {@code payload} bytes in all, piece buffers set through {@link #pieceBuffers()}. */
+        public void admitList(Object token, int slot, long payload) {
+            admit(token, slot, null, 0, 0, payload);
+        }
+
+        /** Where a gate puts each admitted piece's destination buffer (room for {@link WriteList#MAX_PIECES}). */
+        public MemorySegment[] pieceBuffers() {
+            MemorySegment[] p = pieceBuffers;
+            return p != null ? p : (pieceBuffers = new MemorySegment[WriteList.MAX_PIECES]);
+        }
+
+        /** The whole destination buffer of piece {@code i} of the admitted list. */
+        public MemorySegment pieceBuffer(int i) {
+            return pieceBuffers[i];
         }
 
         public Object token() {
@@ -81,22 +97,6 @@ public interface WriteSink {
         public long payload() {
             return payload;
         }
-
-        /**
-         * The write's destination bytes as a ByteBuffer (for a socket read), positioned at
-         * {@code offset} with {@code span} bytes remaining: a view of the whole buffer made once and
-         * reused; a slice for a buffer beyond ByteBuffer's 2 GiB.
-         */
-        public ByteBuffer target() {
-            if (buffer.byteSize() > Integer.MAX_VALUE) return buffer.asSlice(offset, span).asByteBuffer();
-            ByteBuffer view = views.get(buffer);
-            if (view == null) {
-                view = buffer.asByteBuffer();
-                views.put(buffer, view);
-            }
-            view.limit((int) (offset + span)).position((int) offset);
-            return view;
-        }
     }
 
     /**
@@ -109,6 +109,16 @@ public interface WriteSink {
      */
     void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload)
             throws WriteRejectedException;
+
+    /**
+     * Admits a whole piece list of one room into {@code into} with one room check: every piece must
+     * lie inside a registered buffer and inside what the room owns, from a link that is one of the
+     * room's sources, while the room is neither failed nor concluded. Counted in flight once; the
+     * landing then holds each piece's destination buffer ({@link Landing#pieceBuffer}).
+     *
+     * @throws WriteRejectedException naming the first piece (or room condition) that may not land
+     */
+    void beginList(Landing into, WriteList list) throws WriteRejectedException;
 
     /** Retires an admitted landing; {@code landed} says whether all its bytes were written. */
     void end(Landing landing, boolean landed);

@@ -67,9 +67,8 @@ public class WriteGateBench {
         gate = new WriteGate(RegisteredMemory.from(a), rooms);
         Random rnd = new Random(7);
         int[] pages = rnd.ints(0, BUFFER_PAGES).distinct().limit(roomPages).sorted().toArray();
-        DecodeRoom r = new DecodeRoom(ROOM, "bootstrap");
+        DecodeRoom r = new DecodeRoom(ROOM, "bootstrap", rooms.statuses.open(ROOM, KVPoll.WaitingForInput));
         rooms.add(r);
-        rooms.statuses.update(ROOM, KVPoll.WaitingForInput);
         r.targets = List.of(new DecodeRoom.Target(new PrefillLink("bootstrap", PREFILL, null, 0), 0, 0, false));
         r.landedFrom = new AtomicLongArray(1);
         r.allowance = new DecodeRoom.Allowance(pages, pages, -1, new int[0][], new int[0][], new long[1], new int[][] {pages});

@@ -6,6 +6,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.transport.WriteSink;
 import org.junit.jupiter.api.AfterEach;
@@ -49,9 +50,8 @@ class WriteGateTest {
     private static final String PREFILL = "10.0.0.1:7000", STRANGER = "10.0.0.9:7000";
 
     private DecodeRoom room(long id, int[] sortedPages, int aux, int[][] state) {
-        DecodeRoom r = new DecodeRoom(id, "bootstrap");
+        DecodeRoom r = new DecodeRoom(id, "bootstrap", rooms.statuses.open(id, KVPoll.WaitingForInput));
         assertTrue(rooms.add(r));
-        rooms.statuses.update(id, KVPoll.WaitingForInput);
         r.targets = List.of(new DecodeRoom.Target(new PrefillLink("bootstrap", PREFILL, null, 0), 0, 0, false));
         r.landedFrom = new AtomicLongArray(1);
         if (sortedPages != null) {
@@ -108,8 +108,8 @@ class WriteGateTest {
         gate.begin(l, 7, Region.KV, 0, 0, 2 * PAGE, 2 * PAGE, 2 * PAGE);
         assertEquals(2 * PAGE, l.span());
         assertEquals(2 * PAGE, l.offset());
-        assertEquals(2 * PAGE, l.target().remaining(), "the socket read fills exactly the write's bytes");
-        assertEquals(2 * PAGE, l.target().position());
+        assertEquals(2 * PAGE, l.payload(), "the socket read fills exactly the write's bytes");
+        assertEquals(8 * PAGE, l.buffer().byteSize(), "the landing names the whole destination buffer");
         assertEquals(KVPoll.Transferring, rooms.statuses.status(7), "the first write moves the room to Transferring");
         gate.end(l, true);
         assertEquals(2 * PAGE, r.bytesLanded.get());
@@ -161,6 +161,61 @@ class WriteGateTest {
         room(7, new int[]{0}, 0, new int[0][]);
         gate.close();
         assertTrue(rejected(7, Region.KV, 0, 0, PAGE, false).contains("torn down"));
+    }
+
+    /** A piece list of room {@code room} (pieces as region, offset, length triples in KV buffer 0 / aux 0 / state 0). */
+    private static WriteList list(long room, Object... pieces) {
+        WriteList l = WriteList.builder(room, pieces.length / 3);
+        for (int i = 0; i < pieces.length; i += 3) l.add((Region) pieces[i], 0, 0, (Long) pieces[i + 1], (Long) pieces[i + 2]);
+        return l;
+    }
+
+    private String listRejected(WriteList l, boolean fatal) {
+        WriteRejectedException e = assertThrows(WriteRejectedException.class, () -> gate.beginList(landing(), l));
+        assertEquals(fatal, e.fatal(), e.getMessage());
+        return e.getMessage();
+    }
+
+    @Test
+    void aPieceListIsAdmittedOnceWithEveryPieceCheckedAndCountedWhole() throws WriteRejectedException {
+        DecodeRoom r = room(7, new int[]{2, 3, 5}, 1, new int[][]{{2}});
+        WriteSink.Landing l = landing();
+        WriteList ok = list(7, Region.KV, 2 * PAGE, 2 * PAGE, Region.KV, 5 * PAGE, PAGE, Region.AUX, 64L, 64L,
+                Region.STATE, 2 * 128L, 128L);
+        gate.beginList(l, ok);
+        assertEquals(3 * PAGE + 64 + 128, l.payload(), "the whole list's payload is in flight");
+        for (int i = 0; i < ok.count(); i++) assertTrue(l.pieceBuffer(i) != null, "piece " + i + " has its destination buffer");
+        assertEquals(KVPoll.Transferring, rooms.statuses.status(7));
+        assertFalse(r.closeAndDrain(0), "the list is one landing in flight until it ends");
+        gate.end(l, true);
+        assertEquals(3 * PAGE + 64 + 128, r.landedFrom.get(0), "the link's landed count holds the list's bytes, exactly");
+        assertEquals(3 * PAGE + 64 + 128, r.bytesLanded.get());
+    }
+
+    @Test
+    void aPieceListWithOnePieceOutsideTheRoomIsRefusedWhole() {
+        DecodeRoom r = room(7, new int[]{2, 3, 5}, 1, new int[][]{{2}});
+        assertTrue(listRejected(list(7, Region.KV, 2 * PAGE, PAGE, Region.KV, 4 * PAGE, PAGE), false)
+                .contains("pages [4, 4] touches memory room 7 does not own"));
+        assertTrue(listRejected(list(7, Region.KV, 2 * PAGE, PAGE, Region.AUX, 0L, 64L), false).contains("not inside row 1"));
+        assertTrue(listRejected(list(7, Region.KV, 2 * PAGE, PAGE, Region.KV, 8 * PAGE, PAGE), false).contains("piece 1"),
+                "past the end of the buffer, naming the piece");
+        assertTrue(listRejected(list(7, Region.KV, 2 * PAGE, 9 * PAGE), true).contains("larger than"));
+        WriteList strangerBuffer = WriteList.builder(7, 1).add(Region.KV, 0, 3, 0, PAGE);
+        assertTrue(listRejected(strangerBuffer, true).contains("no registered KV buffer 0/3"));
+        assertEquals(0, r.landedFrom.get(0), "nothing of a refused list is counted");
+        assertTrue(r.closeAndDrain(0), "nothing of a refused list is in flight");
+    }
+
+    @Test
+    void aPieceListMeetsTheSameRoomRulesAsAWrite() {
+        assertTrue(listRejected(list(9, Region.KV, 0L, PAGE), false).contains("room 9 is unknown"));
+        room(7, new int[]{0}, -1, new int[0][]);
+        WriteList l = list(7, Region.KV, 0L, PAGE);
+        WriteRejectedException e = assertThrows(WriteRejectedException.class, () -> gate.beginList(new WriteSink.Landing(STRANGER, null), l));
+        assertTrue(e.getMessage().contains("not one of the room's prefill ranks"), e.getMessage());
+        rooms.statuses.update(7, KVPoll.Success);
+        assertTrue(listRejected(l, false).contains("already concluded"));
     }
 
     @Test

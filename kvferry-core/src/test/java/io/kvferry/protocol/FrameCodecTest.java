@@ -254,7 +254,7 @@ class FrameCodecTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 10, 99, 255})
+    @ValueSource(ints = {0, 11, 99, 255})
     void unknownTypeIsRejected(int type) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 5, type), "type", String.valueOf(type));
         assertThrows(ProtocolException.class, () -> MessageType.fromCode(type));
@@ -347,6 +347,81 @@ class FrameCodecTest {
                     // extra bytes after a frame whose header is honest about its own length
                     rejectsFrame(concat(encoded(m), new byte[] {1, 2, 3}), "declares");
                 }));
+    }
+
+    @Test
+    void aSuccessStatusFramedInPlaceIsTheEncodedStatusByteForByte() throws ProtocolException {
+        ByteBuffer b = ByteBuffer.allocateDirect(FrameCodec.SUCCESS_STATUS_FRAME_BYTES + 3);
+        for (boolean digest : new boolean[] {false, true}) {
+            Status s = Status.success(Long.MIN_VALUE + 5, 7, 123_456_789_012L, digest ? 0xDEADBEEFL : 0, digest);
+            b.clear();
+            FrameCodec.putSuccessStatusFrame(b, s.room(), s.prefillUniqueRank(), s.bytes(), s.digest(), s.hasDigest());
+            assertEquals(FrameCodec.SUCCESS_STATUS_FRAME_BYTES, b.position());
+            assertArrayEquals(encoded(s), bytes(b.flip()));
+            assertEquals(s, FrameCodec.decodeFrame(b.duplicate()));
+        }
+    }
+
+    /** Hostile piece lists: each is refused by the decoder with a reason naming what is wrong. */
+    @Test
+    void hostilePieceListsAreRefusedNamingWhatIsWrong() {
+        WriteList overlapping = WriteList.builder(1, 2).add(Region.KV, 0, 0, 0, 4096).add(Region.KV, 0, 0, 2048, 4096);
+        rejectsFrame(encoded(overlapping), "overlaps or precedes");
+        WriteList descending = WriteList.builder(1, 2).add(Region.KV, 0, 1, 0, 64).add(Region.KV, 0, 0, 4096, 64);
+        rejectsFrame(encoded(descending), "overlaps or precedes");
+        WriteList twice = WriteList.builder(1, 2).add(Region.AUX, 0, 0, 64, 64).add(Region.AUX, 0, 0, 64, 64);
+        rejectsFrame(encoded(twice), "overlaps or precedes");
+        WriteList empty = WriteList.builder(1, 2).add(Region.KV, 0, 0, 0, 64).add(Region.KV, 0, 0, 64, 0);
+        rejectsFrame(encoded(empty), "length 0");
+        WriteList wraps = WriteList.builder(1, 1).add(Region.KV, 0, 0, Long.MAX_VALUE - 10, 64);
+        rejectsFrame(encoded(wraps), "overflows");
+        WriteList huge = WriteList.builder(1, 1).add(Region.KV, 0, 0, 0, WriteList.MAX_PAYLOAD_BYTES + 1);
+        rejectsFrame(encoded(huge), "payload");
+        // Counts that do not fit: more pieces declared than the body holds, fewer, zero, far too many.
+        byte[] two = encoded(WriteList.builder(1, 2).add(Region.KV, 0, 0, 0, 64).add(Region.KV, 0, 0, 64, 64));
+        for (int count : new int[] {3, 1, 0, -1, WriteList.MAX_PIECES + 1}) {
+            byte[] f = two.clone();
+            ByteBuffer.wrap(f).order(ByteOrder.LITTLE_ENDIAN).putInt(Wire.HEADER_BYTES + 12, count);
+            rejectsFrame(f, "WRITE_LIST");
+        }
+        byte[] sumOff = two.clone();
+        ByteBuffer.wrap(sumOff).order(ByteOrder.LITTLE_ENDIAN).putLong(Wire.HEADER_BYTES + 16, 100);
+        rejectsFrame(sumOff, "declared payload");
+        byte[] badRegion = two.clone();
+        badRegion[Wire.HEADER_BYTES + WriteList.FIXED_BYTES] = 7;
+        rejectsFrame(badRegion, "region");
+        byte[] crcWithoutFlag = two.clone();
+        ByteBuffer.wrap(crcWithoutFlag).order(ByteOrder.LITTLE_ENDIAN).putInt(Wire.HEADER_BYTES + 24, 5);
+        rejectsFrame(crcWithoutFlag, "CRC");
+        rejectsFrame(frame(MessageType.WRITE_LIST, new byte[WriteList.FIXED_BYTES]), "shorter than one piece");
+        rejectsFrame(frame(MessageType.WRITE_LIST, new byte[WriteList.MAX_BODY_BYTES + WriteList.PIECE_BYTES]), "exceeds");
+    }
+
+    /** Decoding a WRITE_LIST into a reader's reused list allocates nothing. */
+    @Test
+    void decodingAPieceListIntoAReusedListAllocatesNothing() throws ProtocolException {
+        WriteList l = WriteList.builder(3, 300);
+        for (int i = 0; i < 300; i++) l.add(Region.KV, 0, i % 3, (i / 3) * 8192L, 2048);
+        ByteBuffer body = ByteBuffer.allocateDirect(WriteList.bodyBytes(300)).order(ByteOrder.LITTLE_ENDIAN);
+        body.put(FrameCodec.encode(sortedByBuffer(l)).position(Wire.HEADER_BYTES)).flip();
+        WriteList into = WriteList.reusable();
+        for (int i = 0; i < 2000; i++) FrameCodec.decodeWriteListInto(body.clear(), into);
+        if (!(ManagementFactory.getThreadMXBean() instanceof ThreadMXBean mx) || !mx.isThreadAllocatedMemoryEnabled()) {
+            return;
+        }
+        long before = mx.getCurrentThreadAllocatedBytes();
+        for (int i = 0; i < 1000; i++) FrameCodec.decodeWriteListInto(body.clear(), into);
+        long allocated = mx.getCurrentThreadAllocatedBytes() - before;
+        assertTrue(allocated < 16 * 1000, allocated + " bytes allocated decoding 1000 lists");
+        assertEquals(300, into.count());
+    }
+
+    private static WriteList sortedByBuffer(WriteList l) {
+        WriteList s = WriteList.builder(l.room(), l.count());
+        for (int b = 0; b < 3; b++) {
+            for (int i = 0; i < l.count(); i++) if (l.buffer(i) == b) s.add(l.region(i), 0, b, l.offset(i), l.length(i));
+        }
+        return s;
     }
 
     @Test

@@ -89,7 +89,7 @@ class FrameFuzzTest {
 
     @Property(tries = TRIES)
     void randomHeaderFields(@ForAll("magics") int magic, @ForAll @IntRange(min = 0, max = 3) int version,
-                            @ForAll @IntRange(min = 0, max = 9) int type, @ForAll("flags") int flags,
+                            @ForAll @IntRange(min = 0, max = 11) int type, @ForAll("flags") int flags,
                             @ForAll("lengths") int declared, @ForAll @Size(max = 64) byte[] body) {
         decodeOrReject(concat(header(magic, version, type, flags, declared), body));
     }
@@ -178,6 +178,41 @@ class FrameFuzzTest {
     }
 
     @Property(tries = FEWER_TRIES)
+    void writeListRoundTrips(@ForAll("writeLists") WriteList l) throws Exception {
+        assertSameMessage(l, FrameCodec.decodeFrame(FrameCodec.encode(l)));
+    }
+
+    /**
+     * Any list of pieces, in any order and any sizes: decoded only when its pieces ascend without
+     * overlapping, are non-empty and add up to the declared payload within the limits; else a
+     * ProtocolException, never anything else.
+     */
+    @Property(tries = TRIES)
+    void arbitraryPieceListsAreDecodedExactlyWhenTheyAscendWithoutOverlapping(@ForAll("rawPieces") List<long[]> pieces,
+                                                                              @ForAll @IntRange(min = -2, max = 2) int payloadSkew) {
+        if (pieces.isEmpty()) return;
+        WriteList l = WriteList.builder(5, pieces.size());
+        for (long[] p : pieces) l.add(Region.values()[(int) p[0]], (int) p[1], (int) p[2], p[3], p[4]);
+        byte[] frame = encoded(l);
+        ByteBuffer.wrap(frame).order(ByteOrder.LITTLE_ENDIAN).putLong(Wire.HEADER_BYTES + 16, l.payloadLength() + payloadSkew);
+        boolean valid = payloadSkew == 0 && l.payloadLength() > 0 && l.payloadLength() <= WriteList.MAX_PAYLOAD_BYTES;
+        long prevEnd = 0;
+        long[] prev = null;
+        for (long[] p : pieces) {
+            valid &= p[4] > 0 && p[3] >= 0 && p[3] <= Long.MAX_VALUE - p[4];
+            if (prev != null) {
+                int order = p[0] != prev[0] ? Long.compare(p[0], prev[0]) : p[1] != prev[1] ? Long.compare(p[1], prev[1])
+                        : Long.compare(p[2], prev[2]);
+                valid &= order > 0 || order == 0 && p[3] >= prevEnd;
+            }
+            prev = p;
+            prevEnd = p[3] + p[4];
+        }
+        ControlMessage m = decodeOrReject(frame);
+        assertEquals(valid, m != null, (m == null ? "rejected" : "accepted") + " " + l);
+    }
+
+    @Property(tries = FEWER_TRIES)
     void helloRoundTrips(@ForAll("hellos") Hello h) throws Exception {
         assertSameMessage(h, FrameCodec.decodeFrame(FrameCodec.encode(h)));
     }
@@ -259,6 +294,49 @@ class FrameFuzzTest {
                 Arbitraries.integers().between(0, Integer.MAX_VALUE),
                 Arbitraries.of(true, false)
         ).as(TransferInfo::new);
+    }
+
+    /** Ascending, non-overlapping pieces: valid WRITE_LISTs. */
+    @Provide
+    Arbitrary<WriteList> writeLists() {
+        Arbitrary<long[]> step = Combinators.combine(Arbitraries.integers().between(0, 3), Arbitraries.longs().between(0, 1 << 20),
+                Arbitraries.longs().between(1, 1 << 16)).as((jump, gap, len) -> new long[] {jump, gap, len});
+        return Combinators.combine(Arbitraries.longs(), step.list().ofMinSize(1).ofMaxSize(40), Arbitraries.of(true, false),
+                Arbitraries.integers()).as((room, steps, crc, value) -> {
+                    WriteList l = WriteList.builder(room, steps.size());
+                    int region = 0, component = 0, buffer = 0;
+                    long at = 0;
+                    for (long[] s : steps) {
+                        switch ((int) s[0]) {
+                            case 1 -> { buffer++; at = 0; }
+                            case 2 -> { component++; buffer = 0; at = 0; }
+                            case 3 -> {
+                                if (region < 2) {
+                                    region++;
+                                    component = 0;
+                                    buffer = 0;
+                                } else {
+                                    buffer++;
+                                }
+                                at = 0;
+                            }
+                            default -> { }
+                        }
+                        at += s[1];
+                        l.add(Region.values()[region], component, buffer, at, s[2]);
+                        at += s[2];
+                    }
+                    return crc ? l.withCrc(value) : l;
+                });
+    }
+
+    /** Pieces as (region, component, buffer, offset, length) with small values, so orders and overlaps collide often. */
+    @Provide
+    Arbitrary<List<long[]>> rawPieces() {
+        return Combinators.combine(Arbitraries.integers().between(0, 2), Arbitraries.integers().between(0, 2),
+                Arbitraries.integers().between(0, 2), Arbitraries.oneOf(Arbitraries.longs().between(0, 64), Arbitraries.of(Long.MAX_VALUE - 8)),
+                Arbitraries.oneOf(Arbitraries.longs().between(-1, 16), Arbitraries.of(WriteList.MAX_PAYLOAD_BYTES + 1)))
+                .as((r, c, b, off, len) -> new long[] {r, c, b, off, len}).list().ofMaxSize(12);
     }
 
     record Kv(long len, long item, int layer) {}

@@ -89,6 +89,10 @@ final class ProtocolSamples {
         out.add(new WriteHeader(9L, Region.AUX, 0, 1, 256, 256));
         out.add(new WriteHeader(Long.MIN_VALUE, Region.STATE, 0xFFFF, Integer.MAX_VALUE, Long.MAX_VALUE, 0));
         out.add(new WriteHeader(10L, Region.KV, 0, 2, 512, 64 * 4, 64, 256, 0x89ABCDEF));
+        out.add(WriteList.builder(11L, 1).add(Region.KV, 0, 0, 0, 2048));
+        out.add(WriteList.builder(Long.MIN_VALUE, 6).add(Region.KV, 0, 0, 4096, 2048).add(Region.KV, 0, 0, 6144, 2048)
+                .add(Region.KV, 0, 5, 0, 1).add(Region.AUX, 0, 1, 256, 256).add(Region.STATE, 0, 0, 64, 64)
+                .add(Region.STATE, 0xFFFF, Integer.MAX_VALUE, Long.MAX_VALUE - 4096, 4096).withCrc(0x89ABCDEF));
         return out;
     }
 
@@ -195,6 +199,7 @@ final class ProtocolSamples {
             case Abort e -> assertEquals(e, actual);
             case AbortAck e -> assertEquals(e, actual);
             case WriteHeader e -> assertEquals(e, actual);
+            case WriteList e -> assertEquals(e, actual);
             case Heartbeat e -> assertEquals(e, actual);
         }
     }

@@ -180,12 +180,12 @@ class BadInputTest extends TransferTestBase {
             MemorySegment junk = arena.allocate(PAGE_BYTES * 2);
             junk.fill((byte) 0x77);
             // Room 1 owns pages 1-2: pages 2-3 are not all its own.
-            evil.write(1, Region.KV, 0, 0, 2 * PAGE_BYTES, junk);
+            RawFrames.write(evil, 1, Region.KV, 0, 0, 2 * PAGE_BYTES, junk);
             // An unknown room and a status for an unknown room: dropped.
-            evil.write(99, Region.KV, 0, 0, 0, junk.asSlice(0, PAGE_BYTES));
+            RawFrames.write(evil, 99, Region.KV, 0, 0, 0, junk.asSlice(0, PAGE_BYTES));
             evil.send(new Status(12345, KVPoll.Success, 0, ""));
             // Bystander's aux row is row 1; row 0 is not its own.
-            evil.write(2, Region.AUX, 0, 0, 0, junk.asSlice(0, 64));
+            RawFrames.write(evil, 2, Region.AUX, 0, 0, 0, junk.asSlice(0, 64));
             await(victim::poll, KVPoll.Failed);
             assertTrue(failure(victim::failureException).contains("does not own"));
             await(bystander::poll, KVPoll.Failed);
@@ -198,7 +198,7 @@ class BadInputTest extends TransferTestBase {
             third.sendMetadata(new int[]{5}, 2, null, 0);
             assertInstanceOf(TransferInfo.class, evil.read());
             // A length larger than the whole buffer is a protocol violation: the connection goes.
-            evil.write(3, Region.KV, 0, 0, 0, arena.allocate(PAGE_BYTES * PAGES + 8));
+            RawFrames.write(evil, 3, Region.KV, 0, 0, 0, arena.allocate(PAGE_BYTES * PAGES + 8));
             await(third::poll, KVPoll.Failed);
             assertTrue(failure(third::failureException).contains("Lost connection with prefill instance (bootstrap_addr: " + fakeAddr + ")"));
             assertTrue(dm.pageIsZero(5) && dm.canariesIntact());

@@ -25,6 +25,7 @@ import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.protocol.Wire;
 import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.RankEndpoint;
@@ -44,6 +45,7 @@ import java.nio.ByteOrder;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
+import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -102,6 +104,12 @@ class IntegrityTest extends TransferTestBase {
             while (v[0].hasRemaining() || v[1].hasRemaining()) raw.write(v);
         }
 
+        /** A raw WRITE_LIST frame of {@code list} (valid or not) followed by {@code payload}. */
+        void writeList(WriteList list, MemorySegment payload) throws IOException {
+            ByteBuffer[] v = {FrameCodec.encode(list), payload.asByteBuffer()};
+            while (v[0].hasRemaining() || v[1].hasRemaining()) raw.write(v);
+        }
+
         @Override
         public void close() throws IOException {
             if (evil != null) evil.close();
@@ -148,6 +156,73 @@ class IntegrityTest extends TransferTestBase {
                     e1.getMessage());
             KVTransferException e2 = failed(underReported::failureException);
             assertTrue(e2.getMessage().contains("reports " + owed / 2 + " of the " + owed + " bytes it owes room 2"), e2.getMessage());
+        }
+    }
+
+    /**
+     * Piece lists from a token-holding prefill: an exact list lands and concludes; a list with one
+     * piece outside the room is refused whole (nothing of it lands, the room fails); a list that is
+     * short of what Success claims fails as incomplete; a list whose CRC is wrong fails as integrity;
+     * and a list whose pieces overlap is a protocol violation that ends the link.
+     */
+    @Test
+    void pieceListsLandExactlyAndHostileOnesAreRefused() throws Exception {
+        TestRank dm = rank();
+        int buffers = kvBuffers(dm);
+        try (FakePrefill fake = new FakePrefill(); Arena arena = Arena.ofConfined()) {
+            KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+            KVReceiver exact = d.createReceiver(fake.addr, 21), outside = d.createReceiver(fake.addr, 22),
+                    shortOne = d.createReceiver(fake.addr, 23), badCrc = d.createReceiver(fake.addr, 24),
+                    overlapping = d.createReceiver(fake.addr, 25);
+            fake.connect(() -> {
+                for (KVReceiver r : List.of(exact, outside, shortOne, badCrc, overlapping)) r.init(0);
+            }, true);
+            exact.sendMetadata(new int[]{3, 1}, -1, null, 0);
+            outside.sendMetadata(new int[]{5}, -1, null, 0);
+            shortOne.sendMetadata(new int[]{7, 8}, -1, null, 0);
+            badCrc.sendMetadata(new int[]{10}, -1, null, 0);
+            overlapping.sendMetadata(new int[]{12}, -1, null, 0);
+            for (int i = 0; i < 5; i++) assertInstanceOf(TransferInfo.class, fake.evil.read());
+            MemorySegment pages = arena.allocate(2 * PAGE_BYTES * buffers);
+            pages.fill((byte) 0x3C);
+            // Room 21: pages 1 and 3 of every buffer in one list, ascending; Success with the exact bytes.
+            WriteList all = WriteList.builder(21, 2 * buffers);
+            for (int b = 0; b < buffers; b++) all.add(Region.KV, 0, b, PAGE_BYTES, PAGE_BYTES).add(Region.KV, 0, b, 3 * PAGE_BYTES, PAGE_BYTES);
+            fake.writeList(all, pages.asSlice(0, all.payloadLength()));
+            fake.evil.send(Status.success(21, 0, all.payloadLength(), 0, false));
+            // Room 22 owns page 5 only: a list reaching into page 6 is refused whole.
+            WriteList stray = WriteList.builder(22, 2).add(Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES)
+                    .add(Region.KV, 0, 0, 6 * PAGE_BYTES, PAGE_BYTES);
+            fake.writeList(stray, pages.asSlice(0, 2 * PAGE_BYTES));
+            // Room 23: one buffer of two pages lands, but Success claims every buffer.
+            WriteList part = WriteList.builder(23, 2).add(Region.KV, 0, 0, 7 * PAGE_BYTES, 2 * PAGE_BYTES);
+            fake.writeList(part, pages.asSlice(0, 2 * PAGE_BYTES));
+            fake.evil.send(Status.success(23, 0, 2L * PAGE_BYTES * buffers, 0, false));
+            // Room 24: the list's CRC is not its payload's.
+            WriteList crc = WriteList.builder(24, 1).add(Region.KV, 0, 0, 10 * PAGE_BYTES, PAGE_BYTES).withCrc(0xBAD);
+            fake.writeList(crc, pages.asSlice(0, PAGE_BYTES));
+            await(exact::poll, KVPoll.Success);
+            await(outside::poll, KVPoll.Failed);
+            await(shortOne::poll, KVPoll.Failed);
+            await(badCrc::poll, KVPoll.Failed);
+            for (int b = 0; b < buffers; b++) {
+                assertTrue(dm.pageHolds(b, 1, (byte) 0x3C) && dm.pageHolds(b, 3, (byte) 0x3C), "room 21's pages landed, buffer " + b);
+            }
+            assertTrue(dm.pageIsZero(5) && dm.pageIsZero(6), "nothing of a refused list lands");
+            assertTrue(failure(outside::failureException).contains("does not own"));
+            KVTransferException incomplete = failed(shortOne::failureException);
+            assertEquals(FailureKind.INTEGRITY, incomplete.kind());
+            assertTrue(incomplete.getMessage().contains("incomplete transfer: landed " + 2 * PAGE_BYTES + " of "), incomplete.getMessage());
+            KVTransferException mismatch = failed(badCrc::failureException);
+            assertEquals(FailureKind.INTEGRITY, mismatch.kind());
+            assertTrue(mismatch.getMessage().contains("checksum mismatch on a WRITE_LIST of room 24"), mismatch.getMessage());
+            // Room 25: two pieces over the same bytes would count one page twice: the decoder refuses the frame, the link ends.
+            WriteList twice = WriteList.builder(25, 2).add(Region.KV, 0, 0, 12 * PAGE_BYTES, PAGE_BYTES)
+                    .add(Region.KV, 0, 0, 12 * PAGE_BYTES, PAGE_BYTES);
+            fake.writeList(twice, pages.asSlice(0, 2 * PAGE_BYTES));
+            await(overlapping::poll, KVPoll.Failed);
+            assertTrue(failure(overlapping::failureException).contains("Lost connection with prefill instance"));
+            assertTrue(dm.pageIsZero(12) && dm.canariesIntact());
         }
     }
 

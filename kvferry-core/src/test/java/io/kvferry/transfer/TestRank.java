@@ -89,6 +89,13 @@ final class TestRank implements AutoCloseable {
         return true;
     }
 
+    /** Whether page {@code page} of KV buffer {@code buffer} holds {@code value} in every byte. */
+    boolean pageHolds(int buffer, int page, byte value) {
+        MemorySegment s = kv[buffer].asSlice(page * pageBytes, pageBytes);
+        for (long o = 0; o < pageBytes; o++) if (s.get(ValueLayout.JAVA_BYTE, o) != value) return false;
+        return true;
+    }
+
     void fillRow(MemorySegment[] bufs, long[] items, int row, long tag) {
         for (int b = 0; b < bufs.length; b++) {
             MemorySegment s = bufs[b].asSlice(row * items[b], items[b]);

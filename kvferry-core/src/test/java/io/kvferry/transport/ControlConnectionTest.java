@@ -1,48 +1,62 @@
 package io.kvferry.transport;
 
-import com.sun.management.ThreadMXBean;
 import io.kvferry.api.KVPoll;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Status;
+import io.kvferry.protocol.Wire;
 import io.kvferry.protocol.WriteHeader;
-import io.kvferry.transport.tcp.TcpDestination;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.EOFException;
-import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.lang.management.ManagementFactory;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
 import java.time.Duration;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** Framing over a real loopback connection: read-ahead, payload landing, keepalive, EOF. */
+/** Framing over a real loopback connection: read-ahead, payloads in and past it, skips, keepalive, EOF. */
 @Timeout(30)
 class ControlConnectionTest {
+    /** A WRITE frame of {@code payload}, sent as one uninterrupted stretch. */
+    private static void sendWrite(ControlConnection c, long room, long offset, MemorySegment payload) throws Exception {
+        ByteBuffer frame = ByteBuffer.allocateDirect(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        FrameCodec.putWriteFrame(frame, room, Region.KV, 0, 2, offset, payload.byteSize());
+        ByteBuffer[] v = {frame.flip(), payload.asByteBuffer()};
+        c.writeFrames(v, 0, 2, frame.remaining() + payload.byteSize());
+    }
+
+    private static MemorySegment pattern(Arena arena, int bytes, int seed) {
+        MemorySegment s = arena.allocate(bytes);
+        for (int i = 0; i < bytes; i++) s.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 31 + seed));
+        return s;
+    }
+
     @Test
     void framesAndPayloadsSurviveTheReadAheadAndKeepaliveIsShortened() throws Exception {
-        try (ServerSocketChannel server = ServerSocketChannel.open(); Arena arena = Arena.ofConfined()) {
+        try (ServerSocketChannel server = ServerSocketChannel.open(); Arena arena = Arena.ofShared()) {
             server.bind(new InetSocketAddress("127.0.0.1", 0));
             ControlConnection client = ControlConnection.connect((InetSocketAddress) server.getLocalAddress(), Duration.ofSeconds(5));
             ControlConnection peer = new ControlConnection(server.accept());
             if (client.keepAliveIdleSeconds() != -1) assertEquals(5, client.keepAliveIdleSeconds());
-            MemorySegment src = arena.allocate(4096);
-            for (int i = 0; i < 4096; i++) src.set(ValueLayout.JAVA_BYTE, i, (byte) i);
-            // Small frames back to back around a WRITE: the read-ahead must never swallow payload bytes.
+            MemorySegment src = pattern(arena, 4096, 0);
+            // Small frames back to back around a WRITE: the read-ahead takes them all in one read; the payload
+            // comes out of it, whole, into the destination, and the frames after it are still there.
             client.send(new Abort(1));
-            client.write(7, Region.KV, 0, 2, 64, src);
+            sendWrite(client, 7, 64, src);
             client.send(new Status(7, KVPoll.Success, 3, ""));
             client.send(new AbortAck(1, 0));
             assertEquals(new Abort(1), peer.read());
@@ -60,68 +74,70 @@ class ControlConnectionTest {
         }
     }
 
-    /** Bytes allocated by the current thread while running {@code r}, or -1 when the JVM cannot say. */
-    private static long allocatedBy(IoAction r) throws IOException {
-        if (!(ManagementFactory.getThreadMXBean() instanceof ThreadMXBean mx)
-                || !mx.isThreadAllocatedMemorySupported() || !mx.isThreadAllocatedMemoryEnabled()) {
-            r.run();
-            return -1;
-        }
-        long before = mx.getCurrentThreadAllocatedBytes();
-        r.run();
-        return mx.getCurrentThreadAllocatedBytes() - before;
-    }
-
-    private interface IoAction {
-        void run() throws IOException;
-    }
-
-    /** The decode's tcp hot path: reading a WRITE frame, admitting it and landing its payload allocates nothing per frame. */
+    /**
+     * Payloads larger than the read-ahead land partly from it and partly straight from the socket,
+     * scattered over several buffers; a skipped payload leaves the stream in step; the frames after
+     * each come with the payload's last read.
+     */
     @Test
-    void landingWriteFramesAllocatesNothingPerFrame() throws Exception {
-        int frames = 12000, measured = 2000;
-        long piece = 256;
+    void largePayloadsScatteredOrSkippedKeepTheStreamInStep() throws Exception {
+        int big = 3 * ControlConnection.AHEAD_BYTES + 123;
         try (ServerSocketChannel server = ServerSocketChannel.open(); Arena arena = Arena.ofShared()) {
             server.bind(new InetSocketAddress("127.0.0.1", 0));
             ControlConnection client = ControlConnection.connect((InetSocketAddress) server.getLocalAddress(), Duration.ofSeconds(5));
             ControlConnection peer = new ControlConnection(server.accept());
-            MemorySegment src = arena.allocate(piece), pool = arena.allocate(64 * piece);
-            for (int i = 0; i < piece; i++) src.set(ValueLayout.JAVA_BYTE, i, (byte) (i + 1));
+            MemorySegment first = pattern(arena, big, 1), second = pattern(arena, big, 2), third = pattern(arena, 100, 3);
             Thread sender = Thread.ofPlatform().start(() -> {
                 try {
-                    for (int f = 0; f < frames; f++) client.write(f, Region.KV, 0, 0, (f % 64) * piece, src);
-                } catch (IOException e) {
-                    throw new UncheckedIOException(e);
+                    for (int round = 0; round < 20; round++) {
+                        sendWrite(client, round, 0, first);
+                        client.send(new Abort(round));
+                        sendWrite(client, round, 0, second);
+                        sendWrite(client, round, 0, third);
+                    }
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
                 }
             });
-            WriteSink gate = new WriteSink() {
-                @Override
-                public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span,
-                                  long payload) {
-                    into.admit(this, 0, pool, offset, span, payload);
-                }
-
-                @Override
-                public void end(Landing landing, boolean landed) {
-                    assertTrue(landed);
-                }
-            };
-            TcpDestination tcp = Transports.fallback().openDestination(null, 0, null, gate, why -> { });
-            WriteSink.Landing landing = new WriteSink.Landing("peer", null);
-            IoAction landSome = () -> {
-                for (int f = 0; f < measured; f++) {
-                    WriteHeader w = (WriteHeader) peer.read();
-                    assertNull(tcp.land(peer, w, landing));
-                }
-            };
-            for (int round = 0; round < 5; round++) landSome.run(); // warm-up: views made, code compiled
-            long bytes = allocatedBy(landSome);
-            sender.join();
-            assertEquals(-1, pool.asSlice(63 * piece, piece).mismatch(src), "the last page landed intact");
-            if (bytes >= 0) {
-                assertTrue(bytes < measured * 16L, bytes + " bytes allocated for " + measured + " WRITE frames");
+            MemorySegment a = arena.allocate(1000), b = arena.allocate(big - 1000 - 7), c = arena.allocate(7);
+            MemorySegment small = arena.allocate(100);
+            ByteBuffer[] vector = new ByteBuffer[4];
+            for (int round = 0; round < 20; round++) {
+                assertEquals(big, assertInstanceOf(WriteHeader.class, peer.read()).length());
+                vector[0] = a.asByteBuffer();
+                vector[1] = b.asByteBuffer();
+                vector[2] = c.asByteBuffer();
+                peer.readPayload(vector, 3);
+                assertEquals(null, vector[3], "the read-ahead's slot is handed back");
+                assertEquals(-1, a.mismatch(first.asSlice(0, 1000)));
+                assertEquals(-1, b.mismatch(first.asSlice(1000, big - 1007)));
+                assertEquals(-1, c.mismatch(first.asSlice(big - 7, 7)));
+                assertEquals(new Abort(round), peer.read());
+                assertEquals(big, assertInstanceOf(WriteHeader.class, peer.read()).length());
+                peer.skipPayload(big);
+                assertEquals(100, assertInstanceOf(WriteHeader.class, peer.read()).length());
+                peer.readPayload(small);
+                assertEquals(-1, small.mismatch(third), "round " + round);
             }
+            sender.join();
             client.close();
+            assertThrows(EOFException.class, peer::read);
+            peer.close();
+        }
+    }
+
+    @Test
+    void aStreamThatEndsInsideAFrameIsAProtocolErrorNotAnOrderlyClose() throws Exception {
+        try (ServerSocketChannel server = ServerSocketChannel.open()) {
+            server.bind(new InetSocketAddress("127.0.0.1", 0));
+            SocketChannel raw = SocketChannel.open(server.getLocalAddress());
+            ControlConnection peer = new ControlConnection(server.accept());
+            ByteBuffer frame = FrameCodec.encode(new Status(7, KVPoll.Success, 3, ""));
+            frame.limit(frame.limit() - 2); // the header and most of the body, then the end of the stream
+            while (frame.hasRemaining()) raw.write(frame);
+            raw.close();
+            ProtocolException e = assertThrows(ProtocolException.class, peer::read);
+            assertTrue(e.getMessage().contains("in the middle of a frame"), e.getMessage());
             peer.close();
         }
     }

@@ -6,6 +6,7 @@ import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.transport.inproc.InprocTransportProvider;
 import io.kvferry.transport.tcp.TcpTransportProvider;
 import org.junit.jupiter.api.AfterEach;
@@ -84,6 +85,13 @@ class TransportProvidersTest {
                 throws WriteRejectedException {
             if (room == 13) throw new WriteRejectedException("room 13 is not ready", false);
             into.admit(room, 0, pool, offset, span, payload);
+        }
+
+        @Override
+        public void beginList(Landing into, WriteList list) throws WriteRejectedException {
+            if (list.room() == 13) throw new WriteRejectedException("room 13 is not ready", false);
+            for (int i = 0; i < list.count(); i++) into.pieceBuffers()[i] = pool;
+            into.admitList(list.room(), 0, list.payloadLength());
         }
 
         @Override

@@ -6,6 +6,10 @@ import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.DataPath;
+import io.kvferry.transport.PeerLink;
+import io.kvferry.transport.TransportUnavailableException;
+import io.kvferry.transport.Transports;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
 import org.openjdk.jmh.annotations.Fork;
@@ -34,9 +38,9 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * Head slicing on the tcp path, through the public classes the prefill uses: plan one 256-page chunk of
  * Llama-3.1-8B KV from a P4 rank to a D2 rank ({@link TransferPlanner#planKvSliced}: one strided op per
- * buffer and run, 2 of the decode's 4 heads per token) and send it with
- * {@link ControlConnection#writePlan}, which gathers each op's pieces (512 B per token) into native
- * staging and writes it as one WRITE. The peer is a loopback socket drained by a thread this state owns,
+ * buffer and run, 2 of the decode's 4 heads per token) and send it through tcp's {@link DataPath}
+ * (the transport SPI, as the prefill does), which gathers each op's pieces (512 B per token) into
+ * native staging and writes it as one WRITE. The peer is a loopback socket drained by a thread this state owns,
  * so the figure is gather + syscalls + the kernel's loopback copy; {@code bytesPerOp} of the result is the
  * chunk's bytes. {@code planOnly} isolates the planner.
  */
@@ -68,6 +72,7 @@ public class HeadSliceGatherBench {
     HeadSlice[] slices;
     ServerSocketChannel server;
     ControlConnection connection;
+    DataPath path;
     Thread drain;
     final AtomicLong drained = new AtomicLong();
 
@@ -113,6 +118,11 @@ public class HeadSliceGatherBench {
             }
         });
         connection = new ControlConnection(client);
+        try {
+            path = Transports.fallback().openSource(source, 0, null).connect(null, null, new PeerLink("jmh", connection, 1));
+        } catch (TransportUnavailableException e) {
+            throw new IOException(e);
+        }
     }
 
     @TearDown(Level.Trial)
@@ -139,7 +149,7 @@ public class HeadSliceGatherBench {
     @Benchmark
     public long planAndSend() throws IOException {
         CopyPlan plan = TransferPlanner.planKvSliced(src, dst, srcItems, dstItems, PAGE_SIZE, slices);
-        connection.writePlan(7, plan, source, () -> false);
+        path.write(7, plan, source, () -> false);
         return plan.totalBytes();
     }
 }
