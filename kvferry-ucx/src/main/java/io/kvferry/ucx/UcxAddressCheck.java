@@ -2,6 +2,7 @@ package io.kvferry.ucx;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -27,7 +28,8 @@ import java.util.Set;
  *       64, no endpoint addresses (a worker address has none), performance figures libucp can score
  *       (times of 0 to 1 s, a bandwidth of 1 B/s to 10^15 B/s: a negative score trips an assertion), and
  *       for each transport this UCX also runs (by name checksum) the shape this worker's entry for it
- *       has: device and interface address lengths, capability flags and (v2) segment size (a transport
+ *       has: device and interface address lengths, capability flags, (v2) segment size and posix's segment
+ *       id mode bits (a transport
  *       unknown here is ignored by libucp, never parsed; capabilities it does not have would steer
  *       libucp's lane selection and wireup into states it asserts never happen);
  *   <li>remote key: the memory domain map, the memory type the offer declares, each domain's key
@@ -72,20 +74,42 @@ final class UcxAddressCheck {
      * same shapes for a transport; the peer-specific bytes (device and interface addresses, uuid,
      * performance figures, priority, atomics) are not part of it.
      */
-    record Transport(int nameChecksum, int mdIndex, int deviceAddressLength, int ifaceAddressLength, int capabilities, int segmentSize) {
+    record Transport(int nameChecksum, int mdIndex, int deviceAddressLength, int ifaceAddressLength, int capabilities, int segmentSize,
+                     long addressMode) {
         Shape shape() {
-            return new Shape(deviceAddressLength, ifaceAddressLength, capabilities, segmentSize);
+            return new Shape(deviceAddressLength, ifaceAddressLength, capabilities, segmentSize, addressMode);
         }
     }
 
-    /** What must be equal to this process's entry for the same transport. */
-    record Shape(int deviceAddressLength, int ifaceAddressLength, int capabilities, int segmentSize) {
+    /**
+     * What must be equal to this process's entry for the same transport. {@code addressMode}: for
+     * posix, the mode bits of the segment id its interface address starts with (procfs, shm_open, a
+     * file in a directory, hugetlb, pid namespace: chosen by configuration, and a mode the receiving
+     * side was not configured for trips an assertion in {@code uct_posix_mem_attach_common}); 0 for
+     * the others.
+     */
+    record Shape(int deviceAddressLength, int ifaceAddressLength, int capabilities, int segmentSize, long addressMode) {
         @Override
         public String toString() {
             return deviceAddressLength + "-byte device and " + ifaceAddressLength + "-byte interface address, capabilities 0x"
-                    + Integer.toHexString(capabilities) + (segmentSize >= 0 ? ", segment size " + segmentSize : "");
+                    + Integer.toHexString(capabilities) + (segmentSize >= 0 ? ", segment size " + segmentSize : "")
+                    + (addressMode != 0 ? ", address mode 0x" + Long.toHexString(addressMode) : "");
         }
     }
+
+    /** UCX's name checksum (CRC-16-CCITT, reflected, as {@code ucs_crc16_string}) of a transport name. */
+    static int nameChecksum(String name) {
+        int crc = 0xFFFF;
+        for (byte c : name.getBytes(StandardCharsets.US_ASCII)) {
+            crc ^= c & 0xFF;
+            for (int bit = 0; bit < 8; bit++) crc = (crc >>> 1) ^ ((crc & 1) != 0 ? 0x8408 : 0);
+        }
+        return ~crc & 0xFFFF;
+    }
+
+    private static final int POSIX = nameChecksum("posix");
+    /** {@code UCT_POSIX_SEG_FLAGS_MASK}: procfs, shm_open, hugetlb, pid namespace (bits 60-63 of the segment id). */
+    private static final long POSIX_MODE_MASK = 0xFL << 60;
 
     /** The parsed structure of a worker address. */
     record Layout(int version, int flags, long uuid, List<Transport> transports) {}
@@ -240,8 +264,14 @@ final class UcxAddressCheck {
                 if ((ifByte & HAS_EP_ADDR) != 0) throw new Refused("an endpoint address inside a worker address");
                 int ifLen = ifByte & IFACE_LEN_MASK;
                 if (version == V2 && ifLen == IFACE_LEN_MASK) ifLen = r.u8("extended interface address length");
-                r.skip(ifLen, "interface address");
-                transports.add(new Transport(csum, mdIndex, devLen, ifLen, caps, segSize));
+                long mode = 0;
+                if (csum == POSIX && ifLen >= 8) {
+                    mode = r.u64("posix segment id") & POSIX_MODE_MASK;
+                    r.skip(ifLen - 8, "interface address");
+                } else {
+                    r.skip(ifLen, "interface address");
+                }
+                transports.add(new Transport(csum, mdIndex, devLen, ifLen, caps, segSize, mode));
             }
         } while (!lastDevice);
         r.end();

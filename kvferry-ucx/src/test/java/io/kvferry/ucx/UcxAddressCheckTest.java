@@ -140,6 +140,24 @@ class UcxAddressCheckTest {
     }
 
     @Test
+    void posixSegmentIdsInAModeThisUcxIsNotConfiguredForAreRefused() throws Exception {
+        assertEquals(0x19cf, UcxAddressCheck.nameChecksum("tcp"));
+        assertEquals(0xd3a7, UcxAddressCheck.nameChecksum("posix"));
+        UcxAddressCheck c = new UcxAddressCheck(ALL, ALL_KEY);
+        // posix's interface address (174..181) starts with its FIFO's segment id; bits 60-63 say how to attach it.
+        // Found by fuzzing: a mode the receiver is not configured for trips uct_posix_mem_attach_common's assertion.
+        for (int bit = 4; bit < 8; bit++) {
+            byte[] a = peerOf(ALL, 11);
+            a[181] ^= (byte) (1 << bit);
+            String why = refusal(c, a);
+            assertTrue(why.contains("transport 0xd3a7"), why);
+        }
+        byte[] otherSegment = peerOf(ALL, 11);
+        otherSegment[175] ^= 0x5a; // another segment, same mode: the peer's own
+        assertDoesNotThrow(() -> c.checkAddress(otherSegment));
+    }
+
+    @Test
     void remoteKeysAreCheckedAgainstTheDomainsTheAddressReaches() throws Exception {
         UcxAddressCheck all = new UcxAddressCheck(ALL, ALL_KEY);
         UcxAddressCheck.Layout peer = all.checkAddress(peerOf(ALL, 3));

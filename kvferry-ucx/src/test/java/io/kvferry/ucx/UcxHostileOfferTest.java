@@ -18,6 +18,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -52,6 +53,10 @@ class UcxHostileOfferTest {
 
     /** Runs {@link HostileOfferMain} with {@code args} in a child JVM, behind {@code prefix} (e.g. unshare), in a scratch directory. */
     static Child child(List<String> prefix, String... args) throws Exception {
+        return child(prefix, Map.of(), args);
+    }
+
+    static Child child(List<String> prefix, Map<String, String> env, String... args) throws Exception {
         List<String> cmd = new ArrayList<>(prefix);
         cmd.add(ProcessHandle.current().info().command().orElseThrow());
         cmd.add("--enable-native-access=ALL-UNNAMED");
@@ -62,7 +67,9 @@ class UcxHostileOfferTest {
         cmd.add(HostileOfferMain.class.getName());
         cmd.addAll(List.of(args));
         Path dir = Files.createTempDirectory("kvferry-ucx-hostile"); // where a crashing JVM may leave its files
-        Process p = new ProcessBuilder(cmd).directory(dir.toFile()).redirectErrorStream(true).start();
+        ProcessBuilder pb = new ProcessBuilder(cmd).directory(dir.toFile()).redirectErrorStream(true);
+        pb.environment().putAll(env);
+        Process p = pb.start();
         try {
             byte[] out = p.getInputStream().readAllBytes();
             if (!p.waitFor(150, TimeUnit.SECONDS)) fail("the child did not finish: " + String.join(" ", cmd));
@@ -107,14 +114,17 @@ class UcxHostileOfferTest {
                 && (Integer) Files.getAttribute(Path.of("/proc/self"), "unix:uid") == 0, "needs root, unshare and ip (a network namespace)");
         Child probe = child(List.of("/usr/bin/unshare", "--net", "true"), "random", "1", "0");
         assumeTrue(probe.exit() == 0, "unshare --net is not permitted here: " + probe.output());
-        Child c = child(List.of("/usr/bin/unshare", "--net", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""),
-                "mutants", "3", "300");
-        assertEquals(0, c.exit(), c.output());
-        assertTrue(c.output().contains("ALIVE"), c.output());
-        String counts = c.line("COUNTS ");
-        assertNotNull(counts, c.output());
-        assertFalse(counts.contains("connected=0"), "some damaged addresses pass the check and reach libucp: " + counts);
-        assertFalse(counts.contains("refused=0"), "and some do not: " + counts);
+        // Both error modes: with error handling off, UCX also uses its posix/sysv transports between the two.
+        for (String mode : List.of("peer", "none")) {
+            Child c = child(List.of("/usr/bin/unshare", "--net", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\""),
+                    Map.of("KVFERRY_UCX_ERR_MODE", mode), "mutants", "3", "250");
+            assertEquals(0, c.exit(), "error mode " + mode + ": " + c.output());
+            assertTrue(c.output().contains("ALIVE"), c.output());
+            String counts = c.line("COUNTS ");
+            assertNotNull(counts, c.output());
+            assertFalse(counts.contains("connected=0"), "some damaged addresses pass the check and reach libucp: " + counts);
+            assertFalse(counts.contains("refused=0"), "and some do not: " + counts);
+        }
     }
 
     @Test
