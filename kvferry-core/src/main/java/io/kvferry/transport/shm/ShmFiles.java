@@ -10,6 +10,7 @@ import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.VarHandle;
+import java.nio.file.AccessDeniedException;
 import java.nio.file.Path;
 import java.util.Locale;
 
@@ -30,7 +31,7 @@ final class ShmFiles {
     private static final int STATX_BASIC_STATS = 0x7ff, STATX_NEEDED = 0x1 | 0x2 | 0x8 | 0x100 | 0x200; // type, mode, uid, ino, size
     private static final int S_IFMT = 0xF000, S_IFREG = 0x8000, S_IFLNK = 0xA000;
     private static final int PROT_READ = 1, PROT_WRITE = 2, MAP_SHARED = 1;
-    private static final int ELOOP = 40;
+    private static final int ELOOP = 40, EACCES = 13;
     static final long PAGE = 4096;
     private static final long STATX_SIZE = 256;
     /** Pages asked about per {@code mincore} call (one byte each). */
@@ -137,6 +138,7 @@ final class ShmFiles {
      * Opens {@code path} for reading and writing without following a symlink in its last component
      * ({@code O_NOFOLLOW}), without blocking on a FIFO, and reads the status of what was opened.
      *
+     * @throws AccessDeniedException when this process may not open it for writing (another user's 0600 file)
      * @throws IOException naming the path; "is a symbolic link" when it is one
      */
     static Opened open(Path path) throws IOException {
@@ -146,7 +148,9 @@ final class ShmFiles {
             MemorySegment state = a.allocate(CAPTURED);
             fd = (int) NATIVE.open.invokeExact(state, a.allocateFrom(path.toString()), O_RDWR | O_CLOEXEC | O_NONBLOCK | NATIVE.noFollow, 0);
             if (fd < 0) {
-                if ((int) ERRNO.get(state, 0L) == ELOOP) throw new IOException(path + " is a symbolic link; shm opens only the file itself");
+                int errno = (int) ERRNO.get(state, 0L);
+                if (errno == ELOOP) throw new IOException(path + " is a symbolic link; shm opens only the file itself");
+                if (errno == EACCES) throw new AccessDeniedException(path.toString(), null, strerror(errno));
                 throw failure("cannot open " + path, state);
             }
         } catch (IOException e) {

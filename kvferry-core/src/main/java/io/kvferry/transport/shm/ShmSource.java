@@ -13,6 +13,7 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.nio.file.AccessDeniedException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -103,6 +104,7 @@ final class ShmSource implements SourceTransport {
             if (!ok) arena.close();
         }
     }
+
     /** The offer's fence, mapped, and the uid that owns it. */
     private record MappedFence(MemorySegment segment, int owner) {}
 
@@ -153,7 +155,7 @@ final class ShmSource implements SourceTransport {
     }
 
     /** Opens a file the offer names, if it is a kvferry file directly in the shared-memory directory. */
-    private static ShmFiles.Opened open(String name, String peer) throws IOException {
+    private static ShmFiles.Opened open(String name, String peer) throws IOException, TransportUnavailableException {
         Path path = Path.of(name).normalize();
         if (!path.isAbsolute() || !SharedMemory.DIR.toAbsolutePath().normalize().equals(path.getParent())
                 || !path.getFileName().toString().startsWith(SharedMemory.PREFIX)) {
@@ -161,6 +163,9 @@ final class ShmSource implements SourceTransport {
         }
         try {
             return ShmFiles.open(path);
+        } catch (AccessDeniedException e) {
+            throw new TransportUnavailableException("this prefill may not open the shared-memory files of decode " + peer
+                    + " (kvferry creates them 0600: shm needs prefill and decode to run as the same user)");
         } catch (IOException e) {
             throw new IOException("shm offer from " + peer + ": " + e.getMessage(), e);
         }
