@@ -44,7 +44,8 @@ final class UcxSource implements SourceTransport {
     private final UcxAddressCheck check;
     private final String uncheckable;
 
-    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine, UcxSettings settings) {
+    /** @param ownKey a remote key this context packed (the template for peers' keys), or null when nothing is registered */
+    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine, UcxSettings settings, byte[] ownKey) {
         this.settings = settings;
         UcxAddressCheck c = null;
         String why = null;
@@ -52,8 +53,7 @@ final class UcxSource implements SourceTransport {
             why = "kvferry-ucx checks worker addresses in the packed format of UCX 1.13 and 1.14; this is UCX " + UcxRuntime.version();
         } else {
             try {
-                c = new UcxAddressCheck(engine.ownAddress(),
-                        registrations.isEmpty() ? null : UcxDestination.bytes(registrations.get(0).getRemoteKeyBuffer()));
+                c = new UcxAddressCheck(engine.ownAddress(), ownKey);
             } catch (UcxAddressCheck.Refused | RuntimeException e) {
                 why = e.getMessage();
             }
@@ -87,10 +87,12 @@ final class UcxSource implements SourceTransport {
                             + seg.byteSize() + " bytes); details in the prefill's log", e);
                 }
             });
+            // Packed before the engine thread starts, like the registrations: no UCX call here races with it.
+            byte[] ownKey = regs.isEmpty() ? null : UcxDestination.bytes(regs.get(0).getRemoteKeyBuffer());
             UcxEngine engine = new UcxEngine(ctx, engineRank, settings);
             log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
                     UcxRuntime.version(), engine.errMode().name().toLowerCase(Locale.ROOT));
-            return new UcxSource(ctx, regs, engine, settings);
+            return new UcxSource(ctx, regs, engine, settings, ownKey);
         } catch (IOException | RuntimeException e) {
             for (UcpMemory m : regs) m.deregister();
             ctx.close();
