@@ -1,6 +1,7 @@
 package io.kvferry.bench;
 
 import com.fasterxml.jackson.annotation.JsonProperty;
+import com.fasterxml.jackson.annotation.JsonUnwrapped;
 
 import java.util.List;
 import java.util.Map;
@@ -39,6 +40,7 @@ import java.util.Map;
  * @param ratioTransferToUcxPerftest transfer_gbps / ucx_perftest_gbps: ucx_perftest is one stream, and one UCX engine
  *                          thread per prefill rank posts every worker's puts, so the transport's bandwidth is
  *                          transfer_gbps (equal to datapath_gbps with one transfer worker)
+ * @param suite             the benchmark suite's columns ({@link SuiteFigures}), flattened into this object's JSON
  */
 public record BenchResult(
         String model, String transport, boolean processes,
@@ -73,4 +75,5 @@ public record BenchResult(
         @JsonProperty("ucx_perftest_rounds_gbps") List<Double> ucxPerftestRoundsGbps,
         @JsonProperty("ratio_transfer_to_ucx_perftest") Double ratioTransferToUcxPerftest,
         @JsonProperty("ucx_perftest_command") String ucxPerftestCommand,
-        @JsonProperty("first_failures") List<String> firstFailures) {}
+        @JsonProperty("first_failures") List<String> firstFailures,
+        @JsonUnwrapped SuiteFigures suite) {}

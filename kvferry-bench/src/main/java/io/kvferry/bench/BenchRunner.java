@@ -3,8 +3,10 @@ package io.kvferry.bench;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.MemoryBudget;
 import io.kvferry.testkit.RankPool;
+import io.kvferry.testkit.RoleOptions;
 import io.kvferry.testkit.RoleReport;
 import io.kvferry.testkit.RoleRunner;
+import io.kvferry.testkit.RoomMemoryProbe;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.KVFerry;
@@ -43,6 +45,8 @@ public final class BenchRunner {
 
     private final BenchConfig config;
     private final PrintStream progressOut;
+    /** One JVM with --room-memory: the probe every driver shares (null otherwise). */
+    private RoomMemoryProbe embeddedProbe;
 
     public BenchRunner(BenchConfig config, PrintStream progressOut) {
         this.config = config;
@@ -103,12 +107,14 @@ public final class BenchRunner {
         int ranks = config.rankCount(DisaggregationMode.PREFILL) + config.rankCount(DisaggregationMode.DECODE);
         ExecutorService exec = Executors.newFixedThreadPool(ranks + 1);
         AtomicInteger progress = new AtomicInteger();
+        // One JVM holds both roles: one room-memory probe for every driver, measuring both sides' rooms together.
+        embeddedProbe = config.suite().probeRooms() > 0 ? new RoomMemoryProbe(ranks, config.suite().probeRooms(), "both") : null;
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
             RoleRunner.launch(DisaggregationMode.PREFILL, config, addr, range(config.prefillTp()), "127.0.0.1", exec,
-                    managers, pools, futures, null);
+                    managers, pools, futures, null, null, RoleOptions.NONE, embeddedProbe);
             RoleRunner.launch(DisaggregationMode.DECODE, config, addr, range(config.decodeTp()), "127.0.0.1", exec,
-                    managers, pools, futures, progress);
+                    managers, pools, futures, progress, null, RoleOptions.NONE, embeddedProbe);
             Future<?> ticker = exec.submit(() -> showProgress(progress));
             List<RoleReport> reports = new ArrayList<>();
             for (Future<RoleReport> f : futures) reports.add(get(f));
@@ -160,9 +166,11 @@ public final class BenchRunner {
         Thread hook = new Thread(() -> children.forEach(Process::destroyForcibly));
         Runtime.getRuntime().addShutdownHook(hook);
         try {
-            Process prefill = RoleRunner.spawn("prefill", config, addr);
+            // The room-memory probe reads native memory from NMT (every Arena and direct allocation) when it is on.
+            List<String> jvmFlags = config.suite().probeRooms() > 0 ? List.of("-XX:NativeMemoryTracking=summary") : List.of();
+            Process prefill = RoleRunner.spawn("prefill", config, addr, jvmFlags, List.of());
             children.add(prefill);
-            Process decode = RoleRunner.spawn("decode", config, addr);
+            Process decode = RoleRunner.spawn("decode", config, addr, jvmFlags, List.of());
             children.add(decode);
             ExecutorService exec = Executors.newFixedThreadPool(2);
             try {
@@ -260,7 +268,16 @@ public final class BenchRunner {
                 perftest > 0 ? round(perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.rounds().stream().map(BenchRunner::round).toList(),
                 perftest > 0 && transferGbps > 0 ? round(transferGbps / perftest) : null,
-                ucxPerftest == null ? null : ucxPerftest.command(), failures);
+                ucxPerftest == null ? null : ucxPerftest.command(), failures,
+                suiteFigures(reports, processes, n - failedIdx.size() - config.workload().warmup(), elapsed, pathBytes, pathOps));
+    }
+
+    /** The benchmark suite's columns (SuiteFigures): measured requests only. */
+    private SuiteFigures suiteFigures(List<RoleReport> reports, boolean processes, int succeededMeasured, double elapsed,
+                                      long pathBytes, long pathOps) {
+        return SuiteFigures.merge(reports, config.suite().pages().cliName(), config.suite().ratePerSecond(),
+                config.workload().requests(), Math.max(0, succeededMeasured), elapsed, pathBytes, pathOps, processes,
+                embeddedProbe);
     }
 
     private static double round(double v) {

@@ -1,7 +1,10 @@
 package io.kvferry.chaos;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.ChecksumMode;
+import io.kvferry.protocol.Fingerprint;
 import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.MessageType;
@@ -127,8 +130,11 @@ public final class ChaosScenarios {
             attacks.add(header(0x12345678, version, 1, 0, 16));                       // wrong magic
             attacks.add(header(magic, version, 99, 0, 0));                             // unknown type
             attacks.add(header(magic, version + 4, 1, 0, 0));                          // unknown version
-            attacks.add(FrameCodec.encode(new Hello("wrong-token", "intruder", "tcp", 0, 1, 0, config.workload().pageSize(), "bf16",
-                    new MemoryDescriptor(new long[0], new long[0], new int[0], new long[0], new long[0], List.of()))).array());
+            // A HELLO signed with the wrong token, answering a challenge it never read.
+            attacks.add(FrameCodec.encode(new Hello("intruder", "intruder", Fingerprint.of("", "bf16", config.workload().pageSize(),
+                    false, 0), "tcp", 0, 1, 0, 0, ChecksumMode.OFF,
+                    new MemoryDescriptor(new long[0], new long[0], new int[0], new long[0], new long[0], List.of()), List.of(),
+                    Handshake.nonce(), null, null).signed(Handshake.key("wrong-token"), Handshake.nonce())).array());
             return attacks;
         }
 

@@ -3,10 +3,19 @@ package io.kvferry.cli;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
+import io.kvferry.bench.SuiteFigures;
+import io.kvferry.bench.sweep.SweepPlan;
+import io.kvferry.bench.sweep.SweepRunner;
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.ucx.UcxTransportProvider;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.Callable;
 
 /** The main job: an embedded cluster moving Llama-shaped KV, verified byte for byte. */
@@ -30,6 +39,20 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print the summary as one JSON object on the last line.")
     boolean json;
 
+    // ---- benchmark suite (issue 16): the sweep
+
+    @Option(names = "--sweep",
+            description = "Run the sweep: op size (page size) x transport (tcp, shm, ucx when available) x concurrency, "
+                    + "then an offered-load series (--rate); one JSON per point, sweep.csv and PNG charts under --out.")
+    boolean sweep;
+
+    @Option(names = "--sweep-quick", description = "A sweep in seconds (tiny model, tcp and inproc, two loads): to try it out.")
+    boolean sweepQuick;
+
+    @Option(names = "--out", defaultValue = "bench-sweep",
+            description = "Directory the sweep writes to (created). Default: ${DEFAULT-VALUE}.")
+    Path out;
+
     @Override
     public Integer call() throws Exception {
         BenchConfig config;
@@ -39,6 +62,7 @@ public final class BenchCommand implements Callable<Integer> {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;
         }
+        if (sweep || sweepQuick) return runSweep(config);
         if (processes && config.transport().equals("inproc")) {
             System.err.println("kvferry bench: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
             return 2;
@@ -74,8 +98,63 @@ public final class BenchCommand implements Callable<Integer> {
             System.out.printf("ucx_perftest baseline %.2f GB/s (median of %s; %s), transfer ratio %.2f%n", r.ucxPerftestGbps(),
                     r.ucxPerftestRoundsGbps(), r.ucxPerftestCommand(), r.ratioTransferToUcxPerftest());
         }
+        printSuiteSummary(r);
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));
         return r.failed() == 0 && r.corrupted() == 0 ? 0 : 1;
+    }
+
+    // ---- benchmark suite (issue 16): the sweep
+
+    /** Runs the sweep; the command line's TP, seed, --pages, --transfer-workers and --processes apply to every point. */
+    private int runSweep(BenchConfig base) throws Exception {
+        SweepPlan.Grid grid;
+        if (sweepQuick) {
+            grid = SweepPlan.Grid.quick();
+        } else {
+            List<String> transports = new ArrayList<>(List.of("tcp", "shm"));
+            String noUcx = new UcxTransportProvider().unavailableReason(KVFerrySettings.fromEnvironment());
+            if (noUcx == null) transports.add("ucx");
+            else System.err.println("[sweep] no ucx points: " + noUcx);
+            grid = SweepPlan.Grid.standard(transports);
+        }
+        if (processes && grid.transports().contains("inproc")) {
+            System.err.println("kvferry bench: --sweep-quick has inproc points, which cannot run with --processes");
+            return 2;
+        }
+        SweepPlan plan = SweepPlan.of(base, grid, processes, !sweepQuick, !sweepQuick);
+        System.err.printf("[sweep] %d points -> %s%n", plan.points().size(), out.toAbsolutePath());
+        SweepRunner.Outcome o = new SweepRunner(plan, out, System.err).run();
+        System.out.printf("sweep: %d points (%d failed) in %s: %s, %s, charts %s%n", o.pointFiles().size(), o.failedPoints(),
+                o.dir(), o.csv().getFileName(), o.baselines().getFileName(),
+                o.charts().stream().map(c -> c.getFileName().toString()).toList());
+        return o.failedPoints() == 0 ? 0 : 1;
+    }
+
+    // ---- benchmark suite (issue 16): the nixlbench columns, open-loop and room-rate lines
+
+    /** The suite's columns, three lines: nixlbench row, load and latency from arrival, per-room cost. */
+    static void printSuiteSummary(BenchResult r) {
+        SuiteFigures s = r.suite();
+        if (s == null) return;
+        System.out.printf("nixl: block %d B, batch %.1f ops/request, %.2f GB/s (transfer %.2f), avg latency %.3f ms; "
+                        + "prepare avg %.3f p99 %.3f ms, post avg %.3f p99 %.3f ms, transfer avg %.3f p99 %.3f ms (pages %s)%n",
+                s.blockBytes(), s.batchSize(), r.gbps(), r.transferGbps(), s.avgLatencyMs(), s.prepareMs().get("avg"),
+                s.prepareMs().get("p99"), s.postMs().get("avg"), s.postMs().get("p99"), s.transferMs().get("avg"),
+                s.transferMs().get("p99"), s.pages());
+        System.out.printf("load: %s, achieved %.1f requests/s; latency from arrival p50 %.3f p99 %.3f p999 %.3f ms%n",
+                s.offeredRate() == null ? "closed loop" : String.format("offered %.1f requests/s", s.offeredRate()),
+                s.achievedRate(), s.requestLatencyMs().get("p50"), s.requestLatencyMs().get("p99"),
+                s.requestLatencyMs().get("p999"));
+        Map<String, Object> cpu = s.cpuUsPerRoom();
+        System.out.printf("rooms: %.1f rooms/s; CPU per room prefill %s µs, decode %s µs (%s)%n", s.roomsPerSecond(),
+                cpu.get("prefill"), cpu.get("decode"), "threads".equals(cpu.get("method"))
+                        ? "one JVM, by Java thread group; other threads " + cpu.get("other") + " µs, whole JVM with GC and JIT "
+                        + cpu.get("process") + " µs" : "per role JVM, GC and JIT included");
+        if (s.roomMemory() != null) {
+            s.roomMemory().forEach((scope, m) -> System.out.printf(
+                    "room memory (%s): %d B heap + %d B native (%s) = %d B per in-flight room, %d rooms parked%n",
+                    scope, m.heapBytesPerRoom(), m.nativeBytesPerRoom(), m.nativeSource(), m.totalBytesPerRoom(), m.rooms()));
+        }
     }
 }

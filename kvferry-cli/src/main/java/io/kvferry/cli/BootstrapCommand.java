@@ -4,6 +4,7 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.registry.RegistryOptions;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.time.Duration;
@@ -21,9 +22,9 @@ public final class BootstrapCommand implements Callable<Integer> {
     @Option(names = "--port", defaultValue = "8998", description = "Port (0 = any free port). Default: ${DEFAULT-VALUE}.")
     int port;
 
-    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
-            description = "Bearer token required on the write routes (env KVFERRY_AUTH_TOKEN). Without one they answer 401.")
-    String authToken;
+    /** The bearer token required on the write routes; without one they answer 401. */
+    @Mixin
+    AuthTokenOptions auth = new AuthTokenOptions();
 
     @Option(names = "--no-auth", description = "Accept writes without a token, for SGLang releases that predate bootstrap "
             + "auth and send no Authorization header. Anyone who reaches the port can then register ranks; logged as a warning.")
@@ -41,8 +42,15 @@ public final class BootstrapCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        if (noAuth && authToken != null && !authToken.isBlank()) {
-            System.err.println("kvferry bootstrap: --no-auth and a token (--auth-token or KVFERRY_AUTH_TOKEN) exclude each other: drop one");
+        String authToken;
+        try {
+            authToken = auth.token();
+        } catch (RuntimeException e) {
+            System.err.println("kvferry bootstrap: " + e.getMessage());
+            return 2;
+        }
+        if (noAuth && authToken != null) {
+            System.err.println("kvferry bootstrap: --no-auth and a token (--auth-token-file or KVFERRY_AUTH_TOKEN) exclude each other: drop one");
             return 2;
         }
         RegistryOptions options;

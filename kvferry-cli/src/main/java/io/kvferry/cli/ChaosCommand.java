@@ -3,6 +3,7 @@ package io.kvferry.cli;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.chaos.ChaosRunner;
+import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -63,6 +64,8 @@ public final class ChaosCommand implements Callable<Integer> {
         }
         ChaosRunner.Result r;
         try {
+            // Both roles' pools on this machine, before any process starts (issue 16: every bench mode checks).
+            MemoryBudget.requireBothRoles(config, MemoryBudget.availableBytes());
             r = new ChaosRunner(config, System.err, faultAfterMs).withDuration(durationMs).run(scenario);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry chaos: " + e.getMessage());

@@ -2,8 +2,11 @@ package io.kvferry.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.serve.Roles;
 import io.kvferry.engine.serving.ColocatedEngine;
@@ -77,6 +80,9 @@ public final class DemoCommand implements Callable<Integer> {
         PrintStream out = System.out;
         ModelFiles.Loaded model = engine.load();
         out.println("[demo] model: " + model.description());
+        if (engine.variant != ModelVariant.LLAMA) {
+            out.println("[demo] variant: " + Model.of(model.weights(), engine.variant).describe() + "; its own layers use seeded random weights");
+        }
         String token = engine.token() != null ? engine.token() : EngineOptions.randomToken();
         List<String> ps = prompts != null && !prompts.isEmpty() ? prompts : PROMPTS;
         List<Process> children = new ArrayList<>();
@@ -96,8 +102,8 @@ public final class DemoCommand implements Callable<Integer> {
                         engine.options(model, decodeTp, 1, 0, 0, token));
             }
             routerUrl = "http://" + engine.host + ":" + cluster.port();
-            out.println("[demo] router " + routerUrl + ": prefill tp" + prefillTp + " pp" + prefillPp + " -> decode tp" + decodeTp
-                    + " over " + engine.transport + (processes ? ", separate processes" : ", one process"));
+            out.println("[demo] router " + routerUrl + ": " + engine.variant.label() + ", prefill tp" + prefillTp + " pp" + prefillPp
+                    + " -> decode tp" + decodeTp + " over " + engine.transport + (processes ? ", separate processes" : ", one process"));
             return run(out, model, routerUrl, ps);
         } finally {
             if (cluster != null) cluster.close();
@@ -113,9 +119,9 @@ public final class DemoCommand implements Callable<Integer> {
         List<Double> ttft = new ArrayList<>(), transfer = new ArrayList<>();
         int succeeded = 0, matched = 0;
         long tokens = 0;
+        ArrayNode perRequest = JSON.createArrayNode();
         double seconds = 0;
-        try (ColocatedEngine colocated = new ColocatedEngine(new EngineSpec(model.weights(), 1, 1,
-                engine.pageSize, Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens))) {
+        try (ColocatedEngine colocated = colocated(model)) {
             for (String prompt : ps) {
                 ObjectNode body = JSON.createObjectNode();
                 body.put("model", Roles.modelName(model));
@@ -162,11 +168,17 @@ public final class DemoCommand implements Callable<Integer> {
                 seconds += secs;
                 ttft.add(k.path("ttft_ms").asDouble());
                 transfer.add(k.path("transfer_ms").asDouble());
+                int kvPages = k.path("kv_pages").asInt();
                 out.printf("  [ttft %.1f ms: prefill compute %.1f, KV transfer %.1f (last chunk sent -> landed), first decode step %.2f;"
-                                + " the rest is HTTP and scheduling] %d B of KV moved, %d tokens at %.0f tokens/s, %s%n",
+                                + " the rest is HTTP and scheduling] %d B of KV moved (%s), %d tokens at %.0f tokens/s, %s%n",
                         k.path("ttft_ms").asDouble(), k.path("prefill_compute_ms").asDouble(), k.path("transfer_ms").asDouble(),
-                        k.path("first_decode_ms").asDouble(), k.path("bytes").asLong(), ids.length, ids.length / secs,
+                        k.path("first_decode_ms").asDouble(), k.path("bytes").asLong(),
+                        kvPages == 0 ? "no KV page: the prompt was all in the decode's prefix cache, the last chunk carried the aux row"
+                                + (engine.variant == ModelVariant.LLAMA || engine.variant == ModelVariant.MLA ? "" : " and the state")
+                                : kvPages + (kvPages == 1 ? " page" : " pages"), ids.length, ids.length / secs,
                         same ? "matches colocated" : "DIFFERS from colocated: " + Arrays.toString(ref));
+                perRequest.addObject().put("tokens", ids.length).put("bytes", k.path("bytes").asLong()).put("kv_pages", kvPages)
+                        .put("matches_colocated", same);
             }
         }
         double tps = seconds > 0 ? tokens / seconds : 0;
@@ -185,6 +197,8 @@ public final class DemoCommand implements Callable<Integer> {
             o.put("tokens_per_s", tps);
             o.put("model", Roles.modelName(model));
             o.put("transport", engine.transport);
+            o.put("model_variant", engine.variant.label());
+            o.set("per_request", perRequest);
             out.println(JSON.writeValueAsString(o));
         }
         return succeeded == ps.size() && matched == succeeded ? 0 : 1;
@@ -218,8 +232,7 @@ public final class DemoCommand implements Callable<Integer> {
         double secs = (System.nanoTime() - t0) / 1e9;
         exec.shutdown();
         long c0 = System.nanoTime(), ctokens = 0;
-        try (ColocatedEngine colocated = new ColocatedEngine(new EngineSpec(model.weights(), 1, 1, engine.pageSize,
-                Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens))) {
+        try (ColocatedEngine colocated = colocated(model)) {
             for (String p : ps) ctokens += colocated.generate(model.tokenizer().encode(p, true, false), maxTokens, Sampling.GREEDY).tokens().length;
         }
         double csecs = (System.nanoTime() - c0) / 1e9;
@@ -233,6 +246,12 @@ public final class DemoCommand implements Callable<Integer> {
                         + "the same requests one by one on a colocated engine: %.0f tokens/s%n", ok, load, tokens / secs,
                 o.path("ttft_ms").path("p50").asDouble(), o.path("ttft_ms").path("p99").asDouble(), ctokens / csecs);
         return o;
+    }
+
+    /** The baseline: one engine doing prefill and decode itself, TP1 (the engine's floats are the same for every TP and PP). */
+    private ColocatedEngine colocated(ModelFiles.Loaded model) {
+        return new ColocatedEngine(new EngineSpec(Model.of(model.weights(), engine.variant), 1, 1, engine.pageSize,
+                Math.max(8, (model.weights().config.seqLen() + engine.pageSize - 1) / engine.pageSize), 1, engine.chunkTokens));
     }
 
     private static ObjectNode percentiles(List<Double> v) {
@@ -255,7 +274,7 @@ public final class DemoCommand implements Callable<Integer> {
                 "--port", "0", "--bootstrap-port", "0", "--tp", Integer.toString(tp), "--pp", Integer.toString(pp),
                 "--transport", engine.transport, "--host", engine.host, "--page-size", Integer.toString(engine.pageSize),
                 "--pages", Integer.toString(engine.pages), "--max-requests", Integer.toString(engine.maxRequests),
-                "--chunk-tokens", Integer.toString(engine.chunkTokens)));
+                "--chunk-tokens", Integer.toString(engine.chunkTokens), "--model-variant", engine.variant.label()));
         if (engine.modelFile != null) cmd.addAll(List.of("--model-file", engine.modelFile.toAbsolutePath().toString()));
         if (engine.tokenizer != null) cmd.addAll(List.of("--tokenizer", engine.tokenizer.toAbsolutePath().toString()));
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);

@@ -1,11 +1,14 @@
 package io.kvferry.cli;
 
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serve.Roles;
+import picocli.CommandLine.ITypeConverter;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.TypeConversionException;
 
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.util.HexFormat;
@@ -18,6 +21,24 @@ final class EngineOptions {
 
     @Option(names = "--tokenizer", description = "llama2.c tokenizer (.bin). Default: tok512.bin beside the model file.")
     Path tokenizer;
+
+    @Option(names = "--model-variant", defaultValue = "llama", converter = VariantConverter.class,
+            description = "Layer kinds: llama (GQA attention), mla (latent KV, replicated over TP, is_mla), swa (odd layers over a "
+                    + "sliding window whose pages travel as swa state), hybrid (even layers recurrent, their state travels as mamba "
+                    + "state). Variant layers use seeded random weights. Prefill and decode must agree. Default: ${DEFAULT-VALUE}.")
+    ModelVariant variant;
+
+    /** Picocli converter: the variant's name, or a message listing the names. */
+    static final class VariantConverter implements ITypeConverter<ModelVariant> {
+        @Override
+        public ModelVariant convert(String value) {
+            try {
+                return ModelVariant.parse(value);
+            } catch (IllegalArgumentException e) {
+                throw new TypeConversionException(e.getMessage());
+            }
+        }
+    }
 
     @Option(names = "--transport", defaultValue = "tcp", description = "kvferry transport between prefill and decode: tcp, shm, ucx, "
             + "inproc (embedded only), auto. Default: ${DEFAULT-VALUE}.")
@@ -38,29 +59,22 @@ final class EngineOptions {
     @Option(names = "--chunk-tokens", defaultValue = "64", description = "Chunked-prefill size in tokens (need not be a page multiple). Default: ${DEFAULT-VALUE}.")
     int chunkTokens;
 
-    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
-            description = "Cluster token for the bootstrap registry and kvferry's control connections (env KVFERRY_AUTH_TOKEN).")
-    String authToken;
-
-    @Option(names = "--auth-token-file", description = "Read the cluster token from this file (first line).")
-    Path authTokenFile;
+    /** The cluster token for the bootstrap registry and kvferry's control connections. */
+    @Mixin
+    AuthTokenOptions auth = new AuthTokenOptions();
 
     ModelFiles.Loaded load() throws IOException {
         return ModelFiles.load(modelFile, tokenizer);
     }
 
-    /** The token from --auth-token-file, --auth-token or the environment; null when none was given. */
-    String token() throws IOException {
-        if (authTokenFile != null) {
-            String t = Files.readAllLines(authTokenFile).stream().findFirst().orElse("").trim();
-            if (t.isEmpty()) throw new IllegalArgumentException("--auth-token-file " + authTokenFile + " is empty");
-            return t;
-        }
-        return authToken == null || authToken.isBlank() ? null : authToken;
+    /** The token from --auth-token-file or KVFERRY_AUTH_TOKEN; null when none was given. */
+    String token() {
+        return auth.token();
     }
 
     Roles.Options options(ModelFiles.Loaded model, int tp, int pp, int port, int bootstrapPort, String token) {
-        return new Roles.Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, token);
+        return new Roles.Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
+                token);
     }
 
     static String randomToken() {

@@ -4,6 +4,7 @@ import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
+import java.io.UncheckedIOException;
 import java.util.Arrays;
 
 /** The {@code kvferry} command. */
@@ -41,7 +42,10 @@ public final class Main implements Runnable {
     /** Runs the command line and returns its exit code (tests call this without exiting the JVM). */
     public static int run(String... args) {
         return new CommandLine(new Main()).setExecutionExceptionHandler((e, cmd, parsed) -> {
-            if (!(e instanceof MemoryBudget.PoolsDoNotFit)) throw e;
+            // Bad input (a flag's value, a token on the command line, a missing file) is one clear line, not a stack trace.
+            if (!(e instanceof MemoryBudget.PoolsDoNotFit || e instanceof IllegalArgumentException || e instanceof UncheckedIOException)) {
+                throw e;
+            }
             cmd.getErr().println("kvferry " + cmd.getCommandName() + ": " + e.getMessage());
             return 2;
         }).execute(args);

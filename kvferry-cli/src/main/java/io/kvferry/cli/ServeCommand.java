@@ -66,7 +66,7 @@ public final class ServeCommand implements Callable<Integer> {
             switch (role) {
                 case "prefill", "decode" -> {
                     if (token == null) {
-                        System.err.println("kvferry serve --role " + role + ": no cluster token: set KVFERRY_AUTH_TOKEN, --auth-token or "
+                        System.err.println("kvferry serve --role " + role + ": no cluster token: set KVFERRY_AUTH_TOKEN or "
                                 + "--auth-token-file (the same on every prefill and decode)");
                         return 2;
                     }
@@ -95,7 +95,7 @@ public final class ServeCommand implements Callable<Integer> {
             r.close();
             stop.countDown();
         }));
-        System.out.println("kvferry serve: model " + model.description());
+        System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
         System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port());
         System.out.flush();
         stop.await();

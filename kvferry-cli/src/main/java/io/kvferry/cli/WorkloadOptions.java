@@ -1,9 +1,12 @@
 package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
+import io.kvferry.testkit.PageLayout;
 import io.kvferry.testkit.Workload;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.security.SecureRandom;
@@ -113,9 +116,42 @@ public final class WorkloadOptions {
     @Option(names = "--failure-prob", defaultValue = "0", hidden = true, description = "Library failure-injection probability (chaos).")
     double failureProb;
 
-    @Option(names = "--auth-token", defaultValue = "${env:KVFERRY_AUTH_TOKEN}",
-            description = "Cluster token for registry writes and control connections (env KVFERRY_AUTH_TOKEN).")
-    String authToken;
+    @Option(names = "--corrupt-prob", defaultValue = "0", hidden = true,
+            description = "Library corruption hook on the prefill: chance a room's KV gets one byte flipped after its digest (chaos).")
+    double corruptProb;
+
+    @Option(names = "--checksum", defaultValue = "${env:KVFERRY_CHECKSUM:-off}",
+            description = "Verify transfers against the prefill's CRC32C digests: off, sampled or full (env KVFERRY_CHECKSUM). "
+                    + "Default: ${DEFAULT-VALUE}.")
+    String checksum;
+
+    /** The cluster token for registry writes and control connections. */
+    @Mixin
+    AuthTokenOptions auth = new AuthTokenOptions();
+
+    // ---- benchmark suite (issue 16): page layout, open-loop arrivals, room-memory probe
+
+    @Option(names = "--pages", defaultValue = "fragmented",
+            description = "Page lists: fragmented (shuffled free lists on both sides, as a busy server) or contiguous "
+                    + "(each request's pages consecutive on both sides). Default: ${DEFAULT-VALUE}.")
+    String pages;
+
+    @Option(names = "--rate",
+            description = "Open loop: measured requests arrive as a Poisson process of this many requests/s (seeded by "
+                    + "--seed); latency counts from arrival, waiting for a free --concurrency slot included. Default: closed loop.")
+    Double rate;
+
+    @Option(names = "--room-memory",
+            description = "Measure heap + native bytes per in-flight room: park --concurrency extra warm-up requests in "
+                    + "flight on both sides and measure the JVM(s) before and after (room_memory in the JSON).")
+    boolean roomMemory;
+
+    @Option(names = "--probe-rooms", defaultValue = "0", hidden = true,
+            description = "Role processes: the last N of --warmup are the room-memory probe's parked rooms.")
+    int probeRooms;
+
+    /** Slack on top of the open-loop arrival span before the drivers call what is left hung. */
+    static final long OPEN_LOOP_SLACK_MS = 120_000;
 
     /**
      * @param generateToken make up a random cluster token when none is given (an embedded cluster
@@ -164,11 +200,27 @@ public final class WorkloadOptions {
         }
         int warm = warmup == null ? defaultWarmup : warmup;
         if (warm < 0) throw new IllegalArgumentException("--warmup must be >= 0, got " + warm);
+        PageLayout layout = PageLayout.parse(pages);
+        if (rate != null && (!(rate > 0) || rate.isInfinite())) {
+            throw new IllegalArgumentException("--rate must be a finite number of requests per second > 0, got " + rate);
+        }
+        if (probeRooms < 0) throw new IllegalArgumentException("--probe-rooms must be >= 0, got " + probeRooms);
+        int probe = probeRooms;
+        if (roomMemory) {
+            // The probe's parked rooms are extra warm-up requests: verified, left out of every timing figure.
+            probe = concurrency;
+            warm += concurrency;
+        }
         Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warm);
-        String token = authToken;
+        long deadline = deadlineMs;
+        if (rate != null && deadline == 0) {
+            // Open loop is bounded in time too: the arrival span twice over plus slack, then what is left is hung.
+            deadline = (long) (2_000.0 * requests / rate) + OPEN_LOOP_SLACK_MS;
+        }
+        String token = auth.token();
         if (token == null || token.isEmpty()) {
             if (!generateToken) {
-                throw new IllegalArgumentException("a cluster token is required: pass --auth-token or set KVFERRY_AUTH_TOKEN "
+                throw new IllegalArgumentException("a cluster token is required: set KVFERRY_AUTH_TOKEN or pass --auth-token-file "
                         + "(the registry's write routes fail closed without one)");
             }
             byte[] b = new byte[32];
@@ -176,12 +228,13 @@ public final class WorkloadOptions {
             token = Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || slowDecodeMs < 0) {
+        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || corruptProb < 0 || corruptProb > 1
+                || slowDecodeMs < 0) {
             throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
-                transferWorkers, bootstrapTimeoutMs, deadlineMs, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb), tcpStripes,
-                pairedMemcpy);
+                transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
+                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe));
     }
 
     /** Bench pool limits the options are checked against. */

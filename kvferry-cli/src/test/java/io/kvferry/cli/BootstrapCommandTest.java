@@ -35,4 +35,18 @@ class BootstrapCommandTest {
         assertEquals(2, code[0], err);
         assertTrue(err.contains("requestTimeout must be at least 1 ms"), err);
     }
+
+    /** Issue 13 item 12: a token on the command line is readable by any local user in /proc/PID/cmdline. */
+    @Test
+    void aTokenOnTheCommandLineIsRefusedEverywhere() {
+        int[] code = new int[1];
+        for (String[] args : new String[][]{{"bootstrap", "--port", "0", "--auth-token", "s3cret"},
+                {"bench", "--requests", "1", "--auth-token", "s3cret"},
+                {"serve", "--role", "prefill", "--auth-token", "s3cret"}}) {
+            String err = stderrOf(code, args);
+            assertEquals(2, code[0], String.join(" ", args) + ": " + err);
+            assertTrue(err.contains("/proc/PID/cmdline") && err.contains("KVFERRY_AUTH_TOKEN") && err.contains("--auth-token-file"), err);
+            assertTrue(!err.contains("s3cret"), "the refusal does not echo the token: " + err);
+        }
+    }
 }

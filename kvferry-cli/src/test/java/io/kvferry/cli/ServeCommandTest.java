@@ -4,16 +4,20 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.tools.TransportSuiteTest;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serve.Roles;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -30,20 +34,36 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class ServeCommandTest {
     static final ObjectMapper JSON = new ObjectMapper();
 
-    @ParameterizedTest(name = "{0}: prefill tp{1} pp{2} -> decode tp{3}")
-    @CsvSource({"tcp, 4, 1, 2", "shm, 1, 1, 4", "ucx, 2, 1, 1", "tcp, 1, 2, 1"})
+    /**
+     * The proof matrix across processes (prefill and decode JVMs, the router in the demo's): each
+     * variant once, with a TP change. The rows with page size 1 send their prompt twice: the second time
+     * the whole prompt is in the decode's prefix cache, so its last chunk carries no KV page (the aux row,
+     * and the variant's state), and the tokens still match the colocated run.
+     */
+    @ParameterizedTest(name = "{0} {1}: prefill tp{2} pp{3} -> decode tp{4}, page {5}")
+    @CsvSource({"llama, tcp, 4, 1, 2, 16", "llama, shm, 1, 1, 4, 16", "llama, ucx, 2, 1, 1, 16", "llama, tcp, 1, 2, 1, 16",
+            "mla, ucx, 2, 1, 1, 1", "swa, shm, 2, 1, 1, 16", "hybrid, tcp, 1, 1, 2, 1"})
     @Timeout(180)
-    void demoOverSeparateProcessesMatchesColocated(String transport, int ptp, int ppp, int dtp) throws Exception {
+    void demoOverSeparateProcessesMatchesColocated(String variant, String transport, int ptp, int ppp, int dtp, int page)
+            throws Exception {
         TransportSuiteTest.requireTransportForOtherTests(transport);
-        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--processes", "--transport", transport, "--prefill-tp", "" + ptp,
-                "--prefill-pp", "" + ppp, "--decode-tp", "" + dtp, "--max-tokens", "24", "--chunk-tokens", "5",
-                "--prompt", "Once upon a time", "--prompt", "The little cat was sad because", "--json");
+        String second = page == 1 ? "Once upon a time" : "The little cat was sad because";
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--processes", "--model-variant", variant, "--transport", transport,
+                "--prefill-tp", "" + ptp, "--prefill-pp", "" + ppp, "--decode-tp", "" + dtp, "--page-size", "" + page,
+                "--max-tokens", "24", "--chunk-tokens", "5", "--prompt", "Once upon a time", "--prompt", second, "--json");
         assertEquals(0, r.code(), r.out());
         JsonNode j = BenchCommandTest.lastJson(r.out());
         assertEquals(2, j.path("succeeded").asInt(), r.out());
         assertTrue(j.path("matches_colocated").asBoolean(), r.out());
         assertEquals(48, j.path("tokens").asInt(), r.out());
         assertEquals(transport, j.path("transport").asText());
+        assertEquals(variant, j.path("model_variant").asText());
+        JsonNode first = j.path("per_request").path(0), again = j.path("per_request").path(1);
+        assertTrue(first.path("kv_pages").asInt() > 0, r.out());
+        if (page == 1) {
+            assertEquals(0, again.path("kv_pages").asInt(), "a repeated page-aligned prompt is a zero-page last chunk: " + r.out());
+            assertTrue(again.path("bytes").asLong() < first.path("bytes").asLong(), r.out());
+        }
     }
 
     @Test
@@ -51,6 +71,18 @@ class ServeCommandTest {
     void serveRefusesMissingPieces() {
         assertEquals(2, BenchCommandTest.run("serve", "--role", "bogus").code());
         assertEquals(2, BenchCommandTest.run("serve", "--role", "router").code());
+        PrintStream err = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        int code;
+        try {
+            code = Main.run("demo", "--model-variant", "mamba2");
+        } finally {
+            System.setErr(err);
+        }
+        String said = buf.toString(StandardCharsets.UTF_8);
+        assertEquals(2, code, said);
+        assertTrue(said.contains("unknown model variant 'mamba2'; use one of llama, mla, swa, hybrid"), said);
     }
 
     static Process spawnRole(String role, List<String> extra) throws Exception {
@@ -81,7 +113,7 @@ class ServeCommandTest {
             String v = DemoCommand.awaitUrl(victim, "prefill"), s = DemoCommand.awaitUrl(survivor, "prefill");
             String d = DemoCommand.awaitUrl(decode, "decode");
             ModelFiles.Loaded model = ModelFiles.load(null, null);
-            router = Roles.router(new Roles.Options(model, 1, 1, 16, 64, 8, 64, "tcp", "127.0.0.1", 0, 0, "kill-test"), List.of(v, s), List.of(d));
+            router = Roles.router(new Roles.Options(model, ModelVariant.LLAMA, 1, 1, 16, 64, 8, 64, "tcp", "127.0.0.1", 0, 0, "kill-test"), List.of(v, s), List.of(d));
             String url = "http://127.0.0.1:" + router.port() + "/v1/completions";
             HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
             String prompt = "Once upon a time there was a little girl. ".repeat(30);

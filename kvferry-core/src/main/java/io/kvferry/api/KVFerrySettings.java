@@ -2,6 +2,7 @@ package io.kvferry.api;
 
 import java.time.Duration;
 import java.util.HashMap;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 
@@ -104,6 +105,25 @@ public final class KVFerrySettings {
     /** A duration written in milliseconds, at least {@code minMillis}. */
     public Duration getMillis(Knob knob, long minMillis) {
         return Duration.ofMillis(getLong(knob, minMillis, Long.MAX_VALUE / 1_000_000L));
+    }
+
+    /** {@code true} or {@code false} (also 1/0, yes/no); anything else fails naming the knob. */
+    public boolean getBoolean(Knob knob) {
+        String v = get(knob).toLowerCase(Locale.ROOT);
+        return switch (v) {
+            case "true", "1", "yes" -> true;
+            case "false", "0", "no", "" -> false;
+            default -> throw new IllegalArgumentException(knob.names() + " must be true or false, not '" + get(knob) + "'");
+        };
+    }
+
+    /** A checksum mode ({@code off}, {@code sampled}, {@code full}). */
+    public ChecksumMode getChecksum(Knob knob) {
+        try {
+            return ChecksumMode.parse(get(knob));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(knob.names() + ": " + e.getMessage());
+        }
     }
 
     /** A probability in [0, 1]. */

@@ -1,6 +1,7 @@
 package io.kvferry.api;
 
 import java.time.Duration;
+import java.util.UUID;
 
 /**
  * The server settings a manager needs besides {@link KVArgs} (the part of SGLang's
@@ -44,6 +45,17 @@ import java.time.Duration;
  *                            that no write of the room is in flight, before it cuts the link
  * @param tcpStripes          decode: TCP connections per prefill rank for data (1 = the control
  *                            connection carries data too); chunks are spread over them by room
+ * @param checksum            both sides: how much of each transfer is verified against the prefill's digests
+ *                            (a link uses the stronger of its two sides' settings)
+ * @param insecure            allow running without an auth token on a non-loopback address (control
+ *                            connections are then unauthenticated); without a token and without this, a
+ *                            prefill listens only on loopback and a decode connects only to loopback ranks
+ * @param instanceId          decode: the instance this rank belongs to, shared by every rank of one decode
+ *                            server (a room's destinations must all be one instance's); default: one id per process
+ * @param modelIdentity       the model as "name@revision" (or any stable identity); both sides must declare the
+ *                            same (empty = not declared)
+ * @param corruptionInjectionProbability test hook: the chance that one byte of a room's KV is flipped on its way
+ *                            (the chaos {@code corrupt} scenario); 0 = off
  * @param settings            the configuration context this config was built from; transports read their
  *                            own knobs from it (docs/CONFIGURATION.md)
  * @param ticker              the clock deadlines are measured with ({@link Ticker#SYSTEM}; tests pass a manual one)
@@ -58,7 +70,11 @@ public record KVManagerConfig(
         Duration connectTimeout, String loadBalanceMethod, int prefillHttpPort, Duration writeStallTimeout,
         Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability,
         String advertiseHost, int advertisePort, Duration heartbeatInterval, int heartbeatMisses,
-        Duration abortAckTimeout, int tcpStripes, KVFerrySettings settings, Ticker ticker) {
+        Duration abortAckTimeout, int tcpStripes, ChecksumMode checksum, boolean insecure, String instanceId,
+        String modelIdentity, double corruptionInjectionProbability, KVFerrySettings settings, Ticker ticker) {
+
+    /** The decode instance id of this process's ranks unless the engine names one (all ranks of one JVM share it). */
+    public static final String PROCESS_INSTANCE_ID = UUID.randomUUID().toString();
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -80,6 +96,14 @@ public record KVManagerConfig(
         if (heartbeatMisses < 1) throw new IllegalArgumentException("heartbeatMisses must be >= 1, got " + heartbeatMisses);
         if (abortAckTimeout == null || abortAckTimeout.isNegative()) throw new IllegalArgumentException("abortAckTimeout must be >= 0");
         if (tcpStripes < 1 || tcpStripes > 64) throw new IllegalArgumentException("tcpStripes must be in [1, 64], got " + tcpStripes);
+        if (checksum == null) throw new IllegalArgumentException("checksum mode is required (ChecksumMode.OFF)");
+        if (instanceId == null || instanceId.isBlank()) throw new IllegalArgumentException("instanceId must not be empty");
+        if (instanceId.length() > 256) throw new IllegalArgumentException("instanceId is longer than 256 characters");
+        modelIdentity = modelIdentity == null ? "" : modelIdentity;
+        if (modelIdentity.length() > 1024) throw new IllegalArgumentException("modelIdentity is longer than 1024 characters");
+        if (corruptionInjectionProbability < 0 || corruptionInjectionProbability > 1) {
+            throw new IllegalArgumentException("corruptionInjectionProbability must be in [0, 1], got " + corruptionInjectionProbability);
+        }
         if (settings == null) throw new IllegalArgumentException("settings are required (KVFerrySettings.defaults() for none)");
         if (ticker == null) throw new IllegalArgumentException("ticker is required (Ticker.SYSTEM)");
     }
@@ -120,6 +144,8 @@ public record KVManagerConfig(
         b.advertiseHost = advertiseHost; b.advertisePort = advertisePort;
         b.heartbeatInterval = heartbeatInterval; b.heartbeatMisses = heartbeatMisses;
         b.abortAckTimeout = abortAckTimeout; b.tcpStripes = tcpStripes;
+        b.checksum = checksum; b.insecure = insecure; b.instanceId = instanceId; b.modelIdentity = modelIdentity;
+        b.corruptionInjectionProbability = corruptionInjectionProbability;
         b.settings = settings; b.ticker = ticker;
         return b;
     }
@@ -152,6 +178,11 @@ public record KVManagerConfig(
         private Integer heartbeatMisses;
         private Duration abortAckTimeout;
         private Integer tcpStripes;
+        private ChecksumMode checksum;
+        private Boolean insecure;
+        private String instanceId = PROCESS_INSTANCE_ID;
+        private String modelIdentity = "";
+        private Double corruptionInjectionProbability;
         private KVFerrySettings settings;
         private Ticker ticker = Ticker.SYSTEM;
 
@@ -177,6 +208,12 @@ public record KVManagerConfig(
         public Builder heartbeat(Duration interval, int misses) { heartbeatInterval = interval; heartbeatMisses = misses; return this; }
         public Builder abortAckTimeout(Duration d) { abortAckTimeout = d; return this; }
         public Builder tcpStripes(int n) { tcpStripes = n; return this; }
+        public Builder checksum(ChecksumMode m) { checksum = m; return this; }
+        /** Allows a tokenless manager beyond loopback (its control connections are then unauthenticated). */
+        public Builder insecure(boolean b) { insecure = b; return this; }
+        public Builder instanceId(String id) { instanceId = id; return this; }
+        public Builder modelIdentity(String id) { modelIdentity = id; return this; }
+        public Builder corruptionInjectionProbability(double p) { corruptionInjectionProbability = p; return this; }
         /** The configuration context (default: this process's environment); knobs not set on the builder come from it. */
         public Builder settings(KVFerrySettings s) { settings = s; return this; }
         public Builder ticker(Ticker t) { ticker = t; return this; }
@@ -194,7 +231,11 @@ public record KVManagerConfig(
                     advertiseHost, advertisePort, or(heartbeatInterval, s, Knobs.HEARTBEAT_INTERVAL_MS, 1),
                     heartbeatMisses != null ? heartbeatMisses : s.getInt(Knobs.HEARTBEAT_MAX_FAILURE, 1, 1_000_000),
                     or(abortAckTimeout, s, Knobs.ABORT_ACK_TIMEOUT_MS, 0),
-                    tcpStripes != null ? tcpStripes : s.getInt(Knobs.TCP_STRIPES, 1, 64), s, ticker);
+                    tcpStripes != null ? tcpStripes : s.getInt(Knobs.TCP_STRIPES, 1, 64),
+                    checksum != null ? checksum : s.getChecksum(Knobs.CHECKSUM),
+                    insecure != null ? insecure : s.getBoolean(Knobs.INSECURE), instanceId, modelIdentity,
+                    corruptionInjectionProbability != null ? corruptionInjectionProbability : s.getProbability(Knobs.CORRUPTION_INJECTION),
+                    s, ticker);
         }
 
         private static Duration or(Duration explicit, KVFerrySettings s, Knob knob, long minMillis) {

@@ -31,8 +31,18 @@ public final class Knobs {
     public static final Knob FAILURE_INJECTION = new Knob("kvferry.failureInjectionProbability", "KVFERRY_TEST_DISAGG_FAILURE_PROB", "0",
             "test hook: the chance a request fails once under way, with 'Injected failure'", "SGLANG_TEST_DISAGG_FAILURE_PROB");
 
+    public static final Knob CHECKSUM = new Knob("kvferry.checksum", "KVFERRY_CHECKSUM", "off",
+            "both: verify transfers against the prefill's CRC32C digests: off, sampled (1 page or WRITE in 8, every aux row) or full;"
+                    + " a link uses the stronger side's setting; a mismatch fails the room (integrity)",
+            "--disaggregation-enable-kv-checksum");
+    public static final Knob INSECURE = new Knob("kvferry.insecure", "KVFERRY_INSECURE", "false",
+            "both: allow no auth token beyond loopback (unauthenticated control connections); without a token a prefill"
+                    + " otherwise listens on loopback only and a decode connects to loopback ranks only", "");
+    public static final Knob CORRUPTION_INJECTION = new Knob("kvferry.corruptionInjectionProbability", "KVFERRY_TEST_CORRUPT_PROB", "0",
+            "test hook (prefill): the chance that one byte of a room's KV is flipped on its way to the decode (chaos 'corrupt')", "");
+
     /** Every knob of {@link KVManagerConfig}, in documentation order. */
     public static final List<Knob> ALL = List.of(TRANSFER_WORKERS, BOOTSTRAP_TIMEOUT_MS, WAITING_TIMEOUT_MS, HEARTBEAT_INTERVAL_MS,
             HEARTBEAT_MAX_FAILURE, CONNECT_TIMEOUT_MS, WRITE_STALL_TIMEOUT_MS, PREFILL_INFO_TIMEOUT_MS, ABORT_ACK_TIMEOUT_MS,
-            TCP_STRIPES, FAILURE_INJECTION);
+            TCP_STRIPES, FAILURE_INJECTION, CHECKSUM, INSECURE, CORRUPTION_INJECTION);
 }

@@ -11,6 +11,8 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.Fingerprint;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
@@ -27,6 +29,8 @@ import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.UUID;
 
 /**
@@ -82,7 +86,8 @@ public final class DecodeKVManager implements KVManager {
         this.revoker = new OwnedTaskThread("kvferry-decode-revoke-" + engineRank);
         TcpDestination tcp = Transports.fallback().openDestination(memory, engineRank, config.settings(), gate, why -> { });
         this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
-        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, pageSize, kvCacheDtype,
+        Fingerprint fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
+        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, fingerprint,
                 destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
@@ -172,6 +177,25 @@ public final class DecodeKVManager implements KVManager {
 
     KVManagerConfig config() {
         return config;
+    }
+
+    /** Verdicts of {@link Completeness#uncovered} by the rooms' writer coverages (few distinct sets: one per prefill topology). */
+    private final ConcurrentHashMap<CoverageKey, Optional<String>> coverageVerdicts = new ConcurrentHashMap<>();
+
+    private record CoverageKey(List<Coverage> writers, boolean aux, List<Boolean> state) {}
+
+    /** Whether coverages {@code writers} together fill a room (cached: the same prefill ranks cover every room alike). */
+    String coverageVerdict(List<Coverage> writers, boolean needsAux, boolean[] stateNeeded) {
+        List<Boolean> state = new ArrayList<>(stateNeeded.length);
+        for (boolean b : stateNeeded) state.add(b);
+        CoverageKey key = new CoverageKey(writers, needsAux, state);
+        Optional<String> v = coverageVerdicts.get(key);
+        if (v == null) {
+            v = Optional.ofNullable(Completeness.uncovered(writers, memory, needsAux, stateNeeded));
+            if (coverageVerdicts.size() > 4096) coverageVerdicts.clear(); // bounded: links come and go
+            coverageVerdicts.put(key, v);
+        }
+        return v.orElse(null);
     }
 
     RegisteredMemory memory() {

@@ -7,6 +7,7 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
 import io.kvferry.plan.PlanException;
 import io.kvferry.plan.RankMapping;
+import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.PrefillServerInfo;
@@ -23,6 +24,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.TreeSet;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /** One request on one decode rank; owned by the scheduler thread that calls it. */
 final class DecodeKVReceiver implements KVReceiver {
@@ -118,10 +120,13 @@ final class DecodeKVReceiver implements KVReceiver {
                         RankEndpoint ep = manager.directory.endpoint(addr, prefillDpRank, cp, tp, pp);
                         PrefillLink link = manager.directory.link(addr, ep);
                         link.rooms.add(room.room);
-                        targets.add(new DecodeRoom.Target(link, tp, mapping.isDummy(tp, manager.config().isMla())));
+                        targets.add(new DecodeRoom.Target(link, tp, cp, mapping.isDummy(tp, manager.config().isMla())));
                     }
                 }
             }
+            room.prefillCpSize = info.attnCpSize();
+            room.allCpRanks = manager.config().allCpRanksTransfer() && info.attnCpSize() > 1;
+            room.landedFrom = new AtomicLongArray(targets.size());
             room.targets = List.copyOf(targets);
             room.requiredResponses = mapping.requiredPrefillResponseNum();
             room.requiredDstInfoNum = mapping.requiredDstInfoNum();
@@ -169,6 +174,27 @@ final class DecodeKVReceiver implements KVReceiver {
         }
         int[] sortedPages = kvIndices.clone();
         Arrays.sort(sortedPages);
+        String gap = uncovered(auxIndex, state);
+        if (gap != null) {
+            fail(FailureKind.LAYOUT_REFUSED, "the prefill ranks of room " + room.room + " would leave part of it unwritten: " + gap);
+            return;
+        }
+        int[] pages = kvIndices.clone();
+        int[][] stateInOrder = new int[state.length][];
+        for (int c = 0; c < state.length; c++) stateInOrder[c] = state[c] == null ? new int[0] : state[c].clone();
+        long[] owed = new long[room.targets.size()];
+        int[][] pagesOf = new int[room.targets.size()][];
+        for (int i = 0; i < owed.length; i++) {
+            DecodeRoom.Target t = room.targets.get(i);
+            if (t.dummy()) {
+                pagesOf[i] = new int[0];
+                continue;
+            }
+            int[] share = room.allCpRanks ? Completeness.cpShare(pages.length, room.prefillCpSize, t.cpRank())
+                    : new int[] {0, pages.length};
+            pagesOf[i] = Arrays.copyOfRange(pages, share[0], share[0] + share[1]);
+            owed[i] = Completeness.owed(t.link().coverage, manager.memory(), share[1], auxIndex, stateInOrder);
+        }
         int roomBuffer = manager.memory().auxRoomBuffer();
         if (roomBuffer >= 0 && auxIndex >= 0) {
             // The gate reads this column at Success: clear what a previous occupant of the row left.
@@ -176,7 +202,7 @@ final class DecodeKVReceiver implements KVReceiver {
                     .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
         }
         // Published before any info leaves, so the first write already finds its allowance.
-        room.allowance = new DecodeRoom.Allowance(sortedPages, auxIndex, sortedState);
+        room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, stateInOrder, sortedState, owed, pagesOf);
         int[][] stateCopy = new int[state.length][];
         for (int c = 0; c < state.length; c++) stateCopy[c] = state[c] == null ? new int[0] : state[c].clone();
         room.metadataSentNanos = System.nanoTime();
@@ -194,6 +220,16 @@ final class DecodeKVReceiver implements KVReceiver {
                 return;
             }
         }
+    }
+
+    /** Whether the room's writing prefill ranks together cover all it asks for; why not, or null. */
+    private String uncovered(int auxIndex, int[][] state) {
+        List<Coverage> writers = new ArrayList<>();
+        for (DecodeRoom.Target t : room.targets) if (!t.dummy()) writers.add(t.link().coverage);
+        boolean[] stateNeeded = new boolean[manager.memory().stateComponentCount()];
+        for (int c = 0; c < state.length && c < stateNeeded.length; c++) stateNeeded[c] = state[c] != null && state[c].length > 0;
+        boolean needsAux = auxIndex >= 0 && manager.memory().auxBufferCount() > 0;
+        return writers.isEmpty() ? null : manager.coverageVerdict(writers, needsAux, stateNeeded);
     }
 
     private String checkIndices(int[] pages, int auxIndex, int[][] state, int prefix) {
@@ -296,14 +332,20 @@ final class DecodeKVReceiver implements KVReceiver {
         long sent = room.metadataSentNanos, done = room.successNanos;
         Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
         TreeSet<String> paths = new TreeSet<>();
-        boolean oneSided = false;
         for (DecodeRoom.Target t : room.targets) {
-            if (t.dummy()) continue;
-            paths.add(t.link().dataPath);
-            oneSided |= t.link().oneSided != null;
+            if (!t.dummy()) paths.add(t.link().dataPath);
         }
-        // One-sided writes bypass this rank, so it cannot count their bytes.
-        Long bytes = oneSided ? null : room.bytesLanded.get();
+        // Once concluded, every prefill rank delivered exactly what it owed (checked at its STATUS); before, only the
+        // bytes that landed through the gate are known (one-sided writes bypass this rank).
+        DecodeRoom.Allowance a = room.allowance;
+        Long bytes;
+        if (a != null && manager.rooms.statuses.status(room.room) == KVPoll.Success) {
+            long owed = 0;
+            for (long o : a.owed()) owed += o;
+            bytes = owed;
+        } else {
+            bytes = room.bytesLanded.get();
+        }
         return new KVTransferMetric(latency, null, bytes, paths.isEmpty() ? null : String.join("+", paths));
     }
 }

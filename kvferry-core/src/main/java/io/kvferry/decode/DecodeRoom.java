@@ -6,6 +6,7 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * Decode-side bookkeeping of one room. Targets and the write allowance are set by the scheduler
@@ -14,10 +15,14 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 final class DecodeRoom {
     /** One prefill rank this room waits on. */
-    record Target(PrefillLink link, int tpRank, boolean dummy) {}
+    record Target(PrefillLink link, int tpRank, int cpRank, boolean dummy) {}
 
-    /** What prefill may write for this room: sorted page ids, the aux row, sorted state indices. */
-    record Allowance(int[] sortedPages, int auxIndex, int[][] sortedState) {}
+    /**
+     * What prefill may write for this room: its pages in token order and sorted, the aux row, state
+     * indices as sent and sorted, and what each target owes (bytes, and the pages it writes).
+     */
+    record Allowance(int[] pages, int[] sortedPages, int auxIndex, int[][] state, int[][] sortedState, long[] owed,
+                     int[][] pagesOf) {}
 
     final long room;
     final String bootstrapAddr;
@@ -30,6 +35,11 @@ final class DecodeRoom {
     volatile long successNanos;
     final Set<Integer> responded = ConcurrentHashMap.newKeySet();
     final AtomicLong bytesLanded = new AtomicLong();
+    /** Bytes landed through the write gate from each target (tcp, inproc), by target index; set with the targets. */
+    volatile AtomicLongArray landedFrom = new AtomicLongArray(0);
+    /** Prefill CP size and whether every CP rank sends its share (from the prefill's topology). */
+    volatile int prefillCpSize = 1;
+    volatile boolean allCpRanks;
     final AtomicBoolean abortSent = new AtomicBoolean();
     /** Links whose prefill confirmed (ABORT_ACK) that no write of this room is in flight. */
     final Set<PrefillLink> abortAckedBy = ConcurrentHashMap.newKeySet();
@@ -39,6 +49,15 @@ final class DecodeRoom {
     // Guarded by this: writes between gate and retirement, and whether new ones are refused.
     private int landingsInFlight;
     private boolean closed;
+
+    /** The index of the target whose link is {@code source} (a link endpoint key), or -1. */
+    int targetIndexOf(String source) {
+        List<Target> ts = targets;
+        for (int i = 0; i < ts.size(); i++) {
+            if (ts.get(i).link().endpoint.equals(source)) return i;
+        }
+        return -1;
+    }
 
     /** Registers a write that passed the gate; false when the room no longer accepts writes. */
     synchronized boolean beginLanding() {

@@ -1,8 +1,13 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.ChecksumMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Fingerprint;
+import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
@@ -12,6 +17,7 @@ import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.registry.RetryPolicy;
+import io.kvferry.session.Authentication;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
@@ -53,8 +59,8 @@ final class LinkDirectory {
     private final String sessionId;
     private final int engineRank;
     private final int ppRank;
-    private final int pageSize;
-    private final String kvCacheDtype;
+    private final Fingerprint fingerprint;
+    private final byte[] clusterKey;
     private final List<DestinationTransport> destinations;
     private final SessionTimer timer;
     private final LinkReader reader;
@@ -63,11 +69,13 @@ final class LinkDirectory {
     private final ConcurrentHashMap<String, PrefillLink> links = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, BootstrapClient> clients = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, RecentFailure> recentFailures = new ConcurrentHashMap<>();
+    /** The last session key agreed with each prefill rank, by endpoint: a reconnection proves it (resume). */
+    private final ConcurrentHashMap<String, byte[]> sessionKeys = new ConcurrentHashMap<>();
     private final Object linkSetup = new Object();
     private volatile boolean closed;
 
     LinkDirectory(KVManagerConfig config, RegisteredMemory memory, Backend backend, String sessionId, int engineRank, int ppRank,
-                  int pageSize, String kvCacheDtype, List<DestinationTransport> destinations, SessionTimer timer,
+                  Fingerprint fingerprint, List<DestinationTransport> destinations, SessionTimer timer,
                   Function<LinkDirectory, LinkReader> readerFactory) {
         this.config = config;
         this.memory = memory;
@@ -75,8 +83,8 @@ final class LinkDirectory {
         this.sessionId = sessionId;
         this.engineRank = engineRank;
         this.ppRank = ppRank;
-        this.pageSize = pageSize;
-        this.kvCacheDtype = kvCacheDtype;
+        this.fingerprint = fingerprint;
+        this.clusterKey = Handshake.key(config.authToken());
         this.destinations = destinations;
         this.timer = timer;
         this.reader = readerFactory.apply(this);
@@ -162,12 +170,17 @@ final class LinkDirectory {
         }
     }
 
-    private Hello hello(List<TransportOffer> offers, int flags) {
-        return new Hello(config.authToken() == null ? "" : config.authToken(), sessionId, backend.name(), engineRank,
-                config.attnTpSize(), ppRank, pageSize, kvCacheDtype, memory.describe(), flags, offers);
+    private Hello hello(List<TransportOffer> offers, int flags, byte[] nonce, byte[] resumeProof) {
+        return new Hello(sessionId, config.instanceId(), fingerprint, backend.name(), engineRank, config.attnTpSize(), ppRank, flags,
+                config.checksum(), memory.describe(), offers, nonce, resumeProof, null);
     }
 
     private PrefillLink openLink(String addr, RankEndpoint ep, String key) throws IOException {
+        if (Authentication.tokenless(config) && !config.insecure() && !Authentication.isLoopback(ep.rankIp())) {
+            throw new LinkRefusedException(FailureKind.HANDSHAKE_REFUSED, "no cluster auth token: this decode rank does not connect"
+                    + " to the non-loopback prefill rank at " + key + " unauthenticated; set the token (KVFERRY_AUTH_TOKEN) or,"
+                    + " for a trusted network only, KVFERRY_INSECURE=true");
+        }
         Duration timeout = config.connectTimeout();
         ControlConnection conn = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), timeout);
         // A peer that accepts but never answers must not hang init: close the socket at the deadline. The flag is
@@ -187,10 +200,27 @@ final class LinkDirectory {
                 made.put(d.name(), o);
                 offers.add(new TransportOffer(d.name(), o.blob()));
             }
-            conn.send(hello(offers, (config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0)
-                    | (config.tcpStripes() << Hello.STRIPES_SHIFT)));
-            HelloAck ack = awaitAck(conn, "registration", key);
+            byte[] challenge = awaitChallenge(conn, key);
+            byte[] nonce = Handshake.nonce();
+            byte[] previous = sessionKeys.get(key);
+            int flags = (config.allCpRanksTransfer() ? Hello.FLAG_ALL_CP_RANKS : 0) | (config.tcpStripes() << Hello.STRIPES_SHIFT)
+                    | (previous != null ? Hello.FLAG_RESUME : 0);
+            conn.send(hello(offers, flags, nonce, previous == null ? null : Handshake.resumeProof(previous, challenge))
+                    .signed(clusterKey, challenge));
+            HelloAck ack = awaitAck(conn, "registration", key, nonce);
+            String misfit = ack.coverage().checkAgainst(memory.describe());
+            if (misfit != null) {
+                throw new LinkRefusedException(FailureKind.LAYOUT_REFUSED, "prefill rank at " + key
+                        + " declared which bytes it writes in a way that does not fit this rank: " + misfit);
+            }
+            if (ack.checksum().max(config.checksum()) != ack.checksum()) {
+                throw new LinkRefusedException(FailureKind.HANDSHAKE_REFUSED, "prefill rank at " + key + " answered checksum "
+                        + ack.checksum().label() + " to this rank's " + config.checksum().label());
+            }
             PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
+            link.coverage = ack.coverage();
+            link.checksum = ack.checksum();
+            link.sessionKey = Handshake.sessionKey(clusterKey, challenge, nonce, sessionId);
             LinkOffer chosen = made.remove(ack.dataPath());
             boolean fallback = chosen == null;
             if (fallback && !ack.dataPath().isEmpty() && !ack.dataPath().equals(Transports.fallback().name())) {
@@ -199,6 +229,7 @@ final class LinkDirectory {
             }
             link.dataPath = fallback ? Transports.fallback().name() : ack.dataPath();
             link.oneSided = chosen != null && chosen.oneSided() ? chosen : null;
+            link.digestInStatus = link.checksum != ChecksumMode.OFF && !link.dataPath.equals(Transports.fallback().name());
             if (!ack.fallback().isEmpty()) {
                 if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, ack.fallback());
                 else log.warn("link to {} falls back to {}: {}", key, link.dataPath, ack.fallback());
@@ -209,6 +240,7 @@ final class LinkDirectory {
                 openStripes(link, ep, timeout, stripesOpened);
             }
             reader.start(link);
+            sessionKeys.put(key, link.sessionKey);
             return link;
         } catch (IOException | RuntimeException e) {
             boolean timedOut = expired.get() && !(e instanceof LinkRefusedException);
@@ -226,13 +258,27 @@ final class LinkDirectory {
         }
     }
 
-    private static HelloAck awaitAck(ControlConnection c, String what, String key) throws IOException {
+    /** The nonce a prefill rank opens every connection with (its CHALLENGE). */
+    private static byte[] awaitChallenge(ControlConnection c, String key) throws IOException {
+        ControlMessage first = c.read();
+        if (!(first instanceof Challenge ch)) {
+            throw new ProtocolException("prefill rank at " + key + " opened with " + first.type() + " instead of CHALLENGE");
+        }
+        return ch.nonce();
+    }
+
+    /** An acceptance signed with this cluster's key for {@code nonce} (a refusal is reported as it is: it can only deny). */
+    private HelloAck awaitAck(ControlConnection c, String what, String key, byte[] nonce) throws IOException {
         ControlMessage reply;
         do {
             reply = c.read();
         } while (reply instanceof Heartbeat);
         if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
         if (!ack.accepted()) throw new LinkRefusedException(ack.refusal(), "prefill rank at " + key + " refused " + what + ": " + ack.error());
+        if (!ack.verify(clusterKey, nonce)) {
+            throw new LinkRefusedException(FailureKind.HANDSHAKE_REFUSED, "prefill rank at " + key + " accepted " + what
+                    + " without proving this cluster's auth token (its HELLO_ACK is not signed with it)");
+        }
         return ack;
     }
 
@@ -247,8 +293,11 @@ final class LinkDirectory {
             opened.add(c);
             ScheduledFuture<?> deadline = timer.after(timeout, c::close);
             try {
-                c.send(hello(List.of(), Hello.FLAG_STRIPE | (k << Hello.STRIPE_INDEX_SHIFT)));
-                awaitAck(c, "data stripe " + k, link.endpoint);
+                byte[] challenge = awaitChallenge(c, link.endpoint);
+                byte[] nonce = Handshake.nonce();
+                c.send(hello(List.of(), Hello.FLAG_STRIPE | (k << Hello.STRIPE_INDEX_SHIFT), nonce, null)
+                        .signed(link.sessionKey, challenge));
+                awaitAck(c, "data stripe " + k, link.endpoint, nonce);
             } finally {
                 deadline.cancel(false);
             }

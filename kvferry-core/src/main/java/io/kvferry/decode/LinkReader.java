@@ -3,6 +3,7 @@ package io.kvferry.decode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SegmentCrc;
 import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Heartbeat;
@@ -44,6 +45,8 @@ final class LinkReader {
     private final Duration abortAckTimeout;
     private final String threadPrefix;
     private volatile boolean closed;
+    /** Each reader thread's CRC for page digests. */
+    private final ThreadLocal<SegmentCrc> crcs = ThreadLocal.withInitial(SegmentCrc::new);
 
     LinkReader(DecodeRooms rooms, TcpDestination tcp, RegisteredMemory memory, LinkDirectory directory, OwnedTaskThread revoker,
                Duration abortAckTimeout, int engineRank) {
@@ -73,7 +76,8 @@ final class LinkReader {
     private void readLoop(PrefillLink link, ControlConnection conn) {
         String why = "connection closed";
         boolean cleanClose = false;
-        WriteSink.Landing landing = new WriteSink.Landing(); // this reader's, reused for every WRITE it lands
+        // This reader's, reused for every WRITE it lands: the gate counts each against the link it came on.
+        WriteSink.Landing landing = new WriteSink.Landing(link.endpoint, link.checksum);
         try {
             while (!closed) {
                 ControlMessage m = conn.read();
@@ -107,17 +111,17 @@ final class LinkReader {
         WriteRejectedException rejected = tcp.land(conn, w, landing);
         if (rejected == null) return;
         if (rejected.fatal()) throw new ProtocolException("write from " + link + " rejected: " + rejected.getMessage());
-        rejectWrite(w.room(), link.toString(), rejected.getMessage());
+        rejectWrite(w.room(), link.toString(), rejected);
     }
 
-    private void rejectWrite(long room, String from, String why) {
-        if (rooms.statuses.status(room) == KVPoll.Failed || !rooms.isTracked(room)) {
-            log.debug("dropped a write for inactive room {} from {}: {}", room, from, why);
+    private void rejectWrite(long room, String from, WriteRejectedException rejected) {
+        if (rooms.statuses.status(room).isTerminal() || !rooms.isTracked(room)) {
+            log.debug("dropped a write for inactive room {} from {}: {}", room, from, rejected.getMessage());
             return;
         }
-        String reason = "Rejected a write from " + from + ": " + why;
+        String reason = (rejected.kind() == FailureKind.INTEGRITY ? "" : "Rejected a write from " + from + ": ") + rejected.getMessage();
         log.warn("room {}: {}", room, reason);
-        rooms.statuses.fail(room, FailureKind.WRITE_REJECTED, reason);
+        rooms.statuses.fail(room, rejected.kind(), reason);
     }
 
     private void onStatus(PrefillLink link, Status s) {
@@ -130,6 +134,12 @@ final class LinkReader {
             return;
         }
         if (s.status() == KVPoll.Success) {
+            String incomplete = checkComplete(room, link, s);
+            if (incomplete != null) {
+                log.warn("room {}: {}", s.room(), incomplete);
+                rooms.statuses.fail(s.room(), FailureKind.INTEGRITY, incomplete);
+                return;
+            }
             room.responded.add(link.prefillUniqueRank);
             if (room.responded.size() >= room.requiredResponses) {
                 String corrupt = checkMetadataRoom(room);
@@ -143,6 +153,37 @@ final class LinkReader {
         } else if (s.status() == KVPoll.Failed) {
             rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : s.reason());
         }
+    }
+
+    /**
+     * Success means complete: the rank reports every byte its coverage says it owes the room, on a
+     * two-sided path those bytes also landed here, and where checksums travel in STATUS the digest
+     * of what landed matches the prefill's. Returns why not, or null.
+     */
+    private String checkComplete(DecodeRoom room, PrefillLink link, Status s) {
+        DecodeRoom.Allowance a = room.allowance;
+        int i = -1;
+        for (int k = 0; k < room.targets.size(); k++) if (room.targets.get(k).link() == link) i = k;
+        if (a == null || i < 0) return "Success from " + link + " for room " + room.room + " before its metadata was sent";
+        long owed = a.owed()[i];
+        String from = link + " (" + link.dataPath + ")";
+        if (s.bytes() != owed) {
+            return "incomplete transfer: " + from + " reports " + s.bytes() + " of the " + owed + " bytes it owes room " + room.room;
+        }
+        if (link.oneSided == null) {
+            long landed = room.landedFrom.get(i);
+            if (landed != owed) return "incomplete transfer: landed " + landed + " of " + owed + " bytes from " + from;
+        }
+        if (link.digestInStatus) {
+            if (!s.hasDigest()) return "integrity: " + from + " sent no digest on a checksum=" + link.checksum.label() + " link";
+            long expected = Completeness.digest(link.coverage, memory, a.pagesOf()[i], a.auxIndex(), a.state(), room.room,
+                    link.checksum, crcs.get());
+            if (expected != s.digest()) {
+                return "checksum mismatch: the KV of room " + room.room + " from " + from + " does not match the prefill's digest"
+                        + " (" + Long.toHexString(s.digest()) + " sent, " + Long.toHexString(expected) + " landed)";
+            }
+        }
+        return null;
     }
 
     /**

@@ -1,5 +1,7 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.ChecksumMode;
+import io.kvferry.protocol.Coverage;
 import io.kvferry.api.FailureKind;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.LinkOffer;
@@ -29,6 +31,14 @@ final class PrefillLink {
     volatile String dataPath = "tcp";
     /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
     volatile LinkOffer oneSided;
+    /** Which of this rank's bytes the prefill rank writes for every room (its HELLO_ACK). Set once at registration. */
+    volatile Coverage coverage = Coverage.NONE;
+    /** What this link verifies: the stronger of the two sides' checksum settings (HELLO_ACK). */
+    volatile ChecksumMode checksum = ChecksumMode.OFF;
+    /** Whether the prefill's STATUS carries the room's page digest (every data path but tcp, whose WRITEs carry CRCs). */
+    volatile boolean digestInStatus;
+    /** The session key both sides derived (never sent): extra stripes and a later resumption prove it. */
+    volatile byte[] sessionKey;
 
     PrefillLink(String bootstrapAddr, String endpoint, ControlConnection connection, int prefillUniqueRank) {
         this.bootstrapAddr = bootstrapAddr;

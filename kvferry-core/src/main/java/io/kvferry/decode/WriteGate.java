@@ -8,6 +8,7 @@ import io.kvferry.transport.WriteSink;
 
 import java.lang.foreign.MemorySegment;
 import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * The decode side's landing gate: every two-sided write (tcp, inproc) is checked here before a byte
@@ -48,11 +49,19 @@ final class WriteGate implements WriteSink {
         }
         DecodeRoom r = rooms.get(room);
         if (r == null) throw new WriteRejectedException("room " + room + " is unknown on this decode rank", false);
-        if (rooms.statuses.status(room) == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
+        KVPoll status = rooms.statuses.status(room);
+        if (status == KVPoll.Failed) throw new WriteRejectedException("room " + room + " has failed", false);
+        // After Success the engine decodes from these pages: nothing may change them any more.
+        if (status == KVPoll.Success) throw new WriteRejectedException("room " + room + " has already concluded", false);
         DecodeRoom.Allowance a = r.allowance;
         if (a == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
+        int slot = r.targetIndexOf(into.source());
+        if (slot < 0 || r.targets.get(slot).dummy()) {
+            throw new WriteRejectedException("a write for room " + room + " came from " + into.source()
+                    + ", which is not one of the room's prefill ranks", false);
+        }
         if (length == 0) {
-            admit(into, r, seg, offset, 0, 0);
+            admit(into, r, slot, seg, offset, 0, 0);
             return;
         }
         if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
@@ -61,7 +70,7 @@ final class WriteGate implements WriteSink {
             r.transferring = true;
             rooms.statuses.update(room, KVPoll.Transferring);
         }
-        admit(into, r, seg, offset, length, payload);
+        admit(into, r, slot, seg, offset, length, payload);
     }
 
     /** Whether a write of {@code [offset, offset + length)} in a buffer of {@code item}-byte items stays inside what the room owns. */
@@ -99,17 +108,21 @@ final class WriteGate implements WriteSink {
         }
     }
 
-    private static void admit(Landing into, DecodeRoom r, MemorySegment buffer, long offset, long span, long payload)
+    private static void admit(Landing into, DecodeRoom r, int slot, MemorySegment buffer, long offset, long span, long payload)
             throws WriteRejectedException {
         // Counted in flight under the room's lock, so clear() either refuses this write or waits for it.
         if (!r.beginLanding()) throw new WriteRejectedException("room " + r.room + " was cleared", false);
-        into.admit(r, buffer, offset, span, payload);
+        into.admit(r, slot, buffer, offset, span, payload);
     }
 
     @Override
     public void end(Landing landing, boolean landed) {
         DecodeRoom r = (DecodeRoom) landing.token();
-        if (landed) r.bytesLanded.addAndGet(landing.payload());
+        if (landed) {
+            r.bytesLanded.addAndGet(landing.payload());
+            AtomicLongArray from = r.landedFrom;
+            if (landing.slot() < from.length()) from.addAndGet(landing.slot(), landing.payload());
+        }
         r.endLanding();
     }
 }

@@ -73,10 +73,12 @@ public final class TransferPlanner {
 
     /**
      * State ops when prefill and decode attention TP differ: mamba slots are re-sliced along their
-     * TP-sharded dimension ({@link StateSlice}); other state types cannot be resharded and fail.
+     * TP-sharded dimension, swa window pages are head-sliced as KV pages are ({@link StateSlice});
+     * other state types cannot be resharded and fail. Under a TP change the swa page lists must be
+     * of equal length (the same-TP path truncates with a warning; here a mismatch is an error).
      *
-     * @param dims  per component, per tensor: this prefill rank's sharded entries per row
-     * @param outer per component, per tensor: rows before the slice axis
+     * @param dims  per component, per tensor: this prefill rank's sharded entries per row (swa: heads)
+     * @param outer per component, per tensor: rows before the slice axis (swa: tokens per page)
      */
     public static CopyPlan planStateSliced(List<StateType> types, int[][] srcIndices, int[][] dstIndices,
                                            long[][] srcItemLens, long[][] dstItemLens, int[][] dims, int[][] outer,
@@ -87,20 +89,58 @@ public final class TransferPlanner {
         for (int c = 0; c < components; c++) {
             int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
             if (src.length == 0 || dst.length == 0) continue;
-            if (types.get(c) != StateType.MAMBA) {
-                throw new PlanException("state component " + c + " (" + types.get(c).wire() + ") cannot be resharded between "
-                        + "prefill TP " + prefillTp + " and decode TP " + decodeTp);
-            }
-            if (src.length != 1 || dst.length != 1) {
-                throw new PlanException("state component " + c + " (mamba) needs exactly one slot per side, got "
-                        + src.length + " and " + dst.length);
-            }
-            for (int t = 0; t < srcItemLens[c].length; t++) {
-                StateSlice.append(plan, c, t, src[0], dst[0], srcItemLens[c][t], dstItemLens[c][t], outer[c][t], dims[c][t],
-                        prefillTp, prefillRank, decodeTp, decodeRank);
+            StateType type = types.get(c);
+            if (type == StateType.MAMBA) {
+                if (src.length != 1 || dst.length != 1) {
+                    throw new PlanException("state component " + c + " (mamba) needs exactly one slot per side, got "
+                            + src.length + " and " + dst.length);
+                }
+                for (int t = 0; t < srcItemLens[c].length; t++) {
+                    StateSlice.append(plan, c, t, src[0], dst[0], srcItemLens[c][t], dstItemLens[c][t], outer[c][t], dims[c][t],
+                            prefillTp, prefillRank, decodeTp, decodeRank);
+                }
+            } else if (type == StateType.SWA) {
+                if (src.length != dst.length) {
+                    throw new PlanException("state component " + c + " (swa) window page count mismatch: prefill " + src.length
+                            + " vs decode " + dst.length + "; under a TP change both sides must send the same window");
+                }
+                PageRuns runs = PageRuns.group(src, dst);
+                for (int t = 0; t < srcItemLens[c].length; t++) {
+                    HeadSlice s = StateSlice.pageHeads(c, t, srcItemLens[c][t], dstItemLens[c][t], outer[c][t], dims[c][t],
+                            prefillTp, prefillRank, decodeTp, decodeRank);
+                    StateSlice.appendPages(plan, c, t, runs, srcItemLens[c][t], dstItemLens[c][t], outer[c][t], s);
+                }
+            } else {
+                throw notReshardable(c, type, prefillTp, decodeTp);
             }
         }
         return plan;
+    }
+
+    /**
+     * Checks that one tensor of a state component can be resharded between this prefill rank and a
+     * decode rank of another attention-TP size (the handshake's check, before any request).
+     *
+     * @throws PlanException naming the component, the tensor and what does not fit
+     */
+    public static void checkStateReshard(StateType type, int component, int tensor, long srcItem, long dstItem, int outer, int dim,
+                                         int prefillTp, int prefillRank, int decodeTp, int decodeRank) {
+        if (type != StateType.MAMBA && type != StateType.SWA) throw notReshardable(component, type, prefillTp, decodeTp);
+        if (dim < 1 || outer < 1) {
+            throw new PlanException("state component " + component + " tensor " + tensor + " needs state_dim_per_tensor and "
+                    + "state_slice_outer_counts to be resharded across attention TP sizes");
+        }
+        if (type == StateType.MAMBA) {
+            StateSlice.append(CopyPlan.probe(), component, tensor, 0, 0, srcItem, dstItem, outer, dim, prefillTp, prefillRank,
+                    decodeTp, decodeRank);
+        } else {
+            StateSlice.pageHeads(component, tensor, srcItem, dstItem, outer, dim, prefillTp, prefillRank, decodeTp, decodeRank);
+        }
+    }
+
+    private static PlanException notReshardable(int component, StateType type, int prefillTp, int decodeTp) {
+        return new PlanException("state component " + component + " (" + type.wire() + ") cannot be resharded between "
+                + "prefill TP " + prefillTp + " and decode TP " + decodeTp);
     }
 
     private static final int[] NO_INDICES = new int[0];
@@ -120,9 +160,10 @@ public final class TransferPlanner {
     }
 
     /**
-     * State ops, component by component in order. Paged types (swa, dsa, …) are truncated to the
-     * shorter index list, reported through {@code warnings}; positional types (mamba slots, ring
-     * rows) must match exactly.
+     * State ops, component by component in order. Paged types (swa, dsa, …) with more source than
+     * destination indices send the first ones, reported through {@code warnings}; fewer source
+     * indices (decode slots that would stay unwritten) and any mismatch of positional types (mamba
+     * slots, ring rows) fail.
      *
      * @param itemLens per component, per tensor: bytes of one index
      */
@@ -136,15 +177,17 @@ public final class TransferPlanner {
             if (src.length == 0 || dst.length == 0) continue;
             if (src.length != dst.length) {
                 StateType t = types.get(c);
-                if (!t.isPaged()) {
+                if (!t.isPaged() || src.length < dst.length) {
+                    // Fewer source indices would leave decode slots it asked for unwritten: never a silent partial room.
                     throw new PlanException("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
-                            + src.length + " vs decode " + dst.length + "; positional state must match exactly");
+                            + src.length + " vs decode " + dst.length + (t.isPaged()
+                            ? "; the decode's extra indices would stay unwritten"
+                            : "; positional state must match exactly"));
                 }
-                int n = Math.min(src.length, dst.length);
+                int n = dst.length;
                 warnings.accept("state component " + c + " (" + t.wire() + ") index count mismatch: prefill "
-                        + src.length + " vs decode " + dst.length + "; truncated to " + n);
+                        + src.length + " vs decode " + dst.length + "; the prefill's extra indices are not sent");
                 src = Arrays.copyOf(src, n);
-                dst = Arrays.copyOf(dst, n);
             }
             PageRuns runs = PageRuns.group(src, dst);
             for (int tensor = 0; tensor < itemLens[c].length; tensor++) {

@@ -4,6 +4,7 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SegmentCrc;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.PlanException;
@@ -11,12 +12,16 @@ import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.Status;
 import io.kvferry.session.Failures;
+import io.kvferry.transport.PageDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * Moves one chunk of one room to each of its destinations, on the room's transfer worker: plans
@@ -45,8 +50,13 @@ final class ChunkExecutor {
     private final long[] auxItemLens;
     private final long[][] stateItemLens;
 
+    /** Each transfer worker's CRC (digests are computed on the room's worker). */
+    private static final ThreadLocal<SegmentCrc> CRC = ThreadLocal.withInitial(SegmentCrc::new);
+    private final double corruptionInjection;
+
     ChunkExecutor(RegisteredMemory memory, KVManagerConfig config, int pageSize, int uniqueRank, PrefillRooms rooms,
                   TransferWorkers workers) {
+        this.corruptionInjection = config.corruptionInjectionProbability();
         this.memory = memory;
         this.config = config;
         this.pageSize = pageSize;
@@ -61,22 +71,34 @@ final class ChunkExecutor {
     void execute(PrefillRoom room, Chunk c) {
         KVPoll st = rooms.statuses.status(room.room);
         if (st == KVPoll.Failed || !rooms.isTracked(room.room)) return;
-        if (room.firstSendNanos == 0) room.firstSendNanos = System.nanoTime();
+        if (room.firstSendNanos == 0) {
+            room.firstSendNanos = System.nanoTime();
+            room.corruptPending = corruptionInjection > 0 && ThreadLocalRandom.current().nextDouble() < corruptionInjection;
+        }
         PrefillRoom.Destination current = null;
         try {
             List<PrefillRoom.Destination> destinations = room.orderedDestinations();
-            for (PrefillRoom.Destination d : destinations) {
+            if (room.sentTo == null) {
+                room.sentTo = new long[destinations.size()];
+                room.digestOf = new long[destinations.size()];
+            }
+            for (int i = 0; i < destinations.size(); i++) {
+                PrefillRoom.Destination d = destinations.get(i);
                 if (d.info().dummy()) continue;
                 current = d;
-                sendTo(room, d, c);
+                sendTo(room, i, d, c);
             }
             current = null;
             if (c.last()) {
                 if (rooms.statuses.status(room.room) == KVPoll.Failed) return;
-                for (PrefillRoom.Destination d : destinations) {
+                for (int i = 0; i < destinations.size(); i++) {
+                    PrefillRoom.Destination d = destinations.get(i);
                     if (d.info().dummy()) continue;
                     current = d;
-                    d.link().statusConnection(room.room).send(new Status(room.room, KVPoll.Success, uniqueRank, ""));
+                    // Success carries every byte written to this destination (and their digest), so the decode
+                    // can tell a complete room from one that lost bytes on the way.
+                    d.link().statusConnection(room.room).send(Status.success(room.room, uniqueRank, room.sentTo[i],
+                            room.digestOf[i], d.link().digestInStatus));
                 }
                 room.doneNanos = System.nanoTime();
                 rooms.statuses.update(room.room, KVPoll.Success);
@@ -103,7 +125,7 @@ final class ChunkExecutor {
         }
     }
 
-    private void sendTo(PrefillRoom room, PrefillRoom.Destination d, Chunk c) throws IOException {
+    private void sendTo(PrefillRoom room, int index, PrefillRoom.Destination d, Chunk c) throws IOException {
         int[] dstAll = d.info().dstKvIndices();
         int[] pages = c.pages();
         int sliceStart = c.sliceStart();
@@ -123,16 +145,16 @@ final class ChunkExecutor {
         int[] dst = Arrays.copyOfRange(dstAll, sliceStart, sliceStart + pages.length);
         HeadSlice[] slices = d.link().kvSlices;
         int[] bufferMap = d.link().kvBufferMap;
-        runPlan(room, d, slices == null
+        runPlan(room, index, d, slices == null
                 ? TransferPlanner.planKv(pages, dst, kvItemLens, bufferMap)
                 : TransferPlanner.planKvSliced(pages, dst, kvItemLens, d.link().hello.memory().kvItemLens(),
                         pageSize, slices, bufferMap));
         if (c.last()) {
-            runPlan(room, d, slices == null
+            runPlan(room, index, d, slices == null
                     ? TransferPlanner.planState(memory.stateTypes(), c.stateIndices(), d.info().stateIndices(),
                             stateItemLens, w -> log.warn("room {}: {}", room.room, w))
                     : planStateSliced(c.stateIndices(), d));
-            runPlan(room, d, TransferPlanner.planAux(c.auxIndex(), d.info().auxIndex(), auxItemLens));
+            runPlan(room, index, d, TransferPlanner.planAux(c.auxIndex(), d.info().auxIndex(), auxItemLens));
         }
     }
 
@@ -155,16 +177,41 @@ final class ChunkExecutor {
                 h.engineRank() % h.attnTpSize());
     }
 
-    private void runPlan(PrefillRoom room, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
+    private void runPlan(PrefillRoom room, int index, PrefillRoom.Destination d, CopyPlan plan) throws IOException {
+        if (plan.size() == 0) return;
+        DecodeLink link = d.link();
+        if (link.digestInStatus) {
+            // Digested from the source before the write: whatever changes the bytes on their way is caught.
+            room.digestOf[index] += PageDigest.ofPlan(plan, memory, link.hello.memory(), room.room, link.checksum, CRC.get());
+        }
         long t0 = workers.entered();
         boolean moved = false;
+        long flipped = room.corruptPending && !link.dataPath.name().equals("tcp") ? flipOneByte(plan) : -1;
         try {
-            d.link().dataPath.write(room.room, plan, memory, room.failed(rooms.statuses));
+            link.dataPath.write(room.room, plan, memory, room.failed(rooms.statuses));
             moved = true;
         } finally {
+            if (flipped >= 0) {
+                flipOneByte(plan); // the test hook restores the source: only the decode's copy is damaged
+                room.corruptPending = false;
+            }
             // A failed write's time counts too (the data path was busy), its bytes do not.
             workers.exited(t0, moved ? plan.totalBytes() : 0, moved ? plan.size() : 0);
         }
+        room.sentTo[index] += plan.totalBytes();
         room.bytesSent += plan.totalBytes();
+    }
+
+    /**
+     * Test hook ({@code corruptionInjectionProbability}, the chaos {@code corrupt} scenario): flips one
+     * byte in the middle of the plan's first op in the source; called again it flips it back. Only
+     * on links whose checksums are digested before the write (tcp is corrupted by the fault proxy
+     * instead: its CRC is taken as each frame leaves). Returns the byte's offset.
+     */
+    private long flipOneByte(CopyPlan plan) {
+        MemorySegment seg = memory.segmentOrNull(plan.region(0), plan.component(0), plan.buffer(0));
+        long at = plan.srcOffset(0) + plan.pieceLength(0) / 2;
+        seg.set(ValueLayout.JAVA_BYTE, at, (byte) (seg.get(ValueLayout.JAVA_BYTE, at) ^ 0x5A));
+        return at;
     }
 }

@@ -1,5 +1,6 @@
 package io.kvferry.prefill;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Hello;
@@ -9,8 +10,13 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A decode rank connected to this prefill rank (the prefill's view of the link; the decode's is
@@ -23,7 +29,29 @@ final class DecodeLink {
     final ControlConnection connection;
     /** When the connection was accepted (the oldest unfinished handshake is evicted first). */
     final long acceptedNanos = System.nanoTime();
+    /** The nonce this rank challenged the connection with (its HELLO must answer it). Reader thread. */
+    byte[] challenge;
     volatile Hello hello;
+    /** The session key both sides derived at registration (never sent); stripes and resumptions prove it. */
+    volatile byte[] sessionKey;
+    /** What this link verifies: the stronger of the two sides' checksum settings. */
+    volatile ChecksumMode checksum = ChecksumMode.OFF;
+    /** Whether this link's checksums travel as a page digest in STATUS (its data path carries none itself). */
+    volatile boolean digestInStatus;
+    /** ABORT_ACKs queued on workers and not sent yet: a peer that floods ABORTs past a cap is cut. */
+    final AtomicInteger pendingAcks = new AtomicInteger();
+    /** Rooms this link holds a transfer info for that no sender has claimed yet (bounded per link). */
+    final AtomicInteger unclaimedRooms = new AtomicInteger();
+    /** What those transfer infos hold in memory (page and state index arrays), in bytes. */
+    final AtomicLong unclaimedBytes = new AtomicLong();
+    /** Unknown rooms whose ABORT was answered already (each answered once); reader thread only, bounded. */
+    final Set<Long> answeredUnknown = Collections.newSetFromMap(new LinkedHashMap<>() {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Long, Boolean> eldest) {
+            return size() > ANSWERED_UNKNOWN;
+        }
+    });
+    private static final int ANSWERED_UNKNOWN = 4096;
     volatile DataPath dataPath;
     /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */
     volatile HeadSlice[] kvSlices;
@@ -53,6 +81,12 @@ final class DecodeLink {
         } catch (IOException e) {
             log.debug("could not send {} to {}: {}", m.type(), this, e.getMessage());
         }
+    }
+
+    /** The decode instance this link's rank belongs to ("" before registration). */
+    String instanceId() {
+        Hello h = hello;
+        return h == null ? "" : h.instanceId();
     }
 
     String sessionId() {

@@ -4,13 +4,13 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.plan.LayerPairing;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
+import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
-import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.MessageType;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.Status;
@@ -22,7 +22,6 @@ import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.DataPath;
-import io.kvferry.transport.PeerLink;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -60,6 +59,7 @@ final class DecodeSessions {
     private final OwnedTaskThread unmapper;
     private final ServerSocketChannel listener;
     private final Set<DecodeLink> links = ConcurrentHashMap.newKeySet();
+    private final SessionHandshake handshake;
     private final Set<Thread> readers = ConcurrentHashMap.newKeySet();
     private final Thread acceptor;
     private volatile boolean closed;
@@ -79,6 +79,7 @@ final class DecodeSessions {
         this.timer = timer;
         this.unmapper = unmapper;
         this.listener = listener;
+        this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links);
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
             // A decode that stops reading would block a worker (and every room pinned to it) forever.
@@ -96,6 +97,13 @@ final class DecodeSessions {
                 if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
             }
         });
+        // A decode waits at most its waiting timeout for a room's KV, so holding its metadata longer is pointless.
+        Duration unclaimed = config.waitingTimeout();
+        timer.every(unclaimed.compareTo(Duration.ofSeconds(4)) < 0 ? unclaimed.dividedBy(4).plusMillis(1) : Duration.ofSeconds(1),
+                () -> {
+                    int n = rooms.expireUnclaimed(unclaimed.toNanos());
+                    if (n > 0) log.warn("dropped {} transfer infos whose requests never reached this rank", n);
+                });
         acceptor = Thread.ofPlatform().daemon().name("kvferry-prefill-accept-" + engineRank).start(this::acceptLoop);
     }
 
@@ -192,6 +200,9 @@ final class DecodeSessions {
         String why = "closed";
         FailureKind kind = FailureKind.PEER_LOST;
         try {
+            // Nothing the peer sends is acted on before its HELLO answered this challenge with the cluster key.
+            link.challenge = Handshake.nonce();
+            link.connection.send(new Challenge(link.challenge));
             while (!closed) {
                 ControlMessage m = link.connection.read();
                 if (link.hello == null && !(m instanceof Hello)) {
@@ -201,7 +212,7 @@ final class DecodeSessions {
                     throw new ProtocolException("a data stripe carries only heartbeats from decode, got " + m.type());
                 }
                 switch (m) {
-                    case Hello h -> onHello(link, h);
+                    case Hello h -> handshake.onHello(link, h);
                     case TransferInfo t -> onTransferInfo(link, t);
                     case Abort a -> onAbort(link, a);
                     case WriteHeader w -> throw new ProtocolException("a prefill rank does not accept WRITE frames");
@@ -224,76 +235,44 @@ final class DecodeSessions {
         }
     }
 
-    private void onHello(DecodeLink link, Hello h) throws IOException {
-        if (link.hello != null) throw new ProtocolException("duplicate HELLO on one connection");
-        if (h.isStripe()) {
-            attachStripe(link, h);
-            return;
-        }
-        HandshakeValidator.Refusal refusal = validator.checkHello(h);
-        if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
-        StringBuilder fallback = new StringBuilder();
-        DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
-                h.stripes()), fallback);
-        link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
-        link.kvSlices = validator.headSlices(h, link.kvBufferMap);
-        // A decode restarted with the same session id replaces its old link.
-        for (DecodeLink old : links) {
-            if (old != link && old.stripeOf == null && old.hello != null && old.hello.sessionId().equals(h.sessionId())) {
-                old.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
-            }
-        }
-        link.dataPath = path;
-        link.hello = h;
-        link.connection.acceptAll();
-        link.connection.send(new HelloAck(true, "", engineRank, uniqueRank, path.name(), fallback.toString()));
-        if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
-        else log.info("decode session {} registered; data path {} ({})", link, path.name(), fallback);
-    }
-
-    /** Answers a refused HELLO and ends the connection (the caller's reader unwinds). */
-    private void refuse(DecodeLink link, FailureKind kind, String reason, String logPrefix) throws ProtocolException {
-        link.sendQuietly(HelloAck.refused(kind, reason, engineRank, uniqueRank));
-        throw new ProtocolException(logPrefix + reason);
-    }
-
-    /** An extra TCP data connection of a registered decode link (tcpStripes > 1 on the decode). */
-    private void attachStripe(DecodeLink stripe, Hello h) throws IOException {
-        HandshakeValidator.Refusal token = validator.checkToken(h);
-        if (token != null) refuse(stripe, token.kind(), token.reason(), "refused data stripe: ");
-        DecodeLink main = null;
-        for (DecodeLink s : links) {
-            if (s.stripeOf == null && s.hello != null && s.hello.sessionId().equals(h.sessionId())) main = s;
-        }
-        if (main == null) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
-                    "refused data stripe: ");
-            return;
-        }
-        if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
-                    + " is out of range, already attached, or its data path (" + main.dataPath.name() + ") takes none",
-                    "refused data stripe: ");
-        }
-        stripe.stripeOf = main;
-        stripe.hello = h;
-        stripe.connection.acceptAll();
-        main.stripes.add(stripe);
-        stripe.connection.send(new HelloAck(true, "", engineRank, uniqueRank, main.dataPath.name(), ""));
-        if (main.connection.isClosed()) stripe.connection.close(); // lost while attaching: go with it
-    }
-
     private void onTransferInfo(DecodeLink link, TransferInfo t) {
         PrefillRooms.Tombstone buried = rooms.buried(t.room());
         if (buried != null) {
             link.sendQuietly(new Status(t.room(), KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
             return;
         }
+        PrefillRoom existing = rooms.get(t.room());
+        if ((existing == null || !existing.claimed) && !rooms.mayHold(link, t)) {
+            // A decode's metadata for requests this rank does not have yet is held, within bounds per link.
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                    "prefill rank " + uniqueRank + " already holds " + link.unclaimedRooms.get()
+                            + " transfer infos from this decode for requests it has not started; try again later"));
+            return;
+        }
         PrefillRoom room = rooms.room(t.room());
+        String bound = room.bindTo(link.instanceId());
+        if (!bound.equals(link.instanceId())) {
+            log.warn("room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
+                    link.instanceId(), bound);
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                    "room " + t.room() + " belongs to another decode instance"));
+            return;
+        }
         String error = t.dummy() ? null : HandshakeValidator.checkTransferInfo(link.hello.memory(), t);
+        boolean duplicate = room.destinations.containsKey(link.sessionId());
+        if (!duplicate && room.frozen()) {
+            // Its destinations are complete: a late one would get only the chunks still to come.
+            log.warn("room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
+                    room.destinations.size());
+            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                    "room " + t.room() + " already has its " + room.destinations.size() + " destinations"));
+            return;
+        }
         PrefillRoom.Destination previous = room.destinations.putIfAbsent(link.sessionId(), new PrefillRoom.Destination(link, t));
         if (previous != null) {
             error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
+        } else {
+            room.charge(link, t);
         }
         link.rooms.add(t.room());
         rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
@@ -315,17 +294,29 @@ final class DecodeSessions {
         }
     }
 
-    private void onAbort(DecodeLink link, Abort a) {
+    /** ABORT_ACKs one decode link may have queued and not sent yet; one more means an ABORT flood, and the link is cut. */
+    static final int MAX_PENDING_ACKS = 1024;
+
+    private void onAbort(DecodeLink link, Abort a) throws ProtocolException {
         PrefillRoom room = rooms.get(a.room());
-        if (room == null || rooms.statuses.status(a.room()) == KVPoll.Success) {
-            // Still through the room's worker: a chunk of a room cleared here a moment ago may be running.
-            workers.enqueue(a.room(), () -> link.sendQuietly(new AbortAck(a.room(), uniqueRank)));
-            return;
+        boolean ours = room != null && room.destinations.containsKey(link.sessionId());
+        // Only a destination of the room may abort it; anything else is acknowledged (once per room) and ignored.
+        if (!ours && !link.answeredUnknown.add(a.room())) return;
+        if (link.pendingAcks.incrementAndGet() > MAX_PENDING_ACKS) {
+            throw new ProtocolException("ABORT flood: " + MAX_PENDING_ACKS + " ABORT_ACKs for this link are still unsent");
         }
-        rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);
-        room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
-        // The ack goes through the room's worker so it leaves only after any in-flight chunk stopped.
-        workers.enqueue(a.room(), () -> link.sendQuietly(new AbortAck(a.room(), uniqueRank)));
+        if (ours && rooms.statuses.status(a.room()) != KVPoll.Success) {
+            rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);
+            room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
+        }
+        // Through the room's worker, so the ack leaves only after any in-flight chunk of the room stopped.
+        workers.enqueue(a.room(), () -> {
+            try {
+                link.sendQuietly(new AbortAck(a.room(), uniqueRank));
+            } finally {
+                link.pendingAcks.decrementAndGet();
+            }
+        });
     }
 
     private void onLinkLost(DecodeLink link, FailureKind kind, String why) {
@@ -349,9 +340,16 @@ final class DecodeSessions {
         if (closed) return;
         for (Long r : link.rooms) {
             PrefillRoom room = rooms.get(r);
-            if (room == null || rooms.statuses.status(r).isTerminal()) continue;
+            if (room == null) continue;
+            if (rooms.statuses.status(r).isTerminal()) continue;
             rooms.statuses.fail(r, kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")");
+            if (!room.claimed && room.heldOnlyBy(link)) {
+                // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
+                // keeps the failure for a sender created for it later.
+                rooms.forget(r);
+                continue;
+            }
             rooms.notifyOnce(room);
         }
     }

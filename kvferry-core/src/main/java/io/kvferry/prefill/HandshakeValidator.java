@@ -4,16 +4,17 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.plan.CopyPlan;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.LayerPairing;
 import io.kvferry.plan.StateSlice;
+import io.kvferry.plan.TransferPlanner;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.Fingerprint;
+import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.TransferInfo;
 
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
 import java.util.Arrays;
 
 /**
@@ -27,35 +28,42 @@ final class HandshakeValidator {
 
     private final RegisteredMemory memory;
     private final KVManagerConfig config;
+    private final Fingerprint fingerprint;
     private final int pageSize;
-    private final String kvCacheDtype;
     private final int totalKvHeads;
     private final boolean hasConvShardGroups;
-    private final byte[] authToken;
+    /** The HMAC key of the cluster token (a fixed public value without one: insecure mode). */
+    private final byte[] key;
 
-    HandshakeValidator(RegisteredMemory memory, KVManagerConfig config, int pageSize, String kvCacheDtype, int totalKvHeads,
-                       boolean hasConvShardGroups) {
+    HandshakeValidator(RegisteredMemory memory, KVManagerConfig config, Fingerprint fingerprint, boolean hasConvShardGroups) {
         this.memory = memory;
         this.config = config;
-        this.pageSize = pageSize;
-        this.kvCacheDtype = kvCacheDtype;
-        this.totalKvHeads = totalKvHeads;
+        this.fingerprint = fingerprint;
+        this.pageSize = fingerprint.pageSize();
+        this.totalKvHeads = fingerprint.totalKvHeads();
         this.hasConvShardGroups = hasConvShardGroups;
-        this.authToken = config.authToken() == null ? null : config.authToken().getBytes(StandardCharsets.UTF_8);
+        this.key = Handshake.key(config.authToken());
     }
 
-    /** Null when the token matches (or none is required); else the refusal. Constant-time comparison. */
-    Refusal checkToken(Hello h) {
-        if (authToken == null) return null;
-        return MessageDigest.isEqual(authToken, h.authToken().getBytes(StandardCharsets.UTF_8))
-                ? null
-                : new Refusal(FailureKind.HANDSHAKE_REFUSED, "Unauthorized: wrong or missing cluster auth token");
+    /** The cluster key HELLOs are signed with and acceptances are signed back with. */
+    byte[] key() {
+        return key.clone();
     }
 
-    /** Returns why a decode's registration cannot be served, or null. */
+    /** Null when the HELLO answers {@code challenge} with this cluster's key (constant time); else the refusal. */
+    Refusal checkMac(Hello h, byte[] challenge) {
+        return h.verify(key, challenge) ? null
+                : new Refusal(FailureKind.HANDSHAKE_REFUSED, "Unauthorized: HELLO not signed with this cluster's auth token");
+    }
+
+    /** Returns why an authenticated decode's registration cannot be served, or null. */
     Refusal checkHello(Hello h) {
-        Refusal token = checkToken(h);
-        if (token != null) return token;
+        Fingerprint theirs = h.fingerprint();
+        if (!theirs.kvferryVersion().equals(fingerprint.kvferryVersion())) {
+            return handshake(fingerprint.differenceFrom(theirs));
+        }
+        String differs = fingerprint.differenceFrom(theirs);
+        if (differs != null) return new Refusal(FailureKind.LAYOUT_REFUSED, differs);
         if (!h.dataPath().matches("[a-z0-9_-]{1,32}")) {
             return handshake("malformed data path name '" + h.dataPath() + "'");
         }
@@ -73,13 +81,6 @@ final class HandshakeValidator {
     }
 
     private String checkLayout(Hello h) {
-        if (h.pageSize() != pageSize) {
-            return "page_size mismatch: prefill uses " + pageSize + ", decode uses " + h.pageSize()
-                    + "; both servers must use the same --page-size value";
-        }
-        if (!h.kvCacheDtype().equals(kvCacheDtype)) {
-            return "kv_cache_dtype mismatch: prefill uses " + kvCacheDtype + ", decode uses " + h.kvCacheDtype();
-        }
         MemoryDescriptor d = h.memory();
         int[] map;
         try {
@@ -159,23 +160,13 @@ final class HandshakeValidator {
             return "state component " + c + " tensor count differs: prefill " + memory.stateTensorCount(c) + ", decode "
                     + d.states().get(c).itemLens().length;
         }
-        for (int t = 0; t < memory.stateTensorCount(c) && memory.stateDim(c, t) > 0 && memory.stateOuterCount(c, t) > 0; t++) {
+        for (int t = 0; t < memory.stateTensorCount(c); t++) {
             try {
-                StateSlice.append(CopyPlan.probe(), c, t, 0, 0, memory.stateItemLens()[c][t],
+                TransferPlanner.checkStateReshard(memory.stateTypes().get(c), c, t, memory.stateItemLens()[c][t],
                         d.states().get(c).itemLens()[t], memory.stateOuterCount(c, t), memory.stateDim(c, t),
                         config.attnTpSize(), config.attnTpRank(), h.attnTpSize(), h.engineRank() % h.attnTpSize());
             } catch (RuntimeException e) {
                 return e.getMessage();
-            }
-        }
-        if (memory.stateTypes().get(c) != StateType.MAMBA) {
-            return "state component " + c + " (" + memory.stateTypes().get(c).wire() + ") cannot be resharded between "
-                    + "prefill TP " + config.attnTpSize() + " and decode TP " + h.attnTpSize();
-        }
-        for (int t = 0; t < memory.stateTensorCount(c); t++) {
-            if (memory.stateDim(c, t) < 1 || memory.stateOuterCount(c, t) < 1) {
-                return "state component " + c + " tensor " + t + " needs state_dim_per_tensor and "
-                        + "state_slice_outer_counts to be resharded across attention TP sizes";
             }
         }
         return null;
@@ -191,6 +182,72 @@ final class HandshakeValidator {
                     h.engineRank() % h.attnTpSize(), mine[b], h.memory().kvItemLens()[bufferMap[b]], pageSize);
         }
         return slices;
+    }
+
+    /**
+     * Which of the decode's bytes this rank writes for every room of an accepted link (HELLO_ACK):
+     * each KV buffer it holds a layer of (whole pages, or its heads' slice of every token slot), the
+     * aux row and the state — except a non-zero CP rank under all-CP-ranks transfer, which sends
+     * only its share of the KV pages.
+     */
+    Coverage coverage(Hello h, int[] bufferMap, HeadSlice[] slices) {
+        MemoryDescriptor d = h.memory();
+        int n = d.kvItemLens().length;
+        long[] unit = new long[n], offset = new long[n], length = new long[n];
+        Arrays.fill(unit, 1);
+        for (int b = 0; b < bufferMap.length; b++) {
+            int db = bufferMap[b];
+            if (slices == null) {
+                unit[db] = d.kvItemLens()[db];
+                length[db] = d.kvItemLens()[db];
+            } else {
+                HeadSlice s = slices[b];
+                unit[db] = s.dstTokenBytes();
+                offset[db] = s.dstHeadStart() * s.headBytes();
+                length[db] = s.pieceBytes();
+            }
+        }
+        boolean auxAndState = !(config.allCpRanksTransfer() && config.attnCpSize() > 1 && config.attnCpRank() != 0);
+        int components = d.states().size();
+        long[][] sUnit = new long[components][], sOffset = new long[components][], sLength = new long[components][];
+        boolean resliced = slicesHeads(h);
+        for (int c = 0; c < components; c++) {
+            long[] items = d.states().get(c).itemLens();
+            sUnit[c] = new long[items.length];
+            sOffset[c] = new long[items.length];
+            sLength[c] = new long[items.length];
+            for (int t = 0; t < items.length; t++) {
+                sUnit[c][t] = items[t];
+                if (!auxAndState) continue;
+                if (!resliced) {
+                    sLength[c][t] = items[t];
+                    continue;
+                }
+                int outer = memory.stateOuterCount(c, t);
+                if (outer < 1) continue; // not re-sliceable: checkHello refused such a link already
+                if (memory.stateTypes().get(c) == StateType.SWA) {
+                    // Head-sliced window pages (StateSlice.pageHeads): per token slot, this rank's heads' slice.
+                    HeadSlice s = StateSlice.pageHeads(c, t, memory.stateItemLens()[c][t], items[t], outer, memory.stateDim(c, t),
+                            config.attnTpSize(), config.attnTpRank(), h.attnTpSize(), h.engineRank() % h.attnTpSize());
+                    sUnit[c][t] = s.dstTokenBytes();
+                    sOffset[c][t] = s.dstHeadStart() * s.headBytes();
+                    sLength[c][t] = s.pieceBytes();
+                    continue;
+                }
+                // Re-sliced mamba state (StateSlice): per row, this rank's entries (P >= D) or the whole row (P < D).
+                long dstRow = items[t] / outer;
+                long srcRow = memory.stateItemLens()[c][t] / outer;
+                sUnit[c][t] = dstRow;
+                if (config.attnTpSize() >= h.attnTpSize()) {
+                    int group = config.attnTpSize() / h.attnTpSize();
+                    sOffset[c][t] = (long) (config.attnTpRank() % group) * srcRow;
+                    sLength[c][t] = srcRow;
+                } else {
+                    sLength[c][t] = dstRow;
+                }
+            }
+        }
+        return new Coverage(unit, offset, length, auxAndState && d.auxItemLens().length > 0, auxAndState, sUnit, sOffset, sLength);
     }
 
     /** Checks a decode's indices against the memory that decode registered; returns the problem or null. */

@@ -10,6 +10,8 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.RankMapping;
+import io.kvferry.protocol.Fingerprint;
+import io.kvferry.session.Authentication;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.session.OwnedTaskThread;
@@ -52,6 +54,7 @@ public final class PrefillKVManager implements KVManager {
     final ChunkExecutor chunks;
     private final OfferNegotiator negotiator;
     private final DecodeSessions sessions;
+    private final Fingerprint fingerprint;
     private volatile boolean closed;
 
     public PrefillKVManager(KVArgs args, KVManagerConfig config, Backend backend) {
@@ -66,6 +69,7 @@ public final class PrefillKVManager implements KVManager {
             throw new IllegalArgumentException("a pipeline-parallel prefill stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
         }
         backend.requireAvailable(config.settings());
+        Authentication.requireTokenOrLoopback(config, config.listenHost(), "prefill rank listening on");
         boolean hasConvShardGroups = args.stateConvShardGroups.stream().anyMatch(l -> l != null && l.stream().anyMatch(g -> g != null));
         int uniqueRank = RankMapping.prefillUniqueRank(config.attnTpRank(), ppRank, config.ppSize(),
                 config.attnCpRank(), config.attnCpSize());
@@ -82,8 +86,8 @@ public final class PrefillKVManager implements KVManager {
         rooms = new PrefillRooms(workers, uniqueRank, config.ticker());
         chunks = new ChunkExecutor(memory, config, pageSize, uniqueRank, rooms, workers);
         negotiator = new OfferNegotiator(backend, memory, rank, config.settings());
-        HandshakeValidator validator = new HandshakeValidator(memory, config, pageSize, kvCacheDtype, args.totalKvHeadNum,
-                hasConvShardGroups);
+        fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
+        HandshakeValidator validator = new HandshakeValidator(memory, config, fingerprint, hasConvShardGroups);
         sessions = new DecodeSessions(config, memory, backend, rank, uniqueRank, validator, negotiator, rooms, workers, timer,
                 unmapper, listener);
     }
@@ -122,8 +126,14 @@ public final class PrefillKVManager implements KVManager {
         try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
             client.registerRank(reg);
         }
-        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {}", config.attnTpRank(), ppRank,
-                advertisedHost(), advertisedPort(), config.bootstrapAddr());
+        log.info("prefill rank tp={} pp={} registered {}:{} with bootstrap {} (fingerprint {}: kvferry {}, model '{}', {} page {})",
+                config.attnTpRank(), ppRank, advertisedHost(), advertisedPort(), config.bootstrapAddr(), fingerprint.hash(),
+                fingerprint.kvferryVersion(), fingerprint.model(), fingerprint.kvCacheDtype(), fingerprint.pageSize());
+    }
+
+    /** What a decode must agree with to be served (exposed for operators; its hash is logged at registration). */
+    public Fingerprint fingerprint() {
+        return fingerprint;
     }
 
     private String advertisedHost() {
@@ -143,10 +153,14 @@ public final class PrefillKVManager implements KVManager {
     public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                                  boolean reqHasDisaggPrefillDpRank) {
         if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
+        PrefillRooms.Tombstone dropped = rooms.droppedBeforeStart(bootstrapRoom);
         PrefillRoom room = rooms.room(bootstrapRoom);
+        room.claim();
         // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
         boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
+        // Its decode left (or gave up) before this rank started the request: the sender sees that failure at once.
+        if (dropped != null) rooms.statuses.fail(bootstrapRoom, dropped.kind(), dropped.reason());
         if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
         return sender;
     }

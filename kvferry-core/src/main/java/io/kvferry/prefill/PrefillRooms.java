@@ -4,6 +4,7 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.Ticker;
 import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.LinkedHashMap;
@@ -34,8 +35,13 @@ final class PrefillRooms {
     private final TransferWorkers workers;
     private final int uniqueRank;
 
-    /** Why a cleared room cannot be served again. */
-    record Tombstone(FailureKind kind, String reason) {}
+    /**
+     * Why a cleared room cannot be served again.
+     *
+     * @param unclaimed the room was dropped before this rank's scheduler started it (its decode went away,
+     *                  or its info expired): a sender created for it later fails at once with this reason
+     */
+    record Tombstone(FailureKind kind, String reason, boolean unclaimed) {}
 
     private final Ticker ticker;
 
@@ -70,14 +76,67 @@ final class PrefillRooms {
         }
     }
 
+    /** Rooms one decode link may hold transfer infos for while this rank has no request for them yet. */
+    static final int MAX_UNCLAIMED_ROOMS_PER_LINK = 16_384;
+    /** The memory those held infos may take per link (their page and state index arrays). */
+    static final long MAX_UNCLAIMED_BYTES_PER_LINK = 64L << 20;
+
+    /** What a transfer info held for a decode costs in memory. */
+    static long heldBytes(TransferInfo t) {
+        long bytes = 64L + 4L * t.dstKvIndices().length;
+        for (int[] s : t.stateIndices()) bytes += 16L + 4L * (s == null ? 0 : s.length);
+        return bytes;
+    }
+
+    /** Whether {@code link} may have one more transfer info held for a room no sender claimed yet. */
+    boolean mayHold(DecodeLink link, TransferInfo t) {
+        return link.unclaimedRooms.get() < MAX_UNCLAIMED_ROOMS_PER_LINK
+                && link.unclaimedBytes.get() + heldBytes(t) <= MAX_UNCLAIMED_BYTES_PER_LINK;
+    }
+
+    /**
+     * Rooms held for a decode whose request never reached this rank within {@code timeoutNanos} (the
+     * waiting timeout: the decode gives up on the room by then anyway):
+     * failed (the decode is told) and dropped, so a decode's stray metadata cannot pin memory.
+     */
+    int expireUnclaimed(long timeoutNanos) {
+        long now = ticker.nanoTime();
+        int expired = 0;
+        for (PrefillRoom r : rooms.values()) {
+            if (r.claimed || r.expiring || now - r.createdTick < timeoutNanos) continue;
+            r.expiring = true;
+            fail(r, FailureKind.WAITING_TIMEOUT, "no request for room " + r.room + " reached prefill rank " + uniqueRank
+                    + " within " + timeoutNanos / 1_000_000_000L + " s of its transfer info (the waiting timeout)");
+            // Dropped on the room's worker, after the failure notice it queued went out.
+            workers.enqueue(r.room, () -> {
+                if (!r.claimed) forget(r.room);
+            });
+            expired++;
+        }
+        return expired;
+    }
+
+    /**
+     * The failure a sender created now for {@code room} starts with: the room was dropped before this
+     * rank started it (its decode left, or its info expired). Null when it was never seen or was started.
+     */
+    Tombstone droppedBeforeStart(long room) {
+        synchronized (tombstones) {
+            Tombstone t = tombstones.get(room);
+            return t != null && t.unclaimed() ? t : null;
+        }
+    }
+
     /** Drops a room, leaving a tombstone when it had concluded or failed. */
     void forget(long room) {
         RoomStatusTable.Entry e = statuses.entry(room);
+        PrefillRoom held = rooms.get(room);
+        boolean unclaimed = held != null && !held.claimed;
         if (e != null) {
             Tombstone t = e.status() == KVPoll.Failed
-                    ? new Tombstone(e.kind(), e.reason() == null ? "failed on prefill" : e.reason())
+                    ? new Tombstone(e.kind(), e.reason() == null ? "failed on prefill" : e.reason(), unclaimed)
                     : new Tombstone(FailureKind.BAD_REQUEST,
-                            "room " + room + " already concluded (" + e.status() + ") and was cleared on this prefill rank");
+                            "room " + room + " already concluded (" + e.status() + ") and was cleared on this prefill rank", false);
             synchronized (tombstones) {
                 tombstones.put(room, t);
             }
@@ -85,6 +144,7 @@ final class PrefillRooms {
         statuses.remove(room);
         PrefillRoom r = rooms.remove(room);
         if (r != null) {
+            r.releaseCharges();
             for (PrefillRoom.Destination d : r.destinations.values()) d.link().rooms.remove(room);
         }
     }

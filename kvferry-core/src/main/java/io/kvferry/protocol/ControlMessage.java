@@ -5,6 +5,6 @@ package io.kvferry.protocol;
  * {@link WriteHeader} read from a connection is that reader's reused view (see its class comment).
  */
 public sealed interface ControlMessage
-        permits Hello, HelloAck, TransferInfo, Abort, WriteHeader, Status, AbortAck, Heartbeat {
+        permits Hello, HelloAck, Challenge, TransferInfo, Abort, WriteHeader, Status, AbortAck, Heartbeat {
     MessageType type();
 }

@@ -6,11 +6,15 @@ import io.kvferry.api.KVPoll;
 import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CodingErrorAction;
-import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
-import java.util.List;
+
+import static io.kvferry.protocol.WireReader.bool;
+import static io.kvferry.protocol.WireReader.count;
+import static io.kvferry.protocol.WireReader.failureKind;
+import static io.kvferry.protocol.WireReader.intArray;
+import static io.kvferry.protocol.WireReader.nonNegative;
+import static io.kvferry.protocol.WireReader.positive;
+import static io.kvferry.protocol.WireReader.raw;
+import static io.kvferry.protocol.WireReader.str;
 
 /**
  * Encodes and strictly decodes kvferry control frames (docs/PROTOCOL.md). Pure: no I/O.
@@ -82,18 +86,35 @@ public final class FrameCodec {
 
     /** Encodes a whole frame (header + body) into a new buffer, ready to write. Not for WRITE payloads. */
     public static ByteBuffer encode(ControlMessage message) {
-        Sink body = new Sink();
+        if (message instanceof WriteHeader w) {
+            ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
+            putWriteFrame(out, w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length(),
+                    w.pieceLength(), w.dstStride(), w.hasCrc(), w.crc());
+            return out.flip();
+        }
+        WireWriter body = encodeBody(message);
+        if (body.size() > message.type().maxBodyBytes()) {
+            throw new IllegalArgumentException(message.type() + " body of " + body.size()
+                    + " bytes exceeds the protocol limit of " + message.type().maxBodyBytes());
+        }
+        ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + body.size()).order(ByteOrder.LITTLE_ENDIAN);
+        putHeader(out, message.type(), body.size());
+        out.put(body.bytes(), 0, body.size());
+        return out.flip();
+    }
+
+    /** The body bytes of a message as the wire carries them (what a handshake MAC is computed over). */
+    public static ByteBuffer body(ControlMessage message) {
+        WireWriter body = encodeBody(message);
+        return ByteBuffer.wrap(body.bytes(), 0, body.size()).slice().order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    private static WireWriter encodeBody(ControlMessage message) {
+        WireWriter body = new WireWriter();
         switch (message) {
-            case Hello h -> encodeHello(body, h);
-            case HelloAck a -> {
-                body.u8(a.accepted() ? 1 : 0);
-                body.u8(a.refusal() == null ? 0 : a.refusal().code());
-                body.str(a.error());
-                body.i32(a.prefillEngineRank());
-                body.i32(a.prefillUniqueRank());
-                body.str(a.dataPath());
-                body.str(a.fallback());
-            }
+            case Hello h -> HandshakeCodec.encodeHello(body, h);
+            case HelloAck a -> HandshakeCodec.encodeHelloAck(body, a);
+            case Challenge c -> body.raw(c.nonce());
             case Heartbeat hb -> {
                 // no body
             }
@@ -107,84 +128,38 @@ public final class FrameCodec {
                 body.i64(s.room());
                 body.u8(s.status().value());
                 body.u8(s.kind() == null ? 0 : s.kind().code());
+                body.u8(s.hasDigest() ? 1 : 0);
                 body.i32(s.prefillUniqueRank());
-                body.str(s.reason() == null ? "" : s.reason());
+                body.i64(s.bytes());
+                body.i64(s.digest());
+                body.str(s.reason());
             }
-            case WriteHeader w -> {
-                ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
-                putWriteFrame(out, w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.length(),
-                        w.pieceLength(), w.dstStride());
-                return out.flip();
-            }
+            case WriteHeader w -> throw new IllegalArgumentException("a WRITE is framed by putWriteFrame");
         }
-        ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + body.size()).order(ByteOrder.LITTLE_ENDIAN);
-        if (body.size() > message.type().maxBodyBytes()) {
-            throw new IllegalArgumentException(message.type() + " body of " + body.size()
-                    + " bytes exceeds the protocol limit of " + message.type().maxBodyBytes());
-        }
-        putHeader(out, message.type(), body.size());
-        out.put(body.bytes(), 0, body.size());
-        return out.flip();
+        return body;
     }
 
     /** Puts a complete contiguous WRITE header frame (without payload) into {@code out}. */
     public static void putWriteFrame(ByteBuffer out, long room, Region region, int component, int buffer,
                                      long offset, long length) {
-        putWriteFrame(out, room, region, component, buffer, offset, length, length, length);
+        putWriteFrame(out, room, region, component, buffer, offset, length, length, length, false, 0);
     }
 
-    /** Puts a complete WRITE header frame (without payload) into {@code out}; allocation-free for the hot path. */
+    /**
+     * Puts a complete WRITE header frame (without payload) into {@code out}; allocation-free for the
+     * hot path. With {@code hasCrc}, {@code crc} is the payload's CRC32C in payload order.
+     */
     public static void putWriteFrame(ByteBuffer out, long room, Region region, int component, int buffer,
-                                     long offset, long length, long pieceLength, long dstStride) {
+                                     long offset, long length, long pieceLength, long dstStride, boolean hasCrc, int crc) {
         if (component < 0 || component > 0xFFFF) throw new IllegalArgumentException("component " + component + " is outside [0, 65535]");
         if (buffer < 0) throw new IllegalArgumentException("buffer index " + buffer + " is negative");
         putHeader(out, MessageType.WRITE, WriteHeader.BODY_BYTES);
-        out.putLong(room).put((byte) region.code()).put((byte) 0).putShort((short) component)
-                .putInt(buffer).putLong(offset).putLong(length).putLong(pieceLength).putLong(dstStride);
+        out.putLong(room).put((byte) region.code()).put((byte) (hasCrc ? WriteHeader.FLAG_CRC : 0)).putShort((short) component)
+                .putInt(buffer).putLong(offset).putLong(length).putLong(pieceLength).putLong(dstStride)
+                .putInt(hasCrc ? crc : 0).putInt(0);
     }
 
-    private static void encodeHello(Sink b, Hello h) {
-        b.str(h.authToken());
-        b.str(h.sessionId());
-        b.str(h.dataPath());
-        b.i32(h.engineRank());
-        b.i32(h.attnTpSize());
-        b.i32(h.ppRank());
-        b.i32(h.pageSize());
-        b.str(h.kvCacheDtype());
-        b.i32(h.flags());
-        MemoryDescriptor m = h.memory();
-        b.i32(m.kvLengths().length);
-        for (int i = 0; i < m.kvLengths().length; i++) {
-            b.i64(m.kvLengths()[i]);
-            b.i64(m.kvItemLens()[i]);
-            b.i32(m.kvLayerIds()[i]);
-        }
-        b.i32(m.auxLengths().length);
-        for (int i = 0; i < m.auxLengths().length; i++) {
-            b.i64(m.auxLengths()[i]);
-            b.i64(m.auxItemLens()[i]);
-        }
-        b.i32(m.states().size());
-        for (MemoryDescriptor.StateDescriptor s : m.states()) {
-            b.str(s.type());
-            b.i32(s.lengths().length);
-            for (int i = 0; i < s.lengths().length; i++) {
-                b.i64(s.lengths()[i]);
-                b.i64(s.itemLens()[i]);
-            }
-        }
-        if (h.offers().size() > TransportOffer.MAX_OFFERS) {
-            throw new IllegalArgumentException("HELLO carries " + h.offers().size() + " offers; at most " + TransportOffer.MAX_OFFERS);
-        }
-        b.i32(h.offers().size());
-        for (TransportOffer o : h.offers()) {
-            b.str(o.transport());
-            b.bytes(o.blob());
-        }
-    }
-
-    private static void encodeTransferInfo(Sink b, TransferInfo t) {
+    private static void encodeTransferInfo(WireWriter b, TransferInfo t) {
         b.i64(t.room());
         b.u8(t.dummy() ? 1 : 0);
         b.i32(t.auxIndex());
@@ -203,8 +178,9 @@ public final class FrameCodec {
         body.order(ByteOrder.LITTLE_ENDIAN);
         try {
             ControlMessage m = switch (type) {
-                case HELLO -> decodeHello(body);
-                case HELLO_ACK -> decodeHelloAck(body);
+                case HELLO -> HandshakeCodec.decodeHello(body);
+                case HELLO_ACK -> HandshakeCodec.decodeHelloAck(body);
+                case CHALLENGE -> new Challenge(raw(body, Handshake.BYTES));
                 case HEARTBEAT -> new Heartbeat();
                 case TRANSFER_INFO -> decodeTransferInfo(body);
                 case ABORT -> new Abort(body.getLong());
@@ -228,64 +204,6 @@ public final class FrameCodec {
             throw new ProtocolException("frame declares a " + h.bodyLength() + "-byte body but " + frame.remaining() + " bytes follow");
         }
         return decodeBody(h.type(), frame.slice().order(ByteOrder.LITTLE_ENDIAN));
-    }
-
-    private static Hello decodeHello(ByteBuffer in) throws ProtocolException {
-        String token = str(in);
-        String session = str(in);
-        String dataPath = str(in);
-        int engineRank = nonNegative(in.getInt(), "engine_rank");
-        int tpSize = positive(in.getInt(), "attn_tp_size");
-        int ppRank = nonNegative(in.getInt(), "pp_rank");
-        int pageSize = positive(in.getInt(), "page_size");
-        String dtype = str(in);
-        int flags = in.getInt();
-        if ((flags & ~Hello.KNOWN_FLAGS) != 0) throw new ProtocolException("unknown HELLO flags 0x" + Integer.toHexString(flags));
-        int nKv = count(in, 20, "kv buffer");
-        long[] kvLen = new long[nKv], kvItem = new long[nKv];
-        int[] kvLayer = new int[nKv];
-        for (int i = 0; i < nKv; i++) {
-            kvLen[i] = nonNegative(in.getLong(), "kv buffer length");
-            kvItem[i] = positive(in.getLong(), "kv item length");
-            kvLayer[i] = in.getInt();
-        }
-        int nAux = count(in, 16, "aux buffer");
-        long[] auxLen = new long[nAux], auxItem = new long[nAux];
-        for (int i = 0; i < nAux; i++) {
-            auxLen[i] = nonNegative(in.getLong(), "aux buffer length");
-            auxItem[i] = positive(in.getLong(), "aux item length");
-        }
-        int nState = count(in, 6, "state component");
-        List<MemoryDescriptor.StateDescriptor> states = new ArrayList<>(nState);
-        for (int c = 0; c < nState; c++) {
-            String stype = str(in);
-            int nt = count(in, 16, "state tensor");
-            long[] len = new long[nt], item = new long[nt];
-            for (int i = 0; i < nt; i++) {
-                len[i] = nonNegative(in.getLong(), "state tensor length");
-                item[i] = positive(in.getLong(), "state item length");
-            }
-            states.add(new MemoryDescriptor.StateDescriptor(stype, len, item));
-        }
-        int nOffers = in.getInt();
-        if (nOffers < 0 || nOffers > TransportOffer.MAX_OFFERS) {
-            throw new ProtocolException("transport offer count " + nOffers + " is outside [0, " + TransportOffer.MAX_OFFERS + "]");
-        }
-        List<TransportOffer> offers = new ArrayList<>(nOffers);
-        for (int i = 0; i < nOffers; i++) {
-            String transport = str(in);
-            if (transport.isEmpty()) throw new ProtocolException("transport offer " + i + " has no name");
-            int n = in.getInt();
-            if (n < 0 || n > TransportOffer.MAX_BLOB_BYTES || n > in.remaining()) {
-                throw new ProtocolException("transport offer '" + transport + "' declares " + n + " bytes but "
-                        + in.remaining() + " are left (limit " + TransportOffer.MAX_BLOB_BYTES + ")");
-            }
-            byte[] blob = new byte[n];
-            in.get(blob);
-            offers.add(new TransportOffer(transport, blob));
-        }
-        return new Hello(token, session, dataPath, engineRank, tpSize, ppRank, pageSize, dtype,
-                new MemoryDescriptor(kvLen, kvItem, kvLayer, auxLen, auxItem, states), flags, offers);
     }
 
     private static TransferInfo decodeTransferInfo(ByteBuffer in) throws ProtocolException {
@@ -312,24 +230,15 @@ public final class FrameCodec {
             throw new ProtocolException("STATUS carries unknown poll value " + raw);
         }
         FailureKind kind = failureKind(in.get() & 0xFF, status == KVPoll.Failed, "STATUS");
-        return new Status(room, status, kind, nonNegative(in.getInt(), "prefill rank"), str(in));
-    }
-
-    private static HelloAck decodeHelloAck(ByteBuffer in) throws ProtocolException {
-        boolean accepted = bool(in, "accepted");
-        FailureKind refusal = failureKind(in.get() & 0xFF, !accepted, "HELLO_ACK");
-        return new HelloAck(accepted, str(in), refusal, in.getInt(), in.getInt(), str(in), str(in));
-    }
-
-    /** A failure kind byte: 0 exactly when the message reports no failure, else a known kind. */
-    private static FailureKind failureKind(int code, boolean failure, String where) throws ProtocolException {
-        if (!failure) {
-            if (code != 0) throw new ProtocolException(where + " without a failure carries failure kind " + code);
-            return null;
+        boolean hasDigest = bool(in, "digest present");
+        int rank = nonNegative(in.getInt(), "prefill rank");
+        long bytes = nonNegative(in.getLong(), "STATUS byte count");
+        long digest = in.getLong();
+        if (!hasDigest && digest != 0) throw new ProtocolException("STATUS without a digest carries digest bits");
+        if (status != KVPoll.Success && (bytes != 0 || hasDigest)) {
+            throw new ProtocolException("a " + status + " STATUS carries a byte count or digest");
         }
-        FailureKind kind = FailureKind.fromCode(code);
-        if (kind == null) throw new ProtocolException(where + " carries unknown failure kind " + code);
-        return kind;
+        return new Status(room, status, kind, rank, str(in), bytes, digest, hasDigest);
     }
 
     /**
@@ -343,14 +252,19 @@ public final class FrameCodec {
         }
         long room = in.getLong();
         Region region = Region.fromCode(in.get() & 0xFF);
-        int pad = in.get() & 0xFF;
-        if (pad != 0) throw new ProtocolException("WRITE pad byte must be 0, got " + pad);
+        int flags = in.get() & 0xFF;
+        if ((flags & ~WriteHeader.FLAG_CRC) != 0) throw new ProtocolException("unknown WRITE flags 0x" + Integer.toHexString(flags));
         int component = in.getShort() & 0xFFFF;
         int buffer = nonNegative(in.getInt(), "buffer index");
         long offset = nonNegative(in.getLong(), "write offset");
         long length = nonNegative(in.getLong(), "write length");
         long piece = nonNegative(in.getLong(), "write piece length");
         long stride = nonNegative(in.getLong(), "write destination stride");
+        int crc = in.getInt();
+        int pad = in.getInt();
+        boolean hasCrc = (flags & WriteHeader.FLAG_CRC) != 0;
+        if (pad != 0) throw new ProtocolException("WRITE pad must be 0, got " + pad);
+        if (!hasCrc && crc != 0) throw new ProtocolException("WRITE without a CRC carries CRC bits");
         if (length == 0 && piece != 0) throw new ProtocolException("an empty WRITE must have piece length 0, got " + piece);
         if (piece != length && length > Wire.MAX_STRIDED_WRITE_BYTES) {
             throw new ProtocolException("strided WRITE of " + length + " bytes exceeds " + Wire.MAX_STRIDED_WRITE_BYTES);
@@ -364,112 +278,8 @@ public final class FrameCodec {
         if (piece != length && (length / piece - 1) > (Long.MAX_VALUE - piece) / Math.max(1, stride)) {
             throw new ProtocolException("strided WRITE span overflows");
         }
-        into.set(room, region, component, buffer, offset, length, piece, stride);
+        into.set(room, region, component, buffer, offset, length, piece, stride, hasCrc, crc);
         return into;
     }
 
-    // ---------------------------------------------------------------- field helpers
-
-    private static int count(ByteBuffer in, int minBytesEach, String what) throws ProtocolException {
-        int n = in.getInt();
-        if (n < 0 || n > Wire.MAX_BUFFERS) throw new ProtocolException(what + " count " + n + " is out of range");
-        if ((long) n * minBytesEach > in.remaining()) {
-            throw new ProtocolException(what + " count " + n + " does not fit the " + in.remaining() + " bytes left");
-        }
-        return n;
-    }
-
-    private static int[] intArray(ByteBuffer in, String what) throws ProtocolException {
-        int n = in.getInt();
-        if (n < 0 || (long) n * 4 > in.remaining()) {
-            throw new ProtocolException(what + " count " + n + " does not fit the " + in.remaining() + " bytes left");
-        }
-        int[] out = new int[n];
-        in.asIntBuffer().get(out);
-        in.position(in.position() + n * 4);
-        return out;
-    }
-
-    private static String str(ByteBuffer in) throws ProtocolException {
-        int n = in.getShort() & 0xFFFF;
-        if (n > Wire.MAX_STRING_BYTES) throw new ProtocolException("string of " + n + " bytes exceeds " + Wire.MAX_STRING_BYTES);
-        if (n > in.remaining()) throw new ProtocolException("string of " + n + " bytes is truncated");
-        ByteBuffer slice = in.slice(in.position(), n);
-        in.position(in.position() + n);
-        try {
-            return StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
-                    .onUnmappableCharacter(CodingErrorAction.REPORT).decode(slice).toString();
-        } catch (CharacterCodingException e) {
-            throw new ProtocolException("string field is not valid UTF-8");
-        }
-    }
-
-    private static boolean bool(ByteBuffer in, String what) throws ProtocolException {
-        int v = in.get() & 0xFF;
-        if (v > 1) throw new ProtocolException(what + " flag must be 0 or 1, got " + v);
-        return v == 1;
-    }
-
-    private static int nonNegative(int v, String what) throws ProtocolException {
-        if (v < 0) throw new ProtocolException(what + " " + v + " is negative");
-        return v;
-    }
-
-    private static long nonNegative(long v, String what) throws ProtocolException {
-        if (v < 0) throw new ProtocolException(what + " " + v + " is negative");
-        return v;
-    }
-
-    private static int positive(int v, String what) throws ProtocolException {
-        if (v <= 0) throw new ProtocolException(what + " must be positive, got " + v);
-        return v;
-    }
-
-    private static long positive(long v, String what) throws ProtocolException {
-        if (v <= 0) throw new ProtocolException(what + " must be positive, got " + v);
-        return v;
-    }
-
-    /** A growable little-endian byte sink for encoding control bodies. */
-    private static final class Sink {
-        private ByteBuffer buf = ByteBuffer.allocate(256).order(ByteOrder.LITTLE_ENDIAN);
-
-        private void ensure(int n) {
-            if (buf.remaining() < n) {
-                int cap = Math.max(buf.capacity() * 2, buf.position() + n);
-                ByteBuffer bigger = ByteBuffer.allocate(cap).order(ByteOrder.LITTLE_ENDIAN);
-                buf.flip();
-                bigger.put(buf);
-                buf = bigger;
-            }
-        }
-
-        void u8(int v) { ensure(1); buf.put((byte) v); }
-        void i32(int v) { ensure(4); buf.putInt(v); }
-        void i64(long v) { ensure(8); buf.putLong(v); }
-
-        void str(String s) {
-            byte[] b = (s == null ? "" : s).getBytes(StandardCharsets.UTF_8);
-            if (b.length > Wire.MAX_STRING_BYTES) {
-                throw new IllegalArgumentException("string field of " + b.length + " bytes exceeds " + Wire.MAX_STRING_BYTES);
-            }
-            ensure(2 + b.length);
-            buf.putShort((short) b.length).put(b);
-        }
-
-        void bytes(byte[] a) {
-            ensure(4 + a.length);
-            buf.putInt(a.length).put(a);
-        }
-
-        void intArray(int[] a) {
-            ensure(4 + a.length * 4);
-            buf.putInt(a.length);
-            buf.asIntBuffer().put(a);
-            buf.position(buf.position() + a.length * 4);
-        }
-
-        int size() { return buf.position(); }
-        byte[] bytes() { return buf.array(); }
-    }
 }

@@ -4,8 +4,8 @@ package io.kvferry.protocol;
 public enum MessageType {
     /** decode → prefill, once per connection: identity, auth token and the destination buffer layout. */
     HELLO(1, 2 << 20),
-    /** prefill → decode: the answer to HELLO. */
-    HELLO_ACK(2, 8 << 10),
+    /** prefill → decode: the answer to HELLO (with the coverage of every decode buffer). */
+    HELLO_ACK(2, 2 << 20),
     /** decode → prefill, once per request per target rank: where the request's KV goes. */
     TRANSFER_INFO(3, Wire.MAX_BODY_BYTES),
     /** decode → prefill: the request was aborted on decode. */
@@ -17,7 +17,9 @@ public enum MessageType {
     /** prefill → decode: no write for the aborted room is in flight any more. */
     ABORT_ACK(7, 64),
     /** either direction, on an idle connection: liveness (the peer declares the link dead after missing several). */
-    HEARTBEAT(8, 0);
+    HEARTBEAT(8, 0),
+    /** prefill → decode, first on every accepted connection: the nonce HELLO must answer. */
+    CHALLENGE(9, Handshake.BYTES);
 
     private final int code;
     private final int maxBodyBytes;

@@ -10,8 +10,11 @@ public final class Wire {
      * 2: WRITE carries piece length and stride (strided writes); HELLO carries flags.
      * 3: HELLO carries transport offers, HELLO_ACK the chosen data path; HEARTBEAT.
      * 4: STATUS and HELLO_ACK carry a failure kind byte ({@link io.kvferry.api.FailureKind}).
+     * 5: authenticated handshake (CHALLENGE, HMACs instead of the token, session keys), fingerprint,
+     *    decode instance, checksum mode and coverage in HELLO/HELLO_ACK, bytes and digest in STATUS,
+     *    CRC32C in WRITE.
      */
-    public static final int VERSION = 4;
+    public static final int VERSION = 5;
     /** magic u32, version u8, type u8, flags u16, body length u32. */
     public static final int HEADER_BYTES = 12;
     /** The largest control body any message may declare (a TRANSFER_INFO with ~4M page ids). */

@@ -17,8 +17,13 @@ package io.kvferry.protocol;
  * the starts of consecutive pieces at the destination.
  */
 public final class WriteHeader implements ControlMessage {
-    /** room u64, region u8, pad u8, component u16, buffer u32, offset u64, length u64, piece u64, stride u64. */
-    public static final int BODY_BYTES = 48;
+    /**
+     * room u64, region u8, flags u8, component u16, buffer u32, offset u64, length u64, piece u64, stride u64,
+     * crc u32, pad u32.
+     */
+    public static final int BODY_BYTES = 56;
+    /** Flags bit: {@code crc} holds the CRC32C of the payload (in payload order). */
+    public static final int FLAG_CRC = 1;
 
     private long room;
     private Region region;
@@ -28,10 +33,18 @@ public final class WriteHeader implements ControlMessage {
     private long length;
     private long pieceLength;
     private long dstStride;
+    private boolean hasCrc;
+    private int crc;
 
     public WriteHeader(long room, Region region, int component, int buffer, long offset, long length, long pieceLength,
                        long dstStride) {
-        set(room, region, component, buffer, offset, length, pieceLength, dstStride);
+        set(room, region, component, buffer, offset, length, pieceLength, dstStride, false, 0);
+    }
+
+    /** A header carrying the payload's CRC32C. */
+    public WriteHeader(long room, Region region, int component, int buffer, long offset, long length, long pieceLength,
+                       long dstStride, int crc) {
+        set(room, region, component, buffer, offset, length, pieceLength, dstStride, true, crc);
     }
 
     /** A contiguous write: one piece of the whole length. */
@@ -44,7 +57,10 @@ public final class WriteHeader implements ControlMessage {
         return new WriteHeader(0, Region.KV, 0, 0, 0, 0, 0, 0);
     }
 
-    void set(long room, Region region, int component, int buffer, long offset, long length, long pieceLength, long dstStride) {
+    void set(long room, Region region, int component, int buffer, long offset, long length, long pieceLength, long dstStride,
+             boolean hasCrc, int crc) {
+        this.hasCrc = hasCrc;
+        this.crc = hasCrc ? crc : 0;
         this.room = room;
         this.region = region;
         this.component = component;
@@ -87,6 +103,16 @@ public final class WriteHeader implements ControlMessage {
         return dstStride;
     }
 
+    /** Whether the frame carries the payload's CRC32C ({@link #crc}). */
+    public boolean hasCrc() {
+        return hasCrc;
+    }
+
+    /** The payload's CRC32C, in payload order (0 without {@link #hasCrc}). */
+    public int crc() {
+        return crc;
+    }
+
     public boolean strided() {
         return pieceLength != length;
     }
@@ -103,7 +129,9 @@ public final class WriteHeader implements ControlMessage {
 
     /** An immutable copy (to keep a header past the next read). */
     public WriteHeader copy() {
-        return new WriteHeader(room, region, component, buffer, offset, length, pieceLength, dstStride);
+        WriteHeader c = new WriteHeader(room, region, component, buffer, offset, length, pieceLength, dstStride);
+        c.set(room, region, component, buffer, offset, length, pieceLength, dstStride, hasCrc, crc);
+        return c;
     }
 
     @Override
@@ -114,7 +142,8 @@ public final class WriteHeader implements ControlMessage {
     @Override
     public boolean equals(Object o) {
         return o instanceof WriteHeader w && w.room == room && w.region == region && w.component == component && w.buffer == buffer
-                && w.offset == offset && w.length == length && w.pieceLength == pieceLength && w.dstStride == dstStride;
+                && w.offset == offset && w.length == length && w.pieceLength == pieceLength && w.dstStride == dstStride
+                && w.hasCrc == hasCrc && w.crc == crc;
     }
 
     @Override
@@ -127,12 +156,14 @@ public final class WriteHeader implements ControlMessage {
         h = h * 31 + length;
         h = h * 31 + pieceLength;
         h = h * 31 + dstStride;
+        h = h * 31 + crc;
         return Long.hashCode(h);
     }
 
     @Override
     public String toString() {
         return "WriteHeader[room=" + room + ", region=" + region + ", component=" + component + ", buffer=" + buffer + ", offset="
-                + offset + ", length=" + length + ", pieceLength=" + pieceLength + ", dstStride=" + dstStride + "]";
+                + offset + ", length=" + length + ", pieceLength=" + pieceLength + ", dstStride=" + dstStride
+                + (hasCrc ? ", crc=" + Integer.toHexString(crc) : "") + "]";
     }
 }

@@ -1,7 +1,9 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SegmentCrc;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.FrameCodec;
@@ -74,6 +76,8 @@ public final class ControlConnection implements AutoCloseable {
     private ByteBuffer skipScratch;
     /** Guarded by writeLock / reader thread only: staging for strided (head-sliced) writes, made on first use. */
     private MemorySegment sendStaging;
+    /** Guarded by writeLock: the CRC of WRITE payloads as they leave. */
+    private final SegmentCrc sendCrc = new SegmentCrc();
     private MemorySegment recvStaging;
     private ByteBuffer recvStagingView;
     private volatile boolean closed;
@@ -194,23 +198,38 @@ public final class ControlConnection implements AutoCloseable {
      */
     public void writePlan(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled)
             throws IOException {
+        writePlan(room, plan, source, cancelled, ChecksumMode.OFF);
+    }
+
+    /**
+     * As {@link #writePlan(long, CopyPlan, RegisteredMemory, BooleanSupplier)}, each WRITE that
+     * {@code checksum} selects carrying the CRC32C of its payload, computed as it leaves.
+     */
+    public void writePlan(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled, ChecksumMode checksum)
+            throws IOException {
         int op = 0;
         while (op < plan.size()) {
             if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
             if (plan.strided(op)) {
-                writeStrided(room, plan, op, source);
+                writeStrided(room, plan, op, source, checksum);
                 op++;
                 continue;
             }
             int n = 0;
             while (n < WRITE_BATCH && op + n < plan.size() && !plan.strided(op + n)) n++;
-            writeBatch(room, plan, op, n, source);
+            writeBatch(room, plan, op, n, source, checksum);
             op += n;
         }
     }
 
+    /** Whether a WRITE to {@code (region, component, buffer, offset)} of a room carries a CRC in this mode. */
+    private static boolean crcFor(ChecksumMode mode, long room, Region region, int component, int buffer, long offset) {
+        return mode != ChecksumMode.OFF && PageDigest.sampled(mode, room, region, PageDigest.key(region, component, buffer, offset));
+    }
+
     /** Up to {@value #WRITE_BATCH} contiguous ops in one gathering syscall, straight from source memory. */
-    private void writeBatch(long room, CopyPlan plan, int first, int n, RegisteredMemory source) throws IOException {
+    private void writeBatch(long room, CopyPlan plan, int first, int n, RegisteredMemory source, ChecksumMode checksum)
+            throws IOException {
         writeLock.lock();
         try {
             long remaining = 0;
@@ -218,8 +237,16 @@ public final class ControlConnection implements AutoCloseable {
                 int op = first + i;
                 ByteBuffer h = batchHeaders[i];
                 h.clear();
+                boolean withCrc = crcFor(checksum, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op));
+                int crc = 0;
+                if (withCrc) {
+                    sendCrc.reset();
+                    sendCrc.update(source.segmentOrNull(plan.region(op), plan.component(op), plan.buffer(op)), plan.srcOffset(op),
+                            plan.length(op));
+                    crc = sendCrc.value();
+                }
                 FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.dstBuffer(op),
-                        plan.dstOffset(op), plan.length(op));
+                        plan.dstOffset(op), plan.length(op), plan.length(op), plan.length(op), withCrc, crc);
                 h.flip();
                 batchVector[2 * i] = h;
                 batchVector[2 * i + 1] = source.slice(plan.region(op), plan.component(op), plan.buffer(op),
@@ -256,7 +283,7 @@ public final class ControlConnection implements AutoCloseable {
      * memory copy, no heap) and sent as one WRITE, so a slice moves in one large operation rather
      * than one per token per head.
      */
-    private void writeStrided(long room, CopyPlan plan, int op, RegisteredMemory source) throws IOException {
+    private void writeStrided(long room, CopyPlan plan, int op, RegisteredMemory source, ChecksumMode checksum) throws IOException {
         long length = plan.length(op), piece = plan.pieceLength(op), stride = plan.srcStride(op);
         MemorySegment src = source.slice(plan.region(op), plan.component(op), plan.buffer(op), plan.srcOffset(op),
                 plan.srcSpan(op));
@@ -268,8 +295,15 @@ public final class ControlConnection implements AutoCloseable {
             }
             ByteBuffer h = batchHeaders[0];
             h.clear();
+            boolean withCrc = crcFor(checksum, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op));
+            int crc = 0;
+            if (withCrc) {
+                sendCrc.reset();
+                sendCrc.update(sendStaging, 0, length);
+                crc = sendCrc.value();
+            }
             FrameCodec.putWriteFrame(h, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
-                    length, piece, plan.dstStride(op));
+                    length, piece, plan.dstStride(op), withCrc, crc);
             h.flip();
             batchVector[0] = h;
             batchVector[1] = sendStaging.asSlice(0, length).asByteBuffer();
@@ -282,9 +316,9 @@ public final class ControlConnection implements AutoCloseable {
 
     /**
      * Reads a strided WRITE's payload into a native staging buffer and scatters its pieces into
-     * {@code target} (reader thread only).
+     * {@code target} (reader thread only); with {@code crc}, the payload's CRC32C goes into it.
      */
-    public void readStridedPayload(WriteHeader w, MemorySegment target, long at) throws IOException {
+    public void readStridedPayload(WriteHeader w, MemorySegment target, long at, SegmentCrc crc) throws IOException {
         if (w.length() > CopyPlan.MAX_OP_BYTES) {
             throw new ProtocolException("strided WRITE of " + w.length() + " bytes exceeds " + CopyPlan.MAX_OP_BYTES);
         }
@@ -294,6 +328,7 @@ public final class ControlConnection implements AutoCloseable {
         }
         recvStagingView.clear().limit((int) w.length());
         readPayload(recvStagingView);
+        if (crc != null) crc.update(recvStaging, 0, w.length());
         long piece = w.pieceLength();
         for (long i = 0, n = w.pieces(); i < n; i++) {
             MemorySegment.copy(recvStaging, i * piece, target, at + i * w.dstStride(), piece);

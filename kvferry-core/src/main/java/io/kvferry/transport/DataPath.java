@@ -1,5 +1,6 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.CopyPlan;
 
@@ -22,6 +23,15 @@ public interface DataPath {
      * IOException when {@code cancelled} turns true (checked at least every few ops).
      */
     void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException;
+
+    /**
+     * Called once when the link is set up, with the checksum mode it uses: true when this path
+     * carries per-write checksums itself (tcp puts a CRC32C in WRITE frames and the decode checks each
+     * as it lands); false, the default, makes the prefill digest each room's pages for its STATUS.
+     */
+    default boolean carryChecksums(ChecksumMode mode) {
+        return false;
+    }
 
     /**
      * Whether bytes land without the decode's reader seeing them (shm, ucx): the decode then needs an

@@ -1,5 +1,6 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.protocol.Region;
 
 import java.lang.foreign.MemorySegment;
@@ -19,16 +20,36 @@ public interface WriteSink {
      * Owned by one thread at a time.
      */
     final class Landing {
-        /** The gate's token for the write in flight (the room it counts against). */
+        /** Which link the writes come from (the decode's endpoint key of the prefill rank); set once by its owner. */
+        private final String source;
+        /** What this link verifies (tcp: WRITEs carry CRCs); set once by its owner. */
+        private final ChecksumMode checksum;
+        /** The gate's token for the write in flight (the room it counts against) and its slot among the room's sources. */
         private Object token;
+        private int slot;
         private MemorySegment buffer;
         private long offset, span, payload;
         /** ByteBuffer views of the destination buffers this landing has used, made once each. */
         private final IdentityHashMap<MemorySegment, ByteBuffer> views = new IdentityHashMap<>();
 
+        /** A landing for the writes of one link. */
+        public Landing(String source, ChecksumMode checksum) {
+            this.source = source;
+            this.checksum = checksum == null ? ChecksumMode.OFF : checksum;
+        }
+
+        public String source() {
+            return source;
+        }
+
+        public ChecksumMode checksum() {
+            return checksum;
+        }
+
         /** Called by a gate that admitted a write. */
-        public void admit(Object token, MemorySegment buffer, long offset, long span, long payload) {
+        public void admit(Object token, int slot, MemorySegment buffer, long offset, long span, long payload) {
             this.token = token;
+            this.slot = slot;
             this.buffer = buffer;
             this.offset = offset;
             this.span = span;
@@ -37,6 +58,11 @@ public interface WriteSink {
 
         public Object token() {
             return token;
+        }
+
+        /** The gate's index of this landing's source among the room's sources. */
+        public int slot() {
+            return slot;
         }
 
         /** The whole destination buffer; the write covers {@code [offset, offset + span)} of it. */
@@ -74,7 +100,8 @@ public interface WriteSink {
     }
 
     /**
-     * Admits a write into {@code into}.
+     * Admits a write into {@code into}: only from a link that is one of the room's sources
+     * ({@link Landing#source()}), and only while the room is neither failed nor concluded.
      *
      * @param span    destination bytes the write touches, from its first to its last byte
      * @param payload bytes actually written (less than {@code span} for a strided write)

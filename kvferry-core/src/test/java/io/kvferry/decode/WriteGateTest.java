@@ -15,6 +15,7 @@ import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.Arena;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -44,25 +45,66 @@ class WriteGateTest {
         arena.close();
     }
 
+    /** The link the room's writes come from, and one that is not the room's. */
+    private static final String PREFILL = "10.0.0.1:7000", STRANGER = "10.0.0.9:7000";
+
     private DecodeRoom room(long id, int[] sortedPages, int aux, int[][] state) {
         DecodeRoom r = new DecodeRoom(id, "bootstrap");
         assertTrue(rooms.add(r));
         rooms.statuses.update(id, KVPoll.WaitingForInput);
-        if (sortedPages != null) r.allowance = new DecodeRoom.Allowance(sortedPages, aux, state);
+        r.targets = List.of(new DecodeRoom.Target(new PrefillLink("bootstrap", PREFILL, null, 0), 0, 0, false));
+        r.landedFrom = new AtomicLongArray(1);
+        if (sortedPages != null) {
+            r.allowance = new DecodeRoom.Allowance(sortedPages, sortedPages, aux, state, state, new long[1], new int[][] {sortedPages});
+        }
         return r;
     }
 
+    private static WriteSink.Landing landing() {
+        return new WriteSink.Landing(PREFILL, null);
+    }
+
     private String rejected(long room, Region region, int component, long offset, long length, boolean fatal) {
+        return rejected(landing(), room, region, component, offset, length, fatal);
+    }
+
+    private String rejected(WriteSink.Landing from, long room, Region region, int component, long offset, long length, boolean fatal) {
         WriteRejectedException e = assertThrows(WriteRejectedException.class,
-                () -> gate.begin(new WriteSink.Landing(), room, region, component, 0, offset, length, length));
+                () -> gate.begin(from, room, region, component, 0, offset, length, length));
         assertEquals(fatal, e.fatal(), e.getMessage());
         return e.getMessage();
     }
 
     @Test
+    void onlyTheRoomsOwnPrefillRanksMayWriteIt() {
+        room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
+        String why = rejected(new WriteSink.Landing(STRANGER, null), 7, Region.KV, 0, 2 * PAGE, PAGE, false);
+        assertTrue(why.contains("not one of the room's prefill ranks"), why);
+    }
+
+    @Test
+    void aConcludedRoomTakesNoMoreWrites() {
+        room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
+        rooms.statuses.update(7, KVPoll.Success);
+        assertTrue(rejected(7, Region.KV, 0, 2 * PAGE, PAGE, false).contains("already concluded"),
+                "KV the engine decodes from cannot change after Success");
+    }
+
+    @Test
+    void landedBytesAreCountedPerSourceLink() throws WriteRejectedException {
+        DecodeRoom r = room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
+        WriteSink.Landing l = landing();
+        gate.begin(l, 7, Region.KV, 0, 0, 5 * PAGE, PAGE, PAGE);
+        gate.end(l, true);
+        gate.begin(l, 7, Region.KV, 0, 0, 2 * PAGE, PAGE, PAGE);
+        gate.end(l, false);
+        assertEquals(PAGE, r.landedFrom.get(0), "a write that did not land whole is not counted");
+    }
+
+    @Test
     void aRunOfOwnedPagesLandsAndIsCounted() throws WriteRejectedException {
         DecodeRoom r = room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
-        WriteSink.Landing l = new WriteSink.Landing();
+        WriteSink.Landing l = landing();
         gate.begin(l, 7, Region.KV, 0, 0, 2 * PAGE, 2 * PAGE, 2 * PAGE);
         assertEquals(2 * PAGE, l.span());
         assertEquals(2 * PAGE, l.offset());
@@ -84,7 +126,7 @@ class WriteGateTest {
     @Test
     void auxAndStateWritesStayInTheirRowAndSlots() throws WriteRejectedException {
         room(7, new int[]{0}, 1, new int[][]{{2}});
-        WriteSink.Landing l = new WriteSink.Landing();
+        WriteSink.Landing l = landing();
         gate.begin(l, 7, Region.AUX, 0, 0, 64, 64, 64);
         gate.end(l, true);
         assertTrue(rejected(7, Region.AUX, 0, 128, 64, false).contains("not inside row 1"));

@@ -162,16 +162,14 @@ class TransferPlannerTest {
         assertArrayEquals(new long[][] {op(STATE, 0, 0, 8, 80, 16)}, ops(p));
         assertEquals(1, warnings.size(), warnings.toString());
         String w = warnings.getFirst();
-        assertTrue(w.contains("swa") && w.contains("3") && w.contains("2") && w.contains("truncated"), w);
+        assertTrue(w.contains("swa") && w.contains("3") && w.contains("2") && w.contains("not sent"), w);
     }
 
     @Test
-    void pagedStateTruncatesTheLongerSideEitherWay() {
-        List<String> warnings = new ArrayList<>();
-        CopyPlan p = TransferPlanner.planState(List.of(StateType.DSA),
-                new int[][] {{4}}, new int[][] {{9, 10, 11}}, new long[][] {{100}}, warnings::add);
-        assertArrayEquals(new long[][] {op(STATE, 0, 0, 400, 900, 100)}, ops(p));
-        assertEquals(1, warnings.size());
+    void pagedStateWithFewerSourceIndicesFailsInsteadOfLeavingDecodeSlotsUnwritten() {
+        PlanException e = assertThrows(PlanException.class, () -> TransferPlanner.planState(List.of(StateType.DSA),
+                new int[][] {{4}}, new int[][] {{9, 10, 11}}, new long[][] {{100}}, w -> {}));
+        assertTrue(e.getMessage().contains("prefill 1 vs decode 3") && e.getMessage().contains("unwritten"), e.getMessage());
     }
 
     @Test

@@ -2,6 +2,7 @@ package io.kvferry.protocol;
 
 import com.sun.management.ThreadMXBean;
 import io.kvferry.api.FailureKind;
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.KVPoll;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.Test;
@@ -130,11 +131,12 @@ class FrameCodecTest {
         assertEquals(new Status(1, KVPoll.Success, 0, ""), decode(encoded(new Status(1, KVPoll.Success, 0, null))));
         assertEquals(new HelloAck(true, "", 1, 2), decode(encoded(new HelloAck(true, null, 1, 2))));
         Hello h = ProtocolSamples.sampleHello();
-        Hello withNull = new Hello(null, h.sessionId(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
-                h.pageSize(), null, h.memory());
+        Hello withNull = new Hello(null, null, new Fingerprint(null, null, null, 16, false, 0), h.dataPath(), h.engineRank(),
+                h.attnTpSize(), h.ppRank(), 0, null, h.memory(), null, null, null, null);
         Hello back = assertInstanceOf(Hello.class, decode(encoded(withNull)));
-        assertEquals("", back.authToken());
+        assertEquals("", back.sessionId());
         assertEquals("", back.kvCacheDtype());
+        assertEquals(ChecksumMode.OFF, back.checksum());
     }
 
     @Test
@@ -191,19 +193,34 @@ class FrameCodecTest {
     }
 
     @Test
-    void writeBodyMustBeExactly48Bytes() {
-        for (int len : new int[] {0, 47}) {
+    void writeBodyMustBeExactly56Bytes() {
+        for (int len : new int[] {0, 48, 55}) {
             ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
                     ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, len))));
-            assertMentions(e, "WRITE", "48");
+            assertMentions(e, "WRITE", "56");
         }
         assertThrows(ProtocolException.class, () -> FrameCodec.readHeader(
-                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, 49))));
+                ByteBuffer.wrap(header(Wire.MAGIC, Wire.VERSION, MessageType.WRITE.code(), 0, 57))));
     }
 
     private static byte[] writeBody(long room, int region, int component, int buffer, long offset, long length) {
-        return new Body().i64(room).u8(region).u8(0).u16(component).i32(buffer).i64(offset).i64(length)
-                .i64(length).i64(length).bytes();
+        return writeBody(room, region, 0, component, buffer, offset, length, 0, 0);
+    }
+
+    private static byte[] writeBody(long room, int region, int flags, int component, int buffer, long offset, long length, int crc,
+                                    int pad) {
+        return new Body().i64(room).u8(region).u8(flags).u16(component).i32(buffer).i64(offset).i64(length)
+                .i64(length).i64(length).i32(crc).i32(pad).bytes();
+    }
+
+    @Test
+    void writeCrcFlagsAndPadAreStrict() throws Exception {
+        WriteHeader with = assertInstanceOf(WriteHeader.class, decode(frame(MessageType.WRITE, writeBody(1, 0, 1, 0, 0, 0, 8, 0x1234, 0))));
+        assertTrue(with.hasCrc());
+        assertEquals(0x1234, with.crc());
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 2, 0, 0, 0, 8, 0, 0)), "flags");
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 0, 0, 0, 0, 8, 5, 0)), "without a CRC");
+        rejectsFrame(frame(MessageType.WRITE, writeBody(1, 0, 1, 0, 0, 0, 8, 5, 1)), "pad");
     }
 
     @Test
@@ -231,13 +248,13 @@ class FrameCodecTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 1, 2, 3, 5, 255})
+    @ValueSource(ints = {0, 1, 2, 3, 4, 6, 255})
     void unsupportedVersionIsRejected(int version) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 4, version), "version", String.valueOf(version));
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {0, 9, 99, 255})
+    @ValueSource(ints = {0, 10, 99, 255})
     void unknownTypeIsRejected(int type) {
         rejectsFrame(withHeaderByte(encoded(new Abort(1)), 5, type), "type", String.valueOf(type));
         assertThrows(ProtocolException.class, () -> MessageType.fromCode(type));
@@ -322,8 +339,8 @@ class FrameCodecTest {
         return all().stream().filter(m -> m.type() != MessageType.WRITE)
                 .map(m -> DynamicTest.dynamicTest(m.type() + " " + m, () -> {
                     byte[] longer = concat(body(m), new byte[] {0});
-                    // An empty-bodied type is refused by its body limit before decoding even starts.
-                    rejectsFrame(frame(m.type(), longer), m.type().maxBodyBytes() == 0 ? "exceeds" : "trailing");
+                    // A type whose body is exactly its maximum is refused by that limit before decoding even starts.
+                    rejectsFrame(frame(m.type(), longer), body(m).length == m.type().maxBodyBytes() ? "exceeds" : "trailing");
                     ProtocolException e = assertThrows(ProtocolException.class,
                             () -> FrameCodec.decodeBody(m.type(), ByteBuffer.wrap(longer)));
                     assertMentions(e, "trailing");
@@ -388,8 +405,14 @@ class FrameCodecTest {
                 "count 3", "does not fit");
     }
 
+    /** HELLO up to its KV buffer count: session, instance, fingerprint, data path, ranks, flags, checksum. */
     private static Body helloPrefix() {
-        return new Body().str("tok").str("sess").str("tcp").i32(0).i32(1).i32(0).i32(16).str("fp16").i32(0); // flags
+        return helloHead(0, 1, 0, 16).i32(0).u8(0); // flags, checksum
+    }
+
+    private static Body helloHead(int engineRank, int tp, int pp, int pageSize) {
+        return new Body().str("sess").str("inst").str("0.1").str("model").str("fp16").i32(pageSize).u8(0).i32(8).str("tcp")
+                .i32(engineRank).i32(tp).i32(pp);
     }
 
     @Test
@@ -397,7 +420,8 @@ class FrameCodecTest {
         byte[][] bad = {{(byte) 0xC3, 0x28}, {(byte) 0xFF}, {(byte) 0xE2, (byte) 0x82}, {(byte) 0xED, (byte) 0xA0, (byte) 0x80}};
         for (byte[] s : bad) {
             rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(0).u8(6).u16(s.length).raw(s).i32(0).i32(0).bytes()), "UTF-8");
-            rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(1).i32(0).u16(s.length).raw(s).bytes()), "UTF-8");
+            rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(1).u8(0).i32(0).i64(0).i64(0).u16(s.length).raw(s)
+                    .bytes()), "UTF-8");
             rejectsFrame(frame(MessageType.HELLO, new Body().u16(s.length).raw(s).bytes()), "UTF-8");
         }
     }
@@ -420,22 +444,38 @@ class FrameCodecTest {
     @ParameterizedTest
     @ValueSource(ints = {5, 6, 128, 255})
     void unknownKvPollInStatusIsRejected(int value) {
-        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(value).i32(0).str("").bytes()),
-                "poll", String.valueOf(value));
+        rejectsFrame(frame(MessageType.STATUS, status(value, 0, 0, 0, 0, 0, "")), "poll", String.valueOf(value));
+    }
+
+    /** A STATUS body: room 1, then each field as given. */
+    private static byte[] status(int poll, int kind, int hasDigest, int rank, long bytes, long digest, String reason) {
+        return new Body().i64(1).u8(poll).u8(kind).u8(hasDigest).i32(rank).i64(bytes).i64(digest).str(reason).bytes();
     }
 
     @Test
     void statusRejectsNegativePrefillRank() {
-        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(4).u8(0).i32(-1).str("").bytes()), "rank", "negative");
+        rejectsFrame(frame(MessageType.STATUS, status(4, 0, 0, -1, 0, 0, "")), "rank", "negative");
+    }
+
+    @Test
+    void statusByteCountAndDigestAreStrict() throws Exception {
+        rejectsFrame(frame(MessageType.STATUS, status(4, 0, 0, 0, -1, 0, "")), "byte count", "negative");
+        rejectsFrame(frame(MessageType.STATUS, status(4, 0, 0, 0, 10, 7, "")), "without a digest");
+        rejectsFrame(frame(MessageType.STATUS, status(4, 0, 2, 0, 10, 7, "")), "digest present");
+        rejectsFrame(frame(MessageType.STATUS, status(0, 9, 0, 0, 10, 0, "x")), "byte count or digest");
+        Status ok = assertInstanceOf(Status.class, decode(frame(MessageType.STATUS, status(4, 0, 1, 3, 10, -7, ""))));
+        assertEquals(Status.success(1, 3, 10, -7, true), ok);
     }
 
     @Test
     void failureKindMustMatchTheStatus() throws Exception {
-        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(4).u8(1).i32(0).str("").bytes()), "without a failure", "kind 1");
-        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(0).i32(0).str("x").bytes()), "unknown failure kind 0");
-        rejectsFrame(frame(MessageType.STATUS, new Body().i64(1).u8(0).u8(200).i32(0).str("x").bytes()), "unknown failure kind 200");
+        rejectsFrame(frame(MessageType.STATUS, status(4, 1, 0, 0, 0, 0, "")), "without a failure", "kind 1");
+        rejectsFrame(frame(MessageType.STATUS, status(0, 0, 0, 0, 0, 0, "x")), "unknown failure kind 0");
+        rejectsFrame(frame(MessageType.STATUS, status(0, 200, 0, 0, 0, 0, "x")), "unknown failure kind 200");
         rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(1).u8(6).str("").i32(0).i32(0).str("tcp").str("").bytes()),
                 "HELLO_ACK without a failure");
+        rejectsFrame(frame(MessageType.HELLO_ACK, new Body().u8(1).u8(0).str("").i32(0).i32(0).str("tcp").str("").u8(7).bytes()),
+                "checksum mode 7");
         for (FailureKind k : FailureKind.values()) {
             Status s = new Status(9, KVPoll.Failed, k, 2, "why");
             assertEquals(s, decode(encoded(s)), "kind " + k + " round-trips");
@@ -472,16 +512,14 @@ class FrameCodecTest {
     }
 
     @Test
-    void helloFieldValidation() {
-        byte[] tail = new Body().i32(0).i32(0).i32(0).bytes();
-        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(-1).i32(1).i32(0).i32(16).str("").bytes(), tail)),
-                "engine_rank");
-        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(0).i32(0).i32(0).i32(16).str("").bytes(), tail)),
-                "attn_tp_size");
-        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(0).i32(1).i32(-1).i32(16).str("").bytes(), tail)),
-                "pp_rank");
-        rejectsFrame(frame(MessageType.HELLO, concat(new Body().str("").str("").str("tcp").i32(0).i32(1).i32(0).i32(0).str("").bytes(), tail)),
-                "page_size");
+    void helloFieldValidation() throws Exception {
+        byte[] tail = new Body().i32(0).u8(0).i32(0).i32(0).i32(0).i32(0).raw(new byte[3 * Handshake.BYTES]).bytes();
+        rejectsFrame(frame(MessageType.HELLO, concat(helloHead(-1, 1, 0, 16).bytes(), tail)), "engine_rank");
+        rejectsFrame(frame(MessageType.HELLO, concat(helloHead(0, 0, 0, 16).bytes(), tail)), "attn_tp_size");
+        rejectsFrame(frame(MessageType.HELLO, concat(helloHead(0, 1, -1, 16).bytes(), tail)), "pp_rank");
+        rejectsFrame(frame(MessageType.HELLO, concat(helloHead(0, 1, 0, 0).bytes(), tail)), "page_size");
+        rejectsFrame(frame(MessageType.HELLO, helloHead(0, 1, 0, 16).i32(0).u8(3).bytes()), "checksum mode 3");
+        assertInstanceOf(Hello.class, decode(frame(MessageType.HELLO, concat(helloHead(0, 1, 0, 16).bytes(), tail))));
         rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(1).i64(-1).i64(16).i32(0).i32(0).i32(0).bytes()), "kv buffer length");
         rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(1).i64(16).i64(0).i32(0).i32(0).i32(0).bytes()), "kv item length");
         rejectsFrame(frame(MessageType.HELLO, helloPrefix().i32(0).i32(1).i64(16).i64(0).i32(0).bytes()), "aux item length");
@@ -525,13 +563,16 @@ class FrameCodecTest {
     @Test
     void unknownHelloFlagsAreRejected() throws Exception {
         Hello h = ProtocolSamples.sampleHello();
-        Hello flagged = new Hello(h.authToken(), h.sessionId(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
-                h.pageSize(), h.kvCacheDtype(), h.memory(), Hello.FLAG_ALL_CP_RANKS);
+        Hello flagged = withFlags(h, Hello.FLAG_ALL_CP_RANKS);
         assertEquals(Hello.FLAG_ALL_CP_RANKS, ((Hello) FrameCodec.decodeFrame(FrameCodec.encode(flagged))).flags());
-        Hello unknown = new Hello(h.authToken(), h.sessionId(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
-                h.pageSize(), h.kvCacheDtype(), h.memory(), 0x10);
+        Hello unknown = withFlags(h, 0x10);
         ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(FrameCodec.encode(unknown)));
         assertTrue(e.getMessage().contains("unknown HELLO flags"), e.getMessage());
+    }
+
+    private static Hello withFlags(Hello h, int flags) {
+        return new Hello(h.sessionId(), h.instanceId(), h.fingerprint(), h.dataPath(), h.engineRank(), h.attnTpSize(), h.ppRank(),
+                flags, h.checksum(), h.memory(), h.offers(), h.decodeNonce(), h.resumeProof(), h.mac());
     }
 
     @Test
@@ -542,15 +583,15 @@ class FrameCodecTest {
         assertEquals(10, w.pieces());
         assertEquals(9 * 256 + 64, w.span());
         ByteBuffer notWhole = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
-        FrameCodec.putWriteFrame(notWhole, 3, Region.KV, 0, 1, 0, 100, 64, 256);
+        FrameCodec.putWriteFrame(notWhole, 3, Region.KV, 0, 1, 0, 100, 64, 256, false, 0);
         ProtocolException e1 = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(notWhole.flip()));
         assertTrue(e1.getMessage().contains("whole number"), e1.getMessage());
         ByteBuffer overlapping = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
-        FrameCodec.putWriteFrame(overlapping, 3, Region.KV, 0, 1, 0, 128, 64, 32);
+        FrameCodec.putWriteFrame(overlapping, 3, Region.KV, 0, 1, 0, 128, 64, 32, false, 0);
         ProtocolException e2 = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(overlapping.flip()));
         assertTrue(e2.getMessage().contains("overlap"), e2.getMessage());
         ByteBuffer overflow = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
-        FrameCodec.putWriteFrame(overflow, 3, Region.KV, 0, 1, 0, 1L << 40, 1, Long.MAX_VALUE / 2);
+        FrameCodec.putWriteFrame(overflow, 3, Region.KV, 0, 1, 0, 1L << 40, 1, Long.MAX_VALUE / 2, false, 0);
         assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(overflow.flip()));
     }
 }

@@ -1,5 +1,6 @@
 package io.kvferry.protocol;
 
+import io.kvferry.api.ChecksumMode;
 import net.jqwik.api.Arbitraries;
 import net.jqwik.api.Arbitrary;
 import net.jqwik.api.Combinators;
@@ -281,7 +282,8 @@ class FrameFuzzTest {
                 Arbitraries.integers().between(0, Integer.MAX_VALUE), Arbitraries.integers().between(1, Integer.MAX_VALUE),
                 Arbitraries.integers().between(0, Integer.MAX_VALUE), Arbitraries.integers().between(1, Integer.MAX_VALUE))
                 .as(List::of);
-        return Combinators.combine(unicodeStrings().list().ofSize(4), ranks, memory).as((s, r, m) ->
-                new Hello(s.get(0), s.get(1), s.get(2), r.get(0), r.get(1), r.get(2), r.get(3), s.get(3), m));
+        return Combinators.combine(unicodeStrings().list().ofSize(6), ranks, memory).as((s, r, m) ->
+                new Hello(s.get(0), s.get(1), new Fingerprint(s.get(2), s.get(3), s.get(4), r.get(3), r.get(0) % 2 == 0, r.get(0) % 64),
+                        s.get(5), r.get(0), r.get(1), r.get(2), 0, ChecksumMode.FULL, m, List.of(), null, null, null));
     }
 }

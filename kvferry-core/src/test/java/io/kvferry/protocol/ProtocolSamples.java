@@ -1,5 +1,6 @@
 package io.kvferry.protocol;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.KVPoll;
 
 import java.nio.ByteBuffer;
@@ -29,15 +30,29 @@ final class ProtocolSamples {
                         new MemoryDescriptor.StateDescriptor("c128_state", new long[] {1 << 16}, new long[] {128})));
     }
 
+    static byte[] bytes32(int seed) {
+        byte[] b = new byte[Handshake.BYTES];
+        for (int i = 0; i < b.length; i++) b[i] = (byte) (seed * 31 + i * 7);
+        return b;
+    }
+
     static Hello sampleHello() {
-        return new Hello("s3cr\u00e9t-\u4e2d\u6587-\uD83D\uDE80", "decode-session-42", "auto", 3, 8, 1, 16, "bfloat16",
-                sampleMemory(), Hello.FLAG_ALL_CP_RANKS, List.of(new TransportOffer("shm", new byte[] {1, 2, 3, (byte) 0xFF}),
-                        new TransportOffer("ucx", new byte[0])));
+        return new Hello("decode-session-42-\u00e9-\u4e2d\u6587-\uD83D\uDE80", "instance-7",
+                new Fingerprint("0.1.0-SNAPSHOT", "stories260K@b0a507e7", "bfloat16", 16, true, 8), "auto", 3, 8, 1,
+                Hello.FLAG_ALL_CP_RANKS | Hello.FLAG_RESUME, ChecksumMode.SAMPLED, sampleMemory(),
+                List.of(new TransportOffer("shm", new byte[] {1, 2, 3, (byte) 0xFF}), new TransportOffer("ucx", new byte[0])),
+                bytes32(1), bytes32(2), bytes32(3));
     }
 
     static Hello emptyHello() {
-        return new Hello("", "", "inproc", 0, 1, 0, 1, "",
-                new MemoryDescriptor(new long[0], new long[0], new int[0], new long[0], new long[0], List.of()));
+        return new Hello("", "", new Fingerprint("", "", "", 1, false, 0), "inproc", 0, 1, 0, 0, ChecksumMode.OFF,
+                new MemoryDescriptor(new long[0], new long[0], new int[0], new long[0], new long[0], List.of()), List.of(),
+                null, null, null);
+    }
+
+    static Coverage sampleCoverage() {
+        return new Coverage(new long[] {256, 4096, 1}, new long[] {128, 0, 0}, new long[] {64, 4096, 0}, true, false,
+                new long[][] {{512, 1024}, {}, {128}}, new long[][] {{0, 256}, {}, {0}}, new long[][] {{512, 256}, {}, {128}});
     }
 
     static TransferInfo sampleTransferInfo() {
@@ -57,6 +72,8 @@ final class ProtocolSamples {
         out.add(new HelloAck(true, "", 2, 17));
         out.add(new HelloAck(false, "bad auth token \u2014 refused", 0, 0));
         out.add(new HelloAck(true, "", 1, 3, "shm", "ucx not used: not enabled on this prefill"));
+        out.add(new HelloAck(true, "", null, 4, 9, "tcp", "", ChecksumMode.FULL, sampleCoverage(), bytes32(9)));
+        out.add(new Challenge(bytes32(5)));
         out.add(new Heartbeat());
         out.add(sampleTransferInfo());
         out.add(dummyTransferInfo());
@@ -66,9 +83,12 @@ final class ProtocolSamples {
         for (KVPoll p : KVPoll.values()) {
             out.add(new Status(1000L + p.value(), p, p.value() * 3, p == KVPoll.Failed ? "Failed to send kv chunk of 1004" : ""));
         }
+        out.add(Status.success(77, 5, 123_456_789L, 0xDEADBEEFCAFEL, true));
+        out.add(Status.success(78, 5, 0, 0, false));
         out.add(new WriteHeader(9L, Region.KV, 0, 3, 4096L * 100, 4096L * 3));
         out.add(new WriteHeader(9L, Region.AUX, 0, 1, 256, 256));
         out.add(new WriteHeader(Long.MIN_VALUE, Region.STATE, 0xFFFF, Integer.MAX_VALUE, Long.MAX_VALUE, 0));
+        out.add(new WriteHeader(10L, Region.KV, 0, 2, 512, 64 * 4, 64, 256, 0x89ABCDEF));
         return out;
     }
 
@@ -137,17 +157,21 @@ final class ProtocolSamples {
         switch (expected) {
             case Hello e -> {
                 Hello a = assertInstanceOf(Hello.class, actual);
-                assertEquals(nz(e.authToken()), a.authToken(), "authToken");
                 assertEquals(nz(e.sessionId()), a.sessionId(), "sessionId");
+                assertEquals(e.instanceId(), a.instanceId(), "instanceId");
+                assertEquals(e.fingerprint(), a.fingerprint(), "fingerprint");
                 assertEquals(nz(e.dataPath()), a.dataPath(), "dataPath");
                 assertEquals(e.engineRank(), a.engineRank(), "engineRank");
                 assertEquals(e.attnTpSize(), a.attnTpSize(), "attnTpSize");
                 assertEquals(e.ppRank(), a.ppRank(), "ppRank");
-                assertEquals(e.pageSize(), a.pageSize(), "pageSize");
-                assertEquals(nz(e.kvCacheDtype()), a.kvCacheDtype(), "kvCacheDtype");
+                assertEquals(e.checksum(), a.checksum(), "checksum");
                 assertSameMemory(e.memory(), a.memory());
                 assertEquals(e.flags(), a.flags(), "flags");
                 assertEquals(e.offers(), a.offers(), "offers");
+                assertArrayEquals(e.decodeNonce(), a.decodeNonce(), "decodeNonce");
+                assertArrayEquals(e.resumeProof(), a.resumeProof(), "resumeProof");
+                assertArrayEquals(e.mac(), a.mac(), "mac");
+                assertEquals(e, a);
             }
             case TransferInfo e -> {
                 TransferInfo a = assertInstanceOf(TransferInfo.class, actual);
@@ -164,15 +188,9 @@ final class ProtocolSamples {
                 assertEquals(e.decodePrefixLen(), a.decodePrefixLen(), "decodePrefixLen");
                 assertEquals(e.dummy(), a.dummy(), "dummy");
             }
-            case Status e -> {
-                Status a = assertInstanceOf(Status.class, actual);
-                assertEquals(new Status(e.room(), e.status(), e.kind(), e.prefillUniqueRank(), nz(e.reason())), a);
-            }
-            case HelloAck e -> {
-                HelloAck a = assertInstanceOf(HelloAck.class, actual);
-                assertEquals(new HelloAck(e.accepted(), nz(e.error()), e.refusal(), e.prefillEngineRank(), e.prefillUniqueRank(),
-                        e.dataPath(), e.fallback()), a);
-            }
+            case Status e -> assertEquals(e, assertInstanceOf(Status.class, actual));
+            case HelloAck e -> assertEquals(e, assertInstanceOf(HelloAck.class, actual));
+            case Challenge e -> assertEquals(e, actual);
             // records without arrays: equals is field-wise
             case Abort e -> assertEquals(e, actual);
             case AbortAck e -> assertEquals(e, actual);

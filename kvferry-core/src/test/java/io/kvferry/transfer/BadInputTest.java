@@ -10,8 +10,6 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
-import io.kvferry.protocol.Hello;
-import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
@@ -172,8 +170,7 @@ class BadInputTest extends TransferTestBase {
                 bystander.init(0);
             });
             ControlConnection evil = new ControlConnection(server.accept());
-            assertInstanceOf(Hello.class, evil.read());
-            evil.send(new HelloAck(true, "", 0, 0));
+            acceptAsPrefill(evil); // an evil prefill that holds the cluster token
             t.join();
             victim.sendMetadata(new int[]{1, 2}, 0, null, 0);
             bystander.sendMetadata(new int[]{3}, 1, null, 0);

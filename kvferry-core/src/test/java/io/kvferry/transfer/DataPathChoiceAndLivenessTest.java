@@ -15,8 +15,6 @@ import io.kvferry.api.Knob;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SharedArena;
 import io.kvferry.protocol.Heartbeat;
-import io.kvferry.protocol.Hello;
-import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
@@ -122,8 +120,7 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
             Thread t = Thread.ofVirtual().start(() -> r.init(0));
             // A prefill that registers, then hangs: its socket stays open, nothing more arrives.
             ControlConnection hung = new ControlConnection(server.accept());
-            assertInstanceOf(Hello.class, hung.read());
-            hung.send(new HelloAck(true, "", 0, 0));
+            acceptAsPrefill(hung);
             t.join();
             r.sendMetadata(new int[] {1}, 0, null, 0);
             assertInstanceOf(TransferInfo.class, hung.read());
@@ -151,9 +148,7 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
         // A decode that registers and sends its metadata, then hangs.
         try (ControlConnection hung = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), Duration.ofSeconds(5))) {
-            hung.send(new Hello(TOKEN, "hung-decode", "tcp", 0, 1, 0, PAGE_SIZE, "bf16",
-                    RegisteredMemory.from(dm.args(0, PAGE_SIZE)).describe()));
-            assertInstanceOf(HelloAck.class, hung.read());
+            assertTrue(registerAsDecode(hung, "hung-decode", RegisteredMemory.from(dm.args(0, PAGE_SIZE)).describe()).accepted());
             KVSender s = p.createSender(addr, 41);
             hung.send(new TransferInfo(41, new int[] {1}, 0, new int[][] {{0}}, 1, 0, false));
             await(s::poll, KVPoll.WaitingForInput);
@@ -172,13 +167,15 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
     @Test
     void heartbeatsKeepAnIdleLinkAlivePastTheTimeout() throws Exception {
         TestRank pm = rank(), dm = rank();
-        KVManagerConfig c = cfg(1, 0).heartbeat(Duration.ofMillis(50), 3).build();
+        // 100 ms beats, declared dead after 1 s of silence: a loaded 2-core machine may delay a timer tick by a few
+        // hundred ms, which must not read as a dead peer; idle for 2.5× the timeout (25 beats) the link must survive.
+        KVManagerConfig c = cfg(1, 0).heartbeat(Duration.ofMillis(100), 10).build();
         KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, c);
         closeables.add(p);
         p.registerToBootstrap();
         KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
         assertEquals("tcp", pathOf(p, pm, d, dm, 51));
-        Thread.sleep(600); // 4× the timeout with no traffic but heartbeats
+        Thread.sleep(2500); // no traffic but heartbeats
         assertEquals(1, d.stats().peerConnections(), "the idle link survived");
         assertEquals("tcp", pathOf(p, pm, d, dm, 52));
         assertEquals(1, d.stats().peerConnections(), "and was reused");

@@ -1,6 +1,22 @@
 package io.kvferry.transfer;
 
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Abort;
+import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.RankEndpoint;
+import io.kvferry.transport.ControlConnection;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.MessageType;
 import org.junit.jupiter.api.Test;
@@ -8,12 +24,14 @@ import org.junit.jupiter.api.Test;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -107,6 +125,128 @@ class HostilePeerTest extends TransferTestBase {
             assertLanded(start(p, pm, d, 901, new int[]{7, 8}, new int[]{9, 10}, 0, 0, 0), dm);
         } finally {
             for (SocketChannel c : stalled) c.close();
+        }
+    }
+
+    /**
+     * Issue 13 item 4: a registered peer that floods ABORTs and never reads is cut once its unsent
+     * acknowledgements pile up, without stalling the rooms of a real decode on the same rank.
+     */
+    @Test
+    void anAbortFloodFromAPeerThatNeverReadsIsCutWhileOthersAreServed() throws Exception {
+        TestRank pm = rank(), dm = rank(), fm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        assertLanded(start(p, pm, d, 910, new int[]{1}, new int[]{2}, 0, 0, 0), dm); // the real decode is connected
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        SocketChannel raw = SocketChannel.open(new InetSocketAddress(ep.rankIp(), ep.rankPort()));
+        try (ControlConnection flood = new ControlConnection(raw)) {
+            assertTrue(registerAsDecode(flood, "flood", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+            raw.configureBlocking(false);
+            long sent = 0, deadline = System.nanoTime() + 20_000_000_000L;
+            ByteBuffer batch = ByteBuffer.allocate(20 * 1000).order(ByteOrder.LITTLE_ENDIAN);
+            boolean cut = false;
+            while (!cut && System.nanoTime() < deadline) {
+                batch.clear();
+                for (int i = 0; i < 1000; i++) batch.put(FrameCodec.encode(new Abort(1_000_000 + sent++)));
+                batch.flip();
+                try {
+                    while (batch.hasRemaining()) {
+                        if (raw.write(batch) == 0) Thread.onSpinWait();
+                        if (System.nanoTime() > deadline) break;
+                    }
+                } catch (IOException reset) {
+                    cut = true; // the rank closed the flooding connection
+                }
+                if (p.stats().peerConnections() == 1) cut = true;
+            }
+            assertTrue(cut, "the flooding link was cut after " + sent + " ABORTs");
+        }
+        // The real decode's rooms go on being served on the same rank and workers.
+        assertLanded(start(p, pm, d, 911, new int[]{3, 4}, new int[]{5, 6}, 0, 0, 0), dm);
+        assertLanded(start(p, pm, d, 912, new int[]{7}, new int[]{8}, 0, 0, 0), dm);
+    }
+
+    /** An ABORT for a room the link has no part in is acknowledged once and changes nothing. */
+    @Test
+    void abortsOfRoomsThatAreNotTheLinksAreAnsweredOnceAndIgnored() throws Exception {
+        TestRank pm = rank(), dm = rank(), fm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver victim = d.createReceiver(addr, 920);
+        victim.init(0);
+        KVSender s = p.createSender(addr, 920);
+        victim.sendMetadata(new int[]{2}, 0, new int[][]{{0}}, 0);
+        await(s::poll, KVPoll.WaitingForInput);
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        try (ControlConnection other = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), Duration.ofSeconds(5))) {
+            assertTrue(registerAsDecode(other, "other", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+            for (int i = 0; i < 3; i++) other.send(new Abort(920));
+            assertEquals(new AbortAck(920, 0), readSkippingHeartbeats(other));
+            other.send(new Abort(999_999));
+            // The next answer is the unknown room's: the repeated aborts of room 920 were answered once.
+            assertEquals(new AbortAck(999_999, 0), readSkippingHeartbeats(other));
+        }
+        assertEquals(KVPoll.WaitingForInput, s.poll(), "another decode's ABORT does not fail the room");
+        pm.fillPage(1, 920, 0);
+        s.init(1, 0);
+        s.send(new int[]{1}, new int[][]{{0}});
+        await(victim::poll, KVPoll.Success);
+    }
+
+    private static Object readSkippingHeartbeats(ControlConnection c) throws IOException {
+        Object m;
+        do {
+            m = c.read();
+        } while (m instanceof Heartbeat);
+        return m;
+    }
+
+    /**
+     * Issue 13 item 5: transfer infos for rooms this rank never started are held within a per-link
+     * budget (then refused), dropped with the session that sent them, and expire after the waiting
+     * timeout otherwise (the decode gives up on them by then).
+     */
+    @Test
+    void transferInfosForRoomsNeverStartedAreBoundedDroppedWithTheirSessionAndExpire() throws Exception {
+        TestRank pm = rank(), fm = rank();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).waitingTimeout(Duration.ofSeconds(2)).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        InetSocketAddress at = new InetSocketAddress(ep.rankIp(), ep.rankPort());
+        int[] fourMiB = new int[1 << 20];
+        try (ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5))) {
+            assertTrue(registerAsDecode(c, "stray", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+            for (int i = 0; i < 40; i++) c.send(new TransferInfo(5000 + i, fourMiB, -1, new int[0][], 1, 0, false));
+            // 64 MiB per link: the 16th and later are refused at once.
+            Status refused = assertInstanceOf(Status.class, readSkippingHeartbeats(c));
+            assertEquals(KVPoll.Failed, refused.status());
+            assertTrue(refused.reason().contains("has not started"), refused.reason());
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (p.stats().trackedRooms() < 15 && System.nanoTime() < deadline) Thread.onSpinWait();
+            assertTrue(p.stats().trackedRooms() <= 16, "held: " + p.stats().trackedRooms());
+        }
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (p.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+        assertEquals(0, p.stats().trackedRooms(), "the disconnected peer's held rooms are dropped");
+        // A request that reaches this rank after its decode left fails at once, with why (not after a bootstrap timeout).
+        KVSender late = p.createSender(addr, 5000);
+        assertEquals(KVPoll.Failed, late.poll());
+        KVTransferException gone = failed(late::failureException);
+        assertEquals(FailureKind.PEER_LOST, gone.kind());
+        assertTrue(gone.getMessage().contains("Decode instance could be dead"), gone.getMessage());
+
+        try (ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5))) {
+            assertTrue(registerAsDecode(c, "slow", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+            c.send(new TransferInfo(6000, new int[]{1}, -1, new int[0][], 1, 0, false));
+            Status expired = assertInstanceOf(Status.class, readSkippingHeartbeats(c)); // after the 2 s waiting timeout
+            assertEquals(FailureKind.WAITING_TIMEOUT, expired.kind());
+            assertTrue(expired.reason().contains("no request for room 6000"), expired.reason());
+            deadline = System.nanoTime() + 10_000_000_000L;
+            while (p.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+            assertEquals(0, p.stats().trackedRooms());
         }
     }
 }

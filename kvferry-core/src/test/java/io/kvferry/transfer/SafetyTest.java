@@ -11,8 +11,6 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
-import io.kvferry.protocol.Hello;
-import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.transport.ControlConnection;
@@ -96,7 +94,7 @@ class SafetyTest extends TransferTestBase {
         recv.init(0);
         recv.sendMetadata(new int[]{5}, 0, null, 0);
         d.teardown();
-        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing(), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
+        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing("127.0.0.1:1", null), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
         assertEquals(KVPoll.Failed, recv.poll());
     }
 
@@ -112,9 +110,7 @@ class SafetyTest extends TransferTestBase {
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
         closeables.add(stalled);
-        stalled.send(new Hello(TOKEN, "stalled-decode", "tcp", 0, 1, 0, PAGE_SIZE, "bf16",
-                RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()));
-        assertTrue(((HelloAck) stalled.read()).accepted());
+        assertTrue(registerAsDecode(stalled, "stalled-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
         int[] all = IntStream.range(0, 64).toArray();
         stalled.send(new TransferInfo(8, all, 0, new int[0][], 1, 0, false));
         KVSender s8 = p.createSender(addr, 8);

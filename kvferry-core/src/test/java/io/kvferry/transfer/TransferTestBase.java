@@ -9,9 +9,19 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.api.ChecksumMode;
+import io.kvferry.protocol.Challenge;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.Fingerprint;
+import io.kvferry.protocol.Handshake;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 
+import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -21,6 +31,7 @@ import java.util.Random;
 import java.util.function.Supplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
@@ -74,6 +85,41 @@ abstract class TransferTestBase {
         KVManager m = KVFerry.createManager(backend, mem.args(rank, pageSize), DisaggregationMode.DECODE, config);
         closeables.add(m);
         return m;
+    }
+
+    /** Acts as a prefill rank on an accepted connection: challenges it, reads the decode's HELLO, accepts it signed with TOKEN. */
+    static Hello acceptAsPrefill(ControlConnection c) throws IOException {
+        byte[] challenge = Handshake.nonce();
+        c.send(new Challenge(challenge));
+        Hello h = assertInstanceOf(Hello.class, c.read());
+        assertTrue(h.verify(Handshake.key(TOKEN), challenge), "the decode signs its HELLO with the cluster token");
+        c.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory())).signed(Handshake.key(TOKEN), h.decodeNonce()));
+        return h;
+    }
+
+    /** A prefill rank's coverage that writes every byte of a decode's memory (same TP, one stage). */
+    static Coverage wholeCoverage(MemoryDescriptor d) {
+        int n = d.kvItemLens().length;
+        long[][] unit = new long[d.states().size()][], zero = new long[d.states().size()][];
+        for (int c = 0; c < unit.length; c++) {
+            unit[c] = d.states().get(c).itemLens().clone();
+            zero[c] = new long[unit[c].length];
+        }
+        return new Coverage(d.kvItemLens().clone(), new long[n], d.kvItemLens().clone(), d.auxItemLens().length > 0, true, unit,
+                zero, unit);
+    }
+
+    /** Acts as a decode rank: answers the prefill's challenge with a HELLO signed with TOKEN and returns the answer. */
+    static HelloAck registerAsDecode(ControlConnection c, String sessionId, MemoryDescriptor memory) throws IOException {
+        Challenge ch = assertInstanceOf(Challenge.class, c.read());
+        c.send(decodeHello(sessionId, memory).signed(Handshake.key(TOKEN), ch.nonce()));
+        return assertInstanceOf(HelloAck.class, c.read());
+    }
+
+    /** An unsigned HELLO of a TP1 tcp decode with {@code memory}. */
+    static Hello decodeHello(String sessionId, MemoryDescriptor memory) {
+        return new Hello(sessionId, "instance-of-" + sessionId, Fingerprint.of("", "bf16", PAGE_SIZE, false, 0), "tcp", 0, 1, 0, 0,
+                ChecksumMode.OFF, memory, List.of(), Handshake.nonce(), null, null);
     }
 
     static void await(Supplier<KVPoll> poll, KVPoll expected) {
@@ -143,9 +189,8 @@ abstract class TransferTestBase {
         assertTrue(dm.rowMatches(dm.state, dm.stateItem, t.dstRow, t.room, t.srcRow), "state slot of room " + t.room);
         long expectedBytes = t.dst.length * PAGE_BYTES * BUFFERS + 64 + 128 + 256 + 512;
         String path = t.receiver.getTransferMetric().transport();
-        boolean oneSided = "shm".equals(path) || "ucx".equals(path);
-        // A one-sided write bypasses the decode, which therefore cannot count its bytes.
-        assertEquals(oneSided ? null : expectedBytes, t.receiver.getTransferMetric().transferTotalBytes());
+        // Every data path, one-sided ones too: the decode checked each prefill rank delivered what it owed.
+        assertEquals(expectedBytes, t.receiver.getTransferMetric().transferTotalBytes());
         assertEquals(path, t.sender.getTransferMetric().transport(), "both sides name the same data path");
         assertEquals(expectedBytes, t.sender.getTransferMetric().transferTotalBytes());
         assertTrue(t.sender.getTransferMetric().transferLatencySeconds() >= 0);

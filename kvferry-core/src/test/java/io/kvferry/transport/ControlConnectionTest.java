@@ -98,7 +98,7 @@ class ControlConnectionTest {
                 @Override
                 public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span,
                                   long payload) {
-                    into.admit(this, pool, offset, span, payload);
+                    into.admit(this, 0, pool, offset, span, payload);
                 }
 
                 @Override
@@ -107,7 +107,7 @@ class ControlConnectionTest {
                 }
             };
             TcpDestination tcp = Transports.fallback().openDestination(null, 0, null, gate, why -> { });
-            WriteSink.Landing landing = new WriteSink.Landing();
+            WriteSink.Landing landing = new WriteSink.Landing("peer", null);
             IoAction landSome = () -> {
                 for (int f = 0; f < measured; f++) {
                     WriteHeader w = (WriteHeader) peer.read();

@@ -83,7 +83,7 @@ class TransportProvidersTest {
         public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload)
                 throws WriteRejectedException {
             if (room == 13) throw new WriteRejectedException("room 13 is not ready", false);
-            into.admit(room, pool, offset, span, payload);
+            into.admit(room, 0, pool, offset, span, payload);
         }
 
         @Override

@@ -41,6 +41,25 @@ public final class DecodeDriver {
         return this;
     }
 
+    /** The benchmark suite's settings: open-loop arrivals ({@link BenchConfig.Suite#ratePerSecond()}). */
+    public DecodeDriver withSuite(BenchConfig.Suite s) {
+        this.suite = s;
+        return this;
+    }
+
+    /**
+     * Parks the last {@code probe.rooms()} warm-up requests for the room-memory probe: they are admitted
+     * once every earlier request concluded and the probe's baseline is taken, and count as parked once
+     * each has sent its metadata; measured requests start after they concluded.
+     */
+    public DecodeDriver withProbe(RoomMemoryProbe p) {
+        this.probe = p;
+        return this;
+    }
+
+    private BenchConfig.Suite suite = BenchConfig.Suite.DEFAULT;
+    private RoomMemoryProbe probe;
+
     /** Counts verified successes as they happen (kvferry chaos watches recovery through it); null = none. */
     public DecodeDriver withSuccessCounter(AtomicInteger counter) {
         this.successes = counter;
@@ -68,10 +87,16 @@ public final class DecodeDriver {
         boolean initialized;
         boolean abortDecided;
         final long createdNanos = System.nanoTime();
+        /** When the request arrived (open loop: its scheduled arrival, else when the receiver was created). */
+        final long arrivalNanos;
+        /** KVReceiver.init called → sendMetadata returned; 0 until then. */
+        long initStartNanos;
+        long prepareNanos;
 
-        Flight(Workload.Request req, KVReceiver receiver) {
+        Flight(Workload.Request req, KVReceiver receiver, long arrivalNanos) {
             this.req = req;
             this.receiver = receiver;
+            this.arrivalNanos = arrivalNanos;
         }
     }
 
@@ -100,17 +125,49 @@ public final class DecodeDriver {
         List<Long> failureTimes = new ArrayList<>();
         Map<String, Long> dataPaths = new TreeMap<>();
         int warmup = Math.min(workload.warmup(), reqs.size());
+        // Open loop: measured request i arrives at start + offset(i - warmup), whether or not a slot is free.
+        ArrivalSchedule arrivals = suite.openLoop()
+                ? new ArrivalSchedule(reqs.size() - warmup, suite.ratePerSecond(), workload.seed()) : null;
+        int probeFrom = probe == null ? -1 : warmup - probe.rooms();
+        boolean probeBaselineArrived = false, probeParkedArrived = false;
+        List<Long> requestMicros = new ArrayList<>(), prepareMicros = new ArrayList<>();
+        String driverName = Thread.currentThread().getName();
+        Thread.currentThread().setName(CpuMeter.DECODE_DRIVER_PREFIX + shardRank);
+        CpuMeter.Mark cpuStart = warmup == 0 ? CpuMeter.mark() : null;
+        long sleepCap = 0;
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
+            sleepCap = 0;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 // Measured requests start only once every warm-up request concluded, so no measured
                 // transfer overlaps a warm-up one (the prefill snapshots its data-path figures then).
                 if (next == warmup && done < warmup) break;
-                if (next == warmup && warmup > 0) start = System.nanoTime();
+                if (next == probeFrom) {
+                    // The probe's baseline: nothing in flight on this driver, then every driver of the JVM.
+                    if (done < probeFrom) break;
+                    if (!probeBaselineArrived) {
+                        probe.arriveBaseline();
+                        probeBaselineArrived = true;
+                    }
+                    if (!probe.baselineTaken()) break;
+                }
+                if (next == warmup && warmup > 0 && cpuStart == null) {
+                    start = System.nanoTime();
+                    cpuStart = CpuMeter.mark();
+                }
+                long arrival = System.nanoTime();
+                if (arrivals != null && next >= warmup) {
+                    arrival = start + arrivals.offsetNanos(next - warmup);
+                    long wait = arrival - System.nanoTime();
+                    if (wait > 0) {
+                        sleepCap = wait; // idle sleeps end by the next arrival
+                        break;
+                    }
+                }
                 Workload.Request r = reqs.get(next++);
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
-                Flight f = new Flight(r, recv);
+                Flight f = new Flight(r, recv, arrival);
                 tryInit(f);
                 inflight.add(f);
                 moved = true;
@@ -140,10 +197,12 @@ public final class DecodeDriver {
                     f.row = pool.allocateRow();
                     int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
                     f.receiver.sendMetadata(f.pages, f.row, state, f.req.prefixTokens());
+                    f.prepareNanos = System.nanoTime() - f.initStartNanos;
                     moved = true;
                     continue;
                 }
                 if (st != KVPoll.Success && st != KVPoll.Failed) continue;
+                long concludedNanos = System.nanoTime();
                 if (st == KVPoll.Success) {
                     if (faults.slowDecodeMillis() > 0) LockSupport.parkNanos(faults.slowDecodeMillis() * 1_000_000L);
                     if (verify(f)) {
@@ -154,6 +213,8 @@ public final class DecodeDriver {
                             bytes += pool.requestBytes(f.pages.length);
                             Double lat = metric.transferLatencySeconds();
                             if (lat != null) latencies.add((long) (lat * 1e6));
+                            requestMicros.add((concludedNanos - f.arrivalNanos) / 1000);
+                            prepareMicros.add(f.prepareNanos / 1000);
                         }
                         dataPaths.merge(metric.transport() == null ? "none" : metric.transport(), 1L, Long::sum);
                     } else {
@@ -181,15 +242,34 @@ public final class DecodeDriver {
                 if (progress != null) progress.incrementAndGet();
                 moved = true;
             }
+            if (probeBaselineArrived && !probeParkedArrived && next >= warmup) {
+                // Parked once every probe room still in flight has sent its metadata (a failed one concluded already).
+                boolean parked = true;
+                for (Flight f : inflight) {
+                    if (f.req.index() >= probeFrom && f.req.index() < warmup && f.pages == null) {
+                        parked = false;
+                        break;
+                    }
+                }
+                if (parked) {
+                    probe.arriveParked();
+                    probeParkedArrived = true;
+                    moved = true;
+                }
+            }
             if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
-            idle.after(moved);
+            if (arrivals != null) idle.after(moved, sleepCap > 0 ? sleepCap : Long.MAX_VALUE);
+            else idle.after(moved);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
+        CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
+        Thread.currentThread().setName(driverName);
         int hung = reqs.size() - done;
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
-                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0);
+                firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0,
+                new RoleFigures(requestMicros, prepareMicros, List.of(), List.of(), cpu, null));
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;
@@ -211,6 +291,7 @@ public final class DecodeDriver {
             dp = 0;
         }
         if (dp < 0) return false; // attention-DP: the prefill has not published this room yet
+        f.initStartNanos = System.nanoTime();
         f.receiver.init(dp);
         f.initialized = true;
         return true;

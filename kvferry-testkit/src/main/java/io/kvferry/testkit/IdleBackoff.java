@@ -28,6 +28,19 @@ public final class IdleBackoff {
         next = Math.min(MAX_NANOS, next * 2);
     }
 
+    /**
+     * As {@link #after(boolean)}, but an idle sleep lasts at most {@code maxSleepNanos} (an open-loop
+     * driver wakes for its next arrival); the backoff still lengthens as usual.
+     */
+    public void after(boolean moved, long maxSleepNanos) {
+        if (moved) {
+            next = MIN_NANOS;
+            return;
+        }
+        if (maxSleepNanos > 0) LockSupport.parkNanos(Math.min(next, maxSleepNanos));
+        next = Math.min(MAX_NANOS, next * 2);
+    }
+
     /** The sleep the next idle iteration takes (tests). */
     public long nextNanos() {
         return next;

@@ -65,6 +65,18 @@ public final class MemoryBudget {
         }
     }
 
+    /**
+     * As {@link #requireBothRoles(BenchConfig, long)} for one run of several (a sweep point): the refusal
+     * starts with {@code where}, so the user knows which run does not fit.
+     */
+    public static void requireBothRoles(BenchConfig config, long available, String where) {
+        try {
+            requireBothRoles(config, available);
+        } catch (PoolsDoNotFit e) {
+            throw new PoolsDoNotFit(where + ": " + e.getMessage());
+        }
+    }
+
     /** Bytes of the pools one role allocates for {@code tpRanksHere} of its TP ranks (every dp group, cp rank and stage). */
     public static long roleBytes(DisaggregationMode mode, BenchConfig config, int tpRanksHere) {
         return poolCount(mode, config, tpRanksHere) * poolBytes(mode, config);

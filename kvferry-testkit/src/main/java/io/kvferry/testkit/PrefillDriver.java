@@ -42,6 +42,18 @@ public final class PrefillDriver {
     private boolean pairedMemcpyOn;
     private PairedMemcpy pairedMemcpy;
 
+    /**
+     * Parks the last {@code probe.rooms()} warm-up requests for the room-memory probe: their senders are
+     * created once every earlier request concluded and the probe's baseline is taken, count as parked at
+     * WaitingForInput, and send nothing until the probe measured.
+     */
+    public PrefillDriver withProbe(RoomMemoryProbe p) {
+        this.probe = p;
+        return this;
+    }
+
+    private RoomMemoryProbe probe;
+
     public PrefillDriver withDeadline(long nanoTime) {
         this.deadlineNanos = nanoTime;
         return this;
@@ -65,6 +77,8 @@ public final class PrefillDriver {
     private KVManagerStats warmupStats;
     /** This driver's warm-up requests (its DP share), and how many of them concluded (driver thread only). */
     private int warmupsHere, concludedWarmups;
+    /** CPU at the start of the measured window (the first measured transfer; run start without warm-up). */
+    private CpuMeter.Mark cpuStart;
     /** Source pages that already hold the pattern template (see startTransfer). */
     private final BitSet templatedPages = new BitSet();
 
@@ -75,6 +89,9 @@ public final class PrefillDriver {
         int row = -1;
         int prefixTokens = -1;
         boolean abortDecided;
+        /** Time inside KVSender.init and send for this request, and when the last send returned. */
+        long postNanos;
+        long lastSendReturnedNanos;
 
         Flight(Workload.Request req, KVSender sender) {
             this.req = req;
@@ -117,14 +134,32 @@ public final class PrefillDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
+        // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
+        int warmupCount = warmupsHere;
+        int probeFrom = probe == null ? -1 : warmupCount - probe.rooms();
+        boolean probeBaselineArrived = false, probeParkedArrived = false;
+        List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
+        String driverName = Thread.currentThread().getName();
+        Thread.currentThread().setName(CpuMeter.PREFILL_DRIVER_PREFIX + shardRank);
+        if (workload.warmup() == 0) cpuStart = CpuMeter.mark();
         while (done < reqs.size()) {
             if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
             boolean moved = false;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+                if (next == probeFrom) {
+                    if (done < probeFrom) break; // the baseline wants nothing in flight here
+                    if (!probeBaselineArrived) {
+                        probe.arriveBaseline();
+                        probeBaselineArrived = true;
+                    }
+                    if (!probe.baselineTaken()) break;
+                }
+                if (probe != null && next == warmupCount && !probe.measured()) break; // nothing beyond the parked rooms
                 Workload.Request r = reqs.get(next++);
                 inflight.add(new Flight(r, manager.createSender(bootstrapAddr, r.room())));
                 moved = true;
             }
+            int probeWaiting = 0;
             for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
                 Flight f = it.next();
                 if (!f.abortDecided) {
@@ -132,15 +167,25 @@ public final class PrefillDriver {
                     if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
                 }
                 KVPoll st = f.sender.poll();
+                boolean probeRoom = probeBaselineArrived && f.req.index() >= probeFrom && f.req.index() < warmupCount;
                 if (st == KVPoll.WaitingForInput && f.pages == null) {
+                    if (probeRoom && !probe.measured()) {
+                        probeWaiting++; // parked: the decode's metadata is here, nothing is sent until the probe measured
+                        continue;
+                    }
                     moved |= startTransfer(f);
                     continue;
                 }
                 if (st != KVPoll.Success && st != KVPoll.Failed) continue;
+                long concludedNanos = System.nanoTime();
                 if (st == KVPoll.Success) {
                     ok++;
                     Long b = f.sender.getTransferMetric().transferTotalBytes();
                     if (!workload.isWarmup(f.req)) bytes += b == null ? 0 : b;
+                    if (!workload.isWarmup(f.req) && f.pages != null) {
+                        postMicros.add(f.postNanos / 1000);
+                        transferMicros.add((concludedNanos - f.lastSendReturnedNanos) / 1000);
+                    }
                 } else {
                     failed++;
                     failedIdx.add(f.req.index());
@@ -161,10 +206,22 @@ public final class PrefillDriver {
                 done++;
                 moved = true;
             }
+            if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) {
+                // Parked once every probe room still in flight waits at WaitingForInput (a failed one concluded already).
+                int probeInFlight = 0;
+                for (Flight f : inflight) if (f.req.index() >= probeFrom && f.req.index() < warmupCount) probeInFlight++;
+                if (probeWaiting == probeInFlight) {
+                    probe.arriveParked();
+                    probeParkedArrived = true;
+                    moved = true;
+                }
+            }
             if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
             idle.after(moved);
         }
         double elapsed = (System.nanoTime() - start) / 1e9;
+        CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
+        Thread.currentThread().setName(driverName);
         int hung = reqs.size() - done;
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
@@ -178,7 +235,7 @@ public final class PrefillDriver {
             report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
             pairedMemcpy.close();
         }
-        return report;
+        return report.withFigures(new RoleFigures(List.of(), List.of(), postMicros, transferMicros, cpu, null));
     }
 
     private boolean startTransfer(Flight f) {
@@ -190,6 +247,7 @@ public final class PrefillDriver {
             KVManagerStats now = manager.stats();
             if (concludedWarmups < warmupsHere || now.writesInDataPath() > 0) return false; // retried on the next pass
             warmupStats = now;
+            cpuStart = CpuMeter.mark(); // the measured window starts with the first measured transfer
         }
         f.pages = pool.allocatePages(numPages);
         f.row = pool.allocateRow();
@@ -218,7 +276,9 @@ public final class PrefillDriver {
             pattern.fillPage(pool.stateSlot(t, f.row), room, 10_000 + t, 0, 1, pool.stateEntries(), pool.stateEntryBytes(t), false);
         }
         if (pairedMemcpy != null && !workload.isWarmup(f.req)) pairedMemcpy.copy(pool, f.pages);
+        long postStart = System.nanoTime();
         f.sender.init(numPages, f.row);
+        f.postNanos += System.nanoTime() - postStart;
         int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
         int chunk = workload.chunkPages();
         int sent = 0;
@@ -226,7 +286,12 @@ public final class PrefillDriver {
             int end = Math.min(numPages, sent + chunk);
             boolean last = end == numPages;
             int[] part = Arrays.copyOfRange(f.pages, sent, end);
-            if (f.sender.shouldSendKvChunk(part.length, last)) f.sender.send(part, last ? state : null);
+            if (f.sender.shouldSendKvChunk(part.length, last)) {
+                long t0 = System.nanoTime();
+                f.sender.send(part, last ? state : null);
+                f.lastSendReturnedNanos = System.nanoTime();
+                f.postNanos += f.lastSendReturnedNanos - t0;
+            }
             sent = end;
         } while (sent < numPages);
         return true;

@@ -15,8 +15,10 @@ import java.util.Random;
 
 /**
  * The memory of one bench rank: KV buffers, aux (metadata) rows and state slots, with simple
- * allocators. Pages come off a free list shuffled in small blocks, so page lists are fragmented
- * and differ between prefill and decode, as in a busy server. Owned by one driver thread.
+ * allocators. By default ({@link PageLayout#FRAGMENTED}) pages come off a free list shuffled in small
+ * blocks, so page lists are fragmented and differ between prefill and decode, as in a busy server;
+ * with {@link PageLayout#CONTIGUOUS} each request gets a slot of consecutive pages. Owned by one
+ * driver thread.
  */
 public final class RankPool implements AutoCloseable {
     /**
@@ -42,6 +44,12 @@ public final class RankPool implements AutoCloseable {
     final int auxRows;
     private final ArrayDeque<Integer> freePages = new ArrayDeque<>();
     private final ArrayDeque<Integer> freeRows = new ArrayDeque<>();
+    /** How pages are handed out; with CONTIGUOUS, {@link #freeSlots} replaces {@link #freePages}. */
+    private final PageLayout layout;
+    /** CONTIGUOUS: pages per slot (the most one request needs); slot s holds pages [s × slotPages, (s + 1) × slotPages). */
+    private final int slotPages;
+    private final ArrayDeque<Integer> freeSlots = new ArrayDeque<>();
+    private final int slots;
 
     /** Pipeline stage of this pool and the layers it holds: [firstLayer, firstLayer + layers). */
     final int ppRank;
@@ -66,6 +74,22 @@ public final class RankPool implements AutoCloseable {
     /** @param sharedMemory allocate every buffer in one shared-memory file (see {@link SharedArena}) */
     public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
                     long seed, boolean sharedMemory) {
+        this(shape, pageSize, tp, rank, ppSize, ppRank, pages, auxRows, seed, sharedMemory, PageLayout.FRAGMENTED, 1);
+    }
+
+    /**
+     * @param layout    how pages are handed out
+     * @param slotPages CONTIGUOUS: the most pages one request takes (the slot size); ignored for FRAGMENTED
+     */
+    public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
+                    long seed, boolean sharedMemory, PageLayout layout, int slotPages) {
+        if (layout == PageLayout.CONTIGUOUS && (slotPages < 1 || slotPages > pages)) {
+            throw new IllegalArgumentException("contiguous pages need a slot of 1.." + pages + " pages, got " + slotPages);
+        }
+        this.layout = layout;
+        this.slotPages = layout == PageLayout.CONTIGUOUS ? slotPages : 1;
+        this.slots = layout == PageLayout.CONTIGUOUS ? pages / slotPages : 0;
+        for (int sl = 0; sl < slots; sl++) freeSlots.add(sl);
         this.arena = sharedMemory
                 ? SharedArena.open("pool-tp" + rank + "-pp" + ppRank, capacity(shape, pageSize, tp, ppSize, pages, auxRows))
                 : Arena.ofShared();
@@ -94,7 +118,7 @@ public final class RankPool implements AutoCloseable {
             p += len;
         }
         Collections.shuffle(blocks, rnd);
-        for (int[] b : blocks) for (int i = 0; i < b[1]; i++) freePages.add(b[0] + i);
+        if (layout == PageLayout.FRAGMENTED) for (int[] b : blocks) for (int i = 0; i < b[1]; i++) freePages.add(b[0] + i);
         for (int r = 0; r < auxRows; r++) freeRows.add(r);
     }
 
@@ -132,16 +156,32 @@ public final class RankPool implements AutoCloseable {
         return state.length > 0;
     }
 
-    /** Pages and rows handed out and not returned (0 once every request concluded and was released). */
+    /** Pages (contiguous: slots) and rows handed out and not returned (0 once every request concluded and was released). */
     public int outstanding() {
-        return (pages - freePages.size()) + (auxRows - freeRows.size());
+        int taken = layout == PageLayout.CONTIGUOUS ? slots - freeSlots.size() : pages - freePages.size();
+        return taken + (auxRows - freeRows.size());
+    }
+
+    public PageLayout layout() {
+        return layout;
     }
 
     public boolean canAllocate(int n) {
-        return freePages.size() >= n && !freeRows.isEmpty();
+        if (freeRows.isEmpty()) return false;
+        if (layout == PageLayout.CONTIGUOUS) return n == 0 || (n <= slotPages && !freeSlots.isEmpty());
+        return freePages.size() >= n;
     }
 
     public int[] allocatePages(int n) {
+        if (layout == PageLayout.CONTIGUOUS) {
+            if (n == 0) return new int[0];
+            if (n > slotPages) throw new IllegalStateException("a request of " + n + " pages exceeds the slot of " + slotPages);
+            Integer slot = freeSlots.poll();
+            if (slot == null) throw new IllegalStateException("pool exhausted: all " + slots + " page slots in use");
+            int[] out = new int[n];
+            for (int i = 0; i < n; i++) out[i] = slot * slotPages + i;
+            return out;
+        }
         if (freePages.size() < n) throw new IllegalStateException("pool exhausted: need " + n + " pages, " + freePages.size() + " free");
         int[] out = new int[n];
         for (int i = 0; i < n; i++) out[i] = freePages.poll();
@@ -149,6 +189,10 @@ public final class RankPool implements AutoCloseable {
     }
 
     public void freePages(int[] ps) {
+        if (layout == PageLayout.CONTIGUOUS) {
+            if (ps.length > 0) freeSlots.add(ps[0] / slotPages); // a slot's pages always start at its first page
+            return;
+        }
         for (int p : ps) freePages.add(p);
     }
 

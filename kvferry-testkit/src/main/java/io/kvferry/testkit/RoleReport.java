@@ -31,17 +31,38 @@ import java.util.Map;
  * @param datapathActiveNanos prefill: wall time with at least one write inside a data path
  * @param pairedMemcpyBytes prefill with --paired-memcpy: bytes its paired single-thread copies moved
  * @param pairedMemcpyNanos prefill with --paired-memcpy: time those copies took
+ * @param figures         the benchmark suite's phase timings, CPU window and room memory ({@link RoleFigures})
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
                          int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                          LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
                          long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
-                         long pairedMemcpyNanos) {
+                         long pairedMemcpyNanos, RoleFigures figures) {
     public RoleReport {
         failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
         dataPaths = dataPaths == null ? Map.of() : Map.copyOf(dataPaths);
+        figures = figures == null ? RoleFigures.NONE : figures;
+    }
+
+    /** Without the benchmark suite's figures. */
+    public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
+                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                      int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
+                      LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
+                      long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
+                      long pairedMemcpyNanos) {
+        this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
+                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths, datapathBytes,
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, RoleFigures.NONE);
+    }
+
+    /** The same report with the benchmark suite's figures. */
+    public RoleReport withFigures(RoleFigures f) {
+        return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
+                firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths, datapathBytes,
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, f);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -56,21 +77,21 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     public RoleReport withDataPaths(Map<String, Long> paths) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, paths, datapathBytes,
-                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures);
     }
 
     /** The same report with the prefill manager's data-path figures. */
     public RoleReport withDataPathStats(long bytes, long busyNanos, long ops, long activeNanos) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
                 latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
-                bytes, busyNanos, ops, activeNanos, pairedMemcpyBytes, pairedMemcpyNanos);
+                bytes, busyNanos, ops, activeNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures);
     }
 
     /** The same report with the paired memcpy baseline's totals. */
     public RoleReport withPairedMemcpy(long bytes, long nanos) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
                 latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
-                datapathBytes, datapathBusyNanos, datapathOps, datapathActiveNanos, bytes, nanos);
+                datapathBytes, datapathBusyNanos, datapathOps, datapathActiveNanos, bytes, nanos, figures);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -89,6 +110,6 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     public RoleReport withLeaks(LeakCheck.Leaks l) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, l.total(), failureTimesMillis, l, dataPaths, datapathBytes,
-                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures);
     }
 }

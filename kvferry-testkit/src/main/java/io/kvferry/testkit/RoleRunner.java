@@ -63,6 +63,10 @@ public final class RoleRunner {
         b.tcpStripes(config.tcpStripes());
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(Duration.ofMillis(config.bootstrapTimeoutMillis()));
         if (config.faults().failureProbability() > 0) b.failureInjectionProbability(config.faults().failureProbability());
+        if (mode == DisaggregationMode.PREFILL && config.faults().corruptProbability() > 0) {
+            b.corruptionInjectionProbability(config.faults().corruptProbability());
+        }
+        b.checksum(config.checksum());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
         if (mode == DisaggregationMode.PREFILL && opts.advertisePort(index) > 0) b.advertise(null, opts.advertisePort(index));
         if (mode == DisaggregationMode.DECODE && opts.prefillInfoTimeoutMillis() > 0) {
@@ -111,7 +115,12 @@ public final class RoleRunner {
             List<Future<RoleReport>> futures = new ArrayList<>();
             AtomicInteger progress = new AtomicInteger();
             AtomicInteger successes = new AtomicInteger();
-            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts);
+            // The room-memory probe measures this JVM: this role's ranks here are its parties.
+            RoomMemoryProbe probe = config.suite().probeRooms() > 0
+                    ? new RoomMemoryProbe(config.rankCount(mode) / config.tp(mode) * ranks.size(), config.suite().probeRooms(),
+                    mode.name().toLowerCase(Locale.ROOT))
+                    : null;
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts, probe);
             for (int i = 0; i < managers.size(); i++) {
                 Optional<InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
                 if (endpoint.isPresent()) {
@@ -146,6 +155,9 @@ public final class RoleRunner {
             }
             for (int i = 0; i < futures.size(); i++) {
                 RoleReport rep = futures.get(i).get();
+                if (i == 0 && probe != null && probe.result() != null) {
+                    rep = rep.withFigures(rep.figures().withRoomMemory(probe.result()));
+                }
                 // Rooms the manager still tracks and pages/rows the driver never got back, once every request concluded.
                 reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
                         List.of())));
@@ -203,6 +215,20 @@ public final class RoleRunner {
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, AtomicInteger progress,
                        AtomicInteger successes, RoleOptions opts) {
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, successes, opts, null);
+    }
+
+    /**
+     * As above; with {@code config.suite().probeRooms() > 0} every driver takes part in {@code probe}
+     * (shared by every driver of this JVM, both roles in one JVM; one of its parties per driver).
+     */
+    public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, AtomicInteger progress,
+                       AtomicInteger successes, RoleOptions opts, RoomMemoryProbe probe) {
+        if (config.suite().probeRooms() > 0 && probe == null) {
+            throw new IllegalArgumentException("the room-memory probe needs a RoomMemoryProbe for the drivers");
+        }
         Workload w = config.workload();
         boolean prefill = mode == DisaggregationMode.PREFILL;
         int groups = prefill ? config.prefillDp() : 1, cps = prefill ? config.prefillCp() : 1;
@@ -215,7 +241,8 @@ public final class RoleRunner {
                     for (int r : tpRanks) {
                         long seed = w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r + 10_000L * cp + 100_000L * dp;
                         RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
-                                w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()));
+                                w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()),
+                                config.suite().pages(), w.maxPagesPerRequest());
                         pools.add(pool);
                         KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size());
                         managers.add(m);
@@ -224,12 +251,13 @@ public final class RoleRunner {
                             int group = dp;
                             futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
                                     config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults())
-                                    .withPairedMemcpy(config.pairedMemcpy()).run()));
+                                    .withPairedMemcpy(config.pairedMemcpy()).withProbe(probe).run()));
                         } else {
                             boolean first = r == 0 && stage == 0;
                             AtomicInteger p = first ? progress : null, ok = first ? successes : null;
                             futures.add(exec.submit(() -> new DecodeDriver(m, pool, w, addr, pool.rank, p)
-                                    .withSuccessCounter(ok).withDeadline(deadline(config)).withFaults(config.faults()).run()));
+                                    .withSuccessCounter(ok).withDeadline(deadline(config)).withFaults(config.faults())
+                                    .withSuite(config.suite()).withProbe(probe).run()));
                         }
                     }
                 }
@@ -369,10 +397,16 @@ public final class RoleRunner {
                 "--abort-prob", Double.toString(c.faults().abortProbability()),
                 "--slow-decode-ms", Long.toString(c.faults().slowDecodeMillis()),
                 "--failure-prob", Double.toString(c.faults().failureProbability()),
+                "--corrupt-prob", Double.toString(c.faults().corruptProbability()),
+                "--checksum", c.checksum().label(),
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         if (c.allCpRanks()) a.add("--all-cp-ranks");
         if (c.pairedMemcpy()) a.add("--paired-memcpy");
+        // The benchmark suite's settings, only when set (role processes of older command lines stay valid).
+        if (c.suite().pages() != PageLayout.FRAGMENTED) a.addAll(List.of("--pages", c.suite().pages().cliName()));
+        if (c.suite().openLoop()) a.addAll(List.of("--rate", Double.toString(c.suite().ratePerSecond())));
+        if (c.suite().probeRooms() > 0) a.addAll(List.of("--probe-rooms", Integer.toString(c.suite().probeRooms())));
         return a;
     }
 

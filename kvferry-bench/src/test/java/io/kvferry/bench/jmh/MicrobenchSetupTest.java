@@ -6,6 +6,7 @@ import org.junit.jupiter.api.Test;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The JMH benchmarks measure what they claim: their inputs are valid and their bodies do the work (nothing is timed here). */
 class MicrobenchSetupTest {
@@ -17,6 +18,29 @@ class MicrobenchSetupTest {
         WriteHeader w = assertInstanceOf(WriteHeader.class, b.decodeWriteHeader());
         assertEquals(42, w.room());
         assertEquals(16384, w.length());
+    }
+
+    @Test
+    void headSliceBenchSendsEveryHeadSlicedByteThroughARealConnection() throws Exception {
+        for (String pages : new String[]{"contiguous", "fragmented"}) {
+            HeadSliceGatherBench b = new HeadSliceGatherBench();
+            b.pages = pages;
+            b.setUp();
+            try {
+                long sliceBytes = (long) HeadSliceGatherBench.PAGES * HeadSliceGatherBench.PAGE_SIZE * 2
+                        * HeadSliceGatherBench.HEAD_BYTES * HeadSliceGatherBench.BUFFERS;
+                CopyPlan plan = b.planOnly();
+                assertEquals(sliceBytes, plan.totalBytes(), pages);
+                for (int op = 0; op < plan.size(); op++) assertTrue(plan.strided(op), "every op gathers pieces: " + pages);
+                assertEquals(sliceBytes, b.planAndSend());
+                // The drain thread sees the slice plus one header per op, once the kernel delivered it.
+                long deadline = System.nanoTime() + 30_000_000_000L;
+                while (b.drained.get() <= sliceBytes && System.nanoTime() < deadline) Thread.onSpinWait();
+                assertTrue(b.drained.get() > sliceBytes, pages + ": drained " + b.drained.get());
+            } finally {
+                b.tearDown();
+            }
+        }
     }
 
     @Test

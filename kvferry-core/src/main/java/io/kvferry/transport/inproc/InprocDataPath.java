@@ -17,9 +17,12 @@ import java.util.function.BooleanSupplier;
  */
 final class InprocDataPath implements DataPath {
     private final WriteSink sink;
+    /** The decode's name for the link these writes come from (its gate counts them against it). */
+    private final String link;
 
-    InprocDataPath(WriteSink sink) {
+    InprocDataPath(WriteSink sink, String link) {
         this.sink = sink;
+        this.link = link;
     }
 
     @Override
@@ -29,7 +32,7 @@ final class InprocDataPath implements DataPath {
 
     @Override
     public void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException {
-        WriteSink.Landing landing = new WriteSink.Landing(); // one per plan, reused for each op
+        WriteSink.Landing landing = new WriteSink.Landing(link, null); // one per plan, reused for each op
         for (int op = 0; op < plan.size(); op++) {
             if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
             MemorySegment src = RemoteBuffers.checkSource(room, plan, op, source);

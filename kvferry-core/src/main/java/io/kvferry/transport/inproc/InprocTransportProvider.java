@@ -14,6 +14,7 @@ import io.kvferry.transport.WriteSink;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
@@ -27,8 +28,10 @@ import java.util.function.Consumer;
 public final class InprocTransportProvider implements TransportProvider {
     public static final String NAME = "inproc";
 
-    /** The write gates of this JVM's decode managers, by offer key. */
-    private static final ConcurrentHashMap<String, WriteSink> GATES = new ConcurrentHashMap<>();
+    /** The write gates of this JVM's decode managers and the link each offer was made for, by offer key. */
+    private static final ConcurrentHashMap<String, Offered> GATES = new ConcurrentHashMap<>();
+
+    private record Offered(WriteSink gate, String link) {}
 
     @Override
     public String name() {
@@ -48,44 +51,49 @@ public final class InprocTransportProvider implements TransportProvider {
     @Override
     public DestinationTransport openDestination(RegisteredMemory memory, int engineRank, KVFerrySettings settings, WriteSink gate,
                                                 Consumer<String> why) {
-        String key = UUID.randomUUID().toString();
-        GATES.put(key, gate);
-        byte[] blob = key.getBytes(StandardCharsets.US_ASCII);
-        LinkOffer offer = new LinkOffer() {
-            @Override
-            public boolean oneSided() {
-                return false;
-            }
-
-            @Override
-            public byte[] blob() {
-                return blob.clone();
-            }
-
-            /** The gate fences these writes (clear() waits for those in flight), so nothing is left to withdraw. */
-            @Override
-            public boolean revoke(Duration timeout) {
-                return true;
-            }
-
-            @Override
-            public void close() {
-            }
-        };
+        Set<String> keys = ConcurrentHashMap.newKeySet();
         return new DestinationTransport() {
             @Override
             public String name() {
                 return NAME;
             }
 
+            /** One key per link, so the gate knows which link each write comes from. */
             @Override
             public LinkOffer offer(String peer) {
-                return offer;
+                String key = UUID.randomUUID().toString();
+                GATES.put(key, new Offered(gate, peer));
+                keys.add(key);
+                byte[] blob = key.getBytes(StandardCharsets.US_ASCII);
+                return new LinkOffer() {
+                    @Override
+                    public boolean oneSided() {
+                        return false;
+                    }
+
+                    @Override
+                    public byte[] blob() {
+                        return blob.clone();
+                    }
+
+                    /** The gate fences these writes (clear() waits for those in flight), so nothing is left to withdraw. */
+                    @Override
+                    public boolean revoke(Duration timeout) {
+                        return true;
+                    }
+
+                    @Override
+                    public void close() {
+                        GATES.remove(key);
+                        keys.remove(key);
+                    }
+                };
             }
 
             @Override
             public void close() {
-                GATES.remove(key, gate);
+                for (String k : keys) GATES.remove(k);
+                keys.clear();
             }
         };
     }
@@ -100,12 +108,12 @@ public final class InprocTransportProvider implements TransportProvider {
 
             @Override
             public DataPath connect(byte[] offer, MemoryDescriptor destination, PeerLink link) throws TransportUnavailableException {
-                WriteSink gate = offer.length <= 64 ? GATES.get(new String(offer, StandardCharsets.US_ASCII)) : null;
-                if (gate == null) {
+                Offered target = offer.length <= 64 ? GATES.get(new String(offer, StandardCharsets.US_ASCII)) : null;
+                if (target == null) {
                     throw new TransportUnavailableException("inproc needs the decode manager in the same JVM; decode " + link.peer()
                             + " is not in this one");
                 }
-                return new InprocDataPath(gate);
+                return new InprocDataPath(target.gate(), target.link());
             }
 
             @Override

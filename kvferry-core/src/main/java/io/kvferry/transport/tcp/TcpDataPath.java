@@ -1,9 +1,10 @@
 package io.kvferry.transport.tcp;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.transport.ControlConnection;
-import io.kvferry.transport.DataPath;
 import io.kvferry.plan.CopyPlan;
+import io.kvferry.transport.DataPath;
 
 import java.io.IOException;
 import java.util.concurrent.atomic.AtomicReferenceArray;
@@ -18,6 +19,8 @@ public final class TcpDataPath implements DataPath {
     private final ControlConnection main;
     /** Index 0 is the control connection; others are attached as the decode opens them (before its first request). */
     private final AtomicReferenceArray<ControlConnection> stripes;
+    /** Set once at link set-up, before the first write. */
+    private volatile ChecksumMode checksum = ChecksumMode.OFF;
 
     TcpDataPath(ControlConnection connection, int stripes) {
         this.main = connection;
@@ -41,8 +44,15 @@ public final class TcpDataPath implements DataPath {
         return "tcp";
     }
 
+    /** tcp checks each WRITE as it lands: its frames carry the CRC32C of their payload. */
+    @Override
+    public boolean carryChecksums(ChecksumMode mode) {
+        checksum = mode;
+        return true;
+    }
+
     @Override
     public void write(long room, CopyPlan plan, RegisteredMemory source, BooleanSupplier cancelled) throws IOException {
-        connectionFor(room).writePlan(room, plan, source, cancelled);
+        connectionFor(room).writePlan(room, plan, source, cancelled, checksum);
     }
 }

@@ -28,9 +28,8 @@ public final class DecodeServer implements AutoCloseable {
     public DecodeServer(DecodeEngine engine, String host, int port) throws IOException {
         this.engine = engine;
         server = Http.server(host, port);
-        server.createContext("/generate", ex -> PrefillServer.handle(ex, this::generate));
-        server.createContext("/abort", ex -> PrefillServer.handle(ex, this::abort));
-        server.createContext("/health", ex -> PrefillServer.handle(ex, this::health));
+        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
+        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight()));
         server.start();
     }
 
@@ -116,23 +115,6 @@ public final class DecodeServer implements AutoCloseable {
         t.put("first_decode_ms", g.timings().firstDecodeMs());
         t.put("bytes", g.timings().bytes());
         return o;
-    }
-
-    private void abort(HttpExchange ex) throws Exception {
-        if (!Http.method(ex, "POST")) return;
-        engine.abort(Http.longField(Http.readJson(ex), "bootstrap_room"));
-        Http.sendJson(ex, 200, Http.JSON.createObjectNode().put("aborted", true));
-    }
-
-    private void health(HttpExchange ex) throws Exception {
-        if (!Http.method(ex, "GET")) return;
-        ObjectNode out = Http.JSON.createObjectNode();
-        out.put("status", "ok");
-        out.put("role", "decode");
-        out.put("tp", engine.spec().tp());
-        out.put("pp", engine.spec().pp());
-        out.put("in_flight", engine.inFlight());
-        Http.sendJson(ex, 200, out);
     }
 
     @Override

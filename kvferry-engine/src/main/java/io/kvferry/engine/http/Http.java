@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.serving.EngineSpec;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -13,6 +14,8 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.function.LongConsumer;
+import java.util.function.Supplier;
 
 /**
  * The HTTP plumbing the engine's servers share. The JDK's HttpServer, as kvferry's registry uses:
@@ -32,6 +35,53 @@ final class Http {
         ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
         s.setExecutor(exec);
         return s;
+    }
+
+    interface Handler {
+        void handle(HttpExchange ex) throws Exception;
+    }
+
+    /** Runs a route's handler: a bad request is a 400 naming it, anything else a 500 with its message; the exchange is closed. */
+    static void handle(HttpExchange ex, Handler h) {
+        try (ex) {
+            try {
+                h.handle(ex);
+            } catch (BadRequest | IllegalArgumentException e) {
+                sendError(ex, 400, "invalid_request_error", e.getMessage());
+            } catch (Exception e) {
+                sendError(ex, 500, "internal_error", String.valueOf(e.getMessage()));
+            }
+        } catch (IOException ignored) {
+            // the client went away
+        }
+    }
+
+    /**
+     * The routes every engine server has besides /generate: {@code POST /abort} ({"bootstrap_room"}: the
+     * router's abort of a request whose client went away) and {@code GET /health} (the engine's status).
+     */
+    static void engineRoutes(HttpServer s, LongConsumer abort, Supplier<ObjectNode> health) {
+        s.createContext("/abort", ex -> handle(ex, e -> {
+            if (!method(e, "POST")) return;
+            abort.accept(longField(readJson(e), "bootstrap_room"));
+            sendJson(e, 200, JSON.createObjectNode().put("aborted", true));
+        }));
+        s.createContext("/health", ex -> handle(ex, e -> {
+            if (!method(e, "GET")) return;
+            sendJson(e, 200, health.get());
+        }));
+    }
+
+    /** The /health body of an engine: status, role, variant, parallelism and requests in flight. */
+    static ObjectNode engineHealth(String role, EngineSpec spec, int inFlight) {
+        ObjectNode out = JSON.createObjectNode();
+        out.put("status", "ok");
+        out.put("role", role);
+        out.put("model_variant", spec.model().variant.label());
+        out.put("tp", spec.tp());
+        out.put("pp", spec.pp());
+        out.put("in_flight", inFlight);
+        return out;
     }
 
     /** A client error: 400 with the message. */

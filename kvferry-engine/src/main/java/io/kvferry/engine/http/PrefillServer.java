@@ -24,32 +24,14 @@ public final class PrefillServer implements AutoCloseable {
         this.engine = engine;
         this.bootstrapAddr = bootstrapAddr;
         server = Http.server(host, port);
-        server.createContext("/generate", ex -> handle(ex, this::generate));
-        server.createContext("/abort", ex -> handle(ex, this::abort));
-        server.createContext("/health", ex -> handle(ex, this::health));
+        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
+        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight())
+                .put("bootstrap", bootstrapAddr));
         server.start();
     }
 
     public int port() {
         return server.getAddress().getPort();
-    }
-
-    interface Handler {
-        void handle(HttpExchange ex) throws Exception;
-    }
-
-    static void handle(HttpExchange ex, Handler h) {
-        try (ex) {
-            try {
-                h.handle(ex);
-            } catch (Http.BadRequest | IllegalArgumentException e) {
-                Http.sendError(ex, 400, "invalid_request_error", e.getMessage());
-            } catch (Exception e) {
-                Http.sendError(ex, 500, "internal_error", String.valueOf(e.getMessage()));
-            }
-        } catch (IOException ignored) {
-            // the client went away
-        }
     }
 
     private void generate(HttpExchange ex) throws Exception {
@@ -65,30 +47,13 @@ public final class PrefillServer implements AutoCloseable {
             out.put("first_token", r.firstToken());
             out.put("compute_ms", r.computeMs());
             out.put("send_ms", r.sendMs());
+            out.put("kv_pages", r.kvPages());
             Http.sendJson(ex, 200, out);
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
             if (c instanceof KVTransferException t) Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
             else Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
         }
-    }
-
-    private void abort(HttpExchange ex) throws Exception {
-        if (!Http.method(ex, "POST")) return;
-        engine.abort(Http.longField(Http.readJson(ex), "bootstrap_room"));
-        Http.sendJson(ex, 200, Http.JSON.createObjectNode().put("aborted", true));
-    }
-
-    private void health(HttpExchange ex) throws Exception {
-        if (!Http.method(ex, "GET")) return;
-        ObjectNode out = Http.JSON.createObjectNode();
-        out.put("status", "ok");
-        out.put("role", "prefill");
-        out.put("bootstrap", bootstrapAddr);
-        out.put("tp", engine.spec().tp());
-        out.put("pp", engine.spec().pp());
-        out.put("in_flight", engine.inFlight());
-        Http.sendJson(ex, 200, out);
     }
 
     @Override

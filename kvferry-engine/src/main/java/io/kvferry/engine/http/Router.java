@@ -121,10 +121,10 @@ public final class Router implements AutoCloseable {
             for (Backend b : this.decodes) checkHealth(b);
         }, HEALTH_EVERY.toMillis(), HEALTH_EVERY.toMillis(), TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
-        server.createContext("/v1/completions", ex -> PrefillServer.handle(ex, this::completions));
-        server.createContext("/v1/models", ex -> PrefillServer.handle(ex, this::models));
-        server.createContext("/generate", ex -> PrefillServer.handle(ex, this::generate));
-        server.createContext("/health", ex -> PrefillServer.handle(ex, this::healthRoute));
+        server.createContext("/v1/completions", ex -> Http.handle(ex, this::completions));
+        server.createContext("/v1/models", ex -> Http.handle(ex, this::models));
+        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
+        server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.start();
     }
 
@@ -356,6 +356,7 @@ public final class Router implements AutoCloseable {
         if (o.prefill() != null) {
             k.put("prefill_compute_ms", o.prefill().path("compute_ms").asDouble());
             k.put("transfer_ms", o.prefill().path("send_ms").asDouble()); // last chunk sent -> every rank's KV landed
+            k.put("kv_pages", o.prefill().path("kv_pages").asInt()); // pages sent after the decode's prefix (0: a zero-page last chunk)
         }
         if (o.decodeTimings() != null) {
             k.put("kv_wait_ms", o.decodeTimings().path("transfer_ms").asDouble()); // decode: metadata sent -> KV landed

@@ -1,25 +1,39 @@
 package io.kvferry.engine.kv;
 
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.StateType;
 import io.kvferry.engine.model.LlamaConfig;
+import io.kvferry.engine.model.Model;
 import io.kvferry.memory.SharedArena;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
- * The KV cache of one engine shard (one TP rank of one PP stage), in the very memory kvferry
- * registers: attention writes K and V into these pages and reads them in place, and the transfer
- * layer moves the same pages. One K and one V buffer per local layer (SGLang's MHA order: all K, then
- * all V); a page holds {@code pageSize} tokens × this rank's KV heads × head size float32, token-major
- * ([token][head][dim], the layout kvferry's head slicing expects).
+ * The caches of one engine shard (one TP rank of one PP stage), in the very memory kvferry
+ * registers: attention writes into these pages and reads them in place, and the transfer layer moves
+ * the same memory. Per local layer, by its {@link io.kvferry.engine.model.LayerKind}:
+ * <ul>
+ * <li>attention: a K and a V buffer of {@code pages} pages ({@link HeadPages}), registered as KV
+ * buffers in SGLang's MHA order (all K, then all V);
+ * <li>latent: one latent buffer of {@code pages} pages ({@link LatentPages}), registered as a KV
+ * buffer, replicated on every TP rank (the manager is created {@code is_mla});
+ * <li>window: a K and a V buffer in the window pool ({@link HeadPages}): each request owns a ring of
+ * {@link Model#windowPagesPerRequest} window pages, pages {@code [row·R, (row+1)·R)} for aux row
+ * {@code row}; registered as one {@code swa} state component whose indices are the window's pages;
+ * <li>recurrent: a conv and a scan state tensor with one slot per aux row ({@link RecurrentState}),
+ * registered as one {@code mamba} state component whose index is the request's slot (its aux row).
+ * </ul>
+ * Per-request fixed-size state is indexed by the aux row, so it needs no allocator of its own.
  *
  * <p>Aux (metadata) buffers, one row per in-flight request, as SGLang's metadata buffers: the first
  * output token and its logprob, the first token's logits, and the bootstrap room last (kvferry's
  * metadata gate). Page ids and aux rows are the same on every shard of an engine (one allocator per
  * engine, {@link PageAllocator}). The memory is written by the engine's owner thread only; the
- * transfer layer reads (prefill) or writes (decode) pages that the owner has handed to a room.
+ * transfer layer reads (prefill) or writes (decode) what the owner has handed to a room.
  */
 public final class KvPool implements AutoCloseable {
     /** Aux buffer 0: int32 first output token, float32 its logprob, int32 prompt tokens, int32 reserved. */
@@ -31,38 +45,81 @@ public final class KvPool implements AutoCloseable {
     public static final int AUX_ROOM = 2;
 
     private final Arena arena;
-    private final LlamaConfig model;
-    public final int pageSize, pages, auxRows, firstLayer, layers, kvHeads, headSize;
-    private final long pageBytes;
-    private final MemorySegment[] k, v;
+    private final Model model;
+    public final int pageSize, pages, auxRows, firstLayer, layers, kvHeads, headSize, windowRing;
+    private final int[] indexOfLayer; // local layer -> index among the local layers of its kind
+    private final List<HeadPages> attention = new ArrayList<>(), window = new ArrayList<>();
+    private final List<LatentPages> latent = new ArrayList<>();
+    private final List<RecurrentState> recurrent = new ArrayList<>();
+    private final List<Integer> attentionIds = new ArrayList<>(), latentIds = new ArrayList<>(), windowIds = new ArrayList<>(),
+            recurrentIds = new ArrayList<>();
     private final MemorySegment tokenRows, logitRows, roomRows;
 
     /**
-     * @param kvHeads      KV heads this rank holds
+     * @param tp           the engine's TP size: this shard holds kvHeads/tp KV heads and inner/tp recurrent channels
      * @param firstLayer   first global layer of this stage; {@code layers} of them
      * @param sharedMemory allocate in one shared-memory file so a same-host prefill can write it (shm)
      */
-    public KvPool(LlamaConfig model, int pageSize, int pages, int auxRows, int firstLayer, int layers, int kvHeads,
+    public KvPool(Model model, int pageSize, int pages, int auxRows, int firstLayer, int layers, int tp,
                   boolean sharedMemory, String label) {
         if (pageSize < 1 || pages < 1 || auxRows < 1) {
             throw new IllegalArgumentException("page size, pages and aux rows must be positive: " + pageSize + ", " + pages + ", " + auxRows);
         }
+        LlamaConfig c = model.config;
         this.model = model;
         this.pageSize = pageSize;
         this.pages = pages;
         this.auxRows = auxRows;
         this.firstLayer = firstLayer;
         this.layers = layers;
-        this.kvHeads = kvHeads;
-        this.headSize = model.headSize();
-        this.pageBytes = (long) pageSize * kvHeads * headSize * Float.BYTES;
-        long logitBytes = (long) model.vocabSize() * Float.BYTES;
-        long capacity = 2L * layers * (pageBytes * pages + 64) + (TOKEN_ROW_BYTES + logitBytes + 8) * auxRows + 3 * 64 + 4096;
+        this.kvHeads = c.kvHeads() / tp;
+        this.headSize = c.headSize();
+        this.windowRing = model.windowPagesPerRequest(pageSize);
+        int channels = model.inner / tp;
+        long headPage = (long) pageSize * kvHeads * headSize * Float.BYTES;
+        long latentPage = (long) pageSize * (model.latentRank + model.ropeDim) * Float.BYTES;
+        long windowPages = (long) auxRows * windowRing;
+        long convSlot = (long) (model.convKernel - 1) * channels * Float.BYTES, scanSlot = (long) channels * model.stateSize * Float.BYTES;
+        long logitBytes = (long) c.vocabSize() * Float.BYTES;
+        long capacity = (TOKEN_ROW_BYTES + logitBytes + 8) * auxRows + 3 * 64 + 4096;
+        for (int l = firstLayer; l < firstLayer + layers; l++) {
+            capacity += switch (model.kind(l)) {
+                case ATTENTION -> 2 * (headPage * pages + 64);
+                case LATENT -> latentPage * pages + 64;
+                case WINDOW -> 2 * (headPage * windowPages + 64);
+                case RECURRENT -> (convSlot + scanSlot) * auxRows + 2 * 64;
+            };
+        }
         this.arena = sharedMemory ? SharedArena.open(label, capacity) : Arena.ofShared();
-        k = new MemorySegment[layers];
-        v = new MemorySegment[layers];
-        for (int i = 0; i < layers; i++) k[i] = arena.allocate(pageBytes * pages, 64);
-        for (int i = 0; i < layers; i++) v[i] = arena.allocate(pageBytes * pages, 64);
+        indexOfLayer = new int[layers];
+        for (int i = 0; i < layers; i++) {
+            int l = firstLayer + i;
+            switch (model.kind(l)) {
+                case ATTENTION -> {
+                    indexOfLayer[i] = attention.size();
+                    attention.add(new HeadPages(arena.allocate(headPage * pages, 64), arena.allocate(headPage * pages, 64), pageSize,
+                            kvHeads, headSize));
+                    attentionIds.add(l);
+                }
+                case LATENT -> {
+                    indexOfLayer[i] = latent.size();
+                    latent.add(new LatentPages(arena.allocate(latentPage * pages, 64), pageSize, model.latentRank, model.ropeDim));
+                    latentIds.add(l);
+                }
+                case WINDOW -> {
+                    indexOfLayer[i] = window.size();
+                    window.add(new HeadPages(arena.allocate(headPage * windowPages, 64), arena.allocate(headPage * windowPages, 64),
+                            pageSize, kvHeads, headSize));
+                    windowIds.add(l);
+                }
+                case RECURRENT -> {
+                    indexOfLayer[i] = recurrent.size();
+                    recurrent.add(new RecurrentState(arena.allocate(convSlot * auxRows, 64), arena.allocate(scanSlot * auxRows, 64),
+                            model.convKernel - 1, channels, model.stateSize));
+                    recurrentIds.add(l);
+                }
+            }
+        }
         tokenRows = arena.allocate(TOKEN_ROW_BYTES * auxRows, 64);
         logitRows = arena.allocate(logitBytes * auxRows, 64);
         roomRows = arena.allocate(8L * auxRows, 64);
@@ -74,65 +131,127 @@ public final class KvPool implements AutoCloseable {
         a.engineRank = engineRank;
         a.pageSize = pageSize;
         a.kvCacheDtypeStr = "float32";
-        a.kvHeadNum = kvHeads;
-        a.totalKvHeadNum = model.kvHeads();
-        for (MemorySegment b : k) a.addKvBuffer(b, pageBytes);
-        for (MemorySegment b : v) a.addKvBuffer(b, pageBytes);
-        for (int i = 0; i < 2 * layers; i++) a.kvLayerIds.add(firstLayer + i % layers);
+        boolean mla = !latent.isEmpty();
+        a.kvHeadNum = mla ? 1 : kvHeads;
+        a.totalKvHeadNum = mla ? 1 : model.config.kvHeads();
+        for (HeadPages h : attention) a.addKvBuffer(h.k, h.pageBytes);
+        for (HeadPages h : attention) a.addKvBuffer(h.v, h.pageBytes);
+        a.kvLayerIds.addAll(attentionIds);
+        a.kvLayerIds.addAll(attentionIds);
+        for (LatentPages p : latent) a.addKvBuffer(p.buffer, p.pageBytes);
+        a.kvLayerIds.addAll(latentIds);
         a.ppRank = ppRank;
         a.prefillStartLayer = firstLayer;
         a.prefillEndLayer = firstLayer + layers;
         a.addAuxBuffer(tokenRows, TOKEN_ROW_BYTES);
-        a.addAuxBuffer(logitRows, (long) model.vocabSize() * Float.BYTES);
+        a.addAuxBuffer(logitRows, (long) model.config.vocabSize() * Float.BYTES);
         a.addAuxBuffer(roomRows, 8);
         a.auxRoomBuffer = AUX_ROOM;
+        if (!window.isEmpty()) {
+            List<MemorySegment> tensors = new ArrayList<>();
+            List<Long> items = new ArrayList<>();
+            List<Integer> dims = new ArrayList<>(), outer = new ArrayList<>(), ids = new ArrayList<>();
+            for (int i = 0; i < window.size(); i++) {
+                for (MemorySegment t : List.of(window.get(i).k, window.get(i).v)) {
+                    tensors.add(t);
+                    items.add(window.get(i).pageBytes);
+                    dims.add(kvHeads); // TP-sharded entries per token: this rank's heads
+                    outer.add(pageSize); // rows before the head axis: the page's tokens
+                    ids.add(windowIds.get(i));
+                }
+            }
+            addState(a, StateType.SWA, tensors, items, dims, outer, ids);
+        }
+        if (!recurrent.isEmpty()) {
+            List<MemorySegment> tensors = new ArrayList<>();
+            List<Long> items = new ArrayList<>();
+            List<Integer> dims = new ArrayList<>(), outer = new ArrayList<>(), ids = new ArrayList<>();
+            for (int i = 0; i < recurrent.size(); i++) {
+                RecurrentState r = recurrent.get(i);
+                tensors.add(r.conv);
+                items.add(r.convSlotBytes);
+                dims.add(r.channels);
+                outer.add(r.rows);
+                tensors.add(r.scan);
+                items.add(r.scanSlotBytes);
+                dims.add(r.channels);
+                outer.add(1);
+                ids.add(recurrentIds.get(i));
+                ids.add(recurrentIds.get(i));
+            }
+            addState(a, StateType.MAMBA, tensors, items, dims, outer, ids);
+        }
         return a;
     }
 
-    /** Bytes a request of {@code pages} pages occupies here: its K and V pages of every local layer and its aux row. */
-    public long requestBytes(int pages) {
-        return 2L * layers * pages * pageBytes + TOKEN_ROW_BYTES + (long) model.vocabSize() * Float.BYTES + 8;
+    private static void addState(KVArgs a, StateType type, List<MemorySegment> tensors, List<Long> items, List<Integer> dims,
+                                 List<Integer> outer, List<Integer> ids) {
+        a.addStateComponent(type, tensors, items);
+        a.stateDimPerTensor.add(dims);
+        a.stateSliceOuterCounts.add(outer);
+        a.stateLayerIds.add(ids);
     }
 
-    public long pageBytes() {
-        return pageBytes;
+    /** Whether this pool holds latent (MLA) buffers: its manager must be created {@code is_mla}. */
+    public boolean latent() {
+        return !latent.isEmpty();
     }
 
-    /** Byte offset of (token slot, local head) in a page buffer: [page][token][head][dim]. */
-    private long offset(int page, int slot, int head) {
-        return page * pageBytes + ((long) slot * kvHeads + head) * headSize * Float.BYTES;
+    /** The window pool page of logical page {@code logicalPage} of the request on aux row {@code row}. */
+    public int windowPage(int row, int logicalPage) {
+        return row * windowRing + logicalPage % windowRing;
     }
 
-    /** Writes one token's K and V of local head {@code head} at (page, slot) of local layer {@code layer}. */
-    public void writeKv(int layer, int page, int slot, int head, float[] kSrc, int kOff, float[] vSrc, int vOff) {
-        long o = offset(page, slot, head);
-        MemorySegment.copy(kSrc, kOff, k[layer], ValueLayout.JAVA_FLOAT_UNALIGNED, o, headSize);
-        MemorySegment.copy(vSrc, vOff, v[layer], ValueLayout.JAVA_FLOAT_UNALIGNED, o, headSize);
+    /**
+     * The state indices of a request on aux row {@code row} whose prompt has {@code promptTokens}
+     * tokens, per registered component: swa, the window pages holding positions
+     * [promptTokens - window + 1, promptTokens) (what the first decode step attends besides itself);
+     * mamba, the slot {@code row}. Null when this pool registers no state. Prefill and decode compute
+     * them alike, so their lists are equally long.
+     */
+    public int[][] stateIndices(int row, int promptTokens) {
+        List<int[]> out = new ArrayList<>();
+        if (!window.isEmpty()) {
+            int first = Math.max(0, promptTokens - model.window + 1) / pageSize, last = (promptTokens - 1) / pageSize;
+            int[] w = new int[last - first + 1];
+            for (int p = first; p <= last; p++) w[p - first] = windowPage(row, p);
+            out.add(w);
+        }
+        if (!recurrent.isEmpty()) out.add(new int[]{row});
+        return out.isEmpty() ? null : out.toArray(int[][]::new);
     }
 
-    /** q · K[pos] for local head {@code head} (q at {@code qOff}, headSize floats). */
-    public float dotK(int layer, int page, int slot, int head, float[] q, int qOff) {
-        MemorySegment seg = k[layer];
-        long o = offset(page, slot, head);
-        float s = 0;
-        for (int i = 0; i < headSize; i++) s += q[qOff + i] * seg.get(ValueLayout.JAVA_FLOAT_UNALIGNED, o + (long) i * Float.BYTES);
-        return s;
+    /** Starts a request on aux row {@code row}: its recurrent state is zero (window pages are written before they are read). */
+    public void resetState(int row) {
+        for (RecurrentState r : recurrent) r.clear(row);
     }
 
-    /** out += weight × V[pos] for local head {@code head}. */
-    public void addV(int layer, int page, int slot, int head, float weight, float[] out, int outOff) {
-        MemorySegment seg = v[layer];
-        long o = offset(page, slot, head);
-        for (int i = 0; i < headSize; i++) out[outOff + i] += weight * seg.get(ValueLayout.JAVA_FLOAT_UNALIGNED, o + (long) i * Float.BYTES);
+    /** Bytes a request moves to this shard: {@code kvPages} pages of every KV buffer, its state and its aux row. */
+    public long transferBytes(int kvPages, int promptTokens) {
+        long b = TOKEN_ROW_BYTES + (long) model.config.vocabSize() * Float.BYTES + 8;
+        for (HeadPages h : attention) b += 2L * kvPages * h.pageBytes;
+        for (LatentPages p : latent) b += (long) kvPages * p.pageBytes;
+        int[][] state = stateIndices(0, promptTokens);
+        if (!window.isEmpty()) for (HeadPages h : window) b += 2L * state[0].length * h.pageBytes;
+        for (RecurrentState r : recurrent) b += r.convSlotBytes + r.scanSlotBytes;
+        return b;
     }
 
-    /** Copies one page of every local layer's K and V to another pool's page (the colocated hand-over). */
-    public MemorySegment kPage(int layer, int page) {
-        return k[layer].asSlice(page * pageBytes, pageBytes);
+    /** The local layer's attention pages; {@code layer} is local to this stage. */
+    public HeadPages attention(int layer) {
+        return attention.get(indexOfLayer[layer]);
     }
 
-    public MemorySegment vPage(int layer, int page) {
-        return v[layer].asSlice(page * pageBytes, pageBytes);
+    public HeadPages window(int layer) {
+        return window.get(indexOfLayer[layer]);
+    }
+
+    public LatentPages latent(int layer) {
+        return latent.get(indexOfLayer[layer]);
+    }
+
+    public RecurrentState recurrent(int layer) {
+        return recurrent.get(indexOfLayer[layer]);
     }
 
     public void writeFirstToken(int row, int token, float logprob, int promptTokens, float[] logits, long room) {
@@ -157,7 +276,7 @@ public final class KvPool implements AutoCloseable {
     }
 
     public float[] firstLogits(int row) {
-        float[] out = new float[model.vocabSize()];
+        float[] out = new float[model.config.vocabSize()];
         MemorySegment.copy(logitRows, ValueLayout.JAVA_FLOAT_UNALIGNED, (long) row * out.length * Float.BYTES, out, 0, out.length);
         return out;
     }

@@ -9,8 +9,11 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.SplittableRandom;
+import java.util.zip.CRC32C;
 
 /**
  * The float32 weights of a Llama model, laid out as llama2.c stores them (row-major, output rows):
@@ -26,10 +29,13 @@ public final class ModelWeights {
     public final float[] wcls;
     /** Where the weights came from, for logs and the demo's banner. */
     public final String source;
+    /** "name@crc" of the weights (a CRC32C over every tensor), the same on every host holding them. */
+    private final String identity;
 
     private ModelWeights(LlamaConfig c, String source) {
         this.config = c;
         this.source = source;
+        this.identity = null;
         int L = c.layers();
         tokenEmbedding = new float[c.vocabSize() * c.dim()];
         rmsAtt = new float[L][c.dim()];
@@ -60,6 +66,31 @@ public final class ModelWeights {
         w3 = w.w3;
         rmsFinal = w.rmsFinal;
         this.wcls = wcls;
+        this.identity = checksumIdentity(source);
+    }
+
+    private String checksumIdentity(String from) {
+        CRC32C crc = new CRC32C();
+        ByteBuffer buf = ByteBuffer.allocate(Float.BYTES * 4096).order(ByteOrder.LITTLE_ENDIAN);
+        List<float[]> tensors = new ArrayList<>(List.of(tokenEmbedding, rmsFinal, wcls));
+        for (float[][] perLayer : List.of(rmsAtt, wq, wk, wv, wo, rmsFfn, w1, w2, w3)) tensors.addAll(List.of(perLayer));
+        for (float[] t : tensors) {
+            for (int i = 0; i < t.length; i += 4096) {
+                buf.clear();
+                buf.asFloatBuffer().put(t, i, Math.min(4096, t.length - i));
+                crc.update(buf.array(), 0, Float.BYTES * Math.min(4096, t.length - i));
+            }
+        }
+        String name = Path.of(from).getFileName().toString();
+        return (from.startsWith("random") ? "random-" + config.dim() + "x" + config.layers() : name) + "@" + Long.toHexString(crc.getValue());
+    }
+
+    /**
+     * A stable identity of these weights ("name@crc32c"): prefill and decode declare it to kvferry
+     * (with the variant), which refuses a link between engines of different models.
+     */
+    public String identity() {
+        return identity;
     }
 
     /**

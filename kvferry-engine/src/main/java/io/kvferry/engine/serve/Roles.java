@@ -5,7 +5,9 @@ import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.http.DecodeServer;
 import io.kvferry.engine.http.PrefillServer;
 import io.kvferry.engine.http.Router;
+import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.PrefillEngine;
@@ -33,19 +35,24 @@ public final class Roles {
         void close();
     }
 
-    /** What a role needs; ports 0 = any free port. */
-    public record Options(ModelFiles.Loaded model, int tp, int pp, int pageSize, int pages, int maxRequests, int chunkTokens,
-                          String transport, String host, int port, int bootstrapPort, String authToken) {
+    /**
+     * What a role needs; ports 0 = any free port. {@code variant}: the model's layer kinds (every prefill
+     * and decode of a cluster must run the same; a mismatch is refused at kvferry's handshake).
+     */
+    public record Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
+                          int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken) {
         public EngineSpec spec() {
-            return new EngineSpec(model.weights(), tp, pp, pageSize, pages, maxRequests, chunkTokens);
+            return new EngineSpec(Model.of(model.weights(), variant), tp, pp, pageSize, pages, maxRequests, chunkTokens);
         }
 
         public Options withParallelism(int tp, int pp) {
-            return new Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken);
+            return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
+                    authToken);
         }
 
         public Options withPorts(int port, int bootstrapPort) {
-            return new Options(model, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken);
+            return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
+                    authToken);
         }
     }
 

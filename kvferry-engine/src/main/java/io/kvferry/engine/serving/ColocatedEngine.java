@@ -22,7 +22,7 @@ public final class ColocatedEngine implements AutoCloseable {
     public ColocatedEngine(EngineSpec spec) {
         this.spec = spec;
         this.pools = spec.newPools(false, "colocated");
-        this.model = new ShardedModel(spec.weights(), spec.tp(), spec.pp(), pools);
+        this.model = new ShardedModel(spec.model(), spec.tp(), spec.pp(), pools);
         this.pages = new PageAllocator(spec.pages(), spec.maxRequests());
     }
 
@@ -31,11 +31,13 @@ public final class ColocatedEngine implements AutoCloseable {
         Requests.validate(prompt, maxNewTokens, c);
         int total = Math.min(c.seqLen(), prompt.length + maxNewTokens);
         int[] table = pages.allocatePages(spec.pagesFor(total));
+        int row = pages.allocateRow();
         try {
+            for (KvPool[] s : pools) for (KvPool p : s) p.resetState(row);
             float[] logits = null;
             for (int from = 0; from < prompt.length; from += spec.chunkTokens()) {
                 int to = Math.min(prompt.length, from + spec.chunkTokens());
-                logits = model.forward(prompt, from, to, table, to == prompt.length);
+                logits = model.forward(prompt, from, to, table, row, to == prompt.length);
             }
             float[] first = logits.clone();
             int[] out = new int[total - prompt.length];
@@ -52,12 +54,13 @@ public final class ColocatedEngine implements AutoCloseable {
                 }
                 if (n == out.length) break;
                 int pos = prompt.length + n - 1;
-                logits = model.forward(seq, pos, pos + 1, table, true);
+                logits = model.forward(seq, pos, pos + 1, table, row, true);
                 tok = sampling.sample(logits, n);
             }
             return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE);
         } finally {
             pages.freePages(table);
+            pages.freeRow(row);
         }
     }
 

@@ -51,10 +51,16 @@ public final class DecodeEngine extends SchedulerThread {
     private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
     private volatile int inFlight;
     private volatile long abortedRequests;
+    // The running batch's step, reused (at most one running request per aux row).
+    private final Flight[] batch;
+    private final int[] batchTokens, batchPositions, batchRows;
+    private final int[][] batchTables;
 
     private final class Flight {
         final Request req;
-        final KVReceiver[][] receivers;
+        /** Prompt + output tokens this request may reach, and the pages they need. */
+        final int totalTokens, totalPages;
+        ShardRooms<KVReceiver> receivers;
         int[] pages, seq;
         long[] prefixKeys;
         int row = -1, generated, prefixPages;
@@ -65,23 +71,8 @@ public final class DecodeEngine extends SchedulerThread {
 
         Flight(Request req) {
             this.req = req;
-            receivers = new KVReceiver[spec.pp()][spec.tp()];
-        }
-
-        KVPoll poll() {
-            KVPoll worst = KVPoll.Success;
-            for (KVReceiver[] s : receivers) {
-                for (KVReceiver x : s) {
-                    KVPoll p = x.poll();
-                    if (p == KVPoll.Failed) return KVPoll.Failed;
-                    if (p.compareTo(worst) < 0) worst = p;
-                }
-            }
-            return worst;
-        }
-
-        int totalTokens() {
-            return Math.min(spec.weights().config.seqLen(), req.prompt().length + req.maxNewTokens());
+            totalTokens = Math.min(spec.weights().config.seqLen(), req.prompt().length + req.maxNewTokens());
+            totalPages = spec.pagesFor(totalTokens);
         }
     }
 
@@ -90,7 +81,7 @@ public final class DecodeEngine extends SchedulerThread {
         this.spec = spec;
         this.transfer = transfer;
         this.pools = spec.newPools(transfer.sharedDecodePools(), "decode");
-        this.model = new ShardedModel(spec.weights(), spec.tp(), spec.pp(), pools);
+        this.model = new ShardedModel(spec.model(), spec.tp(), spec.pp(), pools);
         ShardManagers m;
         try {
             m = new ShardManagers(spec, transfer, pools, DisaggregationMode.DECODE);
@@ -101,6 +92,11 @@ public final class DecodeEngine extends SchedulerThread {
         this.managers = m;
         this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
         this.prefixCache = new PrefixCache(spec.pageSize());
+        batch = new Flight[spec.maxRequests()];
+        batchTokens = new int[spec.maxRequests()];
+        batchPositions = new int[spec.maxRequests()];
+        batchRows = new int[spec.maxRequests()];
+        batchTables = new int[spec.maxRequests()][];
         start();
     }
 
@@ -129,15 +125,17 @@ public final class DecodeEngine extends SchedulerThread {
         execute(() -> {
             Flight f = new Flight(req);
             try {
-                for (int s = 0; s < spec.pp(); s++) {
-                    for (int r = 0; r < spec.tp(); r++) {
-                        KVReceiver x = managers.managers[s][r].createReceiver(addr, req.room());
-                        f.receivers[s][r] = x;
+                f.receivers = ShardRooms.open(spec.pp(), spec.tp(), ShardRooms.RECEIVERS, (s, r) -> {
+                    KVReceiver x = managers.managers[s][r].createReceiver(addr, req.room());
+                    try {
                         x.init(0);
+                    } catch (RuntimeException e) {
+                        x.clear();
+                        throw e;
                     }
-                }
+                    return x;
+                });
             } catch (RuntimeException e) {
-                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) if (x != null) x.clear();
                 req.sink().onError(null, e.getMessage());
                 return;
             }
@@ -150,7 +148,7 @@ public final class DecodeEngine extends SchedulerThread {
     public void abort(long room) {
         execute(() -> {
             for (List<Flight> q : List.of(prealloc, transferring)) {
-                for (Flight f : q) if (f.req.room() == room) for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.abort();
+                for (Flight f : q) if (f.req.room() == room) f.receivers.abort();
             }
             for (Flight f : running) if (f.req.room() == room) f.aborted = true;
         });
@@ -175,7 +173,7 @@ public final class DecodeEngine extends SchedulerThread {
         boolean moved = false;
         for (Iterator<Flight> it = prealloc.iterator(); it.hasNext(); ) {
             Flight f = it.next();
-            KVPoll p = f.poll();
+            KVPoll p = f.receivers.poll();
             if (p == KVPoll.Failed) {
                 it.remove();
                 fail(f);
@@ -183,9 +181,10 @@ public final class DecodeEngine extends SchedulerThread {
                 continue;
             }
             if (p.compareTo(KVPoll.WaitingForInput) < 0) continue;
-            int total = spec.pagesFor(f.totalTokens());
-            // Full prompt pages a later request may share; at least one token is left for the prefill to send.
-            if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), (f.req.prompt().length - 1) / spec.pageSize());
+            int total = f.totalPages, promptTokens = f.req.prompt().length;
+            // Full prompt pages a later request may share. A page-aligned prompt may be all cached: then the
+            // prefill's last chunk carries no page, only the state and the aux row with the first token.
+            if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), promptTokens / spec.pageSize());
             int[] hit = prefixCache.acquire(f.prefixKeys);
             int need = total - hit.length;
             if (!alloc.canAllocate(need) && prefixCache.evictable() > 0) {
@@ -199,10 +198,13 @@ public final class DecodeEngine extends SchedulerThread {
             f.pages = Arrays.copyOf(hit, total);
             System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
             f.row = alloc.allocateRow();
-            int[] promptPages = Arrays.copyOfRange(f.pages, hit.length, spec.pagesFor(f.req.prompt().length));
+            int[] promptPages = Arrays.copyOfRange(f.pages, hit.length, spec.pagesFor(promptTokens));
             f.metadataNanos = System.nanoTime();
-            for (KVReceiver[] s : f.receivers) {
-                for (KVReceiver x : s) x.sendMetadata(promptPages, f.row, null, hit.length * spec.pageSize());
+            for (int s = 0; s < spec.pp(); s++) {
+                for (int r = 0; r < spec.tp(); r++) {
+                    f.receivers.get(s, r).sendMetadata(promptPages, f.row, pools[s][r].stateIndices(f.row, promptTokens),
+                            hit.length * spec.pageSize());
+                }
             }
             it.remove();
             transferring.add(f);
@@ -210,7 +212,7 @@ public final class DecodeEngine extends SchedulerThread {
         }
         for (Iterator<Flight> it = transferring.iterator(); it.hasNext(); ) {
             Flight f = it.next();
-            KVPoll p = f.poll();
+            KVPoll p = f.receivers.poll();
             if (p == KVPoll.Failed) {
                 it.remove();
                 fail(f);
@@ -218,23 +220,22 @@ public final class DecodeEngine extends SchedulerThread {
             } else if (p == KVPoll.Success) {
                 it.remove();
                 f.landedNanos = System.nanoTime();
-                for (KVReceiver[] s : f.receivers) {
-                    for (KVReceiver x : s) {
-                        Long b = x.getTransferMetric().transferTotalBytes(); // what kvferry landed on this rank
-                        if (b != null) f.landedBytes += b;
-                        x.clear();
-                    }
+                for (KVReceiver x : f.receivers.all()) {
+                    Long b = x.getTransferMetric().transferTotalBytes(); // what kvferry landed on this rank
+                    if (b != null) f.landedBytes += b;
                 }
+                f.receivers.clear();
                 KvPool aux = pools[0][0];
                 int first = aux.firstToken(f.row);
                 f.firstLogits = aux.firstLogits(f.row);
-                f.seq = Arrays.copyOf(f.req.prompt(), f.totalTokens());
+                f.seq = Arrays.copyOf(f.req.prompt(), f.totalTokens);
                 running.add(f);
                 emit(f, first);
                 moved = true;
             }
         }
-        // The running batch: one token for every running request, then the queues again.
+        // The running batch: one token for every running request, all computed in one pass, then the queues again.
+        int n = 0;
         for (Iterator<Flight> it = running.iterator(); it.hasNext(); ) {
             Flight f = it.next();
             if (f.aborted) {
@@ -251,10 +252,23 @@ public final class DecodeEngine extends SchedulerThread {
                 continue;
             }
             int pos = f.req.prompt().length + f.generated - 1;
+            batch[n] = f;
+            batchTokens[n] = f.seq[pos];
+            batchPositions[n] = pos;
+            batchTables[n] = f.pages;
+            batchRows[n] = f.row;
+            n++;
+        }
+        if (n > 0) {
             long t0 = System.nanoTime();
-            float[] logits = model.forward(f.seq, pos, pos + 1, f.pages, true);
-            if (f.generated == 1) f.firstDecodeMs = (System.nanoTime() - t0) / 1e6;
-            emit(f, f.req.sampling().sample(logits, f.generated));
+            float[][] logits = model.forward(n, batchTokens, batchPositions, batchTables, batchRows, 0);
+            double stepMs = (System.nanoTime() - t0) / 1e6;
+            for (int i = 0; i < n; i++) {
+                Flight f = batch[i];
+                batch[i] = null;
+                if (f.generated == 1) f.firstDecodeMs = stepMs;
+                emit(f, f.req.sampling().sample(logits[i], f.generated));
+            }
             moved = true;
         }
         return moved;
@@ -269,7 +283,7 @@ public final class DecodeEngine extends SchedulerThread {
     private String finishReason(Flight f) {
         int last = f.seq[f.req.prompt().length + f.generated - 1];
         if (last == Tokenizer.EOS) return "stop";
-        if (f.req.prompt().length + f.generated >= f.totalTokens()) return "length";
+        if (f.req.prompt().length + f.generated >= f.totalTokens) return "length";
         return null;
     }
 
@@ -278,7 +292,8 @@ public final class DecodeEngine extends SchedulerThread {
         // tcp counts what landed; one-sided transports (shm, ucx) write without telling the decode: count what it asked for.
         long bytes = f.landedBytes;
         if (bytes == 0) {
-            for (KvPool[] s : pools) for (KvPool p : s) bytes += p.requestBytes(spec.pagesFor(f.req.prompt().length) - f.prefixPages);
+            int promptTokens = f.req.prompt().length;
+            for (KvPool[] s : pools) for (KvPool p : s) bytes += p.transferBytes(spec.pagesFor(promptTokens) - f.prefixPages, promptTokens);
         }
         Generation g = new Generation(f.req.room(), out, f.firstLogits, reason,
                 new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes));
@@ -287,23 +302,11 @@ public final class DecodeEngine extends SchedulerThread {
     }
 
     private void fail(Flight f) {
-        String message = null;
-        FailureKind kind = null;
-        for (KVReceiver[] s : f.receivers) {
-            for (KVReceiver x : s) {
-                if (message != null || x.poll() != KVPoll.Failed) continue;
-                try {
-                    x.failureException();
-                } catch (KVTransferException e) {
-                    message = e.getMessage();
-                    kind = e.kind();
-                }
-            }
-        }
+        KVTransferException e = f.receivers.failure();
         // clear() returns once no write of the room can land, so the pages are safe to reuse after it.
-        for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
+        f.receivers.clear();
         release(f, false);
-        f.req.sink().onError(kind != null ? kind : FailureKind.UNKNOWN, message != null ? message : "room " + f.req.room() + " failed");
+        f.req.sink().onError(e != null ? e.kind() : FailureKind.UNKNOWN, e != null ? e.getMessage() : "room " + f.req.room() + " failed");
     }
 
     /** @param cacheable the request finished: its full prompt pages may join the prefix cache */
@@ -327,8 +330,8 @@ public final class DecodeEngine extends SchedulerThread {
     void shutdown() {
         for (List<Flight> q : List.of(prealloc, transferring)) {
             for (Flight f : q) {
-                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.abort();
-                for (KVReceiver[] s : f.receivers) for (KVReceiver x : s) x.clear();
+                f.receivers.abort();
+                f.receivers.clear();
                 release(f, false);
                 f.req.sink().onError(null, "the decode engine shut down");
             }

@@ -10,7 +10,7 @@ public record Generation(long room, int[] tokens, float[] firstLogits, String fi
     /**
      * @param prefillComputeMs prefill forward of the prompt (all chunks)
      * @param transferMs       decode: metadata sent → every rank's KV landed (Success)
-     * @param firstDecodeMs    the first decode step after the KV landed
+     * @param firstDecodeMs    the first decode step after the KV landed (the running batch's step that included it)
      * @param bytes            KV + aux bytes that landed on the decode ranks
      */
     public record Timings(double prefillComputeMs, double transferMs, double firstDecodeMs, long bytes) {

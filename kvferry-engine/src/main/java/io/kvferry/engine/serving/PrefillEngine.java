@@ -27,8 +27,12 @@ public final class PrefillEngine extends SchedulerThread {
     public record Request(long room, int[] prompt, Sampling sampling) {
     }
 
-    /** @param computeMs prefill forward time; @param sendMs last send → Success on every rank */
-    public record Result(long room, int firstToken, double computeMs, double sendMs) {
+    /**
+     * @param computeMs prefill forward time
+     * @param sendMs    last send → Success on every rank
+     * @param kvPages   pages sent after the decode's prefix (0: the last chunk carried only the state and the aux row)
+     */
+    public record Result(long room, int firstToken, double computeMs, double sendMs, int kvPages) {
     }
 
     private final EngineSpec spec;
@@ -42,8 +46,8 @@ public final class PrefillEngine extends SchedulerThread {
 
     private final class Flight {
         final Request req;
-        final KVSender[][] senders;
         final CompletableFuture<Result> done;
+        ShardRooms<KVSender> senders;
         int[] pages;
         int row = -1, prefixPages, computed, sentPages;
         long computeNanos, lastSendNanos;
@@ -51,19 +55,6 @@ public final class PrefillEngine extends SchedulerThread {
         Flight(Request req, CompletableFuture<Result> done) {
             this.req = req;
             this.done = done;
-            senders = new KVSender[spec.pp()][spec.tp()];
-        }
-
-        KVPoll poll() {
-            KVPoll worst = KVPoll.Success;
-            for (KVSender[] s : senders) {
-                for (KVSender x : s) {
-                    KVPoll p = x.poll();
-                    if (p == KVPoll.Failed) return KVPoll.Failed;
-                    if (p.compareTo(worst) < 0) worst = p;
-                }
-            }
-            return worst;
         }
     }
 
@@ -73,7 +64,7 @@ public final class PrefillEngine extends SchedulerThread {
         this.spec = spec;
         this.transfer = transfer;
         this.pools = spec.newPools(false, "prefill");
-        this.model = new ShardedModel(spec.weights(), spec.tp(), spec.pp(), pools);
+        this.model = new ShardedModel(spec.model(), spec.tp(), spec.pp(), pools);
         ShardManagers m;
         try {
             m = new ShardManagers(spec, transfer, pools, DisaggregationMode.PREFILL);
@@ -105,13 +96,9 @@ public final class PrefillEngine extends SchedulerThread {
         execute(() -> {
             Flight f = new Flight(req, done);
             try {
-                for (int s = 0; s < spec.pp(); s++) {
-                    for (int r = 0; r < spec.tp(); r++) {
-                        f.senders[s][r] = managers.managers[s][r].createSender(transfer.bootstrapAddr(), req.room(), List.of(), s, false);
-                    }
-                }
+                f.senders = ShardRooms.open(spec.pp(), spec.tp(), ShardRooms.SENDERS,
+                        (s, r) -> managers.managers[s][r].createSender(transfer.bootstrapAddr(), req.room(), List.of(), s, false));
             } catch (RuntimeException e) {
-                clearSenders(f);
                 done.completeExceptionally(e);
                 return;
             }
@@ -125,9 +112,7 @@ public final class PrefillEngine extends SchedulerThread {
     public void abort(long room) {
         execute(() -> {
             for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
-                for (Flight f : q) {
-                    if (f.req.room() == room) for (KVSender[] s : f.senders) for (KVSender x : s) if (x != null) x.abort();
-                }
+                for (Flight f : q) if (f.req.room() == room) f.senders.abort();
             }
         });
     }
@@ -144,7 +129,7 @@ public final class PrefillEngine extends SchedulerThread {
         boolean moved = false;
         for (Iterator<Flight> it = bootstrap.iterator(); it.hasNext(); ) {
             Flight f = it.next();
-            KVPoll p = f.poll();
+            KVPoll p = f.senders.poll();
             if (p == KVPoll.Failed) {
                 it.remove();
                 fail(f);
@@ -155,21 +140,21 @@ public final class PrefillEngine extends SchedulerThread {
             int total = spec.pagesFor(f.req.prompt().length);
             if (!alloc.canAllocate(total)) continue; // waits for pages; nothing fails for want of them
             int prefix = -1;
-            for (KVSender[] s : f.senders) {
-                for (KVSender x : s) {
-                    int n = x.popDecodePrefixLen();
-                    if (prefix >= 0 && n != prefix) {
-                        prefix = -2;
-                    } else if (prefix != -2) {
-                        prefix = n;
-                    }
+            for (KVSender x : f.senders.all()) {
+                int n = x.popDecodePrefixLen();
+                if (prefix >= 0 && n != prefix) {
+                    prefix = -2;
+                } else if (prefix != -2) {
+                    prefix = n;
                 }
             }
-            if (prefix < 0 || prefix % spec.pageSize() != 0 || prefix >= f.req.prompt().length) {
-                for (KVSender[] s : f.senders) for (KVSender x : s) x.abort();
+            // The decode may hold the whole prompt (a page-aligned prompt all in its prefix cache): then the
+            // last chunk carries no page, only the state and the aux row (SGLang's zero-page last chunk).
+            if (prefix < 0 || prefix % spec.pageSize() != 0 || prefix > f.req.prompt().length) {
+                f.senders.abort();
                 it.remove();
                 failWith(f, new IllegalStateException("room " + f.req.room() + ": the decode's prefix (" + prefix
-                        + " tokens) is not a whole number of pages of " + spec.pageSize() + " below the prompt's "
+                        + " tokens) is not a whole number of pages of " + spec.pageSize() + " within the prompt's "
                         + f.req.prompt().length + " tokens, or differs between ranks"));
                 moved = true;
                 continue;
@@ -178,7 +163,8 @@ public final class PrefillEngine extends SchedulerThread {
             f.row = alloc.allocateRow();
             f.prefixPages = prefix / spec.pageSize();
             f.sentPages = f.prefixPages;
-            for (KVSender[] s : f.senders) for (KVSender x : s) x.init(total - f.prefixPages, f.row);
+            for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
+            for (KVSender x : f.senders.all()) x.init(total - f.prefixPages, f.row);
             it.remove();
             forward.add(f);
             moved = true;
@@ -186,7 +172,7 @@ public final class PrefillEngine extends SchedulerThread {
         if (!forward.isEmpty()) {
             // One chunk per pass: the other queues are polled between chunks.
             Flight f = forward.getFirst();
-            if (f.poll() == KVPoll.Failed) {
+            if (f.senders.poll() == KVPoll.Failed) {
                 forward.removeFirst();
                 fail(f);
             } else {
@@ -200,11 +186,11 @@ public final class PrefillEngine extends SchedulerThread {
         }
         for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
             Flight f = it.next();
-            KVPoll p = f.poll();
+            KVPoll p = f.senders.poll();
             if (p == KVPoll.Success) {
                 it.remove();
                 Result r = new Result(f.req.room(), pools[0][0].firstToken(f.row), f.computeNanos / 1e6,
-                        (System.nanoTime() - f.lastSendNanos) / 1e6);
+                        (System.nanoTime() - f.lastSendNanos) / 1e6, f.pages.length - f.prefixPages);
                 release(f);
                 f.done.complete(r);
                 moved = true;
@@ -222,7 +208,7 @@ public final class PrefillEngine extends SchedulerThread {
         int from = f.computed, to = Math.min(prompt.length, from + spec.chunkTokens());
         boolean last = to == prompt.length;
         long t0 = System.nanoTime();
-        float[] logits = model.forward(prompt, from, to, f.pages, last);
+        float[] logits = model.forward(prompt, from, to, f.pages, f.row, last);
         f.computed = to;
         if (last) {
             int token = f.req.sampling().sample(logits, 0);
@@ -234,25 +220,19 @@ public final class PrefillEngine extends SchedulerThread {
         // Pages whose tokens are all computed (the last chunk: every remaining page, the partial one too).
         int ready = last ? f.pages.length : to / spec.pageSize();
         int[] part = Arrays.copyOfRange(f.pages, f.sentPages, Math.max(f.sentPages, ready));
-        for (KVSender[] s : f.senders) {
-            for (KVSender x : s) if (x.shouldSendKvChunk(part.length, last)) x.send(part, null, null);
+        for (int s = 0; s < spec.pp(); s++) {
+            for (int r = 0; r < spec.tp(); r++) {
+                KVSender x = f.senders.get(s, r);
+                // The last chunk carries the request's state: its window pages and recurrent slot on this shard.
+                if (x.shouldSendKvChunk(part.length, last)) x.send(part, last ? pools[s][r].stateIndices(f.row, prompt.length) : null, null);
+            }
         }
         f.sentPages = Math.max(f.sentPages, ready);
         f.lastSendNanos = System.nanoTime();
     }
 
     private void fail(Flight f) {
-        KVTransferException error = null;
-        for (KVSender[] s : f.senders) {
-            for (KVSender x : s) {
-                if (error != null || x.poll() != KVPoll.Failed) continue;
-                try {
-                    x.failureException();
-                } catch (KVTransferException e) {
-                    error = e;
-                }
-            }
-        }
+        KVTransferException error = f.senders.failure();
         failWith(f, error != null ? error : new IllegalStateException("room " + f.req.room() + " failed"));
     }
 
@@ -262,7 +242,7 @@ public final class PrefillEngine extends SchedulerThread {
     }
 
     private void release(Flight f) {
-        clearSenders(f);
+        if (f.senders != null) f.senders.clear();
         if (f.pages != null) alloc.freePages(f.pages);
         if (f.row >= 0) alloc.freeRow(f.row);
         f.pages = null;
@@ -270,15 +250,11 @@ public final class PrefillEngine extends SchedulerThread {
         inFlight--;
     }
 
-    private static void clearSenders(Flight f) {
-        for (KVSender[] s : f.senders) for (KVSender x : s) if (x != null) x.clear();
-    }
-
     @Override
     void shutdown() {
         for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
             for (Flight f : q) {
-                for (KVSender[] s : f.senders) for (KVSender x : s) x.abort();
+                f.senders.abort();
                 failWith(f, new IllegalStateException("the prefill engine shut down"));
             }
             q.clear();

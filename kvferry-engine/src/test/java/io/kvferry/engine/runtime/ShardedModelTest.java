@@ -13,6 +13,7 @@ import org.junit.jupiter.api.Test;
 
 import java.nio.file.Path;
 import java.util.Arrays;
+import java.util.SplittableRandom;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -87,6 +88,28 @@ class ShardedModelTest {
                 assertArrayEquals(base.tokens(), g.tokens(), what);
                 assertArrayEquals(base.firstLogits(), g.firstLogits(), what); // bit for bit
             }
+        }
+    }
+
+    /** The batched matrix product sums each output exactly as a lone token's dot product, for any batch and shape. */
+    @Test
+    void batchedProductsAreBitForBitTheLoneOnes() {
+        SplittableRandom r = new SplittableRandom(3);
+        int rows = 7, n = 13, stride = 20, colOff = 3, xOff = 2;
+        float[] w = new float[(rows + 2) * stride];
+        for (int i = 0; i < w.length; i++) w[i] = (float) r.nextGaussian();
+        for (int count = 1; count <= 9; count++) {
+            float[][] x = new float[count + 1][xOff + n], out = new float[count + 1][rows + 1];
+            for (float[] v : x) for (int j = 0; j < v.length; j++) v[j] = (float) r.nextGaussian();
+            ShardedModel.matmulBatch(out, 1, x, xOff, 1, count + 1, w, 2, rows, n, stride, colOff);
+            for (int b = 1; b <= count; b++) {
+                for (int i = 0; i < rows; i++) {
+                    float s = 0;
+                    for (int j = 0; j < n; j++) s += w[(2 + i) * stride + colOff + j] * x[b][xOff + j];
+                    assertEquals(Float.floatToIntBits(s), Float.floatToIntBits(out[b][1 + i]), "batch " + count + " entry " + b + " row " + i);
+                }
+            }
+            assertEquals(0f, out[0][1], "entries outside [from, to) are untouched");
         }
     }
 

@@ -3,31 +3,52 @@ package io.kvferry.engine.serving;
 import io.kvferry.KVFerry;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVBootstrapServer;
-import io.kvferry.engine.model.LlamaConfig;
+import io.kvferry.engine.TestTransports;
+import io.kvferry.engine.kv.KvPool;
+import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.model.ModelWeights;
 import io.kvferry.engine.model.Sampling;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.EnumMap;
 import java.util.List;
+import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** Prefill and decode engines joined by kvferry produce exactly what one colocated engine does. */
+/**
+ * The proof matrix, in process: prefill and decode engines joined by kvferry produce exactly what
+ * one colocated engine does (same tokens, same first-token logits, bit for bit), for every layout of
+ * issue 14 over tcp, shm and ucx. The colocated reference runs at TP1: the engine's fixed-group
+ * all-reduce makes TP, PP, page size and chunking invisible in the floats, so any layout must match it.
+ * Every chunk size below is not a page multiple (unaligned chunked prefill throughout).
+ */
 class DisaggregatedTest {
     static final ModelWeights WEIGHTS = loadWeights();
+    static final Map<ModelVariant, Model> MODELS = new EnumMap<>(ModelVariant.class);
+    static final List<String> TRANSPORTS = List.of("tcp", "shm", "ucx");
+
+    static {
+        for (ModelVariant v : ModelVariant.values()) MODELS.put(v, Model.of(WEIGHTS, v));
+    }
 
     private static ModelWeights loadWeights() {
         try {
@@ -35,6 +56,35 @@ class DisaggregatedTest {
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
+    }
+
+    /** One row of the matrix: the model variant, prefill TP×PP → decode TP×PP, page size, chunk size. */
+    record Layout(String name, ModelVariant variant, int ptp, int ppp, int dtp, int dpp, int page, int chunk) {
+        @Override
+        public String toString() {
+            return name + " [" + variant.label() + " P" + ptp + (ppp > 1 ? "xPP" + ppp : "") + "->D" + dtp + (dpp > 1 ? "xPP" + dpp : "")
+                    + ", page " + page + ", chunk " + chunk + "]";
+        }
+    }
+
+    static final List<Layout> LAYOUTS = List.of(
+            new Layout("TP1->TP1", ModelVariant.LLAMA, 1, 1, 1, 1, 16, 23),
+            new Layout("TP2->TP2", ModelVariant.LLAMA, 2, 1, 2, 1, 16, 7),
+            new Layout("P2->D1", ModelVariant.LLAMA, 2, 1, 1, 1, 16, 9),
+            new Layout("P1->D2", ModelVariant.LLAMA, 1, 1, 2, 1, 4, 5),
+            new Layout("P4->D2", ModelVariant.LLAMA, 4, 1, 2, 1, 16, 20),
+            new Layout("P1->D4", ModelVariant.LLAMA, 1, 1, 4, 1, 8, 13),
+            new Layout("PP2->PP1", ModelVariant.LLAMA, 1, 2, 1, 1, 16, 9),
+            new Layout("MLA P2->D1", ModelVariant.MLA, 2, 1, 1, 1, 16, 13),
+            new Layout("MLA P1->D4", ModelVariant.MLA, 1, 1, 4, 1, 8, 7),
+            new Layout("SWA P2->D1", ModelVariant.SWA, 2, 1, 1, 1, 4, 7),
+            new Layout("SWA P1->D4", ModelVariant.SWA, 1, 1, 4, 1, 16, 11),
+            new Layout("recurrent P1->D2", ModelVariant.HYBRID, 1, 1, 2, 1, 16, 5),
+            new Layout("recurrent P4->D1", ModelVariant.HYBRID, 4, 1, 1, 1, 8, 19),
+            new Layout("SWA P2xPP2->D1xPP2 (state per stage)", ModelVariant.SWA, 2, 2, 1, 2, 16, 9));
+
+    static Stream<Arguments> layoutsOverTransports() {
+        return LAYOUTS.stream().flatMap(l -> TRANSPORTS.stream().map(t -> Arguments.of(l, t)));
     }
 
     static CompletableFuture<Generation> decode(DecodeEngine d, long room, int[] prompt, int max, Sampling s) {
@@ -64,35 +114,29 @@ class DisaggregatedTest {
         return p;
     }
 
-    @ParameterizedTest(name = "{0}: prefill tp{1} pp{2} -> decode tp{3} pp{4}, page {5}, chunk {6}")
-    @CsvSource({
-            "tcp, 1, 1, 1, 1, 16, 256",
-            "tcp, 2, 1, 1, 1, 16, 7",
-            "tcp, 1, 1, 2, 1, 4, 5",
-            "tcp, 4, 1, 2, 1, 16, 20",
-            "tcp, 1, 1, 4, 1, 8, 256",
-            "tcp, 2, 1, 2, 1, 16, 16",
-            "tcp, 1, 2, 1, 1, 16, 9",
-            "inproc, 2, 1, 1, 1, 16, 256",
-            "shm, 2, 1, 4, 1, 16, 13",
-    })
+    static TransferSpec transfer(String transport, KVBootstrapServer registry) {
+        return new TransferSpec(transport, "127.0.0.1:" + registry.port(), "engine-test", "127.0.0.1");
+    }
+
+    @ParameterizedTest(name = "{0} over {1}")
+    @MethodSource("layoutsOverTransports")
     @Timeout(120)
-    void disaggregatedEqualsColocatedBitForBit(String transport, int ptp, int ppp, int dtp, int dpp, int page, int chunk)
-            throws Exception {
-        EngineSpec base = new EngineSpec(WEIGHTS, 1, 1, page, 2048 / page, 8, chunk);
-        SplittableRandom r = new SplittableRandom(ptp * 100 + dtp * 10 + page);
+    void disaggregatedEqualsColocatedBitForBit(Layout l, String transport) throws Exception {
+        TestTransports.require(transport);
+        EngineSpec base = new EngineSpec(MODELS.get(l.variant()), 1, 1, l.page(), 2048 / l.page(), 8, l.chunk());
+        SplittableRandom r = new SplittableRandom(l.hashCode());
         List<int[]> prompts = new ArrayList<>();
-        for (int i = 0; i < 6; i++) prompts.add(prompt(r, 1 + r.nextInt(90)));
-        prompts.add(prompt(r, page * 3)); // ends on a page boundary
+        for (int i = 0; i < 5; i++) prompts.add(prompt(r, 1 + r.nextInt(90)));
+        prompts.add(prompt(r, l.page() * 3)); // ends on a page boundary
         Sampling[] samplings = {Sampling.GREEDY, new Sampling(0.8f, 0.9f, 77)};
         List<Generation> expected = new ArrayList<>();
         try (ColocatedEngine c = new ColocatedEngine(base.withChunkTokens(256))) {
             for (int i = 0; i < prompts.size(); i++) expected.add(c.generate(prompts.get(i), 24, samplings[i % 2]));
         }
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
-            TransferSpec t = new TransferSpec(transport, "127.0.0.1:" + registry.port(), "engine-test", "127.0.0.1");
-            try (PrefillEngine p = new PrefillEngine(base.withParallelism(ptp, ppp), t);
-                 DecodeEngine d = new DecodeEngine(base.withParallelism(dtp, dpp), t)) {
+            TransferSpec t = transfer(transport, registry);
+            try (PrefillEngine p = new PrefillEngine(base.withParallelism(l.ptp(), l.ppp()), t);
+                 DecodeEngine d = new DecodeEngine(base.withParallelism(l.dtp(), l.dpp()), t)) {
                 List<CompletableFuture<Generation>> gens = new ArrayList<>();
                 List<CompletableFuture<PrefillEngine.Result>> pres = new ArrayList<>();
                 for (int i = 0; i < prompts.size(); i++) {
@@ -103,7 +147,7 @@ class DisaggregatedTest {
                 for (int i = 0; i < prompts.size(); i++) {
                     Generation g = gens.get(i).get(60, TimeUnit.SECONDS);
                     pres.get(i).get(30, TimeUnit.SECONDS);
-                    String what = "prompt " + i + " (" + prompts.get(i).length + " tokens)";
+                    String what = l + " over " + transport + ", prompt " + i + " (" + prompts.get(i).length + " tokens)";
                     assertArrayEquals(expected.get(i).tokens(), g.tokens(), what);
                     assertArrayEquals(expected.get(i).firstLogits(), g.firstLogits(), what);
                     assertTrue(g.timings().bytes() > 0, what);
@@ -114,15 +158,22 @@ class DisaggregatedTest {
         }
     }
 
+    /** inproc (same-JVM copies), once: it is the test transport. */
+    @Test
+    @Timeout(120)
+    void inprocTransportToo() throws Exception {
+        disaggregatedEqualsColocatedBitForBit(new Layout("P2->D1", ModelVariant.LLAMA, 2, 1, 1, 1, 16, 11), "inproc");
+    }
+
     /** 4× more requests than the decode has pages for: they queue for pages and all finish. */
     @Test
     @Timeout(120)
     void requestsBeyondThePagesQueueAndAllFinish() throws Exception {
         EngineSpec spec = new EngineSpec(WEIGHTS, 1, 1, 16, 8, 16, 64); // 8 pages: two 60-token requests at a time
         SplittableRandom r = new SplittableRandom(5);
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "t");
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
              ColocatedEngine c = new ColocatedEngine(spec.withPages(64))) {
-            TransferSpec t = new TransferSpec("tcp", "127.0.0.1:" + registry.port(), "t", "127.0.0.1");
+            TransferSpec t = transfer("tcp", registry);
             try (PrefillEngine p = new PrefillEngine(spec, t); DecodeEngine d = new DecodeEngine(spec, t)) {
                 List<int[]> prompts = new ArrayList<>();
                 List<CompletableFuture<Generation>> gens = new ArrayList<>();
@@ -141,42 +192,99 @@ class DisaggregatedTest {
         }
     }
 
-    /** A repeated prompt prefix is served from the decode's prefix cache: fewer bytes move, the tokens stay exact. */
-    @ParameterizedTest(name = "{0}: prefill tp{1} -> decode tp{2}")
-    @CsvSource({"tcp, 1, 1", "tcp, 2, 1", "shm, 1, 2"})
+    /** A decode of another variant than its prefill: kvferry refuses the link at HELLO (model identities differ) and the request fails saying why. */
+    @Test
+    @Timeout(60)
+    void mismatchedVariantsAreRefusedAtTheHandshake() throws Exception {
+        EngineSpec llama = new EngineSpec(MODELS.get(ModelVariant.LLAMA), 1, 1, 16, 64, 4, 16);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
+            TransferSpec t = transfer("tcp", registry);
+            try (PrefillEngine p = new PrefillEngine(llama, t);
+                 DecodeEngine d = new DecodeEngine(llama.withModel(MODELS.get(ModelVariant.HYBRID)), t)) {
+                int[] prompt = prompt(new SplittableRandom(1), 20);
+                p.submit(new PrefillEngine.Request(7, prompt, Sampling.GREEDY));
+                Exception e = assertThrows(ExecutionException.class, () -> decode(d, 7, prompt, 4, Sampling.GREEDY).get(30, TimeUnit.SECONDS));
+                String why = e.getCause().getMessage();
+                assertTrue(why.contains("model differs") && why.contains("/llama") && why.contains("/hybrid"), why);
+                p.abort(7);
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    static final List<Layout> CACHE_LAYOUTS = List.of(
+            new Layout("P2->D1", ModelVariant.LLAMA, 2, 1, 1, 1, 16, 10),
+            new Layout("MLA P2->D1", ModelVariant.MLA, 2, 1, 1, 1, 16, 10),
+            new Layout("SWA P1->D2", ModelVariant.SWA, 1, 1, 2, 1, 16, 10),
+            new Layout("recurrent P2->D1", ModelVariant.HYBRID, 2, 1, 1, 1, 16, 10));
+
+    static Stream<Arguments> cacheLayoutsOverTransports() {
+        return CACHE_LAYOUTS.stream().flatMap(l -> TRANSPORTS.stream().map(t -> Arguments.of(l, t)));
+    }
+
+    /**
+     * A repeated prompt prefix is served from the decode's prefix cache: fewer pages move and the tokens
+     * stay exact. A page-aligned prompt seen before is all in the cache: its last chunk carries no page
+     * (SGLang's zero-page last chunk: the first token in the aux row, and the window pages or recurrent
+     * state of the variants), and the tokens stay exact.
+     */
+    @ParameterizedTest(name = "{0} over {1}")
+    @MethodSource("cacheLayoutsOverTransports")
     @Timeout(120)
-    void aDecodePrefixCacheHitMovesLessAndStaysExact(String transport, int ptp, int dtp) throws Exception {
-        EngineSpec spec = new EngineSpec(WEIGHTS, 1, 1, 16, 64, 4, 10);
+    void prefixCacheHitsAndZeroPageLastChunksStayExact(Layout l, String transport) throws Exception {
+        TestTransports.require(transport);
+        EngineSpec spec = new EngineSpec(MODELS.get(l.variant()), 1, 1, l.page(), 64, 4, l.chunk());
         SplittableRandom r = new SplittableRandom(9);
         int[] a = prompt(r, 50);
         int[] b = a.clone(); // shares a's first page (16 tokens), then differs
         for (int i = 16; i < b.length; i++) b[i] = 3 + r.nextInt(400);
-        int[][] order = {a, a, b, a};
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "t");
+        int[] aligned = prompt(r, 48); // three whole pages
+        int[][] order = {a, a, b, a, aligned, aligned};
+        int[] expectedPages = {4, 1, 3, 1, 3, 0};
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
              ColocatedEngine c = new ColocatedEngine(spec)) {
-            TransferSpec t = new TransferSpec(transport, "127.0.0.1:" + registry.port(), "t", "127.0.0.1");
-            try (PrefillEngine p = new PrefillEngine(spec.withParallelism(ptp, 1), t); DecodeEngine d = new DecodeEngine(spec.withParallelism(dtp, 1), t)) {
+            TransferSpec t = transfer(transport, registry);
+            try (PrefillEngine p = new PrefillEngine(spec.withParallelism(l.ptp(), 1), t);
+                 DecodeEngine d = new DecodeEngine(spec.withParallelism(l.dtp(), 1), t)) {
                 long[] bytes = new long[order.length];
+                int[] pages = new int[order.length];
                 for (int i = 0; i < order.length; i++) {
                     long room = r.nextLong() & Long.MAX_VALUE;
-                    p.submit(new PrefillEngine.Request(room, order[i], Sampling.GREEDY));
+                    CompletableFuture<PrefillEngine.Result> pre = p.submit(new PrefillEngine.Request(room, order[i], Sampling.GREEDY));
                     Generation g = decode(d, room, order[i], 12, Sampling.GREEDY).get(60, TimeUnit.SECONDS);
+                    pages[i] = pre.get(30, TimeUnit.SECONDS).kvPages();
                     Generation e = c.generate(order[i], 12, Sampling.GREEDY);
-                    assertArrayEquals(e.tokens(), g.tokens(), "request " + i);
-                    assertArrayEquals(e.firstLogits(), g.firstLogits(), "request " + i);
+                    assertArrayEquals(e.tokens(), g.tokens(), l + " over " + transport + ", request " + i);
+                    assertArrayEquals(e.firstLogits(), g.firstLogits(), l + " over " + transport + ", request " + i);
                     bytes[i] = g.timings().bytes();
                 }
-                assertTrue(bytes[1] < bytes[0], "a repeated prompt moved " + bytes[1] + " bytes, the first time " + bytes[0]);
-                assertTrue(bytes[2] < bytes[0] && bytes[2] > bytes[1], "a shared 1-page prefix: " + Arrays.toString(bytes));
+                assertArrayEquals(expectedPages, pages, "pages sent per request: " + Arrays.toString(pages));
+                assertTrue(bytes[1] < bytes[0] && bytes[2] < bytes[0] && bytes[2] > bytes[1], Arrays.toString(bytes));
                 assertEquals(bytes[1], bytes[3]);
-                assertTrue(d.cachedPages().get(10, TimeUnit.SECONDS) >= 3);
+                if (transport.equals("tcp")) {
+                    // What landed is measured on tcp: the zero-page request moved its aux row and state, nothing else.
+                    // Every prefill rank that writes a decode rank writes the aux row (one rank for MLA's replicated KV).
+                    int auxWriters = l.variant() == ModelVariant.MLA ? 1 : Math.max(1, l.ptp() / l.dtp());
+                    long auxRow = KvPool.TOKEN_ROW_BYTES + 4L * WEIGHTS.config.vocabSize() + 8;
+                    assertEquals(stateAndAuxBytes(spec.withParallelism(l.dtp(), 1), aligned.length) + (auxWriters - 1) * auxRow * l.dtp(),
+                            bytes[5], Arrays.toString(bytes));
+                }
+                assertTrue(d.cachedPages().get(10, TimeUnit.SECONDS) >= 6);
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
                 assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
     }
 
-    static LlamaConfig shape() {
-        return WEIGHTS.config;
+    /** Bytes of a request without KV pages on every decode shard: its aux row (once) and its state. */
+    static long stateAndAuxBytes(EngineSpec decode, int promptTokens) {
+        long sum = 0;
+        for (int r = 0; r < decode.tp(); r++) {
+            try (KvPool pool = new KvPool(decode.model(), decode.pageSize(), 1, 1, 0, decode.model().config.layers(), decode.tp(),
+                    false, "bytes")) {
+                sum += pool.transferBytes(0, promptTokens);
+            }
+        }
+        return sum;
     }
 }

@@ -1,0 +1,41 @@
+package io.kvferry.cli;
+
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+/**
+ * Where a command finds the cluster token: {@code KVFERRY_AUTH_TOKEN} or {@code --auth-token-file}.
+ * Never a flag value: anything on the command line is readable by every local user in
+ * {@code /proc/PID/cmdline}, so {@code --auth-token VALUE} is refused with that reason.
+ */
+final class AuthTokenOptions {
+    @Option(names = "--auth-token-file", description = "Read the cluster token from this file (its first line); "
+            + "else the environment variable KVFERRY_AUTH_TOKEN.")
+    Path authTokenFile;
+
+    @Option(names = "--auth-token", hidden = true, description = "Refused: put the token in KVFERRY_AUTH_TOKEN or a file.")
+    String onTheCommandLine;
+
+    /** The token from --auth-token-file, else KVFERRY_AUTH_TOKEN; null when neither is given. */
+    String token() {
+        if (onTheCommandLine != null) {
+            throw new IllegalArgumentException("--auth-token would put the cluster token on the command line, where any local user "
+                    + "reads it in /proc/PID/cmdline: set KVFERRY_AUTH_TOKEN or pass --auth-token-file instead");
+        }
+        if (authTokenFile != null) {
+            try {
+                String t = Files.readAllLines(authTokenFile).stream().findFirst().orElse("").trim();
+                if (t.isEmpty()) throw new IllegalArgumentException("--auth-token-file " + authTokenFile + " is empty");
+                return t;
+            } catch (IOException e) {
+                throw new UncheckedIOException("--auth-token-file " + authTokenFile + ": " + e.getMessage(), e);
+            }
+        }
+        String env = System.getenv("KVFERRY_AUTH_TOKEN");
+        return env == null || env.isBlank() ? null : env.trim();
+    }
+}

@@ -1,0 +1,41 @@
+package io.kvferry.testkit;
+
+import com.fasterxml.jackson.annotation.JsonInclude;
+import com.fasterxml.jackson.annotation.JsonProperty;
+
+import java.util.List;
+
+/**
+ * The benchmark suite's per-request and per-window figures of one rank driver (measured requests
+ * only; warm-up and probe requests are left out). Phases, from what the public API shows:
+ *
+ * @param requestMicros  decode: arrival → Success seen by the scheduler's poll. Arrival is the Poisson
+ *                       arrival time with {@code --rate} (waiting for a free slot counts), else when the
+ *                       scheduler created the receiver
+ * @param prepareMicros  decode: {@code KVReceiver.init} called → {@code sendMetadata} returned (prefill
+ *                       lookup, handshake to WaitingForInput, the metadata message)
+ * @param postMicros     prefill: time inside {@code KVSender.init} and every {@code KVSender.send} of the request
+ * @param transferMicros prefill: the last {@code send} returned → Success seen by the scheduler's poll
+ * @param cpu            CPU time over the driver's measured window ({@link CpuMeter}); null if none was measured
+ * @param roomMemory     the room-memory probe's result on the driver that reports it; null otherwise
+ */
+@JsonInclude(JsonInclude.Include.NON_NULL)
+public record RoleFigures(@JsonProperty("request_us") List<Long> requestMicros,
+                          @JsonProperty("prepare_us") List<Long> prepareMicros,
+                          @JsonProperty("post_us") List<Long> postMicros,
+                          @JsonProperty("transfer_us") List<Long> transferMicros,
+                          CpuMeter.Window cpu,
+                          @JsonProperty("room_memory") RoomMemoryProbe.Result roomMemory) {
+    public static final RoleFigures NONE = new RoleFigures(List.of(), List.of(), List.of(), List.of(), null, null);
+
+    public RoleFigures {
+        requestMicros = requestMicros == null ? List.of() : List.copyOf(requestMicros);
+        prepareMicros = prepareMicros == null ? List.of() : List.copyOf(prepareMicros);
+        postMicros = postMicros == null ? List.of() : List.copyOf(postMicros);
+        transferMicros = transferMicros == null ? List.of() : List.copyOf(transferMicros);
+    }
+
+    public RoleFigures withRoomMemory(RoomMemoryProbe.Result r) {
+        return new RoleFigures(requestMicros, prepareMicros, postMicros, transferMicros, cpu, r);
+    }
+}
