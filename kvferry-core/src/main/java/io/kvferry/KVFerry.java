@@ -5,13 +5,18 @@ import io.kvferry.api.KVArgs;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.Knob;
+import io.kvferry.api.Knobs;
 import io.kvferry.decode.DecodeKVManager;
 import io.kvferry.fake.FakeKVManager;
 import io.kvferry.prefill.PrefillKVManager;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.RegistryOptions;
 import io.kvferry.transport.Backend;
+import io.kvferry.transport.TransportProvider;
+import io.kvferry.transport.Transports;
 
+import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -41,6 +46,16 @@ public final class KVFerry {
         return mode == DisaggregationMode.PREFILL
                 ? new PrefillKVManager(args, config, b)
                 : new DecodeKVManager(args, config, b);
+    }
+
+    /**
+     * Every knob of this build: the transfer layer's ({@link Knobs#ALL}) and those of each transport on
+     * the class path, for tools that set knobs by name ({@code kvferry --set NAME=VALUE}).
+     */
+    public static List<Knob> knobs() {
+        List<Knob> all = new ArrayList<>(Knobs.ALL);
+        for (TransportProvider p : Transports.all()) all.addAll(p.knobs());
+        return List.copyOf(all);
     }
 
     /** Starts the bootstrap registry of a prefill instance ({@code KVBootstrapServer(host, port)}). */

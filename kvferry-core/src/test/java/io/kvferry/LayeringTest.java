@@ -60,6 +60,16 @@ class LayeringTest {
     }
 
     @Test
+    void metricsSeeOnlyTheApiAndPlans() {
+        noClasses().that().resideInAPackage("io.kvferry.metrics..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.memory..", "io.kvferry.protocol..",
+                        "io.kvferry.registry..", "io.kvferry.transport..", "io.kvferry.session..", "io.kvferry.prefill..",
+                        "io.kvferry.decode..", "io.kvferry.fake..")
+                .because("instrumentation is fed by the managers; it must not reach into what it measures")
+                .check(CORE);
+    }
+
+    @Test
     void prefillAndDecodeNeverSeeEachOther() {
         noClasses().that().resideInAPackage("io.kvferry.prefill..")
                 .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.decode..", "io.kvferry.fake..")

@@ -40,6 +40,7 @@ import java.util.Map;
  * @param ratioTransferToUcxPerftest transfer_gbps / ucx_perftest_gbps: ucx_perftest is one stream, and one UCX engine
  *                          thread per prefill rank posts every worker's puts, so the transport's bandwidth is
  *                          transfer_gbps (equal to datapath_gbps with one transfer worker)
+ * @param metricsDump       with --metrics-dump: the file holding the final scrape of every role (null otherwise)
  * @param suite             the benchmark suite's columns ({@link SuiteFigures}), flattened into this object's JSON
  */
 public record BenchResult(
@@ -76,4 +77,5 @@ public record BenchResult(
         @JsonProperty("ratio_transfer_to_ucx_perftest") Double ratioTransferToUcxPerftest,
         @JsonProperty("ucx_perftest_command") String ucxPerftestCommand,
         @JsonProperty("first_failures") List<String> firstFailures,
+        @JsonProperty("metrics_dump") String metricsDump,
         @JsonUnwrapped SuiteFigures suite) {}

@@ -9,15 +9,21 @@ import io.kvferry.testkit.RoleRunner;
 import io.kvferry.testkit.RoomMemoryProbe;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManager;
+import io.kvferry.ops.ClusterStatus;
+import io.kvferry.ops.RegistryOps;
+import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.RegistryOptions;
+import io.kvferry.testkit.RoleEvent;
+import io.kvferry.testkit.RoleOps;
 import io.kvferry.ucx.UcxTransportProvider;
 import org.HdrHistogram.Histogram;
 
 import java.io.IOException;
 import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -25,6 +31,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -45,12 +52,24 @@ public final class BenchRunner {
 
     private final BenchConfig config;
     private final PrintStream progressOut;
+    /** Where the final scrape of every role goes (--metrics-dump), or null. */
+    private Path metricsDump;
+    /** The final scrapes, by role process, as they arrive. */
+    private final Map<String, String> finalScrapes = new ConcurrentHashMap<>();
+    /** The registry's cluster view (decode processes are added as they announce their endpoints). */
+    private volatile ClusterStatus cluster;
     /** One JVM with --room-memory: the probe every driver shares (null otherwise). */
     private RoomMemoryProbe embeddedProbe;
 
     public BenchRunner(BenchConfig config, PrintStream progressOut) {
         this.config = config;
         this.progressOut = progressOut;
+    }
+
+    /** Writes the final scrape of every role to {@code file} and names it in the result ({@code metrics_dump}). */
+    public BenchRunner withMetricsDump(Path file) {
+        this.metricsDump = file;
+        return this;
     }
 
     public BenchResult run(boolean processes) throws Exception {
@@ -77,10 +96,20 @@ public final class BenchRunner {
             progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
         }
         List<RoleReport> reports;
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
+        // The bench's own process: the registry (its page, /status, shows the cluster while the bench runs) and,
+        // embedded, every rank; /metrics and /status.json of the ranks on an endpoint of its own.
+        try (BootstrapRegistryServer registry = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults(config.authToken()));
+             RoleOps ops = RoleOps.serve("bench", "127.0.0.1", processes ? -1 : 0)) {
             String addr = "127.0.0.1:" + registry.port();
-            reports = processes ? runProcesses(addr) : runEmbedded(addr);
+            cluster = RegistryOps.mount(registry, ops.prometheus(), List.of());
+            if (progressOut != null) {
+                progressOut.println("[bench] status page: http://" + addr + "/status"
+                        + (ops.baseUrl() == null ? "" : " (this process: " + ops.baseUrl() + "/status, " + ops.baseUrl() + "/metrics)"));
+            }
+            reports = processes ? runProcesses(addr) : runEmbedded(addr, ops);
+            if (processes) finalScrapes.put("bench process (registry)", ops.scrape());
         }
+        if (metricsDump != null) writeMetricsDump(metricsDump);
         double memcpy = memcpyBaseline ? MemcpyBaseline.median(memcpyBefore, MemcpyBaseline.rounds(itemBytes)) : 0;
         // After the transfers (their mean op size is known only now), with nothing else running.
         UcxPerftestBaseline.Result ucxPerftest = null;
@@ -101,7 +130,19 @@ public final class BenchRunner {
 
     // ------------------------------------------------------------------ embedded
 
-    private List<RoleReport> runEmbedded(String addr) throws Exception {
+    /** One file: each role's final scrape under a comment naming it (Prometheus text format 0.0.4 per section). */
+    private void writeMetricsDump(Path file) throws IOException {
+        StringBuilder b = new StringBuilder("# kvferry bench metrics dump: the final scrape of every role\n");
+        for (Map.Entry<String, String> e : new TreeMap<>(finalScrapes).entrySet()) {
+            b.append("# ---- ").append(e.getKey()).append('\n').append(e.getValue());
+            if (!e.getValue().endsWith("\n")) b.append('\n');
+        }
+        Path parent = file.toAbsolutePath().getParent();
+        if (parent != null) Files.createDirectories(parent);
+        Files.writeString(file, b.toString());
+    }
+
+    private List<RoleReport> runEmbedded(String addr, RoleOps ops) throws Exception {
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
         int ranks = config.rankCount(DisaggregationMode.PREFILL) + config.rankCount(DisaggregationMode.DECODE);
@@ -112,17 +153,22 @@ public final class BenchRunner {
         try {
             List<Future<RoleReport>> futures = new ArrayList<>();
             RoleRunner.launch(DisaggregationMode.PREFILL, config, addr, range(config.prefillTp()), "127.0.0.1", exec,
-                    managers, pools, futures, null, null, RoleOptions.NONE, embeddedProbe);
+                    managers, pools, futures, null, null, RoleOptions.NONE, ops, embeddedProbe);
             RoleRunner.launch(DisaggregationMode.DECODE, config, addr, range(config.decodeTp()), "127.0.0.1", exec,
-                    managers, pools, futures, progress, null, RoleOptions.NONE, embeddedProbe);
+                    managers, pools, futures, progress, null, RoleOptions.NONE, ops, embeddedProbe);
             Future<?> ticker = exec.submit(() -> showProgress(progress));
             List<RoleReport> reports = new ArrayList<>();
             for (Future<RoleReport> f : futures) reports.add(get(f));
             ticker.cancel(true);
+            // Every request concluded; the ranks are still up (their rooms gauges too).
+            finalScrapes.put("bench process (embedded prefill + decode + registry)", ops.scrape());
             return reports;
         } finally {
             exec.shutdownNow();
-            for (KVManager m : managers) m.close();
+            for (KVManager m : managers) {
+                ops.left(m);
+                m.close();
+            }
             // Pools are freed only once no driver thread can touch them.
             if (exec.awaitTermination(10, TimeUnit.SECONDS)) {
                 for (RankPool p : pools) p.close();
@@ -205,7 +251,19 @@ public final class BenchRunner {
 
     /** Reads a role process's stdout: its last lines are one JSON report per rank. */
     private List<RoleReport> collect(Process p, String role) throws IOException, InterruptedException {
-        List<RoleReport> reports = RoleRunner.readReports(p, role, progressOut);
+        List<RoleReport> reports = RoleRunner.readReports(p, role, progressOut, (RoleEvent e) -> {
+            switch (e) {
+                case RoleEvent.Status s -> {
+                    // Prefill processes publish theirs with their registrations; a decode's is added here.
+                    if (role.equals("decode") && cluster != null) cluster.watch(s.url() + "/status.json");
+                    if (progressOut != null) progressOut.println("[bench] " + role + " process: " + s.url() + "/status");
+                }
+                case RoleEvent.Metrics m -> finalScrapes.put(role + " process", m.prometheus());
+                default -> {
+                    // endpoints and progress are the chaos harness's
+                }
+            }
+        });
         int rc = p.waitFor();
         int expected = config.rankCount(role.equals("prefill") ? DisaggregationMode.PREFILL : DisaggregationMode.DECODE);
         if (reports.size() != expected) {
@@ -269,6 +327,7 @@ public final class BenchRunner {
                 ucxPerftest == null ? null : ucxPerftest.rounds().stream().map(BenchRunner::round).toList(),
                 perftest > 0 && transferGbps > 0 ? round(transferGbps / perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.command(), failures,
+                metricsDump == null ? null : metricsDump.toAbsolutePath().toString(),
                 suiteFigures(reports, processes, n - failedIdx.size() - config.workload().warmup(), elapsed, pathBytes, pathOps));
     }
 

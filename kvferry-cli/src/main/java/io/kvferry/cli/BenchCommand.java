@@ -39,6 +39,11 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print the summary as one JSON object on the last line.")
     boolean json;
 
+    @Option(names = "--metrics-dump", arity = "0..1", fallbackValue = "kvferry-metrics.prom", paramLabel = "FILE",
+            description = "Write the final Prometheus scrape of every role to FILE (default name: ${FALLBACK-VALUE}) and name it "
+                    + "in the JSON (metrics_dump).")
+    Path metricsDump;
+
     // ---- benchmark suite (issue 16): the sweep
 
     @Option(names = "--sweep",
@@ -75,7 +80,8 @@ public final class BenchCommand implements Callable<Integer> {
                 config.workload().promptTokens(), perRequest / 1048576.0, config.workload().pageSize(),
                 config.workload().chunkTokens(), config.workload().concurrency(),
                 processes ? "separate processes" : "one JVM");
-        BenchResult r = new BenchRunner(config, System.err).run(processes, iperf3);
+        BenchResult r = new BenchRunner(config, System.err).withMetricsDump(metricsDump).run(processes, iperf3);
+        if (r.metricsDump() != null) System.err.println("[bench] metrics of every role written to " + r.metricsDump());
         System.out.printf("requests=%d succeeded=%d failed=%d corrupted=%d verified=%.2f GiB in %.2f s -> %.2f GB/s "
                         + "(memcpy baseline %.2f GB/s, ratio %.2f); latency p50=%.1f ms p99=%.1f ms%n",
                 r.requests(), r.succeeded(), r.failed(), r.corrupted(), r.verifiedBytes() / 1073741824.0,

@@ -1,20 +1,23 @@
 package io.kvferry.cli;
 
-import io.kvferry.KVFerry;
-import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.ops.Ops;
+import io.kvferry.ops.RegistryOps;
+import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.RegistryOptions;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 
 /** Runs a bootstrap registry until killed. */
 @Command(name = "bootstrap", mixinStandardHelpOptions = true,
         description = "Run the bootstrap registry of a prefill instance (SGLang-compatible routes: PUT/GET /route, "
-                + "/register_dp_rank, /query_dp_ranks, /health).")
+                + "/register_dp_rank, /query_dp_ranks, /health; kvferry's /status page, /status.json and /metrics).")
 public final class BootstrapCommand implements Callable<Integer> {
     @Option(names = "--host", defaultValue = "127.0.0.1", description = "Bind address. Default: ${DEFAULT-VALUE}.")
     String host;
@@ -61,13 +64,17 @@ public final class BootstrapCommand implements Callable<Integer> {
             System.err.println("kvferry bootstrap: " + e.getMessage());
             return 2;
         }
-        KVBootstrapServer server = KVFerry.startBootstrapServer(host, port, options);
+        BootstrapRegistryServer server = BootstrapRegistryServer.start(host, port, options);
+        // The cluster page and the registry's metrics on its own port: /status, /status.json, /metrics.
+        PrometheusMeterRegistry metrics = Ops.newRegistry();
+        RegistryOps.mount(server, metrics, List.of());
         CountDownLatch stop = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             server.close();
             stop.countDown();
         }));
-        System.out.println("kvferry bootstrap listening on " + server.host() + ":" + server.port());
+        System.out.println("kvferry bootstrap listening on " + server.host() + ":" + server.port()
+                + " (status page: http://" + server.host() + ":" + server.port() + "/status)");
         System.out.flush();
         stop.await();
         return 0;

@@ -1,16 +1,21 @@
 package io.kvferry.cli;
 
+import io.kvferry.KVFerry;
+import io.kvferry.api.Knob;
 import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
 import java.io.UncheckedIOException;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 
 /** The {@code kvferry} command. */
 @Command(name = "kvferry", mixinStandardHelpOptions = true, version = "kvferry 0.1.0",
         description = "KV-cache transfer engine for prefill/decode disaggregated LLM serving.",
-        subcommands = {DemoCommand.class, ServeCommand.class, BenchCommand.class, ChaosCommand.class, BootstrapCommand.class, PrefillCommand.class, DecodeCommand.class})
+        subcommands = {DemoCommand.class, ServeCommand.class, BenchCommand.class, ChaosCommand.class, BootstrapCommand.class, StatusCommand.class, PrefillCommand.class,
+                DecodeCommand.class})
 public final class Main implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
@@ -39,8 +44,48 @@ public final class Main implements Runnable {
         return Arrays.stream(args).filter(a -> !a.equals("--verbose")).toArray(String[]::new);
     }
 
+    /**
+     * {@code --set NAME=VALUE} anywhere on the line (repeatable) sets one of kvferry's knobs for this run:
+     * NAME is its environment variable ({@code KVFERRY_CONNECT_TIMEOUT_MS}) or its property
+     * ({@code kvferry.connectTimeoutMs}); it becomes the {@code -Dkvferry.*} property, which wins over the
+     * environment and reaches the role processes the command starts. A name that is no knob is refused.
+     *
+     * @return the arguments without the {@code --set} pairs
+     * @throws IllegalArgumentException naming what was wrong
+     */
+    static String[] withSettings(String[] args) {
+        List<String> rest = new ArrayList<>();
+        for (int i = 0; i < args.length; i++) {
+            String a = args[i];
+            String pair;
+            if (a.equals("--set")) {
+                if (i + 1 >= args.length) throw new IllegalArgumentException("--set needs NAME=VALUE");
+                pair = args[++i];
+            } else if (a.startsWith("--set=")) {
+                pair = a.substring("--set=".length());
+            } else {
+                rest.add(a);
+                continue;
+            }
+            int eq = pair.indexOf('=');
+            if (eq <= 0) throw new IllegalArgumentException("--set needs NAME=VALUE, got '" + pair + "'");
+            String name = pair.substring(0, eq), value = pair.substring(eq + 1);
+            Knob knob = KVFerry.knobs().stream().filter(k -> k.env().equals(name) || k.key().equals(name)).findFirst()
+                    .orElseThrow(() -> new IllegalArgumentException("--set " + name + ": no such knob; one of "
+                            + KVFerry.knobs().stream().map(Knob::env).toList()));
+            System.setProperty(knob.key(), value);
+        }
+        return rest.toArray(String[]::new);
+    }
+
     /** Runs the command line and returns its exit code (tests call this without exiting the JVM). */
     public static int run(String... args) {
+        try {
+            args = withSettings(args);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry: " + e.getMessage());
+            return 2;
+        }
         return new CommandLine(new Main()).setExecutionExceptionHandler((e, cmd, parsed) -> {
             // Bad input (a flag's value, a token on the command line, a missing file) is one clear line, not a stack trace.
             if (!(e instanceof MemoryBudget.PoolsDoNotFit || e instanceof IllegalArgumentException || e instanceof UncheckedIOException)) {

@@ -43,6 +43,14 @@ public interface KVManager extends AutoCloseable {
     /** This manager's public counters, read without stopping it. */
     KVManagerStats stats();
 
+    /**
+     * What this rank is doing (rooms by state with their ages, recent failures, peers), for status
+     * pages; walks the room table, so call it when asked (a page refresh), never per request.
+     */
+    default KVManagerInspection inspect() {
+        return KVManagerInspection.minimal(mode(), backend(), stats());
+    }
+
     /** Prefill only: the control endpoint decode ranks connect to (what it registers with its bootstrap server). */
     default Optional<InetSocketAddress> controlEndpoint() {
         return Optional.empty();

@@ -1,5 +1,9 @@
 package io.kvferry.api;
 
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.config.MeterFilter;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+
 import java.time.Duration;
 import java.util.UUID;
 
@@ -59,6 +63,12 @@ import java.util.UUID;
  * @param settings            the configuration context this config was built from; transports read their
  *                            own knobs from it (docs/CONFIGURATION.md)
  * @param ticker              the clock deadlines are measured with ({@link Ticker#SYSTEM}; tests pass a manual one)
+ * @param meterRegistry       where the manager records its meters (docs/ARCHITECTURE.md, Metrics): the embedding
+ *                            process's registry; default {@link #NO_METERS}, which keeps
+ *                            nothing, so a library user who exports no metrics pays nothing
+ * @param statusUrl           prefill: the {@code http://host:port/status.json} of this rank's process, published in
+ *                            its registration (kvferry's optional {@code kvferry_status_url} field) so the registry's
+ *                            status page can reach it; null publishes none
  *
  * <p>Every knob-backed field (see {@link Knobs}) resolves as default ← {@code KVFERRY_*} environment ←
  * the builder's explicit value.
@@ -71,10 +81,23 @@ public record KVManagerConfig(
         Duration prefillInfoTimeout, boolean allCpRanksTransfer, double failureInjectionProbability,
         String advertiseHost, int advertisePort, Duration heartbeatInterval, int heartbeatMisses,
         Duration abortAckTimeout, int tcpStripes, ChecksumMode checksum, boolean insecure, String instanceId,
-        String modelIdentity, double corruptionInjectionProbability, KVFerrySettings settings, Ticker ticker) {
+        String modelIdentity, double corruptionInjectionProbability, KVFerrySettings settings, Ticker ticker,
+        MeterRegistry meterRegistry, String statusUrl) {
 
     /** The decode instance id of this process's ranks unless the engine names one (all ranks of one JVM share it). */
     public static final String PROCESS_INSTANCE_ID = UUID.randomUUID().toString();
+
+    /**
+     * The registry of managers whose config names none: every meter is denied, so recording is an
+     * empty call and nothing is kept.
+     */
+    public static final MeterRegistry NO_METERS = noMeters();
+
+    private static MeterRegistry noMeters() {
+        SimpleMeterRegistry r = new SimpleMeterRegistry();
+        r.config().meterFilter(MeterFilter.deny());
+        return r;
+    }
 
     public KVManagerConfig {
         requireRank("attn_tp", attnTpRank, attnTpSize);
@@ -106,6 +129,7 @@ public record KVManagerConfig(
         }
         if (settings == null) throw new IllegalArgumentException("settings are required (KVFerrySettings.defaults() for none)");
         if (ticker == null) throw new IllegalArgumentException("ticker is required (Ticker.SYSTEM)");
+        if (meterRegistry == null) throw new IllegalArgumentException("meterRegistry is required (KVManagerConfig.NO_METERS for none)");
     }
 
     /** How long a control connection may receive nothing before it is declared dead. */
@@ -147,6 +171,7 @@ public record KVManagerConfig(
         b.checksum = checksum; b.insecure = insecure; b.instanceId = instanceId; b.modelIdentity = modelIdentity;
         b.corruptionInjectionProbability = corruptionInjectionProbability;
         b.settings = settings; b.ticker = ticker;
+        b.meterRegistry = meterRegistry; b.statusUrl = statusUrl;
         return b;
     }
 
@@ -185,6 +210,8 @@ public record KVManagerConfig(
         private Double corruptionInjectionProbability;
         private KVFerrySettings settings;
         private Ticker ticker = Ticker.SYSTEM;
+        private MeterRegistry meterRegistry = NO_METERS;
+        private String statusUrl;
 
         public Builder attnTp(int size, int rank) { attnTpSize = size; attnTpRank = rank; return this; }
         public Builder attnCp(int size, int rank) { attnCpSize = size; attnCpRank = rank; return this; }
@@ -217,6 +244,10 @@ public record KVManagerConfig(
         /** The configuration context (default: this process's environment); knobs not set on the builder come from it. */
         public Builder settings(KVFerrySettings s) { settings = s; return this; }
         public Builder ticker(Ticker t) { ticker = t; return this; }
+        /** Where the manager's meters go (the process's registry, e.g. a PrometheusMeterRegistry). */
+        public Builder meterRegistry(MeterRegistry r) { meterRegistry = r; return this; }
+        /** Prefill: the status URL published with this rank's registration. */
+        public Builder statusUrl(String url) { statusUrl = url; return this; }
 
         public KVManagerConfig build() {
             KVFerrySettings s = settings != null ? settings : KVFerrySettings.fromEnvironment();
@@ -235,7 +266,7 @@ public record KVManagerConfig(
                     checksum != null ? checksum : s.getChecksum(Knobs.CHECKSUM),
                     insecure != null ? insecure : s.getBoolean(Knobs.INSECURE), instanceId, modelIdentity,
                     corruptionInjectionProbability != null ? corruptionInjectionProbability : s.getProbability(Knobs.CORRUPTION_INJECTION),
-                    s, ticker);
+                    s, ticker, meterRegistry, statusUrl);
         }
 
         private static Duration or(Duration explicit, KVFerrySettings s, Knob knob, long minMillis) {

@@ -10,10 +10,16 @@ import io.kvferry.api.KVManagerStats;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVManagerInspection;
+import io.kvferry.api.KVTransferMetric;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.RankIdentity;
+import io.kvferry.metrics.RankTelemetry;
+import io.kvferry.metrics.RoomCensus;
 import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Fingerprint;
 import io.kvferry.session.OwnedTaskThread;
+import io.kvferry.session.RoomStatusTable;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
@@ -28,7 +34,10 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.UUID;
@@ -55,7 +64,8 @@ public final class DecodeKVManager implements KVManager {
     private final int ppRank;
     private final Backend backend;
     private final String sessionId = UUID.randomUUID().toString();
-    final DecodeRooms rooms = new DecodeRooms();
+    final RankTelemetry telemetry;
+    final DecodeRooms rooms;
     private final WriteGate gate;
     final RoomRelease release;
     final LinkDirectory directory;
@@ -80,6 +90,19 @@ public final class DecodeKVManager implements KVManager {
         if (config.ppSize() > 1 && args.kvLayerIds.isEmpty()) {
             throw new IllegalArgumentException("a pipeline-parallel decode stage must set KVArgs.kvLayerIds (global layer id per KV buffer)");
         }
+        this.telemetry = new RankTelemetry(config.meterRegistry(),
+                new RankIdentity("decode", config.attnTpRank(), ppRank, config.dpRank(), 0), new RoomCensus() {
+                    @Override
+                    public int rooms(KVPoll state) {
+                        return rooms == null ? 0 : rooms.statuses.count(state);
+                    }
+
+                    @Override
+                    public int peers() {
+                        return directory == null ? 0 : directory.size();
+                    }
+                });
+        this.rooms = new DecodeRooms(this::onRoomChanged, this::onRoomSucceeded);
         this.gate = new WriteGate(memory, rooms);
         this.release = new RoomRelease(rooms, config.abortAckTimeout());
         this.timer = new SessionTimer("kvferry-decode-timer-" + engineRank);
@@ -92,9 +115,16 @@ public final class DecodeKVManager implements KVManager {
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (PrefillLink l : directory.links()) {
-                if (!l.connection.heartbeat(beat, dead)) log.warn("connection to {}: {}", l, l.connection.closeReason());
+                telemetry.heartbeatsMissed(l.connection.newlyMissedHeartbeats(beat));
+                if (!l.connection.heartbeat(beat, dead)) {
+                    telemetry.heartbeatTimedOut();
+                    log.warn("connection to {}: {}", l, l.connection.closeReason());
+                }
                 for (ControlConnection c : l.stripes) {
-                    if (!c.heartbeat(beat, dead)) log.warn("data stripe to {}: {}", l, c.closeReason());
+                    if (!c.heartbeat(beat, dead)) {
+                        telemetry.heartbeatTimedOut();
+                        log.warn("data stripe to {}: {}", l, c.closeReason());
+                    }
                 }
             }
         });
@@ -223,10 +253,74 @@ public final class DecodeKVManager implements KVManager {
         return new KVManagerStats(rooms.size(), directory.size(), 0, 0, 0, 0, 0);
     }
 
+    /**
+     * The one place this rank's room changes are observed (the status table calls it after each):
+     * bootstrap time, conclusion figures, and failures with the prefill ranks they involved.
+     */
+    private void onRoomChanged(long roomId, KVPoll from, RoomStatusTable.Entry to) {
+        switch (to.status()) {
+            case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
+            case Failed -> {
+                DecodeRoom r = rooms.get(roomId);
+                telemetry.failed(roomId, from, to.kind(), to.reason(), r == null ? null : peersOf(r));
+            }
+            default -> {
+                // Bootstrapping and Transferring carry no figure of their own; Success is recorded with its room in hand
+            }
+        }
+    }
+
+    /** Every prefill rank of a room reported Success ({@link DecodeRooms#succeed}): its latency, bytes and data path. */
+    private void onRoomSucceeded(DecodeRoom r) {
+        KVTransferMetric m = DecodeKVReceiver.metricOf(r, KVPoll.Success);
+        long sent = r.metadataSentNanos, done = r.successNanos;
+        telemetry.concluded(m.transport(), sent != 0 && done != 0 ? done - sent : -1,
+                m.transferTotalBytes() == null ? -1 : m.transferTotalBytes());
+    }
+
+    private static String peersOf(DecodeRoom r) {
+        StringBuilder b = new StringBuilder();
+        for (DecodeRoom.Target t : r.targets) {
+            if (t.dummy()) continue;
+            if (!b.isEmpty()) b.append(", ");
+            b.append(t.link());
+        }
+        return b.isEmpty() ? "bootstrap " + r.bootstrapAddr : b.toString();
+    }
+
+    @Override
+    public KVManagerInspection inspect() {
+        Map<Long, RoomStatusTable.Entry> all = rooms.statuses.snapshot();
+        long now = System.nanoTime();
+        Map<String, Integer> byState = new TreeMap<>();
+        List<Map.Entry<Long, RoomStatusTable.Entry>> inFlight = new ArrayList<>();
+        for (Map.Entry<Long, RoomStatusTable.Entry> e : all.entrySet()) {
+            byState.merge(e.getValue().status().name(), 1, Integer::sum);
+            if (!e.getValue().status().isTerminal()) inFlight.add(e);
+        }
+        inFlight.sort(Comparator.comparingLong(e -> e.getValue().createdNanos()));
+        List<KVManagerInspection.Room> oldest = new ArrayList<>();
+        for (Map.Entry<Long, RoomStatusTable.Entry> e : inFlight.subList(0, Math.min(inFlight.size(), KVManagerInspection.MAX_ROOMS))) {
+            DecodeRoom r = rooms.get(e.getKey());
+            oldest.add(new KVManagerInspection.Room(e.getKey(), e.getValue().status().name(),
+                    (now - e.getValue().createdNanos()) / 1_000_000L, (now - e.getValue().sinceNanos()) / 1_000_000L,
+                    r == null ? "" : peersOf(r)));
+        }
+        List<KVManagerInspection.Peer> peers = new ArrayList<>();
+        for (PrefillLink l : directory.links()) {
+            peers.add(new KVManagerInspection.Peer("prefill rank " + l.prefillUniqueRank, l.endpoint, l.dataPath, l.rooms.size(),
+                    l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
+        }
+        return new KVManagerInspection("decode", config.attnTpRank(), ppRank, config.dpRank(), 0, backend.name(), null, byState,
+                oldest, telemetry.recentFailures(), telemetry.failuresByKind(), peers, telemetry.concludedBytes(),
+                telemetry.roomsConcluded(), stats());
+    }
+
     @Override
     public void teardown() {
         if (closed) return;
         closed = true;
+        telemetry.close();
         gate.close();
         reader.close();
         directory.close();

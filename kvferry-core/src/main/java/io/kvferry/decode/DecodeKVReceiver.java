@@ -5,6 +5,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
+import io.kvferry.metrics.HandshakeRefusal;
 import io.kvferry.plan.PlanException;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Coverage;
@@ -144,6 +145,7 @@ final class DecodeKVReceiver implements KVReceiver {
                         + e.getMessage());
             }
         } catch (LinkRefusedException e) {
+            manager.telemetry.refused(HandshakeRefusal.of(e.kind()));
             fail(e.kind(), "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
         } catch (IOException e) {
             fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
@@ -206,6 +208,8 @@ final class DecodeKVReceiver implements KVReceiver {
         int[][] stateCopy = new int[state.length][];
         for (int c = 0; c < state.length; c++) stateCopy[c] = state[c] == null ? new int[0] : state[c].clone();
         room.metadataSentNanos = System.nanoTime();
+        RoomStatusTable.Entry bootstrapped = manager.rooms.statuses.entry(room.room);
+        if (bootstrapped != null) manager.telemetry.allocated(room.metadataSentNanos - bootstrapped.sinceNanos());
         metadataSentTick = now();
         metadataSent = true;
         for (DecodeRoom.Target t : room.targets) {
@@ -329,6 +333,11 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public KVTransferMetric getTransferMetric() {
+        return metricOf(room, manager.rooms.statuses.status(room.room));
+    }
+
+    /** A room's transfer figures (its receiver's metric, and what the manager's telemetry records at Success). */
+    static KVTransferMetric metricOf(DecodeRoom room, KVPoll status) {
         long sent = room.metadataSentNanos, done = room.successNanos;
         Double latency = sent != 0 && done != 0 ? (done - sent) / 1e9 : null;
         TreeSet<String> paths = new TreeSet<>();
@@ -339,7 +348,7 @@ final class DecodeKVReceiver implements KVReceiver {
         // bytes that landed through the gate are known (one-sided writes bypass this rank).
         DecodeRoom.Allowance a = room.allowance;
         Long bytes;
-        if (a != null && manager.rooms.statuses.status(room.room) == KVPoll.Success) {
+        if (a != null && status == KVPoll.Success) {
             long owed = 0;
             for (long o : a.owed()) owed += o;
             bytes = owed;

@@ -1,16 +1,43 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.KVPoll;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Consumer;
 
 /**
  * The rooms of one decode rank and their status table. Rooms are added by the scheduler thread
  * (createReceiver) and removed by {@link RoomRelease}; readers and the write gate look them up.
  */
 final class DecodeRooms {
-    final RoomStatusTable statuses = new RoomStatusTable();
+    final RoomStatusTable statuses;
     private final ConcurrentHashMap<Long, DecodeRoom> rooms = new ConcurrentHashMap<>();
+
+    /** Told of each room {@link #succeed} moved to Success, with its record. */
+    private final Consumer<DecodeRoom> onSuccess;
+
+    /** Without a listener (tests of the parts). */
+    DecodeRooms() {
+        this(null, r -> { });
+    }
+
+    /**
+     * @param listener  told of every status change (the manager's telemetry)
+     * @param onSuccess told of each room that reached Success, with its record in hand
+     */
+    DecodeRooms(RoomStatusTable.Listener listener, Consumer<DecodeRoom> onSuccess) {
+        statuses = new RoomStatusTable(listener);
+        this.onSuccess = onSuccess;
+    }
+
+    /**
+     * Every prefill rank reported Success: the room's status moves and its figures are recorded from the
+     * record in hand (the scheduler may clear the room as soon as it sees Success).
+     */
+    void succeed(DecodeRoom room) {
+        if (statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
+    }
 
     /** Adds a room; false when one with that id is in flight already. */
     boolean add(DecodeRoom room) {

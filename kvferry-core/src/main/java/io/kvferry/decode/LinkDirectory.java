@@ -4,6 +4,7 @@ import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Fingerprint;
@@ -155,6 +156,11 @@ final class LinkDirectory {
         return links.size();
     }
 
+    /** How many topology lookups are cached (for status pages: prefill instances this rank knows). */
+    int knownPrefills() {
+        return topologies.size();
+    }
+
     /** The registered connection to a prefill rank, opened and registered (HELLO) on first use. */
     PrefillLink link(String addr, RankEndpoint ep) throws IOException {
         String key = ep.rankIp() + ":" + ep.rankPort();
@@ -231,8 +237,9 @@ final class LinkDirectory {
             link.oneSided = chosen != null && chosen.oneSided() ? chosen : null;
             link.digestInStatus = link.checksum != ChecksumMode.OFF && !link.dataPath.equals(Transports.fallback().name());
             if (!ack.fallback().isEmpty()) {
-                if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, ack.fallback());
-                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, ack.fallback());
+                String why = LogSafe.text(ack.fallback()); // the prefill's words
+                if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, why);
+                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, why);
             } else {
                 log.info("link to {} uses {}", key, link.dataPath);
             }
@@ -274,7 +281,10 @@ final class LinkDirectory {
             reply = c.read();
         } while (reply instanceof Heartbeat);
         if (!(reply instanceof HelloAck ack)) throw new ProtocolException("expected HELLO_ACK, got " + reply.type());
-        if (!ack.accepted()) throw new LinkRefusedException(ack.refusal(), "prefill rank at " + key + " refused " + what + ": " + ack.error());
+        if (!ack.accepted()) {
+            // The prefill's words: escaped, they become the room's failure reason and reach logs and pages.
+            throw new LinkRefusedException(ack.refusal(), "prefill rank at " + key + " refused " + what + ": " + LogSafe.text(ack.error()));
+        }
         if (!ack.verify(clusterKey, nonce)) {
             throw new LinkRefusedException(FailureKind.HANDSHAKE_REFUSED, "prefill rank at " + key + " accepted " + what
                     + " without proving this cluster's auth token (its HELLO_ACK is not signed with it)");

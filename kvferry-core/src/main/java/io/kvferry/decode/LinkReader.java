@@ -3,6 +3,7 @@ package io.kvferry.decode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.memory.SegmentCrc;
 import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.ControlMessage;
@@ -120,7 +121,7 @@ final class LinkReader {
             return;
         }
         String reason = (rejected.kind() == FailureKind.INTEGRITY ? "" : "Rejected a write from " + from + ": ") + rejected.getMessage();
-        log.warn("room {}: {}", room, reason);
+        log.debug("room {}: {}", room, reason); // the room's failure line (io.kvferry.failures) reports it
         rooms.statuses.fail(room, rejected.kind(), reason);
     }
 
@@ -148,10 +149,11 @@ final class LinkReader {
                     return;
                 }
                 if (rooms.statuses.status(s.room()) != KVPoll.Failed) room.successNanos = System.nanoTime();
-                rooms.statuses.update(s.room(), KVPoll.Success);
+                rooms.succeed(room);
             }
         } else if (s.status() == KVPoll.Failed) {
-            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : s.reason());
+            // The prefill's words: escaped, they become the room's reason and reach logs, exceptions and pages.
+            rooms.statuses.fail(s.room(), s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : LogSafe.text(s.reason()));
         }
     }
 

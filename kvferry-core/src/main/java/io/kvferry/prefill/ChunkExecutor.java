@@ -101,7 +101,7 @@ final class ChunkExecutor {
                             room.digestOf[i], d.link().digestInStatus));
                 }
                 room.doneNanos = System.nanoTime();
-                rooms.statuses.update(room.room, KVPoll.Success);
+                rooms.succeed(room);
             }
         } catch (IOException | RuntimeException e) {
             String to = current == null ? "" : " to " + current.link();
@@ -112,7 +112,7 @@ final class ChunkExecutor {
                 kind = FailureKind.PEER_LOST;
             }
             String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
-            log.warn(reason);
+            log.debug(reason); // the room's failure line (io.kvferry.failures) reports it
             rooms.fail(room, kind, reason);
         } catch (Error e) {
             // e.g. InternalError from a mapping whose file was truncated under it: the room fails and
@@ -190,6 +190,7 @@ final class ChunkExecutor {
         try {
             link.dataPath.write(room.room, plan, memory, room.failed(rooms.statuses));
             moved = true;
+            d.link().meters.written(plan);
         } finally {
             if (flipped >= 0) {
                 flipOneByte(plan); // the test hook restores the source: only the decode's copy is damaged

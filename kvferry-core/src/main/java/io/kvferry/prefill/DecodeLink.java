@@ -1,5 +1,7 @@
 package io.kvferry.prefill;
 
+import io.kvferry.metrics.DataPathMeters;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.api.ChecksumMode;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.protocol.ControlMessage;
@@ -53,6 +55,8 @@ final class DecodeLink {
     });
     private static final int ANSWERED_UNKNOWN = 4096;
     volatile DataPath dataPath;
+    /** The meters of {@link #dataPath} on this rank, resolved at registration (recorded into per write). */
+    volatile DataPathMeters meters;
     /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */
     volatile HeadSlice[] kvSlices;
     /** Decode KV buffer of each local KV buffer, paired by layer id (PP stages hold a subset). */
@@ -94,8 +98,9 @@ final class DecodeLink {
         return h == null ? "unregistered@" + connection.peer() : h.sessionId();
     }
 
+    /** For logs: the session id came from the wire, so it is escaped. */
     @Override
     public String toString() {
-        return sessionId() + " (" + connection.peer() + ")";
+        return LogSafe.text(sessionId()) + " (" + connection.peer() + ")";
     }
 }

@@ -4,6 +4,9 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.HandshakeRefusal;
+import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.Challenge;
@@ -55,6 +58,7 @@ final class DecodeSessions {
     private final PrefillRooms rooms;
     private final TransferWorkers workers;
     private final SessionTimer timer;
+    private final RankTelemetry telemetry;
     /** Closes failed links' one-sided paths off the reader and timer threads; the manager's teardown joins it. */
     private final OwnedTaskThread unmapper;
     private final ServerSocketChannel listener;
@@ -66,7 +70,7 @@ final class DecodeSessions {
 
     DecodeSessions(KVManagerConfig config, RegisteredMemory memory, Backend backend, int engineRank, int uniqueRank,
                    HandshakeValidator validator, OfferNegotiator negotiator, PrefillRooms rooms, TransferWorkers workers,
-                   SessionTimer timer, OwnedTaskThread unmapper, ServerSocketChannel listener) {
+                   SessionTimer timer, OwnedTaskThread unmapper, ServerSocketChannel listener, RankTelemetry telemetry) {
         this.config = config;
         this.memory = memory;
         this.backend = backend;
@@ -79,7 +83,8 @@ final class DecodeSessions {
         this.timer = timer;
         this.unmapper = unmapper;
         this.listener = listener;
-        this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links);
+        this.telemetry = telemetry;
+        this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links, telemetry);
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
             // A decode that stops reading would block a worker (and every room pinned to it) forever.
@@ -94,7 +99,11 @@ final class DecodeSessions {
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (DecodeLink s : links) {
                 if (s.hello == null) continue; // not registered yet: the HELLO deadline covers it, and HELLO_ACK must come first
-                if (!s.connection.heartbeat(beat, dead)) log.warn("decode session {}: {}", s, s.connection.closeReason());
+                telemetry.heartbeatsMissed(s.connection.newlyMissedHeartbeats(beat));
+                if (!s.connection.heartbeat(beat, dead)) {
+                    telemetry.heartbeatTimedOut();
+                    log.warn("decode session {}: {}", s, s.connection.closeReason());
+                }
             }
         });
         // A decode waits at most its waiting timeout for a room's KV, so holding its metadata longer is pointless.
@@ -110,6 +119,13 @@ final class DecodeSessions {
     /** Connected decode links, stripes included. */
     int count() {
         return links.size();
+    }
+
+    /** Registered decode links (not their stripes, not handshakes under way), for status pages. */
+    List<DecodeLink> registered() {
+        List<DecodeLink> out = new ArrayList<>();
+        for (DecodeLink l : links) if (l.hello != null && l.stripeOf == null) out.add(l);
+        return out;
     }
 
     /**
@@ -139,6 +155,7 @@ final class DecodeSessions {
                 String refusal = admission();
                 if (refusal != null) {
                     ch.close();
+                    telemetry.refused(HandshakeRefusal.CONNECTION_LIMIT);
                     if (System.nanoTime() - lastRefusalLog > 1_000_000_000L) { // at most one line a second under a flood
                         lastRefusalLog = System.nanoTime();
                         log.warn("refused a connection: {}", refusal);
@@ -154,7 +171,10 @@ final class DecodeSessions {
                 }
                 // A peer that connects but never registers must not hold a thread forever.
                 timer.after(config.connectTimeout(), () -> {
-                    if (link.hello == null) link.connection.close(FailureKind.HANDSHAKE_REFUSED, "no HELLO within the connect timeout");
+                    if (link.hello == null && !link.connection.isClosed()) {
+                        telemetry.refused(HandshakeRefusal.NO_HELLO);
+                        link.connection.close(FailureKind.HANDSHAKE_REFUSED, "no HELLO within the connect timeout");
+                    }
                 });
                 Thread reader = Thread.ofPlatform().daemon().name("kvferry-prefill-reader-" + engineRank).unstarted(() -> readLoop(link));
                 readers.add(reader);
@@ -191,6 +211,7 @@ final class DecodeSessions {
         }
         if (total >= MAX_CONNECTIONS) return "this rank already holds " + MAX_CONNECTIONS + " connections";
         if (pending >= MAX_PENDING_HANDSHAKES && oldest != null) {
+            telemetry.refused(HandshakeRefusal.EVICTED);
             oldest.connection.close(FailureKind.HANDSHAKE_REFUSED, "evicted: " + pending + " handshakes pending and this one is the oldest");
         }
         return null;
@@ -226,7 +247,8 @@ final class DecodeSessions {
             why = "connection closed by decode";
         } catch (IOException e) {
             why = Failures.message(e);
-            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", link, why);
+            // The message may quote the peer's HELLO (a refused kv_cache_dtype): escaped before it is logged.
+            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", link, LogSafe.text(why));
         } finally {
             String reason = link.connection.closeReason();
             if (reason != null && link.connection.closeKind() != null) kind = link.connection.closeKind();
@@ -277,7 +299,7 @@ final class DecodeSessions {
         link.rooms.add(t.room());
         rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
         if (error != null) {
-            log.warn("room {}: {}", t.room(), error);
+            log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
             rooms.statuses.fail(t.room(), FailureKind.BAD_REQUEST, error);
             if (previous != null || t.dummy()) {
                 link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));

@@ -8,23 +8,36 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVManagerStats;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVManagerInspection;
+import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.RankIdentity;
+import io.kvferry.metrics.RankTelemetry;
+import io.kvferry.metrics.RoomCensus;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Fingerprint;
 import io.kvferry.session.Authentication;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.session.OwnedTaskThread;
+import io.kvferry.session.RoomStatusTable;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
+import io.kvferry.transport.DataPath;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
+import java.util.TreeMap;
+import java.util.TreeSet;
 
 /**
  * The prefill side of one rank: a façade over its parts. {@link DecodeSessions} accepts and reads
@@ -54,6 +67,7 @@ public final class PrefillKVManager implements KVManager {
     final ChunkExecutor chunks;
     private final OfferNegotiator negotiator;
     private final DecodeSessions sessions;
+    private final RankTelemetry telemetry;
     private final Fingerprint fingerprint;
     private volatile boolean closed;
 
@@ -83,13 +97,25 @@ public final class PrefillKVManager implements KVManager {
         unmapper = new OwnedTaskThread("kvferry-prefill-unmap-" + rank);
         timer = new SessionTimer("kvferry-prefill-timer-" + rank);
         workers = new TransferWorkers(config.transferWorkers(), "kvferry-prefill-worker-" + rank + "-");
-        rooms = new PrefillRooms(workers, uniqueRank, config.ticker());
+        telemetry = new RankTelemetry(config.meterRegistry(),
+                new RankIdentity("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank()), new RoomCensus() {
+                    @Override
+                    public int rooms(KVPoll state) {
+                        return rooms == null ? 0 : rooms.statuses.count(state);
+                    }
+
+                    @Override
+                    public int peers() {
+                        return sessions == null ? 0 : sessions.registered().size();
+                    }
+                });
+        rooms = new PrefillRooms(workers, uniqueRank, config.ticker(), this::onRoomChanged, this::onRoomSucceeded);
         chunks = new ChunkExecutor(memory, config, pageSize, uniqueRank, rooms, workers);
         negotiator = new OfferNegotiator(backend, memory, rank, config.settings());
         fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
         HandshakeValidator validator = new HandshakeValidator(memory, config, fingerprint, hasConvShardGroups);
         sessions = new DecodeSessions(config, memory, backend, rank, uniqueRank, validator, negotiator, rooms, workers, timer,
-                unmapper, listener);
+                unmapper, listener, telemetry);
     }
 
     @Override
@@ -122,7 +148,7 @@ public final class PrefillKVManager implements KVManager {
                 config.attnTpSize(), config.attnTpRank(), config.attnCpSize(), config.attnCpRank(),
                 config.dpSize(), config.dpRank(), config.ppSize(), ppRank, 1, 0,
                 advertisedHost(), advertisedPort(), pageSize, kvCacheDtype, config.loadBalanceMethod(), false,
-                config.prefillHttpPort());
+                config.prefillHttpPort(), config.statusUrl());
         try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
             client.registerRank(reg);
         }
@@ -210,10 +236,80 @@ public final class PrefillKVManager implements KVManager {
                 workers.activeNanos(), workers.writesInDataPath());
     }
 
+    /**
+     * The one place this rank's room changes are observed (the status table calls it after each):
+     * bootstrap time, conclusion figures, and failures with the peers they involved.
+     */
+    private void onRoomChanged(long roomId, KVPoll from, RoomStatusTable.Entry to) {
+        switch (to.status()) {
+            case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
+            case Failed -> {
+                PrefillRoom r = rooms.get(roomId);
+                telemetry.failed(roomId, from, to.kind(), to.reason(), r == null ? null : peersOf(r));
+            }
+            default -> {
+                // Bootstrapping and Transferring carry no figure of their own; Success is recorded with its room in hand
+            }
+        }
+    }
+
+    /** A room moved to Success on its worker ({@link PrefillRooms#succeed}): its latency, bytes and data path. */
+    private void onRoomSucceeded(PrefillRoom r) {
+        long first = r.firstSendNanos, done = r.doneNanos;
+        telemetry.concluded(transportOf(r), first != 0 && done != 0 ? done - first : -1, r.bytesSent);
+    }
+
+    private static String transportOf(PrefillRoom r) {
+        TreeSet<String> paths = new TreeSet<>();
+        for (PrefillRoom.Destination d : r.destinations.values()) {
+            if (!d.info().dummy() && d.link().dataPath != null) paths.add(d.link().dataPath.name());
+        }
+        return paths.isEmpty() ? null : String.join("+", paths);
+    }
+
+    private static String peersOf(PrefillRoom r) {
+        StringBuilder b = new StringBuilder();
+        for (PrefillRoom.Destination d : r.destinations.values()) {
+            if (!b.isEmpty()) b.append(", ");
+            b.append(d.link());
+        }
+        return b.toString();
+    }
+
+    @Override
+    public KVManagerInspection inspect() {
+        Map<Long, RoomStatusTable.Entry> all = rooms.statuses.snapshot();
+        long now = System.nanoTime();
+        Map<String, Integer> byState = new TreeMap<>();
+        List<Map.Entry<Long, RoomStatusTable.Entry>> inFlight = new ArrayList<>();
+        for (Map.Entry<Long, RoomStatusTable.Entry> e : all.entrySet()) {
+            byState.merge(e.getValue().status().name(), 1, Integer::sum);
+            if (!e.getValue().status().isTerminal()) inFlight.add(e);
+        }
+        inFlight.sort(Comparator.comparingLong(e -> e.getValue().createdNanos()));
+        List<KVManagerInspection.Room> oldest = new ArrayList<>();
+        for (Map.Entry<Long, RoomStatusTable.Entry> e : inFlight.subList(0, Math.min(inFlight.size(), KVManagerInspection.MAX_ROOMS))) {
+            PrefillRoom r = rooms.get(e.getKey());
+            oldest.add(new KVManagerInspection.Room(e.getKey(), e.getValue().status().name(),
+                    (now - e.getValue().createdNanos()) / 1_000_000L, (now - e.getValue().sinceNanos()) / 1_000_000L,
+                    r == null ? "" : peersOf(r)));
+        }
+        List<KVManagerInspection.Peer> peers = new ArrayList<>();
+        for (DecodeLink l : sessions.registered()) {
+            DataPath path = l.dataPath;
+            peers.add(new KVManagerInspection.Peer(LogSafe.text(l.sessionId()), l.connection.peer(),
+                    path == null ? "" : path.name(), l.rooms.size(), l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
+        }
+        return new KVManagerInspection("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank(), backend.name(),
+                advertisedHost() + ":" + advertisedPort(), byState, oldest, telemetry.recentFailures(), telemetry.failuresByKind(),
+                peers, workers.bytes(), telemetry.roomsConcluded(), stats());
+    }
+
     @Override
     public void teardown() {
         if (closed) return;
         closed = true;
+        telemetry.close();
         timer.close();
         try {
             sessions.close(2000);

@@ -10,6 +10,7 @@ import io.kvferry.session.RoomStatusTable;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Consumer;
 
 /**
  * The rooms of one prefill rank: their records, their status table, and the tombstones of rooms
@@ -19,7 +20,7 @@ import java.util.concurrent.ConcurrentHashMap;
 final class PrefillRooms {
     private static final int TOMBSTONES = 16_384;
 
-    final RoomStatusTable statuses = new RoomStatusTable();
+    final RoomStatusTable statuses;
     private final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
     /**
      * Rooms cleared here, newest last (bounded): a decode's metadata arriving after that (a late
@@ -45,7 +46,13 @@ final class PrefillRooms {
 
     private final Ticker ticker;
 
-    PrefillRooms(TransferWorkers workers, int uniqueRank, Ticker ticker) {
+    /** Told of each room {@link #succeed} moved to Success, with its record. */
+    private final Consumer<PrefillRoom> onSuccess;
+
+    PrefillRooms(TransferWorkers workers, int uniqueRank, Ticker ticker, RoomStatusTable.Listener listener,
+                 Consumer<PrefillRoom> onSuccess) {
+        this.onSuccess = onSuccess;
+        this.statuses = new RoomStatusTable(listener);
         this.ticker = ticker;
         this.workers = workers;
         this.uniqueRank = uniqueRank;
@@ -147,6 +154,15 @@ final class PrefillRooms {
             r.releaseCharges();
             for (PrefillRoom.Destination d : r.destinations.values()) d.link().rooms.remove(room);
         }
+    }
+
+    /**
+     * The room reached Success (its last chunk's bytes and statuses went out): its status moves, and the
+     * manager's telemetry records its figures from the record in hand (a scheduler that saw Success may
+     * clear the room at once, so nothing is looked up by id afterwards).
+     */
+    void succeed(PrefillRoom room) {
+        if (statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
     }
 
     /** Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight chunks). */

@@ -4,6 +4,8 @@ import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.HandshakeRefusal;
+import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.plan.LayerPairing;
 import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Handshake;
@@ -36,9 +38,11 @@ final class SessionHandshake {
     private final OfferNegotiator negotiator;
     /** The rank's live links (owned by {@link DecodeSessions}; read here to find a session). */
     private final Set<DecodeLink> links;
+    /** Counts refusals by reason; resolves each link's data-path meters. */
+    private final RankTelemetry telemetry;
 
     SessionHandshake(KVManagerConfig config, RegisteredMemory memory, int engineRank, int uniqueRank, HandshakeValidator validator,
-                     OfferNegotiator negotiator, Set<DecodeLink> links) {
+                     OfferNegotiator negotiator, Set<DecodeLink> links, RankTelemetry telemetry) {
         this.config = config;
         this.memory = memory;
         this.engineRank = engineRank;
@@ -46,6 +50,7 @@ final class SessionHandshake {
         this.validator = validator;
         this.negotiator = negotiator;
         this.links = links;
+        this.telemetry = telemetry;
     }
 
     void onHello(DecodeLink link, Hello h) throws IOException {
@@ -55,10 +60,15 @@ final class SessionHandshake {
             return;
         }
         HandshakeValidator.Refusal refusal = validator.checkMac(h, link.challenge);
-        if (refusal == null) refusal = validator.checkHello(h);
-        if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ");
+        HandshakeRefusal why = HandshakeRefusal.AUTH;
+        if (refusal == null) {
+            refusal = validator.checkHello(h);
+            why = refusal != null && refusal.kind() == FailureKind.LAYOUT_REFUSED ? HandshakeRefusal.LAYOUT : HandshakeRefusal.PROTOCOL;
+        }
+        if (refusal != null) refuse(link, refusal.kind(), refusal.reason(), "refused decode registration: ", why);
         if (h.sessionId().isEmpty() || h.instanceId().isEmpty()) {
-            refuse(link, FailureKind.HANDSHAKE_REFUSED, "HELLO names no session or decode instance", "refused decode registration: ");
+            refuse(link, FailureKind.HANDSHAKE_REFUSED, "HELLO names no session or decode instance", "refused decode registration: ",
+                    HandshakeRefusal.PROTOCOL);
         }
         DecodeLink previous = registered(h.sessionId());
         if (previous != null && !(h.isResume()
@@ -66,7 +76,7 @@ final class SessionHandshake {
             // Only the decode that holds the session's key may replace its link (a reconnection after a loss
             // this rank has not noticed yet); anyone else naming the session id is refused, not obeyed.
             refuse(link, FailureKind.HANDSHAKE_REFUSED, "session " + h.sessionId() + " is already registered on this rank "
-                    + "and the registration does not prove its session key", "refused decode registration: ");
+                    + "and the registration does not prove its session key", "refused decode registration: ", HandshakeRefusal.AUTH);
         }
         StringBuilder fallback = new StringBuilder();
         DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
@@ -78,6 +88,7 @@ final class SessionHandshake {
         Coverage coverage = validator.coverage(h, link.kvBufferMap, link.kvSlices);
         link.sessionKey = Handshake.sessionKey(validator.key(), link.challenge, h.decodeNonce(), h.sessionId());
         if (previous != null) previous.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
+        link.meters = telemetry.dataPath(path.name());
         link.dataPath = path;
         link.hello = h;
         link.connection.acceptAll();
@@ -96,7 +107,8 @@ final class SessionHandshake {
     }
 
     /** Answers a refused HELLO and ends the connection (the caller's reader unwinds). */
-    private void refuse(DecodeLink link, FailureKind kind, String reason, String logPrefix) throws ProtocolException {
+    private void refuse(DecodeLink link, FailureKind kind, String reason, String logPrefix, HandshakeRefusal why) throws ProtocolException {
+        telemetry.refused(why);
         link.sendQuietly(HelloAck.refused(kind, reason, engineRank, uniqueRank));
         throw new ProtocolException(logPrefix + reason);
     }
@@ -106,17 +118,17 @@ final class SessionHandshake {
         DecodeLink main = registered(h.sessionId());
         if (main == null) {
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
-                    "refused data stripe: ");
+                    "refused data stripe: ", HandshakeRefusal.STRIPE);
             return;
         }
         if (!h.verify(main.sessionKey, stripe.challenge)) {
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "Unauthorized: data stripe not signed with its session's key",
-                    "refused data stripe: ");
+                    "refused data stripe: ", HandshakeRefusal.AUTH);
         }
         if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
             refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
                     + " is out of range, already attached, or its data path (" + main.dataPath.name() + ") takes none",
-                    "refused data stripe: ");
+                    "refused data stripe: ", HandshakeRefusal.STRIPE);
         }
         stripe.stripeOf = main;
         stripe.hello = h;

@@ -3,6 +3,7 @@ package io.kvferry.registry;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.KVBootstrapServer;
 import org.slf4j.Logger;
@@ -22,6 +23,8 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
@@ -69,6 +72,8 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     private final RouteTable routes = new RouteTable();
     private final RoomDpTable rooms;
     private final AtomicBoolean closed = new AtomicBoolean();
+    /** GET routes the embedding process added ({@link #mount}): the status page and metrics of kvferry-ops. */
+    private final Map<String, HttpHandler> mounted = new ConcurrentHashMap<>();
 
     private BootstrapRegistryServer(String host, HttpServer server, RegistryOptions options, LongSupplier nanoClock) {
         this.host = host;
@@ -155,6 +160,36 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
                 host, port(), gate.timedOutCount(), gate.refusedCount());
     }
 
+    /**
+     * Serves {@code GET path} (and HEAD) with {@code handler}, under the registry's request gate and
+     * deadline: how kvferry-ops adds {@code /status}, {@code /status.json} and {@code /metrics} to the
+     * registry's own port. The SGLang routes cannot be replaced; other methods answer 405.
+     */
+    public void mount(String path, HttpHandler handler) {
+        Objects.requireNonNull(handler, "handler");
+        if (path == null || !path.startsWith("/") || SGLANG_ROUTES.contains(path)) {
+            throw new IllegalArgumentException("cannot mount '" + path + "': not a path, or one of the registry's own routes");
+        }
+        mounted.put(path, handler);
+    }
+
+    private static final Set<String> SGLANG_ROUTES = Set.of("/route", "/register_dp_rank", "/query_dp_ranks", "/health");
+
+    /** Every registered prefill rank (the last registration of each slot), ordered by dp, cp, tp, pp. */
+    public List<PrefillRankRegistration> registrations() {
+        return routes.registrations();
+    }
+
+    /** The instance's topology (null before the first registration) and how many ranks registered. */
+    public PrefillServerInfo topology() {
+        return routes.state().topology();
+    }
+
+    /** How many of the topology's ranks registered. */
+    public int registeredRanks() {
+        return routes.state().registered();
+    }
+
     /** Entries in the room table, expired or not; for tests of the sweeper. */
     int roomEntryCount() {
         return rooms.size();
@@ -191,6 +226,11 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     }
 
     private void handle(HttpExchange ex) {
+        HttpHandler extra = mounted.get(ex.getRequestURI().getRawPath());
+        if (extra != null) {
+            serveMounted(ex, extra);
+            return;
+        }
         try {
             Response r;
             try {
@@ -205,6 +245,20 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
             send(ex, r);
         } catch (IOException e) {
             log.debug("{} {}: client went away: {}", ex.getRequestMethod(), ex.getRequestURI(), e.toString());
+        } finally {
+            ex.close();
+        }
+    }
+
+    private void serveMounted(HttpExchange ex, HttpHandler handler) {
+        try {
+            String method = ex.getRequestMethod();
+            if (!method.equals("GET") && !method.equals("HEAD")) send(ex, Response.notAllowed("GET, HEAD"));
+            else handler.handle(ex);
+        } catch (IOException e) {
+            log.debug("{} {}: client went away: {}", ex.getRequestMethod(), ex.getRequestURI(), e.toString());
+        } catch (RuntimeException e) {
+            log.error("{} {} failed", ex.getRequestMethod(), ex.getRequestURI(), e);
         } finally {
             ex.close();
         }

@@ -11,6 +11,9 @@ import com.fasterxml.jackson.annotation.JsonProperty;
  *
  * @param loadBalanceMethod null is left out of the JSON, which SGLang reads as "follow_bootstrap_room"
  * @param prefillHttpPort   null is left out of the JSON (older senders have no HTTP port to publish)
+ * @param kvferryStatusUrl  kvferry's own optional field: the {@code http://host:port/status.json} of the rank's
+ *                          process, for the registry's status page; null is left out. SGLang's registry ignores
+ *                          fields it does not know, and SGLang ranks never send it (docs/PROTOCOL.md)
  */
 @JsonInclude(JsonInclude.Include.NON_NULL)
 public record PrefillRankRegistration(
@@ -30,9 +33,19 @@ public record PrefillRankRegistration(
         @JsonProperty("kv_cache_dtype") String kvCacheDtype,
         @JsonProperty("load_balance_method") String loadBalanceMethod,
         @JsonProperty("enable_dsa_cache_layer_split") boolean enableDsaCacheLayerSplit,
-        @JsonProperty("prefill_http_port") Integer prefillHttpPort) {
+        @JsonProperty("prefill_http_port") Integer prefillHttpPort,
+        @JsonProperty("kvferry_status_url") String kvferryStatusUrl) {
 
     public static final String FOLLOW_BOOTSTRAP_ROOM = "follow_bootstrap_room";
+
+    /** A registration without a status URL (what SGLang ranks send). */
+    public PrefillRankRegistration(int attnTpSize, int attnTpRank, int attnCpSize, int attnCpRank, int attnDpSize, int attnDpRank,
+                                   int ppSize, int ppRank, int systemDpSize, int systemDpRank, String rankIp, int rankPort,
+                                   int pageSize, String kvCacheDtype, String loadBalanceMethod, boolean enableDsaCacheLayerSplit,
+                                   Integer prefillHttpPort) {
+        this(attnTpSize, attnTpRank, attnCpSize, attnCpRank, attnDpSize, attnDpRank, ppSize, ppRank, systemDpSize, systemDpRank,
+                rankIp, rankPort, pageSize, kvCacheDtype, loadBalanceMethod, enableDsaCacheLayerSplit, prefillHttpPort, null);
+    }
 
     /** The DP group the server files this rank under: system DP wins when it is in use. */
     @JsonIgnore

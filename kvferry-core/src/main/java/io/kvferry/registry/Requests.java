@@ -2,6 +2,7 @@ package io.kvferry.registry;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.metrics.LogSafe;
 
 import java.io.IOException;
 import java.util.ArrayList;
@@ -58,6 +59,7 @@ final class Requests {
         String lbMethod = optionalString(o, "load_balance_method");
         boolean dsa = optionalBoolean(o, "enable_dsa_cache_layer_split", false);
         Integer httpPort = o.hasNonNull("prefill_http_port") ? requiredInt(o, "prefill_http_port") : null;
+        String statusUrl = optionalString(o, "kvferry_status_url");
 
         rankWithin("attn_tp", tpRank, tpSize);
         rankWithin("attn_cp", cpRank, cpSize);
@@ -71,8 +73,11 @@ final class Requests {
         }
         if (!isHostLike(rankIp)) throw new BadRequestException("rank_ip must be a host name or address, got '" + clip(rankIp) + "'");
         if (dtype.isBlank()) throw new BadRequestException("kv_cache_dtype must not be blank");
+        if (statusUrl != null && !isStatusUrl(statusUrl)) {
+            throw new BadRequestException("kvferry_status_url must be http://HOST:PORT/status.json, got '" + clip(statusUrl) + "'");
+        }
         PrefillRankRegistration reg = new PrefillRankRegistration(tpSize, tpRank, cpSize, cpRank, dpSize, dpRank,
-                ppSize, ppRank, sysDpSize, sysDpRank, rankIp, rankPort, pageSize, dtype, lbMethod, dsa, httpPort);
+                ppSize, ppRank, sysDpSize, sysDpRank, rankIp, rankPort, pageSize, dtype, lbMethod, dsa, httpPort, statusUrl);
         long total = (long) reg.dpSize() * cpSize * tpSize * ppSize;
         if (total > MAX_TOTAL_RANKS) {
             throw new BadRequestException("dp*cp*tp*pp = " + total + " ranks exceeds the limit of " + MAX_TOTAL_RANKS);
@@ -148,6 +153,22 @@ final class Requests {
         return n.booleanValue();
     }
 
+    /**
+     * The registry fetches this URL for its status page, so it must be exactly a process's status
+     * document: {@code http://}, a host, a port, {@code /status.json}, nothing else.
+     */
+    static boolean isStatusUrl(String s) {
+        String prefix = "http://", suffix = "/status.json";
+        if (!s.startsWith(prefix) || !s.endsWith(suffix) || s.length() <= prefix.length() + suffix.length()) return false;
+        String hostPort = s.substring(prefix.length(), s.length() - suffix.length());
+        int colon = hostPort.lastIndexOf(':');
+        if (colon <= 0 || !isHostLike(hostPort.substring(0, colon))) return false;
+        String port = hostPort.substring(colon + 1);
+        if (port.isEmpty() || port.length() > 5 || !port.chars().allMatch(c -> c >= '0' && c <= '9')) return false;
+        int p = Integer.parseInt(port);
+        return p >= 1 && p <= 65_535;
+    }
+
     /** Decode will connect to this string, so refuse anything that cannot be a host. */
     private static boolean isHostLike(String s) {
         if (s.isEmpty()) return false;
@@ -165,8 +186,9 @@ final class Requests {
         return n.getNodeType().name().toLowerCase(Locale.ROOT);
     }
 
+    /** Bounded and with control characters escaped: the text came from the request and goes into a log line and the answer. */
     static String clip(String s) {
         if (s == null) return "";
-        return s.length() <= 200 ? s : s.substring(0, 200) + "…";
+        return LogSafe.text(s.length() <= 200 ? s : s.substring(0, 200) + "…");
     }
 }

@@ -1,6 +1,9 @@
 package io.kvferry.registry;
 
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -19,6 +22,8 @@ final class RouteTable {
     }
 
     private final Map<Slot, RankEndpoint> slots = new HashMap<>();
+    /** The registration that filled each slot (its last one), for the status page. */
+    private final Map<Slot, PrefillRankRegistration> registrations = new HashMap<>();
     private PrefillServerInfo topology;
 
     /**
@@ -41,6 +46,7 @@ final class RouteTable {
             checkSame("kv_cache_dtype", reg.kvCacheDtype(), topology.kvCacheDtype());
         }
         Slot slot = new Slot(reg.dpGroup(), reg.attnCpRank(), reg.attnTpRank(), reg.ppRank());
+        registrations.put(slot, reg);
         return slots.put(slot, new RankEndpoint(reg.rankIp(), reg.rankPort())) != null;
     }
 
@@ -53,6 +59,14 @@ final class RouteTable {
 
     synchronized State state() {
         return new State(topology, slots.size());
+    }
+
+    /** Every slot's registration, ordered by dp, cp, tp, pp. */
+    synchronized List<PrefillRankRegistration> registrations() {
+        List<PrefillRankRegistration> out = new ArrayList<>(registrations.values());
+        out.sort(Comparator.comparingInt(PrefillRankRegistration::dpGroup).thenComparingInt(PrefillRankRegistration::attnCpRank)
+                .thenComparingInt(PrefillRankRegistration::attnTpRank).thenComparingInt(PrefillRankRegistration::ppRank));
+        return out;
     }
 
     synchronized RankEndpoint endpoint(int dp, int cp, int tp, int pp) {

@@ -3,6 +3,7 @@ package io.kvferry.session;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.BooleanSupplier;
@@ -13,13 +14,40 @@ import java.util.function.BooleanSupplier;
  * create a room; a cleared (removed) room is never resurrected; a missing room reads as Failed.
  *
  * <p>Thread-safe: every change is one atomic {@code compute} on the map, so the scheduler thread,
- * reader threads and transfer workers may all update it.
+ * reader threads and transfer workers may all update it. Every change is reported to the table's
+ * {@link Listener} after it was made (metrics, the failure log line and the recent-failures ring
+ * hang there: this is the one place rooms change state, so they are counted once).
  */
 public final class RoomStatusTable {
-    /** One room's state; immutable. Kind and reason are set exactly when the status is Failed. */
-    public record Entry(KVPoll status, FailureKind kind, String reason) {}
+    /**
+     * One room's state; immutable. Kind and reason are set exactly when the status is Failed.
+     *
+     * @param createdNanos when the room entered the table ({@link System#nanoTime()})
+     * @param sinceNanos   when it entered this status
+     */
+    public record Entry(KVPoll status, FailureKind kind, String reason, long createdNanos, long sinceNanos) {}
+
+    /** Told of every status change, on the thread that made it, after it was made. */
+    @FunctionalInterface
+    public interface Listener {
+        /**
+         * @param from the status before ({@code null}: the room was just created)
+         * @param to   the room's entry now
+         */
+        void changed(long room, KVPoll from, Entry to);
+    }
 
     private final ConcurrentHashMap<Long, Entry> rooms = new ConcurrentHashMap<>();
+    private final Listener listener;
+
+    public RoomStatusTable() {
+        this(null);
+    }
+
+    /** @param listener told of every change; null for none */
+    public RoomStatusTable(Listener listener) {
+        this.listener = listener;
+    }
     /** Rooms whose writers asked for a {@link #failedFlag}; set when the room fails. */
     private final ConcurrentHashMap<Long, FailedFlag> flags = new ConcurrentHashMap<>();
 
@@ -35,14 +63,34 @@ public final class RoomStatusTable {
 
     /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
     public KVPoll update(long room, KVPoll status) {
+        return apply(room, status, null);
+    }
+
+    /** Applies a non-Failed status; true when this call moved the room to it (false: absent, failed, or there already). */
+    public boolean advance(long room, KVPoll status) {
+        boolean[] moved = {false};
+        apply(room, status, moved);
+        return moved[0];
+    }
+
+    private KVPoll apply(long room, KVPoll status, boolean[] moved) {
         if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
+        KVPoll[] from = new KVPoll[1];
+        boolean[] changed = {false};
         Entry e = rooms.compute(room, (k, old) -> {
             if (old == null) {
-                return status == KVPoll.Bootstrapping || status == KVPoll.WaitingForInput ? new Entry(status, null, null) : null;
+                if (status != KVPoll.Bootstrapping && status != KVPoll.WaitingForInput) return null;
+                changed[0] = true;
+                long now = System.nanoTime();
+                return new Entry(status, null, null, now, now);
             }
             if (old.status() == KVPoll.Failed || old.status().value() >= status.value()) return old;
-            return new Entry(status, null, null);
+            from[0] = old.status();
+            changed[0] = true;
+            return new Entry(status, null, null, old.createdNanos(), System.nanoTime());
         });
+        if (changed[0] && listener != null) listener.changed(room, from[0], e);
+        if (moved != null) moved[0] = changed[0];
         return e == null ? KVPoll.Failed : e.status();
     }
 
@@ -53,12 +101,17 @@ public final class RoomStatusTable {
     public boolean fail(long room, FailureKind kind, String reason) {
         if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
         boolean[] changed = {false};
-        rooms.computeIfPresent(room, (k, old) -> {
+        KVPoll[] from = new KVPoll[1];
+        Entry e = rooms.computeIfPresent(room, (k, old) -> {
             if (old.status() == KVPoll.Failed) return old;
             changed[0] = true;
-            return new Entry(KVPoll.Failed, kind, reason);
+            from[0] = old.status();
+            return new Entry(KVPoll.Failed, kind, reason, old.createdNanos(), System.nanoTime());
         });
-        if (changed[0]) raise(room);
+        if (changed[0]) {
+            raise(room);
+            if (listener != null) listener.changed(room, from[0], e);
+        }
         return changed[0];
     }
 
@@ -115,5 +168,17 @@ public final class RoomStatusTable {
 
     public Set<Long> rooms() {
         return Set.copyOf(rooms.keySet());
+    }
+
+    /** Rooms in {@code status} right now (walks the table: for scrapes and status pages, not per request). */
+    public int count(KVPoll status) {
+        int n = 0;
+        for (Entry e : rooms.values()) if (e.status() == status) n++;
+        return n;
+    }
+
+    /** Every room with its entry, as a copy (for status pages). */
+    public Map<Long, Entry> snapshot() {
+        return Map.copyOf(rooms);
     }
 }

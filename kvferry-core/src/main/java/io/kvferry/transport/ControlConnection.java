@@ -91,6 +91,9 @@ public final class ControlConnection implements AutoCloseable {
     private static final ByteBuffer HEARTBEAT_FRAME = FrameCodec.encode(new Heartbeat());
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
+    /** Owner's timer thread only: the silence (its last read) and its intervals already reported by {@link #newlyMissedHeartbeats}. */
+    private long missesSilenceStart;
+    private long missesReported;
 
     public ControlConnection(SocketChannel channel) throws IOException {
         this.channel = channel;
@@ -381,6 +384,29 @@ public final class ControlConnection implements AutoCloseable {
             }
         }
         return true;
+    }
+
+    /** Nanoseconds since the last byte arrived (a status page's "silent for"). */
+    public long silentNanos() {
+        return System.nanoTime() - lastReadNanos;
+    }
+
+    /**
+     * Heartbeat intervals of the current silence not reported by an earlier call (the owner's timer
+     * calls it beside {@link #heartbeat}, for the heartbeat-miss counter); 0 once bytes arrive again.
+     */
+    public int newlyMissedHeartbeats(long intervalNanos) {
+        long lastRead = lastReadNanos;
+        if (lastRead != missesSilenceStart) { // bytes arrived since: a new silence starts
+            missesSilenceStart = lastRead;
+            missesReported = 0;
+        }
+        // A peer's heartbeat may come up to 1.5 intervals after its last write (its timer runs every half
+        // interval), so the first interval of silence is not a miss; each further one is.
+        long missed = Math.max(0, (System.nanoTime() - lastRead) / Math.max(1, intervalNanos) - 1);
+        int fresh = (int) Math.min(Integer.MAX_VALUE, missed - missesReported);
+        missesReported = missed;
+        return fresh;
     }
 
     /** Why this side closed the connection, or null when it did not (or not for a stated reason). */

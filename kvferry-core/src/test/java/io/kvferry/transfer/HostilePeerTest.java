@@ -209,11 +209,9 @@ class HostilePeerTest extends TransferTestBase {
      */
     @Test
     void transferInfosForRoomsNeverStartedAreBoundedDroppedWithTheirSessionAndExpire() throws Exception {
-        TestRank pm = rank(), fm = rank();
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
-                cfg(1, 0).waitingTimeout(Duration.ofSeconds(2)).build());
-        closeables.add(p);
-        p.registerToBootstrap();
+        TestRank pm = rank(), fm = rank(), qm = rank();
+        // Default waiting timeout (300 s): only the disconnect can drop these rooms.
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
         InetSocketAddress at = new InetSocketAddress(ep.rankIp(), ep.rankPort());
         int[] fourMiB = new int[1 << 20];
@@ -238,15 +236,19 @@ class HostilePeerTest extends TransferTestBase {
         assertEquals(FailureKind.PEER_LOST, gone.kind());
         assertTrue(gone.getMessage().contains("Decode instance could be dead"), gone.getMessage());
 
-        try (ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5))) {
+        // Another prefill rank whose 2 s waiting timeout expires a held info while its decode stays connected.
+        KVManager q = KVFerry.createManager("tcp", qm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).waitingTimeout(Duration.ofSeconds(2)).build());
+        closeables.add(q);
+        try (ControlConnection c = ControlConnection.connect(q.controlEndpoint().orElseThrow(), Duration.ofSeconds(5))) {
             assertTrue(registerAsDecode(c, "slow", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
             c.send(new TransferInfo(6000, new int[]{1}, -1, new int[0][], 1, 0, false));
             Status expired = assertInstanceOf(Status.class, readSkippingHeartbeats(c)); // after the 2 s waiting timeout
             assertEquals(FailureKind.WAITING_TIMEOUT, expired.kind());
             assertTrue(expired.reason().contains("no request for room 6000"), expired.reason());
             deadline = System.nanoTime() + 10_000_000_000L;
-            while (p.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
-            assertEquals(0, p.stats().trackedRooms());
+            while (q.stats().trackedRooms() > 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+            assertEquals(0, q.stats().trackedRooms());
         }
     }
 }

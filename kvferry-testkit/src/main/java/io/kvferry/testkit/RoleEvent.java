@@ -15,8 +15,10 @@ import java.io.IOException;
  */
 @JsonTypeInfo(use = JsonTypeInfo.Id.NAME, property = "type")
 @JsonSubTypes({@JsonSubTypes.Type(value = RoleEvent.Endpoint.class, name = "endpoint"),
-        @JsonSubTypes.Type(value = RoleEvent.Progress.class, name = "progress")})
-public sealed interface RoleEvent permits RoleEvent.Endpoint, RoleEvent.Progress {
+        @JsonSubTypes.Type(value = RoleEvent.Progress.class, name = "progress"),
+        @JsonSubTypes.Type(value = RoleEvent.Status.class, name = "status"),
+        @JsonSubTypes.Type(value = RoleEvent.Metrics.class, name = "metrics")})
+public sealed interface RoleEvent permits RoleEvent.Endpoint, RoleEvent.Progress, RoleEvent.Status, RoleEvent.Metrics {
     ObjectMapper JSON = new ObjectMapper().enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
     /** How an event line starts; anything else is a report or log output. */
     String PREFIX = "{\"type\":";
@@ -26,6 +28,12 @@ public sealed interface RoleEvent permits RoleEvent.Endpoint, RoleEvent.Progress
 
     /** A decode's running count of concluded and succeeded requests (faults are timed by it). */
     record Progress(int concluded, int succeeded) implements RoleEvent {}
+
+    /** The role process's status endpoint ({@code http://host:port}: {@code /status}, {@code /status.json}, {@code /metrics}). */
+    record Status(String url) implements RoleEvent {}
+
+    /** The role process's final scrape (Prometheus text), taken when its requests concluded, before teardown. */
+    record Metrics(String prometheus) implements RoleEvent {}
 
     /** The event as one line of JSON. */
     static String line(RoleEvent e) {

@@ -7,6 +7,7 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.Knob;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -50,6 +51,12 @@ public final class RoleRunner {
     /** @param index the manager's launch index in its process (selects its advertised port) */
     public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
                              String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index) {
+        return manager(config, mode, rank, cpRank, dpRank, bootstrapAddr, host, pool, opts, index, RoleOps.NONE);
+    }
+
+    /** As above, recording into the process's registry and (prefill) publishing its status URL. */
+    public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                             String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index, RoleOps ops) {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(mode), rank)
@@ -58,7 +65,9 @@ public final class RoleRunner {
                 .mla(config.shape().mla())
                 .bootstrap(hp[0], Integer.parseInt(hp[1]))
                 .authToken(config.authToken())
-                .listenHost(host);
+                .listenHost(host)
+                .meterRegistry(ops.meters())
+                .statusUrl(ops.statusUrl());
         if (config.transferWorkers() > 0) b.transferWorkers(config.transferWorkers());
         b.tcpStripes(config.tcpStripes());
         if (config.bootstrapTimeoutMillis() > 0) b.bootstrapTimeout(Duration.ofMillis(config.bootstrapTimeoutMillis()));
@@ -104,6 +113,30 @@ public final class RoleRunner {
      */
     public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
                                   String host, PrintStream out, RoleOptions opts) throws Exception {
+        return runRole(mode, config, bootstrapAddr, ranks, host, out, opts, -1);
+    }
+
+    /**
+     * As above, with a status endpoint on {@code statusPort} (0 = any free port, negative = none): the
+     * process prints {@code {"type":"status","url":…}} once it serves, its prefill ranks publish it in
+     * their registrations, and once every request concluded it prints its final scrape
+     * ({@code {"type":"metrics",…}}) before tearing down.
+     */
+    public static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                  String host, PrintStream out, RoleOptions opts, int statusPort) throws Exception {
+        try (RoleOps ops = RoleOps.serve(mode.name().toLowerCase(Locale.ROOT), host, statusPort)) {
+            if (ops.baseUrl() != null) {
+                synchronized (out) {
+                    out.println(RoleEvent.line(new RoleEvent.Status(ops.baseUrl())));
+                    out.flush();
+                }
+            }
+            return runRole(mode, config, bootstrapAddr, ranks, host, out, opts, ops);
+        }
+    }
+
+    private static boolean runRole(DisaggregationMode mode, BenchConfig config, String bootstrapAddr, List<Integer> ranks,
+                                   String host, PrintStream out, RoleOptions opts, RoleOps ops) throws Exception {
         LeakCheck.Snapshot baseline = LeakCheck.baseline();
         List<KVManager> managers = new ArrayList<>();
         List<RankPool> pools = new ArrayList<>();
@@ -120,7 +153,7 @@ public final class RoleRunner {
                     ? new RoomMemoryProbe(config.rankCount(mode) / config.tp(mode) * ranks.size(), config.suite().probeRooms(),
                     mode.name().toLowerCase(Locale.ROOT))
                     : null;
-            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts, probe);
+            launch(mode, config, bootstrapAddr, ranks, host, exec, managers, pools, futures, progress, successes, opts, ops, probe);
             for (int i = 0; i < managers.size(); i++) {
                 Optional<InetSocketAddress> endpoint = managers.get(i).controlEndpoint();
                 if (endpoint.isPresent()) {
@@ -162,13 +195,23 @@ public final class RoleRunner {
                 reports.add(rep.withLeaks(new LeakCheck.Leaks(trackedRooms(managers.get(i)), pools.get(i).outstanding(), 0, 0, 0,
                         List.of())));
             }
+            String scrape = ops.scrape();
+            if (!scrape.isEmpty()) {
+                synchronized (out) {
+                    out.println(RoleEvent.line(new RoleEvent.Metrics(scrape)));
+                    out.flush();
+                }
+            }
         } finally {
             if (progressPrinter != null) {
                 progressPrinter.interrupt();
                 progressPrinter.join(1000);
             }
             exec.shutdownNow();
-            for (KVManager m : managers) m.close();
+            for (KVManager m : managers) {
+                ops.left(m);
+                m.close();
+            }
             if (exec.awaitTermination(10, TimeUnit.SECONDS)) {
                 for (RankPool p : pools) p.close();
                 poolsClosed = true;
@@ -207,7 +250,14 @@ public final class RoleRunner {
     public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, AtomicInteger progress) {
-        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE);
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE, RoleOps.NONE, null);
+    }
+
+    /** As below, recording into {@code ops} (its managers show on its status page). */
+    public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
+                       ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
+                       List<Future<RoleReport>> futures, AtomicInteger progress, RoleOps ops) {
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, null, RoleOptions.NONE, ops, null);
     }
 
     /** As above; decode rank 0 of stage 0 also counts verified successes in {@code successes} (may be null). */
@@ -215,7 +265,7 @@ public final class RoleRunner {
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, AtomicInteger progress,
                        AtomicInteger successes, RoleOptions opts) {
-        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, successes, opts, null);
+        launch(mode, config, addr, tpRanks, host, exec, managers, pools, futures, progress, successes, opts, RoleOps.NONE, null);
     }
 
     /**
@@ -225,7 +275,7 @@ public final class RoleRunner {
     public static void launch(DisaggregationMode mode, BenchConfig config, String addr, List<Integer> tpRanks, String host,
                        ExecutorService exec, List<KVManager> managers, List<RankPool> pools,
                        List<Future<RoleReport>> futures, AtomicInteger progress,
-                       AtomicInteger successes, RoleOptions opts, RoomMemoryProbe probe) {
+                       AtomicInteger successes, RoleOptions opts, RoleOps ops, RoomMemoryProbe probe) {
         if (config.suite().probeRooms() > 0 && probe == null) {
             throw new IllegalArgumentException("the room-memory probe needs a RoomMemoryProbe for the drivers");
         }
@@ -244,8 +294,9 @@ public final class RoleRunner {
                                 w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()),
                                 config.suite().pages(), w.maxPagesPerRequest());
                         pools.add(pool);
-                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size());
+                        KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size(), ops);
                         managers.add(m);
+                        ops.joined(m);
                         if (prefill) {
                             m.registerToBootstrap();
                             int group = dp;
@@ -332,6 +383,10 @@ public final class RoleRunner {
         cmd.add("-XX:+ExitOnOutOfMemoryError"); // a role out of heap exits (the parent reports it) instead of living on half-dead
         String logLevel = System.getProperty("org.slf4j.simpleLogger.defaultLogLevel");
         if (logLevel != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + logLevel); // --verbose reaches the roles
+        for (Knob k : KVFerry.knobs()) { // kvferry --set reaches the roles (knobs only: nothing secret rides on argv)
+            String v = System.getProperty(k.key());
+            if (v != null) cmd.add("-D" + k.key() + "=" + v);
+        }
         cmd.addAll(jvmFlags);
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));

@@ -19,6 +19,13 @@ class RoleEventTest {
         assertEquals(ep, RoleEvent.parse(line));
         RoleEvent.Progress p = new RoleEvent.Progress(17, 15);
         assertEquals(p, RoleEvent.parse(RoleEvent.line(p)));
+        RoleEvent.Status st = new RoleEvent.Status("http://127.0.0.1:4000");
+        assertEquals(st, RoleEvent.parse(RoleEvent.line(st)));
+        // A whole scrape (many lines) still travels as one line.
+        RoleEvent.Metrics m = new RoleEvent.Metrics("# HELP x\n# TYPE x counter\nx_total{role=\"prefill\"} 1.0\n");
+        String ml = RoleEvent.line(m);
+        assertTrue(!ml.contains("\n"), ml);
+        assertEquals(m, RoleEvent.parse(ml));
     }
 
     @Test

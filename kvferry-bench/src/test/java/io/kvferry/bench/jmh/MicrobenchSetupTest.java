@@ -54,4 +54,16 @@ class MicrobenchSetupTest {
             if (pages.equals("fragmented")) assertEquals(true, plan.size() > 4096, "shuffled free lists give about one op per page");
         }
     }
+
+    @Test
+    void metricsBenchRecordsAWholeChunkAndARoom() {
+        MetricsBench b = new MetricsBench();
+        b.registry = "prometheus";
+        b.setUp();
+        assertEquals(64, b.plan.size(), "one op per buffer: a contiguous 256-page chunk");
+        assertEquals(256L * 16 * 1024, b.plan.length(0));
+        b.recordWrite();
+        b.recordConcludedRoom();
+        assertEquals(1L, b.telemetry.roomsConcluded());
+    }
 }

@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
 import io.kvferry.engine.serving.DecodeEngine;
@@ -31,6 +32,11 @@ public final class DecodeServer implements AutoCloseable {
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
         Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight()));
         server.start();
+    }
+
+    /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */
+    public void route(String path, HttpHandler handler) {
+        server.createContext(path, handler);
     }
 
     public int port() {

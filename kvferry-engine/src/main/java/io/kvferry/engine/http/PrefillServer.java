@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.engine.serving.PrefillEngine;
@@ -28,6 +29,11 @@ public final class PrefillServer implements AutoCloseable {
         Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight())
                 .put("bootstrap", bootstrapAddr));
         server.start();
+    }
+
+    /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */
+    public void route(String path, HttpHandler handler) {
+        server.createContext(path, handler);
     }
 
     public int port() {

@@ -12,6 +12,12 @@ import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.PrefillEngine;
 import io.kvferry.engine.serving.TransferSpec;
+import io.kvferry.ops.ClusterStatus;
+import io.kvferry.ops.Ops;
+import io.kvferry.ops.OpsHandlers;
+import io.kvferry.ops.ProcessStatus;
+import io.kvferry.ops.RegistryOps;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 
 import java.io.IOException;
 import java.nio.file.Path;
@@ -83,10 +89,19 @@ public final class Roles {
             KVBootstrapServer registry = KVFerry.startBootstrapServer(o.host(), o.bootstrapPort(), o.authToken());
             s.parts.add(registry);
             String addr = o.host() + ":" + registry.port();
-            PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), addr, o.authToken(), o.host()));
+            // One registry per process: the engine's ranks record into it; /metrics and /status on the engine's port,
+            // the cluster page on the registry's (its ranks live here, so it shows them without a fetch).
+            PrometheusMeterRegistry metrics = Ops.newRegistry();
+            ProcessStatus status = new ProcessStatus("engine-prefill");
+            ClusterStatus cluster = RegistryOps.mountIfKvferry(registry, metrics, false);
+            if (cluster != null) cluster.local(status);
+            PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), addr, o.authToken(), o.host())
+                    .withMeters(metrics));
             s.parts.add(engine);
+            engine.kvManagers().forEach(status::add);
             PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port());
             s.parts.add(server);
+            OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
         } catch (IOException | RuntimeException e) {
@@ -98,10 +113,15 @@ public final class Roles {
     public static Role decode(Options o) throws IOException {
         Stack s = new Stack();
         try {
-            DecodeEngine engine = new DecodeEngine(o.spec(), new TransferSpec(o.transport(), null, o.authToken(), o.host()));
+            PrometheusMeterRegistry metrics = Ops.newRegistry();
+            ProcessStatus status = new ProcessStatus("engine-decode");
+            DecodeEngine engine = new DecodeEngine(o.spec(), new TransferSpec(o.transport(), null, o.authToken(), o.host())
+                    .withMeters(metrics));
             s.parts.add(engine);
+            engine.kvManagers().forEach(status::add);
             DecodeServer server = new DecodeServer(engine, o.host(), o.port());
             s.parts.add(server);
+            OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
         } catch (IOException | RuntimeException e) {

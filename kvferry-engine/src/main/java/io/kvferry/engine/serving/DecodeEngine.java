@@ -2,6 +2,7 @@ package io.kvferry.engine.serving;
 
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
@@ -342,6 +343,11 @@ public final class DecodeEngine extends SchedulerThread {
             f.req.sink().onError(null, "the decode engine shut down");
         }
         running.clear();
+    }
+
+    /** The engine's kvferry managers (one per TP rank and PP stage), for its status page. */
+    public List<KVManager> kvManagers() {
+        return managers.all();
     }
 
     @Override

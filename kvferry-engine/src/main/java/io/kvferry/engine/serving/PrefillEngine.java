@@ -1,6 +1,7 @@
 package io.kvferry.engine.serving;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
@@ -259,6 +260,11 @@ public final class PrefillEngine extends SchedulerThread {
             }
             q.clear();
         }
+    }
+
+    /** The engine's kvferry managers (one per TP rank and PP stage), for its status page. */
+    public List<KVManager> kvManagers() {
+        return managers.all();
     }
 
     @Override

@@ -6,6 +6,8 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.engine.kv.KvPool;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 import java.util.UUID;
 
@@ -25,7 +27,8 @@ final class ShardManagers implements AutoCloseable {
                             .mla(pools[s][r].latent()) // latent KV is replicated: copied whole, one real sender per decode rank
                             .modelIdentity(spec.model().identity()) // a prefill and a decode of different models never pair
                             .instanceId(instanceId) // every rank of this engine is one decode instance
-                            .listenHost(t.listenHost());
+                            .listenHost(t.listenHost())
+                            .meterRegistry(t.meters());
                     if (t.bootstrapAddr() != null) b.bootstrap(t.bootstrapHost(), t.bootstrapPort());
                     if (t.authToken() != null) b.authToken(t.authToken());
                     KVManager m = KVFerry.createManager(t.transport(), pools[s][r].kvArgs(r, s), mode, b.build());
@@ -37,6 +40,13 @@ final class ShardManagers implements AutoCloseable {
             close();
             throw e;
         }
+    }
+
+    /** Every manager, stage by stage. */
+    List<KVManager> all() {
+        List<KVManager> out = new ArrayList<>();
+        for (KVManager[] s : managers) for (KVManager m : s) if (m != null) out.add(m);
+        return out;
     }
 
     @Override

@@ -1,12 +1,26 @@
 package io.kvferry.engine.serving;
 
+import io.kvferry.api.KVManagerConfig;
+import io.micrometer.core.instrument.MeterRegistry;
+
 /**
  * How an engine reaches its peers through kvferry: the transport (tcp, shm, ucx, inproc, auto), the
  * bootstrap registry of the prefill instance (host:port; a decode may leave it null, as its requests name
- * their prefill's), the cluster token, the host its ranks listen on.
+ * their prefill's), the cluster token, the host its ranks listen on, and the process's meter registry
+ * its managers record into.
  */
-public record TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost) {
+public record TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost, MeterRegistry meters) {
+    public TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost) {
+        this(transport, bootstrapAddr, authToken, listenHost, KVManagerConfig.NO_METERS);
+    }
+
+    /** This spec with the process's meter registry. */
+    public TransferSpec withMeters(MeterRegistry registry) {
+        return new TransferSpec(transport, bootstrapAddr, authToken, listenHost, registry);
+    }
+
     public TransferSpec {
+        if (meters == null) meters = KVManagerConfig.NO_METERS;
         if (transport == null || transport.isBlank()) throw new IllegalArgumentException("transport must be named");
         // A decode may leave it null: each request names its prefill's registry (the router picks the prefill).
         if (bootstrapAddr != null && bootstrapAddr.lastIndexOf(':') <= 0) {

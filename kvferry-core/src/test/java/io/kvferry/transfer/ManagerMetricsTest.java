@@ -1,0 +1,197 @@
+package io.kvferry.transfer;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVManagerInspection;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.metrics.KVFerryMeters;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.transport.ControlConnection;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** What managers record in the registry their config names, and what inspect() shows, from real transfers. */
+class ManagerMetricsTest extends TransferTestBase {
+    private final SimpleMeterRegistry meters = new SimpleMeterRegistry();
+
+    private double counter(String name, String... tags) {
+        Counter c = meters.find(name).tags(tags).counter();
+        assertNotNull(c, name);
+        return c.count();
+    }
+
+    /** Waits (20 s at most) for a condition another thread makes true. */
+    private static void eventually(BooleanSupplier condition, String what) {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) throw new AssertionError("not within 20 s: " + what);
+            Thread.onSpinWait();
+        }
+    }
+
+    private KVManager prefillWith(TestRank mem, KVManagerConfig config) {
+        KVManager m = KVFerry.createManager("tcp", mem.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, config);
+        closeables.add(m);
+        m.registerToBootstrap();
+        return m;
+    }
+
+    @Test
+    void transfersAreRecordedOncePerRoomOnEachSideWithTheirBytesAndOps() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefillWith(pm, cfg(1, 0).meterRegistry(meters).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).meterRegistry(meters).build(), 0, PAGE_SIZE);
+        long bytes = 0;
+        for (int i = 0; i < 3; i++) {
+            Transfer t = start(p, pm, d, 100 + i, new int[]{1 + i, 10 + i, 20 + i}, new int[]{30 + i, 40 + i, 50 + i}, i, i, 0);
+            assertLanded(t, dm);
+            bytes += 3 * PAGE_BYTES * BUFFERS + 64 + 128 + 256 + 512;
+        }
+        // Each side records a room right after its status moved, on the thread that moved it: wait for the last one.
+        eventually(() -> meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", "prefill").summary().count() == 3
+                && meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", "decode").summary().count() == 3, "3 rooms recorded");
+        for (String role : new String[]{"prefill", "decode"}) {
+            assertEquals(3, meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", role, "transport", "tcp").summary().count(), role);
+            assertEquals(bytes / 1e6, meters.find(KVFerryMeters.TRANSFER_TOTAL_MB).tags("role", role).summary().totalAmount(), 1e-9, role);
+            assertEquals(3, meters.find(KVFerryMeters.TRANSFER_BOOTSTRAP_MS).tags("role", role).summary().count(), role);
+        }
+        assertEquals(3, meters.find(KVFerryMeters.TRANSFER_ALLOC_MS).tags("role", "decode").summary().count());
+        assertEquals(bytes, counter(KVFerryMeters.DATAPATH_BYTES, "role", "prefill", "transport", "tcp"));
+        assertEquals(p.stats().dataPathOps(), counter(KVFerryMeters.DATAPATH_OPS, "transport", "tcp"));
+        assertEquals(p.stats().dataPathOps(), meters.find(KVFerryMeters.DATAPATH_OPS_BY_SIZE).tags("le", "+Inf").functionCounter().count());
+        assertEquals(0, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "peer_lost"));
+        assertEquals(1, meters.find(KVFerryMeters.PEERS).tags("role", "prefill").gauge().value());
+        assertEquals(0, meters.find(KVFerryMeters.ROOMS).tags("role", "prefill", "state", "success").gauge().value(), "cleared rooms leave");
+
+        KVManagerInspection in = p.inspect();
+        assertEquals("prefill", in.role());
+        assertEquals(3, in.roomsConcluded());
+        assertEquals(bytes, in.bytesMoved());
+        assertEquals(1, in.peers().size());
+        assertEquals("tcp", in.peers().getFirst().dataPath());
+        KVManagerInspection din = d.inspect();
+        assertEquals(bytes, din.bytesMoved());
+        assertEquals("prefill rank 0", din.peers().getFirst().name());
+        p.close();
+        d.close();
+        assertEquals(null, meters.find(KVFerryMeters.ROOMS).gauge(), "a torn-down manager's gauges go with it");
+    }
+
+    @Test
+    void roomsInFlightShowWithTheirStateAndAgeAndFailuresByKindAndStage() {
+        AtomicLong now = new AtomicLong(1_000_000_000L);
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefillWith(pm, cfg(1, 0).meterRegistry(meters).ticker(now::get).bootstrapTimeout(Duration.ofSeconds(10)).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).meterRegistry(meters).build(), 0, PAGE_SIZE);
+        // A room no decode asks for stays Bootstrapping, is listed as in flight, then times out.
+        KVSender lonely = p.createSender(addr, 77);
+        assertEquals(KVPoll.Bootstrapping, lonely.poll());
+        KVManagerInspection in = p.inspect();
+        assertEquals(1, in.roomsByState().get("Bootstrapping"));
+        assertEquals(77, in.oldestRooms().getFirst().room());
+        assertEquals("Bootstrapping", in.oldestRooms().getFirst().state());
+        assertEquals(1, meters.find(KVFerryMeters.ROOMS).tags("role", "prefill", "state", "bootstrapping").gauge().value());
+        now.addAndGet(Duration.ofSeconds(11).toNanos());
+        assertEquals(KVPoll.Failed, lonely.poll());
+        assertEquals(1, counter(KVFerryMeters.BOOTSTRAP_FAILED, "role", "prefill", "kind", "bootstrap_timeout"));
+        assertEquals(1, counter(KVFerryMeters.TIMEOUTS, "role", "prefill", "stage", "bootstrapping"));
+        // An abort on the decode after its metadata went out: both sides count it, by kind.
+        KVReceiver r = d.createReceiver(addr, 78);
+        r.init(0);
+        KVSender s = p.createSender(addr, 78);
+        r.sendMetadata(new int[]{1, 2}, 0, new int[][]{{0}}, 0);
+        await(s::poll, KVPoll.WaitingForInput);
+        r.abort();
+        assertEquals(KVPoll.Failed, r.poll());
+        await(s::poll, KVPoll.Failed);
+        assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "aborted")); // failed on this thread
+        assertEquals(1, counter(KVFerryMeters.ABORTS, "role", "decode"));
+        // The prefill's reader failed the room; its telemetry hears of it just after the status changed.
+        eventually(() -> counter(KVFerryMeters.TRANSFER_FAILED, "role", "prefill", "kind", "aborted") == 1
+                && p.inspect().recentFailures().getFirst().room() == 78, "the prefill recorded the abort");
+        KVManagerInspection.Failure last = p.inspect().recentFailures().getFirst();
+        assertEquals(78, last.room());
+        assertEquals("aborted", last.kind());
+        assertEquals("waiting_for_input", last.stage());
+        assertTrue(last.peer().contains("127.0.0.1"), last.peer());
+        assertEquals(2L, p.inspect().failuresByKind().values().stream().mapToLong(Long::longValue).sum());
+        lonely.clear();
+        s.clear();
+        r.clear();
+    }
+
+    @Test
+    void aNewlineInAPrefillsFailureReasonCannotForgeALogLine() throws Exception {
+        // A prefill rank of our own making: it registers, accepts the decode's HELLO, and answers the room's
+        // metadata with a Failed status whose reason carries a line break and a fake failure line.
+        TestRank dm = rank();
+        String forged = "boom\n[main] WARN io.kvferry.failures - room failed: room=666 kind=forged";
+        try (ServerSocketChannel listener = ServerSocketChannel.open()) {
+            listener.bind(new InetSocketAddress("127.0.0.1", 0));
+            int port = ((InetSocketAddress) listener.getLocalAddress()).getPort();
+            try (BootstrapClient c = new BootstrapClient(addr, TOKEN)) {
+                c.registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, "127.0.0.1", port, PAGE_SIZE, dm.args(0, PAGE_SIZE)
+                        .kvCacheDtypeStr, null, false, null));
+            }
+            Thread fake = Thread.ofPlatform().daemon().start(() -> {
+                try (ControlConnection conn = new ControlConnection(listener.accept())) {
+                    acceptAsPrefill(conn);
+                    TransferInfo info = (TransferInfo) conn.read();
+                    conn.send(new Status(info.room(), KVPoll.Failed, FailureKind.TRANSFER_ERROR, 0, forged));
+                    conn.read(); // until the decode closes
+                } catch (Exception ignored) {
+                    // the decode hung up
+                }
+            });
+            ByteArrayOutputStream captured = new ByteArrayOutputStream();
+            PrintStream original = System.err;
+            System.setErr(new PrintStream(captured, true, StandardCharsets.UTF_8));
+            try {
+                KVManager d = decode(dm, "tcp", cfg(1, 0).meterRegistry(meters).build(), 0, PAGE_SIZE);
+                KVReceiver r = d.createReceiver(addr, 5);
+                r.init(0);
+                r.sendMetadata(new int[]{1}, 0, new int[][]{{0}}, 0);
+                await(r::poll, KVPoll.Failed);
+                eventually(() -> !d.inspect().recentFailures().isEmpty(), "the decode recorded the failure");
+                String reason = d.inspect().recentFailures().getFirst().reason();
+                assertFalse(reason.contains("\n"), reason);
+                assertTrue(reason.contains("boom\\n[main] WARN"), reason);
+                String msg = failure(r::failureException);
+                assertFalse(msg.contains("\n"), "the exception the scheduler logs is one line too: " + msg);
+                d.close();
+            } finally {
+                System.setErr(original);
+            }
+            fake.join(5000);
+            String log = captured.toString(StandardCharsets.UTF_8);
+            assertTrue(log.contains("room failed: room=5 role=decode"), log);
+            for (String line : log.split("\n")) {
+                assertFalse(line.startsWith("[main] WARN io.kvferry.failures - room failed: room=666"), "forged line: " + line);
+            }
+            assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "transfer_error"));
+        }
+    }
+}

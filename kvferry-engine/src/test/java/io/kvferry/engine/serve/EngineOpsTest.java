@@ -1,0 +1,67 @@
+package io.kvferry.engine.serve;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The engine roles serve /metrics and /status.json on their HTTP ports; the prefill role's registry serves the cluster page. */
+@Timeout(120)
+class EngineOpsTest {
+    private final HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+
+    private HttpResponse<String> send(HttpRequest.Builder b) throws Exception {
+        return http.send(b.timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    private String get(String url) throws Exception {
+        HttpResponse<String> r = send(HttpRequest.newBuilder(URI.create(url)).GET());
+        assertEquals(200, r.statusCode(), url + ": " + r.body());
+        return r.body();
+    }
+
+    @Test
+    void eachRoleServesItsMetricsAndStatusAndTheRegistryTheCluster() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        int bootstrapPort;
+        try (ServerSocket s = new ServerSocket(0)) {
+            bootstrapPort = s.getLocalPort();
+        }
+        Roles.Options o = new Roles.Options(model, ModelVariant.LLAMA, 1, 1, 16, 256, 8, 32, "tcp", "127.0.0.1", 0, bootstrapPort,
+                "ops-test");
+        try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o.withPorts(0, 0));
+             Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
+            HttpResponse<String> done = send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}")));
+            assertEquals(200, done.statusCode(), done.body());
+            String pm = get("http://127.0.0.1:" + prefill.port() + "/metrics");
+            assertTrue(pm.contains("kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\",dp_rank=\"0\",pp_rank=\"0\",role=\"prefill\","
+                    + "tp_rank=\"0\",transport=\"tcp\"} 1"), pm);
+            String dm = get("http://127.0.0.1:" + decode.port() + "/metrics");
+            assertTrue(dm.contains("kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\",dp_rank=\"0\",pp_rank=\"0\",role=\"decode\","), dm);
+            JsonNode ds = new ObjectMapper().readTree(get("http://127.0.0.1:" + decode.port() + "/status.json"));
+            assertEquals("engine-decode", ds.path("role").asText());
+            assertEquals(1, ds.path("ranks").get(0).path("rooms_concluded").asInt());
+            JsonNode cluster = new ObjectMapper().readTree(get("http://127.0.0.1:" + bootstrapPort + "/status.json"));
+            assertEquals("cluster", cluster.path("kind").asText());
+            assertEquals(1, cluster.path("prefill_ranks").size());
+            assertEquals("local", cluster.path("processes").get(0).path("url").asText());
+            assertEquals("engine-prefill", cluster.path("processes").get(0).path("status").path("role").asText());
+            assertEquals(404, send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + bootstrapPort + "/metrics")).GET()).statusCode(),
+                    "the prefill role's metrics are on its engine port only: one scrape target per process");
+        }
+    }
+}

@@ -1,0 +1,187 @@
+package io.kvferry.ops;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.metrics.LogSafe;
+import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.registry.PrefillServerInfo;
+
+import java.io.UncheckedIOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Executors;
+import java.util.function.Supplier;
+
+/**
+ * The cluster as the bootstrap registry sees it, for its status page and {@code kvferry status}: the
+ * instance's topology, every registered prefill rank (dp, cp, tp, pp, endpoint), and the status document
+ * of each rank's process, fetched from the {@code kvferry_status_url} the rank registered (each distinct
+ * URL once, all at once, each within {@link #FETCH_TIMEOUT}); a process that does not answer is listed
+ * with the error. Totals add up the processes that answered.
+ */
+public final class ClusterStatus implements Supplier<ObjectNode> {
+    static final Duration FETCH_TIMEOUT = Duration.ofMillis(1500);
+
+    private final BootstrapRegistryServer registry;
+    private final HttpClient http;
+    /** Status documents to include besides the registered ranks' (copy-on-write: the page reads it while a launcher adds). */
+    private final List<String> extraUrls = new CopyOnWriteArrayList<>();
+    /** Processes in the registry's own process (a prefill engine role holds its registry), shown without a fetch. */
+    private final List<ProcessStatus> local = new CopyOnWriteArrayList<>();
+
+    /**
+     * @param extraUrls status documents to include besides the registered ranks' (e.g. the decode processes a
+     *                  launcher started, which do not register with a prefill's registry)
+     */
+    public ClusterStatus(BootstrapRegistryServer registry, List<String> extraUrls) {
+        this.registry = registry;
+        for (String u : extraUrls) watch(u);
+        // Its own executor: the client's dependent stages must not wait for the common pool, which an
+        // embedding process may keep busy (a bench run on it held every status fetch until its timeout).
+        this.http = HttpClient.newBuilder().connectTimeout(FETCH_TIMEOUT).version(HttpClient.Version.HTTP_1_1)
+                .executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+    }
+
+    /** Also shows ranks that live in the registry's own process (no URL, no fetch: {@code "url": "local"}). */
+    public void local(ProcessStatus status) {
+        local.add(status);
+    }
+
+    /**
+     * Also shows the process whose status document is at {@code statusJsonUrl} (a decode process, which
+     * registers with no prefill registry). Idempotent.
+     */
+    public void watch(String statusJsonUrl) {
+        if (!statusJsonUrl.startsWith("http://") || !statusJsonUrl.endsWith("/status.json")) {
+            throw new IllegalArgumentException("a status document URL is http://HOST:PORT/status.json, not '" + statusJsonUrl + "'");
+        }
+        if (!extraUrls.contains(statusJsonUrl)) extraUrls.add(statusJsonUrl);
+    }
+
+    @Override
+    public ObjectNode get() {
+        ObjectNode doc = StatusJson.MAPPER.createObjectNode();
+        doc.put("kind", "cluster");
+        doc.put("registry", registry.host() + ":" + registry.port());
+        doc.put("now_ms", System.currentTimeMillis());
+        PrefillServerInfo topo = registry.topology();
+        if (topo == null) {
+            doc.putNull("topology");
+        } else {
+            ObjectNode t = doc.putObject("topology");
+            t.put("attn_tp_size", topo.attnTpSize());
+            t.put("attn_cp_size", topo.attnCpSize());
+            t.put("dp_size", topo.dpSize());
+            t.put("pp_size", topo.ppSize());
+            t.put("page_size", topo.pageSize());
+            t.put("kv_cache_dtype", LogSafe.text(topo.kvCacheDtype()));
+            t.put("follow_bootstrap_room", topo.followBootstrapRoom());
+            t.put("expected", topo.totalRanks());
+            t.put("registered", registry.registeredRanks());
+            t.put("ready", registry.registeredRanks() >= topo.totalRanks());
+        }
+        ArrayNode ranks = doc.putArray("prefill_ranks");
+        Set<String> urls = new LinkedHashSet<>();
+        for (PrefillRankRegistration r : registry.registrations()) {
+            ObjectNode n = ranks.addObject();
+            n.put("dp", r.dpGroup());
+            n.put("cp", r.attnCpRank());
+            n.put("tp", r.attnTpRank());
+            n.put("pp", r.ppRank());
+            n.put("endpoint", r.rankIp() + ":" + r.rankPort());
+            if (r.kvferryStatusUrl() != null) {
+                n.put("status_url", r.kvferryStatusUrl());
+                urls.add(r.kvferryStatusUrl());
+            } else {
+                n.putNull("status_url");
+            }
+        }
+        urls.addAll(extraUrls);
+        ArrayNode processes = doc.putArray("processes");
+        Map<String, CompletableFuture<HttpResponse<String>>> pending = new LinkedHashMap<>();
+        for (String u : urls) {
+            HttpRequest req = HttpRequest.newBuilder(URI.create(u)).timeout(FETCH_TIMEOUT).GET().build();
+            pending.put(u, http.sendAsync(req, HttpResponse.BodyHandlers.ofString()));
+        }
+        long bytes = 0, concluded = 0, peers = 0;
+        Map<String, Long> byState = new TreeMap<>(), byKind = new TreeMap<>();
+        List<Map.Entry<String, CompletableFuture<JsonNode>>> all = new ArrayList<>();
+        for (ProcessStatus l : local) all.add(Map.entry("local", CompletableFuture.completedFuture(l.get())));
+        for (Map.Entry<String, CompletableFuture<HttpResponse<String>>> e : pending.entrySet()) {
+            all.add(Map.entry(e.getKey(), e.getValue().thenApply(ClusterStatus::parse)));
+        }
+        for (Map.Entry<String, CompletableFuture<JsonNode>> e : all) {
+            ObjectNode p = processes.addObject();
+            p.put("url", e.getKey());
+            try {
+                JsonNode status = e.getValue().get();
+                if (!"process".equals(status.path("kind").asText())) throw new IllegalStateException("not a process status document");
+                p.put("ok", true);
+                p.set("status", status);
+                JsonNode tot = status.path("totals");
+                bytes += tot.path("bytes").asLong();
+                concluded += tot.path("rooms_concluded").asLong();
+                peers += tot.path("peers").asLong();
+                addAll(byState, tot.path("rooms_by_state"));
+                addAll(byKind, tot.path("failures_by_kind"));
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+                p.put("ok", false);
+                p.put("error", "interrupted");
+            } catch (Exception ex) {
+                Throwable c = ex.getCause() != null ? ex.getCause() : ex;
+                p.put("ok", false);
+                p.put("error", LogSafe.text(c.getMessage() != null ? c.getMessage() : c.getClass().getSimpleName()));
+            }
+        }
+        ObjectNode totals = doc.putObject("totals");
+        totals.put("bytes", bytes);
+        totals.put("rooms_concluded", concluded);
+        totals.put("peers", peers);
+        totals.set("rooms_by_state", StatusJson.MAPPER.valueToTree(byState));
+        totals.set("failures_by_kind", StatusJson.MAPPER.valueToTree(byKind));
+        return doc;
+    }
+
+    private static JsonNode parse(HttpResponse<String> resp) {
+        if (resp.statusCode() != 200) throw new IllegalStateException("HTTP " + resp.statusCode());
+        try {
+            return StatusJson.MAPPER.readTree(resp.body());
+        } catch (JsonProcessingException e) {
+            throw new UncheckedIOException("not JSON: " + e.getOriginalMessage(), e);
+        }
+    }
+
+    private static void addAll(Map<String, Long> into, JsonNode counts) {
+        for (Iterator<Map.Entry<String, JsonNode>> it = counts.fields(); it.hasNext(); ) {
+            Map.Entry<String, JsonNode> f = it.next();
+            into.merge(f.getKey(), f.getValue().asLong(), Long::sum);
+        }
+    }
+
+    /** The distinct status URLs this view fetches, in order (for tests). */
+    List<String> urls() {
+        List<String> out = new ArrayList<>();
+        for (PrefillRankRegistration r : registry.registrations()) {
+            if (r.kvferryStatusUrl() != null && !out.contains(r.kvferryStatusUrl())) out.add(r.kvferryStatusUrl());
+        }
+        for (String u : extraUrls) if (!out.contains(u)) out.add(u);
+        return out;
+    }
+}

@@ -1,0 +1,116 @@
+package io.kvferry.ops;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
+import com.sun.net.httpserver.HttpServer;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.function.Supplier;
+
+/**
+ * The operating routes of a kvferry process, as JDK {@link HttpHandler}s so they can be served on a
+ * port of their own ({@link OpsServer}), on the bootstrap registry's port (its {@code mount}), or on an
+ * engine's HTTP server: {@code /metrics} (Prometheus text), {@code /status} (the page: plain HTML and
+ * JavaScript, no build step), {@code /status.js}, {@code /status.css} and {@code /status.json}.
+ */
+public final class OpsHandlers {
+    private static final String WEB = "/io/kvferry/ops/web/";
+    private static final Map<String, String> ASSETS = Map.of(
+            "/status", "status.html", "/status.js", "status.js", "/status.css", "status.css");
+
+    private OpsHandlers() {}
+
+    /** Every route: path → handler. */
+    public static Map<String, HttpHandler> routes(PrometheusMeterRegistry registry, Supplier<? extends JsonNode> status) {
+        return Map.of("/metrics", metrics(registry), "/status", asset("status.html"), "/status.js", asset("status.js"),
+                "/status.css", asset("status.css"), "/status.json", json(status));
+    }
+
+    /** Adds every route to an HTTP server (e.g. an engine's). */
+    public static void install(HttpServer server, PrometheusMeterRegistry registry, Supplier<? extends JsonNode> status) {
+        routes(registry, status).forEach(server::createContext);
+    }
+
+    /** {@code GET /metrics}: the registry's scrape in the Prometheus text format (0.0.4). */
+    public static HttpHandler metrics(PrometheusMeterRegistry registry) {
+        return ex -> {
+            if (!readOnly(ex)) return;
+            send(ex, 200, "text/plain; version=0.0.4; charset=utf-8", registry.scrape().getBytes(StandardCharsets.UTF_8));
+        };
+    }
+
+    /** {@code GET /status.json}: the document the supplier builds now. */
+    public static HttpHandler json(Supplier<? extends JsonNode> status) {
+        return ex -> {
+            if (!readOnly(ex)) return;
+            byte[] body = StatusJson.MAPPER.writeValueAsBytes(status.get());
+            ex.getResponseHeaders().set("Cache-Control", "no-store");
+            send(ex, 200, "application/json; charset=utf-8", body);
+        };
+    }
+
+    /** A page file from this module's resources. */
+    public static HttpHandler asset(String name) {
+        byte[] body = load(name);
+        String type = name.endsWith(".html") ? "text/html; charset=utf-8"
+                : name.endsWith(".js") ? "text/javascript; charset=utf-8" : "text/css; charset=utf-8";
+        return ex -> {
+            if (!readOnly(ex)) return;
+            send(ex, 200, type, body);
+        };
+    }
+
+    /** The page's files by route (for tests). */
+    static Map<String, String> assets() {
+        return ASSETS;
+    }
+
+    static byte[] load(String name) {
+        try (InputStream in = OpsHandlers.class.getResourceAsStream(WEB + name)) {
+            if (in == null) throw new IllegalStateException("status page resource " + WEB + name + " is missing from the build");
+            return in.readAllBytes();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** GET and HEAD only, and only the exact path (the JDK server matches prefixes); else 405 / 404 is sent. */
+    private static boolean readOnly(HttpExchange ex) throws IOException {
+        String m = ex.getRequestMethod();
+        if (!m.equals("GET") && !m.equals("HEAD")) {
+            ex.getResponseHeaders().set("Allow", "GET, HEAD");
+            send(ex, 405, "text/plain; charset=utf-8", "Method not allowed".getBytes(StandardCharsets.UTF_8));
+            return false;
+        }
+        String path = ex.getRequestURI().getRawPath();
+        String ctx = ex.getHttpContext().getPath();
+        if (!path.equals(ctx) && !ctx.equals("/")) {
+            send(ex, 404, "text/plain; charset=utf-8", "Not found".getBytes(StandardCharsets.UTF_8));
+            return false;
+        }
+        return true;
+    }
+
+    static void send(HttpExchange ex, int status, String type, byte[] body) throws IOException {
+        try {
+            ex.getResponseHeaders().set("Content-Type", type);
+            if (ex.getRequestMethod().equals("HEAD")) {
+                ex.sendResponseHeaders(status, -1);
+                return;
+            }
+            ex.sendResponseHeaders(status, body.length);
+            try (OutputStream out = ex.getResponseBody()) {
+                out.write(body);
+            }
+        } finally {
+            ex.close();
+        }
+    }
+}

@@ -1,0 +1,207 @@
+package io.kvferry.ops;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.time.Instant;
+import java.time.ZoneId;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * {@code kvferry status}: reads a registry's {@code /status.json} (or a process's) and renders the
+ * same view as the status page, as text for a terminal.
+ */
+public final class StatusClient {
+    private static final DateTimeFormatter TIME = DateTimeFormatter.ofPattern("HH:mm:ss").withZone(ZoneId.systemDefault());
+
+    private StatusClient() {}
+
+    /** Thrown with a message for the operator (unreachable, not kvferry's, bad answer). */
+    public static final class StatusException extends Exception {
+        public StatusException(String message) {
+            super(message);
+        }
+    }
+
+    /**
+     * GET {@code http://ADDR/status.json}.
+     *
+     * @param addr {@code host:port} of a bootstrap registry (or of a process's status endpoint)
+     */
+    public static JsonNode fetch(String addr, Duration timeout) throws StatusException, InterruptedException {
+        String base = addr.startsWith("http://") ? addr : "http://" + addr;
+        URI uri;
+        try {
+            uri = URI.create(base.replaceAll("/+$", "") + "/status.json");
+        } catch (IllegalArgumentException e) {
+            throw new StatusException("'" + addr + "' is not HOST:PORT: " + e.getMessage());
+        }
+        HttpClient http = HttpClient.newBuilder().connectTimeout(timeout).build();
+        HttpResponse<String> resp;
+        try {
+            resp = http.send(HttpRequest.newBuilder(uri).timeout(timeout).GET().build(), HttpResponse.BodyHandlers.ofString());
+        } catch (IOException e) {
+            throw new StatusException("cannot reach " + uri + ": " + (e.getMessage() == null ? e.getClass().getSimpleName() : e.getMessage()));
+        }
+        if (resp.statusCode() == 404) {
+            throw new StatusException(uri + " answered 404: that registry serves no kvferry status (an SGLang registry, "
+                    + "or a kvferry older than the status page); GET /route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1"
+                    + "&target_pp_rank=-1 still shows its topology");
+        }
+        if (resp.statusCode() != 200) throw new StatusException(uri + " answered HTTP " + resp.statusCode());
+        try {
+            JsonNode doc = StatusJson.MAPPER.readTree(resp.body());
+            String kind = doc.path("kind").asText();
+            if (!kind.equals("cluster") && !kind.equals("process")) throw new StatusException(uri + " is not a kvferry status document");
+            return doc;
+        } catch (IOException e) {
+            throw new StatusException(uri + " answered something that is not JSON: " + e.getMessage());
+        }
+    }
+
+    /** The terminal view of a cluster or process document. */
+    public static String render(JsonNode doc) {
+        StringBuilder b = new StringBuilder();
+        List<JsonNode> processes = new ArrayList<>();
+        if (doc.path("kind").asText().equals("cluster")) {
+            b.append("kvferry cluster at registry ").append(doc.path("registry").asText()).append('\n');
+            JsonNode t = doc.path("topology");
+            if (t.isNull() || t.isMissingNode()) {
+                b.append("topology: no prefill rank registered yet\n");
+            } else {
+                b.append(String.format("topology: tp %d  cp %d  dp %d  pp %d  page_size %d  dtype %s  registered %d/%d%s%n",
+                        t.path("attn_tp_size").asInt(), t.path("attn_cp_size").asInt(), t.path("dp_size").asInt(),
+                        t.path("pp_size").asInt(), t.path("page_size").asInt(), t.path("kv_cache_dtype").asText(),
+                        t.path("registered").asInt(), t.path("expected").asInt(), t.path("ready").asBoolean() ? " (ready)" : " (not ready)"));
+            }
+            b.append("\nprefill ranks\n");
+            Table ranks = new Table("dp", "cp", "tp", "pp", "endpoint", "status");
+            for (JsonNode r : doc.path("prefill_ranks")) {
+                ranks.row(r.path("dp").asText(), r.path("cp").asText(), r.path("tp").asText(), r.path("pp").asText(),
+                        r.path("endpoint").asText(), r.path("status_url").isNull() ? "-" : r.path("status_url").asText());
+            }
+            b.append(ranks);
+            b.append("\nprocesses\n");
+            Table procs = new Table("url", "role", "ranks", "state");
+            for (JsonNode p : doc.path("processes")) {
+                boolean ok = p.path("ok").asBoolean();
+                procs.row(p.path("url").asText(), ok ? p.path("status").path("role").asText() : "-",
+                        ok ? Integer.toString(p.path("status").path("ranks").size()) : "-", ok ? "up" : "DOWN: " + p.path("error").asText());
+                if (ok) processes.add(p.path("status"));
+            }
+            b.append(procs);
+        } else {
+            b.append("kvferry ").append(doc.path("role").asText()).append(" process ").append(doc.path("pid").asText()).append('\n');
+            processes.add(doc);
+        }
+        JsonNode totals = doc.path("totals");
+        b.append(String.format("%nrooms by state: %s   concluded: %d   bytes moved: %s%n", counts(totals.path("rooms_by_state")),
+                totals.path("rooms_concluded").asLong(), bytes(totals.path("bytes").asLong())));
+        b.append("failures by kind: ").append(counts(totals.path("failures_by_kind"))).append('\n');
+
+        Table peers = new Table("rank", "peer", "address", "data path", "rooms", "silent ms");
+        Table rooms = new Table("rank", "room", "state", "age ms", "in state ms", "peers");
+        List<String[]> oldest = new ArrayList<>();
+        List<JsonNode[]> failures = new ArrayList<>();
+        for (JsonNode p : processes) {
+            for (JsonNode r : p.path("ranks")) {
+                String rank = rankName(r);
+                for (JsonNode peer : r.path("peers")) {
+                    peers.row(rank, peer.path("name").asText(), peer.path("address").asText(), peer.path("data_path").asText(),
+                            peer.path("rooms").asText(), peer.path("silent_millis").asText());
+                }
+                for (JsonNode room : r.path("oldest_rooms")) {
+                    oldest.add(new String[]{rank, room.path("room").asText(), room.path("state").asText(), room.path("age_millis").asText(),
+                            room.path("in_state_millis").asText(), room.path("peers").asText()});
+                }
+                for (JsonNode f : r.path("recent_failures")) failures.add(new JsonNode[]{r, f});
+            }
+        }
+        b.append("\npeers\n").append(peers.isEmpty() ? "  (none)\n" : peers.toString());
+        oldest.sort(Comparator.comparingLong((String[] a) -> Long.parseLong(a[3])).reversed());
+        for (String[] a : oldest.subList(0, Math.min(oldest.size(), 10))) rooms.row(a);
+        b.append("\noldest rooms in flight\n").append(rooms.isEmpty() ? "  (none)\n" : rooms.toString());
+        failures.sort(Comparator.comparingLong((JsonNode[] a) -> a[1].path("at_epoch_millis").asLong()).reversed());
+        Table fails = new Table("time", "rank", "room", "kind", "stage", "peer", "reason");
+        for (JsonNode[] f : failures.subList(0, Math.min(failures.size(), 10))) {
+            fails.row(TIME.format(Instant.ofEpochMilli(f[1].path("at_epoch_millis").asLong())), rankName(f[0]), f[1].path("room").asText(),
+                    f[1].path("kind").asText(), f[1].path("stage").asText(), f[1].path("peer").asText(), clip(f[1].path("reason").asText(), 100));
+        }
+        b.append("\nrecent failures\n").append(fails.isEmpty() ? "  (none)\n" : fails.toString());
+        return b.toString();
+    }
+
+    private static String rankName(JsonNode r) {
+        return r.path("role").asText() + " tp" + r.path("tp_rank").asInt() + " pp" + r.path("pp_rank").asInt()
+                + " dp" + r.path("dp_rank").asInt() + (r.path("cp_rank").asInt() != 0 ? " cp" + r.path("cp_rank").asInt() : "");
+    }
+
+    private static String counts(JsonNode n) {
+        if (!n.fields().hasNext()) return "none";
+        StringBuilder b = new StringBuilder();
+        for (Iterator<Map.Entry<String, JsonNode>> it = n.fields(); it.hasNext(); ) {
+            Map.Entry<String, JsonNode> f = it.next();
+            if (!b.isEmpty()) b.append("  ");
+            b.append(f.getKey()).append(' ').append(f.getValue().asLong());
+        }
+        return b.toString();
+    }
+
+    static String bytes(long n) {
+        if (n < 1_000_000) return n + " B";
+        if (n < 1_000_000_000L) return String.format("%.1f MB", n / 1e6);
+        return String.format("%.2f GB", n / 1e9);
+    }
+
+    private static String clip(String s, int n) {
+        return s.length() <= n ? s : s.substring(0, n - 1) + "…";
+    }
+
+    /** A plain text table with columns as wide as their widest cell. */
+    private static final class Table {
+        private final String[] header;
+        private final List<String[]> rows = new ArrayList<>();
+
+        Table(String... header) {
+            this.header = header;
+        }
+
+        void row(String... cells) {
+            rows.add(cells);
+        }
+
+        boolean isEmpty() {
+            return rows.isEmpty();
+        }
+
+        @Override
+        public String toString() {
+            int[] w = new int[header.length];
+            for (int i = 0; i < w.length; i++) w[i] = header[i].length();
+            for (String[] r : rows) for (int i = 0; i < w.length; i++) w[i] = Math.max(w[i], r[i].length());
+            StringBuilder b = new StringBuilder();
+            line(b, header, w);
+            for (String[] r : rows) line(b, r, w);
+            return b.toString();
+        }
+
+        private static void line(StringBuilder b, String[] cells, int[] w) {
+            b.append("  ");
+            for (int i = 0; i < cells.length; i++) {
+                b.append(cells[i]);
+                if (i < cells.length - 1) b.append(" ".repeat(w[i] - cells[i].length() + 2));
+            }
+            b.append('\n');
+        }
+    }
+}

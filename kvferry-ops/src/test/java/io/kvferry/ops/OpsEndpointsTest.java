@@ -1,0 +1,171 @@
+package io.kvferry.ops;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.registry.RegistryException;
+import io.kvferry.registry.RegistryOptions;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** The operating routes on a process's own port and on the registry's, and the cluster view behind them. */
+class OpsEndpointsTest {
+    private static final String TOKEN = "ops-token";
+    private final HttpClient http = HttpClient.newHttpClient();
+    private final List<AutoCloseable> closeables = new ArrayList<>();
+
+    @AfterEach
+    void close() throws Exception {
+        for (int i = closeables.size() - 1; i >= 0; i--) closeables.get(i).close();
+    }
+
+    private HttpResponse<String> get(String url) throws Exception {
+        return http.send(HttpRequest.newBuilder(URI.create(url)).timeout(Duration.ofSeconds(10)).GET().build(),
+                HttpResponse.BodyHandlers.ofString());
+    }
+
+    private OpsServer processEndpoint(PrometheusMeterRegistry r, String role) {
+        ProcessStatus status = new ProcessStatus(role);
+        OpsServer s = OpsServer.start("127.0.0.1", 0, r, status);
+        closeables.add(s);
+        return s;
+    }
+
+    @Test
+    void aProcessServesItsMetricsPageAndStatusDocument() throws Exception {
+        PrometheusMeterRegistry r = Ops.newRegistry();
+        Counter.builder("kvferry_test_things").register(r).increment(3);
+        OpsServer s = processEndpoint(r, "prefill");
+        HttpResponse<String> metrics = get(s.baseUrl() + "/metrics");
+        assertEquals(200, metrics.statusCode());
+        assertTrue(metrics.headers().firstValue("Content-Type").orElse("").startsWith("text/plain; version=0.0.4"));
+        assertTrue(metrics.body().contains("kvferry_test_things_total 3.0"), metrics.body());
+        assertTrue(metrics.body().contains("jvm_memory_used_bytes"), "the JVM's basics are bound too");
+        HttpResponse<String> page = get(s.baseUrl() + "/status");
+        assertEquals(200, page.statusCode());
+        assertTrue(page.body().contains("<script src=\"status.js\">"), page.body());
+        assertTrue(get(s.baseUrl() + "/status.js").body().contains("function render(doc)"));
+        assertTrue(get(s.baseUrl() + "/status.css").headers().firstValue("Content-Type").orElse("").startsWith("text/css"));
+        JsonNode doc = StatusJson.MAPPER.readTree(get(s.baseUrl() + "/status.json").body());
+        assertEquals("process", doc.path("kind").asText());
+        assertEquals("prefill", doc.path("role").asText());
+        assertEquals(0, doc.path("ranks").size());
+        assertEquals(404, get(s.baseUrl() + "/statusx").statusCode());
+        HttpResponse<String> post = http.send(HttpRequest.newBuilder(URI.create(s.baseUrl() + "/metrics"))
+                .POST(HttpRequest.BodyPublishers.ofString("x")).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(405, post.statusCode());
+        assertEquals("http://127.0.0.1:" + s.port() + "/status.json", s.statusJsonUrl());
+    }
+
+    @Test
+    void theRegistryPageListsRegisteredRanksAndFetchesTheirProcesses() throws Exception {
+        BootstrapRegistryServer registry = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults(TOKEN));
+        closeables.add(registry);
+        PrometheusMeterRegistry metrics = Ops.newRegistry();
+        ClusterStatus cluster = RegistryOps.mount(registry, metrics, List.of());
+        String base = "http://127.0.0.1:" + registry.port();
+        JsonNode empty = StatusJson.MAPPER.readTree(get(base + "/status.json").body());
+        assertEquals("cluster", empty.path("kind").asText());
+        assertTrue(empty.path("topology").isNull());
+
+        OpsServer up = processEndpoint(Ops.newRegistry(), "prefill");
+        int dead;
+        try (ServerSocket s = new ServerSocket(0)) {
+            dead = s.getLocalPort(); // closed again: nothing listens there
+        }
+        String deadUrl = "http://127.0.0.1:" + dead + "/status.json";
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + registry.port(), TOKEN)) {
+            c.registerRank(reg(0, 5000, up.statusJsonUrl()));
+            c.registerRank(reg(1, 5001, deadUrl));
+            RegistryException bad = assertThrows(RegistryException.class, () -> c.registerRank(reg(1, 5001, "http://evil/x?y")));
+            assertEquals(400, bad.statusCode());
+            assertTrue(bad.getMessage().contains("kvferry_status_url"), bad.getMessage());
+        }
+        cluster.watch(up.statusJsonUrl()); // a decode process would be added like this; the same URL is fetched once
+        JsonNode doc = StatusJson.MAPPER.readTree(get(base + "/status.json").body());
+        assertEquals(2, doc.path("topology").path("registered").asInt());
+        assertTrue(doc.path("topology").path("ready").asBoolean());
+        assertEquals(2, doc.path("prefill_ranks").size());
+        assertEquals("127.0.0.1:5000", doc.path("prefill_ranks").get(0).path("endpoint").asText());
+        assertEquals(up.statusJsonUrl(), doc.path("prefill_ranks").get(0).path("status_url").asText());
+        assertEquals(2, doc.path("processes").size(), doc.toString());
+        JsonNode ok = doc.path("processes").get(0), down = doc.path("processes").get(1);
+        assertTrue(ok.path("ok").asBoolean(), ok.toString());
+        assertEquals("prefill", ok.path("status").path("role").asText());
+        assertFalse(down.path("ok").asBoolean());
+        assertEquals(deadUrl, down.path("url").asText());
+        assertFalse(down.path("error").asText().isEmpty());
+        // The registry's own metrics, and its page, on its own port; SGLang's routes untouched.
+        String scrape = get(base + "/metrics").body();
+        assertTrue(scrape.contains(RegistryOps.REGISTERED + " 2.0"), scrape);
+        assertTrue(scrape.contains(RegistryOps.EXPECTED + " 2.0"), scrape);
+        assertEquals(200, get(base + "/status").statusCode());
+        assertEquals("OK", get(base + "/health").body());
+        assertThrows(IllegalArgumentException.class, () -> registry.mount("/route", ex -> { }));
+        // The terminal view shows the same.
+        String text = StatusClient.render(StatusClient.fetch("127.0.0.1:" + registry.port(), Duration.ofSeconds(10)));
+        assertTrue(text.contains("registered 2/2 (ready)"), text);
+        assertTrue(text.contains("127.0.0.1:5001"), text);
+        assertTrue(text.contains("DOWN: "), text);
+    }
+
+    @Test
+    void statusOfARegistryWithoutThePageSaysSo() throws Exception {
+        BootstrapRegistryServer plain = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults(TOKEN));
+        closeables.add(plain);
+        StatusClient.StatusException e = assertThrows(StatusClient.StatusException.class,
+                () -> StatusClient.fetch("127.0.0.1:" + plain.port(), Duration.ofSeconds(5)));
+        assertTrue(e.getMessage().contains("404") && e.getMessage().contains("SGLang"), e.getMessage());
+        int closed;
+        try (ServerSocket s = new ServerSocket(0)) {
+            closed = s.getLocalPort();
+        }
+        int port = closed;
+        e = assertThrows(StatusClient.StatusException.class, () -> StatusClient.fetch("127.0.0.1:" + port, Duration.ofSeconds(5)));
+        assertTrue(e.getMessage().startsWith("cannot reach http://127.0.0.1:" + port), e.getMessage());
+    }
+
+    @Test
+    void aProcessDocumentRendersItsRanksRoomsAndFailures() throws Exception {
+        ObjectNode doc = (ObjectNode) StatusJson.MAPPER.readTree("""
+                {"kind":"process","role":"decode","pid":42,"now_ms":1,"uptime_ms":1,
+                 "ranks":[{"role":"decode","tp_rank":1,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"tcp","endpoint":null,
+                   "rooms_by_state":{"Transferring":1},"oldest_rooms":[{"room":9,"state":"Transferring","age_millis":1200,
+                   "in_state_millis":300,"peers":"prefill rank 0 at h:1"}],
+                   "recent_failures":[{"room":8,"kind":"peer_lost","stage":"transferring","reason":"Lost connection","peer":"p",
+                   "at_epoch_millis":1000}],"failures_by_kind":{"peer_lost":1},
+                   "peers":[{"name":"prefill rank 0","address":"h:1","data_path":"shm","rooms":1,"stripes":0,"silent_millis":5}],
+                   "bytes_moved":5000000,"rooms_concluded":3}],
+                 "totals":{"bytes":5000000,"rooms_concluded":3,"peers":1,"rooms_by_state":{"Transferring":1},
+                   "failures_by_kind":{"peer_lost":1}}}""");
+        String text = StatusClient.render(doc);
+        assertTrue(text.startsWith("kvferry decode process 42"), text);
+        assertTrue(text.contains("rooms by state: Transferring 1   concluded: 3   bytes moved: 5.0 MB"), text);
+        assertTrue(text.contains("failures by kind: peer_lost 1"), text);
+        assertTrue(text.contains("decode tp1 pp0 dp0  prefill rank 0  h:1"), text);
+        assertTrue(text.contains("9     Transferring  1200"), text);
+        assertTrue(text.contains("peer_lost  transferring"), text);
+    }
+
+    private static PrefillRankRegistration reg(int tp, int port, String statusUrl) {
+        return new PrefillRankRegistration(2, tp, 1, 0, 1, 0, 1, 0, 1, 0, "127.0.0.1", port, 16, "bf16", null, false, null, statusUrl);
+    }
+}
