@@ -7,11 +7,16 @@ import io.kvferry.testkit.RoleEvent;
 import io.kvferry.testkit.RoleReport;
 import io.kvferry.testkit.RoleRunner;
 
+import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.annotation.JsonProperty;
-import io.kvferry.KVFerry;
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.chaos.net.LinkImpairment;
+import io.kvferry.chaos.net.NetnsLink;
 
 import java.io.OutputStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.io.PrintStream;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
@@ -52,6 +57,11 @@ public final class ChaosRunner {
      * @param recovered  restart and partition: requests succeeded after the fault was over (null = not judged)
      * @param detected   partition: both sides failed the affected rooms while the link was still blackholed
      * @param cycles     fault cycles run (more than one with {@code --duration})
+     * @param checksum   the checksum mode both roles ran with (off, sampled, full)
+     * @param integrityFailures requests the decode failed with kind {@code integrity} (a checksum or byte-count mismatch)
+     * @param corruption corrupt: how bytes were damaged and whether the checksum mode's promise held (else null)
+     * @param hostile    hostile-peer: each attack's outcome and the prefill's memory and threads (else null)
+     * @param link       {@code --netns}: the link between the namespaces (else null)
      */
     public record Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
                          Map<String, Long> leaks,
@@ -59,12 +69,62 @@ public final class ChaosRunner {
                          @JsonProperty("recovered") Boolean recovered,
                          @JsonProperty("detected") Boolean detected,
                          int cycles,
-                         @JsonProperty("first_failures") List<String> firstFailures) {
-        /** hung, corrupted and leaked are 0; recovery and detection hold where they are judged. */
-        public boolean passed() {
-            return hung == 0 && corrupted == 0 && leaked == 0 && !Boolean.FALSE.equals(recovered)
-                    && !Boolean.FALSE.equals(detected);
+                         @JsonProperty("first_failures") List<String> firstFailures,
+                         String checksum,
+                         @JsonProperty("integrity_failures") int integrityFailures,
+                         @JsonInclude(JsonInclude.Include.NON_NULL) Corruption corruption,
+                         @JsonInclude(JsonInclude.Include.NON_NULL) Hostile hostile,
+                         @JsonInclude(JsonInclude.Include.NON_NULL) NetnsLink.Info link) {
+        public Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
+                      Map<String, Long> leaks, Map<String, Long> detectMs, Boolean recovered, Boolean detected, int cycles,
+                      List<String> firstFailures) {
+            this(scenario, requests, succeeded, failed, hung, corrupted, leaked, leaks, detectMs, recovered, detected, cycles,
+                    firstFailures, ChecksumMode.OFF.label(), 0, null, null, null);
         }
+
+        /**
+         * hung and leaked are 0; corrupted is 0 (corrupt: as its checksum mode promises, see {@link Corruption});
+         * recovery, detection and the hostile-peer bounds hold where they are judged.
+         */
+        public boolean passed() {
+            boolean bytesOk = corruption == null ? corrupted == 0 : corruption.holds();
+            return hung == 0 && leaked == 0 && bytesOk && !Boolean.FALSE.equals(recovered) && !Boolean.FALSE.equals(detected)
+                    && (hostile == null || hostile.holds());
+        }
+    }
+
+    /**
+     * What {@code corrupt} damaged and what the checksum mode promised.
+     *
+     * @param via      {@code proxy}: a byte flipped in a tcp WRITE payload between the links' ends;
+     *                 {@code hook}: the prefill's test hook flipped a source byte after its digest was taken (one-sided links)
+     * @param injected rooms damaged on purpose (known for the proxy; null for the hook)
+     * @param expect   {@code caught} (full: no damaged room succeeds, each fails with kind integrity),
+     *                 {@code shown} (off: damaged rooms succeed with wrong bytes, corrupted > 0),
+     *                 {@code sampled} (each damaged room is caught or, when its damage missed the sample, shows as corrupted)
+     * @param holds    whether the run kept that promise
+     */
+    public record Corruption(String via, Integer injected, String expect, boolean holds) {
+        Corruption plus(Corruption o) {
+            Integer n = injected == null || o.injected == null ? null : injected + o.injected;
+            return new Corruption(via, n, expect, holds && o.holds);
+        }
+    }
+
+    /**
+     * What {@code hostile-peer} did to the live prefill and what it cost it.
+     *
+     * @param rssMb   the prefill process's resident memory (MiB): before the attacks, the peak during them, after
+     * @param threads its thread count, likewise
+     * @param attacks each attack, what happened, and whether that is the refusal the issue asks for
+     * @param holds   every attack was refused as it should be and memory and threads stayed within bounds
+     */
+    public record Hostile(@JsonProperty("rss_mb") Usage rssMb, Usage threads, List<Attack> attacks, boolean holds) {
+        /** Before the first attack, the highest sample while they ran, and after they ended. */
+        public record Usage(long before, long peak, long after) {}
+
+        /** One attack: its name, what the prefill or registry did, and whether that is right. */
+        public record Attack(String name, String outcome, boolean ok) {}
     }
 
     /** Requests the decode must have concluded before the fault, so it lands on a working pair. */
@@ -80,6 +140,9 @@ public final class ChaosRunner {
     private final PrintStream progress;
     private final long faultAfterMillis;
     private long durationMillis;
+    /** --netns: the link's impairment and kind; null = everything on loopback. */
+    private LinkImpairment netem;
+    private NetnsLink.Kind netnsKind;
 
     /** @param faultAfterMillis extra delay before the fault, once the first requests concluded */
     public ChaosRunner(BenchConfig config, PrintStream progress, long faultAfterMillis) {
@@ -98,10 +161,23 @@ public final class ChaosRunner {
         return this;
     }
 
+    /**
+     * Runs the roles in two network namespaces joined by a link impaired as {@code impairment} says
+     * (registry and prefill in one, decode in the other); partition then takes the link down.
+     */
+    public ChaosRunner withNetns(LinkImpairment impairment, NetnsLink.Kind kind) {
+        this.netem = impairment;
+        this.netnsKind = kind;
+        return this;
+    }
+
     public Result run(String name) throws Exception {
         ChaosScenario scenario = ChaosScenarios.byName(name);
         if (scenario == null) {
             throw new IllegalArgumentException("unknown scenario '" + name + "'; this build runs " + SCENARIOS);
+        }
+        if (netnsKind != null && scenario.netnsUnsupported() != null) {
+            throw new IllegalArgumentException(name + " does not run with --netns: " + scenario.netnsUnsupported());
         }
         int minRequests = scenario.minRequests(config);
         if (config.workload().requests() < minRequests) {
@@ -130,7 +206,18 @@ public final class ChaosRunner {
         Map<String, Long> leaks = new LinkedHashMap<>(), detect = new LinkedHashMap<>();
         Boolean recovered = null, detected = null;
         List<String> failures = new ArrayList<>();
+        int integrity = 0;
+        Corruption corruption = null;
+        Hostile hostile = null;
         for (Result r : cycles) {
+            integrity += r.integrityFailures();
+            if (r.corruption() != null) corruption = corruption == null ? r.corruption() : corruption.plus(r.corruption());
+            if (r.hostile() != null) {
+                // the worst cycle's figures; every cycle's attacks must have been refused
+                boolean holds = (hostile == null || hostile.holds()) && r.hostile().holds();
+                Hostile worst = hostile == null || r.hostile().rssMb().peak() >= hostile.rssMb().peak() ? r.hostile() : hostile;
+                hostile = new Hostile(worst.rssMb(), worst.threads(), worst.attacks(), holds);
+            }
             requests += r.requests();
             ok += r.succeeded();
             failed += r.failed();
@@ -146,88 +233,108 @@ public final class ChaosRunner {
             if (r.detected() != null) detected = (detected == null || detected) && r.detected();
             for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(f);
         }
-        return new Result(cycles.get(0).scenario(), requests, ok, failed, hung, corrupted, leaked, leaks, detect, recovered,
-                detected, n, failures);
+        Result first = cycles.get(0);
+        return new Result(first.scenario(), requests, ok, failed, hung, corrupted, leaked, leaks, detect, recovered,
+                detected, n, failures, first.checksum(), integrity, corruption, hostile, first.link());
     }
 
     /** One load/fault cycle with fresh processes; cycle N > 0 runs the workload with seed + N (other rooms and faults). */
     private Result runOnce(ChaosScenario scenario, int cycle) throws Exception {
         BenchConfig config = this.config.faults().equals(BenchConfig.Faults.NONE)
-                ? this.config.withFaults(scenario.faults()) : this.config;
+                ? this.config.withFaults(scenario.faults(this.config)) : this.config;
         PrintStream quiet = progress != null ? progress : new PrintStream(OutputStream.nullOutputStream());
         List<FaultProxy> proxies = new ArrayList<>();
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, config.authToken())) {
-            String addr = "127.0.0.1:" + registry.port();
-            ChaosScenario.Setup setup = new ChaosScenario.Setup(config, proxies);
-            RoleOptions prefillOpts = scenario.prefillOptions(setup), decodeOpts = scenario.decodeOptions(setup);
-            List<String> seed = cycle == 0 ? List.of() : List.of("--seed", Long.toString(config.workload().seed() + cycle));
-            List<String> prefillArgs = concat(seed, prefillOpts.args());
-            List<String> decodeArgs = concat(seed, decodeOpts.args());
-            if (scenario.patientPrefill()) {
-                // No peer dies for good here, so no request may be lost to the short chaos bootstrap timeout: a slow decode
-                // must only slow its prefill down, and a restarted decode repeats the stream, so the prefill's waiting rooms
-                // must outlive its start-up (seconds on a loaded machine) instead of timing out 4 every 2 s.
-                prefillArgs = concat(prefillArgs, List.of("--bootstrap-timeout-ms",
-                        Long.toString(Math.max(config.bootstrapTimeoutMillis(), PATIENT_BOOTSTRAP_TIMEOUT_MS))));
-            }
-            Process prefill = RoleRunner.spawn("prefill", config, addr, ROLE_JVM_FLAGS, prefillArgs);
-            Process decode = RoleRunner.spawn("decode", config, addr, ROLE_JVM_FLAGS, decodeArgs);
-            ExecutorService exec = Executors.newFixedThreadPool(3);
-            List<Process> started = new ArrayList<>(List.of(prefill, decode));
-            try {
-                Future<List<RoleReport>> pf = exec.submit(() -> RoleRunner.readReports(prefill, "prefill", quiet,
-                        event -> onEndpoint(event, proxies)));
-                AtomicInteger concluded = new AtomicInteger(), succeeded = new AtomicInteger();
-                Future<List<RoleReport>> df = exec.submit(() -> RoleRunner.readReports(decode, "decode", quiet, event -> {
-                    if (!(event instanceof RoleEvent.Progress p)) return;
-                    succeeded.set(p.succeeded());
-                    concluded.set(p.concluded());
-                }));
-                // Strike mid-transfer: once the pair has concluded a few requests (or after the given time at most).
-                long strikeBy = System.nanoTime() + 60_000_000_000L;
-                while (concluded.get() < FAULT_AFTER_REQUESTS && System.nanoTime() < strikeBy) Thread.sleep(5);
-                Thread.sleep(faultAfterMillis);
-                ChaosScenario.Timeline t = new ChaosScenario.Timeline();
-                t.faultAt = System.currentTimeMillis();
-                t.concludedBeforeFault = concluded.get();
-                Restart restart = new Restart();
-                List<String> prefillArgsFinal = prefillArgs;
-                scenario.strike(new ChaosScenario.Strike() {
-                    public BenchConfig config() { return config; }
-                    public String registry() { return addr; }
-                    public Process prefill() { return prefill; }
-                    public Process decode() { return decode; }
-                    public AtomicInteger concluded() { return concluded; }
-                    public AtomicInteger succeeded() { return succeeded; }
-                    public List<FaultProxy> proxies() { return proxies; }
-                    public ChaosScenario.Timeline timeline() { return t; }
-                    public PrintStream log() { return quiet; }
-
-                    public void restart(boolean prefillSide) throws Exception {
-                        // Kill one side and start a fresh process behind the same registry; its peer keeps running.
-                        (prefillSide ? prefill : decode).destroyForcibly().waitFor(10, TimeUnit.SECONDS);
-                        Process fresh = RoleRunner.spawn(prefillSide ? "prefill" : "decode", config, addr, ROLE_JVM_FLAGS,
-                                prefillSide ? prefillArgsFinal : decodeArgs);
-                        started.add(fresh);
-                        restart.prefillSide = prefillSide;
-                        restart.reports = exec.submit(() -> RoleRunner.readReports(fresh, prefillSide ? "prefill" : "decode", quiet));
-                    }
-                });
-                long wait = Math.max(60_000, config.deadlineMillis() + 30_000);
-                List<RoleReport> pre = pf.get(wait, TimeUnit.MILLISECONDS);
-                List<RoleReport> dec = df.get(wait, TimeUnit.MILLISECONDS);
-                if (restart.reports != null) {
-                    List<RoleReport> fresh = restart.reports.get(wait, TimeUnit.MILLISECONDS);
-                    if (restart.prefillSide) pre = fresh;
-                    else dec = fresh;
-                }
-                return verdict(config, scenario, pre, dec, t);
+        Path prefillLog = scenario.keepsPrefillLog() ? Files.createTempFile("kvferry-chaos-prefill-", ".log") : null;
+        try (ChaosNetwork network = netnsKind == null ? ChaosNetwork.loopback() : ChaosNetwork.netns(netem, netnsKind)) {
+            if (network.isNetns()) quiet.println("[chaos] network namespaces: " + network.info());
+            try (KVBootstrapServer registry = network.startRegistry(config.authToken(), scenario.registryRequestTimeout())) {
+                return runOnce(scenario, cycle, config, quiet, proxies, network, registry, prefillLog);
             } finally {
-                exec.shutdownNow();
-                for (Process p : started) p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+                for (FaultProxy x : proxies) x.close();
             }
         } finally {
-            for (FaultProxy x : proxies) x.close();
+            if (prefillLog != null) Files.deleteIfExists(prefillLog);
+        }
+    }
+
+    private Result runOnce(ChaosScenario scenario, int cycle, BenchConfig config, PrintStream quiet, List<FaultProxy> proxies,
+                           ChaosNetwork network, KVBootstrapServer registry, Path prefillLog) throws Exception {
+        String addr = network.prefillHost() + ":" + registry.port();
+        ChaosScenario.Setup setup = new ChaosScenario.Setup(config, proxies, network);
+        RoleOptions prefillOpts = scenario.prefillOptions(setup), decodeOpts = scenario.decodeOptions(setup);
+        List<String> seed = cycle == 0 ? List.of() : List.of("--seed", Long.toString(config.workload().seed() + cycle));
+        List<String> prefillArgs = concat(seed, prefillOpts.args());
+        List<String> decodeArgs = concat(seed, decodeOpts.args());
+        if (network.isNetns()) prefillArgs = concat(prefillArgs, List.of("--host", network.prefillHost()));
+        if (scenario.patientPrefill()) {
+            // No peer dies for good here, so no request may be lost to the short chaos bootstrap timeout: a slow decode
+            // must only slow its prefill down, and a restarted decode repeats the stream, so the prefill's waiting rooms
+            // must outlive its start-up (seconds on a loaded machine) instead of timing out 4 every 2 s.
+            prefillArgs = concat(prefillArgs, List.of("--bootstrap-timeout-ms",
+                    Long.toString(Math.max(config.bootstrapTimeoutMillis(), PATIENT_BOOTSTRAP_TIMEOUT_MS))));
+        }
+        ProcessBuilder.Redirect prefillErr = prefillLog == null ? ProcessBuilder.Redirect.INHERIT
+                : ProcessBuilder.Redirect.appendTo(prefillLog.toFile());
+        Process prefill = RoleRunner.spawn("prefill", config, addr, ROLE_JVM_FLAGS, prefillArgs, network.launcher(true), prefillErr);
+        Process decode = RoleRunner.spawn("decode", config, addr, ROLE_JVM_FLAGS, decodeArgs, network.launcher(false),
+                ProcessBuilder.Redirect.INHERIT);
+        ExecutorService exec = Executors.newFixedThreadPool(3);
+        List<Process> started = new ArrayList<>(List.of(prefill, decode));
+        try {
+            Future<List<RoleReport>> pf = exec.submit(() -> RoleRunner.readReports(prefill, "prefill", quiet,
+                    event -> onEndpoint(event, proxies)));
+            AtomicInteger concluded = new AtomicInteger(), succeeded = new AtomicInteger();
+            Future<List<RoleReport>> df = exec.submit(() -> RoleRunner.readReports(decode, "decode", quiet, event -> {
+                if (!(event instanceof RoleEvent.Progress p)) return;
+                succeeded.set(p.succeeded());
+                concluded.set(p.concluded());
+            }));
+            // Strike mid-transfer: once the pair has concluded a few requests (or after the given time at most).
+            long strikeBy = System.nanoTime() + 60_000_000_000L;
+            while (concluded.get() < FAULT_AFTER_REQUESTS && System.nanoTime() < strikeBy) Thread.sleep(5);
+            Thread.sleep(faultAfterMillis);
+            ChaosScenario.Timeline t = new ChaosScenario.Timeline();
+            t.faultAt = System.currentTimeMillis();
+            t.concludedBeforeFault = concluded.get();
+            Restart restart = new Restart();
+            List<String> prefillArgsFinal = prefillArgs;
+            scenario.strike(new ChaosScenario.Strike() {
+                public BenchConfig config() { return config; }
+                public String registry() { return addr; }
+                public Process prefill() { return prefill; }
+                public Process decode() { return decode; }
+                public AtomicInteger concluded() { return concluded; }
+                public AtomicInteger succeeded() { return succeeded; }
+                public List<FaultProxy> proxies() { return proxies; }
+                public ChaosScenario.Timeline timeline() { return t; }
+                public PrintStream log() { return quiet; }
+                public ChaosNetwork network() { return network; }
+                public ChaosScenario.Setup setup() { return setup; }
+                public Path prefillLog() { return prefillLog; }
+
+                public void restart(boolean prefillSide) throws Exception {
+                    // Kill one side and start a fresh process behind the same registry; its peer keeps running.
+                    (prefillSide ? prefill : decode).destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+                    Process fresh = RoleRunner.spawn(prefillSide ? "prefill" : "decode", config, addr, ROLE_JVM_FLAGS,
+                            prefillSide ? prefillArgsFinal : decodeArgs, network.launcher(prefillSide),
+                            prefillSide ? prefillErr : ProcessBuilder.Redirect.INHERIT);
+                    started.add(fresh);
+                    restart.prefillSide = prefillSide;
+                    restart.reports = exec.submit(() -> RoleRunner.readReports(fresh, prefillSide ? "prefill" : "decode", quiet));
+                }
+            });
+            long wait = Math.max(60_000, config.deadlineMillis() + 30_000);
+            List<RoleReport> pre = pf.get(wait, TimeUnit.MILLISECONDS);
+            List<RoleReport> dec = df.get(wait, TimeUnit.MILLISECONDS);
+            if (restart.reports != null) {
+                List<RoleReport> fresh = restart.reports.get(wait, TimeUnit.MILLISECONDS);
+                if (restart.prefillSide) pre = fresh;
+                else dec = fresh;
+            }
+            return verdict(config, scenario, setup, pre, dec, t);
+        } finally {
+            exec.shutdownNow();
+            for (Process p : started) p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
         }
     }
 
@@ -249,8 +356,8 @@ public final class ChaosRunner {
         proxies.get(e.rank()).upstream(new InetSocketAddress(e.host(), e.port()));
     }
 
-    private Result verdict(BenchConfig config, ChaosScenario scenario, List<RoleReport> pre, List<RoleReport> dec,
-                           ChaosScenario.Timeline t) {
+    private Result verdict(BenchConfig config, ChaosScenario scenario, ChaosScenario.Setup setup, List<RoleReport> pre,
+                           List<RoleReport> dec, ChaosScenario.Timeline t) {
         int n = config.workload().requests();
         // After a decode restart the fresh decode repeats the stream: what the old one finished fails there
         // (the prefill already cleared those rooms); recovery means the fresh pair completed requests.
@@ -282,7 +389,7 @@ public final class ChaosRunner {
         Map<String, Long> detect = new LinkedHashMap<>();
         detect.put("prefill", scenario.detectsOnPrefill() ? firstFailureAfter(pre, t.faultAt) : null);
         detect.put("decode", scenario.detectsOnDecode() ? firstFailureAfter(dec, t.faultAt) : null);
-        ChaosScenario.Judgement j = new ChaosScenario.Judgement(pre, dec, judge, t, detect);
+        ChaosScenario.Judgement j = new ChaosScenario.Judgement(pre, dec, judge, t, detect, setup);
         scenario.judge(j);
         Map<String, Long> leakMap = new LinkedHashMap<>();
         leakMap.put("rooms", (long) leaks.rooms());
@@ -291,7 +398,8 @@ public final class ChaosRunner {
         leakMap.put("sockets", (long) leaks.sockets());
         leakMap.put("native_bytes", leaks.nativeBytes());
         return new Result(scenario.name(), n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, leakMap, detect,
-                j.recovered, j.detected, 1, failures.size() > 5 ? failures.subList(0, 5) : failures);
+                j.recovered, j.detected, 1, failures.size() > 5 ? failures.subList(0, 5) : failures, config.checksum().label(),
+                j.integrityFailures, j.corruption, j.hostile, setup.network.info());
     }
 
     /** Milliseconds from {@code since} to the first failure a side saw at or after it, or null when it saw none. */

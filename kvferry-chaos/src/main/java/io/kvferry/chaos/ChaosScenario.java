@@ -1,11 +1,14 @@
 package io.kvferry.chaos;
 
+import io.kvferry.api.FailureKind;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.RoleOptions;
 import io.kvferry.testkit.RoleReport;
 
 import java.io.IOException;
 import java.io.PrintStream;
+import java.nio.file.Path;
+import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -23,6 +26,19 @@ public interface ChaosScenario {
     /** Faults the drivers or the library inject all along (none for the process-level scenarios). */
     default BenchConfig.Faults faults() {
         return BenchConfig.Faults.NONE;
+    }
+
+    /** The faults for this run's configuration (a scenario may choose by transport); {@link #faults()} by default. */
+    default BenchConfig.Faults faults(BenchConfig config) {
+        return faults();
+    }
+
+    /**
+     * Null when the scenario can run with its roles in network namespaces ({@code --netns}), else why
+     * not (the harness would have to reach into the prefill's namespace itself).
+     */
+    default String netnsUnsupported() {
+        return null;
     }
 
     /** Requests the workload needs for this scenario to be judged (0 = any). */
@@ -68,15 +84,39 @@ public interface ChaosScenario {
     default void judge(Judgement judgement) {
     }
 
-    /** What a scenario may prepare before the roles start. */
+    /** The registry's request timeout for this scenario; null = the library default (10 s). */
+    default Duration registryRequestTimeout() {
+        return null;
+    }
+
+    /** Whether the prefill's standard error is written to a file the strike and verdict can read (else inherited). */
+    default boolean keepsPrefillLog() {
+        return false;
+    }
+
+    /** What a scenario may prepare before the roles start; per run, so it also carries the run's own state. */
     final class Setup {
         public final BenchConfig config;
         /** Proxies the scenario created; the harness points each at its rank and closes them. */
         public final List<FaultProxy> proxies;
+        /** Loopback, or the network namespaces and link of {@code --netns}. */
+        final ChaosNetwork network;
+        /** corrupt: the rooms the proxies damage (null when none do). */
+        WriteCorruption corruption;
+        /** hostile-peer: what the strike recorded (the verdict adds the legitimate requests and the bounds). */
+        ChaosRunner.Hostile hostile;
 
-        Setup(BenchConfig config, List<FaultProxy> proxies) {
+        Setup(BenchConfig config, List<FaultProxy> proxies, ChaosNetwork network) {
             this.config = config;
             this.proxies = proxies;
+            this.network = network;
+        }
+
+        /** A fault proxy on the decode's side of the prefill's link, registered for the harness to point and close. */
+        FaultProxy proxy(String name, long bytesPerSecond, WriteCorruption c) throws IOException {
+            FaultProxy x = network.proxy(name, bytesPerSecond, c);
+            proxies.add(x);
+            return x;
         }
     }
 
@@ -111,6 +151,15 @@ public interface ChaosScenario {
 
         PrintStream log();
 
+        /** Where the roles live (loopback, or network namespaces). */
+        ChaosNetwork network();
+
+        /** The run's setup (what the scenario prepared). */
+        Setup setup();
+
+        /** The prefill process's standard error, when the scenario asked for it to be kept ({@link #keepsPrefillLog()}); else null. */
+        Path prefillLog();
+
         /** Kills one side and starts a fresh process behind the same registry; the verdict then reads its reports. */
         void restart(boolean prefillSide) throws Exception;
     }
@@ -123,16 +172,39 @@ public interface ChaosScenario {
         public final List<RoleReport> judged;
         public final Timeline timeline;
         public final Map<String, Long> detectMs;
+        /** The run's setup; null in unit tests of a verdict. */
+        final Setup setup;
+        /** Failures of kind integrity among the judged reports. */
+        public final int integrityFailures;
+        /** Requests that reported Success with wrong bytes (the judged reports). */
+        public final int corrupted;
         public Boolean recovered;
         public Boolean detected;
+        /** corrupt: what was damaged and whether the checksum mode's promise held. */
+        public ChaosRunner.Corruption corruption;
+        /** hostile-peer: the attacks and the prefill's resources. */
+        public ChaosRunner.Hostile hostile;
 
         Judgement(List<RoleReport> prefill, List<RoleReport> decode, List<RoleReport> judged, Timeline timeline,
                   Map<String, Long> detectMs) {
+            this(prefill, decode, judged, timeline, detectMs, null);
+        }
+
+        Judgement(List<RoleReport> prefill, List<RoleReport> decode, List<RoleReport> judged, Timeline timeline,
+                  Map<String, Long> detectMs, Setup setup) {
             this.prefill = prefill;
             this.decode = decode;
             this.judged = judged;
             this.timeline = timeline;
             this.detectMs = detectMs;
+            this.setup = setup;
+            int integrity = 0, bad = 0;
+            for (RoleReport r : judged) {
+                integrity += r.failedWith(FailureKind.INTEGRITY.label());
+                bad += r.corrupted();
+            }
+            this.integrityFailures = integrity;
+            this.corrupted = bad;
         }
     }
 }

@@ -30,7 +30,8 @@ public final class ChaosScenarios {
 
     /** Every scenario, in the order {@code kvferry chaos --help} lists them. */
     public static final List<ChaosScenario> ALL = List.of(new KillPrefill(), new KillDecode(), new BadFrames(), new AbortStorm(),
-            new SlowDecode(), new FailureInjection(), new RestartPrefill(), new RestartDecode(), new Partition());
+            new SlowDecode(), new FailureInjection(), new RestartPrefill(), new RestartDecode(), new Partition(), new Corrupt(),
+            new HostilePeerScenario());
 
     /** The scenario of that name, or null. */
     public static ChaosScenario byName(String name) {
@@ -92,6 +93,20 @@ public final class ChaosScenarios {
     static final class BadFrames implements ChaosScenario {
         public String name() {
             return "bad-frames";
+        }
+
+        @Override
+        public String netnsUnsupported() {
+            return "the harness connects to the prefill's rank from the root namespace";
+        }
+
+        /**
+         * The attacks must meet a live prefill: paced by a slow decode, the workload outlasts them
+         * (unpaced, a fast machine could finish every request before the attacks connect).
+         */
+        @Override
+        public BenchConfig.Faults faults() {
+            return new BenchConfig.Faults(0, 100, 0);
         }
 
         @Override
@@ -268,12 +283,12 @@ public final class ChaosScenarios {
 
         @Override
         public RoleOptions prefillOptions(Setup setup) throws IOException {
+            // In network namespaces the link itself goes down: no proxy.
+            if (setup.network.isNetns()) return new RoleOptions(List.of(), HEARTBEAT_MS, HEARTBEAT_MISSES, 0);
             // Every prefill rank publishes a proxy's port; the proxy learns the rank's real port from its endpoint event.
             List<Integer> ports = new ArrayList<>();
             for (int i = 0; i < setup.config.rankCount(DisaggregationMode.PREFILL); i++) {
-                FaultProxy x = new FaultProxy("rank" + i, LINK_BYTES_PER_SECOND);
-                setup.proxies.add(x);
-                ports.add(x.port());
+                ports.add(setup.proxy("rank" + i, LINK_BYTES_PER_SECOND, null).port());
             }
             return new RoleOptions(ports, HEARTBEAT_MS, HEARTBEAT_MISSES, 0);
         }
@@ -283,7 +298,11 @@ public final class ChaosScenarios {
             return new RoleOptions(List.of(), HEARTBEAT_MS, HEARTBEAT_MISSES, 0);
         }
 
-        public void strike(Strike s) throws InterruptedException {
+        public void strike(Strike s) throws InterruptedException, IOException {
+            if (s.network().isNetns()) {
+                linkDown(s);
+                return;
+            }
             Timeline t = s.timeline();
             for (FaultProxy x : s.proxies()) x.blackhole();
             s.log().println("[chaos] link blackholed for " + BLACKHOLE_MS + " ms");
@@ -304,6 +323,27 @@ public final class ChaosScenarios {
                 healedAfterReset = awaitSuccess(s, okAtReset);
             }
             t.recovered = healed && healedAfterReset;
+        }
+
+        /**
+         * --netns: {@code ip link set DEV down} on the decode's end for the blackhole time, then up; both
+         * sides must have failed the affected rooms by heartbeat meanwhile and requests must succeed
+         * again over the same link (no reset phase: there is no proxy to reset connections with).
+         */
+        private static void linkDown(Strike s) throws InterruptedException, IOException {
+            Timeline t = s.timeline();
+            s.network().link().down();
+            s.log().println("[chaos] link down for " + BLACKHOLE_MS + " ms");
+            int okAtRestore;
+            try {
+                Thread.sleep(BLACKHOLE_MS);
+            } finally {
+                okAtRestore = s.succeeded().get();
+                t.restoreAt = System.currentTimeMillis();
+                s.network().link().up();
+            }
+            s.log().println("[chaos] link up");
+            t.recovered = awaitSuccess(s, okAtRestore);
         }
 
         /** Waits until the decode verified more than {@code before} requests; false if it ended or time ran out first. */
@@ -340,6 +380,106 @@ public final class ChaosScenarios {
                 j.detectMs.put("prefill_reset", ChaosRunner.firstFailureAfter(j.prefill, t.resetAt));
                 j.detectMs.put("decode_reset", ChaosRunner.firstFailureAfter(j.decode, t.resetAt));
             }
+        }
+    }
+
+    /**
+     * corrupt: bytes change on their way from prefill to decode, and the checksum mode must do what
+     * it promises. Over tcp a {@link FaultProxy} in front of every prefill rank (on the decode's side
+     * of the link with {@code --netns}) follows the stream frame by frame and flips one byte in the
+     * payload of one WRITE of each chosen room, never in a header or body. On the other data paths
+     * (shm, ucx, which bypass any proxy) the prefill's test hook
+     * ({@code KVManagerConfig.corruptionInjectionProbability}) flips one source byte after the page
+     * digest was taken and restores it after the write; {@code auto} gets both. A room is chosen with
+     * probability {@link #ROOM_PROBABILITY} (or {@code --corrupt-prob}).
+     *
+     * <ul>
+     *   <li>{@code full}: no damaged room may succeed: corrupted == 0 and each damaged room failed
+     *       with kind integrity (integrity_failures >= the rooms the proxy damaged, and > 0);</li>
+     *   <li>{@code off}: the corruption must show: damaged rooms succeed with wrong bytes (corrupted > 0);</li>
+     *   <li>{@code sampled}: about one WRITE (tcp) or page (digests) in eight, chosen per room, is
+     *       verified, plus every aux row: a one-byte flip is caught only when it falls in the sample,
+     *       so each damaged room must either fail with kind integrity or show as corrupted (a miss),
+     *       and at least one must be either.</li>
+     * </ul>
+     */
+    static final class Corrupt implements ChaosScenario {
+        /** Chance a room is damaged when {@code --corrupt-prob} is not given. */
+        static final double ROOM_PROBABILITY = 0.5;
+
+        public String name() {
+            return "corrupt";
+        }
+
+        @Override
+        public int minRequests(BenchConfig config) {
+            return 8;
+        }
+
+        static double probability(BenchConfig c) {
+            return c.faults().corruptProbability() > 0 ? c.faults().corruptProbability() : ROOM_PROBABILITY;
+        }
+
+        /** Whether WRITEs cross a tcp stream a proxy can damage. */
+        static boolean viaProxy(BenchConfig c) {
+            return c.transport().equals("tcp") || c.transport().equals("auto");
+        }
+
+        /** Whether the prefill's hook damages one-sided copies. */
+        static boolean viaHook(BenchConfig c) {
+            return !c.transport().equals("tcp");
+        }
+
+        @Override
+        public BenchConfig.Faults faults(BenchConfig c) {
+            return viaHook(c) ? new BenchConfig.Faults(0, 0, 0, probability(c)) : BenchConfig.Faults.NONE;
+        }
+
+        @Override
+        public RoleOptions prefillOptions(Setup setup) throws IOException {
+            if (!viaProxy(setup.config)) return RoleOptions.NONE;
+            WriteCorruption damage = new WriteCorruption(probability(setup.config), setup.config.workload().seed());
+            setup.corruption = damage;
+            List<Integer> ports = new ArrayList<>();
+            for (int i = 0; i < setup.config.rankCount(DisaggregationMode.PREFILL); i++) {
+                ports.add(setup.proxy("rank" + i, 0, damage).port());
+            }
+            RoleOptions o = new RoleOptions(ports, 0, 0, 0);
+            return setup.network.isNetns() ? o.withAdvertiseHost(setup.network.decodeSideHost()) : o;
+        }
+
+        public void strike(Strike s) {
+            s.log().println("[chaos] corrupting " + (viaProxy(s.config()) ? "tcp WRITE payloads in the fault proxy" : "")
+                    + (viaProxy(s.config()) && viaHook(s.config()) ? " and " : "")
+                    + (viaHook(s.config()) ? "one-sided copies by the prefill's hook" : "") + " (checksum "
+                    + s.config().checksum().label() + ")");
+        }
+
+        @Override
+        public void judge(Judgement j) {
+            BenchConfig c = j.setup.config;
+            boolean proxy = viaProxy(c), hook = viaHook(c);
+            Integer injected = proxy && !hook ? Integer.valueOf(j.setup.corruption.rooms()) : null;
+            String via = proxy && hook ? "proxy+hook" : proxy ? "proxy" : "hook";
+            int caught = j.integrityFailures, shown = j.corrupted;
+            boolean struck = injected != null ? injected > 0 : caught + shown > 0;
+            String expect;
+            boolean holds;
+            switch (c.checksum()) {
+                case FULL -> {
+                    expect = "caught";
+                    holds = struck && shown == 0 && caught > 0 && (injected == null || caught >= injected);
+                }
+                case OFF -> {
+                    expect = "shown";
+                    holds = shown > 0;
+                }
+                default -> {
+                    expect = "sampled";
+                    holds = struck && (injected == null || caught + shown >= injected);
+                }
+            }
+            j.corruption = new ChaosRunner.Corruption(via, injected, expect, holds);
         }
     }
 }

@@ -15,9 +15,10 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * A loopback TCP forwarder that injects network faults between a decode and a prefill rank
- * ({@code kvferry chaos --scenario partition}). The prefill advertises the proxy's port in the
- * registry, so every decode connection to that rank goes through here.
+ * A TCP forwarder that injects network faults between a decode and a prefill rank
+ * ({@code kvferry chaos --scenario partition}, {@code corrupt}). The prefill advertises the proxy's
+ * port in the registry, so every decode connection to that rank goes through here. It listens on
+ * loopback, or (chaos in network namespaces) on the decode's side of the link.
  *
  * <ul>
  *   <li>{@link #blackhole()}: every connection stays open but no byte moves in either direction;
@@ -26,6 +27,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  *   <li>{@link #restore()}: the blackholed connections are closed (both peers declared them dead by
  *       then) and new connections are forwarded again.</li>
  *   <li>{@link #reset()}: every current connection is closed with a TCP RST on both ends.</li>
+ *   <li>With a {@link WriteCorruption}: the prefill-to-decode direction of every connection is
+ *       followed frame by frame ({@link FrameCorruptor}) and one payload byte of each chosen room's
+ *       WRITE is flipped; headers and bodies pass unchanged.</li>
  * </ul>
  *
  * The upstream (the rank's real endpoint) may be set after the proxy started listening:
@@ -46,6 +50,8 @@ public final class FaultProxy implements AutoCloseable {
     private volatile boolean closed;
     /** Each direction of each connection is paced to this many bytes per second; 0 = as fast as it goes. */
     private final long bytesPerSecond;
+    /** Rooms whose WRITE payloads get a byte flipped on their way to the decode; null = none. */
+    private final WriteCorruption corruption;
 
     /** Listens on an ephemeral port of 127.0.0.1 and forwards at full speed. */
     public FaultProxy(String name) throws IOException {
@@ -53,21 +59,36 @@ public final class FaultProxy implements AutoCloseable {
     }
 
     /**
+     * @param bindHost       the address to listen on (an ephemeral port)
+     * @param bytesPerSecond pace of each direction (0 = unpaced)
+     * @param corruption     rooms to damage in flight (null = none)
+     */
+    public FaultProxy(String name, String bindHost, long bytesPerSecond, WriteCorruption corruption) throws IOException {
+        if (bytesPerSecond < 0) throw new IllegalArgumentException("bytesPerSecond must be >= 0, got " + bytesPerSecond);
+        this.name = name;
+        this.bytesPerSecond = bytesPerSecond;
+        this.corruption = corruption;
+        server = ServerSocketChannel.open();
+        server.bind(new InetSocketAddress(bindHost, 0));
+        acceptor = Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-accept").start(this::acceptLoop);
+    }
+
+    /**
      * @param bytesPerSecond pace of each direction (0 = unpaced). A paced link is the bottleneck, so the
      *                       prefill always has rooms mid-transfer when a fault strikes (partition).
      */
     public FaultProxy(String name, long bytesPerSecond) throws IOException {
-        if (bytesPerSecond < 0) throw new IllegalArgumentException("bytesPerSecond must be >= 0, got " + bytesPerSecond);
-        this.name = name;
-        this.bytesPerSecond = bytesPerSecond;
-        server = ServerSocketChannel.open();
-        server.bind(new InetSocketAddress("127.0.0.1", 0));
-        acceptor = Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-accept").start(this::acceptLoop);
+        this(name, "127.0.0.1", bytesPerSecond, null);
     }
 
     /** The port the proxy listens on (what the prefill advertises). */
     public int port() {
         return ((InetSocketAddress) server.socket().getLocalSocketAddress()).getPort();
+    }
+
+    /** The address the proxy listens on (what the prefill advertises). */
+    public String host() {
+        return ((InetSocketAddress) server.socket().getLocalSocketAddress()).getHostString();
     }
 
     /** Where connections are forwarded to: the rank's real endpoint. */
@@ -171,8 +192,10 @@ public final class FaultProxy implements AutoCloseable {
                 p.upstream = up;
             }
             p.client.setOption(StandardSocketOptions.TCP_NODELAY, true);
-            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-up").start(() -> pump(p, p.client, up, bytesPerSecond));
-            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-down").start(() -> pump(p, up, p.client, bytesPerSecond));
+            FrameCorruptor corruptor = corruption == null ? null : new FrameCorruptor(corruption);
+            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-up").start(() -> pump(p, p.client, up, bytesPerSecond, null));
+            Thread.ofPlatform().daemon().name("chaos-proxy-" + name + "-down")
+                    .start(() -> pump(p, up, p.client, bytesPerSecond, corruptor));
         } catch (IOException e) {
             p.close(true); // upstream refused: the client sees a reset, as it would from the rank itself
         }
@@ -191,8 +214,11 @@ public final class FaultProxy implements AutoCloseable {
         return closed ? null : upstream;
     }
 
-    /** Copies one direction (paced when {@code rate > 0}); a blackholed pair stops before writing and waits for its end. */
-    private static void pump(Pair p, SocketChannel from, SocketChannel to, long rate) {
+    /**
+     * Copies one direction (paced when {@code rate > 0}, through {@code corruptor} when not null); a
+     * blackholed pair stops before writing and waits for its end.
+     */
+    private static void pump(Pair p, SocketChannel from, SocketChannel to, long rate, FrameCorruptor corruptor) {
         // Paced: small reads, so the pace holds at the scale of a few milliseconds.
         ByteBuffer buf = ByteBuffer.allocateDirect(rate > 0 ? PACED_BUFFER_BYTES : BUFFER_BYTES);
         long start = System.nanoTime(), sent = 0;
@@ -201,6 +227,7 @@ public final class FaultProxy implements AutoCloseable {
                 buf.clear();
                 if (from.read(buf) < 0) break;
                 buf.flip();
+                if (corruptor != null) corruptor.process(buf);
                 while (p.blackholed && !p.closed) {
                     synchronized (p) {
                         p.wait(50);

@@ -1,5 +1,7 @@
 package io.kvferry.chaos;
 
+import io.kvferry.api.ChecksumMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.testkit.BenchConfig;
@@ -9,6 +11,7 @@ import io.kvferry.testkit.Workload;
 import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -24,7 +27,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class ChaosScenariosTest {
     @Test
     void everyScenarioHasItsOwnClassAndAUniqueName() {
-        assertEquals(9, ChaosScenarios.ALL.size());
+        assertEquals(11, ChaosScenarios.ALL.size());
         assertEquals(ChaosScenarios.ALL.size(), new HashSet<>(ChaosRunner.SCENARIOS).size());
         for (ChaosScenario s : ChaosScenarios.ALL) assertEquals(s, ChaosScenarios.byName(s.name()));
         assertEquals(ChaosScenarios.ALL.size(), ChaosScenarios.ALL.stream().map(Object::getClass).distinct().count());
@@ -52,6 +55,62 @@ class ChaosScenariosTest {
         }
         // The wrong-token HELLO is a well-formed frame: the handshake, not the codec, refuses it.
         assertEquals(5, refusedOrOther);
+    }
+
+    @Test
+    void corruptUsesTheProxyOnTcpAndTheHookOnOneSidedLinks() {
+        ChaosScenario c = ChaosScenarios.byName("corrupt");
+        assertEquals(0, c.faults(defaults()).corruptProbability(), "tcp: the proxy damages WRITEs, the library hook is off");
+        assertEquals(ChaosScenarios.Corrupt.ROOM_PROBABILITY, c.faults(config("shm", ChecksumMode.FULL)).corruptProbability());
+        assertEquals(0.2, c.faults(config("shm", ChecksumMode.FULL).withFaults(new BenchConfig.Faults(0, 0, 0, 0.2)))
+                .corruptProbability());
+        assertTrue(ChaosScenarios.Corrupt.viaProxy(config("auto", ChecksumMode.FULL)));
+        assertTrue(ChaosScenarios.Corrupt.viaHook(config("auto", ChecksumMode.FULL)));
+        assertNull(c.netnsUnsupported());
+        assertTrue(ChaosScenarios.byName("hostile-peer").netnsUnsupported() != null);
+        assertTrue(ChaosScenarios.byName("bad-frames").netnsUnsupported() != null);
+    }
+
+    /** What each checksum mode promises, judged from the reports: it must be able to fail. */
+    @Test
+    void corruptJudgesEachChecksumModesPromise() throws Exception {
+        // full: every damaged room failed as integrity, none succeeded with wrong bytes
+        assertTrue(judgeCorrupt(ChecksumMode.FULL, 3, 3, 0).holds());
+        assertFalse(judgeCorrupt(ChecksumMode.FULL, 3, 2, 1).holds(), "a damaged room succeeded");
+        assertFalse(judgeCorrupt(ChecksumMode.FULL, 3, 2, 0).holds(), "a damaged room was not caught");
+        assertFalse(judgeCorrupt(ChecksumMode.FULL, 0, 0, 0).holds(), "nothing damaged: nothing shown");
+        // off: the damage shows
+        assertTrue(judgeCorrupt(ChecksumMode.OFF, 3, 0, 3).holds());
+        assertFalse(judgeCorrupt(ChecksumMode.OFF, 3, 0, 0).holds());
+        // sampled: each damaged room caught or shown
+        assertTrue(judgeCorrupt(ChecksumMode.SAMPLED, 3, 1, 2).holds());
+        assertFalse(judgeCorrupt(ChecksumMode.SAMPLED, 3, 1, 1).holds());
+        assertEquals("caught", judgeCorrupt(ChecksumMode.FULL, 1, 1, 0).expect());
+        // the harness's verdict follows the promise, not corrupted == 0
+        ChaosRunner.Result off = new ChaosRunner.Result("corrupt", 10, 7, 3, 0, 3, 0, Map.of(), Map.of(), null, null, 1, List.of(),
+                "off", 0, judgeCorrupt(ChecksumMode.OFF, 3, 0, 3), null, null);
+        assertTrue(off.passed());
+        ChaosRunner.Result plain = new ChaosRunner.Result("kill-decode", 10, 7, 3, 0, 3, 0, Map.of(), Map.of(), null, null, 1, List.of());
+        assertFalse(plain.passed(), "outside corrupt, a corrupted request fails the run");
+    }
+
+    /** The corrupt verdict for a tcp run where the proxy damaged {@code injected} rooms. */
+    private static ChaosRunner.Corruption judgeCorrupt(ChecksumMode mode, int injected, int integrity, int corrupted) throws Exception {
+        BenchConfig c = config("tcp", mode);
+        ChaosScenario.Setup setup = new ChaosScenario.Setup(c, new ArrayList<>(), ChaosNetwork.loopback());
+        setup.corruption = new WriteCorruption(1, 1);
+        for (int i = 0; i < injected; i++) assertTrue(setup.corruption.claim(i));
+        Map<String, Integer> kinds = integrity == 0 ? Map.of() : Map.of(FailureKind.INTEGRITY.label(), integrity);
+        RoleReport decode = new RoleReport("decode", 0, 10 - integrity - corrupted, integrity, corrupted, List.of(), 0, 1,
+                List.of(), List.of(), 0, 0, 0, List.of(), null, Map.of(), 0, 0, 0, 0, 0, 0, null, kinds);
+        ChaosScenario.Judgement j = new ChaosScenario.Judgement(List.of(), List.of(decode), List.of(decode),
+                new ChaosScenario.Timeline(), new HashMap<>(), setup);
+        ChaosScenarios.byName("corrupt").judge(j);
+        return j.corruption;
+    }
+
+    private static BenchConfig config(String transport, ChecksumMode mode) {
+        return new BenchConfig(ModelShape.preset("tiny"), new Workload(16, 256, 16, 64, 4, 0, 1L), transport, 1, "t").withChecksum(mode);
     }
 
     @Test

@@ -1,6 +1,10 @@
 package io.kvferry.chaos;
 
 
+import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Wire;
+import io.kvferry.protocol.WriteHeader;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -12,6 +16,7 @@ import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.SocketException;
 import java.net.SocketTimeoutException;
+import java.nio.ByteBuffer;
 import java.util.Random;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -19,7 +24,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** The partition proxy: forwards, blackholes without closing, restores for new connections, resets with RST. */
+/** The fault proxy: forwards, blackholes without closing, restores for new connections, resets with RST, corrupts WRITE payloads. */
 class FaultProxyTest {
     /** Echoes every connection until it closes. */
     private static ServerSocket echoServer() throws IOException {
@@ -123,6 +128,46 @@ class FaultProxyTest {
             }
         }
         assertThrows(IllegalArgumentException.class, () -> new FaultProxy("bad", -1));
+    }
+
+    /** A corrupting proxy damages what the upstream (a prefill) sends: one payload byte per chosen room, nothing else. */
+    @Test
+    @Timeout(30)
+    void aCorruptingProxyFlipsOnePayloadBytePerRoomOnTheWayToTheClient() throws Exception {
+        byte[] payload = new byte[100_000];
+        new Random(3).nextBytes(payload);
+        ByteBuffer frames = ByteBuffer.allocate(2 * (Wire.HEADER_BYTES + WriteHeader.BODY_BYTES + payload.length));
+        for (long room : new long[]{7, 8}) {
+            frames.put(FrameCodec.encode(new WriteHeader(room, Region.KV, 0, 0, 0, payload.length)));
+            frames.put(payload);
+        }
+        byte[] sent = frames.array();
+        WriteCorruption everyRoom = new WriteCorruption(1, 1);
+        try (ServerSocket prefill = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+             FaultProxy proxy = new FaultProxy("corrupt", "127.0.0.1", 0, everyRoom)) {
+            Thread server = Thread.ofPlatform().start(() -> {
+                try (Socket s = prefill.accept()) {
+                    s.getOutputStream().write(sent);
+                } catch (IOException ignored) {
+                    // the assertions below fail then
+                }
+            });
+            proxy.upstream(new InetSocketAddress(InetAddress.getLoopbackAddress(), prefill.getLocalPort()));
+            assertEquals("127.0.0.1", proxy.host());
+            byte[] got;
+            try (Socket decode = connect(proxy)) {
+                decode.setSoTimeout(10_000);
+                got = decode.getInputStream().readNBytes(sent.length);
+            }
+            server.join();
+            int frame = Wire.HEADER_BYTES + WriteHeader.BODY_BYTES + payload.length;
+            for (int i = 0; i < sent.length; i++) {
+                int inFrame = i % frame;
+                boolean flipped = inFrame == Wire.HEADER_BYTES + WriteHeader.BODY_BYTES + payload.length / 2;
+                assertEquals(flipped ? (byte) (sent[i] ^ WriteCorruption.FLIP_MASK) : sent[i], got[i], "byte " + i);
+            }
+            assertEquals(2, everyRoom.rooms());
+        }
     }
 
     private static int readOrEof(InputStream in) throws IOException {

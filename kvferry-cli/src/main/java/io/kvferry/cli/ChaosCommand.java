@@ -3,6 +3,9 @@ package io.kvferry.cli;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.chaos.ChaosRunner;
+import io.kvferry.chaos.net.LinkImpairment;
+import io.kvferry.chaos.net.Netns;
+import io.kvferry.chaos.net.NetnsLink;
 import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -17,12 +20,31 @@ import java.util.concurrent.Callable;
                 + "one fault and report: requests, succeeded, failed, hung, corrupted, leaked (rooms, pages, threads, sockets, "
                 + "native memory not returned), detect_ms.",
                 "Passes (exit 0) when hung == 0, corrupted == 0 and leaked == 0, and for restart-* and partition when requests "
-                + "succeeded again after the fault (partition: and both sides detected the blackholed link)."})
+                + "succeeded again after the fault (partition: and both sides detected the blackholed link); corrupt when the "
+                + "--checksum mode kept its promise (full: every damaged room failed with kind integrity; off: the damage shows as "
+                + "corrupted > 0; sampled: each damaged room was caught or shows); hostile-peer when every attack was refused, "
+                + "every legitimate request succeeded and the prefill's memory and threads stayed bounded."})
 public final class ChaosCommand implements Callable<Integer> {
     @Option(names = "--scenario", required = true,
             description = "kill-prefill, kill-decode, restart-prefill, restart-decode, bad-frames, abort-storm, slow-decode, "
-                    + "failure-injection or partition.")
+                    + "failure-injection, partition, corrupt or hostile-peer.")
     String scenario;
+
+    @Option(names = "--netns",
+            description = "Run the registry and prefill in one network namespace and the decode in another, joined by a link "
+                    + "impaired as --netem says (root only); partition then takes the link down (ip link set DEV down).")
+    boolean netns;
+
+    @Option(names = "--netem", defaultValue = LinkImpairment.DEFAULT_SPEC,
+            description = "With --netns: what the link does to packets, each direction, in tc netem's words: delay TIME, "
+                    + "loss PERCENT%, rate RATE, or none. Default: '${DEFAULT-VALUE}' (1 ms round trip, 0.1 % loss).")
+    String netem;
+
+    @Option(names = "--netns-link", defaultValue = "auto",
+            description = "With --netns: veth (a veth pair with tc netem; the kernel needs sch_netem), tun (a TUN device per "
+                    + "namespace, the harness plays the wire: for kernels without netem) or auto (veth where netem works, else "
+                    + "tun). Default: ${DEFAULT-VALUE}.")
+    String netnsLink;
 
     @Option(names = "--duration", defaultValue = "0",
             description = "Soak: repeat the load/fault cycle (fresh processes each time) until this much time passed and "
@@ -62,11 +84,22 @@ public final class ChaosCommand implements Callable<Integer> {
             System.err.println("kvferry chaos: " + e.getMessage());
             return 2;
         }
+        ChaosRunner runner = new ChaosRunner(config, System.err, faultAfterMs).withDuration(durationMs);
         ChaosRunner.Result r;
         try {
             // Both roles' pools on this machine, before any process starts (issue 16: every bench mode checks).
             MemoryBudget.requireBothRoles(config, MemoryBudget.availableBytes());
-            r = new ChaosRunner(config, System.err, faultAfterMs).withDuration(durationMs).run(scenario);
+            if (netns) {
+                LinkImpairment impairment = LinkImpairment.parse(netem);
+                NetnsLink.Kind kind = NetnsLink.Kind.parse(netnsLink);
+                String why = Netns.unavailableReason();
+                if (why != null) {
+                    System.err.println("kvferry chaos: --netns: " + why);
+                    return 2;
+                }
+                runner.withNetns(impairment, kind);
+            }
+            r = runner.run(scenario);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry chaos: " + e.getMessage());
             return 2;
@@ -76,6 +109,15 @@ public final class ChaosCommand implements Callable<Integer> {
                 r.detectMs(), r.recovered() == null ? "" : " recovered=" + r.recovered(),
                 r.detected() == null ? "" : " detected=" + r.detected(), r.cycles() > 1 ? " cycles=" + r.cycles() : "",
                 r.passed() ? "PASS" : "FAIL");
+        System.out.printf("  checksum=%s integrity_failures=%d%n", r.checksum(), r.integrityFailures());
+        if (r.corruption() != null) System.out.println("  corruption: " + r.corruption());
+        if (r.link() != null) System.out.println("  link: " + r.link());
+        if (r.hostile() != null) {
+            System.out.printf("  prefill rss_mb=%s threads=%s%n", r.hostile().rssMb(), r.hostile().threads());
+            for (ChaosRunner.Hostile.Attack a : r.hostile().attacks()) {
+                System.out.printf("  %s %s: %s%n", a.ok() ? "ok  " : "FAIL", a.name(), a.outcome());
+            }
+        }
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(new ObjectMapper().writeValueAsString(r));
         return r.passed() ? 0 : 1;

@@ -41,6 +41,11 @@ abstract class RoleCommand implements Callable<Integer> {
                     + "(kvferry chaos --scenario partition: a fault proxy's port).")
     List<Integer> advertisePorts;
 
+    @Option(names = "--advertise-host", hidden = true,
+            description = "prefill: host every rank publishes in the registry instead of --host "
+                    + "(kvferry chaos --netns: a fault proxy on the decode's side of the link).")
+    String advertiseHost;
+
     @Option(names = "--heartbeat-ms", defaultValue = "0", hidden = true,
             description = "Heartbeat interval of the control connections in ms (0 = library default).")
     long heartbeatMs;
@@ -79,7 +84,7 @@ abstract class RoleCommand implements Callable<Integer> {
         }
         RoleOptions opts;
         try {
-            opts = new RoleOptions(advertisePorts, heartbeatMs, heartbeatMisses, prefillInfoTimeoutMs);
+            opts = new RoleOptions(advertisePorts, heartbeatMs, heartbeatMisses, prefillInfoTimeoutMs, advertiseHost);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry " + mode().name().toLowerCase() + ": " + e.getMessage());
             return 2;

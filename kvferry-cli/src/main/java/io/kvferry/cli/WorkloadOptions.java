@@ -117,7 +117,8 @@ public final class WorkloadOptions {
     double failureProb;
 
     @Option(names = "--corrupt-prob", defaultValue = "0", hidden = true,
-            description = "Library corruption hook on the prefill: chance a room's KV gets one byte flipped after its digest (chaos).")
+            description = "Chance a room's KV gets one byte flipped on its way (chaos corrupt: the fault proxy on tcp, the "
+                    + "prefill's library hook after its digest on one-sided links; default there 0.5).")
     double corruptProb;
 
     @Option(names = "--checksum", defaultValue = "${env:KVFERRY_CHECKSUM:-off}",

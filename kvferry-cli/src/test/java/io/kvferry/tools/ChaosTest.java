@@ -1,6 +1,10 @@
 package io.kvferry.tools;
 
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.chaos.ChaosRunner;
+import io.kvferry.chaos.net.LinkImpairment;
+import io.kvferry.chaos.net.Netns;
+import io.kvferry.chaos.net.NetnsLink;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
@@ -8,17 +12,23 @@ import io.kvferry.testkit.Workload;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
+import java.util.stream.Stream;
 
+import static org.junit.jupiter.api.Assertions.assertAll;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /** Short forms of the kvferry chaos scenarios, with the pass condition asserted. */
 class ChaosTest {
@@ -57,6 +67,101 @@ class ChaosTest {
             // ... and requests succeeded again through the restored link and after the reset, nothing restarted.
             assertEquals(Boolean.TRUE, r.recovered(), () -> "no request succeeded after the partition healed: " + r);
             assertTrue(r.failed() > 0, () -> "the partition hit no request: " + r);
+        }
+    }
+
+    private static final Map<String, Long> NO_LEAKS = Map.of("rooms", 0L, "pages", 0L, "threads", 0L, "sockets", 0L, "native_bytes", 0L);
+
+    /**
+     * corrupt: bytes flipped in flight (the fault proxy on tcp, the prefill's hook on shm). With full
+     * checksums no damaged room succeeds, each fails with kind integrity; with them off the damage
+     * shows as rooms that succeeded with wrong bytes.
+     */
+    @ParameterizedTest(name = "{0} checksum={1}")
+    @CsvSource({"tcp,full", "tcp,off", "shm,full", "shm,off"})
+    @Timeout(180)
+    void corruptionIsCaughtWithChecksumsAndShowsWithout(String transport, String checksum) throws Exception {
+        BenchConfig c = new BenchConfig(ModelShape.preset("llama-3.1-8b"), new Workload(12, 256, 16, 128, 4, 0, 5L), transport, 1,
+                "chaos-token").withFaultTimeouts(2000, 90_000).withChecksum(ChecksumMode.parse(checksum));
+        ChaosRunner.Result r = new ChaosRunner(c, new PrintStream(OutputStream.nullOutputStream()), 100).run("corrupt");
+        assertTrue(r.passed(), r::toString);
+        assertEquals(0, r.hung(), r::toString);
+        assertEquals(NO_LEAKS, r.leaks(), r::toString);
+        assertNotNull(r.corruption(), r::toString);
+        assertEquals(transport.equals("tcp") ? "proxy" : "hook", r.corruption().via());
+        if (checksum.equals("full")) {
+            assertEquals(0, r.corrupted(), () -> "a damaged room reported Success: " + r);
+            assertTrue(r.integrityFailures() > 0, () -> "nothing was caught (or nothing damaged): " + r);
+            if (transport.equals("tcp")) {
+                assertTrue(r.corruption().injected() > 0, r::toString);
+                assertEquals(r.corruption().injected(), r.integrityFailures(), () -> "each damaged room fails once, as integrity: " + r);
+            }
+            assertEquals(r.failed(), r.integrityFailures(), () -> "only the damaged rooms fail: " + r);
+        } else {
+            assertTrue(r.corrupted() > 0, () -> "the damage must show without checksums: " + r);
+            assertEquals(0, r.integrityFailures(), r::toString);
+            if (transport.equals("tcp")) assertEquals(r.corruption().injected(), r.corrupted(), r::toString);
+        }
+    }
+
+    /**
+     * hostile-peer: every attack of issue 13's list that can be played from outside, against the live
+     * prefill and registry while a paced workload runs; each must be refused as the issue says, every
+     * legitimate request must succeed, and the prefill's memory and threads must stay bounded.
+     */
+    @Test
+    @Timeout(240)
+    void aHostilePeerIsRefusedEverywhereWhileTheWorkloadSucceeds() throws Exception {
+        BenchConfig c = new BenchConfig(ModelShape.preset("tiny"), new Workload(64, 128, 16, 64, 4, 0, 9L), "tcp", 1, "chaos-token")
+                .withFaultTimeouts(2000, 120_000);
+        ChaosRunner.Result r = new ChaosRunner(c, new PrintStream(OutputStream.nullOutputStream()), 100).run("hostile-peer");
+        assertNotNull(r.hostile(), r::toString);
+        assertEquals(64, r.succeeded(), r::toString);
+        assertEquals(NO_LEAKS, r.leaks(), r::toString);
+        assertTrue(r.hostile().rssMb().before() > 0 && r.hostile().threads().before() > 0, r::toString);
+        List<String> attacks = r.hostile().attacks().stream().map(ChaosRunner.Hostile.Attack::name).toList();
+        assertTrue(attacks.containsAll(List.of("preauth-amplification", "stalled-handshakes", "registry-slowloris", "unsigned-hello",
+                "wrong-token-hello", "forged-offers", "session-takeover", "forged-stripe", "unstarted-rooms", "abort-flood",
+                "log-injection", "registry-slowloris-cut", "under-load", "legitimate-requests", "bounded-memory", "bounded-threads")),
+                attacks::toString);
+        assertAll(r.hostile().attacks().stream().map(a -> () -> assertTrue(a.ok(), a.name() + ": " + a.outcome())));
+        assertTrue(r.passed(), r::toString);
+    }
+
+    /**
+     * Faults on a real link (root only): registry and prefill in one network namespace, the decode in
+     * another, a 1 ms round trip and 0.1 % loss between them (netem, or the harness's TUN link where
+     * the kernel has no netem); partition takes the link down, corrupt damages tcp WRITEs in a proxy
+     * on the decode's side with full checksums on.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"kill-prefill", "kill-decode", "partition", "corrupt"})
+    @Timeout(240)
+    void scenariosHoldOnALossyLinkBetweenNetworkNamespaces(String scenario) throws Exception {
+        String why = Netns.unavailableReason();
+        assumeTrue(why == null, () -> "skipped: chaos in network namespaces needs root: " + why);
+        Workload w = scenario.equals("partition") ? new Workload(32, 256, 16, 128, 4, 0, 3L) : new Workload(16, 256, 16, 128, 4, 0, 3L);
+        BenchConfig c = new BenchConfig(ModelShape.preset("llama-3.1-8b"), w, "tcp", 1, "chaos-token").withFaultTimeouts(2000, 90_000);
+        if (scenario.equals("corrupt")) c = c.withChecksum(ChecksumMode.FULL);
+        BenchConfig config = c;
+        ChaosRunner.Result r = new ChaosRunner(config, new PrintStream(OutputStream.nullOutputStream()), 100)
+                .withNetns(LinkImpairment.parse(LinkImpairment.DEFAULT_SPEC), NetnsLink.Kind.AUTO).run(scenario);
+        assertTrue(r.passed(), r::toString);
+        assertEquals(0, r.hung(), r::toString);
+        assertEquals(0, r.corrupted(), r::toString);
+        assertEquals(0, r.leaked(), r::toString);
+        assertNotNull(r.link(), r::toString);
+        assertNotNull(r.link().rttMs(), r::toString);
+        assertTrue(r.link().rttMs() >= 0.9, () -> "the link adds 0.5 ms each way: " + r.link());
+        if (scenario.equals("partition")) {
+            assertEquals(Boolean.TRUE, r.detected(), r::toString);
+            assertEquals(Boolean.TRUE, r.recovered(), r::toString);
+        }
+        if (scenario.equals("corrupt")) assertTrue(r.integrityFailures() > 0, r::toString);
+        String mine = Netns.PREFIX + ProcessHandle.current().pid() + "-";
+        try (Stream<Path> names = Files.list(Path.of("/run/netns"))) {
+            List<String> left = names.map(n -> n.getFileName().toString()).filter(n -> n.startsWith(mine)).toList();
+            assertEquals(List.of(), left, "namespaces of this run left behind");
         }
     }
 

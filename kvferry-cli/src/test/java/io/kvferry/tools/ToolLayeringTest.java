@@ -36,6 +36,17 @@ class ToolLayeringTest {
                 .check(TOOLS);
     }
 
+    /** The network-namespace plumbing is operating-system work only: it knows nothing of kvferry or the harness. */
+    @Test
+    void chaosNetworkPlumbingKnowsNoKvferry() {
+        noClasses().that().resideInAPackage("io.kvferry.chaos.net..")
+                .should().dependOnClassesThat().resideInAnyPackage("io.kvferry")
+                .orShould().dependOnClassesThat().resideInAnyPackage("io.kvferry.api..", "io.kvferry.protocol..", "io.kvferry.registry..",
+                        "io.kvferry.testkit..")
+                .orShould().dependOnClassesThat().resideInAPackage("io.kvferry.chaos")
+                .check(TOOLS);
+    }
+
     @Test
     void benchAndChaosAreIndependent() {
         noClasses().that().resideInAPackage("io.kvferry.bench..")

@@ -204,7 +204,9 @@ final class DecodeSessions {
         DecodeLink oldest = null;
         for (DecodeLink l : links) {
             total++;
-            if (l.hello == null) {
+            // An evicted handshake stays in the set until its reader unwinds: it no longer holds a place, and
+            // picking it again as the oldest would evict nobody.
+            if (l.hello == null && !l.connection.isClosed()) {
                 pending++;
                 if (oldest == null || l.acceptedNanos < oldest.acceptedNanos) oldest = l;
             }

@@ -123,6 +123,7 @@ public final class DecodeDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
+        Map<String, Integer> failureKinds = new TreeMap<>();
         Map<String, Long> dataPaths = new TreeMap<>();
         int warmup = Math.min(workload.warmup(), reqs.size());
         // Open loop: measured request i arrives at start + offset(i - warmup), whether or not a slot is free.
@@ -230,6 +231,7 @@ public final class DecodeDriver {
                     try {
                         f.receiver.failureException();
                     } catch (KVTransferException e) {
+                        failureKinds.merge(e.kind().label(), 1, Integer::sum);
                         if (reasons.size() < 5) reasons.add(e.getMessage());
                         if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                     }
@@ -269,7 +271,7 @@ public final class DecodeDriver {
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons, hung,
                 firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0,
-                new RoleFigures(requestMicros, prepareMicros, List.of(), List.of(), cpu, null));
+                new RoleFigures(requestMicros, prepareMicros, List.of(), List.of(), cpu, null), failureKinds);
     }
 
     private static final long DP_RESOLVE_TIMEOUT_NANOS = 60_000_000_000L;

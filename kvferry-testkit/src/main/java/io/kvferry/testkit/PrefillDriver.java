@@ -14,7 +14,9 @@ import java.util.Arrays;
 import java.util.BitSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
+import java.util.TreeMap;
 
 /**
  * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
@@ -134,6 +136,7 @@ public final class PrefillDriver {
         long start = System.nanoTime();
         long firstFailureAt = 0;
         List<Long> failureTimes = new ArrayList<>();
+        Map<String, Integer> failureKinds = new TreeMap<>();
         // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
         int warmupCount = warmupsHere;
         int probeFrom = probe == null ? -1 : warmupCount - probe.rooms();
@@ -194,6 +197,7 @@ public final class PrefillDriver {
                     try {
                         f.sender.failureException();
                     } catch (KVTransferException e) {
+                        failureKinds.merge(e.kind().label(), 1, Integer::sum);
                         if (reasons.size() < 5) reasons.add(e.getMessage());
                         if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                     }
@@ -226,7 +230,7 @@ public final class PrefillDriver {
         for (Flight f : inflight) failedIdx.add(f.req.index());
         for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
         RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons,
-                hung, firstFailureAt, 0, failureTimes, null);
+                hung, firstFailureAt, 0, failureTimes, null).withFailureKinds(failureKinds);
         KVManagerStats st = manager.stats();
         if (warmupStats != null) st = st.minus(warmupStats);
         else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured

@@ -16,12 +16,24 @@ import java.util.List;
  * @param heartbeatMisses heartbeats missed before a connection is declared dead; 0 = library default
  * @param prefillInfoTimeoutMillis decode: how long a room keeps retrying a prefill that is registered but
  *                        refuses connections (gone); 0 = library default (15 s)
+ * @param advertiseHost   prefill: the host every rank publishes instead of its bound one (null = the bound host);
+ *                        chaos in network namespaces publishes a fault proxy on the decode's side of the link
  */
 public record RoleOptions(List<Integer> advertisePorts, long heartbeatMillis, int heartbeatMisses,
-                          long prefillInfoTimeoutMillis) {
+                          long prefillInfoTimeoutMillis, String advertiseHost) {
     public static final RoleOptions NONE = new RoleOptions(List.of(), 0, 0, 0);
 
+    public RoleOptions(List<Integer> advertisePorts, long heartbeatMillis, int heartbeatMisses, long prefillInfoTimeoutMillis) {
+        this(advertisePorts, heartbeatMillis, heartbeatMisses, prefillInfoTimeoutMillis, null);
+    }
+
+    /** The same options with the host every prefill rank publishes. */
+    public RoleOptions withAdvertiseHost(String host) {
+        return new RoleOptions(advertisePorts, heartbeatMillis, heartbeatMisses, prefillInfoTimeoutMillis, host);
+    }
+
     public RoleOptions {
+        if (advertiseHost != null && advertiseHost.isBlank()) advertiseHost = null;
         advertisePorts = advertisePorts == null ? List.of() : List.copyOf(advertisePorts);
         for (int p : advertisePorts) {
             if (p < 0 || p > 65535) throw new IllegalArgumentException("advertise port " + p + " is outside [0, 65535]");
@@ -50,6 +62,7 @@ public record RoleOptions(List<Integer> advertisePorts, long heartbeatMillis, in
         if (heartbeatMillis > 0) a.addAll(List.of("--heartbeat-ms", Long.toString(heartbeatMillis)));
         if (heartbeatMisses > 0) a.addAll(List.of("--heartbeat-misses", Integer.toString(heartbeatMisses)));
         if (prefillInfoTimeoutMillis > 0) a.addAll(List.of("--prefill-info-timeout-ms", Long.toString(prefillInfoTimeoutMillis)));
+        if (advertiseHost != null) a.addAll(List.of("--advertise-host", advertiseHost));
         return a;
     }
 }

@@ -32,18 +32,44 @@ import java.util.Map;
  * @param pairedMemcpyBytes prefill with --paired-memcpy: bytes its paired single-thread copies moved
  * @param pairedMemcpyNanos prefill with --paired-memcpy: time those copies took
  * @param figures         the benchmark suite's phase timings, CPU window and room memory ({@link RoleFigures})
+ * @param failureKinds    requests that ended Failed on this rank, per {@code FailureKind} label ({@code integrity}, ...)
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
                          long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
                          int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                          LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
                          long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
-                         long pairedMemcpyNanos, RoleFigures figures) {
+                         long pairedMemcpyNanos, RoleFigures figures, Map<String, Integer> failureKinds) {
     public RoleReport {
         failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
         dataPaths = dataPaths == null ? Map.of() : Map.copyOf(dataPaths);
         figures = figures == null ? RoleFigures.NONE : figures;
+        failureKinds = failureKinds == null ? Map.of() : Map.copyOf(failureKinds);
+    }
+
+    /** Without failure kinds. */
+    public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
+                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                      int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
+                      LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
+                      long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
+                      long pairedMemcpyNanos, RoleFigures figures) {
+        this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
+                hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths, datapathBytes, datapathBusyNanos,
+                datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures, Map.of());
+    }
+
+    /** Requests that failed on this rank with the failure kind of that label (0 if none). */
+    public int failedWith(String kindLabel) {
+        return failureKinds.getOrDefault(kindLabel, 0);
+    }
+
+    /** The same report with its failures counted per kind. */
+    public RoleReport withFailureKinds(Map<String, Integer> kinds) {
+        return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
+                firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths, datapathBytes,
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures, kinds);
     }
 
     /** Without the benchmark suite's figures. */
@@ -62,7 +88,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     public RoleReport withFigures(RoleFigures f) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths, datapathBytes,
-                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, f);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, f, failureKinds);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -77,21 +103,21 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     public RoleReport withDataPaths(Map<String, Long> paths) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, paths, datapathBytes,
-                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures, failureKinds);
     }
 
     /** The same report with the prefill manager's data-path figures. */
     public RoleReport withDataPathStats(long bytes, long busyNanos, long ops, long activeNanos) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
                 latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
-                bytes, busyNanos, ops, activeNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures);
+                bytes, busyNanos, ops, activeNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures, failureKinds);
     }
 
     /** The same report with the paired memcpy baseline's totals. */
     public RoleReport withPairedMemcpy(long bytes, long nanos) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, this.bytes, elapsedSeconds,
                 latencyMicros, firstFailures, hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths,
-                datapathBytes, datapathBusyNanos, datapathOps, datapathActiveNanos, bytes, nanos, figures);
+                datapathBytes, datapathBusyNanos, datapathOps, datapathActiveNanos, bytes, nanos, figures, failureKinds);
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
@@ -110,6 +136,6 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     public RoleReport withLeaks(LeakCheck.Leaks l) {
         return new RoleReport(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros,
                 firstFailures, hung, firstFailureAtMillis, l.total(), failureTimesMillis, l, dataPaths, datapathBytes,
-                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, figures, failureKinds);
     }
 }

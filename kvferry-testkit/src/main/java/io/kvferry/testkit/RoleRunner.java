@@ -77,7 +77,9 @@ public final class RoleRunner {
         }
         b.checksum(config.checksum());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
-        if (mode == DisaggregationMode.PREFILL && opts.advertisePort(index) > 0) b.advertise(null, opts.advertisePort(index));
+        if (mode == DisaggregationMode.PREFILL && (opts.advertisePort(index) > 0 || opts.advertiseHost() != null)) {
+            b.advertise(opts.advertiseHost(), opts.advertisePort(index));
+        }
         if (mode == DisaggregationMode.DECODE && opts.prefillInfoTimeoutMillis() > 0) {
             b.prefillInfoTimeout(Duration.ofMillis(opts.prefillInfoTimeoutMillis()));
         }
@@ -376,7 +378,17 @@ public final class RoleRunner {
      */
     public static Process spawn(String role, BenchConfig config, String bootstrapAddr, List<String> jvmFlags,
                                 List<String> extraArgs) throws IOException {
-        List<String> cmd = new ArrayList<>();
+        return spawn(role, config, bootstrapAddr, jvmFlags, extraArgs, List.of(), ProcessBuilder.Redirect.INHERIT);
+    }
+
+    /**
+     * As above, run through {@code launcher} (e.g. {@code ip netns exec NS}: a command that execs the rest
+     * in place, so the process is the JVM itself) with the role's standard error sent to {@code stderr}.
+     */
+    public static Process spawn(String role, BenchConfig config, String bootstrapAddr, List<String> jvmFlags,
+                                List<String> extraArgs, List<String> launcher, ProcessBuilder.Redirect stderr)
+            throws IOException {
+        List<String> cmd = new ArrayList<>(launcher);
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.add("--enable-native-access=ALL-UNNAMED");
         cmd.add("-Xmx1g");
@@ -394,7 +406,7 @@ public final class RoleRunner {
         cmd.add(role);
         cmd.addAll(withOverrides(roleArgs(config, bootstrapAddr), extraArgs));
         ProcessBuilder pb = new ProcessBuilder(cmd);
-        pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.redirectError(stderr);
         pb.redirectInput(ProcessBuilder.Redirect.PIPE);
         // The token goes through the environment, not argv, so it does not show in process listings.
         if (config.authToken() != null) pb.environment().put("KVFERRY_AUTH_TOKEN", config.authToken());

@@ -6,6 +6,7 @@ import org.junit.jupiter.api.Test;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
 class RoleOptionsTest {
@@ -20,6 +21,9 @@ class RoleOptionsTest {
         assertEquals(0, o.advertisePort(1)); // beyond the list: the bound port
         assertThrows(IllegalArgumentException.class, () -> new RoleOptions(List.of(70000), 0, 0, 0));
         assertThrows(IllegalArgumentException.class, () -> new RoleOptions(List.of(), -1, 0, 0));
+        RoleOptions proxied = o.withAdvertiseHost("10.213.0.2");
+        assertEquals(List.of("--advertise-port", "4000", "--advertise-host", "10.213.0.2"), proxied.args());
+        assertNull(new RoleOptions(List.of(), 0, 0, 0, " ").advertiseHost(), "blank = the bound host");
     }
 
     @Test
