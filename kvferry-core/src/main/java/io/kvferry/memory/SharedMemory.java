@@ -9,14 +9,20 @@ import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.DirectoryStream;
+import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.FileAttribute;
+import java.nio.file.attribute.PosixFilePermission;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.time.Instant;
+import java.util.EnumSet;
 import java.util.HexFormat;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentSkipListMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -29,8 +35,12 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * <p>Lifetime: {@link #close()} unmaps and deletes the file; a JVM shutdown hook deletes the files
  * of a process that exits without closing. A peer that mapped the file keeps its mapping until it
  * unmaps (tmpfs frees the memory then). If the owner is SIGKILLed its files stay behind; their
- * names carry the owner's pid and start time, and the next allocation on the host removes files
- * whose owner is gone ({@link #sweepStale}).
+ * names carry the owner's pid, start time and pid namespace, and the next allocation on the host
+ * removes this user's files whose owner has provably exited ({@link #sweepStale}; never one from
+ * another pid namespace).
+ *
+ * <p>Files are created {@code O_CREAT|O_EXCL}, never through a symlink, mode 0600 (only their owner
+ * reads the KV cache), in a directory other users cannot tamper with ({@link #directoryProblem}).
  *
  * <p>Thread-safety: allocation, lookup and close may be called from any thread.
  */
@@ -43,6 +53,9 @@ public final class SharedMemory implements AutoCloseable {
     private static final AtomicBoolean HOOKED = new AtomicBoolean();
     private static final AtomicBoolean SWEPT = new AtomicBoolean();
     private static final SecureRandom RANDOM = new SecureRandom();
+    private static final FileAttribute<Set<PosixFilePermission>> OWNER_ONLY =
+            PosixFilePermissions.asFileAttribute(EnumSet.of(PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE));
+    private static final long PID_NAMESPACE = readPidNamespace();
 
     /** Where a registered buffer lives in shared memory: its file, and its offset and length there. */
     public record Location(Path path, long offset, long length) {}
@@ -69,9 +82,8 @@ public final class SharedMemory implements AutoCloseable {
         if (label == null || !label.matches("[A-Za-z0-9._-]{1,64}")) {
             throw new IllegalArgumentException("shared memory label '" + label + "' must be 1-64 of [A-Za-z0-9._-]");
         }
-        if (!Files.isDirectory(DIR) || !Files.isWritable(DIR)) {
-            throw new IOException(DIR + " is not a writable directory; shared-memory pools need a tmpfs there");
-        }
+        String unsafe = directoryProblem();
+        if (unsafe != null) throw new IOException(unsafe);
         if (SWEPT.compareAndSet(false, true)) sweepStale();
         if (HOOKED.compareAndSet(false, true)) {
             Runtime.getRuntime().addShutdownHook(new Thread(SharedMemory::deleteAllFiles, "kvferry-shm-cleanup"));
@@ -79,21 +91,51 @@ public final class SharedMemory implements AutoCloseable {
         ProcessHandle self = ProcessHandle.current();
         byte[] rnd = new byte[6];
         RANDOM.nextBytes(rnd);
-        Path path = DIR.resolve(PREFIX + self.pid() + "-" + startMillis(self) + "-" + HexFormat.of().formatHex(rnd) + "-" + label);
+        Path path = DIR.resolve(PREFIX + self.pid() + "-" + startMillis(self) + "-ns" + pidNamespace() + "-"
+                + HexFormat.of().formatHex(rnd) + "-" + label);
         Arena arena = Arena.ofShared();
-        try (FileChannel ch = FileChannel.open(path, StandardOpenOption.CREATE_NEW, StandardOpenOption.READ,
-                StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
-            ch.truncate(bytes);
+        // CREATE_NEW is O_CREAT|O_EXCL: a name that exists (a planted file or symlink) fails instead of
+        // being opened; 0600: the KV cache is readable by its owner only, whatever the umask.
+        try (FileChannel ch = FileChannel.open(path, Set.of(StandardOpenOption.CREATE_NEW, StandardOpenOption.READ,
+                StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS), OWNER_ONLY)) {
             // setLength via a write at the end: truncate only shrinks
             ch.write(ByteBuffer.allocate(1), bytes - 1);
             MemorySegment seg = ch.map(FileChannel.MapMode.READ_WRITE, 0, bytes, arena);
             SharedMemory m = new SharedMemory(path, arena, seg);
             LIVE.put(seg.address(), m);
             return m;
+        } catch (FileAlreadyExistsException e) {
+            arena.close();
+            throw new IOException("cannot create " + path + ": the name exists already (never opened: kvferry creates its files itself)");
         } catch (IOException | RuntimeException e) {
             arena.close();
             Files.deleteIfExists(path);
             throw e;
+        }
+    }
+
+    /** Null when {@link #DIR} is a directory other users cannot tamper with, else why not (see the overload). */
+    public static String directoryProblem() {
+        return directoryProblem(DIR);
+    }
+
+    /**
+     * Null when {@code dir} is a writable directory other users cannot tamper with, else why not.
+     * Other users may create files there (/dev/shm is world-writable) only if the directory is
+     * sticky, so that no one but a file's owner can rename or delete it.
+     */
+    public static String directoryProblem(Path dir) {
+        try {
+            int mode = (Integer) Files.getAttribute(dir, "unix:mode");
+            if ((mode & 0170000) != 0040000) return dir + " is not a directory; shared-memory pools need a tmpfs there";
+            if (!Files.isWritable(dir)) return dir + " is not writable by this process";
+            if ((mode & 0022) != 0 && (mode & 01000) == 0) {
+                return dir + " (mode " + String.format("%04o", mode & 07777) + ") is writable by other users but not sticky:"
+                        + " they could replace kvferry's files; use /dev/shm or a directory only this user can write";
+            }
+            return null;
+        } catch (IOException | RuntimeException e) {
+            return dir + " is not usable for shared-memory pools: " + e;
         }
     }
 
@@ -153,24 +195,64 @@ public final class SharedMemory implements AutoCloseable {
         return p.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
     }
 
-    /** Whether the process {@code pid}, started at {@code startMillis}, still runs (pid reuse aware). */
-    public static boolean processAlive(long pid, long startMillis) {
-        return ProcessHandle.of(pid).filter(ProcessHandle::isAlive)
+    /** This process's start time in epoch milliseconds (0 when unknown), as file names and fences record it. */
+    public static long startMillis() {
+        return startMillis(ProcessHandle.current());
+    }
+
+    /**
+     * The inode of this process's pid namespace ({@code /proc/self/ns/pid}), or 0 when it cannot be
+     * read. A pid means a process only within its namespace: containers on one host share the boot id
+     * and may share /dev/shm, yet number their processes independently.
+     */
+    public static long pidNamespace() {
+        return PID_NAMESPACE;
+    }
+
+    private static long readPidNamespace() {
+        try {
+            String link = Files.readSymbolicLink(Path.of("/proc/self/ns/pid")).toString(); // "pid:[4026531836]"
+            if (!link.startsWith("pid:[") || !link.endsWith("]")) return 0;
+            return Long.parseLong(link.substring(5, link.length() - 1));
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
+    }
+
+    /**
+     * Whether the process {@code pid}, started at {@code startMillis} (0: unknown), in pid namespace
+     * {@code pidNamespace}, has provably exited: only when that namespace is known and is this
+     * process's own, and no process with that pid and start time runs. A pid from another namespace
+     * (or an unknown one) is never taken for dead, because this process cannot look it up: such a
+     * file stays until its owner removes it, and such a writer is waited for until the timeout.
+     */
+    public static boolean provablyGone(long pid, long startMillis, long pidNamespace) {
+        if (pidNamespace == 0 || PID_NAMESPACE == 0 || pidNamespace != PID_NAMESPACE) return false;
+        return !ProcessHandle.of(pid).filter(ProcessHandle::isAlive)
                 .map(p -> startMillis == 0 || Math.abs(startMillis(p) - startMillis) < 1000)
                 .orElse(false);
     }
 
-    /** Deletes kvferry files in {@link #DIR} whose owning process is gone; returns how many. */
+    /**
+     * Deletes kvferry files in {@link #DIR} whose owner has provably exited; returns how many. Only
+     * regular files of this user, named {@code kvferry-<pid>-<start>-ns<pid namespace>-…}, are
+     * considered; a file whose owner lives in another pid namespace, or that is named without one
+     * (an older kvferry), is left alone (see {@link #provablyGone}).
+     */
     public static int sweepStale() {
         int removed = 0;
+        int uid = ownUid();
         try (DirectoryStream<Path> files = Files.newDirectoryStream(DIR, PREFIX + "*")) {
             for (Path f : files) {
-                String[] parts = f.getFileName().toString().split("-", 5);
-                if (parts.length < 5) continue;
+                String[] parts = f.getFileName().toString().split("-", 6);
+                if (parts.length < 6 || !parts[3].startsWith("ns")) continue;
                 try {
                     long pid = Long.parseLong(parts[1]);
                     long start = Long.parseLong(parts[2]);
-                    if (!processAlive(pid, start) && Files.deleteIfExists(f)) {
+                    long ns = Long.parseLong(parts[3].substring(2));
+                    Map<String, Object> a = Files.readAttributes(f, "unix:uid,mode", LinkOption.NOFOLLOW_LINKS);
+                    boolean mine = uid >= 0 && (Integer) a.get("uid") == uid && ((Integer) a.get("mode") & 0170000) == 0100000;
+                    if (mine && provablyGone(pid, start, ns) && Files.deleteIfExists(f)) {
                         removed++;
                         log.info("removed {}: its owner (pid {}) is gone", f, pid);
                     }
@@ -182,5 +264,14 @@ public final class SharedMemory implements AutoCloseable {
             log.debug("could not sweep {}: {}", DIR, e.getMessage());
         }
         return removed;
+    }
+
+    /** This process's uid (the owner of the files it creates), or -1 when unknown. */
+    private static int ownUid() {
+        try {
+            return (Integer) Files.getAttribute(Path.of("/proc/self"), "unix:uid");
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
     }
 }

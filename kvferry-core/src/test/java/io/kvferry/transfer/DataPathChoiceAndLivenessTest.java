@@ -209,7 +209,7 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         KVManager d = KVFerry.createManager("shm", dm.args(0, PAGE_SIZE), DisaggregationMode.DECODE, cfg(1, 0).build());
         assertEquals("shm", pathOf(p, pm, d, dm, 61));
         String file = ((SharedArena) dm.arena).path().toString();
-        assertEquals(2, mappingsOf(file), "the decode's own mapping and the prefill's");
+        assertTrue(mappingsOf(file) > 1, "the decode's own mapping and the prefill's (one per offered window)");
         d.close();
         long deadline = System.nanoTime() + 5_000_000_000L;
         while (mappingsOf(file) > 1 && System.nanoTime() < deadline) Thread.sleep(20);

@@ -64,6 +64,8 @@ final class UcxEngine implements Runnable {
     private final int window;
     private final long spin;
     private final Thread thread;
+    /** This worker's packed address, read before the engine thread starts (the template peers' addresses are checked against). */
+    private final byte[] ownAddress;
     private final ConcurrentLinkedQueue<Runnable> commands = new ConcurrentLinkedQueue<>();
     private volatile boolean stopping;
 
@@ -84,12 +86,18 @@ final class UcxEngine implements Runnable {
         this.window = settings.window;
         this.spin = settings.spin;
         this.worker = context.newWorker(new UcpWorkerParams().requestWakeupRMA().requestWakeupRX().requestWakeupTX());
+        this.ownAddress = UcxDestination.bytes(worker.getAddress());
         this.thread = Thread.ofPlatform().daemon().name("kvferry-ucx-src-r" + engineRank).unstarted(this);
         thread.start();
     }
 
     UcxSettings.ErrMode errMode() {
         return errMode;
+    }
+
+    /** This engine's worker address. */
+    byte[] ownAddress() {
+        return ownAddress.clone();
     }
 
     /** Runs {@code command} on the engine thread. */

@@ -2,6 +2,8 @@ package io.kvferry.ucx;
 
 import org.openucx.jucx.ucp.UcpContext;
 import org.openucx.jucx.ucp.UcpParams;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
@@ -12,7 +14,11 @@ import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 
 /**
- * Whether UCX can run in this process, probed once. JUCX's jar carries {@code libjucx.so}, which
+ * Whether UCX can run in this process, probed once. The reasons it returns may reach a peer (a
+ * prefill names why it did not use an offered transport in HELLO_ACK), so they never carry the
+ * installed UCX version or UCX's own messages; those are logged here.
+ *
+ * <p>JUCX's jar carries {@code libjucx.so}, which
  * links against the system's {@code libucp.so.0}; without UCX installed the first touch of a JUCX
  * class fails with an {@link UnsatisfiedLinkError} (and every later one with
  * {@link NoClassDefFoundError}), and an older libucp than JUCX expects can abort the process at
@@ -21,6 +27,7 @@ import java.lang.invoke.MethodHandle;
  */
 @SuppressWarnings("restricted") // FFM: opening libucp and calling ucp_get_version / setenv; needs --enable-native-access
 final class UcxRuntime {
+    private static final Logger log = LoggerFactory.getLogger(UcxRuntime.class);
     /** JUCX 1.14.100 (the pinned default) runs on UCX 1.13 and newer. */
     static final int MIN_MAJOR = 1, MIN_MINOR = 13;
     static final String INSTALL_HINT = "install UCX: apt-get install -y libucx0 (Debian/Ubuntu; 'ucx' on RHEL/Fedora),"
@@ -85,8 +92,9 @@ final class UcxRuntime {
             minor = v.getAtIndex(ValueLayout.JAVA_INT, 1);
             version = major + "." + minor + "." + v.getAtIndex(ValueLayout.JAVA_INT, 2);
             if (major < MIN_MAJOR || (major == MIN_MAJOR && minor < MIN_MINOR)) {
-                return new Probe(version, "UCX " + version + " is too old: kvferry-ucx needs UCX " + MIN_MAJOR + "." + MIN_MINOR
-                        + " or newer; " + INSTALL_HINT);
+                log.warn("ucx: libucp is version {}, too old for kvferry-ucx (needs {}.{} or newer)", version, MIN_MAJOR, MIN_MINOR);
+                return new Probe(version, "the installed UCX is too old (its version is in this process's log): kvferry-ucx needs UCX "
+                        + MIN_MAJOR + "." + MIN_MINOR + " or newer; " + INSTALL_HINT);
             }
         } catch (IllegalCallerException e) {
             return new Probe(null, "native access is disabled for kvferry-ucx (" + e.getMessage()
@@ -102,10 +110,12 @@ final class UcxRuntime {
             String what = e instanceof NoClassDefFoundError && e.getMessage() != null && e.getMessage().contains("openucx")
                     ? "JUCX (org.openucx:jucx) is not on the class path or failed to initialise"
                     : "JUCX's native library cannot load";
-            return new Probe(version, what + " (" + e + ") with UCX " + version + "; " + INSTALL_HINT);
+            log.warn("ucx: {} ({}) with UCX {}", what, e.toString(), version);
+            return new Probe(version, what + " (details in this process's log); " + INSTALL_HINT);
         } catch (RuntimeException e) {
-            return new Probe(version, "UCX " + version + " cannot open a context: " + e.getMessage()
-                    + " (check UCX_TLS / UCX_NET_DEVICES; ucx_info -d lists the transports)");
+            log.warn("ucx: UCX {} cannot open a context: {}", version, e.getMessage());
+            return new Probe(version, "UCX cannot open a context (details in this process's log; check UCX_TLS / UCX_NET_DEVICES,"
+                    + " ucx_info -d lists the transports)");
         }
         return new Probe(version, major, minor, null);
     }

@@ -40,9 +40,27 @@ final class UcxSource implements SourceTransport {
     private boolean closed;
 
     private final UcxSettings settings;
+    /** Checks peers' worker addresses and keys; null when this UCX cannot be checked (then {@link #uncheckable} says why). */
+    private final UcxAddressCheck check;
+    private final String uncheckable;
 
-    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine, UcxSettings settings) {
+    /** @param ownKey a remote key this context packed (the template for peers' keys), or null when nothing is registered */
+    private UcxSource(UcpContext context, List<UcpMemory> registrations, UcxEngine engine, UcxSettings settings, byte[] ownKey) {
         this.settings = settings;
+        UcxAddressCheck c = null;
+        String why = null;
+        if (!UcxAddressCheck.knownRelease(UcxRuntime.major(), UcxRuntime.minor())) {
+            why = "kvferry-ucx checks worker addresses in the packed format of UCX 1.13 and 1.14; this is UCX " + UcxRuntime.version();
+        } else {
+            try {
+                c = new UcxAddressCheck(engine.ownAddress(), ownKey);
+            } catch (UcxAddressCheck.Refused | RuntimeException e) {
+                why = e.getMessage();
+            }
+        }
+        if (why != null) log.warn("ucx: this prefill declines every ucx offer (links use tcp): {}", why);
+        this.check = c;
+        this.uncheckable = why;
         this.context = context;
         this.registrations = registrations;
         this.engine = engine;
@@ -54,7 +72,8 @@ final class UcxSource implements SourceTransport {
         try {
             ctx = new UcpContext(new UcpParams().requestRmaFeature().requestWakeupFeature());
         } catch (RuntimeException e) {
-            throw new IOException("UCX cannot open a context: " + e.getMessage(), e);
+            log.warn("ucx: UCX cannot open a context: {}", e.getMessage());
+            throw new IOException("UCX cannot open a context; details in the prefill's log", e);
         }
         List<UcpMemory> regs = new ArrayList<>();
         try {
@@ -63,19 +82,23 @@ final class UcxSource implements SourceTransport {
                     regs.add(ctx.memoryMap(new UcpMemMapParams().setAddress(seg.address()).setLength(seg.byteSize())
                             .setMemoryType(MemoryType.HOST.ucsOrdinal())));
                 } catch (RuntimeException e) {
+                    log.warn("ucx: UCX cannot register source {} buffer {}/{} ({} bytes): {}", region, c, b, seg.byteSize(), e.getMessage());
                     throw new IOException("UCX cannot register source " + region + " buffer " + c + "/" + b + " ("
-                            + seg.byteSize() + " bytes): " + e.getMessage(), e);
+                            + seg.byteSize() + " bytes); details in the prefill's log", e);
                 }
             });
+            // Packed before the engine thread starts, like the registrations: no UCX call here races with it.
+            byte[] ownKey = regs.isEmpty() ? null : UcxDestination.bytes(regs.get(0).getRemoteKeyBuffer());
             UcxEngine engine = new UcxEngine(ctx, engineRank, settings);
             log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
                     UcxRuntime.version(), engine.errMode().name().toLowerCase(Locale.ROOT));
-            return new UcxSource(ctx, regs, engine, settings);
+            return new UcxSource(ctx, regs, engine, settings, ownKey);
         } catch (IOException | RuntimeException e) {
             for (UcpMemory m : regs) m.deregister();
             ctx.close();
             if (e instanceof IOException io) throw io;
-            throw new IOException("UCX source setup failed: " + e.getMessage(), e);
+            log.warn("ucx: UCX source setup failed: {}", e.toString());
+            throw new IOException("UCX source setup failed; details in the prefill's log", e);
         }
     }
 
@@ -86,11 +109,15 @@ final class UcxSource implements SourceTransport {
 
     /**
      * Checks the offer (format; every buffer declared in HELLO present with the declared length;
-     * memory types this UCX can reach), connects an endpoint to the link's worker and waits for
-     * its wireup (a first flush) within {@link UcxSettings#connectTimeoutMs()}.
+     * memory types this UCX can reach; the worker address and every remote key structurally, see
+     * {@link UcxAddressCheck}), connects an endpoint to the link's worker and waits for its wireup
+     * (a first flush) within {@link UcxSettings#connectTimeoutMs()}.
      *
-     * @throws IOException a malformed offer, or one that contradicts HELLO
-     * @throws TransportUnavailableException a newer offer version, unsupported memory, an unreachable decode
+     * <p>Exception messages go back to the decode (HELLO_ACK's fallback reason), so they never carry
+     * this side's UCX version, configuration or library messages: those are logged here.
+     *
+     * @throws IOException a malformed offer, or one that contradicts HELLO or fails the structural check
+     * @throws TransportUnavailableException a newer offer version, another UCX release, unsupported memory, an unreachable decode
      */
     @Override
     public DataPath connect(byte[] blob, MemoryDescriptor destination, PeerLink to) throws TransportUnavailableException, IOException {
@@ -108,16 +135,36 @@ final class UcxSource implements SourceTransport {
         } catch (UcxOffer.Unsupported e) {
             throw new TransportUnavailableException(e.getMessage());
         }
+        if (check == null) {
+            throw new TransportUnavailableException("this prefill cannot check UCX worker addresses with its UCX installation"
+                    + " (the reason is in its log)");
+        }
         if (offer.ucxMajor() != UcxRuntime.major() || offer.ucxMinor() != UcxRuntime.minor()) {
             // UCX's worker address format differs between releases and libucp aborts on one it cannot parse.
-            throw new TransportUnavailableException("decode " + peer + " runs UCX " + offer.ucxMajor() + "." + offer.ucxMinor()
-                    + ", this prefill UCX " + UcxRuntime.version() + "; kvferry-ucx needs the same UCX release on both sides");
+            log.warn("ucx: decode {} runs UCX {}.{}, this prefill UCX {}; the link uses tcp", peer, offer.ucxMajor(), offer.ucxMinor(),
+                    UcxRuntime.version());
+            throw new TransportUnavailableException("decode " + peer + " runs another UCX release than this prefill;"
+                    + " kvferry-ucx needs the same UCX release on both sides");
+        }
+        try {
+            UcxAddressCheck.Layout address = check.checkAddress(offer.workerAddress());
+            for (UcxOffer.Entry e : offer.entries()) {
+                try {
+                    check.checkKey(e.rkey(), e.memoryType().ucsOrdinal(), address);
+                } catch (UcxAddressCheck.Refused r) {
+                    throw new UcxAddressCheck.Refused(e.region() + " buffer " + e.component() + "/" + e.buffer() + ": " + r.getMessage());
+                }
+            }
+        } catch (UcxAddressCheck.Refused e) {
+            log.warn("ucx: the offer of decode {} fails the structural check of its UCX worker address and keys: {}", peer, e.getMessage());
+            throw new IOException("ucx offer from " + peer + " refused: its UCX worker address or remote keys do not have the structure"
+                    + " this prefill's UCX produces (details in the prefill's log)");
         }
         long supported = context.getMemoryTypesMask();
         for (UcxOffer.Entry e : offer.entries()) {
             if (e.memoryType() != MemoryType.HOST && (supported & (1L << e.memoryType().ucsOrdinal())) == 0) {
                 throw new TransportUnavailableException("decode " + peer + " offers " + e.memoryType() + " memory ("
-                        + e.region() + " buffer " + e.component() + "/" + e.buffer() + "), which this UCX cannot reach");
+                        + e.region() + " buffer " + e.component() + "/" + e.buffer() + "), which this prefill cannot reach");
             }
         }
         UcxEngine.Link link = new UcxEngine.Link(peer, offer, buffers);
@@ -128,11 +175,12 @@ final class UcxSource implements SourceTransport {
             done.get(timeout, TimeUnit.MILLISECONDS);
         } catch (ExecutionException e) {
             engine.submit(() -> engine.close(link, "connect failed", true));
-            throw new TransportUnavailableException("UCX cannot reach decode " + peer + ": " + e.getCause().getMessage()
-                    + hint());
+            log.warn("ucx: UCX cannot reach decode {}: {}{}", peer, e.getCause().getMessage(), hint());
+            throw new TransportUnavailableException("UCX cannot reach decode " + peer + " (details in the prefill's log)");
         } catch (TimeoutException e) {
             engine.submit(() -> engine.close(link, "connect timed out", true));
-            throw new TransportUnavailableException("UCX did not connect to decode " + peer + " within " + timeout + " ms" + hint());
+            log.warn("ucx: UCX did not connect to decode {} within {} ms{}", peer, timeout, hint());
+            throw new TransportUnavailableException("UCX did not connect to decode " + peer + " within " + timeout + " ms");
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             engine.submit(() -> engine.close(link, "connect interrupted", true));
@@ -141,9 +189,10 @@ final class UcxSource implements SourceTransport {
         return new UcxDataPath(engine, link, settings.drainTimeoutMs);
     }
 
+    /** Local diagnostics for a failed connect (this side's UCX settings): logged, never sent to the peer. */
     private String hint() {
         String tls = System.getenv("UCX_TLS");
-        return " (UCX_TLS=" + (tls == null ? "<unset>" : tls) + ", KVFERRY_UCX_ERR_MODE="
+        return " (UCX " + UcxRuntime.version() + ", UCX_TLS=" + (tls == null ? "<unset>" : tls) + ", KVFERRY_UCX_ERR_MODE="
                 + engine.errMode().name().toLowerCase(Locale.ROOT)
                 + (engine.errMode() == UcxSettings.ErrMode.PEER ? "; peer error mode needs a transport with peer-failure"
                 + " support for active messages, e.g. tcp or rc: UCX 1.13 leaves out posix/sysv" : "") + ")";

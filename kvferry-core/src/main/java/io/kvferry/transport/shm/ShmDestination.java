@@ -10,11 +10,13 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Consumer;
 
@@ -25,7 +27,7 @@ import java.util.function.Consumer;
  */
 final class ShmDestination implements DestinationTransport {
     private static final Logger log = LoggerFactory.getLogger(ShmDestination.class);
-    private static final int SLOTS = 4095;
+    private static final int SLOTS = Fence.MAX_SLOTS;
 
     private final SharedMemory fence;
     private final long nonceHi, nonceLo;
@@ -40,7 +42,10 @@ final class ShmDestination implements DestinationTransport {
         this.entries = entries;
     }
 
-    /** Null (and {@code why} told) when some registered buffer is not in shared memory. */
+    /**
+     * Null (and {@code why} told) when some registered buffer is not in shared memory. Creates the
+     * fence (0600, like every kvferry file) listing the identity of each pool file it offers.
+     */
     static ShmDestination open(RegisteredMemory memory, int engineRank, Consumer<String> why) throws IOException {
         List<ShmOffer.Entry> entries = new ArrayList<>();
         List<String> privateBuffers = new ArrayList<>();
@@ -54,11 +59,26 @@ final class ShmDestination implements DestinationTransport {
                     + (privateBuffers.size() > 1 ? " (and " + (privateBuffers.size() - 1) + " more buffers)" : ""));
             return null;
         }
-        SharedMemory fence = SharedMemory.allocate("fence-rank" + engineRank, Fence.HEADER + SLOTS * Fence.SLOT);
+        String unsupported = ShmFiles.unavailableReason();
+        if (unsupported != null) {
+            why.accept(unsupported);
+            return null;
+        }
+        Map<String, Fence.FileId> files = new LinkedHashMap<>();
+        for (ShmOffer.Entry e : entries) {
+            if (files.containsKey(e.path())) continue;
+            // Our own files, created O_EXCL in a directory only their owner can rename in: the name is theirs.
+            ShmFiles.Stat st = ShmFiles.lstat(Path.of(e.path()));
+            files.put(e.path(), new Fence.FileId(st.devMajor(), st.devMinor(), st.inode(), st.size()));
+        }
+        if (files.size() > Fence.MAX_FILES) {
+            why.accept("the buffers lie in " + files.size() + " shared files; a fence lists at most " + Fence.MAX_FILES);
+            return null;
+        }
+        SharedMemory fence = SharedMemory.allocate("fence-rank" + engineRank, Fence.size(SLOTS, files.size()));
         SecureRandom rnd = new SecureRandom();
         long hi = rnd.nextLong(), lo = rnd.nextLong();
-        fence.segment().set(ValueLayout.JAVA_LONG, 0, hi);
-        fence.segment().set(ValueLayout.JAVA_LONG, 8, lo);
+        Fence.init(fence.segment(), hi, lo, SLOTS, List.copyOf(files.values()));
         return new ShmDestination(fence, hi, lo, List.copyOf(entries));
     }
 
@@ -108,8 +128,10 @@ final class ShmDestination implements DestinationTransport {
                     break;
                 }
                 // A writer SIGKILLed mid-copy leaves its count behind, but can write nothing more.
+                // A writer in another pid namespace cannot be looked up here: it is waited for, never taken for dead.
                 long pid = Fence.writerPid(page, slotOffset);
-                if (pid != 0 && !SharedMemory.processAlive(pid, Fence.writerStart(page, slotOffset))) {
+                if (pid != 0 && SharedMemory.provablyGone(pid, Fence.writerStart(page, slotOffset),
+                        Fence.writerPidNamespace(page, slotOffset))) {
                     drained = true;
                     break;
                 }

@@ -10,7 +10,6 @@ import io.kvferry.transport.TransportProvider;
 import io.kvferry.transport.WriteSink;
 
 import java.io.IOException;
-import java.nio.file.Files;
 import java.util.List;
 import java.util.function.Consumer;
 
@@ -32,9 +31,10 @@ public final class ShmTransportProvider implements TransportProvider {
 
     @Override
     public String unavailableReason(KVFerrySettings settings) {
-        if (!Files.isDirectory(SharedMemory.DIR) || !Files.isWritable(SharedMemory.DIR)) {
-            return SharedMemory.DIR + " is not a writable directory (mount a tmpfs there, or set -Dkvferry.shm.dir)";
-        }
+        String dir = SharedMemory.directoryProblem();
+        if (dir != null) return dir + " (mount a tmpfs there, or set -Dkvferry.shm.dir)";
+        String calls = ShmFiles.unavailableReason();
+        if (calls != null) return calls;
         try {
             CopyLanes.configured(settings);
         } catch (IllegalArgumentException e) {

@@ -291,7 +291,7 @@ class ShmTransportTest {
         Process gone = new ProcessBuilder("true").start();
         gone.waitFor();
         MemorySegment fence = d.fenceForTest();
-        Fence.claim(fence, slot, gone.pid(), gone.info().startInstant().map(Instant::toEpochMilli).orElse(1L));
+        Fence.claim(fence, slot, gone.pid(), gone.info().startInstant().map(Instant::toEpochMilli).orElse(1L), SharedMemory.pidNamespace());
         assertTrue(Fence.enter(fence, slot)); // the "killed" writer's count stays behind
         long t0 = System.nanoTime();
         assertTrue(offer.revoke(Duration.ofSeconds(20)));
@@ -302,7 +302,7 @@ class ShmTransportTest {
     void staleFilesOfDeadOwnersAreSwept() throws Exception {
         Process gone = new ProcessBuilder("true").start();
         gone.waitFor();
-        Path stale = SharedMemory.DIR.resolve(SharedMemory.PREFIX + gone.pid() + "-1-abcdef-stale");
+        Path stale = SharedMemory.DIR.resolve(SharedMemory.PREFIX + gone.pid() + "-1-ns" + SharedMemory.pidNamespace() + "-abcdef-stale");
         Files.write(stale, new byte[16]);
         Path mine = sharedArena().path();
         SharedMemory.sweepStale();
