@@ -18,6 +18,8 @@ import java.util.Map;
  * @param iperf3Gbps        single-stream iperf3 over loopback, same run (null unless asked for and installed)
  * @param ratioToIperf3     gbps / iperf3_gbps
  * @param tcpStripes        TCP connections per decode link (tcp data path)
+ * @param checksum          the checksum mode the bench asked for (off | sampled | full); a link uses the stronger
+ *                          of its two sides' modes, and both sides of a bench use this one
  * @param dataPaths         succeeded requests per data path they actually took (e.g. {"shm": 64})
  * @param datapathGbps      bytes the prefill data paths moved ÷ time the transfer workers spent inside them (summed
  *                          over workers): the transport's own per-worker bandwidth, without the bench's pattern fill
@@ -63,6 +65,7 @@ public record BenchResult(
         @JsonProperty("iperf3_gbps") Double iperf3Gbps,
         @JsonProperty("ratio_to_iperf3") Double ratioToIperf3,
         @JsonProperty("tcp_stripes") int tcpStripes,
+        String checksum,
         @JsonProperty("data_paths") Map<String, Long> dataPaths,
         @JsonProperty("datapath_gbps") double datapathGbps,
         @JsonProperty("transfer_gbps") double transferGbps,

@@ -318,7 +318,7 @@ public final class BenchRunner {
                 config.shape().mla(), config.shape().kvHeads(), n, config.workload().warmup(), n - failedIdx.size(),
                 failedIdx.size(), corrupted, verified, round(elapsed), round(gbps), lat, round(memcpy),
                 memcpy > 0 ? round(gbps / memcpy) : 0, iperf > 0 ? round(iperf) : null,
-                iperf > 0 ? round(gbps / iperf) : null, config.tcpStripes(), paths,
+                iperf > 0 ? round(gbps / iperf) : null, config.tcpStripes(), config.checksum().label(), paths,
                 round(pathGbps), round(transferGbps), memcpy > 0 ? round(transferGbps / memcpy) : 0,
                 paired > 0 ? round(paired) : null, paired > 0 && pathNanos > 0 ? round(pathGbps / paired) : null,
                 pathBytes, pathOps > 0 ? pathBytes / pathOps : 0,

@@ -52,7 +52,8 @@ class BenchCommandTest {
         assertEquals(0, r.code(), r.out());
         JsonNode j = lastJson(r.out());
         for (String f : new String[]{"requests", "warmup", "succeeded", "failed", "verified_bytes", "gbps", "latency_ms",
-                "datapath_gbps", "transfer_gbps", "datapath_op_bytes", "ucx_perftest_gbps", "ratio_transfer_to_ucx_perftest"}) {
+                "datapath_gbps", "transfer_gbps", "datapath_op_bytes", "ucx_perftest_gbps", "ratio_transfer_to_ucx_perftest",
+                "checksum"}) {
             assertTrue(j.has(f), "missing " + f + " in " + j);
         }
         // 16 measured requests after the default warm-up, every one verified.
@@ -67,7 +68,10 @@ class BenchCommandTest {
 
     @Test
     void inprocAndFakeBackendsRunTheSameJob() throws Exception {
-        assertEquals(0, run("bench", "--model", "tiny", "--requests", "8", "--prompt-tokens", "128", "--transport", "inproc", "--warmup", "0").code());
+        Run inproc = run("bench", "--model", "tiny", "--requests", "8", "--prompt-tokens", "128", "--transport", "inproc",
+                "--warmup", "0", "--checksum", "full", "--json");
+        assertEquals(0, inproc.code(), inproc.out());
+        assertEquals("full", lastJson(inproc.out()).get("checksum").asText(), "the JSON names the checksum mode it ran with");
         Run fake = run("bench", "--model", "tiny", "--requests", "4", "--prompt-tokens", "64", "--transport", "fake", "--warmup", "0", "--json");
         // Nothing moves on the fake backend, so verification must fail: the bench does not pretend.
         assertEquals(1, fake.code());
