@@ -24,8 +24,8 @@ import java.util.function.BooleanSupplier;
 /**
  * The prefill's side of tcp on one connection: turns a plan into frames and sends each with one
  * gathering write straight from the registered source memory. Contiguous ops travel as WRITE_LISTs
- * (up to {@link WriteList#MAX_PIECES} pieces and {@link WriteList#MAX_PAYLOAD_BYTES} per frame, one
- * syscall each); a strided (head-sliced) op is gathered into a native staging buffer and sent as one
+ * (up to {@link WriteList#MAX_PIECES} pieces and {@link #LIST_PAYLOAD_BYTES} per frame; an op larger
+ * than that is a list of its own, up to {@link WriteList#MAX_PAYLOAD_BYTES}); a strided (head-sliced) op is gathered into a native staging buffer and sent as one
  * WRITE. A trailer frame (the room's STATUS) may ride in the same syscall as the plan's last frame.
  *
  * <p>Ownership: any transfer worker may call it; {@code lock} guards the frame buffers, views and
@@ -34,6 +34,13 @@ import java.util.function.BooleanSupplier;
  */
 final class TcpFrameWriter {
     private static final int WRITE_FRAME_BYTES = Wire.HEADER_BYTES + WriteHeader.BODY_BYTES;
+    /**
+     * Where the prefill cuts a list by payload (the protocol allows up to {@link WriteList#MAX_PAYLOAD_BYTES}).
+     * Measured (PERFORMANCE.md, "Piece-list size"): 4 MiB lists moved large (~48 KiB) ops 5-10 % slower
+     * than 1 MiB ones, 256 KiB ones were slower again; fragmented 2 KiB pieces fill a list's 511 pieces
+     * at ~1 MiB anyway.
+     */
+    static final long LIST_PAYLOAD_BYTES = 1 << 20;
 
     private final ControlConnection connection;
     private final ReentrantLock lock = new ReentrantLock();
@@ -97,7 +104,7 @@ final class TcpFrameWriter {
             int prevRegion = -1, prevComponent = -1, prevBuffer = -1;
             while (op < n && count < WriteList.MAX_PIECES && !plan.strided(op)) {
                 long len = plan.length(op);
-                if (count > 0 && payload + len > WriteList.MAX_PAYLOAD_BYTES) break;
+                if (count > 0 && payload + len > LIST_PAYLOAD_BYTES) break;
                 Region region = plan.region(op);
                 int component = plan.component(op), buffer = plan.dstBuffer(op);
                 long offset = plan.dstOffset(op);

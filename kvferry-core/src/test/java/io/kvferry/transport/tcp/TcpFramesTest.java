@@ -203,6 +203,33 @@ class TcpFramesTest {
     }
 
     @Test
+    void largeOpsAreCutIntoListsOfAtMostTheListPayload() throws Exception {
+        RegisteredMemory src = memory(11), dst = memory(0);
+        // 4000 pages in 4 runs of 1000 (256,000 bytes per op) per buffer, ascending at the destination.
+        int[] srcPages = new int[4000], dstPages = new int[4000];
+        for (int i = 0; i < 4000; i++) {
+            srcPages[i] = i;
+            dstPages[i] = i + i / 1000;
+        }
+        CopyPlan plan = CopyPlan.reusable();
+        TransferPlanner.appendKv(plan, PageRuns.reusable().regroup(srcPages, 0, dstPages, 0, 4000), new long[] {PAGE, PAGE, PAGE}, null);
+        assertEquals(12, plan.size());
+        OpenGate gate = new OpenGate(dst);
+        TcpLander lander = new TcpLander(peer, gate, new WriteSink.Landing("prefill", ChecksumMode.OFF));
+        Thread sender = inBackground(() -> new TcpFrameWriter(client).writePlan(9, plan, src, () -> false, ChecksumMode.OFF,
+                successFrame(9, 0)));
+        landUntilStatus(peer, lander);
+        sender.join();
+        assertEquals(plan.totalBytes(), gate.landed.get());
+        // Four 256,000-byte ops fit under the 1 MiB cut, a fifth would not: 12 ops in 3 lists (one list under a 4 MiB cut).
+        assertEquals(3, gate.lists, "lists are cut at " + TcpFrameWriter.LIST_PAYLOAD_BYTES + " bytes of payload");
+        for (int b = 0; b < BUFFERS; b++) {
+            assertEquals(-1, src.slice(Region.KV, 0, b, 0, 1000 * PAGE).mismatch(dst.slice(Region.KV, 0, b, 0, 1000 * PAGE)));
+            assertEquals(-1, src.slice(Region.KV, 0, b, 3000 * PAGE, 1000 * PAGE).mismatch(dst.slice(Region.KV, 0, b, 3003 * PAGE, 1000 * PAGE)));
+        }
+    }
+
+    @Test
     void piecesOutOfDestinationOrderStartANewListSoNoListEverOverlaps() throws Exception {
         RegisteredMemory src = memory(9), dst = memory(0);
         int[] srcPages = shuffled(PAGES, 3), dstPages = shuffled(PAGES, 4);
