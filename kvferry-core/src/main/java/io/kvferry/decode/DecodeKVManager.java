@@ -34,10 +34,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
-import java.util.Map;
-import java.util.TreeMap;
 import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.UUID;
@@ -292,29 +289,17 @@ public final class DecodeKVManager implements KVManager {
 
     @Override
     public KVManagerInspection inspect() {
-        Map<Long, RoomStatusTable.Entry> all = rooms.statuses.snapshot();
-        long now = System.nanoTime();
-        Map<String, Integer> byState = new TreeMap<>();
-        List<Map.Entry<Long, RoomStatusTable.Entry>> inFlight = new ArrayList<>();
-        for (Map.Entry<Long, RoomStatusTable.Entry> e : all.entrySet()) {
-            byState.merge(e.getValue().status().name(), 1, Integer::sum);
-            if (!e.getValue().status().isTerminal()) inFlight.add(e);
-        }
-        inFlight.sort(Comparator.comparingLong(e -> e.getValue().createdNanos()));
-        List<KVManagerInspection.Room> oldest = new ArrayList<>();
-        for (Map.Entry<Long, RoomStatusTable.Entry> e : inFlight.subList(0, Math.min(inFlight.size(), KVManagerInspection.MAX_ROOMS))) {
-            DecodeRoom r = rooms.get(e.getKey());
-            oldest.add(new KVManagerInspection.Room(e.getKey(), e.getValue().status().name(),
-                    (now - e.getValue().createdNanos()) / 1_000_000L, (now - e.getValue().sinceNanos()) / 1_000_000L,
-                    r == null ? "" : peersOf(r)));
-        }
+        RoomStatusTable.Census census = rooms.statuses.census(KVManagerInspection.MAX_ROOMS, room -> {
+            DecodeRoom r = rooms.get(room);
+            return r == null ? "" : peersOf(r);
+        });
         List<KVManagerInspection.Peer> peers = new ArrayList<>();
         for (PrefillLink l : directory.links()) {
             peers.add(new KVManagerInspection.Peer("prefill rank " + l.prefillUniqueRank, l.endpoint, l.dataPath, l.rooms.size(),
                     l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
         }
-        return new KVManagerInspection("decode", config.attnTpRank(), ppRank, config.dpRank(), 0, backend.name(), null, byState,
-                oldest, telemetry.recentFailures(), telemetry.failuresByKind(), peers, telemetry.concludedBytes(),
+        return new KVManagerInspection("decode", config.attnTpRank(), ppRank, config.dpRank(), 0, backend.name(), null, census.byState(),
+                census.oldest(), telemetry.recentFailures(), telemetry.failuresByKind(), peers, telemetry.concludedBytes(),
                 telemetry.roomsConcluded(), stats());
     }
 

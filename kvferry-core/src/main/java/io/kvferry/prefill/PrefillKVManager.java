@@ -32,11 +32,8 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
-import java.util.Map;
 import java.util.Optional;
-import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
@@ -278,22 +275,10 @@ public final class PrefillKVManager implements KVManager {
 
     @Override
     public KVManagerInspection inspect() {
-        Map<Long, RoomStatusTable.Entry> all = rooms.statuses.snapshot();
-        long now = System.nanoTime();
-        Map<String, Integer> byState = new TreeMap<>();
-        List<Map.Entry<Long, RoomStatusTable.Entry>> inFlight = new ArrayList<>();
-        for (Map.Entry<Long, RoomStatusTable.Entry> e : all.entrySet()) {
-            byState.merge(e.getValue().status().name(), 1, Integer::sum);
-            if (!e.getValue().status().isTerminal()) inFlight.add(e);
-        }
-        inFlight.sort(Comparator.comparingLong(e -> e.getValue().createdNanos()));
-        List<KVManagerInspection.Room> oldest = new ArrayList<>();
-        for (Map.Entry<Long, RoomStatusTable.Entry> e : inFlight.subList(0, Math.min(inFlight.size(), KVManagerInspection.MAX_ROOMS))) {
-            PrefillRoom r = rooms.get(e.getKey());
-            oldest.add(new KVManagerInspection.Room(e.getKey(), e.getValue().status().name(),
-                    (now - e.getValue().createdNanos()) / 1_000_000L, (now - e.getValue().sinceNanos()) / 1_000_000L,
-                    r == null ? "" : peersOf(r)));
-        }
+        RoomStatusTable.Census census = rooms.statuses.census(KVManagerInspection.MAX_ROOMS, room -> {
+            PrefillRoom r = rooms.get(room);
+            return r == null ? "" : peersOf(r);
+        });
         List<KVManagerInspection.Peer> peers = new ArrayList<>();
         for (DecodeLink l : sessions.registered()) {
             DataPath path = l.dataPath;
@@ -301,7 +286,7 @@ public final class PrefillKVManager implements KVManager {
                     path == null ? "" : path.name(), l.rooms.size(), l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
         }
         return new KVManagerInspection("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank(), backend.name(),
-                advertisedHost() + ":" + advertisedPort(), byState, oldest, telemetry.recentFailures(), telemetry.failuresByKind(),
+                advertisedHost() + ":" + advertisedPort(), census.byState(), census.oldest(), telemetry.recentFailures(), telemetry.failuresByKind(),
                 peers, workers.bytes(), telemetry.roomsConcluded(), stats());
     }
 

@@ -1,13 +1,19 @@
 package io.kvferry.session;
 
 import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManagerInspection;
 import io.kvferry.api.KVPoll;
 
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.BooleanSupplier;
+import java.util.function.LongFunction;
 
 /**
  * Status of every room on one manager, with SGLang's rules: a status only moves forward; Failed is
@@ -276,5 +282,30 @@ public final class RoomStatusTable {
             if (v != null) copy.put(e.getKey(), v);
         }
         return Map.copyOf(copy);
+    }
+
+    /** What a status page shows of the rooms: how many per state, and the oldest in flight. */
+    public record Census(Map<String, Integer> byState, List<KVManagerInspection.Room> oldest) {}
+
+    /**
+     * Counts the rooms per state and lists the {@code max} oldest in flight (age, time in their
+     * state, and {@code peersOf} their room id), for both managers' {@code inspect()}.
+     */
+    public Census census(int max, LongFunction<String> peersOf) {
+        long now = System.nanoTime();
+        Map<String, Integer> byState = new TreeMap<>();
+        List<Map.Entry<Long, Entry>> inFlight = new ArrayList<>();
+        for (Map.Entry<Long, Entry> e : snapshot().entrySet()) {
+            byState.merge(e.getValue().status().name(), 1, Integer::sum);
+            if (!e.getValue().status().isTerminal()) inFlight.add(e);
+        }
+        inFlight.sort(Comparator.comparingLong(e -> e.getValue().createdNanos()));
+        List<KVManagerInspection.Room> oldest = new ArrayList<>();
+        for (Map.Entry<Long, Entry> e : inFlight.subList(0, Math.min(inFlight.size(), max))) {
+            Entry v = e.getValue();
+            oldest.add(new KVManagerInspection.Room(e.getKey(), v.status().name(), (now - v.createdNanos()) / 1_000_000L,
+                    (now - v.sinceNanos()) / 1_000_000L, peersOf.apply(e.getKey())));
+        }
+        return new Census(byState, oldest);
     }
 }
