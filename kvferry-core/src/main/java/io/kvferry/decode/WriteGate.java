@@ -38,16 +38,7 @@ final class WriteGate implements WriteSink {
     public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long length,
                       long payload) throws WriteRejectedException {
         if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
-        MemorySegment seg = memory.segmentOrNull(region, component, buffer);
-        if (seg == null) throw new WriteRejectedException("no registered " + region + " buffer " + component + "/" + buffer, true);
-        if (length > seg.byteSize()) {
-            throw new WriteRejectedException("write of " + length + " bytes is larger than " + region + " buffer "
-                    + component + "/" + buffer + " (" + seg.byteSize() + " bytes)", true);
-        }
-        if (offset > seg.byteSize() - length) {
-            throw new WriteRejectedException("write [" + offset + ", +" + length + ") is outside " + region + " buffer "
-                    + component + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
-        }
+        MemorySegment seg = inBounds(-1, region, component, buffer, offset, length);
         DecodeRoom r = rooms.get(room);
         int slot = admissibleSlot(into, r, room);
         DecodeRoom.Allowance a = r.allowance;
@@ -57,10 +48,7 @@ final class WriteGate implements WriteSink {
         }
         if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
         requireAllowed(a, region, component, memory.itemLen(region, component, buffer), buffer, offset, length, room);
-        if (!r.transferring) {
-            r.transferring = true;
-            r.slot.update(KVPoll.Transferring);
-        }
+        markTransferring(r);
         admit(into, r, slot, seg, offset, length, payload);
     }
 
@@ -73,19 +61,7 @@ final class WriteGate implements WriteSink {
             Region region = list.region(i);
             int component = list.component(i), buffer = list.buffer(i);
             long offset = list.offset(i), length = list.length(i);
-            MemorySegment seg = memory.segmentOrNull(region, component, buffer);
-            if (seg == null) {
-                throw new WriteRejectedException("piece " + i + " names no registered " + region + " buffer " + component + "/" + buffer, true);
-            }
-            if (length > seg.byteSize()) {
-                throw new WriteRejectedException("piece " + i + " of " + length + " bytes is larger than " + region + " buffer "
-                        + component + "/" + buffer + " (" + seg.byteSize() + " bytes)", true);
-            }
-            if (offset > seg.byteSize() - length) {
-                throw new WriteRejectedException("piece " + i + " [" + offset + ", +" + length + ") is outside " + region + " buffer "
-                        + component + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
-            }
-            buffers[i] = seg;
+            buffers[i] = inBounds(i, region, component, buffer, offset, length);
         }
         DecodeRoom r = rooms.get(room);
         int slot = admissibleSlot(into, r, room);
@@ -95,13 +71,45 @@ final class WriteGate implements WriteSink {
             requireAllowed(a, region, list.component(i), memory.itemLen(region, list.component(i), list.buffer(i)), list.buffer(i),
                     list.offset(i), list.length(i), room);
         }
+        markTransferring(r);
+        // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
+        if (!r.beginLanding()) throw new WriteRejectedException("room " + room + " was cleared", false);
+        into.admitList(r, slot, list.payloadLength());
+    }
+
+    /**
+     * The registered buffer a write (piece {@code piece} of a list, or -1 for a WRITE) names, once its
+     * span is known to lie inside it. A missing buffer or a span larger than the buffer is fatal (the
+     * sender's view of the layout is wrong); a span outside it fails only the room. Messages are
+     * built only on refusal.
+     */
+    private MemorySegment inBounds(int piece, Region region, int component, int buffer, long offset, long length)
+            throws WriteRejectedException {
+        MemorySegment seg = memory.segmentOrNull(region, component, buffer);
+        if (seg == null) {
+            throw new WriteRejectedException((piece < 0 ? "" : what(piece) + " names ") + "no registered " + region + " buffer " + component
+                    + "/" + buffer, true);
+        }
+        if (length > seg.byteSize()) {
+            throw new WriteRejectedException(what(piece) + " of " + length + " bytes is larger than " + region + " buffer " + component + "/"
+                    + buffer + " (" + seg.byteSize() + " bytes)", true);
+        }
+        if (offset > seg.byteSize() - length) {
+            throw new WriteRejectedException(what(piece) + " [" + offset + ", +" + length + ") is outside " + region + " buffer " + component
+                    + "/" + buffer + " of " + seg.byteSize() + " bytes", false);
+        }
+        return seg;
+    }
+
+    private static String what(int piece) {
+        return piece < 0 ? "write" : "piece " + piece;
+    }
+
+    private static void markTransferring(DecodeRoom r) {
         if (!r.transferring) {
             r.transferring = true;
             r.slot.update(KVPoll.Transferring);
         }
-        // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
-        if (!r.beginLanding()) throw new WriteRejectedException("room " + room + " was cleared", false);
-        into.admitList(r, slot, list.payloadLength());
     }
 
     /**
