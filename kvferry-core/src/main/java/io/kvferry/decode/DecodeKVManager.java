@@ -20,6 +20,7 @@ import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Fingerprint;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.session.RoomStatusTable;
+import io.kvferry.session.DeadlineClock;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
@@ -68,6 +69,8 @@ public final class DecodeKVManager implements KVManager {
     final LinkDirectory directory;
     private LinkReader reader;
     private final SessionTimer timer;
+    /** What receivers' polls check their waiting deadline against (a cached reading for the system ticker). */
+    private final DeadlineClock deadlineClock;
     private final OwnedTaskThread revoker;
     /** The transports this rank offers besides tcp, in preference order (empty for tcp). */
     private final List<DestinationTransport> destinations;
@@ -103,6 +106,7 @@ public final class DecodeKVManager implements KVManager {
         this.gate = new WriteGate(memory, rooms);
         this.release = new RoomRelease(rooms, config.abortAckTimeout());
         this.timer = new SessionTimer("kvferry-decode-timer-" + engineRank);
+        this.deadlineClock = new DeadlineClock(config.ticker(), timer);
         this.revoker = new OwnedTaskThread("kvferry-decode-revoke-" + engineRank);
         TcpDestination tcp = Transports.fallback().openDestination(memory, engineRank, config.settings(), gate, why -> { });
         this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
@@ -206,6 +210,10 @@ public final class DecodeKVManager implements KVManager {
 
     KVManagerConfig config() {
         return config;
+    }
+
+    DeadlineClock deadlineClock() {
+        return deadlineClock;
     }
 
     /** Verdicts of {@link Completeness#uncovered} by the rooms' writer coverages (few distinct sets: one per prefill topology). */

@@ -323,8 +323,8 @@ final class DecodeKVReceiver implements KVReceiver {
             st = room.slot.status();
         }
         if ((st == KVPoll.WaitingForInput || st == KVPoll.Transferring) && metadataSent) {
-            long now = now();
-            if (now - waitDeadlineTick > 0) {
+            if (manager.deadlineClock().now() - waitDeadlineTick > 0) {
+                long now = now();
                 fail(FailureKind.WAITING_TIMEOUT, Failures.timedOut(room.room, (now - metadataSentTick) / 1e9, "WaitingForInput"));
                 notifyAbort();
                 return KVPoll.Failed;

@@ -22,6 +22,7 @@ import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.session.RoomStatusTable;
+import io.kvferry.session.DeadlineClock;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.DataPath;
@@ -58,6 +59,8 @@ public final class PrefillKVManager implements KVManager {
     private final Backend backend;
     private final ServerSocketChannel listener;
     private final SessionTimer timer;
+    /** What senders' polls check their bootstrap deadline against (a cached reading for the system ticker). */
+    private final DeadlineClock deadlineClock;
     private final OwnedTaskThread unmapper;
     private final TransferWorkers workers;
     final PrefillRooms rooms;
@@ -93,6 +96,7 @@ public final class PrefillKVManager implements KVManager {
         int rank = args.engineRank;
         unmapper = new OwnedTaskThread("kvferry-prefill-unmap-" + rank);
         timer = new SessionTimer("kvferry-prefill-timer-" + rank);
+        deadlineClock = new DeadlineClock(config.ticker(), timer);
         workers = new TransferWorkers(config.transferWorkers(), "kvferry-prefill-worker-" + rank + "-");
         telemetry = new RankTelemetry(config.meterRegistry(),
                 new RankIdentity("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank()), new RoomCensus() {
@@ -220,6 +224,10 @@ public final class PrefillKVManager implements KVManager {
 
     KVManagerConfig config() {
         return config;
+    }
+
+    DeadlineClock deadlineClock() {
+        return deadlineClock;
     }
 
     /** Queues one chunk of a room on the room's worker. */

@@ -173,8 +173,8 @@ final class PrefillKVSender implements KVSender {
             return st;
         }
         if (st == KVPoll.Bootstrapping) {
-            long now = manager.config().ticker().nanoTime();
-            if (now - bootstrapDeadlineTick > 0) {
+            if (manager.deadlineClock().now() - bootstrapDeadlineTick > 0) {
+                long now = manager.deadlineClock().exactNow();
                 manager.rooms.fail(room, FailureKind.BOOTSTRAP_TIMEOUT, Failures.timedOut(room.room, (now - room.createdTick) / 1e9,
                         "Bootstrapping"));
                 return KVPoll.Failed;

@@ -9,7 +9,6 @@ import io.kvferry.api.KVTransferMetric;
 import io.kvferry.protocol.Region;
 
 import java.util.ArrayList;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -86,6 +85,8 @@ public final class DecodeDriver {
         int row = -1;
         boolean initialized;
         boolean abortDecided;
+        /** Concluded in this sweep: dropped from the in-flight list after it (one pass, not one shift per removal). */
+        boolean concluded;
         final long createdNanos = System.nanoTime();
         /** When the request arrived (open loop: its scheduled arrival, else when the receiver was created). */
         final long arrivalNanos;
@@ -173,8 +174,8 @@ public final class DecodeDriver {
                 inflight.add(f);
                 moved = true;
             }
-            for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
-                Flight f = it.next();
+            boolean anyConcluded = false;
+            for (Flight f : inflight) {
                 if (!f.initialized && !tryInit(f)) {
                     if (System.nanoTime() - f.createdNanos > DP_RESOLVE_TIMEOUT_NANOS) {
                         f.receiver.abort(); // the prefill never answered where the room is: fail it, do not hang
@@ -239,11 +240,13 @@ public final class DecodeDriver {
                 f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
                 if (f.pages != null) pool.freePages(f.pages);
                 if (f.row >= 0) pool.freeRow(f.row);
-                it.remove();
+                f.concluded = true;
+                anyConcluded = true;
                 done++;
                 if (progress != null) progress.incrementAndGet();
                 moved = true;
             }
+            if (anyConcluded) inflight.removeIf(f -> f.concluded);
             if (probeBaselineArrived && !probeParkedArrived && next >= warmup) {
                 // Parked once every probe room still in flight has sent its metadata (a failed one concluded already).
                 boolean parked = true;

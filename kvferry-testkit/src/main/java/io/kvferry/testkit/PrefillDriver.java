@@ -12,7 +12,6 @@ import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -91,6 +90,8 @@ public final class PrefillDriver {
         int row = -1;
         int prefixTokens = -1;
         boolean abortDecided;
+        /** Concluded in this sweep: dropped from the in-flight list after it (one pass, not one shift per removal). */
+        boolean concluded;
         /** Time inside KVSender.init and send for this request, and when the last send returned. */
         long postNanos;
         long lastSendReturnedNanos;
@@ -163,8 +164,8 @@ public final class PrefillDriver {
                 moved = true;
             }
             int probeWaiting = 0;
-            for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
-                Flight f = it.next();
+            boolean anyConcluded = false;
+            for (Flight f : inflight) {
                 if (!f.abortDecided) {
                     f.abortDecided = true;
                     if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
@@ -206,10 +207,12 @@ public final class PrefillDriver {
                 if (workload.isWarmup(f.req)) concludedWarmups++;
                 if (f.pages != null) pool.freePages(f.pages);
                 if (f.row >= 0) pool.freeRow(f.row);
-                it.remove();
+                f.concluded = true;
+                anyConcluded = true;
                 done++;
                 moved = true;
             }
+            if (anyConcluded) inflight.removeIf(f -> f.concluded);
             if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) {
                 // Parked once every probe room still in flight waits at WaitingForInput (a failed one concluded already).
                 int probeInFlight = 0;
