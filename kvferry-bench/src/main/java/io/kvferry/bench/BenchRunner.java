@@ -1,5 +1,6 @@
 package io.kvferry.bench;
 
+import io.kvferry.memory.HugePageArena;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.MemoryBudget;
 import io.kvferry.testkit.RankPool;
@@ -90,7 +91,7 @@ public final class BenchRunner {
         MemoryBudget.requireBothRoles(config, MemoryBudget.availableBytes());
         long itemBytes = config.shape().pageBytes(config.workload().pageSize(), config.decodeTp());
         // memcpy is measured before and after the transfers (this VM's memory bandwidth drifts): their median.
-        double[] memcpyBefore = memcpyBaseline ? MemcpyBaseline.rounds(itemBytes) : new double[0];
+        double[] memcpyBefore = memcpyBaseline ? MemcpyBaseline.rounds(itemBytes, config.suite().hugePages()) : new double[0];
         double iperf = iperf3 ? IperfBaseline.measure() : -1;
         if (iperf3 && iperf < 0 && progressOut != null) {
             progressOut.println("[bench] iperf3 baseline unavailable (install iperf3, e.g. apt-get install iperf3)");
@@ -110,7 +111,7 @@ public final class BenchRunner {
             if (processes) finalScrapes.put("bench process (registry)", ops.scrape());
         }
         if (metricsDump != null) writeMetricsDump(metricsDump);
-        double memcpy = memcpyBaseline ? MemcpyBaseline.median(memcpyBefore, MemcpyBaseline.rounds(itemBytes)) : 0;
+        double memcpy = memcpyBaseline ? MemcpyBaseline.median(memcpyBefore, MemcpyBaseline.rounds(itemBytes, config.suite().hugePages())) : 0;
         // After the transfers (their mean op size is known only now), with nothing else running.
         UcxPerftestBaseline.Result ucxPerftest = null;
         if (memcpyBaseline && "ucx".equals(config.transport())) {
@@ -336,7 +337,8 @@ public final class BenchRunner {
                                       long pathBytes, long pathOps) {
         return SuiteFigures.merge(reports, config.suite().pages().cliName(), config.suite().ratePerSecond(),
                 config.workload().requests(), Math.max(0, succeededMeasured), elapsed, pathBytes, pathOps, processes,
-                embeddedProbe);
+                embeddedProbe).withHugePages(config.suite().hugePages()
+                ? "on (thp " + HugePageArena.transparentHugePageMode() + ")" : "off");
     }
 
     private static double round(double v) {

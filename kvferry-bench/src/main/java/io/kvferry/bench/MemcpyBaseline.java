@@ -1,5 +1,6 @@
 package io.kvferry.bench;
 
+import io.kvferry.memory.HugePageArena;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Arrays;
@@ -27,9 +28,14 @@ public final class MemcpyBaseline {
 
     /** {@link #ROUNDS} timed rounds after a warm-up one, GB/s each. */
     public static double[] rounds(long itemBytes) {
+        return rounds(itemBytes, false);
+    }
+
+    /** @param hugePages the buffers come from a {@link HugePageArena}, like the bench's pools with {@code --huge-pages on} */
+    public static double[] rounds(long itemBytes, boolean hugePages) {
         long total = 256L << 20;
         long items = Math.max(1, total / itemBytes);
-        try (Arena arena = Arena.ofConfined()) {
+        try (Arena arena = hugePages ? new HugePageArena() : Arena.ofShared()) {
             MemorySegment src = arena.allocate(items * itemBytes, 64);
             MemorySegment dst = arena.allocate(items * itemBytes, 64);
             src.fill((byte) 7);

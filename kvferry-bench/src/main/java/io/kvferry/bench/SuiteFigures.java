@@ -17,6 +17,8 @@ import java.util.Map;
  * nixlbench columns, the open-loop figures and the room-rate figures. docs/PERFORMANCE.md defines each.
  *
  * @param pages           fragmented or contiguous
+ * @param hugePages       the pools' memory: "on (thp MODE)" (private pools advised for transparent huge pages; MODE is the
+ *                        kernel's setting) or "off"
  * @param offeredRate     open loop: requests/s offered (null: closed loop)
  * @param achievedRate    measured requests that succeeded ÷ the decode's measured window (arrival of the first
  *                        to conclusion of the last)
@@ -37,6 +39,7 @@ import java.util.Map;
 @JsonInclude(JsonInclude.Include.NON_NULL)
 public record SuiteFigures(
         String pages,
+        @JsonProperty("huge_pages") String hugePages,
         @JsonProperty("offered_rate") Double offeredRate,
         @JsonProperty("achieved_rate") double achievedRate,
         @JsonProperty("rooms_per_s") double roomsPerSecond,
@@ -49,6 +52,12 @@ public record SuiteFigures(
         @JsonProperty("transfer_ms") Map<String, Double> transferMs,
         @JsonProperty("cpu_us_per_room") Map<String, Object> cpuUsPerRoom,
         @JsonProperty("room_memory") Map<String, RoomMemoryProbe.Result> roomMemory) {
+
+    /** The same figures with the pools' memory named. */
+    SuiteFigures withHugePages(String label) {
+        return new SuiteFigures(pages, label, offeredRate, achievedRate, roomsPerSecond, requestLatencyMs, blockBytes, batchSize,
+                avgLatencyMs, prepareMs, postMs, transferMs, cpuUsPerRoom, roomMemory);
+    }
 
     /**
      * Merges the role reports' figures.
@@ -94,7 +103,7 @@ public record SuiteFigures(
                 cpu.put("method", "threads");
             }
         }
-        return new SuiteFigures(pages, offeredRate > 0 ? offeredRate : null, round(rate), round(rate),
+        return new SuiteFigures(pages, null, offeredRate > 0 ? offeredRate : null, round(rate), round(rate),
                 percentiles(request, true), datapathOps > 0 ? datapathBytes / datapathOps : 0,
                 succeededMeasured > 0 ? round(datapathOps / (double) succeededMeasured) : 0,
                 request.getTotalCount() == 0 ? 0 : round(request.getMean() / 1000.0),

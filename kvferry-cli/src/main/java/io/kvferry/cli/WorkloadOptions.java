@@ -12,6 +12,7 @@ import picocli.CommandLine.Option;
 import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.Base64;
+import java.util.Locale;
 import java.util.TreeSet;
 
 /** Options shared by bench and the role commands: the model shape, the request stream and the transport. */
@@ -147,6 +148,12 @@ public final class WorkloadOptions {
                     + "flight on both sides and measure the JVM(s) before and after (room_memory in the JSON).")
     boolean roomMemory;
 
+    @Option(names = "--huge-pages", defaultValue = "on",
+            description = "on: private pools (tcp, ucx; not shm files) are mapped on their own and advised for transparent huge "
+                    + "pages (MADV_HUGEPAGE), as a serving engine's long-lived KV pool should be; off: Arena.ofShared(). "
+                    + "Default: ${DEFAULT-VALUE}.")
+    String hugePages;
+
     @Option(names = "--probe-rooms", defaultValue = "0", hidden = true,
             description = "Role processes: the last N of --warmup are the room-memory probe's parked rooms.")
     int probeRooms;
@@ -206,6 +213,11 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("--rate must be a finite number of requests per second > 0, got " + rate);
         }
         if (probeRooms < 0) throw new IllegalArgumentException("--probe-rooms must be >= 0, got " + probeRooms);
+        boolean huge = switch (hugePages == null ? "on" : hugePages.toLowerCase(Locale.ROOT)) {
+            case "on" -> true;
+            case "off" -> false;
+            default -> throw new IllegalArgumentException("--huge-pages must be on or off, got '" + hugePages + "'");
+        };
         int probe = probeRooms;
         if (roomMemory) {
             // The probe's parked rooms are extra warm-up requests: verified, left out of every timing figure.
@@ -235,7 +247,7 @@ public final class WorkloadOptions {
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
                 transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
-                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe));
+                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge));
     }
 
     /** Bench pool limits the options are checked against. */

@@ -153,8 +153,10 @@ class BenchCommandTest {
         JsonNode frag = lastJson(run("bench", "--model", "tiny", "--prompt-tokens", "512", "--requests", "6", "--warmup", "1",
                 "--json").out());
         JsonNode cont = lastJson(run("bench", "--model", "tiny", "--prompt-tokens", "512", "--requests", "6", "--warmup", "1",
-                "--pages", "contiguous", "--json").out());
+                "--pages", "contiguous", "--huge-pages", "off", "--json").out());
         assertEquals("contiguous", cont.get("pages").asText());
+        assertEquals("off", cont.get("huge_pages").asText());
+        assertTrue(frag.get("huge_pages").asText().startsWith("on (thp "), frag.toString());
         assertEquals(7, cont.get("succeeded").asInt());
         assertEquals(0, cont.get("corrupted").asInt());
         assertTrue(cont.get("batch_size").asDouble() < frag.get("batch_size").asDouble() / 2,
@@ -220,6 +222,7 @@ class BenchCommandTest {
     @Test
     void badSuiteOptionsGiveAClearErrorAndExitCode() {
         assertEquals(2, run("bench", "--pages", "sparse").code());
+        assertEquals(2, run("bench", "--huge-pages", "maybe").code());
         assertEquals(2, run("bench", "--rate", "0").code());
         assertEquals(2, run("bench", "--rate", "-3").code());
         assertEquals(2, run("bench", "--sweep-quick", "--processes").code());

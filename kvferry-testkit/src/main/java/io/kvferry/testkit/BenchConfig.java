@@ -82,9 +82,21 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
      *                       (a new request as soon as one of the {@code --concurrency} slots is free)
      * @param probeRooms     room-memory probe: the last this-many warm-up requests are parked in flight on both
      *                       sides while heap and native memory are measured ({@link RoomMemoryProbe}); 0 = off
+     * @param hugePages      private pools come from a {@link io.kvferry.memory.HugePageArena} (as a serving engine's
+     *                       long-lived KV pool should); false: {@code Arena.ofShared()}
      */
-    public record Suite(PageLayout pages, double ratePerSecond, int probeRooms) {
-        public static final Suite DEFAULT = new Suite(PageLayout.FRAGMENTED, 0, 0);
+    public record Suite(PageLayout pages, double ratePerSecond, int probeRooms, boolean hugePages) {
+        public static final Suite DEFAULT = new Suite(PageLayout.FRAGMENTED, 0, 0, true);
+
+        /** With huge-page pools (the default). */
+        public Suite(PageLayout pages, double ratePerSecond, int probeRooms) {
+            this(pages, ratePerSecond, probeRooms, true);
+        }
+
+        /** The same settings with private pools backed by transparent huge pages or not ({@code --huge-pages}). */
+        public Suite withHugePages(boolean on) {
+            return new Suite(pages, ratePerSecond, probeRooms, on);
+        }
 
         public Suite {
             if (pages == null) pages = PageLayout.FRAGMENTED;

@@ -3,6 +3,7 @@ package io.kvferry.testkit;
 
 import io.kvferry.api.KVArgs;
 
+import io.kvferry.memory.HugePageArena;
 import io.kvferry.memory.SharedArena;
 
 import java.lang.foreign.Arena;
@@ -83,6 +84,12 @@ public final class RankPool implements AutoCloseable {
      */
     public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
                     long seed, boolean sharedMemory, PageLayout layout, int slotPages) {
+        this(shape, pageSize, tp, rank, ppSize, ppRank, pages, auxRows, seed, sharedMemory, layout, slotPages, false);
+    }
+
+    /** @param hugePages private memory from a {@link HugePageArena} (buffers of 2 MiB and more on transparent huge pages) */
+    public RankPool(ModelShape shape, int pageSize, int tp, int rank, int ppSize, int ppRank, int pages, int auxRows,
+                    long seed, boolean sharedMemory, PageLayout layout, int slotPages, boolean hugePages) {
         if (layout == PageLayout.CONTIGUOUS && (slotPages < 1 || slotPages > pages)) {
             throw new IllegalArgumentException("contiguous pages need a slot of 1.." + pages + " pages, got " + slotPages);
         }
@@ -92,7 +99,7 @@ public final class RankPool implements AutoCloseable {
         for (int sl = 0; sl < slots; sl++) freeSlots.add(sl);
         this.arena = sharedMemory
                 ? SharedArena.open("pool-tp" + rank + "-pp" + ppRank, capacity(shape, pageSize, tp, ppSize, pages, auxRows))
-                : Arena.ofShared();
+                : hugePages ? new HugePageArena() : Arena.ofShared();
         this.ppRank = ppRank;
         this.layers = shape.layers() / ppSize;
         this.firstLayer = ppRank * layers;

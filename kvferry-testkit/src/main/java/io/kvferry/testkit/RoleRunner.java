@@ -294,7 +294,7 @@ public final class RoleRunner {
                         long seed = w.seed() * 31 + (prefill ? 1000 : 2000) + 100L * stage + r + 10_000L * cp + 100_000L * dp;
                         RankPool pool = new RankPool(config.shape(), w.pageSize(), config.tp(mode), r, config.pp(mode), stage,
                                 w.poolPages(), w.concurrency() + 2, seed, !prefill && RankPool.sharedFor(config.transport()),
-                                config.suite().pages(), w.maxPagesPerRequest());
+                                config.suite().pages(), w.maxPagesPerRequest(), config.suite().hugePages());
                         pools.add(pool);
                         KVManager m = manager(config, mode, r, cp, dp, addr, host, pool, opts, managers.size(), ops);
                         managers.add(m);
@@ -474,6 +474,7 @@ public final class RoleRunner {
         if (c.suite().pages() != PageLayout.FRAGMENTED) a.addAll(List.of("--pages", c.suite().pages().cliName()));
         if (c.suite().openLoop()) a.addAll(List.of("--rate", Double.toString(c.suite().ratePerSecond())));
         if (c.suite().probeRooms() > 0) a.addAll(List.of("--probe-rooms", Integer.toString(c.suite().probeRooms())));
+        if (!c.suite().hugePages()) a.addAll(List.of("--huge-pages", "off"));
         return a;
     }
 

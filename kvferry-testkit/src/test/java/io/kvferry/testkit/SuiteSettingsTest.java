@@ -100,6 +100,10 @@ class SuiteSettingsTest {
                 .withFaultTimeouts(1, 2).withTransport("shm").suite());
         assertTrue(RoleRunner.roleArgs(ok, "h:1").containsAll(List.of("--pages", "contiguous", "--rate", "100.0", "--probe-rooms", "8")));
         assertFalse(RoleRunner.roleArgs(c, "h:1").contains("--pages"), "defaults add nothing to a role's command line");
+        assertTrue(c.suite().hugePages(), "pools sit on huge pages unless --huge-pages off");
+        assertFalse(RoleRunner.roleArgs(c, "h:1").contains("--huge-pages"));
+        assertTrue(RoleRunner.roleArgs(ok.withSuite(ok.suite().withHugePages(false)), "h:1").containsAll(List.of("--huge-pages", "off")),
+                "role processes get the bench's choice");
     }
 
     @Test
