@@ -35,7 +35,7 @@ public final class MemcpyBaseline {
     public static double[] rounds(long itemBytes, boolean hugePages) {
         long total = 256L << 20;
         long items = Math.max(1, total / itemBytes);
-        try (Arena arena = hugePages ? new HugePageArena() : Arena.ofShared()) {
+        try (Arena arena = hugePages ? new HugePageArena() : Arena.ofConfined()) {
             MemorySegment src = arena.allocate(items * itemBytes, 64);
             MemorySegment dst = arena.allocate(items * itemBytes, 64);
             src.fill((byte) 7);

@@ -1,5 +1,8 @@
 package io.kvferry.memory;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
@@ -32,6 +35,7 @@ public final class HugePageArena implements Arena {
     private static final int MAP_PRIVATE_ANONYMOUS = 0x02 | 0x20;
     private static final int MADV_HUGEPAGE = 14;
     private static final Calls CALLS = Calls.load();
+    private static final Logger log = LoggerFactory.getLogger(HugePageArena.class);
 
     private final Arena scope = Arena.ofShared();
     private final AtomicLong advisedBytes = new AtomicLong();
@@ -91,9 +95,9 @@ public final class HugePageArena implements Arena {
     private static void unmap(long address, long length) {
         try {
             int rc = (int) CALLS.munmap.invokeExact(MemorySegment.ofAddress(address), length);
-            if (rc != 0) System.err.println("kvferry: munmap of a huge-page pool mapping failed (" + rc + ")");
+            if (rc != 0) log.warn("munmap of a huge-page pool mapping of {} bytes failed ({})", length, rc);
         } catch (Throwable t) {
-            System.err.println("kvferry: munmap of a huge-page pool mapping failed: " + t);
+            log.warn("munmap of a huge-page pool mapping of {} bytes failed: {}", length, t.toString());
         }
     }
 
