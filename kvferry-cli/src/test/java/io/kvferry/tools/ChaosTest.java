@@ -7,6 +7,7 @@ import io.kvferry.chaos.net.Netns;
 import io.kvferry.chaos.net.NetnsLink;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
+import io.kvferry.testkit.RoleReport;
 import io.kvferry.testkit.Workload;
 
 import org.junit.jupiter.api.Test;
@@ -54,7 +55,14 @@ class ChaosTest {
         } else if (scenario.startsWith("kill-")) {
             String survivor = scenario.equals("kill-prefill") ? "decode" : "prefill";
             Long detect = r.detectMs().get(survivor);
-            if (r.failed() > 0) {
+            // A kill that lands while every one of the survivor's rooms still waits for its peer's first message (the
+            // prefill's rooms are Bootstrapping until the decode's metadata arrives) leaves nothing bound to the dead
+            // peer: those rooms end by the bootstrap timeout, which is not a detection (a race of the strike moment,
+            // seen once in CI with faster transfers). Anything bound to it must fail within 3 s: a room whose
+            // peer's death went unnoticed would hang (hung == 0 above) or fail late.
+            boolean onlyBackstop = detect == null && !r.firstFailures().isEmpty()
+                    && r.firstFailures().stream().allMatch(f -> f.startsWith(survivor + ": ") && RoleReport.isBackstopTimeout(f));
+            if (r.failed() > 0 && !onlyBackstop) {
                 assertTrue(detect != null && detect < 3000, () -> survivor + " detected the death after " + detect + " ms: " + r);
             }
         } else if (scenario.equals("partition")) {
