@@ -17,6 +17,8 @@ import java.util.Map;
  * @param ratioToMemcpy     gbps / memcpy_gbps
  * @param iperf3Gbps        single-stream iperf3 over loopback, same run (null unless asked for and installed)
  * @param ratioToIperf3     gbps / iperf3_gbps
+ * @param ratioTransferToIperf3 transfer_gbps / iperf3_gbps: the data path against one TCP stream, without the bench's
+ *                          fill and verification
  * @param tcpStripes        TCP connections per decode link (tcp data path)
  * @param checksum          the checksum mode the bench asked for (off | sampled | full); a link uses the stronger
  *                          of its two sides' modes, and both sides of a bench use this one
@@ -64,6 +66,7 @@ public record BenchResult(
         @JsonProperty("ratio_to_memcpy") double ratioToMemcpy,
         @JsonProperty("iperf3_gbps") Double iperf3Gbps,
         @JsonProperty("ratio_to_iperf3") Double ratioToIperf3,
+        @JsonProperty("ratio_transfer_to_iperf3") Double ratioTransferToIperf3,
         @JsonProperty("tcp_stripes") int tcpStripes,
         String checksum,
         @JsonProperty("data_paths") Map<String, Long> dataPaths,

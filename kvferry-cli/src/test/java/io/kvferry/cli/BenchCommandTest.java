@@ -53,7 +53,7 @@ class BenchCommandTest {
         JsonNode j = lastJson(r.out());
         for (String f : new String[]{"requests", "warmup", "succeeded", "failed", "verified_bytes", "gbps", "latency_ms",
                 "datapath_gbps", "transfer_gbps", "datapath_op_bytes", "ucx_perftest_gbps", "ratio_transfer_to_ucx_perftest",
-                "checksum"}) {
+                "ratio_transfer_to_iperf3", "checksum"}) {
             assertTrue(j.has(f), "missing " + f + " in " + j);
         }
         // 16 measured requests after the default warm-up, every one verified.

@@ -63,7 +63,7 @@ public final class CpuMeter {
         for (Map.Entry<Long, Long> e : end.threadNanos().entrySet()) {
             long spent = e.getValue() - start.threadNanos().getOrDefault(e.getKey(), 0L);
             if (spent <= 0) continue;
-            switch (group(end.threadNames().get(e.getKey()))) {
+            switch (roleInWindow(start.threadNames().get(e.getKey()), end.threadNames().get(e.getKey()))) {
                 case "prefill" -> prefill += spent;
                 case "decode" -> decode += spent;
                 default -> other += spent;
@@ -71,6 +71,18 @@ public final class CpuMeter {
         }
         long process = start.processNanos() < 0 || end.processNanos() < 0 ? -1 : end.processNanos() - start.processNanos();
         return new Window(end.atNanos() - start.atNanos(), process, prefill, decode, other);
+    }
+
+    /**
+     * The group of a thread over a window: by its name at the start when that names a role (a bench
+     * driver takes its role's name for its run and gives it back when done, possibly before the
+     * window's last mark: at 10,000 rooms in flight the prefill driver finished ahead of the decode's
+     * last verification and all its CPU was counted as "other"), else by its name at the end (threads
+     * started or named inside the window).
+     */
+    static String roleInWindow(String startName, String endName) {
+        String atStart = group(startName);
+        return atStart.equals("other") ? group(endName) : atStart;
     }
 
     /** prefill, decode or other, by thread name. */

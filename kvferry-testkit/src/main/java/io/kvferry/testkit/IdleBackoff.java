@@ -41,6 +41,28 @@ public final class IdleBackoff {
         next = Math.min(MAX_NANOS, next * 2);
     }
 
+    /**
+     * After an iteration that moved something, whose sweep spent {@code pollingNanos} polling (its
+     * work on requests left out): rests as long again when that was at least {@link #PACE_FROM_NANOS}
+     * (at most {@link #MAX_NANOS}, and at most {@code maxSleepNanos}). Why: an engine's scheduler runs
+     * a forward pass between two polls of its queues; a driver sweeping 10,000 in-flight requests back
+     * to back re-polled mostly unchanged ones and, on a 2-core host, took that CPU from the transfer
+     * threads. Sweeps over tens of requests are never paced (a park is never shorter than the kernel's
+     * timer slack, ~50 µs), and neither is the work itself (filling, sending, verifying).
+     */
+    public void pace(long pollingNanos, long maxSleepNanos) {
+        long rest = Math.min(restNanos(pollingNanos), maxSleepNanos);
+        if (rest > 0) LockSupport.parkNanos(rest);
+    }
+
+    /** How long {@link #pace} rests after a busy sweep that polled for {@code pollingNanos}. */
+    static long restNanos(long pollingNanos) {
+        return pollingNanos < PACE_FROM_NANOS ? 0 : Math.min(MAX_NANOS, pollingNanos);
+    }
+
+    /** Sweeps that polled for less than this are not paced. */
+    static final long PACE_FROM_NANOS = 100_000;
+
     /** The sleep the next idle iteration takes (tests). */
     public long nextNanos() {
         return next;

@@ -126,28 +126,67 @@ public final class PrefillDriver {
     public RoleReport run() {
         // Allocated (and faulted in) before any request, so no request's latency pays for it.
         if (pairedMemcpyOn && pairedMemcpy == null) pairedMemcpy = new PairedMemcpy(pool, workload.maxPagesPerRequest());
-        List<Workload.Request> reqs = workload.generate().stream()
-                .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
-        warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
-        List<Flight> inflight = new ArrayList<>();
-        List<Integer> failedIdx = new ArrayList<>();
-        List<String> reasons = new ArrayList<>();
-        int next = 0, done = 0, ok = 0, failed = 0;
-        long bytes = 0;
-        long start = System.nanoTime();
-        long firstFailureAt = 0;
-        List<Long> failureTimes = new ArrayList<>();
-        Map<String, Integer> failureKinds = new TreeMap<>();
-        // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
-        int warmupCount = warmupsHere;
-        int probeFrom = probe == null ? -1 : warmupCount - probe.rooms();
-        boolean probeBaselineArrived = false, probeParkedArrived = false;
-        List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
         String driverName = Thread.currentThread().getName();
         Thread.currentThread().setName(CpuMeter.PREFILL_DRIVER_PREFIX + shardRank);
-        if (workload.warmup() == 0) cpuStart = CpuMeter.mark();
-        while (done < reqs.size()) {
-            if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
+        try {
+            return new Run().execute();
+        } finally {
+            Thread.currentThread().setName(driverName);
+        }
+    }
+
+    /**
+     * One run's scheduler state and its steps, in small methods the JIT compiles as ordinary ones
+     * (see DecodeDriver.Run: one method holding the endless loop is compiled on-stack and recompiled
+     * after every uncommon trap).
+     */
+    private final class Run {
+        final List<Workload.Request> reqs = workload.generate().stream()
+                .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
+        final List<Flight> inflight = new ArrayList<>();
+        final List<Integer> failedIdx = new ArrayList<>();
+        final List<String> reasons = new ArrayList<>();
+        final List<Long> failureTimes = new ArrayList<>();
+        final Map<String, Integer> failureKinds = new TreeMap<>();
+        final List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
+        // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
+        final int warmupCount;
+        final int probeFrom;
+        int next, done, ok, failed;
+        long bytes;
+        final long start = System.nanoTime();
+        long firstFailureAt;
+        boolean probeBaselineArrived, probeParkedArrived;
+        /** Time the current sweep spent acting on requests (pages, sends, verification), not polling them. */
+        long workNanos;
+        /** Probe rooms parked at WaitingForInput in the last sweep. */
+        int probeWaiting;
+
+        Run() {
+            warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
+            warmupCount = warmupsHere;
+            probeFrom = probe == null ? -1 : warmupCount - probe.rooms();
+            if (workload.warmup() == 0) cpuStart = CpuMeter.mark();
+        }
+
+        RoleReport execute() {
+            while (done < reqs.size()) {
+                if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
+                boolean moved = admit();
+                long sweepStart = System.nanoTime();
+                workNanos = 0;
+                moved |= sweep();
+                long pollingNanos = System.nanoTime() - sweepStart - workNanos;
+                if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) moved |= probeParked();
+                if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
+                if (moved) idle.pace(pollingNanos, Long.MAX_VALUE);
+                idle.after(moved);
+            }
+            return report();
+        }
+
+        /** Starts new requests while there is room: creates their senders. */
+        boolean admit() {
             boolean moved = false;
             while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 if (next == probeFrom) {
@@ -163,86 +202,108 @@ public final class PrefillDriver {
                 inflight.add(new Flight(r, manager.createSender(bootstrapAddr, r.room())));
                 moved = true;
             }
-            int probeWaiting = 0;
-            boolean anyConcluded = false;
-            for (Flight f : inflight) {
-                if (!f.abortDecided) {
-                    f.abortDecided = true;
-                    if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
-                }
-                KVPoll st = f.sender.poll();
-                boolean probeRoom = probeBaselineArrived && f.req.index() >= probeFrom && f.req.index() < warmupCount;
-                if (st == KVPoll.WaitingForInput && f.pages == null) {
-                    if (probeRoom && !probe.measured()) {
-                        probeWaiting++; // parked: the decode's metadata is here, nothing is sent until the probe measured
-                        continue;
-                    }
-                    moved |= startTransfer(f);
-                    continue;
-                }
-                if (st != KVPoll.Success && st != KVPoll.Failed) continue;
-                long concludedNanos = System.nanoTime();
-                if (st == KVPoll.Success) {
-                    ok++;
-                    Long b = f.sender.getTransferMetric().transferTotalBytes();
-                    if (!workload.isWarmup(f.req)) bytes += b == null ? 0 : b;
-                    if (!workload.isWarmup(f.req) && f.pages != null) {
-                        postMicros.add(f.postNanos / 1000);
-                        transferMicros.add((concludedNanos - f.lastSendReturnedNanos) / 1000);
-                    }
-                } else {
-                    failed++;
-                    failedIdx.add(f.req.index());
-                    long at = System.currentTimeMillis();
-                    if (firstFailureAt == 0) firstFailureAt = at;
-                    try {
-                        f.sender.failureException();
-                    } catch (KVTransferException e) {
-                        failureKinds.merge(e.kind().label(), 1, Integer::sum);
-                        if (reasons.size() < 5) reasons.add(e.getMessage());
-                        if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
-                    }
-                }
-                f.sender.clear();
-                if (workload.isWarmup(f.req)) concludedWarmups++;
-                if (f.pages != null) pool.freePages(f.pages);
-                if (f.row >= 0) pool.freeRow(f.row);
-                f.concluded = true;
-                anyConcluded = true;
-                done++;
-                moved = true;
+            return moved;
+        }
+
+        /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
+        boolean sweep() {
+            probeWaiting = 0;
+            boolean moved = false, anyConcluded = false;
+            for (int i = 0, n = inflight.size(); i < n; i++) {
+                Flight f = inflight.get(i);
+                moved |= step(f);
+                anyConcluded |= f.concluded;
             }
             if (anyConcluded) inflight.removeIf(f -> f.concluded);
-            if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) {
-                // Parked once every probe room still in flight waits at WaitingForInput (a failed one concluded already).
-                int probeInFlight = 0;
-                for (Flight f : inflight) if (f.req.index() >= probeFrom && f.req.index() < warmupCount) probeInFlight++;
-                if (probeWaiting == probeInFlight) {
-                    probe.arriveParked();
-                    probeParkedArrived = true;
-                    moved = true;
+            return moved;
+        }
+
+        /** Polls one request and acts on its state; true when something moved. */
+        boolean step(Flight f) {
+            if (!f.abortDecided) {
+                f.abortDecided = true;
+                if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
+            }
+            KVPoll st = f.sender.poll();
+            if (st == KVPoll.WaitingForInput && f.pages == null) {
+                boolean probeRoom = probeBaselineArrived && f.req.index() >= probeFrom && f.req.index() < warmupCount;
+                if (probeRoom && !probe.measured()) {
+                    probeWaiting++; // parked: the decode's metadata is here, nothing is sent until the probe measured
+                    return false;
+                }
+                long workStart = System.nanoTime();
+                boolean started = startTransfer(f);
+                workNanos += System.nanoTime() - workStart;
+                return started;
+            }
+            if (st != KVPoll.Success && st != KVPoll.Failed) return false;
+            long workStart = System.nanoTime();
+            conclude(f, st);
+            workNanos += System.nanoTime() - workStart;
+            return true;
+        }
+
+        /** Records the outcome, then clears the sender and frees the request's pages. */
+        void conclude(Flight f, KVPoll st) {
+            long concludedNanos = System.nanoTime();
+            if (st == KVPoll.Success) {
+                ok++;
+                Long b = f.sender.getTransferMetric().transferTotalBytes();
+                if (!workload.isWarmup(f.req)) bytes += b == null ? 0 : b;
+                if (!workload.isWarmup(f.req) && f.pages != null) {
+                    postMicros.add(f.postNanos / 1000);
+                    transferMicros.add((concludedNanos - f.lastSendReturnedNanos) / 1000);
+                }
+            } else {
+                failed++;
+                failedIdx.add(f.req.index());
+                long at = System.currentTimeMillis();
+                if (firstFailureAt == 0) firstFailureAt = at;
+                try {
+                    f.sender.failureException();
+                } catch (KVTransferException e) {
+                    failureKinds.merge(e.kind().label(), 1, Integer::sum);
+                    if (reasons.size() < 5) reasons.add(e.getMessage());
+                    if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
                 }
             }
-            if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
-            idle.after(moved);
+            f.sender.clear();
+            if (workload.isWarmup(f.req)) concludedWarmups++;
+            if (f.pages != null) pool.freePages(f.pages);
+            if (f.row >= 0) pool.freeRow(f.row);
+            f.concluded = true;
+            done++;
         }
-        double elapsed = (System.nanoTime() - start) / 1e9;
-        CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
-        Thread.currentThread().setName(driverName);
-        int hung = reqs.size() - done;
-        for (Flight f : inflight) failedIdx.add(f.req.index());
-        for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
-        RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(), reasons,
-                hung, firstFailureAt, 0, failureTimes, null).withFailureKinds(failureKinds);
-        KVManagerStats st = manager.stats();
-        if (warmupStats != null) st = st.minus(warmupStats);
-        else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured
-        report = report.withDataPathStats(st.dataPathBytes(), st.dataPathBusyNanos(), st.dataPathOps(), st.dataPathActiveNanos());
-        if (pairedMemcpy != null) {
-            report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
-            pairedMemcpy.close();
+
+        /** Parked once every probe room still in flight waits at WaitingForInput (a failed one concluded already). */
+        boolean probeParked() {
+            int probeInFlight = 0;
+            for (Flight f : inflight) if (f.req.index() >= probeFrom && f.req.index() < warmupCount) probeInFlight++;
+            if (probeWaiting != probeInFlight) return false;
+            probe.arriveParked();
+            probeParkedArrived = true;
+            return true;
         }
-        return report.withFigures(new RoleFigures(List.of(), List.of(), postMicros, transferMicros, cpu, null));
+
+        RoleReport report() {
+            double elapsed = (System.nanoTime() - start) / 1e9;
+            CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
+            int hung = reqs.size() - done;
+            for (Flight f : inflight) failedIdx.add(f.req.index());
+            for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
+            RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(),
+                    reasons, hung, firstFailureAt, 0, failureTimes, null).withFailureKinds(failureKinds);
+            KVManagerStats st = manager.stats();
+            if (warmupStats != null) st = st.minus(warmupStats);
+            else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured
+            report = report.withDataPathStats(st.dataPathBytes(), st.dataPathBusyNanos(), st.dataPathOps(),
+                    st.dataPathActiveNanos());
+            if (pairedMemcpy != null) {
+                report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
+                pairedMemcpy.close();
+            }
+            return report.withFigures(new RoleFigures(List.of(), List.of(), postMicros, transferMicros, cpu, null));
+        }
     }
 
     private boolean startTransfer(Flight f) {

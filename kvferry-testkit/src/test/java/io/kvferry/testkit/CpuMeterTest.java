@@ -23,6 +23,15 @@ class CpuMeterTest {
     }
 
     @Test
+    void aThreadKeepsTheRoleItHadWhenTheWindowOpened() {
+        assertEquals("prefill", CpuMeter.roleInWindow(CpuMeter.PREFILL_DRIVER_PREFIX + 0, "main"),
+                "a driver that gave its name back before the last mark still counts to its role");
+        assertEquals("decode", CpuMeter.roleInWindow(null, "kvferry-decode-reader-0-x"), "started inside the window");
+        assertEquals("decode", CpuMeter.roleInWindow("Thread-3", CpuMeter.DECODE_DRIVER_PREFIX + 1), "named inside the window");
+        assertEquals("other", CpuMeter.roleInWindow("G1 Refine#0", "G1 Refine#0"));
+    }
+
+    @Test
     void aBusyDecodeThreadShowsInTheDecodeGroupAndTheProcess() throws Exception {
         CpuMeter.Mark start = CpuMeter.mark();
         AtomicBoolean stop = new AtomicBoolean();

@@ -17,4 +17,13 @@ class IdleBackoffTest {
         b.after(true);
         assertEquals(IdleBackoff.MIN_NANOS, b.nextNanos(), "a busy iteration polls quickly again");
     }
+
+    @Test
+    void longBusyIterationsRestAsLongAgainShortOnesDoNot() {
+        assertEquals(0, IdleBackoff.restNanos(5_000), "a sweep over tens of requests polls again at once");
+        assertEquals(0, IdleBackoff.restNanos(IdleBackoff.PACE_FROM_NANOS - 1));
+        assertEquals(IdleBackoff.PACE_FROM_NANOS, IdleBackoff.restNanos(IdleBackoff.PACE_FROM_NANOS));
+        assertEquals(700_000, IdleBackoff.restNanos(700_000), "the driver uses at most half its core on sweeps");
+        assertEquals(IdleBackoff.MAX_NANOS, IdleBackoff.restNanos(50_000_000), "capped like an idle sleep");
+    }
 }
