@@ -133,11 +133,8 @@ public final class DecodeDriver {
     private final class Run {
         final List<Workload.Request> reqs = workload.generate();
         final List<Flight> inflight = new ArrayList<>();
-        final List<Integer> failedIdx = new ArrayList<>();
-        final List<String> reasons = new ArrayList<>();
+        final FailureTally failures = new FailureTally();
         final List<Long> latencies = new ArrayList<>();
-        final List<Long> failureTimes = new ArrayList<>();
-        final Map<String, Integer> failureKinds = new TreeMap<>();
         final Map<String, Long> dataPaths = new TreeMap<>();
         final List<Long> requestMicros = new ArrayList<>(), prepareMicros = new ArrayList<>();
         final int warmup = Math.min(workload.warmup(), reqs.size());
@@ -145,10 +142,9 @@ public final class DecodeDriver {
         final ArrivalSchedule arrivals = suite.openLoop()
                 ? new ArrivalSchedule(reqs.size() - warmup, suite.ratePerSecond(), workload.seed()) : null;
         final int probeFrom = probe == null ? -1 : warmup - probe.rooms();
-        int next, done, ok, failed, corrupted;
+        int next, done, ok, corrupted;
         long bytes;
         long start = System.nanoTime();
-        long firstFailureAt;
         boolean probeBaselineArrived, probeParkedArrived;
         /** Time the current sweep spent acting on requests (pages, sends, verification), not polling them. */
         long workNanos;
@@ -283,21 +279,11 @@ public final class DecodeDriver {
                     dataPaths.merge(metric.transport() == null ? "none" : metric.transport(), 1L, Long::sum);
                 } else {
                     corrupted++;
-                    failedIdx.add(f.req.index());
-                    if (reasons.size() < 5) reasons.add("room " + f.req.room() + ": bytes differ from what prefill sent");
+                    failures.failedIdx.add(f.req.index());
+                    failures.reason("room " + f.req.room() + ": bytes differ from what prefill sent");
                 }
             } else {
-                failed++;
-                failedIdx.add(f.req.index());
-                long at = System.currentTimeMillis();
-                if (firstFailureAt == 0) firstFailureAt = at;
-                try {
-                    f.receiver.failureException();
-                } catch (KVTransferException e) {
-                    failureKinds.merge(e.kind().label(), 1, Integer::sum);
-                    if (reasons.size() < 5) reasons.add(e.getMessage());
-                    if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
-                }
+                failures.failed(f.req.index(), f.receiver::failureException);
             }
             f.receiver.clear(); // returns only once no write of the room can land: the pages are safe to reuse
             if (f.pages != null) pool.freePages(f.pages);
@@ -321,11 +307,12 @@ public final class DecodeDriver {
             double elapsed = (System.nanoTime() - start) / 1e9;
             CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
             int hung = reqs.size() - done;
-            for (Flight f : inflight) failedIdx.add(f.req.index());
-            for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
-            return new RoleReport("decode", shardRank, ok, failed, corrupted, failedIdx, bytes, elapsed, latencies, reasons,
-                    hung, firstFailureAt, 0, failureTimes, null, dataPaths, 0, 0, 0, 0, 0, 0,
-                    new RoleFigures(requestMicros, prepareMicros, List.of(), List.of(), cpu, null), failureKinds);
+            for (Flight f : inflight) failures.failedIdx.add(f.req.index());
+            for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
+            return new RoleReport("decode", shardRank, ok, failures.failed, corrupted, failures.failedIdx, bytes, elapsed,
+                    latencies, failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null, dataPaths,
+                    0, 0, 0, 0, 0, 0, new RoleFigures(requestMicros, prepareMicros, List.of(), List.of(), cpu, null),
+                    failures.failureKinds);
         }
     }
 

@@ -144,18 +144,14 @@ public final class PrefillDriver {
         final List<Workload.Request> reqs = workload.generate().stream()
                 .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
         final List<Flight> inflight = new ArrayList<>();
-        final List<Integer> failedIdx = new ArrayList<>();
-        final List<String> reasons = new ArrayList<>();
-        final List<Long> failureTimes = new ArrayList<>();
-        final Map<String, Integer> failureKinds = new TreeMap<>();
+        final FailureTally failures = new FailureTally();
         final List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
         // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
         final int warmupCount;
         final int probeFrom;
-        int next, done, ok, failed;
+        int next, done, ok;
         long bytes;
         final long start = System.nanoTime();
-        long firstFailureAt;
         boolean probeBaselineArrived, probeParkedArrived;
         /** Time the current sweep spent acting on requests (pages, sends, verification), not polling them. */
         long workNanos;
@@ -255,17 +251,7 @@ public final class PrefillDriver {
                     transferMicros.add((concludedNanos - f.lastSendReturnedNanos) / 1000);
                 }
             } else {
-                failed++;
-                failedIdx.add(f.req.index());
-                long at = System.currentTimeMillis();
-                if (firstFailureAt == 0) firstFailureAt = at;
-                try {
-                    f.sender.failureException();
-                } catch (KVTransferException e) {
-                    failureKinds.merge(e.kind().label(), 1, Integer::sum);
-                    if (reasons.size() < 5) reasons.add(e.getMessage());
-                    if (!RoleReport.isBackstopTimeout(e.getMessage())) failureTimes.add(at);
-                }
+                failures.failed(f.req.index(), f.sender::failureException);
             }
             f.sender.clear();
             if (workload.isWarmup(f.req)) concludedWarmups++;
@@ -289,10 +275,11 @@ public final class PrefillDriver {
             double elapsed = (System.nanoTime() - start) / 1e9;
             CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
             int hung = reqs.size() - done;
-            for (Flight f : inflight) failedIdx.add(f.req.index());
-            for (int i = next; i < reqs.size(); i++) failedIdx.add(reqs.get(i).index());
-            RoleReport report = new RoleReport("prefill", shardRank, ok, failed, 0, failedIdx, bytes, elapsed, List.of(),
-                    reasons, hung, firstFailureAt, 0, failureTimes, null).withFailureKinds(failureKinds);
+            for (Flight f : inflight) failures.failedIdx.add(f.req.index());
+            for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
+            RoleReport report = new RoleReport("prefill", shardRank, ok, failures.failed, 0, failures.failedIdx, bytes, elapsed,
+                    List.of(), failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null)
+                    .withFailureKinds(failures.failureKinds);
             KVManagerStats st = manager.stats();
             if (warmupStats != null) st = st.minus(warmupStats);
             else if (workload.warmup() > 0) st = st.withoutDataPath(); // nothing measured
