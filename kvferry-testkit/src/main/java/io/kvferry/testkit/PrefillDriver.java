@@ -5,7 +5,6 @@ import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerStats;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
-import io.kvferry.api.KVTransferException;
 import io.kvferry.protocol.Region;
 
 import java.lang.foreign.ValueLayout;
@@ -13,9 +12,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Random;
-import java.util.TreeMap;
 
 /**
  * Plays the prefill scheduler of one rank: creates a sender per request, waits for decode's
