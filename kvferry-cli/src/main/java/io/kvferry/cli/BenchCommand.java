@@ -88,8 +88,8 @@ public final class BenchCommand implements Callable<Integer> {
                 r.elapsedSeconds(), r.gbps(), r.memcpyGbps(), r.ratioToMemcpy(), r.latencyMs().get("p50"),
                 r.latencyMs().get("p99"));
         if (r.iperf3Gbps() != null) {
-            System.out.printf("iperf3 loopback baseline %.2f GB/s, ratio %.2f (transfer_gbps ratio %s)%n", r.iperf3Gbps(),
-                    r.ratioToIperf3(), r.ratioTransferToIperf3());
+            System.out.printf("iperf3 loopback baseline %.2f GB/s, ratio %.2f%s%n", r.iperf3Gbps(), r.ratioToIperf3(),
+                    r.ratioTransferToIperf3() == null ? "" : String.format(" (transfer_gbps ratio %.2f)", r.ratioTransferToIperf3()));
         }
         if (r.datapathGbps() > 0) {
             System.out.printf("data path %s: %.2f GB/s per transfer worker (ratio to memcpy %.2f), %.2f GB/s with all "

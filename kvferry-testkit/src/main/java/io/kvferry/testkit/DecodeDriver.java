@@ -145,8 +145,6 @@ public final class DecodeDriver {
         long bytes;
         long start = System.nanoTime();
         boolean probeBaselineArrived, probeParkedArrived;
-        /** Time the current sweep spent acting on requests (pages, sends, verification), not polling them. */
-        long workNanos;
         CpuMeter.Mark cpuStart = warmup == 0 ? CpuMeter.mark() : null;
         /** How long an idle iteration may sleep before the next open-loop arrival; 0 = no arrival pending. */
         long sleepCap;
@@ -155,16 +153,12 @@ public final class DecodeDriver {
             while (done < reqs.size()) {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
-                long sweepStart = System.nanoTime();
-                workNanos = 0;
+                idle.sweepStarted();
                 moved |= sweep();
-                long pollingNanos = System.nanoTime() - sweepStart - workNanos;
+                idle.sweepDone();
                 if (probeBaselineArrived && !probeParkedArrived && next >= warmup) moved |= probeParked();
                 if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
-                long maxSleep = arrivals != null && sleepCap > 0 ? sleepCap : Long.MAX_VALUE;
-                if (moved) idle.pace(pollingNanos, maxSleep);
-                if (arrivals != null) idle.after(moved, maxSleep);
-                else idle.after(moved);
+                idle.after(moved, arrivals != null && sleepCap > 0 ? sleepCap : Long.MAX_VALUE);
             }
             return report();
         }
@@ -242,20 +236,19 @@ public final class DecodeDriver {
             if (st == KVPoll.WaitingForInput && f.pages == null) {
                 int n = f.req.pagesToSend(workload.pageSize());
                 if (!pool.canAllocate(n)) return false;
-                long workStart = System.nanoTime();
+                long work = idle.workStarted();
                 f.pages = pool.allocatePages(n);
                 f.row = pool.allocateRow();
                 int[][] state = pool.hasState() ? new int[][]{{f.row}} : null;
                 f.receiver.sendMetadata(f.pages, f.row, state, f.req.prefixTokens());
-                long now = System.nanoTime();
-                f.prepareNanos = now - f.initStartNanos;
-                workNanos += now - workStart;
+                f.prepareNanos = System.nanoTime() - f.initStartNanos;
+                idle.workDone(work);
                 return true;
             }
             if (st != KVPoll.Success && st != KVPoll.Failed) return false;
-            long workStart = System.nanoTime();
+            long work = idle.workStarted();
             conclude(f, st);
-            workNanos += System.nanoTime() - workStart;
+            idle.workDone(work);
             return true;
         }
 

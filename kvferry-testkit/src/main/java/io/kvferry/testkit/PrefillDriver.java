@@ -150,8 +150,6 @@ public final class PrefillDriver {
         long bytes;
         final long start = System.nanoTime();
         boolean probeBaselineArrived, probeParkedArrived;
-        /** Time the current sweep spent acting on requests (pages, sends, verification), not polling them. */
-        long workNanos;
         /** Probe rooms parked at WaitingForInput in the last sweep. */
         int probeWaiting;
 
@@ -166,13 +164,11 @@ public final class PrefillDriver {
             while (done < reqs.size()) {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
-                long sweepStart = System.nanoTime();
-                workNanos = 0;
+                idle.sweepStarted();
                 moved |= sweep();
-                long pollingNanos = System.nanoTime() - sweepStart - workNanos;
+                idle.sweepDone();
                 if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) moved |= probeParked();
                 if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
-                if (moved) idle.pace(pollingNanos, Long.MAX_VALUE);
                 idle.after(moved);
             }
             return report();
@@ -224,15 +220,15 @@ public final class PrefillDriver {
                     probeWaiting++; // parked: the decode's metadata is here, nothing is sent until the probe measured
                     return false;
                 }
-                long workStart = System.nanoTime();
+                long work = idle.workStarted();
                 boolean started = startTransfer(f);
-                workNanos += System.nanoTime() - workStart;
+                idle.workDone(work);
                 return started;
             }
             if (st != KVPoll.Success && st != KVPoll.Failed) return false;
-            long workStart = System.nanoTime();
+            long work = idle.workStarted();
             conclude(f, st);
-            workNanos += System.nanoTime() - workStart;
+            idle.workDone(work);
             return true;
         }
 
