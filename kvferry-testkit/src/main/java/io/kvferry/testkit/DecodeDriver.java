@@ -339,9 +339,10 @@ public final class DecodeDriver {
         int[] heads = pool.globalHeads();
         long unit = pool.shape.headBytes();
         int ps = workload.pageSize();
-        for (int j = 0; j < f.pages.length; j++) {
-            long firstToken = (long) (prefixPages + j) * ps;
-            for (int b = 0; b < pool.kv.length; b++) {
+        int[] order = PageWalk.ascending(f.pages);
+        for (int b = 0; b < pool.kv.length; b++) {
+            for (int j : order) {
+                long firstToken = (long) (prefixPages + j) * ps;
                 if (!pattern.pageMatches(pool.page(b, f.pages[j]), room, pool.globalBuffer(b), firstToken, ps, heads, unit)) return false;
             }
         }

@@ -304,16 +304,17 @@ public final class PrefillDriver {
         int[] heads = pool.globalHeads();
         long unit = pool.shape.headBytes();
         int ps = workload.pageSize();
-        for (int j = 0; j < numPages; j++) {
-            // Source pages are written only here, so after their first fill only the stamps change:
-            // the bench then spends its CPU on the transfer, as a GPU-fed prefill would.
-            boolean templated = templatedPages.get(f.pages[j]);
-            long firstToken = (long) (prefixPages + j) * ps;
-            for (int b = 0; b < pool.kv.length; b++) {
+        // Source pages are written only here, so after their first fill only the stamps change:
+        // the bench then spends its CPU on the transfer, as a GPU-fed prefill would.
+        int[] order = PageWalk.ascending(f.pages);
+        for (int b = 0; b < pool.kv.length; b++) {
+            for (int j : order) {
+                boolean templated = templatedPages.get(f.pages[j]);
+                long firstToken = (long) (prefixPages + j) * ps;
                 pattern.fillPage(pool.page(b, f.pages[j]), room, pool.globalBuffer(b), firstToken, ps, heads, unit, templated);
             }
-            templatedPages.set(f.pages[j]);
         }
+        for (int page : f.pages) templatedPages.set(page);
         for (int b = 0; b < pool.aux.length; b++) {
             // Aux rows are the same on every prefill rank (several may write one decode row).
             pattern.fill(pool.auxRow(b, f.row), KvPattern.key(room, Region.AUX.code(), 0, b, 0, 0));
