@@ -154,6 +154,12 @@ public final class WorkloadOptions {
                     + "Default: ${DEFAULT-VALUE}.")
     String hugePages;
 
+    @Option(names = "--poll", defaultValue = "sweep",
+            description = "How the drivers find requests that moved: sweep = poll every request in flight on every step, as "
+                    + "SGLang's scheduler; feed = poll only what the managers' change feed hands out "
+                    + "(KVManager.enableChangeFeed). Default: ${DEFAULT-VALUE}.")
+    String poll;
+
     @Option(names = "--probe-rooms", defaultValue = "0", hidden = true,
             description = "Role processes: the last N of --warmup are the room-memory probe's parked rooms.")
     int probeRooms;
@@ -218,6 +224,11 @@ public final class WorkloadOptions {
             case "off" -> false;
             default -> throw new IllegalArgumentException("--huge-pages must be on or off, got '" + hugePages + "'");
         };
+        boolean changeFeed = switch (poll == null ? "sweep" : poll.toLowerCase(Locale.ROOT)) {
+            case "feed" -> true;
+            case "sweep" -> false;
+            default -> throw new IllegalArgumentException("--poll must be feed or sweep, got '" + poll + "'");
+        };
         int probe = probeRooms;
         if (roomMemory) {
             // The probe's parked rooms are extra warm-up requests: verified, left out of every timing figure.
@@ -247,7 +258,8 @@ public final class WorkloadOptions {
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
                 transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
-                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge));
+                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge,
+                changeFeed));
     }
 
     /** Bench pool limits the options are checked against. */

@@ -164,6 +164,30 @@ class BenchCommandTest {
         assertTrue(cont.get("block_bytes").asLong() > 2 * frag.get("block_bytes").asLong());
     }
 
+    /**
+     * The drivers on the managers' change feed poll only what it hands out: a change, deadline or
+     * injected failure it missed would leave a request hung until the deadline, counted as failed.
+     */
+    @Test
+    void changeFeedDriversConcludeEveryRequestUnderAbortsAndInjectedFailures() throws Exception {
+        Run clean = run("bench", "--model", "tiny", "--prompt-tokens", "64", "--concurrency", "48", "--requests", "400",
+                "--poll", "feed", "--deadline-ms", "60000", "--json");
+        assertEquals(0, clean.code(), clean.out());
+        assertEquals(400 + BenchCommand.DEFAULT_WARMUP, lastJson(clean.out()).get("succeeded").asInt());
+        Run faulty = run("bench", "--model", "tiny", "--prompt-tokens", "64", "--concurrency", "48", "--requests", "400",
+                "--poll", "feed", "--abort-prob", "0.1", "--failure-prob", "0.05", "--deadline-ms", "60000", "--json");
+        JsonNode j = lastJson(faulty.out());
+        assertEquals(1, faulty.code(), "aborted and injected requests fail the run: " + faulty.out());
+        assertEquals(0, j.get("corrupted").asInt(), j.toString());
+        assertTrue(j.get("failed").asInt() > 0 && j.get("succeeded").asInt() > 0, j.toString());
+        assertEquals(400 + BenchCommand.DEFAULT_WARMUP, j.get("succeeded").asInt() + j.get("failed").asInt(), j.toString());
+        assertTrue(j.get("elapsed_s").asDouble() < 50, "no request waited for the deadline: " + j);
+        Run parked = run("bench", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "300", "--requests", "100",
+                "--poll", "feed", "--room-memory", "--deadline-ms", "60000", "--json");
+        assertEquals(0, parked.code(), parked.out());
+        assertEquals(300, lastJson(parked.out()).get("room_memory").get("both").get("rooms").asInt());
+    }
+
     @Test
     void roomMemoryIsMeasuredWithRoomsParkedInFlight() throws Exception {
         Run r = run("bench", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "500", "--requests", "200",
@@ -223,6 +247,7 @@ class BenchCommandTest {
     void badSuiteOptionsGiveAClearErrorAndExitCode() {
         assertEquals(2, run("bench", "--pages", "sparse").code());
         assertEquals(2, run("bench", "--huge-pages", "maybe").code());
+        assertEquals(2, run("bench", "--poll", "sometimes").code());
         assertEquals(2, run("bench", "--rate", "0").code());
         assertEquals(2, run("bench", "--rate", "-3").code());
         assertEquals(2, run("bench", "--sweep-quick", "--processes").code());

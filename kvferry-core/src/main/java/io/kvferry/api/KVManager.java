@@ -3,6 +3,7 @@ package io.kvferry.api;
 import java.net.InetSocketAddress;
 import java.util.List;
 import java.util.Optional;
+import java.util.function.Consumer;
 
 /**
  * One per engine rank (SGLang's {@code BaseKVManager}): owns the registered buffers, the control
@@ -36,6 +37,36 @@ public interface KVManager extends AutoCloseable {
 
     /** Decode only: a receiver for one request. */
     KVReceiver createReceiver(String bootstrapAddr, long bootstrapRoom);
+
+    /**
+     * Turns on the change feed: every sender (prefill) or receiver (decode) created after this call is
+     * handed out by {@link #drainChangedSenders} / {@link #drainChangedReceivers} whenever its
+     * {@code poll()} may answer something new — its status changed, a deadline its poll checks passed,
+     * or it has work only its poll drives (a decode bootstrap retry). A scheduler that polls what a
+     * drain hands out, instead of every request it holds, sees what polling them all would show and
+     * does work in proportion to what moved, not to how many are in flight. Call it once, on the
+     * scheduler thread, before creating the handles it should cover.
+     *
+     * @return false where this manager has no feed (then poll every handle)
+     */
+    default boolean enableChangeFeed() {
+        return false;
+    }
+
+    /**
+     * Prefill with the feed on: hands {@code sink} each sender fed since the last drain (at most
+     * once per reason; a cleared sender never). Call it on the scheduler thread, each step.
+     *
+     * @return how many were handed out
+     */
+    default int drainChangedSenders(Consumer<? super KVSender> sink) {
+        throw new UnsupportedOperationException("this manager has no change feed of senders");
+    }
+
+    /** Decode with the feed on: as {@link #drainChangedSenders}, for receivers. */
+    default int drainChangedReceivers(Consumer<? super KVReceiver> sink) {
+        throw new UnsupportedOperationException("this manager has no change feed of receivers");
+    }
 
     /** The name of the backend serving this manager (tcp, inproc, fake). */
     String backend();

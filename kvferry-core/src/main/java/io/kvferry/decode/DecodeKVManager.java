@@ -21,6 +21,7 @@ import io.kvferry.protocol.Fingerprint;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.session.RoomStatusTable;
 import io.kvferry.session.DeadlineClock;
+import io.kvferry.session.RoomFeed;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.ControlConnection;
@@ -39,6 +40,7 @@ import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.UUID;
+import java.util.function.Consumer;
 
 /**
  * The decode side of one rank: a façade over its parts. {@link LinkDirectory} resolves prefill
@@ -214,6 +216,25 @@ public final class DecodeKVManager implements KVManager {
 
     DeadlineClock deadlineClock() {
         return deadlineClock;
+    }
+
+    /** The scheduler thread's change feed of KVReceivers; null until enabled (then every handle is polled). */
+    private RoomFeed<KVReceiver> feed;
+
+    RoomFeed<KVReceiver> feed() {
+        return feed;
+    }
+
+    @Override
+    public boolean enableChangeFeed() {
+        if (feed == null) feed = new RoomFeed<>();
+        return true;
+    }
+
+    @Override
+    public int drainChangedReceivers(Consumer<? super KVReceiver> sink) {
+        if (feed == null) throw new IllegalStateException("call enableChangeFeed() before draining the decode change feed");
+        return feed.drain(deadlineClock.now(), sink);
     }
 
     /** Verdicts of {@link Completeness#uncovered} by the rooms' writer coverages (few distinct sets: one per prefill topology). */

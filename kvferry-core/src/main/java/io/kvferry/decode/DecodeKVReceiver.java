@@ -15,6 +15,7 @@ import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.registry.RegistryException;
 import io.kvferry.session.Failures;
+import io.kvferry.session.RoomFeed;
 import io.kvferry.session.RoomStatusTable;
 
 import java.io.IOException;
@@ -51,6 +52,8 @@ final class DecodeKVReceiver implements KVReceiver {
     private static final int[][] NO_STATE = new int[0][];
     /** Scheduler thread only: where the room goes, once bootstrapped. */
     private LinkDirectory.Route route;
+    /** This receiver's place in the manager's change feed; null when the feed is off. */
+    private final RoomFeed.Entry<KVReceiver> feedEntry;
 
     private long now() {
         return manager.config().ticker().nanoTime();
@@ -62,6 +65,9 @@ final class DecodeKVReceiver implements KVReceiver {
         this.slot = room.slot;
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
+        RoomFeed<KVReceiver> feed = manager.feed();
+        feedEntry = feed == null ? null : feed.join(this);
+        if (feedEntry != null) slot.watch(feedEntry);
     }
 
     @Override
@@ -77,6 +83,7 @@ final class DecodeKVReceiver implements KVReceiver {
         this.prefillDpRank = prefillDpRank;
         initPendingSince = now();
         tryBootstrap();
+        if (feedEntry != null && initPending && !room.slot.status().isTerminal()) feedEntry.retryEveryDrain(); // poll retries it
     }
 
     /**
@@ -240,6 +247,10 @@ final class DecodeKVReceiver implements KVReceiver {
         metadataSentTick = now();
         waitDeadlineTick = metadataSentTick + Failures.deadlineNanos(manager.config().waitingTimeout());
         metadataSent = true;
+        if (feedEntry != null) {
+            feedEntry.arm(waitDeadlineTick);
+            if (injectFailure) feedEntry.signal(); // the injected failure fires on the next poll
+        }
         for (DecodeRoom.Target t : room.targets) {
             // Encoded as it is sent and not kept: it may share the allowance's arrays, which nothing changes.
             TransferInfo info = t.dummy()
@@ -306,6 +317,15 @@ final class DecodeKVReceiver implements KVReceiver {
 
     @Override
     public KVPoll poll() {
+        KVPoll st = pollOnce();
+        if (feedEntry != null) {
+            if (!initPending || st.isTerminal()) feedEntry.stopRetrying();
+            if (st != KVPoll.WaitingForInput && st != KVPoll.Transferring) feedEntry.disarm();
+        }
+        return st;
+    }
+
+    private KVPoll pollOnce() {
         if (concluded != null) return concluded;
         KVPoll st = slot.status();
         if (injectFailure && metadataSent && !st.isTerminal()) {
@@ -350,12 +370,14 @@ final class DecodeKVReceiver implements KVReceiver {
     public void failureException() {
         RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
+        if (feedEntry != null) feedEntry.leave();
         manager.release.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
     }
 
     @Override
     public void clear() {
+        if (feedEntry != null) feedEntry.leave();
         manager.release.forget(room);
     }
 

@@ -23,6 +23,7 @@ import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.session.OwnedTaskThread;
 import io.kvferry.session.RoomStatusTable;
 import io.kvferry.session.DeadlineClock;
+import io.kvferry.session.RoomFeed;
 import io.kvferry.session.SessionTimer;
 import io.kvferry.transport.Backend;
 import io.kvferry.transport.DataPath;
@@ -36,6 +37,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import java.util.TreeSet;
+import java.util.function.Consumer;
 
 /**
  * The prefill side of one rank: a façade over its parts. {@link DecodeSessions} accepts and reads
@@ -228,6 +230,25 @@ public final class PrefillKVManager implements KVManager {
 
     DeadlineClock deadlineClock() {
         return deadlineClock;
+    }
+
+    /** The scheduler thread's change feed of KVSenders; null until enabled (then every handle is polled). */
+    private RoomFeed<KVSender> feed;
+
+    RoomFeed<KVSender> feed() {
+        return feed;
+    }
+
+    @Override
+    public boolean enableChangeFeed() {
+        if (feed == null) feed = new RoomFeed<>();
+        return true;
+    }
+
+    @Override
+    public int drainChangedSenders(Consumer<? super KVSender> sink) {
+        if (feed == null) throw new IllegalStateException("call enableChangeFeed() before draining the prefill change feed");
+        return feed.drain(deadlineClock.now(), sink);
     }
 
     /** Queues one chunk of a room on the room's worker. */

@@ -8,6 +8,7 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
 
 import io.kvferry.session.Failures;
+import io.kvferry.session.RoomFeed;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.Arrays;
@@ -35,6 +36,8 @@ final class PrefillKVSender implements KVSender {
 
     /** A dummy sender (non-zero CP rank) moves nothing: it waits for no decode and succeeds on its last chunk. */
     private final boolean dummy;
+    /** This sender's place in the manager's change feed; null when the feed is off. */
+    private final RoomFeed.Entry<KVSender> feedEntry;
 
     PrefillKVSender(PrefillKVManager manager, PrefillRoom room, String bootstrapAddr, boolean dummy) {
         this.manager = manager;
@@ -45,6 +48,12 @@ final class PrefillKVSender implements KVSender {
         bootstrapDeadlineTick = room.createdTick + Failures.deadlineNanos(manager.config().bootstrapTimeout());
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
+        RoomFeed<KVSender> feed = manager.feed();
+        feedEntry = feed == null ? null : feed.join(this);
+        if (feedEntry != null) {
+            slot.watch(feedEntry);
+            feedEntry.arm(bootstrapDeadlineTick); // disarmed by the first poll that finds the room past Bootstrapping
+        }
     }
 
     @Override
@@ -161,6 +170,12 @@ final class PrefillKVSender implements KVSender {
 
     @Override
     public KVPoll poll() {
+        KVPoll st = pollOnce();
+        if (feedEntry != null && st != KVPoll.Bootstrapping) feedEntry.disarm();
+        return st;
+    }
+
+    private KVPoll pollOnce() {
         if (concluded != null) return concluded;
         KVPoll st = slot.status();
         if (injectFailure && st.value() >= KVPoll.WaitingForInput.value() && st != KVPoll.Success) {
@@ -187,12 +202,14 @@ final class PrefillKVSender implements KVSender {
     public void failureException() {
         RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
+        if (feedEntry != null) feedEntry.leave();
         manager.rooms.forget(room.room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
     }
 
     @Override
     public void clear() {
+        if (feedEntry != null) feedEntry.leave();
         manager.rooms.forget(room.room);
     }
 

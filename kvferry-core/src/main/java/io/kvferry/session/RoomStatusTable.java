@@ -64,6 +64,8 @@ public final class RoomStatusTable {
         private volatile long sinceNanos;
         /** Set once the room was removed (cleared): the slot then reads as Failed and never changes. */
         private volatile boolean removed;
+        /** Run after every change of this room (its handle's {@link RoomFeed} entry); null for none. */
+        private volatile Runnable watcher;
 
         private Slot(long room, KVPoll status, Listener listener) {
             this.room = room;
@@ -80,6 +82,20 @@ public final class RoomStatusTable {
         @Override
         public boolean getAsBoolean() {
             return removed || status == KVPoll.Failed;
+        }
+
+        /**
+         * Runs {@code w} after every later change of this room, on the thread that made it (after the
+         * table's listener). A change made before this call is not reported: the caller checks the status after.
+         */
+        public void watch(Runnable w) {
+            watcher = w;
+        }
+
+        private void changed(KVPoll from, Entry now) {
+            if (now != null) listener.changed(room, from, now);
+            Runnable w = watcher;
+            if (w != null) w.run();
         }
 
         /** A snapshot; null once removed (as for a room the table does not know). */
@@ -114,7 +130,7 @@ public final class RoomStatusTable {
                 status = next;
                 if (listener != null) now = snapshot();
             }
-            if (now != null) listener.changed(room, from, now);
+            changed(from, now);
             return true;
         }
 
@@ -132,7 +148,7 @@ public final class RoomStatusTable {
                 status = KVPoll.Failed;
                 if (listener != null) now = snapshot();
             }
-            if (now != null) listener.changed(room, from, now);
+            changed(from, now);
             return true;
         }
 

@@ -84,18 +84,25 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
      *                       sides while heap and native memory are measured ({@link RoomMemoryProbe}); 0 = off
      * @param hugePages      private pools come from a {@link io.kvferry.memory.HugePageArena} (as a serving engine's
      *                       long-lived KV pool should); false: {@code Arena.ofShared()}
+     * @param changeFeed     the drivers poll only what the managers' change feed hands out ({@code --poll feed});
+     *                       false: every request in flight on every step, as SGLang's scheduler ({@code --poll sweep})
      */
-    public record Suite(PageLayout pages, double ratePerSecond, int probeRooms, boolean hugePages) {
-        public static final Suite DEFAULT = new Suite(PageLayout.FRAGMENTED, 0, 0, true);
+    public record Suite(PageLayout pages, double ratePerSecond, int probeRooms, boolean hugePages, boolean changeFeed) {
+        public static final Suite DEFAULT = new Suite(PageLayout.FRAGMENTED, 0, 0, true, false);
 
-        /** With huge-page pools (the default). */
+        /** With huge-page pools, sweeping (the defaults). */
         public Suite(PageLayout pages, double ratePerSecond, int probeRooms) {
-            this(pages, ratePerSecond, probeRooms, true);
+            this(pages, ratePerSecond, probeRooms, true, false);
         }
 
         /** The same settings with private pools backed by transparent huge pages or not ({@code --huge-pages}). */
         public Suite withHugePages(boolean on) {
-            return new Suite(pages, ratePerSecond, probeRooms, on);
+            return new Suite(pages, ratePerSecond, probeRooms, on, changeFeed);
+        }
+
+        /** The same settings with the drivers polling through the change feed or sweeping every request ({@code --poll}). */
+        public Suite withChangeFeed(boolean on) {
+            return new Suite(pages, ratePerSecond, probeRooms, hugePages, on);
         }
 
         public Suite {

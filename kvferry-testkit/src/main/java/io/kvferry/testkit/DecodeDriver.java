@@ -8,6 +8,8 @@ import io.kvferry.api.KVTransferMetric;
 import io.kvferry.protocol.Region;
 
 import java.util.ArrayList;
+import java.util.Collection;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -86,6 +88,13 @@ public final class DecodeDriver {
         boolean abortDecided;
         /** Concluded in this sweep: dropped from the in-flight list after it (one pass, not one shift per removal). */
         boolean concluded;
+        /**
+         * Its last step left something no status change announces (its DP group unresolved, no free pages,
+         * the abort decision after its metadata went out): step it again next time.
+         */
+        boolean blocked;
+        /** On the feed mode's retry list. */
+        boolean retrying;
         final long createdNanos = System.nanoTime();
         /** When the request arrived (open loop: its scheduled arrival, else when the receiver was created). */
         final long arrivalNanos;
@@ -131,7 +140,14 @@ public final class DecodeDriver {
      */
     private final class Run {
         final List<Workload.Request> reqs = workload.generate();
+        /** Sweep mode: the requests in flight, in admission order. */
         final List<Flight> inflight = new ArrayList<>();
+        /** Feed mode ({@code --poll feed}): the requests in flight by receiver, and those to step again regardless. */
+        final boolean feed = suite.changeFeed() && manager.enableChangeFeed();
+        final IdentityHashMap<KVReceiver, Flight> byReceiver = new IdentityHashMap<>();
+        final List<Flight> retries = new ArrayList<>();
+        /** Set by a step that moved something (the feed's sink cannot return it). */
+        boolean movedInStep;
         final FailureTally failures = new FailureTally();
         final List<Long> latencies = new ArrayList<>();
         final Map<String, Long> dataPaths = new TreeMap<>();
@@ -153,9 +169,13 @@ public final class DecodeDriver {
             while (done < reqs.size()) {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
-                idle.sweepStarted();
-                moved |= sweep();
-                idle.sweepDone();
+                if (feed) {
+                    moved |= stepFed();
+                } else {
+                    idle.sweepStarted();
+                    moved |= sweep();
+                    idle.sweepDone();
+                }
                 if (probeBaselineArrived && !probeParkedArrived && next >= warmup) moved |= probeParked();
                 if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
                 idle.after(moved, arrivals != null && sleepCap > 0 ? sleepCap : Long.MAX_VALUE);
@@ -167,7 +187,7 @@ public final class DecodeDriver {
         boolean admit() {
             boolean moved = false;
             sleepCap = 0;
-            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+            while (inFlight() < workload.concurrency() && next < reqs.size()) {
                 // Measured requests start only once every warm-up request concluded, so no measured
                 // transfer overlaps a warm-up one (the prefill snapshots its data-path figures then).
                 if (next == warmup && done < warmup) break;
@@ -196,11 +216,55 @@ public final class DecodeDriver {
                 Workload.Request r = reqs.get(next++);
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
                 Flight f = new Flight(r, recv, arrival);
-                tryInit(f);
-                inflight.add(f);
+                if (!tryInit(f)) f.blocked = true;
+                if (feed) {
+                    byReceiver.put(recv, f);
+                    if (f.blocked) retry(f);
+                } else {
+                    inflight.add(f);
+                }
                 moved = true;
             }
             return moved;
+        }
+
+        int inFlight() {
+            return feed ? byReceiver.size() : inflight.size();
+        }
+
+        Collection<Flight> flights() {
+            return feed ? byReceiver.values() : inflight;
+        }
+
+        /** Feed mode: steps the receivers whose poll may answer something new, then those left blocked. */
+        boolean stepFed() {
+            movedInStep = false;
+            manager.drainChangedReceivers(this::stepReceiver);
+            if (!retries.isEmpty()) {
+                for (int i = 0, n = retries.size(); i < n; i++) {
+                    Flight f = retries.get(i);
+                    if (!f.concluded) movedInStep |= step(f);
+                }
+                retries.removeIf(f -> {
+                    boolean done = f.concluded || !f.blocked;
+                    if (done) f.retrying = false;
+                    return done;
+                });
+            }
+            return movedInStep;
+        }
+
+        void stepReceiver(KVReceiver receiver) {
+            Flight f = byReceiver.get(receiver);
+            if (f == null || f.concluded) return; // concluded and cleared since it was fed
+            movedInStep |= step(f);
+            if (f.blocked) retry(f);
+        }
+
+        void retry(Flight f) {
+            if (f.retrying) return;
+            f.retrying = true;
+            retries.add(f);
         }
 
         /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
@@ -217,10 +281,13 @@ public final class DecodeDriver {
 
         /** Polls one request and acts on its state; true when something moved. */
         boolean step(Flight f) {
+            f.blocked = false;
             if (!f.initialized && !tryInit(f)) {
                 if (System.nanoTime() - f.createdNanos > DP_RESOLVE_TIMEOUT_NANOS) {
                     f.receiver.abort(); // the prefill never answered where the room is: fail it, do not hang
                     f.initialized = true;
+                } else {
+                    f.blocked = true;
                 }
                 return false;
             }
@@ -235,7 +302,10 @@ public final class DecodeDriver {
             }
             if (st == KVPoll.WaitingForInput && f.pages == null) {
                 int n = f.req.pagesToSend(workload.pageSize());
-                if (!pool.canAllocate(n)) return false;
+                if (!pool.canAllocate(n)) {
+                    f.blocked = true;
+                    return false;
+                }
                 long work = idle.workStarted();
                 f.pages = pool.allocatePages(n);
                 f.row = pool.allocateRow();
@@ -243,6 +313,7 @@ public final class DecodeDriver {
                 f.receiver.sendMetadata(f.pages, f.row, state, f.req.prefixTokens());
                 f.prepareNanos = System.nanoTime() - f.initStartNanos;
                 idle.workDone(work);
+                f.blocked = !f.abortDecided && faults.abortProbability() > 0; // the abort is decided on its next step
                 return true;
             }
             if (st != KVPoll.Success && st != KVPoll.Failed) return false;
@@ -281,14 +352,15 @@ public final class DecodeDriver {
             if (f.pages != null) pool.freePages(f.pages);
             if (f.row >= 0) pool.freeRow(f.row);
             f.concluded = true;
+            if (feed) byReceiver.remove(f.receiver);
             done++;
             if (progress != null) progress.incrementAndGet();
         }
 
         /** Parked once every probe room still in flight has sent its metadata (a failed one concluded already). */
         boolean probeParked() {
-            for (Flight f : inflight) {
-                if (f.req.index() >= probeFrom && f.req.index() < warmup && f.pages == null) return false;
+            for (Flight f : flights()) {
+                if (!f.concluded && f.req.index() >= probeFrom && f.req.index() < warmup && f.pages == null) return false;
             }
             probe.arriveParked();
             probeParkedArrived = true;
@@ -299,7 +371,7 @@ public final class DecodeDriver {
             double elapsed = (System.nanoTime() - start) / 1e9;
             CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
             int hung = reqs.size() - done;
-            for (Flight f : inflight) failures.failedIdx.add(f.req.index());
+            for (Flight f : flights()) failures.failedIdx.add(f.req.index());
             for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
             return new RoleReport("decode", shardRank, ok, failures.failed, corrupted, failures.failedIdx, bytes, elapsed,
                     latencies, failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null, dataPaths,

@@ -11,6 +11,8 @@ import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
+import java.util.Collection;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Random;
 
@@ -52,6 +54,17 @@ public final class PrefillDriver {
 
     private RoomMemoryProbe probe;
 
+    /**
+     * Poll only the senders the manager's change feed hands out (and those waiting for pages), instead
+     * of every sender in flight each step; off, or where the manager has no feed: every one, as SGLang.
+     */
+    public PrefillDriver withChangeFeed(boolean on) {
+        this.changeFeedOn = on;
+        return this;
+    }
+
+    private boolean changeFeedOn;
+
     public PrefillDriver withDeadline(long nanoTime) {
         this.deadlineNanos = nanoTime;
         return this;
@@ -89,6 +102,12 @@ public final class PrefillDriver {
         boolean abortDecided;
         /** Concluded in this sweep: dropped from the in-flight list after it (one pass, not one shift per removal). */
         boolean concluded;
+        /** Its last step waited on something no status change announces (pages, the warm-up snapshot, the probe): step it again next time. */
+        boolean blocked;
+        /** On the feed mode's retry list. */
+        boolean retrying;
+        /** A probe room parked at WaitingForInput until the probe measured. */
+        boolean parked;
         /** Time inside KVSender.init and send for this request, and when the last send returned. */
         long postNanos;
         long lastSendReturnedNanos;
@@ -140,7 +159,12 @@ public final class PrefillDriver {
     private final class Run {
         final List<Workload.Request> reqs = workload.generate().stream()
                 .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
+        /** Sweep mode: the requests in flight, in admission order. */
         final List<Flight> inflight = new ArrayList<>();
+        /** Feed mode: the requests in flight by sender (what the feed hands out), and those to step again regardless. */
+        final boolean feed = changeFeedOn && manager.enableChangeFeed();
+        final IdentityHashMap<KVSender, Flight> bySender = new IdentityHashMap<>();
+        final List<Flight> retries = new ArrayList<>();
         final FailureTally failures = new FailureTally();
         final List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
         // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
@@ -150,8 +174,8 @@ public final class PrefillDriver {
         long bytes;
         final long start = System.nanoTime();
         boolean probeBaselineArrived, probeParkedArrived;
-        /** Probe rooms parked at WaitingForInput in the last sweep. */
-        int probeWaiting;
+        /** Set by a step that moved something (the feed's sink cannot return it). */
+        boolean movedInStep;
 
         Run() {
             warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
@@ -164,9 +188,13 @@ public final class PrefillDriver {
             while (done < reqs.size()) {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
-                idle.sweepStarted();
-                moved |= sweep();
-                idle.sweepDone();
+                if (feed) {
+                    moved |= stepFed();
+                } else {
+                    idle.sweepStarted();
+                    moved |= sweep();
+                    idle.sweepDone();
+                }
                 if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) moved |= probeParked();
                 if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
                 idle.after(moved);
@@ -177,7 +205,7 @@ public final class PrefillDriver {
         /** Starts new requests while there is room: creates their senders. */
         boolean admit() {
             boolean moved = false;
-            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
+            while (inFlight() < workload.concurrency() && next < reqs.size()) {
                 if (next == probeFrom) {
                     if (done < probeFrom) break; // the baseline wants nothing in flight here
                     if (!probeBaselineArrived) {
@@ -188,15 +216,55 @@ public final class PrefillDriver {
                 }
                 if (probe != null && next == warmupCount && !probe.measured()) break; // nothing beyond the parked rooms
                 Workload.Request r = reqs.get(next++);
-                inflight.add(new Flight(r, manager.createSender(bootstrapAddr, r.room())));
+                Flight f = new Flight(r, manager.createSender(bootstrapAddr, r.room()));
+                if (feed) bySender.put(f.sender, f);
+                else inflight.add(f);
                 moved = true;
             }
             return moved;
         }
 
+        int inFlight() {
+            return feed ? bySender.size() : inflight.size();
+        }
+
+        Collection<Flight> flights() {
+            return feed ? bySender.values() : inflight;
+        }
+
+        /**
+         * Feed mode: steps the senders whose poll may answer something new, then those whose last step
+         * waited on pages, the warm-up snapshot or the probe — work in proportion to what moved.
+         */
+        boolean stepFed() {
+            movedInStep = false;
+            manager.drainChangedSenders(this::stepSender);
+            if (!retries.isEmpty()) {
+                for (int i = 0, n = retries.size(); i < n; i++) {
+                    Flight f = retries.get(i);
+                    if (!f.concluded) movedInStep |= step(f);
+                }
+                retries.removeIf(f -> {
+                    boolean done = f.concluded || !f.blocked;
+                    if (done) f.retrying = false;
+                    return done;
+                });
+            }
+            return movedInStep;
+        }
+
+        void stepSender(KVSender sender) {
+            Flight f = bySender.get(sender);
+            if (f == null || f.concluded) return; // concluded and cleared since it was fed
+            movedInStep |= step(f);
+            if (f.blocked && !f.retrying) {
+                f.retrying = true;
+                retries.add(f);
+            }
+        }
+
         /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
         boolean sweep() {
-            probeWaiting = 0;
             boolean moved = false, anyConcluded = false;
             for (int i = 0, n = inflight.size(); i < n; i++) {
                 Flight f = inflight.get(i);
@@ -214,15 +282,18 @@ public final class PrefillDriver {
                 if (faults.abortProbability() > 0 && faultRandom.nextDouble() < faults.abortProbability()) f.sender.abort();
             }
             KVPoll st = f.sender.poll();
+            f.blocked = false;
             if (st == KVPoll.WaitingForInput && f.pages == null) {
                 boolean probeRoom = probeBaselineArrived && f.req.index() >= probeFrom && f.req.index() < warmupCount;
                 if (probeRoom && !probe.measured()) {
-                    probeWaiting++; // parked: the decode's metadata is here, nothing is sent until the probe measured
+                    f.parked = true; // the decode's metadata is here, nothing is sent until the probe measured
+                    f.blocked = true;
                     return false;
                 }
                 long work = idle.workStarted();
                 boolean started = startTransfer(f);
                 idle.workDone(work);
+                f.blocked = !started;
                 return started;
             }
             if (st != KVPoll.Success && st != KVPoll.Failed) return false;
@@ -251,13 +322,18 @@ public final class PrefillDriver {
             if (f.pages != null) pool.freePages(f.pages);
             if (f.row >= 0) pool.freeRow(f.row);
             f.concluded = true;
+            if (feed) bySender.remove(f.sender);
             done++;
         }
 
         /** Parked once every probe room still in flight waits at WaitingForInput (a failed one concluded already). */
         boolean probeParked() {
-            int probeInFlight = 0;
-            for (Flight f : inflight) if (f.req.index() >= probeFrom && f.req.index() < warmupCount) probeInFlight++;
+            int probeInFlight = 0, probeWaiting = 0;
+            for (Flight f : flights()) {
+                if (f.concluded || f.req.index() < probeFrom || f.req.index() >= warmupCount) continue;
+                probeInFlight++;
+                if (f.parked) probeWaiting++;
+            }
             if (probeWaiting != probeInFlight) return false;
             probe.arriveParked();
             probeParkedArrived = true;
@@ -268,7 +344,7 @@ public final class PrefillDriver {
             double elapsed = (System.nanoTime() - start) / 1e9;
             CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
             int hung = reqs.size() - done;
-            for (Flight f : inflight) failures.failedIdx.add(f.req.index());
+            for (Flight f : flights()) failures.failedIdx.add(f.req.index());
             for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
             RoleReport report = new RoleReport("prefill", shardRank, ok, failures.failed, 0, failures.failedIdx, bytes, elapsed,
                     List.of(), failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null)

@@ -304,7 +304,8 @@ public final class RoleRunner {
                             int group = dp;
                             futures.add(exec.submit(() -> new PrefillDriver(m, pool, w, addr, pool.rank, group,
                                     config.prefillDp()).withDeadline(deadline(config)).withFaults(config.faults())
-                                    .withPairedMemcpy(config.pairedMemcpy()).withProbe(probe).run()));
+                                    .withPairedMemcpy(config.pairedMemcpy()).withProbe(probe)
+                                    .withChangeFeed(config.suite().changeFeed()).run()));
                         } else {
                             boolean first = r == 0 && stage == 0;
                             AtomicInteger p = first ? progress : null, ok = first ? successes : null;
@@ -475,6 +476,7 @@ public final class RoleRunner {
         if (c.suite().openLoop()) a.addAll(List.of("--rate", Double.toString(c.suite().ratePerSecond())));
         if (c.suite().probeRooms() > 0) a.addAll(List.of("--probe-rooms", Integer.toString(c.suite().probeRooms())));
         if (!c.suite().hugePages()) a.addAll(List.of("--huge-pages", "off"));
+        if (c.suite().changeFeed()) a.addAll(List.of("--poll", "feed"));
         return a;
     }
 

@@ -68,7 +68,7 @@ public record SweepPlan(List<Point> points, boolean ucxPerftest, boolean iperf3)
                     Workload w = new Workload(g.requests(), g.promptTokens(), ps, Math.max(ps, bw.chunkTokens()), c,
                             bw.prefixEvery(), bw.seed(), g.warmup());
                     BenchConfig pc = bwBase.withTransport(t).withWorkload(w)
-                            .withSuite(new BenchConfig.Suite(base.suite().pages(), 0, 0, base.suite().hugePages()));
+                            .withSuite(new BenchConfig.Suite(base.suite().pages(), 0, 0, base.suite().hugePages(), base.suite().changeFeed()));
                     points.add(new Point("bw-" + t + "-page" + ps + "-c" + c, Kind.BANDWIDTH, pc, processes));
                 }
             }
@@ -78,7 +78,7 @@ public record SweepPlan(List<Point> points, boolean ucxPerftest, boolean iperf3)
             int n = (int) Math.max(20, Math.min(g.maxLoadRequests(), Math.round(rate * g.loadSeconds())));
             Workload w = new Workload(n, g.loadPromptTokens(), 16, Math.max(16, bw.chunkTokens()), g.loadConcurrency(),
                     0, bw.seed(), Math.max(1, g.warmup()));
-            BenchConfig pc = loadBase.withWorkload(w).withSuite(new BenchConfig.Suite(base.suite().pages(), rate, 0, base.suite().hugePages()))
+            BenchConfig pc = loadBase.withWorkload(w).withSuite(new BenchConfig.Suite(base.suite().pages(), rate, 0, base.suite().hugePages(), base.suite().changeFeed()))
                     .withFaultTimeouts(base.bootstrapTimeoutMillis(), (long) (2_000.0 * n / rate) + 120_000);
             points.add(new Point("load-tcp-rate" + Math.round(rate), Kind.LOAD, pc, processes));
         }
