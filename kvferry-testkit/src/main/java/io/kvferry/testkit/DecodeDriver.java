@@ -9,7 +9,6 @@ import io.kvferry.protocol.Region;
 
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -93,8 +92,6 @@ public final class DecodeDriver {
          * the abort decision after its metadata went out): step it again next time.
          */
         boolean blocked;
-        /** On the feed mode's retry list. */
-        boolean retrying;
         final long createdNanos = System.nanoTime();
         /** When the request arrived (open loop: its scheduled arrival, else when the receiver was created). */
         final long arrivalNanos;
@@ -144,10 +141,7 @@ public final class DecodeDriver {
         final List<Flight> inflight = new ArrayList<>();
         /** Feed mode ({@code --poll feed}): the requests in flight by receiver, and those to step again regardless. */
         final boolean feed = suite.changeFeed() && manager.enableChangeFeed();
-        final IdentityHashMap<KVReceiver, Flight> byReceiver = new IdentityHashMap<>();
-        final List<Flight> retries = new ArrayList<>();
-        /** Set by a step that moved something (the feed's sink cannot return it). */
-        boolean movedInStep;
+        final FeedSteps<KVReceiver, Flight> fed = new FeedSteps<>(this::step, f -> f.blocked, f -> f.concluded);
         final FailureTally failures = new FailureTally();
         final List<Long> latencies = new ArrayList<>();
         final Map<String, Long> dataPaths = new TreeMap<>();
@@ -170,7 +164,7 @@ public final class DecodeDriver {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
                 if (feed) {
-                    moved |= stepFed();
+                    moved |= fed.stepAll(manager::drainChangedReceivers);
                 } else {
                     idle.sweepStarted();
                     moved |= sweep();
@@ -217,54 +211,19 @@ public final class DecodeDriver {
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
                 Flight f = new Flight(r, recv, arrival);
                 if (!tryInit(f)) f.blocked = true;
-                if (feed) {
-                    byReceiver.put(recv, f);
-                    if (f.blocked) retry(f);
-                } else {
-                    inflight.add(f);
-                }
+                if (feed) fed.add(recv, f);
+                else inflight.add(f);
                 moved = true;
             }
             return moved;
         }
 
         int inFlight() {
-            return feed ? byReceiver.size() : inflight.size();
+            return feed ? fed.size() : inflight.size();
         }
 
         Collection<Flight> flights() {
-            return feed ? byReceiver.values() : inflight;
-        }
-
-        /** Feed mode: steps the receivers whose poll may answer something new, then those left blocked. */
-        boolean stepFed() {
-            movedInStep = false;
-            manager.drainChangedReceivers(this::stepReceiver);
-            if (!retries.isEmpty()) {
-                for (int i = 0, n = retries.size(); i < n; i++) {
-                    Flight f = retries.get(i);
-                    if (!f.concluded) movedInStep |= step(f);
-                }
-                retries.removeIf(f -> {
-                    boolean done = f.concluded || !f.blocked;
-                    if (done) f.retrying = false;
-                    return done;
-                });
-            }
-            return movedInStep;
-        }
-
-        void stepReceiver(KVReceiver receiver) {
-            Flight f = byReceiver.get(receiver);
-            if (f == null || f.concluded) return; // concluded and cleared since it was fed
-            movedInStep |= step(f);
-            if (f.blocked) retry(f);
-        }
-
-        void retry(Flight f) {
-            if (f.retrying) return;
-            f.retrying = true;
-            retries.add(f);
+            return feed ? fed.requests() : inflight;
         }
 
         /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
@@ -352,7 +311,7 @@ public final class DecodeDriver {
             if (f.pages != null) pool.freePages(f.pages);
             if (f.row >= 0) pool.freeRow(f.row);
             f.concluded = true;
-            if (feed) byReceiver.remove(f.receiver);
+            if (feed) fed.remove(f.receiver);
             done++;
             if (progress != null) progress.incrementAndGet();
         }

@@ -12,7 +12,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
 import java.util.Collection;
-import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Random;
 
@@ -104,8 +103,6 @@ public final class PrefillDriver {
         boolean concluded;
         /** Its last step waited on something no status change announces (pages, the warm-up snapshot, the probe): step it again next time. */
         boolean blocked;
-        /** On the feed mode's retry list. */
-        boolean retrying;
         /** A probe room parked at WaitingForInput until the probe measured. */
         boolean parked;
         /** Time inside KVSender.init and send for this request, and when the last send returned. */
@@ -163,8 +160,7 @@ public final class PrefillDriver {
         final List<Flight> inflight = new ArrayList<>();
         /** Feed mode: the requests in flight by sender (what the feed hands out), and those to step again regardless. */
         final boolean feed = changeFeedOn && manager.enableChangeFeed();
-        final IdentityHashMap<KVSender, Flight> bySender = new IdentityHashMap<>();
-        final List<Flight> retries = new ArrayList<>();
+        final FeedSteps<KVSender, Flight> fed = new FeedSteps<>(this::step, f -> f.blocked, f -> f.concluded);
         final FailureTally failures = new FailureTally();
         final List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
         // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
@@ -174,8 +170,6 @@ public final class PrefillDriver {
         long bytes;
         final long start = System.nanoTime();
         boolean probeBaselineArrived, probeParkedArrived;
-        /** Set by a step that moved something (the feed's sink cannot return it). */
-        boolean movedInStep;
 
         Run() {
             warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
@@ -189,7 +183,7 @@ public final class PrefillDriver {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
                 if (feed) {
-                    moved |= stepFed();
+                    moved |= fed.stepAll(manager::drainChangedSenders);
                 } else {
                     idle.sweepStarted();
                     moved |= sweep();
@@ -217,7 +211,7 @@ public final class PrefillDriver {
                 if (probe != null && next == warmupCount && !probe.measured()) break; // nothing beyond the parked rooms
                 Workload.Request r = reqs.get(next++);
                 Flight f = new Flight(r, manager.createSender(bootstrapAddr, r.room()));
-                if (feed) bySender.put(f.sender, f);
+                if (feed) fed.add(f.sender, f);
                 else inflight.add(f);
                 moved = true;
             }
@@ -225,42 +219,11 @@ public final class PrefillDriver {
         }
 
         int inFlight() {
-            return feed ? bySender.size() : inflight.size();
+            return feed ? fed.size() : inflight.size();
         }
 
         Collection<Flight> flights() {
-            return feed ? bySender.values() : inflight;
-        }
-
-        /**
-         * Feed mode: steps the senders whose poll may answer something new, then those whose last step
-         * waited on pages, the warm-up snapshot or the probe — work in proportion to what moved.
-         */
-        boolean stepFed() {
-            movedInStep = false;
-            manager.drainChangedSenders(this::stepSender);
-            if (!retries.isEmpty()) {
-                for (int i = 0, n = retries.size(); i < n; i++) {
-                    Flight f = retries.get(i);
-                    if (!f.concluded) movedInStep |= step(f);
-                }
-                retries.removeIf(f -> {
-                    boolean done = f.concluded || !f.blocked;
-                    if (done) f.retrying = false;
-                    return done;
-                });
-            }
-            return movedInStep;
-        }
-
-        void stepSender(KVSender sender) {
-            Flight f = bySender.get(sender);
-            if (f == null || f.concluded) return; // concluded and cleared since it was fed
-            movedInStep |= step(f);
-            if (f.blocked && !f.retrying) {
-                f.retrying = true;
-                retries.add(f);
-            }
+            return feed ? fed.requests() : inflight;
         }
 
         /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
@@ -322,7 +285,7 @@ public final class PrefillDriver {
             if (f.pages != null) pool.freePages(f.pages);
             if (f.row >= 0) pool.freeRow(f.row);
             f.concluded = true;
-            if (feed) bySender.remove(f.sender);
+            if (feed) fed.remove(f.sender);
             done++;
         }
 
