@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every JMH microbenchmark of the hot paths in one JMH run:
 #   kvferry-bench's io.kvferry.bench.jmh (frame codec, planner, head-slice gather), and
-#   kvferry-core's test-source benchmarks of package-private code (write gate, room status table).
+#   kvferry-core's test-source benchmarks of package-private code (write gate, room status table, room change feed).
 # Usage: kvferry-bench/jmh.sh [JMH options, e.g. -f 1 -wi 2 -i 3 -w 1 -r 1, or a regex to pick benchmarks]
 # Default options: one fork, 2 x 1 s warm-up, 3 x 1 s measurement (indications on a shared machine, not a verdict).
 set -euo pipefail
