@@ -11,8 +11,8 @@ import java.util.function.Consumer;
 /**
  * The handles (senders or receivers) of one manager whose {@code poll()} may answer something new,
  * so a scheduler holding thousands of requests polls the few that moved instead of all of them
- * (at 10,000 in flight, polling every room each step was the bench's largest per-room cost that
- * grew with concurrency: PERFORMANCE.md, "The change feed").
+ * (one step over 10,000 rooms' statuses ~11 µs, against ~0.75 µs for 16 that moved; below a few
+ * hundred in flight a sweep is cheaper: PERFORMANCE.md, "The change feed").
  *
  * <p>A handle is fed when (1) its room's status changed, on whatever thread changed it; (2) a
  * deadline its poll checks has passed on the manager's deadline clock; (3) it has scheduler-side
