@@ -339,7 +339,7 @@ public final class BenchRunner {
         return SuiteFigures.merge(reports, config.suite().pages().cliName(), config.suite().ratePerSecond(),
                 config.workload().requests(), Math.max(0, succeededMeasured), elapsed, pathBytes, pathOps, processes,
                 embeddedProbe).withHugePages(config.suite().hugePages()
-                ? "on (thp " + HugePageArena.transparentHugePageMode() + ")" : "off");
+                ? "on (thp " + HugePageArena.transparentHugePageMode() + ")" : "off").withPollLag(PollLagFigures.fromScrapes(finalScrapes.values()));
     }
 
     private static double round(double v) {

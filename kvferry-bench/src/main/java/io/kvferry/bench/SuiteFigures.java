@@ -35,6 +35,8 @@ import java.util.Map;
  *                        JVM: per Java thread group over the decode's window; also {@code other}, Java threads of
  *                        neither role, and {@code process}, the whole JVM with GC and JIT, which no thread group has)
  * @param roomMemory      with --room-memory: bytes per in-flight room by scope (prefill, decode, or both in one JVM)
+ * @param pollLagMs       per role: a room's Success or Failed to its scheduler's first poll that returned it, ms
+ *                        ({@code avg}, {@code p50}, {@code p99}; {@link PollLagFigures}), every polled room
  */
 @JsonInclude(JsonInclude.Include.NON_NULL)
 public record SuiteFigures(
@@ -51,12 +53,19 @@ public record SuiteFigures(
         @JsonProperty("post_ms") Map<String, Double> postMs,
         @JsonProperty("transfer_ms") Map<String, Double> transferMs,
         @JsonProperty("cpu_us_per_room") Map<String, Object> cpuUsPerRoom,
-        @JsonProperty("room_memory") Map<String, RoomMemoryProbe.Result> roomMemory) {
+        @JsonProperty("room_memory") Map<String, RoomMemoryProbe.Result> roomMemory,
+        @JsonProperty("poll_lag_ms") Map<String, Map<String, Double>> pollLagMs) {
 
     /** The same figures with the pools' memory named. */
     SuiteFigures withHugePages(String label) {
         return new SuiteFigures(pages, label, offeredRate, achievedRate, roomsPerSecond, requestLatencyMs, blockBytes, batchSize,
-                avgLatencyMs, prepareMs, postMs, transferMs, cpuUsPerRoom, roomMemory);
+                avgLatencyMs, prepareMs, postMs, transferMs, cpuUsPerRoom, roomMemory, pollLagMs);
+    }
+
+    /** The same figures with the schedulers' poll lag (null or empty: not known). */
+    SuiteFigures withPollLag(Map<String, Map<String, Double>> lag) {
+        return new SuiteFigures(pages, hugePages, offeredRate, achievedRate, roomsPerSecond, requestLatencyMs, blockBytes, batchSize,
+                avgLatencyMs, prepareMs, postMs, transferMs, cpuUsPerRoom, roomMemory, lag == null || lag.isEmpty() ? null : lag);
     }
 
     /**
@@ -107,7 +116,7 @@ public record SuiteFigures(
                 percentiles(request, true), datapathOps > 0 ? datapathBytes / datapathOps : 0,
                 succeededMeasured > 0 ? round(datapathOps / (double) succeededMeasured) : 0,
                 request.getTotalCount() == 0 ? 0 : round(request.getMean() / 1000.0),
-                avgP99(prepare), avgP99(post), avgP99(transfer), cpu, memory.isEmpty() ? null : memory);
+                avgP99(prepare), avgP99(post), avgP99(transfer), cpu, memory.isEmpty() ? null : memory, null);
     }
 
     private static void record(Histogram h, List<Long> micros) {

@@ -140,7 +140,7 @@ public final class BenchCommand implements Callable<Integer> {
 
     // ---- benchmark suite (issue 16): the nixlbench columns, open-loop and room-rate lines
 
-    /** The suite's columns, three lines: nixlbench row, load and latency from arrival, per-room cost. */
+    /** The suite's columns: nixlbench row, load and latency from arrival, per-room cost, the schedulers' poll lag. */
     static void printSuiteSummary(BenchResult r) {
         SuiteFigures s = r.suite();
         if (s == null) return;
@@ -158,6 +158,12 @@ public final class BenchCommand implements Callable<Integer> {
                 cpu.get("prefill"), cpu.get("decode"), "threads".equals(cpu.get("method"))
                         ? "one JVM, by Java thread group; other threads " + cpu.get("other") + " µs, whole JVM with GC and JIT "
                         + cpu.get("process") + " µs" : "per role JVM, GC and JIT included");
+        if (s.pollLagMs() != null) {
+            StringBuilder lag = new StringBuilder("poll lag (Success/Failed to the scheduler's first poll that saw it):");
+            s.pollLagMs().forEach((role, f) -> lag.append(' ').append(role).append(" avg ").append(f.get("avg")).append(" p50 ")
+                    .append(f.get("p50")).append(" p99 ").append(f.get("p99")).append(" ms;"));
+            System.out.println(lag.substring(0, lag.length() - 1));
+        }
         if (s.roomMemory() != null) {
             s.roomMemory().forEach((scope, m) -> System.out.printf(
                     "room memory (%s): %d B heap + %d B native (%s) = %d B per in-flight room, %d rooms parked%n",

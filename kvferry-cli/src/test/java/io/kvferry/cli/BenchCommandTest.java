@@ -131,6 +131,12 @@ class BenchCommandTest {
         assertEquals("threads", cpu.get("method").asText(), "one JVM: by thread group");
         assertTrue(cpu.get("prefill").asDouble() > 0 && cpu.get("decode").asDouble() > 0, cpu.toString());
         assertTrue(r.out().contains("nixl: block ") && r.out().contains("rooms/s; CPU per room"), r.out());
+        // Each role's scheduler polled every room to its end: its poll lag, from the role's scrape.
+        for (String role : new String[]{"prefill", "decode"}) {
+            JsonNode lag = j.get("poll_lag_ms").get(role);
+            assertTrue(lag != null && lag.get("avg").asDouble() >= 0 && lag.get("p50").asDouble() <= lag.get("p99").asDouble(), j.toString());
+        }
+        assertTrue(r.out().contains("poll lag (Success/Failed to the scheduler's first poll that saw it): decode avg "), r.out());
     }
 
     @Test

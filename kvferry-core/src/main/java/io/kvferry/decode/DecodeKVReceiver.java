@@ -336,6 +336,7 @@ final class DecodeKVReceiver implements KVReceiver {
         }
         if (st.isTerminal()) {
             concluded = st; // latched: a late failure cannot turn a Success the scheduler saw into Failed
+            manager.telemetry.polledConcluded(slot.sinceNanos());
             return st;
         }
         if (st == KVPoll.Bootstrapping && initPending) {

@@ -5,6 +5,7 @@ import io.kvferry.api.KVManagerInspection;
 import io.kvferry.api.KVPoll;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.DistributionSummary;
+import io.micrometer.core.instrument.noop.NoopDistributionSummary;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import org.slf4j.Logger;
@@ -46,6 +47,9 @@ public final class RankTelemetry implements AutoCloseable {
     private final DistributionSummary bootstrapMs;
     /** Decode only (null on a prefill). */
     private final DistributionSummary allocMs;
+    private final DistributionSummary pollLagMs;
+    /** False when the registry denied the poll-lag meter: then no clock is read for it. */
+    private final boolean pollLagOn;
     private final ConcurrentHashMap<String, RoomMeters> byTransport = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, DataPathMeters> dataPaths = new ConcurrentHashMap<>();
     /** Kept here as well as in the counters: the counters of the no-op registry read nothing. */
@@ -93,6 +97,10 @@ public final class RankTelemetry implements AutoCloseable {
         allocMs = !"decode".equals(id.role()) ? null : DistributionSummary.builder(KVFerryMeters.TRANSFER_ALLOC_MS)
                 .description("Decode: WaitingForInput to send_metadata (waiting for KV pages)")
                 .serviceLevelObjectives(KVFerryMeters.BOOTSTRAP_MS).tags(tags).register(registry);
+        pollLagMs = DistributionSummary.builder(KVFerryMeters.POLL_LAG_MS)
+                .description("A room's Success or Failed to the first poll() that returned it (the scheduler's lag)")
+                .serviceLevelObjectives(KVFerryMeters.LAG_MS).tags(tags).register(registry);
+        pollLagOn = !(pollLagMs instanceof NoopDistributionSummary);
         gauges = RoomGauges.register(registry, tags, census);
     }
 
@@ -108,6 +116,14 @@ public final class RankTelemetry implements AutoCloseable {
     /** Decode: a room's metadata went out {@code nanos} after it was bootstrapped. */
     public void allocated(long nanos) {
         if (allocMs != null) allocMs.record(nanos / 1e6);
+    }
+
+    /**
+     * The scheduler's first poll that returned a room's Success or Failed, which the room entered at
+     * {@code concludedNanos} ({@link System#nanoTime()}; not positive when unknown, e.g. a cleared room).
+     */
+    public void polledConcluded(long concludedNanos) {
+        if (pollLagOn && concludedNanos > 0) pollLagMs.record(Math.max(0, System.nanoTime() - concludedNanos) / 1e6);
     }
 
     /**

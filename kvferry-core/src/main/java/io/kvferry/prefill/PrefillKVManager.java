@@ -232,6 +232,10 @@ public final class PrefillKVManager implements KVManager {
         return deadlineClock;
     }
 
+    RankTelemetry telemetry() {
+        return telemetry;
+    }
+
     /** The scheduler thread's change feed of KVSenders; null until enabled (then every handle is polled). */
     private RoomFeed<KVSender> feed;
 

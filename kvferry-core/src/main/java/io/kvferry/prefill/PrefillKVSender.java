@@ -185,6 +185,7 @@ final class PrefillKVSender implements KVSender {
         }
         if (st.isTerminal()) {
             concluded = st; // latched, as SGLang's conclude_state
+            manager.telemetry().polledConcluded(slot.sinceNanos());
             return st;
         }
         if (st == KVPoll.Bootstrapping) {

@@ -79,6 +79,11 @@ public final class RoomStatusTable {
             return removed ? KVPoll.Failed : status;
         }
 
+        /** When the room entered its status ({@link System#nanoTime()}); -1 once removed. */
+        public long sinceNanos() {
+            return removed ? -1 : sinceNanos;
+        }
+
         @Override
         public boolean getAsBoolean() {
             return removed || status == KVPoll.Failed;

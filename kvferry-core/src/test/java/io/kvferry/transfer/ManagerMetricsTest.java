@@ -16,6 +16,7 @@ import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.transport.ControlConnection;
 import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.DistributionSummary;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 
@@ -41,6 +42,12 @@ class ManagerMetricsTest extends TransferTestBase {
         Counter c = meters.find(name).tags(tags).counter();
         assertNotNull(c, name);
         return c.count();
+    }
+
+    /** Values recorded so far in a histogram of one role (0 before its first, when it is not registered yet). */
+    private long recorded(String name, String role) {
+        DistributionSummary d = meters.find(name).tags("role", role).summary();
+        return d == null ? 0 : d.count();
     }
 
     /** Waits (20 s at most) for a condition another thread makes true. */
@@ -98,6 +105,50 @@ class ManagerMetricsTest extends TransferTestBase {
         p.close();
         d.close();
         assertEquals(null, meters.find(KVFerryMeters.ROOMS).gauge(), "a torn-down manager's gauges go with it");
+    }
+
+    /**
+     * The poll lag: each side's first poll that returns a concluded room records how long the room
+     * had been concluded (here at least the time the scheduler "slept" after both sides reached
+     * Success unpolled), once per room; a room cleared unpolled records nothing.
+     */
+    @Test
+    void theFirstPollOfAConcludedRoomRecordsHowLongItWaitedOncePerRoom() throws InterruptedException {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefillWith(pm, cfg(1, 0).meterRegistry(meters).build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).meterRegistry(meters).build(), 0, PAGE_SIZE);
+        Transfer t = start(p, pm, d, 300, new int[]{1, 2}, new int[]{3, 4}, 0, 0, 0);
+        eventually(() -> recorded(KVFerryMeters.TRANSFER_LATENCY_MS, "prefill") == 1 && recorded(KVFerryMeters.TRANSFER_LATENCY_MS, "decode") == 1,
+                "both sides reached Success (recorded by their own threads, nobody polling)");
+        for (String role : new String[]{"prefill", "decode"}) {
+            assertEquals(0, meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", role).summary().count(), role + ": not polled yet");
+        }
+        // Both rooms entered Success before this point (each side moves the status, then records the latency).
+        long concludedBy = System.nanoTime();
+        Thread.sleep(60);
+        double waitedMs = (System.nanoTime() - concludedBy) / 1e6;
+        assertEquals(KVPoll.Success, t.receiver().poll());
+        assertEquals(KVPoll.Success, t.sender().poll());
+        assertEquals(KVPoll.Success, t.receiver().poll());
+        assertEquals(KVPoll.Success, t.sender().poll());
+        for (String role : new String[]{"prefill", "decode"}) {
+            DistributionSummary lag = meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", role).summary();
+            assertEquals(1, lag.count(), role + ": one room, recorded at its first poll only");
+            assertTrue(lag.totalAmount() >= waitedMs, role + ": lag " + lag.totalAmount() + " ms, polled " + waitedMs + " ms after Success at least");
+        }
+        // Failed counts too: an abort is noticed by the poll that returns it, here at once.
+        KVReceiver r = d.createReceiver(addr, 301);
+        r.init(0);
+        r.abort();
+        assertEquals(KVPoll.Failed, r.poll());
+        assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", "decode").summary().count());
+        // A room cleared before any poll saw it concluded records nothing.
+        KVReceiver unpolled = d.createReceiver(addr, 302);
+        unpolled.abort();
+        unpolled.clear();
+        assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", "decode").summary().count());
+        t.receiver().clear();
+        t.sender().clear();
     }
 
     @Test
