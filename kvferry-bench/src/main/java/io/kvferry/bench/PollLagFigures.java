@@ -10,16 +10,16 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * The schedulers' poll lag ({@value KVFerryMeters#POLL_LAG_MS}: a room's Success or Failed to the first
- * poll that returned it) per role, read from the roles' final Prometheus scrapes: the mean, and p50 / p99
- * interpolated within the histogram's buckets as Prometheus' {@code histogram_quantile} does. Every room
- * a role's scheduler polled to its end counts, warm-up included (the meters are cumulative).
+ * The schedulers' poll lag ({@value KVFerryMeters#POLL_LAG_SECONDS}: a room's Success or Failed to the
+ * first poll that returned it) per role, in ms, read from the roles' final Prometheus scrapes: the mean,
+ * and p50 / p99 interpolated within the histogram's buckets as Prometheus' {@code histogram_quantile}
+ * does. Every room a role's scheduler polled to its end counts, warm-up included (the meters are cumulative).
  */
 final class PollLagFigures {
     private PollLagFigures() {}
 
     private static final Pattern LINE = Pattern.compile(
-            "^" + KVFerryMeters.POLL_LAG_MS + "_(bucket|sum|count)\\{([^}]*)}\\s+(\\S+)");
+            "^" + KVFerryMeters.POLL_LAG_SECONDS + "_(bucket|sum|count)\\{([^}]*)}\\s+(\\S+)");
     private static final Pattern ROLE = Pattern.compile("(?:^|,)role=\"([^\"]*)\"");
     private static final Pattern LE = Pattern.compile("(?:^|,)le=\"([^\"]*)\"");
 
@@ -58,9 +58,9 @@ final class PollLagFigures {
             if (count <= 0) continue;
             TreeMap<Double, Double> b = buckets.getOrDefault(e.getKey(), new TreeMap<>());
             Map<String, Double> f = new LinkedHashMap<>();
-            f.put("avg", round(sum / count));
-            f.put("p50", round(quantile(0.5, b)));
-            f.put("p99", round(quantile(0.99, b)));
+            f.put("avg", ms(sum / count));
+            f.put("p50", ms(quantile(0.5, b)));
+            f.put("p99", ms(quantile(0.99, b)));
             out.put(e.getKey(), f);
         }
         return out;
@@ -87,8 +87,8 @@ final class PollLagFigures {
         return lower;
     }
 
-    /** Three decimals; null for NaN (no buckets), which JSON cannot hold. */
-    private static Double round(double v) {
-        return Double.isNaN(v) ? null : Math.round(v * 1000) / 1000.0;
+    /** Seconds as ms to three decimals; null for NaN (no buckets), which JSON cannot hold. */
+    private static Double ms(double seconds) {
+        return Double.isNaN(seconds) ? null : Math.round(seconds * 1e6) / 1000.0;
     }
 }

@@ -3,6 +3,7 @@ package io.kvferry.metrics;
 import io.kvferry.api.KVManagerConfig;
 import io.micrometer.core.instrument.MeterRegistry;
 
+import java.time.Duration;
 import java.util.List;
 
 /**
@@ -32,8 +33,10 @@ public final class KVFerryMeters {
     /**
      * A room's Success or Failed to the first {@code poll()} that returned it: how far the scheduler's
      * loop lags behind the transfers (a decode holds the pages, a prefill the source, that long for nothing).
+     * A timer, in seconds: Micrometer buckets a distribution summary's values as whole numbers, so
+     * sub-millisecond buckets of a {@code _ms} summary would never count.
      */
-    public static final String POLL_LAG_MS = "kvferry_kv_poll_lag_ms";
+    public static final String POLL_LAG_SECONDS = "kvferry_kv_poll_lag_seconds";
     /** Rooms that failed while still Bootstrapping, by kind. */
     public static final String BOOTSTRAP_FAILED = "kvferry_num_bootstrap_failed_reqs";
     /** Rooms that failed after bootstrapping (waiting for input, transferring), by kind. */
@@ -73,13 +76,15 @@ public final class KVFerryMeters {
     /** SGLang's {@code kv_transfer_total_mb} buckets. */
     static final double[] TOTAL_MB = {1, 5, 10, 50, 100, 500, 1000, 5000, 10000};
     /** Poll lag: 0.1 ms (a scheduler that keeps up) … 1 s. */
-    static final double[] LAG_MS = {0.1, 0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000};
+    static final Duration[] POLL_LAG = {Duration.ofNanos(100_000), Duration.ofNanos(250_000), Duration.ofNanos(500_000),
+        Duration.ofMillis(1), Duration.ofMillis(2), Duration.ofMillis(5), Duration.ofMillis(10), Duration.ofMillis(25),
+        Duration.ofMillis(50), Duration.ofMillis(100), Duration.ofMillis(250), Duration.ofMillis(500), Duration.ofSeconds(1)};
     /** Op sizes, 1 KiB to 64 MiB by powers of four (one op is at most Wire.MAX_STRIDED_WRITE_BYTES). */
     static final double[] OP_BYTES = {1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864};
 
     /** Every meter name above, for documentation and the dashboard test. */
     public static final List<String> NAMES = List.of(TRANSFER_LATENCY_MS, TRANSFER_SPEED_GB_S, TRANSFER_BOOTSTRAP_MS,
-            TRANSFER_ALLOC_MS, TRANSFER_TOTAL_MB, POLL_LAG_MS, BOOTSTRAP_FAILED, TRANSFER_FAILED, TIMEOUTS, ABORTS, HEARTBEAT_MISSES,
+            TRANSFER_ALLOC_MS, TRANSFER_TOTAL_MB, POLL_LAG_SECONDS, BOOTSTRAP_FAILED, TRANSFER_FAILED, TIMEOUTS, ABORTS, HEARTBEAT_MISSES,
             HEARTBEAT_TIMEOUTS, HANDSHAKE_REFUSALS, DATAPATH_BYTES, DATAPATH_OPS, DATAPATH_OPS_BY_SIZE, DATAPATH_WRITES,
             ROOMS, PEERS);
 

@@ -5,9 +5,10 @@ import io.kvferry.api.KVManagerInspection;
 import io.kvferry.api.KVPoll;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.DistributionSummary;
-import io.micrometer.core.instrument.noop.NoopDistributionSummary;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.noop.NoopTimer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -18,6 +19,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
@@ -47,7 +49,7 @@ public final class RankTelemetry implements AutoCloseable {
     private final DistributionSummary bootstrapMs;
     /** Decode only (null on a prefill). */
     private final DistributionSummary allocMs;
-    private final DistributionSummary pollLagMs;
+    private final Timer pollLag;
     /** False when the registry denied the poll-lag meter: then no clock is read for it. */
     private final boolean pollLagOn;
     private final ConcurrentHashMap<String, RoomMeters> byTransport = new ConcurrentHashMap<>();
@@ -97,10 +99,10 @@ public final class RankTelemetry implements AutoCloseable {
         allocMs = !"decode".equals(id.role()) ? null : DistributionSummary.builder(KVFerryMeters.TRANSFER_ALLOC_MS)
                 .description("Decode: WaitingForInput to send_metadata (waiting for KV pages)")
                 .serviceLevelObjectives(KVFerryMeters.BOOTSTRAP_MS).tags(tags).register(registry);
-        pollLagMs = DistributionSummary.builder(KVFerryMeters.POLL_LAG_MS)
+        pollLag = Timer.builder(KVFerryMeters.POLL_LAG_SECONDS)
                 .description("A room's Success or Failed to the first poll() that returned it (the scheduler's lag)")
-                .serviceLevelObjectives(KVFerryMeters.LAG_MS).tags(tags).register(registry);
-        pollLagOn = !(pollLagMs instanceof NoopDistributionSummary);
+                .serviceLevelObjectives(KVFerryMeters.POLL_LAG).tags(tags).register(registry);
+        pollLagOn = !(pollLag instanceof NoopTimer);
         gauges = RoomGauges.register(registry, tags, census);
     }
 
@@ -123,7 +125,7 @@ public final class RankTelemetry implements AutoCloseable {
      * {@code concludedNanos} ({@link System#nanoTime()}; not positive when unknown, e.g. a cleared room).
      */
     public void polledConcluded(long concludedNanos) {
-        if (pollLagOn && concludedNanos > 0) pollLagMs.record(Math.max(0, System.nanoTime() - concludedNanos) / 1e6);
+        if (pollLagOn && concludedNanos > 0) pollLag.record(Math.max(0, System.nanoTime() - concludedNanos), TimeUnit.NANOSECONDS);
     }
 
     /**

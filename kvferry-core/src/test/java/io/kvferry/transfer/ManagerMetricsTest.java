@@ -17,6 +17,7 @@ import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.transport.ControlConnection;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.DistributionSummary;
+import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 
@@ -26,6 +27,7 @@ import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.BooleanSupplier;
 
@@ -121,7 +123,7 @@ class ManagerMetricsTest extends TransferTestBase {
         eventually(() -> recorded(KVFerryMeters.TRANSFER_LATENCY_MS, "prefill") == 1 && recorded(KVFerryMeters.TRANSFER_LATENCY_MS, "decode") == 1,
                 "both sides reached Success (recorded by their own threads, nobody polling)");
         for (String role : new String[]{"prefill", "decode"}) {
-            assertEquals(0, meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", role).summary().count(), role + ": not polled yet");
+            assertEquals(0, meters.find(KVFerryMeters.POLL_LAG_SECONDS).tags("role", role).timer().count(), role + ": not polled yet");
         }
         // Both rooms entered Success before this point (each side moves the status, then records the latency).
         long concludedBy = System.nanoTime();
@@ -132,21 +134,22 @@ class ManagerMetricsTest extends TransferTestBase {
         assertEquals(KVPoll.Success, t.receiver().poll());
         assertEquals(KVPoll.Success, t.sender().poll());
         for (String role : new String[]{"prefill", "decode"}) {
-            DistributionSummary lag = meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", role).summary();
+            Timer lag = meters.find(KVFerryMeters.POLL_LAG_SECONDS).tags("role", role).timer();
             assertEquals(1, lag.count(), role + ": one room, recorded at its first poll only");
-            assertTrue(lag.totalAmount() >= waitedMs, role + ": lag " + lag.totalAmount() + " ms, polled " + waitedMs + " ms after Success at least");
+            double lagMs = lag.totalTime(TimeUnit.NANOSECONDS) / 1e6;
+            assertTrue(lagMs >= waitedMs, role + ": lag " + lagMs + " ms, polled " + waitedMs + " ms after Success at least");
         }
         // Failed counts too: an abort is noticed by the poll that returns it, here at once.
         KVReceiver r = d.createReceiver(addr, 301);
         r.init(0);
         r.abort();
         assertEquals(KVPoll.Failed, r.poll());
-        assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", "decode").summary().count());
+        assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_SECONDS).tags("role", "decode").timer().count());
         // A room cleared before any poll saw it concluded records nothing.
         KVReceiver unpolled = d.createReceiver(addr, 302);
         unpolled.abort();
         unpolled.clear();
-        assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_MS).tags("role", "decode").summary().count());
+        assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_SECONDS).tags("role", "decode").timer().count());
         t.receiver().clear();
         t.sender().clear();
     }

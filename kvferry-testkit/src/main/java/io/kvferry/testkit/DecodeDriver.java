@@ -130,18 +130,17 @@ public final class DecodeDriver {
 
     /**
      * One run's scheduler state and its steps. The loop's work lives in small methods ({@link #admit},
-     * {@link #sweep}, {@link #step}) so the JIT compiles them as ordinary methods: one method holding
+     * {@link #step}, and {@link InFlight#stepAll}) so the JIT compiles them as ordinary methods: one method holding
      * the whole endless loop is compiled on-stack (OSR), and every uncommon trap in it sent the driver
      * back to the interpreter and C2 to recompile ~1.8 KB of bytecode (at 10,000 rooms in flight the
      * C2 threads took 18 % of the CPU in the measured window).
      */
     private final class Run {
         final List<Workload.Request> reqs = workload.generate();
-        /** Sweep mode: the requests in flight, in admission order. */
-        final List<Flight> inflight = new ArrayList<>();
-        /** Feed mode ({@code --poll feed}): the requests in flight by receiver, and those to step again regardless. */
-        final boolean feed = suite.changeFeed() && manager.enableChangeFeed();
-        final FeedSteps<KVReceiver, Flight> fed = new FeedSteps<>(this::step, f -> f.blocked, f -> f.concluded);
+        /** The requests in flight: swept, or stepped as the manager's change feed hands out their receivers. */
+        final InFlight<KVReceiver, Flight> inflight = suite.changeFeed() && manager.enableChangeFeed()
+                ? InFlight.<KVReceiver, Flight>fed(manager::drainChangedReceivers, this::step, f -> f.blocked, f -> f.concluded)
+                : InFlight.<KVReceiver, Flight>sweeping(this::step, f -> f.concluded, idle);
         final FailureTally failures = new FailureTally();
         final List<Long> latencies = new ArrayList<>();
         final Map<String, Long> dataPaths = new TreeMap<>();
@@ -163,13 +162,7 @@ public final class DecodeDriver {
             while (done < reqs.size()) {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
-                if (feed) {
-                    moved |= fed.stepAll(manager::drainChangedReceivers);
-                } else {
-                    idle.sweepStarted();
-                    moved |= sweep();
-                    idle.sweepDone();
-                }
+                moved |= inflight.stepAll();
                 if (probeBaselineArrived && !probeParkedArrived && next >= warmup) moved |= probeParked();
                 if (Thread.interrupted()) throw new IllegalStateException("decode driver interrupted");
                 idle.after(moved, arrivals != null && sleepCap > 0 ? sleepCap : Long.MAX_VALUE);
@@ -211,31 +204,18 @@ public final class DecodeDriver {
                 KVReceiver recv = manager.createReceiver(bootstrapAddr, r.room());
                 Flight f = new Flight(r, recv, arrival);
                 if (!tryInit(f)) f.blocked = true;
-                if (feed) fed.add(recv, f);
-                else inflight.add(f);
+                inflight.add(recv, f);
                 moved = true;
             }
             return moved;
         }
 
         int inFlight() {
-            return feed ? fed.size() : inflight.size();
+            return inflight.size();
         }
 
         Collection<Flight> flights() {
-            return feed ? fed.requests() : inflight;
-        }
-
-        /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
-        boolean sweep() {
-            boolean moved = false, anyConcluded = false;
-            for (int i = 0, n = inflight.size(); i < n; i++) {
-                Flight f = inflight.get(i);
-                moved |= step(f);
-                anyConcluded |= f.concluded;
-            }
-            if (anyConcluded) inflight.removeIf(f -> f.concluded);
-            return moved;
+            return inflight.requests();
         }
 
         /** Polls one request and acts on its state; true when something moved. */
@@ -311,7 +291,7 @@ public final class DecodeDriver {
             if (f.pages != null) pool.freePages(f.pages);
             if (f.row >= 0) pool.freeRow(f.row);
             f.concluded = true;
-            if (feed) fed.remove(f.receiver);
+            inflight.concluded(f.receiver);
             done++;
             if (progress != null) progress.incrementAndGet();
         }

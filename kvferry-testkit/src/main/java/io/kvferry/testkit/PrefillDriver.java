@@ -156,11 +156,10 @@ public final class PrefillDriver {
     private final class Run {
         final List<Workload.Request> reqs = workload.generate().stream()
                 .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
-        /** Sweep mode: the requests in flight, in admission order. */
-        final List<Flight> inflight = new ArrayList<>();
-        /** Feed mode: the requests in flight by sender (what the feed hands out), and those to step again regardless. */
-        final boolean feed = changeFeedOn && manager.enableChangeFeed();
-        final FeedSteps<KVSender, Flight> fed = new FeedSteps<>(this::step, f -> f.blocked, f -> f.concluded);
+        /** The requests in flight: swept, or stepped as the manager's change feed hands out their senders. */
+        final InFlight<KVSender, Flight> inflight = changeFeedOn && manager.enableChangeFeed()
+                ? InFlight.<KVSender, Flight>fed(manager::drainChangedSenders, this::step, f -> f.blocked, f -> f.concluded)
+                : InFlight.<KVSender, Flight>sweeping(this::step, f -> f.concluded, idle);
         final FailureTally failures = new FailureTally();
         final List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
         // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
@@ -182,13 +181,7 @@ public final class PrefillDriver {
             while (done < reqs.size()) {
                 if (deadlineNanos > 0 && System.nanoTime() > deadlineNanos) break; // the rest are reported as hung
                 boolean moved = admit();
-                if (feed) {
-                    moved |= fed.stepAll(manager::drainChangedSenders);
-                } else {
-                    idle.sweepStarted();
-                    moved |= sweep();
-                    idle.sweepDone();
-                }
+                moved |= inflight.stepAll();
                 if (probeBaselineArrived && !probeParkedArrived && next >= warmupCount) moved |= probeParked();
                 if (Thread.interrupted()) throw new IllegalStateException("prefill driver interrupted");
                 idle.after(moved);
@@ -211,31 +204,18 @@ public final class PrefillDriver {
                 if (probe != null && next == warmupCount && !probe.measured()) break; // nothing beyond the parked rooms
                 Workload.Request r = reqs.get(next++);
                 Flight f = new Flight(r, manager.createSender(bootstrapAddr, r.room()));
-                if (feed) fed.add(f.sender, f);
-                else inflight.add(f);
+                inflight.add(f.sender, f);
                 moved = true;
             }
             return moved;
         }
 
         int inFlight() {
-            return feed ? fed.size() : inflight.size();
+            return inflight.size();
         }
 
         Collection<Flight> flights() {
-            return feed ? fed.requests() : inflight;
-        }
-
-        /** One scheduler step over every request in flight (as SGLang polls its queues once per iteration). */
-        boolean sweep() {
-            boolean moved = false, anyConcluded = false;
-            for (int i = 0, n = inflight.size(); i < n; i++) {
-                Flight f = inflight.get(i);
-                moved |= step(f);
-                anyConcluded |= f.concluded;
-            }
-            if (anyConcluded) inflight.removeIf(f -> f.concluded);
-            return moved;
+            return inflight.requests();
         }
 
         /** Polls one request and acts on its state; true when something moved. */
@@ -285,7 +265,7 @@ public final class PrefillDriver {
             if (f.pages != null) pool.freePages(f.pages);
             if (f.row >= 0) pool.freeRow(f.row);
             f.concluded = true;
-            if (feed) fed.remove(f.sender);
+            inflight.concluded(f.sender);
             done++;
         }
 
