@@ -33,8 +33,8 @@ public final class KVFerryMeters {
     /**
      * A room's Success or Failed to the first {@code poll()} that returned it: how far the scheduler's
      * loop lags behind the transfers (a decode holds the pages, a prefill the source, that long for nothing).
-     * A timer, in seconds: Micrometer buckets a distribution summary's values as whole numbers, so
-     * sub-millisecond buckets of a {@code _ms} summary would never count.
+     * A timer, in seconds: Micrometer rounds a distribution summary's values up to whole numbers before
+     * bucketing them, so sub-millisecond buckets of a {@code _ms} summary would never count.
      */
     public static final String POLL_LAG_SECONDS = "kvferry_kv_poll_lag_seconds";
     /** Rooms that failed while still Bootstrapping, by kind. */
