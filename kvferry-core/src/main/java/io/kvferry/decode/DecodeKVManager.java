@@ -218,22 +218,22 @@ public final class DecodeKVManager implements KVManager {
         return deadlineClock;
     }
 
-    /** The scheduler thread's change feed of KVReceivers; null until enabled (then every handle is polled). */
-    private RoomFeed<KVReceiver> feed;
+    /** The scheduler thread's change feed of KVReceivers, off until enabled. */
+    private final RoomFeed.Switch<KVReceiver> feed = new RoomFeed.Switch<>("decode");
 
+    /** Null while the feed is off. */
     RoomFeed<KVReceiver> feed() {
-        return feed;
+        return feed.feed();
     }
 
     @Override
     public boolean enableChangeFeed() {
-        if (feed == null) feed = new RoomFeed<>();
+        feed.enable();
         return true;
     }
 
     @Override
     public int drainChangedReceivers(Consumer<? super KVReceiver> sink) {
-        if (feed == null) throw new IllegalStateException("call enableChangeFeed() before draining the decode change feed");
         return feed.drain(deadlineClock.now(), sink);
     }
 

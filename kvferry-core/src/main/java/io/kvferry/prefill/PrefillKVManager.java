@@ -236,22 +236,22 @@ public final class PrefillKVManager implements KVManager {
         return telemetry;
     }
 
-    /** The scheduler thread's change feed of KVSenders; null until enabled (then every handle is polled). */
-    private RoomFeed<KVSender> feed;
+    /** The scheduler thread's change feed of KVSenders, off until enabled. */
+    private final RoomFeed.Switch<KVSender> feed = new RoomFeed.Switch<>("prefill");
 
+    /** Null while the feed is off. */
     RoomFeed<KVSender> feed() {
-        return feed;
+        return feed.feed();
     }
 
     @Override
     public boolean enableChangeFeed() {
-        if (feed == null) feed = new RoomFeed<>();
+        feed.enable();
         return true;
     }
 
     @Override
     public int drainChangedSenders(Consumer<? super KVSender> sink) {
-        if (feed == null) throw new IllegalStateException("call enableChangeFeed() before draining the prefill change feed");
         return feed.drain(deadlineClock.now(), sink);
     }
 

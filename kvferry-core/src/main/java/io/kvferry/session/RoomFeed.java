@@ -108,6 +108,35 @@ public final class RoomFeed<H> {
         }
     }
 
+    /**
+     * A manager's feed, off until its scheduler turns it on (then handles created afterwards join it).
+     * Scheduler thread only, as the feed itself.
+     */
+    public static final class Switch<H> {
+        private final String side;
+        private RoomFeed<H> feed;
+
+        /** @param side the manager's side, for the refusal of a drain while off ("prefill", "decode") */
+        public Switch(String side) {
+            this.side = side;
+        }
+
+        public void enable() {
+            if (feed == null) feed = new RoomFeed<>();
+        }
+
+        /** The feed, or null while off (then every handle is polled). */
+        public RoomFeed<H> feed() {
+            return feed;
+        }
+
+        /** {@link RoomFeed#drain}; refused while off. */
+        public int drain(long now, Consumer<? super H> sink) {
+            if (feed == null) throw new IllegalStateException("call enableChangeFeed() before draining the " + side + " change feed");
+            return feed.drain(now, sink);
+        }
+    }
+
     private final ConcurrentLinkedQueue<Entry<H>> changed = new ConcurrentLinkedQueue<>();
     private final AtomicInteger queuedCount = new AtomicInteger();
     /** Scheduler thread only: armed deadlines, earliest first. */

@@ -8,7 +8,6 @@ import io.kvferry.api.KVTransferMetric;
 import io.kvferry.protocol.Region;
 
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -174,7 +173,7 @@ public final class DecodeDriver {
         boolean admit() {
             boolean moved = false;
             sleepCap = 0;
-            while (inFlight() < workload.concurrency() && next < reqs.size()) {
+            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 // Measured requests start only once every warm-up request concluded, so no measured
                 // transfer overlaps a warm-up one (the prefill snapshots its data-path figures then).
                 if (next == warmup && done < warmup) break;
@@ -208,14 +207,6 @@ public final class DecodeDriver {
                 moved = true;
             }
             return moved;
-        }
-
-        int inFlight() {
-            return inflight.size();
-        }
-
-        Collection<Flight> flights() {
-            return inflight.requests();
         }
 
         /** Polls one request and acts on its state; true when something moved. */
@@ -298,7 +289,7 @@ public final class DecodeDriver {
 
         /** Parked once every probe room still in flight has sent its metadata (a failed one concluded already). */
         boolean probeParked() {
-            for (Flight f : flights()) {
+            for (Flight f : inflight.requests()) {
                 if (!f.concluded && f.req.index() >= probeFrom && f.req.index() < warmup && f.pages == null) return false;
             }
             probe.arriveParked();
@@ -310,7 +301,7 @@ public final class DecodeDriver {
             double elapsed = (System.nanoTime() - start) / 1e9;
             CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
             int hung = reqs.size() - done;
-            for (Flight f : flights()) failures.failedIdx.add(f.req.index());
+            for (Flight f : inflight.requests()) failures.failedIdx.add(f.req.index());
             for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
             return new RoleReport("decode", shardRank, ok, failures.failed, corrupted, failures.failedIdx, bytes, elapsed,
                     latencies, failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null, dataPaths,

@@ -11,7 +11,6 @@ import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
-import java.util.Collection;
 import java.util.List;
 import java.util.Random;
 
@@ -192,7 +191,7 @@ public final class PrefillDriver {
         /** Starts new requests while there is room: creates their senders. */
         boolean admit() {
             boolean moved = false;
-            while (inFlight() < workload.concurrency() && next < reqs.size()) {
+            while (inflight.size() < workload.concurrency() && next < reqs.size()) {
                 if (next == probeFrom) {
                     if (done < probeFrom) break; // the baseline wants nothing in flight here
                     if (!probeBaselineArrived) {
@@ -208,14 +207,6 @@ public final class PrefillDriver {
                 moved = true;
             }
             return moved;
-        }
-
-        int inFlight() {
-            return inflight.size();
-        }
-
-        Collection<Flight> flights() {
-            return inflight.requests();
         }
 
         /** Polls one request and acts on its state; true when something moved. */
@@ -272,7 +263,7 @@ public final class PrefillDriver {
         /** Parked once every probe room still in flight waits at WaitingForInput (a failed one concluded already). */
         boolean probeParked() {
             int probeInFlight = 0, probeWaiting = 0;
-            for (Flight f : flights()) {
+            for (Flight f : inflight.requests()) {
                 if (f.concluded || f.req.index() < probeFrom || f.req.index() >= warmupCount) continue;
                 probeInFlight++;
                 if (f.parked) probeWaiting++;
@@ -287,7 +278,7 @@ public final class PrefillDriver {
             double elapsed = (System.nanoTime() - start) / 1e9;
             CpuMeter.Window cpu = cpuStart == null ? null : CpuMeter.between(cpuStart, CpuMeter.mark());
             int hung = reqs.size() - done;
-            for (Flight f : flights()) failures.failedIdx.add(f.req.index());
+            for (Flight f : inflight.requests()) failures.failedIdx.add(f.req.index());
             for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
             RoleReport report = new RoleReport("prefill", shardRank, ok, failures.failed, 0, failures.failedIdx, bytes, elapsed,
                     List.of(), failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null)
