@@ -12,8 +12,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.util.Collections;
-import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -46,14 +44,6 @@ final class DecodeLink {
     final AtomicInteger unclaimedRooms = new AtomicInteger();
     /** What those transfer infos hold in memory (page and state index arrays), in bytes. */
     final AtomicLong unclaimedBytes = new AtomicLong();
-    /** Unknown rooms whose ABORT was answered already (each answered once); reader thread only, bounded. */
-    final Set<Long> answeredUnknown = Collections.newSetFromMap(new LinkedHashMap<>() {
-        @Override
-        protected boolean removeEldestEntry(Map.Entry<Long, Boolean> eldest) {
-            return size() > ANSWERED_UNKNOWN;
-        }
-    });
-    private static final int ANSWERED_UNKNOWN = 4096;
     volatile DataPath dataPath;
     /** The meters of {@link #dataPath} on this rank, resolved at registration (recorded into per write). */
     volatile DataPathMeters meters;

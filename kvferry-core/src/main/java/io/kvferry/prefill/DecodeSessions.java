@@ -324,8 +324,9 @@ final class DecodeSessions {
     private void onAbort(DecodeLink link, Abort a) throws ProtocolException {
         PrefillRoom room = rooms.get(a.room());
         boolean ours = room != null && room.hasDestinationOf(link.sessionId());
-        // Only a destination of the room may abort it; anything else is acknowledged (once per room) and ignored.
-        if (!ours && !link.answeredUnknown.add(a.room())) return;
+        // Only a destination of the room may abort it; anything else is acknowledged and ignored. Every
+        // ABORT gets its ACK: a retried request may use its room id again on this link, and its decode's
+        // clear() waits for the ACK (a peer that floods without reading is cut below).
         if (link.pendingAcks.incrementAndGet() > MAX_PENDING_ACKS) {
             throw new ProtocolException("ABORT flood: " + MAX_PENDING_ACKS + " ABORT_ACKs for this link are still unsent");
         }

@@ -340,5 +340,12 @@ public final class PrefillKVManager implements KVManager {
         }
         sessions.closeDataPaths();
         negotiator.close();
+        // The links and workers are gone, so nothing moves these rooms any more: each ends Failed, as the
+        // decode's teardown does, instead of waiting forever (its decode saw the link close: peer_lost).
+        for (Long r : rooms.statuses.rooms()) {
+            if (!rooms.statuses.status(r).isTerminal()) {
+                rooms.statuses.fail(r, FailureKind.SHUTDOWN, "the prefill KV manager was torn down");
+            }
+        }
     }
 }

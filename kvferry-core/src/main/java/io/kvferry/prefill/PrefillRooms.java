@@ -173,9 +173,21 @@ final class PrefillRooms {
         if (slot != null ? slot.advance(KVPoll.Success) : statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
     }
 
-    /** Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight chunks). */
+    /**
+     * Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight
+     * chunks). A record cleared meanwhile (a chunk or a sender still holding it) fails nothing here: if a
+     * newer request holds its id by now, that request's status and its decode are not this record's to
+     * touch; if none does, the old destinations are still told.
+     */
     void fail(PrefillRoom room, FailureKind kind, String reason) {
-        statuses.fail(room.room, kind, reason);
+        PrefillRoom current = rooms.get(room.room);
+        if (current != room) {
+            if (current == null) notifyOnce(room);
+            return;
+        }
+        RoomStatusTable.Slot slot = room.slot;
+        if (slot != null) slot.fail(kind, reason); // a slot cleared in between stays as it is
+        else statuses.fail(room.room, kind, reason);
         notifyOnce(room);
     }
 
@@ -185,7 +197,8 @@ final class PrefillRooms {
      */
     void notifyOnce(PrefillRoom room) {
         if (!room.failureNotified.compareAndSet(false, true)) return;
-        RoomStatusTable.Entry e = statuses.entry(room.room);
+        RoomStatusTable.Slot slot = room.slot;
+        RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
         workers.enqueue(room.room, () -> notifyFailure(room, e));
     }
 

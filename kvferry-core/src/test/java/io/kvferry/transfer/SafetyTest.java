@@ -29,6 +29,7 @@ import java.util.function.Supplier;
 import java.util.stream.IntStream;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -96,6 +97,63 @@ class SafetyTest extends TransferTestBase {
         d.teardown();
         assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing("127.0.0.1:1", null), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
         assertEquals(KVPoll.Failed, recv.poll());
+    }
+
+    /**
+     * A request retried with its room id on the same link, after the first attempt failed and was
+     * cleared on both sides: the second ABORT for the id is acknowledged at once, so the decode's
+     * clear() neither waits for abortAckTimeout nor cuts the link under another room.
+     */
+    @Test
+    void aRoomIdUsedAgainIsAbortedWithoutCuttingTheLink() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "shm", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver other = d.createReceiver(addr, 9);
+        other.init(0);
+        KVSender otherSender = p.createSender(addr, 9);
+        other.sendMetadata(new int[]{10, 11}, 1, null, 0);
+        await(otherSender::poll, KVPoll.WaitingForInput);
+
+        KVReceiver first = d.createReceiver(addr, 5);
+        first.init(0);
+        KVSender firstSender = p.createSender(addr, 5);
+        first.sendMetadata(new int[]{1, 2}, 0, null, 0);
+        await(firstSender::poll, KVPoll.WaitingForInput);
+        firstSender.abort();
+        assertThrows(KVTransferException.class, firstSender::failureException); // the prefill forgets room 5
+        await(first::poll, KVPoll.Failed);
+        assertThrows(KVTransferException.class, first::failureException); // ABORT of room 5, acknowledged
+
+        KVReceiver again = d.createReceiver(addr, 5);
+        again.init(0);
+        again.sendMetadata(new int[]{3, 4}, 2, null, 0);
+        await(again::poll, KVPoll.Failed); // the prefill's tombstone: room 5 concluded already
+        long start = System.nanoTime();
+        again.clear(); // a second ABORT of room 5 on this link
+        long millis = (System.nanoTime() - start) / 1_000_000;
+        assertTrue(millis < 2500, "clear() of the reused room waited " + millis + " ms for its ABORT_ACK");
+        assertNotEquals(KVPoll.Failed, other.poll(), "the link was cut under another room");
+        assertNotEquals(KVPoll.Failed, otherSender.poll());
+    }
+
+    /** A prefill torn down with rooms in flight ends each of them Failed (shutdown), as the decode does. */
+    @Test
+    void aTornDownPrefillFailsItsRoomsInFlight() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 21);
+        recv.init(0);
+        KVSender waiting = p.createSender(addr, 21);
+        recv.sendMetadata(new int[]{1, 2}, 0, null, 0);
+        await(waiting::poll, KVPoll.WaitingForInput);
+        KVSender bootstrapping = p.createSender(addr, 22); // no decode for it yet
+        p.teardown();
+        assertEquals(KVPoll.Failed, waiting.poll());
+        assertEquals(FailureKind.SHUTDOWN, failed(waiting::failureException).kind());
+        assertEquals(KVPoll.Failed, bootstrapping.poll());
+        await(recv::poll, KVPoll.Failed); // its decode saw the link close
     }
 
     /** A decode that stops reading is cut off after the write-stall timeout; other rooms on the same worker proceed. */
