@@ -30,7 +30,7 @@ public final class DecodeServer implements AutoCloseable {
         this.engine = engine;
         server = Http.server(host, port);
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
-        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight()));
+        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure()));
         server.start();
     }
 

@@ -68,14 +68,19 @@ final class Http {
         }));
         s.createContext("/health", ex -> handle(ex, e -> {
             if (!method(e, "GET")) return;
-            sendJson(e, 200, health.get());
+            ObjectNode body = health.get();
+            sendJson(e, "ok".equals(body.path("status").asText()) ? 200 : 503, body); // a router stops sending to a 503
         }));
     }
 
-    /** The /health body of an engine: status, role, variant, parallelism and requests in flight. */
-    static ObjectNode engineHealth(String role, EngineSpec spec, int inFlight) {
+    /**
+     * The /health body of an engine: status ("ok", or "failed" with the scheduler's error), role, variant,
+     * parallelism and requests in flight.
+     */
+    static ObjectNode engineHealth(String role, EngineSpec spec, int inFlight, String failure) {
         ObjectNode out = JSON.createObjectNode();
-        out.put("status", "ok");
+        out.put("status", failure == null ? "ok" : "failed");
+        if (failure != null) out.put("error", failure);
         out.put("role", role);
         out.put("model_variant", spec.model().variant.label());
         out.put("tp", spec.tp());

@@ -26,7 +26,7 @@ public final class PrefillServer implements AutoCloseable {
         this.bootstrapAddr = bootstrapAddr;
         server = Http.server(host, port);
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
-        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight())
+        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
                 .put("bootstrap", bootstrapAddr));
         server.start();
     }

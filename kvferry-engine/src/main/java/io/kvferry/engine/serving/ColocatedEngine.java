@@ -29,7 +29,7 @@ public final class ColocatedEngine implements AutoCloseable {
     public synchronized Generation generate(int[] prompt, int maxNewTokens, Sampling sampling) {
         var c = spec.weights().config;
         Requests.validate(prompt, maxNewTokens, c);
-        int total = Math.min(c.seqLen(), prompt.length + maxNewTokens);
+        int total = Requests.totalTokens(prompt.length, maxNewTokens, c);
         int[] table = pages.allocatePages(spec.pagesFor(total));
         int row = pages.allocateRow();
         try {

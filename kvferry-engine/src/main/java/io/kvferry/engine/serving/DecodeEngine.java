@@ -72,7 +72,7 @@ public final class DecodeEngine extends SchedulerThread {
 
         Flight(Request req) {
             this.req = req;
-            totalTokens = Math.min(spec.weights().config.seqLen(), req.prompt().length + req.maxNewTokens());
+            totalTokens = Requests.totalTokens(req.prompt().length, req.maxNewTokens(), spec.weights().config);
             totalPages = spec.pagesFor(totalTokens);
         }
     }
@@ -117,7 +117,7 @@ public final class DecodeEngine extends SchedulerThread {
     /** Queues a request; its sink hears every token, then onDone or onError (exactly one of them). */
     public void submit(Request req) {
         Requests.validate(req.prompt(), req.maxNewTokens(), spec.weights().config);
-        int need = spec.pagesFor(Math.min(spec.weights().config.seqLen(), req.prompt().length + req.maxNewTokens()));
+        int need = spec.pagesFor(Requests.totalTokens(req.prompt().length, req.maxNewTokens(), spec.weights().config));
         if (need > spec.pages()) {
             throw new IllegalArgumentException("the request needs " + need + " pages (prompt + max_tokens); this decode has " + spec.pages());
         }

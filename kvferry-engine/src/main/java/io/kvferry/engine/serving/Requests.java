@@ -18,4 +18,12 @@ final class Requests {
             if (t < 0 || t >= c.vocabSize()) throw new IllegalArgumentException("token id " + t + " is outside the vocabulary (0.." + (c.vocabSize() - 1) + ")");
         }
     }
+
+    /**
+     * Prompt plus output tokens a request may reach: capped at the model's context, summed in long
+     * (max_tokens = 2^31 - 1, a common "no limit", must not wrap around).
+     */
+    static int totalTokens(int promptTokens, int maxNewTokens, LlamaConfig c) {
+        return (int) Math.min(c.seqLen(), (long) promptTokens + maxNewTokens);
+    }
 }

@@ -1,5 +1,8 @@
 package io.kvferry.engine.serving;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -7,12 +10,17 @@ import java.util.concurrent.TimeUnit;
 /**
  * The one owner of an engine's mutable state (queues, page allocator, pools' contents): other
  * threads only enqueue commands, which run on this thread between scheduling steps. Started by the
- * engine's constructor, stopped and joined by its close.
+ * engine's constructor, stopped and joined by its close. A command or step that throws is a defect:
+ * the engine then stops as at close (every request in flight fails, new ones are refused) and its
+ * {@link #failure()} says why, so /health reports it instead of a live-looking engine whose requests
+ * would wait forever.
  */
 abstract class SchedulerThread implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(SchedulerThread.class);
     private final BlockingQueue<Runnable> commands = new LinkedBlockingQueue<>();
     private final Thread thread;
     private volatile boolean stopping;
+    private volatile String failure;
 
     SchedulerThread(String name) {
         thread = Thread.ofPlatform().daemon().name(name).unstarted(this::loop);
@@ -24,8 +32,13 @@ abstract class SchedulerThread implements AutoCloseable {
 
     /** Runs {@code command} on the scheduler thread; refused once the engine is closing. */
     void execute(Runnable command) {
-        if (stopping) throw new IllegalStateException("the engine is shut down");
+        if (stopping) throw new IllegalStateException(failure != null ? "the engine stopped: " + failure : "the engine is shut down");
         commands.add(command);
+    }
+
+    /** Why the scheduler thread stopped on its own (an unexpected error), or null while it runs or after close. */
+    public String failure() {
+        return failure;
     }
 
     boolean onSchedulerThread() {
@@ -51,6 +64,10 @@ abstract class SchedulerThread implements AutoCloseable {
             }
         } catch (InterruptedException e) {
             // close
+        } catch (RuntimeException | Error e) {
+            failure = e.toString();
+            stopping = true;
+            log.error("{}: the scheduler thread stopped on an unexpected error; the engine refuses new requests", thread.getName(), e);
         } finally {
             shutdown();
         }

@@ -186,6 +186,24 @@ class ServeTest {
         awaitPagesReturned(); // refused requests hold nothing
     }
 
+    /** max_tokens = 2^31 - 1 (a common "no limit") is capped at the context; the engines go on serving. */
+    @Test
+    @Timeout(120)
+    void theLargestMaxTokensIsCappedAtTheContext() throws Exception {
+        HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":2147483647,\"temperature\":0}");
+        assertEquals(200, r.statusCode(), r.body());
+        JsonNode usage = JSON.readTree(r.body()).path("usage");
+        assertTrue(usage.path("total_tokens").asInt() <= model.weights().config.seqLen(), r.body());
+        HttpResponse<String> next = post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}");
+        assertEquals(200, next.statusCode(), next.body());
+        for (int port : new int[]{prefillServer.port(), decodeServer.port()}) {
+            HttpResponse<String> h = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/health")).build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, h.statusCode(), h.body());
+        }
+        awaitPagesReturned();
+    }
+
     /** A client that goes away mid-stream aborts the room: the decode stops generating and both sides free its pages. */
     @Test
     @Timeout(60)
