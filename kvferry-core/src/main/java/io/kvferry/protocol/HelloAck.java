@@ -22,9 +22,9 @@ public record HelloAck(boolean accepted, String error, FailureKind refusal, int 
                        String dataPath, String fallback, ChecksumMode checksum, Coverage coverage, byte[] mac)
         implements ControlMessage {
     public HelloAck {
-        error = error == null ? "" : error;
+        error = error == null ? "" : Wire.clip(error); // reasons quote the peer's HELLO: always sendable
         dataPath = dataPath == null ? "" : dataPath;
-        fallback = fallback == null ? "" : fallback;
+        fallback = fallback == null ? "" : Wire.clip(fallback);
         checksum = checksum == null ? ChecksumMode.OFF : checksum;
         coverage = coverage == null ? Coverage.NONE : coverage;
         if (mac == null) mac = Handshake.NONE;

@@ -19,7 +19,7 @@ public record Status(long room, KVPoll status, FailureKind kind, int prefillUniq
     public Status {
         if (status == KVPoll.Failed && kind == null) kind = FailureKind.UNKNOWN;
         if (status != KVPoll.Failed) kind = null;
-        reason = reason == null ? "" : reason;
+        reason = reason == null ? "" : Wire.clip(reason); // reasons quote peers' text: always sendable
         if (!hasDigest) digest = 0;
     }
 

@@ -23,6 +23,29 @@ public final class Wire {
     public static final long MAX_STRIDED_WRITE_BYTES = 4L << 20;
     /** The longest string field (tokens, reasons, ids), in UTF-8 bytes. */
     public static final int MAX_STRING_BYTES = 4096;
+
+    /**
+     * {@code text} cut to at most {@link #MAX_STRING_BYTES} UTF-8 bytes on a code point boundary, with a
+     * marker saying how long it was. For human-readable reasons, which often quote what a peer sent (a
+     * session id may itself be 4 KiB): a reason must always be sendable, where an id that is too long is
+     * an error of its sender.
+     */
+    public static String clip(String text) {
+        if (text == null || text.length() <= MAX_STRING_BYTES / 3) return text; // ≤ 3 UTF-8 bytes per UTF-16 char
+        byte[] utf8 = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        if (utf8.length <= MAX_STRING_BYTES) return text;
+        String marker = "… (clipped from " + utf8.length + " bytes)";
+        int budget = MAX_STRING_BYTES - marker.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+        int bytes = 0, end = 0;
+        while (end < text.length()) {
+            int cp = text.codePointAt(end);
+            int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            if (bytes + n > budget) break;
+            bytes += n;
+            end += Character.charCount(cp);
+        }
+        return text.substring(0, end) + marker;
+    }
     /** The most buffers of one kind a HELLO may describe. */
     public static final int MAX_BUFFERS = 1 << 16;
 }

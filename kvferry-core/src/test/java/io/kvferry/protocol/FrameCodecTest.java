@@ -15,6 +15,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 import java.lang.management.ManagementFactory;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -605,16 +606,33 @@ class FrameCodecTest {
     // ================================================================== encode limits
 
     @Test
-    void encodingAStringOverTheLimitThrowsIllegalArgument() {
+    void encodingAnIdOverTheLimitThrowsIllegalArgument() {
         String tooLong = "x".repeat(Wire.MAX_STRING_BYTES + 1);
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                () -> FrameCodec.encode(new HelloAck(false, tooLong, 0, 0)));
+                () -> FrameCodec.encode(new HelloAck(true, "", 0, 0, tooLong, "")));
         assertMentions(e, String.valueOf(Wire.MAX_STRING_BYTES));
-        assertThrows(IllegalArgumentException.class, () -> FrameCodec.encode(new Status(1, KVPoll.Failed, 0, tooLong)));
         // the limit is in UTF-8 bytes, not chars: 2049 two-byte chars are 4098 bytes
         String wide = "\u00e9".repeat(Wire.MAX_STRING_BYTES / 2 + 1);
         assertTrue(wide.length() < Wire.MAX_STRING_BYTES);
-        assertThrows(IllegalArgumentException.class, () -> FrameCodec.encode(new HelloAck(false, wide, 0, 0)));
+        assertThrows(IllegalArgumentException.class, () -> FrameCodec.encode(new HelloAck(true, "", 0, 0, wide, "")));
+    }
+
+    /** Reasons quote what peers sent (a session id may be 4 KiB): they are clipped, never refused by the encoder. */
+    @Test
+    void aReasonOverTheLimitIsClippedOnACodePointBoundary() throws Exception {
+        String ascii = "x".repeat(Wire.MAX_STRING_BYTES + 1);
+        Status s = (Status) decode(encoded(new Status(1, KVPoll.Failed, 0, ascii)));
+        assertTrue(s.reason().getBytes(StandardCharsets.UTF_8).length <= Wire.MAX_STRING_BYTES, s.reason().length() + " chars");
+        assertTrue(s.reason().startsWith("xxxx") && s.reason().endsWith("(clipped from " + ascii.length() + " bytes)"), s.reason());
+        // four-byte code points: no half of a surrogate pair is left behind
+        String emoji = "\uD83D\uDE00".repeat(Wire.MAX_STRING_BYTES);
+        HelloAck a = (HelloAck) decode(encoded(new HelloAck(false, emoji, 0, 0)));
+        String kept = a.error().substring(0, a.error().indexOf('…'));
+        assertEquals(0, kept.length() % 2);
+        assertTrue(kept.codePoints().allMatch(cp -> cp == 0x1F600), "a code point was cut");
+        assertTrue(a.error().getBytes(StandardCharsets.UTF_8).length <= Wire.MAX_STRING_BYTES);
+        String atLimit = "y".repeat(Wire.MAX_STRING_BYTES);
+        assertEquals(atLimit, new Status(1, KVPoll.Failed, 0, atLimit).reason(), "a reason at the limit is kept whole");
     }
 
     @Test

@@ -1,6 +1,7 @@
 package io.kvferry.transfer;
 
 import io.kvferry.KVFerry;
+import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
@@ -11,9 +12,16 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.Challenge;
+import io.kvferry.protocol.Fingerprint;
+import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.Wire;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
@@ -25,12 +33,14 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -192,6 +202,54 @@ class HostilePeerTest extends TransferTestBase {
         s.init(1, 0);
         s.send(new int[]{1}, new int[][]{{0}});
         await(victim::poll, KVPoll.Success);
+    }
+
+    /**
+     * Reasons quote peers' text, and a session id may be 4 KiB: before authentication a stripe HELLO
+     * with such an id gets its refusal (not a reader thread dying on an unencodable reason), and after
+     * it a room failed with such a reason is still reported to the next decode that names it.
+     */
+    @Test
+    void reasonsQuotingALongSessionIdAreClippedNotFatal() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        MemoryDescriptor mem = RegisteredMemory.from(dm.args(0, PAGE_SIZE)).describe();
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        InetSocketAddress at = new InetSocketAddress(ep.rankIp(), ep.rankPort());
+        try (ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5))) {
+            assertInstanceOf(Challenge.class, c.read());
+            c.send(new Hello("s".repeat(4090), "i", Fingerprint.of("", "bf16", PAGE_SIZE, false, 0), "tcp", 0, 1, 0,
+                    Hello.FLAG_STRIPE | (1 << Hello.STRIPE_INDEX_SHIFT), ChecksumMode.OFF, mem, List.of(), Handshake.nonce(), null, null));
+            HelloAck refused = assertInstanceOf(HelloAck.class, c.read(), "an unsigned stripe HELLO is refused with a reason");
+            assertFalse(refused.accepted());
+        }
+        try (ControlConnection a = ControlConnection.connect(at, Duration.ofSeconds(5));
+             ControlConnection b = ControlConnection.connect(at, Duration.ofSeconds(5))) {
+            assertTrue(register(a, sameInstanceHello("a".repeat(4050), mem)).accepted());
+            assertTrue(register(b, sameInstanceHello("b", mem)).accepted());
+            a.send(new TransferInfo(90, new int[]{1}, -1, new int[0][], 2, 0, false));
+            Thread.sleep(200);
+            a.close(); // room 90 fails with a reason naming a's session, and is buried
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (p.stats().peerConnections() > 1 && System.nanoTime() < deadline) Thread.sleep(20);
+            Thread.sleep(200); // the link's rooms fail right after it leaves the count
+            b.send(new TransferInfo(90, new int[]{2}, -1, new int[0][], 2, 0, false));
+            Status st = assertInstanceOf(Status.class, readSkippingHeartbeats(b), "b's link must answer, not be cut");
+            assertEquals(KVPoll.Failed, st.status());
+            assertTrue(st.reason().getBytes(StandardCharsets.UTF_8).length <= Wire.MAX_STRING_BYTES);
+        }
+    }
+
+    /** A HELLO of a decode rank of one shared instance ("shared"), session {@code sessionId}. */
+    private static Hello sameInstanceHello(String sessionId, MemoryDescriptor mem) {
+        return new Hello(sessionId, "shared", Fingerprint.of("", "bf16", PAGE_SIZE, false, 0), "tcp", 0, 1, 0, 0,
+                ChecksumMode.OFF, mem, List.of(), Handshake.nonce(), null, null);
+    }
+
+    private static HelloAck register(ControlConnection c, Hello h) throws IOException {
+        Challenge ch = assertInstanceOf(Challenge.class, c.read());
+        c.send(h.signed(Handshake.key(TOKEN), ch.nonce()));
+        return assertInstanceOf(HelloAck.class, c.read());
     }
 
     private static Object readSkippingHeartbeats(ControlConnection c) throws IOException {
