@@ -13,7 +13,9 @@ import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.Status;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.session.Failures;
+import io.kvferry.transport.DataPath;
 import io.kvferry.transport.PageDigest;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -108,6 +110,7 @@ final class ChunkExecutor {
             String reason = "Failed to send kv chunk of " + room.room + to + ": " + why;
             log.debug(reason); // the room's failure line (io.kvferry.failures) reports it
             rooms.fail(room, kind, reason);
+            if (current != null) takeDownIfBroken(current.link());
         } catch (Error e) {
             // e.g. InternalError from a mapping whose file was truncated under it: the room fails and
             // its decode is told, rather than the error being logged by the worker and the room hanging.
@@ -116,6 +119,21 @@ final class ChunkExecutor {
             log.error(reason, e);
             rooms.fail(room, FailureKind.INTERNAL, reason);
             if (e instanceof VirtualMachineError) throw e;
+        }
+    }
+
+    /**
+     * A link whose data path can no longer deliver is closed (its other rooms fail as on any link
+     * loss, and its decode fences the path and connects afresh). Closed before this worker's next
+     * task, so no ABORT_ACK of a room whose writes may still land on the broken path leaves after it:
+     * the decode fences instead of trusting an ACK.
+     */
+    private static void takeDownIfBroken(DecodeLink link) {
+        DataPath path = link.dataPath;
+        String broken = path == null ? null : path.brokenReason();
+        if (broken != null) {
+            log.warn("{}: the {} data path failed ({}); closing the link", link, path.name(), LogSafe.text(broken));
+            link.connection.close(FailureKind.PEER_LOST, "the " + path.name() + " data path failed: " + broken);
         }
     }
 

@@ -67,6 +67,17 @@ public interface DataPath {
         return false;
     }
 
+    /**
+     * Why this path can no longer deliver anything to its peer (its endpoint failed, or was closed
+     * after a cancelled write did not drain), or null while it can. The prefill then takes the link
+     * down, so its decode fails the link's rooms once, fences the path and sets up a fresh link for the
+     * next room, instead of every later room of that decode failing on a dead path behind a healthy
+     * control connection.
+     */
+    default String brokenReason() {
+        return null;
+    }
+
     /** Releases what this path holds for its peer (mappings, endpoints); writes after it fail. */
     default void close() {}
 }

@@ -71,6 +71,13 @@ final class UcxDataPath implements DataPath {
         if (job.cancelledByEngine) throw new IOException("room " + room + " failed during the transfer");
     }
 
+    @Override
+    public String brokenReason() {
+        String f = link.failure;
+        if (f != null) return f;
+        return link.closed && !engine.isStopping() ? "the UCX path to " + link.peer + " was closed" : null;
+    }
+
     private void check(long room) throws IOException {
         String f = link.failure;
         if (f != null) throw new IOException("room " + room + ": " + f);
