@@ -239,6 +239,10 @@ final class DecodeKVReceiver implements KVReceiver {
             manager.memory().slice(Region.AUX, 0, roomBuffer, auxIndex * manager.memory().auxItemLen(roomBuffer), 8)
                     .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
         }
+        boolean anyTwoSided = false;
+        for (DecodeRoom.Target t : room.targets) anyTwoSided |= !t.dummy() && t.link().oneSided == null;
+        long bits = sortedPages == null ? 0 : (long) room.targets.size() * manager.memory().kvBufferCount() * sortedPages.length;
+        room.kvWritten = anyTwoSided && bits > 0 ? new long[(int) ((bits + 63) >>> 6)] : null;
         // Published before any info leaves, so the first write already finds its allowance.
         room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf);
         room.metadataSentNanos = System.nanoTime();

@@ -2,6 +2,8 @@ package io.kvferry.decode;
 
 import io.kvferry.session.RoomStatusTable;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -50,6 +52,24 @@ final class DecodeRoom {
     private int respondedCount;
     /** Set once the first write lands, so the status table is touched once per room, not per write. */
     volatile boolean transferring;
+    /**
+     * One bit per (target, KV buffer, page in sorted order): whole pages a two-sided target wrote, so
+     * a page written twice cannot stand in for one never written (byte counts alone would add up).
+     * Set with the allowance (null when no target lands through the gate); the gate sets bits with
+     * atomic ORs, from every reader thread.
+     */
+    volatile long[] kvWritten;
+    private static final VarHandle BITS = MethodHandles.arrayElementVarHandle(long[].class);
+
+    /** Marks one whole page as written by target {@code slot}; false when it was marked before. */
+    boolean markWritten(int slot, int kvBuffers, int buffer, int pageOrdinal) {
+        long[] bits = kvWritten;
+        Allowance a = allowance;
+        if (bits == null || a == null) return true;
+        long bit = ((long) slot * kvBuffers + buffer) * a.sortedPages().length + pageOrdinal;
+        long mask = 1L << (bit & 63);
+        return ((long) BITS.getAndBitwiseOr(bits, (int) (bit >>> 6), mask) & mask) == 0;
+    }
 
     // Guarded by this: writes between gate and retirement, and whether new ones are refused.
     private int landingsInFlight;

@@ -47,7 +47,9 @@ final class WriteGate implements WriteSink {
             return;
         }
         if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
-        requireAllowed(a, region, component, memory.itemLen(region, component, buffer), buffer, offset, length, room);
+        long item = memory.itemLen(region, component, buffer);
+        requireAllowed(a, region, component, item, buffer, offset, length, room);
+        if (region == Region.KV && payload == length) requireFirstWrite(r, slot, a, buffer, offset, length, item, into);
         markTransferring(r);
         admit(into, r, slot, seg, offset, length, payload);
     }
@@ -68,8 +70,9 @@ final class WriteGate implements WriteSink {
         DecodeRoom.Allowance a = r.allowance;
         for (int i = 0, n = list.count(); i < n; i++) {
             Region region = list.region(i);
-            requireAllowed(a, region, list.component(i), memory.itemLen(region, list.component(i), list.buffer(i)), list.buffer(i),
-                    list.offset(i), list.length(i), room);
+            long item = memory.itemLen(region, list.component(i), list.buffer(i));
+            requireAllowed(a, region, list.component(i), item, list.buffer(i), list.offset(i), list.length(i), room);
+            if (region == Region.KV) requireFirstWrite(r, slot, a, list.buffer(i), list.offset(i), list.length(i), item, into);
         }
         markTransferring(r);
         // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
@@ -152,6 +155,25 @@ final class WriteGate implements WriteSink {
                 if (!owns(a.sortedState()[component], offset, length, item)) {
                     throw notOwned("state component " + component + " index", offset, length, item, room);
                 }
+            }
+        }
+    }
+
+    /**
+     * Whole KV pages (a write of complete items; head slices are partial and not tracked) may come from
+     * a target once: a page written twice would let the byte count reach what the target owes with
+     * another page never written. Called after {@link #requireAllowed}, so the pages are the room's.
+     */
+    private void requireFirstWrite(DecodeRoom r, int slot, DecodeRoom.Allowance a, int buffer, long offset, long length, long item,
+                                   Landing into) throws WriteRejectedException {
+        if (offset % item != 0 || length % item != 0) return;
+        long first = offset / item, count = length / item;
+        int ordinal = Arrays.binarySearch(a.sortedPages(), (int) first); // a run of consecutive owned pages (requireAllowed)
+        int buffers = memory.kvBufferCount();
+        for (int k = 0; k < count; k++) {
+            if (!r.markWritten(slot, buffers, buffer, ordinal + k)) {
+                throw new WriteRejectedException("KV buffer " + buffer + " page " + (first + k) + " of room " + r.room
+                        + " was written twice by " + into.source(), false);
             }
         }
     }

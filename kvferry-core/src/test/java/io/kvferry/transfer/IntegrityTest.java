@@ -160,6 +160,56 @@ class IntegrityTest extends TransferTestBase {
     }
 
     /**
+     * A page written twice cannot stand in for one never written: a prefill that sends page 7 twice
+     * (as two piece lists, or as two WRITEs) and page 8 never, then claims every owed byte, fails the
+     * room instead of leaving page 8's stale bytes to be decoded from; a room written once succeeds.
+     */
+    @Test
+    void aPageWrittenTwiceDoesNotCountForOneNeverWritten() throws Exception {
+        TestRank dm = rank();
+        int buffers = kvBuffers(dm);
+        try (FakePrefill fake = new FakePrefill(); Arena arena = Arena.ofConfined()) {
+            KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+            KVReceiver twiceByList = d.createReceiver(fake.addr, 31), twiceByWrite = d.createReceiver(fake.addr, 32);
+            KVReceiver once = d.createReceiver(fake.addr, 33);
+            fake.connect(() -> {
+                twiceByList.init(0);
+                twiceByWrite.init(0);
+                once.init(0);
+            }, true);
+            twiceByList.sendMetadata(new int[]{7, 8}, -1, null, 0);
+            twiceByWrite.sendMetadata(new int[]{9, 10}, -1, null, 0);
+            once.sendMetadata(new int[]{11, 12}, -1, null, 0);
+            for (int i = 0; i < 3; i++) assertInstanceOf(TransferInfo.class, fake.evil.read());
+            MemorySegment pages = arena.allocate(PAGE_BYTES * buffers);
+            pages.fill((byte) 0x5A);
+            long owed = 2L * PAGE_BYTES * buffers;
+            for (int rep = 0; rep < 2; rep++) {
+                WriteList l = WriteList.builder(31, buffers);
+                for (int b = 0; b < buffers; b++) l.add(Region.KV, 0, b, 7 * PAGE_BYTES, PAGE_BYTES);
+                fake.writeList(l, pages);
+            }
+            fake.evil.send(Status.success(31, 0, owed, 0, false));
+            MemorySegment page = pages.asSlice(0, PAGE_BYTES);
+            for (int rep = 0; rep < 2; rep++) {
+                for (int b = 0; b < buffers; b++) fake.write(32, b, 9 * PAGE_BYTES, page, null);
+            }
+            fake.evil.send(Status.success(32, 0, owed, 0, false));
+            for (int b = 0; b < buffers; b++) {
+                fake.write(33, b, 11 * PAGE_BYTES, page, null);
+                fake.write(33, b, 12 * PAGE_BYTES, page, null);
+            }
+            fake.evil.send(Status.success(33, 0, owed, 0, false));
+            await(twiceByList::poll, KVPoll.Failed);
+            await(twiceByWrite::poll, KVPoll.Failed);
+            await(once::poll, KVPoll.Success);
+            KVTransferException e = failed(twiceByList::failureException);
+            assertTrue(e.getMessage().contains("page 7 of room 31 was written twice"), e.getMessage());
+            assertTrue(failed(twiceByWrite::failureException).getMessage().contains("page 9 of room 32 was written twice"));
+        }
+    }
+
+    /**
      * Piece lists from a token-holding prefill: an exact list lands and concludes; a list with one
      * piece outside the room is refused whole (nothing of it lands, the room fails); a list that is
      * short of what Success claims fails as incomplete; a list whose CRC is wrong fails as integrity;
