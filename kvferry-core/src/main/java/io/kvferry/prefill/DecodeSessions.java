@@ -274,47 +274,73 @@ final class DecodeSessions {
             return;
         }
         PrefillRoom room = rooms.room(t.room());
-        String bound = room.bindTo(link.instanceId());
-        if (!bound.equals(link.instanceId())) {
-            log.warn("room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
-                    link.instanceId(), bound);
-            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
-                    "room " + t.room() + " belongs to another decode instance"));
-            return;
-        }
-        String error = t.dummy() ? null : HandshakeValidator.checkTransferInfo(link.hello.memory(), t);
-        boolean duplicate = room.hasDestinationOf(link.sessionId());
-        if (!duplicate && room.frozen()) {
-            // Its destinations are complete: a late one would get only the chunks still to come.
-            log.warn("room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
-                    room.destinations().size());
-            link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
-                    "room " + t.room() + " already has its " + room.destinations().size() + " destinations"));
-            return;
-        }
-        PrefillRoom.Destination previous = room.addDestination(new PrefillRoom.Destination(link, t));
-        if (previous != null) {
-            error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
-        } else {
-            room.charge(link, t);
-        }
-        link.rooms.add(t.room());
-        rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
-        if (error != null) {
-            log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
-            rooms.statuses.fail(t.room(), FailureKind.BAD_REQUEST, error);
-            if (previous != null || t.dummy()) {
-                link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));
-            } else {
-                rooms.fail(room, FailureKind.BAD_REQUEST, error);
+        try {
+            String bound = room.bindTo(link.instanceId());
+            if (!bound.equals(link.instanceId())) {
+                log.warn("room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
+                        link.instanceId(), bound);
+                link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                        "room " + t.room() + " belongs to another decode instance"));
+                return;
             }
-            return;
+            String error = t.dummy() ? null : HandshakeValidator.checkTransferInfo(link.hello.memory(), t);
+            boolean duplicate = room.hasDestinationOf(link.sessionId());
+            if (!duplicate && room.frozen()) {
+                // Its destinations are complete: a late one would get only the chunks still to come.
+                log.warn("room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
+                        room.destinations().size());
+                link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
+                        "room " + t.room() + " already has its " + room.destinations().size() + " destinations"));
+                return;
+            }
+            PrefillRoom.Destination previous = room.addDestination(new PrefillRoom.Destination(link, t));
+            if (previous != null) {
+                error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
+            } else {
+                room.charge(link, t);
+            }
+            link.rooms.add(t.room());
+            rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
+            if (error != null) {
+                log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
+                rooms.statuses.fail(t.room(), FailureKind.BAD_REQUEST, error);
+                if (previous != null || t.dummy()) {
+                    link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));
+                } else {
+                    rooms.fail(room, FailureKind.BAD_REQUEST, error);
+                }
+                return;
+            }
+            if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
+            room.requiredDstInfoNum = t.requiredDstInfoNum();
+            if (room.destinations().size() >= t.requiredDstInfoNum()) {
+                room.freezeDestinations();
+                rooms.statuses.update(t.room(), KVPoll.WaitingForInput);
+            }
+        } finally {
+            forgetIfOrphaned(link, t.room(), room);
         }
-        if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
-        room.requiredDstInfoNum = t.requiredDstInfoNum();
-        if (room.destinations().size() >= t.requiredDstInfoNum()) {
-            room.freezeDestinations();
-            rooms.statuses.update(t.room(), KVPoll.WaitingForInput);
+    }
+
+    /**
+     * The scheduler may forget a room (clear, expiry, its other decode lost) while its transfer info is
+     * being attached to the record: what the info added to that orphaned record (a budget charge, the
+     * link's room entry, a status slot made anew) is undone, so nothing of the room outlives it, and the
+     * decode hears the room's end. Checked after every change the info made: a forget after this check
+     * finds the info attached and removes it itself.
+     */
+    private void forgetIfOrphaned(DecodeLink link, long id, PrefillRoom room) {
+        if (rooms.get(id) == room) return;
+        room.releaseCharges();
+        link.rooms.remove(id);
+        if (rooms.get(id) != null) return; // a newer request holds the id: its slot is its own
+        rooms.statuses.remove(id);
+        PrefillRooms.Tombstone buried = rooms.buried(id);
+        if (buried != null && buried.status() == KVPoll.Failed) {
+            link.sendQuietly(new Status(id, KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
+        } else {
+            link.sendQuietly(new Status(id, KVPoll.Failed, FailureKind.ABORTED, uniqueRank,
+                    "room " + id + " was cleared on prefill rank " + uniqueRank + " while its transfer info arrived"));
         }
     }
 

@@ -155,8 +155,11 @@ final class PrefillRooms {
                 tombstones.put(room, t);
             }
         }
-        statuses.remove(room);
+        // The record goes before its slot: a transfer info being attached meanwhile then either finds the
+        // record gone and removes the slot it made (DecodeSessions.forgetIfOrphaned), or made it before
+        // this removes it.
         PrefillRoom r = rooms.remove(room);
+        statuses.remove(room);
         if (r != null) {
             r.releaseCharges();
             for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(room);

@@ -13,6 +13,8 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.memory.SharedMemory;
@@ -22,9 +24,12 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.io.IOException;
+import java.net.InetSocketAddress;
 import java.nio.channels.FileChannel;
 import java.nio.file.StandardOpenOption;
 import java.time.Duration;
+import java.util.Map;
 import java.util.function.Supplier;
 import java.util.stream.IntStream;
 
@@ -135,6 +140,45 @@ class SafetyTest extends TransferTestBase {
         assertTrue(millis < 2500, "clear() of the reused room waited " + millis + " ms for its ABORT_ACK");
         assertNotEquals(KVPoll.Failed, other.poll(), "the link was cut under another room");
         assertNotEquals(KVPoll.Failed, otherSender.poll());
+    }
+
+    /**
+     * A decode's transfer info racing the prefill scheduler's clear() of the same room: whichever
+     * wins, nothing of the room is left behind (before, an info attached to the record being forgotten
+     * brought its status slot back, and nothing ever removed it).
+     */
+    @Test
+    void aTransferInfoRacingTheRoomsClearLeavesNothingBehind() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        try (ControlConnection decode = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), Duration.ofSeconds(5))) {
+            assertTrue(registerAsDecode(decode, "racer", RegisteredMemory.from(dm.args(0, PAGE_SIZE)).describe()).accepted());
+            Thread drain = Thread.ofPlatform().daemon().start(() -> {
+                try {
+                    while (true) decode.read(); // the prefill's answers (Failed STATUS for cleared rooms)
+                } catch (IOException closed) {
+                    // the test ends
+                }
+            });
+            for (int i = 0; i < 4000; i++) {
+                long room = 50_000 + i;
+                KVSender s = p.createSender(addr, room);
+                decode.send(new TransferInfo(room, new int[]{1}, -1, new int[0][], 1, 0, false));
+                if (i % 2 == 1) Thread.onSpinWait(); // vary which side tends to go first
+                s.clear();
+            }
+            long deadline = System.nanoTime() + 20_000_000_000L;
+            Map<String, Integer> left = p.inspect().roomsByState();
+            while (!left.isEmpty() && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+                left = p.inspect().roomsByState();
+            }
+            assertEquals(Map.of(), left, "rooms left in the prefill's status table");
+            assertEquals(0, p.stats().trackedRooms());
+            decode.close();
+            drain.join(5000);
+        }
     }
 
     /** A prefill torn down with rooms in flight ends each of them Failed (shutdown), as the decode does. */
