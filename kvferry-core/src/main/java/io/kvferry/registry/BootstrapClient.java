@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.URI;
@@ -12,13 +13,24 @@ import java.net.URISyntaxException;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Flow;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Talks to one bootstrap registry (kvferry's or SGLang's): prefill ranks register with it, decode ranks
@@ -30,6 +42,12 @@ import java.util.concurrent.ThreadLocalRandom;
  * routes means "not every prefill rank has registered yet": those calls keep retrying it and, if the
  * last attempt still gets 503, throw {@link RegistryNotReadyException}, so a caller that wants to wait
  * longer can catch exactly that and try again later. Use a policy of one attempt for a single probe.
+ *
+ * <p>Limits: the address comes with each request and the read routes are unauthenticated, so a reply
+ * is untrusted input. One exchange (headers and body) must complete within the policy's request
+ * timeout, a reply body may hold at most {@link #MAX_REPLY_BYTES}, and a topology's sizes must be
+ * within what the registry itself accepts; past any of them the call throws a {@link RegistryException}
+ * that names the limit and the address, and nothing more of the reply is read.
  */
 public final class BootstrapClient implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(BootstrapClient.class);
@@ -37,6 +55,14 @@ public final class BootstrapClient implements AutoCloseable {
     /** SGLang's heartbeat uses (2 s connect, 3 s read): a health probe must not stall its caller. */
     private static final Duration CONNECT_TIMEOUT = Duration.ofSeconds(2);
     private static final Duration HEALTH_TIMEOUT = Duration.ofSeconds(3);
+    /**
+     * The largest reply body read. The longest legitimate reply is {@code POST /query_dp_ranks} for a
+     * request at the server's 64 KiB cap: about 3,300 room ids of up to 19 digits, answered with some
+     * 28 bytes each, ~92 KiB; topology and endpoint replies are a few hundred bytes. 256 KiB leaves
+     * room for another registry's formatting (SGLang's) and still bounds what a hostile one can make
+     * the decode's scheduler thread buffer.
+     */
+    static final int MAX_REPLY_BYTES = 256 * 1024;
 
     private final String address;
     private final URI base;
@@ -104,11 +130,25 @@ public final class BootstrapClient implements AutoCloseable {
         } catch (JsonProcessingException e) {
             throw unexpected("GET /route (topology)", body, e);
         }
-        if (info.attnTpSize() < 1 || info.attnCpSize() < 1 || info.dpSize() < 1 || info.ppSize() < 1
-                || info.pageSize() < 1 || info.kvCacheDtype() == null) {
-            throw unexpected("GET /route (topology)", body, null);
+        if (info.pageSize() < 1 || info.kvCacheDtype() == null) throw unexpected("GET /route (topology)", body, null);
+        // The decode's rank mapping loops over these sizes and opens a link per target: refuse what the
+        // registry itself would never accept from a prefill rank (Requests) before anyone loops.
+        sizeWithin("attn_tp_size", info.attnTpSize(), body);
+        sizeWithin("attn_cp_size", info.attnCpSize(), body);
+        sizeWithin("dp_size", info.dpSize(), body);
+        sizeWithin("pp_size", info.ppSize(), body);
+        if (info.totalRanks() > Requests.MAX_TOTAL_RANKS) {
+            throw new RegistryException("GET /route (topology) to " + base + " returned dp_size*attn_cp_size*attn_tp_size*pp_size = "
+                    + info.totalRanks() + " ranks, over the registry's limit of " + Requests.MAX_TOTAL_RANKS, 200, body);
         }
         return info;
+    }
+
+    private void sizeWithin(String field, int size, String body) {
+        if (size < 1 || size > Requests.MAX_SIZE) {
+            throw new RegistryException("GET /route (topology) to " + base + " returned " + field + " " + size
+                    + ", outside the registry's limit [1, " + Requests.MAX_SIZE + "]", 200, body);
+        }
     }
 
     /**
@@ -168,10 +208,10 @@ public final class BootstrapClient implements AutoCloseable {
      * Never throws.
      */
     public boolean health() {
-        HttpRequest req = HttpRequest.newBuilder(base.resolve("/health"))
-                .timeout(min(policy.requestTimeout(), HEALTH_TIMEOUT)).GET().build();
+        Duration timeout = min(policy.requestTimeout(), HEALTH_TIMEOUT);
+        HttpRequest req = HttpRequest.newBuilder(base.resolve("/health")).timeout(timeout).GET().build();
         try {
-            return http.send(req, HttpResponse.BodyHandlers.discarding()).statusCode() == 200;
+            return exchange(req, timeout).statusCode() == 200;
         } catch (IOException | RuntimeException e) {
             log.debug("health check of {} failed: {}", address, e.toString());
             return false;
@@ -207,15 +247,18 @@ public final class BootstrapClient implements AutoCloseable {
                 }
             }
             try {
-                HttpResponse<String> resp = http.send(req, HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
+                HttpResponse<byte[]> resp = exchange(req, policy.requestTimeout());
                 status = resp.statusCode();
-                body = resp.body();
+                body = new String(resp.body(), StandardCharsets.UTF_8);
                 error = null;
                 if (status == 200) return body;
                 if (!retryable(status)) {
                     throw new RegistryException(what + " to " + base + " refused: " + outcome(status, body, null)
                             + " (not retried)", status, body);
                 }
+            } catch (ReplyTooLargeException e) {
+                // Not retried: the same registry would send the same reply again.
+                throw new RegistryException(what + " to " + base + " refused: " + e.getMessage(), e.status, null, e);
             } catch (IOException e) {
                 status = RegistryException.NO_RESPONSE;
                 body = null;
@@ -230,6 +273,121 @@ public final class BootstrapClient implements AutoCloseable {
         log.warn(msg);
         if (status == 503) throw new RegistryNotReadyException(msg, body);
         throw new RegistryException(msg, status, body, error);
+    }
+
+    /**
+     * One exchange, headers and body, within {@code timeout}. {@link HttpRequest#timeout} bounds only
+     * the wait for the headers, so a peer that then drips the body a byte at a time would hold the
+     * caller (the decode's scheduler thread) for as long as it likes: the whole exchange waits here
+     * instead, and at the deadline it is cancelled, which aborts the connection.
+     */
+    private HttpResponse<byte[]> exchange(HttpRequest req, Duration timeout) throws IOException, InterruptedException {
+        AtomicReference<BoundedBody> body = new AtomicReference<>();
+        CompletableFuture<HttpResponse<byte[]>> f = http.sendAsync(req, info -> {
+            BoundedBody b = new BoundedBody(info.statusCode(), info.headers().firstValueAsLong("content-length").orElse(-1));
+            body.set(b);
+            return b;
+        });
+        try {
+            return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            abort(f, body.get());
+            throw new HttpTimeoutException("no complete reply (headers and body) within the request timeout of "
+                    + timeout.toMillis() + " ms");
+        } catch (InterruptedException e) {
+            abort(f, body.get());
+            throw e;
+        } catch (ExecutionException e) {
+            Throwable cause = e.getCause();
+            while (cause instanceof CompletionException && cause.getCause() != null) cause = cause.getCause();
+            if (cause instanceof IOException io) throw io;
+            if (cause instanceof RuntimeException re) throw re;
+            throw new IOException(cause);
+        }
+    }
+
+    private static void abort(CompletableFuture<?> exchange, BoundedBody body) {
+        exchange.cancel(true);
+        if (body != null) body.abort();
+    }
+
+    /** A reply body over {@link #MAX_REPLY_BYTES}, declared or sent. */
+    private static final class ReplyTooLargeException extends IOException {
+        final int status;
+
+        ReplyTooLargeException(int status, String message) {
+            super(message);
+            this.status = status;
+        }
+    }
+
+    /**
+     * Collects a reply body up to {@link #MAX_REPLY_BYTES}, one buffer list requested at a time; a
+     * declared or actual length over it cancels the subscription (closing the connection) at once.
+     */
+    private static final class BoundedBody implements HttpResponse.BodySubscriber<byte[]> {
+        private final int status;
+        private final long declared;
+        private final CompletableFuture<byte[]> result = new CompletableFuture<>();
+        private final ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        private volatile Flow.Subscription subscription;
+
+        BoundedBody(int status, long declared) {
+            this.status = status;
+            this.declared = declared;
+        }
+
+        @Override
+        public void onSubscribe(Flow.Subscription s) {
+            subscription = s;
+            if (declared > MAX_REPLY_BYTES) {
+                tooLarge("declares a body of " + declared + " bytes");
+                return;
+            }
+            s.request(1);
+        }
+
+        @Override
+        public void onNext(List<ByteBuffer> items) {
+            if (result.isDone()) return;
+            for (ByteBuffer b : items) {
+                if (bytes.size() + (long) b.remaining() > MAX_REPLY_BYTES) {
+                    tooLarge("sent a body of more than " + MAX_REPLY_BYTES + " bytes");
+                    return;
+                }
+                byte[] chunk = new byte[b.remaining()];
+                b.get(chunk);
+                bytes.writeBytes(chunk);
+            }
+            subscription.request(1);
+        }
+
+        private void tooLarge(String what) {
+            subscription.cancel();
+            result.completeExceptionally(new ReplyTooLargeException(status, "HTTP " + status + " reply " + what
+                    + ", over the limit of " + MAX_REPLY_BYTES + " bytes for a registry reply"));
+        }
+
+        void abort() {
+            Flow.Subscription s = subscription;
+            if (s != null) s.cancel();
+            result.completeExceptionally(new HttpTimeoutException("reply aborted at the request timeout"));
+        }
+
+        @Override
+        public void onError(Throwable t) {
+            result.completeExceptionally(t);
+        }
+
+        @Override
+        public void onComplete() {
+            result.complete(bytes.toByteArray());
+        }
+
+        @Override
+        public CompletionStage<byte[]> getBody() {
+            return result;
+        }
     }
 
     private static boolean retryable(int status) {
