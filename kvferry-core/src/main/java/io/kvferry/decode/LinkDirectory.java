@@ -12,6 +12,7 @@ import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Heartbeat;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MessageType;
 import io.kvferry.protocol.ProtocolException;
 import io.kvferry.protocol.TransportOffer;
 import io.kvferry.registry.BootstrapClient;
@@ -29,13 +30,18 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
+import java.util.EnumSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -49,10 +55,8 @@ import java.util.function.Function;
  */
 final class LinkDirectory {
     private static final Logger log = LoggerFactory.getLogger(LinkDirectory.class);
-    private static final long TOPOLOGY_RETRY_NANOS = 1_000_000_000L;
-
-    /** A failed topology lookup, answered again without asking for a second. */
-    private record RecentFailure(long atNanos, String reason) {}
+    /** How long a failed lookup or link set-up is answered from memory instead of being tried again. */
+    private static final long RETRY_NANOS = 1_000_000_000L;
 
     private final KVManagerConfig config;
     private final RegisteredMemory memory;
@@ -64,15 +68,24 @@ final class LinkDirectory {
     private final byte[] clusterKey;
     private final List<DestinationTransport> destinations;
     private final SessionTimer timer;
+    private final int helloAckLimit;
     private final LinkReader reader;
     private final ConcurrentHashMap<String, PrefillServerInfo> topologies = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, RankEndpoint> endpoints = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, PrefillLink> links = new ConcurrentHashMap<>();
     private final ConcurrentHashMap<String, BootstrapClient> clients = new ConcurrentHashMap<>();
-    private final ConcurrentHashMap<String, RecentFailure> recentFailures = new ConcurrentHashMap<>();
+    /** Failed topology lookups, by bootstrap address. */
+    private final RecentFailures<RuntimeException> recentFailures = new RecentFailures<>(RETRY_NANOS);
+    /** Failed link set-ups (connect, no CHALLENGE or HELLO_ACK by the deadline, refusal), by prefill endpoint. */
+    private final RecentFailures<IOException> recentLinkFailures = new RecentFailures<>(RETRY_NANOS);
     /** The last session key agreed with each prefill rank, by endpoint: a reconnection proves it (resume). */
     private final ConcurrentHashMap<String, byte[]> sessionKeys = new ConcurrentHashMap<>();
-    private final Object linkSetup = new Object();
+    /**
+     * The link set-up under way per endpoint (an entry lives only while it runs). One at a time per
+     * endpoint, and only there: a silent prefill rank holds up the rooms that wait for its link, not
+     * those of every other rank.
+     */
+    private final ConcurrentHashMap<String, CompletableFuture<PrefillLink>> setups = new ConcurrentHashMap<>();
     private volatile boolean closed;
 
     LinkDirectory(KVManagerConfig config, RegisteredMemory memory, Backend backend, String sessionId, int engineRank, int ppRank,
@@ -88,6 +101,7 @@ final class LinkDirectory {
         this.clusterKey = Handshake.key(config.authToken());
         this.destinations = destinations;
         this.timer = timer;
+        this.helloAckLimit = HelloAck.maxBodyBytes(memory.describe());
         this.reader = readerFactory.apply(this);
     }
 
@@ -102,18 +116,15 @@ final class LinkDirectory {
         PrefillServerInfo info = topologies.get(addr);
         if (info != null) return info;
         // A recent failure answers at once, so a burst of requests for a dead address fails fast.
-        RecentFailure recent = recentFailures.get(addr);
-        if (recent != null) {
-            if (System.nanoTime() - recent.atNanos() < TOPOLOGY_RETRY_NANOS) throw new IllegalStateException(recent.reason());
-            recentFailures.remove(addr, recent);
-        }
+        RecentFailures.Recent<RuntimeException> recent = recentFailures.recent(addr);
+        if (recent != null) throw new IllegalStateException(recent.error().getMessage());
         try {
             info = client(addr).fetchTopology();
         } catch (RuntimeException e) {
-            recentFailures.put(addr, new RecentFailure(System.nanoTime(), e.getMessage()));
+            recentFailures.remember(addr, e);
             throw e;
         }
-        recentFailures.remove(addr);
+        recentFailures.forget(addr);
         topologies.put(addr, info);
         return info;
     }
@@ -206,16 +217,61 @@ final class LinkDirectory {
     /** The registered connection to a prefill rank, opened and registered (HELLO) on first use. */
     PrefillLink link(String addr, RankEndpoint ep) throws IOException {
         String key = ep.rankIp() + ":" + ep.rankPort();
-        PrefillLink link = links.get(key);
-        if (link != null && !link.connection.isClosed()) return link;
-        synchronized (linkSetup) {
-            link = links.get(key);
+        CompletableFuture<PrefillLink> mine = new CompletableFuture<>();
+        while (true) {
+            PrefillLink link = links.get(key);
             if (link != null && !link.connection.isClosed()) return link;
             if (closed) throw new IllegalStateException("the decode KV manager was torn down");
-            link = openLink(addr, ep, key);
-            links.put(key, link);
-            return link;
+            // A set-up that just failed answers at once: a burst of rooms for a dead or silent rank must not
+            // each hold the scheduler thread for the connect timeout.
+            failFastIfRecent(key);
+            CompletableFuture<PrefillLink> running = setups.putIfAbsent(key, mine);
+            if (running == null) break;
+            try {
+                running.join(); // bounded by that set-up's deadline; then look again (its link, or its failure)
+            } catch (CompletionException | CancellationException e) {
+                // its failure is remembered, or (not an I/O failure) this thread tries itself
+            }
         }
+        try {
+            PrefillLink link;
+            try {
+                link = openLink(addr, ep, key);
+            } catch (IOException e) {
+                recentLinkFailures.remember(key, e);
+                throw e;
+            }
+            recentLinkFailures.forget(key);
+            links.put(key, link);
+            if (closed) { // torn down during the set-up: the manager may already have closed the links it saw
+                links.remove(key, link);
+                link.closeAll(FailureKind.SHUTDOWN, "the decode KV manager was torn down");
+                throw new IllegalStateException("the decode KV manager was torn down");
+            }
+            mine.complete(link);
+            return link;
+        } catch (IOException | RuntimeException | Error e) {
+            mine.completeExceptionally(e);
+            throw e;
+        } finally {
+            setups.remove(key, mine);
+        }
+    }
+
+    /**
+     * Throws the recent set-up failure of {@code key} again, as the same kind of exception so the room
+     * fails (or, for a refused connect, keeps bootstrapping) as the first one did.
+     */
+    private void failFastIfRecent(String key) throws IOException {
+        RecentFailures.Recent<IOException> f = recentLinkFailures.recent(key);
+        if (f == null) return;
+        String reason = f.error().getMessage() + " (link set-up failed " + f.ageMillis() + " ms ago; not retried for "
+                + recentLinkFailures.windowMillis() + " ms)";
+        throw switch (f.error()) {
+            case LinkRefusedException r -> new LinkRefusedException(r.kind(), reason);
+            case ConnectException c -> new ConnectException(reason);
+            default -> new IOException(reason, f.error());
+        };
     }
 
     private Hello hello(List<TransportOffer> offers, int flags, byte[] nonce, byte[] resumeProof) {
@@ -307,12 +363,20 @@ final class LinkDirectory {
         }
     }
 
-    /** The nonce a prefill rank opens every connection with (its CHALLENGE). */
-    private static byte[] awaitChallenge(ControlConnection c, String key) throws IOException {
+    /**
+     * The nonce a prefill rank opens every connection with (its CHALLENGE). Until the peer has proven
+     * the token (a verified HELLO_ACK) it may make this rank read nothing but that 32-byte frame and
+     * then the HELLO_ACK: any other frame is refused from its header, before its body is read.
+     */
+    private byte[] awaitChallenge(ControlConnection c, String key) throws IOException {
+        c.acceptOnly(MessageType.CHALLENGE, Handshake.BYTES);
         ControlMessage first = c.read();
         if (!(first instanceof Challenge ch)) {
             throw new ProtocolException("prefill rank at " + key + " opened with " + first.type() + " instead of CHALLENGE");
         }
+        // A HELLO_ACK no larger than this rank's layout can need, and HEARTBEAT (an empty body): a prefill
+        // marks the link registered just before it sends HELLO_ACK, so its heartbeat timer may get one in first.
+        c.acceptOnly(EnumSet.of(MessageType.HELLO_ACK, MessageType.HEARTBEAT), helloAckLimit);
         return ch.nonce();
     }
 
@@ -331,6 +395,7 @@ final class LinkDirectory {
             throw new LinkRefusedException(FailureKind.HANDSHAKE_REFUSED, "prefill rank at " + key + " accepted " + what
                     + " without proving this cluster's auth token (its HELLO_ACK is not signed with it)");
         }
+        c.acceptAll(); // proven: every frame type within its own limit from now on
         return ack;
     }
 
@@ -359,9 +424,7 @@ final class LinkDirectory {
 
     /** Refuses new links and closes the bootstrap clients (links are closed by the manager). */
     void close() {
-        synchronized (linkSetup) {
-            closed = true;
-        }
+        closed = true; // a set-up under way sees it when it ends and closes its link itself
         for (BootstrapClient c : clients.values()) c.close();
     }
 }

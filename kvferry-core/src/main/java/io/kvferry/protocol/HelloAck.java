@@ -50,6 +50,20 @@ public record HelloAck(boolean accepted, String error, FailureKind refusal, int 
         this(accepted, error, prefillEngineRank, prefillUniqueRank, accepted ? "tcp" : "", "");
     }
 
+    /**
+     * The largest body of a HELLO_ACK that can answer a HELLO with {@code decodeMemory}: three texts at
+     * the string limit, the fixed fields and MAC (under 256 bytes), and per the encoding 24 bytes of
+     * coverage per KV buffer and state tensor and 4 per state component (a coverage of any other shape
+     * is refused anyway). Some KiB for a typical model instead of the type's 2 MiB: the decode reads no
+     * more from a prefill that has not yet proven the token.
+     */
+    public static int maxBodyBytes(MemoryDescriptor decodeMemory) {
+        long units = decodeMemory.kvItemLens().length;
+        for (MemoryDescriptor.StateDescriptor s : decodeMemory.states()) units += s.itemLens().length;
+        long bytes = 3L * (2 + Wire.MAX_STRING_BYTES) + 256 + 4L * decodeMemory.states().size() + 24 * units;
+        return (int) Math.min(bytes, MessageType.HELLO_ACK.maxBodyBytes());
+    }
+
     /** An unsigned acceptance (sign it with {@link #signed}). */
     public static HelloAck accept(int prefillEngineRank, int prefillUniqueRank, String dataPath, String fallback,
                                   ChecksumMode checksum, Coverage coverage) {

@@ -15,6 +15,8 @@ import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
+import java.util.EnumSet;
+import java.util.Set;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
@@ -46,7 +48,7 @@ public final class ControlConnection implements AutoCloseable {
     /** The reading half (reader thread only): read-ahead, frames, payloads. */
     private final FrameReader reader;
     /** Reader thread only: see {@link #acceptOnly}. */
-    private MessageType onlyType;
+    private Set<MessageType> onlyTypes;
     private int onlyMaxBody = Integer.MAX_VALUE;
     private volatile boolean closed;
     /** Why this side closed the connection (e.g. missed heartbeats), or null. */
@@ -289,13 +291,22 @@ public final class ControlConnection implements AutoCloseable {
      * one small HELLO (reader thread, or before the reader starts).
      */
     public void acceptOnly(MessageType type, int maxBodyBytes) {
-        onlyType = type;
+        acceptOnly(EnumSet.of(type), maxBodyBytes);
+    }
+
+    /**
+     * As {@link #acceptOnly(MessageType, int)} for a few types, e.g. a reply and the heartbeats that may
+     * precede it; each type's own limit still applies, so {@code maxBodyBytes} only lowers it.
+     */
+    public void acceptOnly(Set<MessageType> types, int maxBodyBytes) {
+        if (types.isEmpty()) throw new IllegalArgumentException("acceptOnly needs at least one type");
+        onlyTypes = EnumSet.copyOf(types);
         onlyMaxBody = maxBodyBytes;
     }
 
     /** The peer is authenticated: every frame type within its own size limit is read from now on. */
     public void acceptAll() {
-        onlyType = null;
+        onlyTypes = null;
         onlyMaxBody = Integer.MAX_VALUE;
     }
 
@@ -306,7 +317,7 @@ public final class ControlConnection implements AutoCloseable {
      * this connection's reused one, valid until the next read. See {@link FrameReader}.
      */
     public ControlMessage read() throws IOException {
-        return reader.read(onlyType, onlyMaxBody);
+        return reader.read(onlyTypes, onlyMaxBody);
     }
 
     /** Reads a WRITE payload into {@code destination} (its whole size). */

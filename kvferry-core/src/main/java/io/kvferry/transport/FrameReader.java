@@ -13,6 +13,8 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
+import java.util.Set;
+import java.util.stream.Collectors;
 
 /**
  * The reading half of a {@link ControlConnection}, owned by its reader thread: frames are parsed
@@ -64,13 +66,16 @@ final class FrameReader {
      * decoded in place from it; a larger one is read into a buffer that grows as its bytes arrive
      * (never sized from the header alone), so a peer that announces a large frame and stalls costs nothing.
      */
-    ControlMessage read(MessageType onlyType, int onlyMaxBody) throws IOException {
+    ControlMessage read(Set<MessageType> onlyTypes, int onlyMaxBody) throws IOException {
         fillAhead(Wire.HEADER_BYTES, true);
         long header = FrameCodec.readHeaderPacked(ahead);
         MessageType type = FrameCodec.packedType(header);
         int bodyLength = FrameCodec.packedBodyLength(header);
-        if (onlyType != null) {
-            if (type != onlyType) throw new ProtocolException("expected " + onlyType + " from an unauthenticated peer, got " + type);
+        if (onlyTypes != null) {
+            if (!onlyTypes.contains(type)) {
+                throw new ProtocolException("expected " + onlyTypes.stream().map(MessageType::name).collect(Collectors.joining(" or "))
+                        + " from an unauthenticated peer, got " + type);
+            }
             if (bodyLength > onlyMaxBody) {
                 throw new ProtocolException(type + " of " + bodyLength + " bytes from an unauthenticated peer exceeds " + onlyMaxBody);
             }

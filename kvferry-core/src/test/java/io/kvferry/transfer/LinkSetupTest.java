@@ -1,0 +1,201 @@
+package io.kvferry.transfer;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
+import io.kvferry.protocol.Challenge;
+import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.Handshake;
+import io.kvferry.protocol.Heartbeat;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MessageType;
+import io.kvferry.protocol.Wire;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.transport.ControlConnection;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.time.Duration;
+import java.util.concurrent.atomic.AtomicLong;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The decode's link set-up to prefill ranks the registry points at, which may be dead, silent or
+ * hostile: a failed set-up is remembered briefly so a burst of rooms fails fast, a stalled one holds
+ * up only its own endpoint, and before the prefill proves the token the decode reads only a CHALLENGE
+ * and then a bounded HELLO_ACK.
+ */
+@Timeout(60)
+class LinkSetupTest extends TransferTestBase {
+
+    /** A prefill rank registered in its own registry whose socket the test plays (or leaves unaccepted). */
+    private final class FakeRank implements AutoCloseable {
+        final KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+        final ServerSocketChannel server = ServerSocketChannel.open();
+        final String addr;
+
+        FakeRank() throws IOException {
+            server.bind(new InetSocketAddress("127.0.0.1", 0));
+            addr = "127.0.0.1:" + registry.port();
+            new BootstrapClient(addr, TOKEN).registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+                    "127.0.0.1", ((InetSocketAddress) server.getLocalAddress()).getPort(), PAGE_SIZE, "bf16",
+                    "follow_bootstrap_room", false, 0));
+        }
+
+        @Override
+        public void close() throws IOException {
+            server.close();
+            registry.close();
+        }
+    }
+
+    private KVManager decodeWith(Duration connectTimeout) {
+        return decode(rank(), "tcp", cfg(1, 0).connectTimeout(connectTimeout).build(), 0, PAGE_SIZE);
+    }
+
+    /** Runs init() of {@code r} and returns how long it held the caller, in ms. */
+    private static long timedInit(KVReceiver r) {
+        long t0 = System.nanoTime();
+        r.init(0);
+        return (System.nanoTime() - t0) / 1_000_000;
+    }
+
+    private static void sendHeaderOnly(SocketChannel ch, MessageType type, int bodyLength) throws IOException {
+        ByteBuffer header = ByteBuffer.allocate(Wire.HEADER_BYTES);
+        FrameCodec.putHeader(header, type, bodyLength);
+        header.flip();
+        while (header.hasRemaining()) ch.write(header);
+    }
+
+    @Test
+    void silentPrefillRankFailsABurstOfRoomsFastWithTheFirstReason() throws Exception {
+        try (FakeRank silent = new FakeRank()) { // never accepts: the kernel's backlog completes the connect
+            KVManager d = decodeWith(Duration.ofSeconds(2));
+            KVReceiver first = d.createReceiver(silent.addr, 40);
+            long firstMs = timedInit(first);
+            assertEquals(KVPoll.Failed, first.poll());
+            KVTransferException firstFailure = failed(first::failureException);
+            assertEquals(FailureKind.PREFILL_UNREACHABLE, firstFailure.kind());
+            assertTrue(firstFailure.getMessage().contains("did not complete the handshake within 2000 ms"), firstFailure.getMessage());
+            assertTrue(firstMs >= 1500, "the first room waited the connect timeout, not " + firstMs + " ms");
+            for (long room = 41; room <= 43; room++) {
+                KVReceiver next = d.createReceiver(silent.addr, room);
+                long ms = timedInit(next);
+                // The old code held the caller the full 2 s for every room.
+                assertTrue(ms < 1000, "room " + room + " held the caller " + ms + " ms for a rank that just failed");
+                assertEquals(KVPoll.Failed, next.poll());
+                KVTransferException e = failed(next::failureException);
+                assertEquals(FailureKind.PREFILL_UNREACHABLE, e.kind());
+                assertTrue(e.getMessage().contains("did not complete the handshake within 2000 ms"), e.getMessage());
+                assertTrue(e.getMessage().contains("not retried for 1000 ms"), e.getMessage());
+            }
+        }
+    }
+
+    @Test
+    void silentPrefillRankDoesNotHoldUpTheLinkToAnotherRank() throws Exception {
+        try (FakeRank silent = new FakeRank(); FakeRank healthy = new FakeRank()) {
+            KVManager d = decodeWith(Duration.ofSeconds(4));
+            KVReceiver stuck = d.createReceiver(silent.addr, 50), fine = d.createReceiver(healthy.addr, 51);
+            Thread stuckInit = Thread.ofPlatform().daemon().start(() -> stuck.init(0));
+            try (SocketChannel accepted = silent.server.accept()) { // its set-up is under way and will hear nothing
+                AtomicLong ms = new AtomicLong();
+                Thread fineInit = Thread.ofPlatform().daemon().start(() -> ms.set(timedInit(fine)));
+                try (ControlConnection c = new ControlConnection(healthy.server.accept())) {
+                    acceptAsPrefill(c);
+                    fineInit.join(10_000);
+                    // With one lock for every set-up, this room waited for the silent rank's 4 s deadline.
+                    assertTrue(ms.get() < 2000, "a set-up to a healthy rank waited " + ms.get() + " ms behind a silent one");
+                    assertTrue(stuckInit.isAlive(), "the silent rank's set-up should still be waiting for its CHALLENGE");
+                    assertEquals(KVPoll.WaitingForInput, fine.poll());
+                }
+            }
+            stuckInit.join(10_000);
+            assertEquals(KVPoll.Failed, stuck.poll());
+        }
+    }
+
+    @Test
+    void prefillRankThatOpensWithAnotherFrameIsRefusedBeforeItsBodyIsRead() throws Exception {
+        try (FakeRank hostile = new FakeRank()) {
+            KVManager d = decodeWith(Duration.ofSeconds(5));
+            KVReceiver r = d.createReceiver(hostile.addr, 60);
+            AtomicLong ms = new AtomicLong();
+            Thread init = Thread.ofPlatform().daemon().start(() -> ms.set(timedInit(r)));
+            try (SocketChannel ch = hostile.server.accept()) {
+                // A 16 MiB TRANSFER_INFO announced and never sent: reading its body would wait for the deadline.
+                sendHeaderOnly(ch, MessageType.TRANSFER_INFO, MessageType.TRANSFER_INFO.maxBodyBytes());
+                init.join(10_000);
+            }
+            assertTrue(ms.get() < 2500, "the decode waited " + ms.get() + " ms for the body of a frame it must refuse");
+            String why = failure(r::failureException);
+            assertTrue(why.contains("expected CHALLENGE from an unauthenticated peer, got TRANSFER_INFO"), why);
+        }
+    }
+
+    /** CHALLENGE, the decode's HELLO read, then {@code type} with {@code bodyLength} announced and never sent. */
+    private String refusalAfterChallenge(MessageType type, int bodyLength) throws Exception {
+        try (FakeRank hostile = new FakeRank()) {
+            KVManager d = decodeWith(Duration.ofSeconds(5));
+            KVReceiver r = d.createReceiver(hostile.addr, 61);
+            AtomicLong ms = new AtomicLong();
+            Thread init = Thread.ofPlatform().daemon().start(() -> ms.set(timedInit(r)));
+            SocketChannel ch = hostile.server.accept();
+            try (ControlConnection c = new ControlConnection(ch)) {
+                c.send(new Challenge(Handshake.nonce()));
+                assertInstanceOf(Hello.class, c.read());
+                sendHeaderOnly(ch, type, bodyLength);
+                init.join(10_000);
+            }
+            assertTrue(ms.get() < 2500, "the decode waited " + ms.get() + " ms for the body of a frame it must refuse");
+            return failure(r::failureException);
+        }
+    }
+
+    @Test
+    void frameOtherThanHelloAckAfterTheChallengeIsRefusedBeforeItsBodyIsRead() throws Exception {
+        String why = refusalAfterChallenge(MessageType.TRANSFER_INFO, MessageType.TRANSFER_INFO.maxBodyBytes());
+        assertTrue(why.contains("expected HELLO_ACK or HEARTBEAT from an unauthenticated peer, got TRANSFER_INFO"), why);
+    }
+
+    @Test
+    void helloAckLargerThanThisRanksCoverageNeedsIsRefusedBeforeItsBodyIsRead() throws Exception {
+        String why = refusalAfterChallenge(MessageType.HELLO_ACK, MessageType.HELLO_ACK.maxBodyBytes());
+        assertTrue(why.contains("HELLO_ACK of " + MessageType.HELLO_ACK.maxBodyBytes() + " bytes from an unauthenticated peer exceeds"),
+                why);
+    }
+
+    @Test
+    void heartbeatBeforeTheHelloAckIsStillAccepted() throws Exception {
+        // A prefill marks the link registered just before it sends HELLO_ACK, so its heartbeat may come first.
+        try (FakeRank prefill = new FakeRank()) {
+            KVManager d = decodeWith(Duration.ofSeconds(5));
+            KVReceiver r = d.createReceiver(prefill.addr, 62);
+            Thread init = Thread.ofPlatform().daemon().start(() -> r.init(0));
+            try (ControlConnection c = new ControlConnection(prefill.server.accept())) {
+                byte[] challenge = Handshake.nonce();
+                c.send(new Challenge(challenge));
+                Hello h = assertInstanceOf(Hello.class, c.read());
+                c.send(new Heartbeat());
+                c.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory()))
+                        .signed(Handshake.key(TOKEN), h.decodeNonce()));
+                init.join(10_000);
+                assertEquals(KVPoll.WaitingForInput, r.poll());
+            }
+        }
+    }
+}
