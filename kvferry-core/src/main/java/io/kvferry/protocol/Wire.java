@@ -1,5 +1,7 @@
 package io.kvferry.protocol;
 
+import java.nio.charset.StandardCharsets;
+
 /** Constants of kvferry's control framing (docs/PROTOCOL.md). All integers are little-endian. */
 public final class Wire {
     private Wire() {}
@@ -32,10 +34,10 @@ public final class Wire {
      */
     public static String clip(String text) {
         if (text == null || text.length() <= MAX_STRING_BYTES / 3) return text; // ≤ 3 UTF-8 bytes per UTF-16 char
-        byte[] utf8 = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        byte[] utf8 = text.getBytes(StandardCharsets.UTF_8);
         if (utf8.length <= MAX_STRING_BYTES) return text;
         String marker = "… (clipped from " + utf8.length + " bytes)";
-        int budget = MAX_STRING_BYTES - marker.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+        int budget = MAX_STRING_BYTES - marker.getBytes(StandardCharsets.UTF_8).length;
         int bytes = 0, end = 0;
         while (end < text.length()) {
             int cp = text.codePointAt(end);
