@@ -344,7 +344,11 @@ final class DecodeSessions {
         }
     }
 
-    /** ABORT_ACKs one decode link may have queued and not sent yet; one more means an ABORT flood, and the link is cut. */
+    /**
+     * ABORT_ACKs one decode link may have queued and not sent yet beyond one per room it holds (a decode
+     * may abort every room it has while the workers are busy elsewhere); one more means an ABORT flood,
+     * and the link is cut.
+     */
     static final int MAX_PENDING_ACKS = 1024;
 
     private void onAbort(DecodeLink link, Abort a) throws ProtocolException {
@@ -353,8 +357,9 @@ final class DecodeSessions {
         // Only a destination of the room may abort it; anything else is acknowledged and ignored. Every
         // ABORT gets its ACK: a retried request may use its room id again on this link, and its decode's
         // clear() waits for the ACK (a peer that floods without reading is cut below).
-        if (link.pendingAcks.incrementAndGet() > MAX_PENDING_ACKS) {
-            throw new ProtocolException("ABORT flood: " + MAX_PENDING_ACKS + " ABORT_ACKs for this link are still unsent");
+        if (link.pendingAcks.incrementAndGet() > MAX_PENDING_ACKS + link.rooms.size()) {
+            throw new ProtocolException("ABORT flood: " + link.pendingAcks.get() + " ABORT_ACKs for this link are still unsent ("
+                    + link.rooms.size() + " rooms held)");
         }
         if (ours && rooms.statuses.status(a.room()) != KVPoll.Success) {
             rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);

@@ -11,6 +11,8 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Abort;
+import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
 import io.kvferry.registry.BootstrapClient;
@@ -223,6 +225,43 @@ class SafetyTest extends TransferTestBase {
         // Room 12 is pinned to the same worker as room 8 (12 mod 4 == 8 mod 4).
         Transfer t = start(p, pm, d, 12, new int[]{1, 2}, new int[]{3, 4}, 1, 1, 0);
         assertEquals(KVPoll.Success, awaitTerminal(t.receiver()::poll), "room 12 stuck behind room 8's blocked write");
+        assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
+    }
+
+    /**
+     * A decode that aborts more of its own rooms than the flood cap while their worker is blocked
+     * elsewhere (on a decode that stopped reading) is not mistaken for a flood: its link stays, and
+     * every ABORT_ACK arrives once the worker is free.
+     */
+    @Test
+    void aDecodeAbortingManyOfItsRoomsBehindABusyWorkerIsNotCutAsAFlood() throws Exception {
+        long pb = 1L << 20;
+        TestRank pm = big(64, pb), fm = big(64, pb);
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).writeStallTimeout(Duration.ofMillis(2000)).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
+        closeables.add(stalled);
+        assertTrue(registerAsDecode(stalled, "stalled-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+        int[] all = IntStream.range(0, 64).toArray();
+        stalled.send(new TransferInfo(8, all, 0, new int[0][], 1, 0, false));
+        KVSender s8 = p.createSender(addr, 8);
+        await(s8::poll, KVPoll.WaitingForInput);
+        s8.init(64, 0);
+        s8.send(all, null); // 64 MiB towards a peer that never reads: room 8's worker is blocked until the stall timeout
+        ControlConnection aborter = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
+        closeables.add(aborter);
+        assertTrue(registerAsDecode(aborter, "aborting-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+        int rooms = 1024 + 500; // past the flood cap of 1,024 unsent ABORT_ACKs (DecodeSessions.MAX_PENDING_ACKS)
+        for (int k = 0; k < rooms; k++) aborter.send(new TransferInfo(1000 + 4L * k, new int[]{k % 64}, -1, new int[0][], 1, 0, false));
+        for (int k = 0; k < rooms; k++) aborter.send(new Abort(1000 + 4L * k)); // same worker as room 8 (mod 4)
+        int acks = 0;
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (acks < rooms && System.nanoTime() < deadline) {
+            if (aborter.read() instanceof AbortAck) acks++;
+        }
+        assertEquals(rooms, acks, "ABORT_ACKs received before the link was cut");
         assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
     }
 
