@@ -49,7 +49,7 @@ public final class DecodeServer implements AutoCloseable {
 
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
-        JsonNode req = Http.readJson(ex);
+        JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.longField(req, "bootstrap_room");
         String addr = Http.textField(req, "bootstrap_addr");
         int[] ids = Http.intArray(req, "input_ids");
@@ -125,6 +125,6 @@ public final class DecodeServer implements AutoCloseable {
 
     @Override
     public void close() {
-        server.stop(0);
+        Http.stop(server);
     }
 }

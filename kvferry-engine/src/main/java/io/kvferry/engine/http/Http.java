@@ -9,11 +9,11 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.serving.EngineSpec;
 
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.time.Duration;
 import java.util.function.LongConsumer;
 import java.util.function.Supplier;
 
@@ -24,27 +24,78 @@ import java.util.function.Supplier;
  */
 final class Http {
     static final ObjectMapper JSON = new ObjectMapper();
-    /** Largest request body read (a prompt of the model's whole context is far smaller). */
+    /** Largest request body read by the router (a prompt of the model's whole context is far smaller). */
     static final int MAX_BODY_BYTES = 1 << 20;
+    /**
+     * Most bytes of an over-long body read and thrown away so its client sees the 400 (a server that
+     * closes with unread bytes makes the client's TCP stack see a reset instead); past it the
+     * connection is closed.
+     */
+    static final long MAX_DRAIN_BYTES = 64L << 20;
+    /** A request (line, headers, body) still unread this long after its first byte has its connection closed. */
+    static final Duration REQUEST_READ_TIMEOUT = Duration.ofSeconds(10);
+    /** Exchanges under way at once (token streams included); one more has its connection closed. */
+    static final int MAX_EXCHANGES = 4096;
+
+    /**
+     * Largest body an engine reads for a model with this context: the router's /generate body for the
+     * longest prompt it forwards (fewer than {@code contextTokens} ids of at most 10 digits and a comma
+     * each, plus the room, sampling parameters and bootstrap address) always fits, so no valid request
+     * is refused by the engine for its size.
+     */
+    static int engineBodyLimit(int contextTokens) {
+        return (int) Math.min(Integer.MAX_VALUE - 8, Math.max(MAX_BODY_BYTES, contextTokens * 11L + (64 << 10)));
+    }
 
     private Http() {
     }
 
     static HttpServer server(String host, int port) throws IOException {
+        return server(host, port, REQUEST_READ_TIMEOUT, MAX_EXCHANGES);
+    }
+
+    /**
+     * A server whose exchanges run on an {@link ExchangeGate} (a virtual thread each, a deadline on
+     * reading the request, a cap on exchanges under way) and whose unknown paths get a JSON 404.
+     * Close it with {@link #stop(HttpServer)}.
+     */
+    static HttpServer server(String host, int port, Duration requestReadTimeout, int maxExchanges) throws IOException {
         HttpServer s = HttpServer.create(new InetSocketAddress(host, port), 128);
-        ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
-        s.setExecutor(exec);
+        s.setExecutor(new ExchangeGate("kvferry-http-" + s.getAddress().getPort(), maxExchanges, requestReadTimeout));
+        // The JDK matches contexts by path prefix, so "/" catches every path no route claims.
+        s.createContext("/", ex -> handle(ex, e -> notFound(e)));
         return s;
+    }
+
+    /** Stops a server from {@link #server} and its gate. */
+    static void stop(HttpServer s) {
+        s.stop(0);
+        if (s.getExecutor() instanceof ExchangeGate g) g.close();
+    }
+
+    private static void notFound(HttpExchange ex) throws IOException {
+        sendError(ex, 404, "invalid_request_error", ex.getRequestMethod() + " " + ex.getRequestURI().getPath()
+                + " is not a route of this server");
     }
 
     interface Handler {
         void handle(HttpExchange ex) throws Exception;
     }
 
-    /** Runs a route's handler: a bad request is a 400 naming it, anything else a 500 with its message; the exchange is closed. */
+    /**
+     * Runs a route's handler: a bad request is a 400 naming it, anything else a 500 with its message; the
+     * exchange is closed. The path must equal the route's exactly (the JDK matches by prefix, which would
+     * let {@code /v1/completionsXYZ} run a completion): anything else is a 404.
+     */
     static void handle(HttpExchange ex, Handler h) {
         try (ex) {
             try {
+                // A request without a body is read once its headers are: its response may take as long as it needs.
+                if (!hasBody(ex)) ExchangeGate.requestRead();
+                if (!ex.getRequestURI().getPath().equals(ex.getHttpContext().getPath()) && !"/".equals(ex.getHttpContext().getPath())) {
+                    notFound(ex);
+                    return;
+                }
                 h.handle(ex);
             } catch (BadRequest | IllegalArgumentException e) {
                 sendError(ex, 400, "invalid_request_error", e.getMessage());
@@ -96,9 +147,30 @@ final class Http {
         }
     }
 
+    private static boolean hasBody(HttpExchange ex) {
+        String length = ex.getRequestHeaders().getFirst("Content-Length");
+        return ex.getRequestHeaders().containsKey("Transfer-Encoding") || length != null && !"0".equals(length.trim());
+    }
+
     static JsonNode readJson(HttpExchange ex) throws IOException {
-        byte[] body = ex.getRequestBody().readNBytes(MAX_BODY_BYTES + 1);
-        if (body.length > MAX_BODY_BYTES) throw new BadRequest("request body over " + MAX_BODY_BYTES + " bytes");
+        return readJson(ex, MAX_BODY_BYTES);
+    }
+
+    /** Reads a JSON object body of at most {@code maxBytes}; a longer one is a 400 naming the limit. */
+    static JsonNode readJson(HttpExchange ex, int maxBytes) throws IOException {
+        InputStream in = ex.getRequestBody();
+        byte[] body = in.readNBytes(maxBytes + 1);
+        if (body.length > maxBytes) {
+            // Read the rest before answering: closing with unread bytes makes the client see a reset, not the 400.
+            byte[] sink = new byte[64 << 10];
+            long drained = 0;
+            int n;
+            while (drained < MAX_DRAIN_BYTES && (n = in.read(sink)) > 0) drained += n;
+            if (drained >= MAX_DRAIN_BYTES) ex.getResponseHeaders().set("Connection", "close"); // too much to read: answer, then close
+            ExchangeGate.requestRead();
+            throw new BadRequest("request body over " + maxBytes + " bytes");
+        }
+        ExchangeGate.requestRead();
         if (body.length == 0) throw new BadRequest("empty request body; expected a JSON object");
         try {
             JsonNode n = JSON.readTree(body);
@@ -183,6 +255,13 @@ final class Http {
         if (v == null || v.isNull()) return dflt;
         if (!v.isNumber()) throw new BadRequest(name + " must be a number, got " + v);
         return v.floatValue();
+    }
+
+    static boolean booleanField(JsonNode n, String name, boolean dflt) {
+        JsonNode v = n.get(name);
+        if (v == null || v.isNull()) return dflt;
+        if (!v.isBoolean()) throw new BadRequest(name + " must be true or false, got " + v);
+        return v.booleanValue();
     }
 
     static long longField(JsonNode n, String name) {

@@ -42,7 +42,7 @@ public final class PrefillServer implements AutoCloseable {
 
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
-        JsonNode req = Http.readJson(ex);
+        JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.longField(req, "bootstrap_room");
         int[] ids = Http.intArray(req, "input_ids");
         var sampling = SamplingParams.parse(req.get("sampling_params"), room);
@@ -64,6 +64,6 @@ public final class PrefillServer implements AutoCloseable {
 
     @Override
     public void close() {
-        server.stop(0);
+        Http.stop(server);
     }
 }

@@ -16,14 +16,17 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
+import java.net.ConnectException;
 import java.net.URI;
 import java.net.http.HttpClient;
+import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
@@ -35,10 +38,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 /**
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
  * assigns a random {@code bootstrap_room}, sends the request to both at once and returns the
- * decode's tokens as text. OpenAI-shaped {@code POST /v1/completions} (streamed or not), {@code GET
- * /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}. A failed transfer is an
- * HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client that goes away aborts the room
- * on both engines. Backends are health-checked every second; a dead one gets no new requests.
+ * decode's tokens as text. OpenAI-shaped {@code POST /v1/completions} (streamed or not, with
+ * {@code stop}), {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}.
+ * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
+ * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
+ * that goes away aborts the room on both engines. Backends are health-checked every second; one
+ * that cannot be connected to, or fails its check, gets no new requests.
  */
 public final class Router implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Router.class);
@@ -89,6 +94,24 @@ public final class Router implements AutoCloseable {
         void onToken(int token, String text) throws IOException;
     }
 
+    /**
+     * What the client asked for, checked: sampling without its seed (the room is the default seed, so
+     * prefill and decode agree on it), the seed if one was given, and the stop strings.
+     */
+    record Ask(String prompt, int maxTokens, float temperature, float topP, OptionalLong seed, StopSequences stop) {
+        Ask {
+            try {
+                new Sampling(temperature, topP, 0); // its checks, with messages naming the parameter
+            } catch (IllegalArgumentException e) {
+                throw new Http.BadRequest(e.getMessage());
+            }
+        }
+
+        Sampling sampling(long room) {
+            return new Sampling(temperature, topP, seed.orElse(room));
+        }
+    }
+
     /** A finished request. */
     record Outcome(long room, int promptTokens, int[] tokens, String text, String finishReason, double ttftMs,
                    double e2eMs, JsonNode prefill, JsonNode decodeTimings) {
@@ -96,6 +119,8 @@ public final class Router implements AutoCloseable {
 
     private final List<Backend> prefills = new ArrayList<>(), decodes = new ArrayList<>();
     private final Tokenizer tokenizer;
+    /** The model's context in tokens: a prompt must leave room in it for one output token. */
+    private final int contextTokens;
     private final String modelName;
     private final HttpClient client;
     private final HttpServer server;
@@ -104,13 +129,16 @@ public final class Router implements AutoCloseable {
     /**
      * @param prefills each "http://host:port"; its bootstrap registry is learnt from its /health
      * @param decodes  each "http://host:port"
+     * @param contextTokens the model's context (seq_len): longer prompts are refused here, before any engine sees them
      */
-    public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, String modelName, String host, int port)
+    public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port)
             throws IOException {
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
         for (String p : prefills) this.prefills.add(new Backend(p, true, null));
         for (String d : decodes) this.decodes.add(new Backend(d, false, null));
         this.tokenizer = tokenizer;
+        if (contextTokens < 2) throw new IllegalArgumentException("the context must hold at least 2 tokens, got " + contextTokens);
+        this.contextTokens = contextTokens;
         this.modelName = modelName;
         client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(3)).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
         for (Backend b : this.prefills) checkHealth(b);
@@ -157,27 +185,64 @@ public final class Router implements AutoCloseable {
         return best;
     }
 
-    /** Runs one request through a prefill and a decode. */
-    Outcome run(String prompt, int maxTokens, Sampling sampling, Output out) throws Failure, IOException, InterruptedException {
-        long start = System.nanoTime();
+    /**
+     * The prompt's token ids, or a 400 naming the context when it cannot fit (same words as the engines'
+     * own check). A text of more bytes than the context's tokens can stand for is refused before it is
+     * encoded: a 1 MB prompt costs nothing but its read.
+     */
+    int[] promptIds(String prompt) {
+        long mostBytes = (long) (contextTokens - 1) * tokenizer.maxTokenBytes();
+        if (prompt.length() >= mostBytes || prompt.getBytes(StandardCharsets.UTF_8).length >= mostBytes) {
+            throw new Http.BadRequest("the prompt has " + prompt.getBytes(StandardCharsets.UTF_8).length + " bytes, more than the model's context of "
+                    + contextTokens + " tokens can hold (a token stands for at most " + tokenizer.maxTokenBytes()
+                    + " bytes) with room for one output token");
+        }
         int[] ids = tokenizer.encode(prompt, true, false);
-        Backend p = pick(prefills, "prefill"), d = pick(decodes, "decode");
-        long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
-        Sampling s = sampling.seed() == Long.MIN_VALUE ? new Sampling(sampling.temperature(), sampling.topP(), room) : sampling;
+        if (ids.length >= contextTokens) {
+            throw new Http.BadRequest("the prompt has " + ids.length + " tokens; the model's context is " + contextTokens
+                    + " and must leave room for one output token");
+        }
+        return ids;
+    }
+
+    /** The body of an engine's /generate (the decode's gets bootstrap_addr and max_new_tokens added). */
+    static ObjectNode generateBody(long room, int[] ids, Sampling s) {
         ObjectNode body = Http.JSON.createObjectNode();
         body.put("bootstrap_room", room);
         ArrayNode arr = body.putArray("input_ids");
         for (int t : ids) arr.add(t);
         body.set("sampling_params", SamplingParams.json(s));
+        return body;
+    }
+
+    /**
+     * Whether a failed call means the backend cannot be reached (then it gets no new requests until its
+     * health check passes). A failure of one exchange (a reset, a timeout, a bad answer) says nothing
+     * about the backend, often only about that request: the 1 s health check decides those.
+     */
+    static boolean isConnectFailure(Throwable e) {
+        for (Throwable c = e; c != null; c = c.getCause()) {
+            if (c instanceof ConnectException || c instanceof HttpConnectTimeoutException) return true;
+        }
+        return false;
+    }
+
+    /** Runs one request through a prefill and a decode. */
+    Outcome run(Ask ask, Output out) throws Failure, IOException, InterruptedException {
+        long start = System.nanoTime();
+        int[] ids = promptIds(ask.prompt());
+        Backend p = pick(prefills, "prefill"), d = pick(decodes, "decode");
+        long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
+        ObjectNode body = generateBody(room, ids, ask.sampling(room));
         ObjectNode decodeBody = body.deepCopy();
         decodeBody.put("bootstrap_addr", p.bootstrap);
-        decodeBody.put("max_new_tokens", maxTokens);
+        decodeBody.put("max_new_tokens", ask.maxTokens());
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
         CompletableFuture<HttpResponse<String>> prefillCall = client.sendAsync(post(p, "/generate", body), HttpResponse.BodyHandlers.ofString());
         prefillCall.whenComplete((r, e) -> {
             p.inFlight.decrementAndGet();
-            if (e != null) p.healthy = false; // unreachable: no new requests until its health check passes again
+            if (e != null && isConnectFailure(e)) markUnreachable(p, e);
             if (e != null || r.statusCode() != 200) abort(d, room); // the decode would otherwise wait for KV that never comes
         });
         try {
@@ -185,25 +250,25 @@ public final class Router implements AutoCloseable {
             try {
                 dr = client.send(post(d, "/generate", decodeBody), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
-                d.healthy = false;
+                if (isConnectFailure(e)) markUnreachable(d, e);
                 abort(p, room);
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }
             if (dr.statusCode() != 200) {
                 ErrorBody err;
                 try (InputStream in = dr.body()) {
-                    err = ErrorBody.parse(new String(in.readAllBytes(), StandardCharsets.UTF_8));
+                    err = ErrorBody.parse(dr.statusCode(), new String(in.readAllBytes(), StandardCharsets.UTF_8));
                 }
                 abort(p, room);
                 ErrorBody prefillErr = prefillError(prefillCall);
-                // A transfer the prefill failed shows up on the decode as an abort (or not as a transfer failure at all):
-                // the prefill's reason is the real one.
+                // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
+                // failure at all): the prefill's reason, and its status, are the real ones.
                 if (prefillErr != null && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) err = prefillErr;
-                throw new Failure(dr.statusCode() == 400 ? 400 : 500, dr.statusCode() == 400 ? "invalid_request_error" : "kv_transfer_error",
-                        err.kind(), err.message());
+                throw err.failure();
             }
             Tokenizer.TextStream text = new Tokenizer.TextStream(tokenizer, ids[ids.length - 1]); // a leading space after the prompt stays
             StringBuilder all = new StringBuilder();
+            int sent = 0; // characters of `all` handed to out; the rest may still turn out to start a stop string
             List<Integer> tokens = new ArrayList<>();
             double ttft = -1;
             try (BufferedReader in = new BufferedReader(new InputStreamReader(dr.body(), StandardCharsets.UTF_8))) {
@@ -215,8 +280,19 @@ public final class Router implements AutoCloseable {
                         int tok = ev.get("token").intValue();
                         if (ttft < 0) ttft = (System.nanoTime() - start) / 1e6;
                         tokens.add(tok);
-                        String piece = text.push(tok);
-                        all.append(piece);
+                        int before = all.length();
+                        all.append(text.push(tok));
+                        int stopAt = ask.stop().firstMatch(all, before);
+                        if (stopAt >= 0) {
+                            // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
+                            abort(d, room);
+                            abort(p, room);
+                            all.setLength(stopAt);
+                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null);
+                        }
+                        int sendable = all.length() - ask.stop().heldBack(all);
+                        String piece = sendable > sent ? all.substring(sent, sendable) : "";
+                        sent = Math.max(sent, sendable);
                         try {
                             out.onToken(tok, piece);
                         } catch (IOException clientGone) {
@@ -229,16 +305,16 @@ public final class Router implements AutoCloseable {
                         throw new Failure(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
                                 e.path("message").asText());
                     } else if (ev.has("finish_reason")) {
-                        JsonNode pre = null;
-                        try {
-                            HttpResponse<String> pr = prefillCall.get(5, TimeUnit.SECONDS);
-                            if (pr.statusCode() == 200) pre = Http.JSON.readTree(pr.body());
-                        } catch (Exception e) {
-                            // timings are a bonus; the tokens are what the client asked for
+                        // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
+                        int before = all.length();
+                        all.append(text.finish());
+                        String finish = ev.get("finish_reason").asText();
+                        int stopAt = ask.stop().firstMatch(all, before);
+                        if (stopAt >= 0) {
+                            all.setLength(stopAt);
+                            finish = "stop";
                         }
-                        int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
-                        return new Outcome(room, ids.length, toks, all.toString(), ev.get("finish_reason").asText(), ttft,
-                                (System.nanoTime() - start) / 1e6, pre, ev.get("timings"));
+                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"));
                     }
                 }
             }
@@ -248,26 +324,56 @@ public final class Router implements AutoCloseable {
         }
     }
 
+    /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
+    private static Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
+                                   CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings) {
+        JsonNode pre = null;
+        try {
+            HttpResponse<String> pr = prefillCall.get(5, TimeUnit.SECONDS);
+            if (pr.statusCode() == 200) pre = Http.JSON.readTree(pr.body());
+        } catch (Exception e) {
+            // timings are a bonus; the tokens are what the client asked for
+        }
+        int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
+        return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, (System.nanoTime() - start) / 1e6, pre, decodeTimings);
+    }
+
+    private static void markUnreachable(Backend b, Throwable e) {
+        if (b.healthy) log.warn("{} is unreachable: {}", b, e.toString());
+        b.healthy = false;
+    }
+
     private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call) {
         try {
             HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
-            return r.statusCode() == 200 ? null : ErrorBody.parse(r.body());
+            return r.statusCode() == 200 ? null : ErrorBody.parse(r.statusCode(), r.body());
         } catch (ExecutionException e) {
-            return new ErrorBody(FailureKind.PREFILL_UNREACHABLE.label(), "prefill unreachable: " + e.getCause());
+            return new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(), "prefill unreachable: " + e.getCause());
         } catch (Exception e) {
             return null;
         }
     }
 
-    /** What a backend's error body says: its message and, for a transfer failure, its kind label. */
-    private record ErrorBody(String kind, String message) {
-        static ErrorBody parse(String body) {
+    /** A backend's error answer: its status, and what its body says (type, transfer failure kind, message). */
+    private record ErrorBody(int status, String type, String kind, String message) {
+        static ErrorBody parse(int status, String body) {
             try {
                 JsonNode e = Http.JSON.readTree(body).path("error");
-                return new ErrorBody(e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body));
+                return new ErrorBody(status, e.hasNonNull("type") ? e.get("type").asText() : null,
+                        e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body));
             } catch (IOException ex) {
-                return new ErrorBody(null, body);
+                return new ErrorBody(status, null, null, body);
             }
+        }
+
+        /**
+         * What the client gets: a backend's client error (4xx: the request can never succeed, a retry is no use)
+         * passes through with its status as an invalid_request_error; a server error is a 500 of the backend's type.
+         */
+        Failure failure() {
+            if (status >= 400 && status < 500) return new Failure(status, "invalid_request_error", kind, message);
+            String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
+            return new Failure(500, t, kind, message);
         }
     }
 
@@ -293,19 +399,23 @@ public final class Router implements AutoCloseable {
         String prompt;
         if (promptNode != null && promptNode.isArray() && promptNode.size() == 1 && promptNode.get(0).isTextual()) prompt = promptNode.get(0).textValue();
         else prompt = Http.textField(req, "prompt");
-        int max = Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE);
-        Sampling s = sampling(req);
-        boolean stream = req.path("stream").asBoolean(false);
+        refuseUnsupported(req);
+        Ask ask = new Ask(prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE), Http.floatField(req, "temperature", 1.0f), // OpenAI's default
+                Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")));
+        boolean stream = Http.booleanField(req, "stream", false);
         String id = "cmpl-" + Long.toHexString(ThreadLocalRandom.current().nextLong());
         long created = System.currentTimeMillis() / 1000;
         OutputStream[] events = new OutputStream[1];
+        int[] streamed = {0}; // characters of the text already sent in chunks
         try {
-            Outcome o = run(prompt, max, s, (tok, text) -> {
+            Outcome o = run(ask, (tok, text) -> {
                 if (!stream) return;
                 if (events[0] == null) events[0] = Http.startEvents(ex);
+                streamed[0] += text.length();
                 Http.event(events[0], Http.JSON.writeValueAsString(chunk(id, created, text, null)));
             });
-            ObjectNode fin = chunk(id, created, stream ? "" : o.text(), o.finishReason());
+            // A stream's last chunk carries what was held back (a possible stop string's start, an incomplete character).
+            ObjectNode fin = chunk(id, created, stream ? o.text().substring(streamed[0]) : o.text(), o.finishReason());
             ObjectNode usage = fin.putObject("usage");
             usage.put("prompt_tokens", o.promptTokens());
             usage.put("completion_tokens", o.tokens().length);
@@ -366,14 +476,31 @@ public final class Router implements AutoCloseable {
         return k;
     }
 
-    private static Sampling sampling(JsonNode req) {
-        float temperature = Http.floatField(req, "temperature", 1.0f); // OpenAI's default
-        float topP = Http.floatField(req, "top_p", 1.0f);
-        long seed = req.has("seed") && !req.get("seed").isNull() ? Http.longField(req, "seed") : Long.MIN_VALUE;
-        try {
-            return new Sampling(temperature, topP, seed);
-        } catch (IllegalArgumentException e) {
-            throw new Http.BadRequest(e.getMessage());
+    /** The seed, when the request names one (any long; without one the room is the seed). */
+    private static OptionalLong seed(JsonNode n) {
+        return n.has("seed") && !n.get("seed").isNull() ? OptionalLong.of(Http.longField(n, "seed")) : OptionalLong.empty();
+    }
+
+    /**
+     * OpenAI parameters that would change the answer and that this engine does not implement: a 400
+     * naming the parameter rather than an answer that silently differs from what was asked.
+     */
+    private static void refuseUnsupported(JsonNode req) {
+        for (String one : new String[]{"n", "best_of"}) {
+            JsonNode v = req.get(one);
+            if (v != null && !v.isNull() && !(v.isIntegralNumber() && v.canConvertToInt() && v.intValue() == 1)) {
+                throw new Http.BadRequest(one + " must be 1 (one completion per request is supported), got " + v);
+            }
+        }
+        JsonNode logprobs = req.get("logprobs");
+        if (logprobs != null && !logprobs.isNull()) throw new Http.BadRequest("logprobs is not supported (must be null or absent), got " + logprobs);
+        JsonNode echo = req.get("echo");
+        if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
+            throw new Http.BadRequest("echo is not supported (must be false or absent), got " + echo);
+        }
+        JsonNode suffix = req.get("suffix");
+        if (suffix != null && !suffix.isNull() && !(suffix.isTextual() && suffix.textValue().isEmpty())) {
+            throw new Http.BadRequest("suffix is not supported (must be null or absent), got " + suffix);
         }
     }
 
@@ -384,19 +511,13 @@ public final class Router implements AutoCloseable {
         String prompt = Http.textField(req, "text");
         JsonNode sp = req.path("sampling_params");
         if (!sp.isMissingNode() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
-        int max = Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE);
-        Sampling s;
-        try {
-            s = new Sampling(Http.floatField(sp, "temperature", 1.0f), Http.floatField(sp, "top_p", 1.0f),
-                    sp.has("seed") ? Http.longField(sp, "seed") : Long.MIN_VALUE);
-        } catch (IllegalArgumentException e) {
-            throw new Http.BadRequest(e.getMessage());
-        }
-        boolean stream = req.path("stream").asBoolean(false);
+        Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
+                Http.floatField(sp, "top_p", 1.0f), seed(sp), StopSequences.parse(sp.get("stop")));
+        boolean stream = Http.booleanField(req, "stream", false);
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
         try {
-            Outcome o = run(prompt, max, s, (tok, text) -> {
+            Outcome o = run(ask, (tok, text) -> {
                 sofar.append(text);
                 if (!stream) return;
                 if (events[0] == null) events[0] = Http.startEvents(ex);
@@ -454,7 +575,7 @@ public final class Router implements AutoCloseable {
 
     @Override
     public void close() {
-        server.stop(0);
+        Http.stop(server);
         health.shutdownNow();
         client.close();
     }

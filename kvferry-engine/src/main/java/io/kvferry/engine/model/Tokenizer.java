@@ -44,6 +44,8 @@ public final class Tokenizer {
     private final byte[][] decodedAfterBos;
     /** Id of the piece " " (run.c's dummy prefix), or -1 if the vocab lacks it. */
     private final int spaceId;
+    /** Most bytes of text one token stands for: a prompt of n bytes needs at least n / this many tokens. */
+    private final int maxTokenBytes;
 
     private Tokenizer(String[] pieces, float[] scores) {
         this.pieces = pieces;
@@ -60,6 +62,9 @@ public final class Tokenizer {
         }
         this.ids = map;
         this.spaceId = map.getOrDefault(" ", -1);
+        int longest = 1;
+        for (byte[] d : decoded) longest = Math.max(longest, d.length);
+        this.maxTokenBytes = longest;
     }
 
     /**
@@ -136,6 +141,15 @@ public final class Tokenizer {
             pieces[i] = "<t" + i + ">";
         }
         return new Tokenizer(pieces, new float[vocabSize]);
+    }
+
+    /**
+     * The most UTF-8 bytes of text one token encodes (at least 1). A text of n bytes encodes to at least
+     * {@code ceil(n / maxTokenBytes())} tokens, which lets a caller refuse a text too long for a context
+     * without encoding it.
+     */
+    public int maxTokenBytes() {
+        return maxTokenBytes;
     }
 
     public int vocabSize() {

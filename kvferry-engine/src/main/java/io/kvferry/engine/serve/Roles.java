@@ -132,7 +132,8 @@ public final class Roles {
 
     public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls) throws IOException {
         Stack s = new Stack();
-        Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), modelName(o.model()), o.host(), o.port());
+        Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), o.model().weights().config.seqLen(), modelName(o.model()),
+                o.host(), o.port());
         s.parts.add(r);
         s.port = r.port();
         return s;

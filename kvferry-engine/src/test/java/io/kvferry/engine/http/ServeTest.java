@@ -63,7 +63,7 @@ class ServeTest {
         prefillServer = new PrefillServer(prefill, addr, "127.0.0.1", 0);
         decodeServer = new DecodeServer(decode, "127.0.0.1", 0);
         router = new Router(List.of("http://127.0.0.1:" + prefillServer.port()), List.of("http://127.0.0.1:" + decodeServer.port()),
-                model.tokenizer(), "test-model", "127.0.0.1", 0);
+                model.tokenizer(), model.weights().config.seqLen(), "test-model", "127.0.0.1", 0);
         colocated = new ColocatedEngine(spec.withMaxRequests(1));
     }
 
@@ -173,6 +173,16 @@ class ServeTest {
                 {"{\"prompt\":", "malformed JSON"},
                 {"[1,2]", "JSON object"},
                 {"{\"prompt\":\"" + "a b ".repeat(400) + "\"}", "context"},
+                {"{\"prompt\":\"" + "Once upon a time there was a girl. ".repeat(2000) + "\"}", "context"},
+                {"{\"prompt\":\"x\",\"n\":3}", "n must be 1"},
+                {"{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
+                {"{\"prompt\":\"x\",\"logprobs\":3}", "logprobs"},
+                {"{\"prompt\":\"x\",\"echo\":true}", "echo"},
+                {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
+                {"{\"prompt\":\"x\",\"stop\":5}", "stop"},
+                {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
+                {"{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop"},
+                {"{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream"},
         };
         for (String[] c : cases) {
             HttpResponse<String> r = post("/v1/completions", c[0]);
@@ -184,6 +194,146 @@ class ServeTest {
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(405, get.statusCode());
         awaitPagesReturned(); // refused requests hold nothing
+    }
+
+    /** Routes match their path exactly; anything else is an OpenAI-shaped JSON 404 naming the path. */
+    @Test
+    @Timeout(60)
+    void unknownPathsGetAJson404() throws Exception {
+        for (String path : new String[]{"/v1/chat/completions", "/v1/completionsXYZ", "/generate/x", "/"}) {
+            HttpResponse<String> r = post(path, "{\"prompt\":\"Once upon a time\",\"max_tokens\":2}");
+            assertEquals(404, r.statusCode(), path + " -> " + r.body());
+            assertTrue(JSON.readTree(r.body()).path("error").path("message").asText().contains(path), path + " -> " + r.body());
+        }
+        HttpResponse<String> m = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/models/foo")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals(404, m.statusCode(), m.body());
+        assertEquals(0, decode.inFlight(), "a 404 runs nothing");
+    }
+
+    /**
+     * Prompts far beyond the context are refused at the router with a 400 naming the context, cheaply and
+     * without the engines seeing them; a burst of them leaves the backends in rotation for everyone else.
+     */
+    @Test
+    @Timeout(120)
+    void aBurstOfOverlongPromptsIsRefusedAndOthersAreStillServed() throws Exception {
+        String big = "{\"prompt\":\"" + "Once upon a time there was a girl. ".repeat(29_000) + "\",\"max_tokens\":3}"; // ~1 MB, under the body cap
+        ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
+        List<Future<HttpResponse<String>>> burst = new ArrayList<>();
+        for (int i = 0; i < 10; i++) burst.add(exec.submit(() -> post("/v1/completions", big)));
+        for (Future<HttpResponse<String>> f : burst) {
+            HttpResponse<String> r = f.get(60, TimeUnit.SECONDS);
+            assertEquals(400, r.statusCode(), r.body());
+            assertTrue(JSON.readTree(r.body()).path("error").path("message").asText().contains("context"), r.body());
+        }
+        exec.shutdown();
+        for (int i = 0; i < 5; i++) {
+            HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"temperature\":0}");
+            assertEquals(200, r.statusCode(), r.body());
+        }
+        HttpResponse<String> h = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/health")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, h.statusCode(), h.body());
+    }
+
+    /**
+     * An engine refuses a body over its limit with a 400 its client actually reads: a client that sends
+     * its whole body before reading (as curl does) would otherwise find the connection reset and the
+     * answer lost, since the server closed with the rest unread.
+     */
+    @Test
+    @Timeout(60)
+    void anEngineAnswersAnOversizedBodyWithA400NotAReset() throws Exception {
+        byte[] body = new byte[3 << 20];
+        Arrays.fill(body, (byte) ' ');
+        body[0] = '{';
+        body[body.length - 1] = '}';
+        try (Socket s = new Socket("127.0.0.1", decodeServer.port())) {
+            OutputStream o = s.getOutputStream();
+            o.write(("POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " + body.length + "\r\n\r\n")
+                    .getBytes(StandardCharsets.US_ASCII));
+            o.write(body);
+            o.flush();
+            s.setSoTimeout(30_000);
+            String answer = new String(s.getInputStream().readNBytes(4096), StandardCharsets.UTF_8);
+            assertTrue(answer.startsWith("HTTP/1.1 400"), answer);
+            assertTrue(answer.contains("request body over"), answer);
+        }
+    }
+
+    /** The longest prompt the router forwards makes an engine body the engines accept, for any ids. */
+    @Test
+    void theRoutersLargestBodyFitsTheEnginesLimit() throws Exception {
+        for (int context : new int[]{512, 4096, 200_000}) {
+            int[] ids = new int[context - 1];
+            Arrays.fill(ids, Integer.MAX_VALUE);
+            var body = Router.generateBody(Long.MAX_VALUE, ids, new Sampling(0.123456789f, 0.987654321f, Long.MIN_VALUE));
+            body.put("bootstrap_addr", "a-long-host-name.example.internal:65535");
+            body.put("max_new_tokens", Integer.MAX_VALUE);
+            assertTrue(JSON.writeValueAsBytes(body).length <= Http.engineBodyLimit(context), "context " + context);
+        }
+    }
+
+    /** stop: the text ends before the first stop string, finish_reason is "stop", and the decode is ended (its pages freed). */
+    @Test
+    @Timeout(60)
+    void stopEndsTheTextBeforeTheStopString() throws Exception {
+        String base = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0";
+        JsonNode whole = JSON.readTree(post("/v1/completions", base + "}").body());
+        String full = whole.path("choices").path(0).path("text").asText();
+        String stop = full.substring(10, 13); // from the middle of the greedy answer: it occurs, maybe earlier too
+        String expected = full.substring(0, full.indexOf(stop));
+        long abortedBefore = decode.abortedRequests();
+        String long480 = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"temperature\":0"; // far longer than the stop takes
+        JsonNode cut = JSON.readTree(post("/v1/completions", long480 + ",\"stop\":[\"zzzz\"," + JSON.writeValueAsString(stop) + "]}").body());
+        assertEquals(expected, cut.path("choices").path(0).path("text").asText(), cut.toString());
+        assertEquals("stop", cut.path("choices").path(0).path("finish_reason").asText());
+        assertTrue(cut.path("usage").path("completion_tokens").asInt() < 40, cut.toString());
+
+        HttpResponse<String> r = post("/v1/completions", long480 + ",\"stop\":" + JSON.writeValueAsString(stop) + ",\"stream\":true}");
+        assertEquals(200, r.statusCode(), r.body());
+        StringBuilder streamed = new StringBuilder();
+        List<String> lines = r.body().lines().filter(l -> l.startsWith("data: ") && !l.equals("data: [DONE]")).toList();
+        for (String l : lines) streamed.append(JSON.readTree(l.substring(6)).path("choices").path(0).path("text").asText());
+        assertEquals(expected, streamed.toString(), "a stream sends nothing past the stop");
+        assertEquals("stop", JSON.readTree(lines.getLast().substring(6)).path("choices").path(0).path("finish_reason").asText());
+
+        // A stop string the answer never contains changes nothing.
+        JsonNode none = JSON.readTree(post("/v1/completions", base + ",\"stop\":\"\\u0000\"}").body());
+        assertEquals(full, none.path("choices").path(0).path("text").asText());
+        assertEquals("length", none.path("choices").path(0).path("finish_reason").asText());
+        awaitPagesReturned();
+        assertTrue(decode.abortedRequests() >= abortedBefore + 2, "a stopped request is ended on the decode, not run to max_tokens");
+    }
+
+    /**
+     * A completion that ends inside a multi-byte character keeps it as U+FFFD: the text always equals the
+     * decoded prompt+tokens minus the prompt (at temperature 50 a lone UTF-8 lead byte comes up often).
+     */
+    @Test
+    @Timeout(60)
+    void anIncompleteCharacterAtTheEndIsKeptAsReplacement() throws Exception {
+        int[] prompt = model.tokenizer().encode("Hi", true, false);
+        boolean sawReplacement = false;
+        for (int seed = 0; seed < 40; seed++) {
+            for (boolean stream : new boolean[]{false, true}) {
+                HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":1,\"temperature\":50,\"seed\":" + seed
+                        + ",\"stream\":" + stream + "}");
+                assertEquals(200, r.statusCode(), r.body());
+                StringBuilder text = new StringBuilder();
+                JsonNode last = null;
+                for (String l : r.body().lines().filter(l -> l.startsWith("{") || l.startsWith("data: {")).toList()) {
+                    last = JSON.readTree(l.startsWith("data: ") ? l.substring(6) : l);
+                    text.append(last.path("choices").path(0).path("text").asText());
+                }
+                int[] tokens = ids(last.path("kvferry").path("token_ids"));
+                String expected = model.tokenizer().decode(concat(prompt, tokens)).substring(model.tokenizer().decode(prompt).length());
+                assertEquals(expected, text.toString(), "seed " + seed + " tokens " + Arrays.toString(tokens));
+                sawReplacement |= expected.contains("\uFFFD");
+            }
+        }
+        if (model.real()) assertTrue(sawReplacement, "no seed ended inside a character: the test checks nothing");
     }
 
     /** max_tokens = 2^31 - 1 (a common "no limit") is capped at the context; the engines go on serving. */
