@@ -78,6 +78,8 @@ final class LinkDirectory {
     private final RecentFailures<RuntimeException> recentFailures = new RecentFailures<>(RETRY_NANOS);
     /** Failed link set-ups (connect, no CHALLENGE or HELLO_ACK by the deadline, refusal), by prefill endpoint. */
     private final RecentFailures<IOException> recentLinkFailures = new RecentFailures<>(RETRY_NANOS);
+    /** A failed link set-up that took at least this long (a silent or unreachable rank) is remembered for the window. */
+    static final long SLOW_SETUP_NANOS = 250_000_000L;
     /** The last session key agreed with each prefill rank, by endpoint: a reconnection proves it (resume). */
     private final ConcurrentHashMap<String, byte[]> sessionKeys = new ConcurrentHashMap<>();
     /**
@@ -235,10 +237,14 @@ final class LinkDirectory {
         }
         try {
             PrefillLink link;
+            long started = System.nanoTime();
             try {
                 link = openLink(addr, ep, key);
             } catch (IOException e) {
-                recentLinkFailures.remember(key, e);
+                // Only a set-up that held this thread is answered from memory: a quick refusal or close costs
+                // the next room nothing to try again, and a peer that recovers (a partition healing) must get
+                // the rooms that come right after, not see a whole burst fail within the window.
+                if (System.nanoTime() - started >= SLOW_SETUP_NANOS) recentLinkFailures.remember(key, e);
                 throw e;
             }
             recentLinkFailures.forget(key);
