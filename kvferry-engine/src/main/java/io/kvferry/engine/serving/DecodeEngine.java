@@ -48,6 +48,8 @@ public final class DecodeEngine extends SchedulerThread {
     private final ShardedModel model;
     private final ShardManagers managers;
     private final PageAllocator alloc;
+    /** Aborts that came before their room's request (scheduler thread only). */
+    private final RecentAborts recentAborts = new RecentAborts();
     private final PrefixCache prefixCache;
     private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
     private volatile int inFlight;
@@ -124,6 +126,10 @@ public final class DecodeEngine extends SchedulerThread {
         String addr = req.bootstrapAddr() != null ? req.bootstrapAddr() : transfer.bootstrapAddr();
         if (addr == null) throw new IllegalArgumentException("room " + req.room() + " names no bootstrap address and this decode has none");
         execute(() -> {
+            if (recentAborts.take(req.room(), System.nanoTime())) {
+                req.sink().onError(FailureKind.ABORTED, "Aborted by AbortReq. (before the request reached this decode)");
+                return;
+            }
             Flight f = new Flight(req);
             try {
                 f.receivers = ShardRooms.open(spec.pp(), spec.tp(), ShardRooms.RECEIVERS, (s, r) -> {
@@ -148,10 +154,22 @@ public final class DecodeEngine extends SchedulerThread {
     /** Aborts a request (client gone): it ends with onError; its pages are freed once no write can land. */
     public void abort(long room) {
         execute(() -> {
+            boolean found = false;
             for (List<Flight> q : List.of(prealloc, transferring)) {
-                for (Flight f : q) if (f.req.room() == room) f.receivers.abort();
+                for (Flight f : q) {
+                    if (f.req.room() == room) {
+                        f.receivers.abort();
+                        found = true;
+                    }
+                }
             }
-            for (Flight f : running) if (f.req.room() == room) f.aborted = true;
+            for (Flight f : running) {
+                if (f.req.room() == room) {
+                    f.aborted = true;
+                    found = true;
+                }
+            }
+            if (!found) recentAborts.remember(room, System.nanoTime()); // it may overtake the room's request
         });
     }
 

@@ -1,6 +1,7 @@
 package io.kvferry.engine.serving;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
@@ -42,6 +43,8 @@ public final class PrefillEngine extends SchedulerThread {
     private final ShardedModel model;
     private final ShardManagers managers;
     private final PageAllocator alloc;
+    /** Aborts that came before their room's request (scheduler thread only). */
+    private final RecentAborts recentAborts = new RecentAborts();
     private final List<Flight> bootstrap = new ArrayList<>(), forward = new ArrayList<>(), inflight = new ArrayList<>();
     private volatile int inFlight;
 
@@ -95,6 +98,11 @@ public final class PrefillEngine extends SchedulerThread {
         }
         CompletableFuture<Result> done = new CompletableFuture<>();
         execute(() -> {
+            if (recentAborts.take(req.room(), System.nanoTime())) {
+                done.completeExceptionally(new KVTransferException(req.room(), FailureKind.ABORTED,
+                        "Aborted by AbortReq. (before the request reached this prefill)", false));
+                return;
+            }
             Flight f = new Flight(req, done);
             try {
                 f.senders = ShardRooms.open(spec.pp(), spec.tp(), ShardRooms.SENDERS,
@@ -112,9 +120,16 @@ public final class PrefillEngine extends SchedulerThread {
     /** Aborts the room (client gone): its senders fail with "Aborted by AbortReq." and its pages are freed. */
     public void abort(long room) {
         execute(() -> {
+            boolean found = false;
             for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
-                for (Flight f : q) if (f.req.room() == room) f.senders.abort();
+                for (Flight f : q) {
+                    if (f.req.room() == room) {
+                        f.senders.abort();
+                        found = true;
+                    }
+                }
             }
+            if (!found) recentAborts.remember(room, System.nanoTime()); // it may overtake the room's request
         });
     }
 

@@ -192,6 +192,35 @@ class DisaggregatedTest {
         }
     }
 
+    /**
+     * The router's /abort may overtake the room's /generate (it goes on another connection when the
+     * other engine failed fast): the request that arrives after its abort fails at once as aborted
+     * on both engines, instead of waiting minutes for a peer that will never come.
+     */
+    @Test
+    @Timeout(60)
+    void anAbortThatOvertakesItsRequestFailsTheRequestAtOnce() throws Exception {
+        EngineSpec spec = new EngineSpec(WEIGHTS, 1, 1, 16, 64, 16, 64);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
+            TransferSpec t = transfer("tcp", registry);
+            try (PrefillEngine p = new PrefillEngine(spec, t); DecodeEngine d = new DecodeEngine(spec, t)) {
+                int[] pr = prompt(new SplittableRandom(11), 20);
+                d.abort(41);
+                p.abort(41);
+                CompletableFuture<Generation> gen = decode(d, 41, pr, 8, Sampling.GREEDY);
+                CompletableFuture<PrefillEngine.Result> pre = p.submit(new PrefillEngine.Request(41, pr, Sampling.GREEDY));
+                ExecutionException decodeFailure = assertThrows(ExecutionException.class, () -> gen.get(10, TimeUnit.SECONDS));
+                assertTrue(decodeFailure.getCause().getMessage().contains("Aborted"), decodeFailure.getCause().getMessage());
+                ExecutionException prefillFailure = assertThrows(ExecutionException.class, () -> pre.get(10, TimeUnit.SECONDS));
+                assertTrue(prefillFailure.getCause().getMessage().contains("Aborted"), prefillFailure.getCause().getMessage());
+                // The id runs again for a later request, and nothing is held.
+                p.submit(new PrefillEngine.Request(41, pr, Sampling.GREEDY));
+                assertEquals(8, decode(d, 41, pr, 8, Sampling.GREEDY).get(30, TimeUnit.SECONDS).tokens().length);
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
     /** A decode of another variant than its prefill: kvferry refuses the link at HELLO (model identities differ) and the request fails saying why. */
     @Test
     @Timeout(60)
