@@ -32,6 +32,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
+import java.net.SocketTimeoutException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -78,8 +79,13 @@ final class LinkDirectory {
     private final RecentFailures<RuntimeException> recentFailures = new RecentFailures<>(RETRY_NANOS);
     /** Failed link set-ups (connect, no CHALLENGE or HELLO_ACK by the deadline, refusal), by prefill endpoint. */
     private final RecentFailures<IOException> recentLinkFailures = new RecentFailures<>(RETRY_NANOS);
-    /** A failed link set-up that took at least this long (a silent or unreachable rank) is remembered for the window. */
-    static final long SLOW_SETUP_NANOS = 250_000_000L;
+
+    /** A link set-up whose handshake did not complete before the connect timeout. */
+    static final class SetupTimedOut extends IOException {
+        SetupTimedOut(String message, Throwable cause) {
+            super(message, cause);
+        }
+    }
     /** The last session key agreed with each prefill rank, by endpoint: a reconnection proves it (resume). */
     private final ConcurrentHashMap<String, byte[]> sessionKeys = new ConcurrentHashMap<>();
     /**
@@ -237,14 +243,14 @@ final class LinkDirectory {
         }
         try {
             PrefillLink link;
-            long started = System.nanoTime();
             try {
                 link = openLink(addr, ep, key);
             } catch (IOException e) {
-                // Only a set-up that held this thread is answered from memory: a quick refusal or close costs
-                // the next room nothing to try again, and a peer that recovers (a partition healing) must get
-                // the rooms that come right after, not see a whole burst fail within the window.
-                if (System.nanoTime() - started >= SLOW_SETUP_NANOS) recentLinkFailures.remember(key, e);
+                // Only a set-up that ran out of time (a silent or unreachable rank: the next room would wait as
+                // long) is answered from memory. A refusal or a close is the peer acting, or a path coming back
+                // (a partition healing closes its stalled connections): the next room tries again, so the rooms
+                // right after get through instead of a whole burst failing within the window.
+                if (e instanceof SocketTimeoutException || e instanceof SetupTimedOut) recentLinkFailures.remember(key, e);
                 throw e;
             }
             recentLinkFailures.forget(key);
@@ -360,7 +366,7 @@ final class LinkDirectory {
             for (ControlConnection c : stripesOpened) c.close();
             made.clear();
             if (timedOut) {
-                throw new IOException("prefill rank at " + key + " did not complete the handshake within " + timeout.toMillis() + " ms", e);
+                throw new SetupTimedOut("prefill rank at " + key + " did not complete the handshake within " + timeout.toMillis() + " ms", e);
             }
             throw e;
         } finally {

@@ -85,17 +85,20 @@ class BootstrapClientReplyLimitsTest {
         return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + body.length() + "\r\n\r\n" + body;
     }
 
+    /** Sends {@code head} at once, then one body byte every 500 ms (50 s in all). */
+    private static void dripBody(OutputStream out, String head) throws IOException, InterruptedException {
+        out.write(ascii(head));
+        out.flush();
+        for (int i = 0; i < 100; i++) {
+            Thread.sleep(500);
+            out.write(' ');
+            out.flush();
+        }
+    }
+
     @Test
     void bodyDrippedPastTheRequestTimeoutFailsAtTheTimeout() throws Exception {
-        String addr = rawRegistry(out -> {
-            out.write(ascii("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"));
-            out.flush();
-            for (int i = 0; i < 100; i++) {
-                Thread.sleep(500);
-                out.write(' ');
-                out.flush();
-            }
-        });
+        String addr = rawRegistry(out -> dripBody(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"));
         BootstrapClient c = client(addr, ONE_SECOND);
         long t0 = System.nanoTime();
         CompletableFuture<RuntimeException> call = CompletableFuture.supplyAsync(() -> {
@@ -117,15 +120,7 @@ class BootstrapClientReplyLimitsTest {
 
     @Test
     void healthProbeGivesUpOnADrippedBody() throws Exception {
-        String addr = rawRegistry(out -> {
-            out.write(ascii("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"));
-            out.flush();
-            for (int i = 0; i < 100; i++) {
-                Thread.sleep(500);
-                out.write(' ');
-                out.flush();
-            }
-        });
+        String addr = rawRegistry(out -> dripBody(out, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"));
         BootstrapClient c = client(addr, ONE_SECOND);
         long t0 = System.nanoTime();
         assertFalse(CompletableFuture.supplyAsync(c::health).get(30, TimeUnit.SECONDS));

@@ -117,16 +117,10 @@ class SafetyTest extends TransferTestBase {
         KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, "shm", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver other = d.createReceiver(addr, 9);
-        other.init(0);
-        KVSender otherSender = p.createSender(addr, 9);
-        other.sendMetadata(new int[]{10, 11}, 1, null, 0);
-        await(otherSender::poll, KVPoll.WaitingForInput);
+        KVSender otherSender = waitingForInput(p, other, 9, new int[]{10, 11}, 1);
 
         KVReceiver first = d.createReceiver(addr, 5);
-        first.init(0);
-        KVSender firstSender = p.createSender(addr, 5);
-        first.sendMetadata(new int[]{1, 2}, 0, null, 0);
-        await(firstSender::poll, KVPoll.WaitingForInput);
+        KVSender firstSender = waitingForInput(p, first, 5, new int[]{1, 2}, 0);
         firstSender.abort();
         assertThrows(KVTransferException.class, firstSender::failureException); // the prefill forgets room 5
         await(first::poll, KVPoll.Failed);
@@ -183,6 +177,15 @@ class SafetyTest extends TransferTestBase {
         }
     }
 
+    /** Room {@code room} up to WaitingForInput on both sides: {@code r} initialised and its metadata sent; returns the sender. */
+    private KVSender waitingForInput(KVManager p, KVReceiver r, long room, int[] pages, int auxIndex) {
+        r.init(0);
+        KVSender s = p.createSender(addr, room);
+        r.sendMetadata(pages, auxIndex, null, 0);
+        await(s::poll, KVPoll.WaitingForInput);
+        return s;
+    }
+
     /** A prefill torn down with rooms in flight ends each of them Failed (shutdown), as the decode does. */
     @Test
     void aTornDownPrefillFailsItsRoomsInFlight() throws Exception {
@@ -190,10 +193,7 @@ class SafetyTest extends TransferTestBase {
         KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 21);
-        recv.init(0);
-        KVSender waiting = p.createSender(addr, 21);
-        recv.sendMetadata(new int[]{1, 2}, 0, null, 0);
-        await(waiting::poll, KVPoll.WaitingForInput);
+        KVSender waiting = waitingForInput(p, recv, 21, new int[]{1, 2}, 0);
         KVSender bootstrapping = p.createSender(addr, 22); // no decode for it yet
         p.teardown();
         assertEquals(KVPoll.Failed, waiting.poll());
@@ -212,6 +212,19 @@ class SafetyTest extends TransferTestBase {
         closeables.add(p);
         p.registerToBootstrap();
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVSender s8 = blockRoom8sWorker(p, fm);
+        Thread.sleep(200);
+        // Room 12 is pinned to the same worker as room 8 (12 mod 4 == 8 mod 4).
+        Transfer t = start(p, pm, d, 12, new int[]{1, 2}, new int[]{3, 4}, 1, 1, 0);
+        assertEquals(KVPoll.Success, awaitTerminal(t.receiver()::poll), "room 12 stuck behind room 8's blocked write");
+        assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
+    }
+
+    /**
+     * Room 8 of a decode ({@code fm}'s layout) that registers and never reads: its 64 MiB write blocks
+     * room 8's transfer worker until {@code p}'s write-stall timeout. Returns room 8's sender.
+     */
+    private KVSender blockRoom8sWorker(KVManager p, TestRank fm) throws IOException {
         ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
         closeables.add(stalled);
         assertTrue(registerAsDecode(stalled, "stalled-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
@@ -221,11 +234,7 @@ class SafetyTest extends TransferTestBase {
         await(s8::poll, KVPoll.WaitingForInput);
         s8.init(64, 0);
         s8.send(all, null); // 64 MiB towards a peer that never reads
-        Thread.sleep(200);
-        // Room 12 is pinned to the same worker as room 8 (12 mod 4 == 8 mod 4).
-        Transfer t = start(p, pm, d, 12, new int[]{1, 2}, new int[]{3, 4}, 1, 1, 0);
-        assertEquals(KVPoll.Success, awaitTerminal(t.receiver()::poll), "room 12 stuck behind room 8's blocked write");
-        assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
+        return s8;
     }
 
     /**
@@ -241,15 +250,7 @@ class SafetyTest extends TransferTestBase {
                 cfg(1, 0).writeStallTimeout(Duration.ofMillis(2000)).build());
         closeables.add(p);
         p.registerToBootstrap();
-        ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
-        closeables.add(stalled);
-        assertTrue(registerAsDecode(stalled, "stalled-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
-        int[] all = IntStream.range(0, 64).toArray();
-        stalled.send(new TransferInfo(8, all, 0, new int[0][], 1, 0, false));
-        KVSender s8 = p.createSender(addr, 8);
-        await(s8::poll, KVPoll.WaitingForInput);
-        s8.init(64, 0);
-        s8.send(all, null); // 64 MiB towards a peer that never reads: room 8's worker is blocked until the stall timeout
+        KVSender s8 = blockRoom8sWorker(p, fm); // until the write-stall timeout
         ControlConnection aborter = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
         closeables.add(aborter);
         assertTrue(registerAsDecode(aborter, "aborting-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
