@@ -577,6 +577,12 @@ public final class Router implements AutoCloseable {
     public void close() {
         Http.stop(server);
         health.shutdownNow();
-        client.close();
+        // Not close(): it waits for every call in flight, and a hung backend would hold SIGTERM forever.
+        client.shutdownNow();
+        try {
+            if (!client.awaitTermination(Duration.ofSeconds(5))) log.warn("router: backend calls still in flight after close");
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 }

@@ -20,7 +20,10 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -92,6 +95,46 @@ class RouterErrorsTest {
             assertEquals(200, h.statusCode(), "one failed exchange took a backend out of rotation: " + h.body());
             assertEquals(1, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
         } finally {
+            stub.stop(0);
+        }
+    }
+    /** A backend that never answers does not hold the router's close (its shutdown hook on SIGTERM): calls in flight are cancelled. */
+    @Test
+    @Timeout(60)
+    void closeDoesNotWaitForAHungBackend() throws Exception {
+        CountDownLatch called = new CountDownLatch(1), release = new CountDownLatch(1);
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        stub.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        stub.createContext("/health", ex -> {
+            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        stub.createContext("/generate", ex -> {
+            called.countDown();
+            try {
+                release.await(); // hangs until the test ends
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            ex.close();
+        });
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        try {
+            Router router = new Router(List.of(url), List.of(url), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0);
+            CompletableFuture<HttpResponse<String>> pending = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port()
+                    + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Hi\",\"max_tokens\":3}")).build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertTrue(called.await(20, TimeUnit.SECONDS), "the backend was never called");
+            long start = System.nanoTime();
+            router.close();
+            long millis = (System.nanoTime() - start) / 1_000_000;
+            assertTrue(millis < 10_000, "close() waited " + millis + " ms for a hung backend");
+            pending.cancel(true);
+        } finally {
+            release.countDown();
             stub.stop(0);
         }
     }
