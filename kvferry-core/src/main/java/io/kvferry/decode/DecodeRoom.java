@@ -61,14 +61,20 @@ final class DecodeRoom {
     volatile long[] kvWritten;
     private static final VarHandle BITS = MethodHandles.arrayElementVarHandle(long[].class);
 
-    /** Marks one whole page as written by target {@code slot}; false when it was marked before. */
-    boolean markWritten(int slot, int kvBuffers, int buffer, int pageOrdinal) {
+    /**
+     * Marks {@code count} whole pages from {@code firstOrdinal} (in sorted order) of one KV buffer as
+     * written by target {@code slot}; returns the offset in the run of the first page marked before, or -1.
+     */
+    int markWritten(int slot, int kvBuffers, int buffer, int firstOrdinal, long count) {
         long[] bits = kvWritten;
         Allowance a = allowance;
-        if (bits == null || a == null) return true;
-        long bit = ((long) slot * kvBuffers + buffer) * a.sortedPages().length + pageOrdinal;
-        long mask = 1L << (bit & 63);
-        return ((long) BITS.getAndBitwiseOr(bits, (int) (bit >>> 6), mask) & mask) == 0;
+        if (bits == null || a == null) return -1;
+        long base = ((long) slot * kvBuffers + buffer) * a.sortedPages().length + firstOrdinal;
+        for (int k = 0; k < count; k++) {
+            long bit = base + k, mask = 1L << (bit & 63);
+            if (((long) BITS.getAndBitwiseOr(bits, (int) (bit >>> 6), mask) & mask) != 0) return k;
+        }
+        return -1;
     }
 
     // Guarded by this: writes between gate and retirement, and whether new ones are refused.

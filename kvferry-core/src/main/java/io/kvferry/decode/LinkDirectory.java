@@ -30,7 +30,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.SocketTimeoutException;
 import java.time.Duration;
@@ -77,15 +76,8 @@ final class LinkDirectory {
     private final ConcurrentHashMap<String, BootstrapClient> clients = new ConcurrentHashMap<>();
     /** Failed topology lookups, by bootstrap address. */
     private final RecentFailures<RuntimeException> recentFailures = new RecentFailures<>(RETRY_NANOS);
-    /** Failed link set-ups (connect, no CHALLENGE or HELLO_ACK by the deadline, refusal), by prefill endpoint. */
+    /** Link set-ups that ran out of time (connect, or CHALLENGE / HELLO_ACK by the deadline), by prefill endpoint. */
     private final RecentFailures<IOException> recentLinkFailures = new RecentFailures<>(RETRY_NANOS);
-
-    /** A link set-up whose handshake did not complete before the connect timeout. */
-    static final class SetupTimedOut extends IOException {
-        SetupTimedOut(String message, Throwable cause) {
-            super(message, cause);
-        }
-    }
     /** The last session key agreed with each prefill rank, by endpoint: a reconnection proves it (resume). */
     private final ConcurrentHashMap<String, byte[]> sessionKeys = new ConcurrentHashMap<>();
     /**
@@ -270,20 +262,19 @@ final class LinkDirectory {
         }
     }
 
-    /**
-     * Throws the recent set-up failure of {@code key} again, as the same kind of exception so the room
-     * fails (or, for a refused connect, keeps bootstrapping) as the first one did.
-     */
+    /** Throws the recent timed-out set-up of {@code key} again (the room fails as the first one did). */
     private void failFastIfRecent(String key) throws IOException {
         RecentFailures.Recent<IOException> f = recentLinkFailures.recent(key);
         if (f == null) return;
-        String reason = f.error().getMessage() + " (link set-up failed " + f.ageMillis() + " ms ago; not retried for "
-                + recentLinkFailures.windowMillis() + " ms)";
-        throw switch (f.error()) {
-            case LinkRefusedException r -> new LinkRefusedException(r.kind(), reason);
-            case ConnectException c -> new ConnectException(reason);
-            default -> new IOException(reason, f.error());
-        };
+        throw new IOException(f.error().getMessage() + " (link set-up failed " + f.ageMillis() + " ms ago; not retried for "
+                + recentLinkFailures.windowMillis() + " ms)", f.error());
+    }
+
+    /** A link set-up whose handshake did not complete before the connect timeout. */
+    static final class SetupTimedOut extends IOException {
+        SetupTimedOut(String message, Throwable cause) {
+            super(message, cause);
+        }
     }
 
     private Hello hello(List<TransportOffer> offers, int flags, byte[] nonce, byte[] resumeProof) {

@@ -169,12 +169,10 @@ final class WriteGate implements WriteSink {
         if (offset % item != 0 || length % item != 0) return;
         long first = offset / item, count = length / item;
         int ordinal = Arrays.binarySearch(a.sortedPages(), (int) first); // a run of consecutive owned pages (requireAllowed)
-        int buffers = memory.kvBufferCount();
-        for (int k = 0; k < count; k++) {
-            if (!r.markWritten(slot, buffers, buffer, ordinal + k)) {
-                throw new WriteRejectedException("KV buffer " + buffer + " page " + (first + k) + " of room " + r.room
-                        + " was written twice by " + into.source(), false);
-            }
+        int twice = r.markWritten(slot, memory.kvBufferCount(), buffer, ordinal, count);
+        if (twice >= 0) {
+            throw new WriteRejectedException("KV buffer " + buffer + " page " + (first + twice) + " of room " + r.room
+                    + " was written twice by " + into.source(), false);
         }
     }
 
