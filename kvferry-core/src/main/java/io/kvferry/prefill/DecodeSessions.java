@@ -336,6 +336,9 @@ final class DecodeSessions {
         if (rooms.get(id) != null) return; // a newer request holds the id: its slot is its own
         rooms.statuses.remove(id);
         PrefillRooms.Tombstone buried = rooms.buried(id);
+        // A room that concluded with this info attached (transferred, Success, cleared before this reader got
+        // here) was answered by its worker: a Failed now would turn the decode's Success into a failure.
+        if (buried != null && buried.status() == KVPoll.Success) return;
         if (buried != null && buried.status() == KVPoll.Failed) {
             link.sendQuietly(new Status(id, KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
         } else {
