@@ -21,7 +21,7 @@ public final class Knobs {
     public static final Knob CONNECT_TIMEOUT_MS = new Knob("kvferry.connectTimeoutMs", "KVFERRY_CONNECT_TIMEOUT_MS", "10000",
             "decode: TCP connect + HELLO handshake per prefill rank; prefill: how long a connection may stay without HELLO", "");
     public static final Knob WRITE_STALL_TIMEOUT_MS = new Knob("kvferry.writeStallTimeoutMs", "KVFERRY_WRITE_STALL_TIMEOUT_MS", "30000",
-            "prefill: a connection whose write makes no progress this long is closed (its rooms fail)", "");
+            "prefill: a connection whose write makes no progress (tcp), or a link whose UCX puts none is confirmed (ucx), this long is closed (its rooms fail)", "");
     public static final Knob PREFILL_INFO_TIMEOUT_MS = new Knob("kvferry.prefillInfoTimeoutMs", "KVFERRY_PREFILL_INFO_TIMEOUT_MS", "15000",
             "decode: how long a receiver retries (once a second) an unavailable prefill's topology", "(15 tries, 1 s apart)");
     public static final Knob ABORT_ACK_TIMEOUT_MS = new Knob("kvferry.abortAckTimeoutMs", "KVFERRY_ABORT_ACK_TIMEOUT_MS", "5000",

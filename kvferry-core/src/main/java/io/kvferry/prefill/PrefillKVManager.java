@@ -3,6 +3,7 @@ package io.kvferry.prefill;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.Knobs;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVManagerStats;
@@ -114,7 +115,9 @@ public final class PrefillKVManager implements KVManager {
                 });
         rooms = new PrefillRooms(workers, uniqueRank, config.ticker(), this::onRoomChanged, this::onRoomSucceeded);
         chunks = new ChunkExecutor(memory, config, pageSize, uniqueRank, rooms, workers);
-        negotiator = new OfferNegotiator(backend, memory, rank, config.settings());
+        // Transports read their knobs from the settings; the stall bound is the config's resolved value (one knob for tcp and ucx).
+        negotiator = new OfferNegotiator(backend, memory, rank,
+                config.settings().with(Knobs.WRITE_STALL_TIMEOUT_MS, Long.toString(config.writeStallTimeout().toMillis())));
         fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
         HandshakeValidator validator = new HandshakeValidator(memory, config, fingerprint, hasConvShardGroups);
         sessions = new DecodeSessions(config, memory, backend, rank, uniqueRank, validator, negotiator, rooms, workers, timer,

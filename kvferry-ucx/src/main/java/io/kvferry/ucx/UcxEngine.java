@@ -25,6 +25,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 
 /**
@@ -41,8 +42,11 @@ import java.util.concurrent.locks.LockSupport;
  *
  * <p><b>Pipeline.</b> Jobs run FIFO. A job's ops are posted in batches of about
  * {@link UcxSettings#batchBytes()} with {@code putNonBlockingImplicit}, each batch closed by an
- * endpoint flush; up to {@link UcxSettings#window()} batches are in flight, so the link stays busy
- * while each flush confirms remote completion. A job completes when its last flush has: every byte
+ * endpoint flush; up to {@link UcxSettings#window()} batches per link are in flight, so the link stays
+ * busy while each flush confirms remote completion. The window is per link, not shared: a decode
+ * that stops confirming holds only its own link's window, and the other links' jobs post past it
+ * (each pass posts at most one batch per link, from that link's oldest job, so a link's jobs stay
+ * FIFO and links share the engine round-robin). A job completes when its last flush has: every byte
  * is then in the decode's memory. Strided ops whose destination is contiguous are gathered into a
  * registered staging buffer (engine-owned, reused after its batch's flush) and put once; strided
  * destinations get one put per piece.
@@ -51,6 +55,14 @@ import java.util.concurrent.locks.LockSupport;
  * (the worker's event fd) and is woken by {@code signal()}; with puts in flight it progresses
  * busily for a while, then sleeps on the event fd too (completions wake it; writers also signal
  * every few tens of milliseconds while they wait, so a missed wakeup cannot stall a write).
+ *
+ * <p><b>Stalls.</b> A link with batches in flight none of which UCX confirmed for
+ * {@link UcxSettings#stallTimeoutMs} (the prefill's write-stall timeout) is closed: its writes fail
+ * naming the stall and its path reports itself broken, so the prefill takes the link down and the
+ * decode sets up a fresh one. Over transports that need the decode's worker (tcp, active messages) a
+ * decode whose progress stopped behind a healthy control connection would otherwise hold the room's
+ * writer until the room's own timeouts, as a tcp decode that stops reading would without the
+ * write-stall watchdog.
  */
 final class UcxEngine implements Runnable {
     private static final Logger log = LoggerFactory.getLogger(UcxEngine.class);
@@ -63,6 +75,8 @@ final class UcxEngine implements Runnable {
     private final long batchBytes;
     private final int window;
     private final long spin;
+    private final long stallNanos;
+    private final long stallCheckNanos;
     private final Thread thread;
     /** This worker's packed address, read before the engine thread starts (the template peers' addresses are checked against). */
     private final byte[] ownAddress;
@@ -70,7 +84,8 @@ final class UcxEngine implements Runnable {
     private volatile boolean stopping;
 
     // ---- engine-thread state ----
-    private final ArrayDeque<Job> jobs = new ArrayDeque<>();
+    /** Queued jobs, oldest first (few: one per writer waiting on this engine). */
+    private final List<Job> jobs = new ArrayList<>();
     private final List<Link> links = new ArrayList<>();
     private final List<Closing> closing = new ArrayList<>();
     private final ArrayDeque<Staging> freeStaging = new ArrayDeque<>();
@@ -78,6 +93,9 @@ final class UcxEngine implements Runnable {
     private final Arena stagingArena = Arena.ofShared();
     private int inFlight;
     private boolean failedLinks;
+    /** Counts post() passes; a link remembers the pass in which its oldest job was seen. */
+    private int postPass;
+    private long lastStallCheck = System.nanoTime();
 
     UcxEngine(UcpContext context, int engineRank, UcxSettings settings) {
         this.context = context;
@@ -85,6 +103,8 @@ final class UcxEngine implements Runnable {
         this.batchBytes = settings.batchBytes;
         this.window = settings.window;
         this.spin = settings.spin;
+        this.stallNanos = TimeUnit.MILLISECONDS.toNanos(settings.stallTimeoutMs);
+        this.stallCheckNanos = Math.max(1_000_000L, Math.min(stallNanos / 4, 250_000_000L));
         this.worker = context.newWorker(new UcpWorkerParams().requestWakeupRMA().requestWakeupRX().requestWakeupTX());
         this.ownAddress = UcxDestination.bytes(worker.getAddress());
         this.thread = Thread.ofPlatform().daemon().name("kvferry-ucx-src-r" + engineRank).unstarted(this);
@@ -252,6 +272,7 @@ final class UcxEngine implements Runnable {
                     for (Link l : new ArrayList<>(links)) if (l.failure != null) close(l, l.failure, true);
                 }
                 if (!closing.isEmpty()) reapClosing();
+                if (inFlight > 0) closeStalledLinks();
                 if (n > 0) {
                     idle = 0;
                 } else if (commands.isEmpty() && !canPost()) {
@@ -272,29 +293,68 @@ final class UcxEngine implements Runnable {
         }
     }
 
-    /** Whether {@link #post} would post a batch now. */
+    /** Whether {@link #post} would post a batch, or retire a job, now. */
     private boolean canPost() {
-        return inFlight < window && !jobs.isEmpty();
+        for (int i = 0; i < jobs.size(); i++) {
+            Job j = jobs.get(i);
+            if (j.link.inFlight < window || stopReason(j) != null || j.op >= j.ops) return true;
+        }
+        return false;
     }
 
-    /** Posts batches of the head job(s) while the window has room. */
+    private static String stopReason(Job j) {
+        return j.link.failure != null ? j.link.failure
+                : j.error != null ? j.error
+                : j.cancel ? "cancelled" : null;
+    }
+
+    /**
+     * Posts batches while some link has window room: each pass retires the jobs that are stopped or
+     * fully posted and posts one batch from the oldest job of every link below its window.
+     */
     private void post() {
-        while (inFlight < window && !jobs.isEmpty()) {
-            Job j = jobs.peek();
-            String stop = j.link.failure != null ? j.link.failure
-                    : j.error != null ? j.error
-                    : j.cancel ? "cancelled" : null;
-            if (stop != null || j.op >= j.ops) {
-                jobs.poll();
-                j.queued = false;
-                if (stop != null && j.error == null) {
-                    if (j.cancel) j.cancelledByEngine = true;
-                    else j.error = stop;
+        boolean posted = true;
+        while (posted) {
+            posted = false;
+            int pass = ++postPass;
+            for (int i = 0; i < jobs.size(); ) {
+                Job j = jobs.get(i);
+                String stop = stopReason(j);
+                if (stop != null || j.op >= j.ops) {
+                    jobs.remove(i);
+                    j.queued = false;
+                    if (stop != null && j.error == null) {
+                        if (j.cancel) j.cancelledByEngine = true;
+                        else j.error = stop;
+                    }
+                    if (j.inFlight == 0) complete(j);
+                    continue;
                 }
-                if (j.inFlight == 0) complete(j);
-                continue;
+                i++;
+                Link link = j.link;
+                if (link.postPass == pass) continue; // an older job of this link goes first
+                link.postPass = pass;
+                if (link.inFlight < window) {
+                    postBatch(j);
+                    posted = true;
+                }
             }
-            postBatch(j);
+        }
+    }
+
+    /** Closes every link whose batches in flight have gone unconfirmed for the stall timeout. */
+    private void closeStalledLinks() {
+        long now = System.nanoTime();
+        if (now - lastStallCheck < stallCheckNanos) return;
+        lastStallCheck = now;
+        for (int i = links.size() - 1; i >= 0; i--) {
+            Link l = links.get(i);
+            if (l.inFlight > 0 && now - l.lastConfirmed > stallNanos) {
+                String why = "no UCX put to decode " + l.peer + " was confirmed for " + stallNanos / 1_000_000
+                        + " ms (the decode's worker is not progressing?); endpoint closed";
+                log.warn("ucx: {}", why);
+                close(l, why, true);
+            }
         }
     }
 
@@ -347,6 +407,8 @@ final class UcxEngine implements Runnable {
             if (j.error == null) j.error = why;
         }
         Batch b = new Batch(j, staged);
+        if (link.inFlight == 0) link.lastConfirmed = System.nanoTime(); // the stall clock starts when the link gets busy
+        link.inFlight++;
         j.inFlight++;
         inFlight++;
         link.batches.add(b);
@@ -378,6 +440,8 @@ final class UcxEngine implements Runnable {
         Job j = b.job;
         j.inFlight--;
         inFlight--;
+        j.link.inFlight--;
+        if (error == null && !abandoned) j.link.lastConfirmed = System.nanoTime();
         j.link.batches.remove(b);
         if (b.staging != null && !abandoned) freeStaging.push(b.staging);
         if (error != null && j.error == null) {
@@ -496,6 +560,12 @@ final class UcxEngine implements Runnable {
         UcpRemoteKey[] rkeys;
         /** Batches posted and not yet confirmed (engine thread). */
         final List<Batch> batches = new ArrayList<>();
+        /** How many of them: this link's share of the window (engine thread). */
+        int inFlight;
+        /** When a batch of this link was last confirmed, or the link last got busy (engine thread; the stall clock). */
+        long lastConfirmed;
+        /** The post() pass in which this link's oldest job was last seen (engine thread). */
+        int postPass;
         /** First failure (endpoint error, failed put); writes fail with it. */
         volatile String failure;
         volatile boolean closed;

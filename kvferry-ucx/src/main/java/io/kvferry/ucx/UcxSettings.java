@@ -2,6 +2,7 @@ package io.kvferry.ucx;
 
 import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.Knob;
+import io.kvferry.api.Knobs;
 
 import java.util.HashSet;
 import java.util.List;
@@ -66,6 +67,12 @@ final class UcxSettings {
     /** Empty progress calls the prefill's engine makes while puts are in flight before it sleeps (nothing in flight: at once). */
     final long spin;
     /**
+     * A link with puts in flight none of which UCX confirmed for this long is closed, failing its
+     * writes: the prefill's write-stall timeout ({@link Knobs#WRITE_STALL_TIMEOUT_MS}), the bound tcp
+     * writes have, for a decode whose worker stopped progressing behind a healthy control connection.
+     */
+    final long stallTimeoutMs;
+    /**
      * Empty progress calls a decode link's progress thread makes after a call that did work, before
      * it sleeps on the worker's event fd. Transports that are not truly one-sided (tcp, and the
      * active-message lanes) need the decode's worker to receive every fragment; sleeping between
@@ -86,6 +93,7 @@ final class UcxSettings {
         connectTimeoutMs = Math.max(1, s.getLong(CONNECT_TIMEOUT_MS));
         drainTimeoutMs = Math.max(1, s.getLong(DRAIN_TIMEOUT_MS));
         spin = Math.max(0, Math.min(MAX_SPIN, s.getLong(SPIN)));
+        stallTimeoutMs = Math.max(1, s.getLong(Knobs.WRITE_STALL_TIMEOUT_MS));
         dstSpin = Math.max(0, Math.min(MAX_SPIN, s.getLong(DST_SPIN)));
     }
 
