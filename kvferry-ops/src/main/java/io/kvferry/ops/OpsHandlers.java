@@ -1,10 +1,13 @@
 package io.kvferry.ops;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.io.InputStream;
@@ -21,6 +24,7 @@ import java.util.function.Supplier;
  * JavaScript, no build step), {@code /status.js}, {@code /status.css} and {@code /status.json}.
  */
 public final class OpsHandlers {
+    private static final Logger log = LoggerFactory.getLogger(OpsHandlers.class);
     private static final String WEB = "/io/kvferry/ops/web/";
     private static final Map<String, String> ASSETS = Map.of(
             "/status", "status.html", "/status.js", "status.js", "/status.css", "status.css");
@@ -46,12 +50,24 @@ public final class OpsHandlers {
         };
     }
 
-    /** {@code GET /status.json}: the document the supplier builds now. */
+    /**
+     * {@code GET /status.json}: the document the supplier builds now. A supplier that fails answers
+     * 500 with its reason as JSON (and is logged), rather than a connection closed with no response.
+     */
     public static HttpHandler json(Supplier<? extends JsonNode> status) {
         return ex -> {
             if (!readOnly(ex)) return;
-            byte[] body = StatusJson.MAPPER.writeValueAsBytes(status.get());
             ex.getResponseHeaders().set("Cache-Control", "no-store");
+            byte[] body;
+            try {
+                body = StatusJson.MAPPER.writeValueAsBytes(status.get());
+            } catch (RuntimeException | IOException e) {
+                log.warn("{}: building the status document failed", ex.getRequestURI().getRawPath(), e);
+                ObjectNode error = StatusJson.MAPPER.createObjectNode();
+                error.put("error", "building the status document failed: " + e);
+                send(ex, 500, "application/json; charset=utf-8", StatusJson.MAPPER.writeValueAsBytes(error));
+                return;
+            }
             send(ex, 200, "application/json; charset=utf-8", body);
         };
     }

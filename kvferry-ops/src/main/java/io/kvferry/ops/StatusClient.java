@@ -128,7 +128,8 @@ public final class StatusClient {
             }
         }
         b.append("\npeers\n").append(peers.isEmpty() ? "  (none)\n" : peers.toString());
-        oldest.sort(Comparator.comparingLong((String[] a) -> Long.parseLong(a[3])).reversed());
+        // by age, oldest first; a row without a numeric age (another version's document) sorts last instead of failing the render
+        oldest.sort(Comparator.comparingLong((String[] a) -> ageOf(a[3])).reversed());
         for (String[] a : oldest.subList(0, Math.min(oldest.size(), 10))) rooms.row(a);
         b.append("\noldest rooms in flight\n").append(rooms.isEmpty() ? "  (none)\n" : rooms.toString());
         failures.sort(Comparator.comparingLong((JsonNode[] a) -> a[1].path("at_epoch_millis").asLong()).reversed());
@@ -139,6 +140,14 @@ public final class StatusClient {
         }
         b.append("\nrecent failures\n").append(fails.isEmpty() ? "  (none)\n" : fails.toString());
         return b.toString();
+    }
+
+    private static long ageOf(String millis) {
+        try {
+            return Long.parseLong(millis);
+        } catch (NumberFormatException e) {
+            return Long.MIN_VALUE;
+        }
     }
 
     private static String rankName(JsonNode r) {

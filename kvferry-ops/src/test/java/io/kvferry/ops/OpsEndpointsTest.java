@@ -165,6 +165,37 @@ class OpsEndpointsTest {
         assertTrue(text.contains("peer_lost  transferring"), text);
     }
 
+    @Test
+    void aStatusSupplierThatFailsAnswers500WithItsReasonAndTheServerGoesOn() throws Exception {
+        boolean[] fail = {true};
+        OpsServer s = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> {
+            if (fail[0]) throw new IllegalStateException("rank table is being rebuilt");
+            return StatusJson.MAPPER.createObjectNode().put("kind", "process");
+        });
+        closeables.add(s);
+        HttpResponse<String> bad = get(s.baseUrl() + "/status.json");
+        assertEquals(500, bad.statusCode());
+        assertTrue(bad.headers().firstValue("Content-Type").orElse("").startsWith("application/json"));
+        assertTrue(StatusJson.MAPPER.readTree(bad.body()).path("error").asText().contains("rank table is being rebuilt"), bad.body());
+        fail[0] = false;
+        HttpResponse<String> good = get(s.baseUrl() + "/status.json");
+        assertEquals(200, good.statusCode());
+        assertEquals("process", StatusJson.MAPPER.readTree(good.body()).path("kind").asText());
+    }
+
+    @Test
+    void aDocumentWithoutRoomAgesStillRenders() throws Exception {
+        JsonNode doc = StatusJson.MAPPER.readTree("""
+                {"kind":"process","role":"decode","pid":7,
+                 "ranks":[{"role":"decode","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,
+                   "oldest_rooms":[{"room":1,"state":"Transferring"},{"room":2,"state":"WaitingForInput","age_millis":50},
+                                   {"room":3,"state":"Transferring","age_millis":"soon"}]}]}""");
+        String text = StatusClient.render(doc);
+        assertTrue(text.startsWith("kvferry decode process 7"), text);
+        assertTrue(text.indexOf("2     WaitingForInput") >= 0, text);
+        assertTrue(text.indexOf("2     WaitingForInput") < text.indexOf("1     Transferring"), "aged rooms first: " + text);
+    }
+
     private static PrefillRankRegistration reg(int tp, int port, String statusUrl) {
         return new PrefillRankRegistration(2, tp, 1, 0, 1, 0, 1, 0, 1, 0, "127.0.0.1", port, 16, "bf16", null, false, null, statusUrl);
     }
