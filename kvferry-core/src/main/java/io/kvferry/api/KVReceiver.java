@@ -5,7 +5,13 @@ package io.kvferry.api;
  * {@link KVManager#createReceiver}. Called from the decode scheduler thread.
  */
 public interface KVReceiver {
-    /** Resolves the prefill ranks to talk to, registers this rank's buffers with them once, and moves to WaitingForInput. */
+    /**
+     * Starts resolving the prefill ranks to talk to and registering this rank's buffers with them
+     * (once per prefill rank), and returns without waiting for any peer: {@link #poll()} answers
+     * Bootstrapping until that is done, then WaitingForInput (at once when an earlier room of the
+     * same prefill instance and DP group already did it), or Failed naming why. Registry lookups
+     * and link set-up run on a resolver thread, so a silent prefill never holds the caller.
+     */
     void init(int prefillDpRank);
 
     /**

@@ -113,7 +113,7 @@ public final class DecodeKVManager implements KVManager {
         TcpDestination tcp = Transports.fallback().openDestination(memory, engineRank, config.settings(), gate, why -> { });
         this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
         Fingerprint fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
-        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, fingerprint,
+        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, pageSize, kvCacheDtype, fingerprint,
                 destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
@@ -339,7 +339,7 @@ public final class DecodeKVManager implements KVManager {
         telemetry.close();
         gate.close();
         reader.close();
-        directory.close();
+        directory.close(2000);
         for (DecodeRoom r : rooms.all()) {
             rooms.statuses.fail(r.room, FailureKind.SHUTDOWN, "the decode KV manager was torn down");
             r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS);

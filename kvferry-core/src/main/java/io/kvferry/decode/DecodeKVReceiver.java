@@ -7,12 +7,9 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
 import io.kvferry.metrics.HandshakeRefusal;
 import io.kvferry.plan.PlanException;
-import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
-import io.kvferry.registry.PrefillServerInfo;
-import io.kvferry.registry.RankEndpoint;
 import io.kvferry.registry.RegistryException;
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomFeed;
@@ -25,6 +22,9 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.TreeSet;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicLongArray;
 
@@ -52,6 +52,12 @@ final class DecodeKVReceiver implements KVReceiver {
     private static final int[][] NO_STATE = new int[0][];
     /** Scheduler thread only: where the room goes, once bootstrapped. */
     private LinkDirectory.Route route;
+    /** Scheduler thread only: the resolution of this room's route it waits for, while bootstrapping. */
+    private CompletableFuture<LinkDirectory.Route> resolution;
+    /** Scheduler thread only: after a failure worth retrying, no new resolution before this (System.nanoTime). */
+    private long retryAtNanos = System.nanoTime();
+    /** Pause between two resolutions for a room whose prefill was not there yet. */
+    private static final long RETRY_PAUSE_MILLIS = 100;
     /** This receiver's place in the manager's change feed; null when the feed is off. */
     private final RoomFeed.Entry<KVReceiver> feedEntry;
 
@@ -87,97 +93,86 @@ final class DecodeKVReceiver implements KVReceiver {
     }
 
     /**
-     * One bootstrap attempt. The prefill's topology being unavailable (not registered yet, registry
-     * unreachable) leaves the room Bootstrapping and poll() tries again, at most once a second per
-     * address, until {@code prefillInfoTimeout} — as SGLang retries pending requests for ~15 s.
-     * Any other problem fails the room at once.
+     * One bootstrap step, never blocking on a peer: a known route is adopted at once; otherwise the
+     * room waits (Bootstrapping) for its group's resolution ({@link LinkDirectory#resolve}: registry
+     * lookups and link set-up on a resolver thread) and adopts or judges its outcome when it is done.
+     * The prefill's topology being unavailable (not registered yet, registry unreachable) or its
+     * rank refusing the connection (being restarted) leaves the room Bootstrapping and poll() tries
+     * again, {@value #RETRY_PAUSE_MILLIS} ms later, until {@code prefillInfoTimeout} — as SGLang
+     * retries pending requests for ~15 s. Any other problem fails the room.
      */
     private void tryBootstrap() {
         String addr = room.bootstrapAddr;
         LinkDirectory.Route cached = manager.directory.route(addr, prefillDpRank);
         if (cached != null) {
             // Every room of this DP group goes to the same prefill ranks while their links live.
-            adopt(cached, true);
+            adopt(cached);
             return;
         }
-        PrefillServerInfo info;
+        if (resolution == null) {
+            if (System.nanoTime() - retryAtNanos < 0) return;
+            resolution = manager.directory.resolve(addr, prefillDpRank);
+        }
+        if (!resolution.isDone()) return;
+        CompletableFuture<LinkDirectory.Route> done = resolution;
+        resolution = null;
+        LinkDirectory.Route route;
         try {
-            info = manager.directory.topology(addr);
-        } catch (RuntimeException e) {
-            if (e instanceof RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
-                fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + ": " + e.getMessage()); // retrying cannot help
-                initPending = false;
-                return;
-            }
-            double waited = (now() - initPendingSince) / 1e9;
-            if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
-                fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + " after " + String.format("%.1f", waited)
-                        + " s: " + e.getMessage());
-            }
+            route = done.join();
+        } catch (CompletionException | CancellationException e) {
+            judge(addr, e.getCause() != null ? e.getCause() : e);
             return;
         }
-        try {
-            if (info.pageSize() != manager.pageSize()) {
-                fail(FailureKind.LAYOUT_REFUSED, "page_size mismatch: prefill at " + addr + " uses " + info.pageSize() + ", decode uses "
-                        + manager.pageSize() + "; both servers must use the same --page-size value");
-                return;
-            }
-            if (!info.kvCacheDtype().equals(manager.kvCacheDtype())) {
-                fail(FailureKind.LAYOUT_REFUSED, "kv_cache_dtype mismatch: prefill at " + addr + " uses " + info.kvCacheDtype() + ", decode uses "
-                        + manager.kvCacheDtype());
-                return;
-            }
-            if (prefillDpRank < 0 || prefillDpRank >= info.dpSize()) {
-                fail(FailureKind.ROUTING, "prefill dp rank " + prefillDpRank + " is outside the prefill's dp_size " + info.dpSize());
-                return;
-            }
-            RankMapping mapping = RankMapping.resolve(info.attnTpSize(), manager.config().attnTpSize(),
-                    manager.engineRank(), manager.config().isMla(), info.attnCpSize(), manager.config().allCpRanksTransfer(),
-                    info.ppSize(),
-                    manager.config().ppSize(), manager.ppRank());
-            List<DecodeRoom.Target> targets = new ArrayList<>();
-            room.targets = targets; // visible to forget() even if a later lookup fails
-            for (int cp : mapping.targetCpRanks()) {
-                for (int tp : mapping.targetTpRanks()) {
-                    for (int pp : mapping.targetPpRanks()) {
-                        RankEndpoint ep = manager.directory.endpoint(addr, prefillDpRank, cp, tp, pp);
-                        PrefillLink link = manager.directory.link(addr, ep);
-                        link.rooms.add(room.room);
-                        targets.add(new DecodeRoom.Target(link, tp, cp, mapping.isDummy(tp, manager.config().isMla())));
-                    }
+        if (route.alive()) {
+            adopt(route);
+        } else {
+            retryUntilTimeout(addr, "a link of its route closed during the set-up"); // the next resolution opens fresh links
+        }
+    }
+
+    /** Fails the room for a resolution's failure, or leaves it bootstrapping when trying again can help. */
+    private void judge(String addr, Throwable e) {
+        switch (e) {
+            case LinkDirectory.TopologyUnavailable t -> {
+                if (t.getCause() instanceof RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
+                    fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + ": " + t.getMessage()); // retrying cannot help
+                    return;
+                }
+                double waited = (now() - initPendingSince) / 1e9;
+                if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
+                    fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + " after "
+                            + String.format("%.1f", waited) + " s: " + t.getMessage());
+                } else {
+                    retryAtNanos = System.nanoTime() + RETRY_PAUSE_MILLIS * 1_000_000L;
                 }
             }
-            LinkDirectory.Route route = new LinkDirectory.Route(List.copyOf(targets), mapping.requiredPrefillResponseNum(),
-                    mapping.requiredDstInfoNum(), info.attnCpSize(), manager.config().allCpRanksTransfer() && info.attnCpSize() > 1,
-                    new LinkDirectory.CoverageMemo());
-            manager.directory.keepRoute(addr, prefillDpRank, route);
-            adopt(route, false);
-        } catch (ConnectException e) {
-            // The registry still points at a rank that is gone (a prefill being restarted): drop the cached
-            // lookups and keep the room bootstrapping; poll() retries until prefillInfoTimeout.
-            manager.directory.forgetPrefill(addr);
-            for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
-            room.targets = List.of();
-            double waited = (now() - initPendingSince) / 1e9;
-            if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
-                fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + " after " + String.format("%.1f", waited) + " s: "
-                        + e.getMessage());
+            case LinkDirectory.RouteRefused r -> fail(r.kind, r.getMessage());
+            // The registry still points at a rank that is gone (a prefill being restarted): the lookups were dropped.
+            case ConnectException c -> retryUntilTimeout(addr, c.getMessage());
+            case LinkRefusedException r -> {
+                manager.telemetry.refused(HandshakeRefusal.of(r.kind()));
+                fail(r.kind(), "Could not bootstrap with prefill at " + addr + ": " + r.getMessage());
             }
-        } catch (LinkRefusedException e) {
-            manager.telemetry.refused(HandshakeRefusal.of(e.kind()));
-            fail(e.kind(), "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
-        } catch (IOException e) {
-            fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
-        } catch (RuntimeException e) {
-            fail(e instanceof PlanException ? FailureKind.LAYOUT_REFUSED : FailureKind.PREFILL_UNREACHABLE,
+            case IOException io -> fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + ": " + io.getMessage());
+            default -> fail(e instanceof PlanException ? FailureKind.LAYOUT_REFUSED : FailureKind.PREFILL_UNREACHABLE,
                     "Could not bootstrap with prefill at " + addr + ": " + e.getMessage());
         }
     }
 
+    private void retryUntilTimeout(String addr, String why) {
+        double waited = (now() - initPendingSince) / 1e9;
+        if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
+            fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + " after " + String.format("%.1f", waited)
+                    + " s: " + why);
+        } else {
+            retryAtNanos = System.nanoTime() + RETRY_PAUSE_MILLIS * 1_000_000L;
+        }
+    }
+
     /** Takes the room's prefill ranks from its route (registering the room on their links): the room is then WaitingForInput. */
-    private void adopt(LinkDirectory.Route route, boolean register) {
+    private void adopt(LinkDirectory.Route route) {
         this.route = route;
-        if (register) for (DecodeRoom.Target t : route.targets()) t.link().rooms.add(room.room);
+        for (DecodeRoom.Target t : route.targets()) t.link().rooms.add(room.room);
         room.prefillCpSize = route.prefillCpSize();
         room.allCpRanks = route.allCpRanks();
         room.landedFrom = new AtomicLongArray(route.targets().size());

@@ -43,7 +43,7 @@ class BadInputTest extends TransferTestBase {
         KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver bad = d.createReceiver(addr, 500);
-        bad.init(0);
+        bootstrap(bad, 0);
         bad.sendMetadata(new int[]{1, PAGES + 5}, 0, null, 0);
         assertEquals(KVPoll.Failed, bad.poll());
         assertTrue(failure(bad::failureException).contains("page id " + (PAGES + 5) + " is outside the decode KV pool of " + PAGES));
@@ -58,7 +58,7 @@ class BadInputTest extends TransferTestBase {
         KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 600);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(new int[]{7, 8}, 1, null, 0);
         KVSender send = p.createSender(addr, 600);
         await(send::poll, KVPoll.WaitingForInput);
@@ -81,12 +81,12 @@ class BadInputTest extends TransferTestBase {
         KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver r1 = d.createReceiver(addr, 700);
-        r1.init(0);
+        bootstrap(r1, 0);
         r1.sendMetadata(new int[]{1}, ROWS, null, 0);
         assertTrue(failure(r1::failureException).contains("aux index " + ROWS + " is outside the decode metadata pool of " + ROWS));
 
         KVReceiver r2 = d.createReceiver(addr, 701);
-        r2.init(0);
+        bootstrap(r2, 0);
         r2.sendMetadata(new int[]{1}, 0, null, 0);
         KVSender s2 = p.createSender(addr, 701);
         await(s2::poll, KVPoll.WaitingForInput);
@@ -103,7 +103,7 @@ class BadInputTest extends TransferTestBase {
         prefill(pm, backend, 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, 32);
         KVReceiver r = d.createReceiver(addr, 800);
-        r.init(0);
+        bootstrap(r, 0);
         assertEquals(KVPoll.Failed, r.poll());
         KVTransferException e800 = failed(r::failureException);
         assertEquals(FailureKind.LAYOUT_REFUSED, e800.kind());
@@ -118,7 +118,7 @@ class BadInputTest extends TransferTestBase {
         prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, "tcp", cfg(1, 0).authToken("not-the-token").build(), 0, PAGE_SIZE);
         KVReceiver r = d.createReceiver(addr, 900);
-        r.init(0);
+        bootstrap(r, 0);
         KVTransferException unauthorized = failed(r::failureException);
         assertTrue(unauthorized.getMessage().contains("Unauthorized"));
         assertEquals(FailureKind.HANDSHAKE_REFUSED, unauthorized.kind(), "the refusal kind travels on HELLO_ACK");
@@ -166,8 +166,8 @@ class BadInputTest extends TransferTestBase {
             KVReceiver victim = d.createReceiver(fakeAddr, 1);
             KVReceiver bystander = d.createReceiver(fakeAddr, 2);
             Thread t = Thread.ofVirtual().start(() -> {
-                victim.init(0);
-                bystander.init(0);
+                bootstrap(victim, 0);
+                bootstrap(bystander, 0);
             });
             ControlConnection evil = new ControlConnection(server.accept());
             acceptAsPrefill(evil); // an evil prefill that holds the cluster token
@@ -194,7 +194,7 @@ class BadInputTest extends TransferTestBase {
             assertTrue(dm.canariesIntact());
 
             KVReceiver third = d.createReceiver(fakeAddr, 3);
-            third.init(0);
+            bootstrap(third, 0);
             third.sendMetadata(new int[]{5}, 2, null, 0);
             assertInstanceOf(TransferInfo.class, evil.read());
             // A length larger than the whole buffer is a protocol violation: the connection goes.
@@ -219,7 +219,7 @@ class BadInputTest extends TransferTestBase {
             KVManagerConfig c = cfg(1, 0).connectTimeout(Duration.ofMillis(300)).build();
             KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
             KVReceiver r = d.createReceiver(fakeAddr, 5);
-            r.init(0); // the server accepts (backlog) but never answers HELLO
+            bootstrap(r, 0); // the server accepts (backlog) but never answers HELLO
             assertEquals(KVPoll.Failed, r.poll());
             KVTransferException e = failed(r::failureException);
             assertTrue(e.getMessage().contains("did not complete the handshake within 300 ms"), e.getMessage());

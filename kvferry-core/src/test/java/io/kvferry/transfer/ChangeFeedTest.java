@@ -69,7 +69,7 @@ class ChangeFeedTest extends TransferTestBase {
         assertEquals(List.of(s), senders(p), "a new sender is fed once");
         assertEquals(KVPoll.Bootstrapping, s.poll());
         assertEquals(List.of(), senders(p), "nothing moved: nothing fed");
-        r.init(0);
+        bootstrap(r, 0);
         assertEquals(List.of(r), receivers(d));
         assertEquals(KVPoll.WaitingForInput, r.poll());
         r.sendMetadata(new int[]{5, 9}, 1, null, 0);
@@ -116,7 +116,7 @@ class ChangeFeedTest extends TransferTestBase {
         d.enableChangeFeed();
         KVSender s = p.createSender(addr, 7003);
         KVReceiver r = d.createReceiver(addr, 7003);
-        r.init(0);
+        bootstrap(r, 0);
         receivers(d);
         assertEquals(KVPoll.WaitingForInput, r.poll());
         r.sendMetadata(new int[]{1, 2}, 0, null, 0);
@@ -142,7 +142,7 @@ class ChangeFeedTest extends TransferTestBase {
         d.enableChangeFeed();
         p.createSender(addr, 7004);
         KVReceiver r = d.createReceiver(addr, 7004);
-        r.init(0);
+        bootstrap(r, 0);
         receivers(d);
         r.sendMetadata(new int[]{1}, 0, null, 0);
         List<KVReceiver> fedR = new ArrayList<>();

@@ -34,7 +34,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
         assertEquals(0, d.resolvePrefillDpRank(addr, room, 0), "a router hint wins");
         KVReceiver recv = d.createReceiver(addr, room);
-        recv.init(1);
+        bootstrap(recv, 1);
         recv.sendMetadata(new int[]{4, 5}, 0, null, 0);
         KVSender s = dp1.createSender(addr, room);
         await(s::poll, KVPoll.WaitingForInput);
@@ -61,7 +61,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         KVSender s = dp1.createSender(addr, room);
         assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
         KVReceiver recv = d.createReceiver(addr, room);
-        recv.init(1);
+        bootstrap(recv, 1);
         recv.sendMetadata(new int[]{6}, 0, null, 0);
         await(s::poll, KVPoll.WaitingForInput);
         s.init(1, 0);
@@ -79,7 +79,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         KVSender dummy = cp1.createSender(addr, room);
         assertEquals(KVPoll.WaitingForInput, dummy.poll(), "a dummy CP rank waits for no decode");
         KVReceiver recv = d.createReceiver(addr, room);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(new int[]{1, 2}, 0, null, 0);
         KVSender real = cp0.createSender(addr, room);
         await(real::poll, KVPoll.WaitingForInput);
@@ -106,7 +106,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         int[] dst = {10, 11, 12, 13, 14, 15, 16}; // 7 pages: shares of 3, 2, 2
         int[] src = {1, 2, 3, 4, 5, 6, 7};
         KVReceiver recv = d.createReceiver(addr, room);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(dst, 2, new int[][]{{3}}, 0);
         KVSender[] senders = new KVSender[3];
         for (int r = 0; r < 3; r++) {
@@ -138,7 +138,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         KVManager cp1 = prefillRank(c1, cfg(1, 0).attnCp(2, 1).allCpRanksTransfer(true).build());
         KVManager d = decode(dm, "tcp", cfg(1, 0).allCpRanksTransfer(true).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 5);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(new int[]{10, 11, 12}, 0, null, 0); // decode wants 3 pages
         for (KVManager cp : new KVManager[]{cp0, cp1}) {
             KVSender s = cp.createSender(addr, 5);
@@ -157,7 +157,7 @@ class DataAndContextParallelTest extends TransferTestBase {
         prefillRank(c1, cfg(1, 0).attnCp(2, 1).allCpRanksTransfer(true).build());
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 6);
-        recv.init(0);
+        bootstrap(recv, 0);
         assertEquals(KVPoll.Failed, recv.poll());
         assertTrue(failure(recv::failureException).contains("all-CP-ranks transfer differs: prefill on, decode off"));
     }

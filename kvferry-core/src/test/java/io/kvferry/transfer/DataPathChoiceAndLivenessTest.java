@@ -117,7 +117,7 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
             KVManagerConfig c = cfg(1, 0).heartbeat(Duration.ofMillis(100), 3).build();
             KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
             KVReceiver r = d.createReceiver(fakeAddr, 31);
-            Thread t = Thread.ofVirtual().start(() -> r.init(0));
+            Thread t = Thread.ofVirtual().start(() -> bootstrap(r, 0));
             // A prefill that registers, then hangs: its socket stays open, nothing more arrives.
             ControlConnection hung = new ControlConnection(server.accept());
             acceptAsPrefill(hung);

@@ -48,7 +48,7 @@ class DeadlinesTest extends TransferTestBase {
         KVManager d = decode(dm, "tcp", cfg(1, 0).ticker(now::get).waitingTimeout(Duration.ofSeconds(30)).build(), 0, PAGE_SIZE);
         KVSender s = p.createSender(addr, 5151);
         KVReceiver r = d.createReceiver(addr, 5151);
-        r.init(0);
+        bootstrap(r, 0);
         r.sendMetadata(new int[]{1, 2}, 0, null, 0);
         await(s::poll, KVPoll.WaitingForInput); // the prefill has the metadata, but its scheduler never sends
         advance(Duration.ofSeconds(29));

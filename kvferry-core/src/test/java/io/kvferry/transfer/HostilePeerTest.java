@@ -184,7 +184,7 @@ class HostilePeerTest extends TransferTestBase {
         KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver victim = d.createReceiver(addr, 920);
-        victim.init(0);
+        bootstrap(victim, 0);
         KVSender s = p.createSender(addr, 920);
         victim.sendMetadata(new int[]{2}, 0, new int[][]{{0}}, 0);
         await(s::poll, KVPoll.WaitingForInput);

@@ -97,7 +97,7 @@ class HybridStateTpTest extends TransferTestBase {
         List<KVReceiver> receivers = new ArrayList<>();
         for (KVManager m : dm) {
             KVReceiver r = m.createReceiver(addr, room);
-            r.init(0);
+            bootstrap(r, 0);
             assertEquals(KVPoll.WaitingForInput, r.poll());
             r.sendMetadata(new int[]{2}, -1, new int[][]{{dstSlot}}, 0);
             receivers.add(r);
@@ -164,7 +164,7 @@ class HybridStateTpTest extends TransferTestBase {
         KVManager dm = KVFerry.createManager("tcp", bad, DisaggregationMode.DECODE, cfg(1, 0).build());
         closeables.add(dm);
         KVReceiver r = dm.createReceiver(addr, 3);
-        r.init(0);
+        bootstrap(r, 0);
         assertEquals(KVPoll.Failed, r.poll());
         String why = failure(r::failureException);
         Assertions.assertTrue(why.contains("tensor count differs"), why);

@@ -130,8 +130,8 @@ class IntegrityTest extends TransferTestBase {
             KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
             KVReceiver partial = d.createReceiver(fake.addr, 1), underReported = d.createReceiver(fake.addr, 2);
             fake.connect(() -> {
-                partial.init(0);
-                underReported.init(0);
+                bootstrap(partial, 0);
+                bootstrap(underReported, 0);
             }, true);
             partial.sendMetadata(new int[]{1, 2}, -1, null, 0);
             underReported.sendMetadata(new int[]{3, 4}, -1, null, 0);
@@ -173,9 +173,9 @@ class IntegrityTest extends TransferTestBase {
             KVReceiver twiceByList = d.createReceiver(fake.addr, 31), twiceByWrite = d.createReceiver(fake.addr, 32);
             KVReceiver once = d.createReceiver(fake.addr, 33);
             fake.connect(() -> {
-                twiceByList.init(0);
-                twiceByWrite.init(0);
-                once.init(0);
+                bootstrap(twiceByList, 0);
+                bootstrap(twiceByWrite, 0);
+                bootstrap(once, 0);
             }, true);
             twiceByList.sendMetadata(new int[]{7, 8}, -1, null, 0);
             twiceByWrite.sendMetadata(new int[]{9, 10}, -1, null, 0);
@@ -225,7 +225,7 @@ class IntegrityTest extends TransferTestBase {
                     shortOne = d.createReceiver(fake.addr, 23), badCrc = d.createReceiver(fake.addr, 24),
                     overlapping = d.createReceiver(fake.addr, 25);
             fake.connect(() -> {
-                for (KVReceiver r : List.of(exact, outside, shortOne, badCrc, overlapping)) r.init(0);
+                for (KVReceiver r : List.of(exact, outside, shortOne, badCrc, overlapping)) bootstrap(r, 0);
             }, true);
             exact.sendMetadata(new int[]{3, 1}, -1, null, 0);
             outside.sendMetadata(new int[]{5}, -1, null, 0);
@@ -282,10 +282,10 @@ class IntegrityTest extends TransferTestBase {
         try (FakePrefill fake = new FakePrefill()) {
             KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
             KVReceiver r = d.createReceiver(fake.addr, 5);
-            Hello h = fake.connect(() -> r.init(0), false);
+            Hello h = fake.connect(() -> bootstrap(r, 0), false);
             assertEquals(ChecksumMode.OFF, h.checksum());
             KVTransferException e = failed(r::failureException);
-            assertEquals(FailureKind.HANDSHAKE_REFUSED, e.kind());
+            assertEquals(FailureKind.HANDSHAKE_REFUSED, e.kind(), e.getMessage());
             assertTrue(e.getMessage().contains("without proving this cluster's auth token"), e.getMessage());
         }
     }
@@ -299,9 +299,9 @@ class IntegrityTest extends TransferTestBase {
             KVReceiver bare = d.createReceiver(fake.addr, 11), wrong = d.createReceiver(fake.addr, 12),
                     right = d.createReceiver(fake.addr, 13);
             Hello h = fake.connect(() -> {
-                bare.init(0);
-                wrong.init(0);
-                right.init(0);
+                bootstrap(bare, 0);
+                bootstrap(wrong, 0);
+                bootstrap(right, 0);
             }, true);
             assertEquals(ChecksumMode.FULL, h.checksum(), "the decode asks for full checksums in its HELLO");
             bare.sendMetadata(new int[]{1}, -1, null, 0);
@@ -380,7 +380,7 @@ class IntegrityTest extends TransferTestBase {
         RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
         MemoryDescriptor mem = RegisteredMemory.from(attacker.args(0, PAGE_SIZE)).describe();
         KVReceiver rightful = d.createReceiver(addr, 77);
-        rightful.init(0);
+        bootstrap(rightful, 0);
         KVSender s = p.createSender(addr, 77);
         rightful.sendMetadata(new int[]{5, 6}, 0, new int[][]{{0}}, 0);
         await(s::poll, KVPoll.WaitingForInput);
@@ -474,7 +474,7 @@ class IntegrityTest extends TransferTestBase {
         p.registerToBootstrap();
         KVManager d = decode(dm, "tcp", cfg(1, 0).modelIdentity("llama-3.1-8b@rev2").build(), 0, PAGE_SIZE);
         KVReceiver r = d.createReceiver(addr, 88);
-        r.init(0);
+        bootstrap(r, 0);
         KVTransferException e = failed(r::failureException);
         assertEquals(FailureKind.LAYOUT_REFUSED, e.kind());
         assertTrue(e.getMessage().contains("model differs: prefill llama-3.1-8b@rev1, decode llama-3.1-8b@rev2"), e.getMessage());

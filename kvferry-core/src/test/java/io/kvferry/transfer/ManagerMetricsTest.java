@@ -141,7 +141,7 @@ class ManagerMetricsTest extends TransferTestBase {
         }
         // Failed counts too: an abort is noticed by the poll that returns it, here at once.
         KVReceiver r = d.createReceiver(addr, 301);
-        r.init(0);
+        bootstrap(r, 0);
         r.abort();
         assertEquals(KVPoll.Failed, r.poll());
         assertEquals(2, meters.find(KVFerryMeters.POLL_LAG_SECONDS).tags("role", "decode").timer().count());
@@ -174,7 +174,7 @@ class ManagerMetricsTest extends TransferTestBase {
         assertEquals(1, counter(KVFerryMeters.TIMEOUTS, "role", "prefill", "stage", "bootstrapping"));
         // An abort on the decode after its metadata went out: both sides count it, by kind.
         KVReceiver r = d.createReceiver(addr, 78);
-        r.init(0);
+        bootstrap(r, 0);
         KVSender s = p.createSender(addr, 78);
         r.sendMetadata(new int[]{1, 2}, 0, new int[][]{{0}}, 0);
         await(s::poll, KVPoll.WaitingForInput);
@@ -226,7 +226,7 @@ class ManagerMetricsTest extends TransferTestBase {
             try {
                 KVManager d = decode(dm, "tcp", cfg(1, 0).meterRegistry(meters).build(), 0, PAGE_SIZE);
                 KVReceiver r = d.createReceiver(addr, 5);
-                r.init(0);
+                bootstrap(r, 0);
                 r.sendMetadata(new int[]{1}, 0, new int[][]{{0}}, 0);
                 await(r::poll, KVPoll.Failed);
                 eventually(() -> !d.inspect().recentFailures().isEmpty(), "the decode recorded the failure");

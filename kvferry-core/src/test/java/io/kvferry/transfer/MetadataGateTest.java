@@ -38,7 +38,7 @@ class MetadataGateTest extends TransferTestBase {
 
     KVPoll transfer(long room, long roomWrittenByPrefill, int dstRow) {
         KVReceiver recv = decode.createReceiver(addr, room);
-        recv.init(0);
+        bootstrap(recv, 0);
         // A stale room from a previous occupant of the row must not satisfy the gate.
         dm.aux[0].set(ValueLayout.JAVA_LONG_UNALIGNED, dstRow * 64L, room);
         recv.sendMetadata(new int[]{2, 3}, dstRow, null, 0);

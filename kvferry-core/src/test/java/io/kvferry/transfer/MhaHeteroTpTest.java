@@ -107,7 +107,7 @@ class MhaHeteroTpTest extends TransferTestBase {
         List<KVReceiver> receivers = new ArrayList<>();
         for (int r = 0; r < decodeTp; r++) {
             KVReceiver recv = dec.get(r).createReceiver(addr, room);
-            recv.init(0);
+            bootstrap(recv, 0);
             assertEquals(KVPoll.WaitingForInput, recv.poll(), () -> "decode init failed");
             recv.sendMetadata(dst, -1, null, 0);
             receivers.add(recv);

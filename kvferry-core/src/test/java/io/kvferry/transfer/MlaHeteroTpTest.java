@@ -48,7 +48,7 @@ class MlaHeteroTpTest extends TransferTestBase {
         List<KVReceiver> receivers = new ArrayList<>();
         for (int r = 0; r < decodeTp; r++) {
             KVReceiver recv = dec.get(r).createReceiver(addr, room);
-            recv.init(0);
+            bootstrap(recv, 0);
             recv.sendMetadata(dst, 1, new int[][]{{2}}, 0);
             receivers.add(recv);
         }

@@ -88,7 +88,7 @@ class PipelineParallelTest extends TransferTestBase {
         List<KVReceiver> receivers = new ArrayList<>();
         for (KVManager d : dec) {
             KVReceiver r = d.createReceiver(addr, room);
-            r.init(0);
+            bootstrap(r, 0);
             await(r::poll, KVPoll.WaitingForInput);
             r.sendMetadata(dst, 0, null, 0);
             receivers.add(r);

@@ -80,7 +80,7 @@ class PrefillDecodeTransferTest extends TransferTestBase {
         KVManager p = KVFerry.createManager("fake", null, DisaggregationMode.PREFILL, cfg(1, 0).build());
         KVManager d = KVFerry.createManager("fake", null, DisaggregationMode.DECODE, cfg(1, 0).build());
         KVReceiver r = d.createReceiver("2.2.2.2:1", 5);
-        r.init(0);
+        bootstrap(r, 0);
         r.sendMetadata(new int[]{1, 2}, 0);
         assertEquals(KVPoll.Success, r.poll());
         KVSender s = p.createSender("2.2.2.2:1", 5);

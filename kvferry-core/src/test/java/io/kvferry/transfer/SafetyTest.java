@@ -71,7 +71,7 @@ class SafetyTest extends TransferTestBase {
         KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
         int[] pages = IntStream.range(0, np).toArray();
         KVReceiver recv = d.createReceiver(addr, 77);
-        recv.init(0);
+        bootstrap(recv, 0);
         KVSender send = p.createSender(addr, 77);
         recv.sendMetadata(pages, 0, null, 0);
         await(send::poll, KVPoll.WaitingForInput);
@@ -99,7 +99,7 @@ class SafetyTest extends TransferTestBase {
         prefill(pm, "inproc", 1, 0, PAGE_SIZE);
         DecodeKVManager d = (DecodeKVManager) decode(dm, "inproc", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 42);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(new int[]{5}, 0, null, 0);
         d.teardown();
         assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing("127.0.0.1:1", null), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
@@ -127,7 +127,7 @@ class SafetyTest extends TransferTestBase {
         assertThrows(KVTransferException.class, first::failureException); // ABORT of room 5, acknowledged
 
         KVReceiver again = d.createReceiver(addr, 5);
-        again.init(0);
+        bootstrap(again, 0);
         again.sendMetadata(new int[]{3, 4}, 2, null, 0);
         await(again::poll, KVPoll.Failed); // the prefill's tombstone: room 5 concluded already
         long start = System.nanoTime();
@@ -179,7 +179,7 @@ class SafetyTest extends TransferTestBase {
 
     /** Room {@code room} up to WaitingForInput on both sides: {@code r} initialised and its metadata sent; returns the sender. */
     private KVSender waitingForInput(KVManager p, KVReceiver r, long room, int[] pages, int auxIndex) {
-        r.init(0);
+        bootstrap(r, 0);
         KVSender s = p.createSender(addr, room);
         r.sendMetadata(pages, auxIndex, null, 0);
         await(s::poll, KVPoll.WaitingForInput);
@@ -285,7 +285,7 @@ class SafetyTest extends TransferTestBase {
         KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver recv = d.createReceiver(addr, 321);
-        recv.init(0);
+        bootstrap(recv, 0);
         KVSender send = p.createSender(addr, 321);
         recv.sendMetadata(new int[]{10, 11, 12, 13, 14, 15}, 0, null, 0);
         await(send::poll, KVPoll.WaitingForInput);
@@ -346,7 +346,7 @@ class SafetyTest extends TransferTestBase {
         assertEquals(KVPoll.Failed, s.poll());
         s.clear();
         KVReceiver r = d.createReceiver(addr, 4444);
-        r.init(0);
+        bootstrap(r, 0);
         r.sendMetadata(new int[]{1}, 0, null, 0);
         assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
         KVTransferException aborted = failed(r::failureException);
@@ -364,7 +364,7 @@ class SafetyTest extends TransferTestBase {
         p.registerToBootstrap();
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         KVReceiver r = d.createReceiver(addr, 88);
-        r.init(0);
+        bootstrap(r, 0);
         r.sendMetadata(new int[]{2}, 0, null, 0);
         KVSender s = p.createSender(addr, 88);
         assertEquals(KVPoll.Failed, awaitTerminal(s::poll));

@@ -78,7 +78,7 @@ class StateTypesTest extends TransferTestBase {
             }
         }
         KVReceiver recv = dm.createReceiver(addr, room);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(new int[]{1, 2}, -1, dst, 0);
         KVSender send = pm.createSender(addr, room);
         await(send::poll, KVPoll.WaitingForInput);
@@ -114,7 +114,7 @@ class StateTypesTest extends TransferTestBase {
         int[][] src = {{2}, {}, {}, {}, {9, 10}, {}, {}, {}};
         int[][] dst = {{5}, {}, {}, {}, {6}, {}, {}, {}};
         KVReceiver recv = dm.createReceiver(addr, 9);
-        recv.init(0);
+        bootstrap(recv, 0);
         recv.sendMetadata(new int[]{1}, -1, dst, 0);
         KVSender send = pm.createSender(addr, 9);
         await(send::poll, KVPoll.WaitingForInput);

@@ -122,6 +122,21 @@ abstract class TransferTestBase {
                 ChecksumMode.OFF, memory, List.of(), Handshake.nonce(), null, null);
     }
 
+    /**
+     * init() and then polls until the room has left Bootstrapping, as a scheduler would: the route's
+     * lookups and link set-up run off the caller's thread. Returns the state it reached.
+     */
+    static KVPoll bootstrap(KVReceiver r, int prefillDpRank) {
+        r.init(prefillDpRank);
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        KVPoll st;
+        while ((st = r.poll()) == KVPoll.Bootstrapping) {
+            if (System.nanoTime() > deadline) fail("room " + r.bootstrapRoom() + " still Bootstrapping after 30 s");
+            Thread.onSpinWait();
+        }
+        return st;
+    }
+
     static void await(Supplier<KVPoll> poll, KVPoll expected) {
         long deadline = System.nanoTime() + 20_000_000_000L;
         KVPoll st = poll.get();
@@ -156,7 +171,7 @@ abstract class TransferTestBase {
     Transfer start(KVManager p, TestRank pm, KVManager d, long room, int[] src, int[] dst, int srcRow, int dstRow,
                    int prefixPages) {
         KVReceiver recv = d.createReceiver(addr, room);
-        recv.init(0);
+        bootstrap(recv, 0);
         assertEquals(KVPoll.WaitingForInput, recv.poll());
         KVSender send = p.createSender(addr, room);
         recv.sendMetadata(dst, dstRow, new int[][]{{dstRow}}, prefixPages * PAGE_SIZE);

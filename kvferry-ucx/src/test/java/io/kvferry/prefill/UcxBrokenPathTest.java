@@ -60,6 +60,8 @@ class UcxBrokenPathTest {
     private static Object room(KVManager p, KVManager d, String addr, long id) throws Exception {
         KVReceiver r = d.createReceiver(addr, id);
         r.init(0);
+        long ready = System.nanoTime() + 20_000_000_000L; // the route (lookups, link set-up) resolves off this thread
+        while (r.poll() == KVPoll.Bootstrapping && System.nanoTime() < ready) Thread.sleep(1);
         KVSender s = p.createSender(addr, id);
         r.sendMetadata(new int[]{1, 2}, 1, null, 0);
         long end = System.nanoTime() + 10_000_000_000L;
