@@ -235,7 +235,11 @@ final class LinkDirectory {
         CompletableFuture<Route> mine = new CompletableFuture<>();
         CompletableFuture<Route> running = resolving.putIfAbsent(key, mine);
         if (running != null) return running;
-        Thread t = Thread.ofVirtual().name("kvferry-decode-bootstrap-" + engineRank).unstarted(() -> {
+        // A platform thread, not a virtual one: it is created by the caller's OS thread and so inherits its
+        // network namespace, where a virtual thread's connects run on whichever shared carrier it is
+        // mounted on (a test harness that started virtual threads inside another namespace made the JVM's
+        // carriers connect there: every lookup to 127.0.0.1 was refused). Few: one per unresolved group.
+        Thread t = Thread.ofPlatform().daemon().name("kvferry-decode-bootstrap-" + engineRank).unstarted(() -> {
             try {
                 Route r = buildRoute(addr, dp);
                 keepRoute(addr, dp, r);

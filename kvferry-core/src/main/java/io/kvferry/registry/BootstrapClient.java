@@ -403,7 +403,12 @@ public final class BootstrapClient implements AutoCloseable {
                     m = t.getMessage();
                 }
             }
-            if (m == null && error instanceof ConnectException) m = "connection refused or host unreachable";
+            if (m == null && error instanceof ConnectException) {
+                // No message anywhere: name the root cause's type (a refused connect says "Connection refused").
+                Throwable root = error;
+                while (root.getCause() != null && root.getCause() != root) root = root.getCause();
+                m = root == error ? "connection refused or host unreachable" : "no message; caused by " + root.getClass().getName();
+            }
             return error.getClass().getSimpleName() + (m == null ? "" : ": " + m);
         }
         return "HTTP " + status + (body == null || body.isBlank() ? "" : ": " + Requests.clip(body.strip()));
