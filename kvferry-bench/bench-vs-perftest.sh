@@ -3,7 +3,7 @@
 # UCX_TLS, same message size, same error-handling mode, both as two processes on this host,
 # interleaved and repeated; prints medians and the ratio.
 #   kvferry-ucx/bench-vs-perftest.sh                      # defaults below
-#   TLS_LIST="tcp posix,cma" SIZES="65536 1048576" REPS=5 kvferry-ucx/bench-vs-perftest.sh
+#   TLS_LIST="tcp posix,cma" SIZES="65536 1048576" REPS=5 kvferry-bench/bench-vs-perftest.sh
 # Needs: ucx-utils (ucx_perftest), a JDK 25 (JAVA_HOME), and `mvn package` of kvferry-ucx.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

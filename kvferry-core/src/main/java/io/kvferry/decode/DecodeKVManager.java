@@ -69,6 +69,8 @@ public final class DecodeKVManager implements KVManager {
     private final WriteGate gate;
     final RoomRelease release;
     final LinkDirectory directory;
+    /** Works out rooms' routes off the scheduler thread. */
+    final RouteResolver resolver;
     private LinkReader reader;
     private final SessionTimer timer;
     /** What receivers' polls check their waiting deadline against (a cached reading for the system ticker). */
@@ -113,8 +115,9 @@ public final class DecodeKVManager implements KVManager {
         TcpDestination tcp = Transports.fallback().openDestination(memory, engineRank, config.settings(), gate, why -> { });
         this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
         Fingerprint fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
-        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, pageSize, kvCacheDtype, fingerprint,
+        this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, fingerprint,
                 destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
+        this.resolver = new RouteResolver(directory, config, engineRank, ppRank, pageSize, kvCacheDtype);
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (PrefillLink l : directory.links()) {
@@ -339,7 +342,8 @@ public final class DecodeKVManager implements KVManager {
         telemetry.close();
         gate.close();
         reader.close();
-        directory.close(2000);
+        resolver.close(2000);
+        directory.close();
         for (DecodeRoom r : rooms.all()) {
             rooms.statuses.fail(r.room, FailureKind.SHUTDOWN, "the decode KV manager was torn down");
             r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS);

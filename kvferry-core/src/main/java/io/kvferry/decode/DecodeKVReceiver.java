@@ -94,7 +94,7 @@ final class DecodeKVReceiver implements KVReceiver {
 
     /**
      * One bootstrap step, never blocking on a peer: a known route is adopted at once; otherwise the
-     * room waits (Bootstrapping) for its group's resolution ({@link LinkDirectory#resolve}: registry
+     * room waits (Bootstrapping) for its group's resolution ({@link RouteResolver#resolve}: registry
      * lookups and link set-up on a resolver thread) and adopts or judges its outcome when it is done.
      * The prefill's topology being unavailable (not registered yet, registry unreachable) or its
      * rank refusing the connection (being restarted) leaves the room Bootstrapping and poll() tries
@@ -111,7 +111,7 @@ final class DecodeKVReceiver implements KVReceiver {
         }
         if (resolution == null) {
             if (System.nanoTime() - retryAtNanos < 0) return;
-            resolution = manager.directory.resolve(addr, prefillDpRank);
+            resolution = manager.resolver.resolve(addr, prefillDpRank);
         }
         if (!resolution.isDone()) return;
         CompletableFuture<LinkDirectory.Route> done = resolution;
@@ -133,7 +133,7 @@ final class DecodeKVReceiver implements KVReceiver {
     /** Fails the room for a resolution's failure, or leaves it bootstrapping when trying again can help. */
     private void judge(String addr, Throwable e) {
         switch (e) {
-            case LinkDirectory.TopologyUnavailable t -> {
+            case RouteResolver.TopologyUnavailable t -> {
                 if (t.getCause() instanceof RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
                     fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + ": " + t.getMessage()); // retrying cannot help
                     return;
@@ -146,7 +146,7 @@ final class DecodeKVReceiver implements KVReceiver {
                     retryAtNanos = System.nanoTime() + RETRY_PAUSE_MILLIS * 1_000_000L;
                 }
             }
-            case LinkDirectory.RouteRefused r -> fail(r.kind, r.getMessage());
+            case RouteResolver.RouteRefused r -> fail(r.kind, r.getMessage());
             // The registry still points at a rank that is gone (a prefill being restarted): the lookups were dropped.
             case ConnectException c -> retryUntilTimeout(addr, c.getMessage());
             case LinkRefusedException r -> {

@@ -5,7 +5,6 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.metrics.LogSafe;
-import io.kvferry.plan.RankMapping;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Fingerprint;
@@ -31,7 +30,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.SocketTimeoutException;
 import java.time.Duration;
@@ -41,7 +39,6 @@ import java.util.EnumSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -56,9 +53,9 @@ import java.util.function.Function;
  * transports this rank offers, HELLO_ACK with the one the prefill chose, extra TCP stripes — and
  * read by a {@link LinkReader} thread per connection.
  *
- * <p>Everything here that waits on a peer (registry lookups, connect, handshake) runs on a
- * resolver thread ({@link #resolve}), one per (prefill instance, DP group) whose route is not known
- * yet, never on the scheduler thread: a silent or slow prefill holds up only the rooms bound for it.
+ * <p>Everything here that waits on a peer (registry lookups, connect, handshake) is called by a
+ * {@link RouteResolver} thread, never by the scheduler thread: a silent or slow prefill holds up only
+ * the rooms bound for it.
  */
 final class LinkDirectory {
     private static final Logger log = LoggerFactory.getLogger(LinkDirectory.class);
@@ -93,19 +90,11 @@ final class LinkDirectory {
      * those of every other rank.
      */
     private final ConcurrentHashMap<String, CompletableFuture<PrefillLink>> setups = new ConcurrentHashMap<>();
-    /** Route resolutions under way, by (instance, DP group): at most one each; the entry leaves as it completes. */
-    private final ConcurrentHashMap<RouteKey, CompletableFuture<Route>> resolving = new ConcurrentHashMap<>();
-    /** Their threads, interrupted and joined by {@link #close}. */
-    private final Set<Thread> resolvers = ConcurrentHashMap.newKeySet();
-    private final int pageSize;
-    private final String kvCacheDtype;
     private volatile boolean closed;
 
     LinkDirectory(KVManagerConfig config, RegisteredMemory memory, Backend backend, String sessionId, int engineRank, int ppRank,
-                  int pageSize, String kvCacheDtype, Fingerprint fingerprint, List<DestinationTransport> destinations,
+                  Fingerprint fingerprint, List<DestinationTransport> destinations,
                   SessionTimer timer, Function<LinkDirectory, LinkReader> readerFactory) {
-        this.pageSize = pageSize;
-        this.kvCacheDtype = kvCacheDtype;
         this.config = config;
         this.memory = memory;
         this.backend = backend;
@@ -201,107 +190,9 @@ final class LinkDirectory {
         record Verdict(boolean needsAux, long stateMask, String gap) {}
     }
 
-    private record RouteKey(String addr, int dp) {}
+    record RouteKey(String addr, int dp) {}
 
     private final ConcurrentHashMap<RouteKey, Route> routes = new ConcurrentHashMap<>();
-
-    /** The prefill's topology could not be fetched (not registered yet, registry unreachable or refusing): {@link #getCause()} says why. */
-    static final class TopologyUnavailable extends Exception {
-        TopologyUnavailable(RuntimeException cause) {
-            super(cause.getMessage(), cause);
-        }
-    }
-
-    /** The prefill instance cannot serve this decode rank's rooms (page size, dtype, DP group): the room fails with {@link #kind}. */
-    static final class RouteRefused extends Exception {
-        final FailureKind kind;
-
-        RouteRefused(FailureKind kind, String message) {
-            super(message);
-            this.kind = kind;
-        }
-    }
-
-    /**
-     * The route of (addr, dp) being worked out: the resolution already under way for that group, or
-     * a new one on a resolver thread of its own. It completes with the route (also kept, see
-     * {@link #route}), or fails with {@link TopologyUnavailable}, {@link RouteRefused}, a
-     * {@link java.net.ConnectException} (the registry points at a rank that is gone: its cached
-     * lookups are dropped first), a {@link LinkRefusedException}, another IOException or a
-     * RuntimeException. The caller polls it; nothing here runs on the caller's thread.
-     */
-    CompletableFuture<Route> resolve(String addr, int dp) {
-        RouteKey key = new RouteKey(addr, dp);
-        CompletableFuture<Route> mine = new CompletableFuture<>();
-        CompletableFuture<Route> running = resolving.putIfAbsent(key, mine);
-        if (running != null) return running;
-        // A platform thread, not a virtual one: it is created by the caller's OS thread and so inherits its
-        // network namespace, where a virtual thread's connects run on whichever shared carrier it is
-        // mounted on (a test harness that started virtual threads inside another namespace made the JVM's
-        // carriers connect there: every lookup to 127.0.0.1 was refused). Few: one per unresolved group.
-        Thread t = Thread.ofPlatform().daemon().name("kvferry-decode-bootstrap-" + engineRank).unstarted(() -> {
-            try {
-                Route r = buildRoute(addr, dp);
-                keepRoute(addr, dp, r);
-                resolving.remove(key, mine); // first: a room that finds the route unusable starts a fresh resolution
-                mine.complete(r);
-            } catch (Throwable e) {
-                resolving.remove(key, mine);
-                mine.completeExceptionally(e);
-            } finally {
-                resolvers.remove(Thread.currentThread());
-            }
-        });
-        resolvers.add(t);
-        if (closed) { // torn down meanwhile: close() may have looked at the resolvers already
-            resolvers.remove(t);
-            resolving.remove(key, mine);
-            mine.completeExceptionally(new IllegalStateException("the decode KV manager was torn down"));
-            return mine;
-        }
-        t.start();
-        return mine;
-    }
-
-    /** Lookups, checks, rank mapping and link set-up for one (instance, DP group); blocks on peers (resolver thread). */
-    private Route buildRoute(String addr, int dp) throws Exception {
-        PrefillServerInfo info;
-        try {
-            info = topology(addr);
-        } catch (RuntimeException e) {
-            throw new TopologyUnavailable(e);
-        }
-        if (info.pageSize() != pageSize) {
-            throw new RouteRefused(FailureKind.LAYOUT_REFUSED, "page_size mismatch: prefill at " + addr + " uses " + info.pageSize()
-                    + ", decode uses " + pageSize + "; both servers must use the same --page-size value");
-        }
-        if (!info.kvCacheDtype().equals(kvCacheDtype)) {
-            throw new RouteRefused(FailureKind.LAYOUT_REFUSED, "kv_cache_dtype mismatch: prefill at " + addr + " uses "
-                    + info.kvCacheDtype() + ", decode uses " + kvCacheDtype);
-        }
-        if (dp < 0 || dp >= info.dpSize()) {
-            throw new RouteRefused(FailureKind.ROUTING, "prefill dp rank " + dp + " is outside the prefill's dp_size " + info.dpSize());
-        }
-        RankMapping mapping = RankMapping.resolve(info.attnTpSize(), config.attnTpSize(), engineRank, config.isMla(),
-                info.attnCpSize(), config.allCpRanksTransfer(), info.ppSize(), config.ppSize(), ppRank);
-        List<DecodeRoom.Target> targets = new ArrayList<>();
-        try {
-            for (int cp : mapping.targetCpRanks()) {
-                for (int tp : mapping.targetTpRanks()) {
-                    for (int pp : mapping.targetPpRanks()) {
-                        PrefillLink link = link(addr, endpoint(addr, dp, cp, tp, pp));
-                        targets.add(new DecodeRoom.Target(link, tp, cp, mapping.isDummy(tp, config.isMla())));
-                    }
-                }
-            }
-        } catch (ConnectException e) {
-            // The registry still points at a rank that is gone (a prefill being restarted): look it up afresh next time.
-            forgetPrefill(addr);
-            throw e;
-        }
-        return new Route(List.copyOf(targets), mapping.requiredPrefillResponseNum(), mapping.requiredDstInfoNum(), info.attnCpSize(),
-                config.allCpRanksTransfer() && info.attnCpSize() > 1, new CoverageMemo());
-    }
 
     /** The cached route of (addr, dp) while all its links are open, or null. */
     Route route(String addr, int dp) {
@@ -538,24 +429,9 @@ final class LinkDirectory {
         }
     }
 
-    /**
-     * Refuses new links, ends the resolutions under way (interrupted: a connect or handshake read
-     * gives up at once; each waited for up to {@code joinMillis}) and closes the bootstrap clients;
-     * links are closed by the manager.
-     */
-    void close(long joinMillis) {
+    /** Refuses new links and closes the bootstrap clients (links are closed by the manager). */
+    void close() {
         closed = true; // a set-up under way sees it when it ends and closes its link itself
-        for (Thread t : resolvers) t.interrupt();
-        long deadline = System.nanoTime() + joinMillis * 1_000_000L;
-        for (Thread t : resolvers) {
-            try {
-                long left = deadline - System.nanoTime();
-                if (left > 0) t.join(Duration.ofNanos(left));
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                break;
-            }
-        }
         for (BootstrapClient c : clients.values()) c.close();
     }
 }

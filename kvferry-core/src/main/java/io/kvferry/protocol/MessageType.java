@@ -2,7 +2,7 @@ package io.kvferry.protocol;
 
 /** Control message kinds and the largest body each may declare (checked before any allocation). */
 public enum MessageType {
-    /** decode → prefill, once per connection: identity, auth token and the destination buffer layout. */
+    /** decode → prefill, once per connection: identity, a MAC proving the cluster token (never the token) and the destination buffer layout. */
     HELLO(1, 2 << 20),
     /** prefill → decode: the answer to HELLO (with the coverage of every decode buffer). */
     HELLO_ACK(2, 2 << 20),

@@ -39,7 +39,7 @@ import java.util.Locale;
  * (a KV-cache-like working set of {@code batch × size} bytes). The destination is verified at the end.
  *
  * <pre>
- * one JVM (two UCP contexts):  java --enable-native-access=ALL-UNNAMED -cp 'kvferry-ucx/target/kvferry-ucx-0.1.0-SNAPSHOT.jar:kvferry-ucx/target/lib/*' io.kvferry.ucx.UcxPutBench --size 1048576 --iters 4000
+ * one JVM (two UCP contexts):  java --enable-native-access=ALL-UNNAMED -cp 'kvferry-cli/target/lib/*' io.kvferry.bench.ucx.UcxPutBench --size 1048576 --iters 4000
  * two processes:               ... UcxPutBench --server 13337 --size 1048576     and     ... UcxPutBench --client localhost:13337 --size 1048576 --iters 4000
  * </pre>
  */

@@ -1,0 +1,164 @@
+package io.kvferry.decode;
+
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.plan.RankMapping;
+import io.kvferry.registry.PrefillServerInfo;
+
+import java.net.ConnectException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * Works out where the rooms of one (prefill instance, DP group) go — registry lookups, the page
+ * size, dtype and DP checks, the rank mapping, and the link set-up through the {@link LinkDirectory}
+ * — on a thread of its own, never on the scheduler thread: {@code KVReceiver.init} returns at once
+ * and a room waits (Bootstrapping) for its group's resolution, which every room of the group waiting
+ * meanwhile shares. So a silent or slow prefill holds up only the rooms bound for it.
+ *
+ * <p>Resolver threads are platform threads, not virtual: a platform thread is created by the
+ * caller's OS thread and inherits its network namespace, where a virtual thread's connects run on
+ * whichever shared carrier it is mounted on (a test harness that started virtual threads inside
+ * another namespace made the JVM's carriers connect there, and every lookup to 127.0.0.1 was
+ * refused). Few: one per group whose route is not known, living while it works it out.
+ */
+final class RouteResolver {
+    private final LinkDirectory directory;
+    private final KVManagerConfig config;
+    private final int engineRank;
+    private final int ppRank;
+    private final int pageSize;
+    private final String kvCacheDtype;
+    /** Route resolutions under way, by (instance, DP group): at most one each; the entry leaves as it completes. */
+    private final ConcurrentHashMap<LinkDirectory.RouteKey, CompletableFuture<LinkDirectory.Route>> resolving = new ConcurrentHashMap<>();
+    /** Their threads, interrupted and joined by {@link #close}. */
+    private final Set<Thread> resolvers = ConcurrentHashMap.newKeySet();
+    private volatile boolean closed;
+
+    RouteResolver(LinkDirectory directory, KVManagerConfig config, int engineRank, int ppRank, int pageSize, String kvCacheDtype) {
+        this.directory = directory;
+        this.config = config;
+        this.engineRank = engineRank;
+        this.ppRank = ppRank;
+        this.pageSize = pageSize;
+        this.kvCacheDtype = kvCacheDtype;
+    }
+
+    /** The prefill's topology could not be fetched (not registered yet, registry unreachable or refusing): {@link #getCause()} says why. */
+    static final class TopologyUnavailable extends Exception {
+        TopologyUnavailable(RuntimeException cause) {
+            super(cause.getMessage(), cause);
+        }
+    }
+
+    /** The prefill instance cannot serve this decode rank's rooms (page size, dtype, DP group): the room fails with {@link #kind}. */
+    static final class RouteRefused extends Exception {
+        final FailureKind kind;
+
+        RouteRefused(FailureKind kind, String message) {
+            super(message);
+            this.kind = kind;
+        }
+    }
+
+    /**
+     * The route of (addr, dp) being worked out: the resolution already under way for that group, or
+     * a new one on a resolver thread of its own. It completes with the route (also kept, see
+     * {@link LinkDirectory#route}), or fails with {@link TopologyUnavailable}, {@link RouteRefused}, a
+     * {@link ConnectException} (the registry points at a rank that is gone: its cached
+     * lookups are dropped first), a {@link LinkRefusedException}, another IOException or a
+     * RuntimeException. The caller polls it; nothing here runs on the caller's thread.
+     */
+    CompletableFuture<LinkDirectory.Route> resolve(String addr, int dp) {
+        LinkDirectory.RouteKey key = new LinkDirectory.RouteKey(addr, dp);
+        CompletableFuture<LinkDirectory.Route> mine = new CompletableFuture<>();
+        CompletableFuture<LinkDirectory.Route> running = resolving.putIfAbsent(key, mine);
+        if (running != null) return running;
+        // A platform thread (see the class comment).
+        Thread t = Thread.ofPlatform().daemon().name("kvferry-decode-bootstrap-" + engineRank).unstarted(() -> {
+            try {
+                LinkDirectory.Route r = buildRoute(addr, dp);
+                directory.keepRoute(addr, dp, r);
+                resolving.remove(key, mine); // first: a room that finds the route unusable starts a fresh resolution
+                mine.complete(r);
+            } catch (Throwable e) {
+                resolving.remove(key, mine);
+                mine.completeExceptionally(e);
+            } finally {
+                resolvers.remove(Thread.currentThread());
+            }
+        });
+        resolvers.add(t);
+        if (closed) { // torn down meanwhile: close() may have looked at the resolvers already
+            resolvers.remove(t);
+            resolving.remove(key, mine);
+            mine.completeExceptionally(new IllegalStateException("the decode KV manager was torn down"));
+            return mine;
+        }
+        t.start();
+        return mine;
+    }
+
+    /** Lookups, checks, rank mapping and link set-up for one (instance, DP group); blocks on peers (resolver thread). */
+    private LinkDirectory.Route buildRoute(String addr, int dp) throws Exception {
+        PrefillServerInfo info;
+        try {
+            info = directory.topology(addr);
+        } catch (RuntimeException e) {
+            throw new TopologyUnavailable(e);
+        }
+        if (info.pageSize() != pageSize) {
+            throw new RouteRefused(FailureKind.LAYOUT_REFUSED, "page_size mismatch: prefill at " + addr + " uses " + info.pageSize()
+                    + ", decode uses " + pageSize + "; both servers must use the same --page-size value");
+        }
+        if (!info.kvCacheDtype().equals(kvCacheDtype)) {
+            throw new RouteRefused(FailureKind.LAYOUT_REFUSED, "kv_cache_dtype mismatch: prefill at " + addr + " uses "
+                    + info.kvCacheDtype() + ", decode uses " + kvCacheDtype);
+        }
+        if (dp < 0 || dp >= info.dpSize()) {
+            throw new RouteRefused(FailureKind.ROUTING, "prefill dp rank " + dp + " is outside the prefill's dp_size " + info.dpSize());
+        }
+        RankMapping mapping = RankMapping.resolve(info.attnTpSize(), config.attnTpSize(), engineRank, config.isMla(),
+                info.attnCpSize(), config.allCpRanksTransfer(), info.ppSize(), config.ppSize(), ppRank);
+        List<DecodeRoom.Target> targets = new ArrayList<>();
+        try {
+            for (int cp : mapping.targetCpRanks()) {
+                for (int tp : mapping.targetTpRanks()) {
+                    for (int pp : mapping.targetPpRanks()) {
+                        PrefillLink link = directory.link(addr, directory.endpoint(addr, dp, cp, tp, pp));
+                        targets.add(new DecodeRoom.Target(link, tp, cp, mapping.isDummy(tp, config.isMla())));
+                    }
+                }
+            }
+        } catch (ConnectException e) {
+            // The registry still points at a rank that is gone (a prefill being restarted): look it up afresh next time.
+            directory.forgetPrefill(addr);
+            throw e;
+        }
+        return new LinkDirectory.Route(List.copyOf(targets), mapping.requiredPrefillResponseNum(), mapping.requiredDstInfoNum(), info.attnCpSize(),
+                config.allCpRanksTransfer() && info.attnCpSize() > 1, new LinkDirectory.CoverageMemo());
+    }
+
+    /**
+     * Starts no more resolutions and ends those under way (interrupted: a connect or handshake read
+     * gives up at once), waiting up to {@code joinMillis} for them in all.
+     */
+    void close(long joinMillis) {
+        closed = true;
+        for (Thread t : resolvers) t.interrupt();
+        long deadline = System.nanoTime() + joinMillis * 1_000_000L;
+        for (Thread t : resolvers) {
+            try {
+                long left = deadline - System.nanoTime();
+                if (left > 0) t.join(Duration.ofNanos(left));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+    }
+}
