@@ -1,5 +1,6 @@
 package io.kvferry.engine.kv;
 
+import com.sun.management.OperatingSystemMXBean;
 import io.kvferry.api.KVArgs;
 import io.kvferry.api.StateType;
 import io.kvferry.engine.model.LlamaConfig;
@@ -9,6 +10,7 @@ import io.kvferry.memory.SharedArena;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.lang.management.ManagementFactory;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -90,39 +92,64 @@ public final class KvPool implements AutoCloseable {
                 case RECURRENT -> (convSlot + scanSlot) * auxRows + 2 * 64;
             };
         }
-        this.arena = sharedMemory ? SharedArena.open(label, capacity) : Arena.ofShared();
-        indexOfLayer = new int[layers];
-        for (int i = 0; i < layers; i++) {
-            int l = firstLayer + i;
-            switch (model.kind(l)) {
-                case ATTENTION -> {
-                    indexOfLayer[i] = attention.size();
-                    attention.add(new HeadPages(arena.allocate(headPage * pages, 64), arena.allocate(headPage * pages, 64), pageSize,
-                            kvHeads, headSize));
-                    attentionIds.add(l);
-                }
-                case LATENT -> {
-                    indexOfLayer[i] = latent.size();
-                    latent.add(new LatentPages(arena.allocate(latentPage * pages, 64), pageSize, model.latentRank, model.ropeDim));
-                    latentIds.add(l);
-                }
-                case WINDOW -> {
-                    indexOfLayer[i] = window.size();
-                    window.add(new HeadPages(arena.allocate(headPage * windowPages, 64), arena.allocate(headPage * windowPages, 64),
-                            pageSize, kvHeads, headSize));
-                    windowIds.add(l);
-                }
-                case RECURRENT -> {
-                    indexOfLayer[i] = recurrent.size();
-                    recurrent.add(new RecurrentState(arena.allocate(convSlot * auxRows, 64), arena.allocate(scanSlot * auxRows, 64),
-                            model.convKernel - 1, channels, model.stateSize));
-                    recurrentIds.add(l);
+        // An engine's pool is sized by its flags: a size the machine cannot hold is the user's error, named, and
+        // the memory already taken is given back (an OutOfMemoryError would leave the caller's servers running).
+        long physical = physicalMemory();
+        if (physical > 0 && capacity > physical) {
+            throw tooLarge(label, capacity, pages, pageSize, auxRows, "the machine has " + physical + " bytes of memory", null);
+        }
+        Arena a = null;
+        try {
+            a = sharedMemory ? SharedArena.open(label, capacity) : Arena.ofShared();
+            this.arena = a;
+            indexOfLayer = new int[layers];
+            for (int i = 0; i < layers; i++) {
+                int l = firstLayer + i;
+                switch (model.kind(l)) {
+                    case ATTENTION -> {
+                        indexOfLayer[i] = attention.size();
+                        attention.add(new HeadPages(arena.allocate(headPage * pages, 64), arena.allocate(headPage * pages, 64), pageSize,
+                                kvHeads, headSize));
+                        attentionIds.add(l);
+                    }
+                    case LATENT -> {
+                        indexOfLayer[i] = latent.size();
+                        latent.add(new LatentPages(arena.allocate(latentPage * pages, 64), pageSize, model.latentRank, model.ropeDim));
+                        latentIds.add(l);
+                    }
+                    case WINDOW -> {
+                        indexOfLayer[i] = window.size();
+                        window.add(new HeadPages(arena.allocate(headPage * windowPages, 64), arena.allocate(headPage * windowPages, 64),
+                                pageSize, kvHeads, headSize));
+                        windowIds.add(l);
+                    }
+                    case RECURRENT -> {
+                        indexOfLayer[i] = recurrent.size();
+                        recurrent.add(new RecurrentState(arena.allocate(convSlot * auxRows, 64), arena.allocate(scanSlot * auxRows, 64),
+                                model.convKernel - 1, channels, model.stateSize));
+                        recurrentIds.add(l);
+                    }
                 }
             }
+            tokenRows = arena.allocate(TOKEN_ROW_BYTES * auxRows, 64);
+            logitRows = arena.allocate(logitBytes * auxRows, 64);
+            roomRows = arena.allocate(8L * auxRows, 64);
+        } catch (OutOfMemoryError e) {
+            if (a != null) a.close();
+            throw tooLarge(label, capacity, pages, pageSize, auxRows, "the allocation failed: " + e.getMessage(), e);
         }
-        tokenRows = arena.allocate(TOKEN_ROW_BYTES * auxRows, 64);
-        logitRows = arena.allocate(logitBytes * auxRows, 64);
-        roomRows = arena.allocate(8L * auxRows, 64);
+    }
+
+    private static IllegalArgumentException tooLarge(String label, long capacity, int pages, int pageSize, int auxRows, String why,
+                                                     Throwable cause) {
+        return new IllegalArgumentException("the KV pool " + label + " needs " + capacity + " bytes (" + pages + " pages of " + pageSize
+                + " tokens, " + auxRows + " request rows) but " + why + ": lower --pages, --page-size or --max-requests",
+                cause);
+    }
+
+    /** Physical memory of this machine in bytes, or -1 where the JVM cannot tell. */
+    private static long physicalMemory() {
+        return ManagementFactory.getOperatingSystemMXBean() instanceof OperatingSystemMXBean os ? os.getTotalMemorySize() : -1;
     }
 
     /** The KVArgs that register this pool with kvferry. */

@@ -104,7 +104,7 @@ public final class Roles {
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException | RuntimeException | Error e) { // an Error too: its servers' threads would keep the JVM alive
             s.close();
             throw e;
         }
@@ -124,7 +124,7 @@ public final class Roles {
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException | RuntimeException | Error e) { // an Error too: its servers' threads would keep the JVM alive
             s.close();
             throw e;
         }
@@ -151,7 +151,7 @@ public final class Roles {
             s.parts.add(r);
             s.port = r.port();
             return s;
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException | RuntimeException | Error e) { // an Error too: its servers' threads would keep the JVM alive
             s.close();
             throw e;
         }
