@@ -112,13 +112,22 @@ public final class ModelWeights {
             } catch (IllegalArgumentException e) {
                 throw new IOException(file + ": not a llama2.c checkpoint (" + e.getMessage() + ")", e);
             }
-            long floats = expectedFloats(c, shared);
-            long need = 28 + floats * 4;
+            long need;
+            try {
+                need = Math.addExact(28, Math.multiplyExact(expectedFloats(c, shared), 4));
+            } catch (ArithmeticException e) {
+                throw new IOException(file + ": header " + c + " describes more than " + Long.MAX_VALUE + " bytes; not a llama2.c checkpoint");
+            }
             if (size < need) {
                 throw new IOException(file + ": truncated: header " + c + " needs " + need + " bytes, the file has " + size);
             }
             if (size > need) {
                 throw new IOException(file + ": " + (size - need) + " bytes more than header " + c + " describes; not a llama2.c checkpoint");
+            }
+            long largest = Math.max(Math.max((long) c.vocabSize() * c.dim(), (long) c.dim() * c.dim()), (long) c.hiddenDim() * c.dim());
+            if (largest > MAX_TENSOR_FLOATS) {
+                throw new IOException(file + ": header " + c + " has a tensor of " + largest + " floats, more than the " + MAX_TENSOR_FLOATS
+                        + " one Java array holds");
             }
             ModelWeights w = new ModelWeights(c, file.toString());
             FloatBuffer f = buf.asFloatBuffer();
@@ -141,11 +150,30 @@ public final class ModelWeights {
         }
     }
 
+    /** The most floats one tensor may have: the largest Java array. */
+    static final long MAX_TENSOR_FLOATS = Integer.MAX_VALUE - 8;
+
+    /**
+     * Floats the header describes, computed exactly: absurd dims throw {@link ArithmeticException} rather than
+     * wrap round to a small size (a 28-byte file could otherwise pass the size check).
+     */
     static long expectedFloats(LlamaConfig c, boolean sharedClassifier) {
-        long d = c.dim(), hd = c.hiddenDim(), L = c.layers(), kv = c.kvDim();
-        long n = c.vocabSize() * d + L * d + L * d * d + 2 * L * d * kv + L * d * d + L * d + 3 * L * d * hd + d
-                + (long) c.seqLen() * c.headSize();
-        return sharedClassifier ? n : n + c.vocabSize() * d;
+        long d = c.dim(), hd = c.hiddenDim(), L = c.layers(), kv = c.kvDim(), v = c.vocabSize();
+        long n = sum(v * d, L * d, product(L, d, d), product(2, L, d, kv), product(L, d, d), L * d, product(3, L, d, hd), d,
+                (long) c.seqLen() * c.headSize());
+        return sharedClassifier ? n : Math.addExact(n, v * d);
+    }
+
+    private static long product(long... factors) {
+        long p = 1;
+        for (long f : factors) p = Math.multiplyExact(p, f);
+        return p;
+    }
+
+    private static long sum(long... terms) {
+        long s = 0;
+        for (long t : terms) s = Math.addExact(s, t);
+        return s;
     }
 
     /**
