@@ -9,6 +9,7 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.TypeConversionException;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.util.HexFormat;
@@ -63,8 +64,13 @@ final class EngineOptions {
     @Mixin
     AuthTokenOptions auth = new AuthTokenOptions();
 
-    ModelFiles.Loaded load() throws IOException {
-        return ModelFiles.load(modelFile, tokenizer);
+    /** The model; a file that cannot be read or is no checkpoint/tokenizer is the user's error: one line naming it. */
+    ModelFiles.Loaded load() {
+        try {
+            return ModelFiles.load(modelFile, tokenizer);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e.getMessage(), e);
+        }
     }
 
     /** The token from --auth-token-file or KVFERRY_AUTH_TOKEN; null when none was given. */

@@ -44,6 +44,14 @@ public final class ModelFiles {
         return Optional.empty();
     }
 
+    /** Fails naming {@code what} and the path unless it is a readable regular file (not missing, not a directory). */
+    static void requireRegularFile(Path file, String what) throws IOException {
+        if (!Files.exists(file)) throw new IOException(what + " " + file + " does not exist");
+        if (Files.isDirectory(file)) throw new IOException(what + " " + file + " is a directory, not a file");
+        if (!Files.isRegularFile(file)) throw new IOException(what + " " + file + " is not a regular file");
+        if (!Files.isReadable(file)) throw new IOException(what + " " + file + " is not readable");
+    }
+
     /**
      * @param checkpoint an explicit llama2.c checkpoint (its tokenizer: {@code tokenizer}, or tok512.bin
      *                   beside it), or null to find stories260K or fall back to random weights
@@ -52,7 +60,7 @@ public final class ModelFiles {
         if (checkpoint != null) {
             ModelWeights w = ModelWeights.load(checkpoint);
             Path tok = tokenizer != null ? tokenizer : checkpoint.resolveSibling(TOKENIZER);
-            if (!Files.isRegularFile(tok)) {
+            if (tokenizer == null && !Files.exists(tok)) {
                 throw new IOException("no tokenizer for " + checkpoint + ": " + tok + " does not exist (pass --tokenizer)");
             }
             return new Loaded(w, Tokenizer.load(tok, w.config.vocabSize()), true, "checkpoint " + checkpoint + " (" + w.config + ")");

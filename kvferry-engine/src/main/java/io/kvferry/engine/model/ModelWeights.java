@@ -99,6 +99,7 @@ public final class ModelWeights {
      * then the float32 tensors in llama2.c's order, with the RoPE tables (unused: RoPE is computed).
      */
     public static ModelWeights load(Path file) throws IOException {
+        ModelFiles.requireRegularFile(file, "model file");
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
             long size = ch.size();
             if (size < 28) throw new IOException(file + ": " + size + " bytes is too short for a llama2.c checkpoint header (28)");

@@ -77,6 +77,7 @@ public final class Tokenizer {
         if (vocabSize <= 0) {
             throw new IllegalArgumentException("tokenizer " + file + ": vocab size must be positive, got " + vocabSize);
         }
+        ModelFiles.requireRegularFile(file, "tokenizer");
         byte[] all;
         try {
             all = Files.readAllBytes(file);

@@ -1,0 +1,70 @@
+package io.kvferry.cli;
+
+import io.kvferry.engine.model.ModelFiles;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Optional;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/** A model or tokenizer file that is missing, a directory or no checkpoint: exit 2 and one line naming it, no stack trace. */
+@Timeout(60)
+class ModelFileErrorsTest {
+    @TempDir
+    Path dir;
+
+    record Run(int code, String err) {}
+
+    static Run run(String... args) {
+        PrintStream old = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        try {
+            return new Run(Main.run(args), buf.toString(StandardCharsets.UTF_8));
+        } finally {
+            System.setErr(old);
+        }
+    }
+
+    private static void assertOneLine(Run r, String... parts) {
+        assertEquals(2, r.code(), r.err());
+        assertFalse(r.err().contains("\tat "), "a stack trace: " + r.err());
+        assertEquals(1, r.err().strip().lines().count(), r.err());
+        for (String p : parts) assertTrue(r.err().contains(p), r.err());
+    }
+
+    @Test
+    void aMissingModelFileIsOneLine() {
+        Path missing = dir.resolve("missing.bin");
+        assertOneLine(run("demo", "--model-file", missing.toString()), "model file " + missing + " does not exist");
+    }
+
+    @Test
+    void aDirectoryAsModelFileIsOneLine() {
+        assertOneLine(run("serve", "--model-file", dir.toString()), "model file " + dir + " is a directory");
+    }
+
+    @Test
+    void aDirectoryAsTokenizerIsOneLine() {
+        Optional<Path> models = ModelFiles.findModelDir();
+        assumeTrue(models.isPresent(), "no stories260K checkpoint here");
+        assertOneLine(run("demo", "--model-file", models.get().resolve(ModelFiles.CHECKPOINT).toString(), "--tokenizer", dir.toString()),
+                "tokenizer " + dir + " is a directory");
+    }
+
+    @Test
+    void aTruncatedCheckpointIsOneLine() throws Exception {
+        Path f = Files.write(dir.resolve("short.bin"), new byte[10]);
+        assertOneLine(run("demo", "--model-file", f.toString()), f + ": 10 bytes is too short");
+    }
+}
