@@ -52,6 +52,22 @@ public record Workload(int requests, int promptTokens, int pageSize, int chunkTo
         if (concurrency < 1) throw new IllegalArgumentException("--concurrency must be >= 1");
         if (chunkTokens < pageSize) throw new IllegalArgumentException("--chunk-tokens must be >= --page-size");
         if (warmup < 0) throw new IllegalArgumentException("--warmup must be >= 0");
+        if ((long) requests + warmup > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException("--requests " + requests + " plus --warmup " + warmup + " is more than " + Integer.MAX_VALUE
+                    + " requests");
+        }
+        long pool = poolPages(concurrency, promptTokens, pageSize);
+        if (pool > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException("--concurrency " + concurrency + " requests of --prompt-tokens " + promptTokens
+                    + " in pages of " + pageSize + " tokens need a pool of " + pool + " pages per rank, more than "
+                    + Integer.MAX_VALUE + ": lower --concurrency or --prompt-tokens");
+        }
+    }
+
+    /** Pages one rank's pool needs, computed without overflow (the constructor refuses more than an int). */
+    private static long poolPages(int concurrency, int promptTokens, int pageSize) {
+        long perRequest = ((long) promptTokens + pageSize - 1) / pageSize, inFlight = concurrency * perRequest;
+        return inFlight + Math.max(8, inFlight / 4);
     }
 
     /** Warm-up plus measured requests: the length of {@link #generate()}. */
@@ -91,12 +107,12 @@ public record Workload(int requests, int promptTokens, int pageSize, int chunkTo
     }
 
     public int maxPagesPerRequest() {
-        return (promptTokens + pageSize - 1) / pageSize;
+        return (int) (((long) promptTokens + pageSize - 1) / pageSize);
     }
 
     /** Pages one rank's pool needs: room for every in-flight request plus slack. */
     public int poolPages() {
-        return concurrency * maxPagesPerRequest() + Math.max(8, concurrency * maxPagesPerRequest() / 4);
+        return (int) poolPages(concurrency, promptTokens, pageSize);
     }
 
     public int chunkPages() {

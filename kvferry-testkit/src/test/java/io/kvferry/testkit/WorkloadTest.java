@@ -43,6 +43,24 @@ class WorkloadTest {
     }
 
     @Test
+    void sizesThatOverflowAnIntAreRefusedNamingTheFlags() {
+        // --prompt-tokens near 2^31: the page count per request wrapped negative (the memory budget passed a negative pool);
+        // the true count goes to the memory budget, which refuses it naming GiB.
+        assertEquals(671_088_640, new Workload(8, Integer.MAX_VALUE, 16, 256, 4, 8, 42, 8).poolPages());
+        String huge = assertThrows(IllegalArgumentException.class,
+                () -> new Workload(8, Integer.MAX_VALUE, 16, 256, 16, 8, 42, 8)).getMessage();
+        assertTrue(huge.contains("--prompt-tokens 2147483647") && huge.contains("lower --concurrency or --prompt-tokens"), huge);
+        // 65536 in flight x 65537 pages wraps to 65536: a pool 2^16 times too small, silently.
+        String wraps = assertThrows(IllegalArgumentException.class,
+                () -> new Workload(8, 65_537 * 16, 16, 65_537 * 16, 65_536, 0, 42, 0)).getMessage();
+        assertTrue(wraps.contains("--concurrency 65536") && wraps.contains("5368791040 pages"), wraps);
+        String many = assertThrows(IllegalArgumentException.class,
+                () -> new Workload(Integer.MAX_VALUE, 16, 16, 16, 1, 0, 42, 8)).getMessage();
+        assertTrue(many.contains("--requests 2147483647 plus --warmup 8"), many);
+        assertEquals(5 * 64 + 80, new Workload(8, 1024, 16, 256, 5, 8, 42, 0).poolPages());
+    }
+
+    @Test
     void patternDetectsWrongKeyAndSingleFlippedByte() {
         KvPattern p = new KvPattern(4096, 1);
         try (Arena arena = Arena.ofConfined()) {
