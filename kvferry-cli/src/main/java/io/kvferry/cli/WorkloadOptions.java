@@ -2,6 +2,8 @@ package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.ChecksumMode;
+import io.kvferry.api.KVFerrySettings;
+import io.kvferry.api.Knobs;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.PageLayout;
@@ -60,9 +62,10 @@ public final class WorkloadOptions {
                     + "auto (shm, else ucx, else tcp), fake. Default: ${DEFAULT-VALUE}.")
     String transport;
 
-    @Option(names = "--tcp-stripes", defaultValue = "1",
-            description = "TCP connections per decode link carrying data (rooms spread over them). Default: ${DEFAULT-VALUE}.")
-    int tcpStripes;
+    @Option(names = "--tcp-stripes",
+            description = "TCP connections per decode link carrying data (rooms spread over them). Default: KVFERRY_TCP_STRIPES "
+                    + "(or -Dkvferry.tcpStripes, --set), else 1.")
+    Integer tcpStripes;
 
     @Option(names = "--tp", defaultValue = "1",
             description = "Attention-TP size of prefill and decode (each overridable below). Default: ${DEFAULT-VALUE}.")
@@ -122,9 +125,9 @@ public final class WorkloadOptions {
                     + "prefill's library hook after its digest on one-sided links; default there 0.5).")
     double corruptProb;
 
-    @Option(names = "--checksum", defaultValue = "${env:KVFERRY_CHECKSUM:-off}",
-            description = "Verify transfers against the prefill's CRC32C digests: off, sampled or full (env KVFERRY_CHECKSUM). "
-                    + "Default: ${DEFAULT-VALUE}.")
+    @Option(names = "--checksum",
+            description = "Verify transfers against the prefill's CRC32C digests: off, sampled or full. Default: KVFERRY_CHECKSUM "
+                    + "(or -Dkvferry.checksum, --set), else off.")
     String checksum;
 
     /** The cluster token for registry writes and control connections. */
@@ -180,7 +183,11 @@ public final class WorkloadOptions {
         if (!KVFerry.BACKENDS.contains(transport)) {
             throw new IllegalArgumentException("--transport must be one of " + KVFerry.BACKENDS + ", got '" + transport + "'");
         }
-        if (tcpStripes < 1 || tcpStripes > 64) throw new IllegalArgumentException("--tcp-stripes must be in [1, 64], got " + tcpStripes);
+        // Without the flag, the knob (environment, property or --set) decides, checked as the library checks it.
+        KVFerrySettings settings = KVFerrySettings.fromEnvironment();
+        int stripes = tcpStripes != null ? tcpStripes : settings.getInt(Knobs.TCP_STRIPES, 1, 64);
+        if (stripes < 1 || stripes > 64) throw new IllegalArgumentException("--tcp-stripes must be in [1, 64], got " + stripes);
+        ChecksumMode checksumMode = checksum != null ? ChecksumMode.parse(checksum) : settings.getChecksum(Knobs.CHECKSUM);
         int p = prefillTp == null ? tp : prefillTp, d = decodeTp == null ? tp : decodeTp;
         if (p < 1 || d < 1) throw new IllegalArgumentException("--tp, --prefill-tp and --decode-tp must be >= 1");
         if (Math.max(p, d) % Math.min(p, d) != 0) {
@@ -258,7 +265,7 @@ public final class WorkloadOptions {
         }
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
                 transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
-                tcpStripes, pairedMemcpy, ChecksumMode.parse(checksum), new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge,
+                stripes, pairedMemcpy, checksumMode, new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge,
                 changeFeed));
     }
 
