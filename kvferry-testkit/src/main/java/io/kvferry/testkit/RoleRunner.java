@@ -97,7 +97,15 @@ public final class RoleRunner {
         if (i <= 0) throw new IllegalArgumentException("bootstrap address must be host:port, got '" + addr + "'");
         String host = addr.substring(0, i);
         if (host.startsWith("[") && host.endsWith("]")) host = host.substring(1, host.length() - 1);
-        return new String[]{host, addr.substring(i + 1)};
+        String port = addr.substring(i + 1);
+        int p;
+        try {
+            p = Integer.parseInt(port);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("bootstrap address '" + addr + "' has a bad port '" + port + "' (want host:port)");
+        }
+        if (p < 1 || p > 65_535) throw new IllegalArgumentException("bootstrap address '" + addr + "' has port " + p + " outside [1, 65535]");
+        return new String[]{host, port};
     }
 
     /** Runs the given TP ranks (of every PP stage) of one role in this JVM; prints one JSON line per rank. */
