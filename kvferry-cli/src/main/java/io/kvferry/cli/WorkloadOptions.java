@@ -259,10 +259,13 @@ public final class WorkloadOptions {
             token = Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
         if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
-        if (abortProb < 0 || abortProb > 1 || failureProb < 0 || failureProb > 1 || corruptProb < 0 || corruptProb > 1
+        // Written as "not inside" so that NaN, which compares false with everything, is refused too.
+        if (!(abortProb >= 0 && abortProb <= 1) || !(failureProb >= 0 && failureProb <= 1) || !(corruptProb >= 0 && corruptProb <= 1)
                 || slowDecodeMs < 0) {
-            throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0");
+            throw new IllegalArgumentException("fault probabilities must be in [0, 1] and --slow-decode-ms >= 0, not --abort-prob "
+                    + abortProb + " --failure-prob " + failureProb + " --corrupt-prob " + corruptProb + " --slow-decode-ms " + slowDecodeMs);
         }
+        if (prefixEvery < 0) throw new IllegalArgumentException("--prefix-every must be >= 0 (0 = never), not " + prefixEvery);
         return new BenchConfig(shape, w, transport, p, d, prefillPp, decodePp, prefillCp, allCpRanks, prefillDp, token,
                 transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
                 stripes, pairedMemcpy, checksumMode, new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge,

@@ -53,4 +53,14 @@ class WorkloadKnobsTest {
         assertEquals(1, c.tcpStripes());
         assertEquals(ChecksumMode.OFF, c.checksum());
     }
+
+    @Test
+    void nanFaultProbabilitiesAndANegativePrefixEveryAreRefusedNamingThem() {
+        for (String flag : new String[] {"--abort-prob", "--failure-prob", "--corrupt-prob"}) {
+            String e = assertThrows(IllegalArgumentException.class, () -> config("--model", "tiny", flag, "NaN")).getMessage();
+            assertTrue(e.contains("[0, 1]") && e.contains(flag + " NaN"), e);
+        }
+        String e = assertThrows(IllegalArgumentException.class, () -> config("--model", "tiny", "--prefix-every", "-3")).getMessage();
+        assertTrue(e.contains("--prefix-every must be >= 0") && e.contains("-3"), e);
+    }
 }

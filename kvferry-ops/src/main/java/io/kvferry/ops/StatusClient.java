@@ -7,6 +7,7 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.channels.UnresolvedAddressException;
 import java.time.Duration;
 import java.time.Instant;
 import java.time.ZoneId;
@@ -51,7 +52,7 @@ public final class StatusClient {
         try {
             resp = http.send(HttpRequest.newBuilder(uri).timeout(timeout).GET().build(), HttpResponse.BodyHandlers.ofString());
         } catch (IOException e) {
-            throw new StatusException("cannot reach " + uri + ": " + (e.getMessage() == null ? e.getClass().getSimpleName() : e.getMessage()));
+            throw new StatusException("cannot reach " + uri + ": " + why(e));
         }
         if (resp.statusCode() == 404) {
             throw new StatusException(uri + " answered 404: that registry serves no kvferry status (an SGLang registry, "
@@ -140,6 +141,18 @@ public final class StatusClient {
         }
         b.append("\nrecent failures\n").append(fails.isEmpty() ? "  (none)\n" : fails.toString());
         return b.toString();
+    }
+
+    /** The first message in the cause chain (HttpClient wraps socket errors without one), else the root cause's type. */
+    static String why(Throwable e) {
+        Throwable root = e;
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof UnresolvedAddressException) return "unknown host (" + e.getClass().getSimpleName() + ")";
+            if (t.getMessage() != null && !t.getMessage().isBlank()) return t.getMessage();
+            root = t;
+            if (t.getCause() == t) break;
+        }
+        return root == e ? e.getClass().getSimpleName() : e.getClass().getSimpleName() + " (" + root.getClass().getSimpleName() + ")";
     }
 
     private static long ageOf(String millis) {

@@ -12,11 +12,15 @@ import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
+import java.io.IOException;
+import java.net.ConnectException;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.UnresolvedAddressException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -194,6 +198,19 @@ class OpsEndpointsTest {
         assertTrue(text.startsWith("kvferry decode process 7"), text);
         assertTrue(text.indexOf("2     WaitingForInput") >= 0, text);
         assertTrue(text.indexOf("2     WaitingForInput") < text.indexOf("1     Transferring"), "aged rooms first: " + text);
+    }
+
+    @Test
+    void anUnreachableAddressIsExplainedByItsCauseNotOnlyItsType() {
+        ConnectException wrapped = new ConnectException();
+        wrapped.initCause(new UnresolvedAddressException());
+        assertTrue(StatusClient.why(wrapped).startsWith("unknown host"), StatusClient.why(wrapped));
+        ConnectException refused = new ConnectException();
+        refused.initCause(new IOException("Connection refused"));
+        assertEquals("Connection refused", StatusClient.why(refused));
+        ConnectException closed = new ConnectException();
+        closed.initCause(new ClosedChannelException());
+        assertEquals("ConnectException (ClosedChannelException)", StatusClient.why(closed));
     }
 
     private static PrefillRankRegistration reg(int tp, int port, String statusUrl) {

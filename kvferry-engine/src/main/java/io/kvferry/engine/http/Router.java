@@ -58,9 +58,24 @@ public final class Router implements AutoCloseable {
         volatile String bootstrap;
 
         Backend(String url, boolean prefill, String bootstrap) {
-            this.url = URI.create(url.endsWith("/") ? url.substring(0, url.length() - 1) : url);
+            this.url = parse(url, prefill);
             this.prefill = prefill;
             this.bootstrap = bootstrap;
+        }
+
+        /** An absolute http(s) URL with a host, or an IllegalArgumentException naming the flag and the value. */
+        static URI parse(String url, boolean prefill) {
+            String flag = prefill ? "--prefill" : "--decode";
+            URI u;
+            try {
+                u = URI.create(url.endsWith("/") ? url.substring(0, url.length() - 1) : url);
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(flag + " '" + url + "' is not a URL: " + e.getMessage(), e);
+            }
+            if (!("http".equals(u.getScheme()) || "https".equals(u.getScheme())) || u.getHost() == null) {
+                throw new IllegalArgumentException(flag + " '" + url + "' must be an http:// URL with a host, e.g. http://10.0.0.1:30000");
+            }
+            return u;
         }
 
         @Override

@@ -26,6 +26,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** How the router reports what its backends answered: their client errors pass through; one failed exchange is not an outage. */
@@ -137,5 +138,16 @@ class RouterErrorsTest {
             release.countDown();
             stub.stop(0);
         }
+    }
+
+    @Test
+    void aBackendThatIsNoHttpUrlIsRefusedNamingTheFlagAndTheValue() {
+        String e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("notaurl", true)).getMessage();
+        assertTrue(e.contains("--prefill 'notaurl'") && e.contains("http://"), e);
+        e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("ftp://h:1", false)).getMessage();
+        assertTrue(e.contains("--decode 'ftp://h:1'"), e);
+        e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("http://a b", false)).getMessage();
+        assertTrue(e.contains("--decode 'http://a b' is not a URL"), e);
+        assertEquals("http://10.0.0.1:30000", Router.Backend.parse("http://10.0.0.1:30000/", true).toString());
     }
 }
