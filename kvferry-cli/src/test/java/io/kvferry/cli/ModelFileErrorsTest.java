@@ -5,9 +5,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Optional;
@@ -23,20 +20,7 @@ class ModelFileErrorsTest {
     @TempDir
     Path dir;
 
-    record Run(int code, String err) {}
-
-    static Run run(String... args) {
-        PrintStream old = System.err;
-        ByteArrayOutputStream buf = new ByteArrayOutputStream();
-        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
-        try {
-            return new Run(Main.run(args), buf.toString(StandardCharsets.UTF_8));
-        } finally {
-            System.setErr(old);
-        }
-    }
-
-    private static void assertOneLine(Run r, String... parts) {
+    private static void assertOneLine(CliRun r, String... parts) {
         assertEquals(2, r.code(), r.err());
         assertFalse(r.err().contains("\tat "), "a stack trace: " + r.err());
         assertEquals(1, r.err().strip().lines().count(), r.err());
@@ -46,25 +30,25 @@ class ModelFileErrorsTest {
     @Test
     void aMissingModelFileIsOneLine() {
         Path missing = dir.resolve("missing.bin");
-        assertOneLine(run("demo", "--model-file", missing.toString()), "model file " + missing + " does not exist");
+        assertOneLine(CliRun.of("demo", "--model-file", missing.toString()), "model file " + missing + " does not exist");
     }
 
     @Test
     void aDirectoryAsModelFileIsOneLine() {
-        assertOneLine(run("serve", "--model-file", dir.toString()), "model file " + dir + " is a directory");
+        assertOneLine(CliRun.of("serve", "--model-file", dir.toString()), "model file " + dir + " is a directory");
     }
 
     @Test
     void aDirectoryAsTokenizerIsOneLine() {
         Optional<Path> models = ModelFiles.findModelDir();
         assumeTrue(models.isPresent(), "no stories260K checkpoint here");
-        assertOneLine(run("demo", "--model-file", models.get().resolve(ModelFiles.CHECKPOINT).toString(), "--tokenizer", dir.toString()),
+        assertOneLine(CliRun.of("demo", "--model-file", models.get().resolve(ModelFiles.CHECKPOINT).toString(), "--tokenizer", dir.toString()),
                 "tokenizer " + dir + " is a directory");
     }
 
     @Test
     void aTruncatedCheckpointIsOneLine() throws Exception {
         Path f = Files.write(dir.resolve("short.bin"), new byte[10]);
-        assertOneLine(run("demo", "--model-file", f.toString()), f + ": 10 bytes is too short");
+        assertOneLine(CliRun.of("demo", "--model-file", f.toString()), f + ": 10 bytes is too short");
     }
 }

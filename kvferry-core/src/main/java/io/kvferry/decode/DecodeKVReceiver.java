@@ -126,7 +126,8 @@ final class DecodeKVReceiver implements KVReceiver {
         if (route.alive()) {
             adopt(route);
         } else {
-            retryUntilTimeout(addr, "a link of its route closed during the set-up"); // the next resolution opens fresh links
+            // the next resolution opens fresh links
+            retryUntilTimeout("Could not bootstrap with prefill at " + addr, "a link of its route closed during the set-up");
         }
     }
 
@@ -136,19 +137,13 @@ final class DecodeKVReceiver implements KVReceiver {
             case RouteResolver.TopologyUnavailable t -> {
                 if (t.getCause() instanceof RegistryException re && (re.statusCode() == 400 || re.statusCode() == 401)) {
                     fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + ": " + t.getMessage()); // retrying cannot help
-                    return;
-                }
-                double waited = (now() - initPendingSince) / 1e9;
-                if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
-                    fail(FailureKind.PREFILL_UNREACHABLE, "Could not fetch prefill parallel info from " + addr + " after "
-                            + String.format("%.1f", waited) + " s: " + t.getMessage());
                 } else {
-                    retryAtNanos = System.nanoTime() + RETRY_PAUSE_MILLIS * 1_000_000L;
+                    retryUntilTimeout("Could not fetch prefill parallel info from " + addr, t.getMessage());
                 }
             }
             case RouteResolver.RouteRefused r -> fail(r.kind, r.getMessage());
             // The registry still points at a rank that is gone (a prefill being restarted): the lookups were dropped.
-            case ConnectException c -> retryUntilTimeout(addr, c.getMessage());
+            case ConnectException c -> retryUntilTimeout("Could not bootstrap with prefill at " + addr, c.getMessage());
             case LinkRefusedException r -> {
                 manager.telemetry.refused(HandshakeRefusal.of(r.kind()));
                 fail(r.kind(), "Could not bootstrap with prefill at " + addr + ": " + r.getMessage());
@@ -159,11 +154,11 @@ final class DecodeKVReceiver implements KVReceiver {
         }
     }
 
-    private void retryUntilTimeout(String addr, String why) {
+    /** Leaves the room bootstrapping for another resolution a pause from now, or fails it ({@code what} after N s: why) once prefillInfoTimeout passed. */
+    private void retryUntilTimeout(String what, String why) {
         double waited = (now() - initPendingSince) / 1e9;
         if (waited >= manager.config().prefillInfoTimeout().toNanos() / 1e9) {
-            fail(FailureKind.PREFILL_UNREACHABLE, "Could not bootstrap with prefill at " + addr + " after " + String.format("%.1f", waited)
-                    + " s: " + why);
+            fail(FailureKind.PREFILL_UNREACHABLE, what + " after " + String.format("%.1f", waited) + " s: " + why);
         } else {
             retryAtNanos = System.nanoTime() + RETRY_PAUSE_MILLIS * 1_000_000L;
         }

@@ -90,6 +90,18 @@ class UcxStalledDecodeTest {
         return TransferPlanner.planKv(s, d, new long[] {PAGE});
     }
 
+    /** Runs one write on another thread; completes with what it threw, or null once it landed. */
+    private static CompletableFuture<Throwable> writeInBackground(DataPath path, long room, CopyPlan plan, RegisteredMemory src) {
+        return CompletableFuture.supplyAsync(() -> {
+            try {
+                path.write(room, plan, src, () -> false);
+                return null;
+            } catch (Throwable t) {
+                return t;
+            }
+        });
+    }
+
     private static boolean landed(RegisteredMemory src, RegisteredMemory dst, int from, int to, int count) {
         MemorySegment a = src.slice(Region.KV, 0, 0, from * PAGE, count * PAGE), b = dst.slice(Region.KV, 0, 0, to * PAGE, count * PAGE);
         return a.mismatch(b) == -1;
@@ -163,14 +175,7 @@ class UcxStalledDecodeTest {
         assertTrue(landed(src, stuckDst, 0, 10, 4), "lands while the decode progresses");
 
         stuck.progressing = false;
-        CompletableFuture<Throwable> stalled = CompletableFuture.supplyAsync(() -> {
-            try {
-                stuckPath.write(2, pages(4, 20, 8), src, () -> false);
-                return null;
-            } catch (Throwable t) {
-                return t;
-            }
-        });
+        CompletableFuture<Throwable> stalled = writeInBackground(stuckPath, 2, pages(4, 20, 8), src);
         Thread.sleep(200); // its batch is posted (and unconfirmed) by now
         assertFalse(stalled.isDone(), "the write to a decode that stopped progressing cannot complete");
 
@@ -211,14 +216,7 @@ class UcxStalledDecodeTest {
         closeables.add(path::close);
         for (int i = 0; i < 20; i++) {
             slow.progressing = false;
-            CompletableFuture<Throwable> w = CompletableFuture.supplyAsync(() -> {
-                try {
-                    path.write(10, pages(0, 0, 8), src, () -> false);
-                    return null;
-                } catch (Throwable t) {
-                    return t;
-                }
-            });
+            CompletableFuture<Throwable> w = writeInBackground(path, 10, pages(0, 0, 8), src);
             Thread.sleep(30); // paused a tenth of the timeout per write
             slow.progressing = true;
             assertNull(w.get(30, TimeUnit.SECONDS));

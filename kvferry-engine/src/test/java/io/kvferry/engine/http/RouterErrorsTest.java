@@ -66,6 +66,16 @@ class RouterErrorsTest {
         }
     }
 
+    /** The stub answers /health as a healthy prefill (with a registry address) would. */
+    private static void answerHealthy(HttpServer stub) {
+        stub.createContext("/health", ex -> {
+            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+    }
+
     /**
      * A backend that fails one exchange (here it drops the connection without an answer) fails that
      * request with a 502, but stays in rotation: only a connect failure or its health check takes it out.
@@ -74,12 +84,7 @@ class RouterErrorsTest {
     @Timeout(60)
     void oneFailedExchangeDoesNotMarkTheBackendDown() throws Exception {
         HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        stub.createContext("/health", ex -> {
-            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
-            ex.sendResponseHeaders(200, b.length);
-            ex.getResponseBody().write(b);
-            ex.close();
-        });
+        answerHealthy(stub);
         stub.createContext("/generate", ex -> {
             throw new IllegalStateException("the stub drops this exchange"); // the JDK server closes the connection unanswered
         });
@@ -106,12 +111,7 @@ class RouterErrorsTest {
         CountDownLatch called = new CountDownLatch(1), release = new CountDownLatch(1);
         HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         stub.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
-        stub.createContext("/health", ex -> {
-            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
-            ex.sendResponseHeaders(200, b.length);
-            ex.getResponseBody().write(b);
-            ex.close();
-        });
+        answerHealthy(stub);
         stub.createContext("/generate", ex -> {
             called.countDown();
             try {
