@@ -76,13 +76,18 @@ final class ChaosNetwork implements AutoCloseable {
         return NetnsLink.launcher(prefillSide ? link.prefillNamespace() : link.decodeNamespace());
     }
 
-    /** The registry, on the prefill's side; {@code requestTimeout} null = the default (10 s). */
+    /**
+     * The registry, on the prefill's side; {@code requestTimeout} null = the default (10 s). In a
+     * namespace its requests run on platform threads: a virtual one started there could make the JVM
+     * create a carrier thread inside the namespace, where every virtual thread of the harness mounted
+     * on it later would connect from ({@link Netns#call}).
+     */
     KVBootstrapServer startRegistry(String token, Duration requestTimeout) throws IOException {
-        RegistryOptions options = requestTimeout == null ? RegistryOptions.defaults(token)
-                : new RegistryOptions(token, RegistryOptions.DEFAULT_ROOM_ENTRY_TTL, false, requestTimeout,
-                        RegistryOptions.DEFAULT_MAX_CONNECTIONS);
+        RegistryOptions options = RegistryOptions.defaults(token);
+        if (requestTimeout != null) options = options.withRequestTimeout(requestTimeout);
         if (link == null) return KVFerry.startBootstrapServer(LOOPBACK, 0, options);
-        return Netns.call(link.prefillNamespace(), () -> KVFerry.startBootstrapServer(NetnsLink.PREFILL_ADDR, 0, options));
+        RegistryOptions inNamespace = options.withPlatformRequestThreads();
+        return Netns.call(link.prefillNamespace(), () -> KVFerry.startBootstrapServer(NetnsLink.PREFILL_ADDR, 0, inNamespace));
     }
 
     /** A fault proxy on the decode's side of the link (its connections to the prefill cross the link). */

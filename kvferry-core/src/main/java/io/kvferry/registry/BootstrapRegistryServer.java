@@ -87,7 +87,8 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         // with no deadline, so a few stalled clients held every worker (and, through a caller-runs queue,
         // the dispatcher). A virtual thread per request, a per-registry request deadline and a cap on
         // requests under way instead; RequestGate says why and how.
-        this.gate = new RequestGate(prefix, options.maxConnections(), options.requestTimeout());
+        this.gate = new RequestGate(prefix, options.maxConnections(), options.requestTimeout(),
+                options.platformRequestThreads());
         this.sweeper = new ScheduledThreadPoolExecutor(1, threads(prefix + "-sweeper-"));
         sweeper.setRemoveOnCancelPolicy(true);
     }

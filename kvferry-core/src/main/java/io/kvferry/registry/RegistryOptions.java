@@ -19,9 +19,15 @@ import java.util.Objects;
  * @param maxConnections how many connections may have a request under way at once; a connection that starts
  *                       one beyond this is closed at once without an answer. Connections that have sent nothing
  *                       (new or idle keep-alive) are not counted: they hold no thread
+ * @param platformRequestThreads serve each request on a platform thread instead of a virtual one. For a
+ *                       registry started by a thread whose OS-level state must not spread to the rest of
+ *                       the JVM, such as one inside a network namespace (the chaos harness): a virtual
+ *                       thread it starts may make the JVM create a shared carrier thread from it, and that
+ *                       carrier (a clone of the starting thread) stays in the namespace, so every virtual
+ *                       thread later mounted on it connects from inside. Costs a thread start per request
  */
 public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean openWrites,
-                              Duration requestTimeout, int maxConnections) {
+                              Duration requestTimeout, int maxConnections, boolean platformRequestThreads) {
 
     /** SGLang's {@code SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL} default. */
     public static final Duration DEFAULT_ROOM_ENTRY_TTL = Duration.ofSeconds(120);
@@ -47,6 +53,11 @@ public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean o
         }
     }
 
+    public RegistryOptions(String authToken, Duration roomEntryTtl, boolean openWrites,
+                           Duration requestTimeout, int maxConnections) {
+        this(authToken, roomEntryTtl, openWrites, requestTimeout, maxConnections, false);
+    }
+
     public RegistryOptions(String authToken, Duration roomEntryTtl, boolean openWrites) {
         this(authToken, roomEntryTtl, openWrites, DEFAULT_REQUEST_TIMEOUT, DEFAULT_MAX_CONNECTIONS);
     }
@@ -66,12 +77,17 @@ public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean o
 
     /** These options with another request timeout. */
     public RegistryOptions withRequestTimeout(Duration timeout) {
-        return new RegistryOptions(authToken, roomEntryTtl, openWrites, timeout, maxConnections);
+        return new RegistryOptions(authToken, roomEntryTtl, openWrites, timeout, maxConnections, platformRequestThreads);
     }
 
     /** These options with another cap on connections with a request under way. */
     public RegistryOptions withMaxConnections(int max) {
-        return new RegistryOptions(authToken, roomEntryTtl, openWrites, requestTimeout, max);
+        return new RegistryOptions(authToken, roomEntryTtl, openWrites, requestTimeout, max, platformRequestThreads);
+    }
+
+    /** These options with requests served on platform threads (see {@code platformRequestThreads}). */
+    public RegistryOptions withPlatformRequestThreads() {
+        return new RegistryOptions(authToken, roomEntryTtl, openWrites, requestTimeout, maxConnections, true);
     }
 
     /** Hides the token so options can be logged. */
@@ -79,6 +95,7 @@ public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean o
     public String toString() {
         return "RegistryOptions[authToken=" + (authToken == null || authToken.isBlank() ? "<none>" : "<set>")
                 + ", roomEntryTtl=" + roomEntryTtl + ", openWrites=" + openWrites
-                + ", requestTimeout=" + requestTimeout + ", maxConnections=" + maxConnections + "]";
+                + ", requestTimeout=" + requestTimeout + ", maxConnections=" + maxConnections
+                + (platformRequestThreads ? ", platformRequestThreads" : "") + "]";
     }
 }

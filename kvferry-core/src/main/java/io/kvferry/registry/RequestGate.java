@@ -14,7 +14,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The executor of the registry's {@code HttpServer}: one virtual thread per request, at most
+ * The executor of the registry's {@code HttpServer}: one virtual thread per request (a platform one
+ * where {@link RegistryOptions#platformRequestThreads()} asks), at most
  * {@code maxConnections} requests under way, and none of them older than {@code requestTimeout}.
  *
  * <p>Why this shape. The JDK server (as of JDK 25, {@code sun.net.httpserver.ServerImpl}) parks new and
@@ -56,12 +57,14 @@ final class RequestGate implements Executor {
     private final String name;
     private volatile boolean closed;
 
-    RequestGate(String name, int maxRequests, Duration timeout) {
+    /** @param platformThreads each request on a platform thread (RegistryOptions#platformRequestThreads says when) */
+    RequestGate(String name, int maxRequests, Duration timeout, boolean platformThreads) {
         this.name = name;
         this.maxRequests = maxRequests;
         this.timeoutNanos = timeout.toNanos();
         this.slots = new Semaphore(maxRequests);
-        this.threads = Thread.ofVirtual().name(name + "-req-", 1).factory();
+        this.threads = platformThreads ? Thread.ofPlatform().daemon().name(name + "-req-", 1).factory()
+                : Thread.ofVirtual().name(name + "-req-", 1).factory();
     }
 
     /** How often {@link #sweep()} should run: a small fraction of the timeout, so it is overrun by little. */

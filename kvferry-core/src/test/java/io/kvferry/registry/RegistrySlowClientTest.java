@@ -188,6 +188,10 @@ class RegistrySlowClientTest {
         assertThrows(IllegalArgumentException.class, () -> d.withMaxConnections(0));
         assertEquals(Duration.ofSeconds(3), RegistryOptions.withoutAuth().withRequestTimeout(Duration.ofSeconds(3)).requestTimeout());
         assertTrue(d.withMaxConnections(7).toString().contains("maxConnections=7"));
+        RegistryOptions platform = d.withMaxConnections(7).withPlatformRequestThreads();
+        assertTrue(platform.platformRequestThreads() && !d.platformRequestThreads());
+        assertEquals(7, platform.maxConnections());
+        assertEquals(platform, platform.withRequestTimeout(d.requestTimeout()));
     }
 
     // ------------------------------------------------------------------ helpers

@@ -109,10 +109,11 @@ public final class Netns {
      * Runs {@code body} on a new platform thread that first entered namespace {@code ns}: sockets and
      * devices it creates live there, and so do the threads it starts (a new thread inherits its
      * creator's namespace) — a fault proxy's acceptor and connectors, a registry's dispatcher.
-     * Virtual threads started there are the exception: they run on the JVM's shared carriers, and a
-     * carrier the scheduler creates for them may be created here and stay in the namespace, so any
-     * virtual thread of the JVM mounted on it later connects from inside (that is why the decode's
-     * outbound set-up runs on platform threads; accepted sockets and their handlers are unaffected).
+     * Virtual threads must not be started there: they run on the JVM's shared carriers, and a carrier
+     * the scheduler creates for them may be created here and stay in the namespace, so any virtual
+     * thread of the JVM mounted on it later connects from inside. So the registry started here serves
+     * its requests on platform threads ({@code RegistryOptions#platformRequestThreads}), and the fault
+     * proxy and link emulator start only platform threads; {@code NetnsCarrierTest} checks it.
      */
     public static <T> T call(String ns, Callable<T> body) throws IOException {
         FutureTask<T> task = new FutureTask<>(() -> {
