@@ -71,6 +71,8 @@ public final class DecodeKVManager implements KVManager {
     final LinkDirectory directory;
     /** Works out rooms' routes off the scheduler thread. */
     final RouteResolver resolver;
+    /** Works out rooms' prefill DP groups off the scheduler thread. */
+    private final DpRankResolver dpRanks;
     private LinkReader reader;
     private final SessionTimer timer;
     /** What receivers' polls check their waiting deadline against (a cached reading for the system ticker). */
@@ -118,6 +120,7 @@ public final class DecodeKVManager implements KVManager {
         this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, fingerprint,
                 destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
         this.resolver = new RouteResolver(directory, config, engineRank, ppRank, pageSize, kvCacheDtype);
+        this.dpRanks = new DpRankResolver(directory, engineRank, config.prefillInfoTimeout());
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (PrefillLink l : directory.links()) {
@@ -201,11 +204,12 @@ public final class DecodeKVManager implements KVManager {
      * The prefill DP group holding a room (SGLang's {@code _resolve_prefill_dp_rank}): the router's
      * hint; 0 without attention-DP; {@code room % dp_size} when the prefill follows the bootstrap
      * room; else the registry's {@code /query_dp_ranks}. Returns -1 while it is not known yet (the
-     * prefill has not registered the room; ask again later) — then call {@code init} with the answer.
+     * prefill's topology is being fetched, or the prefill has not registered the room; ask again
+     * later) — then call {@code init} with the answer. Never blocks on the registry ({@link DpRankResolver}).
      */
     @Override
     public int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
-        return directory.resolvePrefillDpRank(bootstrapAddr, room, hint);
+        return dpRanks.resolve(bootstrapAddr, room, hint);
     }
 
     /** The landing gate two-sided transports write through (exposed for tests of hostile writes). */
@@ -343,6 +347,7 @@ public final class DecodeKVManager implements KVManager {
         gate.close();
         reader.close();
         resolver.close(2000);
+        dpRanks.close(2000);
         directory.close();
         for (DecodeRoom r : rooms.all()) {
             rooms.statuses.fail(r.room, FailureKind.SHUTDOWN, "the decode KV manager was torn down");

@@ -18,6 +18,7 @@ import io.kvferry.protocol.TransportOffer;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RankEndpoint;
+import io.kvferry.registry.RegistryNotReadyException;
 import io.kvferry.registry.RetryPolicy;
 import io.kvferry.session.Authentication;
 import io.kvferry.session.SessionTimer;
@@ -121,7 +122,11 @@ final class LinkDirectory {
         if (info != null) return info;
         // A recent failure answers at once, so a burst of requests for a dead address fails fast.
         RecentFailures.Recent<RuntimeException> recent = recentFailures.recent(addr);
-        if (recent != null) throw new IllegalStateException(recent.error().getMessage());
+        if (recent != null) {
+            // A prefill still starting up stays recognisable as such: its callers wait it out.
+            if (recent.error() instanceof RegistryNotReadyException nr) throw new RegistryNotReadyException(nr.getMessage(), nr.responseBody());
+            throw new IllegalStateException(recent.error().getMessage());
+        }
         try {
             info = client(addr).fetchTopology();
         } catch (RuntimeException e) {
@@ -142,14 +147,14 @@ final class LinkDirectory {
         return ep;
     }
 
-    /** SGLang's {@code _resolve_prefill_dp_rank}; see {@link io.kvferry.api.KVManager#resolvePrefillDpRank}. */
-    int resolvePrefillDpRank(String bootstrapAddr, long room, Integer hint) {
-        if (hint != null) return hint;
-        PrefillServerInfo info = topology(bootstrapAddr);
-        if (info.dpSize() <= 1) return 0;
-        if (info.followBootstrapRoom()) return (int) Math.floorMod(room, (long) info.dpSize());
-        Integer dp = client(bootstrapAddr).queryDpRanks(List.of(room)).get(room);
-        return dp == null ? -1 : dp;
+    /** The prefill's topology if it was fetched already, else null; never asks the registry. */
+    PrefillServerInfo cachedTopology(String addr) {
+        return topologies.get(addr);
+    }
+
+    /** {@code POST /query_dp_ranks} to the registry at {@code addr}: blocks on it (the DP lookup thread's call). */
+    Map<Long, Integer> queryDpRanks(String addr, List<Long> rooms) {
+        return client(addr).queryDpRanks(rooms);
     }
 
     /** Drops every cached lookup for a prefill instance (its rank endpoints may have moved). */

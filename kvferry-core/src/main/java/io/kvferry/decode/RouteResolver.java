@@ -6,10 +6,8 @@ import io.kvferry.plan.RankMapping;
 import io.kvferry.registry.PrefillServerInfo;
 
 import java.net.ConnectException;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 
@@ -20,11 +18,7 @@ import java.util.concurrent.ConcurrentHashMap;
  * and a room waits (Bootstrapping) for its group's resolution, which every room of the group waiting
  * meanwhile shares. So a silent or slow prefill holds up only the rooms bound for it.
  *
- * <p>Resolver threads are platform threads, not virtual: a platform thread is created by the
- * caller's OS thread and inherits its network namespace, where a virtual thread's connects run on
- * whichever shared carrier it is mounted on (a test harness that started virtual threads inside
- * another namespace made the JVM's carriers connect there, and every lookup to 127.0.0.1 was
- * refused). Few: one per group whose route is not known, living while it works it out.
+ * Few threads ({@link LookupThreads}): one per group whose route is not known, living while it works it out.
  */
 final class RouteResolver {
     private final LinkDirectory directory;
@@ -36,8 +30,7 @@ final class RouteResolver {
     /** Route resolutions under way, by (instance, DP group): at most one each; the entry leaves as it completes. */
     private final ConcurrentHashMap<LinkDirectory.RouteKey, CompletableFuture<LinkDirectory.Route>> resolving = new ConcurrentHashMap<>();
     /** Their threads, interrupted and joined by {@link #close}. */
-    private final Set<Thread> resolvers = ConcurrentHashMap.newKeySet();
-    private volatile boolean closed;
+    private final LookupThreads resolvers;
 
     RouteResolver(LinkDirectory directory, KVManagerConfig config, int engineRank, int ppRank, int pageSize, String kvCacheDtype) {
         this.directory = directory;
@@ -46,6 +39,7 @@ final class RouteResolver {
         this.ppRank = ppRank;
         this.pageSize = pageSize;
         this.kvCacheDtype = kvCacheDtype;
+        this.resolvers = new LookupThreads("kvferry-decode-bootstrap-" + engineRank);
     }
 
     /** The prefill's topology could not be fetched (not registered yet, registry unreachable or refusing): {@link #getCause()} says why. */
@@ -78,8 +72,7 @@ final class RouteResolver {
         CompletableFuture<LinkDirectory.Route> mine = new CompletableFuture<>();
         CompletableFuture<LinkDirectory.Route> running = resolving.putIfAbsent(key, mine);
         if (running != null) return running;
-        // A platform thread (see the class comment).
-        Thread t = Thread.ofPlatform().daemon().name("kvferry-decode-bootstrap-" + engineRank).unstarted(() -> {
+        boolean started = resolvers.start(() -> {
             try {
                 LinkDirectory.Route r = buildRoute(addr, dp);
                 directory.keepRoute(addr, dp, r);
@@ -88,18 +81,12 @@ final class RouteResolver {
             } catch (Throwable e) {
                 resolving.remove(key, mine);
                 mine.completeExceptionally(e);
-            } finally {
-                resolvers.remove(Thread.currentThread());
             }
         });
-        resolvers.add(t);
-        if (closed) { // torn down meanwhile: close() may have looked at the resolvers already
-            resolvers.remove(t);
+        if (!started) {
             resolving.remove(key, mine);
             mine.completeExceptionally(new IllegalStateException("the decode KV manager was torn down"));
-            return mine;
         }
-        t.start();
         return mine;
     }
 
@@ -148,17 +135,6 @@ final class RouteResolver {
      * gives up at once), waiting up to {@code joinMillis} for them in all.
      */
     void close(long joinMillis) {
-        closed = true;
-        for (Thread t : resolvers) t.interrupt();
-        long deadline = System.nanoTime() + joinMillis * 1_000_000L;
-        for (Thread t : resolvers) {
-            try {
-                long left = deadline - System.nanoTime();
-                if (left > 0) t.join(Duration.ofNanos(left));
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                break;
-            }
-        }
+        resolvers.close(joinMillis);
     }
 }

@@ -7,11 +7,27 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.registry.RegistryNotReadyException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 /** Attention-DP on prefill (DP rank from the room, the registry or a hint) and dummy CP ranks. */
 @Timeout(60)
@@ -31,7 +47,9 @@ class DataAndContextParallelTest extends TransferTestBase {
         KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).build());
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         long room = 1001; // odd: DP group 1
-        assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
+        assertEquals(1, dpRank(d, addr, room));
+        assertEquals(1, d.resolvePrefillDpRank(addr, 3, null), "from the topology, at once, once it is known");
+        assertEquals(0, d.resolvePrefillDpRank(addr, 2, null));
         assertEquals(0, d.resolvePrefillDpRank(addr, room, 0), "a router hint wins");
         KVReceiver recv = d.createReceiver(addr, room);
         bootstrap(recv, 1);
@@ -58,8 +76,10 @@ class DataAndContextParallelTest extends TransferTestBase {
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         long room = 4000; // even, but placed on group 1
         assertEquals(-1, d.resolvePrefillDpRank(addr, room, null), "not known before the prefill took the request");
+        long deadline = System.nanoTime() + 1_000_000_000L; // the lookup thread asks meanwhile: still not published
+        while (System.nanoTime() < deadline) assertEquals(-1, d.resolvePrefillDpRank(addr, room, null));
         KVSender s = dp1.createSender(addr, room);
-        assertEquals(1, d.resolvePrefillDpRank(addr, room, null));
+        assertEquals(1, dpRank(d, addr, room));
         KVReceiver recv = d.createReceiver(addr, room);
         bootstrap(recv, 1);
         recv.sendMetadata(new int[]{6}, 0, null, 0);
@@ -67,6 +87,113 @@ class DataAndContextParallelTest extends TransferTestBase {
         s.init(1, 0);
         s.send(new int[]{3});
         await(recv::poll, KVPoll.Success);
+    }
+
+    @Test
+    void aSilentRegistryHoldsUpNeitherTheSchedulerNorTheRoomsOfAnotherInstance() throws Exception {
+        TestRank p0 = rank(), p1 = rank(), dm = rank();
+        prefillRank(p0, cfg(1, 0).dp(2, 0).loadBalanceMethod("round_robin").build());
+        KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).loadBalanceMethod("round_robin").build());
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        try (ServerSocketChannel silent = ServerSocketChannel.open()) { // accepts, reads nothing, answers nothing
+            silent.bind(new InetSocketAddress("127.0.0.1", 0));
+            String silentAddr = "127.0.0.1:" + ((InetSocketAddress) silent.getLocalAddress()).getPort();
+            // Before the lookups ran on a thread of their own, this call held the scheduler thread for the
+            // registry's 3 s request timeout and then threw.
+            assertEquals(-1, d.resolvePrefillDpRank(silentAddr, 7, null));
+            try (SocketChannel lookup = silent.accept()) { // the lookup is under way, and will hear nothing
+                assertEquals(-1, d.resolvePrefillDpRank(silentAddr, 7, null), "asked again while the registry is silent");
+                dp1.createSender(addr, 4002);
+                assertEquals(1, dpRank(d, addr, 4002), "another instance's rooms are answered meanwhile");
+                long deadline = System.nanoTime() + 20_000_000_000L;
+                RuntimeException failure = null;
+                while (failure == null) { // the lookup's failure, once its request timed out, is thrown once
+                    try {
+                        assertEquals(-1, d.resolvePrefillDpRank(silentAddr, 7, null));
+                    } catch (RuntimeException e) {
+                        failure = e;
+                    }
+                    if (System.nanoTime() > deadline) fail("the silent registry's lookup never failed");
+                    Thread.onSpinWait();
+                }
+                assertTrue(String.valueOf(failure.getMessage()).contains(silentAddr), failure.toString());
+                assertEquals(-1, d.resolvePrefillDpRank(silentAddr, 7, null), "thrown once; then asked again");
+            }
+        }
+    }
+
+    @Test
+    void aPrefillStillRegisteringItsGroupsIsNotKnownYetRatherThanAFailure() {
+        TestRank p0 = rank(), p1 = rank(), dm = rank();
+        KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).loadBalanceMethod("round_robin").build()); // group 0 not yet
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        // The registry answers 503 meanwhile; across more than the 1 s a failed lookup is remembered.
+        long until = System.nanoTime() + 1_500_000_000L;
+        while (System.nanoTime() < until) assertEquals(-1, d.resolvePrefillDpRank(addr, 5000, null));
+        // For up to the prefill info timeout: then it is a failure naming it, thrown once.
+        KVManager impatient = decode(rank(), "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofMillis(800)).build(), 0, PAGE_SIZE);
+        RuntimeException gaveUp = null;
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (gaveUp == null && System.nanoTime() < deadline) {
+            try {
+                assertEquals(-1, impatient.resolvePrefillDpRank(addr, 5000, null));
+            } catch (RuntimeException e) {
+                gaveUp = e;
+            }
+        }
+        assertTrue(gaveUp instanceof RegistryNotReadyException, String.valueOf(gaveUp));
+        assertTrue(gaveUp.getMessage().contains("not fully registered yet") && gaveUp.getMessage().contains("still so after 800 ms"),
+                gaveUp.getMessage());
+        prefillRank(p0, cfg(1, 0).dp(2, 0).loadBalanceMethod("round_robin").build());
+        dp1.createSender(addr, 5000);
+        assertEquals(1, dpRank(d, addr, 5000));
+    }
+
+    @Test
+    void roomsWaitingTogetherAreLookedUpInOneQuery() throws Exception {
+        TestRank dm = rank();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        CountDownLatch allAsked = new CountDownLatch(1);
+        List<String> queries = new CopyOnWriteArrayList<>();
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        stub.createContext("/route", ex -> { // the topology, held until every room has been asked for once
+            try {
+                allAsked.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            reply(ex, "{\"attn_tp_size\":1,\"attn_cp_size\":1,\"dp_size\":4,\"pp_size\":1,\"page_size\":" + PAGE_SIZE
+                    + ",\"kv_cache_dtype\":\"auto\",\"follow_bootstrap_room\":false}");
+        });
+        stub.createContext("/query_dp_ranks", ex -> { // every room asked for is in group 3
+            String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+            queries.add(body);
+            StringBuilder answer = new StringBuilder("{");
+            for (String room : body.replaceAll("[^0-9,]", "").split(",")) {
+                if (!room.isEmpty()) answer.append(answer.length() > 1 ? "," : "").append('"').append(room).append("\":3");
+            }
+            reply(ex, answer.append('}').toString());
+        });
+        stub.start();
+        try {
+            String stubAddr = "127.0.0.1:" + stub.getAddress().getPort();
+            for (long room = 1; room <= 50; room++) assertEquals(-1, d.resolvePrefillDpRank(stubAddr, room, null));
+            allAsked.countDown();
+            for (long room = 1; room <= 50; room++) assertEquals(3, dpRank(d, stubAddr, room));
+            assertEquals(1, queries.size(), "one query for the 50 rooms that waited together: " + queries);
+            for (long room = 1; room <= 50; room++) assertTrue(queries.get(0).matches(".*\\b" + room + "\\b.*"), queries.get(0));
+        } finally {
+            stub.stop(0);
+        }
+    }
+
+    private static void reply(HttpExchange ex, String json) throws IOException {
+        byte[] b = json.getBytes(StandardCharsets.UTF_8);
+        ex.getResponseHeaders().set("Content-Type", "application/json");
+        ex.sendResponseHeaders(200, b.length);
+        try (OutputStream out = ex.getResponseBody()) {
+            out.write(b);
+        }
     }
 
     @Test

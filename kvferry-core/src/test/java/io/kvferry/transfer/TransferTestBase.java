@@ -137,6 +137,17 @@ abstract class TransferTestBase {
         return st;
     }
 
+    /** Asks for a room's prefill DP group as a scheduler would, every iteration until it is known (30 s at most). */
+    static int dpRank(KVManager decode, String bootstrapAddr, long room) {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        int dp;
+        while ((dp = decode.resolvePrefillDpRank(bootstrapAddr, room, null)) < 0) {
+            if (System.nanoTime() > deadline) fail("room " + room + "'s prefill DP group still unknown after 30 s");
+            Thread.onSpinWait();
+        }
+        return dp;
+    }
+
     static void await(Supplier<KVPoll> poll, KVPoll expected) {
         long deadline = System.nanoTime() + 20_000_000_000L;
         KVPoll st = poll.get();

@@ -324,8 +324,9 @@ public final class DecodeDriver {
         } catch (UnsupportedOperationException e) {
             dp = 0; // a manager without DP resolution (fake)
         } catch (RuntimeException e) {
-            // Registry not reachable or not ready: init anyway; the receiver retries the lookup and
-            // fails the room with SGLang's message if the prefill never shows up.
+            // Registry not reachable, or the prefill not fully registered for the prefill info timeout: init
+            // anyway; the receiver retries the lookup and fails the room with SGLang's message if the
+            // prefill never shows up.
             dp = 0;
         }
         if (dp < 0) return false; // attention-DP: the prefill has not published this room yet

@@ -1,0 +1,63 @@
+package io.kvferry.decode;
+
+import java.time.Duration;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The threads a decode manager runs its registry lookups and link set-ups on, off the scheduler
+ * thread ({@link RouteResolver}, {@link DpRankResolver}): started one per piece of work, interrupted
+ * and joined at teardown. Platform threads, not virtual: a platform thread is created by the caller's
+ * OS thread and inherits its network namespace, where a virtual thread's connects run on whichever
+ * shared carrier it is mounted on (a carrier created inside another namespace connects from there:
+ * every lookup to 127.0.0.1 was refused after a test harness did that).
+ */
+final class LookupThreads {
+    private final String name;
+    /** Those still running. */
+    private final Set<Thread> running = ConcurrentHashMap.newKeySet();
+    private volatile boolean closed;
+
+    /** @param name the threads' name */
+    LookupThreads(String name) {
+        this.name = name;
+    }
+
+    boolean closed() {
+        return closed;
+    }
+
+    /** Runs {@code work} on a new thread; false, and nothing runs, once {@link #close} was called. */
+    boolean start(Runnable work) {
+        Thread t = Thread.ofPlatform().daemon().name(name).unstarted(() -> {
+            try {
+                work.run();
+            } finally {
+                running.remove(Thread.currentThread());
+            }
+        });
+        running.add(t);
+        if (closed) { // torn down meanwhile: close() may have looked at the threads already
+            running.remove(t);
+            return false;
+        }
+        t.start();
+        return true;
+    }
+
+    /** Starts no more threads and ends those running (interrupted), waiting up to {@code joinMillis} for them in all. */
+    void close(long joinMillis) {
+        closed = true;
+        for (Thread t : running) t.interrupt();
+        long deadline = System.nanoTime() + joinMillis * 1_000_000L;
+        for (Thread t : running) {
+            try {
+                long left = deadline - System.nanoTime();
+                if (left > 0) t.join(Duration.ofNanos(left));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+    }
+}
