@@ -303,7 +303,7 @@ public final class BenchRunner {
                 verified += r.bytes();
                 elapsed = Math.max(elapsed, r.elapsedSeconds());
                 corrupted += r.corrupted();
-                for (long us : r.latencyMicros()) h.recordValue(Math.max(1, us));
+                r.latencyMicros().addTo(h);
             }
         }
         Map<String, Double> lat = new LinkedHashMap<>();

@@ -1,6 +1,7 @@
 package io.kvferry.bench;
 
 import io.kvferry.testkit.CpuMeter;
+import io.kvferry.testkit.MicrosHistogram;
 import io.kvferry.testkit.RoleReport;
 import io.kvferry.testkit.RoomMemoryProbe;
 
@@ -119,8 +120,8 @@ public record SuiteFigures(
                 avgP99(prepare), avgP99(post), avgP99(transfer), cpu, memory.isEmpty() ? null : memory, null);
     }
 
-    private static void record(Histogram h, List<Long> micros) {
-        for (long us : micros) h.recordValue(Math.max(0, us));
+    private static void record(Histogram h, MicrosHistogram micros) {
+        micros.addTo(h);
     }
 
     private static Map<String, Double> percentiles(Histogram h, boolean full) {

@@ -102,7 +102,7 @@ class ChaosScenariosTest {
         for (int i = 0; i < injected; i++) assertTrue(setup.corruption.claim(i));
         Map<String, Integer> kinds = integrity == 0 ? Map.of() : Map.of(FailureKind.INTEGRITY.label(), integrity);
         RoleReport decode = new RoleReport("decode", 0, 10 - integrity - corrupted, integrity, corrupted, List.of(), 0, 1,
-                List.of(), List.of(), 0, 0, 0, List.of(), null, Map.of(), 0, 0, 0, 0, 0, 0, null, kinds);
+                null, List.of(), 0, 0, 0, List.of(), null, Map.of(), 0, 0, 0, 0, 0, 0, null, kinds);
         ChaosScenario.Judgement j = new ChaosScenario.Judgement(List.of(), List.of(decode), List.of(decode),
                 new ChaosScenario.Timeline(), new HashMap<>(), setup);
         ChaosScenarios.byName("corrupt").judge(j);

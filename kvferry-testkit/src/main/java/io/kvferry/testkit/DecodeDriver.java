@@ -7,7 +7,6 @@ import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferMetric;
 import io.kvferry.protocol.Region;
 
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
@@ -141,9 +140,9 @@ public final class DecodeDriver {
                 ? InFlight.<KVReceiver, Flight>fed(manager::drainChangedReceivers, this::step, f -> f.blocked, f -> f.concluded)
                 : InFlight.<KVReceiver, Flight>sweeping(this::step, f -> f.concluded, idle);
         final FailureTally failures = new FailureTally();
-        final List<Long> latencies = new ArrayList<>();
+        final MicrosHistogram latencies = new MicrosHistogram();
         final Map<String, Long> dataPaths = new TreeMap<>();
-        final List<Long> requestMicros = new ArrayList<>(), prepareMicros = new ArrayList<>();
+        final MicrosHistogram requestMicros = new MicrosHistogram(), prepareMicros = new MicrosHistogram();
         final int warmup = Math.min(workload.warmup(), reqs.size());
         // Open loop: measured request i arrives at start + offset(i - warmup), whether or not a slot is free.
         final ArrivalSchedule arrivals = suite.openLoop()
@@ -265,9 +264,9 @@ public final class DecodeDriver {
                     if (!workload.isWarmup(f.req)) { // warm-up requests are verified but not timed
                         bytes += pool.requestBytes(f.pages.length);
                         Double lat = metric.transferLatencySeconds();
-                        if (lat != null) latencies.add((long) (lat * 1e6));
-                        requestMicros.add((concludedNanos - f.arrivalNanos) / 1000);
-                        prepareMicros.add(f.prepareNanos / 1000);
+                        if (lat != null) latencies.record((long) (lat * 1e6));
+                        requestMicros.record((concludedNanos - f.arrivalNanos) / 1000);
+                        prepareMicros.record(f.prepareNanos / 1000);
                     }
                     dataPaths.merge(metric.transport() == null ? "none" : metric.transport(), 1L, Long::sum);
                 } else {
@@ -305,7 +304,7 @@ public final class DecodeDriver {
             for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
             return new RoleReport("decode", shardRank, ok, failures.failed, corrupted, failures.failedIdx, bytes, elapsed,
                     latencies, failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null, dataPaths,
-                    0, 0, 0, 0, 0, 0, new RoleFigures(requestMicros, prepareMicros, List.of(), List.of(), cpu, null),
+                    0, 0, 0, 0, 0, 0, new RoleFigures(requestMicros, prepareMicros, null, null, cpu, null),
                     failures.failureKinds);
         }
     }

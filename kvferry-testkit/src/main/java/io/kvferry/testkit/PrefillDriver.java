@@ -8,7 +8,6 @@ import io.kvferry.api.KVSender;
 import io.kvferry.protocol.Region;
 
 import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
 import java.util.List;
@@ -153,14 +152,13 @@ public final class PrefillDriver {
      * after every uncommon trap).
      */
     private final class Run {
-        final List<Workload.Request> reqs = workload.generate().stream()
-                .filter(r -> Math.floorMod(r.room(), (long) dpSize) == dpGroup).toList();
+        final List<Workload.Request> reqs = workload.ofDpGroup(dpGroup, dpSize);
         /** The requests in flight: swept, or stepped as the manager's change feed hands out their senders. */
         final InFlight<KVSender, Flight> inflight = changeFeedOn && manager.enableChangeFeed()
                 ? InFlight.<KVSender, Flight>fed(manager::drainChangedSenders, this::step, f -> f.blocked, f -> f.concluded)
                 : InFlight.<KVSender, Flight>sweeping(this::step, f -> f.concluded, idle);
         final FailureTally failures = new FailureTally();
-        final List<Long> postMicros = new ArrayList<>(), transferMicros = new ArrayList<>();
+        final MicrosHistogram postMicros = new MicrosHistogram(), transferMicros = new MicrosHistogram();
         // The probe's requests by position in this driver's list (the probe needs one DP group: positions are indices).
         final int warmupCount;
         final int probeFrom;
@@ -170,7 +168,9 @@ public final class PrefillDriver {
         boolean probeBaselineArrived, probeParkedArrived;
 
         Run() {
-            warmupsHere = (int) reqs.stream().filter(workload::isWarmup).count();
+            int w = 0; // the list is in stream order, so its warm-ups come first
+            while (w < reqs.size() && workload.isWarmup(reqs.get(w))) w++;
+            warmupsHere = w;
             warmupCount = warmupsHere;
             probeFrom = probe == null ? -1 : warmupCount - probe.rooms();
             if (workload.warmup() == 0) cpuStart = CpuMeter.mark();
@@ -245,8 +245,8 @@ public final class PrefillDriver {
                 Long b = f.sender.getTransferMetric().transferTotalBytes();
                 if (!workload.isWarmup(f.req)) bytes += b == null ? 0 : b;
                 if (!workload.isWarmup(f.req) && f.pages != null) {
-                    postMicros.add(f.postNanos / 1000);
-                    transferMicros.add((concludedNanos - f.lastSendReturnedNanos) / 1000);
+                    postMicros.record(f.postNanos / 1000);
+                    transferMicros.record((concludedNanos - f.lastSendReturnedNanos) / 1000);
                 }
             } else {
                 failures.failed(f.req.index(), f.sender::failureException);
@@ -281,7 +281,7 @@ public final class PrefillDriver {
             for (Flight f : inflight.requests()) failures.failedIdx.add(f.req.index());
             for (int i = next; i < reqs.size(); i++) failures.failedIdx.add(reqs.get(i).index());
             RoleReport report = new RoleReport("prefill", shardRank, ok, failures.failed, 0, failures.failedIdx, bytes, elapsed,
-                    List.of(), failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null)
+                    null, failures.reasons, hung, failures.firstFailureAt, 0, failures.failureTimes, null)
                     .withFailureKinds(failures.failureKinds);
             KVManagerStats st = manager.stats();
             if (warmupStats != null) st = st.minus(warmupStats);
@@ -292,7 +292,7 @@ public final class PrefillDriver {
                 report = report.withPairedMemcpy(pairedMemcpy.bytes(), pairedMemcpy.nanos());
                 pairedMemcpy.close();
             }
-            return report.withFigures(new RoleFigures(List.of(), List.of(), postMicros, transferMicros, cpu, null));
+            return report.withFigures(new RoleFigures(null, null, postMicros, transferMicros, cpu, null));
         }
     }
 

@@ -3,11 +3,10 @@ package io.kvferry.testkit;
 import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.annotation.JsonProperty;
 
-import java.util.List;
 
 /**
  * The benchmark suite's per-request and per-window figures of one rank driver (measured requests
- * only; warm-up and probe requests are left out). Phases, from what the public API shows:
+ * only; warm-up and probe requests are left out), the per-request ones as histograms. Phases, from what the public API shows:
  *
  * @param requestMicros  decode: arrival → Success seen by the scheduler's poll. Arrival is the Poisson
  *                       arrival time with {@code --rate} (waiting for a free slot counts), else when the
@@ -20,19 +19,19 @@ import java.util.List;
  * @param roomMemory     the room-memory probe's result on the driver that reports it; null otherwise
  */
 @JsonInclude(JsonInclude.Include.NON_NULL)
-public record RoleFigures(@JsonProperty("request_us") List<Long> requestMicros,
-                          @JsonProperty("prepare_us") List<Long> prepareMicros,
-                          @JsonProperty("post_us") List<Long> postMicros,
-                          @JsonProperty("transfer_us") List<Long> transferMicros,
+public record RoleFigures(@JsonProperty("request_us") MicrosHistogram requestMicros,
+                          @JsonProperty("prepare_us") MicrosHistogram prepareMicros,
+                          @JsonProperty("post_us") MicrosHistogram postMicros,
+                          @JsonProperty("transfer_us") MicrosHistogram transferMicros,
                           CpuMeter.Window cpu,
                           @JsonProperty("room_memory") RoomMemoryProbe.Result roomMemory) {
-    public static final RoleFigures NONE = new RoleFigures(List.of(), List.of(), List.of(), List.of(), null, null);
+    public static final RoleFigures NONE = new RoleFigures(null, null, null, null, null, null);
 
     public RoleFigures {
-        requestMicros = requestMicros == null ? List.of() : List.copyOf(requestMicros);
-        prepareMicros = prepareMicros == null ? List.of() : List.copyOf(prepareMicros);
-        postMicros = postMicros == null ? List.of() : List.copyOf(postMicros);
-        transferMicros = transferMicros == null ? List.of() : List.copyOf(transferMicros);
+        requestMicros = requestMicros == null ? new MicrosHistogram() : requestMicros;
+        prepareMicros = prepareMicros == null ? new MicrosHistogram() : prepareMicros;
+        postMicros = postMicros == null ? new MicrosHistogram() : postMicros;
+        transferMicros = transferMicros == null ? new MicrosHistogram() : transferMicros;
     }
 
     public RoleFigures withRoomMemory(RoomMemoryProbe.Result r) {

@@ -15,7 +15,7 @@ import java.util.Map;
  * @param failedRequests  indices of requests that did not succeed on this rank
  * @param bytes           decode: verified bytes; prefill: bytes handed to the transport
  * @param elapsedSeconds  first request started → last request concluded
- * @param latencyMicros   decode: metadata sent → Success, per request
+ * @param latencyMicros   decode: metadata sent → Success, of every request (a histogram)
  * @param firstFailures   up to five failure reasons, for the report
  * @param hung            requests still without a terminal state when the driver's deadline passed
  * @param firstFailureAtMillis wall-clock time (epoch ms) of the first failure this rank saw, 0 if none
@@ -35,13 +35,14 @@ import java.util.Map;
  * @param failureKinds    requests that ended Failed on this rank, per {@code FailureKind} label ({@code integrity}, ...)
  */
 public record RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
-                         long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                         long bytes, double elapsedSeconds, MicrosHistogram latencyMicros, List<String> firstFailures,
                          int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                          LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
                          long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
                          long pairedMemcpyNanos, RoleFigures figures, Map<String, Integer> failureKinds) {
     public RoleReport {
         failureTimesMillis = failureTimesMillis == null ? List.of() : failureTimesMillis;
+        latencyMicros = latencyMicros == null ? new MicrosHistogram() : latencyMicros;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
         dataPaths = dataPaths == null ? Map.of() : Map.copyOf(dataPaths);
         figures = figures == null ? RoleFigures.NONE : figures;
@@ -50,7 +51,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
 
     /** Without failure kinds. */
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
-                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                      long bytes, double elapsedSeconds, MicrosHistogram latencyMicros, List<String> firstFailures,
                       int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                       LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
                       long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
@@ -74,7 +75,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
 
     /** Without the benchmark suite's figures. */
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
-                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                      long bytes, double elapsedSeconds, MicrosHistogram latencyMicros, List<String> firstFailures,
                       int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                       LeakCheck.Leaks leaks, Map<String, Long> dataPaths, long datapathBytes,
                       long datapathBusyNanos, long datapathOps, long datapathActiveNanos, long pairedMemcpyBytes,
@@ -92,7 +93,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
-                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures,
+                      long bytes, double elapsedSeconds, MicrosHistogram latencyMicros, List<String> firstFailures,
                       int hung, long firstFailureAtMillis, int leakedRooms, List<Long> failureTimesMillis,
                       LeakCheck.Leaks leaks) {
         this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
@@ -121,7 +122,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
     }
 
     public RoleReport(String role, int rank, int succeeded, int failed, int corrupted, List<Integer> failedRequests,
-                      long bytes, double elapsedSeconds, List<Long> latencyMicros, List<String> firstFailures) {
+                      long bytes, double elapsedSeconds, MicrosHistogram latencyMicros, List<String> firstFailures) {
         this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
                 0, 0, 0, List.of(), LeakCheck.Leaks.NONE);
     }

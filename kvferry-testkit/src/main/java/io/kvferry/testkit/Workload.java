@@ -1,11 +1,10 @@
 package io.kvferry.testkit;
 
 
-import java.util.ArrayList;
-import java.util.HashSet;
+import java.util.AbstractList;
+import java.util.Arrays;
 import java.util.List;
-import java.util.Set;
-import java.util.SplittableRandom;
+import java.util.RandomAccess;
 
 /**
  * The deterministic request stream both roles derive from the same options, so separate prefill
@@ -80,30 +79,117 @@ public record Workload(int requests, int promptTokens, int pageSize, int chunkTo
         return r.index() < warmup;
     }
 
+    /**
+     * The stream: {@link #totalRequests()} requests, each computed from the seed and its index when
+     * read (so a run of 10^8 requests holds no list of them; building one took ~30 s and GBs). Rooms
+     * are distinct by construction: a keyed permutation of [1, 2^63) applied to the index.
+     */
     public List<Request> generate() {
-        SplittableRandom rnd = new SplittableRandom(seed);
-        Set<Long> rooms = new HashSet<>();
-        List<Request> out = new ArrayList<>(totalRequests());
+        return new Stream();
+    }
+
+    /**
+     * The requests one attention-DP group serves ({@code room % dpSize == dpGroup}, follow_bootstrap_room),
+     * in stream order: the stream itself for one group, else the stream's matching indices (4 bytes each).
+     */
+    public List<Request> ofDpGroup(int dpGroup, int dpSize) {
+        if (dpSize <= 1) return generate();
+        int[] mine = new int[totalRequests() / dpSize + 16];
+        int n = 0;
         for (int i = 0; i < totalRequests(); i++) {
-            long room;
-            do {
-                room = rnd.nextLong(1, Long.MAX_VALUE);
-            } while (!rooms.add(room));
-            int tokens = Math.max(1, promptTokens - rnd.nextInt(pageSize));
-            int prefix = 0;
-            if (prefixEvery > 0 && i % prefixEvery == prefixEvery - 1) {
-                int fullPages = tokens / pageSize;
-                if ((i / prefixEvery) % 3 == 0 && fullPages > 0) {
-                    // Decode already holds the whole prompt: prefill's last chunk has zero pages (state + aux only).
-                    tokens = fullPages * pageSize;
-                    prefix = tokens;
-                } else {
-                    prefix = fullPages == 0 ? 0 : rnd.nextInt(fullPages) * pageSize;
-                }
-            }
-            out.add(new Request(i, room, tokens, prefix));
+            if (Math.floorMod(room(i), (long) dpSize) != dpGroup) continue;
+            if (n == mine.length) mine = Arrays.copyOf(mine, mine.length + mine.length / 2 + 16);
+            mine[n++] = i;
         }
-        return out;
+        int[] indices = Arrays.copyOf(mine, n);
+        return new Indexed(indices);
+    }
+
+    /** Request {@code index} of the stream (0-based). */
+    public Request request(int index) {
+        if (index < 0 || index >= totalRequests()) {
+            throw new IndexOutOfBoundsException("request " + index + " of a stream of " + totalRequests());
+        }
+        long r = mix(seed ^ (index * 0x9E3779B97F4A7C15L)); // the index's own randomness
+        int tokens = Math.max(1, promptTokens - (int) Long.remainderUnsigned(r, pageSize));
+        int prefix = 0;
+        if (prefixEvery > 0 && index % prefixEvery == prefixEvery - 1) {
+            int fullPages = tokens / pageSize;
+            if ((index / prefixEvery) % 3 == 0 && fullPages > 0) {
+                // Decode already holds the whole prompt: prefill's last chunk has zero pages (state + aux only).
+                tokens = fullPages * pageSize;
+                prefix = tokens;
+            } else {
+                prefix = fullPages == 0 ? 0 : (int) Long.remainderUnsigned(mix(r), fullPages) * pageSize;
+            }
+        }
+        return new Request(index, room(index), tokens, prefix);
+    }
+
+    private static final long LOW63 = Long.MAX_VALUE;
+
+    /**
+     * Request {@code index}'s room: a permutation of [1, 2^63) keyed by the seed, so distinct indices
+     * never share a room. The steps (add, xorshift, multiply by an odd constant, all mod 2^63) are each
+     * one-to-one on [0, 2^63); an image outside [1, 2^63), that is 0, is walked on through the same
+     * permutation until it lands inside (cycle walking), which keeps it one-to-one on [1, 2^63).
+     */
+    long room(int index) {
+        long x = index + 1L;
+        do {
+            x = permute63(x);
+        } while (x == 0);
+        return x;
+    }
+
+    private long permute63(long x) {
+        long k = mix(seed);
+        x = (x + k) & LOW63;
+        x ^= x >>> 31;
+        x = (x * 0x7FB5D329728EA185L) & LOW63;
+        x ^= x >>> 27;
+        x = (x * 0x81DADEF4BC2DD44DL) & LOW63;
+        x ^= x >>> 33;
+        return (x + (k >>> 1)) & LOW63;
+    }
+
+    /** SplitMix64's finaliser: a well-spread 64-bit value from any input. */
+    private static long mix(long z) {
+        z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+        z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+        return z ^ (z >>> 31);
+    }
+
+    /** Some of the stream's requests, by index, computed when read. */
+    private final class Indexed extends AbstractList<Request> implements RandomAccess {
+        private final int[] indices;
+
+        Indexed(int[] indices) {
+            this.indices = indices;
+        }
+
+        @Override
+        public Request get(int i) {
+            return request(indices[i]);
+        }
+
+        @Override
+        public int size() {
+            return indices.length;
+        }
+    }
+
+    /** The stream as a list whose elements are computed when read. */
+    private final class Stream extends AbstractList<Request> implements RandomAccess {
+        @Override
+        public Request get(int index) {
+            return request(index);
+        }
+
+        @Override
+        public int size() {
+            return totalRequests();
+        }
     }
 
     public int maxPagesPerRequest() {

@@ -35,6 +35,55 @@ class WorkloadTest {
     }
 
     @Test
+    void aStreamOfTwoBillionRequestsIsReadWithoutBeingBuilt() {
+        // Built as a list (with a set of its rooms), this needed ~100 GB; a -Xmx2g test JVM fails at once.
+        Workload w = new Workload(Integer.MAX_VALUE - 8, 16, 16, 16, 64, 0, 7, 8);
+        List<Workload.Request> all = w.generate();
+        assertEquals(Integer.MAX_VALUE, all.size());
+        Workload.Request last = all.get(Integer.MAX_VALUE - 1);
+        assertEquals(Integer.MAX_VALUE - 1, last.index());
+        assertEquals(last, w.request(Integer.MAX_VALUE - 1));
+        assertTrue(last.room() > 0);
+        assertThrows(IndexOutOfBoundsException.class, () -> all.get(Integer.MAX_VALUE - 1 + 1));
+        assertThrows(IndexOutOfBoundsException.class, () -> w.request(-1));
+    }
+
+    @Test
+    void roomsAreDistinctAcrossAWideRangeOfIndicesAndSeeds() {
+        for (long seed : new long[]{0, 1, 20261202L, -1, Long.MIN_VALUE}) {
+            Workload w = new Workload(300_000, 16, 16, 16, 1, 0, seed);
+            Set<Long> rooms = new HashSet<>();
+            for (int i = 0; i < 300_000; i++) {
+                long room = w.room(i);
+                assertTrue(room > 0, "room " + room + " of request " + i + ", seed " + seed);
+                assertTrue(rooms.add(room), "request " + i + " repeats room " + room + ", seed " + seed);
+            }
+        }
+        assertTrue(new Workload(8, 16, 16, 16, 1, 0, 1).room(0) != new Workload(8, 16, 16, 16, 1, 0, 2).room(0),
+                "another seed, other rooms");
+    }
+
+    @Test
+    void dpGroupsSplitTheStreamInOrderAndLoseNothing() {
+        Workload w = new Workload(5000, 64, 16, 64, 4, 8, 99, 100);
+        List<Workload.Request> all = w.generate();
+        int total = 0;
+        for (int g = 0; g < 3; g++) {
+            List<Workload.Request> mine = w.ofDpGroup(g, 3);
+            int prev = -1;
+            for (Workload.Request r : mine) {
+                assertEquals(g, Math.floorMod(r.room(), 3L));
+                assertTrue(r.index() > prev);
+                assertEquals(all.get(r.index()), r);
+                prev = r.index();
+            }
+            total += mine.size();
+        }
+        assertEquals(all.size(), total);
+        assertEquals(all, w.ofDpGroup(0, 1));
+    }
+
+    @Test
     void badOptionsAreRejectedWithTheirName() {
         assertTrue(assertThrows(IllegalArgumentException.class, () -> new Workload(0, 10, 16, 256, 1, 0, 1))
                 .getMessage().contains("--requests"));
