@@ -21,7 +21,7 @@ import java.util.stream.Stream;
  * The child JVM of {@link NetnsCarrierTest}: starts a registry inside a chaos namespace, either as the
  * harness does ({@code harness}) or with the library's default virtual request threads ({@code virtual}),
  * has it answer a few requests from the other side of the link, then prints how many of the JVM's
- * virtual-thread carriers ({@code ForkJoinPool-N-worker-M}) exist and how many of them live in another
+ * shared pool threads (virtual-thread carriers, the common pool) exist and how many of them live in another
  * network namespace than the JVM's main thread. It must be a fresh JVM: carriers are created once, by
  * whichever thread first needs one, which here is the registry's dispatcher inside the namespace.
  */
@@ -61,7 +61,11 @@ public final class NetnsCarrierProbe {
         }
     }
 
-    /** "carriers=N foreign=M", from /proc: each thread's name (its first 15 characters) and network namespace. */
+    /**
+     * "carriers=N foreign=M", from /proc: each thread's name (its first 15 characters) and network
+     * namespace. Carriers are the JVM's shared pool threads, {@code ForkJoinPool-N-worker-M} (virtual
+     * threads) and {@code ForkJoinPool.commonPool-worker-M}: any task of the JVM may run on them.
+     */
     private static String carriers() throws Exception {
         Path own = Files.readSymbolicLink(Path.of("/proc/self/ns/net"));
         int carriers = 0, foreign = 0;
@@ -75,7 +79,7 @@ public final class NetnsCarrierProbe {
                 } catch (IOException gone) {
                     continue; // the thread ended while we looked
                 }
-                if (!name.startsWith("ForkJoinPool-")) continue;
+                if (!name.startsWith("ForkJoinPool")) continue; // virtual-thread carriers and the common pool's workers
                 carriers++;
                 if (!ns.equals(own)) foreign++;
             }

@@ -63,6 +63,7 @@ class NetnsCarrierTest {
             p.destroyForcibly();
             p.waitFor();
             Files.deleteIfExists(log);
+            Netns.sweepStale(); // a probe killed at its timeout leaves its namespaces (and their link) behind
         }
     }
 

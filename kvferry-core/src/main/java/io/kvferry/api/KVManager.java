@@ -91,9 +91,13 @@ public interface KVManager extends AutoCloseable {
      * Decode only: the prefill DP group holding a room (SGLang's {@code _resolve_prefill_dp_rank}):
      * the router's hint; 0 without attention-DP; {@code room % dp_size} when the prefill follows the
      * bootstrap room; else the registry's answer. Never blocks on the registry: returns -1 while it
-     * is not known yet (the lookup runs on a thread of its own; ask again on a later scheduler
-     * iteration), then call {@link KVReceiver#init} with the answer. A failed lookup (registry
-     * unreachable, silent or refusing) is thrown once, as a RuntimeException naming it.
+     * is not known yet — the prefill's topology not fetched yet (so also for the first rooms of a
+     * prefill without attention-DP), the prefill still registering its ranks (for up to
+     * {@code prefillInfoTimeout}), or the room not published yet; the lookups run on a thread of
+     * their own: ask again on a later scheduler iteration, then call {@link KVReceiver#init} with the
+     * answer. A failed lookup (the registry unreachable, silent or refusing, or the prefill still not
+     * registered after {@code prefillInfoTimeout}) is thrown once to each room that waited for it, as
+     * a RuntimeException naming it.
      *
      * @param hint the request's {@code disagg_prefill_dp_rank}, or null
      */

@@ -32,7 +32,9 @@ import java.util.UUID;
  * @param writeStallTimeout   prefill: a connection whose write makes no progress this long is closed
  *                            (its rooms fail) so one stuck decode cannot block a transfer worker
  * @param prefillInfoTimeout  decode: how long a receiver keeps retrying (once a second) to fetch an
- *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart)
+ *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart);
+ *                            also how long {@code resolvePrefillDpRank} answers -1 for a prefill still
+ *                            registering its ranks before it throws that
  * @param allCpRanksTransfer  every prefill CP rank sends its contiguous share of the pages (set on both
  *                            sides); otherwise only CP rank 0 sends and the others are dummies
  * @param failureInjectionProbability test hook (SGLang's SGLANG_TEST_DISAGG_FAILURE_PROB): the chance that

@@ -346,8 +346,11 @@ public final class DecodeKVManager implements KVManager {
         telemetry.close();
         gate.close();
         reader.close();
-        resolver.close(2000);
-        dpRanks.close(2000);
+        resolver.stop(); // both kinds of lookup thread interrupted first, then joined against one deadline
+        dpRanks.stop();
+        long lookupsDeadline = System.nanoTime() + 2_000_000_000L;
+        resolver.resolvers.join(lookupsDeadline);
+        dpRanks.lookups.join(lookupsDeadline);
         directory.close();
         for (DecodeRoom r : rooms.all()) {
             rooms.statuses.fail(r.room, FailureKind.SHUTDOWN, "the decode KV manager was torn down");

@@ -5,11 +5,11 @@ import io.kvferry.registry.RegistryNotReadyException;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.LockSupport;
 
 /**
@@ -18,16 +18,17 @@ import java.util.concurrent.locks.LockSupport;
  * room; else the registry's {@code POST /query_dp_ranks}. Whatever needs the registry (the prefill's
  * topology, the rooms' DP groups) is asked by a lookup thread per bootstrap address, which batches
  * every room waiting at the time into one query, as SGLang's decode batches its pending requests;
- * the caller gets -1 ("not known yet, ask again") until the answer is in. So a slow or silent
- * registry holds up the rooms that need it, never the scheduler (before, each call could block it
- * for the registry's request timeout).
+ * the caller gets -1 ("not known yet, ask again") until the answer is in — also for the first rooms
+ * of a prefill whose topology is not cached yet, whatever its DP size. So a slow or silent registry
+ * holds up the rooms that need it, never the scheduler (before, each call could block it for the
+ * registry's request timeout).
  *
  * <p>A room is asked about for as long as the scheduler keeps asking: one it has not asked about
  * for {@link #FORGET} (it gave up on the request) is dropped, answered or not. A prefill still
  * registering its ranks (503) is "not known yet" too, for up to the manager's prefill info timeout
- * (then it is a failure, as SGLang gives up after 15 tries). Any other failed lookup (registry unreachable,
- * silent, refusing) is thrown once, to the next caller for that address, and tried again on a call
- * after {@link #RETRY_PAUSE}.
+ * (then it is a failure, as SGLang gives up after 15 tries). A failed lookup (that, or the registry
+ * unreachable, silent or refusing) fails every room waiting for it: each is thrown the failure once,
+ * on its next ask; rooms asked for later start a fresh lookup, {@link #RETRY_PAUSE} after the failure.
  * Lookup threads ({@link LookupThreads}): one per address with rooms waiting, living while it has work.
  */
 final class DpRankResolver {
@@ -42,8 +43,8 @@ final class DpRankResolver {
     /** How long a prefill may stay "still registering" before that is a failure (SGLang gives up after 15 tries). */
     private final long notReadyLimitNanos;
     private final ConcurrentHashMap<String, Address> addresses = new ConcurrentHashMap<>();
-    /** The lookup threads, interrupted and joined by {@link #close}. */
-    private final LookupThreads lookups;
+    /** The lookup threads, interrupted and joined at teardown. */
+    final LookupThreads lookups;
 
     /** @param notReadyLimit the manager's {@code prefillInfoTimeout}: how long a prefill that registers only some ranks is waited for */
     DpRankResolver(LinkDirectory directory, int engineRank, Duration notReadyLimit) {
@@ -52,26 +53,30 @@ final class DpRankResolver {
         this.lookups = new LookupThreads("kvferry-decode-dp-lookup-" + engineRank);
     }
 
-    /** A room waiting for its DP group: when the scheduler last asked, and the answer once known (-1 before). */
+    /**
+     * A room waiting for its DP group: when the scheduler last asked, when it was last put in a query,
+     * and the answer once known (-1 before), or the failure of the lookup it waited for.
+     */
     private static final class Wanted {
+        final long room;
         volatile long askedAt;
+        /** Lookup thread only: rooms put in a query least recently go first when more than a query's worth wait. */
+        long queriedAt = Long.MIN_VALUE;
         volatile int dp = -1;
+        volatile RuntimeException failure;
 
-        Wanted(long now) {
-            askedAt = now;
+        Wanted(long room, long now) {
+            this.room = room;
+            this.askedAt = now;
         }
     }
 
-    /** One bootstrap address: its waiting rooms, whether its lookup thread runs, and its last failure. */
+    /** One bootstrap address: its waiting rooms, whether its lookup thread runs, and when its last lookup failed. */
     private static final class Address {
         final String addr;
         final ConcurrentHashMap<Long, Wanted> rooms = new ConcurrentHashMap<>();
         final AtomicBoolean running = new AtomicBoolean();
-        /** The last lookup's failure, not yet handed to a caller. */
-        final AtomicReference<RuntimeException> failure = new AtomicReference<>();
         volatile long failedAt;
-        /** When lookups first found the prefill still registering its ranks; 0 while it is not. Lookup thread only. */
-        long notReadySince;
 
         Address(String addr) {
             this.addr = addr;
@@ -81,8 +86,7 @@ final class DpRankResolver {
 
     /**
      * The DP group of {@code room} at {@code addr}, or -1 while it is not known yet; never blocks on
-     * the registry. Throws a lookup's failure (registry unreachable, silent or refusing) once, to the
-     * first call after it.
+     * the registry. Throws the failure of the lookup the room waited for, once.
      */
     int resolve(String addr, long room, Integer hint) {
         if (hint != null) return hint;
@@ -95,15 +99,18 @@ final class DpRankResolver {
         }
         Address a = addresses.computeIfAbsent(addr, Address::new);
         long now = System.nanoTime();
-        Wanted w = a.rooms.computeIfAbsent(room, r -> new Wanted(now));
+        Wanted w = a.rooms.computeIfAbsent(room, r -> new Wanted(r, now));
         w.askedAt = now;
         int dp = w.dp;
         if (dp >= 0) {
             a.rooms.remove(room, w);
             return dp;
         }
-        RuntimeException failed = a.failure.getAndSet(null);
-        if (failed != null) throw failed;
+        RuntimeException failed = w.failure;
+        if (failed != null) {
+            a.rooms.remove(room, w); // thrown once: a later ask for the room starts afresh
+            throw failed;
+        }
         if (now - a.failedAt >= RETRY_PAUSE.toNanos() && a.running.compareAndSet(false, true)) start(a);
         return -1;
     }
@@ -121,26 +128,24 @@ final class DpRankResolver {
 
     /** Fetches the topology, then queries the waiting rooms in batches until none is left unanswered (lookup thread). */
     private void lookUp(Address a) {
+        long notReadySince = 0; // when this thread's lookups started finding the prefill still registering; 0 while not
         while (!lookups.closed() && !Thread.currentThread().isInterrupted()) {
             if (waiting(a).isEmpty()) return;
             try {
                 PrefillServerInfo info = directory.topology(a.addr);
-                a.notReadySince = 0;
-                if (info.dpSize() <= 1 || info.followBootstrapRoom()) return; // callers answer from the topology now
-                List<Long> ask = waiting(a); // again: with the rooms that came while the topology was fetched
-                if (ask.isEmpty()) return;
-                Map<Long, Integer> answers = directory.queryDpRanks(a.addr, ask);
-                for (Map.Entry<Long, Integer> e : answers.entrySet()) {
-                    Wanted w = a.rooms.get(e.getKey());
-                    if (w != null && e.getValue() >= 0) w.dp = e.getValue(); // a group beyond dp_size fails in the route's check
+                notReadySince = 0;
+                if (info.dpSize() <= 1 || info.followBootstrapRoom()) {
+                    a.rooms.clear(); // callers answer from the cached topology now
+                    return;
                 }
-                if (answers.size() >= ask.size()) continue; // all answered: look again for rooms that came meanwhile
+                List<Wanted> ask = waiting(a); // again: with the rooms that came while the topology was fetched
+                if (ask.isEmpty()) return;
+                if (query(a, ask)) continue; // all answered: look again for rooms that came meanwhile
             } catch (RegistryNotReadyException e) {
                 // The prefill is still registering its ranks: not known yet, as for an unpublished room, for a while.
                 long now = System.nanoTime();
-                if (a.notReadySince == 0) a.notReadySince = now;
-                if (now - a.notReadySince >= notReadyLimitNanos) {
-                    a.notReadySince = 0;
+                if (notReadySince == 0) notReadySince = now;
+                if (now - notReadySince >= notReadyLimitNanos) {
                     fail(a, new RegistryNotReadyException(e.getMessage() + " (still so after "
                             + notReadyLimitNanos / 1_000_000 + " ms, the prefill info timeout)", e.responseBody()));
                     return;
@@ -153,25 +158,53 @@ final class DpRankResolver {
         }
     }
 
-    private static void fail(Address a, RuntimeException e) {
-        a.failedAt = System.nanoTime();
-        a.failure.set(e);
+    /** One {@code /query_dp_ranks} for {@code ask}; true when every one of those rooms got its group. */
+    private boolean query(Address a, List<Wanted> ask) {
+        long now = System.nanoTime();
+        List<Long> rooms = new ArrayList<>(ask.size());
+        for (Wanted w : ask) {
+            w.queriedAt = now;
+            rooms.add(w.room);
+        }
+        Map<Long, Integer> answers = directory.queryDpRanks(a.addr, rooms);
+        int answered = 0;
+        for (Wanted w : ask) { // only the rooms asked for count: the reply is untrusted, it may hold others or nonsense
+            Integer dp = answers.get(w.room);
+            if (dp == null || dp < 0) continue; // a group beyond dp_size fails in the route's check
+            w.dp = dp;
+            answered++;
+        }
+        return answered == ask.size();
     }
 
-    /** Up to a query's worth of rooms still waiting for their group; forgets those nobody asked about for {@link #FORGET}. */
-    private static List<Long> waiting(Address a) {
-        List<Long> ask = new ArrayList<>();
+    /** Fails every room waiting now with {@code e} (each is thrown it once), and pauses new lookups. */
+    private static void fail(Address a, RuntimeException e) {
+        for (Wanted w : a.rooms.values()) {
+            if (w.dp < 0) w.failure = e;
+        }
+        a.failedAt = System.nanoTime();
+    }
+
+    /**
+     * Up to a query's worth of rooms still waiting for their group, those queried least recently
+     * first; forgets those nobody asked about for {@link #FORGET}.
+     */
+    private static List<Wanted> waiting(Address a) {
+        List<Wanted> ask = new ArrayList<>();
         long now = System.nanoTime();
-        for (Map.Entry<Long, Wanted> e : a.rooms.entrySet()) {
-            Wanted w = e.getValue();
-            if (now - w.askedAt > FORGET.toNanos()) a.rooms.remove(e.getKey(), w);
-            else if (w.dp < 0 && ask.size() < MAX_ROOMS_PER_QUERY) ask.add(e.getKey());
+        for (Wanted w : a.rooms.values()) {
+            if (now - w.askedAt > FORGET.toNanos()) a.rooms.remove(w.room, w);
+            else if (w.dp < 0 && w.failure == null) ask.add(w);
+        }
+        if (ask.size() > MAX_ROOMS_PER_QUERY) {
+            ask.sort(Comparator.comparingLong((Wanted w) -> w.queriedAt));
+            return new ArrayList<>(ask.subList(0, MAX_ROOMS_PER_QUERY));
         }
         return ask;
     }
 
-    /** Starts no more lookups and ends those under way (interrupted), waiting up to {@code joinMillis} for them in all. */
-    void close(long joinMillis) {
-        lookups.close(joinMillis);
+    /** Starts no more lookups and interrupts those under way; teardown then joins {@link #lookups}. */
+    void stop() {
+        lookups.stop();
     }
 }

@@ -27,7 +27,7 @@ final class LookupThreads {
         return closed;
     }
 
-    /** Runs {@code work} on a new thread; false, and nothing runs, once {@link #close} was called. */
+    /** Runs {@code work} on a new thread; false, and nothing runs, once {@link #stop} was called. */
     boolean start(Runnable work) {
         Thread t = Thread.ofPlatform().daemon().name(name).unstarted(() -> {
             try {
@@ -45,18 +45,21 @@ final class LookupThreads {
         return true;
     }
 
-    /** Starts no more threads and ends those running (interrupted), waiting up to {@code joinMillis} for them in all. */
-    void close(long joinMillis) {
+    /** Starts no more threads and interrupts those running (a connect or a read gives up at once). */
+    void stop() {
         closed = true;
         for (Thread t : running) t.interrupt();
-        long deadline = System.nanoTime() + joinMillis * 1_000_000L;
+    }
+
+    /** Waits for the threads still running until {@code deadlineNanos} ({@link System#nanoTime()}); call {@link #stop} first. */
+    void join(long deadlineNanos) {
         for (Thread t : running) {
             try {
-                long left = deadline - System.nanoTime();
+                long left = deadlineNanos - System.nanoTime();
                 if (left > 0) t.join(Duration.ofNanos(left));
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                break;
+                return;
             }
         }
     }

@@ -29,8 +29,8 @@ final class RouteResolver {
     private final String kvCacheDtype;
     /** Route resolutions under way, by (instance, DP group): at most one each; the entry leaves as it completes. */
     private final ConcurrentHashMap<LinkDirectory.RouteKey, CompletableFuture<LinkDirectory.Route>> resolving = new ConcurrentHashMap<>();
-    /** Their threads, interrupted and joined by {@link #close}. */
-    private final LookupThreads resolvers;
+    /** Their threads: {@link #stop} interrupts them, teardown joins them. */
+    final LookupThreads resolvers;
 
     RouteResolver(LinkDirectory directory, KVManagerConfig config, int engineRank, int ppRank, int pageSize, String kvCacheDtype) {
         this.directory = directory;
@@ -130,11 +130,8 @@ final class RouteResolver {
                 config.allCpRanksTransfer() && info.attnCpSize() > 1, new LinkDirectory.CoverageMemo());
     }
 
-    /**
-     * Starts no more resolutions and ends those under way (interrupted: a connect or handshake read
-     * gives up at once), waiting up to {@code joinMillis} for them in all.
-     */
-    void close(long joinMillis) {
-        resolvers.close(joinMillis);
+    /** Starts no more resolutions and interrupts those under way; teardown then joins {@link #resolvers}. */
+    void stop() {
+        resolvers.stop();
     }
 }

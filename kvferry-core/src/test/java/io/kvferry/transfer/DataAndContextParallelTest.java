@@ -19,13 +19,16 @@ import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.function.Function;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -133,17 +136,28 @@ class DataAndContextParallelTest extends TransferTestBase {
         // For up to the prefill info timeout: then it is a failure naming it, thrown once.
         KVManager impatient = decode(rank(), "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofMillis(800)).build(), 0, PAGE_SIZE);
         RuntimeException gaveUp = null;
+        long failedRoom = -1;
         long deadline = System.nanoTime() + 20_000_000_000L;
         while (gaveUp == null && System.nanoTime() < deadline) {
-            try {
-                assertEquals(-1, impatient.resolvePrefillDpRank(addr, 5000, null));
-            } catch (RuntimeException e) {
-                gaveUp = e;
+            for (long room = 5000; room <= 5002 && gaveUp == null; room++) {
+                try {
+                    assertEquals(-1, impatient.resolvePrefillDpRank(addr, room, null));
+                } catch (RuntimeException e) {
+                    gaveUp = e;
+                    failedRoom = room;
+                }
             }
         }
         assertTrue(gaveUp instanceof RegistryNotReadyException, String.valueOf(gaveUp));
         assertTrue(gaveUp.getMessage().contains("not fully registered yet") && gaveUp.getMessage().contains("still so after 800 ms"),
                 gaveUp.getMessage());
+        // Every room that waited fails with it on its next ask, not one room per timeout.
+        for (long room = 5000; room <= 5002; room++) {
+            if (room == failedRoom) continue;
+            long r = room;
+            RuntimeException each = assertThrows(RegistryNotReadyException.class, () -> impatient.resolvePrefillDpRank(addr, r, null));
+            assertEquals(gaveUp.getMessage(), each.getMessage());
+        }
         prefillRank(p0, cfg(1, 0).dp(2, 0).loadBalanceMethod("round_robin").build());
         dp1.createSender(addr, 5000);
         assertEquals(1, dpRank(d, addr, 5000));
@@ -151,40 +165,69 @@ class DataAndContextParallelTest extends TransferTestBase {
 
     @Test
     void roomsWaitingTogetherAreLookedUpInOneQuery() throws Exception {
-        TestRank dm = rank();
-        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVManager d = decode(rank(), "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
         CountDownLatch allAsked = new CountDownLatch(1);
         List<String> queries = new CopyOnWriteArrayList<>();
-        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        stub.createContext("/route", ex -> { // the topology, held until every room has been asked for once
-            try {
-                allAsked.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            reply(ex, "{\"attn_tp_size\":1,\"attn_cp_size\":1,\"dp_size\":4,\"pp_size\":1,\"page_size\":" + PAGE_SIZE
-                    + ",\"kv_cache_dtype\":\"auto\",\"follow_bootstrap_room\":false}");
-        });
-        stub.createContext("/query_dp_ranks", ex -> { // every room asked for is in group 3
-            String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
-            queries.add(body);
+        HttpServer stub = stubRegistry(allAsked, queries, asked -> { // every room asked for is in group 3
             StringBuilder answer = new StringBuilder("{");
-            for (String room : body.replaceAll("[^0-9,]", "").split(",")) {
-                if (!room.isEmpty()) answer.append(answer.length() > 1 ? "," : "").append('"').append(room).append("\":3");
-            }
-            reply(ex, answer.append('}').toString());
+            for (String room : asked) answer.append(answer.length() > 1 ? "," : "").append('"').append(room).append("\":3");
+            return answer.append('}').toString();
         });
-        stub.start();
         try {
             String stubAddr = "127.0.0.1:" + stub.getAddress().getPort();
             for (long room = 1; room <= 50; room++) assertEquals(-1, d.resolvePrefillDpRank(stubAddr, room, null));
-            allAsked.countDown();
+            allAsked.countDown(); // the topology was held until every room had been asked for once
             for (long room = 1; room <= 50; room++) assertEquals(3, dpRank(d, stubAddr, room));
             assertEquals(1, queries.size(), "one query for the 50 rooms that waited together: " + queries);
             for (long room = 1; room <= 50; room++) assertTrue(queries.get(0).matches(".*\\b" + room + "\\b.*"), queries.get(0));
         } finally {
             stub.stop(0);
         }
+    }
+
+    @Test
+    void aReplyNamingOtherRoomsNeitherAnswersTheAskedOneNorMakesTheLookupSpin() throws Exception {
+        KVManager d = decode(rank(), "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        List<String> queries = new CopyOnWriteArrayList<>();
+        // Untrusted: as many entries as rooms asked for, none of them for an asked room.
+        HttpServer stub = stubRegistry(new CountDownLatch(0), queries, asked -> "{\"9001\":1,\"9002\":-3}");
+        try {
+            String stubAddr = "127.0.0.1:" + stub.getAddress().getPort();
+            long until = System.nanoTime() + 1_000_000_000L;
+            while (System.nanoTime() < until) {
+                assertEquals(-1, d.resolvePrefillDpRank(stubAddr, 7, null));
+                assertEquals(-1, d.resolvePrefillDpRank(stubAddr, 8, null));
+                Thread.onSpinWait();
+            }
+            // Paced at one query per 100 ms while the rooms stay unpublished (a loop counting the reply's
+            // entries as answers sent thousands in this second).
+            assertTrue(queries.size() >= 2 && queries.size() <= 30, queries.size() + " queries in 1 s");
+        } finally {
+            stub.stop(0);
+        }
+    }
+
+    /** A registry of a prefill with 4 DP groups, not following the room: topology held until {@code topologyGate} opens. */
+    private static HttpServer stubRegistry(CountDownLatch topologyGate, List<String> queries,
+                                           Function<List<String>, String> answer) throws IOException {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        stub.createContext("/route", ex -> {
+            try {
+                topologyGate.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            reply(ex, "{\"attn_tp_size\":1,\"attn_cp_size\":1,\"dp_size\":4,\"pp_size\":1,\"page_size\":" + PAGE_SIZE
+                    + ",\"kv_cache_dtype\":\"auto\",\"follow_bootstrap_room\":false}");
+        });
+        stub.createContext("/query_dp_ranks", ex -> {
+            String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+            queries.add(body);
+            List<String> asked = Arrays.stream(body.replaceAll("[^0-9,]", "").split(",")).filter(r -> !r.isEmpty()).toList();
+            reply(ex, answer.apply(asked));
+        });
+        stub.start();
+        return stub;
     }
 
     private static void reply(HttpExchange ex, String json) throws IOException {

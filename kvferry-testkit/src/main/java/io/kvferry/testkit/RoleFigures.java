@@ -25,7 +25,10 @@ public record RoleFigures(@JsonProperty("request_us") MicrosHistogram requestMic
                           @JsonProperty("transfer_us") MicrosHistogram transferMicros,
                           CpuMeter.Window cpu,
                           @JsonProperty("room_memory") RoomMemoryProbe.Result roomMemory) {
-    public static final RoleFigures NONE = new RoleFigures(null, null, null, null, null, null);
+    /** No figures: empty histograms of its own (a histogram is recorded into by one driver, never shared). */
+    public static RoleFigures none() {
+        return new RoleFigures(null, null, null, null, null, null);
+    }
 
     public RoleFigures {
         requestMicros = requestMicros == null ? new MicrosHistogram() : requestMicros;

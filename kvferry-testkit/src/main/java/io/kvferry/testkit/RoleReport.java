@@ -45,7 +45,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
         latencyMicros = latencyMicros == null ? new MicrosHistogram() : latencyMicros;
         leaks = leaks == null ? LeakCheck.Leaks.NONE : leaks;
         dataPaths = dataPaths == null ? Map.of() : Map.copyOf(dataPaths);
-        figures = figures == null ? RoleFigures.NONE : figures;
+        figures = figures == null ? RoleFigures.none() : figures;
         failureKinds = failureKinds == null ? Map.of() : Map.copyOf(failureKinds);
     }
 
@@ -82,7 +82,7 @@ public record RoleReport(String role, int rank, int succeeded, int failed, int c
                       long pairedMemcpyNanos) {
         this(role, rank, succeeded, failed, corrupted, failedRequests, bytes, elapsedSeconds, latencyMicros, firstFailures,
                 hung, firstFailureAtMillis, leakedRooms, failureTimesMillis, leaks, dataPaths, datapathBytes,
-                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, RoleFigures.NONE);
+                datapathBusyNanos, datapathOps, datapathActiveNanos, pairedMemcpyBytes, pairedMemcpyNanos, RoleFigures.none());
     }
 
     /** The same report with the benchmark suite's figures. */
