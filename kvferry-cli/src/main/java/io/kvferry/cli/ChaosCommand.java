@@ -36,8 +36,9 @@ public final class ChaosCommand implements Callable<Integer> {
     boolean netns;
 
     @Option(names = "--netem", defaultValue = LinkImpairment.DEFAULT_SPEC,
+            // No ${DEFAULT-VALUE}: picocli formats the description, and the default's own '%' breaks that.
             description = "With --netns: what the link does to packets, each direction, in tc netem's words: delay TIME, "
-                    + "loss PERCENT%, rate RATE, or none. Default: '${DEFAULT-VALUE}' (1 ms round trip, 0.1 % loss).")
+                    + "loss PERCENT%%, rate RATE, or none. Default: 'delay 0.5ms loss 0.1%%' (1 ms round trip, 0.1 %% loss).")
     String netem;
 
     @Option(names = "--netns-link", defaultValue = "auto",

@@ -37,9 +37,9 @@ import java.util.concurrent.TimeUnit;
 
 /** {@code kvferry demo}: PD disaggregation serving real text, checked against a colocated run. */
 @Command(name = "demo", mixinStandardHelpOptions = true,
-        description = {"Start a router, one prefill and one decode (the reference engine, kvferry between them), send a handful of",
-                "prompts, stream their text, and report per request: TTFT split into prefill compute / KV transfer / first decode",
-                "step, bytes moved, tokens/s, and whether the tokens equal a colocated run's."})
+        description = "Start a router, one prefill and one decode (the reference engine, kvferry between them), send a handful of "
+                + "prompts, stream their text, and report per request: TTFT split into prefill compute / KV transfer / first decode "
+                + "step, bytes moved, tokens/s, and whether the tokens equal a colocated run's.")
 public final class DemoCommand implements Callable<Integer> {
     static final List<String> PROMPTS = List.of("Once upon a time", "Lily and Ben went to the park", "One day, a big bear",
             "Tom had a red ball. He", "The sun was hot, so the little bird");

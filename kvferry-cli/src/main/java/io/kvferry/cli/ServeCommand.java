@@ -14,8 +14,8 @@ import java.util.concurrent.CountDownLatch;
 @Command(name = "serve", mixinStandardHelpOptions = true,
         description = {"Serve a llama2.c model with prefill/decode disaggregation through kvferry (the reference engine).",
                 "--role prefill: bootstrap registry + prefill engine + its HTTP server. --role decode: decode engine + HTTP server.",
-                "--role router: OpenAI-shaped POST /v1/completions, GET /v1/models, SGLang-shaped POST /generate, GET /health,",
-                "sending each request to a prefill and a decode. No --role: all three in this process."})
+                "--role router: OpenAI-shaped POST /v1/completions, GET /v1/models, SGLang-shaped POST /generate, GET /health, "
+                + "sending each request to a prefill and a decode. No --role: all three in this process."})
 public final class ServeCommand implements Callable<Integer> {
     @Mixin
     EngineOptions engine = new EngineOptions();

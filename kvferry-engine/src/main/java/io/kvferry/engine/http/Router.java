@@ -498,25 +498,28 @@ public final class Router implements AutoCloseable {
 
     /**
      * OpenAI parameters that would change the answer and that this engine does not implement: a 400
-     * naming the parameter rather than an answer that silently differs from what was asked.
+     * naming every such parameter the request sets, rather than an answer that silently differs from
+     * what was asked (or a client fixing them one round trip at a time).
      */
     private static void refuseUnsupported(JsonNode req) {
+        List<String> refused = new ArrayList<>();
         for (String one : new String[]{"n", "best_of"}) {
             JsonNode v = req.get(one);
             if (v != null && !v.isNull() && !(v.isIntegralNumber() && v.canConvertToInt() && v.intValue() == 1)) {
-                throw new Http.BadRequest(one + " must be 1 (one completion per request is supported), got " + v);
+                refused.add(one + " must be 1 (one completion per request is supported), got " + v);
             }
         }
         JsonNode logprobs = req.get("logprobs");
-        if (logprobs != null && !logprobs.isNull()) throw new Http.BadRequest("logprobs is not supported (must be null or absent), got " + logprobs);
+        if (logprobs != null && !logprobs.isNull()) refused.add("logprobs is not supported (must be null or absent), got " + logprobs);
         JsonNode echo = req.get("echo");
         if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
-            throw new Http.BadRequest("echo is not supported (must be false or absent), got " + echo);
+            refused.add("echo is not supported (must be false or absent), got " + echo);
         }
         JsonNode suffix = req.get("suffix");
         if (suffix != null && !suffix.isNull() && !(suffix.isTextual() && suffix.textValue().isEmpty())) {
-            throw new Http.BadRequest("suffix is not supported (must be null or absent), got " + suffix);
+            refused.add("suffix is not supported (must be null or absent), got " + suffix);
         }
+        if (!refused.isEmpty()) throw new Http.BadRequest(String.join("; ", refused));
     }
 
     /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "seed"}, "stream"}. */

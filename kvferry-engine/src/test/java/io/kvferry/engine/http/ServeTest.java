@@ -179,6 +179,10 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"logprobs\":3}", "logprobs"},
                 {"{\"prompt\":\"x\",\"echo\":true}", "echo"},
                 {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
+                // Every unsupported parameter at once, each named (not only the first).
+                {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"best_of\":3}",
+                        "best_of must be 1 (one completion per request is supported), got 3; logprobs is not supported (must be null or absent), "
+                                + "got 1; echo is not supported (must be false or absent), got true; suffix is not supported"},
                 {"{\"prompt\":\"x\",\"stop\":5}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop"},
