@@ -84,8 +84,15 @@ public final class WorkloadOptions {
     boolean allCpRanks;
 
     @Option(names = "--prefill-dp", defaultValue = "1",
-            description = "Attention-DP groups of the prefill instance; a request goes to group room %% dp. Default: ${DEFAULT-VALUE}.")
+            description = "Attention-DP groups of the prefill instance; a request goes to group room %% dp (see --prefill-dp-balance). "
+                    + "Default: ${DEFAULT-VALUE}.")
     int prefillDp;
+
+    @Option(names = "--prefill-dp-balance", defaultValue = "follow_bootstrap_room", paramLabel = "follow_bootstrap_room|round_robin",
+            description = "With --prefill-dp > 1: follow_bootstrap_room = request goes to group room %% dp, which the decode "
+                    + "computes; round_robin = request i goes to group i %% dp, the prefill publishes each room's group in the "
+                    + "registry and the decode looks it up (/register_dp_rank, /query_dp_ranks). Default: ${DEFAULT-VALUE}.")
+    String prefillDpBalance;
 
     @Option(names = "--prefill-pp", defaultValue = "1", description = "Pipeline stages of the prefill instance. Default: ${DEFAULT-VALUE}.")
     int prefillPp;
@@ -242,7 +249,13 @@ public final class WorkloadOptions {
             probe = concurrency;
             warm += concurrency;
         }
-        Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warm);
+        boolean dpRoundRobin = switch (prefillDpBalance) {
+            case "follow_bootstrap_room" -> false;
+            case "round_robin" -> true;
+            default -> throw new IllegalArgumentException("--prefill-dp-balance must be follow_bootstrap_room or round_robin, got '"
+                    + prefillDpBalance + "'");
+        };
+        Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warm, dpRoundRobin);
         long deadline = deadlineMs;
         if (rate != null && deadline == 0) {
             // Open loop is bounded in time too: the arrival span twice over plus slack, then what is left is hung.

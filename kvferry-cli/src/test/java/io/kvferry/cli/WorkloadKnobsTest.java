@@ -7,6 +7,7 @@ import org.junit.jupiter.api.Test;
 import picocli.CommandLine;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
@@ -62,5 +63,14 @@ class WorkloadKnobsTest {
         }
         String e = assertThrows(IllegalArgumentException.class, () -> config("--model", "tiny", "--prefix-every", "-3")).getMessage();
         assertTrue(e.contains("--prefix-every must be >= 0") && e.contains("-3"), e);
+    }
+
+    @Test
+    void theDpBalanceIsOneOfSglangsTwoKindsAndReachesTheWorkload() {
+        assertTrue(config("--model", "tiny", "--prefill-dp", "2", "--prefill-dp-balance", "round_robin").workload().dpRoundRobin());
+        assertFalse(config("--model", "tiny", "--prefill-dp", "2").workload().dpRoundRobin());
+        String e = assertThrows(IllegalArgumentException.class,
+                () -> config("--model", "tiny", "--prefill-dp-balance", "random")).getMessage();
+        assertTrue(e.contains("--prefill-dp-balance must be follow_bootstrap_room or round_robin, got 'random'"), e);
     }
 }

@@ -83,6 +83,19 @@ class TopologyMatrixTest {
         assertEquals(8, r.succeeded(), () -> c + ": " + r.firstFailures());
     }
 
+    /** Groups assigned round robin: the decode can only find a room's group through the registry (/query_dp_ranks). */
+    @ParameterizedTest(name = "DP{0} round robin, P{1} D{2}")
+    @CsvSource({"2,1,1", "4,2,1"})
+    @Timeout(60)
+    void dataParallelPrefillPublishingEachRoomsGroupInTheRegistry(int dp, int p, int d) throws Exception {
+        Workload w = new Workload(12, 230, 16, 64, 3, 3, 91L + dp, 0, true);
+        BenchConfig c = new BenchConfig(ModelShape.preset("tiny").withKvHeads(4), w, "tcp", p, d, 1, 1, 1, false, dp,
+                "matrix", 1);
+        BenchResult r = new BenchRunner(c, new PrintStream(OutputStream.nullOutputStream())).runWithoutBaselines(false);
+        assertEquals(0, r.corrupted(), () -> c + ": " + r.firstFailures());
+        assertEquals(12, r.succeeded(), () -> c + ": " + r.firstFailures());
+    }
+
     @Property(tries = 12)
     void randomTopologiesAreByteExact(@ForAll("topologies") Topology t) throws Exception {
         assertExact(t);

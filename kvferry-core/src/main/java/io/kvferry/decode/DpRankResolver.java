@@ -32,8 +32,14 @@ import java.util.concurrent.locks.LockSupport;
  * Lookup threads ({@link LookupThreads}): one per address with rooms waiting, living while it has work.
  */
 final class DpRankResolver {
-    /** Between two queries for rooms the prefill has not published yet, and after a failed lookup. */
+    /** Between two queries when the last one answered none of its rooms, and after a failed lookup. */
     static final Duration RETRY_PAUSE = Duration.ofMillis(100);
+    /**
+     * Between two queries when the last one answered some of its rooms: the prefill is publishing, so
+     * the rest are likely moments away (SGLang's decode asks once per scheduler iteration). Bounds the
+     * queries to ~1,000/s per address, each for every room waiting.
+     */
+    static final Duration PROGRESS_PAUSE = Duration.ofMillis(1);
     /** A room not asked about for this long is no longer looked up (the scheduler gave up on it). */
     static final Duration FORGET = Duration.ofSeconds(10);
     /** Rooms per {@code /query_dp_ranks} body: ~21 KB, a third of the registry's body limit. */
@@ -140,7 +146,12 @@ final class DpRankResolver {
                 }
                 List<Wanted> ask = waiting(a); // again: with the rooms that came while the topology was fetched
                 if (ask.isEmpty()) return;
-                if (query(a, ask)) continue; // all answered: look again for rooms that came meanwhile
+                int answered = query(a, ask);
+                if (answered == ask.size()) continue; // all answered: look again for rooms that came meanwhile
+                if (answered > 0) {
+                    LockSupport.parkNanos(PROGRESS_PAUSE.toNanos());
+                    continue;
+                }
             } catch (RegistryNotReadyException e) {
                 // The prefill is still registering its ranks: not known yet, as for an unpublished room, for a while.
                 long now = System.nanoTime();
@@ -154,12 +165,12 @@ final class DpRankResolver {
                 if (!lookups.closed()) fail(a, e);
                 return;
             }
-            LockSupport.parkNanos(RETRY_PAUSE.toNanos()); // the prefill has not published the others yet
+            LockSupport.parkNanos(RETRY_PAUSE.toNanos()); // the prefill has published none of them yet
         }
     }
 
-    /** One {@code /query_dp_ranks} for {@code ask}; true when every one of those rooms got its group. */
-    private boolean query(Address a, List<Wanted> ask) {
+    /** One {@code /query_dp_ranks} for {@code ask}; how many of those rooms got their group. */
+    private int query(Address a, List<Wanted> ask) {
         long now = System.nanoTime();
         List<Long> rooms = new ArrayList<>(ask.size());
         for (Wanted w : ask) {
@@ -174,7 +185,7 @@ final class DpRankResolver {
             w.dp = dp;
             answered++;
         }
-        return answered == ask.size();
+        return answered;
     }
 
     /** Fails every room waiting now with {@code e} (each is thrown it once), and pauses new lookups. */

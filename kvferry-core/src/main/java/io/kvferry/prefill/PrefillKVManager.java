@@ -34,6 +34,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
@@ -49,7 +50,9 @@ import java.util.function.Consumer;
  *
  * <p>Threads, all owned here and ended by {@link #teardown}: one acceptor and one reader per decode
  * connection (in {@link DecodeSessions}), {@code transferWorkers} workers, one timer (heartbeats,
- * handshake deadlines, stalled-write watchdog) and one unmapper (closes lost links' one-sided paths).
+ * handshake deadlines, stalled-write watchdog), one unmapper (closes lost links' one-sided paths) and,
+ * with attention-DP under a balancer other than follow_bootstrap_room, one DP publisher (posts each
+ * room's group to the registry, off the scheduler thread).
  */
 public final class PrefillKVManager implements KVManager {
     private static final Logger log = LoggerFactory.getLogger(PrefillKVManager.class);
@@ -65,6 +68,14 @@ public final class PrefillKVManager implements KVManager {
     /** What senders' polls check their bootstrap deadline against (a cached reading for the system ticker). */
     private final DeadlineClock deadlineClock;
     private final OwnedTaskThread unmapper;
+    /**
+     * Attention-DP without follow_bootstrap_room: posts each room's group ({@code /register_dp_rank}) in
+     * order, through one client whose connections are kept alive; null otherwise. Before, the scheduler
+     * thread made a new HTTP client and a blocking POST for every room in {@code createSender}.
+     */
+    private final OwnedTaskThread dpPublisher;
+    /** The publisher's client, made by its first task; only that thread touches it until teardown joined it. */
+    private BootstrapClient dpClient;
     private final TransferWorkers workers;
     final PrefillRooms rooms;
     final ChunkExecutor chunks;
@@ -98,6 +109,7 @@ public final class PrefillKVManager implements KVManager {
         }
         int rank = args.engineRank;
         unmapper = new OwnedTaskThread("kvferry-prefill-unmap-" + rank);
+        dpPublisher = config.dpSize() > 1 && !followsRoom(config) ? new OwnedTaskThread("kvferry-prefill-dp-publish-" + rank) : null;
         timer = new SessionTimer("kvferry-prefill-timer-" + rank);
         deadlineClock = new DeadlineClock(config.ticker(), timer);
         workers = new TransferWorkers(config.transferWorkers(), "kvferry-prefill-worker-" + rank + "-");
@@ -199,10 +211,11 @@ public final class PrefillKVManager implements KVManager {
 
     /**
      * Attention-DP (SGLang §2.4): with follow_bootstrap_room the room decides the DP group and a
-     * mismatch is a routing error; otherwise this rank tells the registry which group holds the room.
+     * mismatch is a routing error; otherwise this rank tells the registry which group holds the room,
+     * on the DP publisher's thread (the decode looks the room up until it is there).
      */
     private void publishDpRank(PrefillRoom room, long bootstrapRoom) {
-        if (config.loadBalanceMethod() == null || "follow_bootstrap_room".equals(config.loadBalanceMethod())) {
+        if (followsRoom(config)) {
             int implied = (int) Math.floorMod(bootstrapRoom, (long) config.dpSize());
             if (implied != config.dpRank()) {
                 rooms.fail(room, FailureKind.ROUTING, "follow_bootstrap_room conflict: dispatched to dp_rank " + config.dpRank()
@@ -210,12 +223,20 @@ public final class PrefillKVManager implements KVManager {
             }
             return;
         }
-        try (BootstrapClient client = new BootstrapClient(config.bootstrapAddr(), config.authToken())) {
-            client.registerDpRank(bootstrapRoom, config.dpRank());
-        } catch (RuntimeException e) {
-            rooms.fail(room, FailureKind.ROUTING, "could not register dp_rank " + config.dpRank() + " for room " + bootstrapRoom
-                    + ": " + e.getMessage());
-        }
+        // Refused only once teardown began, which fails every room anyway.
+        dpPublisher.submit(() -> {
+            try {
+                if (dpClient == null) dpClient = new BootstrapClient(config.bootstrapAddr(), config.authToken());
+                dpClient.registerDpRank(bootstrapRoom, config.dpRank());
+            } catch (RuntimeException e) {
+                rooms.fail(room, FailureKind.ROUTING, "could not register dp_rank " + config.dpRank() + " for room " + bootstrapRoom
+                        + ": " + e.getMessage());
+            }
+        });
+    }
+
+    private static boolean followsRoom(KVManagerConfig config) {
+        return config.loadBalanceMethod() == null || "follow_bootstrap_room".equals(config.loadBalanceMethod());
     }
 
     @Override
@@ -340,6 +361,13 @@ public final class PrefillKVManager implements KVManager {
         }
         if (!unmapper.close(config.abortAckTimeout().plusSeconds(1))) {
             log.warn("teardown: {} did not end within {}", unmapper.name(), config.abortAckTimeout().plusSeconds(1));
+        }
+        if (dpPublisher != null) {
+            if (dpPublisher.close(Duration.ofSeconds(2))) {
+                if (dpClient != null) dpClient.close();
+            } else {
+                log.warn("teardown: {} did not end within 2 s", dpPublisher.name());
+            }
         }
         sessions.closeDataPaths();
         negotiator.close();

@@ -270,8 +270,12 @@ public final class BootstrapClient implements AutoCloseable {
         }
         String msg = what + " to " + base + " failed after " + policy.attempts() + " attempt"
                 + (policy.attempts() == 1 ? "" : "s") + ": " + outcome(status, body, error);
+        if (status == 503) {
+            // A prefill still registering its ranks: normal while a cluster starts; the caller decides when it is a failure.
+            log.info(msg);
+            throw new RegistryNotReadyException(msg, body);
+        }
         log.warn(msg);
-        if (status == 503) throw new RegistryNotReadyException(msg, body);
         throw new RegistryException(msg, status, body, error);
     }
 

@@ -126,6 +126,24 @@ class DataAndContextParallelTest extends TransferTestBase {
     }
 
     @Test
+    void createSenderDoesNotWaitForTheRegistryToTakeTheRoomsGroup() throws Exception {
+        try (ServerSocketChannel silent = ServerSocketChannel.open()) { // a registry that accepts and never answers
+            silent.bind(new InetSocketAddress("127.0.0.1", 0));
+            int port = ((InetSocketAddress) silent.getLocalAddress()).getPort();
+            KVManager p = KVFerry.createManager("tcp", rank().args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                    cfg(1, 0).bootstrap("127.0.0.1", port).dp(2, 1).loadBalanceMethod("round_robin").build());
+            closeables.add(p);
+            // Before, createSender posted /register_dp_rank itself: this thread waited for the silent registry's
+            // timeouts and retries, and the sender came back Failed.
+            KVSender s = p.createSender(addr, 6001);
+            try (SocketChannel publish = silent.accept()) { // the publisher's POST is under way meanwhile
+                assertTrue(publish.isConnected());
+                assertEquals(KVPoll.Bootstrapping, s.poll(), "the room waits for its decode, not for the registry");
+            }
+        }
+    }
+
+    @Test
     void aPrefillStillRegisteringItsGroupsIsNotKnownYetRatherThanAFailure() {
         TestRank p0 = rank(), p1 = rank(), dm = rank();
         KVManager dp1 = prefillRank(p1, cfg(1, 0).dp(2, 1).loadBalanceMethod("round_robin").build()); // group 0 not yet

@@ -77,6 +77,8 @@ public final class RoleRunner {
         }
         b.checksum(config.checksum());
         if (mode == DisaggregationMode.PREFILL) b.attnCp(config.prefillCp(), cpRank).dp(config.prefillDp(), dpRank);
+        // Other balancers than follow_bootstrap_room: the prefill publishes each room's group (/register_dp_rank).
+        if (mode == DisaggregationMode.PREFILL && config.workload().dpRoundRobin()) b.loadBalanceMethod("round_robin");
         if (mode == DisaggregationMode.PREFILL && (opts.advertisePort(index) > 0 || opts.advertiseHost() != null)) {
             b.advertise(opts.advertiseHost(), opts.advertisePort(index));
         }
@@ -478,6 +480,7 @@ public final class RoleRunner {
                 "--exit-on-stdin-eof"));
         if (c.shape().mla()) a.add("--mla");
         if (c.allCpRanks()) a.add("--all-cp-ranks");
+        if (w.dpRoundRobin()) a.addAll(List.of("--prefill-dp-balance", "round_robin"));
         if (c.pairedMemcpy()) a.add("--paired-memcpy");
         // The benchmark suite's settings, only when set (role processes of older command lines stay valid).
         if (c.suite().pages() != PageLayout.FRAGMENTED) a.addAll(List.of("--pages", c.suite().pages().cliName()));

@@ -20,9 +20,25 @@ import java.util.RandomAccess;
  * @param warmup       requests run (and verified) before the measured ones and left out of every
  *                     timing figure: the first requests pay for JIT compilation, connection set-up
  *                     and first-touch page faults. The stream holds {@code warmup + requests}.
+ * @param dpRoundRobin with attention-DP on the prefill: request {@code i} goes to group {@code i % dp}
+ *                     and the prefill publishes each room's group in the registry, where the decode
+ *                     looks it up ({@code /register_dp_rank}, {@code /query_dp_ranks}: SGLang's
+ *                     balancers other than follow_bootstrap_room); false: group {@code room % dp}, which
+ *                     the decode computes (follow_bootstrap_room)
  */
 public record Workload(int requests, int promptTokens, int pageSize, int chunkTokens, int concurrency,
-                       int prefixEvery, long seed, int warmup) {
+                       int prefixEvery, long seed, int warmup, boolean dpRoundRobin) {
+
+    /** DP groups follow the room (follow_bootstrap_room). */
+    public Workload(int requests, int promptTokens, int pageSize, int chunkTokens, int concurrency, int prefixEvery, long seed,
+                    int warmup) {
+        this(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warmup, false);
+    }
+
+    /** The same stream with requests spread over the prefill's DP groups round robin, looked up through the registry. */
+    public Workload withDpRoundRobin(boolean on) {
+        return new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warmup, on);
+    }
 
     /** Without warm-up requests. */
     public Workload(int requests, int promptTokens, int pageSize, int chunkTokens, int concurrency, int prefixEvery, long seed) {
@@ -89,15 +105,17 @@ public record Workload(int requests, int promptTokens, int pageSize, int chunkTo
     }
 
     /**
-     * The requests one attention-DP group serves ({@code room % dpSize == dpGroup}, follow_bootstrap_room),
-     * in stream order: the stream itself for one group, else the stream's matching indices (4 bytes each).
+     * The requests one attention-DP group serves ({@code room % dpSize == dpGroup}, or {@code index % dpSize}
+     * with {@link #dpRoundRobin}), in stream order: the stream itself for one group, else the stream's
+     * matching indices (4 bytes each).
      */
     public List<Request> ofDpGroup(int dpGroup, int dpSize) {
         if (dpSize <= 1) return generate();
         int[] mine = new int[totalRequests() / dpSize + 16];
         int n = 0;
         for (int i = 0; i < totalRequests(); i++) {
-            if (Math.floorMod(room(i), (long) dpSize) != dpGroup) continue;
+            long group = dpRoundRobin ? i % dpSize : Math.floorMod(room(i), (long) dpSize);
+            if (group != dpGroup) continue;
             if (n == mine.length) mine = Arrays.copyOf(mine, mine.length + mine.length / 2 + 16);
             mine[n++] = i;
         }

@@ -81,6 +81,11 @@ class WorkloadTest {
         }
         assertEquals(all.size(), total);
         assertEquals(all, w.ofDpGroup(0, 1));
+        Workload rr = w.withDpRoundRobin(true);
+        assertEquals(all, rr.generate(), "the same stream, only its groups differ");
+        List<Workload.Request> second = rr.ofDpGroup(1, 3);
+        assertEquals((all.size() + 1) / 3, second.size());
+        for (int k = 0; k < second.size(); k++) assertEquals(all.get(3 * k + 1), second.get(k));
     }
 
     @Test
