@@ -97,7 +97,9 @@ public interface KVManager extends AutoCloseable {
      * their own: ask again on a later scheduler iteration, then call {@link KVReceiver#init} with the
      * answer. A failed lookup (the registry unreachable, silent or refusing, or the prefill still not
      * registered after {@code prefillInfoTimeout}) is thrown once to each room that waited for it, as
-     * a RuntimeException naming it.
+     * a RuntimeException naming it; a room whose group the registry has not had for
+     * {@code prefillInfoTimeout} (the prefill never took it, or died first) is thrown a
+     * {@link KVTransferException} of kind {@code routing}: the room has failed.
      *
      * @param hint the request's {@code disagg_prefill_dp_rank}, or null
      */

@@ -1,5 +1,7 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVTransferException;
 import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RegistryNotReadyException;
 
@@ -26,7 +28,8 @@ import java.util.concurrent.locks.LockSupport;
  * <p>A room is asked about for as long as the scheduler keeps asking: one it has not asked about
  * for {@link #FORGET} (it gave up on the request) is dropped, answered or not. A prefill still
  * registering its ranks (503) is "not known yet" too, for up to the manager's prefill info timeout
- * (then it is a failure, as SGLang gives up after 15 tries). A failed lookup (that, or the registry
+ * (then it is a failure, as SGLang gives up after 15 tries); so is a room whose group the prefill has not
+ * published within that time (it never took the request, or it died first). A failed lookup (that, or the registry
  * unreachable, silent or refusing) fails every room waiting for it: each is thrown the failure once,
  * on its next ask; rooms asked for later start a fresh lookup, {@link #RETRY_PAUSE} after the failure.
  * Lookup threads ({@link LookupThreads}): one per address with rooms waiting, living while it has work.
@@ -65,6 +68,8 @@ final class DpRankResolver {
      */
     private static final class Wanted {
         final long room;
+        /** Lookup thread only: when the room was first put in a query (its wait for publication counts from there); 0 before. */
+        long firstQueriedAt;
         volatile long askedAt;
         /** Lookup thread only: rooms put in a query least recently go first when more than a query's worth wait. */
         long queriedAt = Long.MIN_VALUE;
@@ -175,6 +180,7 @@ final class DpRankResolver {
         List<Long> rooms = new ArrayList<>(ask.size());
         for (Wanted w : ask) {
             w.queriedAt = now;
+            if (w.firstQueriedAt == 0) w.firstQueriedAt = now == 0 ? 1 : now;
             rooms.add(w.room);
         }
         Map<Long, Integer> answers = directory.queryDpRanks(a.addr, rooms);
@@ -198,14 +204,26 @@ final class DpRankResolver {
 
     /**
      * Up to a query's worth of rooms still waiting for their group, those queried least recently
-     * first; forgets those nobody asked about for {@link #FORGET}.
+     * first; forgets those nobody asked about for {@link #FORGET}, and fails those the registry was asked
+     * about for the prefill info timeout without an answer (the prefill never took the request, or is
+     * gone: without this, a room of a prefill killed before it published the room waited as long as its
+     * scheduler kept asking).
      */
-    private static List<Wanted> waiting(Address a) {
+    private List<Wanted> waiting(Address a) {
         List<Wanted> ask = new ArrayList<>();
         long now = System.nanoTime();
         for (Wanted w : a.rooms.values()) {
-            if (now - w.askedAt > FORGET.toNanos()) a.rooms.remove(w.room, w);
-            else if (w.dp < 0 && w.failure == null) ask.add(w);
+            if (now - w.askedAt > FORGET.toNanos()) {
+                a.rooms.remove(w.room, w);
+            } else if (w.dp < 0 && w.failure == null) {
+                if (w.firstQueriedAt == 0 || now - w.firstQueriedAt < notReadyLimitNanos) {
+                    ask.add(w);
+                } else {
+                    w.failure = new KVTransferException(w.room, FailureKind.ROUTING, "the prefill at " + a.addr
+                            + " did not publish the DP group of room " + w.room + " within " + notReadyLimitNanos / 1_000_000
+                            + " ms (the prefill info timeout): it did not take the request, or it is gone", false);
+                }
+            }
         }
         if (ask.size() > MAX_ROOMS_PER_QUERY) {
             ask.sort(Comparator.comparingLong((Wanted w) -> w.queriedAt));

@@ -2,11 +2,13 @@ package io.kvferry.transfer;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
 import io.kvferry.registry.RegistryNotReadyException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -28,6 +30,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
@@ -123,6 +126,27 @@ class DataAndContextParallelTest extends TransferTestBase {
                 assertEquals(-1, d.resolvePrefillDpRank(silentAddr, 7, null), "thrown once; then asked again");
             }
         }
+    }
+
+    @Test
+    void aRoomItsPrefillNeverPublishesFailsAfterThePrefillInfoTimeout() {
+        TestRank p0 = rank(), p1 = rank();
+        prefillRank(p0, cfg(1, 0).dp(2, 0).loadBalanceMethod("round_robin").build());
+        prefillRank(p1, cfg(1, 0).dp(2, 1).loadBalanceMethod("round_robin").build());
+        KVManager d = decode(rank(), "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofMillis(600)).build(), 0, PAGE_SIZE);
+        // No prefill ever takes room 7007 (or the one that did died before publishing it): not a wait without end.
+        RuntimeException gaveUp = null;
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        while (gaveUp == null && System.nanoTime() < deadline) {
+            try {
+                assertEquals(-1, d.resolvePrefillDpRank(addr, 7007, null));
+            } catch (RuntimeException e) {
+                gaveUp = e;
+            }
+        }
+        assertTrue(gaveUp != null && gaveUp.getMessage().contains("did not publish the DP group of room 7007 within 600 ms"),
+                String.valueOf(gaveUp));
+        assertEquals(FailureKind.ROUTING, assertInstanceOf(KVTransferException.class, gaveUp).kind(), "the room has failed");
     }
 
     @Test

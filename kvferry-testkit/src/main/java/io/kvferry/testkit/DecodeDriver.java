@@ -4,6 +4,7 @@ package io.kvferry.testkit;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
 import io.kvferry.protocol.Region;
 
@@ -90,6 +91,8 @@ public final class DecodeDriver {
          * the abort decision after its metadata went out): step it again next time.
          */
         boolean blocked;
+        /** Its DP group lookup failed it before init (the receiver was aborted); reported instead of the abort. */
+        KVTransferException dpFailure;
         final long createdNanos = System.nanoTime();
         /** When the request arrived (open loop: its scheduled arrival, else when the receiver was created). */
         final long arrivalNanos;
@@ -274,6 +277,11 @@ public final class DecodeDriver {
                     failures.failedIdx.add(f.req.index());
                     failures.reason("room " + f.req.room() + ": bytes differ from what prefill sent");
                 }
+            } else if (f.dpFailure != null) {
+                KVTransferException e = f.dpFailure;
+                failures.failed(f.req.index(), () -> {
+                    throw e;
+                });
             } else {
                 failures.failed(f.req.index(), f.receiver::failureException);
             }
@@ -322,6 +330,12 @@ public final class DecodeDriver {
             dp = manager.resolvePrefillDpRank(bootstrapAddr, f.req.room(), null);
         } catch (UnsupportedOperationException e) {
             dp = 0; // a manager without DP resolution (fake)
+        } catch (KVTransferException e) {
+            // The room failed before init (its DP group never published): concluded Failed with that reason.
+            f.dpFailure = e;
+            f.receiver.abort();
+            f.initialized = true;
+            return true;
         } catch (RuntimeException e) {
             // Registry not reachable, or the prefill not fully registered for the prefill info timeout: init
             // anyway; the receiver retries the lookup and fails the room with SGLang's message if the
