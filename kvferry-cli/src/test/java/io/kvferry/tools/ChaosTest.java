@@ -78,6 +78,22 @@ class ChaosTest {
         }
     }
 
+    /**
+     * kill-prefill where every room's DP group goes through the registry: rooms the dead prefill never
+     * published fail within the prefill info timeout (they once waited for as long as the decode asked: hung).
+     */
+    @Test
+    @Timeout(240)
+    void killPrefillWithDpGroupsPublishedThroughTheRegistry() throws Exception {
+        Workload w = new Workload(24, 256, 16, 128, 4, 0, 5L, 0, true);
+        BenchConfig c = new BenchConfig(ModelShape.preset("tiny"), w, "tcp", 1, 1, 1, 1, 1, false, 2, "chaos-token", 0)
+                .withFaultTimeouts(2000, 90_000);
+        ChaosRunner.Result r = new ChaosRunner(c, new PrintStream(OutputStream.nullOutputStream()), 100).run("kill-prefill");
+        assertTrue(r.passed(), () -> r.toString());
+        assertEquals(0, r.hung(), r::toString);
+        assertEquals(NO_LEAKS, r.leaks(), r::toString);
+    }
+
     private static final Map<String, Long> NO_LEAKS = Map.of("rooms", 0L, "pages", 0L, "threads", 0L, "sockets", 0L, "native_bytes", 0L);
 
     /**
