@@ -34,7 +34,8 @@ import java.util.UUID;
  * @param prefillInfoTimeout  decode: how long a receiver keeps retrying (once a second) to fetch an
  *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart);
  *                            also how long {@code resolvePrefillDpRank} answers -1 for a prefill still
- *                            registering its ranks before it throws that
+ *                            registering its ranks before it throws that, and for a room whose DP group
+ *                            the prefill has not published (four times that while it publishes others)
  * @param allCpRanksTransfer  every prefill CP rank sends its contiguous share of the pages (set on both
  *                            sides); otherwise only CP rank 0 sends and the others are dummies
  * @param failureInjectionProbability test hook (SGLang's SGLANG_TEST_DISAGG_FAILURE_PROB): the chance that

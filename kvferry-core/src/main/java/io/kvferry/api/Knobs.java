@@ -23,8 +23,9 @@ public final class Knobs {
     public static final Knob WRITE_STALL_TIMEOUT_MS = new Knob("kvferry.writeStallTimeoutMs", "KVFERRY_WRITE_STALL_TIMEOUT_MS", "30000",
             "prefill: a connection whose write makes no progress (tcp), or a link whose UCX puts none is confirmed (ucx), this long is closed (its rooms fail)", "");
     public static final Knob PREFILL_INFO_TIMEOUT_MS = new Knob("kvferry.prefillInfoTimeoutMs", "KVFERRY_PREFILL_INFO_TIMEOUT_MS", "15000",
-            "decode: how long a receiver retries (once a second) an unavailable prefill's topology, and how long "
-                    + "resolvePrefillDpRank waits for a prefill still registering its ranks", "(15 tries, 1 s apart)");
+            "decode: how long a receiver retries (once a second) an unavailable prefill's topology, how long "
+                    + "resolvePrefillDpRank waits for a prefill still registering its ranks, and for a room's DP group to be "
+                    + "published", "(15 tries, 1 s apart)");
     public static final Knob ABORT_ACK_TIMEOUT_MS = new Knob("kvferry.abortAckTimeoutMs", "KVFERRY_ABORT_ACK_TIMEOUT_MS", "5000",
             "decode: clear() of an unfinished room waits this long for one-sided writers' ABORT_ACK before cutting the link", "");
     public static final Knob TCP_STRIPES = new Knob("kvferry.tcpStripes", "KVFERRY_TCP_STRIPES", "1",

@@ -29,7 +29,8 @@ import java.util.concurrent.locks.LockSupport;
  * for {@link #FORGET} (it gave up on the request) is dropped, answered or not. A prefill still
  * registering its ranks (503) is "not known yet" too, for up to the manager's prefill info timeout
  * (then it is a failure, as SGLang gives up after 15 tries); so is a room whose group the prefill has not
- * published within that time (it never took the request, or it died first). A failed lookup (that, or the registry
+ * published within that time while it published no other room (dead, or it never took the request), or
+ * within four times that while it kept publishing others (alive but far behind). A failed lookup (that, or the registry
  * unreachable, silent or refusing) fails every room waiting for it: each is thrown the failure once,
  * on its next ask; rooms asked for later start a fresh lookup, {@link #RETRY_PAUSE} after the failure.
  * Lookup threads ({@link LookupThreads}): one per address with rooms waiting, living while it has work.
@@ -88,10 +89,14 @@ final class DpRankResolver {
         final ConcurrentHashMap<Long, Wanted> rooms = new ConcurrentHashMap<>();
         final AtomicBoolean running = new AtomicBoolean();
         volatile long failedAt;
+        /** Lookup threads only (handed over through {@link #running}): when a query last answered a room. */
+        long lastAnswerNanos;
 
-        Address(String addr) {
+        Address(String addr, long notReadyLimitNanos) {
             this.addr = addr;
-            this.failedAt = System.nanoTime() - RETRY_PAUSE.toNanos(); // never failed: a lookup may start at once
+            long now = System.nanoTime();
+            this.failedAt = now - RETRY_PAUSE.toNanos(); // never failed: a lookup may start at once
+            this.lastAnswerNanos = now - notReadyLimitNanos; // no answer yet
         }
     }
 
@@ -108,7 +113,7 @@ final class DpRankResolver {
             if (known != null && !known.rooms.isEmpty()) known.rooms.remove(room); // asked before the topology was known
             return info.dpSize() <= 1 ? 0 : (int) Math.floorMod(room, (long) info.dpSize());
         }
-        Address a = addresses.computeIfAbsent(addr, Address::new);
+        Address a = addresses.computeIfAbsent(addr, x -> new Address(x, notReadyLimitNanos));
         long now = System.nanoTime();
         Wanted w = a.rooms.computeIfAbsent(room, r -> new Wanted(r, now));
         w.askedAt = now;
@@ -191,6 +196,7 @@ final class DpRankResolver {
             w.dp = dp;
             answered++;
         }
+        if (answered > 0) a.lastAnswerNanos = System.nanoTime();
         return answered;
     }
 
@@ -216,12 +222,18 @@ final class DpRankResolver {
             if (now - w.askedAt > FORGET.toNanos()) {
                 a.rooms.remove(w.room, w);
             } else if (w.dp < 0 && w.failure == null) {
-                if (w.firstQueriedAt == 0 || now - w.firstQueriedAt < notReadyLimitNanos) {
+                long asked = w.firstQueriedAt == 0 ? 0 : now - w.firstQueriedAt;
+                // While the prefill keeps publishing other rooms it is alive and behind (its publisher posts one room
+                // at a time): wait on, up to four timeouts. A dead prefill publishes nothing: one timeout.
+                boolean publishing = now - a.lastAnswerNanos < notReadyLimitNanos;
+                if (w.firstQueriedAt == 0 || asked < notReadyLimitNanos || (publishing && asked < 4 * notReadyLimitNanos)) {
                     ask.add(w);
                 } else {
                     w.failure = new KVTransferException(w.room, FailureKind.ROUTING, "the prefill at " + a.addr
-                            + " did not publish the DP group of room " + w.room + " within " + notReadyLimitNanos / 1_000_000
-                            + " ms (the prefill info timeout): it did not take the request, or it is gone", false);
+                            + " did not publish the DP group of room " + w.room + " within " + asked / 1_000_000
+                            + " ms (the prefill info timeout " + notReadyLimitNanos / 1_000_000 + " ms" + (publishing
+                            ? ", four times over while it published other rooms" : ", publishing no other room meanwhile")
+                            + "): it did not take the request, or it is gone", false);
                 }
             }
         }

@@ -229,8 +229,10 @@ public final class PrefillKVManager implements KVManager {
                 if (dpClient == null) dpClient = new BootstrapClient(config.bootstrapAddr(), config.authToken());
                 dpClient.registerDpRank(bootstrapRoom, config.dpRank());
             } catch (RuntimeException e) {
-                rooms.fail(room, FailureKind.ROUTING, "could not register dp_rank " + config.dpRank() + " for room " + bootstrapRoom
-                        + ": " + e.getMessage());
+                if (closed) return; // cut off by teardown, which fails the unfinished rooms itself (shutdown)
+                // Only a room still waiting: one that succeeded meanwhile (its decode found the group) stays so.
+                rooms.failIfUnfinished(room, FailureKind.ROUTING, "could not register dp_rank " + config.dpRank() + " for room "
+                        + bootstrapRoom + ": " + e.getMessage());
             }
         });
     }

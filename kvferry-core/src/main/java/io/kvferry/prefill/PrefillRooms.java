@@ -195,6 +195,20 @@ final class PrefillRooms {
     }
 
     /**
+     * Fails a room that is still this record and has not concluded: for a failure found off the room's
+     * path after the fact (its DP group's publication), which must not turn a room that succeeded
+     * meanwhile, or a newer request that took its id, into a failure. True when it failed the room.
+     */
+    boolean failIfUnfinished(PrefillRoom room, FailureKind kind, String reason) {
+        if (rooms.get(room.room) != room) return false;
+        RoomStatusTable.Slot slot = room.slot;
+        boolean failed = slot != null ? slot.failIfUnfinished(kind, reason)
+                : !statuses.status(room.room).isTerminal() && statuses.fail(room.room, kind, reason);
+        if (failed) notifyOnce(room);
+        return failed;
+    }
+
+    /**
      * Tells the room's destinations its recorded failure, unless that was done already. The entry is
      * read now: the scheduler may clear the room before the worker gets to the notice.
      */

@@ -141,12 +141,24 @@ public final class RoomStatusTable {
 
         /** Fails the room, keeping the first kind and reason; true when this call moved it to Failed. */
         public boolean fail(FailureKind failureKind, String why) {
+            return fail(failureKind, why, false);
+        }
+
+        /**
+         * Fails the room unless it already concluded (Success or Failed), atomically: for a failure found
+         * off the room's own path, after the fact, which must not turn a success into a failure.
+         */
+        public boolean failIfUnfinished(FailureKind failureKind, String why) {
+            return fail(failureKind, why, true);
+        }
+
+        private boolean fail(FailureKind failureKind, String why, boolean unlessSucceeded) {
             if (failureKind == null) throw new IllegalArgumentException("a failure needs a kind");
             KVPoll from;
             Entry now = null;
             synchronized (this) {
                 from = status;
-                if (removed || from == KVPoll.Failed) return false;
+                if (removed || from == KVPoll.Failed || (unlessSucceeded && from == KVPoll.Success)) return false;
                 kind = failureKind;
                 reason = why;
                 sinceNanos = System.nanoTime();

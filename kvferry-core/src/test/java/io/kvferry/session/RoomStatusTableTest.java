@@ -49,6 +49,19 @@ class RoomStatusTableTest {
     }
 
     @Test
+    void aFailureFoundAfterTheFactNeverTurnsASuccessIntoAFailure() {
+        RoomStatusTable.Slot done = table.open(1, Bootstrapping), waiting = table.open(2, Bootstrapping);
+        assertTrue(done.advance(Success));
+        assertFalse(done.failIfUnfinished(FailureKind.ROUTING, "late"));
+        assertEquals(Success, table.status(1));
+        assertTrue(waiting.failIfUnfinished(FailureKind.ROUTING, "could not register"));
+        assertEquals(Failed, table.status(2));
+        assertEquals("could not register", table.reason(2));
+        assertFalse(waiting.failIfUnfinished(FailureKind.PEER_LOST, "second"), "the first failure stays");
+        assertTrue(table.open(3, Bootstrapping).fail(FailureKind.ROUTING, "plain fail"), "fail() as before");
+    }
+
+    @Test
     void statusNeverMovesBackward() {
         table.update(1, Bootstrapping);
         table.update(1, Transferring);

@@ -25,6 +25,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.locks.LockSupport;
 import java.util.function.Function;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
@@ -143,10 +144,42 @@ class DataAndContextParallelTest extends TransferTestBase {
             } catch (RuntimeException e) {
                 gaveUp = e;
             }
+            LockSupport.parkNanos(1_000_000); // a scheduler iteration
         }
-        assertTrue(gaveUp != null && gaveUp.getMessage().contains("did not publish the DP group of room 7007 within 600 ms"),
+        assertTrue(gaveUp != null && gaveUp.getMessage().contains("did not publish the DP group of room 7007 within")
+                && gaveUp.getMessage().contains("(the prefill info timeout 600 ms, publishing no other room meanwhile)"),
                 String.valueOf(gaveUp));
         assertEquals(FailureKind.ROUTING, assertInstanceOf(KVTransferException.class, gaveUp).kind(), "the room has failed");
+    }
+
+    @Test
+    void aRoomOfAPrefillThatKeepsPublishingOthersWaitsPastOneTimeout() throws Exception {
+        KVManager d = decode(rank(), "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofMillis(500)).build(), 0, PAGE_SIZE);
+        long start = System.nanoTime();
+        // Alive but behind: every room is published at once except room 1, which comes 1.2 s late.
+        HttpServer stub = stubRegistry(new CountDownLatch(0), new CopyOnWriteArrayList<>(), asked -> {
+            StringBuilder answer = new StringBuilder("{");
+            boolean late = System.nanoTime() - start < 1_200_000_000L;
+            for (String room : asked) {
+                if (room.equals("1") && late) continue;
+                answer.append(answer.length() > 1 ? "," : "").append('"').append(room).append("\":2");
+            }
+            return answer.append('}').toString();
+        });
+        try {
+            String stubAddr = "127.0.0.1:" + stub.getAddress().getPort();
+            int dp = -1;
+            long next = 2;
+            while (dp < 0) { // the scheduler's iterations: room 1 and one new room each
+                dp = d.resolvePrefillDpRank(stubAddr, 1, null);
+                d.resolvePrefillDpRank(stubAddr, next++, null);
+                assertTrue(System.nanoTime() - start < 20_000_000_000L, "room 1 never resolved");
+                LockSupport.parkNanos(5_000_000);
+            }
+            assertEquals(2, dp, "answered after more than twice the timeout, not failed: the prefill kept publishing");
+        } finally {
+            stub.stop(0);
+        }
     }
 
     @Test
@@ -189,6 +222,7 @@ class DataAndContextParallelTest extends TransferTestBase {
                     failedRoom = room;
                 }
             }
+            LockSupport.parkNanos(1_000_000); // a scheduler iteration
         }
         assertTrue(gaveUp instanceof RegistryNotReadyException, String.valueOf(gaveUp));
         assertTrue(gaveUp.getMessage().contains("not fully registered yet") && gaveUp.getMessage().contains("still so after 800 ms"),
