@@ -48,6 +48,8 @@ final class DpRankResolver {
     static final Duration FORGET = Duration.ofSeconds(10);
     /** Rooms per {@code /query_dp_ranks} body: ~21 KB, a third of the registry's body limit. */
     static final int MAX_ROOMS_PER_QUERY = 1024;
+    /** A room not put in a query yet (sorts first). */
+    private static final long NEVER = Long.MIN_VALUE;
 
     private final LinkDirectory directory;
     /** How long a prefill may stay "still registering" before that is a failure (SGLang gives up after 15 tries). */
@@ -69,11 +71,11 @@ final class DpRankResolver {
      */
     private static final class Wanted {
         final long room;
-        /** Lookup thread only: when the room was first put in a query (its wait for publication counts from there); 0 before. */
-        long firstQueriedAt;
+        /** Lookup thread only: when the room was first put in a query (its wait for publication counts from there). */
+        long firstQueriedAt = NEVER;
         volatile long askedAt;
         /** Lookup thread only: rooms put in a query least recently go first when more than a query's worth wait. */
-        long queriedAt = Long.MIN_VALUE;
+        long queriedAt = NEVER;
         volatile int dp = -1;
         volatile RuntimeException failure;
 
@@ -108,7 +110,7 @@ final class DpRankResolver {
         if (hint != null) return hint;
         if (lookups.closed()) throw new IllegalStateException("the decode KV manager was torn down");
         PrefillServerInfo info = directory.cachedTopology(addr);
-        if (info != null && (info.dpSize() <= 1 || info.followBootstrapRoom())) { // the common case: one map read
+        if (info != null && answersItself(info)) { // the common case: one map read
             Address known = addresses.get(addr);
             if (known != null && !known.rooms.isEmpty()) known.rooms.remove(room); // asked before the topology was known
             return info.dpSize() <= 1 ? 0 : (int) Math.floorMod(room, (long) info.dpSize());
@@ -131,6 +133,11 @@ final class DpRankResolver {
         return -1;
     }
 
+    /** Whether the topology alone gives every room's group (no attention-DP, or follow_bootstrap_room). */
+    private static boolean answersItself(PrefillServerInfo info) {
+        return info.dpSize() <= 1 || info.followBootstrapRoom();
+    }
+
     private void start(Address a) {
         boolean started = lookups.start(() -> {
             try {
@@ -150,7 +157,7 @@ final class DpRankResolver {
             try {
                 PrefillServerInfo info = directory.topology(a.addr);
                 notReadySince = 0;
-                if (info.dpSize() <= 1 || info.followBootstrapRoom()) {
+                if (answersItself(info)) {
                     a.rooms.clear(); // callers answer from the cached topology now
                     return;
                 }
@@ -185,7 +192,7 @@ final class DpRankResolver {
         List<Long> rooms = new ArrayList<>(ask.size());
         for (Wanted w : ask) {
             w.queriedAt = now;
-            if (w.firstQueriedAt == 0) w.firstQueriedAt = now == 0 ? 1 : now;
+            if (w.firstQueriedAt == NEVER) w.firstQueriedAt = now;
             rooms.add(w.room);
         }
         Map<Long, Integer> answers = directory.queryDpRanks(a.addr, rooms);
@@ -222,11 +229,11 @@ final class DpRankResolver {
             if (now - w.askedAt > FORGET.toNanos()) {
                 a.rooms.remove(w.room, w);
             } else if (w.dp < 0 && w.failure == null) {
-                long asked = w.firstQueriedAt == 0 ? 0 : now - w.firstQueriedAt;
+                long asked = w.firstQueriedAt == NEVER ? 0 : now - w.firstQueriedAt;
                 // While the prefill keeps publishing other rooms it is alive and behind (its publisher posts one room
                 // at a time): wait on, up to four timeouts. A dead prefill publishes nothing: one timeout.
                 boolean publishing = now - a.lastAnswerNanos < notReadyLimitNanos;
-                if (w.firstQueriedAt == 0 || asked < notReadyLimitNanos || (publishing && asked < 4 * notReadyLimitNanos)) {
+                if (asked < notReadyLimitNanos || (publishing && asked < 4 * notReadyLimitNanos)) {
                     ask.add(w);
                 } else {
                     w.failure = new KVTransferException(w.room, FailureKind.ROUTING, "the prefill at " + a.addr

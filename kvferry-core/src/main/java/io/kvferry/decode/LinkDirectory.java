@@ -112,7 +112,7 @@ final class LinkDirectory {
 
     private BootstrapClient client(String addr) {
         if (closed) throw new IllegalStateException("the decode KV manager was torn down");
-        // One try per call: init()/poll() run on the scheduler thread; the receiver retries a second later.
+        // One try per call: the resolver and DP lookup threads retry themselves (the receiver a pause later).
         return clients.computeIfAbsent(addr, a -> new BootstrapClient(a, config.authToken(),
                 new RetryPolicy(1, Duration.ofMillis(100), Duration.ofMillis(100), Duration.ofSeconds(3))));
     }

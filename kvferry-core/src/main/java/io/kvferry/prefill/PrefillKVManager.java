@@ -109,7 +109,7 @@ public final class PrefillKVManager implements KVManager {
         }
         int rank = args.engineRank;
         unmapper = new OwnedTaskThread("kvferry-prefill-unmap-" + rank);
-        dpPublisher = config.dpSize() > 1 && !followsRoom(config) ? new OwnedTaskThread("kvferry-prefill-dp-publish-" + rank) : null;
+        dpPublisher = config.dpSize() > 1 && !PrefillRankRegistration.followsBootstrapRoom(config.loadBalanceMethod()) ? new OwnedTaskThread("kvferry-prefill-dp-publish-" + rank) : null;
         timer = new SessionTimer("kvferry-prefill-timer-" + rank);
         deadlineClock = new DeadlineClock(config.ticker(), timer);
         workers = new TransferWorkers(config.transferWorkers(), "kvferry-prefill-worker-" + rank + "-");
@@ -215,7 +215,7 @@ public final class PrefillKVManager implements KVManager {
      * on the DP publisher's thread (the decode looks the room up until it is there).
      */
     private void publishDpRank(PrefillRoom room, long bootstrapRoom) {
-        if (followsRoom(config)) {
+        if (PrefillRankRegistration.followsBootstrapRoom(config.loadBalanceMethod())) {
             int implied = (int) Math.floorMod(bootstrapRoom, (long) config.dpSize());
             if (implied != config.dpRank()) {
                 rooms.fail(room, FailureKind.ROUTING, "follow_bootstrap_room conflict: dispatched to dp_rank " + config.dpRank()
@@ -235,10 +235,6 @@ public final class PrefillKVManager implements KVManager {
                         + bootstrapRoom + ": " + e.getMessage());
             }
         });
-    }
-
-    private static boolean followsRoom(KVManagerConfig config) {
-        return config.loadBalanceMethod() == null || "follow_bootstrap_room".equals(config.loadBalanceMethod());
     }
 
     @Override

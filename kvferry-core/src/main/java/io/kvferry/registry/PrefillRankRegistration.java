@@ -62,6 +62,11 @@ public record PrefillRankRegistration(
     /** A missing method counts as following the room, as SGLang does. */
     @JsonIgnore
     public boolean followBootstrapRoom() {
+        return followsBootstrapRoom(loadBalanceMethod);
+    }
+
+    /** Whether a prefill with this load-balance method puts room r in DP group r % dp (null: yes, as SGLang reads it). */
+    public static boolean followsBootstrapRoom(String loadBalanceMethod) {
         return loadBalanceMethod == null || FOLLOW_BOOTSTRAP_ROOM.equals(loadBalanceMethod);
     }
 }
