@@ -56,11 +56,13 @@ public record KVManagerInspection(String role, int tpRank, int ppRank, int dpRan
      * @param name     prefill: the decode's session id; decode: "prefill rank N"
      * @param address  the peer's {@code host:port}
      * @param dataPath the data path bytes take on it (tcp, shm, ucx, inproc)
+     * @param dataPathNote why offered transports were passed over for it, or that the one kept is
+     *                 emulated (UCX without an RMA lane under an explicit ucx backend); empty when neither
      * @param rooms    rooms that currently use it
      * @param stripes  extra TCP data connections
      * @param silentMillis since the last byte arrived on its control connection
      */
-    public record Peer(String name, String address, String dataPath, int rooms, int stripes, long silentMillis) {}
+    public record Peer(String name, String address, String dataPath, String dataPathNote, int rooms, int stripes, long silentMillis) {}
 
     /** What a manager without rooms or peers of its own reports (the fake backend). */
     public static KVManagerInspection minimal(DisaggregationMode mode, String backend, KVManagerStats stats) {

@@ -331,7 +331,7 @@ public final class DecodeKVManager implements KVManager {
         });
         List<KVManagerInspection.Peer> peers = new ArrayList<>();
         for (PrefillLink l : directory.links()) {
-            peers.add(new KVManagerInspection.Peer("prefill rank " + l.prefillUniqueRank, l.endpoint, l.dataPath, l.rooms.size(),
+            peers.add(new KVManagerInspection.Peer("prefill rank " + l.prefillUniqueRank, l.endpoint, l.dataPath, l.dataPathNote, l.rooms.size(),
                     l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
         }
         return new KVManagerInspection("decode", config.attnTpRank(), ppRank, config.dpRank(), 0, backend.name(), null, census.byState(),

@@ -348,8 +348,9 @@ final class LinkDirectory {
             link.digestInStatus = link.checksum != ChecksumMode.OFF && !link.dataPath.equals(Transports.fallback().name());
             if (!ack.fallback().isEmpty()) {
                 String why = LogSafe.text(ack.fallback()); // the prefill's words
+                link.dataPathNote = why;
                 if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, why);
-                else log.warn("link to {} falls back to {}: {}", key, link.dataPath, why);
+                else log.warn("link to {} uses {}: {}", key, link.dataPath, why);
             } else {
                 log.info("link to {} uses {}", key, link.dataPath);
             }

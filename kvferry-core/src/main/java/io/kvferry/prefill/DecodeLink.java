@@ -44,6 +44,8 @@ final class DecodeLink {
     /** What those transfer infos hold in memory (page and state index arrays), in bytes. */
     final AtomicLong unclaimedBytes = new AtomicLong();
     volatile DataPath dataPath;
+    /** HELLO_ACK's fallback text for this link (why offers were passed over, or that the kept one is emulated); empty when none. */
+    volatile String dataPathNote = "";
     /** The meters of {@link #dataPath} on this rank, resolved at registration (recorded into per write). */
     volatile DataPathMeters meters;
     /** Per KV buffer head slice when this decode's attention TP differs (MHA); null for page copies. */

@@ -46,7 +46,9 @@ final class OfferNegotiator implements AutoCloseable {
 
     /**
      * The first offered transport that is allowed and usable, else tcp; {@code fallback} collects
-     * why earlier offers were passed over.
+     * why earlier offers were passed over (and that the chosen one is emulated, when an explicit
+     * backend keeps such a path). Under backend {@code auto} a path that would emulate its
+     * transfers ({@link DataPath#emulation()}) is not usable: tcp moves the same bytes faster.
      */
     DataPath choose(Hello h, PeerLink link, StringBuilder fallback) throws IOException {
         String peer = link.peer();
@@ -60,7 +62,18 @@ final class OfferNegotiator implements AutoCloseable {
                 why = provider.unavailableReason(settings);
             } else {
                 try {
-                    return source(provider).connect(offer.blob(), h.memory(), link);
+                    DataPath path = source(provider).connect(offer.blob(), h.memory(), link);
+                    String emulated = path.emulation();
+                    if (emulated == null) return path;
+                    if (!backend.isAuto()) {
+                        log.warn("decode session {}: {} is emulated: {}; kvferry's tcp data path moves the same bytes faster"
+                                + " (backend auto takes it)", peer, name, emulated);
+                        if (!fallback.isEmpty()) fallback.append("; ");
+                        fallback.append(name).append(" is emulated: ").append(emulated).append("; tcp would be faster");
+                        return path;
+                    }
+                    path.close();
+                    why = "emulated (" + emulated + "); backend auto takes the next offer or tcp, which is faster";
                 } catch (TransportUnavailableException e) {
                     why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {

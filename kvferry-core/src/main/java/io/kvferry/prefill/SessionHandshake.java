@@ -90,6 +90,7 @@ final class SessionHandshake {
         if (previous != null) previous.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
         link.meters = telemetry.dataPath(path.name());
         link.dataPath = path;
+        link.dataPathNote = fallback.toString();
         link.hello = h;
         link.connection.acceptAll();
         link.connection.send(HelloAck.accept(engineRank, uniqueRank, path.name(), fallback.toString(), link.checksum, coverage)

@@ -68,6 +68,16 @@ public interface DataPath {
     }
 
     /**
+     * Why this path emulates in software what its transport is meant to do natively (UCX over its tcp
+     * transport has no RMA lane and sends every put as an active message), or null. Such a path works
+     * but moves small pieces several times slower than kvferry's tcp path: backend {@code auto} passes
+     * it over for the next offer or tcp; an explicit backend keeps it and the prefill logs why.
+     */
+    default String emulation() {
+        return null;
+    }
+
+    /**
      * Why this path can no longer deliver anything to its peer (its endpoint failed, or was closed
      * after a cancelled write did not drain), or null while it can. The prefill then takes the link
      * down, so its decode fails the link's rooms once, fences the path and sets up a fresh link for the

@@ -111,6 +111,7 @@ public final class StatusClient {
         b.append("failures by kind: ").append(counts(totals.path("failures_by_kind"))).append('\n');
 
         Table peers = new Table("rank", "peer", "address", "data path", "rooms", "silent ms");
+        List<String> pathNotes = new ArrayList<>();
         Table rooms = new Table("rank", "room", "state", "age ms", "in state ms", "peers");
         List<String[]> oldest = new ArrayList<>();
         List<JsonNode[]> failures = new ArrayList<>();
@@ -120,6 +121,8 @@ public final class StatusClient {
                 for (JsonNode peer : r.path("peers")) {
                     peers.row(rank, peer.path("name").asText(), peer.path("address").asText(), peer.path("data_path").asText(),
                             peer.path("rooms").asText(), peer.path("silent_millis").asText());
+                    String note = peer.path("data_path_note").asText();
+                    if (!note.isEmpty()) pathNotes.add("  " + rank + " " + peer.path("name").asText() + ": " + clip(note, 200) + "\n");
                 }
                 for (JsonNode room : r.path("oldest_rooms")) {
                     oldest.add(new String[]{rank, room.path("room").asText(), room.path("state").asText(), room.path("age_millis").asText(),
@@ -129,6 +132,7 @@ public final class StatusClient {
             }
         }
         b.append("\npeers\n").append(peers.isEmpty() ? "  (none)\n" : peers.toString());
+        if (!pathNotes.isEmpty()) b.append("data path notes\n").append(String.join("", pathNotes));
         // by age, oldest first; a row without a numeric age (another version's document) sorts last instead of failing the render
         oldest.sort(Comparator.comparingLong((String[] a) -> ageOf(a[3])).reversed());
         for (String[] a : oldest.subList(0, Math.min(oldest.size(), 10))) rooms.row(a);

@@ -156,7 +156,10 @@ class OpsEndpointsTest {
                    "in_state_millis":300,"peers":"prefill rank 0 at h:1"}],
                    "recent_failures":[{"room":8,"kind":"peer_lost","stage":"transferring","reason":"Lost connection","peer":"p",
                    "at_epoch_millis":1000}],"failures_by_kind":{"peer_lost":1},
-                   "peers":[{"name":"prefill rank 0","address":"h:1","data_path":"shm","rooms":1,"stripes":0,"silent_millis":5}],
+                   "peers":[{"name":"prefill rank 0","address":"h:1","data_path":"shm","data_path_note":"","rooms":1,"stripes":0,
+                     "silent_millis":5},
+                     {"name":"prefill rank 1","address":"h:2","data_path":"tcp","data_path_note":"ucx not used: emulated (no RMA lane)",
+                     "rooms":0,"stripes":0,"silent_millis":7}],
                    "bytes_moved":5000000,"rooms_concluded":3}],
                  "totals":{"bytes":5000000,"rooms_concluded":3,"peers":1,"rooms_by_state":{"Transferring":1},
                    "failures_by_kind":{"peer_lost":1}}}""");
@@ -165,6 +168,9 @@ class OpsEndpointsTest {
         assertTrue(text.contains("rooms by state: Transferring 1   concluded: 3   bytes moved: 5.0 MB"), text);
         assertTrue(text.contains("failures by kind: peer_lost 1"), text);
         assertTrue(text.contains("decode tp1 pp0 dp0  prefill rank 0  h:1"), text);
+        // A link whose faster offers were passed over says why, under the table; one without a note adds nothing.
+        assertTrue(text.contains("data path notes\n  decode tp1 pp0 dp0 prefill rank 1: ucx not used: emulated (no RMA lane)\n"), text);
+        assertFalse(text.contains("prefill rank 0: "), text);
         assertTrue(text.contains("9     Transferring  1200"), text);
         assertTrue(text.contains("peer_lost  transferring"), text);
     }

@@ -71,6 +71,16 @@ final class UcxDataPath implements DataPath {
         if (job.cancelledByEngine) throw new IOException("room " + room + " failed during the transfer");
     }
 
+    /** What UCX chose for this path's endpoint. */
+    UcxEndpointInfo.Lanes lanes() {
+        return link.lanes;
+    }
+
+    @Override
+    public String emulation() {
+        return link.lanes.emulation();
+    }
+
     @Override
     public String brokenReason() {
         String f = link.failure;

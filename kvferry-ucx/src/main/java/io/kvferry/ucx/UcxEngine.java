@@ -171,6 +171,10 @@ final class UcxEngine implements Runnable {
             link.ep.flushNonBlocking(new UcxCallback() {
                 @Override
                 public void onSuccess(UcpRequest request) {
+                    String info = UcxEndpointInfo.read(link.ep); // the lanes are fixed once wireup completed
+                    link.lanes = UcxEndpointInfo.parse(info);
+                    if (link.lanes.unknown()) log.debug("ucx: cannot read the lanes of the endpoint to decode {}", link.peer);
+                    else log.debug("ucx: endpoint to decode {}: lanes {}, {} with RMA", link.peer, link.lanes.lanes(), link.lanes.rmaLanes());
                     result.complete(link);
                 }
 
@@ -566,6 +570,8 @@ final class UcxEngine implements Runnable {
         long lastConfirmed;
         /** The post() pass in which this link's oldest job was last seen (engine thread). */
         int postPass;
+        /** What UCX chose for the endpoint, read once its wireup completed (before connect returns the path). */
+        volatile UcxEndpointInfo.Lanes lanes = UcxEndpointInfo.parse(null);
         /** First failure (endpoint error, failed put); writes fail with it. */
         volatile String failure;
         volatile boolean closed;

@@ -186,6 +186,9 @@ final class UcxSource implements SourceTransport {
             engine.submit(() -> engine.close(link, "connect interrupted", true));
             throw new IOException("interrupted while connecting to " + peer);
         }
+        if (link.lanes.emulation() != null) {
+            log.info("ucx: the endpoint to decode {} has lanes {} and none does RMA: puts are emulated", peer, link.lanes.lanes());
+        }
         return new UcxDataPath(engine, link, settings.drainTimeoutMs);
     }
 

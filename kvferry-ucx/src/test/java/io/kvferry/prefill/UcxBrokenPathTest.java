@@ -3,15 +3,11 @@ package io.kvferry.prefill;
 import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
-import io.kvferry.api.KVArgs;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
-import io.kvferry.api.KVReceiver;
-import io.kvferry.api.KVSender;
-import io.kvferry.api.KVTransferException;
 import io.kvferry.transport.DataPath;
 import io.kvferry.ucx.UcxTransportProvider;
 import org.junit.jupiter.api.Test;
@@ -23,7 +19,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
-import java.util.function.Supplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -38,52 +33,6 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 @Timeout(120)
 class UcxBrokenPathTest {
     private static final String TOKEN = "broken-path-token";
-    private static final long PAGE_BYTES = 1024;
-
-    private static KVArgs args(Arena a) {
-        KVArgs k = new KVArgs();
-        k.pageSize = 16;
-        k.kvCacheDtypeStr = "bf16";
-        for (int b = 0; b < 2; b++) k.addKvBuffer(a.allocate(PAGE_BYTES * 32, 4096), PAGE_BYTES);
-        k.addAuxBuffer(a.allocate(64 * 8, 64), 64);
-        return k;
-    }
-
-    private static KVPoll awaitTerminal(Supplier<KVPoll> poll) throws InterruptedException {
-        long end = System.nanoTime() + 20_000_000_000L;
-        KVPoll st;
-        while ((st = poll.get()) != KVPoll.Success && st != KVPoll.Failed && System.nanoTime() < end) Thread.sleep(5);
-        return st;
-    }
-
-    /** One room end to end; returns the decode's outcome (its failure kind, when it failed). */
-    private static Object room(KVManager p, KVManager d, String addr, long id) throws Exception {
-        KVReceiver r = d.createReceiver(addr, id);
-        r.init(0);
-        long ready = System.nanoTime() + 20_000_000_000L; // the route (lookups, link set-up) resolves off this thread
-        while (r.poll() == KVPoll.Bootstrapping && System.nanoTime() < ready) Thread.sleep(1);
-        KVSender s = p.createSender(addr, id);
-        r.sendMetadata(new int[]{1, 2}, 1, null, 0);
-        long end = System.nanoTime() + 10_000_000_000L;
-        while (s.poll() == KVPoll.Bootstrapping && System.nanoTime() < end) Thread.sleep(2);
-        s.init(2, 1);
-        s.send(new int[]{3, 4}, null);
-        KVPoll st = awaitTerminal(r::poll);
-        Object outcome = st;
-        if (st == KVPoll.Failed) {
-            try {
-                r.failureException();
-            } catch (KVTransferException e) {
-                outcome = e.kind();
-            }
-        } else {
-            r.clear();
-        }
-        awaitTerminal(s::poll);
-        s.clear();
-        return outcome;
-    }
-
     /** The prefill's ucx data paths to its decodes (through its fields: no API exposes a link's path). */
     @SuppressWarnings("unchecked")
     private static List<DataPath> ucxPaths(KVManager prefill) throws ReflectiveOperationException {
@@ -107,20 +56,20 @@ class UcxBrokenPathTest {
             String addr = "127.0.0.1:" + registry.port();
             KVManagerConfig cfg = KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registry.port()).authToken(TOKEN)
                     .connectTimeout(Duration.ofSeconds(5)).build();
-            KVManager p = KVFerry.createManager("ucx", args(pa), DisaggregationMode.PREFILL, cfg);
-            KVManager d = KVFerry.createManager("ucx", args(da), DisaggregationMode.DECODE, cfg);
+            KVManager p = KVFerry.createManager("ucx", UcxRooms.args(pa), DisaggregationMode.PREFILL, cfg);
+            KVManager d = KVFerry.createManager("ucx", UcxRooms.args(da), DisaggregationMode.DECODE, cfg);
             try {
                 p.registerToBootstrap();
-                assertEquals(KVPoll.Success, room(p, d, addr, 1));
+                assertEquals(KVPoll.Success, UcxRooms.room(p, d, addr, 1).decode());
                 List<DataPath> paths = ucxPaths(p);
                 assertFalse(paths.isEmpty());
                 DataPath broken = paths.get(0);
                 // What UcxDataPath.write does when a cancelled room's puts do not drain (and what an endpoint error leaves).
                 broken.close();
                 assertNotNull(broken.brokenReason());
-                assertEquals(FailureKind.PEER_LOST, room(p, d, addr, 2), "the room that met the broken path fails as on a lost link");
-                assertEquals(KVPoll.Success, room(p, d, addr, 3), "the next room goes over a fresh link");
-                assertEquals(KVPoll.Success, room(p, d, addr, 4));
+                assertEquals(FailureKind.PEER_LOST, UcxRooms.room(p, d, addr, 2).decode(), "the room that met the broken path fails as on a lost link");
+                assertEquals(KVPoll.Success, UcxRooms.room(p, d, addr, 3).decode(), "the next room goes over a fresh link");
+                assertEquals(KVPoll.Success, UcxRooms.room(p, d, addr, 4).decode());
             } finally {
                 d.teardown();
                 p.teardown();

@@ -142,7 +142,9 @@ function render(doc) {
 
   const peers = [];
   for (const {rank} of ranks) for (const p of rank.peers) {
-    peers.push({cells: [rankName(rank), p.name, p.address, p.data_path, num(p.rooms), ms(p.silent_millis)]});
+    // The note says why faster offers were passed over, or that the path kept is emulated (PROTOCOL.md, HELLO_ACK).
+    const path = p.data_path_note ? {text: p.data_path + ' — ' + p.data_path_note, cls: 'reason'} : p.data_path;
+    peers.push({cells: [rankName(rank), p.name, p.address, path, num(p.rooms), ms(p.silent_millis)]});
   }
   fill('peers', peers, 'no peers connected');
 
