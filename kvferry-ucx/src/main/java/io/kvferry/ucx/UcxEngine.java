@@ -171,11 +171,13 @@ final class UcxEngine implements Runnable {
             link.ep.flushNonBlocking(new UcxCallback() {
                 @Override
                 public void onSuccess(UcpRequest request) {
-                    String info = UcxEndpointInfo.read(link.ep); // the lanes are fixed once wireup completed
-                    link.lanes = UcxEndpointInfo.parse(info);
-                    if (link.lanes.unknown()) log.debug("ucx: cannot read the lanes of the endpoint to decode {}", link.peer);
-                    else log.debug("ucx: endpoint to decode {}: lanes {}, {} with RMA", link.peer, link.lanes.lanes(), link.lanes.rmaLanes());
-                    result.complete(link);
+                    // The lanes are fixed once wireup completed; read them as a command, outside this progress callback.
+                    commands.add(() -> {
+                        if (!link.closed) link.lanes = UcxEndpointInfo.parse(UcxEndpointInfo.read(link.ep));
+                        if (link.lanes.unknown()) log.debug("ucx: cannot read the lanes of the endpoint to decode {}", link.peer);
+                        else log.debug("ucx: endpoint to decode {}: lanes {}, {} with RMA", link.peer, link.lanes.lanes(), link.lanes.rmaLanes());
+                        result.complete(link);
+                    });
                 }
 
                 @Override
