@@ -37,18 +37,24 @@ final class OfferNegotiator implements AutoCloseable {
     private final KVFerrySettings settings;
 
     OfferNegotiator(Backend backend, RegisteredMemory memory, int engineRank, KVFerrySettings settings) {
+        this(backend, backend.offeredTransports(), memory, engineRank, settings);
+    }
+
+    /** With the transports {@code backend} accepts given explicitly (tests: transports that are not on the class path). */
+    OfferNegotiator(Backend backend, List<TransportProvider> providers, RegisteredMemory memory, int engineRank,
+                    KVFerrySettings settings) {
         this.settings = settings;
         this.backend = backend;
-        this.providers = backend.offeredTransports();
+        this.providers = List.copyOf(providers);
         this.memory = memory;
         this.engineRank = engineRank;
     }
 
     /**
      * The first offered transport that is allowed and usable, else tcp; {@code fallback} collects
-     * why earlier offers were passed over (and that the chosen one is emulated, when an explicit
-     * backend keeps such a path). Under backend {@code auto} a path that would emulate its
-     * transfers ({@link DataPath#emulation()}) is not usable: tcp moves the same bytes faster.
+     * why earlier offers were passed over (and why the chosen one is slow, when an explicit backend
+     * keeps such a path). Under backend {@code auto} a path known to be slower than tcp
+     * ({@link DataPath#slowerThanTcp()}) is not usable.
      */
     DataPath choose(Hello h, PeerLink link, StringBuilder fallback) throws IOException {
         String peer = link.peer();
@@ -63,17 +69,17 @@ final class OfferNegotiator implements AutoCloseable {
             } else {
                 try {
                     DataPath path = source(provider).connect(offer.blob(), h.memory(), link);
-                    String emulated = path.emulation();
-                    if (emulated == null) return path;
+                    String slow = path.slowerThanTcp();
+                    if (slow == null) return path;
                     if (!backend.isAuto()) {
-                        log.warn("decode session {}: {} is emulated: {}; kvferry's tcp data path moves the same bytes faster"
-                                + " (backend auto takes it)", peer, name, emulated);
+                        log.warn("decode session {}: {} is slower than kvferry's tcp data path here: {} (backend auto takes tcp)",
+                                peer, name, slow);
                         if (!fallback.isEmpty()) fallback.append("; ");
-                        fallback.append(name).append(" is emulated: ").append(emulated).append("; tcp would be faster");
+                        fallback.append(name).append(" is slower than tcp here: ").append(slow);
                         return path;
                     }
                     path.close();
-                    why = "emulated (" + emulated + "); backend auto takes the next offer or tcp, which is faster";
+                    why = "slower than tcp here (" + slow + "); backend auto takes the next offer or tcp";
                 } catch (TransportUnavailableException e) {
                     why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {

@@ -338,7 +338,7 @@ public final class PrefillKVManager implements KVManager {
         for (DecodeLink l : sessions.registered()) {
             DataPath path = l.dataPath;
             peers.add(new KVManagerInspection.Peer(LogSafe.text(l.sessionId()), l.connection.peer(),
-                    path == null ? "" : path.name(), l.dataPathNote, l.rooms.size(), l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
+                    path == null ? "" : path.name(), LogSafe.text(l.dataPathNote), l.rooms.size(), l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
         }
         return new KVManagerInspection("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank(), backend.name(),
                 advertisedHost() + ":" + advertisedPort(), census.byState(), census.oldest(), telemetry.recentFailures(), telemetry.failuresByKind(),

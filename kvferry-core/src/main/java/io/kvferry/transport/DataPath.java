@@ -68,12 +68,12 @@ public interface DataPath {
     }
 
     /**
-     * Why this path emulates in software what its transport is meant to do natively (UCX over its tcp
-     * transport has no RMA lane and sends every put as an active message), or null. Such a path works
-     * but moves small pieces several times slower than kvferry's tcp path: backend {@code auto} passes
-     * it over for the next offer or tcp; an explicit backend keeps it and the prefill logs why.
+     * Why this path is known to move bytes slower than kvferry's tcp path would on the same link, or
+     * null: UCX that can only emulate its puts as active messages over its own tcp transport (4–5.5×
+     * slower here, docs/PERFORMANCE.md). Backend {@code auto} passes such a path over for the next
+     * offer or tcp; an explicit backend keeps it and the prefill logs why.
      */
-    default String emulation() {
+    default String slowerThanTcp() {
         return null;
     }
 

@@ -76,9 +76,25 @@ final class UcxDataPath implements DataPath {
         return link.lanes;
     }
 
+    /** The decode's memory domains all its remote keys cover (a bit each). */
+    long keyMemoryDomains() {
+        return link.keyMds;
+    }
+
+    /** Why puts over this path are emulated as active messages (over whichever transport), or null. */
+    String emulation() {
+        return link.lanes.emulation(link.keyMds);
+    }
+
+    /**
+     * Emulated puts over UCX's tcp transport alone: 4–5.5× slower than kvferry's tcp path here.
+     * Emulation over shared-memory lanes (sysv/posix, error mode none) is not: measured faster than
+     * tcp (docs/PERFORMANCE.md, "UCX over its tcp transport").
+     */
     @Override
-    public String emulation() {
-        return link.lanes.emulation();
+    public String slowerThanTcp() {
+        String why = emulation();
+        return why != null && link.lanes.overTcpOnly() ? why : null;
     }
 
     @Override

@@ -173,9 +173,12 @@ final class UcxEngine implements Runnable {
                 public void onSuccess(UcpRequest request) {
                     // The lanes are fixed once wireup completed; read them as a command, outside this progress callback.
                     commands.add(() -> {
-                        if (!link.closed) link.lanes = UcxEndpointInfo.parse(UcxEndpointInfo.read(link.ep));
-                        if (link.lanes.unknown()) log.debug("ucx: cannot read the lanes of the endpoint to decode {}", link.peer);
-                        else log.debug("ucx: endpoint to decode {}: lanes {}, {} with RMA", link.peer, link.lanes.lanes(), link.lanes.rmaLanes());
+                        if (link.closed) {
+                            result.completeExceptionally(new IllegalStateException(link.failure != null ? link.failure : "closed"));
+                            return;
+                        }
+                        link.lanes = UcxEndpointInfo.parse(UcxEndpointInfo.read(link.ep));
+                        log.debug("ucx: endpoint to decode {}: {}", link.peer, link.lanes);
                         result.complete(link);
                     });
                 }
@@ -562,6 +565,8 @@ final class UcxEngine implements Runnable {
         final String peer;
         final UcxOffer offer;
         final RemoteBuffers buffers;
+        /** The decode's memory domains every one of its remote keys covers (a bit each): where a put lane can land. */
+        final long keyMds;
         UcpEndpoint ep;
         UcpRemoteKey[] rkeys;
         /** Batches posted and not yet confirmed (engine thread). */
@@ -579,10 +584,12 @@ final class UcxEngine implements Runnable {
         volatile boolean closed;
         final CompletableFuture<Void> closedDone = new CompletableFuture<>();
 
-        Link(String peer, UcxOffer offer, RemoteBuffers buffers) {
+        /** @param keyMds the decode's memory domains all its remote keys cover (a bit each) */
+        Link(String peer, UcxOffer offer, RemoteBuffers buffers, long keyMds) {
             this.peer = peer;
             this.offer = offer;
             this.buffers = buffers;
+            this.keyMds = keyMds;
         }
 
         void fail(String why) {

@@ -90,6 +90,7 @@ final class UcxSource implements SourceTransport {
             // Packed before the engine thread starts, like the registrations: no UCX call here races with it.
             byte[] ownKey = regs.isEmpty() ? null : UcxDestination.bytes(regs.get(0).getRemoteKeyBuffer());
             UcxEngine engine = new UcxEngine(ctx, engineRank, settings);
+            UcxEndpointInfo.warm();
             log.info("ucx: prefill rank {} registered {} source buffers (UCX {}, error mode {})", engineRank, regs.size(),
                     UcxRuntime.version(), engine.errMode().name().toLowerCase(Locale.ROOT));
             return new UcxSource(ctx, regs, engine, settings, ownKey);
@@ -167,7 +168,7 @@ final class UcxSource implements SourceTransport {
                         + e.region() + " buffer " + e.component() + "/" + e.buffer() + "), which this prefill cannot reach");
             }
         }
-        UcxEngine.Link link = new UcxEngine.Link(peer, offer, buffers);
+        UcxEngine.Link link = new UcxEngine.Link(peer, offer, buffers, keyMemoryDomains(offer));
         CompletableFuture<UcxEngine.Link> done = new CompletableFuture<>();
         engine.submit(() -> engine.connect(link, done));
         long timeout = settings.connectTimeoutMs;
@@ -186,10 +187,27 @@ final class UcxSource implements SourceTransport {
             engine.submit(() -> engine.close(link, "connect interrupted", true));
             throw new IOException("interrupted while connecting to " + peer);
         }
-        if (link.lanes.emulation() != null) {
-            log.info("ucx: the endpoint to decode {} has lanes {} and none does RMA: puts are emulated", peer, link.lanes.lanes());
-        }
+        String emulated = link.lanes.emulation(link.keyMds);
+        if (emulated != null) log.info("ucx: decode {}: {} (lanes {})", peer, emulated, link.lanes.lanes());
         return new UcxDataPath(engine, link, settings.drainTimeoutMs);
+    }
+
+    /**
+     * The decode's memory domains that every one of its remote keys covers (a bit per domain): a put
+     * lane into another domain cannot reach all of its buffers ({@link UcxEndpointInfo}). The keys
+     * passed the structural check already.
+     */
+    private static long keyMemoryDomains(UcxOffer offer) throws IOException {
+        long common = -1L;
+        for (UcxOffer.Entry e : offer.entries()) {
+            try {
+                common &= UcxAddressCheck.parseKey(e.rkey()).mdMap();
+            } catch (UcxAddressCheck.Refused r) {
+                throw new IOException("ucx offer refused: " + e.region() + " buffer " + e.component() + "/" + e.buffer() + ": "
+                        + r.getMessage());
+            }
+        }
+        return common;
     }
 
     /** Local diagnostics for a failed connect (this side's UCX settings): logged, never sent to the peer. */

@@ -19,6 +19,7 @@ import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
@@ -34,7 +35,9 @@ class UcxEmulatedPathTest {
     @ParameterizedTest(name = "backend {0} -> data path {1}")
     @CsvSource({"auto, tcp", "ucx, ucx"})
     void autoPassesAnEmulatedUcxPathOverForTcpAndAnExplicitUcxKeepsIt(String backend, String expected) throws Exception {
-        assumeTrue(new UcxTransportProvider().unavailableReason(KVFerrySettings.fromEnvironment()) == null, "UCX is not available");
+        String unavailable = new UcxTransportProvider().unavailableReason(KVFerrySettings.fromEnvironment());
+        if (unavailable != null && "1".equals(System.getenv("KVFERRY_REQUIRE_UCX"))) fail("KVFERRY_REQUIRE_UCX=1 but " + unavailable);
+        assumeTrue(unavailable == null, "UCX is not available: " + unavailable);
         assumeTrue("tcp".equals(System.getenv("UCX_TLS")), "runs with UCX_TLS=tcp (the ucx module's tls-tcp run)");
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
              Arena pa = Arena.ofShared(); Arena da = Arena.ofShared()) {
