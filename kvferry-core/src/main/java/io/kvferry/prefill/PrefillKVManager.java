@@ -39,6 +39,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import java.util.TreeSet;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Consumer;
 
 /**
@@ -69,13 +71,21 @@ public final class PrefillKVManager implements KVManager {
     private final DeadlineClock deadlineClock;
     private final OwnedTaskThread unmapper;
     /**
-     * Attention-DP without follow_bootstrap_room: posts each room's group ({@code /register_dp_rank}) in
-     * order, through one client whose connections are kept alive; null otherwise. Before, the scheduler
-     * thread made a new HTTP client and a blocking POST for every room in {@code createSender}.
+     * Attention-DP without follow_bootstrap_room: posts the rooms' group ({@code /register_dp_rank}) in
+     * order, through one client whose connections are kept alive, every room waiting at the time in one
+     * POST (kvferry's batch form; room by room to a registry without it); null otherwise. Before, the
+     * scheduler thread made a new HTTP client and a blocking POST for every room in {@code createSender}.
      */
     private final OwnedTaskThread dpPublisher;
     /** The publisher's client, made by its first task; only that thread touches it until teardown joined it. */
     private BootstrapClient dpClient;
+    /** Rooms whose group is not posted yet, oldest first: added by createSender, drained by the publisher. */
+    private final ConcurrentLinkedQueue<PendingDpRoom> dpPending = new ConcurrentLinkedQueue<>();
+    /** Whether a drain task is queued or running on the publisher (so rooms added meanwhile ride with it). */
+    private final AtomicBoolean dpDrainQueued = new AtomicBoolean();
+
+    /** A room waiting for its group to be posted. */
+    private record PendingDpRoom(PrefillRoom room, long bootstrapRoom) {}
     private final TransferWorkers workers;
     final PrefillRooms rooms;
     final ChunkExecutor chunks;
@@ -223,18 +233,40 @@ public final class PrefillKVManager implements KVManager {
             }
             return;
         }
+        dpPending.add(new PendingDpRoom(room, bootstrapRoom));
         // Refused only once teardown began, which fails every room anyway.
-        dpPublisher.submit(() -> {
+        if (dpDrainQueued.compareAndSet(false, true)) dpPublisher.submit(this::publishPendingDpRooms);
+    }
+
+    /** On the DP publisher: posts every waiting room, up to {@link BootstrapClient#MAX_ROOMS_PER_REGISTRATION} per POST, until none waits. */
+    private void publishPendingDpRooms() {
+        List<PendingDpRoom> batch = new ArrayList<>();
+        List<Long> ids = new ArrayList<>();
+        while (true) {
+            batch.clear();
+            ids.clear();
+            for (PendingDpRoom p; batch.size() < BootstrapClient.MAX_ROOMS_PER_REGISTRATION && (p = dpPending.poll()) != null; ) {
+                batch.add(p);
+                ids.add(p.bootstrapRoom());
+            }
+            if (batch.isEmpty()) {
+                dpDrainQueued.set(false);
+                // A room added after the poll above and before the flag cleared found it set and queued nothing: take it now.
+                if (dpPending.isEmpty() || !dpDrainQueued.compareAndSet(false, true)) return;
+                continue;
+            }
             try {
                 if (dpClient == null) dpClient = new BootstrapClient(config.bootstrapAddr(), config.authToken());
-                dpClient.registerDpRank(bootstrapRoom, config.dpRank());
+                dpClient.registerDpRanks(ids, config.dpRank());
             } catch (RuntimeException e) {
                 if (closed) return; // cut off by teardown, which fails the unfinished rooms itself (shutdown)
-                // Only a room still waiting: one that succeeded meanwhile (its decode found the group) stays so.
-                rooms.failIfUnfinished(room, FailureKind.ROUTING, "could not register dp_rank " + config.dpRank() + " for room "
-                        + bootstrapRoom + ": " + e.getMessage());
+                for (PendingDpRoom p : batch) {
+                    // Only a room still waiting: one that succeeded meanwhile (its decode found the group) stays so.
+                    rooms.failIfUnfinished(p.room(), FailureKind.ROUTING, "could not register dp_rank " + config.dpRank()
+                            + " for room " + p.bootstrapRoom() + ": " + e.getMessage());
+                }
             }
-        });
+        }
     }
 
     @Override

@@ -179,6 +179,44 @@ public final class BootstrapClient implements AutoCloseable {
     }
 
     /**
+     * Records that DP group {@code dpRank} serves every one of {@code rooms} (at most
+     * {@link #MAX_ROOMS_PER_REGISTRATION}): one {@code POST /register_dp_rank} in kvferry's batch form
+     * ({@code "bootstrap_rooms"}) where the registry takes it, one per room in SGLang's form where it
+     * does not (SGLang's registry answers the batch form with an error; after the first such refusal
+     * this client registers room by room).
+     */
+    public void registerDpRanks(List<Long> rooms, int dpRank) {
+        Objects.requireNonNull(rooms, "rooms");
+        if (rooms.size() > MAX_ROOMS_PER_REGISTRATION) {
+            throw new IllegalArgumentException(rooms.size() + " rooms in one registration; at most " + MAX_ROOMS_PER_REGISTRATION);
+        }
+        if (rooms.size() > 1 && batchRegistrations) {
+            try {
+                call("POST /register_dp_rank", request("/register_dp_rank")
+                        .POST(jsonBody(Map.of("bootstrap_rooms", rooms, "dp_rank", dpRank))));
+                return;
+            } catch (RegistryException e) {
+                if (!refusedTheBatchForm(e.statusCode())) throw e;
+                batchRegistrations = false;
+                log.info("the registry at {} does not take batched dp_rank registrations ({}): registering rooms one by one",
+                        base, e.statusCode());
+            }
+        }
+        for (long room : rooms) registerDpRank(room, dpRank);
+    }
+
+    /** A registry that does not know the batch form (SGLang's) fails on the missing "bootstrap_room": 500 there, 400/422 elsewhere. */
+    private static boolean refusedTheBatchForm(int status) {
+        return status == 400 || status == 404 || status == 405 || status == 422 || status == 500;
+    }
+
+    /** Rooms one {@link #registerDpRanks} may carry: ~20 KiB of JSON, well inside a registry's 64 KiB body limit. */
+    public static final int MAX_ROOMS_PER_REGISTRATION = 1024;
+
+    /** Whether the registry has not refused the batch form of {@code /register_dp_rank} yet; only ever turns false. */
+    private volatile boolean batchRegistrations = true;
+
+    /**
      * {@code POST /query_dp_ranks}: the DP groups of those rooms the registry knows (and whose entries
      * have not expired); unknown rooms are simply absent from the result.
      */

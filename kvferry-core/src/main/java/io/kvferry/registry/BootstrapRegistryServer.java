@@ -42,7 +42,8 @@ import java.util.function.LongSupplier;
  *       the {@link PrefillServerInfo} topology, concrete ranks give a {@link RankEndpoint}; 503 until
  *       every rank has registered.</li>
  *   <li>{@code POST /register_dp_rank} (bearer auth) and {@code POST /query_dp_ranks}: the room to
- *       DP-group table used when requests do not follow {@code bootstrap_room % dp_size}.</li>
+ *       DP-group table used when requests do not follow {@code bootstrap_room % dp_size}; a
+ *       registration names one room (SGLang's form) or, kvferry's extension, a list of them.</li>
  *   <li>{@code GET /health}: 200 "OK".</li>
  * </ul>
  * Unlike SGLang it validates what it stores: a bad registration is refused with a 400 naming the
@@ -339,7 +340,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         if (topo != null && r.dpRank() >= topo.dpSize()) {
             throw new BadRequestException("dp_rank " + r.dpRank() + " is outside [0, dp_size=" + topo.dpSize() + ")");
         }
-        rooms.put(r.room(), r.dpRank());
+        for (long room : r.rooms()) rooms.put(room, r.dpRank());
         return Response.text(200, "OK");
     }
 

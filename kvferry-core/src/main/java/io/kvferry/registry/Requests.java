@@ -22,7 +22,8 @@ final class Requests {
     static final long MAX_TOTAL_RANKS = 1L << 20;
     private static final int MAX_STRING = 255;
 
-    record DpRankRegistration(long room, int dpRank) {}
+    /** One {@code /register_dp_rank}: the rooms (one in SGLang's form, several in kvferry's batch) and their DP group. */
+    record DpRankRegistration(List<Long> rooms, int dpRank) {}
 
     static JsonNode parseObject(byte[] body) throws BadRequestException {
         JsonNode node;
@@ -85,11 +86,18 @@ final class Requests {
         return reg;
     }
 
+    /**
+     * SGLang's {@code {"bootstrap_room", "dp_rank"}}, or kvferry's batch {@code {"bootstrap_rooms": [...],
+     * "dp_rank"}} (the rooms one prefill rank took meanwhile, all in its group); not both.
+     */
     static DpRankRegistration dpRankRegistration(JsonNode o) throws BadRequestException {
-        long room = room(o.get("bootstrap_room"), "bootstrap_room");
+        boolean batch = o.has("bootstrap_rooms");
+        if (batch && o.has("bootstrap_room")) throw new BadRequestException("Give 'bootstrap_room' or 'bootstrap_rooms', not both");
+        List<Long> rooms = batch ? rooms(o) : List.of(room(o.get("bootstrap_room"), "bootstrap_room"));
+        if (rooms.isEmpty()) throw new BadRequestException("Field 'bootstrap_rooms' must not be empty");
         int dpRank = requiredInt(o, "dp_rank");
         if (dpRank < 0) throw new BadRequestException("dp_rank must be >= 0, got " + dpRank);
-        return new DpRankRegistration(room, dpRank);
+        return new DpRankRegistration(rooms, dpRank);
     }
 
     static List<Long> rooms(JsonNode o) throws BadRequestException {

@@ -71,6 +71,78 @@ class BootstrapClientTest {
         assertEquals(Map.of(), client.queryDpRanks(List.of()));
     }
 
+    /** kvferry's batch form: the rooms a prefill rank took meanwhile in one POST, each then answered by a query. */
+    @Test
+    void manyRoomsRegisterInOnePost() {
+        List<Long> rooms = new ArrayList<>();
+        for (long r = 0; r < BootstrapClient.MAX_ROOMS_PER_REGISTRATION; r++) rooms.add(1_000_000_000_000L + r * 7919);
+        client.registerDpRanks(rooms, 0);
+        Map<Long, Integer> known = client.queryDpRanks(rooms);
+        assertEquals(rooms.size(), known.size());
+        assertTrue(known.values().stream().allMatch(dp -> dp == 0));
+        List<Long> tooMany = new ArrayList<>(rooms);
+        tooMany.add(1L);
+        assertThrows(IllegalArgumentException.class, () -> client.registerDpRanks(tooMany, 0));
+    }
+
+    /**
+     * SGLang's registry reads "bootstrap_room" and fails (500) on kvferry's batch form: the client then
+     * registers room by room, and keeps doing so without trying the batch form again.
+     */
+    @Test
+    void aRegistryWithoutTheBatchFormGetsTheRoomsOneByOne() throws Exception {
+        List<String> bodies = new ArrayList<>();
+        HttpServer sglangLike = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        sglangLike.createContext("/register_dp_rank", ex -> {
+            String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+            synchronized (bodies) {
+                bodies.add(body);
+            }
+            boolean single = body.contains("\"bootstrap_room\"");
+            byte[] answer = (single ? "OK" : "KeyError: 'bootstrap_room'").getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(single ? 200 : 500, answer.length);
+            try (OutputStream out = ex.getResponseBody()) {
+                out.write(answer);
+            }
+        });
+        sglangLike.start();
+        extra.add(() -> sglangLike.stop(0));
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + sglangLike.getAddress().getPort(), TOKEN, FAST)) {
+            c.registerDpRanks(List.of(11L, 12L, 13L), 1);
+            List<String> first;
+            synchronized (bodies) {
+                first = List.copyOf(bodies);
+            }
+            long batches = first.stream().filter(b -> b.contains("bootstrap_rooms")).count();
+            assertTrue(batches >= 1, first.toString());
+            assertEquals(List.of(11L, 12L, 13L), singles(first), "every room registered in SGLang's form, in order");
+            c.registerDpRanks(List.of(14L, 15L), 1);
+            synchronized (bodies) {
+                assertEquals(batches, bodies.stream().filter(b -> b.contains("bootstrap_rooms")).count(), "no batch tried again");
+                assertEquals(List.of(11L, 12L, 13L, 14L, 15L), singles(bodies));
+            }
+        }
+    }
+
+    private static List<Long> singles(List<String> bodies) {
+        List<Long> out = new ArrayList<>();
+        for (String b : bodies) {
+            if (b.contains("bootstrap_rooms")) continue;
+            JsonNode n = assertDoesNotThrowParse(b);
+            out.add(n.get("bootstrap_room").longValue());
+            assertEquals(1, n.get("dp_rank").intValue());
+        }
+        return out;
+    }
+
+    private static JsonNode assertDoesNotThrowParse(String body) {
+        try {
+            return Json.MAPPER.readTree(body);
+        } catch (IOException e) {
+            throw new AssertionError("not JSON: " + body, e);
+        }
+    }
+
     @Test
     void topologyNotReadyIsADistinctException() {
         client.registerRank(reg(2, 0, 1, 0, 9000));

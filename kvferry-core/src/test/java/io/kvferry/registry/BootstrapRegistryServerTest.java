@@ -268,9 +268,28 @@ class BootstrapRegistryServerTest {
 
     @ParameterizedTest
     @ValueSource(strings = {"{\"dp_rank\":0}", "{\"bootstrap_room\":1}", "{\"bootstrap_room\":-5,\"dp_rank\":0}",
-            "{\"bootstrap_room\":1,\"dp_rank\":-1}", "{\"bootstrap_room\":\"1\",\"dp_rank\":0}", "{"})
+            "{\"bootstrap_room\":1,\"dp_rank\":-1}", "{\"bootstrap_room\":\"1\",\"dp_rank\":0}", "{",
+            "{\"bootstrap_rooms\":[],\"dp_rank\":0}", "{\"bootstrap_rooms\":[1,-2],\"dp_rank\":0}",
+            "{\"bootstrap_rooms\":7,\"dp_rank\":0}", "{\"bootstrap_rooms\":[1],\"bootstrap_room\":1,\"dp_rank\":0}",
+            "{\"bootstrap_rooms\":[1,2]}"})
     void badRegisterDpRankBodiesAre400(String body) {
-        assertEquals(400, http.post("/register_dp_rank", body, AUTH).status());
+        RawHttp.Reply r = http.post("/register_dp_rank", body, AUTH);
+        assertEquals(400, r.status(), body);
+        assertFalse(r.body().isBlank());
+    }
+
+    /** kvferry's batch form stores every room, or none when one of them is bad. */
+    @Test
+    void aBatchRegistrationStoresEveryRoomOrNone() throws Exception {
+        assertEquals("OK", http.post("/register_dp_rank", "{\"bootstrap_rooms\":[7,8,9],\"dp_rank\":2}", AUTH).body());
+        JsonNode m = json(http.post("/query_dp_ranks", "{\"bootstrap_rooms\":[7,8,9,10]}", null));
+        assertEquals(3, m.size());
+        for (String room : List.of("7", "8", "9")) assertEquals(2, m.get(room).intValue());
+        RawHttp.Reply bad = http.post("/register_dp_rank", "{\"bootstrap_rooms\":[10,11,\"x\"],\"dp_rank\":1}", AUTH);
+        assertEquals(400, bad.status());
+        assertTrue(bad.body().contains("bootstrap_rooms[2]"), bad.body());
+        assertEquals("{}", http.post("/query_dp_ranks", "{\"bootstrap_rooms\":[10,11]}", null).body());
+        assertEquals(401, http.post("/register_dp_rank", "{\"bootstrap_rooms\":[12],\"dp_rank\":1}", null).status());
     }
 
     @Test

@@ -13,6 +13,8 @@ import io.kvferry.registry.RegistryNotReadyException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 
@@ -21,12 +23,18 @@ import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.Function;
+import java.util.stream.Collectors;
+import java.util.stream.LongStream;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 
@@ -198,6 +206,59 @@ class DataAndContextParallelTest extends TransferTestBase {
                 assertEquals(KVPoll.Bootstrapping, s.poll(), "the room waits for its decode, not for the registry");
             }
         }
+    }
+
+    /**
+     * The rooms a prefill takes while its publisher's POST is under way go out together in the next one
+     * (kvferry's batch form of /register_dp_rank): two POSTs for fifty rooms here, where one per room
+     * capped round_robin DP at one registry round trip per room.
+     */
+    @Test
+    void roomsTakenWhileAPublishIsUnderWayArePublishedTogether() throws Exception {
+        CountDownLatch firstArrived = new CountDownLatch(1), release = new CountDownLatch(1);
+        List<String> posts = new CopyOnWriteArrayList<>();
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        stub.createContext("/register_dp_rank", ex -> {
+            posts.add(new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8));
+            firstArrived.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            reply(ex, "\"OK\"");
+        });
+        stub.start();
+        try {
+            KVManager p = KVFerry.createManager("tcp", rank().args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                    cfg(1, 0).bootstrap("127.0.0.1", stub.getAddress().getPort()).dp(2, 1).loadBalanceMethod("round_robin").build());
+            closeables.add(p);
+            p.createSender(addr, 7000);
+            assertTrue(firstArrived.await(10, TimeUnit.SECONDS), "the first room's POST");
+            for (long room = 7001; room < 7050; room++) p.createSender(addr, room);
+            release.countDown();
+            Set<Long> published = new TreeSet<>();
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (published.size() < 50 && System.nanoTime() < deadline) {
+                published.clear();
+                for (String body : posts) published.addAll(roomsIn(body));
+                Thread.sleep(5);
+            }
+            assertEquals(LongStream.range(7000, 7050).boxed().collect(Collectors.toCollection(TreeSet::new)), published);
+            assertEquals(2, posts.size(), posts.toString());
+            assertTrue(posts.get(0).contains("\"bootstrap_room\"") && posts.get(1).contains("\"bootstrap_rooms\""), posts.toString());
+        } finally {
+            stub.stop(0);
+        }
+    }
+
+    /** The rooms of one /register_dp_rank body, in either form. */
+    private static List<Long> roomsIn(String body) throws IOException {
+        JsonNode n = new ObjectMapper().readTree(body);
+        if (n.has("bootstrap_room")) return List.of(n.get("bootstrap_room").longValue());
+        List<Long> out = new ArrayList<>();
+        for (JsonNode r : n.get("bootstrap_rooms")) out.add(r.longValue());
+        return out;
     }
 
     @Test
