@@ -230,8 +230,8 @@ final class DpRankResolver {
                 a.rooms.remove(w.room, w);
             } else if (w.dp < 0 && w.failure == null) {
                 long asked = w.firstQueriedAt == NEVER ? 0 : now - w.firstQueriedAt;
-                // While the prefill keeps publishing other rooms it is alive and behind (its publisher posts one room
-                // at a time): wait on, up to four timeouts. A dead prefill publishes nothing: one timeout.
+                // While the prefill keeps publishing other rooms it is alive and behind (its publisher's posts queue
+                // up): wait on, up to four timeouts. A dead prefill publishes nothing: one timeout.
                 boolean publishing = now - a.lastAnswerNanos < notReadyLimitNanos;
                 if (asked < notReadyLimitNanos || (publishing && asked < 4 * notReadyLimitNanos)) {
                     ask.add(w);

@@ -36,7 +36,9 @@ import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -233,6 +235,10 @@ public final class PrefillKVManager implements KVManager {
             }
             return;
         }
+        if (bootstrapRoom < 0) { // the registry refuses it; alone, before it could take a whole batch down with it
+            rooms.fail(room, FailureKind.ROUTING, "bootstrap_room " + bootstrapRoom + " is negative: its dp_rank cannot be registered");
+            return;
+        }
         dpPending.add(new PendingDpRoom(room, bootstrapRoom));
         // Refused only once teardown began, which fails every room anyway.
         if (dpDrainQueued.compareAndSet(false, true)) dpPublisher.submit(this::publishPendingDpRooms);
@@ -255,13 +261,20 @@ public final class PrefillKVManager implements KVManager {
                 if (dpPending.isEmpty() || !dpDrainQueued.compareAndSet(false, true)) return;
                 continue;
             }
+            Map<Long, RuntimeException> failed;
             try {
                 if (dpClient == null) dpClient = new BootstrapClient(config.bootstrapAddr(), config.authToken());
-                dpClient.registerDpRanks(ids, config.dpRank());
+                failed = dpClient.registerDpRanks(ids, config.dpRank());
             } catch (RuntimeException e) {
-                if (closed) return; // cut off by teardown, which fails the unfinished rooms itself (shutdown)
-                for (PendingDpRoom p : batch) {
-                    // Only a room still waiting: one that succeeded meanwhile (its decode found the group) stays so.
+                failed = new HashMap<>();
+                for (long id : ids) failed.put(id, e);
+            }
+            if (failed.isEmpty()) continue;
+            if (closed) return; // cut off by teardown, which fails the unfinished rooms itself (shutdown)
+            for (PendingDpRoom p : batch) {
+                RuntimeException e = failed.get(p.bootstrapRoom());
+                // Only a room still waiting: one that succeeded meanwhile (its decode found the group) stays so.
+                if (e != null) {
                     rooms.failIfUnfinished(p.room(), FailureKind.ROUTING, "could not register dp_rank " + config.dpRank()
                             + " for room " + p.bootstrapRoom() + ": " + e.getMessage());
                 }

@@ -182,31 +182,59 @@ public final class BootstrapClient implements AutoCloseable {
      * Records that DP group {@code dpRank} serves every one of {@code rooms} (at most
      * {@link #MAX_ROOMS_PER_REGISTRATION}): one {@code POST /register_dp_rank} in kvferry's batch form
      * ({@code "bootstrap_rooms"}) where the registry takes it, one per room in SGLang's form where it
-     * does not (SGLang's registry answers the batch form with an error; after the first such refusal
-     * this client registers room by room).
+     * does not. A 500 to the batch is not retried (SGLang's registry fails on the missing
+     * {@code "bootstrap_room"} with 500). A refusal that may mean "unknown form" (400, 404, 405, 422,
+     * 500) from a registry that does not name {@code bootstrap_rooms} in it is answered by posting the
+     * first room alone: if that succeeds the registry lacks the batch form, this client registers room
+     * by room from then on and the rest follow; if it fails too, the request itself was bad.
+     *
+     * @return the rooms that could not be registered, each with why; empty when all were
      */
-    public void registerDpRanks(List<Long> rooms, int dpRank) {
+    public Map<Long, RuntimeException> registerDpRanks(List<Long> rooms, int dpRank) {
         Objects.requireNonNull(rooms, "rooms");
         if (rooms.size() > MAX_ROOMS_PER_REGISTRATION) {
             throw new IllegalArgumentException(rooms.size() + " rooms in one registration; at most " + MAX_ROOMS_PER_REGISTRATION);
         }
+        Map<Long, RuntimeException> failed = new HashMap<>();
+        int from = 0;
         if (rooms.size() > 1 && batchRegistrations) {
             try {
                 call("POST /register_dp_rank", request("/register_dp_rank")
-                        .POST(jsonBody(Map.of("bootstrap_rooms", rooms, "dp_rank", dpRank))));
-                return;
+                        .POST(jsonBody(Map.of("bootstrap_rooms", rooms, "dp_rank", dpRank))), false);
+                return failed;
             } catch (RegistryException e) {
-                if (!refusedTheBatchForm(e.statusCode())) throw e;
+                // kvferry's registry names the field of a batch it refuses: it knows the form, the request is bad.
+                boolean knowsTheForm = e.responseBody() != null && e.responseBody().contains("bootstrap_rooms");
+                if (!mayNotKnowTheBatchForm(e.statusCode()) || knowsTheForm) return allFailed(rooms, e);
+                try {
+                    registerDpRank(rooms.get(0), dpRank);
+                } catch (RuntimeException single) {
+                    return allFailed(rooms, e); // the single form fails too: the request, not the form, is refused
+                }
                 batchRegistrations = false;
                 log.info("the registry at {} does not take batched dp_rank registrations ({}): registering rooms one by one",
                         base, e.statusCode());
+                from = 1;
             }
         }
-        for (long room : rooms) registerDpRank(room, dpRank);
+        for (long room : rooms.subList(from, rooms.size())) {
+            try {
+                registerDpRank(room, dpRank);
+            } catch (RuntimeException e) {
+                failed.put(room, e);
+            }
+        }
+        return failed;
     }
 
-    /** A registry that does not know the batch form (SGLang's) fails on the missing "bootstrap_room": 500 there, 400/422 elsewhere. */
-    private static boolean refusedTheBatchForm(int status) {
+    private static Map<Long, RuntimeException> allFailed(List<Long> rooms, RuntimeException why) {
+        Map<Long, RuntimeException> out = new HashMap<>();
+        for (long room : rooms) out.put(room, why);
+        return out;
+    }
+
+    /** A refusal a registry without the batch form gives it: SGLang's fails on the missing "bootstrap_room" (500); others do not route it. */
+    private static boolean mayNotKnowTheBatchForm(int status) {
         return status == 400 || status == 404 || status == 405 || status == 422 || status == 500;
     }
 
@@ -268,6 +296,14 @@ public final class BootstrapClient implements AutoCloseable {
 
     /** Runs one request under the retry policy and returns the body of its 200 answer. */
     private String call(String what, HttpRequest.Builder builder) {
+        return call(what, builder, true);
+    }
+
+    /**
+     * As {@link #call(String, HttpRequest.Builder)}; {@code retry500} false: a 500 is an answer (a registry
+     * that cannot handle the request), not retried; 503/408/429 and transport errors still are.
+     */
+    private String call(String what, HttpRequest.Builder builder, boolean retry500) {
         HttpRequest req = builder.build();
         int status = RegistryException.NO_RESPONSE;
         String body = null;
@@ -290,7 +326,7 @@ public final class BootstrapClient implements AutoCloseable {
                 body = new String(resp.body(), StandardCharsets.UTF_8);
                 error = null;
                 if (status == 200) return body;
-                if (!retryable(status)) {
+                if (!retryable(status) || (status == 500 && !retry500)) {
                     throw new RegistryException(what + " to " + base + " refused: " + outcome(status, body, null)
                             + " (not retried)", status, body);
                 }

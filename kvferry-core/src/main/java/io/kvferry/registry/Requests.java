@@ -95,6 +95,10 @@ final class Requests {
         if (batch && o.has("bootstrap_room")) throw new BadRequestException("Give 'bootstrap_room' or 'bootstrap_rooms', not both");
         List<Long> rooms = batch ? rooms(o) : List.of(room(o.get("bootstrap_room"), "bootstrap_room"));
         if (rooms.isEmpty()) throw new BadRequestException("Field 'bootstrap_rooms' must not be empty");
+        if (rooms.size() > BootstrapClient.MAX_ROOMS_PER_REGISTRATION) {
+            throw new BadRequestException("Field 'bootstrap_rooms' holds " + rooms.size() + " rooms; at most "
+                    + BootstrapClient.MAX_ROOMS_PER_REGISTRATION + " per registration");
+        }
         int dpRank = requiredInt(o, "dp_rank");
         if (dpRank < 0) throw new BadRequestException("dp_rank must be >= 0, got " + dpRank);
         return new DpRankRegistration(rooms, dpRank);

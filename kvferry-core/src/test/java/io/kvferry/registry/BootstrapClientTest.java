@@ -22,6 +22,8 @@ import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Function;
+import java.util.function.ToIntFunction;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -76,7 +78,7 @@ class BootstrapClientTest {
     void manyRoomsRegisterInOnePost() {
         List<Long> rooms = new ArrayList<>();
         for (long r = 0; r < BootstrapClient.MAX_ROOMS_PER_REGISTRATION; r++) rooms.add(1_000_000_000_000L + r * 7919);
-        client.registerDpRanks(rooms, 0);
+        assertEquals(Map.of(), client.registerDpRanks(rooms, 0));
         Map<Long, Integer> known = client.queryDpRanks(rooms);
         assertEquals(rooms.size(), known.size());
         assertTrue(known.values().stream().allMatch(dp -> dp == 0));
@@ -86,42 +88,80 @@ class BootstrapClientTest {
     }
 
     /**
-     * SGLang's registry reads "bootstrap_room" and fails (500) on kvferry's batch form: the client then
-     * registers room by room, and keeps doing so without trying the batch form again.
+     * SGLang's registry reads "bootstrap_room" and fails (500) on kvferry's batch form: the batch is
+     * not retried, the first room alone succeeds, so the client registers room by room from then on.
      */
     @Test
     void aRegistryWithoutTheBatchFormGetsTheRoomsOneByOne() throws Exception {
         List<String> bodies = new ArrayList<>();
-        HttpServer sglangLike = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        sglangLike.createContext("/register_dp_rank", ex -> {
+        HttpServer sglangLike = dpStub(bodies, body -> body.contains("\"bootstrap_room\"") ? 200 : 500,
+                body -> body.contains("\"bootstrap_room\"") ? "OK" : "500 Internal Server Error: KeyError");
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + sglangLike.getAddress().getPort(), TOKEN, RetryPolicy.defaults())) {
+            assertEquals(Map.of(), c.registerDpRanks(List.of(11L, 12L, 13L), 1));
+            synchronized (bodies) {
+                assertEquals(1, bodies.stream().filter(b -> b.contains("bootstrap_rooms")).count(), "the batch is tried once: " + bodies);
+                assertEquals(List.of(11L, 12L, 13L), singles(bodies), "every room registered in SGLang's form, in order");
+            }
+            assertEquals(Map.of(), c.registerDpRanks(List.of(14L, 15L), 1));
+            synchronized (bodies) {
+                assertEquals(1, bodies.stream().filter(b -> b.contains("bootstrap_rooms")).count(), "no batch tried again");
+                assertEquals(List.of(11L, 12L, 13L, 14L, 15L), singles(bodies));
+            }
+        }
+    }
+
+    /**
+     * A refusal of a good registry (it names "bootstrap_rooms", or the first room alone is refused as
+     * well) fails every room of the batch, and later batches stay batches.
+     */
+    @Test
+    void aRefusedBatchFailsItsRoomsAndKeepsTheBatchForm() throws Exception {
+        List<String> bodies = new ArrayList<>();
+        AtomicInteger n = new AtomicInteger();
+        // 1: a refusal naming the field; 2: one that does not, 3: the probe of its first room, refused too; then OK.
+        int[] statuses = {400, 400, 400};
+        String[] answers = {"Field 'bootstrap_rooms[1]' must be >= 0, got -2", "dp_rank 1 is outside [0, dp_size=1)",
+                "dp_rank 1 is outside [0, dp_size=1)"};
+        int[] at = new int[1];
+        HttpServer strict = dpStub(bodies, body -> {
+            at[0] = n.getAndIncrement();
+            return at[0] < statuses.length ? statuses[at[0]] : 200;
+        }, body -> at[0] < answers.length ? answers[at[0]] : "OK");
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + strict.getAddress().getPort(), TOKEN, FAST)) {
+            Map<Long, RuntimeException> failed = c.registerDpRanks(List.of(1L, 2L), 1);
+            assertEquals(Set.of(1L, 2L), failed.keySet());
+            assertEquals(400, ((RegistryException) failed.get(2L)).statusCode());
+            assertTrue(failed.get(1L).getMessage().contains("bootstrap_rooms[1]"), failed.get(1L).getMessage());
+            failed = c.registerDpRanks(List.of(3L, 4L), 1);
+            assertEquals(Set.of(3L, 4L), failed.keySet());
+            assertTrue(failed.get(4L).getMessage().contains("dp_size=1"), failed.get(4L).getMessage());
+            assertEquals(Map.of(), c.registerDpRanks(List.of(5L, 6L), 0));
+            synchronized (bodies) {
+                assertEquals(3, bodies.stream().filter(b -> b.contains("bootstrap_rooms")).count(), bodies.toString());
+                assertEquals(List.of(3L), singles(bodies), "one probe, of the batch's first room");
+            }
+        }
+    }
+
+    /** A registry stub for /register_dp_rank answering each body with a status and a text, recording the bodies. */
+    private HttpServer dpStub(List<String> bodies, ToIntFunction<String> status,
+                            Function<String, String> answer) throws IOException {
+        HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        s.createContext("/register_dp_rank", ex -> {
             String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
             synchronized (bodies) {
                 bodies.add(body);
             }
-            boolean single = body.contains("\"bootstrap_room\"");
-            byte[] answer = (single ? "OK" : "KeyError: 'bootstrap_room'").getBytes(StandardCharsets.UTF_8);
-            ex.sendResponseHeaders(single ? 200 : 500, answer.length);
+            int code = status.applyAsInt(body);
+            byte[] text = answer.apply(body).getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(code, text.length);
             try (OutputStream out = ex.getResponseBody()) {
-                out.write(answer);
+                out.write(text);
             }
         });
-        sglangLike.start();
-        extra.add(() -> sglangLike.stop(0));
-        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + sglangLike.getAddress().getPort(), TOKEN, FAST)) {
-            c.registerDpRanks(List.of(11L, 12L, 13L), 1);
-            List<String> first;
-            synchronized (bodies) {
-                first = List.copyOf(bodies);
-            }
-            long batches = first.stream().filter(b -> b.contains("bootstrap_rooms")).count();
-            assertTrue(batches >= 1, first.toString());
-            assertEquals(List.of(11L, 12L, 13L), singles(first), "every room registered in SGLang's form, in order");
-            c.registerDpRanks(List.of(14L, 15L), 1);
-            synchronized (bodies) {
-                assertEquals(batches, bodies.stream().filter(b -> b.contains("bootstrap_rooms")).count(), "no batch tried again");
-                assertEquals(List.of(11L, 12L, 13L, 14L, 15L), singles(bodies));
-            }
-        }
+        s.start();
+        extra.add(() -> s.stop(0));
+        return s;
     }
 
     private static List<Long> singles(List<String> bodies) {

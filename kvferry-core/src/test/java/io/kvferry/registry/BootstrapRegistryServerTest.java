@@ -290,6 +290,12 @@ class BootstrapRegistryServerTest {
         assertTrue(bad.body().contains("bootstrap_rooms[2]"), bad.body());
         assertEquals("{}", http.post("/query_dp_ranks", "{\"bootstrap_rooms\":[10,11]}", null).body());
         assertEquals(401, http.post("/register_dp_rank", "{\"bootstrap_rooms\":[12],\"dp_rank\":1}", null).status());
+        StringBuilder many = new StringBuilder("{\"dp_rank\":1,\"bootstrap_rooms\":[0");
+        for (int i = 1; i <= BootstrapClient.MAX_ROOMS_PER_REGISTRATION; i++) many.append(',').append(i);
+        RawHttp.Reply tooMany = http.post("/register_dp_rank", many.append("]}").toString(), AUTH);
+        assertEquals(400, tooMany.status());
+        assertTrue(tooMany.body().contains("at most " + BootstrapClient.MAX_ROOMS_PER_REGISTRATION), tooMany.body());
+        assertEquals("{}", http.post("/query_dp_ranks", "{\"bootstrap_rooms\":[0]}", null).body());
     }
 
     @Test

@@ -209,9 +209,9 @@ class DataAndContextParallelTest extends TransferTestBase {
     }
 
     /**
-     * The rooms a prefill takes while its publisher's POST is under way go out together in the next one
-     * (kvferry's batch form of /register_dp_rank): two POSTs for fifty rooms here, where one per room
-     * capped round_robin DP at one registry round trip per room.
+     * The rooms a prefill takes while its publisher's POST is under way go out together in the next ones
+     * (kvferry's batch form of /register_dp_rank, at most 1,024 a POST): three POSTs for 1,101 rooms
+     * here, where one per room capped round_robin DP at one registry round trip per room.
      */
     @Test
     void roomsTakenWhileAPublishIsUnderWayArePublishedTogether() throws Exception {
@@ -235,20 +235,63 @@ class DataAndContextParallelTest extends TransferTestBase {
             closeables.add(p);
             p.createSender(addr, 7000);
             assertTrue(firstArrived.await(10, TimeUnit.SECONDS), "the first room's POST");
-            for (long room = 7001; room < 7050; room++) p.createSender(addr, room);
+            for (long room = 7001; room <= 8100; room++) p.createSender(addr, room);
             release.countDown();
             Set<Long> published = new TreeSet<>();
             long deadline = System.nanoTime() + 10_000_000_000L;
-            while (published.size() < 50 && System.nanoTime() < deadline) {
+            while (published.size() < 1101 && System.nanoTime() < deadline) {
                 published.clear();
                 for (String body : posts) published.addAll(roomsIn(body));
                 Thread.sleep(5);
             }
-            assertEquals(LongStream.range(7000, 7050).boxed().collect(Collectors.toCollection(TreeSet::new)), published);
-            assertEquals(2, posts.size(), posts.toString());
-            assertTrue(posts.get(0).contains("\"bootstrap_room\"") && posts.get(1).contains("\"bootstrap_rooms\""), posts.toString());
+            assertEquals(LongStream.rangeClosed(7000, 8100).boxed().collect(Collectors.toCollection(TreeSet::new)), published);
+            // 1,100 rooms waited: one full batch of 1,024 and the 76 after it
+            assertEquals(List.of(1, 1024, 76), posts.stream().map(b -> uncheckedRoomsIn(b).size()).toList());
+            assertTrue(posts.get(0).contains("\"bootstrap_room\"") && posts.get(1).contains("\"bootstrap_rooms\""), posts.get(0));
         } finally {
             stub.stop(0);
+        }
+    }
+
+    /** A publish the registry refuses fails every room of its batch, as routing, naming why. */
+    @Test
+    void aRefusedPublishFailsTheRoomsOfItsBatchAsRouting() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        stub.createContext("/register_dp_rank", ex -> {
+            ex.getRequestBody().readAllBytes();
+            byte[] no = "Unauthorized".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(401, no.length);
+            try (OutputStream out = ex.getResponseBody()) {
+                out.write(no);
+            }
+        });
+        stub.start();
+        try {
+            KVManager p = KVFerry.createManager("tcp", rank().args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                    cfg(1, 0).bootstrap("127.0.0.1", stub.getAddress().getPort()).dp(2, 1).loadBalanceMethod("round_robin").build());
+            closeables.add(p);
+            List<KVSender> senders = new ArrayList<>();
+            for (long room = 7100; room < 7104; room++) senders.add(p.createSender(addr, room));
+            KVSender negative = p.createSender(addr, -5);
+            for (KVSender s : senders) {
+                await(s::poll, KVPoll.Failed);
+                KVTransferException e = assertThrows(KVTransferException.class, s::failureException);
+                assertEquals(FailureKind.ROUTING, e.kind());
+                assertTrue(e.getMessage().contains("could not register dp_rank 1") && e.getMessage().contains("401"), e.getMessage());
+            }
+            await(negative::poll, KVPoll.Failed);
+            KVTransferException e = assertThrows(KVTransferException.class, negative::failureException);
+            assertTrue(e.getMessage().contains("negative"), e.getMessage());
+        } finally {
+            stub.stop(0);
+        }
+    }
+
+    private static List<Long> uncheckedRoomsIn(String body) {
+        try {
+            return roomsIn(body);
+        } catch (IOException e) {
+            throw new AssertionError("not JSON: " + body, e);
         }
     }
 
