@@ -56,8 +56,8 @@ public record KVManagerInspection(String role, int tpRank, int ppRank, int dpRan
      * @param name     prefill: the decode's session id; decode: "prefill rank N"
      * @param address  the peer's {@code host:port}
      * @param dataPath the data path bytes take on it (tcp, shm, ucx, inproc)
-     * @param dataPathNote why offered transports were passed over for it, or that the one kept is
-     *                 emulated (UCX without an RMA lane under an explicit ucx backend); empty when neither
+     * @param dataPathNote why offered transports were passed over for it, or why the one kept is slower
+     *                 than tcp (UCX emulating its puts over tcp under an explicit ucx backend); empty when neither
      * @param rooms    rooms that currently use it
      * @param stripes  extra TCP data connections
      * @param silentMillis since the last byte arrived on its control connection

@@ -29,7 +29,7 @@ final class PrefillLink {
     final List<Thread> stripeReaders = new CopyOnWriteArrayList<>();
     /** The data path the prefill chose (tcp, inproc, shm, ucx). Set once at registration. */
     volatile String dataPath = "tcp";
-    /** The prefill's HELLO_ACK fallback text (why offers were passed over, or that the kept one is emulated), log-safe; empty when none. */
+    /** The prefill's HELLO_ACK fallback text (why offers were passed over, or why the kept one is slower than tcp), log-safe; empty when none. */
     volatile String dataPathNote = "";
     /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
     volatile LinkOffer oneSided;

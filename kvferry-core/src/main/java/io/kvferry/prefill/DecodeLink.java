@@ -44,7 +44,7 @@ final class DecodeLink {
     /** What those transfer infos hold in memory (page and state index arrays), in bytes. */
     final AtomicLong unclaimedBytes = new AtomicLong();
     volatile DataPath dataPath;
-    /** HELLO_ACK's fallback text for this link (why offers were passed over, or that the kept one is emulated); empty when none. */
+    /** HELLO_ACK's fallback text for this link (why offers were passed over, or why the kept one is slower than tcp); empty when none. */
     volatile String dataPathNote = "";
     /** The meters of {@link #dataPath} on this rank, resolved at registration (recorded into per write). */
     volatile DataPathMeters meters;

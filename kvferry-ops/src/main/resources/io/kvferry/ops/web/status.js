@@ -142,7 +142,7 @@ function render(doc) {
 
   const peers = [];
   for (const {rank} of ranks) for (const p of rank.peers) {
-    // The note says why faster offers were passed over, or that the path kept is emulated (PROTOCOL.md, HELLO_ACK).
+    // The note says why offers were passed over, or why the path kept is slower than tcp (PROTOCOL.md, HELLO_ACK).
     const path = p.data_path_note ? {text: p.data_path + ' — ' + p.data_path_note, cls: 'reason'} : p.data_path;
     peers.push({cells: [rankName(rank), p.name, p.address, path, num(p.rooms), ms(p.silent_millis)]});
   }
