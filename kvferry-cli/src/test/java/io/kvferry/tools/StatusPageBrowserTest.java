@@ -2,9 +2,13 @@ package io.kvferry.tools;
 
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
+import io.kvferry.ops.Ops;
+import io.kvferry.ops.OpsServer;
+import io.kvferry.ops.StatusJson;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
+import com.fasterxml.jackson.databind.JsonNode;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -44,20 +48,64 @@ class StatusPageBrowserTest {
     private static final File CHROMIUM = new File("/usr/bin/chromium");
     private static final File DRIVER = new File("/usr/bin/chromedriver");
 
-    @Test
-    void thePageListsTheRanksAndItsChartAndRoomCountsMoveWhileABenchRuns() throws Exception {
+    /** Skips (or, with KVFERRY_REQUIRE_BROWSER=1, fails) without chromium and its driver. */
+    private static void requireBrowser() {
         if (!CHROMIUM.canExecute() || !DRIVER.canExecute()) {
             String why = "no headless browser: apt-get install -y chromium chromium-driver (.ci/run installs them)";
             if ("1".equals(System.getenv("KVFERRY_REQUIRE_BROWSER"))) fail(why);
             Assumptions.abort(why);
         }
-        // The browser first (it takes a while to start), then an embedded bench with a slow decode, so the run
-        // lasts while the page is watched.
+    }
+
+    private static ChromeOptions headless() {
         ChromeOptions options = new ChromeOptions();
         options.setBinary(CHROMIUM);
         options.addArguments("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1900");
+        return options;
+    }
+
+    /**
+     * A link whose faster offer was passed over (or whose path is slower than tcp) shows why next to its
+     * data path; a link without a note shows the path alone. The page renders a process document served
+     * as a rank process serves its own.
+     */
+    @Test
+    void aLinksDataPathNoteShowsNextToItsPath() throws Exception {
+        requireBrowser();
+        JsonNode doc = StatusJson.MAPPER.readTree("""
+                {"kind":"process","role":"prefill","pid":7,"now_ms":1,"uptime_ms":1,
+                 "ranks":[{"role":"prefill","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"auto","endpoint":"h:1",
+                   "rooms_by_state":{},"oldest_rooms":[],"recent_failures":[],"failures_by_kind":{},
+                   "peers":[{"name":"session-a","address":"h:2","data_path":"tcp",
+                     "data_path_note":"ucx not used: slower than tcp here (UCX reaches this decode over tcp with no RMA lane)",
+                     "rooms":0,"stripes":0,"silent_millis":3},
+                     {"name":"session-b","address":"h:3","data_path":"shm","data_path_note":"","rooms":0,"stripes":0,"silent_millis":3}],
+                   "bytes_moved":0,"rooms_concluded":0}],
+                 "totals":{"bytes":0,"rooms_concluded":0,"peers":2,"rooms_by_state":{},"failures_by_kind":{}}}""");
         ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
-        WebDriver browser = new ChromeDriver(service, options);
+        WebDriver browser = new ChromeDriver(service, headless());
+        try (OpsServer ops = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> doc)) {
+            browser.get(ops.baseUrl() + "/status");
+            WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            By rows = By.xpath("//table[@id='peers']/tbody/tr[not(contains(@class,'empty'))]");
+            wait.until(b -> b.findElements(rows).size() == 2);
+            List<WebElement> peers = browser.findElements(rows);
+            String noted = peers.get(0).findElements(By.tagName("td")).get(3).getText();
+            assertEquals("tcp — ucx not used: slower than tcp here (UCX reaches this decode over tcp with no RMA lane)", noted);
+            assertEquals("shm", peers.get(1).findElements(By.tagName("td")).get(3).getText());
+        } finally {
+            browser.quit();
+            service.close();
+        }
+    }
+
+    @Test
+    void thePageListsTheRanksAndItsChartAndRoomCountsMoveWhileABenchRuns() throws Exception {
+        requireBrowser();
+        // The browser first (it takes a while to start), then an embedded bench with a slow decode, so the run
+        // lasts while the page is watched.
+        ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
+        WebDriver browser = new ChromeDriver(service, headless());
         Workload w = new Workload(600, 200, 16, 64, 2, 4, 13, 0);
         BenchConfig config = new BenchConfig(ModelShape.preset("tiny"), w, "tcp", 1, 1, 1, 1, 1, false, 1, "t0ken", 1, 0, 0)
                 .withFaults(new BenchConfig.Faults(0, 60, 0.05));
