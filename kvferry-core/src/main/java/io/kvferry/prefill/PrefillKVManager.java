@@ -36,7 +36,6 @@ import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -247,13 +246,10 @@ public final class PrefillKVManager implements KVManager {
     /** On the DP publisher: posts every waiting room, up to {@link BootstrapClient#MAX_ROOMS_PER_REGISTRATION} per POST, until none waits. */
     private void publishPendingDpRooms() {
         List<PendingDpRoom> batch = new ArrayList<>();
-        List<Long> ids = new ArrayList<>();
         while (true) {
             batch.clear();
-            ids.clear();
             for (PendingDpRoom p; batch.size() < BootstrapClient.MAX_ROOMS_PER_REGISTRATION && (p = dpPending.poll()) != null; ) {
                 batch.add(p);
-                ids.add(p.bootstrapRoom());
             }
             if (batch.isEmpty()) {
                 dpDrainQueued.set(false);
@@ -261,18 +257,18 @@ public final class PrefillKVManager implements KVManager {
                 if (dpPending.isEmpty() || !dpDrainQueued.compareAndSet(false, true)) return;
                 continue;
             }
-            Map<Long, RuntimeException> failed;
+            Map<Long, RuntimeException> failed = Map.of();
+            RuntimeException all = null; // a failure before any registration (the client could not be made)
             try {
                 if (dpClient == null) dpClient = new BootstrapClient(config.bootstrapAddr(), config.authToken());
-                failed = dpClient.registerDpRanks(ids, config.dpRank());
+                failed = dpClient.registerDpRanks(batch.stream().map(PendingDpRoom::bootstrapRoom).toList(), config.dpRank());
             } catch (RuntimeException e) {
-                failed = new HashMap<>();
-                for (long id : ids) failed.put(id, e);
+                all = e;
             }
-            if (failed.isEmpty()) continue;
+            if (failed.isEmpty() && all == null) continue;
             if (closed) return; // cut off by teardown, which fails the unfinished rooms itself (shutdown)
             for (PendingDpRoom p : batch) {
-                RuntimeException e = failed.get(p.bootstrapRoom());
+                RuntimeException e = all != null ? all : failed.get(p.bootstrapRoom());
                 // Only a room still waiting: one that succeeded meanwhile (its decode found the group) stays so.
                 if (e != null) {
                     rooms.failIfUnfinished(p.room(), FailureKind.ROUTING, "could not register dp_rank " + config.dpRank()

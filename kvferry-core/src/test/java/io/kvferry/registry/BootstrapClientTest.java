@@ -168,14 +168,14 @@ class BootstrapClientTest {
         List<Long> out = new ArrayList<>();
         for (String b : bodies) {
             if (b.contains("bootstrap_rooms")) continue;
-            JsonNode n = assertDoesNotThrowParse(b);
+            JsonNode n = parseJson(b);
             out.add(n.get("bootstrap_room").longValue());
             assertEquals(1, n.get("dp_rank").intValue());
         }
         return out;
     }
 
-    private static JsonNode assertDoesNotThrowParse(String body) {
+    private static JsonNode parseJson(String body) {
         try {
             return Json.MAPPER.readTree(body);
         } catch (IOException e) {

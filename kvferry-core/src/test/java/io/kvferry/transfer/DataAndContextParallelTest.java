@@ -246,7 +246,7 @@ class DataAndContextParallelTest extends TransferTestBase {
             }
             assertEquals(LongStream.rangeClosed(7000, 8100).boxed().collect(Collectors.toCollection(TreeSet::new)), published);
             // 1,100 rooms waited: one full batch of 1,024 and the 76 after it
-            assertEquals(List.of(1, 1024, 76), posts.stream().map(b -> uncheckedRoomsIn(b).size()).toList());
+            assertEquals(List.of(1, 1024, 76), posts.stream().map(b -> roomsIn(b).size()).toList());
             assertTrue(posts.get(0).contains("\"bootstrap_room\"") && posts.get(1).contains("\"bootstrap_rooms\""), posts.get(0));
         } finally {
             stub.stop(0);
@@ -287,17 +287,14 @@ class DataAndContextParallelTest extends TransferTestBase {
         }
     }
 
-    private static List<Long> uncheckedRoomsIn(String body) {
+    /** The rooms of one /register_dp_rank body, in either form. */
+    private static List<Long> roomsIn(String body) {
+        JsonNode n;
         try {
-            return roomsIn(body);
+            n = new ObjectMapper().readTree(body);
         } catch (IOException e) {
             throw new AssertionError("not JSON: " + body, e);
         }
-    }
-
-    /** The rooms of one /register_dp_rank body, in either form. */
-    private static List<Long> roomsIn(String body) throws IOException {
-        JsonNode n = new ObjectMapper().readTree(body);
         if (n.has("bootstrap_room")) return List.of(n.get("bootstrap_room").longValue());
         List<Long> out = new ArrayList<>();
         for (JsonNode r : n.get("bootstrap_rooms")) out.add(r.longValue());

@@ -166,8 +166,10 @@ final class UcxAddressCheck {
     /**
      * Checks a packed remote key of memory type {@code memoryType} (UCS ordinal) offered together with
      * the worker address of layout {@code peer}.
+     *
+     * @return the key as parsed (its memory domains: where a put lane can land)
      */
-    void checkKey(byte[] key, int memoryType, Layout peer) throws Refused {
+    KeyLayout checkKey(byte[] key, int memoryType, Layout peer) throws Refused {
         KeyLayout k = parseKey(key);
         if (k.memoryType != memoryType) throw new Refused("the remote key is of memory type " + k.memoryType + ", the offer says " + memoryType);
         if (ownKey != null && k.trailing != ownKey.trailing) {
@@ -185,6 +187,7 @@ final class UcxAddressCheck {
                 throw new Refused("the remote key's key for domain " + t.mdIndex + " is " + key0 + " bytes; this UCX's are " + expected);
             }
         }
+        return k;
     }
 
     // ------------------------------------------------------------------ parsing (UCX 1.13/1.14 layout)

@@ -76,11 +76,6 @@ final class UcxDataPath implements DataPath {
         return link.lanes;
     }
 
-    /** The decode's memory domains all its remote keys cover (a bit each). */
-    long keyMemoryDomains() {
-        return link.keyMds;
-    }
-
     /** Why puts over this path are emulated as active messages (over whichever transport), or null. */
     String emulation() {
         return link.lanes.emulation(link.keyMds);

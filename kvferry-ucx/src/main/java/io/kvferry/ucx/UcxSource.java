@@ -147,11 +147,13 @@ final class UcxSource implements SourceTransport {
             throw new TransportUnavailableException("decode " + peer + " runs another UCX release than this prefill;"
                     + " kvferry-ucx needs the same UCX release on both sides");
         }
+        // The decode's memory domains every one of its remote keys covers: a put lane into another cannot reach all its buffers.
+        long keyMds = -1L;
         try {
             UcxAddressCheck.Layout address = check.checkAddress(offer.workerAddress());
             for (UcxOffer.Entry e : offer.entries()) {
                 try {
-                    check.checkKey(e.rkey(), e.memoryType().ucsOrdinal(), address);
+                    keyMds &= check.checkKey(e.rkey(), e.memoryType().ucsOrdinal(), address).mdMap();
                 } catch (UcxAddressCheck.Refused r) {
                     throw new UcxAddressCheck.Refused(e.region() + " buffer " + e.component() + "/" + e.buffer() + ": " + r.getMessage());
                 }
@@ -168,7 +170,7 @@ final class UcxSource implements SourceTransport {
                         + e.region() + " buffer " + e.component() + "/" + e.buffer() + "), which this prefill cannot reach");
             }
         }
-        UcxEngine.Link link = new UcxEngine.Link(peer, offer, buffers, keyMemoryDomains(offer));
+        UcxEngine.Link link = new UcxEngine.Link(peer, offer, buffers, keyMds);
         CompletableFuture<UcxEngine.Link> done = new CompletableFuture<>();
         engine.submit(() -> engine.connect(link, done));
         long timeout = settings.connectTimeoutMs;
@@ -190,24 +192,6 @@ final class UcxSource implements SourceTransport {
         String emulated = link.lanes.emulation(link.keyMds);
         if (emulated != null) log.info("ucx: decode {}: {} (lanes {})", peer, emulated, link.lanes.lanes());
         return new UcxDataPath(engine, link, settings.drainTimeoutMs);
-    }
-
-    /**
-     * The decode's memory domains that every one of its remote keys covers (a bit per domain): a put
-     * lane into another domain cannot reach all of its buffers ({@link UcxEndpointInfo}). The keys
-     * passed the structural check already.
-     */
-    private static long keyMemoryDomains(UcxOffer offer) throws IOException {
-        long common = -1L;
-        for (UcxOffer.Entry e : offer.entries()) {
-            try {
-                common &= UcxAddressCheck.parseKey(e.rkey()).mdMap();
-            } catch (UcxAddressCheck.Refused r) {
-                throw new IOException("ucx offer refused: " + e.region() + " buffer " + e.component() + "/" + e.buffer() + ": "
-                        + r.getMessage());
-            }
-        }
-        return common;
     }
 
     /** Local diagnostics for a failed connect (this side's UCX settings): logged, never sent to the peer. */

@@ -243,7 +243,7 @@ class UcxTransportTest {
         RegisteredMemory dst = memory(3), src = memory(3000);
         UcxDataPath path = (UcxDataPath) connect(source(src), offer(destination(dst), "prefill-0"), dst);
         UcxEndpointInfo.Lanes lanes = path.lanes();
-        System.out.println("ucx lanes (UCX_TLS=" + System.getenv("UCX_TLS") + "): " + lanes + ", key domains 0x" + Long.toHexString(path.keyMemoryDomains()) + ": " + path.emulation() + "; slower than tcp: " + path.slowerThanTcp());
+        System.out.println("ucx lanes (UCX_TLS=" + System.getenv("UCX_TLS") + "): " + lanes + ": " + path.emulation() + "; slower than tcp: " + path.slowerThanTcp());
         assertFalse(lanes.unknown(), "the endpoint's lanes cannot be read with UCX " + UcxRuntime.version());
         if ("tcp".equals(System.getenv("UCX_TLS"))) {
             assertTrue(lanes.putLanes().isEmpty(), lanes.toString());
