@@ -207,21 +207,33 @@ final class DecodeKVReceiver implements KVReceiver {
             fail(FailureKind.LAYOUT_REFUSED, "the prefill ranks of room " + room.room + " would leave part of it unwritten: " + gap);
             return;
         }
-        long[] owed = new long[room.targets.size()];
-        int[][] pagesOf = new int[room.targets.size()][];
-        for (int i = 0; i < owed.length; i++) {
+        int targets = room.targets.size();
+        long[] owed = new long[targets];
+        int[][] pagesOf = new int[targets][], sortedPagesOf = new int[targets][];
+        long[] bitBase = new long[targets];
+        long bits = 0;
+        for (int i = 0; i < targets; i++) {
             DecodeRoom.Target t = room.targets.get(i);
+            bitBase[i] = -1;
             if (t.dummy()) {
-                pagesOf[i] = NO_INDICES;
+                pagesOf[i] = sortedPagesOf[i] = NO_INDICES;
                 continue;
             }
             if (room.allCpRanks) {
                 int[] share = Completeness.cpShare(pages.length, room.prefillCpSize, t.cpRank());
                 pagesOf[i] = Arrays.copyOfRange(pages, share[0], share[0] + share[1]);
+                sortedPagesOf[i] = pagesOf[i].clone();
+                Arrays.sort(sortedPagesOf[i]);
             } else {
                 pagesOf[i] = pages;
+                sortedPagesOf[i] = sortedPages;
             }
             owed[i] = Completeness.owed(t.link().coverage, manager.memory(), pagesOf[i].length, auxIndex, state);
+            if (t.link().oneSided == null) {
+                // Lands through the gate: its granules get bits (docs/PROTOCOL.md, "Success means complete").
+                bitBase[i] = bits;
+                bits += t.link().granules.bits(pagesOf[i].length, auxIndex >= 0, sortedState);
+            }
         }
         int roomBuffer = manager.memory().auxRoomBuffer();
         if (roomBuffer >= 0 && auxIndex >= 0) {
@@ -229,12 +241,9 @@ final class DecodeKVReceiver implements KVReceiver {
             manager.memory().slice(Region.AUX, 0, roomBuffer, auxIndex * manager.memory().auxItemLen(roomBuffer), 8)
                     .set(ValueLayout.JAVA_LONG_UNALIGNED, 0, 0L);
         }
-        boolean anyTwoSided = false;
-        for (DecodeRoom.Target t : room.targets) anyTwoSided |= !t.dummy() && t.link().oneSided == null;
-        long bits = sortedPages == null ? 0 : (long) room.targets.size() * manager.memory().kvBufferCount() * sortedPages.length;
-        room.kvWritten = anyTwoSided && bits > 0 ? new long[(int) ((bits + 63) >>> 6)] : null;
+        room.written = bits > 0 ? new long[(int) ((bits + 63) >>> 6)] : null;
         // Published before any info leaves, so the first write already finds its allowance.
-        room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf);
+        room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf, sortedPagesOf, bitBase);
         room.metadataSentNanos = System.nanoTime();
         RoomStatusTable.Entry bootstrapped = manager.rooms.statuses.entry(room.room);
         if (bootstrapped != null) manager.telemetry.allocated(room.metadataSentNanos - bootstrapped.sinceNanos());

@@ -22,10 +22,11 @@ final class DecodeRoom {
 
     /**
      * What prefill may write for this room: its pages in token order and sorted, the aux row, state
-     * indices as sent and sorted, and what each target owes (bytes, and the pages it writes).
+     * indices as sent and sorted, what each target owes (bytes, and the pages it writes, in token
+     * order and sorted), and where each target's bits start in {@link #written} (-1: not tracked).
      */
     record Allowance(int[] pages, int[] sortedPages, int auxIndex, int[][] state, int[][] sortedState, long[] owed,
-                     int[][] pagesOf) {}
+                     int[][] pagesOf, int[][] sortedPagesOf, long[] bitBase) {}
 
     final long room;
     final String bootstrapAddr;
@@ -53,25 +54,21 @@ final class DecodeRoom {
     /** Set once the first write lands, so the status table is touched once per room, not per write. */
     volatile boolean transferring;
     /**
-     * One bit per (target, KV buffer, page in sorted order): whole pages a two-sided target wrote, so
-     * a page written twice cannot stand in for one never written (byte counts alone would add up).
-     * Set with the allowance (null when no target lands through the gate); the gate sets bits with
-     * atomic ORs, from every reader thread.
+     * One bit per granule a two-sided target owes the room ({@link LinkGranules}: per KV buffer and
+     * page of its share, per aux buffer, per state tensor and slot), from that target's
+     * {@link Allowance#bitBase}: a granule written twice cannot stand in for one never written (byte
+     * counts alone would add up). Set with the allowance (null when no target lands through the
+     * gate); the gate sets bits with atomic ORs, from every reader thread.
      */
-    volatile long[] kvWritten;
+    volatile long[] written;
     private static final VarHandle BITS = MethodHandles.arrayElementVarHandle(long[].class);
 
-    /**
-     * Marks {@code count} whole pages from {@code firstOrdinal} (in sorted order) of one KV buffer as
-     * written by target {@code slot}; returns the offset in the run of the first page marked before, or -1.
-     */
-    int markWritten(int slot, int kvBuffers, int buffer, int firstOrdinal, long count) {
-        long[] bits = kvWritten;
-        Allowance a = allowance;
-        if (bits == null || a == null) return -1;
-        long base = ((long) slot * kvBuffers + buffer) * a.sortedPages().length + firstOrdinal;
-        for (int k = 0; k < count; k++) {
-            long bit = base + k, mask = 1L << (bit & 63);
+    /** Marks bits {@code [first, first + count)}; returns the offset in the run of the first one marked before, or -1. */
+    long markWritten(long first, long count) {
+        long[] bits = written;
+        if (bits == null) return -1;
+        for (long k = 0; k < count; k++) {
+            long bit = first + k, mask = 1L << (bit & 63);
             if (((long) BITS.getAndBitwiseOr(bits, (int) (bit >>> 6), mask) & mask) != 0) return k;
         }
         return -1;

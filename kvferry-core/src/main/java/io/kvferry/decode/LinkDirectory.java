@@ -5,6 +5,7 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.metrics.LogSafe;
+import io.kvferry.plan.PlanException;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Fingerprint;
@@ -329,12 +330,20 @@ final class LinkDirectory {
                 throw new LinkRefusedException(FailureKind.LAYOUT_REFUSED, "prefill rank at " + key
                         + " declared which bytes it writes in a way that does not fit this rank: " + misfit);
             }
+            LinkGranules granules;
+            try {
+                granules = LinkGranules.of(ack.coverage(), memory);
+            } catch (PlanException e) {
+                throw new LinkRefusedException(FailureKind.LAYOUT_REFUSED, "prefill rank at " + key
+                        + " declared which bytes it writes in a way no op can carry: " + e.getMessage());
+            }
             if (ack.checksum().max(config.checksum()) != ack.checksum()) {
                 throw new LinkRefusedException(FailureKind.HANDSHAKE_REFUSED, "prefill rank at " + key + " answered checksum "
                         + ack.checksum().label() + " to this rank's " + config.checksum().label());
             }
             PrefillLink link = new PrefillLink(addr, key, conn, ack.prefillUniqueRank());
             link.coverage = ack.coverage();
+            link.granules = granules;
             link.checksum = ack.checksum();
             link.sessionKey = Handshake.sessionKey(clusterKey, challenge, nonce, sessionId);
             LinkOffer chosen = made.remove(ack.dataPath());

@@ -35,6 +35,8 @@ final class PrefillLink {
     volatile LinkOffer oneSided;
     /** Which of this rank's bytes the prefill rank writes for every room (its HELLO_ACK). Set once at registration. */
     volatile Coverage coverage = Coverage.NONE;
+    /** The coverage cut into the granules the write gate admits and tracks (set with {@link #coverage}). */
+    volatile LinkGranules granules = LinkGranules.NONE;
     /** What this link verifies: the stronger of the two sides' checksum settings (HELLO_ACK). */
     volatile ChecksumMode checksum = ChecksumMode.OFF;
     /** Whether the prefill's STATUS carries the room's page digest (every data path but tcp, whose WRITEs carry CRCs). */

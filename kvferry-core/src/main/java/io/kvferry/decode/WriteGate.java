@@ -36,7 +36,7 @@ final class WriteGate implements WriteSink {
 
     @Override
     public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long length,
-                      long payload) throws WriteRejectedException {
+                      long payload, long piece, long stride) throws WriteRejectedException {
         if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
         MemorySegment seg = inBounds(-1, region, component, buffer, offset, length);
         DecodeRoom r = rooms.get(room);
@@ -47,9 +47,7 @@ final class WriteGate implements WriteSink {
             return;
         }
         if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
-        long item = memory.itemLen(region, component, buffer);
-        requireAllowed(a, region, component, item, buffer, offset, length, room);
-        if (region == Region.KV && payload == length) requireFirstWrite(r, slot, a, buffer, offset, length, item, into);
+        requireCovered(r, slot, a, region, component, buffer, offset, length, payload, piece, stride);
         markTransferring(r);
         admit(into, r, slot, seg, offset, length, payload);
     }
@@ -69,10 +67,8 @@ final class WriteGate implements WriteSink {
         int slot = admissibleSlot(into, r, room);
         DecodeRoom.Allowance a = r.allowance;
         for (int i = 0, n = list.count(); i < n; i++) {
-            Region region = list.region(i);
-            long item = memory.itemLen(region, list.component(i), list.buffer(i));
-            requireAllowed(a, region, list.component(i), item, list.buffer(i), list.offset(i), list.length(i), room);
-            if (region == Region.KV) requireFirstWrite(r, slot, a, list.buffer(i), list.offset(i), list.length(i), item, into);
+            long length = list.length(i);
+            requireCovered(r, slot, a, list.region(i), list.component(i), list.buffer(i), list.offset(i), length, length, length, length);
         }
         markTransferring(r);
         // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
@@ -134,62 +130,83 @@ final class WriteGate implements WriteSink {
         return slot;
     }
 
-    /** Whether a write of {@code [offset, offset + length)} in a buffer of {@code item}-byte items stays inside what the room owns. */
-    static void requireAllowed(DecodeRoom.Allowance a, Region region, int component, long item, int buffer, long offset,
-                               long length, long room) throws WriteRejectedException {
-        switch (region) {
-            case KV -> {
-                if (!owns(a.sortedPages(), offset, length, item)) throw notOwned("KV buffer " + buffer + " page", offset, length, item, room);
-            }
-            case AUX -> {
-                long start = a.auxIndex() * item;
-                if (a.auxIndex() < 0 || offset < start || offset + length > start + item) {
-                    throw new WriteRejectedException("aux write [" + offset + ", +" + length + ") is not inside row "
-                            + a.auxIndex() + " of room " + room, false);
-                }
-            }
-            case STATE -> {
-                if (component >= a.sortedState().length) {
-                    throw new WriteRejectedException("room " + room + " sent no indices for state component " + component, false);
-                }
-                if (!owns(a.sortedState()[component], offset, length, item)) {
-                    throw notOwned("state component " + component + " index", offset, length, item, room);
-                }
-            }
-        }
-    }
-
     /**
-     * Whole KV pages (a write of complete items; head slices are partial and not tracked) may come from
-     * a target once: a page written twice would let the byte count reach what the target owes with
-     * another page never written. Called after {@link #requireAllowed}, so the pages are the room's.
+     * A write (or one piece of a list) must lie inside what the room owns — its pages (the writing
+     * link's CP share of them), its aux row, its state slots — and be exactly what the writing link
+     * covers of them, cut as both sides cut it ({@link LinkGranules}): one granule, or a run of whole
+     * items each one granule. Each granule may come once: a granule written twice would let the byte
+     * count reach what the link owes with another never written. The bits are set as the write is
+     * admitted, so the same bytes sent again, whole or in other pieces, are refused.
+     *
+     * @param piece  bytes per piece of a strided write (the payload for a contiguous one)
+     * @param stride destination bytes from one piece to the next (the payload for a contiguous one)
      */
-    private void requireFirstWrite(DecodeRoom r, int slot, DecodeRoom.Allowance a, int buffer, long offset, long length, long item,
-                                   Landing into) throws WriteRejectedException {
-        if (offset % item != 0 || length % item != 0) return;
-        long first = offset / item, count = length / item;
-        int ordinal = Arrays.binarySearch(a.sortedPages(), (int) first); // a run of consecutive owned pages (requireAllowed)
-        int twice = r.markWritten(slot, memory.kvBufferCount(), buffer, ordinal, count);
+    private void requireCovered(DecodeRoom r, int slot, DecodeRoom.Allowance a, Region region, int component, int buffer, long offset,
+                                long span, long payload, long piece, long stride) throws WriteRejectedException {
+        PrefillLink link = r.targets.get(slot).link();
+        LinkGranules granules = link.granules;
+        LinkGranules.Covered c = granules.covered(region, component, buffer);
+        if (c == null) {
+            throw new WriteRejectedException(link + " writes no part of " + named(region, component, buffer)
+                    + " (its declared coverage), yet sent room " + r.room + " a write into it", false);
+        }
+        long item = c.item(), first = offset / item, items = c.items(offset, span, payload, piece, stride);
+        if (items < 0) {
+            throw new WriteRejectedException("a write of room " + r.room + " to " + named(region, component, buffer) + " [" + offset + ", +"
+                    + span + ") with " + payload + " bytes" + (piece != payload ? " in pieces of " + piece + " every " + stride : "")
+                    + " is not what " + link + " writes of it (" + c + ")", false);
+        }
+        if (region == Region.STATE && component >= a.sortedState().length) {
+            throw new WriteRejectedException("room " + r.room + " sent no indices for state component " + component, false);
+        }
+        int ordinal = switch (region) {
+            case KV -> runOf(a.sortedPagesOf()[slot], first, items);
+            case AUX -> a.auxIndex() >= 0 && first == a.auxIndex() && items == 1 ? 0 : -1;
+            case STATE -> runOf(a.sortedState()[component], first, items);
+        };
+        if (ordinal < 0) {
+            if (region == Region.AUX) {
+                throw new WriteRejectedException("aux write [" + offset + ", +" + span + ") is not inside row " + a.auxIndex() + " of room "
+                        + r.room, false);
+            }
+            if (region == Region.KV && a.sortedPagesOf()[slot] != a.sortedPages() && runOf(a.sortedPages(), first, items) >= 0) {
+                throw new WriteRejectedException("write to KV buffer " + buffer + " pages [" + first + ", " + (first + items - 1) + "] of room "
+                        + r.room + " from " + link + ", whose share of the room's pages they are not", false);
+            }
+            throw notOwned(region == Region.KV ? "KV buffer " + buffer + " page" : "state component " + component + " index", offset, span,
+                    item, r.room);
+        }
+        long base = a.bitBase()[slot];
+        if (base < 0) return; // a link the room tracks no bits for (one-sided): the gate does not see its writes
+        base += granules.firstBit(region, component, buffer, a.sortedPagesOf()[slot].length, a.auxIndex() >= 0, a.sortedState());
+        long granule = c.position(offset) / c.granule();
+        long twice = r.markWritten(base + ordinal * c.perItem() + granule, c.perItem() == 1 ? items : 1);
         if (twice >= 0) {
-            throw new WriteRejectedException("KV buffer " + buffer + " page " + (first + twice) + " of room " + r.room
-                    + " was written twice by " + into.source(), false);
+            String noun = switch (region) {
+                case KV -> "page ";
+                case AUX -> "row ";
+                case STATE -> "slot ";
+            };
+            String what = c.perItem() == 1 ? noun + (first + twice) : "part " + granule + " of " + noun + first;
+            throw new WriteRejectedException(named(region, component, buffer) + " " + what + " of room " + r.room + " was written twice by "
+                    + link.endpoint, false);
         }
     }
 
-    /** The items {@code [offset, offset + length)} touches must be a run of consecutive ids in {@code sorted}. */
-    static void requireOwned(int[] sorted, long offset, long length, long item, String what, long room)
-            throws WriteRejectedException {
-        if (!owns(sorted, offset, length, item)) throw notOwned(what, offset, length, item, room);
+    private static String named(Region region, int component, int buffer) {
+        return switch (region) {
+            case KV -> "KV buffer " + buffer;
+            case AUX -> "aux buffer " + buffer;
+            case STATE -> "state component " + component + " tensor " + buffer;
+        };
     }
 
-    /** Whether the items {@code [offset, offset + length)} touches are a run of consecutive ids in {@code sorted}. */
-    private static boolean owns(int[] sorted, long offset, long length, long item) {
-        long first = offset / item;
-        long last = (offset + length - 1) / item;
-        int idx = first > Integer.MAX_VALUE ? -1 : Arrays.binarySearch(sorted, (int) first);
-        boolean ok = idx >= 0 && idx + (last - first) < sorted.length;
-        for (long k = 1; ok && k <= last - first; k++) ok = sorted[(int) (idx + k)] == first + k;
-        return ok;
+    /** The index in {@code sorted} of id {@code first} when ids {@code first .. first + count - 1} follow it there; else -1. */
+    static int runOf(int[] sorted, long first, long count) {
+        int idx = first > Integer.MAX_VALUE || count < 1 ? -1 : Arrays.binarySearch(sorted, (int) first);
+        if (idx < 0 || idx + count > sorted.length) return -1;
+        for (int k = 1; k < count; k++) if (sorted[idx + k] != first + k) return -1;
+        return idx;
     }
 
     /** The refusal, built only when a write is refused (the message costs allocations). */

@@ -70,14 +70,31 @@ public final class CopyPlan {
         nextDstBuffer = dst;
     }
 
-    void add(Region r, int comp, int buf, long src, long dst, long len) {
-        while (len > MAX_OP_BYTES) {
-            addOne(r, comp, buf, src, dst, MAX_OP_BYTES);
-            src += MAX_OP_BYTES;
-            dst += MAX_OP_BYTES;
-            len -= MAX_OP_BYTES;
+    /**
+     * Adds {@code items} consecutive whole items of {@code item} bytes, contiguous on both sides (a
+     * run of KV pages, state slots or an aux row): ops of as many whole items as fit one, or, for an
+     * item larger than an op, one op per {@linkplain Granules granule}.
+     */
+    void addItems(Region r, int comp, int buf, long src, long dst, long item, long items) {
+        addContiguous(r, comp, buf, src, dst, item, 1, items);
+    }
+
+    /** As {@link #addItems}, each item being {@code units} units of {@code unit} bytes (the cuts follow {@link Granules}). */
+    private void addContiguous(Region r, int comp, int buf, long src, long dst, long unit, long units, long items) {
+        long item = unit * units, granule = Granules.granuleBytes(unit, units, true);
+        if (granule == item) {
+            long perOp = Math.max(1, MAX_OP_BYTES / item);
+            for (long done = 0; done < items; done += perOp) {
+                long n = Math.min(perOp, items - done);
+                addOne(r, comp, buf, src + done * item, dst + done * item, n * item);
+            }
+            return;
         }
-        addOne(r, comp, buf, src, dst, len);
+        for (long i = 0; i < items; i++) {
+            for (long at = 0; at < item; at += granule) {
+                addOne(r, comp, buf, src + i * item + at, dst + i * item + at, Math.min(granule, item - at));
+            }
+        }
     }
 
     private void addOne(Region r, int comp, int buf, long src, long dst, long len) {
@@ -85,17 +102,39 @@ public final class CopyPlan {
     }
 
     /**
-     * Adds {@code count} pieces of {@code piece} bytes: piece i moves from {@code src + i*srcStride}
-     * to {@code dst + i*dstStride}. Split into ops of at most {@link #MAX_OP_BYTES} payload.
+     * Adds {@code items} items of {@code piecesPerItem} pieces of {@code piece} bytes each: piece i
+     * moves from {@code src + i*srcStride} to {@code dst + i*dstStride}. Cut where {@link Granules}
+     * says: ops of whole items when an item's pieces fit one op, else one op per granule of an item.
+     *
+     * @throws PlanException when one piece that is not contiguous on both sides is larger than an op
      */
-    void addPieces(Region r, int comp, int buf, long src, long dst, long piece, long count, long srcStride, long dstStride) {
+    void addPieces(Region r, int comp, int buf, long src, long dst, long piece, long piecesPerItem, long items, long srcStride,
+                   long dstStride) {
         if (piece == srcStride && piece == dstStride) {
-            add(r, comp, buf, src, dst, piece * count);
+            addContiguous(r, comp, buf, src, dst, piece, piecesPerItem, items);
             return;
         }
-        long perOp = Math.max(1, MAX_OP_BYTES / piece);
-        for (long done = 0; done < count; done += perOp) {
-            long n = Math.min(perOp, count - done);
+        if (piece > MAX_OP_BYTES) {
+            throw new PlanException("a strided piece of " + piece + " bytes is larger than the largest op (" + MAX_OP_BYTES + " bytes)");
+        }
+        long itemPayload = piece * piecesPerItem, granule = Granules.granuleBytes(piece, piecesPerItem, piece == dstStride);
+        if (granule == itemPayload) {
+            // Whole items fit an op: ops run across items.
+            long perOp = Math.max(1, MAX_OP_BYTES / itemPayload) * piecesPerItem;
+            addPieceRange(r, comp, buf, src, dst, piece, srcStride, dstStride, 0, piecesPerItem * items, perOp);
+        } else {
+            for (long i = 0; i < items; i++) {
+                addPieceRange(r, comp, buf, src, dst, piece, srcStride, dstStride, i * piecesPerItem, (i + 1) * piecesPerItem,
+                        granule / piece);
+            }
+        }
+    }
+
+    /** Pieces {@code [from, to)} in ops of at most {@code perOp} pieces. */
+    private void addPieceRange(Region r, int comp, int buf, long src, long dst, long piece, long srcStride, long dstStride, long from,
+                               long to, long perOp) {
+        for (long done = from; done < to; done += perOp) {
+            long n = Math.min(perOp, to - done);
             addStrided(r, comp, buf, src + done * srcStride, dst + done * dstStride, n * piece, piece, srcStride, dstStride);
         }
     }

@@ -56,7 +56,7 @@ public final class StateSlice {
             piece = dstRow;
             src += (long) (decodeRank % group) * dstRow;
         }
-        plan.addPieces(Region.STATE, component, tensor, src, dst, piece, outer, srcRow, dstRow);
+        plan.addPieces(Region.STATE, component, tensor, src, dst, piece, outer, 1, srcRow, dstRow);
     }
 
     /**
@@ -98,7 +98,7 @@ public final class StateSlice {
         for (int r = 0; r < runs.count(); r++) {
             long src = runs.srcStart(r) * srcItem + slice.srcHeadStart() * slice.headBytes();
             long dst = runs.dstStart(r) * dstItem + slice.dstHeadStart() * slice.headBytes();
-            plan.addPieces(Region.STATE, component, tensor, src, dst, slice.pieceBytes(), (long) runs.length(r) * tokensPerPage,
+            plan.addPieces(Region.STATE, component, tensor, src, dst, slice.pieceBytes(), tokensPerPage, runs.length(r),
                     slice.srcTokenBytes(), slice.dstTokenBytes());
         }
     }

@@ -40,7 +40,7 @@ public final class TransferPlanner {
             plan.targetBuffer(dstBufferOf == null ? b : dstBufferOf[b]);
             long item = itemLens[b];
             for (int r = 0; r < runs.count(); r++) {
-                plan.add(Region.KV, 0, b, runs.srcStart(r) * item, runs.dstStart(r) * item, runs.length(r) * item);
+                plan.addItems(Region.KV, 0, b, runs.srcStart(r) * item, runs.dstStart(r) * item, item, runs.length(r));
             }
         }
         plan.targetBuffer(-1);
@@ -75,8 +75,8 @@ public final class TransferPlanner {
             for (int r = 0; r < runs.count(); r++) {
                 long src = runs.srcStart(r) * srcItemLens[b] + s.srcHeadStart() * s.headBytes();
                 long dst = runs.dstStart(r) * dstItemLens[db] + s.dstHeadStart() * s.headBytes();
-                plan.addPieces(Region.KV, 0, b, src, dst, s.pieceBytes(), (long) runs.length(r) * pageSize,
-                        s.srcTokenBytes(), s.dstTokenBytes());
+                plan.addPieces(Region.KV, 0, b, src, dst, s.pieceBytes(), pageSize, runs.length(r), s.srcTokenBytes(),
+                        s.dstTokenBytes());
             }
         }
         plan.targetBuffer(-1);
@@ -179,7 +179,7 @@ public final class TransferPlanner {
     public static void appendAux(CopyPlan plan, int srcAuxIndex, int dstAuxIndex, long[] itemLens) {
         if (srcAuxIndex < 0 || dstAuxIndex < 0) return;
         for (int b = 0; b < itemLens.length; b++) {
-            plan.add(Region.AUX, 0, b, srcAuxIndex * itemLens[b], dstAuxIndex * itemLens[b], itemLens[b]);
+            plan.addItems(Region.AUX, 0, b, srcAuxIndex * itemLens[b], dstAuxIndex * itemLens[b], itemLens[b], 1);
         }
     }
 
@@ -224,7 +224,7 @@ public final class TransferPlanner {
             for (int tensor = 0; tensor < itemLens[c].length; tensor++) {
                 long item = itemLens[c][tensor];
                 for (int r = 0; r < runs.count(); r++) {
-                    plan.add(Region.STATE, c, tensor, runs.srcStart(r) * item, runs.dstStart(r) * item, runs.length(r) * item);
+                    plan.addItems(Region.STATE, c, tensor, runs.srcStart(r) * item, runs.dstStart(r) * item, item, runs.length(r));
                 }
             }
         }

@@ -69,9 +69,15 @@ public class WriteGateBench {
         int[] pages = rnd.ints(0, BUFFER_PAGES).distinct().limit(roomPages).sorted().toArray();
         DecodeRoom r = new DecodeRoom(ROOM, "bootstrap", rooms.statuses.open(ROOM, KVPoll.WaitingForInput));
         rooms.add(r);
-        r.targets = List.of(new DecodeRoom.Target(new PrefillLink("bootstrap", PREFILL, null, 0), 0, 0, false));
+        PrefillLink link = new PrefillLink("bootstrap", PREFILL, null, 0);
+        RegisteredMemory memory = RegisteredMemory.from(a);
+        link.coverage = WriteGateTest.wholeItems(memory);
+        link.granules = LinkGranules.of(link.coverage, memory);
+        r.targets = List.of(new DecodeRoom.Target(link, 0, 0, false));
         r.landedFrom = new AtomicLongArray(1);
-        r.allowance = new DecodeRoom.Allowance(pages, pages, -1, new int[0][], new int[0][], new long[1], new int[][] {pages});
+        // No written-bits (bit base -1): the benchmark admits the same pages over and over; the bits' cost is one atomic OR per page.
+        r.allowance = new DecodeRoom.Allowance(pages, pages, -1, new int[0][], new int[0][], new long[1], new int[][] {pages},
+                new int[][] {pages}, new long[] {-1});
         offsets = new long[pages.length];
         for (int i = 0; i < pages.length; i++) offsets[i] = pages[i] * PAGE;
     }
@@ -85,7 +91,7 @@ public class WriteGateBench {
     public long admitAndEndOnePage() throws WriteRejectedException {
         long offset = offsets[next];
         next = next + 1 == offsets.length ? 0 : next + 1;
-        gate.begin(landing, ROOM, Region.KV, 0, 0, offset, PAGE, PAGE);
+        gate.begin(landing, ROOM, Region.KV, 0, 0, offset, PAGE, PAGE, PAGE, PAGE);
         gate.end(landing, true);
         return landing.offset();
     }

@@ -69,11 +69,11 @@ class HeadSliceTest {
     @Test
     void aWholeSlotSliceIsAContiguousCopyAndLongRunsAreSplitAtTheOpLimit() {
         CopyPlan whole = new CopyPlan(1);
-        whole.addPieces(Region.KV, 0, 0, 0, 0, 512, 100, 512, 512);
+        whole.addPieces(Region.KV, 0, 0, 0, 0, 512, 4, 25, 512, 512);
         assertEquals(1, whole.size());
         assertFalse(whole.strided(0));
         CopyPlan big = new CopyPlan(1);
-        big.addPieces(Region.KV, 0, 0, 0, 0, 512, 20_000, 1024, 2048);
+        big.addPieces(Region.KV, 0, 0, 0, 0, 512, 16, 1250, 1024, 2048);
         long perOp = CopyPlan.MAX_OP_BYTES / 512;
         assertEquals((20_000 + perOp - 1) / perOp, big.size());
         assertEquals(perOp * 1024, big.srcOffset(1));

@@ -210,6 +210,58 @@ class IntegrityTest extends TransferTestBase {
     }
 
     /**
+     * The same bytes in other pieces cannot stand in for bytes never written either: page 7 whole,
+     * then page 7 again as two half-page pieces (both counts then reach what is owed, page 8 never
+     * written) fails the room; so do aux buffer 0's row sent three times for buffers 0 and 1 (3 x 64 =
+     * 64 + 128 bytes) and state tensor 0's slot three times for tensors 0 and 1 (3 x 256 = 256 + 512).
+     */
+    @Test
+    void bytesSentAgainInOtherPiecesDoNotCountForOnesNeverWritten() throws Exception {
+        TestRank dm = rank();
+        int buffers = kvBuffers(dm);
+        try (FakePrefill fake = new FakePrefill(); Arena arena = Arena.ofConfined()) {
+            KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+            KVReceiver halves = d.createReceiver(fake.addr, 41), rows = d.createReceiver(fake.addr, 42);
+            fake.connect(() -> {
+                bootstrap(halves, 0);
+                bootstrap(rows, 0);
+            }, true);
+            halves.sendMetadata(new int[]{7, 8}, -1, null, 0);
+            rows.sendMetadata(new int[]{9}, 1, new int[][]{{2}}, 0);
+            for (int i = 0; i < 2; i++) assertInstanceOf(TransferInfo.class, fake.evil.read());
+            MemorySegment payload = arena.allocate(PAGE_BYTES * buffers);
+            payload.fill((byte) 0x11);
+            WriteList whole = WriteList.builder(41, buffers);
+            for (int b = 0; b < buffers; b++) whole.add(Region.KV, 0, b, 7 * PAGE_BYTES, PAGE_BYTES);
+            fake.writeList(whole, payload);
+            WriteList again = WriteList.builder(41, 2 * buffers);
+            for (int b = 0; b < buffers; b++) {
+                again.add(Region.KV, 0, b, 7 * PAGE_BYTES, PAGE_BYTES / 2);
+                again.add(Region.KV, 0, b, 7 * PAGE_BYTES + PAGE_BYTES / 2, PAGE_BYTES / 2);
+            }
+            fake.writeList(again, payload);
+            fake.evil.send(Status.success(41, 0, 2L * PAGE_BYTES * buffers, 0, false));
+
+            WriteList kv = WriteList.builder(42, buffers);
+            for (int b = 0; b < buffers; b++) kv.add(Region.KV, 0, b, 9 * PAGE_BYTES, PAGE_BYTES);
+            fake.writeList(kv, payload);
+            for (int i = 0; i < 3; i++) {
+                fake.writeList(WriteList.builder(42, 1).add(Region.AUX, 0, 0, dm.auxItem[0], dm.auxItem[0]), payload.asSlice(0, dm.auxItem[0]));
+                fake.writeList(WriteList.builder(42, 1).add(Region.STATE, 0, 0, 2 * dm.stateItem[0], dm.stateItem[0]),
+                        payload.asSlice(0, dm.stateItem[0]));
+            }
+            fake.evil.send(Status.success(42, 0, PAGE_BYTES * buffers + dm.auxItem[0] + dm.auxItem[1] + dm.stateItem[0] + dm.stateItem[1],
+                    0, false));
+            await(halves::poll, KVPoll.Failed);
+            await(rows::poll, KVPoll.Failed);
+            String why = failed(halves::failureException).getMessage();
+            assertTrue(why.contains("is not what prefill rank 0 at"), why);
+            why = failed(rows::failureException).getMessage();
+            assertTrue(why.contains("aux buffer 0 row 1 of room 42 was written twice"), why);
+        }
+    }
+
+    /**
      * Piece lists from a token-holding prefill: an exact list lands and concludes; a list with one
      * piece outside the room is refused whole (nothing of it lands, the room fails); a list that is
      * short of what Success claims fails as incomplete; a list whose CRC is wrong fails as integrity;

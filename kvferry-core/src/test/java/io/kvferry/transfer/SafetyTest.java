@@ -102,7 +102,8 @@ class SafetyTest extends TransferTestBase {
         bootstrap(recv, 0);
         recv.sendMetadata(new int[]{5}, 0, null, 0);
         d.teardown();
-        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing("127.0.0.1:1", null), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES));
+        assertThrows(WriteRejectedException.class, () -> d.writeGate().begin(new WriteSink.Landing("127.0.0.1:1", null), 42, Region.KV, 0, 0, 5 * PAGE_BYTES, PAGE_BYTES, PAGE_BYTES,
+                PAGE_BYTES, PAGE_BYTES));
         assertEquals(KVPoll.Failed, recv.poll());
     }
 

@@ -81,7 +81,8 @@ class TransportProvidersTest {
         }
 
         @Override
-        public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload)
+        public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload,
+                          long piece, long stride)
                 throws WriteRejectedException {
             if (room == 13) throw new WriteRejectedException("room 13 is not ready", false);
             into.admit(room, 0, pool, offset, span, payload);

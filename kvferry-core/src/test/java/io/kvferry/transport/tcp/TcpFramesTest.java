@@ -102,7 +102,8 @@ class TcpFramesTest {
         }
 
         @Override
-        public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload) {
+        public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload,
+                          long piece, long stride) {
             writes++;
             into.admit(this, 0, dst.segmentOrNull(region, component, buffer), offset, span, payload);
         }
