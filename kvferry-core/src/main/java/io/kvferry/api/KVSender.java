@@ -49,7 +49,10 @@ public interface KVSender {
     /** Drops this room's bookkeeping. A cleared room is never resurrected. */
     void clear();
 
-    /** Fails the room with "Aborted by AbortReq."; queued chunks are skipped. */
+    /**
+     * Fails the room with "Aborted by AbortReq."; queued chunks are skipped. After Success too, as
+     * SGLang's (poll() then returns Failed), but on this rank only: the decode keeps its completed room.
+     */
     void abort();
 
     long bootstrapRoom();

@@ -155,7 +155,8 @@ final class LinkReader {
             }
         } else if (s.status() == KVPoll.Failed) {
             // The prefill's words: escaped, they become the room's reason and reach logs, exceptions and pages.
-            room.slot.fail(s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : LogSafe.text(s.reason()));
+            // A room already verified complete here stays Success: its bytes landed, whatever the prefill did since.
+            room.slot.failIfUnfinished(s.kind(), s.reason().isEmpty() ? Failures.DEFAULT_PREFILL_FAILURE : LogSafe.text(s.reason()));
         }
     }
 

@@ -364,8 +364,9 @@ final class DecodeSessions {
             throw new ProtocolException("ABORT flood: " + link.pendingAcks.get() + " ABORT_ACKs for this link are still unsent ("
                     + link.rooms.size() + " rooms held)");
         }
-        if (ours && rooms.statuses.status(a.room()) != KVPoll.Success) {
-            rooms.statuses.fail(a.room(), FailureKind.ABORTED, Failures.ABORTED);
+        // A room that concluded here stays Success (atomically: its last chunk may be finishing right now).
+        if (ours && (rooms.statuses.failIfUnfinished(a.room(), FailureKind.ABORTED, Failures.ABORTED)
+                || rooms.statuses.status(a.room()) == KVPoll.Failed)) {
             room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
         }
         // Through the room's worker, so the ack leaves only after any in-flight chunk of the room stopped.
@@ -400,9 +401,11 @@ final class DecodeSessions {
         for (Long r : link.rooms) {
             PrefillRoom room = rooms.get(r);
             if (room == null) continue;
-            if (rooms.statuses.status(r).isTerminal()) continue;
-            rooms.statuses.fail(r, kind, "Decode instance could be dead: lost connection with decode session "
-                    + link.sessionId() + " (" + why + ")");
+            // Only a room still under way fails (atomically: one that concluded meanwhile stays as it is).
+            if (!rooms.statuses.failIfUnfinished(r, kind, "Decode instance could be dead: lost connection with decode session "
+                    + link.sessionId() + " (" + why + ")")) {
+                continue;
+            }
             if (!room.claimed && room.heldOnlyBy(link)) {
                 // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
                 // keeps the failure for a sender created for it later.

@@ -214,9 +214,15 @@ final class PrefillKVSender implements KVSender {
         manager.rooms.forget(room.room);
     }
 
+    /**
+     * As SGLang's: the failure is recorded and this sender's state latched Failed, even after poll()
+     * returned Success. A room that had reached Success fails on this rank only: its decodes, which may
+     * hold it complete and verified, are not told (PrefillRooms.notifyOnce).
+     */
     @Override
     public void abort() {
         manager.rooms.fail(room, FailureKind.ABORTED, Failures.ABORTED);
+        if (concluded != null) concluded = KVPoll.Failed; // unlatched, poll() reads the slot's Failed
     }
 
     @Override

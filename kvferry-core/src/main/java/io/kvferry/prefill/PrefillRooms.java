@@ -178,9 +178,11 @@ final class PrefillRooms {
 
     /**
      * Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight
-     * chunks). A record cleared meanwhile (a chunk or a sender still holding it) fails nothing here: if a
-     * newer request holds its id by now, that request's status and its decode are not this record's to
-     * touch; if none does, the old destinations are still told.
+     * chunks). A room that had reached Success fails here only (SGLang's abort() latches its own state):
+     * its bytes and statuses all went out, so its decodes are not told (see {@link #notifyOnce}). A record
+     * cleared meanwhile (a chunk or a sender still holding it) fails nothing here: if a newer request holds
+     * its id by now, that request's status and its decode are not this record's to touch; if none does,
+     * the old destinations are still told (unless the room had succeeded).
      */
     void fail(PrefillRoom room, FailureKind kind, String reason) {
         PrefillRoom current = rooms.get(room.room);
@@ -202,19 +204,21 @@ final class PrefillRooms {
     boolean failIfUnfinished(PrefillRoom room, FailureKind kind, String reason) {
         if (rooms.get(room.room) != room) return false;
         RoomStatusTable.Slot slot = room.slot;
-        boolean failed = slot != null ? slot.failIfUnfinished(kind, reason)
-                : !statuses.status(room.room).isTerminal() && statuses.fail(room.room, kind, reason);
+        boolean failed = slot != null ? slot.failIfUnfinished(kind, reason) : statuses.failIfUnfinished(room.room, kind, reason);
         if (failed) notifyOnce(room);
         return failed;
     }
 
     /**
-     * Tells the room's destinations its recorded failure, unless that was done already. The entry is
-     * read now: the scheduler may clear the room before the worker gets to the notice.
+     * Tells the room's destinations its recorded failure, unless that was done already or the room had
+     * reached Success before it failed: a concluded transfer's decodes may hold it complete and verified
+     * by now, and a Failed STATUS must not reach them. The entry is read now: the scheduler may clear the
+     * room before the worker gets to the notice.
      */
     void notifyOnce(PrefillRoom room) {
-        if (!room.failureNotified.compareAndSet(false, true)) return;
         RoomStatusTable.Slot slot = room.slot;
+        if (slot != null && slot.reachedSuccess()) return; // only a sender's slot can reach Success
+        if (!room.failureNotified.compareAndSet(false, true)) return;
         RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
         workers.enqueue(room.room, () -> notifyFailure(room, e));
     }

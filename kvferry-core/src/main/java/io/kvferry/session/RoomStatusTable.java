@@ -64,6 +64,8 @@ public final class RoomStatusTable {
         private volatile long sinceNanos;
         /** Set once the room was removed (cleared): the slot then reads as Failed and never changes. */
         private volatile boolean removed;
+        /** The status the room failed from (null until it fails); written before the Failed status. */
+        private volatile KVPoll failedFrom;
         /** Run after every change of this room (its handle's {@link RoomFeed} entry); null for none. */
         private volatile Runnable watcher;
 
@@ -82,6 +84,15 @@ public final class RoomStatusTable {
         /** When the room entered its status ({@link System#nanoTime()}); -1 once removed. */
         public long sinceNanos() {
             return removed ? -1 : sinceNanos;
+        }
+
+        /**
+         * Whether the room reached Success, whatever happened to it since (a later local failure, its
+         * removal): a concluded transfer whose peer must not be told it failed. Atomic with the change
+         * that failed it, since the slot records what it failed from.
+         */
+        public boolean reachedSuccess() {
+            return status == KVPoll.Success || failedFrom == KVPoll.Success; // failedFrom is written before status
         }
 
         @Override
@@ -161,6 +172,7 @@ public final class RoomStatusTable {
                 if (removed || from == KVPoll.Failed || (unlessSucceeded && from == KVPoll.Success)) return false;
                 kind = failureKind;
                 reason = why;
+                failedFrom = from;
                 sinceNanos = System.nanoTime();
                 status = KVPoll.Failed;
                 if (listener != null) now = snapshot();
@@ -248,6 +260,16 @@ public final class RoomStatusTable {
         if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
         Slot s = rooms.get(room);
         return s != null && s.fail(kind, reason);
+    }
+
+    /**
+     * Fails a room that exists and has not concluded (Success or Failed), atomically; true when this
+     * call moved it to Failed. For a failure found off the room's own path (a peer's abort, a lost link).
+     */
+    public boolean failIfUnfinished(long room, FailureKind kind, String reason) {
+        if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
+        Slot s = rooms.get(room);
+        return s != null && s.failIfUnfinished(kind, reason);
     }
 
     /**

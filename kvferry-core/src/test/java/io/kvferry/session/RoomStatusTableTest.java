@@ -59,6 +59,34 @@ class RoomStatusTableTest {
         assertEquals("could not register", table.reason(2));
         assertFalse(waiting.failIfUnfinished(FailureKind.PEER_LOST, "second"), "the first failure stays");
         assertTrue(table.open(3, Bootstrapping).fail(FailureKind.ROUTING, "plain fail"), "fail() as before");
+        // By id too: a peer's abort or a lost link that races the room's last chunk.
+        table.open(4, Bootstrapping).advance(Success);
+        assertFalse(table.failIfUnfinished(4, FailureKind.ABORTED, "late abort"));
+        assertEquals(Success, table.status(4));
+        table.open(5, Bootstrapping);
+        assertTrue(table.failIfUnfinished(5, FailureKind.ABORTED, "abort"));
+        assertFalse(table.failIfUnfinished(5, FailureKind.PEER_LOST, "second"), "the first failure stays");
+        assertEquals(FailureKind.ABORTED, table.kind(5));
+        assertFalse(table.failIfUnfinished(6, FailureKind.ABORTED, "unknown room"), "nothing is created");
+        assertFalse(table.contains(6));
+    }
+
+    /** A room that succeeded and failed locally afterwards (its sender's abort) still says it succeeded, removed or not. */
+    @Test
+    void aSlotRemembersItReachedSuccessThroughALaterFailureAndItsRemoval() {
+        RoomStatusTable.Slot done = table.open(1, Bootstrapping), failed = table.open(2, Bootstrapping);
+        assertFalse(done.reachedSuccess());
+        done.advance(Success);
+        assertTrue(done.reachedSuccess());
+        assertTrue(done.fail(FailureKind.ABORTED, "aborted after Success"), "a local abort still fails it");
+        assertEquals(Failed, done.status());
+        assertTrue(done.reachedSuccess());
+        table.remove(1);
+        assertTrue(done.reachedSuccess());
+        failed.advance(Transferring);
+        failed.fail(FailureKind.TRANSFER_ERROR, "mid-transfer");
+        table.remove(2);
+        assertFalse(failed.reachedSuccess(), "failed under way");
     }
 
     @Test

@@ -160,6 +160,44 @@ class IntegrityTest extends TransferTestBase {
     }
 
     /**
+     * Success is final once verified: a Failed STATUS from the prefill after its room's bytes all landed
+     * and checked out (a prefill-side abort or failure after the fact) leaves the decode's room Success,
+     * even before the decode's scheduler polled it; a room still under way fails on it as before.
+     */
+    @Test
+    void aFailedStatusAfterAVerifiedSuccessLeavesTheRoomSuccess() throws Exception {
+        TestRank dm = rank();
+        int buffers = kvBuffers(dm);
+        try (FakePrefill fake = new FakePrefill(); Arena arena = Arena.ofConfined()) {
+            KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+            KVReceiver done = d.createReceiver(fake.addr, 41), underWay = d.createReceiver(fake.addr, 42);
+            fake.connect(() -> {
+                bootstrap(done, 0);
+                bootstrap(underWay, 0);
+            }, true);
+            done.sendMetadata(new int[]{1, 2}, -1, null, 0);
+            underWay.sendMetadata(new int[]{3, 4}, -1, null, 0);
+            for (int i = 0; i < 2; i++) assertInstanceOf(TransferInfo.class, fake.evil.read());
+            MemorySegment page = arena.allocate(PAGE_BYTES);
+            for (int b = 0; b < buffers; b++) {
+                fake.write(41, b, PAGE_BYTES, page, null);
+                fake.write(41, b, 2 * PAGE_BYTES, page, null);
+            }
+            fake.evil.send(Status.success(41, 0, 2L * buffers * PAGE_BYTES, 0, false));
+            // Not polled (a scheduler busy elsewhere): the room's Success is read off the status table.
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (d.inspect().roomsByState().getOrDefault("Success", 0) == 0 && System.nanoTime() < deadline) Thread.onSpinWait();
+            assertEquals(1, d.inspect().roomsByState().getOrDefault("Success", 0), "room 41 verified complete");
+            fake.evil.send(new Status(41, KVPoll.Failed, FailureKind.ABORTED, 0, "Aborted by AbortReq."));
+            fake.evil.send(new Status(42, KVPoll.Failed, FailureKind.ABORTED, 0, "Aborted by AbortReq."));
+            await(underWay::poll, KVPoll.Failed); // read in order on the link's reader: room 41's status was handled first
+            assertEquals(KVPoll.Success, done.poll(), "a transfer verified complete stays Success");
+            done.clear();
+            assertEquals(FailureKind.ABORTED, failed(underWay::failureException).kind());
+        }
+    }
+
+    /**
      * A page written twice cannot stand in for one never written: a prefill that sends page 7 twice
      * (as two piece lists, or as two WRITEs) and page 8 never, then claims every owed byte, fails the
      * room instead of leaving page 8's stale bytes to be decoded from; a room written once succeeds.

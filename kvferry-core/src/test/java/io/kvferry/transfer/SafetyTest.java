@@ -13,8 +13,12 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
+import io.kvferry.protocol.ControlMessage;
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
@@ -28,9 +32,12 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.StandardOpenOption;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.function.Supplier;
 import java.util.stream.IntStream;
@@ -265,6 +272,55 @@ class SafetyTest extends TransferTestBase {
         }
         assertEquals(rooms, acks, "ABORT_ACKs received before the link was cut");
         assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
+    }
+
+    /**
+     * A prefill-side abort() after the room's transfer completed (its client went away just then) fails the
+     * room on the prefill only, as SGLang's abort() latches its own state: poll() returns Failed there, polled
+     * Success before or not, but no Failed STATUS follows the room's Success to its decode, which may hold the
+     * room complete and verified by then.
+     */
+    @Test
+    void aPrefillAbortAfterSuccessFailsTheRoomOnThePrefillOnly() throws Exception {
+        TestRank pm = rank(), fm = rank();
+        // One worker: a failure notice for either room would leave before the ABORT_ACK that ends the test.
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).transferWorkers(1).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        ControlConnection decode = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
+        closeables.add(decode);
+        assertTrue(registerAsDecode(decode, "finished-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+        KVSender polled = p.createSender(addr, 51), unpolled = p.createSender(addr, 52);
+        decode.send(new TransferInfo(51, new int[]{1}, -1, new int[0][], 1, 0, false));
+        decode.send(new TransferInfo(52, new int[]{2}, -1, new int[0][], 1, 0, false));
+        for (KVSender s : List.of(polled, unpolled)) {
+            await(s::poll, KVPoll.WaitingForInput);
+            s.init(1, -1);
+            s.send(new int[]{3}, null);
+        }
+        await(polled::poll, KVPoll.Success);
+        // Room 52 is not polled (a scheduler busy elsewhere): its Success is read off the status table.
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (p.inspect().roomsByState().getOrDefault("Success", 0) < 2 && System.nanoTime() < deadline) Thread.onSpinWait();
+        assertEquals(2, p.inspect().roomsByState().getOrDefault("Success", 0));
+
+        polled.abort();
+        unpolled.abort();
+        assertEquals(KVPoll.Failed, polled.poll(), "abort() latches Failed, as SGLang's, even after poll() returned Success");
+        assertEquals(KVPoll.Failed, unpolled.poll());
+        assertEquals(FailureKind.ABORTED, failed(polled::failureException).kind());
+
+        decode.send(new Abort(999)); // a room this link does not hold: acknowledged behind anything the worker queued before
+        List<Status> statuses = new ArrayList<>();
+        ControlMessage m;
+        while (!((m = decode.read()) instanceof AbortAck)) {
+            if (m instanceof Status st) statuses.add(st);
+            else if (m instanceof WriteHeader h) decode.readPayload(ByteBuffer.allocate(Math.toIntExact(h.length())));
+            else if (m instanceof WriteList l) decode.readPayload(ByteBuffer.allocate(Math.toIntExact(l.payloadLength())));
+        }
+        assertEquals(List.of(KVPoll.Success, KVPoll.Success), statuses.stream().map(Status::status).toList(),
+                "the decode heard each room's Success and nothing after it: " + statuses);
     }
 
     @Test
