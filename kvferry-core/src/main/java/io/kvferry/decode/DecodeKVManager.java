@@ -378,6 +378,7 @@ public final class DecodeKVManager implements KVManager {
             if (l.oneSided != null && !l.oneSided.revoke(left)) {
                 log.warn("teardown: could not confirm that {} stopped writing", l);
             }
+            l.closeTwoSidedOffer();
         }
         for (DestinationTransport d : destinations) d.close();
     }

@@ -353,6 +353,7 @@ final class LinkDirectory {
                         + "', which this decode did not offer");
             }
             link.dataPath = fallback ? Transports.fallback().name() : ack.dataPath();
+            link.offer = chosen; // closed with the link if two-sided (nothing revokes it)
             link.oneSided = chosen != null && chosen.oneSided() ? chosen : null;
             link.digestInStatus = link.checksum != ChecksumMode.OFF && !link.dataPath.equals(Transports.fallback().name());
             if (!ack.fallback().isEmpty()) {

@@ -227,6 +227,7 @@ final class LinkReader {
         }
         link.closeAll(kind, why);
         directory.remove(link);
+        link.closeTwoSidedOffer(); // its writes passed the gate, which fences them: nothing to wait for
         if (closed) return;
         // Cached lookups may point at a dead or replaced instance: look them up again next time.
         directory.forgetPrefill(link.bootstrapAddr);

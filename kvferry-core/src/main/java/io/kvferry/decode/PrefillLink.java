@@ -33,6 +33,11 @@ final class PrefillLink {
     volatile String dataPathNote = "";
     /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
     volatile LinkOffer oneSided;
+    /**
+     * The offer the prefill chose, one-sided or not (inproc's too); null for tcp. Set once at registration;
+     * a two-sided one is closed when the link is lost or torn down ({@link #closeTwoSidedOffer}).
+     */
+    volatile LinkOffer offer;
     /** Which of this rank's bytes the prefill rank writes for every room (its HELLO_ACK). Set once at registration. */
     volatile Coverage coverage = Coverage.NONE;
     /** The coverage cut into the granules the write gate admits and tracks (set with {@link #coverage}). */
@@ -55,6 +60,15 @@ final class PrefillLink {
     void closeAll(FailureKind kind, String reason) {
         connection.close(kind, reason);
         for (ControlConnection c : stripes) c.close(kind, reason);
+    }
+
+    /**
+     * Releases the chosen offer when it is two-sided (inproc: its key in the JVM's table, which holds the
+     * decode's write gate); idempotent. One-sided offers are revoked instead, and closed by their transport.
+     */
+    void closeTwoSidedOffer() {
+        LinkOffer o = offer;
+        if (o != null && !o.oneSided()) o.close();
     }
 
     /** Every reader thread of this link (control and stripes), for joining. */

@@ -21,6 +21,7 @@ import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
 import io.kvferry.transport.Transports;
+import io.kvferry.transport.inproc.InprocOffers;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -215,6 +216,31 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         while (mappingsOf(file) > 1 && System.nanoTime() < deadline) Thread.sleep(20);
         assertEquals(1, mappingsOf(file), "the prefill unmapped the pool once the decode's session was gone");
         assertEquals(0, p.stats().peerConnections());
+    }
+
+    /**
+     * An inproc link's offer (the key under which the prefill finds the decode's write gate in this JVM)
+     * goes with its link: a decode that outlives many prefills does not keep one per link it ever had.
+     */
+    @Test
+    void anInprocLinksOfferIsReleasedWhenTheLinkIsLost() throws Exception {
+        TestRank dm = rank();
+        KVManager d = decode(dm, "inproc", cfg(1, 0).build(), 0, PAGE_SIZE);
+        int before = InprocOffers.held();
+        for (int i = 0; i < 3; i++) {
+            TestRank pm = rank();
+            KVManager p = prefill(pm, "inproc", 1, 0, PAGE_SIZE);
+            KVReceiver r = d.createReceiver(addr, 100 + i);
+            assertEquals(KVPoll.WaitingForInput, bootstrap(r, 0));
+            assertEquals(before + 1, InprocOffers.held(), "the link's offer, while the link is up");
+            r.clear();
+            p.close(); // the link is lost
+            long deadline = System.nanoTime() + 5_000_000_000L;
+            while (InprocOffers.held() > before && System.nanoTime() < deadline) Thread.sleep(5);
+            assertEquals(before, InprocOffers.held(), "offers of links that are gone are still registered");
+        }
+        d.close();
+        assertEquals(before, InprocOffers.held());
     }
 
     private static long mappingsOf(String file) throws IOException {

@@ -33,6 +33,11 @@ public final class InprocTransportProvider implements TransportProvider {
 
     private record Offered(WriteSink gate, String link) {}
 
+    /** How many offers this JVM holds (each keeps a decode's write gate reachable): tests check none outlives its link. */
+    static int offersHeld() {
+        return GATES.size();
+    }
+
     @Override
     public String name() {
         return NAME;
