@@ -8,13 +8,16 @@ import org.junit.jupiter.api.Test;
 
 import java.nio.ByteBuffer;
 
+import static com.tngtech.archunit.core.domain.JavaClass.Predicates.resideInAPackage;
+import static com.tngtech.archunit.core.domain.JavaClass.Predicates.resideOutsideOfPackage;
 import static com.tngtech.archunit.lang.syntax.ArchRuleDefinition.noClasses;
 import static com.tngtech.archunit.library.dependencies.SlicesRuleDefinition.slices;
 
 /**
  * The "may touch" table of docs/ARCHITECTURE.md, enforced: {@code api} depends on nothing of
  * kvferry; {@code protocol} and {@code plan} are pure (no I/O packages, no threads of ours);
- * transports see only the SPI's neighbours (api, memory, plan, protocol); the session toolkit sees
+ * transports see only the SPI's neighbours (api, memory, plan, protocol); the shared HTTP plumbing
+ * ({@code http}) sees nothing of kvferry; the session toolkit sees
  * only api and the transports; prefill and decode never see each other; only the {@link KVFerry}
  * factory names the managers; and no two packages depend on each other in a cycle.
  */
@@ -29,7 +32,7 @@ class LayeringTest {
         noClasses().that().resideInAPackage("io.kvferry.api..")
                 .should().dependOnClassesThat().resideInAnyPackage("io.kvferry.memory..", "io.kvferry.plan..", "io.kvferry.protocol..",
                         "io.kvferry.registry..", "io.kvferry.transport..", "io.kvferry.session..", "io.kvferry.prefill..",
-                        "io.kvferry.decode..", "io.kvferry.fake..")
+                        "io.kvferry.decode..", "io.kvferry.fake..", "io.kvferry.http..")
                 .orShould().dependOnClassesThat().belongToAnyOf(KVFerry.class)
                 .because("the API is what engines compile against; it must not drag the implementation with it")
                 .check(CORE);
@@ -42,6 +45,15 @@ class LayeringTest {
                         "io.kvferry.transport..", "io.kvferry.session..", "io.kvferry.prefill..", "io.kvferry.decode..",
                         "java.nio.channels..", "java.net..", "java.util.concurrent..")
                 .because("framing and planning are pure functions of their inputs, tested without sockets or threads")
+                .check(CORE);
+    }
+
+    @Test
+    void httpPlumbingDependsOnNothingOfKvferry() {
+        noClasses().that().resideInAPackage("io.kvferry.http..")
+                .should().dependOnClassesThat(resideInAPackage("io.kvferry..").and(resideOutsideOfPackage("io.kvferry.http..")))
+                .because("the request gate and the bounded body are shared by the registry and kvferry-ops' servers and clients; "
+                        + "they are plumbing, not kvferry")
                 .check(CORE);
     }
 

@@ -2,10 +2,10 @@ package io.kvferry.registry;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.http.BoundedBody;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.URI;
@@ -14,7 +14,6 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Collection;
@@ -24,13 +23,10 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.Flow;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * Talks to one bootstrap registry (kvferry's or SGLang's): prefill ranks register with it, decode ranks
@@ -330,9 +326,9 @@ public final class BootstrapClient implements AutoCloseable {
                     throw new RegistryException(what + " to " + base + " refused: " + outcome(status, body, null)
                             + " (not retried)", status, body);
                 }
-            } catch (ReplyTooLargeException e) {
+            } catch (BoundedBody.TooLargeException e) {
                 // Not retried: the same registry would send the same reply again.
-                throw new RegistryException(what + " to " + base + " refused: " + e.getMessage(), e.status, null, e);
+                throw new RegistryException(what + " to " + base + " refused: " + e.getMessage(), e.status(), null, e);
             } catch (IOException e) {
                 status = RegistryException.NO_RESPONSE;
                 body = null;
@@ -360,20 +356,16 @@ public final class BootstrapClient implements AutoCloseable {
      * instead, and at the deadline it is cancelled, which aborts the connection.
      */
     private HttpResponse<byte[]> exchange(HttpRequest req, Duration timeout) throws IOException, InterruptedException {
-        AtomicReference<BoundedBody> body = new AtomicReference<>();
-        CompletableFuture<HttpResponse<byte[]>> f = http.sendAsync(req, info -> {
-            BoundedBody b = new BoundedBody(info.statusCode(), info.headers().firstValueAsLong("content-length").orElse(-1));
-            body.set(b);
-            return b;
-        });
+        BoundedBody.Handler body = BoundedBody.handler(MAX_REPLY_BYTES, "a registry reply");
+        CompletableFuture<HttpResponse<byte[]>> f = http.sendAsync(req, body);
         try {
             return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
         } catch (TimeoutException e) {
-            abort(f, body.get());
+            abort(f, body);
             throw new HttpTimeoutException("no complete reply (headers and body) within the request timeout of "
                     + timeout.toMillis() + " ms");
         } catch (InterruptedException e) {
-            abort(f, body.get());
+            abort(f, body);
             throw e;
         } catch (ExecutionException e) {
             Throwable cause = e.getCause();
@@ -384,88 +376,9 @@ public final class BootstrapClient implements AutoCloseable {
         }
     }
 
-    private static void abort(CompletableFuture<?> exchange, BoundedBody body) {
+    private static void abort(CompletableFuture<?> exchange, BoundedBody.Handler body) {
         exchange.cancel(true);
-        if (body != null) body.abort();
-    }
-
-    /** A reply body over {@link #MAX_REPLY_BYTES}, declared or sent. */
-    private static final class ReplyTooLargeException extends IOException {
-        final int status;
-
-        ReplyTooLargeException(int status, String message) {
-            super(message);
-            this.status = status;
-        }
-    }
-
-    /**
-     * Collects a reply body up to {@link #MAX_REPLY_BYTES}, one buffer list requested at a time; a
-     * declared or actual length over it cancels the subscription (closing the connection) at once.
-     */
-    private static final class BoundedBody implements HttpResponse.BodySubscriber<byte[]> {
-        private final int status;
-        private final long declared;
-        private final CompletableFuture<byte[]> result = new CompletableFuture<>();
-        private final ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-        private volatile Flow.Subscription subscription;
-
-        BoundedBody(int status, long declared) {
-            this.status = status;
-            this.declared = declared;
-        }
-
-        @Override
-        public void onSubscribe(Flow.Subscription s) {
-            subscription = s;
-            if (declared > MAX_REPLY_BYTES) {
-                tooLarge("declares a body of " + declared + " bytes");
-                return;
-            }
-            s.request(1);
-        }
-
-        @Override
-        public void onNext(List<ByteBuffer> items) {
-            if (result.isDone()) return;
-            for (ByteBuffer b : items) {
-                if (bytes.size() + (long) b.remaining() > MAX_REPLY_BYTES) {
-                    tooLarge("sent a body of more than " + MAX_REPLY_BYTES + " bytes");
-                    return;
-                }
-                byte[] chunk = new byte[b.remaining()];
-                b.get(chunk);
-                bytes.writeBytes(chunk);
-            }
-            subscription.request(1);
-        }
-
-        private void tooLarge(String what) {
-            subscription.cancel();
-            result.completeExceptionally(new ReplyTooLargeException(status, "HTTP " + status + " reply " + what
-                    + ", over the limit of " + MAX_REPLY_BYTES + " bytes for a registry reply"));
-        }
-
-        void abort() {
-            Flow.Subscription s = subscription;
-            if (s != null) s.cancel();
-            result.completeExceptionally(new HttpTimeoutException("reply aborted at the request timeout"));
-        }
-
-        @Override
-        public void onError(Throwable t) {
-            result.completeExceptionally(t);
-        }
-
-        @Override
-        public void onComplete() {
-            result.complete(bytes.toByteArray());
-        }
-
-        @Override
-        public CompletionStage<byte[]> getBody() {
-            return result;
-        }
+        body.abort();
     }
 
     private static boolean retryable(int status) {

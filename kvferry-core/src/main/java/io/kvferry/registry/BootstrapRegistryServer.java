@@ -6,6 +6,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.http.RequestGate;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 

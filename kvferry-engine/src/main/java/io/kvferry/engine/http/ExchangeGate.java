@@ -20,7 +20,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * The executor of an engine or router {@code HttpServer}: one virtual thread per exchange, at most
  * {@code maxExchanges} under way, and a deadline on reading the request.
  *
- * <p>The same design as kvferry's bootstrap registry ({@code io.kvferry.registry.RequestGate}, which
+ * <p>The same design as kvferry's bootstrap registry ({@code io.kvferry.http.RequestGate}, which
  * the engine may not use: it drives kvferry through its public API only, see LayeringTest). The JDK
  * server hands a connection to the executor at its first byte and reads the request line, headers
  * and body on that thread with blocking reads that have no deadline; its own limits

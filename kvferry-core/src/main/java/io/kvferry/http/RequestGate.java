@@ -1,4 +1,4 @@
-package io.kvferry.registry;
+package io.kvferry.http;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -14,9 +14,10 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * The executor of the registry's {@code HttpServer}: one virtual thread per request (a platform one
- * where {@link RegistryOptions#platformRequestThreads()} asks), at most
- * {@code maxConnections} requests under way, and none of them older than {@code requestTimeout}.
+ * The executor of a kvferry {@code HttpServer} (the bootstrap registry's, and the operating endpoint of
+ * kvferry-ops' {@code OpsServer}): one virtual thread per request (a platform one where the owner asks),
+ * at most {@code maxRequests} requests under way, and none of them older than {@code timeout}. The
+ * owner runs {@link #sweep()} every {@link #sweepPeriodMillis} and {@link #close} after stopping its server.
  *
  * <p>Why this shape. The JDK server (as of JDK 25, {@code sun.net.httpserver.ServerImpl}) parks new and
  * idle connections on its selector, but as soon as a connection's first byte arrives it hands the
@@ -26,7 +27,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * worker; with a caller-runs queue they then hold the dispatcher too, so nothing is served until they
  * leave. Its own limits ({@code sun.net.httpserver.maxReqTime}, {@code jdk.httpserver.maxConnections})
  * are JVM-wide system properties read once when the server class loads: wrong for a library that
- * shares the JVM with its host. So the limits live here, per registry:
+ * shares the JVM with its host. So the limits live here, per server:
  * <ul>
  *   <li>a virtual thread per request: a stalled client parks a virtual thread, never a worker that
  *       others wait for, so the dispatcher never blocks and legitimate requests start at once;</li>
@@ -41,7 +42,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * Connections that have sent nothing (new, or idle between keep-alive requests) hold no thread and are
  * not counted; the JDK closes them after its idle interval ({@code sun.net.httpserver.idleInterval}, 30 s).
  */
-final class RequestGate implements Executor {
+public final class RequestGate implements Executor {
     private static final Logger log = LoggerFactory.getLogger(RequestGate.class);
     private static final long WARN_EVERY_NANOS = TimeUnit.SECONDS.toNanos(10);
 
@@ -57,8 +58,15 @@ final class RequestGate implements Executor {
     private final String name;
     private volatile boolean closed;
 
-    /** @param platformThreads each request on a platform thread (RegistryOptions#platformRequestThreads says when) */
-    RequestGate(String name, int maxRequests, Duration timeout, boolean platformThreads) {
+    /**
+     * @param name            names the request threads and the log lines
+     * @param maxRequests     the cap on requests under way
+     * @param timeout         the longest one request may take, first byte to response written
+     * @param platformThreads each request on a platform thread (the registry's {@code RegistryOptions#platformRequestThreads} says when)
+     */
+    public RequestGate(String name, int maxRequests, Duration timeout, boolean platformThreads) {
+        if (maxRequests < 1) throw new IllegalArgumentException("maxRequests must be >= 1, got " + maxRequests);
+        if (timeout.toNanos() <= 0) throw new IllegalArgumentException("timeout must be positive, got " + timeout);
         this.name = name;
         this.maxRequests = maxRequests;
         this.timeoutNanos = timeout.toNanos();
@@ -68,7 +76,7 @@ final class RequestGate implements Executor {
     }
 
     /** How often {@link #sweep()} should run: a small fraction of the timeout, so it is overrun by little. */
-    static long sweepPeriodMillis(Duration timeout) {
+    public static long sweepPeriodMillis(Duration timeout) {
         return Math.clamp(timeout.toMillis() / 5, 10L, 1_000L);
     }
 
@@ -105,7 +113,7 @@ final class RequestGate implements Executor {
     }
 
     /** Closes (by interrupting its thread) every request under way for longer than the timeout. */
-    void sweep() {
+    public void sweep() {
         try {
             sweepOnce(System.nanoTime());
         } catch (RuntimeException e) {
@@ -127,7 +135,7 @@ final class RequestGate implements Executor {
     }
 
     /** Refuses new requests and closes those under way; waits up to {@code wait} for their threads to end. */
-    void close(Duration wait) throws InterruptedException {
+    public void close(Duration wait) throws InterruptedException {
         closed = true;
         underWay.keySet().forEach(Thread::interrupt);
         underWay.clear();
@@ -135,15 +143,15 @@ final class RequestGate implements Executor {
     }
 
     /** Requests whose thread has not ended yet, timed-out ones still unwinding included. */
-    int underWay() {
+    public int underWay() {
         return maxRequests - slots.availablePermits();
     }
 
-    long refusedCount() {
+    public long refusedCount() {
         return refused.get();
     }
 
-    long timedOutCount() {
+    public long timedOutCount() {
         return timedOut.get();
     }
 
