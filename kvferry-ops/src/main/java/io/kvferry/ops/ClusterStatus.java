@@ -4,11 +4,13 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.http.BoundedBody;
 import io.kvferry.metrics.LogSafe;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.PrefillServerInfo;
 
+import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -17,26 +19,35 @@ import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Supplier;
 
 /**
  * The cluster as the bootstrap registry sees it, for its status page and {@code kvferry status}: the
  * instance's topology, every registered prefill rank (dp, cp, tp, pp, endpoint), and the status document
  * of each rank's process, fetched from the {@code kvferry_status_url} the rank registered (each distinct
- * URL once, all at once, each within {@link #FETCH_TIMEOUT}); a process that does not answer is listed
- * with the error. Totals add up the processes that answered.
+ * URL once, all at once, all within {@link #FETCH_TIMEOUT} plus {@link #FETCH_MARGIN}, headers and body, each
+ * body at most {@link #MAX_STATUS_BYTES}); a process that does not answer in time, or answers too much, is
+ * listed with the error. Totals add up the processes that answered.
  */
 public final class ClusterStatus implements Supplier<ObjectNode> {
+    /** How long one process may take to send its status document: the page waits this long (plus {@link #FETCH_MARGIN}) at most. */
     static final Duration FETCH_TIMEOUT = Duration.ofMillis(1500);
+    /** What collecting every fetch may take past {@link #FETCH_TIMEOUT} (they run at once; this covers starting them). */
+    static final Duration FETCH_MARGIN = Duration.ofMillis(250);
+    /** The largest status document read from a process (a few KiB is usual; its tables are bounded). */
+    static final int MAX_STATUS_BYTES = 4 * 1024 * 1024;
 
     private final BootstrapRegistryServer registry;
     private final HttpClient http;
@@ -114,23 +125,20 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
         }
         urls.addAll(extraUrls);
         ArrayNode processes = doc.putArray("processes");
-        Map<String, CompletableFuture<HttpResponse<String>>> pending = new LinkedHashMap<>();
-        for (String u : urls) {
-            HttpRequest req = HttpRequest.newBuilder(URI.create(u)).timeout(FETCH_TIMEOUT).GET().build();
-            pending.put(u, http.sendAsync(req, HttpResponse.BodyHandlers.ofString()));
-        }
+        List<Fetch> fetches = new ArrayList<>();
+        for (ProcessStatus l : local) fetches.add(new Fetch("local", CompletableFuture.completedFuture(l.get()), () -> { }));
+        for (String u : urls) fetches.add(fetch(u));
+        // One deadline for them all: HttpRequest.timeout bounds only the wait for a process's headers, so a
+        // process that then stalls mid-body would hold the page (and a registry request slot) until the
+        // registry's request timeout cut it off.
+        long deadline = System.nanoTime() + FETCH_TIMEOUT.plus(FETCH_MARGIN).toNanos();
         long bytes = 0, concluded = 0, peers = 0;
         Map<String, Long> byState = new TreeMap<>(), byKind = new TreeMap<>();
-        List<Map.Entry<String, CompletableFuture<JsonNode>>> all = new ArrayList<>();
-        for (ProcessStatus l : local) all.add(Map.entry("local", CompletableFuture.completedFuture(l.get())));
-        for (Map.Entry<String, CompletableFuture<HttpResponse<String>>> e : pending.entrySet()) {
-            all.add(Map.entry(e.getKey(), e.getValue().thenApply(ClusterStatus::parse)));
-        }
-        for (Map.Entry<String, CompletableFuture<JsonNode>> e : all) {
+        for (Fetch f : fetches) {
             ObjectNode p = processes.addObject();
-            p.put("url", e.getKey());
+            p.put("url", f.url());
             try {
-                JsonNode status = e.getValue().get();
+                JsonNode status = f.doc().get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
                 if (!"process".equals(status.path("kind").asText())) throw new IllegalStateException("not a process status document");
                 p.put("ok", true);
                 p.set("status", status);
@@ -140,12 +148,18 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
                 peers += tot.path("peers").asLong();
                 addAll(byState, tot.path("rooms_by_state"));
                 addAll(byKind, tot.path("failures_by_kind"));
+            } catch (TimeoutException te) {
+                f.abort().run();
+                p.put("ok", false);
+                p.put("error", "no complete status document within the fetch timeout of " + FETCH_TIMEOUT.toMillis() + " ms");
             } catch (InterruptedException ie) {
                 Thread.currentThread().interrupt();
+                f.abort().run();
                 p.put("ok", false);
                 p.put("error", "interrupted");
             } catch (Exception ex) {
-                Throwable c = ex.getCause() != null ? ex.getCause() : ex;
+                Throwable c = ex;
+                while ((c instanceof ExecutionException || c instanceof CompletionException) && c.getCause() != null) c = c.getCause();
                 p.put("ok", false);
                 p.put("error", LogSafe.text(c.getMessage() != null ? c.getMessage() : c.getClass().getSimpleName()));
             }
@@ -159,12 +173,27 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
         return doc;
     }
 
-    private static JsonNode parse(HttpResponse<String> resp) {
+    /** One process's document on its way, and how to give up on it (cancel the exchange, abort its body). */
+    private record Fetch(String url, CompletableFuture<JsonNode> doc, Runnable abort) {}
+
+    private Fetch fetch(String url) {
+        BoundedBody.Handler body = BoundedBody.handler(MAX_STATUS_BYTES, "a process status document");
+        HttpRequest req = HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build();
+        CompletableFuture<HttpResponse<byte[]>> exchange = http.sendAsync(req, body);
+        return new Fetch(url, exchange.thenApply(ClusterStatus::parse), () -> {
+            exchange.cancel(true);
+            body.abort();
+        });
+    }
+
+    private static JsonNode parse(HttpResponse<byte[]> resp) {
         if (resp.statusCode() != 200) throw new IllegalStateException("HTTP " + resp.statusCode());
         try {
             return StatusJson.MAPPER.readTree(resp.body());
         } catch (JsonProcessingException e) {
             throw new UncheckedIOException("not JSON: " + e.getOriginalMessage(), e);
+        } catch (IOException e) { // not from a byte array in memory; for the compiler
+            throw new UncheckedIOException(e);
         }
     }
 

@@ -1,6 +1,7 @@
 package io.kvferry.ops;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.http.BoundedBody;
 
 import java.io.IOException;
 import java.net.URI;
@@ -17,12 +18,19 @@ import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * {@code kvferry status}: reads a registry's {@code /status.json} (or a process's) and renders the
  * same view as the status page, as text for a terminal.
  */
 public final class StatusClient {
+    /** The largest document read: a cluster's holds each process's (each at most {@link ClusterStatus#MAX_STATUS_BYTES}). */
+    static final int MAX_DOCUMENT_BYTES = 64 * 1024 * 1024;
     private static final DateTimeFormatter TIME = DateTimeFormatter.ofPattern("HH:mm:ss").withZone(ZoneId.systemDefault());
 
     private StatusClient() {}
@@ -47,13 +55,7 @@ public final class StatusClient {
         } catch (IllegalArgumentException e) {
             throw new StatusException("'" + addr + "' is not HOST:PORT: " + e.getMessage());
         }
-        HttpClient http = HttpClient.newBuilder().connectTimeout(timeout).build();
-        HttpResponse<String> resp;
-        try {
-            resp = http.send(HttpRequest.newBuilder(uri).timeout(timeout).GET().build(), HttpResponse.BodyHandlers.ofString());
-        } catch (IOException e) {
-            throw new StatusException("cannot reach " + uri + ": " + why(e));
-        }
+        HttpResponse<byte[]> resp = get(uri, timeout);
         if (resp.statusCode() == 404) {
             throw new StatusException(uri + " answered 404: that registry serves no kvferry status (an SGLang registry, "
                     + "or a kvferry older than the status page); GET /route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1"
@@ -67,6 +69,39 @@ public final class StatusClient {
             return doc;
         } catch (IOException e) {
             throw new StatusException(uri + " answered something that is not JSON: " + e.getMessage());
+        }
+    }
+
+    /**
+     * The whole exchange, headers and body, within {@code timeout}, the body at most {@link #MAX_DOCUMENT_BYTES}.
+     * {@link HttpRequest#timeout} bounds only the wait for the headers: a registry that sent them and then
+     * stalled would hold {@code kvferry status} for ever.
+     */
+    private static HttpResponse<byte[]> get(URI uri, Duration timeout) throws StatusException, InterruptedException {
+        HttpClient http = HttpClient.newBuilder().connectTimeout(timeout).build();
+        BoundedBody.Handler body = BoundedBody.handler(MAX_DOCUMENT_BYTES, "a status document");
+        CompletableFuture<HttpResponse<byte[]>> exchange;
+        try {
+            exchange = http.sendAsync(HttpRequest.newBuilder(uri).timeout(timeout).GET().build(), body);
+        } catch (IllegalArgumentException e) {
+            http.shutdownNow();
+            throw new StatusException("cannot fetch " + uri + ": " + e.getMessage());
+        }
+        try {
+            return exchange.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            throw new StatusException("no complete answer (headers and body) from " + uri + " within " + timeout.toMillis() + " ms");
+        } catch (ExecutionException e) {
+            Throwable cause = e.getCause();
+            while (cause instanceof CompletionException && cause.getCause() != null) cause = cause.getCause();
+            if (cause instanceof BoundedBody.TooLargeException) throw new StatusException(uri + " answered too much: " + cause.getMessage());
+            throw new StatusException("cannot reach " + uri + ": " + why(cause));
+        } finally {
+            if (!exchange.isDone()) { // the deadline passed, or the caller was interrupted: close the connection
+                exchange.cancel(true);
+                body.abort();
+            }
+            http.shutdownNow();
         }
     }
 
