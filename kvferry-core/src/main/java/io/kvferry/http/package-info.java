@@ -1,7 +1,8 @@
 /**
  * HTTP plumbing shared by kvferry's own servers and clients, knowing nothing else of kvferry:
  * {@link io.kvferry.http.RequestGate} (the executor of an {@code HttpServer}: a deadline per request and
- * a cap on requests under way; the bootstrap registry's and kvferry-ops' {@code OpsServer}) and
- * {@link io.kvferry.http.BoundedBody} (a capped response body for {@code HttpClient}).
+ * a cap on requests under way; the bootstrap registry's and kvferry-ops' {@code OpsServer}),
+ * {@link io.kvferry.http.BoundedBody} (a capped response body for {@code HttpClient}) and
+ * {@link io.kvferry.http.HttpUrls} (whether {@code HttpClient} can fetch a URL at all).
  */
 package io.kvferry.http;

@@ -2,6 +2,7 @@ package io.kvferry.registry;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.http.HttpUrls;
 import io.kvferry.metrics.LogSafe;
 
 import java.io.IOException;
@@ -76,6 +77,11 @@ final class Requests {
         if (dtype.isBlank()) throw new BadRequestException("kv_cache_dtype must not be blank");
         if (statusUrl != null && !isStatusUrl(statusUrl)) {
             throw new BadRequestException("kvferry_status_url must be http://HOST:PORT/status.json, got '" + clip(statusUrl) + "'");
+        }
+        String unfetchable = statusUrl == null ? null : HttpUrls.whyNotFetchable(statusUrl);
+        if (unfetchable != null) {
+            // the status page would fetch it; refused here, not found broken there
+            throw new BadRequestException("kvferry_status_url '" + clip(statusUrl) + "' cannot be fetched: " + unfetchable);
         }
         PrefillRankRegistration reg = new PrefillRankRegistration(tpSize, tpRank, cpSize, cpRank, dpSize, dpRank,
                 ppSize, ppRank, sysDpSize, sysDpRank, rankIp, rankPort, pageSize, dtype, lbMethod, dsa, httpPort, statusUrl);

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.http.BoundedBody;
+import io.kvferry.http.HttpUrls;
 import io.kvferry.metrics.LogSafe;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillRankRegistration;
@@ -76,7 +77,8 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
 
     /**
      * Also shows the process whose status document is at {@code statusJsonUrl} (a decode process, which
-     * registers with no prefill registry). Idempotent.
+     * registers with no prefill registry). Idempotent. One that has the shape but no HTTP request can be made
+     * to (a host name with an {@code '_'}, say) is listed down on the page with the reason.
      */
     public void watch(String statusJsonUrl) {
         if (!statusJsonUrl.startsWith("http://") || !statusJsonUrl.endsWith("/status.json")) {
@@ -178,8 +180,16 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
 
     private Fetch fetch(String url) {
         BoundedBody.Handler body = BoundedBody.handler(MAX_STATUS_BYTES, "a process status document");
-        HttpRequest req = HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build();
-        CompletableFuture<HttpResponse<byte[]>> exchange = http.sendAsync(req, body);
+        CompletableFuture<HttpResponse<byte[]>> exchange;
+        try {
+            exchange = http.sendAsync(HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build(), body);
+        } catch (RuntimeException e) {
+            // A URL no request can be made to (watched; the registry refuses such registrations): that
+            // process is listed down with the reason, the others are still fetched.
+            String why = HttpUrls.whyNotFetchable(url);
+            return new Fetch(url, CompletableFuture.failedFuture(new IllegalArgumentException("cannot fetch it: "
+                    + (why != null ? why : e.getMessage()))), () -> { });
+        }
         return new Fetch(url, exchange.thenApply(ClusterStatus::parse), () -> {
             exchange.cancel(true);
             body.abort();

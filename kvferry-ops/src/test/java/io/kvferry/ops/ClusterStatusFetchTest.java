@@ -1,7 +1,10 @@
 package io.kvferry.ops;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.registry.RegistryException;
 import io.kvferry.registry.RegistryOptions;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -24,7 +27,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * The cluster view's fetches of process status documents, against processes that misbehave: one that
  * stalls mid-body or sends too much is listed as down, with why, within the fetch timeout, and the page
- * (and the registry it is served on) carries on. {@code kvferry status}'s client gets the same limits.
+ * (and the registry it is served on) carries on; so does a status URL no request can be made to.
+ * {@code kvferry status}'s client gets the same limits.
  */
 class ClusterStatusFetchTest {
     /** What the page may take at most: every fetch's deadline, plus slack for a loaded CI machine (the registry's own cut-off is 10 s). */
@@ -124,6 +128,44 @@ class ClusterStatusFetchTest {
         long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
         assertTrue(ms < PAGE_BOUND.toMillis(), "four page loads at once took " + ms + " ms");
         assertEquals(200, get(base + "/health", Duration.ofSeconds(2)).statusCode());
+    }
+
+    /**
+     * {@code http://prefill_0:9000/status.json} (a docker-compose service name) looks like a status URL, but
+     * {@link URI} finds no host in it, so no request can be made to it: the registry refuses it at
+     * registration, and one watched anyway lists only that process down, with the reason (it used to make
+     * every page load a 500).
+     */
+    @Test
+    void aStatusUrlNoRequestCanBeMadeToIsRefusedAtRegistrationAndListedDownWhenWatched() throws Exception {
+        String unfetchable = "http://prefill_0:9000/status.json";
+        OpsServer healthy = closing(OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), new ProcessStatus("prefill")));
+        BootstrapRegistryServer registry = registry(RegistryOptions.defaults("t"));
+        ClusterStatus cluster = RegistryOps.mount(registry, Ops.newRegistry(), List.of());
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + registry.port(), "t")) {
+            c.registerRank(rank(0, 5000, healthy.statusJsonUrl()));
+            RegistryException refused = assertThrows(RegistryException.class, () -> c.registerRank(rank(1, 5001, unfetchable)));
+            assertEquals(400, refused.statusCode());
+            assertTrue(refused.getMessage().contains("kvferry_status_url") && refused.getMessage().contains("no host"),
+                    refused.getMessage());
+        }
+        cluster.watch(unfetchable);
+
+        HttpResponse<String> resp = get("http://127.0.0.1:" + registry.port() + "/status.json", Duration.ofSeconds(10));
+
+        assertEquals(200, resp.statusCode(), resp.body());
+        JsonNode processes = StatusJson.MAPPER.readTree(resp.body()).path("processes");
+        assertEquals(2, processes.size(), processes.toString());
+        assertTrue(processes.get(0).path("ok").asBoolean(), processes.toString());
+        JsonNode down = processes.get(1);
+        assertEquals(unfetchable, down.path("url").asText());
+        assertFalse(down.path("ok").asBoolean(), down.toString());
+        assertTrue(down.path("error").asText().startsWith("cannot fetch it: ") && down.path("error").asText().contains("no host"),
+                down.toString());
+    }
+
+    private static PrefillRankRegistration rank(int tp, int port, String statusUrl) {
+        return new PrefillRankRegistration(2, tp, 1, 0, 1, 0, 1, 0, 1, 0, "127.0.0.1", port, 16, "bf16", null, false, null, statusUrl);
     }
 
     @Test
