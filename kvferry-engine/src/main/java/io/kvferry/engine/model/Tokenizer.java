@@ -30,6 +30,18 @@ public final class Tokenizer {
     /** End of sequence, as llama2.c. */
     public static final int EOS = 2;
 
+    /**
+     * Whether a generated token ends the sequence: EOS, or BOS. llama2.c's checkpoints (stories260K and
+     * the other TinyStories models) were trained on stories each opened by BOS and never closed by EOS,
+     * so a story ends when the model starts the next one: it emits BOS, never EOS. run.c stops there
+     * ("the BOS (=1) token delimits sequences": {@code if (next == 1) break;}); a generation that went
+     * on would glue a second story to the first. The ending token is an output token (counted, in the
+     * token ids) but no text, as EOS.
+     */
+    public static boolean endsSequence(int token) {
+        return token == EOS || token == BOS;
+    }
+
     /** Byte fallback: byte b is token b + 3 (ids 3..258), as run.c assumes. */
     private static final int BYTE_OFFSET = 3;
     private static final int SYNTHETIC_MIN_VOCAB = BYTE_OFFSET + 256;

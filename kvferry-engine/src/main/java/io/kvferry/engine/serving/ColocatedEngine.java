@@ -48,7 +48,7 @@ public final class ColocatedEngine implements AutoCloseable {
             while (true) {
                 out[n++] = tok;
                 seq[prompt.length + n - 1] = tok;
-                if (tok == Tokenizer.EOS) {
+                if (Tokenizer.endsSequence(tok)) { // EOS, or BOS: llama2.c's models end a story by starting the next
                     reason = "stop";
                     break;
                 }

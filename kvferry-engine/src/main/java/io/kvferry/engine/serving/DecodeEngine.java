@@ -301,7 +301,7 @@ public final class DecodeEngine extends SchedulerThread {
 
     private String finishReason(Flight f) {
         int last = f.seq[f.req.prompt().length + f.generated - 1];
-        if (last == Tokenizer.EOS) return "stop";
+        if (Tokenizer.endsSequence(last)) return "stop"; // BOS too: llama2.c's models end a story with it (the first token included)
         if (f.req.prompt().length + f.generated >= f.totalTokens) return "length";
         return null;
     }

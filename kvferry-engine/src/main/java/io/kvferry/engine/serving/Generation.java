@@ -4,7 +4,8 @@ package io.kvferry.engine.serving;
  * A finished request: its output tokens (the first from the prefill), the first token's logits (as
  * the prefill computed them), why it stopped, and where its time went.
  *
- * @param finishReason "stop" (EOS), "length" (max tokens or the model's seq_len)
+ * @param finishReason "stop" (EOS or BOS, the last token: {@link io.kvferry.engine.model.Tokenizer#endsSequence}),
+ *                     "length" (max tokens or the model's seq_len)
  */
 public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings) {
     /**

@@ -6,6 +6,7 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.ColocatedEngine;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
@@ -37,7 +38,10 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /** The router and the engines' HTTP servers, end to end over loopback with kvferry's tcp transport between the engines. */
 class ServeTest {
@@ -116,6 +120,68 @@ class ServeTest {
         assertEquals("text_completion", j.path("object").asText());
         assertTrue(j.path("kvferry").path("bytes").asLong() > 0, r.body());
         if (model.real()) assertTrue(text.startsWith(", there was a little girl named Lily"), text);
+    }
+
+    /**
+     * llama2.c's checkpoints end a story with BOS and never emit EOS (run.c stops on {@code next == 1}).
+     * Greedy "Once upon a time" on stories260K emits BOS as output token 342: the completion ends there
+     * with finish_reason "stop" (streamed or not), BOS is counted but is no text, and the text does not
+     * run on into a second story. The tokens are still the colocated run's.
+     */
+    @Test
+    @Timeout(120)
+    void aStoryEndsAtBosWithFinishReasonStop() throws Exception {
+        assumeTrue(model.real(), "needs stories260K: random weights have no stories to end");
+        String prompt = "Once upon a time";
+        int[] promptIds = model.tokenizer().encode(prompt, true, false);
+        int[] expected = colocated.generate(promptIds, 1000, Sampling.GREEDY).tokens();
+        for (boolean stream : new boolean[]{false, true}) {
+            HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":1000,\"temperature\":0,\"stream\":" + stream + "}");
+            assertEquals(200, r.statusCode(), r.body());
+            StringBuilder text = new StringBuilder();
+            JsonNode last = null;
+            for (String l : r.body().lines().filter(l -> l.startsWith("{") || l.startsWith("data: {")).toList()) {
+                last = JSON.readTree(l.startsWith("data: ") ? l.substring(6) : l);
+                text.append(last.path("choices").path(0).path("text").asText());
+            }
+            int[] ids = ids(last.path("kvferry").path("token_ids"));
+            assertArrayEquals(expected, ids, "stream " + stream);
+            assertEquals(Tokenizer.BOS, ids[ids.length - 1], "stream " + stream + ": " + Arrays.toString(ids));
+            for (int i = 0; i < ids.length - 1; i++) assertNotEquals(Tokenizer.BOS, ids[i], "BOS at " + i + " and generation went on");
+            assertTrue(ids.length < 500, "ran to " + ids.length + " tokens");
+            assertEquals("stop", last.path("choices").path(0).path("finish_reason").asText(), last.toString());
+            assertEquals(ids.length, last.path("usage").path("completion_tokens").asInt());
+            assertEquals(model.tokenizer().decode(concat(promptIds, ids)).substring(prompt.length()), text.toString());
+            assertFalse(text.toString().contains("Once upon a time"), "a second story glued on: " + text);
+        }
+        awaitPagesReturned();
+    }
+
+    /**
+     * A prompt that is a whole story: the prefill's first token is already BOS, so the answer is that one
+     * token, no text, finish_reason "stop" (OpenAI and SGLang routes alike), and the decode holds nothing.
+     */
+    @Test
+    @Timeout(120)
+    void aPromptThatEndsAStoryAnswersNoTextAndStop() throws Exception {
+        assumeTrue(model.real(), "needs stories260K: random weights have no stories to end");
+        int[] opening = model.tokenizer().encode("Once upon a time", true, false);
+        int[] story = colocated.generate(opening, 1000, Sampling.GREEDY).tokens();
+        String whole = model.tokenizer().decode(concat(opening, Arrays.copyOf(story, story.length - 1))); // without its closing BOS
+        assertArrayEquals(new int[]{Tokenizer.BOS}, colocated.generate(model.tokenizer().encode(whole, true, false), 8, Sampling.GREEDY).tokens(),
+                "the re-encoded story no longer ends at once: the test checks nothing");
+        JsonNode c = JSON.readTree(post("/v1/completions", JSON.createObjectNode().put("prompt", whole).put("max_tokens", 8).put("temperature", 0)
+                .toString()).body());
+        assertEquals("[1]", c.path("kvferry").path("token_ids").toString(), c.toString());
+        assertEquals("", c.path("choices").path(0).path("text").asText());
+        assertEquals("stop", c.path("choices").path(0).path("finish_reason").asText());
+        assertEquals(1, c.path("usage").path("completion_tokens").asInt());
+        JsonNode g = JSON.readTree(post("/generate", "{\"text\":" + JSON.writeValueAsString(whole)
+                + ",\"sampling_params\":{\"max_new_tokens\":1,\"temperature\":0}}").body());
+        assertEquals("[1]", g.path("output_ids").toString(), g.toString());
+        assertEquals("", g.path("text").asText());
+        assertEquals("stop", g.path("meta_info").path("finish_reason").path("type").asText(), "BOS ends it even at max_new_tokens 1");
+        awaitPagesReturned();
     }
 
     static int[] concat(int[] a, int[] b) {
@@ -362,7 +428,8 @@ class ServeTest {
     @Test
     @Timeout(60)
     void aClientDisconnectAbortsTheRoomAndFreesItsPages() throws Exception {
-        String body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"temperature\":0,\"stream\":true}";
+        // A story that does not end (with BOS) within 480 greedy tokens: the request is still running when the client goes.
+        String body = "{\"prompt\":\"Lily and Ben went to the park\",\"max_tokens\":480,\"temperature\":0,\"stream\":true}";
         long abortedBefore = decode.abortedRequests();
         try (Socket s = new Socket("127.0.0.1", router.port())) {
             OutputStream o = s.getOutputStream();

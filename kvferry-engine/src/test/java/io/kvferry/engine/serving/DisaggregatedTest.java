@@ -3,6 +3,7 @@ package io.kvferry.engine.serving;
 import io.kvferry.KVFerry;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.TestModels;
 import io.kvferry.engine.TestTransports;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.model.Model;
@@ -10,6 +11,7 @@ import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.model.ModelWeights;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.Tokenizer;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -18,6 +20,7 @@ import org.junit.jupiter.params.provider.MethodSource;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.EnumMap;
@@ -31,6 +34,7 @@ import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -301,6 +305,48 @@ class DisaggregatedTest {
                 assertTrue(d.cachedPages().get(10, TimeUnit.SECONDS) >= 6);
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
                 assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    /**
+     * llama2.c's checkpoints end a story with BOS and never emit EOS (run.c stops on {@code next == 1}):
+     * greedy "Once upon a time" on stories260K ends with BOS, not at max tokens, with finish_reason "stop",
+     * colocated and disaggregated alike. A prompt that is the whole story (its first sampled token, the
+     * prefill's, is BOS) ends at that first token.
+     */
+    @Test
+    @Timeout(120)
+    void bosEndsTheSequenceAsInLlama2c() throws Exception {
+        Path dir = TestModels.requireStories();
+        ModelFiles.Loaded m = ModelFiles.load(dir.resolve(ModelFiles.CHECKPOINT), null);
+        EngineSpec spec = new EngineSpec(m.weights(), 1, 1, 16, 64, 2, 32);
+        int[] prompt = m.tokenizer().encode("Once upon a time", true, false);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             ColocatedEngine c = new ColocatedEngine(spec)) {
+            Generation story = c.generate(prompt, 480, Sampling.GREEDY);
+            int[] t = story.tokens();
+            assertEquals("stop", story.finishReason(), "ran to " + t.length + " tokens");
+            assertTrue(t.length < 480, "ran to " + t.length + " tokens");
+            assertEquals(Tokenizer.BOS, t[t.length - 1]);
+            for (int i = 0; i < t.length - 1; i++) assertFalse(Tokenizer.endsSequence(t[i]), "token " + i + " ends the sequence and it went on");
+            int[] whole = Arrays.copyOf(prompt, prompt.length + t.length - 1); // the story without its closing BOS
+            System.arraycopy(t, 0, whole, prompt.length, t.length - 1);
+            Generation ended = c.generate(whole, 8, Sampling.GREEDY);
+            assertArrayEquals(new int[]{Tokenizer.BOS}, ended.tokens());
+            assertEquals("stop", ended.finishReason());
+            TransferSpec tr = transfer("tcp", registry);
+            try (PrefillEngine p = new PrefillEngine(spec.withParallelism(2, 1), tr); DecodeEngine d = new DecodeEngine(spec, tr)) {
+                int room = 100;
+                for (int[] pr : new int[][]{prompt, whole}) {
+                    room++;
+                    CompletableFuture<PrefillEngine.Result> pre = p.submit(new PrefillEngine.Request(room, pr, Sampling.GREEDY));
+                    Generation g = decode(d, room, pr, pr == prompt ? 480 : 8, Sampling.GREEDY).get(60, TimeUnit.SECONDS);
+                    assertArrayEquals(pr == prompt ? t : ended.tokens(), g.tokens());
+                    assertEquals("stop", g.finishReason());
+                    assertEquals(pr == prompt ? t[0] : Tokenizer.BOS, pre.get(30, TimeUnit.SECONDS).firstToken());
+                }
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
     }
