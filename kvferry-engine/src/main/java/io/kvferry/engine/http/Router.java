@@ -22,12 +22,14 @@ import java.net.http.HttpClient;
 import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -43,11 +45,29 @@ import java.util.concurrent.atomic.AtomicInteger;
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
  * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
  * that goes away aborts the room on both engines. Backends are health-checked every second; one
- * that cannot be connected to, or fails its check, gets no new requests.
+ * that refuses a connection, answers its check with an error or fails {@link Probing#failuresToMarkDown}
+ * checks in a row (slow or cut off: it may only be busy) gets no new requests until a check passes.
  */
 public final class Router implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Router.class);
-    static final Duration HEALTH_EVERY = Duration.ofSeconds(1);
+
+    /**
+     * How backends are probed and connected to.
+     *
+     * @param every              the time between two rounds of health checks
+     * @param probeTimeout       one health check's limit
+     * @param connectTimeout     the limit on connecting to a backend (a request's connect that times out is tried once more)
+     * @param failuresToMarkDown health checks that time out or fail mid-exchange, in a row, that take a backend out of
+     *                           rotation: one slow check says little (a burst on a fresh server fills its accept queue)
+     */
+    record Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown) {
+        /** Every second, 2 s a check, 3 s to connect, 3 failures in a row (the SGLang router's default failure threshold). */
+        static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(3), 3);
+
+        Probing {
+            if (failuresToMarkDown < 1) throw new IllegalArgumentException("failuresToMarkDown must be at least 1, got " + failuresToMarkDown);
+        }
+    }
 
     /** One prefill or decode server the router sends to; {@code bootstrap} is a prefill's registry. */
     static final class Backend {
@@ -56,6 +76,8 @@ public final class Router implements AutoCloseable {
         final AtomicInteger inFlight = new AtomicInteger();
         volatile boolean healthy = true;
         volatile String bootstrap;
+        /** Health checks failed in a row (timed out, cut off); the health thread's (the constructor's before it). */
+        int failedChecks;
 
         Backend(String url, boolean prefill, String bootstrap) {
             this.url = parse(url, prefill);
@@ -140,6 +162,7 @@ public final class Router implements AutoCloseable {
     private final HttpClient client;
     private final HttpServer server;
     private final ScheduledExecutorService health;
+    private final Probing probing;
 
     /**
      * @param prefills each "http://host:port"; its bootstrap registry is learnt from its /health
@@ -148,6 +171,13 @@ public final class Router implements AutoCloseable {
      */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port)
             throws IOException {
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT);
+    }
+
+    /** As the public constructor, with other probe timings (tests). */
+    Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
+           Probing probing) throws IOException {
+        this.probing = probing;
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
         for (String p : prefills) this.prefills.add(new Backend(p, true, null));
         for (String d : decodes) this.decodes.add(new Backend(d, false, null));
@@ -155,14 +185,14 @@ public final class Router implements AutoCloseable {
         if (contextTokens < 2) throw new IllegalArgumentException("the context must hold at least 2 tokens, got " + contextTokens);
         this.contextTokens = contextTokens;
         this.modelName = modelName;
-        client = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(3)).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+        client = HttpClient.newBuilder().connectTimeout(probing.connectTimeout()).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
         for (Backend b : this.prefills) checkHealth(b);
         for (Backend b : this.decodes) checkHealth(b);
         health = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("kvferry-router-health").unstarted(r));
         health.scheduleWithFixedDelay(() -> {
             for (Backend b : this.prefills) checkHealth(b);
             for (Backend b : this.decodes) checkHealth(b);
-        }, HEALTH_EVERY.toMillis(), HEALTH_EVERY.toMillis(), TimeUnit.MILLISECONDS);
+        }, probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
         server.createContext("/v1/completions", ex -> Http.handle(ex, this::completions));
         server.createContext("/v1/models", ex -> Http.handle(ex, this::models));
@@ -175,19 +205,48 @@ public final class Router implements AutoCloseable {
         return server.getAddress().getPort();
     }
 
+    /**
+     * One health check. It passes on a 200 (a prefill's also names its registry). A refused connection
+     * (nothing listens) or an answer other than 200 (an engine whose scheduler died answers 503) takes
+     * the backend out of rotation at once; a check that times out or is cut off counts, and only
+     * {@link Probing#failuresToMarkDown} of them in a row do: a server busy with a burst may answer one
+     * check late and still be serving.
+     */
     private void checkHealth(Backend b) {
+        String failure;
         try {
-            HttpResponse<String> r = client.send(HttpRequest.newBuilder(b.url.resolve("/health")).timeout(Duration.ofSeconds(2)).GET().build(),
+            HttpResponse<String> r = client.send(HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout()).GET().build(),
                     HttpResponse.BodyHandlers.ofString());
-            boolean ok = r.statusCode() == 200;
-            if (ok && b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
-            if (ok != b.healthy) log.warn("{} is {}", b, ok ? "healthy again" : "unhealthy: HTTP " + r.statusCode());
-            b.healthy = ok;
-        } catch (IOException e) {
-            if (b.healthy) log.warn("{} is unreachable: {}", b, e.toString());
+            if (r.statusCode() == 200) {
+                if (b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
+                if (!b.healthy) log.warn("{} is healthy again", b);
+                b.failedChecks = 0;
+                b.healthy = true;
+                return;
+            }
+            b.failedChecks++;
+            if (b.healthy) log.warn("{} is unhealthy: HTTP {}", b, r.statusCode());
             b.healthy = false;
+            return;
+        } catch (IOException e) {
+            if (isConnectionRefused(e)) {
+                b.failedChecks++;
+                markUnreachable(b, e);
+                return;
+            }
+            failure = e.toString();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+            return;
+        }
+        b.failedChecks++;
+        if (!b.healthy) return;
+        if (b.failedChecks >= probing.failuresToMarkDown()) {
+            log.warn("{} is unhealthy: {} health checks failed in a row, the last: {}", b, b.failedChecks, failure);
+            b.healthy = false;
+        } else {
+            log.info("{} failed a health check ({} of {} in a row take it out of rotation): {}", b, b.failedChecks,
+                    probing.failuresToMarkDown(), failure);
         }
     }
 
@@ -231,15 +290,56 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * Whether a failed call means the backend cannot be reached (then it gets no new requests until its
-     * health check passes). A failure of one exchange (a reset, a timeout, a bad answer) says nothing
-     * about the backend, often only about that request: the 1 s health check decides those.
+     * Whether a failed call means nothing listens at the backend: its connection was refused (then it
+     * gets no new requests until its health check passes). A connect that timed out is not that: a
+     * server whose accept queue a burst filled drops connects it would take a moment later. A failure of
+     * one exchange (a reset, a timeout, a bad answer) says nothing about the backend either, often only
+     * about that request: the health checks decide those.
      */
-    static boolean isConnectFailure(Throwable e) {
+    static boolean isConnectionRefused(Throwable e) {
+        boolean refused = false;
         for (Throwable c = e; c != null; c = c.getCause()) {
-            if (c instanceof ConnectException || c instanceof HttpConnectTimeoutException) return true;
+            // The JDK's HttpConnectTimeoutException has a ConnectException("HTTP connect timed out") as its cause.
+            if (c instanceof HttpTimeoutException || isTimedOutConnect(c)) return false;
+            if (c instanceof ConnectException) refused = true;
+        }
+        return refused;
+    }
+
+    /** Whether a failed call is a connect that timed out: nothing was sent, so the call may be repeated. */
+    static boolean isConnectTimeout(Throwable e) {
+        for (Throwable c = e; c != null; c = c.getCause()) {
+            if (c instanceof HttpConnectTimeoutException || isTimedOutConnect(c)) return true;
         }
         return false;
+    }
+
+    private static boolean isTimedOutConnect(Throwable c) {
+        return c instanceof ConnectException && c.getMessage() != null && c.getMessage().contains("timed out");
+    }
+
+    /**
+     * Sends a request to a backend; a connect that times out is tried once more (it sent nothing) before
+     * the call fails: a backend a burst has just swamped may accept a moment later.
+     */
+    private <T> CompletableFuture<HttpResponse<T>> sendAsync(HttpRequest req, HttpResponse.BodyHandler<T> handler) {
+        return client.sendAsync(req, handler).exceptionallyCompose(e -> {
+            Throwable cause = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+            if (!isConnectTimeout(cause)) return CompletableFuture.failedFuture(cause);
+            log.info("connect to {} timed out; trying once more", req.uri());
+            return client.sendAsync(req, handler);
+        });
+    }
+
+    /** {@link #sendAsync}, waited for. */
+    private <T> HttpResponse<T> send(HttpRequest req, HttpResponse.BodyHandler<T> handler) throws IOException, InterruptedException {
+        try {
+            return client.send(req, handler);
+        } catch (IOException e) {
+            if (!isConnectTimeout(e)) throw e;
+            log.info("connect to {} timed out; trying once more", req.uri());
+            return client.send(req, handler);
+        }
     }
 
     /** Runs one request through a prefill and a decode. */
@@ -254,18 +354,18 @@ public final class Router implements AutoCloseable {
         decodeBody.put("max_new_tokens", ask.maxTokens());
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
-        CompletableFuture<HttpResponse<String>> prefillCall = client.sendAsync(post(p, "/generate", body), HttpResponse.BodyHandlers.ofString());
+        CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body), HttpResponse.BodyHandlers.ofString());
         prefillCall.whenComplete((r, e) -> {
             p.inFlight.decrementAndGet();
-            if (e != null && isConnectFailure(e)) markUnreachable(p, e);
+            if (e != null && isConnectionRefused(e)) markUnreachable(p, e);
             if (e != null || r.statusCode() != 200) abort(d, room); // the decode would otherwise wait for KV that never comes
         });
         try {
             HttpResponse<InputStream> dr;
             try {
-                dr = client.send(post(d, "/generate", decodeBody), HttpResponse.BodyHandlers.ofInputStream());
+                dr = send(post(d, "/generate", decodeBody), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
-                if (isConnectFailure(e)) markUnreachable(d, e);
+                if (isConnectionRefused(e)) markUnreachable(d, e);
                 abort(p, room);
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }

@@ -13,23 +13,36 @@ import io.kvferry.engine.serving.TransferSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** How the router reports what its backends answered: their client errors pass through; one failed exchange is not an outage. */
+/**
+ * How the router reports what its backends answered: their client errors pass through; one failed exchange,
+ * a connect that timed out or one slow health check is not an outage; a refused connection is.
+ */
 class RouterErrorsTest {
     static final ObjectMapper JSON = new ObjectMapper();
     static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
@@ -78,7 +91,7 @@ class RouterErrorsTest {
 
     /**
      * A backend that fails one exchange (here it drops the connection without an answer) fails that
-     * request with a 502, but stays in rotation: only a connect failure or its health check takes it out.
+     * request with a 502, but stays in rotation: only a refused connection or its health checks take it out.
      */
     @Test
     @Timeout(60)
@@ -104,6 +117,190 @@ class RouterErrorsTest {
             stub.stop(0);
         }
     }
+    /** Probe timings short enough for a test: checks every 100 ms, 300 ms each, 500 ms to connect, 3 failures in a row. */
+    static final Router.Probing FAST = new Router.Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
+    /** As {@link #FAST} but with no periodic checks (only the constructor's): what a request meets decides alone. */
+    static final Router.Probing NO_CHECKS = new Router.Probing(Duration.ofHours(1), Duration.ofMillis(300), Duration.ofMillis(500), 3);
+
+    /** A stub prefill: healthy, answers /generate and /abort with a 200. */
+    private static HttpServer prefillStub() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(stub);
+        for (String path : new String[]{"/generate", "/abort"}) {
+            stub.createContext(path, ex -> {
+                byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(200, b.length);
+                ex.getResponseBody().write(b);
+                ex.close();
+            });
+        }
+        stub.start();
+        return stub;
+    }
+
+    /**
+     * A listening socket that never accepts, its accept queue filled: a connect to it times out (the
+     * kernel drops the SYN), as one to a server a burst has just swamped does. The fillers go in {@code held}.
+     */
+    private static ServerSocket swampedServer(List<Socket> held) throws Exception {
+        ServerSocket ss = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+        for (int i = 0; i < 16; i++) {
+            Socket s = new Socket();
+            try {
+                s.connect(new InetSocketAddress(InetAddress.getLoopbackAddress(), ss.getLocalPort()), 300);
+                held.add(s);
+            } catch (SocketTimeoutException full) {
+                s.close();
+                return ss;
+            }
+        }
+        throw new AssertionError("the accept queue never filled");
+    }
+
+    static String url(HttpServer s) {
+        return "http://127.0.0.1:" + s.getAddress().getPort();
+    }
+
+    /** The JDK's exceptions as they come: a connect that timed out is no refusal (its cause is a ConnectException all the same). */
+    @Test
+    @Timeout(30)
+    void aConnectTimeoutIsNotARefusedConnection() throws Exception {
+        HttpClient c = HttpClient.newBuilder().connectTimeout(Duration.ofMillis(200)).build();
+        List<Socket> held = new ArrayList<>();
+        try (ServerSocket swamped = swampedServer(held)) {
+            HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + swamped.getLocalPort() + "/health")).build();
+            IOException timeout = assertThrows(IOException.class, () -> c.send(req, HttpResponse.BodyHandlers.discarding()));
+            assertTrue(Router.isConnectTimeout(timeout), timeout.toString());
+            assertFalse(Router.isConnectionRefused(timeout), "a connect timeout counted as a refused connection: " + timeout);
+            ExecutionException async = assertThrows(ExecutionException.class, () -> c.sendAsync(req, HttpResponse.BodyHandlers.discarding()).get());
+            assertTrue(Router.isConnectTimeout(async), async.toString());
+            assertFalse(Router.isConnectionRefused(async), async.toString());
+        } finally {
+            for (Socket s : held) s.close();
+        }
+        int port;
+        try (ServerSocket gone = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            port = gone.getLocalPort();
+        }
+        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/health")).build();
+        IOException refused = assertThrows(IOException.class, () -> c.send(req, HttpResponse.BodyHandlers.discarding()));
+        assertTrue(Router.isConnectionRefused(refused), refused.toString());
+        assertFalse(Router.isConnectTimeout(refused), refused.toString());
+    }
+
+    /**
+     * One health check that times out (a server busy with a burst) leaves the backend in rotation; three in
+     * a row take it out; the next check that passes brings it back. The stub holds the check after the ones
+     * under test until the router's state is read, so what is read is the result of exactly those checks.
+     */
+    @Test
+    @Timeout(60)
+    void oneSlowHealthCheckDoesNotTakeABackendOutButThreeInARowDo() throws Exception {
+        AtomicInteger calls = new AtomicInteger();
+        CountDownLatch atThird = new CountDownLatch(1), readThird = new CountDownLatch(1), atSeventh = new CountDownLatch(1),
+                readSeventh = new CountDownLatch(1);
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/health", ex -> {
+            int n = calls.incrementAndGet(); // 1: the constructor's check; 2: slow; 4, 5, 6: slow
+            try {
+                if (n == 3) {
+                    atThird.countDown();
+                    readThird.await();
+                } else if (n == 7) {
+                    atSeventh.countDown();
+                    readSeventh.await();
+                }
+                if (n == 2 || (n >= 4 && n <= 6)) Thread.sleep(1500); // far past the 300 ms a check may take
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            byte[] b = "{\"status\":\"ok\"}".getBytes(StandardCharsets.UTF_8);
+            try {
+                ex.sendResponseHeaders(200, b.length);
+                ex.getResponseBody().write(b);
+            } catch (IOException routerGaveUp) {
+                // the check timed out: nobody reads this answer
+            }
+            ex.close();
+        });
+        decode.start();
+        HttpServer prefill = prefillStub();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, FAST)) {
+            assertTrue(atThird.await(20, TimeUnit.SECONDS), "no third health check");
+            HttpResponse<String> h = send(router.port(), "/health", null);
+            readThird.countDown();
+            assertEquals(200, h.statusCode(), "one timed-out health check took the decode out of rotation: " + h.body());
+            assertEquals(1, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+
+            assertTrue(atSeventh.await(20, TimeUnit.SECONDS), "no seventh health check");
+            h = send(router.port(), "/health", null);
+            readSeventh.countDown();
+            assertEquals(503, h.statusCode(), "three timed-out health checks in a row left the decode in rotation: " + h.body());
+            assertEquals(0, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while ((h = send(router.port(), "/health", null)).statusCode() != 200 && System.nanoTime() < until) Thread.sleep(50);
+            assertEquals(200, h.statusCode(), "a passing check did not bring the decode back: " + h.body());
+        } finally {
+            readThird.countDown();
+            readSeventh.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /**
+     * A decode whose accept queue is full (a connect times out): the request's connect is tried once more
+     * (so the 502 comes after two connect timeouts, not one), and the decode stays in rotation, though the
+     * router's own check of it at start timed out too.
+     */
+    @Test
+    @Timeout(60)
+    void aConnectTimeoutIsTriedOnceMoreThenA502AndTheBackendStaysInRotation() throws Exception {
+        HttpServer prefill = prefillStub();
+        List<Socket> held = new ArrayList<>();
+        try (ServerSocket decode = swampedServer(held);
+             Router router = new Router(List.of(url(prefill)), List.of("http://127.0.0.1:" + decode.getLocalPort()),
+                     ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, NO_CHECKS)) {
+            long start = System.nanoTime();
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            long millis = (System.nanoTime() - start) / 1_000_000;
+            assertEquals(502, r.statusCode(), r.body());
+            assertTrue(r.body().contains("decode") && r.body().contains("timed out"), r.body());
+            assertTrue(millis >= 900, "answered after " + millis + " ms: the connect (500 ms) was not tried a second time");
+            HttpResponse<String> h = send(router.port(), "/health", null);
+            assertEquals(200, h.statusCode(), "a connect timeout took the decode out of rotation: " + h.body());
+            assertEquals(1, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+        } finally {
+            for (Socket s : held) s.close();
+            prefill.stop(0);
+        }
+    }
+
+    /** A decode that refuses the connection (nothing listens any more) is out of rotation at once, before any health check. */
+    @Test
+    @Timeout(60)
+    void aRefusedConnectionTakesTheBackendOutAtOnce() throws Exception {
+        HttpServer prefill = prefillStub();
+        HttpServer decode = prefillStub(); // healthy when the router starts
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, NO_CHECKS)) {
+            assertEquals(200, send(router.port(), "/health", null).statusCode());
+            decode.stop(0);
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            assertEquals(502, r.statusCode(), r.body());
+            HttpResponse<String> h = send(router.port(), "/health", null);
+            assertEquals(503, h.statusCode(), "a refused connection left the decode in rotation: " + h.body());
+            assertEquals(0, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+            r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            assertEquals(503, r.statusCode(), r.body());
+        } finally {
+            prefill.stop(0);
+        }
+    }
+
     /** A backend that never answers does not hold the router's close (its shutdown hook on SIGTERM): calls in flight are cancelled. */
     @Test
     @Timeout(60)
