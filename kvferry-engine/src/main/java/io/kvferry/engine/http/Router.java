@@ -27,6 +27,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -36,6 +37,7 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Predicate;
 
 /**
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
@@ -596,13 +598,57 @@ public final class Router implements AutoCloseable {
         return n.has("seed") && !n.get("seed").isNull() ? OptionalLong.of(Http.longField(n, "seed")) : OptionalLong.empty();
     }
 
+    /** The {@code sampling_params} of {@code /generate} that this engine implements. */
+    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "seed", "stop");
+
+    /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
+    private record NoOp(String value, Predicate<JsonNode> is) {
+    }
+
+    /**
+     * Sampling parameters of OpenAI, vLLM and SGLang that this engine does not implement, each with its
+     * no-op value (their default): a request may send that value (or null), not another. The engine
+     * stops at EOS/BOS, trims the stop string and gives special tokens no text, as those defaults say.
+     */
+    private static final Map<String, NoOp> NO_OPS = Map.ofEntries(
+            Map.entry("presence_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
+            Map.entry("frequency_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
+            Map.entry("repetition_penalty", new NoOp("1", v -> v.isNumber() && v.doubleValue() == 1)),
+            Map.entry("logit_bias", new NoOp("{}", v -> v.isObject() && v.isEmpty())),
+            Map.entry("top_k", new NoOp("-1", v -> v.isIntegralNumber() && v.longValue() == -1)),
+            Map.entry("min_p", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
+            Map.entry("min_new_tokens", new NoOp("0", v -> v.isIntegralNumber() && v.longValue() == 0)),
+            Map.entry("n", new NoOp("1", v -> v.isIntegralNumber() && v.longValue() == 1)),
+            Map.entry("ignore_eos", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
+            Map.entry("no_stop_trim", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
+            Map.entry("skip_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
+            Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
+            Map.entry("stop_token_ids", new NoOp("[]", v -> v.isArray() && v.isEmpty())),
+            Map.entry("regex", new NoOp("null", v -> false)),
+            Map.entry("json_schema", new NoOp("null", v -> false)),
+            Map.entry("ebnf", new NoOp("null", v -> false)));
+
+    /** Refuses {@code key} unless the request leaves it out, sends null or its no-op value. */
+    private static void refuseUnlessNoOp(JsonNode in, String key, List<String> refused) {
+        JsonNode v = in.get(key);
+        NoOp noOp = NO_OPS.get(key);
+        if (v != null && !v.isNull() && !noOp.is().test(v)) {
+            refused.add(key + " is not supported (must be " + noOp.value() + (noOp.value().equals("null") ? "" : ", null") + " or absent), got " + v);
+        }
+    }
+
     /**
      * OpenAI parameters that would change the answer and that this engine does not implement: a 400
      * naming every such parameter the request sets, rather than an answer that silently differs from
-     * what was asked (or a client fixing them one round trip at a time).
+     * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
+     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted.
      */
     private static void refuseUnsupported(JsonNode req) {
         List<String> refused = new ArrayList<>();
+        // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on this route.
+        for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "top_k", "min_p", "repetition_penalty")) {
+            refuseUnlessNoOp(req, key, refused);
+        }
         for (String one : new String[]{"n", "best_of"}) {
             JsonNode v = req.get(one);
             if (v != null && !v.isNull() && !(v.isIntegralNumber() && v.canConvertToInt() && v.intValue() == 1)) {
@@ -622,13 +668,30 @@ public final class Router implements AutoCloseable {
         if (!refused.isEmpty()) throw new Http.BadRequest(String.join("; ", refused));
     }
 
-    /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "seed"}, "stream"}. */
+    /**
+     * The {@code sampling_params} of {@code /generate}: a 400 naming every key the engine does not
+     * implement (SGLang has many: {@code top_k}, {@code repetition_penalty}, {@code min_p}, …), unless
+     * it is null or its no-op value; an unknown key is refused as well, since it may mean anything.
+     */
+    private static void refuseUnsupportedSampling(JsonNode sp) {
+        List<String> refused = new ArrayList<>();
+        for (Map.Entry<String, JsonNode> e : sp.properties()) {
+            String key = e.getKey();
+            if (GENERATE_SAMPLING_PARAMS.contains(key) || e.getValue().isNull()) continue;
+            if (NO_OPS.containsKey(key)) refuseUnlessNoOp(sp, key, refused);
+            else refused.add(key + " is not supported (this engine implements " + String.join(", ", GENERATE_SAMPLING_PARAMS) + ")");
+        }
+        if (!refused.isEmpty()) throw new Http.BadRequest("sampling_params: " + String.join("; ", refused));
+    }
+
+    /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "seed", "stop"}, "stream"}. */
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
         String prompt = Http.textField(req, "text");
         JsonNode sp = req.path("sampling_params");
         if (!sp.isMissingNode() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
+        refuseUnsupportedSampling(sp);
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
                 Http.floatField(sp, "top_p", 1.0f), seed(sp), StopSequences.parse(sp.get("stop")));
         boolean stream = Http.booleanField(req, "stream", false);

@@ -249,6 +249,14 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"best_of\":3}",
                         "best_of must be 1 (one completion per request is supported), got 3; logprobs is not supported (must be null or absent), "
                                 + "got 1; echo is not supported (must be false or absent), got true; suffix is not supported"},
+                // Parameters that would change the answer and that the engine does not implement (OpenAI applies them).
+                {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
+                {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},
+                {"{\"prompt\":\"x\",\"logit_bias\":{\"432\":-100}}", "logit_bias is not supported"},
+                {"{\"prompt\":\"x\",\"top_k\":1}", "top_k is not supported"},
+                {"{\"prompt\":\"x\",\"presence_penalty\":1,\"frequency_penalty\":1,\"logit_bias\":{\"5\":1}}",
+                        "presence_penalty is not supported (must be 0, null or absent), got 1; frequency_penalty is not supported "
+                                + "(must be 0, null or absent), got 1; logit_bias is not supported (must be {}, null or absent), got {\"5\":1}"},
                 {"{\"prompt\":\"x\",\"stop\":5}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop"},
@@ -263,6 +271,58 @@ class ServeTest {
         HttpResponse<String> get = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions")).build(),
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(405, get.statusCode());
+        awaitPagesReturned(); // refused requests hold nothing
+    }
+
+    /**
+     * The no-op values of the parameters the engine does not implement are accepted, as are fields that
+     * change nothing here (model, user, stream_options): the answer is the one without them.
+     */
+    @Test
+    @Timeout(60)
+    void noOpValuesOfUnimplementedParametersAndIrrelevantFieldsAreAccepted() throws Exception {
+        String base = "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":0";
+        JsonNode plain = JSON.readTree(post("/v1/completions", base + "}").body());
+        HttpResponse<String> r = post("/v1/completions", base + ",\"presence_penalty\":0,\"frequency_penalty\":0.0,\"logit_bias\":{},"
+                + "\"top_k\":-1,\"min_p\":null,\"repetition_penalty\":1,\"n\":1,\"model\":\"test-model\",\"user\":\"u1\","
+                + "\"stream_options\":{\"include_usage\":true}}");
+        assertEquals(200, r.statusCode(), r.body());
+        assertEquals(plain.path("kvferry").path("token_ids"), JSON.readTree(r.body()).path("kvferry").path("token_ids"));
+        HttpResponse<String> g = post("/generate", "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":6,\"temperature\":0,"
+                + "\"top_p\":1,\"seed\":3,\"stop\":[\"zzz\"],\"top_k\":-1,\"repetition_penalty\":1.0,\"ignore_eos\":false,"
+                + "\"skip_special_tokens\":true,\"stop_token_ids\":[],\"regex\":null}}");
+        assertEquals(200, g.statusCode(), g.body());
+        assertEquals(plain.path("kvferry").path("token_ids"), JSON.readTree(g.body()).path("output_ids"));
+    }
+
+    /**
+     * /generate: every sampling_params key the engine does not implement is refused with a 400 naming
+     * each (SGLang applies top_k, repetition_penalty, …; an unknown key may mean anything), unless null
+     * or its no-op value.
+     */
+    @Test
+    @Timeout(60)
+    void generateRefusesSamplingParamsTheEngineDoesNotImplement() throws Exception {
+        String[][] cases = {
+                {"\"top_k\":1,\"repetition_penalty\":2", "sampling_params: top_k is not supported (must be -1, null or absent), got 1; "
+                        + "repetition_penalty is not supported (must be 1, null or absent), got 2"},
+                {"\"min_p\":0.1", "min_p"},
+                {"\"frequency_penalty\":1", "frequency_penalty"},
+                {"\"presence_penalty\":1", "presence_penalty"},
+                {"\"ignore_eos\":true", "ignore_eos"},
+                {"\"min_new_tokens\":5", "min_new_tokens"},
+                {"\"n\":2", "n is not supported"},
+                {"\"stop_token_ids\":[13]", "stop_token_ids"},
+                {"\"regex\":\"a+\"", "regex is not supported (must be null or absent)"},
+                {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, seed, stop)"},
+        };
+        for (String[] c : cases) {
+            String body = "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":4," + c[0] + "}}";
+            HttpResponse<String> r = post("/generate", body);
+            assertEquals(400, r.statusCode(), body + " -> " + r.body());
+            String msg = JSON.readTree(r.body()).path("error").path("message").asText();
+            assertTrue(msg.contains(c[1]), body + " -> " + msg);
+        }
         awaitPagesReturned(); // refused requests hold nothing
     }
 
