@@ -17,6 +17,7 @@ import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.EnumSet;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
@@ -59,6 +60,8 @@ public final class ControlConnection implements AutoCloseable {
     /** nanoTime of the last completed write of any frame. */
     private volatile long lastWriteNanos = System.nanoTime();
     private static final ByteBuffer HEARTBEAT_FRAME = FrameCodec.encode(new Heartbeat());
+    /** Set while a heartbeat is on its way out (at most one at a time, see {@link #heartbeat}). */
+    private final AtomicBoolean heartbeatInFlight = new AtomicBoolean();
     /** nanoTime when the current write syscall loop started, 0 when no write is in progress. */
     private volatile long writingSince;
     /**
@@ -225,16 +228,28 @@ public final class ControlConnection implements AutoCloseable {
             close(FailureKind.HEARTBEAT_TIMEOUT, "no heartbeat or data from " + peer + " for " + silent / 1_000_000L + " ms");
             return false;
         }
-        if (now - lastWriteNanos >= intervalNanos && writeLock.tryLock()) {
+        if (now - lastWriteNanos >= intervalNanos && !writeLock.isLocked() && heartbeatInFlight.compareAndSet(false, true)) {
+            // Written on a virtual thread of its own: with this side's send buffer full and the peer no longer
+            // reading (a frozen process), the write blocks, and the caller's timer thread (every link's liveness,
+            // the deadlines, the stall watchdog that cuts such a peer) must never block on one link.
+            Thread.ofVirtual().name("kvferry-heartbeat").start(this::writeHeartbeat);
+        }
+        return true;
+    }
+
+    private void writeHeartbeat() {
+        try {
+            if (!writeLock.tryLock()) return; // another writer is busy: its bytes are proof enough
             try {
-                writeFully(HEARTBEAT_FRAME.duplicate());
+                if (!closed) writeFully(HEARTBEAT_FRAME.duplicate());
             } catch (IOException e) {
                 // the reader sees the broken connection
             } finally {
                 writeLock.unlock();
             }
+        } finally {
+            heartbeatInFlight.set(false);
         }
-        return true;
     }
 
     /** Nanoseconds since the last byte arrived (a status page's "silent for"). */

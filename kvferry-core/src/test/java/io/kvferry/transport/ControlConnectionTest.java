@@ -26,6 +26,7 @@ import java.time.Duration;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** Framing over a real loopback connection: read-ahead, payloads in and past it, skips, keepalive, EOF. */
@@ -71,6 +72,48 @@ class ControlConnectionTest {
             assertThrows(EOFException.class, peer::read);
             assertTrue(client.isClosed());
             peer.close();
+        }
+    }
+
+    /**
+     * The owner's timer calls heartbeat() for every link; a peer that stopped reading (a frozen
+     * process) while this side's send buffer is full must not block that thread: the HEARTBEAT goes
+     * out on a thread of its own, which shows as a stalled write (what the stall watchdog cuts) and
+     * ends when the connection closes.
+     */
+    @Test
+    void aHeartbeatToAPeerThatStoppedReadingDoesNotBlockTheCaller() throws Exception {
+        try (ServerSocketChannel server = ServerSocketChannel.open()) {
+            server.bind(new InetSocketAddress("127.0.0.1", 0));
+            SocketChannel raw = SocketChannel.open((InetSocketAddress) server.getLocalAddress());
+            ControlConnection client = new ControlConnection(raw);
+            try (SocketChannel silent = server.accept()) {
+                // Fill the send buffer (and the peer's receive buffer, which nobody reads) with no writer left holding it.
+                raw.configureBlocking(false);
+                ByteBuffer junk = ByteBuffer.allocateDirect(1 << 20);
+                long deadline = System.nanoTime() + 10_000_000_000L;
+                int idle = 0;
+                while (idle < 50 && System.nanoTime() < deadline) {
+                    if (raw.write(junk.clear()) == 0) {
+                        idle++;
+                        Thread.sleep(2); // the kernel may still move bytes to the peer's buffer
+                    } else {
+                        idle = 0;
+                    }
+                }
+                raw.configureBlocking(true);
+                assertTimeoutPreemptively(Duration.ofSeconds(5), () -> assertTrue(client.heartbeat(0, Long.MAX_VALUE)),
+                        "the caller's thread was held by a write to a peer that does not read");
+                long waited = System.nanoTime() + 5_000_000_000L;
+                while (client.writeStalledFor() == 0 && System.nanoTime() < waited) Thread.sleep(5);
+                assertTrue(client.writeStalledFor() > 0, "the heartbeat is on its way, blocked, as a stalled write");
+                client.close();
+                waited = System.nanoTime() + 5_000_000_000L;
+                while (client.writeStalledFor() > 0 && System.nanoTime() < waited) Thread.sleep(5);
+                assertEquals(0, client.writeStalledFor(), "closing the connection ends the blocked heartbeat");
+            } finally {
+                client.close();
+            }
         }
     }
 
