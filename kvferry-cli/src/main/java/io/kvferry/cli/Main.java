@@ -1,6 +1,7 @@
 package io.kvferry.cli;
 
 import io.kvferry.KVFerry;
+import io.kvferry.api.BackendUnavailableException;
 import io.kvferry.api.Knob;
 import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine;
@@ -87,8 +88,10 @@ public final class Main implements Runnable {
             return 2;
         }
         return new CommandLine(new Main()).setExecutionExceptionHandler((e, cmd, parsed) -> {
-            // Bad input (a flag's value, a token on the command line, a missing file) is one clear line, not a stack trace.
-            if (!(e instanceof MemoryBudget.PoolsDoNotFit || e instanceof IllegalArgumentException || e instanceof UncheckedIOException)) {
+            // Bad input (a flag's value, a token on the command line, a missing file, a port in use, a transport
+            // that cannot run here) is one clear line, not a stack trace.
+            if (!(e instanceof MemoryBudget.PoolsDoNotFit || e instanceof IllegalArgumentException || e instanceof UncheckedIOException
+                    || e instanceof BackendUnavailableException)) {
                 throw e;
             }
             cmd.getErr().println("kvferry " + cmd.getCommandName() + ": " + e.getMessage());

@@ -1,6 +1,7 @@
 package io.kvferry.cli;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.registry.RegistryException;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.RoleOptions;
 import io.kvferry.testkit.RoleRunner;
@@ -101,6 +102,13 @@ abstract class RoleCommand implements Callable<Integer> {
             System.err.println("kvferry " + mode().name().toLowerCase() + ": --status-port " + statusPort + " is outside [-1, 65535]");
             return 2;
         }
-        return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out, opts, statusPort) ? 0 : 1;
+        try {
+            return RoleRunner.runRole(mode(), config, bootstrap, serve, host, System.out, opts, statusPort) ? 0 : 1;
+        } catch (RegistryException e) {
+            // No registry at that address, or one that refuses this token: the user's --bootstrap (or token), one line.
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": --bootstrap " + bootstrap + ": no usable bootstrap registry there: "
+                    + e.getMessage());
+            return 2;
+        }
     }
 }

@@ -1,5 +1,6 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.BackendUnavailableException;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVArgs;
@@ -154,7 +155,7 @@ public final class DecodeKVManager implements KVManager {
                         why -> log.info("{}: not offered, links use TCP: {}", p.name(), why));
                 if (d != null) out.add(d);
             } catch (IOException | RuntimeException e) {
-                if (!backend.isAuto()) throw new IllegalStateException("transfer backend " + p.name() + " could not start: " + e.getMessage(), e);
+                if (!backend.isAuto()) throw new BackendUnavailableException("transfer backend " + p.name() + " could not start: " + e.getMessage(), e);
                 log.warn("auto: {} not offered: {}", p.name(), e.getMessage());
             }
         }

@@ -1,5 +1,6 @@
 package io.kvferry.transport;
 
+import io.kvferry.api.BackendUnavailableException;
 import io.kvferry.api.KVFerrySettings;
 
 import java.util.ArrayList;
@@ -78,11 +79,13 @@ public final class Backend {
     /**
      * For a backend named explicitly (not {@code auto}): fails when its transport cannot run here
      * (not installed, a bad setting), so a manager refuses to start instead of failing link by link.
+     *
+     * @throws BackendUnavailableException naming the backend and why it cannot run
      */
     public void requireAvailable(KVFerrySettings settings) {
         if (kind != Kind.TRANSPORT) return;
         String unavailable = transport.unavailableReason(settings);
-        if (unavailable != null) throw new IllegalStateException("transfer backend " + name + " cannot run here: " + unavailable);
+        if (unavailable != null) throw new BackendUnavailableException("transfer backend " + name + " cannot run here: " + unavailable);
     }
 
     @Override

@@ -1,5 +1,6 @@
 package io.kvferry.transfer;
 
+import io.kvferry.api.BackendUnavailableException;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVFerrySettings;
@@ -92,7 +93,8 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
         KVManagerConfig bad = cfg(1, 0).settings(KVFerrySettings.defaults().with(copyThreads, "lots")).build();
         for (DisaggregationMode mode : DisaggregationMode.values()) {
             TestRank r = mode == DisaggregationMode.PREFILL ? pm : dm;
-            IllegalStateException e = assertThrows(IllegalStateException.class,
+            // Its own type (an IllegalStateException still): a command line shows it as one line, not a stack trace.
+            BackendUnavailableException e = assertThrows(BackendUnavailableException.class,
                     () -> KVFerry.createManager("shm", r.args(0, PAGE_SIZE), mode, bad));
             assertTrue(e.getMessage().contains("transfer backend shm cannot run here")
                     && e.getMessage().contains("KVFERRY_SHM_COPY_THREADS") && e.getMessage().contains("'lots'"), e.getMessage());

@@ -11,6 +11,8 @@ import io.kvferry.engine.serving.EngineSpec;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.io.UncheckedIOException;
+import java.net.BindException;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -58,9 +60,16 @@ final class Http {
      * A server whose exchanges run on an {@link ExchangeGate} (a virtual thread each, a deadline on
      * reading the request, a cap on exchanges under way) and whose unknown paths get a JSON 404.
      * Close it with {@link #stop(HttpServer)}.
+     *
+     * @throws UncheckedIOException naming host:port when it cannot bind there (the port is taken, the address is not this host's)
      */
     static HttpServer server(String host, int port, Duration requestReadTimeout, int maxExchanges) throws IOException {
-        HttpServer s = HttpServer.create(new InetSocketAddress(host, port), 128);
+        HttpServer s;
+        try {
+            s = HttpServer.create(new InetSocketAddress(host, port), 128);
+        } catch (BindException e) {
+            throw new UncheckedIOException("cannot bind the HTTP server to " + host + ":" + port + ": " + e.getMessage(), e);
+        }
         s.setExecutor(new ExchangeGate("kvferry-http-" + s.getAddress().getPort(), maxExchanges, requestReadTimeout));
         // The JDK matches contexts by path prefix, so "/" catches every path no route claims.
         s.createContext("/", ex -> handle(ex, e -> notFound(e)));

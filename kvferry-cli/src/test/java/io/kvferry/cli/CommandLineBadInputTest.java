@@ -1,0 +1,80 @@
+package io.kvferry.cli;
+
+import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.RegistryOptions;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Bad input on the command line (a port in use, no registry, a transport that cannot run here, an unwritable
+ * output, a negative or huge count, a bad token file): exit 2 and one line naming what is wrong, no stack trace,
+ * before anything long runs.
+ */
+@Timeout(60)
+class CommandLineBadInputTest {
+    @TempDir
+    Path dir;
+
+    /** Exit 2, no stack trace, and the last line (log warnings may come before it) names the problem. */
+    static void assertRefused(CliRun r, String... parts) {
+        assertEquals(2, r.code(), r.err());
+        assertFalse(r.err().contains("\tat ") || r.err().contains("Exception:"), "a stack trace: " + r.err());
+        List<String> lines = r.err().strip().lines().toList();
+        assertFalse(lines.isEmpty(), "no message");
+        String last = lines.getLast();
+        for (String p : parts) assertTrue(last.contains(p), r.err());
+    }
+
+    /** Exactly one line on standard error. */
+    static void assertOneLine(CliRun r, String... parts) {
+        assertRefused(r, parts);
+        assertEquals(1, r.err().strip().lines().count(), r.err());
+    }
+
+    private Path tokenFile(String token) throws Exception {
+        return Files.writeString(dir.resolve("token-" + token), token + "\n");
+    }
+
+    @Test
+    void anHttpPortInUseIsOneLineNamingHostAndPort() throws Exception {
+        try (ServerSocket taken = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"))) {
+            int port = taken.getLocalPort();
+            CliRun r = CliRun.of("serve", "--role", "decode", "--port", "" + port, "--auth-token-file", tokenFile("t").toString());
+            assertOneLine(r, "kvferry serve: cannot bind the HTTP server to 127.0.0.1:" + port + ": Address already in use");
+        }
+    }
+
+    /** A registry that refuses this process's token answers 401 at once: the prefill cannot register (as with none there). */
+    @Test
+    void aPrefillWhoseRegistryFailsIsOneLineNamingBootstrap() throws Exception {
+        try (BootstrapRegistryServer registry = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults("theirs"))) {
+            String addr = "127.0.0.1:" + registry.port();
+            CliRun r = CliRun.of("prefill", "--bootstrap", addr, "--model", "tiny", "--requests", "1", "--status-port", "-1",
+                    "--auth-token-file", tokenFile("mine").toString());
+            assertRefused(r, "kvferry prefill: --bootstrap " + addr + ": no usable bootstrap registry there: ");
+        }
+    }
+
+    @Test
+    void aTransportThatCannotRunHereIsOneLine() throws Exception {
+        try {
+            CliRun r = CliRun.of("--set", "KVFERRY_SHM_COPY_THREADS=0", "decode", "--bootstrap", "127.0.0.1:1", "--model", "tiny",
+                    "--requests", "1", "--status-port", "-1", "--transport", "shm", "--auth-token-file", tokenFile("t").toString());
+            assertOneLine(r, "kvferry decode: transfer backend shm cannot run here: KVFERRY_SHM_COPY_THREADS / kvferry.shm.copyThreads "
+                    + "must be in [1, 64], not 0");
+        } finally {
+            System.clearProperty("kvferry.shm.copyThreads");
+        }
+    }
+}
