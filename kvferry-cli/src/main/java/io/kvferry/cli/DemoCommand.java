@@ -136,7 +136,14 @@ public final class DemoCommand implements Callable<Integer> {
                         .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(),
                         HttpResponse.BodyHandlers.ofInputStream());
                 if (r.statusCode() != 200) {
-                    out.println("\n[demo] HTTP " + r.statusCode() + ": " + new String(r.body().readAllBytes(), StandardCharsets.UTF_8));
+                    String answer = new String(r.body().readAllBytes(), StandardCharsets.UTF_8);
+                    out.println("\n[demo] HTTP " + r.statusCode() + ": " + answer);
+                    if (r.statusCode() >= 400 && r.statusCode() < 500) {
+                        // The engines refused the request as this command line shapes it (too few --pages for the prompt and
+                        // --max-tokens, a prompt longer than the context): the user's error, and every later prompt would meet it too.
+                        out.flush();
+                        throw new IllegalArgumentException("the engines refused the request (HTTP " + r.statusCode() + "): " + errorMessage(answer));
+                    }
                     continue;
                 }
                 JsonNode fin = null;
@@ -205,6 +212,16 @@ public final class DemoCommand implements Callable<Integer> {
     }
 
     /** N concurrent requests through the router vs the same N one by one on a colocated engine. */
+    /** The message of an OpenAI-shaped error body, else the body itself. */
+    static String errorMessage(String body) {
+        try {
+            JsonNode m = JSON.readTree(body).path("error").path("message");
+            return m.isTextual() ? m.asText() : body;
+        } catch (IOException e) {
+            return body;
+        }
+    }
+
     private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http) throws Exception {
         List<String> ps = new ArrayList<>();
         for (int i = 0; i < load; i++) ps.add(PROMPTS.get(i % PROMPTS.size()) + " " + (i / PROMPTS.size()));

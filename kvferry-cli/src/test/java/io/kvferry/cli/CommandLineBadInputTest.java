@@ -77,4 +77,11 @@ class CommandLineBadInputTest {
             System.clearProperty("kvferry.shm.copyThreads");
         }
     }
+
+    /** The engines' refusal of a request (too few pages) ends the demo with its message, not a 500's "Aborted by AbortReq.". */
+    @Test
+    void aDemoWhoseRequestTheEnginesRefuseFailsWithTheirMessage() {
+        assertRefused(CliRun.of("demo", "--pages", "1", "--prompt", "Once upon a time"),
+                "kvferry demo: the engines refused the request (HTTP 400): the request needs 4 pages (prompt + max_tokens); this decode has 1");
+    }
 }

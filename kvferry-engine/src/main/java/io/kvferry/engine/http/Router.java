@@ -379,8 +379,12 @@ public final class Router implements AutoCloseable {
                 abort(p, room);
                 ErrorBody prefillErr = prefillError(prefillCall);
                 // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
-                // failure at all): the prefill's reason, and its status, are the real ones.
-                if (prefillErr != null && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) err = prefillErr;
+                // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
+                // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
+                // only the abort sent to it just now.
+                if (prefillErr != null && !err.clientError() && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
+                    err = prefillErr;
+                }
                 throw err.failure();
             }
             Tokenizer.TextStream text = new Tokenizer.TextStream(tokenizer, ids[ids.length - 1]); // a leading space after the prompt stays
@@ -487,8 +491,12 @@ public final class Router implements AutoCloseable {
          * What the client gets: a backend's client error (4xx: the request can never succeed, a retry is no use)
          * passes through with its status as an invalid_request_error; a server error is a 500 of the backend's type.
          */
+        boolean clientError() {
+            return status >= 400 && status < 500;
+        }
+
         Failure failure() {
-            if (status >= 400 && status < 500) return new Failure(status, "invalid_request_error", kind, message);
+            if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
             String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
             return new Failure(500, t, kind, message);
         }

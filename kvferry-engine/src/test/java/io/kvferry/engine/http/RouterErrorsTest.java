@@ -79,6 +79,36 @@ class RouterErrorsTest {
         }
     }
 
+    /**
+     * A decode that refuses a request (400: too few pages for prompt + max_tokens) is the client's answer: the
+     * router aborts the prefill then, and that abort's 500 ("Aborted by AbortReq.") must not replace the 400.
+     */
+    @Test
+    @Timeout(90)
+    void aDecodesClientErrorReachesTheClientAsA400() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "errors-test")) {
+            String addr = "127.0.0.1:" + registry.port();
+            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, "errors-test", "127.0.0.1"));
+                 DecodeEngine decode = new DecodeEngine(spec.withPages(2), new TransferSpec("tcp", null, "errors-test", "127.0.0.1"));
+                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0);
+                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0);
+                 Router router = new Router(List.of("http://127.0.0.1:" + ps.port()), List.of("http://127.0.0.1:" + ds.port()), model.tokenizer(),
+                         model.weights().config.seqLen(), "m", "127.0.0.1", 0)) {
+                for (int i = 0; i < 3; i++) { // the prefill's abort races the decode's answer: every time the 400
+                    HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":48}");
+                    assertEquals(400, r.statusCode(), r.body());
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertEquals("invalid_request_error", e.path("type").asText(), r.body());
+                    assertEquals("the request needs 4 pages (prompt + max_tokens); this decode has 2", e.path("message").asText(), r.body());
+                }
+                // A request that fits still runs.
+                assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());
+            }
+        }
+    }
+
     /** The stub answers /health as a healthy prefill (with a registry address) would. */
     private static void answerHealthy(HttpServer stub) {
         stub.createContext("/health", ex -> {
