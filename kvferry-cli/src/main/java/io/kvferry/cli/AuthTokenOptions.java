@@ -4,6 +4,8 @@ import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.charset.CharacterCodingException;
+import java.nio.file.AccessDeniedException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 
@@ -27,12 +29,19 @@ final class AuthTokenOptions {
                     + "reads it in /proc/PID/cmdline: set KVFERRY_AUTH_TOKEN or pass --auth-token-file instead");
         }
         if (authTokenFile != null) {
+            String what = "--auth-token-file " + authTokenFile;
+            if (!Files.exists(authTokenFile)) throw new IllegalArgumentException(what + " does not exist");
+            if (Files.isDirectory(authTokenFile)) throw new IllegalArgumentException(what + " is a directory, not a file");
             try {
                 String t = Files.readAllLines(authTokenFile).stream().findFirst().orElse("").trim();
-                if (t.isEmpty()) throw new IllegalArgumentException("--auth-token-file " + authTokenFile + " is empty");
+                if (t.isEmpty()) throw new IllegalArgumentException(what + " is empty");
                 return t;
+            } catch (CharacterCodingException e) {
+                throw new IllegalArgumentException(what + " is not UTF-8 text", e);
+            } catch (AccessDeniedException e) {
+                throw new IllegalArgumentException(what + " is not readable (permission denied)", e);
             } catch (IOException e) {
-                throw new UncheckedIOException("--auth-token-file " + authTokenFile + ": " + e.getMessage(), e);
+                throw new UncheckedIOException(what + ": cannot read it: " + e, e);
             }
         }
         String env = System.getenv("KVFERRY_AUTH_TOKEN");

@@ -12,6 +12,11 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.io.IOException;
+import java.nio.file.AccessDeniedException;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.FileSystemException;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -67,6 +72,14 @@ public final class BenchCommand implements Callable<Integer> {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;
         }
+        try {
+            // Where results go is checked before the run, not found unwritable after it (and its results lost).
+            if (metricsDump != null) requireWritableFile("--metrics-dump", metricsDump);
+            if (sweep || sweepQuick) requireWritableDirectory("--out", out, out);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry bench: " + e.getMessage());
+            return 2;
+        }
         if (sweep || sweepQuick) return runSweep(config);
         if (processes && config.transport().equals("inproc")) {
             System.err.println("kvferry bench: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
@@ -109,6 +122,38 @@ public final class BenchCommand implements Callable<Integer> {
         for (String f : r.firstFailures()) System.out.println("  failure: " + f);
         if (json) System.out.println(BenchRunner.toJson(r));
         return r.failed() == 0 && r.corrupted() == 0 ? 0 : 1;
+    }
+
+    /**
+     * A file the run will write: not a directory, not read-only, its directory created when missing and writable.
+     *
+     * @throws IllegalArgumentException naming the option, the file and what is wrong
+     */
+    static void requireWritableFile(String option, Path file) {
+        if (Files.isDirectory(file)) throw new IllegalArgumentException(option + " " + file + " is a directory, not a file");
+        if (Files.exists(file) && !Files.isWritable(file)) throw new IllegalArgumentException(option + " " + file + " is not writable");
+        Path parent = file.toAbsolutePath().getParent();
+        if (parent != null) requireWritableDirectory(option, file, parent);
+    }
+
+    /**
+     * A directory the run will write into, created (with its parents) when missing.
+     *
+     * @param given what the user gave for the option (the file or the directory), named in the error
+     * @throws IllegalArgumentException naming the option, what was given and what is wrong
+     */
+    static void requireWritableDirectory(String option, Path given, Path dir) {
+        try {
+            Files.createDirectories(dir);
+        } catch (FileSystemException e) {
+            String where = e.getFile() != null ? e.getFile() : dir.toString();
+            String why = e instanceof FileAlreadyExistsException ? "exists and is not a directory"
+                    : e instanceof AccessDeniedException ? "permission denied" : e.getReason() != null ? e.getReason() : e.toString();
+            throw new IllegalArgumentException(option + " " + given + ": cannot create directory " + where + ": " + why);
+        } catch (IOException e) {
+            throw new IllegalArgumentException(option + " " + given + ": cannot create directory " + dir + ": " + e.getMessage());
+        }
+        if (!Files.isWritable(dir)) throw new IllegalArgumentException(option + " " + given + ": directory " + dir + " is not writable");
     }
 
     // ---- benchmark suite (issue 16): the sweep

@@ -68,6 +68,10 @@ public final class ChaosCommand implements Callable<Integer> {
             System.err.println("kvferry chaos: unknown scenario '" + scenario + "'; this build runs " + ChaosRunner.SCENARIOS);
             return 2;
         }
+        if (faultAfterMs < 0) {
+            System.err.println("kvferry chaos: --fault-after-ms " + faultAfterMs + " is negative; give the delay in ms (0 = at once)");
+            return 2;
+        }
         BenchConfig config;
         try {
             config = workload.toConfig(true);

@@ -77,6 +77,7 @@ public final class DemoCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        if (load < 0) throw new IllegalArgumentException("--load " + load + " is negative; give the number of requests (0 = skip)");
         PrintStream out = System.out;
         ModelFiles.Loaded model = engine.load();
         out.println("[demo] model: " + model.description());

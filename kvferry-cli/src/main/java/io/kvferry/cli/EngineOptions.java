@@ -20,7 +20,8 @@ final class EngineOptions {
             + "(or -Dkvferry.models / KVFERRY_MODELS) when present, else seeded random weights of its shape.")
     Path modelFile;
 
-    @Option(names = "--tokenizer", description = "llama2.c tokenizer (.bin). Default: tok512.bin beside the model file.")
+    @Option(names = "--tokenizer", description = "llama2.c tokenizer (.bin). Default: tok512.bin beside the model file. Without --model-file it replaces "
+            + "the tokenizer of the stories260K found (or of the random weights) and needs its 512-token vocabulary.")
     Path tokenizer;
 
     @Option(names = "--model-variant", defaultValue = "llama", converter = VariantConverter.class,

@@ -232,6 +232,11 @@ public final class WorkloadOptions {
         if (rate != null && (!(rate > 0) || rate.isInfinite())) {
             throw new IllegalArgumentException("--rate must be a finite number of requests per second > 0, got " + rate);
         }
+        if (rate != null && requests > MAX_OPEN_LOOP_REQUESTS) {
+            // Open loop holds every measured request's arrival time (8 bytes each) for the whole run.
+            throw new IllegalArgumentException("--requests " + requests + " is more than an open-loop run (--rate) takes: at most "
+                    + MAX_OPEN_LOOP_REQUESTS);
+        }
         if (probeRooms < 0) throw new IllegalArgumentException("--probe-rooms must be >= 0, got " + probeRooms);
         boolean huge = switch (hugePages == null ? "on" : hugePages.toLowerCase(Locale.ROOT)) {
             case "on" -> true;
@@ -284,6 +289,9 @@ public final class WorkloadOptions {
                 stripes, pairedMemcpy, checksumMode, new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge,
                 changeFeed));
     }
+
+    /** Most measured requests of an open-loop run (--rate): their arrival schedule is 80 MB at this many. */
+    static final int MAX_OPEN_LOOP_REQUESTS = 10_000_000;
 
     /** Bench pool limits the options are checked against. */
     static final class RankPoolLimits {

@@ -78,6 +78,46 @@ class CommandLineBadInputTest {
         }
     }
 
+    @Test
+    void anUnwritableOutputIsRefusedBeforeTheRun() throws Exception {
+        Path file = Files.writeString(dir.resolve("a-file"), "x");
+        Path dump = file.resolve("sub").resolve("m.prom");
+        long t0 = System.nanoTime();
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--metrics-dump", dump.toString()),
+                "kvferry bench: --metrics-dump " + dump + ": cannot create directory " + file.resolve("sub"));
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--metrics-dump", dir.toString()),
+                "--metrics-dump " + dir + " is a directory");
+        assertOneLine(CliRun.of("bench", "--sweep-quick", "--out", file.resolve("sweep").toString()),
+                "kvferry bench: --out " + file.resolve("sweep") + ": cannot create directory");
+        assertTrue(System.nanoTime() - t0 < 10_000_000_000L, "refused before the run");
+        // A missing directory is made.
+        Path fresh = dir.resolve("new").resolve("m.prom");
+        BenchCommand.requireWritableFile("--metrics-dump", fresh);
+        assertTrue(Files.isDirectory(fresh.getParent()));
+    }
+
+    @Test
+    void negativeCountsAndDelaysAreRefusedNamingTheFlag() {
+        assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--fault-after-ms", "-1"),
+                "kvferry chaos: --fault-after-ms -1 is negative");
+        assertOneLine(CliRun.of("demo", "--load", "-1"), "kvferry demo: --load -1 is negative");
+    }
+
+    @Test
+    void anOpenLoopRunOfMoreRequestsThanItCanScheduleIsRefused() {
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "2147483647", "--warmup", "0", "--rate", "1e308"),
+                "kvferry bench: --requests 2147483647 is more than an open-loop run (--rate) takes: at most 10000000");
+    }
+
+    @Test
+    void aTokenFileThatIsMissingOrNotTextIsNamed() throws Exception {
+        Path missing = dir.resolve("missing");
+        assertOneLine(CliRun.of("bench", "--auth-token-file", missing.toString()), "--auth-token-file " + missing + " does not exist");
+        Path binary = Files.write(dir.resolve("binary"), new byte[]{(byte) 0xff, (byte) 0xfe, 0, 1, 2});
+        assertOneLine(CliRun.of("bootstrap", "--port", "0", "--auth-token-file", binary.toString()),
+                "--auth-token-file " + binary + " is not UTF-8 text");
+    }
+
     /** The engines' refusal of a request (too few pages) ends the demo with its message, not a 500's "Aborted by AbortReq.". */
     @Test
     void aDemoWhoseRequestTheEnginesRefuseFailsWithTheirMessage() {

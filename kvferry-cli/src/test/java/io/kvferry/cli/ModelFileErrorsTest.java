@@ -46,6 +46,22 @@ class ModelFileErrorsTest {
                 "tokenizer " + dir + " is a directory");
     }
 
+    /** --tokenizer without --model-file is used, not ignored: a missing one is named, a bad one refused, a good one loaded. */
+    @Test
+    void aTokenizerWithoutAModelFileIsUsed() throws Exception {
+        Path missing = dir.resolve("tok-missing.bin");
+        assertOneLine(CliRun.of("demo", "--tokenizer", missing.toString()), "tokenizer " + missing + " does not exist");
+        assertOneLine(CliRun.of("serve", "--tokenizer", dir.toString()), "tokenizer " + dir + " is a directory");
+        Path junk = Files.write(dir.resolve("junk.bin"), new byte[10]);
+        assertOneLine(CliRun.of("demo", "--tokenizer", junk.toString()), "tokenizer " + junk);
+        Optional<Path> models = ModelFiles.findModelDir();
+        assumeTrue(models.isPresent(), "no stories260K checkpoint here");
+        Path copy = Files.copy(models.get().resolve(ModelFiles.TOKENIZER), dir.resolve("mine.bin"));
+        ModelFiles.Loaded m = ModelFiles.load(null, copy);
+        assertEquals(ModelFiles.load(null, null).tokenizer().encode("Once upon a time", true, false).length,
+                m.tokenizer().encode("Once upon a time", true, false).length);
+    }
+
     @Test
     void aTruncatedCheckpointIsOneLine() throws Exception {
         Path f = Files.write(dir.resolve("short.bin"), new byte[10]);

@@ -55,6 +55,9 @@ public final class ModelFiles {
     /**
      * @param checkpoint an explicit llama2.c checkpoint (its tokenizer: {@code tokenizer}, or tok512.bin
      *                   beside it), or null to find stories260K or fall back to random weights
+     * @param tokenizer  an explicit tokenizer, or null for the one beside the checkpoint; without a checkpoint it
+     *                   replaces tok512.bin of the stories260K found (or the random weights' synthetic one), and
+     *                   must have stories260K's vocabulary size
      */
     public static Loaded load(Path checkpoint, Path tokenizer) throws IOException {
         if (checkpoint != null) {
@@ -65,11 +68,14 @@ public final class ModelFiles {
             }
             return new Loaded(w, Tokenizer.load(tok, w.config.vocabSize()), true, "checkpoint " + checkpoint + " (" + w.config + ")");
         }
+        // A tokenizer given alone is used, not ignored: a missing or bad one is an error naming it, before any search.
+        if (tokenizer != null) requireRegularFile(tokenizer, "tokenizer");
         Optional<Path> dir = findModelDir();
-        if (dir.isPresent()) return load(dir.get().resolve(CHECKPOINT), dir.get().resolve(TOKENIZER));
+        if (dir.isPresent()) return load(dir.get().resolve(CHECKPOINT), tokenizer != null ? tokenizer : dir.get().resolve(TOKENIZER));
         LlamaConfig shape = LlamaConfig.stories260K();
-        return new Loaded(ModelWeights.random(shape, RANDOM_SEED), Tokenizer.synthetic(shape.vocabSize()), false,
+        Tokenizer tok = tokenizer != null ? Tokenizer.load(tokenizer, shape.vocabSize()) : Tokenizer.synthetic(shape.vocabSize());
+        return new Loaded(ModelWeights.random(shape, RANDOM_SEED), tok, false,
                 "random weights of stories260K's shape (seed " + RANDOM_SEED + "): " + CHECKPOINT + " not found in " + searchPath()
-                        + "; the text is noise, the transfers are real");
+                        + (tokenizer != null ? ", tokenizer " + tokenizer : "") + "; the text is noise, the transfers are real");
     }
 }
