@@ -33,15 +33,15 @@ public final class BootstrapCommand implements Callable<Integer> {
             + "auth and send no Authorization header. Anyone who reaches the port can then register ranks; logged as a warning.")
     boolean noAuth;
 
-    @Option(names = "--request-timeout-ms", defaultValue = "${env:KVFERRY_REGISTRY_REQUEST_TIMEOUT_MS:-10000}",
-            description = "A request still unfinished this many ms after its first byte has its connection closed "
-                    + "(env KVFERRY_REGISTRY_REQUEST_TIMEOUT_MS). Default: ${DEFAULT-VALUE}.")
-    long requestTimeoutMs;
+    @Option(names = "--request-timeout-ms",
+            description = "A request still unfinished this many ms after its first byte has its connection closed. "
+                    + "Default: env KVFERRY_REGISTRY_REQUEST_TIMEOUT_MS, else 10000.")
+    Long requestTimeoutMsFlag;
 
-    @Option(names = "--max-connections", defaultValue = "${env:KVFERRY_REGISTRY_MAX_CONNECTIONS:-1024}",
-            description = "Requests under way at once; one more is closed unanswered (env KVFERRY_REGISTRY_MAX_CONNECTIONS). "
-                    + "Default: ${DEFAULT-VALUE}.")
-    int maxConnections;
+    @Option(names = "--max-connections",
+            description = "Requests under way at once; one more is closed unanswered. "
+                    + "Default: env KVFERRY_REGISTRY_MAX_CONNECTIONS, else 1024.")
+    Integer maxConnectionsFlag;
 
     @Override
     public Integer call() throws Exception {
@@ -56,10 +56,23 @@ public final class BootstrapCommand implements Callable<Integer> {
             System.err.println("kvferry bootstrap: --no-auth and a token (--auth-token-file or KVFERRY_AUTH_TOKEN) exclude each other: drop one");
             return 2;
         }
-        RegistryOptions options;
+        RegistryOptions options = noAuth ? RegistryOptions.withoutAuth() : RegistryOptions.defaults(authToken);
+        // Each limit from its flag, else its environment variable (unset or empty: the default); a bad one names its source.
+        EnvDefault timeout = EnvDefault.of("--request-timeout-ms", requestTimeoutMsFlag, "KVFERRY_REGISTRY_REQUEST_TIMEOUT_MS");
+        EnvDefault connections = EnvDefault.of("--max-connections", maxConnectionsFlag, "KVFERRY_REGISTRY_MAX_CONNECTIONS");
         try {
-            options = (noAuth ? RegistryOptions.withoutAuth() : RegistryOptions.defaults(authToken))
-                    .withRequestTimeout(Duration.ofMillis(requestTimeoutMs)).withMaxConnections(maxConnections);
+            long ms = timeout.get(10_000, Long.MIN_VALUE, Long.MAX_VALUE);
+            try {
+                options = options.withRequestTimeout(Duration.ofMillis(ms));
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(timeout.source() + ": " + e.getMessage(), e);
+            }
+            int max = (int) connections.get(1024, Integer.MIN_VALUE, Integer.MAX_VALUE);
+            try {
+                options = options.withMaxConnections(max);
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(connections.source() + ": " + e.getMessage(), e);
+            }
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry bootstrap: " + e.getMessage());
             return 2;

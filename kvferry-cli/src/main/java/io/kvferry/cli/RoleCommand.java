@@ -29,10 +29,10 @@ abstract class RoleCommand implements Callable<Integer> {
             description = "Address this rank binds its control endpoint to and publishes in the registry. Default: ${DEFAULT-VALUE}.")
     String host;
 
-    @Option(names = "--status-port", defaultValue = "${env:KVFERRY_STATUS_PORT:-0}",
-            description = "Port of this process's /metrics, /status and /status.json (0 = any free port, printed; -1 = none; "
-                    + "env KVFERRY_STATUS_PORT). Prefill ranks publish it in their registration. Default: ${DEFAULT-VALUE}.")
-    int statusPort;
+    @Option(names = "--status-port",
+            description = "Port of this process's /metrics, /status and /status.json (0 = any free port, printed; -1 = none). "
+                    + "Prefill ranks publish it in their registration. Default: env KVFERRY_STATUS_PORT, else 0.")
+    Integer statusPortFlag;
 
     @Option(names = "--exit-on-stdin-eof", description = "Exit when standard input closes (the parent process died).")
     boolean exitOnStdinEof;
@@ -98,8 +98,11 @@ abstract class RoleCommand implements Callable<Integer> {
                 return 2;
             }
         }
-        if (statusPort > 65535 || statusPort < -1) {
-            System.err.println("kvferry " + mode().name().toLowerCase() + ": --status-port " + statusPort + " is outside [-1, 65535]");
+        int statusPort;
+        try {
+            statusPort = (int) EnvDefault.of("--status-port", statusPortFlag, "KVFERRY_STATUS_PORT").get(0, -1, 65535);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": " + e.getMessage());
             return 2;
         }
         try {

@@ -22,14 +22,17 @@ public final class StatusCommand implements Callable<Integer> {
     @Option(names = "--json", description = "Print the status document as JSON instead of tables.")
     boolean json;
 
-    @Option(names = "--timeout-ms", defaultValue = "${env:KVFERRY_STATUS_TIMEOUT_MS:-5000}",
-            description = "How long to wait for the answer (env KVFERRY_STATUS_TIMEOUT_MS). Default: ${DEFAULT-VALUE}.")
-    long timeoutMs;
+    @Option(names = "--timeout-ms",
+            description = "How long to wait for the answer. Default: env KVFERRY_STATUS_TIMEOUT_MS, else 5000.")
+    Long timeoutMsFlag;
 
     @Override
     public Integer call() throws Exception {
-        if (timeoutMs < 1) {
-            System.err.println("kvferry status: --timeout-ms must be >= 1, got " + timeoutMs);
+        long timeoutMs;
+        try {
+            timeoutMs = EnvDefault.of("--timeout-ms", timeoutMsFlag, "KVFERRY_STATUS_TIMEOUT_MS").get(5000, 1, Long.MAX_VALUE);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry status: " + e.getMessage());
             return 2;
         }
         JsonNode doc;
