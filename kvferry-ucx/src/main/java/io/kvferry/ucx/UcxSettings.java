@@ -20,12 +20,17 @@ final class UcxSettings {
     /** Spin settings are capped here (a few minutes of polling): larger values would overflow the idle counters. */
     static final long MAX_SPIN = 1_000_000_000L;
 
+    /** The range of {@link #BATCH_BYTES}: a page at least, a GiB at most between two flushes. */
+    static final long MIN_BATCH_BYTES = 4096, MAX_BATCH_BYTES = 1L << 30;
+    /** The most batches in flight per endpoint ({@link #WINDOW}). */
+    static final int MAX_WINDOW = 64;
+
     static final Knob ERR_MODE = new Knob("kvferry.ucx.errMode", "KVFERRY_UCX_ERR_MODE", "peer",
             "ucx: endpoint error handling, peer (a dead decode fails the endpoint) or none (every UCX transport usable)", "");
     static final Knob BATCH_BYTES = new Knob("kvferry.ucx.batchBytes", "KVFERRY_UCX_BATCH_BYTES", Long.toString(8L << 20),
-            "ucx: bytes posted to one endpoint between two flushes (min 4096)", "");
+            "ucx: bytes posted to one endpoint between two flushes, in [4096, 1073741824]", "");
     static final Knob WINDOW = new Knob("kvferry.ucx.window", "KVFERRY_UCX_WINDOW", "4",
-            "ucx: batches in flight per endpoint (1..64)", "");
+            "ucx: batches in flight per endpoint, in [1, 64]", "");
     static final Knob CONNECT_TIMEOUT_MS = new Knob("kvferry.ucx.connectTimeoutMs", "KVFERRY_UCX_CONNECT_TIMEOUT_MS", "10000",
             "ucx: how long endpoint wire-up may take before the link falls back to TCP", "");
     static final Knob DRAIN_TIMEOUT_MS = new Knob("kvferry.ucx.drainTimeoutMs", "KVFERRY_UCX_DRAIN_TIMEOUT_MS", "5000",
@@ -88,10 +93,11 @@ final class UcxSettings {
             case "none" -> ErrMode.NONE;
             default -> throw new IllegalArgumentException(ERR_MODE.names() + " must be peer or none, not '" + mode + "'");
         };
-        batchBytes = Math.max(4096, s.getLong(BATCH_BYTES));
-        window = (int) Math.max(1, Math.min(64, s.getLong(WINDOW)));
-        connectTimeoutMs = Math.max(1, s.getLong(CONNECT_TIMEOUT_MS));
-        drainTimeoutMs = Math.max(1, s.getLong(DRAIN_TIMEOUT_MS));
+        // Out of range is refused naming the knob and its range, as the core knobs are, not clamped to something else.
+        batchBytes = s.getLong(BATCH_BYTES, MIN_BATCH_BYTES, MAX_BATCH_BYTES);
+        window = s.getInt(WINDOW, 1, MAX_WINDOW);
+        connectTimeoutMs = s.getMillis(CONNECT_TIMEOUT_MS, 1).toMillis();
+        drainTimeoutMs = s.getMillis(DRAIN_TIMEOUT_MS, 1).toMillis();
         spin = Math.max(0, Math.min(MAX_SPIN, s.getLong(SPIN)));
         stallTimeoutMs = Math.max(1, s.getLong(Knobs.WRITE_STALL_TIMEOUT_MS));
         dstSpin = Math.max(0, Math.min(MAX_SPIN, s.getLong(DST_SPIN)));

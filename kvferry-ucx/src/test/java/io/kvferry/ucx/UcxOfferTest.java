@@ -184,6 +184,23 @@ class UcxOfferTest {
         assertEquals(16, new UcxSettings(env.with(UcxSettings.WINDOW, "16")).window);
     }
 
+    /** The window and the batch size out of range are refused naming the knob and its range, not clamped. */
+    @Test
+    void windowAndBatchBytesOutOfRangeAreRefusedNamingTheRange() {
+        KVFerrySettings none = KVFerrySettings.defaults();
+        assertEquals("KVFERRY_UCX_WINDOW / kvferry.ucx.window must be in [1, 64], not 0",
+                UcxSettings.problem(none.with(UcxSettings.WINDOW, "0")));
+        assertEquals("KVFERRY_UCX_WINDOW / kvferry.ucx.window must be in [1, 64], not 65",
+                UcxSettings.problem(none.with(UcxSettings.WINDOW, "65")));
+        assertEquals("KVFERRY_UCX_BATCH_BYTES / kvferry.ucx.batchBytes must be in [4096, 1073741824], not 1024",
+                UcxSettings.problem(none.with(UcxSettings.BATCH_BYTES, "1024")));
+        assertTrue(UcxSettings.problem(none.with(UcxSettings.BATCH_BYTES, Long.toString(2L << 30))).contains("[4096, 1073741824]"));
+        String timeout = UcxSettings.problem(none.with(UcxSettings.CONNECT_TIMEOUT_MS, "0"));
+        assertTrue(timeout != null && timeout.contains("KVFERRY_UCX_CONNECT_TIMEOUT_MS"), timeout);
+        assertEquals(64, new UcxSettings(none.with(UcxSettings.WINDOW, "64")).window);
+        assertEquals(4096, new UcxSettings(none.with(UcxSettings.BATCH_BYTES, "4096")).batchBytes);
+    }
+
     @Test
     void directAccessTransportsFromUcxTls() {
         assertTrue(UcxSettings.directAccessPossible(null));
