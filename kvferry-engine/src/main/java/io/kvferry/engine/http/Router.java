@@ -559,7 +559,9 @@ public final class Router implements AutoCloseable {
             if (events[0] == null) {
                 Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             } else {
+                // Mid-stream: the error as an event, then [DONE], as vLLM and SGLang end a failed stream (clients read to it).
                 Http.event(events[0], Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
+                Http.event(events[0], "[DONE]");
                 events[0].close();
             }
         }
@@ -736,6 +738,7 @@ public final class Router implements AutoCloseable {
             if (events[0] == null) Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             else {
                 Http.event(events[0], Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
+                Http.event(events[0], "[DONE]"); // as /v1/completions: a failed stream ends like any other
                 events[0].close();
             }
         }

@@ -147,6 +147,48 @@ class RouterErrorsTest {
             stub.stop(0);
         }
     }
+    /**
+     * A decode that fails mid-stream: the client gets the text so far, the error as an event, then
+     * {@code [DONE]}, on both routes, as vLLM and SGLang end a failed stream (clients read to it).
+     */
+    @Test
+    @Timeout(60)
+    void aStreamThatFailsMidWayEndsWithItsErrorThenDone() throws Exception {
+        HttpServer prefill = prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.createContext("/generate", ex -> {
+            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write(("data: {\"token\":300}\n\n"
+                    + "data: {\"error\":{\"type\":\"internal_error\",\"kind\":\"peer_lost\",\"message\":\"the decode lost its prefill\"}}\n\n")
+                    .getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0)) {
+            String[][] routes = {{"/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"stream\":true}"},
+                {"/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":3},\"stream\":true}"}};
+            for (String[] route : routes) {
+                HttpResponse<String> r = send(router.port(), route[0], route[1]);
+                assertEquals(200, r.statusCode(), route[0] + ": " + r.body());
+                List<String> data = r.body().lines().filter(l -> l.startsWith("data: ")).map(l -> l.substring(6)).toList();
+                assertTrue(data.size() >= 3, route[0] + ": " + r.body());
+                assertEquals("[DONE]", data.getLast(), route[0] + ": a failed stream ends with [DONE]: " + r.body());
+                JsonNode error = JSON.readTree(data.get(data.size() - 2)).path("error");
+                assertTrue(error.path("message").asText().contains("the decode lost its prefill"), route[0] + ": " + r.body());
+            }
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     /** Probe timings short enough for a test: checks every 100 ms, 300 ms each, 500 ms to connect, 3 failures in a row. */
     static final Router.Probing FAST = new Router.Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
     /** As {@link #FAST} but with no periodic checks (only the constructor's): what a request meets decides alone. */
