@@ -212,7 +212,6 @@ public final class DemoCommand implements Callable<Integer> {
         return succeeded == ps.size() && matched == succeeded ? 0 : 1;
     }
 
-    /** N concurrent requests through the router vs the same N one by one on a colocated engine. */
     /** The message of an OpenAI-shaped error body, else the body itself. */
     static String errorMessage(String body) {
         try {
@@ -223,6 +222,7 @@ public final class DemoCommand implements Callable<Integer> {
         }
     }
 
+    /** N concurrent requests through the router vs the same N one by one on a colocated engine. */
     private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http) throws Exception {
         List<String> ps = new ArrayList<>();
         for (int i = 0; i < load; i++) ps.add(PROMPTS.get(i % PROMPTS.size()) + " " + (i / PROMPTS.size()));

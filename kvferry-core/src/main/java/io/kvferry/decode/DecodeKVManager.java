@@ -376,7 +376,7 @@ public final class DecodeKVManager implements KVManager {
         long revokeDeadline = System.nanoTime() + TEARDOWN_REVOKE_NANOS;
         for (PrefillLink l : all) {
             Duration left = Duration.ofNanos(Math.max(0, revokeDeadline - System.nanoTime()));
-            if (l.oneSided != null && !l.oneSided.revoke(left)) {
+            if (l.oneSided() != null && !l.oneSided().revoke(left)) {
                 log.warn("teardown: could not confirm that {} stopped writing", l);
             }
             l.closeTwoSidedOffer();

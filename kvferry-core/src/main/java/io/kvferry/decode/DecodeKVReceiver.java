@@ -229,7 +229,7 @@ final class DecodeKVReceiver implements KVReceiver {
                 sortedPagesOf[i] = sortedPages;
             }
             owed[i] = Completeness.owed(t.link().coverage, manager.memory(), pagesOf[i].length, auxIndex, state);
-            if (t.link().oneSided == null) {
+            if (t.link().oneSided() == null) {
                 // Lands through the gate: its granules get bits (docs/PROTOCOL.md, "Success means complete").
                 bitBase[i] = bits;
                 bits += t.link().granules.bits(pagesOf[i].length, auxIndex >= 0, sortedState);

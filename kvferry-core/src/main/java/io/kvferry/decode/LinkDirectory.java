@@ -353,8 +353,7 @@ final class LinkDirectory {
                         + "', which this decode did not offer");
             }
             link.dataPath = fallback ? Transports.fallback().name() : ack.dataPath();
-            link.offer = chosen; // closed with the link if two-sided (nothing revokes it)
-            link.oneSided = chosen != null && chosen.oneSided() ? chosen : null;
+            link.offer = chosen; // revoked when one-sided, closed with the link when two-sided
             link.digestInStatus = link.checksum != ChecksumMode.OFF && !link.dataPath.equals(Transports.fallback().name());
             if (!ack.fallback().isEmpty()) {
                 String why = LogSafe.text(ack.fallback()); // the prefill's words

@@ -172,7 +172,7 @@ final class LinkReader {
         if (s.bytes() != owed) {
             return "incomplete transfer: " + from(link) + " reports " + s.bytes() + " of the " + owed + " bytes it owes room " + room.room;
         }
-        if (link.oneSided == null) {
+        if (link.oneSided() == null) {
             long landed = room.landedFrom.get(i);
             if (landed != owed) return "incomplete transfer: landed " + landed + " of " + owed + " bytes from " + from(link);
         }
@@ -243,7 +243,7 @@ final class LinkReader {
             }
         }
         if (affected > 0) log.warn("Lost connection with {} ({}): {} requests affected", link, why, affected);
-        LinkOffer offer = link.oneSided;
+        LinkOffer offer = link.oneSided();
         if (offer != null) {
             // Revoked at once, off this reader thread; a clear() of the link's rooms waits for it (revoke is idempotent).
             boolean queued = revoker.submit(() -> {

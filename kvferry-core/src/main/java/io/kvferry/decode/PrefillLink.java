@@ -31,8 +31,6 @@ final class PrefillLink {
     volatile String dataPath = "tcp";
     /** The prefill's HELLO_ACK fallback text (why offers were passed over, or why the kept one is slower than tcp), log-safe; empty when none. */
     volatile String dataPathNote = "";
-    /** The permission a one-sided transport (shm, ucx) writes under; null for tcp and inproc. */
-    volatile LinkOffer oneSided;
     /**
      * The offer the prefill chose, one-sided or not (inproc's too); null for tcp. Set once at registration;
      * a two-sided one is closed when the link is lost or torn down ({@link #closeTwoSidedOffer}).
@@ -60,6 +58,12 @@ final class PrefillLink {
     void closeAll(FailureKind kind, String reason) {
         connection.close(kind, reason);
         for (ControlConnection c : stripes) c.close(kind, reason);
+    }
+
+    /** The permission a one-sided transport (shm, ucx) writes under: the chosen offer when one-sided; null for tcp and inproc. */
+    LinkOffer oneSided() {
+        LinkOffer o = offer;
+        return o != null && o.oneSided() ? o : null;
     }
 
     /**

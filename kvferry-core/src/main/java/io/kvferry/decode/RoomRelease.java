@@ -55,7 +55,7 @@ final class RoomRelease {
     private void quiesceOneSided(DecodeRoom room) {
         List<PrefillLink> oneSided = new ArrayList<>();
         for (DecodeRoom.Target t : room.targets) {
-            if (!t.dummy() && t.link().oneSided != null && !oneSided.contains(t.link())) oneSided.add(t.link());
+            if (!t.dummy() && t.link().oneSided() != null && !oneSided.contains(t.link())) oneSided.add(t.link());
         }
         if (oneSided.isEmpty()) return;
         notifyAbort(room);
@@ -66,7 +66,7 @@ final class RoomRelease {
             silent.connection.close(FailureKind.PEER_LOST, "no ABORT_ACK for room " + room.room + " within " + timeout + " ms");
         }
         for (PrefillLink l : oneSided) {
-            if (l.connection.isClosed() && !l.oneSided.revoke(abortAckTimeout)) {
+            if (l.connection.isClosed() && !l.oneSided().revoke(abortAckTimeout)) {
                 log.error("room {}: could not confirm that {} stopped writing ({} ms); releasing the room anyway", room.room, l, timeout);
             }
         }

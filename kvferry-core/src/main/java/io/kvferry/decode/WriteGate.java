@@ -139,7 +139,7 @@ final class WriteGate implements WriteSink {
      * admitted, so the same bytes sent again, whole or in other pieces, are refused.
      *
      * @param piece  bytes per piece of a strided write (the payload for a contiguous one)
-     * @param stride destination bytes from one piece to the next (the payload for a contiguous one)
+     * @param stride destination bytes from one piece to the next (not read for a contiguous write)
      */
     private void requireCovered(DecodeRoom r, int slot, DecodeRoom.Allowance a, Region region, int component, int buffer, long offset,
                                 long span, long payload, long piece, long stride) throws WriteRejectedException {

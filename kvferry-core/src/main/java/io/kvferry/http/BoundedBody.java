@@ -2,13 +2,20 @@ package io.kvferry.http;
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
+import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Flow;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
@@ -19,8 +26,8 @@ import java.util.concurrent.atomic.AtomicReference;
  * collect whatever the peer sends.
  *
  * <p>{@link java.net.http.HttpRequest#timeout} bounds only the wait for the response headers, so a
- * caller with a deadline waits on the whole exchange ({@code sendAsync(...).get(timeout)}) and, when
- * it passes, cancels the future and {@link Handler#abort() aborts} the body.
+ * caller with a deadline {@linkplain #send sends} an {@link Exchange} and waits on the whole of it
+ * ({@link Exchange#await}), or {@linkplain Exchange#abort() aborts} it when its own deadline passes.
  */
 public final class BoundedBody implements HttpResponse.BodySubscriber<byte[]> {
     private final int status;
@@ -50,6 +57,64 @@ public final class BoundedBody implements HttpResponse.BodySubscriber<byte[]> {
     public static Handler handler(long maxBytes, String subject) {
         if (maxBytes < 0) throw new IllegalArgumentException("maxBytes must be >= 0, got " + maxBytes);
         return new Handler(maxBytes, subject);
+    }
+
+    /**
+     * Sends {@code request} with a body of at most {@code maxBytes}.
+     *
+     * @param subject what the body is, for the message of a {@link TooLargeException} ("a registry reply")
+     * @throws IllegalArgumentException when no request can be made to its URI (the client's own check)
+     */
+    public static Exchange send(HttpClient http, HttpRequest request, long maxBytes, String subject) {
+        Handler body = handler(maxBytes, subject);
+        return new Exchange(http.sendAsync(request, body), body);
+    }
+
+    /** One exchange under way: its response (headers and the bounded body), and how to give up on it. */
+    public static final class Exchange {
+        private final CompletableFuture<HttpResponse<byte[]>> response;
+        private final Handler body;
+
+        private Exchange(CompletableFuture<HttpResponse<byte[]>> response, Handler body) {
+            this.response = response;
+            this.body = body;
+        }
+
+        public CompletableFuture<HttpResponse<byte[]>> response() {
+            return response;
+        }
+
+        /** Cancels the exchange (which closes its connection) and fails its body; a no-op once it completed. */
+        public void abort() {
+            response.cancel(true);
+            body.abort();
+        }
+
+        /**
+         * Waits for the whole exchange, headers and body; when {@code timeout} passes first (or the caller is
+         * interrupted) it is aborted.
+         *
+         * @throws HttpTimeoutException when the timeout passed
+         * @throws IOException          what the exchange failed with ({@link TooLargeException} among them)
+         */
+        public HttpResponse<byte[]> await(Duration timeout) throws IOException, InterruptedException {
+            try {
+                return response.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+            } catch (TimeoutException e) {
+                abort();
+                throw new HttpTimeoutException("no complete reply (headers and body) within the request timeout of "
+                        + timeout.toMillis() + " ms");
+            } catch (InterruptedException e) {
+                abort();
+                throw e;
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                while (cause instanceof CompletionException && cause.getCause() != null) cause = cause.getCause();
+                if (cause instanceof IOException io) throw io;
+                if (cause instanceof RuntimeException re) throw re;
+                throw new IOException(cause);
+            }
+        }
     }
 
     /** Makes one {@link BoundedBody} per exchange and keeps it, so the caller can abort it. Not reusable. */

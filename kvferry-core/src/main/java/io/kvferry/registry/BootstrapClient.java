@@ -13,7 +13,6 @@ import java.net.URISyntaxException;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Collection;
@@ -21,12 +20,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 
 /**
  * Talks to one bootstrap registry (kvferry's or SGLang's): prefill ranks register with it, decode ranks
@@ -356,29 +350,7 @@ public final class BootstrapClient implements AutoCloseable {
      * instead, and at the deadline it is cancelled, which aborts the connection.
      */
     private HttpResponse<byte[]> exchange(HttpRequest req, Duration timeout) throws IOException, InterruptedException {
-        BoundedBody.Handler body = BoundedBody.handler(MAX_REPLY_BYTES, "a registry reply");
-        CompletableFuture<HttpResponse<byte[]>> f = http.sendAsync(req, body);
-        try {
-            return f.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
-            abort(f, body);
-            throw new HttpTimeoutException("no complete reply (headers and body) within the request timeout of "
-                    + timeout.toMillis() + " ms");
-        } catch (InterruptedException e) {
-            abort(f, body);
-            throw e;
-        } catch (ExecutionException e) {
-            Throwable cause = e.getCause();
-            while (cause instanceof CompletionException && cause.getCause() != null) cause = cause.getCause();
-            if (cause instanceof IOException io) throw io;
-            if (cause instanceof RuntimeException re) throw re;
-            throw new IOException(cause);
-        }
-    }
-
-    private static void abort(CompletableFuture<?> exchange, BoundedBody.Handler body) {
-        exchange.cancel(true);
-        body.abort();
+        return BoundedBody.send(http, req, MAX_REPLY_BYTES, "a registry reply").await(timeout);
     }
 
     private static boolean retryable(int status) {

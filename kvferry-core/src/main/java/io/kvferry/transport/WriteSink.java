@@ -106,7 +106,7 @@ public interface WriteSink {
      * @param span    destination bytes the write touches, from its first to its last byte
      * @param payload bytes actually written (less than {@code span} for a strided write)
      * @param piece   bytes per piece of a strided write ({@code payload} for a contiguous one)
-     * @param stride  destination bytes from one piece's start to the next ({@code payload} for a contiguous one)
+     * @param stride  destination bytes from one piece's start to the next (not read for a contiguous write)
      * @throws WriteRejectedException naming why the write may not land
      */
     void begin(Landing into, long room, Region region, int component, int buffer, long offset, long span, long payload, long piece,

@@ -179,10 +179,10 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
     private record Fetch(String url, CompletableFuture<JsonNode> doc, Runnable abort) {}
 
     private Fetch fetch(String url) {
-        BoundedBody.Handler body = BoundedBody.handler(MAX_STATUS_BYTES, "a process status document");
-        CompletableFuture<HttpResponse<byte[]>> exchange;
+        BoundedBody.Exchange exchange;
         try {
-            exchange = http.sendAsync(HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build(), body);
+            exchange = BoundedBody.send(http, HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build(), MAX_STATUS_BYTES,
+                    "a process status document");
         } catch (RuntimeException e) {
             // A URL no request can be made to (watched; the registry refuses such registrations): that
             // process is listed down with the reason, the others are still fetched.
@@ -190,10 +190,7 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
             return new Fetch(url, CompletableFuture.failedFuture(new IllegalArgumentException("cannot fetch it: "
                     + (why != null ? why : e.getMessage()))), () -> { });
         }
-        return new Fetch(url, exchange.thenApply(ClusterStatus::parse), () -> {
-            exchange.cancel(true);
-            body.abort();
-        });
+        return new Fetch(url, exchange.response().thenApply(ClusterStatus::parse), exchange::abort);
     }
 
     private static JsonNode parse(HttpResponse<byte[]> resp) {

@@ -8,6 +8,7 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
 import java.nio.channels.UnresolvedAddressException;
 import java.time.Duration;
 import java.time.Instant;
@@ -18,11 +19,6 @@ import java.util.Comparator;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 
 /**
  * {@code kvferry status}: reads a registry's {@code /status.json} (or a process's) and renders the
@@ -79,28 +75,18 @@ public final class StatusClient {
      */
     private static HttpResponse<byte[]> get(URI uri, Duration timeout) throws StatusException, InterruptedException {
         HttpClient http = HttpClient.newBuilder().connectTimeout(timeout).build();
-        BoundedBody.Handler body = BoundedBody.handler(MAX_DOCUMENT_BYTES, "a status document");
-        CompletableFuture<HttpResponse<byte[]>> exchange;
         try {
-            exchange = http.sendAsync(HttpRequest.newBuilder(uri).timeout(timeout).GET().build(), body);
+            return BoundedBody.send(http, HttpRequest.newBuilder(uri).timeout(timeout).GET().build(), MAX_DOCUMENT_BYTES, "a status document")
+                    .await(timeout);
         } catch (IllegalArgumentException e) {
-            http.shutdownNow();
             throw new StatusException("cannot fetch " + uri + ": " + e.getMessage());
-        }
-        try {
-            return exchange.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
+        } catch (BoundedBody.TooLargeException e) {
+            throw new StatusException(uri + " answered too much: " + e.getMessage());
+        } catch (HttpTimeoutException e) {
             throw new StatusException("no complete answer (headers and body) from " + uri + " within " + timeout.toMillis() + " ms");
-        } catch (ExecutionException e) {
-            Throwable cause = e.getCause();
-            while (cause instanceof CompletionException && cause.getCause() != null) cause = cause.getCause();
-            if (cause instanceof BoundedBody.TooLargeException) throw new StatusException(uri + " answered too much: " + cause.getMessage());
-            throw new StatusException("cannot reach " + uri + ": " + why(cause));
+        } catch (IOException e) {
+            throw new StatusException("cannot reach " + uri + ": " + why(e));
         } finally {
-            if (!exchange.isDone()) { // the deadline passed, or the caller was interrupted: close the connection
-                exchange.cancel(true);
-                body.abort();
-            }
             http.shutdownNow();
         }
     }

@@ -37,10 +37,8 @@ final class InprocDataPath implements DataPath {
             if (cancelled.getAsBoolean()) throw new IOException("room " + room + " failed during the transfer");
             MemorySegment src = RemoteBuffers.checkSource(room, plan, op, source);
             try {
-                boolean strided = plan.strided(op);
                 sink.begin(landing, room, plan.region(op), plan.component(op), plan.dstBuffer(op), plan.dstOffset(op),
-                        plan.dstSpan(op), plan.length(op), strided ? plan.pieceLength(op) : plan.length(op),
-                        strided ? plan.dstStride(op) : plan.length(op));
+                        plan.dstSpan(op), plan.length(op), plan.pieceLength(op), plan.dstStride(op));
             } catch (WriteRejectedException e) {
                 throw new IOException("decode rejected the write: " + e.getMessage());
             }

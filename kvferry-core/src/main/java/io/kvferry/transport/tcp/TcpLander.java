@@ -55,8 +55,8 @@ public final class TcpLander {
                     + w.offset() + ")");
         }
         try {
-            gate.begin(landing, w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.span(), w.length(),
-                    w.strided() ? w.pieceLength() : w.length(), w.strided() ? w.dstStride() : w.length());
+            gate.begin(landing, w.room(), w.region(), w.component(), w.buffer(), w.offset(), w.span(), w.length(), w.pieceLength(),
+                    w.dstStride());
         } catch (WriteRejectedException e) {
             if (!e.fatal()) connection.skipPayload(w.length());
             return e;

@@ -556,15 +556,22 @@ public final class Router implements AutoCloseable {
                 Http.sendJson(ex, 200, fin);
             }
         } catch (Failure f) {
-            if (events[0] == null) {
-                Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
-            } else {
-                // Mid-stream: the error as an event, then [DONE], as vLLM and SGLang end a failed stream (clients read to it).
-                Http.event(events[0], Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
-                Http.event(events[0], "[DONE]");
-                events[0].close();
-            }
+            fail(ex, events[0], f);
         }
+    }
+
+    /**
+     * Answers a failed request: an error response, or, once a stream has begun ({@code events} non-null), the
+     * error as an event and then [DONE], as vLLM and SGLang end a failed stream (clients read to it).
+     */
+    private static void fail(HttpExchange ex, OutputStream events, Failure f) throws IOException {
+        if (events == null) {
+            Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
+            return;
+        }
+        Http.event(events, Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
+        Http.event(events, "[DONE]");
+        events.close();
     }
 
     private ObjectNode chunk(String id, long created, String text, String finish) {
@@ -735,12 +742,7 @@ public final class Router implements AutoCloseable {
                 Http.sendJson(ex, 200, out);
             }
         } catch (Failure f) {
-            if (events[0] == null) Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
-            else {
-                Http.event(events[0], Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
-                Http.event(events[0], "[DONE]"); // as /v1/completions: a failed stream ends like any other
-                events[0].close();
-            }
+            fail(ex, events[0], f);
         }
     }
 
