@@ -406,12 +406,9 @@ final class DecodeSessions {
                     + link.sessionId() + " (" + why + ")")) {
                 continue;
             }
-            if (!room.claimed && room.heldOnlyBy(link)) {
-                // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
-                // keeps the failure for a sender created for it later.
-                rooms.forget(r);
-                continue;
-            }
+            // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
+            // keeps the failure for a sender created for it later.
+            if (room.heldOnlyBy(link) && rooms.forgetUnclaimed(room)) continue;
             rooms.notifyOnce(room);
         }
     }

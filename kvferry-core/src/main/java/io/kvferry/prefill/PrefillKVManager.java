@@ -208,9 +208,10 @@ public final class PrefillKVManager implements KVManager {
     public KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                                  boolean reqHasDisaggPrefillDpRank) {
         if (closed) throw new IllegalStateException("the prefill KV manager was torn down");
-        PrefillRooms.Tombstone dropped = rooms.droppedBeforeStart(bootstrapRoom);
         PrefillRoom room = rooms.room(bootstrapRoom);
-        room.claim();
+        while (!room.claim()) room = rooms.room(bootstrapRoom); // dropped unclaimed meanwhile: its tombstone is in place
+        // Read once the record is claimed: a drop of this id's unclaimed record has left its tombstone by then.
+        PrefillRooms.Tombstone dropped = rooms.droppedBeforeStart(bootstrapRoom);
         // A non-zero CP rank holds no KV to send (only CP rank 0 transfers): it concludes on its own.
         boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);

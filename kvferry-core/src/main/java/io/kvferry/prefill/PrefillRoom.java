@@ -111,11 +111,29 @@ final class PrefillRoom {
         }
     }
 
-    /** The scheduler created this room's sender: its infos stop counting against their links' budgets. */
-    void claim() {
+    /** Set (under this record's lock) once the record is being dropped unclaimed: no sender may claim it then. */
+    private boolean dropped;
+
+    /**
+     * The scheduler created this room's sender: its infos stop counting against their links' budgets.
+     * False when the record was dropped unclaimed ({@link PrefillRooms#forgetUnclaimed}): the sender takes
+     * a fresh record, and the drop's tombstone, which is in place by then.
+     */
+    boolean claim() {
         synchronized (this) {
+            if (dropped) return false;
             claimed = true;
             releaseCharges();
+            return true;
+        }
+    }
+
+    /** Marks the record dropped unless a sender claimed it first; true when marked. */
+    boolean markDroppedUnlessClaimed() {
+        synchronized (this) {
+            if (claimed) return false;
+            dropped = true;
+            return true;
         }
     }
 

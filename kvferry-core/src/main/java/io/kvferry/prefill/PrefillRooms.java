@@ -73,6 +73,11 @@ final class PrefillRooms {
         return rooms.computeIfAbsent(room, r -> new PrefillRoom(r, workers.workerOf(r), ticker.nanoTime()));
     }
 
+    /** The workers rooms are pinned to. */
+    TransferWorkers workers() {
+        return workers;
+    }
+
     /** The room's record, or null. */
     PrefillRoom get(long room) {
         return rooms.get(room);
@@ -124,10 +129,8 @@ final class PrefillRooms {
             r.expiring = true;
             fail(r, FailureKind.WAITING_TIMEOUT, "no request for room " + r.room + " reached prefill rank " + uniqueRank
                     + " within " + timeoutNanos / 1_000_000_000L + " s of its transfer info (the waiting timeout)");
-            // Dropped on the room's worker, after the failure notice it queued went out.
-            workers.enqueue(r.room, () -> {
-                if (!r.claimed) forget(r.room);
-            });
+            // Dropped on the room's worker, after the failure notice it queued went out (unless a sender claimed it by then).
+            workers.enqueue(r.room, () -> forgetUnclaimed(r));
             expired++;
         }
         return expired;
@@ -141,6 +144,23 @@ final class PrefillRooms {
         synchronized (tombstones) {
             Tombstone t = tombstones.get(room);
             return t != null && t.unclaimed() ? t : null;
+        }
+    }
+
+    /**
+     * Drops a record no sender claimed (held for a decode only), atomically with {@link PrefillRoom#claim}:
+     * a sender created meanwhile either claimed it first (then it stays, with its failure) or finds it
+     * dropped and takes a fresh record and the tombstone this leaves. Before, the check and the drop were
+     * apart, and a sender that claimed the record in between lost it (its slot removed under it, the
+     * failure's reason gone) or, created between the tombstone and the drop, started a fresh room that
+     * waited out the bootstrap timeout for a decode that had already been told it failed.
+     * True when it dropped the record.
+     */
+    boolean forgetUnclaimed(PrefillRoom r) {
+        synchronized (r) {
+            if (rooms.get(r.room) != r || !r.markDroppedUnlessClaimed()) return false;
+            forget(r.room);
+            return true;
         }
     }
 
