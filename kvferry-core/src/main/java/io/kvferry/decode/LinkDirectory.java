@@ -257,6 +257,9 @@ final class LinkDirectory {
             }
             recentLinkFailures.forget(key);
             links.put(key, link);
+            // Its reader already runs: a link lost before it was listed had its reader's removal find nothing, and
+            // it would stay listed (a peer connection that is dead) until a next set-up of this endpoint succeeded.
+            if (link.connection.isClosed()) links.remove(key, link);
             if (closed) { // torn down during the set-up: the manager may already have closed the links it saw
                 links.remove(key, link);
                 link.closeAll(FailureKind.SHUTDOWN, "the decode KV manager was torn down");
