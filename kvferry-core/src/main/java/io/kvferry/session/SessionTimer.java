@@ -1,5 +1,8 @@
 package io.kvferry.session;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.time.Duration;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -12,16 +15,29 @@ import java.util.concurrent.TimeUnit;
  * down by its teardown; tasks must be short (they close connections, they never wait on them).
  */
 public final class SessionTimer implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(SessionTimer.class);
     private final ScheduledExecutorService executor;
+    private final String name;
 
     public SessionTimer(String threadName) {
+        name = threadName;
         executor = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name(threadName).unstarted(r));
     }
 
-    /** Runs {@code task} every {@code period}, first after one period. */
+    /**
+     * Runs {@code task} every {@code period}, first after one period. A run that throws is logged and the
+     * next one still comes: a scheduled executor silently drops every later run of a task that threw once,
+     * and these tasks are a manager's heartbeats, its deadline clock and its watchdogs.
+     */
     public void every(Duration period, Runnable task) {
         long nanos = Math.max(1, period.toNanos());
-        executor.scheduleWithFixedDelay(task, nanos, nanos, TimeUnit.NANOSECONDS);
+        executor.scheduleWithFixedDelay(() -> {
+            try {
+                task.run();
+            } catch (RuntimeException e) {
+                log.error("{}: a periodic task failed; it runs again in {} ms", name, nanos / 1_000_000L, e);
+            }
+        }, nanos, nanos, TimeUnit.NANOSECONDS);
     }
 
     /** Runs {@code task} once after {@code delay}; cancel the returned future when the deadline no longer matters. */
