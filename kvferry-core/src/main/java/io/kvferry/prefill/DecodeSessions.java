@@ -365,13 +365,20 @@ final class DecodeSessions {
                     + link.rooms.size() + " rooms held)");
         }
         // A room that concluded here stays Success (atomically: its last chunk may be finishing right now).
+        boolean dropHeld = false;
         if (ours && (rooms.statuses.failIfUnfinished(a.room(), FailureKind.ABORTED, Failures.ABORTED)
                 || rooms.statuses.status(a.room()) == KVPoll.Failed)) {
             room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
+            // Held only for this decode and never started here: dropped with its ack, not at the waiting timeout (its
+            // info counted against the link's budget of held rooms all that while); its tombstone fails a sender created
+            // later. Not at once: while its ack waits for the worker, the room still counts towards the flood allowance above.
+            dropHeld = !room.claimed && room.heldOnlyBy(link);
         }
+        PrefillRoom held = dropHeld ? room : null;
         // Through the room's worker, so the ack leaves only after any in-flight chunk of the room stopped.
         workers.enqueue(a.room(), () -> {
             try {
+                if (held != null) rooms.forgetUnclaimed(held);
                 link.sendQuietly(new AbortAck(a.room(), uniqueRank));
             } finally {
                 link.pendingAcks.decrementAndGet();

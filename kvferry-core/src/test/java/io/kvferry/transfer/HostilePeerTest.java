@@ -205,6 +205,28 @@ class HostilePeerTest extends TransferTestBase {
     }
 
     /**
+     * A decode that aborts a room this rank holds only for it (its request never reached this rank) has
+     * the room dropped at once, not after the waiting timeout: the info stops counting against the link's
+     * budget of held rooms, and a request for that room arriving later fails at once as aborted.
+     */
+    @Test
+    void anAbortedRoomHeldOnlyForItsDecodeIsDroppedAtOnce() throws Exception {
+        TestRank pm = rank(), fm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE); // default waiting timeout: 300 s
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        try (ControlConnection c = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), Duration.ofSeconds(5))) {
+            assertTrue(registerAsDecode(c, "aborting", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+            c.send(new TransferInfo(7000, new int[]{1}, -1, new int[0][], 1, 0, false));
+            c.send(new Abort(7000));
+            assertEquals(new AbortAck(7000, 0), readSkippingHeartbeats(c));
+            assertEquals(0, p.stats().trackedRooms(), "the aborted room is still held");
+        }
+        KVSender late = p.createSender(addr, 7000);
+        assertEquals(KVPoll.Failed, late.poll());
+        assertEquals(FailureKind.ABORTED, failed(late::failureException).kind());
+    }
+
+    /**
      * Reasons quote peers' text, and a session id may be 4 KiB: before authentication a stripe HELLO
      * with such an id gets its refusal (not a reader thread dying on an unencodable reason), and after
      * it a room failed with such a reason is still reported to the next decode that names it.
