@@ -208,9 +208,16 @@ final class PrefillKVSender implements KVSender {
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
     }
 
+    /**
+     * Drops the room. One that has not concluded fails first (aborted), so its decodes are told now, after
+     * any chunk in progress, instead of waiting out their waiting timeout for bytes that will never come.
+     */
     @Override
     public void clear() {
         if (feedEntry != null) feedEntry.leave();
+        if (!slot.status().isTerminal()) {
+            manager.rooms.fail(room, FailureKind.ABORTED, "Request " + room.room + " was cleared on the prefill before its transfer concluded");
+        }
         manager.rooms.forget(room.room);
     }
 
