@@ -260,7 +260,7 @@ final class DecodeSessions {
     }
 
     private void onTransferInfo(DecodeLink link, TransferInfo t) {
-        PrefillRooms.Tombstone buried = rooms.buried(t.room());
+        PrefillRooms.Tombstone buried = rooms.refuseInfo(t.room());
         if (buried != null) {
             link.sendQuietly(new Status(t.room(), KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
             return;

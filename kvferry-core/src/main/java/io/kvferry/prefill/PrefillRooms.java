@@ -40,10 +40,11 @@ final class PrefillRooms {
      * Why a cleared room cannot be served again: how it ended (the reason of a concluded room is
      * worded only when a late info asks, not for every room cleared).
      *
-     * @param unclaimed the room was dropped before this rank's scheduler started it (its decode went away,
-     *                  or its info expired): a sender created for it later fails at once with this reason
+     * @param failsLaterSender a sender created for the room later fails at once with this reason: the room was
+     *                         dropped before this rank's scheduler started it (its decode went away, or its info
+     *                         expired), or a decode's info for it was refused since ({@link #refuseInfo})
      */
-    record Tombstone(long room, KVPoll status, FailureKind failureKind, String failure, boolean unclaimed) {
+    record Tombstone(long room, KVPoll status, FailureKind failureKind, String failure, boolean failsLaterSender) {
         FailureKind kind() {
             return status == KVPoll.Failed ? failureKind : FailureKind.BAD_REQUEST;
         }
@@ -98,6 +99,24 @@ final class PrefillRooms {
         }
     }
 
+    /**
+     * A decode's transfer info for a room cleared here (not tracked, a tombstone left): the tombstone it is
+     * refused with, or null when the room is tracked or was never seen. The decode is told the room failed and
+     * sends no other info for it, so a sender this rank's scheduler creates for that id afterwards (the id used
+     * again) could never be served: the tombstone now fails it at once, instead of it bootstrapping until its
+     * timeout. A sender created before the info keeps the record tracked, and that info is taken.
+     */
+    Tombstone refuseInfo(long room) {
+        synchronized (tombstones) {
+            if (rooms.containsKey(room)) return null;
+            Tombstone t = tombstones.get(room);
+            if (t != null && !t.failsLaterSender()) {
+                tombstones.put(room, t = new Tombstone(t.room(), t.status(), t.failureKind(), t.failure(), true));
+            }
+            return t;
+        }
+    }
+
     /** Rooms one decode link may hold transfer infos for while this rank has no request for them yet. */
     static final int MAX_UNCLAIMED_ROOMS_PER_LINK = 16_384;
     /** The memory those held infos may take per link (their page and state index arrays). */
@@ -138,12 +157,13 @@ final class PrefillRooms {
 
     /**
      * The failure a sender created now for {@code room} starts with: the room was dropped before this
-     * rank started it (its decode left, or its info expired). Null when it was never seen or was started.
+     * rank started it (its decode left, or its info expired), or a decode's info for it was refused since
+     * it was cleared. Null when it was never seen, or was started and no info was refused since.
      */
     Tombstone droppedBeforeStart(long room) {
         synchronized (tombstones) {
             Tombstone t = tombstones.get(room);
-            return t != null && t.unclaimed() ? t : null;
+            return t != null && t.failsLaterSender() ? t : null;
         }
     }
 

@@ -11,7 +11,10 @@ import org.junit.jupiter.api.Test;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** A prefill scheduler that clears a sender before its room concluded: the decode hears it now, not at its waiting timeout. */
+/**
+ * Room endings around clear(): a prefill scheduler that clears a sender before its room concluded (the
+ * decode hears it now, not at its waiting timeout), and a room id used again after both sides cleared it.
+ */
 class ClearBeforeConclusionTest extends TransferTestBase {
     @Test
     void aPrefillRoomClearedMidTransferFailsItsDecodeAtOnce() {
@@ -36,5 +39,29 @@ class ClearBeforeConclusionTest extends TransferTestBase {
         assertEquals(FailureKind.ABORTED, e.kind(), e.getMessage());
         assertTrue(e.getMessage().contains("cleared"), e.getMessage());
         assertEquals(0, p.stats().trackedRooms());
+    }
+
+    /**
+     * A room id used again after its transfer concluded and both sides cleared it: the prefill refuses the
+     * decode's new info from the room's tombstone (it cannot tell it from a late one), and a sender its
+     * scheduler creates for the id afterwards fails at once with that reason instead of bootstrapping for
+     * the bootstrap timeout (300 s) towards a decode that was already told the room failed.
+     */
+    @Test
+    void aRoomIdUsedAgainAfterClearEndsAtOnceOnBothSides() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        assertLanded(start(p, pm, d, 8200, new int[]{1}, new int[]{2}, 0, 0, 0), dm); // clears both
+        KVReceiver again = d.createReceiver(addr, 8200);
+        bootstrap(again, 0);
+        again.sendMetadata(new int[]{3}, 0, null, 0);
+        await(again::poll, KVPoll.Failed);
+        String refused = failure(again::failureException);
+        assertTrue(refused.contains("already concluded"), refused);
+        KVSender late = p.createSender(addr, 8200);
+        assertEquals(KVPoll.Failed, late.poll(), "a sender for the id is left bootstrapping towards a decode told it failed");
+        String why = failure(late::failureException);
+        assertTrue(why.contains("already concluded"), why);
     }
 }
