@@ -238,7 +238,8 @@ final class LinkReader {
             // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
             DecodeRoom room = rooms.get(r);
             if (room != null && room.hasResponded(link.prefillUniqueRank)) continue;
-            if (rooms.statuses.fail(r, kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
+            // Atomically unfinished: another reader (a stripe's, another rank's) may conclude the room right now.
+            if (rooms.statuses.failIfUnfinished(r, kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
                 affected++;
             }
         }

@@ -1,0 +1,109 @@
+package io.kvferry.decode;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.protocol.Challenge;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.Handshake;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.session.RoomStatusTable;
+import io.kvferry.transport.Backend;
+import io.kvferry.transport.ControlConnection;
+import org.junit.jupiter.api.Test;
+
+import java.lang.foreign.Arena;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.fail;
+
+/**
+ * A link lost while another reader of the room (a TCP stripe's, another prefill rank's) concludes it:
+ * the loss fails only a room that has not concluded, atomically, so a room verified complete stays
+ * Success. The order is forced: the test holds the room's status slot, lets the link's reader reach
+ * the room's failure, and concludes the room itself right then, as that other reader would.
+ */
+class LinkLossAfterSuccessTest {
+    private static final String TOKEN = "late-loss-test-token";
+    private static final int PAGE_SIZE = 16;
+
+    @Test
+    void aRoomThatSucceededWhileItsLinkWasBeingLostStaysSuccess() throws Exception {
+        try (Arena arena = Arena.ofShared();
+             KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+             ServerSocketChannel server = ServerSocketChannel.open()) {
+            server.bind(new InetSocketAddress("127.0.0.1", 0));
+            int port = ((InetSocketAddress) server.getLocalAddress()).getPort();
+            String addr = "127.0.0.1:" + registry.port();
+            new BootstrapClient(addr, TOKEN).registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+                    "127.0.0.1", port, PAGE_SIZE, "bf16", "follow_bootstrap_room", false, 0));
+            KVArgs args = new KVArgs();
+            args.engineRank = 0;
+            args.pageSize = PAGE_SIZE;
+            args.kvCacheDtypeStr = "bf16";
+            args.addKvBuffer(arena.allocate(8 * 1024, 64), 1024);
+            args.addAuxBuffer(arena.allocate(8 * 64, 64), 64);
+            DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registry.port())
+                    .authToken(TOKEN).connectTimeout(Duration.ofSeconds(5)).build(), Backend.of("tcp"));
+            try {
+                KVReceiver r = decode.createReceiver(addr, 88);
+                r.init(0);
+                ControlConnection prefill = new ControlConnection(server.accept());
+                byte[] challenge = Handshake.nonce();
+                prefill.send(new Challenge(challenge));
+                Hello h = assertInstanceOf(Hello.class, prefill.read());
+                prefill.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory()))
+                        .signed(Handshake.key(TOKEN), h.decodeNonce()));
+                awaitUntil(() -> r.poll() == KVPoll.WaitingForInput, "the room bootstrapped");
+                r.sendMetadata(new int[]{1}, 0, null, 0);
+                assertInstanceOf(TransferInfo.class, prefill.read());
+
+                PrefillLink link = decode.directory.links().iterator().next();
+                RoomStatusTable.Slot slot = decode.rooms.statuses.slot(88);
+                synchronized (slot) {
+                    prefill.close(); // the link is lost...
+                    awaitUntil(() -> link.reader.getState() == Thread.State.BLOCKED, "the reader reached the room's failure");
+                    slot.advance(KVPoll.Success); // ...while another reader of the room concludes it
+                }
+                link.reader.join(TimeUnit.SECONDS.toMillis(30));
+                assertEquals(KVPoll.Success, r.poll(), "a room concluded before its link's loss reached it was failed");
+            } finally {
+                decode.teardown();
+            }
+        }
+    }
+
+    /** A prefill rank's coverage that writes every byte of a decode's memory (same TP, one stage). */
+    private static Coverage wholeCoverage(MemoryDescriptor d) {
+        int n = d.kvItemLens().length;
+        long[][] unit = new long[d.states().size()][], zero = new long[d.states().size()][];
+        for (int c = 0; c < unit.length; c++) {
+            unit[c] = d.states().get(c).itemLens().clone();
+            zero[c] = new long[unit[c].length];
+        }
+        return new Coverage(d.kvItemLens().clone(), new long[n], d.kvItemLens().clone(), d.auxItemLens().length > 0, true, unit,
+                zero, unit);
+    }
+
+    private static void awaitUntil(BooleanSupplier condition, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() - deadline > 0) fail("timed out waiting until " + what);
+            Thread.sleep(1);
+        }
+    }
+}
