@@ -126,7 +126,8 @@ final class LinkReader {
         }
         String reason = (rejected.kind() == FailureKind.INTEGRITY ? "" : "Rejected a write from " + from + ": ") + rejected.getMessage();
         log.debug("room {}: {}", room, reason); // the room's failure line (io.kvferry.failures) reports it
-        rooms.statuses.fail(room, rejected.kind(), reason);
+        // Atomically unfinished: another reader (another prefill rank's) may conclude the room right now.
+        rooms.statuses.failIfUnfinished(room, rejected.kind(), reason);
     }
 
     private void onStatus(PrefillLink link, Status s) {

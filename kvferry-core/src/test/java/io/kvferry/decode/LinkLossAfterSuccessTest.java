@@ -8,11 +8,15 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.Wire;
+import io.kvferry.protocol.WriteHeader;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.session.RoomStatusTable;
@@ -21,7 +25,10 @@ import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.Test;
 
 import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
@@ -32,17 +39,64 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
- * A link lost while another reader of the room (a TCP stripe's, another prefill rank's) concludes it:
- * the loss fails only a room that has not concluded, atomically, so a room verified complete stays
- * Success. The order is forced: the test holds the room's status slot, lets the link's reader reach
- * the room's failure, and concludes the room itself right then, as that other reader would.
+ * A reader that fails a room (its link lost, a write of it refused) while another reader of the room
+ * (a TCP stripe's, another prefill rank's) concludes it: only a room that has not concluded fails,
+ * atomically, so a room verified complete stays Success. The order is forced: the test holds the
+ * room's status slot, lets the reader reach the room's failure, and concludes the room itself right
+ * then, as that other reader would.
  */
 class LinkLossAfterSuccessTest {
     private static final String TOKEN = "late-loss-test-token";
     private static final int PAGE_SIZE = 16;
+    private static final long ROOM = 88;
 
     @Test
     void aRoomThatSucceededWhileItsLinkWasBeingLostStaysSuccess() throws Exception {
+        withRoomAwaitingKv((decode, r, prefill) -> {
+            PrefillLink link = decode.directory.links().iterator().next();
+            RoomStatusTable.Slot slot = decode.rooms.statuses.slot(ROOM);
+            synchronized (slot) {
+                prefill.close(); // the link is lost...
+                awaitUntil(() -> link.reader.getState() == Thread.State.BLOCKED, "the reader reached the room's failure");
+                slot.advance(KVPoll.Success); // ...while another reader of the room concludes it
+            }
+            link.reader.join(TimeUnit.SECONDS.toMillis(30));
+            assertEquals(KVPoll.Success, r.poll(), "a room concluded before its link's loss reached it was failed");
+        });
+    }
+
+    /** The same for a write the gate refuses (a page not the room's) while another reader concludes the room. */
+    @Test
+    void aRoomThatSucceededWhileAWriteForItWasRefusedStaysSuccess() throws Exception {
+        withRoomAwaitingKv((decode, r, prefill) -> {
+            PrefillLink link = decode.directory.links().iterator().next();
+            RoomStatusTable.Slot slot = decode.rooms.statuses.slot(ROOM);
+            try (Arena payload = Arena.ofConfined()) {
+                MemorySegment page = payload.allocate(1024);
+                ByteBuffer frame = ByteBuffer.allocateDirect(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+                FrameCodec.putWriteFrame(frame, ROOM, Region.KV, 0, 0, 5 * 1024L, page.byteSize()); // page 5: the room asked for page 1
+                frame.flip();
+                synchronized (slot) {
+                    prefill.writeFrames(new ByteBuffer[]{frame, page.asByteBuffer()}, 0, 2, frame.remaining() + page.byteSize());
+                    awaitUntil(() -> link.reader.getState() == Thread.State.BLOCKED, "the reader reached the room's failure");
+                    slot.advance(KVPoll.Success);
+                }
+            }
+            awaitUntil(() -> link.reader.getState() != Thread.State.BLOCKED, "the reader went on");
+            synchronized (slot) { // the reader took the slot: its change, if any, is made once it let go
+                assertEquals(KVPoll.Success, slot.status(), "a room concluded before a refused write's failure reached it was failed");
+            }
+            assertEquals(KVPoll.Success, r.poll());
+            prefill.close();
+        });
+    }
+
+    private interface RoomAwaitingKv {
+        void run(DecodeKVManager decode, KVReceiver receiver, ControlConnection prefill) throws Exception;
+    }
+
+    /** A decode rank with room {@link #ROOM} bootstrapped and its metadata sent to a prefill rank the test plays. */
+    private static void withRoomAwaitingKv(RoomAwaitingKv body) throws Exception {
         try (Arena arena = Arena.ofShared();
              KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
              ServerSocketChannel server = ServerSocketChannel.open()) {
@@ -60,27 +114,19 @@ class LinkLossAfterSuccessTest {
             DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registry.port())
                     .authToken(TOKEN).connectTimeout(Duration.ofSeconds(5)).build(), Backend.of("tcp"));
             try {
-                KVReceiver r = decode.createReceiver(addr, 88);
+                KVReceiver r = decode.createReceiver(addr, ROOM);
                 r.init(0);
-                ControlConnection prefill = new ControlConnection(server.accept());
-                byte[] challenge = Handshake.nonce();
-                prefill.send(new Challenge(challenge));
-                Hello h = assertInstanceOf(Hello.class, prefill.read());
-                prefill.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory()))
-                        .signed(Handshake.key(TOKEN), h.decodeNonce()));
-                awaitUntil(() -> r.poll() == KVPoll.WaitingForInput, "the room bootstrapped");
-                r.sendMetadata(new int[]{1}, 0, null, 0);
-                assertInstanceOf(TransferInfo.class, prefill.read());
-
-                PrefillLink link = decode.directory.links().iterator().next();
-                RoomStatusTable.Slot slot = decode.rooms.statuses.slot(88);
-                synchronized (slot) {
-                    prefill.close(); // the link is lost...
-                    awaitUntil(() -> link.reader.getState() == Thread.State.BLOCKED, "the reader reached the room's failure");
-                    slot.advance(KVPoll.Success); // ...while another reader of the room concludes it
+                try (ControlConnection prefill = new ControlConnection(server.accept())) {
+                    byte[] challenge = Handshake.nonce();
+                    prefill.send(new Challenge(challenge));
+                    Hello h = assertInstanceOf(Hello.class, prefill.read());
+                    prefill.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory()))
+                            .signed(Handshake.key(TOKEN), h.decodeNonce()));
+                    awaitUntil(() -> r.poll() == KVPoll.WaitingForInput, "the room bootstrapped");
+                    r.sendMetadata(new int[]{1}, 0, null, 0);
+                    assertInstanceOf(TransferInfo.class, prefill.read());
+                    body.run(decode, r, prefill);
                 }
-                link.reader.join(TimeUnit.SECONDS.toMillis(30));
-                assertEquals(KVPoll.Success, r.poll(), "a room concluded before its link's loss reached it was failed");
             } finally {
                 decode.teardown();
             }
