@@ -394,9 +394,9 @@ public final class Router implements AutoCloseable {
             double ttft = -1;
             try (BufferedReader in = new BufferedReader(new InputStreamReader(dr.body(), StandardCharsets.UTF_8))) {
                 String line;
-                while ((line = in.readLine()) != null) {
+                while ((line = readDecodeLine(in, d, p, room)) != null) {
                     if (!line.startsWith("data: ")) continue;
-                    JsonNode ev = Http.JSON.readTree(line.substring(6));
+                    JsonNode ev = decodeEvent(line.substring(6), d, p, room);
                     if (ev.has("token")) {
                         int tok = ev.get("token").intValue();
                         if (ttft < 0) ttft = (System.nanoTime() - start) / 1e6;
@@ -442,6 +442,31 @@ public final class Router implements AutoCloseable {
             throw new Failure(502, "bad_gateway", d + " ended the stream of room " + room + " without finishing it");
         } finally {
             d.inFlight.decrementAndGet();
+        }
+    }
+
+    /**
+     * The decode's next stream line. A read that fails (the decode died, its connection dropped mid-body) is
+     * the decode's failure, a 502 naming it, not an IOException: that one would reach the client as a bare
+     * end of its stream, with no error event and no [DONE] (an IOException here means the client went away).
+     */
+    private String readDecodeLine(BufferedReader in, Backend d, Backend p, long room) throws Failure {
+        try {
+            return in.readLine();
+        } catch (IOException e) {
+            abort(p, room);
+            throw new Failure(502, "bad_gateway", d + " failed mid-stream on room " + room + ": " + e);
+        }
+    }
+
+    /** One event of the decode's stream; one that is no JSON fails the request as {@link #readDecodeLine} does. */
+    private JsonNode decodeEvent(String data, Backend d, Backend p, long room) throws Failure {
+        try {
+            return Http.JSON.readTree(data);
+        } catch (IOException e) {
+            abort(d, room);
+            abort(p, room);
+            throw new Failure(502, "bad_gateway", d + " sent a malformed event on room " + room + ": " + e.getMessage());
         }
     }
 

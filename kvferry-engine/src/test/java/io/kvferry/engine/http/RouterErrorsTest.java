@@ -13,7 +13,10 @@ import io.kvferry.engine.serving.TransferSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
@@ -33,6 +36,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -183,6 +187,71 @@ class RouterErrorsTest {
                 JsonNode error = JSON.readTree(data.get(data.size() - 2)).path("error");
                 assertTrue(error.path("message").asText().contains("the decode lost its prefill"), route[0] + ": " + r.body());
             }
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /**
+     * A decode that dies mid-stream (its connection drops inside the chunked body, as when its process is
+     * killed): the client of a stream gets the text so far, an error event naming the decode, then
+     * {@code [DONE]}; a client that did not stream gets a 502 naming it. Before, the router's read failed
+     * with an IOException the handler could only answer as a 500 after the stream had begun: the client's
+     * stream just stopped, with no error and no [DONE].
+     */
+    @Test
+    @Timeout(60)
+    void aDecodeThatDiesMidStreamEndsTheStreamWithAnErrorThenDone() throws Exception {
+        HttpServer prefill = prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        AtomicReference<CountDownLatch> clientHasText = new AtomicReference<>(new CountDownLatch(0));
+        decode.createContext("/generate", ex -> {
+            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
+            ex.getResponseBody().flush();
+            try {
+                clientHasText.get().await(30, TimeUnit.SECONDS); // the drop comes mid-stream, not before the client's stream began
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            throw new IllegalStateException("the stub dies mid-stream"); // the JDK server drops the connection, no last chunk
+        });
+        decode.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0)) {
+            String[][] routes = {{"/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"stream\":true}"},
+                {"/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":3},\"stream\":true}"}};
+            for (String[] route : routes) {
+                CountDownLatch hasText = new CountDownLatch(1);
+                clientHasText.set(hasText);
+                HttpResponse<InputStream> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + route[0]))
+                        .POST(HttpRequest.BodyPublishers.ofString(route[1])).build(), HttpResponse.BodyHandlers.ofInputStream());
+                assertEquals(200, r.statusCode(), route[0]);
+                List<String> data = new ArrayList<>();
+                try (BufferedReader in = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
+                    for (String line; (line = in.readLine()) != null; ) {
+                        if (!line.startsWith("data: ")) continue;
+                        data.add(line.substring(6));
+                        hasText.countDown();
+                    }
+                }
+                assertTrue(data.size() >= 3, route[0] + ": " + data);
+                assertEquals("[DONE]", data.getLast(), route[0] + ": a failed stream ends with [DONE]: " + data);
+                JsonNode error = JSON.readTree(data.get(data.size() - 2)).path("error");
+                assertEquals("bad_gateway", error.path("type").asText(), route[0] + ": " + data);
+                assertTrue(error.path("message").asText().contains(url(decode)), route[0] + ": " + data);
+            }
+            clientHasText.set(new CountDownLatch(0));
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            assertEquals(502, r.statusCode(), r.body());
+            assertTrue(JSON.readTree(r.body()).path("error").path("message").asText().contains(url(decode)), r.body());
         } finally {
             decode.stop(0);
             prefill.stop(0);
