@@ -30,10 +30,16 @@ abstract class SchedulerThread implements AutoCloseable {
         thread.start();
     }
 
-    /** Runs {@code command} on the scheduler thread; refused once the engine is closing. */
+    /**
+     * Runs {@code command} on the scheduler thread; refused once the engine is closing. A command accepted
+     * here always runs, before {@link #shutdown()} when the engine stops (so a request queued then is failed
+     * by it, never left waiting forever).
+     */
     void execute(Runnable command) {
-        if (stopping) throw new IllegalStateException(failure != null ? "the engine stopped: " + failure : "the engine is shut down");
-        commands.add(command);
+        synchronized (commands) { // against the final drain: nothing is added after it
+            if (stopping) throw new IllegalStateException(failure != null ? "the engine stopped: " + failure : "the engine is shut down");
+            commands.add(command);
+        }
     }
 
     /** Why the scheduler thread stopped on its own (an unexpected error), or null while it runs or after close. */
@@ -69,13 +75,27 @@ abstract class SchedulerThread implements AutoCloseable {
             stopping = true;
             log.error("{}: the scheduler thread stopped on an unexpected error; the engine refuses new requests", thread.getName(), e);
         } finally {
+            synchronized (commands) {
+                stopping = true;
+            }
+            Thread.interrupted(); // close()'s interrupt has done its job; the commands left run undisturbed
+            // Commands accepted before the stop (a request's submit, an abort) run now, so shutdown() fails what they queued.
+            for (Runnable c; (c = commands.poll()) != null; ) {
+                try {
+                    c.run();
+                } catch (RuntimeException | Error e) {
+                    log.warn("{}: a command queued before the engine stopped failed: {}", thread.getName(), e.toString());
+                }
+            }
             shutdown();
         }
     }
 
     @Override
     public void close() {
-        stopping = true;
+        synchronized (commands) {
+            stopping = true;
+        }
         thread.interrupt();
         try {
             thread.join(30_000);
