@@ -31,6 +31,14 @@ public enum ModelVariant {
         };
     }
 
+    /**
+     * Whether requests carry per-request state (swa window pages, hybrid recurrent slots). kvferry pairs
+     * state components by position, so a prefill and a decode of such a variant need the same PP size.
+     */
+    public boolean hasState() {
+        return this == SWA || this == HYBRID;
+    }
+
     /** The name on the command line and in /health. */
     public String label() {
         return name().toLowerCase(Locale.ROOT);

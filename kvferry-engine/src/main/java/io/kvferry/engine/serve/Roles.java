@@ -141,6 +141,11 @@ public final class Roles {
 
     /** Router + one prefill + one decode in this process, talking HTTP and kvferry over loopback. */
     public static Role all(Options router, Options prefill, Options decode) throws IOException {
+        if (prefill.variant().hasState() && prefill.pp() != decode.pp()) {
+            // kvferry refuses such a pair at HELLO: every request would fail, so refuse to start instead.
+            throw new IllegalArgumentException("the " + prefill.variant().label() + " variant's state pairs by PP stage: the prefill's PP ("
+                    + prefill.pp() + ") must equal the decode's (" + decode.pp() + ")");
+        }
         Stack s = new Stack();
         try {
             Role p = prefill(prefill);

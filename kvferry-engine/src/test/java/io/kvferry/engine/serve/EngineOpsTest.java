@@ -16,6 +16,7 @@ import java.time.Duration;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The engine roles serve /metrics and /status.json on their HTTP ports; the prefill role's registry serves the cluster page. */
@@ -31,6 +32,25 @@ class EngineOpsTest {
         HttpResponse<String> r = send(HttpRequest.newBuilder(URI.create(url)).GET());
         assertEquals(200, r.statusCode(), url + ": " + r.body());
         return r.body();
+    }
+
+    /**
+     * A state variant with different PP sizes on its prefill and decode cannot serve one request (kvferry
+     * refuses the pair at HELLO): the embedded cluster refuses to start, naming why, instead of listening
+     * and answering every request with a 500.
+     */
+    @Test
+    void anEmbeddedStateVariantWithDifferentPpSizesIsRefusedAtStart() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        for (ModelVariant v : List.of(ModelVariant.SWA, ModelVariant.HYBRID)) {
+            Roles.Options o = new Roles.Options(model, v, 1, 1, 16, 64, 4, 32, "tcp", "127.0.0.1", 0, 0, "pp-test");
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> {
+                try (Roles.Role started = Roles.all(o, o.withParallelism(1, 2), o)) {
+                    assertTrue(started.port() > 0);
+                }
+            });
+            assertTrue(e.getMessage().contains("the prefill's PP (2) must equal the decode's (1)"), e.getMessage());
+        }
     }
 
     @Test
