@@ -27,6 +27,10 @@ public final class PageAllocator {
         return freePages.size() >= n && !freeRows.isEmpty();
     }
 
+    public boolean hasFreeRow() {
+        return !freeRows.isEmpty();
+    }
+
     public int freePages() {
         return freePages.size();
     }

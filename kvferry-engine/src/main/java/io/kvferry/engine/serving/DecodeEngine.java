@@ -206,8 +206,9 @@ public final class DecodeEngine extends SchedulerThread {
             if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), promptTokens / spec.pageSize());
             int[] hit = prefixCache.acquire(f.prefixKeys);
             int need = total - hit.length;
-            if (!alloc.canAllocate(need) && prefixCache.evictable() > 0) {
-                alloc.freePages(prefixCache.evict(Math.max(1, need - alloc.freePages())));
+            // Evict only for want of pages: a request waiting for an aux row would otherwise drain the cache, a page a pass.
+            if (alloc.hasFreeRow() && alloc.freePages() < need && prefixCache.evictable() > 0) {
+                alloc.freePages(prefixCache.evict(need - alloc.freePages()));
             }
             if (!alloc.canAllocate(need)) { // waits for a finished request's pages
                 prefixCache.release(f.prefixKeys, hit.length);

@@ -37,6 +37,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
  * The proof matrix, in process: prefill and decode engines joined by kvferry produce exactly what
@@ -191,6 +192,61 @@ class DisaggregatedTest {
                 for (int i = 0; i < gens.size(); i++) {
                     assertArrayEquals(c.generate(prompts.get(i), 20, Sampling.GREEDY).tokens(), gens.get(i).get(60, TimeUnit.SECONDS).tokens());
                 }
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    /**
+     * A request that waits for an aux row (every row busy, pages plenty) must leave the prefix cache alone:
+     * evicting frees pages, not rows. Before, each scheduling pass it waited evicted one cached page, so
+     * a prompt cached before a long request came back as a full miss after it.
+     */
+    @Test
+    @Timeout(120)
+    void aRequestWaitingForARowKeepsThePrefixCache() throws Exception {
+        EngineSpec spec = new EngineSpec(WEIGHTS, 1, 1, 4, 256, 1, 8); // the decode: one aux row, pages for everything
+        SplittableRandom r = new SplittableRandom(21);
+        int[] cached = prompt(r, 18); // four whole pages, then two tokens
+        int[] other = prompt(r, 3); // no whole page: adds nothing to the cache
+        int[] longRunner = {1, 403, 407, 261, 378}; // "Once upon a time" on stories260K: a long story, not a quick BOS
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
+            TransferSpec t = transfer("tcp", registry);
+            try (PrefillEngine p = new PrefillEngine(spec.withMaxRequests(4), t); DecodeEngine d = new DecodeEngine(spec, t)) {
+                long room = 100;
+                p.submit(new PrefillEngine.Request(room, cached, Sampling.GREEDY));
+                decode(d, room, cached, 2, Sampling.GREEDY).get(60, TimeUnit.SECONDS);
+                assertEquals(4, d.cachedPages().get(10, TimeUnit.SECONDS));
+                // The long request holds the only row; once it runs, another request waits for the row.
+                CompletableFuture<Void> running = new CompletableFuture<>();
+                CompletableFuture<Generation> longDone = new CompletableFuture<>();
+                p.submit(new PrefillEngine.Request(++room, longRunner, Sampling.GREEDY));
+                d.submit(new DecodeEngine.Request(room, null, longRunner, 300, Sampling.GREEDY, new DecodeEngine.TokenSink() {
+                    @Override
+                    public void onToken(int token) {
+                        running.complete(null);
+                    }
+
+                    @Override
+                    public void onDone(Generation g) {
+                        longDone.complete(g);
+                    }
+
+                    @Override
+                    public void onError(FailureKind kind, String message) {
+                        longDone.completeExceptionally(new IllegalStateException(message));
+                    }
+                }));
+                running.get(60, TimeUnit.SECONDS);
+                p.submit(new PrefillEngine.Request(++room, other, Sampling.GREEDY));
+                CompletableFuture<Generation> waiting = decode(d, room, other, 2, Sampling.GREEDY);
+                int generated = longDone.get(60, TimeUnit.SECONDS).tokens().length;
+                assumeTrue(generated >= 20, "the long request ended after " + generated + " tokens: too soon to show anything");
+                waiting.get(60, TimeUnit.SECONDS);
+                // The cached prompt again: a hit on its four pages, one page to move.
+                CompletableFuture<PrefillEngine.Result> again = p.submit(new PrefillEngine.Request(++room, cached, Sampling.GREEDY));
+                decode(d, room, cached, 2, Sampling.GREEDY).get(60, TimeUnit.SECONDS);
+                assertEquals(1, again.get(30, TimeUnit.SECONDS).kvPages(), "pages sent for the cached prompt after the wait");
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
