@@ -1,6 +1,7 @@
 package io.kvferry.engine.kv;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -8,7 +9,10 @@ import java.util.Map;
 
 /**
  * The decode's prefix cache: full KV pages of earlier prompts, keyed by the hash chain of their
- * tokens (page i's key covers tokens [0, (i+1)·pageSize), so a hit means the whole prefix matches).
+ * tokens (page i's key covers tokens [0, (i+1)·pageSize)). The key only finds an entry: a hit also
+ * needs the entry's own tokens to equal the page's and its parent entry to be the one matched for
+ * the page before, so a hit means the whole prefix matches token for token. A 64-bit key is not a
+ * proof (two prompts can be made to collide), and a collision would hand one request another's KV.
  * A request that starts with cached pages uses them read-only as the first pages of its page table
  * and asks the prefill only for the rest ({@code decode_prefix_len}). Entries are reference counted
  * by the requests using them; unreferenced ones are evicted least recently used when pages run out.
@@ -18,21 +22,39 @@ public final class PrefixCache {
     private static final class Entry {
         final long key;
         final int page;
+        /** This page's own tokens. */
+        final int[] tokens;
+        /** The entry of the page before (null for page 0): identity, so a replaced parent orphans it. */
+        final Entry parent;
         int refs;
 
-        Entry(long key, int page) {
+        Entry(long key, int page, int[] tokens, Entry parent) {
             this.key = key;
             this.page = page;
+            this.tokens = tokens;
+            this.parent = parent;
         }
     }
 
     private final int pageSize;
+    /** The key of page p of a prompt from its chain hash: the hash itself in service; tests make keys collide. */
+    private final KeyOfPage keyOfPage;
     private final Map<Long, Entry> byKey = new HashMap<>();
     /** Unreferenced entries, least recently used first. */
     private final LinkedHashMap<Long, Entry> idle = new LinkedHashMap<>();
 
+    /** How a page's key derives from its index and its prefix's chain hash. */
+    interface KeyOfPage {
+        long key(int page, long chainHash);
+    }
+
     public PrefixCache(int pageSize) {
+        this(pageSize, (page, chainHash) -> chainHash);
+    }
+
+    PrefixCache(int pageSize, KeyOfPage keyOfPage) {
         this.pageSize = pageSize;
+        this.keyOfPage = keyOfPage;
     }
 
     /** Pages the cache holds (referenced or not). */
@@ -50,19 +72,24 @@ public final class PrefixCache {
                 h *= 0x100000001b3L;
                 h ^= h >>> 29;
             }
-            out[p] = h;
+            out[p] = keyOfPage.key(p, h);
         }
         return out;
     }
 
-    /** The cached pages of the longest cached prefix of {@code keys}, referenced for the caller. */
-    public int[] acquire(long[] keys) {
+    /**
+     * The cached pages of the longest cached prefix of {@code tokens} (whose page keys are {@code keys}),
+     * referenced for the caller.
+     */
+    public int[] acquire(int[] tokens, long[] keys) {
         List<Integer> pages = new ArrayList<>();
-        for (long k : keys) {
-            Entry e = byKey.get(k);
+        Entry parent = null;
+        for (int p = 0; p < keys.length; p++) {
+            Entry e = matching(tokens, keys, p, parent);
             if (e == null) break;
-            if (e.refs++ == 0) idle.remove(k);
+            if (e.refs++ == 0) idle.remove(e.key);
             pages.add(e.page);
+            parent = e;
         }
         return pages.stream().mapToInt(Integer::intValue).toArray();
     }
@@ -77,22 +104,53 @@ public final class PrefixCache {
     }
 
     /**
-     * Offers a finished request's own full prompt pages (key i ↔ page i, for i in [from, keys.length)):
-     * those not cached yet become cache entries (their pages now belong to the cache); the pages it
-     * did not take are returned for the caller to free.
+     * Offers a finished request's own full prompt pages (key i ↔ page i, for i in [from, keys.length);
+     * pages before {@code from} came from the cache): those not cached yet become cache entries (their
+     * pages now belong to the cache); the pages it did not take, and those of idle entries it replaced,
+     * are returned for the caller to free.
      */
-    public List<Integer> insert(long[] keys, int[] pages, int from) {
-        List<Integer> rejected = new ArrayList<>();
-        for (int i = from; i < keys.length; i++) {
-            if (byKey.containsKey(keys[i])) {
-                rejected.add(pages[i]);
+    public List<Integer> insert(int[] tokens, long[] keys, int[] pages, int from) {
+        List<Integer> freed = new ArrayList<>();
+        Entry parent = null;
+        int i = 0;
+        for (; i < keys.length; i++) {
+            Entry same = matching(tokens, keys, i, parent);
+            if (same != null) { // cached already (this request's hit, or another request's meanwhile)
+                if (i >= from) freed.add(pages[i]);
+                parent = same;
                 continue;
             }
-            Entry e = new Entry(keys[i], pages[i]);
-            byKey.put(keys[i], e);
-            idle.put(keys[i], e);
+            if (i < from) break; // its cached prefix is gone: nothing after it would chain
+            Entry other = byKey.get(keys[i]);
+            if (other != null) {
+                // Another prefix under the same key, in use or on this very chain: cache no further.
+                if (other.refs > 0 || onChain(other, parent)) break;
+                // An idle entry this chain cannot reach (orphaned by its parent's eviction, or a collision): replaced.
+                idle.remove(other.key);
+                byKey.remove(other.key);
+                freed.add(other.page);
+            }
+            Entry e = new Entry(keys[i], pages[i], Arrays.copyOfRange(tokens, i * pageSize, (i + 1) * pageSize), parent);
+            byKey.put(e.key, e);
+            idle.put(e.key, e);
+            parent = e;
         }
-        return rejected;
+        for (int j = Math.max(i, from); j < keys.length; j++) freed.add(pages[j]); // not taken
+        return freed;
+    }
+
+    private static boolean onChain(Entry e, Entry last) {
+        for (Entry c = last; c != null; c = c.parent) {
+            if (c == e) return true;
+        }
+        return false;
+    }
+
+    /** The entry under page {@code p}'s key when it holds exactly that page's tokens after {@code parent}; else null. */
+    private Entry matching(int[] tokens, long[] keys, int p, Entry parent) {
+        Entry e = byKey.get(keys[p]);
+        if (e == null || e.parent != parent) return null;
+        return Arrays.equals(e.tokens, 0, pageSize, tokens, p * pageSize, (p + 1) * pageSize) ? e : null;
     }
 
     /** Evicts up to {@code n} unreferenced pages, least recently used first; returns their page ids. */

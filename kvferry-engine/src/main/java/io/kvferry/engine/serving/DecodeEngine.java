@@ -204,7 +204,7 @@ public final class DecodeEngine extends SchedulerThread {
             // Full prompt pages a later request may share. A page-aligned prompt may be all cached: then the
             // prefill's last chunk carries no page, only the state and the aux row with the first token.
             if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), promptTokens / spec.pageSize());
-            int[] hit = prefixCache.acquire(f.prefixKeys);
+            int[] hit = prefixCache.acquire(f.req.prompt(), f.prefixKeys);
             int need = total - hit.length;
             // Evict only for want of pages: a request waiting for an aux row would otherwise drain the cache, a page a pass.
             if (alloc.hasFreeRow() && alloc.freePages() < need && prefixCache.evictable() > 0) {
@@ -335,7 +335,7 @@ public final class DecodeEngine extends SchedulerThread {
             prefixCache.release(f.prefixKeys, f.prefixPages);
             int from = f.prefixPages;
             if (cacheable) {
-                for (int p : prefixCache.insert(f.prefixKeys, f.pages, f.prefixPages)) alloc.freePages(new int[]{p});
+                for (int p : prefixCache.insert(f.req.prompt(), f.prefixKeys, f.pages, f.prefixPages)) alloc.freePages(new int[]{p});
                 from = f.prefixKeys.length;
             }
             alloc.freePages(Arrays.copyOfRange(f.pages, from, f.pages.length));

@@ -18,19 +18,75 @@ class PrefixCacheTest {
         long[] ka = c.keys(a, 2), kb = c.keys(b, 2);
         assertEquals(ka[0], kb[0]);
         assertNotEquals(ka[1], kb[1], "page 1 differs in one token");
-        assertEquals(0, c.acquire(ka).length);
-        assertEquals(List.of(), c.insert(ka, new int[]{40, 41, 42}, 0));
-        assertArrayEquals(new int[]{40}, c.acquire(kb), "only the first page of b is a's");
+        assertEquals(0, c.acquire(a, ka).length);
+        assertEquals(List.of(), c.insert(a, ka, new int[]{40, 41, 42}, 0));
+        assertArrayEquals(new int[]{40}, c.acquire(b, kb), "only the first page of b is a's");
         assertEquals(1, c.evictable(), "page 40 is in use, 41 is idle");
-        assertEquals(List.of(40), c.insert(kb, new int[]{40, 50}, 0).subList(0, 1), "an already cached key is refused");
+        assertEquals(List.of(), c.insert(b, kb, new int[]{40, 50}, 1), "b's own page 1 joins the cache");
         c.release(kb, 1);
-        assertArrayEquals(new int[]{41, 50, 40}, sorted(c.evict(3), new int[]{41, 50, 40}), "least recently idle first");
+        assertEquals(3, c.evict(3).length, "all three pages idle now");
         assertEquals(0, c.pages());
         assertThrows(IllegalStateException.class, () -> c.release(ka, 1));
     }
 
-    private static int[] sorted(int[] got, int[] expectedSet) {
-        assertEquals(expectedSet.length, got.length);
-        return got;
+    @Test
+    void aPageAlreadyCachedIsHandedBackAndOnlyTheNewOnesJoin() {
+        PrefixCache c = new PrefixCache(2);
+        int[] a = {1, 2, 3, 4};
+        long[] ka = c.keys(a, 2);
+        assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11}, 0));
+        // A second request with the same prompt that missed the cache (it started before the first finished).
+        assertEquals(List.of(20, 21), c.insert(a, ka, new int[]{20, 21}, 0), "both pages were cached already");
+        assertArrayEquals(new int[]{10, 11}, c.acquire(a, ka));
+    }
+
+    /** Page p of every prompt has key p: only the tokens tell prompts apart, as they must under a crafted collision. */
+    @Test
+    void aKeyCollisionNeverHandsARequestAnotherPromptsPages() {
+        PrefixCache c = new PrefixCache(2, (page, chainHash) -> page);
+        int[] a = {1, 2, 3, 4};
+        int[] b = {7, 8, 3, 4};
+        long[] ka = c.keys(a, 2), kb = c.keys(b, 2);
+        assertArrayEquals(ka, kb, "the keys collide");
+        assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11}, 0));
+        assertEquals(0, c.acquire(b, kb).length, "b shares no token page with a");
+        assertArrayEquals(new int[]{10, 11}, c.acquire(a, ka));
+    }
+
+    /** Page 1 matches token for token, but after a different page 0: the prefix differs, so no hit. */
+    @Test
+    void aMatchingPageAfterADifferentPrefixIsNoHit() {
+        PrefixCache c = new PrefixCache(2, (page, chainHash) -> page);
+        int[] a = {1, 2, 3, 4};
+        int[] b = {1, 9, 3, 4};
+        long[] ka = c.keys(a, 2), kb = c.keys(b, 2);
+        c.insert(a, ka, new int[]{10, 11}, 0);
+        assertEquals(0, c.acquire(b, kb).length);
+    }
+
+    /** An idle entry the new chain cannot reach under its key is replaced, its page handed back to be freed. */
+    @Test
+    void anIdleCollidingEntryIsReplacedAndItsPageFreed() {
+        PrefixCache c = new PrefixCache(2, (page, chainHash) -> page);
+        int[] a = {1, 2};
+        int[] b = {7, 8};
+        long[] ka = c.keys(a, 1), kb = c.keys(b, 1);
+        c.insert(a, ka, new int[]{10}, 0);
+        assertEquals(List.of(10), c.insert(b, kb, new int[]{20}, 0), "a's idle page 10 is freed, b's page 20 cached");
+        assertArrayEquals(new int[]{20}, c.acquire(b, kb));
+        assertEquals(0, c.acquire(a, ka).length);
+        // In use, b's entry is kept: a third prompt under the same key is not cached.
+        int[] d = {5, 6};
+        assertEquals(List.of(30), c.insert(d, c.keys(d, 1), new int[]{30}, 0));
+        assertEquals(1, c.pages());
+    }
+
+    @Test
+    void aKeyRepeatedOnItsOwnChainIsNotCachedTwice() {
+        PrefixCache c = new PrefixCache(2, (page, chainHash) -> 0L);
+        int[] a = {1, 2, 3, 4};
+        long[] ka = c.keys(a, 2);
+        assertEquals(List.of(11), c.insert(a, ka, new int[]{10, 11}, 0), "page 1 would replace page 0, its own parent");
+        assertArrayEquals(new int[]{10}, c.acquire(a, ka));
     }
 }
