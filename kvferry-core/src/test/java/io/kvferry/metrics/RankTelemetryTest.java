@@ -137,6 +137,25 @@ class RankTelemetryTest {
         assertTrue(t.dataPath("tcp") == m, "resolved once per transport");
     }
 
+    /**
+     * A manager torn down and another with the same coordinates in the same registry (a restarted rank, the
+     * bench's waves): the ops-by-size buckets go on counting, like the bytes and ops counters beside them, and
+     * never read NaN once the first manager is gone.
+     */
+    @Test
+    void opsBySizeKeepCountingAcrossManagersOfTheSameRank() {
+        CopyPlan plan = TransferPlanner.planKv(new int[]{0}, new int[]{0}, new long[]{4096, 70_000});
+        RankTelemetry first = telemetry("prefill", 0);
+        first.dataPath("tcp").written(plan);
+        first.close();
+        RankTelemetry second = telemetry("prefill", 0);
+        second.dataPath("tcp").written(plan);
+        assertEquals(4, count(KVFerryMeters.DATAPATH_OPS, "transport", "tcp"));
+        assertEquals(2, sizeBucket("4096"), "the second manager's ops are counted too");
+        assertEquals(4, sizeBucket("+Inf"));
+        second.close();
+    }
+
     private double sizeBucket(String le) {
         return registry.find(KVFerryMeters.DATAPATH_OPS_BY_SIZE).tags("transport", "tcp", "le", le).functionCounter().count();
     }
