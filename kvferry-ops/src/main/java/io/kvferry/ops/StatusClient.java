@@ -1,7 +1,9 @@
 package io.kvferry.ops;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvferry.http.BoundedBody;
+import io.kvferry.metrics.LogSafe;
 
 import java.io.IOException;
 import java.net.URI;
@@ -63,8 +65,11 @@ public final class StatusClient {
             String kind = doc.path("kind").asText();
             if (!kind.equals("cluster") && !kind.equals("process")) throw new StatusException(uri + " is not a kvferry status document");
             return doc;
+        } catch (JsonProcessingException e) {
+            // The parser quotes what it read: the other side's bytes, shown escaped like the document's values.
+            throw new StatusException(uri + " answered something that is not JSON: " + LogSafe.text(e.getOriginalMessage()));
         } catch (IOException e) {
-            throw new StatusException(uri + " answered something that is not JSON: " + e.getMessage());
+            throw new StatusException(uri + " answered something that is not JSON: " + LogSafe.text(e.getMessage()));
         }
     }
 
@@ -96,34 +101,34 @@ public final class StatusClient {
         StringBuilder b = new StringBuilder();
         List<JsonNode> processes = new ArrayList<>();
         if (doc.path("kind").asText().equals("cluster")) {
-            b.append("kvferry cluster at registry ").append(doc.path("registry").asText()).append('\n');
+            b.append("kvferry cluster at registry ").append(text(doc.path("registry"))).append('\n');
             JsonNode t = doc.path("topology");
             if (t.isNull() || t.isMissingNode()) {
                 b.append("topology: no prefill rank registered yet\n");
             } else {
                 b.append(String.format("topology: tp %d  cp %d  dp %d  pp %d  page_size %d  dtype %s  registered %d/%d%s%n",
                         t.path("attn_tp_size").asInt(), t.path("attn_cp_size").asInt(), t.path("dp_size").asInt(),
-                        t.path("pp_size").asInt(), t.path("page_size").asInt(), t.path("kv_cache_dtype").asText(),
+                        t.path("pp_size").asInt(), t.path("page_size").asInt(), text(t.path("kv_cache_dtype")),
                         t.path("registered").asInt(), t.path("expected").asInt(), t.path("ready").asBoolean() ? " (ready)" : " (not ready)"));
             }
             b.append("\nprefill ranks\n");
             Table ranks = new Table("dp", "cp", "tp", "pp", "endpoint", "status");
             for (JsonNode r : doc.path("prefill_ranks")) {
-                ranks.row(r.path("dp").asText(), r.path("cp").asText(), r.path("tp").asText(), r.path("pp").asText(),
-                        r.path("endpoint").asText(), r.path("status_url").isNull() ? "-" : r.path("status_url").asText());
+                ranks.row(text(r.path("dp")), text(r.path("cp")), text(r.path("tp")), text(r.path("pp")),
+                        text(r.path("endpoint")), r.path("status_url").isNull() ? "-" : text(r.path("status_url")));
             }
             b.append(ranks);
             b.append("\nprocesses\n");
             Table procs = new Table("url", "role", "ranks", "state");
             for (JsonNode p : doc.path("processes")) {
                 boolean ok = p.path("ok").asBoolean();
-                procs.row(p.path("url").asText(), ok ? p.path("status").path("role").asText() : "-",
-                        ok ? Integer.toString(p.path("status").path("ranks").size()) : "-", ok ? "up" : "DOWN: " + p.path("error").asText());
+                procs.row(text(p.path("url")), ok ? text(p.path("status").path("role")) : "-",
+                        ok ? Integer.toString(p.path("status").path("ranks").size()) : "-", ok ? "up" : "DOWN: " + text(p.path("error")));
                 if (ok) processes.add(p.path("status"));
             }
             b.append(procs);
         } else {
-            b.append("kvferry ").append(doc.path("role").asText()).append(" process ").append(doc.path("pid").asText()).append('\n');
+            b.append("kvferry ").append(text(doc.path("role"))).append(" process ").append(text(doc.path("pid"))).append('\n');
             processes.add(doc);
         }
         JsonNode totals = doc.path("totals");
@@ -140,14 +145,14 @@ public final class StatusClient {
             for (JsonNode r : p.path("ranks")) {
                 String rank = rankName(r);
                 for (JsonNode peer : r.path("peers")) {
-                    peers.row(rank, peer.path("name").asText(), peer.path("address").asText(), peer.path("data_path").asText(),
-                            peer.path("rooms").asText(), peer.path("silent_millis").asText());
-                    String note = peer.path("data_path_note").asText();
-                    if (!note.isEmpty()) pathNotes.add("  " + rank + " " + peer.path("name").asText() + ": " + clip(note, 200) + "\n");
+                    peers.row(rank, text(peer.path("name")), text(peer.path("address")), text(peer.path("data_path")),
+                            text(peer.path("rooms")), text(peer.path("silent_millis")));
+                    String note = text(peer.path("data_path_note"));
+                    if (!note.isEmpty()) pathNotes.add("  " + rank + " " + text(peer.path("name")) + ": " + clip(note, 200) + "\n");
                 }
                 for (JsonNode room : r.path("oldest_rooms")) {
-                    oldest.add(new String[]{rank, room.path("room").asText(), room.path("state").asText(), room.path("age_millis").asText(),
-                            room.path("in_state_millis").asText(), room.path("peers").asText()});
+                    oldest.add(new String[]{rank, text(room.path("room")), text(room.path("state")), text(room.path("age_millis")),
+                            text(room.path("in_state_millis")), text(room.path("peers"))});
                 }
                 for (JsonNode f : r.path("recent_failures")) failures.add(new JsonNode[]{r, f});
             }
@@ -161,8 +166,8 @@ public final class StatusClient {
         failures.sort(Comparator.comparingLong((JsonNode[] a) -> a[1].path("at_epoch_millis").asLong()).reversed());
         Table fails = new Table("time", "rank", "room", "kind", "stage", "peer", "reason");
         for (JsonNode[] f : failures.subList(0, Math.min(failures.size(), 10))) {
-            fails.row(TIME.format(Instant.ofEpochMilli(f[1].path("at_epoch_millis").asLong())), rankName(f[0]), f[1].path("room").asText(),
-                    f[1].path("kind").asText(), f[1].path("stage").asText(), f[1].path("peer").asText(), clip(f[1].path("reason").asText(), 100));
+            fails.row(TIME.format(Instant.ofEpochMilli(f[1].path("at_epoch_millis").asLong())), rankName(f[0]), text(f[1].path("room")),
+                    text(f[1].path("kind")), text(f[1].path("stage")), text(f[1].path("peer")), clip(text(f[1].path("reason")), 100));
         }
         b.append("\nrecent failures\n").append(fails.isEmpty() ? "  (none)\n" : fails.toString());
         return b.toString();
@@ -189,7 +194,7 @@ public final class StatusClient {
     }
 
     private static String rankName(JsonNode r) {
-        return r.path("role").asText() + " tp" + r.path("tp_rank").asInt() + " pp" + r.path("pp_rank").asInt()
+        return text(r.path("role")) + " tp" + r.path("tp_rank").asInt() + " pp" + r.path("pp_rank").asInt()
                 + " dp" + r.path("dp_rank").asInt() + (r.path("cp_rank").asInt() != 0 ? " cp" + r.path("cp_rank").asInt() : "");
     }
 
@@ -199,7 +204,7 @@ public final class StatusClient {
         for (Iterator<Map.Entry<String, JsonNode>> it = n.fields(); it.hasNext(); ) {
             Map.Entry<String, JsonNode> f = it.next();
             if (!b.isEmpty()) b.append("  ");
-            b.append(f.getKey()).append(' ').append(f.getValue().asLong());
+            b.append(LogSafe.text(f.getKey())).append(' ').append(f.getValue().asLong());
         }
         return b.toString();
     }
@@ -208,6 +213,15 @@ public final class StatusClient {
         if (n < 1_000_000) return n + " B";
         if (n < 1_000_000_000L) return String.format("%.1f MB", n / 1e6);
         return String.format("%.2f GB", n / 1e9);
+    }
+
+    /**
+     * A value of the document as terminal text: the document is other processes' words (a registered rank's, a
+     * decode's, a peer's), so its control characters are shown as escapes, never sent to the terminal (an ESC
+     * sequence could clear the screen or hide lines; a newline would start a forged row).
+     */
+    private static String text(JsonNode n) {
+        return LogSafe.text(n.asText());
     }
 
     private static String clip(String s, int n) {

@@ -14,7 +14,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 /**
  * A raw HTTP/1.1 peer on 127.0.0.1 that answers every request with a fixed response head and then
  * either stalls (holds the connection, sends nothing more) or streams a body of spaces of a given
- * length and closes. Closing it closes every connection it holds.
+ * length and closes (or answers a whole fixed response and closes). Closing it closes every connection it holds.
  */
 final class MisbehavingPeer implements AutoCloseable {
     private final ServerSocket server;
@@ -50,6 +50,12 @@ final class MisbehavingPeer implements AutoCloseable {
     /** Answers 200 with no Content-Length and sends {@code bytes} bytes of body before closing. */
     static MisbehavingPeer streaming(long bytes) throws IOException {
         return new MisbehavingPeer("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n", bytes);
+    }
+
+    /** Answers 200 with {@code body} (ASCII) and closes. */
+    static MisbehavingPeer answering(String body) throws IOException {
+        return new MisbehavingPeer("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + body.length()
+                + "\r\nConnection: close\r\n\r\n" + body, 0);
     }
 
     String statusJsonUrl() {

@@ -175,6 +175,55 @@ class OpsEndpointsTest {
         assertTrue(text.contains("peer_lost  transferring"), text);
     }
 
+    /**
+     * A status document is another process's text (a registered rank's, a decode's, or what a hostile one
+     * serves at its URL): {@code kvferry status} prints none of its control characters to the operator's
+     * terminal (an ESC sequence could clear the screen, retitle the window or hide lines) and a newline in a
+     * value cannot start a forged row.
+     */
+    @Test
+    void controlCharactersInADocumentNeverReachTheTerminal() throws Exception {
+        String esc = "\\u001b[2J\\u001b]0;pwned\\u0007";
+        String forged = "x\\n  decode tp9 pp9 dp9  forged";
+        ObjectNode doc = (ObjectNode) StatusJson.MAPPER.readTree(("""
+                {"kind":"cluster","registry":"h:1%E","now_ms":1,
+                 "topology":{"attn_tp_size":1,"attn_cp_size":1,"dp_size":1,"pp_size":1,"page_size":16,"kv_cache_dtype":"bf16%E",
+                   "expected":1,"registered":1,"ready":true},
+                 "prefill_ranks":[{"dp":0,"cp":0,"tp":0,"pp":0,"endpoint":"h:2%E","status_url":"http://h:3/status.json%E"}],
+                 "processes":[{"url":"http://h:3/status.json","ok":true,"status":{"kind":"process","role":"prefill%E","pid":1,
+                   "ranks":[{"role":"prefill%E","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"tcp",
+                     "oldest_rooms":[{"room":"5%E","state":"Transferring%E","age_millis":9,"in_state_millis":1,"peers":"%F"}],
+                     "recent_failures":[{"room":"4","kind":"peer_lost%E","stage":"transferring","reason":"%F","peer":"p%E",
+                       "at_epoch_millis":1}],
+                     "peers":[{"name":"s%F","address":"h:4%E","data_path":"tcp%E","data_path_note":"%F%E","rooms":1,"stripes":0,
+                       "silent_millis":"2%E"}]}]}},
+                   {"url":"http://h:5/status.json%E","ok":false,"error":"%F%E"}],
+                 "totals":{"bytes":0,"rooms_concluded":0,"peers":1,"rooms_by_state":{"Transferring%E":1},
+                   "failures_by_kind":{"peer_lost%F":1}}}""").replace("%E", esc).replace("%F", forged));
+        String text = StatusClient.render(doc);
+        for (char c : text.toCharArray()) {
+            boolean control = c < 0x20 && c != '\n' || c == 0x7f || c >= 0x80 && c <= 0x9f;
+            assertFalse(control, "control character U+" + Integer.toHexString(c) + " in: " + text);
+        }
+        assertFalse(text.lines().anyMatch(l -> l.startsWith("  decode tp9")), "a newline in a value starts no row: " + text);
+        assertTrue(text.contains("prefill\\u001b[2J"), "the value is shown, escaped: " + text);
+        // A process document rendered on its own is treated the same.
+        String process = StatusClient.render(doc.path("processes").get(0).path("status"));
+        assertTrue(process.startsWith("kvferry prefill\\u001b[2J"), process);
+        assertFalse(process.chars().anyMatch(c -> c == 0x1b || c == 0x07), process);
+    }
+
+    /** The same for what {@code kvferry status} says about an answer that is not a status document: it may quote it. */
+    @Test
+    void aBadAnswerIsQuotedWithoutItsControlCharacters() throws Exception {
+        try (MisbehavingPeer peer = MisbehavingPeer.answering("nope\u001b]0;pwned\u0007\u001b[2J")) {
+            StatusClient.StatusException e = assertThrows(StatusClient.StatusException.class,
+                    () -> StatusClient.fetch(peer.address(), Duration.ofSeconds(10)));
+            assertTrue(e.getMessage().contains("not JSON"), e.getMessage());
+            assertFalse(e.getMessage().chars().anyMatch(c -> c == 0x1b || c == 0x07), e.getMessage());
+        }
+    }
+
     @Test
     void aStatusSupplierThatFailsAnswers500WithItsReasonAndTheServerGoesOn() throws Exception {
         boolean[] fail = {true};
