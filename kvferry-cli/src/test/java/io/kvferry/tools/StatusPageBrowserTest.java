@@ -2,9 +2,13 @@ package io.kvferry.tools;
 
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
+import io.kvferry.ops.ClusterStatus;
 import io.kvferry.ops.Ops;
 import io.kvferry.ops.OpsServer;
+import io.kvferry.ops.RegistryOps;
 import io.kvferry.ops.StatusJson;
+import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.RegistryOptions;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
@@ -93,6 +97,50 @@ class StatusPageBrowserTest {
             String noted = peers.get(0).findElements(By.tagName("td")).get(3).getText();
             assertEquals("tcp — ucx not used: slower than tcp here (UCX reaches this decode over tcp with no RMA lane)", noted);
             assertEquals("shm", peers.get(1).findElements(By.tagName("td")).get(3).getText());
+        } finally {
+            browser.quit();
+            service.close();
+        }
+    }
+
+    /**
+     * The registry's page gathers documents from every process that published a status URL; one whose document
+     * is not shaped as kvferry's (another program at that URL, a hostile process, a broken build) is listed down
+     * with why, and the others are still shown: the page does not fail as a whole for it.
+     */
+    @Test
+    void oneMalformedProcessDocumentDoesNotBlankTheClusterPage() throws Exception {
+        requireBrowser();
+        JsonNode good = StatusJson.MAPPER.readTree("""
+                {"kind":"process","role":"prefill","pid":7,"now_ms":1,"uptime_ms":1,
+                 "ranks":[{"role":"prefill","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"tcp","endpoint":"h:1",
+                   "rooms_by_state":{},"oldest_rooms":[],"recent_failures":[],"failures_by_kind":{},
+                   "peers":[{"name":"session-a","address":"h:2","data_path":"tcp","data_path_note":"","rooms":0,"stripes":0,
+                     "silent_millis":3}],"bytes_moved":0,"rooms_concluded":0}],
+                 "totals":{"bytes":0,"rooms_concluded":0,"peers":1,"rooms_by_state":{},"failures_by_kind":{}}}""");
+        JsonNode malformed = StatusJson.MAPPER.readTree("""
+                {"kind":"process","role":"decode","pid":8,"ranks":[{"role":"decode","tp_rank":0,"peers":"none"}]}""");
+        ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
+        WebDriver browser = new ChromeDriver(service, headless());
+        try (BootstrapRegistryServer registry = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults("t0ken"));
+             OpsServer goodProcess = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> good);
+             OpsServer badProcess = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> malformed)) {
+            ClusterStatus cluster = RegistryOps.mount(registry, Ops.newRegistry(), List.of());
+            cluster.watch(goodProcess.statusJsonUrl());
+            cluster.watch(badProcess.statusJsonUrl());
+            browser.get("http://127.0.0.1:" + registry.port() + "/status");
+            WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
+            By processes = By.xpath("//table[@id='processes']/tbody/tr[not(contains(@class,'empty'))]");
+            wait.until(b -> b.findElements(processes).size() == 2);
+            List<WebElement> rows = browser.findElements(processes);
+            assertTrue(rows.get(0).getText().contains(" up"), rows.get(0).getText());
+            String down = rows.get(1).getText();
+            assertTrue(down.contains("down: not a kvferry process status document: ranks[0]"), "the malformed one is down, saying why: " + down);
+            By peers = By.xpath("//table[@id='peers']/tbody/tr[not(contains(@class,'empty'))]");
+            wait.until(b -> b.findElements(peers).size() == 1);
+            assertTrue(browser.findElement(peers).getText().contains("session-a"));
+            assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, browser.findElement(By.id("error")).getText());
         } finally {
             browser.quit();
             service.close();

@@ -141,7 +141,8 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
             p.put("url", f.url());
             try {
                 JsonNode status = f.doc().get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-                if (!"process".equals(status.path("kind").asText())) throw new IllegalStateException("not a process status document");
+                String malformed = StatusJson.whyNotProcess(status);
+                if (malformed != null) throw new IllegalStateException("not a kvferry process status document: " + malformed);
                 p.put("ok", true);
                 p.set("status", status);
                 JsonNode tot = status.path("totals");

@@ -1,6 +1,7 @@
 package io.kvferry.ops;
 
 import com.fasterxml.jackson.annotation.JsonFormat;
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.PropertyNamingStrategies;
 import com.fasterxml.jackson.databind.SerializationFeature;
@@ -36,6 +37,38 @@ public final class StatusJson {
     }
 
     private StatusJson() {}
+
+    /**
+     * Why {@code doc} is not a process document the status page can show, or null when it is: the kinds of the
+     * fields the page and the cluster totals read (ranks as an array of objects; per rank the room and failure
+     * counts as objects of numbers, its rooms, failures and peers as arrays of objects, its bytes and rooms
+     * concluded as numbers). A cluster view lists a process whose document is not so as down with this reason,
+     * since the page renders every process's ranks at once and one bad document would stop it for all.
+     */
+    public static String whyNotProcess(JsonNode doc) {
+        if (!doc.isObject() || !"process".equals(doc.path("kind").asText())) return "its kind is not \"process\"";
+        JsonNode ranks = doc.path("ranks");
+        if (!ranks.isArray()) return "ranks is not an array";
+        for (int i = 0; i < ranks.size(); i++) {
+            JsonNode r = ranks.get(i);
+            String at = "ranks[" + i + "]";
+            if (!r.isObject()) return at + " is not an object";
+            for (String counts : List.of("rooms_by_state", "failures_by_kind")) {
+                JsonNode c = r.path(counts);
+                if (!c.isObject()) return at + "." + counts + " is not an object";
+                for (JsonNode n : c) if (!n.isNumber()) return at + "." + counts + " holds a value that is not a number";
+            }
+            for (String list : List.of("oldest_rooms", "recent_failures", "peers")) {
+                JsonNode l = r.path(list);
+                if (!l.isArray()) return at + "." + list + " is not an array";
+                for (JsonNode e : l) if (!e.isObject()) return at + "." + list + " holds an entry that is not an object";
+            }
+            for (String number : List.of("bytes_moved", "rooms_concluded")) {
+                if (!r.path(number).isNumber()) return at + "." + number + " is not a number";
+            }
+        }
+        return null;
+    }
 
     /**
      * The document of one process: {@code kind}, {@code role}, {@code pid}, {@code now_ms}, {@code uptime_ms},

@@ -1,6 +1,7 @@
 package io.kvferry.ops;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillRankRegistration;
@@ -21,6 +22,7 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -78,6 +80,32 @@ class ClusterStatusFetchTest {
         assertFalse(down.path("ok").asBoolean(), down.toString());
         assertTrue(down.path("error").asText().contains("fetch timeout of " + ClusterStatus.FETCH_TIMEOUT.toMillis() + " ms"), down.toString());
         assertTrue(processes.get(1).path("ok").asBoolean(), "the healthy process still shows: " + processes);
+    }
+
+    /**
+     * A document that is JSON of kind process but not shaped as kvferry's (the page would fail on it, for every
+     * process at once) is listed down naming what is wrong; the others are shown and counted.
+     */
+    @Test
+    void aMalformedProcessDocumentIsListedDownNamingWhatIsWrong() throws Exception {
+        ObjectNode good = StatusJson.process("decode", List.of(), 0);
+        ObjectNode bad = good.deepCopy();
+        bad.withArray("ranks").addObject().put("role", "decode").put("peers", "none");
+        bad.withObject("totals").put("rooms_concluded", 5);
+        OpsServer goodProcess = closing(OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> good));
+        OpsServer badProcess = closing(OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> bad));
+        BootstrapRegistryServer registry = registry(RegistryOptions.defaults("t"));
+        ClusterStatus cluster = new ClusterStatus(registry, List.of(badProcess.statusJsonUrl(), goodProcess.statusJsonUrl()));
+
+        JsonNode doc = cluster.get();
+        JsonNode processes = doc.path("processes");
+        assertFalse(processes.get(0).path("ok").asBoolean(), processes.toString());
+        assertEquals("not a kvferry process status document: ranks[0].rooms_by_state is not an object",
+                processes.get(0).path("error").asText());
+        assertTrue(processes.get(0).path("status").isMissingNode(), "its document is not passed on");
+        assertTrue(processes.get(1).path("ok").asBoolean(), processes.toString());
+        assertEquals(0, doc.path("totals").path("rooms_concluded").asLong(), "only shown documents are counted");
+        assertNull(StatusJson.whyNotProcess(good));
     }
 
     @Test
