@@ -278,7 +278,7 @@ final class DecodeSessions {
             String bound = room.bindTo(link.instanceId());
             if (!bound.equals(link.instanceId())) {
                 log.warn("room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
-                        link.instanceId(), bound);
+                        LogSafe.text(link.instanceId()), LogSafe.text(bound)); // the decodes' HELLO text
                 link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
                         "room " + t.room() + " belongs to another decode instance"));
                 return;

@@ -248,4 +248,38 @@ class ManagerMetricsTest extends TransferTestBase {
             assertEquals(1, counter(KVFerryMeters.TRANSFER_FAILED, "role", "decode", "kind", "transfer_error"));
         }
     }
+
+    /**
+     * A decode's instance id is its own configuration's text, sent in its HELLO: a prefill that refuses its
+     * transfer info for a room bound to another instance logs it escaped, so a line break in it cannot forge a line.
+     */
+    @Test
+    void aNewlineInADecodesInstanceIdCannotForgeAPrefillLogLine() throws Exception {
+        TestRank pm = rank(), am = rank(), bm = rank();
+        String forged = "b\n[main] WARN io.kvferry.failures - room failed: room=666 kind=forged";
+        KVManager p = prefillWith(pm, cfg(1, 0).meterRegistry(meters).build());
+        KVManager a = decode(am, "tcp", cfg(1, 0).instanceId("a").build(), 0, PAGE_SIZE);
+        KVManager b = decode(bm, "tcp", cfg(1, 0).instanceId(forged).build(), 0, PAGE_SIZE);
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        PrintStream original = System.err;
+        System.setErr(new PrintStream(captured, true, StandardCharsets.UTF_8));
+        try {
+            KVReceiver first = a.createReceiver(addr, 9);
+            bootstrap(first, 0);
+            first.sendMetadata(new int[]{1}, 0, new int[][]{{0}}, 0);
+            KVSender s = p.createSender(addr, 9);
+            await(s::poll, KVPoll.WaitingForInput); // the room is bound to instance "a"
+            KVReceiver second = b.createReceiver(addr, 9);
+            bootstrap(second, 0);
+            second.sendMetadata(new int[]{2}, 0, new int[][]{{0}}, 0);
+            await(second::poll, KVPoll.Failed); // refused: the prefill logged why before it answered
+        } finally {
+            System.setErr(original);
+        }
+        String log = captured.toString(StandardCharsets.UTF_8);
+        assertTrue(log.contains("refused a transfer info from decode instance b\\n[main] WARN"), log);
+        for (String line : log.split("\n")) {
+            assertFalse(line.startsWith("[main] WARN io.kvferry.failures - room failed: room=666"), "forged line: " + line);
+        }
+    }
 }
