@@ -2,6 +2,7 @@ package io.kvferry.prefill;
 
 import io.kvferry.api.KVFerrySettings;
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.TransportOffer;
 import io.kvferry.transport.Backend;
@@ -84,7 +85,7 @@ final class OfferNegotiator implements AutoCloseable {
                     why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {
                     why = "unusable offer: " + e.getMessage();
-                    log.warn("decode session {}: {} offer refused: {}", peer, name, e.getMessage());
+                    log.warn("decode session {}: {} offer refused: {}", peer, LogSafe.text(name), LogSafe.text(e.getMessage())); // the decode's text
                 }
             }
             if (!fallback.isEmpty()) fallback.append("; ");

@@ -5,6 +5,7 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.metrics.HandshakeRefusal;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.plan.LayerPairing;
 import io.kvferry.protocol.Coverage;
@@ -79,8 +80,8 @@ final class SessionHandshake {
                     + "and the registration does not prove its session key", "refused decode registration: ", HandshakeRefusal.AUTH);
         }
         StringBuilder fallback = new StringBuilder();
-        DataPath path = negotiator.choose(h, new PeerLink(h.sessionId() + " (" + link.connection.peer() + ")", link.connection,
-                h.stripes()), fallback);
+        DataPath path = negotiator.choose(h, new PeerLink(LogSafe.text(h.sessionId()) + " (" + link.connection.peer() + ")", link.connection,
+                h.stripes()), fallback); // the name goes into the data paths' log lines: the session id is wire text
         link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
         link.kvSlices = validator.headSlices(h, link.kvBufferMap);
         link.checksum = config.checksum().max(h.checksum());
@@ -96,7 +97,7 @@ final class SessionHandshake {
         link.connection.send(HelloAck.accept(engineRank, uniqueRank, path.name(), fallback.toString(), link.checksum, coverage)
                 .signed(validator.key(), h.decodeNonce()));
         if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
-        else log.info("decode session {} registered; data path {} ({})", link, path.name(), fallback);
+        else log.info("decode session {} registered; data path {} ({})", link, path.name(), LogSafe.text(fallback.toString())); // quotes offer names
     }
 
     /** The registered (not stripe) link of a session, or null. */

@@ -10,10 +10,17 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.metrics.KVFerryMeters;
+import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.protocol.Challenge;
+import io.kvferry.protocol.Handshake;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.TransportOffer;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.DistributionSummary;
@@ -27,6 +34,7 @@ import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.BooleanSupplier;
@@ -278,6 +286,39 @@ class ManagerMetricsTest extends TransferTestBase {
         }
         String log = captured.toString(StandardCharsets.UTF_8);
         assertTrue(log.contains("refused a transfer info from decode instance b\\n[main] WARN"), log);
+        for (String line : log.split("\n")) {
+            assertFalse(line.startsWith("[main] WARN io.kvferry.failures - room failed: room=666"), "forged line: " + line);
+        }
+    }
+
+    /**
+     * The transport names a decode offers, and its session id, are HELLO text: the prefill's "registered" line,
+     * which says why offers were passed over, quotes them escaped, so a line break in one cannot forge a line.
+     */
+    @Test
+    void aNewlineInAnOfferedTransportNameCannotForgeAPrefillLogLine() throws Exception {
+        TestRank pm = rank(), dm = rank();
+        String forged = "x\n[main] WARN io.kvferry.failures - room failed: room=666 kind=forged";
+        prefillWith(pm, cfg(1, 0).build());
+        RankEndpoint ep = new BootstrapClient(addr, TOKEN).fetchRankEndpoint(0, 0, 0, 0);
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        PrintStream original = System.err;
+        System.setErr(new PrintStream(captured, true, StandardCharsets.UTF_8));
+        try (ControlConnection c = ControlConnection.connect(new InetSocketAddress(ep.rankIp(), ep.rankPort()), Duration.ofSeconds(5))) {
+            Challenge ch = (Challenge) c.read();
+            Hello plain = decodeHello("sess\nion", RegisteredMemory.from(dm.args(0, PAGE_SIZE)).describe());
+            Hello h = new Hello(plain.sessionId(), plain.instanceId(), plain.fingerprint(), plain.dataPath(), plain.engineRank(),
+                    plain.attnTpSize(), plain.ppRank(), plain.flags(), plain.checksum(), plain.memory(),
+                    List.of(new TransportOffer(forged, new byte[0])), plain.decodeNonce(), null, null);
+            c.send(h.signed(Handshake.key(TOKEN), ch.nonce()));
+            assertTrue(((HelloAck) c.read()).accepted());
+            eventually(() -> captured.toString(StandardCharsets.UTF_8).contains("registered; data path tcp"), "the registered line");
+        } finally {
+            System.setErr(original);
+        }
+        String log = captured.toString(StandardCharsets.UTF_8);
+        assertTrue(log.contains("decode session sess\\nion"), log);
+        assertTrue(log.contains("(x\\n[main] WARN"), log);
         for (String line : log.split("\n")) {
             assertFalse(line.startsWith("[main] WARN io.kvferry.failures - room failed: room=666"), "forged line: " + line);
         }
