@@ -51,6 +51,8 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
     static final int MAX_STATUS_BYTES = 4 * 1024 * 1024;
 
     private final BootstrapRegistryServer registry;
+    /** The largest status document read from a process ({@link #MAX_STATUS_BYTES} but in tests). */
+    private final int maxStatusBytes;
     private final HttpClient http;
     /** Status documents to include besides the registered ranks' (copy-on-write: the page reads it while a launcher adds). */
     private final List<String> extraUrls = new CopyOnWriteArrayList<>();
@@ -62,7 +64,13 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
      *                  launcher started, which do not register with a prefill's registry)
      */
     public ClusterStatus(BootstrapRegistryServer registry, List<String> extraUrls) {
+        this(registry, extraUrls, MAX_STATUS_BYTES);
+    }
+
+    /** With another cap on each document than {@link #MAX_STATUS_BYTES} (the tests' small one). */
+    ClusterStatus(BootstrapRegistryServer registry, List<String> extraUrls, int maxStatusBytes) {
         this.registry = registry;
+        this.maxStatusBytes = maxStatusBytes;
         for (String u : extraUrls) watch(u);
         // Its own executor: the client's dependent stages must not wait for the common pool, which an
         // embedding process may keep busy (a bench run on it held every status fetch until its timeout).
@@ -182,7 +190,7 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
     private Fetch fetch(String url) {
         BoundedBody.Exchange exchange;
         try {
-            exchange = BoundedBody.send(http, HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build(), MAX_STATUS_BYTES,
+            exchange = BoundedBody.send(http, HttpRequest.newBuilder(URI.create(url)).timeout(FETCH_TIMEOUT).GET().build(), maxStatusBytes,
                     "a process status document");
         } catch (RuntimeException e) {
             // A URL no request can be made to (watched; the registry refuses such registrations): that
