@@ -25,6 +25,11 @@ public record HeadSlice(int srcHeadStart, int dstHeadStart, int heads, long head
         if (totalHeads < 1) {
             throw new PlanException("heterogeneous TP needs the model's total KV head count (KVArgs.totalKvHeadNum), got " + totalHeads);
         }
+        // A rank holds H/TP heads, or one head replicated over TP/H ranks: any other split leaves heads on no
+        // rank (or on two at once), and the slices below would silently move the wrong ones.
+        String split = splitError("prefill", totalHeads, prefillTp);
+        if (split == null) split = splitError("decode", totalHeads, decodeTp);
+        if (split != null) throw new PlanException(split);
         int srcHeads = Math.max(1, totalHeads / prefillTp);
         int dstHeads = Math.max(1, totalHeads / decodeTp);
         if (srcItemLen % ((long) pageSize * srcHeads) != 0 || dstItemLen % ((long) pageSize * dstHeads) != 0) {
@@ -54,6 +59,12 @@ public record HeadSlice(int srcHeadStart, int dstHeadStart, int heads, long head
                     + "] does not fit the token slots (" + srcTokenBytes + ", " + dstTokenBytes + " bytes)");
         }
         return new HeadSlice(srcStart, dstStart, heads, headBytes, srcTokenBytes, dstTokenBytes);
+    }
+
+    private static String splitError(String side, int totalHeads, int tp) {
+        if (totalHeads % tp == 0 || tp % totalHeads == 0) return null;
+        return "the model's " + totalHeads + " KV heads cannot be split over " + side + " attention TP " + tp
+                + ": the TP size must divide the KV head count or be a multiple of it";
     }
 
     public long pieceBytes() {

@@ -177,6 +177,31 @@ class ByteMappingPropertyTest {
         }
     }
 
+    /**
+     * A KV head count that neither TP size divides, nor is a divisor of, cannot be sliced: before this
+     * was refused, H=3 from prefill TP 1 to decode TP 2 was accepted and head 2 reached no decode rank.
+     */
+    @Property(tries = 100)
+    void headCountsThatDoNotSplitOverTpAreRefusedAtHello(@ForAll @IntRange(min = 0, max = 5) int headsChoice,
+                                                         @ForAll @IntRange(min = 0, max = 3) int pLog,
+                                                         @ForAll @IntRange(min = 0, max = 3) int dLog, @ForAll @IntRange(min = 0, max = 7) int rank) {
+        int heads = HEADS[headsChoice], prefillTp = 1 << pLog, decodeTp = 1 << dLog;
+        Assume.that(prefillTp != decodeTp && !(divides(heads, prefillTp) && divides(heads, decodeTp)));
+        Geometry g = new Geometry(heads, prefillTp, decodeTp, false, 4, 2, new int[] {0, 1}, true, false, 1);
+        try (Arena arena = Arena.ofConfined()) {
+            RegisteredMemory decode = RegisteredMemory.from(args(arena, g, decodeTp, 0, true));
+            Hello hello = new Hello("s", "i", fingerprint(g), "tcp", rank % decodeTp, decodeTp, 0, 0, null, decode.describe(), List.of(),
+                    null, null, null);
+            KVManagerConfig config = KVManagerConfig.builder().attnTp(prefillTp, rank % prefillTp).build();
+            HandshakeValidator v = new HandshakeValidator(RegisteredMemory.from(args(arena, g, prefillTp, 0, false)), config,
+                    fingerprint(g), false);
+            HandshakeValidator.Refusal refusal = v.checkHello(hello);
+            assertTrue(refusal != null, () -> "accepted " + g);
+            String side = divides(heads, prefillTp) ? "decode attention TP " + decodeTp : "prefill attention TP " + prefillTp;
+            assertTrue(refusal.reason().contains("the model's " + heads + " KV heads cannot be split over " + side), refusal.reason());
+        }
+    }
+
     private static boolean divides(int heads, int tp) {
         return heads % tp == 0 || tp % heads == 0;
     }
