@@ -13,10 +13,13 @@ import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Fingerprint;
 import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
+import io.kvferry.protocol.TransferInfo;
 import net.jqwik.api.Assume;
 import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
+import net.jqwik.api.statistics.Statistics;
 import net.jqwik.api.constraints.IntRange;
 
 import java.lang.foreign.Arena;
@@ -200,6 +203,97 @@ class ByteMappingPropertyTest {
             String side = divides(heads, prefillTp) ? "decode attention TP " + decodeTp : "prefill attention TP " + prefillTp;
             assertTrue(refusal.reason().contains("the model's " + heads + " KV heads cannot be split over " + side), refusal.reason());
         }
+    }
+
+    /**
+     * A hostile or broken decode's HELLO geometry — item and buffer lengths halved, doubled, off by one,
+     * near {@code Long.MAX_VALUE}, layer ids repeated, TP sizes that do not divide, engine ranks past the
+     * TP size — is refused with a reason, or, where accepted, every op planned for indices its
+     * TRANSFER_INFO check lets through lies inside the buffers that decode declared, and its coverage
+     * fits them: no arithmetic overflow turns a declared size into a write elsewhere.
+     */
+    @Property(tries = 400)
+    void hostileDecodeGeometryIsRefusedOrPlannedInsideItsBuffers(@ForAll @IntRange(min = 0, max = 2) int pLog,
+                                                                  @ForAll @IntRange(min = 1, max = 12) int decodeTp,
+                                                                  @ForAll @IntRange(min = 0, max = 40) int engineRank, @ForAll long seed) {
+        int prefillTp = 1 << pLog;
+        Random rnd = new Random(seed);
+        int honestTp = 1 << rnd.nextInt(4);
+        Geometry g = new Geometry(8, prefillTp, honestTp, false, 4, 2, new int[] {0, 2}, true, true, 2);
+        try (Arena arena = Arena.ofConfined()) {
+            RegisteredMemory prefill = RegisteredMemory.from(args(arena, g, prefillTp, 0, false));
+            MemoryDescriptor honest = RegisteredMemory.from(args(arena, g, honestTp, 0, true)).describe();
+            long[] kvLen = mutate(rnd, honest.kvLengths()), kvItem = mutatePositive(rnd, honest.kvItemLens());
+            int[] layers = honest.kvLayerIds();
+            if (rnd.nextInt(4) == 0) layers[rnd.nextInt(layers.length)] = layers[rnd.nextInt(layers.length)];
+            List<MemoryDescriptor.StateDescriptor> states = new ArrayList<>();
+            for (MemoryDescriptor.StateDescriptor sd : honest.states()) {
+                states.add(new MemoryDescriptor.StateDescriptor(sd.type(), mutate(rnd, sd.lengths()), mutatePositive(rnd, sd.itemLens())));
+            }
+            MemoryDescriptor hostile = new MemoryDescriptor(kvLen, kvItem, layers, mutate(rnd, honest.auxLengths()),
+                    mutatePositive(rnd, honest.auxItemLens()), states);
+            int tp = rnd.nextBoolean() ? honestTp : decodeTp;
+            Hello hello = new Hello("s", "i", fingerprint(g), "tcp", engineRank, tp, 0, 0, null, hostile, List.of(), null, null, null);
+            KVManagerConfig config = KVManagerConfig.builder().attnTp(prefillTp, rnd.nextInt(prefillTp)).build();
+            HandshakeValidator v = new HandshakeValidator(prefill, config, fingerprint(g), false);
+            HandshakeValidator.Refusal refusal = v.checkHello(hello);
+            Statistics.collect(refusal == null ? "accepted" : "refused");
+            if (refusal != null) {
+                assertTrue(!refusal.reason().isBlank());
+                return;
+            }
+            int[] map = LayerPairing.pair(prefill.kvLayerIds(), hostile.kvLayerIds());
+            HeadSlice[] slices = v.headSlices(hello, map);
+            Coverage coverage = v.coverage(hello, map, slices);
+            assertNull(coverage.checkAgainst(hostile), "an accepted HELLO's coverage must fit the decode's memory");
+            int pages = rnd.nextInt(4);
+            int[] srcPages = distinct(rnd, pages), dstPages = new int[pages];
+            for (int i = 0; i < pages; i++) dstPages[i] = rnd.nextInt(1 << rnd.nextInt(31));
+            int[] window = distinct(rnd, Math.min(pages, 2));
+            int[] dstWindow = new int[window.length];
+            for (int i = 0; i < window.length; i++) dstWindow[i] = rnd.nextInt(POOL * 4);
+            int[][] dstState = {{rnd.nextInt(POOL * 4)}, dstWindow};
+            int dstAux = rnd.nextInt(8);
+            if (HandshakeValidator.checkTransferInfo(hostile, new TransferInfo(1, dstPages, dstAux, dstState, 1, 0, false)) != null) return;
+            CopyPlan plan = plan(prefill, hello, map, slices, config, srcPages, dstPages, 0, dstAux, new int[][] {{0}, window}, dstState);
+            for (int op = 0; op < plan.size(); op++) {
+                long[] lengths = switch (plan.region(op)) {
+                    case KV -> hostile.kvLengths();
+                    case AUX -> hostile.auxLengths();
+                    case STATE -> hostile.states().get(plan.component(op)).lengths();
+                };
+                long end = plan.dstOffset(op) + plan.dstSpan(op);
+                assertTrue(plan.dstOffset(op) >= 0 && end > plan.dstOffset(op) && end <= lengths[plan.dstBuffer(op)],
+                        "op " + op + " of " + plan + " leaves the decode's buffer of " + lengths[plan.dstBuffer(op)] + " bytes");
+            }
+        }
+    }
+
+    private static long[] mutate(Random rnd, long[] honest) {
+        return mutate(rnd, honest, 3);
+    }
+
+    /** Each value changed with probability 1/{@code odds}. */
+    private static long[] mutate(Random rnd, long[] honest, int odds) {
+        long[] out = honest.clone();
+        for (int i = 0; i < out.length; i++) {
+            if (rnd.nextInt(odds) != 0) continue;
+            out[i] = switch (rnd.nextInt(6)) {
+                case 0 -> out[i] / 2;
+                case 1 -> out[i] * 2;
+                case 2 -> out[i] + 1;
+                case 3 -> Long.MAX_VALUE;
+                case 4 -> Long.MAX_VALUE / (1 + rnd.nextInt(7));
+                default -> 0;
+            };
+        }
+        return out;
+    }
+
+    private static long[] mutatePositive(Random rnd, long[] honest) {
+        long[] out = mutate(rnd, honest, 12);
+        for (int i = 0; i < out.length; i++) if (out[i] <= 0) out[i] = 1;
+        return out;
     }
 
     private static boolean divides(int heads, int tp) {
