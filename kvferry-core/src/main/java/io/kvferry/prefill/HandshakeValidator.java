@@ -6,6 +6,7 @@ import io.kvferry.api.StateType;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.plan.HeadSlice;
 import io.kvferry.plan.LayerPairing;
+import io.kvferry.plan.RankMapping;
 import io.kvferry.plan.StateSlice;
 import io.kvferry.plan.TransferPlanner;
 import io.kvferry.protocol.Coverage;
@@ -72,8 +73,27 @@ final class HandshakeValidator {
             return handshake("all-CP-ranks transfer differs: prefill " + (config.allCpRanksTransfer() ? "on" : "off") + ", decode "
                     + (decodeAllCp ? "on" : "off") + "; set it the same on both sides");
         }
+        String target = checkTarget(h);
+        if (target != null) return new Refusal(FailureKind.LAYOUT_REFUSED, target);
         String layout = checkLayout(h);
         return layout == null ? null : new Refusal(FailureKind.LAYOUT_REFUSED, layout);
+    }
+
+    /**
+     * Null when this rank is one the decode rank reads from (SGLang's rank mapping); else why not. A
+     * decode rank reaching another one (a stale or wrong route) would be sent this rank's heads as if
+     * they were its own: pages copy whole between equal TP sizes, and a head slice is cut for the
+     * decode rank named, not for the rank that holds them.
+     */
+    private String checkTarget(Hello h) {
+        if (Math.max(h.attnTpSize(), config.attnTpSize()) % Math.min(h.attnTpSize(), config.attnTpSize()) != 0) {
+            return "attention TP sizes must divide one another: prefill " + config.attnTpSize() + ", decode " + h.attnTpSize();
+        }
+        RankMapping mapping = RankMapping.resolve(config.attnTpSize(), h.attnTpSize(), h.engineRank(), config.isMla(), 1, false, 1, 1, 0);
+        if (mapping.targetTpRanks().contains(config.attnTpRank())) return null;
+        return "decode attention TP rank " + h.engineRank() % h.attnTpSize() + " of " + h.attnTpSize() + " reads from prefill attention TP "
+                + "ranks " + mapping.targetTpRanks() + ", not from this rank " + config.attnTpRank() + " of " + config.attnTpSize()
+                + "; its route to this address is stale or wrong";
     }
 
     private static Refusal handshake(String reason) {
@@ -130,10 +150,6 @@ final class HandshakeValidator {
 
     private String checkSliced(Hello h, int[] map) {
         MemoryDescriptor d = h.memory();
-        int big = Math.max(h.attnTpSize(), config.attnTpSize()), small = Math.min(h.attnTpSize(), config.attnTpSize());
-        if (big % small != 0) {
-            return "attention TP sizes must divide one another: prefill " + config.attnTpSize() + ", decode " + h.attnTpSize();
-        }
         try {
             headSlices(h, map);
         } catch (RuntimeException e) {

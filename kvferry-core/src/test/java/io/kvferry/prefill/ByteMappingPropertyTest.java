@@ -195,7 +195,8 @@ class ByteMappingPropertyTest {
             RegisteredMemory decode = RegisteredMemory.from(args(arena, g, decodeTp, 0, true));
             Hello hello = new Hello("s", "i", fingerprint(g), "tcp", rank % decodeTp, decodeTp, 0, 0, null, decode.describe(), List.of(),
                     null, null, null);
-            KVManagerConfig config = KVManagerConfig.builder().attnTp(prefillTp, rank % prefillTp).build();
+            int target = RankMapping.resolve(prefillTp, decodeTp, rank, false, 1, false, 1, 1, 0).targetTpRanks().getFirst();
+            KVManagerConfig config = KVManagerConfig.builder().attnTp(prefillTp, target).build();
             HandshakeValidator v = new HandshakeValidator(RegisteredMemory.from(args(arena, g, prefillTp, 0, false)), config,
                     fingerprint(g), false);
             HandshakeValidator.Refusal refusal = v.checkHello(hello);

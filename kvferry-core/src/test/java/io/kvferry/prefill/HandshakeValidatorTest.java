@@ -55,8 +55,13 @@ class HandshakeValidatorTest {
 
     /** A HELLO signed with {@code token}'s key for {@link #CHALLENGE}. */
     private static Hello hello(String token, KVArgs decode, int tpSize, int flags, String model, String dataPath) {
+        return hello(token, decode, 0, tpSize, flags, model, dataPath);
+    }
+
+    /** As above, from decode attention TP rank {@code engineRank}. */
+    private static Hello hello(String token, KVArgs decode, int engineRank, int tpSize, int flags, String model, String dataPath) {
         return new Hello("s1", "decode-1", Fingerprint.of(model, decode.kvCacheDtypeStr, decode.pageSize, false, decode.totalKvHeadNum),
-                dataPath, 0, tpSize, 0, flags, ChecksumMode.OFF, RegisteredMemory.from(decode).describe(), List.of(), Handshake.nonce(),
+                dataPath, engineRank, tpSize, 0, flags, ChecksumMode.OFF, RegisteredMemory.from(decode).describe(), List.of(), Handshake.nonce(),
                 null, null).signed(Handshake.key(token), CHALLENGE);
     }
 
@@ -159,6 +164,24 @@ class HandshakeValidatorTest {
     }
 
     @Test
+    void aDecodeRankThatDoesNotReadFromThisRankIsRefused() {
+        // Prefill rank 1 of TP 2 holds heads 4..7; decode rank 0 of TP 2 holds heads 0..3 and reads from prefill rank 0.
+        // Accepted before: whole pages of the wrong heads would have been copied into its pages.
+        HandshakeValidator v = validator(KVManagerConfig.builder().attnTp(2, 1).build());
+        HandshakeValidator.Refusal r = v.checkHello(hello("", args(16, PAGE, 16, "bf16"), 0, 2, 0, "", "tcp"));
+        assertNotNull(r, "a decode rank reading from another prefill rank is refused");
+        assertEquals(FailureKind.LAYOUT_REFUSED, r.kind());
+        assertEquals("decode attention TP rank 0 of 2 reads from prefill attention TP ranks [0], not from this rank 1 of 2; its route to "
+                + "this address is stale or wrong", r.reason());
+        assertNull(v.checkHello(hello("", args(16, PAGE, 16, "bf16"), 1, 2, 0, "", "tcp")));
+        assertNull(v.checkHello(hello("", args(16, PAGE, 16, "bf16"), 3, 2, 0, "", "tcp")), "the engine rank is taken modulo the TP size");
+        // Decode rank 1 of TP 4 (heads 2..3) reads from prefill rank 0 only.
+        HandshakeValidator.Refusal sliced = v.checkHello(hello("", args(16, PAGE / 2, 16, "bf16"), 1, 4, 0, "", "tcp"));
+        assertNotNull(sliced);
+        assertTrue(sliced.reason().contains("reads from prefill attention TP ranks [0], not from this rank 1"), sliced.reason());
+    }
+
+    @Test
     void malformedDataPathNameIsRefused() {
         KVArgs d = args(16, PAGE, 16, "bf16");
         Hello h = hello("", d, 1, 0, "", "TCP;rm");
@@ -214,7 +237,8 @@ class HandshakeValidatorTest {
         HandshakeValidator v = windowValidator(mine, KVManagerConfig.builder().attnTp(2, 1).build());
         Hello toOne = hello("", withWindowState(4, StateType.SWA, true), 1, 0);
         assertNull(v.checkHello(toOne));
-        assertNull(v.checkHello(hello("", withWindowState(1, StateType.SWA, true), 4, 0)));
+        assertNull(v.checkHello(hello("", withWindowState(1, StateType.SWA, true), 2, 4, 0, "", "tcp")),
+                "decode rank 2 of TP 4 reads from prefill rank 1 of TP 2");
         // Rank 1 writes heads 2..3 of every token of each window page: 128 of every 256 bytes, from byte 128.
         Coverage c = v.coverage(toOne, new int[] {0, 1}, v.headSlices(toOne, new int[] {0, 1}));
         assertArrayEquals(new long[][] {{256, 256}}, c.stateUnit());
