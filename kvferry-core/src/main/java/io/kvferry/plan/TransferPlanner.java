@@ -104,12 +104,13 @@ public final class TransferPlanner {
     public static void appendStateSliced(CopyPlan plan, List<StateType> types, int[][] srcIndices, int[][] dstIndices,
                                          long[][] srcItemLens, long[][] dstItemLens, int[][] dims, int[][] outer,
                                          int prefillTp, int prefillRank, int decodeTp, int decodeRank) {
-        if (srcIndices == null || dstIndices == null) return;
-        int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
+        if (dstIndices == null) return;
+        int components = Math.min(types.size(), dstIndices.length);
         for (int c = 0; c < components; c++) {
             int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
-            if (src.length == 0 || dst.length == 0) continue;
+            if (dst.length == 0) continue;
             StateType type = types.get(c);
+            if (src.length == 0) throw noneSent(c, type, dst.length);
             if (type == StateType.MAMBA) {
                 if (src.length != 1 || dst.length != 1) {
                     throw new PlanException("state component " + c + " (mamba) needs exactly one slot per side, got "
@@ -164,8 +165,15 @@ public final class TransferPlanner {
 
     private static final int[] NO_INDICES = new int[0];
 
+    /** A component's indices; none when the list, or the component's entry, is missing. */
     private static int[] indicesOf(int[][] lists, int component) {
-        return lists[component] == null ? NO_INDICES : lists[component];
+        return lists == null || component >= lists.length || lists[component] == null ? NO_INDICES : lists[component];
+    }
+
+    /** The decode asked for slots of a component this rank's chunk names no source for: they would stay unwritten. */
+    private static PlanException noneSent(int component, StateType type, int asked) {
+        return new PlanException("state component " + component + " (" + type.wire() + "): the decode asked for " + asked
+                + (asked == 1 ? " index" : " indices") + " but this prefill rank sent none with the last chunk; its slots would stay unwritten");
     }
 
     /** Aux ops: one row per metadata buffer, from the prefill's row to the decode's row. */
@@ -186,8 +194,9 @@ public final class TransferPlanner {
     /**
      * State ops, component by component in order. Paged types (swa, dsa, …) with more source than
      * destination indices send the first ones, reported through {@code warnings}; fewer source
-     * indices (decode slots that would stay unwritten) and any mismatch of positional types (mamba
-     * slots, ring rows) fail.
+     * indices (decode slots that would stay unwritten, none at all included) and any mismatch of
+     * positional types (mamba slots, ring rows) fail. A component the decode asked nothing of is
+     * skipped; null {@code dstIndices} (a rank that writes no state) plans nothing.
      *
      * @param itemLens per component, per tensor: bytes of one index
      */
@@ -201,11 +210,12 @@ public final class TransferPlanner {
     /** Appends the state ops to {@code plan}, as {@link #planState}. */
     public static void appendState(CopyPlan plan, List<StateType> types, int[][] srcIndices, int[][] dstIndices,
                                    long[][] itemLens, Consumer<String> warnings) {
-        if (srcIndices == null || dstIndices == null) return;
-        int components = Math.min(types.size(), Math.min(srcIndices.length, dstIndices.length));
+        if (dstIndices == null) return;
+        int components = Math.min(types.size(), dstIndices.length);
         for (int c = 0; c < components; c++) {
             int[] src = indicesOf(srcIndices, c), dst = indicesOf(dstIndices, c);
-            if (src.length == 0 || dst.length == 0) continue;
+            if (dst.length == 0) continue;
+            if (src.length == 0) throw noneSent(c, types.get(c), dst.length);
             if (src.length != dst.length) {
                 StateType t = types.get(c);
                 if (!t.isPaged() || src.length < dst.length) {

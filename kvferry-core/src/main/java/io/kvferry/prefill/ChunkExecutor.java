@@ -54,6 +54,8 @@ final class ChunkExecutor {
     private final long[] kvItemLens;
     private final long[] auxItemLens;
     private final long[][] stateItemLens;
+    /** Whether this rank writes rooms' state: all but a non-zero CP rank under all-CP-ranks transfer. */
+    private final boolean writesState;
 
     /** Each transfer worker's CRC (digests are computed on the room's worker). */
     private static final ThreadLocal<SegmentCrc> CRC = ThreadLocal.withInitial(SegmentCrc::new);
@@ -71,6 +73,7 @@ final class ChunkExecutor {
         this.kvItemLens = memory.kvItemLens();
         this.auxItemLens = memory.auxItemLens();
         this.stateItemLens = memory.stateItemLens();
+        this.writesState = !(config.allCpRanksTransfer() && config.attnCpSize() > 1 && config.attnCpRank() != 0);
     }
 
     void execute(PrefillRoom room, Chunk c) {
@@ -171,17 +174,19 @@ final class ChunkExecutor {
         }
         if (c.last()) {
             TransferPlanner.appendAux(plan, c.auxIndex(), d.info().auxIndex(), auxItemLens);
+            // Under all-CP-ranks transfer only CP rank 0 writes the state (its coverage says so): the others owe none of it.
+            int[][] dstState = writesState ? d.info().stateIndices() : null;
             if (slices == null) {
-                TransferPlanner.appendState(plan, memory.stateTypes(), c.stateIndices(), d.info().stateIndices(), stateItemLens,
+                TransferPlanner.appendState(plan, memory.stateTypes(), c.stateIndices(), dstState, stateItemLens,
                         w -> log.warn("room {}: {}", room.room, w));
             } else {
-                appendStateSliced(plan, c.stateIndices(), d);
+                appendStateSliced(plan, c.stateIndices(), dstState, d);
             }
         }
         runPlan(room, index, d, plan, c.last() ? scratch : null);
     }
 
-    private void appendStateSliced(CopyPlan plan, int[][] stateIndices, PrefillRoom.Destination d) {
+    private void appendStateSliced(CopyPlan plan, int[][] stateIndices, int[][] dstState, PrefillRoom.Destination d) {
         Hello h = d.link().hello;
         int n = memory.stateComponentCount();
         long[][] dstItems = new long[n][];
@@ -195,7 +200,7 @@ final class ChunkExecutor {
                 outer[c][t] = memory.stateOuterCount(c, t);
             }
         }
-        TransferPlanner.appendStateSliced(plan, memory.stateTypes(), stateIndices, d.info().stateIndices(),
+        TransferPlanner.appendStateSliced(plan, memory.stateTypes(), stateIndices, dstState,
                 stateItemLens, dstItems, dims, outer, config.attnTpSize(), config.attnTpRank(), h.attnTpSize(),
                 h.engineRank() % h.attnTpSize());
     }

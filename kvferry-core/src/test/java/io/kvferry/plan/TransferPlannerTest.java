@@ -216,19 +216,36 @@ class TransferPlannerTest {
     @Test
     void nullIndicesGiveAnEmptyPlan() {
         List<String> warnings = new ArrayList<>();
-        assertEquals(0, TransferPlanner.planState(List.of(StateType.MAMBA), null, new int[][] {{1}}, new long[][] {{8}}, warnings::add).size());
         assertEquals(0, TransferPlanner.planState(List.of(StateType.MAMBA), new int[][] {{1}}, null, new long[][] {{8}}, warnings::add).size());
+        assertEquals(0, TransferPlanner.planState(List.of(StateType.MAMBA), null, null, new long[][] {{8}}, warnings::add).size());
         assertEquals(0, TransferPlanner.planState(List.of(), null, null, new long[0][], warnings::add).size());
         assertTrue(warnings.isEmpty());
     }
 
     @Test
-    void nullOrEmptyComponentIndicesAreSkipped() {
+    void componentsTheDecodeAskedNothingOfAreSkipped() {
         List<String> warnings = new ArrayList<>();
         CopyPlan p = TransferPlanner.planState(List.of(StateType.MAMBA, StateType.SWA, StateType.MAMBA),
-                new int[][] {null, {}, {2}}, new int[][] {{1}, {4}, {3}}, new long[][] {{8}, {8}, {16}}, warnings::add);
+                new int[][] {{5}, {6, 7}, {2}}, new int[][] {null, {}, {3}}, new long[][] {{8}, {8}, {16}}, warnings::add);
         assertArrayEquals(new long[][] {op(STATE, 2, 0, 32, 48, 16)}, ops(p));
-        assertTrue(warnings.isEmpty(), "an empty side is not a mismatch: " + warnings);
+        assertTrue(warnings.isEmpty(), "an empty decode side is not a mismatch: " + warnings);
+    }
+
+    @Test
+    void stateTheDecodeAskedForButTheChunkDoesNotNameFails() {
+        // Before: skipped, so the prefill reported Success and the decode failed on the missing bytes.
+        for (int[][] src : new int[][][] {null, {}, {null}, {{}}}) {
+            PlanException e = assertThrows(PlanException.class, () -> TransferPlanner.planState(List.of(StateType.MAMBA), src,
+                    new int[][] {{1}}, new long[][] {{8}}, w -> {}));
+            assertEquals("state component 0 (mamba): the decode asked for 1 index but this prefill rank sent none with the last chunk; "
+                    + "its slots would stay unwritten", e.getMessage());
+        }
+        PlanException paged = assertThrows(PlanException.class, () -> TransferPlanner.planState(List.of(StateType.MAMBA, StateType.SWA),
+                new int[][] {{1}}, new int[][] {{1}, {4, 5}}, new long[][] {{8}, {8}}, w -> {}));
+        assertTrue(paged.getMessage().startsWith("state component 1 (swa): the decode asked for 2 indices"), paged.getMessage());
+        PlanException resliced = assertThrows(PlanException.class, () -> TransferPlanner.planStateSliced(List.of(StateType.MAMBA), null,
+                new int[][] {{1}}, new long[][] {{8}}, new long[][] {{4}}, new int[][] {{2}}, new int[][] {{1}}, 1, 0, 2, 0));
+        assertTrue(resliced.getMessage().contains("the decode asked for 1 index but this prefill rank sent none"), resliced.getMessage());
     }
 
     @Test

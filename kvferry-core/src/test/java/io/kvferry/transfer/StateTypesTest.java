@@ -125,6 +125,33 @@ class StateTypesTest extends TransferTestBase {
         assertTrue(why.contains("state component 4 (swa_ring) index count mismatch: prefill 2 vs decode 1"), why);
     }
 
+    @Test
+    void aLastChunkWithoutTheStateTheDecodeAskedForFailsTheRoomClearly() {
+        Side p = new Side(), d = new Side();
+        closeables.add(p.arena);
+        closeables.add(d.arena);
+        KVManager pm = KVFerry.createManager("tcp", p.args(), DisaggregationMode.PREFILL, cfg(1, 0).build());
+        closeables.add(pm);
+        pm.registerToBootstrap();
+        KVManager dm = KVFerry.createManager("tcp", d.args(), DisaggregationMode.DECODE, cfg(1, 0).build());
+        closeables.add(dm);
+        int[][] dst = {{5}, {}, {}, {}, {}, {}, {}, {}};
+        KVReceiver recv = dm.createReceiver(addr, 10);
+        bootstrap(recv, 0);
+        recv.sendMetadata(new int[]{1}, -1, dst, 0);
+        KVSender send = pm.createSender(addr, 10);
+        await(send::poll, KVPoll.WaitingForInput);
+        send.init(1);
+        send.send(new int[]{3}, null); // the decode's mamba slot would stay unwritten
+        await(send::poll, KVPoll.Failed);
+        String prefillWhy = failure(send::failureException);
+        assertTrue(prefillWhy.contains("state component 0 (mamba): the decode asked for 1 index but this prefill rank sent none"),
+                prefillWhy);
+        await(recv::poll, KVPoll.Failed);
+        String why = failure(recv::failureException);
+        assertTrue(why.contains("state component 0 (mamba): the decode asked for 1 index but this prefill rank sent none"), why);
+    }
+
     static int indexOf(int[] a, int v) {
         for (int i = 0; i < a.length; i++) if (a[i] == v) return i;
         return -1;
