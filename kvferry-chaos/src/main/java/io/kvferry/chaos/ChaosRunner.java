@@ -10,6 +10,7 @@ import io.kvferry.testkit.RoleRunner;
 import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.annotation.JsonProperty;
 import io.kvferry.api.ChecksumMode;
+import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.chaos.net.LinkImpairment;
 import io.kvferry.chaos.net.NetnsLink;
@@ -51,7 +52,8 @@ public final class ChaosRunner {
      * The verdict; {@code --json} prints it as the last line.
      *
      * @param leaks      what {@code leaked} is made of: rooms, pages (KV pages and aux/state rows), threads
-     *                   ({@code kvferry-*} alive after teardown), sockets, native_bytes (above the baseline)
+     *                   ({@code kvferry-*} alive after teardown), sockets, native_bytes (above the baseline),
+     *                   unreported_ranks (ranks of a side not killed on purpose whose report never came: unchecked)
      * @param detectMs   from the fault to the first Failed on each side; partition also reports
      *                   {@code prefill_reset} / {@code decode_reset} for its RST phase
      * @param recovered  restart and partition: requests succeeded after the fault was over (null = not judged)
@@ -356,8 +358,14 @@ public final class ChaosRunner {
         proxies.get(e.rank()).upstream(new InetSocketAddress(e.host(), e.port()));
     }
 
-    private Result verdict(BenchConfig config, ChaosScenario scenario, ChaosScenario.Setup setup, List<RoleReport> pre,
-                           List<RoleReport> dec, ChaosScenario.Timeline t) {
+    /**
+     * The run's verdict from both sides' reports. A side the scenario did not kill for good that reported
+     * fewer ranks than it has (its process ended without them: a crash, the OOM killer) was never checked
+     * for leaks and, if its reports judge the requests, leaves them unjudged: each missing rank counts in
+     * {@code leaked} ({@code leaks.unreported_ranks}), and unjudged requests as hung.
+     */
+    static Result verdict(BenchConfig config, ChaosScenario scenario, ChaosScenario.Setup setup, List<RoleReport> pre,
+                          List<RoleReport> dec, ChaosScenario.Timeline t) {
         int n = config.workload().requests();
         // After a decode restart the fresh decode repeats the stream: what the old one finished fails there
         // (the prefill already cleared those rooms); recovery means the fresh pair completed requests.
@@ -385,6 +393,21 @@ public final class ChaosRunner {
         }
         // A side that was killed reports nothing: its requests are judged by the survivor.
         if (judge.isEmpty()) hung = n;
+        int unreported = 0;
+        int prefillRanks = config.rankCount(DisaggregationMode.PREFILL), decodeRanks = config.rankCount(DisaggregationMode.DECODE);
+        if (scenario.prefillSurvives() && pre.size() < prefillRanks) {
+            unreported += prefillRanks - pre.size();
+            failures.add(0, "prefill: " + pre.size() + " of " + prefillRanks + " rank reports (the process ended without the rest): "
+                    + "its rooms, pages, threads, sockets and memory were not checked");
+            if (judge == pre) hung = n;
+        }
+        if (scenario.decodeSurvives() && dec.size() < decodeRanks) {
+            unreported += decodeRanks - dec.size();
+            failures.add(0, "decode: " + dec.size() + " of " + decodeRanks + " rank reports (the process ended without the rest): "
+                    + "its rooms, pages, threads, sockets and memory were not checked");
+            if (judge == dec) hung = n;
+        }
+        leaked += unreported;
         // Detection time is what a peer's death or a partition measures; the other scenarios inject faults all along.
         Map<String, Long> detect = new LinkedHashMap<>();
         detect.put("prefill", scenario.detectsOnPrefill() ? firstFailureAfter(pre, t.faultAt) : null);
@@ -397,6 +420,7 @@ public final class ChaosRunner {
         leakMap.put("threads", (long) leaks.threads());
         leakMap.put("sockets", (long) leaks.sockets());
         leakMap.put("native_bytes", leaks.nativeBytes());
+        leakMap.put("unreported_ranks", (long) unreported);
         return new Result(scenario.name(), n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, leakMap, detect,
                 j.recovered, j.detected, 1, failures.size() > 5 ? failures.subList(0, 5) : failures, config.checksum().label(),
                 j.integrityFailures, j.corruption, j.hostile, setup.network.info());

@@ -71,6 +71,14 @@ public interface ChaosScenario {
         return true;
     }
 
+    /**
+     * False when the prefill is killed for good: it then reports nothing. A prefill the scenario does not
+     * kill (or restarts) must report every rank, else its leak check never ran and the run cannot pass.
+     */
+    default boolean prefillSurvives() {
+        return true;
+    }
+
     /** Whether the verdict reports each side's detection time (from the fault to its first Failed). */
     default boolean detectsOnPrefill() {
         return false;

@@ -59,6 +59,11 @@ public final class ChaosScenarios {
         }
 
         @Override
+        public boolean prefillSurvives() {
+            return false;
+        }
+
+        @Override
         public boolean detectsOnDecode() {
             return true;
         }
