@@ -140,10 +140,8 @@ public final class SweepRunner {
             out.put("concurrency", p.config().workload().concurrency());
             out.put("page_item_bytes", itemBytes(p));
             out.setAll(node);
-            // Baselines of the same sweep replace the per-run ones the points skip.
-            if (p.kind() == SweepPlan.Kind.BANDWIDTH) out.put("memcpy_gbps", memcpyByItem.get(itemBytes(p)));
-            else out.putNull("memcpy_gbps"); // not measured for load points (an empty cell, not a 0)
-            if (iperf != null) out.put("iperf3_gbps", iperf);
+            // Baselines of the same sweep replace the per-run ones the points skip (memcpy is not measured for load points).
+            applyBaselines(out, p.kind() == SweepPlan.Kind.BANDWIDTH ? memcpyByItem.get(itemBytes(p)) : null, iperf);
             bar.finish(label);
             if (plan.ucxPerftest() && p.config().transport().equals("ucx")) {
                 String pl = "ucx_perftest at " + p.id();
@@ -174,6 +172,29 @@ public final class SweepRunner {
         writeCsv(csv, rows);
         List<Path> charts = SweepCharts.draw(dir, rows, memcpyByItem, iperf);
         return new Outcome(dir, files, csv, baselines, charts, failedPoints);
+    }
+
+    /**
+     * Puts the sweep's baselines into a point's JSON with the ratios to them, computed as the bench computes
+     * them; a baseline not measured (null) is a null figure and null ratios, never a ratio of 0. The point ran
+     * without baselines, so its own ratios (0 for memcpy) say nothing and are replaced.
+     */
+    static void applyBaselines(ObjectNode point, Double memcpyGbps, Double iperf3Gbps) {
+        double gbps = point.path("gbps").asDouble(0), transfer = point.path("transfer_gbps").asDouble(0);
+        double datapath = point.path("datapath_gbps").asDouble(0);
+        boolean memcpy = memcpyGbps != null && memcpyGbps > 0, iperf = iperf3Gbps != null && iperf3Gbps > 0;
+        putOrNull(point, "memcpy_gbps", memcpy ? memcpyGbps : null);
+        putOrNull(point, "ratio_to_memcpy", memcpy ? round(gbps / memcpyGbps) : null);
+        putOrNull(point, "ratio_transfer_to_memcpy", memcpy ? round(transfer / memcpyGbps) : null);
+        putOrNull(point, "ratio_datapath_to_memcpy", memcpy && datapath > 0 ? round(datapath / memcpyGbps) : null);
+        putOrNull(point, "iperf3_gbps", iperf ? iperf3Gbps : null);
+        putOrNull(point, "ratio_to_iperf3", iperf ? round(gbps / iperf3Gbps) : null);
+        putOrNull(point, "ratio_transfer_to_iperf3", iperf && transfer > 0 ? round(transfer / iperf3Gbps) : null);
+    }
+
+    private static void putOrNull(ObjectNode node, String field, Double value) {
+        if (value == null) node.putNull(field);
+        else node.put(field, value.doubleValue());
     }
 
     static String describe(SweepPlan.Point p) {
