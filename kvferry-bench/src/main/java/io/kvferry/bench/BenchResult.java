@@ -9,7 +9,9 @@ import java.util.Map;
 /**
  * The summary of a bench run; {@code --json} prints it as the last line.
  *
- * @param requests          requests run, warm-up ones included (succeeded + failed + corrupted)
+ * @param requests          requests run, warm-up ones included (succeeded + failed)
+ * @param failed            requests that did not succeed on every rank: failed, hung, or corrupted (those are counted
+ *                          in failed too, and again in corrupted)
  * @param warmup            of those, warm-up requests: verified, counted in succeeded/failed/corrupted, left
  *                          out of verified_bytes, elapsed_s, gbps, latency and the data-path figures
  * @param gbps              verified KV bytes per second, in GB/s (10^9 bytes per second)

@@ -276,8 +276,9 @@ public final class BenchRunner {
 
     // ------------------------------------------------------------------ merge
 
-    private BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf,
-                              UcxPerftestBaseline.Result ucxPerftest) {
+    /** One result from the ranks' reports and the baselines (package-private for tests of the arithmetic). */
+    BenchResult merge(List<RoleReport> reports, boolean processes, double memcpy, double iperf,
+                      UcxPerftestBaseline.Result ucxPerftest) {
         int n = config.workload().totalRequests();
         Set<Integer> failedIdx = new HashSet<>();
         long verified = 0;
@@ -330,7 +331,14 @@ public final class BenchRunner {
                 perftest > 0 && transferGbps > 0 ? round(transferGbps / perftest) : null,
                 ucxPerftest == null ? null : ucxPerftest.command(), failures,
                 metricsDump == null ? null : metricsDump.toAbsolutePath().toString(),
-                suiteFigures(reports, processes, n - failedIdx.size() - config.workload().warmup(), elapsed, pathBytes, pathOps));
+                suiteFigures(reports, processes, measuredSucceeded(failedIdx), elapsed, pathBytes, pathOps));
+    }
+
+    /** Measured requests that succeeded: a failed warm-up request (index below the warm-up count) is not one of them. */
+    private int measuredSucceeded(Set<Integer> failedIdx) {
+        int warmup = config.workload().warmup();
+        int failedMeasured = (int) failedIdx.stream().filter(i -> i >= warmup).count();
+        return config.workload().requests() - failedMeasured;
     }
 
     /** The benchmark suite's columns (SuiteFigures): measured requests only. */
