@@ -401,7 +401,8 @@ public final class ChaosScenarios {
      * <ul>
      *   <li>{@code full}: no damaged room may succeed: corrupted == 0 and each damaged room failed
      *       with kind integrity (integrity_failures >= the rooms the proxy damaged, and > 0);</li>
-     *   <li>{@code off}: the corruption must show: damaged rooms succeed with wrong bytes (corrupted > 0);</li>
+     *   <li>{@code off}: the corruption must show: damaged rooms succeed with wrong bytes (corrupted > 0, and
+     *       corrupted >= the rooms the proxy damaged: each one must be caught by the decode's byte check);</li>
      *   <li>{@code sampled}: about one WRITE (tcp) or page (digests) in eight, chosen per room, is
      *       verified, plus every aux row: a one-byte flip is caught only when it falls in the sample,
      *       so each damaged room must either fail with kind integrity or show as corrupted (a miss),
@@ -477,7 +478,8 @@ public final class ChaosScenarios {
                 }
                 case OFF -> {
                     expect = "shown";
-                    holds = shown > 0;
+                    // Where the proxy counted its damage, every damaged room must show: a verifier that misses some passes none.
+                    holds = shown > 0 && (injected == null || shown >= injected);
                 }
                 default -> {
                     expect = "sampled";

@@ -82,6 +82,7 @@ class ChaosScenariosTest {
         // off: the damage shows
         assertTrue(judgeCorrupt(ChecksumMode.OFF, 3, 0, 3).holds());
         assertFalse(judgeCorrupt(ChecksumMode.OFF, 3, 0, 0).holds());
+        assertFalse(judgeCorrupt(ChecksumMode.OFF, 3, 0, 1).holds(), "two of the three damaged rooms passed the byte check");
         // sampled: each damaged room caught or shown
         assertTrue(judgeCorrupt(ChecksumMode.SAMPLED, 3, 1, 2).holds());
         assertFalse(judgeCorrupt(ChecksumMode.SAMPLED, 3, 1, 1).holds());
