@@ -17,7 +17,7 @@ import java.util.Set;
  * kvferry never sets, overrides or filters them (no {@code UcpParams.setConfig}).
  */
 final class UcxSettings {
-    /** Spin settings are capped here (a few minutes of polling): larger values would overflow the idle counters. */
+    /** The most a spin count may be (a few minutes of polling): larger values would overflow the idle counters. */
     static final long MAX_SPIN = 1_000_000_000L;
 
     /** The range of {@link #BATCH_BYTES}: a page at least, a GiB at most between two flushes. */
@@ -36,9 +36,9 @@ final class UcxSettings {
     static final Knob DRAIN_TIMEOUT_MS = new Knob("kvferry.ucx.drainTimeoutMs", "KVFERRY_UCX_DRAIN_TIMEOUT_MS", "5000",
             "ucx: after a cancelled write, how long posted puts may take before the endpoint is force-closed", "");
     static final Knob SPIN = new Knob("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", "20000",
-            "ucx: empty progress calls the prefill engine makes with puts in flight before sleeping on the event fd", "");
+            "ucx: empty progress calls the prefill engine makes with puts in flight before sleeping on the event fd, in [0, 1000000000]", "");
     static final Knob DST_SPIN = new Knob("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", "20000",
-            "ucx: empty progress calls a decode link makes after work before sleeping on the event fd", "");
+            "ucx: empty progress calls a decode link makes after work before sleeping on the event fd, in [0, 1000000000]", "");
     static final List<Knob> ALL = List.of(ERR_MODE, BATCH_BYTES, WINDOW, CONNECT_TIMEOUT_MS, DRAIN_TIMEOUT_MS, SPIN, DST_SPIN);
 
     /** Endpoint error-handling mode. */
@@ -98,9 +98,9 @@ final class UcxSettings {
         window = s.getInt(WINDOW, 1, MAX_WINDOW);
         connectTimeoutMs = s.getMillis(CONNECT_TIMEOUT_MS, 1).toMillis();
         drainTimeoutMs = s.getMillis(DRAIN_TIMEOUT_MS, 1).toMillis();
-        spin = Math.max(0, Math.min(MAX_SPIN, s.getLong(SPIN)));
+        spin = s.getLong(SPIN, 0, MAX_SPIN);
         stallTimeoutMs = Math.max(1, s.getLong(Knobs.WRITE_STALL_TIMEOUT_MS));
-        dstSpin = Math.max(0, Math.min(MAX_SPIN, s.getLong(DST_SPIN)));
+        dstSpin = s.getLong(DST_SPIN, 0, MAX_SPIN);
     }
 
     /**

@@ -163,15 +163,23 @@ class UcxOfferTest {
     }
 
     @Test
-    void badSettingsAreNamedAndSpinsAreCapped() {
+    void badSettingsAreNamedAndSpinsOutOfRangeAreRefused() {
         KVFerrySettings none = KVFerrySettings.defaults();
         assertNull(UcxSettings.problem(none));
         String why = UcxSettings.problem(none.with(UcxSettings.DST_SPIN, "5k"));
         assertTrue(why != null && why.contains("KVFERRY_UCX_DST_SPIN") && why.contains("'5k'"), why);
-        KVFerrySettings huge = none.with(UcxSettings.DST_SPIN, Long.toString(Long.MAX_VALUE));
-        assertNull(UcxSettings.problem(huge));
-        // Capped, so a link's idle counter (which starts at the spin count) cannot overflow and spin forever.
-        assertEquals(UcxSettings.MAX_SPIN, new UcxSettings(huge).dstSpin);
+        // Out of range is refused naming the knob and its range (a link's idle counter starts at the spin
+        // count: a larger one would overflow it), never capped to something else without a word.
+        assertEquals("KVFERRY_UCX_DST_SPIN / kvferry.ucx.dstSpin must be in [0, 1000000000], not " + Long.MAX_VALUE,
+                UcxSettings.problem(none.with(UcxSettings.DST_SPIN, Long.toString(Long.MAX_VALUE))));
+        assertEquals("KVFERRY_UCX_SPIN / kvferry.ucx.spin must be in [0, 1000000000], not 1000000001",
+                UcxSettings.problem(none.with(UcxSettings.SPIN, "1000000001")));
+        assertEquals("KVFERRY_UCX_SPIN / kvferry.ucx.spin must be in [0, 1000000000], not -1",
+                UcxSettings.problem(none.with(UcxSettings.SPIN, "-1")));
+        assertEquals("KVFERRY_UCX_DST_SPIN / kvferry.ucx.dstSpin must be in [0, 1000000000], not -5",
+                UcxSettings.problem(none.with(UcxSettings.DST_SPIN, "-5")));
+        assertEquals(UcxSettings.MAX_SPIN, new UcxSettings(none.with(UcxSettings.SPIN, "1000000000")).spin);
+        assertEquals(0, new UcxSettings(none.with(UcxSettings.DST_SPIN, "0")).dstSpin);
         String mode = UcxSettings.problem(none.with(UcxSettings.ERR_MODE, "sometimes"));
         assertTrue(mode.contains("KVFERRY_UCX_ERR_MODE"), mode);
         // The environment layer: a KVFERRY_UCX_* variable is read, a -D property wins over it, an explicit value over both.
