@@ -35,9 +35,10 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * <p>Lifetime: {@link #close()} unmaps and deletes the file; a JVM shutdown hook deletes the files
  * of a process that exits without closing. A peer that mapped the file keeps its mapping until it
  * unmaps (tmpfs frees the memory then). If the owner is SIGKILLed its files stay behind; their
- * names carry the owner's pid, start time and pid namespace, and the next allocation on the host
- * removes this user's files whose owner has provably exited ({@link #sweepStale}; never one from
- * another pid namespace).
+ * names carry the owner's pid, start time and pid namespace, and every allocation on the host, as
+ * well as a shm peer that loses its link to the owner (the prefill when it unmaps a lost decode's
+ * pools, the decode when a prefill's link closes), removes this user's files whose owner has
+ * provably exited ({@link #sweepStale}; never one from another pid namespace).
  *
  * <p>Files are created {@code O_CREAT|O_EXCL}, never through a symlink, mode 0600 (only their owner
  * reads the KV cache), in a directory other users cannot tamper with ({@link #directoryProblem}).
@@ -51,7 +52,6 @@ public final class SharedMemory implements AutoCloseable {
     public static final String PREFIX = "kvferry-";
     private static final ConcurrentSkipListMap<Long, SharedMemory> LIVE = new ConcurrentSkipListMap<>();
     private static final AtomicBoolean HOOKED = new AtomicBoolean();
-    private static final AtomicBoolean SWEPT = new AtomicBoolean();
     private static final SecureRandom RANDOM = new SecureRandom();
     private static final FileAttribute<Set<PosixFilePermission>> OWNER_ONLY =
             PosixFilePermissions.asFileAttribute(EnumSet.of(PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE));
@@ -84,7 +84,9 @@ public final class SharedMemory implements AutoCloseable {
         }
         String unsafe = directoryProblem();
         if (unsafe != null) throw new IOException(unsafe);
-        if (SWEPT.compareAndSet(false, true)) sweepStale();
+        // Every time, not once per process: a long-lived process allocating again (a decode manager
+        // created anew) must not leave the pools of a peer that was SIGKILLed since in /dev/shm.
+        sweepStale();
         if (HOOKED.compareAndSet(false, true)) {
             Runtime.getRuntime().addShutdownHook(new Thread(SharedMemory::deleteAllFiles, "kvferry-shm-cleanup"));
         }

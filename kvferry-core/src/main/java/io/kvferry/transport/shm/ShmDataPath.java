@@ -1,6 +1,7 @@
 package io.kvferry.transport.shm;
 
 import io.kvferry.memory.RegisteredMemory;
+import io.kvferry.memory.SharedMemory;
 import io.kvferry.plan.CopyPlan;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.RemoteBuffers;
@@ -200,5 +201,8 @@ final class ShmDataPath implements DataPath {
         } catch (IllegalStateException e) {
             // already closed
         }
+        // A lost link often means a SIGKILLed decode, whose pool files nobody else would delete until
+        // some kvferry process allocates again: they hold the decode's whole KV pool in tmpfs (memory).
+        SharedMemory.sweepStale();
     }
 }

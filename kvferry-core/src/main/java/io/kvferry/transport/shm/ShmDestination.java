@@ -147,6 +147,8 @@ final class ShmDestination implements DestinationTransport {
                     break;
                 }
             }
+            // A lost link often means a SIGKILLed prefill: its own shared pools would otherwise stay in tmpfs.
+            SharedMemory.sweepStale();
             return drained;
         }
 

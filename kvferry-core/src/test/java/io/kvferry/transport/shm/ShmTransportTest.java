@@ -310,6 +310,41 @@ class ShmTransportTest {
         assertTrue(Files.exists(mine), "a live owner's file stays");
     }
 
+    /**
+     * A SIGKILLed peer's files stay in /dev/shm (its whole KV pool, in memory). The survivor removes
+     * them when it loses the link, and so does every later allocation, not only a process's first:
+     * before, the first allocation of a new process was the only sweep, so a long-running prefill
+     * and decode left a killed peer's pools behind for good.
+     */
+    @Test
+    void theSurvivorOfALostLinkAndEveryAllocationSweepTheFilesOfOwnersThatDied() throws Exception {
+        RegisteredMemory dst = memory(sharedArena(), 1);
+        ShmDestination d = destination(dst);
+        LinkOffer offer = d.offer("test-peer");
+        closeables.add(offer);
+        DataPath path = new ShmSource().connect(offer.blob(), dst.describe(), PeerLink.named("test-decode"));
+        Path killedDecodesPool = deadOwnersFile("pool-tp0-pp0");
+        path.close(); // the prefill unmaps the pools of the decode it lost
+        assertFalse(Files.exists(killedDecodesPool), "the prefill removes the pool file of the decode it lost");
+        Path killedPrefillsPool = deadOwnersFile("prefill-pool");
+        assertTrue(offer.revoke(Duration.ofSeconds(5))); // the decode revokes the link of the prefill it lost
+        assertFalse(Files.exists(killedPrefillsPool), "the decode removes the pool file of the prefill it lost");
+        Path stale = deadOwnersFile("stale");
+        Path mine = sharedArena().path(); // not this process's first allocation
+        assertFalse(Files.exists(stale), "a later allocation removes the dead owner's file");
+        assertTrue(Files.exists(mine) && Files.exists(SharedMemory.locate(dst.segmentOrNull(Region.KV, 0, 0)).path()),
+                "live owners' files stay");
+    }
+
+    /** A kvferry file whose owner (a process that ran and exited) is provably gone. */
+    private static Path deadOwnersFile(String label) throws Exception {
+        Process gone = new ProcessBuilder("true").start();
+        gone.waitFor();
+        Path f = SharedMemory.DIR.resolve(SharedMemory.PREFIX + gone.pid() + "-1-ns" + SharedMemory.pidNamespace() + "-abcdef-" + label);
+        Files.write(f, new byte[16]);
+        return f;
+    }
+
     private static boolean isZero(MemorySegment s) {
         for (long i = 0; i < s.byteSize(); i++) if (s.get(ValueLayout.JAVA_BYTE, i) != 0) return false;
         return true;
