@@ -210,7 +210,10 @@ class SafetyTest extends TransferTestBase {
         await(recv::poll, KVPoll.Failed); // its decode saw the link close
     }
 
-    /** A decode that stops reading is cut off after the write-stall timeout; other rooms on the same worker proceed. */
+    /**
+     * A decode that stops reading is cut off after the write-stall timeout (800 ms here); other rooms on the
+     * same worker proceed once it is (they wait for it: see TransferWorkers in ARCHITECTURE.md).
+     */
     @Test
     void aStalledDecodeDoesNotBlockOtherRoomsOnItsWorker() throws Exception {
         long pb = 1L << 20;
