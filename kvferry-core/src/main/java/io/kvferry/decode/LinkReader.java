@@ -124,6 +124,10 @@ final class LinkReader {
             log.debug("dropped a write for inactive room {} from {}: {}", room, from, rejected.getMessage());
             return;
         }
+        if (rejected.fromStranger()) { // as a STATUS from such a link: the room is not that link's to fail
+            log.warn("dropped a write for room {} from {}: {}", room, from, rejected.getMessage());
+            return;
+        }
         String reason = (rejected.kind() == FailureKind.INTEGRITY ? "" : "Rejected a write from " + from + ": ") + rejected.getMessage();
         log.debug("room {}: {}", room, reason); // the room's failure line (io.kvferry.failures) reports it
         // Atomically unfinished: another reader (another prefill rank's) may conclude the room right now.

@@ -124,8 +124,8 @@ final class WriteGate implements WriteSink {
         if (r.allowance == null) throw new WriteRejectedException("room " + room + " has not sent its metadata", false);
         int slot = r.targetIndexOf(into.source());
         if (slot < 0 || r.targets.get(slot).dummy()) {
-            throw new WriteRejectedException("a write for room " + room + " came from " + into.source()
-                    + ", which is not one of the room's prefill ranks", false);
+            throw WriteRejectedException.fromStranger("a write for room " + room + " came from " + into.source()
+                    + ", which is not one of the room's prefill ranks");
         }
         return slot;
     }

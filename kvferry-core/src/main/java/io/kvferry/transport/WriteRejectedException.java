@@ -6,19 +6,36 @@ import io.kvferry.api.FailureKind;
  * An incoming write that may not land (or that landed wrong); {@code fatal} means the peer broke the
  * protocol and its connection must close. {@code kind} is how the room fails:
  * {@link FailureKind#WRITE_REJECTED}, or {@link FailureKind#INTEGRITY} for a checksum mismatch.
+ * {@code fromStranger} means the writing link is not one of the room's prefill ranks: the write is
+ * dropped and the room left alone (another prefill must not be able to fail a room it has no part in).
  */
 public final class WriteRejectedException extends Exception {
     private final boolean fatal;
     private final FailureKind kind;
+    private final boolean fromStranger;
 
     public WriteRejectedException(String message, boolean fatal) {
         this(message, fatal, FailureKind.WRITE_REJECTED);
     }
 
     public WriteRejectedException(String message, boolean fatal, FailureKind kind) {
+        this(message, fatal, kind, false);
+    }
+
+    private WriteRejectedException(String message, boolean fatal, FailureKind kind, boolean fromStranger) {
         super(message);
         this.fatal = fatal;
         this.kind = kind;
+        this.fromStranger = fromStranger;
+    }
+
+    /** A write for a room from a link that is not one of the room's prefill ranks. */
+    public static WriteRejectedException fromStranger(String message) {
+        return new WriteRejectedException(message, false, FailureKind.WRITE_REJECTED, true);
+    }
+
+    public boolean fromStranger() {
+        return fromStranger;
     }
 
     public boolean fatal() {

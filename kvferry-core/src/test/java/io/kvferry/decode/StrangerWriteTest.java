@@ -1,0 +1,149 @@
+package io.kvferry.decode;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.protocol.Challenge;
+import io.kvferry.protocol.Coverage;
+import io.kvferry.protocol.FrameCodec;
+import io.kvferry.protocol.Handshake;
+import io.kvferry.protocol.Hello;
+import io.kvferry.protocol.HelloAck;
+import io.kvferry.protocol.MemoryDescriptor;
+import io.kvferry.protocol.Region;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.Wire;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.registry.BootstrapClient;
+import io.kvferry.registry.PrefillRankRegistration;
+import io.kvferry.transport.Backend;
+import io.kvferry.transport.ControlConnection;
+import org.junit.jupiter.api.Test;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.ServerSocketChannel;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.fail;
+
+/**
+ * A prefill rank linked to this decode (it holds the cluster token) writes into a room that is not
+ * its own: the write is dropped and the room left alone, as a STATUS from such a link is ignored, so
+ * one prefill cannot fail another's rooms. The room's own prefill rank then completes it.
+ */
+class StrangerWriteTest {
+    private static final String TOKEN = "stranger-write-test-token";
+    private static final int PAGE_SIZE = 16;
+    private static final int PAGE_BYTES = 1024;
+    private static final int AUX_BYTES = 64;
+
+    @Test
+    void aWriteFromAPrefillThatIsNotTheRoomsIsDroppedAndTheRoomStillCompletes() throws Exception {
+        try (Arena arena = Arena.ofShared();
+             KVBootstrapServer registryA = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+             KVBootstrapServer registryB = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+             ServerSocketChannel serverA = ServerSocketChannel.open();
+             ServerSocketChannel serverB = ServerSocketChannel.open()) {
+            String addrA = register(registryA, serverA), addrB = register(registryB, serverB);
+            KVArgs args = new KVArgs();
+            args.engineRank = 0;
+            args.pageSize = PAGE_SIZE;
+            args.kvCacheDtypeStr = "bf16";
+            args.addKvBuffer(arena.allocate(8 * PAGE_BYTES, 64), PAGE_BYTES);
+            args.addAuxBuffer(arena.allocate(8 * AUX_BYTES, 64), AUX_BYTES);
+            DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registryA.port())
+                    .authToken(TOKEN).connectTimeout(Duration.ofSeconds(5)).build(), Backend.of("tcp"));
+            try (Arena payload = Arena.ofConfined()) {
+                KVReceiver roomA = decode.createReceiver(addrA, 88);
+                roomA.init(0);
+                try (ControlConnection prefillA = accept(serverA, roomA, new int[]{1}, 0)) {
+                    KVReceiver roomB = decode.createReceiver(addrB, 89);
+                    roomB.init(0);
+                    try (ControlConnection prefillB = accept(serverB, roomB, new int[]{2}, 1)) {
+                        MemorySegment page = payload.allocate(PAGE_BYTES);
+                        write(prefillB, 88, Region.KV, PAGE_BYTES, page); // room 88's own page, from B: not B's room
+                        // Then a write B's reader must refuse as a protocol violation: once B's room fails, the one before was read.
+                        ByteBuffer bad = ByteBuffer.allocateDirect(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+                        FrameCodec.putWriteFrame(bad, 89, Region.KV, 0, 0, 0, Long.MAX_VALUE / 2);
+                        bad.flip();
+                        prefillB.writeFrames(new ByteBuffer[]{bad}, 0, 1, bad.remaining());
+                        awaitUntil(() -> roomB.poll() == KVPoll.Failed, "B's link was cut");
+                        assertNotEquals(KVPoll.Failed, roomA.poll(), "another prefill's write failed room 88: " + decode.rooms.statuses.reason(88));
+                        // Room 88's own prefill rank completes it.
+                        write(prefillA, 88, Region.KV, PAGE_BYTES, page);
+                        write(prefillA, 88, Region.AUX, 0, payload.allocate(AUX_BYTES));
+                        prefillA.send(Status.success(88, 0, PAGE_BYTES + AUX_BYTES, 0, false));
+                        awaitUntil(() -> roomA.poll() != KVPoll.Transferring && roomA.poll() != KVPoll.WaitingForInput, "room 88 concluded");
+                        assertEquals(KVPoll.Success, roomA.poll(), () -> "room 88: " + decode.rooms.statuses.reason(88));
+                    }
+                }
+            } finally {
+                decode.teardown();
+            }
+        }
+    }
+
+    private static String register(KVBootstrapServer registry, ServerSocketChannel server) throws IOException {
+        server.bind(new InetSocketAddress("127.0.0.1", 0));
+        int port = ((InetSocketAddress) server.getLocalAddress()).getPort();
+        String addr = "127.0.0.1:" + registry.port();
+        new BootstrapClient(addr, TOKEN).registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
+                "127.0.0.1", port, PAGE_SIZE, "bf16", "follow_bootstrap_room", false, 0));
+        return addr;
+    }
+
+    /** Plays a prefill rank's side of the link the decode opens for {@code room}, up to its transfer info. */
+    private static ControlConnection accept(ServerSocketChannel server, KVReceiver room, int[] pages, int auxRow) throws Exception {
+        ControlConnection prefill = new ControlConnection(server.accept());
+        byte[] challenge = Handshake.nonce();
+        prefill.send(new Challenge(challenge));
+        Hello h = assertInstanceOf(Hello.class, prefill.read());
+        prefill.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory()))
+                .signed(Handshake.key(TOKEN), h.decodeNonce()));
+        awaitUntil(() -> room.poll() == KVPoll.WaitingForInput, "the room bootstrapped");
+        room.sendMetadata(pages, auxRow, null, 0);
+        assertInstanceOf(TransferInfo.class, prefill.read());
+        return prefill;
+    }
+
+    private static void write(ControlConnection prefill, long room, Region region, long offset, MemorySegment data) throws IOException {
+        ByteBuffer frame = ByteBuffer.allocateDirect(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        FrameCodec.putWriteFrame(frame, room, region, 0, 0, offset, data.byteSize());
+        frame.flip();
+        prefill.writeFrames(new ByteBuffer[]{frame, data.asByteBuffer()}, 0, 2, frame.remaining() + data.byteSize());
+    }
+
+    /** A prefill rank's coverage that writes every byte of a decode's memory (same TP, one stage). */
+    private static Coverage wholeCoverage(MemoryDescriptor d) {
+        int n = d.kvItemLens().length;
+        long[][] unit = new long[d.states().size()][], zero = new long[d.states().size()][];
+        for (int c = 0; c < unit.length; c++) {
+            unit[c] = d.states().get(c).itemLens().clone();
+            zero[c] = new long[unit[c].length];
+        }
+        return new Coverage(d.kvItemLens().clone(), new long[n], d.kvItemLens().clone(), d.auxItemLens().length > 0, true, unit,
+                zero, unit);
+    }
+
+    private static void awaitUntil(BooleanSupplier condition, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() - deadline > 0) fail("timed out waiting until " + what);
+            Thread.sleep(1);
+        }
+    }
+}
