@@ -5,6 +5,7 @@ import io.micrometer.core.instrument.config.MeterFilter;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 
 import java.time.Duration;
+import java.util.Set;
 import java.util.UUID;
 
 /**
@@ -275,5 +276,11 @@ public record KVManagerConfig(
         private static Duration or(Duration explicit, KVFerrySettings s, Knob knob, long minMillis) {
             return explicit != null ? explicit : s.getMillis(knob, minMillis);
         }
+    }
+
+    /** Hides the cluster token, so the config can be logged or put in a message. */
+    @Override
+    public String toString() {
+        return Redacted.toString(this, Set.of("authToken"));
     }
 }

@@ -3,6 +3,9 @@ package io.kvferry.testkit;
 
 import io.kvferry.api.ChecksumMode;
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.Redacted;
+
+import java.util.Set;
 
 /**
  * Everything a bench run or a role process needs to agree on.
@@ -248,5 +251,11 @@ public record BenchConfig(ModelShape shape, Workload workload, String transport,
 
     public int tp(DisaggregationMode mode) {
         return mode == DisaggregationMode.PREFILL ? prefillTp : decodeTp;
+    }
+
+    /** Hides the cluster token, so the config can be logged or put in a message. */
+    @Override
+    public String toString() {
+        return Redacted.toString(this, Set.of("authToken"));
     }
 }

@@ -2,6 +2,7 @@ package io.kvferry.engine.serve;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.api.Redacted;
 import io.kvferry.engine.http.DecodeServer;
 import io.kvferry.engine.http.PrefillServer;
 import io.kvferry.engine.http.Router;
@@ -23,6 +24,7 @@ import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 
 /**
  * Starts the serving roles ({@code kvferry serve}): a prefill instance (its bootstrap registry, engine
@@ -59,6 +61,12 @@ public final class Roles {
         public Options withPorts(int port, int bootstrapPort) {
             return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
                     authToken);
+        }
+
+        /** Hides the cluster token, so the options can be logged or put in a message. */
+        @Override
+        public String toString() {
+            return Redacted.toString(this, Set.of("authToken"));
         }
     }
 

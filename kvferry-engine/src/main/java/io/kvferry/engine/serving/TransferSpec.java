@@ -1,7 +1,10 @@
 package io.kvferry.engine.serving;
 
 import io.kvferry.api.KVManagerConfig;
+import io.kvferry.api.Redacted;
 import io.micrometer.core.instrument.MeterRegistry;
+
+import java.util.Set;
 
 /**
  * How an engine reaches its peers through kvferry: the transport (tcp, shm, ucx, inproc, auto), the
@@ -46,5 +49,11 @@ public record TransferSpec(String transport, String bootstrapAddr, String authTo
     /** Decode pools go in shared memory when a same-host prefill may write them directly. */
     public boolean sharedDecodePools() {
         return "shm".equals(transport) || "auto".equals(transport);
+    }
+
+    /** Hides the cluster token, so the config can be logged or put in a message. */
+    @Override
+    public String toString() {
+        return Redacted.toString(this, Set.of("authToken"));
     }
 }
