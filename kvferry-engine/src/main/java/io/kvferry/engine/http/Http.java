@@ -52,6 +52,9 @@ final class Http {
     private Http() {
     }
 
+    /** Connections the kernel queues for the server's accept (capped by net.core.somaxconn). */
+    static final int ACCEPT_BACKLOG = 1024;
+
     static HttpServer server(String host, int port) throws IOException {
         return server(host, port, REQUEST_READ_TIMEOUT, MAX_EXCHANGES);
     }
@@ -66,7 +69,9 @@ final class Http {
     static HttpServer server(String host, int port, Duration requestReadTimeout, int maxExchanges) throws IOException {
         HttpServer s;
         try {
-            s = HttpServer.create(new InetSocketAddress(host, port), 128);
+            // A router opens one connection per request in flight: a burst of hundreds must not overflow the
+            // accept queue (its dropped SYNs come back as connect timeouts); uvicorn's default is 2048.
+            s = HttpServer.create(new InetSocketAddress(host, port), ACCEPT_BACKLOG);
         } catch (BindException e) {
             throw new UncheckedIOException("cannot bind the HTTP server to " + host + ":" + port + ": " + e.getMessage(), e);
         }

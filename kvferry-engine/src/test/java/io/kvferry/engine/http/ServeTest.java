@@ -511,26 +511,32 @@ class ServeTest {
     @Timeout(180)
     void twoHundredConcurrentStreamsAllSucceedAndReturnEveryPage() throws Exception {
         ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
-        List<Future<Integer>> results = new ArrayList<>();
+        List<Future<String>> results = new ArrayList<>();
         for (int i = 0; i < 200; i++) {
             String prompt = DemoPrompts.get(i);
-            Callable<Integer> c = () -> {
+            Callable<String> c = () -> {
                 HttpResponse<InputStream> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
                         .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"" + prompt + "\",\"max_tokens\":12,\"temperature\":0,\"stream\":true}"))
                         .build(), HttpResponse.BodyHandlers.ofInputStream());
-                if (r.statusCode() != 200) return -r.statusCode();
                 try (BufferedReader in = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
-                    String line, last = null;
-                    while ((line = in.readLine()) != null) if (line.startsWith("data: ")) last = line;
-                    return "data: [DONE]".equals(last) ? 1 : 0;
+                    if (r.statusCode() != 200) return "HTTP " + r.statusCode() + ": " + in.readLine();
+                    String line, last = null, error = null;
+                    while ((line = in.readLine()) != null) {
+                        if (line.startsWith("data: {\"error\"")) error = line;
+                        if (line.startsWith("data: ")) last = line;
+                    }
+                    return error != null ? error : "data: [DONE]".equals(last) ? "ok" : "ended without [DONE] after " + last;
                 }
             };
             results.add(exec.submit(c));
         }
-        int ok = 0;
-        for (Future<Integer> f : results) ok += f.get(150, TimeUnit.SECONDS) == 1 ? 1 : 0;
+        List<String> failed = new ArrayList<>();
+        for (Future<String> f : results) {
+            String outcome = f.get(150, TimeUnit.SECONDS);
+            if (!outcome.equals("ok")) failed.add(outcome);
+        }
         exec.shutdown();
-        assertEquals(200, ok);
+        assertEquals(List.of(), failed, "streams that did not succeed");
         awaitPagesReturned();
     }
 
