@@ -3,8 +3,9 @@ package io.kvferry.metrics;
 /**
  * Makes text that came from the wire (HELLO fields, session ids, STATUS and HELLO_ACK reasons,
  * registry JSON fields) safe to put in a log line: control characters (CR, LF, TAB, ESC, the
- * C1 range, U+2028/U+2029) become visible escapes, so a peer cannot end a line early and forge
- * the next one, nor drive the operator's terminal; overlong text is clipped. Applied where such
+ * C1 range, U+2028/U+2029) and bidirectional overrides and isolates (U+202A–U+202E,
+ * U+2066–U+2069) become visible escapes, so a peer cannot end a line early and forge the next one,
+ * reorder what a line shows, nor drive the operator's terminal; overlong text is clipped. Applied where such
  * text enters a failure reason or a log call, so everything downstream (logs, exceptions, the
  * status page) holds the escaped form.
  */
@@ -56,7 +57,8 @@ public final class LogSafe {
     }
 
     static boolean needsEscape(char c) {
-        return c < 0x20 || c == 0x7f || c >= 0x80 && c <= 0x9f || c == '\u2028' || c == '\u2029';
+        return c < 0x20 || c == 0x7f || c >= 0x80 && c <= 0x9f || c == '\u2028' || c == '\u2029'
+                || c >= '\u202a' && c <= '\u202e' || c >= '\u2066' && c <= '\u2069';
     }
 
     private static void escapeInto(StringBuilder b, char c) {

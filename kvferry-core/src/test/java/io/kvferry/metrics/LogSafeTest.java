@@ -16,6 +16,14 @@ class LogSafeTest {
         assertEquals(null, LogSafe.text(null));
     }
 
+    /** A right-to-left override or isolate would let a peer reorder what an operator reads on the line. */
+    @Test
+    void bidirectionalControlsBecomeVisibleEscapes() {
+        assertEquals("room=\\u202e7 \\u2066ok\\u2069", LogSafe.text("room=\u202e7 \u2066ok\u2069"));
+        assertEquals("\"\\u202aa\\u202d\"", LogSafe.value("\u202aa\u202d"));
+        assertSame("naïve café ✓", LogSafe.text("naïve café ✓"), "other non-ASCII text is left alone");
+    }
+
     @Test
     void cleanTextIsReturnedAsIs() {
         String s = "kv_cache_dtype mismatch: prefill uses bf16, decode uses fp8";
