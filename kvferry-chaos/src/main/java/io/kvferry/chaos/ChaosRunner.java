@@ -15,6 +15,7 @@ import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.chaos.net.LinkImpairment;
 import io.kvferry.chaos.net.NetnsLink;
 
+import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -278,8 +279,14 @@ public final class ChaosRunner {
         ProcessBuilder.Redirect prefillErr = prefillLog == null ? ProcessBuilder.Redirect.INHERIT
                 : ProcessBuilder.Redirect.appendTo(prefillLog.toFile());
         Process prefill = RoleRunner.spawn("prefill", config, addr, ROLE_JVM_FLAGS, prefillArgs, network.launcher(true), prefillErr);
-        Process decode = RoleRunner.spawn("decode", config, addr, ROLE_JVM_FLAGS, decodeArgs, network.launcher(false),
-                ProcessBuilder.Redirect.INHERIT);
+        Process decode;
+        try {
+            decode = RoleRunner.spawn("decode", config, addr, ROLE_JVM_FLAGS, decodeArgs, network.launcher(false),
+                    ProcessBuilder.Redirect.INHERIT);
+        } catch (IOException | RuntimeException e) { // the prefill is running already: it must not outlive the run
+            prefill.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+            throw e;
+        }
         ExecutorService exec = Executors.newFixedThreadPool(3);
         List<Process> started = new ArrayList<>(List.of(prefill, decode));
         try {
