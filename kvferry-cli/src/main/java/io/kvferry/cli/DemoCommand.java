@@ -91,6 +91,7 @@ public final class DemoCommand implements Callable<Integer> {
         try {
             String routerUrl;
             if (processes) {
+                Roles.requireStatePairs(engine.variant, prefillPp, 1); // the decode process runs one stage
                 Process p = spawn("prefill", prefillTp, prefillPp, token);
                 children.add(p);
                 Process d = spawn("decode", decodeTp, 1, token);

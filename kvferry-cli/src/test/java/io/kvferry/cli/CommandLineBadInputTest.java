@@ -124,4 +124,11 @@ class CommandLineBadInputTest {
         assertRefused(CliRun.of("demo", "--pages", "1", "--prompt", "Once upon a time"),
                 "kvferry demo: the engines refused the request (HTTP 400): the request needs 4 pages (prompt + max_tokens); this decode has 1");
     }
+
+    /** The decode process of demo --processes runs one PP stage: a state variant with a prefill of two would fail every request. */
+    @Test
+    void aDemoWhoseStateVariantCannotPairItsPpStagesIsRefusedBeforeStarting() {
+        CliRun r = CliRun.of("demo", "--processes", "--model-variant", "swa", "--prefill-pp", "2");
+        assertRefused(r, "swa variant's state pairs by PP stage", "prefill's PP (2) must equal the decode's (1)");
+    }
 }

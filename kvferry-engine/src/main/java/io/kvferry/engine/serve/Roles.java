@@ -147,13 +147,21 @@ public final class Roles {
         return s;
     }
 
+    /**
+     * Refuses a prefill/decode pair of a variant with per-request state whose PP sizes differ: kvferry
+     * pairs state components by PP stage and refuses such a pair at HELLO, so every request would fail;
+     * better not to start.
+     */
+    public static void requireStatePairs(ModelVariant variant, int prefillPp, int decodePp) {
+        if (variant.hasState() && prefillPp != decodePp) {
+            throw new IllegalArgumentException("the " + variant.label() + " variant's state pairs by PP stage: the prefill's PP ("
+                    + prefillPp + ") must equal the decode's (" + decodePp + ")");
+        }
+    }
+
     /** Router + one prefill + one decode in this process, talking HTTP and kvferry over loopback. */
     public static Role all(Options router, Options prefill, Options decode) throws IOException {
-        if (prefill.variant().hasState() && prefill.pp() != decode.pp()) {
-            // kvferry refuses such a pair at HELLO: every request would fail, so refuse to start instead.
-            throw new IllegalArgumentException("the " + prefill.variant().label() + " variant's state pairs by PP stage: the prefill's PP ("
-                    + prefill.pp() + ") must equal the decode's (" + decode.pp() + ")");
-        }
+        requireStatePairs(prefill.variant(), prefill.pp(), decode.pp());
         Stack s = new Stack();
         try {
             Role p = prefill(prefill);
