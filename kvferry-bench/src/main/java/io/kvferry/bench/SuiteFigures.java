@@ -21,8 +21,8 @@ import java.util.Map;
  * @param hugePages       the pools' memory: "on (thp MODE)" (private pools advised for transparent huge pages; MODE is the
  *                        kernel's setting) or "off"
  * @param offeredRate     open loop: requests/s offered (null: closed loop)
- * @param achievedRate    measured requests that succeeded ÷ the decode's measured window (arrival of the first
- *                        to conclusion of the last)
+ * @param achievedRate    measured requests that succeeded ÷ the decode's measured window (from the arrival
+ *                        schedule's origin, a mean gap before the first arrival, to the last conclusion)
  * @param roomsPerSecond  the same figure under the room-rate name (one room = one request on all its ranks)
  * @param requestLatencyMs arrival → Success on the decode: avg, p50, p99, p999, max (HdrHistogram, 3 digits)
  * @param blockBytes      nixlbench "block size": mean bytes per data-path op
