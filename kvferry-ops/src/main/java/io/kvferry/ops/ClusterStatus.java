@@ -32,6 +32,8 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Supplier;
 
 /**
@@ -58,6 +60,9 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
     private final List<String> extraUrls = new CopyOnWriteArrayList<>();
     /** Processes in the registry's own process (a prefill engine role holds its registry), shown without a fetch. */
     private final List<ProcessStatus> local = new CopyOnWriteArrayList<>();
+    /** The collection under way, which page loads arriving meanwhile wait for; null when none. */
+    private final AtomicReference<CompletableFuture<ObjectNode>> collecting = new AtomicReference<>();
+    private final AtomicInteger collections = new AtomicInteger();
 
     /**
      * @param extraUrls status documents to include besides the registered ranks' (e.g. the decode processes a
@@ -95,8 +100,35 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
         if (!extraUrls.contains(statusJsonUrl)) extraUrls.add(statusJsonUrl);
     }
 
+    /**
+     * The cluster document. Page loads that come while one is being collected share its fetches (each gets
+     * its own copy of the result): the page is served unauthenticated, and without this every load would
+     * open one connection to every registered status URL, so loads in a burst multiplied them.
+     */
     @Override
     public ObjectNode get() {
+        CompletableFuture<ObjectNode> mine = new CompletableFuture<>();
+        CompletableFuture<ObjectNode> underWay = collecting.compareAndExchange(null, mine);
+        if (underWay != null) return underWay.join().deepCopy(); // bounded: a collection ends within its fetch deadline
+        try {
+            ObjectNode doc = collect();
+            collections.incrementAndGet();
+            mine.complete(doc);
+            return doc.deepCopy();
+        } catch (RuntimeException | Error e) {
+            mine.completeExceptionally(e);
+            throw e;
+        } finally {
+            collecting.set(null);
+        }
+    }
+
+    /** How many times the processes' documents were collected (for tests). */
+    int collections() {
+        return collections.get();
+    }
+
+    private ObjectNode collect() {
         ObjectNode doc = StatusJson.MAPPER.createObjectNode();
         doc.put("kind", "cluster");
         doc.put("registry", registry.host() + ":" + registry.port());

@@ -18,6 +18,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -80,6 +81,40 @@ class ClusterStatusFetchTest {
         assertFalse(down.path("ok").asBoolean(), down.toString());
         assertTrue(down.path("error").asText().contains("fetch timeout of " + ClusterStatus.FETCH_TIMEOUT.toMillis() + " ms"), down.toString());
         assertTrue(processes.get(1).path("ok").asBoolean(), "the healthy process still shows: " + processes);
+    }
+
+    /**
+     * Page loads that arrive while the processes are being fetched share that fetch: a burst of loads (the page
+     * is unauthenticated) opens one connection per status URL, not one per load.
+     */
+    @Test
+    void pageLoadsDuringACollectionShareItsFetches() throws Exception {
+        MisbehavingPeer stalled = closing(MisbehavingPeer.stallingMidBody());
+        BootstrapRegistryServer registry = registry(RegistryOptions.defaults("t"));
+        ClusterStatus cluster = new ClusterStatus(registry, List.of(stalled.statusJsonUrl()));
+        int loads = 8;
+        CountDownLatch go = new CountDownLatch(1);
+        List<CompletableFuture<JsonNode>> pages = new ArrayList<>();
+        for (int i = 0; i < loads; i++) {
+            CompletableFuture<JsonNode> page = new CompletableFuture<>();
+            Thread.ofVirtual().start(() -> {
+                try {
+                    go.await();
+                    page.complete(cluster.get());
+                } catch (Throwable t) {
+                    page.completeExceptionally(t);
+                }
+            });
+            pages.add(page);
+        }
+        go.countDown();
+        for (CompletableFuture<JsonNode> page : pages) {
+            JsonNode p = page.get(30, TimeUnit.SECONDS).path("processes").get(0);
+            assertFalse(p.path("ok").asBoolean(), p.toString()); // each load still gets the whole answer
+        }
+        // Each load stalls ~1.5 s on the peer, so they overlap; only a load that came after one had ended fetches again.
+        assertTrue(cluster.collections() < loads, cluster.collections() + " collections for " + loads + " loads at once");
+        assertEquals(cluster.collections(), stalled.connections(), "one fetch per collection, not per load");
     }
 
     /**

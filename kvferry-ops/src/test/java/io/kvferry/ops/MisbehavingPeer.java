@@ -62,6 +62,11 @@ final class MisbehavingPeer implements AutoCloseable {
         return "http://127.0.0.1:" + server.getLocalPort() + "/status.json";
     }
 
+    /** Connections it accepted so far (one per request: it never answers two on one connection). */
+    int connections() {
+        return held.size();
+    }
+
     String address() {
         return "127.0.0.1:" + server.getLocalPort();
     }
