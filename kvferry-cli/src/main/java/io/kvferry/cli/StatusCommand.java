@@ -2,7 +2,6 @@ package io.kvferry.cli;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvferry.ops.StatusClient;
-import io.kvferry.ops.StatusJson;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -42,7 +41,7 @@ public final class StatusCommand implements Callable<Integer> {
             System.err.println("kvferry status: " + e.getMessage());
             return 1;
         }
-        if (json) System.out.println(StatusJson.MAPPER.writerWithDefaultPrettyPrinter().writeValueAsString(doc));
+        if (json) System.out.println(StatusClient.json(doc));
         else System.out.print(StatusClient.render(doc));
         return 0;
     }

@@ -1,11 +1,18 @@
 package io.kvferry.ops;
 
+import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.SerializableString;
+import com.fasterxml.jackson.core.io.CharacterEscapes;
+import com.fasterxml.jackson.core.json.JsonWriteFeature;
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.ObjectWriter;
 import io.kvferry.http.BoundedBody;
 import io.kvferry.metrics.LogSafe;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -93,6 +100,43 @@ public final class StatusClient {
             throw new StatusException("cannot reach " + uri + ": " + why(e));
         } finally {
             http.shutdownNow();
+        }
+    }
+
+    /**
+     * The document as indented JSON for a terminal ({@code kvferry status --json}): every character outside
+     * printable ASCII is written as a {@code \\uXXXX} escape, so DEL, the C1 controls and U+2028/2029 that
+     * a process's document may carry (Jackson escapes only those below U+0020 by default) reach a pipe or
+     * a terminal as text; a JSON reader reads the same strings back.
+     */
+    public static String json(JsonNode doc) {
+        try {
+            return TERMINAL_JSON.writeValueAsString(doc);
+        } catch (JsonProcessingException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    private static final ObjectWriter TERMINAL_JSON = new ObjectMapper(JsonFactory.builder()
+            .enable(JsonWriteFeature.ESCAPE_NON_ASCII).build())
+            .writerWithDefaultPrettyPrinter().with(new DelEscaped());
+
+    /** Jackson's standard escapes plus DEL, the one ASCII control above U+001F. */
+    private static final class DelEscaped extends CharacterEscapes {
+        private final int[] ascii = CharacterEscapes.standardAsciiEscapesForJSON();
+
+        DelEscaped() {
+            ascii[0x7f] = CharacterEscapes.ESCAPE_STANDARD;
+        }
+
+        @Override
+        public int[] getEscapeCodesForAscii() {
+            return ascii;
+        }
+
+        @Override
+        public SerializableString getEscapeSequence(int ch) {
+            return null; // only standard escapes
         }
     }
 

@@ -182,6 +182,18 @@ class OpsEndpointsTest {
      * value cannot start a forged row.
      */
     @Test
+    void theJsonForATerminalEscapesEveryControlCharacterAndReadsBackTheSame() throws Exception {
+        ObjectNode doc = StatusJson.MAPPER.createObjectNode();
+        String hostile = "a\u007f\u009b31m\u2028b\u202ec é";
+        doc.put("kind", "process").put("role", hostile);
+        String json = StatusClient.json(doc);
+        for (char c : json.toCharArray()) {
+            assertTrue(c == '\n' || c >= 0x20 && c < 0x7f, "U+" + Integer.toHexString(c) + " written as is in: " + json);
+        }
+        assertEquals(hostile, StatusJson.MAPPER.readTree(json).path("role").asText(), "a JSON reader reads the same string");
+    }
+
+    @Test
     void controlCharactersInADocumentNeverReachTheTerminal() throws Exception {
         String esc = "\\u001b[2J\\u001b]0;pwned\\u0007";
         String forged = "x\\n  decode tp9 pp9 dp9  forged";
