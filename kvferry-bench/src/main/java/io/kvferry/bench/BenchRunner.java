@@ -289,6 +289,15 @@ public final class BenchRunner {
         Map<String, Long> paths = new TreeMap<>();
         Histogram h = new Histogram(3);
         List<String> failures = new ArrayList<>();
+        long prefillReports = reports.stream().filter(r -> r.role().equals("prefill")).count();
+        int prefillRanks = config.rankCount(DisaggregationMode.PREFILL);
+        if (processes && prefillReports < prefillRanks) {
+            // The prefill process was stopped after its grace period, or exited, before it reported: say so
+            // first, since the figures only prefill ranks measure read as if it had moved nothing.
+            failures.add("prefill: " + (prefillRanks - prefillReports) + " of " + prefillRanks + " rank reports missing (the process"
+                    + " was stopped or exited first): datapath_*, transfer_gbps, block_bytes, batch_size, post_ms and transfer_ms"
+                    + " count only the ranks that reported");
+        }
         for (RoleReport r : reports) {
             failedIdx.addAll(r.failedRequests());
             for (String f : r.firstFailures()) if (failures.size() < 5) failures.add(r.role() + "[" + r.rank() + "]: " + f);
