@@ -399,21 +399,24 @@ public final class ChaosRunner {
             }
         }
         // A side that was killed reports nothing: its requests are judged by the survivor.
-        if (judge.isEmpty()) hung = n;
+        boolean unjudged = judge.isEmpty();
         int unreported = 0;
         int prefillRanks = config.rankCount(DisaggregationMode.PREFILL), decodeRanks = config.rankCount(DisaggregationMode.DECODE);
         if (scenario.prefillSurvives() && pre.size() < prefillRanks) {
             unreported += prefillRanks - pre.size();
             failures.add(0, "prefill: " + pre.size() + " of " + prefillRanks + " rank reports (the process ended without the rest): "
                     + "its rooms, pages, threads, sockets and memory were not checked");
-            if (judge == pre) hung = n;
+            if (judge == pre) unjudged = true;
         }
         if (scenario.decodeSurvives() && dec.size() < decodeRanks) {
             unreported += decodeRanks - dec.size();
             failures.add(0, "decode: " + dec.size() + " of " + decodeRanks + " rank reports (the process ended without the rest): "
                     + "its rooms, pages, threads, sockets and memory were not checked");
-            if (judge == dec) hung = n;
+            if (judge == dec) unjudged = true;
         }
+        // Requests nobody reported on count as hung, none as succeeded (a report must say so).
+        if (unjudged) hung = n;
+        int succeeded = unjudged ? 0 : n - failedIdx.size();
         leaked += unreported;
         // Detection time is what a peer's death or a partition measures; the other scenarios inject faults all along.
         Map<String, Long> detect = new LinkedHashMap<>();
@@ -428,7 +431,7 @@ public final class ChaosRunner {
         leakMap.put("sockets", (long) leaks.sockets());
         leakMap.put("native_bytes", leaks.nativeBytes());
         leakMap.put("unreported_ranks", (long) unreported);
-        return new Result(scenario.name(), n, n - failedIdx.size(), failedIdx.size(), hung, corrupted, leaked, leakMap, detect,
+        return new Result(scenario.name(), n, succeeded, failedIdx.size(), hung, corrupted, leaked, leakMap, detect,
                 j.recovered, j.detected, 1, failures.size() > 5 ? failures.subList(0, 5) : failures, config.checksum().label(),
                 j.integrityFailures, j.corruption, j.hostile, setup.network.info());
     }

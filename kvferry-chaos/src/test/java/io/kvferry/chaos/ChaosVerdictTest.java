@@ -34,6 +34,7 @@ class ChaosVerdictTest {
     void aDecodeThatDiedWithoutItsReportLeavesItsRequestsUnjudged() {
         ChaosRunner.Result r = verdict("abort-storm", config(), List.of(prefill()), List.of());
         assertEquals(REQUESTS, r.hung());
+        assertEquals(0, r.succeeded(), "no report said any request succeeded");
         assertEquals(1L, r.leaks().get("unreported_ranks"));
         assertFalse(r.passed());
     }

@@ -3,6 +3,7 @@ package io.kvferry.api;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.RecordComponent;
+import java.util.Arrays;
 import java.util.Set;
 
 /**
@@ -15,9 +16,15 @@ public final class Redacted {
     private Redacted() {
     }
 
+    /** @throws IllegalArgumentException when a secret names no component (a renamed one would print in full) */
     public static String toString(Record record, Set<String> secrets) {
         StringBuilder b = new StringBuilder(record.getClass().getSimpleName()).append('[');
         RecordComponent[] components = record.getClass().getRecordComponents();
+        for (String secret : secrets) {
+            if (Arrays.stream(components).noneMatch(c -> c.getName().equals(secret))) {
+                throw new IllegalArgumentException(record.getClass().getSimpleName() + " has no component " + secret + " to hide");
+            }
+        }
         for (int i = 0; i < components.length; i++) {
             String name = components[i].getName();
             Object value = value(record, components[i].getAccessor());

@@ -125,7 +125,8 @@ final class LinkReader {
             return;
         }
         if (rejected.fromStranger()) { // as a STATUS from such a link: the room is not that link's to fail
-            log.warn("dropped a write for room {} from {}: {}", room, from, rejected.getMessage());
+            // Debug, not warn: every such frame lands here, and a linked peer could flood the log with them.
+            log.debug("dropped a write for room {} from {}: {}", room, from, rejected.getMessage());
             return;
         }
         String reason = (rejected.kind() == FailureKind.INTEGRITY ? "" : "Rejected a write from " + from + ": ") + rejected.getMessage();

@@ -378,7 +378,7 @@ final class DecodeSessions {
         // Through the room's worker, so the ack leaves only after any in-flight chunk of the room stopped.
         workers.enqueue(a.room(), () -> {
             try {
-                if (held != null) rooms.forgetUnclaimed(held);
+                if (held != null) rooms.forgetUnclaimed(held, link);
                 link.sendQuietly(new AbortAck(a.room(), uniqueRank));
             } finally {
                 link.pendingAcks.decrementAndGet();
@@ -415,7 +415,7 @@ final class DecodeSessions {
             }
             // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)
             // keeps the failure for a sender created for it later.
-            if (room.heldOnlyBy(link) && rooms.forgetUnclaimed(room)) continue;
+            if (room.heldOnlyBy(link) && rooms.forgetUnclaimed(room, link)) continue;
             rooms.notifyOnce(room);
         }
     }

@@ -215,9 +215,9 @@ final class PrefillKVSender implements KVSender {
     @Override
     public void clear() {
         if (feedEntry != null) feedEntry.leave();
-        if (!slot.status().isTerminal()) {
-            manager.rooms.fail(room, FailureKind.ABORTED, "Request " + room.room + " was cleared on the prefill before its transfer concluded");
-        }
+        // Atomically unfinished: the room's last chunk may conclude it on its worker right now.
+        manager.rooms.failIfUnfinished(room, FailureKind.ABORTED, "Request " + room.room
+                + " was cleared on the prefill before its transfer concluded");
         manager.rooms.forget(room.room);
     }
 

@@ -177,7 +177,17 @@ final class PrefillRooms {
      * True when it dropped the record.
      */
     boolean forgetUnclaimed(PrefillRoom r) {
+        return forgetUnclaimed(r, null);
+    }
+
+    /**
+     * {@link #forgetUnclaimed(PrefillRoom)} of a room held only for {@code onlyHolder}'s decode: checked again
+     * under the record's lock (atomically with {@link PrefillRoom#addDestination}), since another decode
+     * session may have attached its transfer info after the caller looked; then the room stays for it.
+     */
+    boolean forgetUnclaimed(PrefillRoom r, DecodeLink onlyHolder) {
         synchronized (r) {
+            if (onlyHolder != null && !r.heldOnlyBy(onlyHolder)) return false;
             if (rooms.get(r.room) != r || !r.markDroppedUnlessClaimed()) return false;
             forget(r.room);
             return true;

@@ -1,7 +1,10 @@
 package io.kvferry.registry;
 
+import io.kvferry.api.Redacted;
+
 import java.time.Duration;
 import java.util.Objects;
+import java.util.Set;
 
 /**
  * Settings of a {@link BootstrapRegistryServer}.
@@ -93,9 +96,6 @@ public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean o
     /** Hides the token so options can be logged. */
     @Override
     public String toString() {
-        return "RegistryOptions[authToken=" + (authToken == null || authToken.isBlank() ? "<none>" : "<set>")
-                + ", roomEntryTtl=" + roomEntryTtl + ", openWrites=" + openWrites
-                + ", requestTimeout=" + requestTimeout + ", maxConnections=" + maxConnections
-                + (platformRequestThreads ? ", platformRequestThreads" : "") + "]";
+        return Redacted.toString(this, Set.of("authToken"));
     }
 }

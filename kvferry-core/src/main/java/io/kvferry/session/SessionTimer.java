@@ -34,7 +34,9 @@ public final class SessionTimer implements AutoCloseable {
         executor.scheduleWithFixedDelay(() -> {
             try {
                 task.run();
-            } catch (RuntimeException e) {
+            } catch (VirtualMachineError e) {
+                throw e; // out of memory, stack overflow: nothing sensible runs after it
+            } catch (Throwable e) { // an Error from a task (an assertion, a missing class) too: logged, run again
                 log.error("{}: a periodic task failed; it runs again in {} ms", name, nanos / 1_000_000L, e);
             }
         }, nanos, nanos, TimeUnit.NANOSECONDS);

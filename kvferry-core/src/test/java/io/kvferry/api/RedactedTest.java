@@ -1,11 +1,13 @@
 package io.kvferry.api;
 
+import io.kvferry.registry.RegistryOptions;
 import org.junit.jupiter.api.Test;
 
 import java.util.Set;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 class RedactedTest {
@@ -18,6 +20,8 @@ class RedactedTest {
         assertFalse(shown.contains(TOKEN), shown);
         assertTrue(shown.contains("authToken=<set>"), shown);
         assertTrue(shown.contains("attnTpSize=2") && shown.contains("attnTpRank=1"), "the other fields are shown: " + shown);
+        String registry = RegistryOptions.defaults(TOKEN).toString();
+        assertFalse(registry.contains(TOKEN), registry);
     }
 
     private record Login(String user, String authToken) {
@@ -28,5 +32,7 @@ class RedactedTest {
         assertEquals("Login[user=ann, authToken=<set>]", Redacted.toString(new Login("ann", "x"), Set.of("authToken")));
         assertEquals("Login[user=ann, authToken=<none>]", Redacted.toString(new Login("ann", " "), Set.of("authToken")));
         assertEquals("Login[user=null, authToken=<none>]", Redacted.toString(new Login(null, null), Set.of("authToken")));
+        assertThrows(IllegalArgumentException.class, () -> Redacted.toString(new Login("ann", "x"), Set.of("token")),
+                "a secret that names no component (renamed) must not let the record print in full");
     }
 }

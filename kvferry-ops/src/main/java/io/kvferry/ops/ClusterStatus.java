@@ -109,7 +109,15 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
     public ObjectNode get() {
         CompletableFuture<ObjectNode> mine = new CompletableFuture<>();
         CompletableFuture<ObjectNode> underWay = collecting.compareAndExchange(null, mine);
-        if (underWay != null) return underWay.join().deepCopy(); // bounded: a collection ends within its fetch deadline
+        if (underWay != null) {
+            try {
+                return underWay.join().deepCopy(); // bounded: a collection ends within its fetch deadline
+            } catch (CompletionException e) { // the collector's own failure, as the collector saw it
+                if (e.getCause() instanceof RuntimeException r) throw r;
+                if (e.getCause() instanceof Error r) throw r;
+                throw e;
+            }
+        }
         try {
             ObjectNode doc = collect();
             collections.incrementAndGet();
