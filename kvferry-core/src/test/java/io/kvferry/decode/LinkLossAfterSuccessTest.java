@@ -1,6 +1,7 @@
 package io.kvferry.decode;
 
 import io.kvferry.KVFerry;
+import io.kvferry.ThreadStates;
 import io.kvferry.api.KVArgs;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManagerConfig;
@@ -57,7 +58,7 @@ class LinkLossAfterSuccessTest {
             RoomStatusTable.Slot slot = decode.rooms.statuses.slot(ROOM);
             synchronized (slot) {
                 prefill.close(); // the link is lost...
-                awaitUntil(() -> link.reader.getState() == Thread.State.BLOCKED, "the reader reached the room's failure");
+                awaitUntil(() -> ThreadStates.blockedOn(link.reader, slot), "the reader reached the room's failure");
                 slot.advance(KVPoll.Success); // ...while another reader of the room concludes it
             }
             link.reader.join(TimeUnit.SECONDS.toMillis(30));
@@ -78,11 +79,11 @@ class LinkLossAfterSuccessTest {
                 frame.flip();
                 synchronized (slot) {
                     prefill.writeFrames(new ByteBuffer[]{frame, page.asByteBuffer()}, 0, 2, frame.remaining() + page.byteSize());
-                    awaitUntil(() -> link.reader.getState() == Thread.State.BLOCKED, "the reader reached the room's failure");
+                    awaitUntil(() -> ThreadStates.blockedOn(link.reader, slot), "the reader reached the room's failure");
                     slot.advance(KVPoll.Success);
                 }
             }
-            awaitUntil(() -> link.reader.getState() != Thread.State.BLOCKED, "the reader went on");
+            awaitUntil(() -> !ThreadStates.blockedOn(link.reader, slot), "the reader went on");
             synchronized (slot) { // the reader took the slot: its change, if any, is made once it let go
                 assertEquals(KVPoll.Success, slot.status(), "a room concluded before a refused write's failure reached it was failed");
             }

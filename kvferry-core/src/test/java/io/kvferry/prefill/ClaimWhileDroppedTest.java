@@ -1,5 +1,6 @@
 package io.kvferry.prefill;
 
+import io.kvferry.ThreadStates;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVArgs;
 import io.kvferry.api.KVManagerConfig;
@@ -55,7 +56,7 @@ class ClaimWhileDroppedTest {
     void aSenderCreatedWhileItsUnclaimedRecordIsDroppedFailsWithTheDropsReason() throws Exception {
         PrefillRooms rooms = manager.rooms;
         // What a decode's transfer info leaves for a request this rank's scheduler has not started.
-        rooms.room(ROOM);
+        PrefillRoom record = rooms.room(ROOM);
         rooms.statuses.update(ROOM, KVPoll.Bootstrapping);
         RoomStatusTable.Slot slot = rooms.statuses.slot(ROOM);
 
@@ -72,9 +73,9 @@ class ClaimWhileDroppedTest {
         Thread creator = Thread.ofPlatform().unstarted(() -> sender.set(manager.createSender("127.0.0.1:1", ROOM, List.of(0), 0, false)));
         synchronized (slot) {
             letWorkerGo.countDown();
-            awaitUntil(() -> worker.get() != null && worker.get().getState() == Thread.State.BLOCKED, "the drop stops at the held slot");
+            awaitUntil(() -> ThreadStates.blockedOn(worker.get(), slot), "the drop stops at the held slot");
             creator.start();
-            awaitUntil(() -> creator.getState() == Thread.State.BLOCKED, "the sender's creation meets the drop");
+            awaitUntil(() -> ThreadStates.blockedOn(creator, record), "the sender's creation meets the drop");
         }
         creator.join(TimeUnit.SECONDS.toMillis(30));
         assertTrue(sender.get() != null, "createSender returned");
