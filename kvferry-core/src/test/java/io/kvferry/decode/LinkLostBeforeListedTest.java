@@ -9,11 +9,9 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.protocol.Challenge;
-import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
-import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.transport.Backend;
@@ -28,8 +26,9 @@ import java.time.Duration;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.function.BooleanSupplier;
 
+import static io.kvferry.PlayedPrefill.wholeCoverage;
+import static io.kvferry.PlayedPrefill.awaitUntil;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -117,25 +116,5 @@ class LinkLostBeforeListedTest {
         Field f = owner.getClass().getDeclaredField(name);
         f.setAccessible(true);
         return f.get(owner);
-    }
-
-    /** A prefill rank's coverage that writes every byte of a decode's memory (same TP, one stage). */
-    private static Coverage wholeCoverage(MemoryDescriptor d) {
-        int n = d.kvItemLens().length;
-        long[][] unit = new long[d.states().size()][], zero = new long[d.states().size()][];
-        for (int c = 0; c < unit.length; c++) {
-            unit[c] = d.states().get(c).itemLens().clone();
-            zero[c] = new long[unit[c].length];
-        }
-        return new Coverage(d.kvItemLens().clone(), new long[n], d.kvItemLens().clone(), d.auxItemLens().length > 0, true, unit,
-                zero, unit);
-    }
-
-    private static void awaitUntil(BooleanSupplier condition, String what) throws InterruptedException {
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-        while (!condition.getAsBoolean()) {
-            if (System.nanoTime() - deadline > 0) fail("timed out waiting until " + what);
-            Thread.sleep(1);
-        }
     }
 }

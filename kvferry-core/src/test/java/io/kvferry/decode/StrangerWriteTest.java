@@ -7,12 +7,10 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.protocol.Challenge;
-import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
-import io.kvferry.protocol.MemoryDescriptor;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
@@ -32,13 +30,12 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
-import java.util.concurrent.TimeUnit;
-import java.util.function.BooleanSupplier;
 
+import static io.kvferry.PlayedPrefill.wholeCoverage;
+import static io.kvferry.PlayedPrefill.awaitUntil;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
-import static org.junit.jupiter.api.Assertions.fail;
 
 /**
  * A prefill rank linked to this decode (it holds the cluster token) writes into a room that is not
@@ -125,25 +122,5 @@ class StrangerWriteTest {
         FrameCodec.putWriteFrame(frame, room, region, 0, 0, offset, data.byteSize());
         frame.flip();
         prefill.writeFrames(new ByteBuffer[]{frame, data.asByteBuffer()}, 0, 2, frame.remaining() + data.byteSize());
-    }
-
-    /** A prefill rank's coverage that writes every byte of a decode's memory (same TP, one stage). */
-    private static Coverage wholeCoverage(MemoryDescriptor d) {
-        int n = d.kvItemLens().length;
-        long[][] unit = new long[d.states().size()][], zero = new long[d.states().size()][];
-        for (int c = 0; c < unit.length; c++) {
-            unit[c] = d.states().get(c).itemLens().clone();
-            zero[c] = new long[unit[c].length];
-        }
-        return new Coverage(d.kvItemLens().clone(), new long[n], d.kvItemLens().clone(), d.auxItemLens().length > 0, true, unit,
-                zero, unit);
-    }
-
-    private static void awaitUntil(BooleanSupplier condition, String what) throws InterruptedException {
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-        while (!condition.getAsBoolean()) {
-            if (System.nanoTime() - deadline > 0) fail("timed out waiting until " + what);
-            Thread.sleep(1);
-        }
     }
 }

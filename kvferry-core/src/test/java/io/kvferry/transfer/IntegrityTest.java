@@ -47,6 +47,7 @@ import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.List;
 
+import static io.kvferry.PlayedPrefill.wholeCoverage;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;

@@ -11,7 +11,6 @@ import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.ChecksumMode;
 import io.kvferry.protocol.Challenge;
-import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Fingerprint;
 import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
@@ -30,6 +29,7 @@ import java.util.List;
 import java.util.Random;
 import java.util.function.Supplier;
 
+import static io.kvferry.PlayedPrefill.wholeCoverage;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -95,18 +95,6 @@ abstract class TransferTestBase {
         assertTrue(h.verify(Handshake.key(TOKEN), challenge), "the decode signs its HELLO with the cluster token");
         c.send(HelloAck.accept(0, 0, "tcp", "", h.checksum(), wholeCoverage(h.memory())).signed(Handshake.key(TOKEN), h.decodeNonce()));
         return h;
-    }
-
-    /** A prefill rank's coverage that writes every byte of a decode's memory (same TP, one stage). */
-    static Coverage wholeCoverage(MemoryDescriptor d) {
-        int n = d.kvItemLens().length;
-        long[][] unit = new long[d.states().size()][], zero = new long[d.states().size()][];
-        for (int c = 0; c < unit.length; c++) {
-            unit[c] = d.states().get(c).itemLens().clone();
-            zero[c] = new long[unit[c].length];
-        }
-        return new Coverage(d.kvItemLens().clone(), new long[n], d.kvItemLens().clone(), d.auxItemLens().length > 0, true, unit,
-                zero, unit);
     }
 
     /** Acts as a decode rank: answers the prefill's challenge with a HELLO signed with TOKEN and returns the answer. */
