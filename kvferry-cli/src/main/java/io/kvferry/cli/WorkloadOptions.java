@@ -107,7 +107,7 @@ public final class WorkloadOptions {
     boolean pairedMemcpy;
 
     @Option(names = "--transfer-workers", defaultValue = "0",
-            description = "Prefill transfer worker threads per rank (0 = library default). Default: ${DEFAULT-VALUE}.")
+            description = "Prefill transfer workers admitted to one decode link at a time, per rank (0 = library default 4). Default: ${DEFAULT-VALUE}.")
     int transferWorkers;
 
     @Option(names = "--bootstrap-timeout-ms", defaultValue = "0", hidden = true,

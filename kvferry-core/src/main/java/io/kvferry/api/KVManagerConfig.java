@@ -24,7 +24,7 @@ import java.util.UUID;
  * @param bootstrapPort       prefill: its port
  * @param listenHost          address the control/data endpoint binds to and advertises
  * @param authToken           cluster token for registry writes and control connections; null disables control auth
- * @param transferWorkers     prefill: transfer worker threads (chunks of one room stay on one worker)
+ * @param transferWorkers     prefill: transfer workers admitted to one decode link at once (a room's tasks run in order)
  * @param bootstrapTimeout    prefill: a sender still Bootstrapping after this fails
  * @param waitingTimeout      decode: a receiver still waiting for KV this long after send_metadata fails
  * @param connectTimeout      decode: TCP connect + handshake timeout per prefill rank

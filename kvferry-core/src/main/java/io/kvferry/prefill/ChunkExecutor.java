@@ -29,7 +29,7 @@ import java.util.List;
 import java.util.concurrent.ThreadLocalRandom;
 
 /**
- * Moves one chunk of one room to each of its destinations, on the room's transfer worker: plans
+ * Moves one chunk of one room to each of its destinations, on the room's transfer strand: plans
  * which bytes go where (pure, {@link TransferPlanner}), hands each plan to the destination's data
  * path, and after the last chunk sends Success behind the bytes. Any error fails the room.
  */
@@ -57,7 +57,7 @@ final class ChunkExecutor {
     /** Whether this rank writes rooms' state: all but a non-zero CP rank under all-CP-ranks transfer. */
     private final boolean writesState;
 
-    /** Each transfer worker's CRC (digests are computed on the room's worker). */
+    /** Each transfer worker's CRC (digests are computed on the worker running the room's strand). */
     private static final ThreadLocal<SegmentCrc> CRC = ThreadLocal.withInitial(SegmentCrc::new);
     private final double corruptionInjection;
 
@@ -127,7 +127,7 @@ final class ChunkExecutor {
 
     /**
      * A link whose data path can no longer deliver is closed (its other rooms fail as on any link
-     * loss, and its decode fences the path and connects afresh). Closed before this worker's next
+     * loss, and its decode fences the path and connects afresh). Closed before the room's next
      * task, so no ABORT_ACK of a room whose writes may still land on the broken path leaves after it:
      * the decode fences instead of trusting an ACK.
      */
@@ -259,7 +259,7 @@ final class ChunkExecutor {
         final ByteBuffer status = ByteBuffer.allocateDirect(FrameCodec.SUCCESS_STATUS_FRAME_BYTES).order(ByteOrder.LITTLE_ENDIAN);
     }
 
-    /** Each transfer worker's scratch (the workers are the manager's fixed threads). */
+    /** Each transfer worker's scratch (workers are pooled threads, so it is allocated once per worker, not per task). */
     private static final ThreadLocal<Scratch> SCRATCH = ThreadLocal.withInitial(Scratch::new);
 
     /**

@@ -56,6 +56,8 @@ final class DecodeLink {
     volatile DecodeLink stripeOf;
     /** The data stripes attached to this link (closed with it). */
     final Set<DecodeLink> stripes = ConcurrentHashMap.newKeySet();
+    /** Admission of transfer tasks writing to this link (a link that stopped reading holds only its own slots). */
+    final TransferWorkers.LinkSlots writers = new TransferWorkers.LinkSlots();
     /** Rooms that hold a destination on this link, so its loss fails exactly them. */
     final Set<Long> rooms = ConcurrentHashMap.newKeySet();
 

@@ -87,7 +87,7 @@ final class DecodeSessions {
         this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links, telemetry);
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
-            // A decode that stops reading would block a worker (and every room pinned to it) forever.
+            // A decode that stops reading would hold the workers admitted to its link (and its own rooms) forever.
             for (DecodeLink s : links) {
                 if (s.connection.writeStalledFor() > stall.toMillis()) {
                     log.warn("decode session {}: no write progress for {} ms; closing it", s, stall.toMillis());
@@ -337,7 +337,7 @@ final class DecodeSessions {
         rooms.statuses.remove(id);
         PrefillRooms.Tombstone buried = rooms.buried(id);
         // A room that concluded with this info attached (transferred, Success, cleared before this reader got
-        // here) was answered by its worker: a Failed now would turn the decode's Success into a failure.
+        // here) was answered on its strand: a Failed now would turn the decode's Success into a failure.
         if (buried != null && buried.status() == KVPoll.Success) return;
         if (buried != null && buried.status() == KVPoll.Failed) {
             link.sendQuietly(new Status(id, KVPoll.Failed, buried.kind(), uniqueRank, buried.reason()));
@@ -349,7 +349,7 @@ final class DecodeSessions {
 
     /**
      * ABORT_ACKs one decode link may have queued and not sent yet beyond one per room it holds (a decode
-     * may abort every room it has while the workers are busy elsewhere); one more means an ABORT flood,
+     * may abort every room it has while its link's workers are busy); one more means an ABORT flood,
      * and the link is cut.
      */
     static final int MAX_PENDING_ACKS = 1024;
@@ -371,12 +371,12 @@ final class DecodeSessions {
             room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
             // Held only for this decode and never started here: dropped with its ack, not at the waiting timeout (its
             // info counted against the link's budget of held rooms all that while); its tombstone fails a sender created
-            // later. Not at once: while its ack waits for the worker, the room still counts towards the flood allowance above.
+            // later. Not at once: while its ack waits on the room's strand, the room still counts towards the flood allowance above.
             dropHeld = !room.claimed && room.heldOnlyBy(link);
         }
         PrefillRoom held = dropHeld ? room : null;
-        // Through the room's worker, so the ack leaves only after any in-flight chunk of the room stopped.
-        workers.enqueue(a.room(), () -> {
+        // Through the room's strand, so the ack leaves only after any in-flight chunk of the room stopped.
+        workers.enqueue(a.room(), link, () -> {
             try {
                 if (held != null) rooms.forgetUnclaimed(held, link);
                 link.sendQuietly(new AbortAck(a.room(), uniqueRank));

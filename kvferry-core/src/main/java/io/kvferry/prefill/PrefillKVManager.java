@@ -48,11 +48,11 @@ import java.util.function.Consumer;
  * The prefill side of one rank: a façade over its parts. {@link DecodeSessions} accepts and reads
  * decode connections (validated by {@link HandshakeValidator}, data path chosen by
  * {@link OfferNegotiator}); {@link PrefillRooms} holds the rooms, their statuses and tombstones;
- * {@link TransferWorkers} run each room's chunks through {@link ChunkExecutor} on the worker the
- * room is pinned to.
+ * {@link TransferWorkers} run each room's chunks through {@link ChunkExecutor}, in order, on the
+ * room's strand.
  *
  * <p>Threads, all owned here and ended by {@link #teardown}: one acceptor and one reader per decode
- * connection (in {@link DecodeSessions}), {@code transferWorkers} workers, one timer (heartbeats,
+ * connection (in {@link DecodeSessions}), the transfer workers ({@code transferWorkers} per decode link), one timer (heartbeats,
  * handshake deadlines, stalled-write watchdog), one unmapper (closes lost links' one-sided paths) and,
  * with attention-DP under a balancer other than follow_bootstrap_room, one DP publisher (posts each
  * room's group to the registry, off the scheduler thread).
@@ -319,9 +319,9 @@ public final class PrefillKVManager implements KVManager {
         return feed.drain(deadlineClock.now(), sink);
     }
 
-    /** Queues one chunk of a room on the room's worker. */
+    /** Queues one chunk of a room on the room's strand. */
     void enqueue(PrefillRoom room, ChunkExecutor.Chunk chunk) {
-        workers.enqueue(room.room, () -> chunks.execute(room, chunk));
+        workers.enqueue(room, () -> chunks.execute(room, chunk));
     }
 
     @Override

@@ -13,14 +13,14 @@ import java.util.function.BooleanSupplier;
  * Prefill-side bookkeeping of one room. Destinations are added by connection reader threads and
  * frozen once {@code requiredDstInfoNum} arrived (the room is then WaitingForInput); the send
  * cursor belongs to the scheduler thread that drives the sender; the byte/timing figures belong to
- * the transfer worker the room is pinned to and are published through volatile fields.
+ * the room's transfer strand (one task at a time, see {@link TransferWorkers}) and are published
+ * through volatile fields.
  */
 final class PrefillRoom {
     /** Where one decode rank wants this room's KV. */
     record Destination(DecodeLink link, TransferInfo info) {}
 
     final long room;
-    final int worker;
     /** When the room was created, on the manager's {@link io.kvferry.api.Ticker} (its bootstrap deadline counts from here). */
     final long createdTick;
     /** Its destinations, sorted by session id; replaced whole under this room's lock (most rooms have one). */
@@ -70,9 +70,8 @@ final class PrefillRoom {
         return f;
     }
 
-    PrefillRoom(long room, int worker, long createdTick) {
+    PrefillRoom(long room, long createdTick) {
         this.room = room;
-        this.worker = worker;
         this.createdTick = createdTick;
     }
 

@@ -14,7 +14,7 @@ import java.util.function.Consumer;
 
 /**
  * The rooms of one prefill rank: their records, their status table, and the tombstones of rooms
- * cleared here. Failing a room tells its decodes once, on the room's worker (after its in-flight
+ * cleared here. Failing a room tells its decodes once, on the room's strand (after its in-flight
  * chunks). Thread-safe: the scheduler thread, the session readers and the workers all use it.
  */
 final class PrefillRooms {
@@ -71,10 +71,10 @@ final class PrefillRooms {
 
     /** The room's record, created on first use (by its sender or its first transfer info). */
     PrefillRoom room(long room) {
-        return rooms.computeIfAbsent(room, r -> new PrefillRoom(r, workers.workerOf(r), ticker.nanoTime()));
+        return rooms.computeIfAbsent(room, r -> new PrefillRoom(r, ticker.nanoTime()));
     }
 
-    /** The workers rooms are pinned to. */
+    /** The workers that run rooms' strands. */
     TransferWorkers workers() {
         return workers;
     }
@@ -148,7 +148,7 @@ final class PrefillRooms {
             r.expiring = true;
             fail(r, FailureKind.WAITING_TIMEOUT, "no request for room " + r.room + " reached prefill rank " + uniqueRank
                     + " within " + timeoutNanos / 1_000_000_000L + " s of its transfer info (the waiting timeout)");
-            // Dropped on the room's worker, after the failure notice it queued went out (unless a sender claimed it by then).
+            // Dropped on the room's strand, after the failure notice it queued went out (unless a sender claimed it by then).
             workers.enqueue(r.room, () -> forgetUnclaimed(r));
             expired++;
         }
@@ -227,7 +227,7 @@ final class PrefillRooms {
     }
 
     /**
-     * Fails a room locally and, once, tells every real destination (on the room's worker, after in-flight
+     * Fails a room locally and, once, tells every real destination (on the room's strand, after in-flight
      * chunks). A room that had reached Success fails here only (SGLang's abort() latches its own state):
      * its bytes and statuses all went out, so its decodes are not told (see {@link #notifyOnce}). A record
      * cleared meanwhile (a chunk or a sender still holding it) fails nothing here: if a newer request holds
@@ -270,7 +270,7 @@ final class PrefillRooms {
         if (slot != null && slot.reachedSuccess()) return; // only a sender's slot can reach Success
         if (!room.failureNotified.compareAndSet(false, true)) return;
         RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
-        workers.enqueue(room.room, () -> notifyFailure(room, e));
+        workers.enqueue(room, () -> notifyFailure(room, e));
     }
 
     private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e) {

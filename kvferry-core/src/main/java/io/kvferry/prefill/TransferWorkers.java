@@ -3,40 +3,80 @@ package io.kvferry.prefill;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.util.concurrent.BlockingQueue;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Queue;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
- * The prefill's transfer workers and what they measured. Each worker drains its own FIFO and a
- * room is pinned to one worker ({@code room mod n}), so a room's chunks, its final status and any
- * abort-ack leave in order. Started by the manager's constructor, interrupted and joined by its
- * teardown; a task that throws never kills its worker.
+ * The prefill's transfer workers and what they measured.
+ *
+ * <p>Each room has a strand: its tasks (chunks, final status, failure notice, abort-ack) run one at a
+ * time in the order they were queued, on whichever worker is free, so they leave in order. A task
+ * runs only once it is admitted to every decode link it writes to, and at most {@code perLink}
+ * tasks are admitted to one link at a time; a strand that cannot be admitted waits on that link
+ * without a thread and is resumed when a task leaves the link. So a decode that stops reading holds
+ * at most {@code perLink} workers (until the write-stall timeout cuts it) and the rooms of every
+ * other decode go on. A strand is admitted before it takes a worker, so at most {@code perLink}
+ * strands per link plus {@code perLink} for tasks that write to no link hold workers at once,
+ * however many rooms are queued; a worker is started when none is idle, and those beyond
+ * {@code perLink} end after {@link #IDLE_KEEP_ALIVE_SECONDS} idle. Started by the manager's
+ * constructor, interrupted and awaited by its teardown; a task that throws never strands its
+ * room's later tasks.
  */
 final class TransferWorkers {
     private static final Logger log = LoggerFactory.getLogger(TransferWorkers.class);
+    /** How long a worker beyond the core {@code perLink} waits for work before it ends. */
+    static final long IDLE_KEEP_ALIVE_SECONDS = 30;
 
-    private final Worker[] workers;
+    private final int perLink;
+    private final String namePrefix;
+    /** Strands holding their slots (or handed one), waiting for a worker; workers take them in order. */
+    private final LinkedBlockingQueue<Strand> ready = new LinkedBlockingQueue<>();
+    /** Guarded by this: strands queued in {@link #ready} or running, the workers alive, and their threads. */
+    private int owed;
+    private int alive;
+    private int started;
+    private final Set<Thread> threads = new HashSet<>();
+    /** The strand of each room with queued tasks; a strand leaves the map when its last task ran. */
+    private final ConcurrentHashMap<Long, Strand> strands = new ConcurrentHashMap<>();
+    /** Admission for tasks that write to no link (e.g. dropping an expired room), so they too are bounded. */
+    private final LinkSlots unlinked = new LinkSlots();
     private volatile boolean closed;
     private final LongAdder bytes = new LongAdder();
     private final LongAdder busyNanos = new LongAdder();
     private final LongAdder ops = new LongAdder();
     private final ActiveWrites activeWrites = new ActiveWrites();
 
-    TransferWorkers(int count, String namePrefix) {
-        workers = new Worker[count];
-        for (int i = 0; i < count; i++) workers[i] = new Worker(namePrefix + i);
-        for (Worker w : workers) w.thread.start();
+    TransferWorkers(int perLink, String namePrefix) {
+        if (perLink < 1) throw new IllegalArgumentException("transfer workers per link must be >= 1, got " + perLink);
+        this.perLink = perLink;
+        this.namePrefix = namePrefix;
+        synchronized (this) {
+            for (int i = 0; i < perLink; i++) startWorker();
+        }
     }
 
-    /** The worker a room is pinned to. */
-    int workerOf(long room) {
-        return (int) Math.floorMod(room, (long) workers.length);
+    /** Queues a task that writes to the room's destinations, behind the room's earlier tasks. */
+    void enqueue(PrefillRoom room, Runnable task) {
+        add(room.room, new Task(task, room, null));
     }
 
-    /** Queues a task on a room's worker, behind the room's earlier chunks. */
+    /** Queues a task that writes to {@code link} only, behind the room's earlier tasks. */
+    void enqueue(long room, DecodeLink link, Runnable task) {
+        add(room, new Task(task, null, link));
+    }
+
+    /** Queues a task that writes to no link, behind the room's earlier tasks. */
     void enqueue(long room, Runnable task) {
-        workers[workerOf(room)].queue.add(task);
+        add(room, new Task(task, null, null));
     }
 
     /** Marks a write entering a data path; pass the result to {@link #exited}. */
@@ -72,36 +112,271 @@ final class TransferWorkers {
         return activeWrites.active();
     }
 
-    /** Stops every worker (the running task is interrupted) and joins each for up to {@code millis}. */
-    void close(long millis) throws InterruptedException {
-        closed = true;
-        for (Worker w : workers) w.thread.interrupt();
-        for (Worker w : workers) w.thread.join(millis);
+    /** Worker threads alive now (tests: the pool grows past {@code perLink} only while links hold workers). */
+    synchronized int workerThreads() {
+        return alive;
     }
 
-    private final class Worker {
-        final BlockingQueue<Runnable> queue = new LinkedBlockingQueue<>();
-        final Thread thread;
-
-        Worker(String name) {
-            thread = Thread.ofPlatform().daemon().name(name).unstarted(this::run);
+    /** Stops every worker (a running task is interrupted; queued tasks are dropped) and waits up to {@code millis}. */
+    void close(long millis) throws InterruptedException {
+        List<Thread> all;
+        synchronized (this) {
+            closed = true;
+            all = new ArrayList<>(threads);
         }
+        for (Thread t : all) t.interrupt();
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        for (Thread t : all) t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
+    }
 
-        private void run() {
+    /** Guarded by this. */
+    private void startWorker() {
+        Thread t = Thread.ofPlatform().daemon().name(namePrefix + started++).unstarted(this::work);
+        threads.add(t);
+        alive++;
+        t.start();
+    }
+
+    /**
+     * A worker: takes ready strands in order. One beyond the first {@code perLink} ends after
+     * {@link #IDLE_KEEP_ALIVE_SECONDS} without work.
+     */
+    private void work() {
+        try {
             while (!closed) {
-                Runnable task;
-                try {
-                    task = queue.take();
-                } catch (InterruptedException e) {
-                    return;
+                Strand s = ready.poll(IDLE_KEEP_ALIVE_SECONDS, TimeUnit.SECONDS);
+                if (s == null) {
+                    // Ends only while the others outnumber what is queued or running (decided under the lock submit takes).
+                    if (endIfSpare()) return; // counted out already
+                    continue;
                 }
                 try {
-                    task.run();
-                } catch (Throwable e) {
-                    // Tasks fail their own room; anything escaping must not kill the worker and strand its queue.
-                    log.error("transfer task failed unexpectedly", e);
+                    if (s.handed) {
+                        s.handed = false;
+                        resume(s);
+                    } else {
+                        run(s);
+                    }
+                } finally {
+                    synchronized (this) {
+                        owed--;
+                    }
                 }
             }
+            countOut();
+        } catch (InterruptedException e) {
+            countOut(); // closed
+        } catch (RuntimeException | Error e) {
+            countOut();
+            throw e;
+        }
+    }
+
+    private synchronized void countOut() {
+        alive--;
+        threads.remove(Thread.currentThread());
+    }
+
+    private synchronized boolean endIfSpare() {
+        if (alive <= perLink || owed >= alive) return false;
+        alive--;
+        threads.remove(Thread.currentThread());
+        return true;
+    }
+
+    private void add(long room, Task task) {
+        if (closed) return;
+        Strand[] start = new Strand[1];
+        strands.compute(room, (id, s) -> {
+            if (s == null) s = new Strand(id);
+            s.tasks.add(task);
+            if (!s.scheduled) {
+                s.scheduled = true;
+                start[0] = s;
+            }
+            return s;
+        });
+        // Admitted on the caller's thread: only a strand holding its slots takes a worker, so the workers
+        // are bounded by the links' slots, not by how many rooms are queued.
+        if (start[0] != null && admit(start[0], task)) submit(start[0], true);
+    }
+
+    /**
+     * Hands a strand to the workers. A worker is started when the strands queued or running would
+     * outnumber the workers, so a strand never waits behind workers held by a stalled link; only
+     * strands holding slots come here, so the workers stay bounded by the links' slots.
+     */
+    private void submit(Strand s, boolean admitted) {
+        s.handed = !admitted;
+        synchronized (this) {
+            if (closed) return; // the manager's teardown fails what is left
+            owed++;
+            if (owed > alive) startWorker();
+            ready.add(s);
+        }
+    }
+
+    /** A parked strand was handed a slot: it takes the rest of its head task's slots, or parks again. */
+    private void resume(Strand s) {
+        if (admit(s, s.tasks.peek())) run(s);
+    }
+
+    /** Runs an admitted strand's tasks in order until it has none left or its next task must wait for a link. */
+    private void run(Strand s) {
+        Task t = s.tasks.peek();
+        while (!closed) {
+            try {
+                t.body.run();
+            } catch (Throwable e) {
+                // Tasks fail their own room; anything escaping must not strand the room's later tasks.
+                log.error("transfer task failed unexpectedly", e);
+            } finally {
+                s.tasks.poll();
+                leaveAll(s);
+            }
+            t = s.tasks.peek();
+            if (t == null) {
+                if (retire(s)) return;
+                t = s.tasks.peek(); // queued while it was retiring
+            }
+            if (!admit(s, t)) return; // parked on a link: resumed by the task that leaves it
+        }
+    }
+
+    /** Ends the strand's run if it has no task left; false when one was queued meanwhile. */
+    private boolean retire(Strand s) {
+        boolean[] retired = new boolean[1];
+        strands.compute(s.room, (id, current) -> {
+            if (!s.tasks.isEmpty()) return current;
+            s.scheduled = false;
+            retired[0] = true;
+            return null;
+        });
+        return retired[0];
+    }
+
+    /**
+     * Takes a slot on every link the task writes to, or none: a link with no free slot parks the
+     * strand there, holding no other slot (the ones taken so far are given back first, so no strand
+     * holds a slot while it waits and two strands cannot wait on each other). Once parked the strand
+     * belongs to the link: this worker leaves it alone.
+     */
+    private boolean admit(Strand s, Task t) {
+        List<LinkSlots> need = s.held;
+        need.clear();
+        if (t.link != null) {
+            need.add(t.link.writers);
+        } else if (t.room != null) {
+            List<PrefillRoom.Destination> destinations = t.room.orderedDestinations();
+            for (int i = 0; i < destinations.size(); i++) {
+                PrefillRoom.Destination d = destinations.get(i);
+                if (!d.info().dummy() && !need.contains(d.link().writers)) need.add(d.link().writers);
+            }
+        }
+        if (need.isEmpty()) need.add(unlinked);
+        while (true) {
+            LinkSlots full = null;
+            int taken = 0;
+            for (; taken < need.size(); taken++) {
+                LinkSlots slots = need.get(taken);
+                if (s.granted == slots) {
+                    s.granted = null; // handed over by the task that left it
+                } else if (!slots.tryEnter(perLink)) {
+                    full = slots;
+                    break;
+                }
+            }
+            if (full == null) {
+                giveBackGranted(s); // a slot handed over for a link the room no longer writes to
+                return true;
+            }
+            for (int j = 0; j < taken; j++) handOn(need.get(j).leave());
+            giveBackGranted(s);
+            if (!full.enterOrPark(s, perLink)) return false;
+            s.granted = full; // entered after all: try the others again
+        }
+    }
+
+    private void giveBackGranted(Strand s) {
+        if (s.granted != null) {
+            LinkSlots g = s.granted;
+            s.granted = null;
+            handOn(g.leave());
+        }
+    }
+
+    private void leaveAll(Strand s) {
+        for (int i = 0; i < s.held.size(); i++) handOn(s.held.get(i).leave());
+        s.held.clear();
+    }
+
+    private void handOn(Strand waiting) {
+        if (waiting != null) submit(waiting, false);
+    }
+
+    /** One room's queued tasks, run in order by at most one worker at a time. */
+    private static final class Strand {
+        final long room;
+        final Queue<Task> tasks = new ConcurrentLinkedQueue<>();
+        /** Guarded by the strands map's entry: set while a worker runs the strand or it waits on a link. */
+        boolean scheduled;
+        /** The running worker's: the links the running task holds slots on. */
+        final List<LinkSlots> held = new ArrayList<>(1);
+        /** A slot a leaving task handed this waiting strand (it is taken already). */
+        LinkSlots granted;
+        /** Queued for a worker after being handed a slot: its other slots are still to be taken. */
+        boolean handed;
+
+        Strand(long room) {
+            this.room = room;
+        }
+    }
+
+    /** A task and what it writes to: the room's destinations, one link, or neither. */
+    private record Task(Runnable body, PrefillRoom room, DecodeLink link) {}
+
+    /**
+     * The admission of tasks to one decode link: at most {@code perLink} inside, the rest parked in
+     * arrival order. A leaving task hands its slot straight to the first parked strand, so strands
+     * that arrive later cannot overtake it.
+     */
+    static final class LinkSlots {
+        private int inside;
+        private final ArrayDeque<Strand> parked = new ArrayDeque<>();
+
+        /** Enters if a slot is free (parked strands are first in line for freed slots, so there is none while any waits). */
+        synchronized boolean tryEnter(int max) {
+            if (inside < max && parked.isEmpty()) {
+                inside++;
+                return true;
+            }
+            return false;
+        }
+
+        /** Enters if a slot is free, else parks {@code s} to be handed the next slot freed in its turn. */
+        synchronized boolean enterOrPark(Strand s, int max) {
+            if (tryEnter(max)) return true;
+            parked.add(s);
+            return false;
+        }
+
+        /** Leaves the link; returns the parked strand the slot was handed to (to be resumed), or null. */
+        synchronized Strand leave() {
+            Strand next = parked.poll();
+            if (next == null) {
+                inside--;
+                return null;
+            }
+            next.granted = this;
+            return next;
+        }
+
+        synchronized int inside() {
+            return inside;
+        }
+
+        synchronized int parked() {
+            return parked.size();
         }
     }
 

@@ -211,50 +211,68 @@ class SafetyTest extends TransferTestBase {
     }
 
     /**
-     * A decode that stops reading is cut off after the write-stall timeout (800 ms here); other rooms on the
-     * same worker proceed once it is (they wait for it: see TransferWorkers in ARCHITECTURE.md).
+     * A decode that stops reading holds only the workers admitted to its own link: with more of its rooms
+     * queued than a link admits (4), and the write-stall timeout far away, another decode's room still
+     * completes while every room of the stalled decode is still stuck. Before rooms were strands, room 12
+     * was pinned behind room 8 (12 mod 4 == 8 mod 4) and the other workers queued on the stalled
+     * connection's lock, so nothing moved until the stall timeout.
      */
     @Test
-    void aStalledDecodeDoesNotBlockOtherRoomsOnItsWorker() throws Exception {
+    void aStalledDecodeHoldsOnlyItsOwnLinksWorkers() throws Exception {
         long pb = 1L << 20;
         TestRank pm = big(64, pb), dm = big(64, pb), fm = big(64, pb);
         KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
-                cfg(1, 0).writeStallTimeout(Duration.ofMillis(800)).build());
+                cfg(1, 0).writeStallTimeout(Duration.ofMinutes(5)).build());
         closeables.add(p);
         p.registerToBootstrap();
         KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
-        KVSender s8 = blockRoom8sWorker(p, fm);
-        Thread.sleep(200);
-        // Room 12 is pinned to the same worker as room 8 (12 mod 4 == 8 mod 4).
+        ControlConnection stalled = stalledDecode(p, fm);
+        List<KVSender> stuck = new ArrayList<>();
+        for (long room : new long[]{8, 9, 10, 11, 13, 16}) stuck.add(sendToStalled(p, stalled, room));
         Transfer t = start(p, pm, d, 12, new int[]{1, 2}, new int[]{3, 4}, 1, 1, 0);
-        assertEquals(KVPoll.Success, awaitTerminal(t.receiver()::poll), "room 12 stuck behind room 8's blocked write");
-        assertEquals(KVPoll.Failed, awaitTerminal(s8::poll));
+        assertEquals(KVPoll.Success, awaitTerminal(t.receiver()::poll), "room 12 stuck behind the stalled decode's rooms");
+        assertEquals(KVPoll.Success, awaitTerminal(t.sender()::poll));
+        for (int j = 0; j < t.dst().length; j++) assertTrue(dm.pageMatches(t.dst()[j], 12, j), "page " + j + " of room 12");
+        for (KVSender s : stuck) {
+            KVPoll st = s.poll();
+            assertTrue(st != KVPoll.Success && st != KVPoll.Failed, "a room of the stalled decode concluded: " + st);
+        }
+    }
+
+    /** A decode that registers and never reads (its socket buffers fill with the first room's bytes). */
+    private ControlConnection stalledDecode(KVManager p, TestRank fm) throws IOException {
+        ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
+        closeables.add(stalled);
+        assertTrue(registerAsDecode(stalled, "stalled-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
+        return stalled;
+    }
+
+    /** Starts a 64 MiB room towards a decode that never reads; returns its sender. */
+    private KVSender sendToStalled(KVManager p, ControlConnection stalled, long room) throws IOException {
+        int[] all = IntStream.range(0, 64).toArray();
+        stalled.send(new TransferInfo(room, all, 0, new int[0][], 1, 0, false));
+        KVSender s = p.createSender(addr, room);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(64, 0);
+        s.send(all, null);
+        return s;
     }
 
     /**
      * Room 8 of a decode ({@code fm}'s layout) that registers and never reads: its 64 MiB write blocks
-     * room 8's transfer worker until {@code p}'s write-stall timeout. Returns room 8's sender.
+     * a transfer worker of {@code p} until {@code p}'s write-stall timeout. Returns room 8's sender.
      */
     private KVSender blockRoom8sWorker(KVManager p, TestRank fm) throws IOException {
-        ControlConnection stalled = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
-        closeables.add(stalled);
-        assertTrue(registerAsDecode(stalled, "stalled-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
-        int[] all = IntStream.range(0, 64).toArray();
-        stalled.send(new TransferInfo(8, all, 0, new int[0][], 1, 0, false));
-        KVSender s8 = p.createSender(addr, 8);
-        await(s8::poll, KVPoll.WaitingForInput);
-        s8.init(64, 0);
-        s8.send(all, null); // 64 MiB towards a peer that never reads
-        return s8;
+        return sendToStalled(p, stalledDecode(p, fm), 8);
     }
 
     /**
-     * A decode that aborts more of its own rooms than the flood cap while their worker is blocked
-     * elsewhere (on a decode that stopped reading) is not mistaken for a flood: its link stays, and
-     * every ABORT_ACK arrives once the worker is free.
+     * A decode that aborts more of its own rooms than the flood cap (its ABORT_ACKs queue on their rooms'
+     * strands, behind its link's admission, while another decode stopped reading) is not mistaken for a
+     * flood: its link stays, and every ABORT_ACK arrives.
      */
     @Test
-    void aDecodeAbortingManyOfItsRoomsBehindABusyWorkerIsNotCutAsAFlood() throws Exception {
+    void aDecodeAbortingManyOfItsRoomsIsNotCutAsAFlood() throws Exception {
         long pb = 1L << 20;
         TestRank pm = big(64, pb), fm = big(64, pb);
         KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
@@ -267,7 +285,7 @@ class SafetyTest extends TransferTestBase {
         assertTrue(registerAsDecode(aborter, "aborting-decode", RegisteredMemory.from(fm.args(0, PAGE_SIZE)).describe()).accepted());
         int rooms = 1024 + 500; // past the flood cap of 1,024 unsent ABORT_ACKs (DecodeSessions.MAX_PENDING_ACKS)
         for (int k = 0; k < rooms; k++) aborter.send(new TransferInfo(1000 + 4L * k, new int[]{k % 64}, -1, new int[0][], 1, 0, false));
-        for (int k = 0; k < rooms; k++) aborter.send(new Abort(1000 + 4L * k)); // same worker as room 8 (mod 4)
+        for (int k = 0; k < rooms; k++) aborter.send(new Abort(1000 + 4L * k));
         int acks = 0;
         long deadline = System.nanoTime() + 30_000_000_000L;
         while (acks < rooms && System.nanoTime() < deadline) {
@@ -286,9 +304,7 @@ class SafetyTest extends TransferTestBase {
     @Test
     void aPrefillAbortAfterSuccessFailsTheRoomOnThePrefillOnly() throws Exception {
         TestRank pm = rank(), fm = rank();
-        // One worker: a failure notice for either room would leave before the ABORT_ACK that ends the test.
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
-                cfg(1, 0).transferWorkers(1).build());
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).build());
         closeables.add(p);
         p.registerToBootstrap();
         ControlConnection decode = ControlConnection.connect(((PrefillKVManager) p).endpoint(), Duration.ofSeconds(5));
@@ -314,11 +330,16 @@ class SafetyTest extends TransferTestBase {
         assertEquals(KVPoll.Failed, unpolled.poll());
         assertEquals(FailureKind.ABORTED, failed(polled::failureException).kind());
 
-        decode.send(new Abort(999)); // a room this link does not hold: acknowledged behind anything the worker queued before
+        // Each ABORT_ACK leaves on its room's strand, behind any failure notice abort() queued for the room.
+        decode.send(new Abort(51));
+        decode.send(new Abort(52));
         List<Status> statuses = new ArrayList<>();
         ControlMessage m;
-        while (!((m = decode.read()) instanceof AbortAck)) {
-            if (m instanceof Status st) statuses.add(st);
+        int acks = 0;
+        while (acks < 2) {
+            m = decode.read();
+            if (m instanceof AbortAck) acks++;
+            else if (m instanceof Status st) statuses.add(st);
             else if (m instanceof WriteHeader h) decode.readPayload(ByteBuffer.allocate(Math.toIntExact(h.length())));
             else if (m instanceof WriteList l) decode.readPayload(ByteBuffer.allocate(Math.toIntExact(l.payloadLength())));
         }

@@ -20,7 +20,7 @@ import java.util.Set;
  * @param prefillDp       attention-DP groups of the prefill instance (requests go to group room % dp)
  * @param bootstrapTimeoutMillis prefill bootstrap timeout; 0 = library default (300 s)
  * @param deadlineMillis  drivers stop after this long and report unfinished requests as hung; 0 = never
- * @param transferWorkers prefill transfer worker threads per rank; 0 = the library default
+ * @param transferWorkers prefill transfer workers admitted to one decode link at a time, per rank; 0 = the library default
  * @param tcpStripes      TCP connections per decode link for data (1 = the control connection only)
  * @param pairedMemcpy    time a single-thread copy of each measured request's source pages just before its transfer
  * @param checksum        what both roles' managers verify (KVManagerConfig.checksum)

@@ -1,0 +1,222 @@
+package io.kvferry.prefill;
+
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.transport.ControlConnection;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
+import java.util.stream.IntStream;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Rooms' strands on the transfer workers: a room's tasks run one at a time in order; a link admits
+ * at most {@code perLink} tasks and a link whose tasks block holds only its own workers; a strand
+ * waiting for a link holds no slot of another.
+ */
+@Timeout(60)
+class TransferWorkersTest {
+    private final List<TransferWorkers> pools = new ArrayList<>();
+    private final CountDownLatch release = new CountDownLatch(1);
+
+    @AfterEach
+    void close() throws Exception {
+        release.countDown();
+        for (TransferWorkers w : pools) w.close(5000);
+        for (AutoCloseable c : sockets) c.close();
+    }
+
+    private TransferWorkers workers(int perLink) {
+        TransferWorkers w = new TransferWorkers(perLink, "strands-test-");
+        pools.add(w);
+        return w;
+    }
+
+    private final List<AutoCloseable> sockets = new ArrayList<>();
+
+    /** A link for tasks that only name it (nothing is written to its connection). */
+    private static DecodeLink link() {
+        return new DecodeLink(null);
+    }
+
+    /** A link with a connection of its own, so its session id (its peer's address) differs from any other's. */
+    private DecodeLink connectedLink() throws IOException {
+        ServerSocketChannel server = ServerSocketChannel.open().bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        sockets.add(server);
+        SocketChannel client = SocketChannel.open(server.getLocalAddress());
+        sockets.add(client);
+        sockets.add(server.accept());
+        return new DecodeLink(new ControlConnection(client));
+    }
+
+    /** A task that blocks until the test ends, counting itself in {@code running} meanwhile. */
+    private Runnable blocking(AtomicInteger running, AtomicInteger maxRunning) {
+        return () -> {
+            maxRunning.accumulateAndGet(running.incrementAndGet(), Math::max);
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } finally {
+                running.decrementAndGet();
+            }
+        };
+    }
+
+    private static void awaitTrue(BooleanSupplier condition, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) throw new AssertionError("timed out waiting until " + what);
+            Thread.sleep(1);
+        }
+    }
+
+    @Test
+    void aRoomsTasksRunOneAtATimeInOrderWhicheverWorkerRunsThem() throws Exception {
+        TransferWorkers w = workers(4);
+        DecodeLink a = link();
+        List<Integer> order = Collections.synchronizedList(new ArrayList<>());
+        AtomicInteger inside = new AtomicInteger(), overlaps = new AtomicInteger();
+        CountDownLatch done = new CountDownLatch(1);
+        int n = 5000;
+        for (int i = 0; i < n; i++) {
+            int k = i;
+            Runnable task = () -> {
+                if (inside.incrementAndGet() != 1) overlaps.incrementAndGet();
+                order.add(k);
+                inside.decrementAndGet();
+                if (k == n - 1) done.countDown();
+            };
+            // Alternating kinds: tasks on the link and tasks on no link still form one strand.
+            if (i % 2 == 0) w.enqueue(7, a, task);
+            else w.enqueue(7, task);
+            if (i % 500 == 0) Thread.sleep(1); // let the strand retire and start again now and then
+        }
+        assertTrue(done.await(30, TimeUnit.SECONDS));
+        assertEquals(0, overlaps.get(), "two tasks of one room ran at once");
+        assertEquals(IntStream.range(0, n).boxed().toList(), order);
+    }
+
+    @Test
+    void aLinkWhoseTasksBlockHoldsOnlyItsOwnSlotsAndOtherLinksGoOn() throws Exception {
+        TransferWorkers w = workers(2);
+        DecodeLink stalled = link(), healthy = link();
+        AtomicInteger running = new AtomicInteger(), maxRunning = new AtomicInteger();
+        for (long room = 0; room < 1000; room++) w.enqueue(room, stalled, blocking(running, maxRunning));
+        awaitTrue(() -> running.get() == 2 && stalled.writers.parked() == 998, "two rooms run on the stalled link and 998 wait");
+        // Only the two admitted rooms were handed to the pool (each hand-over starts at most one thread
+        // beside the two core ones): the 998 waiting rooms took none.
+        assertTrue(w.workerThreads() <= 4, "rooms waiting for a link took threads: " + w.workerThreads());
+        CountDownLatch healthyRan = new CountDownLatch(20);
+        for (long room = 5000; room < 5020; room++) w.enqueue(room, healthy, healthyRan::countDown);
+        assertTrue(healthyRan.await(30, TimeUnit.SECONDS), "the healthy link's rooms waited for the stalled link");
+        assertEquals(2, maxRunning.get(), "more tasks than a link admits ran on it");
+        assertEquals(998, stalled.writers.parked());
+        release.countDown();
+        awaitTrue(() -> stalled.writers.parked() == 0 && stalled.writers.inside() == 0 && running.get() == 0,
+                "the stalled link's rooms ran once it was released");
+        assertEquals(2, maxRunning.get());
+    }
+
+    @Test
+    void parkedRoomsAreHandedTheLinkInTheOrderTheyArrived() throws Exception {
+        TransferWorkers w = workers(1);
+        DecodeLink a = link();
+        CountDownLatch first = new CountDownLatch(1);
+        w.enqueue(0, a, () -> {
+            try {
+                first.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        List<Long> order = Collections.synchronizedList(new ArrayList<>());
+        for (long room = 1; room <= 5; room++) {
+            long r = room;
+            w.enqueue(room, a, () -> order.add(r));
+            awaitTrue(() -> a.writers.parked() == r, "room " + r + " parked");
+        }
+        w.enqueue(6, a, () -> order.add(6L)); // arrives while others wait: it must not overtake them
+        awaitTrue(() -> a.writers.parked() == 6, "room 6 parked");
+        first.countDown();
+        awaitTrue(() -> order.size() == 6, "every parked room ran");
+        assertEquals(List.of(1L, 2L, 3L, 4L, 5L, 6L), order);
+    }
+
+    @Test
+    void aRoomWaitingForOneOfItsLinksHoldsNoSlotOfTheOther() throws Exception {
+        TransferWorkers w = workers(1);
+        DecodeLink a = connectedLink(), b = connectedLink();
+        AtomicInteger running = new AtomicInteger(), maxRunning = new AtomicInteger();
+        w.enqueue(1, a, blocking(running, maxRunning)); // fills link a's one slot
+        awaitTrue(() -> running.get() == 1, "link a is full");
+        PrefillRoom both = new PrefillRoom(2, 0);
+        for (DecodeLink l : List.of(b, a)) both.addDestination(new PrefillRoom.Destination(l, info(2)));
+        CountDownLatch bothRan = new CountDownLatch(1);
+        w.enqueue(both, bothRan::countDown);
+        awaitTrue(() -> a.writers.parked() == 1, "the two-link room waits for link a");
+        assertEquals(0, b.writers.inside(), "the waiting room kept link b's slot");
+        CountDownLatch onB = new CountDownLatch(1);
+        w.enqueue(3, b, onB::countDown);
+        assertTrue(onB.await(30, TimeUnit.SECONDS), "link b's room waited behind a room parked on link a");
+        release.countDown();
+        assertTrue(bothRan.await(30, TimeUnit.SECONDS));
+        awaitTrue(() -> a.writers.inside() == 0 && b.writers.inside() == 0, "both links free");
+    }
+
+    @Test
+    void aTaskThatThrowsDoesNotStrandItsRoomsLaterTasks() throws Exception {
+        TransferWorkers w = workers(1);
+        DecodeLink a = link();
+        CountDownLatch later = new CountDownLatch(1);
+        w.enqueue(4, a, () -> {
+            throw new IllegalStateException("a task's own bug");
+        });
+        w.enqueue(4, a, later::countDown);
+        assertTrue(later.await(30, TimeUnit.SECONDS));
+        awaitTrue(() -> a.writers.inside() == 0, "the throwing task gave its slot back");
+    }
+
+    @Test
+    void closeInterruptsRunningTasksAndEndsEveryWorker() throws Exception {
+        TransferWorkers w = workers(2);
+        DecodeLink a = link();
+        CountDownLatch interrupted = new CountDownLatch(2), sleeping = new CountDownLatch(2);
+        for (long room = 0; room < 4; room++) {
+            w.enqueue(room, a, () -> {
+                sleeping.countDown();
+                try {
+                    Thread.sleep(60_000);
+                } catch (InterruptedException e) {
+                    interrupted.countDown();
+                }
+            });
+        }
+        assertTrue(sleeping.await(30, TimeUnit.SECONDS), "two rooms run");
+        w.close(10_000);
+        assertTrue(interrupted.await(1, TimeUnit.SECONDS));
+        assertEquals(0, w.workerThreads());
+        AtomicInteger ran = new AtomicInteger();
+        w.enqueue(9, a, ran::incrementAndGet); // after close: dropped, no worker starts
+        assertEquals(0, w.workerThreads());
+        assertEquals(0, ran.get());
+    }
+
+    private static TransferInfo info(long room) {
+        return new TransferInfo(room, new int[]{0}, -1, new int[0][], 1, 0, false);
+    }
+}
