@@ -366,24 +366,31 @@ final class DecodeSessions {
         }
         // A room that concluded here stays Success (atomically: its last chunk may be finishing right now).
         boolean dropHeld = false;
+        boolean tellOthers = false;
         if (ours && (rooms.statuses.failIfUnfinished(a.room(), FailureKind.ABORTED, Failures.ABORTED)
                 || rooms.statuses.status(a.room()) == KVPoll.Failed)) {
-            room.failureNotified.set(true); // the aborting decode knows; the ack below is its answer
+            // The aborting decode knows (the ack below is its answer); the room's other destinations (more
+            // decode ranks of its instance) are told here, unless a notice went out or is queued already.
+            tellOthers = !room.failureNotified.getAndSet(true) && !room.heldOnlyBy(link);
             // Held only for this decode and never started here: dropped with its ack, not at the waiting timeout (its
             // info counted against the link's budget of held rooms all that while); its tombstone fails a sender created
             // later. Not at once: while its ack waits on the room's strand, the room still counts towards the flood allowance above.
             dropHeld = !room.claimed && room.heldOnlyBy(link);
         }
         PrefillRoom held = dropHeld ? room : null;
+        PrefillRoom others = tellOthers ? room : null;
         // Through the room's strand, so the ack leaves only after any in-flight chunk of the room stopped.
-        workers.enqueue(a.room(), link, () -> {
+        Runnable answer = () -> {
             try {
+                if (others != null) rooms.notifyOthers(others, link);
                 if (held != null) rooms.forgetUnclaimed(held, link);
                 link.sendQuietly(new AbortAck(a.room(), uniqueRank));
             } finally {
                 link.pendingAcks.decrementAndGet();
             }
-        });
+        };
+        if (others != null) workers.enqueue(others, answer); // admitted to every destination it writes to
+        else workers.enqueue(a.room(), link, answer);
     }
 
     private void onLinkLost(DecodeLink link, FailureKind kind, String why) {

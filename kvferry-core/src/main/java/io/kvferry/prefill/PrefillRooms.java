@@ -270,14 +270,26 @@ final class PrefillRooms {
         if (slot != null && slot.reachedSuccess()) return; // only a sender's slot can reach Success
         if (!room.failureNotified.compareAndSet(false, true)) return;
         RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
-        workers.enqueue(room, () -> notifyFailure(room, e));
+        workers.enqueue(room, () -> notifyFailure(room, e, null));
     }
 
-    private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e) {
+    /**
+     * On the room's strand: tells the room's destinations other than {@code aborting} that it failed
+     * (a decode rank that aborted a room with several destinations knows; its peers would otherwise wait
+     * out their own timeouts). The entry is read now, as in {@link #notifyOnce}.
+     */
+    void notifyOthers(PrefillRoom room, DecodeLink aborting) {
+        RoomStatusTable.Slot slot = room.slot;
+        if (slot != null && slot.reachedSuccess()) return; // Success is final across the link (see notifyOnce)
+        RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
+        notifyFailure(room, e, aborting);
+    }
+
+    private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e, DecodeLink except) {
         String reason = e == null || e.reason() == null ? "Failed on prefill rank " + uniqueRank : e.reason();
         FailureKind kind = e == null ? FailureKind.UNKNOWN : e.kind();
         for (PrefillRoom.Destination d : room.orderedDestinations()) {
-            if (d.info().dummy()) continue;
+            if (d.info().dummy() || d.link() == except) continue;
             d.link().sendQuietly(new Status(room.room, KVPoll.Failed, kind, uniqueRank, reason));
         }
     }

@@ -1,0 +1,51 @@
+package io.kvferry.transfer;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.util.ArrayList;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+/**
+ * A room one prefill rank sends to several decode ranks (MLA, prefill TP 1 → decode TP 2): when one
+ * decode rank aborts it, the prefill fails the room and tells the other decode rank at once, rather
+ * than leaving it waiting for bytes that will never come until its own timeout.
+ */
+@Timeout(60)
+class AbortTellsOtherDecodeRanksTest extends TransferTestBase {
+
+    @Test
+    void anAbortFromOneDecodeRankFailsTheRoomOnTheOthers() {
+        TestRank pm = rank();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).mla(true).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        List<KVReceiver> receivers = new ArrayList<>();
+        for (int r = 0; r < 2; r++) {
+            KVManager d = decode(rank(), "tcp", cfg(2, r).mla(true).build(), r, PAGE_SIZE);
+            KVReceiver recv = d.createReceiver(addr, 31);
+            bootstrap(recv, 0);
+            recv.sendMetadata(new int[]{3, 4}, 1, new int[][]{{2}}, 0);
+            receivers.add(recv);
+        }
+        KVSender s = p.createSender(addr, 31);
+        await(s::poll, KVPoll.WaitingForInput); // both decode ranks' infos arrived
+
+        receivers.get(0).abort();
+        await(s::poll, KVPoll.Failed);
+        assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, s::failureException).kind());
+        await(receivers.get(1)::poll, KVPoll.Failed); // before the fix: WaitingForInput until its waiting timeout
+        assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, receivers.get(1)::failureException).kind());
+    }
+}
