@@ -35,7 +35,12 @@ final class RoomRelease {
      * waited for, and a link stuck mid-write (a stalled peer) is closed, which stops its reader.
      */
     void forget(DecodeRoom room) {
-        if (room.slot.status() != KVPoll.Success) quiesceOneSided(room);
+        if (room.slot.status() != KVPoll.Success) {
+            // Every prefill rank of an unfinished room hears it is given up (over tcp too: else it goes on
+            // sending a room this side drops, and holds it until its own timeouts).
+            notifyAbort(room);
+            quiesceOneSided(room);
+        }
         if (!room.closeAndDrain(LANDING_DRAIN_MILLIS)) {
             log.warn("room {}: a write is still landing after {} ms; closing its links", room.room, LANDING_DRAIN_MILLIS);
             for (DecodeRoom.Target t : room.targets) t.link().closeAll(FailureKind.PEER_LOST, "a write of room " + room.room + " is stuck");
@@ -58,7 +63,6 @@ final class RoomRelease {
             if (!t.dummy() && t.link().oneSided() != null && !oneSided.contains(t.link())) oneSided.add(t.link());
         }
         if (oneSided.isEmpty()) return;
-        notifyAbort(room);
         long timeout = abortAckTimeout.toMillis();
         for (PrefillLink silent : room.awaitAbortAcks(oneSided, timeout)) {
             log.warn("room {}: {} sent no ABORT_ACK within {} ms; cutting the link before the pages are reused", room.room,
