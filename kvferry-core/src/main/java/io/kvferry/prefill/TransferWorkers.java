@@ -132,9 +132,9 @@ final class TransferWorkers {
     /** Guarded by this. */
     private void startWorker() {
         Thread t = Thread.ofPlatform().daemon().name(namePrefix + started++).unstarted(this::work);
+        t.start();
         threads.add(t);
         alive++;
-        t.start();
     }
 
     /**
@@ -144,7 +144,12 @@ final class TransferWorkers {
     private void work() {
         try {
             while (!closed) {
-                Strand s = ready.poll(IDLE_KEEP_ALIVE_SECONDS, TimeUnit.SECONDS);
+                Strand s;
+                try {
+                    s = ready.poll(IDLE_KEEP_ALIVE_SECONDS, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    continue; // only close() ends a worker (the loop checks it); a stray interrupt does not
+                }
                 if (s == null) {
                     // Ends only while the others outnumber what is queued or running (decided under the lock submit takes).
                     if (endIfSpare()) return; // counted out already
@@ -164,8 +169,6 @@ final class TransferWorkers {
                 }
             }
             countOut();
-        } catch (InterruptedException e) {
-            countOut(); // closed
         } catch (RuntimeException | Error e) {
             countOut();
             throw e;
@@ -211,8 +214,15 @@ final class TransferWorkers {
         synchronized (this) {
             if (closed) return; // the manager's teardown fails what is left
             owed++;
-            if (owed > alive) startWorker();
             ready.add(s);
+            if (owed > alive) {
+                try {
+                    startWorker();
+                } catch (OutOfMemoryError e) {
+                    // No thread to be had: the strand waits in the queue for a worker already running.
+                    log.error("transfer workers: could not start a worker ({} alive): {}", alive, e.toString());
+                }
+            }
         }
     }
 
@@ -256,58 +266,44 @@ final class TransferWorkers {
     }
 
     /**
-     * Takes a slot on every link the task writes to, or none: a link with no free slot parks the
-     * strand there, holding no other slot (the ones taken so far are given back first, so no strand
-     * holds a slot while it waits and two strands cannot wait on each other). Once parked the strand
-     * belongs to the link: this worker leaves it alone.
+     * Takes a slot on every link the task writes to, in one global order (a room's destinations are
+     * sorted by session id, which no two links of one room share), keeping the slots taken while it
+     * waits for the next: a link with no free slot parks the strand there, to be handed the next slot
+     * freed in its turn. Taking slots in one order means no two strands can wait on each other, and
+     * keeping them means a room writing to several links is not overtaken forever by single-link
+     * rooms. Once parked the strand belongs to the link: this worker leaves it alone.
      */
     private boolean admit(Strand s, Task t) {
         List<LinkSlots> need = s.held;
-        need.clear();
-        if (t.link != null) {
-            need.add(t.link.writers);
-        } else if (t.room != null) {
-            List<PrefillRoom.Destination> destinations = t.room.orderedDestinations();
-            for (int i = 0; i < destinations.size(); i++) {
-                PrefillRoom.Destination d = destinations.get(i);
-                if (!d.info().dummy() && !need.contains(d.link().writers)) need.add(d.link().writers);
-            }
-        }
-        if (need.isEmpty()) need.add(unlinked);
-        while (true) {
-            LinkSlots full = null;
-            int taken = 0;
-            for (; taken < need.size(); taken++) {
-                LinkSlots slots = need.get(taken);
-                if (s.granted == slots) {
-                    s.granted = null; // handed over by the task that left it
-                } else if (!slots.tryEnter(perLink)) {
-                    full = slots;
-                    break;
+        if (s.granted == null) { // a new head task: what it needs (a resumed strand keeps its list)
+            need.clear();
+            s.taken = 0;
+            if (t.link != null) {
+                need.add(t.link.writers);
+            } else if (t.room != null) {
+                List<PrefillRoom.Destination> destinations = t.room.orderedDestinations();
+                for (int i = 0; i < destinations.size(); i++) {
+                    PrefillRoom.Destination d = destinations.get(i);
+                    if (!d.info().dummy() && !need.contains(d.link().writers)) need.add(d.link().writers);
                 }
             }
-            if (full == null) {
-                giveBackGranted(s); // a slot handed over for a link the room no longer writes to
-                return true;
+            if (need.isEmpty()) need.add(unlinked);
+        }
+        for (; s.taken < need.size(); s.taken++) {
+            LinkSlots slots = need.get(s.taken);
+            if (s.granted == slots) {
+                s.granted = null; // handed over by the task that left it
+            } else if (!slots.enterOrPark(s, perLink)) {
+                return false;
             }
-            for (int j = 0; j < taken; j++) handOn(need.get(j).leave());
-            giveBackGranted(s);
-            if (!full.enterOrPark(s, perLink)) return false;
-            s.granted = full; // entered after all: try the others again
         }
-    }
-
-    private void giveBackGranted(Strand s) {
-        if (s.granted != null) {
-            LinkSlots g = s.granted;
-            s.granted = null;
-            handOn(g.leave());
-        }
+        return true;
     }
 
     private void leaveAll(Strand s) {
-        for (int i = 0; i < s.held.size(); i++) handOn(s.held.get(i).leave());
+        for (int i = 0; i < s.taken; i++) handOn(s.held.get(i).leave());
         s.held.clear();
+        s.taken = 0;
     }
 
     private void handOn(Strand waiting) {
@@ -320,10 +316,12 @@ final class TransferWorkers {
         final Queue<Task> tasks = new ConcurrentLinkedQueue<>();
         /** Guarded by the strands map's entry: set while a worker runs the strand or it waits on a link. */
         boolean scheduled;
-        /** The running worker's: the links the running task holds slots on. */
+        /** The links the head task needs slots on, in the order they are taken (owned by whoever holds the strand). */
         final List<LinkSlots> held = new ArrayList<>(1);
         /** A slot a leaving task handed this waiting strand (it is taken already). */
         LinkSlots granted;
+        /** How many of {@link #held} the head task holds slots on (the first ones, in order). */
+        int taken;
         /** Queued for a worker after being handed a slot: its other slots are still to be taken. */
         boolean handed;
 

@@ -14,6 +14,8 @@ import java.nio.channels.SocketChannel;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -90,13 +92,18 @@ class TransferWorkersTest {
         TransferWorkers w = workers(4);
         DecodeLink a = link();
         List<Integer> order = Collections.synchronizedList(new ArrayList<>());
-        AtomicInteger inside = new AtomicInteger(), overlaps = new AtomicInteger();
+        AtomicInteger inside = new AtomicInteger(), overlaps = new AtomicInteger(), unseen = new AtomicInteger();
+        int[] plain = new int[1]; // no synchronization of its own: each task must see the one before it
+        Set<Thread> threads = ConcurrentHashMap.newKeySet();
         CountDownLatch done = new CountDownLatch(1);
         int n = 5000;
         for (int i = 0; i < n; i++) {
             int k = i;
             Runnable task = () -> {
                 if (inside.incrementAndGet() != 1) overlaps.incrementAndGet();
+                if (plain[0] != k) unseen.incrementAndGet();
+                plain[0] = k + 1;
+                threads.add(Thread.currentThread());
                 order.add(k);
                 inside.decrementAndGet();
                 if (k == n - 1) done.countDown();
@@ -108,6 +115,8 @@ class TransferWorkersTest {
         }
         assertTrue(done.await(30, TimeUnit.SECONDS));
         assertEquals(0, overlaps.get(), "two tasks of one room ran at once");
+        assertEquals(0, unseen.get(), "a task did not see the write of the task before it");
+        assertTrue(threads.size() >= 1, "workers: " + threads);
         assertEquals(IntStream.range(0, n).boxed().toList(), order);
     }
 
@@ -157,25 +166,46 @@ class TransferWorkersTest {
         assertEquals(List.of(1L, 2L, 3L, 4L, 5L, 6L), order);
     }
 
+    /**
+     * A room writing to two links takes its slots in order and keeps the one it won while it waits for
+     * the next, so rooms that arrive after it on the link it won cannot overtake it (giving slots back
+     * and queueing again let a steady stream of single-link rooms starve it).
+     */
     @Test
-    void aRoomWaitingForOneOfItsLinksHoldsNoSlotOfTheOther() throws Exception {
+    void aRoomWritingToTwoLinksKeepsTheSlotItWonWhileItWaitsForTheOther() throws Exception {
         TransferWorkers w = workers(1);
         DecodeLink a = connectedLink(), b = connectedLink();
-        AtomicInteger running = new AtomicInteger(), maxRunning = new AtomicInteger();
-        w.enqueue(1, a, blocking(running, maxRunning)); // fills link a's one slot
-        awaitTrue(() -> running.get() == 1, "link a is full");
-        PrefillRoom both = new PrefillRoom(2, 0);
-        for (DecodeLink l : List.of(b, a)) both.addDestination(new PrefillRoom.Destination(l, info(2)));
-        CountDownLatch bothRan = new CountDownLatch(1);
-        w.enqueue(both, bothRan::countDown);
-        awaitTrue(() -> a.writers.parked() == 1, "the two-link room waits for link a");
-        assertEquals(0, b.writers.inside(), "the waiting room kept link b's slot");
-        CountDownLatch onB = new CountDownLatch(1);
-        w.enqueue(3, b, onB::countDown);
-        assertTrue(onB.await(30, TimeUnit.SECONDS), "link b's room waited behind a room parked on link a");
-        release.countDown();
-        assertTrue(bothRan.await(30, TimeUnit.SECONDS));
+        CountDownLatch blockA = new CountDownLatch(1), blockB = new CountDownLatch(1);
+        w.enqueue(1, a, () -> awaitQuietly(blockA)); // fills link a's one slot
+        w.enqueue(2, b, () -> awaitQuietly(blockB)); // and link b's
+        awaitTrue(() -> a.writers.inside() == 1 && b.writers.inside() == 1, "both links are full");
+        PrefillRoom both = new PrefillRoom(3, 0);
+        for (DecodeLink l : List.of(b, a)) both.addDestination(new PrefillRoom.Destination(l, info(3)));
+        List<Long> order = Collections.synchronizedList(new ArrayList<>());
+        w.enqueue(both, () -> order.add(3L));
+        awaitTrue(() -> a.writers.parked() + b.writers.parked() == 1, "the two-link room waits");
+        boolean firstIsA = a.writers.parked() == 1; // the link it takes first (its destinations' order)
+        DecodeLink first = firstIsA ? a : b;
+        CountDownLatch blockFirst = firstIsA ? blockA : blockB, blockSecond = firstIsA ? blockB : blockA;
+        for (long room = 10; room < 15; room++) {
+            long r = room;
+            w.enqueue(room, first, () -> order.add(r)); // arrive after the two-link room on the link it waits for
+        }
+        awaitTrue(() -> first.writers.parked() == 6, "the later rooms wait behind it");
+        blockFirst.countDown(); // the two-link room wins the first link and waits for the second, keeping it
+        awaitTrue(() -> first.writers.parked() == 5 && (firstIsA ? b : a).writers.parked() == 1, "it holds the first link");
+        blockSecond.countDown();
+        awaitTrue(() -> order.size() == 6, "every room ran");
+        assertEquals(List.of(3L, 10L, 11L, 12L, 13L, 14L), order);
         awaitTrue(() -> a.writers.inside() == 0 && b.writers.inside() == 0, "both links free");
+    }
+
+    private static void awaitQuietly(CountDownLatch latch) {
+        try {
+            latch.await();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     @Test
