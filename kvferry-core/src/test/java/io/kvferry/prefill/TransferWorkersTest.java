@@ -146,13 +146,7 @@ class TransferWorkersTest {
         TransferWorkers w = workers(1);
         DecodeLink a = link();
         CountDownLatch first = new CountDownLatch(1);
-        w.enqueue(0, a, () -> {
-            try {
-                first.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        });
+        w.enqueue(0, a, () -> awaitQuietly(first));
         List<Long> order = Collections.synchronizedList(new ArrayList<>());
         for (long room = 1; room <= 5; room++) {
             long r = room;
