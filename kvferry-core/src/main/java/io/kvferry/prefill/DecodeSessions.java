@@ -378,18 +378,18 @@ final class DecodeSessions {
             dropHeld = !room.claimed && room.heldOnlyBy(link);
         }
         PrefillRoom held = dropHeld ? room : null;
-        PrefillRoom others = tellOthers ? room : null;
+        Runnable toOthers = tellOthers ? rooms.noticeToOthers(room, link) : null;
         // Through the room's strand, so the ack leaves only after any in-flight chunk of the room stopped.
         Runnable answer = () -> {
             try {
-                if (others != null) rooms.notifyOthers(others, link);
+                if (toOthers != null) toOthers.run();
                 if (held != null) rooms.forgetUnclaimed(held, link);
                 link.sendQuietly(new AbortAck(a.room(), uniqueRank));
             } finally {
                 link.pendingAcks.decrementAndGet();
             }
         };
-        if (others != null) workers.enqueue(others, answer); // admitted to every destination it writes to
+        if (toOthers != null) workers.enqueue(room, answer); // admitted to every destination it writes to
         else workers.enqueue(a.room(), link, answer);
     }
 

@@ -269,20 +269,27 @@ final class PrefillRooms {
         RoomStatusTable.Slot slot = room.slot;
         if (slot != null && slot.reachedSuccess()) return; // only a sender's slot can reach Success
         if (!room.failureNotified.compareAndSet(false, true)) return;
-        RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
+        RoomStatusTable.Entry e = failureOf(room);
         workers.enqueue(room, () -> notifyFailure(room, e, null));
     }
 
     /**
-     * On the room's strand: tells the room's destinations other than {@code aborting} that it failed
-     * (a decode rank that aborted a room with several destinations knows; its peers would otherwise wait
-     * out their own timeouts). The entry is read now, as in {@link #notifyOnce}.
+     * The notice that tells the room's destinations other than {@code aborting} that it failed (a decode
+     * rank that aborted a room with several destinations knows; its peers would otherwise wait out their
+     * own timeouts), to be run on the room's strand; null when the room had reached Success. The entry is
+     * read now, as in {@link #notifyOnce}.
      */
-    void notifyOthers(PrefillRoom room, DecodeLink aborting) {
+    Runnable noticeToOthers(PrefillRoom room, DecodeLink aborting) {
         RoomStatusTable.Slot slot = room.slot;
-        if (slot != null && slot.reachedSuccess()) return; // Success is final across the link (see notifyOnce)
-        RoomStatusTable.Entry e = slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
-        notifyFailure(room, e, aborting);
+        if (slot != null && slot.reachedSuccess()) return null; // Success is final across the link (see notifyOnce)
+        RoomStatusTable.Entry e = failureOf(room);
+        return () -> notifyFailure(room, e, aborting);
+    }
+
+    /** The room's status entry now, or null when the scheduler cleared it (a newer request may hold its id). */
+    private RoomStatusTable.Entry failureOf(PrefillRoom room) {
+        RoomStatusTable.Slot slot = room.slot;
+        return slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
     }
 
     private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e, DecodeLink except) {

@@ -156,12 +156,8 @@ final class TransferWorkers {
                     continue;
                 }
                 try {
-                    if (s.handed) {
-                        s.handed = false;
-                        resume(s);
-                    } else {
-                        run(s);
-                    }
+                    if (s.granted != null) resume(s); // handed a slot while parked: its other slots are still to take
+                    else run(s);
                 } finally {
                     synchronized (this) {
                         owed--;
@@ -201,7 +197,7 @@ final class TransferWorkers {
         });
         // Admitted on the caller's thread: only a strand holding its slots takes a worker, so the workers
         // are bounded by the links' slots, not by how many rooms are queued.
-        if (start[0] != null && admit(start[0], task)) submit(start[0], true);
+        if (start[0] != null && admit(start[0], task)) submit(start[0]);
     }
 
     /**
@@ -209,8 +205,7 @@ final class TransferWorkers {
      * outnumber the workers, so a strand never waits behind workers held by a stalled link; only
      * strands holding slots come here, so the workers stay bounded by the links' slots.
      */
-    private void submit(Strand s, boolean admitted) {
-        s.handed = !admitted;
+    private void submit(Strand s) {
         synchronized (this) {
             if (closed) return; // the manager's teardown fails what is left
             owed++;
@@ -274,7 +269,7 @@ final class TransferWorkers {
      * rooms. Once parked the strand belongs to the link: this worker leaves it alone.
      */
     private boolean admit(Strand s, Task t) {
-        List<LinkSlots> need = s.held;
+        List<LinkSlots> need = s.links;
         if (s.granted == null) { // a new head task: what it needs (a resumed strand keeps its list)
             need.clear();
             s.taken = 0;
@@ -301,13 +296,13 @@ final class TransferWorkers {
     }
 
     private void leaveAll(Strand s) {
-        for (int i = 0; i < s.taken; i++) handOn(s.held.get(i).leave());
-        s.held.clear();
+        for (int i = 0; i < s.taken; i++) handOn(s.links.get(i).leave());
+        s.links.clear();
         s.taken = 0;
     }
 
     private void handOn(Strand waiting) {
-        if (waiting != null) submit(waiting, false);
+        if (waiting != null) submit(waiting);
     }
 
     /** One room's queued tasks, run in order by at most one worker at a time. */
@@ -317,13 +312,11 @@ final class TransferWorkers {
         /** Guarded by the strands map's entry: set while a worker runs the strand or it waits on a link. */
         boolean scheduled;
         /** The links the head task needs slots on, in the order they are taken (owned by whoever holds the strand). */
-        final List<LinkSlots> held = new ArrayList<>(1);
+        final List<LinkSlots> links = new ArrayList<>(1);
         /** A slot a leaving task handed this waiting strand (it is taken already). */
         LinkSlots granted;
-        /** How many of {@link #held} the head task holds slots on (the first ones, in order). */
+        /** How many of {@link #links} the head task holds slots on (the first ones, in order). */
         int taken;
-        /** Queued for a worker after being handed a slot: its other slots are still to be taken. */
-        boolean handed;
 
         Strand(long room) {
             this.room = room;
