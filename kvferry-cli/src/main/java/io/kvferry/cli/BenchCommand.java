@@ -29,9 +29,6 @@ import java.util.concurrent.Callable;
                 + "control protocol, real transport), verify every destination byte, and print a summary.",
                 "With no options: Llama-3.1-8B shape, 64 requests of ~1024 tokens, TCP over loopback, one JVM."})
 public final class BenchCommand implements Callable<Integer> {
-    /** Warm-up requests before the measured ones: enough for the JIT to compile the copy loops on this 2-core machine. */
-    static final int DEFAULT_WARMUP = 8;
-
     @Mixin
     WorkloadOptions workload;
 
@@ -67,7 +64,7 @@ public final class BenchCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         BenchConfig config;
         try {
-            config = workload.toConfig(true, DEFAULT_WARMUP);
+            config = workload.toConfig(true, true);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;

@@ -30,15 +30,17 @@ public final class WorkloadOptions {
     @Option(names = "--mla", description = "Treat the model as MLA (one latent buffer per layer).")
     boolean mla;
 
-    @Option(names = "--requests", defaultValue = "64", description = "Requests to transfer. Default: ${DEFAULT-VALUE}.")
-    int requests;
+    @Option(names = "--requests",
+            description = "Requests to transfer (measured ones, after the warm-up). Default: 64; kvferry bench without --rate: "
+                    + "enough to move 2 GiB (at most 100000) or 16 x --concurrency (at most 200000), whichever is more, at least 64.")
+    Integer requests;
 
     @Option(names = "--prompt-tokens", defaultValue = "1024", description = "Prompt length in tokens. Default: ${DEFAULT-VALUE}.")
     int promptTokens;
 
     @Option(names = "--warmup",
             description = "Requests run (and verified) before the measured ones, left out of every timing figure "
-                    + "(kvferry bench: 8; kvferry chaos: 0).")
+                    + "(kvferry bench: enough to move 1 GiB, at least 8, at most 50000; kvferry chaos: 0).")
     Integer warmup;
 
     @Option(names = "--page-size", defaultValue = "16", description = "Tokens per KV page. Default: ${DEFAULT-VALUE}.")
@@ -182,11 +184,14 @@ public final class WorkloadOptions {
      *                      shares it; separate role processes must be given the same one)
      */
     BenchConfig toConfig(boolean generateToken) {
-        return toConfig(generateToken, 0);
+        return toConfig(generateToken, false);
     }
 
-    /** @param defaultWarmup warm-up requests when --warmup is not given */
-    BenchConfig toConfig(boolean generateToken, int defaultWarmup) {
+    /**
+     * @param benchDefaults size --requests and --warmup, when not given, by the bytes a request moves
+     *                      ({@link BenchDefaults}); otherwise 64 requests and no warm-up
+     */
+    BenchConfig toConfig(boolean generateToken, boolean benchDefaults) {
         if (!KVFerry.BACKENDS.contains(transport)) {
             throw new IllegalArgumentException("--transport must be one of " + KVFerry.BACKENDS + ", got '" + transport + "'");
         }
@@ -226,7 +231,10 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("the bench's state has " + RankPoolLimits.STATE_ENTRIES
                     + " entries per slot: TP must divide it");
         }
-        int warm = warmup == null ? defaultWarmup : warmup;
+        long roomBytes = shape.bytesPerToken(d) * (long) Math.max(0, promptTokens) * d;
+        int requests = this.requests != null ? this.requests
+                : benchDefaults && rate == null ? BenchDefaults.measuredRequests(roomBytes, concurrency) : BenchDefaults.REQUESTS;
+        int warm = warmup != null ? warmup : benchDefaults ? BenchDefaults.warmupRequests(roomBytes) : 0;
         if (warm < 0) throw new IllegalArgumentException("--warmup must be >= 0, got " + warm);
         PageLayout layout = PageLayout.parse(pages);
         if (rate != null && (!(rate > 0) || rate.isInfinite())) {
@@ -288,6 +296,38 @@ public final class WorkloadOptions {
                 transferWorkers, bootstrapTimeoutMs, deadline, new BenchConfig.Faults(abortProb, slowDecodeMs, failureProb, corruptProb),
                 stripes, pairedMemcpy, checksumMode, new BenchConfig.Suite(layout, rate == null ? 0 : rate, probe, huge,
                 changeFeed));
+    }
+
+    /**
+     * The bench's defaults, sized by the bytes one request moves. Rooms of a few KiB need tens of
+     * thousands of requests before the per-room path is compiled by C2 (measured on the 2-core VM:
+     * 32 KiB rooms ran at 9.5k rooms/s after 8 warm-up requests, 19k after 20,000, 25k after 60,000),
+     * and as many again to fill a window long enough to time; rooms of hundreds of MiB need a few.
+     * A closed loop fills its pipeline after the warm-up and drains it at the end, so the measured
+     * requests are also many times the requests in flight (at 10,000 in flight, 65,536 measured
+     * requests read 0.73–0.85 of c=64's rate, 200,000 read 0.86–0.93).
+     */
+    static final class BenchDefaults {
+        static final int REQUESTS = 64, MAX_REQUESTS = 100_000, WARMUP = 8, MAX_WARMUP = 50_000;
+        static final int WINDOWS_IN_FLIGHT = 16, MAX_REQUESTS_FOR_CONCURRENCY = 200_000;
+        static final long MEASURED_BYTES = 2L << 30, WARMUP_BYTES = 1L << 30;
+
+        static int measuredRequests(long roomBytes, int concurrency) {
+            long pipelined = Math.min(MAX_REQUESTS_FOR_CONCURRENCY, (long) WINDOWS_IN_FLIGHT * Math.max(0, concurrency));
+            return (int) Math.max(pipelined, sized(MEASURED_BYTES, roomBytes, REQUESTS, MAX_REQUESTS));
+        }
+
+        static int warmupRequests(long roomBytes) {
+            return sized(WARMUP_BYTES, roomBytes, WARMUP, MAX_WARMUP);
+        }
+
+        private static int sized(long bytes, long roomBytes, int floor, int cap) {
+            if (roomBytes <= 0) return floor; // a bad shape is refused later, with its own message
+            return (int) Math.max(floor, Math.min(cap, (bytes + roomBytes - 1) / roomBytes));
+        }
+
+        private BenchDefaults() {
+        }
     }
 
     /** Most measured requests of an open-loop run (--rate): their arrival schedule is 80 MB at this many. */

@@ -56,10 +56,11 @@ class BenchCommandTest {
                 "ratio_transfer_to_iperf3", "checksum"}) {
             assertTrue(j.has(f), "missing " + f + " in " + j);
         }
-        // 16 measured requests after the default warm-up, every one verified.
-        assertEquals(BenchCommand.DEFAULT_WARMUP, j.get("warmup").asInt());
-        assertEquals(16 + BenchCommand.DEFAULT_WARMUP, j.get("requests").asInt());
-        assertEquals(16 + BenchCommand.DEFAULT_WARMUP, j.get("succeeded").asInt());
+        // 16 measured requests after the default warm-up (1 GiB of 600 KiB rooms), every one verified.
+        int warmup = WorkloadOptions.BenchDefaults.warmupRequests(300L * 2048);
+        assertEquals(warmup, j.get("warmup").asInt());
+        assertEquals(16 + warmup, j.get("requests").asInt());
+        assertEquals(16 + warmup, j.get("succeeded").asInt());
         assertTrue(j.get("datapath_gbps").asDouble() > 0);
         assertEquals(0, j.get("failed").asInt());
         assertTrue(j.get("verified_bytes").asLong() > 16L * 256 * 2048);
@@ -113,7 +114,7 @@ class BenchCommandTest {
 
     @Test
     void everyRunReportsTheNixlbenchAndRoomRateColumns() throws Exception {
-        Run r = run("bench", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "64", "--requests", "400", "--json");
+        Run r = run("bench", "--warmup", "8", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "64", "--requests", "400", "--json");
         assertEquals(0, r.code(), r.out());
         JsonNode j = lastJson(r.out());
         for (String f : new String[]{"pages", "achieved_rate", "rooms_per_s", "request_latency_ms", "block_bytes", "batch_size",
@@ -141,12 +142,12 @@ class BenchCommandTest {
 
     @Test
     void openLoopRateReportsLatencyFromArrivalAndTheAchievedRate() throws Exception {
-        Run r = run("bench", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "16", "--requests", "300",
+        Run r = run("bench", "--warmup", "8", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "16", "--requests", "300",
                 "--rate", "600", "--json");
         assertEquals(0, r.code(), r.out());
         JsonNode j = lastJson(r.out());
         assertEquals(600.0, j.get("offered_rate").asDouble());
-        assertEquals(300 + BenchCommand.DEFAULT_WARMUP, j.get("succeeded").asInt());
+        assertEquals(300 + 8, j.get("succeeded").asInt());
         // 300 Poisson arrivals at 600/s take about half a second: the run cannot finish faster than they arrive.
         assertTrue(j.get("elapsed_s").asDouble() > 0.3, "elapsed " + j.get("elapsed_s"));
         assertTrue(j.get("achieved_rate").asDouble() > 0 && j.get("achieved_rate").asDouble() < 1000, j.toString());
@@ -176,19 +177,19 @@ class BenchCommandTest {
      */
     @Test
     void changeFeedDriversConcludeEveryRequestUnderAbortsAndInjectedFailures() throws Exception {
-        Run clean = run("bench", "--model", "tiny", "--prompt-tokens", "64", "--concurrency", "48", "--requests", "400",
+        Run clean = run("bench", "--warmup", "8", "--model", "tiny", "--prompt-tokens", "64", "--concurrency", "48", "--requests", "400",
                 "--poll", "feed", "--deadline-ms", "60000", "--json");
         assertEquals(0, clean.code(), clean.out());
-        assertEquals(400 + BenchCommand.DEFAULT_WARMUP, lastJson(clean.out()).get("succeeded").asInt());
-        Run faulty = run("bench", "--model", "tiny", "--prompt-tokens", "64", "--concurrency", "48", "--requests", "400",
+        assertEquals(400 + 8, lastJson(clean.out()).get("succeeded").asInt());
+        Run faulty = run("bench", "--warmup", "8", "--model", "tiny", "--prompt-tokens", "64", "--concurrency", "48", "--requests", "400",
                 "--poll", "feed", "--abort-prob", "0.1", "--failure-prob", "0.05", "--deadline-ms", "60000", "--json");
         JsonNode j = lastJson(faulty.out());
         assertEquals(1, faulty.code(), "aborted and injected requests fail the run: " + faulty.out());
         assertEquals(0, j.get("corrupted").asInt(), j.toString());
         assertTrue(j.get("failed").asInt() > 0 && j.get("succeeded").asInt() > 0, j.toString());
-        assertEquals(400 + BenchCommand.DEFAULT_WARMUP, j.get("succeeded").asInt() + j.get("failed").asInt(), j.toString());
+        assertEquals(400 + 8, j.get("succeeded").asInt() + j.get("failed").asInt(), j.toString());
         assertTrue(j.get("elapsed_s").asDouble() < 50, "no request waited for the deadline: " + j);
-        Run parked = run("bench", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "300", "--requests", "100",
+        Run parked = run("bench", "--warmup", "8", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "300", "--requests", "100",
                 "--poll", "feed", "--room-memory", "--deadline-ms", "60000", "--json");
         assertEquals(0, parked.code(), parked.out());
         assertEquals(300, lastJson(parked.out()).get("room_memory").get("both").get("rooms").asInt());
@@ -196,13 +197,13 @@ class BenchCommandTest {
 
     @Test
     void roomMemoryIsMeasuredWithRoomsParkedInFlight() throws Exception {
-        Run r = run("bench", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "500", "--requests", "200",
+        Run r = run("bench", "--warmup", "8", "--model", "tiny", "--prompt-tokens", "16", "--concurrency", "500", "--requests", "200",
                 "--room-memory", "--json");
         assertEquals(0, r.code(), r.out());
         JsonNode j = lastJson(r.out());
         // The parked rooms are extra warm-up requests: verified, left out of the timed figures.
-        assertEquals(BenchCommand.DEFAULT_WARMUP + 500, j.get("warmup").asInt());
-        assertEquals(200 + BenchCommand.DEFAULT_WARMUP + 500, j.get("succeeded").asInt());
+        assertEquals(8 + 500, j.get("warmup").asInt());
+        assertEquals(200 + 8 + 500, j.get("succeeded").asInt());
         JsonNode m = j.get("room_memory").get("both");
         assertEquals(500, m.get("rooms").asInt());
         // A room's state on both sides is some objects: more than nothing, far less than a megabyte of heap; a room holds

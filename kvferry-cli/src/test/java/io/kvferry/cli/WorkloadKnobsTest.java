@@ -6,6 +6,8 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import picocli.CommandLine;
 
+import java.util.function.Function;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -45,6 +47,38 @@ class WorkloadKnobsTest {
         System.setProperty("kvferry.checksum", "maybe");
         e = assertThrows(IllegalArgumentException.class, () -> config("--model", "tiny")).getMessage();
         assertTrue(e.contains("KVFERRY_CHECKSUM") && e.contains("maybe"), e);
+    }
+
+    @Test
+    void theBenchSizesItsRequestsAndWarmUpByTheBytesARequestMoves() {
+        Function<String[], BenchConfig> bench =
+                args -> CommandLine.populateCommand(new WorkloadOptions(), args).toConfig(true, true);
+        // 32 KiB rooms: 1 GiB of warm-up, 2 GiB measured, each under its cap.
+        BenchConfig tiny = bench.apply(new String[]{"--model", "tiny", "--prompt-tokens", "16"});
+        assertEquals(32 * 1024, tiny.shape().bytesPerToken(1) * 16);
+        assertEquals(32_768, tiny.workload().warmup());
+        assertEquals(65_536, tiny.workload().requests());
+        // 128 MiB rooms (the default bench): the floors, 8 and 64.
+        BenchConfig big = bench.apply(new String[]{});
+        assertEquals(8, big.workload().warmup());
+        assertEquals(64, big.workload().requests());
+        // One token of the tiny model (2 KiB): the caps.
+        BenchConfig one = bench.apply(new String[]{"--model", "tiny", "--prompt-tokens", "1"});
+        assertEquals(WorkloadOptions.BenchDefaults.MAX_WARMUP, one.workload().warmup());
+        assertEquals(WorkloadOptions.BenchDefaults.MAX_REQUESTS, one.workload().requests());
+        // Many in flight: 16 windows of them measured, up to 200,000.
+        assertEquals(160_000, bench.apply(new String[]{"--model", "tiny", "--prompt-tokens", "16", "--concurrency", "10000"})
+                .workload().requests());
+        assertEquals(200_000, bench.apply(new String[]{"--model", "tiny", "--prompt-tokens", "16", "--concurrency", "50000"})
+                .workload().requests());
+        // Flags win; open loop keeps 64 measured requests; the role and chaos commands have no warm-up unless given.
+        BenchConfig flags = bench.apply(new String[]{"--model", "tiny", "--prompt-tokens", "16", "--requests", "7", "--warmup", "0"});
+        assertEquals(7, flags.workload().requests());
+        assertEquals(0, flags.workload().warmup());
+        assertEquals(64, bench.apply(new String[]{"--model", "tiny", "--prompt-tokens", "16", "--rate", "100"}).workload().requests());
+        BenchConfig plain = config("--model", "tiny", "--prompt-tokens", "16");
+        assertEquals(0, plain.workload().warmup());
+        assertEquals(64, plain.workload().requests());
     }
 
     @Test
