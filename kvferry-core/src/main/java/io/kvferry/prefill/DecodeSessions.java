@@ -311,6 +311,8 @@ final class DecodeSessions {
                 }
                 return;
             }
+            // A room that failed while collecting destinations: its notice may have gone out before this one was added.
+            rooms.notifyLateDestination(room, link);
             if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
             room.requiredDstInfoNum = t.requiredDstInfoNum();
             if (room.destinations().size() >= t.requiredDstInfoNum()) {
@@ -378,11 +380,11 @@ final class DecodeSessions {
             dropHeld = !room.claimed && room.heldOnlyBy(link);
         }
         PrefillRoom held = dropHeld ? room : null;
-        Runnable toOthers = tellOthers ? rooms.noticeToOthers(room, link) : null;
+        TransferWorkers.ToAdmitted toOthers = tellOthers ? rooms.noticeToOthers(room, link) : null;
         // Through the room's strand, so the ack leaves only after any in-flight chunk of the room stopped.
-        Runnable answer = () -> {
+        TransferWorkers.ToAdmitted answer = admitted -> {
             try {
-                if (toOthers != null) toOthers.run();
+                if (toOthers != null) toOthers.run(admitted);
                 if (held != null) rooms.forgetUnclaimed(held, link);
                 link.sendQuietly(new AbortAck(a.room(), uniqueRank));
             } finally {
@@ -390,7 +392,7 @@ final class DecodeSessions {
             }
         };
         if (toOthers != null) workers.enqueue(room, answer); // admitted to every destination it writes to
-        else workers.enqueue(a.room(), link, answer);
+        else workers.enqueue(a.room(), link, () -> answer.run(List.of()));
     }
 
     private void onLinkLost(DecodeLink link, FailureKind kind, String why) {

@@ -48,6 +48,8 @@ final class PrefillRoom {
     long[] digestOf;
     /** Transfer worker only: the corruption test hook chose this room and has not struck yet. */
     boolean corruptPending;
+    /** The room's strand only: the links its Failed STATUS went to, so each is told once. */
+    private List<DecodeLink> failureToldTo;
     /** Set once the room fails or is cleared; the data paths check it between ops (made on the first write). */
     private volatile BooleanSupplier failed;
     /** The room's status, once its sender opened it (the transfer worker reads it without lookups). */
@@ -146,6 +148,14 @@ final class PrefillRoom {
             }
             charges.clear();
         }
+    }
+
+    /** The room's strand only: true the first time for {@code link}, when it is to be told the room failed. */
+    boolean firstFailureNoticeTo(DecodeLink link) {
+        if (failureToldTo == null) failureToldTo = new ArrayList<>(2);
+        if (failureToldTo.contains(link)) return false;
+        failureToldTo.add(link);
+        return true;
     }
 
     /** Whether every destination the room holds is on {@code link}. */

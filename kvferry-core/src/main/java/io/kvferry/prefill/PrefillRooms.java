@@ -8,6 +8,7 @@ import io.kvferry.protocol.TransferInfo;
 import io.kvferry.session.RoomStatusTable;
 
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
@@ -270,7 +271,24 @@ final class PrefillRooms {
         if (slot != null && slot.reachedSuccess()) return; // only a sender's slot can reach Success
         if (!room.failureNotified.compareAndSet(false, true)) return;
         RoomStatusTable.Entry e = failureOf(room);
-        workers.enqueue(room, () -> notifyFailure(room, e, null));
+        workers.enqueue(room, admitted -> notifyFailure(room, e, null, admitted));
+    }
+
+    /**
+     * Tells a destination added to a room whose failure notice was queued already (a decode rank's
+     * transfer info can arrive after the room failed while it still collected destinations): the
+     * notice went to the destinations it was admitted with, which may not include this one, so this
+     * one is told on its own link, on the room's strand, which tells each link once (the notice may
+     * have been admitted with this destination after all). A room that had reached Success tells no one.
+     */
+    void notifyLateDestination(PrefillRoom room, DecodeLink link) {
+        if (!room.failureNotified.get()) return;
+        RoomStatusTable.Slot slot = room.slot;
+        if (slot != null && slot.reachedSuccess()) return;
+        RoomStatusTable.Entry e = failureOf(room);
+        workers.enqueue(room.room, link, () -> {
+            if (room.firstFailureNoticeTo(link)) sendFailure(room.room, e, link);
+        });
     }
 
     /**
@@ -279,11 +297,11 @@ final class PrefillRooms {
      * own timeouts), to be run on the room's strand; null when the room had reached Success. The entry is
      * read now, as in {@link #notifyOnce}.
      */
-    Runnable noticeToOthers(PrefillRoom room, DecodeLink aborting) {
+    TransferWorkers.ToAdmitted noticeToOthers(PrefillRoom room, DecodeLink aborting) {
         RoomStatusTable.Slot slot = room.slot;
         if (slot != null && slot.reachedSuccess()) return null; // Success is final across the link (see notifyOnce)
         RoomStatusTable.Entry e = failureOf(room);
-        return () -> notifyFailure(room, e, aborting);
+        return admitted -> notifyFailure(room, e, aborting, admitted);
     }
 
     /** The room's status entry now, or null when the scheduler cleared it (a newer request may hold its id). */
@@ -292,12 +310,17 @@ final class PrefillRooms {
         return slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
     }
 
-    private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e, DecodeLink except) {
+    /** Sends the failure to the destinations the notice was admitted to (not to one added since: see notifyLateDestination). */
+    private void notifyFailure(PrefillRoom room, RoomStatusTable.Entry e, DecodeLink except, List<PrefillRoom.Destination> admitted) {
+        for (PrefillRoom.Destination d : admitted) {
+            if (d.info().dummy() || d.link() == except || !room.firstFailureNoticeTo(d.link())) continue;
+            sendFailure(room.room, e, d.link());
+        }
+    }
+
+    private void sendFailure(long room, RoomStatusTable.Entry e, DecodeLink link) {
         String reason = e == null || e.reason() == null ? "Failed on prefill rank " + uniqueRank : e.reason();
         FailureKind kind = e == null ? FailureKind.UNKNOWN : e.kind();
-        for (PrefillRoom.Destination d : room.orderedDestinations()) {
-            if (d.info().dummy() || d.link() == except) continue;
-            d.link().sendQuietly(new Status(room.room, KVPoll.Failed, kind, uniqueRank, reason));
-        }
+        link.sendQuietly(new Status(room, KVPoll.Failed, kind, uniqueRank, reason));
     }
 }

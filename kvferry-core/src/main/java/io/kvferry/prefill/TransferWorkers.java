@@ -64,19 +64,38 @@ final class TransferWorkers {
         }
     }
 
-    /** Queues a task that writes to the room's destinations, behind the room's earlier tasks. */
+    /**
+     * Queues a task that writes to the room's destinations, behind the room's earlier tasks: for a room
+     * whose destinations are complete (frozen), whose list cannot change between admission and run.
+     */
     void enqueue(PrefillRoom room, Runnable task) {
-        add(room.room, new Task(task, room, null));
+        add(room.room, new Task(task, null, room, null));
+    }
+
+    /**
+     * Queues a task that writes to the room's destinations as they were when it was admitted, which
+     * it is handed: for a room that may still be collecting destinations (a failure notice), so it
+     * never writes to a link it holds no slot on. A destination added after the admission is the
+     * adder's to tell.
+     */
+    void enqueue(PrefillRoom room, ToAdmitted task) {
+        add(room.room, new Task(null, task, room, null));
     }
 
     /** Queues a task that writes to {@code link} only, behind the room's earlier tasks. */
     void enqueue(long room, DecodeLink link, Runnable task) {
-        add(room, new Task(task, null, link));
+        add(room, new Task(task, null, null, link));
     }
 
     /** Queues a task that writes to no link, behind the room's earlier tasks. */
     void enqueue(long room, Runnable task) {
-        add(room, new Task(task, null, null));
+        add(room, new Task(task, null, null, null));
+    }
+
+    /** A task handed the room's destinations its admission holds slots for. */
+    @FunctionalInterface
+    interface ToAdmitted {
+        void run(List<PrefillRoom.Destination> admitted);
     }
 
     /** Marks a write entering a data path; pass the result to {@link #exited}. */
@@ -231,7 +250,8 @@ final class TransferWorkers {
         Task t = s.tasks.peek();
         while (!closed) {
             try {
-                t.body.run();
+                if (t.toAdmitted != null) t.toAdmitted.run(s.admitted);
+                else t.body.run();
             } catch (Throwable e) {
                 // Tasks fail their own room; anything escaping must not strand the room's later tasks.
                 log.error("transfer task failed unexpectedly", e);
@@ -273,10 +293,12 @@ final class TransferWorkers {
         if (s.granted == null) { // a new head task: what it needs (a resumed strand keeps its list)
             need.clear();
             s.taken = 0;
+            s.admitted = List.of();
             if (t.link != null) {
                 need.add(t.link.writers);
             } else if (t.room != null) {
-                List<PrefillRoom.Destination> destinations = t.room.orderedDestinations();
+                List<PrefillRoom.Destination> destinations = t.room.orderedDestinations(); // immutable, replaced whole
+                s.admitted = destinations;
                 for (int i = 0; i < destinations.size(); i++) {
                     PrefillRoom.Destination d = destinations.get(i);
                     if (!d.info().dummy() && !need.contains(d.link().writers)) need.add(d.link().writers);
@@ -299,6 +321,7 @@ final class TransferWorkers {
         for (int i = 0; i < s.taken; i++) handOn(s.links.get(i).leave());
         s.links.clear();
         s.taken = 0;
+        s.admitted = List.of();
     }
 
     private void handOn(Strand waiting) {
@@ -317,14 +340,16 @@ final class TransferWorkers {
         LinkSlots granted;
         /** How many of {@link #links} the head task holds slots on (the first ones, in order). */
         int taken;
+        /** The room's destinations {@link #links} were taken for (the head task's; empty for a one-link task). */
+        List<PrefillRoom.Destination> admitted = List.of();
 
         Strand(long room) {
             this.room = room;
         }
     }
 
-    /** A task and what it writes to: the room's destinations, one link, or neither. */
-    private record Task(Runnable body, PrefillRoom room, DecodeLink link) {}
+    /** A task (one of the two bodies) and what it writes to: the room's destinations, one link, or neither. */
+    private record Task(Runnable body, ToAdmitted toAdmitted, PrefillRoom room, DecodeLink link) {}
 
     /**
      * The admission of tasks to one decode link: at most {@code perLink} inside, the rest parked in

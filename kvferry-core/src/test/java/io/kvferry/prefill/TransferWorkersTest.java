@@ -194,6 +194,45 @@ class TransferWorkersTest {
         awaitTrue(() -> a.writers.inside() == 0 && b.writers.inside() == 0, "both links free");
     }
 
+    /**
+     * A task for a room still collecting destinations is handed the destinations its admission took
+     * slots for: one added while it waited for its turn is not among them (it holds no slot there).
+     */
+    @Test
+    void aTaskIsHandedTheDestinationsItWasAdmittedTo() throws Exception {
+        TransferWorkers w = workers(1);
+        DecodeLink a = connectedLink(), b = connectedLink();
+        PrefillRoom room = new PrefillRoom(5, 0);
+        room.addDestination(new PrefillRoom.Destination(a, info(5)));
+        CountDownLatch blockRoom = new CountDownLatch(1);
+        w.enqueue(5, a, () -> awaitQuietly(blockRoom)); // the room's earlier task holds its strand
+        List<List<PrefillRoom.Destination>> handed = Collections.synchronizedList(new ArrayList<>());
+        w.enqueue(room, handed::add);
+        awaitTrue(() -> a.writers.inside() == 1, "the earlier task runs");
+        blockRoom.countDown();
+        awaitTrue(() -> handed.size() == 1, "the notice ran");
+        assertEquals(List.of(a), handed.get(0).stream().map(PrefillRoom.Destination::link).toList());
+
+        // Admitted with one destination, then another one added before it runs: it is handed the one.
+        CountDownLatch blockA = new CountDownLatch(1), admitted = new CountDownLatch(1), added = new CountDownLatch(1);
+        w.enqueue(6, a, () -> awaitQuietly(blockA)); // fills link a's one slot
+        awaitTrue(() -> a.writers.inside() == 1, "link a is full");
+        w.enqueue(room, (TransferWorkers.ToAdmitted) got -> {
+            admitted.countDown();
+            awaitQuietly(added);
+            handed.add(got);
+        });
+        awaitTrue(() -> a.writers.parked() == 1, "the notice waits for link a");
+        blockA.countDown();
+        assertTrue(admitted.await(30, TimeUnit.SECONDS));
+        room.addDestination(new PrefillRoom.Destination(b, info(5)));
+        added.countDown();
+        awaitTrue(() -> handed.size() == 2, "the second notice ran");
+        assertEquals(List.of(a), handed.get(1).stream().map(PrefillRoom.Destination::link).toList());
+        assertEquals(0, b.writers.inside() + b.writers.parked(), "nothing took or waited for a slot on link b");
+        assertEquals(2, room.orderedDestinations().size());
+    }
+
     private static void awaitQuietly(CountDownLatch latch) {
         try {
             latch.await();

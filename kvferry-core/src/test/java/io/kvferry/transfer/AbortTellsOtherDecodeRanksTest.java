@@ -48,4 +48,35 @@ class AbortTellsOtherDecodeRanksTest extends TransferTestBase {
         await(receivers.get(1)::poll, KVPoll.Failed); // before the fix: WaitingForInput until its waiting timeout
         assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, receivers.get(1)::failureException).kind());
     }
+
+    /**
+     * The room fails on the prefill while it still waits for its second destination: the failure
+     * notice goes to the one destination it has (the only link it holds a slot on), and the decode
+     * rank whose transfer info comes after that is told when it comes, not left waiting for its timeout.
+     */
+    @Test
+    void aDecodeRankWhoseInfoComesAfterTheRoomFailedIsToldWhenItComes() {
+        TestRank pm = rank();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).mla(true).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        List<KVReceiver> receivers = new ArrayList<>();
+        for (int r = 0; r < 2; r++) {
+            KVManager d = decode(rank(), "tcp", cfg(2, r).mla(true).build(), r, PAGE_SIZE);
+            KVReceiver recv = d.createReceiver(addr, 32);
+            bootstrap(recv, 0);
+            receivers.add(recv);
+        }
+        receivers.get(0).sendMetadata(new int[]{3, 4}, 1, new int[][]{{2}}, 0);
+        KVSender s = p.createSender(addr, 32);
+        await(receivers.get(0)::poll, KVPoll.WaitingForInput);
+        s.abort(); // one of its two destinations known
+        await(s::poll, KVPoll.Failed);
+        await(receivers.get(0)::poll, KVPoll.Failed);
+        assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, receivers.get(0)::failureException).kind());
+
+        receivers.get(1).sendMetadata(new int[]{3, 4}, 1, new int[][]{{2}}, 0);
+        await(receivers.get(1)::poll, KVPoll.Failed); // before the fix: WaitingForInput until its waiting timeout
+        assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, receivers.get(1)::failureException).kind());
+    }
 }
