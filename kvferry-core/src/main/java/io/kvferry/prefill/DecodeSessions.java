@@ -308,11 +308,12 @@ final class DecodeSessions {
                     link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));
                 } else {
                     rooms.fail(room, FailureKind.BAD_REQUEST, error);
+                    rooms.notifyLateDestination(room, link); // a room that had failed already: its notice went out without this one
                 }
                 return;
             }
             // A room that failed while collecting destinations: its notice may have gone out before this one was added.
-            rooms.notifyLateDestination(room, link);
+            if (!t.dummy()) rooms.notifyLateDestination(room, link);
             if (t.decodePrefixLen() > 0 && room.decodePrefixLen == 0) room.decodePrefixLen = t.decodePrefixLen();
             room.requiredDstInfoNum = t.requiredDstInfoNum();
             if (room.destinations().size() >= t.requiredDstInfoNum()) {
