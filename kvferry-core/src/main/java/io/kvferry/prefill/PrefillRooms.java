@@ -304,10 +304,14 @@ final class PrefillRooms {
         return admitted -> notifyFailure(room, e, aborting, admitted);
     }
 
-    /** The room's status entry now, or null when the scheduler cleared it (a newer request may hold its id). */
+    /**
+     * The room's recorded failure. Through its sender's slot even when the scheduler cleared the room
+     * (it may, the moment it sees Failed, before the notice reads this); without a slot, by id while
+     * the record is still the room's, else null (a newer request may hold its id).
+     */
     private RoomStatusTable.Entry failureOf(PrefillRoom room) {
         RoomStatusTable.Slot slot = room.slot;
-        return slot != null ? slot.entry() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
+        return slot != null ? slot.failure() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
     }
 
     /** Sends the failure to the destinations the notice was admitted to (not to one added since: see notifyLateDestination). */

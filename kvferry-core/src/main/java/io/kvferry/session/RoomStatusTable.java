@@ -122,6 +122,17 @@ public final class RoomStatusTable {
             }
         }
 
+        /**
+         * The room's failure as recorded, also once the room was removed (the slot is this room's
+         * alone, so this is never a newer request's): what its peers are to be told, which the
+         * scheduler may clear as soon as it sees Failed. Null while the room has not failed.
+         */
+        public Entry failure() {
+            synchronized (this) {
+                return status == KVPoll.Failed ? new Entry(KVPoll.Failed, kind, reason, createdNanos, sinceNanos) : null;
+            }
+        }
+
         private Entry snapshot() {
             KVPoll s = status;
             return s == KVPoll.Failed ? new Entry(s, kind, reason, createdNanos, sinceNanos)

@@ -3,10 +3,20 @@ package io.kvferry.prefill;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.Ticker;
+import io.kvferry.protocol.Status;
+import io.kvferry.protocol.TransferInfo;
+import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertSame;
 
 /** The prefill's room records: a record that was cleared never changes the request that uses its id next. */
@@ -45,6 +55,30 @@ class PrefillRoomsTest {
         PrefillRoom retried = opened(6);
         rooms.fail(old, FailureKind.BAD_REQUEST, "late");
         assertEquals(KVPoll.Bootstrapping, retried.slot.status());
+    }
+
+    /**
+     * A room failed on one thread (an ABORT on a link's reader) is cleared by the scheduler the moment
+     * it sees Failed, which may come before the failure notice reads the failure: the notice still
+     * tells the room's destinations what failed it (it read "UNKNOWN" from the cleared table before).
+     */
+    @Test
+    @Timeout(30)
+    void aFailureNoticeCarriesTheFailureAfterTheSchedulerClearedTheRoom() throws Exception {
+        try (ServerSocketChannel server = ServerSocketChannel.open().bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+             SocketChannel client = SocketChannel.open(server.getLocalAddress());
+             SocketChannel accepted = server.accept()) {
+            DecodeLink link = new DecodeLink(new ControlConnection(client));
+            PrefillRoom r = opened(8);
+            r.addDestination(new PrefillRoom.Destination(link, new TransferInfo(8, new int[]{0}, -1, new int[0][], 1, 0, false)));
+            r.slot.fail(FailureKind.ABORTED, "Aborted by AbortReq.");
+            rooms.forget(8); // the scheduler saw Failed and cleared the room
+            rooms.notifyOnce(r);
+            Status s = assertInstanceOf(Status.class, new ControlConnection(accepted).read());
+            assertEquals(KVPoll.Failed, s.status());
+            assertEquals(FailureKind.ABORTED, s.kind());
+            assertEquals("Aborted by AbortReq.", s.reason());
+        }
     }
 
     @Test
