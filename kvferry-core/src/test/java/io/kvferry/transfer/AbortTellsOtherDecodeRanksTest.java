@@ -25,20 +25,34 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 @Timeout(60)
 class AbortTellsOtherDecodeRanksTest extends TransferTestBase {
 
-    @Test
-    void anAbortFromOneDecodeRankFailsTheRoomOnTheOthers() {
-        TestRank pm = rank();
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).mla(true).build());
+    private static final int[] PAGES = {3, 4};
+    private static final int[][] STATE = {{2}};
+
+    /** An MLA prefill rank (TP 1), registered. */
+    private KVManager mlaPrefill() {
+        KVManager p = KVFerry.createManager("tcp", rank().args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).mla(true).build());
         closeables.add(p);
         p.registerToBootstrap();
+        return p;
+    }
+
+    /** The room's receivers on two MLA decode ranks (TP 2), bootstrapped; no metadata sent yet. */
+    private List<KVReceiver> twoDecodeRanks(long room) {
         List<KVReceiver> receivers = new ArrayList<>();
         for (int r = 0; r < 2; r++) {
             KVManager d = decode(rank(), "tcp", cfg(2, r).mla(true).build(), r, PAGE_SIZE);
-            KVReceiver recv = d.createReceiver(addr, 31);
+            KVReceiver recv = d.createReceiver(addr, room);
             bootstrap(recv, 0);
-            recv.sendMetadata(new int[]{3, 4}, 1, new int[][]{{2}}, 0);
             receivers.add(recv);
         }
+        return receivers;
+    }
+
+    @Test
+    void anAbortFromOneDecodeRankFailsTheRoomOnTheOthers() {
+        KVManager p = mlaPrefill();
+        List<KVReceiver> receivers = twoDecodeRanks(31);
+        for (KVReceiver recv : receivers) recv.sendMetadata(PAGES, 1, STATE, 0);
         KVSender s = p.createSender(addr, 31);
         await(s::poll, KVPoll.WaitingForInput); // both decode ranks' infos arrived
 
@@ -56,18 +70,9 @@ class AbortTellsOtherDecodeRanksTest extends TransferTestBase {
      */
     @Test
     void aDecodeRankWhoseInfoComesAfterTheRoomFailedIsToldWhenItComes() {
-        TestRank pm = rank();
-        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).mla(true).build());
-        closeables.add(p);
-        p.registerToBootstrap();
-        List<KVReceiver> receivers = new ArrayList<>();
-        for (int r = 0; r < 2; r++) {
-            KVManager d = decode(rank(), "tcp", cfg(2, r).mla(true).build(), r, PAGE_SIZE);
-            KVReceiver recv = d.createReceiver(addr, 32);
-            bootstrap(recv, 0);
-            receivers.add(recv);
-        }
-        receivers.get(0).sendMetadata(new int[]{3, 4}, 1, new int[][]{{2}}, 0);
+        KVManager p = mlaPrefill();
+        List<KVReceiver> receivers = twoDecodeRanks(32);
+        receivers.get(0).sendMetadata(PAGES, 1, STATE, 0);
         KVSender s = p.createSender(addr, 32);
         await(receivers.get(0)::poll, KVPoll.WaitingForInput);
         s.abort(); // one of its two destinations known
@@ -75,7 +80,7 @@ class AbortTellsOtherDecodeRanksTest extends TransferTestBase {
         await(receivers.get(0)::poll, KVPoll.Failed);
         assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, receivers.get(0)::failureException).kind());
 
-        receivers.get(1).sendMetadata(new int[]{3, 4}, 1, new int[][]{{2}}, 0);
+        receivers.get(1).sendMetadata(PAGES, 1, STATE, 0);
         await(receivers.get(1)::poll, KVPoll.Failed); // before the fix: WaitingForInput until its waiting timeout
         assertEquals(FailureKind.ABORTED, assertThrows(KVTransferException.class, receivers.get(1)::failureException).kind());
     }
