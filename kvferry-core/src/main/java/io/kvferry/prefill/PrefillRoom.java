@@ -54,6 +54,11 @@ final class PrefillRoom {
     private volatile BooleanSupplier failed;
     /** The room's status, once its sender opened it (the transfer worker reads it without lookups). */
     volatile RoomStatusTable.Slot slot;
+    /**
+     * The room's status entry as it was when the record was dropped (set before the record and its status
+     * go): what a failure notice of a room without a slot still reads once the table no longer has it.
+     */
+    volatile RoomStatusTable.Entry droppedWith;
 
     /** The room's status: through its slot once a sender opened it, else by lookup. */
     KVPoll status(RoomStatusTable statuses) {

@@ -206,6 +206,7 @@ final class PrefillRooms {
                 tombstones.put(room, t);
             }
         }
+        if (held != null) held.droppedWith = e; // before the record and its status go: see failureOf
         // The record goes before its slot: a transfer info being attached meanwhile then either finds the
         // record gone and removes the slot it made (DecodeSessions.forgetIfOrphaned), or made it before
         // this removes it.
@@ -307,11 +308,19 @@ final class PrefillRooms {
     /**
      * The room's recorded failure. Through its sender's slot even when the scheduler cleared the room
      * (it may, the moment it sees Failed, before the notice reads this); without a slot, by id while
-     * the record is still the room's, else null (a newer request may hold its id).
+     * the record is still the room's, else what the record was dropped with (the unclaimed-room sweep
+     * or another rank's abort may drop it as soon as it failed), never a newer request's of its id.
      */
     private RoomStatusTable.Entry failureOf(PrefillRoom room) {
         RoomStatusTable.Slot slot = room.slot;
-        return slot != null ? slot.failure() : rooms.get(room.room) == room ? statuses.entry(room.room) : null;
+        if (slot != null) return slot.failure();
+        if (rooms.get(room.room) == room) {
+            RoomStatusTable.Entry e = statuses.entry(room.room);
+            // Still the record after the read: the entry was its own (a record goes before its status).
+            if (rooms.get(room.room) == room) return e;
+        }
+        RoomStatusTable.Entry dropped = room.droppedWith;
+        return dropped != null && dropped.status() == KVPoll.Failed ? dropped : null;
     }
 
     /** Sends the failure to the destinations the notice was admitted to (not to one added since: see notifyLateDestination). */

@@ -81,6 +81,45 @@ class PrefillRoomsTest {
         }
     }
 
+    /**
+     * The same race for a room no sender claimed yet (held for two decode ranks, so it has no slot of
+     * its own): one rank's ABORT fails it on its link's reader and takes the notice for the other rank;
+     * the unclaimed-room sweep, finding it past the waiting timeout, drops it on its strand before the
+     * reader builds that notice. The other rank is still told ABORTED (it was told UNKNOWN, read from
+     * the table the drop had emptied).
+     */
+    @Test
+    @Timeout(30)
+    void aNoticeForAnUnclaimedRoomCarriesTheFailureAfterTheSweepDroppedIt() throws Exception {
+        try (ServerSocketChannel server = ServerSocketChannel.open().bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+             SocketChannel aborting = SocketChannel.open(server.getLocalAddress());
+             SocketChannel abortingAccepted = server.accept();
+             SocketChannel other = SocketChannel.open(server.getLocalAddress());
+             SocketChannel otherAccepted = server.accept()) {
+            // The prefill's ends (an unregistered link's session id names its peer, which differs for these two).
+            DecodeLink abortingLink = new DecodeLink(new ControlConnection(abortingAccepted));
+            DecodeLink otherLink = new DecodeLink(new ControlConnection(otherAccepted));
+            PrefillRoom r = rooms.room(9); // transfer infos' record, no sender yet
+            r.addDestination(new PrefillRoom.Destination(abortingLink, new TransferInfo(9, new int[]{0}, -1, new int[0][], 2, 0, false)));
+            r.addDestination(new PrefillRoom.Destination(otherLink, new TransferInfo(9, new int[]{1}, -1, new int[0][], 2, 0, false)));
+            rooms.statuses.update(9, KVPoll.Bootstrapping);
+            // The aborting rank's reader (DecodeSessions.onAbort): fails the room, takes the notice for the others.
+            rooms.statuses.failIfUnfinished(9, FailureKind.ABORTED, "Aborted by AbortReq.");
+            r.failureNotified.set(true);
+            // The sweep: the room is past the waiting timeout; it is dropped on its strand.
+            rooms.expireUnclaimed(0);
+            long deadline = System.nanoTime() + 20_000_000_000L;
+            while (rooms.isTracked(9) && System.nanoTime() - deadline < 0) Thread.onSpinWait();
+            assertEquals(false, rooms.isTracked(9));
+            // The reader goes on: the notice to the room's other rank.
+            rooms.noticeToOthers(r, abortingLink).run(r.destinations());
+            Status s = assertInstanceOf(Status.class, new ControlConnection(other).read());
+            assertEquals(KVPoll.Failed, s.status());
+            assertEquals(FailureKind.ABORTED, s.kind());
+            assertEquals("Aborted by AbortReq.", s.reason());
+        }
+    }
+
     @Test
     void theCurrentRecordFailsThroughItsSlot() {
         PrefillRoom r = opened(7);
