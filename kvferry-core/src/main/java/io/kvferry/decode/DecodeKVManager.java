@@ -293,12 +293,13 @@ public final class DecodeKVManager implements KVManager {
      * The one place this rank's room changes are observed (the status table calls it after each):
      * bootstrap time, conclusion figures, and failures with the prefill ranks they involved.
      */
-    private void onRoomChanged(long roomId, KVPoll from, RoomStatusTable.Entry to) {
+    void onRoomChanged(RoomStatusTable.Slot slot, KVPoll from, RoomStatusTable.Entry to) {
         switch (to.status()) {
             case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
             case Failed -> {
-                DecodeRoom r = rooms.get(roomId);
-                telemetry.failed(roomId, from, to.kind(), to.reason(), r == null ? null : peersOf(r));
+                // The room's own record: the scheduler may have cleared it, and a retry taken its id, by now.
+                DecodeRoom r = slot.owner() instanceof DecodeRoom own ? own : null;
+                telemetry.failed(slot.room(), from, to.kind(), to.reason(), r == null ? null : peersOf(r));
             }
             default -> {
                 // Bootstrapping and Transferring carry no figure of their own; Success is recorded with its room in hand

@@ -171,5 +171,6 @@ final class DecodeRoom {
         this.room = room;
         this.bootstrapAddr = bootstrapAddr;
         this.slot = slot;
+        slot.own(this); // the failure record names this room's peers, even once it was cleared
     }
 }

@@ -334,12 +334,14 @@ public final class PrefillKVManager implements KVManager {
      * The one place this rank's room changes are observed (the status table calls it after each):
      * bootstrap time, conclusion figures, and failures with the peers they involved.
      */
-    private void onRoomChanged(long roomId, KVPoll from, RoomStatusTable.Entry to) {
+    private void onRoomChanged(RoomStatusTable.Slot slot, KVPoll from, RoomStatusTable.Entry to) {
         switch (to.status()) {
             case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
             case Failed -> {
-                PrefillRoom r = rooms.get(roomId);
-                telemetry.failed(roomId, from, to.kind(), to.reason(), r == null ? null : peersOf(r));
+                // The room's own record (its sender's slot names it): the scheduler may have cleared the room,
+                // and a retry taken its id, by now. A room held for a decode only has no sender to clear it.
+                PrefillRoom r = slot.owner() instanceof PrefillRoom own ? own : rooms.get(slot.room());
+                telemetry.failed(slot.room(), from, to.kind(), to.reason(), r == null ? null : peersOf(r));
             }
             default -> {
                 // Bootstrapping and Transferring carry no figure of their own; Success is recorded with its room in hand

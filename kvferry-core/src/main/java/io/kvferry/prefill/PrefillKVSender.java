@@ -45,6 +45,7 @@ final class PrefillKVSender implements KVSender {
         this.bootstrapAddr = bootstrapAddr;
         this.dummy = dummy;
         slot = room.slot = manager.rooms.statuses.open(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
+        slot.own(room); // the failure record names this room's peers, even once it was cleared
         bootstrapDeadlineTick = room.createdTick + Failures.deadlineNanos(manager.config().bootstrapTimeout());
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;

@@ -39,14 +39,19 @@ public final class RoomStatusTable {
      */
     public record Entry(KVPoll status, FailureKind kind, String reason, long createdNanos, long sinceNanos) {}
 
-    /** Told of every status change, on the thread that made it, after it was made. */
+    /**
+     * Told of every status change, on the thread that made it, after it was made: by then another
+     * thread that saw the change may have cleared the room (and a newer request may hold its id), so
+     * what the listener needs of the room comes from the slot (its {@link Slot#owner()}), not by id.
+     */
     @FunctionalInterface
     public interface Listener {
         /**
+         * @param slot the room's slot ({@link Slot#room()}, {@link Slot#owner()})
          * @param from the status before ({@code null}: the room was just created)
          * @param to   the room's entry now
          */
-        void changed(long room, KVPoll from, Entry to);
+        void changed(Slot slot, KVPoll from, Entry to);
     }
 
     /**
@@ -68,12 +73,32 @@ public final class RoomStatusTable {
         private volatile KVPoll failedFrom;
         /** Run after every change of this room (its handle's {@link RoomFeed} entry); null for none. */
         private volatile Runnable watcher;
+        /** The room's record that keeps this slot (set once by its owner); null for none. */
+        private volatile Object owner;
 
         private Slot(long room, KVPoll status, Listener listener) {
             this.room = room;
             this.listener = listener;
             this.status = status;
             this.createdNanos = this.sinceNanos = System.nanoTime();
+        }
+
+        /** The room's id. */
+        public long room() {
+            return room;
+        }
+
+        /**
+         * Names the record this slot belongs to, for the table's listener: it stays this room's once
+         * the room was cleared, as a lookup by id does not.
+         */
+        public void own(Object record) {
+            owner = record;
+        }
+
+        /** The record named by {@link #own}, or null. */
+        public Object owner() {
+            return owner;
         }
 
         /** The room's status (Failed once removed). */
@@ -109,7 +134,7 @@ public final class RoomStatusTable {
         }
 
         private void changed(KVPoll from, Entry now) {
-            if (now != null) listener.changed(room, from, now);
+            if (now != null) listener.changed(this, from, now);
             Runnable w = watcher;
             if (w != null) w.run();
         }
@@ -240,7 +265,7 @@ public final class RoomStatusTable {
             made[0] = true;
             return new Slot(k, status, listener);
         });
-        if (made[0] && listener != null) listener.changed(room, null, s.entry());
+        if (made[0] && listener != null) listener.changed(s, null, s.entry());
         return s;
     }
 
