@@ -265,7 +265,14 @@ public final class RoomStatusTable {
             made[0] = true;
             return new Slot(k, status, listener);
         });
-        if (made[0] && listener != null) listener.changed(s, null, s.entry());
+        if (made[0] && listener != null) {
+            // Not entry(): another thread may have removed the room already, and entry() then reads null.
+            Entry created;
+            synchronized (s) {
+                created = s.snapshot();
+            }
+            listener.changed(s, null, created);
+        }
         return s;
     }
 
