@@ -8,6 +8,7 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVManagerInspection;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
+import io.kvferry.api.SmallRankArgs;
 import io.kvferry.session.RoomStatusTable;
 import io.kvferry.transport.Backend;
 import org.junit.jupiter.api.Test;
@@ -30,12 +31,7 @@ class FailureRecordAfterClearTest {
     void aFailureRecordedAfterTheSchedulerClearedTheRoomNamesItsOwnPeers() throws Exception {
         try (Arena arena = Arena.ofShared();
              KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN)) {
-            KVArgs args = new KVArgs();
-            args.engineRank = 0;
-            args.pageSize = 16;
-            args.kvCacheDtypeStr = "bf16";
-            args.addKvBuffer(arena.allocate(8 * 1024, 64), 1024);
-            args.addAuxBuffer(arena.allocate(8 * 64, 64), 64);
+            KVArgs args = SmallRankArgs.of(arena, 16);
             DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registry.port())
                     .authToken(TOKEN).build(), Backend.of("tcp"));
             try {

@@ -7,6 +7,7 @@ import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
+import io.kvferry.api.SmallRankArgs;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Handshake;
@@ -104,12 +105,7 @@ class LinkLossAfterSuccessTest {
             String addr = "127.0.0.1:" + registry.port();
             new BootstrapClient(addr, TOKEN).registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
                     "127.0.0.1", port, PAGE_SIZE, "bf16", "follow_bootstrap_room", false, 0));
-            KVArgs args = new KVArgs();
-            args.engineRank = 0;
-            args.pageSize = PAGE_SIZE;
-            args.kvCacheDtypeStr = "bf16";
-            args.addKvBuffer(arena.allocate(8 * 1024, 64), 1024);
-            args.addAuxBuffer(arena.allocate(8 * 64, 64), 64);
+            KVArgs args = SmallRankArgs.of(arena, PAGE_SIZE);
             DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registry.port())
                     .authToken(TOKEN).connectTimeout(Duration.ofSeconds(5)).build(), Backend.of("tcp"));
             try {

@@ -8,6 +8,7 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.api.SmallRankArgs;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.Handshake;
 import io.kvferry.protocol.Hello;
@@ -57,12 +58,7 @@ class LinkLostBeforeListedTest {
             String addr = "127.0.0.1:" + registry.port();
             new BootstrapClient(addr, TOKEN).registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
                     "127.0.0.1", port, PAGE_SIZE, "bf16", "follow_bootstrap_room", false, 0));
-            KVArgs args = new KVArgs();
-            args.engineRank = 0;
-            args.pageSize = PAGE_SIZE;
-            args.kvCacheDtypeStr = "bf16";
-            args.addKvBuffer(arena.allocate(8 * 1024, 64), 1024);
-            args.addAuxBuffer(arena.allocate(8 * 64, 64), 64);
+            KVArgs args = SmallRankArgs.of(arena, PAGE_SIZE);
             DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", registry.port())
                     .authToken(TOKEN).connectTimeout(Duration.ofSeconds(5)).prefillInfoTimeout(Duration.ofSeconds(1)).build(),
                     Backend.of("tcp"));

@@ -7,6 +7,7 @@ import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.api.SmallRankArgs;
 import io.kvferry.session.RoomStatusTable;
 import io.kvferry.transport.Backend;
 import org.junit.jupiter.api.AfterEach;
@@ -35,12 +36,7 @@ class ClaimWhileDroppedTest {
     private final PrefillKVManager manager;
 
     ClaimWhileDroppedTest() {
-        KVArgs args = new KVArgs();
-        args.engineRank = 0;
-        args.pageSize = 16;
-        args.kvCacheDtypeStr = "bf16";
-        args.addKvBuffer(arena.allocate(8 * 1024, 64), 1024);
-        args.addAuxBuffer(arena.allocate(8 * 64, 64), 64);
+        KVArgs args = SmallRankArgs.of(arena, 16);
         manager = new PrefillKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", 1)
                 .authToken("claim-test-token").build(), Backend.of("tcp"));
     }
