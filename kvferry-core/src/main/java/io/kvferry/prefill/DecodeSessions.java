@@ -303,7 +303,7 @@ final class DecodeSessions {
             rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
             if (error != null) {
                 log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
-                rooms.statuses.fail(t.room(), FailureKind.BAD_REQUEST, error);
+                rooms.statuses.failIfUnfinished(t.room(), FailureKind.BAD_REQUEST, error); // a concluded room stays as it is
                 if (previous != null || t.dummy()) {
                     link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));
                 } else {

@@ -17,6 +17,8 @@ import io.kvferry.protocol.Hello;
 import io.kvferry.protocol.HelloAck;
 import io.kvferry.protocol.Status;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.protocol.WriteHeader;
+import io.kvferry.protocol.WriteList;
 import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -25,6 +27,7 @@ import java.io.IOException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -72,9 +75,23 @@ class LateDestinationTest extends TransferTestBase {
         c.send(new Abort(BARRIER_ROOM));
         List<Status> got = new ArrayList<>();
         while (true) {
-            ControlMessage m = c.read();
+            ControlMessage m = next(c);
             if (m instanceof AbortAck ack && ack.room() == BARRIER_ROOM) return got;
             if (m instanceof Status s && s.room() == ROOM) got.add(s);
+        }
+    }
+
+    /** The next control message; the bytes of data frames are read past, as a decode that drops them would. */
+    private static ControlMessage next(ControlConnection c) throws IOException {
+        while (true) {
+            ControlMessage m = c.read();
+            if (m instanceof WriteList list) {
+                c.skipPayload(list.payloadLength());
+            } else if (m instanceof WriteHeader w) {
+                c.skipPayload(w.length());
+            } else {
+                return m;
+            }
         }
     }
 
@@ -94,6 +111,37 @@ class LateDestinationTest extends TransferTestBase {
         List<Status> bad = answersTo(session(p, "second", "one-instance", dm), info(1_000_000, false));
         assertEquals(1, bad.size(), "one Failed STATUS (before the fix: none, it waited for its timeout): " + bad);
         assertEquals(KVPoll.Failed, bad.get(0).status());
+    }
+
+    /**
+     * A decode that sends its transfer info again after the room concluded (a bug or a hostile peer):
+     * the duplicate is refused, and the room's Success on the prefill stays (it turned Failed: the
+     * completed transfer was counted and logged as a bad_request failure, and a scheduler that had not
+     * polled it yet would have seen Failed).
+     */
+    @Test
+    void aDuplicateInfoAfterTheRoomSucceededLeavesItSucceeded() throws Exception {
+        KVManager p = KVFerry.createManager("tcp", rank().args(0, PAGE_SIZE), DisaggregationMode.PREFILL, cfg(1, 0).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        ControlConnection c = session(p, "decode", "one-instance", rank());
+        TransferInfo info = new TransferInfo(ROOM, new int[]{1}, 0, new int[0][], 1, 0, false);
+        c.send(info);
+        KVSender s = p.createSender(addr, ROOM);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1, 0);
+        s.send(new int[]{2});
+        ControlMessage m;
+        do {
+            m = next(c);
+        } while (!(m instanceof Status st && st.room() == ROOM && st.status() == KVPoll.Success));
+        await(s::poll, KVPoll.Success);
+        List<Status> got = answersTo(c, info);
+        assertEquals(1, got.size(), "the duplicate is refused: " + got);
+        assertEquals(KVPoll.Failed, got.get(0).status());
+        // The sender latched Success when polled; the room's own record must not have failed after it either.
+        assertEquals(List.of(), p.inspect().recentFailures(), "a concluded room stays Success");
+        assertEquals(Map.of(), p.inspect().failuresByKind());
     }
 
     @Test
