@@ -82,7 +82,7 @@ public final class BenchCommand implements Callable<Integer> {
             System.err.println("kvferry bench: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
             return 2;
         }
-        long perRequest = config.shape().bytesPerToken(config.decodeTp()) * config.workload().promptTokens() * config.decodeTp();
+        long perRequest = config.shape().requestBytes(config.workload().promptTokens(), config.decodeTp());
         System.err.printf("[bench] model=%s transport=%s tp=%d->%d requests=%d (+%d warm-up) prompt=%d tokens (~%.1f MiB KV each), "
                         + "page=%d, chunk=%d tokens, concurrency=%d, %s%n",
                 config.shape().name(), config.transport(), config.prefillTp(), config.decodeTp(), config.workload().requests(),

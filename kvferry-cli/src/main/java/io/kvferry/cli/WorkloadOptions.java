@@ -231,7 +231,7 @@ public final class WorkloadOptions {
             throw new IllegalArgumentException("the bench's state has " + RankPoolLimits.STATE_ENTRIES
                     + " entries per slot: TP must divide it");
         }
-        long roomBytes = shape.bytesPerToken(d) * (long) Math.max(0, promptTokens) * d;
+        long roomBytes = shape.requestBytes(Math.max(0, promptTokens), d);
         int requests = this.requests != null ? this.requests
                 : benchDefaults && rate == null ? BenchDefaults.measuredRequests(roomBytes, concurrency) : BenchDefaults.REQUESTS;
         int warm = warmup != null ? warmup : benchDefaults ? BenchDefaults.warmupRequests(roomBytes) : 0;

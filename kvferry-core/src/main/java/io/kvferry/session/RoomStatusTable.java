@@ -141,7 +141,11 @@ public final class RoomStatusTable {
 
         /** A snapshot; null once removed (as for a room the table does not know). */
         public Entry entry() {
-            if (removed) return null;
+            return removed ? null : current();
+        }
+
+        /** A snapshot whether or not the room was removed since. */
+        private Entry current() {
             synchronized (this) {
                 return snapshot();
             }
@@ -153,9 +157,8 @@ public final class RoomStatusTable {
          * scheduler may clear as soon as it sees Failed. Null while the room has not failed.
          */
         public Entry failure() {
-            synchronized (this) {
-                return status == KVPoll.Failed ? new Entry(KVPoll.Failed, kind, reason, createdNanos, sinceNanos) : null;
-            }
+            Entry e = current();
+            return e.status() == KVPoll.Failed ? e : null;
         }
 
         private Entry snapshot() {
@@ -265,14 +268,8 @@ public final class RoomStatusTable {
             made[0] = true;
             return new Slot(k, status, listener);
         });
-        if (made[0] && listener != null) {
-            // Not entry(): another thread may have removed the room already, and entry() then reads null.
-            Entry created;
-            synchronized (s) {
-                created = s.snapshot();
-            }
-            listener.changed(s, null, created);
-        }
+        // Not entry(): another thread may have removed the room already, and entry() then reads null.
+        if (made[0] && listener != null) listener.changed(s, null, s.current());
         return s;
     }
 

@@ -63,6 +63,11 @@ public record ModelShape(String name, int layers, int kvHeads, int headDim, int 
         return pageBytes(1, tp) * kvBuffers();
     }
 
+    /** KV bytes a request of {@code tokens} moves to a decode of TP {@code tp}, all its ranks together. */
+    public long requestBytes(long tokens, int tp) {
+        return bytesPerToken(tp) * tokens * tp;
+    }
+
     /** Bytes of one head of one token (the verification unit). */
     public long headBytes() {
         return (long) headDim * dtypeBytes;
