@@ -327,10 +327,8 @@ public final class DecodeKVManager implements KVManager {
 
     @Override
     public KVManagerInspection inspect() {
-        RoomStatusTable.Census census = rooms.statuses.census(KVManagerInspection.MAX_ROOMS, room -> {
-            DecodeRoom r = rooms.get(room);
-            return r == null ? "" : peersOf(r);
-        });
+        RoomStatusTable.Census census = rooms.statuses.census(KVManagerInspection.MAX_ROOMS,
+                slot -> slot.owner() instanceof DecodeRoom r ? peersOf(r) : "");
         List<KVManagerInspection.Peer> peers = new ArrayList<>();
         for (PrefillLink l : directory.links()) {
             peers.add(new KVManagerInspection.Peer("prefill rank " + l.prefillUniqueRank, l.endpoint, l.dataPath, l.dataPathNote, l.rooms.size(),
@@ -355,7 +353,7 @@ public final class DecodeKVManager implements KVManager {
         dpRanks.lookups.join(lookupsDeadline);
         directory.close();
         for (DecodeRoom r : rooms.all()) {
-            rooms.statuses.fail(r.room, FailureKind.SHUTDOWN, "the decode KV manager was torn down");
+            r.slot.fail(FailureKind.SHUTDOWN, "the decode KV manager was torn down");
             r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS);
         }
         List<PrefillLink> all = new ArrayList<>(directory.links());

@@ -245,8 +245,12 @@ final class DecodeKVReceiver implements KVReceiver {
         // Published before any info leaves, so the first write already finds its allowance.
         room.allowance = new DecodeRoom.Allowance(pages, sortedPages, auxIndex, state, sortedState, owed, pagesOf, sortedPagesOf, bitBase);
         room.metadataSentNanos = System.nanoTime();
-        RoomStatusTable.Entry bootstrapped = manager.rooms.statuses.entry(room.room);
-        if (bootstrapped != null) manager.telemetry.allocated(room.metadataSentNanos - bootstrapped.sinceNanos());
+        // The room's own slot, and only while it is still WaitingForInput: a reader may fail it right now, and
+        // the time since that failure is no allocation figure.
+        RoomStatusTable.Entry bootstrapped = room.slot.entry();
+        if (bootstrapped != null && bootstrapped.status() == KVPoll.WaitingForInput) {
+            manager.telemetry.allocated(room.metadataSentNanos - bootstrapped.sinceNanos());
+        }
         metadataSentTick = now();
         waitDeadlineTick = metadataSentTick + Failures.deadlineNanos(manager.config().waitingTimeout());
         metadataSent = true;

@@ -116,15 +116,19 @@ final class LinkReader {
     private void onWrite(PrefillLink link, long room, WriteRejectedException rejected) throws IOException {
         if (rejected == null) return;
         if (rejected.fatal()) throw new ProtocolException("write from " + link + " rejected: " + rejected.getMessage());
-        rejectWrite(room, link.toString(), rejected);
+        rejectWrite(link, room, rejected);
     }
 
-    private void rejectWrite(long room, String from, WriteRejectedException rejected) {
-        if (rooms.statuses.status(room).isTerminal() || !rooms.isTracked(room)) {
+    private void rejectWrite(PrefillLink link, long room, WriteRejectedException rejected) {
+        String from = link.toString();
+        // The record the write was judged against, not a lookup now: a cleared room's id may have been taken
+        // by a retry since, which this rejection is not about. Refused before any lookup: the room's record now.
+        DecodeRoom r = rejected.judged() ? (rejected.room() instanceof DecodeRoom judged ? judged : null) : rooms.get(room);
+        if (r == null || r.slot.status().isTerminal()) {
             log.debug("dropped a write for inactive room {} from {}: {}", room, from, rejected.getMessage());
             return;
         }
-        if (rejected.fromStranger()) { // as a STATUS from such a link: the room is not that link's to fail
+        if (rejected.fromStranger() || r.targetIndexOf(link) < 0) { // as a STATUS from such a link: the room is not that link's to fail
             // Debug, not warn: every such frame lands here, and a linked peer could flood the log with them.
             log.debug("dropped a write for room {} from {}: {}", room, from, rejected.getMessage());
             return;
@@ -132,7 +136,7 @@ final class LinkReader {
         String reason = (rejected.kind() == FailureKind.INTEGRITY ? "" : "Rejected a write from " + from + ": ") + rejected.getMessage();
         log.debug("room {}: {}", room, reason); // the room's failure line (io.kvferry.failures) reports it
         // Atomically unfinished: another reader (another prefill rank's) may conclude the room right now.
-        rooms.statuses.failIfUnfinished(room, rejected.kind(), reason);
+        r.slot.failIfUnfinished(rejected.kind(), reason);
     }
 
     private void onStatus(PrefillLink link, Status s) {
@@ -239,13 +243,14 @@ final class LinkReader {
         directory.forgetPrefill(link.bootstrapAddr);
         int affected = 0;
         for (Long r : link.rooms) {
-            if (rooms.statuses.status(r).isTerminal()) continue;
+            DecodeRoom room = rooms.get(r);
+            // A newer request that took the id of a room this link held (cleared meanwhile) is not this link's to fail.
+            if (room == null || room.targetIndexOf(link) < 0 || room.slot.status().isTerminal()) continue;
             // This rank already delivered everything for the room (its Success follows its bytes); the room
             // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
-            DecodeRoom room = rooms.get(r);
-            if (room != null && room.hasResponded(link.prefillUniqueRank)) continue;
+            if (room.hasResponded(link.prefillUniqueRank)) continue;
             // Atomically unfinished: another reader (a stripe's, another rank's) may conclude the room right now.
-            if (rooms.statuses.failIfUnfinished(r, kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
+            if (room.slot.failIfUnfinished(kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
                 affected++;
             }
         }

@@ -46,7 +46,7 @@ final class RoomRelease {
             for (DecodeRoom.Target t : room.targets) t.link().closeAll(FailureKind.PEER_LOST, "a write of room " + room.room + " is stuck");
             room.closeAndDrain(Long.MAX_VALUE / 2_000_000L);
         }
-        rooms.statuses.remove(room.room);
+        rooms.statuses.remove(room.slot);
         rooms.remove(room);
         for (DecodeRoom.Target t : room.targets) t.link().rooms.remove(room.room);
     }

@@ -38,42 +38,50 @@ final class WriteGate implements WriteSink {
     public void begin(Landing into, long room, Region region, int component, int buffer, long offset, long length,
                       long payload, long piece, long stride) throws WriteRejectedException {
         if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
-        MemorySegment seg = inBounds(-1, region, component, buffer, offset, length);
         DecodeRoom r = rooms.get(room);
-        int slot = admissibleSlot(into, r, room);
-        DecodeRoom.Allowance a = r.allowance;
-        if (length == 0) {
-            admit(into, r, slot, seg, offset, 0, 0);
-            return;
+        try {
+            MemorySegment seg = inBounds(-1, region, component, buffer, offset, length);
+            int slot = admissibleSlot(into, r, room);
+            DecodeRoom.Allowance a = r.allowance;
+            if (length == 0) {
+                admit(into, r, slot, seg, offset, 0, 0);
+                return;
+            }
+            if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
+            requireCovered(r, slot, a, region, component, buffer, offset, length, payload, piece, stride);
+            markTransferring(r);
+            admit(into, r, slot, seg, offset, length, payload);
+        } catch (WriteRejectedException e) {
+            throw e.judgedAgainst(r);
         }
-        if (payload > length) throw new WriteRejectedException("write payload " + payload + " exceeds its span " + length, true);
-        requireCovered(r, slot, a, region, component, buffer, offset, length, payload, piece, stride);
-        markTransferring(r);
-        admit(into, r, slot, seg, offset, length, payload);
     }
 
     @Override
     public void beginList(Landing into, WriteList list) throws WriteRejectedException {
         if (closed) throw new WriteRejectedException("this decode rank was torn down", false);
         long room = list.room();
-        MemorySegment[] buffers = into.pieceBuffers();
-        for (int i = 0, n = list.count(); i < n; i++) {
-            Region region = list.region(i);
-            int component = list.component(i), buffer = list.buffer(i);
-            long offset = list.offset(i), length = list.length(i);
-            buffers[i] = inBounds(i, region, component, buffer, offset, length);
-        }
         DecodeRoom r = rooms.get(room);
-        int slot = admissibleSlot(into, r, room);
-        DecodeRoom.Allowance a = r.allowance;
-        for (int i = 0, n = list.count(); i < n; i++) {
-            long length = list.length(i);
-            requireCovered(r, slot, a, list.region(i), list.component(i), list.buffer(i), list.offset(i), length, length, length, length);
+        try {
+            MemorySegment[] buffers = into.pieceBuffers();
+            for (int i = 0, n = list.count(); i < n; i++) {
+                Region region = list.region(i);
+                int component = list.component(i), buffer = list.buffer(i);
+                long offset = list.offset(i), length = list.length(i);
+                buffers[i] = inBounds(i, region, component, buffer, offset, length);
+            }
+            int slot = admissibleSlot(into, r, room);
+            DecodeRoom.Allowance a = r.allowance;
+            for (int i = 0, n = list.count(); i < n; i++) {
+                long length = list.length(i);
+                requireCovered(r, slot, a, list.region(i), list.component(i), list.buffer(i), list.offset(i), length, length, length, length);
+            }
+            markTransferring(r);
+            // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
+            if (!r.beginLanding()) throw new WriteRejectedException("room " + room + " was cleared", false);
+            into.admitList(r, slot, list.payloadLength());
+        } catch (WriteRejectedException e) {
+            throw e.judgedAgainst(r); // the room a rejection fails is the one judged here, not a retry that takes its id
         }
-        markTransferring(r);
-        // Counted in flight once for the whole list, so clear() either refuses it or waits for all of it.
-        if (!r.beginLanding()) throw new WriteRejectedException("room " + room + " was cleared", false);
-        into.admitList(r, slot, list.payloadLength());
     }
 
     /**

@@ -77,7 +77,7 @@ final class ChunkExecutor {
     }
 
     void execute(PrefillRoom room, Chunk c) {
-        KVPoll st = room.status(rooms.statuses);
+        KVPoll st = room.status();
         if (st == KVPoll.Failed || !rooms.isTracked(room.room)) return;
         if (room.firstSendNanos == 0) {
             room.firstSendNanos = System.nanoTime();
@@ -218,7 +218,7 @@ final class ChunkExecutor {
             // Digested from the source before the write: whatever changes the bytes on their way is caught.
             room.digestOf[index] += PageDigest.ofPlan(plan, memory, link.hello.memory(), room.room, link.checksum, CRC.get());
         }
-        if (last != null && room.status(rooms.statuses) != KVPoll.Failed) {
+        if (last != null && room.status() != KVPoll.Failed) {
             status = last.status.clear();
             FrameCodec.putSuccessStatusFrame(status, room.room, uniqueRank, room.sentTo[index] + total, room.digestOf[index],
                     link.digestInStatus);
@@ -230,7 +230,7 @@ final class ChunkExecutor {
             boolean moved = false;
             long flipped = room.corruptPending && !link.dataPath.name().equals("tcp") ? flipOneByte(plan) : -1;
             try {
-                statusSent = link.dataPath.write(room.room, plan, memory, room.failed(rooms.statuses), status);
+                statusSent = link.dataPath.write(room.room, plan, memory, room.failed(), status);
                 moved = true;
                 link.meters.written(plan);
             } finally {

@@ -300,10 +300,9 @@ final class DecodeSessions {
                 room.charge(link, t);
             }
             link.rooms.add(t.room());
-            rooms.statuses.update(t.room(), KVPoll.Bootstrapping);
             if (error != null) {
                 log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
-                rooms.statuses.failIfUnfinished(t.room(), FailureKind.BAD_REQUEST, error); // a concluded room stays as it is
+                room.slot.failIfUnfinished(FailureKind.BAD_REQUEST, error); // a concluded room stays as it is
                 if (previous != null || t.dummy()) {
                     link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank, error));
                 } else {
@@ -318,7 +317,7 @@ final class DecodeSessions {
             room.requiredDstInfoNum = t.requiredDstInfoNum();
             if (room.destinations().size() >= t.requiredDstInfoNum()) {
                 room.freezeDestinations();
-                rooms.statuses.update(t.room(), KVPoll.WaitingForInput);
+                room.slot.advance(KVPoll.WaitingForInput);
             }
         } finally {
             forgetIfOrphaned(link, t.room(), room);
@@ -328,16 +327,16 @@ final class DecodeSessions {
     /**
      * The scheduler may forget a room (clear, expiry, its other decode lost) while its transfer info is
      * being attached to the record: what the info added to that orphaned record (a budget charge, the
-     * link's room entry, a status slot made anew) is undone, so nothing of the room outlives it, and the
-     * decode hears the room's end. Checked after every change the info made: a forget after this check
-     * finds the info attached and removes it itself.
+     * link's room entry) is undone, so nothing of the room outlives it, and the decode hears the room's
+     * end. (Its status went with the record: the info changes only the record's own slot.) Checked after
+     * every change the info made: a forget after this check finds the info attached and removes it itself.
      */
     private void forgetIfOrphaned(DecodeLink link, long id, PrefillRoom room) {
         if (rooms.get(id) == room) return;
         room.releaseCharges();
+        // By id, but not a newer request's entry: that request's infos from this link come on this thread, after this one.
         link.rooms.remove(id);
-        if (rooms.get(id) != null) return; // a newer request holds the id: its slot is its own
-        rooms.statuses.remove(id);
+        if (rooms.get(id) != null) return; // a newer request holds the id: it was not this info's
         PrefillRooms.Tombstone buried = rooms.buried(id);
         // A room that concluded with this info attached (transferred, Success, cleared before this reader got
         // here) was answered on its strand: a Failed now would turn the decode's Success into a failure.
@@ -370,8 +369,9 @@ final class DecodeSessions {
         // A room that concluded here stays Success (atomically: its last chunk may be finishing right now).
         boolean dropHeld = false;
         boolean tellOthers = false;
-        if (ours && (rooms.statuses.failIfUnfinished(a.room(), FailureKind.ABORTED, Failures.ABORTED)
-                || rooms.statuses.status(a.room()) == KVPoll.Failed)) {
+        // Through the record's own slot: if the scheduler cleared it meanwhile and a retry took its id, that
+        // newer request is not this ABORT's (its slot stays as it is; this one reads Failed once removed).
+        if (ours && (room.slot.failIfUnfinished(FailureKind.ABORTED, Failures.ABORTED) || room.slot.status() == KVPoll.Failed)) {
             // The aborting decode knows (the ack below is its answer); the room's other destinations (more
             // decode ranks of its instance) are told here, unless a notice went out or is queued already.
             tellOthers = !room.failureNotified.getAndSet(true) && !room.heldOnlyBy(link);
@@ -417,9 +417,10 @@ final class DecodeSessions {
         if (closed) return;
         for (Long r : link.rooms) {
             PrefillRoom room = rooms.get(r);
-            if (room == null) continue;
+            // A newer request that took the id of a room this link held (cleared meanwhile) is not this link's to fail.
+            if (room == null || !room.hasDestinationOn(link)) continue;
             // Only a room still under way fails (atomically: one that concluded meanwhile stays as it is).
-            if (!rooms.statuses.failIfUnfinished(r, kind, "Decode instance could be dead: lost connection with decode session "
+            if (!room.slot.failIfUnfinished(kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")")) {
                 continue;
             }

@@ -216,7 +216,7 @@ public final class PrefillKVManager implements KVManager {
         boolean dummyCp = config.attnCpRank() != 0 && !config.allCpRanksTransfer();
         PrefillKVSender sender = new PrefillKVSender(this, room, bootstrapAddr, dummyCp);
         // Its decode left (or gave up) before this rank started the request: the sender sees that failure at once.
-        if (dropped != null) rooms.statuses.fail(bootstrapRoom, dropped.kind(), dropped.reason());
+        if (dropped != null) room.slot.fail(dropped.kind(), dropped.reason());
         if (config.dpSize() > 1 && !reqHasDisaggPrefillDpRank) publishDpRank(room, bootstrapRoom);
         return sender;
     }
@@ -338,9 +338,9 @@ public final class PrefillKVManager implements KVManager {
         switch (to.status()) {
             case WaitingForInput -> telemetry.bootstrapped(to.sinceNanos() - to.createdNanos());
             case Failed -> {
-                // The room's own record (its sender's slot names it): the scheduler may have cleared the room,
-                // and a retry taken its id, by now. A room held for a decode only has no sender to clear it.
-                PrefillRoom r = slot.owner() instanceof PrefillRoom own ? own : rooms.get(slot.room());
+                // The room's own record (its slot names it): the scheduler may have cleared the room, and a retry
+                // taken its id, by now.
+                PrefillRoom r = slot.owner() instanceof PrefillRoom own ? own : null;
                 telemetry.failed(slot.room(), from, to.kind(), to.reason(), r == null ? null : peersOf(r));
             }
             default -> {
@@ -374,10 +374,8 @@ public final class PrefillKVManager implements KVManager {
 
     @Override
     public KVManagerInspection inspect() {
-        RoomStatusTable.Census census = rooms.statuses.census(KVManagerInspection.MAX_ROOMS, room -> {
-            PrefillRoom r = rooms.get(room);
-            return r == null ? "" : peersOf(r);
-        });
+        RoomStatusTable.Census census = rooms.statuses.census(KVManagerInspection.MAX_ROOMS,
+                slot -> slot.owner() instanceof PrefillRoom r ? peersOf(r) : "");
         List<KVManagerInspection.Peer> peers = new ArrayList<>();
         for (DecodeLink l : sessions.registered()) {
             DataPath path = l.dataPath;
@@ -415,10 +413,6 @@ public final class PrefillKVManager implements KVManager {
         negotiator.close();
         // The links and workers are gone, so nothing moves these rooms any more: each ends Failed, as the
         // decode's teardown does, instead of waiting forever (its decode saw the link close: peer_lost).
-        for (Long r : rooms.statuses.rooms()) {
-            if (!rooms.statuses.status(r).isTerminal()) {
-                rooms.statuses.fail(r, FailureKind.SHUTDOWN, "the prefill KV manager was torn down");
-            }
-        }
+        for (PrefillRoom r : rooms.all()) r.slot.failIfUnfinished(FailureKind.SHUTDOWN, "the prefill KV manager was torn down");
     }
 }

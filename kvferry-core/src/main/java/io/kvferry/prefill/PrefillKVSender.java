@@ -44,8 +44,8 @@ final class PrefillKVSender implements KVSender {
         this.room = room;
         this.bootstrapAddr = bootstrapAddr;
         this.dummy = dummy;
-        slot = room.slot = manager.rooms.statuses.open(room.room, dummy ? KVPoll.WaitingForInput : KVPoll.Bootstrapping);
-        slot.own(room); // the failure record names this room's peers, even once it was cleared
+        slot = room.slot;
+        if (dummy) slot.advance(KVPoll.WaitingForInput); // it waits for no decode
         bootstrapDeadlineTick = room.createdTick + Failures.deadlineNanos(manager.config().bootstrapTimeout());
         double p = manager.config().failureInjectionProbability();
         injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
@@ -205,7 +205,7 @@ final class PrefillKVSender implements KVSender {
         RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
         if (feedEntry != null) feedEntry.leave();
-        manager.rooms.forget(room.room); // as SGLang: the failure is latched and the room's bookkeeping dropped
+        manager.rooms.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
     }
 
@@ -219,7 +219,7 @@ final class PrefillKVSender implements KVSender {
         // Atomically unfinished: the room's last chunk may conclude it on its worker right now.
         manager.rooms.failIfUnfinished(room, FailureKind.ABORTED, "Request " + room.room
                 + " was cleared on the prefill before its transfer concluded");
-        manager.rooms.forget(room.room);
+        manager.rooms.forget(room);
     }
 
     /**

@@ -50,36 +50,31 @@ final class PrefillRoom {
     boolean corruptPending;
     /** The room's strand only: the links its Failed STATUS went to, so each is told once. */
     private List<DecodeLink> failureToldTo;
-    /** Set once the room fails or is cleared; the data paths check it between ops (made on the first write). */
-    private volatile BooleanSupplier failed;
-    /** The room's status, once its sender opened it (the transfer worker reads it without lookups). */
-    volatile RoomStatusTable.Slot slot;
     /**
-     * The room's status entry as it was when the record was dropped (set before the record and its status
-     * go): what a failure notice of a room without a slot still reads once the table no longer has it.
+     * The room's status, made with the record (the one live record of its id: {@link PrefillRooms#room}) and
+     * removed with it: every change of this room goes through it, never by id, so nothing done to this
+     * record reaches a newer request that took its id. As a flag it is the room's failed flag, which the
+     * data paths check between ops.
      */
-    volatile RoomStatusTable.Entry droppedWith;
+    final RoomStatusTable.Slot slot;
 
-    /** The room's status: through its slot once a sender opened it, else by lookup. */
-    KVPoll status(RoomStatusTable statuses) {
-        RoomStatusTable.Slot s = slot;
-        return s != null ? s.status() : statuses.status(room);
+    /** The room's status. */
+    KVPoll status() {
+        return slot.status();
     }
     volatile long firstSendNanos;
     volatile long doneNanos;
 
-    BooleanSupplier failed(RoomStatusTable statuses) {
-        BooleanSupplier f = failed;
-        if (f == null) {
-            RoomStatusTable.Slot s = slot;
-            failed = f = s != null ? s : statuses.failedFlag(room);
-        }
-        return f;
+    /** Set once the room fails or is cleared: what the data paths check between ops. */
+    BooleanSupplier failed() {
+        return slot;
     }
 
-    PrefillRoom(long room, long createdTick) {
+    PrefillRoom(long room, long createdTick, RoomStatusTable statuses) {
         this.room = room;
         this.createdTick = createdTick;
+        this.slot = statuses.create(room);
+        slot.own(this); // the failure record names this room's peers, even once it was cleared
     }
 
     /** The destinations in a stable order, fixed once the room is WaitingForInput. */
@@ -172,6 +167,12 @@ final class PrefillRoom {
     /** The room's destinations so far, sorted by session id. */
     List<Destination> destinations() {
         return destinations;
+    }
+
+    /** Whether one of the room's destinations is on {@code link}. */
+    boolean hasDestinationOn(DecodeLink link) {
+        for (Destination d : destinations) if (d.link() == link) return true;
+        return false;
     }
 
     /** Whether a destination of decode session {@code sessionId} was added. */

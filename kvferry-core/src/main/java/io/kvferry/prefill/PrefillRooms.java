@@ -70,9 +70,18 @@ final class PrefillRooms {
         this.uniqueRank = uniqueRank;
     }
 
-    /** The room's record, created on first use (by its sender or its first transfer info). */
+    /**
+     * The room's record, created on first use (by its sender or its first transfer info) together with its
+     * status slot, atomically: the id's one live record owns the id's one live slot.
+     */
     PrefillRoom room(long room) {
-        return rooms.computeIfAbsent(room, r -> new PrefillRoom(r, ticker.nanoTime()));
+        PrefillRoom r = rooms.get(room);
+        return r != null ? r : rooms.computeIfAbsent(room, id -> new PrefillRoom(id, ticker.nanoTime(), statuses));
+    }
+
+    /** Every room tracked now. */
+    Iterable<PrefillRoom> all() {
+        return rooms.values();
     }
 
     /** The workers that run rooms' strands. */
@@ -190,32 +199,32 @@ final class PrefillRooms {
         synchronized (r) {
             if (onlyHolder != null && !r.heldOnlyBy(onlyHolder)) return false;
             if (rooms.get(r.room) != r || !r.markDroppedUnlessClaimed()) return false;
-            forget(r.room);
+            forget(r);
             return true;
         }
     }
 
-    /** Drops a room, leaving a tombstone when it had concluded or failed. */
-    void forget(long room) {
-        RoomStatusTable.Entry e = statuses.entry(room);
-        PrefillRoom held = rooms.get(room);
-        boolean unclaimed = held != null && !held.claimed;
-        if (e != null) {
-            Tombstone t = new Tombstone(room, e.status(), e.kind(), e.reason(), e.status() == KVPoll.Failed && unclaimed);
-            synchronized (tombstones) {
-                tombstones.put(room, t);
-            }
+    /**
+     * Drops a room's record and its status, leaving a tombstone of how it ended. Only while it is the id's
+     * record: a record dropped before (a sender's clear after the unclaimed sweep, say) has left its
+     * tombstone, and a newer request may hold the id by now, whose record, status and link entries stay.
+     */
+    void forget(PrefillRoom r) {
+        if (rooms.get(r.room) != r) {
+            statuses.remove(r.slot); // removed with the record already; this changes nothing in a newer slot
+            return;
         }
-        if (held != null) held.droppedWith = e; // before the record and its status go: see failureOf
-        // The record goes before its slot: a transfer info being attached meanwhile then either finds the
-        // record gone and removes the slot it made (DecodeSessions.forgetIfOrphaned), or made it before
-        // this removes it.
-        PrefillRoom r = rooms.remove(room);
-        statuses.remove(room);
-        if (r != null) {
-            r.releaseCharges();
-            for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(room);
+        RoomStatusTable.Entry e = r.slot.current();
+        Tombstone t = new Tombstone(r.room, e.status(), e.kind(), e.reason(), e.status() == KVPoll.Failed && !r.claimed);
+        synchronized (tombstones) {
+            tombstones.put(r.room, t); // before the record goes: a late info finds the one or the other
         }
+        // The record goes before its slot: a transfer info being attached meanwhile then finds the record
+        // gone and undoes what it added (DecodeSessions.forgetIfOrphaned).
+        if (!rooms.remove(r.room, r)) return; // another forget of this record got there first
+        statuses.remove(r.slot);
+        r.releaseCharges();
+        for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(r.room);
     }
 
     /**
@@ -224,8 +233,7 @@ final class PrefillRooms {
      * clear the room at once, so nothing is looked up by id afterwards).
      */
     void succeed(PrefillRoom room) {
-        RoomStatusTable.Slot slot = room.slot;
-        if (slot != null ? slot.advance(KVPoll.Success) : statuses.advance(room.room, KVPoll.Success)) onSuccess.accept(room);
+        if (room.slot.advance(KVPoll.Success)) onSuccess.accept(room);
     }
 
     /**
@@ -242,9 +250,7 @@ final class PrefillRooms {
             if (current == null) notifyOnce(room);
             return;
         }
-        RoomStatusTable.Slot slot = room.slot;
-        if (slot != null) slot.fail(kind, reason); // a slot cleared in between stays as it is
-        else statuses.fail(room.room, kind, reason);
+        room.slot.fail(kind, reason); // a slot cleared in between stays as it is
         notifyOnce(room);
     }
 
@@ -254,24 +260,21 @@ final class PrefillRooms {
      * meanwhile, or a newer request that took its id, into a failure. True when it failed the room.
      */
     boolean failIfUnfinished(PrefillRoom room, FailureKind kind, String reason) {
-        if (rooms.get(room.room) != room) return false;
-        RoomStatusTable.Slot slot = room.slot;
-        boolean failed = slot != null ? slot.failIfUnfinished(kind, reason) : statuses.failIfUnfinished(room.room, kind, reason);
-        if (failed) notifyOnce(room);
-        return failed;
+        if (rooms.get(room.room) != room || !room.slot.failIfUnfinished(kind, reason)) return false;
+        notifyOnce(room);
+        return true;
     }
 
     /**
      * Tells the room's destinations its recorded failure, unless that was done already or the room had
      * reached Success before it failed: a concluded transfer's decodes may hold it complete and verified
-     * by now, and a Failed STATUS must not reach them. The entry is read now: the scheduler may clear the
-     * room before the worker gets to the notice.
+     * by now, and a Failed STATUS must not reach them. The failure is read from the room's own slot, which
+     * keeps it once the scheduler cleared the room (it may, the moment it sees Failed).
      */
     void notifyOnce(PrefillRoom room) {
-        RoomStatusTable.Slot slot = room.slot;
-        if (slot != null && slot.reachedSuccess()) return; // only a sender's slot can reach Success
+        if (room.slot.reachedSuccess()) return;
         if (!room.failureNotified.compareAndSet(false, true)) return;
-        RoomStatusTable.Entry e = failureOf(room);
+        RoomStatusTable.Entry e = room.slot.failure();
         workers.enqueue(room, admitted -> notifyFailure(room, e, null, admitted));
     }
 
@@ -283,10 +286,8 @@ final class PrefillRooms {
      * have been admitted with this destination after all). A room that had reached Success tells no one.
      */
     void notifyLateDestination(PrefillRoom room, DecodeLink link) {
-        if (!room.failureNotified.get()) return;
-        RoomStatusTable.Slot slot = room.slot;
-        if (slot != null && slot.reachedSuccess()) return;
-        RoomStatusTable.Entry e = failureOf(room);
+        if (!room.failureNotified.get() || room.slot.reachedSuccess()) return;
+        RoomStatusTable.Entry e = room.slot.failure();
         workers.enqueue(room.room, link, () -> {
             if (room.firstFailureNoticeTo(link)) sendFailure(room.room, e, link);
         });
@@ -295,32 +296,13 @@ final class PrefillRooms {
     /**
      * The notice that tells the room's destinations other than {@code aborting} that it failed (a decode
      * rank that aborted a room with several destinations knows; its peers would otherwise wait out their
-     * own timeouts), to be run on the room's strand; null when the room had reached Success. The entry is
-     * read now, as in {@link #notifyOnce}.
+     * own timeouts), to be run on the room's strand; null when the room had reached Success. The failure
+     * is read from the room's slot, as in {@link #notifyOnce}.
      */
     TransferWorkers.ToAdmitted noticeToOthers(PrefillRoom room, DecodeLink aborting) {
-        RoomStatusTable.Slot slot = room.slot;
-        if (slot != null && slot.reachedSuccess()) return null; // Success is final across the link (see notifyOnce)
-        RoomStatusTable.Entry e = failureOf(room);
+        if (room.slot.reachedSuccess()) return null; // Success is final across the link (see notifyOnce)
+        RoomStatusTable.Entry e = room.slot.failure();
         return admitted -> notifyFailure(room, e, aborting, admitted);
-    }
-
-    /**
-     * The room's recorded failure. Through its sender's slot even when the scheduler cleared the room
-     * (it may, the moment it sees Failed, before the notice reads this); without a slot, by id while
-     * the record is still the room's, else what the record was dropped with (the unclaimed-room sweep
-     * or another rank's abort may drop it as soon as it failed), never a newer request's of its id.
-     */
-    private RoomStatusTable.Entry failureOf(PrefillRoom room) {
-        RoomStatusTable.Slot slot = room.slot;
-        if (slot != null) return slot.failure();
-        if (rooms.get(room.room) == room) {
-            RoomStatusTable.Entry e = statuses.entry(room.room);
-            // Still the record after the read: the entry was its own (a record goes before its status).
-            if (rooms.get(room.room) == room) return e;
-        }
-        RoomStatusTable.Entry dropped = room.droppedWith;
-        return dropped != null && dropped.status() == KVPoll.Failed ? dropped : null;
     }
 
     /** Sends the failure to the destinations the notice was admitted to (not to one added since: see notifyLateDestination). */

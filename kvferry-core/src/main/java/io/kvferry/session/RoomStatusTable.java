@@ -13,7 +13,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.BooleanSupplier;
-import java.util.function.LongFunction;
+import java.util.function.Function;
 
 /**
  * Status of every room on one manager, with SGLang's rules: a status only moves forward; Failed is
@@ -23,7 +23,9 @@ import java.util.function.LongFunction;
  * <p>Each room's status lives in one {@link Slot}, which the room's own objects (its sender or
  * receiver, its record) keep: polling a room, or a writer checking it failed between ops, reads a
  * volatile field — no map lookup, no boxed id. The map is touched to create, find (by a frame's
- * room id) and remove a room.
+ * room id) and remove a room. Outside this package a room's status changes only through its slot:
+ * by id, the table only looks up, so a thread holding an id that was cleared and taken by a newer
+ * request (a retry of the same room) cannot change, or remove, that newer room.
  *
  * <p>Thread-safe: a slot changes under its own lock and a removed slot stays removed, so the
  * scheduler thread, reader threads and transfer workers may all update it. Every change is reported
@@ -144,8 +146,8 @@ public final class RoomStatusTable {
             return removed ? null : current();
         }
 
-        /** A snapshot whether or not the room was removed since. */
-        private Entry current() {
+        /** A snapshot whether or not the room was removed since (what it was when removed, once it was). */
+        public Entry current() {
             synchronized (this) {
                 return snapshot();
             }
@@ -243,13 +245,13 @@ public final class RoomStatusTable {
     }
 
     /** Applies a non-Failed status. Returns the room's status afterwards (Failed if absent). */
-    public KVPoll update(long room, KVPoll status) {
+    KVPoll update(long room, KVPoll status) {
         advance(room, status);
         return status(room);
     }
 
     /** Applies a non-Failed status; true when this call moved the room to it (false: absent, failed, or there already). */
-    public boolean advance(long room, KVPoll status) {
+    boolean advance(long room, KVPoll status) {
         if (status == KVPoll.Failed) throw new IllegalArgumentException("use fail(room, kind, reason) for Failed");
         Slot s = rooms.get(room);
         if (s != null) return s.advance(status);
@@ -296,7 +298,7 @@ public final class RoomStatusTable {
      * Fails a room that exists, keeping the first kind and reason. Returns true when this call moved
      * the room to Failed (false: absent or already Failed).
      */
-    public boolean fail(long room, FailureKind kind, String reason) {
+    boolean fail(long room, FailureKind kind, String reason) {
         if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
         Slot s = rooms.get(room);
         return s != null && s.fail(kind, reason);
@@ -306,7 +308,7 @@ public final class RoomStatusTable {
      * Fails a room that exists and has not concluded (Success or Failed), atomically; true when this
      * call moved it to Failed. For a failure found off the room's own path (a peer's abort, a lost link).
      */
-    public boolean failIfUnfinished(long room, FailureKind kind, String reason) {
+    boolean failIfUnfinished(long room, FailureKind kind, String reason) {
         if (kind == null) throw new IllegalArgumentException("a failure needs a kind");
         Slot s = rooms.get(room);
         return s != null && s.failIfUnfinished(kind, reason);
@@ -348,10 +350,35 @@ public final class RoomStatusTable {
         return rooms.containsKey(room);
     }
 
-    /** Drops the room; its slot reads Failed from now on (a cleared room's writers stop too) and never changes again. */
-    public void remove(long room) {
+    /**
+     * Drops the room by id, whichever slot holds it: for this package's tests; the managers remove a
+     * room's own slot ({@link #remove(Slot)}).
+     */
+    void remove(long room) {
         Slot s = rooms.remove(room);
         if (s != null) s.markRemoved();
+    }
+
+    /**
+     * Drops the room this slot is: it reads Failed from now on (a cleared room's writers stop too) and
+     * never changes again. A newer slot that took the id since ({@link #create}) stays in the table.
+     */
+    public void remove(Slot slot) {
+        rooms.remove(slot.room, slot);
+        slot.markRemoved();
+    }
+
+    /**
+     * A new room in Bootstrapping, for a record that is the id's only live one (its owner made sure):
+     * a slot still in the table under the id belongs to a record already dropped, whose own removal is
+     * under way, and is marked removed now (its removal then leaves this one in place).
+     */
+    public Slot create(long room) {
+        Slot s = new Slot(room, KVPoll.Bootstrapping, listener);
+        Slot stale = rooms.put(room, s);
+        if (stale != null) stale.markRemoved();
+        if (listener != null) listener.changed(s, null, s.current());
+        return s;
     }
 
     public int size() {
@@ -384,21 +411,24 @@ public final class RoomStatusTable {
 
     /**
      * Counts the rooms per state and lists the {@code max} oldest in flight (age, time in their
-     * state, and {@code peersOf} their room id), for both managers' {@code inspect()}.
+     * state, and {@code peersOf} their slot: its {@link Slot#owner()} names them, also once its id was
+     * taken by a newer request), for both managers' {@code inspect()}.
      */
-    public Census census(int max, LongFunction<String> peersOf) {
+    public Census census(int max, Function<Slot, String> peersOf) {
         long now = System.nanoTime();
         Map<String, Integer> byState = new TreeMap<>();
-        List<Map.Entry<Long, Entry>> inFlight = new ArrayList<>();
-        for (Map.Entry<Long, Entry> e : snapshot().entrySet()) {
-            byState.merge(e.getValue().status().name(), 1, Integer::sum);
-            if (!e.getValue().status().isTerminal()) inFlight.add(e);
+        List<Map.Entry<Slot, Entry>> inFlight = new ArrayList<>();
+        for (Slot slot : rooms.values()) {
+            Entry v = slot.entry();
+            if (v == null) continue; // removed since the walk reached it
+            byState.merge(v.status().name(), 1, Integer::sum);
+            if (!v.status().isTerminal()) inFlight.add(Map.entry(slot, v));
         }
         inFlight.sort(Comparator.comparingLong(e -> e.getValue().createdNanos()));
         List<KVManagerInspection.Room> oldest = new ArrayList<>();
-        for (Map.Entry<Long, Entry> e : inFlight.subList(0, Math.min(inFlight.size(), max))) {
+        for (Map.Entry<Slot, Entry> e : inFlight.subList(0, Math.min(inFlight.size(), max))) {
             Entry v = e.getValue();
-            oldest.add(new KVManagerInspection.Room(e.getKey(), v.status().name(), (now - v.createdNanos()) / 1_000_000L,
+            oldest.add(new KVManagerInspection.Room(e.getKey().room(), v.status().name(), (now - v.createdNanos()) / 1_000_000L,
                     (now - v.sinceNanos()) / 1_000_000L, peersOf.apply(e.getKey())));
         }
         return new Census(byState, oldest);

@@ -38,6 +38,32 @@ public final class WriteRejectedException extends Exception {
         return fromStranger;
     }
 
+    /** Whether the sink looked the room up to judge the write ({@link #judgedAgainst}). */
+    private boolean judged;
+    /** The sink's record of the room it judged the write against; null for a room it did not know. */
+    private Object room;
+
+    /**
+     * Names the sink's record of the room this write was judged against (null: the room was unknown), so
+     * the room failed is that record, not whatever request holds the room's id by the time the
+     * rejection is acted on (a cleared room's id may be taken by a retry meanwhile).
+     */
+    public WriteRejectedException judgedAgainst(Object record) {
+        judged = true;
+        room = record;
+        return this;
+    }
+
+    /** Whether the write was judged against a record of its room (which may be null: no such room). */
+    public boolean judged() {
+        return judged;
+    }
+
+    /** The record {@link #judgedAgainst} named, or null. */
+    public Object room() {
+        return room;
+    }
+
     public boolean fatal() {
         return fatal;
     }

@@ -20,6 +20,8 @@ import java.util.concurrent.atomic.AtomicLongArray;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -97,6 +99,28 @@ class WriteGateTest {
         return e.getMessage();
     }
 
+    /**
+     * A refused write names the record it was judged against (null for an unknown room), so the reader
+     * fails that record, not a retry that took the room's id before the refusal is acted on.
+     */
+    @Test
+    void aRefusalNamesTheRecordItWasJudgedAgainst() {
+        DecodeRoom r = room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
+        WriteRejectedException outside = assertThrows(WriteRejectedException.class,
+                () -> gate.begin(landing(), 7, Region.KV, 0, 0, 4 * PAGE, PAGE, PAGE, PAGE, PAGE));
+        assertTrue(outside.judged());
+        assertSame(r, outside.room(), outside.getMessage());
+        WriteRejectedException outOfBuffer = assertThrows(WriteRejectedException.class,
+                () -> gate.begin(landing(), 7, Region.KV, 0, 0, memory.segmentOrNull(Region.KV, 0, 0).byteSize(), PAGE, PAGE, PAGE, PAGE));
+        assertSame(r, outOfBuffer.room(), "a span outside the buffer, refused before the room's checks: " + outOfBuffer.getMessage());
+        WriteRejectedException list = assertThrows(WriteRejectedException.class, () -> gate.beginList(landing(), list(7, Region.KV, 4 * PAGE, PAGE)));
+        assertSame(r, list.room(), list.getMessage());
+        WriteRejectedException unknown = assertThrows(WriteRejectedException.class,
+                () -> gate.begin(landing(), 9, Region.KV, 0, 0, 0, PAGE, PAGE, PAGE, PAGE));
+        assertTrue(unknown.judged());
+        assertNull(unknown.room());
+    }
+
     @Test
     void onlyTheRoomsOwnPrefillRanksMayWriteIt() {
         room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
@@ -107,7 +131,7 @@ class WriteGateTest {
     @Test
     void aConcludedRoomTakesNoMoreWrites() {
         room(7, new int[]{2, 3, 5}, 1, new int[][]{{0}});
-        rooms.statuses.update(7, KVPoll.Success);
+        rooms.get(7).slot.update(KVPoll.Success);
         assertTrue(rejected(7, Region.KV, 0, 2 * PAGE, PAGE, false).contains("already concluded"),
                 "KV the engine decodes from cannot change after Success");
     }
@@ -163,7 +187,7 @@ class WriteGateTest {
         room(10, null, -1, null);
         assertTrue(rejected(10, Region.KV, 0, 0, PAGE, false).contains("has not sent its metadata"));
         room(11, new int[]{0}, -1, new int[0][]);
-        rooms.statuses.fail(11, FailureKind.ABORTED, "aborted");
+        rooms.get(11).slot.fail(FailureKind.ABORTED, "aborted");
         assertTrue(rejected(11, Region.KV, 0, 0, PAGE, false).contains("room 11 has failed"));
         DecodeRoom cleared = room(12, new int[]{0}, -1, new int[0][]);
         assertTrue(cleared.closeAndDrain(0));
@@ -237,7 +261,7 @@ class WriteGateTest {
         WriteList l = list(7, Region.KV, 0L, PAGE);
         WriteRejectedException e = assertThrows(WriteRejectedException.class, () -> gate.beginList(new WriteSink.Landing(STRANGER, null), l));
         assertTrue(e.getMessage().contains("not one of the room's prefill ranks"), e.getMessage());
-        rooms.statuses.update(7, KVPoll.Success);
+        rooms.get(7).slot.update(KVPoll.Success);
         assertTrue(listRejected(l, false).contains("already concluded"));
     }
 

@@ -52,8 +52,7 @@ class ClaimWhileDroppedTest {
         PrefillRooms rooms = manager.rooms;
         // What a decode's transfer info leaves for a request this rank's scheduler has not started.
         PrefillRoom record = rooms.room(ROOM);
-        rooms.statuses.update(ROOM, KVPoll.Bootstrapping);
-        RoomStatusTable.Slot slot = rooms.statuses.slot(ROOM);
+        RoomStatusTable.Slot slot = record.slot; // made with the record, in Bootstrapping
 
         // Hold the room's worker, so the drop the expiry queues runs only when the test lets it.
         CountDownLatch letWorkerGo = new CountDownLatch(1);

@@ -29,32 +29,52 @@ class PrefillRoomsTest {
         workers.close(1000);
     }
 
-    private PrefillRoom opened(long id) {
-        PrefillRoom r = rooms.room(id);
-        r.slot = rooms.statuses.open(id, KVPoll.Bootstrapping);
-        return r;
+    @Test
+    void aRecordIsMadeWithItsOwnSlot() {
+        PrefillRoom r = rooms.room(4);
+        assertSame(r, rooms.room(4));
+        assertSame(r.slot, rooms.statuses.slot(4));
+        assertSame(r, r.slot.owner());
+        assertEquals(KVPoll.Bootstrapping, r.status());
     }
 
     @Test
     void aClearedRecordFailingLateLeavesTheNewRequestOfItsIdAlone() {
-        PrefillRoom old = opened(5);
-        rooms.forget(5); // cleared while, say, its last chunk was still in a write
-        PrefillRoom retried = opened(5);
-        rooms.statuses.update(5, KVPoll.WaitingForInput);
+        PrefillRoom old = rooms.room(5);
+        rooms.forget(old); // cleared while, say, its last chunk was still in a write
+        PrefillRoom retried = rooms.room(5);
+        retried.slot.advance(KVPoll.WaitingForInput);
         rooms.fail(old, FailureKind.TRANSFER_ERROR, "the old chunk's write failed");
         assertEquals(KVPoll.WaitingForInput, retried.slot.status());
         assertEquals(KVPoll.WaitingForInput, rooms.statuses.status(5));
         assertSame(retried, rooms.get(5));
+        assertEquals(KVPoll.Failed, old.slot.status(), "a cleared record's slot reads Failed: its writers stop");
     }
 
+    /**
+     * A record forgotten twice (its sender's clear after the unclaimed-room sweep dropped it, or two
+     * threads that each saw it fail) once a retry took its id: the second forget leaves the retry's
+     * record, its status and its link entries in place (by id, it removed them all).
+     */
     @Test
-    void aRecordWithoutASlotFailingAfterItWasForgottenLeavesTheNewRecordAlone() {
-        PrefillRoom old = rooms.room(6); // a transfer info's record, no sender yet
-        rooms.statuses.update(6, KVPoll.Bootstrapping);
-        rooms.forget(6);
-        PrefillRoom retried = opened(6);
-        rooms.fail(old, FailureKind.BAD_REQUEST, "late");
-        assertEquals(KVPoll.Bootstrapping, retried.slot.status());
+    void forgettingARecordAgainAfterARetryTookItsIdLeavesTheRetryInPlace() throws Exception {
+        try (ServerSocketChannel server = ServerSocketChannel.open().bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+             SocketChannel client = SocketChannel.open(server.getLocalAddress());
+             SocketChannel accepted = server.accept()) {
+            DecodeLink link = new DecodeLink(new ControlConnection(accepted));
+            PrefillRoom old = rooms.room(6);
+            rooms.forget(old);
+            PrefillRoom retried = rooms.room(6);
+            retried.addDestination(new PrefillRoom.Destination(link, new TransferInfo(6, new int[]{0}, -1, new int[0][], 1, 0, false)));
+            link.rooms.add(6L);
+            rooms.forget(old);
+            assertSame(retried, rooms.get(6));
+            assertSame(retried.slot, rooms.statuses.slot(6));
+            assertEquals(KVPoll.Bootstrapping, retried.status());
+            assertEquals(true, link.rooms.contains(6L), "the retry's link entry stays");
+            rooms.fail(old, FailureKind.TRANSFER_ERROR, "late");
+            assertEquals(KVPoll.Bootstrapping, retried.status());
+        }
     }
 
     /**
@@ -69,10 +89,10 @@ class PrefillRoomsTest {
              SocketChannel client = SocketChannel.open(server.getLocalAddress());
              SocketChannel accepted = server.accept()) {
             DecodeLink link = new DecodeLink(new ControlConnection(client));
-            PrefillRoom r = opened(8);
+            PrefillRoom r = rooms.room(8);
             r.addDestination(new PrefillRoom.Destination(link, new TransferInfo(8, new int[]{0}, -1, new int[0][], 1, 0, false)));
             r.slot.fail(FailureKind.ABORTED, "Aborted by AbortReq.");
-            rooms.forget(8); // the scheduler saw Failed and cleared the room
+            rooms.forget(r); // the scheduler saw Failed and cleared the room
             rooms.notifyOnce(r);
             Status s = assertInstanceOf(Status.class, new ControlConnection(accepted).read());
             assertEquals(KVPoll.Failed, s.status());
@@ -82,8 +102,7 @@ class PrefillRoomsTest {
     }
 
     /**
-     * The same race for a room no sender claimed yet (held for two decode ranks, so it has no slot of
-     * its own): one rank's ABORT fails it on its link's reader and takes the notice for the other rank;
+     * The same race for a room no sender claimed yet (held for two decode ranks): one rank's ABORT fails it on its link's reader and takes the notice for the other rank;
      * the unclaimed-room sweep, finding it past the waiting timeout, drops it on its strand before the
      * reader builds that notice. The other rank is still told ABORTED (it was told UNKNOWN, read from
      * the table the drop had emptied).
@@ -102,9 +121,8 @@ class PrefillRoomsTest {
             PrefillRoom r = rooms.room(9); // transfer infos' record, no sender yet
             r.addDestination(new PrefillRoom.Destination(abortingLink, new TransferInfo(9, new int[]{0}, -1, new int[0][], 2, 0, false)));
             r.addDestination(new PrefillRoom.Destination(otherLink, new TransferInfo(9, new int[]{1}, -1, new int[0][], 2, 0, false)));
-            rooms.statuses.update(9, KVPoll.Bootstrapping);
             // The aborting rank's reader (DecodeSessions.onAbort): fails the room, takes the notice for the others.
-            rooms.statuses.failIfUnfinished(9, FailureKind.ABORTED, "Aborted by AbortReq.");
+            r.slot.failIfUnfinished(FailureKind.ABORTED, "Aborted by AbortReq.");
             r.failureNotified.set(true);
             // The sweep: the room is past the waiting timeout; it is dropped on its strand.
             rooms.expireUnclaimed(0);
@@ -122,7 +140,7 @@ class PrefillRoomsTest {
 
     @Test
     void theCurrentRecordFailsThroughItsSlot() {
-        PrefillRoom r = opened(7);
+        PrefillRoom r = rooms.room(7);
         rooms.fail(r, FailureKind.ABORTED, "Aborted by AbortReq.");
         assertEquals(KVPoll.Failed, rooms.statuses.status(7));
         assertEquals(FailureKind.ABORTED, rooms.statuses.kind(7));

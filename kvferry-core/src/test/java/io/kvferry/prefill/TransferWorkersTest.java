@@ -1,6 +1,7 @@
 package io.kvferry.prefill;
 
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.session.RoomStatusTable;
 import io.kvferry.transport.ControlConnection;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -173,7 +174,7 @@ class TransferWorkersTest {
         w.enqueue(1, a, () -> awaitQuietly(blockA)); // fills link a's one slot
         w.enqueue(2, b, () -> awaitQuietly(blockB)); // and link b's
         awaitTrue(() -> a.writers.inside() == 1 && b.writers.inside() == 1, "both links are full");
-        PrefillRoom both = new PrefillRoom(3, 0);
+        PrefillRoom both = new PrefillRoom(3, 0, new RoomStatusTable());
         for (DecodeLink l : List.of(b, a)) both.addDestination(new PrefillRoom.Destination(l, info(3)));
         List<Long> order = Collections.synchronizedList(new ArrayList<>());
         w.enqueue(both, () -> order.add(3L));
@@ -202,7 +203,7 @@ class TransferWorkersTest {
     void aTaskIsHandedTheDestinationsItWasAdmittedTo() throws Exception {
         TransferWorkers w = workers(1);
         DecodeLink a = connectedLink(), b = connectedLink();
-        PrefillRoom room = new PrefillRoom(5, 0);
+        PrefillRoom room = new PrefillRoom(5, 0, new RoomStatusTable());
         room.addDestination(new PrefillRoom.Destination(a, info(5)));
         CountDownLatch blockRoom = new CountDownLatch(1);
         w.enqueue(5, a, () -> awaitQuietly(blockRoom)); // the room's earlier task holds its strand

@@ -10,6 +10,7 @@ import org.junit.jupiter.params.provider.EnumSource;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -37,6 +38,45 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** SGLang's status rules (reference §1.3, §7.1 TestUpdateStatus / TestConcludeTransfer). */
 class RoomStatusTableTest {
     private final RoomStatusTable table = new RoomStatusTable();
+
+    /**
+     * A room's owner makes a new slot for its id while the slot of a cleared request of that id may still
+     * be in the table (its removal under way): the new slot takes the id, the old one reads Failed at once,
+     * and the old one's removal leaves the new one in place (removing by id took the new request's status).
+     */
+    @Test
+    void aNewSlotTakesItsIdAndTheOldOnesRemovalLeavesItInPlace() {
+        List<String> events = new ArrayList<>();
+        RoomStatusTable t = new RoomStatusTable((slot, from, to) -> events.add(slot.room() + ":" + from + "->" + to.status()));
+        RoomStatusTable.Slot old = t.create(5);
+        old.advance(Transferring);
+        RoomStatusTable.Slot retry = t.create(5);
+        assertEquals(Failed, old.status(), "the stale slot's writers stop");
+        assertEquals(Bootstrapping, retry.status());
+        t.remove(old);
+        assertEquals(retry, t.slot(5));
+        assertEquals(Bootstrapping, t.status(5));
+        assertFalse(old.fail(FailureKind.TRANSFER_ERROR, "late"), "a removed slot never changes");
+        assertEquals(Bootstrapping, t.status(5));
+        assertEquals(List.of("5:null->Bootstrapping", "5:Bootstrapping->Transferring", "5:null->Bootstrapping"), events);
+        t.remove(retry);
+        assertNull(t.slot(5));
+        assertEquals(Failed, retry.status());
+        assertEquals(Transferring, old.current().status(), "what it was when removed");
+    }
+
+    /** The status page's census names a room's peers from its slot (its owner), not by id. */
+    @Test
+    void theCensusHandsEachRoomsSlotToItsPeersLookUp() {
+        RoomStatusTable.Slot a = table.create(1);
+        a.own("peers of a");
+        RoomStatusTable.Slot b = table.create(2);
+        b.advance(Success);
+        RoomStatusTable.Census c = table.census(10, slot -> String.valueOf(slot.owner()));
+        assertEquals(Map.of("Bootstrapping", 1, "Success", 1), c.byState());
+        assertEquals(1, c.oldest().size());
+        assertEquals("peers of a", c.oldest().get(0).peers());
+    }
 
     @Test
     void statusMovesForwardThroughEveryState() {

@@ -78,7 +78,7 @@ public final class TcpLander {
         if (w.hasCrc() && crc.value() != w.crc()) {
             // Checked right after landing, while the bytes are still in cache; the room fails, the stream stays in step.
             return mismatch("a WRITE of room " + w.room() + " (" + w.region() + " buffer " + w.buffer() + ", " + w.length()
-                    + " bytes at offset " + w.offset() + ")", w.crc());
+                    + " bytes at offset " + w.offset() + ")", w.crc()).judgedAgainst(landing.token());
         }
         return null;
     }
@@ -116,7 +116,7 @@ public final class TcpLander {
         }
         if (list.hasCrc() && crc.value() != list.crc()) {
             return mismatch("a WRITE_LIST of room " + list.room() + " (" + n + " pieces, " + list.payloadLength() + " bytes)",
-                    list.crc());
+                    list.crc()).judgedAgainst(landing.token());
         }
         return null;
     }
