@@ -194,8 +194,8 @@ public final class DecodeKVManager implements KVManager {
         if (rooms.isTracked(bootstrapRoom)) {
             throw new IllegalArgumentException("bootstrap_room " + bootstrapRoom + " is already in flight on this decode rank");
         }
-        DecodeRoom room = new DecodeRoom(bootstrapRoom, bootstrapAddr, rooms.statuses.open(bootstrapRoom, KVPoll.Bootstrapping));
-        if (!rooms.add(room)) {
+        DecodeRoom room = rooms.create(bootstrapRoom, bootstrapAddr);
+        if (room == null) {
             throw new IllegalArgumentException("bootstrap_room " + bootstrapRoom + " is already in flight on this decode rank");
         }
         return new DecodeKVReceiver(this, room);
@@ -353,7 +353,7 @@ public final class DecodeKVManager implements KVManager {
         dpRanks.lookups.join(lookupsDeadline);
         directory.close();
         for (DecodeRoom r : rooms.all()) {
-            r.slot.fail(FailureKind.SHUTDOWN, "the decode KV manager was torn down");
+            r.slot.failIfUnfinished(FailureKind.SHUTDOWN, "the decode KV manager was torn down"); // a room that succeeded stays so
             r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS);
         }
         List<PrefillLink> all = new ArrayList<>(directory.links());

@@ -167,15 +167,25 @@ final class DecodeKVReceiver implements KVReceiver {
     /** Takes the room's prefill ranks from its route (registering the room on their links): the room is then WaitingForInput. */
     private void adopt(LinkDirectory.Route route) {
         this.route = route;
-        for (DecodeRoom.Target t : route.targets()) t.link().rooms.add(room.room);
         room.prefillCpSize = route.prefillCpSize();
         room.allCpRanks = route.allCpRanks();
         room.landedFrom = new AtomicLongArray(route.targets().size());
         room.requiredResponses = route.requiredResponses();
         room.requiredDstInfoNum = route.requiredDstInfoNum();
+        // Targets before the links list the room: a lost link fails only rooms it is a target of.
         room.targets = route.targets();
+        for (DecodeRoom.Target t : route.targets()) t.link().rooms.add(room.room);
         initPending = false;
         room.slot.update(KVPoll.WaitingForInput);
+        // A link lost while it was being listed: its loss closed it before walking its rooms, so either
+        // that walk failed the room or the link reads closed here.
+        for (DecodeRoom.Target t : route.targets()) {
+            if (!t.dummy() && t.link().connection.isClosed()) {
+                room.slot.failIfUnfinished(FailureKind.PEER_LOST, "Lost connection with prefill instance (bootstrap_addr: "
+                        + t.link().bootstrapAddr + ") while the room was set up");
+                return;
+            }
+        }
     }
 
     @Override

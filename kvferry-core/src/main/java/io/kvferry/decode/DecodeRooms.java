@@ -39,9 +39,14 @@ final class DecodeRooms {
         if (room.slot.advance(KVPoll.Success)) onSuccess.accept(room);
     }
 
-    /** Adds a room; false when one with that id is in flight already. */
-    boolean add(DecodeRoom room) {
-        return rooms.putIfAbsent(room.room, room) == null;
+    /**
+     * A new room for {@code id}, made together with its own status slot (Bootstrapping), or null when a
+     * room with that id is in flight already: the id's one live record owns the id's one live slot.
+     */
+    DecodeRoom create(long id, String bootstrapAddr) {
+        DecodeRoom[] made = {null};
+        rooms.computeIfAbsent(id, k -> made[0] = new DecodeRoom(k, bootstrapAddr, statuses.create(k)));
+        return made[0];
     }
 
     DecodeRoom get(long room) {

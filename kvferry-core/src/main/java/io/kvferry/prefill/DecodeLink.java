@@ -58,8 +58,12 @@ final class DecodeLink {
     final Set<DecodeLink> stripes = ConcurrentHashMap.newKeySet();
     /** Admission of transfer tasks writing to this link (a link that stopped reading holds only its own slots). */
     final TransferWorkers.LinkSlots writers = new TransferWorkers.LinkSlots();
-    /** Rooms that hold a destination on this link, so its loss fails exactly them. */
-    final Set<Long> rooms = ConcurrentHashMap.newKeySet();
+    /**
+     * Rooms that hold a destination on this link, by id, each with its record, so its loss fails exactly
+     * them: an entry is removed only with its own record ({@code remove(id, record)}), and a retried
+     * request that took a cleared room's id is never this link's by mistake.
+     */
+    final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
 
     DecodeLink(ControlConnection connection) {
         this.connection = connection;

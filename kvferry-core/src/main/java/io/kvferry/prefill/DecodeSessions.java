@@ -299,7 +299,7 @@ final class DecodeSessions {
             } else {
                 room.charge(link, t);
             }
-            link.rooms.add(t.room());
+            link.rooms.put(t.room(), room);
             if (error != null) {
                 log.debug("room {}: {}", t.room(), LogSafe.text(error)); // the room's failure line reports it
                 room.slot.failIfUnfinished(FailureKind.BAD_REQUEST, error); // a concluded room stays as it is
@@ -334,8 +334,7 @@ final class DecodeSessions {
     private void forgetIfOrphaned(DecodeLink link, long id, PrefillRoom room) {
         if (rooms.get(id) == room) return;
         room.releaseCharges();
-        // By id, but not a newer request's entry: that request's infos from this link come on this thread, after this one.
-        link.rooms.remove(id);
+        link.rooms.remove(id, room);
         if (rooms.get(id) != null) return; // a newer request holds the id: it was not this info's
         PrefillRooms.Tombstone buried = rooms.buried(id);
         // A room that concluded with this info attached (transferred, Success, cleared before this reader got
@@ -415,10 +414,9 @@ final class DecodeSessions {
             unmapper.submit(path::close);
         }
         if (closed) return;
-        for (Long r : link.rooms) {
-            PrefillRoom room = rooms.get(r);
-            // A newer request that took the id of a room this link held (cleared meanwhile) is not this link's to fail.
-            if (room == null || !room.hasDestinationOn(link)) continue;
+        for (PrefillRoom room : link.rooms.values()) {
+            // The link's own records, not a lookup by id: a retry that took a cleared room's id is not this link's
+            // (a cleared record's entry may still be here for a moment; its slot reads Failed, so it fails nothing).
             // Only a room still under way fails (atomically: one that concluded meanwhile stays as it is).
             if (!room.slot.failIfUnfinished(kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")")) {

@@ -219,12 +219,13 @@ final class PrefillRooms {
         synchronized (tombstones) {
             tombstones.put(r.room, t); // before the record goes: a late info finds the one or the other
         }
-        // The record goes before its slot: a transfer info being attached meanwhile then finds the record
-        // gone and undoes what it added (DecodeSessions.forgetIfOrphaned).
+        // The record goes before its slot and its links' entries: a transfer info being attached meanwhile then
+        // either finds the record gone and takes out what it added (DecodeSessions.forgetIfOrphaned), or added
+        // its destination before the walk below. Each entry goes only with this record: a retry may hold the id.
         if (!rooms.remove(r.room, r)) return; // another forget of this record got there first
         statuses.remove(r.slot);
         r.releaseCharges();
-        for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(r.room);
+        for (PrefillRoom.Destination d : r.destinations()) d.link().rooms.remove(r.room, r);
     }
 
     /**

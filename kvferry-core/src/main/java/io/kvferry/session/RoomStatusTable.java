@@ -279,7 +279,7 @@ public final class RoomStatusTable {
      * The room's slot, created (Bootstrapping or WaitingForInput) if absent: what a sender or receiver
      * keeps to read and change its room's status without lookups.
      */
-    public Slot open(long room, KVPoll initial) {
+    Slot open(long room, KVPoll initial) {
         if (initial != KVPoll.Bootstrapping && initial != KVPoll.WaitingForInput) {
             throw new IllegalArgumentException("only Bootstrapping and WaitingForInput create a room, not " + initial);
         }

@@ -67,8 +67,8 @@ public class WriteGateBench {
         gate = new WriteGate(RegisteredMemory.from(a), rooms);
         Random rnd = new Random(7);
         int[] pages = rnd.ints(0, BUFFER_PAGES).distinct().limit(roomPages).sorted().toArray();
-        DecodeRoom r = new DecodeRoom(ROOM, "bootstrap", rooms.statuses.open(ROOM, KVPoll.WaitingForInput));
-        rooms.add(r);
+        DecodeRoom r = rooms.create(ROOM, "bootstrap");
+        r.slot.advance(KVPoll.WaitingForInput);
         PrefillLink link = new PrefillLink("bootstrap", PREFILL, null, 0);
         RegisteredMemory memory = RegisteredMemory.from(a);
         link.coverage = WriteGateTest.wholeItems(memory);

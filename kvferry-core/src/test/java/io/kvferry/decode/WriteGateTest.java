@@ -59,8 +59,8 @@ class WriteGateTest {
 
     /** A room whose one prefill rank (on {@link #PREFILL}) declared {@code coverage}; tracked as sendMetadata tracks it. */
     private DecodeRoom room(long id, int[] sortedPages, int aux, int[][] state, Coverage coverage) {
-        DecodeRoom r = new DecodeRoom(id, "bootstrap", rooms.statuses.open(id, KVPoll.WaitingForInput));
-        assertTrue(rooms.add(r));
+        DecodeRoom r = rooms.create(id, "bootstrap");
+        assertTrue(r != null && r.slot.advance(KVPoll.WaitingForInput));
         PrefillLink link = new PrefillLink("bootstrap", PREFILL, null, 0);
         link.coverage = coverage;
         link.granules = LinkGranules.of(coverage, memory);

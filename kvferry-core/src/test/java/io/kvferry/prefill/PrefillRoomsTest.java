@@ -66,12 +66,12 @@ class PrefillRoomsTest {
             rooms.forget(old);
             PrefillRoom retried = rooms.room(6);
             retried.addDestination(new PrefillRoom.Destination(link, new TransferInfo(6, new int[]{0}, -1, new int[0][], 1, 0, false)));
-            link.rooms.add(6L);
+            link.rooms.put(6L, retried);
             rooms.forget(old);
             assertSame(retried, rooms.get(6));
             assertSame(retried.slot, rooms.statuses.slot(6));
             assertEquals(KVPoll.Bootstrapping, retried.status());
-            assertEquals(true, link.rooms.contains(6L), "the retry's link entry stays");
+            assertSame(retried, link.rooms.get(6L), "the retry's link entry stays");
             rooms.fail(old, FailureKind.TRANSFER_ERROR, "late");
             assertEquals(KVPoll.Bootstrapping, retried.status());
         }

@@ -75,10 +75,11 @@ class RetriedRoomIdTest {
             KVSender first = manager.createSender("127.0.0.1:1", ROOM, List.of(0), 0, false);
             awaitUntil(() -> first.poll() == KVPoll.WaitingForInput, "the room has its destination");
             DecodeLink link = manager.rooms.get(ROOM).destinations().get(0).link();
+            PrefillRoom cleared = manager.rooms.get(ROOM);
             first.clear();
             KVSender retry = manager.createSender("127.0.0.1:1", ROOM, List.of(0), 0, false); // no decode has sent its info yet
             assertEquals(KVPoll.Bootstrapping, retry.poll());
-            link.rooms.add(ROOM); // what the lost link's walk may still read: the cleared room's entry
+            link.rooms.put(ROOM, cleared); // what the lost link's walk may still read: the cleared room's entry
             decode.close();
             reader.join(TimeUnit.SECONDS.toMillis(30));
             assertFalse(reader.isAlive(), "the lost link's reader ended");
