@@ -79,8 +79,15 @@ final class HostilePeerScenario implements ChaosScenario {
     static final long RSS_GROWTH_LIMIT_MB = 512;
     /** Extra threads the prefill may have at the peak of the attacks. */
     static final long THREAD_GROWTH_LIMIT = 128;
-    /** Extra threads it may still have once the attacks ended (they are the attacker's connections' readers). */
+    /** Extra threads it may still have once the attacks ended and its extra transfer workers retired. */
     static final long THREADS_LEFT_LIMIT = 8;
+    /**
+     * How long a prefill's transfer workers beyond the per-link count stay idle before they end
+     * (ARCHITECTURE.md, TransferWorkers: "those beyond N end after 30 s idle"). The attacks' rooms start
+     * such workers, more of them on a loaded machine: they are bounded by that retirement, not gone
+     * within a fixed few seconds.
+     */
+    static final long WORKER_IDLE_RETIREMENT_SECONDS = 30;
     static final int PREAUTH_CONNECTIONS = 300;
     static final int STALLED_HANDSHAKES = 100;
     /** The rank's cap on connections in their handshake (docs/PROTOCOL.md §2). */
@@ -184,9 +191,13 @@ final class HostilePeerScenario implements ChaosScenario {
         s.setup().hostile = new ChaosRunner.Hostile(rss, threads, attacks, false); // holds is decided by the verdict
     }
 
-    /** The prefill's usage once its attack connections are gone: threads back within the limit (up to 5 s), else the last reading. */
+    /**
+     * The prefill's usage once its attack connections are gone and the transfer workers the attacks started
+     * retired: threads back within the limit (waited for up to the workers' idle retirement and 5 s more),
+     * else the last reading.
+     */
     private static ProcessUsage.Sample settled(ProcessUsage usage, ProcessUsage.Sample before) throws InterruptedException {
-        long until = System.nanoTime() + 5_000_000_000L;
+        long until = System.nanoTime() + (WORKER_IDLE_RETIREMENT_SECONDS + 5) * 1_000_000_000L;
         ProcessUsage.Sample now = usage.now();
         while (now.threads() > before.threads() + THREADS_LEFT_LIMIT && System.nanoTime() < until) {
             Thread.sleep(50);
