@@ -93,8 +93,10 @@ final class LinkReader {
                         // liveness only
                     }
                     case AbortAck a -> {
+                        // Only the answer to an ABORT this room sent: a stray ACK (a buggy peer, a retry's
+                        // id) must not stand in for the one a release of the room will wait for.
                         DecodeRoom r = rooms.get(a.room());
-                        if (r != null) r.abortAcked(link);
+                        if (r != null && r.abortSent.get() && r.targetIndexOf(link) >= 0) r.abortAcked(link);
                     }
                     default -> throw new ProtocolException("unexpected " + m.type() + " from prefill");
                 }

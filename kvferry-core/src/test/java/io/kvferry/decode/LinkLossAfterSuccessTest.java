@@ -10,6 +10,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.SmallRankArgs;
+import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.FrameCodec;
 import io.kvferry.protocol.Handshake;
@@ -34,6 +35,7 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import static io.kvferry.PlayedPrefill.wholeCoverage;
@@ -146,6 +148,24 @@ class LinkLossAfterSuccessTest {
             link.reader.join(TimeUnit.SECONDS.toMillis(30));
             assertEquals(false, link.reader.isAlive(), "the lost link's reader ended");
             assertEquals(KVPoll.Bootstrapping, retry.poll(), "the link's loss failed a room it had no part in");
+        });
+    }
+
+    /**
+     * An ABORT_ACK for a room that sent no ABORT (a buggy prefill, or one answering a cleared room whose
+     * id a retry took) does not count: a release of the room that aborts it later must wait for the ACK of
+     * its own ABORT (on a one-sided link its pages are reused once every rank acknowledged).
+     */
+    @Test
+    void aStrayAbortAckDoesNotStandInForTheAnswerToTheRoomsOwnAbort() throws Exception {
+        withRoomAwaitingKv((decode, r, prefill, addr) -> {
+            PrefillLink link = decode.directory.links().iterator().next();
+            DecodeRoom room = decode.rooms.get(ROOM);
+            prefill.send(new AbortAck(ROOM, 0));
+            // A barrier on the same connection: the reader handles frames in order.
+            prefill.send(new Status(ROOM, KVPoll.Failed, FailureKind.TRANSFER_ERROR, 0, "the barrier"));
+            awaitUntil(() -> r.poll() == KVPoll.Failed, "the barrier reached the room");
+            assertEquals(List.of(link), room.awaitAbortAcks(List.of(link), 0), "a stray ABORT_ACK was taken as the room's");
         });
     }
 
