@@ -7,6 +7,9 @@ package io.kvferry.cli;
  * bad value is refused naming the variable.
  */
 record EnvDefault(String flag, String env, String value) {
+    /** The longest time in milliseconds that a {@code Duration} still holds in nanoseconds (about 292 years). */
+    static final long MAX_MILLIS = Long.MAX_VALUE / 1_000_000;
+
     /** The flag's value when given (non-null), else the environment variable's. */
     static EnvDefault of(String flag, Object given, String env) {
         return given != null ? new EnvDefault(flag, null, given.toString()) : new EnvDefault(flag, env, System.getenv(env));

@@ -29,7 +29,7 @@ public final class StatusCommand implements Callable<Integer> {
     public Integer call() throws Exception {
         long timeoutMs;
         try {
-            timeoutMs = EnvDefault.of("--timeout-ms", timeoutMsFlag, "KVFERRY_STATUS_TIMEOUT_MS").get(5000, 1, Long.MAX_VALUE);
+            timeoutMs = EnvDefault.of("--timeout-ms", timeoutMsFlag, "KVFERRY_STATUS_TIMEOUT_MS").get(5000, 1, EnvDefault.MAX_MILLIS);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry status: " + e.getMessage());
             return 2;

@@ -131,4 +131,13 @@ class CommandLineBadInputTest {
         CliRun r = CliRun.of("demo", "--processes", "--model-variant", "swa", "--prefill-pp", "2");
         assertRefused(r, "swa variant's state pairs by PP stage", "prefill's PP (2) must equal the decode's (1)");
     }
+
+    /** A timeout longer than a Duration holds in nanoseconds was an ArithmeticException's stack trace (exit 1). */
+    @Test
+    void aTimeoutTooLongForTheClockIsRefusedNamingTheFlag() {
+        assertOneLine(CliRun.of("bootstrap", "--port", "0", "--no-auth", "--request-timeout-ms", "9223372036854775807"),
+                "kvferry bootstrap: --request-timeout-ms 9223372036854775807: requestTimeout must be at most 9223372036854 ms");
+        assertOneLine(CliRun.of("status", "--bootstrap", "127.0.0.1:1", "--timeout-ms", "9223372036854775807"),
+                "kvferry status: --timeout-ms 9223372036854775807 is outside [1, 9223372036854]");
+    }
 }

@@ -38,6 +38,8 @@ public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean o
     public static final Duration DEFAULT_REQUEST_TIMEOUT = Duration.ofSeconds(10);
     /** Far above the ranks of one prefill instance (TP × PP × CP × DP registrations plus decode lookups). */
     public static final int DEFAULT_MAX_CONNECTIONS = 1024;
+    /** The request gate keeps the timeout in nanoseconds: a longer one would overflow them. */
+    public static final Duration MAX_REQUEST_TIMEOUT = Duration.ofMillis(Long.MAX_VALUE / 1_000_000);
 
     public RegistryOptions {
         Objects.requireNonNull(roomEntryTtl, "roomEntryTtl");
@@ -47,6 +49,10 @@ public record RegistryOptions(String authToken, Duration roomEntryTtl, boolean o
         }
         if (requestTimeout.toMillis() <= 0) {
             throw new IllegalArgumentException("requestTimeout must be at least 1 ms, got " + requestTimeout);
+        }
+        if (requestTimeout.compareTo(MAX_REQUEST_TIMEOUT) > 0) {
+            throw new IllegalArgumentException("requestTimeout must be at most " + MAX_REQUEST_TIMEOUT.toMillis() + " ms, got "
+                    + requestTimeout.toMillis() + " ms");
         }
         if (maxConnections < 1) {
             throw new IllegalArgumentException("maxConnections must be >= 1, got " + maxConnections);
