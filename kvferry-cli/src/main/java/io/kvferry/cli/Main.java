@@ -94,7 +94,8 @@ public final class Main implements Runnable {
                     || e instanceof BackendUnavailableException)) {
                 throw e;
             }
-            cmd.getErr().println("kvferry " + cmd.getCommandName() + ": " + e.getMessage());
+            // Some JDK exceptions carry no message (UnresolvedAddressException): their name says more than "null".
+            cmd.getErr().println("kvferry " + cmd.getCommandName() + ": " + (e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName()));
             return 2;
         }).execute(args);
     }

@@ -9,7 +9,11 @@ import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
+import java.net.InetAddress;
+import java.net.UnknownHostException;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.stream.IntStream;
 
@@ -92,11 +96,24 @@ abstract class RoleCommand implements Callable<Integer> {
         }
         int tp = config.tp(mode());
         List<Integer> serve = ranks == null ? IntStream.range(0, tp).boxed().toList() : ranks;
+        Set<Integer> seen = new HashSet<>();
         for (int r : serve) {
             if (r < 0 || r >= tp) {
                 System.err.println("kvferry " + mode().name().toLowerCase() + ": --rank " + r + " is outside [0, " + tp + ")");
                 return 2;
             }
+            // A rank run twice in one process makes two managers for it: the second's rooms all fail.
+            if (!seen.add(r)) {
+                System.err.println("kvferry " + mode().name().toLowerCase() + ": --rank " + r + " is given twice (" + ranks + ")");
+                return 2;
+            }
+        }
+        try {
+            // The manager binds it later, where an unresolvable name is a message-less UnresolvedAddressException.
+            InetAddress.getByName(host);
+        } catch (UnknownHostException e) {
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": --host " + host + ": no such host (cannot resolve it)");
+            return 2;
         }
         int statusPort;
         try {

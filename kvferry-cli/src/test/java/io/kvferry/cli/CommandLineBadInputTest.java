@@ -140,4 +140,20 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("status", "--bootstrap", "127.0.0.1:1", "--timeout-ms", "9223372036854775807"),
                 "kvferry status: --timeout-ms 9223372036854775807 is outside [1, 9223372036854]");
     }
+
+    /** An unresolvable --host was "kvferry prefill: null" (the bind's UnresolvedAddressException has no message). */
+    @Test
+    void aRoleHostThatDoesNotResolveIsNamed() throws Exception {
+        assertOneLine(CliRun.of("prefill", "--bootstrap", "127.0.0.1:1", "--model", "tiny", "--requests", "1", "--status-port", "-1",
+                "--host", "no-such-host.invalid", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry prefill: --host no-such-host.invalid: no such host");
+    }
+
+    /** A rank listed twice ran twice: the second copy's rooms all failed (bad_request), exit 1 after the run. */
+    @Test
+    void aRankGivenTwiceIsRefused() throws Exception {
+        assertOneLine(CliRun.of("decode", "--bootstrap", "127.0.0.1:1", "--model", "tiny", "--requests", "1", "--status-port", "-1",
+                "--rank", "0,0", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry decode: --rank 0 is given twice ([0, 0])");
+    }
 }
