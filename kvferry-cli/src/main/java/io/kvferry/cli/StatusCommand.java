@@ -5,6 +5,8 @@ import io.kvferry.ops.StatusClient;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+import java.net.URI;
+import java.net.URISyntaxException;
 import java.time.Duration;
 import java.util.concurrent.Callable;
 
@@ -34,6 +36,12 @@ public final class StatusCommand implements Callable<Integer> {
             System.err.println("kvferry status: " + e.getMessage());
             return 2;
         }
+        try {
+            requireHostPort(bootstrap);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry status: " + e.getMessage());
+            return 2;
+        }
         JsonNode doc;
         try {
             doc = StatusClient.fetch(bootstrap, Duration.ofMillis(timeoutMs));
@@ -44,5 +52,32 @@ public final class StatusCommand implements Callable<Integer> {
         if (json) System.out.println(StatusClient.json(doc));
         else System.out.print(StatusClient.render(doc));
         return 0;
+    }
+
+    /**
+     * The registry's address: HOST:PORT ({@code [v6]:PORT}), optionally as {@code http://HOST:PORT/}. Without this
+     * check a missing port was port 80, and an empty or bracketless IPv6 address was "unsupported URI" (exit 1).
+     *
+     * @throws IllegalArgumentException naming --bootstrap and what is wrong
+     */
+    static void requireHostPort(String addr) {
+        String hostPort = addr.strip();
+        if (hostPort.startsWith("http://")) hostPort = hostPort.substring("http://".length());
+        hostPort = hostPort.replaceAll("/+$", "");
+        String expected = "--bootstrap '" + addr + "' is not HOST:PORT (e.g. 127.0.0.1:8998; IPv6 in brackets: [::1]:8998)";
+        URI uri;
+        try {
+            uri = new URI("http://" + hostPort);
+        } catch (URISyntaxException e) {
+            throw new IllegalArgumentException(expected);
+        }
+        if (uri.getHost() == null || uri.getRawPath() == null || !uri.getRawPath().isEmpty() || uri.getRawQuery() != null
+                || uri.getRawFragment() != null || uri.getRawUserInfo() != null) {
+            throw new IllegalArgumentException(expected);
+        }
+        if (uri.getPort() == -1) throw new IllegalArgumentException(expected + ": it has no port");
+        if (uri.getPort() < 1 || uri.getPort() > 65_535) {
+            throw new IllegalArgumentException("--bootstrap '" + addr + "': port " + uri.getPort() + " is outside [1, 65535]");
+        }
     }
 }

@@ -156,4 +156,20 @@ class CommandLineBadInputTest {
                 "--rank", "0,0", "--auth-token-file", tokenFile("t").toString()),
                 "kvferry decode: --rank 0 is given twice ([0, 0])");
     }
+
+    /** status read a missing port as port 80 and answered other bad addresses with "unsupported URI" and exit 1. */
+    @Test
+    void aStatusAddressThatIsNotHostPortIsRefusedNamingTheFlag() {
+        for (String bad : List.of("", "localhost", "::1:8998", "127.0.0.1:abc", "127.0.0.1:1/x", "a b:1")) {
+            assertOneLine(CliRun.of("status", "--bootstrap", bad), "kvferry status: --bootstrap '" + bad + "' is not HOST:PORT");
+        }
+        assertOneLine(CliRun.of("status", "--bootstrap", "127.0.0.1:70000"), "kvferry status: --bootstrap '127.0.0.1:70000': port 70000 is "
+                + "outside [1, 65535]");
+        assertOneLine(CliRun.of("status", "--bootstrap", "127.0.0.1:0"), "port 0 is outside [1, 65535]");
+        for (String good : List.of("127.0.0.1:1", "[::1]:1", "http://localhost:1/")) {
+            CliRun r = CliRun.of("status", "--bootstrap", good); // nothing listens there: exit 1, "cannot reach"
+            assertEquals(1, r.code(), r.err());
+            assertTrue(r.err().contains("cannot reach"), r.err());
+        }
+    }
 }
