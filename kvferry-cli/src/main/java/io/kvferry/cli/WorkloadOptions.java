@@ -176,6 +176,9 @@ public final class WorkloadOptions {
             description = "Role processes: the last N of --warmup are the room-memory probe's parked rooms.")
     int probeRooms;
 
+    /** The drivers add the deadline to System.nanoTime(): at most a quarter of the nanoseconds a long holds (73 years). */
+    static final long MAX_DEADLINE_MS = Long.MAX_VALUE / 4 / 1_000_000;
+
     /** Slack on top of the open-loop arrival span before the drivers call what is left hung. */
     static final long OPEN_LOOP_SLACK_MS = 120_000;
 
@@ -269,10 +272,18 @@ public final class WorkloadOptions {
                     + prefillDpBalance + "'");
         };
         Workload w = new Workload(requests, promptTokens, pageSize, chunkTokens, concurrency, prefixEvery, seed, warm, dpRoundRobin);
+        // 0 means "the default" for both; a negative one was taken as 0 without a word, a huge deadline overflowed the
+        // drivers' nanosecond deadline (every request reported at once).
+        if (bootstrapTimeoutMs < 0) {
+            throw new IllegalArgumentException("--bootstrap-timeout-ms must be >= 0 (0 = the library's default), not " + bootstrapTimeoutMs);
+        }
+        if (deadlineMs < 0 || deadlineMs > MAX_DEADLINE_MS) {
+            throw new IllegalArgumentException("--deadline-ms must be in [0, " + MAX_DEADLINE_MS + "] (0 = none), not " + deadlineMs);
+        }
         long deadline = deadlineMs;
         if (rate != null && deadline == 0) {
             // Open loop is bounded in time too: the arrival span twice over plus slack, then what is left is hung.
-            deadline = (long) (2_000.0 * requests / rate) + OPEN_LOOP_SLACK_MS;
+            deadline = (long) Math.min(MAX_DEADLINE_MS, 2_000.0 * requests / rate + OPEN_LOOP_SLACK_MS);
         }
         String token = auth.token();
         if (token == null || token.isEmpty()) {

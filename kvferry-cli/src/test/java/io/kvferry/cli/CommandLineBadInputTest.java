@@ -172,4 +172,18 @@ class CommandLineBadInputTest {
             assertTrue(r.err().contains("cannot reach"), r.err());
         }
     }
+
+    /**
+     * The hidden chaos timeouts: a negative one ran as if 0 (the default) without a word, and a deadline too long for the
+     * drivers' nanosecond clock overflowed it, so the one request failed at once (exit 1).
+     */
+    @Test
+    void aNegativeOrOverflowingHarnessTimeoutIsRefused() {
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--warmup", "0", "--bootstrap-timeout-ms", "-1"),
+                "kvferry bench: --bootstrap-timeout-ms must be >= 0 (0 = the library's default), not -1");
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--warmup", "0", "--deadline-ms", "-1"),
+                "kvferry bench: --deadline-ms must be in [0, 2305843009213] (0 = none), not -1");
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--warmup", "0", "--deadline-ms", "9223372036854775807"),
+                "kvferry bench: --deadline-ms must be in [0, 2305843009213] (0 = none), not 9223372036854775807");
+    }
 }
