@@ -82,6 +82,18 @@ public final class ChaosCommand implements Callable<Integer> {
         // Requests whose peer died before it sent metadata fail by the bootstrap timeout: keep it short here.
         config = config.withFaultTimeouts(config.bootstrapTimeoutMillis() > 0 ? config.bootstrapTimeoutMillis() : 2000,
                 config.deadlineMillis() > 0 ? config.deadlineMillis() : 120_000);
+        if (config.transport().equals("inproc")) {
+            // The roles are separate processes: inproc links would fall back to tcp, and the verdict would name a transport never run.
+            System.err.println("kvferry chaos: --transport inproc moves memory inside one JVM; chaos runs prefill and decode as separate "
+                    + "processes: use tcp, shm, ucx or auto");
+            return 2;
+        }
+        if (faultAfterMs >= config.deadlineMillis()) {
+            // The drivers stop at their deadline: a later fault strikes a finished run (and a huge one never woke up).
+            System.err.println("kvferry chaos: --fault-after-ms " + faultAfterMs + " is not before the drivers' deadline of "
+                    + config.deadlineMillis() + " ms: the run would be over before the fault");
+            return 2;
+        }
         long durationMs;
         try {
             durationMs = parseDuration(duration);

@@ -186,4 +186,16 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--warmup", "0", "--deadline-ms", "9223372036854775807"),
                 "kvferry bench: --deadline-ms must be in [0, 2305843009213] (0 = none), not 9223372036854775807");
     }
+
+    /**
+     * chaos ran --transport inproc over tcp (its roles are separate processes) and passed naming inproc, and slept through
+     * a --fault-after-ms past the drivers' deadline (9223372036854775807: for ever).
+     */
+    @Test
+    void chaosRefusesInprocAndAFaultAfterTheDeadline() {
+        assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--transport", "inproc"),
+                "kvferry chaos: --transport inproc moves memory inside one JVM; chaos runs prefill and decode as separate processes");
+        assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--fault-after-ms",
+                "9223372036854775807"), "kvferry chaos: --fault-after-ms 9223372036854775807 is not before the drivers' deadline of 120000 ms");
+    }
 }
