@@ -4,11 +4,16 @@ import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serve.Roles;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
+import java.util.stream.Collectors;
 
 /** {@code kvferry serve}: the reference engine's deployment roles. */
 @Command(name = "serve", mixinStandardHelpOptions = true,
@@ -50,8 +55,36 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--decode", description = "Router: a decode server URL (repeatable), e.g. http://10.0.0.2:30001.")
     List<String> decodes = List.of();
 
+    @Spec
+    CommandSpec spec;
+
+    /** Flags that only some modes read, and those modes (null: no --role, the embedded cluster). */
+    private static final Map<String, List<String>> ONLY_FOR = new LinkedHashMap<>();
+
+    static {
+        ONLY_FOR.put("--tp", List.of("prefill", "decode"));
+        ONLY_FOR.put("--pp", List.of("prefill", "decode"));
+        ONLY_FOR.put("--prefill-tp", List.of("embedded"));
+        ONLY_FOR.put("--decode-tp", List.of("embedded"));
+        ONLY_FOR.put("--prefill-pp", List.of("embedded"));
+        ONLY_FOR.put("--prefill", List.of("router"));
+        ONLY_FOR.put("--decode", List.of("router"));
+    }
+
     @Override
     public Integer call() throws Exception {
+        // A flag the chosen mode does not read was accepted and ignored (serve --tp 0 ran a tp1 prefill).
+        String mode = role == null ? "embedded" : role;
+        if (role == null || List.of("prefill", "decode", "router").contains(role)) {
+            for (Map.Entry<String, List<String>> e : ONLY_FOR.entrySet()) {
+                if (spec.commandLine().getParseResult().hasMatchedOption(e.getKey()) && !e.getValue().contains(mode)) {
+                    System.err.println("kvferry serve: " + e.getKey() + " is not used " + (role == null ? "without --role" : "by --role " + role)
+                            + "; it is for " + e.getValue().stream().map(m -> m.equals("embedded") ? "serve without --role" : "--role " + m)
+                            .collect(Collectors.joining(" and ")));
+                    return 2;
+                }
+            }
+        }
         ModelFiles.Loaded model = engine.load();
         String token = engine.token();
         Roles.Role started;

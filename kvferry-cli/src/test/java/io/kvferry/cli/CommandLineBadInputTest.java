@@ -198,4 +198,15 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--fault-after-ms",
                 "9223372036854775807"), "kvferry chaos: --fault-after-ms 9223372036854775807 is not before the drivers' deadline of 120000 ms");
     }
+
+    /** serve took the flags of another mode and ignored them: serve --tp 0 (no --role) ran a tp1 prefill and exited 0 when stopped. */
+    @Test
+    void serveRefusesAFlagItsModeDoesNotRead() throws Exception {
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tp", "0"),
+                "kvferry serve: --tp is not used without --role; it is for --role prefill and --role decode");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--prefill-tp", "2", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry serve: --prefill-tp is not used by --role decode; it is for serve without --role");
+        assertOneLine(CliRun.of("serve", "--role", "prefill", "--port", "0", "--decode", "http://127.0.0.1:1", "--auth-token-file",
+                tokenFile("t").toString()), "kvferry serve: --decode is not used by --role prefill; it is for --role router");
+    }
 }
