@@ -78,6 +78,10 @@ public final class DemoCommand implements Callable<Integer> {
     @Override
     public Integer call() throws Exception {
         if (load < 0) throw new IllegalArgumentException("--load " + load + " is negative; give the number of requests (0 = skip)");
+        if (processes && "inproc".equals(engine.transport)) {
+            // Each engine in its own JVM: inproc links fell back to tcp while the banner said inproc.
+            throw new IllegalArgumentException("--transport inproc moves memory inside one JVM; it cannot be combined with --processes");
+        }
         PrintStream out = System.out;
         ModelFiles.Loaded model = engine.load();
         out.println("[demo] model: " + model.description());

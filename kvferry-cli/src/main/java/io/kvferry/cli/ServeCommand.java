@@ -85,6 +85,18 @@ public final class ServeCommand implements Callable<Integer> {
                 }
             }
         }
+        if (role != null && "inproc".equals(engine.transport)) {
+            // A role's peers are other processes: inproc links would fall back to tcp.
+            System.err.println("kvferry serve: --transport inproc moves memory inside one JVM; it works only without --role");
+            return 2;
+        }
+        // Named here: the server's own check says only "port out of range:70000".
+        String badPort = port != null && (port < 0 || port > 65_535) ? "--port " + port
+                : bootstrapPort < 0 || bootstrapPort > 65_535 ? "--bootstrap-port " + bootstrapPort : null;
+        if (badPort != null) {
+            System.err.println("kvferry serve: " + badPort + " is outside [0, 65535] (0 = any free port)");
+            return 2;
+        }
         ModelFiles.Loaded model = engine.load();
         String token = engine.token();
         Roles.Role started;

@@ -209,4 +209,15 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("serve", "--role", "prefill", "--port", "0", "--decode", "http://127.0.0.1:1", "--auth-token-file",
                 tokenFile("t").toString()), "kvferry serve: --decode is not used by --role prefill; it is for --role router");
     }
+
+    /** Engines in separate processes ran inproc over tcp (the demo's banner said inproc); serve's ports were "port out of range:70000". */
+    @Test
+    void engineProcessesRefuseInprocAndPortsAreNamed() throws Exception {
+        assertOneLine(CliRun.of("demo", "--processes", "--transport", "inproc"),
+                "kvferry demo: --transport inproc moves memory inside one JVM; it cannot be combined with --processes");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--transport", "inproc", "--auth-token-file",
+                tokenFile("t").toString()), "kvferry serve: --transport inproc moves memory inside one JVM; it works only without --role");
+        assertOneLine(CliRun.of("serve", "--port", "70000"), "kvferry serve: --port 70000 is outside [0, 65535]");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "-1"), "kvferry serve: --bootstrap-port -1 is outside [0, 65535]");
+    }
 }
