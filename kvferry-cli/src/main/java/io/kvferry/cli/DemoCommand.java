@@ -75,9 +75,16 @@ public final class DemoCommand implements Callable<Integer> {
 
     private static final ObjectMapper JSON = new ObjectMapper();
 
+    /** Most concurrent requests of --load: far beyond what one engine's --max-requests serves at once. */
+    static final int MAX_LOAD = 100_000;
+
     @Override
     public Integer call() throws Exception {
         if (load < 0) throw new IllegalArgumentException("--load " + load + " is negative; give the number of requests (0 = skip)");
+        if (load > MAX_LOAD) {
+            // The load's prompts and futures are all held at once: 2^31 of them ran out of heap after minutes of silence.
+            throw new IllegalArgumentException("--load " + load + " is more than " + MAX_LOAD + " requests");
+        }
         if (processes && "inproc".equals(engine.transport)) {
             // Each engine in its own JVM: inproc links fell back to tcp while the banner said inproc.
             throw new IllegalArgumentException("--transport inproc moves memory inside one JVM; it cannot be combined with --processes");

@@ -220,4 +220,10 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("serve", "--port", "70000"), "kvferry serve: --port 70000 is outside [0, 65535]");
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "-1"), "kvferry serve: --bootstrap-port -1 is outside [0, 65535]");
     }
+
+    /** demo --load 2147483647 built 2^31 requests up front: minutes of silence, then out of heap. */
+    @Test
+    void aDemoLoadTooLargeToHoldIsRefused() {
+        assertOneLine(CliRun.of("demo", "--load", "2147483647"), "kvferry demo: --load 2147483647 is more than 100000 requests");
+    }
 }
