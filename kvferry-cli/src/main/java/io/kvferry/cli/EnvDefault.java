@@ -37,8 +37,10 @@ record EnvDefault(String flag, String env, String value) {
             throw new IllegalArgumentException(source() + " is not a whole number" + (env == null ? "" : " (unset or empty: " + dflt + ")"));
         }
         if (v < min || v > max) {
-            boolean noMax = max == Long.MAX_VALUE || max == Integer.MAX_VALUE;
-            throw new IllegalArgumentException(source() + (noMax ? " must be >= " + min : " is outside [" + min + ", " + max + "]"));
+            boolean noMax = max == Long.MAX_VALUE || max == Integer.MAX_VALUE, noMin = min == Long.MIN_VALUE || min == Integer.MIN_VALUE;
+            // Only the bound that was crossed when the other is a type's limit: "=99999999999 must be >= -2147483648" misled.
+            throw new IllegalArgumentException(source() + (v < min && noMax ? " must be >= " + min
+                    : v > max && noMin ? " must be <= " + max : " is outside [" + min + ", " + max + "]"));
         }
         return v;
     }

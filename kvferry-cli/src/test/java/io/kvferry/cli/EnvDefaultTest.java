@@ -72,4 +72,12 @@ class EnvDefaultTest {
         assertFalse(e.getMessage().contains("--timeout-ms"), e.getMessage());
         assertEquals("KVFERRY_STATUS_TIMEOUT_MS=0 must be >= 1", e.getMessage());
     }
+
+    /** A value above an int's range for a limit checked only by its type was refused as "must be >= -2147483648". */
+    @Test
+    void aValueAboveTheTypeNamesTheUpperBound() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new EnvDefault("--max-connections",
+                "KVFERRY_REGISTRY_MAX_CONNECTIONS", "99999999999").get(1024, Integer.MIN_VALUE, Integer.MAX_VALUE));
+        assertEquals("KVFERRY_REGISTRY_MAX_CONNECTIONS=99999999999 must be <= 2147483647", e.getMessage());
+    }
 }
