@@ -17,7 +17,9 @@ import java.nio.file.AccessDeniedException;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.FileSystemException;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -131,6 +133,25 @@ public final class BenchCommand implements Callable<Integer> {
         if (Files.exists(file) && !Files.isWritable(file)) throw new IllegalArgumentException(option + " " + file + " is not writable");
         Path parent = file.toAbsolutePath().getParent();
         if (parent != null) requireWritableDirectory(option, file, parent);
+        // isWritable is true for root nearly everywhere (/proc too), where the write after the run then failed with a
+        // stack trace and the results were lost: open the file for writing now, and leave no trace of the try.
+        boolean existed = Files.exists(file);
+        try (var ignored = Files.newByteChannel(file, StandardOpenOption.CREATE, StandardOpenOption.WRITE)) {
+            // opened: it can be written
+        } catch (IOException e) {
+            String why = e instanceof AccessDeniedException ? "permission denied"
+                    : e instanceof NoSuchFileException ? "that file system makes no such file"
+                    : e instanceof FileSystemException f && f.getReason() != null ? f.getReason() : e.toString();
+            throw new IllegalArgumentException(option + " " + file + ": cannot write it: " + why);
+        } finally {
+            if (!existed) {
+                try {
+                    Files.deleteIfExists(file);
+                } catch (IOException ignored) {
+                    // it was not made
+                }
+            }
+        }
     }
 
     /**

@@ -226,4 +226,14 @@ class CommandLineBadInputTest {
     void aDemoLoadTooLargeToHoldIsRefused() {
         assertOneLine(CliRun.of("demo", "--load", "2147483647"), "kvferry demo: --load 2147483647 is more than 100000 requests");
     }
+
+    /**
+     * As root, Files.isWritable said yes to /proc, the bench ran, and writing the dump then failed with a stack trace
+     * (exit 1, results lost). For other users /proc is refused as not writable: either way, before the run.
+     */
+    @Test
+    void aMetricsDumpThatCannotBeCreatedIsRefusedBeforeTheRun() {
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--warmup", "0", "--metrics-dump", "/proc/kvferry-test.prom"),
+                "kvferry bench: --metrics-dump /proc/kvferry-test.prom");
+    }
 }
