@@ -9,7 +9,9 @@ import io.kvferry.chaos.net.NetnsLink;
 import io.kvferry.testkit.MemoryBudget;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 import java.util.Locale;
 import java.util.concurrent.Callable;
@@ -62,11 +64,21 @@ public final class ChaosCommand implements Callable<Integer> {
     @Mixin
     WorkloadOptions workload;
 
+    @Spec
+    CommandSpec spec;
+
     @Override
     public Integer call() throws Exception {
         if (!ChaosRunner.SCENARIOS.contains(scenario)) {
             System.err.println("kvferry chaos: unknown scenario '" + scenario + "'; this build runs " + ChaosRunner.SCENARIOS);
             return 2;
+        }
+        for (String flag : new String[]{"--netem", "--netns-link"}) {
+            // They shape the namespaces' link: without --netns there is none, and the flag was accepted and ignored.
+            if (!netns && spec.commandLine().getParseResult().hasMatchedOption(flag)) {
+                System.err.println("kvferry chaos: " + flag + " shapes the --netns link; without --netns it does nothing: add --netns or drop it");
+                return 2;
+            }
         }
         if (faultAfterMs < 0) {
             System.err.println("kvferry chaos: --fault-after-ms " + faultAfterMs + " is negative; give the delay in ms (0 = at once)");

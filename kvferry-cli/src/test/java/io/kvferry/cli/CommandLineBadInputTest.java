@@ -236,4 +236,13 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--warmup", "0", "--metrics-dump", "/proc/kvferry-test.prom"),
                 "kvferry bench: --metrics-dump /proc/kvferry-test.prom");
     }
+
+    /** --netem and --netns-link without --netns were accepted and ignored: the run had no impaired link at all. */
+    @Test
+    void chaosRefusesLinkFlagsWithoutNetns() {
+        assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--netem", "loss 50%"),
+                "kvferry chaos: --netem shapes the --netns link; without --netns it does nothing");
+        assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--netns-link", "tun"),
+                "kvferry chaos: --netns-link shapes the --netns link; without --netns it does nothing");
+    }
 }
