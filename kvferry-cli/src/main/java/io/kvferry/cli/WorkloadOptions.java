@@ -202,7 +202,7 @@ public final class WorkloadOptions {
         KVFerrySettings settings = KVFerrySettings.fromEnvironment();
         int stripes = tcpStripes != null ? tcpStripes : settings.getInt(Knobs.TCP_STRIPES, 1, 64);
         if (stripes < 1 || stripes > 64) throw new IllegalArgumentException("--tcp-stripes must be in [1, 64], got " + stripes);
-        ChecksumMode checksumMode = checksum != null ? ChecksumMode.parse(checksum) : settings.getChecksum(Knobs.CHECKSUM);
+        ChecksumMode checksumMode = checksum != null ? checksumFlag(checksum) : settings.getChecksum(Knobs.CHECKSUM);
         int p = prefillTp == null ? tp : prefillTp, d = decodeTp == null ? tp : decodeTp;
         if (p < 1 || d < 1) throw new IllegalArgumentException("--tp, --prefill-tp and --decode-tp must be >= 1");
         if (Math.max(p, d) % Math.min(p, d) != 0) {
@@ -240,8 +240,9 @@ public final class WorkloadOptions {
         int warm = warmup != null ? warmup : benchDefaults ? BenchDefaults.warmupRequests(roomBytes) : 0;
         if (warm < 0) throw new IllegalArgumentException("--warmup must be >= 0, got " + warm);
         PageLayout layout = PageLayout.parse(pages);
-        if (rate != null && (!(rate > 0) || rate.isInfinite())) {
-            throw new IllegalArgumentException("--rate must be a finite number of requests per second > 0, got " + rate);
+        if (rate != null && (!(rate >= MIN_RATE) || rate.isInfinite())) {
+            // Below it the first arrival alone is hours away (1e-300 ran for ever): a typo, not a benchmark.
+            throw new IllegalArgumentException("--rate must be a finite number of requests per second >= " + MIN_RATE + ", got " + rate);
         }
         if (rate != null && requests > MAX_OPEN_LOOP_REQUESTS) {
             // Open loop holds every measured request's arrival time (8 bytes each) for the whole run.
@@ -343,6 +344,17 @@ public final class WorkloadOptions {
 
     /** Most measured requests of an open-loop run (--rate): their arrival schedule is 80 MB at this many. */
     static final int MAX_OPEN_LOOP_REQUESTS = 10_000_000;
+
+    /** The --checksum flag's mode; a bad word is refused naming the flag (the parser's own words name no flag). */
+    private static ChecksumMode checksumFlag(String text) {
+        try {
+            return ChecksumMode.parse(text);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--" + e.getMessage());
+        }
+    }
+    /** The slowest open-loop rate (requests per second): 64 arrivals then span about 2 hours. */
+    static final double MIN_RATE = 0.01;
 
     /** Bench pool limits the options are checked against. */
     static final class RankPoolLimits {

@@ -257,6 +257,7 @@ class BenchCommandTest {
         assertEquals(2, run("bench", "--poll", "sometimes").code());
         assertEquals(2, run("bench", "--rate", "0").code());
         assertEquals(2, run("bench", "--rate", "-3").code());
+        assertEquals(2, run("bench", "--rate", "1e-300").code()); // ran for ever waiting for its first arrival
         assertEquals(2, run("bench", "--sweep-quick", "--processes").code());
         assertTrue(run("bench", "--rate", "fast").code() != 0);
         // Open loop and the chaos harness check both roles' pools before anything starts, as the closed loop does.

@@ -46,6 +46,13 @@ class CommandLineBadInputTest {
         return Files.writeString(dir.resolve("token-" + token), token + "\n");
     }
 
+    /** A rate so low its first arrival is hours away ran for ever; a bad --checksum word did not name the flag. */
+    @Test
+    void aRateTooLowAndABadChecksumWordNameTheirFlags() {
+        assertRefused(CliRun.of("bench", "--rate", "1e-300"), "--rate must be", ">= 0.01", "1.0E-300");
+        assertRefused(CliRun.of("bench", "--checksum", "bogus"), "--checksum must be off, sampled or full, not 'bogus'");
+    }
+
     @Test
     void anHttpPortInUseIsOneLineNamingHostAndPort() throws Exception {
         try (ServerSocket taken = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"))) {
