@@ -99,6 +99,9 @@ public final class Router implements AutoCloseable {
             if (!("http".equals(u.getScheme()) || "https".equals(u.getScheme())) || u.getHost() == null) {
                 throw new IllegalArgumentException(flag + " '" + url + "' must be an http:// URL with a host, e.g. http://10.0.0.1:30000");
             }
+            if (u.getPort() > 65535) { // URI accepts any digits; the client would fail each request with "port out of range"
+                throw new IllegalArgumentException(flag + " '" + url + "': port " + u.getPort() + " is not in [1, 65535]");
+            }
             return u;
         }
 

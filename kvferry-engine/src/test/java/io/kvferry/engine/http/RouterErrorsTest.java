@@ -486,6 +486,8 @@ class RouterErrorsTest {
         assertTrue(e.contains("--decode 'ftp://h:1'"), e);
         e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("http://a b", false)).getMessage();
         assertTrue(e.contains("--decode 'http://a b' is not a URL"), e);
+        e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("http://h:70000", true)).getMessage();
+        assertTrue(e.contains("--prefill 'http://h:70000': port 70000 is not in [1, 65535]"), e);
         assertEquals("http://10.0.0.1:30000", Router.Backend.parse("http://10.0.0.1:30000/", true).toString());
     }
 }
