@@ -36,6 +36,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Predicate;
 
@@ -72,6 +73,9 @@ public final class Router implements AutoCloseable {
     }
 
     /** One prefill or decode server the router sends to; {@code bootstrap} is a prefill's registry. */
+    /** The largest /health answer read from a backend (an engine's is a few hundred bytes). */
+    static final int MAX_HEALTH_BYTES = 64 << 10;
+
     static final class Backend {
         final URI url;
         final boolean prefill;
@@ -220,8 +224,7 @@ public final class Router implements AutoCloseable {
     private void checkHealth(Backend b) {
         String failure;
         try {
-            HttpResponse<String> r = client.send(HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout()).GET().build(),
-                    HttpResponse.BodyHandlers.ofString());
+            HttpResponse<String> r = probe(b);
             if (r.statusCode() == 200) {
                 if (b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
                 if (!b.healthy) log.warn("{} is healthy again", b);
@@ -252,6 +255,31 @@ public final class Router implements AutoCloseable {
         } else {
             log.info("{} failed a health check ({} of {} in a row take it out of rotation): {}", b, b.failedChecks,
                     probing.failuresToMarkDown(), failure);
+        }
+    }
+
+    /**
+     * One /health exchange, headers and body, within the probe timeout: {@link HttpRequest#timeout} bounds
+     * only the wait for the headers, so a backend that then stalled mid-body held the one health thread, and
+     * with it every backend's checks, for as long as it kept the connection open. Its body is capped too.
+     *
+     * @throws HttpTimeoutException when the whole answer did not come within the probe timeout (it is cancelled)
+     */
+    private HttpResponse<String> probe(Backend b) throws IOException, InterruptedException {
+        HttpRequest req = HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout()).GET().build();
+        CompletableFuture<HttpResponse<String>> call = client.sendAsync(req,
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), MAX_HEALTH_BYTES));
+        try {
+            return call.get(probing.probeTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            call.cancel(true); // aborts the exchange: its connection is closed
+            throw new HttpTimeoutException("no complete health answer (headers and body) within " + probing.probeTimeout().toMillis() + " ms");
+        } catch (InterruptedException e) {
+            call.cancel(true);
+            throw e;
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof IOException io) throw io;
+            throw new IOException(e.getCause());
         }
     }
 

@@ -478,6 +478,55 @@ class RouterErrorsTest {
         }
     }
 
+    /**
+     * A decode whose health answer sends its headers and then stalls mid-body: that check fails at the probe
+     * timeout like one that never answers (three in a row take the decode out), rather than holding the one
+     * health thread, and with it every backend's checks, for as long as the decode keeps the connection open.
+     */
+    @Test
+    @Timeout(60)
+    void aHealthAnswerThatStallsMidBodyFailsItsCheckAtTheProbeTimeout() throws Exception {
+        AtomicInteger calls = new AtomicInteger();
+        CountDownLatch release = new CountDownLatch(1);
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/health", ex -> {
+            byte[] b = "{\"status\":\"ok\"}".getBytes(StandardCharsets.UTF_8);
+            if (calls.incrementAndGet() == 1) { // the constructor's check passes
+                ex.sendResponseHeaders(200, b.length);
+                ex.getResponseBody().write(b);
+                ex.close();
+                return;
+            }
+            try {
+                ex.sendResponseHeaders(200, 1000); // promises 1000 bytes, sends a few, then stalls
+                ex.getResponseBody().write(b);
+                ex.getResponseBody().flush();
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } catch (IOException routerGaveUp) {
+                // the check timed out and closed the connection
+            }
+            ex.close();
+        });
+        decode.start();
+        HttpServer prefill = prefillStub();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, FAST)) {
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            HttpResponse<String> h;
+            while ((h = send(router.port(), "/health", null)).statusCode() != 503 && System.nanoTime() < until) Thread.sleep(50);
+            assertEquals(503, h.statusCode(), "health checks whose answers stalled mid-body left the decode in rotation ("
+                    + calls.get() + " checks began): " + h.body());
+            assertEquals(0, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+        } finally {
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     @Test
     void aBackendThatIsNoHttpUrlIsRefusedNamingTheFlagAndTheValue() {
         String e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("notaurl", true)).getMessage();
