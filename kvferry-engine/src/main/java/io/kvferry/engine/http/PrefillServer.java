@@ -58,6 +58,7 @@ public final class PrefillServer implements AutoCloseable {
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
             if (c instanceof KVTransferException t) Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
+            else if (c instanceof IllegalArgumentException) Http.sendError(ex, 400, "invalid_request_error", c.getMessage()); // its room already in flight
             else Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
         }
     }

@@ -98,6 +98,14 @@ public final class PrefillEngine extends SchedulerThread {
         }
         CompletableFuture<Result> done = new CompletableFuture<>();
         execute(() -> {
+            if (roomUnderWay(req.room())) {
+                // kvferry lets a new sender take a room id over (a retry of a failed request), so a second request
+                // of a room still under way here would take its transfer: the first failed, or the decode got the
+                // second one's KV. Refused instead, as the decode refuses its own duplicates.
+                done.completeExceptionally(new IllegalArgumentException("bootstrap_room " + req.room()
+                        + " is already in flight on this prefill"));
+                return;
+            }
             if (recentAborts.take(req.room(), System.nanoTime())) {
                 done.completeExceptionally(new KVTransferException(req.room(), FailureKind.ABORTED,
                         "Aborted by AbortReq. (before the request reached this prefill)", false));
@@ -115,6 +123,16 @@ public final class PrefillEngine extends SchedulerThread {
             bootstrap.add(f);
         });
         return done;
+    }
+
+    /** Whether a request of this room is accepted and not concluded (scheduler thread only). */
+    private boolean roomUnderWay(long room) {
+        for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
+            for (Flight f : q) {
+                if (f.req.room() == room) return true;
+            }
+        }
+        return false;
     }
 
     /** Aborts the room (client gone): its senders fail with "Aborted by AbortReq." and its pages are freed. */
