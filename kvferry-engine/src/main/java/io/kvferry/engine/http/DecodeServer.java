@@ -44,7 +44,10 @@ public final class DecodeServer implements AutoCloseable {
     }
 
     /** What the scheduler thread hands the handler: a token, the end, or an error. */
-    private record Event(int token, Generation done, String error, FailureKind kind) {
+    private record Event(int token, Generation done, String error, FailureKind kind, boolean refused) {
+        Event(int token, Generation done, String error, FailureKind kind) {
+            this(token, done, error, kind, false);
+        }
     }
 
     private void generate(HttpExchange ex) throws Exception {
@@ -71,6 +74,11 @@ public final class DecodeServer implements AutoCloseable {
             public void onError(FailureKind kind, String message) {
                 events.add(new Event(-1, null, message, kind));
             }
+
+            @Override
+            public void onRefused(String message) {
+                events.add(new Event(-1, null, message, null, true));
+            }
         }));
         OutputStream out = null;
         List<Event> batch = new ArrayList<>();
@@ -82,7 +90,9 @@ public final class DecodeServer implements AutoCloseable {
                 StringBuilder data = new StringBuilder();
                 for (Event e : batch) {
                     if (e.error() != null) {
-                        if (out == null) {
+                        if (out == null && e.refused()) {
+                            Http.sendError(ex, 400, "invalid_request_error", e.error());
+                        } else if (out == null) {
                             Http.sendError(ex, 500, errorType(e.kind()), e.kind() == null ? null : e.kind().label(), e.error());
                         } else {
                             data.append("data: ").append(Http.JSON.writeValueAsString(Http.errorEvent(errorType(e.kind()), e.kind() == null ? null : e.kind().label(), e.error()))).append("\n\n");

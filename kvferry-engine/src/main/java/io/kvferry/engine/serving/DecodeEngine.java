@@ -36,6 +36,11 @@ public final class DecodeEngine extends SchedulerThread {
 
         /** @param kind the transfer failure's kind; null when the request failed for another reason */
         void onError(FailureKind kind, String message);
+
+        /** The request was refused as it came (its room is already under way here): the client's error, nothing ran. */
+        default void onRefused(String message) {
+            onError(null, message);
+        }
     }
 
     /** @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()} */
@@ -126,6 +131,12 @@ public final class DecodeEngine extends SchedulerThread {
         String addr = req.bootstrapAddr() != null ? req.bootstrapAddr() : transfer.bootstrapAddr();
         if (addr == null) throw new IllegalArgumentException("room " + req.room() + " names no bootstrap address and this decode has none");
         execute(() -> {
+            if (roomUnderWay(req.room())) {
+                // kvferry refuses a second receiver of a room only until the first one's KV landed; a duplicate
+                // of a room that is decoding would run beside it (and an abort of the room would end both).
+                req.sink().onRefused("bootstrap_room " + req.room() + " is already in flight on this decode");
+                return;
+            }
             if (recentAborts.take(req.room(), System.nanoTime())) {
                 req.sink().onError(FailureKind.ABORTED, "Aborted by AbortReq. (before the request reached this decode)");
                 return;
@@ -149,6 +160,16 @@ public final class DecodeEngine extends SchedulerThread {
             inFlight++;
             prealloc.add(f);
         });
+    }
+
+    /** Whether a request of this room is accepted and not ended (scheduler thread only). */
+    private boolean roomUnderWay(long room) {
+        for (List<Flight> q : List.of(prealloc, transferring, running)) {
+            for (Flight f : q) {
+                if (f.req.room() == room) return true;
+            }
+        }
+        return false;
     }
 
     /** Aborts a request (client gone): it ends with onError; its pages are freed once no write can land. */

@@ -71,4 +71,37 @@ class DuplicateRoomTest {
             }
         }
     }
+
+    /** The decode refused a duplicate through kvferry's own check, but as a 500 internal_error: the client's error is a 400. */
+    @Test
+    @Timeout(60)
+    void aDecodeRefusesASecondRequestOfARoomUnderWayWithA400AndTheFirstSucceeds() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "dup-room-test")) {
+            String addr = "127.0.0.1:" + registry.port();
+            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, "dup-room-test", "127.0.0.1"));
+                 DecodeEngine decode = new DecodeEngine(spec, new TransferSpec("tcp", null, "dup-room-test", "127.0.0.1"));
+                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0);
+                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0)) {
+                String body = "{\"bootstrap_room\":9,\"bootstrap_addr\":\"" + addr + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}";
+                CompletableFuture<HttpResponse<String>> first = post(ds.port(), body);
+                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+                while (decode.inFlight() < 1 && System.nanoTime() < until) Thread.sleep(10);
+                assertEquals(1, decode.inFlight(), "the first request never reached the decode");
+
+                HttpResponse<String> dup = post(ds.port(), body).get(20, TimeUnit.SECONDS);
+                assertEquals(400, dup.statusCode(), dup.body());
+                JsonNode e = JSON.readTree(dup.body()).path("error");
+                assertEquals("bootstrap_room 9 is already in flight on this decode", e.path("message").asText(), dup.body());
+                assertEquals("invalid_request_error", e.path("type").asText(), dup.body());
+
+                HttpResponse<String> p = post(ps.port(), "{\"bootstrap_room\":9,\"input_ids\":[1,2,3]}").get(20, TimeUnit.SECONDS);
+                assertEquals(200, p.statusCode(), p.body());
+                HttpResponse<String> d = first.get(20, TimeUnit.SECONDS);
+                assertEquals(200, d.statusCode(), "the duplicate harmed the first request: " + d.body());
+                assertTrue(d.body().contains("\"finish_reason\""), d.body());
+            }
+        }
+    }
 }
