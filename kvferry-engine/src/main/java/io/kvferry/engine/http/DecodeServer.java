@@ -11,6 +11,8 @@ import io.kvferry.engine.serving.Generation;
 
 import java.io.IOException;
 import java.io.OutputStream;
+import java.net.URI;
+import java.net.URISyntaxException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
@@ -55,6 +57,9 @@ public final class DecodeServer implements AutoCloseable {
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.longField(req, "bootstrap_room");
         String addr = Http.textField(req, "bootstrap_addr");
+        String bad = whyNotBootstrapAddr(addr);
+        // Refused here: kvferry would retry the registry for its whole bootstrap timeout, then call it unreachable.
+        if (bad != null) throw new Http.BadRequest("bootstrap_addr '" + addr + "' " + bad);
         int[] ids = Http.intArray(req, "input_ids");
         int max = Http.intField(req, "max_new_tokens", 16, 1, Integer.MAX_VALUE);
         var sampling = SamplingParams.parse(req.get("sampling_params"), room);
@@ -114,6 +119,44 @@ public final class DecodeServer implements AutoCloseable {
         } catch (IOException gone) {
             engine.abort(room); // the client disconnected: free the room's pages (once safe) on this side
         }
+    }
+
+    /**
+     * Why a registry address cannot be one, or null: kvferry's form, {@code host:port} or {@code [ipv6]:port},
+     * optionally with {@code http://} before and {@code /} after, a port in [1, 65535] and a host a URI can hold.
+     */
+    static String whyNotBootstrapAddr(String address) {
+        String a = address.strip();
+        if (a.regionMatches(true, 0, "http://", 0, 7)) a = a.substring(7);
+        while (a.endsWith("/")) a = a.substring(0, a.length() - 1);
+        String host, port;
+        if (a.startsWith("[")) {
+            int close = a.indexOf(']');
+            if (close < 0 || close + 1 >= a.length() || a.charAt(close + 1) != ':') return "is not [ipv6]:port";
+            host = a.substring(1, close);
+            port = a.substring(close + 2);
+        } else {
+            int colon = a.lastIndexOf(':');
+            if (colon < 0) return "has no port (want host:port)";
+            host = a.substring(0, colon);
+            port = a.substring(colon + 1);
+        }
+        if (host.isEmpty()) return "has no host (want host:port)";
+        int p;
+        try {
+            p = Integer.parseInt(port);
+        } catch (NumberFormatException e) {
+            return "has a bad port '" + port + "'";
+        }
+        if (p < 1 || p > 65_535) return "has port " + p + " outside [1, 65535]";
+        try {
+            if (new URI("http://" + (host.indexOf(':') >= 0 ? "[" + host + "]" : host) + ":" + p).getHost() == null) {
+                return "has a host that is not a valid URI host";
+            }
+        } catch (URISyntaxException e) {
+            return "is not a valid host:port (" + e.getMessage() + ")";
+        }
+        return null;
     }
 
     /** A failure with a transfer kind is a kv_transfer_error; anything else an internal_error. */
