@@ -1,8 +1,11 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
@@ -25,7 +28,14 @@ import java.util.function.Supplier;
  * on virtual threads, so a streamed response waiting for tokens holds no platform thread.
  */
 final class Http {
-    static final ObjectMapper JSON = new ObjectMapper();
+    /**
+     * Strict on what it parses, as the bootstrap registry's mapper: a key twice or content after the
+     * object is refused, not read as one of the values the sender may not have meant.
+     */
+    static final ObjectMapper JSON = JsonMapper.builder()
+            .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+            .build();
     /** Largest request body read by the router (a prompt of the model's whole context is far smaller). */
     static final int MAX_BODY_BYTES = 1 << 20;
     /**

@@ -112,4 +112,26 @@ class HttpLimitsTest {
         while (gate.underWay() > 0 && System.nanoTime() < until) Thread.sleep(20);
         assertEquals(200, post("/echo", "{}").statusCode());
     }
+
+    /**
+     * A body with a key twice or something after its object is refused, naming it, as the bootstrap registry
+     * refuses one: before, the last of two values (a second max_tokens) or the first of two objects was taken silently.
+     */
+    @Test
+    @Timeout(30)
+    void aBodyWithADuplicateKeyOrTrailingContentIsA400() throws Exception {
+        start(16);
+        String[][] cases = {
+                {"{\"max_tokens\":1,\"max_tokens\":100000}", "Duplicate field 'max_tokens'"},
+                {"{\"prompt\":\"a\"} {\"prompt\":\"b\"}", "Trailing token"},
+                {"{\"prompt\":\"a\"}]", "Unexpected close marker"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = post("/echo", c[0]);
+            assertEquals(400, r.statusCode(), c[0] + " -> " + r.body());
+            String msg = Http.JSON.readTree(r.body()).path("error").path("message").asText();
+            assertTrue(msg.startsWith("malformed JSON: ") && msg.contains(c[1]), c[0] + " -> " + msg);
+        }
+        assertEquals(200, post("/echo", "{\"prompt\":\"a\"}  \n").statusCode(), "trailing white space is no content");
+    }
 }
