@@ -387,7 +387,8 @@ public final class Router implements AutoCloseable {
         decodeBody.put("max_new_tokens", ask.maxTokens());
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
-        CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body), HttpResponse.BodyHandlers.ofString());
+        CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body),
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), Http.MAX_BODY_BYTES)); // a few hundred bytes
         prefillCall.whenComplete((r, e) -> {
             p.inFlight.decrementAndGet();
             if (e != null && isConnectionRefused(e)) markUnreachable(p, e);
@@ -404,8 +405,8 @@ public final class Router implements AutoCloseable {
             }
             if (dr.statusCode() != 200) {
                 ErrorBody err;
-                try (InputStream in = dr.body()) {
-                    err = ErrorBody.parse(dr.statusCode(), new String(in.readAllBytes(), StandardCharsets.UTF_8));
+                try (InputStream in = dr.body()) { // an error answer is small: the rest of one that is not goes unread
+                    err = ErrorBody.parse(dr.statusCode(), new String(in.readNBytes(Http.MAX_BODY_BYTES), StandardCharsets.UTF_8));
                 }
                 abort(p, room);
                 ErrorBody prefillErr = prefillError(prefillCall);
@@ -482,12 +483,28 @@ public final class Router implements AutoCloseable {
      * end of its stream, with no error event and no [DONE] (an IOException here means the client went away).
      */
     private String readDecodeLine(BufferedReader in, Backend d, Backend p, long room) throws Failure {
+        // At most the longest event a decode sends (its last holds every token id): readLine would
+        // collect a line that never ends for as long as the decode sent it.
+        int most = Http.engineBodyLimit(contextTokens);
+        StringBuilder line = new StringBuilder();
         try {
-            return in.readLine();
+            int c;
+            while ((c = in.read()) >= 0 && c != '\n') {
+                if (line.length() >= most) {
+                    abort(d, room);
+                    abort(p, room);
+                    throw new Failure(502, "bad_gateway", d + " sent an event line of more than " + most + " characters on room " + room);
+                }
+                line.append((char) c);
+            }
+            if (c < 0 && line.isEmpty()) return null;
         } catch (IOException e) {
             abort(p, room);
             throw new Failure(502, "bad_gateway", d + " failed mid-stream on room " + room + ": " + e);
         }
+        int end = line.length();
+        if (end > 0 && line.charAt(end - 1) == '\r') line.setLength(end - 1);
+        return line.toString();
     }
 
     /** One event of the decode's stream; one that is no JSON fails the request as {@link #readDecodeLine} does. */

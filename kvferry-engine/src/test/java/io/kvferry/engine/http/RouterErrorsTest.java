@@ -17,6 +17,7 @@ import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
+import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
@@ -524,6 +525,59 @@ class RouterErrorsTest {
             release.countDown();
             decode.stop(0);
             prefill.stop(0);
+        }
+    }
+
+    /**
+     * A decode whose answer to /generate sends more than any real one and then stalls, an error body or an
+     * event line that never ends: the router read it all into memory, for as long as the decode sent, and
+     * answered nothing. It now reads a bounded amount and answers the client.
+     */
+    @Test
+    @Timeout(60)
+    void aDecodeAnswerThatNeverEndsIsCutAtItsLimit() throws Exception {
+        for (int status : new int[]{500, 200}) {
+            CountDownLatch release = new CountDownLatch(1);
+            HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+            decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+            answerHealthy(decode);
+            decode.createContext("/abort", ex -> {
+                ex.sendResponseHeaders(200, -1);
+                ex.close();
+            });
+            decode.createContext("/generate", ex -> {
+                try {
+                    ex.getRequestBody().readAllBytes();
+                    ex.sendResponseHeaders(status, 0); // chunked: no end in sight
+                    OutputStream out = ex.getResponseBody();
+                    if (status == 200) out.write("data: ".getBytes(StandardCharsets.US_ASCII));
+                    byte[] filler = "x".repeat(64 << 10).getBytes(StandardCharsets.US_ASCII);
+                    for (int i = 0; i < 32; i++) out.write(filler); // 2 MiB, no newline
+                    out.flush();
+                    release.await();
+                } catch (IOException | InterruptedException routerGaveUp) {
+                    // the router stopped reading and closed the connection
+                }
+                ex.close();
+            });
+            decode.start();
+            HttpServer prefill = prefillStub();
+            try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                    "127.0.0.1", 0, new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(10), Duration.ofSeconds(10), 3))) {
+                HttpResponse<String> r = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                        .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Hi\",\"max_tokens\":3}")).build(),
+                        HttpResponse.BodyHandlers.ofString()).get(20, TimeUnit.SECONDS);
+                if (status == 500) {
+                    assertEquals(500, r.statusCode(), r.body().substring(0, Math.min(200, r.body().length())));
+                } else {
+                    assertEquals(502, r.statusCode(), r.body().substring(0, Math.min(200, r.body().length())));
+                    assertTrue(r.body().contains("sent an event line of more than"), r.body());
+                }
+            } finally {
+                release.countDown();
+                decode.stop(0);
+                prefill.stop(0);
+            }
         }
     }
 
