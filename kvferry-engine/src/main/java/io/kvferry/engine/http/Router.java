@@ -780,7 +780,8 @@ public final class Router implements AutoCloseable {
         JsonNode req = Http.readJson(ex);
         String prompt = Http.textField(req, "text");
         JsonNode sp = req.path("sampling_params");
-        if (!sp.isMissingNode() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
+        // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
+        if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
         refuseUnsupportedSampling(sp);
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
                 Http.floatField(sp, "top_p", 1.0f), seed(sp), StopSequences.parse(sp.get("stop")));

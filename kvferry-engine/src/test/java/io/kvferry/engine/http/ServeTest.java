@@ -220,6 +220,9 @@ class ServeTest {
         assertEquals(8, j.path("output_ids").size());
         assertEquals(8, j.path("meta_info").path("completion_tokens").asInt());
         assertEquals("length", j.path("meta_info").path("finish_reason").path("type").asText());
+        // SGLang's sampling_params is Optional: null is its defaults, not a 400.
+        HttpResponse<String> nullParams = post("/generate", "{\"text\":\"One day\",\"sampling_params\":null}");
+        assertEquals(200, nullParams.statusCode(), nullParams.body());
         HttpResponse<String> m = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/models")).build(),
                 HttpResponse.BodyHandlers.ofString());
         assertEquals("test-model", JSON.readTree(m.body()).path("data").path(0).path("id").asText());
