@@ -27,7 +27,10 @@ public interface KVManager extends AutoCloseable {
     /** Whether decode defers freeing a failed/aborted room's pages until prefill confirms no write is in flight. */
     boolean enableDeferredDecodeKvRelease();
 
-    /** Prefill only: a sender for one request. */
+    /**
+     * Prefill only: a sender for one request. A room whose sender is still in flight (not cleared) is
+     * refused with an IllegalArgumentException, as the decode refuses a second receiver.
+     */
     KVSender createSender(String bootstrapAddr, long bootstrapRoom, List<Integer> destTpRanks, int ppRank,
                           boolean reqHasDisaggPrefillDpRank);
 

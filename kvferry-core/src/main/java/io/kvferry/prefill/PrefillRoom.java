@@ -118,11 +118,16 @@ final class PrefillRoom {
     /**
      * The scheduler created this room's sender: its infos stop counting against their links' budgets.
      * False when the record was dropped unclaimed ({@link PrefillRooms#forgetUnclaimed}): the sender takes
-     * a fresh record, and the drop's tombstone, which is in place by then.
+     * a fresh record, and the drop's tombstone, which is in place by then. A record a sender claimed already
+     * is a room in flight: a second sender would take its transfer over (the first request's pages, its
+     * decode's destinations), so it is refused.
+     *
+     * @throws IllegalArgumentException when a sender claimed the room already
      */
     boolean claim() {
         synchronized (this) {
             if (dropped) return false;
+            if (claimed) throw new IllegalArgumentException("bootstrap_room " + room + " is already in flight on this prefill rank");
             claimed = true;
             releaseCharges();
             return true;

@@ -30,6 +30,7 @@ import static io.kvferry.PlayedPrefill.awaitUntil;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -85,6 +86,24 @@ class RetriedRoomIdTest {
             assertFalse(reader.isAlive(), "the lost link's reader ended");
             assertEquals(KVPoll.Bootstrapping, retry.poll(), "the link's loss failed a room it had no part in");
         }
+    }
+
+    /**
+     * A second sender for a room whose sender is still in flight (a duplicate request, a retry sent before
+     * the first was cleared) is refused, as the decode refuses a second receiver: it took the first one's
+     * record over, and the first request failed or its decode got the second one's KV. Once the first was
+     * cleared, the id may be used again.
+     */
+    @Test
+    void aSecondSenderForARoomInFlightIsRefused() {
+        KVSender first = manager.createSender("127.0.0.1:1", ROOM, List.of(0), 0, false);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> manager.createSender("127.0.0.1:1", ROOM, List.of(0), 0, false));
+        assertTrue(e.getMessage().contains("bootstrap_room " + ROOM + " is already in flight"), e.getMessage());
+        assertEquals(KVPoll.Bootstrapping, first.poll(), "the first request is left alone");
+        first.clear();
+        KVSender again = manager.createSender("127.0.0.1:1", ROOM, List.of(0), 0, false);
+        assertEquals(KVPoll.Bootstrapping, again.poll());
     }
 
     /** The prefill reader thread started since {@code before} was taken (this test connects one link). */
