@@ -112,7 +112,7 @@ public final class ServeCommand implements Callable<Integer> {
                 case "prefill", "decode" -> {
                     if (token == null) {
                         System.err.println("kvferry serve --role " + role + ": no cluster token: set KVFERRY_AUTH_TOKEN or "
-                                + "--auth-token-file (the same on every prefill and decode)");
+                                + "--auth-token-file (the same on every prefill, decode and router)");
                         return 2;
                     }
                     boolean pre = role.equals("prefill");
@@ -123,6 +123,11 @@ public final class ServeCommand implements Callable<Integer> {
                 case "router" -> {
                     if (prefills.isEmpty() || decodes.isEmpty()) {
                         System.err.println("kvferry serve --role router: give at least one --prefill URL and one --decode URL");
+                        return 2;
+                    }
+                    if (token == null) { // the engines' /generate and /abort take the cluster token
+                        System.err.println("kvferry serve --role router: no cluster token: set KVFERRY_AUTH_TOKEN or "
+                                + "--auth-token-file (the same on every prefill, decode and router)");
                         return 2;
                     }
                     started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes);

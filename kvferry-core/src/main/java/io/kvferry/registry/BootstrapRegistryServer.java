@@ -6,6 +6,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.http.BearerToken;
 import io.kvferry.http.RequestGate;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -17,8 +18,6 @@ import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
@@ -69,7 +68,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     private final HttpServer server;
     private final RequestGate gate;
     private final ScheduledThreadPoolExecutor sweeper;
-    private final byte[] tokenDigest;
+    private final BearerToken token;
     private final boolean openWrites;
     private final RouteTable routes = new RouteTable();
     private final RoomDpTable rooms;
@@ -80,8 +79,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     private BootstrapRegistryServer(String host, HttpServer server, RegistryOptions options, LongSupplier nanoClock) {
         this.host = host;
         this.server = server;
-        String token = options.authToken();
-        this.tokenDigest = token == null || token.isBlank() ? null : sha256(token);
+        this.token = BearerToken.of(options.authToken());
         this.openWrites = options.openWrites();
         this.rooms = new RoomDpTable(options.roomEntryTtl().toNanos(), nanoClock);
         String prefix = "kvferry-registry-" + server.getAddress().getPort();
@@ -128,7 +126,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         if (s.openWrites) {
             log.warn("bootstrap registry on {}:{} runs WITHOUT auth (--no-auth): anyone who reaches it can register "
                     + "or replace prefill ranks", host, s.port());
-        } else if (s.tokenDigest == null) {
+        } else if (s.token == null) {
             log.warn("bootstrap registry on {}:{} has no auth token: every PUT /route and POST /register_dp_rank "
                     + "will be refused with 401", host, s.port());
         } else {
@@ -368,22 +366,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     }
 
     private boolean authorized(String header) {
-        if (tokenDigest == null || header == null) return false;
-        String h = header.strip();
-        int sp = 0;
-        while (sp < h.length() && !Character.isWhitespace(h.charAt(sp))) sp++;
-        if (sp == 0 || sp == h.length() || !h.substring(0, sp).equalsIgnoreCase("Bearer")) return false;
-        String token = h.substring(sp).strip();
-        // Digests have equal length, so the comparison leaks neither content nor token length.
-        return !token.isEmpty() && MessageDigest.isEqual(sha256(token), tokenDigest);
-    }
-
-    private static byte[] sha256(String s) {
-        try {
-            return MessageDigest.getInstance("SHA-256").digest(s.getBytes(StandardCharsets.UTF_8));
-        } catch (NoSuchAlgorithmException e) {
-            throw new IllegalStateException("SHA-256 is required of every JDK", e);
-        }
+        return token != null && token.accepts(header); // a constant-time comparison of equal-length digests
     }
 
     private static byte[] readBody(HttpExchange ex) throws IOException, BadRequestException {

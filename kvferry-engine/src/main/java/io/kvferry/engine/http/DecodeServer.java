@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.Generation;
+import io.kvferry.http.BearerToken;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -27,12 +28,20 @@ import java.util.concurrent.LinkedBlockingQueue;
 public final class DecodeServer implements AutoCloseable {
     private final DecodeEngine engine;
     private final HttpServer server;
+    private final BearerToken auth;
 
+    /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public DecodeServer(DecodeEngine engine, String host, int port) throws IOException {
+        this(engine, host, port, null);
+    }
+
+    /** @param authToken the cluster token /generate and /abort require ({@link Http#authorized}); null for none */
+    public DecodeServer(DecodeEngine engine, String host, int port, String authToken) throws IOException {
         this.engine = engine;
+        this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
-        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure()));
+        Http.engineRoutes(server, auth, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure()));
         server.start();
     }
 
@@ -53,7 +62,7 @@ public final class DecodeServer implements AutoCloseable {
     }
 
     private void generate(HttpExchange ex) throws Exception {
-        if (!Http.method(ex, "POST")) return;
+        if (!Http.method(ex, "POST") || !Http.authorized(ex, auth)) return;
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.longField(req, "bootstrap_room");
         String addr = Http.textField(req, "bootstrap_addr");

@@ -10,6 +10,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.http.BearerToken;
 
 import java.io.IOException;
 import java.io.InputStream;
@@ -132,12 +133,26 @@ final class Http {
     }
 
     /**
+     * Whether the request carries the cluster token, which an engine's routes that act (/generate, /abort)
+     * require: anyone who reaches an engine's port could otherwise abort any room or point a decode at any
+     * registry. Answers 401 and returns false when it does not; a server with no token ({@code auth} null)
+     * takes every request. Read-only routes (/health, /metrics, /status) stay open.
+     */
+    static boolean authorized(HttpExchange ex, BearerToken auth) throws IOException {
+        if (auth == null || auth.accepts(ex.getRequestHeaders().getFirst("Authorization"))) return true;
+        discardBody(ex);
+        sendError(ex, 401, "authentication_error", ex.getRequestMethod() + " " + ex.getRequestURI().getPath()
+                + " needs the cluster token (Authorization: Bearer TOKEN, the token of --auth-token-file / KVFERRY_AUTH_TOKEN)");
+        return false;
+    }
+
+    /**
      * The routes every engine server has besides /generate: {@code POST /abort} ({"bootstrap_room"}: the
      * router's abort of a request whose client went away) and {@code GET /health} (the engine's status).
      */
-    static void engineRoutes(HttpServer s, LongConsumer abort, Supplier<ObjectNode> health) {
+    static void engineRoutes(HttpServer s, BearerToken auth, LongConsumer abort, Supplier<ObjectNode> health) {
         s.createContext("/abort", ex -> handle(ex, e -> {
-            if (!method(e, "POST")) return;
+            if (!method(e, "POST") || !authorized(e, auth)) return;
             abort.accept(longField(readJson(e), "bootstrap_room"));
             sendJson(e, 200, JSON.createObjectNode().put("aborted", true));
         }));
@@ -176,6 +191,20 @@ final class Http {
         return ex.getRequestHeaders().containsKey("Transfer-Encoding") || length != null && !"0".equals(length.trim());
     }
 
+    /**
+     * Reads what is left of a request body and drops it (up to {@link #MAX_DRAIN_BYTES}, then the connection
+     * closes after the answer): closing with unread bytes makes the client see a reset, not the answer.
+     */
+    static void discardBody(HttpExchange ex) throws IOException {
+        InputStream in = ex.getRequestBody();
+        byte[] sink = new byte[64 << 10];
+        long drained = 0;
+        int n;
+        while (drained < MAX_DRAIN_BYTES && (n = in.read(sink)) > 0) drained += n;
+        if (drained >= MAX_DRAIN_BYTES) ex.getResponseHeaders().set("Connection", "close"); // too much to read: answer, then close
+        ExchangeGate.requestRead();
+    }
+
     static JsonNode readJson(HttpExchange ex) throws IOException {
         return readJson(ex, MAX_BODY_BYTES);
     }
@@ -185,13 +214,7 @@ final class Http {
         InputStream in = ex.getRequestBody();
         byte[] body = in.readNBytes(maxBytes + 1);
         if (body.length > maxBytes) {
-            // Read the rest before answering: closing with unread bytes makes the client see a reset, not the 400.
-            byte[] sink = new byte[64 << 10];
-            long drained = 0;
-            int n;
-            while (drained < MAX_DRAIN_BYTES && (n = in.read(sink)) > 0) drained += n;
-            if (drained >= MAX_DRAIN_BYTES) ex.getResponseHeaders().set("Connection", "close"); // too much to read: answer, then close
-            ExchangeGate.requestRead();
+            discardBody(ex);
             throw new BadRequest("request body over " + maxBytes + " bytes");
         }
         ExchangeGate.requestRead();

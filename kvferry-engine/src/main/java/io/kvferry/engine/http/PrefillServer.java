@@ -7,6 +7,7 @@ import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.engine.serving.PrefillEngine;
+import io.kvferry.http.BearerToken;
 
 import java.io.IOException;
 import java.util.concurrent.ExecutionException;
@@ -20,13 +21,21 @@ public final class PrefillServer implements AutoCloseable {
     private final PrefillEngine engine;
     private final HttpServer server;
     private final String bootstrapAddr;
+    private final BearerToken auth;
 
+    /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port) throws IOException {
+        this(engine, bootstrapAddr, host, port, null);
+    }
+
+    /** @param authToken the cluster token /generate and /abort require ({@link Http#authorized}); null for none */
+    public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port, String authToken) throws IOException {
         this.engine = engine;
         this.bootstrapAddr = bootstrapAddr;
+        this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
-        Http.engineRoutes(server, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
+        Http.engineRoutes(server, auth, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
                 .put("bootstrap", bootstrapAddr));
         server.start();
     }
@@ -41,7 +50,7 @@ public final class PrefillServer implements AutoCloseable {
     }
 
     private void generate(HttpExchange ex) throws Exception {
-        if (!Http.method(ex, "POST")) return;
+        if (!Http.method(ex, "POST") || !Http.authorized(ex, auth)) return;
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.longField(req, "bootstrap_room");
         int[] ids = Http.intArray(req, "input_ids");

@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.http.BearerToken;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -172,6 +173,8 @@ public final class Router implements AutoCloseable {
     private final HttpServer server;
     private final ScheduledExecutorService health;
     private final Probing probing;
+    /** The Authorization header sent with every call to an engine, or null for none. */
+    private final String backendAuthorization;
 
     /**
      * @param prefills each "http://host:port"; its bootstrap registry is learnt from its /health
@@ -180,13 +183,26 @@ public final class Router implements AutoCloseable {
      */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port)
             throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, null);
+    }
+
+    /** @param backendToken the cluster token sent to the engines, whose /generate and /abort require it; null for none */
+    public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
+                  String backendToken) throws IOException {
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, backendToken);
     }
 
     /** As the public constructor, with other probe timings (tests). */
     Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
            Probing probing) throws IOException {
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, probing, null);
+    }
+
+    private Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host,
+                   int port, Probing probing, String backendToken) throws IOException {
         this.probing = probing;
+        BearerToken auth = BearerToken.of(backendToken);
+        this.backendAuthorization = auth == null ? null : auth.header();
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
         for (String p : prefills) this.prefills.add(new Backend(p, true, null));
         for (String d : decodes) this.decodes.add(new Backend(d, false, null));
@@ -266,7 +282,9 @@ public final class Router implements AutoCloseable {
      * @throws HttpTimeoutException when the whole answer did not come within the probe timeout (it is cancelled)
      */
     private HttpResponse<String> probe(Backend b) throws IOException, InterruptedException {
-        HttpRequest req = HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout()).GET().build();
+        HttpRequest.Builder rb = HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout());
+        if (backendAuthorization != null) rb.header("Authorization", backendAuthorization); // not needed there; harmless
+        HttpRequest req = rb.GET().build();
         CompletableFuture<HttpResponse<String>> call = client.sendAsync(req,
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), MAX_HEALTH_BYTES));
         try {
@@ -576,8 +594,9 @@ public final class Router implements AutoCloseable {
     }
 
     private HttpRequest post(Backend b, String path, JsonNode body) throws IOException {
-        return HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json")
-                .POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
+        HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
+        if (backendAuthorization != null) r.header("Authorization", backendAuthorization);
+        return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
     }
 
     private void abort(Backend b, long room) {

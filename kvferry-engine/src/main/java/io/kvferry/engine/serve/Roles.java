@@ -107,7 +107,7 @@ public final class Roles {
                     .withMeters(metrics));
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
-            PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port());
+            PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken());
             s.parts.add(server);
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
@@ -127,7 +127,7 @@ public final class Roles {
                     .withMeters(metrics));
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
-            DecodeServer server = new DecodeServer(engine, o.host(), o.port());
+            DecodeServer server = new DecodeServer(engine, o.host(), o.port(), o.authToken());
             s.parts.add(server);
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
@@ -141,7 +141,7 @@ public final class Roles {
     public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls) throws IOException {
         Stack s = new Stack();
         Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), o.model().weights().config.seqLen(), modelName(o.model()),
-                o.host(), o.port());
+                o.host(), o.port(), o.authToken()); // the engines' /generate and /abort take the cluster token
         s.parts.add(r);
         s.port = r.port();
         return s;

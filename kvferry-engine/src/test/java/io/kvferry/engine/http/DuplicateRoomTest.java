@@ -34,7 +34,7 @@ class DuplicateRoomTest {
     }
 
     /**
-     * kvferry lets a new sender take a room id over, so before the fix the prefill accepted the duplicate,
+     * kvferry let a new sender take a room id over (its createSender now refuses that too), so before the fix the prefill accepted the duplicate,
      * which took the room's transfer: the first request then failed ("pages exceed the pages declared in
      * init"), or, with another prompt, the decode got the duplicate's KV.
      */

@@ -1,0 +1,85 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.DecodeEngine;
+import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.engine.serving.PrefillEngine;
+import io.kvferry.engine.serving.TransferSpec;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.Executors;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * An engine started with the cluster token takes /generate and /abort only with it (anyone who reached
+ * its port could abort any room, or point a decode at any registry); /health stays open; a router given
+ * the token serves completions through such engines.
+ */
+class EngineAuthTest {
+    private static final String TOKEN = "engine-auth-test-token";
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+
+    private static HttpResponse<String> send(int port, String method, String path, String body, String authorization) throws Exception {
+        // Bounded: a request the engine took (no check) waits for a decode that never comes.
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).timeout(Duration.ofSeconds(20));
+        if (authorization != null) b.header("Authorization", authorization);
+        b.method(method, body == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofString(body));
+        return http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    private static void assertRefused(HttpResponse<String> r) throws Exception {
+        assertEquals(401, r.statusCode(), r.body());
+        JsonNode e = JSON.readTree(r.body()).path("error");
+        assertEquals("authentication_error", e.path("type").asText(), r.body());
+        assertTrue(e.path("message").asText().contains("needs the cluster token"), r.body());
+        assertFalse(r.body().contains(TOKEN), "the token is never echoed");
+    }
+
+    @Test
+    @Timeout(60)
+    void theEnginesActOnlyForTheClusterTokenAndTheRouterCarriesIt() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN)) {
+            String addr = "127.0.0.1:" + registry.port();
+            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, TOKEN, "127.0.0.1"));
+                 DecodeEngine decode = new DecodeEngine(spec, new TransferSpec("tcp", null, TOKEN, "127.0.0.1"));
+                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0, TOKEN);
+                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0, TOKEN)) {
+                String generate = "{\"bootstrap_room\":11,\"bootstrap_addr\":\"" + addr + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}";
+                for (int port : new int[]{ps.port(), ds.port()}) {
+                    assertRefused(send(port, "POST", "/generate", generate, null));
+                    assertRefused(send(port, "POST", "/generate", generate, "Bearer not-the-token"));
+                    assertRefused(send(port, "POST", "/generate", generate, TOKEN)); // no scheme
+                    assertRefused(send(port, "POST", "/abort", "{\"bootstrap_room\":11}", null));
+                    assertEquals(200, send(port, "POST", "/abort", "{\"bootstrap_room\":11}", "Bearer " + TOKEN).statusCode());
+                    assertEquals(200, send(port, "GET", "/health", null, null).statusCode(), "health stays open");
+                }
+                assertEquals(0, prefill.inFlight());
+                assertEquals(0, decode.inFlight());
+                try (Router router = new Router(List.of("http://127.0.0.1:" + ps.port()), List.of("http://127.0.0.1:" + ds.port()),
+                        model.tokenizer(), model.weights().config.seqLen(), "m", "127.0.0.1", 0, TOKEN)) {
+                    HttpResponse<String> r = send(router.port(), "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}",
+                            null);
+                    assertEquals(200, r.statusCode(), r.body());
+                    assertFalse(JSON.readTree(r.body()).path("choices").path(0).path("text").asText().isEmpty(), r.body());
+                }
+            }
+        }
+    }
+}
