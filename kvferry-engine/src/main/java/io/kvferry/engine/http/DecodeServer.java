@@ -64,7 +64,7 @@ public final class DecodeServer implements AutoCloseable {
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST") || !Http.authorized(ex, auth)) return;
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
-        long room = Http.longField(req, "bootstrap_room");
+        long room = Http.roomField(req);
         String addr = Http.textField(req, "bootstrap_addr");
         String bad = whyNotBootstrapAddr(addr);
         // Refused here: kvferry would retry the registry for its whole bootstrap timeout, then call it unreachable.

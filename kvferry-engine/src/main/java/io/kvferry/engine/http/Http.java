@@ -153,7 +153,7 @@ final class Http {
     static void engineRoutes(HttpServer s, BearerToken auth, LongConsumer abort, Supplier<ObjectNode> health) {
         s.createContext("/abort", ex -> handle(ex, e -> {
             if (!method(e, "POST") || !authorized(e, auth)) return;
-            abort.accept(longField(readJson(e), "bootstrap_room"));
+            abort.accept(roomField(readJson(e)));
             sendJson(e, 200, JSON.createObjectNode().put("aborted", true));
         }));
         s.createContext("/health", ex -> handle(ex, e -> {
@@ -315,6 +315,16 @@ final class Http {
         JsonNode v = n.get(name);
         if (v == null || !v.isIntegralNumber() || !v.canConvertToLong()) throw new BadRequest(name + " must be an integer, got " + v);
         return v.longValue();
+    }
+
+    /**
+     * A request's {@code bootstrap_room}: a non-negative 64-bit integer, as the router draws them and as the
+     * registry takes them (it refuses a negative one on /register_dp_rank).
+     */
+    static long roomField(JsonNode n) {
+        long room = longField(n, "bootstrap_room");
+        if (room < 0) throw new BadRequest("bootstrap_room must be >= 0, got " + room);
+        return room;
     }
 
     static String textField(JsonNode n, String name) {

@@ -52,7 +52,7 @@ public final class PrefillServer implements AutoCloseable {
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST") || !Http.authorized(ex, auth)) return;
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
-        long room = Http.longField(req, "bootstrap_room");
+        long room = Http.roomField(req);
         int[] ids = Http.intArray(req, "input_ids");
         var sampling = SamplingParams.parse(req.get("sampling_params"), room);
         try {

@@ -69,6 +69,12 @@ class EngineAuthTest {
                     assertRefused(send(port, "POST", "/abort", "{\"bootstrap_room\":11}", null));
                     assertEquals(200, send(port, "POST", "/abort", "{\"bootstrap_room\":11}", "Bearer " + TOKEN).statusCode());
                     assertEquals(200, send(port, "GET", "/health", null, null).statusCode(), "health stays open");
+                    // A negative room, which the registry refuses, is the client's error on an engine too.
+                    HttpResponse<String> negative = send(port, "POST", "/generate", generate.replace("\"bootstrap_room\":11", "\"bootstrap_room\":-11"),
+                            "Bearer " + TOKEN);
+                    assertEquals(400, negative.statusCode(), negative.body());
+                    assertTrue(negative.body().contains("bootstrap_room must be >= 0, got -11"), negative.body());
+                    assertEquals(400, send(port, "POST", "/abort", "{\"bootstrap_room\":-1}", "Bearer " + TOKEN).statusCode());
                 }
                 assertEquals(0, prefill.inFlight());
                 assertEquals(0, decode.inFlight());
