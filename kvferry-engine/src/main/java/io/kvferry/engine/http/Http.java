@@ -141,6 +141,7 @@ final class Http {
     static boolean authorized(HttpExchange ex, BearerToken auth) throws IOException {
         if (auth == null || auth.accepts(ex.getRequestHeaders().getFirst("Authorization"))) return true;
         discardBody(ex);
+        ex.getResponseHeaders().set("WWW-Authenticate", "Bearer realm=\"kvferry\""); // RFC 9110: a 401 names its scheme
         sendError(ex, 401, "authentication_error", ex.getRequestMethod() + " " + ex.getRequestURI().getPath()
                 + " needs the cluster token (Authorization: Bearer TOKEN, the token of --auth-token-file / KVFERRY_AUTH_TOKEN)");
         return false;

@@ -44,6 +44,7 @@ class EngineAuthTest {
 
     private static void assertRefused(HttpResponse<String> r) throws Exception {
         assertEquals(401, r.statusCode(), r.body());
+        assertEquals("Bearer realm=\"kvferry\"", r.headers().firstValue("WWW-Authenticate").orElse(null), r.body());
         JsonNode e = JSON.readTree(r.body()).path("error");
         assertEquals("authentication_error", e.path("type").asText(), r.body());
         assertTrue(e.path("message").asText().contains("needs the cluster token"), r.body());
