@@ -174,12 +174,6 @@ final class PrefillRoom {
         return destinations;
     }
 
-    /** Whether one of the room's destinations is on {@code link}. */
-    boolean hasDestinationOn(DecodeLink link) {
-        for (Destination d : destinations) if (d.link() == link) return true;
-        return false;
-    }
-
     /** Whether a destination of decode session {@code sessionId} was added. */
     boolean hasDestinationOf(String sessionId) {
         for (Destination d : destinations) if (d.link().sessionId().equals(sessionId)) return true;

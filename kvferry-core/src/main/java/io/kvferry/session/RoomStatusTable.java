@@ -6,7 +6,6 @@ import io.kvferry.api.KVPoll;
 
 import java.util.ArrayList;
 import java.util.Comparator;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -275,20 +274,6 @@ public final class RoomStatusTable {
         return s;
     }
 
-    /**
-     * The room's slot, created (Bootstrapping or WaitingForInput) if absent: what a sender or receiver
-     * keeps to read and change its room's status without lookups.
-     */
-    Slot open(long room, KVPoll initial) {
-        if (initial != KVPoll.Bootstrapping && initial != KVPoll.WaitingForInput) {
-            throw new IllegalArgumentException("only Bootstrapping and WaitingForInput create a room, not " + initial);
-        }
-        Slot s = rooms.get(room);
-        if (s == null) s = create(room, initial, new boolean[1]);
-        s.advance(initial);
-        return s;
-    }
-
     /** The room's slot, or null when absent. */
     public Slot slot(long room) {
         return rooms.get(room);
@@ -394,16 +379,6 @@ public final class RoomStatusTable {
         int n = 0;
         for (Slot s : rooms.values()) if (s.status() == status) n++;
         return n;
-    }
-
-    /** Every room with its entry, as a copy (for status pages). */
-    public Map<Long, Entry> snapshot() {
-        Map<Long, Entry> copy = new HashMap<>();
-        for (Map.Entry<Long, Slot> e : rooms.entrySet()) {
-            Entry v = e.getValue().entry();
-            if (v != null) copy.put(e.getKey(), v);
-        }
-        return Map.copyOf(copy);
     }
 
     /** What a status page shows of the rooms: how many per state, and the oldest in flight. */

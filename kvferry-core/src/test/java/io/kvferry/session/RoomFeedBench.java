@@ -51,7 +51,7 @@ public class RoomFeedBench {
         slots = new RoomStatusTable.Slot[inFlight];
         entries = new RoomFeed.Entry[inFlight];
         for (int r = 0; r < inFlight; r++) {
-            slots[r] = table.open(r + 1, KVPoll.Bootstrapping);
+            slots[r] = table.create(r + 1);
             slots[r].advance(KVPoll.Transferring);
             entries[r] = roomFeed.join(slots[r]);
             slots[r].watch(entries[r]);

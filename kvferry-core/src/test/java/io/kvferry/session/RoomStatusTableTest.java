@@ -90,7 +90,7 @@ class RoomStatusTableTest {
 
     @Test
     void aFailureFoundAfterTheFactNeverTurnsASuccessIntoAFailure() {
-        RoomStatusTable.Slot done = table.open(1, Bootstrapping), waiting = table.open(2, Bootstrapping);
+        RoomStatusTable.Slot done = table.create(1), waiting = table.create(2);
         assertTrue(done.advance(Success));
         assertFalse(done.failIfUnfinished(FailureKind.ROUTING, "late"));
         assertEquals(Success, table.status(1));
@@ -98,12 +98,12 @@ class RoomStatusTableTest {
         assertEquals(Failed, table.status(2));
         assertEquals("could not register", table.reason(2));
         assertFalse(waiting.failIfUnfinished(FailureKind.PEER_LOST, "second"), "the first failure stays");
-        assertTrue(table.open(3, Bootstrapping).fail(FailureKind.ROUTING, "plain fail"), "fail() as before");
+        assertTrue(table.create(3).fail(FailureKind.ROUTING, "plain fail"), "fail() as before");
         // By id too: a peer's abort or a lost link that races the room's last chunk.
-        table.open(4, Bootstrapping).advance(Success);
+        table.create(4).advance(Success);
         assertFalse(table.failIfUnfinished(4, FailureKind.ABORTED, "late abort"));
         assertEquals(Success, table.status(4));
-        table.open(5, Bootstrapping);
+        table.create(5);
         assertTrue(table.failIfUnfinished(5, FailureKind.ABORTED, "abort"));
         assertFalse(table.failIfUnfinished(5, FailureKind.PEER_LOST, "second"), "the first failure stays");
         assertEquals(FailureKind.ABORTED, table.kind(5));
@@ -114,7 +114,7 @@ class RoomStatusTableTest {
     /** A room that succeeded and failed locally afterwards (its sender's abort) still says it succeeded, removed or not. */
     @Test
     void aSlotRemembersItReachedSuccessThroughALaterFailureAndItsRemoval() {
-        RoomStatusTable.Slot done = table.open(1, Bootstrapping), failed = table.open(2, Bootstrapping);
+        RoomStatusTable.Slot done = table.create(1), failed = table.create(2);
         assertFalse(done.reachedSuccess());
         done.advance(Success);
         assertTrue(done.reachedSuccess());
