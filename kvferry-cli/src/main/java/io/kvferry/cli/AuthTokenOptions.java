@@ -28,12 +28,21 @@ final class AuthTokenOptions {
             throw new IllegalArgumentException("--auth-token would put the cluster token on the command line, where any local user "
                     + "reads it in /proc/PID/cmdline: set KVFERRY_AUTH_TOKEN or pass --auth-token-file instead");
         }
-        if (authTokenFile != null) {
-            String what = "--auth-token-file " + authTokenFile;
-            if (!Files.exists(authTokenFile)) throw new IllegalArgumentException(what + " does not exist");
-            if (Files.isDirectory(authTokenFile)) throw new IllegalArgumentException(what + " is a directory, not a file");
+        return secret("--auth-token-file", authTokenFile, "KVFERRY_AUTH_TOKEN");
+    }
+
+    /**
+     * A secret from {@code file}'s first line (named {@code flag} in errors), else from the environment
+     * variable {@code env}; null when neither is given. A file that is missing, a directory, empty, not
+     * UTF-8 or unreadable is refused, naming the flag and the file.
+     */
+    static String secret(String flag, Path file, String env) {
+        if (file != null) {
+            String what = flag + " " + file;
+            if (!Files.exists(file)) throw new IllegalArgumentException(what + " does not exist");
+            if (Files.isDirectory(file)) throw new IllegalArgumentException(what + " is a directory, not a file");
             try {
-                String t = Files.readAllLines(authTokenFile).stream().findFirst().orElse("").trim();
+                String t = Files.readAllLines(file).stream().findFirst().orElse("").trim();
                 if (t.isEmpty()) throw new IllegalArgumentException(what + " is empty");
                 return t;
             } catch (CharacterCodingException e) {
@@ -44,7 +53,7 @@ final class AuthTokenOptions {
                 throw new UncheckedIOException(what + ": cannot read it: " + e, e);
             }
         }
-        String env = System.getenv("KVFERRY_AUTH_TOKEN");
-        return env == null || env.isBlank() ? null : env.trim();
+        String value = System.getenv(env);
+        return value == null || value.isBlank() ? null : value.trim();
     }
 }

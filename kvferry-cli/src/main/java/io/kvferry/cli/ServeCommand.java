@@ -8,6 +8,7 @@ import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
 
+import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -19,7 +20,7 @@ import java.util.stream.Collectors;
 @Command(name = "serve", mixinStandardHelpOptions = true,
         description = {"Serve a llama2.c model with prefill/decode disaggregation through kvferry (the reference engine).",
                 "--role prefill: bootstrap registry + prefill engine + its HTTP server. --role decode: decode engine + HTTP server.",
-                "--role router: OpenAI-shaped POST /v1/completions, GET /v1/models, SGLang-shaped POST /generate, GET /health, "
+                "--role router: OpenAI-shaped POST /v1/completions, GET /v1/models, SGLang-shaped POST /generate, GET /health, GET /metrics, "
                 + "sending each request to a prefill and a decode. No --role: all three in this process."})
 public final class ServeCommand implements Callable<Integer> {
     @Mixin
@@ -55,6 +56,13 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--decode", description = "Router: a decode server URL (repeatable), e.g. http://10.0.0.2:30001.")
     List<String> decodes = List.of();
 
+    @Option(names = "--api-key-file", description = "Router (and serve without --role): read the API key clients must send "
+            + "(Authorization: Bearer KEY) from this file's first line; else KVFERRY_API_KEY. Neither: the router serves any client.")
+    Path apiKeyFile;
+
+    @Option(names = "--api-key", hidden = true, description = "Refused: put the key in KVFERRY_API_KEY or a file.")
+    String apiKeyOnTheCommandLine;
+
     @Spec
     CommandSpec spec;
 
@@ -69,6 +77,7 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--prefill-pp", List.of("embedded"));
         ONLY_FOR.put("--prefill", List.of("router"));
         ONLY_FOR.put("--decode", List.of("router"));
+        ONLY_FOR.put("--api-key-file", List.of("router", "embedded"));
     }
 
     @Override
@@ -97,15 +106,27 @@ public final class ServeCommand implements Callable<Integer> {
             System.err.println("kvferry serve: " + badPort + " is outside [0, 65535] (0 = any free port)");
             return 2;
         }
+        if (apiKeyOnTheCommandLine != null) {
+            System.err.println("kvferry serve: --api-key would put the router's API key on the command line, where any local user reads it "
+                    + "in /proc/PID/cmdline: set KVFERRY_API_KEY or pass --api-key-file instead");
+            return 2;
+        }
+        // Read in the modes that run a router only: KVFERRY_API_KEY set for a whole cluster means nothing to an engine.
+        String apiKey = role == null || role.equals("router") ? AuthTokenOptions.secret("--api-key-file", apiKeyFile, "KVFERRY_API_KEY") : null;
         ModelFiles.Loaded model = engine.load();
         String token = engine.token();
+        if (apiKey != null && apiKey.equals(token)) {
+            System.err.println("kvferry serve: the router's API key (--api-key-file / KVFERRY_API_KEY) must differ from the cluster token: "
+                    + "every client would hold the token that aborts any room on the engines and registers with the bootstrap registry");
+            return 2;
+        }
         Roles.Role started;
         String what;
         if (role == null) {
             if (token == null) token = EngineOptions.randomToken(); // one process: nobody else needs to know it
             started = Roles.all(engine.options(model, 1, 1, port != null ? port : 8000, 0, token),
                     engine.options(model, prefillTp, prefillPp, 0, bootstrapPort, token),
-                    engine.options(model, decodeTp, 1, 0, 0, token));
+                    engine.options(model, decodeTp, 1, 0, 0, token), apiKey);
             what = "router (with one prefill tp" + prefillTp + " pp" + prefillPp + " and one decode tp" + decodeTp + " over " + engine.transport + ")";
         } else {
             switch (role) {
@@ -130,7 +151,7 @@ public final class ServeCommand implements Callable<Integer> {
                                 + "--auth-token-file (the same on every prefill, decode and router)");
                         return 2;
                     }
-                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes);
+                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes, apiKey);
                     what = "router over " + prefills.size() + " prefill(s) and " + decodes.size() + " decode(s)";
                 }
                 default -> {
@@ -146,7 +167,9 @@ public final class ServeCommand implements Callable<Integer> {
             stop.countDown();
         }));
         System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
-        System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port());
+        System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port()
+                + (role != null && !role.equals("router") ? "" : apiKey != null ? " (clients send the API key)"
+                : " (no API key: any client that reaches the port is served; see --api-key-file)"));
         System.out.flush();
         stop.await();
         return 0;

@@ -46,6 +46,22 @@ class CommandLineBadInputTest {
         return Files.writeString(dir.resolve("token-" + token), token + "\n");
     }
 
+    /**
+     * The router's API key: never a flag value (like the cluster token), only where a router runs, never the
+     * cluster token itself (every client would hold the engines' and the registry's token), a file that exists.
+     */
+    @Test
+    void theRoutersApiKeyIsRefusedWhereItWouldLeakOrMeanNothing() throws Exception {
+        assertOneLine(CliRun.of("serve", "--api-key", "k"), "kvferry serve: --api-key would put the router's API key on the command line",
+                "KVFERRY_API_KEY or pass --api-key-file");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--api-key-file", tokenFile("k").toString(), "--auth-token-file",
+                tokenFile("t").toString()), "kvferry serve: --api-key-file is not used by --role decode; it is for --role router and serve without --role");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--api-key-file", dir.resolve("missing").toString()),
+                "--api-key-file " + dir.resolve("missing") + " does not exist");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--api-key-file", tokenFile("same").toString(),
+                "--auth-token-file", tokenFile("same").toString()), "the router's API key", "must differ from the cluster token");
+    }
+
     /** A rate so low its first arrival is hours away ran for ever; a bad --checksum word did not name the flag. */
     @Test
     void aRateTooLowAndABadChecksumWordNameTheirFlags() {

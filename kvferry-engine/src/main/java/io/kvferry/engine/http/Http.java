@@ -139,11 +139,21 @@ final class Http {
      * takes every request. Read-only routes (/health, /metrics, /status) stay open.
      */
     static boolean authorized(HttpExchange ex, BearerToken auth) throws IOException {
+        return bearerChecked(ex, auth, "authentication_error", "needs the cluster token (Authorization: Bearer TOKEN, the token of "
+                + "--auth-token-file / KVFERRY_AUTH_TOKEN)");
+    }
+
+    /**
+     * Whether the request carries {@code auth}'s bearer credential ({@code auth} null: no check); else a 401
+     * naming its scheme (RFC 9110), of error type {@code type}, saying the route {@code needs} what, after
+     * the body is drained (the answer is then read, not reset). The connection stays open: a 401 sent with
+     * {@code Connection: close} after a drained body made the JDK's HttpClient wait for ever.
+     */
+    static boolean bearerChecked(HttpExchange ex, BearerToken auth, String type, String needs) throws IOException {
         if (auth == null || auth.accepts(ex.getRequestHeaders().getFirst("Authorization"))) return true;
         discardBody(ex);
-        ex.getResponseHeaders().set("WWW-Authenticate", "Bearer realm=\"kvferry\""); // RFC 9110: a 401 names its scheme
-        sendError(ex, 401, "authentication_error", ex.getRequestMethod() + " " + ex.getRequestURI().getPath()
-                + " needs the cluster token (Authorization: Bearer TOKEN, the token of --auth-token-file / KVFERRY_AUTH_TOKEN)");
+        ex.getResponseHeaders().set("WWW-Authenticate", "Bearer realm=\"kvferry\"");
+        sendError(ex, 401, type, ex.getRequestMethod() + " " + ex.getRequestURI().getPath() + " " + needs);
         return false;
     }
 

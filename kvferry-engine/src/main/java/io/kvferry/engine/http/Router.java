@@ -5,10 +5,12 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
+import io.micrometer.core.instrument.MeterRegistry;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -45,7 +47,8 @@ import java.util.function.Predicate;
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
  * assigns a random {@code bootstrap_room}, sends the request to both at once and returns the
  * decode's tokens as text. OpenAI-shaped {@code POST /v1/completions} (streamed or not, with
- * {@code stop}), {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}.
+ * {@code stop}), {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; the serving
+ * routes take the router's API key when it has one ({@link Access}), and every request is counted ({@link RouterMeters}).
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
  * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
  * that goes away aborts the room on both engines. Backends are health-checked every second; one
@@ -175,6 +178,35 @@ public final class Router implements AutoCloseable {
     private final Probing probing;
     /** The Authorization header sent with every call to an engine, or null for none. */
     private final String backendAuthorization;
+    /** The API key clients must send to the routes that serve, or null: any client that reaches the port is served. */
+    private final BearerToken clientAuth;
+    private final RouterMeters meters;
+
+    /**
+     * Who may call what. {@code backendToken}: the cluster token sent to the engines, whose /generate and /abort
+     * require it (null: none). {@code apiKey}: the key clients send to the router's serving routes
+     * ({@code /v1/completions}, {@code /v1/models}, {@code /generate}) as {@code Authorization: Bearer KEY}, as
+     * OpenAI clients do (null: the router serves anyone, as SGLang's does by default); {@code /health} and
+     * {@code /metrics} stay open. The two must differ: a client holding the key would otherwise hold the
+     * engines' and the registry's token too.
+     */
+    public record Access(String backendToken, String apiKey) {
+        public static final Access NONE = new Access(null, null);
+
+        public Access {
+            BearerToken key = BearerToken.of(apiKey), token = BearerToken.of(backendToken);
+            if (key != null && token != null && token.accepts(key.header())) {
+                throw new IllegalArgumentException("the router's API key must differ from the cluster token: every client would hold "
+                        + "the token that lets a caller abort any room on the engines and register with the bootstrap registry");
+            }
+        }
+
+        @Override
+        public String toString() {
+            return "Access[backendToken=" + (BearerToken.of(backendToken) == null ? "none" : "***") + ", apiKey="
+                    + (BearerToken.of(apiKey) == null ? "none" : "***") + "]";
+        }
+    }
 
     /**
      * @param prefills each "http://host:port"; its bootstrap registry is learnt from its /health
@@ -183,29 +215,42 @@ public final class Router implements AutoCloseable {
      */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port)
             throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, null);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, Access.NONE, null);
     }
 
     /** @param backendToken the cluster token sent to the engines, whose /generate and /abort require it; null for none */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
                   String backendToken) throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, backendToken);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, new Access(backendToken, null), null);
+    }
+
+    /**
+     * @param access  the engines' token and the clients' API key
+     * @param metrics where the router's meters go ({@link RouterMeters}: requests by status, TTFT, latency, backends); null for none
+     */
+    public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
+                  Access access, MeterRegistry metrics) throws IOException {
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, access, metrics);
     }
 
     /** As the public constructor, with other probe timings (tests). */
     Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
            Probing probing) throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, probing, null);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, probing, Access.NONE, null);
     }
 
     private Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host,
-                   int port, Probing probing, String backendToken) throws IOException {
+                   int port, Probing probing, Access access, MeterRegistry metrics) throws IOException {
         this.probing = probing;
-        BearerToken auth = BearerToken.of(backendToken);
+        BearerToken auth = BearerToken.of(access.backendToken());
         this.backendAuthorization = auth == null ? null : auth.header();
+        this.clientAuth = BearerToken.of(access.apiKey());
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
         for (String p : prefills) this.prefills.add(new Backend(p, true, null));
         for (String d : decodes) this.decodes.add(new Backend(d, false, null));
+        this.meters = new RouterMeters(metrics);
+        this.prefills.forEach(meters::backend);
+        this.decodes.forEach(meters::backend);
         this.tokenizer = tokenizer;
         if (contextTokens < 2) throw new IllegalArgumentException("the context must hold at least 2 tokens, got " + contextTokens);
         this.contextTokens = contextTokens;
@@ -219,15 +264,51 @@ public final class Router implements AutoCloseable {
             for (Backend b : this.decodes) checkHealth(b);
         }, probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
-        server.createContext("/v1/completions", ex -> Http.handle(ex, this::completions));
-        server.createContext("/v1/models", ex -> Http.handle(ex, this::models));
-        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
+        serving("/v1/completions", this::completions);
+        serving("/v1/models", this::models);
+        serving("/generate", this::generate);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.start();
     }
 
+    /** The exchange attribute that holds the status a request is counted with when its answer's status does not say it. */
+    private static final String COUNTED_STATUS = "kvferry.router.status";
+
+    /**
+     * A route that serves clients: it takes the API key (if the router has one) and is counted by its
+     * outcome: the answer's status, or, for a stream that failed after its 200, the failure's, or
+     * {@link RouterMeters#CLIENT_CLOSED} when the client went away first.
+     */
+    private void serving(String route, Http.Handler handler) {
+        server.createContext(route, ex -> {
+            meters.started();
+            try {
+                Http.handle(ex, e -> {
+                    if (!Http.bearerChecked(e, clientAuth, "authentication_error",
+                            "needs the router's API key (Authorization: Bearer KEY; the key of --api-key-file / KVFERRY_API_KEY)")) {
+                        return;
+                    }
+                    try {
+                        handler.handle(e);
+                    } catch (IOException clientGone) { // a failure of the router's own reads and writes: the client's connection
+                        if (e.getAttribute(COUNTED_STATUS) == null) e.setAttribute(COUNTED_STATUS, RouterMeters.CLIENT_CLOSED);
+                        throw clientGone;
+                    }
+                });
+            } finally {
+                meters.finished(route, ex.getAttribute(COUNTED_STATUS) instanceof Integer s ? s
+                        : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED);
+            }
+        });
+    }
+
     public int port() {
         return server.getAddress().getPort();
+    }
+
+    /** Adds a route of the operator's (e.g. {@code /metrics}); it takes no API key, as {@code /health} does not. */
+    public void route(String path, HttpHandler handler) {
+        server.createContext(path, handler);
     }
 
     /**
@@ -449,7 +530,10 @@ public final class Router implements AutoCloseable {
                     JsonNode ev = decodeEvent(line.substring(6), d, p, room);
                     if (ev.has("token")) {
                         int tok = ev.get("token").intValue();
-                        if (ttft < 0) ttft = (System.nanoTime() - start) / 1e6;
+                        if (ttft < 0) {
+                            ttft = (System.nanoTime() - start) / 1e6;
+                            meters.firstToken(System.nanoTime() - start);
+                        }
                         tokens.add(tok);
                         int before = all.length();
                         all.append(text.push(tok));
@@ -537,8 +621,10 @@ public final class Router implements AutoCloseable {
     }
 
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
-    private static Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
-                                   CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings) {
+    private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
+                            CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings) {
+        long took = System.nanoTime() - start;
+        meters.succeeded(took, ids.length, tokens.size());
         JsonNode pre = null;
         try {
             HttpResponse<String> pr = prefillCall.get(5, TimeUnit.SECONDS);
@@ -547,7 +633,7 @@ public final class Router implements AutoCloseable {
             // timings are a bonus; the tokens are what the client asked for
         }
         int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
-        return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, (System.nanoTime() - start) / 1e6, pre, decodeTimings);
+        return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings);
     }
 
     private static void markUnreachable(Backend b, Throwable e) {
@@ -657,6 +743,7 @@ public final class Router implements AutoCloseable {
      * error as an event and then [DONE], as vLLM and SGLang end a failed stream (clients read to it).
      */
     private static void fail(HttpExchange ex, OutputStream events, Failure f) throws IOException {
+        ex.setAttribute(COUNTED_STATUS, f.status);
         if (events == null) {
             Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             return;

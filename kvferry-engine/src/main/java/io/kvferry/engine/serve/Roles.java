@@ -138,11 +138,22 @@ public final class Roles {
         }
     }
 
+    /** The router with no API key of its own: any client that reaches its port is served. */
     public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls) throws IOException {
+        return router(o, prefillUrls, decodeUrls, null);
+    }
+
+    /**
+     * The router: the engines' /generate and /abort take the cluster token ({@code o.authToken()}); its own
+     * serving routes take {@code apiKey} when one is given. Its meters are served on its port's /metrics.
+     */
+    public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls, String apiKey) throws IOException {
         Stack s = new Stack();
+        PrometheusMeterRegistry metrics = Ops.newRegistry();
         Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), o.model().weights().config.seqLen(), modelName(o.model()),
-                o.host(), o.port(), o.authToken()); // the engines' /generate and /abort take the cluster token
+                o.host(), o.port(), new Router.Access(o.authToken(), apiKey), metrics);
         s.parts.add(r);
+        r.route("/metrics", OpsHandlers.metrics(metrics));
         s.port = r.port();
         return s;
     }
@@ -161,6 +172,11 @@ public final class Roles {
 
     /** Router + one prefill + one decode in this process, talking HTTP and kvferry over loopback. */
     public static Role all(Options router, Options prefill, Options decode) throws IOException {
+        return all(router, prefill, decode, null);
+    }
+
+    /** As {@link #all(Options, Options, Options)}, the router taking {@code apiKey} from its clients (null: none). */
+    public static Role all(Options router, Options prefill, Options decode, String apiKey) throws IOException {
         requireStatePairs(prefill.variant(), prefill.pp(), decode.pp());
         Stack s = new Stack();
         try {
@@ -168,7 +184,8 @@ public final class Roles {
             s.parts.add(p);
             Role d = decode(decode);
             s.parts.add(d);
-            Role r = router(router, List.of("http://" + prefill.host() + ":" + p.port()), List.of("http://" + decode.host() + ":" + d.port()));
+            Role r = router(router, List.of("http://" + prefill.host() + ":" + p.port()), List.of("http://" + decode.host() + ":" + d.port()),
+                    apiKey);
             s.parts.add(r);
             s.port = r.port();
             return s;

@@ -1,0 +1,96 @@
+package io.kvferry.engine.http;
+
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * What the router serves, as an operator reads it on its {@code /metrics}: requests by route and HTTP
+ * status, time to first token and end-to-end latency of the requests that succeeded, tokens in and
+ * out, requests running, and each backend's health and load. The names follow SGLang's serving
+ * metrics ({@code time_to_first_token_seconds}, {@code e2e_request_latency_seconds},
+ * {@code prompt_tokens_total}, {@code generation_tokens_total}) under {@code kvferry_router_}.
+ * Thread-safe: Micrometer's meters are; the per-status counters are made once and kept.
+ */
+final class RouterMeters {
+    static final String REQUESTS = "kvferry_router_requests";
+    static final String TTFT = "kvferry_router_time_to_first_token";
+    static final String E2E = "kvferry_router_e2e_request_latency";
+    static final String PROMPT_TOKENS = "kvferry_router_prompt_tokens";
+    static final String GENERATION_TOKENS = "kvferry_router_generation_tokens";
+    static final String RUNNING = "kvferry_router_requests_running";
+    static final String BACKEND_UP = "kvferry_router_backend_up";
+    static final String BACKEND_IN_FLIGHT = "kvferry_router_backend_requests_in_flight";
+
+    /**
+     * The status counted for a request whose client went away before its answer was complete (nginx's
+     * "client closed request"): no status reached it, and it was neither the router's nor a backend's failure.
+     */
+    static final int CLIENT_CLOSED = 499;
+
+    /** Histogram buckets: a tiny model's TTFT is milliseconds, a long prompt's or a queued one's seconds. */
+    private static final Duration[] LATENCY_BUCKETS = {
+            Duration.ofMillis(5), Duration.ofMillis(10), Duration.ofMillis(25), Duration.ofMillis(50), Duration.ofMillis(100),
+            Duration.ofMillis(250), Duration.ofMillis(500), Duration.ofSeconds(1), Duration.ofMillis(2500), Duration.ofSeconds(5),
+            Duration.ofSeconds(10), Duration.ofSeconds(30), Duration.ofSeconds(60)};
+
+    private final MeterRegistry registry;
+    private final Map<String, Counter> requests = new ConcurrentHashMap<>();
+    private final Timer ttft;
+    private final Timer e2e;
+    private final Counter promptTokens;
+    private final Counter generationTokens;
+    private final AtomicInteger running = new AtomicInteger();
+
+    /** @param registry where the meters go; null for nowhere (a registry of its own nobody reads) */
+    RouterMeters(MeterRegistry registry) {
+        this.registry = registry != null ? registry : new SimpleMeterRegistry();
+        ttft = Timer.builder(TTFT).description("Router: request arrival to the first token from the decode, requests that produced one")
+                .serviceLevelObjectives(LATENCY_BUCKETS).register(this.registry);
+        e2e = Timer.builder(E2E).description("Router: request arrival to its last token, requests that succeeded")
+                .serviceLevelObjectives(LATENCY_BUCKETS).register(this.registry);
+        promptTokens = Counter.builder(PROMPT_TOKENS).description("Router: prompt tokens of requests that succeeded").register(this.registry);
+        generationTokens = Counter.builder(GENERATION_TOKENS).description("Router: tokens generated for requests that succeeded")
+                .register(this.registry);
+        Gauge.builder(RUNNING, running, AtomicInteger::get).description("Router: requests being served now").register(this.registry);
+    }
+
+    /** Gauges of one backend: 1 while in rotation, 0 while its health checks keep it out; requests it is serving. */
+    void backend(Router.Backend b) {
+        String role = b.prefill ? "prefill" : "decode";
+        Gauge.builder(BACKEND_UP, b, x -> x.healthy ? 1 : 0).description("Router: 1 while the backend is in rotation")
+                .tags("role", role, "backend", b.url.toString()).register(registry);
+        Gauge.builder(BACKEND_IN_FLIGHT, b, x -> x.inFlight.get()).description("Router: requests the backend is serving for this router")
+                .tags("role", role, "backend", b.url.toString()).register(registry);
+    }
+
+    void started() {
+        running.incrementAndGet();
+    }
+
+    /** One request answered on {@code route} with {@code status} ({@link #CLIENT_CLOSED} when its client went away). */
+    void finished(String route, int status) {
+        running.decrementAndGet();
+        requests.computeIfAbsent(route + ' ' + status, k -> Counter.builder(REQUESTS)
+                .description("Router: requests answered, by route and HTTP status (499: the client went away first)")
+                .tags("route", route, "status", Integer.toString(status)).register(registry)).increment();
+    }
+
+    void firstToken(long sinceArrivalNanos) {
+        ttft.record(sinceArrivalNanos, TimeUnit.NANOSECONDS);
+    }
+
+    void succeeded(long sinceArrivalNanos, int prompt, int generated) {
+        e2e.record(sinceArrivalNanos, TimeUnit.NANOSECONDS);
+        promptTokens.increment(prompt);
+        generationTokens.increment(generated);
+    }
+}

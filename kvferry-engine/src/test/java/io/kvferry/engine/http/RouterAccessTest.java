@@ -1,0 +1,196 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.KVFerry;
+import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.DecodeEngine;
+import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.engine.serving.PrefillEngine;
+import io.kvferry.engine.serving.TransferSpec;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The router's own access and meters, over real engines: with an API key its serving routes answer only
+ * a client that sends it (the cluster token is not it), /health and /metrics stay open; every request is
+ * counted by route and status (a client gone first as 499), and TTFT, latency and tokens are recorded
+ * for those that succeed.
+ */
+class RouterAccessTest {
+    private static final String TOKEN = "router-access-test-cluster-token";
+    private static final String KEY = "router-access-test-api-key";
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+
+    private static ModelFiles.Loaded model;
+    private static KVBootstrapServer registry;
+    private static PrefillEngine prefill;
+    private static DecodeEngine decode;
+    private static PrefillServer prefillServer;
+    private static DecodeServer decodeServer;
+
+    @BeforeAll
+    static void engines() throws Exception {
+        model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+        String addr = "127.0.0.1:" + registry.port();
+        prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, TOKEN, "127.0.0.1"));
+        decode = new DecodeEngine(spec, new TransferSpec("tcp", null, TOKEN, "127.0.0.1"));
+        prefillServer = new PrefillServer(prefill, addr, "127.0.0.1", 0, TOKEN);
+        decodeServer = new DecodeServer(decode, "127.0.0.1", 0, TOKEN);
+    }
+
+    @AfterAll
+    static void stop() {
+        for (AutoCloseable c : new AutoCloseable[]{decodeServer, prefillServer, decode, prefill, registry}) {
+            try {
+                if (c != null) c.close();
+            } catch (Exception ignored) {
+                // the rest still close
+            }
+        }
+    }
+
+    private static Router router(String apiKey, SimpleMeterRegistry meters) throws Exception {
+        return new Router(List.of("http://127.0.0.1:" + prefillServer.port()), List.of("http://127.0.0.1:" + decodeServer.port()),
+                model.tokenizer(), model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, apiKey), meters);
+    }
+
+    private static HttpResponse<String> send(int port, String method, String path, String body, String authorization) throws Exception {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).timeout(Duration.ofSeconds(30));
+        if (authorization != null) b.header("Authorization", authorization);
+        b.method(method, body == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofString(body));
+        return http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    private static void assertRefused(HttpResponse<String> r) throws Exception {
+        assertEquals(401, r.statusCode(), r.body());
+        assertEquals("Bearer realm=\"kvferry\"", r.headers().firstValue("WWW-Authenticate").orElse(null), r.body());
+        JsonNode e = JSON.readTree(r.body()).path("error");
+        assertEquals("authentication_error", e.path("type").asText(), r.body());
+        assertTrue(e.path("message").asText().contains("needs the router's API key"), r.body());
+        assertFalse(r.body().contains(KEY) || r.body().contains(TOKEN), "neither secret is echoed: " + r.body());
+    }
+
+    private static double requests(SimpleMeterRegistry m, String route, int status) {
+        Counter c = m.find(RouterMeters.REQUESTS).tags("route", route, "status", Integer.toString(status)).counter();
+        return c == null ? 0 : c.count();
+    }
+
+    @Test
+    @Timeout(90)
+    void withAnApiKeyTheServingRoutesAnswerOnlyAClientThatSendsIt() throws Exception {
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        try (Router router = router(KEY, meters)) {
+            int port = router.port();
+            String completion = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0}";
+            for (String authorization : new String[]{null, "Bearer wrong-key", KEY, "Bearer " + TOKEN}) { // KEY alone: no scheme
+                assertRefused(send(port, "POST", "/v1/completions", completion, authorization));
+                assertRefused(send(port, "POST", "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}", authorization));
+                assertRefused(send(port, "GET", "/v1/models", null, authorization));
+            }
+            assertEquals(0, prefill.inFlight(), "a refused request reached no engine");
+            assertEquals(0, decode.inFlight());
+            assertEquals(200, send(port, "GET", "/health", null, null).statusCode(), "/health stays open (load balancers probe it)");
+
+            HttpResponse<String> ok = send(port, "POST", "/v1/completions", completion, "Bearer " + KEY);
+            assertEquals(200, ok.statusCode(), ok.body());
+            assertFalse(JSON.readTree(ok.body()).path("choices").path(0).path("text").asText().isEmpty(), ok.body());
+            assertEquals(200, send(port, "GET", "/v1/models", null, "bearer " + KEY).statusCode(), "the scheme is case-insensitive");
+            HttpResponse<String> generate = send(port, "POST", "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}",
+                    "Bearer " + KEY);
+            assertEquals(200, generate.statusCode(), generate.body());
+
+            assertEquals(4, requests(meters, "/v1/completions", 401));
+            assertEquals(4, requests(meters, "/generate", 401));
+            assertEquals(4, requests(meters, "/v1/models", 401));
+            assertEquals(1, requests(meters, "/v1/completions", 200));
+        }
+    }
+
+    @Test
+    void theApiKeyMustDifferFromTheClusterToken() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new Router.Access(TOKEN, " " + TOKEN + " "));
+        assertTrue(e.getMessage().contains("must differ from the cluster token"), e.getMessage());
+        assertFalse(e.getMessage().contains(TOKEN), "the token is never echoed");
+        assertFalse(new Router.Access(TOKEN, KEY).toString().contains(KEY), "nor printed");
+    }
+
+    @Test
+    @Timeout(90)
+    void everyRequestIsCountedByStatusAndTheServedOnesTimed() throws Exception {
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        try (Router router = router(null, meters)) {
+            int port = router.port();
+            assertEquals(1.0, meters.find(RouterMeters.BACKEND_UP).tags("role", "prefill").gauge().value());
+            assertEquals(1.0, meters.find(RouterMeters.BACKEND_UP).tags("role", "decode").gauge().value());
+
+            HttpResponse<String> ok = send(port, "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":5,\"temperature\":0}",
+                    null);
+            assertEquals(200, ok.statusCode(), ok.body());
+            JsonNode usage = JSON.readTree(ok.body()).path("usage");
+            HttpResponse<String> bad = send(port, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":0}", null);
+            assertEquals(400, bad.statusCode(), bad.body());
+            HttpResponse<String> wrongMethod = send(port, "GET", "/generate", null, null);
+            assertEquals(405, wrongMethod.statusCode(), wrongMethod.body());
+
+            assertEquals(1, requests(meters, "/v1/completions", 200));
+            assertEquals(1, requests(meters, "/v1/completions", 400));
+            assertEquals(1, requests(meters, "/generate", 405));
+            Timer ttft = meters.find(RouterMeters.TTFT).timer();
+            Timer e2e = meters.find(RouterMeters.E2E).timer();
+            assertNotNull(ttft);
+            assertEquals(1, ttft.count(), "only the request that produced a token has a TTFT");
+            assertEquals(1, e2e.count());
+            assertTrue(ttft.totalTime(TimeUnit.NANOSECONDS) <= e2e.totalTime(TimeUnit.NANOSECONDS));
+            assertEquals(usage.path("prompt_tokens").asDouble(), meters.find(RouterMeters.PROMPT_TOKENS).counter().count());
+            assertEquals(usage.path("completion_tokens").asDouble(), meters.find(RouterMeters.GENERATION_TOKENS).counter().count());
+
+            // A client that goes away while its stream is being written: counted as 499, not as served.
+            try (Socket s = new Socket("127.0.0.1", port)) {
+                byte[] body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"stream\":true}".getBytes(StandardCharsets.UTF_8);
+                OutputStream out = s.getOutputStream();
+                out.write(("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " + body.length
+                        + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+                out.write(body);
+                out.flush();
+                InputStream in = s.getInputStream();
+                assertTrue(in.read() >= 0, "the stream began"); // the headers of the 200, then tokens
+            } // closed mid-stream
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (requests(meters, "/v1/completions", RouterMeters.CLIENT_CLOSED) == 0 && System.nanoTime() < deadline) Thread.sleep(20);
+            assertEquals(1, requests(meters, "/v1/completions", RouterMeters.CLIENT_CLOSED), "the client that went away");
+            assertEquals(1, requests(meters, "/v1/completions", 200), "...is not counted as served");
+            Gauge running = meters.find(RouterMeters.RUNNING).gauge();
+            assertEquals(0.0, running.value(), "every request was counted out");
+        }
+    }
+}
