@@ -397,6 +397,7 @@ public final class Router implements AutoCloseable {
      * encoded: a 1 MB prompt costs nothing but its read.
      */
     int[] promptIds(String prompt) {
+        refuseLoneSurrogate(prompt);
         long mostBytes = (long) (contextTokens - 1) * tokenizer.maxTokenBytes();
         if (prompt.length() >= mostBytes || prompt.getBytes(StandardCharsets.UTF_8).length >= mostBytes) {
             throw new Http.BadRequest("the prompt has " + prompt.getBytes(StandardCharsets.UTF_8).length + " bytes, more than the model's context of "
@@ -409,6 +410,23 @@ public final class Router implements AutoCloseable {
                     + " and must leave room for one output token");
         }
         return ids;
+    }
+
+    /**
+     * A 400 naming the first unpaired UTF-16 surrogate of the prompt: JSON lets a string hold one
+     * (a JSON {@code \\u} escape of a surrogate half alone), but it is no character, and encoding it as UTF-8 would turn it into '?'
+     * silently: the model would answer a prompt the client never sent.
+     */
+    static void refuseLoneSurrogate(String prompt) {
+        for (int i = 0; i < prompt.length(); i++) {
+            char c = prompt.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < prompt.length() && Character.isLowSurrogate(prompt.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                throw new Http.BadRequest("the prompt holds an unpaired UTF-16 surrogate \\u" + String.format("%04x", (int) c)
+                        + " at character " + i + ": it is not a Unicode character and has no UTF-8 encoding");
+            }
+        }
     }
 
     /** The body of an engine's /generate (the decode's gets bootstrap_addr and max_new_tokens added). */

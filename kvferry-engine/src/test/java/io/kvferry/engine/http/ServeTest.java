@@ -264,6 +264,10 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream"},
+                // JSON can hold half a surrogate pair; UTF-8 cannot: it became '?' and the model answered another prompt.
+                {"{\"prompt\":\"Once\\ud800\"}", "unpaired UTF-16 surrogate \\ud800 at character 4"},
+                {"{\"prompt\":\"\\udc00 upon\"}", "unpaired UTF-16 surrogate \\udc00 at character 0"},
+                {"{\"prompt\":\"a\\ude00\\ud83d\"}", "surrogate \\ude00 at character 1"},
         };
         for (String[] c : cases) {
             HttpResponse<String> r = post("/v1/completions", c[0]);
@@ -271,6 +275,8 @@ class ServeTest {
             String msg = JSON.readTree(r.body()).path("error").path("message").asText();
             assertTrue(msg.contains(c[1]), c[0] + " -> " + msg);
         }
+        HttpResponse<String> pair = post("/v1/completions", "{\"prompt\":\"Once \\ud83d\\ude00\",\"max_tokens\":2}");
+        assertEquals(200, pair.statusCode(), "a whole surrogate pair is a character: " + pair.body());
         HttpResponse<String> get = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions")).build(),
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(405, get.statusCode());
