@@ -91,6 +91,8 @@ public final class DemoCommand implements Callable<Integer> {
         }
         PrintStream out = System.out;
         ModelFiles.Loaded model = engine.load();
+        engine.requireParallelism(model, "--prefill-tp", prefillTp, "--prefill-pp", prefillPp);
+        engine.requireParallelism(model, "--decode-tp", decodeTp, null, 1);
         out.println("[demo] model: " + model.description());
         if (engine.variant != ModelVariant.LLAMA) {
             out.println("[demo] variant: " + Model.of(model.weights(), engine.variant).describe() + "; its own layers use seeded random weights");

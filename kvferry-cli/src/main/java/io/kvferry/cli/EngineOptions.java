@@ -1,5 +1,6 @@
 package io.kvferry.cli;
 
+import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serve.Roles;
@@ -82,6 +83,24 @@ final class EngineOptions {
     Roles.Options options(ModelFiles.Loaded model, int tp, int pp, int port, int bootstrapPort, String token) {
         return new Roles.Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
                 token);
+    }
+
+    /**
+     * Checks a TP and a PP size against the model before anything starts, naming the flags that set them:
+     * the model's own check says only "tp 3 must divide…", and serve and demo have three flags that set one.
+     */
+    void requireParallelism(ModelFiles.Loaded model, String tpFlag, int tp, String ppFlag, int pp) {
+        try {
+            Model.of(model.weights(), variant).requireTp(tp);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(tpFlag + " " + tp + ": " + e.getMessage(), e);
+        }
+        if (ppFlag == null) return;
+        try {
+            model.weights().config.requirePp(pp);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(ppFlag + " " + pp + ": " + e.getMessage(), e);
+        }
     }
 
     static String randomToken() {

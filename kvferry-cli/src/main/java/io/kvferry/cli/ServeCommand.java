@@ -123,6 +123,8 @@ public final class ServeCommand implements Callable<Integer> {
         Roles.Role started;
         String what;
         if (role == null) {
+            engine.requireParallelism(model, "--prefill-tp", prefillTp, "--prefill-pp", prefillPp);
+            engine.requireParallelism(model, "--decode-tp", decodeTp, null, 1);
             if (token == null) token = EngineOptions.randomToken(); // one process: nobody else needs to know it
             started = Roles.all(engine.options(model, 1, 1, port != null ? port : 8000, 0, token),
                     engine.options(model, prefillTp, prefillPp, 0, bootstrapPort, token),
@@ -136,6 +138,7 @@ public final class ServeCommand implements Callable<Integer> {
                                 + "--auth-token-file (the same on every prefill, decode and router)");
                         return 2;
                     }
+                    engine.requireParallelism(model, "--tp", tp, "--pp", pp);
                     boolean pre = role.equals("prefill");
                     Roles.Options o = engine.options(model, tp, pp, port != null ? port : pre ? 30000 : 30001, bootstrapPort, token);
                     started = pre ? Roles.prefill(o) : Roles.decode(o);

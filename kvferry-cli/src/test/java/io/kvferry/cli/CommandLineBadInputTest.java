@@ -62,6 +62,19 @@ class CommandLineBadInputTest {
                 "--auth-token-file", tokenFile("same").toString()), "the router's API key", "must differ from the cluster token");
     }
 
+    /** A TP or PP size the model cannot take said "tp 3 must divide…" without naming which of serve's or demo's flags set it. */
+    @Test
+    void aParallelismTheModelCannotTakeNamesItsFlag() throws Exception {
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--prefill-tp", "3"),
+                "kvferry serve: --prefill-tp 3: tp 3 must divide the model's 4 KV heads");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--decode-tp", "0"), "kvferry serve: --decode-tp 0: tp 0");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--prefill-pp", "9"),
+                "kvferry serve: --prefill-pp 9: pp 9 must be in 1..5 (the layers)");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--pp", "0", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry serve: --pp 0: pp 0 must be in 1..5");
+        assertRefused(CliRun.of("demo", "--decode-tp", "-1"), "kvferry demo: --decode-tp -1: tp -1 must divide the model's 4 KV heads");
+    }
+
     /** A rate so low its first arrival is hours away ran for ever; a bad --checksum word did not name the flag. */
     @Test
     void aRateTooLowAndABadChecksumWordNameTheirFlags() {
