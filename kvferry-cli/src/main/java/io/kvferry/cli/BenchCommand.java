@@ -10,7 +10,9 @@ import io.kvferry.api.KVFerrySettings;
 import io.kvferry.ucx.UcxTransportProvider;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
+import picocli.CommandLine.Spec;
 
 import java.io.IOException;
 import java.nio.file.AccessDeniedException;
@@ -62,8 +64,17 @@ public final class BenchCommand implements Callable<Integer> {
             description = "Directory the sweep writes to (created). Default: ${DEFAULT-VALUE}.")
     Path out;
 
+    @Spec
+    CommandSpec spec;
+
     @Override
     public Integer call() throws Exception {
+        if (!(sweep || sweepQuick) && spec.commandLine().getParseResult().hasMatchedOption("--out")) {
+            // Only a sweep writes there: a plain run took --out, ran, and wrote nothing.
+            System.err.println("kvferry bench: --out is the directory of a sweep; add --sweep or --sweep-quick (a single run prints its "
+                    + "results, --json for a JSON line, --metrics-dump FILE for its metrics)");
+            return 2;
+        }
         BenchConfig config;
         try {
             config = workload.toConfig(true, true);
@@ -166,7 +177,9 @@ public final class BenchCommand implements Callable<Integer> {
         } catch (FileSystemException e) {
             String where = e.getFile() != null ? e.getFile() : dir.toString();
             String why = e instanceof FileAlreadyExistsException ? "exists and is not a directory"
-                    : e instanceof AccessDeniedException ? "permission denied" : e.getReason() != null ? e.getReason() : e.toString();
+                    : e instanceof AccessDeniedException ? "permission denied"
+                    : e instanceof NoSuchFileException ? "that file system makes no such directory"
+                    : e.getReason() != null ? e.getReason() : e.toString();
             throw new IllegalArgumentException(option + " " + given + ": cannot create directory " + where + ": " + why);
         } catch (IOException e) {
             throw new IllegalArgumentException(option + " " + given + ": cannot create directory " + dir + ": " + e.getMessage());

@@ -273,6 +273,21 @@ class CommandLineBadInputTest {
                 "kvferry bench: --metrics-dump /proc/kvferry-test.prom");
     }
 
+    /**
+     * A sweep directory no file system can make (root may "write" /proc) showed a raw java.nio.file.NoSuchFileException;
+     * --out without a sweep was accepted, the bench ran, and nothing was written there.
+     */
+    @Test
+    void aSweepDirectoryIsRefusedInWordsAndOnlyASweepTakesOne() {
+        assertOneLine(CliRun.of("bench", "--sweep-quick", "--out", "/proc/kvferry-test-sweep"),
+                "kvferry bench: --out /proc/kvferry-test-sweep: cannot create directory /proc/kvferry-test-sweep: ");
+        CliRun proc = CliRun.of("bench", "--sweep-quick", "--out", "/proc/kvferry-test-sweep");
+        assertFalse(proc.err().contains("Exception"), proc.err());
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--requests", "1", "--out", dir.resolve("o").toString()),
+                "kvferry bench: --out is the directory of a sweep; add --sweep or --sweep-quick");
+        assertFalse(Files.exists(dir.resolve("o")), "nothing was made");
+    }
+
     /** --netem and --netns-link without --netns were accepted and ignored: the run had no impaired link at all. */
     @Test
     void chaosRefusesLinkFlagsWithoutNetns() {
