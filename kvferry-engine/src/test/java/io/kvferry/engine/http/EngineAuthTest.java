@@ -34,7 +34,7 @@ class EngineAuthTest {
     static final ObjectMapper JSON = new ObjectMapper();
     static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
 
-    private static HttpResponse<String> send(int port, String method, String path, String body, String authorization) throws Exception {
+    static HttpResponse<String> send(int port, String method, String path, String body, String authorization) throws Exception {
         // Bounded: a request the engine took (no check) waits for a decode that never comes.
         HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).timeout(Duration.ofSeconds(20));
         if (authorization != null) b.header("Authorization", authorization);
@@ -43,12 +43,17 @@ class EngineAuthTest {
     }
 
     private static void assertRefused(HttpResponse<String> r) throws Exception {
+        assertUnauthorized(r, "needs the cluster token", TOKEN);
+    }
+
+    /** A 401 naming its scheme and saying what the route {@code needs}, echoing none of the {@code secrets}. */
+    static void assertUnauthorized(HttpResponse<String> r, String needs, String... secrets) throws Exception {
         assertEquals(401, r.statusCode(), r.body());
         assertEquals("Bearer realm=\"kvferry\"", r.headers().firstValue("WWW-Authenticate").orElse(null), r.body());
         JsonNode e = JSON.readTree(r.body()).path("error");
         assertEquals("authentication_error", e.path("type").asText(), r.body());
-        assertTrue(e.path("message").asText().contains("needs the cluster token"), r.body());
-        assertFalse(r.body().contains(TOKEN), "the token is never echoed");
+        assertTrue(e.path("message").asText().contains(needs), r.body());
+        for (String secret : secrets) assertFalse(r.body().contains(secret), "a secret is never echoed: " + r.body());
     }
 
     @Test

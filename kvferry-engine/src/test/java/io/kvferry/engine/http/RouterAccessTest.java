@@ -21,14 +21,10 @@ import org.junit.jupiter.api.Timeout;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.Socket;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
-import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -47,7 +43,6 @@ class RouterAccessTest {
     private static final String TOKEN = "router-access-test-cluster-token";
     private static final String KEY = "router-access-test-api-key";
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
 
     private static ModelFiles.Loaded model;
     private static KVBootstrapServer registry;
@@ -85,19 +80,11 @@ class RouterAccessTest {
     }
 
     private static HttpResponse<String> send(int port, String method, String path, String body, String authorization) throws Exception {
-        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).timeout(Duration.ofSeconds(30));
-        if (authorization != null) b.header("Authorization", authorization);
-        b.method(method, body == null ? HttpRequest.BodyPublishers.noBody() : HttpRequest.BodyPublishers.ofString(body));
-        return http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+        return EngineAuthTest.send(port, method, path, body, authorization);
     }
 
     private static void assertRefused(HttpResponse<String> r) throws Exception {
-        assertEquals(401, r.statusCode(), r.body());
-        assertEquals("Bearer realm=\"kvferry\"", r.headers().firstValue("WWW-Authenticate").orElse(null), r.body());
-        JsonNode e = JSON.readTree(r.body()).path("error");
-        assertEquals("authentication_error", e.path("type").asText(), r.body());
-        assertTrue(e.path("message").asText().contains("needs the router's API key"), r.body());
-        assertFalse(r.body().contains(KEY) || r.body().contains(TOKEN), "neither secret is echoed: " + r.body());
+        EngineAuthTest.assertUnauthorized(r, "needs the router's API key", KEY, TOKEN);
     }
 
     private static double requests(SimpleMeterRegistry m, String route, int status) {
