@@ -170,9 +170,12 @@ public final class ServeCommand implements Callable<Integer> {
             stop.countDown();
         }));
         System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
-        System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port()
-                + (role != null && !role.equals("router") ? "" : apiKey != null ? " (clients send the API key)"
-                : " (no API key: any client that reaches the port is served; see --api-key-file)"));
+        if (role == null || role.equals("router")) {
+            System.out.println("kvferry serve: " + (apiKey != null ? "clients send the router's API key (Authorization: Bearer KEY)"
+                    : "no API key: the router serves any client that reaches its port (see --api-key-file)"));
+        }
+        // Last, and the URL alone at its end: launchers (demo --processes, tests) read it from this line.
+        System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port());
         System.out.flush();
         stop.await();
         return 0;

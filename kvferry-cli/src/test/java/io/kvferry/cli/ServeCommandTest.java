@@ -19,6 +19,7 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
@@ -95,6 +96,38 @@ class ServeCommandTest {
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
         pb.environment().put("KVFERRY_AUTH_TOKEN", "kill-test");
         return pb.start();
+    }
+
+    /**
+     * {@code serve} as its own process, its router's API key from KVFERRY_API_KEY: a client without the key
+     * gets a 401, with it a completion, and the router's /metrics counts both.
+     */
+    @Test
+    @Timeout(120)
+    void aServeProcessTakesItsRoutersApiKeyFromTheEnvironment() throws Exception {
+        List<String> cmd = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
+                "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--port", "0", "--bootstrap-port", "0");
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
+        pb.environment().put("KVFERRY_API_KEY", "serve-test-api-key");
+        pb.environment().remove("KVFERRY_AUTH_TOKEN");
+        Process serve = pb.start();
+        try {
+            String base = DemoCommand.awaitUrl(serve, "serve");
+            HttpClient http = HttpClient.newHttpClient();
+            HttpRequest.Builder completion = HttpRequest.newBuilder(URI.create(base + "/v1/completions")).timeout(Duration.ofSeconds(60))
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":3}"));
+            HttpResponse<String> refused = http.send(completion.build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(401, refused.statusCode(), refused.body());
+            HttpResponse<String> served = http.send(completion.header("Authorization", "Bearer serve-test-api-key").build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, served.statusCode(), served.body());
+            String scrape = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
+            assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"401\"} 1.0"), scrape);
+            assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\"} 1.0"), scrape);
+        } finally {
+            serve.destroy();
+            if (!serve.waitFor(10, TimeUnit.SECONDS)) serve.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+        }
     }
 
     /**
