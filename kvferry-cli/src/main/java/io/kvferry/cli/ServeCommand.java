@@ -60,6 +60,10 @@ public final class ServeCommand implements Callable<Integer> {
             + "(Authorization: Bearer KEY) from this file's first line; else KVFERRY_API_KEY. Neither: the router serves any client.")
     Path apiKeyFile;
 
+    @Option(names = "--log-requests", description = "Router (and serve without --role): one log line per request answered "
+            + "(route, status, room, tokens, TTFT, latency, failure kind), on the logger io.kvferry.router.requests.")
+    boolean logRequests;
+
     @Option(names = "--api-key", hidden = true, description = "Refused: put the key in KVFERRY_API_KEY or a file.")
     String apiKeyOnTheCommandLine;
 
@@ -78,6 +82,7 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--prefill", List.of("router"));
         ONLY_FOR.put("--decode", List.of("router"));
         ONLY_FOR.put("--api-key-file", List.of("router", "embedded"));
+        ONLY_FOR.put("--log-requests", List.of("router", "embedded"));
     }
 
     @Override
@@ -105,6 +110,10 @@ public final class ServeCommand implements Callable<Integer> {
         if (badPort != null) {
             System.err.println("kvferry serve: " + badPort + " is outside [0, 65535] (0 = any free port)");
             return 2;
+        }
+        if (logRequests) {
+            // Before the router's class makes its loggers: slf4j-simple reads a logger's level when it is made.
+            System.setProperty("org.slf4j.simpleLogger.log.io.kvferry.router.requests", "info");
         }
         if (apiKeyOnTheCommandLine != null) {
             System.err.println("kvferry serve: --api-key would put the router's API key on the command line, where any local user reads it "

@@ -8,6 +8,7 @@ import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serve.Roles;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -18,6 +19,7 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -100,14 +102,16 @@ class ServeCommandTest {
 
     /**
      * {@code serve} as its own process, its router's API key from KVFERRY_API_KEY: a client without the key
-     * gets a 401, with it a completion, and the router's /metrics counts both.
+     * gets a 401, with it a completion, and the router's /metrics counts both, as its request log
+     * ({@code --log-requests}) tells both, the served one with its room.
      */
     @Test
     @Timeout(120)
-    void aServeProcessTakesItsRoutersApiKeyFromTheEnvironment() throws Exception {
+    void aServeProcessTakesItsRoutersApiKeyFromTheEnvironment(@TempDir Path dir) throws Exception {
         List<String> cmd = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
-                "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--port", "0", "--bootstrap-port", "0");
-        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
+                "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--port", "0", "--bootstrap-port", "0", "--log-requests");
+        Path log = dir.resolve("serve.err");
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(log.toFile());
         pb.environment().put("KVFERRY_API_KEY", "serve-test-api-key");
         pb.environment().remove("KVFERRY_AUTH_TOKEN");
         Process serve = pb.start();
@@ -124,6 +128,11 @@ class ServeCommandTest {
             String scrape = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
             assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"401\"} 1.0"), scrape);
             assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\"} 1.0"), scrape);
+            String room = JSON.readTree(served.body()).path("kvferry").path("bootstrap_room").asText();
+            List<String> lines = Files.readAllLines(log);
+            assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=401 room=- ")), String.join("\n", lines));
+            assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=200 room=" + room + " prompt_tokens=5 "
+                    + "completion_tokens=3 ")), String.join("\n", lines));
         } finally {
             serve.destroy();
             if (!serve.waitFor(10, TimeUnit.SECONDS)) serve.destroyForcibly().waitFor(5, TimeUnit.SECONDS);

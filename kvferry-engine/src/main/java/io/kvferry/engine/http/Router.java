@@ -10,6 +10,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
+import io.kvferry.metrics.LogSafe;
 import io.micrometer.core.instrument.MeterRegistry;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -57,6 +58,21 @@ import java.util.function.Predicate;
  */
 public final class Router implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(Router.class);
+    /**
+     * One INFO line per request answered on a serving route (off unless this logger is at INFO: {@code serve
+     * --log-requests}): route, status, room, tokens, TTFT and latency, and the failure's kind, so a request
+     * can be followed by its room into the engines' {@code room failed: room=…} lines.
+     */
+    static final Logger REQUEST_LOG = LoggerFactory.getLogger("io.kvferry.router.requests");
+
+    /** What the request log says of one request; filled in by the exchange's own thread as the request goes. */
+    static final class RequestRecord {
+        long room = -1;
+        int promptTokens = -1;
+        int completionTokens = -1;
+        double ttftMs = -1;
+        String failureKind;
+    }
 
     /**
      * How backends are probed and connected to.
@@ -273,6 +289,8 @@ public final class Router implements AutoCloseable {
 
     /** The exchange attribute that holds the status a request is counted with when its answer's status does not say it. */
     private static final String COUNTED_STATUS = "kvferry.router.status";
+    /** The exchange attribute that holds its {@link RequestRecord}. */
+    private static final String RECORD = "kvferry.router.record";
 
     /**
      * A route that serves clients: it takes the API key (if the router has one) and is counted by its
@@ -282,6 +300,9 @@ public final class Router implements AutoCloseable {
     private void serving(String route, Http.Handler handler) {
         server.createContext(route, ex -> {
             meters.started();
+            long arrived = System.nanoTime();
+            RequestRecord record = new RequestRecord();
+            ex.setAttribute(RECORD, record);
             try {
                 Http.handle(ex, e -> {
                     if (!Http.bearerChecked(e, clientAuth, "authentication_error",
@@ -296,8 +317,15 @@ public final class Router implements AutoCloseable {
                     }
                 });
             } finally {
-                meters.finished(route, ex.getAttribute(COUNTED_STATUS) instanceof Integer s ? s
-                        : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED);
+                int status = ex.getAttribute(COUNTED_STATUS) instanceof Integer s ? s
+                        : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED;
+                meters.finished(route, status);
+                if (REQUEST_LOG.isInfoEnabled()) {
+                    REQUEST_LOG.info("request route={} status={} room={} prompt_tokens={} completion_tokens={} ttft_ms={} e2e_ms={} kind={}",
+                            route, status, record.room < 0 ? "-" : Long.toString(record.room), record.promptTokens, record.completionTokens,
+                            String.format("%.1f", record.ttftMs), String.format("%.1f", (System.nanoTime() - arrived) / 1e6),
+                            record.failureKind == null ? "-" : LogSafe.value(record.failureKind));
+                }
             }
         });
     }
@@ -493,11 +521,13 @@ public final class Router implements AutoCloseable {
     }
 
     /** Runs one request through a prefill and a decode. */
-    Outcome run(Ask ask, Output out) throws Failure, IOException, InterruptedException {
+    Outcome run(Ask ask, RequestRecord record, Output out) throws Failure, IOException, InterruptedException {
         long start = System.nanoTime();
         int[] ids = promptIds(ask.prompt());
+        record.promptTokens = ids.length;
         Backend p = pick(prefills, "prefill"), d = pick(decodes, "decode");
         long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
+        record.room = room;
         ObjectNode body = generateBody(room, ids, ask.sampling(room));
         ObjectNode decodeBody = body.deepCopy();
         decodeBody.put("bootstrap_addr", p.bootstrap);
@@ -550,6 +580,7 @@ public final class Router implements AutoCloseable {
                         int tok = ev.get("token").intValue();
                         if (ttft < 0) {
                             ttft = (System.nanoTime() - start) / 1e6;
+                            record.ttftMs = ttft;
                             meters.firstToken(System.nanoTime() - start);
                         }
                         tokens.add(tok);
@@ -561,6 +592,7 @@ public final class Router implements AutoCloseable {
                             abort(d, room);
                             abort(p, room);
                             all.setLength(stopAt);
+                            record.completionTokens = tokens.size();
                             return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null);
                         }
                         int sendable = all.length() - ask.stop().heldBack(all);
@@ -587,6 +619,7 @@ public final class Router implements AutoCloseable {
                             all.setLength(stopAt);
                             finish = "stop";
                         }
+                        record.completionTokens = tokens.size();
                         return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"));
                     }
                 }
@@ -729,7 +762,7 @@ public final class Router implements AutoCloseable {
         OutputStream[] events = new OutputStream[1];
         int[] streamed = {0}; // characters of the text already sent in chunks
         try {
-            Outcome o = run(ask, (tok, text) -> {
+            Outcome o = run(ask, (RequestRecord) ex.getAttribute(RECORD), (tok, text) -> {
                 if (!stream) return;
                 if (events[0] == null) events[0] = Http.startEvents(ex);
                 streamed[0] += text.length();
@@ -762,6 +795,7 @@ public final class Router implements AutoCloseable {
      */
     private static void fail(HttpExchange ex, OutputStream events, Failure f) throws IOException {
         ex.setAttribute(COUNTED_STATUS, f.status);
+        if (ex.getAttribute(RECORD) instanceof RequestRecord r) r.failureKind = f.kind != null ? f.kind : f.type;
         if (events == null) {
             Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             return;
@@ -913,7 +947,7 @@ public final class Router implements AutoCloseable {
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
         try {
-            Outcome o = run(ask, (tok, text) -> {
+            Outcome o = run(ask, (RequestRecord) ex.getAttribute(RECORD), (tok, text) -> {
                 sofar.append(text);
                 if (!stream) return;
                 if (events[0] == null) events[0] = Http.startEvents(ex);
