@@ -302,8 +302,9 @@ public final class DemoCommand implements Callable<Integer> {
         if (level != null) cmd.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=" + level);
         String models = System.getProperty("kvferry.models");
         if (models != null) cmd.add("-Dkvferry.models=" + models);
-        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--role", role,
-                "--port", "0", "--bootstrap-port", "0", "--tp", Integer.toString(tp), "--pp", Integer.toString(pp),
+        cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--role", role, "--port", "0"));
+        if (role.equals("prefill")) cmd.addAll(List.of("--bootstrap-port", "0")); // its registry; a decode has none
+        cmd.addAll(List.of("--tp", Integer.toString(tp), "--pp", Integer.toString(pp),
                 "--transport", engine.transport, "--host", engine.host, "--page-size", Integer.toString(engine.pageSize),
                 "--pages", Integer.toString(engine.pages), "--max-requests", Integer.toString(engine.maxRequests),
                 "--chunk-tokens", Integer.toString(engine.chunkTokens), "--model-variant", engine.variant.label()));

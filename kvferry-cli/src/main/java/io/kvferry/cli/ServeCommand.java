@@ -74,6 +74,7 @@ public final class ServeCommand implements Callable<Integer> {
     private static final Map<String, List<String>> ONLY_FOR = new LinkedHashMap<>();
 
     static {
+        ONLY_FOR.put("--bootstrap-port", List.of("prefill", "embedded"));
         ONLY_FOR.put("--tp", List.of("prefill", "decode"));
         ONLY_FOR.put("--pp", List.of("prefill", "decode"));
         ONLY_FOR.put("--prefill-tp", List.of("embedded"));

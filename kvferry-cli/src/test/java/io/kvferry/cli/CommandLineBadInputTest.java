@@ -244,6 +244,8 @@ class CommandLineBadInputTest {
                 "kvferry serve: --prefill-tp is not used by --role decode; it is for serve without --role");
         assertOneLine(CliRun.of("serve", "--role", "prefill", "--port", "0", "--decode", "http://127.0.0.1:1", "--auth-token-file",
                 tokenFile("t").toString()), "kvferry serve: --decode is not used by --role prefill; it is for --role router");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--bootstrap-port", "9999", "--auth-token-file",
+                tokenFile("t").toString()), "kvferry serve: --bootstrap-port is not used by --role decode; it is for --role prefill and serve without --role");
     }
 
     /** Engines in separate processes ran inproc over tcp (the demo's banner said inproc); serve's ports were "port out of range:70000". */

@@ -93,7 +93,8 @@ class ServeCommandTest {
     static Process spawnRole(String role, List<String> extra) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main",
-                "serve", "--role", role, "--port", "0", "--bootstrap-port", "0"));
+                "serve", "--role", role, "--port", "0"));
+        if (role.equals("prefill")) cmd.addAll(List.of("--bootstrap-port", "0"));
         cmd.addAll(extra);
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
         pb.environment().put("KVFERRY_AUTH_TOKEN", "kill-test");
