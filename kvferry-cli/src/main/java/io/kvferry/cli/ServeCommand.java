@@ -1,6 +1,7 @@
 package io.kvferry.cli;
 
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.http.Router;
 import io.kvferry.engine.serve.Roles;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -9,6 +10,7 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
 
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -64,11 +66,22 @@ public final class ServeCommand implements Callable<Integer> {
             + "(route, status, room, tokens, TTFT, latency, failure kind), on the logger io.kvferry.router.requests.")
     boolean logRequests;
 
+    @Option(names = "--max-concurrent-requests", defaultValue = "0", description = "Router (and serve without --role): requests "
+            + "served at once; one more waits up to --queue-timeout-ms for a slot, then gets 429 with Retry-After. Default: 0 (no limit).")
+    int maxConcurrentRequests;
+
+    @Option(names = "--queue-timeout-ms", defaultValue = "10000", description = "Router: how long a request over "
+            + "--max-concurrent-requests waits for a slot (0: refused at once). Default: ${DEFAULT-VALUE}.")
+    long queueTimeoutMs;
+
     @Option(names = "--api-key", hidden = true, description = "Refused: put the key in KVFERRY_API_KEY or a file.")
     String apiKeyOnTheCommandLine;
 
     @Spec
     CommandSpec spec;
+
+    /** The longest a request waits for a router slot: a client waiting longer has given up long before. */
+    static final long MAX_QUEUE_TIMEOUT_MS = 3_600_000;
 
     /** Flags that only some modes read, and those modes (null: no --role, the embedded cluster). */
     private static final Map<String, List<String>> ONLY_FOR = new LinkedHashMap<>();
@@ -84,6 +97,8 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--decode", List.of("router"));
         ONLY_FOR.put("--api-key-file", List.of("router", "embedded"));
         ONLY_FOR.put("--log-requests", List.of("router", "embedded"));
+        ONLY_FOR.put("--max-concurrent-requests", List.of("router", "embedded"));
+        ONLY_FOR.put("--queue-timeout-ms", List.of("router", "embedded"));
     }
 
     @Override
@@ -112,6 +127,15 @@ public final class ServeCommand implements Callable<Integer> {
             System.err.println("kvferry serve: " + badPort + " is outside [0, 65535] (0 = any free port)");
             return 2;
         }
+        if (maxConcurrentRequests < 0) {
+            System.err.println("kvferry serve: --max-concurrent-requests " + maxConcurrentRequests + " is negative (0 = no limit)");
+            return 2;
+        }
+        if (queueTimeoutMs < 0 || queueTimeoutMs > MAX_QUEUE_TIMEOUT_MS) {
+            System.err.println("kvferry serve: --queue-timeout-ms " + queueTimeoutMs + " is outside [0, " + MAX_QUEUE_TIMEOUT_MS + "] (one hour)");
+            return 2;
+        }
+        Router.Admission admission = new Router.Admission(maxConcurrentRequests, Duration.ofMillis(queueTimeoutMs));
         if (logRequests) {
             // Before the router's class makes its loggers: slf4j-simple reads a logger's level when it is made.
             System.setProperty("org.slf4j.simpleLogger.log.io.kvferry.router.requests", "info");
@@ -138,7 +162,7 @@ public final class ServeCommand implements Callable<Integer> {
             if (token == null) token = EngineOptions.randomToken(); // one process: nobody else needs to know it
             started = Roles.all(engine.options(model, 1, 1, port != null ? port : 8000, 0, token),
                     engine.options(model, prefillTp, prefillPp, 0, bootstrapPort, token),
-                    engine.options(model, decodeTp, 1, 0, 0, token), apiKey);
+                    engine.options(model, decodeTp, 1, 0, 0, token), apiKey, admission);
             what = "router (with one prefill tp" + prefillTp + " pp" + prefillPp + " and one decode tp" + decodeTp + " over " + engine.transport + ")";
         } else {
             switch (role) {
@@ -164,7 +188,7 @@ public final class ServeCommand implements Callable<Integer> {
                                 + "--auth-token-file (the same on every prefill, decode and router)");
                         return 2;
                     }
-                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes, apiKey);
+                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes, apiKey, admission);
                     what = "router over " + prefills.size() + " prefill(s) and " + decodes.size() + " decode(s)";
                 }
                 default -> {

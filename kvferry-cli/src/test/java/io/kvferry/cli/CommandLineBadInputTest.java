@@ -75,6 +75,15 @@ class CommandLineBadInputTest {
         assertRefused(CliRun.of("demo", "--decode-tp", "-1"), "kvferry demo: --decode-tp -1: tp -1 must divide the model's 4 KV heads");
     }
 
+    /** The router's admission flags: a negative limit, a wait beyond an hour, or a mode without a router. */
+    @Test
+    void theRoutersAdmissionFlagsAreChecked() throws Exception {
+        assertOneLine(CliRun.of("serve", "--max-concurrent-requests", "-1"), "kvferry serve: --max-concurrent-requests -1 is negative (0 = no limit)");
+        assertOneLine(CliRun.of("serve", "--queue-timeout-ms", "99999999"), "kvferry serve: --queue-timeout-ms 99999999 is outside [0, 3600000]");
+        assertOneLine(CliRun.of("serve", "--role", "prefill", "--port", "0", "--bootstrap-port", "0", "--queue-timeout-ms", "5",
+                "--auth-token-file", tokenFile("t").toString()), "kvferry serve: --queue-timeout-ms is not used by --role prefill");
+    }
+
     /** A rate so low its first arrival is hours away ran for ever; a bad --checksum word did not name the flag. */
     @Test
     void aRateTooLowAndABadChecksumWordNameTheirFlags() {

@@ -38,6 +38,7 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -64,6 +65,22 @@ public final class Router implements AutoCloseable {
      * can be followed by its room into the engines' {@code room failed: room=…} lines.
      */
     static final Logger REQUEST_LOG = LoggerFactory.getLogger("io.kvferry.router.requests");
+
+    /**
+     * How many requests the router serves at once (0: no limit) and how long one over the limit waits for a
+     * slot before it is answered 429 with {@code Retry-After} (0: at once). A burst beyond what the engines'
+     * pages and slots hold is turned away at the door instead of queueing in them without bound.
+     */
+    public record Admission(int maxConcurrent, Duration queueTimeout) {
+        public static final Admission UNLIMITED = new Admission(0, Duration.ZERO);
+
+        public Admission {
+            if (maxConcurrent < 0) throw new IllegalArgumentException("max concurrent requests must be >= 0 (0 = no limit), got " + maxConcurrent);
+            if (queueTimeout == null || queueTimeout.isNegative()) {
+                throw new IllegalArgumentException("the queue timeout must be >= 0, got " + queueTimeout);
+            }
+        }
+    }
 
     /** What the request log says of one request; filled in by the exchange's own thread as the request goes. */
     static final class RequestRecord {
@@ -197,6 +214,9 @@ public final class Router implements AutoCloseable {
     /** The API key clients must send to the routes that serve, or null: any client that reaches the port is served. */
     private final BearerToken clientAuth;
     private final RouterMeters meters;
+    private final Admission admission;
+    /** Requests the router may still admit; null without a limit. Fair: those waiting are admitted in order. */
+    private final Semaphore slots;
 
     /**
      * Who may call what. {@code backendToken}: the cluster token sent to the engines, whose /generate and /abort
@@ -231,13 +251,14 @@ public final class Router implements AutoCloseable {
      */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port)
             throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, Access.NONE, null);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, Access.NONE, Admission.UNLIMITED, null);
     }
 
     /** @param backendToken the cluster token sent to the engines, whose /generate and /abort require it; null for none */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
                   String backendToken) throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, new Access(backendToken, null), null);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, new Access(backendToken, null),
+                Admission.UNLIMITED, null);
     }
 
     /**
@@ -246,18 +267,26 @@ public final class Router implements AutoCloseable {
      */
     public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
                   Access access, MeterRegistry metrics) throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, access, metrics);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, access, Admission.UNLIMITED, metrics);
+    }
+
+    /** As above, admitting at most {@code admission.maxConcurrent()} requests at once. */
+    public Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
+                  Access access, Admission admission, MeterRegistry metrics) throws IOException {
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, Probing.DEFAULT, access, admission, metrics);
     }
 
     /** As the public constructor, with other probe timings (tests). */
     Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host, int port,
            Probing probing) throws IOException {
-        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, probing, Access.NONE, null);
+        this(prefills, decodes, tokenizer, contextTokens, modelName, host, port, probing, Access.NONE, Admission.UNLIMITED, null);
     }
 
     private Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host,
-                   int port, Probing probing, Access access, MeterRegistry metrics) throws IOException {
+                   int port, Probing probing, Access access, Admission admission, MeterRegistry metrics) throws IOException {
         this.probing = probing;
+        this.admission = admission;
+        this.slots = admission.maxConcurrent() == 0 ? null : new Semaphore(admission.maxConcurrent(), true);
         BearerToken auth = BearerToken.of(access.backendToken());
         this.backendAuthorization = auth == null ? null : auth.header();
         this.clientAuth = BearerToken.of(access.apiKey());
@@ -265,6 +294,7 @@ public final class Router implements AutoCloseable {
         for (String p : prefills) this.prefills.add(new Backend(p, true, null));
         for (String d : decodes) this.decodes.add(new Backend(d, false, null));
         this.meters = new RouterMeters(metrics);
+        if (slots != null) meters.admission(slots);
         this.prefills.forEach(meters::backend);
         this.decodes.forEach(meters::backend);
         this.tokenizer = tokenizer;
@@ -332,6 +362,11 @@ public final class Router implements AutoCloseable {
 
     public int port() {
         return server.getAddress().getPort();
+    }
+
+    /** Requests waiting for an admission slot now. */
+    int waitingForAdmission() {
+        return slots == null ? 0 : slots.getQueueLength();
     }
 
     /** Adds a route of the operator's (e.g. {@code /metrics}); it takes no API key, as {@code /health} does not. */
@@ -520,9 +555,27 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** Runs one request through a prefill and a decode. */
+    /**
+     * Runs one request through a prefill and a decode, once the router admits it ({@link Admission}: a 429 when
+     * no slot frees within the queue timeout). Its TTFT and latency count from here, the wait included.
+     */
     Outcome run(Ask ask, RequestRecord record, Output out) throws Failure, IOException, InterruptedException {
-        long start = System.nanoTime();
+        long arrived = System.nanoTime();
+        if (slots == null) return admitted(ask, record, out, arrived);
+        if (!slots.tryAcquire(admission.queueTimeout().toNanos(), TimeUnit.NANOSECONDS)) {
+            throw new Failure(429, "rate_limit_error", "the router is serving its limit of " + admission.maxConcurrent()
+                    + " requests at once (--max-concurrent-requests) and none ended within " + admission.queueTimeout().toMillis()
+                    + " ms (--queue-timeout-ms); retry later");
+        }
+        try {
+            return admitted(ask, record, out, arrived);
+        } finally {
+            slots.release();
+        }
+    }
+
+    /** One request through a prefill and a decode, once admitted. */
+    private Outcome admitted(Ask ask, RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
         int[] ids = promptIds(ask.prompt());
         record.promptTokens = ids.length;
         Backend p = pick(prefills, "prefill"), d = pick(decodes, "decode");
@@ -795,6 +848,7 @@ public final class Router implements AutoCloseable {
      */
     private static void fail(HttpExchange ex, OutputStream events, Failure f) throws IOException {
         ex.setAttribute(COUNTED_STATUS, f.status);
+        if (f.status == 429) ex.getResponseHeaders().set("Retry-After", "1");
         if (ex.getAttribute(RECORD) instanceof RequestRecord r) r.failureKind = f.kind != null ? f.kind : f.type;
         if (events == null) {
             Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());

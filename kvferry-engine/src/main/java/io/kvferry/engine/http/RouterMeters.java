@@ -9,6 +9,7 @@ import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -27,6 +28,7 @@ final class RouterMeters {
     static final String PROMPT_TOKENS = "kvferry_router_prompt_tokens";
     static final String GENERATION_TOKENS = "kvferry_router_generation_tokens";
     static final String RUNNING = "kvferry_router_requests_running";
+    static final String WAITING = "kvferry_router_requests_waiting";
     static final String BACKEND_UP = "kvferry_router_backend_up";
     static final String BACKEND_IN_FLIGHT = "kvferry_router_backend_requests_in_flight";
 
@@ -70,6 +72,12 @@ final class RouterMeters {
                 .tags("role", role, "backend", b.url.toString()).register(registry);
         Gauge.builder(BACKEND_IN_FLIGHT, b, x -> x.inFlight.get()).description("Router: requests the backend is serving for this router")
                 .tags("role", role, "backend", b.url.toString()).register(registry);
+    }
+
+    /** The gauge of requests waiting for an admission slot (only a router with a limit has one). */
+    void admission(Semaphore slots) {
+        Gauge.builder(WAITING, slots, Semaphore::getQueueLength).description("Router: requests waiting for a slot (--max-concurrent-requests)")
+                .register(registry);
     }
 
     void started() {

@@ -148,10 +148,16 @@ public final class Roles {
      * serving routes take {@code apiKey} when one is given. Its meters are served on its port's /metrics.
      */
     public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls, String apiKey) throws IOException {
+        return router(o, prefillUrls, decodeUrls, apiKey, Router.Admission.UNLIMITED);
+    }
+
+    /** As above, admitting at most {@code admission.maxConcurrent()} requests at once (429 beyond, after the queue timeout). */
+    public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls, String apiKey, Router.Admission admission)
+            throws IOException {
         Stack s = new Stack();
         PrometheusMeterRegistry metrics = Ops.newRegistry();
         Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), o.model().weights().config.seqLen(), modelName(o.model()),
-                o.host(), o.port(), new Router.Access(o.authToken(), apiKey), metrics);
+                o.host(), o.port(), new Router.Access(o.authToken(), apiKey), admission, metrics);
         s.parts.add(r);
         r.route("/metrics", OpsHandlers.metrics(metrics));
         s.port = r.port();
@@ -177,6 +183,11 @@ public final class Roles {
 
     /** As {@link #all(Options, Options, Options)}, the router taking {@code apiKey} from its clients (null: none). */
     public static Role all(Options router, Options prefill, Options decode, String apiKey) throws IOException {
+        return all(router, prefill, decode, apiKey, Router.Admission.UNLIMITED);
+    }
+
+    /** As above, the router admitting at most {@code admission.maxConcurrent()} requests at once. */
+    public static Role all(Options router, Options prefill, Options decode, String apiKey, Router.Admission admission) throws IOException {
         requireStatePairs(prefill.variant(), prefill.pp(), decode.pp());
         Stack s = new Stack();
         try {
@@ -185,7 +196,7 @@ public final class Roles {
             Role d = decode(decode);
             s.parts.add(d);
             Role r = router(router, List.of("http://" + prefill.host() + ":" + p.port()), List.of("http://" + decode.host() + ":" + d.port()),
-                    apiKey);
+                    apiKey, admission);
             s.parts.add(r);
             s.port = r.port();
             return s;

@@ -153,6 +153,79 @@ class RouterErrorsTest {
         }
     }
     /**
+     * With a limit of one request at once (a decode stub that holds its answer until released): one more,
+     * with no time to wait, is answered 429 with Retry-After and never reaches a backend; with time, it waits
+     * for the slot and is served once the first ends.
+     */
+    @Test
+    @Timeout(60)
+    void requestsOverTheAdmissionLimitGet429OrWaitForTheSlot() throws Exception {
+        HttpServer prefill = prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        AtomicInteger decodeCalls = new AtomicInteger();
+        AtomicReference<CountDownLatch> entered = new AtomicReference<>(), release = new AtomicReference<>();
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/generate", ex -> {
+            decodeCalls.incrementAndGet();
+            ex.getRequestBody().readAllBytes();
+            entered.get().countDown();
+            try {
+                release.get().await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.start();
+        String body = "{\"prompt\":\"Hi\",\"max_tokens\":1}";
+        try {
+            for (Duration wait : new Duration[]{Duration.ZERO, Duration.ofSeconds(30)}) {
+                decodeCalls.set(0);
+                entered.set(new CountDownLatch(1));
+                release.set(new CountDownLatch(1));
+                try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                        "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(1, wait), null)) {
+                    CompletableFuture<HttpResponse<String>> first = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
+                            + router.port() + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
+                            HttpResponse.BodyHandlers.ofString());
+                    assertTrue(entered.get().await(30, TimeUnit.SECONDS), "the first request reached the decode");
+                    if (wait.isZero()) {
+                        HttpResponse<String> second = send(router.port(), "/v1/completions", body);
+                        assertEquals(429, second.statusCode(), second.body());
+                        assertEquals("1", second.headers().firstValue("Retry-After").orElse(null), second.body());
+                        JsonNode e = JSON.readTree(second.body()).path("error");
+                        assertEquals("rate_limit_error", e.path("type").asText(), second.body());
+                        assertTrue(e.path("message").asText().contains("its limit of 1 requests at once (--max-concurrent-requests)"), second.body());
+                        assertEquals(1, decodeCalls.get(), "the refused request reached no backend");
+                        release.get().countDown();
+                    } else {
+                        CompletableFuture<HttpResponse<String>> second = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
+                                + router.port() + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
+                                HttpResponse.BodyHandlers.ofString());
+                        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                        while (router.waitingForAdmission() == 0 && System.nanoTime() < deadline) Thread.sleep(2);
+                        assertEquals(1, router.waitingForAdmission(), "the second waits for the slot");
+                        assertEquals(1, decodeCalls.get(), "...not at the decode");
+                        release.get().countDown();
+                        HttpResponse<String> r = second.get(30, TimeUnit.SECONDS);
+                        assertEquals(200, r.statusCode(), "served once the first ended: " + r.body());
+                        assertEquals(2, decodeCalls.get());
+                    }
+                    assertEquals(200, first.get(30, TimeUnit.SECONDS).statusCode());
+                    assertEquals(200, send(router.port(), "/v1/completions", body).statusCode(), "the slot is free again");
+                }
+            }
+        } finally {
+            release.get().countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /**
      * A decode that fails mid-stream: the client gets the text so far, the error as an event, then
      * {@code [DONE]}, on both routes, as vLLM and SGLang end a failed stream (clients read to it).
      */
