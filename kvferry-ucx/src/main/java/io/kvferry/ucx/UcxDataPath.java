@@ -63,7 +63,7 @@ final class UcxDataPath implements DataPath {
                 forced = true;
                 String why = "puts of cancelled room " + room + " to " + link.peer + " did not complete within "
                         + drainNanos / 1_000_000 + " ms; endpoint closed";
-                engine.submit(() -> engine.close(link, why, true));
+                engine.submit(() -> engine.close(link, why));
             }
             engine.wake();
         }
@@ -74,6 +74,11 @@ final class UcxDataPath implements DataPath {
     /** What UCX chose for this path's endpoint. */
     UcxEndpointInfo.Lanes lanes() {
         return link.lanes;
+    }
+
+    /** How many endpoint closes UCX refused on this path's engine (tests). */
+    int closesRefused() {
+        return engine.closesRefused();
     }
 
     /** Why puts over this path are emulated as active messages (over whichever transport), or null. */
@@ -141,7 +146,7 @@ final class UcxDataPath implements DataPath {
     @Override
     public void close() {
         if (link.closed || engine.stopped()) return; // a stopped engine closed every link on its way out
-        engine.submit(() -> engine.close(link, "the UCX path to " + link.peer + " was closed", true));
+        engine.submit(() -> engine.close(link, "the UCX path to " + link.peer + " was closed"));
         try {
             link.closedDone.get(5, TimeUnit.SECONDS);
         } catch (Exception e) {

@@ -96,6 +96,8 @@ final class UcxEngine implements Runnable {
     /** Counts post() passes; a link remembers the pass in which its oldest job was seen. */
     private int postPass;
     private long lastStallCheck = System.nanoTime();
+    /** Endpoint closes UCX refused (the endpoint then stays open until the worker closes); read by tests. */
+    private volatile int closesRefused;
 
     UcxEngine(UcpContext context, int engineRank, UcxSettings settings) {
         this.context = context;
@@ -135,6 +137,11 @@ final class UcxEngine implements Runnable {
         }
     }
 
+    /** How many endpoint closes UCX refused so far. */
+    int closesRefused() {
+        return closesRefused;
+    }
+
     boolean isStopping() {
         return stopping;
     }
@@ -153,7 +160,7 @@ final class UcxEngine implements Runnable {
             if (errMode == UcxSettings.ErrMode.PEER) {
                 params.setPeerErrorHandlingMode().setErrorHandler((ep, status, message) -> {
                     link.fail("UCX endpoint to decode " + link.peer + " failed: " + message + " (status " + status + ")");
-                    failedLinks = true; // closed (force, as UCX requires after an error) by the loop
+                    failedLinks = true; // closed (FORCE, as UCX requires after an error) by the loop
                 });
             }
             link.ep = worker.newEndpoint(params);
@@ -163,7 +170,7 @@ final class UcxEngine implements Runnable {
                 link.rkeys[i] = link.ep.unpackRemoteKey(direct(link.offer.entries().get(i).rkey()));
             }
         } catch (RuntimeException e) {
-            close(link, "connect failed: " + e.getMessage(), true);
+            close(link, "connect failed: " + e.getMessage());
             result.completeExceptionally(e);
             return;
         }
@@ -195,22 +202,23 @@ final class UcxEngine implements Runnable {
 
     /**
      * Closes the link: later and queued writes fail with {@code reason}; puts in flight are
-     * cancelled (force) or completed first (flush); rkeys are destroyed once the endpoint is closed.
+     * cancelled (peer error mode: FORCE) or completed first (mode none: FLUSH); rkeys are destroyed
+     * once the endpoint is closed.
      */
-    void close(Link link, String reason, boolean force) {
+    void close(Link link, String reason) {
         if (link.closed) return;
-        force |= link.failure != null;
         link.closed = true;
         if (link.failure == null) link.failure = reason;
         links.remove(link);
         UcpRequest req = null;
         if (link.ep != null) {
             try {
-                // FORCE cancels what is in flight; UCX recommends it only with peer error handling,
-                // so in mode none a healthy link is closed with FLUSH (its puts complete first).
-                req = force || errMode == UcxSettings.ErrMode.PEER ? link.ep.closeNonBlockingForce() : link.ep.closeNonBlockingFlush();
+                // UCX accepts FORCE only on endpoints with peer error handling (UCX 1.13 answers
+                // UCS_ERR_INVALID_PARAM otherwise and leaves the endpoint open), so mode none closes with FLUSH.
+                req = errMode == UcxSettings.ErrMode.PEER ? link.ep.closeNonBlockingForce() : link.ep.closeNonBlockingFlush();
             } catch (RuntimeException e) {
-                log.debug("ucx: closing the endpoint to {}: {}", link.peer, e.getMessage());
+                closesRefused++;
+                log.warn("ucx: UCX refused to close the endpoint to {}: {}", link.peer, e.getMessage());
             }
         }
         closing.add(new Closing(link, req, System.nanoTime()));
@@ -278,7 +286,7 @@ final class UcxEngine implements Runnable {
                 if (failedLinks) {
                     failedLinks = false;
                     // Queued jobs of the link fail in post() (they check the failure before any put).
-                    for (Link l : new ArrayList<>(links)) if (l.failure != null) close(l, l.failure, true);
+                    for (Link l : new ArrayList<>(links)) if (l.failure != null) close(l, l.failure);
                 }
                 if (!closing.isEmpty()) reapClosing();
                 if (inFlight > 0) closeStalledLinks();
@@ -362,7 +370,7 @@ final class UcxEngine implements Runnable {
                 String why = "no UCX put to decode " + l.peer + " was confirmed for " + stallNanos / 1_000_000
                         + " ms (the decode's worker is not progressing?); endpoint closed";
                 log.warn("ucx: {}", why);
-                close(l, why, true);
+                close(l, why);
             }
         }
     }
@@ -494,7 +502,7 @@ final class UcxEngine implements Runnable {
 
     // ------------------------------------------------------------------ shutdown
 
-    /** Stops the thread: queued writes fail, endpoints close (force), then the worker closes. */
+    /** Stops the thread: queued writes fail, endpoints close, then the worker closes. */
     void shutdown(long timeoutNanos) {
         stopping = true;
         wake();
@@ -515,7 +523,7 @@ final class UcxEngine implements Runnable {
             j.queued = false;
             if (j.error == null) j.error = "the UCX source was closed";
         }
-        for (Link l : new ArrayList<>(links)) close(l, "the UCX source was closed", true);
+        for (Link l : new ArrayList<>(links)) close(l, "the UCX source was closed");
         long deadline = System.nanoTime() + 2_000_000_000L;
         while ((!closing.isEmpty() || inFlight > 0) && System.nanoTime() < deadline) {
             try {

@@ -34,7 +34,7 @@ final class UcxSettings {
     static final Knob CONNECT_TIMEOUT_MS = new Knob("kvferry.ucx.connectTimeoutMs", "KVFERRY_UCX_CONNECT_TIMEOUT_MS", "10000",
             "ucx: how long endpoint wire-up may take before the link falls back to TCP", "");
     static final Knob DRAIN_TIMEOUT_MS = new Knob("kvferry.ucx.drainTimeoutMs", "KVFERRY_UCX_DRAIN_TIMEOUT_MS", "5000",
-            "ucx: after a cancelled write, how long posted puts may take before the endpoint is force-closed", "");
+            "ucx: after a cancelled write, how long posted puts may take before the endpoint is closed", "");
     static final Knob SPIN = new Knob("kvferry.ucx.spin", "KVFERRY_UCX_SPIN", "20000",
             "ucx: empty progress calls the prefill engine makes with puts in flight before sleeping on the event fd, in [0, 1000000000]", "");
     static final Knob DST_SPIN = new Knob("kvferry.ucx.dstSpin", "KVFERRY_UCX_DST_SPIN", "20000",
@@ -67,7 +67,7 @@ final class UcxSettings {
     final int window;
     /** How long connect waits for UCX to wire the endpoint up (a first flush) before the link falls back to TCP. */
     final long connectTimeoutMs;
-    /** After a cancelled write, how long its puts already posted may take before the endpoint is force-closed. */
+    /** After a cancelled write, how long its puts already posted may take before the endpoint is closed. */
     final long drainTimeoutMs;
     /** Empty progress calls the prefill's engine makes while puts are in flight before it sleeps (nothing in flight: at once). */
     final long spin;

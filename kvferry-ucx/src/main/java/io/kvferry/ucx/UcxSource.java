@@ -177,16 +177,16 @@ final class UcxSource implements SourceTransport {
         try {
             done.get(timeout, TimeUnit.MILLISECONDS);
         } catch (ExecutionException e) {
-            engine.submit(() -> engine.close(link, "connect failed", true));
+            engine.submit(() -> engine.close(link, "connect failed"));
             log.warn("ucx: UCX cannot reach decode {}: {}{}", peer, e.getCause().getMessage(), hint());
             throw new TransportUnavailableException("UCX cannot reach decode " + peer + " (details in the prefill's log)");
         } catch (TimeoutException e) {
-            engine.submit(() -> engine.close(link, "connect timed out", true));
+            engine.submit(() -> engine.close(link, "connect timed out"));
             log.warn("ucx: UCX did not connect to decode {} within {} ms{}", peer, timeout, hint());
             throw new TransportUnavailableException("UCX did not connect to decode " + peer + " within " + timeout + " ms");
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            engine.submit(() -> engine.close(link, "connect interrupted", true));
+            engine.submit(() -> engine.close(link, "connect interrupted"));
             throw new IOException("interrupted while connecting to " + peer);
         }
         String emulated = link.lanes.emulation(link.keyMds);
