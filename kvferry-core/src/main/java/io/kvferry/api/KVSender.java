@@ -17,7 +17,9 @@ public interface KVSender {
     /**
      * Enqueues one chunk: the next {@code kvIndices.length} pages of the request, in order. The
      * chunk that reaches the page count given to {@link #init} is the last one; it also carries the
-     * state (at {@code stateIndices}, one index array per state component) and the aux row.
+     * state (at {@code stateIndices}, one index array per state component) and the aux row. A send()
+     * after the last chunk is refused with an IllegalStateException (the room is left as it is): its
+     * decode may have reused those pages, rows and slots by then.
      *
      * @param numKvTokens exact token count of this chunk when the last page is partial; null if unknown
      */

@@ -85,6 +85,11 @@ final class PrefillKVSender implements KVSender {
         if (st == KVPoll.Bootstrapping) {
             throw new IllegalStateException("send() for room " + room.room + " before decode sent its metadata (still Bootstrapping)");
         }
+        if (room.lastChunkSent) {
+            // Its decode may have reused the pages, aux row and state slots since; a one-sided path would write them again.
+            throw new IllegalStateException("send() for room " + room.room + " after its last chunk (all " + room.numPages
+                    + " pages declared in init were sent)");
+        }
         int start = room.sentPages;
         int end = start + kvIndices.length;
         if (end > room.numPages) {
@@ -112,6 +117,7 @@ final class PrefillKVSender implements KVSender {
         }
         room.sentPages = end;
         boolean last = end == room.numPages;
+        room.lastChunkSent = last;
         if (dummy) {
             if (last) room.slot.update(KVPoll.Success);
             return;

@@ -39,6 +39,8 @@ final class PrefillRoom {
     int numPages = -1;
     int auxIndex = -1;
     int sentPages;
+    /** The chunk reaching {@link #numPages} was queued: any later one would write the room's aux and state again. */
+    boolean lastChunkSent;
     boolean prefixPopped;
 
     // transfer worker, read by the scheduler through the metric

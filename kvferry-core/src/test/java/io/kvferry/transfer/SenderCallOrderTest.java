@@ -1,0 +1,91 @@
+package io.kvferry.transfer;
+
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** An embedding engine calling a sender out of order gets an error naming the room, and no byte moves for it. */
+@Timeout(60)
+class SenderCallOrderTest extends TransferTestBase {
+
+    /**
+     * A last chunk sent twice (or any chunk after the last) once the decode has its room: the decode
+     * may have given the room's aux row and state slot to another request. Before, the chunk was
+     * queued and, on shm, its aux row and state were copied into them again.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "inproc", "shm"})
+    void aChunkAfterTheLastIsRefusedAndWritesNothing(String backend) {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
+        Transfer t = start(p, pm, d, 900, new int[]{1, 2}, new int[]{3, 4}, 0, 0, 0);
+        await(t.receiver()::poll, KVPoll.Success);
+        await(t.sender()::poll, KVPoll.Success);
+        t.receiver().clear();
+        // The decode hands row 0 and slot 0 (and pages 3, 4) to its next request, which has not written them yet.
+        MemorySegment reusedRow = dm.aux[0].asSlice(0, dm.auxItem[0]);
+        MemorySegment reusedSlot = dm.state[0].asSlice(0, dm.stateItem[0]);
+        reusedRow.fill((byte) 0x77);
+        reusedSlot.fill((byte) 0x77);
+
+        KVSender s = t.sender();
+        RuntimeException again = refusal(() -> s.send(new int[0], new int[][]{{0}}));
+
+        // A room after it lands whole (its chunks ride the same links and workers, after any queued by the calls above).
+        assertLanded(start(p, pm, d, 901, new int[]{5}, new int[]{6}, 1, 1, 0), dm);
+        assertTrue(isAll(reusedRow, (byte) 0x77), "the reused aux row was written again");
+        assertTrue(isAll(reusedSlot, (byte) 0x77), "the reused state slot was written again");
+        assertTrue(dm.canariesIntact());
+        assertInstanceOf(IllegalStateException.class, again, "a second last chunk is refused");
+        assertTrue(again.getMessage().contains("room 900 after its last chunk"), again.getMessage());
+        assertThrows(IllegalStateException.class, () -> s.send(new int[]{5}), "a chunk after the last is refused");
+        assertEquals(KVPoll.Success, s.poll(), "the refused calls leave the room as it was");
+    }
+
+    /** The same before the first last chunk concluded: the second one would follow it on the room's strand. */
+    @ParameterizedTest
+    @ValueSource(strings = {"tcp", "shm"})
+    void aSecondLastChunkWhileTheFirstIsUnderWayIsRefused(String backend) {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, backend, 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, backend, cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 910);
+        bootstrap(r, 0);
+        r.sendMetadata(new int[]{7}, 2, new int[][]{{2}}, 0);
+        KVSender s = p.createSender(addr, 910);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1, 2);
+        s.send(new int[]{4}, new int[][]{{2}});
+        assertThrows(IllegalStateException.class, () -> s.send(new int[0], new int[][]{{2}}));
+        await(r::poll, KVPoll.Success);
+        await(s::poll, KVPoll.Success);
+    }
+
+    /** What {@code call} threw, or null. */
+    private static RuntimeException refusal(Runnable call) {
+        try {
+            call.run();
+            return null;
+        } catch (RuntimeException e) {
+            return e;
+        }
+    }
+
+    private static boolean isAll(MemorySegment s, byte value) {
+        for (long o = 0; o < s.byteSize(); o++) if (s.get(ValueLayout.JAVA_BYTE, o) != value) return false;
+        return true;
+    }
+}
