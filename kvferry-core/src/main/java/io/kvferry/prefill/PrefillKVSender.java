@@ -206,11 +206,18 @@ final class PrefillKVSender implements KVSender {
         return st;
     }
 
+    /**
+     * As SGLang's: latches Failed, clears the room and raises its failure. Called for a room that has not
+     * concluded, it gives the room up first, as {@link #clear()} does: its decodes are told now instead of
+     * holding their pages until their waiting timeout.
+     */
     @Override
     public void failureException() {
+        if (feedEntry != null) feedEntry.leave();
+        manager.rooms.failIfUnfinished(room, FailureKind.ABORTED, "failure_exception() was called for room " + room.room
+                + " before its transfer concluded");
         RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
-        if (feedEntry != null) feedEntry.leave();
         manager.rooms.forget(room); // as SGLang: the failure is latched and the room's bookkeeping dropped
         throw KVTransferException.forRoom(room.room, e == null ? null : e.kind(), e == null ? null : e.reason());
     }

@@ -1,9 +1,12 @@
 package io.kvferry.transfer;
 
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -72,6 +75,35 @@ class SenderCallOrderTest extends TransferTestBase {
         assertThrows(IllegalStateException.class, () -> s.send(new int[0], new int[][]{{2}}));
         await(r::poll, KVPoll.Success);
         await(s::poll, KVPoll.Success);
+    }
+
+    /**
+     * failure_exception() on a sender whose room has not failed (an engine producing the error text of a
+     * request it gives up on its own): SGLang's clears the room, so the room is given up as by clear() and
+     * its decode told. Before, the prefill dropped the room silently and raised "an unknown reason"; the
+     * decode held the room's pages until its waiting timeout (300 s here).
+     */
+    @Test
+    void failureExceptionOnARoomInFlightGivesItUpOnBothSides() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 920);
+        bootstrap(r, 0);
+        r.sendMetadata(new int[]{1, 2}, 0, new int[][]{{0}}, 0);
+        KVSender s = p.createSender(addr, 920);
+        await(s::poll, KVPoll.WaitingForInput);
+
+        KVTransferException onPrefill = failed(s::failureException);
+        assertEquals(FailureKind.ABORTED, onPrefill.kind(), onPrefill.getMessage());
+        assertTrue(onPrefill.getMessage().contains("failure_exception() was called for room 920 before its transfer concluded"),
+                onPrefill.getMessage());
+        assertEquals(KVPoll.Failed, s.poll());
+        await(r::poll, KVPoll.Failed);
+        KVTransferException onDecode = failed(r::failureException);
+        assertEquals(FailureKind.ABORTED, onDecode.kind(), onDecode.getMessage());
+        assertEquals(0, p.stats().trackedRooms());
+        assertLanded(start(p, pm, d, 921, new int[]{3}, new int[]{4}, 1, 1, 0), dm);
     }
 
     /** What {@code call} threw, or null. */
