@@ -17,6 +17,11 @@ import java.util.List;
  * buffers; MLA has one buffer per layer. {@code kvItemLens[i]} is the bytes of one page of buffer i.
  */
 public final class KVArgs {
+    /**
+     * Prefill: the rank's tp_rank. Decode: its attention TP rank (SGLang: tp_rank % attn_tp_size), which picks
+     * the prefill ranks and KV heads it receives; one whose remainder mod attn_tp_size is not the config's
+     * attn_tp_rank is refused.
+     */
     public int engineRank;
     public final List<MemorySegment> kvData = new ArrayList<>();
     public final List<Long> kvItemLens = new ArrayList<>();

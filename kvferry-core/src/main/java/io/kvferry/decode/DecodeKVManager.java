@@ -87,6 +87,13 @@ public final class DecodeKVManager implements KVManager {
         if (config.attnCpSize() != 1) {
             throw new IllegalArgumentException("decode attn_cp_size must be 1, got " + config.attnCpSize());
         }
+        // The decode's engine rank picks its prefill ranks and the KV heads they send it (SGLang: tp_rank % attn_tp_size):
+        // one left at 0 on attention TP rank 1 received rank 0's shard, with no error.
+        if (args.engineRank < 0 || args.engineRank % config.attnTpSize() != config.attnTpRank()) {
+            throw new IllegalArgumentException("KVArgs.engineRank " + args.engineRank + " does not match attn_tp_rank "
+                    + config.attnTpRank() + " of attn_tp_size " + config.attnTpSize()
+                    + ": a decode rank's engine_rank % attn_tp_size must be its attention TP rank");
+        }
         this.config = config;
         this.memory = RegisteredMemory.from(args);
         this.engineRank = args.engineRank;

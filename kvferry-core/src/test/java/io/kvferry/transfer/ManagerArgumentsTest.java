@@ -1,0 +1,54 @@
+package io.kvferry.transfer;
+
+import io.kvferry.KVFerry;
+import io.kvferry.api.DisaggregationMode;
+import io.kvferry.api.KVArgs;
+import io.kvferry.api.KVManager;
+import io.kvferry.api.KVPoll;
+import io.kvferry.api.KVReceiver;
+import io.kvferry.api.KVSender;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** What an embedding engine hands {@code KVFerry.createManager} is checked there, with an error naming what is wrong. */
+@Timeout(60)
+class ManagerArgumentsTest extends TransferTestBase {
+
+    /**
+     * A decode rank's KVArgs.engineRank picks its prefill ranks and the KV heads they send it. Left at its
+     * default 0 on attention TP rank 1 of 2, the rank bootstrapped with prefill rank 0 and received rank 0's
+     * shard with no error (and prefill rank 1's sender waited for the bootstrap timeout).
+     */
+    @Test
+    void aDecodeEngineRankThatIsNotItsAttentionTpRankIsRefused() {
+        TestRank d1 = rank();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> decode(d1, "tcp", cfg(2, 1).build(), 0, PAGE_SIZE));
+        assertTrue(e.getMessage().contains("KVArgs.engineRank 0 does not match attn_tp_rank 1 of attn_tp_size 2"), e.getMessage());
+        KVArgs negative = d1.args(-1, PAGE_SIZE);
+        assertThrows(IllegalArgumentException.class,
+                () -> KVFerry.createManager("tcp", negative, DisaggregationMode.DECODE, cfg(1, 0).build()).close());
+    }
+
+    /** SGLang's global tp_rank form (its remainder is the attention TP rank) is accepted, and each rank gets its own prefill rank's shard. */
+    @Test
+    void aDecodeEngineRankCountedOverDpGroupsIsAccepted() {
+        TestRank p0 = rank(), p1 = rank(), d1 = rank();
+        prefill(p0, "tcp", 2, 0, PAGE_SIZE);
+        KVManager pr1 = prefill(p1, "tcp", 2, 1, PAGE_SIZE);
+        KVManager de1 = decode(d1, "tcp", cfg(2, 1).build(), 3, PAGE_SIZE);
+        KVReceiver r = de1.createReceiver(addr, 5);
+        bootstrap(r, 0);
+        r.sendMetadata(new int[]{1}, -1, null, 0);
+        KVSender s1 = pr1.createSender(addr, 5);
+        await(s1::poll, KVPoll.WaitingForInput);
+        p1.fillPage(3, 5, 0);
+        s1.init(1, -1);
+        s1.send(new int[]{3});
+        await(r::poll, KVPoll.Success);
+        assertTrue(d1.pageMatches(1, 5, 0));
+    }
+}
