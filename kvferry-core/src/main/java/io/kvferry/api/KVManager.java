@@ -102,7 +102,8 @@ public interface KVManager extends AutoCloseable {
      * registered after {@code prefillInfoTimeout}) is thrown once to each room that waited for it, as
      * a RuntimeException naming it; a room whose group the registry has not had for
      * {@code prefillInfoTimeout} (the prefill never took it, or died first) is thrown a
-     * {@link KVTransferException} of kind {@code routing}: the room has failed.
+     * {@link KVTransferException} of kind {@code routing}: the room has failed. An address that cannot be a
+     * registry address (null, not {@code host:port}) is an IllegalArgumentException naming it, at once.
      *
      * @param hint the request's {@code disagg_prefill_dp_rank}, or null
      */

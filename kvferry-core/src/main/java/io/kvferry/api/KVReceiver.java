@@ -10,7 +10,9 @@ public interface KVReceiver {
      * (once per prefill rank), and returns without waiting for any peer: {@link #poll()} answers
      * Bootstrapping until that is done, then WaitingForInput (at once when an earlier room of the
      * same prefill instance and DP group already did it), or Failed naming why. Registry lookups
-     * and link set-up run on a resolver thread, so a silent prefill never holds the caller.
+     * and link set-up run on a resolver thread, so a silent prefill never holds the caller. A bootstrap
+     * address that cannot be a registry address (null, not {@code host:port}) fails the room at once
+     * ({@code bad_request}), naming it.
      */
     void init(int prefillDpRank);
 

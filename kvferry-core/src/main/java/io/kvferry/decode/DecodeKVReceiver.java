@@ -10,6 +10,7 @@ import io.kvferry.plan.PlanException;
 import io.kvferry.protocol.Coverage;
 import io.kvferry.protocol.Region;
 import io.kvferry.protocol.TransferInfo;
+import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.RegistryException;
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomFeed;
@@ -111,6 +112,11 @@ final class DecodeKVReceiver implements KVReceiver {
         }
         if (resolution == null) {
             if (System.nanoTime() - retryAtNanos < 0) return;
+            String malformed = BootstrapClient.addressProblem(addr);
+            if (malformed != null) { // no lookup can succeed: the room fails now, not after prefillInfoTimeout of retries
+                fail(FailureKind.BAD_REQUEST, "Could not bootstrap room " + room.room + ": " + malformed);
+                return;
+            }
             resolution = manager.resolver.resolve(addr, prefillDpRank);
         }
         if (!resolution.isDone()) return;

@@ -2,6 +2,7 @@ package io.kvferry.decode;
 
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.PrefillServerInfo;
 import io.kvferry.registry.RegistryNotReadyException;
 
@@ -109,13 +110,19 @@ final class DpRankResolver {
     int resolve(String addr, long room, Integer hint) {
         if (hint != null) return hint;
         if (lookups.closed()) throw new IllegalStateException("the decode KV manager was torn down");
+        if (addr == null) throw new IllegalArgumentException("room " + room + ": " + BootstrapClient.addressProblem(null));
         PrefillServerInfo info = directory.cachedTopology(addr);
         if (info != null && answersItself(info)) { // the common case: one map read
             Address known = addresses.get(addr);
             if (known != null && !known.rooms.isEmpty()) known.rooms.remove(room); // asked before the topology was known
             return info.dpSize() <= 1 ? 0 : (int) Math.floorMod(room, (long) info.dpSize());
         }
-        Address a = addresses.computeIfAbsent(addr, x -> new Address(x, notReadyLimitNanos));
+        Address a = addresses.get(addr);
+        if (a == null) {
+            String malformed = BootstrapClient.addressProblem(addr); // once per address: no lookup of it could succeed
+            if (malformed != null) throw new IllegalArgumentException("room " + room + ": " + malformed);
+            a = addresses.computeIfAbsent(addr, x -> new Address(x, notReadyLimitNanos));
+        }
         long now = System.nanoTime();
         Wanted w = a.rooms.computeIfAbsent(room, r -> new Wanted(r, now));
         w.askedAt = now;

@@ -405,6 +405,21 @@ public final class BootstrapClient implements AutoCloseable {
         return a.compareTo(b) <= 0 ? a : b;
     }
 
+    /**
+     * Why {@code address} cannot be a registry address ({@code host:port}, {@code [ipv6]:port}, optionally
+     * {@code http://}), or null when it can: a request naming such an address cannot be served, however
+     * long it is retried.
+     */
+    public static String addressProblem(String address) {
+        if (address == null) return "bootstrap address is null (want host:port)";
+        try {
+            baseUri(address);
+            return null;
+        } catch (IllegalArgumentException e) {
+            return e.getMessage();
+        }
+    }
+
     static URI baseUri(String address) {
         String a = address.strip();
         if (a.regionMatches(true, 0, "http://", 0, 7)) a = a.substring(7);

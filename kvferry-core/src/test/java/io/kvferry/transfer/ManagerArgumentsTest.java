@@ -3,13 +3,18 @@ package io.kvferry.transfer;
 import io.kvferry.KVFerry;
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVArgs;
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
+import io.kvferry.api.KVTransferException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.time.Duration;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -31,6 +36,32 @@ class ManagerArgumentsTest extends TransferTestBase {
         KVArgs negative = d1.args(-1, PAGE_SIZE);
         assertThrows(IllegalArgumentException.class,
                 () -> KVFerry.createManager("tcp", negative, DisaggregationMode.DECODE, cfg(1, 0).build()).close());
+    }
+
+    /**
+     * A receiver whose bootstrap address cannot be a registry address (null, no port, a bad port): no lookup
+     * can succeed, so the room fails at once naming the address. Before, it was retried as if the prefill were
+     * still starting, for prefillInfoTimeout (15 s), and a null one then failed with a NullPointerException's text.
+     */
+    @Test
+    void aMalformedBootstrapAddressFailsTheRoomAtOnce() {
+        TestRank dm = rank();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).prefillInfoTimeout(Duration.ofSeconds(60)).build(), 0, PAGE_SIZE);
+        String[][] cases = {{"nonsense", "bootstrap address 'nonsense' has no port"}, {null, "bootstrap address is null"},
+            {"127.0.0.1:99999", "has port 99999 outside [1, 65535]"}};
+        long room = 40;
+        for (String[] c : cases) {
+            KVReceiver r = d.createReceiver(c[0], room++);
+            assertEquals(KVPoll.Failed, bootstrap(r, 0), "room for " + c[0]);
+            KVTransferException e = failed(r::failureException);
+            assertEquals(FailureKind.BAD_REQUEST, e.kind(), e.getMessage());
+            assertTrue(e.getMessage().contains(c[1]), e.getMessage());
+            IllegalArgumentException dp = assertThrows(IllegalArgumentException.class, () -> d.resolvePrefillDpRank(c[0], 7, null));
+            assertTrue(dp.getMessage().contains(c[1]), dp.getMessage());
+        }
+        KVReceiver good = d.createReceiver(addr, room); // no prefill registered there yet: looked up again until one is
+        good.init(0);
+        assertEquals(KVPoll.Bootstrapping, good.poll(), "a well-formed address is looked up as before");
     }
 
     /** SGLang's global tp_rank form (its remainder is the attention TP rank) is accepted, and each rank gets its own prefill rank's shard. */
