@@ -113,6 +113,14 @@ public record KVManagerConfig(
         if (failureInjectionProbability < 0 || failureInjectionProbability > 1) {
             throw new IllegalArgumentException("failureInjectionProbability must be in [0, 1], got " + failureInjectionProbability);
         }
+        // As their knobs (at least 1 ms): 0 is no "no timeout" here. A prefill's connectTimeout of 0 cut every
+        // decode before its HELLO ("connection closed"), a bootstrap or waiting timeout of 0 failed every room.
+        requireAtLeastOneMilli("bootstrapTimeout", bootstrapTimeout);
+        requireAtLeastOneMilli("waitingTimeout", waitingTimeout);
+        requireAtLeastOneMilli("connectTimeout", connectTimeout);
+        if (prefillInfoTimeout == null || prefillInfoTimeout.isNegative()) {
+            throw new IllegalArgumentException("prefillInfoTimeout must be >= 0, got " + prefillInfoTimeout);
+        }
         if (writeStallTimeout == null || writeStallTimeout.isNegative() || writeStallTimeout.isZero()) {
             throw new IllegalArgumentException("writeStallTimeout must be positive");
         }
@@ -139,6 +147,12 @@ public record KVManagerConfig(
     /** How long a control connection may receive nothing before it is declared dead. */
     public Duration heartbeatTimeout() {
         return heartbeatInterval.multipliedBy(heartbeatMisses);
+    }
+
+    private static void requireAtLeastOneMilli(String name, Duration d) {
+        if (d == null || d.compareTo(Duration.ofMillis(1)) < 0) {
+            throw new IllegalArgumentException(name + " must be at least 1 ms, got " + d);
+        }
     }
 
     private static void requireRank(String name, int rank, int size) {

@@ -69,6 +69,30 @@ class KVFerrySettingsTest {
         assertThrows(IllegalArgumentException.class, () -> new Knob("other.key", "KVFERRY_X", "", "", ""));
     }
 
+    /**
+     * Explicit timeouts are held to their knobs' bounds. A connectTimeout of 0 (no timeout, to a socket) was
+     * taken: a prefill with it cut every decode's connection before its HELLO, and the decode saw only
+     * "connection closed"; a bootstrap or waiting timeout of 0 or less failed every room.
+     */
+    @Test
+    void explicitTimeoutsBelowTheirKnobsBoundsAreRefusedNamingThem() {
+        for (Duration bad : new Duration[]{Duration.ZERO, Duration.ofSeconds(-5), Duration.ofNanos(999_999)}) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> KVManagerConfig.builder().connectTimeout(bad).build());
+            assertEquals("connectTimeout must be at least 1 ms, got " + bad, e.getMessage());
+            e = assertThrows(IllegalArgumentException.class, () -> KVManagerConfig.builder().bootstrapTimeout(bad).build());
+            assertTrue(e.getMessage().startsWith("bootstrapTimeout must be at least 1 ms"), e.getMessage());
+            e = assertThrows(IllegalArgumentException.class, () -> KVManagerConfig.builder().waitingTimeout(bad).build());
+            assertTrue(e.getMessage().startsWith("waitingTimeout must be at least 1 ms"), e.getMessage());
+        }
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> KVManagerConfig.builder().prefillInfoTimeout(Duration.ofMillis(-1)).build());
+        assertTrue(e.getMessage().startsWith("prefillInfoTimeout must be >= 0"), e.getMessage());
+        // The knobs' own bounds: prefillInfoTimeout may be 0 (give up at the first failed lookup).
+        assertEquals(Duration.ZERO, KVManagerConfig.builder().prefillInfoTimeout(Duration.ZERO).build().prefillInfoTimeout());
+        assertEquals(Duration.ofMillis(1), KVManagerConfig.builder().connectTimeout(Duration.ofMillis(1)).build().connectTimeout());
+    }
+
     @Test
     void everyCoreKnobIsDocumented() throws Exception {
         Path doc = Path.of("..", "docs", "CONFIGURATION.md");
