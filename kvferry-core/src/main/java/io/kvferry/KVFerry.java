@@ -42,7 +42,11 @@ public final class KVFerry {
      */
     public static KVManager createManager(String backend, KVArgs args, DisaggregationMode mode, KVManagerConfig config) {
         Backend b = Backend.of(backend);
+        // A null mode made a decode manager of a rank that may have meant to be a prefill.
+        if (mode == null) throw new IllegalArgumentException("disaggregation mode is null (PREFILL or DECODE)");
         if (b.kind() == Backend.Kind.FAKE) return new FakeKVManager(mode);
+        if (args == null) throw new IllegalArgumentException("KVArgs is null: backend " + b.name() + " needs the rank's buffers");
+        if (config == null) throw new IllegalArgumentException("KVManagerConfig is null (KVManagerConfig.builder().build() for the defaults)");
         return mode == DisaggregationMode.PREFILL
                 ? new PrefillKVManager(args, config, b)
                 : new DecodeKVManager(args, config, b);

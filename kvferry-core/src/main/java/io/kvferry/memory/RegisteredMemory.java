@@ -60,7 +60,9 @@ public final class RegisteredMemory {
         for (int i = 0; i < kv.length; i++) {
             kv[i] = check(args.kvData.get(i), args.kvItemLens.get(i), "KV buffer " + i);
             kvItem[i] = args.kvItemLens.get(i);
-            layers[i] = args.kvLayerIds.isEmpty() ? i : args.kvLayerIds.get(i);
+            Integer layer = args.kvLayerIds.isEmpty() ? Integer.valueOf(i) : args.kvLayerIds.get(i);
+            if (layer == null) throw new IllegalArgumentException("kv_layer_ids[" + i + "] is null");
+            layers[i] = layer;
         }
         if (args.auxData.size() != args.auxItemLens.size()) {
             throw new IllegalArgumentException("KVArgs has " + args.auxData.size() + " aux buffers but "
@@ -82,6 +84,11 @@ public final class RegisteredMemory {
         for (int c = 0; c < components; c++) {
             List<MemorySegment> tensors = args.stateData.get(c);
             List<Long> items = args.stateItemLens.get(c);
+            if (args.stateTypes.get(c) == null) throw new IllegalArgumentException("state component " + c + " has no state type (null)");
+            if (tensors == null || items == null) {
+                throw new IllegalArgumentException("state component " + c + " has " + (tensors == null ? "no tensor list" : "no item length list")
+                        + " (null)");
+            }
             if (tensors.size() != items.size()) {
                 throw new IllegalArgumentException("state component " + c + " has " + tensors.size() + " tensors but "
                         + items.size() + " item lengths");

@@ -5,14 +5,17 @@ import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.KVArgs;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManager;
+import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.function.Executable;
 
 import java.time.Duration;
+import java.util.Arrays;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -21,6 +24,37 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /** What an embedding engine hands {@code KVFerry.createManager} is checked there, with an error naming what is wrong. */
 @Timeout(60)
 class ManagerArgumentsTest extends TransferTestBase {
+
+    /**
+     * Null where createManager needs a value: a null mode made a decode manager (of a rank that may have been
+     * meant as a prefill), and null entries of KVArgs' lists failed with bare NullPointerExceptions.
+     */
+    @Test
+    void nullArgumentsAndNullEntriesOfKVArgsAreNamed() {
+        TestRank m = rank();
+        KVManagerConfig c = cfg(1, 0).build();
+        assertRefused("disaggregation mode is null", () -> KVFerry.createManager("tcp", m.args(0, PAGE_SIZE), null, c));
+        assertRefused("disaggregation mode is null", () -> KVFerry.createManager("fake", null, null, c));
+        assertRefused("KVArgs is null", () -> KVFerry.createManager("tcp", null, DisaggregationMode.PREFILL, c));
+        assertRefused("KVManagerConfig is null", () -> KVFerry.createManager("tcp", m.args(0, PAGE_SIZE), DisaggregationMode.DECODE, null));
+        KVArgs layers = m.args(0, PAGE_SIZE);
+        layers.kvLayerIds.addAll(Arrays.asList(0, 1, null, 3));
+        assertRefused("kv_layer_ids[2] is null", () -> KVFerry.createManager("tcp", layers, DisaggregationMode.DECODE, c));
+        KVArgs type = m.args(0, PAGE_SIZE);
+        type.stateTypes.set(0, null);
+        assertRefused("state component 0 has no state type (null)", () -> KVFerry.createManager("tcp", type, DisaggregationMode.PREFILL, c));
+        KVArgs tensors = m.args(0, PAGE_SIZE);
+        tensors.stateData.set(0, null);
+        assertRefused("state component 0 has no tensor list (null)", () -> KVFerry.createManager("tcp", tensors, DisaggregationMode.DECODE, c));
+        KVArgs items = m.args(0, PAGE_SIZE);
+        items.stateItemLens.set(0, null);
+        assertRefused("state component 0 has no item length list (null)", () -> KVFerry.createManager("tcp", items, DisaggregationMode.PREFILL, c));
+    }
+
+    private static void assertRefused(String why, Executable create) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, create);
+        assertTrue(e.getMessage().contains(why), e.getMessage());
+    }
 
     /**
      * A decode rank's KVArgs.engineRank picks its prefill ranks and the KV heads they send it. Left at its
