@@ -33,7 +33,10 @@ public interface KVSender {
         send(kvIndices, null, null);
     }
 
-    /** Returns and forgets the prefix length (tokens) that decode already holds; 0 if none. */
+    /**
+     * Returns and forgets the prefix length (tokens) that decode already holds; 0 if none, or if the
+     * decode's metadata has not come yet (a later call then returns it).
+     */
     int popDecodePrefixLen();
 
     /** Whether a chunk of this many pages should be sent; a zero-page last chunk still carries state and aux. */

@@ -152,7 +152,9 @@ final class PrefillKVSender implements KVSender {
 
     @Override
     public int popDecodePrefixLen() {
-        if (room.prefixPopped) return 0;
+        // Before the decode's metadata came there is nothing to pop: 0, and the prefix it brings is still there to
+        // pop (as SGLang's dict pop). An early call used to consume it, so the engine sent the decode's prefix again.
+        if (room.prefixPopped || slot.status() == KVPoll.Bootstrapping) return 0;
         room.prefixPopped = true;
         return room.decodePrefixLen;
     }

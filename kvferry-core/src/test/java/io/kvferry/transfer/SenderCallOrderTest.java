@@ -106,6 +106,32 @@ class SenderCallOrderTest extends TransferTestBase {
         assertLanded(start(p, pm, d, 921, new int[]{3}, new int[]{4}, 1, 1, 0), dm);
     }
 
+    /**
+     * pop_decode_prefix_len() asked before the decode's metadata came (still Bootstrapping): 0, and the prefix
+     * the metadata brings can still be popped, as from SGLang's dict. Before, the early call consumed it: the
+     * later one answered 0, the engine sent the pages the decode already held, and the room failed on a page
+     * count mismatch.
+     */
+    @Test
+    void anEarlyPopOfTheDecodePrefixDoesNotConsumeIt() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVSender s = p.createSender(addr, 930);
+        assertEquals(0, s.popDecodePrefixLen(), "nothing to pop before the decode's metadata");
+        KVReceiver r = d.createReceiver(addr, 930);
+        bootstrap(r, 0);
+        r.sendMetadata(new int[]{6}, 0, new int[][]{{0}}, PAGE_SIZE); // the decode holds the first page already
+        await(s::poll, KVPoll.WaitingForInput);
+        assertEquals(PAGE_SIZE, s.popDecodePrefixLen());
+        assertEquals(0, s.popDecodePrefixLen(), "popped once");
+        pm.fillPage(2, 930, 1);
+        s.init(1, 0);
+        s.send(new int[]{2}, new int[][]{{0}});
+        await(r::poll, KVPoll.Success);
+        assertTrue(dm.pageMatches(6, 930, 1));
+    }
+
     /** What {@code call} threw, or null. */
     private static RuntimeException refusal(Runnable call) {
         try {
