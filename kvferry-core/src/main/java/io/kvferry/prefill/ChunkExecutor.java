@@ -173,6 +173,11 @@ final class ChunkExecutor {
             TransferPlanner.appendKvSliced(plan, runs, kvItemLens, d.link().hello.memory().kvItemLens(), pageSize, slices, bufferMap);
         }
         if (c.last()) {
+            if (writesState && c.auxIndex() < 0 && d.info().auxIndex() >= 0 && auxItemLens.length > 0) {
+                // As for state below: the row would stay unwritten, and only the decode would find out (a byte count short).
+                throw new PlanException("the decode asked for aux row " + d.info().auxIndex() + " but this prefill rank's init"
+                        + " named no aux row (-1); it would stay unwritten");
+            }
             TransferPlanner.appendAux(plan, c.auxIndex(), d.info().auxIndex(), auxItemLens);
             // Under all-CP-ranks transfer only CP rank 0 writes the state (its coverage says so): the others owe none of it.
             int[][] dstState = writesState ? d.info().stateIndices() : null;

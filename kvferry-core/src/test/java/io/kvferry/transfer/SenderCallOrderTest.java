@@ -132,6 +132,32 @@ class SenderCallOrderTest extends TransferTestBase {
         assertTrue(dm.pageMatches(6, 930, 1));
     }
 
+    /**
+     * A sender whose init named no aux row while its decode asked for one: the row would stay unwritten. The
+     * room fails on both sides naming it, as a missing state index does. Before, the prefill reported Success
+     * and only the decode failed, with a byte count short.
+     */
+    @Test
+    void anInitWithoutTheAuxRowTheDecodeAskedForFailsBothSides() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 940);
+        bootstrap(r, 0);
+        r.sendMetadata(new int[]{1}, 3, new int[][]{{0}}, 0);
+        KVSender s = p.createSender(addr, 940);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1);
+        s.send(new int[]{2}, new int[][]{{0}});
+        await(s::poll, KVPoll.Failed);
+        await(r::poll, KVPoll.Failed);
+        KVTransferException onPrefill = failed(s::failureException);
+        assertEquals(FailureKind.BAD_REQUEST, onPrefill.kind(), onPrefill.getMessage());
+        assertTrue(onPrefill.getMessage().contains("the decode asked for aux row 3 but this prefill rank's init named no aux row"),
+                onPrefill.getMessage());
+        assertTrue(failure(r::failureException).contains("aux row 3"));
+    }
+
     /** What {@code call} threw, or null. */
     private static RuntimeException refusal(Runnable call) {
         try {
