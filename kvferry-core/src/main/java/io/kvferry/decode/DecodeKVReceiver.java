@@ -390,8 +390,14 @@ final class DecodeKVReceiver implements KVReceiver {
         manager.release.notifyAbort(room);
     }
 
+    /**
+     * As SGLang's: latches Failed, clears the room and raises its failure. Called for a room that has not
+     * concluded, it fails the room first naming the call, so the failure is recorded and raised as what it is.
+     */
     @Override
     public void failureException() {
+        room.slot.failIfUnfinished(FailureKind.ABORTED, "failure_exception() was called for room " + room.room
+                + " before its transfer concluded");
         RoomStatusTable.Entry e = room.slot.entry();
         concluded = KVPoll.Failed;
         if (feedEntry != null) feedEntry.leave();

@@ -104,6 +104,19 @@ class SenderCallOrderTest extends TransferTestBase {
         assertEquals(FailureKind.ABORTED, onDecode.kind(), onDecode.getMessage());
         assertEquals(0, p.stats().trackedRooms());
         assertLanded(start(p, pm, d, 921, new int[]{3}, new int[]{4}, 1, 1, 0), dm);
+
+        // The same on the decode: the room is given up naming the call (it said "an unknown reason from another rank").
+        KVReceiver r2 = d.createReceiver(addr, 922);
+        bootstrap(r2, 0);
+        r2.sendMetadata(new int[]{5}, 2, new int[][]{{2}}, 0);
+        KVSender s2 = p.createSender(addr, 922);
+        await(s2::poll, KVPoll.WaitingForInput);
+        KVTransferException onDecode2 = failed(r2::failureException);
+        assertEquals(FailureKind.ABORTED, onDecode2.kind(), onDecode2.getMessage());
+        assertTrue(onDecode2.getMessage().contains("failure_exception() was called for room 922 before its transfer concluded"),
+                onDecode2.getMessage());
+        assertEquals(KVPoll.Failed, r2.poll());
+        await(s2::poll, KVPoll.Failed); // the prefill was told
     }
 
     /**
