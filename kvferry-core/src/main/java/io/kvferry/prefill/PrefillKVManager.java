@@ -173,6 +173,8 @@ public final class PrefillKVManager implements KVManager {
 
     @Override
     public void registerToBootstrap() {
+        // Its endpoint is closed: nothing to register (it failed with a bare "ClosedChannelException").
+        if (closed) throw new IllegalStateException("the prefill KV manager was torn down: it has no endpoint to register");
         PrefillRankRegistration reg = new PrefillRankRegistration(
                 config.attnTpSize(), config.attnTpRank(), config.attnCpSize(), config.attnCpRank(),
                 config.dpSize(), config.dpRank(), config.ppSize(), ppRank, 1, 0,

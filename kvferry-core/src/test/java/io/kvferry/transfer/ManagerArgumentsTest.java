@@ -51,6 +51,15 @@ class ManagerArgumentsTest extends TransferTestBase {
         assertRefused("state component 0 has no item length list (null)", () -> KVFerry.createManager("tcp", items, DisaggregationMode.PREFILL, c));
     }
 
+    /** A prefill manager torn down (a role switch) refuses to register its closed endpoint, saying so; it said "java.nio.channels.ClosedChannelException". */
+    @Test
+    void aTornDownPrefillRefusesToRegisterSayingWhy() {
+        KVManager p = prefill(rank(), "tcp", 1, 0, PAGE_SIZE);
+        p.close();
+        IllegalStateException e = assertThrows(IllegalStateException.class, p::registerToBootstrap);
+        assertTrue(e.getMessage().contains("the prefill KV manager was torn down"), e.getMessage());
+    }
+
     private static void assertRefused(String why, Executable create) {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, create);
         assertTrue(e.getMessage().contains(why), e.getMessage());
