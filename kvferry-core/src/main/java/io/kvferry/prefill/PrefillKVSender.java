@@ -90,6 +90,10 @@ final class PrefillKVSender implements KVSender {
             throw new IllegalStateException("send() for room " + room.room + " after its last chunk (all " + room.numPages
                     + " pages declared in init were sent)");
         }
+        if (kvIndices == null) { // as the decode's send_metadata: the room fails naming it (it was a NullPointerException)
+            manager.rooms.fail(room, FailureKind.BAD_REQUEST, "send: kv indices are null (an empty array for a chunk without pages)");
+            return;
+        }
         int start = room.sentPages;
         int end = start + kvIndices.length;
         if (end > room.numPages) {

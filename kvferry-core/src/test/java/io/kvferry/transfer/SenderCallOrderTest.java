@@ -171,6 +171,26 @@ class SenderCallOrderTest extends TransferTestBase {
         assertTrue(failure(r::failureException).contains("aux row 3"));
     }
 
+    /** A chunk of null page ids fails the room naming them, as the decode's send_metadata does (it was a NullPointerException). */
+    @Test
+    void aNullChunkFailsTheRoomNamingIt() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver r = d.createReceiver(addr, 950);
+        bootstrap(r, 0);
+        r.sendMetadata(new int[]{1}, 0, new int[][]{{0}}, 0);
+        KVSender s = p.createSender(addr, 950);
+        await(s::poll, KVPoll.WaitingForInput);
+        s.init(1, 0);
+        s.send(null, new int[][]{{0}});
+        assertEquals(KVPoll.Failed, s.poll());
+        KVTransferException e = failed(s::failureException);
+        assertEquals(FailureKind.BAD_REQUEST, e.kind());
+        assertTrue(e.getMessage().contains("send: kv indices are null"), e.getMessage());
+        await(r::poll, KVPoll.Failed);
+    }
+
     /** What {@code call} threw, or null. */
     private static RuntimeException refusal(Runnable call) {
         try {
