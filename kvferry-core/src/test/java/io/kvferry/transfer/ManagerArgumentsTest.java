@@ -60,6 +60,19 @@ class ManagerArgumentsTest extends TransferTestBase {
         assertTrue(e.getMessage().contains("the prefill KV manager was torn down"), e.getMessage());
     }
 
+    /** A second receiver for a room in flight on the decode is refused naming it, and the first one's transfer goes on untouched. */
+    @Test
+    void aSecondReceiverForARoomInFlightIsRefused() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver first = d.createReceiver(addr, 60);
+        bootstrap(first, 0);
+        assertRefused("bootstrap_room 60 is already in flight on this decode rank", () -> d.createReceiver(addr, 60));
+        first.clear();
+        assertLanded(start(p, pm, d, 60, new int[]{1}, new int[]{2}, 0, 0, 0), dm); // once cleared, the id is free again
+    }
+
     private static void assertRefused(String why, Executable create) {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, create);
         assertTrue(e.getMessage().contains(why), e.getMessage());
