@@ -130,6 +130,9 @@ public final class RegisteredMemory {
         if (!seg.isNative()) {
             throw new IllegalArgumentException(what + " is heap memory; transfers need native memory (Arena or raw address)");
         }
+        // A null pointer (an engine's buffer not allocated yet): any copy, CRC or digest over it from Java is a SIGSEGV
+        // that takes the whole process down.
+        if (seg.address() == 0) throw new IllegalArgumentException(what + " is at address 0 (a null pointer)");
         if (itemLen == null || itemLen <= 0) throw new IllegalArgumentException(what + " has item length " + itemLen + "; must be > 0");
         if (seg.byteSize() < itemLen) {
             throw new IllegalArgumentException(what + " is " + seg.byteSize() + " bytes, smaller than one item of " + itemLen);

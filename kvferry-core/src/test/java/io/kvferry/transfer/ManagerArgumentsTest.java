@@ -10,12 +10,15 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.api.StateType;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.function.Executable;
 
+import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.Arrays;
+import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -71,6 +74,25 @@ class ManagerArgumentsTest extends TransferTestBase {
         assertRefused("bootstrap_room 60 is already in flight on this decode rank", () -> d.createReceiver(addr, 60));
         first.clear();
         assertLanded(start(p, pm, d, 60, new int[]{1}, new int[]{2}, 0, 0, 0), dm); // once cleared, the id is free again
+    }
+
+    /**
+     * A buffer added by raw address 0 (a null pointer: a tensor not allocated yet) was registered, and the first
+     * transfer that read or wrote it crashed the JVM with a SIGSEGV (prefill or decode alike). It is refused naming it.
+     */
+    @Test
+    void aBufferAtAddressZeroIsRefused() {
+        TestRank m = rank();
+        KVManagerConfig c = cfg(1, 0).build();
+        KVArgs kv = m.args(0, PAGE_SIZE);
+        kv.addKvBuffer(0L, PAGES * PAGE_BYTES, PAGE_BYTES);
+        assertRefused("KV buffer " + BUFFERS + " is at address 0 (a null pointer)", () -> KVFerry.createManager("tcp", kv, DisaggregationMode.DECODE, c));
+        KVArgs aux = m.args(0, PAGE_SIZE);
+        aux.addAuxBuffer(0L, 64L * ROWS, 64);
+        assertRefused("aux buffer 2 is at address 0", () -> KVFerry.createManager("tcp", aux, DisaggregationMode.PREFILL, c));
+        KVArgs state = m.args(0, PAGE_SIZE);
+        state.addStateComponent(StateType.MAMBA, List.of(MemorySegment.ofAddress(0).reinterpret(256L * ROWS)), List.of(256L));
+        assertRefused("state component 1 tensor 0 is at address 0", () -> KVFerry.createManager("tcp", state, DisaggregationMode.DECODE, c));
     }
 
     private static void assertRefused(String why, Executable create) {
