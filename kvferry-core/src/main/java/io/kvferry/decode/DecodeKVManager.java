@@ -95,7 +95,7 @@ public final class DecodeKVManager implements KVManager {
                     + ": a decode rank's engine_rank % attn_tp_size must be its attention TP rank");
         }
         this.config = config;
-        this.memory = RegisteredMemory.from(args);
+        this.memory = RegisteredMemory.from(args).requireAccessFromAnyThread();
         this.engineRank = args.engineRank;
         this.pageSize = args.pageSize;
         this.kvCacheDtype = args.kvCacheDtypeStr;

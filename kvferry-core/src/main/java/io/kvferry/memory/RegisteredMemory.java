@@ -224,6 +224,30 @@ public final class RegisteredMemory {
         return seg.asSlice(offset, length);
     }
 
+    /** A thread that owns no confined arena: a segment it may not access is confined to one thread. */
+    private static final Thread ANOTHER_THREAD = Thread.ofPlatform().unstarted(() -> { });
+
+    /**
+     * Refuses a buffer only its allocating thread may access (a confined arena's), for a manager: transfers move
+     * its bytes on kvferry's threads. Registered, it failed each room at its first chunk (prefill) or killed the
+     * link reader landing in it, failing every room of the link as "Lost connection" (decode).
+     *
+     * @return this
+     */
+    public RegisteredMemory requireAccessFromAnyThread() {
+        forEachBuffer((region, component, buffer, segment) -> {
+            if (segment.isAccessibleBy(ANOTHER_THREAD)) return;
+            String what = switch (region) {
+                case KV -> "KV buffer " + buffer;
+                case AUX -> "aux buffer " + buffer;
+                case STATE -> "state component " + component + " tensor " + buffer;
+            };
+            throw new IllegalArgumentException(what + " is confined to the thread that allocated it; kvferry's threads move"
+                    + " its bytes: allocate it from a shared, global or automatic arena, or add it by raw address");
+        });
+        return this;
+    }
+
     /** Visits every registered buffer: KV, then aux, then each state component's tensors. */
     public interface BufferVisitor<E extends Exception> {
         void visit(Region region, int component, int buffer, MemorySegment segment) throws E;

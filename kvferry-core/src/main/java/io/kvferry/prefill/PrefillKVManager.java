@@ -98,7 +98,7 @@ public final class PrefillKVManager implements KVManager {
 
     public PrefillKVManager(KVArgs args, KVManagerConfig config, Backend backend) {
         this.config = config;
-        this.memory = RegisteredMemory.from(args);
+        this.memory = RegisteredMemory.from(args).requireAccessFromAnyThread();
         this.ppRank = args.ppRank;
         this.pageSize = args.pageSize;
         this.kvCacheDtype = args.kvCacheDtypeStr;

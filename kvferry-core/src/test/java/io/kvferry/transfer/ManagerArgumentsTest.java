@@ -15,6 +15,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.function.Executable;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.Arrays;
@@ -93,6 +94,23 @@ class ManagerArgumentsTest extends TransferTestBase {
         KVArgs state = m.args(0, PAGE_SIZE);
         state.addStateComponent(StateType.MAMBA, List.of(MemorySegment.ofAddress(0).reinterpret(256L * ROWS)), List.of(256L));
         assertRefused("state component 1 tensor 0 is at address 0", () -> KVFerry.createManager("tcp", state, DisaggregationMode.DECODE, c));
+    }
+
+    /**
+     * A buffer from a confined arena: only its allocating thread may touch it, and kvferry's threads move its bytes.
+     * It was registered; on a decode the link reader landing in it died (WrongThreadException) and every room of
+     * the link failed as "Lost connection with prefill instance", on a prefill each room failed at its first chunk.
+     */
+    @Test
+    void aBufferConfinedToOneThreadIsRefused() {
+        TestRank m = rank();
+        try (Arena confined = Arena.ofConfined()) {
+            KVArgs a = m.args(0, PAGE_SIZE);
+            a.kvData.set(1, confined.allocate(PAGES * PAGE_BYTES, 64));
+            assertRefused("KV buffer 1 is confined to the thread that allocated it",
+                    () -> KVFerry.createManager("tcp", a, DisaggregationMode.DECODE, cfg(1, 0).build()));
+            assertRefused("KV buffer 1 is confined", () -> KVFerry.createManager("tcp", a, DisaggregationMode.PREFILL, cfg(1, 0).build()));
+        }
     }
 
     private static void assertRefused(String why, Executable create) {
