@@ -80,6 +80,7 @@ final class LinkReader {
     private void readLoop(PrefillLink link, ControlConnection conn) {
         String why = "connection closed";
         boolean cleanClose = false;
+        RuntimeException readerFailed = null;
         // This reader's, reused for every WRITE it lands: the gate counts each against the link it came on.
         TcpLander lander = tcp.lander(conn, new WriteSink.Landing(link.endpoint, link.checksum));
         try {
@@ -107,10 +108,19 @@ final class LinkReader {
         } catch (IOException e) {
             why = Failures.message(e);
             if (!closed) log.warn("connection to {}: {}", link, why);
+        } catch (RuntimeException e) {
+            // This side's own failure (e.g. the engine closed its pools' arena while a room still expected writes): the
+            // link cannot go on, but its rooms must say what happened, not that the prefill went away.
+            readerFailed = e;
+            why = "the decode's reader of this link failed: " + e;
+            log.error("the reader of the link to {} failed; its rooms fail with it", link, e);
         } finally {
             String reason = conn.closeReason();
-            FailureKind kind = reason != null && conn.closeKind() != null ? conn.closeKind() : FailureKind.PEER_LOST;
-            onLinkLost(link, kind, reason != null ? reason : why, cleanClose && reason == null);
+            FailureKind kind = readerFailed != null ? FailureKind.TRANSFER_ERROR
+                    : reason != null && conn.closeKind() != null ? conn.closeKind() : FailureKind.PEER_LOST;
+            String roomReason = readerFailed == null ? "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")"
+                    : "the decode's reader of the link to prefill instance (bootstrap_addr: " + link.bootstrapAddr + ") failed: " + readerFailed;
+            onLinkLost(link, kind, readerFailed == null && reason != null ? reason : why, cleanClose && reason == null, roomReason);
         }
     }
 
@@ -224,7 +234,7 @@ final class LinkReader {
         return "Metadata corruption detected - bootstrap_room mismatch (expected " + room.room + ", found " + found + ")";
     }
 
-    private void onLinkLost(PrefillLink link, FailureKind kind, String why, boolean cleanClose) {
+    private void onLinkLost(PrefillLink link, FailureKind kind, String why, boolean cleanClose, String roomReason) {
         if (cleanClose && !link.stripes.isEmpty()) {
             // A clean close can overtake a room's last frames still queued on another stripe (its STATUS):
             // let the other readers reach their own end of stream before anything is failed.
@@ -252,7 +262,7 @@ final class LinkReader {
             // waits only on other ranks (e.g. other PP stages, whose process may just be exiting too).
             if (room.hasResponded(link.prefillUniqueRank)) continue;
             // Atomically unfinished: another reader (a stripe's, another rank's) may conclude the room right now.
-            if (room.slot.failIfUnfinished(kind, "Lost connection with prefill instance (bootstrap_addr: " + link.bootstrapAddr + ")")) {
+            if (room.slot.failIfUnfinished(kind, roomReason)) {
                 affected++;
             }
         }

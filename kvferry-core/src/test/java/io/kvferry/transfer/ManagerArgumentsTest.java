@@ -64,6 +64,32 @@ class ManagerArgumentsTest extends TransferTestBase {
         assertTrue(e.getMessage().contains("the prefill KV manager was torn down"), e.getMessage());
     }
 
+    /**
+     * An engine that closes its pools' arena while a room still expects writes: the link's reader died of the
+     * landing's IllegalStateException, uncaught, and every room of the link failed as "Lost connection with
+     * prefill instance", kind peer_lost, blaming a prefill that was fine. The room now names the reader's failure.
+     */
+    @Test
+    void aDecodeReaderThatFailsOnItsOwnMemorySaysSoInsteadOfBlamingThePrefill() {
+        TestRank pm = rank();
+        TestRank dm = new TestRank(BUFFERS, PAGES, PAGE_BYTES, ROWS, true); // closed here, not by the base class
+        KVManager p = prefill(pm, "tcp", 1, 0, PAGE_SIZE);
+        KVManager d = decode(dm, "tcp", cfg(1, 0).build(), 0, PAGE_SIZE);
+        KVReceiver recv = d.createReceiver(addr, 61);
+        bootstrap(recv, 0);
+        KVSender send = p.createSender(addr, 61);
+        recv.sendMetadata(new int[]{3}, 0, new int[][]{{0}}, 0);
+        await(send::poll, KVPoll.WaitingForInput);
+        dm.close(); // the engine's mistake: its pools are gone while the room is in flight
+        send.init(1, 0);
+        send.send(new int[]{5}, new int[][]{{0}});
+        await(recv::poll, KVPoll.Failed);
+        KVTransferException e = failed(recv::failureException);
+        assertEquals(FailureKind.TRANSFER_ERROR, e.kind(), e.getMessage());
+        assertTrue(e.getMessage().contains("the decode's reader of the link to prefill instance (bootstrap_addr: " + addr + ") failed"),
+                e.getMessage());
+    }
+
     /** A second receiver for a room in flight on the decode is refused naming it, and the first one's transfer goes on untouched. */
     @Test
     void aSecondReceiverForARoomInFlightIsRefused() {
