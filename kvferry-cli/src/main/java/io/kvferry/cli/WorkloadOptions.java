@@ -296,7 +296,9 @@ public final class WorkloadOptions {
             new SecureRandom().nextBytes(b);
             token = Base64.getUrlEncoder().withoutPadding().encodeToString(b);
         }
-        if (transferWorkers < 0) throw new IllegalArgumentException("--transfer-workers must be >= 0");
+        if (transferWorkers < 0 || transferWorkers > 1024) {
+            throw new IllegalArgumentException("--transfer-workers must be in [0, 1024] (0: the library default), got " + transferWorkers);
+        }
         // Written as "not inside" so that NaN, which compares false with everything, is refused too.
         if (!(abortProb >= 0 && abortProb <= 1) || !(failureProb >= 0 && failureProb <= 1) || !(corruptProb >= 0 && corruptProb <= 1)
                 || slowDecodeMs < 0) {

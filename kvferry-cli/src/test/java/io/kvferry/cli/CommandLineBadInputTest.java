@@ -75,6 +75,13 @@ class CommandLineBadInputTest {
         assertRefused(CliRun.of("demo", "--decode-tp", "-1"), "kvferry demo: --decode-tp -1: tp -1 must divide the model's 4 KV heads");
     }
 
+    /** More transfer workers than the library takes failed deep in the manager's config, after the pools were allocated. */
+    @Test
+    void tooManyTransferWorkersAreRefusedNamingTheFlag() {
+        assertRefused(CliRun.of("bench", "--model", "tiny", "--transfer-workers", "5000"),
+                "--transfer-workers must be in [0, 1024] (0: the library default), got 5000");
+    }
+
     /** The router's admission flags: a negative limit, a wait beyond an hour, or a mode without a router. */
     @Test
     void theRoutersAdmissionFlagsAreChecked() throws Exception {

@@ -108,7 +108,10 @@ public record KVManagerConfig(
         requireRank("attn_cp", attnCpRank, attnCpSize);
         requireRank("dp", dpRank, dpSize);
         if (ppSize < 1) throw new IllegalArgumentException("pp_size must be >= 1, got " + ppSize);
-        if (transferWorkers < 1) throw new IllegalArgumentException("transferWorkers must be >= 1, got " + transferWorkers);
+        // As its knob (KVFERRY_TRANSFER_WORKERS): each is a thread that may be started per decode link.
+        if (transferWorkers < 1 || transferWorkers > 1024) {
+            throw new IllegalArgumentException("transferWorkers must be in [1, 1024], got " + transferWorkers);
+        }
         if (listenHost == null || listenHost.isBlank()) throw new IllegalArgumentException("listenHost is required");
         if (failureInjectionProbability < 0 || failureInjectionProbability > 1) {
             throw new IllegalArgumentException("failureInjectionProbability must be in [0, 1], got " + failureInjectionProbability);

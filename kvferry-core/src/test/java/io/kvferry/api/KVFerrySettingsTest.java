@@ -91,6 +91,10 @@ class KVFerrySettingsTest {
         // The knobs' own bounds: prefillInfoTimeout may be 0 (give up at the first failed lookup).
         assertEquals(Duration.ZERO, KVManagerConfig.builder().prefillInfoTimeout(Duration.ZERO).build().prefillInfoTimeout());
         assertEquals(Duration.ofMillis(1), KVManagerConfig.builder().connectTimeout(Duration.ofMillis(1)).build().connectTimeout());
+        // Transfer workers as their knob: an explicit count had no upper bound (each may be a thread per decode link).
+        e = assertThrows(IllegalArgumentException.class, () -> KVManagerConfig.builder().transferWorkers(1025).build());
+        assertEquals("transferWorkers must be in [1, 1024], got 1025", e.getMessage());
+        assertEquals(1024, KVManagerConfig.builder().transferWorkers(1024).build().transferWorkers());
     }
 
     @Test
