@@ -47,6 +47,14 @@ public final class KVFerry {
         if (b.kind() == Backend.Kind.FAKE) return new FakeKVManager(mode);
         if (args == null) throw new IllegalArgumentException("KVArgs is null: backend " + b.name() + " needs the rank's buffers");
         if (config == null) throw new IllegalArgumentException("KVManagerConfig is null (KVManagerConfig.builder().build() for the defaults)");
+        // Both refused only later, by the registry at registration (a prefill), or never with a message (a decode's HELLO).
+        if (args.kvCacheDtypeStr == null || args.kvCacheDtypeStr.isBlank()) {
+            throw new IllegalArgumentException("KVArgs.kvCacheDtypeStr is " + (args.kvCacheDtypeStr == null ? "null" : "blank")
+                    + ": the KV cache dtype ('auto', 'bf16', 'fp8_e4m3', …) is compared at every handshake");
+        }
+        if (mode == DisaggregationMode.PREFILL && (args.ppRank < 0 || args.ppRank >= config.ppSize())) {
+            throw new IllegalArgumentException("KVArgs.ppRank " + args.ppRank + " is outside [0, pp_size " + config.ppSize() + ")");
+        }
         return mode == DisaggregationMode.PREFILL
                 ? new PrefillKVManager(args, config, b)
                 : new DecodeKVManager(args, config, b);

@@ -249,6 +249,8 @@ public final class DecodeKVManager implements KVManager {
 
     @Override
     public int drainChangedReceivers(Consumer<? super KVReceiver> sink) {
+        // Checked before the feed pops anything: a null sink lost the entry it had already taken.
+        if (sink == null) throw new IllegalArgumentException("drainChangedReceivers: the sink is null");
         return feed.drain(deadlineClock.now(), sink);
     }
 

@@ -318,6 +318,8 @@ public final class PrefillKVManager implements KVManager {
 
     @Override
     public int drainChangedSenders(Consumer<? super KVSender> sink) {
+        // Checked before the feed pops anything: a null sink lost the entry it had already taken.
+        if (sink == null) throw new IllegalArgumentException("drainChangedSenders: the sink is null");
         return feed.drain(deadlineClock.now(), sink);
     }
 

@@ -18,6 +18,7 @@ import org.junit.jupiter.api.function.Executable;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
@@ -53,6 +54,32 @@ class ManagerArgumentsTest extends TransferTestBase {
         KVArgs items = m.args(0, PAGE_SIZE);
         items.stateItemLens.set(0, null);
         assertRefused("state component 0 has no item length list (null)", () -> KVFerry.createManager("tcp", items, DisaggregationMode.PREFILL, c));
+    }
+
+    /**
+     * What was refused only later, or lost: a null KV dtype (the registry's "Missing field 'kv_cache_dtype'" at
+     * registration), a prefill's pp rank past pp_size (the registry's refusal at registration), and a null sink
+     * given to the change feed, which popped its entry first and lost it.
+     */
+    @Test
+    void aNullDtypeAPpRankPastPpSizeAndANullFeedSinkAreRefusedUpFront() {
+        TestRank m = rank();
+        KVManagerConfig c = cfg(1, 0).build();
+        KVArgs dtype = m.args(0, PAGE_SIZE);
+        dtype.kvCacheDtypeStr = null;
+        assertRefused("KVArgs.kvCacheDtypeStr is null", () -> KVFerry.createManager("tcp", dtype, DisaggregationMode.DECODE, c));
+        KVArgs pp = m.args(0, PAGE_SIZE);
+        pp.ppRank = 1;
+        assertRefused("KVArgs.ppRank 1 is outside [0, pp_size 1)", () -> KVFerry.createManager("tcp", pp, DisaggregationMode.PREFILL, c));
+
+        TestRank dm = rank();
+        KVManager d = decode(dm, "tcp", c, 0, PAGE_SIZE);
+        assertTrue(d.enableChangeFeed());
+        KVReceiver r = d.createReceiver(addr, 62); // a new receiver is fed once
+        assertRefused("drainChangedReceivers: the sink is null", () -> d.drainChangedReceivers(null));
+        List<KVReceiver> fed = new ArrayList<>();
+        d.drainChangedReceivers(fed::add);
+        assertEquals(List.of(r), fed, "the refused drain lost nothing");
     }
 
     /** A prefill manager torn down (a role switch) refuses to register its closed endpoint, saying so; it said "java.nio.channels.ClosedChannelException". */
