@@ -7,6 +7,7 @@ import io.kvferry.protocol.Region;
 
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 
 /**
@@ -104,6 +105,7 @@ public final class RegisteredMemory {
             throw new IllegalArgumentException("auxRoomBuffer " + args.auxRoomBuffer + " must name an aux buffer with rows of at least 8 bytes"
                     + " (there are " + aux.length + " aux buffers)");
         }
+        refuseOverlaps(kv, aux, state);
         RegisteredMemory m = new RegisteredMemory(kv, kvItem, layers, aux, auxItem, List.copyOf(args.stateTypes), state,
                 stateItem, args.auxRoomBuffer);
         for (int c = 0; c < components; c++) {
@@ -111,6 +113,38 @@ public final class RegisteredMemory {
             m.stateOuter[c] = ints(args.stateSliceOuterCounts, c, state[c].length, "state_slice_outer_counts");
         }
         return m;
+    }
+
+    /** A registered buffer's bytes, for the overlap check. */
+    private record Extent(long start, long end, String name) {}
+
+    /**
+     * Refuses two registered buffers that share bytes, naming both: each buffer is a destination of its own
+     * (a page of one, a row of another), and the write gate accounts per buffer, so a write meant for one would
+     * land in the other's pages silently. Sorted by start, each buffer must begin at or after the furthest end so far.
+     */
+    private static void refuseOverlaps(MemorySegment[] kv, MemorySegment[] aux, MemorySegment[][] state) {
+        List<Extent> all = new ArrayList<>();
+        for (int i = 0; i < kv.length; i++) all.add(extent(kv[i], "KV buffer " + i));
+        for (int i = 0; i < aux.length; i++) all.add(extent(aux[i], "aux buffer " + i));
+        for (int c = 0; c < state.length; c++) {
+            for (int t = 0; t < state[c].length; t++) all.add(extent(state[c][t], "state component " + c + " tensor " + t));
+        }
+        all.sort(Comparator.comparingLong(Extent::start));
+        Extent furthest = null;
+        for (Extent e : all) {
+            if (furthest != null && Long.compareUnsigned(e.start(), furthest.end()) < 0) {
+                throw new IllegalArgumentException(e.name() + " [0x" + Long.toHexString(e.start()) + ", 0x" + Long.toHexString(e.end())
+                        + ") overlaps " + furthest.name() + " [0x" + Long.toHexString(furthest.start()) + ", 0x"
+                        + Long.toHexString(furthest.end()) + "): registered buffers must not share bytes (a write meant for one "
+                        + "would land in the other)");
+            }
+            if (furthest == null || Long.compareUnsigned(e.end(), furthest.end()) > 0) furthest = e;
+        }
+    }
+
+    private static Extent extent(MemorySegment seg, String name) {
+        return new Extent(seg.address(), seg.address() + seg.byteSize(), name);
     }
 
     private static int[] ints(List<List<Integer>> lists, int component, int tensors, String what) {

@@ -82,6 +82,28 @@ class ManagerArgumentsTest extends TransferTestBase {
         assertEquals(List.of(r), fed, "the refused drain lost nothing");
     }
 
+    /**
+     * Two registered buffers that share bytes (the same segment added twice, or an aux buffer inside a KV pool) were
+     * accepted: a write meant for one lands in the other's pages, and the gate counts per buffer, so nothing notices.
+     */
+    @Test
+    void buffersThatShareBytesAreRefusedNamingBoth() {
+        TestRank m = rank();
+        KVArgs twice = m.args(0, PAGE_SIZE);
+        twice.addKvBuffer(m.kv[1], PAGE_BYTES);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> KVFerry.createManager("tcp", twice, DisaggregationMode.DECODE, cfg(1, 0).build()));
+        assertTrue(e.getMessage().contains("overlaps KV buffer 1") || e.getMessage().startsWith("KV buffer 1 "), e.getMessage());
+        assertTrue(e.getMessage().contains("KV buffer " + BUFFERS), e.getMessage());
+        assertTrue(e.getMessage().contains("registered buffers must not share bytes"), e.getMessage());
+        KVArgs inside = m.args(0, PAGE_SIZE);
+        inside.addAuxBuffer(m.kv[2].asSlice(PAGE_BYTES, 64), 64);
+        assertRefused("overlaps KV buffer 2", () -> KVFerry.createManager("tcp", inside, DisaggregationMode.PREFILL, cfg(1, 0).build()));
+        KVArgs adjacent = m.args(0, PAGE_SIZE); // the engine's pools are often slices of one arena, back to back: fine
+        assertTrue(adjacent.kvData.size() == BUFFERS);
+        KVFerry.createManager("tcp", adjacent, DisaggregationMode.DECODE, cfg(1, 0).build()).close();
+    }
+
     /** A prefill manager torn down (a role switch) refuses to register its closed endpoint, saying so; it said "java.nio.channels.ClosedChannelException". */
     @Test
     void aTornDownPrefillRefusesToRegisterSayingWhy() {
