@@ -149,9 +149,10 @@ public final class ServeCommand implements Callable<Integer> {
         String apiKey = role == null || role.equals("router") ? AuthTokenOptions.secret("--api-key-file", apiKeyFile, "KVFERRY_API_KEY") : null;
         ModelFiles.Loaded model = engine.load();
         String token = engine.token();
-        if (apiKey != null && apiKey.equals(token)) {
-            System.err.println("kvferry serve: the router's API key (--api-key-file / KVFERRY_API_KEY) must differ from the cluster token: "
-                    + "every client would hold the token that aborts any room on the engines and registers with the bootstrap registry");
+        try {
+            new Router.Access(token, apiKey); // its rule (the key is not the cluster token), checked before anything starts
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry serve: " + e.getMessage() + " (--api-key-file / KVFERRY_API_KEY)");
             return 2;
         }
         Roles.Role started;

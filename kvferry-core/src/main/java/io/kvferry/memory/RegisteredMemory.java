@@ -7,7 +7,6 @@ import io.kvferry.protocol.Region;
 
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
 
 /**
@@ -130,7 +129,7 @@ public final class RegisteredMemory {
         for (int c = 0; c < state.length; c++) {
             for (int t = 0; t < state[c].length; t++) all.add(extent(state[c][t], "state component " + c + " tensor " + t));
         }
-        all.sort(Comparator.comparingLong(Extent::start));
+        all.sort((a, b) -> Long.compareUnsigned(a.start(), b.start()));
         Extent furthest = null;
         for (Extent e : all) {
             if (furthest != null && Long.compareUnsigned(e.start(), furthest.end()) < 0) {

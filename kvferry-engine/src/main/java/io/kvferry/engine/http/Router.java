@@ -109,10 +109,10 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** One prefill or decode server the router sends to; {@code bootstrap} is a prefill's registry. */
     /** The largest /health answer read from a backend (an engine's is a few hundred bytes). */
     static final int MAX_HEALTH_BYTES = 64 << 10;
 
+    /** One prefill or decode server the router sends to; {@code bootstrap} is a prefill's registry. */
     static final class Backend {
         final URI url;
         final boolean prefill;
@@ -632,9 +632,10 @@ public final class Router implements AutoCloseable {
                     if (ev.has("token")) {
                         int tok = ev.get("token").intValue();
                         if (ttft < 0) {
-                            ttft = (System.nanoTime() - start) / 1e6;
+                            long sinceArrival = System.nanoTime() - start;
+                            ttft = sinceArrival / 1e6;
                             record.ttftMs = ttft;
-                            meters.firstToken(System.nanoTime() - start);
+                            meters.firstToken(sinceArrival);
                         }
                         tokens.add(tok);
                         int before = all.length();

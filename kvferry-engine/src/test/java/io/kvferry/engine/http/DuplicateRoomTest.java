@@ -2,13 +2,10 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.KVFerry;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.PrefillEngine;
-import io.kvferry.engine.serving.TransferSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -43,32 +40,30 @@ class DuplicateRoomTest {
     void aPrefillRefusesASecondRequestOfARoomUnderWayAndTheFirstSucceeds() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "dup-room-test")) {
-            String addr = "127.0.0.1:" + registry.port();
-            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, "dup-room-test", "127.0.0.1"));
-                 DecodeEngine decode = new DecodeEngine(spec, new TransferSpec("tcp", null, "dup-room-test", "127.0.0.1"));
-                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0);
-                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0)) {
-                CompletableFuture<HttpResponse<String>> first = post(ps.port(), "{\"bootstrap_room\":7,\"input_ids\":[1,2,3]}");
-                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-                while (prefill.inFlight() < 1 && System.nanoTime() < until) Thread.sleep(10);
-                assertEquals(1, prefill.inFlight(), "the first request never reached the prefill");
+        try (EngineStack stack = EngineStack.open(spec, "dup-room-test")) {
+            String addr = stack.addr;
+            PrefillEngine prefill = stack.prefill;
+            PrefillServer ps = stack.prefillServer;
+            DecodeServer ds = stack.decodeServer;
+            CompletableFuture<HttpResponse<String>> first = post(ps.port(), "{\"bootstrap_room\":7,\"input_ids\":[1,2,3]}");
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (prefill.inFlight() < 1 && System.nanoTime() < until) Thread.sleep(10);
+            assertEquals(1, prefill.inFlight(), "the first request never reached the prefill");
 
-                // It waits for its decode; a second request of the same room (another prompt) comes meanwhile.
-                HttpResponse<String> dup = post(ps.port(), "{\"bootstrap_room\":7,\"input_ids\":[4,5,6,7]}").get(20, TimeUnit.SECONDS);
-                assertEquals(400, dup.statusCode(), dup.body());
-                JsonNode e = JSON.readTree(dup.body()).path("error");
-                assertEquals("bootstrap_room 7 is already in flight on this prefill", e.path("message").asText(), dup.body());
-                assertEquals("invalid_request_error", e.path("type").asText(), dup.body());
+            // It waits for its decode; a second request of the same room (another prompt) comes meanwhile.
+            HttpResponse<String> dup = post(ps.port(), "{\"bootstrap_room\":7,\"input_ids\":[4,5,6,7]}").get(20, TimeUnit.SECONDS);
+            assertEquals(400, dup.statusCode(), dup.body());
+            JsonNode e = JSON.readTree(dup.body()).path("error");
+            assertEquals("bootstrap_room 7 is already in flight on this prefill", e.path("message").asText(), dup.body());
+            assertEquals("invalid_request_error", e.path("type").asText(), dup.body());
 
-                HttpResponse<String> d = post(ds.port(), "{\"bootstrap_room\":7,\"bootstrap_addr\":\"" + addr
-                        + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}").get(20, TimeUnit.SECONDS);
-                assertEquals(200, d.statusCode(), d.body());
-                assertTrue(d.body().contains("\"finish_reason\""), d.body());
-                HttpResponse<String> p = first.get(20, TimeUnit.SECONDS);
-                assertEquals(200, p.statusCode(), "the duplicate harmed the first request: " + p.body());
-                assertEquals(0, prefill.outstanding().get(10, TimeUnit.SECONDS));
-            }
+            HttpResponse<String> d = post(ds.port(), "{\"bootstrap_room\":7,\"bootstrap_addr\":\"" + addr
+                    + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}").get(20, TimeUnit.SECONDS);
+            assertEquals(200, d.statusCode(), d.body());
+            assertTrue(d.body().contains("\"finish_reason\""), d.body());
+            HttpResponse<String> p = first.get(20, TimeUnit.SECONDS);
+            assertEquals(200, p.statusCode(), "the duplicate harmed the first request: " + p.body());
+            assertEquals(0, prefill.outstanding().get(10, TimeUnit.SECONDS));
         }
     }
 
@@ -78,30 +73,28 @@ class DuplicateRoomTest {
     void aDecodeRefusesASecondRequestOfARoomUnderWayWithA400AndTheFirstSucceeds() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "dup-room-test")) {
-            String addr = "127.0.0.1:" + registry.port();
-            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, "dup-room-test", "127.0.0.1"));
-                 DecodeEngine decode = new DecodeEngine(spec, new TransferSpec("tcp", null, "dup-room-test", "127.0.0.1"));
-                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0);
-                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0)) {
-                String body = "{\"bootstrap_room\":9,\"bootstrap_addr\":\"" + addr + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}";
-                CompletableFuture<HttpResponse<String>> first = post(ds.port(), body);
-                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-                while (decode.inFlight() < 1 && System.nanoTime() < until) Thread.sleep(10);
-                assertEquals(1, decode.inFlight(), "the first request never reached the decode");
+        try (EngineStack stack = EngineStack.open(spec, "dup-room-test")) {
+            String addr = stack.addr;
+            DecodeEngine decode = stack.decode;
+            PrefillServer ps = stack.prefillServer;
+            DecodeServer ds = stack.decodeServer;
+            String body = "{\"bootstrap_room\":9,\"bootstrap_addr\":\"" + addr + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}";
+            CompletableFuture<HttpResponse<String>> first = post(ds.port(), body);
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (decode.inFlight() < 1 && System.nanoTime() < until) Thread.sleep(10);
+            assertEquals(1, decode.inFlight(), "the first request never reached the decode");
 
-                HttpResponse<String> dup = post(ds.port(), body).get(20, TimeUnit.SECONDS);
-                assertEquals(400, dup.statusCode(), dup.body());
-                JsonNode e = JSON.readTree(dup.body()).path("error");
-                assertEquals("bootstrap_room 9 is already in flight on this decode", e.path("message").asText(), dup.body());
-                assertEquals("invalid_request_error", e.path("type").asText(), dup.body());
+            HttpResponse<String> dup = post(ds.port(), body).get(20, TimeUnit.SECONDS);
+            assertEquals(400, dup.statusCode(), dup.body());
+            JsonNode e = JSON.readTree(dup.body()).path("error");
+            assertEquals("bootstrap_room 9 is already in flight on this decode", e.path("message").asText(), dup.body());
+            assertEquals("invalid_request_error", e.path("type").asText(), dup.body());
 
-                HttpResponse<String> p = post(ps.port(), "{\"bootstrap_room\":9,\"input_ids\":[1,2,3]}").get(20, TimeUnit.SECONDS);
-                assertEquals(200, p.statusCode(), p.body());
-                HttpResponse<String> d = first.get(20, TimeUnit.SECONDS);
-                assertEquals(200, d.statusCode(), "the duplicate harmed the first request: " + d.body());
-                assertTrue(d.body().contains("\"finish_reason\""), d.body());
-            }
+            HttpResponse<String> p = post(ps.port(), "{\"bootstrap_room\":9,\"input_ids\":[1,2,3]}").get(20, TimeUnit.SECONDS);
+            assertEquals(200, p.statusCode(), p.body());
+            HttpResponse<String> d = first.get(20, TimeUnit.SECONDS);
+            assertEquals(200, d.statusCode(), "the duplicate harmed the first request: " + d.body());
+            assertTrue(d.body().contains("\"finish_reason\""), d.body());
         }
     }
 }

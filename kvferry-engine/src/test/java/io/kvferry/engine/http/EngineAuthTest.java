@@ -2,13 +2,8 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.KVFerry;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.ModelFiles;
-import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
-import io.kvferry.engine.serving.PrefillEngine;
-import io.kvferry.engine.serving.TransferSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -61,36 +56,30 @@ class EngineAuthTest {
     void theEnginesActOnlyForTheClusterTokenAndTheRouterCarriesIt() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN)) {
-            String addr = "127.0.0.1:" + registry.port();
-            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, TOKEN, "127.0.0.1"));
-                 DecodeEngine decode = new DecodeEngine(spec, new TransferSpec("tcp", null, TOKEN, "127.0.0.1"));
-                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0, TOKEN);
-                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0, TOKEN)) {
-                String generate = "{\"bootstrap_room\":11,\"bootstrap_addr\":\"" + addr + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}";
-                for (int port : new int[]{ps.port(), ds.port()}) {
-                    assertRefused(send(port, "POST", "/generate", generate, null));
-                    assertRefused(send(port, "POST", "/generate", generate, "Bearer not-the-token"));
-                    assertRefused(send(port, "POST", "/generate", generate, TOKEN)); // no scheme
-                    assertRefused(send(port, "POST", "/abort", "{\"bootstrap_room\":11}", null));
-                    assertEquals(200, send(port, "POST", "/abort", "{\"bootstrap_room\":11}", "Bearer " + TOKEN).statusCode());
-                    assertEquals(200, send(port, "GET", "/health", null, null).statusCode(), "health stays open");
-                    // A negative room, which the registry refuses, is the client's error on an engine too.
-                    HttpResponse<String> negative = send(port, "POST", "/generate", generate.replace("\"bootstrap_room\":11", "\"bootstrap_room\":-11"),
-                            "Bearer " + TOKEN);
-                    assertEquals(400, negative.statusCode(), negative.body());
-                    assertTrue(negative.body().contains("bootstrap_room must be >= 0, got -11"), negative.body());
-                    assertEquals(400, send(port, "POST", "/abort", "{\"bootstrap_room\":-1}", "Bearer " + TOKEN).statusCode());
-                }
-                assertEquals(0, prefill.inFlight());
-                assertEquals(0, decode.inFlight());
-                try (Router router = new Router(List.of("http://127.0.0.1:" + ps.port()), List.of("http://127.0.0.1:" + ds.port()),
-                        model.tokenizer(), model.weights().config.seqLen(), "m", "127.0.0.1", 0, TOKEN)) {
-                    HttpResponse<String> r = send(router.port(), "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}",
-                            null);
-                    assertEquals(200, r.statusCode(), r.body());
-                    assertFalse(JSON.readTree(r.body()).path("choices").path(0).path("text").asText().isEmpty(), r.body());
-                }
+        try (EngineStack stack = EngineStack.open(spec, spec, TOKEN, TOKEN)) {
+            String generate = "{\"bootstrap_room\":11,\"bootstrap_addr\":\"" + stack.addr + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":2}";
+            for (int port : new int[]{stack.prefillServer.port(), stack.decodeServer.port()}) {
+                assertRefused(send(port, "POST", "/generate", generate, null));
+                assertRefused(send(port, "POST", "/generate", generate, "Bearer not-the-token"));
+                assertRefused(send(port, "POST", "/generate", generate, TOKEN)); // no scheme
+                assertRefused(send(port, "POST", "/abort", "{\"bootstrap_room\":11}", null));
+                assertEquals(200, send(port, "POST", "/abort", "{\"bootstrap_room\":11}", "Bearer " + TOKEN).statusCode());
+                assertEquals(200, send(port, "GET", "/health", null, null).statusCode(), "health stays open");
+                // A negative room, which the registry refuses, is the client's error on an engine too.
+                HttpResponse<String> negative = send(port, "POST", "/generate", generate.replace("\"bootstrap_room\":11", "\"bootstrap_room\":-11"),
+                        "Bearer " + TOKEN);
+                assertEquals(400, negative.statusCode(), negative.body());
+                assertTrue(negative.body().contains("bootstrap_room must be >= 0, got -11"), negative.body());
+                assertEquals(400, send(port, "POST", "/abort", "{\"bootstrap_room\":-1}", "Bearer " + TOKEN).statusCode());
+            }
+            assertEquals(0, stack.prefill.inFlight());
+            assertEquals(0, stack.decode.inFlight());
+            try (Router router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()),
+                    model.tokenizer(), model.weights().config.seqLen(), "m", "127.0.0.1", 0, TOKEN)) {
+                HttpResponse<String> r = send(router.port(), "POST", "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}",
+                        null);
+                assertEquals(200, r.statusCode(), r.body());
+                assertFalse(JSON.readTree(r.body()).path("choices").path(0).path("text").asText().isEmpty(), r.body());
             }
         }
     }

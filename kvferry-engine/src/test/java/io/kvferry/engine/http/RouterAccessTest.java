@@ -2,13 +2,8 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.KVFerry;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.ModelFiles;
-import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
-import io.kvferry.engine.serving.PrefillEngine;
-import io.kvferry.engine.serving.TransferSpec;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.Timer;
@@ -45,37 +40,22 @@ class RouterAccessTest {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private static ModelFiles.Loaded model;
-    private static KVBootstrapServer registry;
-    private static PrefillEngine prefill;
-    private static DecodeEngine decode;
-    private static PrefillServer prefillServer;
-    private static DecodeServer decodeServer;
+    private static EngineStack stack;
 
     @BeforeAll
     static void engines() throws Exception {
         model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
-        registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
-        String addr = "127.0.0.1:" + registry.port();
-        prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, TOKEN, "127.0.0.1"));
-        decode = new DecodeEngine(spec, new TransferSpec("tcp", null, TOKEN, "127.0.0.1"));
-        prefillServer = new PrefillServer(prefill, addr, "127.0.0.1", 0, TOKEN);
-        decodeServer = new DecodeServer(decode, "127.0.0.1", 0, TOKEN);
+        stack = EngineStack.open(spec, spec, TOKEN, TOKEN); // the engines take the cluster token, which the router sends
     }
 
     @AfterAll
     static void stop() {
-        for (AutoCloseable c : new AutoCloseable[]{decodeServer, prefillServer, decode, prefill, registry}) {
-            try {
-                if (c != null) c.close();
-            } catch (Exception ignored) {
-                // the rest still close
-            }
-        }
+        if (stack != null) stack.close();
     }
 
     private static Router router(String apiKey, SimpleMeterRegistry meters) throws Exception {
-        return new Router(List.of("http://127.0.0.1:" + prefillServer.port()), List.of("http://127.0.0.1:" + decodeServer.port()),
+        return new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()),
                 model.tokenizer(), model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, apiKey), meters);
     }
 
@@ -104,8 +84,8 @@ class RouterAccessTest {
                 assertRefused(send(port, "POST", "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}", authorization));
                 assertRefused(send(port, "GET", "/v1/models", null, authorization));
             }
-            assertEquals(0, prefill.inFlight(), "a refused request reached no engine");
-            assertEquals(0, decode.inFlight());
+            assertEquals(0, stack.prefill.inFlight(), "a refused request reached no engine");
+            assertEquals(0, stack.decode.inFlight());
             assertEquals(200, send(port, "GET", "/health", null, null).statusCode(), "/health stays open (load balancers probe it)");
 
             HttpResponse<String> ok = send(port, "POST", "/v1/completions", completion, "Bearer " + KEY);

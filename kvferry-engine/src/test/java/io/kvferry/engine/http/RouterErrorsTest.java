@@ -3,13 +3,8 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpServer;
-import io.kvferry.KVFerry;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.ModelFiles;
-import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
-import io.kvferry.engine.serving.PrefillEngine;
-import io.kvferry.engine.serving.TransferSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -63,24 +58,18 @@ class RouterErrorsTest {
     void aPrefillsClientErrorReachesTheClientAsA400() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "errors-test")) {
-            String addr = "127.0.0.1:" + registry.port();
-            try (PrefillEngine prefill = new PrefillEngine(spec.withPages(4), new TransferSpec("tcp", addr, "errors-test", "127.0.0.1"));
-                 DecodeEngine decode = new DecodeEngine(spec, new TransferSpec("tcp", null, "errors-test", "127.0.0.1"));
-                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0);
-                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0);
-                 Router router = new Router(List.of("http://127.0.0.1:" + ps.port()), List.of("http://127.0.0.1:" + ds.port()), model.tokenizer(),
-                         model.weights().config.seqLen(), "m", "127.0.0.1", 0)) {
-                String prompt = "Once upon a time there was a little girl named Lily. She loved to play outside in the park. ".repeat(3);
-                HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":5}");
-                assertEquals(400, r.statusCode(), r.body());
-                JsonNode e = JSON.readTree(r.body()).path("error");
-                assertEquals("invalid_request_error", e.path("type").asText(), r.body());
-                assertEquals(400, e.path("code").asInt(), r.body());
-                assertTrue(e.path("message").asText().contains("pages"), r.body());
-                // A prompt that fits still runs.
-                assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());
-            }
+        try (EngineStack stack = EngineStack.open(spec.withPages(4), spec, "errors-test", null);
+             Router router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(),
+                     model.weights().config.seqLen(), "m", "127.0.0.1", 0)) {
+            String prompt = "Once upon a time there was a little girl named Lily. She loved to play outside in the park. ".repeat(3);
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":5}");
+            assertEquals(400, r.statusCode(), r.body());
+            JsonNode e = JSON.readTree(r.body()).path("error");
+            assertEquals("invalid_request_error", e.path("type").asText(), r.body());
+            assertEquals(400, e.path("code").asInt(), r.body());
+            assertTrue(e.path("message").asText().contains("pages"), r.body());
+            // A prompt that fits still runs.
+            assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());
         }
     }
 
@@ -93,24 +82,18 @@ class RouterErrorsTest {
     void aDecodesClientErrorReachesTheClientAsA400() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "errors-test")) {
-            String addr = "127.0.0.1:" + registry.port();
-            try (PrefillEngine prefill = new PrefillEngine(spec, new TransferSpec("tcp", addr, "errors-test", "127.0.0.1"));
-                 DecodeEngine decode = new DecodeEngine(spec.withPages(2), new TransferSpec("tcp", null, "errors-test", "127.0.0.1"));
-                 PrefillServer ps = new PrefillServer(prefill, addr, "127.0.0.1", 0);
-                 DecodeServer ds = new DecodeServer(decode, "127.0.0.1", 0);
-                 Router router = new Router(List.of("http://127.0.0.1:" + ps.port()), List.of("http://127.0.0.1:" + ds.port()), model.tokenizer(),
-                         model.weights().config.seqLen(), "m", "127.0.0.1", 0)) {
-                for (int i = 0; i < 3; i++) { // the prefill's abort races the decode's answer: every time the 400
-                    HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":48}");
-                    assertEquals(400, r.statusCode(), r.body());
-                    JsonNode e = JSON.readTree(r.body()).path("error");
-                    assertEquals("invalid_request_error", e.path("type").asText(), r.body());
-                    assertEquals("the request needs 4 pages (prompt + max_tokens); this decode has 2", e.path("message").asText(), r.body());
-                }
-                // A request that fits still runs.
-                assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());
+        try (EngineStack stack = EngineStack.open(spec, spec.withPages(2), "errors-test", null);
+             Router router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(),
+                     model.weights().config.seqLen(), "m", "127.0.0.1", 0)) {
+            for (int i = 0; i < 3; i++) { // the prefill's abort races the decode's answer: every time the 400
+                HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":48}");
+                assertEquals(400, r.statusCode(), r.body());
+                JsonNode e = JSON.readTree(r.body()).path("error");
+                assertEquals("invalid_request_error", e.path("type").asText(), r.body());
+                assertEquals("the request needs 4 pages (prompt + max_tokens); this decode has 2", e.path("message").asText(), r.body());
             }
+            // A request that fits still runs.
+            assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());
         }
     }
 

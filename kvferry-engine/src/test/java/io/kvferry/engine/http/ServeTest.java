@@ -2,8 +2,6 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.KVFerry;
-import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.Tokenizer;
@@ -11,7 +9,6 @@ import io.kvferry.engine.serving.ColocatedEngine;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.PrefillEngine;
-import io.kvferry.engine.serving.TransferSpec;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -47,7 +44,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 class ServeTest {
     static final ObjectMapper JSON = new ObjectMapper();
     static ModelFiles.Loaded model;
-    static KVBootstrapServer registry;
+    static EngineStack stack;
     static PrefillEngine prefill;
     static DecodeEngine decode;
     static PrefillServer prefillServer;
@@ -59,21 +56,20 @@ class ServeTest {
     @BeforeAll
     static void start() throws Exception {
         model = ModelFiles.load(null, null);
-        registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "serve-test");
-        String addr = "127.0.0.1:" + registry.port();
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 256, 32);
-        prefill = new PrefillEngine(spec.withParallelism(2, 1), new TransferSpec("tcp", addr, "serve-test", "127.0.0.1"));
-        decode = new DecodeEngine(spec, new TransferSpec("tcp", null, "serve-test", "127.0.0.1"));
-        prefillServer = new PrefillServer(prefill, addr, "127.0.0.1", 0);
-        decodeServer = new DecodeServer(decode, "127.0.0.1", 0);
-        router = new Router(List.of("http://127.0.0.1:" + prefillServer.port()), List.of("http://127.0.0.1:" + decodeServer.port()),
+        stack = EngineStack.open(spec.withParallelism(2, 1), spec, "serve-test", null);
+        prefill = stack.prefill;
+        decode = stack.decode;
+        prefillServer = stack.prefillServer;
+        decodeServer = stack.decodeServer;
+        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()),
                 model.tokenizer(), model.weights().config.seqLen(), "test-model", "127.0.0.1", 0);
         colocated = new ColocatedEngine(spec.withMaxRequests(1));
     }
 
     @AfterAll
     static void stop() {
-        for (AutoCloseable c : new AutoCloseable[]{router, decodeServer, prefillServer, decode, prefill, registry, colocated}) {
+        for (AutoCloseable c : new AutoCloseable[]{router, stack, colocated}) {
             try {
                 if (c != null) c.close();
             } catch (Exception ignored) {
