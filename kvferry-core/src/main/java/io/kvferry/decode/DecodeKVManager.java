@@ -361,10 +361,7 @@ public final class DecodeKVManager implements KVManager {
         resolver.resolvers.join(lookupsDeadline);
         dpRanks.lookups.join(lookupsDeadline);
         directory.close();
-        for (DecodeRoom r : rooms.all()) {
-            r.slot.failIfUnfinished(FailureKind.SHUTDOWN, "the decode KV manager was torn down"); // a room that succeeded stays so
-            r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS);
-        }
+        rooms.shutDown("the decode KV manager was torn down", r -> r.closeAndDrain(RoomRelease.LANDING_DRAIN_MILLIS));
         List<PrefillLink> all = new ArrayList<>(directory.links());
         for (PrefillLink l : all) l.closeAll(FailureKind.SHUTDOWN, "the decode KV manager was torn down");
         for (PrefillLink l : all) {

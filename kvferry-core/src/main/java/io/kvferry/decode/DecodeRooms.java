@@ -1,5 +1,6 @@
 package io.kvferry.decode;
 
+import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
 import io.kvferry.session.RoomStatusTable;
 
@@ -13,6 +14,8 @@ import java.util.function.Consumer;
 final class DecodeRooms {
     final RoomStatusTable statuses;
     private final ConcurrentHashMap<Long, DecodeRoom> rooms = new ConcurrentHashMap<>();
+    /** Set once, by {@link #shutDown}: why every room fails from then on. */
+    private volatile String shutDownReason;
 
     /** Told of each room {@link #succeed} moved to Success, with its record. */
     private final Consumer<DecodeRoom> onSuccess;
@@ -46,7 +49,24 @@ final class DecodeRooms {
     DecodeRoom create(long id, String bootstrapAddr) {
         DecodeRoom[] made = {null};
         rooms.computeIfAbsent(id, k -> made[0] = new DecodeRoom(k, bootstrapAddr, statuses.create(k)));
+        // Made after shutDown's sweep (a createReceiver racing teardown): failed here, or it would stay Bootstrapping.
+        String shutDown = shutDownReason;
+        if (made[0] != null && shutDown != null) made[0].slot.failIfUnfinished(FailureKind.SHUTDOWN, shutDown);
         return made[0];
+    }
+
+    /**
+     * Teardown: every unfinished room fails as {@code SHUTDOWN}, those listed now and any made later,
+     * and each listed one is handed to {@code each} (its landings drained). The reason is published
+     * before the sweep reads the map and {@link #create} reads it after listing, so a room made
+     * concurrently is seen by one of the two (both volatile orders).
+     */
+    void shutDown(String reason, Consumer<DecodeRoom> each) {
+        shutDownReason = reason;
+        for (DecodeRoom r : rooms.values()) {
+            r.slot.failIfUnfinished(FailureKind.SHUTDOWN, reason); // a room that succeeded stays so
+            each.accept(r);
+        }
     }
 
     DecodeRoom get(long room) {

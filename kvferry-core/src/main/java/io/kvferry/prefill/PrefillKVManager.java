@@ -417,6 +417,6 @@ public final class PrefillKVManager implements KVManager {
         negotiator.close();
         // The links and workers are gone, so nothing moves these rooms any more: each ends Failed, as the
         // decode's teardown does, instead of waiting forever (its decode saw the link close: peer_lost).
-        for (PrefillRoom r : rooms.all()) r.slot.failIfUnfinished(FailureKind.SHUTDOWN, "the prefill KV manager was torn down");
+        rooms.shutDown("the prefill KV manager was torn down");
     }
 }

@@ -23,6 +23,8 @@ final class PrefillRooms {
 
     final RoomStatusTable statuses;
     private final ConcurrentHashMap<Long, PrefillRoom> rooms = new ConcurrentHashMap<>();
+    /** Set once, by {@link #shutDown}: why every room fails from then on. */
+    private volatile String shutDownReason;
     /**
      * Rooms cleared here, newest last (bounded): a decode's metadata arriving after that (a late
      * info, a restarted decode repeating a request) gets a Failed status instead of re-creating a
@@ -76,12 +78,26 @@ final class PrefillRooms {
      */
     PrefillRoom room(long room) {
         PrefillRoom r = rooms.get(room);
-        return r != null ? r : rooms.computeIfAbsent(room, id -> new PrefillRoom(id, ticker.nanoTime(), statuses));
+        if (r == null) r = rooms.computeIfAbsent(room, id -> new PrefillRoom(id, ticker.nanoTime(), statuses));
+        // Listed after shutDown's sweep (a createSender racing teardown): failed here, or it would stay Bootstrapping.
+        String shutDown = shutDownReason;
+        if (shutDown != null) r.slot.failIfUnfinished(FailureKind.SHUTDOWN, shutDown);
+        return r;
     }
 
     /** Every room tracked now. */
     Iterable<PrefillRoom> all() {
         return rooms.values();
+    }
+
+    /**
+     * Teardown: every unfinished room fails as {@code SHUTDOWN}, those listed now and any listed later.
+     * The reason is published before the sweep reads the map and {@link #room} reads it after listing,
+     * so a room listed concurrently is seen by one of the two (both volatile orders).
+     */
+    void shutDown(String reason) {
+        shutDownReason = reason;
+        for (PrefillRoom r : rooms.values()) r.slot.failIfUnfinished(FailureKind.SHUTDOWN, reason);
     }
 
     /** The workers that run rooms' strands. */

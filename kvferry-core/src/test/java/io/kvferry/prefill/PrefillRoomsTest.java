@@ -38,6 +38,25 @@ class PrefillRoomsTest {
         assertEquals(KVPoll.Bootstrapping, r.status());
     }
 
+    /**
+     * Teardown's sweep fails the rooms listed then; a room a createSender (or a late transfer info)
+     * lists after it fails too, instead of staying Bootstrapping with no thread left to move it.
+     */
+    @Test
+    void aRoomListedAfterShutDownFailsAsShutdownAndOneThatSucceededStaysSo() {
+        PrefillRoom before = rooms.room(1);
+        PrefillRoom done = rooms.room(2);
+        done.slot.advance(KVPoll.Success);
+        rooms.shutDown("torn down (test)");
+        assertEquals(KVPoll.Failed, before.slot.status());
+        assertEquals(FailureKind.SHUTDOWN, before.slot.current().kind());
+        assertEquals(KVPoll.Success, done.slot.status());
+        PrefillRoom after = rooms.room(3);
+        assertEquals(KVPoll.Failed, after.slot.status());
+        assertEquals(FailureKind.SHUTDOWN, after.slot.current().kind());
+        assertEquals("torn down (test)", after.slot.current().reason());
+    }
+
     @Test
     void aClearedRecordFailingLateLeavesTheNewRequestOfItsIdAlone() {
         PrefillRoom old = rooms.room(5);
