@@ -14,6 +14,8 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.registry.BootstrapRegistryServer;
+import io.kvferry.registry.RegistryOptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -62,13 +64,16 @@ class PeerDeathTest {
     }
 
     @Test
-    @Timeout(120)
+    @Timeout(240)
     void killingThePrefillFailsEveryDecodeRoomWithinThreeSeconds() throws Exception {
         BenchConfig c = config();
-        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
+        try (BootstrapRegistryServer registry = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults(TOKEN));
              RankPool pool = new RankPool(c.shape(), 16, 1, 0, c.workload().poolPages(), 16, 1)) {
             String addr = "127.0.0.1:" + registry.port();
             Process prefill = RoleRunner.spawn("prefill", c, addr);
+            // The rooms are made once the prefill process registered: its JVM's start-up (tens of seconds on a loaded
+            // 2-core machine) must not count against the decode's 15 s topology lookup, which is not what this tests.
+            awaitRegistered(registry, prefill);
             try (KVManager decode = RoleRunner.manager(c, DisaggregationMode.DECODE, 0, addr, pool)) {
                 List<KVReceiver> rooms = new ArrayList<>();
                 for (Workload.Request r : c.workload().generate()) {
@@ -92,7 +97,7 @@ class PeerDeathTest {
     }
 
     @Test
-    @Timeout(120)
+    @Timeout(240)
     void killingTheDecodeFailsEveryPrefillRoomWithinThreeSeconds() throws Exception {
         BenchConfig c = config();
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
@@ -105,7 +110,8 @@ class PeerDeathTest {
                 Process decode = RoleRunner.spawn("decode", c, addr);
                 try {
                     // The decode process sends its metadata; this prefill never sends KV, so every room waits.
-                    for (KVSender s : rooms) assertEquals(KVPoll.WaitingForInput, awaitPast(s::poll, KVPoll.Bootstrapping, 30_000));
+                    // Bounded by the process's start-up, not by a kvferry timeout (the senders wait 300 s for their decode).
+                    for (KVSender s : rooms) assertEquals(KVPoll.WaitingForInput, awaitPast(s::poll, KVPoll.Bootstrapping, 150_000));
                     long t0 = System.nanoTime();
                     decode.destroyForcibly();
                     for (KVSender s : rooms) assertEquals(KVPoll.Failed, awaitTerminal(s::poll, 3000));
@@ -118,6 +124,16 @@ class PeerDeathTest {
                     decode.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
                 }
             }
+        }
+    }
+
+    /** Waits (up to 150 s, the start-up of a JVM on a loaded machine) until the prefill process has registered its rank. */
+    static void awaitRegistered(BootstrapRegistryServer registry, Process prefill) {
+        long deadline = System.nanoTime() + 150_000_000_000L;
+        while (registry.registeredRanks() < 1) {
+            if (!prefill.isAlive()) fail("the prefill process exited with " + prefill.exitValue() + " before it registered");
+            if (System.nanoTime() > deadline) fail("the prefill process did not register within 150 s");
+            Thread.onSpinWait();
         }
     }
 
