@@ -122,7 +122,9 @@ final class Http {
                     return;
                 }
                 h.handle(ex);
-            } catch (BadRequest | IllegalArgumentException e) {
+            } catch (BadRequest e) {
+                sendError(ex, 400, "invalid_request_error", null, e.param, e.getMessage());
+            } catch (IllegalArgumentException e) {
                 sendError(ex, 400, "invalid_request_error", e.getMessage());
             } catch (Exception e) {
                 sendError(ex, 500, "internal_error", String.valueOf(e.getMessage()));
@@ -190,10 +192,18 @@ final class Http {
         return out;
     }
 
-    /** A client error: 400 with the message. */
+    /** A client error: 400 with the message, and the request field at fault ({@code param} of the error body) when one is. */
     static final class BadRequest extends RuntimeException {
+        /** The field at fault as OpenAI names it ({@code max_tokens}, {@code messages[1].role}), or null. */
+        final String param;
+
         BadRequest(String message) {
+            this(null, message);
+        }
+
+        BadRequest(String param, String message) {
             super(message);
+            this.param = param;
         }
     }
 
@@ -248,27 +258,38 @@ final class Http {
         }
     }
 
-    /** OpenAI's error shape: {"error": {"message", "type", "code"}}. */
+    /** OpenAI's error shape: {"error": {"message", "type", "param", "code"}}. */
     static void sendError(HttpExchange ex, int status, String type, String message) throws IOException {
         sendError(ex, status, type, null, message);
     }
 
     /** An OpenAI-shaped error body; {@code kind} (a transfer failure's {@link io.kvferry.api.FailureKind} label) only when known. */
     static void sendError(HttpExchange ex, int status, String type, String kind, String message) throws IOException {
-        ObjectNode err = JSON.createObjectNode();
-        ObjectNode e = err.putObject("error");
-        e.put("message", message);
-        e.put("type", type);
-        if (kind != null) e.put("kind", kind);
-        e.put("code", status);
-        sendJson(ex, status, err);
+        sendError(ex, status, type, kind, null, message);
+    }
+
+    /** An OpenAI-shaped error body naming the request field at fault ({@code param}, null for none). */
+    static void sendError(HttpExchange ex, int status, String type, String kind, String param, String message) throws IOException {
+        sendJson(ex, status, errorEvent(type, kind, param, message));
     }
 
     /** The error event of an SSE stream, shaped like the error body. */
     static ObjectNode errorEvent(String type, String kind, String message) {
+        return errorEvent(type, kind, null, message);
+    }
+
+    /**
+     * OpenAI's error object: {@code message}, {@code type}, {@code param} (the field at fault or null) and {@code code}
+     * (a string or null, as OpenAI's clients read it: the official Java client fails on a number there, and the
+     * status is the HTTP status already), plus kvferry's {@code kind} of a transfer failure when known.
+     */
+    static ObjectNode errorEvent(String type, String kind, String param, String message) {
         ObjectNode o = JSON.createObjectNode();
         ObjectNode e = o.putObject("error").put("message", message).put("type", type);
         if (kind != null) e.put("kind", kind);
+        if (param != null) e.put("param", param);
+        else e.putNull("param");
+        e.putNull("code");
         return o;
     }
 
@@ -302,29 +323,29 @@ final class Http {
     static int intField(JsonNode n, String name, int dflt, int min, int max) {
         JsonNode v = n.get(name);
         if (v == null || v.isNull()) return dflt;
-        if (!v.canConvertToInt() || !v.isIntegralNumber()) throw new BadRequest(name + " must be an integer, got " + v);
+        if (!v.canConvertToInt() || !v.isIntegralNumber()) throw new BadRequest(name, name + " must be an integer, got " + v);
         int i = v.intValue();
-        if (i < min || i > max) throw new BadRequest(name + " must be in [" + min + ", " + max + "], got " + i);
+        if (i < min || i > max) throw new BadRequest(name, name + " must be in [" + min + ", " + max + "], got " + i);
         return i;
     }
 
     static float floatField(JsonNode n, String name, float dflt) {
         JsonNode v = n.get(name);
         if (v == null || v.isNull()) return dflt;
-        if (!v.isNumber()) throw new BadRequest(name + " must be a number, got " + v);
+        if (!v.isNumber()) throw new BadRequest(name, name + " must be a number, got " + v);
         return v.floatValue();
     }
 
     static boolean booleanField(JsonNode n, String name, boolean dflt) {
         JsonNode v = n.get(name);
         if (v == null || v.isNull()) return dflt;
-        if (!v.isBoolean()) throw new BadRequest(name + " must be true or false, got " + v);
+        if (!v.isBoolean()) throw new BadRequest(name, name + " must be true or false, got " + v);
         return v.booleanValue();
     }
 
     static long longField(JsonNode n, String name) {
         JsonNode v = n.get(name);
-        if (v == null || !v.isIntegralNumber() || !v.canConvertToLong()) throw new BadRequest(name + " must be an integer, got " + v);
+        if (v == null || !v.isIntegralNumber() || !v.canConvertToLong()) throw new BadRequest(name, name + " must be an integer, got " + v);
         return v.longValue();
     }
 
@@ -340,7 +361,7 @@ final class Http {
 
     static String textField(JsonNode n, String name) {
         JsonNode v = n.get(name);
-        if (v == null || !v.isTextual()) throw new BadRequest(name + " must be a string, got " + v);
+        if (v == null || !v.isTextual()) throw new BadRequest(name, name + " must be a string, got " + v);
         return v.textValue();
     }
 

@@ -205,6 +205,8 @@ public final class Router implements AutoCloseable {
     /** The model's context in tokens: a prompt must leave room in it for one output token. */
     private final int contextTokens;
     private final String modelName;
+    /** When this router started, in Unix seconds: its model's {@code created} on {@code /v1/models}, as OpenAI's clients require one. */
+    private final long started = System.currentTimeMillis() / 1000;
     private final HttpClient client;
     private final HttpServer server;
     private final ScheduledExecutorService health;
@@ -811,6 +813,7 @@ public final class Router implements AutoCloseable {
         Ask ask = new Ask(prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE), Http.floatField(req, "temperature", 1.0f), // OpenAI's default
                 Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")));
         boolean stream = Http.booleanField(req, "stream", false);
+        boolean usageChunk = includeUsage(req) && stream;
         String id = "cmpl-" + Long.toHexString(ThreadLocalRandom.current().nextLong());
         long created = System.currentTimeMillis() / 1000;
         OutputStream[] events = new OutputStream[1];
@@ -824,14 +827,25 @@ public final class Router implements AutoCloseable {
             });
             // A stream's last chunk carries what was held back (a possible stop string's start, an incomplete character).
             ObjectNode fin = chunk(id, created, stream ? o.text().substring(streamed[0]) : o.text(), o.finishReason());
-            ObjectNode usage = fin.putObject("usage");
+            ObjectNode usage = Http.JSON.createObjectNode();
             usage.put("prompt_tokens", o.promptTokens());
             usage.put("completion_tokens", o.tokens().length);
             usage.put("total_tokens", o.promptTokens() + o.tokens().length);
+            if (!usageChunk) fin.set("usage", usage);
             fin.set("kvferry", extension(o));
             if (stream) {
                 if (events[0] == null) events[0] = Http.startEvents(ex);
                 Http.event(events[0], Http.JSON.writeValueAsString(fin));
+                if (usageChunk) { // OpenAI's usage chunk: one more, its choices empty
+                    ObjectNode last = Http.JSON.createObjectNode();
+                    last.put("id", id);
+                    last.put("object", "text_completion");
+                    last.put("created", created);
+                    last.put("model", modelName);
+                    last.putArray("choices");
+                    last.set("usage", usage);
+                    Http.event(events[0], Http.JSON.writeValueAsString(last));
+                }
                 Http.event(events[0], "[DONE]");
                 events[0].close();
             } else {
@@ -841,6 +855,14 @@ public final class Router implements AutoCloseable {
         } catch (Failure f) {
             fail(ex, events[0], f);
         }
+    }
+
+    /** Whether a stream's request asks for the usage chunk ({@code stream_options.include_usage}). */
+    private static boolean includeUsage(JsonNode req) {
+        JsonNode o = req.get("stream_options");
+        if (o == null || o.isNull()) return false;
+        if (!o.isObject()) throw new Http.BadRequest("stream_options", "stream_options must be an object, got " + o);
+        return Http.booleanField(o, "include_usage", false);
     }
 
     /**
@@ -1040,6 +1062,7 @@ public final class Router implements AutoCloseable {
         ObjectNode m = out.putArray("data").addObject();
         m.put("id", modelName);
         m.put("object", "model");
+        m.put("created", started);
         m.put("owned_by", "kvferry");
         Http.sendJson(ex, 200, out);
     }

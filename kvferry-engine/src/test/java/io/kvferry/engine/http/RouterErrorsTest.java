@@ -66,7 +66,7 @@ class RouterErrorsTest {
             assertEquals(400, r.statusCode(), r.body());
             JsonNode e = JSON.readTree(r.body()).path("error");
             assertEquals("invalid_request_error", e.path("type").asText(), r.body());
-            assertEquals(400, e.path("code").asInt(), r.body());
+            assertTrue(e.path("code").isNull(), "code is a string or null, as OpenAI's clients read it: " + r.body());
             assertTrue(e.path("message").asText().contains("pages"), r.body());
             // A prompt that fits still runs.
             assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());

@@ -1,0 +1,272 @@
+package io.kvferry.engine.http;
+
+import com.openai.client.OpenAIClient;
+import com.openai.client.okhttp.OpenAIOkHttpClient;
+import com.openai.core.JsonValue;
+import com.openai.core.http.StreamResponse;
+import com.openai.errors.BadRequestException;
+import com.openai.errors.OpenAIServiceException;
+import com.openai.errors.RateLimitException;
+import com.openai.errors.UnauthorizedException;
+import com.openai.models.chat.completions.ChatCompletionStreamOptions;
+import com.openai.models.completions.Completion;
+import com.openai.models.completions.CompletionChoice;
+import com.openai.models.completions.CompletionCreateParams;
+import com.openai.models.completions.CompletionUsage;
+import com.openai.models.models.Model;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
+import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.EngineSpec;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The router as the official OpenAI Java client sees it ({@code com.openai:openai-java}, test scope): real
+ * engines behind a router with an API key, driven only through the client, with every answer validated
+ * against the client's own model of it ({@code validate()}: each field it requires present and of its type).
+ * "OpenAI-shaped" means this client parses it: a missing {@code created}, an error whose {@code code} is not a
+ * string, an SSE frame it cannot read, fail here.
+ */
+class OpenAiClientCompatTest {
+    private static final String TOKEN = "openai-compat-test-cluster-token";
+    private static final String KEY = "openai-compat-test-api-key";
+    private static final String PROMPT = "Once upon a time";
+
+    private static ModelFiles.Loaded model;
+    private static EngineStack stack;
+    private static Router router;
+    private static OpenAIClient client;
+
+    @BeforeAll
+    static void start() throws Exception {
+        model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        stack = EngineStack.open(spec, spec, TOKEN, TOKEN);
+        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "stories260K", "127.0.0.1", 0, new Router.Access(TOKEN, KEY), null);
+        client = client(router.port(), KEY);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (client != null) client.close();
+        if (router != null) router.close();
+        if (stack != null) stack.close();
+    }
+
+    /** The official client on the router's /v1, no retries (a test sees each answer as it came). */
+    static OpenAIClient client(int port, String apiKey) {
+        return OpenAIOkHttpClient.builder().baseUrl("http://127.0.0.1:" + port + "/v1").apiKey(apiKey).maxRetries(0)
+                .timeout(Duration.ofSeconds(60)).build();
+    }
+
+    private static CompletionCreateParams.Builder completion(String prompt, long maxTokens) {
+        return CompletionCreateParams.builder().model("stories260K").prompt(prompt).maxTokens(maxTokens).temperature(0.0).seed(7);
+    }
+
+    /** Concatenates a stream's text, validating every chunk as the client's model of a completion. */
+    private static String streamed(CompletionCreateParams params, List<Completion> chunks) {
+        StringBuilder text = new StringBuilder();
+        try (StreamResponse<Completion> s = client.completions().createStreaming(params)) {
+            s.stream().forEach(c -> {
+                chunks.add(c);
+                for (CompletionChoice choice : c.choices()) text.append(choice.text());
+            });
+        }
+        return text.toString();
+    }
+
+    @Test
+    @Timeout(60)
+    void modelsListParses() {
+        List<Model> models = client.models().list().data();
+        assertEquals(1, models.size(), models.toString());
+        Model m = models.getFirst().validate();
+        assertEquals("stories260K", m.id());
+        assertEquals("kvferry", m.ownedBy());
+        assertTrue(m.created() > 0, "created: " + m.created());
+    }
+
+    @Test
+    @Timeout(60)
+    void aCompletionAndItsStreamAgree() {
+        Completion c = client.completions().create(completion(PROMPT, 12).build()).validate();
+        assertTrue(c.id().startsWith("cmpl-"), c.id());
+        assertTrue(c.created() > 0);
+        assertEquals("stories260K", c.model());
+        assertEquals(1, c.choices().size());
+        CompletionChoice choice = c.choices().getFirst();
+        assertEquals(0, choice.index());
+        assertFalse(choice.text().isEmpty(), c.toString());
+        CompletionUsage usage = c.usage().orElseThrow();
+        assertTrue(usage.promptTokens() > 0, usage.toString());
+        assertTrue(usage.completionTokens() > 0 && usage.completionTokens() <= 12, usage.toString());
+        assertEquals(usage.promptTokens() + usage.completionTokens(), usage.totalTokens(), usage.toString());
+        assertEquals(usage.completionTokens() == 12 ? CompletionChoice.FinishReason.LENGTH : CompletionChoice.FinishReason.STOP,
+                choice.finishReason(), c.toString());
+
+        List<Completion> chunks = new ArrayList<>();
+        String text = streamed(completion(PROMPT, 12).build(), chunks);
+        assertEquals(choice.text(), text, "the same seed at temperature 0: the stream is the answer, chunk by chunk");
+        assertTrue(chunks.size() > 1, "streamed in pieces: " + chunks);
+        for (Completion chunk : chunks) {
+            assertEquals(c.model(), chunk.model());
+            assertTrue(chunk.id().startsWith("cmpl-"), chunk.id());
+            assertEquals(chunks.getFirst().id(), chunk.id(), "one id for the whole stream");
+        }
+        Completion last = chunks.getLast();
+        assertEquals(choice.finishReason(), last.choices().getFirst().finishReason(), last.toString());
+    }
+
+    /** stream_options.include_usage: one more chunk, its choices empty, carries the usage (OpenAI's shape). */
+    @Test
+    @Timeout(60)
+    void aStreamWithIncludeUsageEndsWithTheUsageChunk() {
+        Completion whole = client.completions().create(completion(PROMPT, 8).build());
+        List<Completion> chunks = new ArrayList<>();
+        String text = streamed(completion(PROMPT, 8).streamOptions(ChatCompletionStreamOptions.builder().includeUsage(true).build()).build(),
+                chunks);
+        assertEquals(whole.choices().getFirst().text(), text);
+        Completion last = chunks.getLast().validate();
+        assertTrue(last.choices().isEmpty(), "the usage chunk has no choices: " + last);
+        assertEquals(whole.usage().orElseThrow().completionTokens(), last.usage().orElseThrow().completionTokens(), last.toString());
+        assertEquals(whole.usage().orElseThrow().promptTokens(), last.usage().orElseThrow().promptTokens(), last.toString());
+        for (Completion chunk : chunks.subList(0, chunks.size() - 1)) {
+            assertTrue(chunk.usage().isEmpty(), "only the last chunk carries the usage: " + chunk);
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void stopAndMaxTokens() {
+        String free = client.completions().create(completion(PROMPT, 30).build()).choices().getFirst().text();
+        // A stop string taken from inside the free answer: the text ends just before it, finish_reason stop.
+        int at = free.indexOf(' ', free.length() / 2);
+        assertTrue(at > 0, free);
+        String stop = free.substring(at, Math.min(free.length(), at + 3));
+        Completion stopped = client.completions().create(completion(PROMPT, 30).stop(stop).build()).validate();
+        assertEquals(free.substring(0, free.indexOf(stop)), stopped.choices().getFirst().text());
+        assertEquals(CompletionChoice.FinishReason.STOP, stopped.choices().getFirst().finishReason());
+        List<Completion> chunks = new ArrayList<>();
+        assertEquals(stopped.choices().getFirst().text(), streamed(completion(PROMPT, 30).stopOfStrings(List.of(stop, "zzz")).build(), chunks));
+
+        Completion two = client.completions().create(completion(PROMPT, 2).build()).validate();
+        assertEquals(2, two.usage().orElseThrow().completionTokens());
+        assertEquals(CompletionChoice.FinishReason.LENGTH, two.choices().getFirst().finishReason());
+        assertTrue(free.startsWith(two.choices().getFirst().text()), free + " / " + two.choices().getFirst().text());
+    }
+
+    @Test
+    @Timeout(60)
+    void badRequestsAreTheClientsBadRequestException() {
+        BadRequestException negative = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, -1).build()));
+        assertError(negative, 400, "invalid_request_error", "max_tokens");
+        assertEquals("max_tokens", negative.param().orElse(null), "the field at fault, as OpenAI names it");
+        BadRequestException n = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4).n(2).build()));
+        assertError(n, 400, "invalid_request_error", "n must be 1");
+        BadRequestException unknown = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4)
+                .putAdditionalBodyProperty("top_k", JsonValue.from(5)).build()));
+        assertError(unknown, 400, "invalid_request_error", "top_k is not supported");
+    }
+
+    @Test
+    @Timeout(60)
+    void aWrongApiKeyIsTheClientsUnauthorizedException() {
+        OpenAIClient wrong = client(router.port(), "not-the-key");
+        try {
+            UnauthorizedException e = assertThrows(UnauthorizedException.class, () -> wrong.models().list());
+            assertError(e, 401, "authentication_error", "needs the router's API key");
+            assertThrows(UnauthorizedException.class, () -> wrong.completions().create(completion(PROMPT, 2).build()));
+        } finally {
+            wrong.close();
+        }
+    }
+
+    /** Over the admission limit (stub engines; the decode holds the one slot): the client's RateLimitException, readable. */
+    @Test
+    @Timeout(60)
+    void overTheAdmissionLimitIsTheClientsRateLimitException() throws Exception {
+        CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        HttpServer prefill = stub(ex -> {
+            ex.getRequestBody().readAllBytes();
+            answer(ex, "{}");
+        });
+        HttpServer decode = stub(ex -> {
+            ex.getRequestBody().readAllBytes();
+            entered.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            answer(ex, "data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n");
+        });
+        try (Router limited = new Router(List.of(url(prefill)), List.of(url(decode)), model.tokenizer(), model.weights().config.seqLen(),
+                "stories260K", "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(1, Duration.ZERO), null)) {
+            OpenAIClient limitedClient = client(limited.port(), "any");
+            CompletableFuture<Completion> first = CompletableFuture.supplyAsync(() -> limitedClient.completions().create(completion(PROMPT, 1).build()));
+            assertTrue(entered.await(30, TimeUnit.SECONDS), "the first request holds the slot");
+            RateLimitException e = assertThrows(RateLimitException.class, () -> limitedClient.completions().create(completion(PROMPT, 1).build()));
+            assertError(e, 429, "rate_limit_error", "--max-concurrent-requests");
+            assertEquals(List.of("1"), e.headers().values("Retry-After"));
+            release.countDown();
+            assertNotNull(first.get(30, TimeUnit.SECONDS).validate());
+            limitedClient.close();
+        } finally {
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /** A stub engine: healthy (a prefill's registry named), {@code generate} on /generate, 200 on /abort. */
+    private static HttpServer stub(HttpHandler generate) throws Exception {
+        HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        s.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        s.createContext("/health", ex -> answer(ex, "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}"));
+        s.createContext("/abort", ex -> answer(ex, "{}"));
+        s.createContext("/generate", generate);
+        s.start();
+        return s;
+    }
+
+    private static void answer(HttpExchange ex, String body) throws IOException {
+        byte[] b = body.getBytes(StandardCharsets.UTF_8);
+        ex.sendResponseHeaders(200, b.length);
+        ex.getResponseBody().write(b);
+        ex.close();
+    }
+
+    private static String url(HttpServer s) {
+        return "http://127.0.0.1:" + s.getAddress().getPort();
+    }
+
+    /** The client read the error body: its type, and a message holding {@code message}. */
+    static void assertError(OpenAIServiceException e, int status, String type, String message) {
+        assertEquals(status, e.statusCode(), e.toString());
+        assertEquals(type, e.type().orElse(null), e.toString());
+        assertTrue(e.code().isEmpty() || !e.code().get().isEmpty(), "the code reads as a string or null: " + e);
+        assertTrue(e.getMessage().contains(message), e.getMessage());
+    }
+}
