@@ -48,8 +48,9 @@ import java.util.function.Predicate;
 /**
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
  * assigns a random {@code bootstrap_room}, sends the request to both at once and returns the
- * decode's tokens as text. OpenAI-shaped {@code POST /v1/completions} (streamed or not, with
- * {@code stop}), {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; the serving
+ * decode's tokens as text. OpenAI-shaped {@code POST /v1/completions} and {@code POST /v1/chat/completions}
+ * (one path, {@link OpenAiShape}; streamed or not, with {@code stop}; a chat's prompt is {@link ChatPrompt}'s),
+ * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; the serving
  * routes take the router's API key when it has one ({@link Access}), and every request is counted ({@link RouterMeters}).
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
  * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
@@ -223,7 +224,7 @@ public final class Router implements AutoCloseable {
     /**
      * Who may call what. {@code backendToken}: the cluster token sent to the engines, whose /generate and /abort
      * require it (null: none). {@code apiKey}: the key clients send to the router's serving routes
-     * ({@code /v1/completions}, {@code /v1/models}, {@code /generate}) as {@code Authorization: Bearer KEY}, as
+     * ({@code /v1/completions}, {@code /v1/chat/completions}, {@code /v1/models}, {@code /generate}) as {@code Authorization: Bearer KEY}, as
      * OpenAI clients do (null: the router serves anyone, as SGLang's does by default); {@code /health} and
      * {@code /metrics} stay open. The two must differ: a client holding the key would otherwise hold the
      * engines' and the registry's token too.
@@ -312,7 +313,8 @@ public final class Router implements AutoCloseable {
             for (Backend b : this.decodes) checkHealth(b);
         }, probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
-        serving("/v1/completions", this::completions);
+        serving(OpenAiShape.COMPLETION.route, this::completions);
+        serving(OpenAiShape.CHAT.route, this::chatCompletions);
         serving("/v1/models", this::models);
         serving("/generate", this::generate);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
@@ -483,15 +485,21 @@ public final class Router implements AutoCloseable {
      * silently: the model would answer a prompt the client never sent.
      */
     static void refuseLoneSurrogate(String prompt) {
-        for (int i = 0; i < prompt.length(); i++) {
-            char c = prompt.charAt(i);
-            if (Character.isHighSurrogate(c) && i + 1 < prompt.length() && Character.isLowSurrogate(prompt.charAt(i + 1))) {
+        refuseLoneSurrogate(prompt, null);
+    }
+
+    /** As {@link #refuseLoneSurrogate(String)} for the request field {@code field} (null: the prompt); returns {@code text}. */
+    static String refuseLoneSurrogate(String text, String field) {
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < text.length() && Character.isLowSurrogate(text.charAt(i + 1))) {
                 i++;
             } else if (Character.isSurrogate(c)) {
-                throw new Http.BadRequest("the prompt holds an unpaired UTF-16 surrogate \\u" + String.format("%04x", (int) c)
-                        + " at character " + i + ": it is not a Unicode character and has no UTF-8 encoding");
+                throw new Http.BadRequest(field, (field == null ? "the prompt" : field) + " holds an unpaired UTF-16 surrogate \\u"
+                        + String.format("%04x", (int) c) + " at character " + i + ": it is not a Unicode character and has no UTF-8 encoding");
             }
         }
+        return text;
     }
 
     /** The body of an engine's /generate (the decode's gets bootstrap_addr and max_new_tokens added). */
@@ -809,52 +817,33 @@ public final class Router implements AutoCloseable {
         String prompt;
         if (promptNode != null && promptNode.isArray() && promptNode.size() == 1 && promptNode.get(0).isTextual()) prompt = promptNode.get(0).textValue();
         else prompt = Http.textField(req, "prompt");
-        refuseUnsupported(req);
-        Ask ask = new Ask(prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE), Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")));
-        boolean stream = Http.booleanField(req, "stream", false);
-        boolean usageChunk = includeUsage(req) && stream;
-        String id = "cmpl-" + Long.toHexString(ThreadLocalRandom.current().nextLong());
-        long created = System.currentTimeMillis() / 1000;
-        OutputStream[] events = new OutputStream[1];
-        int[] streamed = {0}; // characters of the text already sent in chunks
-        try {
-            Outcome o = run(ask, (RequestRecord) ex.getAttribute(RECORD), (tok, text) -> {
-                if (!stream) return;
-                if (events[0] == null) events[0] = Http.startEvents(ex);
-                streamed[0] += text.length();
-                Http.event(events[0], Http.JSON.writeValueAsString(chunk(id, created, text, null)));
-            });
-            // A stream's last chunk carries what was held back (a possible stop string's start, an incomplete character).
-            ObjectNode fin = chunk(id, created, stream ? o.text().substring(streamed[0]) : o.text(), o.finishReason());
-            ObjectNode usage = Http.JSON.createObjectNode();
-            usage.put("prompt_tokens", o.promptTokens());
-            usage.put("completion_tokens", o.tokens().length);
-            usage.put("total_tokens", o.promptTokens() + o.tokens().length);
-            if (!usageChunk) fin.set("usage", usage);
-            fin.set("kvferry", extension(o));
-            if (stream) {
-                if (events[0] == null) events[0] = Http.startEvents(ex);
-                Http.event(events[0], Http.JSON.writeValueAsString(fin));
-                if (usageChunk) { // OpenAI's usage chunk: one more, its choices empty
-                    ObjectNode last = Http.JSON.createObjectNode();
-                    last.put("id", id);
-                    last.put("object", "text_completion");
-                    last.put("created", created);
-                    last.put("model", modelName);
-                    last.putArray("choices");
-                    last.set("usage", usage);
-                    Http.event(events[0], Http.JSON.writeValueAsString(last));
-                }
-                Http.event(events[0], "[DONE]");
-                events[0].close();
-            } else {
-                fin.put("object", "text_completion");
-                Http.sendJson(ex, 200, fin);
-            }
-        } catch (Failure f) {
-            fail(ex, events[0], f);
+        refuseUnsupported(req, OpenAiShape.COMPLETION);
+        answer(ex, req, OpenAiShape.COMPLETION, ask(req, prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE)));
+    }
+
+    /**
+     * OpenAI's chat: the messages' contents as the prompt ({@link ChatPrompt}: the model has no chat template), then
+     * the completion's path. {@code max_completion_tokens} or the older {@code max_tokens} (not both at different
+     * values); without either the answer may run to the end of the context, as OpenAI's does.
+     */
+    private void chatCompletions(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        JsonNode req = Http.readJson(ex);
+        String prompt = ChatPrompt.of(req.get("messages"));
+        refuseUnsupported(req, OpenAiShape.CHAT);
+        int maxTokens = Http.intField(req, "max_completion_tokens", Integer.MAX_VALUE, 1, Integer.MAX_VALUE);
+        int older = Http.intField(req, "max_tokens", maxTokens, 1, Integer.MAX_VALUE);
+        if (req.hasNonNull("max_completion_tokens") && req.hasNonNull("max_tokens") && older != maxTokens) {
+            throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
+                    + ") differ; send max_completion_tokens alone");
         }
+        answer(ex, req, OpenAiShape.CHAT, ask(req, prompt, older));
+    }
+
+    /** The sampling and stop parameters both OpenAI routes share, with the route's prompt and token limit. */
+    private static Ask ask(JsonNode req, String prompt, int maxTokens) {
+        return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
+                Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")));
     }
 
     /** Whether a stream's request asks for the usage chunk ({@code stream_options.include_usage}). */
@@ -863,6 +852,63 @@ public final class Router implements AutoCloseable {
         if (o == null || o.isNull()) return false;
         if (!o.isObject()) throw new Http.BadRequest("stream_options", "stream_options must be an object, got " + o);
         return Http.booleanField(o, "include_usage", false);
+    }
+
+    /**
+     * Runs an OpenAI route's request and answers it in the route's {@link OpenAiShape}: one answer, or a stream of
+     * chunks (a chat's first names the role), its last with the finish reason, the held-back text and kvferry's
+     * extension, then, with {@code stream_options.include_usage}, OpenAI's usage chunk (no choices), then [DONE].
+     * Without it the last chunk carries the usage (kvferry's, kept for clients that read it there).
+     */
+    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, Ask ask) throws Exception {
+        boolean stream = Http.booleanField(req, "stream", false);
+        boolean usageChunk = includeUsage(req) && stream;
+        String id = shape.idPrefix + Long.toHexString(ThreadLocalRandom.current().nextLong());
+        long created = System.currentTimeMillis() / 1000;
+        OutputStream[] events = new OutputStream[1];
+        int[] streamed = {0}; // characters of the text already sent in chunks
+        try {
+            Outcome o = run(ask, (RequestRecord) ex.getAttribute(RECORD), (tok, text) -> {
+                if (!stream) return;
+                if (events[0] == null) events[0] = startStream(ex, shape, id, created);
+                streamed[0] += text.length();
+                Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false)));
+            });
+            ObjectNode usage = Http.JSON.createObjectNode();
+            usage.put("prompt_tokens", o.promptTokens());
+            usage.put("completion_tokens", o.tokens().length);
+            usage.put("total_tokens", o.promptTokens() + o.tokens().length);
+            if (!stream) {
+                ObjectNode whole = shape.answer(id, created, modelName, o.text(), o.finishReason(), false, false);
+                whole.set("usage", usage);
+                whole.set("kvferry", extension(o));
+                Http.sendJson(ex, 200, whole);
+                return;
+            }
+            if (events[0] == null) events[0] = startStream(ex, shape, id, created);
+            // The last chunk carries what was held back (a possible stop string's start, an incomplete character).
+            ObjectNode fin = shape.answer(id, created, modelName, o.text().substring(streamed[0]), o.finishReason(), true, false);
+            if (!usageChunk) fin.set("usage", usage);
+            fin.set("kvferry", extension(o));
+            Http.event(events[0], Http.JSON.writeValueAsString(fin));
+            if (usageChunk) {
+                ObjectNode last = shape.head(id, created, modelName, true);
+                last.putArray("choices");
+                last.set("usage", usage);
+                Http.event(events[0], Http.JSON.writeValueAsString(last));
+            }
+            Http.event(events[0], "[DONE]");
+            events[0].close();
+        } catch (Failure f) {
+            fail(ex, events[0], f);
+        }
+    }
+
+    /** Begins a stream's response; a chat's first chunk names the role (OpenAI's, with empty content). */
+    private OutputStream startStream(HttpExchange ex, OpenAiShape shape, String id, long created) throws IOException {
+        OutputStream events = Http.startEvents(ex);
+        if (shape == OpenAiShape.CHAT) Http.event(events, Http.JSON.writeValueAsString(shape.answer(id, created, modelName, "", null, true, true)));
+        return events;
     }
 
     /**
@@ -880,21 +926,6 @@ public final class Router implements AutoCloseable {
         Http.event(events, Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
         Http.event(events, "[DONE]");
         events.close();
-    }
-
-    private ObjectNode chunk(String id, long created, String text, String finish) {
-        ObjectNode c = Http.JSON.createObjectNode();
-        c.put("id", id);
-        c.put("object", "text_completion");
-        c.put("created", created);
-        c.put("model", modelName);
-        ObjectNode choice = c.putArray("choices").addObject();
-        choice.put("index", 0);
-        choice.put("text", text);
-        choice.putNull("logprobs");
-        if (finish == null) choice.putNull("finish_reason");
-        else choice.put("finish_reason", finish);
-        return c;
     }
 
     /** kvferry's extension of the final answer: the token ids, the room, and where the time went. */
@@ -953,12 +984,32 @@ public final class Router implements AutoCloseable {
             Map.entry("json_schema", new NoOp("null", v -> false)),
             Map.entry("ebnf", new NoOp("null", v -> false)));
 
+    /**
+     * The parameters a request sets that the engine does not implement, each with why: a 400 names them all at once
+     * ({@code param}: the first), rather than a client fixing them one round trip at a time.
+     */
+    static final class Refusals {
+        private final List<String> params = new ArrayList<>(), reasons = new ArrayList<>();
+
+        void add(String param, String reason) {
+            params.add(param);
+            reasons.add(reason);
+        }
+
+        /** A 400 naming them all, if any; {@code within}: the object they are keys of ({@code sampling_params}), or null for the body. */
+        void throwIfAny(String within) {
+            if (reasons.isEmpty()) return;
+            String all = String.join("; ", reasons);
+            throw within == null ? new Http.BadRequest(params.getFirst(), all) : new Http.BadRequest(within + "." + params.getFirst(), within + ": " + all);
+        }
+    }
+
     /** Refuses {@code key} unless the request leaves it out, sends null or its no-op value. */
-    private static void refuseUnlessNoOp(JsonNode in, String key, List<String> refused) {
+    private static void refuseUnlessNoOp(JsonNode in, String key, Refusals refused) {
         JsonNode v = in.get(key);
         NoOp noOp = NO_OPS.get(key);
         if (v != null && !v.isNull() && !noOp.is().test(v)) {
-            refused.add(key + " is not supported (must be " + noOp.value() + (noOp.value().equals("null") ? "" : ", null") + " or absent), got " + v);
+            refused.add(key, key + " is not supported (must be " + noOp.value() + (noOp.value().equals("null") ? "" : ", null") + " or absent), got " + v);
         }
     }
 
@@ -966,31 +1017,37 @@ public final class Router implements AutoCloseable {
      * OpenAI parameters that would change the answer and that this engine does not implement: a 400
      * naming every such parameter the request sets, rather than an answer that silently differs from
      * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
-     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted.
+     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. Both OpenAI routes check the
+     * penalties, {@code logit_bias}, vLLM's extensions and {@code n}; then each its own ({@link ChatPrompt#refuseUnsupported}).
      */
-    private static void refuseUnsupported(JsonNode req) {
-        List<String> refused = new ArrayList<>();
-        // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on this route.
+    private static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
+        Refusals refused = new Refusals();
+        // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on these routes.
         for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "top_k", "min_p", "repetition_penalty")) {
             refuseUnlessNoOp(req, key, refused);
         }
-        for (String one : new String[]{"n", "best_of"}) {
+        for (String one : shape == OpenAiShape.CHAT ? new String[]{"n"} : new String[]{"n", "best_of"}) {
             JsonNode v = req.get(one);
             if (v != null && !v.isNull() && !(v.isIntegralNumber() && v.canConvertToInt() && v.intValue() == 1)) {
-                refused.add(one + " must be 1 (one completion per request is supported), got " + v);
+                refused.add(one, one + " must be 1 (one completion per request is supported), got " + v);
             }
         }
+        if (shape == OpenAiShape.CHAT) {
+            ChatPrompt.refuseUnsupported(req, refused);
+            refused.throwIfAny(null);
+            return;
+        }
         JsonNode logprobs = req.get("logprobs");
-        if (logprobs != null && !logprobs.isNull()) refused.add("logprobs is not supported (must be null or absent), got " + logprobs);
+        if (logprobs != null && !logprobs.isNull()) refused.add("logprobs", "logprobs is not supported (must be null or absent), got " + logprobs);
         JsonNode echo = req.get("echo");
         if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
-            refused.add("echo is not supported (must be false or absent), got " + echo);
+            refused.add("echo", "echo is not supported (must be false or absent), got " + echo);
         }
         JsonNode suffix = req.get("suffix");
         if (suffix != null && !suffix.isNull() && !(suffix.isTextual() && suffix.textValue().isEmpty())) {
-            refused.add("suffix is not supported (must be null or absent), got " + suffix);
+            refused.add("suffix", "suffix is not supported (must be null or absent), got " + suffix);
         }
-        if (!refused.isEmpty()) throw new Http.BadRequest(String.join("; ", refused));
+        refused.throwIfAny(null);
     }
 
     /**
@@ -999,14 +1056,14 @@ public final class Router implements AutoCloseable {
      * it is null or its no-op value; an unknown key is refused as well, since it may mean anything.
      */
     private static void refuseUnsupportedSampling(JsonNode sp) {
-        List<String> refused = new ArrayList<>();
+        Refusals refused = new Refusals();
         for (Map.Entry<String, JsonNode> e : sp.properties()) {
             String key = e.getKey();
             if (GENERATE_SAMPLING_PARAMS.contains(key) || e.getValue().isNull()) continue;
             if (NO_OPS.containsKey(key)) refuseUnlessNoOp(sp, key, refused);
-            else refused.add(key + " is not supported (this engine implements " + String.join(", ", GENERATE_SAMPLING_PARAMS) + ")");
+            else refused.add(key, key + " is not supported (this engine implements " + String.join(", ", GENERATE_SAMPLING_PARAMS) + ")");
         }
-        if (!refused.isEmpty()) throw new Http.BadRequest("sampling_params: " + String.join("; ", refused));
+        refused.throwIfAny("sampling_params");
     }
 
     /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "seed", "stop"}, "stream"}. */

@@ -8,7 +8,13 @@ import com.openai.errors.BadRequestException;
 import com.openai.errors.OpenAIServiceException;
 import com.openai.errors.RateLimitException;
 import com.openai.errors.UnauthorizedException;
+import com.openai.models.chat.completions.ChatCompletion;
+import com.openai.models.chat.completions.ChatCompletionChunk;
+import com.openai.models.chat.completions.ChatCompletionContentPart;
+import com.openai.models.chat.completions.ChatCompletionContentPartImage;
+import com.openai.models.chat.completions.ChatCompletionCreateParams;
 import com.openai.models.chat.completions.ChatCompletionStreamOptions;
+import com.openai.models.chat.completions.ChatCompletionToolMessageParam;
 import com.openai.models.completions.Completion;
 import com.openai.models.completions.CompletionChoice;
 import com.openai.models.completions.CompletionCreateParams;
@@ -30,6 +36,8 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
@@ -175,6 +183,98 @@ class OpenAiClientCompatTest {
         assertEquals(2, two.usage().orElseThrow().completionTokens());
         assertEquals(CompletionChoice.FinishReason.LENGTH, two.choices().getFirst().finishReason());
         assertTrue(free.startsWith(two.choices().getFirst().text()), free + " / " + two.choices().getFirst().text());
+    }
+
+    private static ChatCompletionCreateParams.Builder chat(long maxTokens) {
+        return ChatCompletionCreateParams.builder().model("stories260K").addSystemMessage("Tom had a red ball.").addUserMessage(PROMPT)
+                .maxCompletionTokens(maxTokens).temperature(0.0).seed(7);
+    }
+
+    /**
+     * A chat is the completion of its template's prompt (the contents, one per line: {@link ChatPrompt}) in the
+     * chat's shape; its stream names the role first, then the content, which adds up to the answer.
+     */
+    @Test
+    @Timeout(60)
+    void aChatAndItsStreamAreTheCompletionOfTheTemplatedPrompt() {
+        ChatCompletion c = client.chat().completions().create(chat(12).build()).validate();
+        assertTrue(c.id().startsWith("chatcmpl-"), c.id());
+        assertTrue(c.created() > 0);
+        assertEquals("stories260K", c.model());
+        ChatCompletion.Choice choice = c.choices().getFirst();
+        String text = choice.message().content().orElseThrow();
+        assertFalse(text.isEmpty(), c.toString());
+        CompletionUsage usage = c.usage().orElseThrow();
+        assertEquals(usage.promptTokens() + usage.completionTokens(), usage.totalTokens(), usage.toString());
+        assertEquals(usage.completionTokens() == 12 ? ChatCompletion.Choice.FinishReason.LENGTH : ChatCompletion.Choice.FinishReason.STOP,
+                choice.finishReason(), c.toString());
+        Completion same = client.completions().create(completion("Tom had a red ball." + ChatPrompt.SEPARATOR + PROMPT, 12).build());
+        assertEquals(same.choices().getFirst().text(), text, "the chat's prompt is its template's");
+        assertEquals(same.usage().orElseThrow().promptTokens(), usage.promptTokens());
+
+        List<ChatCompletionChunk> chunks = new ArrayList<>();
+        StringBuilder streamed = new StringBuilder();
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(chat(12)
+                .streamOptions(ChatCompletionStreamOptions.builder().includeUsage(true).build()).build())) {
+            s.stream().forEach(chunk -> {
+                chunks.add(chunk.validate());
+                for (ChatCompletionChunk.Choice ch : chunk.choices()) streamed.append(ch.delta().content().orElse(""));
+            });
+        }
+        assertEquals(text, streamed.toString());
+        ChatCompletionChunk.Choice.Delta first = chunks.getFirst().choices().getFirst().delta();
+        assertEquals(ChatCompletionChunk.Choice.Delta.Role.ASSISTANT, first.role().orElseThrow(), "the first chunk names the role");
+        assertEquals("", first.content().orElseThrow());
+        for (ChatCompletionChunk chunk : chunks.subList(1, chunks.size())) {
+            assertEquals(chunks.getFirst().id(), chunk.id(), "one id for the whole stream");
+            for (ChatCompletionChunk.Choice ch : chunk.choices()) assertTrue(ch.delta().role().isEmpty(), "the role only first: " + chunk);
+        }
+        ChatCompletionChunk last = chunks.getLast();
+        assertTrue(last.choices().isEmpty(), last.toString());
+        assertEquals(usage.completionTokens(), last.usage().orElseThrow().completionTokens());
+        ChatCompletionChunk fin = chunks.get(chunks.size() - 2);
+        assertEquals(choice.finishReason().asString(), fin.choices().getFirst().finishReason().orElseThrow().asString());
+    }
+
+    @Test
+    @Timeout(60)
+    void aChatsTokenLimitAndStop() {
+        ChatCompletion three = client.chat().completions().create(chat(3).build()).validate();
+        assertEquals(3, three.usage().orElseThrow().completionTokens());
+        assertEquals(ChatCompletion.Choice.FinishReason.LENGTH, three.choices().getFirst().finishReason());
+        ChatCompletion older = client.chat().completions().create(chat(3).maxCompletionTokens(Optional.empty()).maxTokens(3).build());
+        assertEquals(three.choices().getFirst().message().content(), older.choices().getFirst().message().content(), "max_tokens, the older name");
+
+        String free = client.chat().completions().create(chat(30).build()).choices().getFirst().message().content().orElseThrow();
+        int at = free.indexOf(' ', free.length() / 2);
+        assertTrue(at > 0, free);
+        String stop = free.substring(at, Math.min(free.length(), at + 3));
+        ChatCompletion stopped = client.chat().completions().create(chat(30).stop(stop).build()).validate();
+        assertEquals(free.substring(0, free.indexOf(stop)), stopped.choices().getFirst().message().content().orElseThrow());
+        assertEquals(ChatCompletion.Choice.FinishReason.STOP, stopped.choices().getFirst().finishReason());
+    }
+
+    @Test
+    @Timeout(60)
+    void whatAChatCannotDoIsTheClientsBadRequestExceptionNamingTheField() {
+        BadRequestException n = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4).n(2).build()));
+        assertError(n, 400, "invalid_request_error", "n must be 1");
+        assertEquals("n", n.param().orElse(null));
+        BadRequestException tools = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
+                .putAdditionalBodyProperty("tools", JsonValue.from(List.of(Map.of("type", "function", "function", Map.of("name", "f"))))).build()));
+        assertError(tools, 400, "invalid_request_error", "tools is not supported");
+        assertEquals("tools", tools.param().orElse(null));
+        BadRequestException tool = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
+                .addMessage(ChatCompletionToolMessageParam.builder().toolCallId("call-1").content("42").build()).build()));
+        assertError(tool, 400, "invalid_request_error", "messages[2].role must be one of system, developer, user, assistant");
+        assertEquals("messages[2].role", tool.param().orElse(null));
+        BadRequestException image = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
+                .addUserMessageOfArrayOfContentParts(List.of(ChatCompletionContentPart.ofImageUrl(ChatCompletionContentPartImage.builder()
+                        .imageUrl(ChatCompletionContentPartImage.ImageUrl.builder().url("https://example.com/a.png").build()).build()))).build()));
+        assertError(image, 400, "invalid_request_error", "messages[2].content[0] must be a text part");
+        BadRequestException logprobs = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4).logprobs(true)
+                .build()));
+        assertError(logprobs, 400, "invalid_request_error", "logprobs is not supported");
     }
 
     @Test

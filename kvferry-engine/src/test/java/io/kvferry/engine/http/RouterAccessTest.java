@@ -38,6 +38,7 @@ class RouterAccessTest {
     private static final String TOKEN = "router-access-test-cluster-token";
     private static final String KEY = "router-access-test-api-key";
     private static final ObjectMapper JSON = new ObjectMapper();
+    private static final String CHAT = "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":3,\"temperature\":0}";
 
     private static ModelFiles.Loaded model;
     private static EngineStack stack;
@@ -83,6 +84,7 @@ class RouterAccessTest {
                 assertRefused(send(port, "POST", "/v1/completions", completion, authorization));
                 assertRefused(send(port, "POST", "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}", authorization));
                 assertRefused(send(port, "GET", "/v1/models", null, authorization));
+                assertRefused(send(port, "POST", "/v1/chat/completions", CHAT, authorization));
             }
             assertEquals(0, stack.prefill.inFlight(), "a refused request reached no engine");
             assertEquals(0, stack.decode.inFlight());
@@ -99,7 +101,11 @@ class RouterAccessTest {
             assertEquals(4, requests(meters, "/v1/completions", 401));
             assertEquals(4, requests(meters, "/generate", 401));
             assertEquals(4, requests(meters, "/v1/models", 401));
+            assertEquals(4, requests(meters, "/v1/chat/completions", 401));
             assertEquals(1, requests(meters, "/v1/completions", 200));
+            HttpResponse<String> chat = send(port, "POST", "/v1/chat/completions", CHAT, "Bearer " + KEY);
+            assertEquals(200, chat.statusCode(), chat.body());
+            assertEquals(1, requests(meters, "/v1/chat/completions", 200));
         }
     }
 
@@ -129,17 +135,27 @@ class RouterAccessTest {
             HttpResponse<String> wrongMethod = send(port, "GET", "/generate", null, null);
             assertEquals(405, wrongMethod.statusCode(), wrongMethod.body());
 
+            HttpResponse<String> chat = send(port, "POST", "/v1/chat/completions", CHAT, null);
+            assertEquals(200, chat.statusCode(), chat.body());
+            JsonNode chatUsage = JSON.readTree(chat.body()).path("usage");
+            HttpResponse<String> badChat = send(port, "POST", "/v1/chat/completions", "{\"messages\":[],\"max_tokens\":3}", null);
+            assertEquals(400, badChat.statusCode(), badChat.body());
+
             assertEquals(1, requests(meters, "/v1/completions", 200));
             assertEquals(1, requests(meters, "/v1/completions", 400));
+            assertEquals(1, requests(meters, "/v1/chat/completions", 200), "a chat is counted under its own route");
+            assertEquals(1, requests(meters, "/v1/chat/completions", 400));
             assertEquals(1, requests(meters, "/generate", 405));
             Timer ttft = meters.find(RouterMeters.TTFT).timer();
             Timer e2e = meters.find(RouterMeters.E2E).timer();
             assertNotNull(ttft);
-            assertEquals(1, ttft.count(), "only the request that produced a token has a TTFT");
-            assertEquals(1, e2e.count());
+            assertEquals(2, ttft.count(), "only the requests that produced a token have a TTFT (the completion and the chat)");
+            assertEquals(2, e2e.count());
             assertTrue(ttft.totalTime(TimeUnit.NANOSECONDS) <= e2e.totalTime(TimeUnit.NANOSECONDS));
-            assertEquals(usage.path("prompt_tokens").asDouble(), meters.find(RouterMeters.PROMPT_TOKENS).counter().count());
-            assertEquals(usage.path("completion_tokens").asDouble(), meters.find(RouterMeters.GENERATION_TOKENS).counter().count());
+            assertEquals(usage.path("prompt_tokens").asDouble() + chatUsage.path("prompt_tokens").asDouble(),
+                    meters.find(RouterMeters.PROMPT_TOKENS).counter().count());
+            assertEquals(usage.path("completion_tokens").asDouble() + chatUsage.path("completion_tokens").asDouble(),
+                    meters.find(RouterMeters.GENERATION_TOKENS).counter().count());
 
             // A client that goes away while its stream is being written: counted as 499, not as served.
             try (Socket s = new Socket("127.0.0.1", port)) {

@@ -280,6 +280,75 @@ class ServeTest {
     }
 
     /**
+     * /v1/chat/completions refuses, with a 400 whose {@code param} names the field, what it cannot do: more than one
+     * choice, tools and function calling, log probabilities, structured output, messages that are missing, empty,
+     * of a role outside system/developer/user/assistant, or of content that is not text; and what /v1/completions
+     * refuses of the sampling parameters. Its no-op values pass.
+     */
+    @Test
+    @Timeout(60)
+    void chatBadRequestsGetA400NamingTheField() throws Exception {
+        String msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}]";
+        String[][] cases = {
+                {"{\"max_tokens\":4}", "messages", "messages must be an array"},
+                {"{\"messages\":[]}", "messages", "at least one message"},
+                {"{\"messages\":\"hi\"}", "messages", "messages must be an array"},
+                {"{\"messages\":[\"hi\"]}", "messages[0]", "messages[0] must be an object"},
+                {"{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role", "messages[0].role must be one of"},
+                {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"b\",\"tool_call_id\":\"c\"}]}",
+                        "messages[1].role", "(tools are not supported), got \"tool\""},
+                {"{\"messages\":[{\"role\":\"function\",\"content\":\"b\",\"name\":\"f\"}]}", "messages[0].role", "got \"function\""},
+                {"{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content", "must be a string or an array of text parts, got null"},
+                {"{\"messages\":[{\"role\":\"user\",\"content\":null}]}", "messages[0].content", "got null"},
+                {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content", "got 5"},
+                {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x/a.png\"}}]}]}",
+                        "messages[0].content[0].type", "must be a text part"},
+                {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":7}]}]}", "messages[0].content[0].text", "must be a string"},
+                {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\"}]}]}", "messages[0].tool_calls",
+                        "not supported"},
+                {"{\"messages\":[{\"role\":\"user\",\"content\":\"Once\\ud800\"}]}", "messages[0].content", "unpaired UTF-16 surrogate"},
+                {"{" + msgs + ",\"n\":2}", "n", "n must be 1"},
+                {"{" + msgs + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools", "tools is not supported"},
+                {"{" + msgs + ",\"tool_choice\":\"auto\"}", "tool_choice", "tool_choice is not supported"},
+                {"{" + msgs + ",\"functions\":[{\"name\":\"f\"}]}", "functions", "functions is not supported"},
+                {"{" + msgs + ",\"function_call\":\"auto\"}", "function_call", "function_call is not supported"},
+                {"{" + msgs + ",\"logprobs\":true}", "logprobs", "logprobs is not supported"},
+                {"{" + msgs + ",\"top_logprobs\":2}", "top_logprobs", "top_logprobs is not supported"},
+                {"{" + msgs + ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "response_format is not supported"},
+                {"{" + msgs + ",\"presence_penalty\":1}", "presence_penalty", "presence_penalty is not supported"},
+                {"{" + msgs + ",\"max_completion_tokens\":0}", "max_completion_tokens", "max_completion_tokens must be in [1, "},
+                {"{" + msgs + ",\"max_tokens\":-1}", "max_tokens", "max_tokens must be in [1, "},
+                {"{" + msgs + ",\"max_tokens\":4,\"max_completion_tokens\":5}", "max_tokens", "differ"},
+                {"{" + msgs + ",\"temperature\":-1}", null, "temperature"},
+                {"{" + msgs + ",\"stop\":[\"\"]}", null, "stop"},
+                {"{" + msgs + ",\"stream_options\":3}", "stream_options", "stream_options must be an object"},
+                // Every unsupported parameter at once, each named; param names the first.
+                {"{" + msgs + ",\"n\":3,\"tools\":[{}],\"logprobs\":true}", "n",
+                        "n must be 1 (one completion per request is supported), got 3; logprobs is not supported (must be false, null or absent), "
+                                + "got true; tools is not supported"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = post("/v1/chat/completions", c[0]);
+            assertEquals(400, r.statusCode(), c[0] + " -> " + r.body());
+            JsonNode error = JSON.readTree(r.body()).path("error");
+            assertEquals("invalid_request_error", error.path("type").asText(), r.body());
+            assertTrue(error.path("message").asText().contains(c[2]), c[0] + " -> " + r.body());
+            if (c[1] != null) assertEquals(c[1], error.path("param").asText(null), c[0] + " -> " + r.body());
+            assertTrue(error.path("code").isNull(), "code is a string or null, as OpenAI's clients read it: " + r.body());
+        }
+        HttpResponse<String> ok = post("/v1/chat/completions", "{" + msgs + ",\"max_tokens\":3,\"n\":1,\"tools\":[],\"tool_choice\":\"none\","
+                + "\"logprobs\":false,\"top_logprobs\":0,\"response_format\":{\"type\":\"text\"},\"modalities\":[\"text\"],\"user\":\"u\"}");
+        assertEquals(200, ok.statusCode(), "the no-op values pass: " + ok.body());
+        JsonNode answer = JSON.readTree(ok.body());
+        assertEquals("chat.completion", answer.path("object").asText(), ok.body());
+        assertEquals("assistant", answer.path("choices").path(0).path("message").path("role").asText(), ok.body());
+        HttpResponse<String> get = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/chat/completions")).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertEquals(405, get.statusCode());
+        awaitPagesReturned(); // refused requests hold nothing
+    }
+
+    /**
      * The no-op values of the parameters the engine does not implement are accepted, as are fields that
      * change nothing here (model, user, stream_options): the answer is the one without them.
      */
@@ -335,7 +404,7 @@ class ServeTest {
     @Test
     @Timeout(60)
     void unknownPathsGetAJson404() throws Exception {
-        for (String path : new String[]{"/v1/chat/completions", "/v1/completionsXYZ", "/generate/x", "/"}) {
+        for (String path : new String[]{"/v1/embeddings", "/v1/chat/completions/x", "/v1/completionsXYZ", "/generate/x", "/"}) {
             HttpResponse<String> r = post(path, "{\"prompt\":\"Once upon a time\",\"max_tokens\":2}");
             assertEquals(404, r.statusCode(), path + " -> " + r.body());
             assertTrue(JSON.readTree(r.body()).path("error").path("message").asText().contains(path), path + " -> " + r.body());
