@@ -7,6 +7,7 @@ import com.openai.core.http.StreamResponse;
 import com.openai.errors.BadRequestException;
 import com.openai.errors.OpenAIServiceException;
 import com.openai.errors.RateLimitException;
+import com.openai.errors.SseException;
 import com.openai.errors.UnauthorizedException;
 import com.openai.models.chat.completions.ChatCompletion;
 import com.openai.models.chat.completions.ChatCompletionChunk;
@@ -335,6 +336,50 @@ class OpenAiClientCompatTest {
             limitedClient.close();
         } finally {
             release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /**
+     * A stream that fails after its 200 (the decode's error event after one token): the client's stream throws
+     * SseException with the router's error (type and message), on both OpenAI routes, rather than ending as if done.
+     */
+    @Test
+    @Timeout(60)
+    void aStreamThatFailsMidWayIsTheClientsSseException() throws Exception {
+        HttpServer prefill = stub(ex -> {
+            ex.getRequestBody().readAllBytes();
+            answer(ex, "{}");
+        });
+        HttpServer decode = stub(ex -> {
+            ex.getRequestBody().readAllBytes();
+            answer(ex, "data: {\"token\":300}\n\ndata: {\"error\":{\"type\":\"kv_transfer_error\",\"kind\":\"peer_lost\","
+                    + "\"message\":\"the decode lost its prefill\"}}\n\n");
+        });
+        try (Router failing = new Router(List.of(url(prefill)), List.of(url(decode)), model.tokenizer(), model.weights().config.seqLen(),
+                "stories260K", "127.0.0.1", 0)) {
+            OpenAIClient c = client(failing.port(), "any");
+            try {
+                List<String> texts = new ArrayList<>();
+                SseException e = assertThrows(SseException.class, () -> {
+                    try (StreamResponse<Completion> s = c.completions().createStreaming(completion(PROMPT, 4).build())) {
+                        s.stream().forEach(chunk -> texts.add(chunk.choices().getFirst().text()));
+                    }
+                });
+                assertFalse(texts.isEmpty(), "the text before the failure arrived");
+                assertTrue(e.body().toString().contains("the decode lost its prefill"), e.body().toString());
+                assertTrue(e.body().toString().contains("kv_transfer_error"), e.body().toString());
+                SseException chat = assertThrows(SseException.class, () -> {
+                    try (StreamResponse<ChatCompletionChunk> s = c.chat().completions().createStreaming(chat(4).build())) {
+                        s.stream().forEach(chunk -> { });
+                    }
+                });
+                assertTrue(chat.body().toString().contains("the decode lost its prefill"), chat.body().toString());
+            } finally {
+                c.close();
+            }
+        } finally {
             decode.stop(0);
             prefill.stop(0);
         }
