@@ -326,7 +326,9 @@ class OpenAiClientCompatTest {
         try (Router limited = new Router(List.of(url(prefill)), List.of(url(decode)), model.tokenizer(), model.weights().config.seqLen(),
                 "stories260K", "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(1, Duration.ZERO), null)) {
             OpenAIClient limitedClient = client(limited.port(), "any");
-            CompletableFuture<Completion> first = CompletableFuture.supplyAsync(() -> limitedClient.completions().create(completion(PROMPT, 1).build()));
+            // Not on the common pool: with one thread (two cores) a call blocked there stalls the JDK HttpClient's own completions.
+            CompletableFuture<Completion> first = CompletableFuture.supplyAsync(() -> limitedClient.completions().create(completion(PROMPT, 1).build()),
+                    Executors.newVirtualThreadPerTaskExecutor());
             assertTrue(entered.await(30, TimeUnit.SECONDS), "the first request holds the slot");
             RateLimitException e = assertThrows(RateLimitException.class, () -> limitedClient.completions().create(completion(PROMPT, 1).build()));
             assertError(e, 429, "rate_limit_error", "--max-concurrent-requests");
