@@ -110,14 +110,17 @@ final class Http {
     /**
      * Runs a route's handler: a bad request is a 400 naming it, anything else a 500 with its message; the
      * exchange is closed. The path must equal the route's exactly (the JDK matches by prefix, which would
-     * let {@code /v1/completionsXYZ} run a completion): anything else is a 404.
+     * let {@code /v1/completionsXYZ} run a completion): anything else is a 404. A route that ends in
+     * {@code /} ({@code /v1/models/}) is the parent of its paths: it takes those longer than it, and its handler reads the rest.
      */
     static void handle(HttpExchange ex, Handler h) {
         try (ex) {
             try {
                 // A request without a body is read once its headers are: its response may take as long as it needs.
                 if (!hasBody(ex)) ExchangeGate.requestRead();
-                if (!ex.getRequestURI().getPath().equals(ex.getHttpContext().getPath()) && !"/".equals(ex.getHttpContext().getPath())) {
+                String path = ex.getRequestURI().getPath(), route = ex.getHttpContext().getPath();
+                boolean child = route.endsWith("/") && path.startsWith(route) && path.length() > route.length();
+                if (!path.equals(route) && !child && !"/".equals(route)) {
                     notFound(ex);
                     return;
                 }

@@ -316,6 +316,7 @@ public final class Router implements AutoCloseable {
         serving(OpenAiShape.COMPLETION.route, this::completions);
         serving(OpenAiShape.CHAT.route, this::chatCompletions);
         serving("/v1/models", this::models);
+        serving(MODEL_ROUTE, MODEL_ROUTE + "{model}", this::model);
         serving("/generate", this::generate);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.start();
@@ -332,7 +333,12 @@ public final class Router implements AutoCloseable {
      * {@link RouterMeters#CLIENT_CLOSED} when the client went away first.
      */
     private void serving(String route, Http.Handler handler) {
-        server.createContext(route, ex -> {
+        serving(route, route, handler);
+    }
+
+    /** As {@link #serving(String, Http.Handler)}, counted and logged as {@code label} (a parent route's: one label for its paths). */
+    private void serving(String path, String route, Http.Handler handler) {
+        server.createContext(path, ex -> {
             meters.started();
             long arrived = System.nanoTime();
             RequestRecord record = new RequestRecord();
@@ -1116,12 +1122,33 @@ public final class Router implements AutoCloseable {
         if (!Http.method(ex, "GET")) return;
         ObjectNode out = Http.JSON.createObjectNode();
         out.put("object", "list");
-        ObjectNode m = out.putArray("data").addObject();
+        out.putArray("data").add(modelObject());
+        Http.sendJson(ex, 200, out);
+    }
+
+    /** The parent route of OpenAI's model retrieval, {@code GET /v1/models/{model}}. */
+    private static final String MODEL_ROUTE = "/v1/models/";
+
+    /** {@code GET /v1/models/{model}}: the model this router serves, or a 404 naming the one it serves. */
+    private void model(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "GET")) return;
+        String id = ex.getRequestURI().getPath().substring(MODEL_ROUTE.length());
+        if (id.equals(modelName)) {
+            Http.sendJson(ex, 200, modelObject());
+        } else {
+            Http.sendError(ex, 404, "invalid_request_error", null, "model", "the model '" + id + "' does not exist here; this router serves '"
+                    + modelName + "'");
+        }
+    }
+
+    /** OpenAI's model object: id, object, created (the router's start), owned_by. */
+    private ObjectNode modelObject() {
+        ObjectNode m = Http.JSON.createObjectNode();
         m.put("id", modelName);
         m.put("object", "model");
         m.put("created", started);
         m.put("owned_by", "kvferry");
-        Http.sendJson(ex, 200, out);
+        return m;
     }
 
     private void healthRoute(HttpExchange ex) throws Exception {

@@ -5,6 +5,7 @@ import com.openai.client.okhttp.OpenAIOkHttpClient;
 import com.openai.core.JsonValue;
 import com.openai.core.http.StreamResponse;
 import com.openai.errors.BadRequestException;
+import com.openai.errors.NotFoundException;
 import com.openai.errors.OpenAIServiceException;
 import com.openai.errors.RateLimitException;
 import com.openai.errors.SseException;
@@ -108,13 +109,17 @@ class OpenAiClientCompatTest {
 
     @Test
     @Timeout(60)
-    void modelsListParses() {
+    void modelsListAndRetrieveParse() {
         List<Model> models = client.models().list().data();
         assertEquals(1, models.size(), models.toString());
         Model m = models.getFirst().validate();
         assertEquals("stories260K", m.id());
         assertEquals("kvferry", m.ownedBy());
         assertTrue(m.created() > 0, "created: " + m.created());
+        assertEquals(m, client.models().retrieve("stories260K").validate(), "GET /v1/models/{model}");
+        NotFoundException other = assertThrows(NotFoundException.class, () -> client.models().retrieve("gpt-4o"));
+        assertError(other, 404, "invalid_request_error", "the model 'gpt-4o' does not exist here; this router serves 'stories260K'");
+        assertEquals("model", other.param().orElse(null));
     }
 
     @Test

@@ -84,6 +84,7 @@ class RouterAccessTest {
                 assertRefused(send(port, "POST", "/v1/completions", completion, authorization));
                 assertRefused(send(port, "POST", "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}", authorization));
                 assertRefused(send(port, "GET", "/v1/models", null, authorization));
+                assertRefused(send(port, "GET", "/v1/models/m", null, authorization));
                 assertRefused(send(port, "POST", "/v1/chat/completions", CHAT, authorization));
             }
             assertEquals(0, stack.prefill.inFlight(), "a refused request reached no engine");
@@ -101,6 +102,7 @@ class RouterAccessTest {
             assertEquals(4, requests(meters, "/v1/completions", 401));
             assertEquals(4, requests(meters, "/generate", 401));
             assertEquals(4, requests(meters, "/v1/models", 401));
+            assertEquals(4, requests(meters, "/v1/models/{model}", 401), "one label for every model's path");
             assertEquals(4, requests(meters, "/v1/chat/completions", 401));
             assertEquals(1, requests(meters, "/v1/completions", 200));
             HttpResponse<String> chat = send(port, "POST", "/v1/chat/completions", CHAT, "Bearer " + KEY);

@@ -412,6 +412,11 @@ class ServeTest {
         HttpResponse<String> m = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/models/foo")).build(),
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(404, m.statusCode(), m.body());
+        assertEquals("model", JSON.readTree(m.body()).path("error").path("param").asText(), m.body());
+        HttpResponse<String> served = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/models/test-model"))
+                .build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, served.statusCode(), "the model served, by its id: " + served.body());
+        assertEquals("test-model", JSON.readTree(served.body()).path("id").asText(), served.body());
         assertEquals(0, decode.inFlight(), "a 404 runs nothing");
     }
 
