@@ -102,8 +102,14 @@ public final class Router implements AutoCloseable {
      *                           rotation: one slow check says little (a burst on a fresh server fills its accept queue)
      */
     record Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown) {
-        /** Every second, 2 s a check, 3 s to connect, 3 failures in a row (the SGLang router's default failure threshold). */
-        static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(3), 3);
+        /**
+         * Every second, 2 s a check, 10 s to connect, 3 failures in a row (the SGLang router's default failure threshold).
+         * The JDK client times a connect on its selector thread, which handles expired timers before the connections
+         * that became ready: when that thread runs late (a starved machine under hundreds of streams), a connect the
+         * kernel completed long before still times out. At 3 s one of 200 streams failed so on a loaded 2-core machine;
+         * a black-holed backend is the health checks' to find, not this limit's.
+         */
+        static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(10), 3);
 
         Probing {
             if (failuresToMarkDown < 1) throw new IllegalArgumentException("failuresToMarkDown must be at least 1, got " + failuresToMarkDown);
