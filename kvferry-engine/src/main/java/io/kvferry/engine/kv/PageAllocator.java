@@ -39,6 +39,14 @@ public final class PageAllocator {
         return pages;
     }
 
+    public int freeRows() {
+        return freeRows.size();
+    }
+
+    public int totalRows() {
+        return rows;
+    }
+
     /** Pages and rows handed out and not returned. */
     public int outstanding() {
         return (pages - freePages.size()) + (rows - freeRows.size());

@@ -63,6 +63,8 @@ public final class DecodeEngine extends SchedulerThread {
     private final Flight[] batch;
     private final int[] batchTokens, batchPositions, batchRows;
     private final int[][] batchTables;
+    private final EngineMeters meters;
+    private final int[] queueSizes = new int[3];
 
     private final class Flight {
         final Request req;
@@ -88,6 +90,8 @@ public final class DecodeEngine extends SchedulerThread {
         super("kvferry-engine-decode");
         this.spec = spec;
         this.transfer = transfer;
+        // Before the pools and managers: nothing to close if a gauge cannot be registered.
+        meters = new EngineMeters(transfer.meters(), "decode", List.of("prealloc", "transfer", "running"), spec.pages(), spec.maxRequests());
         this.pools = spec.newPools(transfer.sharedDecodePools(), "decode");
         this.model = new ShardedModel(spec.model(), spec.tp(), spec.pp(), pools);
         ShardManagers m;
@@ -312,7 +316,18 @@ public final class DecodeEngine extends SchedulerThread {
             }
             moved = true;
         }
+        publish();
         return moved;
+    }
+
+    /** The queues, pages and rows as the engine's gauges show them (scheduler thread). */
+    private void publish() {
+        queueSizes[0] = prealloc.size();
+        queueSizes[1] = transferring.size();
+        queueSizes[2] = running.size();
+        int cached = prefixCache.pages();
+        meters.publish(queueSizes, alloc.totalPages() - alloc.freePages() - cached, cached, alloc.freePages(),
+                alloc.totalRows() - alloc.freeRows(), alloc.freeRows());
     }
 
     private void emit(Flight f, int token) {
@@ -365,6 +380,7 @@ public final class DecodeEngine extends SchedulerThread {
         f.pages = null;
         f.row = -1;
         inFlight--;
+        publish(); // before the request's sink hears its end: whoever it tells reads the gauges without it
     }
 
     @Override
@@ -383,6 +399,7 @@ public final class DecodeEngine extends SchedulerThread {
             f.req.sink().onError(null, "the decode engine shut down");
         }
         running.clear();
+        publish();
     }
 
     /** The engine's kvferry managers (one per TP rank and PP stage), for its status page. */

@@ -47,6 +47,8 @@ public final class PrefillEngine extends SchedulerThread {
     private final RecentAborts recentAborts = new RecentAborts();
     private final List<Flight> bootstrap = new ArrayList<>(), forward = new ArrayList<>(), inflight = new ArrayList<>();
     private volatile int inFlight;
+    private final EngineMeters meters;
+    private final int[] queueSizes = new int[3];
 
     private final class Flight {
         final Request req;
@@ -67,6 +69,8 @@ public final class PrefillEngine extends SchedulerThread {
         if (transfer.bootstrapAddr() == null) throw new IllegalArgumentException("a prefill engine needs its bootstrap registry's address");
         this.spec = spec;
         this.transfer = transfer;
+        // Before the pools and managers: nothing to close if a gauge cannot be registered.
+        meters = new EngineMeters(transfer.meters(), "prefill", List.of("bootstrap", "forward", "inflight"), spec.pages(), spec.maxRequests());
         this.pools = spec.newPools(false, "prefill");
         this.model = new ShardedModel(spec.model(), spec.tp(), spec.pp(), pools);
         ShardManagers m;
@@ -234,7 +238,17 @@ public final class PrefillEngine extends SchedulerThread {
                 moved = true;
             }
         }
+        publish();
         return moved;
+    }
+
+    /** The queues, pages and rows as the engine's gauges show them (scheduler thread). */
+    private void publish() {
+        queueSizes[0] = bootstrap.size();
+        queueSizes[1] = forward.size();
+        queueSizes[2] = inflight.size();
+        meters.publish(queueSizes, alloc.totalPages() - alloc.freePages(), 0, alloc.freePages(), alloc.totalRows() - alloc.freeRows(),
+                alloc.freeRows());
     }
 
     private void forwardChunk(Flight f) {
@@ -282,6 +296,7 @@ public final class PrefillEngine extends SchedulerThread {
         f.pages = null;
         f.row = -1;
         inFlight--;
+        publish(); // before the request's future completes: whoever it tells reads the gauges without it
     }
 
     @Override
@@ -293,6 +308,7 @@ public final class PrefillEngine extends SchedulerThread {
             }
             q.clear();
         }
+        publish();
     }
 
     /** The engine's kvferry managers (one per TP rank and PP stage), for its status page. */

@@ -72,6 +72,12 @@ class EngineOpsTest {
                     + "tp_rank=\"0\",transport=\"tcp\"} 1"), pm);
             String dm = get("http://127.0.0.1:" + decode.port() + "/metrics");
             assertTrue(dm.contains("kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\",dp_rank=\"0\",pp_rank=\"0\",role=\"decode\","), dm);
+            // The engines' own gauges: the request ended, so no queue holds it and no page is used (its prompt fits no full page to cache).
+            assertTrue(dm.contains("kvferry_engine_requests{queue=\"running\",role=\"decode\"} 0.0"), dm);
+            assertTrue(dm.contains("kvferry_engine_kv_pages{role=\"decode\",state=\"used\"} 0.0"), dm);
+            assertTrue(dm.contains("kvferry_engine_kv_pages{role=\"decode\",state=\"free\"} 256.0"), dm);
+            assertTrue(pm.contains("kvferry_engine_requests{queue=\"inflight\",role=\"prefill\"} 0.0"), pm);
+            assertTrue(pm.contains("kvferry_engine_kv_pages{role=\"prefill\",state=\"free\"} 256.0"), pm);
             JsonNode ds = new ObjectMapper().readTree(get("http://127.0.0.1:" + decode.port() + "/status.json"));
             assertEquals("engine-decode", ds.path("role").asText());
             assertEquals(1, ds.path("ranks").get(0).path("rooms_concluded").asInt());
