@@ -12,12 +12,16 @@ import io.kvferry.engine.kv.PrefixCache;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 
 /**
  * The decode side, in SGLang's order (sglang-pd-disaggregation.md §1): the prealloc queue (receivers
@@ -28,6 +32,7 @@ import java.util.concurrent.CompletableFuture;
  * pages kvferry wrote, in place.
  */
 public final class DecodeEngine extends SchedulerThread {
+    private static final Logger log = LoggerFactory.getLogger(DecodeEngine.class);
     /** Receives a request's output on the scheduler thread: must not block. */
     public interface TokenSink {
         void onToken(int token);
@@ -57,6 +62,16 @@ public final class DecodeEngine extends SchedulerThread {
     private final RecentAborts recentAborts = new RecentAborts();
     private final PrefixCache prefixCache;
     private final List<Flight> prealloc = new ArrayList<>(), transferring = new ArrayList<>(), running = new ArrayList<>();
+    /**
+     * Failed or aborted requests whose rooms are being cleared off the scheduler thread: an unfinished room's
+     * clear() returns only once no write of it can land, which for a hung prefill means waiting for its
+     * ABORT_ACK (abortAckTimeout, 5 s) or for a stuck write to drain (2 s), and every running request of
+     * the engine would stop for that long. Their pages come back, and their clients hear the failure, when
+     * the clear returned.
+     */
+    private final List<Flight> releasing = new ArrayList<>();
+    private final ExecutorService releaser = Executors.newThreadPerTaskExecutor(
+            Thread.ofVirtual().name("kvferry-engine-decode-release-", 0).factory());
     private volatile int inFlight;
     private volatile long abortedRequests;
     // The running batch's step, reused (at most one running request per aux row).
@@ -64,7 +79,7 @@ public final class DecodeEngine extends SchedulerThread {
     private final int[] batchTokens, batchPositions, batchRows;
     private final int[][] batchTables;
     private final EngineMeters meters;
-    private final int[] queueSizes = new int[3];
+    private final int[] queueSizes = new int[4];
 
     private final class Flight {
         final Request req;
@@ -78,6 +93,8 @@ public final class DecodeEngine extends SchedulerThread {
         double firstDecodeMs;
         float[] firstLogits;
         boolean aborted;
+        /** Its sink heard the end (a room whose clear failed stays releasing after that). */
+        boolean told;
 
         Flight(Request req) {
             this.req = req;
@@ -91,7 +108,7 @@ public final class DecodeEngine extends SchedulerThread {
         this.spec = spec;
         this.transfer = transfer;
         // Before the pools and managers: nothing to close if a gauge cannot be registered.
-        meters = new EngineMeters(transfer.meters(), "decode", List.of("prealloc", "transfer", "running"), spec.pages(), spec.maxRequests());
+        meters = new EngineMeters(transfer.meters(), "decode", List.of("prealloc", "transfer", "running", "releasing"), spec.pages(), spec.maxRequests());
         this.pools = spec.newPools(transfer.sharedDecodePools(), "decode");
         this.model = new ShardedModel(spec.model(), spec.tp(), spec.pp(), pools);
         ShardManagers m;
@@ -168,7 +185,7 @@ public final class DecodeEngine extends SchedulerThread {
 
     /** Whether a request of this room is accepted and not ended (scheduler thread only). */
     private boolean roomUnderWay(long room) {
-        for (List<Flight> q : List.of(prealloc, transferring, running)) {
+        for (List<Flight> q : List.of(prealloc, transferring, running, releasing)) {
             for (Flight f : q) {
                 if (f.req.room() == room) return true;
             }
@@ -194,6 +211,7 @@ public final class DecodeEngine extends SchedulerThread {
                     found = true;
                 }
             }
+            for (Flight f : releasing) found |= f.req.room() == room; // ending already
             if (!found) recentAborts.remember(room, System.nanoTime()); // it may overtake the room's request
         });
     }
@@ -325,6 +343,7 @@ public final class DecodeEngine extends SchedulerThread {
         queueSizes[0] = prealloc.size();
         queueSizes[1] = transferring.size();
         queueSizes[2] = running.size();
+        queueSizes[3] = releasing.size();
         int cached = prefixCache.pages();
         meters.publish(queueSizes, alloc.totalPages() - alloc.freePages() - cached, cached, alloc.freePages(),
                 alloc.totalRows() - alloc.freeRows(), alloc.freeRows());
@@ -358,11 +377,40 @@ public final class DecodeEngine extends SchedulerThread {
     }
 
     private void fail(Flight f) {
-        KVTransferException e = f.receivers.failure();
-        // clear() returns once no write of the room can land, so the pages are safe to reuse after it.
-        f.receivers.clear();
-        release(f, false);
-        f.req.sink().onError(e != null ? e.kind() : FailureKind.UNKNOWN, e != null ? e.getMessage() : "room " + f.req.room() + " failed");
+        // Both calls below end the room: failureException() clears it, as SGLang's does, and clear() returns once no
+        // write of the room can land, so the pages are safe to reuse after them. On a hung prefill that takes seconds
+        // (an ABORT_ACK that never comes, a write stuck mid-landing), so they run off this thread; the receivers are
+        // no longer touched here.
+        releasing.add(f);
+        publish();
+        releaser.execute(() -> {
+            KVTransferException e = null;
+            boolean cleared = false;
+            try {
+                e = f.receivers.failure();
+                f.receivers.clear();
+                cleared = true;
+            } catch (RuntimeException | Error x) {
+                // A write of the room may still land: its pages stay held (the releasing gauge shows them), never reused.
+                log.error("room {}: clearing it failed; its pages stay held", f.req.room(), x);
+            }
+            FailureKind kind = e != null ? e.kind() : FailureKind.UNKNOWN;
+            String message = e != null ? e.getMessage() : "room " + f.req.room() + " failed";
+            boolean free = cleared;
+            try {
+                execute(() -> {
+                    if (!releasing.contains(f)) return; // the engine's shutdown answered it
+                    if (free) {
+                        releasing.remove(f);
+                        release(f, false);
+                    }
+                    f.told = true;
+                    f.req.sink().onError(kind, message);
+                });
+            } catch (IllegalStateException stopped) {
+                // the engine stopped: its shutdown answers the request
+            }
+        });
     }
 
     /** @param cacheable the request finished: its full prompt pages may join the prefix cache */
@@ -399,6 +447,13 @@ public final class DecodeEngine extends SchedulerThread {
             f.req.sink().onError(null, "the decode engine shut down");
         }
         running.clear();
+        // Rooms still being cleared: their clients hear the engine stopped; nothing reuses their pages any more, and
+        // close() waits for the clears before the pools go.
+        for (Flight f : releasing) {
+            release(f, false);
+            if (!f.told) f.req.sink().onError(null, "the decode engine shut down");
+        }
+        releasing.clear();
         publish();
     }
 
@@ -410,6 +465,7 @@ public final class DecodeEngine extends SchedulerThread {
     @Override
     public void close() {
         super.close();
+        releaser.close(); // the clears under way: no write of their rooms lands once they returned
         managers.close();
         closePools();
     }

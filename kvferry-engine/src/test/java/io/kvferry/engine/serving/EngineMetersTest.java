@@ -59,6 +59,7 @@ class EngineMetersTest {
         return gauge(EngineMeters.REQUESTS, "decode", "queue", "prealloc") == prealloc
                 && gauge(EngineMeters.REQUESTS, "decode", "queue", "transfer") == transfer
                 && gauge(EngineMeters.REQUESTS, "decode", "queue", "running") == running
+                && gauge(EngineMeters.REQUESTS, "decode", "queue", "releasing") == 0
                 && gauge(EngineMeters.PAGES, "decode", "state", "used") == used
                 && gauge(EngineMeters.PAGES, "decode", "state", "cached") == cached
                 && gauge(EngineMeters.PAGES, "decode", "state", "free") == 8 - used - cached
