@@ -178,7 +178,8 @@ public final class ServeCommand implements Callable<Integer> {
                     boolean pre = role.equals("prefill");
                     Roles.Options o = engine.options(model, tp, pp, port != null ? port : pre ? 30000 : 30001, bootstrapPort, token);
                     started = pre ? Roles.prefill(o) : Roles.decode(o);
-                    what = role + " tp" + tp + " pp" + pp + (pre ? " (bootstrap registry on " + engine.host + ":" + bootstrapPort + ")" : "");
+                    // The registry's bound port: with --bootstrap-port 0 the flag's value says nothing.
+                    what = role + " tp" + tp + " pp" + pp + (pre ? " (bootstrap registry on " + engine.host + ":" + started.bootstrapPort() + ")" : "");
                 }
                 case "router" -> {
                     if (prefills.isEmpty() || decodes.isEmpty()) {

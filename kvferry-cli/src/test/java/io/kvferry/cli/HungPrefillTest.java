@@ -16,10 +16,14 @@ import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -47,6 +51,25 @@ class HungPrefillTest {
         return old;
     }
 
+    /** The role's start line (the one that says where it listens); the rest of its output is drained. */
+    private static String startLine(Process p) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
+        for (String line; (line = in.readLine()) != null; ) {
+            if (!line.contains("listening on http://")) continue;
+            Thread.ofVirtual().start(() -> {
+                try {
+                    while (in.readLine() != null) {
+                        // drain
+                    }
+                } catch (IOException ignored) {
+                    // the role ended
+                }
+            });
+            return line;
+        }
+        throw new AssertionError("the prefill exited before it listened (exit " + p.waitFor() + ")");
+    }
+
     private static void signal(Process p, String sig) throws Exception {
         assertEquals(0, new ProcessBuilder("kill", "-" + sig, Long.toString(p.pid())).inheritIO().start().waitFor(), "kill -" + sig);
     }
@@ -65,10 +88,13 @@ class HungPrefillTest {
         Process hung = ServeCommandTest.spawnRole("prefill", List.of("--transport", "shm"));
         MeterRegistry meters = new SimpleMeterRegistry();
         try {
-            String hungUrl = DemoCommand.awaitUrl(hung, "prefill");
+            String started = startLine(hung);
+            String hungUrl = started.substring(started.indexOf("listening on ") + "listening on ".length()).trim();
             HttpClient http = HttpClient.newHttpClient();
             String hungAddr = ServeCommandTest.JSON.readTree(http.send(HttpRequest.newBuilder(URI.create(hungUrl + "/health"))
                     .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString()).body()).path("bootstrap").asText();
+            // By the way: the start line names the registry's bound port (spawnRole asks for --bootstrap-port 0; it said ":0").
+            assertTrue(started.contains("(bootstrap registry on " + hungAddr + ")"), started + " / bootstrap " + hungAddr);
             EngineSpec spec = new EngineSpec(ModelFiles.load(null, null).weights(), 1, 1, 16, 64, 8, 64); // serve's page size
             try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, TOKEN);
                  PrefillEngine healthy = new PrefillEngine(spec, new TransferSpec("shm", "127.0.0.1:" + registry.port(), TOKEN, "127.0.0.1"));

@@ -39,6 +39,11 @@ public final class Roles {
     public interface Role extends AutoCloseable {
         int port();
 
+        /** The port its bootstrap registry listens on (a prefill's; the one bound when 0 was asked), or -1: it has none. */
+        default int bootstrapPort() {
+            return -1;
+        }
+
         @Override
         void close();
     }
@@ -73,10 +78,16 @@ public final class Roles {
     private static final class Stack implements Role {
         final List<AutoCloseable> parts = new ArrayList<>();
         int port;
+        int bootstrapPort = -1;
 
         @Override
         public int port() {
             return port;
+        }
+
+        @Override
+        public int bootstrapPort() {
+            return bootstrapPort;
         }
 
         @Override
@@ -96,6 +107,7 @@ public final class Roles {
         try {
             KVBootstrapServer registry = KVFerry.startBootstrapServer(o.host(), o.bootstrapPort(), o.authToken());
             s.parts.add(registry);
+            s.bootstrapPort = registry.port();
             String addr = o.host() + ":" + registry.port();
             // One registry per process: the engine's ranks record into it; /metrics and /status on the engine's port,
             // the cluster page on the registry's (its ranks live here, so it shows them without a fetch).
