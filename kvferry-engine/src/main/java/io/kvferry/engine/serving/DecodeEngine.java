@@ -233,6 +233,11 @@ public final class DecodeEngine extends SchedulerThread {
     @Override
     boolean step() {
         boolean moved = false;
+        // Pages go in arrival order: once a ready request cannot get its pages, those behind it wait too (they are
+        // still polled, so a failed or aborted one leaves at once). Before, a smaller request took the pages a larger
+        // one waited for, and under a steady stream of small requests the large one never got them: it waited until
+        // its prefill's bootstrap timeout (300 s) failed it as "timed out in KVPoll.Bootstrapping".
+        boolean waiting = false;
         for (Iterator<Flight> it = prealloc.iterator(); it.hasNext(); ) {
             Flight f = it.next();
             KVPoll p = f.receivers.poll();
@@ -242,7 +247,7 @@ public final class DecodeEngine extends SchedulerThread {
                 moved = true;
                 continue;
             }
-            if (p.compareTo(KVPoll.WaitingForInput) < 0) continue;
+            if (p.compareTo(KVPoll.WaitingForInput) < 0 || waiting) continue;
             int total = f.totalPages, promptTokens = f.req.prompt().length;
             // Full prompt pages a later request may share. A page-aligned prompt may be all cached: then the
             // prefill's last chunk carries no page, only the state and the aux row with the first token.
@@ -253,8 +258,9 @@ public final class DecodeEngine extends SchedulerThread {
             if (alloc.hasFreeRow() && alloc.freePages() < need && prefixCache.evictable() > 0) {
                 alloc.freePages(prefixCache.evict(need - alloc.freePages()));
             }
-            if (!alloc.canAllocate(need)) { // waits for a finished request's pages
+            if (!alloc.canAllocate(need)) { // waits for a finished request's pages, and holds its place
                 prefixCache.release(f.prefixKeys, hit.length);
+                waiting = true;
                 continue;
             }
             f.prefixPages = hit.length;
