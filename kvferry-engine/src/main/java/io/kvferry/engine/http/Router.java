@@ -83,14 +83,24 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** What the request log says of one request; filled in by the exchange's own thread as the request goes. */
+    /**
+     * What the request log says of one request and the status it is counted with; filled in by the exchange's own
+     * thread as the request goes. Bound to that thread for the request ({@link #RECORD}), not kept in the
+     * exchange's attributes: the JDK's server keeps those per route, shared by every request on it, so one
+     * request's failure status was counted (and its record logged) for the next ones.
+     */
     static final class RequestRecord {
         long room = -1;
         int promptTokens = -1;
         int completionTokens = -1;
         double ttftMs = -1;
         String failureKind;
+        /** The status to count when the answer's does not say it (a stream failed after its 200, a client gone); null: the answer's. */
+        Integer countedStatus;
     }
+
+    /** The request the running handler serves (bound by {@link #serving} around each exchange). */
+    private static final ScopedValue<RequestRecord> RECORD = ScopedValue.newInstance();
 
     /**
      * How backends are probed and connected to.
@@ -328,11 +338,6 @@ public final class Router implements AutoCloseable {
         server.start();
     }
 
-    /** The exchange attribute that holds the status a request is counted with when its answer's status does not say it. */
-    private static final String COUNTED_STATUS = "kvferry.router.status";
-    /** The exchange attribute that holds its {@link RequestRecord}. */
-    private static final String RECORD = "kvferry.router.record";
-
     /**
      * A route that serves clients: it takes the API key (if the router has one) and is counted by its
      * outcome: the answer's status, or, for a stream that failed after its 200, the failure's, or
@@ -348,9 +353,8 @@ public final class Router implements AutoCloseable {
             meters.started();
             long arrived = System.nanoTime();
             RequestRecord record = new RequestRecord();
-            ex.setAttribute(RECORD, record);
             try {
-                Http.handle(ex, e -> {
+                ScopedValue.where(RECORD, record).run(() -> Http.handle(ex, e -> {
                     if (!Http.bearerChecked(e, clientAuth, "authentication_error",
                             "needs the router's API key (Authorization: Bearer KEY; the key of --api-key-file / KVFERRY_API_KEY)")) {
                         return;
@@ -358,12 +362,12 @@ public final class Router implements AutoCloseable {
                     try {
                         handler.handle(e);
                     } catch (IOException clientGone) { // a failure of the router's own reads and writes: the client's connection
-                        if (e.getAttribute(COUNTED_STATUS) == null) e.setAttribute(COUNTED_STATUS, RouterMeters.CLIENT_CLOSED);
+                        if (record.countedStatus == null) record.countedStatus = RouterMeters.CLIENT_CLOSED;
                         throw clientGone;
                     }
-                });
+                }));
             } finally {
-                int status = ex.getAttribute(COUNTED_STATUS) instanceof Integer s ? s
+                int status = record.countedStatus != null ? record.countedStatus
                         : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED;
                 meters.finished(route, status);
                 if (REQUEST_LOG.isInfoEnabled()) {
@@ -880,7 +884,7 @@ public final class Router implements AutoCloseable {
         OutputStream[] events = new OutputStream[1];
         int[] streamed = {0}; // characters of the text already sent in chunks
         try {
-            Outcome o = run(ask, (RequestRecord) ex.getAttribute(RECORD), (tok, text) -> {
+            Outcome o = run(ask, RECORD.get(), (tok, text) -> {
                 if (!stream) return;
                 if (events[0] == null) events[0] = startStream(ex, shape, id, created);
                 streamed[0] += text.length();
@@ -928,9 +932,10 @@ public final class Router implements AutoCloseable {
      * error as an event and then [DONE], as vLLM and SGLang end a failed stream (clients read to it).
      */
     private static void fail(HttpExchange ex, OutputStream events, Failure f) throws IOException {
-        ex.setAttribute(COUNTED_STATUS, f.status);
+        RequestRecord r = RECORD.get();
+        r.countedStatus = f.status;
+        r.failureKind = f.kind != null ? f.kind : f.type;
         if (f.status == 429) ex.getResponseHeaders().set("Retry-After", "1");
-        if (ex.getAttribute(RECORD) instanceof RequestRecord r) r.failureKind = f.kind != null ? f.kind : f.type;
         if (events == null) {
             Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             return;
@@ -1093,7 +1098,7 @@ public final class Router implements AutoCloseable {
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
         try {
-            Outcome o = run(ask, (RequestRecord) ex.getAttribute(RECORD), (tok, text) -> {
+            Outcome o = run(ask, RECORD.get(), (tok, text) -> {
                 sofar.append(text);
                 if (!stream) return;
                 if (events[0] == null) events[0] = Http.startEvents(ex);

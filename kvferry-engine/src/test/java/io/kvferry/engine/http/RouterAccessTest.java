@@ -4,7 +4,6 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.EngineSpec;
-import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
@@ -69,8 +68,7 @@ class RouterAccessTest {
     }
 
     private static double requests(SimpleMeterRegistry m, String route, int status) {
-        Counter c = m.find(RouterMeters.REQUESTS).tags("route", route, "status", Integer.toString(status)).counter();
-        return c == null ? 0 : c.count();
+        return RouterErrorsTest.requests(m, route, status);
     }
 
     @Test

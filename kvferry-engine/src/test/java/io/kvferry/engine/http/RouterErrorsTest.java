@@ -5,6 +5,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.EngineSpec;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -83,9 +85,10 @@ class RouterErrorsTest {
     void aDecodesClientErrorReachesTheClientAsA400() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
         try (EngineStack stack = EngineStack.open(spec, spec.withPages(2), "errors-test", null);
              Router router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(),
-                     model.weights().config.seqLen(), "m", "127.0.0.1", 0)) {
+                     model.weights().config.seqLen(), "m", "127.0.0.1", 0, Router.Access.NONE, meters)) {
             for (int i = 0; i < 3; i++) { // the prefill's abort races the decode's answer: every time the 400
                 HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":48}");
                 assertEquals(400, r.statusCode(), r.body());
@@ -95,7 +98,16 @@ class RouterErrorsTest {
             }
             // A request that fits still runs.
             assertEquals(200, send(router.port(), "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3}").statusCode());
+            // Each counted with its own status: the failures' status was kept where every later request of the route
+            // read it (the JDK server's exchange attributes are per route), so the 200 was counted as a 400.
+            assertEquals(3, requests(meters, "/v1/completions", 400));
+            assertEquals(1, requests(meters, "/v1/completions", 200));
         }
+    }
+
+    static double requests(SimpleMeterRegistry m, String route, int status) {
+        Counter c = m.find(RouterMeters.REQUESTS).tags("route", route, "status", Integer.toString(status)).counter();
+        return c == null ? 0 : c.count();
     }
 
     /** The stub answers /health as a healthy prefill (with a registry address) would. */
