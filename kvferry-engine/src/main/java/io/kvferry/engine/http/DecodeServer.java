@@ -18,14 +18,22 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
 
 /**
  * A decode engine's HTTP face (SGLang's decode server): {@code POST /generate} streams the request's
- * tokens as server-sent events once its KV landed. The status line waits for the first token, so a
- * failed transfer is an HTTP 500 carrying the {@code KVTransferError(...)} text; a client that goes
- * away aborts the room.
+ * tokens as server-sent events once its KV landed. The status line waits for the first token or for
+ * {@link #KEEP_ALIVE_MILLIS}, whichever comes first, so a transfer that fails at once is an HTTP 500
+ * carrying the {@code KVTransferError(...)} text; a request that waits longer (for pages, its prefill,
+ * its KV) begins its stream and gets a {@code : keep-alive} comment every {@link #KEEP_ALIVE_MILLIS}
+ * until its first token, and a later failure is an error event. The comments are how the router tells
+ * a decode that is slow from one that hangs, and how this side learns that its client went away. A
+ * client that goes away aborts the room.
  */
 public final class DecodeServer implements AutoCloseable {
+    /** A request's stream gets a comment after this long without an event (and its status line, if not sent yet). */
+    static final long KEEP_ALIVE_MILLIS = 1000;
+
     private final DecodeEngine engine;
     private final HttpServer server;
     private final BearerToken auth;
@@ -99,7 +107,13 @@ public final class DecodeServer implements AutoCloseable {
         try {
             while (true) {
                 batch.clear();
-                batch.add(events.take());
+                Event next = events.poll(KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
+                if (next == null) { // waiting (pages, the prefill, the KV): the request was taken; say this decode is alive
+                    if (out == null) out = Http.startEvents(ex);
+                    Http.write(out, Http.KEEP_ALIVE);
+                    continue;
+                }
+                batch.add(next);
                 events.drainTo(batch); // tokens that piled up while we wrote go out in one write: one flush per batch, not per token
                 StringBuilder data = new StringBuilder();
                 for (Event e : batch) {

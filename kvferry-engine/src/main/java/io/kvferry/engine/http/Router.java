@@ -110,19 +110,34 @@ public final class Router implements AutoCloseable {
      * @param connectTimeout     the limit on connecting to a backend (a request's connect that times out is tried once more)
      * @param failuresToMarkDown health checks that time out or fail mid-exchange, in a row, that take a backend out of
      *                           rotation: one slow check says little (a burst on a fresh server fills its accept queue)
+     * @param streamIdle         the longest a decode may send nothing on a request, not even its status line or a
+     *                           keep-alive (it sends one every {@link DecodeServer#KEEP_ALIVE_MILLIS}): then it is taken
+     *                           as hung and the request fails with a 502 naming it ({@link StalledStreams})
      */
-    record Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown) {
+    record Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown, Duration streamIdle) {
         /**
-         * Every second, 2 s a check, 10 s to connect, 3 failures in a row (the SGLang router's default failure threshold).
+         * Every second, 2 s a check, 10 s to connect, 3 failures in a row (the SGLang router's default failure threshold),
+         * a decode stream silent for 10 s taken as hung.
          * The JDK client times a connect on its selector thread, which handles expired timers before the connections
          * that became ready: when that thread runs late (a starved machine under hundreds of streams), a connect the
          * kernel completed long before still times out. At 3 s one of 200 streams failed so on a loaded 2-core machine;
          * a black-holed backend is the health checks' to find, not this limit's.
          */
-        static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(10), 3);
+        static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(10), 3, Duration.ofSeconds(10));
+
+        /** A decode stream may be silent for 10 s (ten keep-alives missed) unless said otherwise. */
+        static final Duration STREAM_IDLE = DEFAULT.streamIdle();
+
+
+        Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown) {
+            this(every, probeTimeout, connectTimeout, failuresToMarkDown, STREAM_IDLE);
+        }
 
         Probing {
             if (failuresToMarkDown < 1) throw new IllegalArgumentException("failuresToMarkDown must be at least 1, got " + failuresToMarkDown);
+            if (streamIdle.toMillis() <= DecodeServer.KEEP_ALIVE_MILLIS) {
+                throw new IllegalArgumentException("streamIdle must exceed the decodes' keep-alive interval, got " + streamIdle);
+            }
         }
     }
 
@@ -192,7 +207,17 @@ public final class Router implements AutoCloseable {
     interface Output {
         /** A piece of text (may be empty while a multi-byte character is incomplete) for one token. */
         void onToken(int token, String text) throws IOException;
+
+        /**
+         * The decode is alive and the request waits (its keep-alive, after a second without a token): a stream
+         * begins, if it has not, and passes a comment on, so a client that left is noticed now, not at the first
+         * token (its room then runs its prefill and transfer for nobody). A stream begun so reports a later
+         * failure as an error event, as after a token; one that fails within the first second still gets its status.
+         */
+        default void onKeepAlive() throws IOException {
+        }
     }
+
 
     /**
      * What the client asked for, checked: sampling without its seed (the room is the default seed, so
@@ -227,6 +252,8 @@ public final class Router implements AutoCloseable {
     private final HttpClient client;
     private final HttpServer server;
     private final ScheduledExecutorService health;
+    /** The decode streams of requests in flight, cut when silent too long (swept by the health thread). */
+    private final StalledStreams stalled;
     private final Probing probing;
     /** The Authorization header sent with every call to an engine, or null for none. */
     private final String backendAuthorization;
@@ -328,6 +355,8 @@ public final class Router implements AutoCloseable {
             for (Backend b : this.prefills) checkHealth(b);
             for (Backend b : this.decodes) checkHealth(b);
         }, probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
+        stalled = new StalledStreams(probing.streamIdle());
+        health.scheduleWithFixedDelay(stalled::sweep, DecodeServer.KEEP_ALIVE_MILLIS, DecodeServer.KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
         serving(OpenAiShape.COMPLETION.route, this::completions);
         serving(OpenAiShape.CHAT.route, this::chatCompletions);
@@ -623,37 +652,45 @@ public final class Router implements AutoCloseable {
         try {
             HttpResponse<InputStream> dr;
             try {
-                dr = send(post(d, "/generate", decodeBody), HttpResponse.BodyHandlers.ofInputStream());
+                // The status line comes within a keep-alive interval (DecodeServer): a decode silent for streamIdle hangs.
+                dr = send(post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
                 if (isConnectionRefused(e)) markUnreachable(d, e);
                 abort(p, room);
+                if (e instanceof HttpTimeoutException && !isConnectTimeout(e)) {
+                    abort(d, room);
+                    throw new Failure(502, "bad_gateway", hung(d, room));
+                }
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }
             if (dr.statusCode() != 200) {
                 ErrorBody err;
-                try (InputStream in = dr.body()) { // an error answer is small: the rest of one that is not goes unread
+                try (InputStream in = stalled.watch(dr.body())) { // an error answer is small: the rest of one that is not goes unread
                     err = ErrorBody.parse(dr.statusCode(), new String(in.readNBytes(Http.MAX_BODY_BYTES), StandardCharsets.UTF_8));
                 }
-                abort(p, room);
-                ErrorBody prefillErr = prefillError(prefillCall);
-                // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
-                // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
-                // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
-                // only the abort sent to it just now.
-                if (prefillErr != null && !err.clientError() && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
-                    err = prefillErr;
-                }
-                throw err.failure();
+                throw failedBeforeFirstToken(err, p, room, prefillCall);
             }
             Tokenizer.TextStream text = new Tokenizer.TextStream(tokenizer, ids[ids.length - 1]); // a leading space after the prompt stays
             StringBuilder all = new StringBuilder();
             int sent = 0; // characters of `all` handed to out; the rest may still turn out to start a stop string
             List<Integer> tokens = new ArrayList<>();
             double ttft = -1;
-            try (BufferedReader in = new BufferedReader(new InputStreamReader(dr.body(), StandardCharsets.UTF_8))) {
+            StalledStreams.Watched stream = stalled.watch(dr.body());
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
                 String line;
-                while ((line = readDecodeLine(in, d, p, room)) != null) {
-                    if (!line.startsWith("data: ")) continue;
+                while ((line = readDecodeLine(in, stream, d, p, room)) != null) {
+                    if (!line.startsWith("data: ")) {
+                        if (line.startsWith(":")) {
+                            try {
+                                out.onKeepAlive();
+                            } catch (IOException clientGone) {
+                                abort(d, room);
+                                abort(p, room);
+                                throw clientGone;
+                            }
+                        }
+                        continue;
+                    }
                     JsonNode ev = decodeEvent(line.substring(6), d, p, room);
                     if (ev.has("token")) {
                         int tok = ev.get("token").intValue();
@@ -687,8 +724,10 @@ public final class Router implements AutoCloseable {
                         }
                     } else if (ev.has("error")) {
                         JsonNode e = ev.path("error");
-                        throw new Failure(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
+                        ErrorBody err = new ErrorBody(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
                                 e.path("message").asText());
+                        // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
+                        throw tokens.isEmpty() ? failedBeforeFirstToken(err, p, room, prefillCall) : err.failure();
                     } else if (ev.has("finish_reason")) {
                         // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
                         int before = all.length();
@@ -704,10 +743,37 @@ public final class Router implements AutoCloseable {
                     }
                 }
             }
+            if (stream.cut()) {
+                abort(d, room);
+                abort(p, room);
+                throw new Failure(502, "bad_gateway", hung(d, room));
+            }
             throw new Failure(502, "bad_gateway", d + " ended the stream of room " + room + " without finishing it");
         } finally {
             d.inFlight.decrementAndGet();
         }
+    }
+
+    private String hung(Backend d, long room) {
+        return d + " sent nothing on room " + room + " for " + stalled.limit().toSeconds()
+                + " s, not even a keep-alive: taken as hung (a stopped or unreachable process)";
+    }
+
+    /**
+     * A decode's failure before the request's first token (its error answer, or its error event on a stream
+     * begun on a keep-alive): the prefill is told, and its own error wins where it is the real cause.
+     */
+    private Failure failedBeforeFirstToken(ErrorBody err, Backend p, long room, CompletableFuture<HttpResponse<String>> prefillCall) {
+        abort(p, room);
+        ErrorBody prefillErr = prefillError(prefillCall);
+        // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
+        // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
+        // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
+        // only the abort sent to it just now.
+        if (prefillErr != null && !err.clientError() && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
+            err = prefillErr;
+        }
+        return err.failure();
     }
 
     /**
@@ -715,7 +781,7 @@ public final class Router implements AutoCloseable {
      * the decode's failure, a 502 naming it, not an IOException: that one would reach the client as a bare
      * end of its stream, with no error event and no [DONE] (an IOException here means the client went away).
      */
-    private String readDecodeLine(BufferedReader in, Backend d, Backend p, long room) throws Failure {
+    private String readDecodeLine(BufferedReader in, StalledStreams.Watched stream, Backend d, Backend p, long room) throws Failure {
         // At most the longest event a decode sends (its last holds every token id): readLine would
         // collect a line that never ends for as long as the decode sent it.
         int most = Http.engineBodyLimit(contextTokens);
@@ -733,6 +799,10 @@ public final class Router implements AutoCloseable {
             if (c < 0 && line.isEmpty()) return null;
         } catch (IOException e) {
             abort(p, room);
+            if (stream.cut()) {
+                abort(d, room);
+                throw new Failure(502, "bad_gateway", hung(d, room));
+            }
             throw new Failure(502, "bad_gateway", d + " failed mid-stream on room " + room + ": " + e);
         }
         int end = line.length();
@@ -811,8 +881,14 @@ public final class Router implements AutoCloseable {
     }
 
     private HttpRequest post(Backend b, String path, JsonNode body) throws IOException {
+        return post(b, path, body, null);
+    }
+
+    /** @param headersWithin the limit on the answer's status line and headers (not its body); null for none */
+    private HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
         HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
         if (backendAuthorization != null) r.header("Authorization", backendAuthorization);
+        if (headersWithin != null) r.timeout(headersWithin);
         return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
     }
 
@@ -884,11 +960,21 @@ public final class Router implements AutoCloseable {
         OutputStream[] events = new OutputStream[1];
         int[] streamed = {0}; // characters of the text already sent in chunks
         try {
-            Outcome o = run(ask, RECORD.get(), (tok, text) -> {
-                if (!stream) return;
-                if (events[0] == null) events[0] = startStream(ex, shape, id, created);
-                streamed[0] += text.length();
-                Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false)));
+            Outcome o = run(ask, RECORD.get(), new Output() {
+                @Override
+                public void onToken(int tok, String text) throws IOException {
+                    if (!stream) return;
+                    if (events[0] == null) events[0] = startStream(ex, shape, id, created);
+                    streamed[0] += text.length();
+                    Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false)));
+                }
+
+                @Override
+                public void onKeepAlive() throws IOException {
+                    if (!stream) return;
+                    if (events[0] == null) events[0] = startStream(ex, shape, id, created);
+                    Http.write(events[0], Http.KEEP_ALIVE);
+                }
             });
             ObjectNode usage = Http.JSON.createObjectNode();
             usage.put("prompt_tokens", o.promptTokens());
@@ -1098,13 +1184,23 @@ public final class Router implements AutoCloseable {
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
         try {
-            Outcome o = run(ask, RECORD.get(), (tok, text) -> {
-                sofar.append(text);
-                if (!stream) return;
-                if (events[0] == null) events[0] = Http.startEvents(ex);
-                ObjectNode e = Http.JSON.createObjectNode();
-                e.put("text", sofar.toString()); // SGLang streams the text so far
-                Http.event(events[0], Http.JSON.writeValueAsString(e));
+            Outcome o = run(ask, RECORD.get(), new Output() {
+                @Override
+                public void onToken(int tok, String text) throws IOException {
+                    sofar.append(text);
+                    if (!stream) return;
+                    if (events[0] == null) events[0] = Http.startEvents(ex);
+                    ObjectNode e = Http.JSON.createObjectNode();
+                    e.put("text", sofar.toString()); // SGLang streams the text so far
+                    Http.event(events[0], Http.JSON.writeValueAsString(e));
+                }
+
+                @Override
+                public void onKeepAlive() throws IOException {
+                    if (!stream) return;
+                    if (events[0] == null) events[0] = Http.startEvents(ex);
+                    Http.write(events[0], Http.KEEP_ALIVE);
+                }
             });
             ObjectNode out = Http.JSON.createObjectNode();
             out.put("text", o.text());

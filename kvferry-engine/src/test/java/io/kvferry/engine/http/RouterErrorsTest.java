@@ -336,6 +336,16 @@ class RouterErrorsTest {
     private record AbortWatch(HttpServer prefill, HttpServer decode, CompletableFuture<Long> room,
                               CompletableFuture<JsonNode> decodeAbort, CompletableFuture<JsonNode> prefillAbort) implements AutoCloseable {
         static AbortWatch start(int... tokens) throws IOException {
+            return start("data: {\"token\":300}", tokens);
+        }
+
+        /** A decode whose request waits (for pages, its KV): only keep-alive comments, no token, until aborted. */
+        static AbortWatch waiting() throws IOException {
+            return start(": keep-alive");
+        }
+
+        /** @param filler the line sent every 20 ms after {@code tokens}, until the room is aborted */
+        static AbortWatch start(String filler, int... tokens) throws IOException {
             AbortWatch w = new AbortWatch(HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16),
                     HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16), new CompletableFuture<>(),
                     new CompletableFuture<>(), new CompletableFuture<>());
@@ -352,7 +362,7 @@ class RouterErrorsTest {
                     // router learns its client left from a write that fails, so it needs tokens to write.
                     long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
                     while (!w.decodeAbort.isDone() && System.nanoTime() < until) {
-                        ex.getResponseBody().write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
+                        ex.getResponseBody().write((filler + "\n\n").getBytes(StandardCharsets.UTF_8));
                         ex.getResponseBody().flush();
                         Thread.sleep(20);
                     }
@@ -417,6 +427,37 @@ class RouterErrorsTest {
         }
     }
 
+    /**
+     * A client that closes its stream while its request waits for the first token (the decode sends only
+     * keep-alives): the router passes a keep-alive on, finds the client gone and aborts the room on both engines.
+     * Before, it wrote nothing until the first token, so the room ran its prefill and transfer for nobody.
+     */
+    @Test
+    @Timeout(60)
+    void aClientThatLeavesBeforeTheFirstTokenIsNoticedOnAKeepAlive() throws Exception {
+        for (String route : new String[]{"/v1/completions", "/v1/chat/completions", "/generate"}) {
+            String body = switch (route) {
+                case "/v1/completions" -> "{\"prompt\":\"Hi\",\"max_tokens\":400,\"stream\":true}";
+                case "/v1/chat/completions" -> "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":400,\"stream\":true}";
+                default -> "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":400},\"stream\":true}";
+            };
+            try (AbortWatch w = AbortWatch.waiting(); Router router = w.router()) {
+                try (Socket s = new Socket("127.0.0.1", router.port())) {
+                    s.getOutputStream().write(("POST " + route + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                            + body.length() + "\r\n\r\n" + body).getBytes(StandardCharsets.UTF_8));
+                    BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+                    assertTrue(in.readLine().startsWith("HTTP/1.1 200"), route + ": the stream begins on the decode's keep-alive");
+                    String line;
+                    while ((line = in.readLine()) != null && !line.equals(": keep-alive")) {
+                        assertFalse(line.startsWith("data: {\"text") || line.contains("\"token\""), route + ": no token yet, got " + line);
+                    }
+                    assertEquals(": keep-alive", line, route);
+                } // gone before the first token
+                w.assertAbortedOnBoth();
+            }
+        }
+    }
+
     /** A stop string met: the client gets the text before it, and the router aborts the room on both engines instead of letting it run on. */
     @Test
     @Timeout(60)
@@ -429,6 +470,68 @@ class RouterErrorsTest {
             assertEquals("stop", choice.path("finish_reason").asText(), r.body());
             assertTrue(choice.path("text").asText().endsWith("saw a "), r.body());
             w.assertAbortedOnBoth();
+        }
+    }
+
+    /**
+     * A decode that hangs (a stopped process: its kernel takes the connection, nothing answers) once it has a
+     * request, before its status line or after it: the request fails with a 502 naming the decode within the
+     * stream-idle limit, and both engines are told to abort the room. Before, the request waited as long as the
+     * decode hung (health checks take a backend out of rotation for new requests only).
+     */
+    @Test
+    @Timeout(60)
+    void aDecodeThatHangsFailsItsRequestsAtTheStreamIdleLimit() throws Exception {
+        for (boolean headersFirst : new boolean[]{false, true}) {
+            CountDownLatch release = new CountDownLatch(1);
+            CompletableFuture<JsonNode> decodeAbort = new CompletableFuture<>();
+            HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+            decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+            answerHealthy(decode);
+            decode.createContext("/generate", ex -> {
+                try {
+                    ex.getRequestBody().readAllBytes();
+                    if (headersFirst) {
+                        ex.sendResponseHeaders(200, 0);
+                        ex.getResponseBody().write(": keep-alive\n\n".getBytes(StandardCharsets.UTF_8));
+                        ex.getResponseBody().flush();
+                    }
+                    release.await(); // then nothing, not even a keep-alive
+                } catch (IOException | InterruptedException routerGaveUp) {
+                    // the router cut the connection
+                }
+                ex.close();
+            });
+            decode.createContext("/abort", ex -> {
+                decodeAbort.complete(JSON.readTree(ex.getRequestBody()));
+                ex.sendResponseHeaders(200, -1);
+                ex.close();
+            });
+            decode.start();
+            HttpServer prefill = prefillStub();
+            try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                    "127.0.0.1", 0, new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(2), Duration.ofSeconds(2), 3, Duration.ofSeconds(2)))) {
+                for (boolean stream : new boolean[]{false, true}) {
+                    HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"stream\":" + stream + "}");
+                    JsonNode error;
+                    if (stream && headersFirst) { // the client's stream began on the keep-alive passed on: the failure is its last event
+                        assertEquals(200, r.statusCode(), r.body());
+                        List<String> data = r.body().lines().filter(l -> l.startsWith("data: ")).map(l -> l.substring(6)).toList();
+                        assertEquals("[DONE]", data.getLast(), r.body());
+                        error = JSON.readTree(data.get(data.size() - 2)).path("error");
+                    } else {
+                        assertEquals(502, r.statusCode(), r.body());
+                        error = JSON.readTree(r.body()).path("error");
+                    }
+                    String message = error.path("message").asText();
+                    assertTrue(message.contains(url(decode)) && message.contains("not even a keep-alive"), r.body());
+                }
+                assertTrue(decodeAbort.get(10, TimeUnit.SECONDS).path("bootstrap_room").asLong() > 0, "the hung decode is told to abort too");
+            } finally {
+                release.countDown();
+                decode.stop(0);
+                prefill.stop(0);
+            }
         }
     }
 
