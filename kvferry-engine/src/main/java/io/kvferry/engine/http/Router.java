@@ -765,7 +765,7 @@ public final class Router implements AutoCloseable {
      */
     private Failure failedBeforeFirstToken(ErrorBody err, Backend p, long room, CompletableFuture<HttpResponse<String>> prefillCall) {
         abort(p, room);
-        ErrorBody prefillErr = prefillError(prefillCall);
+        ErrorBody prefillErr = prefillError(prefillCall, p);
         // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
         // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
         // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
@@ -842,12 +842,12 @@ public final class Router implements AutoCloseable {
         b.healthy = false;
     }
 
-    private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call) {
+    private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call, Backend p) {
         try {
             HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
             return r.statusCode() == 200 ? null : ErrorBody.parse(r.statusCode(), r.body());
         } catch (ExecutionException e) {
-            return new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(), "prefill unreachable: " + e.getCause());
+            return new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(), p + " unreachable: " + e.getCause());
         } catch (Exception e) {
             return null;
         }

@@ -535,6 +535,51 @@ class RouterErrorsTest {
         }
     }
 
+    /** A prefill whose /generate call fails (its connection dropped) while the decode reports the room aborted: the client's error names that prefill. */
+    @Test
+    @Timeout(60)
+    void aPrefillThatFailsItsCallIsNamedInTheError() throws Exception {
+        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(prefill);
+        prefill.createContext("/generate", ex -> {
+            throw new IllegalStateException("the stub drops the connection"); // no answer: the JDK server closes it
+        });
+        prefill.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        prefill.start();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            try {
+                Thread.sleep(300); // the prefill's call fails first
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            byte[] b = "{\"error\":{\"type\":\"kv_transfer_error\",\"kind\":\"aborted\",\"message\":\"Aborted by AbortReq.\"}}"
+                    .getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(500, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        decode.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, NO_CHECKS)) {
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            assertEquals(500, r.statusCode(), r.body());
+            assertTrue(JSON.readTree(r.body()).path("error").path("message").asText().contains("prefill " + url(prefill) + " unreachable"), r.body());
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     /** Probe timings short enough for a test: checks every 100 ms, 300 ms each, 500 ms to connect, 3 failures in a row. */
     static final Router.Probing FAST = new Router.Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
     /** As {@link #FAST} but with no periodic checks (only the constructor's): what a request meets decides alone. */
