@@ -165,6 +165,11 @@ public final class PrefillEngine extends SchedulerThread {
     @Override
     boolean step() {
         boolean moved = false;
+        // Pages go in arrival order: once a ready request cannot get its pages, the ready ones behind it wait too
+        // (all are still polled, so a failed or aborted one leaves at once). Before, a smaller prompt took the pages a
+        // larger one waited for, and under a steady stream of small prompts the large one never got them until a
+        // timeout failed it (the decode's prealloc queue does the same, as SGLang's queues do).
+        boolean waiting = false;
         for (Iterator<Flight> it = bootstrap.iterator(); it.hasNext(); ) {
             Flight f = it.next();
             KVPoll p = f.senders.poll();
@@ -174,9 +179,12 @@ public final class PrefillEngine extends SchedulerThread {
                 moved = true;
                 continue;
             }
-            if (p.compareTo(KVPoll.WaitingForInput) < 0) continue;
+            if (p.compareTo(KVPoll.WaitingForInput) < 0 || waiting) continue;
             int total = spec.pagesFor(f.req.prompt().length);
-            if (!alloc.canAllocate(total)) continue; // waits for pages; nothing fails for want of them
+            if (!alloc.canAllocate(total)) { // waits for pages, and holds its place; nothing fails for want of them
+                waiting = true;
+                continue;
+            }
             int prefix = -1;
             for (KVSender x : f.senders.all()) {
                 int n = x.popDecodePrefixLen();
