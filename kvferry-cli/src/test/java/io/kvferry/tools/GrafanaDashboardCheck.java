@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.function.Predicate;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -16,18 +17,35 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
-/** docs/grafana/kvferry.json against real scrapes: every metric its queries name exists, with every label they group by. */
+/**
+ * A Grafana dashboard against real scrapes: every metric its queries name exists, with every label they group by
+ * and every {@code label="value"} they select.
+ */
 final class GrafanaDashboardCheck {
     private static final Pattern METRIC = Pattern.compile("\\b(kvferry_[a-z0-9_]+)\\b");
     private static final Pattern BY = Pattern.compile("\\bby \\(([^)]*)\\)");
+    /** A metric's selector: {@code name{...}}. */
+    private static final Pattern SELECTOR = Pattern.compile("\\b(kvferry_[a-z0-9_]+)\\{([^}]*)}");
+    /** An exact matcher in a selector; regex and negative matchers ({@code =~}, {@code !=}) are not checked. */
+    private static final Pattern EXACT = Pattern.compile("([a-z_]+)\\s*=\\s*\"([^\"$]*)\"");
 
     private GrafanaDashboardCheck() {}
 
     static void assertEverySeriesExists(Path dashboard, List<String> scrapes) throws IOException {
+        assertEverySeriesExists(dashboard, scrapes, name -> true);
+    }
+
+    /**
+     * Checks the queries that name a metric {@code checked} accepts (each such metric of theirs; the others are some
+     * other scrape's to check).
+     *
+     * @return how many queries were checked
+     */
+    static int assertEverySeriesExists(Path dashboard, List<String> scrapes, Predicate<String> checked) throws IOException {
         JsonNode d = new ObjectMapper().readTree(dashboard.toFile());
         List<BenchMetricsTest.Sample> samples = new ArrayList<>();
         for (String s : scrapes) samples.addAll(BenchMetricsTest.parse(s));
-        int queries = 0;
+        int queries = 0, checkedQueries = 0;
         for (JsonNode panel : d.path("panels")) {
             for (JsonNode target : panel.path("targets")) {
                 String expr = target.path("expr").asText();
@@ -36,6 +54,9 @@ final class GrafanaDashboardCheck {
                 Set<String> names = new HashSet<>();
                 while (m.find()) names.add(m.group(1));
                 assertTrue(!names.isEmpty(), "query names no kvferry metric: " + expr);
+                names.removeIf(checked.negate());
+                if (names.isEmpty()) continue;
+                checkedQueries++;
                 Set<String> grouped = new HashSet<>();
                 Matcher by = BY.matcher(expr);
                 while (by.find()) for (String l : by.group(1).split(",")) grouped.add(l.strip());
@@ -48,8 +69,21 @@ final class GrafanaDashboardCheck {
                                 "panel '" + panel.path("title").asText() + "' groups " + name + " by " + label + ", which it lacks");
                     }
                 }
+                Matcher sel = SELECTOR.matcher(expr);
+                while (sel.find()) {
+                    String name = sel.group(1);
+                    if (!names.contains(name)) continue;
+                    Matcher exact = EXACT.matcher(sel.group(2));
+                    while (exact.find()) {
+                        String label = exact.group(1), value = exact.group(2);
+                        assertTrue(samples.stream().anyMatch(s -> s.name().equals(name) && value.equals(s.labels().get(label))),
+                                "panel '" + panel.path("title").asText() + "' selects " + name + "{" + label + "=\"" + value
+                                        + "\"}, which no scrape has");
+                    }
+                }
             }
         }
         assertEquals(d.path("panels").size() > 0, queries > 0);
+        return checkedQueries;
     }
 }

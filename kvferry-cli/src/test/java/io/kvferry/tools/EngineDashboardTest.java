@@ -1,0 +1,57 @@
+package io.kvferry.tools;
+
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
+import io.kvferry.engine.serve.Roles;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * docs/grafana/kvferry.json's panels of the reference engine's scheduler gauges against the real scrapes of a
+ * prefill and a decode role, after they served a completion through the router. (kvferry's own series are
+ * checked by BenchMetricsTest, whose processes run no engine.)
+ */
+class EngineDashboardTest {
+    /** The engines' gauges: kvferry_engine_requests, kvferry_engine_kv_pages, kvferry_engine_aux_rows. */
+    static final String ENGINE_GAUGES = "kvferry_engine_";
+
+    @Test
+    @Timeout(120)
+    void everyEngineSeriesTheDashboardQueriesIsInTheEnginesScrapes() throws Exception {
+        Roles.Options o = new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 8, 32, "tcp", "127.0.0.1", 0, 0,
+                "engine-dashboard-test");
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
+        try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o);
+             Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
+            HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                    .timeout(Duration.ofSeconds(60))
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":4}")).build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, r.statusCode(), r.body());
+            String prefillScrape = scrape(http, prefill.port()), decodeScrape = scrape(http, decode.port());
+            int checked = GrafanaDashboardCheck.assertEverySeriesExists(Path.of("..", "docs", "grafana", "kvferry.json"),
+                    List.of(prefillScrape, decodeScrape), name -> name.startsWith(ENGINE_GAUGES));
+            // Requests per queue, KV pages used/cached/free, aux rows used/free, KV page usage.
+            assertEquals(4, checked, "queries of the engines' gauges on the dashboard");
+        }
+    }
+
+    private static String scrape(HttpClient http, int port) throws Exception {
+        HttpResponse<String> s = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics"))
+                .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, s.statusCode(), s.body());
+        assertTrue(s.body().contains(ENGINE_GAUGES), "the role's scrape has the engine's gauges: " + s.body());
+        return s.body();
+    }
+}
