@@ -2,7 +2,11 @@ package io.kvferry.api;
 
 /**
  * The decode side of one request on one rank (SGLang's {@code BaseKVReceiver}). Created by
- * {@link KVManager#createReceiver}. Called from the decode scheduler thread.
+ * {@link KVManager#createReceiver}. Called from the decode scheduler thread. An engine may hand a
+ * failed room's {@link #failureException()} and {@link #clear()} (which waits until no write of the
+ * room can land: seconds when its prefill hangs) to another thread once its scheduler no longer calls
+ * this receiver, as the reference decode engine does, unless it turned the manager's change feed on:
+ * the feed's handles belong to the scheduler thread.
  */
 public interface KVReceiver {
     /**
