@@ -1262,7 +1262,9 @@ public final class Router implements AutoCloseable {
         if (!Http.method(ex, "GET")) return;
         ObjectNode out = Http.JSON.createObjectNode();
         long p = prefills.stream().filter(b -> b.healthy).count(), d = decodes.stream().filter(b -> b.healthy).count();
-        out.put("status", p > 0 && d > 0 ? "ok" : "degraded");
+        // Degraded: a role has fewer healthy backends than configured, requests still served; unavailable: none of a role.
+        boolean all = p == prefills.size() && d == decodes.size();
+        out.put("status", p == 0 || d == 0 ? "unavailable" : all ? "ok" : "degraded");
         out.put("healthy_prefills", p);
         out.put("healthy_decodes", d);
         Http.sendJson(ex, p > 0 && d > 0 ? 200 : 503, out);

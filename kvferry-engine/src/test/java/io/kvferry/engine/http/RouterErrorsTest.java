@@ -580,6 +580,30 @@ class RouterErrorsTest {
         }
     }
 
+    /** /health says "degraded" (200) while a role has fewer healthy backends than configured but some: requests are still served. */
+    @Test
+    @Timeout(30)
+    void healthIsDegradedWithOneOfTwoDecodesDown() throws Exception {
+        HttpServer prefill = prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.start();
+        int deadPort;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            deadPort = s.getLocalPort(); // closed below: nothing listens there
+        }
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode), "http://127.0.0.1:" + deadPort),
+                ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, NO_CHECKS)) {
+            HttpResponse<String> h = send(router.port(), "/health", null);
+            assertEquals(200, h.statusCode(), h.body());
+            assertEquals("degraded", JSON.readTree(h.body()).path("status").asText(), h.body());
+            assertEquals(1, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     /** Probe timings short enough for a test: checks every 100 ms, 300 ms each, 500 ms to connect, 3 failures in a row. */
     static final Router.Probing FAST = new Router.Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
     /** As {@link #FAST} but with no periodic checks (only the constructor's): what a request meets decides alone. */
@@ -757,6 +781,7 @@ class RouterErrorsTest {
             HttpResponse<String> h = send(router.port(), "/health", null);
             assertEquals(503, h.statusCode(), "a refused connection left the decode in rotation: " + h.body());
             assertEquals(0, JSON.readTree(h.body()).path("healthy_decodes").asInt(), h.body());
+            assertEquals("unavailable", JSON.readTree(h.body()).path("status").asText(), "no decode at all: " + h.body());
             r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
             assertEquals(503, r.statusCode(), r.body());
         } finally {
