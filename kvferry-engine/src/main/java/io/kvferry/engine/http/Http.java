@@ -303,10 +303,10 @@ final class Http {
         return false;
     }
 
-    /** Starts a server-sent-event stream (status 200, chunked). */
     /** An SSE comment (clients skip it): a stream's sign of life while its request waits for its first token. */
     static final String KEEP_ALIVE = ": keep-alive\n\n";
 
+    /** Starts a server-sent-event stream (status 200, chunked). */
     static OutputStream startEvents(HttpExchange ex) throws IOException {
         ex.getResponseHeaders().set("Content-Type", "text/event-stream; charset=utf-8");
         ex.getResponseHeaders().set("Cache-Control", "no-cache");

@@ -125,12 +125,9 @@ public final class Router implements AutoCloseable {
          */
         static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(10), 3, Duration.ofSeconds(10));
 
-        /** A decode stream may be silent for 10 s (ten keep-alives missed) unless said otherwise. */
-        static final Duration STREAM_IDLE = DEFAULT.streamIdle();
-
-
+        /** With the default stream-idle limit. */
         Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown) {
-            this(every, probeTimeout, connectTimeout, failuresToMarkDown, STREAM_IDLE);
+            this(every, probeTimeout, connectTimeout, failuresToMarkDown, DEFAULT.streamIdle());
         }
 
         Probing {
@@ -218,6 +215,10 @@ public final class Router implements AutoCloseable {
         }
     }
 
+    /** A write to the client; an IOException means the client went away. */
+    private interface ClientWrite {
+        void run() throws IOException;
+    }
 
     /**
      * What the client asked for, checked: sampling without its seed (the room is the default seed, so
@@ -655,12 +656,9 @@ public final class Router implements AutoCloseable {
                 // The status line comes within a keep-alive interval (DecodeServer): a decode silent for streamIdle hangs.
                 dr = send(post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
+                if (e instanceof HttpTimeoutException && !isConnectTimeout(e)) throw hung(d, p, room);
                 if (isConnectionRefused(e)) markUnreachable(d, e);
                 abort(p, room);
-                if (e instanceof HttpTimeoutException && !isConnectTimeout(e)) {
-                    abort(d, room);
-                    throw new Failure(502, "bad_gateway", hung(d, room));
-                }
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }
             if (dr.statusCode() != 200) {
@@ -680,15 +678,7 @@ public final class Router implements AutoCloseable {
                 String line;
                 while ((line = readDecodeLine(in, stream, d, p, room)) != null) {
                     if (!line.startsWith("data: ")) {
-                        if (line.startsWith(":")) {
-                            try {
-                                out.onKeepAlive();
-                            } catch (IOException clientGone) {
-                                abort(d, room);
-                                abort(p, room);
-                                throw clientGone;
-                            }
-                        }
+                        if (line.startsWith(":")) toClient(out::onKeepAlive, d, p, room);
                         continue;
                     }
                     JsonNode ev = decodeEvent(line.substring(6), d, p, room);
@@ -715,13 +705,7 @@ public final class Router implements AutoCloseable {
                         int sendable = all.length() - ask.stop().heldBack(all);
                         String piece = sendable > sent ? all.substring(sent, sendable) : "";
                         sent = Math.max(sent, sendable);
-                        try {
-                            out.onToken(tok, piece);
-                        } catch (IOException clientGone) {
-                            abort(d, room);
-                            abort(p, room);
-                            throw clientGone;
-                        }
+                        toClient(() -> out.onToken(tok, piece), d, p, room);
                     } else if (ev.has("error")) {
                         JsonNode e = ev.path("error");
                         ErrorBody err = new ErrorBody(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
@@ -743,20 +727,30 @@ public final class Router implements AutoCloseable {
                     }
                 }
             }
-            if (stream.cut()) {
-                abort(d, room);
-                abort(p, room);
-                throw new Failure(502, "bad_gateway", hung(d, room));
-            }
+            if (stream.cut()) throw hung(d, p, room);
             throw new Failure(502, "bad_gateway", d + " ended the stream of room " + room + " without finishing it");
         } finally {
             d.inFlight.decrementAndGet();
         }
     }
 
-    private String hung(Backend d, long room) {
-        return d + " sent nothing on room " + room + " for " + stalled.limit().toSeconds()
-                + " s, not even a keep-alive: taken as hung (a stopped or unreachable process)";
+    /** A decode silent past the stream-idle limit: the room is aborted on both engines, and the client gets a 502 naming the decode. */
+    private Failure hung(Backend d, Backend p, long room) {
+        abort(d, room);
+        abort(p, room);
+        return new Failure(502, "bad_gateway", d + " sent nothing on room " + room + " for " + stalled.limit().toSeconds()
+                + " s, not even a keep-alive: taken as hung (a stopped or unreachable process)");
+    }
+
+    /** Writes to the client; when it went away, the room is aborted on both engines and the IOException goes on. */
+    private void toClient(ClientWrite write, Backend d, Backend p, long room) throws IOException {
+        try {
+            write.run();
+        } catch (IOException clientGone) {
+            abort(d, room);
+            abort(p, room);
+            throw clientGone;
+        }
     }
 
     /**
@@ -798,11 +792,8 @@ public final class Router implements AutoCloseable {
             }
             if (c < 0 && line.isEmpty()) return null;
         } catch (IOException e) {
+            if (stream.cut()) throw hung(d, p, room);
             abort(p, room);
-            if (stream.cut()) {
-                abort(d, room);
-                throw new Failure(502, "bad_gateway", hung(d, room));
-            }
             throw new Failure(502, "bad_gateway", d + " failed mid-stream on room " + room + ": " + e);
         }
         int end = line.length();

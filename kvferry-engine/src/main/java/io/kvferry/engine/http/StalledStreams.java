@@ -16,12 +16,10 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 final class StalledStreams {
     private final Set<Watched> open = ConcurrentHashMap.newKeySet();
-    private final long limitNanos;
     private final Duration limit;
 
     StalledStreams(Duration limit) {
         this.limit = limit;
-        this.limitNanos = limit.toNanos();
     }
 
     Duration limit() {
@@ -37,15 +35,10 @@ final class StalledStreams {
 
     /** Cuts every stream that has been silent for the limit. */
     void sweep() {
-        long now = System.nanoTime();
+        long now = System.nanoTime(), limitNanos = limit.toNanos();
         for (Watched w : open) {
             if (now - w.lastNanos > limitNanos) w.cutOff();
         }
-    }
-
-    /** Streams watched now (tests). */
-    int size() {
-        return open.size();
     }
 
     /** A stream whose reads note when bytes last came; closed by the sweep when they stop coming. */

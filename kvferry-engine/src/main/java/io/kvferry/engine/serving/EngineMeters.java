@@ -38,10 +38,10 @@ final class EngineMeters {
                     .description("Engine: requests in each scheduler queue (0 in every queue once all ended)")
                     .tags("role", role, "queue", queues.get(i)).register(registry);
         }
-        page(registry, role, "used", pagesUsed, "Engine: KV pages by state: used by requests, cached (decode prefix cache), free");
-        page(registry, role, "free", pagesFree, "Engine: KV pages by state: used by requests, cached (decode prefix cache), free");
+        page(registry, role, "used", pagesUsed);
+        page(registry, role, "free", pagesFree);
         if (role.equals("decode")) {
-            page(registry, role, "cached", pagesCached, "Engine: KV pages by state: used by requests, cached (decode prefix cache), free");
+            page(registry, role, "cached", pagesCached);
         }
         Gauge.builder(ROWS, rowsUsed, AtomicInteger::get).strongReference(true).description("Engine: aux rows (one per request in flight) by state")
                 .tags("role", role, "state", "used").register(registry);
@@ -49,8 +49,9 @@ final class EngineMeters {
                 .tags("role", role, "state", "free").register(registry);
     }
 
-    private static void page(MeterRegistry registry, String role, String state, AtomicInteger value, String description) {
-        Gauge.builder(PAGES, value, AtomicInteger::get).strongReference(true).description(description)
+    private static void page(MeterRegistry registry, String role, String state, AtomicInteger value) {
+        Gauge.builder(PAGES, value, AtomicInteger::get).strongReference(true)
+                .description("Engine: KV pages by state: used by requests, cached (decode prefix cache), free")
                 .tags("role", role, "state", state).register(registry);
     }
 
