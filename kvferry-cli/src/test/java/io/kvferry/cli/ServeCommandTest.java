@@ -126,11 +126,18 @@ class ServeCommandTest {
             HttpResponse<String> served = http.send(completion.header("Authorization", "Bearer serve-test-api-key").build(),
                     HttpResponse.BodyHandlers.ofString());
             assertEquals(200, served.statusCode(), served.body());
-            String scrape = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
+            // The router counts and logs a request once its exchange is over, just after its client has the answer: wait for the 200.
+            String served200 = "kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\"} 1.0";
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            String scrape;
+            while (!(scrape = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body())
+                    .contains(served200) && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+            }
             assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"401\"} 1.0"), scrape);
-            assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\"} 1.0"), scrape);
+            assertTrue(scrape.contains(served200), scrape);
             String room = JSON.readTree(served.body()).path("kvferry").path("bootstrap_room").asText();
-            List<String> lines = Files.readAllLines(log);
+            List<String> lines = Files.readAllLines(log); // logged before it was counted
             assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=401 room=- ")), String.join("\n", lines));
             assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=200 room=" + room + " prompt_tokens=5 "
                     + "completion_tokens=3 ")), String.join("\n", lines));

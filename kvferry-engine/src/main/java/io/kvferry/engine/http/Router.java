@@ -399,13 +399,13 @@ public final class Router implements AutoCloseable {
             } finally {
                 int status = record.countedStatus != null ? record.countedStatus
                         : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED;
-                meters.finished(route, status);
                 if (REQUEST_LOG.isInfoEnabled()) {
                     REQUEST_LOG.info("request route={} status={} room={} prompt_tokens={} completion_tokens={} ttft_ms={} e2e_ms={} kind={}",
                             route, status, record.room < 0 ? "-" : Long.toString(record.room), record.promptTokens, record.completionTokens,
                             String.format("%.1f", record.ttftMs), String.format("%.1f", (System.nanoTime() - arrived) / 1e6),
                             record.failureKind == null ? "-" : LogSafe.value(record.failureKind));
                 }
+                meters.finished(route, status); // after its log line: a request counted is a request logged
             }
         });
     }

@@ -71,6 +71,11 @@ class RouterAccessTest {
         return RouterErrorsTest.requests(m, route, status);
     }
 
+    /** {@link RouterErrorsTest#requests(SimpleMeterRegistry, String, int, double)}: read once it is {@code expected} (10 s at most). */
+    private static double requests(SimpleMeterRegistry m, String route, int status, double expected) throws InterruptedException {
+        return RouterErrorsTest.requests(m, route, status, expected);
+    }
+
     @Test
     @Timeout(90)
     void withAnApiKeyTheServingRoutesAnswerOnlyAClientThatSendsIt() throws Exception {
@@ -97,15 +102,15 @@ class RouterAccessTest {
                     "Bearer " + KEY);
             assertEquals(200, generate.statusCode(), generate.body());
 
-            assertEquals(4, requests(meters, "/v1/completions", 401));
-            assertEquals(4, requests(meters, "/generate", 401));
-            assertEquals(4, requests(meters, "/v1/models", 401));
-            assertEquals(4, requests(meters, "/v1/models/{model}", 401), "one label for every model's path");
-            assertEquals(4, requests(meters, "/v1/chat/completions", 401));
-            assertEquals(1, requests(meters, "/v1/completions", 200));
+            assertEquals(4, requests(meters, "/v1/completions", 401, 4));
+            assertEquals(4, requests(meters, "/generate", 401, 4));
+            assertEquals(4, requests(meters, "/v1/models", 401, 4));
+            assertEquals(4, requests(meters, "/v1/models/{model}", 401, 4), "one label for every model's path");
+            assertEquals(4, requests(meters, "/v1/chat/completions", 401, 4));
+            assertEquals(1, requests(meters, "/v1/completions", 200, 1));
             HttpResponse<String> chat = send(port, "POST", "/v1/chat/completions", CHAT, "Bearer " + KEY);
             assertEquals(200, chat.statusCode(), chat.body());
-            assertEquals(1, requests(meters, "/v1/chat/completions", 200));
+            assertEquals(1, requests(meters, "/v1/chat/completions", 200, 1));
         }
     }
 
@@ -141,11 +146,11 @@ class RouterAccessTest {
             HttpResponse<String> badChat = send(port, "POST", "/v1/chat/completions", "{\"messages\":[],\"max_tokens\":3}", null);
             assertEquals(400, badChat.statusCode(), badChat.body());
 
-            assertEquals(1, requests(meters, "/v1/completions", 200));
-            assertEquals(1, requests(meters, "/v1/completions", 400));
-            assertEquals(1, requests(meters, "/v1/chat/completions", 200), "a chat is counted under its own route");
-            assertEquals(1, requests(meters, "/v1/chat/completions", 400));
-            assertEquals(1, requests(meters, "/generate", 405));
+            assertEquals(1, requests(meters, "/v1/completions", 200, 1));
+            assertEquals(1, requests(meters, "/v1/completions", 400, 1));
+            assertEquals(1, requests(meters, "/v1/chat/completions", 200, 1), "a chat is counted under its own route");
+            assertEquals(1, requests(meters, "/v1/chat/completions", 400, 1));
+            assertEquals(1, requests(meters, "/generate", 405, 1));
             Timer ttft = meters.find(RouterMeters.TTFT).timer();
             Timer e2e = meters.find(RouterMeters.E2E).timer();
             assertNotNull(ttft);
@@ -170,8 +175,8 @@ class RouterAccessTest {
             } // closed mid-stream
             long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
             while (requests(meters, "/v1/completions", RouterMeters.CLIENT_CLOSED) == 0 && System.nanoTime() < deadline) Thread.sleep(20);
-            assertEquals(1, requests(meters, "/v1/completions", RouterMeters.CLIENT_CLOSED), "the client that went away");
-            assertEquals(1, requests(meters, "/v1/completions", 200), "...is not counted as served");
+            assertEquals(1, requests(meters, "/v1/completions", RouterMeters.CLIENT_CLOSED, 1), "the client that went away");
+            assertEquals(1, requests(meters, "/v1/completions", 200, 1), "...is not counted as served");
             Gauge running = meters.find(RouterMeters.RUNNING).gauge();
             assertEquals(0.0, running.value(), "every request was counted out");
         }
