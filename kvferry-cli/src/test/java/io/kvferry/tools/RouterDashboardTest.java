@@ -13,6 +13,7 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
@@ -30,8 +31,15 @@ class RouterDashboardTest {
                     .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":4}")).build(),
                     HttpResponse.BodyHandlers.ofString());
             assertEquals(200, r.statusCode(), r.body());
-            HttpResponse<String> scrape = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).timeout(Duration.ofSeconds(30)).build(),
-                    HttpResponse.BodyHandlers.ofString());
+            // The router counts a request once its exchange is over, just after its client has the answer: the request
+            // counter's first series appears then, so the scrape is taken once it is there (10 s at most).
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            HttpRequest metrics = HttpRequest.newBuilder(URI.create(base + "/metrics")).timeout(Duration.ofSeconds(30)).build();
+            HttpResponse<String> scrape = http.send(metrics, HttpResponse.BodyHandlers.ofString());
+            while (!scrape.body().contains("kvferry_router_requests_total{") && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+                scrape = http.send(metrics, HttpResponse.BodyHandlers.ofString());
+            }
             assertEquals(200, scrape.statusCode(), scrape.body());
             GrafanaDashboardCheck.assertEverySeriesExists(Path.of("..", "docs", "grafana", "kvferry-router.json"), List.of(scrape.body()));
         }
