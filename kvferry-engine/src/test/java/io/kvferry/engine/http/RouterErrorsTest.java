@@ -617,8 +617,14 @@ class RouterErrorsTest {
 
     /** Probe timings short enough for a test: checks every 100 ms, 300 ms each, 500 ms to connect, 3 failures in a row. */
     static final Router.Probing FAST = new Router.Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
-    /** As {@link #FAST} but with no periodic checks (only the constructor's): what a request meets decides alone. */
-    static final Router.Probing NO_CHECKS = new Router.Probing(Duration.ofHours(1), Duration.ofMillis(300), Duration.ofMillis(500), 3);
+    /**
+     * No periodic checks (only the constructor's): what a request meets decides alone. That one check must pass for
+     * a healthy stub on a loaded machine (with no later check, a prefill whose first check timed out would never be
+     * picked), so it has 5 s, to connect too.
+     */
+    static final Router.Probing NO_CHECKS = new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofSeconds(5), 3);
+    /** As {@link #NO_CHECKS} with a 500 ms connect, for a test that times connects. */
+    static final Router.Probing NO_CHECKS_FAST_CONNECT = new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofMillis(500), 3);
 
     /** A stub prefill: healthy, answers /generate and /abort with a 200. */
     private static HttpServer prefillStub() throws Exception {
@@ -761,7 +767,7 @@ class RouterErrorsTest {
         List<Socket> held = new ArrayList<>();
         try (ServerSocket decode = swampedServer(held);
              Router router = new Router(List.of(url(prefill)), List.of("http://127.0.0.1:" + decode.getLocalPort()),
-                     ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, NO_CHECKS)) {
+                     ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, NO_CHECKS_FAST_CONNECT)) {
             long start = System.nanoTime();
             HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
             long millis = (System.nanoTime() - start) / 1_000_000;
