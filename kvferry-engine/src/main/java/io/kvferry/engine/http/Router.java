@@ -22,6 +22,7 @@ import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.net.ConnectException;
 import java.net.URI;
+import java.net.URLDecoder;
 import java.net.http.HttpClient;
 import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpRequest;
@@ -33,10 +34,12 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalLong;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
@@ -44,6 +47,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Predicate;
+import java.util.stream.Stream;
 
 /**
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
@@ -152,14 +156,22 @@ public final class Router implements AutoCloseable {
         int failedChecks;
 
         Backend(String url, boolean prefill, String bootstrap) {
-            this.url = parse(url, prefill);
+            this(url, prefill, bootstrap, prefill ? "--prefill" : "--decode");
+        }
+
+        /** @param source what gave the URL, for its errors: a flag, or the field of a {@code /workers} request */
+        Backend(String url, boolean prefill, String bootstrap, String source) {
+            this.url = parse(url, source);
             this.prefill = prefill;
             this.bootstrap = bootstrap;
         }
 
-        /** An absolute http(s) URL with a host, or an IllegalArgumentException naming the flag and the value. */
         static URI parse(String url, boolean prefill) {
-            String flag = prefill ? "--prefill" : "--decode";
+            return parse(url, prefill ? "--prefill" : "--decode");
+        }
+
+        /** An absolute http(s) URL with a host, or an IllegalArgumentException naming {@code flag} (where it came from) and the value. */
+        static URI parse(String url, String flag) {
             URI u;
             try {
                 u = URI.create(url.endsWith("/") ? url.substring(0, url.length() - 1) : url);
@@ -178,6 +190,35 @@ public final class Router implements AutoCloseable {
         @Override
         public String toString() {
             return (prefill ? "prefill " : "decode ") + url;
+        }
+    }
+
+    /** The router's backends at one moment: immutable (a change makes a new pool). */
+    record Pool(List<Backend> prefills, List<Backend> decodes) {
+        Pool {
+            prefills = List.copyOf(prefills);
+            decodes = List.copyOf(decodes);
+        }
+
+        List<Backend> all() {
+            return Stream.concat(prefills.stream(), decodes.stream()).toList();
+        }
+
+        /** The backend at {@code url} in that role, or null (one server may answer as both: a test's stub does). */
+        Backend find(URI url, boolean prefill) {
+            for (Backend b : prefill ? prefills : decodes) if (b.url.equals(url)) return b;
+            return null;
+        }
+
+        Pool with(Backend b) {
+            if (find(b.url, b.prefill) != null) throw new IllegalArgumentException(b + " is given twice");
+            List<Backend> to = new ArrayList<>(b.prefill ? prefills : decodes);
+            to.add(b);
+            return b.prefill ? new Pool(to, decodes) : new Pool(prefills, to);
+        }
+
+        Pool without(Backend b) {
+            return new Pool(prefills.stream().filter(x -> x != b).toList(), decodes.stream().filter(x -> x != b).toList());
         }
     }
 
@@ -243,7 +284,12 @@ public final class Router implements AutoCloseable {
                    double e2eMs, JsonNode prefill, JsonNode decodeTimings) {
     }
 
-    private final List<Backend> prefills = new ArrayList<>(), decodes = new ArrayList<>();
+    /**
+     * The backends requests go to, as one immutable snapshot replaced whole. Only the health thread replaces
+     * it (the {@code /workers} changes run there as commands), so a change never races a health round;
+     * a request reads the snapshot it finds, and one sent to a backend removed meanwhile still ends there.
+     */
+    private volatile Pool pool;
     private final Tokenizer tokenizer;
     /** The model's context in tokens: a prompt must leave room in it for one output token. */
     private final int contextTokens;
@@ -260,6 +306,8 @@ public final class Router implements AutoCloseable {
     private final String backendAuthorization;
     /** The API key clients must send to the routes that serve, or null: any client that reaches the port is served. */
     private final BearerToken clientAuth;
+    /** The cluster token, which {@code /workers} changes need (null: this router takes none). */
+    private final BearerToken workerAuth;
     private final RouterMeters meters;
     private final Admission admission;
     /** Requests the router may still admit; null without a limit. Fair: those waiting are admitted in order. */
@@ -337,25 +385,24 @@ public final class Router implements AutoCloseable {
         BearerToken auth = BearerToken.of(access.backendToken());
         this.backendAuthorization = auth == null ? null : auth.header();
         this.clientAuth = BearerToken.of(access.apiKey());
+        this.workerAuth = auth;
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
-        for (String p : prefills) this.prefills.add(new Backend(p, true, null));
-        for (String d : decodes) this.decodes.add(new Backend(d, false, null));
+        Pool first = new Pool(List.of(), List.of());
+        for (String p : prefills) first = first.with(new Backend(p, true, null));
+        for (String d : decodes) first = first.with(new Backend(d, false, null));
+        this.pool = first;
         this.meters = new RouterMeters(metrics);
         if (slots != null) meters.admission(slots);
-        this.prefills.forEach(meters::backend);
-        this.decodes.forEach(meters::backend);
+        first.all().forEach(meters::backend);
         this.tokenizer = tokenizer;
         if (contextTokens < 2) throw new IllegalArgumentException("the context must hold at least 2 tokens, got " + contextTokens);
         this.contextTokens = contextTokens;
         this.modelName = modelName;
         client = HttpClient.newBuilder().connectTimeout(probing.connectTimeout()).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
-        for (Backend b : this.prefills) checkHealth(b);
-        for (Backend b : this.decodes) checkHealth(b);
+        first.all().forEach(this::checkHealth);
         health = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("kvferry-router-health").unstarted(r));
-        health.scheduleWithFixedDelay(() -> {
-            for (Backend b : this.prefills) checkHealth(b);
-            for (Backend b : this.decodes) checkHealth(b);
-        }, probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
+        health.scheduleWithFixedDelay(() -> pool.all().forEach(this::checkHealth),
+                probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
         stalled = new StalledStreams(probing.streamIdle());
         health.scheduleWithFixedDelay(stalled::sweep, DecodeServer.KEEP_ALIVE_MILLIS, DecodeServer.KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
         server = Http.server(host, port);
@@ -365,6 +412,7 @@ public final class Router implements AutoCloseable {
         serving(MODEL_ROUTE, MODEL_ROUTE + "{model}", this::model);
         serving("/generate", this::generate);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
+        server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, this::workersRoute));
         server.start();
     }
 
@@ -634,7 +682,8 @@ public final class Router implements AutoCloseable {
     private Outcome admitted(Ask ask, RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
         int[] ids = promptIds(ask.prompt());
         record.promptTokens = ids.length;
-        Backend p = pick(prefills, "prefill"), d = pick(decodes, "decode");
+        Pool now = pool;
+        Backend p = pick(now.prefills(), "prefill"), d = pick(now.decodes(), "decode");
         long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
         record.room = room;
         ObjectNode body = generateBody(room, ids, ask.sampling(room));
@@ -1226,6 +1275,7 @@ public final class Router implements AutoCloseable {
 
     /** The parent route of OpenAI's model retrieval, {@code GET /v1/models/{model}}. */
     private static final String MODEL_ROUTE = "/v1/models/";
+    static final String WORKERS_ROUTE = "/workers";
 
     /** {@code GET /v1/models/{model}}: the model this router serves, or a 404 naming the one it serves. */
     private void model(HttpExchange ex) throws Exception {
@@ -1249,12 +1299,179 @@ public final class Router implements AutoCloseable {
         return m;
     }
 
+    /**
+     * {@code /workers}, the router's backends changed while it serves: {@code GET} lists them (open, as
+     * {@code /metrics}, which names them too); {@code POST {"url", "worker_type": "prefill"|"decode"}} adds one
+     * that passes a health check now; {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
+     * end there). Changes need the cluster token: whoever may add a backend may send it every prompt, so a
+     * router without a token refuses them.
+     */
+    private void workersRoute(HttpExchange ex) throws Exception {
+        String method = ex.getRequestMethod();
+        if ("GET".equals(method)) {
+            Http.sendJson(ex, 200, workersJson(pool));
+            return;
+        }
+        if (!"POST".equals(method) && !"DELETE".equals(method)) {
+            ex.getResponseHeaders().set("Allow", "GET, POST, DELETE");
+            Http.sendError(ex, 405, "invalid_request_error", method + " " + WORKERS_ROUTE + " is not allowed; use GET, POST or DELETE");
+            return;
+        }
+        if (workerAuth == null) {
+            Http.discardBody(ex);
+            Http.sendError(ex, 403, "permission_error", method + " " + WORKERS_ROUTE + " needs the cluster token and this router has none "
+                    + "(KVFERRY_AUTH_TOKEN or --auth-token-file): without one, anyone who reaches its port could add a backend of theirs "
+                    + "and be sent every prompt");
+            return;
+        }
+        if (!Http.authorized(ex, workerAuth)) return;
+        if ("POST".equals(method)) addWorker(ex);
+        else removeWorker(ex);
+    }
+
+    private void addWorker(HttpExchange ex) throws Exception {
+        JsonNode body = Http.readJson(ex);
+        if (!body.isObject()) throw new Http.BadRequest("the body must be a JSON object {\"url\", \"worker_type\"}, got " + body);
+        String url = Http.textField(body, "url"), type = Http.textField(body, "worker_type");
+        boolean prefill = switch (type) {
+            case "prefill" -> true;
+            case "decode" -> false;
+            default -> throw new Http.BadRequest("worker_type", "worker_type must be \"prefill\" or \"decode\", got \"" + LogSafe.value(type) + "\"");
+        };
+        Backend b;
+        try {
+            b = new Backend(url, prefill, null, "url");
+        } catch (IllegalArgumentException e) {
+            throw new Http.BadRequest("url", e.getMessage());
+        }
+        Backend there = pool.find(b.url, prefill);
+        if (there != null) {
+            Http.sendError(ex, 409, "invalid_request_error", null, "url", there + " is a backend of this router already");
+            return;
+        }
+        // Checked here, not on the health thread (a check may take the probe timeout): it joins only if it serves now.
+        String refused = firstCheck(b);
+        if (refused != null) {
+            Http.sendError(ex, 502, "bad_gateway", null, "url", b + " was not added: " + refused);
+            return;
+        }
+        Backend clash = onHealthThread(() -> {
+            Backend other = pool.find(b.url, prefill);
+            if (other != null) return other;
+            pool = pool.with(b);
+            meters.backend(b);
+            return null;
+        });
+        if (clash != null) {
+            Http.sendError(ex, 409, "invalid_request_error", null, "url", clash + " is a backend of this router already");
+            return;
+        }
+        log.info("{} added through {}", b, WORKERS_ROUTE);
+        Http.sendJson(ex, 200, workerJson(b));
+    }
+
+    private void removeWorker(HttpExchange ex) throws Exception {
+        Http.discardBody(ex);
+        String url = queryParam(ex, "url");
+        if (url == null) throw new Http.BadRequest("url", "DELETE " + WORKERS_ROUTE + " needs ?url=U, the backend's URL as GET " + WORKERS_ROUTE + " lists it");
+        URI u;
+        try {
+            u = Backend.parse(url, "url");
+        } catch (IllegalArgumentException e) {
+            throw new Http.BadRequest("url", e.getMessage());
+        }
+        String type = queryParam(ex, "worker_type");
+        if (type != null && !type.equals("prefill") && !type.equals("decode")) {
+            throw new Http.BadRequest("worker_type", "worker_type must be prefill or decode, got \"" + LogSafe.value(type) + "\"");
+        }
+        List<Backend> at = onHealthThread(() -> { // removed only when the URL (and type) names one
+            List<Backend> named = pool.all().stream().filter(b -> b.url.equals(u) && (type == null || b.prefill == type.equals("prefill"))).toList();
+            if (named.size() == 1) {
+                pool = pool.without(named.getFirst());
+                meters.forget(named.getFirst());
+            }
+            return named;
+        });
+        if (at.isEmpty()) {
+            Http.sendError(ex, 404, "invalid_request_error", null, "url", u + " is not a backend of this router" + (type == null ? "" : " as a " + type));
+            return;
+        }
+        if (at.size() > 1) {
+            Http.sendError(ex, 400, "invalid_request_error", null, "worker_type", u + " is both a prefill and a decode of this router: "
+                    + "say which with &worker_type=prefill or decode");
+            return;
+        }
+        Backend removed = at.getFirst();
+        log.info("{} removed through {}; {} of its requests still in flight end there", removed, WORKERS_ROUTE, removed.inFlight.get());
+        Http.sendJson(ex, 200, workerJson(removed));
+    }
+
+    /**
+     * One health check of a backend before it joins: null when it answered 200 (a prefill naming its bootstrap
+     * registry, which the decodes need), else why not.
+     */
+    private String firstCheck(Backend b) throws InterruptedException {
+        try {
+            HttpResponse<String> r = probe(b);
+            if (r.statusCode() != 200) return "its /health answered HTTP " + r.statusCode();
+            if (b.prefill) {
+                b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
+                if (b.bootstrap == null) return "its /health names no bootstrap registry: is it a prefill?";
+            }
+            return null;
+        } catch (IOException e) {
+            return "its /health failed: " + e;
+        }
+    }
+
+    /** Runs a change of the pool on the health thread, its owner, and waits for it. */
+    private <T> T onHealthThread(Callable<T> change) throws Exception {
+        try {
+            return health.submit(change).get();
+        } catch (RejectedExecutionException e) {
+            throw new Failure(503, "service_unavailable", "the router is shutting down");
+        } catch (ExecutionException e) {
+            throw e.getCause() instanceof Exception c ? c : e;
+        }
+    }
+
+    /** The first value of query parameter {@code name}, decoded, or null. */
+    private static String queryParam(HttpExchange ex, String name) {
+        String q = ex.getRequestURI().getRawQuery();
+        if (q == null) return null;
+        for (String kv : q.split("&")) {
+            int eq = kv.indexOf('=');
+            String k = URLDecoder.decode(eq < 0 ? kv : kv.substring(0, eq), StandardCharsets.UTF_8);
+            if (k.equals(name)) return eq < 0 ? "" : URLDecoder.decode(kv.substring(eq + 1), StandardCharsets.UTF_8);
+        }
+        return null;
+    }
+
+    private static ObjectNode workersJson(Pool p) {
+        ObjectNode out = Http.JSON.createObjectNode();
+        ArrayNode prefills = out.putArray("prefills"), decodes = out.putArray("decodes");
+        p.prefills().forEach(b -> prefills.add(workerJson(b)));
+        p.decodes().forEach(b -> decodes.add(workerJson(b)));
+        return out;
+    }
+
+    private static ObjectNode workerJson(Backend b) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        o.put("url", b.url.toString());
+        o.put("worker_type", b.prefill ? "prefill" : "decode");
+        o.put("healthy", b.healthy);
+        o.put("in_flight", b.inFlight.get());
+        if (b.prefill) o.put("bootstrap", b.bootstrap);
+        return o;
+    }
+
     private void healthRoute(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "GET")) return;
         ObjectNode out = Http.JSON.createObjectNode();
-        long p = prefills.stream().filter(b -> b.healthy).count(), d = decodes.stream().filter(b -> b.healthy).count();
-        // Degraded: a role has fewer healthy backends than configured, requests still served; unavailable: none of a role.
-        boolean all = p == prefills.size() && d == decodes.size();
+        Pool now = pool;
+        long p = now.prefills().stream().filter(b -> b.healthy).count(), d = now.decodes().stream().filter(b -> b.healthy).count();
+        // Degraded: a role has fewer healthy backends than it has, requests still served; unavailable: none of a role.
+        boolean all = p == now.prefills().size() && d == now.decodes().size();
         out.put("status", p == 0 || d == 0 ? "unavailable" : all ? "ok" : "degraded");
         out.put("healthy_prefills", p);
         out.put("healthy_decodes", d);

@@ -2,6 +2,7 @@ package io.kvferry.engine.http;
 
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
@@ -72,6 +73,15 @@ final class RouterMeters {
                 .tags("role", role, "backend", b.url.toString()).register(registry);
         Gauge.builder(BACKEND_IN_FLIGHT, b, x -> x.inFlight.get()).description("Router: requests the backend is serving for this router")
                 .tags("role", role, "backend", b.url.toString()).register(registry);
+    }
+
+    /** Removes a backend's gauges (it left the router's pool): a series for it would read 0 "down" for ever. */
+    void forget(Router.Backend b) {
+        String role = b.prefill ? "prefill" : "decode";
+        for (String name : new String[]{BACKEND_UP, BACKEND_IN_FLIGHT}) {
+            Meter m = registry.find(name).tags("role", role, "backend", b.url.toString()).meter();
+            if (m != null) registry.remove(m);
+        }
     }
 
     /** The gauge of requests waiting for an admission slot (only a router with a limit has one). */

@@ -1,0 +1,210 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.EngineSpec;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.ServerSocket;
+import java.net.URLEncoder;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The router's {@code /workers}, over real engines (two prefill/decode pairs): a backend added serves, one
+ * removed gets no new request and leaves the metrics, changes need the cluster token, and every bad change
+ * is refused naming what was wrong.
+ */
+class RouterWorkersTest {
+    private static final String TOKEN = "router-workers-test-cluster-token";
+    private static final String KEY = "router-workers-test-api-key";
+    private static final String BEARER = "Bearer " + TOKEN;
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final String COMPLETION = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0}";
+
+    private static ModelFiles.Loaded model;
+    private static EngineStack first;
+    private static EngineStack second;
+
+    @BeforeAll
+    static void engines() throws Exception {
+        model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        first = EngineStack.open(spec, spec, TOKEN, TOKEN);
+        second = EngineStack.open(spec, spec, TOKEN, TOKEN);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (second != null) second.close();
+        if (first != null) first.close();
+    }
+
+    private static Router router(Router.Access access, SimpleMeterRegistry meters) throws Exception {
+        return new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(), "m",
+                "127.0.0.1", 0, access, meters);
+    }
+
+    private static HttpResponse<String> send(Router r, String method, String path, String body, String authorization) throws Exception {
+        return EngineAuthTest.send(r.port(), method, path, body, authorization);
+    }
+
+    private static String add(String url, String type) {
+        return "{\"url\":\"" + url + "\",\"worker_type\":\"" + type + "\"}";
+    }
+
+    private static String removal(String url) {
+        return Router.WORKERS_ROUTE + "?url=" + URLEncoder.encode(url, StandardCharsets.UTF_8);
+    }
+
+    private static JsonNode error(HttpResponse<String> r, int status) throws Exception {
+        assertEquals(status, r.statusCode(), r.body());
+        return JSON.readTree(r.body()).path("error");
+    }
+
+    private static boolean hasBackendGauge(SimpleMeterRegistry m, String url) {
+        return m.find(RouterMeters.BACKEND_UP).tag("backend", url).gauge() != null;
+    }
+
+    @Test
+    @Timeout(120)
+    void aDecodeAddedServesAndOneRemovedGetsNoMore() throws Exception {
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        try (Router router = router(new Router.Access(TOKEN, KEY), meters)) {
+            try (EngineStack extra = EngineStack.open(spec, spec, TOKEN, TOKEN)) {
+                HttpResponse<String> added = send(router, "POST", Router.WORKERS_ROUTE, add(extra.decodeUrl(), "decode"), BEARER);
+                assertEquals(200, added.statusCode(), added.body());
+                JsonNode w = JSON.readTree(added.body());
+                assertEquals(extra.decodeUrl(), w.path("url").asText());
+                assertEquals("decode", w.path("worker_type").asText());
+                assertTrue(w.path("healthy").asBoolean(), added.body());
+                assertTrue(hasBackendGauge(meters, extra.decodeUrl()));
+
+                JsonNode list = JSON.readTree(send(router, "GET", Router.WORKERS_ROUTE, null, null).body()); // open, as /metrics
+                assertEquals(1, list.path("prefills").size(), list.toString());
+                assertEquals(first.addr, list.path("prefills").get(0).path("bootstrap").asText());
+                assertEquals(2, list.path("decodes").size(), list.toString());
+
+                HttpResponse<String> removed = send(router, "DELETE", removal(first.decodeUrl()), null, BEARER);
+                assertEquals(200, removed.statusCode(), removed.body());
+                assertEquals(first.decodeUrl(), JSON.readTree(removed.body()).path("url").asText());
+                assertFalse(hasBackendGauge(meters, first.decodeUrl()), "a removed backend's gauges go with it");
+                list = JSON.readTree(send(router, "GET", Router.WORKERS_ROUTE, null, null).body());
+                assertEquals(1, list.path("decodes").size(), list.toString());
+                assertEquals(extra.decodeUrl(), list.path("decodes").get(0).path("url").asText());
+                completions(router); // through the added decode, the only one left
+
+                assertEquals(200, send(router, "POST", Router.WORKERS_ROUTE, add(first.decodeUrl(), "decode"), BEARER).statusCode(),
+                        "a removed backend may come back");
+                assertEquals(200, send(router, "DELETE", removal(extra.decodeUrl()), null, BEARER).statusCode());
+            }
+            // The removed decode is closed now: a request the router still sent there would fail.
+            completions(router);
+
+            assertEquals(200, send(router, "DELETE", removal(first.decodeUrl()), null, BEARER).statusCode());
+            JsonNode none = error(send(router, "POST", "/v1/completions", COMPLETION, "Bearer " + KEY), 503);
+            assertTrue(none.path("message").asText().contains("no healthy decode"), none.toString());
+            HttpResponse<String> health = send(router, "GET", "/health", null, null);
+            assertEquals(503, health.statusCode(), health.body());
+            assertEquals("unavailable", JSON.readTree(health.body()).path("status").asText());
+        }
+    }
+
+    private static void completions(Router router) throws Exception {
+        for (int i = 0; i < 3; i++) {
+            HttpResponse<String> r = send(router, "POST", "/v1/completions", COMPLETION, "Bearer " + KEY);
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals(3, JSON.readTree(r.body()).path("usage").path("completion_tokens").asInt(), r.body());
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void changesNeedTheClusterTokenAndARouterWithoutOneRefusesThem() throws Exception {
+        try (Router router = router(new Router.Access(TOKEN, KEY), null)) {
+            String body = add(second.prefillUrl(), "prefill");
+            EngineAuthTest.assertUnauthorized(send(router, "POST", Router.WORKERS_ROUTE, body, null), "needs the cluster token", TOKEN);
+            EngineAuthTest.assertUnauthorized(send(router, "POST", Router.WORKERS_ROUTE, body, "Bearer " + KEY), "needs the cluster token", TOKEN);
+            EngineAuthTest.assertUnauthorized(send(router, "DELETE", removal(first.decodeUrl()), null, "Bearer " + KEY),
+                    "needs the cluster token", TOKEN);
+            assertEquals(1, JSON.readTree(send(router, "GET", Router.WORKERS_ROUTE, null, null).body()).path("prefills").size(),
+                    "nothing was added");
+            assertEquals(1, JSON.readTree(send(router, "GET", Router.WORKERS_ROUTE, null, null).body()).path("decodes").size(),
+                    "nothing was removed");
+        }
+        try (Router open = router(Router.Access.NONE, null)) {
+            JsonNode e = error(send(open, "POST", Router.WORKERS_ROUTE, add(second.prefillUrl(), "prefill"), BEARER), 403);
+            assertTrue(e.path("message").asText().contains("KVFERRY_AUTH_TOKEN"), e.toString());
+            assertEquals(403, send(open, "DELETE", removal(first.decodeUrl()), null, BEARER).statusCode());
+            assertEquals(1, JSON.readTree(send(open, "GET", Router.WORKERS_ROUTE, null, null).body()).path("prefills").size());
+        }
+    }
+
+    @Test
+    void aBackendGivenTwiceInARoleIsRefusedAtStart() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new Router(
+                List.of(first.prefillUrl()), List.of(first.decodeUrl(), first.decodeUrl() + "/"), model.tokenizer(), 512, "m", "127.0.0.1", 0));
+        assertEquals("decode " + first.decodeUrl() + " is given twice", e.getMessage());
+    }
+
+    @Test
+    @Timeout(60)
+    void badChangesAreRefusedNamingWhatWasWrong() throws Exception {
+        int deadPort;
+        try (ServerSocket s = new ServerSocket(0)) {
+            deadPort = s.getLocalPort();
+        }
+        try (Router router = router(new Router.Access(TOKEN, null), null)) {
+            String workers = Router.WORKERS_ROUTE;
+            assertEquals("worker_type", error(send(router, "POST", workers, add(second.decodeUrl(), "both"), BEARER), 400).path("param").asText());
+            assertEquals("url", error(send(router, "POST", workers, add("ftp://h:1", "decode"), BEARER), 400).path("param").asText());
+            assertEquals("url", error(send(router, "POST", workers, "{\"worker_type\":\"decode\"}", BEARER), 400).path("param").asText());
+            assertEquals(400, send(router, "POST", workers, "[1]", BEARER).statusCode());
+            assertEquals(400, send(router, "POST", workers, "{nope", BEARER).statusCode());
+
+            JsonNode dup = error(send(router, "POST", workers, add(first.decodeUrl() + "/", "decode"), BEARER), 409);
+            assertTrue(dup.path("message").asText().contains("already"), dup.toString());
+
+            JsonNode dead = error(send(router, "POST", workers, add("http://127.0.0.1:" + deadPort, "decode"), BEARER), 502);
+            assertTrue(dead.path("message").asText().contains("was not added"), dead.toString());
+            JsonNode notPrefill = error(send(router, "POST", workers, add(second.decodeUrl(), "prefill"), BEARER), 502);
+            assertTrue(notPrefill.path("message").asText().contains("no bootstrap registry"), notPrefill.toString());
+
+            // One URL in both roles (a stub can answer as both): a removal must say which.
+            assertEquals(200, send(router, "POST", workers, add(first.prefillUrl(), "decode"), BEARER).statusCode());
+            JsonNode both = error(send(router, "DELETE", removal(first.prefillUrl()), null, BEARER), 400);
+            assertEquals("worker_type", both.path("param").asText(), both.toString());
+            assertEquals(200, send(router, "DELETE", removal(first.prefillUrl()) + "&worker_type=decode", null, BEARER).statusCode());
+            assertEquals(404, send(router, "DELETE", removal(first.prefillUrl()) + "&worker_type=decode", null, BEARER).statusCode());
+            assertEquals("worker_type", error(send(router, "DELETE", removal(first.prefillUrl()) + "&worker_type=x", null, BEARER), 400)
+                    .path("param").asText());
+
+            JsonNode unknown = error(send(router, "DELETE", removal(second.decodeUrl()), null, BEARER), 404);
+            assertEquals("url", unknown.path("param").asText());
+            assertEquals("url", error(send(router, "DELETE", workers, null, BEARER), 400).path("param").asText());
+            HttpResponse<String> put = send(router, "PUT", workers, "{}", BEARER);
+            assertEquals(405, put.statusCode(), put.body());
+            assertEquals("GET, POST, DELETE", put.headers().firstValue("Allow").orElse(null));
+            assertNull(JSON.readTree(send(router, "GET", workers + "x", null, null).body()).get("prefills"), "only the route itself");
+
+            JsonNode list = JSON.readTree(send(router, "GET", workers, null, null).body());
+            assertEquals(1, list.path("prefills").size(), list.toString());
+            assertEquals(1, list.path("decodes").size(), list.toString());
+            assertNotNull(list.path("decodes").get(0).get("in_flight"));
+        }
+    }
+}
