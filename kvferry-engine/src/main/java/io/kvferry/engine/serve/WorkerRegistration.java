@@ -1,0 +1,134 @@
+package io.kvferry.engine.serve;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.http.BearerToken;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.URI;
+import java.net.URLEncoder;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * An engine role's entry in a router's backends ({@code serve --register-with}): it adds itself through the
+ * router's {@code POST /workers} once it serves, and takes itself out ({@code DELETE /workers}) when it stops,
+ * before its servers close, so the router sends it nothing new while it drains.
+ *
+ * <p>A router not up yet, or one answering 5xx, is tried again every {@link #RETRY_EVERY} until {@code retryFor}
+ * has passed; a refusal that a retry cannot change (a 4xx: a wrong token, a URL the router calls bad, a router
+ * without {@code /workers}) ends the attempts at once. A router that has the URL in that role already (409: the
+ * engine restarted, or the router's flags name it) counts as taking it. Either way the engine serves on
+ * and the outcome is logged; {@link #registered()} completes with it. One virtual thread makes the attempts;
+ * close() stops it and waits for it, so the removal cannot overtake an addition in flight.
+ */
+public final class WorkerRegistration implements AutoCloseable {
+    private static final Logger log = LoggerFactory.getLogger(WorkerRegistration.class);
+    private static final ObjectMapper JSON = new ObjectMapper();
+    static final Duration RETRY_EVERY = Duration.ofSeconds(1);
+    /** One call's limit: the router checks the engine's health before it answers (2 s at most there). */
+    static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
+
+    private final URI workers;
+    private final String selfUrl;
+    private final String workerType;
+    private final String authorization;
+    private final HttpClient client = HttpClient.newBuilder().connectTimeout(CALL_TIMEOUT).build();
+    private final CompletableFuture<Void> registered = new CompletableFuture<>();
+    private final Thread attempts;
+
+    /**
+     * Starts the attempts.
+     *
+     * @param router     the router's base URL, e.g. {@code http://10.0.0.9:8000}
+     * @param selfUrl    this engine's URL as the router must reach it
+     * @param workerType {@code prefill} or {@code decode}
+     * @param token      the cluster token, which the router's {@code /workers} changes need
+     * @param retryFor   how long a router that is not up yet is tried
+     */
+    public WorkerRegistration(URI router, String selfUrl, String workerType, String token, Duration retryFor) {
+        this.workers = router.resolve("/workers");
+        this.selfUrl = selfUrl;
+        this.workerType = workerType;
+        BearerToken auth = BearerToken.of(token);
+        if (auth == null) throw new IllegalArgumentException("registering with a router needs the cluster token");
+        this.authorization = auth.header();
+        this.attempts = Thread.ofVirtual().name("kvferry-worker-registration").start(() -> attempt(retryFor));
+    }
+
+    /** Completes once the router has this engine; completes exceptionally, naming why, when the attempts end without. */
+    public CompletableFuture<Void> registered() {
+        return registered;
+    }
+
+    private void attempt(Duration retryFor) {
+        long deadline = System.nanoTime() + retryFor.toNanos();
+        ObjectNode body = JSON.createObjectNode().put("url", selfUrl).put("worker_type", workerType);
+        String last;
+        while (true) {
+            try {
+                HttpResponse<String> r = client.send(HttpRequest.newBuilder(workers).timeout(CALL_TIMEOUT).header("Authorization", authorization)
+                        .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+                if (r.statusCode() == 200 || r.statusCode() == 409) { // 409: it has this URL in this role already (a restart, or its flags)
+                    log.info("registered with the router at {} as {} {}{}", workers, workerType, selfUrl,
+                            r.statusCode() == 409 ? " (it had it already)" : "");
+                    registered.complete(null);
+                    return;
+                }
+                last = "HTTP " + r.statusCode() + ": " + r.body();
+                if (r.statusCode() >= 400 && r.statusCode() < 500) break; // asking again changes nothing
+            } catch (IOException e) {
+                last = e.toString();
+            } catch (InterruptedException e) {
+                registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"));
+                return;
+            }
+            if (System.nanoTime() + RETRY_EVERY.toNanos() > deadline) {
+                last = "still failing after " + retryFor.toSeconds() + " s, the last: " + last;
+                break;
+            }
+            log.info("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType, selfUrl, last, RETRY_EVERY.toSeconds());
+            try {
+                Thread.sleep(RETRY_EVERY);
+            } catch (InterruptedException e) {
+                registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"));
+                return;
+            }
+        }
+        log.error("not registered with the router at {} as {} {}: {}; this engine serves on, the router must be given it otherwise "
+                + "(--prefill/--decode, or POST /workers)", workers, workerType, selfUrl, last);
+        registered.completeExceptionally(new IllegalStateException("the router at " + workers + " did not take " + workerType + " " + selfUrl
+                + ": " + last));
+    }
+
+    /** Stops the attempts and, if the router took this engine, takes it out (a few seconds at most). */
+    @Override
+    public void close() {
+        attempts.interrupt();
+        try {
+            attempts.join(CALL_TIMEOUT.toMillis() + 1000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (registered.isDone() && !registered.isCompletedExceptionally()) {
+            URI removal = URI.create(workers + "?url=" + URLEncoder.encode(selfUrl, StandardCharsets.UTF_8) + "&worker_type=" + workerType);
+            try {
+                HttpResponse<String> r = client.send(HttpRequest.newBuilder(removal).timeout(Duration.ofSeconds(3))
+                        .header("Authorization", authorization).DELETE().build(), HttpResponse.BodyHandlers.ofString());
+                if (r.statusCode() == 200) log.info("removed from the router at {}", workers);
+                else log.warn("the router at {} did not remove {} {}: HTTP {}: {}", workers, workerType, selfUrl, r.statusCode(), r.body());
+            } catch (IOException e) {
+                log.warn("could not remove {} {} from the router at {}: {}", workerType, selfUrl, workers, e.toString());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        client.shutdownNow();
+    }
+}
