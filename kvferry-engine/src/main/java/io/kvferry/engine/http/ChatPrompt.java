@@ -77,7 +77,7 @@ final class ChatPrompt {
 
     /**
      * Chat parameters that would change the answer and that this engine does not implement, each with what a
-     * request may send instead: tools and function calling, log probabilities, structured output, audio,
+     * request may send instead: tools and function calling, structured output, audio,
      * predicted output. The penalties, {@code logit_bias} and {@code n} are the router's checks for both routes.
      */
     private static final Map<String, String> UNSUPPORTED = Map.of(
@@ -85,8 +85,6 @@ final class ChatPrompt {
             "tool_choice", "null, \"none\" or absent",
             "functions", "null, [] or absent",
             "function_call", "null, \"none\" or absent",
-            "logprobs", "false, null or absent",
-            "top_logprobs", "0, null or absent",
             "response_format", "{\"type\":\"text\"}, null or absent",
             "audio", "null or absent",
             "prediction", "null or absent",
@@ -105,8 +103,6 @@ final class ChatPrompt {
         return switch (key) {
             case "tools", "functions" -> v.isArray() && v.isEmpty();
             case "tool_choice", "function_call" -> v.isTextual() && "none".equals(v.textValue());
-            case "logprobs" -> v.isBoolean() && !v.booleanValue();
-            case "top_logprobs" -> v.isIntegralNumber() && v.longValue() == 0;
             case "response_format" -> v.isObject() && v.size() == 1 && "text".equals(v.path("type").asText(null));
             case "modalities" -> v.isArray() && v.size() == 1 && "text".equals(v.get(0).asText(null));
             default -> false;

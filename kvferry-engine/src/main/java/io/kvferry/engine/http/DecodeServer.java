@@ -6,6 +6,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.Generation;
 import io.kvferry.http.BearerToken;
@@ -29,6 +30,10 @@ import java.util.concurrent.TimeUnit;
  * until its first token, and a later failure is an error event. The comments are how the router tells
  * a decode that is slow from one that hangs, and how this side learns that its client went away. A
  * client that goes away aborts the room.
+ *
+ * <p>A token's event is {@code {"token": id}}; a request with {@code return_logprob} (SGLang's name) adds the
+ * token's {@code logprob} and its {@code top_logprobs_num} most likely tokens as {@code top_tokens} and
+ * {@code top_logprobs} ({@link TokenLogprobs}).
  */
 public final class DecodeServer implements AutoCloseable {
     /** A request's stream gets a comment after this long without an event (and its status line, if not sent yet). */
@@ -63,9 +68,9 @@ public final class DecodeServer implements AutoCloseable {
     }
 
     /** What the scheduler thread hands the handler: a token, the end, or an error. */
-    private record Event(int token, Generation done, String error, FailureKind kind, boolean refused) {
+    private record Event(int token, TokenLogprobs logprobs, Generation done, String error, FailureKind kind, boolean refused) {
         Event(int token, Generation done, String error, FailureKind kind) {
-            this(token, done, error, kind, false);
+            this(token, null, done, error, kind, false);
         }
     }
 
@@ -80,11 +85,18 @@ public final class DecodeServer implements AutoCloseable {
         int[] ids = Http.intArray(req, "input_ids");
         int max = Http.intField(req, "max_new_tokens", 16, 1, Integer.MAX_VALUE);
         var sampling = SamplingParams.parse(req.get("sampling_params"), room);
+        int topLogprobs = Http.booleanField(req, "return_logprob", false)
+                ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : -1;
         BlockingQueue<Event> events = new LinkedBlockingQueue<>();
         engine.submit(new DecodeEngine.Request(room, addr, ids, max, sampling, new DecodeEngine.TokenSink() {
             @Override
             public void onToken(int token) {
-                events.add(new Event(token, null, null, null));
+                onToken(token, null);
+            }
+
+            @Override
+            public void onToken(int token, TokenLogprobs logprobs) {
+                events.add(new Event(token, logprobs, null, null, null, false));
             }
 
             @Override
@@ -99,9 +111,9 @@ public final class DecodeServer implements AutoCloseable {
 
             @Override
             public void onRefused(String message) {
-                events.add(new Event(-1, null, message, null, true));
+                events.add(new Event(-1, null, null, message, null, true));
             }
-        }));
+        }, topLogprobs));
         OutputStream out = null;
         List<Event> batch = new ArrayList<>();
         try {
@@ -135,7 +147,8 @@ public final class DecodeServer implements AutoCloseable {
                         out.close();
                         return;
                     }
-                    data.append("data: {\"token\":").append(e.token()).append("}\n\n");
+                    if (e.logprobs() == null) data.append("data: {\"token\":").append(e.token()).append("}\n\n");
+                    else data.append("data: ").append(Http.JSON.writeValueAsString(tokenEvent(e.token(), e.logprobs()))).append("\n\n");
                 }
                 Http.write(out, data);
             }
@@ -185,6 +198,18 @@ public final class DecodeServer implements AutoCloseable {
     /** A failure with a transfer kind is a kv_transfer_error; anything else an internal_error. */
     static String errorType(FailureKind kind) {
         return kind != null ? "kv_transfer_error" : "internal_error";
+    }
+
+    /** A token's event with its log probabilities: {@code token}, {@code logprob}, {@code top_tokens}, {@code top_logprobs}. */
+    static ObjectNode tokenEvent(int token, TokenLogprobs lp) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        o.put("token", token);
+        o.put("logprob", lp.logprob());
+        var ids = o.putArray("top_tokens");
+        for (int t : lp.topTokens()) ids.add(t);
+        var lps = o.putArray("top_logprobs");
+        for (float v : lp.topLogprobs()) lps.add(v);
+        return o;
     }
 
     private static ObjectNode doneEvent(Generation g) {

@@ -1,6 +1,11 @@
 package io.kvferry.engine.http;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
+
+import java.util.List;
 
 /**
  * How the router's two OpenAI routes shape one answer: {@code /v1/completions} (a choice's {@code text},
@@ -14,6 +19,11 @@ enum OpenAiShape {
         @Override
         void choice(ObjectNode choice, String text, boolean streamed, boolean first) {
             choice.put("text", text);
+        }
+
+        @Override
+        ObjectNode logprobs(Tokenizer t, List<TokenLogprobs> lps, int[] offsets, int from, int to) {
+            return LogprobsShape.completion(t, lps, offsets, from, to);
         }
     },
     CHAT("/v1/chat/completions", "chatcmpl-", "chat.completion", "chat.completion.chunk") {
@@ -29,6 +39,11 @@ enum OpenAiShape {
             ObjectNode delta = choice.putObject("delta");
             if (first) delta.put("role", "assistant"); // OpenAI's first chunk: the role, with empty content
             if (first || !text.isEmpty()) delta.put("content", text);
+        }
+
+        @Override
+        ObjectNode logprobs(Tokenizer t, List<TokenLogprobs> lps, int[] offsets, int from, int to) {
+            return LogprobsShape.chat(t, lps, from, to);
         }
     };
 
@@ -49,6 +64,9 @@ enum OpenAiShape {
     /** The route's part of a choice: its text as a completion's {@code text}, a chat's {@code message} or stream {@code delta}. */
     abstract void choice(ObjectNode choice, String text, boolean streamed, boolean first);
 
+    /** A choice's {@code logprobs} of tokens {@code [from, to)} in the route's shape ({@link LogprobsShape}). */
+    abstract ObjectNode logprobs(Tokenizer t, List<TokenLogprobs> lps, int[] offsets, int from, int to);
+
     /** An answer ({@code streamed} false) or a stream's chunk without its choices: id, object, created, model. */
     ObjectNode head(String id, long created, String model, boolean streamed) {
         ObjectNode c = Http.JSON.createObjectNode();
@@ -64,11 +82,17 @@ enum OpenAiShape {
      * {@code first}: the stream's first chunk (a chat's names the role).
      */
     ObjectNode answer(String id, long created, String model, String text, String finish, boolean streamed, boolean first) {
+        return answer(id, created, model, text, finish, streamed, first, null);
+    }
+
+    /** As above, with the choice's {@code logprobs} (null: none, as a request that did not ask for them gets). */
+    ObjectNode answer(String id, long created, String model, String text, String finish, boolean streamed, boolean first, JsonNode logprobs) {
         ObjectNode c = head(id, created, model, streamed);
         ObjectNode choice = c.putArray("choices").addObject();
         choice.put("index", 0);
         choice(choice, text, streamed, first);
-        choice.putNull("logprobs");
+        if (logprobs == null) choice.putNull("logprobs");
+        else choice.set("logprobs", logprobs);
         if (finish == null) choice.putNull("finish_reason");
         else choice.put("finish_reason", finish);
         return c;

@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
 import io.kvferry.metrics.LogSafe;
@@ -243,8 +244,12 @@ public final class Router implements AutoCloseable {
 
     /** The stream of one request, as the handler formats it. */
     interface Output {
-        /** A piece of text (may be empty while a multi-byte character is incomplete) for one token. */
-        void onToken(int token, String text) throws IOException;
+        /**
+         * A piece of text (may be empty while a multi-byte character is incomplete) for one token; {@code logprobs}: its
+         * log probabilities (null unless the request asked for them), {@code offset}: where its text begins in the
+         * completion's text.
+         */
+        void onToken(int token, String text, TokenLogprobs logprobs, int offset) throws IOException;
 
         /**
          * The decode is alive and the request waits (its keep-alive, after a second without a token): a stream
@@ -263,10 +268,14 @@ public final class Router implements AutoCloseable {
 
     /**
      * What the client asked for, checked: sampling without its seed (the room is the default seed, so
-     * prefill and decode agree on it), the seed if one was given, and the stop strings.
+     * prefill and decode agree on it), the seed if one was given, the stop strings, and the log probabilities
+     * ({@code topLogprobs}: -1 none, else each token's with that many of the most likely tokens').
      */
-    record Ask(String prompt, int maxTokens, float temperature, float topP, OptionalLong seed, StopSequences stop) {
+    record Ask(String prompt, int maxTokens, float temperature, float topP, OptionalLong seed, StopSequences stop, int topLogprobs) {
         Ask {
+            if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
+                throw new IllegalArgumentException("top logprobs must be in [-1, " + LogprobsShape.MAX_TOP + "], got " + topLogprobs);
+            }
             try {
                 new Sampling(temperature, topP, 0); // its checks, with messages naming the parameter
             } catch (IllegalArgumentException e) {
@@ -279,9 +288,12 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** A finished request. */
+    /**
+     * A finished request; {@code logprobs} (each token's) and {@code textOffsets} (where each token's text begins in
+     * {@code text}) are null unless the request asked for log probabilities.
+     */
     record Outcome(long room, int promptTokens, int[] tokens, String text, String finishReason, double ttftMs,
-                   double e2eMs, JsonNode prefill, JsonNode decodeTimings) {
+                   double e2eMs, JsonNode prefill, JsonNode decodeTimings, List<TokenLogprobs> logprobs, int[] textOffsets) {
     }
 
     /**
@@ -690,6 +702,10 @@ public final class Router implements AutoCloseable {
         ObjectNode decodeBody = body.deepCopy();
         decodeBody.put("bootstrap_addr", p.bootstrap);
         decodeBody.put("max_new_tokens", ask.maxTokens());
+        if (ask.topLogprobs() >= 0) { // SGLang's names; the decode computes them for this request only
+            decodeBody.put("return_logprob", true);
+            decodeBody.put("top_logprobs_num", ask.topLogprobs());
+        }
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
         CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body),
@@ -720,7 +736,8 @@ public final class Router implements AutoCloseable {
             Tokenizer.TextStream text = new Tokenizer.TextStream(tokenizer, ids[ids.length - 1]); // a leading space after the prompt stays
             StringBuilder all = new StringBuilder();
             int sent = 0; // characters of `all` handed to out; the rest may still turn out to start a stop string
-            List<Integer> tokens = new ArrayList<>();
+            List<Integer> tokens = new ArrayList<>(), offsets = new ArrayList<>();
+            List<TokenLogprobs> logprobs = ask.topLogprobs() >= 0 ? new ArrayList<>() : null;
             double ttft = -1;
             StalledStreams.Watched stream = stalled.watch(dr.body());
             try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
@@ -741,6 +758,18 @@ public final class Router implements AutoCloseable {
                         }
                         tokens.add(tok);
                         int before = all.length();
+                        TokenLogprobs lp = null;
+                        if (logprobs != null) {
+                            lp = LogprobsShape.fromEvent(ev, tok);
+                            if (lp == null) {
+                                abort(d, room);
+                                abort(p, room);
+                                throw new Failure(502, "bad_gateway", d + " sent token " + tok + " of room " + room
+                                        + " without the log probabilities the request asked for (a decode older than the router?)");
+                            }
+                            logprobs.add(lp);
+                            offsets.add(before);
+                        }
                         all.append(text.push(tok));
                         int stopAt = ask.stop().firstMatch(all, before);
                         if (stopAt >= 0) {
@@ -749,12 +778,13 @@ public final class Router implements AutoCloseable {
                             abort(p, room);
                             all.setLength(stopAt);
                             record.completionTokens = tokens.size();
-                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null);
+                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null, logprobs, offsets);
                         }
                         int sendable = all.length() - ask.stop().heldBack(all);
                         String piece = sendable > sent ? all.substring(sent, sendable) : "";
                         sent = Math.max(sent, sendable);
-                        toClient(() -> out.onToken(tok, piece), d, p, room);
+                        TokenLogprobs tokLp = lp;
+                        toClient(() -> out.onToken(tok, piece, tokLp, before), d, p, room);
                     } else if (ev.has("error")) {
                         JsonNode e = ev.path("error");
                         ErrorBody err = new ErrorBody(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
@@ -772,7 +802,7 @@ public final class Router implements AutoCloseable {
                             finish = "stop";
                         }
                         record.completionTokens = tokens.size();
-                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"));
+                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets);
                     }
                 }
             }
@@ -863,7 +893,8 @@ public final class Router implements AutoCloseable {
 
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
     private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
-                            CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings) {
+                            CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings, List<TokenLogprobs> logprobs,
+                            List<Integer> offsets) {
         long took = System.nanoTime() - start;
         meters.succeeded(took, ids.length, tokens.size());
         JsonNode pre = null;
@@ -874,7 +905,8 @@ public final class Router implements AutoCloseable {
             // timings are a bonus; the tokens are what the client asked for
         }
         int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
-        return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings);
+        return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings, logprobs,
+                logprobs == null ? null : offsets.stream().mapToInt(Integer::intValue).toArray());
     }
 
     private static void markUnreachable(Backend b, Throwable e) {
@@ -950,7 +982,9 @@ public final class Router implements AutoCloseable {
         if (promptNode != null && promptNode.isArray() && promptNode.size() == 1 && promptNode.get(0).isTextual()) prompt = promptNode.get(0).textValue();
         else prompt = Http.textField(req, "prompt");
         refuseUnsupported(req, OpenAiShape.COMPLETION);
-        answer(ex, req, OpenAiShape.COMPLETION, ask(req, prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE)));
+        // OpenAI's legacy logprobs: the number of top log probabilities a token (its own always comes too); absent or null: none.
+        int logprobs = Http.intField(req, "logprobs", -1, 0, LogprobsShape.MAX_TOP);
+        answer(ex, req, OpenAiShape.COMPLETION, ask(req, prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE), logprobs));
     }
 
     /**
@@ -969,13 +1003,27 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
                     + ") differ; send max_completion_tokens alone");
         }
-        answer(ex, req, OpenAiShape.CHAT, ask(req, prompt, older));
+        answer(ex, req, OpenAiShape.CHAT, ask(req, prompt, older, chatLogprobs(req)));
     }
 
-    /** The sampling and stop parameters both OpenAI routes share, with the route's prompt and token limit. */
-    private static Ask ask(JsonNode req, String prompt, int maxTokens) {
+    /** The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit and top logprobs. */
+    private static Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs) {
         return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")));
+                Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")), topLogprobs);
+    }
+
+    /**
+     * A chat's log probabilities: {@code logprobs} true asks for each token's, {@code top_logprobs} (0 to
+     * {@link LogprobsShape#MAX_TOP}) for that many of the most likely tokens' too, and needs {@code logprobs} true, as
+     * OpenAI's does (0 or null without it is a no-op). -1: none.
+     */
+    private static int chatLogprobs(JsonNode req) {
+        boolean logprobs = Http.booleanField(req, "logprobs", false);
+        int top = Http.intField(req, "top_logprobs", 0, 0, LogprobsShape.MAX_TOP);
+        if (!logprobs && top > 0) {
+            throw new Http.BadRequest("top_logprobs", "top_logprobs (" + top + ") needs logprobs: true");
+        }
+        return logprobs ? top : -1;
     }
 
     /** Whether a stream's request asks for the usage chunk ({@code stream_options.include_usage}). */
@@ -998,15 +1046,18 @@ public final class Router implements AutoCloseable {
         String id = shape.idPrefix + Long.toHexString(ThreadLocalRandom.current().nextLong());
         long created = System.currentTimeMillis() / 1000;
         OutputStream[] events = new OutputStream[1];
-        int[] streamed = {0}; // characters of the text already sent in chunks
+        int[] streamed = {0, 0}; // characters of the text, and tokens' log probabilities, already sent in chunks
         try {
             Outcome o = run(ask, RECORD.get(), new Output() {
                 @Override
-                public void onToken(int tok, String text) throws IOException {
+                public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
                     if (!stream) return;
                     if (events[0] == null) events[0] = startStream(ex, shape, id, created);
                     streamed[0] += text.length();
-                    Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false)));
+                    // A chunk carries the log probabilities of its token.
+                    JsonNode lp = logprobs == null ? null : shape.logprobs(tokenizer, List.of(logprobs), new int[]{offset}, 0, 1);
+                    if (logprobs != null) streamed[1]++;
+                    Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false, lp)));
                 }
 
                 @Override
@@ -1021,15 +1072,19 @@ public final class Router implements AutoCloseable {
             usage.put("completion_tokens", o.tokens().length);
             usage.put("total_tokens", o.promptTokens() + o.tokens().length);
             if (!stream) {
-                ObjectNode whole = shape.answer(id, created, modelName, o.text(), o.finishReason(), false, false);
+                JsonNode lp = o.logprobs() == null ? null : shape.logprobs(tokenizer, o.logprobs(), o.textOffsets(), 0, o.tokens().length);
+                ObjectNode whole = shape.answer(id, created, modelName, o.text(), o.finishReason(), false, false, lp);
                 whole.set("usage", usage);
                 whole.set("kvferry", extension(o));
                 Http.sendJson(ex, 200, whole);
                 return;
             }
             if (events[0] == null) events[0] = startStream(ex, shape, id, created);
-            // The last chunk carries what was held back (a possible stop string's start, an incomplete character).
-            ObjectNode fin = shape.answer(id, created, modelName, o.text().substring(streamed[0]), o.finishReason(), true, false);
+            // The last chunk carries what was held back (a possible stop string's start, an incomplete character), and the
+            // log probabilities of the tokens no chunk had (the one that completed a stop string).
+            JsonNode lp = o.logprobs() == null || streamed[1] == o.tokens().length ? null
+                    : shape.logprobs(tokenizer, o.logprobs(), o.textOffsets(), streamed[1], o.tokens().length);
+            ObjectNode fin = shape.answer(id, created, modelName, o.text().substring(streamed[0]), o.finishReason(), true, false, lp);
             if (!usageChunk) fin.set("usage", usage);
             fin.set("kvferry", extension(o));
             Http.event(events[0], Http.JSON.writeValueAsString(fin));
@@ -1180,8 +1235,6 @@ public final class Router implements AutoCloseable {
             refused.throwIfAny(null);
             return;
         }
-        JsonNode logprobs = req.get("logprobs");
-        if (logprobs != null && !logprobs.isNull()) refused.add("logprobs", "logprobs is not supported (must be null or absent), got " + logprobs);
         JsonNode echo = req.get("echo");
         if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
             refused.add("echo", "echo is not supported (must be false or absent), got " + echo);
@@ -1218,20 +1271,27 @@ public final class Router implements AutoCloseable {
         // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
         if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
         refuseUnsupportedSampling(sp);
+        int topLogprobs = generateLogprobs(req);
+        boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), seed(sp), StopSequences.parse(sp.get("stop")));
+                Http.floatField(sp, "top_p", 1.0f), seed(sp), StopSequences.parse(sp.get("stop")), topLogprobs);
         boolean stream = Http.booleanField(req, "stream", false);
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
+        List<TokenLogprobs> logprobsSoFar = new ArrayList<>();
         try {
             Outcome o = run(ask, RECORD.get(), new Output() {
                 @Override
-                public void onToken(int tok, String text) throws IOException {
+                public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
                     sofar.append(text);
                     if (!stream) return;
                     if (events[0] == null) events[0] = Http.startEvents(ex);
                     ObjectNode e = Http.JSON.createObjectNode();
                     e.put("text", sofar.toString()); // SGLang streams the text so far
+                    if (logprobs != null) { // and, asked, the log probabilities so far (SGLang's meta_info, not incremental)
+                        logprobsSoFar.add(logprobs);
+                        logprobsMeta(e.putObject("meta_info"), logprobsSoFar, logprobsSoFar.size(), topLogprobs, withText);
+                    }
                     Http.event(events[0], Http.JSON.writeValueAsString(e));
                 }
 
@@ -1252,6 +1312,7 @@ public final class Router implements AutoCloseable {
             meta.put("completion_tokens", o.tokens().length);
             meta.putObject("finish_reason").put("type", o.finishReason());
             meta.put("e2e_latency", o.e2eMs() / 1000);
+            if (o.logprobs() != null) logprobsMeta(meta, o.logprobs(), o.tokens().length, topLogprobs, withText);
             if (stream) {
                 if (events[0] == null) events[0] = Http.startEvents(ex);
                 Http.event(events[0], Http.JSON.writeValueAsString(out));
@@ -1263,6 +1324,29 @@ public final class Router implements AutoCloseable {
         } catch (Failure f) {
             fail(ex, events[0], f);
         }
+    }
+
+    /**
+     * SGLang's {@code return_logprob} and {@code top_logprobs_num} (0 to {@link LogprobsShape#MAX_TOP}; more than 0
+     * needs {@code return_logprob} true): -1 for none. {@code logprob_start_len} may only say "no input tokens" (-1):
+     * the prefill computes the logits of the prompt's last position alone, so it has no input token logprobs to give.
+     */
+    private static int generateLogprobs(JsonNode req) {
+        boolean asked = Http.booleanField(req, "return_logprob", false);
+        int top = Http.intField(req, "top_logprobs_num", 0, 0, LogprobsShape.MAX_TOP);
+        if (!asked && top > 0) throw new Http.BadRequest("top_logprobs_num", "top_logprobs_num (" + top + ") needs return_logprob: true");
+        JsonNode start = req.get("logprob_start_len");
+        if (start != null && !start.isNull() && !(start.isIntegralNumber() && start.longValue() == -1)) {
+            throw new Http.BadRequest("logprob_start_len", "logprob_start_len is not supported (must be -1, null or absent: input token "
+                    + "logprobs are not computed, the prefill computes the logits of the prompt's last position only), got " + start);
+        }
+        return asked ? top : -1;
+    }
+
+    /** SGLang's meta_info log probabilities of the first {@code to} tokens: output_token_logprobs, and output_top_logprobs when asked. */
+    private void logprobsMeta(ObjectNode meta, List<TokenLogprobs> lps, int to, int top, boolean withText) {
+        meta.set("output_token_logprobs", LogprobsShape.sglangTokens(tokenizer, lps, to, withText));
+        if (top > 0) meta.set("output_top_logprobs", LogprobsShape.sglangTop(tokenizer, lps, to, withText));
     }
 
     private void models(HttpExchange ex) throws Exception {

@@ -284,6 +284,29 @@ public final class Tokenizer {
     }
 
     /**
+     * The token as a logprobs answer names it: a text piece's own text (UTF-8, its leading space kept), and a byte
+     * ({@code <0xXX>}) or special ({@code <s>}, {@code </s>}) piece as the piece itself, so two tokens have two names
+     * (the byte 'a' and the piece "a" are different tokens). {@link #pieceBytes} gives what it adds to the text.
+     */
+    public String tokenText(int token) {
+        if (token < 0 || token >= pieces.length) {
+            throw new IllegalArgumentException("token " + token + " is out of range for a vocab of " + pieces.length);
+        }
+        String piece = pieces[token];
+        if (token == BOS || token == EOS || bytePieceValue(piece) >= 0) return piece;
+        return new String(piece.getBytes(StandardCharsets.ISO_8859_1), StandardCharsets.UTF_8);
+    }
+
+    /**
+     * The bytes the token adds to a text, after any token but BOS: none for BOS and EOS, a byte piece's one byte, a text
+     * piece's UTF-8 (the part of a character a byte token holds, as OpenAI's logprobs {@code bytes}). A fresh array.
+     */
+    public byte[] tokenBytes(int token) {
+        if (token == BOS || token == EOS) return new byte[0];
+        return decodedBytes(-1, token).clone();
+    }
+
+    /**
      * Decodes a whole sequence as UTF-8 (malformed bytes become U+FFFD). BOS and EOS produce no text; a
      * token right after BOS loses its leading space as in run.c; the first token's predecessor is none.
      */

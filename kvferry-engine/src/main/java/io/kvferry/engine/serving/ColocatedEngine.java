@@ -3,10 +3,13 @@ package io.kvferry.engine.serving;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 
 /**
  * Prefill and decode in one engine, no transfer: the reference every disaggregated run is compared
@@ -26,7 +29,18 @@ public final class ColocatedEngine implements AutoCloseable {
         this.pages = new PageAllocator(spec.pages(), spec.maxRequests());
     }
 
-    public synchronized Generation generate(int[] prompt, int maxNewTokens, Sampling sampling) {
+    public Generation generate(int[] prompt, int maxNewTokens, Sampling sampling) {
+        return generate(prompt, maxNewTokens, sampling, -1);
+    }
+
+    /**
+     * @param topLogprobs -1: no log probabilities; 0..{@link TokenLogprobs#MAX_TOP}: each token's, with that many of the
+     *                    most likely tokens' ({@link Generation#logprobs()})
+     */
+    public synchronized Generation generate(int[] prompt, int maxNewTokens, Sampling sampling, int topLogprobs) {
+        if (topLogprobs < -1 || topLogprobs > TokenLogprobs.MAX_TOP) {
+            throw new IllegalArgumentException("top logprobs must be in [-1, " + TokenLogprobs.MAX_TOP + "], got " + topLogprobs);
+        }
         var c = spec.weights().config;
         Requests.validate(prompt, maxNewTokens, c);
         int total = Requests.totalTokens(prompt.length, maxNewTokens, c);
@@ -44,8 +58,10 @@ public final class ColocatedEngine implements AutoCloseable {
             int[] seq = Arrays.copyOf(prompt, total);
             int n = 0;
             String reason = "length";
+            List<TokenLogprobs> logprobs = topLogprobs >= 0 ? new ArrayList<>() : null;
             int tok = sampling.sample(logits, 0);
             while (true) {
+                if (logprobs != null) logprobs.add(TokenLogprobs.of(logits, tok, topLogprobs));
                 out[n++] = tok;
                 seq[prompt.length + n - 1] = tok;
                 if (Tokenizer.endsSequence(tok)) { // EOS, or BOS: llama2.c's models end a story by starting the next
@@ -57,7 +73,7 @@ public final class ColocatedEngine implements AutoCloseable {
                 logits = model.forward(seq, pos, pos + 1, table, row, true);
                 tok = sampling.sample(logits, n);
             }
-            return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE);
+            return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE, logprobs);
         } finally {
             pages.freePages(table);
             pages.freeRow(row);

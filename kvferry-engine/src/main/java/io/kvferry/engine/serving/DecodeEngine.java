@@ -10,6 +10,7 @@ import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.kv.PrefixCache;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
 import org.slf4j.Logger;
@@ -37,6 +38,11 @@ public final class DecodeEngine extends SchedulerThread {
     public interface TokenSink {
         void onToken(int token);
 
+        /** A token with its log probabilities (null unless the request asked for them); what the engine calls. */
+        default void onToken(int token, TokenLogprobs logprobs) {
+            onToken(token);
+        }
+
         void onDone(Generation g);
 
         /** @param kind the transfer failure's kind; null when the request failed for another reason */
@@ -48,8 +54,22 @@ public final class DecodeEngine extends SchedulerThread {
         }
     }
 
-    /** @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()} */
-    public record Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink) {
+    /**
+     * @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()}
+     * @param topLogprobs   -1: no log probabilities (no per-token cost); 0..{@link TokenLogprobs#MAX_TOP}: each token's
+     *                      log probability and that many of the most likely tokens' (the first token's from the aux row)
+     */
+    public record Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink, int topLogprobs) {
+        public Request {
+            if (topLogprobs < -1 || topLogprobs > TokenLogprobs.MAX_TOP) {
+                throw new IllegalArgumentException("top logprobs must be in [-1, " + TokenLogprobs.MAX_TOP + "], got " + topLogprobs);
+            }
+        }
+
+        /** Without log probabilities. */
+        public Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink) {
+            this(room, bootstrapAddr, prompt, maxNewTokens, sampling, sink, -1);
+        }
     }
 
     private final EngineSpec spec;
@@ -92,6 +112,8 @@ public final class DecodeEngine extends SchedulerThread {
         long metadataNanos, landedNanos, landedBytes;
         double firstDecodeMs;
         float[] firstLogits;
+        /** Each token's log probabilities, when the request asked for them. */
+        List<TokenLogprobs> logprobs;
         boolean aborted;
         /** Its sink heard the end (a room whose clear failed stays releasing after that). */
         boolean told;
@@ -299,7 +321,9 @@ public final class DecodeEngine extends SchedulerThread {
                 f.firstLogits = aux.firstLogits(f.row);
                 f.seq = Arrays.copyOf(f.req.prompt(), f.totalTokens);
                 running.add(f);
-                emit(f, first);
+                // The first token's log probability is the prefill's (aux row); its top ones come from the logits beside it.
+                emit(f, first, f.req.topLogprobs() < 0 ? null
+                        : TokenLogprobs.of(f.firstLogits, first, aux.firstLogprob(f.row), f.req.topLogprobs()));
                 moved = true;
             }
         }
@@ -336,7 +360,8 @@ public final class DecodeEngine extends SchedulerThread {
                 Flight f = batch[i];
                 batch[i] = null;
                 if (f.generated == 1) f.firstDecodeMs = stepMs;
-                emit(f, f.req.sampling().sample(logits[i], f.generated));
+                int token = f.req.sampling().sample(logits[i], f.generated);
+                emit(f, token, f.req.topLogprobs() < 0 ? null : TokenLogprobs.of(logits[i], token, f.req.topLogprobs()));
             }
             moved = true;
         }
@@ -355,10 +380,15 @@ public final class DecodeEngine extends SchedulerThread {
                 alloc.totalRows() - alloc.freeRows(), alloc.freeRows());
     }
 
-    private void emit(Flight f, int token) {
+    /** @param logprobs the token's log probabilities, null unless the request asked for them */
+    private void emit(Flight f, int token, TokenLogprobs logprobs) {
         f.seq[f.req.prompt().length + f.generated] = token;
         f.generated++;
-        f.req.sink().onToken(token);
+        if (logprobs != null) {
+            if (f.logprobs == null) f.logprobs = new ArrayList<>();
+            f.logprobs.add(logprobs);
+        }
+        f.req.sink().onToken(token, logprobs);
     }
 
     private String finishReason(Flight f) {
@@ -377,7 +407,7 @@ public final class DecodeEngine extends SchedulerThread {
             for (KvPool[] s : pools) for (KvPool p : s) bytes += p.transferBytes(spec.pagesFor(promptTokens) - f.prefixPages, promptTokens);
         }
         Generation g = new Generation(f.req.room(), out, f.firstLogits, reason,
-                new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes));
+                new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes), f.logprobs);
         release(f, true);
         f.req.sink().onDone(g);
     }

@@ -1,13 +1,23 @@
 package io.kvferry.engine.serving;
 
+import io.kvferry.engine.model.TokenLogprobs;
+
+import java.util.List;
+
 /**
  * A finished request: its output tokens (the first from the prefill), the first token's logits (as
  * the prefill computed them), why it stopped, and where its time went.
  *
+ * @param logprobs     each output token's log probabilities, when the request asked for them (null when it did not)
  * @param finishReason "stop" (EOS or BOS, the last token: {@link io.kvferry.engine.model.Tokenizer#endsSequence}),
  *                     "length" (max tokens or the model's seq_len)
  */
-public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings) {
+public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings, List<TokenLogprobs> logprobs) {
+    /** Without log probabilities. */
+    public Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings) {
+        this(room, tokens, firstLogits, finishReason, timings, null);
+    }
+
     /**
      * @param prefillComputeMs prefill forward of the prompt (all chunks)
      * @param transferMs       decode: metadata sent → every rank's KV landed (Success)

@@ -16,6 +16,7 @@ import com.openai.models.chat.completions.ChatCompletionContentPart;
 import com.openai.models.chat.completions.ChatCompletionContentPartImage;
 import com.openai.models.chat.completions.ChatCompletionCreateParams;
 import com.openai.models.chat.completions.ChatCompletionStreamOptions;
+import com.openai.models.chat.completions.ChatCompletionTokenLogprob;
 import com.openai.models.chat.completions.ChatCompletionToolMessageParam;
 import com.openai.models.completions.Completion;
 import com.openai.models.completions.CompletionChoice;
@@ -278,9 +279,51 @@ class OpenAiClientCompatTest {
                 .addUserMessageOfArrayOfContentParts(List.of(ChatCompletionContentPart.ofImageUrl(ChatCompletionContentPartImage.builder()
                         .imageUrl(ChatCompletionContentPartImage.ImageUrl.builder().url("https://example.com/a.png").build()).build()))).build()));
         assertError(image, 400, "invalid_request_error", "messages[2].content[0] must be a text part");
-        BadRequestException logprobs = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4).logprobs(true)
+        BadRequestException logprobs = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4).topLogprobs(2)
                 .build()));
-        assertError(logprobs, 400, "invalid_request_error", "logprobs is not supported");
+        assertError(logprobs, 400, "invalid_request_error", "top_logprobs (2) needs logprobs: true");
+        assertEquals("top_logprobs", logprobs.param().orElse(null));
+    }
+
+    /** Log probabilities, asked for as the client asks, parse in its models of a completion, a chat and a chat's chunks. */
+    @Test
+    @Timeout(60)
+    void logprobsParseInTheClientsModels() {
+        Completion c = client.completions().create(completion(PROMPT, 6).logprobs(3).build()).validate();
+        CompletionChoice.Logprobs lp = c.choices().getFirst().logprobs().orElseThrow();
+        long n = c.usage().orElseThrow().completionTokens();
+        assertEquals(n, lp.tokens().orElseThrow().size(), lp.toString());
+        assertEquals(n, lp.tokenLogprobs().orElseThrow().size(), lp.toString());
+        assertEquals(n, lp.textOffset().orElseThrow().size(), lp.toString());
+        assertEquals(n, lp.topLogprobs().orElseThrow().size(), lp.toString());
+        for (int i = 0; i < n; i++) {
+            Map<String, JsonValue> top = lp.topLogprobs().orElseThrow().get(i)._additionalProperties();
+            assertEquals(3, top.size(), top.toString());
+            // Greedy: the token is the most likely one, with its log probability.
+            assertEquals(lp.tokens().orElseThrow().get(i), top.keySet().iterator().next(), lp.toString());
+            assertEquals(lp.tokenLogprobs().orElseThrow().get(i), ((Number) top.values().iterator().next().asNumber().orElseThrow()).doubleValue(), 0);
+        }
+        assertEquals(0L, lp.textOffset().orElseThrow().getFirst());
+
+        ChatCompletion chat = client.chat().completions().create(chat(6).logprobs(true).topLogprobs(2).build()).validate();
+        List<ChatCompletionTokenLogprob> content = chat.choices().getFirst().logprobs().orElseThrow().content().orElseThrow();
+        assertEquals(chat.usage().orElseThrow().completionTokens(), content.size(), content.toString());
+        for (ChatCompletionTokenLogprob t : content) {
+            assertEquals(2, t.topLogprobs().size(), t.toString());
+            assertEquals(t.token(), t.topLogprobs().getFirst().token(), "greedy: " + t);
+            assertEquals(t.logprob(), t.topLogprobs().getFirst().logprob(), 0, t.toString());
+            assertFalse(t.bytes().orElseThrow().isEmpty() && !t.token().startsWith("<"), t.toString());
+        }
+        List<ChatCompletionTokenLogprob> streamed = new ArrayList<>();
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(chat(6).logprobs(true).topLogprobs(2).build())) {
+            s.stream().forEach(chunk -> {
+                chunk.validate();
+                for (ChatCompletionChunk.Choice choice : chunk.choices()) {
+                    choice.logprobs().flatMap(ChatCompletionChunk.Choice.Logprobs::content).ifPresent(streamed::addAll);
+                }
+            });
+        }
+        assertEquals(content, streamed, "the chunks' log probabilities are the answer's");
     }
 
     @Test

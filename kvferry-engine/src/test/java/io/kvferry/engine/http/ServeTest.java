@@ -241,13 +241,13 @@ class ServeTest {
                 {"{\"prompt\":\"" + "Once upon a time there was a girl. ".repeat(2000) + "\"}", "context"},
                 {"{\"prompt\":\"x\",\"n\":3}", "n must be 1"},
                 {"{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
-                {"{\"prompt\":\"x\",\"logprobs\":3}", "logprobs"},
+                {"{\"prompt\":\"x\",\"logprobs\":30}", "logprobs must be in [0, 20], got 30"},
                 {"{\"prompt\":\"x\",\"echo\":true}", "echo"},
                 {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
                 // Every unsupported parameter at once, each named (not only the first).
                 {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"best_of\":3}",
-                        "best_of must be 1 (one completion per request is supported), got 3; logprobs is not supported (must be null or absent), "
-                                + "got 1; echo is not supported (must be false or absent), got true; suffix is not supported"},
+                        "best_of must be 1 (one completion per request is supported), got 3; echo is not supported (must be false or absent), "
+                                + "got true; suffix is not supported"},
                 // Parameters that would change the answer and that the engine does not implement (OpenAI applies them).
                 {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
                 {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},
@@ -312,8 +312,8 @@ class ServeTest {
                 {"{" + msgs + ",\"tool_choice\":\"auto\"}", "tool_choice", "tool_choice is not supported"},
                 {"{" + msgs + ",\"functions\":[{\"name\":\"f\"}]}", "functions", "functions is not supported"},
                 {"{" + msgs + ",\"function_call\":\"auto\"}", "function_call", "function_call is not supported"},
-                {"{" + msgs + ",\"logprobs\":true}", "logprobs", "logprobs is not supported"},
-                {"{" + msgs + ",\"top_logprobs\":2}", "top_logprobs", "top_logprobs is not supported"},
+                {"{" + msgs + ",\"logprobs\":\"yes\"}", "logprobs", "logprobs must be true or false"},
+                {"{" + msgs + ",\"top_logprobs\":2}", "top_logprobs", "top_logprobs (2) needs logprobs: true"},
                 {"{" + msgs + ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "response_format is not supported"},
                 {"{" + msgs + ",\"presence_penalty\":1}", "presence_penalty", "presence_penalty is not supported"},
                 {"{" + msgs + ",\"max_completion_tokens\":0}", "max_completion_tokens", "max_completion_tokens must be in [1, "},
@@ -323,9 +323,9 @@ class ServeTest {
                 {"{" + msgs + ",\"stop\":[\"\"]}", null, "stop"},
                 {"{" + msgs + ",\"stream_options\":3}", "stream_options", "stream_options must be an object"},
                 // Every unsupported parameter at once, each named; param names the first.
-                {"{" + msgs + ",\"n\":3,\"tools\":[{}],\"logprobs\":true}", "n",
-                        "n must be 1 (one completion per request is supported), got 3; logprobs is not supported (must be false, null or absent), "
-                                + "got true; tools is not supported"},
+                {"{" + msgs + ",\"n\":3,\"tools\":[{}],\"audio\":{}}", "n",
+                        "n must be 1 (one completion per request is supported), got 3; audio is not supported (must be null or absent), "
+                                + "got {}; tools is not supported"},
         };
         for (String[] c : cases) {
             HttpResponse<String> r = post("/v1/chat/completions", c[0]);

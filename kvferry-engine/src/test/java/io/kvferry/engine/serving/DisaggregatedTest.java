@@ -11,6 +11,7 @@ import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.model.ModelWeights;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -35,6 +36,7 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -94,6 +96,11 @@ class DisaggregatedTest {
     }
 
     static CompletableFuture<Generation> decode(DecodeEngine d, long room, int[] prompt, int max, Sampling s) {
+        return decode(d, room, prompt, max, s, -1);
+    }
+
+    /** @param topLogprobs -1: no log probabilities; else each token's with that many top ones */
+    static CompletableFuture<Generation> decode(DecodeEngine d, long room, int[] prompt, int max, Sampling s, int topLogprobs) {
         CompletableFuture<Generation> out = new CompletableFuture<>();
         d.submit(new DecodeEngine.Request(room, null, prompt, max, s, new DecodeEngine.TokenSink() {
             @Override
@@ -109,7 +116,7 @@ class DisaggregatedTest {
             public void onError(FailureKind kind, String message) {
                 out.completeExceptionally(new IllegalStateException(message));
             }
-        }));
+        }, topLogprobs));
         return out;
     }
 
@@ -135,9 +142,11 @@ class DisaggregatedTest {
         for (int i = 0; i < 5; i++) prompts.add(prompt(r, 1 + r.nextInt(90)));
         prompts.add(prompt(r, l.page() * 3)); // ends on a page boundary
         Sampling[] samplings = {Sampling.GREEDY, new Sampling(0.8f, 0.9f, 77)};
+        // Log probabilities for some requests (greedy and seeded, with and without top ones), none for the others.
+        int[] tops = {-1, 5, 0, TokenLogprobs.MAX_TOP, 3, -1};
         List<Generation> expected = new ArrayList<>();
         try (ColocatedEngine c = new ColocatedEngine(base.withChunkTokens(256))) {
-            for (int i = 0; i < prompts.size(); i++) expected.add(c.generate(prompts.get(i), 24, samplings[i % 2]));
+            for (int i = 0; i < prompts.size(); i++) expected.add(c.generate(prompts.get(i), 24, samplings[i % 2], tops[i]));
         }
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
             TransferSpec t = transfer(transport, registry);
@@ -148,7 +157,7 @@ class DisaggregatedTest {
                 for (int i = 0; i < prompts.size(); i++) {
                     long room = r.nextLong() & Long.MAX_VALUE;
                     pres.add(p.submit(new PrefillEngine.Request(room, prompts.get(i), samplings[i % 2])));
-                    gens.add(decode(d, room, prompts.get(i), 24, samplings[i % 2]));
+                    gens.add(decode(d, room, prompts.get(i), 24, samplings[i % 2], tops[i]));
                 }
                 for (int i = 0; i < prompts.size(); i++) {
                     Generation g = gens.get(i).get(60, TimeUnit.SECONDS);
@@ -156,11 +165,31 @@ class DisaggregatedTest {
                     String what = l + " over " + transport + ", prompt " + i + " (" + prompts.get(i).length + " tokens)";
                     assertArrayEquals(expected.get(i).tokens(), g.tokens(), what);
                     assertArrayEquals(expected.get(i).firstLogits(), g.firstLogits(), what);
+                    assertSameLogprobs(expected.get(i), g, what);
                     assertTrue(g.timings().bytes() > 0, what);
                 }
                 assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS), "prefill pages not returned");
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS), "decode pages not returned");
             }
+        }
+    }
+
+    /**
+     * The same log probabilities, bit for bit: the first token's from the prefill's aux row (its logprob, and its top ones
+     * from the logits beside it), the rest the decode's; none when the request asked for none.
+     */
+    static void assertSameLogprobs(Generation expected, Generation g, String what) {
+        if (expected.logprobs() == null) {
+            assertNull(g.logprobs(), "no log probabilities asked, none computed: " + what);
+            return;
+        }
+        assertEquals(expected.logprobs().size(), g.logprobs().size(), what);
+        for (int t = 0; t < g.logprobs().size(); t++) {
+            TokenLogprobs e = expected.logprobs().get(t), a = g.logprobs().get(t);
+            assertEquals(e.token(), a.token(), what + ", token " + t);
+            assertEquals(Float.floatToIntBits(e.logprob()), Float.floatToIntBits(a.logprob()), what + ", token " + t);
+            assertArrayEquals(e.topTokens(), a.topTokens(), what + ", token " + t);
+            assertArrayEquals(e.topLogprobs(), a.topLogprobs(), 0f, what + ", token " + t);
         }
     }
 

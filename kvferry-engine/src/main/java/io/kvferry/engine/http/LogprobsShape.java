@@ -1,0 +1,106 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
+
+import java.util.List;
+
+/**
+ * The log probabilities of a run of output tokens ({@link TokenLogprobs}: log softmax of the raw logits, temperature 1)
+ * in the three shapes the router answers with: OpenAI's legacy completions ({@code tokens}, {@code token_logprobs},
+ * {@code top_logprobs} as {token: logprob} maps, {@code text_offset}), OpenAI's chat ({@code content}: one object a
+ * token, with {@code token}, {@code logprob}, {@code bytes}, {@code top_logprobs}) and SGLang's {@code /generate}
+ * ({@code [logprob, token_id, text]} triples). A token is named by {@link Tokenizer#tokenText} (distinct tokens, distinct
+ * names: a map of the top ones has them all); its {@code bytes} are what it adds to the text ({@link Tokenizer#tokenBytes}).
+ */
+final class LogprobsShape {
+    /** The request parameter's name on each route and the most it may be: {@link TokenLogprobs#MAX_TOP}. */
+    static final int MAX_TOP = TokenLogprobs.MAX_TOP;
+
+    private LogprobsShape() {
+    }
+
+    /**
+     * OpenAI's legacy completions {@code logprobs} of tokens {@code [from, to)}; {@code offsets[i]}: where token i's text
+     * begins in the completion's text (a completion without echo: the first token's is 0).
+     */
+    static ObjectNode completion(Tokenizer t, List<TokenLogprobs> lps, int[] offsets, int from, int to) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        ArrayNode tokens = o.putArray("tokens"), logprobs = o.putArray("token_logprobs"), top = o.putArray("top_logprobs"),
+                offset = o.putArray("text_offset");
+        for (int i = from; i < to; i++) {
+            TokenLogprobs lp = lps.get(i);
+            tokens.add(t.tokenText(lp.token()));
+            logprobs.add(lp.logprob());
+            ObjectNode m = top.addObject();
+            for (int k = 0; k < lp.topTokens().length; k++) m.put(t.tokenText(lp.topTokens()[k]), lp.topLogprobs()[k]);
+            offset.add(offsets[i]);
+        }
+        return o;
+    }
+
+    /** OpenAI's chat {@code logprobs} of tokens {@code [from, to)}: {@code content} and {@code refusal} (null). */
+    static ObjectNode chat(Tokenizer t, List<TokenLogprobs> lps, int from, int to) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        ArrayNode content = o.putArray("content");
+        for (int i = from; i < to; i++) {
+            TokenLogprobs lp = lps.get(i);
+            ObjectNode c = chatToken(content.addObject(), t, lp.token(), lp.logprob());
+            ArrayNode top = c.putArray("top_logprobs");
+            for (int k = 0; k < lp.topTokens().length; k++) chatToken(top.addObject(), t, lp.topTokens()[k], lp.topLogprobs()[k]);
+        }
+        o.putNull("refusal");
+        return o;
+    }
+
+    private static ObjectNode chatToken(ObjectNode c, Tokenizer t, int token, float logprob) {
+        c.put("token", t.tokenText(token));
+        c.put("logprob", logprob);
+        ArrayNode bytes = c.putArray("bytes");
+        for (byte b : t.tokenBytes(token)) bytes.add(b & 0xff);
+        return c;
+    }
+
+    /** SGLang's {@code output_token_logprobs} of tokens {@code [0, to)}: {@code [logprob, token_id, text or null]}. */
+    static ArrayNode sglangTokens(Tokenizer t, List<TokenLogprobs> lps, int to, boolean withText) {
+        ArrayNode out = Http.JSON.createArrayNode();
+        for (int i = 0; i < to; i++) sglangTriple(out.addArray(), t, lps.get(i).token(), lps.get(i).logprob(), withText);
+        return out;
+    }
+
+    /** SGLang's {@code output_top_logprobs} of tokens {@code [0, to)}: a list of triples a token. */
+    static ArrayNode sglangTop(Tokenizer t, List<TokenLogprobs> lps, int to, boolean withText) {
+        ArrayNode out = Http.JSON.createArrayNode();
+        for (int i = 0; i < to; i++) {
+            TokenLogprobs lp = lps.get(i);
+            ArrayNode at = out.addArray();
+            for (int k = 0; k < lp.topTokens().length; k++) sglangTriple(at.addArray(), t, lp.topTokens()[k], lp.topLogprobs()[k], withText);
+        }
+        return out;
+    }
+
+    private static void sglangTriple(ArrayNode a, Tokenizer t, int token, float logprob, boolean withText) {
+        a.add(logprob);
+        a.add(token);
+        if (withText) a.add(t.tokenText(token));
+        else a.addNull();
+    }
+
+    /** A decode's token event's log probabilities ({@link DecodeServer#tokenEvent}), or null when it has none. */
+    static TokenLogprobs fromEvent(JsonNode ev, int token) {
+        JsonNode lp = ev.get("logprob");
+        if (lp == null || !lp.isNumber()) return null;
+        JsonNode ids = ev.path("top_tokens"), vals = ev.path("top_logprobs");
+        int n = Math.min(ids.size(), vals.size());
+        int[] top = new int[n];
+        float[] topLp = new float[n];
+        for (int k = 0; k < n; k++) {
+            top[k] = ids.get(k).intValue();
+            topLp[k] = vals.get(k).floatValue();
+        }
+        return new TokenLogprobs(token, lp.floatValue(), top, topLp);
+    }
+}
