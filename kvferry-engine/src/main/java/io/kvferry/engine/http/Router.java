@@ -267,24 +267,24 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * What the client asked for, checked: sampling without its seed (the room is the default seed, so
+     * What the client asked for, checked: sampling (top_k -1: no limit) without its seed (the room is the default seed, so
      * prefill and decode agree on it), the seed if one was given, the stop strings, and the log probabilities
      * ({@code topLogprobs}: -1 none, else each token's with that many of the most likely tokens').
      */
-    record Ask(String prompt, int maxTokens, float temperature, float topP, OptionalLong seed, StopSequences stop, int topLogprobs) {
+    record Ask(String prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs) {
         Ask {
             if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
                 throw new IllegalArgumentException("top logprobs must be in [-1, " + LogprobsShape.MAX_TOP + "], got " + topLogprobs);
             }
             try {
-                new Sampling(temperature, topP, 0); // its checks, with messages naming the parameter
+                new Sampling(temperature, topP, 0, topK); // its checks, with messages naming the parameter
             } catch (IllegalArgumentException e) {
                 throw new Http.BadRequest(e.getMessage());
             }
         }
 
         Sampling sampling(long room) {
-            return new Sampling(temperature, topP, seed.orElse(room));
+            return new Sampling(temperature, topP, seed.orElse(room), topK);
         }
     }
 
@@ -1009,7 +1009,14 @@ public final class Router implements AutoCloseable {
     /** The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit and top logprobs. */
     private static Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs) {
         return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), seed(req), StopSequences.parse(req.get("stop")), topLogprobs);
+                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop")), topLogprobs);
+    }
+
+    /** {@code top_k} (vLLM's extension of OpenAI's routes, SGLang's sampling parameter): -1 (or absent, null) no limit, else at least 1. */
+    static int topK(JsonNode n) {
+        int k = Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE);
+        if (k == 0) throw new Http.BadRequest("top_k", "top_k must be -1 (no limit) or at least 1, got 0");
+        return k;
     }
 
     /**
@@ -1153,7 +1160,7 @@ public final class Router implements AutoCloseable {
     }
 
     /** The {@code sampling_params} of {@code /generate} that this engine implements. */
-    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "seed", "stop");
+    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop");
 
     /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
     private record NoOp(String value, Predicate<JsonNode> is) {
@@ -1169,7 +1176,6 @@ public final class Router implements AutoCloseable {
             Map.entry("frequency_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
             Map.entry("repetition_penalty", new NoOp("1", v -> v.isNumber() && v.doubleValue() == 1)),
             Map.entry("logit_bias", new NoOp("{}", v -> v.isObject() && v.isEmpty())),
-            Map.entry("top_k", new NoOp("-1", v -> v.isIntegralNumber() && v.longValue() == -1)),
             Map.entry("min_p", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
             Map.entry("min_new_tokens", new NoOp("0", v -> v.isIntegralNumber() && v.longValue() == 0)),
             Map.entry("n", new NoOp("1", v -> v.isIntegralNumber() && v.longValue() == 1)),
@@ -1221,7 +1227,7 @@ public final class Router implements AutoCloseable {
     private static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
         Refusals refused = new Refusals();
         // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on these routes.
-        for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "top_k", "min_p", "repetition_penalty")) {
+        for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "min_p", "repetition_penalty")) {
             refuseUnlessNoOp(req, key, refused);
         }
         for (String one : shape == OpenAiShape.CHAT ? new String[]{"n"} : new String[]{"n", "best_of"}) {
@@ -1248,7 +1254,7 @@ public final class Router implements AutoCloseable {
 
     /**
      * The {@code sampling_params} of {@code /generate}: a 400 naming every key the engine does not
-     * implement (SGLang has many: {@code top_k}, {@code repetition_penalty}, {@code min_p}, …), unless
+     * implement (SGLang has many: {@code repetition_penalty}, {@code min_p}, …), unless
      * it is null or its no-op value; an unknown key is refused as well, since it may mean anything.
      */
     private static void refuseUnsupportedSampling(JsonNode sp) {
@@ -1262,7 +1268,7 @@ public final class Router implements AutoCloseable {
         refused.throwIfAny("sampling_params");
     }
 
-    /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "seed", "stop"}, "stream"}. */
+    /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}. */
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
@@ -1274,7 +1280,7 @@ public final class Router implements AutoCloseable {
         int topLogprobs = generateLogprobs(req);
         boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), seed(sp), StopSequences.parse(sp.get("stop")), topLogprobs);
+                Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop")), topLogprobs);
         boolean stream = Http.booleanField(req, "stream", false);
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();

@@ -4,7 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.Sampling;
 
-/** {@code sampling_params} between the router and the engines: temperature, top_p, seed. */
+/** {@code sampling_params} between the router and the engines: temperature, top_p, top_k, seed. */
 final class SamplingParams {
     private SamplingParams() {
     }
@@ -16,8 +16,9 @@ final class SamplingParams {
         float temperature = Http.floatField(n, "temperature", 0f);
         float topP = Http.floatField(n, "top_p", 1f);
         long seed = n.has("seed") && !n.get("seed").isNull() ? Http.longField(n, "seed") : defaultSeed;
+        int topK = Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE);
         try {
-            return new Sampling(temperature, topP, seed);
+            return new Sampling(temperature, topP, seed, topK);
         } catch (IllegalArgumentException e) {
             throw new Http.BadRequest(e.getMessage());
         }
@@ -28,6 +29,7 @@ final class SamplingParams {
         o.put("temperature", s.temperature());
         o.put("top_p", s.topP());
         o.put("seed", s.seed());
+        if (s.topK() != -1) o.put("top_k", s.topK());
         return o;
     }
 }

@@ -4,16 +4,24 @@ import java.util.Arrays;
 import java.util.SplittableRandom;
 
 /**
- * How the next token is chosen: greedy (temperature 0) or seeded temperature / top-p (nucleus). The
+ * How the next token is chosen: greedy (temperature 0) or seeded temperature / top-k / top-p (nucleus): the
+ * candidates are the most likely tokens, at most {@code topK} of them (-1: no limit) and no more than reach
+ * {@code topP} of the probability, as SGLang's sampler cuts both on the one sorted distribution. The
  * coin of step {@code n} is derived from (seed, n) alone, so the prefill (first token) and the decode
  * (the rest) draw the same sequence as one colocated run without handing any RNG state over.
  */
-public record Sampling(float temperature, float topP, long seed) {
+public record Sampling(float temperature, float topP, long seed, int topK) {
     public static final Sampling GREEDY = new Sampling(0f, 1f, 0);
 
     public Sampling {
         if (!(temperature >= 0) || Float.isInfinite(temperature)) throw new IllegalArgumentException("temperature must be >= 0, got " + temperature);
         if (!(topP > 0 && topP <= 1)) throw new IllegalArgumentException("top_p must be in (0, 1], got " + topP);
+        if (topK != -1 && topK < 1) throw new IllegalArgumentException("top_k must be -1 (no limit) or at least 1, got " + topK);
+    }
+
+    /** Without a top-k limit. */
+    public Sampling(float temperature, float topP, long seed) {
+        this(temperature, topP, seed, -1);
     }
 
     /** The token for output position {@code step} (0 = the first output token). */
@@ -42,6 +50,11 @@ public record Sampling(float temperature, float topP, long seed) {
                 keep = i + 1;
                 break;
             }
+        }
+        if (topK > 0 && topK < keep) { // fewer candidates: the coin spans their mass (no limit: the same bits as before)
+            keep = topK;
+            cum = 0;
+            for (int i = 0; i < keep; i++) cum += p[order[i]];
         }
         double coin = new SplittableRandom(seed * 0x9E3779B97F4A7C15L + step).nextDouble() * Math.min(cum, 1.0);
         double acc = 0;

@@ -20,6 +20,7 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -28,6 +29,7 @@ import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -288,6 +290,30 @@ class LogprobsTest {
         }
         assertEquals(whole.path("output_token_logprobs"), events.getLast().path("meta_info").path("output_token_logprobs"));
         assertEquals(whole.path("output_top_logprobs"), events.getLast().path("meta_info").path("output_top_logprobs"));
+    }
+
+    /**
+     * top_k (SGLang's sampling parameter, vLLM's extension of OpenAI's routes) crosses PD: prefill and decode draw a
+     * colocated run's tokens, each among the k most likely (its top logprobs say which those were).
+     */
+    @Test
+    @Timeout(60)
+    void topKDrawsAColocatedRunsTokensAmongTheKMostLikely() throws Exception {
+        Sampling s = new Sampling(1.5f, 1f, 21, 3);
+        Generation expected = colocated(PROMPT, 24, s, 3);
+        JsonNode c = ok("/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":24,\"temperature\":1.5,\"seed\":21,\"top_k\":3,"
+                + "\"logprobs\":3}");
+        assertArrayEquals(expected.tokens(), ids(c.path("kvferry").path("token_ids")));
+        JsonNode g = ok("/generate", "{\"text\":\"" + PROMPT + "\",\"sampling_params\":{\"max_new_tokens\":24,\"temperature\":1.5,\"seed\":21,"
+                + "\"top_k\":3}}");
+        assertArrayEquals(expected.tokens(), ids(g.path("output_ids")));
+        JsonNode lp = c.path("choices").path(0).path("logprobs");
+        for (int i = 0; i < expected.tokens().length; i++) {
+            JsonNode top = lp.path("top_logprobs").get(i);
+            assertTrue(top.has(lp.path("tokens").get(i).asText()), "token " + i + " is among the 3 most likely: " + lp);
+        }
+        int[] free = colocated(PROMPT, 24, new Sampling(1.5f, 1f, 21), -1).tokens();
+        assertFalse(Arrays.equals(free, expected.tokens()), "top_k changed the draw (else the test proves nothing)");
     }
 
     /** Log probability parameters of the wrong type or out of range are a 400 naming the parameter; nothing runs. */

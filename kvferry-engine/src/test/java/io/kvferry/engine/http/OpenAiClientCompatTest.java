@@ -335,8 +335,8 @@ class OpenAiClientCompatTest {
         BadRequestException n = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4).n(2).build()));
         assertError(n, 400, "invalid_request_error", "n must be 1");
         BadRequestException unknown = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4)
-                .putAdditionalBodyProperty("top_k", JsonValue.from(5)).build()));
-        assertError(unknown, 400, "invalid_request_error", "top_k is not supported");
+                .putAdditionalBodyProperty("min_p", JsonValue.from(0.5)).build()));
+        assertError(unknown, 400, "invalid_request_error", "min_p is not supported");
     }
 
     @Test

@@ -252,7 +252,10 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
                 {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},
                 {"{\"prompt\":\"x\",\"logit_bias\":{\"432\":-100}}", "logit_bias is not supported"},
-                {"{\"prompt\":\"x\",\"top_k\":1}", "top_k is not supported"},
+                {"{\"prompt\":\"x\",\"top_k\":0}", "top_k must be -1 (no limit) or at least 1, got 0"},
+                {"{\"prompt\":\"x\",\"top_k\":-2}", "top_k must be in [-1, "},
+                {"{\"prompt\":\"x\",\"top_k\":2.5}", "top_k must be an integer"},
+                {"{\"prompt\":\"x\",\"min_p\":0.2}", "min_p is not supported"},
                 {"{\"prompt\":\"x\",\"presence_penalty\":1,\"frequency_penalty\":1,\"logit_bias\":{\"5\":1}}",
                         "presence_penalty is not supported (must be 0, null or absent), got 1; frequency_penalty is not supported "
                                 + "(must be 0, null or absent), got 1; logit_bias is not supported (must be {}, null or absent), got {\"5\":1}"},
@@ -371,15 +374,16 @@ class ServeTest {
 
     /**
      * /generate: every sampling_params key the engine does not implement is refused with a 400 naming
-     * each (SGLang applies top_k, repetition_penalty, …; an unknown key may mean anything), unless null
+     * each (SGLang applies repetition_penalty, min_p, …; an unknown key may mean anything), unless null
      * or its no-op value.
      */
     @Test
     @Timeout(60)
     void generateRefusesSamplingParamsTheEngineDoesNotImplement() throws Exception {
         String[][] cases = {
-                {"\"top_k\":1,\"repetition_penalty\":2", "sampling_params: top_k is not supported (must be -1, null or absent), got 1; "
+                {"\"min_p\":0.5,\"repetition_penalty\":2", "sampling_params: min_p is not supported (must be 0, null or absent), got 0.5; "
                         + "repetition_penalty is not supported (must be 1, null or absent), got 2"},
+                {"\"top_k\":0", "top_k must be -1 (no limit) or at least 1, got 0"},
                 {"\"min_p\":0.1", "min_p"},
                 {"\"frequency_penalty\":1", "frequency_penalty"},
                 {"\"presence_penalty\":1", "presence_penalty"},
@@ -388,7 +392,7 @@ class ServeTest {
                 {"\"n\":2", "n is not supported"},
                 {"\"stop_token_ids\":[13]", "stop_token_ids"},
                 {"\"regex\":\"a+\"", "regex is not supported (must be null or absent)"},
-                {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, seed, stop)"},
+                {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, top_k, seed, stop)"},
         };
         for (String[] c : cases) {
             String body = "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":4," + c[0] + "}}";
