@@ -89,6 +89,73 @@ final class LogprobsShape {
         else a.addNull();
     }
 
+    /**
+     * OpenAI's legacy completions {@code logprobs} of an echoed prompt's tokens ({@code ids}, all of them): the first one's
+     * {@code token_logprobs} and {@code top_logprobs} entries null (nothing comes before it), as OpenAI's; {@code input}:
+     * its input token log probabilities from position 0, the first null.
+     */
+    static ObjectNode completionPrompt(Tokenizer t, List<TokenLogprobs> input, int[] ids, int[] offsets) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        ArrayNode tokens = o.putArray("tokens"), logprobs = o.putArray("token_logprobs"), top = o.putArray("top_logprobs"),
+                offset = o.putArray("text_offset");
+        for (int i = 0; i < ids.length; i++) {
+            TokenLogprobs lp = input.get(i);
+            tokens.add(t.tokenText(ids[i]));
+            offset.add(offsets[i]);
+            if (lp == null) {
+                logprobs.addNull();
+                top.addNull();
+                continue;
+            }
+            logprobs.add(lp.logprob());
+            ObjectNode m = top.addObject();
+            for (int k = 0; k < lp.topTokens().length; k++) m.put(t.tokenText(lp.topTokens()[k]), lp.topLogprobs()[k]);
+        }
+        return o;
+    }
+
+    /** {@code a} with {@code b}'s entries after its own, array by array ({@code b} null: {@code a}). */
+    static ObjectNode append(ObjectNode a, ObjectNode b) {
+        if (b == null) return a;
+        for (String name : List.of("tokens", "token_logprobs", "top_logprobs", "text_offset")) a.withArray(name).addAll((ArrayNode) b.get(name));
+        return a;
+    }
+
+    /**
+     * SGLang's {@code input_token_logprobs}: {@code [logprob, token_id, text or null]} for prompt positions [start,
+     * ids.length), the first prompt token's logprob null.
+     */
+    static ArrayNode sglangInputTokens(Tokenizer t, List<TokenLogprobs> input, int[] ids, int start, boolean withText) {
+        ArrayNode out = Http.JSON.createArrayNode();
+        for (int i = 0; i < input.size(); i++) {
+            TokenLogprobs lp = input.get(i);
+            ArrayNode a = out.addArray();
+            if (lp == null) {
+                a.addNull();
+                a.add(ids[start + i]);
+                if (withText) a.add(t.tokenText(ids[start + i]));
+                else a.addNull();
+            } else {
+                sglangTriple(a, t, lp.token(), lp.logprob(), withText);
+            }
+        }
+        return out;
+    }
+
+    /** SGLang's {@code input_top_logprobs}: a list of triples a prompt position, null for the first prompt token. */
+    static ArrayNode sglangInputTop(Tokenizer t, List<TokenLogprobs> input, boolean withText) {
+        ArrayNode out = Http.JSON.createArrayNode();
+        for (TokenLogprobs lp : input) {
+            if (lp == null) {
+                out.addNull();
+                continue;
+            }
+            ArrayNode at = out.addArray();
+            for (int k = 0; k < lp.topTokens().length; k++) sglangTriple(at.addArray(), t, lp.topTokens()[k], lp.topLogprobs()[k], withText);
+        }
+        return out;
+    }
+
     /** A decode's token event's log probabilities ({@link DecodeServer#tokenEvent}), or null when it has none. */
     static TokenLogprobs fromEvent(JsonNode ev, int token) {
         JsonNode lp = ev.get("logprob");

@@ -5,17 +5,27 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.serving.PrefillEngine;
 import io.kvferry.http.BearerToken;
 
 import java.io.IOException;
+import java.util.List;
 import java.util.concurrent.ExecutionException;
 
 /**
  * A prefill engine's HTTP face, which the router calls (SGLang's prefill server): {@code POST
  * /generate} runs the request and answers once its KV reached the decode (or failed), {@code POST
  * /abort}, {@code GET /health}.
+ *
+ * <p>Input token log probabilities, as SGLang's prefill gives them: {@code return_logprob} with {@code logprob_start_len}
+ * (-1 or absent: none; else the first prompt position, below the prompt's length) and {@code top_logprobs_num} add
+ * {@code meta_info.input_token_logprobs} ({@code [logprob, token_id, null]} a position, the first prompt token's
+ * logprob null) and, with top ones asked, {@code input_top_logprobs} (a list of triples a position, null for the first
+ * prompt token). {@code prefill_only} (kvferry's): the prompt alone, for those log probabilities; no decode takes the
+ * room, nothing is sent and {@code first_token} is -1.
  */
 public final class PrefillServer implements AutoCloseable {
     private final PrefillEngine engine;
@@ -55,20 +65,46 @@ public final class PrefillServer implements AutoCloseable {
         long room = Http.roomField(req);
         int[] ids = Http.intArray(req, "input_ids");
         var sampling = SamplingParams.parse(req.get("sampling_params"), room);
+        boolean logprobs = Http.booleanField(req, "return_logprob", false);
+        int start = logprobs ? Http.intField(req, "logprob_start_len", -1, -1, ids.length - 1) : -1;
+        int top = logprobs ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : 0;
+        boolean prefillOnly = Http.booleanField(req, "prefill_only", false);
         try {
-            PrefillEngine.Result r = engine.submit(new PrefillEngine.Request(room, ids, sampling)).get();
+            PrefillEngine.Result r = engine.submit(new PrefillEngine.Request(room, ids, sampling, start, top, prefillOnly)).get();
             ObjectNode out = Http.JSON.createObjectNode();
             out.put("bootstrap_room", room);
             out.put("first_token", r.firstToken());
             out.put("compute_ms", r.computeMs());
             out.put("send_ms", r.sendMs());
             out.put("kv_pages", r.kvPages());
+            if (r.inputLogprobs() != null) inputLogprobs(out.putObject("meta_info"), r.inputLogprobs(), ids, start, top);
             Http.sendJson(ex, 200, out);
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
             if (c instanceof KVTransferException t) Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
             else if (c instanceof IllegalArgumentException) Http.sendError(ex, 400, "invalid_request_error", c.getMessage()); // its room already in flight
             else Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
+        }
+    }
+
+    /** SGLang's {@code input_token_logprobs} (and {@code input_top_logprobs} when {@code top} > 0), without texts. */
+    static void inputLogprobs(ObjectNode meta, List<TokenLogprobs> lps, int[] ids, int start, int top) {
+        ArrayNode tokens = meta.putArray("input_token_logprobs");
+        ArrayNode tops = top > 0 ? meta.putArray("input_top_logprobs") : null;
+        for (int i = 0; i < lps.size(); i++) {
+            TokenLogprobs lp = lps.get(i);
+            ArrayNode t = tokens.addArray();
+            if (lp == null) t.addNull();
+            else t.add(lp.logprob());
+            t.add(ids[start + i]);
+            t.addNull();
+            if (tops == null) continue;
+            if (lp == null) {
+                tops.addNull();
+                continue;
+            }
+            ArrayNode at = tops.addArray();
+            for (int k = 0; k < lp.topTokens().length; k++) at.addArray().add(lp.topLogprobs()[k]).add(lp.topTokens()[k]).addNull();
         }
     }
 

@@ -260,6 +260,14 @@ public final class Router implements AutoCloseable {
          */
         default void onKeepAlive() throws IOException {
         }
+
+        /**
+         * Once, before the first token (or, for a prompt-only request, before the end): the prompt's input token log
+         * probabilities when the request asked for them ({@link Outcome#inputLogprobs}), else null. An echo's stream
+         * sends the prompt's part here, so it arrives first.
+         */
+        default void onPrompt(List<TokenLogprobs> inputLogprobs) throws IOException {
+        }
     }
 
     /** A write to the client; an IOException means the client went away. */
@@ -270,13 +278,17 @@ public final class Router implements AutoCloseable {
     /**
      * What the client asked for, checked: sampling (top_k -1: no limit) without its seed (the room is the default seed, so
      * prefill and decode agree on it), the seed if one was given, the stop strings, and the log probabilities
-     * ({@code topLogprobs}: -1 none, else each token's with that many of the most likely tokens').
+     * ({@code topLogprobs}: -1 none, else each token's with that many of the most likely tokens'); {@code logprobStart}: the
+     * first prompt position whose input token log probabilities it asks for (SGLang's {@code logprob_start_len}, -1: none),
+     * each with {@code max(topLogprobs, 0)} top ones. {@code maxTokens} 0: the prompt alone, on the prefill only.
      */
-    record Ask(String prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs) {
+    record Ask(String prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs,
+               int logprobStart) {
         Ask {
             if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
                 throw new IllegalArgumentException("top logprobs must be in [-1, " + LogprobsShape.MAX_TOP + "], got " + topLogprobs);
             }
+            if (logprobStart < -1 || maxTokens < 0) throw new IllegalArgumentException("logprob start " + logprobStart + ", max tokens " + maxTokens);
             try {
                 new Sampling(temperature, topP, 0, topK); // its checks, with messages naming the parameter
             } catch (IllegalArgumentException e) {
@@ -291,10 +303,12 @@ public final class Router implements AutoCloseable {
 
     /**
      * A finished request; {@code logprobs} (each token's) and {@code textOffsets} (where each token's text begins in
-     * {@code text}) are null unless the request asked for log probabilities.
+     * {@code text}) are null unless the request asked for log probabilities, {@code inputLogprobs} (the prompt's from
+     * the position asked for on, the first prompt token's null, as the prefill computed them) unless it asked for those.
      */
     record Outcome(long room, int promptTokens, int[] tokens, String text, String finishReason, double ttftMs,
-                   double e2eMs, JsonNode prefill, JsonNode decodeTimings, List<TokenLogprobs> logprobs, int[] textOffsets) {
+                   double e2eMs, JsonNode prefill, JsonNode decodeTimings, List<TokenLogprobs> logprobs, int[] textOffsets,
+                   List<TokenLogprobs> inputLogprobs) {
     }
 
     /**
@@ -695,12 +709,23 @@ public final class Router implements AutoCloseable {
     private Outcome admitted(Ask ask, RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
         int[] ids = promptIds(ask.prompt());
         record.promptTokens = ids.length;
+        if (ask.logprobStart() >= ids.length) {
+            throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + ask.logprobStart() + ") must be below the prompt's "
+                    + ids.length + " tokens (or -1 for no input token logprobs)");
+        }
         Pool now = pool;
-        Backend p = pick(now.prefills(), "prefill"), d = pick(now.decodes(), "decode");
+        Backend p = pick(now.prefills(), "prefill");
         long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
         record.room = room;
         ObjectNode body = generateBody(room, ids, ask.sampling(room));
         ObjectNode decodeBody = body.deepCopy();
+        if (ask.logprobStart() >= 0) { // SGLang's names: the prefill computes the prompt's, for this request only
+            body.put("return_logprob", true);
+            body.put("logprob_start_len", ask.logprobStart());
+            body.put("top_logprobs_num", Math.max(ask.topLogprobs(), 0));
+        }
+        if (ask.maxTokens() == 0) return promptOnly(ask, ids, p, room, body, record, out, start);
+        Backend d = pick(now.decodes(), "decode");
         decodeBody.put("bootstrap_addr", p.bootstrap);
         decodeBody.put("max_new_tokens", ask.maxTokens());
         if (ask.topLogprobs() >= 0) { // SGLang's names; the decode computes them for this request only
@@ -710,7 +735,7 @@ public final class Router implements AutoCloseable {
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
         CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body),
-                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), Http.MAX_BODY_BYTES)); // a few hundred bytes
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
         prefillCall.whenComplete((r, e) -> {
             p.inFlight.decrementAndGet();
             if (e != null && isConnectionRefused(e)) markUnreachable(p, e);
@@ -739,6 +764,7 @@ public final class Router implements AutoCloseable {
             int sent = 0; // characters of `all` handed to out; the rest may still turn out to start a stop string
             List<Integer> tokens = new ArrayList<>(), offsets = new ArrayList<>();
             List<TokenLogprobs> logprobs = ask.topLogprobs() >= 0 ? new ArrayList<>() : null;
+            List<TokenLogprobs> input = null;
             double ttft = -1;
             StalledStreams.Watched stream = stalled.watch(dr.body());
             try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
@@ -751,6 +777,11 @@ public final class Router implements AutoCloseable {
                     JsonNode ev = decodeEvent(line.substring(6), d, p, room);
                     if (ev.has("token")) {
                         int tok = ev.get("token").intValue();
+                        if (tokens.isEmpty()) { // the prompt's part comes first: the prefill answers once its KV landed
+                            if (ask.logprobStart() >= 0) input = awaitInputLogprobs(prefillCall, p, d, room, ids, ask.logprobStart());
+                            List<TokenLogprobs> prompt = input;
+                            toClient(() -> out.onPrompt(prompt), d, p, room);
+                        }
                         if (ttft < 0) {
                             long sinceArrival = System.nanoTime() - start;
                             ttft = sinceArrival / 1e6;
@@ -779,7 +810,7 @@ public final class Router implements AutoCloseable {
                             abort(p, room);
                             all.setLength(stopAt);
                             record.completionTokens = tokens.size();
-                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null, logprobs, offsets);
+                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null, logprobs, offsets, input);
                         }
                         int sendable = all.length() - ask.stop().heldBack(all);
                         String piece = sendable > sent ? all.substring(sent, sendable) : "";
@@ -803,7 +834,7 @@ public final class Router implements AutoCloseable {
                             finish = "stop";
                         }
                         record.completionTokens = tokens.size();
-                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets);
+                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
                     }
                 }
             }
@@ -812,6 +843,95 @@ public final class Router implements AutoCloseable {
         } finally {
             d.inFlight.decrementAndGet();
         }
+    }
+
+    /**
+     * The most a prefill's answer may hold: a few hundred bytes, and the prompt's input token log probabilities when
+     * asked (a position's triple and its top ones', at most the context's positions).
+     */
+    private int prefillAnswerLimit() {
+        return (int) Math.min(Integer.MAX_VALUE - 8, Math.max(Http.MAX_BODY_BYTES, contextTokens * (LogprobsShape.MAX_TOP + 1L) * 64 + (64 << 10)));
+    }
+
+    /**
+     * A prompt-only request ({@code max_tokens} 0, for the prompt's input token log probabilities): the prefill alone, told
+     * {@code prefill_only}, so no decode is called, no KV moves and the prefill waits for no decode.
+     */
+    private Outcome promptOnly(Ask ask, int[] ids, Backend p, long room, ObjectNode body, RequestRecord record, Output out, long start)
+            throws Failure, IOException, InterruptedException {
+        body.put("prefill_only", true);
+        p.inFlight.incrementAndGet();
+        HttpResponse<String> r;
+        try {
+            r = send(post(p, "/generate", body), HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
+        } catch (IOException e) {
+            if (isConnectionRefused(e)) markUnreachable(p, e);
+            throw new Failure(502, "bad_gateway", p + " failed: " + e);
+        } finally {
+            p.inFlight.decrementAndGet();
+        }
+        if (r.statusCode() != 200) throw ErrorBody.parse(r.statusCode(), r.body()).failure();
+        JsonNode pre = Http.JSON.readTree(r.body());
+        List<TokenLogprobs> input = null;
+        if (ask.logprobStart() >= 0) {
+            input = inputLogprobs(pre, ids, ask.logprobStart());
+            if (input == null) throw missingInputLogprobs(p, room);
+        }
+        out.onPrompt(input);
+        long took = System.nanoTime() - start;
+        meters.succeeded(took, ids.length, 0);
+        record.completionTokens = 0;
+        return new Outcome(room, ids.length, new int[0], "", "length", -1, took / 1e6, pre, null,
+                ask.topLogprobs() >= 0 ? List.of() : null, ask.topLogprobs() >= 0 ? new int[0] : null, input);
+    }
+
+    /** The prefill's answer with the input token log probabilities asked for, waited for at the first token. */
+    private List<TokenLogprobs> awaitInputLogprobs(CompletableFuture<HttpResponse<String>> prefillCall, Backend p, Backend d, long room,
+                                                   int[] ids, int start) throws Failure, InterruptedException {
+        List<TokenLogprobs> input = null;
+        try {
+            HttpResponse<String> r = prefillCall.get(stalled.limit().toMillis(), TimeUnit.MILLISECONDS);
+            if (r.statusCode() == 200) input = inputLogprobs(Http.JSON.readTree(r.body()), ids, start);
+        } catch (ExecutionException | TimeoutException | IOException e) {
+            // no answer: as a missing one
+        }
+        if (input != null) return input;
+        abort(d, room);
+        throw missingInputLogprobs(p, room);
+    }
+
+    private static Failure missingInputLogprobs(Backend p, long room) {
+        return new Failure(502, "bad_gateway", p + " answered room " + room
+                + " without the input token log probabilities the request asked for (a prefill older than the router?)");
+    }
+
+    /**
+     * The prefill's {@code meta_info.input_token_logprobs} (and {@code input_top_logprobs}) for positions [start, ids.length),
+     * the first prompt token's null; null when the answer lacks them or they do not match the prompt.
+     */
+    static List<TokenLogprobs> inputLogprobs(JsonNode pre, int[] ids, int start) {
+        JsonNode lps = pre.path("meta_info").path("input_token_logprobs"), tops = pre.path("meta_info").path("input_top_logprobs");
+        if (!lps.isArray() || lps.size() != ids.length - start) return null;
+        List<TokenLogprobs> out = new ArrayList<>();
+        for (int i = 0; i < lps.size(); i++) {
+            JsonNode e = lps.get(i);
+            if (e.path(1).intValue() != ids[start + i] || !e.path(1).isIntegralNumber()) return null;
+            if (e.path(0).isNull()) {
+                if (start + i != 0) return null; // only the first prompt token has none
+                out.add(null);
+                continue;
+            }
+            JsonNode top = tops.path(i);
+            int n = top.isArray() ? top.size() : 0;
+            int[] topIds = new int[n];
+            float[] topLps = new float[n];
+            for (int k = 0; k < n; k++) {
+                topIds[k] = top.get(k).path(1).intValue();
+                topLps[k] = top.get(k).path(0).floatValue();
+            }
+            out.add(new TokenLogprobs(ids[start + i], e.path(0).floatValue(), topIds, topLps));
+        }
+        return out;
     }
 
     /** A decode silent past the stream-idle limit: the room is aborted on both engines, and the client gets a 502 naming the decode. */
@@ -895,7 +1015,7 @@ public final class Router implements AutoCloseable {
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
     private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
                             CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings, List<TokenLogprobs> logprobs,
-                            List<Integer> offsets) {
+                            List<Integer> offsets, List<TokenLogprobs> input) {
         long took = System.nanoTime() - start;
         meters.succeeded(took, ids.length, tokens.size());
         JsonNode pre = null;
@@ -907,7 +1027,7 @@ public final class Router implements AutoCloseable {
         }
         int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
         return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings, logprobs,
-                logprobs == null ? null : offsets.stream().mapToInt(Integer::intValue).toArray());
+                logprobs == null ? null : offsets.stream().mapToInt(Integer::intValue).toArray(), input);
     }
 
     private static void markUnreachable(Backend b, Throwable e) {
@@ -985,7 +1105,15 @@ public final class Router implements AutoCloseable {
         refuseUnsupported(req, OpenAiShape.COMPLETION);
         // OpenAI's legacy logprobs: the number of top log probabilities a token (its own always comes too); absent or null: none.
         int logprobs = Http.intField(req, "logprobs", -1, 0, LogprobsShape.MAX_TOP);
-        answer(ex, req, OpenAiShape.COMPLETION, ask(req, prompt, Http.intField(req, "max_tokens", 16, 1, Integer.MAX_VALUE), logprobs));
+        // echo: the text starts with the prompt, and with logprobs the prompt's tokens' come first (lm-evaluation-harness's
+        // loglikelihood); max_tokens 0 then asks for the prompt alone.
+        boolean echo = Http.booleanField(req, "echo", false);
+        int maxTokens = Http.intField(req, "max_tokens", 16, 0, Integer.MAX_VALUE);
+        if (maxTokens == 0 && !echo) {
+            throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
+        }
+        Ask ask = ask(req, prompt, maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
+        answer(ex, req, OpenAiShape.COMPLETION, ask, echo);
     }
 
     /**
@@ -1004,13 +1132,16 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
                     + ") differ; send max_completion_tokens alone");
         }
-        answer(ex, req, OpenAiShape.CHAT, ask(req, prompt, older, chatLogprobs(req)));
+        answer(ex, req, OpenAiShape.CHAT, ask(req, prompt, older, chatLogprobs(req), -1), false);
     }
 
-    /** The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit and top logprobs. */
-    private static Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs) {
+    /**
+     * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
+     * first prompt position with input token logprobs (-1: none).
+     */
+    private static Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs, int logprobStart) {
         return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop")), topLogprobs);
+                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop")), topLogprobs, logprobStart);
     }
 
     /** {@code top_k} (vLLM's extension of OpenAI's routes, SGLang's sampling parameter): -1 (or absent, null) no limit, else at least 1. */
@@ -1047,23 +1178,39 @@ public final class Router implements AutoCloseable {
      * chunks (a chat's first names the role), its last with the finish reason, the held-back text and kvferry's
      * extension, then, with {@code stream_options.include_usage}, OpenAI's usage chunk (no choices), then [DONE].
      * Without it the last chunk carries the usage (kvferry's, kept for clients that read it there).
+     *
+     * <p>{@code echo} (completions): the text starts with the prompt as sent, and the log probabilities, when asked, cover
+     * the prompt's tokens (the first one's null, OpenAI's legacy shape) then the completion's, {@code text_offset} over the
+     * echoed text. A stream sends the prompt's part as its own first chunk, before the first token's (with max_tokens 0,
+     * before the last chunk).
      */
-    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, Ask ask) throws Exception {
+    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, Ask ask, boolean echo) throws Exception {
         boolean stream = Http.booleanField(req, "stream", false);
         boolean usageChunk = includeUsage(req) && stream;
         String id = shape.idPrefix + Long.toHexString(ThreadLocalRandom.current().nextLong());
         long created = System.currentTimeMillis() / 1000;
         OutputStream[] events = new OutputStream[1];
         int[] streamed = {0, 0}; // characters of the text, and tokens' log probabilities, already sent in chunks
+        int shift = echo ? ask.prompt().length() : 0; // where the completion's text begins in the answer's text
+        boolean[] promptSent = {!echo || !stream};
         try {
             Outcome o = run(ask, RECORD.get(), new Output() {
+                @Override
+                public void onPrompt(List<TokenLogprobs> input) throws IOException {
+                    if (promptSent[0]) return;
+                    if (events[0] == null) events[0] = startStream(ex, shape, id, created);
+                    JsonNode lp = input == null ? null : promptLogprobs(ask.prompt(), input);
+                    Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, ask.prompt(), null, true, false, lp)));
+                    promptSent[0] = true;
+                }
+
                 @Override
                 public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
                     if (!stream) return;
                     if (events[0] == null) events[0] = startStream(ex, shape, id, created);
                     streamed[0] += text.length();
                     // A chunk carries the log probabilities of its token.
-                    JsonNode lp = logprobs == null ? null : shape.logprobs(tokenizer, List.of(logprobs), new int[]{offset}, 0, 1);
+                    JsonNode lp = logprobs == null ? null : shape.logprobs(tokenizer, List.of(logprobs), new int[]{shift + offset}, 0, 1);
                     if (logprobs != null) streamed[1]++;
                     Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false, lp)));
                 }
@@ -1080,8 +1227,9 @@ public final class Router implements AutoCloseable {
             usage.put("completion_tokens", o.tokens().length);
             usage.put("total_tokens", o.promptTokens() + o.tokens().length);
             if (!stream) {
-                JsonNode lp = o.logprobs() == null ? null : shape.logprobs(tokenizer, o.logprobs(), o.textOffsets(), 0, o.tokens().length);
-                ObjectNode whole = shape.answer(id, created, modelName, o.text(), o.finishReason(), false, false, lp);
+                ObjectNode lp = o.logprobs() == null ? null : shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
+                if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
+                ObjectNode whole = shape.answer(id, created, modelName, echo ? ask.prompt() + o.text() : o.text(), o.finishReason(), false, false, lp);
                 whole.set("usage", usage);
                 whole.set("kvferry", extension(o));
                 Http.sendJson(ex, 200, whole);
@@ -1091,7 +1239,7 @@ public final class Router implements AutoCloseable {
             // The last chunk carries what was held back (a possible stop string's start, an incomplete character), and the
             // log probabilities of the tokens no chunk had (the one that completed a stop string).
             JsonNode lp = o.logprobs() == null || streamed[1] == o.tokens().length ? null
-                    : shape.logprobs(tokenizer, o.logprobs(), o.textOffsets(), streamed[1], o.tokens().length);
+                    : shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamed[1], o.tokens().length);
             ObjectNode fin = shape.answer(id, created, modelName, o.text().substring(streamed[0]), o.finishReason(), true, false, lp);
             if (!usageChunk) fin.set("usage", usage);
             fin.set("kvferry", extension(o));
@@ -1107,6 +1255,28 @@ public final class Router implements AutoCloseable {
         } catch (Failure f) {
             fail(ex, events[0], f);
         }
+    }
+
+    /**
+     * The legacy completions {@code logprobs} of the prompt's tokens (from its first, as echo asks): each token's
+     * {@code text_offset} is where its decoded text begins in the prompt (the tokenizer gives the prompt back).
+     */
+    private ObjectNode promptLogprobs(String prompt, List<TokenLogprobs> input) {
+        int[] ids = promptIds(prompt);
+        int[] offsets = new int[ids.length];
+        Tokenizer.TextStream text = tokenizer.textStream();
+        int at = 0;
+        for (int i = 0; i < ids.length; i++) {
+            offsets[i] = Math.min(at, prompt.length());
+            at += text.push(ids[i]).length();
+        }
+        return LogprobsShape.completionPrompt(tokenizer, input, ids, offsets);
+    }
+
+    private static int[] shifted(int[] offsets, int by) {
+        int[] out = offsets.clone();
+        for (int i = 0; i < out.length; i++) out[i] += by;
+        return out;
     }
 
     /** Begins a stream's response; a chat's first chunk names the role (OpenAI's, with empty content). */
@@ -1238,13 +1408,13 @@ public final class Router implements AutoCloseable {
             }
         }
         if (shape == OpenAiShape.CHAT) {
+            JsonNode echo = req.get("echo");
+            if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
+                refused.add("echo", "echo is a /v1/completions parameter (a chat has no echo: must be false, null or absent), got " + echo);
+            }
             ChatPrompt.refuseUnsupported(req, refused);
             refused.throwIfAny(null);
             return;
-        }
-        JsonNode echo = req.get("echo");
-        if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
-            refused.add("echo", "echo is not supported (must be false or absent), got " + echo);
         }
         JsonNode suffix = req.get("suffix");
         if (suffix != null && !suffix.isNull() && !(suffix.isTextual() && suffix.textValue().isEmpty())) {
@@ -1279,15 +1449,24 @@ public final class Router implements AutoCloseable {
         if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
         refuseUnsupportedSampling(sp);
         int topLogprobs = generateLogprobs(req);
+        int logprobStart = logprobStart(req, topLogprobs);
         boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
-        Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 1, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop")), topLogprobs);
+        // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
+        Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
+                Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop")), topLogprobs, logprobStart);
         boolean stream = Http.booleanField(req, "stream", false);
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
         List<TokenLogprobs> logprobsSoFar = new ArrayList<>();
+        List<List<TokenLogprobs>> input = new ArrayList<>(1); // the prompt's, once known
+        int[][] ids = new int[1][]; // the prompt's tokens, once input token logprobs need them
         try {
             Outcome o = run(ask, RECORD.get(), new Output() {
+                @Override
+                public void onPrompt(List<TokenLogprobs> inputLogprobs) {
+                    if (inputLogprobs != null) input.add(inputLogprobs);
+                }
+
                 @Override
                 public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
                     sofar.append(text);
@@ -1297,7 +1476,9 @@ public final class Router implements AutoCloseable {
                     e.put("text", sofar.toString()); // SGLang streams the text so far
                     if (logprobs != null) { // and, asked, the log probabilities so far (SGLang's meta_info, not incremental)
                         logprobsSoFar.add(logprobs);
-                        logprobsMeta(e.putObject("meta_info"), logprobsSoFar, logprobsSoFar.size(), topLogprobs, withText);
+                        ObjectNode meta = e.putObject("meta_info");
+                        if (!input.isEmpty()) inputLogprobsMeta(meta, input.getFirst(), ask, ids, withText);
+                        logprobsMeta(meta, logprobsSoFar, logprobsSoFar.size(), topLogprobs, withText);
                     }
                     Http.event(events[0], Http.JSON.writeValueAsString(e));
                 }
@@ -1311,14 +1492,15 @@ public final class Router implements AutoCloseable {
             });
             ObjectNode out = Http.JSON.createObjectNode();
             out.put("text", o.text());
-            ArrayNode ids = out.putArray("output_ids");
-            for (int t : o.tokens()) ids.add(t);
+            ArrayNode outputIds = out.putArray("output_ids");
+            for (int t : o.tokens()) outputIds.add(t);
             ObjectNode meta = out.putObject("meta_info");
             meta.put("id", Long.toString(o.room()));
             meta.put("prompt_tokens", o.promptTokens());
             meta.put("completion_tokens", o.tokens().length);
             meta.putObject("finish_reason").put("type", o.finishReason());
             meta.put("e2e_latency", o.e2eMs() / 1000);
+            if (o.inputLogprobs() != null) inputLogprobsMeta(meta, o.inputLogprobs(), ask, ids, withText);
             if (o.logprobs() != null) logprobsMeta(meta, o.logprobs(), o.tokens().length, topLogprobs, withText);
             if (stream) {
                 if (events[0] == null) events[0] = Http.startEvents(ex);
@@ -1335,19 +1517,33 @@ public final class Router implements AutoCloseable {
 
     /**
      * SGLang's {@code return_logprob} and {@code top_logprobs_num} (0 to {@link LogprobsShape#MAX_TOP}; more than 0
-     * needs {@code return_logprob} true): -1 for none. {@code logprob_start_len} may only say "no input tokens" (-1):
-     * the prefill computes the logits of the prompt's last position alone, so it has no input token logprobs to give.
+     * needs {@code return_logprob} true): -1 for none.
      */
     private static int generateLogprobs(JsonNode req) {
         boolean asked = Http.booleanField(req, "return_logprob", false);
         int top = Http.intField(req, "top_logprobs_num", 0, 0, LogprobsShape.MAX_TOP);
         if (!asked && top > 0) throw new Http.BadRequest("top_logprobs_num", "top_logprobs_num (" + top + ") needs return_logprob: true");
-        JsonNode start = req.get("logprob_start_len");
-        if (start != null && !start.isNull() && !(start.isIntegralNumber() && start.longValue() == -1)) {
-            throw new Http.BadRequest("logprob_start_len", "logprob_start_len is not supported (must be -1, null or absent: input token "
-                    + "logprobs are not computed, the prefill computes the logits of the prompt's last position only), got " + start);
-        }
         return asked ? top : -1;
+    }
+
+    /**
+     * SGLang's {@code logprob_start_len}: -1 (or absent, null) no input token logprobs, else the first prompt position
+     * whose input token logprobs the answer gives (below the prompt's length, checked once it is tokenized); it needs
+     * {@code return_logprob} true ({@code topLogprobs} -1: not asked).
+     */
+    private static int logprobStart(JsonNode req, int topLogprobs) {
+        int start = Http.intField(req, "logprob_start_len", -1, -1, Integer.MAX_VALUE);
+        if (start >= 0 && topLogprobs < 0) {
+            throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + start + ") needs return_logprob: true");
+        }
+        return start;
+    }
+
+    /** SGLang's meta_info input token log probabilities: input_token_logprobs, and input_top_logprobs when top ones are asked. */
+    private void inputLogprobsMeta(ObjectNode meta, List<TokenLogprobs> input, Ask ask, int[][] ids, boolean withText) {
+        if (ids[0] == null) ids[0] = promptIds(ask.prompt());
+        meta.set("input_token_logprobs", LogprobsShape.sglangInputTokens(tokenizer, input, ids[0], ask.logprobStart(), withText));
+        if (ask.topLogprobs() > 0) meta.set("input_top_logprobs", LogprobsShape.sglangInputTop(tokenizer, input, withText));
     }
 
     /** SGLang's meta_info log probabilities of the first {@code to} tokens: output_token_logprobs, and output_top_logprobs when asked. */

@@ -117,7 +117,20 @@ public final class ShardedModel {
      * @return the logits after the last token (valid until the next call), or null when {@code wantLogits} is false
      */
     public float[] forward(int[] tokens, int from, int to, int[] pageTable, int row, boolean wantLogits) {
+        float[][] out = forward(tokens, from, to, pageTable, row, wantLogits ? to - 1 : to);
+        return wantLogits ? out[to - from - 1] : null;
+    }
+
+    /**
+     * As {@link #forward(int[], int, int, int[], int, boolean)}, with the logits of every position in
+     * [{@code logitsFrom}, to): position p's are row {@code p - from} (the prompt's input log probabilities; a row's
+     * values are the same bits whichever rows are computed beside it).
+     *
+     * @return logits per position of the chunk (rows below {@code logitsFrom - from} unset), valid until the next call
+     */
+    public float[][] forward(int[] tokens, int from, int to, int[] pageTable, int row, int logitsFrom) {
         if (from < 0 || to > tokens.length || from >= to) throw new IllegalArgumentException("bad token range [" + from + ", " + to + ")");
+        if (logitsFrom < from || logitsFrom > to) throw new IllegalArgumentException("logits from " + logitsFrom + " outside [" + from + ", " + to + "]");
         int n = to - from;
         ensureBatch(n);
         for (int t = 0; t < n; t++) {
@@ -126,8 +139,7 @@ public final class ShardedModel {
             batchTables[t] = pageTable;
             batchRows[t] = row;
         }
-        float[][] out = forward(n, batchTokens, batchPositions, batchTables, batchRows, wantLogits ? n - 1 : n);
-        return wantLogits ? out[n - 1] : null;
+        return forward(n, batchTokens, batchPositions, batchTables, batchRows, logitsFrom - from);
     }
 
     /**

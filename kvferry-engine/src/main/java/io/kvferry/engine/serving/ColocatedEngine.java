@@ -37,22 +37,41 @@ public final class ColocatedEngine implements AutoCloseable {
      * @param topLogprobs -1: no log probabilities; 0..{@link TokenLogprobs#MAX_TOP}: each token's, with that many of the
      *                    most likely tokens' ({@link Generation#logprobs()})
      */
-    public synchronized Generation generate(int[] prompt, int maxNewTokens, Sampling sampling, int topLogprobs) {
+    public Generation generate(int[] prompt, int maxNewTokens, Sampling sampling, int topLogprobs) {
+        return generate(prompt, maxNewTokens, sampling, topLogprobs, -1);
+    }
+
+    /**
+     * As {@link #generate(int[], int, Sampling, int)}, with the prompt's input token log probabilities from position
+     * {@code logprobStart} on ({@link Generation#inputLogprobs()}; -1: none), each with {@code max(topLogprobs, 0)} top
+     * ones. {@code maxNewTokens} 0: the prompt alone (a prefill-only request), no output token.
+     */
+    public synchronized Generation generate(int[] prompt, int maxNewTokens, Sampling sampling, int topLogprobs, int logprobStart) {
         if (topLogprobs < -1 || topLogprobs > TokenLogprobs.MAX_TOP) {
             throw new IllegalArgumentException("top logprobs must be in [-1, " + TokenLogprobs.MAX_TOP + "], got " + topLogprobs);
         }
         var c = spec.weights().config;
-        Requests.validate(prompt, maxNewTokens, c);
-        int total = Requests.totalTokens(prompt.length, maxNewTokens, c);
+        boolean promptOnly = maxNewTokens == 0;
+        Requests.validate(prompt, promptOnly ? 1 : maxNewTokens, c);
+        PromptLogprobs.check(logprobStart, Math.max(topLogprobs, 0), prompt.length);
+        int total = Requests.totalTokens(prompt.length, promptOnly ? 1 : maxNewTokens, c);
         int[] table = pages.allocatePages(spec.pagesFor(total));
         int row = pages.allocateRow();
         try {
             for (KvPool[] s : pools) for (KvPool p : s) p.resetState(row);
             float[] logits = null;
+            List<TokenLogprobs> input = logprobStart >= 0 ? new ArrayList<>() : null;
             for (int from = 0; from < prompt.length; from += spec.chunkTokens()) {
                 int to = Math.min(prompt.length, from + spec.chunkTokens());
-                logits = model.forward(prompt, from, to, table, row, to == prompt.length);
+                if (input == null) {
+                    logits = model.forward(prompt, from, to, table, row, to == prompt.length);
+                } else {
+                    float[][] rows = model.forward(prompt, from, to, table, row, PromptLogprobs.logitsFrom(logprobStart, from, to, prompt.length));
+                    PromptLogprobs.add(input, rows, prompt, logprobStart, from, to, Math.max(topLogprobs, 0));
+                    logits = rows[to - from - 1];
+                }
             }
+            if (promptOnly) return new Generation(0, new int[0], logits.clone(), "length", Generation.Timings.NONE, null, input);
             float[] first = logits.clone();
             int[] out = new int[total - prompt.length];
             int[] seq = Arrays.copyOf(prompt, total);
@@ -73,7 +92,7 @@ public final class ColocatedEngine implements AutoCloseable {
                 logits = model.forward(seq, pos, pos + 1, table, row, true);
                 tok = sampling.sample(logits, n);
             }
-            return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE, logprobs);
+            return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE, logprobs, input);
         } finally {
             pages.freePages(table);
             pages.freeRow(row);

@@ -8,14 +8,22 @@ import java.util.List;
  * A finished request: its output tokens (the first from the prefill), the first token's logits (as
  * the prefill computed them), why it stopped, and where its time went.
  *
- * @param logprobs     each output token's log probabilities, when the request asked for them (null when it did not)
+ * @param logprobs      each output token's log probabilities, when the request asked for them (null when it did not)
+ * @param inputLogprobs the prompt's input token log probabilities from the position asked for on, the first prompt
+ *                      token's null ({@code PromptLogprobs}); null when the request did not ask
  * @param finishReason "stop" (EOS or BOS, the last token: {@link io.kvferry.engine.model.Tokenizer#endsSequence}),
  *                     "length" (max tokens or the model's seq_len)
  */
-public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings, List<TokenLogprobs> logprobs) {
+public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings, List<TokenLogprobs> logprobs,
+                         List<TokenLogprobs> inputLogprobs) {
     /** Without log probabilities. */
     public Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings) {
-        this(room, tokens, firstLogits, finishReason, timings, null);
+        this(room, tokens, firstLogits, finishReason, timings, null, null);
+    }
+
+    /** Without input token log probabilities. */
+    public Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings, List<TokenLogprobs> logprobs) {
+        this(room, tokens, firstLogits, finishReason, timings, logprobs, null);
     }
 
     /**

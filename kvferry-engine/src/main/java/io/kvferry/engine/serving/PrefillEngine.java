@@ -9,6 +9,7 @@ import io.kvferry.api.KVTransferException;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.runtime.ShardedModel;
 
 import java.util.ArrayList;
@@ -25,16 +26,32 @@ import java.util.concurrent.CompletableFuture;
  * room), and waits in the inflight queue for Success or Failed before its pages are freed.
  */
 public final class PrefillEngine extends SchedulerThread {
-    /** @param room the bootstrap room the router assigned (the decode uses the same) */
-    public record Request(long room, int[] prompt, Sampling sampling) {
+    /**
+     * @param room         the bootstrap room the router assigned (the decode uses the same)
+     * @param logprobStart the first prompt position whose input token log probabilities the request asks for
+     *                     (SGLang's {@code logprob_start_len}; -1: none), each with {@code topLogprobs} top ones
+     * @param prefillOnly  the prompt alone, for its input log probabilities: no decode takes the room, so nothing is
+     *                     sent and no first token drawn; the request ends when its last chunk is computed
+     */
+    public record Request(long room, int[] prompt, Sampling sampling, int logprobStart, int topLogprobs, boolean prefillOnly) {
+        /** Without input token log probabilities: the KV goes to the decode that takes the room. */
+        public Request(long room, int[] prompt, Sampling sampling) {
+            this(room, prompt, sampling, -1, 0, false);
+        }
     }
 
     /**
-     * @param computeMs prefill forward time
-     * @param sendMs    last send → Success on every rank
-     * @param kvPages   pages sent after the decode's prefix (0: the last chunk carried only the state and the aux row)
+     * @param firstToken    the first output token (-1 for a prefill-only request)
+     * @param computeMs     prefill forward time
+     * @param sendMs        last send → Success on every rank
+     * @param kvPages       pages sent after the decode's prefix (0: the last chunk carried only the state and the aux row)
+     * @param inputLogprobs the prompt's input token log probabilities from the position asked for on (the first prompt
+     *                      token's null), or null when the request did not ask ({@code PromptLogprobs})
      */
-    public record Result(long room, int firstToken, double computeMs, double sendMs, int kvPages) {
+    public record Result(long room, int firstToken, double computeMs, double sendMs, int kvPages, List<TokenLogprobs> inputLogprobs) {
+        public Result(long room, int firstToken, double computeMs, double sendMs, int kvPages) {
+            this(room, firstToken, computeMs, sendMs, kvPages, null);
+        }
     }
 
     private final EngineSpec spec;
@@ -57,10 +74,15 @@ public final class PrefillEngine extends SchedulerThread {
         int[] pages;
         int row = -1, prefixPages, computed, sentPages;
         long computeNanos, lastSendNanos;
+        /** The input token log probabilities so far (null: not asked). */
+        final List<TokenLogprobs> inputLogprobs;
+        /** A prefill-only request (no senders) that its client aborted. */
+        boolean aborted;
 
         Flight(Request req, CompletableFuture<Result> done) {
             this.req = req;
             this.done = done;
+            inputLogprobs = req.logprobStart() >= 0 ? new ArrayList<>() : null;
         }
     }
 
@@ -96,6 +118,7 @@ public final class PrefillEngine extends SchedulerThread {
 
     public CompletableFuture<Result> submit(Request req) {
         Requests.validate(req.prompt(), 1, spec.weights().config);
+        PromptLogprobs.check(req.logprobStart(), req.topLogprobs(), req.prompt().length);
         if (spec.pagesFor(req.prompt().length) > spec.pages()) {
             throw new IllegalArgumentException("the prompt needs " + spec.pagesFor(req.prompt().length) + " pages; this prefill has "
                     + spec.pages());
@@ -116,6 +139,11 @@ public final class PrefillEngine extends SchedulerThread {
                 return;
             }
             Flight f = new Flight(req, done);
+            if (req.prefillOnly()) { // no decode: no senders, nothing to wait for but pages
+                inFlight++;
+                bootstrap.add(f);
+                return;
+            }
             try {
                 f.senders = ShardRooms.open(spec.pp(), spec.tp(), ShardRooms.SENDERS,
                         (s, r) -> managers.managers[s][r].createSender(transfer.bootstrapAddr(), req.room(), List.of(), s, false));
@@ -146,7 +174,8 @@ public final class PrefillEngine extends SchedulerThread {
             for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
                 for (Flight f : q) {
                     if (f.req.room() == room) {
-                        f.senders.abort();
+                        if (f.senders != null) f.senders.abort();
+                        else f.aborted = true;
                         found = true;
                     }
                 }
@@ -172,6 +201,27 @@ public final class PrefillEngine extends SchedulerThread {
         boolean waiting = false;
         for (Iterator<Flight> it = bootstrap.iterator(); it.hasNext(); ) {
             Flight f = it.next();
+            if (f.senders == null) { // prefill-only: ready at once, for its pages
+                if (f.aborted) {
+                    it.remove();
+                    failAborted(f);
+                    moved = true;
+                    continue;
+                }
+                if (waiting) continue;
+                int total = spec.pagesFor(f.req.prompt().length);
+                if (!alloc.canAllocate(total)) {
+                    waiting = true;
+                    continue;
+                }
+                f.pages = alloc.allocatePages(total);
+                f.row = alloc.allocateRow();
+                for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
+                it.remove();
+                forward.add(f);
+                moved = true;
+                continue;
+            }
             KVPoll p = f.senders.poll();
             if (p == KVPoll.Failed) {
                 it.remove();
@@ -218,14 +268,21 @@ public final class PrefillEngine extends SchedulerThread {
         if (!forward.isEmpty()) {
             // One chunk per pass: the other queues are polled between chunks.
             Flight f = forward.getFirst();
-            if (f.senders.poll() == KVPoll.Failed) {
+            if (f.senders == null ? f.aborted : f.senders.poll() == KVPoll.Failed) {
                 forward.removeFirst();
-                fail(f);
+                if (f.senders == null) failAborted(f);
+                else fail(f);
             } else {
                 forwardChunk(f);
                 if (f.computed == f.req.prompt().length) {
                     forward.removeFirst();
-                    inflight.add(f);
+                    if (f.senders != null) {
+                        inflight.add(f);
+                    } else { // prefill-only: done once computed, nothing sent
+                        Result r = new Result(f.req.room(), -1, f.computeNanos / 1e6, 0, 0, f.inputLogprobs);
+                        release(f);
+                        f.done.complete(r);
+                    }
                 }
             }
             moved = true;
@@ -236,7 +293,7 @@ public final class PrefillEngine extends SchedulerThread {
             if (p == KVPoll.Success) {
                 it.remove();
                 Result r = new Result(f.req.room(), pools[0][0].firstToken(f.row), f.computeNanos / 1e6,
-                        (System.nanoTime() - f.lastSendNanos) / 1e6, f.pages.length - f.prefixPages);
+                        (System.nanoTime() - f.lastSendNanos) / 1e6, f.pages.length - f.prefixPages, f.inputLogprobs);
                 release(f);
                 f.done.complete(r);
                 moved = true;
@@ -264,8 +321,20 @@ public final class PrefillEngine extends SchedulerThread {
         int from = f.computed, to = Math.min(prompt.length, from + spec.chunkTokens());
         boolean last = to == prompt.length;
         long t0 = System.nanoTime();
-        float[] logits = model.forward(prompt, from, to, f.pages, f.row, last);
+        float[] logits;
+        if (f.inputLogprobs == null) {
+            logits = model.forward(prompt, from, to, f.pages, f.row, last);
+        } else { // only a request that asked computes the logits of its chunk's positions
+            int start = f.req.logprobStart();
+            float[][] rows = model.forward(prompt, from, to, f.pages, f.row, PromptLogprobs.logitsFrom(start, from, to, prompt.length));
+            PromptLogprobs.add(f.inputLogprobs, rows, prompt, start, from, to, f.req.topLogprobs());
+            logits = last ? rows[to - from - 1] : null;
+        }
         f.computed = to;
+        if (f.senders == null) { // prefill-only: no decode, no first token, nothing to send
+            f.computeNanos += System.nanoTime() - t0;
+            return;
+        }
         if (last) {
             int token = f.req.sampling().sample(logits, 0);
             float lp = Sampling.logprob(logits, token);
@@ -292,6 +361,10 @@ public final class PrefillEngine extends SchedulerThread {
         failWith(f, error != null ? error : new IllegalStateException("room " + f.req.room() + " failed"));
     }
 
+    private void failAborted(Flight f) {
+        failWith(f, new KVTransferException(f.req.room(), FailureKind.ABORTED, "Aborted by AbortReq.", false));
+    }
+
     private void failWith(Flight f, Exception e) {
         release(f);
         f.done.completeExceptionally(e);
@@ -311,7 +384,7 @@ public final class PrefillEngine extends SchedulerThread {
     void shutdown() {
         for (List<Flight> q : List.of(bootstrap, forward, inflight)) {
             for (Flight f : q) {
-                f.senders.abort();
+                if (f.senders != null) f.senders.abort();
                 failWith(f, new IllegalStateException("the prefill engine shut down"));
             }
             q.clear();

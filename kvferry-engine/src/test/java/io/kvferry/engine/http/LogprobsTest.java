@@ -336,8 +336,6 @@ class LogprobsTest {
                 {"/generate", "{\"text\":\"x\",\"return_logprob\":\"true\"}", "return_logprob", "return_logprob must be true or false"},
                 {"/generate", "{\"text\":\"x\",\"return_logprob\":true,\"top_logprobs_num\":21}", "top_logprobs_num", "must be in [0, 20]"},
                 {"/generate", "{\"text\":\"x\",\"top_logprobs_num\":3}", "top_logprobs_num", "top_logprobs_num (3) needs return_logprob: true"},
-                {"/generate", "{\"text\":\"x\",\"return_logprob\":true,\"logprob_start_len\":0}", "logprob_start_len",
-                        "logprob_start_len is not supported (must be -1, null or absent: input token logprobs are not computed"},
                 {"/generate", "{\"text\":\"x\",\"return_logprob\":true,\"return_text_in_logprobs\":1}", "return_text_in_logprobs",
                         "must be true or false"},
         };

@@ -232,7 +232,8 @@ class ServeTest {
     void badRequestsGetA400NamingTheProblem() throws Exception {
         String[][] cases = {
                 {"{\"max_tokens\":4}", "prompt"},
-                {"{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens"},
+                {"{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens 0 (the prompt alone, no completion) needs echo: true"},
+                {"{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens"},
                 {"{\"prompt\":\"x\",\"temperature\":-1}", "temperature"},
                 {"{\"prompt\":\"x\",\"top_p\":2}", "top_p"},
                 {"{\"prompt\":", "malformed JSON"},
@@ -242,12 +243,11 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"n\":3}", "n must be 1"},
                 {"{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
                 {"{\"prompt\":\"x\",\"logprobs\":30}", "logprobs must be in [0, 20], got 30"},
-                {"{\"prompt\":\"x\",\"echo\":true}", "echo"},
+                {"{\"prompt\":\"x\",\"echo\":\"yes\"}", "echo must be true or false"},
                 {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
                 // Every unsupported parameter at once, each named (not only the first).
                 {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"best_of\":3}",
-                        "best_of must be 1 (one completion per request is supported), got 3; echo is not supported (must be false or absent), "
-                                + "got true; suffix is not supported"},
+                        "best_of must be 1 (one completion per request is supported), got 3; suffix is not supported"},
                 // Parameters that would change the answer and that the engine does not implement (OpenAI applies them).
                 {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
                 {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},
