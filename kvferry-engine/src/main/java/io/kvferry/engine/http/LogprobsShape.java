@@ -91,8 +91,9 @@ final class LogprobsShape {
 
     /**
      * OpenAI's legacy completions {@code logprobs} of an echoed prompt's tokens ({@code ids}, all of them): the first one's
-     * {@code token_logprobs} and {@code top_logprobs} entries null (nothing comes before it), as OpenAI's; {@code input}:
-     * its input token log probabilities from position 0, the first null.
+     * {@code token_logprobs} entry null (nothing comes before it), as OpenAI's, and its {@code top_logprobs} entry an empty
+     * map (OpenAI's is null, which the official Java client's {@code validate()} rejects); {@code input}: its input token
+     * log probabilities from position 0, the first null.
      */
     static ObjectNode completionPrompt(Tokenizer t, List<TokenLogprobs> input, int[] ids, int[] offsets) {
         ObjectNode o = Http.JSON.createObjectNode();
@@ -104,7 +105,7 @@ final class LogprobsShape {
             offset.add(offsets[i]);
             if (lp == null) {
                 logprobs.addNull();
-                top.addNull();
+                top.addObject(); // OpenAI and vLLM send null; the official Java client's validate() fails on a null map
                 continue;
             }
             logprobs.add(lp.logprob());

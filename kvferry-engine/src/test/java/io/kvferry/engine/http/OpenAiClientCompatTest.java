@@ -326,6 +326,45 @@ class OpenAiClientCompatTest {
         assertEquals(content, streamed, "the chunks' log probabilities are the answer's");
     }
 
+    /**
+     * lm-evaluation-harness's loglikelihood request (echo, logprobs, max_tokens 0 or 1) parses in the client's model: the
+     * prompt's tokens come first, the first one's logprob and top logprobs null, as OpenAI's; streamed the same.
+     */
+    @Test
+    @Timeout(60)
+    void echoedPromptLogprobsParseInTheClientsModels() {
+        int promptTokens = model.tokenizer().encode(PROMPT, true, false).length;
+        for (long max : new long[]{0, 1}) {
+            Completion c = client.completions().create(completion(PROMPT, max).echo(true).logprobs(2).build()).validate();
+            CompletionChoice choice = c.choices().getFirst();
+            assertTrue(choice.text().startsWith(PROMPT), choice.text());
+            assertEquals(max, c.usage().orElseThrow().completionTokens());
+            CompletionChoice.Logprobs lp = choice.logprobs().orElseThrow();
+            List<Double> values = lp.tokenLogprobs().orElseThrow();
+            assertEquals(promptTokens + max, values.size(), lp.toString());
+            assertEquals(promptTokens + max, lp.tokens().orElseThrow().size(), lp.toString());
+            assertEquals(promptTokens + max, lp.textOffset().orElseThrow().size(), lp.toString());
+            assertEquals(promptTokens + max, lp.topLogprobs().orElseThrow().size(), lp.toString());
+            assertEquals(null, values.getFirst(), "the first prompt token has no logprob: " + lp);
+            for (int i = 1; i < values.size(); i++) assertTrue(values.get(i) <= 0, lp.toString());
+            double sum = 0;
+            for (int i = 1; i < promptTokens; i++) sum += values.get(i); // what loglikelihood adds up
+            assertTrue(sum < 0, lp.toString());
+            StringBuilder text = new StringBuilder();
+            List<Double> streamed = new ArrayList<>();
+            try (StreamResponse<Completion> s = client.completions().createStreaming(completion(PROMPT, max).echo(true).logprobs(2).build())) {
+                s.stream().forEach(chunk -> { // a chunk's finish_reason is null until the last: the client's validate() is for answers
+                    for (CompletionChoice ch : chunk.choices()) {
+                        text.append(ch.text());
+                        ch.logprobs().flatMap(CompletionChoice.Logprobs::tokenLogprobs).ifPresent(streamed::addAll);
+                    }
+                });
+            }
+            assertEquals(choice.text(), text.toString());
+            assertEquals(values, streamed, "the chunks' log probabilities are the answer's");
+        }
+    }
+
     @Test
     @Timeout(60)
     void badRequestsAreTheClientsBadRequestException() {

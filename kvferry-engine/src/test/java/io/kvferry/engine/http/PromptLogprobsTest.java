@@ -211,7 +211,7 @@ class PromptLogprobsTest {
             int n = ids.length + max;
             for (String a : List.of("tokens", "token_logprobs", "top_logprobs", "text_offset")) assertEquals(n, lp.path(a).size(), what + " " + a);
             assertTrue(lp.path("token_logprobs").get(0).isNull(), "OpenAI's first prompt token has none: " + lp.path("token_logprobs").get(0));
-            assertTrue(lp.path("top_logprobs").get(0).isNull());
+            assertTrue(lp.path("top_logprobs").get(0).isEmpty(), "an empty map (OpenAI's null fails the OpenAI Java client's validate())");
             int previous = 0;
             for (int i = 0; i < n; i++) {
                 int tok = i < ids.length ? ids[i] : expected.tokens()[i - ids.length];
