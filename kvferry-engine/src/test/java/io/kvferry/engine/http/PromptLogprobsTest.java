@@ -14,6 +14,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -256,6 +257,28 @@ class PromptLogprobsTest {
         assertEquals(PROMPT + ok("/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":2,\"temperature\":0}").path("choices").path(0)
                 .path("text").asText(), j.path("choices").path(0).path("text").asText());
         assertTrue(j.path("choices").path(0).path("logprobs").isNull());
+    }
+
+    /** max_tokens 0 runs on the prefill alone: a router whose one decode is down still answers it, as the router with a decode does. */
+    @Test
+    @Timeout(60)
+    void aPromptOnlyRequestNeverCallsADecode() throws Exception {
+        int deadPort;
+        try (ServerSocket s = new ServerSocket(0)) {
+            deadPort = s.getLocalPort(); // closed below: nothing listens there
+        }
+        try (Router alone = new Router(List.of(stack.prefillUrl()), List.of("http://127.0.0.1:" + deadPort), tokenizer,
+                model.weights().config.seqLen(), "test-model", "127.0.0.1", 0)) {
+            String body = "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":0,\"echo\":true,\"logprobs\":3}";
+            HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + alone.port() + "/v1/completions"))
+                    .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals(ok("/v1/completions", body).path("choices"), JSON.readTree(r.body()).path("choices"));
+            HttpResponse<String> withToken = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + alone.port() + "/v1/completions"))
+                    .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body.replace("\"max_tokens\":0", "\"max_tokens\":1")))
+                    .build(), HttpResponse.BodyHandlers.ofString());
+            assertTrue(withToken.statusCode() >= 500, "a token needs the decode, which is down: " + withToken.body());
+        }
     }
 
     @Test
