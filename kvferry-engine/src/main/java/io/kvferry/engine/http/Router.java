@@ -54,8 +54,9 @@ import java.util.stream.Stream;
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
  * assigns a random {@code bootstrap_room}, sends the request to both at once and returns the
  * decode's tokens as text. OpenAI-shaped {@code POST /v1/completions} and {@code POST /v1/chat/completions}
- * (one path, {@link OpenAiShape}; streamed or not, with {@code stop} and log probabilities ({@link LogprobsShape}); a chat's
- * prompt is {@link ChatPrompt}'s),
+ * (one path, {@link OpenAiShape}; streamed or not, with {@code stop} and log probabilities ({@link LogprobsShape}), the
+ * prompt's too with a completion's {@code echo} or {@code /generate}'s {@code logprob_start_len}, which the prefill
+ * computes; {@code max_tokens} 0 runs on the prefill alone; a chat's prompt is {@link ChatPrompt}'s),
  * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; the serving
  * routes take the router's API key when it has one ({@link Access}), and every request is counted ({@link RouterMeters}).
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
