@@ -864,10 +864,8 @@ public final class Router implements AutoCloseable {
         p.inFlight.incrementAndGet();
         HttpResponse<String> r;
         try {
-            r = send(post(p, "/generate", body), HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
-        } catch (IOException e) {
-            if (isConnectionRefused(e)) markUnreachable(p, e);
-            throw new Failure(502, "bad_gateway", p + " failed: " + e);
+            r = awaitPromptOnly(sendAsync(post(p, "/generate", body),
+                    HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())), p, room, out);
         } finally {
             p.inFlight.decrementAndGet();
         }
@@ -884,6 +882,42 @@ public final class Router implements AutoCloseable {
         record.completionTokens = 0;
         return new Outcome(room, ids.length, new int[0], "", "length", -1, took / 1e6, pre, null,
                 ask.topLogprobs() >= 0 ? List.of() : null, ask.topLogprobs() >= 0 ? new int[0] : null, input);
+    }
+
+    /**
+     * A prompt-only request's answer from its prefill. The prefill may wait for pages as long as it needs, so no fixed limit
+     * bounds the call; a hung prefill is found by its health checks instead: once they take it out of rotation the request
+     * fails with a 502 naming it, and the room is aborted there. Each keep-alive interval of the wait is passed on to a
+     * streamed client, so one that left is noticed then (the room aborted too), not at the answer.
+     */
+    private HttpResponse<String> awaitPromptOnly(CompletableFuture<HttpResponse<String>> call, Backend p, long room, Output out)
+            throws Failure, IOException, InterruptedException {
+        while (true) {
+            try {
+                return call.get(DecodeServer.KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
+            } catch (TimeoutException stillWaiting) {
+                if (!p.healthy) {
+                    call.cancel(true);
+                    abort(p, room);
+                    throw new Failure(502, "bad_gateway", p + " was taken out of rotation by its health checks while it held room " + room
+                            + " (a prompt-only request): taken as hung");
+                }
+                try {
+                    out.onKeepAlive();
+                } catch (IOException clientGone) {
+                    call.cancel(true);
+                    abort(p, room);
+                    throw clientGone;
+                }
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                if (isConnectionRefused(cause)) markUnreachable(p, cause);
+                throw new Failure(502, "bad_gateway", p + " failed: " + cause);
+            } catch (InterruptedException e) {
+                call.cancel(true);
+                throw e;
+            }
+        }
     }
 
     /** The prefill's answer with the input token log probabilities asked for, waited for at the first token. */

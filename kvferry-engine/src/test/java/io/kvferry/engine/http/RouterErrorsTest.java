@@ -34,6 +34,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -543,6 +544,79 @@ class RouterErrorsTest {
                 decode.stop(0);
                 prefill.stop(0);
             }
+        }
+    }
+
+    /**
+     * A prompt-only request (max_tokens 0, the prefill alone) to a prefill that hangs once it has the request (its /health
+     * too, as a stopped process's): no fixed limit bounds the call, the health checks do: once they take the prefill out of
+     * rotation the request fails with a 502 naming it, streamed or not, and the room is aborted there. Without that bound
+     * the request waited for as long as the prefill hung.
+     */
+    @Test
+    @Timeout(60)
+    void aPromptOnlyRequestToAPrefillThatHangsFailsOnceItsHealthChecksTakeItOut() throws Exception {
+        CountDownLatch release = new CountDownLatch(1);
+        AtomicBoolean hung = new AtomicBoolean();
+        AtomicReference<CompletableFuture<JsonNode>> prefillAbort = new AtomicReference<>(new CompletableFuture<>());
+        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        prefill.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        prefill.createContext("/health", ex -> {
+            try {
+                if (hung.get()) release.await(); // a stopped process answers nothing
+            } catch (InterruptedException ignored) {
+                // the test is over
+            }
+            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        prefill.createContext("/generate", ex -> {
+            try {
+                ex.getRequestBody().readAllBytes();
+                hung.set(true);
+                release.await();
+            } catch (IOException | InterruptedException routerGaveUp) {
+                // the router cut the connection
+            }
+            ex.close();
+        });
+        prefill.createContext("/abort", ex -> {
+            prefillAbort.get().complete(JSON.readTree(ex.getRequestBody()));
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        prefill.start();
+        HttpServer decode = prefillStub();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, FAST)) {
+            for (boolean stream : new boolean[]{false, true}) {
+                HttpResponse<String> r = send(router.port(), "/v1/completions",
+                        "{\"prompt\":\"Hi\",\"max_tokens\":0,\"echo\":true,\"stream\":" + stream + "}");
+                JsonNode error;
+                if (r.statusCode() == 200 && stream) { // the stream began on a keep-alive: the failure is its last event
+                    List<String> data = r.body().lines().filter(l -> l.startsWith("data: ")).map(l -> l.substring(6)).toList();
+                    assertEquals("[DONE]", data.getLast(), r.body());
+                    error = JSON.readTree(data.get(data.size() - 2)).path("error");
+                } else {
+                    assertEquals(502, r.statusCode(), r.body());
+                    error = JSON.readTree(r.body()).path("error");
+                }
+                String message = error.path("message").asText();
+                assertTrue(message.contains(url(prefill)) && message.contains("taken out of rotation"), r.body());
+                assertTrue(prefillAbort.get().get(10, TimeUnit.SECONDS).path("bootstrap_room").asLong() > 0, "the hung prefill is told to abort");
+                prefillAbort.set(new CompletableFuture<>());
+                hung.set(false);
+                // The prefill answers its checks again: back in rotation before the next request (10 s at most).
+                for (int i = 0; i < 200 && JSON.readTree(send(router.port(), "/health", null).body()).path("healthy_prefills").asInt() != 1; i++) {
+                    Thread.sleep(50);
+                }
+            }
+        } finally {
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
         }
     }
 
