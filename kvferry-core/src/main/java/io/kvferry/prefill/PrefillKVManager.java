@@ -32,6 +32,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
@@ -175,6 +176,13 @@ public final class PrefillKVManager implements KVManager {
     public void registerToBootstrap() {
         // Its endpoint is closed: nothing to register (it failed with a bare "ClosedChannelException").
         if (closed) throw new IllegalStateException("the prefill KV manager was torn down: it has no endpoint to register");
+        // A wildcard bind address (0.0.0.0, ::) published as is sends every decode to its own host: refuse it here,
+        // where it would be published, rather than let each room fail at connect after its timeout.
+        if (isWildcard(advertisedHost())) {
+            throw new IllegalStateException("prefill rank tp=" + config.attnTpRank() + " pp=" + ppRank + " listens on the wildcard address "
+                    + advertisedHost() + ", which a decode on another host cannot connect to: set advertise(host, port) "
+                    + "(KVManagerConfig.Builder) to the address decodes reach this rank at, or listen on that address");
+        }
         PrefillRankRegistration reg = new PrefillRankRegistration(
                 config.attnTpSize(), config.attnTpRank(), config.attnCpSize(), config.attnCpRank(),
                 config.dpSize(), config.dpRank(), config.ppSize(), ppRank, 1, 0,
@@ -191,6 +199,16 @@ public final class PrefillKVManager implements KVManager {
     /** What a decode must agree with to be served (exposed for operators; its hash is logged at registration). */
     public Fingerprint fingerprint() {
         return fingerprint;
+    }
+
+    /** Whether {@code host} is an IP literal that means every local address (0.0.0.0, ::); a host name is not (no lookup). */
+    static boolean isWildcard(String host) {
+        String h = host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host;
+        try {
+            return InetAddress.ofLiteral(h).isAnyLocalAddress();
+        } catch (IllegalArgumentException notALiteral) {
+            return false;
+        }
     }
 
     private String advertisedHost() {
