@@ -38,6 +38,11 @@ public final class ServeCommand implements Callable<Integer> {
     @Option(names = "--bootstrap-port", defaultValue = "8998", description = "Prefill: its bootstrap registry's port. Default: ${DEFAULT-VALUE}.")
     int bootstrapPort;
 
+    @Option(names = "--advertise-host", description = "Prefill: the address the decodes and the router reach it at, published by its "
+            + "registry for its kvferry ranks and given to the router (/health) as the bootstrap address. Default: --host; needed "
+            + "when --host is a wildcard (0.0.0.0, ::).")
+    String advertiseHost;
+
     @Option(names = "--tp", defaultValue = "1", description = "Prefill/decode role: tensor-parallel ranks (in process). Default: ${DEFAULT-VALUE}.")
     int tp;
 
@@ -89,6 +94,7 @@ public final class ServeCommand implements Callable<Integer> {
 
     static {
         ONLY_FOR.put("--bootstrap-port", List.of("prefill", "embedded"));
+        ONLY_FOR.put("--advertise-host", List.of("prefill"));
         ONLY_FOR.put("--tp", List.of("prefill", "decode"));
         ONLY_FOR.put("--pp", List.of("prefill", "decode"));
         ONLY_FOR.put("--prefill-tp", List.of("embedded"));
@@ -126,6 +132,15 @@ public final class ServeCommand implements Callable<Integer> {
                 : bootstrapPort < 0 || bootstrapPort > 65_535 ? "--bootstrap-port " + bootstrapPort : null;
         if (badPort != null) {
             System.err.println("kvferry serve: " + badPort + " is outside [0, 65535] (0 = any free port)");
+            return 2;
+        }
+        if ("prefill".equals(role) && advertiseHost == null && Roles.isWildcard(engine.host)) {
+            System.err.println("kvferry serve --role prefill: " + Roles.wildcardRefusal(engine.host));
+            return 2;
+        }
+        if (advertiseHost != null && (advertiseHost.isBlank() || Roles.isWildcard(advertiseHost))) {
+            System.err.println("kvferry serve: --advertise-host '" + advertiseHost + "' must be an address the decodes and the router "
+                    + "can connect to (not empty, not a wildcard)");
             return 2;
         }
         if (maxConcurrentRequests < 0) {
@@ -176,10 +191,12 @@ public final class ServeCommand implements Callable<Integer> {
                     }
                     engine.requireParallelism(model, "--tp", tp, "--pp", pp);
                     boolean pre = role.equals("prefill");
-                    Roles.Options o = engine.options(model, tp, pp, port != null ? port : pre ? 30000 : 30001, bootstrapPort, token);
+                    Roles.Options o = engine.options(model, tp, pp, port != null ? port : pre ? 30000 : 30001, bootstrapPort, token)
+                            .withAdvertiseHost(advertiseHost);
                     started = pre ? Roles.prefill(o) : Roles.decode(o);
                     // The registry's bound port: with --bootstrap-port 0 the flag's value says nothing.
-                    what = role + " tp" + tp + " pp" + pp + (pre ? " (bootstrap registry on " + engine.host + ":" + started.bootstrapPort() + ")" : "");
+                    what = role + " tp" + tp + " pp" + pp + (pre ? " (bootstrap registry on " + Roles.hostPort(engine.host, started.bootstrapPort())
+                            + (advertiseHost != null ? ", advertised as " + Roles.hostPort(advertiseHost, started.bootstrapPort()) : "") + ")" : "");
                 }
                 case "router" -> {
                     if (prefills.isEmpty() || decodes.isEmpty()) {
@@ -212,7 +229,7 @@ public final class ServeCommand implements Callable<Integer> {
                     : "no API key: the router serves any client that reaches its port (see --api-key-file)"));
         }
         // Last, and the URL alone at its end: launchers (demo --processes, tests) read it from this line.
-        System.out.println("kvferry serve: " + what + " listening on http://" + engine.host + ":" + started.port());
+        System.out.println("kvferry serve: " + what + " listening on http://" + Roles.hostPort(engine.host, started.port()));
         System.out.flush();
         stop.await();
         return 0;

@@ -90,6 +90,29 @@ class ServeCommandTest {
         assertTrue(said.contains("unknown model variant 'mamba2'; use one of llama, mla, swa, hybrid"), said);
     }
 
+    /** A prefill bound to every address publishes none its peers can reach: refused at once, naming --advertise-host. */
+    @Test
+    @Timeout(60)
+    void aPrefillOnTheWildcardNeedsAnAdvertisedHost() {
+        PrintStream err = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        int wildcard, blank, decode;
+        try {
+            wildcard = Main.run("serve", "--role", "prefill", "--host", "0.0.0.0", "--port", "0", "--bootstrap-port", "0");
+            blank = Main.run("serve", "--role", "prefill", "--host", "::", "--advertise-host", "::", "--port", "0");
+            decode = Main.run("serve", "--role", "decode", "--advertise-host", "10.0.0.1", "--port", "0");
+        } finally {
+            System.setErr(err);
+        }
+        String said = buf.toString(StandardCharsets.UTF_8);
+        assertEquals(List.of(2, 2, 2), List.of(wildcard, blank, decode), said);
+        assertTrue(said.contains("kvferry serve --role prefill: --host 0.0.0.0 binds every address, and a decode on another host "
+                + "cannot connect to it: give --advertise-host"), said);
+        assertTrue(said.contains("--advertise-host '::' must be an address the decodes and the router can connect to"), said);
+        assertTrue(said.contains("--advertise-host is not used by --role decode; it is for --role prefill"), said);
+    }
+
     static Process spawnRole(String role, List<String> extra) throws Exception {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main",

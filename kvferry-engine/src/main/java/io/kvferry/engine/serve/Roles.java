@@ -21,6 +21,7 @@ import io.kvferry.ops.RegistryOps;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 
 import java.io.IOException;
+import java.net.InetAddress;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -51,21 +52,40 @@ public final class Roles {
     /**
      * What a role needs; ports 0 = any free port. {@code variant}: the model's layer kinds (every prefill
      * and decode of a cluster must run the same; a mismatch is refused at kvferry's handshake).
+     * {@code advertiseHost}: the address a prefill's peers reach it at, which its registry publishes for its
+     * kvferry ranks and its /health gives the router as the bootstrap address (null: {@code host}; a
+     * prefill bound to a wildcard such as 0.0.0.0 needs one).
      */
     public record Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
-                          int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken) {
+                          int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken,
+                          String advertiseHost) {
+        public Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
+                       int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken) {
+            this(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken, null);
+        }
+
         public EngineSpec spec() {
             return new EngineSpec(Model.of(model.weights(), variant), tp, pp, pageSize, pages, maxRequests, chunkTokens);
         }
 
         public Options withParallelism(int tp, int pp) {
             return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
-                    authToken);
+                    authToken, advertiseHost);
         }
 
         public Options withPorts(int port, int bootstrapPort) {
             return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
-                    authToken);
+                    authToken, advertiseHost);
+        }
+
+        public Options withAdvertiseHost(String host) {
+            return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, this.host, port,
+                    bootstrapPort, authToken, host);
+        }
+
+        /** The address peers reach this role at: {@code advertiseHost}, else {@code host}. */
+        public String publishedHost() {
+            return advertiseHost != null ? advertiseHost : host;
         }
 
         /** Hides the cluster token, so the options can be logged or put in a message. */
@@ -105,18 +125,22 @@ public final class Roles {
     public static Role prefill(Options o) throws IOException {
         Stack s = new Stack();
         try {
+            if (isWildcard(o.publishedHost())) throw new IllegalArgumentException(wildcardRefusal(o.host()));
             KVBootstrapServer registry = KVFerry.startBootstrapServer(o.host(), o.bootstrapPort(), o.authToken());
             s.parts.add(registry);
             s.bootstrapPort = registry.port();
-            String addr = o.host() + ":" + registry.port();
+            // What the router hands each decode as bootstrap_addr: the published host, never a wildcard bind address.
+            String addr = hostPort(o.publishedHost(), registry.port());
+            // Its own ranks register through the address the registry is bound to (loopback for a wildcard).
+            String local = hostPort(isWildcard(o.host()) ? loopback(o.host()) : o.host(), registry.port());
             // One registry per process: the engine's ranks record into it; /metrics and /status on the engine's port,
             // the cluster page on the registry's (its ranks live here, so it shows them without a fetch).
             PrometheusMeterRegistry metrics = Ops.newRegistry();
             ProcessStatus status = new ProcessStatus("engine-prefill");
             ClusterStatus cluster = RegistryOps.mountIfKvferry(registry, metrics, false);
             if (cluster != null) cluster.local(status);
-            PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), addr, o.authToken(), o.host())
-                    .withMeters(metrics));
+            PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), local, o.authToken(), o.host())
+                    .withMeters(metrics).withAdvertiseHost(o.advertiseHost()));
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
             PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken());
@@ -201,14 +225,17 @@ public final class Roles {
     /** As above, the router admitting at most {@code admission.maxConcurrent()} requests at once. */
     public static Role all(Options router, Options prefill, Options decode, String apiKey, Router.Admission admission) throws IOException {
         requireStatePairs(prefill.variant(), prefill.pp(), decode.pp());
+        // One process: its decode and router reach a prefill bound to every address over loopback.
+        if (prefill.advertiseHost() == null && isWildcard(prefill.host())) prefill = prefill.withAdvertiseHost(loopback(prefill.host()));
+        String decodeHost = isWildcard(decode.host()) ? loopback(decode.host()) : decode.publishedHost();
         Stack s = new Stack();
         try {
             Role p = prefill(prefill);
             s.parts.add(p);
             Role d = decode(decode);
             s.parts.add(d);
-            Role r = router(router, List.of("http://" + prefill.host() + ":" + p.port()), List.of("http://" + decode.host() + ":" + d.port()),
-                    apiKey, admission);
+            Role r = router(router, List.of("http://" + hostPort(prefill.publishedHost(), p.port())),
+                    List.of("http://" + hostPort(decodeHost, d.port())), apiKey, admission);
             s.parts.add(r);
             s.port = r.port();
             return s;
@@ -216,6 +243,32 @@ public final class Roles {
             s.close();
             throw e;
         }
+    }
+
+    /** Whether {@code host} is an IP literal meaning every local address (0.0.0.0, ::, [::]); a host name is not (no lookup). */
+    public static boolean isWildcard(String host) {
+        String h = host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host;
+        try {
+            return InetAddress.ofLiteral(h).isAnyLocalAddress();
+        } catch (IllegalArgumentException notALiteral) {
+            return false;
+        }
+    }
+
+    /** Why a prefill bound to the wildcard {@code host} without an advertised address is refused. */
+    public static String wildcardRefusal(String host) {
+        return "--host " + host + " binds every address, and a decode on another host cannot connect to it: give --advertise-host, "
+                + "the prefill's address as the decodes and the router reach it (its registry publishes it for the kvferry ranks, "
+                + "and its /health gives it to the router as the bootstrap address), or bind that address with --host";
+    }
+
+    /** {@code host:port}, an IPv6 literal in brackets ({@code [fd00::1]:8998}), as URLs and kvferry's registry addresses write it. */
+    public static String hostPort(String host, int port) {
+        return (host.indexOf(':') >= 0 && !host.startsWith("[") ? "[" + host + "]" : host) + ":" + port;
+    }
+
+    private static String loopback(String wildcard) {
+        return wildcard.indexOf(':') >= 0 ? "::1" : "127.0.0.1";
     }
 
     public static String modelName(ModelFiles.Loaded m) {

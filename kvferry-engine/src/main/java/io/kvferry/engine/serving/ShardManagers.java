@@ -30,6 +30,7 @@ final class ShardManagers implements AutoCloseable {
                             .listenHost(t.listenHost())
                             .meterRegistry(t.meters());
                     if (t.bootstrapAddr() != null) b.bootstrap(t.bootstrapHost(), t.bootstrapPort());
+                    if (t.advertiseHost() != null) b.advertise(t.advertiseHost(), 0); // 0: each rank's bound port
                     if (t.authToken() != null) b.authToken(t.authToken());
                     KVManager m = KVFerry.createManager(t.transport(), pools[s][r].kvArgs(r, s), mode, b.build());
                     managers[s][r] = m;

@@ -9,17 +9,28 @@ import java.util.Set;
 /**
  * How an engine reaches its peers through kvferry: the transport (tcp, shm, ucx, inproc, auto), the
  * bootstrap registry of the prefill instance (host:port; a decode may leave it null, as its requests name
- * their prefill's), the cluster token, the host its ranks listen on, and the process's meter registry
- * its managers record into.
+ * their prefill's), the cluster token, the host its ranks listen on, the process's meter registry
+ * its managers record into, and the host a prefill's ranks publish in the registry (null: the listen
+ * host; it must be given when that is a wildcard such as 0.0.0.0).
  */
-public record TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost, MeterRegistry meters) {
+public record TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost, MeterRegistry meters,
+                           String advertiseHost) {
     public TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost) {
-        this(transport, bootstrapAddr, authToken, listenHost, KVManagerConfig.NO_METERS);
+        this(transport, bootstrapAddr, authToken, listenHost, KVManagerConfig.NO_METERS, null);
+    }
+
+    public TransferSpec(String transport, String bootstrapAddr, String authToken, String listenHost, MeterRegistry meters) {
+        this(transport, bootstrapAddr, authToken, listenHost, meters, null);
     }
 
     /** This spec with the process's meter registry. */
     public TransferSpec withMeters(MeterRegistry registry) {
-        return new TransferSpec(transport, bootstrapAddr, authToken, listenHost, registry);
+        return new TransferSpec(transport, bootstrapAddr, authToken, listenHost, registry, advertiseHost);
+    }
+
+    /** This spec with the host its prefill ranks publish (null: the listen host). */
+    public TransferSpec withAdvertiseHost(String host) {
+        return new TransferSpec(transport, bootstrapAddr, authToken, listenHost, meters, host);
     }
 
     public TransferSpec {
