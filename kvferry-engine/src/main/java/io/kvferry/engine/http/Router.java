@@ -1120,11 +1120,34 @@ public final class Router implements AutoCloseable {
         return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
     }
 
+    /**
+     * How long an abort that reached no engine (no answer: a partition, a blackholed link, a backend
+     * restarting) is tried again, {@link #ABORT_RETRY_PAUSE_MILLIS} after each failed try (a try that meets
+     * a silent link takes the connect timeout, 10 s). Sent once, a lost abort left the room to its engine's
+     * own timeout: a prefill room whose decode never came stayed Bootstrapping for 300 s, holding its
+     * request slot, after a 30 s blackhole between the router and the prefill.
+     */
+    static final long ABORT_RETRY_WINDOW_MILLIS = 60_000;
+    static final long ABORT_RETRY_PAUSE_MILLIS = 1_000;
+
     private void abort(Backend b, long room) {
+        abort(b, room, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_WINDOW_MILLIS));
+    }
+
+    /** Any answer means the engine has the abort (an unknown room is remembered there); no answer is tried again until {@code deadline}. */
+    private void abort(Backend b, long room, long deadline) {
         try {
-            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room)), HttpResponse.BodyHandlers.discarding());
-        } catch (IOException ignored) {
-            // best effort: the room's own timeouts end it otherwise
+            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room)), HttpResponse.BodyHandlers.discarding())
+                    .whenComplete((answer, failed) -> {
+                        if (failed == null || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_PAUSE_MILLIS) > deadline) return;
+                        try {
+                            health.schedule(() -> abort(b, room, deadline), ABORT_RETRY_PAUSE_MILLIS, TimeUnit.MILLISECONDS);
+                        } catch (RejectedExecutionException closed) {
+                            // the router is closing
+                        }
+                    });
+        } catch (IOException | RuntimeException ignored) {
+            // best effort (a closed client refuses the call): the room's own timeouts end it otherwise
         }
     }
 

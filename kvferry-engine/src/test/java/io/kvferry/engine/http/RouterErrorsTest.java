@@ -665,6 +665,62 @@ class RouterErrorsTest {
         }
     }
 
+    /**
+     * An abort that reaches no engine (no answer: a partition or blackhole between the router and the prefill)
+     * is sent again until one is answered: sent once, the prefill's room waited for its decode until the
+     * bootstrap timeout (300 s), holding its request slot. The stub prefill drops its first two /abort
+     * connections unanswered and answers the third.
+     */
+    @Test
+    @Timeout(60)
+    void anAbortThatReachesNoEngineIsSentAgainUntilOneIsAnswered() throws Exception {
+        AtomicInteger tries = new AtomicInteger();
+        CompletableFuture<JsonNode> answered = new CompletableFuture<>();
+        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(prefill);
+        prefill.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        prefill.createContext("/abort", ex -> {
+            JsonNode body = JSON.readTree(ex.getRequestBody());
+            if (tries.incrementAndGet() <= 2) throw new IllegalStateException("the stub drops the connection"); // no answer
+            answered.complete(body);
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        prefill.start();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            byte[] b = "{\"error\":{\"type\":\"kv_transfer_error\",\"kind\":\"prefill_unreachable\",\"message\":\"Could not fetch prefill parallel info\"}}"
+                    .getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(500, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        decode.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, NO_CHECKS)) {
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            assertEquals(500, r.statusCode(), r.body());
+            long room = answered.get(30, TimeUnit.SECONDS).path("bootstrap_room").asLong();
+            assertTrue(room > 0, "the prefill is told to abort the failed room");
+            assertEquals(3, tries.get(), "two tries without an answer, then the one answered");
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     /** /health says "degraded" (200) while a role has fewer healthy backends than configured but some: requests are still served. */
     @Test
     @Timeout(30)
