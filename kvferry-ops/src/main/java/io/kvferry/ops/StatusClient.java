@@ -62,6 +62,11 @@ public final class StatusClient {
         }
         HttpResponse<byte[]> resp = get(uri, timeout);
         if (resp.statusCode() == 404) {
+            if (isRouter(uri.resolve("/health"), timeout)) {
+                throw new StatusException(uri + " answered 404: that is a kvferry router, which keeps no kvferry status; give --bootstrap "
+                        + "a prefill's registry (its --bootstrap-port, 8998 by default) for the cluster, or a prefill's or decode's HTTP "
+                        + "port for that process");
+            }
             throw new StatusException(uri + " answered 404: that registry serves no kvferry status (an SGLang registry, "
                     + "or a kvferry older than the status page); GET /route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1"
                     + "&target_pp_rank=-1 still shows its topology");
@@ -77,6 +82,17 @@ public final class StatusClient {
             throw new StatusException(uri + " answered something that is not JSON: " + LogSafe.text(e.getOriginalMessage()));
         } catch (IOException e) {
             throw new StatusException(uri + " answered something that is not JSON: " + LogSafe.text(e.getMessage()));
+        }
+    }
+
+    /** Whether {@code health} answers as a kvferry router's /health does (its backends counted); false on any failure. */
+    private static boolean isRouter(URI health, Duration timeout) throws InterruptedException {
+        try {
+            HttpResponse<byte[]> r = get(health, timeout);
+            JsonNode h = StatusJson.MAPPER.readTree(r.body());
+            return h.has("healthy_prefills") && h.has("healthy_decodes");
+        } catch (StatusException | IOException | RuntimeException e) {
+            return false;
         }
     }
 

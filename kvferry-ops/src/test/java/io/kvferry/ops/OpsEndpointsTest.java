@@ -7,6 +7,7 @@ import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.RegistryException;
 import io.kvferry.registry.RegistryOptions;
+import com.sun.net.httpserver.HttpServer;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import org.junit.jupiter.api.AfterEach;
@@ -14,12 +15,14 @@ import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
 import java.net.ConnectException;
+import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.channels.ClosedChannelException;
+import java.nio.charset.StandardCharsets;
 import java.nio.channels.UnresolvedAddressException;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -145,6 +148,29 @@ class OpsEndpointsTest {
         int port = closed;
         e = assertThrows(StatusClient.StatusException.class, () -> StatusClient.fetch("127.0.0.1:" + port, Duration.ofSeconds(5)));
         assertTrue(e.getMessage().startsWith("cannot reach http://127.0.0.1:" + port), e.getMessage());
+    }
+
+    /** {@code kvferry status} pointed at a router (a natural guess across hosts): it says what to point it at instead. */
+    @Test
+    void statusOfARouterNamesWhereTheStatusIs() throws Exception {
+        HttpServer router = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 4);
+        router.createContext("/", ex -> {
+            boolean health = ex.getRequestURI().getPath().equals("/health");
+            byte[] b = (health ? "{\"status\":\"ok\",\"healthy_prefills\":1,\"healthy_decodes\":1}"
+                    : "{\"error\":{\"message\":\"no route\"}}").getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(health ? 200 : 404, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        router.start();
+        try {
+            StatusClient.StatusException e = assertThrows(StatusClient.StatusException.class,
+                    () -> StatusClient.fetch("127.0.0.1:" + router.getAddress().getPort(), Duration.ofSeconds(5)));
+            assertTrue(e.getMessage().contains("that is a kvferry router, which keeps no kvferry status; give --bootstrap a prefill's "
+                    + "registry"), e.getMessage());
+        } finally {
+            router.stop(0);
+        }
     }
 
     @Test
