@@ -9,6 +9,8 @@ import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
 
+import java.net.InetAddress;
+import java.net.UnknownHostException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
@@ -108,6 +110,32 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--queue-timeout-ms", List.of("router", "embedded"));
     }
 
+    /** The address a bind to {@code host} takes (the first it resolves to), or null: an IP literal, or a name that does not resolve. */
+    private static InetAddress resolveFirst(String host) {
+        try {
+            InetAddress.ofLiteral(host.startsWith("[") && host.endsWith("]") ? host.substring(1, host.length() - 1) : host);
+            return null; // a literal says what it binds
+        } catch (IllegalArgumentException aName) {
+            try {
+                return InetAddress.getByName(host);
+            } catch (UnknownHostException e) {
+                return null; // the bind fails and says so
+            }
+        }
+    }
+
+    /**
+     * Why a role given a host name that resolves here to a loopback address (Debian's /etc/hosts maps the
+     * machine's own name to 127.0.1.1) cannot be reached from other hosts, or null: it binds loopback,
+     * while its peers resolve the name to the host's real address and are refused ("localhost" is meant).
+     */
+    static String loopbackNameWarning(String host, InetAddress bound) {
+        if (bound == null || !bound.isLoopbackAddress() || host.equalsIgnoreCase("localhost")) return null;
+        return "--host " + host + " resolves to " + bound.getHostAddress() + " on this host, a loopback address: the role listens where "
+                + "no other host can connect (peers that resolve " + host + " to this host's real address are refused); give the address "
+                + "other hosts reach it at";
+    }
+
     @Override
     public Integer call() throws Exception {
         // A flag the chosen mode does not read was accepted and ignored (serve --tp 0 ran a tp1 prefill).
@@ -163,6 +191,10 @@ public final class ServeCommand implements Callable<Integer> {
         }
         // Read in the modes that run a router only: KVFERRY_API_KEY set for a whole cluster means nothing to an engine.
         String apiKey = role == null || role.equals("router") ? AuthTokenOptions.secret("--api-key-file", apiKeyFile, "KVFERRY_API_KEY") : null;
+        if (role != null) {
+            String warning = loopbackNameWarning(engine.host, resolveFirst(engine.host));
+            if (warning != null) System.err.println("kvferry serve: warning: " + warning);
+        }
         ModelFiles.Loaded model = engine.load();
         String token = engine.token();
         try {

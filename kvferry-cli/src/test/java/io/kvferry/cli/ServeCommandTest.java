@@ -14,6 +14,7 @@ import org.junit.jupiter.params.provider.CsvSource;
 
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
+import java.net.InetAddress;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -31,6 +32,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** kvferry demo and kvferry serve with prefill and decode as separate JVMs. */
@@ -111,6 +113,16 @@ class ServeCommandTest {
                 + "cannot connect to it: give --advertise-host"), said);
         assertTrue(said.contains("--advertise-host '::' must be an address the decodes and the router can connect to"), said);
         assertTrue(said.contains("--advertise-host is not used by --role decode; it is for --role prefill"), said);
+    }
+
+    /** A host name that resolves here to loopback (Debian maps the machine's own name to 127.0.1.1) is warned about; others are not. */
+    @Test
+    void aHostNameThatResolvesToLoopbackIsWarnedAbout() throws Exception {
+        String w = ServeCommand.loopbackNameWarning("prefill-host", InetAddress.getByAddress("prefill-host", new byte[]{127, 0, 1, 1}));
+        assertTrue(w != null && w.contains("--host prefill-host resolves to 127.0.1.1 on this host, a loopback address"), w);
+        assertNull(ServeCommand.loopbackNameWarning("prefill-host", InetAddress.getByAddress("prefill-host", new byte[]{10, 0, 0, 1})));
+        assertNull(ServeCommand.loopbackNameWarning("localhost", InetAddress.getByAddress("localhost", new byte[]{127, 0, 0, 1})));
+        assertNull(ServeCommand.loopbackNameWarning("10.0.0.1", null), "a literal is not resolved");
     }
 
     static Process spawnRole(String role, List<String> extra) throws Exception {
