@@ -405,7 +405,8 @@ public final class PrefillKVManager implements KVManager {
                     path == null ? "" : path.name(), LogSafe.text(l.dataPathNote), l.rooms.size(), l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
         }
         return new KVManagerInspection("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank(), backend.name(),
-                advertisedHost() + ":" + advertisedPort(), census.byState(), census.oldest(), telemetry.recentFailures(), telemetry.failuresByKind(),
+                (advertisedHost().indexOf(':') >= 0 && !advertisedHost().startsWith("[") ? "[" + advertisedHost() + "]" : advertisedHost())
+                        + ":" + advertisedPort(), census.byState(), census.oldest(), telemetry.recentFailures(), telemetry.failuresByKind(),
                 peers, workers.bytes(), telemetry.roomsConcluded(), stats());
     }
 

@@ -574,6 +574,11 @@ class IntegrityTest extends TransferTestBase {
         try (BootstrapClient c = new BootstrapClient(addr, TOKEN)) {
             assertEquals("127.0.0.1", c.fetchRankEndpoint(0, 0, 0, 0).rankIp(), "the advertised host is published");
         }
+        // The status page's endpoint of a rank advertised at an IPv6 address reads as one: in brackets.
+        KVManager v6 = KVFerry.createManager("tcp", rank().args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).listenHost("0.0.0.0").advertise("fd00::1", 0).build());
+        closeables.add(v6);
+        assertTrue(v6.inspect().endpoint().startsWith("[fd00::1]:"), v6.inspect().endpoint());
     }
 
     @Test

@@ -136,10 +136,15 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
         return collections.get();
     }
 
+    /** {@code host:port}, an IPv6 literal in brackets ({@code [fd00::1]:5000}; it read {@code fd00::1:5000}). */
+    static String hostPort(String host, int port) {
+        return (host.indexOf(':') >= 0 && !host.startsWith("[") ? "[" + host + "]" : host) + ":" + port;
+    }
+
     private ObjectNode collect() {
         ObjectNode doc = StatusJson.MAPPER.createObjectNode();
         doc.put("kind", "cluster");
-        doc.put("registry", registry.host() + ":" + registry.port());
+        doc.put("registry", hostPort(registry.host(), registry.port()));
         doc.put("now_ms", System.currentTimeMillis());
         PrefillServerInfo topo = registry.topology();
         if (topo == null) {
@@ -165,7 +170,7 @@ public final class ClusterStatus implements Supplier<ObjectNode> {
             n.put("cp", r.attnCpRank());
             n.put("tp", r.attnTpRank());
             n.put("pp", r.ppRank());
-            n.put("endpoint", r.rankIp() + ":" + r.rankPort());
+            n.put("endpoint", hostPort(r.rankIp(), r.rankPort()));
             if (r.kvferryStatusUrl() != null) {
                 n.put("status_url", r.kvferryStatusUrl());
                 urls.add(r.kvferryStatusUrl());

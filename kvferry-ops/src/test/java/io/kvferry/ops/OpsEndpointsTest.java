@@ -150,6 +150,20 @@ class OpsEndpointsTest {
         assertTrue(e.getMessage().startsWith("cannot reach http://127.0.0.1:" + port), e.getMessage());
     }
 
+    /** IPv6 addresses read as addresses on the status page: the registry's and each rank's endpoint in brackets. */
+    @Test
+    void ipv6EndpointsAreBracketed() throws Exception {
+        BootstrapRegistryServer registry = BootstrapRegistryServer.start("::1", 0, RegistryOptions.defaults(TOKEN));
+        closeables.add(registry);
+        RegistryOps.mount(registry, Ops.newRegistry(), List.of());
+        try (BootstrapClient c = new BootstrapClient("[::1]:" + registry.port(), TOKEN)) {
+            c.registerRank(new PrefillRankRegistration(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, "fd00::1", 5000, 16, "bf16", null, false, null, null));
+        }
+        JsonNode doc = StatusJson.MAPPER.readTree(get("http://[::1]:" + registry.port() + "/status.json").body());
+        assertEquals("[::1]:" + registry.port(), doc.path("registry").asText());
+        assertEquals("[fd00::1]:5000", doc.path("prefill_ranks").get(0).path("endpoint").asText());
+    }
+
     /** {@code kvferry status} pointed at a router (a natural guess across hosts): it says what to point it at instead. */
     @Test
     void statusOfARouterNamesWhereTheStatusIs() throws Exception {
