@@ -85,6 +85,8 @@ public final class DemoCommand implements Callable<Integer> {
             // The load's prompts and futures are all held at once: 2^31 of them ran out of heap after minutes of silence.
             throw new IllegalArgumentException("--load " + load + " is more than " + MAX_LOAD + " requests");
         }
+        engine.check();
+        if (maxTokens < 1) throw new IllegalArgumentException("--max-tokens must be >= 1, got " + maxTokens);
         if (processes && "inproc".equals(engine.transport)) {
             // Each engine in its own JVM: inproc links fell back to tcp while the banner said inproc.
             throw new IllegalArgumentException("--transport inproc moves memory inside one JVM; it cannot be combined with --processes");

@@ -1,5 +1,6 @@
 package io.kvferry.cli;
 
+import io.kvferry.KVFerry;
 import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
@@ -65,6 +66,29 @@ final class EngineOptions {
     /** The cluster token for the bootstrap registry and kvferry's control connections. */
     @Mixin
     AuthTokenOptions auth = new AuthTokenOptions();
+
+    /**
+     * Checks the transport and the sizes before anything loads or starts, naming the flag: the engines' own checks
+     * said only "pages must be >= 1" or "unknown transfer backend", and took {@code fake}, which moves no KV (the
+     * decode generated from pages nobody wrote while the demo reported the bytes as moved).
+     */
+    void check() {
+        if ("fake".equals(transport)) {
+            throw new IllegalArgumentException("--transport fake moves no KV (the decode would generate from pages nobody wrote); "
+                    + "use tcp, shm, ucx, auto or inproc");
+        }
+        if (!KVFerry.BACKENDS.contains(transport)) {
+            throw new IllegalArgumentException("--transport must be one of tcp, shm, ucx, auto or inproc, got '" + transport + "'");
+        }
+        requirePositive("--page-size", pageSize);
+        requirePositive("--pages", pages);
+        requirePositive("--max-requests", maxRequests);
+        requirePositive("--chunk-tokens", chunkTokens);
+    }
+
+    private static void requirePositive(String flag, int value) {
+        if (value < 1) throw new IllegalArgumentException(flag + " must be >= 1, got " + value);
+    }
 
     /** The model; a file that cannot be read or is no checkpoint/tokenizer is the user's error: one line naming it. */
     ModelFiles.Loaded load() {

@@ -150,6 +150,7 @@ public final class ServeCommand implements Callable<Integer> {
                 }
             }
         }
+        engine.check();
         if (role != null && "inproc".equals(engine.transport)) {
             // A role's peers are other processes: inproc links would fall back to tcp.
             System.err.println("kvferry serve: --transport inproc moves memory inside one JVM; it works only without --role");

@@ -282,6 +282,24 @@ class CommandLineBadInputTest {
     }
 
     /**
+     * serve and demo took --transport fake, which moves no KV (the demo reported the bytes moved and the tokens differed),
+     * and refused sizes and transports without naming the flag ("pages must be >= 1, got 0"); a demo's --max-tokens 0 was
+     * sent to the engines first.
+     */
+    @Test
+    void serveAndDemoNameTheEngineFlagAtFaultAndRefuseTheFakeTransport() {
+        assertOneLine(CliRun.of("demo", "--transport", "fake"), "kvferry demo: --transport fake moves no KV");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--transport", "fake"), "kvferry serve: --transport fake moves no KV");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--transport", "nope"),
+                "kvferry serve: --transport must be one of tcp, shm, ucx, auto or inproc, got 'nope'");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--pages", "0"), "kvferry serve: --pages must be >= 1, got 0");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--page-size", "0"), "kvferry serve: --page-size must be >= 1, got 0");
+        assertOneLine(CliRun.of("demo", "--max-requests", "0"), "kvferry demo: --max-requests must be >= 1, got 0");
+        assertOneLine(CliRun.of("demo", "--chunk-tokens", "-1"), "kvferry demo: --chunk-tokens must be >= 1, got -1");
+        assertOneLine(CliRun.of("demo", "--max-tokens", "0"), "kvferry demo: --max-tokens must be >= 1, got 0");
+    }
+
+    /**
      * As root, Files.isWritable said yes to /proc, the bench ran, and writing the dump then failed with a stack trace
      * (exit 1, results lost). For other users /proc is refused as not writable: either way, before the run.
      */
