@@ -15,6 +15,13 @@ import java.util.List;
 /** The {@code kvferry} command. */
 @Command(name = "kvferry", mixinStandardHelpOptions = true, version = "kvferry 0.1.0",
         description = "KV-cache transfer engine for prefill/decode disaggregated LLM serving.",
+        footer = {"%nAnywhere on the line, with every command:",
+                "  --set NAME=VALUE  Set one of kvferry's knobs for this run (repeatable): NAME",
+                "                    is its KVFERRY_* variable or kvferry.* property",
+                "                    (docs/CONFIGURATION.md); it wins over the environment and",
+                "                    reaches the role processes of bench and chaos.",
+                "  --verbose         Show the library's INFO log lines (links, registrations,",
+                "                    data paths chosen)."},
         subcommands = {DemoCommand.class, ServeCommand.class, BenchCommand.class, ChaosCommand.class, BootstrapCommand.class, StatusCommand.class, PrefillCommand.class,
                 DecodeCommand.class})
 public final class Main implements Runnable {

@@ -38,6 +38,14 @@ class HelpTextTest {
         assertTrue(help.contains("sendahandfulofprompts"), excerpt(help, "sendahandful"));
     }
 
+    /** --set and --verbose work on every command line (README, CONFIGURATION) but no --help named them. */
+    @Test
+    void theTopLevelHelpNamesTheFlagsOfEveryCommandLine() {
+        String help = new CommandLine(new Main()).getUsageMessage(CommandLine.Help.Ansi.OFF);
+        assertTrue(help.contains("--set NAME=VALUE"), help);
+        assertTrue(help.contains("--verbose"), help);
+    }
+
     private static String excerpt(String text, String around) {
         int i = Math.max(0, text.indexOf(around));
         return text.substring(i, Math.min(text.length(), i + 160));
