@@ -1,6 +1,8 @@
 package io.kvferry.cli;
 
 import io.kvferry.testkit.BenchConfig;
+import io.kvferry.testkit.RoleOptions;
+import io.kvferry.testkit.RoleRunner;
 import io.kvferry.bench.BenchResult;
 import io.kvferry.bench.BenchRunner;
 import io.kvferry.bench.SuiteFigures;
@@ -86,6 +88,8 @@ public final class BenchCommand implements Callable<Integer> {
             // Where results go is checked before the run, not found unwritable after it (and its results lost).
             if (metricsDump != null) requireWritableFile("--metrics-dump", metricsDump);
             if (sweep || sweepQuick) requireWritableDirectory("--out", out, out);
+            // The knobs as the roles will read them, before any process starts (--set KVFERRY_CONNECT_TIMEOUT_MS=abc).
+            RoleRunner.checkSettings(config, RoleOptions.NONE);
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry bench: " + e.getMessage());
             return 2;

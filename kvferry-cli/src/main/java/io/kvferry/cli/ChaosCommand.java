@@ -2,6 +2,8 @@ package io.kvferry.cli;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.testkit.BenchConfig;
+import io.kvferry.testkit.RoleOptions;
+import io.kvferry.testkit.RoleRunner;
 import io.kvferry.chaos.ChaosRunner;
 import io.kvferry.chaos.net.LinkImpairment;
 import io.kvferry.chaos.net.Netns;
@@ -98,6 +100,14 @@ public final class ChaosCommand implements Callable<Integer> {
             // The roles are separate processes: inproc links would fall back to tcp, and the verdict would name a transport never run.
             System.err.println("kvferry chaos: --transport inproc moves memory inside one JVM; chaos runs prefill and decode as separate "
                     + "processes: use tcp, shm, ucx or auto");
+            return 2;
+        }
+        try {
+            // The knobs as the roles will read them, before any process starts: roles that exited on a bad one
+            // (--set KVFERRY_CONNECT_TIMEOUT_MS=abc) left chaos waiting for them.
+            RoleRunner.checkSettings(config, RoleOptions.NONE);
+        } catch (IllegalArgumentException e) {
+            System.err.println("kvferry chaos: " + e.getMessage());
             return 2;
         }
         if (faultAfterMs >= config.deadlineMillis()) {

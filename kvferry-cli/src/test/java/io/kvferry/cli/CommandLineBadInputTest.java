@@ -130,6 +130,22 @@ class CommandLineBadInputTest {
         }
     }
 
+    /**
+     * A knob the role processes refuse: bench --processes printed the roles' lines and then an IllegalStateException's
+     * stack trace (exit 1), chaos waited for roles that had exited. Both refuse it now before any process starts.
+     */
+    @Test
+    void aBadKnobIsRefusedBeforeTheRoleProcessesStart() {
+        try {
+            assertOneLine(CliRun.of("--set", "KVFERRY_CONNECT_TIMEOUT_MS=abc", "bench", "--processes", "--model", "tiny", "--requests", "1"),
+                    "kvferry bench: KVFERRY_CONNECT_TIMEOUT_MS / kvferry.connectTimeoutMs must be a whole number");
+            assertOneLine(CliRun.of("--set", "KVFERRY_CONNECT_TIMEOUT_MS=abc", "chaos", "--scenario", "kill-decode", "--model", "tiny",
+                    "--requests", "16"), "kvferry chaos: KVFERRY_CONNECT_TIMEOUT_MS / kvferry.connectTimeoutMs must be a whole number");
+        } finally {
+            System.clearProperty("kvferry.connectTimeoutMs");
+        }
+    }
+
     @Test
     void anUnwritableOutputIsRefusedBeforeTheRun() throws Exception {
         Path file = Files.writeString(dir.resolve("a-file"), "x");

@@ -58,6 +58,25 @@ public final class RoleRunner {
     /** As above, recording into the process's registry and (prefill) publishing its status URL. */
     public static KVManager manager(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
                              String bootstrapAddr, String host, RankPool pool, RoleOptions opts, int index, RoleOps ops) {
+        KVManagerConfig mc = managerConfig(config, mode, rank, cpRank, dpRank, bootstrapAddr, host, opts, index, ops);
+        return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
+    }
+
+    /**
+     * Builds the manager configs the role processes of {@code config} will build (rank 0 of each side), so that a
+     * knob they would refuse ({@code --set KVFERRY_CONNECT_TIMEOUT_MS=abc}) is refused before any process starts:
+     * role processes that exit on it left {@code bench --processes} with a stack trace and {@code chaos} waiting.
+     *
+     * @throws IllegalArgumentException naming the knob, as the library does
+     */
+    public static void checkSettings(BenchConfig config, RoleOptions opts) {
+        for (DisaggregationMode mode : List.of(DisaggregationMode.PREFILL, DisaggregationMode.DECODE)) {
+            managerConfig(config, mode, 0, 0, 0, "127.0.0.1:1", "127.0.0.1", opts, 0, RoleOps.NONE);
+        }
+    }
+
+    private static KVManagerConfig managerConfig(BenchConfig config, DisaggregationMode mode, int rank, int cpRank, int dpRank,
+                                                 String bootstrapAddr, String host, RoleOptions opts, int index, RoleOps ops) {
         String[] hp = splitHostPort(bootstrapAddr);
         KVManagerConfig.Builder b = KVManagerConfig.builder()
                 .attnTp(config.tp(mode), rank)
@@ -91,8 +110,7 @@ public final class RoleRunner {
             b.heartbeat(opts.heartbeatMillis() > 0 ? opts.heartbeatInterval() : defaults.heartbeatInterval(),
                     opts.heartbeatMisses() > 0 ? opts.heartbeatMisses() : defaults.heartbeatMisses());
         }
-        KVManagerConfig mc = b.build();
-        return KVFerry.createManager(config.transport(), pool.kvArgs(rank), mode, mc);
+        return b.build();
     }
 
     public static String[] splitHostPort(String addr) {
