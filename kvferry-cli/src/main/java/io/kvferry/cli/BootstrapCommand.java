@@ -77,6 +77,11 @@ public final class BootstrapCommand implements Callable<Integer> {
             System.err.println("kvferry bootstrap: " + e.getMessage());
             return 2;
         }
+        if (port < 0 || port > 65_535) {
+            // Named here: the server's own check says only "port -1 is outside [0, 65535]".
+            System.err.println("kvferry bootstrap: --port " + port + " is outside [0, 65535] (0 = any free port)");
+            return 2;
+        }
         BootstrapRegistryServer server = BootstrapRegistryServer.start(host, port, options);
         // The cluster page and the registry's metrics on its own port: /status, /status.json, /metrics.
         PrometheusMeterRegistry metrics = Ops.newRegistry();

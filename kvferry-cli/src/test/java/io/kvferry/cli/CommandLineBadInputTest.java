@@ -280,7 +280,10 @@ class CommandLineBadInputTest {
                 tokenFile("t").toString()), "kvferry serve: --bootstrap-port is not used by --role decode; it is for --role prefill and serve without --role");
     }
 
-    /** Engines in separate processes ran inproc over tcp (the demo's banner said inproc); serve's ports were "port out of range:70000". */
+    /**
+     * Engines in separate processes ran inproc over tcp (the demo's banner said inproc); serve's ports were "port out of range:70000",
+     * bootstrap's "port -1 is outside [0, 65535]" (no flag named).
+     */
     @Test
     void engineProcessesRefuseInprocAndPortsAreNamed() throws Exception {
         assertOneLine(CliRun.of("demo", "--processes", "--transport", "inproc"),
@@ -289,6 +292,7 @@ class CommandLineBadInputTest {
                 tokenFile("t").toString()), "kvferry serve: --transport inproc moves memory inside one JVM; it works only without --role");
         assertOneLine(CliRun.of("serve", "--port", "70000"), "kvferry serve: --port 70000 is outside [0, 65535]");
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "-1"), "kvferry serve: --bootstrap-port -1 is outside [0, 65535]");
+        assertOneLine(CliRun.of("bootstrap", "--no-auth", "--port", "-1"), "kvferry bootstrap: --port -1 is outside [0, 65535]");
     }
 
     /** demo --load 2147483647 built 2^31 requests up front: minutes of silence, then out of heap. */
