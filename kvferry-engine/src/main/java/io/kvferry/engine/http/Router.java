@@ -1199,7 +1199,7 @@ public final class Router implements AutoCloseable {
      */
     private static Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs, int logprobStart) {
         return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop")), topLogprobs, logprobStart);
+                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart);
     }
 
     /** {@code top_k} (vLLM's extension of OpenAI's routes, SGLang's sampling parameter): -1 (or absent, null) no limit, else at least 1. */
@@ -1511,7 +1511,7 @@ public final class Router implements AutoCloseable {
         boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
         // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop")), topLogprobs, logprobStart);
+                Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart);
         boolean stream = Http.booleanField(req, "stream", false);
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();

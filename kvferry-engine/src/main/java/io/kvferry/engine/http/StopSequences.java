@@ -24,24 +24,28 @@ final class StopSequences {
         this.longest = strings.stream().mapToInt(String::length).max().orElse(0);
     }
 
-    /** {@code stop} of a request: absent or null, a string, or a list of 1 to 4 non-empty strings. */
-    static StopSequences parse(JsonNode n) {
+    /**
+     * {@code stop} of a request: absent or null, a string, or a list of 1 to 4 non-empty strings.
+     *
+     * @param param the field as the error's {@code param} names it ({@code stop}, {@code sampling_params.stop})
+     */
+    static StopSequences parse(JsonNode n, String param) {
         if (n == null || n.isNull()) return NONE;
         List<String> out = new ArrayList<>();
         if (n.isTextual()) {
             out.add(n.textValue());
         } else if (n.isArray() && n.size() <= MAX_STRINGS) {
             for (JsonNode e : n) {
-                if (!e.isTextual()) throw new Http.BadRequest("stop must be a string or a list of strings, got " + n);
+                if (!e.isTextual()) throw new Http.BadRequest(param, "stop must be a string or a list of strings, got " + n);
                 out.add(e.textValue());
             }
         } else {
-            throw new Http.BadRequest("stop must be a string or a list of at most " + MAX_STRINGS + " strings, got "
+            throw new Http.BadRequest(param, "stop must be a string or a list of at most " + MAX_STRINGS + " strings, got "
                     + (n.isArray() ? "a list of " + n.size() : n.toString()));
         }
         for (String s : out) {
-            if (s.isEmpty()) throw new Http.BadRequest("stop strings must not be empty");
-            if (s.length() > MAX_CHARS) throw new Http.BadRequest("stop strings must be at most " + MAX_CHARS + " characters, got " + s.length());
+            if (s.isEmpty()) throw new Http.BadRequest(param, "stop strings must not be empty");
+            if (s.length() > MAX_CHARS) throw new Http.BadRequest(param, "stop strings must be at most " + MAX_CHARS + " characters, got " + s.length());
         }
         return out.isEmpty() ? NONE : new StopSequences(out);
     }
