@@ -70,7 +70,9 @@ public final class DemoCommand implements Callable<Integer> {
             + "colocated engine in this process (the baseline of the same run). Default: ${DEFAULT-VALUE} (skip).")
     int load;
 
-    @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, tokens_per_s.")
+    @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, "
+            + "tokens_per_s, model, transport, model_variant, per_request (tokens, bytes, kv_pages, matches_colocated each), "
+            + "and load with --load.")
     boolean json;
 
     private static final ObjectMapper JSON = new ObjectMapper();

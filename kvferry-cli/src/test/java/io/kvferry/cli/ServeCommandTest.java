@@ -7,6 +7,7 @@ import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.serve.Roles;
 import org.junit.jupiter.api.Test;
+import picocli.CommandLine;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -71,6 +72,20 @@ class ServeCommandTest {
             assertEquals(0, again.path("kv_pages").asInt(), "a repeated page-aligned prompt is a zero-page last chunk: " + r.out());
             assertTrue(again.path("bytes").asLong() < first.path("bytes").asLong(), r.out());
         }
+    }
+
+    /** demo --help's --json named 7 of the JSON line's keys (no model, transport, model_variant, per_request). */
+    @Test
+    @Timeout(60)
+    void demoJsonHelpNamesEveryKeyOfTheLine() throws Exception {
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--max-tokens", "2", "--prompt", "Once upon a time", "--json");
+        assertEquals(0, r.code(), r.out());
+        String help = String.join(" ", new CommandLine(new Main()).getSubcommands().get("demo").getCommandSpec().findOption("--json")
+                .description());
+        List<String> keys = new ArrayList<>();
+        BenchCommandTest.lastJson(r.out()).fieldNames().forEachRemaining(keys::add);
+        BenchCommandTest.lastJson(r.out()).path("per_request").path(0).fieldNames().forEachRemaining(keys::add);
+        for (String k : keys) assertTrue(help.contains(k), k + " is not in demo --json's help: " + help);
     }
 
     @Test
