@@ -110,6 +110,11 @@ public final class ChaosCommand implements Callable<Integer> {
             System.err.println("kvferry chaos: " + e.getMessage());
             return 2;
         }
+        if (config.transport().equals("fake")) {
+            // fake moves no KV: every room's bytes differ on the decode, yet scenarios judged by the prefill passed.
+            System.err.println("kvferry chaos: --transport fake moves no KV, so there is nothing to break: use tcp, shm, ucx or auto");
+            return 2;
+        }
         if (faultAfterMs >= config.deadlineMillis()) {
             // The drivers stop at their deadline: a later fault strikes a finished run (and a huge one never woke up).
             System.err.println("kvferry chaos: --fault-after-ms " + faultAfterMs + " is not before the drivers' deadline of "

@@ -263,6 +263,9 @@ class CommandLineBadInputTest {
     void chaosRefusesInprocAndAFaultAfterTheDeadline() {
         assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--transport", "inproc"),
                 "kvferry chaos: --transport inproc moves memory inside one JVM; chaos runs prefill and decode as separate processes");
+        // fake moves no KV: kill-decode, judged by the prefill, passed while the decode found every room's bytes wrong.
+        assertOneLine(CliRun.of("chaos", "--scenario", "kill-decode", "--model", "tiny", "--requests", "16", "--transport", "fake"),
+                "kvferry chaos: --transport fake moves no KV");
         assertOneLine(CliRun.of("chaos", "--scenario", "kill-prefill", "--model", "tiny", "--requests", "1", "--fault-after-ms",
                 "9223372036854775807"), "kvferry chaos: --fault-after-ms 9223372036854775807 is not before the drivers' deadline of 120000 ms");
     }
