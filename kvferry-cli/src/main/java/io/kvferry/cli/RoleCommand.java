@@ -74,6 +74,12 @@ abstract class RoleCommand implements Callable<Integer> {
             System.err.println("kvferry " + mode().name().toLowerCase() + ": " + e.getMessage());
             return 2;
         }
+        if (config.transport().equals("inproc")) {
+            // The peer of a role process is another process: inproc links fell back to tcp, logged as a warning.
+            System.err.println("kvferry " + mode().name().toLowerCase() + ": --transport inproc moves memory inside one JVM; the peer of a "
+                    + "role process is another process: use tcp, shm, ucx or auto");
+            return 2;
+        }
         if (exitOnStdinEof) {
             Thread.ofPlatform().daemon().start(() -> {
                 try {

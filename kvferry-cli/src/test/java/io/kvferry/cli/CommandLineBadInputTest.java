@@ -296,6 +296,10 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("serve", "--port", "70000"), "kvferry serve: --port 70000 is outside [0, 65535]");
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "-1"), "kvferry serve: --bootstrap-port -1 is outside [0, 65535]");
         assertOneLine(CliRun.of("bootstrap", "--no-auth", "--port", "-1"), "kvferry bootstrap: --port -1 is outside [0, 65535]");
+        // The bench roles' peers are other processes too: their inproc links fell back to tcp with a warning.
+        assertOneLine(CliRun.of("decode", "--bootstrap", "127.0.0.1:1", "--model", "tiny", "--requests", "1", "--status-port", "-1",
+                "--transport", "inproc", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry decode: --transport inproc moves memory inside one JVM; the peer of a role process is another process");
     }
 
     /** demo --load 2147483647 built 2^31 requests up front: minutes of silence, then out of heap. */
