@@ -12,6 +12,8 @@ import picocli.CommandLine.TypeConversionException;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.UnknownHostException;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.util.HexFormat;
@@ -79,6 +81,12 @@ final class EngineOptions {
         }
         if (!KVFerry.BACKENDS.contains(transport)) {
             throw new IllegalArgumentException("--transport must be one of tcp, shm, ucx, auto or inproc, got '" + transport + "'");
+        }
+        try {
+            // Bound later, where an unresolvable name said only "cannot bind the bootstrap registry to …: Unresolved address".
+            InetAddress.getByName(host);
+        } catch (UnknownHostException e) {
+            throw new IllegalArgumentException("--host " + host + ": no such host (cannot resolve it)", e);
         }
         requirePositive("--page-size", pageSize);
         requirePositive("--pages", pages);

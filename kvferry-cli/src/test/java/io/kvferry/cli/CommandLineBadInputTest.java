@@ -310,8 +310,8 @@ class CommandLineBadInputTest {
 
     /**
      * serve and demo took --transport fake, which moves no KV (the demo reported the bytes moved and the tokens differed),
-     * and refused sizes and transports without naming the flag ("pages must be >= 1, got 0"); a demo's --max-tokens 0 was
-     * sent to the engines first.
+     * and refused sizes, transports and hosts without naming the flag ("pages must be >= 1, got 0", "cannot bind the
+     * bootstrap registry to nope.invalid:0"); a demo's --max-tokens 0 was sent to the engines first.
      */
     @Test
     void serveAndDemoNameTheEngineFlagAtFaultAndRefuseTheFakeTransport() {
@@ -324,6 +324,8 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("demo", "--max-requests", "0"), "kvferry demo: --max-requests must be >= 1, got 0");
         assertOneLine(CliRun.of("demo", "--chunk-tokens", "-1"), "kvferry demo: --chunk-tokens must be >= 1, got -1");
         assertOneLine(CliRun.of("demo", "--max-tokens", "0"), "kvferry demo: --max-tokens must be >= 1, got 0");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--host", "nope.invalid"),
+                "kvferry serve: --host nope.invalid: no such host (cannot resolve it)");
     }
 
     /**
