@@ -3,6 +3,7 @@ package io.kvferry.cli;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.http.Router;
 import io.kvferry.engine.serve.Roles;
+import io.kvferry.engine.serve.WorkerRegistration;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Model.CommandSpec;
@@ -10,6 +11,8 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.Spec;
 
 import java.net.InetAddress;
+import java.net.URI;
+import java.net.URISyntaxException;
 import java.net.UnknownHostException;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -44,6 +47,16 @@ public final class ServeCommand implements Callable<Integer> {
             + "registry for its kvferry ranks and given to the router (/health) as the bootstrap address. Default: --host; needed "
             + "when --host is a wildcard (0.0.0.0, ::).")
     String advertiseHost;
+
+    @Option(names = "--register-with", paramLabel = "URL", description = "Prefill/decode role: a router (e.g. http://10.0.0.9:8000) this "
+            + "engine adds itself to through its /workers once it serves, and leaves when it stops; a router not up yet is tried for "
+            + "60 s. Needs the cluster token (the router's too).")
+    String registerWith;
+
+    @Option(names = "--register-as", paramLabel = "URL", description = "With --register-with: this engine's URL as the router reaches it. "
+            + "Default: http://ADDRESS:PORT with --advertise-host (a prefill's) or --host, and the bound port; needed when that is a "
+            + "wildcard (0.0.0.0, ::).")
+    String registerAs;
 
     @Option(names = "--tp", defaultValue = "1", description = "Prefill/decode role: tensor-parallel ranks (in process). Default: ${DEFAULT-VALUE}.")
     int tp;
@@ -88,6 +101,38 @@ public final class ServeCommand implements Callable<Integer> {
     @Spec
     CommandSpec spec;
 
+    /** How long {@code --register-with} tries a router that is not up yet. */
+    static final Duration REGISTER_RETRY = Duration.ofSeconds(60);
+
+    /**
+     * What is wrong with {@code --register-with} / {@code --register-as}, or null: each must be an http(s) URL with a host
+     * and a port, {@code --register-as} needs {@code --register-with}, and without it the engine's own address must not be
+     * a wildcard (the router could not reach it there).
+     */
+    String registrationProblem() {
+        if (registerAs != null && registerWith == null) return "--register-as is used only with --register-with (the router to register with)";
+        if (registerWith == null) return null;
+        for (String[] flag : new String[][]{{"--register-with", registerWith}, {"--register-as", registerAs}}) {
+            if (flag[1] == null) continue;
+            URI u;
+            try {
+                u = new URI(flag[1]);
+            } catch (URISyntaxException e) {
+                u = null;
+            }
+            if (u == null || !("http".equals(u.getScheme()) || "https".equals(u.getScheme())) || u.getHost() == null || u.getPort() < 1
+                    || u.getPort() > 65_535) {
+                return flag[0] + " '" + flag[1] + "' must be an http:// URL with a host and a port, e.g. http://10.0.0.9:8000";
+            }
+            if (Roles.isWildcard(u.getHost())) return flag[0] + " '" + flag[1] + "' names a wildcard address, which nothing can connect to";
+        }
+        String self = advertiseHost != null ? advertiseHost : engine.host;
+        if (registerAs == null && Roles.isWildcard(self)) {
+            return "--register-with: this engine binds " + self + " (every address), which is no URL the router can reach it at: give --register-as";
+        }
+        return null;
+    }
+
     /** The longest a request waits for a router slot: a client waiting longer has given up long before. */
     static final long MAX_QUEUE_TIMEOUT_MS = 3_600_000;
 
@@ -97,6 +142,8 @@ public final class ServeCommand implements Callable<Integer> {
     static {
         ONLY_FOR.put("--bootstrap-port", List.of("prefill", "embedded"));
         ONLY_FOR.put("--advertise-host", List.of("prefill"));
+        ONLY_FOR.put("--register-with", List.of("prefill", "decode"));
+        ONLY_FOR.put("--register-as", List.of("prefill", "decode"));
         ONLY_FOR.put("--tp", List.of("prefill", "decode"));
         ONLY_FOR.put("--pp", List.of("prefill", "decode"));
         ONLY_FOR.put("--prefill-tp", List.of("embedded"));
@@ -170,6 +217,11 @@ public final class ServeCommand implements Callable<Integer> {
         if (advertiseHost != null && (advertiseHost.isBlank() || Roles.isWildcard(advertiseHost))) {
             System.err.println("kvferry serve: --advertise-host '" + advertiseHost + "' must be an address the decodes and the router "
                     + "can connect to (not empty, not a wildcard)");
+            return 2;
+        }
+        String registration = registrationProblem();
+        if (registration != null) {
+            System.err.println("kvferry serve: " + registration);
             return 2;
         }
         if (maxConcurrentRequests < 0) {
@@ -250,13 +302,21 @@ public final class ServeCommand implements Callable<Integer> {
                 }
             }
         }
+        // Added to the router once it serves; out of it first at the stop, so the router sends nothing new while it closes.
+        WorkerRegistration registered = registerWith == null ? null : new WorkerRegistration(URI.create(registerWith),
+                registerAs != null ? registerAs : "http://" + Roles.hostPort(advertiseHost != null ? advertiseHost : engine.host, started.port()),
+                role, token, REGISTER_RETRY);
         CountDownLatch stop = new CountDownLatch(1);
         Roles.Role r = started;
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            if (registered != null) registered.close();
             r.close();
             stop.countDown();
         }));
         System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
+        if (registered != null) {
+            System.out.println("kvferry serve: adding itself to the router at " + registerWith + " as " + registered.selfUrl() + " (its log says when it is in)");
+        }
         if (role == null || role.equals("router")) {
             System.out.println("kvferry serve: " + (apiKey != null ? "clients send the router's API key (Authorization: Bearer KEY)"
                     : "no API key: the router serves any client that reaches its port (see --api-key-file)"));

@@ -130,6 +130,92 @@ class ServeCommandTest {
         assertTrue(said.contains("--advertise-host is not used by --role decode; it is for --role prefill"), said);
     }
 
+    /** --register-with and --register-as: refused in modes that run no engine, as no URL, or where the router could not reach the engine. */
+    @Test
+    @Timeout(60)
+    void registrationFlagsAreCheckedBeforeAnythingStarts() {
+        PrintStream err = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        List<Integer> codes;
+        try {
+            codes = List.of(
+                    Main.run("serve", "--role", "router", "--register-with", "http://10.0.0.9:8000", "--prefill", "http://p:1", "--decode", "http://d:1"),
+                    Main.run("serve", "--role", "decode", "--register-as", "http://10.0.0.2:30001", "--port", "0"),
+                    Main.run("serve", "--role", "decode", "--register-with", "10.0.0.9:8000", "--port", "0"),
+                    Main.run("serve", "--role", "decode", "--register-with", "http://10.0.0.9", "--port", "0"),
+                    Main.run("serve", "--role", "decode", "--register-with", "http://10.0.0.9:8000", "--register-as", "http://0.0.0.0:30001",
+                            "--port", "0"),
+                    Main.run("serve", "--role", "decode", "--host", "0.0.0.0", "--register-with", "http://10.0.0.9:8000", "--port", "0"));
+        } finally {
+            System.setErr(err);
+        }
+        String said = buf.toString(StandardCharsets.UTF_8);
+        assertEquals(List.of(2, 2, 2, 2, 2, 2), codes, said);
+        assertTrue(said.contains("--register-with is not used by --role router; it is for --role prefill and --role decode"), said);
+        assertTrue(said.contains("--register-as is used only with --register-with"), said);
+        assertTrue(said.contains("--register-with '10.0.0.9:8000' must be an http:// URL with a host and a port"), said);
+        assertTrue(said.contains("--register-with 'http://10.0.0.9' must be an http:// URL with a host and a port"), said);
+        assertTrue(said.contains("--register-as 'http://0.0.0.0:30001' names a wildcard address"), said);
+        assertTrue(said.contains("this engine binds 0.0.0.0 (every address), which is no URL the router can reach it at: give --register-as"), said);
+    }
+
+    /**
+     * A decode process started with {@code --register-with} joins a running router (its /workers lists it and requests
+     * are served through it alone once the router's first decode is taken out), and leaves it when it is stopped (SIGTERM).
+     */
+    @Test
+    @Timeout(180)
+    void aDecodeProcessJoinsTheRouterItRegistersWithAndLeavesItAtItsStop() throws Exception {
+        List<Process> procs = new ArrayList<>();
+        Roles.Role router = null;
+        try {
+            Process prefill = spawnRole("prefill", List.of()), decode = spawnRole("decode", List.of());
+            procs.addAll(List.of(prefill, decode));
+            String p = DemoCommand.awaitUrl(prefill, "prefill"), d = DemoCommand.awaitUrl(decode, "decode");
+            ModelFiles.Loaded model = ModelFiles.load(null, null);
+            router = Roles.router(new Roles.Options(model, ModelVariant.LLAMA, 1, 1, 16, 64, 8, 64, "tcp", "127.0.0.1", 0, 0, "kill-test"),
+                    List.of(p), List.of(d));
+            String base = "http://127.0.0.1:" + router.port();
+            Process joiner = spawnRole("decode", List.of("--register-with", base));
+            procs.add(joiner);
+            String j = DemoCommand.awaitUrl(joiner, "decode");
+            HttpClient http = HttpClient.newHttpClient();
+            HttpRequest workers = HttpRequest.newBuilder(URI.create(base + "/workers")).build();
+            JsonNode listed = awaitDecodes(http, workers, 2);
+            assertEquals(j, listed.path("decodes").get(1).path("url").asText(), listed.toString());
+
+            HttpResponse<String> out = http.send(HttpRequest.newBuilder(URI.create(base + "/workers?url=" + d)).header("Authorization",
+                    "Bearer kill-test").DELETE().build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, out.statusCode(), out.body());
+            HttpResponse<String> served = http.send(HttpRequest.newBuilder(URI.create(base + "/v1/completions")).POST(HttpRequest.BodyPublishers
+                    .ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":3}")).build(), HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, served.statusCode(), "served through the decode that joined: " + served.body());
+
+            joiner.destroy(); // SIGTERM: its shutdown hook takes it out of the router before its servers close
+            assertTrue(joiner.waitFor(30, TimeUnit.SECONDS), "the decode did not stop");
+            assertEquals(0, awaitDecodes(http, workers, 0).path("decodes").size());
+        } finally {
+            if (router != null) router.close();
+            for (Process p : procs) {
+                p.destroy();
+                if (!p.waitFor(5, TimeUnit.SECONDS)) p.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+            }
+        }
+    }
+
+    /** The router's /workers once it lists {@code n} decodes (30 s at most; then as it is). */
+    private static JsonNode awaitDecodes(HttpClient http, HttpRequest workers, int n) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        JsonNode w;
+        while ((w = JSON.readTree(http.send(workers, HttpResponse.BodyHandlers.ofString()).body())).path("decodes").size() != n
+                && System.nanoTime() < deadline) {
+            Thread.sleep(50);
+        }
+        assertEquals(n, w.path("decodes").size(), w.toString());
+        return w;
+    }
+
     /** A host name that resolves here to loopback (Debian maps the machine's own name to 127.0.1.1) is warned about; others are not. */
     @Test
     void aHostNameThatResolvesToLoopbackIsWarnedAbout() throws Exception {

@@ -62,6 +62,11 @@ public final class WorkerRegistration implements AutoCloseable {
         this.attempts = Thread.ofVirtual().name("kvferry-worker-registration").start(() -> attempt(retryFor));
     }
 
+    /** This engine's URL as the router is given it. */
+    public String selfUrl() {
+        return selfUrl;
+    }
+
     /** Completes once the router has this engine; completes exceptionally, naming why, when the attempts end without. */
     public CompletableFuture<Void> registered() {
         return registered;
