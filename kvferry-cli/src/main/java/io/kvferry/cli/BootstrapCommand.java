@@ -9,6 +9,8 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.net.InetAddress;
+import java.net.UnknownHostException;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.Callable;
@@ -80,6 +82,13 @@ public final class BootstrapCommand implements Callable<Integer> {
         if (port < 0 || port > 65_535) {
             // Named here: the server's own check says only "port -1 is outside [0, 65535]".
             System.err.println("kvferry bootstrap: --port " + port + " is outside [0, 65535] (0 = any free port)");
+            return 2;
+        }
+        try {
+            // Bound next, where an unresolvable name said only "cannot bind the bootstrap registry to …: Unresolved address".
+            InetAddress.getByName(host);
+        } catch (UnknownHostException e) {
+            System.err.println("kvferry bootstrap: --host " + host + ": no such host (cannot resolve it)");
             return 2;
         }
         BootstrapRegistryServer server = BootstrapRegistryServer.start(host, port, options);

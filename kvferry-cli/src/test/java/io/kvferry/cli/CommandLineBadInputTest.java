@@ -285,7 +285,7 @@ class CommandLineBadInputTest {
 
     /**
      * Engines in separate processes ran inproc over tcp (the demo's banner said inproc); serve's ports were "port out of range:70000",
-     * bootstrap's "port -1 is outside [0, 65535]" (no flag named).
+     * bootstrap's "port -1 is outside [0, 65535]" and "cannot bind the bootstrap registry to nope.invalid:0" (no flag named).
      */
     @Test
     void engineProcessesRefuseInprocAndPortsAreNamed() throws Exception {
@@ -296,6 +296,8 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("serve", "--port", "70000"), "kvferry serve: --port 70000 is outside [0, 65535]");
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "-1"), "kvferry serve: --bootstrap-port -1 is outside [0, 65535]");
         assertOneLine(CliRun.of("bootstrap", "--no-auth", "--port", "-1"), "kvferry bootstrap: --port -1 is outside [0, 65535]");
+        assertOneLine(CliRun.of("bootstrap", "--no-auth", "--port", "0", "--host", "nope.invalid"),
+                "kvferry bootstrap: --host nope.invalid: no such host (cannot resolve it)");
         // The bench roles' peers are other processes too: their inproc links fell back to tcp with a warning.
         assertOneLine(CliRun.of("decode", "--bootstrap", "127.0.0.1:1", "--model", "tiny", "--requests", "1", "--status-port", "-1",
                 "--transport", "inproc", "--auth-token-file", tokenFile("t").toString()),
