@@ -155,6 +155,10 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--log-requests", List.of("router", "embedded"));
         ONLY_FOR.put("--max-concurrent-requests", List.of("router", "embedded"));
         ONLY_FOR.put("--queue-timeout-ms", List.of("router", "embedded"));
+        // The engines' own: a router reads the model (tokenizer, context) and its backends' URLs, none of these.
+        for (String engineFlag : List.of("--transport", "--page-size", "--pages", "--max-requests", "--chunk-tokens", "--model-variant")) {
+            ONLY_FOR.put(engineFlag, List.of("prefill", "decode", "embedded"));
+        }
     }
 
     /** The address a bind to {@code host} takes (the first it resolves to), or null: an IP literal, or a name that does not resolve. */

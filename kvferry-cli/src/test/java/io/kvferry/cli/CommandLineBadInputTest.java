@@ -281,6 +281,12 @@ class CommandLineBadInputTest {
                 tokenFile("t").toString()), "kvferry serve: --decode is not used by --role prefill; it is for --role router");
         assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--bootstrap-port", "9999", "--auth-token-file",
                 tokenFile("t").toString()), "kvferry serve: --bootstrap-port is not used by --role decode; it is for --role prefill and serve without --role");
+        // The engines' flags meant nothing to a router, which took and ignored them (--pages 5, --transport shm).
+        for (String[] flag : new String[][]{{"--pages", "5"}, {"--transport", "shm"}, {"--model-variant", "mla"}, {"--chunk-tokens", "8"}}) {
+            assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--prefill", "http://127.0.0.1:1", "--decode", "http://127.0.0.1:2",
+                    flag[0], flag[1], "--auth-token-file", tokenFile("t").toString()), "kvferry serve: " + flag[0]
+                    + " is not used by --role router; it is for --role prefill and --role decode and serve without --role");
+        }
     }
 
     /**
