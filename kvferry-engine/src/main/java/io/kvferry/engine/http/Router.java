@@ -35,9 +35,12 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalLong;
+import java.util.Set;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
@@ -153,6 +156,10 @@ public final class Router implements AutoCloseable {
         final URI url;
         final boolean prefill;
         final AtomicInteger inFlight = new AtomicInteger();
+        /** A prefill's /generate calls under way: failed when its health checks time out in a row (it is unreachable). */
+        final Set<CompletableFuture<?>> calls = ConcurrentHashMap.newKeySet();
+        /** Why health checks took it out (timed out in a row), for the requests that fails; null while it answers. */
+        volatile String unreachable;
         volatile boolean healthy = true;
         volatile String bootstrap;
         /** Health checks failed in a row (timed out, cut off); the health thread's (the constructor's before it). */
@@ -515,6 +522,7 @@ public final class Router implements AutoCloseable {
                 if (b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
                 if (!b.healthy) log.warn("{} is healthy again", b);
                 b.failedChecks = 0;
+                b.unreachable = null;
                 b.healthy = true;
                 return;
             }
@@ -537,7 +545,15 @@ public final class Router implements AutoCloseable {
         if (!b.healthy) return;
         if (b.failedChecks >= probing.failuresToMarkDown()) {
             log.warn("{} is unhealthy: {} health checks failed in a row, the last: {}", b, b.failedChecks, failure);
+            b.unreachable = b.failedChecks + " health checks in a row got no answer (the last: " + failure + ")";
             b.healthy = false;
+            // Its calls under way would wait for answers that cannot come: with the router cut off from a prefill
+            // that its decodes still reach, each request's decode waited for KV until its waiting timeout (300 s),
+            // holding its pages, while sending keep-alives. Failing the call aborts the room on the decode.
+            if (b.prefill && !b.calls.isEmpty()) {
+                log.warn("{}: failing its {} request(s) in flight", b, b.calls.size());
+                for (CompletableFuture<?> call : b.calls) call.cancel(true);
+            }
         } else {
             log.info("{} failed a health check ({} of {} in a row take it out of rotation): {}", b, b.failedChecks,
                     probing.failuresToMarkDown(), failure);
@@ -737,7 +753,9 @@ public final class Router implements AutoCloseable {
         d.inFlight.incrementAndGet();
         CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
+        p.calls.add(prefillCall);
         prefillCall.whenComplete((r, e) -> {
+            p.calls.remove(prefillCall);
             p.inFlight.decrementAndGet();
             if (e != null && isConnectionRefused(e)) markUnreachable(p, e);
             if (e != null || r.statusCode() != 200) abort(d, room); // the decode would otherwise wait for KV that never comes
@@ -1074,7 +1092,12 @@ public final class Router implements AutoCloseable {
         try {
             HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
             return r.statusCode() == 200 ? null : ErrorBody.parse(r.statusCode(), r.body());
-        } catch (ExecutionException e) {
+        } catch (ExecutionException | CancellationException e) {
+            if (e instanceof CancellationException || e.getCause() instanceof CancellationException) { // failed by checkHealth
+                String why = p.unreachable;
+                return why == null ? null : new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(),
+                        p + " unreachable: " + why + "; its requests in flight were failed");
+            }
             return new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(), p + " unreachable: " + e.getCause());
         } catch (Exception e) {
             return null;

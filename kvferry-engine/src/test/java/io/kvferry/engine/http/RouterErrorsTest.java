@@ -721,6 +721,104 @@ class RouterErrorsTest {
         }
     }
 
+    /**
+     * The router cut off from a prefill that its decode still reaches (a partition between their hosts): the
+     * prefill's /generate and its health checks get no answer, while the decode waits for KV and sends
+     * keep-alives. Once the checks take the prefill out, its calls under way fail: the decode is told to
+     * abort and the client's error names the prefill. Before, the request waited for the decode's waiting
+     * timeout (300 s), the decode holding its pages.
+     */
+    @Test
+    @Timeout(60)
+    void aPrefillThatStopsAnsweringFailsItsRequestsInFlightOnceItsChecksTakeItOut() throws Exception {
+        CountDownLatch release = new CountDownLatch(1), decodeAborted = new CountDownLatch(1);
+        AtomicBoolean partitioned = new AtomicBoolean();
+        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        prefill.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        prefill.createContext("/health", ex -> {
+            try {
+                if (partitioned.get()) release.await(); // no answer, as across a partition
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:8998\"}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        prefill.createContext("/generate", ex -> {
+            partitioned.set(true);
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            ex.close();
+        });
+        prefill.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        prefill.start();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        answerHealthy(decode);
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(200, 0);
+            try {
+                while (!decodeAborted.await(100, TimeUnit.MILLISECONDS)) { // waiting for KV that does not come
+                    ex.getResponseBody().write(": keep-alive\n\n".getBytes(StandardCharsets.UTF_8));
+                    ex.getResponseBody().flush();
+                }
+                ex.getResponseBody().write("data: {\"error\":{\"type\":\"kv_transfer_error\",\"kind\":\"aborted\",\"message\":\"Aborted by AbortReq.\"}}\n\n"
+                        .getBytes(StandardCharsets.UTF_8));
+            } catch (IOException | InterruptedException routerGone) {
+                // the router left
+            }
+            ex.close();
+        });
+        decode.createContext("/abort", ex -> {
+            decodeAborted.countDown();
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0, FAST)) {
+            for (boolean stream : new boolean[]{false, true}) {
+                HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"stream\":" + stream + "}");
+                JsonNode error;
+                if (stream && r.statusCode() == 200) { // begun on a keep-alive (after 1 s): the failure is the last event before [DONE]
+                    List<String> data = r.body().lines().filter(l -> l.startsWith("data: ")).map(l -> l.substring(6)).toList();
+                    assertEquals("[DONE]", data.getLast(), r.body());
+                    error = JSON.readTree(data.get(data.size() - 2)).path("error");
+                } else {
+                    assertEquals(500, r.statusCode(), r.body());
+                    error = JSON.readTree(r.body()).path("error");
+                }
+                String message = error.path("message").asText();
+                assertTrue(message.contains("prefill " + url(prefill) + " unreachable") && message.contains("health checks in a row"),
+                        r.body());
+                assertEquals("prefill_unreachable", error.path("kind").asText(), r.body());
+                if (!stream) { // the prefill comes back for the second request
+                    partitioned.set(false);
+                    long by = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+                    while (!JSON.readTree(send(router.port(), "/health", null).body()).path("status").asText().equals("ok")) {
+                        assertTrue(System.nanoTime() < by, "the prefill never came back");
+                        Thread.sleep(50);
+                    }
+                }
+            }
+            assertEquals(0, decodeAborted.getCount(), "the decode was told to abort");
+        } finally {
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     /** /health says "degraded" (200) while a role has fewer healthy backends than configured but some: requests are still served. */
     @Test
     @Timeout(30)
