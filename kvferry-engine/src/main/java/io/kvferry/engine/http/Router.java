@@ -165,6 +165,15 @@ public final class Router implements AutoCloseable {
         /** Health checks failed in a row (timed out, cut off); the health thread's (the constructor's before it). */
         int failedChecks;
 
+        /**
+         * In rotation: healthy, and for a prefill its registry known (learnt from a /health it answered). A
+         * prefill whose checks never got an answer (a slow name lookup, a silent link) counted as healthy on
+         * the router's /health while every request got "no healthy prefill instance".
+         */
+        boolean serves() {
+            return healthy && (!prefill || bootstrap != null);
+        }
+
         Backend(String url, boolean prefill, String bootstrap) {
             this(url, prefill, bootstrap, prefill ? "--prefill" : "--decode");
         }
@@ -590,7 +599,7 @@ public final class Router implements AutoCloseable {
     private static Backend pick(List<Backend> all, String role) throws Failure {
         Backend best = null;
         for (Backend b : all) {
-            if (b.healthy && (!b.prefill || b.bootstrap != null) && (best == null || b.inFlight.get() < best.inFlight.get())) best = b;
+            if (b.serves() && (best == null || b.inFlight.get() < best.inFlight.get())) best = b;
         }
         if (best == null) throw new Failure(503, "service_unavailable", "no healthy " + role + " instance (" + all + ")");
         return best;
@@ -1827,7 +1836,7 @@ public final class Router implements AutoCloseable {
         ObjectNode o = Http.JSON.createObjectNode();
         o.put("url", b.url.toString());
         o.put("worker_type", b.prefill ? "prefill" : "decode");
-        o.put("healthy", b.healthy);
+        o.put("healthy", b.serves());
         o.put("in_flight", b.inFlight.get());
         if (b.prefill) o.put("bootstrap", b.bootstrap);
         return o;
@@ -1837,7 +1846,7 @@ public final class Router implements AutoCloseable {
         if (!Http.method(ex, "GET")) return;
         ObjectNode out = Http.JSON.createObjectNode();
         Pool now = pool;
-        long p = now.prefills().stream().filter(b -> b.healthy).count(), d = now.decodes().stream().filter(b -> b.healthy).count();
+        long p = now.prefills().stream().filter(Backend::serves).count(), d = now.decodes().stream().filter(Backend::serves).count();
         // Degraded: a role has fewer healthy backends than it has, requests still served; unavailable: none of a role.
         boolean all = p == now.prefills().size() && d == now.decodes().size();
         out.put("status", p == 0 || d == 0 ? "unavailable" : all ? "ok" : "degraded");

@@ -69,7 +69,7 @@ final class RouterMeters {
     /** Gauges of one backend: 1 while in rotation, 0 while its health checks keep it out; requests it is serving. */
     void backend(Router.Backend b) {
         String role = b.prefill ? "prefill" : "decode";
-        Gauge.builder(BACKEND_UP, b, x -> x.healthy ? 1 : 0).description("Router: 1 while the backend is in rotation")
+        Gauge.builder(BACKEND_UP, b, x -> x.serves() ? 1 : 0).description("Router: 1 while the backend is in rotation")
                 .tags("role", role, "backend", b.url.toString()).register(registry);
         Gauge.builder(BACKEND_IN_FLIGHT, b, x -> x.inFlight.get()).description("Router: requests the backend is serving for this router")
                 .tags("role", role, "backend", b.url.toString()).register(registry);

@@ -819,6 +819,33 @@ class RouterErrorsTest {
         }
     }
 
+    /**
+     * A prefill that has never answered a health check (its connect times out: a silent link, a slow name
+     * lookup) is not counted on the router's /health: it said "ok" with healthy_prefills 1 while every
+     * request got "no healthy prefill instance".
+     */
+    @Test
+    @Timeout(30)
+    void aPrefillThatNeverAnsweredIsNotCountedHealthy() throws Exception {
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.start();
+        List<Socket> held = new ArrayList<>();
+        try (ServerSocket swamped = swampedServer(held);
+             Router router = new Router(List.of("http://127.0.0.1:" + swamped.getLocalPort()), List.of(url(decode)),
+                     ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, NO_CHECKS)) {
+            HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
+            assertEquals(503, r.statusCode(), r.body());
+            HttpResponse<String> h = send(router.port(), "/health", null);
+            assertEquals(503, h.statusCode(), h.body());
+            assertEquals("unavailable", JSON.readTree(h.body()).path("status").asText(), h.body());
+            assertEquals(0, JSON.readTree(h.body()).path("healthy_prefills").asInt(), h.body());
+        } finally {
+            for (Socket s : held) s.close();
+            decode.stop(0);
+        }
+    }
+
     /** /health says "degraded" (200) while a role has fewer healthy backends than configured but some: requests are still served. */
     @Test
     @Timeout(30)
