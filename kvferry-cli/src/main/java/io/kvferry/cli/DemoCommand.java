@@ -120,7 +120,7 @@ public final class DemoCommand implements Callable<Integer> {
                 cluster = Roles.all(engine.options(model, 1, 1, 0, 0, token), engine.options(model, prefillTp, prefillPp, 0, 0, token),
                         engine.options(model, decodeTp, 1, 0, 0, token));
             }
-            routerUrl = "http://" + engine.host + ":" + cluster.port();
+            routerUrl = "http://" + Roles.hostPort(Roles.isWildcard(engine.host) ? Roles.loopback(engine.host) : engine.host, cluster.port());
             out.println("[demo] router " + routerUrl + ": " + engine.variant.label() + ", prefill tp" + prefillTp + " pp" + prefillPp
                     + " -> decode tp" + decodeTp + " over " + engine.transport + (processes ? ", separate processes" : ", one process"));
             return run(out, model, routerUrl, ps);
@@ -308,6 +308,8 @@ public final class DemoCommand implements Callable<Integer> {
         if (models != null) cmd.add("-Dkvferry.models=" + models);
         cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--role", role, "--port", "0"));
         if (role.equals("prefill")) cmd.addAll(List.of("--bootstrap-port", "0")); // its registry; a decode has none
+        // Every process is on this host: a prefill bound to every address is reached over loopback.
+        if (role.equals("prefill") && Roles.isWildcard(engine.host)) cmd.addAll(List.of("--advertise-host", Roles.loopback(engine.host)));
         cmd.addAll(List.of("--tp", Integer.toString(tp), "--pp", Integer.toString(pp),
                 "--transport", engine.transport, "--host", engine.host, "--page-size", Integer.toString(engine.pageSize),
                 "--pages", Integer.toString(engine.pages), "--max-requests", Integer.toString(engine.maxRequests),

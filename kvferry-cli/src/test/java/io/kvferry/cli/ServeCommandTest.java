@@ -216,6 +216,16 @@ class ServeCommandTest {
         return w;
     }
 
+    /** demo --processes on every address: its prefill process is given loopback to advertise (it is refused a wildcard). */
+    @Test
+    @Timeout(120)
+    void demoOverSeparateProcessesOnTheWildcard() throws Exception {
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--processes", "--host", "0.0.0.0", "--max-tokens", "4", "--prompt",
+                "Once upon a time", "--json");
+        assertEquals(0, r.code(), r.out());
+        assertEquals(1, BenchCommandTest.lastJson(r.out()).path("succeeded").asInt(), r.out());
+    }
+
     /** A host name that resolves here to loopback (Debian maps the machine's own name to 127.0.1.1) is warned about; others are not. */
     @Test
     void aHostNameThatResolvesToLoopbackIsWarnedAbout() throws Exception {

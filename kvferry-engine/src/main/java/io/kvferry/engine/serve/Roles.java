@@ -267,7 +267,8 @@ public final class Roles {
         return (host.indexOf(':') >= 0 && !host.startsWith("[") ? "[" + host + "]" : host) + ":" + port;
     }
 
-    private static String loopback(String wildcard) {
+    /** The loopback address of a wildcard's family: where this host's own processes reach a role bound to it. */
+    public static String loopback(String wildcard) {
         return wildcard.indexOf(':') >= 0 ? "::1" : "127.0.0.1";
     }
 
