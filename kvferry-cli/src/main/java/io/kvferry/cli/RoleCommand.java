@@ -1,6 +1,7 @@
 package io.kvferry.cli;
 
 import io.kvferry.api.DisaggregationMode;
+import io.kvferry.engine.serve.Roles;
 import io.kvferry.registry.RegistryException;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.RoleOptions;
@@ -119,6 +120,12 @@ abstract class RoleCommand implements Callable<Integer> {
             InetAddress.getByName(host);
         } catch (UnknownHostException e) {
             System.err.println("kvferry " + mode().name().toLowerCase() + ": --host " + host + ": no such host (cannot resolve it)");
+            return 2;
+        }
+        if (mode() == DisaggregationMode.PREFILL && advertiseHost == null && Roles.isWildcard(host)) {
+            // Refused here in one line rather than by the manager at registration, with a stack trace.
+            System.err.println("kvferry prefill: --host " + host + " binds every address, and its ranks would publish it, which a decode "
+                    + "on another host cannot connect to: give --advertise-host, the address the decodes reach this host at");
             return 2;
         }
         int statusPort;

@@ -217,6 +217,14 @@ class CommandLineBadInputTest {
                 "kvferry prefill: --host no-such-host.invalid: no such host");
     }
 
+    /** A bench prefill on the wildcard would publish 0.0.0.0 for its ranks: one line naming --advertise-host (the manager's refusal was a stack trace). */
+    @Test
+    void aPrefillRoleOnTheWildcardIsRefusedNamingAdvertiseHost() throws Exception {
+        assertOneLine(CliRun.of("prefill", "--bootstrap", "127.0.0.1:1", "--model", "tiny", "--requests", "1", "--status-port", "-1",
+                "--host", "0.0.0.0", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry prefill: --host 0.0.0.0 binds every address", "give --advertise-host");
+    }
+
     /** A rank listed twice ran twice: the second copy's rooms all failed (bad_request), exit 1 after the run. */
     @Test
     void aRankGivenTwiceIsRefused() throws Exception {
