@@ -316,6 +316,12 @@ public final class Router implements AutoCloseable {
         Sampling sampling(long room) {
             return new Sampling(temperature, topP, seed.orElse(room), topK);
         }
+
+        /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link Router#choices}). */
+        Ask sample(String prompt, int sample) {
+            OptionalLong s = seed.isPresent() ? OptionalLong.of(seed.getAsLong() + sample) : seed;
+            return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart);
+        }
     }
 
     /**
@@ -1188,11 +1194,9 @@ public final class Router implements AutoCloseable {
     private void completions(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
-        JsonNode promptNode = req.get("prompt");
-        String prompt;
-        if (promptNode != null && promptNode.isArray() && promptNode.size() == 1 && promptNode.get(0).isTextual()) prompt = promptNode.get(0).textValue();
-        else prompt = Http.textField(req, "prompt");
+        List<String> prompts = prompts(req);
         refuseUnsupported(req, OpenAiShape.COMPLETION);
+        int n = n(req, prompts.size());
         // OpenAI's legacy logprobs: the number of top log probabilities a token (its own always comes too); absent or null: none.
         int logprobs = Http.intField(req, "logprobs", -1, 0, LogprobsShape.MAX_TOP);
         // echo: the text starts with the prompt, and with logprobs the prompt's tokens' come first (lm-evaluation-harness's
@@ -1202,8 +1206,52 @@ public final class Router implements AutoCloseable {
         if (maxTokens == 0 && !echo) {
             throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
         }
-        Ask ask = ask(req, prompt, maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
-        answer(ex, req, OpenAiShape.COMPLETION, ask, echo);
+        Ask ask = ask(req, prompts.getFirst(), maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
+        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n), echo);
+    }
+
+    /** Most completions one OpenAI request may ask for: its prompts times {@code n} (each is a PD request of its own). */
+    static final int MAX_CHOICES = 64;
+
+    /** A completion's {@code prompt}: a string, or a list of 1 to {@link #MAX_CHOICES} strings (a batch: each its own choices). */
+    static List<String> prompts(JsonNode req) {
+        JsonNode p = req.get("prompt");
+        if (p == null || !p.isArray()) return List.of(Http.textField(req, "prompt"));
+        if (p.isEmpty() || p.size() > MAX_CHOICES) {
+            throw new Http.BadRequest("prompt", "prompt must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + p.size());
+        }
+        List<String> prompts = new ArrayList<>();
+        for (int i = 0; i < p.size(); i++) {
+            if (!p.get(i).isTextual()) {
+                throw new Http.BadRequest("prompt", "prompt[" + i + "] must be a string (token id lists are not supported), got " + p.get(i));
+            }
+            prompts.add(p.get(i).textValue());
+        }
+        return prompts;
+    }
+
+    /** {@code n}: the choices of each prompt, 1 to {@link #MAX_CHOICES}, and at most {@link #MAX_CHOICES} for all the prompts. */
+    static int n(JsonNode req, int prompts) {
+        int n = Http.intField(req, "n", 1, 1, MAX_CHOICES);
+        if ((long) n * prompts > MAX_CHOICES) {
+            throw new Http.BadRequest("n", "n (" + n + ") times the " + prompts + " prompts asks for " + (long) n * prompts
+                    + " completions; a request may ask for at most " + MAX_CHOICES);
+        }
+        return n;
+    }
+
+    /**
+     * The choices' asks, index = prompt index * n + sample index. Sample {@code j} of a request with a {@code seed} gets
+     * seed + j (wrapping): sample 0 is the single request's, and a seeded request gives the same samples again; without
+     * one each choice's room is its seed. Each prompt is checked (its context, its characters) before any runs.
+     */
+    List<Ask> choices(Ask ask, List<String> prompts, int n) {
+        List<Ask> asks = new ArrayList<>();
+        for (String prompt : prompts) {
+            if (prompts.size() > 1) promptIds(prompt);
+            for (int j = 0; j < n; j++) asks.add(ask.sample(prompt, j));
+        }
+        return asks;
     }
 
     /**
@@ -1222,7 +1270,7 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
                     + ") differ; send max_completion_tokens alone");
         }
-        answer(ex, req, OpenAiShape.CHAT, ask(req, prompt, older, chatLogprobs(req), -1), false);
+        answer(ex, req, OpenAiShape.CHAT, choices(ask(req, prompt, older, chatLogprobs(req), -1), List.of(prompt), n(req, 1)), false);
     }
 
     /**
@@ -1269,81 +1317,299 @@ public final class Router implements AutoCloseable {
      * extension, then, with {@code stream_options.include_usage}, OpenAI's usage chunk (no choices), then [DONE].
      * Without it the last chunk carries the usage (kvferry's, kept for clients that read it there).
      *
-     * <p>{@code echo} (completions): the text starts with the prompt as sent, and the log probabilities, when asked, cover
-     * the prompt's tokens (the first one's null, OpenAI's legacy shape) then the completion's, {@code text_offset} over the
-     * echoed text. A stream sends the prompt's part as its own first chunk, before the first token's (with max_tokens 0,
-     * before the last chunk).
+     * <p>{@code asks}: one per choice, in OpenAI's order (index = prompt index * n + sample index). Several run at once,
+     * each a request of its own through {@link #run} (its room, its prefill and decode, its admission slot); the answer
+     * lists them by index, its usage their sum, its {@code kvferry} extension theirs ({@code choices}); a stream's chunks
+     * come interleaved, each naming its choice, the usage only in the {@code include_usage} chunk ({@link Answer}).
      */
-    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, Ask ask, boolean echo) throws Exception {
+    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo) throws Exception {
         boolean stream = Http.booleanField(req, "stream", false);
-        boolean usageChunk = includeUsage(req) && stream;
-        String id = shape.idPrefix + Long.toHexString(ThreadLocalRandom.current().nextLong());
-        long created = System.currentTimeMillis() / 1000;
-        OutputStream[] events = new OutputStream[1];
-        int[] streamed = {0, 0}; // characters of the text, and tokens' log probabilities, already sent in chunks
-        int shift = echo ? ask.prompt().length() : 0; // where the completion's text begins in the answer's text
-        boolean[] promptSent = {!echo || !stream};
-        try {
-            Outcome o = run(ask, RECORD.get(), new Output() {
-                @Override
-                public void onPrompt(List<TokenLogprobs> input) throws IOException {
-                    if (promptSent[0]) return;
-                    if (events[0] == null) events[0] = startStream(ex, shape, id, created);
-                    JsonNode lp = input == null ? null : promptLogprobs(ask.prompt(), input);
-                    Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, ask.prompt(), null, true, false, lp)));
-                    promptSent[0] = true;
-                }
-
-                @Override
-                public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
-                    if (!stream) return;
-                    if (events[0] == null) events[0] = startStream(ex, shape, id, created);
-                    streamed[0] += text.length();
-                    // A chunk carries the log probabilities of its token.
-                    JsonNode lp = logprobs == null ? null : shape.logprobs(tokenizer, List.of(logprobs), new int[]{shift + offset}, 0, 1);
-                    if (logprobs != null) streamed[1]++;
-                    Http.event(events[0], Http.JSON.writeValueAsString(shape.answer(id, created, modelName, text, null, true, false, lp)));
-                }
-
-                @Override
-                public void onKeepAlive() throws IOException {
-                    if (!stream) return;
-                    if (events[0] == null) events[0] = startStream(ex, shape, id, created);
-                    Http.write(events[0], Http.KEEP_ALIVE);
-                }
-            });
-            ObjectNode usage = Http.JSON.createObjectNode();
-            usage.put("prompt_tokens", o.promptTokens());
-            usage.put("completion_tokens", o.tokens().length);
-            usage.put("total_tokens", o.promptTokens() + o.tokens().length);
-            if (!stream) {
-                ObjectNode lp = o.logprobs() == null ? null : shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
-                if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
-                ObjectNode whole = shape.answer(id, created, modelName, echo ? ask.prompt() + o.text() : o.text(), o.finishReason(), false, false, lp);
-                whole.set("usage", usage);
-                whole.set("kvferry", extension(o));
-                Http.sendJson(ex, 200, whole);
-                return;
+        Answer a = new Answer(ex, shape, stream, includeUsage(req) && stream, echo, asks.size());
+        List<Choice> choices = new ArrayList<>();
+        for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));
+        RequestRecord record = RECORD.get();
+        if (choices.size() == 1) {
+            choices.getFirst().run(record);
+        } else {
+            // Each choice is a request of its own (its room, its prefill and decode, its admission slot), all at once.
+            List<Thread> threads = new ArrayList<>();
+            for (Choice c : choices) threads.add(Thread.ofVirtual().name("choice-" + c.index).start(() -> c.run(new RequestRecord())));
+            try {
+                for (Thread t : threads) t.join();
+            } catch (InterruptedException e) {
+                for (Thread t : threads) t.interrupt();
+                throw e;
             }
-            if (events[0] == null) events[0] = startStream(ex, shape, id, created);
-            // The last chunk carries what was held back (a possible stop string's start, an incomplete character), and the
-            // log probabilities of the tokens no chunk had (the one that completed a stop string).
-            JsonNode lp = o.logprobs() == null || streamed[1] == o.tokens().length ? null
-                    : shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamed[1], o.tokens().length);
-            ObjectNode fin = shape.answer(id, created, modelName, o.text().substring(streamed[0]), o.finishReason(), true, false, lp);
-            if (!usageChunk) fin.set("usage", usage);
-            fin.set("kvferry", extension(o));
-            Http.event(events[0], Http.JSON.writeValueAsString(fin));
-            if (usageChunk) {
-                ObjectNode last = shape.head(id, created, modelName, true);
+            merge(record, choices);
+        }
+        Failure early;
+        synchronized (a) {
+            early = a.early;
+        }
+        if (early != null) { // no byte sent yet (or no stream): the request's answer is that choice's failure
+            fail(ex, null, early);
+            return;
+        }
+        Exception thrown;
+        synchronized (a) {
+            thrown = a.thrown;
+        }
+        if (thrown != null) throw thrown; // the client left (every room aborted), or a 400
+        ObjectNode usage = usage(choices);
+        if (!stream) {
+            ObjectNode whole = shape.head(a.id, a.created, modelName, false);
+            ArrayNode all = whole.putArray("choices");
+            for (Choice c : choices) all.add(c.whole());
+            whole.set("usage", usage);
+            whole.set("kvferry", choices.size() == 1 ? extension(choices.getFirst().outcome) : extensions(choices));
+            Http.sendJson(ex, 200, whole);
+            return;
+        }
+        synchronized (a) {
+            OutputStream events = a.events();
+            boolean anyDone = choices.stream().anyMatch(c -> c.outcome != null);
+            if (a.usageChunk && anyDone) {
+                ObjectNode last = shape.head(a.id, a.created, modelName, true);
                 last.putArray("choices");
                 last.set("usage", usage);
-                Http.event(events[0], Http.JSON.writeValueAsString(last));
+                Http.event(events, Http.JSON.writeValueAsString(last));
             }
-            Http.event(events[0], "[DONE]");
-            events[0].close();
-        } catch (Failure f) {
-            fail(ex, events[0], f);
+            Http.event(events, "[DONE]");
+            events.close();
+        }
+        if (a.streamFailure != null) {
+            record.countedStatus = a.streamFailure.status;
+            record.failureKind = a.streamFailure.kind != null ? a.streamFailure.kind : a.streamFailure.type;
+        }
+    }
+
+    /** The request log's record of a request of several choices: the first choice's room, the tokens of all, the earliest first token. */
+    private static void merge(RequestRecord record, List<Choice> choices) {
+        record.room = choices.getFirst().record.room;
+        int prompt = 0, completion = 0;
+        for (Choice c : choices) {
+            prompt += Math.max(c.record.promptTokens, 0);
+            completion += Math.max(c.record.completionTokens, 0);
+            if (c.record.ttftMs >= 0 && (record.ttftMs < 0 || c.record.ttftMs < record.ttftMs)) record.ttftMs = c.record.ttftMs;
+        }
+        record.promptTokens = prompt;
+        record.completionTokens = completion;
+    }
+
+    /** OpenAI's usage of a request: its finished choices' tokens, summed (each choice's prompt counts once per choice). */
+    private static ObjectNode usage(List<Choice> choices) {
+        int prompt = 0, completion = 0;
+        for (Choice c : choices) {
+            if (c.outcome == null) continue;
+            prompt += c.outcome.promptTokens();
+            completion += c.outcome.tokens().length;
+        }
+        ObjectNode usage = Http.JSON.createObjectNode();
+        usage.put("prompt_tokens", prompt);
+        usage.put("completion_tokens", completion);
+        usage.put("total_tokens", prompt + completion);
+        return usage;
+    }
+
+    /** kvferry's extension of an answer of several choices: each choice's, in index order. */
+    private static ObjectNode extensions(List<Choice> choices) {
+        ObjectNode k = Http.JSON.createObjectNode();
+        ArrayNode each = k.putArray("choices");
+        for (Choice c : choices) each.add(c.outcome == null ? Http.JSON.nullNode() : extension(c.outcome));
+        return k;
+    }
+
+    /**
+     * One OpenAI answer under way: what its choices share. A stream is one response whose chunks the choices write in
+     * turn (under this object's lock), each naming its choice's {@code index}. A choice that fails before the stream
+     * began fails the request (its status is the answer's; the other choices are cancelled: their rooms aborted on
+     * both engines at their next token or keep-alive); one that fails after has its error event, naming its index, and
+     * the others go on; one [DONE] ends the stream.
+     */
+    private final class Answer {
+        final HttpExchange ex;
+        final OpenAiShape shape;
+        final boolean stream;
+        final boolean usageChunk;
+        final boolean echo;
+        final int count;
+        final String id;
+        final long created = System.currentTimeMillis() / 1000;
+        private OutputStream events;
+        /** The failure that is the request's answer (the first before any byte was sent). */
+        private Failure early;
+        /** The first failure of a choice after the stream began (the request is counted with its status). */
+        private Failure streamFailure;
+        /** The first choice's end that is neither an outcome nor a failure: the client left, a 400 (thrown on). */
+        private Exception thrown;
+        /** Set when a choice failed before the stream began or the client left: the other choices stop. */
+        private volatile boolean cancelled;
+
+        Answer(HttpExchange ex, OpenAiShape shape, boolean stream, boolean usageChunk, boolean echo, int count) {
+            this.ex = ex;
+            this.shape = shape;
+            this.stream = stream;
+            this.usageChunk = usageChunk;
+            this.echo = echo;
+            this.count = count;
+            this.id = shape.idPrefix + Long.toHexString(ThreadLocalRandom.current().nextLong());
+        }
+
+        /** An IOException (the choice's rooms are then aborted, as for a client gone) once the request is cancelled. */
+        void check() throws IOException {
+            if (cancelled) throw new IOException("cancelled: another choice of the request failed, or its client left");
+        }
+
+        void cancel() {
+            cancelled = true;
+        }
+
+        /** A choice ended by {@code e} (not a failure of its request): the others stop, and the first such is the request's end. */
+        synchronized void ended(Exception e) {
+            if (thrown == null && early == null) thrown = e;
+            cancel();
+        }
+
+        /** The stream, begun if it was not (a chat's first chunks name the role, one per choice). */
+        synchronized OutputStream events() throws IOException {
+            if (events == null) {
+                check();
+                events = Http.startEvents(ex);
+                if (shape == OpenAiShape.CHAT) {
+                    for (int i = 0; i < count; i++) {
+                        Http.event(events, Http.JSON.writeValueAsString(indexed(shape.answer(id, created, modelName, "", null, true, true), i)));
+                    }
+                }
+            }
+            return events;
+        }
+
+        synchronized void send(ObjectNode chunk) throws IOException {
+            Http.event(events(), Http.JSON.writeValueAsString(chunk));
+        }
+
+        synchronized void keepAlive() throws IOException {
+            Http.write(events(), Http.KEEP_ALIVE);
+        }
+
+        /** A choice failed: the request's answer if nothing was sent yet, else its error event (naming its index when there are several). */
+        synchronized void failed(int index, Failure f) throws IOException {
+            Failure named = count == 1 ? f : new Failure(f.status, f.type, f.kind, "choice " + index + ": " + f.getMessage());
+            if (events == null) {
+                if (early == null) early = named;
+                cancel();
+                return;
+            }
+            if (streamFailure == null) streamFailure = named;
+            ObjectNode ev = Http.errorEvent(named.type, named.kind, named.getMessage());
+            if (count > 1) ((ObjectNode) ev.get("error")).put("index", index);
+            Http.event(events, Http.JSON.writeValueAsString(ev));
+        }
+    }
+
+    /** A chunk or answer whose one choice is the {@code index}th of the request. */
+    private static ObjectNode indexed(ObjectNode answer, int index) {
+        ((ObjectNode) answer.get("choices").get(0)).put("index", index);
+        return answer;
+    }
+
+    /**
+     * One choice of an OpenAI answer: one request through a prefill and a decode ({@link #run}), its stream's chunks
+     * naming its index. {@code echo} (completions): its text starts with its prompt as sent, and the log
+     * probabilities, when asked, cover the prompt's tokens (the first one's null, OpenAI's legacy shape) then the
+     * completion's, {@code text_offset} over the echoed text. A stream sends the prompt's part as the choice's first
+     * chunk, before its first token's (with max_tokens 0, before its last chunk).
+     */
+    private final class Choice implements Output {
+        final Answer a;
+        final int index;
+        final Ask ask;
+        /** Where the completion's text begins in the choice's text. */
+        final int shift;
+        /** Characters of the text, and tokens' log probabilities, already sent in chunks. */
+        int streamedChars;
+        int streamedLogprobs;
+        boolean promptSent;
+        RequestRecord record;
+        Outcome outcome;
+
+        Choice(Answer a, int index, Ask ask) {
+            this.a = a;
+            this.index = index;
+            this.ask = ask;
+            this.shift = a.echo ? ask.prompt().length() : 0;
+            this.promptSent = !a.echo || !a.stream;
+        }
+
+        void run(RequestRecord record) {
+            this.record = record;
+            try {
+                outcome = Router.this.run(ask, record, this);
+                finish();
+            } catch (Failure f) {
+                try {
+                    a.failed(index, f);
+                } catch (IOException gone) {
+                    a.ended(gone);
+                }
+            } catch (Exception e) {
+                if (e instanceof InterruptedException) Thread.currentThread().interrupt();
+                a.ended(e);
+            }
+        }
+
+        private ObjectNode chunk(String text, String finish, JsonNode lp) {
+            return indexed(a.shape.answer(a.id, a.created, modelName, text, finish, true, false, lp), index);
+        }
+
+        @Override
+        public void onPrompt(List<TokenLogprobs> input) throws IOException {
+            if (promptSent) return;
+            JsonNode lp = input == null ? null : promptLogprobs(ask.prompt(), input);
+            a.send(chunk(ask.prompt(), null, lp));
+            promptSent = true;
+        }
+
+        @Override
+        public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
+            a.check();
+            if (!a.stream) return;
+            streamedChars += text.length();
+            // A chunk carries the log probabilities of its token.
+            JsonNode lp = logprobs == null ? null : a.shape.logprobs(tokenizer, List.of(logprobs), new int[]{shift + offset}, 0, 1);
+            if (logprobs != null) streamedLogprobs++;
+            a.send(chunk(text, null, lp));
+        }
+
+        @Override
+        public void onKeepAlive() throws IOException {
+            a.check();
+            if (a.stream) a.keepAlive();
+        }
+
+        /**
+         * A stream's last chunk of the choice: what was held back (a possible stop string's start, an incomplete
+         * character), the log probabilities of the tokens no chunk had (the one that completed a stop string), the
+         * finish reason, kvferry's extension and, for a request of one choice without {@code include_usage}, the usage.
+         */
+        private void finish() throws IOException {
+            if (!a.stream) return;
+            Outcome o = outcome;
+            JsonNode lp = o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
+                    : a.shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
+            ObjectNode fin = chunk(o.text().substring(streamedChars), o.finishReason(), lp);
+            if (!a.usageChunk && a.count == 1) fin.set("usage", usage(List.of(this)));
+            fin.set("kvferry", extension(o));
+            a.send(fin);
+        }
+
+        /** The choice of a whole (not streamed) answer. */
+        JsonNode whole() {
+            Outcome o = outcome;
+            ObjectNode lp = o.logprobs() == null ? null : a.shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
+            if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
+            ObjectNode one = a.shape.answer(a.id, a.created, modelName, a.echo ? ask.prompt() + o.text() : o.text(), o.finishReason(), false, false, lp);
+            return indexed(one, index).get("choices").get(0);
         }
     }
 
@@ -1367,13 +1633,6 @@ public final class Router implements AutoCloseable {
         int[] out = offsets.clone();
         for (int i = 0; i < out.length; i++) out[i] += by;
         return out;
-    }
-
-    /** Begins a stream's response; a chat's first chunk names the role (OpenAI's, with empty content). */
-    private OutputStream startStream(HttpExchange ex, OpenAiShape shape, String id, long created) throws IOException {
-        OutputStream events = Http.startEvents(ex);
-        if (shape == OpenAiShape.CHAT) Http.event(events, Http.JSON.writeValueAsString(shape.answer(id, created, modelName, "", null, true, true)));
-        return events;
     }
 
     /**
@@ -1483,7 +1742,7 @@ public final class Router implements AutoCloseable {
      * naming every such parameter the request sets, rather than an answer that silently differs from
      * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
      * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. Both OpenAI routes check the
-     * penalties, {@code logit_bias}, vLLM's extensions and {@code n}; then each its own ({@link ChatPrompt#refuseUnsupported}).
+     * penalties, {@code logit_bias}, vLLM's extensions, and a completion's {@code best_of}; then each its own ({@link ChatPrompt#refuseUnsupported}).
      */
     private static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
         Refusals refused = new Refusals();
@@ -1491,11 +1750,10 @@ public final class Router implements AutoCloseable {
         for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "min_p", "repetition_penalty")) {
             refuseUnlessNoOp(req, key, refused);
         }
-        for (String one : shape == OpenAiShape.CHAT ? new String[]{"n"} : new String[]{"n", "best_of"}) {
-            JsonNode v = req.get(one);
-            if (v != null && !v.isNull() && !(v.isIntegralNumber() && v.canConvertToInt() && v.intValue() == 1)) {
-                refused.add(one, one + " must be 1 (one completion per request is supported), got " + v);
-            }
+        JsonNode bestOf = req.get("best_of");
+        if (shape == OpenAiShape.COMPLETION && bestOf != null && !bestOf.isNull()
+                && !(bestOf.isIntegralNumber() && bestOf.canConvertToInt() && bestOf.intValue() == 1)) {
+            refused.add("best_of", "best_of must be 1 (choosing the best of several samples is not supported; n asks for several), got " + bestOf);
         }
         if (shape == OpenAiShape.CHAT) {
             JsonNode echo = req.get("echo");

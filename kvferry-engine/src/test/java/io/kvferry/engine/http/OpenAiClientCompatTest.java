@@ -38,6 +38,7 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -264,8 +265,8 @@ class OpenAiClientCompatTest {
     @Test
     @Timeout(60)
     void whatAChatCannotDoIsTheClientsBadRequestExceptionNamingTheField() {
-        BadRequestException n = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4).n(2).build()));
-        assertError(n, 400, "invalid_request_error", "n must be 1");
+        BadRequestException n = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4).n(65).build()));
+        assertError(n, 400, "invalid_request_error", "n must be in [1, 64], got 65");
         assertEquals("n", n.param().orElse(null));
         BadRequestException tools = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
                 .putAdditionalBodyProperty("tools", JsonValue.from(List.of(Map.of("type", "function", "function", Map.of("name", "f"))))).build()));
@@ -365,14 +366,58 @@ class OpenAiClientCompatTest {
         }
     }
 
+    /**
+     * Several choices (a batch of prompts, n samples each; a chat's n) parse in the client's models, each choice with its
+     * index, the usage summed; streamed, the client reads the interleaved chunks, each naming its choice, and each
+     * choice's text is the answer's.
+     */
+    @Test
+    @Timeout(60)
+    void severalChoicesParseAndStreamInTheClientsModels() {
+        List<String> prompts = List.of(PROMPT, "The little dog");
+        Completion c = client.completions().create(completion(PROMPT, 6).promptOfArrayOfStrings(prompts).n(2).build()).validate();
+        assertEquals(4, c.choices().size(), c.toString());
+        long completionTokens = 0;
+        for (int i = 0; i < 4; i++) assertEquals(i, c.choices().get(i).index(), c.toString());
+        Completion first = client.completions().create(completion(prompts.get(1), 6).build());
+        assertEquals(first.choices().getFirst().text(), c.choices().get(2).text(), "prompt 1's first sample is index 2");
+        for (int i = 0; i < prompts.size(); i++) {
+            completionTokens += client.completions().create(completion(prompts.get(i), 6).build()).usage().orElseThrow().completionTokens() * 2;
+        }
+        assertEquals(completionTokens, c.usage().orElseThrow().completionTokens(), "the usage is the choices' sum");
+        String[] texts = new String[4];
+        Arrays.fill(texts, "");
+        try (StreamResponse<Completion> s = client.completions().createStreaming(completion(PROMPT, 6).promptOfArrayOfStrings(prompts).n(2).build())) {
+            s.stream().forEach(chunk -> {
+                for (CompletionChoice ch : chunk.choices()) texts[(int) ch.index()] += ch.text();
+            });
+        }
+        for (int i = 0; i < 4; i++) assertEquals(c.choices().get(i).text(), texts[i], "choice " + i);
+
+        ChatCompletion chat = client.chat().completions().create(chat(5).n(3).build()).validate();
+        assertEquals(3, chat.choices().size(), chat.toString());
+        String[] contents = new String[3];
+        Arrays.fill(contents, "");
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(chat(5).n(3).build())) {
+            s.stream().forEach(chunk -> {
+                for (ChatCompletionChunk.Choice ch : chunk.choices()) contents[(int) ch.index()] += ch.delta().content().orElse("");
+            });
+        }
+        for (int i = 0; i < 3; i++) {
+            assertEquals(i, chat.choices().get(i).index());
+            assertEquals(chat.choices().get(i).message().content().orElseThrow(), contents[i], "chat choice " + i);
+        }
+    }
+
     @Test
     @Timeout(60)
     void badRequestsAreTheClientsBadRequestException() {
         BadRequestException negative = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, -1).build()));
         assertError(negative, 400, "invalid_request_error", "max_tokens");
         assertEquals("max_tokens", negative.param().orElse(null), "the field at fault, as OpenAI names it");
-        BadRequestException n = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4).n(2).build()));
-        assertError(n, 400, "invalid_request_error", "n must be 1");
+        BadRequestException n = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4).n(0).build()));
+        assertError(n, 400, "invalid_request_error", "n must be in [1, 64], got 0");
+        assertEquals("n", n.param().orElse(null));
         BadRequestException unknown = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4)
                 .putAdditionalBodyProperty("min_p", JsonValue.from(0.5)).build()));
         assertError(unknown, 400, "invalid_request_error", "min_p is not supported");

@@ -240,14 +240,18 @@ class ServeTest {
                 {"[1,2]", "JSON object"},
                 {"{\"prompt\":\"" + "a b ".repeat(400) + "\"}", "context"},
                 {"{\"prompt\":\"" + "Once upon a time there was a girl. ".repeat(2000) + "\"}", "context"},
-                {"{\"prompt\":\"x\",\"n\":3}", "n must be 1"},
+                {"{\"prompt\":\"x\",\"n\":0}", "n must be in [1, 64], got 0"},
+                {"{\"prompt\":\"x\",\"n\":65}", "n must be in [1, 64], got 65"},
+                {"{\"prompt\":[\"a\",\"b\"],\"n\":33}", "n (33) times the 2 prompts asks for 66 completions; a request may ask for at most 64"},
+                {"{\"prompt\":[]}", "prompt must be a string or a list of 1 to 64 strings, got a list of 0"},
+                {"{\"prompt\":[\"a\",1]}", "prompt[1] must be a string"},
                 {"{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
                 {"{\"prompt\":\"x\",\"logprobs\":30}", "logprobs must be in [0, 20], got 30"},
                 {"{\"prompt\":\"x\",\"echo\":\"yes\"}", "echo must be true or false"},
                 {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
                 // Every unsupported parameter at once, each named (not only the first).
                 {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"best_of\":3}",
-                        "best_of must be 1 (one completion per request is supported), got 3; suffix is not supported"},
+                        "best_of must be 1 (choosing the best of several samples is not supported; n asks for several), got 3; suffix is not supported"},
                 // Parameters that would change the answer and that the engine does not implement (OpenAI applies them).
                 {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
                 {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},
@@ -310,7 +314,8 @@ class ServeTest {
                 {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\"}]}]}", "messages[0].tool_calls",
                         "not supported"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":\"Once\\ud800\"}]}", "messages[0].content", "unpaired UTF-16 surrogate"},
-                {"{" + msgs + ",\"n\":2}", "n", "n must be 1"},
+                {"{" + msgs + ",\"n\":0}", "n", "n must be in [1, 64], got 0"},
+                {"{" + msgs + ",\"n\":65}", "n", "n must be in [1, 64], got 65"},
                 {"{" + msgs + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools", "tools is not supported"},
                 {"{" + msgs + ",\"tool_choice\":\"auto\"}", "tool_choice", "tool_choice is not supported"},
                 {"{" + msgs + ",\"functions\":[{\"name\":\"f\"}]}", "functions", "functions is not supported"},
@@ -326,9 +331,8 @@ class ServeTest {
                 {"{" + msgs + ",\"stop\":[\"\"]}", null, "stop"},
                 {"{" + msgs + ",\"stream_options\":3}", "stream_options", "stream_options must be an object"},
                 // Every unsupported parameter at once, each named; param names the first.
-                {"{" + msgs + ",\"n\":3,\"tools\":[{}],\"audio\":{}}", "n",
-                        "n must be 1 (one completion per request is supported), got 3; audio is not supported (must be null or absent), "
-                                + "got {}; tools is not supported"},
+                {"{" + msgs + ",\"n\":3,\"tools\":[{}],\"audio\":{}}", "audio",
+                        "audio is not supported (must be null or absent), got {}; tools is not supported"},
         };
         for (String[] c : cases) {
             HttpResponse<String> r = post("/v1/chat/completions", c[0]);

@@ -1,0 +1,301 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.EngineSpec;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.Executors;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Several completions per request, through real engines: a list of prompts and {@code n} samples each, every choice a PD
+ * request of its own, answered in OpenAI's order (index = prompt index * n + sample index) with the usage summed; a
+ * seeded request's samples are single requests' with the seeds seed, seed + 1, …; a stream's chunks, per index, add up to
+ * the answer; log probabilities and echo per choice; bad input is a 400 naming the field; a choice that fails is named.
+ */
+class SeveralChoicesTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final List<String> PROMPTS = List.of("Once upon a time", "The little dog", "Lily and Tom went");
+    static EngineStack stack;
+    static Router router;
+    static final HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+
+    @BeforeAll
+    static void start() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 32, 32);
+        stack = EngineStack.open(spec, spec, "several-choices-test", null);
+        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "test-model", "127.0.0.1", 0);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (router != null) router.close();
+        if (stack != null) stack.close();
+    }
+
+    static HttpResponse<String> post(int port, String path, String body) throws Exception {
+        return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
+                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    static JsonNode ok(String path, String body) throws Exception {
+        HttpResponse<String> r = post(router.port(), path, body);
+        assertEquals(200, r.statusCode(), body + " -> " + r.body());
+        return JSON.readTree(r.body());
+    }
+
+    static String quoted(String s) throws Exception {
+        return JSON.writeValueAsString(s);
+    }
+
+    /** The one choice of a single request, its index left out (compared with a choice of a batch). */
+    static JsonNode single(String path, String body) throws Exception {
+        JsonNode a = ok(path, body);
+        assertEquals(1, a.path("choices").size(), a.toString());
+        ObjectNode c = (ObjectNode) a.path("choices").get(0).deepCopy();
+        c.remove("index");
+        return c;
+    }
+
+    static JsonNode withoutIndex(JsonNode choice) {
+        ObjectNode c = choice.deepCopy();
+        c.remove("index");
+        return c;
+    }
+
+    /** The streamed text of each choice, by index, and the stream's data lines. */
+    static List<StringBuilder> streamedTexts(String path, String body, int choices, List<String> data) throws Exception {
+        HttpResponse<String> r = post(router.port(), path, body);
+        assertEquals(200, r.statusCode(), r.body());
+        List<StringBuilder> texts = new ArrayList<>();
+        for (int i = 0; i < choices; i++) texts.add(new StringBuilder());
+        r.body().lines().filter(l -> l.startsWith("data: ")).map(l -> l.substring(6)).forEach(data::add);
+        assertEquals("[DONE]", data.getLast(), r.body());
+        assertEquals(1, data.stream().filter("[DONE]"::equals).count(), "one [DONE]: " + r.body());
+        for (String d : data.subList(0, data.size() - 1)) {
+            JsonNode chunk = JSON.readTree(d);
+            assertTrue(chunk.path("error").isMissingNode(), d);
+            for (JsonNode c : chunk.path("choices")) {
+                JsonNode text = c.has("text") ? c.path("text") : c.path("delta").path("content");
+                texts.get(c.path("index").intValue()).append(text.asText(""));
+            }
+        }
+        return texts;
+    }
+
+    @Test
+    @Timeout(120)
+    void aBatchOfPromptsTimesNIsSixSingleRequestsInOpenAisOrder() throws Exception {
+        String params = ",\"max_tokens\":8,\"temperature\":0";
+        JsonNode batch = ok("/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(PROMPTS) + ",\"n\":2" + params + "}");
+        JsonNode choices = batch.path("choices");
+        assertEquals(6, choices.size(), batch.toString());
+        int prompt = 0, completion = 0;
+        for (int p = 0; p < PROMPTS.size(); p++) {
+            String body = "{\"prompt\":" + quoted(PROMPTS.get(p)) + params + "}";
+            JsonNode one = single("/v1/completions", body);
+            JsonNode usage = ok("/v1/completions", body).path("usage");
+            prompt += 2 * usage.path("prompt_tokens").intValue();
+            completion += 2 * usage.path("completion_tokens").intValue();
+            for (int j = 0; j < 2; j++) {
+                int index = p * 2 + j;
+                assertEquals(index, choices.get(index).path("index").intValue(), batch.toString());
+                assertEquals(one, withoutIndex(choices.get(index)), "choice " + index + " is prompt " + p + "'s: " + batch);
+            }
+        }
+        assertEquals(prompt, batch.path("usage").path("prompt_tokens").intValue(), batch.toString());
+        assertEquals(completion, batch.path("usage").path("completion_tokens").intValue(), batch.toString());
+        assertEquals(prompt + completion, batch.path("usage").path("total_tokens").intValue(), batch.toString());
+        assertEquals(6, batch.path("kvferry").path("choices").size(), batch.toString());
+        Set<Long> rooms = new HashSet<>();
+        for (JsonNode k : batch.path("kvferry").path("choices")) rooms.add(k.path("bootstrap_room").longValue());
+        assertEquals(6, rooms.size(), "a room each: " + batch);
+
+        // Streamed, each index's chunks add up to its answer's text.
+        List<String> data = new ArrayList<>();
+        List<StringBuilder> texts = streamedTexts("/v1/completions",
+                "{\"prompt\":" + JSON.writeValueAsString(PROMPTS) + ",\"n\":2,\"stream\":true" + params + "}", 6, data);
+        for (int i = 0; i < 6; i++) assertEquals(choices.get(i).path("text").asText(), texts.get(i).toString(), "choice " + i + ": " + data);
+    }
+
+    @Test
+    @Timeout(120)
+    void seededSamplesAreSingleRequestsWithTheDerivedSeedsAndDiffer() throws Exception {
+        String params = ",\"max_tokens\":12,\"temperature\":1";
+        JsonNode three = ok("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.getFirst()) + ",\"n\":3,\"seed\":7" + params + "}");
+        assertEquals(3, three.path("choices").size(), three.toString());
+        Set<String> distinct = new HashSet<>();
+        for (int j = 0; j < 3; j++) {
+            JsonNode one = single("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.getFirst()) + ",\"seed\":" + (7 + j) + params + "}");
+            assertEquals(one, withoutIndex(three.path("choices").get(j)), "sample " + j + " is the request with seed " + (7 + j) + ": " + three);
+            distinct.add(one.path("text").asText());
+        }
+        assertEquals(3, distinct.size(), "the samples differ: " + three);
+        JsonNode again = ok("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.getFirst()) + ",\"n\":3,\"seed\":7" + params + "}");
+        assertEquals(three.path("choices"), again.path("choices"), "a seeded request gives its samples again");
+
+        // A chat's n: the same seeds, and its stream's deltas per index are its answer's contents.
+        String chat = "{\"messages\":[{\"role\":\"user\",\"content\":" + quoted(PROMPTS.getFirst()) + "}],\"n\":3,\"seed\":7" + params;
+        JsonNode chats = ok("/v1/chat/completions", chat + "}");
+        assertEquals(3, chats.path("choices").size(), chats.toString());
+        for (int j = 0; j < 3; j++) {
+            JsonNode one = single("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":" + quoted(PROMPTS.getFirst())
+                    + "}],\"seed\":" + (7 + j) + params + "}");
+            assertEquals(one, withoutIndex(chats.path("choices").get(j)), "chat sample " + j + ": " + chats);
+        }
+        List<String> data = new ArrayList<>();
+        List<StringBuilder> contents = streamedTexts("/v1/chat/completions", chat + ",\"stream\":true}", 3, data);
+        for (int j = 0; j < 3; j++) {
+            assertEquals(chats.path("choices").get(j).path("message").path("content").asText(), contents.get(j).toString(), "chat choice " + j);
+        }
+        // Without a seed each choice's room is its seed: the samples differ too.
+        JsonNode unseeded = ok("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.getFirst()) + ",\"n\":3,\"max_tokens\":24,\"temperature\":1}");
+        Set<String> texts = new HashSet<>();
+        for (JsonNode c : unseeded.path("choices")) texts.add(c.path("text").asText());
+        assertTrue(texts.size() > 1, "unseeded samples differ: " + unseeded);
+    }
+
+    @Test
+    @Timeout(120)
+    void logprobsAndEchoArePerChoice() throws Exception {
+        String params = ",\"max_tokens\":4,\"temperature\":0,\"logprobs\":2,\"echo\":true";
+        JsonNode batch = ok("/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(PROMPTS.subList(0, 2)) + params + "}");
+        assertEquals(2, batch.path("choices").size(), batch.toString());
+        for (int p = 0; p < 2; p++) {
+            JsonNode one = single("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.get(p)) + params + "}");
+            JsonNode choice = batch.path("choices").get(p);
+            assertTrue(choice.path("text").asText().startsWith(PROMPTS.get(p)), choice.toString());
+            assertEquals(one, withoutIndex(choice), "prompt " + p + "'s echo and logprobs: " + batch);
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void badInputIsA400NamingTheField() throws Exception {
+        String msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
+        String[][] cases = {
+                {"/v1/completions", "{\"prompt\":\"x\",\"n\":0}", "n", "n must be in [1, 64], got 0"},
+                {"/v1/completions", "{\"prompt\":\"x\",\"n\":65}", "n", "n must be in [1, 64], got 65"},
+                {"/v1/completions", "{\"prompt\":\"x\",\"n\":1.5}", "n", "n must be an integer"},
+                {"/v1/completions", "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":22}", "n", "n (22) times the 3 prompts asks for 66 completions"},
+                {"/v1/completions", "{\"prompt\":[]}", "prompt", "a list of 1 to 64 strings, got a list of 0"},
+                {"/v1/completions", "{\"prompt\":[\"a\",[1,2]]}", "prompt", "prompt[1] must be a string"},
+                {"/v1/completions", "{\"prompt\":[\"a\",null]}", "prompt", "prompt[1] must be a string"},
+                {"/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(Collections.nCopies(65, "a")) + "}", "prompt",
+                        "got a list of 65"},
+                {"/v1/completions", "{\"prompt\":\"x\",\"best_of\":2}", "best_of", "best_of must be 1"},
+                {"/v1/chat/completions", "{" + msgs + ",\"n\":0}", "n", "n must be in [1, 64], got 0"},
+                {"/v1/chat/completions", "{" + msgs + ",\"n\":65}", "n", "n must be in [1, 64], got 65"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = post(router.port(), c[0], c[1]);
+            assertEquals(400, r.statusCode(), c[1] + " -> " + r.body());
+            JsonNode e = JSON.readTree(r.body()).path("error");
+            assertEquals(c[2], e.path("param").asText(null), c[1] + " -> " + r.body());
+            assertTrue(e.path("message").asText().contains(c[3]), c[1] + " -> " + r.body());
+        }
+    }
+
+    /**
+     * Each choice takes an admission slot as it runs, and none holds one while it waits for another: n above
+     * --max-concurrent-requests runs its choices in turn (it waited forever if the request held a slot its choices needed).
+     */
+    @Test
+    @Timeout(60)
+    void nAboveTheAdmissionLimitRunsInTurn() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        try (Router one = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "test-model", "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(1, Duration.ofSeconds(30)), null)) {
+            HttpResponse<String> r = post(one.port(), "/v1/completions", "{\"prompt\":\"Once\",\"n\":4,\"max_tokens\":4,\"temperature\":0}");
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals(4, JSON.readTree(r.body()).path("choices").size(), r.body());
+        }
+    }
+
+    /**
+     * A decode (a stub) that fails the choice seeded 8: the whole answer is that choice's failure, naming its index 1; a
+     * stream has its error event naming index 1, the other choices' texts, and one [DONE].
+     */
+    @Test
+    @Timeout(60)
+    void aChoiceThatFailsIsNamedByItsIndex() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        stub.createContext("/health", ex -> {
+            byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        stub.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        stub.createContext("/generate", ex -> {
+            JsonNode body = JSON.readTree(ex.getRequestBody());
+            byte[] b;
+            if (!body.has("bootstrap_addr")) { // the prefill's call
+                b = "{}".getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(200, b.length);
+            } else {
+                boolean fails = body.path("sampling_params").path("seed").longValue() == 8;
+                ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+                ex.sendResponseHeaders(200, 0);
+                b = ("data: {\"token\":300}\n\n" + (fails
+                        ? "data: {\"error\":{\"type\":\"internal_error\",\"kind\":\"peer_lost\",\"message\":\"the decode lost its prefill\"}}\n\n"
+                        : "data: {\"finish_reason\":\"length\"}\n\n")).getBytes(StandardCharsets.UTF_8);
+            }
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        try (Router r = new Router(List.of(url), List.of(url), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            HttpResponse<String> whole = post(r.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"n\":3,\"seed\":7,\"max_tokens\":3}");
+            assertEquals(500, whole.statusCode(), whole.body());
+            String message = JSON.readTree(whole.body()).path("error").path("message").asText();
+            assertTrue(message.startsWith("choice 1: ") && message.contains("the decode lost its prefill"), whole.body());
+
+            HttpResponse<String> stream = post(r.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"n\":3,\"seed\":7,\"max_tokens\":3,\"stream\":true}");
+            assertEquals(200, stream.statusCode(), stream.body());
+            List<String> data = stream.body().lines().filter(l -> l.startsWith("data: ")).map(l -> l.substring(6)).toList();
+            assertEquals("[DONE]", data.getLast(), stream.body());
+            assertEquals(1, data.stream().filter("[DONE]"::equals).count(), stream.body());
+            List<JsonNode> errors = new ArrayList<>();
+            Set<Integer> finished = new HashSet<>();
+            for (String d : data.subList(0, data.size() - 1)) {
+                JsonNode ev = JSON.readTree(d);
+                if (ev.has("error")) errors.add(ev.path("error"));
+                for (JsonNode c : ev.path("choices")) if (c.hasNonNull("finish_reason")) finished.add(c.path("index").intValue());
+            }
+            assertEquals(1, errors.size(), stream.body());
+            assertEquals(1, errors.getFirst().path("index").intValue(), stream.body());
+            assertTrue(errors.getFirst().path("message").asText().startsWith("choice 1: "), stream.body());
+            assertEquals(Set.of(0, 2), finished, "the other choices finish: " + stream.body());
+        } finally {
+            stub.stop(0);
+        }
+    }
+}
