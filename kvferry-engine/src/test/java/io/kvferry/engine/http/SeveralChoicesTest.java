@@ -11,7 +11,11 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -23,7 +27,10 @@ import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -232,6 +239,81 @@ class SeveralChoicesTest {
             HttpResponse<String> r = post(one.port(), "/v1/completions", "{\"prompt\":\"Once\",\"n\":4,\"max_tokens\":4,\"temperature\":0}");
             assertEquals(200, r.statusCode(), r.body());
             assertEquals(4, JSON.readTree(r.body()).path("choices").size(), r.body());
+        }
+    }
+
+    /**
+     * A client that closes a stream of three choices: every choice's room is aborted on both engines (stubs whose decode
+     * streams a token every 20 ms until its room is aborted, so only the router's aborts end them).
+     */
+    @Test
+    @Timeout(60)
+    void aClientThatLeavesAbortsEveryChoicesRoomOnBothEngines() throws Exception {
+        Set<Long> asked = ConcurrentHashMap.newKeySet();
+        Set<Long> decodeAborts = ConcurrentHashMap.newKeySet(), prefillAborts = ConcurrentHashMap.newKeySet();
+        CountDownLatch decodeAborted = new CountDownLatch(3), prefillAborted = new CountDownLatch(3);
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        for (HttpServer s : List.of(decode, prefill)) {
+            s.createContext("/health", ex -> {
+                byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(200, b.length);
+                ex.getResponseBody().write(b);
+                ex.close();
+            });
+            boolean isDecode = s == decode;
+            s.createContext("/abort", ex -> {
+                long room = JSON.readTree(ex.getRequestBody()).path("bootstrap_room").asLong();
+                if ((isDecode ? decodeAborts : prefillAborts).add(room)) (isDecode ? decodeAborted : prefillAborted).countDown();
+                ex.sendResponseHeaders(200, -1);
+                ex.close();
+            });
+        }
+        prefill.createContext("/generate", ex -> {
+            byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        decode.createContext("/generate", ex -> {
+            long room = JSON.readTree(ex.getRequestBody()).path("bootstrap_room").asLong();
+            asked.add(room);
+            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(200, 0);
+            try {
+                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                while (!decodeAborts.contains(room) && System.nanoTime() < until) {
+                    ex.getResponseBody().write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
+                    ex.getResponseBody().flush();
+                    Thread.sleep(20); // a decode's pace, not a synchronisation
+                }
+            } catch (IOException | InterruptedException e) {
+                // the router closed the connection
+            }
+            ex.close();
+        });
+        decode.start();
+        prefill.start();
+        try (Router r = new Router(List.of("http://127.0.0.1:" + prefill.getAddress().getPort()),
+                List.of("http://127.0.0.1:" + decode.getAddress().getPort()), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            String body = "{\"prompt\":\"Hi\",\"n\":3,\"max_tokens\":400,\"stream\":true}";
+            try (Socket s = new Socket("127.0.0.1", r.port())) {
+                s.getOutputStream().write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                        + body.length() + "\r\n\r\n" + body).getBytes(StandardCharsets.UTF_8));
+                BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+                for (String line; (line = in.readLine()) != null && !line.startsWith("data: "); ) {
+                    // headers and chunk sizes, up to the first event
+                }
+            } // closed with the stream under way
+            assertTrue(decodeAborted.await(30, TimeUnit.SECONDS), "the decode's aborts: " + decodeAborts + " of " + asked);
+            assertTrue(prefillAborted.await(30, TimeUnit.SECONDS), "the prefill's aborts: " + prefillAborts + " of " + asked);
+            assertEquals(3, asked.size(), asked.toString());
+            assertEquals(asked, decodeAborts);
+            assertEquals(asked, prefillAborts);
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
         }
     }
 
