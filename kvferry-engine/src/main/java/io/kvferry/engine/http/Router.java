@@ -49,7 +49,9 @@ import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Predicate;
 import java.util.stream.Stream;
 
@@ -1340,7 +1342,7 @@ public final class Router implements AutoCloseable {
                 for (Thread t : threads) t.interrupt();
                 throw e;
             }
-            merge(record, choices);
+            merge(record, choices.stream().map(c -> c.record).toList());
         }
         Failure early;
         synchronized (a) {
@@ -1384,13 +1386,13 @@ public final class Router implements AutoCloseable {
     }
 
     /** The request log's record of a request of several choices: the first choice's room, the tokens of all, the earliest first token. */
-    private static void merge(RequestRecord record, List<Choice> choices) {
-        record.room = choices.getFirst().record.room;
+    private static void merge(RequestRecord record, List<RequestRecord> choices) {
+        record.room = choices.getFirst().room;
         int prompt = 0, completion = 0;
-        for (Choice c : choices) {
-            prompt += Math.max(c.record.promptTokens, 0);
-            completion += Math.max(c.record.completionTokens, 0);
-            if (c.record.ttftMs >= 0 && (record.ttftMs < 0 || c.record.ttftMs < record.ttftMs)) record.ttftMs = c.record.ttftMs;
+        for (RequestRecord c : choices) {
+            prompt += Math.max(c.promptTokens, 0);
+            completion += Math.max(c.completionTokens, 0);
+            if (c.ttftMs >= 0 && (record.ttftMs < 0 || c.ttftMs < record.ttftMs)) record.ttftMs = c.ttftMs;
         }
         record.promptTokens = prompt;
         record.completionTokens = completion;
@@ -1787,11 +1789,13 @@ public final class Router implements AutoCloseable {
         refused.throwIfAny("sampling_params");
     }
 
-    /** SGLang's /generate: {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}. */
+    /** SGLang's /generate ({@code text} a list: a batch, {@link #generateBatch}): {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}. */
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
-        String prompt = Http.textField(req, "text");
+        JsonNode textNode = req.get("text");
+        List<String> batch = textNode != null && textNode.isArray() ? texts(textNode) : null;
+        String prompt = batch != null ? batch.getFirst() : Http.textField(req, "text");
         JsonNode sp = req.path("sampling_params");
         // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
         if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
@@ -1803,6 +1807,11 @@ public final class Router implements AutoCloseable {
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
                 Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart);
         boolean stream = Http.booleanField(req, "stream", false);
+        if (batch != null) {
+            if (stream) throw new Http.BadRequest("stream", "a batch (text a list) is answered whole: stream must be false");
+            generateBatch(ex, choices(ask, batch, 1), withText);
+            return;
+        }
         OutputStream[] events = new OutputStream[1];
         StringBuilder sofar = new StringBuilder();
         List<TokenLogprobs> logprobsSoFar = new ArrayList<>();
@@ -1838,18 +1847,7 @@ public final class Router implements AutoCloseable {
                     Http.write(events[0], Http.KEEP_ALIVE);
                 }
             });
-            ObjectNode out = Http.JSON.createObjectNode();
-            out.put("text", o.text());
-            ArrayNode outputIds = out.putArray("output_ids");
-            for (int t : o.tokens()) outputIds.add(t);
-            ObjectNode meta = out.putObject("meta_info");
-            meta.put("id", Long.toString(o.room()));
-            meta.put("prompt_tokens", o.promptTokens());
-            meta.put("completion_tokens", o.tokens().length);
-            meta.putObject("finish_reason").put("type", o.finishReason());
-            meta.put("e2e_latency", o.e2eMs() / 1000);
-            if (o.inputLogprobs() != null) inputLogprobsMeta(meta, o.inputLogprobs(), ask, ids, withText);
-            if (o.logprobs() != null) logprobsMeta(meta, o.logprobs(), o.tokens().length, topLogprobs, withText);
+            ObjectNode out = generated(o, ask, ids, withText);
             if (stream) {
                 if (events[0] == null) events[0] = Http.startEvents(ex);
                 Http.event(events[0], Http.JSON.writeValueAsString(out));
@@ -1861,6 +1859,93 @@ public final class Router implements AutoCloseable {
         } catch (Failure f) {
             fail(ex, events[0], f);
         }
+    }
+
+    /** SGLang's answer of one finished request. */
+    private ObjectNode generated(Outcome o, Ask ask, int[][] ids, boolean withText) {
+        ObjectNode out = Http.JSON.createObjectNode();
+        out.put("text", o.text());
+        ArrayNode outputIds = out.putArray("output_ids");
+        for (int t : o.tokens()) outputIds.add(t);
+        ObjectNode meta = out.putObject("meta_info");
+        meta.put("id", Long.toString(o.room()));
+        meta.put("prompt_tokens", o.promptTokens());
+        meta.put("completion_tokens", o.tokens().length);
+        meta.putObject("finish_reason").put("type", o.finishReason());
+        meta.put("e2e_latency", o.e2eMs() / 1000);
+        if (o.inputLogprobs() != null) inputLogprobsMeta(meta, o.inputLogprobs(), ask, ids, withText);
+        if (o.logprobs() != null) logprobsMeta(meta, o.logprobs(), o.tokens().length, ask.topLogprobs(), withText);
+        return out;
+    }
+
+    /** SGLang's batch {@code text}: a list of 1 to {@link #MAX_CHOICES} strings. */
+    static List<String> texts(JsonNode list) {
+        if (list.isEmpty() || list.size() > MAX_CHOICES) {
+            throw new Http.BadRequest("text", "text must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + list.size());
+        }
+        List<String> texts = new ArrayList<>();
+        for (int i = 0; i < list.size(); i++) {
+            if (!list.get(i).isTextual()) throw new Http.BadRequest("text", "text[" + i + "] must be a string, got " + list.get(i));
+            texts.add(list.get(i).textValue());
+        }
+        return texts;
+    }
+
+    /**
+     * SGLang's batch {@code /generate}: each text a request of its own through {@link #run}, all at once, answered as a
+     * list in the texts' order. The first to fail fails the request (its message names {@code text[i]}), the others'
+     * rooms aborted at their next token or keep-alive.
+     */
+    private void generateBatch(HttpExchange ex, List<Ask> asks, boolean withText) throws Exception {
+        int count = asks.size();
+        Outcome[] outcomes = new Outcome[count];
+        List<RequestRecord> records = new ArrayList<>();
+        AtomicReference<Failure> failure = new AtomicReference<>();
+        AtomicReference<Exception> thrown = new AtomicReference<>();
+        AtomicBoolean cancelled = new AtomicBoolean();
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            int index = i;
+            RequestRecord record = new RequestRecord();
+            records.add(record);
+            Output out = new Output() {
+                @Override
+                public void onToken(int token, String text, TokenLogprobs logprobs, int offset) throws IOException {
+                    onKeepAlive();
+                }
+
+                @Override
+                public void onKeepAlive() throws IOException {
+                    if (cancelled.get()) throw new IOException("cancelled: another text of the batch failed");
+                }
+            };
+            threads.add(Thread.ofVirtual().name("batch-" + i).start(() -> {
+                try {
+                    outcomes[index] = run(asks.get(index), record, out);
+                } catch (Failure f) {
+                    failure.compareAndSet(null, new Failure(f.status, f.type, f.kind, "text[" + index + "]: " + f.getMessage()));
+                    cancelled.set(true);
+                } catch (Exception e) {
+                    thrown.compareAndSet(null, e);
+                    cancelled.set(true);
+                }
+            }));
+        }
+        try {
+            for (Thread t : threads) t.join();
+        } catch (InterruptedException e) {
+            for (Thread t : threads) t.interrupt();
+            throw e;
+        }
+        merge(RECORD.get(), records);
+        if (failure.get() != null) {
+            fail(ex, null, failure.get());
+            return;
+        }
+        if (thrown.get() != null) throw thrown.get();
+        ArrayNode all = Http.JSON.createArrayNode();
+        for (int i = 0; i < count; i++) all.add(generated(outcomes[i], asks.get(i), new int[1][], withText));
+        Http.sendJson(ex, 200, all);
     }
 
     /**

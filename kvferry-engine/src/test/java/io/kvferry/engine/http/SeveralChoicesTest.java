@@ -199,6 +199,24 @@ class SeveralChoicesTest {
         }
     }
 
+    /** SGLang's batch /generate: a list of texts is a list of answers, each a single request's (its room and latency aside). */
+    @Test
+    @Timeout(120)
+    void aGenerateBatchIsAListOfSingleAnswers() throws Exception {
+        String params = ",\"sampling_params\":{\"max_new_tokens\":6,\"temperature\":0},\"return_logprob\":true,\"top_logprobs_num\":1";
+        JsonNode batch = ok("/generate", "{\"text\":" + JSON.writeValueAsString(PROMPTS) + params + "}");
+        assertTrue(batch.isArray(), batch.toString());
+        assertEquals(PROMPTS.size(), batch.size(), batch.toString());
+        for (int i = 0; i < PROMPTS.size(); i++) {
+            ObjectNode one = (ObjectNode) ok("/generate", "{\"text\":" + quoted(PROMPTS.get(i)) + params + "}");
+            ObjectNode got = batch.get(i).deepCopy();
+            for (ObjectNode o : List.of(one, got)) {
+                ((ObjectNode) o.get("meta_info")).remove(List.of("id", "e2e_latency"));
+            }
+            assertEquals(one, got, "text " + i + ": " + batch);
+        }
+    }
+
     @Test
     @Timeout(60)
     void badInputIsA400NamingTheField() throws Exception {
@@ -214,6 +232,9 @@ class SeveralChoicesTest {
                 {"/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(Collections.nCopies(65, "a")) + "}", "prompt",
                         "got a list of 65"},
                 {"/v1/completions", "{\"prompt\":\"x\",\"best_of\":2}", "best_of", "best_of must be 1"},
+                {"/generate", "{\"text\":[]}", "text", "text must be a string or a list of 1 to 64 strings, got a list of 0"},
+                {"/generate", "{\"text\":[\"a\",2]}", "text", "text[1] must be a string"},
+                {"/generate", "{\"text\":[\"a\",\"b\"],\"stream\":true}", "stream", "a batch (text a list) is answered whole"},
                 {"/v1/chat/completions", "{" + msgs + ",\"n\":0}", "n", "n must be in [1, 64], got 0"},
                 {"/v1/chat/completions", "{" + msgs + ",\"n\":65}", "n", "n must be in [1, 64], got 65"},
         };
@@ -319,7 +340,8 @@ class SeveralChoicesTest {
 
     /**
      * A decode (a stub) that fails the choice seeded 8: the whole answer is that choice's failure, naming its index 1; a
-     * stream has its error event naming index 1, the other choices' texts, and one [DONE].
+     * stream has its error event naming index 1, the other choices' texts, and one [DONE]. A /generate batch whose
+     * second text (the stub fails long prompts) fails is that failure, naming text[1].
      */
     @Test
     @Timeout(60)
@@ -342,7 +364,7 @@ class SeveralChoicesTest {
                 b = "{}".getBytes(StandardCharsets.UTF_8);
                 ex.sendResponseHeaders(200, b.length);
             } else {
-                boolean fails = body.path("sampling_params").path("seed").longValue() == 8;
+                boolean fails = body.path("sampling_params").path("seed").longValue() == 8 || body.path("input_ids").size() >= 6;
                 ex.getResponseHeaders().add("Content-Type", "text/event-stream");
                 ex.sendResponseHeaders(200, 0);
                 b = ("data: {\"token\":300}\n\n" + (fails
@@ -376,6 +398,12 @@ class SeveralChoicesTest {
             assertEquals(1, errors.getFirst().path("index").intValue(), stream.body());
             assertTrue(errors.getFirst().path("message").asText().startsWith("choice 1: "), stream.body());
             assertEquals(Set.of(0, 2), finished, "the other choices finish: " + stream.body());
+
+            HttpResponse<String> batch = post(r.port(), "/generate", "{\"text\":[\"Hi\",\"Hi there, my good old friend Tom\"],"
+                    + "\"sampling_params\":{\"max_new_tokens\":3,\"seed\":1}}");
+            assertEquals(500, batch.statusCode(), batch.body());
+            String named = JSON.readTree(batch.body()).path("error").path("message").asText();
+            assertTrue(named.startsWith("text[1]: ") && named.contains("the decode lost its prefill"), batch.body());
         } finally {
             stub.stop(0);
         }
