@@ -1209,7 +1209,7 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
         }
         Ask ask = ask(req, prompts.getFirst(), maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
-        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n), echo);
+        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n, "prompt"), echo);
     }
 
     /** Most completions one OpenAI request may ask for: its prompts times {@code n} (each is a PD request of its own). */
@@ -1245,12 +1245,20 @@ public final class Router implements AutoCloseable {
     /**
      * The choices' asks, index = prompt index * n + sample index. Sample {@code j} of a request with a {@code seed} gets
      * seed + j (wrapping): sample 0 is the single request's, and a seeded request gives the same samples again; without
-     * one each choice's room is its seed. Each prompt is checked (its context, its characters) before any runs.
+     * one each choice's room is its seed. Each prompt of a list is checked (its context, its characters) before any
+     * runs, a 400 naming {@code field[i]}.
      */
-    List<Ask> choices(Ask ask, List<String> prompts, int n) {
+    List<Ask> choices(Ask ask, List<String> prompts, int n, String field) {
         List<Ask> asks = new ArrayList<>();
-        for (String prompt : prompts) {
-            if (prompts.size() > 1) promptIds(prompt);
+        for (int i = 0; i < prompts.size(); i++) {
+            String prompt = prompts.get(i);
+            if (prompts.size() > 1) {
+                try {
+                    promptIds(prompt);
+                } catch (Http.BadRequest e) {
+                    throw new Http.BadRequest(field, field + "[" + i + "]: " + e.getMessage());
+                }
+            }
             for (int j = 0; j < n; j++) asks.add(ask.sample(prompt, j));
         }
         return asks;
@@ -1272,7 +1280,7 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
                     + ") differ; send max_completion_tokens alone");
         }
-        answer(ex, req, OpenAiShape.CHAT, choices(ask(req, prompt, older, chatLogprobs(req), -1), List.of(prompt), n(req, 1)), false);
+        answer(ex, req, OpenAiShape.CHAT, choices(ask(req, prompt, older, chatLogprobs(req), -1), List.of(prompt), n(req, 1), "messages"), false);
     }
 
     /**
@@ -1809,7 +1817,7 @@ public final class Router implements AutoCloseable {
         boolean stream = Http.booleanField(req, "stream", false);
         if (batch != null) {
             if (stream) throw new Http.BadRequest("stream", "a batch (text a list) is answered whole: stream must be false");
-            generateBatch(ex, choices(ask, batch, 1), withText);
+            generateBatch(ex, choices(ask, batch, 1, "text"), withText);
             return;
         }
         OutputStream[] events = new OutputStream[1];
