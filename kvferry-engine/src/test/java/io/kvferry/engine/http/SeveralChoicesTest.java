@@ -325,6 +325,8 @@ class SeveralChoicesTest {
                 s.getOutputStream().write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
                         + body.length() + "\r\n\r\n" + body).getBytes(StandardCharsets.UTF_8));
                 BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+                String status = in.readLine();
+                assertTrue(status.startsWith("HTTP/1.1 200"), status);
                 for (String line; (line = in.readLine()) != null && !line.startsWith("data: "); ) {
                     // headers and chunk sizes, up to the first event
                 }
