@@ -188,14 +188,21 @@ class SeveralChoicesTest {
     @Test
     @Timeout(120)
     void logprobsAndEchoArePerChoice() throws Exception {
-        String params = ",\"max_tokens\":4,\"temperature\":0,\"logprobs\":2,\"echo\":true";
-        JsonNode batch = ok("/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(PROMPTS.subList(0, 2)) + params + "}");
-        assertEquals(2, batch.path("choices").size(), batch.toString());
-        for (int p = 0; p < 2; p++) {
-            JsonNode one = single("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.get(p)) + params + "}");
-            JsonNode choice = batch.path("choices").get(p);
-            assertTrue(choice.path("text").asText().startsWith(PROMPTS.get(p)), choice.toString());
-            assertEquals(one, withoutIndex(choice), "prompt " + p + "'s echo and logprobs: " + batch);
+        for (int max : new int[]{0, 4}) { // 0: lm-evaluation-harness's loglikelihood batch, the prompts alone on the prefill
+            String params = ",\"max_tokens\":" + max + ",\"temperature\":0,\"logprobs\":2,\"echo\":true";
+            JsonNode batch = ok("/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(PROMPTS.subList(0, 2)) + params + "}");
+            assertEquals(2, batch.path("choices").size(), batch.toString());
+            for (int p = 0; p < 2; p++) {
+                JsonNode one = single("/v1/completions", "{\"prompt\":" + quoted(PROMPTS.get(p)) + params + "}");
+                JsonNode choice = batch.path("choices").get(p);
+                assertTrue(choice.path("text").asText().startsWith(PROMPTS.get(p)), choice.toString());
+                assertEquals(one, withoutIndex(choice), "prompt " + p + "'s echo and logprobs, max_tokens " + max + ": " + batch);
+            }
+            // Streamed, each choice's chunks add up to its echoed text.
+            List<String> data = new ArrayList<>();
+            List<StringBuilder> texts = streamedTexts("/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(PROMPTS.subList(0, 2))
+                    + params + ",\"stream\":true}", 2, data);
+            for (int p = 0; p < 2; p++) assertEquals(batch.path("choices").get(p).path("text").asText(), texts.get(p).toString(), data.toString());
         }
     }
 
