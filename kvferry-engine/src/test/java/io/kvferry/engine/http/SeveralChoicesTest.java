@@ -273,60 +273,94 @@ class SeveralChoicesTest {
     }
 
     /**
-     * A client that closes a stream of three choices: every choice's room is aborted on both engines (stubs whose decode
-     * streams a token every 20 ms until its room is aborted, so only the router's aborts end them).
+     * Stub engines whose decode streams a token every 20 ms until its room is aborted (so only the router's aborts end
+     * a choice), except a request seeded {@code failingSeed}, which it refuses at once with a 500.
      */
-    @Test
-    @Timeout(60)
-    void aClientThatLeavesAbortsEveryChoicesRoomOnBothEngines() throws Exception {
-        Set<Long> asked = ConcurrentHashMap.newKeySet();
-        Set<Long> decodeAborts = ConcurrentHashMap.newKeySet(), prefillAborts = ConcurrentHashMap.newKeySet();
-        CountDownLatch decodeAborted = new CountDownLatch(3), prefillAborted = new CountDownLatch(3);
-        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
-        for (HttpServer s : List.of(decode, prefill)) {
-            s.createContext("/health", ex -> {
-                byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+    record Endless(HttpServer prefill, HttpServer decode, Set<Long> asked, Set<Long> decodeAborts, Set<Long> prefillAborts,
+                   CountDownLatch decodeAborted, CountDownLatch prefillAborted) implements AutoCloseable {
+        /** @param aborts how many rooms each engine's aborts are awaited for */
+        static Endless start(long failingSeed, int aborts) throws IOException {
+            Endless e = new Endless(HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16), HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16),
+                    ConcurrentHashMap.newKeySet(), ConcurrentHashMap.newKeySet(), ConcurrentHashMap.newKeySet(), new CountDownLatch(aborts),
+                    new CountDownLatch(aborts));
+            e.decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+            for (HttpServer s : List.of(e.decode, e.prefill)) {
+                s.createContext("/health", ex -> {
+                    byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+                    ex.sendResponseHeaders(200, b.length);
+                    ex.getResponseBody().write(b);
+                    ex.close();
+                });
+                boolean isDecode = s == e.decode;
+                s.createContext("/abort", ex -> {
+                    long room = JSON.readTree(ex.getRequestBody()).path("bootstrap_room").asLong();
+                    if ((isDecode ? e.decodeAborts : e.prefillAborts).add(room)) (isDecode ? e.decodeAborted : e.prefillAborted).countDown();
+                    ex.sendResponseHeaders(200, -1);
+                    ex.close();
+                });
+            }
+            e.prefill.createContext("/generate", ex -> {
+                byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
                 ex.sendResponseHeaders(200, b.length);
                 ex.getResponseBody().write(b);
                 ex.close();
             });
-            boolean isDecode = s == decode;
-            s.createContext("/abort", ex -> {
-                long room = JSON.readTree(ex.getRequestBody()).path("bootstrap_room").asLong();
-                if ((isDecode ? decodeAborts : prefillAborts).add(room)) (isDecode ? decodeAborted : prefillAborted).countDown();
-                ex.sendResponseHeaders(200, -1);
+            e.decode.createContext("/generate", ex -> {
+                JsonNode body = JSON.readTree(ex.getRequestBody());
+                long room = body.path("bootstrap_room").asLong();
+                if (body.path("sampling_params").path("seed").asLong(-1) == failingSeed) {
+                    byte[] b = "{\"error\":{\"type\":\"internal_error\",\"message\":\"the stub refuses this seed\"}}".getBytes(StandardCharsets.UTF_8);
+                    ex.sendResponseHeaders(500, b.length);
+                    ex.getResponseBody().write(b);
+                    ex.close();
+                    return;
+                }
+                e.asked.add(room);
+                ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+                ex.sendResponseHeaders(200, 0);
+                try {
+                    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                    while (!e.decodeAborts.contains(room) && System.nanoTime() < until) {
+                        ex.getResponseBody().write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
+                        ex.getResponseBody().flush();
+                        Thread.sleep(20); // a decode's pace, not a synchronisation
+                    }
+                } catch (IOException | InterruptedException gone) {
+                    // the router closed the connection
+                }
                 ex.close();
             });
+            e.decode.start();
+            e.prefill.start();
+            return e;
         }
-        prefill.createContext("/generate", ex -> {
-            byte[] b = "{}".getBytes(StandardCharsets.UTF_8);
-            ex.sendResponseHeaders(200, b.length);
-            ex.getResponseBody().write(b);
-            ex.close();
-        });
-        decode.createContext("/generate", ex -> {
-            long room = JSON.readTree(ex.getRequestBody()).path("bootstrap_room").asLong();
-            asked.add(room);
-            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
-            ex.sendResponseHeaders(200, 0);
-            try {
-                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-                while (!decodeAborts.contains(room) && System.nanoTime() < until) {
-                    ex.getResponseBody().write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
-                    ex.getResponseBody().flush();
-                    Thread.sleep(20); // a decode's pace, not a synchronisation
-                }
-            } catch (IOException | InterruptedException e) {
-                // the router closed the connection
-            }
-            ex.close();
-        });
-        decode.start();
-        prefill.start();
-        try (Router r = new Router(List.of("http://127.0.0.1:" + prefill.getAddress().getPort()),
-                List.of("http://127.0.0.1:" + decode.getAddress().getPort()), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+
+        Router router() throws IOException {
+            return new Router(List.of("http://127.0.0.1:" + prefill.getAddress().getPort()), List.of("http://127.0.0.1:" + decode.getAddress().getPort()),
+                    ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0);
+        }
+
+        /** Every room the decode streamed ({@code streamed} of them) was aborted on both engines. */
+        void assertStreamedRoomsAbortedOnBoth(int streamed) throws InterruptedException {
+            assertTrue(decodeAborted.await(30, TimeUnit.SECONDS), "the decode's aborts: " + decodeAborts + " of " + asked);
+            assertTrue(prefillAborted.await(30, TimeUnit.SECONDS), "the prefill's aborts: " + prefillAborts + " of " + asked);
+            assertEquals(streamed, asked.size(), asked.toString());
+            assertEquals(asked, decodeAborts);
+            assertTrue(prefillAborts.containsAll(asked), prefillAborts + " of " + asked);
+        }
+
+        @Override
+        public void close() {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /** A client that closes a stream of three choices: every choice's room is aborted on both engines. */
+    @Test
+    @Timeout(60)
+    void aClientThatLeavesAbortsEveryChoicesRoomOnBothEngines() throws Exception {
+        try (Endless e = Endless.start(-1, 3); Router r = e.router()) {
             String body = "{\"prompt\":\"Hi\",\"n\":3,\"max_tokens\":400,\"stream\":true}";
             try (Socket s = new Socket("127.0.0.1", r.port())) {
                 s.getOutputStream().write(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
@@ -338,14 +372,23 @@ class SeveralChoicesTest {
                     // headers and chunk sizes, up to the first event
                 }
             } // closed with the stream under way
-            assertTrue(decodeAborted.await(30, TimeUnit.SECONDS), "the decode's aborts: " + decodeAborts + " of " + asked);
-            assertTrue(prefillAborted.await(30, TimeUnit.SECONDS), "the prefill's aborts: " + prefillAborts + " of " + asked);
-            assertEquals(3, asked.size(), asked.toString());
-            assertEquals(asked, decodeAborts);
-            assertEquals(asked, prefillAborts);
-        } finally {
-            decode.stop(0);
-            prefill.stop(0);
+            e.assertStreamedRoomsAbortedOnBoth(3);
+        }
+    }
+
+    /**
+     * A choice that fails before any byte was sent (not streamed: every failure is) is the request's answer at once: the
+     * other choices, which would stream until aborted, are cancelled and their rooms aborted on both engines.
+     */
+    @Test
+    @Timeout(60)
+    void aFailedChoiceCancelsTheOthers() throws Exception {
+        try (Endless e = Endless.start(8, 2); Router r = e.router()) {
+            HttpResponse<String> answer = post(r.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"n\":3,\"seed\":7,\"max_tokens\":400}");
+            assertEquals(500, answer.statusCode(), answer.body());
+            assertTrue(JSON.readTree(answer.body()).path("error").path("message").asText().startsWith("choice 1: the stub refuses this seed"),
+                    answer.body());
+            e.assertStreamedRoomsAbortedOnBoth(2);
         }
     }
 
