@@ -62,6 +62,21 @@ class ModelFileErrorsTest {
                 m.tokenizer().encode("Once upon a time", true, false).length);
     }
 
+    /** A models folder named with -Dkvferry.models that lacks the files is an error naming it, not random weights in silence. */
+    @Test
+    void aNamedModelsFolderWithoutTheModelIsOneLine() {
+        String before = System.getProperty("kvferry.models");
+        Path empty = dir.resolve("no-models");
+        System.setProperty("kvferry.models", empty.toString());
+        try {
+            assertOneLine(CliRun.of("demo", "--max-tokens", "2"), "-Dkvferry.models=" + empty + " is not a folder here, so it holds no stories260K.bin");
+            assertOneLine(CliRun.of("serve", "--role", "prefill", "--port", "0"), "-Dkvferry.models=" + empty);
+        } finally {
+            if (before == null) System.clearProperty("kvferry.models");
+            else System.setProperty("kvferry.models", before);
+        }
+    }
+
     @Test
     void aTruncatedCheckpointIsOneLine() throws Exception {
         Path f = Files.write(dir.resolve("short.bin"), new byte[10]);

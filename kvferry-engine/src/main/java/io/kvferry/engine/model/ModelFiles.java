@@ -36,6 +36,22 @@ public final class ModelFiles {
         return dirs;
     }
 
+    /**
+     * A models folder the user named (-Dkvferry.models, KVFERRY_MODELS) must hold both files: one that does not
+     * (a typo, a folder not mounted) silently ran random weights, and its text was noise.
+     */
+    static void requireNamedModelDirs() throws IOException {
+        String[][] named = {{"-Dkvferry.models", System.getProperty("kvferry.models")}, {"KVFERRY_MODELS", System.getenv("KVFERRY_MODELS")}};
+        for (String[] n : named) {
+            if (n[1] == null || n[1].isBlank()) continue;
+            Path d = Path.of(n[1]);
+            if (!Files.isRegularFile(d.resolve(CHECKPOINT)) || !Files.isRegularFile(d.resolve(TOKENIZER))) {
+                throw new IOException(n[0] + "=" + n[1] + (Files.isDirectory(d) ? " names a folder without " : " is not a folder here, so it holds no ")
+                        + CHECKPOINT + " and " + TOKENIZER + ": name the folder that holds both, or leave it unset");
+            }
+        }
+    }
+
     /** The folder holding both files, if any. */
     public static Optional<Path> findModelDir() {
         for (Path d : searchPath()) {
@@ -70,6 +86,7 @@ public final class ModelFiles {
         }
         // A tokenizer given alone is used, not ignored: a missing or bad one is an error naming it, before any search.
         if (tokenizer != null) requireRegularFile(tokenizer, "tokenizer");
+        requireNamedModelDirs();
         Optional<Path> dir = findModelDir();
         if (dir.isPresent()) return load(dir.get().resolve(CHECKPOINT), tokenizer != null ? tokenizer : dir.get().resolve(TOKENIZER));
         LlamaConfig shape = LlamaConfig.stories260K();
