@@ -37,7 +37,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * The fault harness behind {@code kvferry chaos}: a registry here, prefill and decode as separate
  * JVMs driving the bench workload, one injected fault, and a verdict. Passing means no request
  * hung, none reported Success with wrong bytes, and no room, page, thread, socket or native memory
- * was left behind; restart and partition scenarios also require recovery, partition also detection.
+ * was left behind; restart and partition scenarios also require recovery, partition also detection; and a
+ * fault struck at a moment must have met requests in flight (one struck after the last tested nothing).
  */
 public final class ChaosRunner {
     /** Scenarios this build runs ({@link ChaosScenarios#ALL}). */
@@ -65,6 +66,11 @@ public final class ChaosRunner {
      * @param corruption corrupt: how bytes were damaged and whether the checksum mode's promise held (else null)
      * @param hostile    hostile-peer: each attack's outcome and the prefill's memory and threads (else null)
      * @param link       {@code --netns}: the link between the namespaces (else null)
+     * @param inFlightAtFault requests the decode had not reported concluded when the fault struck: at most that many
+     *                   met it (the decode's reports lag), and 0 means none can have; null for the scenarios whose
+     *                   faults are injected all along (abort-storm, slow-decode, failure-injection, corrupt)
+     * @param untested   why the fault tested nothing: it struck after every request of the run had concluded (null
+     *                   when requests were still in flight, or the faults were injected all along); such a run fails
      */
     public record Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
                          Map<String, Long> leaks,
@@ -77,7 +83,9 @@ public final class ChaosRunner {
                          @JsonProperty("integrity_failures") int integrityFailures,
                          @JsonInclude(JsonInclude.Include.NON_NULL) Corruption corruption,
                          @JsonInclude(JsonInclude.Include.NON_NULL) Hostile hostile,
-                         @JsonInclude(JsonInclude.Include.NON_NULL) NetnsLink.Info link) {
+                         @JsonInclude(JsonInclude.Include.NON_NULL) NetnsLink.Info link,
+                         @JsonProperty("in_flight_at_fault") Integer inFlightAtFault,
+                         @JsonProperty("untested") String untested) {
         public Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
                       Map<String, Long> leaks, Map<String, Long> detectMs, Boolean recovered, Boolean detected, int cycles,
                       List<String> firstFailures) {
@@ -85,14 +93,23 @@ public final class ChaosRunner {
                     firstFailures, ChecksumMode.OFF.label(), 0, null, null, null);
         }
 
+        public Result(String scenario, int requests, int succeeded, int failed, int hung, int corrupted, int leaked,
+                      Map<String, Long> leaks, Map<String, Long> detectMs, Boolean recovered, Boolean detected, int cycles,
+                      List<String> firstFailures, String checksum, int integrityFailures, Corruption corruption, Hostile hostile,
+                      NetnsLink.Info link) {
+            this(scenario, requests, succeeded, failed, hung, corrupted, leaked, leaks, detectMs, recovered, detected, cycles,
+                    firstFailures, checksum, integrityFailures, corruption, hostile, link, null, null);
+        }
+
         /**
          * hung and leaked are 0; corrupted is 0 (corrupt: as its checksum mode promises, see {@link Corruption});
-         * recovery, detection and the hostile-peer bounds hold where they are judged.
+         * recovery, detection and the hostile-peer bounds hold where they are judged; and the fault met requests
+         * in flight ({@code untested} is null): a fault struck after the run's last request proves nothing.
          */
         public boolean passed() {
             boolean bytesOk = corruption == null ? corrupted == 0 : corruption.holds();
             return hung == 0 && leaked == 0 && bytesOk && !Boolean.FALSE.equals(recovered) && !Boolean.FALSE.equals(detected)
-                    && (hostile == null || hostile.holds());
+                    && (hostile == null || hostile.holds()) && untested == null;
         }
     }
 
@@ -212,8 +229,13 @@ public final class ChaosRunner {
         int integrity = 0;
         Corruption corruption = null;
         Hostile hostile = null;
+        Integer inFlight = null;
+        String untested = null;
         for (Result r : cycles) {
             integrity += r.integrityFailures();
+            // the cycle whose fault met the fewest requests; the first cycle that tested nothing fails the soak
+            if (r.inFlightAtFault() != null && (inFlight == null || r.inFlightAtFault() < inFlight)) inFlight = r.inFlightAtFault();
+            if (untested == null && r.untested() != null) untested = "cycle " + (n + 1) + ": " + r.untested();
             if (r.corruption() != null) corruption = corruption == null ? r.corruption() : corruption.plus(r.corruption());
             if (r.hostile() != null) {
                 // the worst cycle's figures; every cycle's attacks must have been refused
@@ -238,7 +260,7 @@ public final class ChaosRunner {
         }
         Result first = cycles.get(0);
         return new Result(first.scenario(), requests, ok, failed, hung, corrupted, leaked, leaks, detect, recovered,
-                detected, n, failures, first.checksum(), integrity, corruption, hostile, first.link());
+                detected, n, failures, first.checksum(), integrity, corruption, hostile, first.link(), inFlight, untested);
     }
 
     /** One load/fault cycle with fresh processes; cycle N > 0 runs the workload with seed + N (other rooms and faults). */
@@ -424,6 +446,9 @@ public final class ChaosRunner {
         detect.put("decode", scenario.detectsOnDecode() ? firstFailureAfter(dec, t.faultAt) : null);
         ChaosScenario.Judgement j = new ChaosScenario.Judgement(pre, dec, judge, t, detect, setup);
         scenario.judge(j);
+        // A fault struck once every request had concluded met nothing: no detection, recovery or cleanup was tested.
+        Integer inFlight = scenario.injectsAllAlong() ? null : Math.max(0, n - t.concludedBeforeFault);
+        String untested = inFlight == null || inFlight > 0 ? null : untested(n);
         Map<String, Long> leakMap = new LinkedHashMap<>();
         leakMap.put("rooms", (long) leaks.rooms());
         leakMap.put("pages", (long) leaks.pages());
@@ -433,7 +458,13 @@ public final class ChaosRunner {
         leakMap.put("unreported_ranks", (long) unreported);
         return new Result(scenario.name(), n, succeeded, failedIdx.size(), hung, corrupted, leaked, leakMap, detect,
                 j.recovered, j.detected, 1, failures.size() > 5 ? failures.subList(0, 5) : failures, config.checksum().label(),
-                j.integrityFailures, j.corruption, j.hostile, setup.network.info());
+                j.integrityFailures, j.corruption, j.hostile, setup.network.info(), inFlight, untested);
+    }
+
+    /** Why a run whose fault struck after its last request concluded cannot pass. */
+    static String untested(int requests) {
+        return "the fault struck after all " + requests + " requests had concluded: it tested nothing; give more --requests "
+                + "or a longer prompt (--prompt-tokens), or a shorter --fault-after-ms";
     }
 
     /** Milliseconds from {@code since} to the first failure a side saw at or after it, or null when it saw none. */

@@ -63,6 +63,16 @@ public interface ChaosScenario {
         return false;
     }
 
+    /**
+     * True when the faults are injected from the first request on (by the drivers, the library or a proxy) rather
+     * than struck once at a moment: then no request can have concluded before them, and the verdict does not ask
+     * whether the strike met requests in flight. False (the default): a strike after the run's last request
+     * concluded tested nothing and fails the run.
+     */
+    default boolean injectsAllAlong() {
+        return false;
+    }
+
     /** The fault, struck once the pair concluded its first requests. */
     void strike(Strike strike) throws Exception;
 
@@ -131,6 +141,7 @@ public interface ChaosScenario {
     /** What happened around the fault, for the verdict. */
     final class Timeline {
         public long faultAt;
+        /** Requests the decode had reported concluded just before the strike (a lower bound: reports lag). */
         public int concludedBeforeFault;
         public long restoreAt;
         public long resetAt;

@@ -166,6 +166,11 @@ public final class ChaosScenarios {
 
     /** Faults injected all along by the drivers or the library; nothing is struck at a process. */
     abstract static class InjectedAllAlong implements ChaosScenario {
+        @Override
+        public boolean injectsAllAlong() {
+            return true;
+        }
+
         public void strike(Strike s) {
             // injected by the drivers / library from the first request on
         }
@@ -415,6 +420,12 @@ public final class ChaosScenarios {
 
         public String name() {
             return "corrupt";
+        }
+
+        /** The proxy or the hook damages rooms from the first request on; the strike only logs. */
+        @Override
+        public boolean injectsAllAlong() {
+            return true;
         }
 
         @Override

@@ -1,5 +1,6 @@
 package io.kvferry.chaos;
 
+import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.RoleReport;
@@ -11,6 +12,7 @@ import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /** The harness's verdict from the role reports: a side that vanished without reporting cannot pass as clean. */
@@ -54,10 +56,67 @@ class ChaosVerdictTest {
         assertTrue(both.passed());
     }
 
+    /**
+     * kill-prefill where every request had concluded before the kill (tiny model, 64-token prompts, 16 requests: the
+     * reviewer's run): nothing failed, nothing was detected, and it passed. The fault tested nothing: it must fail, saying why.
+     */
+    @Test
+    void aFaultStruckAfterEveryRequestConcludedTestedNothingAndFailsTheRun() throws Exception {
+        BenchConfig config = config();
+        for (String scenario : List.of("kill-prefill", "kill-decode", "restart-decode", "bad-frames", "partition")) {
+            List<RoleReport> pre = scenario.equals("kill-prefill") ? List.of() : List.of(prefill());
+            List<RoleReport> dec = scenario.equals("kill-decode") ? List.of() : List.of(decode(List.of()));
+            ChaosRunner.Result r = verdict(scenario, config, pre, dec, timeline(REQUESTS));
+            assertEquals(0, r.inFlightAtFault(), scenario);
+            assertEquals("the fault struck after all 16 requests had concluded: it tested nothing; give more --requests or a "
+                    + "longer prompt (--prompt-tokens), or a shorter --fault-after-ms", r.untested(), scenario);
+            assertFalse(r.passed(), scenario + " passed although its fault met no request: " + r);
+        }
+        ChaosRunner.Result r = verdict("kill-prefill", config, List.of(), List.of(decode(List.of())), timeline(REQUESTS));
+        String json = new ObjectMapper().writeValueAsString(r);
+        assertTrue(json.contains("\"in_flight_at_fault\":0,\"untested\":\"the fault struck after all 16 requests"), json);
+        // a soak fails when any cycle's fault tested nothing
+        ChaosRunner.Result ok = verdict("kill-prefill", config, List.of(), List.of(decode(List.of(3, 4))), timeline(2));
+        ChaosRunner.Result soak = ChaosRunner.aggregate(List.of(ok, r));
+        assertEquals(0, soak.inFlightAtFault());
+        assertEquals("cycle 2: " + r.untested(), soak.untested());
+        assertFalse(soak.passed());
+    }
+
+    /** The same runs with requests still in flight at the strike, and faults injected all along, are judged as before. */
+    @Test
+    void aFaultThatMetRequestsInFlightOrIsInjectedAllAlongIsUnaffected() {
+        BenchConfig config = config();
+        ChaosRunner.Result killed = verdict("kill-prefill", config, List.of(), List.of(decode(List.of(3, 4))), timeline(REQUESTS - 1));
+        assertEquals(1, killed.inFlightAtFault());
+        assertNull(killed.untested());
+        assertTrue(killed.passed(), killed.toString());
+        for (String scenario : List.of("abort-storm", "slow-decode", "failure-injection")) {
+            // injected from the first request on: no moment to strike too late
+            ChaosRunner.Result r = verdict(scenario, config, List.of(prefill()), List.of(decode(List.of())), timeline(REQUESTS));
+            assertNull(r.inFlightAtFault(), scenario);
+            assertNull(r.untested(), scenario);
+            assertTrue(r.passed(), r.toString());
+        }
+    }
+
+    private static ChaosScenario.Timeline timeline(int concludedBeforeFault) {
+        ChaosScenario.Timeline t = new ChaosScenario.Timeline();
+        t.faultAt = 1;
+        t.concludedBeforeFault = concludedBeforeFault;
+        t.recovered = true;
+        return t;
+    }
+
     private static ChaosRunner.Result verdict(String scenario, BenchConfig config, List<RoleReport> pre, List<RoleReport> dec) {
+        return verdict(scenario, config, pre, dec, new ChaosScenario.Timeline());
+    }
+
+    private static ChaosRunner.Result verdict(String scenario, BenchConfig config, List<RoleReport> pre, List<RoleReport> dec,
+                                              ChaosScenario.Timeline t) {
         ChaosScenario s = ChaosScenarios.byName(scenario);
         ChaosScenario.Setup setup = new ChaosScenario.Setup(config, new ArrayList<>(), ChaosNetwork.loopback());
-        return ChaosRunner.verdict(config, s, setup, pre, dec, new ChaosScenario.Timeline());
+        return ChaosRunner.verdict(config, s, setup, pre, dec, t);
     }
 
     private static RoleReport decode(List<Integer> failed) {

@@ -27,7 +27,8 @@ import java.util.concurrent.Callable;
                 + "succeeded again after the fault (partition: and both sides detected the blackholed link); corrupt when the "
                 + "--checksum mode kept its promise (full: every damaged room failed with kind integrity; off: the damage shows as "
                 + "corrupted > 0; sampled: each damaged room was caught or shows); hostile-peer when every attack was refused, "
-                + "every legitimate request succeeded and the prefill's memory and threads stayed bounded."})
+                + "every legitimate request succeeded and the prefill's memory and threads stayed bounded. A fault struck after every "
+                + "request had concluded tested nothing: the run fails (untested)."})
 public final class ChaosCommand implements Callable<Integer> {
     @Option(names = "--scenario", required = true,
             description = "kill-prefill, kill-decode, restart-prefill, restart-decode, bad-frames, abort-storm, slow-decode, "
@@ -153,7 +154,9 @@ public final class ChaosCommand implements Callable<Integer> {
                 r.detectMs(), r.recovered() == null ? "" : " recovered=" + r.recovered(),
                 r.detected() == null ? "" : " detected=" + r.detected(), r.cycles() > 1 ? " cycles=" + r.cycles() : "",
                 r.passed() ? "PASS" : "FAIL");
-        System.out.printf("  checksum=%s integrity_failures=%d%n", r.checksum(), r.integrityFailures());
+        System.out.printf("  checksum=%s integrity_failures=%d%s%n", r.checksum(), r.integrityFailures(),
+                r.inFlightAtFault() == null ? "" : " in_flight_at_fault=" + r.inFlightAtFault());
+        if (r.untested() != null) System.out.println("  untested: " + r.untested());
         if (r.corruption() != null) System.out.println("  corruption: " + r.corruption());
         if (r.link() != null) System.out.println("  link: " + r.link());
         if (r.hostile() != null) {
