@@ -15,11 +15,8 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-import java.net.URI;
 import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
@@ -70,25 +67,16 @@ class LogprobsTest {
     }
 
     static HttpResponse<String> post(String path, String body) throws Exception {
-        return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + path))
-                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+        return RouterCalls.post(router.port(), path, body);
     }
 
     static JsonNode ok(String path, String body) throws Exception {
-        HttpResponse<String> r = post(path, body);
-        assertEquals(200, r.statusCode(), body + " -> " + r.body());
-        return JSON.readTree(r.body());
+        return RouterCalls.ok(router.port(), path, body);
     }
 
     /** The events of a stream before [DONE]. */
     static List<JsonNode> events(String path, String body) throws Exception {
-        HttpResponse<String> r = post(path, body);
-        assertEquals(200, r.statusCode(), body + " -> " + r.body());
-        List<String> lines = r.body().lines().filter(l -> l.startsWith("data: ")).toList();
-        assertEquals("data: [DONE]", lines.getLast());
-        List<JsonNode> out = new ArrayList<>();
-        for (String l : lines.subList(0, lines.size() - 1)) out.add(JSON.readTree(l.substring(6)));
-        return out;
+        return RouterCalls.events(router.port(), path, body);
     }
 
     static Generation colocated(String prompt, int max, Sampling s, int top) {

@@ -79,24 +79,15 @@ class PromptLogprobsTest {
     }
 
     static HttpResponse<String> post(String path, String body) throws Exception {
-        return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + path))
-                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+        return RouterCalls.post(router.port(), path, body);
     }
 
     static JsonNode ok(String path, String body) throws Exception {
-        HttpResponse<String> r = post(path, body);
-        assertEquals(200, r.statusCode(), body + " -> " + r.body());
-        return JSON.readTree(r.body());
+        return RouterCalls.ok(router.port(), path, body);
     }
 
     static List<JsonNode> events(String path, String body) throws Exception {
-        HttpResponse<String> r = post(path, body);
-        assertEquals(200, r.statusCode(), body + " -> " + r.body());
-        List<String> lines = r.body().lines().filter(l -> l.startsWith("data: ")).toList();
-        assertEquals("data: [DONE]", lines.getLast());
-        List<JsonNode> out = new ArrayList<>();
-        for (String l : lines.subList(0, lines.size() - 1)) out.add(JSON.readTree(l.substring(6)));
-        return out;
+        return RouterCalls.events(router.port(), path, body);
     }
 
     static int[] intArray(JsonNode arr) {

@@ -16,9 +16,7 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.net.InetSocketAddress;
 import java.net.Socket;
-import java.net.URI;
 import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -64,14 +62,11 @@ class SeveralChoicesTest {
     }
 
     static HttpResponse<String> post(int port, String path, String body) throws Exception {
-        return http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
-                .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+        return RouterCalls.post(port, path, body);
     }
 
     static JsonNode ok(String path, String body) throws Exception {
-        HttpResponse<String> r = post(router.port(), path, body);
-        assertEquals(200, r.statusCode(), body + " -> " + r.body());
-        return JSON.readTree(r.body());
+        return RouterCalls.ok(router.port(), path, body);
     }
 
     static String quoted(String s) throws Exception {
@@ -340,12 +335,21 @@ class SeveralChoicesTest {
                     ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0);
         }
 
-        /** Every room the decode streamed ({@code streamed} of them) was aborted on both engines. */
+        /**
+         * Every room the decode streamed (at most {@code streamed}: a choice cancelled before its call reached the decode
+         * streams nothing) was aborted on both engines (30 s at most). A failed choice's room may be aborted too: the
+         * aborts are awaited by the rooms they name, not by their count (counted, an abort of the failed room let the
+         * check run before the last streamed room's abort came).
+         */
         void assertStreamedRoomsAbortedOnBoth(int streamed) throws InterruptedException {
             assertTrue(decodeAborted.await(30, TimeUnit.SECONDS), "the decode's aborts: " + decodeAborts + " of " + asked);
             assertTrue(prefillAborted.await(30, TimeUnit.SECONDS), "the prefill's aborts: " + prefillAborts + " of " + asked);
-            assertEquals(streamed, asked.size(), asked.toString());
-            assertEquals(asked, decodeAborts);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (!(decodeAborts.containsAll(asked) && prefillAborts.containsAll(asked)) && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertTrue(!asked.isEmpty() && asked.size() <= streamed, asked.toString());
+            assertTrue(decodeAborts.containsAll(asked), decodeAborts + " of " + asked);
             assertTrue(prefillAborts.containsAll(asked), prefillAborts + " of " + asked);
         }
 
@@ -383,7 +387,7 @@ class SeveralChoicesTest {
     @Test
     @Timeout(60)
     void aFailedChoiceCancelsTheOthers() throws Exception {
-        try (Endless e = Endless.start(8, 2); Router r = e.router()) {
+        try (Endless e = Endless.start(8, 1); Router r = e.router()) {
             HttpResponse<String> answer = post(r.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"n\":3,\"seed\":7,\"max_tokens\":400}");
             assertEquals(500, answer.statusCode(), answer.body());
             assertTrue(JSON.readTree(answer.body()).path("error").path("message").asText().startsWith("choice 1: the stub refuses this seed"),
