@@ -91,7 +91,7 @@ final class ChatPrompt {
             "modalities", "[\"text\"], null or absent");
 
     /** Adds to {@code refused} each of {@link #UNSUPPORTED} that {@code req} sets to something other than its no-op. */
-    static void refuseUnsupported(JsonNode req, Router.Refusals refused) {
+    static void refuseUnsupported(JsonNode req, RequestParams.Refusals refused) {
         for (String key : UNSUPPORTED.keySet().stream().sorted().toList()) {
             JsonNode v = req.get(key);
             if (v == null || v.isNull() || isNoOp(key, v)) continue;

@@ -33,7 +33,6 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.Callable;
@@ -52,7 +51,6 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
-import java.util.function.Predicate;
 import java.util.stream.Stream;
 
 /**
@@ -1196,9 +1194,9 @@ public final class Router implements AutoCloseable {
     private void completions(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
-        List<String> prompts = prompts(req);
-        refuseUnsupported(req, OpenAiShape.COMPLETION);
-        int n = n(req, prompts.size());
+        List<String> prompts = RequestParams.prompts(req);
+        RequestParams.refuseUnsupported(req, OpenAiShape.COMPLETION);
+        int n = RequestParams.n(req, prompts.size());
         // OpenAI's legacy logprobs: the number of top log probabilities a token (its own always comes too); absent or null: none.
         int logprobs = Http.intField(req, "logprobs", -1, 0, LogprobsShape.MAX_TOP);
         // echo: the text starts with the prompt, and with logprobs the prompt's tokens' come first (lm-evaluation-harness's
@@ -1208,38 +1206,8 @@ public final class Router implements AutoCloseable {
         if (maxTokens == 0 && !echo) {
             throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
         }
-        Ask ask = ask(req, prompts.getFirst(), maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
+        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
         answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n, "prompt"), echo);
-    }
-
-    /** Most completions one OpenAI request may ask for: its prompts times {@code n} (each is a PD request of its own). */
-    static final int MAX_CHOICES = 64;
-
-    /** A completion's {@code prompt}: a string, or a list of 1 to {@link #MAX_CHOICES} strings (a batch: each its own choices). */
-    static List<String> prompts(JsonNode req) {
-        JsonNode p = req.get("prompt");
-        if (p == null || !p.isArray()) return List.of(Http.textField(req, "prompt"));
-        if (p.isEmpty() || p.size() > MAX_CHOICES) {
-            throw new Http.BadRequest("prompt", "prompt must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + p.size());
-        }
-        List<String> prompts = new ArrayList<>();
-        for (int i = 0; i < p.size(); i++) {
-            if (!p.get(i).isTextual()) {
-                throw new Http.BadRequest("prompt", "prompt[" + i + "] must be a string (token id lists are not supported), got " + p.get(i));
-            }
-            prompts.add(p.get(i).textValue());
-        }
-        return prompts;
-    }
-
-    /** {@code n}: the choices of each prompt, 1 to {@link #MAX_CHOICES}, and at most {@link #MAX_CHOICES} for all the prompts. */
-    static int n(JsonNode req, int prompts) {
-        int n = Http.intField(req, "n", 1, 1, MAX_CHOICES);
-        if ((long) n * prompts > MAX_CHOICES) {
-            throw new Http.BadRequest("n", "n (" + n + ") times the " + prompts + " prompts asks for " + (long) n * prompts
-                    + " completions; a request may ask for at most " + MAX_CHOICES);
-        }
-        return n;
     }
 
     /**
@@ -1273,52 +1241,14 @@ public final class Router implements AutoCloseable {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
         String prompt = ChatPrompt.of(req.get("messages"));
-        refuseUnsupported(req, OpenAiShape.CHAT);
+        RequestParams.refuseUnsupported(req, OpenAiShape.CHAT);
         int maxTokens = Http.intField(req, "max_completion_tokens", Integer.MAX_VALUE, 1, Integer.MAX_VALUE);
         int older = Http.intField(req, "max_tokens", maxTokens, 1, Integer.MAX_VALUE);
         if (req.hasNonNull("max_completion_tokens") && req.hasNonNull("max_tokens") && older != maxTokens) {
             throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
                     + ") differ; send max_completion_tokens alone");
         }
-        answer(ex, req, OpenAiShape.CHAT, choices(ask(req, prompt, older, chatLogprobs(req), -1), List.of(prompt), n(req, 1), "messages"), false);
-    }
-
-    /**
-     * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
-     * first prompt position with input token logprobs (-1: none).
-     */
-    private static Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs, int logprobStart) {
-        return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart);
-    }
-
-    /** {@code top_k} (vLLM's extension of OpenAI's routes, SGLang's sampling parameter): -1 (or absent, null) no limit, else at least 1. */
-    static int topK(JsonNode n) {
-        int k = Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE);
-        if (k == 0) throw new Http.BadRequest("top_k", "top_k must be -1 (no limit) or at least 1, got 0");
-        return k;
-    }
-
-    /**
-     * A chat's log probabilities: {@code logprobs} true asks for each token's, {@code top_logprobs} (0 to
-     * {@link LogprobsShape#MAX_TOP}) for that many of the most likely tokens' too, and needs {@code logprobs} true, as
-     * OpenAI's does (0 or null without it is a no-op). -1: none.
-     */
-    private static int chatLogprobs(JsonNode req) {
-        boolean logprobs = Http.booleanField(req, "logprobs", false);
-        int top = Http.intField(req, "top_logprobs", 0, 0, LogprobsShape.MAX_TOP);
-        if (!logprobs && top > 0) {
-            throw new Http.BadRequest("top_logprobs", "top_logprobs (" + top + ") needs logprobs: true");
-        }
-        return logprobs ? top : -1;
-    }
-
-    /** Whether a stream's request asks for the usage chunk ({@code stream_options.include_usage}). */
-    private static boolean includeUsage(JsonNode req) {
-        JsonNode o = req.get("stream_options");
-        if (o == null || o.isNull()) return false;
-        if (!o.isObject()) throw new Http.BadRequest("stream_options", "stream_options must be an object, got " + o);
-        return Http.booleanField(o, "include_usage", false);
+        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1), List.of(prompt), RequestParams.n(req, 1), "messages"), false);
     }
 
     /**
@@ -1334,7 +1264,7 @@ public final class Router implements AutoCloseable {
      */
     private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo) throws Exception {
         boolean stream = Http.booleanField(req, "stream", false);
-        Answer a = new Answer(ex, shape, stream, includeUsage(req) && stream, echo, asks.size());
+        Answer a = new Answer(ex, shape, stream, RequestParams.includeUsage(req) && stream, echo, asks.size());
         List<Choice> choices = new ArrayList<>();
         for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));
         RequestRecord record = RECORD.get();
@@ -1684,136 +1614,23 @@ public final class Router implements AutoCloseable {
         return k;
     }
 
-    /** The seed, when the request names one (any long; without one the room is the seed). */
-    private static OptionalLong seed(JsonNode n) {
-        return n.has("seed") && !n.get("seed").isNull() ? OptionalLong.of(Http.longField(n, "seed")) : OptionalLong.empty();
-    }
-
-    /** The {@code sampling_params} of {@code /generate} that this engine implements. */
-    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop");
-
-    /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
-    private record NoOp(String value, Predicate<JsonNode> is) {
-    }
-
-    /**
-     * Sampling parameters of OpenAI, vLLM and SGLang that this engine does not implement, each with its
-     * no-op value (their default): a request may send that value (or null), not another. The engine
-     * stops at EOS/BOS, trims the stop string and gives special tokens no text, as those defaults say.
-     */
-    private static final Map<String, NoOp> NO_OPS = Map.ofEntries(
-            Map.entry("presence_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
-            Map.entry("frequency_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
-            Map.entry("repetition_penalty", new NoOp("1", v -> v.isNumber() && v.doubleValue() == 1)),
-            Map.entry("logit_bias", new NoOp("{}", v -> v.isObject() && v.isEmpty())),
-            Map.entry("min_p", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
-            Map.entry("min_new_tokens", new NoOp("0", v -> v.isIntegralNumber() && v.longValue() == 0)),
-            Map.entry("n", new NoOp("1", v -> v.isIntegralNumber() && v.longValue() == 1)),
-            Map.entry("ignore_eos", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
-            Map.entry("no_stop_trim", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
-            Map.entry("skip_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
-            Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
-            Map.entry("stop_token_ids", new NoOp("[]", v -> v.isArray() && v.isEmpty())),
-            Map.entry("regex", new NoOp("null", v -> false)),
-            Map.entry("json_schema", new NoOp("null", v -> false)),
-            Map.entry("ebnf", new NoOp("null", v -> false)));
-
-    /**
-     * The parameters a request sets that the engine does not implement, each with why: a 400 names them all at once
-     * ({@code param}: the first), rather than a client fixing them one round trip at a time.
-     */
-    static final class Refusals {
-        private final List<String> params = new ArrayList<>(), reasons = new ArrayList<>();
-
-        void add(String param, String reason) {
-            params.add(param);
-            reasons.add(reason);
-        }
-
-        /** A 400 naming them all, if any; {@code within}: the object they are keys of ({@code sampling_params}), or null for the body. */
-        void throwIfAny(String within) {
-            if (reasons.isEmpty()) return;
-            String all = String.join("; ", reasons);
-            throw within == null ? new Http.BadRequest(params.getFirst(), all) : new Http.BadRequest(within + "." + params.getFirst(), within + ": " + all);
-        }
-    }
-
-    /** Refuses {@code key} unless the request leaves it out, sends null or its no-op value. */
-    private static void refuseUnlessNoOp(JsonNode in, String key, Refusals refused) {
-        JsonNode v = in.get(key);
-        NoOp noOp = NO_OPS.get(key);
-        if (v != null && !v.isNull() && !noOp.is().test(v)) {
-            refused.add(key, key + " is not supported (must be " + noOp.value() + (noOp.value().equals("null") ? "" : ", null") + " or absent), got " + v);
-        }
-    }
-
-    /**
-     * OpenAI parameters that would change the answer and that this engine does not implement: a 400
-     * naming every such parameter the request sets, rather than an answer that silently differs from
-     * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
-     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. Both OpenAI routes check the
-     * penalties, {@code logit_bias}, vLLM's extensions, and a completion's {@code best_of}; then each its own ({@link ChatPrompt#refuseUnsupported}).
-     */
-    private static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
-        Refusals refused = new Refusals();
-        // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on these routes.
-        for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "min_p", "repetition_penalty")) {
-            refuseUnlessNoOp(req, key, refused);
-        }
-        JsonNode bestOf = req.get("best_of");
-        if (shape == OpenAiShape.COMPLETION && bestOf != null && !bestOf.isNull()
-                && !(bestOf.isIntegralNumber() && bestOf.canConvertToInt() && bestOf.intValue() == 1)) {
-            refused.add("best_of", "best_of must be 1 (choosing the best of several samples is not supported; n asks for several), got " + bestOf);
-        }
-        if (shape == OpenAiShape.CHAT) {
-            JsonNode echo = req.get("echo");
-            if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
-                refused.add("echo", "echo is a /v1/completions parameter (a chat has no echo: must be false, null or absent), got " + echo);
-            }
-            ChatPrompt.refuseUnsupported(req, refused);
-            refused.throwIfAny(null);
-            return;
-        }
-        JsonNode suffix = req.get("suffix");
-        if (suffix != null && !suffix.isNull() && !(suffix.isTextual() && suffix.textValue().isEmpty())) {
-            refused.add("suffix", "suffix is not supported (must be null or absent), got " + suffix);
-        }
-        refused.throwIfAny(null);
-    }
-
-    /**
-     * The {@code sampling_params} of {@code /generate}: a 400 naming every key the engine does not
-     * implement (SGLang has many: {@code repetition_penalty}, {@code min_p}, …), unless
-     * it is null or its no-op value; an unknown key is refused as well, since it may mean anything.
-     */
-    private static void refuseUnsupportedSampling(JsonNode sp) {
-        Refusals refused = new Refusals();
-        for (Map.Entry<String, JsonNode> e : sp.properties()) {
-            String key = e.getKey();
-            if (GENERATE_SAMPLING_PARAMS.contains(key) || e.getValue().isNull()) continue;
-            if (NO_OPS.containsKey(key)) refuseUnlessNoOp(sp, key, refused);
-            else refused.add(key, key + " is not supported (this engine implements " + String.join(", ", GENERATE_SAMPLING_PARAMS) + ")");
-        }
-        refused.throwIfAny("sampling_params");
-    }
-
     /** SGLang's /generate ({@code text} a list: a batch, {@link #generateBatch}): {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}. */
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
         JsonNode textNode = req.get("text");
-        List<String> batch = textNode != null && textNode.isArray() ? texts(textNode) : null;
+        List<String> batch = textNode != null && textNode.isArray() ? RequestParams.texts(textNode) : null;
         String prompt = batch != null ? batch.getFirst() : Http.textField(req, "text");
         JsonNode sp = req.path("sampling_params");
         // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
         if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
-        refuseUnsupportedSampling(sp);
-        int topLogprobs = generateLogprobs(req);
-        int logprobStart = logprobStart(req, topLogprobs);
+        RequestParams.refuseUnsupportedSampling(sp);
+        int topLogprobs = RequestParams.generateLogprobs(req);
+        int logprobStart = RequestParams.logprobStart(req, topLogprobs);
         boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
         // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), topK(sp), seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart);
+                Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart);
         boolean stream = Http.booleanField(req, "stream", false);
         if (batch != null) {
             if (stream) throw new Http.BadRequest("stream", "a batch (text a list) is answered whole: stream must be false");
@@ -1886,19 +1703,6 @@ public final class Router implements AutoCloseable {
         return out;
     }
 
-    /** SGLang's batch {@code text}: a list of 1 to {@link #MAX_CHOICES} strings. */
-    static List<String> texts(JsonNode list) {
-        if (list.isEmpty() || list.size() > MAX_CHOICES) {
-            throw new Http.BadRequest("text", "text must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + list.size());
-        }
-        List<String> texts = new ArrayList<>();
-        for (int i = 0; i < list.size(); i++) {
-            if (!list.get(i).isTextual()) throw new Http.BadRequest("text", "text[" + i + "] must be a string, got " + list.get(i));
-            texts.add(list.get(i).textValue());
-        }
-        return texts;
-    }
-
     /**
      * SGLang's batch {@code /generate}: each text a request of its own through {@link #run}, all at once, answered as a
      * list in the texts' order. The first to fail fails the request (its message names {@code text[i]}), the others'
@@ -1954,30 +1758,6 @@ public final class Router implements AutoCloseable {
         ArrayNode all = Http.JSON.createArrayNode();
         for (int i = 0; i < count; i++) all.add(generated(outcomes[i], asks.get(i), new int[1][], withText));
         Http.sendJson(ex, 200, all);
-    }
-
-    /**
-     * SGLang's {@code return_logprob} and {@code top_logprobs_num} (0 to {@link LogprobsShape#MAX_TOP}; more than 0
-     * needs {@code return_logprob} true): -1 for none.
-     */
-    private static int generateLogprobs(JsonNode req) {
-        boolean asked = Http.booleanField(req, "return_logprob", false);
-        int top = Http.intField(req, "top_logprobs_num", 0, 0, LogprobsShape.MAX_TOP);
-        if (!asked && top > 0) throw new Http.BadRequest("top_logprobs_num", "top_logprobs_num (" + top + ") needs return_logprob: true");
-        return asked ? top : -1;
-    }
-
-    /**
-     * SGLang's {@code logprob_start_len}: -1 (or absent, null) no input token logprobs, else the first prompt position
-     * whose input token logprobs the answer gives (below the prompt's length, checked once it is tokenized); it needs
-     * {@code return_logprob} true ({@code topLogprobs} -1: not asked).
-     */
-    private static int logprobStart(JsonNode req, int topLogprobs) {
-        int start = Http.intField(req, "logprob_start_len", -1, -1, Integer.MAX_VALUE);
-        if (start >= 0 && topLogprobs < 0) {
-            throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + start + ") needs return_logprob: true");
-        }
-        return start;
     }
 
     /** SGLang's meta_info input token log probabilities: input_token_logprobs, and input_top_logprobs when top ones are asked. */

@@ -1,0 +1,238 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalLong;
+import java.util.function.Predicate;
+
+/**
+ * What the router reads from a request's body besides its prompt and stream flag: the choices (a prompt list,
+ * {@code n}), the sampling, stop and log-probability parameters of the OpenAI routes and of {@code /generate}, and the
+ * refusals of parameters the engine does not implement (a 400 naming each). Pure: a body in, values or a
+ * {@link Http.BadRequest} out.
+ */
+final class RequestParams {
+    private RequestParams() {
+    }
+
+    /** Most completions one OpenAI request may ask for: its prompts times {@code n} (each is a PD request of its own). */
+    static final int MAX_CHOICES = 64;
+
+    /** A completion's {@code prompt}: a string, or a list of 1 to {@link #MAX_CHOICES} strings (a batch: each its own choices). */
+    static List<String> prompts(JsonNode req) {
+        JsonNode p = req.get("prompt");
+        if (p == null || !p.isArray()) return List.of(Http.textField(req, "prompt"));
+        if (p.isEmpty() || p.size() > MAX_CHOICES) {
+            throw new Http.BadRequest("prompt", "prompt must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + p.size());
+        }
+        List<String> prompts = new ArrayList<>();
+        for (int i = 0; i < p.size(); i++) {
+            if (!p.get(i).isTextual()) {
+                throw new Http.BadRequest("prompt", "prompt[" + i + "] must be a string (token id lists are not supported), got " + p.get(i));
+            }
+            prompts.add(p.get(i).textValue());
+        }
+        return prompts;
+    }
+
+    /** {@code n}: the choices of each prompt, 1 to {@link #MAX_CHOICES}, and at most {@link #MAX_CHOICES} for all the prompts. */
+    static int n(JsonNode req, int prompts) {
+        int n = Http.intField(req, "n", 1, 1, MAX_CHOICES);
+        if ((long) n * prompts > MAX_CHOICES) {
+            throw new Http.BadRequest("n", "n (" + n + ") times the " + prompts + " prompts asks for " + (long) n * prompts
+                    + " completions; a request may ask for at most " + MAX_CHOICES);
+        }
+        return n;
+    }
+
+    /**
+     * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
+     * first prompt position with input token logprobs (-1: none).
+     */
+    static Router.Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs, int logprobStart) {
+        return new Router.Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
+                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart);
+    }
+
+    /** {@code top_k} (vLLM's extension of OpenAI's routes, SGLang's sampling parameter): -1 (or absent, null) no limit, else at least 1. */
+    static int topK(JsonNode n) {
+        int k = Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE);
+        if (k == 0) throw new Http.BadRequest("top_k", "top_k must be -1 (no limit) or at least 1, got 0");
+        return k;
+    }
+
+    /**
+     * A chat's log probabilities: {@code logprobs} true asks for each token's, {@code top_logprobs} (0 to
+     * {@link LogprobsShape#MAX_TOP}) for that many of the most likely tokens' too, and needs {@code logprobs} true, as
+     * OpenAI's does (0 or null without it is a no-op). -1: none.
+     */
+    static int chatLogprobs(JsonNode req) {
+        boolean logprobs = Http.booleanField(req, "logprobs", false);
+        int top = Http.intField(req, "top_logprobs", 0, 0, LogprobsShape.MAX_TOP);
+        if (!logprobs && top > 0) {
+            throw new Http.BadRequest("top_logprobs", "top_logprobs (" + top + ") needs logprobs: true");
+        }
+        return logprobs ? top : -1;
+    }
+
+    /** Whether a stream's request asks for the usage chunk ({@code stream_options.include_usage}). */
+    static boolean includeUsage(JsonNode req) {
+        JsonNode o = req.get("stream_options");
+        if (o == null || o.isNull()) return false;
+        if (!o.isObject()) throw new Http.BadRequest("stream_options", "stream_options must be an object, got " + o);
+        return Http.booleanField(o, "include_usage", false);
+    }
+
+    /** The seed, when the request names one (any long; without one the room is the seed). */
+    static OptionalLong seed(JsonNode n) {
+        return n.has("seed") && !n.get("seed").isNull() ? OptionalLong.of(Http.longField(n, "seed")) : OptionalLong.empty();
+    }
+
+    /** The {@code sampling_params} of {@code /generate} that this engine implements. */
+    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop");
+
+    /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
+    private record NoOp(String value, Predicate<JsonNode> is) {
+    }
+
+    /**
+     * Sampling parameters of OpenAI, vLLM and SGLang that this engine does not implement, each with its
+     * no-op value (their default): a request may send that value (or null), not another. The engine
+     * stops at EOS/BOS, trims the stop string and gives special tokens no text, as those defaults say.
+     */
+    private static final Map<String, NoOp> NO_OPS = Map.ofEntries(
+            Map.entry("presence_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
+            Map.entry("frequency_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
+            Map.entry("repetition_penalty", new NoOp("1", v -> v.isNumber() && v.doubleValue() == 1)),
+            Map.entry("logit_bias", new NoOp("{}", v -> v.isObject() && v.isEmpty())),
+            Map.entry("min_p", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
+            Map.entry("min_new_tokens", new NoOp("0", v -> v.isIntegralNumber() && v.longValue() == 0)),
+            Map.entry("n", new NoOp("1", v -> v.isIntegralNumber() && v.longValue() == 1)),
+            Map.entry("ignore_eos", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
+            Map.entry("no_stop_trim", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
+            Map.entry("skip_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
+            Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
+            Map.entry("stop_token_ids", new NoOp("[]", v -> v.isArray() && v.isEmpty())),
+            Map.entry("regex", new NoOp("null", v -> false)),
+            Map.entry("json_schema", new NoOp("null", v -> false)),
+            Map.entry("ebnf", new NoOp("null", v -> false)));
+
+    /**
+     * The parameters a request sets that the engine does not implement, each with why: a 400 names them all at once
+     * ({@code param}: the first), rather than a client fixing them one round trip at a time.
+     */
+    static final class Refusals {
+        private final List<String> params = new ArrayList<>(), reasons = new ArrayList<>();
+
+        void add(String param, String reason) {
+            params.add(param);
+            reasons.add(reason);
+        }
+
+        /** A 400 naming them all, if any; {@code within}: the object they are keys of ({@code sampling_params}), or null for the body. */
+        void throwIfAny(String within) {
+            if (reasons.isEmpty()) return;
+            String all = String.join("; ", reasons);
+            throw within == null ? new Http.BadRequest(params.getFirst(), all) : new Http.BadRequest(within + "." + params.getFirst(), within + ": " + all);
+        }
+    }
+
+    /** Refuses {@code key} unless the request leaves it out, sends null or its no-op value. */
+    static void refuseUnlessNoOp(JsonNode in, String key, Refusals refused) {
+        JsonNode v = in.get(key);
+        NoOp noOp = NO_OPS.get(key);
+        if (v != null && !v.isNull() && !noOp.is().test(v)) {
+            refused.add(key, key + " is not supported (must be " + noOp.value() + (noOp.value().equals("null") ? "" : ", null") + " or absent), got " + v);
+        }
+    }
+
+    /**
+     * OpenAI parameters that would change the answer and that this engine does not implement: a 400
+     * naming every such parameter the request sets, rather than an answer that silently differs from
+     * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
+     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. Both OpenAI routes check the
+     * penalties, {@code logit_bias}, vLLM's extensions, and a completion's {@code best_of}; then each its own ({@link ChatPrompt#refuseUnsupported}).
+     */
+    static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
+        Refusals refused = new Refusals();
+        // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on these routes.
+        for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "min_p", "repetition_penalty")) {
+            refuseUnlessNoOp(req, key, refused);
+        }
+        JsonNode bestOf = req.get("best_of");
+        if (shape == OpenAiShape.COMPLETION && bestOf != null && !bestOf.isNull()
+                && !(bestOf.isIntegralNumber() && bestOf.canConvertToInt() && bestOf.intValue() == 1)) {
+            refused.add("best_of", "best_of must be 1 (choosing the best of several samples is not supported; n asks for several), got " + bestOf);
+        }
+        if (shape == OpenAiShape.CHAT) {
+            JsonNode echo = req.get("echo");
+            if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
+                refused.add("echo", "echo is a /v1/completions parameter (a chat has no echo: must be false, null or absent), got " + echo);
+            }
+            ChatPrompt.refuseUnsupported(req, refused);
+            refused.throwIfAny(null);
+            return;
+        }
+        JsonNode suffix = req.get("suffix");
+        if (suffix != null && !suffix.isNull() && !(suffix.isTextual() && suffix.textValue().isEmpty())) {
+            refused.add("suffix", "suffix is not supported (must be null or absent), got " + suffix);
+        }
+        refused.throwIfAny(null);
+    }
+
+    /**
+     * The {@code sampling_params} of {@code /generate}: a 400 naming every key the engine does not
+     * implement (SGLang has many: {@code repetition_penalty}, {@code min_p}, …), unless
+     * it is null or its no-op value; an unknown key is refused as well, since it may mean anything.
+     */
+    static void refuseUnsupportedSampling(JsonNode sp) {
+        Refusals refused = new Refusals();
+        for (Map.Entry<String, JsonNode> e : sp.properties()) {
+            String key = e.getKey();
+            if (GENERATE_SAMPLING_PARAMS.contains(key) || e.getValue().isNull()) continue;
+            if (NO_OPS.containsKey(key)) refuseUnlessNoOp(sp, key, refused);
+            else refused.add(key, key + " is not supported (this engine implements " + String.join(", ", GENERATE_SAMPLING_PARAMS) + ")");
+        }
+        refused.throwIfAny("sampling_params");
+    }
+
+    /** SGLang's batch {@code text}: a list of 1 to {@link #MAX_CHOICES} strings. */
+    static List<String> texts(JsonNode list) {
+        if (list.isEmpty() || list.size() > MAX_CHOICES) {
+            throw new Http.BadRequest("text", "text must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + list.size());
+        }
+        List<String> texts = new ArrayList<>();
+        for (int i = 0; i < list.size(); i++) {
+            if (!list.get(i).isTextual()) throw new Http.BadRequest("text", "text[" + i + "] must be a string, got " + list.get(i));
+            texts.add(list.get(i).textValue());
+        }
+        return texts;
+    }
+
+    /**
+     * SGLang's {@code return_logprob} and {@code top_logprobs_num} (0 to {@link LogprobsShape#MAX_TOP}; more than 0
+     * needs {@code return_logprob} true): -1 for none.
+     */
+    static int generateLogprobs(JsonNode req) {
+        boolean asked = Http.booleanField(req, "return_logprob", false);
+        int top = Http.intField(req, "top_logprobs_num", 0, 0, LogprobsShape.MAX_TOP);
+        if (!asked && top > 0) throw new Http.BadRequest("top_logprobs_num", "top_logprobs_num (" + top + ") needs return_logprob: true");
+        return asked ? top : -1;
+    }
+
+    /**
+     * SGLang's {@code logprob_start_len}: -1 (or absent, null) no input token logprobs, else the first prompt position
+     * whose input token logprobs the answer gives (below the prompt's length, checked once it is tokenized); it needs
+     * {@code return_logprob} true ({@code topLogprobs} -1: not asked).
+     */
+    static int logprobStart(JsonNode req, int topLogprobs) {
+        int start = Http.intField(req, "logprob_start_len", -1, -1, Integer.MAX_VALUE);
+        if (start >= 0 && topLogprobs < 0) {
+            throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + start + ") needs return_logprob: true");
+        }
+        return start;
+    }
+}
