@@ -896,9 +896,12 @@ public final class Router implements AutoCloseable {
         body.put("prefill_only", true);
         p.inFlight.incrementAndGet();
         HttpResponse<String> r;
+        CompletableFuture<HttpResponse<String>> call = sendAsync(post(p, "/generate", body),
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
+        p.calls.add(call); // failed, as a PD request's prefill call is, when the health checks find the prefill unreachable
+        call.whenComplete((x, e) -> p.calls.remove(call));
         try {
-            r = awaitPromptOnly(sendAsync(post(p, "/generate", body),
-                    HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())), p, room, out);
+            r = awaitPromptOnly(call, p, room, out);
         } finally {
             p.inFlight.decrementAndGet();
         }
@@ -919,22 +922,18 @@ public final class Router implements AutoCloseable {
 
     /**
      * A prompt-only request's answer from its prefill. The prefill may wait for pages as long as it needs, so no fixed limit
-     * bounds the call; a hung prefill is found by its health checks instead: once they take it out of rotation the request
-     * fails with a 502 naming it, and the room is aborted there. Each keep-alive interval of the wait is passed on to a
-     * streamed client, so one that left is noticed then (the room aborted too), not at the answer.
+     * bounds the call; a hung prefill is found by its health checks instead, which fail its calls under way ({@link
+     * Backend#calls}): the request then fails with a 502 naming it, and the room is aborted there. Each keep-alive interval
+     * of the wait is passed on to a streamed client, so one that left is noticed then (the room aborted too), not at the answer.
      */
     private HttpResponse<String> awaitPromptOnly(CompletableFuture<HttpResponse<String>> call, Backend p, long room, Output out)
             throws Failure, IOException, InterruptedException {
         while (true) {
             try {
                 return call.get(DecodeServer.KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
+            } catch (CancellationException failedByHealthChecks) {
+                throw takenAsHung(p, room);
             } catch (TimeoutException stillWaiting) {
-                if (!p.healthy) {
-                    call.cancel(true);
-                    abort(p, room);
-                    throw new Failure(502, "bad_gateway", p + " was taken out of rotation by its health checks while it held room " + room
-                            + " (a prompt-only request): taken as hung");
-                }
                 try {
                     out.onKeepAlive();
                 } catch (IOException clientGone) {
@@ -944,6 +943,7 @@ public final class Router implements AutoCloseable {
                 }
             } catch (ExecutionException e) {
                 Throwable cause = e.getCause();
+                if (cause instanceof CancellationException) throw takenAsHung(p, room); // the JDK client's own cancel
                 if (isConnectionRefused(cause)) markUnreachable(p, cause);
                 throw new Failure(502, "bad_gateway", p + " failed: " + cause);
             } catch (InterruptedException e) {
@@ -951,6 +951,13 @@ public final class Router implements AutoCloseable {
                 throw e;
             }
         }
+    }
+
+    /** A prompt-only request whose prefill the health checks took out (they failed its call): its room is aborted there. */
+    private Failure takenAsHung(Backend p, long room) {
+        abort(p, room);
+        return new Failure(502, "bad_gateway", p + " was taken out of rotation by its health checks while it held room " + room
+                + " (a prompt-only request): taken as hung (" + p.unreachable + ")");
     }
 
     /** The prefill's answer with the input token log probabilities asked for, waited for at the first token. */
