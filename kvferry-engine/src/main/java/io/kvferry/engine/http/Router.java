@@ -352,12 +352,10 @@ public final class Router implements AutoCloseable {
     /** The decode streams of requests in flight, cut when silent too long (swept by the health thread). */
     private final StalledStreams stalled;
     private final Probing probing;
-    /** The Authorization header sent with every call to an engine, or null for none. */
-    private final String backendAuthorization;
+    /** The cluster token: sent with every call to an engine, and what {@code /workers} changes need; null for none. */
+    private final BearerToken clusterToken;
     /** The API key clients must send to the routes that serve, or null: any client that reaches the port is served. */
     private final BearerToken clientAuth;
-    /** The cluster token, which {@code /workers} changes need (null: this router takes none). */
-    private final BearerToken workerAuth;
     private final RouterMeters meters;
     private final Admission admission;
     /** Requests the router may still admit; null without a limit. Fair: those waiting are admitted in order. */
@@ -432,10 +430,8 @@ public final class Router implements AutoCloseable {
         this.probing = probing;
         this.admission = admission;
         this.slots = admission.maxConcurrent() == 0 ? null : new Semaphore(admission.maxConcurrent(), true);
-        BearerToken auth = BearerToken.of(access.backendToken());
-        this.backendAuthorization = auth == null ? null : auth.header();
+        this.clusterToken = BearerToken.of(access.backendToken());
         this.clientAuth = BearerToken.of(access.apiKey());
-        this.workerAuth = auth;
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
         Pool first = new Pool(List.of(), List.of());
         for (String p : prefills) first = first.with(new Backend(p, true, null));
@@ -584,7 +580,7 @@ public final class Router implements AutoCloseable {
      */
     private HttpResponse<String> probe(Backend b) throws IOException, InterruptedException {
         HttpRequest.Builder rb = HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout());
-        if (backendAuthorization != null) rb.header("Authorization", backendAuthorization); // not needed there; harmless
+        if (clusterToken != null) rb.header("Authorization", clusterToken.header()); // not needed there; harmless
         HttpRequest req = rb.GET().build();
         CompletableFuture<HttpResponse<String>> call = client.sendAsync(req,
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), MAX_HEALTH_BYTES));
@@ -1160,7 +1156,7 @@ public final class Router implements AutoCloseable {
     /** @param headersWithin the limit on the answer's status line and headers (not its body); null for none */
     private HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
         HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
-        if (backendAuthorization != null) r.header("Authorization", backendAuthorization);
+        if (clusterToken != null) r.header("Authorization", clusterToken.header());
         if (headersWithin != null) r.timeout(headersWithin);
         return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
     }
@@ -1832,14 +1828,14 @@ public final class Router implements AutoCloseable {
             Http.sendError(ex, 405, "invalid_request_error", method + " " + WORKERS_ROUTE + " is not allowed; use GET, POST or DELETE");
             return;
         }
-        if (workerAuth == null) {
+        if (clusterToken == null) {
             Http.discardBody(ex);
             Http.sendError(ex, 403, "permission_error", method + " " + WORKERS_ROUTE + " needs the cluster token and this router has none "
                     + "(KVFERRY_AUTH_TOKEN or --auth-token-file): without one, anyone who reaches its port could add a backend of theirs "
                     + "and be sent every prompt");
             return;
         }
-        if (!Http.authorized(ex, workerAuth)) return;
+        if (!Http.authorized(ex, clusterToken)) return;
         if ("POST".equals(method)) addWorker(ex);
         else removeWorker(ex);
     }
