@@ -204,9 +204,11 @@ class UcxStalledDecodeTest {
 
     @Test
     void aSlowButProgressingDecodeIsNotCut() throws Exception {
-        // Confirmations that keep coming, however slowly, reset the clock: 20 writes over ~2x the stall timeout.
+        // Confirmations that keep coming, however slowly, reset the clock: 20 writes over ~2x the stall timeout. Each pause
+        // is a tenth of the timeout, and the timeout leaves room for a starved machine's scheduling: at 300 ms (30 ms
+        // pauses) a busy 2-core machine once went 300 ms without running the decode's progress thread, and the link was cut.
         RegisteredMemory src = memory(4), dst = memory(5);
-        KVFerrySettings settings = KVFerrySettings.fromEnvironment().with(Knobs.WRITE_STALL_TIMEOUT_MS, "300");
+        KVFerrySettings settings = KVFerrySettings.fromEnvironment().with(Knobs.WRITE_STALL_TIMEOUT_MS, "1500");
         UcxTransportProvider provider = new UcxTransportProvider();
         SourceTransport source = provider.openSource(src, 0, settings);
         closeables.add(source);
@@ -217,7 +219,7 @@ class UcxStalledDecodeTest {
         for (int i = 0; i < 20; i++) {
             slow.progressing = false;
             CompletableFuture<Throwable> w = writeInBackground(path, 10, pages(0, 0, 8), src);
-            Thread.sleep(30); // paused a tenth of the timeout per write
+            Thread.sleep(150); // paused a tenth of the timeout per write
             slow.progressing = true;
             assertNull(w.get(30, TimeUnit.SECONDS));
         }
