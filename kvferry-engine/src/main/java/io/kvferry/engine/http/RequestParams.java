@@ -21,21 +21,31 @@ final class RequestParams {
     /** Most completions one OpenAI request may ask for: its prompts times {@code n} (each is a PD request of its own). */
     static final int MAX_CHOICES = 64;
 
-    /** A completion's {@code prompt}: a string, or a list of 1 to {@link #MAX_CHOICES} strings (a batch: each its own choices). */
-    static List<String> prompts(JsonNode req) {
+    /**
+     * A completion's {@code prompt}, as OpenAI's and vLLM's: a string, a list of token ids (one prompt), or a list of 1 to
+     * {@link #MAX_CHOICES} strings or of token id lists (a batch: each its own choices).
+     */
+    static Prompt.Parsed prompts(JsonNode req) {
         JsonNode p = req.get("prompt");
-        if (p == null || !p.isArray()) return List.of(Http.textField(req, "prompt"));
-        if (p.isEmpty() || p.size() > MAX_CHOICES) {
-            throw new Http.BadRequest("prompt", "prompt must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + p.size());
+        if (p == null || !p.isArray()) return new Prompt.Parsed(List.of(Prompt.text(Http.textField(req, "prompt"))), false);
+        return Prompt.parseList(p, "prompt", true, true);
+    }
+
+    /**
+     * {@code /generate}'s prompt, SGLang's: exactly one of {@code text} (a string, or a list of strings: a batch) and
+     * {@code input_ids} (a list of token ids, or a list of such lists: a batch).
+     */
+    static Prompt.Parsed generatePrompts(JsonNode req) {
+        JsonNode text = req.get("text"), ids = req.get("input_ids");
+        boolean hasText = text != null && !text.isNull(), hasIds = ids != null && !ids.isNull();
+        if (hasText && hasIds) throw new Http.BadRequest("input_ids", "send one of text and input_ids, not both");
+        if (hasIds) {
+            if (!ids.isArray()) throw new Http.BadRequest("input_ids", "input_ids must be a list of token ids or a list of such lists, got " + ids);
+            return Prompt.parseList(ids, "input_ids", false, true);
         }
-        List<String> prompts = new ArrayList<>();
-        for (int i = 0; i < p.size(); i++) {
-            if (!p.get(i).isTextual()) {
-                throw new Http.BadRequest("prompt", "prompt[" + i + "] must be a string (token id lists are not supported), got " + p.get(i));
-            }
-            prompts.add(p.get(i).textValue());
-        }
-        return prompts;
+        if (!hasText) throw new Http.BadRequest("text", "text (a string or a list of strings) or input_ids (a list of token ids or a list of such lists) is required");
+        if (text.isArray()) return Prompt.parseList(text, "text", true, false);
+        return new Prompt.Parsed(List.of(Prompt.text(Http.textField(req, "text"))), false);
     }
 
     /** {@code n}: the choices of each prompt, 1 to {@link #MAX_CHOICES}, and at most {@link #MAX_CHOICES} for all the prompts. */
@@ -52,7 +62,7 @@ final class RequestParams {
      * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
      * first prompt position with input token logprobs (-1: none).
      */
-    static Router.Ask ask(JsonNode req, String prompt, int maxTokens, int topLogprobs, int logprobStart) {
+    static Router.Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart) {
         return new Router.Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
                 Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart);
     }
@@ -197,19 +207,6 @@ final class RequestParams {
             else refused.add(key, key + " is not supported (this engine implements " + String.join(", ", GENERATE_SAMPLING_PARAMS) + ")");
         }
         refused.throwIfAny("sampling_params");
-    }
-
-    /** SGLang's batch {@code text}: a list of 1 to {@link #MAX_CHOICES} strings. */
-    static List<String> texts(JsonNode list) {
-        if (list.isEmpty() || list.size() > MAX_CHOICES) {
-            throw new Http.BadRequest("text", "text must be a string or a list of 1 to " + MAX_CHOICES + " strings, got a list of " + list.size());
-        }
-        List<String> texts = new ArrayList<>();
-        for (int i = 0; i < list.size(); i++) {
-            if (!list.get(i).isTextual()) throw new Http.BadRequest("text", "text[" + i + "] must be a string, got " + list.get(i));
-            texts.add(list.get(i).textValue());
-        }
-        return texts;
     }
 
     /**

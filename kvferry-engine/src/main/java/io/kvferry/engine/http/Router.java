@@ -60,7 +60,7 @@ import java.util.stream.Stream;
  * (one path, {@link OpenAiShape}; streamed or not, with {@code stop} and log probabilities ({@link LogprobsShape}), the
  * prompt's too with a completion's {@code echo} or {@code /generate}'s {@code logprob_start_len}, which the prefill
  * computes; {@code max_tokens} 0 runs on the prefill alone; a chat's prompt is {@link ChatPrompt}'s),
- * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; the serving
+ * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; a prompt may be text or token ids ({@link Prompt}), tokenized once; the serving
  * routes take the router's API key when it has one ({@link Access}), and every request is counted ({@link RouterMeters}).
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
  * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
@@ -299,7 +299,7 @@ public final class Router implements AutoCloseable {
      * first prompt position whose input token log probabilities it asks for (SGLang's {@code logprob_start_len}, -1: none),
      * each with {@code max(topLogprobs, 0)} top ones. {@code maxTokens} 0: the prompt alone, on the prefill only.
      */
-    record Ask(String prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs,
+    record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs,
                int logprobStart) {
         Ask {
             if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
@@ -318,7 +318,7 @@ public final class Router implements AutoCloseable {
         }
 
         /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link Router#choices}). */
-        Ask sample(String prompt, int sample) {
+        Ask sample(Prompt prompt, int sample) {
             OptionalLong s = seed.isPresent() ? OptionalLong.of(seed.getAsLong() + sample) : seed;
             return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart);
         }
@@ -629,6 +629,41 @@ public final class Router implements AutoCloseable {
     }
 
     /**
+     * The request's prompts, each tokenized once ({@link Prompt}): a text prompt's ids ({@link #promptIds}), a token-id
+     * prompt's checked (each id in the vocab, the whole leaving room in the context for one output token) and decoded to its
+     * text. A 400 names {@code field[i]} for a prompt of a batch ({@link Prompt.Parsed#batch}), before any runs.
+     */
+    List<Prompt> resolve(Prompt.Parsed parsed, String field) {
+        List<Prompt> out = new ArrayList<>();
+        List<Prompt> prompts = parsed.prompts();
+        for (int i = 0; i < prompts.size(); i++) {
+            try {
+                out.add(resolve(prompts.get(i), field));
+            } catch (Http.BadRequest e) {
+                if (!parsed.batch()) throw e;
+                throw new Http.BadRequest(field, field + "[" + i + "]: " + e.getMessage());
+            }
+        }
+        return out;
+    }
+
+    /** One prompt, tokenized or checked ({@link #resolve(Prompt.Parsed, String)}); {@code field} names a token-id prompt's faults. */
+    Prompt resolve(Prompt p, String field) {
+        if (!p.given()) return new Prompt(p.text(), promptIds(p.text()), false);
+        int[] ids = p.ids();
+        for (int k = 0; k < ids.length; k++) {
+            if (ids[k] < 0 || ids[k] >= tokenizer.vocabSize()) {
+                throw new Http.BadRequest(field, "token id " + ids[k] + " (element " + k + ") is not in the model's vocab [0, " + tokenizer.vocabSize() + ")");
+            }
+        }
+        if (ids.length >= contextTokens) {
+            throw new Http.BadRequest(field, "the prompt has " + ids.length + " tokens; the model's context is " + contextTokens
+                    + " and must leave room for one output token");
+        }
+        return new Prompt(tokenizer.decode(ids), ids, true);
+    }
+
+    /**
      * A 400 naming the first unpaired UTF-16 surrogate of the prompt: JSON lets a string hold one
      * (a JSON {@code \\u} escape of a surrogate half alone), but it is no character, and encoding it as UTF-8 would turn it into '?'
      * silently: the model would answer a prompt the client never sent.
@@ -735,7 +770,7 @@ public final class Router implements AutoCloseable {
 
     /** One request through a prefill and a decode, once admitted. */
     private Outcome admitted(Ask ask, RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
-        int[] ids = promptIds(ask.prompt());
+        int[] ids = ask.prompt().ids(); // tokenized (or checked) once, when the request was read (resolve)
         record.promptTokens = ids.length;
         if (ask.logprobStart() >= ids.length) {
             throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + ask.logprobStart() + ") must be below the prompt's "
@@ -1197,9 +1232,9 @@ public final class Router implements AutoCloseable {
     private void completions(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
-        List<String> prompts = RequestParams.prompts(req);
+        Prompt.Parsed parsed = RequestParams.prompts(req);
         RequestParams.refuseUnsupported(req, OpenAiShape.COMPLETION);
-        int n = RequestParams.n(req, prompts.size());
+        int n = RequestParams.n(req, parsed.prompts().size());
         // OpenAI's legacy logprobs: the number of top log probabilities a token (its own always comes too); absent or null: none.
         int logprobs = Http.intField(req, "logprobs", -1, 0, LogprobsShape.MAX_TOP);
         // echo: the text starts with the prompt, and with logprobs the prompt's tokens' come first (lm-evaluation-harness's
@@ -1209,27 +1244,20 @@ public final class Router implements AutoCloseable {
         if (maxTokens == 0 && !echo) {
             throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
         }
+        List<Prompt> prompts = resolve(parsed, "prompt");
         Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
-        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n, "prompt"), echo);
+        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n), echo);
     }
 
     /**
      * The choices' asks, index = prompt index * n + sample index. Sample {@code j} of a request with a {@code seed} gets
      * seed + j (wrapping): sample 0 is the single request's, and a seeded request gives the same samples again; without
-     * one each choice's room is its seed. Each prompt of a list is checked (its context, its characters) before any
-     * runs, a 400 naming {@code field[i]}.
+     * one each choice's room is its seed. The prompts are resolved ({@link #resolve(Prompt.Parsed, String)}: tokenized,
+     * checked) before.
      */
-    List<Ask> choices(Ask ask, List<String> prompts, int n, String field) {
+    static List<Ask> choices(Ask ask, List<Prompt> prompts, int n) {
         List<Ask> asks = new ArrayList<>();
-        for (int i = 0; i < prompts.size(); i++) {
-            String prompt = prompts.get(i);
-            if (prompts.size() > 1) {
-                try {
-                    promptIds(prompt);
-                } catch (Http.BadRequest e) {
-                    throw new Http.BadRequest(field, field + "[" + i + "]: " + e.getMessage());
-                }
-            }
+        for (Prompt prompt : prompts) {
             for (int j = 0; j < n; j++) asks.add(ask.sample(prompt, j));
         }
         return asks;
@@ -1243,7 +1271,7 @@ public final class Router implements AutoCloseable {
     private void chatCompletions(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
-        String prompt = ChatPrompt.of(req.get("messages"));
+        Prompt prompt = Prompt.text(ChatPrompt.of(req.get("messages")));
         RequestParams.refuseUnsupported(req, OpenAiShape.CHAT);
         int maxTokens = Http.intField(req, "max_completion_tokens", Integer.MAX_VALUE, 1, Integer.MAX_VALUE);
         int older = Http.intField(req, "max_tokens", maxTokens, 1, Integer.MAX_VALUE);
@@ -1251,7 +1279,8 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens (" + older + ") and max_completion_tokens (" + maxTokens
                     + ") differ; send max_completion_tokens alone");
         }
-        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1), List.of(prompt), RequestParams.n(req, 1), "messages"), false);
+        prompt = resolve(prompt, "messages");
+        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1), List.of(prompt), RequestParams.n(req, 1)), false);
     }
 
     /**
@@ -1480,7 +1509,7 @@ public final class Router implements AutoCloseable {
             this.a = a;
             this.index = index;
             this.ask = ask;
-            this.shift = a.echo ? ask.prompt().length() : 0;
+            this.shift = a.echo ? ask.prompt().text().length() : 0;
             this.promptSent = !a.echo || !a.stream;
         }
 
@@ -1509,7 +1538,7 @@ public final class Router implements AutoCloseable {
         public void onPrompt(List<TokenLogprobs> input) throws IOException {
             if (promptSent) return;
             JsonNode lp = input == null ? null : promptLogprobs(ask.prompt(), input);
-            a.send(chunk(ask.prompt(), null, lp));
+            a.send(chunk(ask.prompt().text(), null, lp));
             promptSent = true;
         }
 
@@ -1551,22 +1580,24 @@ public final class Router implements AutoCloseable {
             Outcome o = outcome;
             ObjectNode lp = o.logprobs() == null ? null : a.shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
             if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
-            ObjectNode one = a.shape.answer(a.id, a.created, modelName, a.echo ? ask.prompt() + o.text() : o.text(), o.finishReason(), false, false, lp);
+            String text = a.echo ? ask.prompt().text() + o.text() : o.text();
+            ObjectNode one = a.shape.answer(a.id, a.created, modelName, text, o.finishReason(), false, false, lp);
             return indexed(one, index).get("choices").get(0);
         }
     }
 
     /**
      * The legacy completions {@code logprobs} of the prompt's tokens (from its first, as echo asks): each token's
-     * {@code text_offset} is where its decoded text begins in the prompt (the tokenizer gives the prompt back).
+     * {@code text_offset} is where its decoded text begins in the prompt's text (the tokenizer gives a text prompt back; a
+     * token-id prompt's text is its decoding).
      */
-    private ObjectNode promptLogprobs(String prompt, List<TokenLogprobs> input) {
-        int[] ids = promptIds(prompt);
+    private ObjectNode promptLogprobs(Prompt prompt, List<TokenLogprobs> input) {
+        int[] ids = prompt.ids();
         int[] offsets = new int[ids.length];
-        Tokenizer.TextStream text = tokenizer.textStream();
+        Tokenizer.TextStream text = tokenizer.textStream(-1); // as Tokenizer.decode: no token before the first
         int at = 0;
         for (int i = 0; i < ids.length; i++) {
-            offsets[i] = Math.min(at, prompt.length());
+            offsets[i] = Math.min(at, prompt.text().length());
             at += text.push(ids[i]).length();
         }
         return LogprobsShape.completionPrompt(tokenizer, input, ids, offsets);
@@ -1617,13 +1648,18 @@ public final class Router implements AutoCloseable {
         return k;
     }
 
-    /** SGLang's /generate ({@code text} a list: a batch, {@link #generateBatch}): {"text", "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}. */
+    /**
+     * SGLang's /generate: {"text" or "input_ids" (exactly one; a list of texts or of id lists: a batch, {@link #generateBatch};
+     * given ids are sent as they are, no BOS added), "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k",
+     * "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}.
+     */
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
-        JsonNode textNode = req.get("text");
-        List<String> batch = textNode != null && textNode.isArray() ? RequestParams.texts(textNode) : null;
-        String prompt = batch != null ? batch.getFirst() : Http.textField(req, "text");
+        Prompt.Parsed parsed = RequestParams.generatePrompts(req);
+        String field = parsed.prompts().getFirst().given() ? "input_ids" : "text";
+        List<Prompt> prompts = resolve(parsed, field);
+        Prompt prompt = prompts.getFirst();
         JsonNode sp = req.path("sampling_params");
         // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
         if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
@@ -1635,9 +1671,10 @@ public final class Router implements AutoCloseable {
         Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
                 Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart);
         boolean stream = Http.booleanField(req, "stream", false);
-        if (batch != null) {
-            if (stream) throw new Http.BadRequest("stream", "a batch (text a list) is answered whole: stream must be false");
-            generateBatch(ex, choices(ask, batch, 1, "text"), withText);
+        if (parsed.batch()) {
+            if (stream) throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")
+                    + ") is answered whole: stream must be false");
+            generateBatch(ex, choices(ask, prompts, 1), withText, field);
             return;
         }
         OutputStream[] events = new OutputStream[1];
@@ -1707,11 +1744,11 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * SGLang's batch {@code /generate}: each text a request of its own through {@link #run}, all at once, answered as a
-     * list in the texts' order. The first to fail fails the request (its message names {@code text[i]}), the others'
-     * rooms aborted at their next token or keep-alive.
+     * SGLang's batch {@code /generate}: each prompt a request of its own through {@link #run}, all at once, answered as a
+     * list in the prompts' order. The first to fail fails the request (its message names {@code field[i]}: {@code text}
+     * or {@code input_ids}), the others' rooms aborted at their next token or keep-alive.
      */
-    private void generateBatch(HttpExchange ex, List<Ask> asks, boolean withText) throws Exception {
+    private void generateBatch(HttpExchange ex, List<Ask> asks, boolean withText, String field) throws Exception {
         int count = asks.size();
         Outcome[] outcomes = new Outcome[count];
         List<RequestRecord> records = new ArrayList<>();
@@ -1738,7 +1775,7 @@ public final class Router implements AutoCloseable {
                 try {
                     outcomes[index] = run(asks.get(index), record, out);
                 } catch (Failure f) {
-                    failure.compareAndSet(null, new Failure(f.status, f.type, f.kind, "text[" + index + "]: " + f.getMessage()));
+                    failure.compareAndSet(null, new Failure(f.status, f.type, f.kind, field + "[" + index + "]: " + f.getMessage()));
                     cancelled.set(true);
                 } catch (Exception e) {
                     thrown.compareAndSet(null, e);
@@ -1765,7 +1802,7 @@ public final class Router implements AutoCloseable {
 
     /** SGLang's meta_info input token log probabilities: input_token_logprobs, and input_top_logprobs when top ones are asked. */
     private void inputLogprobsMeta(ObjectNode meta, List<TokenLogprobs> input, Ask ask, int[][] ids, boolean withText) {
-        if (ids[0] == null) ids[0] = promptIds(ask.prompt());
+        if (ids[0] == null) ids[0] = ask.prompt().ids();
         meta.set("input_token_logprobs", LogprobsShape.sglangInputTokens(tokenizer, input, ids[0], ask.logprobStart(), withText));
         if (ask.topLogprobs() > 0) meta.set("input_top_logprobs", LogprobsShape.sglangInputTop(tokenizer, input, withText));
     }

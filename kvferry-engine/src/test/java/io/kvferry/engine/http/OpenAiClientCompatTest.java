@@ -173,6 +173,25 @@ class OpenAiClientCompatTest {
         }
     }
 
+    /**
+     * The client's token-id prompts (one list, and a batch of lists): parsed and validated by the client, a prompt equal to
+     * the text's tokenization answers as the text does.
+     */
+    @Test
+    @Timeout(60)
+    void tokenIdPromptsParse() {
+        List<Long> ids = Arrays.stream(model.tokenizer().encode(PROMPT, true, false)).mapToObj(i -> (long) i).toList();
+        Completion text = client.completions().create(completion(PROMPT, 8).build()).validate();
+        Completion tokens = client.completions().create(completion(PROMPT, 8).promptOfArrayOfTokens(ids).build()).validate();
+        assertEquals(text.choices().getFirst().text(), tokens.choices().getFirst().text());
+        assertEquals(text.usage().orElseThrow().promptTokens(), tokens.usage().orElseThrow().promptTokens());
+
+        Completion batch = client.completions().create(completion(PROMPT, 8).promptOfArrayOfTokenArrays(List.of(ids, ids.subList(0, 3))).n(2)
+                .build()).validate();
+        assertEquals(4, batch.choices().size(), batch.toString());
+        assertEquals(text.choices().getFirst().text(), batch.choices().getFirst().text());
+    }
+
     @Test
     @Timeout(60)
     void stopAndMaxTokens() {

@@ -243,7 +243,7 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"n\":0}", "n must be in [1, 64], got 0"},
                 {"{\"prompt\":\"x\",\"n\":65}", "n must be in [1, 64], got 65"},
                 {"{\"prompt\":[\"a\",\"b\"],\"n\":33}", "n (33) times the 2 prompts asks for 66 completions; a request may ask for at most 64"},
-                {"{\"prompt\":[]}", "prompt must be a string or a list of 1 to 64 strings, got a list of 0"},
+                {"{\"prompt\":[]}", "prompt must be a string or a list of token ids or a list of 1 to 64 strings or lists of token ids, got a list of 0"},
                 {"{\"prompt\":[\"a\",1]}", "prompt[1] must be a string"},
                 {"{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
                 {"{\"prompt\":\"x\",\"logprobs\":30}", "logprobs must be in [0, 20], got 30"},

@@ -228,7 +228,7 @@ class SeveralChoicesTest {
                 {"/v1/completions", "{\"prompt\":\"x\",\"n\":65}", "n", "n must be in [1, 64], got 65"},
                 {"/v1/completions", "{\"prompt\":\"x\",\"n\":1.5}", "n", "n must be an integer"},
                 {"/v1/completions", "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":22}", "n", "n (22) times the 3 prompts asks for 66 completions"},
-                {"/v1/completions", "{\"prompt\":[]}", "prompt", "a list of 1 to 64 strings, got a list of 0"},
+                {"/v1/completions", "{\"prompt\":[]}", "prompt", "a list of 1 to 64 strings or lists of token ids, got a list of 0"},
                 {"/v1/completions", "{\"prompt\":[\"a\",[1,2]]}", "prompt", "prompt[1] must be a string"},
                 {"/v1/completions", "{\"prompt\":[\"a\",null]}", "prompt", "prompt[1] must be a string"},
                 {"/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(Collections.nCopies(65, "a")) + "}", "prompt",
