@@ -48,6 +48,24 @@ final class RequestParams {
         return new Prompt.Parsed(List.of(Prompt.text(Http.textField(req, "text"))), false);
     }
 
+    /**
+     * {@code best_of}: the samples of each prompt the {@code n} choices are the best of (absent or null: n); at least n,
+     * and at most {@link #MAX_CHOICES} samples for all the prompts; a stream cannot ask for more than 1 (OpenAI's rule: the
+     * best are known only at the end; n alone streams, its best_of being n).
+     */
+    static int bestOf(JsonNode req, int n, int prompts) {
+        int bestOf = Http.intField(req, "best_of", n, 1, MAX_CHOICES);
+        if (bestOf < n) throw new Http.BadRequest("best_of", "best_of (" + bestOf + ") must be at least n (" + n + ")");
+        if ((long) bestOf * prompts > MAX_CHOICES) {
+            throw new Http.BadRequest("best_of", "best_of (" + bestOf + ") times the " + prompts + " prompts asks for " + (long) bestOf * prompts
+                    + " samples; a request may ask for at most " + MAX_CHOICES);
+        }
+        if (req.hasNonNull("best_of") && bestOf > 1 && Http.booleanField(req, "stream", false)) {
+            throw new Http.BadRequest("best_of", "best_of (" + bestOf + ") above 1 cannot be streamed (the best are known at the end): send stream false");
+        }
+        return bestOf;
+    }
+
     /** {@code n}: the choices of each prompt, 1 to {@link #MAX_CHOICES}, and at most {@link #MAX_CHOICES} for all the prompts. */
     static int n(JsonNode req, int prompts) {
         int n = Http.intField(req, "n", 1, 1, MAX_CHOICES);
@@ -164,18 +182,13 @@ final class RequestParams {
      * naming every such parameter the request sets, rather than an answer that silently differs from
      * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
      * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. Both OpenAI routes check the
-     * penalties, {@code logit_bias}, vLLM's extensions, and a completion's {@code best_of}; then each its own ({@link ChatPrompt#refuseUnsupported}).
+     * penalties, {@code logit_bias} and vLLM's extensions; then each its own ({@link ChatPrompt#refuseUnsupported}).
      */
     static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
         Refusals refused = new Refusals();
         // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on these routes.
         for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "min_p", "repetition_penalty")) {
             refuseUnlessNoOp(req, key, refused);
-        }
-        JsonNode bestOf = req.get("best_of");
-        if (shape == OpenAiShape.COMPLETION && bestOf != null && !bestOf.isNull()
-                && !(bestOf.isIntegralNumber() && bestOf.canConvertToInt() && bestOf.intValue() == 1)) {
-            refused.add("best_of", "best_of must be 1 (choosing the best of several samples is not supported; n asks for several), got " + bestOf);
         }
         if (shape == OpenAiShape.CHAT) {
             JsonNode echo = req.get("echo");

@@ -32,6 +32,7 @@ import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 import java.util.OptionalLong;
 import java.util.Set;
@@ -51,6 +52,7 @@ import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.ToDoubleFunction;
 import java.util.stream.Stream;
 
 /**
@@ -1235,6 +1237,7 @@ public final class Router implements AutoCloseable {
         Prompt.Parsed parsed = RequestParams.prompts(req);
         RequestParams.refuseUnsupported(req, OpenAiShape.COMPLETION);
         int n = RequestParams.n(req, parsed.prompts().size());
+        int bestOf = RequestParams.bestOf(req, n, parsed.prompts().size());
         // OpenAI's legacy logprobs: the number of top log probabilities a token (its own always comes too); absent or null: none.
         int logprobs = Http.intField(req, "logprobs", -1, 0, LogprobsShape.MAX_TOP);
         // echo: the text starts with the prompt, and with logprobs the prompt's tokens' come first (lm-evaluation-harness's
@@ -1245,15 +1248,18 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
         }
         List<Prompt> prompts = resolve(parsed, "prompt");
-        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, logprobs, echo && logprobs >= 0 ? 0 : -1);
-        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, n), echo);
+        // best_of > n: every sample's decode reports its tokens' log probabilities, which choose the n shown (BestOf); the
+        // answer shows them only where the request asked.
+        int sampleLogprobs = bestOf > n ? Math.max(logprobs, 0) : logprobs;
+        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1);
+        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null);
     }
 
     /**
-     * The choices' asks, index = prompt index * n + sample index. Sample {@code j} of a request with a {@code seed} gets
-     * seed + j (wrapping): sample 0 is the single request's, and a seeded request gives the same samples again; without
-     * one each choice's room is its seed. The prompts are resolved ({@link #resolve(Prompt.Parsed, String)}: tokenized,
-     * checked) before.
+     * The choices' asks, index = prompt index * n + sample index ({@code n}: the samples of each prompt, best_of's when it
+     * asks for more). Sample {@code j} of a request with a {@code seed} gets seed + j (wrapping): sample 0 is the single
+     * request's, and a seeded request gives the same samples again; without one each choice's room is its seed. The
+     * prompts are resolved ({@link #resolve(Prompt.Parsed, String)}: tokenized, checked) before.
      */
     static List<Ask> choices(Ask ask, List<Prompt> prompts, int n) {
         List<Ask> asks = new ArrayList<>();
@@ -1261,6 +1267,31 @@ public final class Router implements AutoCloseable {
             for (int j = 0; j < n; j++) asks.add(ask.sample(prompt, j));
         }
         return asks;
+    }
+
+    /**
+     * {@code best_of} above {@code n}: {@code bestOf} samples of each prompt run (each a PD request of its own, seeded as
+     * {@link #choices} says), and the answer shows the {@code n} with the highest cumulative log probability of their sampled
+     * tokens, highest first (vLLM's rule; ties in sample order), their log probabilities only when {@code logprobs} was asked.
+     */
+    record BestOf(int n, int bestOf, boolean showLogprobs) {
+        /** The choices shown, in the answer's order: each prompt's best n of its bestOf samples ({@code all} in run order). */
+        <C> List<C> chosen(List<C> all, ToDoubleFunction<C> cumulativeLogprob) {
+            List<C> out = new ArrayList<>();
+            for (int from = 0; from < all.size(); from += bestOf) {
+                List<C> samples = new ArrayList<>(all.subList(from, from + bestOf));
+                samples.sort(Comparator.comparingDouble(cumulativeLogprob).reversed()); // stable: ties keep sample order
+                out.addAll(samples.subList(0, n));
+            }
+            return out;
+        }
+    }
+
+    /** The sum of the log probabilities of an outcome's sampled tokens (best_of's measure; 0 without tokens). */
+    static double cumulativeLogprob(Outcome o) {
+        double sum = 0;
+        for (TokenLogprobs lp : o.logprobs()) sum += lp.logprob();
+        return sum;
     }
 
     /**
@@ -1280,7 +1311,7 @@ public final class Router implements AutoCloseable {
                     + ") differ; send max_completion_tokens alone");
         }
         prompt = resolve(prompt, "messages");
-        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1), List.of(prompt), RequestParams.n(req, 1)), false);
+        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1), List.of(prompt), RequestParams.n(req, 1)), false, null);
     }
 
     /**
@@ -1294,7 +1325,7 @@ public final class Router implements AutoCloseable {
      * lists them by index, its usage their sum, its {@code kvferry} extension theirs ({@code choices}); a stream's chunks
      * come interleaved, each naming its choice, the usage only in the {@code include_usage} chunk ({@link Answer}).
      */
-    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo) throws Exception {
+    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo, BestOf bestOf) throws Exception {
         boolean stream = Http.booleanField(req, "stream", false);
         Answer a = new Answer(ex, shape, stream, RequestParams.includeUsage(req) && stream, echo, asks.size());
         List<Choice> choices = new ArrayList<>();
@@ -1327,13 +1358,14 @@ public final class Router implements AutoCloseable {
             thrown = a.thrown;
         }
         if (thrown != null) throw thrown; // the client left (every room aborted), or a 400
-        ObjectNode usage = usage(choices);
+        ObjectNode usage = usage(choices); // best_of's samples not shown count too, as OpenAI bills them
         if (!stream) {
             ObjectNode whole = shape.head(a.id, a.created, modelName, false);
             ArrayNode all = whole.putArray("choices");
-            for (Choice c : choices) all.add(c.whole());
+            List<Choice> shown = bestOf == null ? choices : bestOf.chosen(choices, c -> cumulativeLogprob(c.outcome));
+            for (int i = 0; i < shown.size(); i++) all.add(shown.get(i).whole(i, bestOf == null || bestOf.showLogprobs()));
             whole.set("usage", usage);
-            whole.set("kvferry", choices.size() == 1 ? extension(choices.getFirst().outcome) : extensions(choices));
+            whole.set("kvferry", shown.size() == 1 ? extension(shown.getFirst().outcome) : extensions(shown));
             Http.sendJson(ex, 200, whole);
             return;
         }
@@ -1575,14 +1607,18 @@ public final class Router implements AutoCloseable {
             a.send(fin);
         }
 
-        /** The choice of a whole (not streamed) answer. */
-        JsonNode whole() {
+        /**
+         * The choice of a whole (not streamed) answer, as the answer's {@code at}th; {@code logprobs} false leaves out the
+         * log probabilities the request did not ask for (best_of's, which chose it).
+         */
+        JsonNode whole(int at, boolean logprobs) {
             Outcome o = outcome;
-            ObjectNode lp = o.logprobs() == null ? null : a.shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
+            ObjectNode lp = o.logprobs() == null || !logprobs ? null
+                    : a.shape.logprobs(tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
             if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
             String text = a.echo ? ask.prompt().text() + o.text() : o.text();
             ObjectNode one = a.shape.answer(a.id, a.created, modelName, text, o.finishReason(), false, false, lp);
-            return indexed(one, index).get("choices").get(0);
+            return indexed(one, at).get("choices").get(0);
         }
     }
 

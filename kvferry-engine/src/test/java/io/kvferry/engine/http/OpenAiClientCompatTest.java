@@ -174,12 +174,12 @@ class OpenAiClientCompatTest {
     }
 
     /**
-     * The client's token-id prompts (one list, and a batch of lists): parsed and validated by the client, a prompt equal to
-     * the text's tokenization answers as the text does.
+     * The client's token-id prompts (one list, and a batch of lists) and best_of: parsed and validated by the client, a
+     * prompt equal to the text's tokenization answers as the text does.
      */
     @Test
     @Timeout(60)
-    void tokenIdPromptsParse() {
+    void tokenIdPromptsAndBestOfParse() {
         List<Long> ids = Arrays.stream(model.tokenizer().encode(PROMPT, true, false)).mapToObj(i -> (long) i).toList();
         Completion text = client.completions().create(completion(PROMPT, 8).build()).validate();
         Completion tokens = client.completions().create(completion(PROMPT, 8).promptOfArrayOfTokens(ids).build()).validate();
@@ -190,6 +190,14 @@ class OpenAiClientCompatTest {
                 .build()).validate();
         assertEquals(4, batch.choices().size(), batch.toString());
         assertEquals(text.choices().getFirst().text(), batch.choices().getFirst().text());
+
+        Completion best = client.completions().create(completion(PROMPT, 8).temperature(1.0).n(2).bestOf(4).build()).validate();
+        assertEquals(2, best.choices().size(), best.toString());
+        assertEquals(List.of(0L, 1L), best.choices().stream().map(CompletionChoice::index).toList());
+        assertTrue(best.usage().orElseThrow().completionTokens() >= 4, "every one of the 4 samples counts: " + best);
+        BadRequestException streamed = assertThrows(BadRequestException.class,
+                () -> streamed(completion(PROMPT, 8).bestOf(2).build(), new ArrayList<>()));
+        assertEquals("best_of", streamed.param().orElse(null));
     }
 
     @Test

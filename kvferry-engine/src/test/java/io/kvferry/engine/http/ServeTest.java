@@ -245,13 +245,13 @@ class ServeTest {
                 {"{\"prompt\":[\"a\",\"b\"],\"n\":33}", "n (33) times the 2 prompts asks for 66 completions; a request may ask for at most 64"},
                 {"{\"prompt\":[]}", "prompt must be a string or a list of token ids or a list of 1 to 64 strings or lists of token ids, got a list of 0"},
                 {"{\"prompt\":[\"a\",1]}", "prompt[1] must be a string"},
-                {"{\"prompt\":\"x\",\"best_of\":2}", "best_of"},
+                {"{\"prompt\":\"x\",\"best_of\":0}", "best_of must be in [1, 64], got 0"},
                 {"{\"prompt\":\"x\",\"logprobs\":30}", "logprobs must be in [0, 20], got 30"},
                 {"{\"prompt\":\"x\",\"echo\":\"yes\"}", "echo must be true or false"},
                 {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
                 // Every unsupported parameter at once, each named (not only the first).
-                {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"best_of\":3}",
-                        "best_of must be 1 (choosing the best of several samples is not supported; n asks for several), got 3; suffix is not supported"},
+                {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"presence_penalty\":1}",
+                        "presence_penalty is not supported (must be 0, null or absent), got 1; suffix is not supported"},
                 // Parameters that would change the answer and that the engine does not implement (OpenAI applies them).
                 {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
                 {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},

@@ -233,7 +233,7 @@ class SeveralChoicesTest {
                 {"/v1/completions", "{\"prompt\":[\"a\",null]}", "prompt", "prompt[1] must be a string"},
                 {"/v1/completions", "{\"prompt\":" + JSON.writeValueAsString(Collections.nCopies(65, "a")) + "}", "prompt",
                         "got a list of 65"},
-                {"/v1/completions", "{\"prompt\":\"x\",\"best_of\":2}", "best_of", "best_of must be 1"},
+                {"/v1/completions", "{\"prompt\":\"x\",\"best_of\":2,\"stream\":true}", "best_of", "best_of (2) above 1 cannot be streamed"},
                 {"/v1/completions", "{\"prompt\":[\"a\",\"" + "a b ".repeat(400) + "\"]}", "prompt", "prompt[1]: the prompt has"},
                 {"/v1/completions", "{\"prompt\":[\"a\",\"b\\ud800\"]}", "prompt", "prompt[1]: the prompt holds an unpaired UTF-16 surrogate"},
                 {"/generate", "{\"text\":[]}", "text", "text must be a string or a list of 1 to 64 strings, got a list of 0"},
