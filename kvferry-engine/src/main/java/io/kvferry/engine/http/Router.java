@@ -62,7 +62,8 @@ import java.util.stream.Stream;
  * (one path, {@link OpenAiShape}; streamed or not, with {@code stop} and log probabilities ({@link LogprobsShape}), the
  * prompt's too with a completion's {@code echo} or {@code /generate}'s {@code logprob_start_len}, which the prefill
  * computes; {@code max_tokens} 0 runs on the prefill alone; a chat's prompt is {@link ChatPrompt}'s),
- * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, {@code GET /health}; a prompt may be text or token ids ({@link Prompt}), tokenized once; the serving
+ * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, vLLM's {@code POST /tokenize} and {@code POST /detokenize},
+ * {@code GET /health}; a prompt may be text or token ids ({@link Prompt}), tokenized once; the serving
  * routes take the router's API key when it has one ({@link Access}), and every request is counted ({@link RouterMeters}).
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
  * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
@@ -366,7 +367,8 @@ public final class Router implements AutoCloseable {
     /**
      * Who may call what. {@code backendToken}: the cluster token sent to the engines, whose /generate and /abort
      * require it (null: none). {@code apiKey}: the key clients send to the router's serving routes
-     * ({@code /v1/completions}, {@code /v1/chat/completions}, {@code /v1/models}, {@code /generate}) as {@code Authorization: Bearer KEY}, as
+     * ({@code /v1/completions}, {@code /v1/chat/completions}, {@code /v1/models}, {@code /generate}, {@code /tokenize},
+     * {@code /detokenize}) as {@code Authorization: Bearer KEY}, as
      * OpenAI clients do (null: the router serves anyone, as SGLang's does by default); {@code /health} and
      * {@code /metrics} stay open. The two must differ: a client holding the key would otherwise hold the
      * engines' and the registry's token too.
@@ -459,6 +461,8 @@ public final class Router implements AutoCloseable {
         serving("/v1/models", this::models);
         serving(MODEL_ROUTE, MODEL_ROUTE + "{model}", this::model);
         serving("/generate", this::generate);
+        serving("/tokenize", this::tokenize);
+        serving("/detokenize", this::detokenize);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, this::workersRoute));
         server.start();
@@ -1847,6 +1851,66 @@ public final class Router implements AutoCloseable {
     private void logprobsMeta(ObjectNode meta, List<TokenLogprobs> lps, int to, int top, boolean withText) {
         meta.set("output_token_logprobs", LogprobsShape.sglangTokens(tokenizer, lps, to, withText));
         if (top > 0) meta.set("output_top_logprobs", LogprobsShape.sglangTop(tokenizer, lps, to, withText));
+    }
+
+    /**
+     * vLLM's {@code POST /tokenize}: {@code {"prompt": "..."}} or a chat's {@code {"messages": [...]}} (the prompt the chat
+     * route makes of them, {@link ChatPrompt}) → {@code {"count", "max_model_len", "tokens", "token_strs"}}: the ids the
+     * route would send ({@code add_special_tokens}, default true: BOS first), the context's length, and with
+     * {@code return_token_strs} each token's text ({@link Tokenizer#tokenText}; else null). A prompt longer than the
+     * context is not refused (as vLLM's: the count says whether it fits).
+     */
+    private void tokenize(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        JsonNode req = Http.readJson(ex);
+        boolean hasPrompt = req.hasNonNull("prompt"), hasMessages = req.hasNonNull("messages");
+        if (hasPrompt == hasMessages) {
+            throw new Http.BadRequest("prompt", hasPrompt ? "send one of prompt and messages, not both"
+                    : "prompt (a string) or messages (a chat's) is required");
+        }
+        String text = hasPrompt ? refuseLoneSurrogate(Http.textField(req, "prompt"), "prompt") : ChatPrompt.of(req.get("messages"));
+        boolean special = Http.booleanField(req, "add_special_tokens", true);
+        boolean strs = Http.booleanField(req, "return_token_strs", false);
+        int[] ids;
+        try {
+            ids = tokenizer.encode(text, special, false);
+        } catch (IllegalArgumentException e) { // a vocab without the byte-fallback token a character needs
+            throw new Http.BadRequest(hasPrompt ? "prompt" : "messages", e.getMessage());
+        }
+        ObjectNode out = Http.JSON.createObjectNode();
+        out.put("count", ids.length);
+        out.put("max_model_len", contextTokens);
+        ArrayNode tokens = out.putArray("tokens");
+        for (int t : ids) tokens.add(t);
+        if (strs) {
+            ArrayNode each = out.putArray("token_strs");
+            for (int t : ids) each.add(tokenizer.tokenText(t));
+        } else {
+            out.putNull("token_strs");
+        }
+        Http.sendJson(ex, 200, out);
+    }
+
+    /**
+     * vLLM's {@code POST /detokenize}: {@code {"tokens": [...]}} (each id in the vocab) → {@code {"prompt": "..."}}, the ids'
+     * text as {@link Tokenizer#decode} gives it (what a token-id prompt's echo gives back).
+     */
+    private void detokenize(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        JsonNode req = Http.readJson(ex);
+        JsonNode tokens = req.get("tokens");
+        if (tokens == null || !tokens.isArray()) throw new Http.BadRequest("tokens", "tokens must be a list of token ids, got " + tokens);
+        int[] ids = new int[tokens.size()];
+        for (int i = 0; i < ids.length; i++) {
+            JsonNode t = tokens.get(i);
+            if (!t.isIntegralNumber() || !t.canConvertToInt() || t.intValue() < 0 || t.intValue() >= tokenizer.vocabSize()) {
+                throw new Http.BadRequest("tokens", "tokens[" + i + "] must be a token id in the model's vocab [0, " + tokenizer.vocabSize() + "), got " + t);
+            }
+            ids[i] = t.intValue();
+        }
+        ObjectNode out = Http.JSON.createObjectNode();
+        out.put("prompt", tokenizer.decode(ids));
+        Http.sendJson(ex, 200, out);
     }
 
     private void models(HttpExchange ex) throws Exception {

@@ -89,6 +89,8 @@ class RouterAccessTest {
                 assertRefused(send(port, "GET", "/v1/models", null, authorization));
                 assertRefused(send(port, "GET", "/v1/models/m", null, authorization));
                 assertRefused(send(port, "POST", "/v1/chat/completions", CHAT, authorization));
+                assertRefused(send(port, "POST", "/tokenize", "{\"prompt\":\"Once\"}", authorization));
+                assertRefused(send(port, "POST", "/detokenize", "{\"tokens\":[1,403]}", authorization));
             }
             assertEquals(0, stack.prefill.inFlight(), "a refused request reached no engine");
             assertEquals(0, stack.decode.inFlight());
@@ -101,6 +103,9 @@ class RouterAccessTest {
             HttpResponse<String> generate = send(port, "POST", "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}",
                     "Bearer " + KEY);
             assertEquals(200, generate.statusCode(), generate.body());
+            assertEquals(200, send(port, "POST", "/tokenize", "{\"prompt\":\"Once\"}", "Bearer " + KEY).statusCode());
+            assertEquals(200, send(port, "POST", "/detokenize", "{\"tokens\":[1,403]}", "Bearer " + KEY).statusCode());
+            assertEquals(4, requests(meters, "/tokenize", 401, 4));
 
             assertEquals(4, requests(meters, "/v1/completions", 401, 4));
             assertEquals(4, requests(meters, "/generate", 401, 4));

@@ -17,13 +17,15 @@ import java.util.Arrays;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * Token-id prompts through real engines, as evaluation harnesses and OpenAI/vLLM/SGLang clients send them: a
  * {@code /v1/completions} {@code prompt} as a list of ints (one prompt) or of int lists (a batch), {@code /generate}'s
  * {@code input_ids} (SGLang's, a list or a batch of lists); a prompt equal to a text's tokenization answers as the text
- * does (echo and prompt logprobs included), given ids get no BOS added, bad ids are a 400 naming the field.
+ * does (echo and prompt logprobs included), given ids get no BOS added, bad ids are a 400 naming the field; and vLLM's
+ * {@code /tokenize} and {@code /detokenize}.
  */
 class TokenIdPromptsTest {
     static final ObjectMapper JSON = new ObjectMapper();
@@ -179,5 +181,63 @@ class TokenIdPromptsTest {
             assertTrue(e.path("message").asText().contains(c[3]), c[1] + " -> " + r.body());
         }
         assertEquals(0, stack.prefill.inFlight(), "none reached an engine");
+    }
+
+    @Test
+    @Timeout(60)
+    void tokenizeAndDetokenizeAsVllmServesThem() throws Exception {
+        String prompt = PROMPTS.getFirst();
+        JsonNode t = ok("/tokenize", "{\"model\":\"test-model\",\"prompt\":" + json(prompt) + "}");
+        assertEquals(JSON.valueToTree(ids(prompt)), t.path("tokens"), t.toString());
+        assertEquals(ids(prompt).length, t.path("count").intValue());
+        assertEquals(model.weights().config.seqLen(), t.path("max_model_len").intValue());
+        assertTrue(t.path("token_strs").isNull(), t.toString());
+        assertEquals(prompt, ok("/detokenize", "{\"tokens\":" + t.path("tokens") + "}").path("prompt").asText(), "a round trip");
+
+        JsonNode bare = ok("/tokenize", "{\"prompt\":" + json(prompt) + ",\"add_special_tokens\":false,\"return_token_strs\":true}");
+        assertEquals(JSON.valueToTree(tokenizer.encode(prompt, false, false)), bare.path("tokens"), "no BOS: " + bare);
+        assertEquals(bare.path("count").intValue(), bare.path("token_strs").size(), bare.toString());
+        for (int i = 0; i < bare.path("count").intValue(); i++) {
+            assertEquals(tokenizer.tokenText(bare.path("tokens").get(i).intValue()), bare.path("token_strs").get(i).asText(), bare.toString());
+        }
+
+        // A chat's messages: the ids the chat route sends, which is the completion of the same ids' answer.
+        String messages = "[{\"role\":\"system\",\"content\":\"Tom had a red ball.\"},{\"role\":\"user\",\"content\":" + json(prompt) + "}]";
+        JsonNode chat = ok("/tokenize", "{\"messages\":" + messages + "}");
+        assertEquals(JSON.valueToTree(ids("Tom had a red ball." + ChatPrompt.SEPARATOR + prompt)), chat.path("tokens"), chat.toString());
+        JsonNode chatAnswer = ok("/v1/chat/completions", "{\"messages\":" + messages + ",\"max_tokens\":6,\"temperature\":0}");
+        JsonNode idsAnswer = ok("/v1/completions", "{\"prompt\":" + chat.path("tokens") + ",\"max_tokens\":6,\"temperature\":0}");
+        assertEquals(chatAnswer.path("choices").get(0).path("message").path("content").asText(), idsAnswer.path("choices").get(0).path("text").asText());
+        assertEquals(chat.path("count").intValue(), chatAnswer.path("usage").path("prompt_tokens").intValue());
+
+        // Longer than the context: counted, not refused (the count says it does not fit, as vLLM's).
+        JsonNode longer = ok("/tokenize", "{\"prompt\":" + json("a b ".repeat(400)) + "}");
+        assertTrue(longer.path("count").intValue() > longer.path("max_model_len").intValue(), longer.toString());
+        // An echo of ids gives the text /detokenize gives.
+        int[] some = {1, 403, 407, 261, 378};
+        String detok = ok("/detokenize", "{\"tokens\":" + json(some) + "}").path("prompt").asText();
+        assertNotEquals("", detok);
+        JsonNode echoed = ok("/v1/completions", "{\"prompt\":" + json(some) + ",\"max_tokens\":1,\"temperature\":0,\"echo\":true}");
+        assertTrue(echoed.path("choices").get(0).path("text").asText().startsWith(detok), echoed + " / " + detok);
+
+        String[][] cases = {
+                {"/tokenize", "{}", "prompt", "prompt (a string) or messages (a chat's) is required"},
+                {"/tokenize", "{\"prompt\":5}", "prompt", "prompt must be a string, got 5"},
+                {"/tokenize", "{\"prompt\":\"a\",\"messages\":" + messages + "}", "prompt", "send one of prompt and messages, not both"},
+                {"/tokenize", "{\"messages\":[]}", "messages", "messages must hold at least one message"},
+                {"/tokenize", "{\"prompt\":\"a\\ud800\"}", "prompt", "unpaired UTF-16 surrogate"},
+                {"/tokenize", "{\"prompt\":\"a\",\"add_special_tokens\":\"no\"}", "add_special_tokens", "add_special_tokens"},
+                {"/detokenize", "{}", "tokens", "tokens must be a list of token ids, got null"},
+                {"/detokenize", "{\"tokens\":[1,-1]}", "tokens", "tokens[1] must be a token id in the model's vocab [0, " + tokenizer.vocabSize() + "), got -1"},
+                {"/detokenize", "{\"tokens\":[1,2.5]}", "tokens", "tokens[1] must be a token id"},
+                {"/detokenize", "{\"tokens\":[" + tokenizer.vocabSize() + "]}", "tokens", "tokens[0] must be a token id"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = RouterCalls.post(router.port(), c[0], c[1]);
+            assertEquals(400, r.statusCode(), c[1] + " -> " + r.body());
+            JsonNode e = JSON.readTree(r.body()).path("error");
+            assertEquals(c[2], e.path("param").asText(null), c[1] + " -> " + r.body());
+            assertTrue(e.path("message").asText().contains(c[3]), c[1] + " -> " + r.body());
+        }
     }
 }
