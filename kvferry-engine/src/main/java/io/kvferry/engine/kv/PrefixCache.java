@@ -8,15 +8,16 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The decode's prefix cache: full KV pages of earlier prompts, keyed by the hash chain of their
+ * An engine's prefix cache (the decode's, and the prefill's: see PrefillEngine): full KV pages of earlier prompts, keyed by the hash chain of their
  * tokens (page i's key covers tokens [0, (i+1)·pageSize)). The key only finds an entry: a hit also
  * needs the entry's own tokens to equal the page's and its parent entry to be the one matched for
  * the page before, so a hit means the whole prefix matches token for token. A 64-bit key is not a
  * proof (two prompts can be made to collide), and a collision would hand one request another's KV.
- * A request that starts with cached pages uses them read-only as the first pages of its page table
- * and asks the prefill only for the rest ({@code decode_prefix_len}). Entries are reference counted
+ * A request that starts with cached pages uses them read-only as the first pages of its page table:
+ * on the decode it asks the prefill only for the rest ({@code decode_prefix_len}); on the prefill it
+ * computes only the rest. Entries are reference counted
  * by the requests using them; unreferenced ones are evicted least recently used when pages run out.
- * Owned by the decode's scheduler thread.
+ * Owned by its engine's scheduler thread.
  */
 public final class PrefixCache {
     private static final class Entry {

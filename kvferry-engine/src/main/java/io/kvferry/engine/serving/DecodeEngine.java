@@ -286,6 +286,7 @@ public final class DecodeEngine extends SchedulerThread {
                 continue;
             }
             f.prefixPages = hit.length;
+            if (hit.length > 0) meters.cachedTokens(hit.length * spec.pageSize());
             f.pages = Arrays.copyOf(hit, total);
             System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
             f.row = alloc.allocateRow();

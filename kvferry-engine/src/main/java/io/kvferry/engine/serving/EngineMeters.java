@@ -1,5 +1,6 @@
 package io.kvferry.engine.serving;
 
+import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 
@@ -13,16 +14,20 @@ import java.util.concurrent.atomic.AtomicInteger;
  * {@code num_bootstrap_queue_reqs}, {@code num_inflight_queue_reqs}, {@code token_usage}). The scheduler
  * thread publishes after every pass ({@link #publish}); the gauges read the last values, so a scrape never
  * touches scheduler-owned state. Once every request ended, the request gauges and the used pages and rows
- * are 0: what an operator checks after clients went away in bulk or a peer failed.
+ * are 0: what an operator checks after clients went away in bulk or a peer failed. Both engines' prefix caches
+ * show their pages ({@code state="cached"}), and the prompt tokens they served from cache, not computed (prefill) or not
+ * received (decode), count in {@code kvferry_engine_cached_tokens} (SGLang's {@code cached_tokens_total}).
  */
 final class EngineMeters {
     static final String REQUESTS = "kvferry_engine_requests";
     static final String PAGES = "kvferry_engine_kv_pages";
     static final String ROWS = "kvferry_engine_aux_rows";
+    static final String CACHED_TOKENS = "kvferry_engine_cached_tokens";
 
     private final AtomicInteger[] queued;
     private final AtomicInteger pagesUsed = new AtomicInteger(), pagesCached = new AtomicInteger(), pagesFree = new AtomicInteger();
     private final AtomicInteger rowsUsed = new AtomicInteger(), rowsFree = new AtomicInteger();
+    private final Counter cachedTokens;
 
     /**
      * @param role   {@code prefill} or {@code decode} (the tag that tells the engines apart in one registry)
@@ -40,9 +45,10 @@ final class EngineMeters {
         }
         page(registry, role, "used", pagesUsed);
         page(registry, role, "free", pagesFree);
-        if (role.equals("decode")) {
-            page(registry, role, "cached", pagesCached);
-        }
+        page(registry, role, "cached", pagesCached);
+        cachedTokens = Counter.builder(CACHED_TOKENS)
+                .description("Engine: prompt tokens served from the prefix cache (prefill: not computed; decode: not received)")
+                .tags("role", role).register(registry);
         Gauge.builder(ROWS, rowsUsed, AtomicInteger::get).strongReference(true).description("Engine: aux rows (one per request in flight) by state")
                 .tags("role", role, "state", "used").register(registry);
         Gauge.builder(ROWS, rowsFree, AtomicInteger::get).strongReference(true).description("Engine: aux rows (one per request in flight) by state")
@@ -51,7 +57,7 @@ final class EngineMeters {
 
     private static void page(MeterRegistry registry, String role, String state, AtomicInteger value) {
         Gauge.builder(PAGES, value, AtomicInteger::get).strongReference(true)
-                .description("Engine: KV pages by state: used by requests, cached (decode prefix cache), free")
+                .description("Engine: KV pages by state: used by requests, cached (the engine's prefix cache), free")
                 .tags("role", role, "state", state).register(registry);
     }
 
@@ -63,6 +69,11 @@ final class EngineMeters {
         set(pagesFree, free);
         set(rowsUsed, rowsInUse);
         set(rowsFree, rowsLeft);
+    }
+
+    /** Scheduler thread: a request's prompt tokens served from the prefix cache. */
+    void cachedTokens(int n) {
+        cachedTokens.increment(n);
     }
 
     /** A volatile write only when the value changed: an idle scheduler passes thousands of times a second. */

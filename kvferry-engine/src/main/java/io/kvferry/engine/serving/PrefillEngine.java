@@ -8,6 +8,8 @@ import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
+import io.kvferry.engine.kv.PrefixCache;
+import io.kvferry.engine.model.LayerKind;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.runtime.ShardedModel;
@@ -24,6 +26,17 @@ import java.util.concurrent.CompletableFuture;
  * and aux row, {@code init(pages after the decode prefix, aux)}, runs chunked prefill, {@code send}s
  * the pages each chunk completed (the last chunk with the aux row: first token, logprob, logits and
  * room), and waits in the inflight queue for Success or Failed before its pages are freed.
+ *
+ * <p>The prefill's prefix cache (SGLang's radix cache, as a chain of full pages: {@link PrefixCache}, the class the
+ * decode's cache is): a finished request's full prompt pages stay here, and a request whose prompt starts with cached
+ * pages takes them read-only as the first pages of its page table and computes from the first uncached token (attention
+ * reads the cached pages' KV; chunking and where a pass starts never change a value, so the answer is the same bits).
+ * Only pages wholly before the first position whose logits are needed are reused: the last prompt token is always
+ * computed, and so is every position from {@code logprob_start_len - 1} on. Cached pages are sent to the decode as
+ * computed ones are (all but those in the decode's own prefix). Variants with per-request state (window ring, recurrent
+ * state) cannot resume from pages without a snapshot of that state: the cache is off for them. Entries are reference
+ * counted by the requests using them; a request that fails or is aborted adds nothing (no half-computed page is ever
+ * cached); idle entries are evicted least recently used when a request needs pages.
  */
 public final class PrefillEngine extends SchedulerThread {
     /**
@@ -47,10 +60,17 @@ public final class PrefillEngine extends SchedulerThread {
      * @param kvPages       pages sent after the decode's prefix (0: the last chunk carried only the state and the aux row)
      * @param inputLogprobs the prompt's input token log probabilities from the position asked for on (the first prompt
      *                      token's null), or null when the request did not ask ({@code PromptLogprobs})
+     * @param cachedTokens  prompt tokens taken from the prefill's prefix cache, not computed (OpenAI's
+     *                      {@code usage.prompt_tokens_details.cached_tokens}, SGLang's {@code meta_info.cached_tokens})
      */
-    public record Result(long room, int firstToken, double computeMs, double sendMs, int kvPages, List<TokenLogprobs> inputLogprobs) {
+    public record Result(long room, int firstToken, double computeMs, double sendMs, int kvPages, List<TokenLogprobs> inputLogprobs,
+                         int cachedTokens) {
+        public Result(long room, int firstToken, double computeMs, double sendMs, int kvPages, List<TokenLogprobs> inputLogprobs) {
+            this(room, firstToken, computeMs, sendMs, kvPages, inputLogprobs, 0);
+        }
+
         public Result(long room, int firstToken, double computeMs, double sendMs, int kvPages) {
-            this(room, firstToken, computeMs, sendMs, kvPages, null);
+            this(room, firstToken, computeMs, sendMs, kvPages, null, 0);
         }
     }
 
@@ -60,6 +80,8 @@ public final class PrefillEngine extends SchedulerThread {
     private final ShardedModel model;
     private final ShardManagers managers;
     private final PageAllocator alloc;
+    /** The prefill's prefix cache; null when off (the flag, or a variant with per-request state). Scheduler thread only. */
+    private final PrefixCache prefixCache;
     /** Aborts that came before their room's request (scheduler thread only). */
     private final RecentAborts recentAborts = new RecentAborts();
     private final List<Flight> bootstrap = new ArrayList<>(), forward = new ArrayList<>(), inflight = new ArrayList<>();
@@ -72,6 +94,10 @@ public final class PrefillEngine extends SchedulerThread {
         final CompletableFuture<Result> done;
         ShardRooms<KVSender> senders;
         int[] pages;
+        /** The keys of the prompt's full pages (the prefix cache's), once it got pages. */
+        long[] cacheKeys;
+        /** Its first pages from the prefix cache (referenced until it ends). */
+        int cachedPages;
         int row = -1, prefixPages, computed, sentPages;
         long computeNanos, lastSendNanos;
         /** The input token log probabilities so far (null: not asked). */
@@ -86,7 +112,16 @@ public final class PrefillEngine extends SchedulerThread {
         }
     }
 
+    /** With the prefix cache on (where the model variant allows it). */
     public PrefillEngine(EngineSpec spec, TransferSpec transfer) {
+        this(spec, transfer, true);
+    }
+
+    /**
+     * @param prefixCache whether finished prompts' full pages stay for later requests to reuse (off, or a variant with
+     *                    per-request state: every prompt is computed from its first token)
+     */
+    public PrefillEngine(EngineSpec spec, TransferSpec transfer, boolean prefixCache) {
         super("kvferry-engine-prefill");
         if (transfer.bootstrapAddr() == null) throw new IllegalArgumentException("a prefill engine needs its bootstrap registry's address");
         this.spec = spec;
@@ -104,7 +139,23 @@ public final class PrefillEngine extends SchedulerThread {
         }
         this.managers = m;
         this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
+        this.prefixCache = prefixCache && cacheable(spec) ? new PrefixCache(spec.pageSize()) : null;
         start();
+    }
+
+    /**
+     * Whether the prefix cache can serve this model: a request resumes from cached pages only when pages are all of its
+     * state, not so for window layers (their ring) or recurrent ones (their state slot), which a snapshot would need.
+     */
+    public static boolean cacheable(EngineSpec spec) {
+        int layers = spec.model().config.layers();
+        return spec.model().count(LayerKind.WINDOW, 0, layers) == 0
+                && spec.model().count(LayerKind.RECURRENT, 0, layers) == 0;
+    }
+
+    /** Whether this engine's prefix cache is on. */
+    public boolean prefixCacheOn() {
+        return prefixCache != null;
     }
 
     public EngineSpec spec() {
@@ -184,11 +235,33 @@ public final class PrefillEngine extends SchedulerThread {
         });
     }
 
-    /** Pages and aux rows not returned (0 once every request concluded). Scheduler-owned: read through a command. */
+    /**
+     * Pages and aux rows not returned (0 once every request concluded; the prefix cache's pages not counted).
+     * Scheduler-owned: read through a command.
+     */
     public CompletableFuture<Integer> outstanding() {
         CompletableFuture<Integer> out = new CompletableFuture<>();
-        execute(() -> out.complete(alloc.outstanding()));
+        execute(() -> out.complete(alloc.outstanding() - cachePages()));
         return out;
+    }
+
+    /** Pages the prefix cache holds. */
+    public CompletableFuture<Integer> cachedPages() {
+        var out = new CompletableFuture<Integer>();
+        execute(() -> out.complete(cachePages()));
+        return out;
+    }
+
+    /** Tokens of the room's prompt computed so far while it is in the forward queue, else -1 (scheduler thread; tests). */
+    int computedTokens(long room) {
+        for (Flight f : forward) {
+            if (f.req.room() == room) return f.computed;
+        }
+        return -1;
+    }
+
+    private int cachePages() {
+        return prefixCache == null ? 0 : prefixCache.pages();
     }
 
     @Override
@@ -209,14 +282,10 @@ public final class PrefillEngine extends SchedulerThread {
                     continue;
                 }
                 if (waiting) continue;
-                int total = spec.pagesFor(f.req.prompt().length);
-                if (!alloc.canAllocate(total)) {
+                if (!allocate(f)) {
                     waiting = true;
                     continue;
                 }
-                f.pages = alloc.allocatePages(total);
-                f.row = alloc.allocateRow();
-                for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
                 it.remove();
                 forward.add(f);
                 moved = true;
@@ -231,7 +300,7 @@ public final class PrefillEngine extends SchedulerThread {
             }
             if (p.compareTo(KVPoll.WaitingForInput) < 0 || waiting) continue;
             int total = spec.pagesFor(f.req.prompt().length);
-            if (!alloc.canAllocate(total)) { // waits for pages, and holds its place; nothing fails for want of them
+            if (!canAllocate(f)) { // waits for pages, and holds its place; nothing fails for want of them
                 waiting = true;
                 continue;
             }
@@ -255,11 +324,9 @@ public final class PrefillEngine extends SchedulerThread {
                 moved = true;
                 continue;
             }
-            f.pages = alloc.allocatePages(total);
-            f.row = alloc.allocateRow();
+            if (!allocate(f)) throw new IllegalStateException("room " + f.req.room() + ": its pages went between the check and the take");
             f.prefixPages = prefix / spec.pageSize();
             f.sentPages = f.prefixPages;
-            for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
             for (KVSender x : f.senders.all()) x.init(total - f.prefixPages, f.row);
             it.remove();
             forward.add(f);
@@ -279,8 +346,8 @@ public final class PrefillEngine extends SchedulerThread {
                     if (f.senders != null) {
                         inflight.add(f);
                     } else { // prefill-only: done once computed, nothing sent
-                        Result r = new Result(f.req.room(), -1, f.computeNanos / 1e6, 0, 0, f.inputLogprobs);
-                        release(f);
+                        Result r = new Result(f.req.room(), -1, f.computeNanos / 1e6, 0, 0, f.inputLogprobs, f.cachedPages * spec.pageSize());
+                        release(f, true);
                         f.done.complete(r);
                     }
                 }
@@ -293,8 +360,9 @@ public final class PrefillEngine extends SchedulerThread {
             if (p == KVPoll.Success) {
                 it.remove();
                 Result r = new Result(f.req.room(), pools[0][0].firstToken(f.row), f.computeNanos / 1e6,
-                        (System.nanoTime() - f.lastSendNanos) / 1e6, f.pages.length - f.prefixPages, f.inputLogprobs);
-                release(f);
+                        (System.nanoTime() - f.lastSendNanos) / 1e6, f.pages.length - f.prefixPages, f.inputLogprobs,
+                        f.cachedPages * spec.pageSize());
+                release(f, true);
                 f.done.complete(r);
                 moved = true;
             } else if (p == KVPoll.Failed) {
@@ -312,8 +380,9 @@ public final class PrefillEngine extends SchedulerThread {
         queueSizes[0] = bootstrap.size();
         queueSizes[1] = forward.size();
         queueSizes[2] = inflight.size();
-        meters.publish(queueSizes, alloc.totalPages() - alloc.freePages(), 0, alloc.freePages(), alloc.totalRows() - alloc.freeRows(),
-                alloc.freeRows());
+        int cached = cachePages();
+        meters.publish(queueSizes, alloc.totalPages() - alloc.freePages() - cached, cached, alloc.freePages(),
+                alloc.totalRows() - alloc.freeRows(), alloc.freeRows());
     }
 
     private void forwardChunk(Flight f) {
@@ -366,13 +435,77 @@ public final class PrefillEngine extends SchedulerThread {
     }
 
     private void failWith(Flight f, Exception e) {
-        release(f);
+        release(f, false);
         f.done.completeExceptionally(e);
     }
 
-    private void release(Flight f) {
+    /**
+     * The first position of the prompt whose logits the request needs (the last token's for the first output token; from
+     * {@code logprob_start_len - 1} on for input log probabilities): the pages wholly before it may come from the cache.
+     */
+    private static int firstNeeded(Request req) {
+        int last = req.prompt().length - 1;
+        return req.logprobStart() >= 0 ? Math.min(last, Math.max(req.logprobStart(), 1) - 1) : last;
+    }
+
+    /** The cache's pages for the request's prompt, referenced (none without a cache); sets its keys. */
+    private int[] acquireCached(Flight f) {
+        if (prefixCache == null) return new int[0];
+        int[] prompt = f.req.prompt();
+        if (f.cacheKeys == null) f.cacheKeys = prefixCache.keys(prompt, prompt.length / spec.pageSize());
+        return prefixCache.acquire(prompt, Arrays.copyOf(f.cacheKeys, firstNeeded(f.req) / spec.pageSize()));
+    }
+
+    /**
+     * Whether the request's pages (those the cache does not hold) and an aux row can be had now, evicting idle cache
+     * entries for want of pages; the cache's references are dropped again either way ({@link #allocate} takes them).
+     */
+    private boolean canAllocate(Flight f) {
+        int[] hit = acquireCached(f);
+        int need = spec.pagesFor(f.req.prompt().length) - hit.length;
+        // Evict only for want of pages: a request waiting for an aux row would otherwise drain the cache, a page a pass.
+        if (prefixCache != null && alloc.hasFreeRow() && alloc.freePages() < need && prefixCache.evictable() > 0) {
+            alloc.freePages(prefixCache.evict(need - alloc.freePages()));
+        }
+        boolean ok = alloc.canAllocate(need);
+        if (prefixCache != null) prefixCache.release(f.cacheKeys, hit.length);
+        return ok;
+    }
+
+    /** Gives the request its pages (the cached ones first, referenced) and aux row when it can have them now. */
+    private boolean allocate(Flight f) {
+        if (!canAllocate(f)) return false;
+        int[] hit = acquireCached(f);
+        int total = spec.pagesFor(f.req.prompt().length), need = total - hit.length;
+        f.pages = Arrays.copyOf(hit, total);
+        System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
+        f.row = alloc.allocateRow();
+        f.cachedPages = hit.length;
+        f.computed = hit.length * spec.pageSize(); // the forward passes start at the first uncached token
+        for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
+        if (hit.length > 0) meters.cachedTokens(hit.length * spec.pageSize());
+        return true;
+    }
+
+    /**
+     * @param finished the request's prompt is computed and its answer made: its full prompt pages may join the prefix
+     *                 cache (a failed or aborted request's never do: they may be half computed)
+     */
+    private void release(Flight f, boolean finished) {
         if (f.senders != null) f.senders.clear();
-        if (f.pages != null) alloc.freePages(f.pages);
+        if (f.pages != null) {
+            int from = 0;
+            if (prefixCache != null && f.cacheKeys != null) {
+                prefixCache.release(f.cacheKeys, f.cachedPages);
+                if (finished) {
+                    for (int p : prefixCache.insert(f.req.prompt(), f.cacheKeys, f.pages, f.cachedPages)) alloc.freePages(new int[]{p});
+                    from = f.cacheKeys.length;
+                } else {
+                    from = f.cachedPages; // the cache's own pages stay the cache's
+                }
+            }
+            alloc.freePages(Arrays.copyOfRange(f.pages, from, f.pages.length));
+        }
         if (f.row >= 0) alloc.freeRow(f.row);
         f.pages = null;
         f.row = -1;
