@@ -25,7 +25,8 @@ import java.util.concurrent.ExecutionException;
  * {@code meta_info.input_token_logprobs} ({@code [logprob, token_id, null]} a position, the first prompt token's
  * logprob null) and, with top ones asked, {@code input_top_logprobs} (a list of triples a position, null for the first
  * prompt token). {@code prefill_only} (kvferry's): the prompt alone, for those log probabilities; no decode takes the
- * room, nothing is sent and {@code first_token} is -1.
+ * room, nothing is sent and {@code first_token} is -1. {@code cached_tokens}: the prompt tokens taken from the
+ * prefill's prefix cache, not computed.
  */
 public final class PrefillServer implements AutoCloseable {
     private final PrefillEngine engine;
@@ -77,6 +78,7 @@ public final class PrefillServer implements AutoCloseable {
             out.put("compute_ms", r.computeMs());
             out.put("send_ms", r.sendMs());
             out.put("kv_pages", r.kvPages());
+            out.put("cached_tokens", r.cachedTokens()); // prompt tokens from the prefill's prefix cache, not computed
             if (r.inputLogprobs() != null) inputLogprobs(out.putObject("meta_info"), r.inputLogprobs(), ids, start, top);
             Http.sendJson(ex, 200, out);
         } catch (ExecutionException e) {

@@ -335,6 +335,10 @@ public final class Router implements AutoCloseable {
     record Outcome(long room, int promptTokens, int[] tokens, String text, String finishReason, double ttftMs,
                    double e2eMs, JsonNode prefill, JsonNode decodeTimings, List<TokenLogprobs> logprobs, int[] textOffsets,
                    List<TokenLogprobs> inputLogprobs) {
+        /** Prompt tokens the prefill took from its prefix cache, not computed (0 from a prefill that does not say). */
+        int cachedTokens() {
+            return prefill == null ? 0 : prefill.path("cached_tokens").asInt(0);
+        }
     }
 
     /**
@@ -1404,18 +1408,23 @@ public final class Router implements AutoCloseable {
         record.completionTokens = completion;
     }
 
-    /** OpenAI's usage of a request: its finished choices' tokens, summed (each choice's prompt counts once per choice). */
+    /**
+     * OpenAI's usage of a request: its finished choices' tokens, summed (each choice's prompt counts once per choice), with
+     * {@code prompt_tokens_details.cached_tokens}: the prompt tokens the prefill took from its prefix cache.
+     */
     private static ObjectNode usage(List<Choice> choices) {
-        int prompt = 0, completion = 0;
+        int prompt = 0, completion = 0, cached = 0;
         for (Choice c : choices) {
             if (c.outcome == null) continue;
             prompt += c.outcome.promptTokens();
             completion += c.outcome.tokens().length;
+            cached += c.outcome.cachedTokens();
         }
         ObjectNode usage = Http.JSON.createObjectNode();
         usage.put("prompt_tokens", prompt);
         usage.put("completion_tokens", completion);
         usage.put("total_tokens", prompt + completion);
+        usage.putObject("prompt_tokens_details").put("cached_tokens", cached);
         return usage;
     }
 
@@ -1776,6 +1785,7 @@ public final class Router implements AutoCloseable {
         meta.put("id", Long.toString(o.room()));
         meta.put("prompt_tokens", o.promptTokens());
         meta.put("completion_tokens", o.tokens().length);
+        meta.put("cached_tokens", o.cachedTokens()); // SGLang's: the prompt tokens the prefill took from its prefix cache
         meta.putObject("finish_reason").put("type", o.finishReason());
         meta.put("e2e_latency", o.e2eMs() / 1000);
         if (o.inputLogprobs() != null) inputLogprobsMeta(meta, o.inputLogprobs(), ask, ids, withText);

@@ -229,6 +229,30 @@ class OpenAiClientCompatTest {
      * A chat is the completion of its template's prompt (the contents, one per line: {@link ChatPrompt}) in the
      * chat's shape; its stream names the role first, then the content, which adds up to the answer.
      */
+    /**
+     * The prefill's prefix cache, as the client reads it: a prompt sent again has all its full pages but the one of its
+     * last token cached ({@code usage.prompt_tokens_details.cached_tokens}, pages of 16 here), and the same answer.
+     */
+    @Test
+    @Timeout(60)
+    void cachedPromptTokensParseInTheClientsUsage() {
+        String prompt = "Ben and Mia found a small dog in the garden. The dog was sad and hungry, so they gave it some milk";
+        long n = model.tokenizer().encode(prompt, true, false).length;
+        assertTrue(n > 32, n + " tokens");
+        Completion first = client.completions().create(completion(prompt, 6).build()).validate();
+        Completion again = client.completions().create(completion(prompt, 6).build()).validate();
+        assertEquals(first.choices().getFirst().text(), again.choices().getFirst().text());
+        CompletionUsage usage = again.usage().orElseThrow();
+        assertEquals(n, usage.promptTokens());
+        assertEquals((n - 1) / 16 * 16, usage.promptTokensDetails().orElseThrow().cachedTokens().orElseThrow(), usage.toString());
+        ChatCompletionCreateParams chat = ChatCompletionCreateParams.builder().model("stories260K").addSystemMessage(prompt)
+                .addUserMessage("Then what?").maxCompletionTokens(6).temperature(0.0).seed(7).build();
+        client.chat().completions().create(chat);
+        CompletionUsage chatUsage = client.chat().completions().create(chat).validate().usage().orElseThrow();
+        assertEquals((chatUsage.promptTokens() - 1) / 16 * 16, chatUsage.promptTokensDetails().orElseThrow().cachedTokens().orElseThrow(),
+                chatUsage.toString());
+    }
+
     @Test
     @Timeout(60)
     void aChatAndItsStreamAreTheCompletionOfTheTemplatedPrompt() {

@@ -152,6 +152,33 @@ class PromptLogprobsTest {
         }
     }
 
+    /**
+     * The prefill's prefix cache across the router: SGLang's {@code meta_info.cached_tokens} on /generate and OpenAI's
+     * {@code usage.prompt_tokens_details.cached_tokens}: a prompt sent again takes its full pages before the first
+     * position whose logits are needed from the cache (all but the last token's page; with {@code logprob_start_len} those
+     * before it), and every value stays the colocated run's.
+     */
+    @Test
+    @Timeout(60)
+    void cachedTokensAreReportedAndTheAnswerStaysExact() throws Exception {
+        String prompt = "Tim and Sue had a big box of toys. They liked to share the toys with their friends at school every day";
+        int[] ids = tokenizer.encode(prompt, true, false);
+        assertTrue(ids.length > 40, ids.length + " tokens");
+        String body = "{\"text\":\"" + prompt + "\",\"sampling_params\":{\"max_new_tokens\":4,\"temperature\":0}";
+        JsonNode cold = ok("/generate", body + "}");
+        JsonNode warm = ok("/generate", body + "}");
+        assertEquals(cold.path("output_ids"), warm.path("output_ids"));
+        assertEquals((ids.length - 1) / 16 * 16, warm.path("meta_info").path("cached_tokens").intValue(), warm.toString());
+        // Prompt logprobs from position 20: only the page before position 19 is reused, and the values are the colocated run's.
+        JsonNode lp = ok("/generate", body + ",\"return_logprob\":true,\"logprob_start_len\":20,\"top_logprobs_num\":2}");
+        assertEquals(16, lp.path("meta_info").path("cached_tokens").intValue(), lp.toString());
+        Generation expected = colocated.generate(ids, 4, Sampling.GREEDY, 2, 20);
+        assertArrayEquals(expected.tokens(), intArray(lp.path("output_ids")));
+        sameInputLogprobs(expected.inputLogprobs(), ids, 20, 2, lp.path("meta_info"), "logprob_start_len 20 from the cache");
+        JsonNode c = ok("/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":4,\"temperature\":0}");
+        assertEquals((ids.length - 1) / 16 * 16, c.path("usage").path("prompt_tokens_details").path("cached_tokens").intValue(), c.toString());
+    }
+
     @Test
     @Timeout(60)
     void generateInputLogprobsAreTheColocatedRunsInSglangsShape() throws Exception {
