@@ -307,7 +307,9 @@ public final class DemoCommand implements Callable<Integer> {
         String models = System.getProperty("kvferry.models");
         if (models != null) cmd.add("-Dkvferry.models=" + models);
         cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--role", role, "--port", "0"));
-        if (role.equals("prefill")) cmd.addAll(List.of("--bootstrap-port", "0")); // its registry; a decode has none
+        if (role.equals("prefill")) { // its registry (a decode has none), and its prefix cache
+            cmd.addAll(List.of("--bootstrap-port", "0", "--prefill-cache", engine.prefillCache));
+        }
         // Every process is on this host: a prefill bound to every address is reached over loopback.
         if (role.equals("prefill") && Roles.isWildcard(engine.host)) cmd.addAll(List.of("--advertise-host", Roles.loopback(engine.host)));
         cmd.addAll(List.of("--tp", Integer.toString(tp), "--pp", Integer.toString(pp),

@@ -65,6 +65,12 @@ final class EngineOptions {
     @Option(names = "--chunk-tokens", defaultValue = "64", description = "Chunked-prefill size in tokens (need not be a page multiple). Default: ${DEFAULT-VALUE}.")
     int chunkTokens;
 
+    @Option(names = "--prefill-cache", defaultValue = "on", description = "The prefill's prefix cache: on keeps finished prompts' "
+            + "full KV pages (evicted least recently used when pages run out), so a prompt that starts with cached pages computes "
+            + "only the rest; off computes every prompt whole. Always off for --model-variant swa and hybrid (their per-request "
+            + "state cannot resume from pages). Prefill and embedded roles. Default: ${DEFAULT-VALUE}.")
+    String prefillCache;
+
     /** The cluster token for the bootstrap registry and kvferry's control connections. */
     @Mixin
     AuthTokenOptions auth = new AuthTokenOptions();
@@ -92,6 +98,9 @@ final class EngineOptions {
         requirePositive("--pages", pages);
         requirePositive("--max-requests", maxRequests);
         requirePositive("--chunk-tokens", chunkTokens);
+        if (!prefillCache.equals("on") && !prefillCache.equals("off")) {
+            throw new IllegalArgumentException("--prefill-cache must be on or off, got '" + prefillCache + "'");
+        }
     }
 
     private static void requirePositive(String flag, int value) {
@@ -114,7 +123,7 @@ final class EngineOptions {
 
     Roles.Options options(ModelFiles.Loaded model, int tp, int pp, int port, int bootstrapPort, String token) {
         return new Roles.Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
-                token);
+                token).withPrefillCache(!"off".equals(prefillCache));
     }
 
     /**

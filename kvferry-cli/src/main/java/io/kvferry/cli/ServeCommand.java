@@ -142,6 +142,7 @@ public final class ServeCommand implements Callable<Integer> {
     static {
         ONLY_FOR.put("--bootstrap-port", List.of("prefill", "embedded"));
         ONLY_FOR.put("--advertise-host", List.of("prefill"));
+        ONLY_FOR.put("--prefill-cache", List.of("prefill", "embedded"));
         ONLY_FOR.put("--register-with", List.of("prefill", "decode"));
         ONLY_FOR.put("--register-as", List.of("prefill", "decode"));
         ONLY_FOR.put("--tp", List.of("prefill", "decode"));

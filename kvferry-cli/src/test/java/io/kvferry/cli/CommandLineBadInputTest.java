@@ -297,6 +297,15 @@ class CommandLineBadInputTest {
         }
     }
 
+    /** --prefill-cache is on or off, and only for a process that runs a prefill. */
+    @Test
+    void thePrefillCacheFlagIsOnOrOffWhereAPrefillRuns() throws Exception {
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--prefill-cache", "maybe"),
+                "--prefill-cache must be on or off, got 'maybe'");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--prefill-cache", "off", "--auth-token-file",
+                tokenFile("t").toString()), "kvferry serve: --prefill-cache is not used by --role decode; it is for --role prefill and serve without --role");
+    }
+
     /**
      * Engines in separate processes ran inproc over tcp (the demo's banner said inproc); serve's ports were "port out of range:70000",
      * bootstrap's "port -1 is outside [0, 65535]" and "cannot bind the bootstrap registry to nope.invalid:0" (no flag named).

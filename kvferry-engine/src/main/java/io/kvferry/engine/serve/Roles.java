@@ -54,14 +54,23 @@ public final class Roles {
      * and decode of a cluster must run the same; a mismatch is refused at kvferry's handshake).
      * {@code advertiseHost}: the address a prefill's peers reach it at, which its registry publishes for its
      * kvferry ranks and its /health gives the router as the bootstrap address (null: {@code host}; a
-     * prefill bound to a wildcard such as 0.0.0.0 needs one).
+     * prefill bound to a wildcard such as 0.0.0.0 needs one). {@code prefillCache}: a prefill keeps finished prompts'
+     * full pages for later requests that start with them ({@code --prefill-cache}; off by itself for the variants with
+     * per-request state).
      */
     public record Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
                           int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken,
-                          String advertiseHost) {
+                          String advertiseHost, boolean prefillCache) {
         public Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
                        int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken) {
             this(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken, null);
+        }
+
+        public Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
+                       int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken,
+                       String advertiseHost) {
+            this(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort, authToken,
+                    advertiseHost, true);
         }
 
         public EngineSpec spec() {
@@ -70,17 +79,22 @@ public final class Roles {
 
         public Options withParallelism(int tp, int pp) {
             return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
-                    authToken, advertiseHost);
+                    authToken, advertiseHost, prefillCache);
         }
 
         public Options withPorts(int port, int bootstrapPort) {
             return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
-                    authToken, advertiseHost);
+                    authToken, advertiseHost, prefillCache);
         }
 
         public Options withAdvertiseHost(String host) {
             return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, this.host, port,
-                    bootstrapPort, authToken, host);
+                    bootstrapPort, authToken, host, prefillCache);
+        }
+
+        public Options withPrefillCache(boolean on) {
+            return new Options(model, variant, tp, pp, pageSize, pages, maxRequests, chunkTokens, transport, host, port, bootstrapPort,
+                    authToken, advertiseHost, on);
         }
 
         /** The address peers reach this role at: {@code advertiseHost}, else {@code host}. */
@@ -140,7 +154,7 @@ public final class Roles {
             ClusterStatus cluster = RegistryOps.mountIfKvferry(registry, metrics, false);
             if (cluster != null) cluster.local(status);
             PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), local, o.authToken(), o.host())
-                    .withMeters(metrics).withAdvertiseHost(o.advertiseHost()));
+                    .withMeters(metrics).withAdvertiseHost(o.advertiseHost()), o.prefillCache());
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
             PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken());

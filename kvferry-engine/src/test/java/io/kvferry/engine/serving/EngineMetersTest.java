@@ -110,10 +110,18 @@ class EngineMetersTest {
 
                 p.submit(new PrefillEngine.Request(2, b, Sampling.GREEDY));
                 assertTrue(genB.get(60, TimeUnit.SECONDS).tokens().length > 0);
-                // Idle: B's two full prompt pages stay in the prefix cache, nothing else is held.
+                // Idle: B's two full prompt pages stay in both prefix caches, nothing else is held.
                 await(() -> decodeIs(0, 0, 0, 0, 2, 0), () -> all("decode").toString());
                 await(() -> prefillIs(0, 0), () -> all("prefill").toString());
+                assertEquals(2, gauge(EngineMeters.PAGES, "prefill", "state", "cached"), all("prefill").toString());
+                assertEquals(6, gauge(EngineMeters.PAGES, "prefill", "state", "free"), all("prefill").toString());
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+                assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+                // B again: both caches serve its two full pages (32 tokens), each engine counts them.
+                p.submit(new PrefillEngine.Request(4, b, Sampling.GREEDY));
+                assertTrue(DisaggregatedTest.decode(d, 4, b, 4, Sampling.GREEDY).get(60, TimeUnit.SECONDS).tokens().length > 0);
+                assertEquals(32, meters.find(EngineMeters.CACHED_TOKENS).tag("role", "prefill").counter().count(), 0.0);
+                assertEquals(32, meters.find(EngineMeters.CACHED_TOKENS).tag("role", "decode").counter().count(), 0.0);
             }
             assertTrue(decodeIs(0, 0, 0, 0, 2, 0), all("decode").toString());
             assertTrue(prefillIs(0, 0), all("prefill").toString());
