@@ -444,8 +444,8 @@ public final class PrefillEngine extends SchedulerThread {
      * {@code logprob_start_len - 1} on for input log probabilities): the pages wholly before it may come from the cache.
      */
     private static int firstNeeded(Request req) {
-        int last = req.prompt().length - 1;
-        return req.logprobStart() >= 0 ? Math.min(last, Math.max(req.logprobStart(), 1) - 1) : last;
+        int n = req.prompt().length;
+        return PromptLogprobs.logitsFrom(req.logprobStart(), 0, n, n); // the prompt as one chunk: its first position with logits
     }
 
     /** The cache's pages for the request's prompt, referenced (none without a cache); sets its keys. */

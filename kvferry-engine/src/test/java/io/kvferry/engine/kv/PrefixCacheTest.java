@@ -2,6 +2,7 @@ package io.kvferry.engine.kv;
 
 import org.junit.jupiter.api.Test;
 
+import java.util.Arrays;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -79,6 +80,26 @@ class PrefixCacheTest {
         int[] d = {5, 6};
         assertEquals(List.of(30), c.insert(d, c.keys(d, 1), new int[]{30}, 0));
         assertEquals(1, c.pages());
+    }
+
+    /**
+     * The prefill's use: a request may reuse fewer pages than are cached (those before the first position whose logits it
+     * needs), so it acquires with its keys cut short, releases that many, and offers all its full pages: the ones cached
+     * already (its hit, and the page it computed again) come back to be freed, the new one joins.
+     */
+    @Test
+    void aHitCutShortStillOffersEveryFullPage() {
+        PrefixCache c = new PrefixCache(2);
+        int[] a = {1, 2, 3, 4, 5, 6};
+        long[] ka = c.keys(a, 3);
+        assertEquals(List.of(), c.insert(a, Arrays.copyOf(ka, 2), new int[]{10, 11}, 0));
+        int[] hit = c.acquire(a, Arrays.copyOf(ka, 1));
+        assertArrayEquals(new int[]{10}, hit, "only the first page may be reused, though two are cached");
+        assertEquals(1, c.evictable(), "page 10 in use, 11 idle");
+        c.release(ka, hit.length);
+        assertEquals(List.of(21), c.insert(a, ka, new int[]{10, 21, 22}, 1), "its page 1 was cached already; page 2 joins");
+        assertEquals(3, c.pages());
+        assertArrayEquals(new int[]{10, 11, 22}, c.acquire(a, ka));
     }
 
     @Test
