@@ -9,6 +9,8 @@ import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -139,11 +141,13 @@ class PrefillCacheTest {
 
     /**
      * Page size 1 (the README's demo): a repeated prompt is all in the decode's cache (a zero-page last chunk) and all
-     * but its last token in the prefill's; a prompt sharing 20 tokens takes 20 from both.
+     * but its last token in the prefill's; a prompt sharing 20 tokens takes 20 from both. One page id names a page on
+     * every shard, so the cache serves TP ranks, PP stages and MLA's replicated latents alike.
      */
-    @Test
-    void pageSizeOneSharesAllButTheLastToken() throws Exception {
-        EngineSpec spec = new EngineSpec(DisaggregatedTest.WEIGHTS, 1, 1, 1, 256, 4, 5);
+    @ParameterizedTest(name = "{0} prefill TP{1} PP{2}")
+    @CsvSource({"LLAMA, 2, 1", "LLAMA, 1, 2", "MLA, 2, 1"})
+    void pageSizeOneSharesAllButTheLastToken(ModelVariant variant, int tp, int pp) throws Exception {
+        EngineSpec spec = new EngineSpec(DisaggregatedTest.MODELS.get(variant), 1, 1, 1, 256, 4, 5);
         SplittableRandom r = new SplittableRandom(5);
         int[] a = DisaggregatedTest.prompt(r, 30);
         int[] b = join(Arrays.copyOf(a, 20), Arrays.copyOfRange(DisaggregatedTest.prompt(r, 9), 1, 9));
@@ -152,7 +156,7 @@ class PrefillCacheTest {
         int[] kvPages = {30, 0, 8};
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
              ColocatedEngine colocated = new ColocatedEngine(spec);
-             PrefillEngine p = new PrefillEngine(spec.withParallelism(2, 1), DisaggregatedTest.transfer("tcp", registry));
+             PrefillEngine p = new PrefillEngine(spec.withParallelism(tp, pp), DisaggregatedTest.transfer("tcp", registry));
              DecodeEngine d = new DecodeEngine(spec, DisaggregatedTest.transfer("tcp", registry))) {
             for (int i = 0; i < order.length; i++) {
                 Run run = run(p, d, 1 + i, order[i], -1);
