@@ -26,7 +26,8 @@ import java.util.concurrent.ExecutionException;
  * logprob null) and, with top ones asked, {@code input_top_logprobs} (a list of triples a position, null for the first
  * prompt token). {@code prefill_only} (kvferry's): the prompt alone, for those log probabilities; no decode takes the
  * room, nothing is sent and {@code first_token} is -1. {@code cached_tokens}: the prompt tokens taken from the
- * prefill's prefix cache, not computed.
+ * prefill's prefix cache, not computed. {@code /health} says whether that cache is on ({@code prefix_cache}: off by the
+ * flag, or for a variant with per-request state).
  */
 public final class PrefillServer implements AutoCloseable {
     private final PrefillEngine engine;
@@ -47,7 +48,7 @@ public final class PrefillServer implements AutoCloseable {
         server = Http.server(host, port);
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
         Http.engineRoutes(server, auth, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
-                .put("bootstrap", bootstrapAddr));
+                .put("bootstrap", bootstrapAddr).put("prefix_cache", engine.prefixCacheOn() ? "on" : "off"));
         server.start();
     }
 

@@ -78,6 +78,13 @@ class EngineOpsTest {
             assertTrue(dm.contains("kvferry_engine_kv_pages{role=\"decode\",state=\"free\"} 256.0"), dm);
             assertTrue(pm.contains("kvferry_engine_requests{queue=\"inflight\",role=\"prefill\"} 0.0"), pm);
             assertTrue(pm.contains("kvferry_engine_kv_pages{role=\"prefill\",state=\"free\"} 256.0"), pm);
+            // The prefill's prefix cache: on, the prompt too short for a full page to reuse; its counter and pages are there.
+            assertTrue(pm.contains("kvferry_engine_kv_pages{role=\"prefill\",state=\"cached\"} 0.0"), pm);
+            assertTrue(pm.contains("kvferry_engine_cached_tokens_total{role=\"prefill\"} 0.0"), pm);
+            assertEquals("on", new ObjectMapper().readTree(get("http://127.0.0.1:" + prefill.port() + "/health")).path("prefix_cache").asText());
+            try (Roles.Role off = Roles.prefill(o.withPorts(0, 0).withPrefillCache(false))) {
+                assertEquals("off", new ObjectMapper().readTree(get("http://127.0.0.1:" + off.port() + "/health")).path("prefix_cache").asText());
+            }
             JsonNode ds = new ObjectMapper().readTree(get("http://127.0.0.1:" + decode.port() + "/status.json"));
             assertEquals("engine-decode", ds.path("role").asText());
             assertEquals(1, ds.path("ranks").get(0).path("rooms_concluded").asInt());
