@@ -170,7 +170,8 @@ class PrefillCacheTest {
     /**
      * 12 pages of 16 tokens, prompts of 60 (4 pages, 3 full): after three prompts the cache holds 9 pages and a fourth
      * prompt evicts the least recently used (a's first page, so a is a miss again), while c, used since, still hits; a
-     * burst of new prompts with every page cached or in use all finish. Without eviction the fourth one waits forever.
+     * burst of new prompts with every page cached or in use all finish, exact, half of them sharing c's cached pages
+     * (referenced, so eviction passes them by). Without eviction the fourth one waits forever.
      */
     @Test
     void evictionUnderPressureLetsNewRequestsIn() throws Exception {
@@ -195,6 +196,8 @@ class PrefillCacheTest {
             List<CompletableFuture<Generation>> gens = new ArrayList<>();
             for (int i = 0; i < 6; i++) {
                 int[] prompt = DisaggregatedTest.prompt(r, 40 + 4 * i);
+                // Half of them start with c's first two pages, cached: referenced while the others need pages, never evicted.
+                if (i % 2 == 0) System.arraycopy(c, 0, prompt, 0, 32);
                 burst.add(prompt);
                 pres.add(p.submit(new PrefillEngine.Request(100 + i, prompt, Sampling.GREEDY, -1, 0, false)));
                 gens.add(DisaggregatedTest.decode(d, 100 + i, prompt, MAX, Sampling.GREEDY, TOP));
