@@ -78,7 +78,7 @@ final class ChatPrompt {
     /**
      * Chat parameters that would change the answer and that this engine does not implement, each with what a
      * request may send instead: tools and function calling, structured output, audio,
-     * predicted output. The penalties, {@code logit_bias} and {@code n} are the router's checks for both routes.
+     * predicted output. {@code n} and the sampling parameters ({@link RequestParams#rules}) are the router's for both routes.
      */
     private static final Map<String, String> UNSUPPORTED = Map.of(
             "tools", "null, [] or absent",

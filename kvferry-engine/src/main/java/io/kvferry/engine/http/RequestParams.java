@@ -1,6 +1,7 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.engine.model.SamplingRules;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -80,9 +81,31 @@ final class RequestParams {
      * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
      * first prompt position with input token logprobs (-1: none).
      */
-    static Router.Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart) {
+    static Router.Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize) {
         return new Router.Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart);
+                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart,
+                rules(req, "min_tokens", null, maxTokens, vocabSize));
+    }
+
+    /**
+     * The penalties, logit bias, min-p and end rules a request sets ({@link SamplingParams#rules}): OpenAI's
+     * {@code frequency_penalty}, {@code presence_penalty}, {@code logit_bias} and vLLM's {@code repetition_penalty},
+     * {@code min_p}, {@code min_tokens}, {@code ignore_eos}, {@code stop_token_ids} on the OpenAI routes ({@code within}
+     * null), SGLang's names in {@code /generate}'s {@code sampling_params} ({@code min_new_tokens}). Token ids must be in
+     * the vocabulary and the minimum at most {@code maxTokens}, as vLLM requires; a 400 names the field.
+     */
+    static SamplingRules rules(JsonNode n, String minTokensKey, String within, int maxTokens, int vocabSize) {
+        SamplingRules r = SamplingParams.rules(n, minTokensKey, within);
+        String at = within == null ? "" : within + ".";
+        try {
+            r.checkVocab(vocabSize);
+        } catch (IllegalArgumentException e) { // the message starts with the field's name
+            throw new Http.BadRequest(at + e.getMessage().split(" ", 2)[0], e.getMessage());
+        }
+        if (r.minTokens() > maxTokens) {
+            throw new Http.BadRequest(at + minTokensKey, minTokensKey + " (" + r.minTokens() + ") must be at most the token limit (" + maxTokens + ")");
+        }
+        return r;
     }
 
     /** {@code top_k} (vLLM's extension of OpenAI's routes, SGLang's sampling parameter): -1 (or absent, null) no limit, else at least 1. */
@@ -120,7 +143,8 @@ final class RequestParams {
     }
 
     /** The {@code sampling_params} of {@code /generate} that this engine implements. */
-    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop");
+    static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+            "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p", "logit_bias", "min_new_tokens", "ignore_eos", "stop_token_ids");
 
     /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
     private record NoOp(String value, Predicate<JsonNode> is) {
@@ -132,18 +156,10 @@ final class RequestParams {
      * stops at EOS/BOS, trims the stop string and gives special tokens no text, as those defaults say.
      */
     private static final Map<String, NoOp> NO_OPS = Map.ofEntries(
-            Map.entry("presence_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
-            Map.entry("frequency_penalty", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
-            Map.entry("repetition_penalty", new NoOp("1", v -> v.isNumber() && v.doubleValue() == 1)),
-            Map.entry("logit_bias", new NoOp("{}", v -> v.isObject() && v.isEmpty())),
-            Map.entry("min_p", new NoOp("0", v -> v.isNumber() && v.doubleValue() == 0)),
-            Map.entry("min_new_tokens", new NoOp("0", v -> v.isIntegralNumber() && v.longValue() == 0)),
             Map.entry("n", new NoOp("1", v -> v.isIntegralNumber() && v.longValue() == 1)),
-            Map.entry("ignore_eos", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
             Map.entry("no_stop_trim", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
             Map.entry("skip_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
             Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
-            Map.entry("stop_token_ids", new NoOp("[]", v -> v.isArray() && v.isEmpty())),
             Map.entry("regex", new NoOp("null", v -> false)),
             Map.entry("json_schema", new NoOp("null", v -> false)),
             Map.entry("ebnf", new NoOp("null", v -> false)));
@@ -181,15 +197,12 @@ final class RequestParams {
      * OpenAI parameters that would change the answer and that this engine does not implement: a 400
      * naming every such parameter the request sets, rather than an answer that silently differs from
      * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
-     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. Both OpenAI routes check the
-     * penalties, {@code logit_bias} and vLLM's extensions; then each its own ({@link ChatPrompt#refuseUnsupported}).
+     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. The penalties, {@code logit_bias} and
+     * vLLM's sampling extensions are implemented ({@link #rules}); each route's own are checked here
+     * ({@link ChatPrompt#refuseUnsupported}).
      */
     static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
         Refusals refused = new Refusals();
-        // OpenAI's penalties and logit_bias, and the sampling extensions vLLM accepts on these routes.
-        for (String key : List.of("presence_penalty", "frequency_penalty", "logit_bias", "min_p", "repetition_penalty")) {
-            refuseUnlessNoOp(req, key, refused);
-        }
         if (shape == OpenAiShape.CHAT) {
             JsonNode echo = req.get("echo");
             if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
@@ -208,7 +221,7 @@ final class RequestParams {
 
     /**
      * The {@code sampling_params} of {@code /generate}: a 400 naming every key the engine does not
-     * implement (SGLang has many: {@code repetition_penalty}, {@code min_p}, …), unless
+     * implement (SGLang has many: {@code regex}, {@code n}, …), unless
      * it is null or its no-op value; an unknown key is refused as well, since it may mean anything.
      */
     static void refuseUnsupportedSampling(JsonNode sp) {

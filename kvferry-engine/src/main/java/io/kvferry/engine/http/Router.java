@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
@@ -34,6 +35,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
+import java.util.Objects;
 import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.Callable;
@@ -301,10 +303,12 @@ public final class Router implements AutoCloseable {
      * ({@code topLogprobs}: -1 none, else each token's with that many of the most likely tokens'); {@code logprobStart}: the
      * first prompt position whose input token log probabilities it asks for (SGLang's {@code logprob_start_len}, -1: none),
      * each with {@code max(topLogprobs, 0)} top ones. {@code maxTokens} 0: the prompt alone, on the prefill only.
+     * {@code rules}: its penalties, logit bias, min-p and end rules ({@link RequestParams#rules}), which the engines apply.
      */
     record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs,
-               int logprobStart) {
+               int logprobStart, SamplingRules rules) {
         Ask {
+            Objects.requireNonNull(rules, "rules");
             if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
                 throw new IllegalArgumentException("top logprobs must be in [-1, " + LogprobsShape.MAX_TOP + "], got " + topLogprobs);
             }
@@ -317,13 +321,13 @@ public final class Router implements AutoCloseable {
         }
 
         Sampling sampling(long room) {
-            return new Sampling(temperature, topP, seed.orElse(room), topK);
+            return new Sampling(temperature, topP, seed.orElse(room), topK, rules);
         }
 
         /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link Router#choices}). */
         Ask sample(Prompt prompt, int sample) {
             OptionalLong s = seed.isPresent() ? OptionalLong.of(seed.getAsLong() + sample) : seed;
-            return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart);
+            return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart, rules);
         }
     }
 
@@ -877,8 +881,10 @@ public final class Router implements AutoCloseable {
                             logprobs.add(lp);
                             offsets.add(before);
                         }
-                        all.append(text.push(tok));
-                        int stopAt = ask.stop().firstMatch(all, before);
+                        // A stop token id ends the answer without its text, as vLLM and SGLang leave it out (EOS and BOS have none).
+                        all.append(ask.rules().isStopTokenId(tok) && ask.rules().ends(tok, tokens.size() - 1) ? "" : text.push(tok));
+                        // No stop string ends the answer before min_tokens (vLLM's check): only a match ending in later text counts.
+                        int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
                         if (stopAt >= 0) {
                             // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
                             abort(d, room);
@@ -903,7 +909,7 @@ public final class Router implements AutoCloseable {
                         int before = all.length();
                         all.append(text.finish());
                         String finish = ev.get("finish_reason").asText();
-                        int stopAt = ask.stop().firstMatch(all, before);
+                        int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
                         if (stopAt >= 0) {
                             all.setLength(stopAt);
                             finish = "stop";
@@ -1259,7 +1265,7 @@ public final class Router implements AutoCloseable {
         // best_of > n: every sample's decode reports its tokens' log probabilities, which choose the n shown (BestOf); the
         // answer shows them only where the request asked.
         int sampleLogprobs = bestOf > n ? Math.max(logprobs, 0) : logprobs;
-        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1);
+        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1, tokenizer.vocabSize());
         answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null);
     }
 
@@ -1319,7 +1325,7 @@ public final class Router implements AutoCloseable {
                     + ") differ; send max_completion_tokens alone");
         }
         prompt = resolve(prompt, "messages");
-        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1), List.of(prompt), RequestParams.n(req, 1)), false, null);
+        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize()), List.of(prompt), RequestParams.n(req, 1)), false, null);
     }
 
     /**
@@ -1700,7 +1706,7 @@ public final class Router implements AutoCloseable {
     /**
      * SGLang's /generate: {"text" or "input_ids" (exactly one; a list of texts or of id lists: a batch, {@link #generateBatch};
      * given ids are sent as they are, no BOS added), "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k",
-     * "seed", "stop"}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}.
+     * "seed", "stop", and the rules' ({@link RequestParams#rules}): "frequency_penalty", …}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}.
      */
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
@@ -1717,8 +1723,10 @@ public final class Router implements AutoCloseable {
         int logprobStart = RequestParams.logprobStart(req, topLogprobs);
         boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
         // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
-        Ask ask = new Ask(prompt, Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE), Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart);
+        int maxNew = Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE);
+        Ask ask = new Ask(prompt, maxNew, Http.floatField(sp, "temperature", 1.0f),
+                Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart,
+                RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize()));
         boolean stream = Http.booleanField(req, "stream", false);
         if (parsed.batch()) {
             if (stream) throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")

@@ -1,6 +1,7 @@
 package io.kvferry.engine.model;
 
 import java.util.Arrays;
+import java.util.Objects;
 import java.util.SplittableRandom;
 
 /**
@@ -8,15 +9,23 @@ import java.util.SplittableRandom;
  * candidates are the most likely tokens, at most {@code topK} of them (-1: no limit) and no more than reach
  * {@code topP} of the probability, as SGLang's sampler cuts both on the one sorted distribution. The
  * coin of step {@code n} is derived from (seed, n) alone, so the prefill (first token) and the decode
- * (the rest) draw the same sequence as one colocated run without handing any RNG state over.
+ * (the rest) draw the same sequence as one colocated run without handing any RNG state over. A request's
+ * {@link SamplingRules} (penalties, logit bias, min-p, the rules of its end) are functions of its token sequence so
+ * far, so both sides derive them too; a request without any samples exactly as before them, at no extra cost.
  */
-public record Sampling(float temperature, float topP, long seed, int topK) {
+public record Sampling(float temperature, float topP, long seed, int topK, SamplingRules rules) {
     public static final Sampling GREEDY = new Sampling(0f, 1f, 0);
 
     public Sampling {
+        Objects.requireNonNull(rules, "rules");
         if (!(temperature >= 0) || Float.isInfinite(temperature)) throw new IllegalArgumentException("temperature must be >= 0, got " + temperature);
         if (!(topP > 0 && topP <= 1)) throw new IllegalArgumentException("top_p must be in (0, 1], got " + topP);
         if (topK != -1 && topK < 1) throw new IllegalArgumentException("top_k must be -1 (no limit) or at least 1, got " + topK);
+    }
+
+    /** Without {@link SamplingRules}. */
+    public Sampling(float temperature, float topP, long seed, int topK) {
+        this(temperature, topP, seed, topK, SamplingRules.NONE);
     }
 
     /** Without a top-k limit. */
@@ -24,8 +33,33 @@ public record Sampling(float temperature, float topP, long seed, int topK) {
         this(temperature, topP, seed, -1);
     }
 
-    /** The token for output position {@code step} (0 = the first output token). */
+    /**
+     * The token for output position {@code step} (0 = the first output token), of a request without rules that read the
+     * sequence (penalties, logit bias, min tokens): {@link #sample(float[], int, int[], int)} otherwise.
+     */
     public int sample(float[] logits, int step) {
+        if (rules.changesLogits()) throw new IllegalStateException("the rules " + rules + " need the sequence: sample(logits, step, seq, promptLength)");
+        return pick(logits, step);
+    }
+
+    /**
+     * The token for output position {@code step}, with the rules applied to a copy of {@code logits} (the caller's stay
+     * the model's: log probabilities are of those): {@code seq} holds the prompt ({@code promptLength} tokens) and then
+     * the {@code step} output tokens so far.
+     */
+    public int sample(float[] logits, int step, int[] seq, int promptLength) {
+        if (!rules.changesLogits()) return pick(logits, step);
+        float[] ruled = logits.clone();
+        rules.apply(ruled, step, seq, promptLength);
+        return pick(ruled, step);
+    }
+
+    /** Whether {@code token}, sampled at output position {@code step}, ends the answer ({@link SamplingRules#ends}). */
+    public boolean ends(int token, int step) {
+        return rules.ends(token, step);
+    }
+
+    private int pick(float[] logits, int step) {
         if (temperature == 0f) return argmax(logits);
         int n = logits.length;
         float max = Float.NEGATIVE_INFINITY;
@@ -55,6 +89,16 @@ public record Sampling(float temperature, float topP, long seed, int topK) {
             keep = topK;
             cum = 0;
             for (int i = 0; i < keep; i++) cum += p[order[i]];
+        }
+        if (rules.minP() > 0) { // drops the candidates below min_p times the most likely's probability (none: the same bits as before)
+            double floor = rules.minP() * p[order[0]];
+            int k = 1;
+            while (k < keep && p[order[k]] >= floor) k++;
+            if (k < keep) {
+                keep = k;
+                cum = 0;
+                for (int i = 0; i < keep; i++) cum += p[order[i]];
+            }
         }
         double coin = new SplittableRandom(seed * 0x9E3779B97F4A7C15L + step).nextDouble() * Math.min(cum, 1.0);
         double acc = 0;

@@ -4,7 +4,6 @@ import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
-import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
 
 import java.util.ArrayList;
@@ -53,6 +52,7 @@ public final class ColocatedEngine implements AutoCloseable {
         var c = spec.weights().config;
         boolean promptOnly = maxNewTokens == 0;
         Requests.validate(prompt, promptOnly ? 1 : maxNewTokens, c);
+        sampling.rules().checkVocab(c.vocabSize());
         PromptLogprobs.check(logprobStart, Math.max(topLogprobs, 0), prompt.length);
         int total = Requests.totalTokens(prompt.length, promptOnly ? 1 : maxNewTokens, c);
         int[] table = pages.allocatePages(spec.pagesFor(total));
@@ -78,19 +78,19 @@ public final class ColocatedEngine implements AutoCloseable {
             int n = 0;
             String reason = "length";
             List<TokenLogprobs> logprobs = topLogprobs >= 0 ? new ArrayList<>() : null;
-            int tok = sampling.sample(logits, 0);
+            int tok = sampling.sample(logits, 0, seq, prompt.length);
             while (true) {
                 if (logprobs != null) logprobs.add(TokenLogprobs.of(logits, tok, topLogprobs));
                 out[n++] = tok;
                 seq[prompt.length + n - 1] = tok;
-                if (Tokenizer.endsSequence(tok)) { // EOS, or BOS: llama2.c's models end a story by starting the next
+                if (sampling.ends(tok, n - 1)) { // EOS, or BOS (llama2.c's models end a story by starting the next), or the rules' end
                     reason = "stop";
                     break;
                 }
                 if (n == out.length) break;
                 int pos = prompt.length + n - 1;
                 logits = model.forward(seq, pos, pos + 1, table, row, true);
-                tok = sampling.sample(logits, n);
+                tok = sampling.sample(logits, n, seq, prompt.length);
             }
             return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE, logprobs, input);
         } finally {

@@ -11,7 +11,6 @@ import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.kv.PrefixCache;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
-import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.runtime.ShardedModel;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -167,6 +166,7 @@ public final class DecodeEngine extends SchedulerThread {
     /** Queues a request; its sink hears every token, then onDone or onError (exactly one of them). */
     public void submit(Request req) {
         Requests.validate(req.prompt(), req.maxNewTokens(), spec.weights().config);
+        req.sampling().rules().checkVocab(spec.weights().config.vocabSize());
         int need = spec.pagesFor(Requests.totalTokens(req.prompt().length, req.maxNewTokens(), spec.weights().config));
         if (need > spec.pages()) {
             throw new IllegalArgumentException("the request needs " + need + " pages (prompt + max_tokens); this decode has " + spec.pages());
@@ -361,7 +361,7 @@ public final class DecodeEngine extends SchedulerThread {
                 Flight f = batch[i];
                 batch[i] = null;
                 if (f.generated == 1) f.firstDecodeMs = stepMs;
-                int token = f.req.sampling().sample(logits[i], f.generated);
+                int token = f.req.sampling().sample(logits[i], f.generated, f.seq, f.req.prompt().length);
                 emit(f, token, f.req.topLogprobs() < 0 ? null : TokenLogprobs.of(logits[i], token, f.req.topLogprobs()));
             }
             moved = true;
@@ -394,7 +394,8 @@ public final class DecodeEngine extends SchedulerThread {
 
     private String finishReason(Flight f) {
         int last = f.seq[f.req.prompt().length + f.generated - 1];
-        if (Tokenizer.endsSequence(last)) return "stop"; // BOS too: llama2.c's models end a story with it (the first token included)
+        // EOS or BOS (llama2.c's models end a story with BOS; the first token included), unless the request's rules say otherwise
+        if (f.req.sampling().ends(last, f.generated - 1)) return "stop";
         if (f.req.prompt().length + f.generated >= f.totalTokens) return "length";
         return null;
     }

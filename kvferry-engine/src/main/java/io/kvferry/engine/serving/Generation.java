@@ -11,7 +11,8 @@ import java.util.List;
  * @param logprobs      each output token's log probabilities, when the request asked for them (null when it did not)
  * @param inputLogprobs the prompt's input token log probabilities from the position asked for on, the first prompt
  *                      token's null ({@code PromptLogprobs}); null when the request did not ask
- * @param finishReason "stop" (EOS or BOS, the last token: {@link io.kvferry.engine.model.Tokenizer#endsSequence}),
+ * @param finishReason "stop" (EOS or BOS, the last token: {@link io.kvferry.engine.model.Tokenizer#endsSequence}, unless
+ *                     the request ignores them; or one of its stop token ids: {@link io.kvferry.engine.model.SamplingRules#ends}),
  *                     "length" (max tokens or the model's seq_len)
  */
 public record Generation(long room, int[] tokens, float[] firstLogits, String finishReason, Timings timings, List<TokenLogprobs> logprobs,

@@ -169,6 +169,7 @@ public final class PrefillEngine extends SchedulerThread {
 
     public CompletableFuture<Result> submit(Request req) {
         Requests.validate(req.prompt(), 1, spec.weights().config);
+        req.sampling().rules().checkVocab(spec.weights().config.vocabSize());
         PromptLogprobs.check(req.logprobStart(), req.topLogprobs(), req.prompt().length);
         if (spec.pagesFor(req.prompt().length) > spec.pages()) {
             throw new IllegalArgumentException("the prompt needs " + spec.pagesFor(req.prompt().length) + " pages; this prefill has "
@@ -405,7 +406,7 @@ public final class PrefillEngine extends SchedulerThread {
             return;
         }
         if (last) {
-            int token = f.req.sampling().sample(logits, 0);
+            int token = f.req.sampling().sample(logits, 0, prompt, prompt.length);
             float lp = Sampling.logprob(logits, token);
             // The aux row is the same on every shard: whichever rank's copy the decode gets, it is right.
             for (KvPool[] s : pools) for (KvPool p : s) p.writeFirstToken(f.row, token, lp, prompt.length, logits, f.req.room());

@@ -470,8 +470,9 @@ class OpenAiClientCompatTest {
         assertError(n, 400, "invalid_request_error", "n must be in [1, 64], got 0");
         assertEquals("n", n.param().orElse(null));
         BadRequestException unknown = assertThrows(BadRequestException.class, () -> client.completions().create(completion(PROMPT, 4)
-                .putAdditionalBodyProperty("min_p", JsonValue.from(0.5)).build()));
-        assertError(unknown, 400, "invalid_request_error", "min_p is not supported");
+                .putAdditionalBodyProperty("min_p", JsonValue.from(1.5)).build()));
+        assertError(unknown, 400, "invalid_request_error", "min_p must be in [0, 1]");
+        assertEquals("min_p", unknown.param().orElse(null));
     }
 
     @Test

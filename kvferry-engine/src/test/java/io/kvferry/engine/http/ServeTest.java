@@ -249,20 +249,16 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"logprobs\":30}", "logprobs must be in [0, 20], got 30"},
                 {"{\"prompt\":\"x\",\"echo\":\"yes\"}", "echo must be true or false"},
                 {"{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
-                // Every unsupported parameter at once, each named (not only the first).
-                {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"presence_penalty\":1}",
-                        "presence_penalty is not supported (must be 0, null or absent), got 1; suffix is not supported"},
-                // Parameters that would change the answer and that the engine does not implement (OpenAI applies them).
-                {"{\"prompt\":\"x\",\"presence_penalty\":2}", "presence_penalty is not supported (must be 0, null or absent), got 2"},
-                {"{\"prompt\":\"x\",\"frequency_penalty\":-0.5}", "frequency_penalty is not supported"},
-                {"{\"prompt\":\"x\",\"logit_bias\":{\"432\":-100}}", "logit_bias is not supported"},
+                // suffix, the completions parameter refused, beside implemented ones (presence_penalty 1 is applied, not refused).
+                {"{\"prompt\":\"x\",\"logprobs\":1,\"echo\":true,\"suffix\":\"x\",\"presence_penalty\":1}", "suffix is not supported"},
+                // The penalties and logit_bias out of OpenAI's ranges (SamplingParamsTest: each of them, on every route).
+                {"{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty must be in [-2, 2], got 2.5"},
+                {"{\"prompt\":\"x\",\"frequency_penalty\":-2.5}", "frequency_penalty must be in [-2, 2]"},
+                {"{\"prompt\":\"x\",\"logit_bias\":{\"432\":-101}}", "logit_bias values must be in [-100, 100]"},
                 {"{\"prompt\":\"x\",\"top_k\":0}", "top_k must be -1 (no limit) or at least 1, got 0"},
                 {"{\"prompt\":\"x\",\"top_k\":-2}", "top_k must be in [-1, "},
                 {"{\"prompt\":\"x\",\"top_k\":2.5}", "top_k must be an integer"},
-                {"{\"prompt\":\"x\",\"min_p\":0.2}", "min_p is not supported"},
-                {"{\"prompt\":\"x\",\"presence_penalty\":1,\"frequency_penalty\":1,\"logit_bias\":{\"5\":1}}",
-                        "presence_penalty is not supported (must be 0, null or absent), got 1; frequency_penalty is not supported "
-                                + "(must be 0, null or absent), got 1; logit_bias is not supported (must be {}, null or absent), got {\"5\":1}"},
+                {"{\"prompt\":\"x\",\"min_p\":1.2}", "min_p must be in [0, 1]"},
                 {"{\"prompt\":\"x\",\"stop\":5}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop"},
@@ -323,7 +319,7 @@ class ServeTest {
                 {"{" + msgs + ",\"logprobs\":\"yes\"}", "logprobs", "logprobs must be true or false"},
                 {"{" + msgs + ",\"top_logprobs\":2}", "top_logprobs", "top_logprobs (2) needs logprobs: true"},
                 {"{" + msgs + ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "response_format is not supported"},
-                {"{" + msgs + ",\"presence_penalty\":1}", "presence_penalty", "presence_penalty is not supported"},
+                {"{" + msgs + ",\"presence_penalty\":3}", "presence_penalty", "presence_penalty must be in [-2, 2]"},
                 {"{" + msgs + ",\"max_completion_tokens\":0}", "max_completion_tokens", "max_completion_tokens must be in [1, "},
                 {"{" + msgs + ",\"max_tokens\":-1}", "max_tokens", "max_tokens must be in [1, "},
                 {"{" + msgs + ",\"max_tokens\":4,\"max_completion_tokens\":5}", "max_tokens", "differ"},
@@ -378,25 +374,27 @@ class ServeTest {
 
     /**
      * /generate: every sampling_params key the engine does not implement is refused with a 400 naming
-     * each (SGLang applies repetition_penalty, min_p, …; an unknown key may mean anything), unless null
-     * or its no-op value.
+     * each (SGLang applies regex, n, …; an unknown key may mean anything), unless null or its no-op value;
+     * one it implements, out of range, too.
      */
     @Test
     @Timeout(60)
     void generateRefusesSamplingParamsTheEngineDoesNotImplement() throws Exception {
         String[][] cases = {
-                {"\"min_p\":0.5,\"repetition_penalty\":2", "sampling_params: min_p is not supported (must be 0, null or absent), got 0.5; "
-                        + "repetition_penalty is not supported (must be 1, null or absent), got 2"},
+                {"\"n\":2,\"regex\":\"a+\"", "sampling_params: n is not supported (must be 1, null or absent), got 2; "
+                        + "regex is not supported (must be null or absent)"},
                 {"\"top_k\":0", "top_k must be -1 (no limit) or at least 1, got 0"},
-                {"\"min_p\":0.1", "min_p"},
-                {"\"frequency_penalty\":1", "frequency_penalty"},
-                {"\"presence_penalty\":1", "presence_penalty"},
-                {"\"ignore_eos\":true", "ignore_eos"},
-                {"\"min_new_tokens\":5", "min_new_tokens"},
+                // The sampling parameters it implements, out of range (SamplingParamsTest: each of them).
+                {"\"min_p\":1.1", "min_p must be in [0, 1]"},
+                {"\"frequency_penalty\":3", "frequency_penalty must be in [-2, 2]"},
+                {"\"presence_penalty\":-3", "presence_penalty must be in [-2, 2]"},
+                {"\"ignore_eos\":\"yes\"", "ignore_eos must be true or false"},
+                {"\"min_new_tokens\":5", "min_new_tokens (5) must be at most the token limit (4)"},
                 {"\"n\":2", "n is not supported"},
-                {"\"stop_token_ids\":[13]", "stop_token_ids"},
+                {"\"stop_token_ids\":[13.5]", "stop_token_ids must be a list of token ids"},
                 {"\"regex\":\"a+\"", "regex is not supported (must be null or absent)"},
-                {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, top_k, seed, stop)"},
+                {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, top_k, seed, stop, "
+                        + "frequency_penalty, presence_penalty, repetition_penalty, min_p, logit_bias, min_new_tokens, ignore_eos, stop_token_ids)"},
         };
         for (String[] c : cases) {
             String body = "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":4," + c[0] + "}}";
