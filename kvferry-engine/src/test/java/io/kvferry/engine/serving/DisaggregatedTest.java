@@ -11,6 +11,7 @@ import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.model.ModelWeights;
 import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import org.junit.jupiter.api.Test;
@@ -141,12 +142,15 @@ class DisaggregatedTest {
         List<int[]> prompts = new ArrayList<>();
         for (int i = 0; i < 5; i++) prompts.add(prompt(r, 1 + r.nextInt(90)));
         prompts.add(prompt(r, l.page() * 3)); // ends on a page boundary
-        Sampling[] samplings = {Sampling.GREEDY, new Sampling(0.8f, 0.9f, 77)};
+        // Penalties, logit bias, min-p and end rules too: the prefill and the decode derive them from the tokens alone.
+        SamplingRules rules = SamplingRules.of(0.7f, 0.3f, 1.2f, 0.05f, Map.of(5, 2f, 9, -3f), 3, false, new int[]{7, 11});
+        Sampling[] samplings = {Sampling.GREEDY, new Sampling(0.8f, 0.9f, 77), new Sampling(0.8f, 0.9f, 78, -1, rules),
+                new Sampling(0f, 1f, 0, -1, rules)};
         // Log probabilities for some requests (greedy and seeded, with and without top ones), none for the others.
         int[] tops = {-1, 5, 0, TokenLogprobs.MAX_TOP, 3, -1};
         List<Generation> expected = new ArrayList<>();
         try (ColocatedEngine c = new ColocatedEngine(base.withChunkTokens(256))) {
-            for (int i = 0; i < prompts.size(); i++) expected.add(c.generate(prompts.get(i), 24, samplings[i % 2], tops[i]));
+            for (int i = 0; i < prompts.size(); i++) expected.add(c.generate(prompts.get(i), 24, samplings[i % samplings.length], tops[i]));
         }
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test")) {
             TransferSpec t = transfer(transport, registry);
@@ -156,8 +160,8 @@ class DisaggregatedTest {
                 List<CompletableFuture<PrefillEngine.Result>> pres = new ArrayList<>();
                 for (int i = 0; i < prompts.size(); i++) {
                     long room = r.nextLong() & Long.MAX_VALUE;
-                    pres.add(p.submit(new PrefillEngine.Request(room, prompts.get(i), samplings[i % 2])));
-                    gens.add(decode(d, room, prompts.get(i), 24, samplings[i % 2], tops[i]));
+                    pres.add(p.submit(new PrefillEngine.Request(room, prompts.get(i), samplings[i % samplings.length])));
+                    gens.add(decode(d, room, prompts.get(i), 24, samplings[i % samplings.length], tops[i]));
                 }
                 for (int i = 0; i < prompts.size(); i++) {
                     Generation g = gens.get(i).get(60, TimeUnit.SECONDS);
