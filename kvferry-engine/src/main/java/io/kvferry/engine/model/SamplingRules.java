@@ -31,6 +31,11 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
     public static final SamplingRules NONE = new SamplingRules(0f, 0f, 1f, 0f, new int[0], new float[0], 0, false, new int[0]);
     /** Most stop token ids a request may name: with {@code minTokens} their logits are masked, and some token must remain. */
     public static final int MAX_STOP_TOKEN_IDS = 64;
+    /**
+     * Most tokens a {@code logit_bias} may name: the router forwards the map to the engines, whose body limit leaves
+     * 64 KiB beside the prompt's ids ({@code Http.engineBodyLimit}), and 2,048 entries take at most ~32 KiB there.
+     */
+    public static final int MAX_LOGIT_BIAS = 2048;
     /** OpenAI's range of {@code frequency_penalty} and {@code presence_penalty}. */
     public static final float MAX_PENALTY = 2f;
     /** OpenAI's range of a {@code logit_bias} value. */
@@ -46,6 +51,9 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
         biasTokens = biasTokens.clone();
         biasValues = biasValues.clone();
         if (biasTokens.length != biasValues.length) throw new IllegalArgumentException("logit_bias has " + biasTokens.length + " ids and " + biasValues.length + " values");
+        if (biasTokens.length > MAX_LOGIT_BIAS) {
+            throw new IllegalArgumentException("logit_bias may name at most " + MAX_LOGIT_BIAS + " tokens, got " + biasTokens.length);
+        }
         for (int i = 0; i < biasTokens.length; i++) {
             if (biasTokens[i] < 0 || i > 0 && biasTokens[i] <= biasTokens[i - 1]) {
                 throw new IllegalArgumentException("logit_bias token ids must be >= 0, ascending and distinct, got " + Arrays.toString(biasTokens));

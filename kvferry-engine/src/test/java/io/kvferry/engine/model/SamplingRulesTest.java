@@ -2,6 +2,7 @@ package io.kvferry.engine.model;
 
 import org.junit.jupiter.api.Test;
 
+import java.util.HashMap;
 import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.stream.IntStream;
@@ -203,6 +204,9 @@ class SamplingRulesTest {
             assertTrue(e.getMessage().startsWith(c[0]), e.getMessage());
         }
         assertThrows(IllegalArgumentException.class, () -> rules(0, 0, 1, 0, Map.of(), 0, false, IntStream.range(0, SamplingRules.MAX_STOP_TOKEN_IDS + 1).toArray()));
+        Map<Integer, Float> many = new HashMap<>();
+        for (int t = 0; t <= SamplingRules.MAX_LOGIT_BIAS; t++) many.put(t, 1f);
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> rules(0, 0, 1, 0, many, 0, false)).getMessage().startsWith("logit_bias may name at most"));
         IllegalArgumentException vocab = assertThrows(IllegalArgumentException.class, () -> rules(0, 0, 1, 0, Map.of(32, 1f), 0, false).checkVocab(VOCAB));
         assertTrue(vocab.getMessage().startsWith("logit_bias names token 32"), vocab.getMessage());
         vocab = assertThrows(IllegalArgumentException.class, () -> rules(0, 0, 1, 0, Map.of(), 0, false, 40).checkVocab(VOCAB));
