@@ -460,6 +460,31 @@ class OpenAiClientCompatTest {
         }
     }
 
+    /**
+     * The client's typed {@code frequency_penalty}, {@code presence_penalty} and {@code logit_bias} (and vLLM's
+     * {@code min_tokens} as an extra property) are applied: each changes the answer, which the client parses.
+     */
+    @Test
+    @Timeout(60)
+    void theClientsTypedPenaltiesAndLogitBiasApply() {
+        Completion plain = client.completions().create(completion(PROMPT, 32).build()).validate();
+        Completion penalised = client.completions().create(completion(PROMPT, 32).frequencyPenalty(1.5).presencePenalty(1.5).build()).validate();
+        assertFalse(plain.choices().getFirst().text().equals(penalised.choices().getFirst().text()), penalised.toString());
+        // BOS at +100: the story ends at its first token, no text; with min_tokens 3 not before 3 tokens.
+        CompletionCreateParams.LogitBias bos = CompletionCreateParams.LogitBias.builder().putAdditionalProperty("1", JsonValue.from(100)).build();
+        Completion ended = client.completions().create(completion(PROMPT, 32).logitBias(bos).build()).validate();
+        assertEquals("", ended.choices().getFirst().text(), ended.toString());
+        assertEquals(1, ended.usage().orElseThrow().completionTokens());
+        assertEquals(CompletionChoice.FinishReason.STOP, ended.choices().getFirst().finishReason());
+        Completion held = client.completions().create(completion(PROMPT, 32).logitBias(bos)
+                .putAdditionalBodyProperty("min_tokens", JsonValue.from(3)).build()).validate();
+        assertEquals(4, held.usage().orElseThrow().completionTokens(), held.toString());
+        assertFalse(held.choices().getFirst().text().isEmpty(), held.toString());
+        ChatCompletion chat = client.chat().completions().create(chat(24).frequencyPenalty(2.0).logitBias(ChatCompletionCreateParams.LogitBias
+                .builder().putAdditionalProperty("1", JsonValue.from(-100)).build()).build()).validate();
+        assertNotNull(chat.choices().getFirst().message().content().orElseThrow());
+    }
+
     @Test
     @Timeout(60)
     void badRequestsAreTheClientsBadRequestException() {

@@ -198,6 +198,32 @@ class SamplingParamsTest {
         return b.append(t.finish()).toString();
     }
 
+    /**
+     * Several choices carry the rules (sample j seeded seed + j, as without them), and a stream with a stop token id
+     * sends the answer's text: the stop token's left out there too.
+     */
+    @Test
+    @Timeout(60)
+    void choicesAndStreamsCarryTheRules() throws Exception {
+        String params = "\"temperature\":0.9,\"seed\":5,\"frequency_penalty\":0.8,\"repetition_penalty\":1.2,\"min_p\":0.1";
+        SamplingRules r = rules(0.8f, 0, 1.2f, 0.1f, Map.of(), 0, false);
+        JsonNode two = completion(params + ",\"n\":2");
+        for (int j = 0; j < 2; j++) {
+            int[] expected = colocated.generate(promptIds, MAX, new Sampling(0.9f, 1f, 5 + j, -1, r)).tokens();
+            assertArrayEquals(expected, ids(two.path("kvferry").path("choices").path(j).path("token_ids")), "choice " + j + ": " + two);
+        }
+        int[] plain = plainGreedy();
+        String stopIds = "\"stop_token_ids\":[" + plain[5] + "]";
+        JsonNode whole = completion(join(SAMPLINGS[0], stopIds));
+        StringBuilder streamed = new StringBuilder();
+        for (JsonNode e : RouterCalls.events(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX + ","
+                + join(SAMPLINGS[0], stopIds) + ",\"stream\":true}")) {
+            streamed.append(e.path("choices").path(0).path("text").asText(""));
+        }
+        assertEquals(whole.path("choices").path(0).path("text").asText(), streamed.toString());
+        assertEquals(text(Arrays.copyOf(plain, indexOf(plain, plain[5]))), streamed.toString());
+    }
+
     /** A stop string does not end the answer before min_tokens; a match ending after it does (vLLM's check). */
     @Test
     @Timeout(60)
