@@ -38,7 +38,7 @@ public record Sampling(float temperature, float topP, long seed, int topK, Sampl
      * sequence (penalties, logit bias, min tokens): {@link #sample(float[], int, int[], int)} otherwise.
      */
     public int sample(float[] logits, int step) {
-        if (rules.changesLogits()) throw new IllegalStateException("the rules " + rules + " need the sequence: sample(logits, step, seq, promptLength)");
+        if (rules.changesLogits(step)) throw new IllegalStateException("the rules " + rules + " need the sequence: sample(logits, step, seq, promptLength)");
         return pick(logits, step);
     }
 
@@ -48,7 +48,7 @@ public record Sampling(float temperature, float topP, long seed, int topK, Sampl
      * the {@code step} output tokens so far.
      */
     public int sample(float[] logits, int step, int[] seq, int promptLength) {
-        if (!rules.changesLogits()) return pick(logits, step);
+        if (!rules.changesLogits(step)) return pick(logits, step);
         float[] ruled = logits.clone();
         rules.apply(ruled, step, seq, promptLength);
         return pick(ruled, step);

@@ -93,9 +93,14 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
         return !changesLogits() && minP == 0 && !ignoreEos && stopTokenIds.length == 0;
     }
 
-    /** Whether {@link #apply} may change a logit: else the sampler reads the model's logits as they are. */
+    /** Whether {@link #apply} may change a logit at some step: else the sampler reads the model's logits as they are. */
     public boolean changesLogits() {
-        return frequencyPenalty != 0 || presencePenalty != 0 || repetitionPenalty != 1 || biasTokens.length > 0 || minTokens > 0;
+        return changesLogits(0);
+    }
+
+    /** Whether {@link #apply} may change a logit at output position {@code step} (the min-tokens mask ends at {@code minTokens}). */
+    public boolean changesLogits(int step) {
+        return frequencyPenalty != 0 || presencePenalty != 0 || repetitionPenalty != 1 || biasTokens.length > 0 || step < minTokens;
     }
 
     /** A refusal naming the first token id at or above {@code vocabSize}, if any. */
