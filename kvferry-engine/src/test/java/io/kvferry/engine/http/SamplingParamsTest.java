@@ -224,6 +224,29 @@ class SamplingParamsTest {
         assertEquals(text(Arrays.copyOf(plain, indexOf(plain, plain[5]))), streamed.toString());
     }
 
+    /**
+     * A prompt whose full pages the prefill's prefix cache holds: its first token, sampled with the rules over the whole
+     * prompt (input_ids, cached or computed), is the colocated run's as on the first (uncached) run.
+     */
+    @Test
+    @Timeout(60)
+    void theRulesReadTheWholePromptWhenThePrefillCachedItsPages() throws Exception {
+        String prompt = "Once upon a time there was a little girl named Lily. She liked to play in the park with her dog every day";
+        int[] ids = tokenizer.encode(prompt, true, false);
+        assertTrue(ids.length > 16, "a full page of 16 to cache: " + ids.length);
+        SamplingRules r = rules(0.5f, 0.5f, 1.4f, 0, Map.of(432, -100f), 0, false);
+        int[] expected = colocated.generate(ids, MAX, new Sampling(0f, 1f, 0, -1, r)).tokens();
+        String body = "{\"prompt\":\"" + prompt + "\",\"max_tokens\":" + MAX + ",\"temperature\":0,\"frequency_penalty\":0.5,"
+                + "\"presence_penalty\":0.5,\"repetition_penalty\":1.4,\"logit_bias\":{\"432\":-100}}";
+        for (int run = 0; run < 2; run++) {
+            JsonNode j = RouterCalls.ok(router.port(), "/v1/completions", body);
+            assertArrayEquals(expected, ids(j.path("kvferry").path("token_ids")), "run " + run + ": " + j);
+            int cached = j.path("usage").path("prompt_tokens_details").path("cached_tokens").asInt(0);
+            if (run == 1) assertTrue(cached >= 16, "the second run took the prompt's first page from the cache: " + j.path("usage"));
+        }
+        assertFalse(Arrays.equals(expected, colocated.generate(ids, MAX, Sampling.GREEDY).tokens()), "the rules changed the answer");
+    }
+
     /** A stop string does not end the answer before min_tokens; a match ending after it does (vLLM's check). */
     @Test
     @Timeout(60)
