@@ -225,6 +225,29 @@ class SamplingParamsTest {
     }
 
     /**
+     * What the router sends the engines: a request without rules sends the keys it sent before them (no byte more), and
+     * rules travel exactly (SGLang's names; the engine parses back the very floats and ids the router read).
+     */
+    @Test
+    void theEnginesSamplingParamsCarryTheRulesExactlyAndNothingWithoutThem() {
+        Sampling plain = new Sampling(0.9f, 0.95f, 11);
+        assertEquals(List.of("temperature", "top_p", "seed"), fieldNames(SamplingParams.json(plain)));
+        assertEquals(List.of("temperature", "top_p", "seed", "top_k"), fieldNames(SamplingParams.json(new Sampling(0f, 1f, 3, 5))));
+        Sampling ruled = new Sampling(0.7f, 0.9f, 42, 8, rules(0.1f, -1.3f, 1.17f, 0.07f, Map.of(300, -0.3f, 5, 99.9f), 4, true, 13, 7));
+        JsonNode sent = SamplingParams.json(ruled);
+        assertEquals(List.of("temperature", "top_p", "seed", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
+                "logit_bias", "min_new_tokens", "ignore_eos", "stop_token_ids"), fieldNames(sent));
+        assertEquals(ruled, SamplingParams.parse(sent, 0));
+        assertEquals(plain, SamplingParams.parse(SamplingParams.json(plain), 0));
+    }
+
+    static List<String> fieldNames(JsonNode n) {
+        List<String> out = new ArrayList<>();
+        n.fieldNames().forEachRemaining(out::add);
+        return out;
+    }
+
+    /**
      * A prompt whose full pages the prefill's prefix cache holds: its first token, sampled with the rules over the whole
      * prompt (input_ids, cached or computed), is the colocated run's as on the first (uncached) run.
      */
