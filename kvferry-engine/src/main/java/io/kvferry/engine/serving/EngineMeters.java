@@ -16,18 +16,23 @@ import java.util.concurrent.atomic.AtomicInteger;
  * touches scheduler-owned state. Once every request ended, the request gauges and the used pages and rows
  * are 0: what an operator checks after clients went away in bulk or a peer failed. Both engines' prefix caches
  * show their pages ({@code state="cached"}), and the prompt tokens they served from cache, not computed (prefill) or not
- * received (decode), count in {@code kvferry_engine_cached_tokens} (SGLang's {@code cached_tokens_total}).
+ * received (decode), count in {@code kvferry_engine_cached_tokens} (SGLang's {@code cached_tokens_total}); the prefill
+ * counts every request's prompt tokens in {@code kvferry_engine_prompt_tokens} when it takes the request (its pages), so
+ * cached ÷ prompt tokens is its cache's hit ratio (the decode has no such counter).
  */
 final class EngineMeters {
     static final String REQUESTS = "kvferry_engine_requests";
     static final String PAGES = "kvferry_engine_kv_pages";
     static final String ROWS = "kvferry_engine_aux_rows";
     static final String CACHED_TOKENS = "kvferry_engine_cached_tokens";
+    static final String PROMPT_TOKENS = "kvferry_engine_prompt_tokens";
 
     private final AtomicInteger[] queued;
     private final AtomicInteger pagesUsed = new AtomicInteger(), pagesCached = new AtomicInteger(), pagesFree = new AtomicInteger();
     private final AtomicInteger rowsUsed = new AtomicInteger(), rowsFree = new AtomicInteger();
     private final Counter cachedTokens;
+    /** The prefill's only: null on the decode. */
+    private final Counter promptTokens;
 
     /**
      * @param role   {@code prefill} or {@code decode} (the tag that tells the engines apart in one registry)
@@ -48,6 +53,9 @@ final class EngineMeters {
         page(registry, role, "cached", pagesCached);
         cachedTokens = Counter.builder(CACHED_TOKENS)
                 .description("Engine: prompt tokens served from the prefix cache (prefill: not computed; decode: not received)")
+                .tags("role", role).register(registry);
+        promptTokens = !"prefill".equals(role) ? null : Counter.builder(PROMPT_TOKENS)
+                .description("Engine: prompt tokens of the requests the prefill took (cached or computed)")
                 .tags("role", role).register(registry);
         Gauge.builder(ROWS, rowsUsed, AtomicInteger::get).strongReference(true).description("Engine: aux rows (one per request in flight) by state")
                 .tags("role", role, "state", "used").register(registry);
@@ -74,6 +82,11 @@ final class EngineMeters {
     /** Scheduler thread: a request's prompt tokens served from the prefix cache. */
     void cachedTokens(int n) {
         cachedTokens.increment(n);
+    }
+
+    /** Prefill's scheduler thread: a request's prompt tokens, when it takes the request. */
+    void promptTokens(int n) {
+        promptTokens.increment(n);
     }
 
     /** A volatile write only when the value changed: an idle scheduler passes thousands of times a second. */

@@ -484,6 +484,7 @@ public final class PrefillEngine extends SchedulerThread {
         f.cachedPages = hit.length;
         f.computed = hit.length * spec.pageSize(); // the forward passes start at the first uncached token
         for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
+        meters.promptTokens(f.req.prompt().length);
         if (hit.length > 0) meters.cachedTokens(hit.length * spec.pageSize());
         return true;
     }

@@ -122,6 +122,9 @@ class EngineMetersTest {
                 assertTrue(DisaggregatedTest.decode(d, 4, b, 4, Sampling.GREEDY).get(60, TimeUnit.SECONDS).tokens().length > 0);
                 assertEquals(32, meters.find(EngineMeters.CACHED_TOKENS).tag("role", "prefill").counter().count(), 0.0);
                 assertEquals(32, meters.find(EngineMeters.CACHED_TOKENS).tag("role", "decode").counter().count(), 0.0);
+                // The prefill took B twice (40 tokens each; the lonely request never got its pages): 32 of 80 from its cache.
+                assertEquals(80, meters.find(EngineMeters.PROMPT_TOKENS).tag("role", "prefill").counter().count(), 0.0);
+                assertEquals(null, meters.find(EngineMeters.PROMPT_TOKENS).tag("role", "decode").counter(), "the decode counts none");
             }
             assertTrue(decodeIs(0, 0, 0, 0, 2, 0), all("decode").toString());
             assertTrue(prefillIs(0, 0), all("prefill").toString());
