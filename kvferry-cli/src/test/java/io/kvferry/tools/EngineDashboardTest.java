@@ -13,6 +13,7 @@ import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -23,7 +24,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * checked by BenchMetricsTest, whose processes run no engine.)
  */
 class EngineDashboardTest {
-    /** The engines' gauges: kvferry_engine_requests, kvferry_engine_kv_pages, kvferry_engine_aux_rows. */
+    /**
+     * The engines' meters: kvferry_engine_requests, kvferry_engine_kv_pages, kvferry_engine_aux_rows,
+     * kvferry_engine_cached_tokens, kvferry_engine_prompt_tokens.
+     */
     static final String ENGINE_GAUGES = "kvferry_engine_";
 
     @Test
@@ -34,16 +38,27 @@ class EngineDashboardTest {
         HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
         try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o);
              Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
-            HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
-                    .timeout(Duration.ofSeconds(60))
-                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":4}")).build(),
-                    HttpResponse.BodyHandlers.ofString());
-            assertEquals(200, r.statusCode(), r.body());
+            // A prompt of more than a page (16 tokens), twice: the second time the prefill serves its first page from its
+            // prefix cache, so the prefix-cache panels have data to show.
+            String prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+            for (int i = 0; i < 2; i++) {
+                HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                        .timeout(Duration.ofSeconds(60))
+                        .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"" + prompt + "\",\"max_tokens\":4}")).build(),
+                        HttpResponse.BodyHandlers.ofString());
+                assertEquals(200, r.statusCode(), r.body());
+            }
             String prefillScrape = scrape(http, prefill.port()), decodeScrape = scrape(http, decode.port());
-            int checked = GrafanaDashboardCheck.assertEverySeriesExists(Path.of("..", "docs", "grafana", "kvferry.json"),
-                    List.of(prefillScrape, decodeScrape), name -> name.startsWith(ENGINE_GAUGES));
-            // Requests per queue, KV pages used/cached/free, aux rows used/free, KV page usage.
-            assertEquals(4, checked, "queries of the engines' gauges on the dashboard");
+            Path dashboard = Path.of("..", "docs", "grafana", "kvferry.json");
+            int checked = GrafanaDashboardCheck.assertEverySeriesExists(dashboard, List.of(prefillScrape, decodeScrape),
+                    name -> name.startsWith(ENGINE_GAUGES));
+            // Requests per queue, KV pages used/cached/free, aux rows used/free, KV page usage; the prefix caches: cached and
+            // prompt tokens/s, the prefill's hit ratio, cached pages per engine.
+            assertEquals(8, checked, "queries of the engines' gauges on the dashboard");
+            // The prefix-cache panels read the prefill's cached tokens, prompt tokens and cached pages, all above 0 now.
+            int positive = GrafanaDashboardCheck.assertSeriesPositive(dashboard, List.of(prefillScrape),
+                    title -> title.contains("prefix cache"), Map.of("role", "prefill"));
+            assertEquals(5, positive, "selectors of the prefix-cache panels");
         }
     }
 

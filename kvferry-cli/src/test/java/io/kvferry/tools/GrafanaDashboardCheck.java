@@ -6,8 +6,10 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.function.Predicate;
 import java.util.regex.Matcher;
@@ -85,5 +87,38 @@ final class GrafanaDashboardCheck {
         }
         assertEquals(d.path("panels").size() > 0, queries > 0);
         return checkedQueries;
+    }
+
+    /**
+     * The panels whose title {@code panels} accepts show data, not a flat zero: every metric selector of their queries
+     * (its exact matchers, with {@code labels} in place of the template variables' matchers such as
+     * {@code role=~"$role"}) has a sample above 0 in the scrapes.
+     *
+     * @return how many selectors were checked
+     */
+    static int assertSeriesPositive(Path dashboard, List<String> scrapes, Predicate<String> panels, Map<String, String> labels)
+            throws IOException {
+        JsonNode d = new ObjectMapper().readTree(dashboard.toFile());
+        List<BenchMetricsTest.Sample> samples = new ArrayList<>();
+        for (String s : scrapes) samples.addAll(BenchMetricsTest.parse(s));
+        int checked = 0;
+        for (JsonNode panel : d.path("panels")) {
+            String title = panel.path("title").asText();
+            if (!panels.test(title)) continue;
+            for (JsonNode target : panel.path("targets")) {
+                Matcher sel = SELECTOR.matcher(target.path("expr").asText());
+                while (sel.find()) {
+                    String name = sel.group(1);
+                    Map<String, String> want = new HashMap<>(labels);
+                    Matcher exact = EXACT.matcher(sel.group(2));
+                    while (exact.find()) want.put(exact.group(1), exact.group(2));
+                    assertTrue(samples.stream().anyMatch(s -> s.name().equals(name) && s.value() > 0
+                                    && want.entrySet().stream().allMatch(e -> e.getValue().equals(s.labels().get(e.getKey())))),
+                            "panel '" + title + "' shows " + name + want + " at 0 or not at all");
+                    checked++;
+                }
+            }
+        }
+        return checked;
     }
 }
