@@ -71,8 +71,8 @@ public final class DemoCommand implements Callable<Integer> {
     int load;
 
     @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, "
-            + "tokens_per_s, model, transport, model_variant, per_request (tokens, bytes, kv_pages, matches_colocated each), "
-            + "and load with --load.")
+            + "tokens_per_s, model, transport, model_variant, per_request (tokens, bytes, kv_pages, cached_tokens: the prompt tokens "
+            + "the prefill took from its prefix cache, matches_colocated each), and load with --load.")
     boolean json;
 
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -195,16 +195,19 @@ public final class DemoCommand implements Callable<Integer> {
                 ttft.add(k.path("ttft_ms").asDouble());
                 transfer.add(k.path("transfer_ms").asDouble());
                 int kvPages = k.path("kv_pages").asInt();
+                // The router's usage (on the last chunk of a one-choice stream): the prompt tokens from the prefill's prefix cache.
+                int cached = fin.path("usage").path("prompt_tokens_details").path("cached_tokens").asInt(0);
                 out.printf("  [ttft %.1f ms: prefill compute %.1f, KV transfer %.1f (last chunk sent -> landed), first decode step %.2f;"
-                                + " the rest is HTTP and scheduling] %d B of KV moved (%s), %d tokens at %.0f tokens/s, %s%n",
+                                + " the rest is HTTP and scheduling] %d B of KV moved (%s), %d tokens at %.0f tokens/s, %s%s%n",
                         k.path("ttft_ms").asDouble(), k.path("prefill_compute_ms").asDouble(), k.path("transfer_ms").asDouble(),
                         k.path("first_decode_ms").asDouble(), k.path("bytes").asLong(),
                         kvPages == 0 ? "no KV page: the prompt was all in the decode's prefix cache, the last chunk carried the aux row"
                                 + (engine.variant == ModelVariant.LLAMA || engine.variant == ModelVariant.MLA ? "" : " and the state")
                                 : kvPages + (kvPages == 1 ? " page" : " pages"), ids.length, ids.length / secs,
-                        same ? "matches colocated" : "DIFFERS from colocated: " + Arrays.toString(ref));
+                        same ? "matches colocated" : "DIFFERS from colocated: " + Arrays.toString(ref),
+                        cached > 0 ? "; " + cached + " prompt tokens from the prefill's cache" : "");
                 perRequest.addObject().put("tokens", ids.length).put("bytes", k.path("bytes").asLong()).put("kv_pages", kvPages)
-                        .put("matches_colocated", same);
+                        .put("cached_tokens", cached).put("matches_colocated", same);
             }
         }
         double tps = seconds > 0 ? tokens / seconds : 0;

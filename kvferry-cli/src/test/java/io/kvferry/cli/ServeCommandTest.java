@@ -12,6 +12,7 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
+import org.junit.jupiter.params.provider.ValueSource;
 
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
@@ -71,7 +72,38 @@ class ServeCommandTest {
         if (page == 1) {
             assertEquals(0, again.path("kv_pages").asInt(), "a repeated page-aligned prompt is a zero-page last chunk: " + r.out());
             assertTrue(again.path("bytes").asLong() < first.path("bytes").asLong(), r.out());
+            // The prefill's prefix cache (off by itself for hybrid) served all but the last token the second time.
+            boolean prefillCache = !variant.equals("hybrid");
+            assertEquals(prefillCache, again.path("cached_tokens").asInt() > 0, "the prefill's cached tokens: " + r.out());
         }
+    }
+
+    /**
+     * A prompt sent twice with --page-size 2: the second time the prefill takes its full pages before the last token from
+     * its prefix cache, and the demo says so (per_request's cached_tokens, from the router's usage, and "N prompt tokens
+     * from the prefill's cache" on screen); with --prefill-cache off it computes every token, and the demo says nothing.
+     */
+    @ParameterizedTest(name = "--prefill-cache {0}")
+    @ValueSource(strings = {"on", "off"})
+    @Timeout(60)
+    void demoSaysThePromptTokensFromThePrefillsCache(String cache) throws Exception {
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--prefill-cache", cache, "--page-size", "2", "--max-tokens", "2",
+                "--prompt", "Once upon a time", "--prompt", "Once upon a time", "--json");
+        assertEquals(0, r.code(), r.out());
+        JsonNode j = BenchCommandTest.lastJson(r.out());
+        JsonNode first = j.path("per_request").path(0), again = j.path("per_request").path(1);
+        assertEquals(0, first.path("cached_tokens").asInt(-1), "nothing is cached before the first request: " + r.out());
+        assertTrue(again.has("cached_tokens"), r.out());
+        if (cache.equals("on")) {
+            int cached = again.path("cached_tokens").asInt();
+            assertTrue(cached > 0 && cached % 2 == 0, "whole pages of the repeated prompt come from the cache: " + r.out());
+            assertTrue(r.out().contains("; " + cached + " prompt tokens from the prefill's cache"), r.out());
+            assertEquals(1, r.out().split("prompt tokens from the prefill's cache", -1).length - 1, "only the repeat says it: " + r.out());
+        } else {
+            assertEquals(0, again.path("cached_tokens").asInt(-1), r.out());
+            assertTrue(!r.out().contains("from the prefill's cache"), r.out());
+        }
+        assertTrue(j.path("matches_colocated").asBoolean(), r.out());
     }
 
     /** demo --help's --json named 7 of the JSON line's keys (no model, transport, model_variant, per_request). */
