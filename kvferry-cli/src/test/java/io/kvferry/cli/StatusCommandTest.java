@@ -1,5 +1,10 @@
 package io.kvferry.cli;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
+import io.kvferry.engine.serve.Roles;
 import io.kvferry.ops.Ops;
 import io.kvferry.ops.RegistryOps;
 import io.kvferry.registry.BootstrapClient;
@@ -7,11 +12,18 @@ import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.PrefillRankRegistration;
 import io.kvferry.registry.RegistryOptions;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.List;
+import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -54,6 +66,47 @@ class StatusCommandTest {
         Run down = run("status", "--bootstrap", "127.0.0.1:1", "--timeout-ms", "2000");
         assertEquals(1, down.code());
         assertTrue(down.err().startsWith("kvferry status: cannot reach http://127.0.0.1:1/status.json"), down.err());
+    }
+
+    /**
+     * Both engines' prefix caches on {@code kvferry status}: after a prompt of more than a page (16 tokens) sent twice,
+     * the prefill's cluster view and the decode's own status document each show the engine's KV pages with some cached
+     * and the prompt tokens its cache served, as its status.json says them (the prefill's prompt tokens too).
+     */
+    @Test
+    @Timeout(120)
+    void statusShowsEachEnginesCachedPagesAndTokens() throws Exception {
+        Roles.Options o = new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 8, 32, "tcp", "127.0.0.1", 0, 0,
+                "status-engine-test");
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
+        try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o);
+             Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
+            String body = "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved to play outside in the park.\","
+                    + "\"max_tokens\":4}";
+            for (int i = 0; i < 2; i++) {
+                HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                        .POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+                assertEquals(200, r.statusCode(), r.body());
+            }
+            for (Roles.Role role : List.of(prefill, decode)) {
+                JsonNode doc = new ObjectMapper().readTree(http.send(HttpRequest.newBuilder(
+                        URI.create("http://127.0.0.1:" + role.port() + "/status.json")).build(), HttpResponse.BodyHandlers.ofString()).body());
+                JsonNode e = doc.path("engine"), pages = e.path("kv_pages");
+                String name = doc.path("role").asText();
+                assertEquals(0, pages.path("used").asInt(-1), name + ": every request ended: " + doc);
+                assertTrue(pages.path("cached").asInt() > 0, name + ": the prompt's full pages stay in its prefix cache: " + doc);
+                assertEquals(64, pages.path("used").asInt() + pages.path("cached").asInt() + pages.path("free").asInt(), doc.toString());
+                assertTrue(e.path("cached_tokens").asInt() > 0 && e.path("cached_tokens").asInt() % 16 == 0, name + ": " + doc);
+                assertEquals(name.equals("engine-prefill"), e.has("prompt_tokens"), "only the prefill counts its prompt tokens: " + doc);
+                // The prefill's through its registry's cluster view (its own process), the decode's from its own port.
+                String at = name.equals("engine-prefill") ? "127.0.0.1:" + prefill.bootstrapPort() : "127.0.0.1:" + decode.port();
+                Run text = run("status", "--bootstrap", at);
+                assertEquals(0, text.code(), text.err());
+                String row = name + " " + doc.path("pid").asText() + " +0 +" + pages.path("cached").asInt() + " +" + pages.path("free").asInt()
+                        + " +" + e.path("cached_tokens").asInt() + " +" + (e.has("prompt_tokens") ? e.path("prompt_tokens").asInt() : "-");
+                assertTrue(Pattern.compile("(?m)^ +" + row + " *$").matcher(text.out()).find(), "a row '" + row + "' in: " + text.out());
+            }
+        }
     }
 
     @Test

@@ -97,6 +97,50 @@ class StatusPageBrowserTest {
             String noted = peers.get(0).findElements(By.tagName("td")).get(3).getText();
             assertEquals("tcp — ucx not used: slower than tcp here (UCX reaches this decode over tcp with no RMA lane)", noted);
             assertEquals("shm", peers.get(1).findElements(By.tagName("td")).get(3).getText());
+            assertTrue(browser.findElement(By.id("engines-section")).getAttribute("hidden") != null, "no engine: no engines table");
+        } finally {
+            browser.quit();
+            service.close();
+        }
+    }
+
+    /**
+     * The engines' processes show their KV pages (used, cached by the prefix cache, free) and the prompt tokens their
+     * prefix caches served, the prefill's prompt tokens too: a cluster view of an engine-prefill and an engine-decode
+     * document shaped as the engine roles serve theirs (StatusCommandTest checks those against real engines).
+     */
+    @Test
+    void eachEnginesCachedPagesAndTokensShowOnTheClusterPage() throws Exception {
+        requireBrowser();
+        String rank = """
+                {"role":"%s","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"tcp","endpoint":"h:1",
+                 "rooms_by_state":{},"oldest_rooms":[],"recent_failures":[],"failures_by_kind":{},"peers":[],
+                 "bytes_moved":0,"rooms_concluded":0}""";
+        String totals = """
+                "totals":{"bytes":0,"rooms_concluded":0,"peers":0,"rooms_by_state":{},"failures_by_kind":{}}""";
+        JsonNode prefill = StatusJson.MAPPER.readTree("{\"kind\":\"process\",\"role\":\"engine-prefill\",\"pid\":7,\"now_ms\":1,"
+                + "\"uptime_ms\":1,\"ranks\":[" + rank.formatted("prefill") + "]," + totals + ","
+                + "\"engine\":{\"kv_pages\":{\"used\":3,\"cached\":5,\"free\":56},\"cached_tokens\":1600,\"prompt_tokens\":4096}}");
+        JsonNode decode = StatusJson.MAPPER.readTree("{\"kind\":\"process\",\"role\":\"engine-decode\",\"pid\":8,\"now_ms\":1,"
+                + "\"uptime_ms\":1,\"ranks\":[" + rank.formatted("decode") + "]," + totals + ","
+                + "\"engine\":{\"kv_pages\":{\"used\":0,\"cached\":2,\"free\":62},\"cached_tokens\":32}}");
+        ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
+        WebDriver browser = new ChromeDriver(service, headless());
+        try (BootstrapRegistryServer registry = BootstrapRegistryServer.start("127.0.0.1", 0, RegistryOptions.defaults("t0ken"));
+             OpsServer p = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> prefill);
+             OpsServer d = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> decode)) {
+            ClusterStatus cluster = RegistryOps.mount(registry, Ops.newRegistry(), List.of());
+            cluster.watch(p.statusJsonUrl());
+            cluster.watch(d.statusJsonUrl());
+            browser.get("http://127.0.0.1:" + registry.port() + "/status");
+            WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
+            By engines = By.xpath("//table[@id='engines']/tbody/tr[not(contains(@class,'empty'))]");
+            wait.until(b -> b.findElements(engines).size() == 2);
+            List<String> rows = browser.findElements(engines).stream()
+                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).sorted().toList();
+            assertEquals(List.of("engine-decode 8|0|2|62|32|–", "engine-prefill 7|3|5|56|1,600|4,096"), rows);
+            assertTrue(browser.findElement(By.id("engines-section")).getAttribute("hidden") == null, "the engines table shows");
         } finally {
             browser.quit();
             service.close();

@@ -195,6 +195,16 @@ public final class StatusClient {
         b.append(String.format("%nrooms by state: %s   concluded: %d   bytes moved: %s%n", counts(totals.path("rooms_by_state")),
                 totals.path("rooms_concluded").asLong(), bytes(totals.path("bytes").asLong())));
         b.append("failures by kind: ").append(counts(totals.path("failures_by_kind"))).append('\n');
+        // The reference engine's processes: their KV pages and what their prefix caches served.
+        Table engines = new Table("process", "pages used", "cached", "free", "cached tokens", "prompt tokens");
+        for (JsonNode p : processes) {
+            JsonNode e = p.path("engine");
+            if (!e.isObject()) continue;
+            JsonNode pages = e.path("kv_pages");
+            engines.row(text(p.path("role")) + " " + text(p.path("pid")), text(pages.path("used")), text(pages.path("cached")),
+                    text(pages.path("free")), text(e.path("cached_tokens")), e.has("prompt_tokens") ? text(e.path("prompt_tokens")) : "-");
+        }
+        if (!engines.isEmpty()) b.append("\nengines (KV pages; prompt tokens served from the prefix cache)\n").append(engines);
 
         Table peers = new Table("rank", "peer", "address", "data path", "rooms", "silent ms");
         List<String> pathNotes = new ArrayList<>();

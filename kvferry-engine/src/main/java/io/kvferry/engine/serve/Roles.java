@@ -1,5 +1,6 @@
 package io.kvferry.engine.serve;
 
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.Redacted;
@@ -18,6 +19,10 @@ import io.kvferry.ops.Ops;
 import io.kvferry.ops.OpsHandlers;
 import io.kvferry.ops.ProcessStatus;
 import io.kvferry.ops.RegistryOps;
+import io.kvferry.ops.StatusJson;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 
 import java.io.IOException;
@@ -150,7 +155,7 @@ public final class Roles {
             // One registry per process: the engine's ranks record into it; /metrics and /status on the engine's port,
             // the cluster page on the registry's (its ranks live here, so it shows them without a fetch).
             PrometheusMeterRegistry metrics = Ops.newRegistry();
-            ProcessStatus status = new ProcessStatus("engine-prefill");
+            ProcessStatus status = new ProcessStatus("engine-prefill").engine(() -> engineStatus(metrics, "prefill"));
             ClusterStatus cluster = RegistryOps.mountIfKvferry(registry, metrics, false);
             if (cluster != null) cluster.local(status);
             PrefillEngine engine = new PrefillEngine(o.spec(), new TransferSpec(o.transport(), local, o.authToken(), o.host())
@@ -168,11 +173,30 @@ public final class Roles {
         }
     }
 
+    /**
+     * The engine's part of its status document, from its scheduler's meters in the process's registry: KV pages
+     * {@code used}, {@code cached} (its prefix cache) and {@code free}, prompt tokens served from the prefix cache, and
+     * the prefill's prompt tokens (cached or computed).
+     */
+    static ObjectNode engineStatus(MeterRegistry metrics, String role) {
+        ObjectNode e = StatusJson.MAPPER.createObjectNode();
+        ObjectNode pages = e.putObject("kv_pages");
+        for (String state : List.of("used", "cached", "free")) {
+            Gauge g = metrics.find("kvferry_engine_kv_pages").tags("role", role, "state", state).gauge();
+            pages.put(state, g == null ? 0 : (long) g.value());
+        }
+        Counter cached = metrics.find("kvferry_engine_cached_tokens").tag("role", role).counter();
+        e.put("cached_tokens", cached == null ? 0 : (long) cached.count());
+        Counter prompt = metrics.find("kvferry_engine_prompt_tokens").tag("role", role).counter();
+        if (prompt != null) e.put("prompt_tokens", (long) prompt.count());
+        return e;
+    }
+
     public static Role decode(Options o) throws IOException {
         Stack s = new Stack();
         try {
             PrometheusMeterRegistry metrics = Ops.newRegistry();
-            ProcessStatus status = new ProcessStatus("engine-decode");
+            ProcessStatus status = new ProcessStatus("engine-decode").engine(() -> engineStatus(metrics, "decode"));
             DecodeEngine engine = new DecodeEngine(o.spec(), new TransferSpec(o.transport(), null, o.authToken(), o.host())
                     .withMeters(metrics));
             s.parts.add(engine);

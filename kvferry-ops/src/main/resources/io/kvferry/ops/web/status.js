@@ -140,6 +140,15 @@ function render(doc) {
       num(rank.peers.length)]};
   }), 'no ranks');
 
+  // The reference engine's processes: their KV pages and the prompt tokens their prefix caches served.
+  const engines = procs.filter(p => p.status.engine !== null && typeof p.status.engine === 'object');
+  document.getElementById('engines-section').hidden = engines.length === 0;
+  fill('engines', engines.map(p => {
+    const e = p.status.engine, pages = e.kv_pages || {};
+    return {cells: [p.status.role + ' ' + p.status.pid, num(pages.used ?? 0), num(pages.cached ?? 0), num(pages.free ?? 0),
+      num(e.cached_tokens ?? 0), e.prompt_tokens === undefined ? '–' : num(e.prompt_tokens)], cls: 'engine-row'};
+  }), 'no engine');
+
   const peers = [];
   for (const {rank} of ranks) for (const p of rank.peers) {
     // The note says why offers were passed over, or why the path kept is slower than tcp (PROTOCOL.md, HELLO_ACK).
