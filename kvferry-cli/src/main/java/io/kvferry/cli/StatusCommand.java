@@ -13,7 +13,8 @@ import java.util.concurrent.Callable;
 /** {@code kvferry status}: the registry's status page, in the terminal. */
 @Command(name = "status", mixinStandardHelpOptions = true,
         description = {"Show a kvferry cluster as its bootstrap registry sees it: topology, registered prefill ranks, their "
-                + "processes, decode peers, rooms in flight by state with their age, recent failures with kind and reason.",
+                + "processes, decode peers, rooms in flight by state with their age, recent failures with kind and reason, and for "
+                + "engine roles their KV pages (used, cached by the prefix cache, free) and the prompt tokens their prefix caches served.",
                 "Reads http://HOST:PORT/status.json (the same document the registry's /status page shows)."})
 public final class StatusCommand implements Callable<Integer> {
     @Option(names = "--bootstrap", required = true, paramLabel = "HOST:PORT",
