@@ -37,7 +37,7 @@ class StopSequencesTest {
         for (String bad : new String[]{"5", "[1]", "[\"a\",\"b\",\"c\",\"d\",\"e\"]", "[\"\"]", "{}", "\"" + "x".repeat(StopSequences.MAX_CHARS + 1) + "\""}) {
             Http.BadRequest e = assertThrows(Http.BadRequest.class, () -> parse(bad), bad);
             assertTrue(e.getMessage().startsWith("stop"), e.getMessage());
-            // The error's param names the field (README: "param names the field at fault where one is"); it was null.
+            // The error's param names the field (docs/SERVING.md: "param names the field at fault where one is"); it was null.
             assertEquals("stop", e.param, bad);
         }
         assertEquals("sampling_params.stop", assertThrows(Http.BadRequest.class,
