@@ -8,7 +8,6 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.Sampling;
-import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
@@ -35,14 +34,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import java.util.Objects;
-import java.util.OptionalLong;
-import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
@@ -52,10 +47,8 @@ import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.ToDoubleFunction;
-import java.util.stream.Stream;
 
 /**
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
@@ -117,232 +110,12 @@ public final class Router implements AutoCloseable {
     /** The request the running handler serves (bound by {@link #serving} around each exchange). */
     private static final ScopedValue<RequestRecord> RECORD = ScopedValue.newInstance();
 
-    /**
-     * How backends are probed and connected to.
-     *
-     * @param every              the time between two rounds of health checks
-     * @param probeTimeout       one health check's limit
-     * @param connectTimeout     the limit on connecting to a backend (a request's connect that times out is tried once more)
-     * @param failuresToMarkDown health checks that time out or fail mid-exchange, in a row, that take a backend out of
-     *                           rotation: one slow check says little (a burst on a fresh server fills its accept queue)
-     * @param streamIdle         the longest a decode may send nothing on a request, not even its status line or a
-     *                           keep-alive (it sends one every {@link DecodeServer#KEEP_ALIVE_MILLIS}): then it is taken
-     *                           as hung and the request fails with a 502 naming it ({@link StalledStreams})
-     */
-    record Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown, Duration streamIdle) {
-        /**
-         * Every second, 2 s a check, 10 s to connect, 3 failures in a row (the SGLang router's default failure threshold),
-         * a decode stream silent for 10 s taken as hung.
-         * The JDK client times a connect on its selector thread, which handles expired timers before the connections
-         * that became ready: when that thread runs late (a starved machine under hundreds of streams), a connect the
-         * kernel completed long before still times out. At 3 s one of 200 streams failed so on a loaded 2-core machine;
-         * a black-holed backend is the health checks' to find, not this limit's.
-         */
-        static final Probing DEFAULT = new Probing(Duration.ofSeconds(1), Duration.ofSeconds(2), Duration.ofSeconds(10), 3, Duration.ofSeconds(10));
-
-        /** With the default stream-idle limit. */
-        Probing(Duration every, Duration probeTimeout, Duration connectTimeout, int failuresToMarkDown) {
-            this(every, probeTimeout, connectTimeout, failuresToMarkDown, DEFAULT.streamIdle());
-        }
-
-        Probing {
-            if (failuresToMarkDown < 1) throw new IllegalArgumentException("failuresToMarkDown must be at least 1, got " + failuresToMarkDown);
-            if (streamIdle.toMillis() <= DecodeServer.KEEP_ALIVE_MILLIS) {
-                throw new IllegalArgumentException("streamIdle must exceed the decodes' keep-alive interval, got " + streamIdle);
-            }
-        }
-    }
-
     /** The largest /health answer read from a backend (an engine's is a few hundred bytes). */
     static final int MAX_HEALTH_BYTES = 64 << 10;
-
-    /** One prefill or decode server the router sends to; {@code bootstrap} is a prefill's registry. */
-    static final class Backend {
-        final URI url;
-        final boolean prefill;
-        final AtomicInteger inFlight = new AtomicInteger();
-        /** A prefill's /generate calls under way: failed when its health checks time out in a row (it is unreachable). */
-        final Set<CompletableFuture<?>> calls = ConcurrentHashMap.newKeySet();
-        /** Why health checks took it out (timed out in a row), for the requests that fails; null while it answers. */
-        volatile String unreachable;
-        volatile boolean healthy = true;
-        volatile String bootstrap;
-        /** Health checks failed in a row (timed out, cut off); the health thread's (the constructor's before it). */
-        int failedChecks;
-
-        /**
-         * In rotation: healthy, and for a prefill its registry known (learnt from a /health it answered). A
-         * prefill whose checks never got an answer (a slow name lookup, a silent link) counted as healthy on
-         * the router's /health while every request got "no healthy prefill instance".
-         */
-        boolean serves() {
-            return healthy && (!prefill || bootstrap != null);
-        }
-
-        Backend(String url, boolean prefill, String bootstrap) {
-            this(url, prefill, bootstrap, prefill ? "--prefill" : "--decode");
-        }
-
-        /** @param source what gave the URL, for its errors: a flag, or the field of a {@code /workers} request */
-        Backend(String url, boolean prefill, String bootstrap, String source) {
-            this.url = parse(url, source);
-            this.prefill = prefill;
-            this.bootstrap = bootstrap;
-        }
-
-        static URI parse(String url, boolean prefill) {
-            return parse(url, prefill ? "--prefill" : "--decode");
-        }
-
-        /** An absolute http(s) URL with a host, or an IllegalArgumentException naming {@code flag} (where it came from) and the value. */
-        static URI parse(String url, String flag) {
-            URI u;
-            try {
-                u = URI.create(url.endsWith("/") ? url.substring(0, url.length() - 1) : url);
-            } catch (IllegalArgumentException e) {
-                throw new IllegalArgumentException(flag + " '" + url + "' is not a URL: " + e.getMessage(), e);
-            }
-            if (!("http".equals(u.getScheme()) || "https".equals(u.getScheme())) || u.getHost() == null) {
-                throw new IllegalArgumentException(flag + " '" + url + "' must be an http:// URL with a host, e.g. http://10.0.0.1:30000");
-            }
-            if (u.getPort() > 65535) { // URI accepts any digits; the client would fail each request with "port out of range"
-                throw new IllegalArgumentException(flag + " '" + url + "': port " + u.getPort() + " is not in [1, 65535]");
-            }
-            return u;
-        }
-
-        @Override
-        public String toString() {
-            return (prefill ? "prefill " : "decode ") + url;
-        }
-    }
-
-    /** The router's backends at one moment: immutable (a change makes a new pool). */
-    record Pool(List<Backend> prefills, List<Backend> decodes) {
-        Pool {
-            prefills = List.copyOf(prefills);
-            decodes = List.copyOf(decodes);
-        }
-
-        List<Backend> all() {
-            return Stream.concat(prefills.stream(), decodes.stream()).toList();
-        }
-
-        /** The backend at {@code url} in that role, or null (one server may answer as both: a test's stub does). */
-        Backend find(URI url, boolean prefill) {
-            for (Backend b : prefill ? prefills : decodes) if (b.url.equals(url)) return b;
-            return null;
-        }
-
-        Pool with(Backend b) {
-            if (find(b.url, b.prefill) != null) throw new IllegalArgumentException(b + " is given twice");
-            List<Backend> to = new ArrayList<>(b.prefill ? prefills : decodes);
-            to.add(b);
-            return b.prefill ? new Pool(to, decodes) : new Pool(prefills, to);
-        }
-
-        Pool without(Backend b) {
-            return new Pool(prefills.stream().filter(x -> x != b).toList(), decodes.stream().filter(x -> x != b).toList());
-        }
-    }
-
-    /** An answer for the client that is not a stream: status, OpenAI error type, message. */
-    static final class Failure extends Exception {
-        final int status;
-        final String type;
-        /** The transfer failure's kind label, when the backend said. */
-        final String kind;
-
-        Failure(int status, String type, String message) {
-            this(status, type, null, message);
-        }
-
-        Failure(int status, String type, String kind, String message) {
-            super(message);
-            this.status = status;
-            this.type = type;
-            this.kind = kind;
-        }
-    }
-
-    /** The stream of one request, as the handler formats it. */
-    interface Output {
-        /**
-         * A piece of text (may be empty while a multi-byte character is incomplete) for one token; {@code logprobs}: its
-         * log probabilities (null unless the request asked for them), {@code offset}: where its text begins in the
-         * completion's text.
-         */
-        void onToken(int token, String text, TokenLogprobs logprobs, int offset) throws IOException;
-
-        /**
-         * The decode is alive and the request waits (its keep-alive, after a second without a token): a stream
-         * begins, if it has not, and passes a comment on, so a client that left is noticed now, not at the first
-         * token (its room then runs its prefill and transfer for nobody). A stream begun so reports a later
-         * failure as an error event, as after a token; one that fails within the first second still gets its status.
-         */
-        default void onKeepAlive() throws IOException {
-        }
-
-        /**
-         * Once, before the first token (or, for a prompt-only request, before the end): the prompt's input token log
-         * probabilities when the request asked for them ({@link Outcome#inputLogprobs}), else null. An echo's stream
-         * sends the prompt's part here, so it arrives first.
-         */
-        default void onPrompt(List<TokenLogprobs> inputLogprobs) throws IOException {
-        }
-    }
 
     /** A write to the client; an IOException means the client went away. */
     private interface ClientWrite {
         void run() throws IOException;
-    }
-
-    /**
-     * What the client asked for, checked: sampling (top_k -1: no limit) without its seed (the room is the default seed, so
-     * prefill and decode agree on it), the seed if one was given, the stop strings, and the log probabilities
-     * ({@code topLogprobs}: -1 none, else each token's with that many of the most likely tokens'); {@code logprobStart}: the
-     * first prompt position whose input token log probabilities it asks for (SGLang's {@code logprob_start_len}, -1: none),
-     * each with {@code max(topLogprobs, 0)} top ones. {@code maxTokens} 0: the prompt alone, on the prefill only.
-     * {@code rules}: its penalties, logit bias, min-p and end rules ({@link RequestParams#rules}), which the engines apply.
-     */
-    record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs,
-               int logprobStart, SamplingRules rules) {
-        Ask {
-            Objects.requireNonNull(rules, "rules");
-            if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
-                throw new IllegalArgumentException("top logprobs must be in [-1, " + LogprobsShape.MAX_TOP + "], got " + topLogprobs);
-            }
-            if (logprobStart < -1 || maxTokens < 0) throw new IllegalArgumentException("logprob start " + logprobStart + ", max tokens " + maxTokens);
-            try {
-                new Sampling(temperature, topP, 0, topK); // its checks, with messages naming the parameter
-            } catch (IllegalArgumentException e) {
-                throw new Http.BadRequest(e.getMessage());
-            }
-        }
-
-        Sampling sampling(long room) {
-            return new Sampling(temperature, topP, seed.orElse(room), topK, rules);
-        }
-
-        /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link Router#choices}). */
-        Ask sample(Prompt prompt, int sample) {
-            OptionalLong s = seed.isPresent() ? OptionalLong.of(seed.getAsLong() + sample) : seed;
-            return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart, rules);
-        }
-    }
-
-    /**
-     * A finished request; {@code logprobs} (each token's) and {@code textOffsets} (where each token's text begins in
-     * {@code text}) are null unless the request asked for log probabilities, {@code inputLogprobs} (the prompt's from
-     * the position asked for on, the first prompt token's null, as the prefill computed them) unless it asked for those.
-     */
-    record Outcome(long room, int promptTokens, int[] tokens, String text, String finishReason, double ttftMs,
-                   double e2eMs, JsonNode prefill, JsonNode decodeTimings, List<TokenLogprobs> logprobs, int[] textOffsets,
-                   List<TokenLogprobs> inputLogprobs) {
-        /** Prompt tokens the prefill took from its prefix cache, not computed (0 from a prefill that does not say). */
-        int cachedTokens() {
-            return prefill == null ? 0 : prefill.path("cached_tokens").asInt(0);
-        }
     }
 
     /**

@@ -67,7 +67,7 @@ final class RouterMeters {
     }
 
     /** Gauges of one backend: 1 while in rotation, 0 while its health checks keep it out; requests it is serving. */
-    void backend(Router.Backend b) {
+    void backend(Backend b) {
         String role = b.prefill ? "prefill" : "decode";
         Gauge.builder(BACKEND_UP, b, x -> x.serves() ? 1 : 0).description("Router: 1 while the backend is in rotation")
                 .tags("role", role, "backend", b.url.toString()).register(registry);
@@ -76,7 +76,7 @@ final class RouterMeters {
     }
 
     /** Removes a backend's gauges (it left the router's pool): a series for it would read 0 "down" for ever. */
-    void forget(Router.Backend b) {
+    void forget(Backend b) {
         String role = b.prefill ? "prefill" : "decode";
         for (String name : new String[]{BACKEND_UP, BACKEND_IN_FLIGHT}) {
             Meter m = registry.find(name).tags("role", role, "backend", b.url.toString()).meter();

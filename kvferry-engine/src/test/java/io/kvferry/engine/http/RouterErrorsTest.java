@@ -522,7 +522,7 @@ class RouterErrorsTest {
             decode.start();
             HttpServer prefill = prefillStub();
             try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
-                    "127.0.0.1", 0, new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(2), Duration.ofSeconds(2), 3, Duration.ofSeconds(2)))) {
+                    "127.0.0.1", 0, new Probing(Duration.ofHours(1), Duration.ofSeconds(2), Duration.ofSeconds(2), 3, Duration.ofSeconds(2)))) {
                 for (boolean stream : new boolean[]{false, true}) {
                     HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"stream\":" + stream + "}");
                     JsonNode error;
@@ -871,15 +871,15 @@ class RouterErrorsTest {
     }
 
     /** Probe timings short enough for a test: checks every 100 ms, 300 ms each, 500 ms to connect, 3 failures in a row. */
-    static final Router.Probing FAST = new Router.Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
+    static final Probing FAST = new Probing(Duration.ofMillis(100), Duration.ofMillis(300), Duration.ofMillis(500), 3);
     /**
      * No periodic checks (only the constructor's): what a request meets decides alone. That one check must pass for
      * a healthy stub on a loaded machine (with no later check, a prefill whose first check timed out would never be
      * picked), so it has 5 s, to connect too.
      */
-    static final Router.Probing NO_CHECKS = new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofSeconds(5), 3);
+    static final Probing NO_CHECKS = new Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofSeconds(5), 3);
     /** As {@link #NO_CHECKS} with a 500 ms connect, for a test that times connects. */
-    static final Router.Probing NO_CHECKS_FAST_CONNECT = new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofMillis(500), 3);
+    static final Probing NO_CHECKS_FAST_CONNECT = new Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofMillis(500), 3);
 
     /** A stub prefill: healthy, answers /generate and /abort with a 200. */
     private static HttpServer prefillStub() throws Exception {
@@ -1181,7 +1181,7 @@ class RouterErrorsTest {
             decode.start();
             HttpServer prefill = prefillStub();
             try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
-                    "127.0.0.1", 0, new Router.Probing(Duration.ofHours(1), Duration.ofSeconds(10), Duration.ofSeconds(10), 3))) {
+                    "127.0.0.1", 0, new Probing(Duration.ofHours(1), Duration.ofSeconds(10), Duration.ofSeconds(10), 3))) {
                 HttpResponse<String> r = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
                         .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Hi\",\"max_tokens\":3}")).build(),
                         HttpResponse.BodyHandlers.ofString()).get(20, TimeUnit.SECONDS);
@@ -1201,14 +1201,14 @@ class RouterErrorsTest {
 
     @Test
     void aBackendThatIsNoHttpUrlIsRefusedNamingTheFlagAndTheValue() {
-        String e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("notaurl", true)).getMessage();
+        String e = assertThrows(IllegalArgumentException.class, () -> Backend.parse("notaurl", true)).getMessage();
         assertTrue(e.contains("--prefill 'notaurl'") && e.contains("http://"), e);
-        e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("ftp://h:1", false)).getMessage();
+        e = assertThrows(IllegalArgumentException.class, () -> Backend.parse("ftp://h:1", false)).getMessage();
         assertTrue(e.contains("--decode 'ftp://h:1'"), e);
-        e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("http://a b", false)).getMessage();
+        e = assertThrows(IllegalArgumentException.class, () -> Backend.parse("http://a b", false)).getMessage();
         assertTrue(e.contains("--decode 'http://a b' is not a URL"), e);
-        e = assertThrows(IllegalArgumentException.class, () -> Router.Backend.parse("http://h:70000", true)).getMessage();
+        e = assertThrows(IllegalArgumentException.class, () -> Backend.parse("http://h:70000", true)).getMessage();
         assertTrue(e.contains("--prefill 'http://h:70000': port 70000 is not in [1, 65535]"), e);
-        assertEquals("http://10.0.0.1:30000", Router.Backend.parse("http://10.0.0.1:30000/", true).toString());
+        assertEquals("http://10.0.0.1:30000", Backend.parse("http://10.0.0.1:30000/", true).toString());
     }
 }

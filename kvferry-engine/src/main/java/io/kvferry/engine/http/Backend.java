@@ -1,0 +1,68 @@
+package io.kvferry.engine.http;
+
+import java.net.URI;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/** One prefill or decode server the router sends to; {@code bootstrap} is a prefill's registry. */
+final class Backend {
+    final URI url;
+    final boolean prefill;
+    final AtomicInteger inFlight = new AtomicInteger();
+    /** A prefill's /generate calls under way: failed when its health checks time out in a row (it is unreachable). */
+    final Set<CompletableFuture<?>> calls = ConcurrentHashMap.newKeySet();
+    /** Why health checks took it out (timed out in a row), for the requests that fails; null while it answers. */
+    volatile String unreachable;
+    volatile boolean healthy = true;
+    volatile String bootstrap;
+    /** Health checks failed in a row (timed out, cut off); the health thread's (the constructor's before it). */
+    int failedChecks;
+
+    /**
+     * In rotation: healthy, and for a prefill its registry known (learnt from a /health it answered). A
+     * prefill whose checks never got an answer (a slow name lookup, a silent link) counted as healthy on
+     * the router's /health while every request got "no healthy prefill instance".
+     */
+    boolean serves() {
+        return healthy && (!prefill || bootstrap != null);
+    }
+
+    Backend(String url, boolean prefill, String bootstrap) {
+        this(url, prefill, bootstrap, prefill ? "--prefill" : "--decode");
+    }
+
+    /** @param source what gave the URL, for its errors: a flag, or the field of a {@code /workers} request */
+    Backend(String url, boolean prefill, String bootstrap, String source) {
+        this.url = parse(url, source);
+        this.prefill = prefill;
+        this.bootstrap = bootstrap;
+    }
+
+    static URI parse(String url, boolean prefill) {
+        return parse(url, prefill ? "--prefill" : "--decode");
+    }
+
+    /** An absolute http(s) URL with a host, or an IllegalArgumentException naming {@code flag} (where it came from) and the value. */
+    static URI parse(String url, String flag) {
+        URI u;
+        try {
+            u = URI.create(url.endsWith("/") ? url.substring(0, url.length() - 1) : url);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(flag + " '" + url + "' is not a URL: " + e.getMessage(), e);
+        }
+        if (!("http".equals(u.getScheme()) || "https".equals(u.getScheme())) || u.getHost() == null) {
+            throw new IllegalArgumentException(flag + " '" + url + "' must be an http:// URL with a host, e.g. http://10.0.0.1:30000");
+        }
+        if (u.getPort() > 65535) { // URI accepts any digits; the client would fail each request with "port out of range"
+            throw new IllegalArgumentException(flag + " '" + url + "': port " + u.getPort() + " is not in [1, 65535]");
+        }
+        return u;
+    }
+
+    @Override
+    public String toString() {
+        return (prefill ? "prefill " : "decode ") + url;
+    }
+}
