@@ -21,12 +21,6 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
-import java.net.ConnectException;
-import java.net.URI;
-import java.net.URLDecoder;
-import java.net.http.HttpClient;
-import java.net.http.HttpConnectTimeoutException;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
@@ -34,14 +28,9 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import java.util.concurrent.Callable;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.Executors;
-import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -110,32 +99,23 @@ public final class Router implements AutoCloseable {
     /** The request the running handler serves (bound by {@link #serving} around each exchange). */
     private static final ScopedValue<RequestRecord> RECORD = ScopedValue.newInstance();
 
-    /** The largest /health answer read from a backend (an engine's is a few hundred bytes). */
-    static final int MAX_HEALTH_BYTES = 64 << 10;
-
     /** A write to the client; an IOException means the client went away. */
     private interface ClientWrite {
         void run() throws IOException;
     }
 
-    /**
-     * The backends requests go to, as one immutable snapshot replaced whole. Only the health thread replaces
-     * it (the {@code /workers} changes run there as commands), so a change never races a health round;
-     * a request reads the snapshot it finds, and one sent to a backend removed meanwhile still ends there.
-     */
-    private volatile Pool pool;
     private final Tokenizer tokenizer;
     /** The model's context in tokens: a prompt must leave room in it for one output token. */
     private final int contextTokens;
     private final String modelName;
     /** When this router started, in Unix seconds: its model's {@code created} on {@code /v1/models}, as OpenAI's clients require one. */
     private final long started = System.currentTimeMillis() / 1000;
-    private final HttpClient client;
     private final HttpServer server;
-    private final ScheduledExecutorService health;
+    /** The backends, their health thread and the client that calls them. */
+    private final Backends backends;
+    private final Workers workers;
     /** The decode streams of requests in flight, cut when silent too long (swept by the health thread). */
     private final StalledStreams stalled;
-    private final Probing probing;
     /** The cluster token: sent with every call to an engine, and what {@code /workers} changes need; null for none. */
     private final BearerToken clusterToken;
     /** The API key clients must send to the routes that serve, or null: any client that reaches the port is served. */
@@ -212,7 +192,6 @@ public final class Router implements AutoCloseable {
 
     private Router(List<String> prefills, List<String> decodes, Tokenizer tokenizer, int contextTokens, String modelName, String host,
                    int port, Probing probing, Access access, Admission admission, MeterRegistry metrics) throws IOException {
-        this.probing = probing;
         this.admission = admission;
         this.slots = admission.maxConcurrent() == 0 ? null : new Semaphore(admission.maxConcurrent(), true);
         this.clusterToken = BearerToken.of(access.backendToken());
@@ -221,7 +200,6 @@ public final class Router implements AutoCloseable {
         Pool first = new Pool(List.of(), List.of());
         for (String p : prefills) first = first.with(new Backend(p, true, null));
         for (String d : decodes) first = first.with(new Backend(d, false, null));
-        this.pool = first;
         this.meters = new RouterMeters(metrics);
         if (slots != null) meters.admission(slots);
         first.all().forEach(meters::backend);
@@ -229,13 +207,10 @@ public final class Router implements AutoCloseable {
         if (contextTokens < 2) throw new IllegalArgumentException("the context must hold at least 2 tokens, got " + contextTokens);
         this.contextTokens = contextTokens;
         this.modelName = modelName;
-        client = HttpClient.newBuilder().connectTimeout(probing.connectTimeout()).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
-        first.all().forEach(this::checkHealth);
-        health = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("kvferry-router-health").unstarted(r));
-        health.scheduleWithFixedDelay(() -> pool.all().forEach(this::checkHealth),
-                probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
+        backends = new Backends(first, probing, clusterToken, meters);
         stalled = new StalledStreams(probing.streamIdle());
-        health.scheduleWithFixedDelay(stalled::sweep, DecodeServer.KEEP_ALIVE_MILLIS, DecodeServer.KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
+        backends.every(stalled::sweep, DecodeServer.KEEP_ALIVE_MILLIS);
+        workers = new Workers(backends, clusterToken);
         server = Http.server(host, port);
         serving(OpenAiShape.COMPLETION.route, this::completions);
         serving(OpenAiShape.CHAT.route, this::chatCompletions);
@@ -245,7 +220,7 @@ public final class Router implements AutoCloseable {
         serving("/tokenize", this::tokenize);
         serving("/detokenize", this::detokenize);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
-        server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, this::workersRoute));
+        server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, workers::workersRoute));
         server.start();
     }
 
@@ -303,95 +278,6 @@ public final class Router implements AutoCloseable {
     /** Adds a route of the operator's (e.g. {@code /metrics}); it takes no API key, as {@code /health} does not. */
     public void route(String path, HttpHandler handler) {
         server.createContext(path, handler);
-    }
-
-    /**
-     * One health check. It passes on a 200 (a prefill's also names its registry). A refused connection
-     * (nothing listens) or an answer other than 200 (an engine whose scheduler died answers 503) takes
-     * the backend out of rotation at once; a check that times out or is cut off counts, and only
-     * {@link Probing#failuresToMarkDown} of them in a row do: a server busy with a burst may answer one
-     * check late and still be serving.
-     */
-    private void checkHealth(Backend b) {
-        String failure;
-        try {
-            HttpResponse<String> r = probe(b);
-            if (r.statusCode() == 200) {
-                if (b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
-                if (!b.healthy) log.warn("{} is healthy again", b);
-                b.failedChecks = 0;
-                b.unreachable = null;
-                b.healthy = true;
-                return;
-            }
-            b.failedChecks++;
-            if (b.healthy) log.warn("{} is unhealthy: HTTP {}", b, r.statusCode());
-            b.healthy = false;
-            return;
-        } catch (IOException e) {
-            if (isConnectionRefused(e)) {
-                b.failedChecks++;
-                markUnreachable(b, e);
-                return;
-            }
-            failure = e.toString();
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return;
-        }
-        b.failedChecks++;
-        if (!b.healthy) return;
-        if (b.failedChecks >= probing.failuresToMarkDown()) {
-            log.warn("{} is unhealthy: {} health checks failed in a row, the last: {}", b, b.failedChecks, failure);
-            b.unreachable = b.failedChecks + " health checks in a row got no answer (the last: " + failure + ")";
-            b.healthy = false;
-            // Its calls under way would wait for answers that cannot come: with the router cut off from a prefill
-            // that its decodes still reach, each request's decode waited for KV until its waiting timeout (300 s),
-            // holding its pages, while sending keep-alives. Failing the call aborts the room on the decode.
-            if (b.prefill && !b.calls.isEmpty()) {
-                log.warn("{}: failing its {} request(s) in flight", b, b.calls.size());
-                for (CompletableFuture<?> call : b.calls) call.cancel(true);
-            }
-        } else {
-            log.info("{} failed a health check ({} of {} in a row take it out of rotation): {}", b, b.failedChecks,
-                    probing.failuresToMarkDown(), failure);
-        }
-    }
-
-    /**
-     * One /health exchange, headers and body, within the probe timeout: {@link HttpRequest#timeout} bounds
-     * only the wait for the headers, so a backend that then stalled mid-body held the one health thread, and
-     * with it every backend's checks, for as long as it kept the connection open. Its body is capped too.
-     *
-     * @throws HttpTimeoutException when the whole answer did not come within the probe timeout (it is cancelled)
-     */
-    private HttpResponse<String> probe(Backend b) throws IOException, InterruptedException {
-        HttpRequest.Builder rb = HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout());
-        if (clusterToken != null) rb.header("Authorization", clusterToken.header()); // not needed there; harmless
-        HttpRequest req = rb.GET().build();
-        CompletableFuture<HttpResponse<String>> call = client.sendAsync(req,
-                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), MAX_HEALTH_BYTES));
-        try {
-            return call.get(probing.probeTimeout().toNanos(), TimeUnit.NANOSECONDS);
-        } catch (TimeoutException e) {
-            call.cancel(true); // aborts the exchange: its connection is closed
-            throw new HttpTimeoutException("no complete health answer (headers and body) within " + probing.probeTimeout().toMillis() + " ms");
-        } catch (InterruptedException e) {
-            call.cancel(true);
-            throw e;
-        } catch (ExecutionException e) {
-            if (e.getCause() instanceof IOException io) throw io;
-            throw new IOException(e.getCause());
-        }
-    }
-
-    private static Backend pick(List<Backend> all, String role) throws Failure {
-        Backend best = null;
-        for (Backend b : all) {
-            if (b.serves() && (best == null || b.inFlight.get() < best.inFlight.get())) best = b;
-        }
-        if (best == null) throw new Failure(503, "service_unavailable", "no healthy " + role + " instance (" + all + ")");
-        return best;
     }
 
     /**
@@ -484,59 +370,6 @@ public final class Router implements AutoCloseable {
     }
 
     /**
-     * Whether a failed call means nothing listens at the backend: its connection was refused (then it
-     * gets no new requests until its health check passes). A connect that timed out is not that: a
-     * server whose accept queue a burst filled drops connects it would take a moment later. A failure of
-     * one exchange (a reset, a timeout, a bad answer) says nothing about the backend either, often only
-     * about that request: the health checks decide those.
-     */
-    static boolean isConnectionRefused(Throwable e) {
-        boolean refused = false;
-        for (Throwable c = e; c != null; c = c.getCause()) {
-            // The JDK's HttpConnectTimeoutException has a ConnectException("HTTP connect timed out") as its cause.
-            if (c instanceof HttpTimeoutException || isTimedOutConnect(c)) return false;
-            if (c instanceof ConnectException) refused = true;
-        }
-        return refused;
-    }
-
-    /** Whether a failed call is a connect that timed out: nothing was sent, so the call may be repeated. */
-    static boolean isConnectTimeout(Throwable e) {
-        for (Throwable c = e; c != null; c = c.getCause()) {
-            if (c instanceof HttpConnectTimeoutException || isTimedOutConnect(c)) return true;
-        }
-        return false;
-    }
-
-    private static boolean isTimedOutConnect(Throwable c) {
-        return c instanceof ConnectException && c.getMessage() != null && c.getMessage().contains("timed out");
-    }
-
-    /**
-     * Sends a request to a backend; a connect that times out is tried once more (it sent nothing) before
-     * the call fails: a backend a burst has just swamped may accept a moment later.
-     */
-    private <T> CompletableFuture<HttpResponse<T>> sendAsync(HttpRequest req, HttpResponse.BodyHandler<T> handler) {
-        return client.sendAsync(req, handler).exceptionallyCompose(e -> {
-            Throwable cause = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
-            if (!isConnectTimeout(cause)) return CompletableFuture.failedFuture(cause);
-            log.info("connect to {} timed out; trying once more", req.uri());
-            return client.sendAsync(req, handler);
-        });
-    }
-
-    /** {@link #sendAsync}, waited for. */
-    private <T> HttpResponse<T> send(HttpRequest req, HttpResponse.BodyHandler<T> handler) throws IOException, InterruptedException {
-        try {
-            return client.send(req, handler);
-        } catch (IOException e) {
-            if (!isConnectTimeout(e)) throw e;
-            log.info("connect to {} timed out; trying once more", req.uri());
-            return client.send(req, handler);
-        }
-    }
-
-    /**
      * Runs one request through a prefill and a decode, once the router admits it ({@link Admission}: a 429 when
      * no slot frees within the queue timeout). Its TTFT and latency count from here, the wait included.
      */
@@ -563,8 +396,8 @@ public final class Router implements AutoCloseable {
             throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + ask.logprobStart() + ") must be below the prompt's "
                     + ids.length + " tokens (or -1 for no input token logprobs)");
         }
-        Pool now = pool;
-        Backend p = pick(now.prefills(), "prefill");
+        Pool now = backends.pool();
+        Backend p = Backends.pick(now.prefills(), "prefill");
         long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
         record.room = room;
         ObjectNode body = generateBody(room, ids, ask.sampling(room));
@@ -575,7 +408,7 @@ public final class Router implements AutoCloseable {
             body.put("top_logprobs_num", Math.max(ask.topLogprobs(), 0));
         }
         if (ask.maxTokens() == 0) return promptOnly(ask, ids, p, room, body, record, out, start);
-        Backend d = pick(now.decodes(), "decode");
+        Backend d = Backends.pick(now.decodes(), "decode");
         decodeBody.put("bootstrap_addr", p.bootstrap);
         decodeBody.put("max_new_tokens", ask.maxTokens());
         if (ask.topLogprobs() >= 0) { // SGLang's names; the decode computes them for this request only
@@ -584,24 +417,24 @@ public final class Router implements AutoCloseable {
         }
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
-        CompletableFuture<HttpResponse<String>> prefillCall = sendAsync(post(p, "/generate", body),
+        CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
         p.calls.add(prefillCall);
         prefillCall.whenComplete((r, e) -> {
             p.calls.remove(prefillCall);
             p.inFlight.decrementAndGet();
-            if (e != null && isConnectionRefused(e)) markUnreachable(p, e);
-            if (e != null || r.statusCode() != 200) abort(d, room); // the decode would otherwise wait for KV that never comes
+            if (e != null && Backends.isConnectionRefused(e)) Backends.markUnreachable(p, e);
+            if (e != null || r.statusCode() != 200) backends.abort(d, room); // the decode would otherwise wait for KV that never comes
         });
         try {
             HttpResponse<InputStream> dr;
             try {
                 // The status line comes within a keep-alive interval (DecodeServer): a decode silent for streamIdle hangs.
-                dr = send(post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
+                dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
-                if (e instanceof HttpTimeoutException && !isConnectTimeout(e)) throw hung(d, p, room);
-                if (isConnectionRefused(e)) markUnreachable(d, e);
-                abort(p, room);
+                if (e instanceof HttpTimeoutException && !Backends.isConnectTimeout(e)) throw hung(d, p, room);
+                if (Backends.isConnectionRefused(e)) Backends.markUnreachable(d, e);
+                backends.abort(p, room);
                 throw new Failure(502, "bad_gateway", d + " failed: " + e);
             }
             if (dr.statusCode() != 200) {
@@ -646,8 +479,8 @@ public final class Router implements AutoCloseable {
                         if (logprobs != null) {
                             lp = LogprobsShape.fromEvent(ev, tok);
                             if (lp == null) {
-                                abort(d, room);
-                                abort(p, room);
+                                backends.abort(d, room);
+                                backends.abort(p, room);
                                 throw new Failure(502, "bad_gateway", d + " sent token " + tok + " of room " + room
                                         + " without the log probabilities the request asked for (a decode older than the router?)");
                             }
@@ -660,8 +493,8 @@ public final class Router implements AutoCloseable {
                         int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
                         if (stopAt >= 0) {
                             // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
-                            abort(d, room);
-                            abort(p, room);
+                            backends.abort(d, room);
+                            backends.abort(p, room);
                             all.setLength(stopAt);
                             record.completionTokens = tokens.size();
                             return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null, logprobs, offsets, input);
@@ -716,7 +549,7 @@ public final class Router implements AutoCloseable {
         body.put("prefill_only", true);
         p.inFlight.incrementAndGet();
         HttpResponse<String> r;
-        CompletableFuture<HttpResponse<String>> call = sendAsync(post(p, "/generate", body),
+        CompletableFuture<HttpResponse<String>> call = backends.sendAsync(backends.post(p, "/generate", body),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
         p.calls.add(call); // failed, as a PD request's prefill call is, when the health checks find the prefill unreachable
         call.whenComplete((x, e) -> p.calls.remove(call));
@@ -758,13 +591,13 @@ public final class Router implements AutoCloseable {
                     out.onKeepAlive();
                 } catch (IOException clientGone) {
                     call.cancel(true);
-                    abort(p, room);
+                    backends.abort(p, room);
                     throw clientGone;
                 }
             } catch (ExecutionException e) {
                 Throwable cause = e.getCause();
                 if (cause instanceof CancellationException) throw takenAsHung(p, room); // the JDK client's own cancel
-                if (isConnectionRefused(cause)) markUnreachable(p, cause);
+                if (Backends.isConnectionRefused(cause)) Backends.markUnreachable(p, cause);
                 throw new Failure(502, "bad_gateway", p + " failed: " + cause);
             } catch (InterruptedException e) {
                 call.cancel(true);
@@ -775,7 +608,7 @@ public final class Router implements AutoCloseable {
 
     /** A prompt-only request whose prefill the health checks took out (they failed its call): its room is aborted there. */
     private Failure takenAsHung(Backend p, long room) {
-        abort(p, room);
+        backends.abort(p, room);
         return new Failure(502, "bad_gateway", p + " was taken out of rotation by its health checks while it held room " + room
                 + " (a prompt-only request): taken as hung (" + p.unreachable + ")");
     }
@@ -791,7 +624,7 @@ public final class Router implements AutoCloseable {
             // no answer: as a missing one
         }
         if (input != null) return input;
-        abort(d, room);
+        backends.abort(d, room);
         throw missingInputLogprobs(p, room);
     }
 
@@ -831,8 +664,8 @@ public final class Router implements AutoCloseable {
 
     /** A decode silent past the stream-idle limit: the room is aborted on both engines, and the client gets a 502 naming the decode. */
     private Failure hung(Backend d, Backend p, long room) {
-        abort(d, room);
-        abort(p, room);
+        backends.abort(d, room);
+        backends.abort(p, room);
         return new Failure(502, "bad_gateway", d + " sent nothing on room " + room + " for " + stalled.limit().toSeconds()
                 + " s, not even a keep-alive: taken as hung (a stopped or unreachable process)");
     }
@@ -842,8 +675,8 @@ public final class Router implements AutoCloseable {
         try {
             write.run();
         } catch (IOException clientGone) {
-            abort(d, room);
-            abort(p, room);
+            backends.abort(d, room);
+            backends.abort(p, room);
             throw clientGone;
         }
     }
@@ -853,7 +686,7 @@ public final class Router implements AutoCloseable {
      * begun on a keep-alive): the prefill is told, and its own error wins where it is the real cause.
      */
     private Failure failedBeforeFirstToken(ErrorBody err, Backend p, long room, CompletableFuture<HttpResponse<String>> prefillCall) {
-        abort(p, room);
+        backends.abort(p, room);
         ErrorBody prefillErr = prefillError(prefillCall, p);
         // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
         // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
@@ -879,8 +712,8 @@ public final class Router implements AutoCloseable {
             int c;
             while ((c = in.read()) >= 0 && c != '\n') {
                 if (line.length() >= most) {
-                    abort(d, room);
-                    abort(p, room);
+                    backends.abort(d, room);
+                    backends.abort(p, room);
                     throw new Failure(502, "bad_gateway", d + " sent an event line of more than " + most + " characters on room " + room);
                 }
                 line.append((char) c);
@@ -888,7 +721,7 @@ public final class Router implements AutoCloseable {
             if (c < 0 && line.isEmpty()) return null;
         } catch (IOException e) {
             if (stream.cut()) throw hung(d, p, room);
-            abort(p, room);
+            backends.abort(p, room);
             throw new Failure(502, "bad_gateway", d + " failed mid-stream on room " + room + ": " + e);
         }
         int end = line.length();
@@ -901,8 +734,8 @@ public final class Router implements AutoCloseable {
         try {
             return Http.JSON.readTree(data);
         } catch (IOException e) {
-            abort(d, room);
-            abort(p, room);
+            backends.abort(d, room);
+            backends.abort(p, room);
             throw new Failure(502, "bad_gateway", d + " sent a malformed event on room " + room + ": " + e.getMessage());
         }
     }
@@ -923,11 +756,6 @@ public final class Router implements AutoCloseable {
         int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
         return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings, logprobs,
                 logprobs == null ? null : offsets.stream().mapToInt(Integer::intValue).toArray(), input);
-    }
-
-    private static void markUnreachable(Backend b, Throwable e) {
-        if (b.healthy) log.warn("{} is unreachable: {}", b, e.toString());
-        b.healthy = false;
     }
 
     private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call, Backend p) {
@@ -970,49 +798,6 @@ public final class Router implements AutoCloseable {
             if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
             String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
             return new Failure(500, t, kind, message);
-        }
-    }
-
-    private HttpRequest post(Backend b, String path, JsonNode body) throws IOException {
-        return post(b, path, body, null);
-    }
-
-    /** @param headersWithin the limit on the answer's status line and headers (not its body); null for none */
-    private HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
-        HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
-        if (clusterToken != null) r.header("Authorization", clusterToken.header());
-        if (headersWithin != null) r.timeout(headersWithin);
-        return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
-    }
-
-    /**
-     * How long an abort that reached no engine (no answer: a partition, a blackholed link, a backend
-     * restarting) is tried again, {@link #ABORT_RETRY_PAUSE_MILLIS} after each failed try (a try that meets
-     * a silent link takes the connect timeout, 10 s). Sent once, a lost abort left the room to its engine's
-     * own timeout: a prefill room whose decode never came stayed Bootstrapping for 300 s, holding its
-     * request slot, after a 30 s blackhole between the router and the prefill.
-     */
-    static final long ABORT_RETRY_WINDOW_MILLIS = 60_000;
-    static final long ABORT_RETRY_PAUSE_MILLIS = 1_000;
-
-    private void abort(Backend b, long room) {
-        abort(b, room, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_WINDOW_MILLIS));
-    }
-
-    /** Any answer means the engine has the abort (an unknown room is remembered there); no answer is tried again until {@code deadline}. */
-    private void abort(Backend b, long room, long deadline) {
-        try {
-            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room)), HttpResponse.BodyHandlers.discarding())
-                    .whenComplete((answer, failed) -> {
-                        if (failed == null || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_PAUSE_MILLIS) > deadline) return;
-                        try {
-                            health.schedule(() -> abort(b, room, deadline), ABORT_RETRY_PAUSE_MILLIS, TimeUnit.MILLISECONDS);
-                        } catch (RejectedExecutionException closed) {
-                            // the router is closing
-                        }
-                    });
-        } catch (IOException | RuntimeException ignored) {
-            // best effort (a closed client refuses the call): the room's own timeouts end it otherwise
         }
     }
 
@@ -1738,176 +1523,10 @@ public final class Router implements AutoCloseable {
         return m;
     }
 
-    /**
-     * {@code /workers}, the router's backends changed while it serves: {@code GET} lists them (open, as
-     * {@code /metrics}, which names them too); {@code POST {"url", "worker_type": "prefill"|"decode"}} adds one
-     * that passes a health check now; {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
-     * end there). Changes need the cluster token: whoever may add a backend may send it every prompt, so a
-     * router without a token refuses them.
-     */
-    private void workersRoute(HttpExchange ex) throws Exception {
-        String method = ex.getRequestMethod();
-        if ("GET".equals(method)) {
-            Http.sendJson(ex, 200, workersJson(pool));
-            return;
-        }
-        if (!"POST".equals(method) && !"DELETE".equals(method)) {
-            ex.getResponseHeaders().set("Allow", "GET, POST, DELETE");
-            Http.sendError(ex, 405, "invalid_request_error", method + " " + WORKERS_ROUTE + " is not allowed; use GET, POST or DELETE");
-            return;
-        }
-        if (clusterToken == null) {
-            Http.discardBody(ex);
-            Http.sendError(ex, 403, "permission_error", method + " " + WORKERS_ROUTE + " needs the cluster token and this router has none "
-                    + "(KVFERRY_AUTH_TOKEN or --auth-token-file): without one, anyone who reaches its port could add a backend of theirs "
-                    + "and be sent every prompt");
-            return;
-        }
-        if (!Http.authorized(ex, clusterToken)) return;
-        if ("POST".equals(method)) addWorker(ex);
-        else removeWorker(ex);
-    }
-
-    private void addWorker(HttpExchange ex) throws Exception {
-        JsonNode body = Http.readJson(ex);
-        if (!body.isObject()) throw new Http.BadRequest("the body must be a JSON object {\"url\", \"worker_type\"}, got " + body);
-        String url = Http.textField(body, "url"), type = Http.textField(body, "worker_type");
-        boolean prefill = switch (type) {
-            case "prefill" -> true;
-            case "decode" -> false;
-            default -> throw new Http.BadRequest("worker_type", "worker_type must be \"prefill\" or \"decode\", got \"" + LogSafe.value(type) + "\"");
-        };
-        Backend b;
-        try {
-            b = new Backend(url, prefill, null, "url");
-        } catch (IllegalArgumentException e) {
-            throw new Http.BadRequest("url", e.getMessage());
-        }
-        Backend there = pool.find(b.url, prefill);
-        if (there != null) {
-            Http.sendError(ex, 409, "invalid_request_error", null, "url", there + " is a backend of this router already");
-            return;
-        }
-        // Checked here, not on the health thread (a check may take the probe timeout): it joins only if it serves now.
-        String refused = firstCheck(b);
-        if (refused != null) {
-            Http.sendError(ex, 502, "bad_gateway", null, "url", b + " was not added: " + refused);
-            return;
-        }
-        Backend clash = onHealthThread(() -> {
-            Backend other = pool.find(b.url, prefill);
-            if (other != null) return other;
-            pool = pool.with(b);
-            meters.backend(b);
-            return null;
-        });
-        if (clash != null) {
-            Http.sendError(ex, 409, "invalid_request_error", null, "url", clash + " is a backend of this router already");
-            return;
-        }
-        log.info("{} added through {}", b, WORKERS_ROUTE);
-        Http.sendJson(ex, 200, workerJson(b));
-    }
-
-    private void removeWorker(HttpExchange ex) throws Exception {
-        Http.discardBody(ex);
-        String url = queryParam(ex, "url");
-        if (url == null) throw new Http.BadRequest("url", "DELETE " + WORKERS_ROUTE + " needs ?url=U, the backend's URL as GET " + WORKERS_ROUTE + " lists it");
-        URI u;
-        try {
-            u = Backend.parse(url, "url");
-        } catch (IllegalArgumentException e) {
-            throw new Http.BadRequest("url", e.getMessage());
-        }
-        String type = queryParam(ex, "worker_type");
-        if (type != null && !type.equals("prefill") && !type.equals("decode")) {
-            throw new Http.BadRequest("worker_type", "worker_type must be prefill or decode, got \"" + LogSafe.value(type) + "\"");
-        }
-        List<Backend> at = onHealthThread(() -> { // removed only when the URL (and type) names one
-            List<Backend> named = pool.all().stream().filter(b -> b.url.equals(u) && (type == null || b.prefill == type.equals("prefill"))).toList();
-            if (named.size() == 1) {
-                pool = pool.without(named.getFirst());
-                meters.forget(named.getFirst());
-            }
-            return named;
-        });
-        if (at.isEmpty()) {
-            Http.sendError(ex, 404, "invalid_request_error", null, "url", u + " is not a backend of this router" + (type == null ? "" : " as a " + type));
-            return;
-        }
-        if (at.size() > 1) {
-            Http.sendError(ex, 400, "invalid_request_error", null, "worker_type", u + " is both a prefill and a decode of this router: "
-                    + "say which with &worker_type=prefill or decode");
-            return;
-        }
-        Backend removed = at.getFirst();
-        log.info("{} removed through {}; {} of its requests still in flight end there", removed, WORKERS_ROUTE, removed.inFlight.get());
-        Http.sendJson(ex, 200, workerJson(removed));
-    }
-
-    /**
-     * One health check of a backend before it joins: null when it answered 200 (a prefill naming its bootstrap
-     * registry, which the decodes need), else why not.
-     */
-    private String firstCheck(Backend b) throws InterruptedException {
-        try {
-            HttpResponse<String> r = probe(b);
-            if (r.statusCode() != 200) return "its /health answered HTTP " + r.statusCode();
-            if (b.prefill) {
-                b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
-                if (b.bootstrap == null) return "its /health names no bootstrap registry: is it a prefill?";
-            }
-            return null;
-        } catch (IOException e) {
-            return "its /health failed: " + e;
-        }
-    }
-
-    /** Runs a change of the pool on the health thread, its owner, and waits for it. */
-    private <T> T onHealthThread(Callable<T> change) throws Exception {
-        try {
-            return health.submit(change).get();
-        } catch (RejectedExecutionException e) {
-            throw new Failure(503, "service_unavailable", "the router is shutting down");
-        } catch (ExecutionException e) {
-            throw e.getCause() instanceof Exception c ? c : e;
-        }
-    }
-
-    /** The first value of query parameter {@code name}, decoded, or null. */
-    private static String queryParam(HttpExchange ex, String name) {
-        String q = ex.getRequestURI().getRawQuery();
-        if (q == null) return null;
-        for (String kv : q.split("&")) {
-            int eq = kv.indexOf('=');
-            String k = URLDecoder.decode(eq < 0 ? kv : kv.substring(0, eq), StandardCharsets.UTF_8);
-            if (k.equals(name)) return eq < 0 ? "" : URLDecoder.decode(kv.substring(eq + 1), StandardCharsets.UTF_8);
-        }
-        return null;
-    }
-
-    private static ObjectNode workersJson(Pool p) {
-        ObjectNode out = Http.JSON.createObjectNode();
-        ArrayNode prefills = out.putArray("prefills"), decodes = out.putArray("decodes");
-        p.prefills().forEach(b -> prefills.add(workerJson(b)));
-        p.decodes().forEach(b -> decodes.add(workerJson(b)));
-        return out;
-    }
-
-    private static ObjectNode workerJson(Backend b) {
-        ObjectNode o = Http.JSON.createObjectNode();
-        o.put("url", b.url.toString());
-        o.put("worker_type", b.prefill ? "prefill" : "decode");
-        o.put("healthy", b.serves());
-        o.put("in_flight", b.inFlight.get());
-        if (b.prefill) o.put("bootstrap", b.bootstrap);
-        return o;
-    }
-
     private void healthRoute(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "GET")) return;
         ObjectNode out = Http.JSON.createObjectNode();
-        Pool now = pool;
+        Pool now = backends.pool();
         long p = now.prefills().stream().filter(Backend::serves).count(), d = now.decodes().stream().filter(Backend::serves).count();
         // Degraded: a role has fewer healthy backends than it has, requests still served; unavailable: none of a role.
         boolean all = p == now.prefills().size() && d == now.decodes().size();
@@ -1920,13 +1539,6 @@ public final class Router implements AutoCloseable {
     @Override
     public void close() {
         Http.stop(server);
-        health.shutdownNow();
-        // Not close(): it waits for every call in flight, and a hung backend would hold SIGTERM forever.
-        client.shutdownNow();
-        try {
-            if (!client.awaitTermination(Duration.ofSeconds(5))) log.warn("router: backend calls still in flight after close");
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+        backends.close();
     }
 }

@@ -929,11 +929,11 @@ class RouterErrorsTest {
         try (ServerSocket swamped = swampedServer(held)) {
             HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + swamped.getLocalPort() + "/health")).build();
             IOException timeout = assertThrows(IOException.class, () -> c.send(req, HttpResponse.BodyHandlers.discarding()));
-            assertTrue(Router.isConnectTimeout(timeout), timeout.toString());
-            assertFalse(Router.isConnectionRefused(timeout), "a connect timeout counted as a refused connection: " + timeout);
+            assertTrue(Backends.isConnectTimeout(timeout), timeout.toString());
+            assertFalse(Backends.isConnectionRefused(timeout), "a connect timeout counted as a refused connection: " + timeout);
             ExecutionException async = assertThrows(ExecutionException.class, () -> c.sendAsync(req, HttpResponse.BodyHandlers.discarding()).get());
-            assertTrue(Router.isConnectTimeout(async), async.toString());
-            assertFalse(Router.isConnectionRefused(async), async.toString());
+            assertTrue(Backends.isConnectTimeout(async), async.toString());
+            assertFalse(Backends.isConnectionRefused(async), async.toString());
         } finally {
             for (Socket s : held) s.close();
         }
@@ -943,8 +943,8 @@ class RouterErrorsTest {
         }
         HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/health")).build();
         IOException refused = assertThrows(IOException.class, () -> c.send(req, HttpResponse.BodyHandlers.discarding()));
-        assertTrue(Router.isConnectionRefused(refused), refused.toString());
-        assertFalse(Router.isConnectTimeout(refused), refused.toString());
+        assertTrue(Backends.isConnectionRefused(refused), refused.toString());
+        assertFalse(Backends.isConnectTimeout(refused), refused.toString());
     }
 
     /**

@@ -1,0 +1,342 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.http.BearerToken;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpConnectTimeoutException;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The router's backends: who they are (one immutable {@link Pool}), whether they serve (the health thread's checks,
+ * {@link Probing}), and the HTTP client that calls them (a connect that times out is tried once more; an abort that
+ * reached no engine is tried again).
+ *
+ * <p>State: the pool is one immutable snapshot replaced whole, and only on the health thread, its owner: the
+ * {@code /workers} changes ({@link #addIfAbsent}, {@link #remove}) run there as commands, so a change never races a
+ * health round; a request reads the snapshot it finds ({@link #pool()}), and one sent to a backend removed meanwhile
+ * still ends there. A backend's {@code failedChecks} is the health thread's too (the constructor's before it starts).
+ */
+final class Backends {
+    private static final Logger log = LoggerFactory.getLogger(Router.class); // the router's log, as before the split
+
+
+    /** The largest /health answer read from a backend (an engine's is a few hundred bytes). */
+    static final int MAX_HEALTH_BYTES = 64 << 10;
+
+    /**
+     * The backends requests go to, as one immutable snapshot replaced whole. Only the health thread replaces
+     * it (the {@code /workers} changes run there as commands), so a change never races a health round;
+     * a request reads the snapshot it finds, and one sent to a backend removed meanwhile still ends there.
+     */
+    private volatile Pool pool;
+    private final Probing probing;
+    /** The cluster token: sent with every call to an engine; null for none. */
+    private final BearerToken clusterToken;
+    private final RouterMeters meters;
+    private final HttpClient client;
+    private final ScheduledExecutorService health;
+
+    /** Checks each of {@code first} once, then starts the health thread, which checks them all every {@link Probing#every}. */
+    Backends(Pool first, Probing probing, BearerToken clusterToken, RouterMeters meters) {
+        this.pool = first;
+        this.probing = probing;
+        this.clusterToken = clusterToken;
+        this.meters = meters;
+        client = HttpClient.newBuilder().connectTimeout(probing.connectTimeout()).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+        first.all().forEach(this::checkHealth);
+        health = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("kvferry-router-health").unstarted(r));
+        health.scheduleWithFixedDelay(() -> pool.all().forEach(this::checkHealth),
+                probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
+    }
+
+    /** The backends now: the snapshot a request picks from. */
+    Pool pool() {
+        return pool;
+    }
+
+    /** Runs {@code task} on the health thread every {@code millis} (the stalled decode streams' sweep). */
+    void every(Runnable task, long millis) {
+        health.scheduleWithFixedDelay(task, millis, millis, TimeUnit.MILLISECONDS);
+    }
+
+
+    /**
+     * One health check. It passes on a 200 (a prefill's also names its registry). A refused connection
+     * (nothing listens) or an answer other than 200 (an engine whose scheduler died answers 503) takes
+     * the backend out of rotation at once; a check that times out or is cut off counts, and only
+     * {@link Probing#failuresToMarkDown} of them in a row do: a server busy with a burst may answer one
+     * check late and still be serving.
+     */
+    private void checkHealth(Backend b) {
+        String failure;
+        try {
+            HttpResponse<String> r = probe(b);
+            if (r.statusCode() == 200) {
+                if (b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
+                if (!b.healthy) log.warn("{} is healthy again", b);
+                b.failedChecks = 0;
+                b.unreachable = null;
+                b.healthy = true;
+                return;
+            }
+            b.failedChecks++;
+            if (b.healthy) log.warn("{} is unhealthy: HTTP {}", b, r.statusCode());
+            b.healthy = false;
+            return;
+        } catch (IOException e) {
+            if (isConnectionRefused(e)) {
+                b.failedChecks++;
+                markUnreachable(b, e);
+                return;
+            }
+            failure = e.toString();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return;
+        }
+        b.failedChecks++;
+        if (!b.healthy) return;
+        if (b.failedChecks >= probing.failuresToMarkDown()) {
+            log.warn("{} is unhealthy: {} health checks failed in a row, the last: {}", b, b.failedChecks, failure);
+            b.unreachable = b.failedChecks + " health checks in a row got no answer (the last: " + failure + ")";
+            b.healthy = false;
+            // Its calls under way would wait for answers that cannot come: with the router cut off from a prefill
+            // that its decodes still reach, each request's decode waited for KV until its waiting timeout (300 s),
+            // holding its pages, while sending keep-alives. Failing the call aborts the room on the decode.
+            if (b.prefill && !b.calls.isEmpty()) {
+                log.warn("{}: failing its {} request(s) in flight", b, b.calls.size());
+                for (CompletableFuture<?> call : b.calls) call.cancel(true);
+            }
+        } else {
+            log.info("{} failed a health check ({} of {} in a row take it out of rotation): {}", b, b.failedChecks,
+                    probing.failuresToMarkDown(), failure);
+        }
+    }
+
+    /**
+     * One /health exchange, headers and body, within the probe timeout: {@link HttpRequest#timeout} bounds
+     * only the wait for the headers, so a backend that then stalled mid-body held the one health thread, and
+     * with it every backend's checks, for as long as it kept the connection open. Its body is capped too.
+     *
+     * @throws HttpTimeoutException when the whole answer did not come within the probe timeout (it is cancelled)
+     */
+    private HttpResponse<String> probe(Backend b) throws IOException, InterruptedException {
+        HttpRequest.Builder rb = HttpRequest.newBuilder(b.url.resolve("/health")).timeout(probing.probeTimeout());
+        if (clusterToken != null) rb.header("Authorization", clusterToken.header()); // not needed there; harmless
+        HttpRequest req = rb.GET().build();
+        CompletableFuture<HttpResponse<String>> call = client.sendAsync(req,
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), MAX_HEALTH_BYTES));
+        try {
+            return call.get(probing.probeTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            call.cancel(true); // aborts the exchange: its connection is closed
+            throw new HttpTimeoutException("no complete health answer (headers and body) within " + probing.probeTimeout().toMillis() + " ms");
+        } catch (InterruptedException e) {
+            call.cancel(true);
+            throw e;
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof IOException io) throw io;
+            throw new IOException(e.getCause());
+        }
+    }
+
+    static Backend pick(List<Backend> all, String role) throws Failure {
+        Backend best = null;
+        for (Backend b : all) {
+            if (b.serves() && (best == null || b.inFlight.get() < best.inFlight.get())) best = b;
+        }
+        if (best == null) throw new Failure(503, "service_unavailable", "no healthy " + role + " instance (" + all + ")");
+        return best;
+    }
+
+    static void markUnreachable(Backend b, Throwable e) {
+        if (b.healthy) log.warn("{} is unreachable: {}", b, e.toString());
+        b.healthy = false;
+    }
+
+    /**
+     * Whether a failed call means nothing listens at the backend: its connection was refused (then it
+     * gets no new requests until its health check passes). A connect that timed out is not that: a
+     * server whose accept queue a burst filled drops connects it would take a moment later. A failure of
+     * one exchange (a reset, a timeout, a bad answer) says nothing about the backend either, often only
+     * about that request: the health checks decide those.
+     */
+    static boolean isConnectionRefused(Throwable e) {
+        boolean refused = false;
+        for (Throwable c = e; c != null; c = c.getCause()) {
+            // The JDK's HttpConnectTimeoutException has a ConnectException("HTTP connect timed out") as its cause.
+            if (c instanceof HttpTimeoutException || isTimedOutConnect(c)) return false;
+            if (c instanceof ConnectException) refused = true;
+        }
+        return refused;
+    }
+
+    /** Whether a failed call is a connect that timed out: nothing was sent, so the call may be repeated. */
+    static boolean isConnectTimeout(Throwable e) {
+        for (Throwable c = e; c != null; c = c.getCause()) {
+            if (c instanceof HttpConnectTimeoutException || isTimedOutConnect(c)) return true;
+        }
+        return false;
+    }
+
+    private static boolean isTimedOutConnect(Throwable c) {
+        return c instanceof ConnectException && c.getMessage() != null && c.getMessage().contains("timed out");
+    }
+
+    /**
+     * Sends a request to a backend; a connect that times out is tried once more (it sent nothing) before
+     * the call fails: a backend a burst has just swamped may accept a moment later.
+     */
+    <T> CompletableFuture<HttpResponse<T>> sendAsync(HttpRequest req, HttpResponse.BodyHandler<T> handler) {
+        return client.sendAsync(req, handler).exceptionallyCompose(e -> {
+            Throwable cause = e instanceof CompletionException && e.getCause() != null ? e.getCause() : e;
+            if (!isConnectTimeout(cause)) return CompletableFuture.failedFuture(cause);
+            log.info("connect to {} timed out; trying once more", req.uri());
+            return client.sendAsync(req, handler);
+        });
+    }
+
+    /** {@link #sendAsync}, waited for. */
+    <T> HttpResponse<T> send(HttpRequest req, HttpResponse.BodyHandler<T> handler) throws IOException, InterruptedException {
+        try {
+            return client.send(req, handler);
+        } catch (IOException e) {
+            if (!isConnectTimeout(e)) throw e;
+            log.info("connect to {} timed out; trying once more", req.uri());
+            return client.send(req, handler);
+        }
+    }
+
+    HttpRequest post(Backend b, String path, JsonNode body) throws IOException {
+        return post(b, path, body, null);
+    }
+
+    /** @param headersWithin the limit on the answer's status line and headers (not its body); null for none */
+    HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
+        HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
+        if (clusterToken != null) r.header("Authorization", clusterToken.header());
+        if (headersWithin != null) r.timeout(headersWithin);
+        return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
+    }
+
+    /**
+     * How long an abort that reached no engine (no answer: a partition, a blackholed link, a backend
+     * restarting) is tried again, {@link #ABORT_RETRY_PAUSE_MILLIS} after each failed try (a try that meets
+     * a silent link takes the connect timeout, 10 s). Sent once, a lost abort left the room to its engine's
+     * own timeout: a prefill room whose decode never came stayed Bootstrapping for 300 s, holding its
+     * request slot, after a 30 s blackhole between the router and the prefill.
+     */
+    static final long ABORT_RETRY_WINDOW_MILLIS = 60_000;
+    static final long ABORT_RETRY_PAUSE_MILLIS = 1_000;
+
+    void abort(Backend b, long room) {
+        abort(b, room, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_WINDOW_MILLIS));
+    }
+
+    /** Any answer means the engine has the abort (an unknown room is remembered there); no answer is tried again until {@code deadline}. */
+    private void abort(Backend b, long room, long deadline) {
+        try {
+            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room)), HttpResponse.BodyHandlers.discarding())
+                    .whenComplete((answer, failed) -> {
+                        if (failed == null || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_PAUSE_MILLIS) > deadline) return;
+                        try {
+                            health.schedule(() -> abort(b, room, deadline), ABORT_RETRY_PAUSE_MILLIS, TimeUnit.MILLISECONDS);
+                        } catch (RejectedExecutionException closed) {
+                            // the router is closing
+                        }
+                    });
+        } catch (IOException | RuntimeException ignored) {
+            // best effort (a closed client refuses the call): the room's own timeouts end it otherwise
+        }
+    }
+
+    /**
+     * One health check of a backend before it joins: null when it answered 200 (a prefill naming its bootstrap
+     * registry, which the decodes need), else why not.
+     */
+    String firstCheck(Backend b) throws InterruptedException {
+        try {
+            HttpResponse<String> r = probe(b);
+            if (r.statusCode() != 200) return "its /health answered HTTP " + r.statusCode();
+            if (b.prefill) {
+                b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
+                if (b.bootstrap == null) return "its /health names no bootstrap registry: is it a prefill?";
+            }
+            return null;
+        } catch (IOException e) {
+            return "its /health failed: " + e;
+        }
+    }
+
+    /**
+     * Adds {@code b} to the pool, on the health thread, unless a backend of its URL and role is there already (then that
+     * one is returned and nothing changes); null when added.
+     */
+    Backend addIfAbsent(Backend b) throws Exception {
+        return onHealthThread(() -> {
+            Backend other = pool.find(b.url, b.prefill);
+            if (other != null) return other;
+            pool = pool.with(b);
+            meters.backend(b);
+            return null;
+        });
+    }
+
+    /**
+     * The backends at {@code u} ({@code type}: "prefill", "decode" or null for either), on the health thread; removed from
+     * the pool when exactly one is named.
+     */
+    List<Backend> remove(URI u, String type) throws Exception {
+        return onHealthThread(() -> { // removed only when the URL (and type) names one
+            List<Backend> named = pool.all().stream().filter(b -> b.url.equals(u) && (type == null || b.prefill == type.equals("prefill"))).toList();
+            if (named.size() == 1) {
+                pool = pool.without(named.getFirst());
+                meters.forget(named.getFirst());
+            }
+            return named;
+        });
+    }
+
+
+    /** Runs a change of the pool on the health thread, its owner, and waits for it. */
+    private <T> T onHealthThread(Callable<T> change) throws Exception {
+        try {
+            return health.submit(change).get();
+        } catch (RejectedExecutionException e) {
+            throw new Failure(503, "service_unavailable", "the router is shutting down");
+        } catch (ExecutionException e) {
+            throw e.getCause() instanceof Exception c ? c : e;
+        }
+    }
+
+    /** Stops the health thread and cuts the calls still in flight. */
+    void close() {
+        health.shutdownNow();
+        // Not close(): it waits for every call in flight, and a hung backend would hold SIGTERM forever.
+        client.shutdownNow();
+        try {
+            if (!client.awaitTermination(Duration.ofSeconds(5))) log.warn("router: backend calls still in flight after close");
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+}

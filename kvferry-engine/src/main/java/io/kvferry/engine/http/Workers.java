@@ -1,0 +1,156 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.http.BearerToken;
+import io.kvferry.metrics.LogSafe;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.net.URI;
+import java.net.URLDecoder;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+
+/**
+ * The router's {@code /workers} route: its backends ({@link Backends}) listed, added and removed while it serves. The
+ * changes run on the health thread, the pool's owner ({@link Backends#addIfAbsent}, {@link Backends#remove}).
+ */
+final class Workers {
+    private static final Logger log = LoggerFactory.getLogger(Router.class); // the router's log, as before the split
+
+    private final Backends backends;
+    /** The cluster token, which the changes need; null: the router refuses them. */
+    private final BearerToken clusterToken;
+
+    Workers(Backends backends, BearerToken clusterToken) {
+        this.backends = backends;
+        this.clusterToken = clusterToken;
+    }
+
+    /**
+     * {@code /workers}, the router's backends changed while it serves: {@code GET} lists them (open, as
+     * {@code /metrics}, which names them too); {@code POST {"url", "worker_type": "prefill"|"decode"}} adds one
+     * that passes a health check now; {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
+     * end there). Changes need the cluster token: whoever may add a backend may send it every prompt, so a
+     * router without a token refuses them.
+     */
+    void workersRoute(HttpExchange ex) throws Exception {
+        String method = ex.getRequestMethod();
+        if ("GET".equals(method)) {
+            Http.sendJson(ex, 200, workersJson(backends.pool()));
+            return;
+        }
+        if (!"POST".equals(method) && !"DELETE".equals(method)) {
+            ex.getResponseHeaders().set("Allow", "GET, POST, DELETE");
+            Http.sendError(ex, 405, "invalid_request_error", method + " " + Router.WORKERS_ROUTE + " is not allowed; use GET, POST or DELETE");
+            return;
+        }
+        if (clusterToken == null) {
+            Http.discardBody(ex);
+            Http.sendError(ex, 403, "permission_error", method + " " + Router.WORKERS_ROUTE + " needs the cluster token and this router has none "
+                    + "(KVFERRY_AUTH_TOKEN or --auth-token-file): without one, anyone who reaches its port could add a backend of theirs "
+                    + "and be sent every prompt");
+            return;
+        }
+        if (!Http.authorized(ex, clusterToken)) return;
+        if ("POST".equals(method)) addWorker(ex);
+        else removeWorker(ex);
+    }
+
+    private void addWorker(HttpExchange ex) throws Exception {
+        JsonNode body = Http.readJson(ex);
+        if (!body.isObject()) throw new Http.BadRequest("the body must be a JSON object {\"url\", \"worker_type\"}, got " + body);
+        String url = Http.textField(body, "url"), type = Http.textField(body, "worker_type");
+        boolean prefill = switch (type) {
+            case "prefill" -> true;
+            case "decode" -> false;
+            default -> throw new Http.BadRequest("worker_type", "worker_type must be \"prefill\" or \"decode\", got \"" + LogSafe.value(type) + "\"");
+        };
+        Backend b;
+        try {
+            b = new Backend(url, prefill, null, "url");
+        } catch (IllegalArgumentException e) {
+            throw new Http.BadRequest("url", e.getMessage());
+        }
+        Backend there = backends.pool().find(b.url, prefill);
+        if (there != null) {
+            Http.sendError(ex, 409, "invalid_request_error", null, "url", there + " is a backend of this router already");
+            return;
+        }
+        // Checked here, not on the health thread (a check may take the probe timeout): it joins only if it serves now.
+        String refused = backends.firstCheck(b);
+        if (refused != null) {
+            Http.sendError(ex, 502, "bad_gateway", null, "url", b + " was not added: " + refused);
+            return;
+        }
+        Backend clash = backends.addIfAbsent(b);
+        if (clash != null) {
+            Http.sendError(ex, 409, "invalid_request_error", null, "url", clash + " is a backend of this router already");
+            return;
+        }
+        log.info("{} added through {}", b, Router.WORKERS_ROUTE);
+        Http.sendJson(ex, 200, workerJson(b));
+    }
+
+    private void removeWorker(HttpExchange ex) throws Exception {
+        Http.discardBody(ex);
+        String url = queryParam(ex, "url");
+        if (url == null) throw new Http.BadRequest("url", "DELETE " + Router.WORKERS_ROUTE + " needs ?url=U, the backend's URL as GET " + Router.WORKERS_ROUTE + " lists it");
+        URI u;
+        try {
+            u = Backend.parse(url, "url");
+        } catch (IllegalArgumentException e) {
+            throw new Http.BadRequest("url", e.getMessage());
+        }
+        String type = queryParam(ex, "worker_type");
+        if (type != null && !type.equals("prefill") && !type.equals("decode")) {
+            throw new Http.BadRequest("worker_type", "worker_type must be prefill or decode, got \"" + LogSafe.value(type) + "\"");
+        }
+        List<Backend> at = backends.remove(u, type);
+        if (at.isEmpty()) {
+            Http.sendError(ex, 404, "invalid_request_error", null, "url", u + " is not a backend of this router" + (type == null ? "" : " as a " + type));
+            return;
+        }
+        if (at.size() > 1) {
+            Http.sendError(ex, 400, "invalid_request_error", null, "worker_type", u + " is both a prefill and a decode of this router: "
+                    + "say which with &worker_type=prefill or decode");
+            return;
+        }
+        Backend removed = at.getFirst();
+        log.info("{} removed through {}; {} of its requests still in flight end there", removed, Router.WORKERS_ROUTE, removed.inFlight.get());
+        Http.sendJson(ex, 200, workerJson(removed));
+    }
+
+    /** The first value of query parameter {@code name}, decoded, or null. */
+    private static String queryParam(HttpExchange ex, String name) {
+        String q = ex.getRequestURI().getRawQuery();
+        if (q == null) return null;
+        for (String kv : q.split("&")) {
+            int eq = kv.indexOf('=');
+            String k = URLDecoder.decode(eq < 0 ? kv : kv.substring(0, eq), StandardCharsets.UTF_8);
+            if (k.equals(name)) return eq < 0 ? "" : URLDecoder.decode(kv.substring(eq + 1), StandardCharsets.UTF_8);
+        }
+        return null;
+    }
+
+    private static ObjectNode workersJson(Pool p) {
+        ObjectNode out = Http.JSON.createObjectNode();
+        ArrayNode prefills = out.putArray("prefills"), decodes = out.putArray("decodes");
+        p.prefills().forEach(b -> prefills.add(workerJson(b)));
+        p.decodes().forEach(b -> decodes.add(workerJson(b)));
+        return out;
+    }
+
+    private static ObjectNode workerJson(Backend b) {
+        ObjectNode o = Http.JSON.createObjectNode();
+        o.put("url", b.url.toString());
+        o.put("worker_type", b.prefill ? "prefill" : "decode");
+        o.put("healthy", b.serves());
+        o.put("in_flight", b.inFlight.get());
+        if (b.prefill) o.put("bootstrap", b.bootstrap);
+        return o;
+    }
+}
