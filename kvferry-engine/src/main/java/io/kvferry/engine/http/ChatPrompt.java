@@ -54,7 +54,7 @@ final class ChatPrompt {
 
     /** A message's content: a string, or an array of {@code {"type": "text", "text": ...}} parts. */
     private static String content(JsonNode c, String at) {
-        if (c != null && c.isTextual()) return Router.refuseLoneSurrogate(c.textValue(), at);
+        if (c != null && c.isTextual()) return PromptResolver.refuseLoneSurrogate(c.textValue(), at);
         if (c == null || !c.isArray()) {
             throw new Http.BadRequest(at, at + " must be a string or an array of text parts, got " + c);
         }
@@ -70,7 +70,7 @@ final class ChatPrompt {
             JsonNode t = part.get("text");
             if (t == null || !t.isTextual()) throw new Http.BadRequest(partAt + ".text", partAt + ".text must be a string, got " + t);
             if (j > 0) text.append(SEPARATOR);
-            text.append(Router.refuseLoneSurrogate(t.textValue(), partAt + ".text"));
+            text.append(PromptResolver.refuseLoneSurrogate(t.textValue(), partAt + ".text"));
         }
         return text.toString();
     }

@@ -12,7 +12,7 @@ import java.util.List;
  * text is the ids' decoded text ({@link io.kvferry.engine.model.Tokenizer#decode}).
  *
  * <p>{@link #parse} reads the request's shape (a pure function of its JSON); the router then fills in the ids of a
- * text prompt, or checks a token-id prompt against its vocab and context ({@code Router#resolve}).
+ * text prompt, or checks a token-id prompt against its vocab and context ({@code PromptResolver#resolve}).
  */
 record Prompt(String text, int[] ids, boolean given) {
     /** A text prompt, not yet tokenized. */

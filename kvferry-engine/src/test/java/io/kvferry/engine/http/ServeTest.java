@@ -483,7 +483,7 @@ class ServeTest {
         for (int context : new int[]{512, 4096, 200_000}) {
             int[] ids = new int[context - 1];
             Arrays.fill(ids, Integer.MAX_VALUE);
-            var body = Router.generateBody(Long.MAX_VALUE, ids, new Sampling(0.123456789f, 0.987654321f, Long.MIN_VALUE));
+            var body = PdCall.generateBody(Long.MAX_VALUE, ids, new Sampling(0.123456789f, 0.987654321f, Long.MIN_VALUE));
             body.put("bootstrap_addr", "a-long-host-name.example.internal:65535");
             body.put("max_new_tokens", Integer.MAX_VALUE);
             assertTrue(JSON.writeValueAsBytes(body).length <= Http.engineBodyLimit(context), "context " + context);

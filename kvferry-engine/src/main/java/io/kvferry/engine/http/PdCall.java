@@ -1,0 +1,517 @@
+package io.kvferry.engine.http;
+
+import io.kvferry.api.FailureKind;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+
+/**
+ * The PD call of one request: once the router admits it ({@link Router.Admission}: a 429 when no slot frees within the
+ * queue timeout), the least-loaded healthy prefill and decode ({@link Backends#pick}), a random {@code bootstrap_room},
+ * the prefill's {@code /generate} sent at once with the decode's, whose stream is read token by token into an
+ * {@link Output} (the stop strings and rules applied, a decode silent too long taken as hung: {@link StalledStreams}),
+ * then an {@link Outcome}; a failure is a {@link Failure} naming the backend, a client gone (an IOException from the
+ * output) aborts the room on both engines. {@code max_tokens} 0 runs on the prefill alone ({@link #promptOnly}).
+ *
+ * <p>State: nothing of a request's outlives its call; the backends' state is {@link Backends}'s, the admission slots
+ * are shared by every request (fair: those waiting are admitted in order).
+ */
+final class PdCall {
+    private final Backends backends;
+    /** The decode streams of requests in flight, cut when silent too long (swept by the health thread). */
+    private final StalledStreams stalled;
+    private final Tokenizer tokenizer;
+    /** The model's context in tokens: a prompt must leave room in it for one output token. */
+    private final int contextTokens;
+    private final RouterMeters meters;
+    private final Router.Admission admission;
+    /** Requests the router may still admit; null without a limit. Fair: those waiting are admitted in order. */
+    private final Semaphore slots;
+
+    /** {@code slots}: the admission's (null without a limit); {@code streamIdle}: {@link Probing#streamIdle}. */
+    PdCall(Backends backends, Duration streamIdle, Tokenizer tokenizer, int contextTokens, RouterMeters meters, Router.Admission admission,
+           Semaphore slots) {
+        this.backends = backends;
+        this.tokenizer = tokenizer;
+        this.contextTokens = contextTokens;
+        this.meters = meters;
+        this.admission = admission;
+        this.slots = slots;
+        stalled = new StalledStreams(streamIdle);
+        backends.every(stalled::sweep, DecodeServer.KEEP_ALIVE_MILLIS);
+    }
+
+    /** Requests waiting for an admission slot now. */
+    int waitingForAdmission() {
+        return slots == null ? 0 : slots.getQueueLength();
+    }
+
+
+    /** A write to the client; an IOException means the client went away. */
+    private interface ClientWrite {
+        void run() throws IOException;
+    }
+
+    /** The body of an engine's /generate (the decode's gets bootstrap_addr and max_new_tokens added). */
+    static ObjectNode generateBody(long room, int[] ids, Sampling s) {
+        ObjectNode body = Http.JSON.createObjectNode();
+        body.put("bootstrap_room", room);
+        ArrayNode arr = body.putArray("input_ids");
+        for (int t : ids) arr.add(t);
+        body.set("sampling_params", SamplingParams.json(s));
+        return body;
+    }
+
+    /**
+     * Runs one request through a prefill and a decode, once the router admits it ({@link Admission}: a 429 when
+     * no slot frees within the queue timeout). Its TTFT and latency count from here, the wait included.
+     */
+    Outcome run(Ask ask, Router.RequestRecord record, Output out) throws Failure, IOException, InterruptedException {
+        long arrived = System.nanoTime();
+        if (slots == null) return admitted(ask, record, out, arrived);
+        if (!slots.tryAcquire(admission.queueTimeout().toNanos(), TimeUnit.NANOSECONDS)) {
+            throw new Failure(429, "rate_limit_error", "the router is serving its limit of " + admission.maxConcurrent()
+                    + " requests at once (--max-concurrent-requests) and none ended within " + admission.queueTimeout().toMillis()
+                    + " ms (--queue-timeout-ms); retry later");
+        }
+        try {
+            return admitted(ask, record, out, arrived);
+        } finally {
+            slots.release();
+        }
+    }
+
+    /** One request through a prefill and a decode, once admitted. */
+    private Outcome admitted(Ask ask, Router.RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
+        int[] ids = ask.prompt().ids(); // tokenized (or checked) once, when the request was read (resolve)
+        record.promptTokens = ids.length;
+        if (ask.logprobStart() >= ids.length) {
+            throw new Http.BadRequest("logprob_start_len", "logprob_start_len (" + ask.logprobStart() + ") must be below the prompt's "
+                    + ids.length + " tokens (or -1 for no input token logprobs)");
+        }
+        Pool now = backends.pool();
+        Backend p = Backends.pick(now.prefills(), "prefill");
+        long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
+        record.room = room;
+        ObjectNode body = generateBody(room, ids, ask.sampling(room));
+        ObjectNode decodeBody = body.deepCopy();
+        if (ask.logprobStart() >= 0) { // SGLang's names: the prefill computes the prompt's, for this request only
+            body.put("return_logprob", true);
+            body.put("logprob_start_len", ask.logprobStart());
+            body.put("top_logprobs_num", Math.max(ask.topLogprobs(), 0));
+        }
+        if (ask.maxTokens() == 0) return promptOnly(ask, ids, p, room, body, record, out, start);
+        Backend d = Backends.pick(now.decodes(), "decode");
+        decodeBody.put("bootstrap_addr", p.bootstrap);
+        decodeBody.put("max_new_tokens", ask.maxTokens());
+        if (ask.topLogprobs() >= 0) { // SGLang's names; the decode computes them for this request only
+            decodeBody.put("return_logprob", true);
+            decodeBody.put("top_logprobs_num", ask.topLogprobs());
+        }
+        p.inFlight.incrementAndGet();
+        d.inFlight.incrementAndGet();
+        CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body),
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
+        p.calls.add(prefillCall);
+        prefillCall.whenComplete((r, e) -> {
+            p.calls.remove(prefillCall);
+            p.inFlight.decrementAndGet();
+            if (e != null && Backends.isConnectionRefused(e)) Backends.markUnreachable(p, e);
+            if (e != null || r.statusCode() != 200) backends.abort(d, room); // the decode would otherwise wait for KV that never comes
+        });
+        try {
+            HttpResponse<InputStream> dr;
+            try {
+                // The status line comes within a keep-alive interval (DecodeServer): a decode silent for streamIdle hangs.
+                dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
+            } catch (IOException e) {
+                if (e instanceof HttpTimeoutException && !Backends.isConnectTimeout(e)) throw hung(d, p, room);
+                if (Backends.isConnectionRefused(e)) Backends.markUnreachable(d, e);
+                backends.abort(p, room);
+                throw new Failure(502, "bad_gateway", d + " failed: " + e);
+            }
+            if (dr.statusCode() != 200) {
+                ErrorBody err;
+                try (InputStream in = stalled.watch(dr.body())) { // an error answer is small: the rest of one that is not goes unread
+                    err = ErrorBody.parse(dr.statusCode(), new String(in.readNBytes(Http.MAX_BODY_BYTES), StandardCharsets.UTF_8));
+                }
+                throw failedBeforeFirstToken(err, p, room, prefillCall);
+            }
+            Tokenizer.TextStream text = new Tokenizer.TextStream(tokenizer, ids[ids.length - 1]); // a leading space after the prompt stays
+            StringBuilder all = new StringBuilder();
+            int sent = 0; // characters of `all` handed to out; the rest may still turn out to start a stop string
+            List<Integer> tokens = new ArrayList<>(), offsets = new ArrayList<>();
+            List<TokenLogprobs> logprobs = ask.topLogprobs() >= 0 ? new ArrayList<>() : null;
+            List<TokenLogprobs> input = null;
+            double ttft = -1;
+            StalledStreams.Watched stream = stalled.watch(dr.body());
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(stream, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = readDecodeLine(in, stream, d, p, room)) != null) {
+                    if (!line.startsWith("data: ")) {
+                        if (line.startsWith(":")) toClient(out::onKeepAlive, d, p, room);
+                        continue;
+                    }
+                    JsonNode ev = decodeEvent(line.substring(6), d, p, room);
+                    if (ev.has("token")) {
+                        int tok = ev.get("token").intValue();
+                        if (tokens.isEmpty()) { // the prompt's part comes first: the prefill answers once its KV landed
+                            if (ask.logprobStart() >= 0) input = awaitInputLogprobs(prefillCall, p, d, room, ids, ask.logprobStart());
+                            List<TokenLogprobs> prompt = input;
+                            toClient(() -> out.onPrompt(prompt), d, p, room);
+                        }
+                        if (ttft < 0) {
+                            long sinceArrival = System.nanoTime() - start;
+                            ttft = sinceArrival / 1e6;
+                            record.ttftMs = ttft;
+                            meters.firstToken(sinceArrival);
+                        }
+                        tokens.add(tok);
+                        int before = all.length();
+                        TokenLogprobs lp = null;
+                        if (logprobs != null) {
+                            lp = LogprobsShape.fromEvent(ev, tok);
+                            if (lp == null) {
+                                backends.abort(d, room);
+                                backends.abort(p, room);
+                                throw new Failure(502, "bad_gateway", d + " sent token " + tok + " of room " + room
+                                        + " without the log probabilities the request asked for (a decode older than the router?)");
+                            }
+                            logprobs.add(lp);
+                            offsets.add(before);
+                        }
+                        // A stop token id ends the answer without its text, as vLLM and SGLang leave it out (EOS and BOS have none).
+                        all.append(ask.rules().isStopTokenId(tok) && ask.rules().ends(tok, tokens.size() - 1) ? "" : text.push(tok));
+                        // No stop string ends the answer before min_tokens (vLLM's check): only a match ending in later text counts.
+                        int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
+                        if (stopAt >= 0) {
+                            // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
+                            backends.abort(d, room);
+                            backends.abort(p, room);
+                            all.setLength(stopAt);
+                            record.completionTokens = tokens.size();
+                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null, logprobs, offsets, input);
+                        }
+                        int sendable = all.length() - ask.stop().heldBack(all);
+                        String piece = sendable > sent ? all.substring(sent, sendable) : "";
+                        sent = Math.max(sent, sendable);
+                        TokenLogprobs tokLp = lp;
+                        toClient(() -> out.onToken(tok, piece, tokLp, before), d, p, room);
+                    } else if (ev.has("error")) {
+                        JsonNode e = ev.path("error");
+                        ErrorBody err = new ErrorBody(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
+                                e.path("message").asText());
+                        // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
+                        throw tokens.isEmpty() ? failedBeforeFirstToken(err, p, room, prefillCall) : err.failure();
+                    } else if (ev.has("finish_reason")) {
+                        // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
+                        int before = all.length();
+                        all.append(text.finish());
+                        String finish = ev.get("finish_reason").asText();
+                        int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
+                        if (stopAt >= 0) {
+                            all.setLength(stopAt);
+                            finish = "stop";
+                        }
+                        record.completionTokens = tokens.size();
+                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
+                    }
+                }
+            }
+            if (stream.cut()) throw hung(d, p, room);
+            throw new Failure(502, "bad_gateway", d + " ended the stream of room " + room + " without finishing it");
+        } finally {
+            d.inFlight.decrementAndGet();
+        }
+    }
+
+    /**
+     * The most a prefill's answer may hold: a few hundred bytes, and the prompt's input token log probabilities when
+     * asked (a position's triple and its top ones', at most the context's positions).
+     */
+    private int prefillAnswerLimit() {
+        return (int) Math.min(Integer.MAX_VALUE - 8, Math.max(Http.MAX_BODY_BYTES, contextTokens * (LogprobsShape.MAX_TOP + 1L) * 64 + (64 << 10)));
+    }
+
+    /**
+     * A prompt-only request ({@code max_tokens} 0, for the prompt's input token log probabilities): the prefill alone, told
+     * {@code prefill_only}, so no decode is called, no KV moves and the prefill waits for no decode.
+     */
+    private Outcome promptOnly(Ask ask, int[] ids, Backend p, long room, ObjectNode body, Router.RequestRecord record, Output out, long start)
+            throws Failure, IOException, InterruptedException {
+        body.put("prefill_only", true);
+        p.inFlight.incrementAndGet();
+        HttpResponse<String> r;
+        CompletableFuture<HttpResponse<String>> call = backends.sendAsync(backends.post(p, "/generate", body),
+                HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
+        p.calls.add(call); // failed, as a PD request's prefill call is, when the health checks find the prefill unreachable
+        call.whenComplete((x, e) -> p.calls.remove(call));
+        try {
+            r = awaitPromptOnly(call, p, room, out);
+        } finally {
+            p.inFlight.decrementAndGet();
+        }
+        if (r.statusCode() != 200) throw ErrorBody.parse(r.statusCode(), r.body()).failure();
+        JsonNode pre = Http.JSON.readTree(r.body());
+        List<TokenLogprobs> input = null;
+        if (ask.logprobStart() >= 0) {
+            input = inputLogprobs(pre, ids, ask.logprobStart());
+            if (input == null) throw missingInputLogprobs(p, room);
+        }
+        out.onPrompt(input);
+        long took = System.nanoTime() - start;
+        meters.succeeded(took, ids.length, 0);
+        record.completionTokens = 0;
+        return new Outcome(room, ids.length, new int[0], "", "length", -1, took / 1e6, pre, null,
+                ask.topLogprobs() >= 0 ? List.of() : null, ask.topLogprobs() >= 0 ? new int[0] : null, input);
+    }
+
+    /**
+     * A prompt-only request's answer from its prefill. The prefill may wait for pages as long as it needs, so no fixed limit
+     * bounds the call; a hung prefill is found by its health checks instead, which fail its calls under way ({@link
+     * Backend#calls}): the request then fails with a 502 naming it, and the room is aborted there. Each keep-alive interval
+     * of the wait is passed on to a streamed client, so one that left is noticed then (the room aborted too), not at the answer.
+     */
+    private HttpResponse<String> awaitPromptOnly(CompletableFuture<HttpResponse<String>> call, Backend p, long room, Output out)
+            throws Failure, IOException, InterruptedException {
+        while (true) {
+            try {
+                return call.get(DecodeServer.KEEP_ALIVE_MILLIS, TimeUnit.MILLISECONDS);
+            } catch (CancellationException failedByHealthChecks) {
+                throw takenAsHung(p, room);
+            } catch (TimeoutException stillWaiting) {
+                try {
+                    out.onKeepAlive();
+                } catch (IOException clientGone) {
+                    call.cancel(true);
+                    backends.abort(p, room);
+                    throw clientGone;
+                }
+            } catch (ExecutionException e) {
+                Throwable cause = e.getCause();
+                if (cause instanceof CancellationException) throw takenAsHung(p, room); // the JDK client's own cancel
+                if (Backends.isConnectionRefused(cause)) Backends.markUnreachable(p, cause);
+                throw new Failure(502, "bad_gateway", p + " failed: " + cause);
+            } catch (InterruptedException e) {
+                call.cancel(true);
+                throw e;
+            }
+        }
+    }
+
+    /** A prompt-only request whose prefill the health checks took out (they failed its call): its room is aborted there. */
+    private Failure takenAsHung(Backend p, long room) {
+        backends.abort(p, room);
+        return new Failure(502, "bad_gateway", p + " was taken out of rotation by its health checks while it held room " + room
+                + " (a prompt-only request): taken as hung (" + p.unreachable + ")");
+    }
+
+    /** The prefill's answer with the input token log probabilities asked for, waited for at the first token. */
+    private List<TokenLogprobs> awaitInputLogprobs(CompletableFuture<HttpResponse<String>> prefillCall, Backend p, Backend d, long room,
+                                                   int[] ids, int start) throws Failure, InterruptedException {
+        List<TokenLogprobs> input = null;
+        try {
+            HttpResponse<String> r = prefillCall.get(stalled.limit().toMillis(), TimeUnit.MILLISECONDS);
+            if (r.statusCode() == 200) input = inputLogprobs(Http.JSON.readTree(r.body()), ids, start);
+        } catch (ExecutionException | TimeoutException | IOException e) {
+            // no answer: as a missing one
+        }
+        if (input != null) return input;
+        backends.abort(d, room);
+        throw missingInputLogprobs(p, room);
+    }
+
+    private static Failure missingInputLogprobs(Backend p, long room) {
+        return new Failure(502, "bad_gateway", p + " answered room " + room
+                + " without the input token log probabilities the request asked for (a prefill older than the router?)");
+    }
+
+    /**
+     * The prefill's {@code meta_info.input_token_logprobs} (and {@code input_top_logprobs}) for positions [start, ids.length),
+     * the first prompt token's null; null when the answer lacks them or they do not match the prompt.
+     */
+    static List<TokenLogprobs> inputLogprobs(JsonNode pre, int[] ids, int start) {
+        JsonNode lps = pre.path("meta_info").path("input_token_logprobs"), tops = pre.path("meta_info").path("input_top_logprobs");
+        if (!lps.isArray() || lps.size() != ids.length - start) return null;
+        List<TokenLogprobs> out = new ArrayList<>();
+        for (int i = 0; i < lps.size(); i++) {
+            JsonNode e = lps.get(i);
+            if (e.path(1).intValue() != ids[start + i] || !e.path(1).isIntegralNumber()) return null;
+            if (e.path(0).isNull()) {
+                if (start + i != 0) return null; // only the first prompt token has none
+                out.add(null);
+                continue;
+            }
+            JsonNode top = tops.path(i);
+            int n = top.isArray() ? top.size() : 0;
+            int[] topIds = new int[n];
+            float[] topLps = new float[n];
+            for (int k = 0; k < n; k++) {
+                topIds[k] = top.get(k).path(1).intValue();
+                topLps[k] = top.get(k).path(0).floatValue();
+            }
+            out.add(new TokenLogprobs(ids[start + i], e.path(0).floatValue(), topIds, topLps));
+        }
+        return out;
+    }
+
+    /** A decode silent past the stream-idle limit: the room is aborted on both engines, and the client gets a 502 naming the decode. */
+    private Failure hung(Backend d, Backend p, long room) {
+        backends.abort(d, room);
+        backends.abort(p, room);
+        return new Failure(502, "bad_gateway", d + " sent nothing on room " + room + " for " + stalled.limit().toSeconds()
+                + " s, not even a keep-alive: taken as hung (a stopped or unreachable process)");
+    }
+
+    /** Writes to the client; when it went away, the room is aborted on both engines and the IOException goes on. */
+    private void toClient(ClientWrite write, Backend d, Backend p, long room) throws IOException {
+        try {
+            write.run();
+        } catch (IOException clientGone) {
+            backends.abort(d, room);
+            backends.abort(p, room);
+            throw clientGone;
+        }
+    }
+
+    /**
+     * A decode's failure before the request's first token (its error answer, or its error event on a stream
+     * begun on a keep-alive): the prefill is told, and its own error wins where it is the real cause.
+     */
+    private Failure failedBeforeFirstToken(ErrorBody err, Backend p, long room, CompletableFuture<HttpResponse<String>> prefillCall) {
+        backends.abort(p, room);
+        ErrorBody prefillErr = prefillError(prefillCall, p);
+        // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
+        // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
+        // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
+        // only the abort sent to it just now.
+        if (prefillErr != null && !err.clientError() && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
+            err = prefillErr;
+        }
+        return err.failure();
+    }
+
+    /**
+     * The decode's next stream line. A read that fails (the decode died, its connection dropped mid-body) is
+     * the decode's failure, a 502 naming it, not an IOException: that one would reach the client as a bare
+     * end of its stream, with no error event and no [DONE] (an IOException here means the client went away).
+     */
+    private String readDecodeLine(BufferedReader in, StalledStreams.Watched stream, Backend d, Backend p, long room) throws Failure {
+        // At most the longest event a decode sends (its last holds every token id): readLine would
+        // collect a line that never ends for as long as the decode sent it.
+        int most = Http.engineBodyLimit(contextTokens);
+        StringBuilder line = new StringBuilder();
+        try {
+            int c;
+            while ((c = in.read()) >= 0 && c != '\n') {
+                if (line.length() >= most) {
+                    backends.abort(d, room);
+                    backends.abort(p, room);
+                    throw new Failure(502, "bad_gateway", d + " sent an event line of more than " + most + " characters on room " + room);
+                }
+                line.append((char) c);
+            }
+            if (c < 0 && line.isEmpty()) return null;
+        } catch (IOException e) {
+            if (stream.cut()) throw hung(d, p, room);
+            backends.abort(p, room);
+            throw new Failure(502, "bad_gateway", d + " failed mid-stream on room " + room + ": " + e);
+        }
+        int end = line.length();
+        if (end > 0 && line.charAt(end - 1) == '\r') line.setLength(end - 1);
+        return line.toString();
+    }
+
+    /** One event of the decode's stream; one that is no JSON fails the request as {@link #readDecodeLine} does. */
+    private JsonNode decodeEvent(String data, Backend d, Backend p, long room) throws Failure {
+        try {
+            return Http.JSON.readTree(data);
+        } catch (IOException e) {
+            backends.abort(d, room);
+            backends.abort(p, room);
+            throw new Failure(502, "bad_gateway", d + " sent a malformed event on room " + room + ": " + e.getMessage());
+        }
+    }
+
+    /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
+    private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
+                            CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings, List<TokenLogprobs> logprobs,
+                            List<Integer> offsets, List<TokenLogprobs> input) {
+        long took = System.nanoTime() - start;
+        meters.succeeded(took, ids.length, tokens.size());
+        JsonNode pre = null;
+        try {
+            HttpResponse<String> pr = prefillCall.get(5, TimeUnit.SECONDS);
+            if (pr.statusCode() == 200) pre = Http.JSON.readTree(pr.body());
+        } catch (Exception e) {
+            // timings are a bonus; the tokens are what the client asked for
+        }
+        int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
+        return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings, logprobs,
+                logprobs == null ? null : offsets.stream().mapToInt(Integer::intValue).toArray(), input);
+    }
+
+    private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call, Backend p) {
+        try {
+            HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
+            return r.statusCode() == 200 ? null : ErrorBody.parse(r.statusCode(), r.body());
+        } catch (ExecutionException | CancellationException e) {
+            if (e instanceof CancellationException || e.getCause() instanceof CancellationException) { // failed by checkHealth
+                String why = p.unreachable;
+                return why == null ? null : new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(),
+                        p + " unreachable: " + why + "; its requests in flight were failed");
+            }
+            return new ErrorBody(500, "kv_transfer_error", FailureKind.PREFILL_UNREACHABLE.label(), p + " unreachable: " + e.getCause());
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    /** A backend's error answer: its status, and what its body says (type, transfer failure kind, message). */
+    private record ErrorBody(int status, String type, String kind, String message) {
+        static ErrorBody parse(int status, String body) {
+            try {
+                JsonNode e = Http.JSON.readTree(body).path("error");
+                return new ErrorBody(status, e.hasNonNull("type") ? e.get("type").asText() : null,
+                        e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body));
+            } catch (IOException ex) {
+                return new ErrorBody(status, null, null, body);
+            }
+        }
+
+        /**
+         * What the client gets: a backend's client error (4xx: the request can never succeed, a retry is no use)
+         * passes through with its status as an invalid_request_error; a server error is a 500 of the backend's type.
+         */
+        boolean clientError() {
+            return status >= 400 && status < 500;
+        }
+
+        Failure failure() {
+            if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
+            String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
+            return new Failure(500, t, kind, message);
+        }
+    }
+}
