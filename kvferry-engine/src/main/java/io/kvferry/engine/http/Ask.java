@@ -33,7 +33,7 @@ record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK
         return new Sampling(temperature, topP, seed.orElse(room), topK, rules);
     }
 
-    /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link Router#choices}). */
+    /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link OpenAiRoutes#choices}). */
     Ask sample(Prompt prompt, int sample) {
         OptionalLong s = seed.isPresent() ? OptionalLong.of(seed.getAsLong() + sample) : seed;
         return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart, rules);

@@ -1,0 +1,137 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
+
+import java.io.IOException;
+import java.util.List;
+
+/**
+ * One choice of an OpenAI answer: one request through a prefill and a decode ({@link PdCall#run}), its stream's chunks
+ * naming its index. {@code echo} (completions): its text starts with its prompt as sent, and the log
+ * probabilities, when asked, cover the prompt's tokens (the first one's null, OpenAI's legacy shape) then the
+ * completion's, {@code text_offset} over the echoed text. A stream sends the prompt's part as the choice's first
+ * chunk, before its first token's (with max_tokens 0, before its last chunk).
+ */
+final class Choice implements Output {
+    final Answer a;
+    final int index;
+    final Ask ask;
+    /** Where the completion's text begins in the choice's text. */
+    final int shift;
+    /** Characters of the text, and tokens' log probabilities, already sent in chunks. */
+    int streamedChars;
+    int streamedLogprobs;
+    boolean promptSent;
+    Router.RequestRecord record;
+    Outcome outcome;
+
+    Choice(Answer a, int index, Ask ask) {
+        this.a = a;
+        this.index = index;
+        this.ask = ask;
+        this.shift = a.echo ? ask.prompt().text().length() : 0;
+        this.promptSent = !a.echo || !a.stream;
+    }
+
+    void run(Router.RequestRecord record) {
+        this.record = record;
+        try {
+            outcome = a.pd.run(ask, record, this);
+            finish();
+        } catch (Failure f) {
+            try {
+                a.failed(index, f);
+            } catch (IOException gone) {
+                a.ended(gone);
+            }
+        } catch (Exception e) {
+            if (e instanceof InterruptedException) Thread.currentThread().interrupt();
+            a.ended(e);
+        }
+    }
+
+    private ObjectNode chunk(String text, String finish, JsonNode lp) {
+        return Answer.indexed(a.shape.answer(a.id, a.created, a.modelName, text, finish, true, false, lp), index);
+    }
+
+    @Override
+    public void onPrompt(List<TokenLogprobs> input) throws IOException {
+        if (promptSent) return;
+        JsonNode lp = input == null ? null : promptLogprobs(ask.prompt(), input);
+        a.send(chunk(ask.prompt().text(), null, lp));
+        promptSent = true;
+    }
+
+    @Override
+    public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
+        a.check();
+        if (!a.stream) return;
+        streamedChars += text.length();
+        // A chunk carries the log probabilities of its token.
+        JsonNode lp = logprobs == null ? null : a.shape.logprobs(a.tokenizer, List.of(logprobs), new int[]{shift + offset}, 0, 1);
+        if (logprobs != null) streamedLogprobs++;
+        a.send(chunk(text, null, lp));
+    }
+
+    @Override
+    public void onKeepAlive() throws IOException {
+        a.check();
+        if (a.stream) a.keepAlive();
+    }
+
+    /**
+     * A stream's last chunk of the choice: what was held back (a possible stop string's start, an incomplete
+     * character), the log probabilities of the tokens no chunk had (the one that completed a stop string), the
+     * finish reason, kvferry's extension and, for a request of one choice without {@code include_usage}, the usage.
+     */
+    private void finish() throws IOException {
+        if (!a.stream) return;
+        Outcome o = outcome;
+        JsonNode lp = o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
+                : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
+        ObjectNode fin = chunk(o.text().substring(streamedChars), o.finishReason(), lp);
+        if (!a.usageChunk && a.count == 1) fin.set("usage", Answer.usage(List.of(this)));
+        fin.set("kvferry", Answer.extension(o));
+        a.send(fin);
+    }
+
+    /**
+     * The choice of a whole (not streamed) answer, as the answer's {@code at}th; {@code logprobs} false leaves out the
+     * log probabilities the request did not ask for (best_of's, which chose it).
+     */
+    JsonNode whole(int at, boolean logprobs) {
+        Outcome o = outcome;
+        ObjectNode lp = o.logprobs() == null || !logprobs ? null
+                : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
+        if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
+        String text = a.echo ? ask.prompt().text() + o.text() : o.text();
+        ObjectNode one = a.shape.answer(a.id, a.created, a.modelName, text, o.finishReason(), false, false, lp);
+        return Answer.indexed(one, at).get("choices").get(0);
+    }
+
+    /**
+     * The legacy completions {@code logprobs} of the prompt's tokens (from its first, as echo asks): each token's
+     * {@code text_offset} is where its decoded text begins in the prompt's text (the tokenizer gives a text prompt back; a
+     * token-id prompt's text is its decoding).
+     */
+    private ObjectNode promptLogprobs(Prompt prompt, List<TokenLogprobs> input) {
+        int[] ids = prompt.ids();
+        int[] offsets = new int[ids.length];
+        Tokenizer.TextStream text = a.tokenizer.textStream(-1); // as Tokenizer.decode: no token before the first
+        int at = 0;
+        for (int i = 0; i < ids.length; i++) {
+            offsets[i] = Math.min(at, prompt.text().length());
+            at += text.push(ids[i]).length();
+        }
+        return LogprobsShape.completionPrompt(a.tokenizer, input, ids, offsets);
+    }
+
+    private static int[] shifted(int[] offsets, int by) {
+        int[] out = offsets.clone();
+        for (int i = 0; i < out.length; i++) out[i] += by;
+        return out;
+    }
+}

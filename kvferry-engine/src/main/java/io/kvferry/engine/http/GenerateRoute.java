@@ -1,0 +1,200 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * SGLang's {@code POST /generate}: one prompt, streamed or not, or a batch of them answered whole as a list; each a PD
+ * request through {@link PdCall#run}, its answer SGLang's ({@code text}, {@code output_ids}, {@code meta_info}).
+ */
+final class GenerateRoute {
+    private final PdCall pd;
+    private final PromptResolver resolver;
+    private final Tokenizer tokenizer;
+
+    GenerateRoute(PdCall pd, PromptResolver resolver, Tokenizer tokenizer) {
+        this.pd = pd;
+        this.resolver = resolver;
+        this.tokenizer = tokenizer;
+    }
+
+
+    /**
+     * SGLang's /generate: {"text" or "input_ids" (exactly one; a list of texts or of id lists: a batch, {@link #generateBatch};
+     * given ids are sent as they are, no BOS added), "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k",
+     * "seed", "stop", and the rules' ({@link RequestParams#rules}): "frequency_penalty", …}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}.
+     */
+    void generate(HttpExchange ex) throws Exception {
+        if (!Http.method(ex, "POST")) return;
+        JsonNode req = Http.readJson(ex);
+        Prompt.Parsed parsed = RequestParams.generatePrompts(req);
+        String field = parsed.prompts().getFirst().given() ? "input_ids" : "text";
+        List<Prompt> prompts = resolver.resolve(parsed, field);
+        Prompt prompt = prompts.getFirst();
+        JsonNode sp = req.path("sampling_params");
+        // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
+        if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
+        RequestParams.refuseUnsupportedSampling(sp);
+        int topLogprobs = RequestParams.generateLogprobs(req);
+        int logprobStart = RequestParams.logprobStart(req, topLogprobs);
+        boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
+        // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
+        int maxNew = Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE);
+        Ask ask = new Ask(prompt, maxNew, Http.floatField(sp, "temperature", 1.0f),
+                Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart,
+                RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize()));
+        boolean stream = Http.booleanField(req, "stream", false);
+        if (parsed.batch()) {
+            if (stream) throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")
+                    + ") is answered whole: stream must be false");
+            generateBatch(ex, OpenAiRoutes.choices(ask, prompts, 1), withText, field);
+            return;
+        }
+        OutputStream[] events = new OutputStream[1];
+        StringBuilder sofar = new StringBuilder();
+        List<TokenLogprobs> logprobsSoFar = new ArrayList<>();
+        List<List<TokenLogprobs>> input = new ArrayList<>(1); // the prompt's, once known
+        int[][] ids = new int[1][]; // the prompt's tokens, once input token logprobs need them
+        try {
+            Outcome o = pd.run(ask, Router.RECORD.get(), new Output() {
+                @Override
+                public void onPrompt(List<TokenLogprobs> inputLogprobs) {
+                    if (inputLogprobs != null) input.add(inputLogprobs);
+                }
+
+                @Override
+                public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
+                    sofar.append(text);
+                    if (!stream) return;
+                    if (events[0] == null) events[0] = Http.startEvents(ex);
+                    ObjectNode e = Http.JSON.createObjectNode();
+                    e.put("text", sofar.toString()); // SGLang streams the text so far
+                    if (logprobs != null) { // and, asked, the log probabilities so far (SGLang's meta_info, not incremental)
+                        logprobsSoFar.add(logprobs);
+                        ObjectNode meta = e.putObject("meta_info");
+                        if (!input.isEmpty()) inputLogprobsMeta(meta, input.getFirst(), ask, ids, withText);
+                        logprobsMeta(meta, logprobsSoFar, logprobsSoFar.size(), topLogprobs, withText);
+                    }
+                    Http.event(events[0], Http.JSON.writeValueAsString(e));
+                }
+
+                @Override
+                public void onKeepAlive() throws IOException {
+                    if (!stream) return;
+                    if (events[0] == null) events[0] = Http.startEvents(ex);
+                    Http.write(events[0], Http.KEEP_ALIVE);
+                }
+            });
+            ObjectNode out = generated(o, ask, ids, withText);
+            if (stream) {
+                if (events[0] == null) events[0] = Http.startEvents(ex);
+                Http.event(events[0], Http.JSON.writeValueAsString(out));
+                Http.event(events[0], "[DONE]");
+                events[0].close();
+            } else {
+                Http.sendJson(ex, 200, out);
+            }
+        } catch (Failure f) {
+            Router.fail(ex, events[0], f);
+        }
+    }
+
+    /** SGLang's answer of one finished request. */
+    private ObjectNode generated(Outcome o, Ask ask, int[][] ids, boolean withText) {
+        ObjectNode out = Http.JSON.createObjectNode();
+        out.put("text", o.text());
+        ArrayNode outputIds = out.putArray("output_ids");
+        for (int t : o.tokens()) outputIds.add(t);
+        ObjectNode meta = out.putObject("meta_info");
+        meta.put("id", Long.toString(o.room()));
+        meta.put("prompt_tokens", o.promptTokens());
+        meta.put("completion_tokens", o.tokens().length);
+        meta.put("cached_tokens", o.cachedTokens()); // SGLang's: the prompt tokens the prefill took from its prefix cache
+        meta.putObject("finish_reason").put("type", o.finishReason());
+        meta.put("e2e_latency", o.e2eMs() / 1000);
+        if (o.inputLogprobs() != null) inputLogprobsMeta(meta, o.inputLogprobs(), ask, ids, withText);
+        if (o.logprobs() != null) logprobsMeta(meta, o.logprobs(), o.tokens().length, ask.topLogprobs(), withText);
+        return out;
+    }
+
+    /**
+     * SGLang's batch {@code /generate}: each prompt a request of its own through {@link PdCall#run}, all at once, answered as a
+     * list in the prompts' order. The first to fail fails the request (its message names {@code field[i]}: {@code text}
+     * or {@code input_ids}), the others' rooms aborted at their next token or keep-alive.
+     */
+    private void generateBatch(HttpExchange ex, List<Ask> asks, boolean withText, String field) throws Exception {
+        int count = asks.size();
+        Outcome[] outcomes = new Outcome[count];
+        List<Router.RequestRecord> records = new ArrayList<>();
+        AtomicReference<Failure> failure = new AtomicReference<>();
+        AtomicReference<Exception> thrown = new AtomicReference<>();
+        AtomicBoolean cancelled = new AtomicBoolean();
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            int index = i;
+            Router.RequestRecord record = new Router.RequestRecord();
+            records.add(record);
+            Output out = new Output() {
+                @Override
+                public void onToken(int token, String text, TokenLogprobs logprobs, int offset) throws IOException {
+                    onKeepAlive();
+                }
+
+                @Override
+                public void onKeepAlive() throws IOException {
+                    if (cancelled.get()) throw new IOException("cancelled: another text of the batch failed");
+                }
+            };
+            threads.add(Thread.ofVirtual().name("batch-" + i).start(() -> {
+                try {
+                    outcomes[index] = pd.run(asks.get(index), record, out);
+                } catch (Failure f) {
+                    failure.compareAndSet(null, new Failure(f.status, f.type, f.kind, field + "[" + index + "]: " + f.getMessage()));
+                    cancelled.set(true);
+                } catch (Exception e) {
+                    thrown.compareAndSet(null, e);
+                    cancelled.set(true);
+                }
+            }));
+        }
+        try {
+            for (Thread t : threads) t.join();
+        } catch (InterruptedException e) {
+            for (Thread t : threads) t.interrupt();
+            throw e;
+        }
+        Router.merge(Router.RECORD.get(), records);
+        if (failure.get() != null) {
+            Router.fail(ex, null, failure.get());
+            return;
+        }
+        if (thrown.get() != null) throw thrown.get();
+        ArrayNode all = Http.JSON.createArrayNode();
+        for (int i = 0; i < count; i++) all.add(generated(outcomes[i], asks.get(i), new int[1][], withText));
+        Http.sendJson(ex, 200, all);
+    }
+
+    /** SGLang's meta_info input token log probabilities: input_token_logprobs, and input_top_logprobs when top ones are asked. */
+    private void inputLogprobsMeta(ObjectNode meta, List<TokenLogprobs> input, Ask ask, int[][] ids, boolean withText) {
+        if (ids[0] == null) ids[0] = ask.prompt().ids();
+        meta.set("input_token_logprobs", LogprobsShape.sglangInputTokens(tokenizer, input, ids[0], ask.logprobStart(), withText));
+        if (ask.topLogprobs() > 0) meta.set("input_top_logprobs", LogprobsShape.sglangInputTop(tokenizer, input, withText));
+    }
+
+    /** SGLang's meta_info log probabilities of the first {@code to} tokens: output_token_logprobs, and output_top_logprobs when asked. */
+    private void logprobsMeta(ObjectNode meta, List<TokenLogprobs> lps, int to, int top, boolean withText) {
+        meta.set("output_token_logprobs", LogprobsShape.sglangTokens(tokenizer, lps, to, withText));
+        if (top > 0) meta.set("output_top_logprobs", LogprobsShape.sglangTop(tokenizer, lps, to, withText));
+    }
+}
