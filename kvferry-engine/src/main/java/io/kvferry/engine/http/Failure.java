@@ -6,15 +6,30 @@ final class Failure extends Exception {
     final String type;
     /** The transfer failure's kind label, when the backend said. */
     final String kind;
+    /**
+     * A backend of the request refused its connection before anything of the request started there (nothing listens:
+     * the process is gone, and it is out of rotation now): the request may be run again on other instances.
+     */
+    final boolean refusedConnection;
 
     Failure(int status, String type, String message) {
         this(status, type, null, message);
     }
 
     Failure(int status, String type, String kind, String message) {
+        this(status, type, kind, message, false);
+    }
+
+    private Failure(int status, String type, String kind, String message, boolean refusedConnection) {
         super(message);
         this.status = status;
         this.type = type;
         this.kind = kind;
+        this.refusedConnection = refusedConnection;
+    }
+
+    /** This failure, marked as one a refused connection caused ({@link #refusedConnection}). */
+    Failure asRefusedConnection() {
+        return new Failure(status, type, kind, getMessage(), true);
     }
 }

@@ -7,6 +7,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -20,6 +22,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
@@ -38,6 +41,7 @@ import java.util.concurrent.TimeoutException;
  * are shared by every request (fair: those waiting are admitted in order).
  */
 final class PdCall {
+    private static final Logger log = LoggerFactory.getLogger(Router.class); // the router's log, as before the split
     private final Backends backends;
     /** The decode streams of requests in flight, cut when silent too long (swept by the health thread). */
     private final StalledStreams stalled;
@@ -102,8 +106,34 @@ final class PdCall {
         }
     }
 
+    /** The most runs of one request: its first, and one more for each backend found gone (refusing connections) on the way. */
+    static final int MOST_RUNS = 3;
+
+    /**
+     * {@link #once} and, when a backend refused its connection before anything of the request started anywhere (a
+     * prefill or decode process gone since its last health check: it is out of rotation now), again on the others, with
+     * a new room, while another instance of that role serves ({@link #MOST_RUNS} runs at most). Nothing reached the
+     * client but keep-alive comments then, so the client sees one answer. Without it a request that met a dead backend
+     * before its health check did failed (500 or 502) though the other instances served on.
+     */
+    private Outcome admitted(Ask ask, Router.RequestRecord record, Output out, long arrived) throws Failure, IOException, InterruptedException {
+        for (int run = 1; ; run++) {
+            try {
+                return once(ask, record, out, arrived);
+            } catch (Failure f) {
+                if (!f.refusedConnection || run == MOST_RUNS || !othersServe(backends.pool())) throw f;
+                log.warn("room {}: {}; running the request again on another instance", record.room, f.getMessage());
+            }
+        }
+    }
+
+    /** Whether a prefill and a decode still serve (the one that refused is out of rotation). */
+    private static boolean othersServe(Pool pool) {
+        return pool.prefills().stream().anyMatch(Backend::serves) && pool.decodes().stream().anyMatch(Backend::serves);
+    }
+
     /** One request through a prefill and a decode, once admitted. */
-    private Outcome admitted(Ask ask, Router.RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
+    private Outcome once(Ask ask, Router.RequestRecord record, Output out, long start) throws Failure, IOException, InterruptedException {
         int[] ids = ask.prompt().ids(); // tokenized (or checked) once, when the request was read (resolve)
         record.promptTokens = ids.length;
         if (ask.logprobStart() >= ids.length) {
@@ -147,9 +177,11 @@ final class PdCall {
                 dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
                 if (e instanceof HttpTimeoutException && !Backends.isConnectTimeout(e)) throw hung(d, p, room);
-                if (Backends.isConnectionRefused(e)) Backends.markUnreachable(d, e);
                 backends.abort(p, room);
-                throw new Failure(502, "bad_gateway", d + " failed: " + e);
+                Failure f = new Failure(502, "bad_gateway", d + " failed: " + e);
+                if (!Backends.isConnectionRefused(e)) throw f;
+                Backends.markUnreachable(d, e);
+                throw f.asRefusedConnection();
             }
             if (dr.statusCode() != 200) {
                 ErrorBody err;
@@ -311,8 +343,10 @@ final class PdCall {
             } catch (ExecutionException e) {
                 Throwable cause = e.getCause();
                 if (cause instanceof CancellationException) throw takenAsHung(p, room); // the JDK client's own cancel
-                if (Backends.isConnectionRefused(cause)) Backends.markUnreachable(p, cause);
-                throw new Failure(502, "bad_gateway", p + " failed: " + cause);
+                Failure f = new Failure(502, "bad_gateway", p + " failed: " + cause);
+                if (!Backends.isConnectionRefused(cause)) throw f;
+                Backends.markUnreachable(p, cause);
+                throw f.asRefusedConnection();
             } catch (InterruptedException e) {
                 call.cancel(true);
                 throw e;
@@ -407,9 +441,20 @@ final class PdCall {
         // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
         // only the abort sent to it just now.
         if (prefillErr != null && !err.clientError() && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
-            err = prefillErr;
+            return refusedConnection(prefillCall) ? prefillErr.failure().asRefusedConnection() : prefillErr.failure();
         }
         return err.failure();
+    }
+
+    /** Whether the prefill call failed because the prefill refused its connection (so nothing of it started there). */
+    private static boolean refusedConnection(CompletableFuture<HttpResponse<String>> prefillCall) {
+        if (!prefillCall.isCompletedExceptionally()) return false;
+        try {
+            prefillCall.join();
+            return false;
+        } catch (CompletionException | CancellationException e) {
+            return Backends.isConnectionRefused(e);
+        }
     }
 
     /**
