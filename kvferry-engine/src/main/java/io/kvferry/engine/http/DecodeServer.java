@@ -82,9 +82,9 @@ public final class DecodeServer implements AutoCloseable {
         String bad = whyNotBootstrapAddr(addr);
         // Refused here: kvferry would retry the registry for its whole bootstrap timeout, then call it unreachable.
         if (bad != null) throw new Http.BadRequest("bootstrap_addr '" + addr + "' " + bad);
-        int[] ids = Http.intArray(req, "input_ids");
+        int[] ids = EngineInput.inputIds(req, engine.spec().model().config);
         int max = Http.intField(req, "max_new_tokens", 16, 1, Integer.MAX_VALUE);
-        var sampling = SamplingParams.parse(req.get("sampling_params"), room);
+        var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize());
         int topLogprobs = Http.booleanField(req, "return_logprob", false)
                 ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : -1;
         BlockingQueue<Event> events = new LinkedBlockingQueue<>();

@@ -65,8 +65,8 @@ public final class PrefillServer implements AutoCloseable {
         if (!Http.method(ex, "POST") || !Http.authorized(ex, auth)) return;
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.roomField(req);
-        int[] ids = Http.intArray(req, "input_ids");
-        var sampling = SamplingParams.parse(req.get("sampling_params"), room);
+        int[] ids = EngineInput.inputIds(req, engine.spec().model().config);
+        var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize());
         boolean logprobs = Http.booleanField(req, "return_logprob", false);
         int start = logprobs ? Http.intField(req, "logprob_start_len", -1, -1, ids.length - 1) : -1;
         int top = logprobs ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : 0;

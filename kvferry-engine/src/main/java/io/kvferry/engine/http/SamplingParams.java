@@ -17,21 +17,31 @@ import java.util.function.Supplier;
  * the router checks what a client sends (a bad value is a 400, never a crash).
  */
 final class SamplingParams {
+    /** The prefix of an engine's sampling fields in a 400's {@code param}. */
+    private static final String ENGINE = "sampling_params.";
+
     private SamplingParams() {
     }
 
-    /** @param defaultSeed used when no seed is given (the room: prefill and decode agree on it) */
-    static Sampling parse(JsonNode n, long defaultSeed) {
+    /**
+     * An engine's {@code sampling_params}, checked as the router checks a client's: a bad value, or a token id outside the
+     * vocabulary of {@code vocabSize} tokens, is a 400 whose {@code param} names the field ({@code sampling_params.top_p}).
+     *
+     * @param defaultSeed used when no seed is given (the room: prefill and decode agree on it)
+     */
+    static Sampling parse(JsonNode n, long defaultSeed, int vocabSize) {
         if (n == null || n.isNull()) return Sampling.GREEDY;
-        if (!n.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + n);
-        float temperature = Http.floatField(n, "temperature", 0f);
-        float topP = Http.floatField(n, "top_p", 1f);
-        long seed = n.has("seed") && !n.get("seed").isNull() ? Http.longField(n, "seed") : defaultSeed;
-        int topK = Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE);
+        if (!n.isObject()) throw new Http.BadRequest("sampling_params", "sampling_params must be an object, got " + n);
+        float temperature = number(n, "temperature", 0f, ENGINE);
+        float topP = number(n, "top_p", 1f, ENGINE);
+        long seed = n.has("seed") && !n.get("seed").isNull() ? named(ENGINE + "seed", () -> Http.longField(n, "seed")) : defaultSeed;
+        int topK = named(ENGINE + "top_k", () -> Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE));
+        SamplingRules rules = rules(n, "min_new_tokens", "sampling_params");
         try {
-            return new Sampling(temperature, topP, seed, topK, rules(n, "min_new_tokens", null));
-        } catch (IllegalArgumentException e) {
-            throw new Http.BadRequest(e.getMessage());
+            rules.checkVocab(vocabSize);
+            return new Sampling(temperature, topP, seed, topK, rules);
+        } catch (IllegalArgumentException e) { // each message starts with the field's name
+            throw new Http.BadRequest(ENGINE + e.getMessage().split(" ", 2)[0], e.getMessage());
         }
     }
 

@@ -237,8 +237,8 @@ class SamplingParamsTest {
         JsonNode sent = SamplingParams.json(ruled);
         assertEquals(List.of("temperature", "top_p", "seed", "top_k", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p",
                 "logit_bias", "min_new_tokens", "ignore_eos", "stop_token_ids"), fieldNames(sent));
-        assertEquals(ruled, SamplingParams.parse(sent, 0));
-        assertEquals(plain, SamplingParams.parse(SamplingParams.json(plain), 0));
+        assertEquals(ruled, SamplingParams.parse(sent, 0, 512));
+        assertEquals(plain, SamplingParams.parse(SamplingParams.json(plain), 0, 512));
     }
 
     static List<String> fieldNames(JsonNode n) {

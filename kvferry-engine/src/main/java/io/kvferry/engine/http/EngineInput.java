@@ -1,0 +1,35 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.engine.model.LlamaConfig;
+
+/**
+ * What an engine's {@code /generate} reads of the prompt, checked before the request reaches its engine: whoever holds the
+ * cluster token may call an engine directly, so each fault is a 400 whose {@code param} is {@code input_ids} and whose
+ * message names the element at fault, as the router's own check of a token-id prompt does.
+ */
+final class EngineInput {
+    private EngineInput() {
+    }
+
+    /** The request's {@code input_ids}: 1 to seq_len - 1 token ids (room for one output token), each in the vocabulary. */
+    static int[] inputIds(JsonNode req, LlamaConfig c) {
+        JsonNode v = req.get("input_ids");
+        if (v == null || !v.isArray()) throw new Http.BadRequest("input_ids", "input_ids must be an array of token ids, got " + v);
+        if (v.isEmpty()) throw new Http.BadRequest("input_ids", "input_ids must hold at least one token id, got []");
+        if (v.size() >= c.seqLen()) {
+            throw new Http.BadRequest("input_ids", "input_ids has " + v.size() + " tokens; the model's context is " + c.seqLen()
+                    + " and must leave room for one output token");
+        }
+        int[] ids = new int[v.size()];
+        for (int i = 0; i < ids.length; i++) {
+            JsonNode e = v.get(i);
+            if (!e.isIntegralNumber() || !e.canConvertToInt() || e.intValue() < 0 || e.intValue() >= c.vocabSize()) {
+                throw new Http.BadRequest("input_ids", "input_ids[" + i + "] must be a token id in the vocabulary [0, " + c.vocabSize()
+                        + "), got " + e);
+            }
+            ids[i] = e.intValue();
+        }
+        return ids;
+    }
+}
