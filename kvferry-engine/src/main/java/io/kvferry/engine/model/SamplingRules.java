@@ -144,7 +144,7 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
             boolean[] seen = new boolean[logits.length];
             for (int i = 0; i < end; i++) seen[seq[i]] = true;
             for (int t = 0; t < logits.length; t++) {
-                if (seen[t]) logits[t] = logits[t] > 0 ? logits[t] / repetitionPenalty : logits[t] * repetitionPenalty;
+                if (seen[t]) logits[t] = penalised(logits[t], repetitionPenalty);
             }
         }
         if (frequencyPenalty != 0 || presencePenalty != 0) {
@@ -156,6 +156,17 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
                 logits[t] -= presencePenalty;
             }
         }
+    }
+
+    /**
+     * CTRL's rule for one logit. A penalty far from 1 (any value &gt; 0 is accepted, as vLLM's) can take a finite logit past
+     * the float range: an infinite logit would make the sampler's softmax NaN (inf - inf), and a seeded draw would then
+     * return the vocabulary's last token whatever the model said. Such a result saturates at the largest finite float of
+     * its sign instead (the token stays the most, or least, likely); a masked logit (-inf) stays masked.
+     */
+    static float penalised(float logit, float penalty) {
+        float v = logit > 0 ? logit / penalty : logit * penalty;
+        return Float.isInfinite(v) && !Float.isInfinite(logit) ? Math.copySign(Float.MAX_VALUE, v) : v;
     }
 
     @Override

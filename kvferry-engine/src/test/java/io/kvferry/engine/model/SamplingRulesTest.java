@@ -95,6 +95,30 @@ class SamplingRulesTest {
     }
 
     @Test
+    void anExtremeRepetitionPenaltyKeepsTheLogitsFiniteAndTheDrawTheModels() {
+        float[] l = logits();
+        l[4] = 3.0f; // prompt token 4 and output token 7 at the top: divided by 1e-40 both pass the float range
+        SamplingRules tiny = rules(0, 0, 1e-40f, 0, Map.of(), 0, false);
+        float[] applied = l.clone();
+        tiny.apply(applied, 1, seq(7), 3);
+        for (int t = 0; t < VOCAB; t++) assertTrue(Float.isFinite(applied[t]), "token " + t + ": " + applied[t]);
+        for (long seed = 0; seed < 16; seed++) {
+            int token = new Sampling(0.9f, 1f, seed, -1, tiny).sample(l, 1, seq(7), 3);
+            // Before: inf - inf in the softmax made every probability NaN, and each draw returned the vocabulary's last token.
+            assertTrue(token == 4 || token == 7, "seed " + seed + " drew " + token);
+            assertTrue(new Sampling(0.9f, 1f, seed, -1, rules(0, 0, 1e-40f, 0.5f, Map.of(), 0, false)).sample(l, 1, seq(7), 3) != VOCAB - 1);
+        }
+        SamplingRules huge = rules(0, 0, 3e38f, 0, Map.of(), 0, false);
+        float[] negative = l.clone();
+        huge.apply(negative, 1, seq(20), 3); // -1.2 * 3e38 passes -Float.MAX_VALUE
+        assertEquals(-Float.MAX_VALUE, negative[20], 0f);
+        float[] masked = l.clone();
+        masked[5] = Float.NEGATIVE_INFINITY;
+        huge.apply(masked, 1, seq(20), 3);
+        assertEquals(Float.NEGATIVE_INFINITY, masked[5], 0f, "a masked logit stays masked");
+    }
+
+    @Test
     void minPDropsTokensBelowItsShareOfTheMostLikelysProbability() {
         SplittableRandom r = new SplittableRandom(5);
         float[] l = new float[VOCAB];
