@@ -85,6 +85,10 @@ public final class DecodeServer implements AutoCloseable {
         int[] ids = EngineInput.inputIds(req, engine.spec().model().config);
         int max = Http.intField(req, "max_new_tokens", 16, 1, Integer.MAX_VALUE);
         var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize());
+        if (sampling.rules().minTokens() > max) { // the router's rule: no end could come before the answer's last token
+            throw new Http.BadRequest("sampling_params.min_new_tokens", "min_new_tokens (" + sampling.rules().minTokens()
+                    + ") must be at most max_new_tokens (" + max + ")");
+        }
         int topLogprobs = Http.booleanField(req, "return_logprob", false)
                 ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : -1;
         BlockingQueue<Event> events = new LinkedBlockingQueue<>();

@@ -88,6 +88,10 @@ class EngineInputTest {
             assertRefused(url, "{\"bootstrap_room\":" + room++ + ",\"input_ids\":[1,2,3],\"bootstrap_addr\":\"" + stack.addr
                     + "\",\"max_new_tokens\":4,\"sampling_params\":[1]}", "sampling_params", "sampling_params must be an object");
         }
+        // The decode knows the answer's limit: a minimum above it is refused there as the router refuses it.
+        assertRefused(stack.decodeUrl(), "{\"bootstrap_room\":" + room++ + ",\"input_ids\":[1,2,3],\"bootstrap_addr\":\"" + stack.addr
+                + "\",\"max_new_tokens\":4,\"sampling_params\":{\"min_new_tokens\":5}}", "sampling_params.min_new_tokens",
+                "min_new_tokens (5) must be at most max_new_tokens (4)");
         assertEquals(0, stack.prefill.outstanding().get(5, TimeUnit.SECONDS));
         assertEquals(0, stack.decode.outstanding().get(5, TimeUnit.SECONDS));
         for (String url : List.of(stack.prefillUrl(), stack.decodeUrl())) {
