@@ -28,12 +28,15 @@ public final class PrefixCache {
         /** The entry of the page before (null for page 0): identity, so a replaced parent orphans it. */
         final Entry parent;
         int refs;
+        /** Entries whose parent this is, cached now: one with any is evicted after them (its pages are their prefix). */
+        int children;
 
         Entry(long key, int page, int[] tokens, Entry parent) {
             this.key = key;
             this.page = page;
             this.tokens = tokens;
             this.parent = parent;
+            if (parent != null) parent.children++;
         }
     }
 
@@ -128,7 +131,7 @@ public final class PrefixCache {
                 if (other.refs > 0 || onChain(other, parent)) break;
                 // An idle entry this chain cannot reach (orphaned by its parent's eviction, or a collision): replaced.
                 idle.remove(other.key);
-                byKey.remove(other.key);
+                drop(other);
                 freed.add(other.page);
             }
             Entry e = new Entry(keys[i], pages[i], Arrays.copyOfRange(tokens, i * pageSize, (i + 1) * pageSize), parent);
@@ -154,17 +157,33 @@ public final class PrefixCache {
         return Arrays.equals(e.tokens, 0, pageSize, tokens, p * pageSize, (p + 1) * pageSize) ? e : null;
     }
 
-    /** Evicts up to {@code n} unreferenced pages, least recently used first; returns their page ids. */
+    /**
+     * Evicts up to {@code n} unreferenced pages, least recently used first among the last pages of their chains (an entry
+     * with cached children goes after them: evicting a chain's first page would leave the pages after it cached but
+     * unreachable, so one page wanted would have cost the whole prefix); returns their page ids. Every idle entry can go
+     * this way: a referenced entry's parent is referenced too.
+     */
     public int[] evict(int n) {
         List<Integer> out = new ArrayList<>();
-        var it = idle.entrySet().iterator();
-        while (out.size() < n && it.hasNext()) {
-            Entry e = it.next().getValue();
-            it.remove();
-            byKey.remove(e.key);
-            out.add(e.page);
+        boolean progress = true;
+        while (out.size() < n && progress) { // another pass when evicting a child made an older parent a last page
+            progress = false;
+            for (var it = idle.values().iterator(); out.size() < n && it.hasNext(); ) {
+                Entry e = it.next();
+                if (e.children > 0) continue;
+                it.remove();
+                drop(e);
+                out.add(e.page);
+                progress = true;
+            }
         }
         return out.stream().mapToInt(Integer::intValue).toArray();
+    }
+
+    /** Removes an entry (evicted or replaced) from the cache; its parent has one child fewer. */
+    private void drop(Entry e) {
+        byKey.remove(e.key);
+        if (e.parent != null) e.parent.children--;
     }
 
     /** Unreferenced pages that {@link #evict} could free now. */

@@ -31,6 +31,32 @@ class PrefixCacheTest {
     }
 
     @Test
+    void evictionTakesTheLastPagesOfAChainFirstSoItsPrefixStillHits() {
+        PrefixCache c = new PrefixCache(2);
+        int[] a = {1, 2, 3, 4, 5, 6, 7, 8};
+        long[] ka = c.keys(a, 4);
+        assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11, 12, 13}, 0));
+        // Before: the oldest entry went first, page 0 of the chain: pages 11..13 stayed cached, unreachable (no hit, no
+        // reuse) until evicted in turn, and the next request with this prompt computed all of it again.
+        assertArrayEquals(new int[]{13}, c.evict(1), "the chain's last page");
+        assertEquals(3, c.pages());
+        assertArrayEquals(new int[]{10, 11, 12}, c.acquire(a, ka), "the rest of the prefix still hits");
+        c.release(ka, 3);
+        // A child cached after its parent went idle (a request that hit page 0 and added its own page 1) goes first too.
+        int[] b = {1, 2, 9, 9};
+        long[] kb = c.keys(b, 2);
+        assertArrayEquals(new int[]{10}, c.acquire(b, kb));
+        c.release(kb, 1);
+        assertEquals(List.of(), c.insert(b, kb, new int[]{10, 20}, 1));
+        assertArrayEquals(new int[]{12, 20, 11}, c.evict(3), "last pages, least recently used first, then the parent that left");
+        assertArrayEquals(new int[]{10}, c.acquire(a, ka), "the shared first page is the last to go");
+        c.release(ka, 1);
+        assertEquals(1, c.evictable());
+        assertArrayEquals(new int[]{10}, c.evict(5));
+        assertEquals(0, c.pages());
+    }
+
+    @Test
     void aPageAlreadyCachedIsHandedBackAndOnlyTheNewOnesJoin() {
         PrefixCache c = new PrefixCache(2);
         int[] a = {1, 2, 3, 4};

@@ -169,7 +169,9 @@ class PrefillCacheTest {
 
     /**
      * 12 pages of 16 tokens, prompts of 60 (4 pages, 3 full): after three prompts the cache holds 9 pages and a fourth
-     * prompt evicts the least recently used (a's first page, so a is a miss again), while c, used since, still hits; a
+     * prompt evicts the least recently used last page of a chain (a's third: a still hits its first two; before, a's first
+     * page went and a's other two stayed cached but unreachable), then a and b each evict another chain's last page and
+     * hit two of theirs, while c, used since, hits all three; a
      * burst of new prompts with every page cached or in use all finish, exact, half of them sharing c's cached pages
      * (referenced, so eviction passes them by). Without eviction the fourth one waits forever.
      */
@@ -180,7 +182,7 @@ class PrefillCacheTest {
         int[] a = DisaggregatedTest.prompt(r, 60), b = DisaggregatedTest.prompt(r, 60), c = DisaggregatedTest.prompt(r, 60);
         int[] d4 = DisaggregatedTest.prompt(r, 60);
         int[][] order = {a, b, c, d4, a, c, b};
-        int[] cached = {0, 0, 0, 0, 0, 48, 0};
+        int[] cached = {0, 0, 0, 0, 32, 48, 32};
         try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
              ColocatedEngine colocated = new ColocatedEngine(spec);
              PrefillEngine p = new PrefillEngine(spec.withPages(12), DisaggregatedTest.transfer("tcp", registry));
