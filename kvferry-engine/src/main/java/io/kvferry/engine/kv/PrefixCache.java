@@ -30,6 +30,8 @@ public final class PrefixCache {
         int refs;
         /** Entries whose parent this is, cached now: one with any is evicted after them (its pages are their prefix). */
         int children;
+        /** Evicted while {@link #evict} climbed its chain (it leaves {@code idle} when that pass ends). */
+        boolean evicted;
 
         Entry(long key, int page, int[] tokens, Entry parent) {
             this.key = key;
@@ -160,23 +162,31 @@ public final class PrefixCache {
     /**
      * Evicts up to {@code n} unreferenced pages, least recently used first among the last pages of their chains (an entry
      * with cached children goes after them: evicting a chain's first page would leave the pages after it cached but
-     * unreachable, so one page wanted would have cost the whole prefix); returns their page ids. Every idle entry can go
-     * this way: a referenced entry's parent is referenced too.
+     * unreachable, so one page wanted would have cost the whole prefix); returns their page ids. An evicted page's parent
+     * that it leaves without children goes next (it is as old as its child or older), so one pass over the idle entries
+     * does: O(idle + n). Every idle entry can go this way: a referenced entry's parent is referenced too.
      */
     public int[] evict(int n) {
         List<Integer> out = new ArrayList<>();
-        boolean progress = true;
-        while (out.size() < n && progress) { // another pass when evicting a child made an older parent a last page
-            progress = false;
-            for (var it = idle.values().iterator(); out.size() < n && it.hasNext(); ) {
-                Entry e = it.next();
-                if (e.children > 0) continue;
+        List<Entry> climbed = new ArrayList<>(); // parents evicted on the way up, still in idle until the pass ends
+        for (var it = idle.values().iterator(); out.size() < n && it.hasNext(); ) {
+            Entry e = it.next();
+            if (e.evicted) {
                 it.remove();
-                drop(e);
-                out.add(e.page);
-                progress = true;
+                continue;
+            }
+            if (e.children > 0) continue;
+            it.remove();
+            drop(e);
+            out.add(e.page);
+            for (Entry p = e.parent; p != null && out.size() < n && p.refs == 0 && p.children == 0 && byKey.get(p.key) == p; p = p.parent) {
+                drop(p);
+                p.evicted = true;
+                out.add(p.page);
+                climbed.add(p);
             }
         }
+        for (Entry p : climbed) idle.remove(p.key);
         return out.stream().mapToInt(Integer::intValue).toArray();
     }
 

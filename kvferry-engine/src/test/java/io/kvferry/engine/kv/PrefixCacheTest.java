@@ -2,13 +2,20 @@ package io.kvferry.engine.kv;
 
 import org.junit.jupiter.api.Test;
 
+import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Deque;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
+import java.util.SplittableRandom;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 class PrefixCacheTest {
     @Test
@@ -48,11 +55,76 @@ class PrefixCacheTest {
         assertArrayEquals(new int[]{10}, c.acquire(b, kb));
         c.release(kb, 1);
         assertEquals(List.of(), c.insert(b, kb, new int[]{10, 20}, 1));
-        assertArrayEquals(new int[]{12, 20, 11}, c.evict(3), "last pages, least recently used first, then the parent that left");
+        assertArrayEquals(new int[]{12, 11, 20}, c.evict(3), "a last page, then its parent it left childless, then the next last page");
         assertArrayEquals(new int[]{10}, c.acquire(a, ka), "the shared first page is the last to go");
         c.release(ka, 1);
         assertEquals(1, c.evictable());
         assertArrayEquals(new int[]{10}, c.evict(5));
+        assertEquals(0, c.pages());
+        assertEquals(List.of(), c.insert(a, ka, new int[]{30, 31, 32, 33}, 0));
+        assertArrayEquals(new int[]{33, 32, 31, 30}, c.evict(9), "a whole chain, last page first");
+        assertEquals(0, c.evictable());
+    }
+
+    /**
+     * Random prompts over a few shared prefixes, held, finished and evicted in random order: a page held by a request is
+     * never evicted, no page is handed out twice, and every idle page can be evicted (evictable() is what evict frees).
+     */
+    @Test
+    void randomUseNeverEvictsAHeldPageAndEveryIdlePageCanGo() {
+        SplittableRandom r = new SplittableRandom(16);
+        PrefixCache c = new PrefixCache(2);
+        Deque<Integer> free = new ArrayDeque<>();
+        for (int p = 0; p < 400; p++) free.add(p);
+        record Held(int[] prompt, long[] keys, int[] pages, int hit) {
+        }
+        List<Held> held = new ArrayList<>();
+        Set<Integer> inCache = new HashSet<>();
+        for (int step = 0; step < 3000; step++) {
+            int op = r.nextInt(4);
+            if (op <= 1 && held.size() < 8) {
+                int[] prompt = new int[2 * (1 + r.nextInt(6))];
+                for (int i = 0; i < prompt.length; i++) prompt[i] = i < 4 ? r.nextInt(2) : r.nextInt(3);
+                long[] keys = c.keys(prompt, prompt.length / 2);
+                int[] hit = c.acquire(prompt, keys);
+                int[] pages = Arrays.copyOf(hit, keys.length);
+                if (free.size() < keys.length - hit.length) {
+                    for (int p : c.evict(keys.length - hit.length - free.size())) {
+                        assertTrue(inCache.remove(p), "evicted page " + p + " was the cache's");
+                        for (Held h : held) for (int i = 0; i < h.hit(); i++) assertTrue(h.pages()[i] != p, "held page " + p + " evicted");
+                        free.add(p);
+                    }
+                }
+                if (free.size() < keys.length - hit.length) {
+                    c.release(keys, hit.length);
+                    continue;
+                }
+                for (int i = hit.length; i < keys.length; i++) pages[i] = free.poll();
+                held.add(new Held(prompt, keys, pages, hit.length));
+            } else if (op == 2 && !held.isEmpty()) {
+                Held h = held.remove(r.nextInt(held.size()));
+                c.release(h.keys(), h.hit());
+                List<Integer> back = c.insert(h.prompt(), h.keys(), h.pages(), h.hit());
+                for (int i = h.hit(); i < h.pages().length; i++) {
+                    if (!back.contains(h.pages()[i])) assertTrue(inCache.add(h.pages()[i]), "page " + h.pages()[i] + " cached twice");
+                }
+                for (int p : back) {
+                    inCache.remove(p); // a replaced idle entry's page, or one of this request's not taken
+                    free.add(p);
+                }
+            } else if (op == 3) {
+                int n = r.nextInt(3);
+                for (int p : c.evict(n)) {
+                    assertTrue(inCache.remove(p));
+                    free.add(p);
+                }
+            }
+            assertEquals(inCache.size(), c.pages(), "step " + step);
+        }
+        for (Held h : held) c.release(h.keys(), h.hit());
+        int idle = c.evictable();
+        assertEquals(c.pages(), idle, "nothing held");
+        assertEquals(idle, c.evict(Integer.MAX_VALUE).length);
         assertEquals(0, c.pages());
     }
 
