@@ -319,6 +319,13 @@ public final class DecodeEngine extends SchedulerThread {
                 f.receivers.clear();
                 KvPool aux = pools[0][0];
                 int first = aux.firstToken(f.row);
+                String wrong = auxRowFault(aux, f, first);
+                if (wrong != null) { // a broken prefill (authenticated, so not a stranger) harms only this request
+                    release(f, false);
+                    f.req.sink().onError(FailureKind.INTEGRITY, wrong);
+                    moved = true;
+                    continue;
+                }
                 f.firstLogits = aux.firstLogits(f.row);
                 f.seq = Arrays.copyOf(f.req.prompt(), f.totalTokens);
                 running.add(f);
@@ -412,6 +419,20 @@ public final class DecodeEngine extends SchedulerThread {
                 new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes), f.logprobs);
         release(f, true);
         f.req.sink().onDone(g);
+    }
+
+    /**
+     * What is wrong with the aux row the prefill wrote for the request, or null: the first token must be in the vocabulary
+     * (the sampler, the rules and the logprobs index by it, on this thread, for every request of the batch). That the row
+     * names the request's room kvferry checks itself before Success (SGLang's bootstrap_room check: the room fails as
+     * integrity, "bootstrap_room mismatch").
+     */
+    private String auxRowFault(KvPool aux, Flight f, int first) {
+        int vocab = spec.weights().config.vocabSize();
+        if (first < 0 || first >= vocab) {
+            return "room " + f.req.room() + ": the prefill's first token " + first + " is outside the vocabulary [0, " + vocab + ")";
+        }
+        return null;
     }
 
     private void fail(Flight f) {

@@ -82,6 +82,13 @@ public final class PrefillEngine extends SchedulerThread {
     private final PageAllocator alloc;
     /** The prefill's prefix cache; null when off (the flag, or a variant with per-request state). Scheduler thread only. */
     private final PrefixCache prefixCache;
+    /** Tests only: rewrites the aux row a request's last chunk carries, as a broken prefill would write it. */
+    interface AuxRowTamper {
+        void rewrite(KvPool pool, int row, long room);
+    }
+
+    /** Null in service; the decode's checks of the aux row are tested through it ({@code DecodeAuxRowTest}). */
+    volatile AuxRowTamper auxRowTamper;
     /** Aborts that came before their room's request (scheduler thread only). */
     private final RecentAborts recentAborts = new RecentAborts();
     private final List<Flight> bootstrap = new ArrayList<>(), forward = new ArrayList<>(), inflight = new ArrayList<>();
@@ -410,6 +417,8 @@ public final class PrefillEngine extends SchedulerThread {
             float lp = Sampling.logprob(logits, token);
             // The aux row is the same on every shard: whichever rank's copy the decode gets, it is right.
             for (KvPool[] s : pools) for (KvPool p : s) p.writeFirstToken(f.row, token, lp, prompt.length, logits, f.req.room());
+            AuxRowTamper tamper = auxRowTamper;
+            if (tamper != null) for (KvPool[] s : pools) for (KvPool p : s) tamper.rewrite(p, f.row, f.req.room());
         }
         f.computeNanos += System.nanoTime() - t0;
         // Pages whose tokens are all computed (the last chunk: every remaining page, the partial one too).
