@@ -48,6 +48,8 @@ final class OpenAiRoutes {
         if (maxTokens == 0 && !echo) {
             throw new Http.BadRequest("max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true; without it send at least 1");
         }
+        // A prompt-only request has no samples to choose between: best_of's would be the same prefill run again and again.
+        if (maxTokens == 0) bestOf = n;
         List<Prompt> prompts = resolver.resolve(parsed, "prompt");
         // best_of > n: every sample's decode reports its tokens' log probabilities, which choose the n shown (BestOf); the
         // answer shows them only where the request asked.

@@ -130,6 +130,18 @@ class BestOfTest {
         assertEquals(completion, a.path("usage").path("completion_tokens").intValue(), a.toString());
     }
 
+    /** max_tokens 0 (the prompt alone): nothing to choose between, so the prompt runs once per choice shown, not best_of times. */
+    @Test
+    @Timeout(60)
+    void aPromptOnlyRequestRunsItsPromptOncePerChoice() throws Exception {
+        JsonNode once = ok("{\"prompt\":\"Once upon a time\",\"max_tokens\":0,\"echo\":true,\"logprobs\":0}");
+        JsonNode a = ok("{\"prompt\":\"Once upon a time\",\"max_tokens\":0,\"echo\":true,\"logprobs\":0,\"best_of\":3,\"seed\":1}");
+        assertEquals(1, a.path("choices").size(), a.toString());
+        assertEquals(once.path("usage").path("prompt_tokens").intValue(), a.path("usage").path("prompt_tokens").intValue(),
+                "the prompt ran best_of times: " + a.path("usage"));
+        assertEquals(once.path("choices").get(0).path("logprobs"), a.path("choices").get(0).path("logprobs"), a.toString());
+    }
+
     @Test
     @Timeout(60)
     void badBestOfIsA400NamingIt() throws Exception {
