@@ -100,23 +100,32 @@ public final class RoomMemoryProbe {
     }
 
     /** Rounds of GC a measurement may take waiting for native memory to settle. */
-    static final int MAX_GC_ROUNDS = 20;
+    static final int MAX_GC_ROUNDS = 24;
+    /** Readings in a row that must agree: the settled native figure held for the last two waits. */
+    static final int AGREEING_READINGS = 3;
 
     /**
      * {heap bytes in use after GC, native bytes, 1 if native is from NMT}. Native memory behind
      * unreachable buffers and automatic arenas is freed by the JDK's cleaner thread after a GC, not by
-     * the GC: the reading is taken once two rounds in a row agree (at most {@link #MAX_GC_ROUNDS}),
-     * so the baseline does not count memory that is about to go.
+     * the GC: the reading is taken once {@link #AGREEING_READINGS} rounds in a row agree, each round
+     * waiting longer for the cleaner (10 ms doubling to 160 ms), so the baseline does not count memory
+     * that is about to go. Two rounds 10 ms apart were once not enough: on a 2-core machine loaded by
+     * other builds the cleaner did not run within them, the baseline counted ~50 MB that went a moment
+     * later, and the parked rooms measured -101 KB each (BenchCommandTest).
      */
     private static long[] measure() {
         long[] prev = null;
+        int agreeing = 0;
+        long waitNanos = 10_000_000L;
         for (int round = 0; round < MAX_GC_ROUNDS; round++) {
             System.gc();
-            LockSupport.parkNanos(10_000_000L); // give the cleaner thread a turn
+            LockSupport.parkNanos(waitNanos); // give the cleaner thread a turn
+            waitNanos = Math.min(waitNanos * 2, 160_000_000L);
             long heap = ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed();
             long[] nat = LeakCheck.nativeBytes();
             long[] now = {heap, nat[0], nat[1]};
-            if (prev != null && prev[1] == now[1]) return now;
+            agreeing = prev != null && prev[1] == now[1] ? agreeing + 1 : 1;
+            if (agreeing >= AGREEING_READINGS) return now;
             prev = now;
         }
         return prev;
