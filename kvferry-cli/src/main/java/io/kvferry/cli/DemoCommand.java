@@ -70,9 +70,17 @@ public final class DemoCommand implements Callable<Integer> {
             + "colocated engine in this process (the baseline of the same run). Default: ${DEFAULT-VALUE} (skip).")
     int load;
 
+    @Option(names = "--shared-prefix-tokens", defaultValue = "0", description = "With --load: every load request's prompt starts "
+            + "with one common prefix of about this many tokens (a fixed children's story, cut at the last whole word that keeps it "
+            + "within the count, BOS included), then its own varied opening; the prefix is sent alone once first (a system prompt "
+            + "already served), so the prefill's prefix cache can hold its pages. Default: ${DEFAULT-VALUE} (no shared prefix).")
+    int sharedPrefixTokens;
+
     @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, "
             + "tokens_per_s, model, transport, model_variant, per_request (tokens, bytes, kv_pages, cached_tokens: the prompt tokens "
-            + "the prefill took from its prefix cache, matches_colocated each), and load with --load.")
+            + "the prefill took from its prefix cache, matches_colocated each), and load with --load (requests, succeeded, "
+            + "matches_colocated, tokens_per_s, colocated_one_by_one_tokens_per_s, ttft_ms, prompt_tokens, cached_tokens, kv_bytes, "
+            + "shared_prefix_tokens).")
     boolean json;
 
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -88,6 +96,10 @@ public final class DemoCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--load " + load + " is more than " + MAX_LOAD + " requests");
         }
         engine.check();
+        if (sharedPrefixTokens < 0) throw new IllegalArgumentException("--shared-prefix-tokens " + sharedPrefixTokens + " is negative");
+        if (sharedPrefixTokens > 0 && load == 0) {
+            throw new IllegalArgumentException("--shared-prefix-tokens shapes --load's requests; give --load N too");
+        }
         if (maxTokens < 1) throw new IllegalArgumentException("--max-tokens must be >= 1, got " + maxTokens);
         if (processes && "inproc".equals(engine.transport)) {
             // Each engine in its own JVM: inproc links fell back to tcp while the banner said inproc.
@@ -95,6 +107,7 @@ public final class DemoCommand implements Callable<Integer> {
         }
         PrintStream out = System.out;
         ModelFiles.Loaded model = engine.load();
+        List<String> loadPrompts = loadPrompts(model); // before anything starts: a prefix past the context is the user's error
         engine.requireParallelism(model, "--prefill-tp", prefillTp, "--prefill-pp", prefillPp);
         engine.requireParallelism(model, "--decode-tp", decodeTp, null, 1);
         out.println("[demo] model: " + model.description());
@@ -123,7 +136,7 @@ public final class DemoCommand implements Callable<Integer> {
             routerUrl = "http://" + Roles.hostPort(Roles.isWildcard(engine.host) ? Roles.loopback(engine.host) : engine.host, cluster.port());
             out.println("[demo] router " + routerUrl + ": " + engine.variant.label() + ", prefill tp" + prefillTp + " pp" + prefillPp
                     + " -> decode tp" + decodeTp + " over " + engine.transport + (processes ? ", separate processes" : ", one process"));
-            return run(out, model, routerUrl, ps);
+            return run(out, model, routerUrl, ps, loadPrompts);
         } finally {
             if (cluster != null) cluster.close();
             for (Process c : children.reversed()) { // decode first: a prefill gone first makes the decode revoke its links
@@ -133,7 +146,8 @@ public final class DemoCommand implements Callable<Integer> {
         }
     }
 
-    private int run(PrintStream out, ModelFiles.Loaded model, String routerUrl, List<String> ps) throws Exception {
+    private int run(PrintStream out, ModelFiles.Loaded model, String routerUrl, List<String> ps, List<String> loadPrompts)
+            throws Exception {
         HttpClient http = HttpClient.newHttpClient();
         List<Double> ttft = new ArrayList<>(), transfer = new ArrayList<>();
         int succeeded = 0, matched = 0;
@@ -213,7 +227,7 @@ public final class DemoCommand implements Callable<Integer> {
         double tps = seconds > 0 ? tokens / seconds : 0;
         out.printf("%n[demo] %d/%d requests succeeded, %d tokens, %d/%d match the colocated run, %.0f tokens/s (one stream at a time)%n",
                 succeeded, ps.size(), tokens, matched, succeeded, tps);
-        ObjectNode loadResult = load > 0 ? load(out, model, routerUrl, http) : null;
+        ObjectNode loadResult = load > 0 ? load(out, model, routerUrl, http, loadPrompts) : null;
         if (json) {
             ObjectNode o = JSON.createObjectNode();
             if (loadResult != null) o.set("load", loadResult);
@@ -230,7 +244,8 @@ public final class DemoCommand implements Callable<Integer> {
             o.set("per_request", perRequest);
             out.println(JSON.writeValueAsString(o));
         }
-        return succeeded == ps.size() && matched == succeeded ? 0 : 1;
+        boolean loadOk = loadResult == null || loadResult.path("matches_colocated").asInt() == loadResult.path("succeeded").asInt();
+        return succeeded == ps.size() && matched == succeeded && loadOk ? 0 : 1;
     }
 
     /** The message of an OpenAI-shaped error body, else the body itself. */
@@ -243,10 +258,81 @@ public final class DemoCommand implements Callable<Integer> {
         }
     }
 
-    /** N concurrent requests through the router vs the same N one by one on a colocated engine. */
-    private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http) throws Exception {
+    /**
+     * The text of --shared-prefix-tokens: a children's story in the style of TinyStories (the model's training set, so the
+     * 512-token vocabulary has its words and the model writes on from it), repeated as often as the count needs.
+     */
+    static final String SHARED_STORY = "Once upon a time, in a small town near a big green forest, there lived a kind old woman named "
+            + "Sue. She had a little garden with red flowers and a tall apple tree. Every morning she gave water to the flowers and "
+            + "sang a happy song. One day, a little boy named Tim came to her gate. He was sad because he had lost his blue ball. "
+            + "Sue smiled and said, \"Do not be sad, Tim. We can look for it together.\" They looked under the tree and behind the "
+            + "flowers. They looked near the pond where the ducks swim. Then Tim saw something blue in the grass. It was his ball! "
+            + "He was so happy that he jumped up and down. \"Thank you, Sue!\" he said. Sue gave him a big red apple from her tree. "
+            + "Tim ate the apple and it was very sweet. After that, Tim came to the garden every day. He helped Sue water the "
+            + "flowers and pick the apples. They became best friends. One sunny day, a little bird fell from its nest. It could not "
+            + "fly yet, and it was scared. Tim and Sue found the bird near the fence. Tim wanted to help. He put the bird in a soft "
+            + "box with some leaves. Sue gave it some water and a little bread. The next day, the bird was strong again. Its mom "
+            + "came to the tree and sang to it. The little bird flapped its wings and flew up to the nest. Tim clapped his hands "
+            + "and laughed. Sue said, \"When we are kind, good things happen.\" Tim learned that helping others makes everyone "
+            + "happy. From that day on, the bird sang for them every morning, and the garden was full of joy. ";
+
+    /**
+     * The shared prefix of about {@code tokens} tokens (BOS included): the most whole words of {@link #SHARED_STORY}, repeated,
+     * whose encoding stays within the count (a binary search over the word count; encodings grow with the words).
+     */
+    static String sharedPrefix(ModelFiles.Loaded model, int tokens) {
+        String[] words = SHARED_STORY.strip().split(" ");
+        int lo = 1, hi = Math.max(1, tokens); // every word is at least one token, BOS one more
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >>> 1;
+            if (model.tokenizer().encode(words(words, mid), true, false).length <= tokens) lo = mid;
+            else hi = mid - 1;
+        }
+        return words(words, lo);
+    }
+
+    private static String words(String[] words, int n) {
+        StringBuilder b = new StringBuilder();
+        for (int i = 0; i < n; i++) b.append(i == 0 ? "" : " ").append(words[i % words.length]);
+        return b.toString();
+    }
+
+    /** --load's prompts: the five openings with a number each, after the shared prefix if one is asked for. */
+    private List<String> loadPrompts(ModelFiles.Loaded model) {
+        String prefix = sharedPrefixTokens > 0 ? sharedPrefix(model, sharedPrefixTokens) + " " : "";
+        int seqLen = model.weights().config.seqLen();
         List<String> ps = new ArrayList<>();
-        for (int i = 0; i < load; i++) ps.add(PROMPTS.get(i % PROMPTS.size()) + " " + (i / PROMPTS.size()));
+        for (int i = 0; i < load; i++) {
+            String p = prefix + PROMPTS.get(i % PROMPTS.size()) + " " + (i / PROMPTS.size());
+            int n = model.tokenizer().encode(p, true, false).length;
+            if (n >= seqLen) {
+                throw new IllegalArgumentException("--shared-prefix-tokens " + sharedPrefixTokens + ": load request " + i + "'s prompt has "
+                        + n + " tokens; the model's context is " + seqLen + " and must leave room for one output token");
+            }
+            ps.add(p);
+        }
+        return ps;
+    }
+
+    /**
+     * N concurrent requests through the router vs the same N one by one on a colocated engine; each answer's tokens are checked
+     * against the colocated run's. With a shared prefix, the prefix alone goes first (not counted): its pages are then in
+     * the prefill's prefix cache (and the decode's), as a system prompt's are in a server that has run a while.
+     */
+    private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http, List<String> ps)
+            throws Exception {
+        String prefix = sharedPrefixTokens > 0 ? sharedPrefix(model, sharedPrefixTokens) : null;
+        int prefixTokens = prefix == null ? 0 : model.tokenizer().encode(prefix, true, false).length;
+        if (prefix != null) {
+            ObjectNode body = JSON.createObjectNode().put("prompt", prefix).put("max_tokens", 1).put("temperature", 0);
+            HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create(routerUrl + "/v1/completions"))
+                    .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+            if (r.statusCode() != 200) {
+                throw new IllegalArgumentException("the engines refused the shared prefix alone (HTTP " + r.statusCode() + "): "
+                        + errorMessage(r.body()));
+            }
+            out.printf("[demo] load: a shared prefix of %d tokens (%d characters), sent alone first%n", prefixTokens, prefix.length());
+        }
         ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
         List<Future<JsonNode>> fs = new ArrayList<>();
         long t0 = System.nanoTime();
@@ -258,32 +344,55 @@ public final class DemoCommand implements Callable<Integer> {
                 return r.statusCode() == 200 ? JSON.readTree(r.body()) : null;
             }));
         }
-        long tokens = 0;
+        long tokens = 0, promptTokens = 0, cachedTokens = 0, bytes = 0;
         int ok = 0;
         List<Double> ttft = new ArrayList<>();
+        List<int[]> answers = new ArrayList<>();
         for (var f : fs) {
             JsonNode j = f.get(600, TimeUnit.SECONDS);
-            if (j == null) continue;
+            if (j == null) {
+                answers.add(null);
+                continue;
+            }
             ok++;
-            tokens += j.path("kvferry").path("token_ids").size();
-            ttft.add(j.path("kvferry").path("ttft_ms").asDouble());
+            JsonNode k = j.path("kvferry"), ids = k.path("token_ids");
+            int[] a = new int[ids.size()];
+            for (int i = 0; i < a.length; i++) a[i] = ids.get(i).intValue();
+            answers.add(a);
+            tokens += a.length;
+            ttft.add(k.path("ttft_ms").asDouble());
+            bytes += k.path("bytes").asLong();
+            promptTokens += j.path("usage").path("prompt_tokens").asLong();
+            cachedTokens += j.path("usage").path("prompt_tokens_details").path("cached_tokens").asLong();
         }
         double secs = (System.nanoTime() - t0) / 1e9;
         exec.shutdown();
         long c0 = System.nanoTime(), ctokens = 0;
+        int matched = 0;
         try (ColocatedEngine colocated = colocated(model)) {
-            for (String p : ps) ctokens += colocated.generate(model.tokenizer().encode(p, true, false), maxTokens, Sampling.GREEDY).tokens().length;
+            for (int i = 0; i < ps.size(); i++) {
+                int[] ref = colocated.generate(model.tokenizer().encode(ps.get(i), true, false), maxTokens, Sampling.GREEDY).tokens();
+                ctokens += ref.length;
+                if (answers.get(i) != null && Arrays.equals(answers.get(i), ref)) matched++;
+            }
         }
         double csecs = (System.nanoTime() - c0) / 1e9;
         ObjectNode o = JSON.createObjectNode();
         o.put("requests", load);
         o.put("succeeded", ok);
+        o.put("matches_colocated", matched);
         o.put("tokens_per_s", tokens / secs);
         o.put("colocated_one_by_one_tokens_per_s", ctokens / csecs);
         o.set("ttft_ms", percentiles(ttft));
-        out.printf("[demo] load: %d/%d concurrent requests succeeded, %.0f tokens/s through the router (TTFT p50 %.1f ms, p99 %.1f ms); "
-                        + "the same requests one by one on a colocated engine: %.0f tokens/s%n", ok, load, tokens / secs,
-                o.path("ttft_ms").path("p50").asDouble(), o.path("ttft_ms").path("p99").asDouble(), ctokens / csecs);
+        o.put("prompt_tokens", promptTokens);
+        o.put("cached_tokens", cachedTokens);
+        o.put("kv_bytes", bytes);
+        o.put("shared_prefix_tokens", prefixTokens);
+        out.printf("[demo] load: %d/%d concurrent requests succeeded, %d/%d match the colocated run, %.0f tokens/s through the router "
+                        + "(TTFT p50 %.1f ms, p99 %.1f ms); %d of %d prompt tokens from the prefill's cache, %d B of KV moved; the same "
+                        + "requests one by one on a colocated engine: %.0f tokens/s%n", ok, load, matched, ok, tokens / secs,
+                o.path("ttft_ms").path("p50").asDouble(), o.path("ttft_ms").path("p99").asDouble(), cachedTokens, promptTokens, bytes,
+                ctokens / csecs);
         return o;
     }
 

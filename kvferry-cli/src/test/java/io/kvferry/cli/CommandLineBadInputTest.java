@@ -334,6 +334,18 @@ class CommandLineBadInputTest {
     }
 
     /**
+     * demo's --shared-prefix-tokens shapes --load's prompts: without --load, negative, or so long that a prompt leaves the
+     * context no room, it is refused before anything starts, naming the flag.
+     */
+    @Test
+    void aDemoSharedPrefixWithoutALoadOrPastTheContextIsRefused() {
+        assertOneLine(CliRun.of("demo", "--shared-prefix-tokens", "8"), "kvferry demo: --shared-prefix-tokens shapes --load's requests");
+        assertOneLine(CliRun.of("demo", "--load", "1", "--shared-prefix-tokens", "-1"), "kvferry demo: --shared-prefix-tokens -1 is negative");
+        assertOneLine(CliRun.of("demo", "--load", "2", "--shared-prefix-tokens", "600"), "kvferry demo: --shared-prefix-tokens 600: load request 0's prompt has",
+                "the model's context is 512");
+    }
+
+    /**
      * serve and demo took --transport fake, which moves no KV (the demo reported the bytes moved and the tokens differed),
      * and refused sizes, transports and hosts without naming the flag ("pages must be >= 1, got 0", "cannot bind the
      * bootstrap registry to nope.invalid:0"); a demo's --max-tokens 0 was sent to the engines first.

@@ -106,6 +106,37 @@ class ServeCommandTest {
         assertTrue(j.path("matches_colocated").asBoolean(), r.out());
     }
 
+    /**
+     * demo --load with --shared-prefix-tokens: every load prompt starts with the same story of about 40 tokens, sent alone
+     * first; with the prefill's cache on, each load request takes the prefix's whole pages from it (the load's
+     * cached_tokens, summed from the answers' usage), with --prefill-cache off none; every answer equals the colocated run's.
+     */
+    @ParameterizedTest(name = "--prefill-cache {0}")
+    @ValueSource(strings = {"on", "off"})
+    @Timeout(60)
+    void demoLoadWithASharedPrefixTakesItFromThePrefillsCache(String cache) throws Exception {
+        int load = 4, page = 4;
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--prefill-cache", cache, "--page-size", Integer.toString(page),
+                "--max-tokens", "2", "--prompt", "Once upon a time", "--load", Integer.toString(load), "--shared-prefix-tokens", "40",
+                "--json");
+        assertEquals(0, r.code(), r.out());
+        JsonNode l = BenchCommandTest.lastJson(r.out()).path("load");
+        assertEquals(load, l.path("succeeded").asInt(), r.out());
+        assertEquals(load, l.path("matches_colocated").asInt(), r.out());
+        int prefix = l.path("shared_prefix_tokens").asInt();
+        assertTrue(prefix > 30 && prefix <= 40, "about 40 tokens, never more: " + r.out());
+        long prompt = l.path("prompt_tokens").asLong(), cached = l.path("cached_tokens").asLong(-1);
+        assertTrue(prompt > (long) load * prefix, "each prompt is the prefix and its own opening: " + r.out());
+        if (cache.equals("on")) {
+            // The prefix's whole pages, less at most the one where the prefix's last word may encode otherwise before the opening.
+            int pages = prefix / page;
+            assertTrue(cached >= (long) load * (pages - 1) * page && cached <= (long) load * pages * page && cached % page == 0,
+                    "whole pages of the shared prefix come from the cache: " + r.out());
+        } else {
+            assertEquals(0, cached, r.out());
+        }
+    }
+
     /** demo --help's --json named 7 of the JSON line's keys (no model, transport, model_variant, per_request). */
     @Test
     @Timeout(60)
