@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 
 /**
  * An engine's prefix cache (the decode's, and the prefill's: see PrefillEngine): full KV pages of earlier prompts, keyed by the hash chain of their
@@ -17,6 +18,12 @@ import java.util.Map;
  * on the decode it asks the prefill only for the rest ({@code decode_prefix_len}); on the prefill it
  * computes only the rest. Entries are reference counted
  * by the requests using them; unreferenced ones are evicted least recently used when pages run out.
+ * <p>A request's {@code cache_salt} (vLLM's) splits the cache between tenants: the salt is mixed into the chain hash
+ * before page 0's tokens, so every key of a salted prompt differs from the unsalted and other salts' keys, and the
+ * chain's first entry keeps its salt, which a hit must equal (a key alone is not a proof: a 64-bit collision across salts
+ * must not hand one tenant another's pages, nor tell it by {@code cached_tokens} or timing that a prefix was sent). The
+ * pages after the first are found through their parent's identity, so they inherit its salt. Null: the shared, unsalted
+ * cache.
  * Owned by its engine's scheduler thread.
  */
 public final class PrefixCache {
@@ -27,17 +34,20 @@ public final class PrefixCache {
         final int[] tokens;
         /** The entry of the page before (null for page 0): identity, so a replaced parent orphans it. */
         final Entry parent;
+        /** The cache salt of the chain (null: unsalted); a hit on page 0 must carry the same, and later pages inherit it through {@link #parent}. */
+        final String salt;
         int refs;
         /** Entries whose parent this is, cached now: one with any is evicted after them (its pages are their prefix). */
         int children;
         /** Evicted while {@link #evict} climbed its chain (it leaves {@code idle} when that pass ends). */
         boolean evicted;
 
-        Entry(long key, int page, int[] tokens, Entry parent) {
+        Entry(long key, int page, int[] tokens, Entry parent, String salt) {
             this.key = key;
             this.page = page;
             this.tokens = tokens;
             this.parent = parent;
+            this.salt = salt;
             if (parent != null) parent.children++;
         }
     }
@@ -68,10 +78,30 @@ public final class PrefixCache {
         return byKey.size();
     }
 
-    /** Keys of the full pages of {@code tokens}[0, n·pageSize), one per page, chained. */
+    /** The most characters of a {@code cache_salt} (vLLM sets none; a 256-bit secret is 43 base64 characters). */
+    public static final int MAX_SALT_CHARS = 256;
+
+    /** Keys of the full pages of {@code tokens}[0, n·pageSize), one per page, chained (unsalted). */
     public long[] keys(int[] tokens, int fullPages) {
+        return keys(tokens, fullPages, null);
+    }
+
+    /**
+     * Keys of the full pages of {@code tokens}[0, n·pageSize), one per page, chained, the salt (null: none) mixed in
+     * before page 0's tokens, so it changes every key after it (vLLM mixes it into the first block's hash).
+     */
+    public long[] keys(int[] tokens, int fullPages, String salt) {
         long[] out = new long[fullPages];
         long h = 0xcbf29ce484222325L;
+        if (salt != null) {
+            h ^= 0x5a17L << 32 | salt.length(); // a tag no unsalted chain starts with, and the length: no salt is another's prefix
+            h *= 0x100000001b3L;
+            for (int i = 0; i < salt.length(); i++) {
+                h ^= salt.charAt(i);
+                h *= 0x100000001b3L;
+                h ^= h >>> 29;
+            }
+        }
         for (int p = 0; p < fullPages; p++) {
             for (int t = p * pageSize; t < (p + 1) * pageSize; t++) {
                 h ^= tokens[t];
@@ -88,10 +118,18 @@ public final class PrefixCache {
      * referenced for the caller.
      */
     public int[] acquire(int[] tokens, long[] keys) {
+        return acquire(tokens, keys, null);
+    }
+
+    /**
+     * The cached pages of the longest cached prefix of {@code tokens} cached under the same salt (null: unsalted), whose
+     * page keys are {@code keys} ({@link #keys(int[], int, String)} with that salt), referenced for the caller.
+     */
+    public int[] acquire(int[] tokens, long[] keys, String salt) {
         List<Integer> pages = new ArrayList<>();
         Entry parent = null;
         for (int p = 0; p < keys.length; p++) {
-            Entry e = matching(tokens, keys, p, parent);
+            Entry e = matching(tokens, keys, p, parent, salt);
             if (e == null) break;
             if (e.refs++ == 0) idle.remove(e.key);
             pages.add(e.page);
@@ -116,11 +154,16 @@ public final class PrefixCache {
      * are returned for the caller to free.
      */
     public List<Integer> insert(int[] tokens, long[] keys, int[] pages, int from) {
+        return insert(tokens, keys, pages, from, null);
+    }
+
+    /** {@link #insert(int[], long[], int[], int)} for a prompt with a cache salt (null: unsalted): its entries keep it. */
+    public List<Integer> insert(int[] tokens, long[] keys, int[] pages, int from, String salt) {
         List<Integer> freed = new ArrayList<>();
         Entry parent = null;
         int i = 0;
         for (; i < keys.length; i++) {
-            Entry same = matching(tokens, keys, i, parent);
+            Entry same = matching(tokens, keys, i, parent, salt);
             if (same != null) { // cached already (this request's hit, or another request's meanwhile)
                 if (i >= from) freed.add(pages[i]);
                 parent = same;
@@ -136,7 +179,7 @@ public final class PrefixCache {
                 drop(other);
                 freed.add(other.page);
             }
-            Entry e = new Entry(keys[i], pages[i], Arrays.copyOfRange(tokens, i * pageSize, (i + 1) * pageSize), parent);
+            Entry e = new Entry(keys[i], pages[i], Arrays.copyOfRange(tokens, i * pageSize, (i + 1) * pageSize), parent, salt);
             byKey.put(e.key, e);
             idle.put(e.key, e);
             parent = e;
@@ -152,10 +195,13 @@ public final class PrefixCache {
         return false;
     }
 
-    /** The entry under page {@code p}'s key when it holds exactly that page's tokens after {@code parent}; else null. */
-    private Entry matching(int[] tokens, long[] keys, int p, Entry parent) {
+    /**
+     * The entry under page {@code p}'s key when it holds exactly that page's tokens after {@code parent}, under the same
+     * salt; else null.
+     */
+    private Entry matching(int[] tokens, long[] keys, int p, Entry parent, String salt) {
         Entry e = byKey.get(keys[p]);
-        if (e == null || e.parent != parent) return null;
+        if (e == null || e.parent != parent || !Objects.equals(e.salt, salt)) return null;
         return Arrays.equals(e.tokens, 0, pageSize, tokens, p * pageSize, (p + 1) * pageSize) ? e : null;
     }
 

@@ -208,4 +208,51 @@ class PrefixCacheTest {
         assertEquals(List.of(11), c.insert(a, ka, new int[]{10, 11}, 0), "page 1 would replace page 0, its own parent");
         assertArrayEquals(new int[]{10}, c.acquire(a, ka));
     }
+    /** A cache_salt splits the cache: the same tokens hit only under the same salt, and unsalted prompts share only with each other. */
+    @Test
+    void theSameTokensHitOnlyUnderTheSameSalt() {
+        PrefixCache c = new PrefixCache(2);
+        int[] a = {1, 2, 3, 4, 5};
+        long[] ka = c.keys(a, 2, "tenant-a"), kb = c.keys(a, 2, "tenant-b"), none = c.keys(a, 2);
+        for (int p = 0; p < 2; p++) {
+            assertNotEquals(ka[p], kb[p], "the salt changes every key of the chain");
+            assertNotEquals(ka[p], none[p]);
+        }
+        assertArrayEquals(none, c.keys(a, 2, null), "no salt: the unsalted keys, as before");
+        assertNotEquals(c.keys(a, 1, "ab")[0], c.keys(a, 1, "a")[0]);
+        assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11}, 0, "tenant-a"));
+        assertEquals(0, c.acquire(a, kb, "tenant-b").length, "another salt: no hit");
+        assertEquals(0, c.acquire(a, none).length, "unsalted: no hit on a salted prompt");
+        assertEquals(0, c.acquire(a, none, null).length);
+        assertArrayEquals(new int[]{10, 11}, c.acquire(a, ka, "tenant-a"), "the same salt: a hit");
+        c.release(ka, 2);
+        // Unsalted prompts share the unsalted cache, and a salted request does not see it.
+        assertEquals(List.of(), c.insert(a, none, new int[]{20, 21}, 0));
+        assertArrayEquals(new int[]{20, 21}, c.acquire(a, none));
+        c.release(none, 2);
+        assertEquals(0, c.acquire(a, kb, "tenant-b").length);
+        assertEquals(4, c.pages());
+    }
+
+    /**
+     * Page p of every prompt has key p whatever the salt (a forced 64-bit collision): the salt kept in the entries still
+     * tells the tenants apart, so one never gets another's pages (nor learns from cached tokens that it sent the prefix).
+     */
+    @Test
+    void aKeyCollisionAcrossSaltsIsNoHit() {
+        PrefixCache c = new PrefixCache(2, (page, chainHash) -> page);
+        int[] a = {1, 2, 3, 4};
+        long[] ka = c.keys(a, 2, "tenant-a"), kb = c.keys(a, 2, "tenant-b"), none = c.keys(a, 2);
+        assertArrayEquals(ka, kb, "the keys collide");
+        assertArrayEquals(ka, none);
+        assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11}, 0, "tenant-a"));
+        assertEquals(0, c.acquire(a, kb, "tenant-b").length, "the same tokens and keys under another salt: no hit");
+        assertEquals(0, c.acquire(a, none).length, "nor unsalted");
+        assertArrayEquals(new int[]{10, 11}, c.acquire(a, ka, "tenant-a"));
+        c.release(ka, 2);
+        // Tenant b's own pages replace a's idle ones under the colliding keys; a then misses, b hits.
+        assertEquals(List.of(10, 11), c.insert(a, kb, new int[]{20, 21}, 0, "tenant-b"));
+        assertArrayEquals(new int[]{20, 21}, c.acquire(a, kb, "tenant-b"));
+        assertEquals(0, c.acquire(a, ka, "tenant-a").length);
+    }
 }
