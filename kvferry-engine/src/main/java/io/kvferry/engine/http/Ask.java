@@ -13,9 +13,11 @@ import java.util.OptionalLong;
  * first prompt position whose input token log probabilities it asks for (SGLang's {@code logprob_start_len}, -1: none),
  * each with {@code max(topLogprobs, 0)} top ones. {@code maxTokens} 0: the prompt alone, on the prefill only.
  * {@code rules}: its penalties, logit bias, min-p and end rules ({@link RequestParams#rules}), which the engines apply.
+ * {@code cacheSalt}: vLLM's {@code cache_salt} (null: none), sent to both engines: the request shares prefix cache pages only
+ * with requests of the same salt.
  */
 record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK, OptionalLong seed, StopSequences stop, int topLogprobs,
-           int logprobStart, SamplingRules rules) {
+           int logprobStart, SamplingRules rules, String cacheSalt) {
     Ask {
         Objects.requireNonNull(rules, "rules");
         if (topLogprobs < -1 || topLogprobs > LogprobsShape.MAX_TOP) {
@@ -36,6 +38,6 @@ record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK
     /** The ask of sample {@code sample} of {@code prompt}: the seed, if any, plus the sample's number ({@link OpenAiRoutes#choices}). */
     Ask sample(Prompt prompt, int sample) {
         OptionalLong s = seed.isPresent() ? OptionalLong.of(seed.getAsLong() + sample) : seed;
-        return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart, rules);
+        return new Ask(prompt, maxTokens, temperature, topP, topK, s, stop, topLogprobs, logprobStart, rules, cacheSalt);
     }
 }

@@ -91,6 +91,7 @@ public final class DecodeServer implements AutoCloseable {
         }
         int topLogprobs = Http.booleanField(req, "return_logprob", false)
                 ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : -1;
+        String salt = EngineInput.cacheSalt(req);
         BlockingQueue<Event> events = new LinkedBlockingQueue<>();
         engine.submit(new DecodeEngine.Request(room, addr, ids, max, sampling, new DecodeEngine.TokenSink() {
             @Override
@@ -117,7 +118,7 @@ public final class DecodeServer implements AutoCloseable {
             public void onRefused(String message) {
                 events.add(new Event(-1, null, null, message, null, true));
             }
-        }, topLogprobs));
+        }, topLogprobs, salt));
         OutputStream out = null;
         List<Event> batch = new ArrayList<>();
         try {

@@ -1,7 +1,10 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.engine.kv.PrefixCache;
 import io.kvferry.engine.model.LlamaConfig;
+
+import java.util.Locale;
 
 /**
  * What an engine's {@code /generate} reads of the prompt, checked before the request reaches its engine: whoever holds the
@@ -31,5 +34,24 @@ final class EngineInput {
             ids[i] = e.intValue();
         }
         return ids;
+    }
+
+    /**
+     * The request's {@code cache_salt} (vLLM's), null when absent or null: a non-empty string of at most
+     * {@link PrefixCache#MAX_SALT_CHARS} characters, else a 400 naming {@code cache_salt}. The router checks a client's
+     * with this too, and the engines check what they are sent.
+     */
+    static String cacheSalt(JsonNode req) {
+        JsonNode v = req.get("cache_salt");
+        if (v == null || v.isNull()) return null;
+        if (!v.isTextual() || v.textValue().isEmpty()) {
+            throw new Http.BadRequest("cache_salt", "cache_salt must be a non-empty string if given, got "
+                    + (v.isTextual() ? "\"\"" : v.getNodeType().toString().toLowerCase(Locale.ROOT)));
+        }
+        if (v.textValue().length() > PrefixCache.MAX_SALT_CHARS) {
+            throw new Http.BadRequest("cache_salt", "cache_salt has " + v.textValue().length() + " characters; at most "
+                    + PrefixCache.MAX_SALT_CHARS + " are allowed");
+        }
+        return v.textValue();
     }
 }

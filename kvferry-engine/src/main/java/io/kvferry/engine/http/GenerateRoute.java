@@ -53,7 +53,7 @@ final class GenerateRoute {
         int maxNew = Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE);
         Ask ask = new Ask(prompt, maxNew, Http.floatField(sp, "temperature", 1.0f),
                 Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart,
-                RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize()));
+                RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize()), EngineInput.cacheSalt(req));
         boolean stream = Http.booleanField(req, "stream", false);
         if (parsed.batch()) {
             if (stream) throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")

@@ -145,6 +145,7 @@ final class PdCall {
         long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
         record.room = room;
         ObjectNode body = generateBody(room, ids, ask.sampling(room));
+        if (ask.cacheSalt() != null) body.put("cache_salt", ask.cacheSalt()); // both engines' prefix caches
         ObjectNode decodeBody = body.deepCopy();
         if (ask.logprobStart() >= 0) { // SGLang's names: the prefill computes the prompt's, for this request only
             body.put("return_logprob", true);

@@ -71,8 +71,9 @@ public final class PrefillServer implements AutoCloseable {
         int start = logprobs ? Http.intField(req, "logprob_start_len", -1, -1, ids.length - 1) : -1;
         int top = logprobs ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : 0;
         boolean prefillOnly = Http.booleanField(req, "prefill_only", false);
+        String salt = EngineInput.cacheSalt(req);
         try {
-            PrefillEngine.Result r = engine.submit(new PrefillEngine.Request(room, ids, sampling, start, top, prefillOnly)).get();
+            PrefillEngine.Result r = engine.submit(new PrefillEngine.Request(room, ids, sampling, start, top, prefillOnly, salt)).get();
             ObjectNode out = Http.JSON.createObjectNode();
             out.put("bootstrap_room", room);
             out.put("first_token", r.firstToken());

@@ -79,12 +79,12 @@ final class RequestParams {
 
     /**
      * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
-     * first prompt position with input token logprobs (-1: none).
+     * first prompt position with input token logprobs (-1: none), and the {@code cache_salt}.
      */
     static Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize) {
         return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
                 Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart,
-                rules(req, "min_tokens", null, maxTokens, vocabSize));
+                rules(req, "min_tokens", null, maxTokens, vocabSize), EngineInput.cacheSalt(req));
     }
 
     /**

@@ -57,12 +57,20 @@ public final class DecodeEngine extends SchedulerThread {
      * @param bootstrapAddr the prefill's registry (host:port); null = the engine's {@link TransferSpec#bootstrapAddr()}
      * @param topLogprobs   -1: no log probabilities (no per-token cost); 0..{@link TokenLogprobs#MAX_TOP}: each token's
      *                      log probability and that many of the most likely tokens' (the first token's from the aux row)
+     * @param cacheSalt     the request's {@code cache_salt} (null: none): it reuses, and leaves, prefix cache pages only
+     *                      among requests with the same ({@link PrefixCache})
      */
-    public record Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink, int topLogprobs) {
+    public record Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink, int topLogprobs,
+                          String cacheSalt) {
         public Request {
             if (topLogprobs < -1 || topLogprobs > TokenLogprobs.MAX_TOP) {
                 throw new IllegalArgumentException("top logprobs must be in [-1, " + TokenLogprobs.MAX_TOP + "], got " + topLogprobs);
             }
+        }
+
+        /** Unsalted: the shared prefix cache. */
+        public Request(long room, String bootstrapAddr, int[] prompt, int maxNewTokens, Sampling sampling, TokenSink sink, int topLogprobs) {
+            this(room, bootstrapAddr, prompt, maxNewTokens, sampling, sink, topLogprobs, null);
         }
 
         /** Without log probabilities. */
@@ -273,8 +281,8 @@ public final class DecodeEngine extends SchedulerThread {
             int total = f.totalPages, promptTokens = f.req.prompt().length;
             // Full prompt pages a later request may share. A page-aligned prompt may be all cached: then the
             // prefill's last chunk carries no page, only the state and the aux row with the first token.
-            if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), promptTokens / spec.pageSize());
-            int[] hit = prefixCache.acquire(f.req.prompt(), f.prefixKeys);
+            if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), promptTokens / spec.pageSize(), f.req.cacheSalt());
+            int[] hit = prefixCache.acquire(f.req.prompt(), f.prefixKeys, f.req.cacheSalt());
             int need = total - hit.length;
             // Evict only for want of pages: a request waiting for an aux row would otherwise drain the cache, a page a pass.
             if (alloc.hasFreeRow() && alloc.freePages() < need && prefixCache.evictable() > 0) {
@@ -478,7 +486,7 @@ public final class DecodeEngine extends SchedulerThread {
             prefixCache.release(f.prefixKeys, f.prefixPages);
             int from = f.prefixPages;
             if (cacheable) {
-                for (int p : prefixCache.insert(f.req.prompt(), f.prefixKeys, f.pages, f.prefixPages)) alloc.freePages(new int[]{p});
+                for (int p : prefixCache.insert(f.req.prompt(), f.prefixKeys, f.pages, f.prefixPages, f.req.cacheSalt())) alloc.freePages(new int[]{p});
                 from = f.prefixKeys.length;
             }
             alloc.freePages(Arrays.copyOfRange(f.pages, from, f.pages.length));

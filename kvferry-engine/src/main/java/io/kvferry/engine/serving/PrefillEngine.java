@@ -45,8 +45,15 @@ public final class PrefillEngine extends SchedulerThread {
      *                     (SGLang's {@code logprob_start_len}; -1: none), each with {@code topLogprobs} top ones
      * @param prefillOnly  the prompt alone, for its input log probabilities: no decode takes the room, so nothing is
      *                     sent and no first token drawn; the request ends when its last chunk is computed
+     * @param cacheSalt    the request's {@code cache_salt} (null: none): it reuses, and leaves, prefix cache pages only
+     *                     among requests with the same ({@link PrefixCache})
      */
-    public record Request(long room, int[] prompt, Sampling sampling, int logprobStart, int topLogprobs, boolean prefillOnly) {
+    public record Request(long room, int[] prompt, Sampling sampling, int logprobStart, int topLogprobs, boolean prefillOnly, String cacheSalt) {
+        /** Unsalted: the shared prefix cache. */
+        public Request(long room, int[] prompt, Sampling sampling, int logprobStart, int topLogprobs, boolean prefillOnly) {
+            this(room, prompt, sampling, logprobStart, topLogprobs, prefillOnly, null);
+        }
+
         /** Without input token log probabilities: the KV goes to the decode that takes the room. */
         public Request(long room, int[] prompt, Sampling sampling) {
             this(room, prompt, sampling, -1, 0, false);
@@ -462,8 +469,8 @@ public final class PrefillEngine extends SchedulerThread {
     private int[] acquireCached(Flight f) {
         if (prefixCache == null) return new int[0];
         int[] prompt = f.req.prompt();
-        if (f.cacheKeys == null) f.cacheKeys = prefixCache.keys(prompt, prompt.length / spec.pageSize());
-        return prefixCache.acquire(prompt, Arrays.copyOf(f.cacheKeys, firstNeeded(f.req) / spec.pageSize()));
+        if (f.cacheKeys == null) f.cacheKeys = prefixCache.keys(prompt, prompt.length / spec.pageSize(), f.req.cacheSalt());
+        return prefixCache.acquire(prompt, Arrays.copyOf(f.cacheKeys, firstNeeded(f.req) / spec.pageSize()), f.req.cacheSalt());
     }
 
     /**
@@ -509,7 +516,7 @@ public final class PrefillEngine extends SchedulerThread {
             if (prefixCache != null && f.cacheKeys != null) {
                 prefixCache.release(f.cacheKeys, f.cachedPages);
                 if (finished) {
-                    for (int p : prefixCache.insert(f.req.prompt(), f.cacheKeys, f.pages, f.cachedPages)) alloc.freePages(new int[]{p});
+                    for (int p : prefixCache.insert(f.req.prompt(), f.cacheKeys, f.pages, f.cachedPages, f.req.cacheSalt())) alloc.freePages(new int[]{p});
                     from = f.cacheKeys.length;
                 } else {
                     from = f.cachedPages; // the cache's own pages stay the cache's
