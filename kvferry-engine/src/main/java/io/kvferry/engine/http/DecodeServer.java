@@ -33,7 +33,8 @@ import java.util.concurrent.TimeUnit;
  *
  * <p>A token's event is {@code {"token": id}}; a request with {@code return_logprob} (SGLang's name) adds the
  * token's {@code logprob} and its {@code top_logprobs_num} most likely tokens as {@code top_tokens} and
- * {@code top_logprobs} ({@link TokenLogprobs}).
+ * {@code top_logprobs} ({@link TokenLogprobs}). {@code cache_salt} (vLLM's, checked: {@link EngineInput#cacheSalt}): the
+ * request shares prefix cache pages only with requests of the same salt.
  */
 public final class DecodeServer implements AutoCloseable {
     /** A request's stream gets a comment after this long without an event (and its status line, if not sent yet). */
