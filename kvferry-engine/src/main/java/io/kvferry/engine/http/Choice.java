@@ -53,7 +53,7 @@ final class Choice implements Output {
         }
     }
 
-    private ObjectNode chunk(String text, String finish, JsonNode lp) {
+    private ObjectNode chunk(String text, Finish finish, JsonNode lp) {
         return Answer.indexed(a.shape.answer(a.id, a.created, a.modelName, text, finish, true, false, lp), index);
     }
 
@@ -85,14 +85,15 @@ final class Choice implements Output {
     /**
      * A stream's last chunk of the choice: what was held back (a possible stop string's start, an incomplete
      * character), the log probabilities of the tokens no chunk had (the one that completed a stop string), the
-     * finish reason, kvferry's extension and, for a request of one choice without {@code include_usage}, the usage.
+     * finish reason and vLLM's stop_reason beside it, kvferry's extension and, for a request of one choice without
+     * {@code include_usage}, the usage.
      */
     private void finish() throws IOException {
         if (!a.stream) return;
         Outcome o = outcome;
         JsonNode lp = o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
                 : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
-        ObjectNode fin = chunk(o.text().substring(streamedChars), o.finishReason(), lp);
+        ObjectNode fin = chunk(o.text().substring(streamedChars), o.finish(), lp);
         if (!a.usageChunk && a.count == 1) fin.set("usage", Answer.usage(List.of(this)));
         fin.set("kvferry", Answer.extension(o));
         a.send(fin);
@@ -108,7 +109,7 @@ final class Choice implements Output {
                 : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), 0, o.tokens().length);
         if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
         String text = a.echo ? ask.prompt().text() + o.text() : o.text();
-        ObjectNode one = a.shape.answer(a.id, a.created, a.modelName, text, o.finishReason(), false, false, lp);
+        ObjectNode one = a.shape.answer(a.id, a.created, a.modelName, text, o.finish(), false, false, lp);
         return Answer.indexed(one, at).get("choices").get(0);
     }
 

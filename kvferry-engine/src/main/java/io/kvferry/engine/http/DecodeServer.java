@@ -33,8 +33,10 @@ import java.util.concurrent.TimeUnit;
  *
  * <p>A token's event is {@code {"token": id}}; a request with {@code return_logprob} (SGLang's name) adds the
  * token's {@code logprob} and its {@code top_logprobs_num} most likely tokens as {@code top_tokens} and
- * {@code top_logprobs} ({@link TokenLogprobs}). {@code cache_salt} (vLLM's, checked: {@link EngineInput#cacheSalt}): the
- * request shares prefix cache pages only with requests of the same salt.
+ * {@code top_logprobs} ({@link TokenLogprobs}). The last event is {@code {"finish_reason": "stop" or "length", "tokens",
+ * "timings"}}, with {@code matched}, the token that ended it (a stop token id, EOS or BOS), when it is {@code stop}.
+ * {@code cache_salt} (vLLM's, checked: {@link EngineInput#cacheSalt}): the request shares prefix cache pages only with
+ * requests of the same salt.
  */
 public final class DecodeServer implements AutoCloseable {
     /** A request's stream gets a comment after this long without an event (and its status line, if not sent yet). */
@@ -221,6 +223,7 @@ public final class DecodeServer implements AutoCloseable {
     private static ObjectNode doneEvent(Generation g) {
         ObjectNode o = Http.JSON.createObjectNode();
         o.put("finish_reason", g.finishReason());
+        if (g.matchedToken() >= 0) o.put("matched", g.matchedToken()); // SGLang's FINISH_MATCHED_TOKEN: the token that ended it
         var tokens = o.putArray("tokens");
         for (int t : g.tokens()) tokens.add(t);
         ObjectNode t = o.putObject("timings");

@@ -121,7 +121,7 @@ final class GenerateRoute {
         meta.put("prompt_tokens", o.promptTokens());
         meta.put("completion_tokens", o.tokens().length);
         meta.put("cached_tokens", o.cachedTokens()); // SGLang's: the prompt tokens the prefill took from its prefix cache
-        meta.putObject("finish_reason").put("type", o.finishReason());
+        meta.set("finish_reason", o.finish().sglang(o.tokens().length)); // SGLang's object: type, and matched or length
         meta.put("e2e_latency", o.e2eMs() / 1000);
         if (o.inputLogprobs() != null) inputLogprobsMeta(meta, o.inputLogprobs(), ask, ids, withText);
         if (o.logprobs() != null) logprobsMeta(meta, o.logprobs(), o.tokens().length, ask.topLogprobs(), withText);

@@ -78,23 +78,28 @@ enum OpenAiShape {
     }
 
     /**
-     * An answer or a stream's chunk with its one choice: {@code text}, and {@code finish} (null until the last chunk).
-     * {@code first}: the stream's first chunk (a chat's names the role).
+     * An answer or a stream's chunk with its one choice: {@code text}, and {@code finish} (null until the last chunk):
+     * its {@code finish_reason} and, beside it, vLLM's {@code stop_reason} ({@link Finish#stopReason}; a chunk before
+     * the last has neither's value). {@code first}: the stream's first chunk (a chat's names the role).
      */
-    ObjectNode answer(String id, long created, String model, String text, String finish, boolean streamed, boolean first) {
+    ObjectNode answer(String id, long created, String model, String text, Finish finish, boolean streamed, boolean first) {
         return answer(id, created, model, text, finish, streamed, first, null);
     }
 
     /** As above, with the choice's {@code logprobs} (null: none, as a request that did not ask for them gets). */
-    ObjectNode answer(String id, long created, String model, String text, String finish, boolean streamed, boolean first, JsonNode logprobs) {
+    ObjectNode answer(String id, long created, String model, String text, Finish finish, boolean streamed, boolean first, JsonNode logprobs) {
         ObjectNode c = head(id, created, model, streamed);
         ObjectNode choice = c.putArray("choices").addObject();
         choice.put("index", 0);
         choice(choice, text, streamed, first);
         if (logprobs == null) choice.putNull("logprobs");
         else choice.set("logprobs", logprobs);
-        if (finish == null) choice.putNull("finish_reason");
-        else choice.put("finish_reason", finish);
+        if (finish == null) {
+            choice.putNull("finish_reason");
+        } else {
+            choice.put("finish_reason", finish.reason());
+            choice.set("stop_reason", finish.stopReason());
+        }
         return c;
     }
 }

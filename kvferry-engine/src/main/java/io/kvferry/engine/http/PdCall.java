@@ -237,14 +237,14 @@ final class PdCall {
                         // A stop token id ends the answer without its text, as vLLM and SGLang leave it out (EOS and BOS have none).
                         all.append(ask.rules().isStopTokenId(tok) && ask.rules().ends(tok, tokens.size() - 1) ? "" : text.push(tok));
                         // No stop string ends the answer before min_tokens (vLLM's check): only a match ending in later text counts.
-                        int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
-                        if (stopAt >= 0) {
+                        StopSequences.Match stop = tokens.size() < ask.rules().minTokens() ? null : ask.stop().match(all, before);
+                        if (stop != null) {
                             // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
                             backends.abort(d, room);
                             backends.abort(p, room);
-                            all.setLength(stopAt);
+                            all.setLength(stop.at());
                             record.completionTokens = tokens.size();
-                            return outcome(room, ids, tokens, all, "stop", ttft, start, prefillCall, null, logprobs, offsets, input);
+                            return outcome(room, ids, tokens, all, Finish.string(stop.string()), ttft, start, prefillCall, null, logprobs, offsets, input);
                         }
                         int sendable = all.length() - ask.stop().heldBack(all);
                         String piece = sendable > sent ? all.substring(sent, sendable) : "";
@@ -261,11 +261,11 @@ final class PdCall {
                         // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
                         int before = all.length();
                         all.append(text.finish());
-                        String finish = ev.get("finish_reason").asText();
-                        int stopAt = tokens.size() < ask.rules().minTokens() ? -1 : ask.stop().firstMatch(all, before);
-                        if (stopAt >= 0) {
-                            all.setLength(stopAt);
-                            finish = "stop";
+                        Finish finish = decodeFinish(ev, tokens, ask);
+                        StopSequences.Match stop = tokens.size() < ask.rules().minTokens() ? null : ask.stop().match(all, before);
+                        if (stop != null) {
+                            all.setLength(stop.at());
+                            finish = Finish.string(stop.string());
                         }
                         record.completionTokens = tokens.size();
                         return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
@@ -316,7 +316,7 @@ final class PdCall {
         long took = System.nanoTime() - start;
         meters.succeeded(took, ids.length, 0);
         record.completionTokens = 0;
-        return new Outcome(room, ids.length, new int[0], "", "length", -1, took / 1e6, pre, null,
+        return new Outcome(room, ids.length, new int[0], "", Finish.LENGTH, -1, took / 1e6, pre, null,
                 ask.topLogprobs() >= 0 ? List.of() : null, ask.topLogprobs() >= 0 ? new int[0] : null, input);
     }
 
@@ -500,8 +500,19 @@ final class PdCall {
         }
     }
 
+    /**
+     * Why the decode ended the request, from its finish event: {@code length}, or {@code stop} at the token its
+     * {@code matched} names (a decode that does not name it ended at its last token), the model's end (EOS / BOS, vLLM's
+     * null {@code stop_reason}) unless the request ignores it, else one of its stop token ids.
+     */
+    private static Finish decodeFinish(JsonNode ev, List<Integer> tokens, Ask ask) {
+        if (!"stop".equals(ev.get("finish_reason").asText())) return Finish.LENGTH;
+        int matched = ev.path("matched").isIntegralNumber() ? ev.get("matched").intValue() : tokens.isEmpty() ? -1 : tokens.getLast();
+        return Finish.token(matched, !ask.rules().ignoreEos() && Tokenizer.endsSequence(matched));
+    }
+
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
-    private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, String finish, double ttft, long start,
+    private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, Finish finish, double ttft, long start,
                             CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings, List<TokenLogprobs> logprobs,
                             List<Integer> offsets, List<TokenLogprobs> input) {
         long took = System.nanoTime() - start;

@@ -54,18 +54,31 @@ final class StopSequences {
         return strings.isEmpty();
     }
 
+    /** A stop string found in the text: where it starts, and which it is. */
+    record Match(int at, String string) {
+    }
+
     /**
      * Where the first stop string in {@code text} starts, or -1. Only a match ending at or after
      * {@code newFrom} can be new (the text before it was searched already), so the search starts a
      * stop string's length before it.
      */
     int firstMatch(CharSequence text, int newFrom) {
+        Match m = match(text, newFrom);
+        return m == null ? -1 : m.at();
+    }
+
+    /**
+     * The first stop string in {@code text} ({@link #firstMatch}), or null: of those starting at the same place, the
+     * first in the request's list. Its string is vLLM's {@code stop_reason} and SGLang's {@code matched}.
+     */
+    Match match(CharSequence text, int newFrom) {
         String t = text.toString();
         int from = Math.max(0, newFrom - longest + 1);
-        int best = -1;
+        Match best = null;
         for (String s : strings) {
             int at = t.indexOf(s, from);
-            if (at >= 0 && (best < 0 || at < best)) best = at;
+            if (at >= 0 && (best == null || at < best.at())) best = new Match(at, s);
         }
         return best;
     }

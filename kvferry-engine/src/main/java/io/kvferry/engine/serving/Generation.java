@@ -27,6 +27,11 @@ public record Generation(long room, int[] tokens, float[] firstLogits, String fi
         this(room, tokens, firstLogits, finishReason, timings, logprobs, null);
     }
 
+    /** The token that ended the request (its last: a stop token id, EOS or BOS) when it ended with "stop", else -1. */
+    public int matchedToken() {
+        return "stop".equals(finishReason) && tokens.length > 0 ? tokens[tokens.length - 1] : -1;
+    }
+
     /**
      * @param prefillComputeMs prefill forward of the prompt (all chunks)
      * @param transferMs       decode: metadata sent → every rank's KV landed (Success)

@@ -211,12 +211,22 @@ class OpenAiClientCompatTest {
         Completion stopped = client.completions().create(completion(PROMPT, 30).stop(stop).build()).validate();
         assertEquals(free.substring(0, free.indexOf(stop)), stopped.choices().getFirst().text());
         assertEquals(CompletionChoice.FinishReason.STOP, stopped.choices().getFirst().finishReason());
+        // vLLM's stop_reason beside it (the client keeps a field it does not know among the choice's additional properties).
+        assertEquals(Optional.of(stop), stopReason(stopped.choices().getFirst()._additionalProperties()).asString());
         List<Completion> chunks = new ArrayList<>();
         assertEquals(stopped.choices().getFirst().text(), streamed(completion(PROMPT, 30).stopOfStrings(List.of(stop, "zzz")).build(), chunks));
+        assertEquals(Optional.of(stop), stopReason(chunks.getLast().choices().getFirst()._additionalProperties()).asString(), "the last chunk's");
 
         Completion two = client.completions().create(completion(PROMPT, 2).build()).validate();
         assertEquals(2, two.usage().orElseThrow().completionTokens());
         assertEquals(CompletionChoice.FinishReason.LENGTH, two.choices().getFirst().finishReason());
+        assertTrue(stopReason(two.choices().getFirst()._additionalProperties()).isNull(), "the length: a null stop_reason");
+        // A stop token id (BOS, forced, the model's end ignored): the stop_reason is the id, a number.
+        Completion byId = client.completions().create(completion(PROMPT, 8).putAdditionalBodyProperty("logit_bias", JsonValue.from(Map.of("1", 100)))
+                .putAdditionalBodyProperty("ignore_eos", JsonValue.from(true)).putAdditionalBodyProperty("stop_token_ids", JsonValue.from(List.of(1)))
+                .build()).validate();
+        assertEquals(CompletionChoice.FinishReason.STOP, byId.choices().getFirst().finishReason());
+        assertEquals(1, ((Number) stopReason(byId.choices().getFirst()._additionalProperties()).asNumber().orElseThrow()).intValue());
         assertTrue(free.startsWith(two.choices().getFirst().text()), free + " / " + two.choices().getFirst().text());
     }
 
@@ -311,6 +321,20 @@ class OpenAiClientCompatTest {
         ChatCompletion stopped = client.chat().completions().create(chat(30).stop(stop).build()).validate();
         assertEquals(free.substring(0, free.indexOf(stop)), stopped.choices().getFirst().message().content().orElseThrow());
         assertEquals(ChatCompletion.Choice.FinishReason.STOP, stopped.choices().getFirst().finishReason());
+        assertEquals(Optional.of(stop), stopReason(stopped.choices().getFirst()._additionalProperties()).asString());
+        assertTrue(stopReason(three.choices().getFirst()._additionalProperties()).isNull(), "the length: a null stop_reason");
+        List<ChatCompletionChunk.Choice> last = new ArrayList<>();
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(chat(30).stop(stop).build())) {
+            s.stream().forEach(chunk -> last.addAll(chunk.choices()));
+        }
+        assertEquals(ChatCompletionChunk.Choice.FinishReason.STOP, last.getLast().finishReason().orElseThrow());
+        assertEquals(Optional.of(stop), stopReason(last.getLast()._additionalProperties()).asString(), "the last chunk's");
+    }
+
+    /** A choice's vLLM {@code stop_reason}, which the client keeps among its additional properties: there, null or not. */
+    private static JsonValue stopReason(Map<String, JsonValue> properties) {
+        assertTrue(properties.containsKey("stop_reason"), "no stop_reason: " + properties);
+        return properties.get("stop_reason");
     }
 
     @Test
