@@ -882,6 +882,42 @@ class RouterErrorsTest {
     static final Probing NO_CHECKS_FAST_CONNECT = new Probing(Duration.ofHours(1), Duration.ofSeconds(5), Duration.ofMillis(500), 3);
 
     /** A stub prefill: healthy, answers /generate and /abort with a 200. */
+    /**
+     * A decode whose finish event names no {@code matched} token (one older than the router) ended its answer at its last
+     * token: the router says which stop that was from the token itself, BOS the model's end (a null stop_reason, SGLang's
+     * matched 1) and a stop token id the request listed (its id).
+     */
+    @Test
+    @Timeout(60)
+    void aDecodeThatNamesNoMatchedTokenEndedAtItsLastToken() throws Exception {
+        HttpServer prefill = prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        AtomicInteger last = new AtomicInteger();
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write(("data: {\"token\":300}\n\ndata: {\"token\":" + last.get() + "}\n\ndata: {\"finish_reason\":\"stop\"}\n\n")
+                    .getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            last.set(1);
+            JsonNode bos = JSON.readTree(send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":8}").body());
+            assertTrue(bos.path("choices").path(0).has("stop_reason"), bos.toString());
+            assertTrue(bos.path("choices").path(0).get("stop_reason").isNull(), bos.toString());
+            JsonNode g = JSON.readTree(send(router.port(), "/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":8}}").body());
+            assertEquals("{\"type\":\"stop\",\"matched\":1}", g.path("meta_info").path("finish_reason").toString(), g.toString());
+            last.set(301);
+            JsonNode id = JSON.readTree(send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":8,\"stop_token_ids\":[301]}").body());
+            assertEquals(301, id.path("choices").path(0).path("stop_reason").intValue(), id.toString());
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
     private static HttpServer prefillStub() throws Exception {
         HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         answerHealthy(stub);

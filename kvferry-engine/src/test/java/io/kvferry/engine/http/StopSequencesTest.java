@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import org.junit.jupiter.api.Test;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -21,6 +22,15 @@ class StopSequencesTest {
         // A match that straddles the old and the new text is found from newFrom.
         assertEquals(3, s.firstMatch(new StringBuilder("ab girl"), 5));
         assertEquals(-1, s.firstMatch(new StringBuilder("nothing here"), 0));
+    }
+
+    /** The match says which string it was (vLLM's stop_reason): the earliest; of two at the same place, the first listed. */
+    @Test
+    void aMatchNamesItsString() throws Exception {
+        StopSequences s = parse("[\"girl\",\"was\",\"wa\"]");
+        assertEquals(new StopSequences.Match(8, "was"), s.match(new StringBuilder(", there was a little girl"), 0));
+        assertEquals(new StopSequences.Match(8, "wa"), parse("[\"wa\",\"was\"]").match(new StringBuilder(", there was"), 0));
+        assertNull(s.match(new StringBuilder("nothing here"), 0));
     }
 
     @Test
