@@ -208,6 +208,14 @@ final class RequestParams {
             if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {
                 refused.add("echo", "echo is a /v1/completions parameter (a chat has no echo: must be false, null or absent), got " + echo);
             }
+            // best_of chooses among samples on /v1/completions only (BestOf): a chat that asked for the best of several
+            // samples was answered with its first n, silently. Its no-op (1, or n) is accepted.
+            JsonNode bestOf = req.get("best_of"), n = req.get("n");
+            long choices = n != null && n.isIntegralNumber() ? n.longValue() : 1;
+            if (bestOf != null && !bestOf.isNull() && !(bestOf.isIntegralNumber() && (bestOf.longValue() == 1 || bestOf.longValue() == choices))) {
+                refused.add("best_of", "best_of is a /v1/completions parameter (a chat does not choose among samples: must be 1, n, null or absent), got "
+                        + bestOf);
+            }
             ChatPrompt.refuseUnsupported(req, refused);
             refused.throwIfAny(null);
             return;

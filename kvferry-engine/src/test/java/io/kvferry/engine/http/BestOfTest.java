@@ -160,6 +160,18 @@ class BestOfTest {
             assertEquals("best_of", e.path("param").asText(null), c[0] + " -> " + r.body());
             assertTrue(e.path("message").asText().contains(c[1]), c[0] + " -> " + r.body());
         }
+        // A chat does not choose among samples: best_of above n was answered with the first n samples, silently.
+        for (String body : new String[]{"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"best_of\":2}",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"n\":2,\"best_of\":3}",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"best_of\":\"2\"}"}) {
+            HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/chat/completions", body);
+            assertEquals(400, r.statusCode(), body + " -> " + r.body());
+            assertEquals("best_of", JSON.readTree(r.body()).path("error").path("param").asText(null), body + " -> " + r.body());
+        }
+        for (String noOp : new String[]{"\"best_of\":1", "\"n\":2,\"best_of\":2", "\"best_of\":null"}) {
+            String body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2," + noOp + "}";
+            assertEquals(200, RouterCalls.post(router.port(), "/v1/chat/completions", body).statusCode(), body);
+        }
         // best_of 1 (or n) changes nothing, streamed or not.
         assertEquals(200, RouterCalls.post(router.port(), "/v1/completions", "{\"prompt\":\"x\",\"best_of\":1,\"stream\":true,\"max_tokens\":2}").statusCode());
         assertEquals(200, RouterCalls.post(router.port(), "/v1/completions", "{\"prompt\":\"x\",\"n\":2,\"best_of\":null,\"max_tokens\":2}").statusCode());
