@@ -26,8 +26,8 @@ record Ask(Prompt prompt, int maxTokens, float temperature, float topP, int topK
         if (logprobStart < -1 || maxTokens < 0) throw new IllegalArgumentException("logprob start " + logprobStart + ", max tokens " + maxTokens);
         try {
             new Sampling(temperature, topP, 0, topK); // its checks, with messages naming the parameter
-        } catch (IllegalArgumentException e) {
-            throw new Http.BadRequest(e.getMessage());
+        } catch (IllegalArgumentException e) { // the message starts with the field's name: the 400's param
+            throw new Http.BadRequest(e.getMessage().split(" ", 2)[0], e.getMessage());
         }
     }
 

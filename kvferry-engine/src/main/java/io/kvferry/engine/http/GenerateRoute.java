@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 
@@ -11,6 +12,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalLong;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -44,16 +46,29 @@ final class GenerateRoute {
         Prompt prompt = prompts.getFirst();
         JsonNode sp = req.path("sampling_params");
         // SGLang's sampling_params is Optional: null means its defaults, as leaving it out does.
-        if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) throw new Http.BadRequest("sampling_params must be an object, got " + sp);
+        if (!sp.isMissingNode() && !sp.isNull() && !sp.isObject()) {
+            throw new Http.BadRequest("sampling_params", "sampling_params must be an object, got " + sp);
+        }
         RequestParams.refuseUnsupportedSampling(sp);
         int topLogprobs = RequestParams.generateLogprobs(req);
         int logprobStart = RequestParams.logprobStart(req, topLogprobs);
         boolean withText = Http.booleanField(req, "return_text_in_logprobs", false);
         // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
-        int maxNew = Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE);
-        Ask ask = new Ask(prompt, maxNew, Http.floatField(sp, "temperature", 1.0f),
-                Http.floatField(sp, "top_p", 1.0f), RequestParams.topK(sp), RequestParams.seed(sp), StopSequences.parse(sp.get("stop"), "sampling_params.stop"), topLogprobs, logprobStart,
-                RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize()), EngineInput.cacheSalt(req));
+        // Each field's 400 names it as sampling_params.<field>, as the rules' and the engines' own checks do.
+        int maxNew = SamplingParams.named("sampling_params.max_new_tokens", () -> Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE));
+        float temperature = SamplingParams.named("sampling_params.temperature", () -> Http.floatField(sp, "temperature", 1.0f));
+        float topP = SamplingParams.named("sampling_params.top_p", () -> Http.floatField(sp, "top_p", 1.0f));
+        int topK = SamplingParams.named("sampling_params.top_k", () -> RequestParams.topK(sp));
+        OptionalLong seed = SamplingParams.named("sampling_params.seed", () -> RequestParams.seed(sp));
+        StopSequences stop = StopSequences.parse(sp.get("stop"), "sampling_params.stop");
+        SamplingRules rules = RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize());
+        String salt = EngineInput.cacheSalt(req);
+        Ask ask;
+        try {
+            ask = new Ask(prompt, maxNew, temperature, topP, topK, seed, stop, topLogprobs, logprobStart, rules, salt);
+        } catch (Http.BadRequest e) { // a temperature, top_p or top_k out of range (Ask names the field)
+            throw new Http.BadRequest("sampling_params." + e.param, e.getMessage());
+        }
         boolean stream = Http.booleanField(req, "stream", false);
         if (parsed.batch()) {
             if (stream) throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")

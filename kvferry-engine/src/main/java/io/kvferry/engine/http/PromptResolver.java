@@ -64,7 +64,14 @@ final class PromptResolver {
 
     /** One prompt, tokenized or checked ({@link #resolve(Prompt.Parsed, String)}); {@code field} names a token-id prompt's faults. */
     Prompt resolve(Prompt p, String field) {
-        if (!p.given()) return new Prompt(p.text(), promptIds(p.text()), false);
+        if (!p.given()) {
+            try {
+                return new Prompt(p.text(), promptIds(p.text()), false);
+            } catch (Http.BadRequest e) { // too long, or half a surrogate pair: the field is the route's (prompt, text, messages)
+                if (e.param != null) throw e;
+                throw new Http.BadRequest(field, e.getMessage());
+            }
+        }
         int[] ids = p.ids();
         for (int k = 0; k < ids.length; k++) {
             if (ids[k] < 0 || ids[k] >= tokenizer.vocabSize()) {

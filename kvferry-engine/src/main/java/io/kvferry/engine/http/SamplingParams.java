@@ -72,7 +72,7 @@ final class SamplingParams {
     }
 
     /** A field's read, its 400 naming the field as the route does ({@code sampling_params.min_p}). */
-    private static <T> T named(String param, Supplier<T> read) {
+    static <T> T named(String param, Supplier<T> read) {
         try {
             return read.get();
         } catch (Http.BadRequest e) {

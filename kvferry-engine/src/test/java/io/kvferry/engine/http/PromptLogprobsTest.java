@@ -309,7 +309,7 @@ class PromptLogprobsTest {
                 {"/generate", "{\"text\":\"Once\",\"return_logprob\":true,\"logprob_start_len\":-2}", "logprob_start_len", "must be in [-1, "},
                 {"/generate", "{\"text\":\"Once\",\"return_logprob\":true,\"logprob_start_len\":\"0\"}", "logprob_start_len", "must be an integer"},
                 {"/generate", "{\"text\":\"Once\",\"logprob_start_len\":0}", "logprob_start_len", "logprob_start_len (0) needs return_logprob: true"},
-                {"/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":-1}}", "max_new_tokens", "must be in [0, "},
+                {"/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":-1}}", "sampling_params.max_new_tokens", "must be in [0, "},
                 {"/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":0}", "max_tokens", "max_tokens 0 (the prompt alone, no completion) needs echo: true"},
                 {"/v1/completions", "{\"prompt\":\"Once\",\"echo\":1}", "echo", "echo must be true or false"},
                 {"/v1/chat/completions", "{" + msgs + ",\"echo\":true}", "echo", "echo is a /v1/completions parameter"},

@@ -183,6 +183,45 @@ class TokenIdPromptsTest {
         assertEquals(0, stack.prefill.inFlight(), "none reached an engine");
     }
 
+    /**
+     * A text prompt's faults name their field as a token-id prompt's do (a text too long for the context, half a surrogate
+     * pair: param was null), and /generate's sampling_params fields are named sampling_params.&lt;field&gt; as its rules are
+     * (temperature, top_p, top_k, seed, max_new_tokens were named as top-level fields, a non-object sampling_params not at
+     * all); a temperature or top_p out of range names it on the OpenAI routes too (param was null).
+     */
+    @Test
+    @Timeout(60)
+    void textPromptAndSamplingFaultsAreA400NamingTheField() throws Exception {
+        String tooLong = "a ".repeat(model.weights().config.seqLen() * 8);
+        String[][] cases = {
+                {"/v1/completions", "{\"prompt\":\"" + tooLong + "\"}", "prompt", "more than the model's context"},
+                {"/v1/completions", "{\"prompt\":\"a\\ud800\"}", "prompt", "unpaired UTF-16 surrogate"},
+                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"" + tooLong + "\"}]}", "messages",
+                        "more than the model's context"},
+                {"/generate", "{\"text\":\"" + tooLong + "\"}", "text", "more than the model's context"},
+                {"/generate", "{\"text\":\"a\\udc00\"}", "text", "unpaired UTF-16 surrogate"},
+                {"/v1/completions", "{\"prompt\":\"a\",\"temperature\":-1}", "temperature", "temperature must be >= 0"},
+                {"/v1/completions", "{\"prompt\":\"a\",\"top_p\":0}", "top_p", "top_p must be in (0, 1]"},
+                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":1.5}", "top_p", "top_p must be in (0, 1]"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":5}", "sampling_params", "sampling_params must be an object"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"temperature\":\"x\"}}", "sampling_params.temperature", "must be a number"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"temperature\":-1}}", "sampling_params.temperature", "temperature must be >= 0"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"top_p\":0}}", "sampling_params.top_p", "top_p must be in (0, 1]"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"top_k\":0}}", "sampling_params.top_k", "top_k must be -1"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"seed\":\"x\"}}", "sampling_params.seed", "seed must be an integer"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"max_new_tokens\":-1}}", "sampling_params.max_new_tokens", "max_new_tokens must be in"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = RouterCalls.post(router.port(), c[0], c[1]);
+            String what = c[1].substring(0, Math.min(120, c[1].length()));
+            assertEquals(400, r.statusCode(), what + " -> " + r.body());
+            JsonNode e = JSON.readTree(r.body()).path("error");
+            assertEquals(c[2], e.path("param").asText(null), what + " -> " + r.body());
+            assertTrue(e.path("message").asText().contains(c[3]), what + " -> " + r.body());
+        }
+        assertEquals(0, stack.prefill.inFlight(), "none reached an engine");
+    }
+
     @Test
     @Timeout(60)
     void tokenizeAndDetokenizeAsVllmServesThem() throws Exception {
