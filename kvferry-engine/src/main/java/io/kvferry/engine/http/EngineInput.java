@@ -38,7 +38,7 @@ final class EngineInput {
 
     /**
      * The request's {@code cache_salt} (vLLM's), null when absent or null: a non-empty string of at most
-     * {@link PrefixCache#MAX_SALT_CHARS} characters, else a 400 naming {@code cache_salt}. The router checks a client's
+     * {@link PrefixCache#MAX_SALT_CHARS} characters without half a UTF-16 surrogate pair, else a 400 naming {@code cache_salt}. The router checks a client's
      * with this too, and the engines check what they are sent.
      */
     static String cacheSalt(JsonNode req) {
@@ -52,6 +52,7 @@ final class EngineInput {
             throw new Http.BadRequest("cache_salt", "cache_salt has " + v.textValue().length() + " characters; at most "
                     + PrefixCache.MAX_SALT_CHARS + " are allowed");
         }
-        return v.textValue();
+        // Half a surrogate pair has no UTF-8 encoding: as a prompt's, it is refused, not sent on as something else.
+        return PromptResolver.refuseLoneSurrogate(v.textValue(), "cache_salt");
     }
 }

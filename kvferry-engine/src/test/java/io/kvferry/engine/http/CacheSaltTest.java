@@ -115,6 +115,8 @@ class CacheSaltTest {
                 {"[\"a\"]", "cache_salt must be a non-empty string if given, got array"},
                 {"{\"a\":1}", "cache_salt must be a non-empty string if given, got object"},
                 {"\"" + longest + "s\"", "cache_salt has 257 characters; at most 256"},
+                // JSON holds half a surrogate pair, UTF-8 cannot: the salt went on to the engines as bytes no text encodes.
+                {"\"t\\ud800\"", "cache_salt holds an unpaired UTF-16 surrogate \\ud800 at character 1"},
         };
         String[] routes = {
                 "/v1/completions\u0000{\"prompt\":\"Once upon a time\",\"max_tokens\":2,\"cache_salt\":",
