@@ -120,6 +120,20 @@ class RouterRetryTest {
         throw new AssertionError(gone + " not listed: " + h);
     }
 
+    /** Every backend's in_flight on GET /workers reads 0 once the requests ended (the first run's counts released too). */
+    private static void assertNothingInFlight(Router router) throws Exception {
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20); // a prefill call's count drops when its answer is read
+        while (true) {
+            JsonNode h = JSON.readTree(send(router.port(), "/workers", null).body());
+            long held = 0;
+            for (JsonNode w : h.path("prefills")) held += w.path("in_flight").asLong();
+            for (JsonNode w : h.path("decodes")) held += w.path("in_flight").asLong();
+            if (held == 0) return;
+            if (System.nanoTime() > until) throw new AssertionError("in_flight left after the requests ended: " + h);
+            Thread.sleep(10);
+        }
+    }
+
     /** The first prefill (the one picked: a tie goes to the first) is gone: the request runs on the second. */
     @Test
     @Timeout(60)
@@ -132,6 +146,7 @@ class RouterRetryTest {
                 HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
                 assertEquals(200, r.statusCode(), "a prefill gone since its check failed the request though another served: " + r.body());
                 assertOut(router, "prefill", url(gone));
+                assertNothingInFlight(router);
             }
         }
     }
@@ -148,6 +163,7 @@ class RouterRetryTest {
                 HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":0,\"echo\":true}");
                 assertEquals(200, r.statusCode(), r.body());
                 assertOut(router, "prefill", url(gone));
+                assertNothingInFlight(router);
             }
         }
     }
@@ -165,6 +181,7 @@ class RouterRetryTest {
                 assertEquals(200, r.statusCode(), r.body());
                 assertFalse(r.body().contains("\"error\""), "the stream carries no error: " + r.body());
                 assertOut(router, "decode", url(gone));
+                assertNothingInFlight(router);
                 assertEquals(2, stubs.prefilled.size(), "the prefill was asked twice, a room each run: " + stubs.prefilled);
                 assertEquals(1, stubs.aborted.stream().filter(stubs.prefilled::contains).count(),
                         "the first run's room was aborted on the prefill: " + stubs.aborted);
@@ -184,6 +201,32 @@ class RouterRetryTest {
                 HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}");
                 assertEquals(502, r.statusCode(), r.body());
                 assertEquals(1, stubs.prefilled.size(), "one run: " + stubs.prefilled);
+                assertNothingInFlight(router);
+            }
+        }
+    }
+
+    /**
+     * Several choices, streamed, meeting a prefill gone: each choice is a request of its own and runs again alone (best_of's
+     * samples are such choices too); the stream carries no error, each choice ends once, and nothing stays counted in flight.
+     */
+    @Test
+    @Timeout(60)
+    void severalChoicesMeetingAPrefillGoneEachRunAgain() throws Exception {
+        try (Stubs stubs = new Stubs()) {
+            HttpServer gone = stubs.prefill(), live = stubs.prefill(), decode = stubs.decode();
+            try (Router router = router(List.of(gone, live), List.of(decode))) {
+                assertEquals(200, send(router.port(), "/health", null).statusCode());
+                gone.stop(0);
+                HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"n\":3,\"stream\":true}");
+                assertEquals(200, r.statusCode(), r.body());
+                assertFalse(r.body().contains("\"error\""), "the stream carries no error: " + r.body());
+                for (int i = 0; i < 3; i++) {
+                    String index = "\"index\":" + i + ",";
+                    assertEquals(1, r.body().lines().filter(l -> l.contains(index) && l.contains("\"finish_reason\":\"length\"")).count(),
+                            "choice " + i + " ends once: " + r.body());
+                }
+                assertNothingInFlight(router);
             }
         }
     }
