@@ -28,8 +28,9 @@ import java.util.stream.Collectors;
         description = {"Serve a llama2.c model with prefill/decode disaggregation through kvferry (the reference engine).",
                 "--role prefill: bootstrap registry + prefill engine + its HTTP server. --role decode: decode engine + HTTP server.",
                 "--role router: OpenAI-shaped POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{model}, "
-                + "SGLang-shaped POST /generate, GET /health, GET /metrics, "
-                + "sending each request to a prefill and a decode. No --role: all three in this process."})
+                + "SGLang-shaped POST /generate, vLLM-shaped POST /tokenize and POST /detokenize, GET /health, GET /metrics, "
+                + "GET/POST/DELETE /workers (its backends), sending each request to a prefill and a decode. "
+                + "No --role: all three in this process (docs/SERVING.md)."})
 public final class ServeCommand implements Callable<Integer> {
     @Mixin
     EngineOptions engine = new EngineOptions();

@@ -46,6 +46,17 @@ class HelpTextTest {
         assertTrue(help.contains("--verbose"), help);
     }
 
+    /** serve --help lists the router's routes: /tokenize, /detokenize and /workers were served but not named. */
+    @Test
+    void serveHelpNamesEveryRouteOfTheRouter() {
+        String help = new CommandLine(new Main()).getSubcommands().get("serve").getUsageMessage(CommandLine.Help.Ansi.OFF)
+                .replaceAll("\\s+", " ");
+        for (String route : new String[]{"POST /v1/completions", "POST /v1/chat/completions", "GET /v1/models", "GET /v1/models/{model}",
+            "POST /generate", "POST /tokenize", "POST /detokenize", "GET /health", "GET /metrics", "GET/POST/DELETE /workers"}) {
+            assertTrue(help.contains(route), route + " in: " + help);
+        }
+    }
+
     private static String excerpt(String text, String around) {
         int i = Math.max(0, text.indexOf(around));
         return text.substring(i, Math.min(text.length(), i + 160));
