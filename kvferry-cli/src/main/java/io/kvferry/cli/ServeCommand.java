@@ -321,7 +321,8 @@ public final class ServeCommand implements Callable<Integer> {
         }));
         System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
         if (registered != null) {
-            System.out.println("kvferry serve: adding itself to the router at " + registerWith + " as " + registered.selfUrl() + " (its log says when it is in)");
+            System.out.println("kvferry serve: adding itself to the router at " + registerWith + " as " + registered.selfUrl()
+                    + " (a line says when it is in; an error, if the router does not take it)");
         }
         if (role == null || role.equals("router")) {
             System.out.println("kvferry serve: " + (apiKey != null ? "clients send the router's API key (Authorization: Bearer KEY)"
@@ -330,6 +331,14 @@ public final class ServeCommand implements Callable<Integer> {
         // Last, and the URL alone at its end: launchers (demo --processes, tests) read it from this line.
         System.out.println("kvferry serve: " + what + " listening on http://" + Roles.hostPort(engine.host, started.port()));
         System.out.flush();
+        if (registered != null) {
+            // After the URL's line (launchers read that one): the registration's INFO line is hidden without --verbose, and
+            // its start line promised this one. A failure is the registration's ERROR line, shown anyway.
+            registered.registered().thenRun(() -> {
+                System.out.println("kvferry serve: in the router at " + registerWith + " as " + role + " " + registered.selfUrl());
+                System.out.flush();
+            });
+        }
         stop.await();
         return 0;
     }

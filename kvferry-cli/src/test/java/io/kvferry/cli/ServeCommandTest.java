@@ -14,7 +14,10 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.io.BufferedReader;
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.net.InetAddress;
 import java.net.URI;
@@ -28,12 +31,15 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -242,7 +248,29 @@ class ServeCommandTest {
             String base = "http://127.0.0.1:" + router.port();
             Process joiner = spawnRole("decode", List.of("--register-with", base));
             procs.add(joiner);
-            String j = DemoCommand.awaitUrl(joiner, "decode");
+            // Its stdout names its URL, then says when the router took it (the registration's own log line is INFO, hidden).
+            // Read on a thread of its own: a blocked readLine ignores the test's timeout, so the wait is bounded here.
+            BufferedReader said = new BufferedReader(new InputStreamReader(joiner.getInputStream(), StandardCharsets.UTF_8));
+            CompletableFuture<String> joined = new CompletableFuture<>();
+            Thread.ofVirtual().start(() -> {
+                try {
+                    String url = null;
+                    for (String line; (line = said.readLine()) != null; ) {
+                        if (line.contains("listening on http://")) url = line.substring(line.indexOf("listening on ") + "listening on ".length()).trim();
+                        if (url != null && line.contains("kvferry serve: in the router at " + base + " as decode " + url)) joined.complete(url);
+                    }
+                } catch (IOException ignored) {
+                    // it ended
+                }
+                joined.complete(null);
+            });
+            String j;
+            try {
+                j = joined.get(60, TimeUnit.SECONDS);
+            } catch (TimeoutException e) {
+                j = null;
+            }
+            assertNotNull(j, "the decode's stdout did not say the router took it");
             HttpClient http = HttpClient.newHttpClient();
             HttpRequest workers = HttpRequest.newBuilder(URI.create(base + "/workers")).build();
             JsonNode listed = awaitDecodes(http, workers, 2);
