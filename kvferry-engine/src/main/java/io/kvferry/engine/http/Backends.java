@@ -91,7 +91,15 @@ final class Backends {
         try {
             HttpResponse<String> r = probe(b);
             if (r.statusCode() == 200) {
-                if (b.prefill) b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
+                JsonNode health = Http.JSON.readTree(r.body());
+                String wrongRole = roleMismatch(b, health);
+                if (wrongRole != null) {
+                    b.failedChecks++;
+                    if (b.healthy) log.warn("{} is out of rotation: {}", b, wrongRole);
+                    b.healthy = false;
+                    return;
+                }
+                if (b.prefill) b.bootstrap = health.path("bootstrap").asText(null);
                 if (!b.healthy) log.warn("{} is healthy again", b);
                 b.failedChecks = 0;
                 b.unreachable = null;
@@ -270,6 +278,16 @@ final class Backends {
     }
 
     /**
+     * Why a backend whose /health names its role (kvferry's engines do) is not the role it is listed in, or null: a prefill
+     * added as a decode was sent decode calls, and each request's second choice met "bootstrap_room … is already in flight
+     * on this prefill".
+     */
+    static String roleMismatch(Backend b, JsonNode health) {
+        String role = health.path("role").asText(null), listed = b.prefill ? "prefill" : "decode";
+        return role == null || role.equals(listed) ? null : "its /health says it is a " + role + " engine, listed as a " + listed;
+    }
+
+    /**
      * One health check of a backend before it joins: null when it answered 200 (a prefill naming its bootstrap
      * registry, which the decodes need), else why not.
      */
@@ -277,8 +295,11 @@ final class Backends {
         try {
             HttpResponse<String> r = probe(b);
             if (r.statusCode() != 200) return "its /health answered HTTP " + r.statusCode();
+            JsonNode health = Http.JSON.readTree(r.body());
+            String wrongRole = roleMismatch(b, health);
+            if (wrongRole != null) return wrongRole;
             if (b.prefill) {
-                b.bootstrap = Http.JSON.readTree(r.body()).path("bootstrap").asText(null);
+                b.bootstrap = health.path("bootstrap").asText(null);
                 if (b.bootstrap == null) return "its /health names no bootstrap registry: is it a prefill?";
             }
             return null;

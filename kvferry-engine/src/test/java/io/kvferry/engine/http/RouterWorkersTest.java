@@ -2,6 +2,7 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serve.WorkerRegistration;
 import io.kvferry.engine.serving.EngineSpec;
@@ -11,6 +12,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.URLEncoder;
@@ -186,17 +188,36 @@ class RouterWorkersTest {
 
             JsonNode dead = error(send(router, "POST", workers, add("http://127.0.0.1:" + deadPort, "decode"), BEARER), 502);
             assertTrue(dead.path("message").asText().contains("was not added"), dead.toString());
+            // An engine added in the other role than its /health names: before, a prefill added as a decode was sent decode
+            // calls, and a request's second choice met "bootstrap_room ... is already in flight on this prefill".
             JsonNode notPrefill = error(send(router, "POST", workers, add(second.decodeUrl(), "prefill"), BEARER), 502);
-            assertTrue(notPrefill.path("message").asText().contains("no bootstrap registry"), notPrefill.toString());
+            assertTrue(notPrefill.path("message").asText().contains("is a decode engine, listed as a prefill"), notPrefill.toString());
+            JsonNode notDecode = error(send(router, "POST", workers, add(second.prefillUrl(), "decode"), BEARER), 502);
+            assertTrue(notDecode.path("message").asText().contains("is a prefill engine, listed as a decode"), notDecode.toString());
 
-            // One URL in both roles (a stub can answer as both): a removal must say which.
-            assertEquals(200, send(router, "POST", workers, add(first.prefillUrl(), "decode"), BEARER).statusCode());
-            JsonNode both = error(send(router, "DELETE", removal(first.prefillUrl()), null, BEARER), 400);
-            assertEquals("worker_type", both.path("param").asText(), both.toString());
-            assertEquals(200, send(router, "DELETE", removal(first.prefillUrl()) + "&worker_type=decode", null, BEARER).statusCode());
-            assertEquals(404, send(router, "DELETE", removal(first.prefillUrl()) + "&worker_type=decode", null, BEARER).statusCode());
-            assertEquals("worker_type", error(send(router, "DELETE", removal(first.prefillUrl()) + "&worker_type=x", null, BEARER), 400)
-                    .path("param").asText());
+            // One URL in both roles (a stub whose /health names no role and a registry answers as both): a removal must say which.
+            HttpServer both = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+            both.createContext("/health", ex -> {
+                byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(200, b.length);
+                ex.getResponseBody().write(b);
+                ex.close();
+            });
+            both.start();
+            String bothUrl = "http://127.0.0.1:" + both.getAddress().getPort();
+            try {
+                assertEquals(200, send(router, "POST", workers, add(bothUrl, "prefill"), BEARER).statusCode());
+                assertEquals(200, send(router, "POST", workers, add(bothUrl, "decode"), BEARER).statusCode());
+                JsonNode which = error(send(router, "DELETE", removal(bothUrl), null, BEARER), 400);
+                assertEquals("worker_type", which.path("param").asText(), which.toString());
+                assertEquals(200, send(router, "DELETE", removal(bothUrl) + "&worker_type=decode", null, BEARER).statusCode());
+                assertEquals(404, send(router, "DELETE", removal(bothUrl) + "&worker_type=decode", null, BEARER).statusCode());
+                assertEquals("worker_type", error(send(router, "DELETE", removal(bothUrl) + "&worker_type=x", null, BEARER), 400)
+                        .path("param").asText());
+                assertEquals(200, send(router, "DELETE", removal(bothUrl) + "&worker_type=prefill", null, BEARER).statusCode());
+            } finally {
+                both.stop(0);
+            }
 
             JsonNode unknown = error(send(router, "DELETE", removal(second.decodeUrl()), null, BEARER), 404);
             assertEquals("url", unknown.path("param").asText());
@@ -210,6 +231,20 @@ class RouterWorkersTest {
             assertEquals(1, list.path("prefills").size(), list.toString());
             assertEquals(1, list.path("decodes").size(), list.toString());
             assertNotNull(list.path("decodes").get(0).get("in_flight"));
+        }
+    }
+
+    /** An engine listed at start in the other role than its /health names serves nothing in that role (its checks fail, naming why). */
+    @Test
+    @Timeout(60)
+    void anEngineListedInTheOtherRoleIsNotInRotation() throws Exception {
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.prefillUrl()), model.tokenizer(),
+                model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null), null)) {
+            JsonNode list = workers(router);
+            assertTrue(list.path("prefills").get(0).path("healthy").asBoolean(), list.toString());
+            assertFalse(list.path("decodes").get(0).path("healthy").asBoolean(), "a prefill listed as a decode is in rotation: " + list);
+            HttpResponse<String> r = send(router, "POST", "/v1/completions", COMPLETION, null);
+            assertEquals(503, r.statusCode(), r.body());
         }
     }
 
