@@ -62,6 +62,7 @@ final class GenerateRoute {
         OptionalLong seed = SamplingParams.named("sampling_params.seed", () -> RequestParams.seed(sp));
         StopSequences stop = StopSequences.parse(sp.get("stop"), "sampling_params.stop");
         SamplingRules rules = RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize());
+        resolver.checkMinTokensFit(rules.minTokens(), prompts, "sampling_params.min_new_tokens");
         String salt = EngineInput.cacheSalt(req);
         Ask ask;
         try {

@@ -55,6 +55,7 @@ final class OpenAiRoutes {
         // answer shows them only where the request asked.
         int sampleLogprobs = bestOf > n ? Math.max(logprobs, 0) : logprobs;
         Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1, tokenizer.vocabSize());
+        resolver.checkMinTokensFit(ask.rules().minTokens(), prompts, "min_tokens");
         answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null);
     }
 
@@ -89,7 +90,9 @@ final class OpenAiRoutes {
                     + ") differ; send max_completion_tokens alone");
         }
         prompt = resolver.resolve(prompt, "messages");
-        answer(ex, req, OpenAiShape.CHAT, choices(RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize()), List.of(prompt), RequestParams.n(req, 1)), false, null);
+        Ask ask = RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize());
+        resolver.checkMinTokensFit(ask.rules().minTokens(), List.of(prompt), "min_tokens");
+        answer(ex, req, OpenAiShape.CHAT, choices(ask, List.of(prompt), RequestParams.n(req, 1)), false, null);
     }
 
     /**

@@ -107,4 +107,18 @@ final class PromptResolver {
         }
         return text;
     }
+
+    /**
+     * A 400 naming {@code field} when {@code minTokens} output tokens cannot fit after one of the prompts: the answer ends at
+     * the context's end, so such a minimum could never hold (the token limit alone may be larger than what the context leaves).
+     */
+    void checkMinTokensFit(int minTokens, List<Prompt> prompts, String field) {
+        for (Prompt p : prompts) {
+            int left = contextTokens - p.ids().length;
+            if (minTokens > left) {
+                throw new Http.BadRequest(field, field + " (" + minTokens + ") must be at most the tokens the model's context ("
+                        + contextTokens + ") leaves after the prompt's " + p.ids().length + ": " + left);
+            }
+        }
+    }
 }

@@ -347,6 +347,14 @@ class SamplingParamsTest {
             assertBadRequest("/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":" + MAX + "," + sglang + "}}",
                     "sampling_params." + c[1].replace("min_tokens", "min_new_tokens"), c[2].replace("min_tokens", "min_new_tokens"));
         }
+        // A minimum the context cannot hold after the prompt, whatever the token limit says (a chat without one runs to the
+        // context's end): before, it was taken, and the answer ended at the context short of it.
+        assertBadRequest("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"min_tokens\":600}",
+                "min_tokens", "must be at most the tokens the model's context (512) leaves after the prompt's");
+        assertBadRequest("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1000,\"min_tokens\":600}", "min_tokens",
+                "must be at most the tokens the model's context (512) leaves");
+        assertBadRequest("/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":1000,\"min_new_tokens\":600}}",
+                "sampling_params.min_new_tokens", "must be at most the tokens the model's context (512) leaves");
         // The engines check what they are sent: a 400, never a crash, and nothing held.
         String ids = Arrays.toString(promptIds).replace(" ", "");
         String[][] engine = {
