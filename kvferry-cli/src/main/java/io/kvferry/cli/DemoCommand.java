@@ -107,7 +107,8 @@ public final class DemoCommand implements Callable<Integer> {
         }
         PrintStream out = System.out;
         ModelFiles.Loaded model = engine.load();
-        List<String> loadPrompts = loadPrompts(model); // before anything starts: a prefix past the context is the user's error
+        String sharedPrefix = sharedPrefixTokens > 0 ? sharedPrefix(model, sharedPrefixTokens) : null;
+        List<String> loadPrompts = loadPrompts(model, sharedPrefix); // before anything starts: a prefix past the context is the user's error
         engine.requireParallelism(model, "--prefill-tp", prefillTp, "--prefill-pp", prefillPp);
         engine.requireParallelism(model, "--decode-tp", decodeTp, null, 1);
         out.println("[demo] model: " + model.description());
@@ -136,7 +137,7 @@ public final class DemoCommand implements Callable<Integer> {
             routerUrl = "http://" + Roles.hostPort(Roles.isWildcard(engine.host) ? Roles.loopback(engine.host) : engine.host, cluster.port());
             out.println("[demo] router " + routerUrl + ": " + engine.variant.label() + ", prefill tp" + prefillTp + " pp" + prefillPp
                     + " -> decode tp" + decodeTp + " over " + engine.transport + (processes ? ", separate processes" : ", one process"));
-            return run(out, model, routerUrl, ps, loadPrompts);
+            return run(out, model, routerUrl, ps, sharedPrefix, loadPrompts);
         } finally {
             if (cluster != null) cluster.close();
             for (Process c : children.reversed()) { // decode first: a prefill gone first makes the decode revoke its links
@@ -146,7 +147,7 @@ public final class DemoCommand implements Callable<Integer> {
         }
     }
 
-    private int run(PrintStream out, ModelFiles.Loaded model, String routerUrl, List<String> ps, List<String> loadPrompts)
+    private int run(PrintStream out, ModelFiles.Loaded model, String routerUrl, List<String> ps, String sharedPrefix, List<String> loadPrompts)
             throws Exception {
         HttpClient http = HttpClient.newHttpClient();
         List<Double> ttft = new ArrayList<>(), transfer = new ArrayList<>();
@@ -227,7 +228,7 @@ public final class DemoCommand implements Callable<Integer> {
         double tps = seconds > 0 ? tokens / seconds : 0;
         out.printf("%n[demo] %d/%d requests succeeded, %d tokens, %d/%d match the colocated run, %.0f tokens/s (one stream at a time)%n",
                 succeeded, ps.size(), tokens, matched, succeeded, tps);
-        ObjectNode loadResult = load > 0 ? load(out, model, routerUrl, http, loadPrompts) : null;
+        ObjectNode loadResult = load > 0 ? load(out, model, routerUrl, http, sharedPrefix, loadPrompts) : null;
         if (json) {
             ObjectNode o = JSON.createObjectNode();
             if (loadResult != null) o.set("load", loadResult);
@@ -298,8 +299,8 @@ public final class DemoCommand implements Callable<Integer> {
     }
 
     /** --load's prompts: the five openings with a number each, after the shared prefix if one is asked for. */
-    private List<String> loadPrompts(ModelFiles.Loaded model) {
-        String prefix = sharedPrefixTokens > 0 ? sharedPrefix(model, sharedPrefixTokens) + " " : "";
+    private List<String> loadPrompts(ModelFiles.Loaded model, String sharedPrefix) {
+        String prefix = sharedPrefix != null ? sharedPrefix + " " : "";
         int seqLen = model.weights().config.seqLen();
         List<String> ps = new ArrayList<>();
         for (int i = 0; i < load; i++) {
@@ -319,9 +320,8 @@ public final class DemoCommand implements Callable<Integer> {
      * against the colocated run's. With a shared prefix, the prefix alone goes first (not counted): its pages are then in
      * the prefill's prefix cache (and the decode's), as a system prompt's are in a server that has run a while.
      */
-    private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http, List<String> ps)
+    private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http, String prefix, List<String> ps)
             throws Exception {
-        String prefix = sharedPrefixTokens > 0 ? sharedPrefix(model, sharedPrefixTokens) : null;
         int prefixTokens = prefix == null ? 0 : model.tokenizer().encode(prefix, true, false).length;
         if (prefix != null) {
             ObjectNode body = JSON.createObjectNode().put("prompt", prefix).put("max_tokens", 1).put("temperature", 0);

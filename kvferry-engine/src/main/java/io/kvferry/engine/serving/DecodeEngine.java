@@ -327,7 +327,7 @@ public final class DecodeEngine extends SchedulerThread {
                 f.receivers.clear();
                 KvPool aux = pools[0][0];
                 int first = aux.firstToken(f.row);
-                String wrong = auxRowFault(aux, f, first);
+                String wrong = auxRowFault(f, first);
                 if (wrong != null) { // a broken prefill (authenticated, so not a stranger) harms only this request
                     release(f, false);
                     f.req.sink().onError(FailureKind.INTEGRITY, wrong);
@@ -435,7 +435,7 @@ public final class DecodeEngine extends SchedulerThread {
      * names the request's room kvferry checks itself before Success (SGLang's bootstrap_room check: the room fails as
      * integrity, "bootstrap_room mismatch").
      */
-    private String auxRowFault(KvPool aux, Flight f, int first) {
+    private String auxRowFault(Flight f, int first) {
         int vocab = spec.weights().config.vocabSize();
         if (first < 0 || first >= vocab) {
             return "room " + f.req.room() + ": the prefill's first token " + first + " is outside the vocabulary [0, " + vocab + ")";
