@@ -2,6 +2,7 @@ package io.kvferry.cli;
 
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.http.Router;
+import io.kvferry.engine.http.Tenants;
 import io.kvferry.engine.serve.Roles;
 import io.kvferry.engine.serve.WorkerRegistration;
 import picocli.CommandLine.Command;
@@ -84,6 +85,12 @@ public final class ServeCommand implements Callable<Integer> {
             + "(Authorization: Bearer KEY) from this file's first line; else KVFERRY_API_KEY. Neither: the router serves any client.")
     Path apiKeyFile;
 
+    @Option(names = "--tenants-file", paramLabel = "FILE", description = "Router (and serve without --role): tenants, each with its "
+            + "own key clients send (Authorization: Bearer KEY), max_concurrent_requests and prefix-cache isolation (cache_salt "
+            + "isolated or shared), as JSON {\"tenants\": [{\"name\", \"key\", \"max_concurrent_requests\", \"cache_salt\"}]}; "
+            + "re-read when it changes. Not with --api-key-file / KVFERRY_API_KEY (docs/SERVING.md, Tenants).")
+    Path tenantsFile;
+
     @Option(names = "--log-requests", description = "Router (and serve without --role): one log line per request answered "
             + "(route, status, room, tokens, TTFT, latency, failure kind), on the logger io.kvferry.router.requests.")
     boolean logRequests;
@@ -154,6 +161,7 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--prefill", List.of("router"));
         ONLY_FOR.put("--decode", List.of("router"));
         ONLY_FOR.put("--api-key-file", List.of("router", "embedded"));
+        ONLY_FOR.put("--tenants-file", List.of("router", "embedded"));
         ONLY_FOR.put("--log-requests", List.of("router", "embedded"));
         ONLY_FOR.put("--max-concurrent-requests", List.of("router", "embedded"));
         ONLY_FOR.put("--queue-timeout-ms", List.of("router", "embedded"));
@@ -250,27 +258,43 @@ public final class ServeCommand implements Callable<Integer> {
         }
         // Read in the modes that run a router only: KVFERRY_API_KEY set for a whole cluster means nothing to an engine.
         String apiKey = role == null || role.equals("router") ? AuthTokenOptions.secret("--api-key-file", apiKeyFile, "KVFERRY_API_KEY") : null;
+        if (tenantsFile != null && apiKey != null) {
+            System.err.println("kvferry serve: --tenants-file and " + (apiKeyFile != null ? "--api-key-file" : "KVFERRY_API_KEY")
+                    + " are exclusive: with tenants each client sends its tenant's key (drop the single API key, or give it to a tenant)");
+            return 2;
+        }
         if (role != null) {
             String warning = loopbackNameWarning(engine.host, resolveFirst(engine.host));
             if (warning != null) System.err.println("kvferry serve: warning: " + warning);
         }
         ModelFiles.Loaded model = engine.load();
         String token = engine.token();
+        if (role == null && token == null) token = EngineOptions.randomToken(); // one process: nobody else needs to know it
         try {
             new Router.Access(token, apiKey); // its rule (the key is not the cluster token), checked before anything starts
         } catch (IllegalArgumentException e) {
             System.err.println("kvferry serve: " + e.getMessage() + " (--api-key-file / KVFERRY_API_KEY)");
             return 2;
         }
+        Tenants tenants = null;
+        if (tenantsFile != null) {
+            try {
+                tenants = Tenants.open(tenantsFile, token); // every tenant and field checked before anything starts
+            } catch (IllegalArgumentException e) {
+                System.err.println("kvferry serve: " + e.getMessage());
+                return 2;
+            }
+            String warning = Tenants.permissionWarning(tenantsFile);
+            if (warning != null) System.err.println("kvferry serve: warning: " + warning);
+        }
         Roles.Role started;
         String what;
         if (role == null) {
             engine.requireParallelism(model, "--prefill-tp", prefillTp, "--prefill-pp", prefillPp);
             engine.requireParallelism(model, "--decode-tp", decodeTp, null, 1);
-            if (token == null) token = EngineOptions.randomToken(); // one process: nobody else needs to know it
             started = Roles.all(engine.options(model, 1, 1, port != null ? port : 8000, 0, token),
                     engine.options(model, prefillTp, prefillPp, 0, bootstrapPort, token),
-                    engine.options(model, decodeTp, 1, 0, 0, token), apiKey, admission);
+                    engine.options(model, decodeTp, 1, 0, 0, token), apiKey, admission, tenants);
             what = "router (with one prefill tp" + prefillTp + " pp" + prefillPp + " and one decode tp" + decodeTp + " over " + engine.transport + ")";
         } else {
             switch (role) {
@@ -299,7 +323,7 @@ public final class ServeCommand implements Callable<Integer> {
                                 + "--auth-token-file (the same on every prefill, decode and router)");
                         return 2;
                     }
-                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes, apiKey, admission);
+                    started = Roles.router(engine.options(model, 1, 1, port != null ? port : 8000, 0, token), prefills, decodes, apiKey, admission, tenants);
                     what = "router over " + prefills.size() + " prefill(s) and " + decodes.size() + " decode(s)";
                 }
                 default -> {
@@ -325,7 +349,9 @@ public final class ServeCommand implements Callable<Integer> {
                     + " (a line says when it is in; an error, if the router does not take it)");
         }
         if (role == null || role.equals("router")) {
-            System.out.println("kvferry serve: " + (apiKey != null ? "clients send the router's API key (Authorization: Bearer KEY)"
+            System.out.println("kvferry serve: " + (tenants != null ? "clients send their tenant's key (Authorization: Bearer KEY): "
+                    + tenants.list().size() + " tenants from " + tenantsFile + ", re-read when it changes"
+                    : apiKey != null ? "clients send the router's API key (Authorization: Bearer KEY)"
                     : "no API key: the router serves any client that reaches its port (see --api-key-file)"));
         }
         // Last, and the URL alone at its end: launchers (demo --processes, tests) read it from this line.

@@ -157,9 +157,10 @@ final class GenerateRoute {
         AtomicReference<Exception> thrown = new AtomicReference<>();
         AtomicBoolean cancelled = new AtomicBoolean();
         List<Thread> threads = new ArrayList<>();
+        Router.RequestRecord whole = Router.RECORD.get();
         for (int i = 0; i < count; i++) {
             int index = i;
-            Router.RequestRecord record = new Router.RequestRecord();
+            Router.RequestRecord record = whole.child();
             records.add(record);
             Output out = new Output() {
                 @Override
@@ -190,7 +191,7 @@ final class GenerateRoute {
             for (Thread t : threads) t.interrupt();
             throw e;
         }
-        Router.merge(Router.RECORD.get(), records);
+        Router.merge(whole, records);
         if (failure.get() != null) {
             Router.fail(ex, null, failure.get());
             return;

@@ -156,10 +156,15 @@ final class Http {
      */
     static boolean bearerChecked(HttpExchange ex, BearerToken auth, String type, String needs) throws IOException {
         if (auth == null || auth.accepts(ex.getRequestHeaders().getFirst("Authorization"))) return true;
+        refuseBearer(ex, type, needs);
+        return false;
+    }
+
+    /** The 401 of {@link #bearerChecked}: the body drained, {@code WWW-Authenticate}, the message naming the method, path and what it needs. */
+    static void refuseBearer(HttpExchange ex, String type, String needs) throws IOException {
         discardBody(ex);
         ex.getResponseHeaders().set("WWW-Authenticate", "Bearer realm=\"kvferry\"");
         sendError(ex, 401, type, ex.getRequestMethod() + " " + ex.getRequestURI().getPath() + " " + needs);
-        return false;
     }
 
     /**

@@ -117,7 +117,7 @@ final class OpenAiRoutes {
         } else {
             // Each choice is a request of its own (its room, its prefill and decode, its admission slot), all at once.
             List<Thread> threads = new ArrayList<>();
-            for (Choice c : choices) threads.add(Thread.ofVirtual().name("choice-" + c.index).start(() -> c.run(new Router.RequestRecord())));
+            for (Choice c : choices) threads.add(Thread.ofVirtual().name("choice-" + c.index).start(() -> c.run(record.child())));
             try {
                 for (Thread t : threads) t.join();
             } catch (InterruptedException e) {

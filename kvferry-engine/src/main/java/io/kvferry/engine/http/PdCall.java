@@ -93,16 +93,28 @@ final class PdCall {
      */
     Outcome run(Ask ask, Router.RequestRecord record, Output out) throws Failure, IOException, InterruptedException {
         long arrived = System.nanoTime();
-        if (slots == null) return admitted(ask, record, out, arrived);
-        if (!slots.tryAcquire(admission.queueTimeout().toNanos(), TimeUnit.NANOSECONDS)) {
-            throw new Failure(429, "rate_limit_error", "the router is serving its limit of " + admission.maxConcurrent()
-                    + " requests at once (--max-concurrent-requests) and none ended within " + admission.queueTimeout().toMillis()
-                    + " ms (--queue-timeout-ms); retry later");
+        Tenants.Tenant tenant = record.tenant;
+        // The tenant's slot first, then the router's: a request waiting on its tenant's limit holds none of the router's.
+        if (tenant != null && !Tenants.admit(tenant, admission.queueTimeout().toNanos())) {
+            throw new Failure(429, "rate_limit_error", "tenant " + tenant.name + " is serving its limit of " + tenant.maxConcurrent
+                    + " requests at once (max_concurrent_requests in --tenants-file) and none ended within "
+                    + admission.queueTimeout().toMillis() + " ms (--queue-timeout-ms); retry later");
         }
         try {
-            return admitted(ask, record, out, arrived);
+            if (slots == null) return admitted(ask, record, out, arrived);
+            long left = admission.queueTimeout().toNanos() - (System.nanoTime() - arrived); // one wait in all, both limits
+            if (!slots.tryAcquire(Math.max(left, 0), TimeUnit.NANOSECONDS)) {
+                throw new Failure(429, "rate_limit_error", "the router is serving its limit of " + admission.maxConcurrent()
+                        + " requests at once (--max-concurrent-requests) and none ended within " + admission.queueTimeout().toMillis()
+                        + " ms (--queue-timeout-ms); retry later");
+            }
+            try {
+                return admitted(ask, record, out, arrived);
+            } finally {
+                slots.release();
+            }
         } finally {
-            slots.release();
+            if (tenant != null) Tenants.release(tenant);
         }
     }
 
@@ -145,7 +157,9 @@ final class PdCall {
         long room = ThreadLocalRandom.current().nextLong() & Long.MAX_VALUE;
         record.room = room;
         ObjectNode body = generateBody(room, ids, ask.sampling(room));
-        if (ask.cacheSalt() != null) body.put("cache_salt", ask.cacheSalt()); // both engines' prefix caches
+        // Both engines' prefix caches; a tenant's request gets its tenant's salt (Tenants: another tenant's pages never match).
+        String salt = record.tenant == null ? ask.cacheSalt() : record.tenant.salt(ask.cacheSalt());
+        if (salt != null) body.put("cache_salt", salt);
         ObjectNode decodeBody = body.deepCopy();
         if (ask.logprobStart() >= 0) { // SGLang's names: the prefill computes the prompt's, for this request only
             body.put("return_logprob", true);
@@ -244,7 +258,7 @@ final class PdCall {
                             backends.abort(p, room);
                             all.setLength(stop.at());
                             record.completionTokens = tokens.size();
-                            return outcome(room, ids, tokens, all, Finish.string(stop.string()), ttft, start, prefillCall, null, logprobs, offsets, input);
+                            return outcome(record, ids, tokens, all, Finish.string(stop.string()), ttft, start, prefillCall, null, logprobs, offsets, input);
                         }
                         int sendable = all.length() - ask.stop().heldBack(all);
                         String piece = sendable > sent ? all.substring(sent, sendable) : "";
@@ -268,7 +282,7 @@ final class PdCall {
                             finish = Finish.string(stop.string());
                         }
                         record.completionTokens = tokens.size();
-                        return outcome(room, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
+                        return outcome(record, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
                     }
                 }
             }
@@ -314,7 +328,7 @@ final class PdCall {
         }
         out.onPrompt(input);
         long took = System.nanoTime() - start;
-        meters.succeeded(took, ids.length, 0);
+        meters.succeeded(took, ids.length, 0, record.tenant);
         record.completionTokens = 0;
         return new Outcome(room, ids.length, new int[0], "", Finish.LENGTH, -1, took / 1e6, pre, null,
                 ask.topLogprobs() >= 0 ? List.of() : null, ask.topLogprobs() >= 0 ? new int[0] : null, input);
@@ -512,11 +526,12 @@ final class PdCall {
     }
 
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
-    private Outcome outcome(long room, int[] ids, List<Integer> tokens, CharSequence text, Finish finish, double ttft, long start,
-                            CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings, List<TokenLogprobs> logprobs,
-                            List<Integer> offsets, List<TokenLogprobs> input) {
+    private Outcome outcome(Router.RequestRecord record, int[] ids, List<Integer> tokens, CharSequence text, Finish finish, double ttft,
+                            long start, CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings,
+                            List<TokenLogprobs> logprobs, List<Integer> offsets, List<TokenLogprobs> input) {
+        long room = record.room;
         long took = System.nanoTime() - start;
-        meters.succeeded(took, ids.length, tokens.size());
+        meters.succeeded(took, ids.length, tokens.size(), record.tenant);
         JsonNode pre = null;
         try {
             HttpResponse<String> pr = prefillCall.get(5, TimeUnit.SECONDS);

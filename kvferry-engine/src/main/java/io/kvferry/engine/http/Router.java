@@ -80,6 +80,15 @@ public final class Router implements AutoCloseable {
         String failureKind;
         /** The status to count when the answer's does not say it (a stream failed after its 200, a client gone); null: the answer's. */
         Integer countedStatus;
+        /** The client's tenant (its key's, {@link Tenants}); null on a router without tenants. */
+        Tenants.Tenant tenant;
+
+        /** The record of one choice (or batch entry) of this request: its own room and tokens, the request's tenant. */
+        RequestRecord child() {
+            RequestRecord c = new RequestRecord();
+            c.tenant = tenant;
+            return c;
+        }
     }
 
     /** The request the running handler serves (bound by {@link #serving} around each exchange). */
@@ -92,6 +101,8 @@ public final class Router implements AutoCloseable {
     private final PdCall pd;
     /** The API key clients must send to the routes that serve, or null: any client that reaches the port is served. */
     private final BearerToken clientAuth;
+    /** The tenants whose keys clients send instead of one API key (and who get their limits and salts), or null. */
+    private final Tenants tenants;
     private final RouterMeters meters;
 
     /**
@@ -101,10 +112,11 @@ public final class Router implements AutoCloseable {
      * {@code /detokenize}) as {@code Authorization: Bearer KEY}, as
      * OpenAI clients do (null: the router serves anyone, as SGLang's does by default); {@code /health} and
      * {@code /metrics} stay open. The two must differ: a client holding the key would otherwise hold the
-     * engines' and the registry's token too.
+     * engines' and the registry's token too. {@code tenants} ({@code --tenants-file}): instead of one API key, a key per
+     * tenant, each with its own limit, prefix-cache salt and meters ({@link Tenants}); not with {@code apiKey}.
      */
-    public record Access(String backendToken, String apiKey) {
-        public static final Access NONE = new Access(null, null);
+    public record Access(String backendToken, String apiKey, Tenants tenants) {
+        public static final Access NONE = new Access(null, null, null);
 
         public Access {
             BearerToken key = BearerToken.of(apiKey), token = BearerToken.of(backendToken);
@@ -112,12 +124,21 @@ public final class Router implements AutoCloseable {
                 throw new IllegalArgumentException("the router's API key must differ from the cluster token: every client would hold "
                         + "the token that lets a caller abort any room on the engines and register with the bootstrap registry");
             }
+            if (key != null && tenants != null) {
+                throw new IllegalArgumentException("the router takes one API key (--api-key-file / KVFERRY_API_KEY) or tenants "
+                        + "(--tenants-file), not both: with tenants each client sends its tenant's key");
+            }
+        }
+
+        /** One API key for every client (null: none), no tenants. */
+        public Access(String backendToken, String apiKey) {
+            this(backendToken, apiKey, null);
         }
 
         @Override
         public String toString() {
             return "Access[backendToken=" + (BearerToken.of(backendToken) == null ? "none" : "***") + ", apiKey="
-                    + (BearerToken.of(apiKey) == null ? "none" : "***") + "]";
+                    + (BearerToken.of(apiKey) == null ? "none" : "***") + ", tenants=" + (tenants == null ? "none" : tenants.list().size()) + "]";
         }
     }
 
@@ -165,15 +186,24 @@ public final class Router implements AutoCloseable {
         Semaphore slots = admission.maxConcurrent() == 0 ? null : new Semaphore(admission.maxConcurrent(), true);
         BearerToken clusterToken = BearerToken.of(access.backendToken()); // sent with every call to an engine; /workers changes need it
         this.clientAuth = BearerToken.of(access.apiKey());
+        this.tenants = access.tenants();
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
         Pool first = new Pool(List.of(), List.of());
         for (String p : prefills) first = first.with(new Backend(p, true, null));
         for (String d : decodes) first = first.with(new Backend(d, false, null));
-        this.meters = new RouterMeters(metrics);
+        this.meters = new RouterMeters(metrics, tenants != null);
         if (slots != null) meters.admission(slots);
+        if (tenants != null) {
+            tenants.list().forEach(t -> meters.tenant(t.name, tenants));
+            tenants.listener((added, removed) -> {
+                added.forEach(t -> meters.tenant(t.name, tenants));
+                removed.forEach(meters::forgetTenant);
+            });
+        }
         first.all().forEach(meters::backend);
         if (contextTokens < 2) throw new IllegalArgumentException("the context must hold at least 2 tokens, got " + contextTokens);
         backends = new Backends(first, probing, clusterToken, meters);
+        if (tenants != null) backends.every(tenants::reloadIfChanged, TENANTS_CHECK_MILLIS); // the file re-read when it changes
         pd = new PdCall(backends, probing.streamIdle(), tokenizer, contextTokens, meters, admission, slots);
         PromptResolver resolver = new PromptResolver(tokenizer, contextTokens);
         OpenAiRoutes openAi = new OpenAiRoutes(pd, resolver, tokenizer, modelName, started);
@@ -210,7 +240,14 @@ public final class Router implements AutoCloseable {
             RequestRecord record = new RequestRecord();
             try {
                 ScopedValue.where(RECORD, record).run(() -> Http.handle(ex, e -> {
-                    if (!Http.bearerChecked(e, clientAuth, "authentication_error",
+                    if (tenants != null) {
+                        record.tenant = tenants.identify(e.getRequestHeaders().getFirst("Authorization"));
+                        if (record.tenant == null) {
+                            Http.refuseBearer(e, "authentication_error", "needs a tenant's key (Authorization: Bearer KEY; the keys of --tenants-file)");
+                            return;
+                        }
+                        meters.tenantStarted(record.tenant.name);
+                    } else if (!Http.bearerChecked(e, clientAuth, "authentication_error",
                             "needs the router's API key (Authorization: Bearer KEY; the key of --api-key-file / KVFERRY_API_KEY)")) {
                         return;
                     }
@@ -224,19 +261,29 @@ public final class Router implements AutoCloseable {
             } finally {
                 int status = record.countedStatus != null ? record.countedStatus
                         : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED;
+                String tenant = record.tenant == null ? null : record.tenant.name;
                 if (REQUEST_LOG.isInfoEnabled()) {
-                    REQUEST_LOG.info("request route={} status={} room={} prompt_tokens={} completion_tokens={} ttft_ms={} e2e_ms={} kind={}",
+                    REQUEST_LOG.info("request route={} status={} room={} prompt_tokens={} completion_tokens={} ttft_ms={} e2e_ms={} kind={}{}",
                             route, status, record.room < 0 ? "-" : Long.toString(record.room), record.promptTokens, record.completionTokens,
                             String.format("%.1f", record.ttftMs), String.format("%.1f", (System.nanoTime() - arrived) / 1e6),
-                            record.failureKind == null ? "-" : LogSafe.value(record.failureKind));
+                            record.failureKind == null ? "-" : LogSafe.value(record.failureKind),
+                            tenants == null ? "" : " tenant=" + (tenant == null ? "-" : tenant));
                 }
-                meters.finished(route, status); // after its log line: a request counted is a request logged
+                meters.finished(route, status, tenant); // after its log line: a request counted is a request logged
             }
         });
     }
 
     public int port() {
         return server.getAddress().getPort();
+    }
+
+    /** How often the router looks at the tenants file's modification time. */
+    static final long TENANTS_CHECK_MILLIS = 1_000;
+
+    /** The router's tenants (null: none). */
+    Tenants tenants() {
+        return tenants;
     }
 
     /** Requests waiting for an admission slot now. */

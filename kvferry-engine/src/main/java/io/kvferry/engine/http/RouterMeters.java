@@ -32,6 +32,10 @@ final class RouterMeters {
     static final String WAITING = "kvferry_router_requests_waiting";
     static final String BACKEND_UP = "kvferry_router_backend_up";
     static final String BACKEND_IN_FLIGHT = "kvferry_router_backend_requests_in_flight";
+    static final String TENANT_RUNNING = "kvferry_router_tenant_requests_running";
+    static final String TENANT_WAITING = "kvferry_router_tenant_requests_waiting";
+    /** The {@code tenant} tag of a request no tenant's key opened (a 401), on a router with tenants. */
+    static final String NO_TENANT = "-";
 
     /**
      * The status counted for a request whose client went away before its answer was complete (nginx's
@@ -52,17 +56,32 @@ final class RouterMeters {
     private final Counter promptTokens;
     private final Counter generationTokens;
     private final AtomicInteger running = new AtomicInteger();
+    /** Whether the request and token meters carry a {@code tenant} tag: only on a router with tenants (their names bound it). */
+    private final boolean byTenant;
+    /** Per tenant (byTenant): its prompt and generated token counters. */
+    private final Map<String, Counter[]> tokensByTenant = new ConcurrentHashMap<>();
+    /** Per tenant (byTenant): its requests being served now. */
+    private final Map<String, AtomicInteger> runningByTenant = new ConcurrentHashMap<>();
 
     /** @param registry where the meters go; null for nowhere (a registry of its own nobody reads) */
     RouterMeters(MeterRegistry registry) {
+        this(registry, false);
+    }
+
+    /**
+     * @param byTenant whether the router has tenants: its request and token counters then carry a {@code tenant} tag (each
+     *                 series of a tenant named in its file, {@link #NO_TENANT} for requests no key opened), and each tenant
+     *                 has gauges of its requests running and waiting; without, the meters are as they were (untagged)
+     */
+    RouterMeters(MeterRegistry registry, boolean byTenant) {
+        this.byTenant = byTenant;
         this.registry = registry != null ? registry : new SimpleMeterRegistry();
         ttft = Timer.builder(TTFT).description("Router: request arrival to the first token from the decode, requests that produced one")
                 .serviceLevelObjectives(LATENCY_BUCKETS).register(this.registry);
         e2e = Timer.builder(E2E).description("Router: request arrival to its last token, requests that succeeded")
                 .serviceLevelObjectives(LATENCY_BUCKETS).register(this.registry);
-        promptTokens = Counter.builder(PROMPT_TOKENS).description("Router: prompt tokens of requests that succeeded").register(this.registry);
-        generationTokens = Counter.builder(GENERATION_TOKENS).description("Router: tokens generated for requests that succeeded")
-                .register(this.registry);
+        promptTokens = byTenant ? null : promptTokens(null);
+        generationTokens = byTenant ? null : generationTokens(null);
         Gauge.builder(RUNNING, running, AtomicInteger::get).description("Router: requests being served now").register(this.registry);
     }
 
@@ -90,16 +109,73 @@ final class RouterMeters {
                 .register(registry);
     }
 
+    private Counter promptTokens(String tenant) {
+        Counter.Builder b = Counter.builder(PROMPT_TOKENS).description("Router: prompt tokens of requests that succeeded");
+        return (tenant == null ? b : b.tag("tenant", tenant)).register(registry);
+    }
+
+    private Counter generationTokens(String tenant) {
+        Counter.Builder b = Counter.builder(GENERATION_TOKENS).description("Router: tokens generated for requests that succeeded");
+        return (tenant == null ? b : b.tag("tenant", tenant)).register(registry);
+    }
+
+    /**
+     * A tenant's gauges: its requests being served now (waiting for a slot included, as {@link #RUNNING}'s), and those
+     * waiting for one of its slots ({@code max_concurrent_requests}; 0 without a limit), read from {@code tenants}.
+     */
+    void tenant(String name, Tenants tenants) {
+        AtomicInteger n = runningByTenant.computeIfAbsent(name, k -> new AtomicInteger());
+        Gauge.builder(TENANT_RUNNING, n, AtomicInteger::get).description("Router: a tenant's requests being served now (--tenants-file)")
+                .tag("tenant", name).register(registry);
+        Gauge.builder(TENANT_WAITING, tenants, t -> t.waiting(name))
+                .description("Router: a tenant's requests waiting for one of its slots (its max_concurrent_requests)")
+                .tag("tenant", name).register(registry);
+    }
+
+    /** Removes every meter of a tenant gone from the file: the tagged series stay bounded by the file's names. */
+    void forgetTenant(String name) {
+        runningByTenant.remove(name);
+        tokensByTenant.remove(name);
+        requests.keySet().removeIf(k -> k.endsWith(' ' + name));
+        for (Meter m : registry.find(TENANT_RUNNING).tag("tenant", name).meters()) registry.remove(m);
+        for (Meter m : registry.find(TENANT_WAITING).tag("tenant", name).meters()) registry.remove(m);
+        for (String counter : new String[]{REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS}) {
+            for (Meter m : registry.find(counter).tag("tenant", name).meters()) registry.remove(m);
+        }
+    }
+
     void started() {
         running.incrementAndGet();
     }
 
-    /** One request answered on {@code route} with {@code status} ({@link #CLIENT_CLOSED} when its client went away). */
+    /** A request that a tenant's key opened: counted as running for that tenant until {@link #finished} names it. */
+    void tenantStarted(String tenant) {
+        AtomicInteger n = runningByTenant.get(tenant);
+        if (n != null) n.incrementAndGet();
+    }
+
+    /** As {@link #finished(String, int, String)}, on a router without tenants. */
     void finished(String route, int status) {
+        finished(route, status, null);
+    }
+
+    /**
+     * One request answered on {@code route} with {@code status} ({@link #CLIENT_CLOSED} when its client went away), of
+     * {@code tenant} (null: none, or a router without tenants).
+     */
+    void finished(String route, int status, String tenant) {
         running.decrementAndGet();
-        requests.computeIfAbsent(route + ' ' + status, k -> Counter.builder(REQUESTS)
-                .description("Router: requests answered, by route and HTTP status (499: the client went away first)")
-                .tags("route", route, "status", Integer.toString(status)).register(registry)).increment();
+        if (tenant != null) runningByTenant.computeIfPresent(tenant, (k, n) -> {
+            n.decrementAndGet();
+            return n;
+        });
+        String t = !byTenant ? null : tenant == null ? NO_TENANT : tenant;
+        requests.computeIfAbsent(route + ' ' + status + (t == null ? "" : " " + t), k -> {
+            Counter.Builder b = Counter.builder(REQUESTS)
+                    .description("Router: requests answered, by route and HTTP status (499: the client went away first)")
+                    .tags("route", route, "status", Integer.toString(status));
+            return (t == null ? b : b.tag("tenant", t)).register(registry);
+        }).increment();
     }
 
     void firstToken(long sinceArrivalNanos) {
@@ -107,8 +183,20 @@ final class RouterMeters {
     }
 
     void succeeded(long sinceArrivalNanos, int prompt, int generated) {
+        succeeded(sinceArrivalNanos, prompt, generated, null);
+    }
+
+    /** A request that succeeded: its latency, and its tokens (on a router with tenants, counted for {@code tenant}). */
+    void succeeded(long sinceArrivalNanos, int prompt, int generated, Tenants.Tenant tenant) {
         e2e.record(sinceArrivalNanos, TimeUnit.NANOSECONDS);
-        promptTokens.increment(prompt);
-        generationTokens.increment(generated);
+        Counter p = promptTokens, g = generationTokens;
+        if (byTenant) {
+            String name = tenant == null ? NO_TENANT : tenant.name;
+            Counter[] c = tokensByTenant.computeIfAbsent(name, k -> new Counter[]{promptTokens(k), generationTokens(k)});
+            p = c[0];
+            g = c[1];
+        }
+        p.increment(prompt);
+        g.increment(generated);
     }
 }

@@ -7,6 +7,7 @@ import io.kvferry.api.Redacted;
 import io.kvferry.engine.http.DecodeServer;
 import io.kvferry.engine.http.PrefillServer;
 import io.kvferry.engine.http.Router;
+import io.kvferry.engine.http.Tenants;
 import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.ModelVariant;
@@ -228,10 +229,16 @@ public final class Roles {
     /** As above, admitting at most {@code admission.maxConcurrent()} requests at once (429 beyond, after the queue timeout). */
     public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls, String apiKey, Router.Admission admission)
             throws IOException {
+        return router(o, prefillUrls, decodeUrls, apiKey, admission, null);
+    }
+
+    /** As above, with {@code tenants} ({@code --tenants-file}: a key, limit and cache salt per tenant; null: none) instead of one API key. */
+    public static Role router(Options o, List<String> prefillUrls, List<String> decodeUrls, String apiKey, Router.Admission admission,
+                              Tenants tenants) throws IOException {
         Stack s = new Stack();
         PrometheusMeterRegistry metrics = Ops.newRegistry();
         Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), o.model().weights().config.seqLen(), modelName(o.model()),
-                o.host(), o.port(), new Router.Access(o.authToken(), apiKey), admission, metrics);
+                o.host(), o.port(), new Router.Access(o.authToken(), apiKey, tenants), admission, metrics);
         s.parts.add(r);
         r.route("/metrics", OpsHandlers.metrics(metrics));
         s.port = r.port();
@@ -262,6 +269,12 @@ public final class Roles {
 
     /** As above, the router admitting at most {@code admission.maxConcurrent()} requests at once. */
     public static Role all(Options router, Options prefill, Options decode, String apiKey, Router.Admission admission) throws IOException {
+        return all(router, prefill, decode, apiKey, admission, null);
+    }
+
+    /** As above, the router's clients sending their tenant's key ({@code tenants}; null: none) instead of one API key. */
+    public static Role all(Options router, Options prefill, Options decode, String apiKey, Router.Admission admission, Tenants tenants)
+            throws IOException {
         requireStatePairs(prefill.variant(), prefill.pp(), decode.pp());
         // One process: its decode and router reach a prefill bound to every address over loopback.
         if (prefill.advertiseHost() == null && isWildcard(prefill.host())) prefill = prefill.withAdvertiseHost(loopback(prefill.host()));
@@ -273,7 +286,7 @@ public final class Roles {
             Role d = decode(decode);
             s.parts.add(d);
             Role r = router(router, List.of("http://" + hostPort(prefill.publishedHost(), p.port())),
-                    List.of("http://" + hostPort(decodeHost, d.port())), apiKey, admission);
+                    List.of("http://" + hostPort(decodeHost, d.port())), apiKey, admission, tenants);
             s.parts.add(r);
             s.port = r.port();
             return s;

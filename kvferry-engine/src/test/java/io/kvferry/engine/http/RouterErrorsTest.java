@@ -123,7 +123,7 @@ class RouterErrorsTest {
     }
 
     /** The stub answers /health as a healthy prefill (with a registry address) would. */
-    private static void answerHealthy(HttpServer stub) {
+    static void answerHealthy(HttpServer stub) {
         stub.createContext("/health", ex -> {
             byte[] b = "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}".getBytes(StandardCharsets.UTF_8);
             ex.sendResponseHeaders(200, b.length);
@@ -918,7 +918,7 @@ class RouterErrorsTest {
         }
     }
 
-    private static HttpServer prefillStub() throws Exception {
+    static HttpServer prefillStub() throws Exception {
         HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         answerHealthy(stub);
         for (String path : new String[]{"/generate", "/abort"}) {

@@ -1,0 +1,416 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.engine.serving.EngineSpec;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.InetSocketAddress;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.FileTime;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The router's tenants ({@code --tenants-file}): each key serves its tenant and no other key is let in; a tenant's
+ * {@code max_concurrent_requests} turns away its own requests beyond it (429 naming its limit) while other tenants are
+ * served; an isolated tenant's requests never reuse another tenant's prefix-cache pages, whatever salt they send, a shared
+ * one's do; the file is checked whole (each fault named by tenant and field) and re-read when it changes; the request
+ * and token meters carry the tenant.
+ */
+class TenantsTest {
+    private static final String TOKEN = "tenants-test-cluster-token";
+    private static final String KEY_A = "tenant-a-key-0123456789";
+    private static final String KEY_B = "tenant-b-key-0123456789";
+    private static final String KEY_C = "tenant-c-key-0123456789";
+    private static final String KEY_D = "tenant-d-key-0123456789";
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final int PAGE = 16;
+
+    @TempDir
+    Path dir;
+
+    private static ModelFiles.Loaded model;
+    private static Tokenizer tokenizer;
+    private static EngineStack stack;
+
+    @BeforeAll
+    static void engines() throws Exception {
+        model = ModelFiles.load(null, null);
+        tokenizer = model.tokenizer();
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, PAGE, 1024, 32, 32);
+        stack = EngineStack.open(spec, spec, TOKEN, TOKEN);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (stack != null) stack.close();
+    }
+
+    static String tenant(String name, String key, String more) {
+        return "{\"name\":\"" + name + "\",\"key\":\"" + key + "\"" + (more == null ? "" : "," + more) + "}";
+    }
+
+    static String file(String... tenants) {
+        return "{\"tenants\":[" + String.join(",", tenants) + "]}";
+    }
+
+    private Router router(Tenants tenants, SimpleMeterRegistry meters) throws Exception {
+        return new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), tokenizer, model.weights().config.seqLen(), "m",
+                "127.0.0.1", 0, new Router.Access(TOKEN, null, tenants), meters);
+    }
+
+    private static HttpResponse<String> post(int port, String path, String body, String key) throws Exception {
+        return EngineAuthTest.send(port, "POST", path, body, key == null ? null : "Bearer " + key);
+    }
+
+    private static JsonNode ok(int port, String path, String body, String key) throws Exception {
+        HttpResponse<String> r = post(port, path, body, key);
+        assertEquals(200, r.statusCode(), r.body());
+        return JSON.readTree(r.body());
+    }
+
+    private static int cached(JsonNode answer) {
+        return answer.path("usage").path("prompt_tokens_details").path("cached_tokens").intValue();
+    }
+
+    private static double count(SimpleMeterRegistry m, String route, int status, String tenant) {
+        Counter c = m.find(RouterMeters.REQUESTS).tags("route", route, "status", Integer.toString(status), "tenant", tenant).counter();
+        return c == null ? 0 : c.count();
+    }
+
+    /** The count once it is {@code expected} (10 s at most): the router counts a request just after its client has the answer. */
+    private static double count(SimpleMeterRegistry m, String route, int status, String tenant, double expected) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        double n;
+        while ((n = count(m, route, status, tenant)) != expected && System.nanoTime() < deadline) Thread.sleep(10);
+        return n;
+    }
+
+    @Test
+    @Timeout(120)
+    void eachKeyServesItsTenantAnotherIs401AndTheMetersCarryTheTenant() throws Exception {
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        Tenants tenants = Tenants.of(file(tenant("team-a", KEY_A, null), tenant("team-b", KEY_B, "\"max_concurrent_requests\":4")), TOKEN);
+        try (Router r = router(tenants, meters)) {
+            String body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0}";
+            JsonNode a = ok(r.port(), "/v1/completions", body, KEY_A);
+            JsonNode b = ok(r.port(), "/v1/completions", body, KEY_B);
+            assertEquals(a.path("choices").path(0).path("text"), b.path("choices").path(0).path("text"));
+            JsonNode g = ok(r.port(), "/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2}}", KEY_B);
+            for (String wrong : new String[]{KEY_C, TOKEN, null, KEY_A + "x", KEY_A.substring(1)}) {
+                EngineAuthTest.assertUnauthorized(post(r.port(), "/v1/completions", body, wrong), "needs a tenant's key", KEY_A, KEY_B, TOKEN);
+            }
+            EngineAuthTest.assertUnauthorized(EngineAuthTest.send(r.port(), "GET", "/v1/models", null, "Bearer " + KEY_C),
+                    "needs a tenant's key", KEY_A, KEY_B);
+            assertEquals(200, EngineAuthTest.send(r.port(), "GET", "/v1/models", null, "Bearer " + KEY_A).statusCode());
+            assertEquals(200, EngineAuthTest.send(r.port(), "GET", "/health", null, null).statusCode(), "/health stays open");
+
+            assertEquals(1, count(meters, "/v1/completions", 200, "team-a", 1));
+            assertEquals(1, count(meters, "/v1/completions", 200, "team-b", 1));
+            assertEquals(1, count(meters, "/generate", 200, "team-b", 1));
+            assertEquals(5, count(meters, "/v1/completions", 401, RouterMeters.NO_TENANT, 5));
+            assertEquals(1, count(meters, "/v1/models", 200, "team-a", 1));
+            assertTrue(meters.find(RouterMeters.REQUESTS).meters().stream().allMatch(m -> m.getId().getTag("tenant") != null),
+                    "every request series names its tenant");
+            assertEquals(a.path("usage").path("prompt_tokens").intValue(),
+                    meters.find(RouterMeters.PROMPT_TOKENS).tag("tenant", "team-a").counter().count());
+            assertEquals(a.path("usage").path("completion_tokens").intValue(),
+                    meters.find(RouterMeters.GENERATION_TOKENS).tag("tenant", "team-a").counter().count());
+            assertEquals(b.path("usage").path("completion_tokens").intValue() + g.path("meta_info").path("completion_tokens").intValue(),
+                    meters.find(RouterMeters.GENERATION_TOKENS).tag("tenant", "team-b").counter().count());
+            Gauge running = meters.find(RouterMeters.TENANT_RUNNING).tag("tenant", "team-b").gauge();
+            assertNotNull(running);
+            assertNotNull(meters.find(RouterMeters.TENANT_WAITING).tag("tenant", "team-a").gauge());
+        }
+        // Without tenants the meters are as before: no tenant tag (dashboards and queries keep working).
+        SimpleMeterRegistry plain = new SimpleMeterRegistry();
+        try (Router r = router(null, plain)) {
+            ok(r.port(), "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":1}", null);
+            assertEquals(1, RouterErrorsTest.requests(plain, "/v1/completions", 200, 1));
+            assertTrue(plain.find(RouterMeters.REQUESTS).meters().stream().allMatch(m -> m.getId().getTag("tenant") == null));
+            assertTrue(plain.find(RouterMeters.PROMPT_TOKENS).meters().stream().allMatch(m -> m.getId().getTag("tenant") == null));
+        }
+    }
+
+    /**
+     * Isolated tenants (the default) sending the same prompt with the same {@code cache_salt} (or none) reuse only their own
+     * pages: the second tenant's is computed whole, the first tenant's repeat hits; shared tenants reuse each other's.
+     */
+    @Test
+    @Timeout(180)
+    void isolatedTenantsNeverShareCachedPagesSharedOnesDo() throws Exception {
+        Tenants tenants = Tenants.of(file(tenant("iso-a", KEY_A, null), tenant("iso-b", KEY_B, "\"cache_salt\":\"isolated\""),
+                tenant("sh-c", KEY_C, "\"cache_salt\":\"shared\""), tenant("sh-d", KEY_D, "\"cache_salt\":\"shared\"")), TOKEN);
+        try (Router r = router(tenants, null)) {
+            int n = 0;
+            for (String clientSalt : new String[]{"same-salt", null}) {
+                String prompt = "Tom had a red ball number " + (n++) + ". He liked to throw the ball high in the sky and catch it with his hands";
+                int tokens = tokenizer.encode(prompt, true, false).length;
+                assertTrue(tokens > 2 * PAGE, tokens + " tokens");
+                int warm = (tokens - 1) / PAGE * PAGE;
+                String body = "{\"prompt\":\"" + prompt + "\",\"max_tokens\":3,\"temperature\":0"
+                        + CacheSaltTest.salt(clientSalt) + "}";
+                JsonNode a = ok(r.port(), "/v1/completions", body, KEY_A);
+                assertEquals(0, cached(a), a.toString());
+                JsonNode b = ok(r.port(), "/v1/completions", body, KEY_B);
+                assertEquals(0, cached(b), "another isolated tenant reuses nothing of a's, salt " + clientSalt + ": " + b);
+                assertEquals(a.path("kvferry").path("kv_pages"), b.path("kvferry").path("kv_pages"), "the decode had nothing for b either");
+                JsonNode again = ok(r.port(), "/v1/completions", body, KEY_A);
+                assertEquals(warm, cached(again), "a's own repeat hits, salt " + clientSalt + ": " + again);
+                // Each choice of a request of several runs as the request's tenant: b's two choices hit b's pages.
+                JsonNode two = ok(r.port(), "/v1/completions", body.replace("\"max_tokens\"", "\"n\":2,\"max_tokens\""), KEY_B);
+                assertEquals(2 * warm, cached(two), "both choices are b's: " + two);
+                assertEquals(a.path("choices").path(0).path("text"), b.path("choices").path(0).path("text"));
+                assertEquals(a.path("choices").path(0).path("text"), again.path("choices").path(0).path("text"));
+                // Shared tenants: the client's salt (or none) as sent, so c's pages serve d.
+                String shared = body.replace("Tom had", "Sam had");
+                int sharedWarm = (tokenizer.encode(prompt.replace("Tom had", "Sam had"), true, false).length - 1) / PAGE * PAGE;
+                assertEquals(0, cached(ok(r.port(), "/v1/completions", shared, KEY_C)));
+                JsonNode d = ok(r.port(), "/v1/completions", shared, KEY_D);
+                assertEquals(sharedWarm, cached(d), "a shared tenant reuses another shared tenant's pages, salt " + clientSalt + ": " + d);
+            }
+            // A client's own salt still splits an isolated tenant's cache: another salt of a misses.
+            String prompt = "Lily saw a big dog in the park near her house. The dog was brown and it wagged its tail at her all day";
+            String body = "{\"prompt\":\"" + prompt + "\",\"max_tokens\":2,\"temperature\":0";
+            ok(r.port(), "/v1/completions", body + CacheSaltTest.salt("s1") + "}", KEY_A);
+            assertEquals(0, cached(ok(r.port(), "/v1/completions", body + CacheSaltTest.salt("s2") + "}", KEY_A)));
+            assertTrue(cached(ok(r.port(), "/v1/completions", body + CacheSaltTest.salt("s1") + "}", KEY_A)) > 0);
+            // /generate takes the tenant's salt too.
+            String gen = "{\"text\":\"" + prompt + " too\",\"sampling_params\":{\"max_new_tokens\":2,\"temperature\":0}}";
+            assertEquals(0, ok(r.port(), "/generate", gen, KEY_A).path("meta_info").path("cached_tokens").intValue());
+            assertEquals(0, ok(r.port(), "/generate", gen, KEY_B).path("meta_info").path("cached_tokens").intValue(), "b misses a's pages");
+            assertTrue(ok(r.port(), "/generate", gen, KEY_A).path("meta_info").path("cached_tokens").intValue() > 0);
+        }
+        assertEquals(0, stack.decode.outstanding().get(5, TimeUnit.SECONDS));
+    }
+
+    /** The salts themselves: 64 hex characters per tenant and client salt, distinct across tenants; shared passes through. */
+    @Test
+    void theSaltsAreTheTenantsOwnAndFitTheEnginesLimit() {
+        Tenants ts = Tenants.of(file(tenant("a", KEY_A, null), tenant("b", KEY_B, null), tenant("c", KEY_C, "\"cache_salt\":\"shared\"")), TOKEN);
+        Tenants.Tenant a = ts.list().get(0), b = ts.list().get(1), c = ts.list().get(2);
+        String longest = "s".repeat(256);
+        for (String client : new String[]{null, "x", longest}) {
+            assertTrue(a.salt(client).matches("[0-9a-f]{64}"), a.salt(client));
+            assertNotEquals(a.salt(client), b.salt(client));
+            assertEquals(client, c.salt(client));
+        }
+        assertNotEquals(a.salt(null), a.salt("x"));
+        assertNotEquals(a.salt("x"), a.salt("y"));
+        // Derived from the cluster token: another router of the cluster gives a tenant the same salt, so its pages stay shared.
+        Tenants again = Tenants.of(file(tenant("a", KEY_A, null)), TOKEN);
+        assertEquals(a.salt("x"), again.list().getFirst().salt("x"));
+        assertNotEquals(a.salt("x"), Tenants.of(file(tenant("a", KEY_A, null)), "another-cluster-token").list().getFirst().salt("x"));
+    }
+
+    /** A bad file is refused whole, the message naming the tenant and the field. */
+    @Test
+    void aBadFileIsRefusedNamingTheTenantAndTheField() throws Exception {
+        String[][] bad = {
+                {"[]", "must be a JSON object"},
+                {"{\"tenants\":[]}", "tenants must be a non-empty array"},
+                {"{\"tenants\":[{\"name\":\"a\",\"key\":\"" + KEY_A + "\"}],\"extra\":1}", "unknown field 'extra'"},
+                {"{\"tenants\":[", "is not valid JSON"},
+                {file(tenant("A", KEY_A, null)), "tenants[0].name must be 1 to 64 of a-z 0-9 . _ -, got \"A\""},
+                {file(tenant("x".repeat(65), KEY_A, null)), "tenants[0].name must be 1 to 64"},
+                {file("{\"key\":\"" + KEY_A + "\"}"), "tenants[0].name must be"},
+                {file(tenant("a", KEY_A, null), tenant("a", KEY_B, null)), "tenants[1] (a).name is tenants[0]'s too"},
+                {file(tenant("a", KEY_A, null), tenant("b", "short", null)), "tenants[1] (b).key has 5 characters; at least 16"},
+                {file(tenant("a", KEY_A, null), tenant("b", KEY_A, null)), "tenants[1] (b).key is a's too: keys must be unique"},
+                {file(tenant("a", TOKEN, null)), "tenants[0] (a).key is the cluster token"},
+                {file(tenant("a", "with space in the key", null)), "tenants[0] (a).key must be visible ASCII"},
+                {file("{\"name\":\"a\",\"key\":7}"), "tenants[0] (a).key must be a string"},
+                {file(tenant("a", KEY_A, "\"max_concurrent_requests\":0")), "tenants[0] (a).max_concurrent_requests must be a whole number of at least 1"},
+                {file(tenant("a", KEY_A, "\"max_concurrent_requests\":1.5")), "tenants[0] (a).max_concurrent_requests"},
+                {file(tenant("a", KEY_A, "\"cache_salt\":\"private\"")), "tenants[0] (a).cache_salt must be \"isolated\" (the default) or \"shared\""},
+                {file(tenant("a", KEY_A, "\"max_concurrent\":3")), "tenants[0] (a) has an unknown field 'max_concurrent'"},
+                {"{\"tenants\":[{\"name\":\"a\",\"name\":\"b\",\"key\":\"" + KEY_A + "\"}]}", "is not valid JSON: Duplicate field 'name'"},
+        };
+        for (String[] c : bad) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Tenants.of(c[0], TOKEN), c[0]);
+            assertTrue(e.getMessage().contains(c[1]), c[0] + " -> " + e.getMessage());
+            assertFalse(e.getMessage().contains(KEY_A), "a key is never echoed: " + e.getMessage());
+        }
+        // From a file: the message starts with the flag and the file.
+        Path f = Files.writeString(dir.resolve("tenants.json"), file(tenant("a", KEY_A, "\"max_concurrent_requests\":-1")));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Tenants.open(f, TOKEN));
+        assertTrue(e.getMessage().startsWith("--tenants-file " + f + " tenants[0] (a).max_concurrent_requests must be"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> Tenants.open(dir.resolve("missing.json"), TOKEN));
+        assertEquals("--tenants-file " + dir.resolve("missing.json") + " does not exist", e.getMessage());
+        // Group or other read permission: a warning naming the file (the keys of every tenant are in it).
+        Path g = Files.writeString(dir.resolve("ok.json"), file(tenant("a", KEY_A, null)));
+        Files.setPosixFilePermissions(g, PosixFilePermissions.fromString("rw-r--r--"));
+        String w = Tenants.permissionWarning(g);
+        assertNotNull(w);
+        assertTrue(w.contains("--tenants-file " + g + " is readable by every local user") && w.contains("chmod 600"), w);
+        Files.setPosixFilePermissions(g, PosixFilePermissions.fromString("rw-r-----"));
+        assertTrue(Tenants.permissionWarning(g).contains("readable by its group"));
+        Files.setPosixFilePermissions(g, PosixFilePermissions.fromString("rw-------"));
+        assertNull(Tenants.permissionWarning(g));
+        // One API key and tenants: refused.
+        Tenants ts = Tenants.of(file(tenant("a", KEY_A, null)), TOKEN);
+        e = assertThrows(IllegalArgumentException.class, () -> new Router.Access(TOKEN, "an-api-key-of-its-own", ts));
+        assertTrue(e.getMessage().contains("not both"), e.getMessage());
+    }
+
+    /**
+     * The file re-read when its modification time changes: a new key serves, a removed one is a 401, a removed tenant's meters
+     * go; an invalid new file is logged and the set before kept; the router's health thread looks at the file by itself.
+     */
+    @Test
+    @Timeout(120)
+    void aChangedFileIsReReadAnInvalidOneKeepsTheTenantsBefore() throws Exception {
+        Path f = dir.resolve("tenants.json");
+        Files.writeString(f, file(tenant("a", KEY_A, null), tenant("b", KEY_B, null)));
+        FileTime t0 = Files.getLastModifiedTime(f);
+        Tenants tenants = Tenants.open(f, TOKEN);
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        String body = "{\"prompt\":\"Once\",\"max_tokens\":1}";
+        try (Router r = router(tenants, meters)) {
+            ok(r.port(), "/v1/completions", body, KEY_B);
+            assertEquals(401, post(r.port(), "/v1/completions", body, KEY_C).statusCode());
+            assertEquals(1, count(meters, "/v1/completions", 200, "b", 1));
+
+            Files.writeString(f, file(tenant("a", KEY_A, null), tenant("c", KEY_C, "\"max_concurrent_requests\":2")));
+            Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 10_000)); // a change whatever the clock's granularity
+            tenants.reloadIfChanged();
+            assertEquals(List.of("a", "c"), tenants.list().stream().map(Tenants.Tenant::name).toList());
+            ok(r.port(), "/v1/completions", body, KEY_C);
+            ok(r.port(), "/v1/completions", body, KEY_A);
+            EngineAuthTest.assertUnauthorized(post(r.port(), "/v1/completions", body, KEY_B), "needs a tenant's key", KEY_B);
+            assertNull(meters.find(RouterMeters.TENANT_RUNNING).tag("tenant", "b").gauge(), "b's meters are gone with it");
+            assertEquals(0, count(meters, "/v1/completions", 200, "b"));
+            assertNotNull(meters.find(RouterMeters.TENANT_RUNNING).tag("tenant", "c").gauge());
+            assertEquals(1, count(meters, "/v1/completions", 200, "c", 1));
+
+            Files.writeString(f, file(tenant("a", KEY_A, null), tenant("d", "short", null)));
+            Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 20_000));
+            tenants.reloadIfChanged();
+            assertEquals(List.of("a", "c"), tenants.list().stream().map(Tenants.Tenant::name).toList(), "an invalid file changes nothing");
+            ok(r.port(), "/v1/completions", body, KEY_C);
+
+            // The router's own check (every second, on its health thread) picks the next change up.
+            Files.writeString(f, file(tenant("d", KEY_D, null)));
+            Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 30_000));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (!tenants.list().getFirst().name().equals("d") && System.nanoTime() < deadline) Thread.sleep(20);
+            assertEquals(List.of("d"), tenants.list().stream().map(Tenants.Tenant::name).toList());
+            ok(r.port(), "/v1/completions", body, KEY_D);
+            assertEquals(401, post(r.port(), "/v1/completions", body, KEY_A).statusCode());
+        }
+    }
+
+    /** A tenant's slots follow its limit across reloads; those under way keep theirs. */
+    @Test
+    void aTenantsSlotsFollowItsLimitAndThoseUnderWayKeepTheirs() throws Exception {
+        Tenants.Slots s = new Tenants.Slots(2);
+        assertTrue(s.tryAcquire());
+        assertTrue(s.tryAcquire());
+        s.resize(1);
+        assertEquals(2, s.inFlight(), "both keep their admission");
+        assertFalse(s.tryAcquire(0, TimeUnit.NANOSECONDS));
+        s.release();
+        assertFalse(s.tryAcquire(0, TimeUnit.NANOSECONDS), "one under way is the new limit");
+        s.release();
+        assertTrue(s.tryAcquire());
+        s.resize(3);
+        assertEquals(1, s.inFlight());
+        assertTrue(s.tryAcquire());
+        assertTrue(s.tryAcquire());
+        assertFalse(s.tryAcquire());
+    }
+
+    /**
+     * A tenant at its {@code max_concurrent_requests} (a decode stub holds its first request): the tenant's next request
+     * waits the queue timeout and gets 429 naming the tenant's limit, reaching no backend, while another tenant is
+     * served; with time to wait, it is served once the first ends.
+     */
+    @Test
+    @Timeout(60)
+    void aTenantAtItsLimitGets429WhileAnotherTenantIsServed() throws Exception {
+        HttpServer prefill = RouterErrorsTest.prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        RouterErrorsTest.answerHealthy(decode);
+        AtomicInteger decodeCalls = new AtomicInteger();
+        CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/generate", ex -> {
+            int call = decodeCalls.incrementAndGet();
+            ex.getRequestBody().readAllBytes();
+            if (call == 1) { // the first request is held until released
+                entered.countDown();
+                try {
+                    release.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.start();
+        Tenants tenants = Tenants.of(file(tenant("a", KEY_A, "\"max_concurrent_requests\":1"), tenant("b", KEY_B, "\"max_concurrent_requests\":1")),
+                TOKEN);
+        String body = "{\"prompt\":\"Hi\",\"max_tokens\":1}";
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        try (Router r = new Router(List.of(RouterErrorsTest.url(prefill)), List.of(RouterErrorsTest.url(decode)), tokenizer, 512, "m",
+                "127.0.0.1", 0, new Router.Access(TOKEN, null, tenants), new Router.Admission(0, Duration.ofMillis(200)), meters)) {
+            CompletableFuture<HttpResponse<String>> first = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return post(r.port(), "/v1/completions", body, KEY_A);
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            }, Executors.newVirtualThreadPerTaskExecutor());
+            assertTrue(entered.await(30, TimeUnit.SECONDS), "a's first request reached the decode");
+            HttpResponse<String> second = post(r.port(), "/v1/completions", body, KEY_A);
+            assertEquals(429, second.statusCode(), second.body());
+            assertEquals("1", second.headers().firstValue("Retry-After").orElse(null));
+            JsonNode e = JSON.readTree(second.body()).path("error");
+            assertEquals("rate_limit_error", e.path("type").asText(), second.body());
+            assertTrue(e.path("message").asText().contains("tenant a is serving its limit of 1 requests at once (max_concurrent_requests "
+                    + "in --tenants-file) and none ended within 200 ms"), second.body());
+            assertEquals(1, decodeCalls.get(), "the refused request reached no backend");
+            assertEquals(200, post(r.port(), "/v1/completions", body, KEY_B).statusCode(), "b is served while a is at its limit");
+            assertEquals(1, tenants.inFlight("a"), "a's held request");
+            assertEquals(0, tenants.inFlight("b"));
+            release.countDown();
+            assertEquals(200, first.get(30, TimeUnit.SECONDS).statusCode());
+            assertEquals(200, post(r.port(), "/v1/completions", body, KEY_A).statusCode(), "a's slot is free again");
+            assertEquals(1, count(meters, "/v1/completions", 429, "a", 1));
+        } finally {
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+}
