@@ -10,6 +10,7 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -60,6 +61,38 @@ class CommandLineBadInputTest {
                 "--api-key-file " + dir.resolve("missing") + " does not exist");
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--api-key-file", tokenFile("same").toString(),
                 "--auth-token-file", tokenFile("same").toString()), "the router's API key", "must differ from the cluster token");
+    }
+
+    /**
+     * The tenants file: only where a router runs, not with one API key, checked whole before anything starts (its fault
+     * named by tenant and field), and a warning when other users can read it.
+     */
+    @Test
+    void theTenantsFileIsRefusedWhereItMeansNothingOrIsBad() throws Exception {
+        String good = "{\"tenants\":[{\"name\":\"team-a\",\"key\":\"team-a-key-0123456789\"}]}";
+        Path tenants = Files.writeString(dir.resolve("tenants.json"), good);
+        Files.setPosixFilePermissions(tenants, PosixFilePermissions.fromString("rw-------"));
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--tenants-file", tenants.toString(), "--auth-token-file",
+                tokenFile("t").toString()), "kvferry serve: --tenants-file is not used by --role decode; it is for --role router and serve without --role");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", tenants.toString(), "--api-key-file",
+                tokenFile("k").toString()), "kvferry serve: --tenants-file and --api-key-file are exclusive");
+        Path bad = Files.writeString(dir.resolve("bad.json"), "{\"tenants\":[{\"name\":\"team-a\",\"key\":\"short\"}]}");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", bad.toString()),
+                "kvferry serve: --tenants-file " + bad + " tenants[0] (team-a).key has 5 characters; at least 16 are needed");
+        Path unknown = Files.writeString(dir.resolve("unknown.json"), good.replace("}]", ",\"limit\":2}]"));
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", unknown.toString()),
+                "tenants[0] (team-a) has an unknown field 'limit'");
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", dir.resolve("none.json").toString()),
+                "--tenants-file " + dir.resolve("none.json") + " does not exist");
+        Path token = tokenFile("team-a-key-0123456789");
+        assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--tenants-file", tenants.toString(), "--auth-token-file",
+                token.toString()), "tenants[0] (team-a).key is the cluster token");
+        // Readable by others: a warning, then the run goes on (here to the router's own refusal: no backends).
+        Files.setPosixFilePermissions(tenants, PosixFilePermissions.fromString("rw-r--r--"));
+        CliRun r = CliRun.of("serve", "--role", "router", "--port", "0", "--tenants-file", tenants.toString(), "--auth-token-file",
+                tokenFile("t2").toString());
+        assertRefused(r, "give at least one --prefill URL and one --decode URL");
+        assertTrue(r.err().contains("kvferry serve: warning: --tenants-file " + tenants + " is readable by every local user"), r.err());
     }
 
     /** A TP or PP size the model cannot take said "tp 3 must divide…" without naming which of serve's or demo's flags set it. */

@@ -27,6 +27,7 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -378,6 +379,57 @@ class ServeCommandTest {
             assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=401 room=- ")), String.join("\n", lines));
             assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=200 room=" + room + " prompt_tokens=5 "
                     + "completion_tokens=3 ")), String.join("\n", lines));
+        } finally {
+            serve.destroy();
+            if (!serve.waitFor(10, TimeUnit.SECONDS)) serve.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
+        }
+    }
+
+    /**
+     * {@code serve --tenants-file} as its own process: each tenant's key serves, another key is a 401, the request
+     * counters carry the tenant and the request log names it.
+     */
+    @Test
+    @Timeout(120)
+    void aServeProcessServesTheTenantsOfItsFile(@TempDir Path dir) throws Exception {
+        Path tenants = Files.writeString(dir.resolve("tenants.json"), "{\"tenants\":[{\"name\":\"team-a\",\"key\":\"team-a-key-0123456789\"},"
+                + "{\"name\":\"team-b\",\"key\":\"team-b-key-0123456789\",\"max_concurrent_requests\":2,\"cache_salt\":\"shared\"}]}");
+        Files.setPosixFilePermissions(tenants, PosixFilePermissions.fromString("rw-------"));
+        List<String> cmd = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
+                "-Xmx256m", "-cp", System.getProperty("java.class.path"), "io.kvferry.cli.Main", "serve", "--port", "0", "--bootstrap-port", "0",
+                "--log-requests", "--tenants-file", tenants.toString());
+        Path log = dir.resolve("serve.err");
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(log.toFile());
+        pb.environment().remove("KVFERRY_API_KEY");
+        pb.environment().remove("KVFERRY_AUTH_TOKEN");
+        Process serve = pb.start();
+        try {
+            String base = DemoCommand.awaitUrl(serve, "serve");
+            HttpClient http = HttpClient.newHttpClient();
+            HttpRequest.Builder completion = HttpRequest.newBuilder(URI.create(base + "/v1/completions")).timeout(Duration.ofSeconds(60))
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":3}"));
+            HttpResponse<String> refused = http.send(completion.copy().header("Authorization", "Bearer team-c-key-0123456789").build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertEquals(401, refused.statusCode(), refused.body());
+            for (String t : new String[]{"team-a", "team-b"}) {
+                HttpResponse<String> served = http.send(completion.copy().header("Authorization", "Bearer " + t + "-key-0123456789").build(),
+                        HttpResponse.BodyHandlers.ofString());
+                assertEquals(200, served.statusCode(), served.body());
+            }
+            String servedB = "kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\",tenant=\"team-b\"} 1.0";
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            String scrape;
+            while (!(scrape = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body())
+                    .contains(servedB) && System.nanoTime() < deadline) {
+                Thread.sleep(20);
+            }
+            assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"401\",tenant=\"-\"} 1.0"), scrape);
+            assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\",tenant=\"team-a\"} 1.0"), scrape);
+            assertTrue(scrape.contains(servedB), scrape);
+            assertTrue(scrape.contains("kvferry_router_tenant_requests_running{tenant=\"team-a\"}"), scrape);
+            List<String> lines = Files.readAllLines(log);
+            assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=200 ") && l.endsWith(" tenant=team-b")),
+                    String.join("\n", lines));
         } finally {
             serve.destroy();
             if (!serve.waitFor(10, TimeUnit.SECONDS)) serve.destroyForcibly().waitFor(5, TimeUnit.SECONDS);
