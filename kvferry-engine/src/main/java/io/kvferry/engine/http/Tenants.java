@@ -380,6 +380,14 @@ public final class Tenants {
      * logged, the old set kept. Runs on the router's health thread (one at a time).
      */
     synchronized void reloadIfChanged() {
+        try {
+            reload();
+        } catch (RuntimeException e) { // and it runs again at the next check: a throw would end the health thread's schedule of it
+            log.warn("--tenants-file {}: re-reading it failed; keeping the {} tenants read before", file, current.size(), e);
+        }
+    }
+
+    private void reload() {
         if (file == null) return;
         FileTime t;
         try {
