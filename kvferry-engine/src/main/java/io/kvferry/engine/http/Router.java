@@ -16,6 +16,7 @@ import java.io.OutputStream;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The PD router (SGLang's mini load balancer): picks the least-loaded healthy prefill and decode,
@@ -82,6 +83,8 @@ public final class Router implements AutoCloseable {
         Integer countedStatus;
         /** The client's tenant (its key's, {@link Tenants}); null on a router without tenants. */
         Tenants.Tenant tenant;
+        /** The tenant's count of requests running that this request is in ({@link RouterMeters#tenantStarted}), or null. */
+        AtomicInteger tenantRunning;
 
         /** The record of one choice (or batch entry) of this request: its own room and tokens, the request's tenant. */
         RequestRecord child() {
@@ -246,7 +249,7 @@ public final class Router implements AutoCloseable {
                             Http.refuseBearer(e, "authentication_error", "needs a tenant's key (Authorization: Bearer KEY; the keys of --tenants-file)");
                             return;
                         }
-                        meters.tenantStarted(record.tenant.name);
+                        record.tenantRunning = meters.tenantStarted(record.tenant.name);
                     } else if (!Http.bearerChecked(e, clientAuth, "authentication_error",
                             "needs the router's API key (Authorization: Bearer KEY; the key of --api-key-file / KVFERRY_API_KEY)")) {
                         return;
@@ -269,6 +272,7 @@ public final class Router implements AutoCloseable {
                             record.failureKind == null ? "-" : LogSafe.value(record.failureKind),
                             tenants == null ? "" : " tenant=" + (tenant == null ? "-" : tenant));
                 }
+                if (record.tenantRunning != null) record.tenantRunning.decrementAndGet();
                 meters.finished(route, status, tenant); // after its log line: a request counted is a request logged
             }
         });

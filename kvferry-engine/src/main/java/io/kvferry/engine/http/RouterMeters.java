@@ -148,10 +148,14 @@ final class RouterMeters {
         running.incrementAndGet();
     }
 
-    /** A request that a tenant's key opened: counted as running for that tenant until {@link #finished} names it. */
-    void tenantStarted(String tenant) {
+    /**
+     * A request that a tenant's key opened, counted as running for that tenant: the count it went into (null: the tenant has
+     * none, gone in a reload), which the request takes off when it ends, whatever reloads did meanwhile.
+     */
+    AtomicInteger tenantStarted(String tenant) {
         AtomicInteger n = runningByTenant.get(tenant);
         if (n != null) n.incrementAndGet();
+        return n;
     }
 
     /** As {@link #finished(String, int, String)}, on a router without tenants. */
@@ -165,10 +169,6 @@ final class RouterMeters {
      */
     void finished(String route, int status, String tenant) {
         running.decrementAndGet();
-        if (tenant != null) runningByTenant.computeIfPresent(tenant, (k, n) -> {
-            n.decrementAndGet();
-            return n;
-        });
         String t = !byTenant ? null : tenant == null ? NO_TENANT : tenant;
         requests.computeIfAbsent(route + ' ' + status + (t == null ? "" : " " + t), k -> {
             Counter.Builder b = Counter.builder(REQUESTS)

@@ -29,6 +29,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -361,14 +362,17 @@ class TenantsTest {
         RouterErrorsTest.answerHealthy(decode);
         AtomicInteger decodeCalls = new AtomicInteger();
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        // The next call is held ({entered, release}) when armed: the first request of each part.
+        AtomicReference<CountDownLatch[]> hold = new AtomicReference<>(new CountDownLatch[]{entered, release});
         decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
         decode.createContext("/generate", ex -> {
-            int call = decodeCalls.incrementAndGet();
+            decodeCalls.incrementAndGet();
             ex.getRequestBody().readAllBytes();
-            if (call == 1) { // the first request is held until released
-                entered.countDown();
+            CountDownLatch[] h = hold.getAndSet(null);
+            if (h != null) {
+                h[0].countDown();
                 try {
-                    release.await();
+                    h[1].await();
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                 }
@@ -382,15 +386,30 @@ class TenantsTest {
                 TOKEN);
         String body = "{\"prompt\":\"Hi\",\"max_tokens\":1}";
         SimpleMeterRegistry meters = new SimpleMeterRegistry();
-        try (Router r = new Router(List.of(RouterErrorsTest.url(prefill)), List.of(RouterErrorsTest.url(decode)), tokenizer, 512, "m",
-                "127.0.0.1", 0, new Router.Access(TOKEN, null, tenants), new Router.Admission(0, Duration.ofMillis(200)), meters)) {
-            CompletableFuture<HttpResponse<String>> first = CompletableFuture.supplyAsync(() -> {
-                try {
-                    return post(r.port(), "/v1/completions", body, KEY_A);
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
-            }, Executors.newVirtualThreadPerTaskExecutor());
+        CountDownLatch entered2 = new CountDownLatch(1), release2 = new CountDownLatch(1);
+        try {
+            limitWithoutTimeToWait(prefill, decode, tenants, meters, body, entered, release, decodeCalls);
+            // With time to wait: a's second request waits for a's slot (its waiting gauge says so), served once the first ends.
+            hold.set(new CountDownLatch[]{entered2, release2});
+            limitWithTimeToWait(prefill, decode, tenants, meters, body, entered2, release2, decodeCalls);
+        } finally {
+            release2.countDown();
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    private static Router limitedRouter(HttpServer prefill, HttpServer decode, Tenants tenants, SimpleMeterRegistry meters, Duration wait)
+            throws Exception {
+        return new Router(List.of(RouterErrorsTest.url(prefill)), List.of(RouterErrorsTest.url(decode)), tokenizer, 512, "m",
+                "127.0.0.1", 0, new Router.Access(TOKEN, null, tenants), new Router.Admission(0, wait), meters);
+    }
+
+    private static void limitWithoutTimeToWait(HttpServer prefill, HttpServer decode, Tenants tenants, SimpleMeterRegistry meters, String body,
+                                               CountDownLatch entered, CountDownLatch release, AtomicInteger decodeCalls) throws Exception {
+        try (Router r = limitedRouter(prefill, decode, tenants, meters, Duration.ofMillis(200))) {
+            CompletableFuture<HttpResponse<String>> first = async(r.port(), body, KEY_A);
             assertTrue(entered.await(30, TimeUnit.SECONDS), "a's first request reached the decode");
             HttpResponse<String> second = post(r.port(), "/v1/completions", body, KEY_A);
             assertEquals(429, second.statusCode(), second.body());
@@ -403,14 +422,45 @@ class TenantsTest {
             assertEquals(200, post(r.port(), "/v1/completions", body, KEY_B).statusCode(), "b is served while a is at its limit");
             assertEquals(1, tenants.inFlight("a"), "a's held request");
             assertEquals(0, tenants.inFlight("b"));
+            // Once the 429 and b's request are counted (just after their answers), only a's held request runs.
+            assertEquals(1, count(meters, "/v1/completions", 429, "a", 1));
+            assertEquals(1, count(meters, "/v1/completions", 200, "b", 1));
+            assertEquals(1, meters.find(RouterMeters.TENANT_RUNNING).tag("tenant", "a").gauge().value());
+            assertEquals(0, meters.find(RouterMeters.TENANT_RUNNING).tag("tenant", "b").gauge().value());
             release.countDown();
             assertEquals(200, first.get(30, TimeUnit.SECONDS).statusCode());
             assertEquals(200, post(r.port(), "/v1/completions", body, KEY_A).statusCode(), "a's slot is free again");
-            assertEquals(1, count(meters, "/v1/completions", 429, "a", 1));
-        } finally {
-            release.countDown();
-            decode.stop(0);
-            prefill.stop(0);
+            assertEquals(2, count(meters, "/v1/completions", 200, "a", 2));
+            assertEquals(0, meters.find(RouterMeters.TENANT_RUNNING).tag("tenant", "a").gauge().value());
         }
+    }
+
+    private static void limitWithTimeToWait(HttpServer prefill, HttpServer decode, Tenants tenants, SimpleMeterRegistry meters, String body,
+                                            CountDownLatch entered2, CountDownLatch release2, AtomicInteger decodeCalls) throws Exception {
+        try (Router r = limitedRouter(prefill, decode, tenants, meters, Duration.ofSeconds(30))) {
+            CompletableFuture<HttpResponse<String>> first = async(r.port(), body, KEY_A);
+            assertTrue(entered2.await(30, TimeUnit.SECONDS), "a's first request reached the decode");
+            int calls = decodeCalls.get();
+            CompletableFuture<HttpResponse<String>> second = async(r.port(), body, KEY_A);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (tenants.waiting("a") == 0 && System.nanoTime() < deadline) Thread.sleep(2);
+            assertEquals(1, tenants.waiting("a"), "a's second request waits for a's slot");
+            assertEquals(1, meters.find(RouterMeters.TENANT_WAITING).tag("tenant", "a").gauge().value());
+            assertEquals(calls, decodeCalls.get(), "...not at the decode");
+            release2.countDown();
+            assertEquals(200, second.get(30, TimeUnit.SECONDS).statusCode(), "served once a's first ended");
+            assertEquals(200, first.get(30, TimeUnit.SECONDS).statusCode());
+            assertEquals(0, tenants.waiting("a"));
+        }
+    }
+
+    private static CompletableFuture<HttpResponse<String>> async(int port, String body, String key) {
+        return CompletableFuture.supplyAsync(() -> {
+            try {
+                return post(port, "/v1/completions", body, key);
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        }, Executors.newVirtualThreadPerTaskExecutor());
     }
 }
