@@ -34,8 +34,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * that refuses a connection, answers its check with an error or fails {@link Probing#failuresToMarkDown}
  * checks in a row (slow or cut off: it may only be busy) gets no new requests until a check passes.
  *
- * <p>This class is the HTTP front: the routes' wiring, the API key, the meters and request log around each
- * exchange ({@link #serving}), the lifecycle. Its parts, each a package-private class of this package:
+ * <p>This class is the HTTP front: the routes' wiring, the API key (or the tenants' keys, {@link Tenants}), the meters and
+ * request log around each exchange ({@link #serving}), the lifecycle. Its parts, each a package-private class of this package:
  * {@link Backends} (the backend {@link Pool}, replaced only on its health thread, the health checks, the client that
  * calls the engines, aborts) and {@link Workers} ({@code /workers}); {@link PdCall} (one request through a prefill and a
  * decode, once admitted: an {@link Ask} in, an {@link Outcome} or a {@link Failure} out, streamed to an {@link Output});
