@@ -160,6 +160,15 @@ final class LinkReader {
             return;
         }
         if (s.status() == KVPoll.Success) {
+            if (room.targets.get(target).dummy()) {
+                // A dummy rank (MLA, decode TP below prefill TP) owes nothing, so its count would check out, and the room
+                // waits for one Success in all: it must not stand in for the writing rank's (no prefill sends one).
+                String dummy = "prefill rank " + link.prefillUniqueRank + " at " + link.endpoint + " reported Success for room "
+                        + s.room() + ", of which it writes nothing (it got a dummy transfer info); the room's KV comes from another rank";
+                log.warn("room {}: {}", s.room(), dummy);
+                room.slot.failIfUnfinished(FailureKind.INTEGRITY, dummy);
+                return;
+            }
             String incomplete = checkComplete(room, target, link, s);
             if (incomplete != null) {
                 log.warn("room {}: {}", s.room(), incomplete);
