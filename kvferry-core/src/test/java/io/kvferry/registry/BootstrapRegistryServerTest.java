@@ -278,6 +278,39 @@ class BootstrapRegistryServerTest {
         assertFalse(r.body().isBlank());
     }
 
+    /**
+     * JSON bombs within the 64 KiB body limit, on the unauthenticated route and an authenticated one:
+     * nesting 30,000 deep, a 60,000-digit integer, a float exponent out of any range, 20,000 keys. Each is a
+     * 400 naming the problem (Jackson's stream limits: depth, number length), never a stack overflow
+     * or a 500, and the registry serves on.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"deep-array", "deep-object", "long-integer", "huge-exponent", "many-keys"})
+    void jsonBombsAre400AndTheRegistryServesOn(String bomb) {
+        String body = switch (bomb) {
+            case "deep-array" -> "{\"bootstrap_rooms\":" + "[".repeat(30_000) + "]".repeat(30_000) + "}";
+            case "deep-object" -> "{\"a\":".repeat(9_000) + "1" + "}".repeat(9_000);
+            case "long-integer" -> "{\"bootstrap_rooms\":[1" + "0".repeat(60_000) + "]}";
+            case "huge-exponent" -> "{\"bootstrap_rooms\":[1e999999999]}";
+            default -> {
+                StringBuilder b = new StringBuilder("{\"bootstrap_rooms\":[1]");
+                for (int i = 0; i < 20_000 && b.length() < 60_000; i++) b.append(",\"k").append(i).append("\":0");
+                yield b.append('}').toString();
+            }
+        };
+        assertTrue(body.length() <= BootstrapRegistryServer.MAX_BODY_BYTES, bomb + " is " + body.length() + " bytes");
+        for (String path : new String[]{"/query_dp_ranks", "/register_dp_rank"}) {
+            RawHttp.Reply r = http.post(path, body, AUTH);
+            if (bomb.equals("many-keys") && path.equals("/query_dp_ranks")) {
+                assertEquals(200, r.status(), r.body()); // unknown keys are ignored, as SGLang's newer fields are
+            } else {
+                assertEquals(400, r.status(), bomb + " on " + path + ": " + r.body());
+                assertFalse(r.body().contains("\tat "), "no stack traces");
+            }
+        }
+        assertEquals(200, http.get("/health").status());
+    }
+
     /** kvferry's batch form stores every room, or none when one of them is bad. */
     @Test
     void aBatchRegistrationStoresEveryRoomOrNone() throws Exception {
