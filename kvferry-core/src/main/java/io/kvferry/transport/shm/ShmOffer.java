@@ -6,6 +6,8 @@ import io.kvferry.protocol.Region;
 import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
@@ -84,11 +86,23 @@ record ShmOffer(String hostId, String fencePath, long nonceHi, long nonceLo, int
         b.putShort((short) bytes.length).put(bytes);
     }
 
+    /**
+     * A string of the offer: valid UTF-8 without NUL (the strings are file paths and a boot id; Java cannot
+     * even make a {@code Path} of one with a NUL, and an {@code InvalidPathException} is not a refusal).
+     */
     private static String str(ByteBuffer b) {
         int n = b.getShort() & 0xFFFF;
         if (n > MAX_PATH || n > b.remaining()) throw new IllegalArgumentException("string of " + n + " bytes does not fit");
-        byte[] bytes = new byte[n];
-        b.get(bytes);
-        return new String(bytes, StandardCharsets.UTF_8);
+        ByteBuffer bytes = b.slice(b.position(), n);
+        b.position(b.position() + n);
+        String s;
+        try {
+            s = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
+                    .onUnmappableCharacter(CodingErrorAction.REPORT).decode(bytes).toString();
+        } catch (CharacterCodingException e) {
+            throw new IllegalArgumentException("a string of " + n + " bytes is not valid UTF-8");
+        }
+        if (s.indexOf('\0') >= 0) throw new IllegalArgumentException("a string holds a NUL character");
+        return s;
     }
 }
