@@ -31,7 +31,9 @@ import java.util.UUID;
  * @param loadBalanceMethod   "follow_bootstrap_room" (DP rank = room % dp) or another router policy
  * @param prefillHttpPort     published in the registration, for routers
  * @param writeStallTimeout   prefill: a connection whose write makes no progress this long is closed
- *                            (its rooms fail) so one stuck decode cannot block a transfer worker
+ *                            (its rooms fail) so one stuck decode cannot block a transfer worker;
+ *                            decode: likewise, so a prefill that stops reading cannot block the
+ *                            scheduler thread in a TRANSFER_INFO or ABORT
  * @param prefillInfoTimeout  decode: how long a receiver keeps retrying (once a second) to fetch an
  *                            unavailable prefill's topology before failing (SGLang: 15 tries, 1 s apart);
  *                            also how long {@code resolvePrefillDpRank} answers -1 for a prefill still

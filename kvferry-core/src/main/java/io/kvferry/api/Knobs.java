@@ -21,7 +21,8 @@ public final class Knobs {
     public static final Knob CONNECT_TIMEOUT_MS = new Knob("kvferry.connectTimeoutMs", "KVFERRY_CONNECT_TIMEOUT_MS", "10000",
             "decode: TCP connect + HELLO handshake per prefill rank; prefill: how long a connection may stay without HELLO", "");
     public static final Knob WRITE_STALL_TIMEOUT_MS = new Knob("kvferry.writeStallTimeoutMs", "KVFERRY_WRITE_STALL_TIMEOUT_MS", "30000",
-            "prefill: a connection whose write makes no progress (tcp), or a link whose UCX puts none is confirmed (ucx), this long is closed (its rooms fail)", "");
+            "prefill: a connection whose write makes no progress (tcp), or a link whose UCX puts none is confirmed (ucx), this long is closed (its rooms fail); "
+                    + "decode: a link to a prefill that stops reading, likewise", "");
     public static final Knob PREFILL_INFO_TIMEOUT_MS = new Knob("kvferry.prefillInfoTimeoutMs", "KVFERRY_PREFILL_INFO_TIMEOUT_MS", "15000",
             "decode: how long a receiver retries (once a second) an unavailable prefill's topology, how long "
                     + "resolvePrefillDpRank waits for a prefill still registering its ranks, and for a room's DP group to be "

@@ -129,6 +129,16 @@ public final class DecodeKVManager implements KVManager {
                 destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
         this.resolver = new RouteResolver(directory, config, engineRank, ppRank, pageSize, kvCacheDtype);
         this.dpRanks = new DpRankResolver(directory, engineRank, config.prefillInfoTimeout());
+        Duration stall = config.writeStallTimeout();
+        timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
+            // A prefill that stops reading (hostile, or its reader stuck while its timer still sends heartbeats, so the
+            // silence check never fires) would hold the scheduler thread, blocked in a TRANSFER_INFO or ABORT once the
+            // socket buffers are full, and with it every room of every prefill.
+            for (PrefillLink l : directory.links()) {
+                cutIfStalled(l, l.connection, stall);
+                for (ControlConnection c : l.stripes) cutIfStalled(l, c, stall);
+            }
+        });
         long beat = config.heartbeatInterval().toNanos(), dead = config.heartbeatTimeout().toNanos();
         timer.every(Duration.ofNanos(beat / 2), () -> {
             for (PrefillLink l : directory.links()) {
@@ -145,6 +155,13 @@ public final class DecodeKVManager implements KVManager {
                 }
             }
         });
+    }
+
+    private static void cutIfStalled(PrefillLink link, ControlConnection c, Duration stall) {
+        if (c.writeStalledFor() > stall.toMillis()) {
+            log.warn("connection to {}: no write progress for {} ms; closing it", link, stall.toMillis());
+            c.close(FailureKind.PEER_LOST, "no write progress for " + stall.toMillis() + " ms (the prefill does not read)");
+        }
     }
 
     private static List<DestinationTransport> openDestinations(Backend backend, RegisteredMemory memory, int engineRank,

@@ -282,7 +282,8 @@ final class DecodeKVReceiver implements KVReceiver {
             try {
                 t.link().connection.send(info);
             } catch (IOException e) {
-                fail(FailureKind.PEER_LOST, "Failed to send metadata to " + t.link() + ": " + e.getMessage());
+                String closed = t.link().connection.closeReason(); // this side cut it (a stalled write): say why
+                fail(FailureKind.PEER_LOST, "Failed to send metadata to " + t.link() + ": " + (closed != null ? closed : e.getMessage()));
                 return;
             }
         }
