@@ -38,6 +38,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The connection side of a prefill rank: accepts decode connections, reads each on its own
@@ -84,6 +85,7 @@ final class DecodeSessions {
         this.unmapper = unmapper;
         this.listener = listener;
         this.telemetry = telemetry;
+        this.lastUnauthenticatedWarn = new AtomicLong(config.ticker().nanoTime() - UNAUTHENTICATED_WARN_NANOS);
         this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links, telemetry);
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
@@ -250,13 +252,48 @@ final class DecodeSessions {
         } catch (IOException e) {
             why = Failures.message(e);
             // The message may quote the peer's HELLO (a refused kv_cache_dtype): escaped before it is logged.
-            if (!closed && !(e instanceof ClosedChannelException)) log.warn("decode session {}: {}", link, LogSafe.text(why));
+            if (!closed && !(e instanceof ClosedChannelException)) {
+                if (link.hello != null) log.warn("decode session {}: {}", link, LogSafe.text(why));
+                else unauthenticatedFailure(link, why);
+            }
         } finally {
             String reason = link.connection.closeReason();
             if (reason != null && link.connection.closeKind() != null) kind = link.connection.closeKind();
             onLinkLost(link, kind, reason != null ? reason : why);
             readers.remove(Thread.currentThread());
         }
+    }
+
+    /** Between two warnings about connections that failed before their HELLO was accepted. */
+    static final long UNAUTHENTICATED_WARN_NANOS = 1_000_000_000L;
+    /** Ticker time of the last such warning; failures since, logged at debug only. */
+    private final AtomicLong lastUnauthenticatedWarn;
+    private final AtomicLong unauthenticatedQuiet = new AtomicLong();
+    private final AtomicLong unauthenticatedWarnings = new AtomicLong();
+
+    /**
+     * A connection that failed before its HELLO was accepted (garbage, a forbidden frame, a refused or
+     * unsigned HELLO): a warning at most once a second, naming how many more failed since, the others at
+     * debug. Anyone who reaches the port can open connections as fast as the acceptor takes them, and a
+     * line each would flood the log (and drown the lines that matter), as the acceptor's own refusals are
+     * kept from doing.
+     */
+    private void unauthenticatedFailure(DecodeLink link, String why) {
+        long now = config.ticker().nanoTime(), last = lastUnauthenticatedWarn.get();
+        if (now - last >= UNAUTHENTICATED_WARN_NANOS && lastUnauthenticatedWarn.compareAndSet(last, now)) {
+            long quiet = unauthenticatedQuiet.getAndSet(0);
+            unauthenticatedWarnings.incrementAndGet();
+            log.warn("decode session {}: {}{}", link, LogSafe.text(why),
+                    quiet == 0 ? "" : " (and " + quiet + " more connections that failed before their HELLO was accepted, logged at debug)");
+        } else {
+            unauthenticatedQuiet.incrementAndGet();
+            log.debug("decode session {}: {}", link, LogSafe.text(why));
+        }
+    }
+
+    /** Warnings logged so far about connections that failed before their HELLO was accepted (tests). */
+    long unauthenticatedWarnings() {
+        return unauthenticatedWarnings.get();
     }
 
     private void onTransferInfo(DecodeLink link, TransferInfo t) {

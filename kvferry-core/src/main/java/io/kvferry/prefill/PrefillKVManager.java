@@ -92,7 +92,7 @@ public final class PrefillKVManager implements KVManager {
     final PrefillRooms rooms;
     final ChunkExecutor chunks;
     private final OfferNegotiator negotiator;
-    private final DecodeSessions sessions;
+    final DecodeSessions sessions;
     private final RankTelemetry telemetry;
     private final Fingerprint fingerprint;
     private volatile boolean closed;
