@@ -30,6 +30,7 @@ import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
 
 /**
@@ -82,6 +83,8 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         this.token = BearerToken.of(options.authToken());
         this.openWrites = options.openWrites();
         this.rooms = new RoomDpTable(options.roomEntryTtl().toNanos(), nanoClock);
+        this.nanoClock = nanoClock;
+        this.lastUnauthorizedWarn = new AtomicLong(nanoClock.getAsLong() - UNAUTHORIZED_WARN_NANOS);
         String prefix = "kvferry-registry-" + server.getAddress().getPort();
         // Not a fixed pool: the JDK server reads request line, headers and body on the executor's thread
         // with no deadline, so a few stalled clients held every worker (and, through a caller-runs queue,
@@ -360,9 +363,39 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     private void requireAuth(HttpExchange ex) throws BadRequestException {
         if (openWrites) return;
         if (!authorized(ex.getRequestHeaders().getFirst("Authorization"))) {
-            log.warn("unauthorized {} {} from {}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress());
+            unauthorized(ex);
             throw new BadRequestException(401, "Unauthorized");
         }
+    }
+
+    /** Between two warnings about refused writes. */
+    static final long UNAUTHORIZED_WARN_NANOS = 1_000_000_000L;
+    private final LongSupplier nanoClock;
+    private final AtomicLong lastUnauthorizedWarn;
+    private final AtomicLong unauthorizedQuiet = new AtomicLong();
+    private final AtomicLong unauthorizedWarnings = new AtomicLong();
+
+    /**
+     * A refused write: a warning at most once a second, naming how many more were refused since, the
+     * others at debug. Anyone who reaches the registry may send writes without a token as fast as it
+     * answers them, and a line each would flood the log.
+     */
+    private void unauthorized(HttpExchange ex) {
+        long now = nanoClock.getAsLong(), last = lastUnauthorizedWarn.get();
+        if (now - last >= UNAUTHORIZED_WARN_NANOS && lastUnauthorizedWarn.compareAndSet(last, now)) {
+            long quiet = unauthorizedQuiet.getAndSet(0);
+            unauthorizedWarnings.incrementAndGet();
+            log.warn("unauthorized {} {} from {}{}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress(),
+                    quiet == 0 ? "" : " (and " + quiet + " more refused writes, logged at debug)");
+        } else {
+            unauthorizedQuiet.incrementAndGet();
+            log.debug("unauthorized {} {} from {}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress());
+        }
+    }
+
+    /** Warnings logged so far about refused writes (tests). */
+    long unauthorizedWarnings() {
+        return unauthorizedWarnings.get();
     }
 
     private boolean authorized(String header) {

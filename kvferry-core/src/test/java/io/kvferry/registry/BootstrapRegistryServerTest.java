@@ -356,6 +356,29 @@ class BootstrapRegistryServerTest {
         }
     }
 
+    /**
+     * Writes without the token, from anyone who reaches the registry, as fast as it answers them: each was
+     * a WARN line (a flood of requests, a flood of the log). One warning a second now, on the registry's
+     * clock (held still here), naming how many more were refused; the rest at debug. Each is still a 401.
+     */
+    @Test
+    void refusedWritesWarnOnceASecond() throws Exception {
+        AtomicLong now = new AtomicLong(1_000_000_000L);
+        try (BootstrapRegistryServer s = BootstrapRegistryServer.start("127.0.0.1", 0,
+                new RegistryOptions(TOKEN, Duration.ofSeconds(120)), now::get);
+             RawHttp h = new RawHttp(s.port())) {
+            for (int i = 0; i < 30; i++) {
+                assertEquals(401, h.post("/register_dp_rank", "{\"bootstrap_room\":1,\"dp_rank\":0}", null).status());
+                assertEquals(401, h.put(RawHttp.json(RawHttp.registration(1, 0, 1, 0, 7000)), "Bearer wrong").status());
+            }
+            assertEquals(1, s.unauthorizedWarnings(), "warnings for 60 refused writes within one second");
+            now.addAndGet(BootstrapRegistryServer.UNAUTHORIZED_WARN_NANOS);
+            assertEquals(401, h.post("/register_dp_rank", "{\"bootstrap_room\":1,\"dp_rank\":0}", null).status());
+            assertEquals(2, s.unauthorizedWarnings(), "one more the next second");
+            assertEquals(0, s.roomEntryCount());
+        }
+    }
+
     @Test
     void sweeperDropsExpiredEntriesNobodyAsksAbout() throws Exception {
         try (BootstrapRegistryServer s = BootstrapRegistryServer.start("127.0.0.1", 0,
