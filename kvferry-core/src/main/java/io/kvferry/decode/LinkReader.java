@@ -165,8 +165,7 @@ final class LinkReader {
                 // waits for one Success in all: it must not stand in for the writing rank's (no prefill sends one).
                 String dummy = "prefill rank " + link.prefillUniqueRank + " at " + link.endpoint + " reported Success for room "
                         + s.room() + ", of which it writes nothing (it got a dummy transfer info); the room's KV comes from another rank";
-                log.warn("room {}: {}", s.room(), dummy);
-                room.slot.failIfUnfinished(FailureKind.INTEGRITY, dummy);
+                if (room.slot.failIfUnfinished(FailureKind.INTEGRITY, dummy)) log.warn("room {}: {}", s.room(), dummy); // once a room
                 return;
             }
             String incomplete = checkComplete(room, target, link, s);
