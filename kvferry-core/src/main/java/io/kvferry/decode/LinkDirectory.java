@@ -34,6 +34,7 @@ import org.slf4j.LoggerFactory;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.SocketTimeoutException;
+import java.net.http.HttpClient;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -111,11 +112,24 @@ final class LinkDirectory {
         this.reader = readerFactory.apply(this);
     }
 
+    /** One try per call: the resolver and DP lookup threads retry themselves (the receiver a pause later). */
+    private static final RetryPolicy LOOKUPS = new RetryPolicy(1, Duration.ofMillis(100), Duration.ofMillis(100), Duration.ofSeconds(3));
+    /** Registry clients kept at most (one per bootstrap address; more are dropped and made again when asked). */
+    private static final int MAX_CLIENTS = 4096;
+    /**
+     * The one HTTP client of every registry client here: each JDK client starts a selector thread that
+     * lives until it is shut down, and bootstrap addresses come with requests (prefill instances come and go
+     * on new addresses, and a request may name any): a client each was a thread per address for the
+     * manager's life. Shut down by {@link #close}.
+     */
+    private final HttpClient http = BootstrapClient.httpClient(LOOKUPS);
+
     private BootstrapClient client(String addr) {
         if (closed) throw new IllegalStateException("the decode KV manager was torn down");
-        // One try per call: the resolver and DP lookup threads retry themselves (the receiver a pause later).
-        return clients.computeIfAbsent(addr, a -> new BootstrapClient(a, config.authToken(),
-                new RetryPolicy(1, Duration.ofMillis(100), Duration.ofMillis(100), Duration.ofSeconds(3))));
+        BootstrapClient c = clients.get(addr);
+        if (c != null) return c;
+        if (clients.size() >= MAX_CLIENTS) clients.clear(); // holding none costs nothing now: made again on demand
+        return clients.computeIfAbsent(addr, a -> BootstrapClient.sharing(http, a, config.authToken(), LOOKUPS));
     }
 
     PrefillServerInfo topology(String addr) {
@@ -217,6 +231,11 @@ final class LinkDirectory {
 
     int size() {
         return links.size();
+    }
+
+    /** Registry clients held, one per bootstrap address asked (tests). */
+    int clientCount() {
+        return clients.size();
     }
 
     /** How many topology lookups are cached (for status pages: prefill instances this rank knows). */
@@ -451,5 +470,6 @@ final class LinkDirectory {
     void close() {
         closed = true; // a set-up under way sees it when it ends and closes its link itself
         for (BootstrapClient c : clients.values()) c.close();
+        http.shutdownNow();
     }
 }

@@ -59,6 +59,8 @@ public final class BootstrapClient implements AutoCloseable {
     private final String authorization;
     private final RetryPolicy policy;
     private final HttpClient http;
+    /** Whether {@link #close} shuts {@link #http} down (false for one shared by many clients, see {@link #sharing}). */
+    private final boolean ownsHttp;
 
     /** A client with {@link RetryPolicy#defaults()}. */
     public BootstrapClient(String address, String authToken) {
@@ -71,6 +73,10 @@ public final class BootstrapClient implements AutoCloseable {
      * @param authToken bearer token for the write routes; null sends none (the registry will refuse writes)
      */
     public BootstrapClient(String address, String authToken, RetryPolicy policy) {
+        this(address, authToken, policy, httpClient(policy), true);
+    }
+
+    private BootstrapClient(String address, String authToken, RetryPolicy policy, HttpClient http, boolean ownsHttp) {
         this.address = Objects.requireNonNull(address, "address");
         this.base = baseUri(address);
         this.policy = Objects.requireNonNull(policy, "policy");
@@ -78,11 +84,30 @@ public final class BootstrapClient implements AutoCloseable {
             throw new IllegalArgumentException("auth token contains control characters");
         }
         this.authorization = authToken == null || authToken.isBlank() ? null : "Bearer " + authToken.strip();
-        this.http = HttpClient.newBuilder()
+        this.http = Objects.requireNonNull(http, "http");
+        this.ownsHttp = ownsHttp;
+    }
+
+    /**
+     * The JDK client a {@link BootstrapClient} with {@code policy} makes its requests with. Each one starts
+     * a selector thread that lives until it is shut down: a caller that talks to many registries (a decode:
+     * one per prefill instance it ever served) shares one through {@link #sharing} and shuts it down itself.
+     */
+    public static HttpClient httpClient(RetryPolicy policy) {
+        return HttpClient.newBuilder()
                 .version(HttpClient.Version.HTTP_1_1)
                 .connectTimeout(min(policy.requestTimeout(), CONNECT_TIMEOUT))
                 .followRedirects(HttpClient.Redirect.NEVER)
                 .build();
+    }
+
+    /**
+     * A client of the registry at {@code address} that makes its requests with {@code http} (made by
+     * {@link #httpClient} with the same policy) and leaves it running at {@link #close}: holding one costs
+     * no thread.
+     */
+    public static BootstrapClient sharing(HttpClient http, String address, String authToken, RetryPolicy policy) {
+        return new BootstrapClient(address, authToken, policy, http, false);
     }
 
     /** The address this client was created with. */
@@ -277,9 +302,10 @@ public final class BootstrapClient implements AutoCloseable {
         }
     }
 
+    /** Shuts the HTTP client down, unless it is a shared one ({@link #sharing}), which its owner shuts down. */
     @Override
     public void close() {
-        http.shutdownNow();
+        if (ownsHttp) http.shutdownNow();
     }
 
     // ------------------------------------------------------------------ plumbing
