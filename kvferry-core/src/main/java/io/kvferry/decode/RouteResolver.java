@@ -4,10 +4,13 @@ import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.plan.RankMapping;
 import io.kvferry.registry.PrefillServerInfo;
+import io.kvferry.registry.RankEndpoint;
 
 import java.net.ConnectException;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 
@@ -111,15 +114,33 @@ final class RouteResolver {
         }
         RankMapping mapping = RankMapping.resolve(info.attnTpSize(), config.attnTpSize(), engineRank, config.isMla(),
                 info.attnCpSize(), config.allCpRanksTransfer(), info.ppSize(), config.ppSize(), ppRank);
+        // Every rank's address first: each rank listens on its own, so two ranks at one address is a stale or
+        // wrong registration (or a hostile registry's fan-out onto one link), refused before any link is opened.
+        List<int[]> ranks = new ArrayList<>();
+        List<RankEndpoint> endpoints = new ArrayList<>();
+        Map<String, String> seen = new HashMap<>();
+        for (int cp : mapping.targetCpRanks()) {
+            for (int tp : mapping.targetTpRanks()) {
+                for (int pp : mapping.targetPpRanks()) {
+                    RankEndpoint ep = directory.endpoint(addr, dp, cp, tp, pp);
+                    String rank = "dp=" + dp + " cp=" + cp + " tp=" + tp + " pp=" + pp, at = ep.rankIp() + ":" + ep.rankPort();
+                    String other = seen.putIfAbsent(at, rank);
+                    if (other != null) {
+                        directory.forgetPrefill(addr); // the registry may be corrected: look it up afresh next time
+                        throw new RouteRefused(FailureKind.ROUTING, "the registry at " + addr + " lists prefill ranks " + other + " and "
+                                + rank + " at the same address " + at + "; each rank listens on its own (a stale or wrong registration)");
+                    }
+                    ranks.add(new int[]{cp, tp});
+                    endpoints.add(ep);
+                }
+            }
+        }
         List<DecodeRoom.Target> targets = new ArrayList<>();
         try {
-            for (int cp : mapping.targetCpRanks()) {
-                for (int tp : mapping.targetTpRanks()) {
-                    for (int pp : mapping.targetPpRanks()) {
-                        PrefillLink link = directory.link(addr, directory.endpoint(addr, dp, cp, tp, pp));
-                        targets.add(new DecodeRoom.Target(link, tp, cp, mapping.isDummy(tp, config.isMla())));
-                    }
-                }
+            for (int i = 0; i < endpoints.size(); i++) {
+                int cp = ranks.get(i)[0], tp = ranks.get(i)[1];
+                PrefillLink link = directory.link(addr, endpoints.get(i));
+                targets.add(new DecodeRoom.Target(link, tp, cp, mapping.isDummy(tp, config.isMla())));
             }
         } catch (ConnectException e) {
             // The registry still points at a rank that is gone (a prefill being restarted): look it up afresh next time.
