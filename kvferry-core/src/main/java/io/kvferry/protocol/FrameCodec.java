@@ -279,7 +279,7 @@ public final class FrameCodec {
                 case HEARTBEAT -> new Heartbeat();
                 case TRANSFER_INFO -> decodeTransferInfo(body);
                 case ABORT -> new Abort(body.getLong());
-                case ABORT_ACK -> new AbortAck(body.getLong(), body.getInt());
+                case ABORT_ACK -> new AbortAck(body.getLong(), nonNegative(body.getInt(), "prefill rank"));
                 case STATUS -> decodeStatus(body);
                 case WRITE -> decodeWriteInto(body, WriteHeader.reusable());
                 case WRITE_LIST -> decodeWriteListInto(body, WriteList.reusable());

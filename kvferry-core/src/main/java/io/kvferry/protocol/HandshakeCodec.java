@@ -171,8 +171,8 @@ final class HandshakeCodec {
         boolean accepted = bool(in, "accepted");
         FailureKind refusal = failureKind(in.get() & 0xFF, !accepted, "HELLO_ACK");
         String error = str(in);
-        int engineRank = in.getInt();
-        int uniqueRank = in.getInt();
+        int engineRank = nonNegative(in.getInt(), "prefill engine rank");
+        int uniqueRank = nonNegative(in.getInt(), "prefill unique rank");
         String dataPath = str(in);
         String fallback = str(in);
         ChecksumMode checksum = checksum(in.get() & 0xFF, "HELLO_ACK");

@@ -528,6 +528,18 @@ class FrameCodecTest {
         return new Body().i64(1).u8(poll).u8(kind).u8(hasDigest).i32(rank).i64(bytes).i64(digest).str(reason).bytes();
     }
 
+    /** PROTOCOL.md: a negative rank is a protocol error, in every frame that carries one (HELLO_ACK and ABORT_ACK were read as sent). */
+    @Test
+    void ackFramesRejectNegativeRanks() throws Exception {
+        rejectsFrame(frame(MessageType.ABORT_ACK, new Body().i64(9).i32(-1).bytes()), "prefill rank", "negative");
+        assertEquals(new AbortAck(9, 0), decode(frame(MessageType.ABORT_ACK, new Body().i64(9).i32(0).bytes())));
+        for (int field = 0; field < 2; field++) {
+            Body b = new Body().u8(0).u8(FailureKind.HANDSHAKE_REFUSED.code()).str("no").i32(field == 0 ? -1 : 0).i32(field == 1 ? -7 : 0)
+                    .str("").str("").u8(0).i32(0).u8(0).u8(0).i32(0).raw(new byte[32]);
+            rejectsFrame(frame(MessageType.HELLO_ACK, b.bytes()), field == 0 ? "prefill engine rank" : "prefill unique rank", "negative");
+        }
+    }
+
     @Test
     void statusRejectsNegativePrefillRank() {
         rejectsFrame(frame(MessageType.STATUS, status(4, 0, 0, -1, 0, 0, "")), "rank", "negative");
