@@ -457,10 +457,11 @@ final class DecodeSessions {
             // Only a room still under way fails (atomically: one that concluded meanwhile stays as it is).
             if (!room.slot.failIfUnfinished(kind, "Decode instance could be dead: lost connection with decode session "
                     + link.sessionId() + " (" + why + ")")) {
-                // Concluded already. One that failed while held only for this decode (its info refused: a page outside
-                // the pool, a duplicate) goes with the link too, as an ABORT drops it: else it kept its index arrays (up
-                // to 16 MiB an info) for the waiting timeout while the link's budget came back with the link.
-                if (room.slot.status() == KVPoll.Failed && room.heldOnlyBy(link)) rooms.forgetUnclaimed(room, link);
+                // Concluded already. One that failed while held only for decodes now gone (its info refused: a page
+                // outside the pool, a duplicate; or failed by the loss of its other decode ranks' links) goes with the
+                // last of them, as an ABORT drops it: else it kept its index arrays (up to 16 MiB an info) for the waiting
+                // timeout while the links' budgets came back with the links.
+                rooms.forgetFailedOfLostLinks(room, link);
                 continue;
             }
             // Held only for this decode and never started here: nobody would ever clear it. A tombstone (bounded)

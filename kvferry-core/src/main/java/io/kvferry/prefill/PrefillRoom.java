@@ -171,6 +171,12 @@ final class PrefillRoom {
         return true;
     }
 
+    /** Whether every destination so far is on {@code lost} or on a link already closed (held for no live decode). */
+    boolean heldOnlyByGone(DecodeLink lost) {
+        for (Destination d : destinations) if (d.link() != lost && !d.link().connection.isClosed()) return false;
+        return true;
+    }
+
     /** The room's destinations so far, sorted by session id. */
     List<Destination> destinations() {
         return destinations;

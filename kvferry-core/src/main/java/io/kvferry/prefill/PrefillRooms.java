@@ -221,6 +221,20 @@ final class PrefillRooms {
     }
 
     /**
+     * {@link #forgetUnclaimed(PrefillRoom)} of a failed room held only for decode links that are gone:
+     * {@code lost} and links closed before it (a room of several decode ranks of one instance outlives the
+     * first loss). Checked again under the record's lock, as {@link #forgetUnclaimed(PrefillRoom, DecodeLink)}.
+     */
+    boolean forgetFailedOfLostLinks(PrefillRoom r, DecodeLink lost) {
+        synchronized (r) {
+            if (r.slot.status() != KVPoll.Failed || !r.heldOnlyByGone(lost)) return false;
+            if (rooms.get(r.room) != r || !r.markDroppedUnlessClaimed()) return false;
+            forget(r);
+            return true;
+        }
+    }
+
+    /**
      * Drops a room's record and its status, leaving a tombstone of how it ended. Only while it is the id's
      * record: a record dropped before (a sender's clear after the unclaimed sweep, say) has left its
      * tombstone, and a newer request may hold the id by now, whose record, status and link entries stay.

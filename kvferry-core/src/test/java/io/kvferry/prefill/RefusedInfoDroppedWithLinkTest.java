@@ -54,9 +54,14 @@ class RefusedInfoDroppedWithLinkTest {
     }
 
     private static ControlConnection register(InetSocketAddress at, String session, MemoryDescriptor memory) throws IOException {
+        return register(at, session, "instance-" + session, memory);
+    }
+
+    private static ControlConnection register(InetSocketAddress at, String session, String instance, MemoryDescriptor memory)
+            throws IOException {
         ControlConnection c = ControlConnection.connect(at, Duration.ofSeconds(5));
         Challenge ch = assertInstanceOf(Challenge.class, c.read());
-        c.send(new Hello(session, "instance-" + session, Fingerprint.of("", "bf16", 16, false, 0), "tcp", 0, 1, 0, 0, ChecksumMode.OFF,
+        c.send(new Hello(session, instance, Fingerprint.of("", "bf16", 16, false, 0), "tcp", 0, 1, 0, 0, ChecksumMode.OFF,
                 memory, List.of(), Handshake.nonce(), null, null).signed(Handshake.key(TOKEN), ch.nonce()));
         assertTrue(assertInstanceOf(HelloAck.class, c.read()).accepted());
         return c;
@@ -95,6 +100,19 @@ class RefusedInfoDroppedWithLinkTest {
             awaitUntil(() -> manager.stats().trackedRooms() == 0, "round " + round + "'s rooms went with their link (still "
                     + manager.stats().trackedRooms() + ")");
         }
+        // A room of two decode ranks of one instance (two sessions), one of whose infos was refused: it goes with the last of them.
+        try (ControlConnection a = register(at, "rank-a", "shared", memory);
+             ControlConnection b = register(at, "rank-b", "shared", memory)) {
+            a.send(new TransferInfo(300, new int[]{1}, -1, new int[0][], 2, 0, false));
+            b.send(new TransferInfo(300, new int[]{9}, -1, new int[0][], 2, 0, false)); // outside b's pool: fails the room
+            assertTrue(status(b).reason().contains("outside the decode KV pool"));
+            assertEquals(KVPoll.Failed, status(a).status(), "a hears the room's failure");
+            a.close();
+            awaitUntil(() -> manager.sessions.count() == 1, "a's link left");
+        }
+        awaitUntil(() -> manager.sessions.count() == 0, "b's link left");
+        awaitUntil(() -> manager.stats().trackedRooms() == 0, "room 300 went with the last of its links (still "
+                + manager.stats().trackedRooms() + ")");
         // A request that reaches this rank later for such a room fails at once with why, as for a held room dropped with its link.
         KVSender late = manager.createSender("127.0.0.1:1", 200);
         assertEquals(KVPoll.Failed, late.poll());
