@@ -76,11 +76,16 @@ public final class DemoCommand implements Callable<Integer> {
             + "already served), so the prefill's prefix cache can hold its pages. Default: ${DEFAULT-VALUE} (no shared prefix).")
     int sharedPrefixTokens;
 
+    @Option(names = "--shared-prefix-cold", description = "With --shared-prefix-tokens: the prefix is not sent alone first, so the "
+            + "load's burst brings a system prompt no cache holds yet (the prefill computes it once and the requests that share it "
+            + "wait for its pages: SERVING.md \"Prefix caches and cache_salt\").")
+    boolean sharedPrefixCold;
+
     @Option(names = "--json", description = "End with one JSON line: requests, succeeded, tokens, matches_colocated, ttft_ms, transfer_ms, "
             + "tokens_per_s, model, transport, model_variant, per_request (tokens, bytes, kv_pages, cached_tokens: the prompt tokens "
             + "the prefill took from its prefix cache, matches_colocated each), and load with --load (requests, succeeded, "
             + "matches_colocated, tokens_per_s, colocated_one_by_one_tokens_per_s, ttft_ms, prompt_tokens, cached_tokens, kv_bytes, "
-            + "shared_prefix_tokens).")
+            + "shared_prefix_tokens, shared_prefix_cold).")
     boolean json;
 
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -99,6 +104,9 @@ public final class DemoCommand implements Callable<Integer> {
         if (sharedPrefixTokens < 0) throw new IllegalArgumentException("--shared-prefix-tokens " + sharedPrefixTokens + " is negative");
         if (sharedPrefixTokens > 0 && load == 0) {
             throw new IllegalArgumentException("--shared-prefix-tokens shapes --load's requests; give --load N too");
+        }
+        if (sharedPrefixCold && sharedPrefixTokens == 0) {
+            throw new IllegalArgumentException("--shared-prefix-cold needs --shared-prefix-tokens T");
         }
         if (maxTokens < 1) throw new IllegalArgumentException("--max-tokens must be >= 1, got " + maxTokens);
         if (processes && "inproc".equals(engine.transport)) {
@@ -323,7 +331,7 @@ public final class DemoCommand implements Callable<Integer> {
     private ObjectNode load(PrintStream out, ModelFiles.Loaded model, String routerUrl, HttpClient http, String prefix, List<String> ps)
             throws Exception {
         int prefixTokens = prefix == null ? 0 : model.tokenizer().encode(prefix, true, false).length;
-        if (prefix != null) {
+        if (prefix != null && !sharedPrefixCold) {
             ObjectNode body = JSON.createObjectNode().put("prompt", prefix).put("max_tokens", 1).put("temperature", 0);
             HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create(routerUrl + "/v1/completions"))
                     .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
@@ -332,6 +340,9 @@ public final class DemoCommand implements Callable<Integer> {
                         + errorMessage(r.body()));
             }
             out.printf("[demo] load: a shared prefix of %d tokens (%d characters), sent alone first%n", prefixTokens, prefix.length());
+        } else if (prefix != null) {
+            out.printf("[demo] load: a shared prefix of %d tokens (%d characters), not sent first: no cache holds it%n", prefixTokens,
+                    prefix.length());
         }
         ExecutorService exec = Executors.newVirtualThreadPerTaskExecutor();
         List<Future<JsonNode>> fs = new ArrayList<>();
@@ -388,6 +399,7 @@ public final class DemoCommand implements Callable<Integer> {
         o.put("cached_tokens", cachedTokens);
         o.put("kv_bytes", bytes);
         o.put("shared_prefix_tokens", prefixTokens);
+        o.put("shared_prefix_cold", sharedPrefixCold);
         out.printf("[demo] load: %d/%d concurrent requests succeeded, %d/%d match the colocated run, %.0f tokens/s through the router "
                         + "(TTFT p50 %.1f ms, p99 %.1f ms); %d of %d prompt tokens from the prefill's cache, %d B of KV moved; the same "
                         + "requests one by one on a colocated engine: %.0f tokens/s%n", ok, load, matched, ok, tokens / secs,

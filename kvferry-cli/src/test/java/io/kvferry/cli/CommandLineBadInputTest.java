@@ -368,7 +368,7 @@ class CommandLineBadInputTest {
 
     /**
      * demo's --shared-prefix-tokens shapes --load's prompts: without --load, negative, or so long that a prompt leaves the
-     * context no room, it is refused before anything starts, naming the flag.
+     * context no room, it is refused before anything starts, naming the flag; --shared-prefix-cold without a prefix too.
      */
     @Test
     void aDemoSharedPrefixWithoutALoadOrPastTheContextIsRefused() {
@@ -376,6 +376,7 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("demo", "--load", "1", "--shared-prefix-tokens", "-1"), "kvferry demo: --shared-prefix-tokens -1 is negative");
         assertOneLine(CliRun.of("demo", "--load", "2", "--shared-prefix-tokens", "600"), "kvferry demo: --shared-prefix-tokens 600: load request 0's prompt has",
                 "the model's context is 512");
+        assertOneLine(CliRun.of("demo", "--load", "2", "--shared-prefix-cold"), "kvferry demo: --shared-prefix-cold needs --shared-prefix-tokens T");
     }
 
     /**
