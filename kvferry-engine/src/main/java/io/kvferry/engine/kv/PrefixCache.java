@@ -138,6 +138,22 @@ public final class PrefixCache {
         return pages.stream().mapToInt(Integer::intValue).toArray();
     }
 
+    /**
+     * How many pages {@link #acquire(int[], long[], String)} would return now for the first {@code n} of {@code keys}, without
+     * referencing them or touching their place in the least-recently-used order (the prefill's scheduler asks this of a
+     * waiting request that shares pages with one being computed, each pass).
+     */
+    public int cachedPages(int[] tokens, long[] keys, int n, String salt) {
+        Entry parent = null;
+        int p = 0;
+        for (; p < n; p++) {
+            Entry e = matching(tokens, keys, p, parent, salt);
+            if (e == null) break;
+            parent = e;
+        }
+        return p;
+    }
+
     /** Drops the caller's references to the first {@code n} of {@code keys} (acquired before). */
     public void release(long[] keys, int n) {
         for (int i = 0; i < n; i++) {

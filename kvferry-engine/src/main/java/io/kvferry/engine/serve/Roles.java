@@ -177,7 +177,7 @@ public final class Roles {
     /**
      * The engine's part of its status document, from its scheduler's meters in the process's registry: KV pages
      * {@code used}, {@code cached} (its prefix cache) and {@code free}, prompt tokens served from the prefix cache, and
-     * the prefill's prompt tokens (cached or computed).
+     * the prefill's prompt tokens (cached or computed) and requests that waited for another's pages of a shared prefix.
      */
     static ObjectNode engineStatus(MeterRegistry metrics, String role) {
         ObjectNode e = StatusJson.MAPPER.createObjectNode();
@@ -190,6 +190,8 @@ public final class Roles {
         e.put("cached_tokens", cached == null ? 0 : (long) cached.count());
         Counter prompt = metrics.find("kvferry_engine_prompt_tokens").tag("role", role).counter();
         if (prompt != null) e.put("prompt_tokens", (long) prompt.count());
+        Counter deferrals = metrics.find("kvferry_engine_prefix_deferrals").tag("role", role).counter();
+        if (deferrals != null) e.put("prefix_deferrals", (long) deferrals.count());
         return e;
     }
 

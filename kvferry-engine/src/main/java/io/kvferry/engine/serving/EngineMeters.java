@@ -18,7 +18,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * show their pages ({@code state="cached"}), and the prompt tokens they served from cache, not computed (prefill) or not
  * received (decode), count in {@code kvferry_engine_cached_tokens} (SGLang's {@code cached_tokens_total}); the prefill
  * counts every request's prompt tokens in {@code kvferry_engine_prompt_tokens} when it takes the request (its pages), so
- * cached ÷ prompt tokens is its cache's hit ratio (the decode has no such counter).
+ * cached ÷ prompt tokens is its cache's hit ratio (the decode has no such counter); {@code kvferry_engine_prefix_deferrals}
+ * counts the prefill's requests that waited for another request in flight to compute a prefix they share.
  */
 final class EngineMeters {
     static final String REQUESTS = "kvferry_engine_requests";
@@ -26,6 +27,7 @@ final class EngineMeters {
     static final String ROWS = "kvferry_engine_aux_rows";
     static final String CACHED_TOKENS = "kvferry_engine_cached_tokens";
     static final String PROMPT_TOKENS = "kvferry_engine_prompt_tokens";
+    static final String PREFIX_DEFERRALS = "kvferry_engine_prefix_deferrals";
 
     private final AtomicInteger[] queued;
     private final AtomicInteger pagesUsed = new AtomicInteger(), pagesCached = new AtomicInteger(), pagesFree = new AtomicInteger();
@@ -33,6 +35,8 @@ final class EngineMeters {
     private final Counter cachedTokens;
     /** The prefill's only: null on the decode. */
     private final Counter promptTokens;
+    /** The prefill's only: null on the decode. */
+    private final Counter prefixDeferrals;
 
     /**
      * @param role   {@code prefill} or {@code decode} (the tag that tells the engines apart in one registry)
@@ -56,6 +60,9 @@ final class EngineMeters {
                 .tags("role", role).register(registry);
         promptTokens = !"prefill".equals(role) ? null : Counter.builder(PROMPT_TOKENS)
                 .description("Engine: prompt tokens of the requests the prefill took (cached or computed)")
+                .tags("role", role).register(registry);
+        prefixDeferrals = !"prefill".equals(role) ? null : Counter.builder(PREFIX_DEFERRALS)
+                .description("Engine: requests that waited for another request in flight to compute a prefix they share (then a cache hit)")
                 .tags("role", role).register(registry);
         Gauge.builder(ROWS, rowsUsed, AtomicInteger::get).strongReference(true).description("Engine: aux rows (one per request in flight) by state")
                 .tags("role", role, "state", "used").register(registry);
@@ -87,6 +94,11 @@ final class EngineMeters {
     /** Prefill's scheduler thread: a request's prompt tokens, when it takes the request. */
     void promptTokens(int n) {
         promptTokens.increment(n);
+    }
+
+    /** Prefill's scheduler thread: a request waits (the first time) for another's pages of a prefix they share. */
+    void prefixDeferral() {
+        prefixDeferrals.increment();
     }
 
     /** A volatile write only when the value changed: an idle scheduler passes thousands of times a second. */

@@ -16,9 +16,13 @@ import io.kvferry.engine.runtime.ShardedModel;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.stream.IntStream;
 
 /**
  * The prefill side, in SGLang's order (sglang-pd-disaggregation.md §1): a request's senders wait in
@@ -34,9 +38,20 @@ import java.util.concurrent.CompletableFuture;
  * Only pages wholly before the first position whose logits are needed are reused: the last prompt token is always
  * computed, and so is every position from {@code logprob_start_len - 1} on. Cached pages are sent to the decode as
  * computed ones are (all but those in the decode's own prefix). Variants with per-request state (window ring, recurrent
- * state) cannot resume from pages without a snapshot of that state: the cache is off for them. Entries are reference
- * counted by the requests using them; a request that fails or is aborted adds nothing (no half-computed page is ever
- * cached); idle entries are evicted least recently used when a request needs pages.
+ * state) cannot resume from pages without a snapshot of that state: the cache is off for them. A request's full prompt
+ * pages join the cache once its whole prompt is computed (before its transfer ends: their KV is final then, and the
+ * request keeps them referenced while its sender reads them); a request that fails or is aborted before that adds
+ * nothing (no half-computed page is ever cached). Entries are reference counted by the requests using them; idle entries
+ * are evicted least recently used when a request needs pages.
+ *
+ * <p>In-batch prefix sharing (SGLang's in-batch prefix caching check, {@code schedule_policy.py}): a ready request whose
+ * prompt shares at least one full page beyond what the cache holds now with a request in the forward queue (admitted,
+ * its prompt not yet computed) under the same cache salt waits in the bootstrap queue, holding nothing, until that
+ * request's pages are cached, then takes them as a hit: a burst of requests with one new system prompt computes it once.
+ * It waits only on requests being computed, so never for long: when the one it waits for fails or is aborted it is
+ * admitted on the next pass and computes the pages itself. Once admitted it goes into the forward queue in its arrival
+ * order (before later arrivals not yet started), so waiting costs it its place in no queue; requests that do not wait
+ * keep their order. No waiting with the cache off.
  */
 public final class PrefillEngine extends SchedulerThread {
     /**
@@ -99,6 +114,10 @@ public final class PrefillEngine extends SchedulerThread {
     /** Aborts that came before their room's request (scheduler thread only). */
     private final RecentAborts recentAborts = new RecentAborts();
     private final List<Flight> bootstrap = new ArrayList<>(), forward = new ArrayList<>(), inflight = new ArrayList<>();
+    /** Arrival order of the requests (scheduler thread): a request that waited for a shared prefix keeps its place by it. */
+    private long arrivals;
+    /** Tests only: while set, no chunk is computed (requests still arrive, are admitted or wait for a shared prefix). */
+    volatile boolean holdChunks;
     private volatile int inFlight;
     private final EngineMeters meters;
     private final int[] queueSizes = new int[3];
@@ -110,8 +129,20 @@ public final class PrefillEngine extends SchedulerThread {
         int[] pages;
         /** The keys of the prompt's full pages (the prefix cache's), once it got pages. */
         long[] cacheKeys;
-        /** Its first pages from the prefix cache (referenced until it ends). */
+        /** Its first pages from the prefix cache when it got its pages (its {@code cached_tokens}, in pages). */
         int cachedPages;
+        /** The first {@code refs} of {@link #cacheKeys} are referenced by it until it ends (its hit; then its whole cached chain). */
+        int refs;
+        /** The pages it frees when it ends: those of its page table that are not the cache's. */
+        int[] own;
+        /** Its computed full pages were offered to the cache. */
+        boolean cacheOffered;
+        /** Its place in arrival order. */
+        final long arrival;
+        /** A chunk of it was computed: it stays first in the forward queue until its prompt is done. */
+        boolean started;
+        /** It waited for another request's pages at least once (counted once); {@code waitingNow}: on the last pass. */
+        boolean waited, waitingNow;
         int row = -1, prefixPages, computed, sentPages;
         long computeNanos, lastSendNanos;
         /** The input token log probabilities so far (null: not asked). */
@@ -119,9 +150,10 @@ public final class PrefillEngine extends SchedulerThread {
         /** A prefill-only request (no senders) that its client aborted. */
         boolean aborted;
 
-        Flight(Request req, CompletableFuture<Result> done) {
+        Flight(Request req, CompletableFuture<Result> done, long arrival) {
             this.req = req;
             this.done = done;
+            this.arrival = arrival;
             inputLogprobs = req.logprobStart() >= 0 ? new ArrayList<>() : null;
         }
     }
@@ -204,7 +236,7 @@ public final class PrefillEngine extends SchedulerThread {
                         "Aborted by AbortReq. (before the request reached this prefill)", false));
                 return;
             }
-            Flight f = new Flight(req, done);
+            Flight f = new Flight(req, done, arrivals++);
             if (req.prefillOnly()) { // no decode: no senders, nothing to wait for but pages
                 inFlight++;
                 bootstrap.add(f);
@@ -275,6 +307,17 @@ public final class PrefillEngine extends SchedulerThread {
         return -1;
     }
 
+    /**
+     * Whether the room's request is in the bootstrap queue waiting for another request's pages of a shared prefix, as of
+     * the last pass (scheduler thread; tests).
+     */
+    boolean waitingForSharedPrefix(long room) {
+        for (Flight f : bootstrap) {
+            if (f.req.room() == room) return f.waitingNow;
+        }
+        return false;
+    }
+
     private int cachePages() {
         return prefixCache == null ? 0 : prefixCache.pages();
     }
@@ -296,13 +339,13 @@ public final class PrefillEngine extends SchedulerThread {
                     moved = true;
                     continue;
                 }
-                if (waiting) continue;
+                if (waiting || waitsForSharedPrefix(f)) continue;
                 if (!allocate(f)) {
                     waiting = true;
                     continue;
                 }
                 it.remove();
-                forward.add(f);
+                admit(f);
                 moved = true;
                 continue;
             }
@@ -313,7 +356,7 @@ public final class PrefillEngine extends SchedulerThread {
                 moved = true;
                 continue;
             }
-            if (p.compareTo(KVPoll.WaitingForInput) < 0 || waiting) continue;
+            if (p.compareTo(KVPoll.WaitingForInput) < 0 || waiting || waitsForSharedPrefix(f)) continue;
             int total = spec.pagesFor(f.req.prompt().length);
             if (!canAllocate(f)) { // waits for pages, and holds its place; nothing fails for want of them
                 waiting = true;
@@ -344,7 +387,7 @@ public final class PrefillEngine extends SchedulerThread {
             f.sentPages = f.prefixPages;
             for (KVSender x : f.senders.all()) x.init(total - f.prefixPages, f.row);
             it.remove();
-            forward.add(f);
+            admit(f);
             moved = true;
         }
         if (!forward.isEmpty()) {
@@ -354,10 +397,13 @@ public final class PrefillEngine extends SchedulerThread {
                 forward.removeFirst();
                 if (f.senders == null) failAborted(f);
                 else fail(f);
-            } else {
+                moved = true;
+            } else if (!holdChunks) {
                 forwardChunk(f);
+                f.started = true;
                 if (f.computed == f.req.prompt().length) {
                     forward.removeFirst();
+                    offerToCache(f); // the requests waiting for its pages take them on the next pass
                     if (f.senders != null) {
                         inflight.add(f);
                     } else { // prefill-only: done once computed, nothing sent
@@ -366,8 +412,8 @@ public final class PrefillEngine extends SchedulerThread {
                         f.done.complete(r);
                     }
                 }
+                moved = true;
             }
-            moved = true;
         }
         for (Iterator<Flight> it = inflight.iterator(); it.hasNext(); ) {
             Flight f = it.next();
@@ -398,6 +444,72 @@ public final class PrefillEngine extends SchedulerThread {
         int cached = cachePages();
         meters.publish(queueSizes, alloc.totalPages() - alloc.freePages() - cached, cached, alloc.freePages(),
                 alloc.totalRows() - alloc.freeRows(), alloc.freeRows());
+    }
+
+    /**
+     * Into the forward queue in arrival order: before the requests that came after it and have not started (a request
+     * that waited for a shared prefix loses no place to those admitted meanwhile); the one being computed stays first.
+     */
+    private void admit(Flight f) {
+        int i = forward.size();
+        while (i > 0 && !forward.get(i - 1).started && forward.get(i - 1).arrival > f.arrival) i--;
+        forward.add(i, f);
+    }
+
+    /**
+     * Whether the ready request waits for a shared prefix: it shares at least one full page beyond what the cache holds
+     * for it now (among the pages it may take from the cache: {@link #firstNeeded}) with a request in the forward queue,
+     * whose full pages join the cache once its prompt is computed; same cache salt only (a salted request shares nothing
+     * with another salt). Nothing is held while it waits. Counts the request once in the engine's deferrals.
+     */
+    private boolean waitsForSharedPrefix(Flight f) {
+        f.waitingNow = false;
+        if (prefixCache == null || forward.isEmpty()) return false;
+        int[] prompt = f.req.prompt();
+        int usable = firstNeeded(f.req) / spec.pageSize();
+        if (usable == 0) return false;
+        if (f.cacheKeys == null) f.cacheKeys = prefixCache.keys(prompt, prompt.length / spec.pageSize(), f.req.cacheSalt());
+        int cached = -1;
+        for (Flight l : forward) {
+            if (l.cacheKeys == null || !Objects.equals(l.req.cacheSalt(), f.req.cacheSalt())) continue;
+            int n = Math.min(usable, l.cacheKeys.length), shared = 0;
+            while (shared < n && l.cacheKeys[shared] == f.cacheKeys[shared]) shared++;
+            if (shared == 0) continue;
+            if (cached < 0) cached = prefixCache.cachedPages(prompt, f.cacheKeys, usable, f.req.cacheSalt());
+            if (shared <= cached) continue;
+            int tokens = shared * spec.pageSize();
+            if (!Arrays.equals(l.req.prompt(), 0, tokens, prompt, 0, tokens)) continue; // a key collision: nothing to wait for
+            f.waitingNow = true;
+            if (!f.waited) {
+                f.waited = true;
+                meters.prefixDeferral();
+            }
+            return true;
+        }
+        return false;
+    }
+
+    /**
+     * Offers the request's computed full prompt pages to the cache (once; none with the cache off): those it takes are
+     * the cache's now, referenced by the request until it ends (its sender may still read them), as is the rest of the
+     * cached chain; its pages the cache did not take stay its own; idle entries the insert replaced are freed now.
+     */
+    private void offerToCache(Flight f) {
+        if (prefixCache == null || f.cacheKeys == null || f.cacheOffered) return;
+        f.cacheOffered = true;
+        int[] prompt = f.req.prompt();
+        Set<Integer> own = new HashSet<>(), notTaken = new HashSet<>();
+        for (int p : f.own) own.add(p);
+        for (int p : prefixCache.insert(prompt, f.cacheKeys, f.pages, f.cachedPages, f.req.cacheSalt())) {
+            if (own.contains(p)) notTaken.add(p);
+            else alloc.freePages(new int[]{p}); // a replaced idle entry's page
+        }
+        int full = f.cacheKeys.length; // the pages after its full ones (the partial last page) are never offered
+        f.own = IntStream.range(f.cachedPages, f.pages.length).filter(i -> i >= full || notTaken.contains(f.pages[i]))
+                .map(i -> f.pages[i]).toArray();
+        int held = prefixCache.acquire(prompt, f.cacheKeys, f.req.cacheSalt()).length; // its hit's entries are still there: held >= refs
+        prefixCache.release(f.cacheKeys, f.refs);
+        f.refs = held;
     }
 
     private void forwardChunk(Flight f) {
@@ -495,9 +607,11 @@ public final class PrefillEngine extends SchedulerThread {
         int[] hit = acquireCached(f);
         int total = spec.pagesFor(f.req.prompt().length), need = total - hit.length;
         f.pages = Arrays.copyOf(hit, total);
-        System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
+        f.own = alloc.allocatePages(need);
+        System.arraycopy(f.own, 0, f.pages, hit.length, need);
         f.row = alloc.allocateRow();
         f.cachedPages = hit.length;
+        f.refs = hit.length;
         f.computed = hit.length * spec.pageSize(); // the forward passes start at the first uncached token
         for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
         meters.promptTokens(f.req.prompt().length);
@@ -506,23 +620,18 @@ public final class PrefillEngine extends SchedulerThread {
     }
 
     /**
-     * @param finished the request's prompt is computed and its answer made: its full prompt pages may join the prefix
-     *                 cache (a failed or aborted request's never do: they may be half computed)
+     * @param finished the request's prompt is computed and its answer made: its full prompt pages join the prefix cache if
+     *                 they have not yet (a request that fails or is aborted before its prompt is computed adds nothing: its
+     *                 pages may be half computed; one computed already offered them, and they stay: their KV is whole)
      */
     private void release(Flight f, boolean finished) {
         if (f.senders != null) f.senders.clear();
         if (f.pages != null) {
-            int from = 0;
             if (prefixCache != null && f.cacheKeys != null) {
-                prefixCache.release(f.cacheKeys, f.cachedPages);
-                if (finished) {
-                    for (int p : prefixCache.insert(f.req.prompt(), f.cacheKeys, f.pages, f.cachedPages, f.req.cacheSalt())) alloc.freePages(new int[]{p});
-                    from = f.cacheKeys.length;
-                } else {
-                    from = f.cachedPages; // the cache's own pages stay the cache's
-                }
+                if (finished) offerToCache(f);
+                prefixCache.release(f.cacheKeys, f.refs); // the cache's pages stay the cache's
             }
-            alloc.freePages(Arrays.copyOfRange(f.pages, from, f.pages.length));
+            alloc.freePages(f.own);
         }
         if (f.row >= 0) alloc.freeRow(f.row);
         f.pages = null;
