@@ -67,8 +67,9 @@ final class EngineOptions {
 
     @Option(names = "--prefill-cache", defaultValue = "on", description = "The prefill's prefix cache: on keeps finished prompts' "
             + "full KV pages (evicted least recently used when pages run out), so a prompt that starts with cached pages computes "
-            + "only the rest; off computes every prompt whole. Always off for --model-variant swa and hybrid (their per-request "
-            + "state cannot resume from pages). Prefill and embedded roles. Default: ${DEFAULT-VALUE}.")
+            + "only the rest, and requests arriving together on one new prefix compute it once; off computes every prompt whole. "
+            + "Always off for --model-variant swa (its window ring cannot resume from pages); for hybrid the recurrent state at "
+            + "each cached prompt's last full page is kept with it. Prefill and embedded roles. Default: ${DEFAULT-VALUE}.")
     String prefillCache;
 
     /** The cluster token for the bootstrap registry and kvferry's control connections. */

@@ -27,7 +27,7 @@ import java.util.concurrent.ExecutionException;
  * prompt token). {@code prefill_only} (kvferry's): the prompt alone, for those log probabilities; no decode takes the
  * room, nothing is sent and {@code first_token} is -1. {@code cached_tokens}: the prompt tokens taken from the
  * prefill's prefix cache, not computed. {@code /health} says whether that cache is on ({@code prefix_cache}: off by the
- * flag, or for a variant with per-request state). {@code cache_salt} (vLLM's, checked: {@link EngineInput#cacheSalt}): the
+ * flag, or for a variant with window layers). {@code cache_salt} (vLLM's, checked: {@link EngineInput#cacheSalt}): the
  * request shares cached pages only with requests of the same salt.
  */
 public final class PrefillServer implements AutoCloseable {

@@ -253,6 +253,37 @@ public final class KvPool implements AutoCloseable {
         for (RecurrentState r : recurrent) r.clear(row);
     }
 
+    /** Whether this pool holds recurrent state (a request's state is then more than its pages). */
+    public boolean hasRecurrentState() {
+        return !recurrent.isEmpty();
+    }
+
+    /**
+     * A copy of the recurrent state of the request on aux row {@code row}, every recurrent layer of this pool (the prefill's
+     * prefix cache keeps it with the page where it was taken: a later request resumes from it, {@link #restoreRecurrent}).
+     */
+    public byte[] snapshotRecurrent(int row) {
+        long n = 0;
+        for (RecurrentState r : recurrent) n += r.slotBytes();
+        byte[] out = new byte[Math.toIntExact(n)];
+        int o = 0;
+        for (RecurrentState r : recurrent) {
+            r.save(row, out, o);
+            o += (int) r.slotBytes();
+        }
+        return out;
+    }
+
+    /** Sets the recurrent state of aux row {@code row} to a {@link #snapshotRecurrent} of this pool. */
+    public void restoreRecurrent(int row, byte[] snapshot) {
+        int o = 0;
+        for (RecurrentState r : recurrent) {
+            r.restore(row, snapshot, o);
+            o += (int) r.slotBytes();
+        }
+        if (o != snapshot.length) throw new IllegalArgumentException("a snapshot of " + snapshot.length + " bytes for " + o + " bytes of state");
+    }
+
     /** Bytes a request moves to this shard: {@code kvPages} pages of every KV buffer, its state and its aux row. */
     public long transferBytes(int kvPages, int promptTokens) {
         long b = TOKEN_ROW_BYTES + (long) model.config.vocabSize() * Float.BYTES + 8;

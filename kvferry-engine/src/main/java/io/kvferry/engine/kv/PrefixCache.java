@@ -24,6 +24,10 @@ import java.util.Objects;
  * must not hand one tenant another's pages, nor tell it by {@code cached_tokens} or timing that a prefix was sent). The
  * pages after the first are found through their parent's identity, so they inherit its salt. Null: the shared, unsalted
  * cache.
+ * <p>For a model whose per-request state is more than its pages (a recurrent layer's state), an entry may keep a snapshot
+ * of that state after its page's last token ({@link #insert(int[], long[], int[], int, String, int, Object)}); a hit that
+ * needs one ({@code needState}) ends at the last page of the match whose entry holds one (SGLang's MambaRadixCache).
+ * Snapshots live and die with their entries, so there are never more than the cache's pages.
  * Owned by its engine's scheduler thread.
  */
 public final class PrefixCache {
@@ -41,6 +45,11 @@ public final class PrefixCache {
         int children;
         /** Evicted while {@link #evict} climbed its chain (it leaves {@code idle} when that pass ends). */
         boolean evicted;
+        /**
+         * A snapshot of the per-request state after this page's last token (the prefill's recurrent state, for a model
+         * whose state is more than its pages), or null; it goes when the entry goes.
+         */
+        Object state;
 
         Entry(long key, int page, int[] tokens, Entry parent, String salt) {
             this.key = key;
@@ -126,16 +135,43 @@ public final class PrefixCache {
      * page keys are {@code keys} ({@link #keys(int[], int, String)} with that salt), referenced for the caller.
      */
     public int[] acquire(int[] tokens, long[] keys, String salt) {
-        List<Integer> pages = new ArrayList<>();
+        return acquire(tokens, keys, salt, false);
+    }
+
+    /**
+     * As {@link #acquire(int[], long[], String)}; with {@code needState}, the hit ends at the last matching page whose
+     * entry holds a state snapshot ({@link #state}), none if no matching page does.
+     */
+    public int[] acquire(int[] tokens, long[] keys, String salt, boolean needState) {
+        List<Entry> chain = chain(tokens, keys, keys.length, salt, needState);
+        int[] pages = new int[chain.size()];
+        for (int p = 0; p < pages.length; p++) {
+            Entry e = chain.get(p);
+            if (e.refs++ == 0) idle.remove(e.key);
+            pages[p] = e.page;
+        }
+        return pages;
+    }
+
+    /** The matching entries of the first {@code n} pages, cut after the last one with a snapshot when {@code needState}. */
+    private List<Entry> chain(int[] tokens, long[] keys, int n, String salt, boolean needState) {
+        List<Entry> out = new ArrayList<>();
         Entry parent = null;
-        for (int p = 0; p < keys.length; p++) {
+        int withState = 0;
+        for (int p = 0; p < n; p++) {
             Entry e = matching(tokens, keys, p, parent, salt);
             if (e == null) break;
-            if (e.refs++ == 0) idle.remove(e.key);
-            pages.add(e.page);
+            out.add(e);
+            if (e.state != null) withState = p + 1;
             parent = e;
         }
-        return pages.stream().mapToInt(Integer::intValue).toArray();
+        return needState ? out.subList(0, withState) : out;
+    }
+
+    /** The state snapshot of page {@code page}'s entry, which the caller acquired (null: none). */
+    public Object state(long[] keys, int page) {
+        Entry e = byKey.get(keys[page]);
+        return e == null ? null : e.state;
     }
 
     /**
@@ -143,15 +179,8 @@ public final class PrefixCache {
      * referencing them or touching their place in the least-recently-used order (the prefill's scheduler asks this of a
      * waiting request that shares pages with one being computed, each pass).
      */
-    public int cachedPages(int[] tokens, long[] keys, int n, String salt) {
-        Entry parent = null;
-        int p = 0;
-        for (; p < n; p++) {
-            Entry e = matching(tokens, keys, p, parent, salt);
-            if (e == null) break;
-            parent = e;
-        }
-        return p;
+    public int cachedPages(int[] tokens, long[] keys, int n, String salt, boolean needState) {
+        return chain(tokens, keys, n, salt, needState).size();
     }
 
     /** Drops the caller's references to the first {@code n} of {@code keys} (acquired before). */
@@ -175,6 +204,15 @@ public final class PrefixCache {
 
     /** {@link #insert(int[], long[], int[], int)} for a prompt with a cache salt (null: unsalted): its entries keep it. */
     public List<Integer> insert(int[] tokens, long[] keys, int[] pages, int from, String salt) {
+        return insert(tokens, keys, pages, from, salt, -1, null);
+    }
+
+    /**
+     * As {@link #insert(int[], long[], int[], int, String)}, and page {@code statePage}'s entry (its own, or the one cached
+     * already for the same tokens, if it has none) keeps {@code state}, the snapshot of the request's state after that
+     * page's last token (-1 / null: none); nothing keeps it if the chain is not cached that far.
+     */
+    public List<Integer> insert(int[] tokens, long[] keys, int[] pages, int from, String salt, int statePage, Object state) {
         List<Integer> freed = new ArrayList<>();
         Entry parent = null;
         int i = 0;
@@ -182,6 +220,7 @@ public final class PrefixCache {
             Entry same = matching(tokens, keys, i, parent, salt);
             if (same != null) { // cached already (this request's hit, or another request's meanwhile)
                 if (i >= from) freed.add(pages[i]);
+                if (i == statePage && same.state == null) same.state = state;
                 parent = same;
                 continue;
             }
@@ -196,6 +235,7 @@ public final class PrefixCache {
                 freed.add(other.page);
             }
             Entry e = new Entry(keys[i], pages[i], Arrays.copyOfRange(tokens, i * pageSize, (i + 1) * pageSize), parent, salt);
+            if (i == statePage) e.state = state;
             byKey.put(e.key, e);
             idle.put(e.key, e);
             parent = e;

@@ -41,6 +41,23 @@ public final class RecurrentState {
         scan.set(ValueLayout.JAVA_FLOAT_UNALIGNED, slot * scanSlotBytes + ((long) channel * stateSize + n) * Float.BYTES, value);
     }
 
+    /** Bytes of one slot's state (conv, then scan): what a snapshot of it holds. */
+    public long slotBytes() {
+        return convSlotBytes + scanSlotBytes;
+    }
+
+    /** Copies slot {@code slot}'s state (conv, then scan) into {@code dst} at {@code offset}. */
+    void save(int slot, byte[] dst, int offset) {
+        MemorySegment.copy(conv, ValueLayout.JAVA_BYTE, slot * convSlotBytes, dst, offset, (int) convSlotBytes);
+        MemorySegment.copy(scan, ValueLayout.JAVA_BYTE, slot * scanSlotBytes, dst, offset + (int) convSlotBytes, (int) scanSlotBytes);
+    }
+
+    /** Sets slot {@code slot}'s state to what {@link #save} copied at {@code offset}. */
+    void restore(int slot, byte[] src, int offset) {
+        MemorySegment.copy(src, offset, conv, ValueLayout.JAVA_BYTE, slot * convSlotBytes, (int) convSlotBytes);
+        MemorySegment.copy(src, offset + (int) convSlotBytes, scan, ValueLayout.JAVA_BYTE, slot * scanSlotBytes, (int) scanSlotBytes);
+    }
+
     /** A new request starts from zero state. */
     public void clear(int slot) {
         conv.asSlice(slot * convSlotBytes, convSlotBytes).fill((byte) 0);

@@ -37,8 +37,12 @@ import java.util.stream.IntStream;
  * reads the cached pages' KV; chunking and where a pass starts never change a value, so the answer is the same bits).
  * Only pages wholly before the first position whose logits are needed are reused: the last prompt token is always
  * computed, and so is every position from {@code logprob_start_len - 1} on. Cached pages are sent to the decode as
- * computed ones are (all but those in the decode's own prefix). Variants with per-request state (window ring, recurrent
- * state) cannot resume from pages without a snapshot of that state: the cache is off for them. A request's full prompt
+ * computed ones are (all but those in the decode's own prefix). A request of a model with recurrent layers (the
+ * {@code hybrid} variant) cannot resume from pages alone: its recurrent state at the hit's end is needed too. As SGLang's
+ * MambaRadixCache does, the request's chunked prefill stops at its last full-page boundary before the first needed
+ * position, a copy of its recurrent state there (every shard's) is kept with that page's cache entry, and a hit ends at
+ * the last matching page whose entry holds a snapshot; the request's state starts from it. Window layers (the
+ * {@code swa} variant's ring) would need their ring pages kept likewise: the cache is off for them. A request's full prompt
  * pages join the cache once its whole prompt is computed (before its transfer ends: their KV is final then, and the
  * request keeps them referenced while its sender reads them); a request that fails or is aborted before that adds
  * nothing (no half-computed page is ever cached). Entries are reference counted by the requests using them; idle entries
@@ -102,8 +106,10 @@ public final class PrefillEngine extends SchedulerThread {
     private final ShardedModel model;
     private final ShardManagers managers;
     private final PageAllocator alloc;
-    /** The prefill's prefix cache; null when off (the flag, or a variant with per-request state). Scheduler thread only. */
+    /** The prefill's prefix cache; null when off (the flag, or a variant with window layers). Scheduler thread only. */
     private final PrefixCache prefixCache;
+    /** The cache keeps recurrent state snapshots with its pages, and a hit needs one (a model with recurrent layers). */
+    private final boolean snapshots;
     /** Tests only: rewrites the aux row a request's last chunk carries, as a broken prefill would write it. */
     interface AuxRowTamper {
         void rewrite(KvPool pool, int row, long room);
@@ -141,6 +147,12 @@ public final class PrefillEngine extends SchedulerThread {
         final long arrival;
         /** A chunk of it was computed: it stays first in the forward queue until its prompt is done. */
         boolean started;
+        /**
+         * Where its recurrent state is copied for the cache (a page boundary: its last before the first needed position,
+         * past its hit; the chunk ending there ends there), -1: nowhere; {@code snapshot}: the copy, per shard (stage·tp + rank).
+         */
+        int snapshotAt = -1;
+        byte[][] snapshot;
         /** It waited for another request's pages at least once (counted once); {@code waitingNow}: on the last pass. */
         boolean waited, waitingNow;
         int row = -1, prefixPages, computed, sentPages;
@@ -186,17 +198,16 @@ public final class PrefillEngine extends SchedulerThread {
         this.managers = m;
         this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
         this.prefixCache = prefixCache && cacheable(spec) ? new PrefixCache(spec.pageSize()) : null;
+        this.snapshots = this.prefixCache != null && spec.model().count(LayerKind.RECURRENT, 0, spec.model().config.layers()) > 0;
         start();
     }
 
     /**
-     * Whether the prefix cache can serve this model: a request resumes from cached pages only when pages are all of its
-     * state, not so for window layers (their ring) or recurrent ones (their state slot), which a snapshot would need.
+     * Whether the prefix cache can serve this model: a request resumes from cached pages when pages are all of its state,
+     * or when the rest is a recurrent state the cache keeps snapshots of; not so for window layers (their ring).
      */
     public static boolean cacheable(EngineSpec spec) {
-        int layers = spec.model().config.layers();
-        return spec.model().count(LayerKind.WINDOW, 0, layers) == 0
-                && spec.model().count(LayerKind.RECURRENT, 0, layers) == 0;
+        return spec.model().count(LayerKind.WINDOW, 0, spec.model().config.layers()) == 0;
     }
 
     /** Whether this engine's prefix cache is on. */
@@ -474,8 +485,12 @@ public final class PrefillEngine extends SchedulerThread {
             if (l.cacheKeys == null || !Objects.equals(l.req.cacheSalt(), f.req.cacheSalt())) continue;
             int n = Math.min(usable, l.cacheKeys.length), shared = 0;
             while (shared < n && l.cacheKeys[shared] == f.cacheKeys[shared]) shared++;
+            if (snapshots) { // a hit ends at a page with a state snapshot: the one it will keep, at its own boundary
+                int at = l.snapshotAt / spec.pageSize();
+                shared = l.snapshotAt > 0 && at <= shared ? at : 0;
+            }
             if (shared == 0) continue;
-            if (cached < 0) cached = prefixCache.cachedPages(prompt, f.cacheKeys, usable, f.req.cacheSalt());
+            if (cached < 0) cached = prefixCache.cachedPages(prompt, f.cacheKeys, usable, f.req.cacheSalt(), snapshots);
             if (shared <= cached) continue;
             int tokens = shared * spec.pageSize();
             if (!Arrays.equals(l.req.prompt(), 0, tokens, prompt, 0, tokens)) continue; // a key collision: nothing to wait for
@@ -500,7 +515,8 @@ public final class PrefillEngine extends SchedulerThread {
         int[] prompt = f.req.prompt();
         Set<Integer> own = new HashSet<>(), notTaken = new HashSet<>();
         for (int p : f.own) own.add(p);
-        for (int p : prefixCache.insert(prompt, f.cacheKeys, f.pages, f.cachedPages, f.req.cacheSalt())) {
+        int statePage = f.snapshot != null ? f.snapshotAt / spec.pageSize() - 1 : -1;
+        for (int p : prefixCache.insert(prompt, f.cacheKeys, f.pages, f.cachedPages, f.req.cacheSalt(), statePage, f.snapshot)) {
             if (own.contains(p)) notTaken.add(p);
             else alloc.freePages(new int[]{p}); // a replaced idle entry's page
         }
@@ -515,6 +531,7 @@ public final class PrefillEngine extends SchedulerThread {
     private void forwardChunk(Flight f) {
         int[] prompt = f.req.prompt();
         int from = f.computed, to = Math.min(prompt.length, from + spec.chunkTokens());
+        if (f.snapshotAt > from && f.snapshotAt < to) to = f.snapshotAt; // the state there is kept: the chunk ends there
         boolean last = to == prompt.length;
         long t0 = System.nanoTime();
         float[] logits;
@@ -527,6 +544,10 @@ public final class PrefillEngine extends SchedulerThread {
             logits = last ? rows[to - from - 1] : null;
         }
         f.computed = to;
+        if (to == f.snapshotAt) {
+            f.snapshot = new byte[spec.pp() * spec.tp()][];
+            for (int s = 0; s < spec.pp(); s++) for (int r = 0; r < spec.tp(); r++) f.snapshot[s * spec.tp() + r] = pools[s][r].snapshotRecurrent(f.row);
+        }
         if (f.senders == null) { // prefill-only: no decode, no first token, nothing to send
             f.computeNanos += System.nanoTime() - t0;
             return;
@@ -582,7 +603,7 @@ public final class PrefillEngine extends SchedulerThread {
         if (prefixCache == null) return new int[0];
         int[] prompt = f.req.prompt();
         if (f.cacheKeys == null) f.cacheKeys = prefixCache.keys(prompt, prompt.length / spec.pageSize(), f.req.cacheSalt());
-        return prefixCache.acquire(prompt, Arrays.copyOf(f.cacheKeys, firstNeeded(f.req) / spec.pageSize()), f.req.cacheSalt());
+        return prefixCache.acquire(prompt, Arrays.copyOf(f.cacheKeys, firstNeeded(f.req) / spec.pageSize()), f.req.cacheSalt(), snapshots);
     }
 
     /**
@@ -613,7 +634,14 @@ public final class PrefillEngine extends SchedulerThread {
         f.cachedPages = hit.length;
         f.refs = hit.length;
         f.computed = hit.length * spec.pageSize(); // the forward passes start at the first uncached token
-        for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
+        if (snapshots && hit.length > 0) { // the recurrent state after the hit's last token, as that page's entry kept it
+            byte[][] state = (byte[][]) prefixCache.state(f.cacheKeys, hit.length - 1);
+            for (int s = 0; s < spec.pp(); s++) for (int r = 0; r < spec.tp(); r++) pools[s][r].restoreRecurrent(f.row, state[s * spec.tp() + r]);
+        } else {
+            for (KvPool[] s : pools) for (KvPool pool : s) pool.resetState(f.row);
+        }
+        int snapshotAt = firstNeeded(f.req) / spec.pageSize() * spec.pageSize();
+        f.snapshotAt = snapshots && snapshotAt > f.computed ? snapshotAt : -1;
         meters.promptTokens(f.req.prompt().length);
         if (hit.length > 0) meters.cachedTokens(hit.length * spec.pageSize());
         return true;

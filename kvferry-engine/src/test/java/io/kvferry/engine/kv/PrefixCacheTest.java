@@ -46,13 +46,13 @@ class PrefixCacheTest {
         PrefixCache c = new PrefixCache(2);
         int[] a = {1, 2, 3, 4, 5, 6, 7}, b = {1, 2, 3, 4, 9, 9, 9}, d = {8, 8, 1, 1};
         long[] ka = c.keys(a, 3), kb = c.keys(b, 3), kd = c.keys(d, 2);
-        assertEquals(0, c.cachedPages(a, ka, 3, null));
+        assertEquals(0, c.cachedPages(a, ka, 3, null, false));
         assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11, 12, 13}, 0));
         assertEquals(List.of(), c.insert(d, kd, new int[]{20, 21}, 0));
-        assertEquals(3, c.cachedPages(a, ka, 3, null));
-        assertEquals(2, c.cachedPages(a, ka, 2, null), "no more than n");
-        assertEquals(2, c.cachedPages(b, kb, 3, null), "b shares a's first two pages");
-        assertEquals(0, c.cachedPages(a, c.keys(a, 3, "salt"), 3, "salt"), "another salt's cache holds nothing");
+        assertEquals(3, c.cachedPages(a, ka, 3, null, false));
+        assertEquals(2, c.cachedPages(a, ka, 2, null, false), "no more than n");
+        assertEquals(2, c.cachedPages(b, kb, 3, null, false), "b shares a's first two pages");
+        assertEquals(0, c.cachedPages(a, c.keys(a, 3, "salt"), 3, "salt", false), "another salt's cache holds nothing");
         assertEquals(5, c.evictable(), "nothing referenced");
         assertArrayEquals(new int[]{12, 11, 10}, c.evict(3), "a's chain is still the least recently used: not touched");
     }

@@ -254,13 +254,58 @@ class PrefillCacheTest {
         }
     }
 
-    /** Window and recurrent layers keep per-request state outside the pages: the cache is off for those variants. */
+    /**
+     * Window layers keep per-request state outside the pages (their ring): the cache is off for that variant; recurrent
+     * layers' state is kept as snapshots with the cached pages, so it is on for hybrid.
+     */
     @Test
-    void theCacheIsOffForVariantsWithState() {
+    void theCacheIsOffForWindowLayers() {
         EngineSpec spec = new EngineSpec(DisaggregatedTest.WEIGHTS, 1, 1, 16, 64, 4, 16);
         assertTrue(PrefillEngine.cacheable(spec));
         assertTrue(PrefillEngine.cacheable(spec.withModel(DisaggregatedTest.MODELS.get(ModelVariant.MLA))));
         assertFalse(PrefillEngine.cacheable(spec.withModel(DisaggregatedTest.MODELS.get(ModelVariant.SWA))));
-        assertFalse(PrefillEngine.cacheable(spec.withModel(DisaggregatedTest.MODELS.get(ModelVariant.HYBRID))));
+        assertTrue(PrefillEngine.cacheable(spec.withModel(DisaggregatedTest.MODELS.get(ModelVariant.HYBRID))));
+    }
+
+    /**
+     * The hybrid variant (recurrent layers): a request's recurrent state is kept at its last full-page boundary before its
+     * first needed position (its chunks of 7 end there once), with that page's cache entry, and a hit ends at a matching
+     * page with a snapshot. a (70 tokens) cold: 0, its snapshot after page 4; b (a's first 40 tokens, then its own) 0: it
+     * shares a's first two pages, neither with a snapshot; a again 64; a with prompt logprobs from position 20: 0 (only
+     * page 1 is before position 19, and it has no snapshot) and it leaves one there; the same again 16; c (a's first 64
+     * tokens, then its own) 64. Every answer — tokens, first token logits, output and input log probabilities — equals the
+     * colocated run's and the cache-off prefill's bit for bit, on TP1, TP2 and PP2 prefills.
+     */
+    @ParameterizedTest(name = "hybrid prefill TP{0} PP{1}")
+    @CsvSource({"1, 1", "2, 1", "1, 2"})
+    void aHybridPrefixResumesFromItsRecurrentStateSnapshot(int tp, int pp) throws Exception {
+        EngineSpec spec = new EngineSpec(DisaggregatedTest.MODELS.get(ModelVariant.HYBRID), 1, 1, 16, 64, 4, 7);
+        SplittableRandom r = new SplittableRandom(22);
+        int[] a = DisaggregatedTest.prompt(r, 70);
+        int[] b = join(Arrays.copyOf(a, 40), Arrays.copyOfRange(DisaggregatedTest.prompt(r, 25), 1, 25));
+        int[] c = join(Arrays.copyOf(a, 64), Arrays.copyOfRange(DisaggregatedTest.prompt(r, 11), 1, 11));
+        int[][] order = {a, b, a, a, a, c};
+        int[] starts = {-1, -1, -1, 20, 20, -1};
+        int[] cached = {0, 0, 64, 0, 16, 64};
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             ColocatedEngine colocated = new ColocatedEngine(spec.withChunkTokens(256))) {
+            TransferSpec t = DisaggregatedTest.transfer("tcp", registry);
+            List<Generation> expected = new ArrayList<>();
+            for (int i = 0; i < order.length; i++) expected.add(colocated.generate(order[i], MAX, Sampling.GREEDY, TOP, starts[i]));
+            for (boolean on : new boolean[]{true, false}) {
+                try (PrefillEngine p = new PrefillEngine(spec.withParallelism(tp, pp), t, on);
+                     DecodeEngine d = new DecodeEngine(spec.withParallelism(1, pp), t)) {
+                    assertEquals(on, p.prefixCacheOn());
+                    for (int i = 0; i < order.length; i++) {
+                        String what = "cache " + (on ? "on" : "off") + ", request " + i;
+                        Run run = run(p, d, 1 + i, order[i], starts[i]);
+                        sameAnswer(expected.get(i), run, what);
+                        assertEquals(on ? cached[i] : 0, run.pre.cachedTokens(), what);
+                    }
+                    assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+                    assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+                }
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@ package io.kvferry.engine.serving;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.model.ModelVariant;
 import io.kvferry.engine.model.Sampling;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
@@ -119,6 +120,47 @@ class PrefillSharedPrefixTest {
                 assertEquals(3, deferrals(meters), 0.0, "each request counted once, however many passes it waited");
                 assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    /**
+     * The hybrid variant: a hit ends at a page whose entry keeps a recurrent state snapshot, and the request computed keeps
+     * one only at its own last full-page boundary before its last token (page 5 here, the end of the 80-token prefix): the
+     * two requests that share those 5 pages wait and take them (cached tokens 80), the one sharing only 3 pages does not
+     * wait (nothing it could take) and computes its prompt; answers equal the colocated run's bit for bit.
+     */
+    @Test
+    void aHybridBurstWaitsOnlyForPagesWithAStateSnapshot() throws Exception {
+        EngineSpec spec = new EngineSpec(DisaggregatedTest.MODELS.get(ModelVariant.HYBRID), 1, 1, 16, 64, 8, 16);
+        SplittableRandom r = new SplittableRandom(36);
+        int[] shared = DisaggregatedTest.prompt(r, 80);
+        int[][] prompts = {join(shared, DisaggregatedTest.prompt(r, 12)), join(shared, DisaggregatedTest.prompt(r, 9)),
+                join(shared, DisaggregatedTest.prompt(r, 20)), join(Arrays.copyOf(shared, 50), DisaggregatedTest.prompt(r, 30))};
+        int[] cached = {0, 80, 80, 0};
+        MeterRegistry meters = new SimpleMeterRegistry();
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             ColocatedEngine colocated = new ColocatedEngine(spec)) {
+            TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
+            try (PrefillEngine p = new PrefillEngine(spec, t); DecodeEngine d = new DecodeEngine(spec, t)) {
+                p.holdChunks = true;
+                Pd[] pds = new Pd[prompts.length];
+                pds[0] = submit(p, d, 1, prompts[0], null);
+                await(p, () -> p.computedTokens(1) == 0, "request 1 admitted");
+                for (int i = 1; i < prompts.length; i++) pds[i] = submit(p, d, 1 + i, prompts[i], null);
+                await(p, () -> p.waitingForSharedPrefix(2), "request 2 waits");
+                await(p, () -> p.waitingForSharedPrefix(3), "request 3 waits");
+                await(p, () -> p.computedTokens(4) == 0, "request 4 admitted: no page it shares will keep a snapshot");
+                p.holdChunks = false;
+                for (int i = 0; i < prompts.length; i++) {
+                    Generation e = colocated.generate(prompts[i], MAX, Sampling.GREEDY, TOP, -1), g = pds[i].gen.get(60, TimeUnit.SECONDS);
+                    assertArrayEquals(e.tokens(), g.tokens(), "request " + (1 + i));
+                    assertArrayEquals(e.firstLogits(), g.firstLogits(), 0f, "request " + (1 + i));
+                    DisaggregatedTest.assertSameLogprobs(e, g, "request " + (1 + i));
+                    assertEquals(cached[i], pds[i].pre.get(30, TimeUnit.SECONDS).cachedTokens(), "request " + (1 + i));
+                }
+                assertEquals(2, deferrals(meters), 0.0);
+                assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
     }
