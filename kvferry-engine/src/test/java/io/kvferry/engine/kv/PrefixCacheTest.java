@@ -57,6 +57,35 @@ class PrefixCacheTest {
         assertArrayEquals(new int[]{12, 11, 10}, c.evict(3), "a's chain is still the least recently used: not touched");
     }
 
+    /**
+     * State snapshots: insert keeps one with the page asked (on a page cached already too, if it had none); a hit that
+     * needs one ends at the last matching page with one (referencing only those pages), and none without; a snapshot goes
+     * with its entry when evicted.
+     */
+    @Test
+    void aHitThatNeedsStateEndsAtAPageWithASnapshot() {
+        PrefixCache c = new PrefixCache(2);
+        int[] a = {1, 2, 3, 4, 5, 6, 7, 8}, b = {1, 2, 3, 4, 9, 9};
+        long[] ka = c.keys(a, 4), kb = c.keys(b, 3);
+        assertEquals(List.of(), c.insert(a, ka, new int[]{10, 11, 12, 13}, 0, null, 2, "after page 2"));
+        assertEquals(4, c.acquire(a, ka, null, false).length);
+        c.release(ka, 4);
+        assertArrayEquals(new int[]{10, 11, 12}, c.acquire(a, ka, null, true), "the hit ends at page 2, its snapshot");
+        assertEquals("after page 2", c.state(ka, 2));
+        assertEquals(1, c.evictable(), "page 3 alone is not referenced");
+        c.release(ka, 3);
+        assertEquals(0, c.acquire(b, kb, null, true).length, "b shares pages 0 and 1, neither with a snapshot");
+        assertEquals(0, c.cachedPages(b, kb, 3, null, true));
+        assertEquals(2, c.cachedPages(b, kb, 3, null, false));
+        assertEquals(List.of(20, 21), c.insert(b, kb, new int[]{20, 21, 22}, 0, null, 1, "after b's page 1"), "pages 0 and 1 were a's");
+        assertEquals(2, c.cachedPages(b, kb, 3, null, true), "a's page 1 keeps b's snapshot now: the same tokens, the same state");
+        assertEquals("after b's page 1", c.state(ka, 1));
+        assertEquals(3, c.cachedPages(a, ka, 4, null, true), "a's own snapshot is still the last");
+        c.evict(5);
+        assertEquals(0, c.pages());
+        assertEquals(null, c.state(ka, 2), "gone with its entry");
+    }
+
     @Test
     void evictionTakesTheLastPagesOfAChainFirstSoItsPrefixStillHits() {
         PrefixCache c = new PrefixCache(2);
