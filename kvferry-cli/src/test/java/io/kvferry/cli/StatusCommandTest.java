@@ -98,12 +98,14 @@ class StatusCommandTest {
                 assertEquals(64, pages.path("used").asInt() + pages.path("cached").asInt() + pages.path("free").asInt(), doc.toString());
                 assertTrue(e.path("cached_tokens").asInt() > 0 && e.path("cached_tokens").asInt() % 16 == 0, name + ": " + doc);
                 assertEquals(name.equals("engine-prefill"), e.has("prompt_tokens"), "only the prefill counts its prompt tokens: " + doc);
+                assertEquals(name.equals("engine-prefill"), e.has("prefix_deferrals"), "only the prefill's requests wait for a shared prefix: " + doc);
                 // The prefill's through its registry's cluster view (its own process), the decode's from its own port.
                 String at = name.equals("engine-prefill") ? "127.0.0.1:" + prefill.bootstrapPort() : "127.0.0.1:" + decode.port();
                 Run text = run("status", "--bootstrap", at);
                 assertEquals(0, text.code(), text.err());
                 String row = name + " " + doc.path("pid").asText() + " +0 +" + pages.path("cached").asInt() + " +" + pages.path("free").asInt()
-                        + " +" + e.path("cached_tokens").asInt() + " +" + (e.has("prompt_tokens") ? e.path("prompt_tokens").asInt() : "-");
+                        + " +" + e.path("cached_tokens").asInt() + " +" + (e.has("prompt_tokens") ? e.path("prompt_tokens").asInt() : "-")
+                        + " +" + (e.has("prefix_deferrals") ? e.path("prefix_deferrals").asInt() : "-");
                 assertTrue(Pattern.compile("(?m)^ +" + row + " *$").matcher(text.out()).find(), "a row '" + row + "' in: " + text.out());
             }
         }

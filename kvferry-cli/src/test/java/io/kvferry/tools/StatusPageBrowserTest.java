@@ -106,7 +106,7 @@ class StatusPageBrowserTest {
 
     /**
      * The engines' processes show their KV pages (used, cached by the prefix cache, free) and the prompt tokens their
-     * prefix caches served, the prefill's prompt tokens too: a cluster view of an engine-prefill and an engine-decode
+     * prefix caches served, the prefill's prompt tokens and requests that waited for a shared prefix too: a cluster view of an engine-prefill and an engine-decode
      * document shaped as the engine roles serve theirs (StatusCommandTest checks those against real engines).
      */
     @Test
@@ -120,7 +120,8 @@ class StatusPageBrowserTest {
                 "totals":{"bytes":0,"rooms_concluded":0,"peers":0,"rooms_by_state":{},"failures_by_kind":{}}""";
         JsonNode prefill = StatusJson.MAPPER.readTree("{\"kind\":\"process\",\"role\":\"engine-prefill\",\"pid\":7,\"now_ms\":1,"
                 + "\"uptime_ms\":1,\"ranks\":[" + rank.formatted("prefill") + "]," + totals + ","
-                + "\"engine\":{\"kv_pages\":{\"used\":3,\"cached\":5,\"free\":56},\"cached_tokens\":1600,\"prompt_tokens\":4096}}");
+                + "\"engine\":{\"kv_pages\":{\"used\":3,\"cached\":5,\"free\":56},\"cached_tokens\":1600,\"prompt_tokens\":4096,"
+                + "\"prefix_deferrals\":12}}");
         JsonNode decode = StatusJson.MAPPER.readTree("{\"kind\":\"process\",\"role\":\"engine-decode\",\"pid\":8,\"now_ms\":1,"
                 + "\"uptime_ms\":1,\"ranks\":[" + rank.formatted("decode") + "]," + totals + ","
                 + "\"engine\":{\"kv_pages\":{\"used\":0,\"cached\":2,\"free\":62},\"cached_tokens\":32}}");
@@ -139,7 +140,7 @@ class StatusPageBrowserTest {
             wait.until(b -> b.findElements(engines).size() == 2);
             List<String> rows = browser.findElements(engines).stream()
                     .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).sorted().toList();
-            assertEquals(List.of("engine-decode 8|0|2|62|32|–", "engine-prefill 7|3|5|56|1,600|4,096"), rows);
+            assertEquals(List.of("engine-decode 8|0|2|62|32|–|–", "engine-prefill 7|3|5|56|1,600|4,096|12"), rows);
             assertTrue(browser.findElement(By.id("engines-section")).getAttribute("hidden") == null, "the engines table shows");
         } finally {
             browser.quit();

@@ -196,15 +196,18 @@ public final class StatusClient {
                 totals.path("rooms_concluded").asLong(), bytes(totals.path("bytes").asLong())));
         b.append("failures by kind: ").append(counts(totals.path("failures_by_kind"))).append('\n');
         // The reference engine's processes: their KV pages and what their prefix caches served.
-        Table engines = new Table("process", "pages used", "cached", "free", "cached tokens", "prompt tokens");
+        Table engines = new Table("process", "pages used", "cached", "free", "cached tokens", "prompt tokens", "prefix waits");
         for (JsonNode p : processes) {
             JsonNode e = p.path("engine");
             if (!e.isObject()) continue;
             JsonNode pages = e.path("kv_pages");
             engines.row(text(p.path("role")) + " " + text(p.path("pid")), text(pages.path("used")), text(pages.path("cached")),
-                    text(pages.path("free")), text(e.path("cached_tokens")), e.has("prompt_tokens") ? text(e.path("prompt_tokens")) : "-");
+                    text(pages.path("free")), text(e.path("cached_tokens")), e.has("prompt_tokens") ? text(e.path("prompt_tokens")) : "-",
+                    e.has("prefix_deferrals") ? text(e.path("prefix_deferrals")) : "-");
         }
-        if (!engines.isEmpty()) b.append("\nengines (KV pages; prompt tokens served from the prefix cache)\n").append(engines);
+        if (!engines.isEmpty()) {
+            b.append("\nengines (KV pages; prompt tokens served from the prefix cache; requests that waited for a shared prefix)\n").append(engines);
+        }
 
         Table peers = new Table("rank", "peer", "address", "data path", "rooms", "silent ms");
         List<String> pathNotes = new ArrayList<>();

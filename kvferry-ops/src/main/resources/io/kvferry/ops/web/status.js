@@ -146,7 +146,8 @@ function render(doc) {
   fill('engines', engines.map(p => {
     const e = p.status.engine, pages = e.kv_pages || {};
     return {cells: [p.status.role + ' ' + p.status.pid, num(pages.used ?? 0), num(pages.cached ?? 0), num(pages.free ?? 0),
-      num(e.cached_tokens ?? 0), e.prompt_tokens === undefined ? '–' : num(e.prompt_tokens)], cls: 'engine-row'};
+      num(e.cached_tokens ?? 0), e.prompt_tokens === undefined ? '–' : num(e.prompt_tokens),
+      e.prefix_deferrals === undefined ? '–' : num(e.prefix_deferrals)], cls: 'engine-row'};
   }), 'no engine');
 
   const peers = [];
