@@ -144,6 +144,33 @@ class ServeCommandTest {
         }
     }
 
+    /**
+     * demo --load --shared-prefix-cold: the prefix is not sent first, so no cache holds it when the burst comes; the prefill
+     * computes it for the first request it takes, and the others, whether they come while it is computed (they wait for
+     * its pages) or after, take its whole pages: the load's cached tokens are at least three requests' worth of the
+     * prefix's pages (more where two openings start alike; before, each request taken before the first one ended computed
+     * the prefix again). Every answer equals the colocated run's.
+     */
+    @Test
+    @Timeout(60)
+    void demoLoadOnAColdSharedPrefixComputesItOnce() throws Exception {
+        int load = 4, page = 4;
+        BenchCommandTest.Run r = BenchCommandTest.run("demo", "--page-size", Integer.toString(page), "--max-tokens", "2", "--prompt",
+                "Once upon a time", "--load", Integer.toString(load), "--shared-prefix-tokens", "40", "--shared-prefix-cold", "--json");
+        assertEquals(0, r.code(), r.out());
+        assertTrue(r.out().contains("not sent first: no cache holds it"), r.out());
+        JsonNode l = BenchCommandTest.lastJson(r.out()).path("load");
+        assertEquals(load, l.path("matches_colocated").asInt(), r.out());
+        assertTrue(l.path("shared_prefix_cold").asBoolean(), r.out());
+        int pages = l.path("shared_prefix_tokens").asInt() / page;
+        long cached = l.path("cached_tokens").asLong(-1);
+        // The prefix's whole pages, less at most the one where its last word may encode otherwise before the opening; the
+        // first request's prompt is all computed.
+        long prompt = l.path("prompt_tokens").asLong();
+        assertTrue(cached >= (long) (load - 1) * (pages - 1) * page && cached < prompt - prompt / load && cached % page == 0,
+                "all but the first request take the prefix's whole pages: " + r.out());
+    }
+
     /** demo --help's --json named 7 of the JSON line's keys (no model, transport, model_variant, per_request). */
     @Test
     @Timeout(60)
