@@ -362,6 +362,10 @@ public final class FrameCodec {
         if (pad != 0) throw new ProtocolException("WRITE pad must be 0, got " + pad);
         if (!hasCrc && crc != 0) throw new ProtocolException("WRITE without a CRC carries CRC bits");
         if (length == 0 && piece != 0) throw new ProtocolException("an empty WRITE must have piece length 0, got " + piece);
+        if (length > Wire.MAX_WRITE_BYTES) {
+            // One ByteBuffer view lands a contiguous payload (and feeds its CRC): a longer one made the decode's reader throw.
+            throw new ProtocolException("WRITE of " + length + " bytes exceeds " + Wire.MAX_WRITE_BYTES);
+        }
         if (piece != length && length > Wire.MAX_STRIDED_WRITE_BYTES) {
             throw new ProtocolException("strided WRITE of " + length + " bytes exceeds " + Wire.MAX_STRIDED_WRITE_BYTES);
         }

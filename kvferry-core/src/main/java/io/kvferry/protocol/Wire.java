@@ -23,6 +23,13 @@ public final class Wire {
     public static final int MAX_BODY_BYTES = 16 << 20;
     /** The largest strided WRITE payload (staged whole on the decode); the planner splits ops to at most this. */
     public static final long MAX_STRIDED_WRITE_BYTES = 4L << 20;
+    /**
+     * The largest WRITE payload of any kind: what one ByteBuffer (a socket read's target, a CRC's input)
+     * addresses. The decode lands a contiguous payload through one such view, so a longer one is refused
+     * as the peer's protocol error before the lander's arithmetic could overflow; kvferry sends at most
+     * one op ({@link #MAX_STRIDED_WRITE_BYTES}) per WRITE.
+     */
+    public static final long MAX_WRITE_BYTES = Integer.MAX_VALUE;
     /** The longest string field (tokens, reasons, ids), in UTF-8 bytes. */
     public static final int MAX_STRING_BYTES = 4096;
 

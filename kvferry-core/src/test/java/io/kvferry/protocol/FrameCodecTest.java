@@ -178,11 +178,29 @@ class FrameCodecTest {
     void putWriteFrameDecodesToTheSameHeader(Region region) throws Exception {
         ByteBuffer out = ByteBuffer.allocate(100).order(ByteOrder.BIG_ENDIAN);
         out.put(new byte[5]); // the hot path appends into a shared buffer
-        FrameCodec.putWriteFrame(out, 0xDEAD_BEEF_0000_0001L, region, 65535, 12, 4096L * 1_000_000, 7L << 33);
+        FrameCodec.putWriteFrame(out, 0xDEAD_BEEF_0000_0001L, region, 65535, 12, 4096L * 1_000_000, Wire.MAX_WRITE_BYTES);
         assertEquals(5 + Wire.HEADER_BYTES + WriteHeader.BODY_BYTES, out.position());
         out.flip().position(5);
         WriteHeader w = assertInstanceOf(WriteHeader.class, FrameCodec.decodeFrame(out));
-        assertEquals(new WriteHeader(0xDEAD_BEEF_0000_0001L, region, 65535, 12, 4096L * 1_000_000, 7L << 33), w);
+        assertEquals(new WriteHeader(0xDEAD_BEEF_0000_0001L, region, 65535, 12, 4096L * 1_000_000, Wire.MAX_WRITE_BYTES), w);
+    }
+
+    /**
+     * The decode lands a contiguous WRITE through one ByteBuffer view of its destination (and its CRC reads one): a payload
+     * past 2 GiB - 1 into a buffer larger than that made the view throw in the reader (an unchecked exception, so the link's
+     * rooms failed blaming the decode). Refused by the codec as the peer's protocol error, whatever the buffer's size.
+     */
+    @ParameterizedTest
+    @ValueSource(longs = {Integer.MAX_VALUE + 1L, 3L << 30, 7L << 33, Long.MAX_VALUE})
+    void contiguousWriteOverTwoGibIsAProtocolError(long length) {
+        for (boolean crc : new boolean[] {false, true}) {
+            ByteBuffer out = ByteBuffer.allocate(Wire.HEADER_BYTES + WriteHeader.BODY_BYTES);
+            FrameCodec.putWriteFrame(out, 9, Region.KV, 0, 0, 1L << 31, length, length, length, crc, crc ? 7 : 0);
+            ProtocolException e = assertThrows(ProtocolException.class, () -> FrameCodec.decodeFrame(out.flip()));
+            assertTrue(e.getMessage().contains("exceeds " + Wire.MAX_WRITE_BYTES), e.getMessage());
+            ByteBuffer body = out.position(Wire.HEADER_BYTES).slice(); // as the reader decodes it, into its reused header
+            assertThrows(ProtocolException.class, () -> FrameCodec.decodeWriteInto(body, WriteHeader.reusable()));
+        }
     }
 
     @Test
