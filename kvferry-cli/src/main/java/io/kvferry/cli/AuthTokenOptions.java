@@ -1,5 +1,6 @@
 package io.kvferry.cli;
 
+import io.kvferry.http.SecretFiles;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
@@ -28,15 +29,16 @@ final class AuthTokenOptions {
             throw new IllegalArgumentException("--auth-token would put the cluster token on the command line, where any local user "
                     + "reads it in /proc/PID/cmdline: set KVFERRY_AUTH_TOKEN or pass --auth-token-file instead");
         }
-        return secret("--auth-token-file", authTokenFile, "KVFERRY_AUTH_TOKEN");
+        return secret("--auth-token-file", authTokenFile, "KVFERRY_AUTH_TOKEN", "the cluster token");
     }
 
     /**
      * A secret from {@code file}'s first line (named {@code flag} in errors), else from the environment
      * variable {@code env}; null when neither is given. A file that is missing, a directory, empty, not
-     * UTF-8 or unreadable is refused, naming the flag and the file.
+     * UTF-8 or unreadable is refused, naming the flag and the file; one its group or every local user can
+     * read is a warning on standard error ({@link SecretFiles}: {@code holds} says what it gives away).
      */
-    static String secret(String flag, Path file, String env) {
+    static String secret(String flag, Path file, String env, String holds) {
         if (file != null) {
             String what = flag + " " + file;
             if (!Files.exists(file)) throw new IllegalArgumentException(what + " does not exist");
@@ -44,6 +46,8 @@ final class AuthTokenOptions {
             try {
                 String t = Files.readAllLines(file).stream().findFirst().orElse("").trim();
                 if (t.isEmpty()) throw new IllegalArgumentException(what + " is empty");
+                String warning = SecretFiles.permissionWarning(flag, file, holds);
+                if (warning != null) System.err.println("kvferry: warning: " + warning);
                 return t;
             } catch (CharacterCodingException e) {
                 throw new IllegalArgumentException(what + " is not UTF-8 text", e);

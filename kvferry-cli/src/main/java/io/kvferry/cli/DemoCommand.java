@@ -123,7 +123,8 @@ public final class DemoCommand implements Callable<Integer> {
         if (engine.variant != ModelVariant.LLAMA) {
             out.println("[demo] variant: " + Model.of(model.weights(), engine.variant).describe() + "; its own layers use seeded random weights");
         }
-        String token = engine.token() != null ? engine.token() : EngineOptions.randomToken();
+        String given = engine.token(); // read once: a file others can read is warned about once
+        String token = given != null ? given : EngineOptions.randomToken();
         List<String> ps = prompts != null && !prompts.isEmpty() ? prompts : PROMPTS;
         List<Process> children = new ArrayList<>();
         Roles.Role cluster = null;

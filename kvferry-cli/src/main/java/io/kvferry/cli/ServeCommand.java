@@ -257,7 +257,8 @@ public final class ServeCommand implements Callable<Integer> {
             return 2;
         }
         // Read in the modes that run a router only: KVFERRY_API_KEY set for a whole cluster means nothing to an engine.
-        String apiKey = role == null || role.equals("router") ? AuthTokenOptions.secret("--api-key-file", apiKeyFile, "KVFERRY_API_KEY") : null;
+        String apiKey = role == null || role.equals("router") ? AuthTokenOptions.secret("--api-key-file", apiKeyFile, "KVFERRY_API_KEY",
+                "the router's API key") : null;
         if (tenantsFile != null && apiKey != null) {
             System.err.println("kvferry serve: --tenants-file and " + (apiKeyFile != null ? "--api-key-file" : "KVFERRY_API_KEY")
                     + " are exclusive: with tenants each client sends its tenant's key (drop the single API key, or give it to a tenant)");

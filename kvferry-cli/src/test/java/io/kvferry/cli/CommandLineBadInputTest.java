@@ -43,8 +43,44 @@ class CommandLineBadInputTest {
         assertEquals(1, r.err().strip().lines().count(), r.err());
     }
 
+    /** A secret file as it should be: its owner's only (any other is warned about). */
     private Path tokenFile(String token) throws Exception {
-        return Files.writeString(dir.resolve("token-" + token), token + "\n");
+        return secretFile(token, "rw-------");
+    }
+
+    private Path secretFile(String secret, String permissions) throws Exception {
+        Path f = Files.writeString(dir.resolve("secret-" + secret + "-" + permissions), secret + "\n");
+        Files.setPosixFilePermissions(f, PosixFilePermissions.fromString(permissions));
+        return f;
+    }
+
+    /**
+     * Every flag that names a file holding a secret (the cluster token in serve, bootstrap and bench, the router's API key) warns,
+     * as --tenants-file does, when its group or every local user can read the file, then the run goes on (here to a refusal
+     * that comes after the secret was read); an owner-only file is not warned about.
+     */
+    @Test
+    void everySecretFileOthersCanReadIsWarnedAbout() throws Exception {
+        Path open = secretFile("cluster-token-0123", "rw-r--r--"), group = secretFile("cluster-token-4567", "rw-r-----");
+        Path key = secretFile("router-api-key-0123", "rw-r--r--");
+        CliRun r = CliRun.of("serve", "--role", "router", "--port", "0", "--auth-token-file", open.toString());
+        assertRefused(r, "give at least one --prefill URL and one --decode URL");
+        assertTrue(r.err().contains("warning: --auth-token-file " + open + " is readable by every local user and holds the cluster token: "
+                + "chmod 600 it"), r.err());
+        r = CliRun.of("serve", "--role", "router", "--port", "0", "--auth-token-file", group.toString());
+        assertTrue(r.err().contains("warning: --auth-token-file " + group + " is readable by its group"), r.err());
+        r = CliRun.of("serve", "--role", "router", "--port", "0", "--api-key-file", key.toString(), "--auth-token-file", tokenFile("t").toString());
+        assertRefused(r, "give at least one --prefill URL and one --decode URL");
+        assertTrue(r.err().contains("warning: --api-key-file " + key + " is readable by every local user and holds the router's API key"), r.err());
+        assertFalse(r.err().contains("--auth-token-file"), "an owner-only token file is not warned about: " + r.err());
+        r = CliRun.of("bootstrap", "--port", "0", "--auth-token-file", open.toString(), "--max-connections", "0");
+        assertRefused(r, "maxConnections must be >= 1, got 0");
+        assertTrue(r.err().contains("warning: --auth-token-file " + open + " is readable by every local user"), r.err());
+        r = CliRun.of("bench", "--model", "tiny", "--auth-token-file", open.toString(), "--transfer-workers", "5000");
+        assertRefused(r, "--transfer-workers must be in [0, 1024]");
+        assertTrue(r.err().contains("warning: --auth-token-file " + open + " is readable by every local user"), r.err());
+        assertOneLine(CliRun.of("bench", "--model", "tiny", "--auth-token-file", tokenFile("u").toString(), "--transfer-workers", "5000"),
+                "--transfer-workers must be in [0, 1024]");
     }
 
     /**

@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvferry.http.BearerToken;
+import io.kvferry.http.SecretFiles;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -16,7 +17,6 @@ import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.attribute.FileTime;
-import java.nio.file.attribute.PosixFilePermission;
 import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -28,7 +28,6 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -202,16 +201,7 @@ public final class Tenants {
      * permission lets local users act as any tenant. Null where the file system has no POSIX permissions.
      */
     public static String permissionWarning(Path file) {
-        try {
-            Set<PosixFilePermission> p = Files.getPosixFilePermissions(file);
-            if (p.contains(PosixFilePermission.GROUP_READ) || p.contains(PosixFilePermission.OTHERS_READ)) {
-                return "--tenants-file " + file + " is readable by " + (p.contains(PosixFilePermission.OTHERS_READ) ? "every local user" : "its group")
-                        + " and holds every tenant's key: chmod 600 it";
-            }
-            return null;
-        } catch (UnsupportedOperationException | IOException e) {
-            return null;
-        }
+        return SecretFiles.permissionWarning("--tenants-file", file, "every tenant's key");
     }
 
     private static String read(Path file) throws IOException {
