@@ -74,7 +74,7 @@ public final class DecodeKVManager implements KVManager {
     final RouteResolver resolver;
     /** Works out rooms' prefill DP groups off the scheduler thread. */
     private final DpRankResolver dpRanks;
-    private LinkReader reader;
+    LinkReader reader; // package-private: tests count its warnings
     private final SessionTimer timer;
     /** What receivers' polls check their waiting deadline against (a cached reading for the system ticker). */
     private final DeadlineClock deadlineClock;
@@ -126,7 +126,8 @@ public final class DecodeKVManager implements KVManager {
         this.destinations = openDestinations(backend, memory, engineRank, config.settings(), gate);
         Fingerprint fingerprint = Fingerprint.of(config.modelIdentity(), kvCacheDtype, pageSize, config.isMla(), args.totalKvHeadNum);
         this.directory = new LinkDirectory(config, memory, backend, sessionId, engineRank, ppRank, fingerprint,
-                destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank));
+                destinations, timer, dir -> reader = new LinkReader(rooms, tcp, memory, dir, revoker, config.abortAckTimeout(), engineRank,
+                        config.ticker()));
         this.resolver = new RouteResolver(directory, config, engineRank, ppRank, pageSize, kvCacheDtype);
         this.dpRanks = new DpRankResolver(directory, engineRank, config.prefillInfoTimeout());
         Duration stall = config.writeStallTimeout();

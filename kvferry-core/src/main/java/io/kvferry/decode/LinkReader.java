@@ -2,8 +2,10 @@ package io.kvferry.decode;
 
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVPoll;
+import io.kvferry.api.Ticker;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.WarnLimiter;
 import io.kvferry.memory.SegmentCrc;
 import io.kvferry.protocol.AbortAck;
 import io.kvferry.protocol.ControlMessage;
@@ -49,11 +51,14 @@ final class LinkReader {
     private final Duration abortAckTimeout;
     private final String threadPrefix;
     private volatile boolean closed;
+    /** Statuses from a link that is not one of the room's prefill ranks. */
+    private final WarnLimiter strangerStatusWarn;
     /** Each reader thread's CRC for page digests. */
     private final ThreadLocal<SegmentCrc> crcs = ThreadLocal.withInitial(SegmentCrc::new);
 
     LinkReader(DecodeRooms rooms, TcpDestination tcp, RegisteredMemory memory, LinkDirectory directory, OwnedTaskThread revoker,
-               Duration abortAckTimeout, int engineRank) {
+               Duration abortAckTimeout, int engineRank, Ticker ticker) {
+        this.strangerStatusWarn = new WarnLimiter(ticker::nanoTime, "statuses from links that are not one of their room's prefill ranks");
         this.rooms = rooms;
         this.tcp = tcp;
         this.memory = memory;
@@ -151,12 +156,18 @@ final class LinkReader {
         r.slot.failIfUnfinished(rejected.kind(), reason);
     }
 
+    /** Warnings logged so far about statuses from a link that is not one of the room's prefill ranks (tests). */
+    long strangerStatusWarnings() {
+        return strangerStatusWarn.warnings();
+    }
+
     private void onStatus(PrefillLink link, Status s) {
         DecodeRoom room = rooms.get(s.room());
         if (room == null) return; // cleared: never resurrect
         int target = room.targetIndexOf(link);
         if (target < 0) {
-            log.warn("ignored a status for room {} from {}, which is not one of its prefill ranks", s.room(), link);
+            // A linked prefill can send these at wire rate: a warning at most once a second, the rest at debug.
+            strangerStatusWarn.log(log, "ignored a status for room {} from {}, which is not one of its prefill ranks", s.room(), link);
             return;
         }
         if (s.status() == KVPoll.Success) {

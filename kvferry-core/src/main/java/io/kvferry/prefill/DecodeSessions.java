@@ -6,6 +6,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.metrics.HandshakeRefusal;
 import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.WarnLimiter;
 import io.kvferry.metrics.RankTelemetry;
 import io.kvferry.protocol.Abort;
 import io.kvferry.protocol.AbortAck;
@@ -38,7 +39,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * The connection side of a prefill rank: accepts decode connections, reads each on its own
@@ -85,7 +85,9 @@ final class DecodeSessions {
         this.unmapper = unmapper;
         this.listener = listener;
         this.telemetry = telemetry;
-        this.lastUnauthenticatedWarn = new AtomicLong(config.ticker().nanoTime() - UNAUTHENTICATED_WARN_NANOS);
+        this.unauthenticatedWarn = new WarnLimiter(config.ticker()::nanoTime, "connections that failed before their HELLO was accepted");
+        this.lateInfoWarn = new WarnLimiter(config.ticker()::nanoTime, "transfer infos refused after their room had its destinations");
+        this.foreignInfoWarn = new WarnLimiter(config.ticker()::nanoTime, "transfer infos refused for rooms of another decode instance");
         this.handshake = new SessionHandshake(config, memory, engineRank, uniqueRank, validator, negotiator, links, telemetry);
         Duration stall = config.writeStallTimeout();
         timer.every(stall.compareTo(Duration.ofSeconds(1)) < 0 ? stall : Duration.ofSeconds(1), () -> {
@@ -265,11 +267,14 @@ final class DecodeSessions {
     }
 
     /** Between two warnings about connections that failed before their HELLO was accepted. */
-    static final long UNAUTHENTICATED_WARN_NANOS = 1_000_000_000L;
-    /** Ticker time of the last such warning; failures since, logged at debug only. */
-    private final AtomicLong lastUnauthenticatedWarn;
-    private final AtomicLong unauthenticatedQuiet = new AtomicLong();
-    private final AtomicLong unauthenticatedWarnings = new AtomicLong();
+    static final long UNAUTHENTICATED_WARN_NANOS = WarnLimiter.EVERY_NANOS;
+    private final WarnLimiter unauthenticatedWarn;
+    /**
+     * Transfer infos refused because their room had all its destinations, or belongs to another decode instance:
+     * an authenticated decode can send them at wire rate, so each kind is a warning at most once a second too.
+     */
+    private final WarnLimiter lateInfoWarn;
+    private final WarnLimiter foreignInfoWarn;
 
     /**
      * A connection that failed before its HELLO was accepted (garbage, a forbidden frame, a refused or
@@ -279,21 +284,22 @@ final class DecodeSessions {
      * kept from doing.
      */
     private void unauthenticatedFailure(DecodeLink link, String why) {
-        long now = config.ticker().nanoTime(), last = lastUnauthenticatedWarn.get();
-        if (now - last >= UNAUTHENTICATED_WARN_NANOS && lastUnauthenticatedWarn.compareAndSet(last, now)) {
-            long quiet = unauthenticatedQuiet.getAndSet(0);
-            unauthenticatedWarnings.incrementAndGet();
-            log.warn("decode session {}: {}{}", link, LogSafe.text(why),
-                    quiet == 0 ? "" : " (and " + quiet + " more connections that failed before their HELLO was accepted, logged at debug)");
-        } else {
-            unauthenticatedQuiet.incrementAndGet();
-            log.debug("decode session {}: {}", link, LogSafe.text(why));
-        }
+        unauthenticatedWarn.log(log, "decode session {}: {}", link, LogSafe.text(why));
     }
 
     /** Warnings logged so far about connections that failed before their HELLO was accepted (tests). */
     long unauthenticatedWarnings() {
-        return unauthenticatedWarnings.get();
+        return unauthenticatedWarn.warnings();
+    }
+
+    /** Warnings logged so far about transfer infos refused after their room had its destinations (tests). */
+    long lateInfoWarnings() {
+        return lateInfoWarn.warnings();
+    }
+
+    /** Warnings logged so far about transfer infos refused for rooms of another decode instance (tests). */
+    long foreignInfoWarnings() {
+        return foreignInfoWarn.warnings();
     }
 
     private void onTransferInfo(DecodeLink link, TransferInfo t) {
@@ -314,7 +320,7 @@ final class DecodeSessions {
         try {
             String bound = room.bindTo(link.instanceId());
             if (!bound.equals(link.instanceId())) {
-                log.warn("room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
+                foreignInfoWarn.log(log, "room {}: refused a transfer info from decode instance {}; the room belongs to instance {}", t.room(),
                         LogSafe.text(link.instanceId()), LogSafe.text(bound)); // the decodes' HELLO text
                 link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
                         "room " + t.room() + " belongs to another decode instance"));
@@ -324,7 +330,7 @@ final class DecodeSessions {
             boolean duplicate = room.hasDestinationOf(link.sessionId());
             if (!duplicate && room.frozen()) {
                 // Its destinations are complete: a late one would get only the chunks still to come.
-                log.warn("room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
+                lateInfoWarn.log(log, "room {}: refused a transfer info from {} after the room had its {} destinations", t.room(), link,
                         room.destinations().size());
                 link.sendQuietly(new Status(t.room(), KVPoll.Failed, FailureKind.BAD_REQUEST, uniqueRank,
                         "room " + t.room() + " already has its " + room.destinations().size() + " destinations"));

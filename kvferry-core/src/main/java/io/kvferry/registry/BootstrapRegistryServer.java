@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.http.BearerToken;
 import io.kvferry.http.RequestGate;
+import io.kvferry.metrics.WarnLimiter;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -30,7 +31,6 @@ import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.LongSupplier;
 
 /**
@@ -83,8 +83,7 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
         this.token = BearerToken.of(options.authToken());
         this.openWrites = options.openWrites();
         this.rooms = new RoomDpTable(options.roomEntryTtl().toNanos(), nanoClock);
-        this.nanoClock = nanoClock;
-        this.lastUnauthorizedWarn = new AtomicLong(nanoClock.getAsLong() - UNAUTHORIZED_WARN_NANOS);
+        this.unauthorizedWarn = new WarnLimiter(nanoClock, "refused writes");
         String prefix = "kvferry-registry-" + server.getAddress().getPort();
         // Not a fixed pool: the JDK server reads request line, headers and body on the executor's thread
         // with no deadline, so a few stalled clients held every worker (and, through a caller-runs queue,
@@ -369,11 +368,8 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
     }
 
     /** Between two warnings about refused writes. */
-    static final long UNAUTHORIZED_WARN_NANOS = 1_000_000_000L;
-    private final LongSupplier nanoClock;
-    private final AtomicLong lastUnauthorizedWarn;
-    private final AtomicLong unauthorizedQuiet = new AtomicLong();
-    private final AtomicLong unauthorizedWarnings = new AtomicLong();
+    static final long UNAUTHORIZED_WARN_NANOS = WarnLimiter.EVERY_NANOS;
+    private final WarnLimiter unauthorizedWarn;
 
     /**
      * A refused write: a warning at most once a second, naming how many more were refused since, the
@@ -381,21 +377,12 @@ public final class BootstrapRegistryServer implements KVBootstrapServer {
      * answers them, and a line each would flood the log.
      */
     private void unauthorized(HttpExchange ex) {
-        long now = nanoClock.getAsLong(), last = lastUnauthorizedWarn.get();
-        if (now - last >= UNAUTHORIZED_WARN_NANOS && lastUnauthorizedWarn.compareAndSet(last, now)) {
-            long quiet = unauthorizedQuiet.getAndSet(0);
-            unauthorizedWarnings.incrementAndGet();
-            log.warn("unauthorized {} {} from {}{}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress(),
-                    quiet == 0 ? "" : " (and " + quiet + " more refused writes, logged at debug)");
-        } else {
-            unauthorizedQuiet.incrementAndGet();
-            log.debug("unauthorized {} {} from {}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress());
-        }
+        unauthorizedWarn.log(log, "unauthorized {} {} from {}", ex.getRequestMethod(), ex.getRequestURI().getRawPath(), ex.getRemoteAddress());
     }
 
     /** Warnings logged so far about refused writes (tests). */
     long unauthorizedWarnings() {
-        return unauthorizedWarnings.get();
+        return unauthorizedWarn.warnings();
     }
 
     private boolean authorized(String header) {

@@ -1,0 +1,62 @@
+package io.kvferry.metrics;
+
+import org.slf4j.Logger;
+
+import java.util.Arrays;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongSupplier;
+
+/**
+ * One kind of warning a peer can trigger as fast as it sends (a refused write, a connection that failed
+ * before its HELLO, a frame an authenticated peer had no business sending): logged at warn at most once a
+ * second, naming how many more of the kind came since, the others at debug. A line each would flood the
+ * log and drown the lines that matter. One limiter per kind; thread-safe, allocation-free when quiet.
+ */
+public final class WarnLimiter {
+    /** Between two warnings of one kind. */
+    public static final long EVERY_NANOS = 1_000_000_000L;
+
+    private final LongSupplier clock;
+    private final String kind;
+    /** Clock time of the last warning. */
+    private final AtomicLong last;
+    private final AtomicLong quiet = new AtomicLong();
+    private final AtomicLong warnings = new AtomicLong();
+
+    /**
+     * @param clock nanoseconds, as {@link System#nanoTime} (a manager's ticker: tests hold it still)
+     * @param kind  what the lines are about, plural, as the warning names the quiet ones: "(and 12 more KIND, logged at debug)"
+     */
+    public WarnLimiter(LongSupplier clock, String kind) {
+        this.clock = clock;
+        this.kind = kind;
+        this.last = new AtomicLong(clock.getAsLong() - EVERY_NANOS);
+    }
+
+    /**
+     * Logs {@code format} with {@code args} on {@code log}: at warn when a second has passed since this
+     * kind's last warning (with how many were quiet since appended), else at debug.
+     */
+    public void log(Logger log, String format, Object... args) {
+        long now = clock.getAsLong(), before = last.get();
+        if (now - before >= EVERY_NANOS && last.compareAndSet(before, now)) {
+            long n = quiet.getAndSet(0);
+            warnings.incrementAndGet();
+            if (n == 0) {
+                log.warn(format, args);
+            } else {
+                Object[] more = Arrays.copyOf(args, args.length + 1);
+                more[args.length] = n;
+                log.warn(format + " (and {} more " + kind + ", logged at debug)", more);
+            }
+        } else {
+            quiet.incrementAndGet();
+            if (log.isDebugEnabled()) log.debug(format, args);
+        }
+    }
+
+    /** Warnings logged so far (tests count them: one per second however many came). */
+    public long warnings() {
+        return warnings.get();
+    }
+}
