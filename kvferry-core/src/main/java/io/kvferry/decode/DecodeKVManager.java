@@ -73,7 +73,7 @@ public final class DecodeKVManager implements KVManager {
     /** Works out rooms' routes off the scheduler thread. */
     final RouteResolver resolver;
     /** Works out rooms' prefill DP groups off the scheduler thread. */
-    private final DpRankResolver dpRanks;
+    final DpRankResolver dpRanks;
     LinkReader reader; // package-private: tests count its warnings
     private final SessionTimer timer;
     /** What receivers' polls check their waiting deadline against (a cached reading for the system ticker). */

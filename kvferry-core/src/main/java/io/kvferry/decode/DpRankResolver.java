@@ -121,6 +121,7 @@ final class DpRankResolver {
         if (a == null) {
             String malformed = BootstrapClient.addressProblem(addr); // once per address: no lookup of it could succeed
             if (malformed != null) throw new IllegalArgumentException("room " + room + ": " + malformed);
+            if (addresses.size() >= directory.maxAddresses) forgetAddresses();
             a = addresses.computeIfAbsent(addr, x -> new Address(x, notReadyLimitNanos));
         }
         long now = System.nanoTime();
@@ -138,6 +139,22 @@ final class DpRankResolver {
         }
         if (now - a.failedAt >= RETRY_PAUSE.toNanos() && a.running.compareAndSet(false, true)) start(a);
         return -1;
+    }
+
+    /**
+     * Bounds {@link #addresses} as the directory bounds its maps ({@link LinkDirectory#MAX_ADDRESSES}): an entry per address
+     * ever seen would grow without end. The idle ones go (no room waiting, no lookup running: nothing is lost, an entry is
+     * made again on demand); if that leaves the map full, all go: a lookup still running finishes its pass for the rooms
+     * it held, whose callers then ask again through a fresh entry (a fresh lookup).
+     */
+    private void forgetAddresses() {
+        addresses.values().removeIf(a -> a.rooms.isEmpty() && !a.running.get());
+        if (addresses.size() >= directory.maxAddresses) addresses.clear();
+    }
+
+    /** Bootstrap addresses with lookup state held (tests). */
+    int addressCount() {
+        return addresses.size();
     }
 
     /** Whether the topology alone gives every room's group (no attention-DP, or follow_bootstrap_room). */

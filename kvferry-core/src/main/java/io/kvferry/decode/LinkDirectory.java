@@ -114,8 +114,21 @@ final class LinkDirectory {
 
     /** One try per call: the resolver and DP lookup threads retry themselves (the receiver a pause later). */
     private static final RetryPolicy LOOKUPS = new RetryPolicy(1, Duration.ofMillis(100), Duration.ofMillis(100), Duration.ofSeconds(3));
-    /** Registry clients kept at most (one per bootstrap address; more are dropped and made again when asked). */
-    private static final int MAX_CLIENTS = 4096;
+    /**
+     * Entries kept at most in each map keyed by what requests name (registry clients, topologies and the
+     * DP lookups' state per bootstrap address; rank endpoints and session keys per prefill rank): addresses
+     * come with requests (prefills restarted on new IPs, or any a sender makes up), so a map keeps an entry
+     * per address ever seen unless bounded. A full map is emptied: each entry is made again on demand.
+     */
+    static final int MAX_ADDRESSES = 4096;
+    /** {@link #MAX_ADDRESSES}, lowered by tests to fill the maps with a few addresses. */
+    int maxAddresses = MAX_ADDRESSES;
+
+    /** Puts {@code key} into {@code map}, emptied first when it holds {@link #maxAddresses} other entries. */
+    private <K, V> void putBounded(Map<K, V> map, K key, V value) {
+        if (map.size() >= maxAddresses && !map.containsKey(key)) map.clear();
+        map.put(key, value);
+    }
     /**
      * The one HTTP client of every registry client here: each JDK client starts a selector thread that
      * lives until it is shut down, and bootstrap addresses come with requests (prefill instances come and go
@@ -128,7 +141,7 @@ final class LinkDirectory {
         if (closed) throw new IllegalStateException("the decode KV manager was torn down");
         BootstrapClient c = clients.get(addr);
         if (c != null) return c;
-        if (clients.size() >= MAX_CLIENTS) clients.clear(); // holding none costs nothing now: made again on demand
+        if (clients.size() >= maxAddresses) clients.clear(); // holding none costs nothing now: made again on demand
         return clients.computeIfAbsent(addr, a -> BootstrapClient.sharing(http, a, config.authToken(), LOOKUPS));
     }
 
@@ -149,7 +162,7 @@ final class LinkDirectory {
             throw e;
         }
         recentFailures.forget(addr);
-        topologies.put(addr, info);
+        putBounded(topologies, addr, info);
         return info;
     }
 
@@ -158,7 +171,7 @@ final class LinkDirectory {
         RankEndpoint ep = endpoints.get(key);
         if (ep != null) return ep;
         ep = client(addr).fetchRankEndpoint(dp, cp, tp, pp);
-        endpoints.put(key, ep);
+        putBounded(endpoints, key, ep);
         return ep;
     }
 
@@ -236,6 +249,11 @@ final class LinkDirectory {
     /** Registry clients held, one per bootstrap address asked (tests). */
     int clientCount() {
         return clients.size();
+    }
+
+    /** Rank endpoints cached (tests). */
+    int endpointCount() {
+        return endpoints.size();
     }
 
     /** How many topology lookups are cached (for status pages: prefill instances this rank knows). */
@@ -389,7 +407,7 @@ final class LinkDirectory {
                 openStripes(link, ep, timeout, stripesOpened);
             }
             reader.start(link);
-            sessionKeys.put(key, link.sessionKey);
+            putBounded(sessionKeys, key, link.sessionKey); // a dropped key costs a fresh (not resumed) session
             return link;
         } catch (IOException | RuntimeException e) {
             boolean timedOut = expired.get() && !(e instanceof LinkRefusedException);
