@@ -6,7 +6,9 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.Generation;
 import io.kvferry.http.BearerToken;
@@ -45,6 +47,8 @@ public final class DecodeServer implements AutoCloseable {
     private final DecodeEngine engine;
     private final HttpServer server;
     private final BearerToken auth;
+    /** Compiles the requests' structured outputs against the model's vocabulary; null: none (a structured output is a 400). */
+    private final OutputConstraint.Compiler outputs;
 
     /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public DecodeServer(DecodeEngine engine, String host, int port) throws IOException {
@@ -53,7 +57,13 @@ public final class DecodeServer implements AutoCloseable {
 
     /** @param authToken the cluster token /generate and /abort require ({@link Http#authorized}); null for none */
     public DecodeServer(DecodeEngine engine, String host, int port, String authToken) throws IOException {
+        this(engine, host, port, authToken, null);
+    }
+
+    /** @param tokenizer the model's, for structured outputs (null: a request with one is a 400) */
+    public DecodeServer(DecodeEngine engine, String host, int port, String authToken, Tokenizer tokenizer) throws IOException {
         this.engine = engine;
+        this.outputs = tokenizer == null ? null : new OutputConstraint.Compiler(tokenizer);
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
         server.createContext("/generate", ex -> Http.handle(ex, this::generate));
@@ -87,7 +97,7 @@ public final class DecodeServer implements AutoCloseable {
         if (bad != null) throw new Http.BadRequest("bootstrap_addr '" + addr + "' " + bad);
         int[] ids = EngineInput.inputIds(req, engine.spec().model().config);
         int max = Http.intField(req, "max_new_tokens", 16, 1, Integer.MAX_VALUE);
-        var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize());
+        var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize(), outputs);
         if (sampling.rules().minTokens() > max) { // the router's rule: no end could come before the answer's last token
             throw new Http.BadRequest("sampling_params.min_new_tokens", "min_new_tokens (" + sampling.rules().minTokens()
                     + ") must be at most max_new_tokens (" + max + ")");

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
@@ -25,7 +26,11 @@ final class GenerateRoute {
     private final PromptResolver resolver;
     private final Tokenizer tokenizer;
 
-    GenerateRoute(PdCall pd, PromptResolver resolver, Tokenizer tokenizer) {
+    /** The requests' structured outputs, compiled (checked) here before any engine work; the engines compile them again. */
+    private final OutputConstraint.Compiler outputs;
+
+    GenerateRoute(PdCall pd, PromptResolver resolver, Tokenizer tokenizer, OutputConstraint.Compiler outputs) {
+        this.outputs = outputs;
         this.pd = pd;
         this.resolver = resolver;
         this.tokenizer = tokenizer;
@@ -35,7 +40,8 @@ final class GenerateRoute {
     /**
      * SGLang's /generate: {"text" or "input_ids" (exactly one; a list of texts or of id lists: a batch, {@link #generateBatch};
      * given ids are sent as they are, no BOS added), "sampling_params": {"max_new_tokens", "temperature", "top_p", "top_k",
-     * "seed", "stop", and the rules' ({@link RequestParams#rules}): "frequency_penalty", …}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}.
+     * "seed", "stop", and the rules' ({@link RequestParams#rules}): "frequency_penalty", …, the structured output's "regex" or
+     * "json_schema" ({@link StructuredOutputs#sglang})}, "stream", "return_logprob", "top_logprobs_num", "return_text_in_logprobs"}.
      */
     void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST")) return;
@@ -61,7 +67,8 @@ final class GenerateRoute {
         int topK = SamplingParams.named("sampling_params.top_k", () -> RequestParams.topK(sp));
         OptionalLong seed = SamplingParams.named("sampling_params.seed", () -> RequestParams.seed(sp));
         StopSequences stop = StopSequences.parse(sp.get("stop"), "sampling_params.stop");
-        SamplingRules rules = RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize());
+        SamplingRules rules = RequestParams.rules(sp, "min_new_tokens", "sampling_params", maxNew, tokenizer.vocabSize())
+                .withConstraint(StructuredOutputs.compile(StructuredOutputs.sglang(sp), outputs));
         resolver.checkMinTokensFit(rules.minTokens(), prompts, "sampling_params.min_new_tokens");
         String salt = EngineInput.cacheSalt(req);
         Ask ask;

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Tokenizer;
 
 import java.io.OutputStream;
@@ -22,8 +23,11 @@ final class OpenAiRoutes {
     private final String modelName;
     /** When this router started, in Unix seconds: its model's {@code created} on {@code /v1/models}, as OpenAI's clients require one. */
     private final long started;
+    /** The requests' structured outputs, compiled (checked) here before any engine work; the engines compile them again. */
+    private final OutputConstraint.Compiler outputs;
 
-    OpenAiRoutes(PdCall pd, PromptResolver resolver, Tokenizer tokenizer, String modelName, long started) {
+    OpenAiRoutes(PdCall pd, PromptResolver resolver, Tokenizer tokenizer, String modelName, long started, OutputConstraint.Compiler outputs) {
+        this.outputs = outputs;
         this.pd = pd;
         this.resolver = resolver;
         this.tokenizer = tokenizer;
@@ -54,7 +58,7 @@ final class OpenAiRoutes {
         // best_of > n: every sample's decode reports its tokens' log probabilities, which choose the n shown (BestOf); the
         // answer shows them only where the request asked.
         int sampleLogprobs = bestOf > n ? Math.max(logprobs, 0) : logprobs;
-        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1, tokenizer.vocabSize());
+        Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1, tokenizer.vocabSize(), outputs);
         resolver.checkMinTokensFit(ask.rules().minTokens(), prompts, "min_tokens");
         answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null);
     }
@@ -90,7 +94,7 @@ final class OpenAiRoutes {
                     + ") differ; send max_completion_tokens alone");
         }
         prompt = resolver.resolve(prompt, "messages");
-        Ask ask = RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize());
+        Ask ask = RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize(), outputs);
         resolver.checkMinTokensFit(ask.rules().minTokens(), List.of(prompt), "min_tokens");
         answer(ex, req, OpenAiShape.CHAT, choices(ask, List.of(prompt), RequestParams.n(req, 1)), false, null);
     }

@@ -522,7 +522,9 @@ final class PdCall {
     private static Finish decodeFinish(JsonNode ev, List<Integer> tokens, Ask ask) {
         if (!"stop".equals(ev.get("finish_reason").asText())) return Finish.LENGTH;
         int matched = ev.path("matched").isIntegralNumber() ? ev.get("matched").intValue() : tokens.isEmpty() ? -1 : tokens.getLast();
-        return Finish.token(matched, !ask.rules().ignoreEos() && Tokenizer.endsSequence(matched));
+        // Under a structured output EOS ends the answer whatever ignore_eos says (it comes only where it may, or where nothing else can).
+        boolean modelEnd = (!ask.rules().ignoreEos() || ask.rules().constraint() != null && matched == Tokenizer.EOS) && Tokenizer.endsSequence(matched);
+        return Finish.token(matched, modelEnd);
     }
 
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */

@@ -7,7 +7,9 @@ import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.TokenLogprobs;
+import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.PrefillEngine;
 import io.kvferry.http.BearerToken;
 
@@ -35,6 +37,8 @@ public final class PrefillServer implements AutoCloseable {
     private final HttpServer server;
     private final String bootstrapAddr;
     private final BearerToken auth;
+    /** Compiles the requests' structured outputs against the model's vocabulary; null: none (a structured output is a 400). */
+    private final OutputConstraint.Compiler outputs;
 
     /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port) throws IOException {
@@ -43,7 +47,13 @@ public final class PrefillServer implements AutoCloseable {
 
     /** @param authToken the cluster token /generate and /abort require ({@link Http#authorized}); null for none */
     public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port, String authToken) throws IOException {
+        this(engine, bootstrapAddr, host, port, authToken, null);
+    }
+
+    /** @param tokenizer the model's, for structured outputs (null: a request with one is a 400) */
+    public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port, String authToken, Tokenizer tokenizer) throws IOException {
         this.engine = engine;
+        this.outputs = tokenizer == null ? null : new OutputConstraint.Compiler(tokenizer);
         this.bootstrapAddr = bootstrapAddr;
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
@@ -67,7 +77,7 @@ public final class PrefillServer implements AutoCloseable {
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));
         long room = Http.roomField(req);
         int[] ids = EngineInput.inputIds(req, engine.spec().model().config);
-        var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize());
+        var sampling = SamplingParams.parse(req.get("sampling_params"), room, engine.spec().model().config.vocabSize(), outputs);
         boolean logprobs = Http.booleanField(req, "return_logprob", false);
         int start = logprobs ? Http.intField(req, "logprob_start_len", -1, -1, ids.length - 1) : -1;
         int top = logprobs ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : 0;

@@ -1,6 +1,7 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.SamplingRules;
 
 import java.util.ArrayList;
@@ -79,12 +80,14 @@ final class RequestParams {
 
     /**
      * The sampling and stop parameters both OpenAI routes share, with the route's prompt, token limit, top logprobs and
-     * first prompt position with input token logprobs (-1: none), and the {@code cache_salt}.
+     * first prompt position with input token logprobs (-1: none), the {@code cache_salt}, and the structured output
+     * ({@link StructuredOutputs#openAi}, compiled by {@code outputs}: checked before any engine work).
      */
-    static Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize) {
+    static Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize, OutputConstraint.Compiler outputs) {
         return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
                 Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart,
-                rules(req, "min_tokens", null, maxTokens, vocabSize), EngineInput.cacheSalt(req));
+                rules(req, "min_tokens", null, maxTokens, vocabSize).withConstraint(StructuredOutputs.compile(StructuredOutputs.openAi(req), outputs)),
+                EngineInput.cacheSalt(req));
     }
 
     /**
@@ -144,7 +147,8 @@ final class RequestParams {
 
     /** The {@code sampling_params} of {@code /generate} that this engine implements. */
     static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-            "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p", "logit_bias", "min_new_tokens", "ignore_eos", "stop_token_ids");
+            "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p", "logit_bias", "min_new_tokens", "ignore_eos", "stop_token_ids",
+            "regex", "json_schema");
 
     /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
     private record NoOp(String value, Predicate<JsonNode> is) {
@@ -160,8 +164,6 @@ final class RequestParams {
             Map.entry("no_stop_trim", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
             Map.entry("skip_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
             Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
-            Map.entry("regex", new NoOp("null", v -> false)),
-            Map.entry("json_schema", new NoOp("null", v -> false)),
             Map.entry("ebnf", new NoOp("null", v -> false)));
 
     /**

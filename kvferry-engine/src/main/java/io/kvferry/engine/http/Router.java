@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
 import io.kvferry.metrics.LogSafe;
@@ -209,8 +210,9 @@ public final class Router implements AutoCloseable {
         if (tenants != null) backends.every(tenants::reloadIfChanged, TENANTS_CHECK_MILLIS); // the file re-read when it changes
         pd = new PdCall(backends, probing.streamIdle(), tokenizer, contextTokens, meters, admission, slots);
         PromptResolver resolver = new PromptResolver(tokenizer, contextTokens);
-        OpenAiRoutes openAi = new OpenAiRoutes(pd, resolver, tokenizer, modelName, started);
-        GenerateRoute generate = new GenerateRoute(pd, resolver, tokenizer);
+        OutputConstraint.Compiler outputs = new OutputConstraint.Compiler(tokenizer);
+        OpenAiRoutes openAi = new OpenAiRoutes(pd, resolver, tokenizer, modelName, started, outputs);
+        GenerateRoute generate = new GenerateRoute(pd, resolver, tokenizer, outputs);
         TokenizeRoutes tokenize = new TokenizeRoutes(tokenizer, contextTokens);
         Workers workers = new Workers(backends, clusterToken);
         server = Http.server(host, port);

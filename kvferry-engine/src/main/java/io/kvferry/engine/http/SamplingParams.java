@@ -2,6 +2,7 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.SamplingRules;
 
@@ -12,7 +13,8 @@ import java.util.function.Supplier;
 /**
  * {@code sampling_params} between the router and the engines: temperature, top_p, top_k, seed, and the request's
  * {@link SamplingRules} in SGLang's names ({@code frequency_penalty}, {@code presence_penalty}, {@code repetition_penalty},
- * {@code min_p}, {@code logit_bias}, {@code min_new_tokens}, {@code ignore_eos}, {@code stop_token_ids}), each sent only
+ * {@code min_p}, {@code logit_bias}, {@code min_new_tokens}, {@code ignore_eos}, {@code stop_token_ids}) and its structured
+ * output ({@code regex} or {@code json_schema}: {@link StructuredOutputs}), each sent only
  * when it is not its default: a request without them sends what it sent before. An engine checks what it is sent as
  * the router checks what a client sends (a bad value is a 400, never a crash).
  */
@@ -30,13 +32,22 @@ final class SamplingParams {
      * @param defaultSeed used when no seed is given (the room: prefill and decode agree on it)
      */
     static Sampling parse(JsonNode n, long defaultSeed, int vocabSize) {
+        return parse(n, defaultSeed, vocabSize, null);
+    }
+
+    /**
+     * As {@link #parse(JsonNode, long, int)}, with the structured output ({@code regex} or {@code json_schema}, SGLang's:
+     * {@link StructuredOutputs#sglang}) compiled by {@code outputs} (null: a server without the tokenizer, which refuses one).
+     */
+    static Sampling parse(JsonNode n, long defaultSeed, int vocabSize, OutputConstraint.Compiler outputs) {
         if (n == null || n.isNull()) return Sampling.GREEDY;
         if (!n.isObject()) throw new Http.BadRequest("sampling_params", "sampling_params must be an object, got " + n);
         float temperature = number(n, "temperature", 0f, ENGINE);
         float topP = number(n, "top_p", 1f, ENGINE);
         long seed = n.has("seed") && !n.get("seed").isNull() ? named(ENGINE + "seed", () -> Http.longField(n, "seed")) : defaultSeed;
         int topK = named(ENGINE + "top_k", () -> Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE));
-        SamplingRules rules = rules(n, "min_new_tokens", "sampling_params");
+        SamplingRules rules = rules(n, "min_new_tokens", "sampling_params")
+                .withConstraint(StructuredOutputs.compile(StructuredOutputs.sglang(n), outputs));
         try {
             rules.checkVocab(vocabSize);
             return new Sampling(temperature, topP, seed, topK, rules);
@@ -135,6 +146,7 @@ final class SamplingParams {
             var ids = o.putArray("stop_token_ids");
             for (int t : r.stopTokenIds()) ids.add(t);
         }
+        StructuredOutputs.json(o, r.constraint());
         return o;
     }
 }

@@ -2,6 +2,7 @@ package io.kvferry.engine.model;
 
 import java.util.Arrays;
 import java.util.Map;
+import java.util.Objects;
 
 /**
  * What a request adds to the plain sampler ({@link Sampling}): the penalties and logit bias, min-p, and the rules of its
@@ -25,10 +26,25 @@ import java.util.Map;
  *                          SGLang's {@code min_new_tokens})
  * @param ignoreEos         EOS and BOS do not end the answer (nor are they masked by {@code minTokens}); stop token ids still do
  * @param stopTokenIds      tokens that end the answer (the token is an output token, its text left out), ascending, each once
+ * @param constraint        the structured output the answer must match ({@link OutputConstraint}), null for none: applied
+ *                          last, it masks the tokens that would leave its language, and the end where the output is not a
+ *                          whole match
  */
 public record SamplingRules(float frequencyPenalty, float presencePenalty, float repetitionPenalty, float minP, int[] biasTokens,
-                            float[] biasValues, int minTokens, boolean ignoreEos, int[] stopTokenIds) {
+                            float[] biasValues, int minTokens, boolean ignoreEos, int[] stopTokenIds, OutputConstraint constraint) {
     public static final SamplingRules NONE = new SamplingRules(0f, 0f, 1f, 0f, new int[0], new float[0], 0, false, new int[0]);
+
+    /** Without a structured output. */
+    public SamplingRules(float frequencyPenalty, float presencePenalty, float repetitionPenalty, float minP, int[] biasTokens,
+                         float[] biasValues, int minTokens, boolean ignoreEos, int[] stopTokenIds) {
+        this(frequencyPenalty, presencePenalty, repetitionPenalty, minP, biasTokens, biasValues, minTokens, ignoreEos, stopTokenIds, null);
+    }
+
+    /** These rules with {@code c} as the structured output (null: none). */
+    public SamplingRules withConstraint(OutputConstraint c) {
+        return new SamplingRules(frequencyPenalty, presencePenalty, repetitionPenalty, minP, biasTokens, biasValues, minTokens, ignoreEos,
+                stopTokenIds, c);
+    }
     /** Most stop token ids a request may name: with {@code minTokens} their logits are masked, and some token must remain. */
     public static final int MAX_STOP_TOKEN_IDS = 64;
     /**
@@ -90,7 +106,7 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
 
     /** Whether these are {@link #NONE}'s: the request samples as before these rules existed, bit for bit and at no cost. */
     public boolean isNone() {
-        return !changesLogits() && minP == 0 && !ignoreEos && stopTokenIds.length == 0;
+        return !changesLogits() && minP == 0 && !ignoreEos && stopTokenIds.length == 0 && constraint == null;
     }
 
     /** Whether {@link #apply} may change a logit at some step: else the sampler reads the model's logits as they are. */
@@ -100,7 +116,8 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
 
     /** Whether {@link #apply} may change a logit at output position {@code step} (the min-tokens mask ends at {@code minTokens}). */
     public boolean changesLogits(int step) {
-        return frequencyPenalty != 0 || presencePenalty != 0 || repetitionPenalty != 1 || biasTokens.length > 0 || step < minTokens;
+        return frequencyPenalty != 0 || presencePenalty != 0 || repetitionPenalty != 1 || biasTokens.length > 0 || step < minTokens
+                || constraint != null;
     }
 
     /** A refusal naming the first token id at or above {@code vocabSize}, if any. */
@@ -120,10 +137,12 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
 
     /**
      * Whether {@code token}, sampled at output position {@code step} (0: the first), ends the answer: a stop token id, or
-     * EOS / BOS unless {@code ignoreEos} ({@link Tokenizer#endsSequence}), at position {@code minTokens} or later.
+     * EOS / BOS unless {@code ignoreEos} ({@link Tokenizer#endsSequence}), at position {@code minTokens} or later; under a
+     * {@link #constraint}, EOS always (it is sampled only where it may end the answer, or where nothing else is left).
      */
     public boolean ends(int token, int step) {
-        return step >= minTokens && (isStopTokenId(token) || !ignoreEos && Tokenizer.endsSequence(token));
+        return step >= minTokens && (isStopTokenId(token) || !ignoreEos && Tokenizer.endsSequence(token))
+                || constraint != null && token == Tokenizer.EOS;
     }
 
     /**
@@ -156,6 +175,7 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
                 logits[t] -= presencePenalty;
             }
         }
+        if (constraint != null) constraint.mask(logits, seq, promptLength, step, !ignoreEos && step >= minTokens, step >= minTokens, stopTokenIds);
     }
 
     /**
@@ -174,19 +194,19 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
         return o instanceof SamplingRules r && frequencyPenalty == r.frequencyPenalty && presencePenalty == r.presencePenalty
                 && repetitionPenalty == r.repetitionPenalty && minP == r.minP && Arrays.equals(biasTokens, r.biasTokens)
                 && Arrays.equals(biasValues, r.biasValues) && minTokens == r.minTokens && ignoreEos == r.ignoreEos
-                && Arrays.equals(stopTokenIds, r.stopTokenIds);
+                && Arrays.equals(stopTokenIds, r.stopTokenIds) && Objects.equals(constraint, r.constraint);
     }
 
     @Override
     public int hashCode() {
         return Arrays.hashCode(new Object[]{frequencyPenalty, presencePenalty, repetitionPenalty, minP, Arrays.hashCode(biasTokens),
-                Arrays.hashCode(biasValues), minTokens, ignoreEos, Arrays.hashCode(stopTokenIds)});
+                Arrays.hashCode(biasValues), minTokens, ignoreEos, Arrays.hashCode(stopTokenIds), constraint});
     }
 
     @Override
     public String toString() {
         return "SamplingRules[frequency_penalty=" + frequencyPenalty + ", presence_penalty=" + presencePenalty + ", repetition_penalty="
                 + repetitionPenalty + ", min_p=" + minP + ", logit_bias=" + Arrays.toString(biasTokens) + "/" + Arrays.toString(biasValues)
-                + ", min_tokens=" + minTokens + ", ignore_eos=" + ignoreEos + ", stop_token_ids=" + Arrays.toString(stopTokenIds) + "]";
+                + ", min_tokens=" + minTokens + ", ignore_eos=" + ignoreEos + ", stop_token_ids=" + Arrays.toString(stopTokenIds) + (constraint == null ? "" : ", " + constraint) + "]";
     }
 }

@@ -163,7 +163,7 @@ public final class Roles {
                     .withMeters(metrics).withAdvertiseHost(o.advertiseHost()), o.prefillCache());
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
-            PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken());
+            PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken(), o.model().tokenizer());
             s.parts.add(server);
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
@@ -204,7 +204,7 @@ public final class Roles {
                     .withMeters(metrics));
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
-            DecodeServer server = new DecodeServer(engine, o.host(), o.port(), o.authToken());
+            DecodeServer server = new DecodeServer(engine, o.host(), o.port(), o.authToken(), o.model().tokenizer());
             s.parts.add(server);
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();

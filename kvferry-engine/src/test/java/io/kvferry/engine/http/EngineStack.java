@@ -2,6 +2,8 @@ package io.kvferry.engine.http;
 
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.DecodeEngine;
 import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.PrefillEngine;
@@ -34,12 +36,19 @@ final class EngineStack implements AutoCloseable {
             addr = "127.0.0.1:" + registry.port();
             prefill = started(new PrefillEngine(prefillSpec, new TransferSpec("tcp", addr, token, "127.0.0.1")));
             decode = started(new DecodeEngine(decodeSpec, new TransferSpec("tcp", null, token, "127.0.0.1")));
-            prefillServer = started(new PrefillServer(prefill, addr, "127.0.0.1", 0, serverToken));
-            decodeServer = started(new DecodeServer(decode, "127.0.0.1", 0, serverToken));
+            Tokenizer tokenizer = tokenizer(prefillSpec);
+            prefillServer = started(new PrefillServer(prefill, addr, "127.0.0.1", 0, serverToken, tokenizer));
+            decodeServer = started(new DecodeServer(decode, "127.0.0.1", 0, serverToken, tokenizer));
         } catch (IOException | RuntimeException e) {
             close();
             throw e;
         }
+    }
+
+    /** The model's tokenizer for the engines' structured outputs (the test checkpoint's, or none for another vocabulary). */
+    private static Tokenizer tokenizer(EngineSpec spec) throws IOException {
+        Tokenizer t = ModelFiles.load(null, null).tokenizer();
+        return t.vocabSize() == spec.model().config.vocabSize() ? t : null;
     }
 
     /** Both engines of {@code spec}; their HTTP servers take any request. */

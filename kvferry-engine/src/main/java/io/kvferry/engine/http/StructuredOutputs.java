@@ -1,0 +1,181 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.ClientRegex;
+import io.kvferry.engine.model.OutputConstraint;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * A request's structured output (docs/SERVING.md, "Structured outputs"), as the clients of vLLM and SGLang send it:
+ * OpenAI's {@code response_format} ({@code text}, {@code json_object}, {@code json_schema}), vLLM's {@code guided_choice},
+ * {@code guided_regex}, {@code guided_json} and {@code structured_outputs} ({@code choice}, {@code regex}, {@code json},
+ * {@code json_object}) on the OpenAI routes; SGLang's {@code regex} and {@code json_schema} in {@code /generate}'s
+ * {@code sampling_params}, which is also how the router hands it to the engines (a choice list as a regex, a
+ * {@code json_object} as the schema {@code {"type":"object"}}, a schema as compact JSON). At most one per request; grammars
+ * ({@code guided_grammar}, {@code ebnf}) are refused. Each refusal is a 400 naming the field.
+ */
+final class StructuredOutputs {
+    private StructuredOutputs() {
+    }
+
+    /** What a request asks for: its kind, the source the engines compile, and the field that asked (a 400's {@code param}). */
+    record Spec(OutputConstraint.Kind kind, String source, String param) {
+    }
+
+    /** json_object's schema: any JSON object (JsonSchemaAutomaton#ANY_DEPTH levels deep at most). */
+    static final String ANY_OBJECT = "{\"type\":\"object\"}";
+
+    private static final Set<String> STRUCTURED_OUTPUTS_KEYS = Set.of("choice", "regex", "json", "json_object");
+
+    /** The OpenAI routes' constraint, or null for none. */
+    static Spec openAi(JsonNode req) {
+        List<Spec> found = new ArrayList<>();
+        JsonNode rf = req.get("response_format");
+        if (rf != null && !rf.isNull()) {
+            if (!rf.isObject()) throw new Http.BadRequest("response_format", "response_format must be an object with a type, got " + rf);
+            String type = rf.path("type").asText("");
+            switch (type) {
+                case "text" -> {
+                }
+                case "json_object" -> found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, ANY_OBJECT, "response_format"));
+                case "json_schema" -> {
+                    JsonNode js = rf.get("json_schema");
+                    if (js == null || !js.isObject()) {
+                        throw new Http.BadRequest("response_format", "response_format of type json_schema needs a json_schema object, got " + js);
+                    }
+                    JsonNode schema = js.get("schema");
+                    if (schema == null || !schema.isObject()) {
+                        throw new Http.BadRequest("response_format", "response_format.json_schema.schema must be a JSON schema (an object), got " + schema);
+                    }
+                    found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema), "response_format"));
+                }
+                default -> throw new Http.BadRequest("response_format", "response_format.type must be text, json_object or json_schema, got "
+                        + rf.path("type"));
+            }
+        }
+        JsonNode grammar = req.get("guided_grammar");
+        if (grammar != null && !grammar.isNull()) {
+            throw new Http.BadRequest("guided_grammar", "guided_grammar is not supported (grammars are not built here: use guided_regex, guided_json"
+                    + " or guided_choice)");
+        }
+        add(found, req, "guided_regex", "guided_regex", "regex");
+        add(found, req, "guided_json", "guided_json", "json");
+        add(found, req, "guided_choice", "guided_choice", "choice");
+        JsonNode so = req.get("structured_outputs");
+        if (so != null && !so.isNull()) {
+            if (!so.isObject()) throw new Http.BadRequest("structured_outputs", "structured_outputs must be an object, got " + so);
+            for (Map.Entry<String, JsonNode> e : so.properties()) {
+                if (e.getValue().isNull() || STRUCTURED_OUTPUTS_KEYS.contains(e.getKey())) continue;
+                String what = e.getKey().equals("grammar") ? "structured_outputs.grammar is not supported (grammars are not built here)"
+                        : "structured_outputs." + e.getKey() + " is not supported (this engine takes choice, regex, json or json_object)";
+                throw new Http.BadRequest("structured_outputs." + e.getKey(), what);
+            }
+            add(found, so, "regex", "structured_outputs.regex", "regex");
+            add(found, so, "json", "structured_outputs.json", "json");
+            add(found, so, "choice", "structured_outputs.choice", "choice");
+            JsonNode jo = so.get("json_object");
+            if (jo != null && !jo.isNull()) {
+                if (!jo.isBoolean()) throw new Http.BadRequest("structured_outputs.json_object", "structured_outputs.json_object must be true or false, got " + jo);
+                if (jo.booleanValue()) found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, ANY_OBJECT, "structured_outputs.json_object"));
+            }
+        }
+        return one(found);
+    }
+
+    /** {@code /generate}'s (and the engines') {@code sampling_params} constraint: SGLang's {@code regex} or {@code json_schema}; null for none. */
+    static Spec sglang(JsonNode sp) {
+        if (sp == null || !sp.isObject()) return null;
+        JsonNode ebnf = sp.get("ebnf");
+        if (ebnf != null && !ebnf.isNull()) {
+            throw new Http.BadRequest("sampling_params.ebnf", "sampling_params.ebnf is not supported (grammars are not built here: use regex or json_schema)");
+        }
+        List<Spec> found = new ArrayList<>();
+        JsonNode regex = sp.get("regex");
+        if (regex != null && !regex.isNull()) {
+            if (!regex.isTextual()) throw new Http.BadRequest("sampling_params.regex", "sampling_params.regex must be a string, got " + regex);
+            found.add(new Spec(OutputConstraint.Kind.REGEX, regex.textValue(), "sampling_params.regex"));
+        }
+        JsonNode schema = sp.get("json_schema");
+        if (schema != null && !schema.isNull()) {
+            if (!schema.isTextual()) {
+                throw new Http.BadRequest("sampling_params.json_schema", "sampling_params.json_schema must be a string (the schema as JSON text), got " + schema);
+            }
+            found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, schema.textValue(), "sampling_params.json_schema"));
+        }
+        return one(found);
+    }
+
+    /** The spec compiled ({@code compiler} null: an engine started without a tokenizer); a bad one is a 400 naming its field. */
+    static OutputConstraint compile(Spec spec, OutputConstraint.Compiler compiler) {
+        if (spec == null) return null;
+        if (compiler == null) {
+            throw new Http.BadRequest(spec.param(), spec.param() + ": structured outputs need the model's tokenizer, and this server was started without one");
+        }
+        try {
+            return compiler.compile(spec.kind(), spec.source());
+        } catch (IllegalArgumentException e) {
+            String what = spec.kind() == OutputConstraint.Kind.REGEX ? "the regex" : "the JSON schema";
+            throw new Http.BadRequest(spec.param(), spec.param() + ": " + what + " " + e.getMessage());
+        }
+    }
+
+    /** The constraint's SGLang sampling parameter, as the router sends it to the engines. */
+    static void json(ObjectNode sp, OutputConstraint c) {
+        if (c != null) sp.put(c.kind().param, c.source());
+    }
+
+    private static void add(List<Spec> found, JsonNode in, String key, String param, String as) {
+        JsonNode v = in.get(key);
+        if (v == null || v.isNull()) return;
+        switch (as) {
+            case "regex" -> {
+                if (!v.isTextual()) throw new Http.BadRequest(param, param + " must be a string (a regular expression), got " + v);
+                found.add(new Spec(OutputConstraint.Kind.REGEX, v.textValue(), param));
+            }
+            case "json" -> {
+                JsonNode schema = v;
+                if (v.isTextual()) {
+                    try {
+                        schema = Http.JSON.readTree(v.textValue());
+                    } catch (JsonProcessingException e) {
+                        throw new Http.BadRequest(param, param + " is not valid JSON: " + e.getOriginalMessage());
+                    }
+                }
+                if (schema == null || !schema.isObject()) throw new Http.BadRequest(param, param + " must be a JSON schema (an object, or its JSON text), got " + v);
+                found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema), param));
+            }
+            default -> {
+                if (!v.isArray() || v.isEmpty()) throw new Http.BadRequest(param, param + " must be a non-empty list of strings, got " + v);
+                List<String> choices = new ArrayList<>();
+                for (JsonNode c : v) {
+                    if (!c.isTextual()) throw new Http.BadRequest(param, param + " must be a non-empty list of strings, got " + v);
+                    choices.add(c.textValue());
+                }
+                found.add(new Spec(OutputConstraint.Kind.REGEX, ClientRegex.quote(choices), param));
+            }
+        }
+    }
+
+    private static Spec one(List<Spec> found) {
+        if (found.isEmpty()) return null;
+        if (found.size() > 1) {
+            throw new Http.BadRequest(found.get(1).param(), "send one structured output per request: " + found.get(0).param() + " and "
+                    + found.get(1).param() + " are both set");
+        }
+        return found.getFirst();
+    }
+
+    private static String compact(JsonNode schema) {
+        try {
+            return Http.JSON.writeValueAsString(schema);
+        } catch (JsonProcessingException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+}

@@ -1,0 +1,469 @@
+package io.kvferry.engine.model;
+
+import dk.brics.automaton.Automaton;
+import dk.brics.automaton.BasicAutomata;
+import dk.brics.automaton.State;
+import dk.brics.automaton.Transition;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.BitSet;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeSet;
+
+/**
+ * A client's regular expression (Python's {@code re} and JavaScript's syntax, as vLLM's {@code guided_regex} and SGLang's
+ * {@code regex} take it) as an automaton of the language it matches whole: literals, escapes ({@code \d \w \s \D \W \S},
+ * {@code \n \t \r \f \v}, {@code \xhh}, {@code \\uhhhh}, an escaped punctuation character), classes ({@code [a-z_]},
+ * {@code [^"\\]}), {@code .} (any character but a line break), groups ({@code (…)}, {@code (?:…)}), alternation, the
+ * quantifiers {@code * + ? {m} {m,} {m,n}} (lazy ones too: the language is the same), and {@code ^} and {@code $} at the
+ * very ends only. Built with dk.brics.automaton's operations, never its own regex syntax ({@code & ~ # @ < > "} are
+ * operators there). Refused, with the construct and its position: lookarounds, backreferences, named groups, inline
+ * flags, anchors inside, word boundaries, possessive quantifiers, Unicode properties, nested classes.
+ *
+ * <p>Determinization is capped ({@link #MAX_STATES}): a hostile expression ({@code (a|b)*a(a|b){40}}) is a refusal, not an
+ * engine busy for minutes. Pure; callers serialize (dk.brics numbers its states with a static counter).
+ */
+public final class ClientRegex {
+    /** Most characters of an expression. */
+    public static final int MAX_LENGTH = 16_384;
+    /** Largest count of a {@code {m,n}} quantifier. */
+    public static final int MAX_REPEAT = 256;
+    /** Most states of a compiled (deterministic) automaton. */
+    public static final int MAX_STATES = 20_000;
+    /** Most states of an automaton before it is made deterministic (the expression's size, repetitions expanded). */
+    static final int MAX_NFA_STATES = 100_000;
+
+    private final String src;
+    private int pos;
+
+    private ClientRegex(String src) {
+        this.src = src;
+    }
+
+    /** The minimal deterministic automaton of the strings {@code regex} matches whole; a refusal names the construct and its position. */
+    public static Automaton compile(String regex) {
+        if (regex.length() > MAX_LENGTH) throw new IllegalArgumentException("is " + regex.length() + " characters long; at most " + MAX_LENGTH);
+        ClientRegex p = new ClientRegex(regex);
+        if (p.peek('^')) p.pos++;
+        Automaton a = p.alternation(0);
+        if (p.pos < regex.length()) {
+            throw p.bad("an unbalanced ')'"); // the only character a whole alternation stops before
+        }
+        return minimal(a);
+    }
+
+    /** {@code a} deterministic (at most {@link #MAX_STATES} states, else a refusal) and minimal. */
+    public static Automaton minimal(Automaton a) {
+        Automaton d = determinize(a, MAX_STATES);
+        d.minimize();
+        return d;
+    }
+
+    /** The literal strings as an expression of this syntax: each one's punctuation escaped, the strings alternated. */
+    public static String quote(List<String> literals) {
+        StringBuilder b = new StringBuilder();
+        for (String s : literals) {
+            if (!b.isEmpty()) b.append('|');
+            b.append('(');
+            for (int i = 0; i < s.length(); i++) {
+                char c = s.charAt(i);
+                if (c == '\n') b.append("\\n");
+                else if (c < 128 && !Character.isLetterOrDigit(c) && c != ' ') b.append('\\').append(c);
+                else b.append(c);
+            }
+            b.append(')');
+        }
+        return b.toString();
+    }
+
+    private IllegalArgumentException refuse(String what) {
+        return new IllegalArgumentException("has " + what + " at position " + pos + ", which structured outputs do not support");
+    }
+
+    private IllegalArgumentException bad(String what) {
+        return new IllegalArgumentException("is invalid at position " + pos + ": " + what);
+    }
+
+    private boolean peek(char c) {
+        return pos < src.length() && src.charAt(pos) == c;
+    }
+
+    private Automaton alternation(int depth) {
+        List<Automaton> alts = new ArrayList<>();
+        alts.add(sequence(depth));
+        while (peek('|')) {
+            pos++;
+            alts.add(sequence(depth));
+        }
+        return alts.size() == 1 ? alts.getFirst() : Automaton.union(alts);
+    }
+
+    private Automaton sequence(int depth) {
+        List<Automaton> parts = new ArrayList<>();
+        while (pos < src.length() && !peek('|') && !peek(')')) {
+            if (peek('$')) {
+                if (pos == src.length() - 1 && depth == 0) {
+                    pos++;
+                    break;
+                }
+                throw refuse("an anchor '$' inside the expression (only at its end)");
+            }
+            if (peek('^')) throw refuse("an anchor '^' inside the expression (only at its start)");
+            parts.add(quantified(atom(depth)));
+        }
+        if (parts.isEmpty()) return BasicAutomata.makeEmptyString();
+        Automaton a = Automaton.concatenate(parts);
+        checkSize(a);
+        return a;
+    }
+
+    private static void checkSize(Automaton a) {
+        if (a.getNumberOfStates() > MAX_NFA_STATES) {
+            throw new IllegalArgumentException("is too large: over " + MAX_NFA_STATES + " automaton states before determinization");
+        }
+    }
+
+    private Automaton quantified(Automaton a) {
+        while (pos < src.length()) {
+            char c = src.charAt(pos);
+            int min, max; // max -1: no limit
+            int at = pos;
+            if (c == '*') {
+                min = 0;
+                max = -1;
+                pos++;
+            } else if (c == '+') {
+                min = 1;
+                max = -1;
+                pos++;
+            } else if (c == '?') {
+                min = 0;
+                max = 1;
+                pos++;
+            } else if (c == '{' && isCount()) {
+                pos++;
+                min = number();
+                max = min;
+                if (peek(',')) {
+                    pos++;
+                    max = peek('}') ? -1 : number();
+                }
+                pos++; // '}'
+                if (max != -1 && max < min) {
+                    pos = at;
+                    throw bad("{" + min + "," + max + "} has its maximum below its minimum");
+                }
+                if (min > MAX_REPEAT || max > MAX_REPEAT) {
+                    pos = at;
+                    throw refuse("a count above " + MAX_REPEAT);
+                }
+            } else {
+                return a;
+            }
+            if (peek('+')) throw refuse("a possessive quantifier");
+            if (peek('?')) pos++; // lazy: the same language
+            a = max == -1 ? a.repeat(min) : a.repeat(min, max);
+            checkSize(a);
+            if (peek('*') || peek('+') || peek('?') || peek('{') && isCount()) throw bad("a quantifier after a quantifier ('" + src.charAt(pos) + "')");
+        }
+        return a;
+    }
+
+    /** Whether a '{' at pos starts a count ({m}, {m,}, {m,n}); else it is a literal, as Python reads it. */
+    private boolean isCount() {
+        int i = pos + 1, digits = 0;
+        while (i < src.length() && Character.isDigit(src.charAt(i))) {
+            i++;
+            digits++;
+        }
+        if (digits == 0) return false;
+        if (i < src.length() && src.charAt(i) == ',') {
+            i++;
+            while (i < src.length() && Character.isDigit(src.charAt(i))) i++;
+        }
+        return i < src.length() && src.charAt(i) == '}';
+    }
+
+    private int number() {
+        int start = pos;
+        while (pos < src.length() && Character.isDigit(src.charAt(pos))) pos++;
+        String digits = src.substring(start, pos);
+        return digits.length() > 6 ? Integer.MAX_VALUE : Integer.parseInt(digits);
+    }
+
+    private Automaton atom(int depth) {
+        char c = src.charAt(pos);
+        switch (c) {
+            case '(' -> {
+                return group(depth);
+            }
+            case '[' -> {
+                return charClass();
+            }
+            case '.' -> {
+                pos++;
+                return anyBut("\n\r\u0085\u2028\u2029");
+            }
+            case '\\' -> {
+                return escape(false);
+            }
+            case '*', '+', '?' -> throw bad("nothing to repeat before '" + c + "'");
+            default -> {
+                if (c == '{' && isCount()) throw bad("nothing to repeat before '{'");
+                pos++;
+                return BasicAutomata.makeChar(c);
+            }
+        }
+    }
+
+    private Automaton group(int depth) {
+        int open = pos;
+        pos++;
+        if (peek('?')) {
+            String rest = src.substring(pos, Math.min(src.length(), pos + 3));
+            if (rest.startsWith("?:")) {
+                pos += 2;
+            } else {
+                pos = open;
+                if (rest.startsWith("?=") || rest.startsWith("?!")) throw refuse("a lookahead '(" + rest.substring(0, 2) + "'");
+                if (rest.startsWith("?<=") || rest.startsWith("?<!")) throw refuse("a lookbehind '(" + rest + "'");
+                if (rest.startsWith("?P<") || rest.startsWith("?<")) throw refuse("a named group");
+                if (rest.startsWith("?P=")) throw refuse("a named backreference");
+                if (rest.startsWith("?#")) throw refuse("a comment group");
+                if (rest.startsWith("?(")) throw refuse("a conditional group");
+                if (rest.startsWith("?>")) throw refuse("an atomic group");
+                throw refuse("an inline flag group '(" + rest + "'");
+            }
+        }
+        Automaton a = alternation(depth + 1);
+        if (!peek(')')) {
+            pos = open;
+            throw bad("'(' is never closed");
+        }
+        pos++;
+        return a;
+    }
+
+    /** A backslash escape at pos: in a class ({@code inClass}) too, where only single characters and \d \w \s… are meaningful. */
+    private Automaton escape(boolean inClass) {
+        int at = pos;
+        pos++;
+        if (pos >= src.length()) {
+            pos = at;
+            throw bad("a trailing backslash");
+        }
+        char c = src.charAt(pos++);
+        switch (c) {
+            case 'd' -> {
+                return BasicAutomata.makeCharRange('0', '9');
+            }
+            case 'D' -> {
+                return anyBut("0123456789");
+            }
+            case 'w' -> {
+                return word();
+            }
+            case 'W' -> {
+                return BasicAutomata.makeAnyChar().minus(word());
+            }
+            case 's' -> {
+                return BasicAutomata.makeCharSet(SPACE);
+            }
+            case 'S' -> {
+                return anyBut(SPACE);
+            }
+            case 'n' -> {
+                return BasicAutomata.makeChar('\n');
+            }
+            case 't' -> {
+                return BasicAutomata.makeChar('\t');
+            }
+            case 'r' -> {
+                return BasicAutomata.makeChar('\r');
+            }
+            case 'f' -> {
+                return BasicAutomata.makeChar('\f');
+            }
+            case 'v' -> {
+                return BasicAutomata.makeChar('\u000B');
+            }
+            case '0' -> {
+                return BasicAutomata.makeChar('\0');
+            }
+            case 'x' -> {
+                return BasicAutomata.makeChar(hex(2, at));
+            }
+            case 'u' -> {
+                return BasicAutomata.makeChar(hex(4, at));
+            }
+            case 'b' -> {
+                if (inClass) return BasicAutomata.makeChar('\b');
+                pos = at;
+                throw refuse("a word boundary '\\b'");
+            }
+            default -> {
+                pos = at;
+                if (c >= '1' && c <= '9') throw refuse("a backreference '\\" + c + "'");
+                if (c == 'B') throw refuse("a word boundary '\\B'");
+                if (c == 'A' || c == 'Z' || c == 'z' || c == 'G') throw refuse("an anchor '\\" + c + "'");
+                if (c == 'p' || c == 'P') throw refuse("a Unicode property '\\" + c + "'");
+                if (c == 'k') throw refuse("a named backreference '\\k'");
+                if (Character.isLetterOrDigit(c)) throw bad("an unknown escape '\\" + c + "'");
+                pos = at + 2;
+                return BasicAutomata.makeChar(c); // an escaped punctuation character (or any other non-alphanumeric) is itself
+            }
+        }
+    }
+
+    private static final String SPACE = " \t\n\r\f\u000B";
+
+    private static Automaton word() {
+        return BasicAutomata.makeCharRange('a', 'z').union(BasicAutomata.makeCharRange('A', 'Z')).union(BasicAutomata.makeCharRange('0', '9'))
+                .union(BasicAutomata.makeChar('_'));
+    }
+
+    private static Automaton anyBut(String chars) {
+        return BasicAutomata.makeAnyChar().minus(BasicAutomata.makeCharSet(chars));
+    }
+
+    private char hex(int digits, int at) {
+        if (pos + digits > src.length()) {
+            pos = at;
+            throw bad("an escape needs " + digits + " hex digits");
+        }
+        int v = 0;
+        for (int i = 0; i < digits; i++) {
+            int d = Character.digit(src.charAt(pos + i), 16);
+            if (d < 0) {
+                pos = at;
+                throw bad("an escape needs " + digits + " hex digits");
+            }
+            v = v * 16 + d;
+        }
+        pos += digits;
+        return (char) v;
+    }
+
+    /** A class at pos ('['): its characters' automaton (one character long). */
+    private Automaton charClass() {
+        int open = pos;
+        pos++;
+        boolean negated = peek('^');
+        if (negated) pos++;
+        List<Automaton> items = new ArrayList<>();
+        boolean first = true;
+        while (true) {
+            if (pos >= src.length()) {
+                pos = open;
+                throw bad("'[' is never closed");
+            }
+            char c = src.charAt(pos);
+            if (c == ']' && !first) {
+                pos++;
+                break;
+            }
+            first = false;
+            if (c == '[') throw refuse("a nested class or set operation '['");
+            char lo;
+            if (c == '\\') {
+                Automaton e = escape(true);
+                String single = e.getSingleton();
+                if (single == null || single.length() != 1) { // \d, \w, \s and their negations: not a range's end
+                    items.add(e);
+                    continue;
+                }
+                lo = single.charAt(0);
+            } else {
+                lo = c;
+                pos++;
+            }
+            if (peek('-') && pos + 1 < src.length() && src.charAt(pos + 1) != ']') {
+                int dash = pos;
+                pos++;
+                char hi;
+                if (peek('\\')) {
+                    Automaton e = escape(true);
+                    String single = e.getSingleton();
+                    if (single == null || single.length() != 1) {
+                        pos = dash;
+                        throw bad("a range ending in a class escape");
+                    }
+                    hi = single.charAt(0);
+                } else {
+                    if (peek('[')) throw refuse("a nested class or set operation '['");
+                    hi = src.charAt(pos++);
+                }
+                if (hi < lo) {
+                    pos = dash;
+                    throw bad("the range " + lo + "-" + hi + " is reversed");
+                }
+                items.add(BasicAutomata.makeCharRange(lo, hi));
+            } else {
+                items.add(BasicAutomata.makeChar(lo));
+            }
+        }
+        Automaton set = items.isEmpty() ? BasicAutomata.makeEmpty() : Automaton.union(items);
+        if (negated) set = BasicAutomata.makeAnyChar().minus(set);
+        return set;
+    }
+
+    /**
+     * The subset construction with a cap: {@code a} as a deterministic automaton of at most {@code maxStates} states, or a
+     * refusal saying the language is too complex. (dk.brics's own would go on for as long as the states come.)
+     */
+    static Automaton determinize(Automaton a, int maxStates) {
+        if (a.isDeterministic() && a.getNumberOfStates() <= maxStates) return a;
+        a = a.clone();
+        State[] nfa = a.getStates().toArray(new State[0]);
+        Map<State, Integer> index = new HashMap<>();
+        for (int i = 0; i < nfa.length; i++) index.put(nfa[i], i);
+        Map<BitSet, State> seen = new HashMap<>();
+        ArrayDeque<BitSet> work = new ArrayDeque<>();
+        BitSet start = new BitSet();
+        start.set(index.get(a.getInitialState()));
+        State init = new State();
+        seen.put(start, init);
+        work.add(start);
+        while (!work.isEmpty()) {
+            BitSet set = work.poll();
+            State from = seen.get(set);
+            TreeSet<Integer> points = new TreeSet<>();
+            for (int s = set.nextSetBit(0); s >= 0; s = set.nextSetBit(s + 1)) {
+                if (nfa[s].isAccept()) from.setAccept(true);
+                for (Transition t : nfa[s].getTransitions()) {
+                    points.add((int) t.getMin());
+                    points.add(t.getMax() + 1);
+                }
+            }
+            Integer[] p = points.toArray(new Integer[0]);
+            for (int k = 0; k + 1 < p.length; k++) {
+                char lo = (char) (int) p[k], hi = (char) (p[k + 1] - 1);
+                BitSet to = new BitSet();
+                for (int s = set.nextSetBit(0); s >= 0; s = set.nextSetBit(s + 1)) {
+                    for (Transition t : nfa[s].getTransitions()) {
+                        if (t.getMin() <= lo && hi <= t.getMax()) to.set(index.get(t.getDest()));
+                    }
+                }
+                if (to.isEmpty()) continue;
+                State dest = seen.get(to);
+                if (dest == null) {
+                    if (seen.size() >= maxStates) {
+                        throw new IllegalArgumentException("is too complex: its automaton has over " + maxStates + " states");
+                    }
+                    dest = new State();
+                    seen.put(to, dest);
+                    work.add(to);
+                }
+                from.addTransition(new Transition(lo, hi, dest));
+            }
+        }
+        Automaton d = new Automaton();
+        d.setInitialState(init);
+        d.setDeterministic(true);
+        d.reduce();
+        return d;
+    }
+}

@@ -1,0 +1,245 @@
+package io.kvferry.engine.model;
+
+import dk.brics.automaton.Automaton;
+import dk.brics.automaton.RunAutomaton;
+
+import java.nio.ByteBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
+ * automaton over the output's characters, and the vocabulary's token texts, so that before each sampling step the tokens
+ * whose text would take the output outside the language are masked ({@link #mask}). The state is a pure function of the
+ * output so far (its tokens' texts run through the automaton from the start), as {@link SamplingRules} are: the prefill
+ * (the first token) and the decode (the rest) mask alike with no state handed over, and the answer equals a colocated
+ * run's token for token. Compiled once per spec ({@link Compiler}: a bounded cache); immutable, so shared by requests.
+ *
+ * <p>Travels as its {@link #kind} ({@code regex}, {@code json_schema}) and {@link #source}, SGLang's sampling parameters.
+ * Token texts: a text piece counts as its characters when it decodes as whole UTF-8 characters; a byte-fallback piece
+ * ({@code <0xHH>}) counts as its character when the byte is ASCII; any other byte piece, a piece that is part of a
+ * character, and the special pieces (unknown, BOS, EOS) are never generated under a constraint, except the end: EOS (and
+ * BOS, llama2.c's end, and a request's stop token ids, whose text is left out) only where the output so far is a whole
+ * match. Where no token can continue (the language admits no further character, or none the vocabulary spells), EOS is
+ * the only candidate, whatever {@code min_tokens} or {@code ignore_eos} say.
+ */
+public final class OutputConstraint {
+    /** Which SGLang sampling parameter carries it. */
+    public enum Kind {
+        REGEX("regex"), JSON_SCHEMA("json_schema");
+
+        public final String param;
+
+        Kind(String param) {
+            this.param = param;
+        }
+    }
+
+    private final Kind kind;
+    private final String source;
+    private final RunAutomaton run;
+    /** Whether a state can still reach an accepting one (else a token that leads there is masked). */
+    private final boolean[] live;
+    /** Whether a state has a next character on the way to a match. */
+    private final boolean[] continues;
+    private final TokenTexts texts;
+
+    private OutputConstraint(Kind kind, String source, Automaton a, TokenTexts texts) {
+        this.kind = kind;
+        this.source = source;
+        this.run = new RunAutomaton(a);
+        this.texts = texts;
+        int n = run.getSize();
+        char[] points = run.getCharIntervals();
+        live = new boolean[n];
+        for (int s = 0; s < n; s++) live[s] = run.isAccept(s);
+        for (boolean changed = true; changed; ) { // co-reachability: a fixed point, states x intervals a round
+            changed = false;
+            for (int s = 0; s < n; s++) {
+                if (live[s]) continue;
+                for (char c : points) {
+                    int t = run.step(s, c);
+                    if (t >= 0 && live[t]) {
+                        live[s] = true;
+                        changed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        continues = new boolean[n];
+        for (int s = 0; s < n; s++) {
+            for (char c : points) {
+                int t = run.step(s, c);
+                if (t >= 0 && live[t]) {
+                    continues[s] = true;
+                    break;
+                }
+            }
+        }
+        if (!live[run.getInitialState()]) throw new IllegalArgumentException("matches no text at all");
+    }
+
+    public Kind kind() {
+        return kind;
+    }
+
+    /** The spec as the client (regex) or the router (the schema, compact JSON) wrote it. */
+    public String source() {
+        return source;
+    }
+
+    /**
+     * The automaton's state after the output so far: {@code seq} holds the prompt ({@code promptLength} tokens) and then
+     * {@code step} output tokens. -1: outside the language (never, for an output sampled under this constraint).
+     */
+    public int state(int[] seq, int promptLength, int step) {
+        int s = run.getInitialState();
+        for (int i = 0; i < step && s >= 0; i++) {
+            char[] text = texts.text(seq[promptLength + i - 1], seq[promptLength + i]);
+            if (text == null) return -1;
+            for (int k = 0; k < text.length && s >= 0; k++) s = run.step(s, text[k]);
+        }
+        return s >= 0 && live[s] ? s : -1;
+    }
+
+    /** Whether the output that led to {@code state} is a whole match. */
+    public boolean complete(int state) {
+        return state >= 0 && run.isAccept(state);
+    }
+
+    /**
+     * Masks (-inf) the tokens that would take the output outside the language at output position {@code step}, in place;
+     * {@code eosAllowed} and {@code stopAllowed}: whether the request's own rules let EOS / BOS and its stop token ids end it
+     * here ({@code ignore_eos}, {@code min_tokens}); where nothing is left, EOS alone stays (finite).
+     */
+    public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds) {
+        int s = state(seq, promptLength, step);
+        int prev = seq[promptLength + step - 1];
+        boolean whole = complete(s);
+        boolean any = false;
+        for (int t = 0; t < logits.length; t++) {
+            if (logits[t] == Float.NEGATIVE_INFINITY) continue;
+            boolean ok;
+            if (Arrays.binarySearch(stopTokenIds, t) >= 0) {
+                ok = whole && stopAllowed;
+            } else if (Tokenizer.endsSequence(t)) {
+                ok = whole && eosAllowed;
+            } else {
+                ok = s >= 0 && continues[s] && leadsOn(s, texts.text(prev, t));
+            }
+            if (ok) any = true;
+            else logits[t] = Float.NEGATIVE_INFINITY;
+        }
+        if (!any) logits[Tokenizer.EOS] = 0f;
+    }
+
+    private boolean leadsOn(int s, char[] text) {
+        if (text == null) return false;
+        for (int k = 0; k < text.length; k++) {
+            s = run.step(s, text[k]);
+            if (s < 0) return false;
+        }
+        return live[s];
+    }
+
+    /** Whether {@code text} is a whole match (tests). */
+    public boolean matches(String text) {
+        return run.run(text);
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof OutputConstraint c && kind == c.kind && source.equals(c.source);
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(kind, source);
+    }
+
+    @Override
+    public String toString() {
+        return kind.param + "=" + (source.length() > 80 ? source.substring(0, 80) + "…" : source);
+    }
+
+    /**
+     * The vocabulary's token texts as a constraint reads them (see the class comment): null where a token is never
+     * generated under a constraint. A token right after BOS loses one leading space, as {@link Tokenizer#decode} does.
+     */
+    static final class TokenTexts {
+        private final char[][] texts, afterBos;
+
+        TokenTexts(Tokenizer tok) {
+            int n = tok.vocabSize();
+            texts = new char[n][];
+            afterBos = new char[n][];
+            for (int t = 0; t < n; t++) {
+                if (t <= Tokenizer.EOS) continue; // unknown, BOS, EOS: no text a constraint may take
+                boolean bytePiece = tok.tokenText(t).matches("<0x[0-9A-Fa-f]{2}>");
+                texts[t] = chars(tok.pieceBytes(-1, t), bytePiece);
+                afterBos[t] = chars(tok.pieceBytes(Tokenizer.BOS, t), bytePiece);
+            }
+        }
+
+        private static char[] chars(byte[] bytes, boolean bytePiece) {
+            if (bytes.length == 0) return null; // no progress: a loop, never a step
+            if (bytePiece) return (bytes[0] & 0xFF) < 0x80 ? new char[]{(char) bytes[0]} : null;
+            try {
+                return StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
+                        .onUnmappableCharacter(CodingErrorAction.REPORT).decode(ByteBuffer.wrap(bytes)).toString().toCharArray();
+            } catch (CharacterCodingException e) {
+                return null;
+            }
+        }
+
+        char[] text(int prev, int token) {
+            return prev == Tokenizer.BOS ? afterBos[token] : texts[token];
+        }
+    }
+
+    /**
+     * Compiles constraints against one tokenizer's vocabulary and keeps the last {@link #CACHED} of them by spec, so a
+     * spec sent again (every sample of a request, the prefill and the decode of it) is compiled once. Thread-safe: one
+     * compilation at a time (dk.brics's state numbering is a static counter; and it bounds the CPU a client can take).
+     */
+    public static final class Compiler {
+        public static final int CACHED = 64;
+        private final TokenTexts texts;
+        private final Map<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true) {
+            @Override
+            protected boolean removeEldestEntry(Map.Entry<String, OutputConstraint> eldest) {
+                return size() > CACHED;
+            }
+        };
+
+        public Compiler(Tokenizer tokenizer) {
+            this.texts = new TokenTexts(tokenizer);
+        }
+
+        /** A regex's constraint; a refusal's message says what is wrong (it reads after the field's name: "regex is …"). */
+        public OutputConstraint regex(String regex) {
+            return compile(Kind.REGEX, regex);
+        }
+
+        /** A JSON schema's constraint (the schema as JSON text); a refusal's message says what is wrong. */
+        public OutputConstraint jsonSchema(String schema) {
+            return compile(Kind.JSON_SCHEMA, schema);
+        }
+
+        public synchronized OutputConstraint compile(Kind kind, String source) {
+            String key = kind.param + '\0' + source;
+            OutputConstraint c = cache.get(key);
+            if (c != null) return c;
+            Automaton a = kind == Kind.REGEX ? ClientRegex.compile(source) : JsonSchemaAutomaton.compile(source);
+            c = new OutputConstraint(kind, source, a, texts);
+            cache.put(key, c);
+            return c;
+        }
+    }
+}
