@@ -77,15 +77,14 @@ final class ChatPrompt {
 
     /**
      * Chat parameters that would change the answer and that this engine does not implement, each with what a
-     * request may send instead: tools and function calling, structured output, audio,
-     * predicted output. {@code n} and the sampling parameters ({@link RequestParams#rules}) are the router's for both routes.
+     * request may send instead: tools and function calling, audio, predicted output ({@code response_format} is
+     * implemented: {@link StructuredOutputs}). {@code n} and the sampling parameters ({@link RequestParams#rules}) are the router's for both routes.
      */
     private static final Map<String, String> UNSUPPORTED = Map.of(
             "tools", "null, [] or absent",
             "tool_choice", "null, \"none\" or absent",
             "functions", "null, [] or absent",
             "function_call", "null, \"none\" or absent",
-            "response_format", "{\"type\":\"text\"}, null or absent",
             "audio", "null or absent",
             "prediction", "null or absent",
             "modalities", "[\"text\"], null or absent");
@@ -103,7 +102,6 @@ final class ChatPrompt {
         return switch (key) {
             case "tools", "functions" -> v.isArray() && v.isEmpty();
             case "tool_choice", "function_call" -> v.isTextual() && "none".equals(v.textValue());
-            case "response_format" -> v.isObject() && v.size() == 1 && "text".equals(v.path("type").asText(null));
             case "modalities" -> v.isArray() && v.size() == 1 && "text".equals(v.get(0).asText(null));
             default -> false;
         };

@@ -318,7 +318,7 @@ class ServeTest {
                 {"{" + msgs + ",\"function_call\":\"auto\"}", "function_call", "function_call is not supported"},
                 {"{" + msgs + ",\"logprobs\":\"yes\"}", "logprobs", "logprobs must be true or false"},
                 {"{" + msgs + ",\"top_logprobs\":2}", "top_logprobs", "top_logprobs (2) needs logprobs: true"},
-                {"{" + msgs + ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "response_format is not supported"},
+                {"{" + msgs + ",\"response_format\":{\"type\":\"xml\"}}", "response_format", "response_format.type must be text, json_object or json_schema"},
                 {"{" + msgs + ",\"presence_penalty\":3}", "presence_penalty", "presence_penalty must be in [-2, 2]"},
                 {"{" + msgs + ",\"max_completion_tokens\":0}", "max_completion_tokens", "max_completion_tokens must be in [1, "},
                 {"{" + msgs + ",\"max_tokens\":-1}", "max_tokens", "max_tokens must be in [1, "},
@@ -381,8 +381,8 @@ class ServeTest {
     @Timeout(60)
     void generateRefusesSamplingParamsTheEngineDoesNotImplement() throws Exception {
         String[][] cases = {
-                {"\"n\":2,\"regex\":\"a+\"", "sampling_params: n is not supported (must be 1, null or absent), got 2; "
-                        + "regex is not supported (must be null or absent)"},
+                {"\"n\":2,\"ebnf\":\"root ::= x\"", "sampling_params: n is not supported (must be 1, null or absent), got 2; "
+                        + "ebnf is not supported (must be null or absent), got \"root ::= x\""},
                 {"\"top_k\":0", "top_k must be -1 (no limit) or at least 1, got 0"},
                 // The sampling parameters it implements, out of range (SamplingParamsTest: each of them).
                 {"\"min_p\":1.1", "min_p must be in [0, 1]"},
@@ -392,9 +392,9 @@ class ServeTest {
                 {"\"min_new_tokens\":5", "min_new_tokens (5) must be at most the token limit (4)"},
                 {"\"n\":2", "n is not supported"},
                 {"\"stop_token_ids\":[13.5]", "stop_token_ids must be a list of token ids"},
-                {"\"regex\":\"a+\"", "regex is not supported (must be null or absent)"},
+                {"\"regex\":\"a(?=b)\"", "sampling_params.regex: the regex has a lookahead '(?=' at position 1"},
                 {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, top_k, seed, stop, "
-                        + "frequency_penalty, presence_penalty, repetition_penalty, min_p, logit_bias, min_new_tokens, ignore_eos, stop_token_ids)"},
+                        + "frequency_penalty, presence_penalty, repetition_penalty, min_p, logit_bias, min_new_tokens, ignore_eos, stop_token_ids, regex, json_schema)"},
         };
         for (String[] c : cases) {
             String body = "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":4," + c[0] + "}}";

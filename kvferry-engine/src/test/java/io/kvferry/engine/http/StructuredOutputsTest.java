@@ -1,0 +1,340 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.core.JsonParseException;
+import com.fasterxml.jackson.core.io.JsonEOFException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.TestModels;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.OutputConstraint;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.SamplingRules;
+import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.engine.serving.ColocatedEngine;
+import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.engine.serving.Generation;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Structured outputs through the router, a TP2 prefill (the first token) and a TP1 decode (the rest), as vLLM's and
+ * SGLang's clients send them: regex on the three routes (greedy and seeded; the answer a colocated run's, token for
+ * token, and a whole match when it stops), choices, JSON schemas (OpenAI's response_format, vLLM's guided_json and
+ * structured_outputs), json_object; and the refusals (a bad regex, an unsupported keyword, two constraints, grammars), a
+ * 400 naming the field at the router and at each engine.
+ */
+class StructuredOutputsTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final String PROMPT = "Once upon a time";
+    static final int MAX = 48;
+    static Tokenizer tokenizer;
+    static OutputConstraint.Compiler compiler;
+    static EngineStack stack;
+    static Router router;
+    static ColocatedEngine colocated;
+    static int[] promptIds;
+
+    @BeforeAll
+    static void start() throws Exception {
+        TestModels.requireStories();
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        tokenizer = model.tokenizer();
+        compiler = new OutputConstraint.Compiler(tokenizer);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 32, 32);
+        stack = EngineStack.open(spec.withParallelism(2, 1), spec, "structured-outputs-test", null);
+        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), tokenizer, model.weights().config.seqLen(),
+                "test-model", "127.0.0.1", 0);
+        colocated = new ColocatedEngine(spec.withMaxRequests(1));
+        promptIds = tokenizer.encode(PROMPT, true, false);
+    }
+
+    @AfterAll
+    static void stop() {
+        for (AutoCloseable c : new AutoCloseable[]{router, stack, colocated}) {
+            try {
+                if (c != null) c.close();
+            } catch (Exception ignored) {
+                // closing the rest
+            }
+        }
+    }
+
+    static String quoted(String s) throws Exception {
+        return JSON.writeValueAsString(s);
+    }
+
+    static void assertWholeMatch(String regex, String text, String what) {
+        assertTrue(Pattern.compile(regex).matcher(text).matches(), what + ": '" + text + "' does not match " + regex);
+    }
+
+    static void assertPrefixOfMatch(String regex, String text, String what) {
+        Matcher m = Pattern.compile(regex).matcher(text);
+        assertTrue(m.matches() || m.hitEnd(), what + ": '" + text + "' is not a prefix of a match of " + regex);
+    }
+
+    static final String[] REGEXES = {"(Lily|Tom|Sue) (went|saw|had) [a-z]+( [a-z]+){1,6}\\.", "[0-9]{3}-[0-9]{4}", "\\d+ (cats|dogs)"};
+    /** Greedy, and seeded temperature / top-p (OpenAI's and SGLang's spelling alike). */
+    static final String[] SAMPLINGS = {"\"temperature\":0", "\"temperature\":0.9,\"top_p\":0.95,\"seed\":11"};
+
+    static Sampling sampling(int s, OutputConstraint c) {
+        SamplingRules r = SamplingRules.NONE.withConstraint(c);
+        return s == 0 ? new Sampling(0f, 1f, 0, -1, r) : new Sampling(0.9f, 0.95f, 11, -1, r);
+    }
+
+    @Test
+    @Timeout(120)
+    void regexAnswersMatchOnEveryRouteAndEqualColocated() throws Exception {
+        int stops = 0;
+        for (String regex : REGEXES) {
+            for (int s = 0; s < SAMPLINGS.length; s++) {
+                Generation ref = colocated.generate(promptIds, MAX, sampling(s, compiler.regex(regex)));
+                String refText = tokenizer.decode(ref.tokens());
+                String what = regex + " " + SAMPLINGS[s];
+                // SGLang's /generate: the tokens are the colocated run's.
+                JsonNode g = RouterCalls.ok(router.port(), "/generate", "{\"text\":\"" + PROMPT + "\",\"sampling_params\":{\"max_new_tokens\":" + MAX
+                        + "," + SAMPLINGS[s] + ",\"regex\":" + quoted(regex) + "}}");
+                int[] ids = SamplingParamsTest.ids(g.get("output_ids"));
+                assertArrayEquals(ref.tokens(), ids, what);
+                assertEquals(refText, g.get("text").asText(), what);
+                // vLLM's guided_regex and its newer structured_outputs.regex on /v1/completions: the same text.
+                for (String field : new String[]{"\"guided_regex\":" + quoted(regex), "\"structured_outputs\":{\"regex\":" + quoted(regex) + "}"}) {
+                    JsonNode c = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX + ","
+                            + SAMPLINGS[s] + "," + field + "}");
+                    JsonNode choice = c.path("choices").path(0);
+                    assertEquals(refText, choice.path("text").asText(), what + " " + field);
+                    assertEquals(ref.finishReason(), choice.path("finish_reason").asText(), what + " " + field);
+                }
+                if (ref.finishReason().equals("stop")) {
+                    stops++;
+                    assertWholeMatch(regex, refText, what);
+                } else {
+                    assertPrefixOfMatch(regex, refText, what);
+                }
+                // A chat (its own prompt): a match when it stops, a prefix of one when cut.
+                JsonNode chat = RouterCalls.ok(router.port(), "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"" + PROMPT
+                        + "\"}],\"max_tokens\":" + MAX + "," + SAMPLINGS[s] + ",\"guided_regex\":" + quoted(regex) + "}");
+                JsonNode cc = chat.path("choices").path(0);
+                String chatText = cc.path("message").path("content").asText();
+                if (cc.path("finish_reason").asText().equals("stop")) assertWholeMatch(regex, chatText, "chat " + what);
+                else assertPrefixOfMatch(regex, chatText, "chat " + what);
+            }
+        }
+        assertTrue(stops >= 3, "most answers finish whole: " + stops);
+    }
+
+    @Test
+    @Timeout(120)
+    void aChoiceIsOneOfTheChoices() throws Exception {
+        List<String> choices = List.of("yes", "no", "It was a dog.", "a (b) [c] {d} ^$.*+?|\\");
+        String list = JSON.writeValueAsString(choices);
+        for (String s : SAMPLINGS) {
+            for (String field : new String[]{"\"guided_choice\":" + list, "\"structured_outputs\":{\"choice\":" + list + "}"}) {
+                JsonNode c = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX + "," + s + ","
+                        + field + "}");
+                JsonNode choice = c.path("choices").path(0);
+                assertEquals("stop", choice.path("finish_reason").asText(), c.toString());
+                assertTrue(choices.contains(choice.path("text").asText()), c.toString());
+            }
+        }
+        // The metacharacters are literals: a choice that is all of them is reached when it is the only one.
+        String odd = choices.getLast();
+        JsonNode c = RouterCalls.ok(router.port(), "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":" + MAX
+                + ",\"temperature\":0,\"guided_choice\":[" + quoted(odd) + "]}");
+        assertEquals(odd, c.path("choices").path(0).path("message").path("content").asText(), c.toString());
+    }
+
+    static final String PERSON = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":16},"
+            + "\"age\":{\"type\":\"integer\"},\"pets\":{\"type\":\"array\",\"items\":{\"enum\":[\"cat\",\"dog\"]},\"maxItems\":3},"
+            + "\"happy\":{\"type\":\"boolean\"},\"note\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":8},{\"type\":\"null\"}]}},"
+            + "\"required\":[\"name\",\"age\",\"happy\"],\"additionalProperties\":false}";
+
+    static void assertPerson(JsonNode p, String what) {
+        assertTrue(p.isObject(), what);
+        assertTrue(p.get("name").isTextual() && p.get("name").asText().length() <= 16, what);
+        assertTrue(p.get("age").isIntegralNumber(), what);
+        assertTrue(p.get("happy").isBoolean(), what);
+        Set<String> allowed = Set.of("name", "age", "pets", "happy", "note");
+        p.fieldNames().forEachRemaining(f -> assertTrue(allowed.contains(f), what + ": " + f));
+        if (p.has("pets")) {
+            assertTrue(p.get("pets").isArray() && p.get("pets").size() <= 3, what);
+            p.get("pets").forEach(x -> assertTrue(x.asText().equals("cat") || x.asText().equals("dog"), what));
+        }
+        if (p.has("note")) assertTrue(p.get("note").isNull() || p.get("note").isTextual(), what);
+    }
+
+    @Test
+    @Timeout(120)
+    void jsonSchemaAnswersParseAndHaveTheSchemasShape() throws Exception {
+        String[] fields = {
+                "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"person\",\"schema\":" + PERSON + ",\"strict\":true}}",
+                "\"guided_json\":" + PERSON,
+                "\"guided_json\":" + quoted(PERSON),
+                "\"structured_outputs\":{\"json\":" + PERSON + "}",
+        };
+        int stops = 0;
+        for (String s : SAMPLINGS) {
+            for (String f : fields) {
+                JsonNode c = RouterCalls.ok(router.port(), "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me about Tom.\"}],"
+                        + "\"max_tokens\":120," + s + "," + f + "}");
+                JsonNode choice = c.path("choices").path(0);
+                if (!choice.path("finish_reason").asText().equals("stop")) continue;
+                stops++;
+                assertPerson(JSON.readTree(choice.path("message").path("content").asText()), s + " " + f + ": " + c);
+            }
+            JsonNode g = RouterCalls.ok(router.port(), "/generate", "{\"text\":\"" + PROMPT + "\",\"sampling_params\":{\"max_new_tokens\":120," + s
+                    + ",\"json_schema\":" + quoted(PERSON) + "}}");
+            if (g.path("meta_info").path("finish_reason").path("type").asText().equals("stop")) {
+                stops++;
+                assertPerson(JSON.readTree(g.get("text").asText()), s + " /generate: " + g);
+            }
+        }
+        assertTrue(stops >= 4, "most answers finish whole: " + stops);
+    }
+
+    /** A token whose text is exactly {@code text} (a byte token, for '}' in this vocabulary). */
+    static int token(String text) {
+        for (int t = 0; t < tokenizer.vocabSize(); t++) if (new String(tokenizer.tokenBytes(t), StandardCharsets.UTF_8).equals(text)) return t;
+        throw new AssertionError("no token '" + text + "'");
+    }
+
+    /** Whether {@code text} is JSON cut short: every token parses until the input ends. */
+    static boolean isJsonPrefix(String text) throws Exception {
+        try (var p = JSON.getFactory().createParser(text)) {
+            while (p.nextToken() != null) {
+                // every token so far is well formed
+            }
+            return true;
+        } catch (JsonEOFException e) {
+            return true;
+        } catch (JsonParseException e) {
+            return e.getMessage().contains("end-of-input");
+        }
+    }
+
+    @Test
+    @Timeout(120)
+    void jsonObjectAnswersParse() throws Exception {
+        // The story model writes its story into the first key and goes on with members: cut at max_tokens, the answer is an
+        // object's start; with a bias for '"' and '}' (OpenAI's logit_bias, applied before the mask) it closes its strings and
+        // the object, and stops.
+        String close = "\"logit_bias\":{\"" + token("\"") + "\":100,\"" + token("}") + "\":100}";
+        int stops = 0;
+        for (String s : SAMPLINGS) {
+            for (String f : new String[]{"\"response_format\":{\"type\":\"json_object\"}", "\"structured_outputs\":{\"json_object\":true}"}) {
+                for (String extra : new String[]{"", "," + close}) {
+                    JsonNode c = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":100," + s + "," + f
+                            + extra + "}");
+                    JsonNode choice = c.path("choices").path(0);
+                    String text = choice.path("text").asText();
+                    assertTrue(text.startsWith("{"), c.toString());
+                    if (choice.path("finish_reason").asText().equals("stop")) {
+                        stops++;
+                        assertTrue(JSON.readTree(text).isObject(), c.toString());
+                    } else {
+                        assertTrue(isJsonPrefix(text), c.toString());
+                    }
+                }
+            }
+        }
+        assertTrue(stops >= 2, "the biased objects finish: " + stops);
+        // text is no constraint: the plain answer.
+        JsonNode plain = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":8,\"temperature\":0}");
+        JsonNode text = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT
+                + "\",\"max_tokens\":8,\"temperature\":0,\"response_format\":{\"type\":\"text\"}}");
+        assertEquals(plain.path("choices").path(0).path("text"), text.path("choices").path(0).path("text"));
+    }
+
+    @Test
+    @Timeout(60)
+    void badConstraintsAreA400NamingTheFieldAtTheRouterAndAtTheEngines() throws Exception {
+        String[][] openAi = {
+                {"\"guided_regex\":\"(ab\"", "guided_regex", "'(' is never closed"},
+                {"\"guided_regex\":\"a(?=b)\"", "guided_regex", "lookahead"},
+                {"\"guided_regex\":\"(a)\\\\1\"", "guided_regex", "backreference"},
+                {"\"guided_regex\":5", "guided_regex", "must be a string"},
+                {"\"structured_outputs\":{\"regex\":\"a^b\"}", "structured_outputs.regex", "anchor"},
+                {"\"guided_json\":{\"type\":\"string\",\"format\":\"email\"}", "guided_json", "keyword 'format'"},
+                {"\"guided_json\":\"{nope\"", "guided_json", "is not valid JSON"},
+                {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"oneOf\":[]}}}", "response_format",
+                        "keyword 'oneOf'"},
+                {"\"response_format\":{\"type\":\"xml\"}", "response_format", "must be text, json_object or json_schema"},
+                {"\"guided_choice\":[]", "guided_choice", "non-empty list of strings"},
+                {"\"guided_regex\":\"a\",\"response_format\":{\"type\":\"json_object\"}", "guided_regex", "response_format and guided_regex"},
+                {"\"guided_regex\":\"a\",\"guided_choice\":[\"b\"]", "guided_choice", "guided_regex and guided_choice"},
+                {"\"guided_grammar\":\"root ::= x\"", "guided_grammar", "guided_grammar is not supported"},
+                {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "structured_outputs.grammar", "not supported"},
+        };
+        for (String[] c : openAi) {
+            assertBadRequest("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":8," + c[0] + "}", c[1], c[2]);
+            assertBadRequest("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":8," + c[0] + "}",
+                    c[1], c[2]);
+        }
+        String[][] sglang = {
+                {"\"regex\":\"[a-\"", "sampling_params.regex", "never closed"},
+                {"\"regex\":\"(?<name>a)\"", "sampling_params.regex", "named group"},
+                {"\"json_schema\":\"{\\\"type\\\":\\\"object\\\",\\\"patternProperties\\\":{}}\"", "sampling_params.json_schema",
+                        "keyword 'patternProperties'"},
+                {"\"json_schema\":{\"type\":\"object\"}", "sampling_params.json_schema", "must be a string"},
+                {"\"regex\":\"a\",\"json_schema\":\"{}\"", "sampling_params.json_schema", "sampling_params.regex and sampling_params.json_schema"},
+                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf", "ebnf"},
+        };
+        for (String[] c : sglang) {
+            assertBadRequest("/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":8," + c[0] + "}}", c[1], c[2]);
+        }
+        // The engines check what they are sent (a body that did not come through the router): a 400, never a crash.
+        String ids = Arrays.toString(promptIds).replace(" ", "");
+        String[][] engine = {
+                {"\"regex\":\"(?=a)\"", "sampling_params.regex", "lookahead"},
+                {"\"regex\":\"(a|b)*a(a|b){30}\"", "sampling_params.regex", "too complex"},
+                {"\"json_schema\":\"{\\\"type\\\":\\\"string\\\",\\\"format\\\":\\\"date\\\"}\"", "sampling_params.json_schema", "keyword 'format'"},
+                {"\"json_schema\":\"[1,2]\"", "sampling_params.json_schema", "must be a JSON object"},
+                {"\"regex\":\"a\",\"json_schema\":\"{}\"", "sampling_params.json_schema", "both set"},
+                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf", "not supported"},
+        };
+        long room = 8_000;
+        for (String[] c : engine) {
+            for (String url : new String[]{stack.prefillUrl(), stack.decodeUrl()}) {
+                String body = "{\"bootstrap_room\":" + room++ + ",\"input_ids\":" + ids + ",\"bootstrap_addr\":\"" + stack.addr
+                        + "\",\"max_new_tokens\":4,\"sampling_params\":{\"temperature\":0," + c[0] + "}}";
+                HttpResponse<String> r = RouterCalls.post(Integer.parseInt(url.substring(url.lastIndexOf(':') + 1)), "/generate", body);
+                assertEquals(400, r.statusCode(), url + " " + body + " -> " + r.body());
+                JsonNode error = JSON.readTree(r.body()).path("error");
+                assertEquals(c[1], error.path("param").asText(null), url + " " + body + " -> " + r.body());
+                assertTrue(error.path("message").asText().contains(c[2]), url + " " + body + " -> " + r.body());
+            }
+        }
+        awaitPagesReturned();
+    }
+
+    static void assertBadRequest(String path, String body, String param, String message) throws Exception {
+        HttpResponse<String> r = RouterCalls.post(router.port(), path, body);
+        assertEquals(400, r.statusCode(), body + " -> " + r.body());
+        JsonNode error = JSON.readTree(r.body()).path("error");
+        assertEquals("invalid_request_error", error.path("type").asText(), r.body());
+        assertEquals(param, error.path("param").asText(null), body + " -> " + r.body());
+        assertTrue(error.path("message").asText().contains(message), body + " -> " + r.body());
+    }
+
+    static void awaitPagesReturned() throws Exception {
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (stack.decode.outstanding().get(5, TimeUnit.SECONDS) != 0 || stack.prefill.outstanding().get(5, TimeUnit.SECONDS) != 0) {
+            assertTrue(System.nanoTime() < until, "every request's pages came back");
+            Thread.sleep(20);
+        }
+    }
+}
