@@ -18,7 +18,7 @@ import java.util.TreeSet;
  * {@code regex} take it) as an automaton of the language it matches whole: literals, escapes ({@code \d \w \s \D \W \S},
  * {@code \n \t \r \f \v}, {@code \xhh}, {@code \\uhhhh}, an escaped punctuation character), classes ({@code [a-z_]},
  * {@code [^"\\]}), {@code .} (any character but a line break), groups ({@code (…)}, {@code (?:…)}), alternation, the
- * quantifiers {@code * + ? {m} {m,} {m,n}} (lazy ones too: the language is the same), and {@code ^} and {@code $} at the
+ * quantifiers {@code * + ? {m} {m,} {m,n} {,n}} (lazy ones too: the language is the same), and {@code ^} and {@code $} at the
  * very ends only. Built with dk.brics.automaton's operations, never its own regex syntax ({@code & ~ # @ < > "} are
  * operators there). Refused, with the construct and its position: lookarounds, backreferences, named groups, inline
  * flags, anchors inside, word boundaries, possessive quantifiers, Unicode properties, nested classes.
@@ -179,7 +179,9 @@ public final class ClientRegex {
             i++;
             digits++;
         }
-        if (digits == 0) return false;
+        if (digits == 0) { // Python's {,n}: zero to n
+            if (i >= src.length() || src.charAt(i) != ',' || i + 1 >= src.length() || !Character.isDigit(src.charAt(i + 1))) return false;
+        }
         if (i < src.length() && src.charAt(i) == ',') {
             i++;
             while (i < src.length() && Character.isDigit(src.charAt(i))) i++;
@@ -191,6 +193,7 @@ public final class ClientRegex {
         int start = pos;
         while (pos < src.length() && Character.isDigit(src.charAt(pos))) pos++;
         String digits = src.substring(start, pos);
+        if (digits.isEmpty()) return 0;
         return digits.length() > 6 ? Integer.MAX_VALUE : Integer.parseInt(digits);
     }
 

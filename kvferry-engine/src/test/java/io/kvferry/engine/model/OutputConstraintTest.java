@@ -1,0 +1,314 @@
+package io.kvferry.engine.model;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dk.brics.automaton.Automaton;
+import dk.brics.automaton.RunAutomaton;
+import io.kvferry.engine.TestModels;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.constraints.IntRange;
+import org.junit.jupiter.api.Test;
+
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Structured outputs' pure parts: the client regex translator (the language java.util.regex matches whole, and the
+ * refusals with their construct and position), the JSON schema compiler (every text it accepts parses, with the
+ * schema's shape), and the mask (tokens that leave the language, the end only where the output is a whole match).
+ */
+class OutputConstraintTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+
+    /** Each expression, and strings to try on it: the translator accepts exactly what java.util.regex matches whole. */
+    static final String[] ACCEPTED = {
+            "abc", "a|b|", "(ab)*c+d?", "(?:yes|no)\\.?", "[a-c0-9_]{2,4}", "[^a-z]+", "\\d{3}-\\d{4}", "\\w+\\s\\W\\S\\D", "a.b",
+            "x{2}", "x{2,}", "x{0,3}", "x*?y+?z??", "^anchored$", "\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\\\\\^\\$", "\\x41\\u0042\\t",
+            "[\\]\\-a]", "[]a]", "[a-]", "\\{\"k\": ?[0-9]+\\}", "(a|b(c|d)*)e",
+    };
+
+    static List<String> probes(SplittableRandom r) {
+        String alphabet = "abcdexyz0129_-. {}[]\"\\:\n\tAB^$*+?|,()";
+        List<String> out = new ArrayList<>(List.of("", "abc", "c", "yes", "no.", "ab0_", "ZZ", "123-4567", "ab_ ! a", "a\nb", "a b", "xx",
+                "xxxx", "", "yz", "xyz", "anchored", ".*+?()[]{}|\\^$", "AB\t", "]", "-a", "a-", "a{,2}", "a{x}", "{\"k\": 12}", "{\"k\":1}",
+                "abe", "ee", "bcde", "bce"));
+        for (int i = 0; i < 400; i++) {
+            StringBuilder b = new StringBuilder();
+            int len = r.nextInt(7);
+            for (int k = 0; k < len; k++) b.append(alphabet.charAt(r.nextInt(alphabet.length())));
+            out.add(b.toString());
+        }
+        return out;
+    }
+
+    @Test
+    void theTranslatorAcceptsTheSameStringsAsJavaUtilRegex() {
+        SplittableRandom r = new SplittableRandom(5);
+        for (String re : ACCEPTED) {
+            Automaton a = ClientRegex.compile(re);
+            Pattern p = Pattern.compile(re);
+            List<String> probes = probes(r);
+            // and a few of its own strings, so a match is tried, not only mismatches
+            RunAutomaton run = new RunAutomaton(a);
+            for (int i = 0; i < 50; i++) probes.add(walk(run, r, 12));
+            for (String s : probes) {
+                if (s == null) continue;
+                assertEquals(p.matcher(s).matches(), a.run(s), "'" + re + "' on '" + s + "'");
+            }
+        }
+    }
+
+    @Test
+    void pythonsCountsAndLiteralBraces() {
+        Automaton upTo2 = ClientRegex.compile("a{,2}"); // Python's: zero to two (java.util.regex refuses it)
+        assertTrue(upTo2.run("") && upTo2.run("a") && upTo2.run("aa"));
+        assertFalse(upTo2.run("aaa"));
+        Automaton literal = ClientRegex.compile("a{x}"); // not a count: the characters themselves, as Python reads them
+        assertTrue(literal.run("a{x}"));
+        assertFalse(literal.run("a"));
+    }
+
+    @Test
+    void theTranslatorRefusesWhatItDoesNotSupportNamingTheConstructAndItsPosition() {
+        String[][] refused = {
+                {"a(?=b)", "lookahead '(?=' at position 1"},
+                {"a(?!b)", "lookahead '(?!' at position 1"},
+                {"(?<=a)b", "lookbehind '(?<=' at position 0"},
+                {"(a)\\1", "backreference '\\1' at position 3"},
+                {"(?P<x>a)", "named group at position 0"},
+                {"(?<x>a)", "named group at position 0"},
+                {"(?i)abc", "inline flag group '(?i)' at position 0"},
+                {"ab^c", "anchor '^' inside the expression (only at its start) at position 2"},
+                {"a$b", "anchor '$' inside the expression (only at its end) at position 1"},
+                {"(a$)", "anchor '$' inside the expression"},
+                {"\\bword", "word boundary '\\b' at position 0"},
+                {"a\\Z", "anchor '\\Z' at position 1"},
+                {"a++", "possessive quantifier at position 2"},
+                {"\\p{L}", "Unicode property '\\p' at position 0"},
+                {"[a[b]]", "nested class or set operation '[' at position 2"},
+                {"(ab", "'(' is never closed"},
+                {"ab)", "unbalanced ')'"},
+                {"[ab", "'[' is never closed"},
+                {"*a", "nothing to repeat before '*'"},
+                {"a**", "a quantifier after a quantifier"},
+                {"\\q", "unknown escape '\\q'"},
+                {"a{3,1}", "maximum below its minimum"},
+                {"a{1000}", "a count above 256"},
+                {"[z-a]", "is reversed"},
+                {"(a|b)*a(a|b){24}", "too complex"},
+                {"[^\\s\\S]", "matches no text at all"},
+        };
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
+        for (String[] x : refused) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> c.regex(x[0]), x[0]);
+            assertTrue(e.getMessage().contains(x[1]), x[0] + " -> " + e.getMessage());
+        }
+    }
+
+    /** A random walk through the automaton's live states, ending at an accepting state (null when it found none). */
+    static String walk(RunAutomaton run, SplittableRandom r, int budget) {
+        char[] points = run.getCharIntervals();
+        StringBuilder b = new StringBuilder();
+        int s = run.getInitialState();
+        for (int i = 0; i < budget + 200; i++) {
+            if (run.isAccept(s) && (i >= budget || r.nextInt(4) == 0)) return b.toString();
+            List<Character> next = new ArrayList<>();
+            for (int k = 0; k < points.length; k++) {
+                char lo = points[k];
+                char hi = k + 1 < points.length ? (char) (points[k + 1] - 1) : Character.MAX_VALUE;
+                int t = run.step(s, lo);
+                if (t >= 0 && canAccept(run, t)) next.add((char) (lo + r.nextInt(Math.min(hi - lo + 1, 95))));
+            }
+            if (next.isEmpty()) return run.isAccept(s) ? b.toString() : null;
+            char c = next.get(r.nextInt(next.size()));
+            // Prefer the closing characters once over budget, so a walk through nested JSON ends.
+            if (i >= budget) for (char pref : new char[]{'"', '}', ']', '0'}) if (next.contains(pref)) c = pref;
+            b.append(c);
+            s = run.step(s, c);
+        }
+        return run.isAccept(s) ? b.toString() : null;
+    }
+
+    private static boolean canAccept(RunAutomaton run, int s) {
+        return s >= 0; // the compiled automata are minimal: every state left leads to a match
+    }
+
+    static final String PERSON = "{\"type\":\"object\",\"title\":\"P\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
+            + "\"age\":{\"type\":\"integer\"},\"score\":{\"type\":\"number\"},\"tags\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/tag\"},"
+            + "\"minItems\":1,\"maxItems\":3},\"kind\":{\"enum\":[\"a\",\"b\",1,null]},\"ok\":{\"type\":[\"boolean\",\"null\"]},"
+            + "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}[0-9]$\"},\"any\":{},\"obj\":{\"type\":\"object\"},\"c\":{\"const\":\"x\"}},"
+            + "\"required\":[\"name\",\"age\",\"tags\"],\"additionalProperties\":false,\"$defs\":{\"tag\":{\"anyOf\":[{\"type\":\"string\","
+            + "\"maxLength\":3},{\"type\":\"null\"}]}}}";
+
+    static final RunAutomaton PERSON_RUN = new RunAutomaton(JsonSchemaAutomaton.compile(PERSON));
+    static final RunAutomaton OBJECT_RUN = new RunAutomaton(JsonSchemaAutomaton.compile("{\"type\":\"object\"}"));
+
+    @Property(tries = 100)
+    void everyTextASchemaAcceptsParsesWithItsShape(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
+        String text = walk(PERSON_RUN, new SplittableRandom(seed), 60);
+        if (text == null) return;
+        JsonNode p = JSON.readTree(text);
+        assertTrue(p.isObject(), text);
+        assertTrue(p.get("name").isTextual() && !p.get("name").asText().isEmpty() && p.get("name").asText().length() <= 8, text);
+        assertTrue(p.get("age").isIntegralNumber(), text);
+        assertTrue(p.get("tags").isArray() && p.get("tags").size() >= 1 && p.get("tags").size() <= 3, text);
+        if (p.has("code")) assertTrue(p.get("code").asText().matches("[A-Z]{2}[0-9]"), text);
+        if (p.has("obj")) assertTrue(p.get("obj").isObject(), text);
+        if (p.has("c")) assertEquals("x", p.get("c").asText(), text);
+        List<String> order = new ArrayList<>();
+        p.fieldNames().forEachRemaining(order::add);
+        List<String> declared = List.of("name", "age", "score", "tags", "kind", "ok", "code", "any", "obj", "c");
+        assertEquals(order.stream().sorted((x, y) -> declared.indexOf(x) - declared.indexOf(y)).toList(), order, "declared order: " + text);
+    }
+
+    @Property(tries = 100)
+    void everyTextJsonObjectAcceptsParsesAsAnObject(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
+        String text = walk(OBJECT_RUN, new SplittableRandom(seed), 40);
+        if (text == null) return;
+        assertTrue(JSON.readTree(text).isObject(), text);
+    }
+
+    @Test
+    void theSchemaCompilerRefusesUnsupportedKeywordsByName() {
+        String[][] refused = {
+                {"{\"type\":\"string\",\"format\":\"email\"}", "keyword 'format' at #"},
+                {"{\"oneOf\":[{\"type\":\"string\"}]}", "keyword 'oneOf'"},
+                {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":3}}}", "keyword 'minimum' at #/properties/a"},
+                {"{\"type\":\"object\",\"patternProperties\":{}}", "keyword 'patternProperties'"},
+                {"{\"type\":\"date\"}", "type 'date'"},
+                {"{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}}}", "recursive $ref"},
+                {"{\"$ref\":\"http://x/y\"}", "only #/$defs/<name>"},
+                {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "not one of its properties"},
+                {"{\"type\":\"string\",\"maxLength\":1000}", "at most 256"},
+                {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookahead"},
+                {"[1]", "must be a JSON object"},
+                {"{nope", "is not valid JSON"},
+        };
+        for (String[] x : refused) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> JsonSchemaAutomaton.compile(x[0]), x[0]);
+            assertTrue(e.getMessage().contains(x[1]), x[0] + " -> " + e.getMessage());
+        }
+    }
+
+    @Test
+    void choicesAreQuotedAsLiterals() {
+        List<String> choices = List.of("yes", "a.b", "(x|y)*", "\\d", "line\nbreak", "");
+        Automaton a = ClientRegex.compile(ClientRegex.quote(choices));
+        for (String c : choices) assertTrue(a.run(c), c);
+        for (String c : List.of("a-b", "x", "xy", "5", "linebreak", "ye")) assertFalse(a.run(c), c);
+    }
+
+    /**
+     * The mask on the real vocabulary: a token survives only if its text keeps the output a prefix of a match; EOS / BOS
+     * and stop token ids only where the output is whole and the request's rules let it end; where nothing can follow, EOS
+     * alone (whatever ignore_eos says); byte tokens only for ASCII; the state is the output's, whoever computes it.
+     */
+    @Test
+    void theMaskKeepsTheTokensThatStayInTheLanguageAndTheEndOnlyOnAWholeMatch() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        OutputConstraint c = new OutputConstraint.Compiler(tok).regex("(Lily|Tom) (is|was) (happy|sad)\\.");
+        int[] prompt = tok.encode("Once upon a time", true, false);
+        int vocab = tok.vocabSize();
+        float[] logits = new float[vocab];
+        // Step 0: every surviving token's text starts a match; none of the others does.
+        int[] seq = prompt.clone();
+        c.mask(logits, seq, prompt.length, 0, true, true, new int[0]);
+        int kept = 0;
+        for (int t = 0; t < vocab; t++) {
+            String text = new String(tok.pieceBytes(prompt[prompt.length - 1], t), StandardCharsets.UTF_8);
+            boolean ok = t > Tokenizer.EOS && !text.isEmpty() && isPrefix(text);
+            if (logits[t] != Float.NEGATIVE_INFINITY) kept++;
+            assertEquals(ok, logits[t] != Float.NEGATIVE_INFINITY, "token " + t + " '" + text + "'");
+        }
+        assertTrue(kept > 0);
+        // A whole match: only the end survives (EOS and BOS), the stop token ids too; with ignore_eos nothing is left but EOS.
+        int[] out = path(c, prompt, vocab);
+        int[] whole = concat(prompt, out);
+        assertTrue(isPrefix(tok.decode(out)) && tok.decode(out).endsWith("."), tok.decode(out));
+        assertTrue(c.complete(c.state(whole, prompt.length, out.length)));
+        float[] l = new float[vocab];
+        c.mask(l, whole, prompt.length, out.length, true, true, new int[]{100});
+        for (int t = 0; t < vocab; t++) {
+            boolean end = t == Tokenizer.EOS || t == Tokenizer.BOS || t == 100;
+            assertEquals(end, l[t] != Float.NEGATIVE_INFINITY, "token " + t);
+        }
+        l = new float[vocab];
+        l[Tokenizer.EOS] = Float.NEGATIVE_INFINITY; // as min_tokens masks it
+        c.mask(l, whole, prompt.length, out.length, false, false, new int[]{100});
+        for (int t = 0; t < vocab; t++) assertEquals(t == Tokenizer.EOS, l[t] != Float.NEGATIVE_INFINITY, "forced EOS, token " + t);
+        // Sampled through the rules, greedy and seeded: EOS ends the answer under a constraint even with ignore_eos.
+        SamplingRules ignoring = SamplingRules.of(0, 0, 1, 0, Map.of(), 0, true, new int[0]).withConstraint(c);
+        assertEquals(Tokenizer.EOS, new Sampling(0f, 1f, 0, -1, ignoring).sample(new float[vocab], out.length, whole, prompt.length));
+        assertEquals(Tokenizer.EOS, new Sampling(0.8f, 0.9f, 3, -1, ignoring).sample(new float[vocab], out.length, whole, prompt.length));
+        assertTrue(ignoring.ends(Tokenizer.EOS, out.length));
+        // Half way: the end is masked, the path's next token is not.
+        int half = out.length / 2;
+        float[] h = new float[vocab];
+        c.mask(h, whole, prompt.length, half, true, true, new int[0]);
+        assertEquals(Float.NEGATIVE_INFINITY, h[Tokenizer.EOS]);
+        assertEquals(Float.NEGATIVE_INFINITY, h[Tokenizer.BOS]);
+        assertNotEquals(Float.NEGATIVE_INFINITY, h[out[half]]);
+    }
+
+    @Test
+    void byteTokensCountOnlyForAsciiAndRulesWithoutAConstraintAreUnchanged() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        OutputConstraint c = new OutputConstraint.Compiler(tok).regex("[\\s\\S]*"); // anything
+        float[] l = new float[tok.vocabSize()];
+        int[] prompt = tok.encode("x", true, false);
+        c.mask(l, prompt, prompt.length, 0, true, true, new int[0]);
+        for (int t = 3; t < 3 + 256; t++) { // byte tokens <0x00>..<0xFF>
+            assertEquals(t - 3 < 0x80, l[t] != Float.NEGATIVE_INFINITY, tok.tokenText(t));
+        }
+        assertEquals(Float.NEGATIVE_INFINITY, l[0], "<unk> is never generated under a constraint");
+        // No constraint: isNone, and no logit changes (the plain path).
+        assertTrue(SamplingRules.NONE.isNone());
+        assertFalse(SamplingRules.NONE.withConstraint(c).isNone());
+        assertTrue(SamplingRules.NONE.withConstraint(c).changesLogits(7));
+        assertEquals(SamplingRules.NONE, SamplingRules.NONE.withConstraint(null));
+    }
+
+    /** A whole match, token by token: at each step the first token the mask keeps that is not an end. */
+    private static int[] path(OutputConstraint c, int[] prompt, int vocab) {
+        int[] seq = prompt.clone();
+        for (int step = 0; step < 40; step++) {
+            int s = c.state(seq, prompt.length, step);
+            if (c.complete(s)) return Arrays.copyOfRange(seq, prompt.length, seq.length);
+            float[] l = new float[vocab];
+            c.mask(l, seq, prompt.length, step, true, true, new int[0]);
+            int next = -1;
+            for (int t = Tokenizer.EOS + 1; t < vocab && next < 0; t++) if (l[t] != Float.NEGATIVE_INFINITY) next = t;
+            seq = concat(seq, new int[]{next});
+        }
+        throw new AssertionError("no whole match in 40 tokens");
+    }
+
+    private static boolean isPrefix(String text) {
+        for (String full : List.of("Lily is happy.", "Lily is sad.", "Lily was happy.", "Lily was sad.", "Tom is happy.", "Tom is sad.",
+                "Tom was happy.", "Tom was sad.")) {
+            if (full.startsWith(text)) return true;
+        }
+        return false;
+    }
+
+    private static int[] concat(int[] a, int[] b) {
+        int[] out = new int[a.length + b.length];
+        System.arraycopy(a, 0, out, 0, a.length);
+        System.arraycopy(b, 0, out, a.length, b.length);
+        return out;
+    }
+}
