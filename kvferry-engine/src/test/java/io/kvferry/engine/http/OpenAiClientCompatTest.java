@@ -1,5 +1,7 @@
 package io.kvferry.engine.http;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import com.openai.client.OpenAIClient;
 import com.openai.client.okhttp.OpenAIOkHttpClient;
 import com.openai.core.JsonValue;
@@ -10,6 +12,7 @@ import com.openai.errors.OpenAIServiceException;
 import com.openai.errors.RateLimitException;
 import com.openai.errors.SseException;
 import com.openai.errors.UnauthorizedException;
+import com.openai.models.ResponseFormatJsonSchema;
 import com.openai.models.chat.completions.ChatCompletion;
 import com.openai.models.chat.completions.ChatCompletionChunk;
 import com.openai.models.chat.completions.ChatCompletionContentPart;
@@ -228,6 +231,44 @@ class OpenAiClientCompatTest {
         assertEquals(CompletionChoice.FinishReason.STOP, byId.choices().getFirst().finishReason());
         assertEquals(1, ((Number) stopReason(byId.choices().getFirst()._additionalProperties()).asNumber().orElseThrow()).intValue());
         assertTrue(free.startsWith(two.choices().getFirst().text()), free + " / " + two.choices().getFirst().text());
+    }
+
+    /**
+     * Structured outputs as the client sends them: {@code response_format} json_schema built with the client's own model,
+     * and its typed form ({@code responseFormat(Class)}: the client derives the schema from the class and parses the answer
+     * into it). The answer is a JSON text of the schema's shape, finished with stop.
+     */
+    @Test
+    @Timeout(60)
+    void aJsonSchemaResponseFormatGetsAParseableAnswer() throws Exception {
+        ResponseFormatJsonSchema.JsonSchema.Schema schema = ResponseFormatJsonSchema.JsonSchema.Schema.builder()
+                .putAdditionalProperty("type", JsonValue.from("object"))
+                .putAdditionalProperty("properties", JsonValue.from(Map.of("name", Map.of("type", "string", "maxLength", 12),
+                        "age", Map.of("type", "integer"), "happy", Map.of("type", "boolean"))))
+                .putAdditionalProperty("required", JsonValue.from(List.of("name", "age", "happy")))
+                .putAdditionalProperty("additionalProperties", JsonValue.from(false)).build();
+        ChatCompletion c = client.chat().completions().create(chat(100).responseFormat(ResponseFormatJsonSchema.builder()
+                .jsonSchema(ResponseFormatJsonSchema.JsonSchema.builder().name("pet").schema(schema).strict(true).build()).build()).build()).validate();
+        ChatCompletion.Choice choice = c.choices().getFirst();
+        assertEquals(ChatCompletion.Choice.FinishReason.STOP, choice.finishReason(), c.toString());
+        JsonNode answer = new ObjectMapper().readTree(choice.message().content().orElseThrow());
+        assertTrue(answer.get("name").isTextual() && answer.get("age").isIntegralNumber() && answer.get("happy").isBoolean(), answer.toString());
+        assertEquals(3, answer.size(), answer.toString());
+        // The typed form: the client's schema of a class, its answer parsed by the client into the class.
+        Pet pet = client.chat().completions().create(chat(100).responseFormat(Pet.class).build()).choices().getFirst().message().content()
+                .orElseThrow();
+        assertNotNull(pet.name, pet.toString());
+    }
+
+    /** What the typed form asks for (public fields: the client's schema generator reads them). */
+    public static class Pet {
+        public String name;
+        public boolean happy;
+
+        @Override
+        public String toString() {
+            return "Pet[" + name + ", " + happy + "]";
+        }
     }
 
     private static ChatCompletionCreateParams.Builder chat(long maxTokens) {
