@@ -34,7 +34,7 @@ public final class ClientRegex {
     /** Most states of a compiled (deterministic) automaton. */
     public static final int MAX_STATES = 20_000;
     /** Most states of an automaton before it is made deterministic (the expression's size, repetitions expanded). */
-    static final int MAX_NFA_STATES = 100_000;
+    static final int MAX_NFA_STATES = 50_000;
 
     private final String src;
     private int pos;
@@ -165,6 +165,14 @@ public final class ClientRegex {
             }
             if (peek('+')) throw refuse("a possessive quantifier");
             if (peek('?')) pos++; // lazy: the same language
+            // The repeated part minimal first: its copies stay small ((a|b){0,256} nested again costs a DFA of hundreds, not
+            // a subset construction over an NFA of hundreds of thousands).
+            a = minimal(a);
+            if ((long) a.getNumberOfStates() * Math.max(max, min + 1) > MAX_NFA_STATES) { // the copies, before they are made
+                pos = at;
+                throw new IllegalArgumentException("is too large at position " + at + ": over " + MAX_NFA_STATES
+                        + " automaton states before determinization");
+            }
             a = max == -1 ? a.repeat(min) : a.repeat(min, max);
             checkSize(a);
             if (peek('*') || peek('+') || peek('?') || peek('{') && isCount()) throw bad("a quantifier after a quantifier ('" + src.charAt(pos) + "')");

@@ -2,6 +2,8 @@ package io.kvferry.engine.model;
 
 import dk.brics.automaton.Automaton;
 import dk.brics.automaton.RunAutomaton;
+import dk.brics.automaton.State;
+import dk.brics.automaton.Transition;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
@@ -11,6 +13,7 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
+import java.util.TreeSet;
 
 /**
  * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
@@ -49,9 +52,23 @@ public final class OutputConstraint {
     private final boolean[] continues;
     private final TokenTexts texts;
 
+    /** Most entries of a compiled table (states × character classes: 4 bytes each), so 64 cached constraints stay bounded. */
+    static final long MAX_TABLE = 4_000_000;
+
     private OutputConstraint(Kind kind, String source, Automaton a, TokenTexts texts) {
         this.kind = kind;
         this.source = source;
+        TreeSet<Integer> bounds = new TreeSet<>();
+        for (State st : a.getStates()) {
+            for (Transition t : st.getTransitions()) {
+                bounds.add((int) t.getMin());
+                bounds.add(t.getMax() + 1);
+            }
+        }
+        if ((long) a.getNumberOfStates() * (bounds.size() + 1) > MAX_TABLE) {
+            throw new IllegalArgumentException("is too complex: " + a.getNumberOfStates() + " states × " + (bounds.size() + 1)
+                    + " character classes is over " + MAX_TABLE + " table entries");
+        }
         this.run = new RunAutomaton(a);
         this.texts = texts;
         int n = run.getSize();

@@ -108,6 +108,7 @@ class OutputConstraintTest {
                 {"a{1000}", "a count above 256"},
                 {"[z-a]", "is reversed"},
                 {"(a|b)*a(a|b){24}", "too complex"},
+                {"(((a|b){0,256}){256}){256}", "too large at position 15"}, // refused before its copies are made
                 {"[^\\s\\S]", "matches no text at all"},
         };
         OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
