@@ -74,6 +74,16 @@ class EngineInputTest {
                 {"\"logit_bias\":{\"700\":1}", "logit_bias", "logit_bias names token 700, outside the vocabulary"},
                 {"\"stop_token_ids\":[512]", "stop_token_ids", "stop_token_ids names token 512, outside the vocabulary"},
                 {"\"frequency_penalty\":9", "frequency_penalty", "frequency_penalty must be in [-2, 2]"},
+                // Structured outputs: compiled by each engine, within bounds (docs/SERVING.md "Structured outputs").
+                {"\"regex\":7", "regex", "sampling_params.regex must be a string"},
+                {"\"regex\":\"" + "a".repeat(16_385) + "\"", "regex", "is 16385 characters long; at most 16384"},
+                {"\"regex\":\"x{99999}\"", "regex", "a count above 256"},
+                {"\"regex\":\"(((a|b){0,256}){256}){256}\"", "regex", "too large"},
+                {"\"regex\":\"(a|b)*a(a|b){40}\"", "regex", "too complex"},
+                {"\"json_schema\":\"" + "[".repeat(2_000) + "\"", "json_schema", "is not valid JSON"},
+                {"\"json_schema\":\"{\\\"$ref\\\":\\\"#/$defs/a\\\",\\\"$defs\\\":{\\\"a\\\":{\\\"$ref\\\":\\\"#/$defs/a\\\"}}}\"",
+                        "json_schema", "recursive $ref"},
+                {"\"ebnf\":\"root ::= x\"", "ebnf", "not supported"},
         };
         long room = 9_000;
         for (String url : List.of(stack.prefillUrl(), stack.decodeUrl())) {

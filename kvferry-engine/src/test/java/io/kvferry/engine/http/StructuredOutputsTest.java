@@ -33,8 +33,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * Structured outputs through the router, a TP2 prefill (the first token) and a TP1 decode (the rest), as vLLM's and
- * SGLang's clients send them: regex on the three routes (greedy and seeded; the answer a colocated run's, token for
- * token, and a whole match when it stops), choices, JSON schemas (OpenAI's response_format, vLLM's guided_json and
+ * SGLang's clients send them: regex on the three routes (greedy and seeded, whole and streamed; the answer a colocated
+ * run's, token for token, and a whole match when it stops), choices, JSON schemas (OpenAI's response_format, vLLM's guided_json and
  * structured_outputs), json_object; and the refusals (a bad regex, an unsupported keyword, two constraints, grammars), a
  * 400 naming the field at the router and at each engine.
  */
@@ -119,6 +119,13 @@ class StructuredOutputsTest {
                     assertEquals(refText, choice.path("text").asText(), what + " " + field);
                     assertEquals(ref.finishReason(), choice.path("finish_reason").asText(), what + " " + field);
                 }
+                // Streamed: the deltas add up to the same text.
+                StringBuilder streamed = new StringBuilder();
+                for (JsonNode e : RouterCalls.events(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX
+                        + "," + SAMPLINGS[s] + ",\"stream\":true,\"guided_regex\":" + quoted(regex) + "}")) {
+                    streamed.append(e.path("choices").path(0).path("text").asText(""));
+                }
+                assertEquals(refText, streamed.toString(), what + " streamed");
                 if (ref.finishReason().equals("stop")) {
                     stops++;
                     assertWholeMatch(regex, refText, what);
