@@ -21,6 +21,7 @@ import java.util.regex.Pattern;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -118,32 +119,57 @@ class OutputConstraintTest {
         }
     }
 
-    /** A random walk through the automaton's live states, ending at an accepting state (null when it found none). */
+    /**
+     * A random walk through the automaton from its start to an accepting state: random characters for {@code budget} steps
+     * (stopping at an accepting state now and then), then the shortest way to one (null if there is none).
+     */
     static String walk(RunAutomaton run, SplittableRandom r, int budget) {
         char[] points = run.getCharIntervals();
+        int[] dist = distances(run, points);
         StringBuilder b = new StringBuilder();
         int s = run.getInitialState();
-        for (int i = 0; i < budget + 200; i++) {
+        if (dist[s] == Integer.MAX_VALUE) return null;
+        for (int i = 0; ; i++) {
             if (run.isAccept(s) && (i >= budget || r.nextInt(4) == 0)) return b.toString();
+            char best = 0;
+            int bestDist = Integer.MAX_VALUE;
             List<Character> next = new ArrayList<>();
             for (int k = 0; k < points.length; k++) {
                 char lo = points[k];
                 char hi = k + 1 < points.length ? (char) (points[k + 1] - 1) : Character.MAX_VALUE;
                 int t = run.step(s, lo);
-                if (t >= 0 && canAccept(run, t)) next.add((char) (lo + r.nextInt(Math.min(hi - lo + 1, 95))));
+                if (t < 0 || dist[t] == Integer.MAX_VALUE) continue;
+                char c = (char) (lo + r.nextInt(Math.min(hi - lo + 1, 95)));
+                next.add(c);
+                if (dist[t] < bestDist) {
+                    bestDist = dist[t];
+                    best = c;
+                }
             }
-            if (next.isEmpty()) return run.isAccept(s) ? b.toString() : null;
-            char c = next.get(r.nextInt(next.size()));
-            // Prefer the closing characters once over budget, so a walk through nested JSON ends.
-            if (i >= budget) for (char pref : new char[]{'"', '}', ']', '0'}) if (next.contains(pref)) c = pref;
+            if (next.isEmpty()) return b.toString(); // an accepting state with nothing after it
+            char c = i >= budget ? best : next.get(r.nextInt(next.size()));
             b.append(c);
             s = run.step(s, c);
         }
-        return run.isAccept(s) ? b.toString() : null;
     }
 
-    private static boolean canAccept(RunAutomaton run, int s) {
-        return s >= 0; // the compiled automata are minimal: every state left leads to a match
+    /** Each state's fewest characters to an accepting state (MAX_VALUE: none). */
+    private static int[] distances(RunAutomaton run, char[] points) {
+        int[] dist = new int[run.getSize()];
+        for (int s = 0; s < dist.length; s++) dist[s] = run.isAccept(s) ? 0 : Integer.MAX_VALUE;
+        for (boolean changed = true; changed; ) {
+            changed = false;
+            for (int s = 0; s < dist.length; s++) {
+                for (char c : points) {
+                    int t = run.step(s, c);
+                    if (t >= 0 && dist[t] != Integer.MAX_VALUE && dist[t] + 1 < dist[s]) {
+                        dist[s] = dist[t] + 1;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        return dist;
     }
 
     static final String PERSON = "{\"type\":\"object\",\"title\":\"P\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":8},"
@@ -159,7 +185,7 @@ class OutputConstraintTest {
     @Property(tries = 100)
     void everyTextASchemaAcceptsParsesWithItsShape(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
         String text = walk(PERSON_RUN, new SplittableRandom(seed), 60);
-        if (text == null) return;
+        assertNotNull(text, "a walk reaches a match (else the property would be vacuous)");
         JsonNode p = JSON.readTree(text);
         assertTrue(p.isObject(), text);
         assertTrue(p.get("name").isTextual() && !p.get("name").asText().isEmpty() && p.get("name").asText().length() <= 8, text);
@@ -177,7 +203,7 @@ class OutputConstraintTest {
     @Property(tries = 100)
     void everyTextJsonObjectAcceptsParsesAsAnObject(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
         String text = walk(OBJECT_RUN, new SplittableRandom(seed), 40);
-        if (text == null) return;
+        assertNotNull(text, "a walk reaches a match (else the property would be vacuous)");
         assertTrue(JSON.readTree(text).isObject(), text);
     }
 
