@@ -32,6 +32,7 @@ final class StructuredOutputs {
     static final String ANY_OBJECT = "{\"type\":\"object\"}";
 
     private static final Set<String> STRUCTURED_OUTPUTS_KEYS = Set.of("choice", "regex", "json", "json_object");
+    private static final Set<String> BACKEND_OPTIONS = Set.of("disable_fallback", "disable_additional_properties");
 
     /** The OpenAI routes' constraint, or null for none. */
     static Spec openAi(JsonNode req) {
@@ -59,6 +60,11 @@ final class StructuredOutputs {
                         + rf.path("type"));
             }
         }
+        JsonNode ws = req.get("guided_whitespace_pattern");
+        if (ws != null && !ws.isNull()) {
+            throw new Http.BadRequest("guided_whitespace_pattern", "guided_whitespace_pattern is not supported (a JSON answer's whitespace is fixed:"
+                    + " at most one space after each , and :)");
+        }
         JsonNode grammar = req.get("guided_grammar");
         if (grammar != null && !grammar.isNull()) {
             throw new Http.BadRequest("guided_grammar", "guided_grammar is not supported (grammars are not built here: use guided_regex, guided_json"
@@ -72,6 +78,9 @@ final class StructuredOutputs {
             if (!so.isObject()) throw new Http.BadRequest("structured_outputs", "structured_outputs must be an object, got " + so);
             for (Map.Entry<String, JsonNode> e : so.properties()) {
                 if (e.getValue().isNull() || STRUCTURED_OUTPUTS_KEYS.contains(e.getKey())) continue;
+                // vLLM's backend options that leave the answer as this engine gives it: no fallback backend here, and no
+                // property a schema does not declare is ever generated.
+                if (BACKEND_OPTIONS.contains(e.getKey()) && e.getValue().isBoolean()) continue;
                 String what = e.getKey().equals("grammar") ? "structured_outputs.grammar is not supported (grammars are not built here)"
                         : "structured_outputs." + e.getKey() + " is not supported (this engine takes choice, regex, json or json_object)";
                 throw new Http.BadRequest("structured_outputs." + e.getKey(), what);

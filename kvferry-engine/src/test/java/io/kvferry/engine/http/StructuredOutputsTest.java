@@ -150,7 +150,8 @@ class StructuredOutputsTest {
         List<String> choices = List.of("yes", "no", "It was a dog.", "a (b) [c] {d} ^$.*+?|\\");
         String list = JSON.writeValueAsString(choices);
         for (String s : SAMPLINGS) {
-            for (String field : new String[]{"\"guided_choice\":" + list, "\"structured_outputs\":{\"choice\":" + list + "}"}) {
+            for (String field : new String[]{"\"guided_choice\":" + list, "\"structured_outputs\":{\"choice\":" + list + "}",
+                    "\"structured_outputs\":{\"choice\":" + list + ",\"disable_fallback\":true,\"disable_additional_properties\":false}"}) {
                 JsonNode c = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX + "," + s + ","
                         + field + "}");
                 JsonNode choice = c.path("choices").path(0);
@@ -285,6 +286,8 @@ class StructuredOutputsTest {
                 {"\"guided_regex\":\"a\",\"guided_choice\":[\"b\"]", "guided_choice", "guided_regex and guided_choice"},
                 {"\"guided_grammar\":\"root ::= x\"", "guided_grammar", "guided_grammar is not supported"},
                 {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "structured_outputs.grammar", "not supported"},
+                {"\"structured_outputs\":{\"regex\":\"a\",\"whitespace_pattern\":\" *\"}", "structured_outputs.whitespace_pattern", "not supported"},
+                {"\"guided_whitespace_pattern\":\" *\",\"guided_json\":{}", "guided_whitespace_pattern", "whitespace is fixed"},
         };
         for (String[] c : openAi) {
             assertBadRequest("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":8," + c[0] + "}", c[1], c[2]);
