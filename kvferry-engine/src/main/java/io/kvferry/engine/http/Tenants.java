@@ -53,8 +53,11 @@ import java.util.regex.Pattern;
  */
 public final class Tenants {
     private static final Logger log = LoggerFactory.getLogger(Tenants.class);
-    /** A tenant's name: what its meters and the request log show; bounded so a file cannot blow up the meters' tags. */
-    static final Pattern NAME = Pattern.compile("[a-z0-9._-]{1,64}");
+    /**
+     * A tenant's name: what its meters and the request log show; bounded so a file cannot blow up the meters' tags. It starts
+     * with a letter or digit: {@code -} alone is the tag of the requests no key opened ({@link RouterMeters#NO_TENANT}).
+     */
+    static final Pattern NAME = Pattern.compile("[a-z0-9][a-z0-9._-]{0,63}");
     static final int MIN_KEY_CHARS = 16;
     /** The most tenants one file holds (each has its meters). */
     static final int MAX_TENANTS = 10_000;
@@ -251,7 +254,7 @@ public final class Tenants {
             if (!t.isObject()) throw new IllegalArgumentException(at + " must be an object {\"name\", \"key\", ...}");
             JsonNode n = t.get("name");
             if (n == null || !n.isTextual() || !NAME.matcher(n.textValue()).matches()) {
-                throw new IllegalArgumentException(at + ".name must be 1 to 64 of a-z 0-9 . _ -, got " + (n == null ? "nothing" : n));
+                throw new IllegalArgumentException(at + ".name must be 1 to 64 of a-z 0-9 . _ -, starting with a letter or digit, got " + (n == null ? "nothing" : n));
             }
             String name = n.textValue();
             at = at + " (" + name + ")";

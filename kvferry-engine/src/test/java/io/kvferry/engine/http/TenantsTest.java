@@ -240,8 +240,10 @@ class TenantsTest {
                 {"{\"tenants\":[]}", "tenants must be a non-empty array"},
                 {"{\"tenants\":[{\"name\":\"a\",\"key\":\"" + KEY_A + "\"}],\"extra\":1}", "unknown field 'extra'"},
                 {"{\"tenants\":[", "is not valid JSON"},
-                {file(tenant("A", KEY_A, null)), "tenants[0].name must be 1 to 64 of a-z 0-9 . _ -, got \"A\""},
+                {file(tenant("A", KEY_A, null)), "tenants[0].name must be 1 to 64 of a-z 0-9 . _ -, starting with a letter or digit, got \"A\""},
                 {file(tenant("x".repeat(65), KEY_A, null)), "tenants[0].name must be 1 to 64"},
+                // The request meters' tag of the requests no key opened (the 401s): a tenant of that name would be counted with them.
+                {file(tenant("-", KEY_A, null)), "tenants[0].name must be 1 to 64"},
                 {file("{\"key\":\"" + KEY_A + "\"}"), "tenants[0].name must be"},
                 {file(tenant("a", KEY_A, null), tenant("a", KEY_B, null)), "tenants[1] (a).name is tenants[0]'s too"},
                 {file(tenant("a", KEY_A, null), tenant("b", "short", null)), "tenants[1] (b).key has 5 characters; at least 16"},
