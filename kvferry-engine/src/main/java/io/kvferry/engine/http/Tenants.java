@@ -59,6 +59,8 @@ public final class Tenants {
      */
     static final Pattern NAME = Pattern.compile("[a-z0-9][a-z0-9._-]{0,63}");
     static final int MIN_KEY_CHARS = 16;
+    /** The text of a JSON parser's "Unrecognized token 'TEXT'": a bare word of the file, such as an unquoted key. */
+    private static final Pattern UNREAD_TOKEN = Pattern.compile("Unrecognized token '[^']*'");
     /** The most tenants one file holds (each has its meters). */
     static final int MAX_TENANTS = 10_000;
 
@@ -232,7 +234,9 @@ public final class Tenants {
         try {
             root = Http.JSON.readTree(json);
         } catch (JsonProcessingException e) {
-            throw new IllegalArgumentException("is not valid JSON: " + e.getOriginalMessage()
+            // The parser quotes a token it cannot read: a key written without its quotes would be logged (at start, at each re-read).
+            String why = UNREAD_TOKEN.matcher(String.valueOf(e.getOriginalMessage())).replaceAll("Unrecognized token (not shown: it may be a key)");
+            throw new IllegalArgumentException("is not valid JSON: " + why
                     + (e.getLocation() != null ? " (line " + e.getLocation().getLineNr() + ", column " + e.getLocation().getColumnNr() + ")" : ""));
         }
         if (root == null || !root.isObject()) throw new IllegalArgumentException("must be a JSON object {\"tenants\": [...]}");

@@ -262,6 +262,15 @@ class TenantsTest {
             assertTrue(e.getMessage().contains(c[1]), c[0] + " -> " + e.getMessage());
             assertFalse(e.getMessage().contains(KEY_A), "a key is never echoed: " + e.getMessage());
         }
+        // A key written without its quotes is a JSON error, whose parser message quotes the token it could not read: the
+        // key (logged at start and at every re-read). Only where it is may show.
+        String unquoted = "secretKeyWithoutItsQuotes0123456789";
+        for (String json : new String[]{"{\"tenants\":[{\"name\":\"a\",\"key\":" + unquoted + "}]}",
+                "{\"tenants\":[{\"name\":\"a\",\"key\":\"" + KEY_A + "\"}," + unquoted + "]}"}) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Tenants.of(json, TOKEN), json);
+            assertTrue(e.getMessage().contains("is not valid JSON") && e.getMessage().contains("line 1, column"), e.getMessage());
+            assertFalse(e.getMessage().contains(unquoted.substring(0, 8)), "a key is never echoed: " + e.getMessage());
+        }
         // From a file: the message starts with the flag and the file.
         Path f = Files.writeString(dir.resolve("tenants.json"), file(tenant("a", KEY_A, "\"max_concurrent_requests\":-1")));
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Tenants.open(f, TOKEN));
