@@ -34,7 +34,10 @@ final class RouterMeters {
     static final String BACKEND_IN_FLIGHT = "kvferry_router_backend_requests_in_flight";
     static final String TENANT_RUNNING = "kvferry_router_tenant_requests_running";
     static final String TENANT_WAITING = "kvferry_router_tenant_requests_waiting";
-    /** The {@code tenant} tag of a request no tenant's key opened (a 401), on a router with tenants. */
+    /**
+     * The {@code tenant} tag of a request no tenant's key opened (a 401), or of one whose tenant a reload removed while it
+     * ran (its series went with it), on a router with tenants.
+     */
     static final String NO_TENANT = "-";
 
     /**
@@ -132,8 +135,11 @@ final class RouterMeters {
                 .tag("tenant", name).register(registry);
     }
 
-    /** Removes every meter of a tenant gone from the file: the tagged series stay bounded by the file's names. */
-    void forgetTenant(String name) {
+    /**
+     * Removes every meter of a tenant gone from the file: the tagged series stay bounded by the file's names. Its requests
+     * still under way are counted under {@link #NO_TENANT} when they end ({@link #tag}): none makes a series of it again.
+     */
+    synchronized void forgetTenant(String name) {
         runningByTenant.remove(name);
         tokensByTenant.remove(name);
         requests.keySet().removeIf(k -> k.endsWith(' ' + name));
@@ -170,12 +176,28 @@ final class RouterMeters {
     void finished(String route, int status, String tenant) {
         running.decrementAndGet();
         String t = !byTenant ? null : tenant == null ? NO_TENANT : tenant;
-        requests.computeIfAbsent(route + ' ' + status + (t == null ? "" : " " + t), k -> {
-            Counter.Builder b = Counter.builder(REQUESTS)
-                    .description("Router: requests answered, by route and HTTP status (499: the client went away first)")
-                    .tags("route", route, "status", Integer.toString(status));
-            return (t == null ? b : b.tag("tenant", t)).register(registry);
-        }).increment();
+        Counter c = requests.get(key(route, status, t));
+        if (c == null) {
+            synchronized (this) { // a series made only for a tenant still configured (forgetTenant holds this too)
+                String tag = byTenant ? tag(tenant) : null;
+                c = requests.computeIfAbsent(key(route, status, tag), k -> {
+                    Counter.Builder b = Counter.builder(REQUESTS)
+                            .description("Router: requests answered, by route and HTTP status (499: the client went away first)")
+                            .tags("route", route, "status", Integer.toString(status));
+                    return (tag == null ? b : b.tag("tenant", tag)).register(registry);
+                });
+            }
+        }
+        c.increment(); // a tenant's removed meanwhile: its count goes with its series
+    }
+
+    private static String key(String route, int status, String tenant) {
+        return route + ' ' + status + (tenant == null ? "" : " " + tenant);
+    }
+
+    /** The {@code tenant} tag of a request of {@code tenant} (null: none): {@link #NO_TENANT} unless it is configured now. Under this. */
+    private String tag(String tenant) {
+        return tenant != null && runningByTenant.containsKey(tenant) ? tenant : NO_TENANT;
     }
 
     void firstToken(long sinceArrivalNanos) {
@@ -191,8 +213,12 @@ final class RouterMeters {
         e2e.record(sinceArrivalNanos, TimeUnit.NANOSECONDS);
         Counter p = promptTokens, g = generationTokens;
         if (byTenant) {
-            String name = tenant == null ? NO_TENANT : tenant.name;
-            Counter[] c = tokensByTenant.computeIfAbsent(name, k -> new Counter[]{promptTokens(k), generationTokens(k)});
+            Counter[] c = tokensByTenant.get(tenant == null ? NO_TENANT : tenant.name);
+            if (c == null) {
+                synchronized (this) { // as finished: no series for a tenant gone
+                    c = tokensByTenant.computeIfAbsent(tag(tenant == null ? null : tenant.name), k -> new Counter[]{promptTokens(k), generationTokens(k)});
+                }
+            }
             p = c[0];
             g = c[1];
         }

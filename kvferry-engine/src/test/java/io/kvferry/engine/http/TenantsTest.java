@@ -340,6 +340,34 @@ class TenantsTest {
         }
     }
 
+    /**
+     * A request of a tenant that a reload removed while it ran ends after that tenant's meters went: it is counted under
+     * {@code -} (no configured tenant), and no series of the gone tenant is made again (each would stay for good: the
+     * tagged series are bounded by the file's names only if a gone name's never come back).
+     */
+    @Test
+    void aRequestEndingAfterItsTenantWasRemovedMakesNoSeriesOfIt() {
+        Tenants ts = Tenants.of(file(tenant("a", KEY_A, null), tenant("b", KEY_B, null)), TOKEN);
+        Tenants.Tenant b = ts.list().get(1);
+        SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        RouterMeters m = new RouterMeters(registry, true);
+        ts.list().forEach(t -> m.tenant(t.name(), ts));
+        m.started();
+        m.tenantStarted("b");
+        m.forgetTenant("b"); // the reload, while b's request runs
+        m.succeeded(1_000, 5, 2, b);
+        m.finished("/v1/completions", 200, "b");
+        assertTrue(registry.find(RouterMeters.REQUESTS).tag("tenant", "b").meters().isEmpty(), "no request series of b");
+        assertTrue(registry.find(RouterMeters.PROMPT_TOKENS).tag("tenant", "b").meters().isEmpty(), "no token series of b");
+        assertTrue(registry.find(RouterMeters.GENERATION_TOKENS).tag("tenant", "b").meters().isEmpty(), "no token series of b");
+        assertEquals(1, count(registry, "/v1/completions", 200, RouterMeters.NO_TENANT));
+        assertEquals(5, registry.find(RouterMeters.PROMPT_TOKENS).tag("tenant", RouterMeters.NO_TENANT).counter().count());
+        m.succeeded(1_000, 3, 1, ts.list().getFirst());
+        m.finished("/v1/completions", 200, "a");
+        assertEquals(1, count(registry, "/v1/completions", 200, "a"), "a tenant still there keeps its own");
+        assertEquals(3, registry.find(RouterMeters.PROMPT_TOKENS).tag("tenant", "a").counter().count());
+    }
+
     /** A tenant's slots follow its limit across reloads; those under way keep theirs. */
     @Test
     void aTenantsSlotsFollowItsLimitAndThoseUnderWayKeepTheirs() throws Exception {
