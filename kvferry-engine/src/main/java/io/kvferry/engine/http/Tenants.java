@@ -154,6 +154,8 @@ public final class Tenants {
     /** Every limited tenant's slots by name: the one owner of the counts, kept across reloads; changed under {@code this}. */
     private final Map<String, Slots> slotsByName = new ConcurrentHashMap<>();
     private FileTime seen;
+    /** What the last re-read found wrong with the file (logged once until it changes), or null. Under {@code this}. */
+    private String failed;
     /** Called with the tenants added and removed by a reload (the router's meters); set once by the router. */
     private volatile Listener listener = (added, removed) -> { };
 
@@ -374,7 +376,8 @@ public final class Tenants {
     /**
      * Re-reads the file if its modification time changed since it was last read: a valid new set replaces the old one
      * (tenants kept by name keep their counts; a new limit applies to requests admitted from now); an invalid one is
-     * logged, the old set kept. Runs on the router's health thread (one at a time).
+     * logged (once), the old set kept, and read again at each check until it is valid (one caught half written may be
+     * whole under the same modification time). Runs on the router's health thread (one at a time).
      */
     synchronized void reloadIfChanged() {
         try {
@@ -396,7 +399,6 @@ public final class Tenants {
             return;
         }
         if (t.equals(seen)) return;
-        seen = t;
         List<Tenant> fresh;
         try {
             String json = read(file);
@@ -406,10 +408,15 @@ public final class Tenants {
                 throw named(file, e);
             }
         } catch (IllegalArgumentException | IOException e) {
-            log.warn("{}; keeping the {} tenants read before", e instanceof IOException ? "--tenants-file " + file + ": cannot read it: " + e
-                    : e.getMessage(), current.size());
+            // Not marked seen: read again at the next check. A file caught half written (its writer truncated it, the rest
+            // comes within the clock's tick) keeps its modification time when whole, and would never be read whole.
+            String why = e instanceof IOException ? "--tenants-file " + file + ": cannot read it: " + e : e.getMessage();
+            if (!why.equals(failed)) log.warn("{}; keeping the {} tenants read before", why, current.size()); // once per fault
+            failed = why;
             return;
         }
+        seen = t;
+        failed = null;
         String perm = permissionWarning(file);
         if (perm != null) log.warn(perm);
         List<Tenant> before = current;

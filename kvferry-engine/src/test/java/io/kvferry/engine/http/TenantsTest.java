@@ -368,6 +368,29 @@ class TenantsTest {
         assertEquals(3, registry.find(RouterMeters.PROMPT_TOKENS).tag("tenant", "a").counter().count());
     }
 
+    /**
+     * A re-read that catches the file half written (its writer truncated it and writes the rest within the clock's tick)
+     * finds it invalid; the whole file, under that same modification time, is still read at the next check.
+     */
+    @Test
+    void aFileCaughtHalfWrittenIsReadWholeAtTheNextCheck() throws Exception {
+        Path f = dir.resolve("tenants-half.json");
+        Files.writeString(f, file(tenant("a", KEY_A, null)));
+        FileTime t0 = Files.getLastModifiedTime(f);
+        Tenants tenants = Tenants.open(f, TOKEN);
+        String whole = file(tenant("a", KEY_A, null), tenant("b", KEY_B, null));
+        FileTime t1 = FileTime.fromMillis(t0.toMillis() + 10_000);
+        Files.writeString(f, whole.substring(0, whole.length() / 2));
+        Files.setLastModifiedTime(f, t1);
+        tenants.reloadIfChanged();
+        assertEquals(List.of("a"), tenants.list().stream().map(Tenants.Tenant::name).toList(), "half a file changes nothing");
+        Files.writeString(f, whole);
+        Files.setLastModifiedTime(f, t1); // the same tick
+        tenants.reloadIfChanged();
+        assertEquals(List.of("a", "b"), tenants.list().stream().map(Tenants.Tenant::name).toList(), "the whole file is read");
+        assertEquals("b", tenants.identify("Bearer " + KEY_B).name());
+    }
+
     /** A tenant's slots follow its limit across reloads; those under way keep theirs. */
     @Test
     void aTenantsSlotsFollowItsLimitAndThoseUnderWayKeepTheirs() throws Exception {
