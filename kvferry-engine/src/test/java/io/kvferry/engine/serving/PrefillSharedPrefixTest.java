@@ -9,9 +9,12 @@ import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -161,6 +164,61 @@ class PrefillSharedPrefixTest {
                 }
                 assertEquals(2, deferrals(meters), 0.0);
                 assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    /**
+     * The hybrid variant on a TP2 and a PP2 prefill (every shard's state snapshot), chunks of 7 tokens (not a page's
+     * multiple: the chunk that reaches the snapshot page ends there): of a burst on a new 80-token prefix, the request
+     * sharing its snapshot page waits and hits 80; one asking prompt logprobs from token 40 (it may take 2 pages only,
+     * fewer than the snapshot's 5), a prompt shorter than a page and one under another salt do not wait and compute theirs.
+     * Answers and prompt logprobs equal the colocated run's bit for bit; nothing is left held.
+     */
+    @ParameterizedTest(name = "prefill TP{0} PP{1}")
+    @CsvSource({"2, 1", "1, 2"})
+    void aHybridBurstOnShardedPrefillsWithLogprobsAndShortPrompts(int tp, int pp) throws Exception {
+        EngineSpec spec = new EngineSpec(DisaggregatedTest.MODELS.get(ModelVariant.HYBRID), 1, 1, 16, 64, 8, 7);
+        SplittableRandom r = new SplittableRandom(37);
+        int[] shared = DisaggregatedTest.prompt(r, 80);
+        int[][] prompts = {join(shared, DisaggregatedTest.prompt(r, 12)), join(shared, DisaggregatedTest.prompt(r, 9)),
+                join(shared, DisaggregatedTest.prompt(r, 20)), DisaggregatedTest.prompt(r, 10), join(shared, DisaggregatedTest.prompt(r, 30))};
+        int[] starts = {-1, -1, 40, -1, -1};
+        String[] salts = {null, null, null, null, "another"};
+        int[] cached = {0, 80, 0, 0, 0};
+        MeterRegistry meters = new SimpleMeterRegistry();
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             ColocatedEngine colocated = new ColocatedEngine(spec.withChunkTokens(256))) {
+            TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
+            try (PrefillEngine p = new PrefillEngine(spec.withParallelism(tp, pp), t); DecodeEngine d = new DecodeEngine(spec.withParallelism(1, pp), t)) {
+                p.holdChunks = true;
+                List<CompletableFuture<PrefillEngine.Result>> pre = new ArrayList<>();
+                List<CompletableFuture<Generation>> gen = new ArrayList<>();
+                for (int i = 0; i < prompts.length; i++) {
+                    long room = 1 + i;
+                    pre.add(p.submit(new PrefillEngine.Request(room, prompts[i], Sampling.GREEDY, starts[i], TOP, false, salts[i])));
+                    gen.add(DisaggregatedTest.decode(d, room, prompts[i], MAX, Sampling.GREEDY, TOP));
+                    if (i == 0) await(p, () -> p.computedTokens(1) == 0, "request 1 admitted");
+                }
+                await(p, () -> p.waitingForSharedPrefix(2), "request 2 waits");
+                for (long room = 3; room <= prompts.length; room++) {
+                    long at = room;
+                    await(p, () -> p.computedTokens(at) == 0, "request " + at + " admitted");
+                }
+                p.holdChunks = false;
+                for (int i = 0; i < prompts.length; i++) {
+                    String what = "request " + (1 + i);
+                    Generation e = colocated.generate(prompts[i], MAX, Sampling.GREEDY, TOP, starts[i]), g = gen.get(i).get(60, TimeUnit.SECONDS);
+                    PrefillEngine.Result res = pre.get(i).get(30, TimeUnit.SECONDS);
+                    assertArrayEquals(e.tokens(), g.tokens(), what);
+                    assertArrayEquals(e.firstLogits(), g.firstLogits(), 0f, what);
+                    DisaggregatedTest.assertSameLogprobs(e, g, what);
+                    PrefillCacheTest.sameInputLogprobs(e.inputLogprobs(), res.inputLogprobs(), what);
+                    assertEquals(cached[i], res.cachedTokens(), what);
+                }
+                assertEquals(1, deferrals(meters), 0.0);
+                assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
     }
