@@ -42,8 +42,8 @@ import java.util.regex.Pattern;
  * <p>Keys are kept as SHA-256 digests only; {@link #identify} compares the presented key's digest with every tenant's
  * ({@link MessageDigest#isEqual}, no early exit), so neither the match nor its position shows in the time taken.
  *
- * <p>Concurrency: each tenant with a limit has one fair {@link Slots} semaphore, the only owner of its count, kept
- * across reloads by name (a new limit resizes it; requests under way keep their admission and give it back to it).
+ * <p>Concurrency: each tenant has one fair {@link Slots} semaphore (without a limit, {@link #UNLIMITED} permits), the only
+ * owner of its count, kept across reloads by name (a new limit resizes it; requests under way keep their admission and give it back to it).
  * The set itself is an immutable snapshot swapped whole.
  *
  * <p>Cache salts: an isolated tenant's requests reach the engines with the salt HMAC-SHA256(k, name) (with the client's
@@ -61,6 +61,8 @@ public final class Tenants {
     static final int MIN_KEY_CHARS = 16;
     /** The text of a JSON parser's "Unrecognized token 'TEXT'": a bare word of the file, such as an unquoted key. */
     private static final Pattern UNREAD_TOKEN = Pattern.compile("Unrecognized token '[^']*'");
+    /** The slots of a tenant without a limit: it is admitted whatever its count, which is still kept. */
+    static final int UNLIMITED = Integer.MAX_VALUE;
     /** The most tenants one file holds (each has its meters). */
     static final int MAX_TENANTS = 10_000;
 
@@ -73,7 +75,7 @@ public final class Tenants {
     }
 
     /**
-     * One tenant. {@code maxConcurrent}: 0 for no limit of its own. {@code slots}: its admission count (null without a limit).
+     * One tenant. {@code maxConcurrent}: 0 for no limit of its own. {@code slots}: its admission count (set once adopted).
      */
     public static final class Tenant {
         final String name;
@@ -309,14 +311,18 @@ public final class Tenants {
         return new Parsed(List.copyOf(out));
     }
 
-    /** Gives {@code fresh}'s limited tenants their slots (kept by name, resized) and drops the slots of names gone. */
+    /**
+     * Gives {@code fresh}'s tenants their slots (kept by name, resized) and drops the slots of names gone. A tenant without
+     * a limit has slots too ({@link #UNLIMITED} of them): its count goes on, so a limit a later reload sets counts the
+     * requests under way.
+     */
     private List<Tenant> adopt(List<Tenant> fresh) {
         Map<String, Slots> kept = new LinkedHashMap<>();
         for (Tenant t : fresh) {
-            if (t.maxConcurrent == 0) continue;
+            int limit = t.maxConcurrent == 0 ? UNLIMITED : t.maxConcurrent;
             Slots s = slotsByName.get(t.name);
-            if (s == null) s = new Slots(t.maxConcurrent);
-            else s.resize(t.maxConcurrent);
+            if (s == null) s = new Slots(limit);
+            else s.resize(limit);
             t.slots = s;
             kept.put(t.name, s);
         }
@@ -331,7 +337,7 @@ public final class Tenants {
         return s == null ? 0 : s.getQueueLength();
     }
 
-    /** Requests of tenant {@code name} holding one of its slots now (0 without a limit: none are counted). */
+    /** Requests of tenant {@code name} holding one of its slots now (with a limit or without). */
     int inFlight(String name) {
         Slots s = slotsByName.get(name);
         return s == null ? 0 : s.inFlight();

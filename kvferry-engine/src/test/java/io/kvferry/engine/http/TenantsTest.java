@@ -391,6 +391,37 @@ class TenantsTest {
         assertEquals("b", tenants.identify("Bearer " + KEY_B).name());
     }
 
+    /**
+     * A tenant kept by name keeps its count when a reload takes its limit away and another gives one back: its requests
+     * under way (admitted under the first limit, or while it had none) still count against the new limit.
+     */
+    @Test
+    void aTenantsCountSurvivesALimitTakenAwayAndGivenBack() throws Exception {
+        Path f = dir.resolve("tenants-limit.json");
+        Files.writeString(f, file(tenant("a", KEY_A, "\"max_concurrent_requests\":2")));
+        FileTime t0 = Files.getLastModifiedTime(f);
+        Tenants tenants = Tenants.open(f, TOKEN);
+        Tenants.Tenant first = tenants.list().getFirst();
+        assertTrue(Tenants.admit(first, 0), "under the limit of 2");
+        Files.writeString(f, file(tenant("a", KEY_A, null)));
+        Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 10_000));
+        tenants.reloadIfChanged();
+        Tenants.Tenant unlimited = tenants.list().getFirst();
+        assertTrue(Tenants.admit(unlimited, 0), "no limit");
+        Files.writeString(f, file(tenant("a", KEY_A, "\"max_concurrent_requests\":2")));
+        Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 20_000));
+        tenants.reloadIfChanged();
+        Tenants.Tenant again = tenants.list().getFirst();
+        assertEquals(2, tenants.inFlight("a"), "both requests under way count");
+        assertFalse(Tenants.admit(again, 0), "two under way: the limit of 2 is reached");
+        Tenants.release(first);
+        assertTrue(Tenants.admit(again, 0), "one ended: one more is admitted");
+        assertFalse(Tenants.admit(again, 0));
+        Tenants.release(unlimited);
+        Tenants.release(again);
+        assertEquals(0, tenants.inFlight("a"));
+    }
+
     /** A tenant's slots follow its limit across reloads; those under way keep theirs. */
     @Test
     void aTenantsSlotsFollowItsLimitAndThoseUnderWayKeepTheirs() throws Exception {
