@@ -61,8 +61,8 @@ public final class Roles {
      * {@code advertiseHost}: the address a prefill's peers reach it at, which its registry publishes for its
      * kvferry ranks and its /health gives the router as the bootstrap address (null: {@code host}; a
      * prefill bound to a wildcard such as 0.0.0.0 needs one). {@code prefillCache}: a prefill keeps finished prompts'
-     * full pages for later requests that start with them ({@code --prefill-cache}; off by itself for the variants with
-     * per-request state).
+     * full pages for later requests that start with them ({@code --prefill-cache}; off by itself for the variant with
+     * window layers, {@code swa}).
      */
     public record Options(ModelFiles.Loaded model, ModelVariant variant, int tp, int pp, int pageSize, int pages, int maxRequests,
                           int chunkTokens, String transport, String host, int port, int bootstrapPort, String authToken,

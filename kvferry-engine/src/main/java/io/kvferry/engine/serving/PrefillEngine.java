@@ -176,8 +176,8 @@ public final class PrefillEngine extends SchedulerThread {
     }
 
     /**
-     * @param prefixCache whether finished prompts' full pages stay for later requests to reuse (off, or a variant with
-     *                    per-request state: every prompt is computed from its first token)
+     * @param prefixCache whether computed prompts' full pages stay for later requests to reuse (off, or a variant with
+     *                    window layers: every prompt is computed from its first token)
      */
     public PrefillEngine(EngineSpec spec, TransferSpec transfer, boolean prefixCache) {
         super("kvferry-engine-prefill");
