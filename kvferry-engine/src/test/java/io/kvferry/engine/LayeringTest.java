@@ -5,6 +5,7 @@ import com.tngtech.archunit.core.importer.ClassFileImporter;
 import com.tngtech.archunit.core.importer.ImportOption;
 import io.kvferry.KVFerry;
 import io.kvferry.http.BearerToken;
+import io.kvferry.http.SecretFiles;
 import io.kvferry.memory.SharedArena;
 import io.kvferry.metrics.LogSafe;
 import org.junit.jupiter.api.Test;
@@ -18,7 +19,7 @@ import static com.tngtech.archunit.library.Architectures.layeredArchitecture;
 
 /**
  * The engine uses kvferry only through its public API (io.kvferry.KVFerry, io.kvferry.api, the
- * shared-memory arena, the registry's bearer check, LogSafe's escaping; kvferry-ops), as SGLang uses its connector; and its own packages stack model → kv →
+ * shared-memory arena, the registry's bearer check, the secret files' permission check, LogSafe's escaping; kvferry-ops), as SGLang uses its connector; and its own packages stack model → kv →
  * runtime → serving → http → serve, each using only those below it.
  */
 class LayeringTest {
@@ -36,8 +37,8 @@ class LayeringTest {
         noClasses().that().resideInAPackage("io.kvferry.engine..")
                 .should().dependOnClassesThat(resideInAPackage("io.kvferry..")
                         .and(resideOutsideOfPackages("io.kvferry.engine..", "io.kvferry.api..", "io.kvferry.ops.."))
-                        .and(not(belongToAnyOf(KVFerry.class, SharedArena.class, BearerToken.class, LogSafe.class))))
-                .because("docs/ARCHITECTURE.md: the engine uses KVFerry, io.kvferry.api, SharedArena, BearerToken, LogSafe and kvferry-ops only")
+                        .and(not(belongToAnyOf(KVFerry.class, SharedArena.class, BearerToken.class, SecretFiles.class, LogSafe.class))))
+                .because("docs/ARCHITECTURE.md: the engine uses KVFerry, io.kvferry.api, SharedArena, BearerToken, SecretFiles, LogSafe and kvferry-ops only")
                 .check(ENGINE);
     }
 
