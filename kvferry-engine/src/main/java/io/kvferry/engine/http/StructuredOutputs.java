@@ -80,7 +80,11 @@ final class StructuredOutputs {
                 if (e.getValue().isNull() || STRUCTURED_OUTPUTS_KEYS.contains(e.getKey())) continue;
                 // vLLM's backend options that leave the answer as this engine gives it: no fallback backend here, and no
                 // property a schema does not declare is ever generated.
-                if (BACKEND_OPTIONS.contains(e.getKey()) && e.getValue().isBoolean()) continue;
+                if (BACKEND_OPTIONS.contains(e.getKey())) {
+                    if (e.getValue().isBoolean()) continue;
+                    throw new Http.BadRequest("structured_outputs." + e.getKey(),
+                            "structured_outputs." + e.getKey() + " must be true or false, got " + e.getValue());
+                }
                 String what = e.getKey().equals("grammar") ? "structured_outputs.grammar is not supported (grammars are not built here)"
                         : "structured_outputs." + e.getKey() + " is not supported (this engine takes choice, regex, json or json_object)";
                 throw new Http.BadRequest("structured_outputs." + e.getKey(), what);
