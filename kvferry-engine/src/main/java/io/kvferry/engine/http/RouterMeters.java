@@ -63,7 +63,7 @@ final class RouterMeters {
     private final boolean byTenant;
     /** Per tenant (byTenant): its prompt and generated token counters. */
     private final Map<String, Counter[]> tokensByTenant = new ConcurrentHashMap<>();
-    /** Per tenant (byTenant): its requests being served now. */
+    /** Per tenant (byTenant): its requests in the router now (waiting for its slot included). */
     private final Map<String, AtomicInteger> runningByTenant = new ConcurrentHashMap<>();
 
     /** @param registry where the meters go; null for nowhere (a registry of its own nobody reads) */
@@ -85,7 +85,7 @@ final class RouterMeters {
                 .serviceLevelObjectives(LATENCY_BUCKETS).register(this.registry);
         promptTokens = byTenant ? null : promptTokens(null);
         generationTokens = byTenant ? null : generationTokens(null);
-        Gauge.builder(RUNNING, running, AtomicInteger::get).description("Router: requests being served now").register(this.registry);
+        Gauge.builder(RUNNING, running, AtomicInteger::get).description("Router: requests in the router now, from their arrival to their answer (those waiting for a slot included)").register(this.registry);
     }
 
     /** Gauges of one backend: 1 while in rotation, 0 while its health checks keep it out; requests it is serving. */
@@ -128,7 +128,7 @@ final class RouterMeters {
      */
     void tenant(String name, Tenants tenants) {
         AtomicInteger n = runningByTenant.computeIfAbsent(name, k -> new AtomicInteger());
-        Gauge.builder(TENANT_RUNNING, n, AtomicInteger::get).description("Router: a tenant's requests being served now (--tenants-file)")
+        Gauge.builder(TENANT_RUNNING, n, AtomicInteger::get).description("Router: a tenant's requests in the router now, those waiting for its slot included (--tenants-file)")
                 .tag("tenant", name).register(registry);
         Gauge.builder(TENANT_WAITING, tenants, t -> t.waiting(name))
                 .description("Router: a tenant's requests waiting for one of its slots (its max_concurrent_requests)")
