@@ -26,7 +26,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class EngineDashboardTest {
     /**
      * The engines' meters: kvferry_engine_requests, kvferry_engine_kv_pages, kvferry_engine_aux_rows,
-     * kvferry_engine_cached_tokens, kvferry_engine_prompt_tokens.
+     * kvferry_engine_cached_tokens, kvferry_engine_prompt_tokens, kvferry_engine_prefix_deferrals.
      */
     static final String ENGINE_GAUGES = "kvferry_engine_";
 
@@ -53,8 +53,8 @@ class EngineDashboardTest {
             int checked = GrafanaDashboardCheck.assertEverySeriesExists(dashboard, List.of(prefillScrape, decodeScrape),
                     name -> name.startsWith(ENGINE_GAUGES));
             // Requests per queue, KV pages used/cached/free, aux rows used/free, KV page usage; the prefix caches: cached and
-            // prompt tokens/s, the prefill's hit ratio, cached pages per engine.
-            assertEquals(8, checked, "queries of the engines' gauges on the dashboard");
+            // prompt tokens/s, the prefill's hit ratio, cached pages per engine; the prefill's requests that waited for a shared prefix.
+            assertEquals(9, checked, "queries of the engines' gauges on the dashboard");
             // The prefix-cache panels read the prefill's cached tokens, prompt tokens and cached pages, all above 0 now.
             int positive = GrafanaDashboardCheck.assertSeriesPositive(dashboard, List.of(prefillScrape),
                     title -> title.contains("prefix cache"), Map.of("role", "prefill"));
