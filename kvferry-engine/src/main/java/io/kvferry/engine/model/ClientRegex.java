@@ -35,6 +35,8 @@ public final class ClientRegex {
     public static final int MAX_STATES = 20_000;
     /** Most states of an automaton before it is made deterministic (the expression's size, repetitions expanded). */
     static final int MAX_NFA_STATES = 50_000;
+    /** Deepest nesting of groups (the parser recurses once per level: deeper would overflow the HTTP thread's stack). */
+    public static final int MAX_DEPTH = 256;
 
     private final String src;
     private int pos;
@@ -232,6 +234,7 @@ public final class ClientRegex {
 
     private Automaton group(int depth) {
         int open = pos;
+        if (depth >= MAX_DEPTH) throw refuse("groups nested deeper than " + MAX_DEPTH);
         pos++;
         if (peek('?')) {
             String rest = src.substring(pos, Math.min(src.length(), pos + 3));

@@ -111,6 +111,8 @@ class OutputConstraintTest {
                 {"(a|b)*a(a|b){24}", "too complex"},
                 {"(((a|b){0,256}){256}){256}", "too large at position 15"}, // refused before its copies are made
                 {"[^\\s\\S]", "matches no text at all"},
+                // a StackOverflowError (no 400) before: the parser recursed once per level
+                {"(".repeat(5000) + "a" + ")".repeat(5000), "groups nested deeper than 256 at position 256"},
         };
         OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
         for (String[] x : refused) {
