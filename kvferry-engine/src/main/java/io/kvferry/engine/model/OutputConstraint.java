@@ -74,18 +74,37 @@ public final class OutputConstraint {
         int n = run.getSize();
         char[] points = run.getCharIntervals();
         live = new boolean[n];
-        for (int s = 0; s < n; s++) live[s] = run.isAccept(s);
-        for (boolean changed = true; changed; ) { // co-reachability: a fixed point, states x intervals a round
-            changed = false;
-            for (int s = 0; s < n; s++) {
-                if (live[s]) continue;
-                for (char c : points) {
-                    int t = run.step(s, c);
-                    if (t >= 0 && live[t]) {
-                        live[s] = true;
-                        changed = true;
-                        break;
-                    }
+        // Co-reachability by a backward search over the transitions (states x intervals once; a fixed point over the
+        // states took a round per state of the longest path to an accept: x{19968} took seconds).
+        int[] predCount = new int[n + 1];
+        int[] dest = new int[n * points.length];
+        for (int s = 0; s < n; s++) {
+            for (int k = 0; k < points.length; k++) {
+                int t = run.step(s, points[k]);
+                dest[s * points.length + k] = t;
+                if (t >= 0) predCount[t + 1]++;
+            }
+        }
+        for (int s = 0; s < n; s++) predCount[s + 1] += predCount[s];
+        int[] preds = new int[predCount[n]];
+        int[] fill = predCount.clone();
+        for (int i = 0; i < dest.length; i++) {
+            if (dest[i] >= 0) preds[fill[dest[i]]++] = i / points.length;
+        }
+        int[] queue = new int[n];
+        int head = 0, tail = 0;
+        for (int s = 0; s < n; s++) {
+            if (run.isAccept(s)) {
+                live[s] = true;
+                queue[tail++] = s;
+            }
+        }
+        while (head < tail) {
+            int t = queue[head++];
+            for (int i = predCount[t]; i < predCount[t + 1]; i++) {
+                if (!live[preds[i]]) {
+                    live[preds[i]] = true;
+                    queue[tail++] = preds[i];
                 }
             }
         }
