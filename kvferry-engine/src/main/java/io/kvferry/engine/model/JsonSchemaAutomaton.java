@@ -7,11 +7,13 @@ import dk.brics.automaton.Automaton;
 import dk.brics.automaton.BasicAutomata;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * A JSON schema as the automaton of the compact JSON texts it admits (structured outputs' {@code json_schema}), for a
@@ -47,8 +49,13 @@ public final class JsonSchemaAutomaton {
     private static final String INTEGER = "-?(0|[1-9][0-9]{0,15})";
     private static final String NUMBER = INTEGER + "(\\.[0-9]{1,16})?([eE][+\\-]?[0-9]{1,3})?";
 
+    /** {@link #anyValue} by depth, minimal (each is hundreds of milliseconds to build): handed out as clones. */
+    private static final Map<Integer, Automaton> ANY_VALUE = new ConcurrentHashMap<>();
+
     private final JsonNode root;
     private final Set<String> resolving = new HashSet<>();
+    /** Each definition's automaton, built once per schema: a definition used twice at each of n levels is n builds, not 2^n. */
+    private final Map<String, Automaton> resolved = new HashMap<>();
 
     private JsonSchemaAutomaton(JsonNode root) {
         this.root = root;
@@ -68,6 +75,15 @@ public final class JsonSchemaAutomaton {
 
     /** Any JSON value of at most {@code depth} nested objects and arrays (0: scalars only). */
     public static Automaton anyValue(int depth) {
+        Automaton cached = ANY_VALUE.get(depth);
+        if (cached == null) {
+            cached = ClientRegex.minimal(buildAnyValue(depth));
+            ANY_VALUE.putIfAbsent(depth, cached);
+        }
+        return cached.clone();
+    }
+
+    private static Automaton buildAnyValue(int depth) {
         Automaton v = Automaton.union(List.of(regex("\"" + CHAR + "*\""), regex(NUMBER), regex("true|false|null")));
         for (int d = 1; d <= depth; d++) {
             Automaton inner = ClientRegex.minimal(v);
@@ -183,8 +199,15 @@ public final class JsonSchemaAutomaton {
         }
         if (target == null) throw new IllegalArgumentException("has $ref '" + ref + "' at " + at + ", which names no definition");
         if (!resolving.add(ref)) throw new IllegalArgumentException("has a recursive $ref '" + ref + "' at " + at + ", which structured outputs do not support");
+        Automaton done = resolved.get(ref);
+        if (done != null) {
+            resolving.remove(ref);
+            return done.clone();
+        }
         try {
-            return of(target, ref);
+            Automaton a = ClientRegex.minimal(of(target, ref));
+            resolved.put(ref, a);
+            return a.clone();
         } finally {
             resolving.remove(ref);
         }
