@@ -12,6 +12,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
+import java.util.function.Supplier;
 
 /**
  * A client's regular expression (Python's {@code re} and JavaScript's syntax, as vLLM's {@code guided_regex} and SGLang's
@@ -38,8 +39,31 @@ public final class ClientRegex {
     /** Deepest nesting of groups (the parser recurses once per level: deeper would overflow the HTTP thread's stack). */
     public static final int MAX_DEPTH = 256;
 
+    /** The running compilation's deadline ({@link System#nanoTime}), per thread; absent: none. */
+    private static final ThreadLocal<long[]> DEADLINE = new ThreadLocal<>();
+
     private final String src;
     private int pos;
+
+    /** {@code work} run with a deadline {@code nanos} from now: past it, the next {@link #checkDeadline} refuses. */
+    static <T> T withDeadline(long nanos, Supplier<T> work) {
+        long[] prev = DEADLINE.get();
+        DEADLINE.set(new long[]{System.nanoTime() + nanos, nanos});
+        try {
+            return work.get();
+        } finally {
+            if (prev == null) DEADLINE.remove();
+            else DEADLINE.set(prev);
+        }
+    }
+
+    /** A refusal once the running compilation is past its deadline (a compilation runs one at a time: it bounds the wait). */
+    static void checkDeadline() {
+        long[] d = DEADLINE.get();
+        if (d != null && System.nanoTime() - d[0] > 0) {
+            throw new IllegalArgumentException("is too complex: it took over " + d[1] / 1_000_000 + " ms to compile");
+        }
+    }
 
     private ClientRegex(String src) {
         this.src = src;
@@ -165,6 +189,7 @@ public final class ClientRegex {
             } else {
                 return a;
             }
+            checkDeadline();
             if (peek('+')) throw refuse("a possessive quantifier");
             if (peek('?')) pos++; // lazy: the same language
             // The repeated part minimal first: its copies stay small ((a|b){0,256} nested again costs a DFA of hundreds, not
@@ -442,6 +467,7 @@ public final class ClientRegex {
         seen.put(start, init);
         work.add(start);
         while (!work.isEmpty()) {
+            checkDeadline();
             BitSet set = work.poll();
             State from = seen.get(set);
             TreeSet<Integer> points = new TreeSet<>();

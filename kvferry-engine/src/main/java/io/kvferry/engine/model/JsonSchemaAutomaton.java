@@ -128,6 +128,7 @@ public final class JsonSchemaAutomaton {
     }
 
     private Automaton of(JsonNode s, String at) {
+        ClientRegex.checkDeadline();
         if (s.isBoolean()) {
             if (s.booleanValue()) return anyValue(ANY_DEPTH - 1);
             throw new IllegalArgumentException("has the schema false at " + at + ", which no value matches");

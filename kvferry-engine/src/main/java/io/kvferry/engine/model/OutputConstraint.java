@@ -11,7 +11,6 @@ import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
-import java.util.Map;
 import java.util.Objects;
 import java.util.TreeSet;
 
@@ -69,6 +68,7 @@ public final class OutputConstraint {
             throw new IllegalArgumentException("is too complex: " + a.getNumberOfStates() + " states × " + (bounds.size() + 1)
                     + " character classes is over " + MAX_TABLE + " table entries");
         }
+        ClientRegex.checkDeadline();
         this.run = new RunAutomaton(a);
         this.texts = texts;
         int n = run.getSize();
@@ -184,6 +184,11 @@ public final class OutputConstraint {
         return live[s];
     }
 
+    /** The compiled table's entries (states × character classes), what the constraint holds beside the shared texts. */
+    long tableEntries() {
+        return (long) run.getSize() * (run.getCharIntervals().length + 1);
+    }
+
     /** Whether {@code text} is a whole match (tests). */
     public boolean matches(String text) {
         return run.run(text);
@@ -241,21 +246,32 @@ public final class OutputConstraint {
 
     /**
      * Compiles constraints against one tokenizer's vocabulary and keeps the last {@link #CACHED} of them by spec, so a
-     * spec sent again (every sample of a request, the prefill and the decode of it) is compiled once. Thread-safe: one
-     * compilation at a time (dk.brics's state numbering is a static counter; and it bounds the CPU a client can take).
+     * spec sent again (every sample of a request, the prefill and the decode of it) is compiled once; the cache also keeps
+     * at most {@link #CACHED_TABLE} table entries in all (one near {@link #MAX_TABLE} is 16 MB). Thread-safe: one
+     * compilation at a time (dk.brics's state numbering is a static counter; and it bounds the CPU a client can take), each
+     * refused past {@link #DEADLINE_MS} so the next waits no longer; a cached spec is answered without waiting for one.
      */
     public static final class Compiler {
         public static final int CACHED = 64;
+        /** Most table entries (states × character classes, 4 bytes each) the cache keeps in all: 64 MiB. */
+        static final long CACHED_TABLE = 16_000_000;
+        /** How long one compilation may take before it is refused ("too complex"): the next waits at most this long. */
+        public static final long DEADLINE_MS = 5_000;
         private final TokenTexts texts;
-        private final Map<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true) {
-            @Override
-            protected boolean removeEldestEntry(Map.Entry<String, OutputConstraint> eldest) {
-                return size() > CACHED;
-            }
-        };
+        private final long deadlineNanos, cachedTable;
+        /** Held while compiling (one at a time); the cache has its own lock, so a cached spec never waits for a compilation. */
+        final Object compiling = new Object();
+        private long tableEntries;
+        private final LinkedHashMap<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true);
 
         public Compiler(Tokenizer tokenizer) {
+            this(tokenizer, DEADLINE_MS * 1_000_000, CACHED_TABLE);
+        }
+
+        Compiler(Tokenizer tokenizer, long deadlineNanos, long cachedTable) {
             this.texts = new TokenTexts(tokenizer);
+            this.deadlineNanos = deadlineNanos;
+            this.cachedTable = cachedTable;
         }
 
         /** A regex's constraint; a refusal's message says what is wrong (it reads after the field's name: "regex is …"). */
@@ -268,14 +284,40 @@ public final class OutputConstraint {
             return compile(Kind.JSON_SCHEMA, schema);
         }
 
-        public synchronized OutputConstraint compile(Kind kind, String source) {
+        public OutputConstraint compile(Kind kind, String source) {
             String key = kind.param + '\0' + source;
-            OutputConstraint c = cache.get(key);
+            OutputConstraint c = cached(key);
             if (c != null) return c;
-            Automaton a = kind == Kind.REGEX ? ClientRegex.compile(source) : JsonSchemaAutomaton.compile(source);
-            c = new OutputConstraint(kind, source, a, texts);
-            cache.put(key, c);
-            return c;
+            synchronized (compiling) {
+                c = cached(key);
+                if (c != null) return c;
+                c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
+                        kind == Kind.REGEX ? ClientRegex.compile(source) : JsonSchemaAutomaton.compile(source), texts));
+                synchronized (cache) {
+                    cache.put(key, c);
+                    tableEntries += c.tableEntries();
+                    for (var it = cache.entrySet().iterator(); it.hasNext() && (cache.size() > CACHED || tableEntries > cachedTable); ) {
+                        var eldest = it.next();
+                        if (eldest.getValue() == c) break; // the newest stays (one table is at most MAX_TABLE)
+                        tableEntries -= eldest.getValue().tableEntries();
+                        it.remove();
+                    }
+                }
+                return c;
+            }
+        }
+
+        private OutputConstraint cached(String key) {
+            synchronized (cache) {
+                return cache.get(key);
+            }
+        }
+
+        /** How many constraints the cache holds (tests). */
+        int cachedCount() {
+            synchronized (cache) {
+                return cache.size();
+            }
         }
     }
 }

@@ -16,12 +16,17 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNotSame;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -242,6 +247,53 @@ class OutputConstraintTest {
         b.append("},\"$ref\":\"#/$defs/d40\"}");
         OutputConstraint c = new OutputConstraint.Compiler(Tokenizer.synthetic(300)).jsonSchema(b.toString());
         assertTrue(c.matches("-12") && !c.matches("1.5"));
+    }
+
+    /** A compilation past the compiler's deadline is a refusal (the next one waits no longer than that). */
+    @Test
+    void aCompilationPastItsDeadlineIsRefused() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300), 0, OutputConstraint.Compiler.CACHED_TABLE);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> c.regex("(a|b)*a(a|b){8}"));
+        assertTrue(e.getMessage().contains("too complex: it took over 0 ms to compile"), e.getMessage());
+        assertEquals(0, c.cachedCount());
+    }
+
+    /** The cache keeps at most its table budget in all (64 near-cap tables were ~1 GB), the newest always. */
+    @Test
+    void theCacheIsBoundedByItsTablesSize() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300), OutputConstraint.Compiler.DEADLINE_MS * 1_000_000, 1);
+        OutputConstraint first = c.regex("a+");
+        c.regex("b+");
+        OutputConstraint third = c.regex("c+");
+        assertEquals(1, c.cachedCount());
+        assertSame(third, c.regex("c+"));
+        assertNotSame(first, c.regex("a+"), "evicted, so compiled anew");
+    }
+
+    /** A spec already compiled is answered while another compilation holds the compiler (it used to wait for it). */
+    @Test
+    void aCachedSpecDoesNotWaitForAnotherCompilation() throws Exception {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
+        OutputConstraint cached = c.regex("(yes|no)");
+        CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
+        Thread compiling = Thread.ofPlatform().start(() -> {
+            synchronized (c.compiling) {
+                held.countDown();
+                try {
+                    release.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        });
+        try {
+            held.await();
+            var again = CompletableFuture.supplyAsync(() -> c.regex("(yes|no)"));
+            assertSame(cached, again.get(60, TimeUnit.SECONDS));
+        } finally {
+            release.countDown();
+            compiling.join();
+        }
     }
 
     @Test
