@@ -12,6 +12,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
+import java.util.function.IntPredicate;
 import java.util.function.Supplier;
 
 /**
@@ -288,6 +289,13 @@ public final class ClientRegex {
 
     /** A backslash escape at pos: in a class ({@code inClass}) too, where only single characters and \d \w \s… are meaningful. */
     private Automaton escape(boolean inClass) {
+        return escape(inClass, BOTH);
+    }
+
+    /** Which language's class escapes {@link #escape} means: both (what both admit), Python's (str: Unicode), JavaScript's. */
+    private static final int BOTH = 0, PYTHON = 1, JAVASCRIPT = 2;
+
+    private Automaton escape(boolean inClass, int lang) {
         int at = pos;
         pos++;
         if (pos >= src.length()) {
@@ -297,22 +305,22 @@ public final class ClientRegex {
         char c = src.charAt(pos++);
         switch (c) {
             case 'd' -> {
-                return BasicAutomata.makeCharRange('0', '9');
+                return lang == PYTHON ? UNICODE_DIGIT.clone() : BasicAutomata.makeCharRange('0', '9');
             }
             case 'D' -> {
-                return anyBut("0123456789");
+                return lang == JAVASCRIPT ? anyBut("0123456789") : BasicAutomata.makeAnyChar().minus(UNICODE_DIGIT);
             }
             case 'w' -> {
-                return word();
+                return lang == PYTHON ? UNICODE_WORD.clone() : word();
             }
             case 'W' -> {
-                return BasicAutomata.makeAnyChar().minus(word());
+                return BasicAutomata.makeAnyChar().minus(lang == JAVASCRIPT ? word() : UNICODE_WORD);
             }
             case 's' -> {
-                return BasicAutomata.makeCharSet(SPACE);
+                return BasicAutomata.makeCharSet(lang == PYTHON ? SPACE + PYTHON_SPACE : lang == JAVASCRIPT ? SPACE + JS_SPACE : SPACE);
             }
             case 'S' -> {
-                return anyBut(SPACE);
+                return anyBut(lang == PYTHON ? SPACE + PYTHON_SPACE : lang == JAVASCRIPT ? SPACE + JS_SPACE : SPACE + PYTHON_SPACE + JS_SPACE);
             }
             case 'n' -> {
                 return BasicAutomata.makeChar('\n');
@@ -357,7 +365,34 @@ public final class ClientRegex {
         }
     }
 
-    private static final String SPACE = " \t\n\r\f\u000B";
+    /**
+     * {@code \s} in both Python (str patterns: Unicode) and JavaScript; Python's adds {@link #PYTHON_SPACE}, JavaScript's
+     * {@link #JS_SPACE}. An expression admits only what both languages admit, so a text it matches passes in both
+     * ({@code \S} took U+200A, a token of stories260K's vocabulary that both call a space).
+     */
+    private static final String SPACE = " \t\n\r\f\u000B\u00A0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200A"
+            + "\u2028\u2029\u202F\u205F\u3000";
+    private static final String PYTHON_SPACE = "\u001C\u001D\u001E\u001F\u0085", JS_SPACE = "\uFEFF";
+
+    /** Python's {@code \w} in a str pattern: alphanumeric (letters, digits, other numerics) or '_'. */
+    private static boolean isUnicodeWord(int c) {
+        int t = Character.getType(c);
+        return c == '_' || Character.isLetterOrDigit(c) || t == Character.LETTER_NUMBER || t == Character.OTHER_NUMBER;
+    }
+
+    private static final Automaton UNICODE_WORD = set(ClientRegex::isUnicodeWord), UNICODE_DIGIT = set(Character::isDigit);
+
+    /** The one-character automaton of the BMP characters {@code in} holds. */
+    private static Automaton set(IntPredicate in) {
+        List<Automaton> ranges = new ArrayList<>();
+        for (int c = 0; c <= Character.MAX_VALUE; c++) {
+            if (!in.test(c)) continue;
+            int start = c;
+            while (c + 1 <= Character.MAX_VALUE && in.test(c + 1)) c++;
+            ranges.add(BasicAutomata.makeCharRange((char) start, (char) c));
+        }
+        return Automaton.union(ranges);
+    }
 
     private static Automaton word() {
         return BasicAutomata.makeCharRange('a', 'z').union(BasicAutomata.makeCharRange('A', 'Z')).union(BasicAutomata.makeCharRange('0', '9'))
@@ -386,8 +421,21 @@ public final class ClientRegex {
         return (char) v;
     }
 
-    /** A class at pos ('['): its characters' automaton (one character long). */
+    /**
+     * A class at pos ('['): its characters' automaton (one character long), those it holds in Python and in JavaScript
+     * ({@code [^\W]}, {@code [\s\S]} differ by language; each of their one-language sets is exact, so the two meet).
+     */
     private Automaton charClass() {
+        int open = pos;
+        Automaton python = charClass(PYTHON);
+        int end = pos;
+        pos = open;
+        Automaton js = charClass(JAVASCRIPT);
+        pos = end;
+        return python.intersection(js);
+    }
+
+    private Automaton charClass(int lang) {
         int open = pos;
         pos++;
         boolean negated = peek('^');
@@ -408,7 +456,7 @@ public final class ClientRegex {
             if (c == '[') throw refuse("a nested class or set operation '['");
             char lo;
             if (c == '\\') {
-                Automaton e = escape(true);
+                Automaton e = escape(true, lang);
                 String single = e.getSingleton();
                 if (single == null || single.length() != 1) { // \d, \w, \s and their negations: not a range's end
                     items.add(e);

@@ -70,7 +70,7 @@ class OutputConstraintTest {
             RunAutomaton run = new RunAutomaton(a);
             for (int i = 0; i < 50; i++) probes.add(walk(run, r, 12));
             for (String s : probes) {
-                if (s == null) continue;
+                if (s == null || !s.chars().allMatch(ch -> ch < 128)) continue; // java.util.regex's classes are ASCII: see below
                 assertEquals(p.matcher(s).matches(), a.run(s), "'" + re + "' on '" + s + "'");
             }
         }
@@ -84,6 +84,32 @@ class OutputConstraintTest {
         Automaton literal = ClientRegex.compile("a{x}"); // not a count: the characters themselves, as Python reads them
         assertTrue(literal.run("a{x}"));
         assertFalse(literal.run("a"));
+    }
+
+    /**
+     * A class escape admits only what both Python (str patterns: Unicode) and JavaScript (ASCII \\w \\d) admit, negated
+     * or not: \\S took U+200A (a stories260K token both call a space), \\W and [^\\w] took 'é', \\D took '٣'.
+     */
+    @Test
+    void classEscapesAdmitOnlyWhatPythonAndJavaScriptBothAdmit() {
+        String[][] cases = { // regex, accepted (| separated), refused
+                {"\\S", "a|!", "\u200A|\u00A0|\u3000|\uFEFF|\u001C|\u0085| "},
+                {"[^\\s]", "a|!", "\u200A|\u00A0|\uFEFF|\u001C| "},
+                {"\\s", " |\t|\u00A0|\u200A|\u3000", "\u001C|\u0085|\uFEFF|a"},
+                {"[\\s]", " |\u00A0", "\u001C|\uFEFF"},
+                {"[\\s\\S]", "a| |\u001C|\u0085|\uFEFF|\u00E9", ""},
+                {"\\W", "!| |-", "\u00E9|\u00F1|\u0663|a|_|\u00B2"},
+                {"[^\\w]", "!| ", "\u00E9|\u00F1|a|_"},
+                {"\\w", "a|Z|0|_", "\u00E9|!"},
+                {"\\D", "x|\u00E9", "\u0663|5"},
+                {"[^\\d]", "x", "\u0663|5"},
+                {"[^\\W]", "a|_", "\u00E9|!"},
+        };
+        for (String[] c : cases) {
+            Automaton a = ClientRegex.compile(c[0]);
+            for (String ok : c[1].split("\\|")) assertTrue(a.run(ok), c[0] + " accepts U+" + Integer.toHexString(ok.charAt(0)));
+            for (String no : c[2].isEmpty() ? new String[0] : c[2].split("\\|")) assertFalse(a.run(no), c[0] + " refuses U+" + Integer.toHexString(no.charAt(0)));
+        }
     }
 
     @Test
