@@ -228,7 +228,13 @@ public final class JsonSchemaAutomaton {
         if (extra != null && !extra.isBoolean() && !extra.isObject()) {
             throw new IllegalArgumentException("has additionalProperties " + extra + " at " + at + ", not a boolean or a schema");
         }
-        if (props == null) return anyObject(ClientRegex.minimal(anyValue(ANY_DEPTH - 1)));
+        if (props == null) {
+            JsonNode req = s.get("required");
+            if (req != null && !req.isEmpty()) { // any object would include {}, which lacks them
+                throw new IllegalArgumentException("has required " + req + " at " + at + " without properties, which structured outputs do not support");
+            }
+            return anyObject(ClientRegex.minimal(anyValue(ANY_DEPTH - 1)));
+        }
         if (!props.isObject()) throw new IllegalArgumentException("has properties at " + at + " that are not an object");
         Set<String> required = new HashSet<>();
         JsonNode req = s.get("required");

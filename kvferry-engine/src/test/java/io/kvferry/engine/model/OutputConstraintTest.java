@@ -252,6 +252,8 @@ class OutputConstraintTest {
                 {"{\"$ref\":\"http://x/y\"}", "only #/$defs/<name>"},
                 {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "not one of its properties"},
                 {"{\"type\":\"string\",\"maxLength\":1000}", "at most 256"},
+                // before: any object, {} included, which lacks the required name
+                {"{\"type\":\"object\",\"required\":[\"name\"]}", "has required [\"name\"] at # without properties"},
                 {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookahead"},
                 {"[1]", "must be a JSON object"},
                 {"{nope", "is not valid JSON"},
