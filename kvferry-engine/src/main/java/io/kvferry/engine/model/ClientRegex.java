@@ -337,8 +337,10 @@ public final class ClientRegex {
             case 'v' -> {
                 return BasicAutomata.makeChar('\u000B');
             }
-            case '0' -> {
-                return BasicAutomata.makeChar('\0');
+            case '0' -> { // Python's (and JavaScript's legacy) octal escape: \0 and up to two more octal digits
+                int v = 0;
+                for (int k = 0; k < 2 && pos < src.length() && src.charAt(pos) >= '0' && src.charAt(pos) <= '7'; k++) v = v * 8 + src.charAt(pos++) - '0';
+                return BasicAutomata.makeChar((char) v);
             }
             case 'x' -> {
                 return BasicAutomata.makeChar(hex(2, at));

@@ -81,6 +81,9 @@ class OutputConstraintTest {
         Automaton upTo2 = ClientRegex.compile("a{,2}"); // Python's: zero to two (java.util.regex refuses it)
         assertTrue(upTo2.run("") && upTo2.run("a") && upTo2.run("aa"));
         assertFalse(upTo2.run("aaa"));
+        Automaton octal = ClientRegex.compile("\\012\\0[\\07]\\09"); // \0 takes up to two more octal digits, as Python's (it took none)
+        assertTrue(octal.run("\n\u0000\u0007\u00009"));
+        assertFalse(octal.run("\u000012\u0000\u0007\u00009"));
         Automaton literal = ClientRegex.compile("a{x}"); // not a count: the characters themselves, as Python reads them
         assertTrue(literal.run("a{x}"));
         assertFalse(literal.run("a"));
