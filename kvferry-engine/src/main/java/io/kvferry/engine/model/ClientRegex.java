@@ -252,6 +252,7 @@ public final class ClientRegex {
             case '*', '+', '?' -> throw bad("nothing to repeat before '" + c + "'");
             default -> {
                 if (c == '{' && isCount()) throw bad("nothing to repeat before '{'");
+                noSurrogate(c);
                 pos++;
                 return BasicAutomata.makeChar(c);
             }
@@ -308,13 +309,13 @@ public final class ClientRegex {
                 return lang == PYTHON ? UNICODE_DIGIT.clone() : BasicAutomata.makeCharRange('0', '9');
             }
             case 'D' -> {
-                return lang == JAVASCRIPT ? anyBut("0123456789") : BasicAutomata.makeAnyChar().minus(UNICODE_DIGIT);
+                return lang == JAVASCRIPT ? anyBut("0123456789") : anyChar().minus(UNICODE_DIGIT);
             }
             case 'w' -> {
                 return lang == PYTHON ? UNICODE_WORD.clone() : word();
             }
             case 'W' -> {
-                return BasicAutomata.makeAnyChar().minus(lang == JAVASCRIPT ? word() : UNICODE_WORD);
+                return anyChar().minus(lang == JAVASCRIPT ? word() : UNICODE_WORD);
             }
             case 's' -> {
                 return BasicAutomata.makeCharSet(lang == PYTHON ? SPACE + PYTHON_SPACE : lang == JAVASCRIPT ? SPACE + JS_SPACE : SPACE);
@@ -401,8 +402,22 @@ public final class ClientRegex {
                 .union(BasicAutomata.makeChar('_'));
     }
 
+    /**
+     * Any one character the output can hold: a BMP character, never half of a surrogate pair. The automaton steps over
+     * UTF-16 units, so '.' or a negated class taking a half would match an emoji as two characters, and a quantifier
+     * after an emoji would repeat its second half; characters beyond U+FFFF are refused in an expression and never
+     * generated (narrower than Python's and JavaScript's u-mode languages, never wider).
+     */
+    private static Automaton anyChar() {
+        return BasicAutomata.makeCharRange('\u0000', '\uD7FF').union(BasicAutomata.makeCharRange('\uE000', '\uFFFF'));
+    }
+
+    private void noSurrogate(char c) {
+        if (Character.isSurrogate(c)) throw refuse("a character beyond U+FFFF (or half of one)");
+    }
+
     private static Automaton anyBut(String chars) {
-        return BasicAutomata.makeAnyChar().minus(BasicAutomata.makeCharSet(chars));
+        return anyChar().minus(BasicAutomata.makeCharSet(chars));
     }
 
     private char hex(int digits, int at) {
@@ -420,6 +435,10 @@ public final class ClientRegex {
             v = v * 16 + d;
         }
         pos += digits;
+        if (Character.isSurrogate((char) v)) {
+            pos = at;
+            noSurrogate((char) v);
+        }
         return (char) v;
     }
 
@@ -466,6 +485,7 @@ public final class ClientRegex {
                 }
                 lo = single.charAt(0);
             } else {
+                noSurrogate(c);
                 lo = c;
                 pos++;
             }
@@ -483,6 +503,7 @@ public final class ClientRegex {
                     hi = single.charAt(0);
                 } else {
                     if (peek('[')) throw refuse("a nested class or set operation '['");
+                    noSurrogate(src.charAt(pos));
                     hi = src.charAt(pos++);
                 }
                 if (hi < lo) {
@@ -495,7 +516,7 @@ public final class ClientRegex {
             }
         }
         Automaton set = items.isEmpty() ? BasicAutomata.makeEmpty() : Automaton.union(items);
-        if (negated) set = BasicAutomata.makeAnyChar().minus(set);
+        if (negated) set = anyChar().minus(set);
         return set;
     }
 

@@ -76,6 +76,16 @@ class OutputConstraintTest {
         }
     }
 
+    /** '.', a negated class and \\S take no half of a surrogate pair: an emoji is never two of them (before: ".." took one). */
+    @Test
+    void anyCharacterIsNeverHalfOfASurrogatePair() {
+        for (String re : new String[]{"..", "[^a][^a]", "\\S\\S", "\\W\\W", "\\D\\D", "[\\s\\S]{2}"}) {
+            Automaton a = ClientRegex.compile(re);
+            assertFalse(a.run("\uD83D\uDE00"), re);
+            assertTrue(a.run("\u00E0\uFFFD") || re.contains("W"), re);
+        }
+    }
+
     @Test
     void pythonsCountsAndLiteralBraces() {
         Automaton upTo2 = ClientRegex.compile("a{,2}"); // Python's: zero to two (java.util.regex refuses it)
@@ -145,6 +155,9 @@ class OutputConstraintTest {
                 {"(a|b)*a(a|b){24}", "too complex"},
                 {"(((a|b){0,256}){256}){256}", "too large at position 15"}, // refused before its copies are made
                 {"[^\\s\\S]", "matches no text at all"},
+                {"\uD83D\uDE00+", "a character beyond U+FFFF (or half of one) at position 0"}, // before: + repeated its second half
+                {"[a\uD83D\uDE00]", "a character beyond U+FFFF (or half of one) at position 2"},
+                {"\\uD83D", "a character beyond U+FFFF (or half of one) at position 0"},
                 // a StackOverflowError (no 400) before: the parser recursed once per level
                 {"(".repeat(5000) + "a" + ")".repeat(5000), "groups nested deeper than 256 at position 256"},
         };
