@@ -44,8 +44,11 @@ public final class JsonSchemaAutomaton {
     private static final Set<String> KNOWN = Set.of("type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
             "$ref", "$defs", "definitions", "items", "minItems", "maxItems", "minLength", "maxLength", "pattern");
 
-    /** A JSON string's characters: anything but a quote, a backslash and a control character, or an escape. */
-    private static final String CHAR = "([^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u[0-9a-fA-F]{4})";
+    /**
+     * A JSON string's characters: anything but a quote, a backslash and a control character, or an escape, never of half a
+     * surrogate pair (a lone one is no character; a pair would count as two toward minLength, one for a validator).
+     */
+    private static final String CHAR = "([^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u([0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))";
     private static final String INTEGER = "-?(0|[1-9][0-9]{0,15})";
     private static final String NUMBER = INTEGER + "(\\.[0-9]{1,16})?([eE][+\\-]?[0-9]{1,3})?";
 

@@ -340,6 +340,16 @@ class OutputConstraintTest {
         }
     }
 
+    /** A string's \\u escapes name whole characters: an escaped surrogate pair counted two toward minLength (one for a validator). */
+    @Test
+    void stringEscapesAreNeverHalfACharacter() {
+        Automaton a = JsonSchemaAutomaton.compile("{\"type\":\"string\",\"minLength\":2}");
+        assertFalse(a.run("\"\\ud83d\\ude00\""));
+        assertFalse(a.run("\"\\uD800x\""));
+        assertTrue(a.run("\"\\u00e9\\uFFFD\""));
+        assertTrue(a.run("\"\\ue000\\u0041\""));
+    }
+
     @Test
     void choicesAreQuotedAsLiterals() {
         List<String> choices = List.of("yes", "a.b", "(x|y)*", "\\d", "line\nbreak", "");
