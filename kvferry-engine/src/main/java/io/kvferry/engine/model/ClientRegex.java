@@ -252,6 +252,7 @@ public final class ClientRegex {
             case '*', '+', '?' -> throw bad("nothing to repeat before '" + c + "'");
             default -> {
                 if (c == '{' && isCount()) throw bad("nothing to repeat before '{'");
+                if (src.startsWith("{,}", pos)) throw refuse("'{,}' (zero or more in Python, the characters themselves in JavaScript)");
                 noSurrogate(c);
                 pos++;
                 return BasicAutomata.makeChar(c);

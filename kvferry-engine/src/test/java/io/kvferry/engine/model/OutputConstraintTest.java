@@ -149,6 +149,7 @@ class OutputConstraintTest {
                 {"*a", "nothing to repeat before '*'"},
                 {"a**", "a quantifier after a quantifier"},
                 {"\\q", "unknown escape '\\q'"},
+                {"a{,}", "'{,}' (zero or more in Python, the characters themselves in JavaScript) at position 1"}, // was literal
                 {"a{3,1}", "maximum below its minimum"},
                 {"a{1000}", "a count above 256"},
                 {"[z-a]", "is reversed"},
