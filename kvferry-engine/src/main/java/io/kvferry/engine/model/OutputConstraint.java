@@ -27,8 +27,9 @@ import java.util.TreeSet;
  * ({@code <0xHH>}) counts as its character when the byte is ASCII; any other byte piece, a piece that is part of a
  * character, and the special pieces (unknown, BOS, EOS) are never generated under a constraint, except the end: EOS (and
  * BOS, llama2.c's end, and a request's stop token ids, whose text is left out) only where the output so far is a whole
- * match. Where no token can continue (the language admits no further character, or none the vocabulary spells), EOS is
- * the only candidate, whatever {@code min_tokens} or {@code ignore_eos} say.
+ * match. Where no token can continue (the language admits no further character, or none the vocabulary spells), only
+ * the end tokens the request's rules allow remain, and EOS alone where they allow none ({@code ignore_eos}, before
+ * {@code min_tokens}): the answer ends there (docs/SERVING.md, "Structured outputs").
  */
 public final class OutputConstraint {
     /** Which SGLang sampling parameter carries it. */
