@@ -46,6 +46,16 @@ public final class ClientRegex {
     private final String src;
     private int pos;
 
+    /**
+     * A refusal for the work a spec takes, not for how it is written: past a compilation's deadline or one of the bounds on
+     * its automaton and table. The compiler remembers these ({@link OutputConstraint.Compiler}), as they cost time to reach.
+     */
+    static final class TooComplex extends IllegalArgumentException {
+        TooComplex(String message) {
+            super(message);
+        }
+    }
+
     /** {@code work} run with a deadline {@code nanos} from now: past it, the next {@link #checkDeadline} refuses. */
     static <T> T withDeadline(long nanos, Supplier<T> work) {
         long[] prev = DEADLINE.get();
@@ -62,7 +72,7 @@ public final class ClientRegex {
     static void checkDeadline() {
         long[] d = DEADLINE.get();
         if (d != null && System.nanoTime() - d[0] > 0) {
-            throw new IllegalArgumentException("is too complex: it took over " + d[1] / 1_000_000 + " ms to compile");
+            throw new TooComplex("is too complex: it took over " + d[1] / 1_000_000 + " ms to compile");
         }
     }
 
@@ -149,7 +159,7 @@ public final class ClientRegex {
 
     private static void checkSize(Automaton a) {
         if (a.getNumberOfStates() > MAX_NFA_STATES) {
-            throw new IllegalArgumentException("is too large: over " + MAX_NFA_STATES + " automaton states before determinization");
+            throw new TooComplex("is too large: over " + MAX_NFA_STATES + " automaton states before determinization");
         }
     }
 
@@ -198,7 +208,7 @@ public final class ClientRegex {
             a = minimal(a);
             if ((long) a.getNumberOfStates() * Math.max(max, min + 1) > MAX_NFA_STATES) { // the copies, before they are made
                 pos = at;
-                throw new IllegalArgumentException("is too large at position " + at + ": over " + MAX_NFA_STATES
+                throw new TooComplex("is too large at position " + at + ": over " + MAX_NFA_STATES
                         + " automaton states before determinization");
             }
             a = max == -1 ? a.repeat(min) : a.repeat(min, max);
@@ -563,7 +573,7 @@ public final class ClientRegex {
                 State dest = seen.get(to);
                 if (dest == null) {
                     if (seen.size() >= maxStates) {
-                        throw new IllegalArgumentException("is too complex: its automaton has over " + maxStates + " states");
+                        throw new TooComplex("is too complex: its automaton has over " + maxStates + " states");
                     }
                     dest = new State();
                     seen.put(to, dest);

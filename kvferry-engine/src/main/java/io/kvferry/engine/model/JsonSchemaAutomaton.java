@@ -293,7 +293,8 @@ public final class JsonSchemaAutomaton {
             try {
                 p = ClientRegex.compile(pattern.textValue());
             } catch (IllegalArgumentException e) {
-                throw new IllegalArgumentException("has a pattern at " + at + " that " + e.getMessage());
+                String what = "has a pattern at " + at + " that " + e.getMessage();
+                throw e instanceof ClientRegex.TooComplex ? new ClientRegex.TooComplex(what) : new IllegalArgumentException(what);
             }
             // The pattern's characters as themselves: a quote, a backslash or a control character would need an escape.
             Automaton plain = regex("[^\"\\\\\\x00-\\x1f]*");

@@ -9,10 +9,13 @@ import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Objects;
 import java.util.TreeSet;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
@@ -66,7 +69,7 @@ public final class OutputConstraint {
             }
         }
         if ((long) a.getNumberOfStates() * (bounds.size() + 1) > MAX_TABLE) {
-            throw new IllegalArgumentException("is too complex: " + a.getNumberOfStates() + " states × " + (bounds.size() + 1)
+            throw new ClientRegex.TooComplex("is too complex: " + a.getNumberOfStates() + " states × " + (bounds.size() + 1)
                     + " character classes is over " + MAX_TABLE + " table entries");
         }
         ClientRegex.checkDeadline();
@@ -251,9 +254,15 @@ public final class OutputConstraint {
      * at most {@link #CACHED_TABLE} table entries in all (one near {@link #MAX_TABLE} is 16 MB). Thread-safe: one
      * compilation at a time (dk.brics's state numbering is a static counter; and it bounds the CPU a client can take), each
      * refused past {@link #DEADLINE_MS} so the next waits no longer; a cached spec is answered without waiting for one.
+     * A spec refused for its complexity (the deadline, the bounds on its automaton and table: {@link ClientRegex.TooComplex})
+     * is remembered too, the last {@link #REFUSED} of them by their SHA-256 with the refusal's message, so a client sending
+     * it again is refused at once with the same message instead of holding the compiler up to the deadline again; other
+     * refusals (how a spec is written) are quick to find again and are not kept.
      */
     public static final class Compiler {
         public static final int CACHED = 64;
+        /** How many refused specs (by digest, with their messages) are remembered. */
+        public static final int REFUSED = 256;
         /** Most table entries (states × character classes, 4 bytes each) the cache keeps in all: 64 MiB. */
         static final long CACHED_TABLE = 16_000_000;
         /** How long one compilation may take before it is refused ("too complex"): the next waits at most this long. */
@@ -264,6 +273,10 @@ public final class OutputConstraint {
         final Object compiling = new Object();
         private long tableEntries;
         private final LinkedHashMap<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true);
+        /** Refused specs' messages by the SHA-256 of their key (a schema may be a megabyte), least recently used first; under {@link #cache}'s lock. */
+        private final LinkedHashMap<ByteBuffer, String> refused = new LinkedHashMap<>(16, 0.75f, true);
+        /** How many compilations were started (tests). */
+        final AtomicLong compilations = new AtomicLong();
 
         public Compiler(Tokenizer tokenizer) {
             this(tokenizer, DEADLINE_MS * 1_000_000, CACHED_TABLE);
@@ -287,13 +300,23 @@ public final class OutputConstraint {
 
         public OutputConstraint compile(Kind kind, String source) {
             String key = kind.param + '\0' + source;
-            OutputConstraint c = cached(key);
+            ByteBuffer digest = digest(key);
+            OutputConstraint c = cached(key, digest);
             if (c != null) return c;
             synchronized (compiling) {
-                c = cached(key);
+                c = cached(key, digest);
                 if (c != null) return c;
-                c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
-                        kind == Kind.REGEX ? ClientRegex.compile(source) : JsonSchemaAutomaton.compile(source), texts));
+                compilations.incrementAndGet();
+                try {
+                    c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
+                            kind == Kind.REGEX ? ClientRegex.compile(source) : JsonSchemaAutomaton.compile(source), texts));
+                } catch (ClientRegex.TooComplex e) {
+                    synchronized (cache) {
+                        refused.put(digest, e.getMessage());
+                        if (refused.size() > REFUSED) refused.pollFirstEntry();
+                    }
+                    throw e;
+                }
                 synchronized (cache) {
                     cache.put(key, c);
                     tableEntries += c.tableEntries();
@@ -308,9 +331,32 @@ public final class OutputConstraint {
             }
         }
 
-        private OutputConstraint cached(String key) {
+        /** The spec's constraint if cached, null if it is neither cached nor refused before; a refusal remembered is thrown again. */
+        private OutputConstraint cached(String key, ByteBuffer digest) {
+            String refusal;
             synchronized (cache) {
-                return cache.get(key);
+                OutputConstraint c = cache.get(key);
+                if (c != null) return c;
+                refusal = refused.get(digest);
+            }
+            if (refusal != null) throw new ClientRegex.TooComplex(refusal);
+            return null;
+        }
+
+        private static ByteBuffer digest(String key) {
+            try {
+                ByteBuffer chars = ByteBuffer.allocate(key.length() * 2);
+                chars.asCharBuffer().put(key); // the chars themselves: an encoding would map every lone surrogate alike
+                return ByteBuffer.wrap(MessageDigest.getInstance("SHA-256").digest(chars.array()));
+            } catch (NoSuchAlgorithmException e) {
+                throw new IllegalStateException(e); // every JDK has SHA-256
+            }
+        }
+
+        /** How many refused specs the compiler remembers (tests). */
+        int refusedCount() {
+            synchronized (cache) {
+                return refused.size();
             }
         }
 

@@ -303,6 +303,56 @@ class OutputConstraintTest {
         assertEquals(0, c.cachedCount());
     }
 
+    /**
+     * A spec refused for its complexity is remembered: sent again it is refused at once with the same message, without a
+     * compilation (it used to be compiled anew each time, up to the deadline with the one compilation slot held).
+     */
+    @Test
+    void aSpecRefusedForItsComplexityIsNotCompiledAgain() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
+        String[][] specs = {
+                {"regex", "(((a|b){0,256}){256}){256}"}, // refused by a bound before its copies are made
+                {"schema", "{\"type\":\"string\",\"pattern\":\"(((a|b){0,256}){256}){256}\"}"},
+        };
+        for (String[] spec : specs) {
+            OutputConstraint.Kind kind = spec[0].equals("regex") ? OutputConstraint.Kind.REGEX : OutputConstraint.Kind.JSON_SCHEMA;
+            long before = c.compilations.get();
+            IllegalArgumentException first = assertThrows(IllegalArgumentException.class, () -> c.compile(kind, spec[1]));
+            assertTrue(first.getMessage().contains("too large"), first.getMessage());
+            assertEquals(before + 1, c.compilations.get());
+            IllegalArgumentException again = assertThrows(IllegalArgumentException.class, () -> c.compile(kind, spec[1]));
+            assertEquals(first.getMessage(), again.getMessage());
+            assertEquals(before + 1, c.compilations.get(), "refused from memory");
+        }
+        // The same text as the other kind is another spec.
+        assertThrows(IllegalArgumentException.class, () -> c.jsonSchema(specs[0][1]));
+        assertEquals(3, c.compilations.get());
+        // How a spec is written is quick to check again: not remembered.
+        assertThrows(IllegalArgumentException.class, () -> c.regex("(ab"));
+        assertThrows(IllegalArgumentException.class, () -> c.regex("(ab"));
+        assertEquals(5, c.compilations.get());
+        assertEquals(2, c.refusedCount());
+    }
+
+    /** The refused specs remembered are the last {@link OutputConstraint.Compiler#REFUSED}, least recently used out. */
+    @Test
+    void theRefusedSpecsRememberedAreBounded() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300), 0, OutputConstraint.Compiler.CACHED_TABLE);
+        int n = OutputConstraint.Compiler.REFUSED;
+        for (int i = 0; i <= n; i++) {
+            int k = i;
+            assertThrows(IllegalArgumentException.class, () -> c.regex("a{" + k + "}")); // past the deadline of 0
+        }
+        assertEquals(n, c.refusedCount());
+        assertEquals(n + 1, c.compilations.get());
+        assertThrows(IllegalArgumentException.class, () -> c.regex("a{" + n + "}"));
+        assertEquals(n + 1, c.compilations.get(), "the newest is remembered");
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> c.regex("a{0}"));
+        assertTrue(e.getMessage().contains("too complex: it took over 0 ms to compile"), e.getMessage());
+        assertEquals(n + 2, c.compilations.get(), "the least recently used was let go, so compiled again");
+        assertEquals(n, c.refusedCount());
+    }
+
     /** The cache keeps at most its table budget in all (64 near-cap tables were ~1 GB), the newest always. */
     @Test
     void theCacheIsBoundedByItsTablesSize() {
