@@ -199,9 +199,16 @@ public final class Router implements AutoCloseable {
         if (slots != null) meters.admission(slots);
         if (tenants != null) {
             tenants.list().forEach(t -> meters.tenant(t.name, tenants));
-            tenants.listener((added, removed) -> {
-                added.forEach(t -> meters.tenant(t.name, tenants));
-                removed.forEach(meters::forgetTenant);
+            tenants.listener(new Tenants.Listener() {
+                @Override
+                public void adding(List<Tenants.Tenant> added) {
+                    added.forEach(t -> meters.tenant(t.name, tenants));
+                }
+
+                @Override
+                public void removed(List<String> removed) {
+                    removed.forEach(meters::forgetTenant);
+                }
             });
         }
         first.all().forEach(meters::backend);

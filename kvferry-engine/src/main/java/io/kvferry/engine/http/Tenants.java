@@ -158,12 +158,23 @@ public final class Tenants {
     private FileTime seen;
     /** What the last re-read found wrong with the file (logged once until it changes), or null. Under {@code this}. */
     private String failed;
-    /** Called with the tenants added and removed by a reload (the router's meters); set once by the router. */
-    private volatile Listener listener = (added, removed) -> { };
+    /** Told of the tenants added and removed by a reload (the router's meters); set once by the router. */
+    private volatile Listener listener = new Listener() {
+    };
 
-    /** What a reload changed, for the meters: tenants new by name, and names gone. */
+    /**
+     * What a reload changes, for the meters, around the swap of the set (which {@link #reload} alone does): the tenants new
+     * by name before it, so their meters are there for their first request, and the names gone after it, so no request
+     * of theirs is identified once their meters are gone.
+     */
     interface Listener {
-        void changed(List<Tenant> added, List<String> removed);
+        /** Before the new set is visible: the tenants it adds. */
+        default void adding(List<Tenant> added) {
+        }
+
+        /** After the new set is visible: the names it no longer has. */
+        default void removed(List<String> removed) {
+        }
     }
 
     private Tenants(Path file, String clusterToken, String json) {
@@ -426,13 +437,17 @@ public final class Tenants {
         String perm = permissionWarning(file);
         if (perm != null) log.warn(perm);
         List<Tenant> before = current;
-        current = adopt(fresh);
         List<Tenant> added = new ArrayList<>();
         List<String> removed = new ArrayList<>();
         for (Tenant f : fresh) if (before.stream().noneMatch(b -> b.name.equals(f.name))) added.add(f);
         for (Tenant b : before) if (fresh.stream().noneMatch(f -> f.name.equals(b.name))) removed.add(b.name);
+        List<Tenant> adopted = adopt(fresh);
+        // A new tenant's meters before its key is identified (a request in between missed its running gauge and was
+        // counted under "-"); a gone one's after its key no longer is.
+        listener.adding(added);
+        current = adopted;
+        listener.removed(removed);
         log.info("--tenants-file {} re-read: {} tenants ({} new, {} gone)", file, fresh.size(), added.size(), removed.size());
-        listener.changed(added, removed);
     }
 
     /** A tenant's admission: true once it holds one of its slots (always, without a limit), false after {@code nanos}. */

@@ -25,6 +25,7 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -337,6 +338,39 @@ class TenantsTest {
             assertEquals(List.of("d"), tenants.list().stream().map(Tenants.Tenant::name).toList());
             ok(r.port(), "/v1/completions", body, KEY_D);
             assertEquals(401, post(r.port(), "/v1/completions", body, KEY_A).statusCode());
+        }
+    }
+
+    /**
+     * A reload registers a new tenant's meters before its key is identified (the set was swapped first: a request in that
+     * gap missed its running gauge and could be counted under {@code -}), and removes a gone one's after its key no longer is.
+     * The registry's own callbacks look at the set at the moment each meter comes and goes.
+     */
+    @Test
+    @Timeout(120)
+    void aReloadRegistersANewTenantsMetersBeforeItsKeyServes() throws Exception {
+        Path f = dir.resolve("tenants.json");
+        Files.writeString(f, file(tenant("a", KEY_A, null), tenant("b", KEY_B, null)));
+        FileTime t0 = Files.getLastModifiedTime(f);
+        Tenants tenants = Tenants.open(f, TOKEN);
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        List<String> seen = new CopyOnWriteArrayList<>();
+        try (Router r = router(tenants, meters)) {
+            meters.config().onMeterAdded(m -> {
+                if (m.getId().getName().equals(RouterMeters.TENANT_RUNNING)) {
+                    seen.add("added " + m.getId().getTag("tenant") + ", its key serving: " + (tenants.identify("Bearer " + KEY_C) != null));
+                }
+            });
+            meters.config().onMeterRemoved(m -> {
+                if (m.getId().getName().equals(RouterMeters.TENANT_RUNNING)) {
+                    seen.add("removed " + m.getId().getTag("tenant") + ", its key serving: " + (tenants.identify("Bearer " + KEY_B) != null));
+                }
+            });
+            Files.writeString(f, file(tenant("a", KEY_A, null), tenant("c", KEY_C, null)));
+            Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 10_000));
+            tenants.reloadIfChanged();
+            assertEquals(List.of("added c, its key serving: false", "removed b, its key serving: false"), seen);
+            assertEquals("c", tenants.identify("Bearer " + KEY_C).name());
         }
     }
 
