@@ -281,6 +281,13 @@ final class Http {
         sendJson(ex, status, errorEvent(type, kind, param, message));
     }
 
+    /** An OpenAI-shaped error body with OpenAI's string {@code code} (e.g. {@code model_not_found}). */
+    static void sendCodedError(HttpExchange ex, int status, String type, String param, String code, String message) throws IOException {
+        ObjectNode o = errorEvent(type, null, param, message);
+        ((ObjectNode) o.get("error")).put("code", code);
+        sendJson(ex, status, o);
+    }
+
     /** The error event of an SSE stream, shaped like the error body. */
     static ObjectNode errorEvent(String type, String kind, String message) {
         return errorEvent(type, kind, null, message);

@@ -180,14 +180,14 @@ final class OpenAiRoutes {
         Http.sendJson(ex, 200, out);
     }
 
-    /** {@code GET /v1/models/{model}}: the model this router serves, or a 404 naming the one it serves. */
+    /** {@code GET /v1/models/{model}}: the model this router serves, or a 404 ({@code model_not_found}, as OpenAI) naming the one it serves. */
     void model(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "GET")) return;
         String id = ex.getRequestURI().getPath().substring(Router.MODEL_ROUTE.length());
         if (id.equals(modelName)) {
             Http.sendJson(ex, 200, modelObject());
         } else {
-            Http.sendError(ex, 404, "invalid_request_error", null, "model", "the model '" + id + "' does not exist here; this router serves '"
+            Http.sendCodedError(ex, 404, "invalid_request_error", "model", "model_not_found", "the model '" + id + "' does not exist here; this router serves '"
                     + modelName + "'");
         }
     }

@@ -125,6 +125,7 @@ class OpenAiClientCompatTest {
         NotFoundException other = assertThrows(NotFoundException.class, () -> client.models().retrieve("gpt-4o"));
         assertError(other, 404, "invalid_request_error", "the model 'gpt-4o' does not exist here; this router serves 'stories260K'");
         assertEquals("model", other.param().orElse(null));
+        assertEquals("model_not_found", other.code().orElse(null), "OpenAI's code for an unknown model");
     }
 
     @Test

@@ -419,6 +419,8 @@ class ServeTest {
                 HttpResponse.BodyHandlers.ofString());
         assertEquals(404, m.statusCode(), m.body());
         assertEquals("model", JSON.readTree(m.body()).path("error").path("param").asText(), m.body());
+        assertEquals("model_not_found", JSON.readTree(m.body()).path("error").path("code").asText(), "OpenAI's code: " + m.body());
+        assertEquals("invalid_request_error", JSON.readTree(m.body()).path("error").path("type").asText(), m.body());
         HttpResponse<String> served = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/models/test-model"))
                 .build(), HttpResponse.BodyHandlers.ofString());
         assertEquals(200, served.statusCode(), "the model served, by its id: " + served.body());
