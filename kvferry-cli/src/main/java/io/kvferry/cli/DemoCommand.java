@@ -172,6 +172,7 @@ public final class DemoCommand implements Callable<Integer> {
                 body.put("max_tokens", maxTokens);
                 body.put("temperature", 0);
                 body.put("stream", true);
+                body.putObject("stream_options").put("include_usage", true); // the usage chunk, for cached_tokens
                 out.print("\n> " + prompt);
                 out.flush();
                 long t0 = System.nanoTime();
@@ -190,6 +191,7 @@ public final class DemoCommand implements Callable<Integer> {
                     continue;
                 }
                 JsonNode fin = null;
+                JsonNode usage = null;
                 try (BufferedReader in = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
                     String line;
                     while ((line = in.readLine()) != null) {
@@ -202,6 +204,7 @@ public final class DemoCommand implements Callable<Integer> {
                         out.print(ev.path("choices").path(0).path("text").asText());
                         out.flush();
                         if (ev.has("kvferry")) fin = ev;
+                        if (ev.path("usage").isObject()) usage = ev.get("usage");
                     }
                 }
                 double secs = (System.nanoTime() - t0) / 1e9;
@@ -219,8 +222,8 @@ public final class DemoCommand implements Callable<Integer> {
                 ttft.add(k.path("ttft_ms").asDouble());
                 transfer.add(k.path("transfer_ms").asDouble());
                 int kvPages = k.path("kv_pages").asInt();
-                // The router's usage (on the last chunk of a one-choice stream): the prompt tokens from the prefill's prefix cache.
-                int cached = fin.path("usage").path("prompt_tokens_details").path("cached_tokens").asInt(0);
+                // The router's usage (its include_usage chunk, after the last): the prompt tokens from the prefill's prefix cache.
+                int cached = usage == null ? 0 : usage.path("prompt_tokens_details").path("cached_tokens").asInt(0);
                 out.printf("  [ttft %.1f ms: prefill compute %.1f, KV transfer %.1f (last chunk sent -> landed), first decode step %.2f;"
                                 + " the rest is HTTP and scheduling] %d B of KV moved (%s), %d tokens at %.0f tokens/s, %s%s%n",
                         k.path("ttft_ms").asDouble(), k.path("prefill_compute_ms").asDouble(), k.path("transfer_ms").asDouble(),

@@ -85,8 +85,8 @@ final class Choice implements Output {
     /**
      * A stream's last chunk of the choice: what was held back (a possible stop string's start, an incomplete
      * character), the log probabilities of the tokens no chunk had (the one that completed a stop string), the
-     * finish reason and vLLM's stop_reason beside it, kvferry's extension and, for a request of one choice without
-     * {@code include_usage}, the usage.
+     * finish reason and vLLM's stop_reason beside it and kvferry's extension; never the usage, which a stream carries only
+     * in {@code include_usage}'s chunk (OpenAI's rule), for one choice as for several.
      */
     private void finish() throws IOException {
         if (!a.stream) return;
@@ -94,7 +94,6 @@ final class Choice implements Output {
         JsonNode lp = o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
                 : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
         ObjectNode fin = chunk(o.text().substring(streamedChars), o.finish(), lp);
-        if (!a.usageChunk && a.count == 1) fin.set("usage", Answer.usage(List.of(this)));
         fin.set("kvferry", Answer.extension(o));
         a.send(fin);
     }

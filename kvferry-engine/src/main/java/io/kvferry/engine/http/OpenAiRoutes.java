@@ -103,7 +103,7 @@ final class OpenAiRoutes {
      * Runs an OpenAI route's request and answers it in the route's {@link OpenAiShape}: one answer, or a stream of
      * chunks (a chat's first names the role), its last with the finish reason, the held-back text and kvferry's
      * extension, then, with {@code stream_options.include_usage}, OpenAI's usage chunk (no choices), then [DONE].
-     * Without it the last chunk carries the usage (kvferry's, kept for clients that read it there).
+     * Without it a stream carries no usage (OpenAI's rule), whatever the number of choices.
      *
      * <p>{@code asks}: one per choice, in OpenAI's order (index = prompt index * n + sample index). Several run at once,
      * each a request of its own through {@link PdCall#run} (its room, its prefill and decode, its admission slot); the answer

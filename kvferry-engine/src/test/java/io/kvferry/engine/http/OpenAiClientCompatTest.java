@@ -154,6 +154,7 @@ class OpenAiClientCompatTest {
             assertEquals(c.model(), chunk.model());
             assertTrue(chunk.id().startsWith("cmpl-"), chunk.id());
             assertEquals(chunks.getFirst().id(), chunk.id(), "one id for the whole stream");
+            assertTrue(chunk.usage().isEmpty(), "no usage without include_usage (OpenAI's rule): " + chunk);
         }
         Completion last = chunks.getLast();
         assertEquals(choice.finishReason(), last.choices().getFirst().finishReason(), last.toString());

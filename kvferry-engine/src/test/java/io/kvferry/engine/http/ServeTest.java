@@ -132,12 +132,17 @@ class ServeTest {
         int[] promptIds = model.tokenizer().encode(prompt, true, false);
         int[] expected = colocated.generate(promptIds, 1000, Sampling.GREEDY).tokens();
         for (boolean stream : new boolean[]{false, true}) {
-            HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":1000,\"temperature\":0,\"stream\":" + stream + "}");
+            HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"" + prompt + "\",\"max_tokens\":1000,\"temperature\":0,\"stream\":" + stream
+                    + (stream ? ",\"stream_options\":{\"include_usage\":true}" : "") + "}");
             assertEquals(200, r.statusCode(), r.body());
             StringBuilder text = new StringBuilder();
             JsonNode last = null;
+            JsonNode usage = null;
             for (String l : r.body().lines().filter(l -> l.startsWith("{") || l.startsWith("data: {")).toList()) {
-                last = JSON.readTree(l.startsWith("data: ") ? l.substring(6) : l);
+                JsonNode j = JSON.readTree(l.startsWith("data: ") ? l.substring(6) : l);
+                if (j.has("usage")) usage = j.path("usage");
+                if (j.path("choices").isEmpty()) continue; // the include_usage chunk
+                last = j;
                 text.append(last.path("choices").path(0).path("text").asText());
             }
             int[] ids = ids(last.path("kvferry").path("token_ids"));
@@ -146,7 +151,7 @@ class ServeTest {
             for (int i = 0; i < ids.length - 1; i++) assertNotEquals(Tokenizer.BOS, ids[i], "BOS at " + i + " and generation went on");
             assertTrue(ids.length < 500, "ran to " + ids.length + " tokens");
             assertEquals("stop", last.path("choices").path(0).path("finish_reason").asText(), last.toString());
-            assertEquals(ids.length, last.path("usage").path("completion_tokens").asInt());
+            assertEquals(ids.length, usage.path("completion_tokens").asInt(), "stream " + stream);
             assertEquals(model.tokenizer().decode(concat(promptIds, ids)).substring(prompt.length()), text.toString());
             assertFalse(text.toString().contains("Once upon a time"), "a second story glued on: " + text);
         }
@@ -489,6 +494,34 @@ class ServeTest {
             body.put("bootstrap_addr", "a-long-host-name.example.internal:65535");
             body.put("max_new_tokens", Integer.MAX_VALUE);
             assertTrue(JSON.writeValueAsBytes(body).length <= Http.engineBodyLimit(context), "context " + context);
+        }
+    }
+
+    /**
+     * A stream carries the usage only when {@code stream_options.include_usage} asks for it, in a last chunk of no choices
+     * (OpenAI's rule), for one choice as for several: without it no chunk has a usage, on completions and chat alike.
+     */
+    @Test
+    @Timeout(60)
+    void aStreamOfOneChoiceCarriesTheUsageOnlyWhenAsked() throws Exception {
+        String[][] routes = {{"/v1/completions", "\"prompt\":\"Once upon a time\""},
+            {"/v1/chat/completions", "\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}]"}};
+        for (String[] route : routes) {
+            String base = "{" + route[1] + ",\"max_tokens\":5,\"temperature\":0,\"stream\":true";
+            JsonNode whole = JSON.readTree(post(route[0], base.replace("\"stream\":true", "\"stream\":false") + "}").body());
+            for (boolean include : new boolean[]{false, true}) {
+                HttpResponse<String> r = post(route[0], base + (include ? ",\"stream_options\":{\"include_usage\":true}}" : "}"));
+                assertEquals(200, r.statusCode(), r.body());
+                List<JsonNode> chunks = new ArrayList<>();
+                for (String l : r.body().lines().filter(l -> l.startsWith("data: {")).toList()) chunks.add(JSON.readTree(l.substring(6)));
+                String what = route[0] + " include_usage " + include + ": " + r.body();
+                List<JsonNode> withUsage = chunks.stream().filter(c -> c.has("usage")).toList();
+                assertEquals(include ? List.of(chunks.getLast()) : List.of(), withUsage, what);
+                if (include) {
+                    assertTrue(chunks.getLast().path("choices").isArray() && chunks.getLast().path("choices").isEmpty(), what);
+                    assertEquals(whole.path("usage"), chunks.getLast().path("usage"), what);
+                }
+            }
         }
     }
 
