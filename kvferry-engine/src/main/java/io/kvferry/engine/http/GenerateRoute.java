@@ -62,8 +62,8 @@ final class GenerateRoute {
         // max_new_tokens 0 (SGLang's too): the prompt alone, for its input token logprobs; the prefill only.
         // Each field's 400 names it as sampling_params.<field>, as the rules' and the engines' own checks do.
         int maxNew = SamplingParams.named("sampling_params.max_new_tokens", () -> Http.intField(sp, "max_new_tokens", 128, 0, Integer.MAX_VALUE));
-        float temperature = SamplingParams.named("sampling_params.temperature", () -> Http.floatField(sp, "temperature", 1.0f));
-        float topP = SamplingParams.named("sampling_params.top_p", () -> Http.floatField(sp, "top_p", 1.0f));
+        float temperature = SamplingParams.temperature(sp, 1.0f, "sampling_params.temperature");
+        float topP = SamplingParams.topP(sp, 1.0f, "sampling_params.top_p");
         int topK = SamplingParams.named("sampling_params.top_k", () -> RequestParams.topK(sp));
         OptionalLong seed = SamplingParams.named("sampling_params.seed", () -> RequestParams.seed(sp));
         StopSequences stop = StopSequences.parse(sp.get("stop"), "sampling_params.stop");

@@ -354,6 +354,16 @@ final class Http {
         return v.floatValue();
     }
 
+    /**
+     * A JSON number as its client wrote it, as near as the parsed tree keeps it: an integer's digits, a fraction's shortest
+     * decimal form ({@code 1e39}, {@code 1e-50}, {@code 0.5}), never the 32-bit float it rounds to ({@code Infinity},
+     * {@code 0.0}) that a refusal naming it would otherwise show.
+     */
+    static String numberText(JsonNode v) {
+        if (!v.isFloatingPointNumber()) return v.asText();
+        return Double.toString(v.doubleValue()).replace(".0E", "E").replace('E', 'e'); // the shortest that reads back the same
+    }
+
     static boolean booleanField(JsonNode n, String name, boolean dflt) {
         JsonNode v = n.get(name);
         if (v == null || v.isNull()) return dflt;

@@ -84,8 +84,8 @@ final class RequestParams {
      * ({@link StructuredOutputs#openAi}, compiled by {@code outputs}: checked before any engine work).
      */
     static Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize, OutputConstraint.Compiler outputs) {
-        return new Ask(prompt, maxTokens, Http.floatField(req, "temperature", 1.0f), // OpenAI's default
-                Http.floatField(req, "top_p", 1.0f), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart,
+        return new Ask(prompt, maxTokens, SamplingParams.temperature(req, 1.0f, "temperature"), // OpenAI's default
+                SamplingParams.topP(req, 1.0f, "top_p"), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart,
                 rules(req, "min_tokens", null, maxTokens, vocabSize).withConstraint(StructuredOutputs.compile(StructuredOutputs.openAi(req), outputs)),
                 EngineInput.cacheSalt(req));
     }

@@ -42,8 +42,8 @@ final class SamplingParams {
     static Sampling parse(JsonNode n, long defaultSeed, int vocabSize, OutputConstraint.Compiler outputs) {
         if (n == null || n.isNull()) return Sampling.GREEDY;
         if (!n.isObject()) throw new Http.BadRequest("sampling_params", "sampling_params must be an object, got " + n);
-        float temperature = number(n, "temperature", 0f, ENGINE);
-        float topP = number(n, "top_p", 1f, ENGINE);
+        float temperature = temperature(n, 0f, ENGINE + "temperature");
+        float topP = topP(n, 1f, ENGINE + "top_p");
         long seed = n.has("seed") && !n.get("seed").isNull() ? named(ENGINE + "seed", () -> Http.longField(n, "seed")) : defaultSeed;
         int topK = named(ENGINE + "top_k", () -> Http.intField(n, "top_k", -1, -1, Integer.MAX_VALUE));
         SamplingRules rules = rules(n, "min_new_tokens", "sampling_params")
@@ -80,6 +80,28 @@ final class SamplingParams {
 
     private static float number(JsonNode n, String key, float dflt, String at) {
         return named(at + key, () -> Http.floatField(n, key, dflt));
+    }
+
+    /**
+     * {@code temperature} as the sampler takes it, a 32-bit float, checked here so that a refusal ({@code param}: the
+     * route's name of the field) echoes the number as sent ({@link Http#numberText}): 1e39, past a float's range, not
+     * Infinity.
+     */
+    static float temperature(JsonNode n, float dflt, String param) {
+        float t = named(param, () -> Http.floatField(n, "temperature", dflt));
+        if (t >= 0 && !Float.isInfinite(t)) return t;
+        JsonNode v = n.get("temperature");
+        throw new Http.BadRequest(param, "temperature must be >= 0" + (v.doubleValue() >= 0 ? " and at most " + Float.MAX_VALUE + " (a 32-bit float)" : "")
+                + ", got " + Http.numberText(v));
+    }
+
+    /** {@code top_p} as the sampler takes it, as {@link #temperature}: 1e-50, which the float rounds to 0, is refused as 1e-50. */
+    static float topP(JsonNode n, float dflt, String param) {
+        float p = named(param, () -> Http.floatField(n, "top_p", dflt));
+        if (p > 0 && p <= 1) return p;
+        JsonNode v = n.get("top_p");
+        double d = v.doubleValue();
+        throw new Http.BadRequest(param, "top_p must be in (0, 1], got " + Http.numberText(v) + (d > 0 && d <= 1 ? " (0 as a 32-bit float)" : ""));
     }
 
     /** A field's read, its 400 naming the field as the route does ({@code sampling_params.min_p}). */

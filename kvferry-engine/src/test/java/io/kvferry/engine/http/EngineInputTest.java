@@ -64,7 +64,9 @@ class EngineInputTest {
                 {"[" + "5,".repeat(600) + "5]", "input_ids has 601 tokens; the model's context is 512"},
         };
         String[][] sampling = {
-                {"\"temperature\":1e39", "temperature", "temperature must be >= 0, got Infinity"},
+                // Refusals echo the number as sent, not the float it rounds to (Infinity, 0.0).
+                {"\"temperature\":1e39", "temperature", "temperature must be >= 0 and at most 3.4028235E38 (a 32-bit float), got 1e39"},
+                {"\"top_p\":1e-50", "top_p", "top_p must be in (0, 1], got 1e-50 (0 as a 32-bit float)"},
                 {"\"temperature\":\"hot\"", "temperature", "temperature must be a number"},
                 {"\"top_p\":0", "top_p", "top_p must be in (0, 1]"},
                 {"\"top_k\":0", "top_k", "top_k must be -1 (no limit) or at least 1"},

@@ -203,6 +203,13 @@ class TokenIdPromptsTest {
                 {"/v1/completions", "{\"prompt\":\"a\",\"temperature\":-1}", "temperature", "temperature must be >= 0"},
                 {"/v1/completions", "{\"prompt\":\"a\",\"top_p\":0}", "top_p", "top_p must be in (0, 1]"},
                 {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":1.5}", "top_p", "top_p must be in (0, 1]"},
+                // The number as the client sent it, not the 32-bit float it rounds to (Infinity, 0.0).
+                {"/v1/completions", "{\"prompt\":\"a\",\"temperature\":1e39}", "temperature",
+                        "temperature must be >= 0 and at most 3.4028235E38 (a 32-bit float), got 1e39"},
+                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_p\":1e-50}", "top_p",
+                        "top_p must be in (0, 1], got 1e-50 (0 as a 32-bit float)"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"temperature\":1e39}}", "sampling_params.temperature", "got 1e39"},
+                {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"top_p\":1e-50}}", "sampling_params.top_p", "got 1e-50 (0 as"},
                 {"/generate", "{\"text\":\"a\",\"sampling_params\":5}", "sampling_params", "sampling_params must be an object"},
                 {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"temperature\":\"x\"}}", "sampling_params.temperature", "must be a number"},
                 {"/generate", "{\"text\":\"a\",\"sampling_params\":{\"temperature\":-1}}", "sampling_params.temperature", "temperature must be >= 0"},
