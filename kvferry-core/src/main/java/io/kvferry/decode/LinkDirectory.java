@@ -69,6 +69,8 @@ final class LinkDirectory {
     private final RegisteredMemory memory;
     private final Backend backend;
     private final String sessionId;
+    /** How this decode's session shows in the prefill ranks' logs and status pages (never the id itself). */
+    private final String sessionLabel;
     private final int engineRank;
     private final int ppRank;
     private final Fingerprint fingerprint;
@@ -102,6 +104,7 @@ final class LinkDirectory {
         this.memory = memory;
         this.backend = backend;
         this.sessionId = sessionId;
+        this.sessionLabel = LogSafe.session(sessionId);
         this.engineRank = engineRank;
         this.ppRank = ppRank;
         this.fingerprint = fingerprint;
@@ -398,10 +401,10 @@ final class LinkDirectory {
             if (!ack.fallback().isEmpty()) {
                 String why = LogSafe.text(ack.fallback()); // the prefill's words
                 link.dataPathNote = why;
-                if (backend.isAuto()) log.info("link to {} uses {}: {}", key, link.dataPath, why);
-                else log.warn("link to {} uses {}: {}", key, link.dataPath, why);
+                if (backend.isAuto()) log.info("link to {} ({}) uses {}: {}", key, sessionLabel, link.dataPath, why);
+                else log.warn("link to {} ({}) uses {}: {}", key, sessionLabel, link.dataPath, why);
             } else {
-                log.info("link to {} uses {}", key, link.dataPath);
+                log.info("link to {} ({}) uses {}", key, sessionLabel, link.dataPath);
             }
             if (fallback && config.tcpStripes() > 1) {
                 openStripes(link, ep, timeout, stripesOpened);

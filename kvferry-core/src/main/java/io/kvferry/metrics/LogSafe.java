@@ -1,5 +1,10 @@
 package io.kvferry.metrics;
 
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.HexFormat;
+
 /**
  * Makes text that came from the wire (HELLO fields, session ids, STATUS and HELLO_ACK reasons,
  * registry JSON fields) safe to put in a log line: control characters (CR, LF, TAB, ESC, the
@@ -54,6 +59,24 @@ public final class LogSafe {
         }
         if (i < s.length()) b.append("…(").append(s.length()).append(" chars)");
         return b.append('"').toString();
+    }
+
+    /**
+     * How a decode's session shows in logs, failure reasons and status pages: {@code session } and the first 12 hex
+     * digits of SHA-256 of its id, never the id. A session id is the key under which a prefill rank holds the
+     * session (a second registration of it must prove the session key), so it must not be readable where any
+     * token holder can look: one that read a decode's id on a status page could register it first on a rank
+     * that decode has not reached yet and so keep it out of that rank. The decode can compute its own label.
+     */
+    public static String session(String sessionId) {
+        if (sessionId == null) return "session -";
+        try {
+            byte[] d = MessageDigest.getInstance("SHA-256")
+                    .digest(sessionId.getBytes(StandardCharsets.UTF_8));
+            return "session " + HexFormat.of().formatHex(d, 0, 6);
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("every Java platform has SHA-256", e);
+        }
     }
 
     static boolean needsEscape(char c) {

@@ -150,16 +150,16 @@ final class ChunkExecutor {
         int[] pages = c.pages();
         int sliceStart = c.sliceStart();
         if (sliceStart + pages.length > dstAll.length) {
-            throw new PlanException("decode session " + d.link().sessionId() + " expects " + dstAll.length
+            throw new PlanException("decode " + d.link().label() + " expects " + dstAll.length
                     + " pages but prefill sends pages [" + sliceStart + ", " + (sliceStart + pages.length) + ")");
         }
         int expectedEnd = c.lastPageEnd() < 0 ? dstAll.length : c.lastPageEnd();
         if (c.last() && c.totalPages() >= 0 && c.totalPages() != dstAll.length) {
-            throw new PlanException("decode session " + d.link().sessionId() + " expects " + dstAll.length
+            throw new PlanException("decode " + d.link().label() + " expects " + dstAll.length
                     + " pages but the prefill CP ranks send " + c.totalPages());
         }
         if (c.last() && sliceStart + pages.length != expectedEnd) {
-            throw new PlanException("decode session " + d.link().sessionId() + " expects " + expectedEnd
+            throw new PlanException("decode " + d.link().label() + " expects " + expectedEnd
                     + " pages but prefill's last chunk ends at page " + (sliceStart + pages.length));
         }
         HeadSlice[] slices = d.link().kvSlices;

@@ -95,9 +95,18 @@ final class DecodeLink {
         return h == null ? "unregistered@" + connection.peer() : h.sessionId();
     }
 
-    /** For logs: the session id came from the wire, so it is escaped. */
+    /**
+     * How the session shows in logs, failure reasons and the status page: a digest of its id ({@link LogSafe#session}),
+     * never the id itself.
+     */
+    String label() {
+        Hello h = hello;
+        return h == null ? "unregistered session" : LogSafe.session(h.sessionId());
+    }
+
+    /** For logs and failure reasons: the session's label and the peer's address. */
     @Override
     public String toString() {
-        return LogSafe.text(sessionId()) + " (" + connection.peer() + ")";
+        return label() + " (" + connection.peer() + ")";
     }
 }

@@ -338,7 +338,7 @@ final class DecodeSessions {
             }
             PrefillRoom.Destination previous = room.addDestination(new PrefillRoom.Destination(link, t));
             if (previous != null) {
-                error = "duplicate transfer info for room " + t.room() + " from decode session " + link.sessionId();
+                error = "duplicate transfer info for room " + t.room() + " from decode " + link.label();
             } else {
                 room.charge(link, t);
             }
@@ -461,8 +461,8 @@ final class DecodeSessions {
             // The link's own records, not a lookup by id: a retry that took a cleared room's id is not this link's
             // (a cleared record's entry may still be here for a moment; its slot reads Failed, so it fails nothing).
             // Only a room still under way fails (atomically: one that concluded meanwhile stays as it is).
-            if (!room.slot.failIfUnfinished(kind, "Decode instance could be dead: lost connection with decode session "
-                    + link.sessionId() + " (" + why + ")")) {
+            if (!room.slot.failIfUnfinished(kind, "Decode instance could be dead: lost connection with decode "
+                    + link.label() + " (" + why + ")")) {
                 // Concluded already. One that failed while held only for decodes now gone (its info refused: a page
                 // outside the pool, a duplicate; or failed by the loss of its other decode ranks' links) goes with the
                 // last of them, as an ABORT drops it: else it kept its index arrays (up to 16 MiB an info) for the waiting

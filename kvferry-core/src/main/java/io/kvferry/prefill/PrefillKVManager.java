@@ -401,7 +401,7 @@ public final class PrefillKVManager implements KVManager {
         List<KVManagerInspection.Peer> peers = new ArrayList<>();
         for (DecodeLink l : sessions.registered()) {
             DataPath path = l.dataPath;
-            peers.add(new KVManagerInspection.Peer(LogSafe.text(l.sessionId()), l.connection.peer(),
+            peers.add(new KVManagerInspection.Peer(l.label(), l.connection.peer(),
                     path == null ? "" : path.name(), LogSafe.text(l.dataPathNote), l.rooms.size(), l.stripes.size(), l.connection.silentNanos() / 1_000_000L));
         }
         return new KVManagerInspection("prefill", config.attnTpRank(), ppRank, config.dpRank(), config.attnCpRank(), backend.name(),

@@ -76,19 +76,19 @@ final class SessionHandshake {
                 && Handshake.equal(Handshake.resumeProof(previous.sessionKey, link.challenge), h.resumeProof()))) {
             // Only the decode that holds the session's key may replace its link (a reconnection after a loss
             // this rank has not noticed yet); anyone else naming the session id is refused, not obeyed.
-            refuse(link, FailureKind.HANDSHAKE_REFUSED, "session " + h.sessionId() + " is already registered on this rank "
+            refuse(link, FailureKind.HANDSHAKE_REFUSED, LogSafe.session(h.sessionId()) + " is already registered on this rank "
                     + "and the registration does not prove its session key", "refused decode registration: ", HandshakeRefusal.AUTH);
         }
         StringBuilder fallback = new StringBuilder();
-        DataPath path = negotiator.choose(h, new PeerLink(LogSafe.text(h.sessionId()) + " (" + link.connection.peer() + ")", link.connection,
-                h.stripes()), fallback); // the name goes into the data paths' log lines: the session id is wire text
+        DataPath path = negotiator.choose(h, new PeerLink(LogSafe.session(h.sessionId()) + " (" + link.connection.peer() + ")", link.connection,
+                h.stripes()), fallback); // the name goes into the data paths' log lines: the session's label, not its id
         link.kvBufferMap = LayerPairing.pair(memory.kvLayerIds(), h.memory().kvLayerIds());
         link.kvSlices = validator.headSlices(h, link.kvBufferMap);
         link.checksum = config.checksum().max(h.checksum());
         link.digestInStatus = link.checksum != ChecksumMode.OFF && !path.carryChecksums(link.checksum);
         Coverage coverage = validator.coverage(h, link.kvBufferMap, link.kvSlices);
         link.sessionKey = Handshake.sessionKey(validator.key(), link.challenge, h.decodeNonce(), h.sessionId());
-        if (previous != null) previous.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of session " + h.sessionId());
+        if (previous != null) previous.connection.close(FailureKind.PEER_LOST, "replaced by a new registration of " + LogSafe.session(h.sessionId()));
         link.meters = telemetry.dataPath(path.name());
         link.dataPath = path;
         link.dataPathNote = fallback.toString();
@@ -96,8 +96,8 @@ final class SessionHandshake {
         link.connection.acceptAll();
         link.connection.send(HelloAck.accept(engineRank, uniqueRank, path.name(), fallback.toString(), link.checksum, coverage)
                 .signed(validator.key(), h.decodeNonce()));
-        if (fallback.isEmpty()) log.info("decode session {} registered; data path {}", link, path.name());
-        else log.info("decode session {} registered; data path {} ({})", link, path.name(), LogSafe.text(fallback.toString())); // quotes offer names
+        if (fallback.isEmpty()) log.info("decode {} registered; data path {}", link, path.name());
+        else log.info("decode {} registered; data path {} ({})", link, path.name(), LogSafe.text(fallback.toString())); // quotes offer names
     }
 
     /** The registered (not stripe) link of a session, or null. */
@@ -119,7 +119,7 @@ final class SessionHandshake {
     private void attachStripe(DecodeLink stripe, Hello h) throws IOException {
         DecodeLink main = registered(h.sessionId());
         if (main == null) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no session " + h.sessionId() + " to add a data stripe to",
+            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "no " + LogSafe.session(h.sessionId()) + " to add a data stripe to",
                     "refused data stripe: ", HandshakeRefusal.STRIPE);
             return;
         }
@@ -128,7 +128,7 @@ final class SessionHandshake {
                     "refused data stripe: ", HandshakeRefusal.AUTH);
         }
         if (!main.dataPath.attachStripe(h.stripeIndex(), stripe.connection)) {
-            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of session " + h.sessionId()
+            refuse(stripe, FailureKind.HANDSHAKE_REFUSED, "stripe " + h.stripeIndex() + " of " + LogSafe.session(h.sessionId())
                     + " is out of range, already attached, or its data path (" + main.dataPath.name() + ") takes none",
                     "refused data stripe: ", HandshakeRefusal.STRIPE);
         }

@@ -10,6 +10,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVSender;
 import io.kvferry.metrics.KVFerryMeters;
+import io.kvferry.metrics.LogSafe;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.protocol.Challenge;
 import io.kvferry.protocol.Handshake;
@@ -109,6 +110,8 @@ class ManagerMetricsTest extends TransferTestBase {
         assertEquals(bytes, in.bytesMoved());
         assertEquals(1, in.peers().size());
         assertEquals("tcp", in.peers().getFirst().dataPath());
+        // The decode's session id is the key its registrations are held under: the status page shows a digest of it.
+        assertTrue(in.peers().getFirst().name().matches("session [0-9a-f]{12}"), in.peers().getFirst().name());
         KVManagerInspection din = d.inspect();
         assertEquals(bytes, din.bytesMoved());
         assertEquals("prefill rank 0", din.peers().getFirst().name());
@@ -292,8 +295,9 @@ class ManagerMetricsTest extends TransferTestBase {
     }
 
     /**
-     * The transport names a decode offers, and its session id, are HELLO text: the prefill's "registered" line,
-     * which says why offers were passed over, quotes them escaped, so a line break in one cannot forge a line.
+     * The transport names a decode offers are HELLO text: the prefill's "registered" line,
+     * which says why offers were passed over, quotes them escaped, so a line break in one cannot forge a line; the
+     * session id (HELLO text too) shows only as its digest.
      */
     @Test
     void aNewlineInAnOfferedTransportNameCannotForgeAPrefillLogLine() throws Exception {
@@ -317,7 +321,8 @@ class ManagerMetricsTest extends TransferTestBase {
             System.setErr(original);
         }
         String log = captured.toString(StandardCharsets.UTF_8);
-        assertTrue(log.contains("decode session sess\\nion"), log);
+        assertTrue(log.contains("decode " + LogSafe.session("sess\nion") + " ("), log);
+        assertFalse(log.contains("sess\\nion"), "the session id itself is never logged: " + log);
         assertTrue(log.contains("(x\\n[main] WARN"), log);
         for (String line : log.split("\n")) {
             assertFalse(line.startsWith("[main] WARN io.kvferry.failures - room failed: room=666"), "forged line: " + line);
