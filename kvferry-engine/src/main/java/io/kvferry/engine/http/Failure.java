@@ -11,6 +11,8 @@ final class Failure extends Exception {
      * the process is gone, and it is out of rotation now): the request may be run again on other instances.
      */
     final boolean refusedConnection;
+    /** A 429's {@code Retry-After} in seconds (1 unless a tenant's rate says more: {@link RateLimits}). */
+    long retryAfterSeconds = 1;
 
     Failure(int status, String type, String message) {
         this(status, type, null, message);
@@ -26,6 +28,12 @@ final class Failure extends Exception {
         this.type = type;
         this.kind = kind;
         this.refusedConnection = refusedConnection;
+    }
+
+    /** This failure, answered with {@code Retry-After: seconds}. */
+    Failure retryAfter(long seconds) {
+        retryAfterSeconds = seconds;
+        return this;
     }
 
     /** This failure, marked as one a refused connection caused ({@link #refusedConnection}). */

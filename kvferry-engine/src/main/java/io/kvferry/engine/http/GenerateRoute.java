@@ -78,10 +78,19 @@ final class GenerateRoute {
             throw new Http.BadRequest("sampling_params." + e.param, e.getMessage());
         }
         boolean stream = Http.booleanField(req, "stream", false);
-        if (parsed.batch()) {
-            if (stream) throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")
+        if (parsed.batch() && stream) {
+            throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")
                     + ") is answered whole: stream must be false");
-            generateBatch(ex, OpenAiRoutes.choices(ask, prompts, 1), withText, field);
+        }
+        List<Ask> asks = parsed.batch() ? OpenAiRoutes.choices(ask, prompts, 1) : List.of(ask);
+        try {
+            pd.admitRates(asks, "sampling_params.max_new_tokens", ex); // the tenant's per-minute limits, once for the request
+        } catch (Failure f) {
+            Router.fail(ex, null, f);
+            return;
+        }
+        if (parsed.batch()) {
+            generateBatch(ex, asks, withText, field);
             return;
         }
         OutputStream[] events = new OutputStream[1];

@@ -60,7 +60,8 @@ final class OpenAiRoutes {
         int sampleLogprobs = bestOf > n ? Math.max(logprobs, 0) : logprobs;
         Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1, tokenizer.vocabSize(), outputs);
         resolver.checkMinTokensFit(ask.rules().minTokens(), prompts, "min_tokens");
-        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null);
+        answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null,
+                "max_tokens");
     }
 
     /**
@@ -96,7 +97,8 @@ final class OpenAiRoutes {
         prompt = resolver.resolve(prompt, "messages");
         Ask ask = RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize(), outputs);
         resolver.checkMinTokensFit(ask.rules().minTokens(), List.of(prompt), "min_tokens");
-        answer(ex, req, OpenAiShape.CHAT, choices(ask, List.of(prompt), RequestParams.n(req, 1)), false, null);
+        answer(ex, req, OpenAiShape.CHAT, choices(ask, List.of(prompt), RequestParams.n(req, 1)), false, null,
+                req.hasNonNull("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
     }
 
     /**
@@ -108,10 +110,19 @@ final class OpenAiRoutes {
      * <p>{@code asks}: one per choice, in OpenAI's order (index = prompt index * n + sample index). Several run at once,
      * each a request of its own through {@link PdCall#run} (its room, its prefill and decode, its admission slot); the answer
      * lists them by index, its usage their sum, its {@code kvferry} extension theirs ({@code choices}); a stream's chunks
-     * come interleaved, each naming its choice, the usage only in the {@code include_usage} chunk ({@link Answer}).
+     * come interleaved, each naming its choice, the usage only in the {@code include_usage} chunk ({@link Answer}). Before
+     * any runs, the request is charged to its tenant's per-minute limits ({@link RateLimits}; {@code budgetParam}: the
+     * field a 400 of them names).
      */
-    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo, BestOf bestOf) throws Exception {
+    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo, BestOf bestOf, String budgetParam)
+            throws Exception {
         boolean stream = Http.booleanField(req, "stream", false);
+        try {
+            pd.admitRates(asks, budgetParam, ex); // the tenant's per-minute limits, once for the request, before any choice runs
+        } catch (Failure f) {
+            Router.fail(ex, null, f);
+            return;
+        }
         Answer a = new Answer(ex, shape, stream, RequestParams.includeUsage(req) && stream, echo, asks.size(), modelName, tokenizer, pd);
         List<Choice> choices = new ArrayList<>();
         for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));

@@ -4,6 +4,7 @@ import io.kvferry.api.FailureKind;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
@@ -71,6 +72,14 @@ final class PdCall {
         return slots == null ? 0 : slots.getQueueLength();
     }
 
+
+    /**
+     * Charges a request's tenant's per-minute limits for its {@code asks} before any of them runs ({@link RateLimits#admit}):
+     * a 429 {@link Failure} or a 400 when over; {@code budgetParam}: the route's max_tokens field, named by a 400.
+     */
+    void admitRates(List<Ask> asks, String budgetParam, HttpExchange ex) throws Failure {
+        RateLimits.admit(Router.RECORD.get(), asks, contextTokens, budgetParam, ex, meters);
+    }
 
     /** A write to the client; an IOException means the client went away. */
     private interface ClientWrite {
@@ -285,6 +294,8 @@ final class PdCall {
                         return outcome(record, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
                     }
                 }
+            } finally {
+                record.generated = tokens.size(); // ended or failed: the tokens its tenant's tokens_per_minute keeps charged (RateLimits)
             }
             if (stream.cut()) throw hung(d, p, room);
             throw new Failure(502, "bad_gateway", d + " ended the stream of room " + room + " without finishing it");

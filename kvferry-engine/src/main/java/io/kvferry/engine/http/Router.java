@@ -86,6 +86,11 @@ public final class Router implements AutoCloseable {
         Tenants.Tenant tenant;
         /** The tenant's count of requests running that this request is in ({@link RouterMeters#tenantStarted}), or null. */
         AtomicInteger tenantRunning;
+        /** The tokens bucket this request's admission charged ({@link RateLimits#admit}), or null, and the completion budget in it. */
+        RateBucket chargedTokens;
+        long chargedBudget;
+        /** The tokens the decode sent this request (or choice), whether it succeeded or not: what its budget's refund keeps. */
+        int generated;
 
         /** The record of one choice (or batch entry) of this request: its own room and tokens, the request's tenant. */
         RequestRecord child() {
@@ -282,6 +287,7 @@ public final class Router implements AutoCloseable {
                             tenants == null ? "" : " tenant=" + (tenant == null ? "-" : tenant));
                 }
                 if (record.tenantRunning != null) record.tenantRunning.decrementAndGet();
+                RateLimits.settle(record); // the unused part of its tokens budget back to its tenant's bucket
                 meters.finished(route, status, tenant); // after its log line: a request counted is a request logged
             }
         });
@@ -312,14 +318,16 @@ public final class Router implements AutoCloseable {
     /** The request log's record of a request of several choices: the first choice's room, the tokens of all, the earliest first token. */
     static void merge(RequestRecord record, List<RequestRecord> choices) {
         record.room = choices.getFirst().room;
-        int prompt = 0, completion = 0;
+        int prompt = 0, completion = 0, generated = 0;
         for (RequestRecord c : choices) {
+            generated += c.generated;
             prompt += Math.max(c.promptTokens, 0);
             completion += Math.max(c.completionTokens, 0);
             if (c.ttftMs >= 0 && (record.ttftMs < 0 || c.ttftMs < record.ttftMs)) record.ttftMs = c.ttftMs;
         }
         record.promptTokens = prompt;
         record.completionTokens = completion;
+        record.generated = generated;
     }
 
     /**
@@ -330,7 +338,7 @@ public final class Router implements AutoCloseable {
         RequestRecord r = RECORD.get();
         r.countedStatus = f.status;
         r.failureKind = f.kind != null ? f.kind : f.type;
-        if (f.status == 429) ex.getResponseHeaders().set("Retry-After", "1");
+        if (f.status == 429) ex.getResponseHeaders().set("Retry-After", Long.toString(f.retryAfterSeconds));
         if (events == null) {
             Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             return;

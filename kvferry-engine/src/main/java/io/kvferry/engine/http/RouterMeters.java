@@ -34,6 +34,11 @@ final class RouterMeters {
     static final String BACKEND_IN_FLIGHT = "kvferry_router_backend_requests_in_flight";
     static final String TENANT_RUNNING = "kvferry_router_tenant_requests_running";
     static final String TENANT_WAITING = "kvferry_router_tenant_requests_waiting";
+    /** Requests a tenant's per-minute limit turned away ({@link RateLimits}), tagged {@code tenant} and {@code limit}. */
+    static final String RATE_LIMITED = "kvferry_router_rate_limited";
+    /** The {@code limit} tags of {@link #RATE_LIMITED}: {@code requests_per_minute}'s and {@code tokens_per_minute}'s. */
+    static final String LIMIT_REQUESTS = "requests";
+    static final String LIMIT_TOKENS = "tokens";
     /**
      * The {@code tenant} tag of a request no tenant's key opened (a 401), or of one whose tenant a reload removed while it
      * ran (its series went with it), on a router with tenants.
@@ -65,6 +70,8 @@ final class RouterMeters {
     private final Map<String, Counter[]> tokensByTenant = new ConcurrentHashMap<>();
     /** Per tenant (byTenant): its requests in the router now (waiting for its slot included). */
     private final Map<String, AtomicInteger> runningByTenant = new ConcurrentHashMap<>();
+    /** Per tenant (byTenant): its rate-limited counters, {requests, tokens}, made with its other meters (0 until one counts). */
+    private final Map<String, Counter[]> rateLimitedByTenant = new ConcurrentHashMap<>();
 
     /** @param registry where the meters go; null for nowhere (a registry of its own nobody reads) */
     RouterMeters(MeterRegistry registry) {
@@ -133,6 +140,18 @@ final class RouterMeters {
         Gauge.builder(TENANT_WAITING, tenants, t -> t.waiting(name))
                 .description("Router: a tenant's requests waiting for one of its slots (its max_concurrent_requests)")
                 .tag("tenant", name).register(registry);
+        rateLimitedByTenant.put(name, new Counter[]{rateLimitedCounter(name, LIMIT_REQUESTS), rateLimitedCounter(name, LIMIT_TOKENS)});
+    }
+
+    private Counter rateLimitedCounter(String tenant, String limit) {
+        return Counter.builder(RATE_LIMITED).description("Router: requests a tenant's requests_per_minute or tokens_per_minute turned away "
+                + "(429, or 400 for one that could never fit its tokens_per_minute)").tags("tenant", tenant, "limit", limit).register(registry);
+    }
+
+    /** A request of {@code tenant} turned away by its {@code limit} ({@link #LIMIT_REQUESTS}, {@link #LIMIT_TOKENS}). */
+    void rateLimited(String tenant, String limit) {
+        Counter[] c = rateLimitedByTenant.get(tenant);
+        if (c != null) c[limit.equals(LIMIT_REQUESTS) ? 0 : 1].increment(); // none: removed by a reload meanwhile
     }
 
     /**
@@ -142,10 +161,11 @@ final class RouterMeters {
     synchronized void forgetTenant(String name) {
         runningByTenant.remove(name);
         tokensByTenant.remove(name);
+        rateLimitedByTenant.remove(name);
         requests.keySet().removeIf(k -> k.endsWith(' ' + name));
         for (Meter m : registry.find(TENANT_RUNNING).tag("tenant", name).meters()) registry.remove(m);
         for (Meter m : registry.find(TENANT_WAITING).tag("tenant", name).meters()) registry.remove(m);
-        for (String counter : new String[]{REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS}) {
+        for (String counter : new String[]{REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS, RATE_LIMITED}) {
             for (Meter m : registry.find(counter).tag("tenant", name).meters()) registry.remove(m);
         }
     }

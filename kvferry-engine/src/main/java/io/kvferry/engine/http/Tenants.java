@@ -31,6 +31,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.function.LongSupplier;
 import java.util.regex.Pattern;
 
 /**
@@ -45,6 +46,11 @@ import java.util.regex.Pattern;
  * <p>Concurrency: each tenant has one fair {@link Slots} semaphore (without a limit, {@link #UNLIMITED} permits), the only
  * owner of its count, kept across reloads by name (a new limit resizes it; requests under way keep their admission and give it back to it).
  * The set itself is an immutable snapshot swapped whole.
+ *
+ * <p>Rates: a tenant's {@code requests_per_minute} and {@code tokens_per_minute} are {@link RateBucket}s, kept across reloads
+ * by name as the slots are (an unchanged limit keeps its bucket as it is, so a reload never refills one; a changed one keeps
+ * the fraction in use), read on an injectable clock ({@link #of(String, String, LongSupplier)}); the router charges them at
+ * admission ({@link RateLimits}).
  *
  * <p>Cache salts: an isolated tenant's requests reach the engines with the salt HMAC-SHA256(k, name) (with the client's
  * own salt: HMAC-SHA256(k, name LF salt)), 64 hex characters, where k is derived from the cluster token (the same on every
@@ -80,15 +86,24 @@ public final class Tenants {
     public static final class Tenant {
         final String name;
         final int maxConcurrent;
+        /** {@code requests_per_minute}, {@code tokens_per_minute}: 0 for no limit. */
+        final int requestsPerMinute;
+        final int tokensPerMinute;
         final CacheSalt cacheSalt;
         private final byte[] keyDigest;
         private final byte[] saltKey;
         Slots slots;
+        /** Its rate buckets (set once adopted), null without that limit. */
+        RateBucket requests;
+        RateBucket tokens;
 
-        private Tenant(String name, String key, int maxConcurrent, CacheSalt cacheSalt, byte[] saltKey) {
+        private Tenant(String name, String key, int maxConcurrent, int requestsPerMinute, int tokensPerMinute, CacheSalt cacheSalt,
+                       byte[] saltKey) {
             this.name = name;
             this.keyDigest = sha256(key);
             this.maxConcurrent = maxConcurrent;
+            this.requestsPerMinute = requestsPerMinute;
+            this.tokensPerMinute = tokensPerMinute;
             this.cacheSalt = cacheSalt;
             this.saltKey = saltKey;
         }
@@ -105,6 +120,16 @@ public final class Tenants {
             return cacheSalt;
         }
 
+        /** Its {@code requests_per_minute}; 0: no limit. */
+        public int requestsPerMinute() {
+            return requestsPerMinute;
+        }
+
+        /** Its {@code tokens_per_minute}; 0: no limit. */
+        public int tokensPerMinute() {
+            return tokensPerMinute;
+        }
+
         /** The salt the engines get for a request of this tenant whose client sent {@code clientSalt} (null: none). */
         String salt(String clientSalt) {
             if (cacheSalt == CacheSalt.SHARED) return clientSalt;
@@ -114,7 +139,8 @@ public final class Tenants {
 
         @Override
         public String toString() {
-            return "Tenant[" + name + ", max_concurrent_requests=" + maxConcurrent + ", cache_salt=" + cacheSalt + "]"; // never the key
+            return "Tenant[" + name + ", max_concurrent_requests=" + maxConcurrent + ", requests_per_minute=" + requestsPerMinute
+                    + ", tokens_per_minute=" + tokensPerMinute + ", cache_salt=" + cacheSalt + "]"; // never the key
         }
     }
 
@@ -155,6 +181,11 @@ public final class Tenants {
     private volatile List<Tenant> current;
     /** Every limited tenant's slots by name: the one owner of the counts, kept across reloads; changed under {@code this}. */
     private final Map<String, Slots> slotsByName = new ConcurrentHashMap<>();
+    /** Every rate-limited tenant's buckets by name, kept across reloads as the slots are; changed under {@code this}. */
+    private final Map<String, RateBucket> requestBuckets = new ConcurrentHashMap<>();
+    private final Map<String, RateBucket> tokenBuckets = new ConcurrentHashMap<>();
+    /** The buckets' clock (nanoseconds, as {@link System#nanoTime}): a test's own makes them deterministic. */
+    private final LongSupplier nanos;
     private FileTime seen;
     /** What the last re-read found wrong with the file (logged once until it changes), or null. Under {@code this}. */
     private String failed;
@@ -177,8 +208,9 @@ public final class Tenants {
         }
     }
 
-    private Tenants(Path file, String clusterToken, String json) {
+    private Tenants(Path file, String clusterToken, String json, LongSupplier nanos) {
         this.file = file;
+        this.nanos = nanos;
         String token = BearerToken.of(clusterToken) == null ? null : clusterToken.strip(); // as BearerToken reads it
         this.clusterTokenDigest = token == null ? null : sha256(token);
         this.saltKey = token == null ? randomKey() : hmac(token.getBytes(StandardCharsets.UTF_8), "kvferry router tenant cache_salt v1");
@@ -198,13 +230,18 @@ public final class Tenants {
      * tenant and the field at fault. {@code clusterToken}: the engines' token (no key may equal it), null for none.
      */
     public static Tenants open(Path file, String clusterToken) throws IOException {
+        return open(file, clusterToken, System::nanoTime);
+    }
+
+    /** As {@link #open(Path, String)}, its rate buckets read on {@code nanos} (tests: a clock of their own). */
+    static Tenants open(Path file, String clusterToken, LongSupplier nanos) throws IOException {
         FileTime t;
         try {
             t = Files.getLastModifiedTime(file); // before the read: a change made while it is read is seen at the next check
         } catch (NoSuchFileException e) {
             throw new IllegalArgumentException("--tenants-file " + file + " does not exist", e);
         }
-        Tenants ts = new Tenants(file, clusterToken, read(file));
+        Tenants ts = new Tenants(file, clusterToken, read(file), nanos);
         synchronized (ts) {
             ts.seen = t;
         }
@@ -213,7 +250,12 @@ public final class Tenants {
 
     /** Tenants from {@code json} (no file: never reloaded); tests. */
     static Tenants of(String json, String clusterToken) {
-        return new Tenants(null, clusterToken, json);
+        return of(json, clusterToken, System::nanoTime);
+    }
+
+    /** As {@link #of(String, String)}, its rate buckets read on {@code nanos} (tests: a clock of their own). */
+    static Tenants of(String json, String clusterToken, LongSupplier nanos) {
+        return new Tenants(null, clusterToken, json, nanos);
     }
 
     /**
@@ -239,9 +281,11 @@ public final class Tenants {
     }
 
     /**
-     * Checks a tenants file's text: {@code {"tenants": [{"name", "key", "max_concurrent_requests", "cache_salt"}, …]}}, at
-     * least one tenant; names {@link #NAME}, unique; keys at least {@link #MIN_KEY_CHARS} visible ASCII characters, unique,
-     * not the cluster token; {@code max_concurrent_requests} absent (no limit) or at least 1; {@code cache_salt}
+     * Checks a tenants file's text: {@code {"tenants": [{"name", "key", "max_concurrent_requests", "requests_per_minute",
+     * "tokens_per_minute", "cache_salt"}, …]}}, at least one tenant; names {@link #NAME}, unique; keys at least
+     * {@link #MIN_KEY_CHARS} visible ASCII characters, unique, not the cluster token; {@code max_concurrent_requests} absent
+     * (no limit) or at least 1; {@code requests_per_minute}, {@code tokens_per_minute} absent (no limit) or 1 to
+     * {@link RateBucket#MAX_PER_MINUTE}; {@code cache_salt}
      * {@code "isolated"} (default) or {@code "shared"}; any other field refused.
      */
     static Parsed parse(String json, byte[] saltKey, byte[] clusterTokenDigest) {
@@ -281,9 +325,9 @@ public final class Tenants {
             if (before != null) throw new IllegalArgumentException(at + ".name is tenants[" + before + "]'s too: names must be unique");
             for (Iterator<String> it = t.fieldNames(); it.hasNext(); ) {
                 String f = it.next();
-                if (!List.of("name", "key", "max_concurrent_requests", "cache_salt").contains(f)) {
+                if (!FIELDS.contains(f)) {
                     throw new IllegalArgumentException(at + " has an unknown field '" + f
-                            + "' (name, key, max_concurrent_requests, cache_salt)");
+                            + "' (name, key, max_concurrent_requests, requests_per_minute, tokens_per_minute, cache_salt)");
                 }
             }
             JsonNode k = t.get("key");
@@ -310,6 +354,8 @@ public final class Tenants {
                 }
                 limit = m.intValue();
             }
+            int rpm = perMinute(t, "requests_per_minute", at);
+            int tpm = perMinute(t, "tokens_per_minute", at);
             JsonNode s = t.get("cache_salt");
             CacheSalt salt = CacheSalt.ISOLATED;
             if (s != null && !s.isNull()) {
@@ -317,9 +363,23 @@ public final class Tenants {
                 else if (s.isTextual() && s.textValue().equals("shared")) salt = CacheSalt.SHARED;
                 else throw new IllegalArgumentException(at + ".cache_salt must be \"isolated\" (the default) or \"shared\", got " + s);
             }
-            out.add(new Tenant(name, key, limit, salt, saltKey));
+            out.add(new Tenant(name, key, limit, rpm, tpm, salt, saltKey));
         }
         return new Parsed(List.copyOf(out));
+    }
+
+    private static final List<String> FIELDS = List.of("name", "key", "max_concurrent_requests", "requests_per_minute", "tokens_per_minute",
+            "cache_salt");
+
+    /** A tenant's per-minute limit {@code field}: 0 when absent (or null), else a whole number from 1 to {@link RateBucket#MAX_PER_MINUTE}. */
+    private static int perMinute(JsonNode t, String field, String at) {
+        JsonNode m = t.get(field);
+        if (m == null || m.isNull()) return 0;
+        if (!m.isIntegralNumber() || !m.canConvertToInt() || m.intValue() < 1 || m.intValue() > RateBucket.MAX_PER_MINUTE) {
+            throw new IllegalArgumentException(at + "." + field + " must be a whole number from 1 to " + RateBucket.MAX_PER_MINUTE
+                    + " (absent: no limit), got " + m);
+        }
+        return m.intValue();
     }
 
     /**
@@ -336,10 +396,30 @@ public final class Tenants {
             else s.resize(limit);
             t.slots = s;
             kept.put(t.name, s);
+            t.requests = bucket(requestBuckets, t.name, t.requestsPerMinute);
+            t.tokens = bucket(tokenBuckets, t.name, t.tokensPerMinute);
         }
         slotsByName.keySet().retainAll(kept.keySet());
         slotsByName.putAll(kept);
+        requestBuckets.keySet().retainAll(kept.keySet());
+        tokenBuckets.keySet().retainAll(kept.keySet());
         return fresh;
+    }
+
+    /**
+     * Tenant {@code name}'s bucket of {@code buckets} for {@code limit} (0: none, and any it had is dropped: a limit set again
+     * later starts full): the one it had, at the new limit (its state kept: {@link RateBucket}), or a new full one. A tenant
+     * gone from the file loses its buckets with its slots ({@link #adopt}).
+     */
+    private RateBucket bucket(Map<String, RateBucket> buckets, String name, int limit) {
+        if (limit == 0) {
+            buckets.remove(name);
+            return null;
+        }
+        RateBucket b = buckets.get(name);
+        if (b == null) buckets.put(name, b = new RateBucket(limit, nanos));
+        else b.limit(limit);
+        return b;
     }
 
     /** Requests of tenant {@code name} waiting for one of its slots now (0: none, or no limit). */

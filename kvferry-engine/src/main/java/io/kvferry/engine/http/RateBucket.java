@@ -1,0 +1,93 @@
+package io.kvferry.engine.http;
+
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.LongSupplier;
+
+/**
+ * One tenant's per-minute limit ({@code requests_per_minute} or {@code tokens_per_minute}, {@link Tenants}): a token bucket of
+ * capacity {@link #limit} units refilling continuously at {@code limit} per minute. It starts full.
+ *
+ * <p>State: one {@link AtomicLong}, the bucket's "theoretical arrival time" (GCRA): the clock reading at which it will be full
+ * again. Its debt is {@code max(tat - now, 0)} nanoseconds of refill, at most {@link #WINDOW_NANOS} (empty). A take or a
+ * give is one compare-and-set of that one long, retried on a race: no lock, no lost update, no allocation, and no take is
+ * admitted beyond the capacity however many threads take at once (each CAS re-checks the debt it commits to).
+ *
+ * <p>The debt is measured in time, not in units: a new limit (a reload) keeps {@code tat} as it is, so the fraction of the
+ * bucket in use carries over (half empty at 100 a minute is half empty at 1000), and a reload never refills it.
+ */
+final class RateBucket {
+    /** The refill window: a full bucket refills in one minute. */
+    static final long WINDOW_NANOS = TimeUnit.MINUTES.toNanos(1);
+    /**
+     * The largest per-minute limit: {@code units * WINDOW_NANOS} and {@code WINDOW_NANOS * limit} stay within a long
+     * (6e10 * 1e8 = 6e18 &lt; 9.2e18).
+     */
+    static final int MAX_PER_MINUTE = 100_000_000;
+
+    private final LongSupplier nanos;
+    private final AtomicLong tat;
+    /** The capacity and refill per minute; a reload may change it (read once per take). */
+    private volatile int limit;
+
+    RateBucket(int limit, LongSupplier nanos) {
+        this.nanos = nanos;
+        this.tat = new AtomicLong(nanos.getAsLong()); // full
+        limit(limit);
+    }
+
+    void limit(int perMinute) {
+        if (perMinute < 1 || perMinute > MAX_PER_MINUTE) throw new IllegalArgumentException("a per-minute limit in [1, " + MAX_PER_MINUTE + "], got " + perMinute);
+        this.limit = perMinute;
+    }
+
+    int limit() {
+        return limit;
+    }
+
+    long now() {
+        return nanos.getAsLong();
+    }
+
+    /**
+     * Takes {@code units} if the bucket holds them now: 0 when taken, else the nanoseconds until it will (more than 0;
+     * nothing taken). More than {@link #limit} (a reload lowered it since the caller looked) is never taken.
+     */
+    long take(long units) {
+        int l = limit;
+        if (units < 0) throw new IllegalArgumentException("take " + units);
+        if (units > l) return WINDOW_NANOS * 2; // never fits; refused as over, until the caller sees the new limit
+        long cost = Math.ceilDiv(units * WINDOW_NANOS, l);
+        long now = nanos.getAsLong();
+        for (;;) {
+            long t = tat.get();
+            long next = Math.max(t, now) + cost;
+            long over = next - now - WINDOW_NANOS;
+            if (over > 0) return over;
+            if (tat.compareAndSet(t, next)) return 0;
+        }
+    }
+
+    /** Gives back {@code units} taken before (a request's unused budget, or a take undone); a full bucket stays full. */
+    void give(long units) {
+        if (units <= 0) return;
+        long back = Math.min(units * WINDOW_NANOS / limit, WINDOW_NANOS); // rounded down: never more than was taken
+        long now = nanos.getAsLong();
+        for (;;) {
+            long t = tat.get();
+            if (t <= now) return; // full already
+            if (tat.compareAndSet(t, Math.max(t - back, now))) return;
+        }
+    }
+
+    /** The units the bucket holds now (rounded down). */
+    long remaining() {
+        long debt = Math.max(tat.get() - nanos.getAsLong(), 0);
+        return Math.max(WINDOW_NANOS - debt, 0) * limit / WINDOW_NANOS;
+    }
+
+    /** A wait in nanoseconds ({@link #take}'s) as a {@code Retry-After}: whole seconds, rounded up, at least 1. */
+    static long retryAfterSeconds(long waitNanos) {
+        return Math.max(1, Math.ceilDiv(waitNanos, TimeUnit.SECONDS.toNanos(1)));
+    }
+}

@@ -1,0 +1,146 @@
+package io.kvferry.engine.http;
+
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.constraints.IntRange;
+import net.jqwik.api.constraints.Size;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A tenant's per-minute bucket ({@link RateBucket}) on a clock of the test's own: it starts full, is emptied by takes, says
+ * how long until a refused take fits, refills continuously at its limit per minute, takes back a refund (never beyond full),
+ * keeps the fraction in use across a new limit, and never lets concurrent takers past its capacity.
+ */
+class RateBucketTest {
+    private static final long SECOND = TimeUnit.SECONDS.toNanos(1);
+
+    @Test
+    void aFullBucketIsEmptiedThenSaysWhenTheNextTakeFitsAndRefills() {
+        AtomicLong clock = new AtomicLong(123_456_789L);
+        RateBucket b = new RateBucket(6, clock::get); // one every 10 s
+        assertEquals(6, b.remaining());
+        for (int i = 0; i < 6; i++) assertEquals(0, b.take(1), "take " + i);
+        assertEquals(0, b.remaining());
+        long wait = b.take(1);
+        assertEquals(10 * SECOND, wait, "one request refills in 60 s / 6");
+        assertEquals(10, RateBucket.retryAfterSeconds(wait));
+        clock.addAndGet(4 * SECOND);
+        assertEquals(6 * SECOND, b.take(1), "refused takes take nothing: the wait only shrinks with time");
+        assertEquals(6, RateBucket.retryAfterSeconds(6 * SECOND - 1), "rounded up");
+        assertEquals(1, RateBucket.retryAfterSeconds(1), "at least 1");
+        clock.addAndGet(6 * SECOND);
+        assertEquals(1, b.remaining());
+        assertEquals(0, b.take(1));
+        assertTrue(b.take(1) > 0);
+        clock.addAndGet(60 * SECOND);
+        assertEquals(6, b.remaining(), "full again after a minute");
+        clock.addAndGet(600 * SECOND);
+        assertEquals(6, b.remaining(), "never more than full");
+    }
+
+    @Test
+    void severalUnitsAtOnceAndTheirRefund() {
+        AtomicLong clock = new AtomicLong();
+        RateBucket b = new RateBucket(1000, clock::get);
+        assertEquals(0, b.take(700));
+        assertEquals(300, b.remaining());
+        long wait = b.take(500);
+        assertEquals(12 * SECOND, wait, "200 more tokens at 1000 a minute: 12 s");
+        b.give(400); // the unused budget of the first take
+        assertEquals(700, b.remaining());
+        assertEquals(0, b.take(500));
+        assertEquals(200, b.remaining());
+        b.give(10_000);
+        assertEquals(1000, b.remaining(), "a refund never fills beyond the capacity");
+        b.give(5);
+        assertEquals(1000, b.remaining());
+        assertTrue(b.take(1001) > 0, "more than the capacity never fits");
+        assertEquals(1000, b.remaining());
+    }
+
+    @Test
+    void aNewLimitKeepsTheFractionInUse() {
+        AtomicLong clock = new AtomicLong(-5 * SECOND); // nanoTime may be negative
+        RateBucket b = new RateBucket(100, clock::get);
+        assertEquals(0, b.take(50));
+        b.limit(1000);
+        assertEquals(500, b.remaining(), "half empty stays half empty");
+        b.limit(10);
+        assertEquals(5, b.remaining());
+        assertEquals(0, b.take(5));
+        assertEquals(0, b.remaining());
+    }
+
+    /** Threads taking at once from a bucket whose clock stands still: exactly its capacity is taken, none beyond. */
+    @Test
+    @Timeout(60)
+    void concurrentTakersNeverExceedTheCapacity() throws Exception {
+        for (int round = 0; round < 20; round++) {
+            AtomicLong clock = new AtomicLong(round);
+            RateBucket b = new RateBucket(1000, clock::get);
+            AtomicInteger taken = new AtomicInteger();
+            int threads = 8;
+            CountDownLatch go = new CountDownLatch(1);
+            List<Thread> ts = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                ts.add(Thread.ofPlatform().start(() -> {
+                    try {
+                        go.await();
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                    for (int i = 0; i < 500; i++) {
+                        if (b.take(1) == 0) taken.incrementAndGet();
+                        if (i % 7 == 0) b.give(0); // a no-op give interleaved
+                    }
+                }));
+            }
+            go.countDown();
+            for (Thread t : ts) t.join();
+            assertEquals(1000, taken.get(), "8 x 500 takes of a bucket of 1000");
+            assertEquals(0, b.remaining());
+        }
+    }
+
+    /**
+     * Over any sequence of takes, refunds of what was taken and clock steps: what is held (taken less given back) never passes
+     * the capacity plus the refill since the start.
+     */
+    @Property(tries = 300)
+    void whatIsHeldNeverPassesTheCapacityPlusTheRefill(@ForAll @IntRange(min = 1, max = 500) int limit,
+                                                       @ForAll @Size(max = 60) List<@IntRange(min = 0, max = 600) Integer> takes,
+                                                       @ForAll @Size(max = 60) List<@IntRange(min = 0, max = 20_000) Integer> stepsMillis) {
+        AtomicLong clock = new AtomicLong(1_000);
+        RateBucket b = new RateBucket(limit, clock::get);
+        long held = 0;
+        for (int i = 0; i < takes.size(); i++) {
+            int units = takes.get(i);
+            long wait = b.take(units);
+            if (wait == 0) {
+                held += units;
+                if (i % 3 == 0 && units > 1) {
+                    b.give(units / 2);
+                    held -= units / 2;
+                }
+            } else {
+                assertTrue(wait > 0);
+                assertTrue(units > b.remaining(), "refused only when short: " + units + " > " + b.remaining());
+            }
+            if (i < stepsMillis.size()) clock.addAndGet(TimeUnit.MILLISECONDS.toNanos(stepsMillis.get(i)));
+            long elapsed = clock.get() - 1_000;
+            long most = limit + Math.ceilDiv(elapsed * limit, RateBucket.WINDOW_NANOS) + 1; // +1: a refund's rounding
+            assertTrue(held <= most, "held " + held + " > " + most);
+        }
+    }
+}
