@@ -118,6 +118,10 @@ class CommandLineBadInputTest {
         Path unknown = Files.writeString(dir.resolve("unknown.json"), good.replace("}]", ",\"limit\":2}]"));
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", unknown.toString()),
                 "tenants[0] (team-a) has an unknown field 'limit'");
+        Path rate = Files.writeString(dir.resolve("rate.json"), good.replace("}]", ",\"tokens_per_minute\":0}]"));
+        assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", rate.toString()),
+                "kvferry serve: --tenants-file " + rate + " tenants[0] (team-a).tokens_per_minute must be a whole number from 1 to 100000000 "
+                        + "(absent: no limit), got 0");
         assertOneLine(CliRun.of("serve", "--port", "0", "--bootstrap-port", "0", "--tenants-file", dir.resolve("none.json").toString()),
                 "--tenants-file " + dir.resolve("none.json") + " does not exist");
         Path token = tokenFile("team-a-key-0123456789");

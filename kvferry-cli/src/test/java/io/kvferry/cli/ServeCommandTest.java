@@ -419,7 +419,8 @@ class ServeCommandTest {
     @Test
     @Timeout(120)
     void aServeProcessServesTheTenantsOfItsFile(@TempDir Path dir) throws Exception {
-        Path tenants = Files.writeString(dir.resolve("tenants.json"), "{\"tenants\":[{\"name\":\"team-a\",\"key\":\"team-a-key-0123456789\"},"
+        Path tenants = Files.writeString(dir.resolve("tenants.json"), "{\"tenants\":[{\"name\":\"team-a\",\"key\":\"team-a-key-0123456789\","
+                + "\"requests_per_minute\":60},"
                 + "{\"name\":\"team-b\",\"key\":\"team-b-key-0123456789\",\"max_concurrent_requests\":2,\"cache_salt\":\"shared\"}]}");
         Files.setPosixFilePermissions(tenants, PosixFilePermissions.fromString("rw-------"));
         List<String> cmd = List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
@@ -442,6 +443,9 @@ class ServeCommandTest {
                 HttpResponse<String> served = http.send(completion.copy().header("Authorization", "Bearer " + t + "-key-0123456789").build(),
                         HttpResponse.BodyHandlers.ofString());
                 assertEquals(200, served.statusCode(), served.body());
+                // team-a's requests_per_minute: OpenAI's headers on its answer (team-b has no per-minute limit: none).
+                assertEquals(t.equals("team-a") ? "60" : null, served.headers().firstValue("x-ratelimit-limit-requests").orElse(null));
+                assertEquals(t.equals("team-a") ? "59" : null, served.headers().firstValue("x-ratelimit-remaining-requests").orElse(null));
             }
             String servedB = "kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\",tenant=\"team-b\"} 1.0";
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
@@ -454,6 +458,7 @@ class ServeCommandTest {
             assertTrue(scrape.contains("kvferry_router_requests_total{route=\"/v1/completions\",status=\"200\",tenant=\"team-a\"} 1.0"), scrape);
             assertTrue(scrape.contains(servedB), scrape);
             assertTrue(scrape.contains("kvferry_router_tenant_requests_running{tenant=\"team-a\"}"), scrape);
+            assertTrue(scrape.contains("kvferry_router_rate_limited_total{limit=\"requests\",tenant=\"team-a\"} 0.0"), scrape);
             List<String> lines = Files.readAllLines(log);
             assertTrue(lines.stream().anyMatch(l -> l.contains("request route=/v1/completions status=200 ") && l.endsWith(" tenant=team-b")),
                     String.join("\n", lines));
