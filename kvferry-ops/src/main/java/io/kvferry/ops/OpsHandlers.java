@@ -21,7 +21,8 @@ import java.util.function.Supplier;
  * The operating routes of a kvferry process, as JDK {@link HttpHandler}s so they can be served on a
  * port of their own ({@link OpsServer}), on the bootstrap registry's port (its {@code mount}), or on an
  * engine's HTTP server: {@code /metrics} (Prometheus text), {@code /status} (the page: plain HTML and
- * JavaScript, no build step), {@code /status.js}, {@code /status.css} and {@code /status.json}.
+ * JavaScript, no build step), {@code /status.js}, {@code /status.css} and {@code /status.json}. The router's status page
+ * ({@code router.html}, {@code router.js}, this {@code status.css}) is here too; the router serves it ({@link #page}).
  */
 public final class OpsHandlers {
     private static final Logger log = LoggerFactory.getLogger(OpsHandlers.class);
@@ -86,6 +87,14 @@ public final class OpsHandlers {
     /** The page's files by route (for tests). */
     static Map<String, String> assets() {
         return ASSETS;
+    }
+
+    /**
+     * A page file of this module's ({@code status.css}, the router's {@code router.html} and {@code router.js}), for a server
+     * that answers its routes itself (the router's /status, whose wrong methods are answered as its other routes').
+     */
+    public static byte[] page(String name) {
+        return load(name);
     }
 
     static byte[] load(String name) {

@@ -19,6 +19,20 @@ final class Backend {
     volatile String bootstrap;
     /** Health checks failed in a row (timed out, cut off); the health thread's (the constructor's before it). */
     int failedChecks;
+    /**
+     * The last health check, for the router's status page ({@link RouterStatus}): what it found ("ok", or why it failed) and
+     * when (epoch ms; 0: none yet), published together as one immutable value. Written by the health thread only.
+     */
+    volatile Check lastCheck;
+
+    /** One health check's result: {@code result} "ok" or why it failed, at {@code atMillis} (epoch ms). */
+    record Check(String result, long atMillis) {
+    }
+
+    /** Records a health check's result (the health thread's). */
+    void checked(String result) {
+        lastCheck = new Check(result, System.currentTimeMillis());
+    }
 
     /**
      * In rotation: healthy, and for a prefill its registry known (learnt from a /health it answered). A

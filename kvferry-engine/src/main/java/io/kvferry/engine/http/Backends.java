@@ -95,6 +95,7 @@ final class Backends {
                 String wrongRole = roleMismatch(b, health);
                 if (wrongRole != null) {
                     b.failedChecks++;
+                    b.checked(wrongRole);
                     if (b.healthy) log.warn("{} is out of rotation: {}", b, wrongRole);
                     b.healthy = false;
                     return;
@@ -104,15 +105,18 @@ final class Backends {
                 b.failedChecks = 0;
                 b.unreachable = null;
                 b.healthy = true;
+                b.checked("ok");
                 return;
             }
             b.failedChecks++;
+            b.checked("HTTP " + r.statusCode());
             if (b.healthy) log.warn("{} is unhealthy: HTTP {}", b, r.statusCode());
             b.healthy = false;
             return;
         } catch (IOException e) {
             if (isConnectionRefused(e)) {
                 b.failedChecks++;
+                b.checked("connection refused: " + e);
                 markUnreachable(b, e);
                 return;
             }
@@ -122,6 +126,7 @@ final class Backends {
             return;
         }
         b.failedChecks++;
+        b.checked(failure);
         if (!b.healthy) return;
         if (b.failedChecks >= probing.failuresToMarkDown()) {
             log.warn("{} is unhealthy: {} health checks failed in a row, the last: {}", b, b.failedChecks, failure);
@@ -302,6 +307,7 @@ final class Backends {
                 b.bootstrap = health.path("bootstrap").asText(null);
                 if (b.bootstrap == null) return "its /health names no bootstrap registry: is it a prefill?";
             }
+            b.checked("ok"); // before it joins: nobody else reads it yet
             return null;
         } catch (IOException e) {
             return "its /health failed: " + e;

@@ -27,7 +27,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * prompt's too with a completion's {@code echo} or {@code /generate}'s {@code logprob_start_len}, which the prefill
  * computes; {@code max_tokens} 0 runs on the prefill alone; a chat's prompt is {@link ChatPrompt}'s),
  * {@code GET /v1/models}, SGLang-shaped {@code POST /generate}, vLLM's {@code POST /tokenize} and {@code POST /detokenize},
- * {@code GET /health}; a prompt may be text or token ids ({@link Prompt}), tokenized once; the serving
+ * {@code GET /health}, its status page {@code GET /status} and document {@code GET /status.json} ({@link RouterStatus}); a prompt may be text or token ids ({@link Prompt}), tokenized once; the serving
  * routes take the router's API key when it has one ({@link Access}), and every request is counted ({@link RouterMeters}).
  * A prompt that cannot fit the context is refused here; a backend's 4xx reaches the client as that
  * 4xx; a failed transfer is an HTTP 500 with kvferry's {@code KVTransferError(...)} text; a client
@@ -38,7 +38,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * <p>This class is the HTTP front: the routes' wiring, the API key (or the tenants' keys, {@link Tenants}), the meters and
  * request log around each exchange ({@link #serving}), the lifecycle. Its parts, each a package-private class of this package:
  * {@link Backends} (the backend {@link Pool}, replaced only on its health thread, the health checks, the client that
- * calls the engines, aborts) and {@link Workers} ({@code /workers}); {@link PdCall} (one request through a prefill and a
+ * calls the engines, aborts) and {@link Workers} ({@code /workers}); {@link RouterStatus} ({@code /status}, {@code /status.json}); {@link PdCall} (one request through a prefill and a
  * decode, once admitted: an {@link Ask} in, an {@link Outcome} or a {@link Failure} out, streamed to an {@link Output});
  * {@link PromptResolver} (prompts tokenized and checked); {@link OpenAiRoutes} (completions, chat, models) with
  * {@link Answer}, {@link Choice} and {@link BestOf} (several choices, best_of, streaming, keep-alives, a client gone);
@@ -119,8 +119,8 @@ public final class Router implements AutoCloseable {
      * require it (null: none). {@code apiKey}: the key clients send to the router's serving routes
      * ({@code /v1/completions}, {@code /v1/chat/completions}, {@code /v1/models}, {@code /generate}, {@code /tokenize},
      * {@code /detokenize}) as {@code Authorization: Bearer KEY}, as
-     * OpenAI clients do (null: the router serves anyone, as SGLang's does by default); {@code /health} and
-     * {@code /metrics} stay open. The two must differ: a client holding the key would otherwise hold the
+     * OpenAI clients do (null: the router serves anyone, as SGLang's does by default); {@code /health},
+     * {@code /metrics}, {@code /status} and {@code /status.json} stay open. The two must differ: a client holding the key would otherwise hold the
      * engines' and the registry's token too. {@code tenants} ({@code --tenants-file}): instead of one API key, a key per
      * tenant, each with its own limit, prefix-cache salt and meters ({@link Tenants}); not with {@code apiKey}.
      */
@@ -237,6 +237,13 @@ public final class Router implements AutoCloseable {
         serving("/detokenize", tokenize::detokenize);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, workers::workersRoute));
+        // The router's status page and document: open, as /health and /metrics (it names the tenants as /metrics does).
+        RouterStatus status = new RouterStatus(backends, meters, pd::waitingForAdmission, tenants, admission, modelName);
+        backends.every(status::sample, 1_000);
+        server.createContext("/status", ex -> Http.handle(ex, status::page));
+        server.createContext(RouterStatus.JSON_ROUTE, ex -> Http.handle(ex, status::json));
+        server.createContext("/status.js", ex -> Http.handle(ex, status::script));
+        server.createContext("/status.css", ex -> Http.handle(ex, status::style));
         server.start();
     }
 

@@ -9,10 +9,12 @@ import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 
 import java.time.Duration;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.LongAdder;
 
 /**
  * What the router serves, as an operator reads it on its {@code /metrics}: requests by route and HTTP
@@ -64,6 +66,14 @@ final class RouterMeters {
     private final Counter promptTokens;
     private final Counter generationTokens;
     private final AtomicInteger running = new AtomicInteger();
+    /** Requests answered since start by HTTP status (statuses are bounded: 100-599), for the status page. */
+    private final Map<Integer, LongAdder> byStatus = new ConcurrentHashMap<>();
+    /** Prompt and generated tokens of the requests that succeeded since start, for the status page (whatever the tenant). */
+    private final LongAdder promptTotal = new LongAdder();
+    private final LongAdder generatedTotal = new LongAdder();
+    /** The recent TTFTs and end-to-end latencies, for the status page's p50/p99 over a window ({@link RecentLatencies}). */
+    final RecentLatencies recentTtft = new RecentLatencies();
+    final RecentLatencies recentE2e = new RecentLatencies();
     /** Whether the request and token meters carry a {@code tenant} tag: only on a router with tenants (their names bound it). */
     private final boolean byTenant;
     /** Per tenant (byTenant): its prompt and generated token counters. */
@@ -195,6 +205,7 @@ final class RouterMeters {
      */
     void finished(String route, int status, String tenant) {
         running.decrementAndGet();
+        byStatus.computeIfAbsent(status, k -> new LongAdder()).increment();
         String t = !byTenant ? null : tenant == null ? NO_TENANT : tenant;
         Counter c = requests.get(key(route, status, t));
         if (c == null) {
@@ -211,6 +222,32 @@ final class RouterMeters {
         c.increment(); // a tenant's removed meanwhile: its count goes with its series
     }
 
+    /** Requests in the router now, from arrival to answer (waiting for a slot included): {@link #RUNNING}'s value. */
+    int running() {
+        return running.get();
+    }
+
+    /** Requests answered since start, by HTTP status, in status order: a copy (no lock; counts a moment apart may differ by one). */
+    Map<Integer, Long> answeredByStatus() {
+        Map<Integer, Long> out = new TreeMap<>();
+        byStatus.forEach((status, n) -> out.put(status, n.sum()));
+        return out;
+    }
+
+    long promptTokensTotal() {
+        return promptTotal.sum();
+    }
+
+    long generatedTokensTotal() {
+        return generatedTotal.sum();
+    }
+
+    /** A tenant's requests in the router now (waiting for its slot included), as its {@link #TENANT_RUNNING} gauge; 0 if unknown. */
+    int tenantRunning(String name) {
+        AtomicInteger n = runningByTenant.get(name);
+        return n == null ? 0 : n.get();
+    }
+
     private static String key(String route, int status, String tenant) {
         return route + ' ' + status + (tenant == null ? "" : " " + tenant);
     }
@@ -222,6 +259,7 @@ final class RouterMeters {
 
     void firstToken(long sinceArrivalNanos) {
         ttft.record(sinceArrivalNanos, TimeUnit.NANOSECONDS);
+        recentTtft.record(sinceArrivalNanos);
     }
 
     void succeeded(long sinceArrivalNanos, int prompt, int generated) {
@@ -231,6 +269,9 @@ final class RouterMeters {
     /** A request that succeeded: its latency, and its tokens (on a router with tenants, counted for {@code tenant}). */
     void succeeded(long sinceArrivalNanos, int prompt, int generated, Tenants.Tenant tenant) {
         e2e.record(sinceArrivalNanos, TimeUnit.NANOSECONDS);
+        recentE2e.record(sinceArrivalNanos);
+        promptTotal.add(prompt);
+        generatedTotal.add(generated);
         Counter p = promptTokens, g = generationTokens;
         if (byTenant) {
             Counter[] c = tokensByTenant.get(tenant == null ? NO_TENANT : tenant.name);

@@ -1,0 +1,124 @@
+// kvferry router status page: polls status.json once a second and renders it. Plain JavaScript, no build step, no
+// library. Every value from the document is set as text (never as HTML): backend URLs and check results come from
+// the router's flags, its /workers callers and its backends' answers.
+'use strict';
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function fill(tableId, rows, empty) {
+  const body = document.querySelector('#' + tableId + ' tbody');
+  body.replaceChildren();
+  if (rows.length === 0) {
+    const tr = el('tr', null, 'empty');
+    const td = el('td', empty);
+    td.colSpan = document.querySelectorAll('#' + tableId + ' thead th').length;
+    tr.appendChild(td);
+    body.appendChild(tr);
+    return;
+  }
+  for (const r of rows) {
+    const tr = el('tr', null, r.cls || '');
+    for (const c of r.cells) {
+      const td = el('td');
+      if (c !== null && typeof c === 'object') {
+        td.textContent = String(c.text);
+        if (c.cls) td.className = c.cls;
+      } else {
+        td.textContent = c === null || c === undefined ? '' : String(c);
+      }
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+}
+
+function num(n) {
+  return {text: Number(n).toLocaleString('en-US'), cls: 'num'};
+}
+
+function ms(n) {
+  if (n === null || n === undefined) return '–';
+  if (n < 1000) return (n < 10 ? Number(n).toFixed(1) : Math.round(n)) + ' ms';
+  if (n < 60000) return (n / 1000).toFixed(1) + ' s';
+  return (n / 60000).toFixed(1) + ' min';
+}
+
+function pair(s) {
+  return s && s.count > 0 ? ms(s.p50) + ' / ' + ms(s.p99) : '–';
+}
+
+function render(doc) {
+  document.getElementById('title').textContent = 'kvferry router · ' + doc.model + ' · pid ' + doc.pid;
+  const state = document.getElementById('state');
+  state.textContent = doc.status;
+  state.className = doc.status === 'ok' ? 'up' : 'down';
+  document.getElementById('updated').textContent = 'updated ' + new Date(doc.now_ms).toLocaleTimeString();
+
+  const req = doc.requests || {}, rates = doc.rates || {}, lat = doc.latency || {}, tokens = doc.tokens || {};
+  document.getElementById('running').textContent = req.running;
+  document.getElementById('waiting').textContent = req.waiting;
+  document.getElementById('total').textContent = Number(req.total).toLocaleString('en-US');
+  document.getElementById('rate').textContent = Number(rates.requests_per_s || 0).toFixed(2);
+  document.getElementById('ttft').textContent = pair(lat.ttft_ms);
+  document.getElementById('e2e').textContent = pair(lat.e2e_ms);
+  document.getElementById('tokens').textContent = Number(tokens.prompt).toLocaleString('en-US') + ' / '
+    + Number(tokens.generated).toLocaleString('en-US');
+
+  fill('backends', (doc.backends || []).map(b => ({cells: [b.role, b.url,
+    b.healthy ? {text: 'in rotation', cls: 'up'} : {text: 'out of rotation', cls: 'down'}, num(b.in_flight),
+    {text: b.last_check === null || b.last_check === undefined ? '–' : b.last_check, cls: 'reason'},
+    b.last_check_age_ms === null || b.last_check_age_ms === undefined ? '–' : ms(b.last_check_age_ms) + ' ago',
+    b.role === 'prefill' ? (b.bootstrap || '–') : ''], cls: 'backend-row'})), 'no backends');
+
+  fill('by-status', Object.entries(req.by_status || {}).map(([s, n]) => ({cells: [{text: s, cls: s >= 500 ? 'down' : s >= 400 ? '' : 'up'},
+    num(n)], cls: 'status-row'})), 'no request answered yet');
+
+  document.getElementById('window').textContent = '(last ' + (lat.window_s || 60) + ' s)';
+  const recent = [
+    ['requests / s', Number(rates.requests_per_s || 0).toFixed(2)],
+    ['server errors / s', Number(rates.server_errors_per_s || 0).toFixed(2)],
+    ['prompt tokens / s', Number(rates.prompt_tokens_per_s || 0).toFixed(1)],
+    ['generated tokens / s', Number(rates.generated_tokens_per_s || 0).toFixed(1)],
+    ['TTFT p50', lat.ttft_ms && lat.ttft_ms.count ? ms(lat.ttft_ms.p50) : '–'],
+    ['TTFT p99', lat.ttft_ms && lat.ttft_ms.count ? ms(lat.ttft_ms.p99) : '–'],
+    ['end-to-end p50', lat.e2e_ms && lat.e2e_ms.count ? ms(lat.e2e_ms.p50) : '–'],
+    ['end-to-end p99', lat.e2e_ms && lat.e2e_ms.count ? ms(lat.e2e_ms.p99) : '–'],
+    ['requests measured', (lat.e2e_ms ? lat.e2e_ms.count : 0)],
+  ];
+  fill('recent', recent.map(([k, v]) => ({cells: [k, {text: v, cls: 'num'}]})), '');
+
+  const c = doc.config || {};
+  fill('config', [
+    ['max concurrent requests', c.max_concurrent_requests ? c.max_concurrent_requests : 'no limit'],
+    ['queue timeout', ms(c.queue_timeout_ms)],
+    ['tenants', c.tenants ? 'yes (--tenants-file)' : 'no'],
+  ].map(([k, v]) => ({cells: [k, v]})), '');
+
+  const tenants = doc.tenants;
+  document.getElementById('tenants-section').hidden = !Array.isArray(tenants);
+  if (Array.isArray(tenants)) {
+    fill('tenants', tenants.map(t => ({cells: [t.name, num(t.running), num(t.waiting),
+      t.max_concurrent_requests ? num(t.max_concurrent_requests) : 'no limit'], cls: 'tenant-row'})), 'no tenants');
+  }
+}
+
+async function tick() {
+  const error = document.getElementById('error');
+  try {
+    const r = await fetch('status.json', {cache: 'no-store'});
+    if (!r.ok) throw new Error('status.json answered HTTP ' + r.status);
+    render(await r.json());
+    error.hidden = true;
+  } catch (e) {
+    error.textContent = String(e.message || e);
+    error.hidden = false;
+  }
+  setTimeout(tick, 1000);
+}
+
+tick();
