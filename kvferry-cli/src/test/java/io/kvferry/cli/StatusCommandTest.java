@@ -111,6 +111,62 @@ class StatusCommandTest {
         }
     }
 
+    /**
+     * {@code kvferry status --router}: a router's own view as tables (its state, requests by status, tokens, latencies, its
+     * backends with their last check) or its document as JSON; {@code --bootstrap} given a router's port recognises its document;
+     * {@code --router} given an engine's port says it is not a router's; a bad address or both flags are a usage error.
+     */
+    @Test
+    @Timeout(120)
+    void statusOfARouterShowsItsBackendsRequestsAndLatencies() throws Exception {
+        Roles.Options o = new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 8, 32, "tcp", "127.0.0.1", 0, 0,
+                "status-router-test");
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
+        try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o);
+             Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
+            String at = "127.0.0.1:" + router.port();
+            for (String body : List.of("{\"prompt\":\"Once upon a time\",\"max_tokens\":4}", "{\"prompt\":\"Once\",\"max_tokens\":4}",
+                    "{\"prompt\":\"Once\",\"max_tokens\":-1}")) {
+                http.send(HttpRequest.newBuilder(URI.create("http://" + at + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(body))
+                        .build(), HttpResponse.BodyHandlers.ofString());
+            }
+            Run text = run("status", "--router", at);
+            assertEquals(0, text.code(), text.err());
+            String out = text.out();
+            assertTrue(out.startsWith("kvferry router process " + ProcessHandle.current().pid() + " serving "), out);
+            assertTrue(out.contains(": ok\n"), out);
+            assertTrue(out.contains("requests: running 0  waiting 0  answered 3   by class: 2xx 2  4xx 1  5xx 0"), out);
+            assertTrue(out.contains("by status: 200 2  400 1"), out);
+            assertTrue(out.contains("tokens: prompt ") && out.contains("  generated 8"), out);
+            assertTrue(Pattern.compile("last 60 s: TTFT p50 [0-9.]+ ms  p99 [0-9.]+ ms \\(2 requests\\)   end-to-end p50 [0-9.]+ ms  p99 [0-9.]+ ms "
+                    + "\\(2 requests\\)").matcher(out).find(), out);
+            assertTrue(out.contains("admission: max concurrent requests no limit  queue timeout 0 ms  tenants no"), out);
+            assertTrue(Pattern.compile("(?m)^ +prefill +http://127\\.0\\.0\\.1:" + prefill.port() + " +up +0 +ok +[0-9]+ +127\\.0\\.0\\.1:"
+                    + prefill.bootstrapPort() + " *$").matcher(out).find(), out);
+            assertTrue(Pattern.compile("(?m)^ +decode +http://127\\.0\\.0\\.1:" + decode.port() + " +up +0 +ok +[0-9]+ +- *$").matcher(out).find(), out);
+            assertTrue(!out.contains("tenants\n"), "no tenants table without --tenants-file: " + out);
+
+            Run json = run("status", "--router", at, "--json");
+            assertEquals(0, json.code(), json.err());
+            JsonNode doc = new ObjectMapper().readTree(json.out());
+            assertEquals("router", doc.path("kind").asText());
+            assertEquals(2, doc.path("requests").path("by_status").path("200").asInt(), json.out());
+
+            Run recognised = run("status", "--bootstrap", at);
+            assertEquals(0, recognised.code(), recognised.err());
+            assertTrue(recognised.out().startsWith("kvferry router process "), recognised.out());
+
+            Run notRouter = run("status", "--router", "127.0.0.1:" + decode.port());
+            assertEquals(1, notRouter.code(), notRouter.out());
+            assertTrue(notRouter.err().startsWith("kvferry status: 127.0.0.1:" + decode.port() + " answered a process status document, not a "
+                    + "router's"), notRouter.err());
+            Run bad = run("status", "--router", "nohost");
+            assertEquals(2, bad.code());
+            assertTrue(bad.err().startsWith("kvferry status: --router 'nohost' is not HOST:PORT"), bad.err());
+            assertEquals(2, run("status", "--router", at, "--bootstrap", at).code(), "one of the two, not both");
+        }
+    }
+
     @Test
     void setTakesAKnobByEitherNameAndRefusesAnythingElse() {
         String key = "kvferry.connectTimeoutMs";

@@ -63,7 +63,7 @@ public final class StatusClient {
         HttpResponse<byte[]> resp = get(uri, timeout);
         if (resp.statusCode() == 404) {
             if (isRouter(uri.resolve("/health"), timeout)) {
-                throw new StatusException(uri + " answered 404: that is a kvferry router, which keeps no kvferry status; give --bootstrap "
+                throw new StatusException(uri + " answered 404: that is a kvferry router older than its status page, which keeps no kvferry status; give --bootstrap "
                         + "a prefill's registry (its --bootstrap-port, 8998 by default) for the cluster, or a prefill's or decode's HTTP "
                         + "port for that process");
             }
@@ -75,7 +75,9 @@ public final class StatusClient {
         try {
             JsonNode doc = StatusJson.MAPPER.readTree(resp.body());
             String kind = doc.path("kind").asText();
-            if (!kind.equals("cluster") && !kind.equals("process")) throw new StatusException(uri + " is not a kvferry status document");
+            if (!kind.equals("cluster") && !kind.equals("process") && !kind.equals("router")) {
+                throw new StatusException(uri + " is not a kvferry status document");
+            }
             return doc;
         } catch (JsonProcessingException e) {
             // The parser quotes what it read: the other side's bytes, shown escaped like the document's values.
@@ -156,8 +158,9 @@ public final class StatusClient {
         }
     }
 
-    /** The terminal view of a cluster or process document. */
+    /** The terminal view of a cluster, process or router document. */
     public static String render(JsonNode doc) {
+        if (doc.path("kind").asText().equals("router")) return renderRouter(doc);
         StringBuilder b = new StringBuilder();
         List<JsonNode> processes = new ArrayList<>();
         if (doc.path("kind").asText().equals("cluster")) {
@@ -244,6 +247,54 @@ public final class StatusClient {
         }
         b.append("\nrecent failures\n").append(fails.isEmpty() ? "  (none)\n" : fails.toString());
         return b.toString();
+    }
+
+    /**
+     * The terminal view of a router's document ({@code GET /status.json} of {@code kvferry serve --role router}): its state,
+     * requests in it and waiting, answered since start by status, tokens, the last minute's rates and latencies, its
+     * backends with their last health check, its tenants (names only) and its admission settings.
+     */
+    static String renderRouter(JsonNode doc) {
+        StringBuilder b = new StringBuilder();
+        b.append("kvferry router process ").append(text(doc.path("pid"))).append(" serving ").append(text(doc.path("model")))
+                .append(": ").append(text(doc.path("status"))).append('\n');
+        JsonNode req = doc.path("requests"), tokens = doc.path("tokens"), rates = doc.path("rates"), lat = doc.path("latency");
+        b.append(String.format("%nrequests: running %d  waiting %d  answered %d   by class: %s%n", req.path("running").asLong(),
+                req.path("waiting").asLong(), req.path("total").asLong(), counts(req.path("by_class"))));
+        b.append("by status: ").append(counts(req.path("by_status"))).append('\n');
+        b.append(String.format("tokens: prompt %d  generated %d%n", tokens.path("prompt").asLong(), tokens.path("generated").asLong()));
+        b.append(String.format("last %.0f s: %.2f requests/s  %.2f server errors/s  %.1f prompt tokens/s  %.1f generated tokens/s%n",
+                rates.path("window_s").asDouble(), rates.path("requests_per_s").asDouble(), rates.path("server_errors_per_s").asDouble(),
+                rates.path("prompt_tokens_per_s").asDouble(), rates.path("generated_tokens_per_s").asDouble()));
+        b.append(String.format("last %d s: TTFT %s   end-to-end %s%n", lat.path("window_s").asInt(), percentiles(lat.path("ttft_ms")),
+                percentiles(lat.path("e2e_ms"))));
+        JsonNode c = doc.path("config");
+        b.append(String.format("admission: max concurrent requests %s  queue timeout %d ms  tenants %s%n",
+                c.path("max_concurrent_requests").asInt() == 0 ? "no limit" : text(c.path("max_concurrent_requests")),
+                c.path("queue_timeout_ms").asLong(), c.path("tenants").asBoolean() ? "yes" : "no"));
+        Table backends = new Table("role", "url", "state", "in flight", "last check", "age ms", "bootstrap");
+        for (JsonNode be : doc.path("backends")) {
+            backends.row(text(be.path("role")), text(be.path("url")), be.path("healthy").asBoolean() ? "up" : "DOWN",
+                    text(be.path("in_flight")), clip(text(be.path("last_check")), 100),
+                    be.path("last_check_age_ms").isNumber() ? text(be.path("last_check_age_ms")) : "-",
+                    be.path("bootstrap").isTextual() ? text(be.path("bootstrap")) : "-");
+        }
+        b.append("\nbackends\n").append(backends.isEmpty() ? "  (none)\n" : backends.toString());
+        if (doc.path("tenants").isArray()) {
+            Table tenants = new Table("tenant", "running", "waiting", "max concurrent");
+            for (JsonNode t : doc.path("tenants")) {
+                tenants.row(text(t.path("name")), text(t.path("running")), text(t.path("waiting")),
+                        t.path("max_concurrent_requests").asInt() == 0 ? "no limit" : text(t.path("max_concurrent_requests")));
+            }
+            b.append("\ntenants\n").append(tenants.isEmpty() ? "  (none)\n" : tenants.toString());
+        }
+        return b.toString();
+    }
+
+    /** "p50 X ms  p99 Y ms (N requests)", or "no request" for a window without one. */
+    private static String percentiles(JsonNode s) {
+        if (s.path("count").asInt() == 0) return "no request";
+        return String.format("p50 %.1f ms  p99 %.1f ms (%d requests)", s.path("p50").asDouble(), s.path("p99").asDouble(), s.path("count").asInt());
     }
 
     /** The first message in the cause chain (HttpClient wraps socket errors without one), else the root cause's type. */

@@ -164,7 +164,10 @@ class OpsEndpointsTest {
         assertEquals("[fd00::1]:5000", doc.path("prefill_ranks").get(0).path("endpoint").asText());
     }
 
-    /** {@code kvferry status} pointed at a router (a natural guess across hosts): it says what to point it at instead. */
+    /**
+     * {@code kvferry status} pointed at a router older than the router's status page (a natural guess across hosts): it says
+     * what to point it at instead.
+     */
     @Test
     void statusOfARouterNamesWhereTheStatusIs() throws Exception {
         HttpServer router = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 4);
@@ -180,7 +183,7 @@ class OpsEndpointsTest {
         try {
             StatusClient.StatusException e = assertThrows(StatusClient.StatusException.class,
                     () -> StatusClient.fetch("127.0.0.1:" + router.getAddress().getPort(), Duration.ofSeconds(5)));
-            assertTrue(e.getMessage().contains("that is a kvferry router, which keeps no kvferry status; give --bootstrap a prefill's "
+            assertTrue(e.getMessage().contains("that is a kvferry router older than its status page, which keeps no kvferry status; give --bootstrap a prefill's "
                     + "registry"), e.getMessage());
         } finally {
             router.stop(0);
