@@ -1,6 +1,9 @@
 package io.kvferry.tools;
 
 import io.kvferry.bench.BenchResult;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.ModelVariant;
+import io.kvferry.engine.serve.Roles;
 import io.kvferry.bench.BenchRunner;
 import io.kvferry.ops.ClusterStatus;
 import io.kvferry.ops.Ops;
@@ -27,6 +30,10 @@ import org.openqa.selenium.chrome.ChromeOptions;
 import org.openqa.selenium.support.ui.WebDriverWait;
 
 import java.io.File;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -42,7 +49,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
- * The bootstrap registry's status page in a real headless browser (Debian's chromium and chromium-driver,
+ * The bootstrap registry's status page (and the router's) in a real headless browser (Debian's chromium and chromium-driver,
  * driven by Selenium) while a bench runs: the page loads, lists the registered prefill ranks, and its
  * bandwidth chart and room counts change. A screenshot is saved under target/ and named in the output.
  * Without chromium the test is skipped saying how to install it, unless KVFERRY_REQUIRE_BROWSER=1 (CI).
@@ -186,6 +193,60 @@ class StatusPageBrowserTest {
             wait.until(b -> b.findElements(peers).size() == 1);
             assertTrue(browser.findElement(peers).getText().contains("session-a"));
             assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, browser.findElement(By.id("error")).getText());
+        } finally {
+            browser.quit();
+            service.close();
+        }
+    }
+
+    /**
+     * The router's own page ({@code GET /status} of a router over real engines): its backends in rotation with their last
+     * check, and the requests answered, by status, their tokens and TTFT / end-to-end percentiles as requests are served,
+     * read live from its status.json. A screenshot is saved under target/.
+     */
+    @Test
+    void theRoutersPageShowsItsBackendsAndRequestsLive() throws Exception {
+        requireBrowser();
+        Roles.Options o = new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 8, 32, "tcp", "127.0.0.1", 0, 0,
+                "router-page-test");
+        ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
+        WebDriver browser = new ChromeDriver(service, headless());
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
+        try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o);
+             Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
+            String base = "http://127.0.0.1:" + router.port();
+            browser.get(base + "/status");
+            WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
+            By backends = By.cssSelector("#backends tbody tr.backend-row");
+            wait.until(b -> b.findElements(backends).size() == 2);
+            List<String> rows = browser.findElements(backends).stream()
+                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            assertTrue(rows.get(0).startsWith("prefill|http://127.0.0.1:" + prefill.port() + "|in rotation|0|ok|"), rows.toString());
+            assertTrue(rows.get(0).endsWith("|127.0.0.1:" + prefill.bootstrapPort()), rows.toString());
+            assertTrue(rows.get(1).startsWith("decode|http://127.0.0.1:" + decode.port() + "|in rotation|0|ok|"), rows.toString());
+            assertEquals("0", browser.findElement(By.id("total")).getText());
+            assertEquals("–", browser.findElement(By.id("ttft")).getText(), "no request yet");
+
+            for (String body : List.of("{\"prompt\":\"Once upon a time\",\"max_tokens\":4}", "{\"prompt\":\"Once\",\"max_tokens\":4}",
+                    "{\"prompt\":\"There was\",\"max_tokens\":4}", "{\"prompt\":\"Once\",\"max_tokens\":-1}")) {
+                http.send(HttpRequest.newBuilder(URI.create(base + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
+                        HttpResponse.BodyHandlers.ofString());
+            }
+            wait.until(b -> b.findElement(By.id("total")).getText().equals("4"));
+            List<String> byStatus = browser.findElements(By.cssSelector("#by-status tbody tr.status-row")).stream()
+                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            assertEquals(List.of("200|3", "400|1"), byStatus);
+            assertTrue(browser.findElement(By.id("ttft")).getText().matches("[0-9.]+ ms / [0-9.]+ ms"), browser.findElement(By.id("ttft")).getText());
+            assertTrue(browser.findElement(By.id("e2e")).getText().matches("[0-9.]+ ms / [0-9.]+ ms"), browser.findElement(By.id("e2e")).getText());
+            assertTrue(browser.findElement(By.id("tokens")).getText().endsWith(" / 12"), browser.findElement(By.id("tokens")).getText());
+            assertEquals("0", browser.findElement(By.id("running")).getText());
+            assertTrue(browser.findElement(By.id("tenants-section")).getAttribute("hidden") != null, "no tenants: no tenants table");
+            assertTrue(browser.findElement(By.id("title")).getText().startsWith("kvferry router · "), browser.findElement(By.id("title")).getText());
+            Path shot = Path.of("target", "router-status-page.png").toAbsolutePath();
+            Files.createDirectories(shot.getParent());
+            Files.copy(((TakesScreenshot) browser).getScreenshotAs(OutputType.FILE).toPath(), shot, StandardCopyOption.REPLACE_EXISTING);
+            System.out.println("[router status page] screenshot: " + shot);
         } finally {
             browser.quit();
             service.close();

@@ -78,7 +78,8 @@ function render(doc) {
   fill('by-status', Object.entries(req.by_status || {}).map(([s, n]) => ({cells: [{text: s, cls: s >= 500 ? 'down' : s >= 400 ? '' : 'up'},
     num(n)], cls: 'status-row'})), 'no request answered yet');
 
-  document.getElementById('window').textContent = '(last ' + (lat.window_s || 60) + ' s)';
+  document.getElementById('window').textContent = '(rates over the last ' + Math.round(rates.window_s || 0) + ' s, latencies over the last '
+    + (lat.window_s || 60) + ' s)';
   const recent = [
     ['requests / s', Number(rates.requests_per_s || 0).toFixed(2)],
     ['server errors / s', Number(rates.server_errors_per_s || 0).toFixed(2)],
@@ -95,7 +96,7 @@ function render(doc) {
   const c = doc.config || {};
   fill('config', [
     ['max concurrent requests', c.max_concurrent_requests ? c.max_concurrent_requests : 'no limit'],
-    ['queue timeout', ms(c.queue_timeout_ms)],
+    ['queue timeout', c.queue_timeout_ms ? ms(c.queue_timeout_ms) : '0 (over the limit: 429 at once)'],
     ['tenants', c.tenants ? 'yes (--tenants-file)' : 'no'],
   ].map(([k, v]) => ({cells: [k, v]})), '');
 
