@@ -30,7 +30,7 @@ import java.util.stream.Collectors;
                 "--role prefill: bootstrap registry + prefill engine + its HTTP server. --role decode: decode engine + HTTP server.",
                 "--role router: OpenAI-shaped POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{model}, "
                 + "SGLang-shaped POST /generate, vLLM-shaped POST /tokenize and POST /detokenize, GET /health, GET /metrics, "
-                + "GET/POST/DELETE /workers (its backends), sending each request to a prefill and a decode. "
+                + "GET /status and GET /status.json (its status page: backends, requests, latencies), GET/POST/DELETE /workers (its backends), sending each request to a prefill and a decode. "
                 + "No --role: all three in this process (docs/SERVING.md)."})
 public final class ServeCommand implements Callable<Integer> {
     @Mixin
