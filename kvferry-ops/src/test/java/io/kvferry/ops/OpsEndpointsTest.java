@@ -190,6 +190,35 @@ class OpsEndpointsTest {
         }
     }
 
+    /**
+     * A router's document in the terminal: its tenants (with and without a limit) and its backends, a down one with its
+     * last check's failure; the backends' words (a check's failure quotes an engine's answer) reach the terminal escaped.
+     */
+    @Test
+    void aRouterDocumentRendersItsBackendsAndTenants() throws Exception {
+        JsonNode doc = StatusJson.MAPPER.readTree("""
+                {"kind":"router","pid":9,"model":"m","now_ms":1,"uptime_ms":1,"status":"degraded",
+                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":true},
+                 "backends":[{"url":"http://p:1","role":"prefill","healthy":true,"in_flight":2,"bootstrap":"p:8998","last_check":"ok",
+                   "last_check_age_ms":120},
+                  {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503\\u001b[2J","last_check_age_ms":7}],
+                 "requests":{"running":3,"waiting":1,"total":10,"by_status":{"200":9,"499":1},"by_class":{"2xx":9,"4xx":1,"5xx":0}},
+                 "tokens":{"prompt":100,"generated":50},
+                 "rates":{"window_s":60,"requests_per_s":0.5,"server_errors_per_s":0,"prompt_tokens_per_s":5,"generated_tokens_per_s":2.5},
+                 "latency":{"window_s":60,"ttft_ms":{"count":9,"p50":12.5,"p99":40,"max":41},"e2e_ms":{"count":0,"p50":0,"p99":0,"max":0}},
+                 "tenants":[{"name":"team-a","running":2,"waiting":1,"max_concurrent_requests":2},
+                  {"name":"team-b","running":1,"waiting":0,"max_concurrent_requests":0}]}""");
+        String out = StatusClient.render(doc);
+        assertTrue(out.startsWith("kvferry router process 9 serving m: degraded\n"), out);
+        assertTrue(out.contains("requests: running 3  waiting 1  answered 10   by class: 2xx 9  4xx 1  5xx 0"), out);
+        assertTrue(out.contains("last 60 s: TTFT p50 12.5 ms  p99 40.0 ms (9 requests)   end-to-end no request"), out);
+        assertTrue(out.contains("admission: max concurrent requests no limit  queue timeout 0 ms  tenants yes"), out);
+        assertTrue(out.matches("(?s).*\\n +prefill +http://p:1 +up +2 +ok +120 +p:8998\\n.*"), out);
+        assertTrue(out.matches("(?s).*\\n +decode +http://d:2 +DOWN +0 +HTTP 503\\\\u001b\\[2J +7 +-\\n.*"), out);
+        assertFalse(out.contains("\u001b"), "no escape sequence reaches the terminal");
+        assertTrue(out.matches("(?s).*\\ntenants\\n +tenant +running +waiting +max concurrent\\n +team-a +2 +1 +2\\n +team-b +1 +0 +no limit\\n.*"), out);
+    }
+
     @Test
     void aProcessDocumentRendersItsRanksRoomsAndFailures() throws Exception {
         ObjectNode doc = (ObjectNode) StatusJson.MAPPER.readTree("""
