@@ -53,8 +53,13 @@ class EngineDashboardTest {
             int checked = GrafanaDashboardCheck.assertEverySeriesExists(dashboard, List.of(prefillScrape, decodeScrape),
                     name -> name.startsWith(ENGINE_GAUGES));
             // Requests per queue, KV pages used/cached/free, aux rows used/free, KV page usage; the prefix caches: cached and
-            // prompt tokens/s, the prefill's hit ratio, cached pages per engine; the prefill's requests that waited for a shared prefix.
+            // prompt tokens/s, the prefill's hit ratio, cached pages per engine; the requests that waited for a shared prefix.
             assertEquals(9, checked, "queries of the engines' gauges on the dashboard");
+            // The shared-prefix waits panel's query (by role) has a series on both engines: each counts its own waits.
+            for (String scrape : List.of(prefillScrape, decodeScrape)) {
+                String role = scrape == prefillScrape ? "prefill" : "decode";
+                assertTrue(scrape.contains("kvferry_engine_prefix_deferrals_total{role=\"" + role + "\"}"), role + ": " + scrape);
+            }
             // The prefix-cache panels read the prefill's cached tokens, prompt tokens and cached pages, all above 0 now.
             int positive = GrafanaDashboardCheck.assertSeriesPositive(dashboard, List.of(prefillScrape),
                     title -> title.contains("prefix cache"), Map.of("role", "prefill"));

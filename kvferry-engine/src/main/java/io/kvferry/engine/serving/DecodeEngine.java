@@ -17,8 +17,11 @@ import org.slf4j.LoggerFactory;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -30,6 +33,20 @@ import java.util.concurrent.Executors;
  * Success: the KV landed and the aux row holds the room), then the running batch: continuous
  * batching, one token per running request per step, streamed to its sink. Attention reads the
  * pages kvferry wrote, in place.
+ *
+ * <p>The prefix cache ({@link PrefixCache}): a request's full prompt pages join it once its KV landed and was checked
+ * (every rank's receiver Success, the aux row sound), before it decodes (the decode writes only past the prompt, so they
+ * are final then); the request keeps them referenced until it ends. A request that fails or is aborted before that adds
+ * nothing. A request that starts with cached pages asks the prefill only for the rest ({@code decode_prefix_len}).
+ *
+ * <p>In-flight prefix sharing (the decode's side of SGLang's in-batch prefix caching check, as the prefill does it): a
+ * request ready for its pages whose prompt shares at least one full page beyond what the cache holds for it with a request
+ * in the transfer queue (its KV on the way) under the same cache salt waits in the prealloc queue, holding no page and no
+ * aux row (only its receivers, opened when it came), until that transfer ends; then it takes the pages that landed as a
+ * hit and asks the prefill only for the rest, so a burst on a new prefix receives it once. It waits only on a request in
+ * transfer: when that one fails or is aborted it looks the cache up again on the next pass and receives what is missing
+ * itself; its own abort ends it with nothing held. A request that waits keeps no place: those behind it take pages
+ * meanwhile, and once it is ready again it goes in its arrival order (before them).
  */
 public final class DecodeEngine extends SchedulerThread {
     private static final Logger log = LoggerFactory.getLogger(DecodeEngine.class);
@@ -101,6 +118,11 @@ public final class DecodeEngine extends SchedulerThread {
             Thread.ofVirtual().name("kvferry-engine-decode-release-", 0).factory());
     private volatile int inFlight;
     private volatile long abortedRequests;
+    /**
+     * Tests only: false turns in-flight prefix sharing off, so that a burst reaches the prefill together, as requests from
+     * several decodes would (the prefill's own in-batch sharing is tested so); true in service.
+     */
+    volatile boolean sharesInFlightPrefixes = true;
     // The running batch's step, reused (at most one running request per aux row).
     private final Flight[] batch;
     private final int[] batchTokens, batchPositions, batchRows;
@@ -115,6 +137,12 @@ public final class DecodeEngine extends SchedulerThread {
         ShardRooms<KVReceiver> receivers;
         int[] pages, seq;
         long[] prefixKeys;
+        /** The first {@code refs} of {@link #prefixKeys} are referenced by it until it ends (its hit; once landed, its cached chain). */
+        int refs;
+        /** The pages it frees when it ends: those of its page table that are not the cache's. */
+        int[] own;
+        /** It waited for another request's pages at least once (counted once); {@code waitingNow}: on the last pass. */
+        boolean waited, waitingNow;
         int row = -1, generated, prefixPages;
         long metadataNanos, landedNanos, landedBytes;
         double firstDecodeMs;
@@ -282,6 +310,7 @@ public final class DecodeEngine extends SchedulerThread {
             // Full prompt pages a later request may share. A page-aligned prompt may be all cached: then the
             // prefill's last chunk carries no page, only the state and the aux row with the first token.
             if (f.prefixKeys == null) f.prefixKeys = prefixCache.keys(f.req.prompt(), promptTokens / spec.pageSize(), f.req.cacheSalt());
+            if (waitsForSharedPrefix(f)) continue; // holds nothing, and keeps no one behind it waiting
             int[] hit = prefixCache.acquire(f.req.prompt(), f.prefixKeys, f.req.cacheSalt());
             int need = total - hit.length;
             // Evict only for want of pages: a request waiting for an aux row would otherwise drain the cache, a page a pass.
@@ -294,9 +323,11 @@ public final class DecodeEngine extends SchedulerThread {
                 continue;
             }
             f.prefixPages = hit.length;
+            f.refs = hit.length;
             if (hit.length > 0) meters.cachedTokens(hit.length * spec.pageSize());
             f.pages = Arrays.copyOf(hit, total);
-            System.arraycopy(alloc.allocatePages(need), 0, f.pages, hit.length, need);
+            f.own = alloc.allocatePages(need);
+            System.arraycopy(f.own, 0, f.pages, hit.length, need);
             f.row = alloc.allocateRow();
             int[] promptPages = Arrays.copyOfRange(f.pages, hit.length, spec.pagesFor(promptTokens));
             f.metadataNanos = System.nanoTime();
@@ -329,11 +360,12 @@ public final class DecodeEngine extends SchedulerThread {
                 int first = aux.firstToken(f.row);
                 String wrong = auxRowFault(f, first);
                 if (wrong != null) { // a broken prefill (authenticated, so not a stranger) harms only this request
-                    release(f, false);
+                    release(f);
                     f.req.sink().onError(FailureKind.INTEGRITY, wrong);
                     moved = true;
                     continue;
                 }
+                offerToCache(f); // the requests waiting for its pages take them on the next pass
                 f.firstLogits = aux.firstLogits(f.row);
                 f.seq = Arrays.copyOf(f.req.prompt(), f.totalTokens);
                 running.add(f);
@@ -349,7 +381,7 @@ public final class DecodeEngine extends SchedulerThread {
             Flight f = it.next();
             if (f.aborted) {
                 it.remove();
-                release(f, false);
+                release(f);
                 abortedRequests++;
                 f.req.sink().onError(FailureKind.ABORTED, "Aborted by AbortReq.");
                 continue;
@@ -383,6 +415,81 @@ public final class DecodeEngine extends SchedulerThread {
         }
         publish();
         return moved;
+    }
+
+    /**
+     * Whether the ready request waits for a shared prefix: it shares at least one full prompt page beyond what the cache
+     * holds for it now with a request in the transfer queue, whose full pages join the cache once they landed; same cache
+     * salt only (keys compared, then the tokens). Nothing is held while it waits. Counts the request once in the engine's
+     * deferrals.
+     */
+    private boolean waitsForSharedPrefix(Flight f) {
+        f.waitingNow = false;
+        int usable = f.prefixKeys.length;
+        if (usable == 0 || transferring.isEmpty() || !sharesInFlightPrefixes) return false;
+        int[] prompt = f.req.prompt();
+        int cached = -1;
+        for (Flight l : transferring) {
+            if (!Objects.equals(l.req.cacheSalt(), f.req.cacheSalt())) continue;
+            int n = Math.min(usable, l.prefixKeys.length), shared = 0;
+            while (shared < n && l.prefixKeys[shared] == f.prefixKeys[shared]) shared++;
+            if (shared == 0) continue;
+            if (cached < 0) cached = prefixCache.cachedPages(prompt, f.prefixKeys, usable, f.req.cacheSalt(), false);
+            if (shared <= cached) continue; // all it shares with that one is cached already (that one's hit, say)
+            int tokens = shared * spec.pageSize();
+            if (!Arrays.equals(l.req.prompt(), 0, tokens, prompt, 0, tokens)) continue; // a key collision: nothing to wait for
+            f.waitingNow = true;
+            if (!f.waited) {
+                f.waited = true;
+                meters.prefixDeferral();
+            }
+            return true;
+        }
+        return false;
+    }
+
+    /**
+     * Offers the landed request's full prompt pages to the cache: those it takes are the cache's now, referenced by the
+     * request until it ends, as is the rest of the cached chain; its pages the cache did not take (cached meanwhile by
+     * another request, or past a key the cache holds for another prefix) stay its own; idle entries the insert replaced
+     * are freed now.
+     */
+    private void offerToCache(Flight f) {
+        int[] prompt = f.req.prompt();
+        Set<Integer> own = new HashSet<>(), notTaken = new HashSet<>();
+        for (int p : f.own) own.add(p);
+        for (int p : prefixCache.insert(prompt, f.prefixKeys, f.pages, f.prefixPages, f.req.cacheSalt())) {
+            if (own.contains(p)) notTaken.add(p);
+            else alloc.freePages(new int[]{p}); // a replaced idle entry's page
+        }
+        int full = f.prefixKeys.length; // the pages after its full prompt pages (the partial one, the output's) are never offered
+        List<Integer> keep = new ArrayList<>();
+        for (int i = f.prefixPages; i < f.pages.length; i++) {
+            if (i >= full || notTaken.contains(f.pages[i])) keep.add(f.pages[i]);
+        }
+        f.own = keep.stream().mapToInt(Integer::intValue).toArray();
+        int held = prefixCache.acquire(prompt, f.prefixKeys, f.req.cacheSalt()).length; // its hit's entries are still there: held >= refs
+        prefixCache.release(f.prefixKeys, f.refs);
+        f.refs = held;
+    }
+
+    /**
+     * Whether the room's request is in the prealloc queue waiting for another request's pages of a shared prefix, as of
+     * the last pass (scheduler thread; tests).
+     */
+    boolean waitingForSharedPrefix(long room) {
+        for (Flight f : prealloc) {
+            if (f.req.room() == room) return f.waitingNow;
+        }
+        return false;
+    }
+
+    /** Whether the room's request is in the transfer queue (its metadata sent, its KV not landed; scheduler thread; tests). */
+    boolean inTransfer(long room) {
+        for (Flight f : transferring) {
+            if (f.req.room() == room) return true;
+        }
+        return false;
     }
 
     /** The queues, pages and rows as the engine's gauges show them (scheduler thread). */
@@ -425,7 +532,7 @@ public final class DecodeEngine extends SchedulerThread {
         }
         Generation g = new Generation(f.req.room(), out, f.firstLogits, reason,
                 new Generation.Timings(0, (f.landedNanos - f.metadataNanos) / 1e6, f.firstDecodeMs, bytes), f.logprobs);
-        release(f, true);
+        release(f);
         f.req.sink().onDone(g);
     }
 
@@ -469,7 +576,7 @@ public final class DecodeEngine extends SchedulerThread {
                     if (!releasing.contains(f)) return; // the engine's shutdown answered it
                     if (free) {
                         releasing.remove(f);
-                        release(f, false);
+                        release(f);
                     }
                     f.told = true;
                     f.req.sink().onError(kind, message);
@@ -480,16 +587,14 @@ public final class DecodeEngine extends SchedulerThread {
         });
     }
 
-    /** @param cacheable the request finished: its full prompt pages may join the prefix cache */
-    private void release(Flight f, boolean cacheable) {
+    /**
+     * Ends the request's hold: its references to cached pages and its own pages (its full prompt pages joined the cache
+     * when its KV landed, and stay; a request that ended before that added nothing: its pages may be half written).
+     */
+    private void release(Flight f) {
         if (f.pages != null) {
-            prefixCache.release(f.prefixKeys, f.prefixPages);
-            int from = f.prefixPages;
-            if (cacheable) {
-                for (int p : prefixCache.insert(f.req.prompt(), f.prefixKeys, f.pages, f.prefixPages, f.req.cacheSalt())) alloc.freePages(new int[]{p});
-                from = f.prefixKeys.length;
-            }
-            alloc.freePages(Arrays.copyOfRange(f.pages, from, f.pages.length));
+            prefixCache.release(f.prefixKeys, f.refs); // the cache's pages stay the cache's
+            alloc.freePages(f.own);
         }
         if (f.row >= 0) alloc.freeRow(f.row);
         f.pages = null;
@@ -504,20 +609,20 @@ public final class DecodeEngine extends SchedulerThread {
             for (Flight f : q) {
                 f.receivers.abort();
                 f.receivers.clear();
-                release(f, false);
+                release(f);
                 f.req.sink().onError(null, "the decode engine shut down");
             }
             q.clear();
         }
         for (Flight f : running) {
-            release(f, false);
+            release(f);
             f.req.sink().onError(null, "the decode engine shut down");
         }
         running.clear();
         // Rooms still being cleared: their clients hear the engine stopped; nothing reuses their pages any more, and
         // close() waits for the clears before the pools go.
         for (Flight f : releasing) {
-            release(f, false);
+            release(f);
             if (!f.told) f.req.sink().onError(null, "the decode engine shut down");
         }
         releasing.clear();

@@ -19,7 +19,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * received (decode), count in {@code kvferry_engine_cached_tokens} (SGLang's {@code cached_tokens_total}); the prefill
  * counts every request's prompt tokens in {@code kvferry_engine_prompt_tokens} when it takes the request (its pages), so
  * cached ÷ prompt tokens is its cache's hit ratio (the decode has no such counter); {@code kvferry_engine_prefix_deferrals}
- * counts the prefill's requests that waited for another request in flight to compute a prefix they share.
+ * counts the requests that waited for another request in flight to compute (prefill) or receive (decode) a prefix they
+ * share.
  */
 final class EngineMeters {
     static final String REQUESTS = "kvferry_engine_requests";
@@ -35,7 +36,6 @@ final class EngineMeters {
     private final Counter cachedTokens;
     /** The prefill's only: null on the decode. */
     private final Counter promptTokens;
-    /** The prefill's only: null on the decode. */
     private final Counter prefixDeferrals;
 
     /**
@@ -61,8 +61,9 @@ final class EngineMeters {
         promptTokens = !"prefill".equals(role) ? null : Counter.builder(PROMPT_TOKENS)
                 .description("Engine: prompt tokens of the requests the prefill took (cached or computed)")
                 .tags("role", role).register(registry);
-        prefixDeferrals = !"prefill".equals(role) ? null : Counter.builder(PREFIX_DEFERRALS)
-                .description("Engine: requests that waited for another request in flight to compute a prefix they share (then a cache hit)")
+        prefixDeferrals = Counter.builder(PREFIX_DEFERRALS)
+                .description("Engine: requests that waited for another request in flight to compute (prefill) or receive (decode)"
+                        + " a prefix they share (then a cache hit)")
                 .tags("role", role).register(registry);
         Gauge.builder(ROWS, rowsUsed, AtomicInteger::get).strongReference(true).description("Engine: aux rows (one per request in flight) by state")
                 .tags("role", role, "state", "used").register(registry);
@@ -96,7 +97,7 @@ final class EngineMeters {
         promptTokens.increment(n);
     }
 
-    /** Prefill's scheduler thread: a request waits (the first time) for another's pages of a prefix they share. */
+    /** Scheduler thread: a request waits (the first time) for another's pages of a prefix they share. */
     void prefixDeferral() {
         prefixDeferrals.increment();
     }

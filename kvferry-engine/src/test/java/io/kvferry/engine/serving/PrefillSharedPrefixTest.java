@@ -33,7 +33,10 @@ import static org.junit.jupiter.api.Assertions.fail;
  * the cache with a request being computed waits for that request's pages and takes them as a hit, so a burst with one new
  * prefix computes it once. The engine's chunks are held ({@link PrefillEngine#holdChunks}) while the requests arrive, so
  * which request is computed first and who waits is decided, not raced; every state is read on the scheduler thread
- * between its passes (no sleeps). Answers equal the colocated run's bit for bit.
+ * between its passes (no sleeps). Answers equal the colocated run's bit for bit. The decode's own in-flight sharing
+ * ({@code DecodeSharedPrefixTest}) is off here: with it, the one decode would hold the burst's later requests until the
+ * first one's KV landed (its prefix then in the prefill's cache too), so they would reach the prefill one after the other;
+ * requests from several decodes, or from a decode that holds the prefix already, reach it together as here.
  */
 @Timeout(120)
 class PrefillSharedPrefixTest {
@@ -105,6 +108,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(SPEC)) {
             TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
             try (PrefillEngine p = new PrefillEngine(SPEC.withParallelism(tp, 1), t); DecodeEngine d = new DecodeEngine(SPEC, t)) {
+                d.sharesInFlightPrefixes = false;
                 p.holdChunks = true;
                 Pd[] pds = new Pd[prompts.length];
                 pds[0] = submit(p, d, 1, prompts[0], null);
@@ -146,6 +150,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(spec)) {
             TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
             try (PrefillEngine p = new PrefillEngine(spec, t); DecodeEngine d = new DecodeEngine(spec, t)) {
+                d.sharesInFlightPrefixes = false;
                 p.holdChunks = true;
                 Pd[] pds = new Pd[prompts.length];
                 pds[0] = submit(p, d, 1, prompts[0], null);
@@ -191,6 +196,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(spec.withChunkTokens(256))) {
             TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
             try (PrefillEngine p = new PrefillEngine(spec.withParallelism(tp, pp), t); DecodeEngine d = new DecodeEngine(spec.withParallelism(1, pp), t)) {
+                d.sharesInFlightPrefixes = false;
                 p.holdChunks = true;
                 List<CompletableFuture<PrefillEngine.Result>> pre = new ArrayList<>();
                 List<CompletableFuture<Generation>> gen = new ArrayList<>();
@@ -236,6 +242,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(SPEC);
              PrefillEngine p = new PrefillEngine(SPEC, DisaggregatedTest.transfer("tcp", registry));
              DecodeEngine d = new DecodeEngine(SPEC, DisaggregatedTest.transfer("tcp", registry))) {
+            d.sharesInFlightPrefixes = false;
             p.holdChunks = true;
             Pd first = submit(p, d, 1, a, null);
             await(p, () -> p.computedTokens(1) == 0, "request 1 admitted");
@@ -268,6 +275,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(SPEC);
              PrefillEngine p = new PrefillEngine(SPEC, DisaggregatedTest.transfer("tcp", registry));
              DecodeEngine d = new DecodeEngine(SPEC, DisaggregatedTest.transfer("tcp", registry))) {
+            d.sharesInFlightPrefixes = false;
             p.holdChunks = true;
             Pd first = submit(p, d, 1, a, null);
             await(p, () -> p.computedTokens(1) == 0, "request 1 admitted");
@@ -301,6 +309,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(SPEC)) {
             TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
             try (PrefillEngine p = new PrefillEngine(SPEC, t); DecodeEngine d = new DecodeEngine(SPEC, t)) {
+                d.sharesInFlightPrefixes = false;
                 p.holdChunks = true;
                 Pd first = submit(p, d, 1, a, "tenant-a");
                 await(p, () -> p.computedTokens(1) == 0, "request 1 admitted");
@@ -332,6 +341,7 @@ class PrefillSharedPrefixTest {
              ColocatedEngine colocated = new ColocatedEngine(SPEC)) {
             TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
             try (PrefillEngine p = new PrefillEngine(SPEC, t, false); DecodeEngine d = new DecodeEngine(SPEC, t)) {
+                d.sharesInFlightPrefixes = false;
                 p.holdChunks = true;
                 Pd first = submit(p, d, 1, a, null);
                 await(p, () -> p.computedTokens(1) == 0, "request 1 admitted");
