@@ -4,6 +4,7 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.ClientRegex;
+import io.kvferry.engine.model.JsonSchemaAutomaton;
 import io.kvferry.engine.model.OutputConstraint;
 
 import java.util.ArrayList;
@@ -24,14 +25,23 @@ final class StructuredOutputs {
     private StructuredOutputs() {
     }
 
-    /** What a request asks for: its kind, the source the engines compile, and the field that asked (a 400's {@code param}). */
-    record Spec(OutputConstraint.Kind kind, String source, String param) {
+    /**
+     * What a request asks for: its kind, the source the engines compile, the field that asked (a 400's {@code param}), and
+     * where the schema itself is ({@code response_format.json_schema.schema}; else the field): a fault inside the schema is
+     * a 400 whose {@code param} goes on into it ({@code response_format.json_schema.schema.properties.age}).
+     */
+    record Spec(OutputConstraint.Kind kind, String source, String param, String root) {
+        Spec(OutputConstraint.Kind kind, String source, String param) {
+            this(kind, source, param, param);
+        }
     }
 
     /** json_object's schema: any JSON object (JsonSchemaAutomaton#ANY_DEPTH levels deep at most). */
     static final String ANY_OBJECT = "{\"type\":\"object\"}";
 
     private static final Set<String> STRUCTURED_OUTPUTS_KEYS = Set.of("choice", "regex", "json", "json_object");
+    /** A schema's keywords whose value is a list of schemas (their pointer segments after them are indices). */
+    private static final Set<String> LISTS = Set.of("anyOf", "allOf", "oneOf");
     private static final Set<String> BACKEND_OPTIONS = Set.of("disable_fallback", "disable_additional_properties");
 
     /** The OpenAI routes' constraint, or null for none. */
@@ -54,7 +64,7 @@ final class StructuredOutputs {
                     if (schema == null || !schema.isObject()) {
                         throw new Http.BadRequest("response_format", "response_format.json_schema.schema must be a JSON schema (an object), got " + schema);
                     }
-                    found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema), "response_format"));
+                    found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema), "response_format", "response_format.json_schema.schema"));
                 }
                 default -> throw new Http.BadRequest("response_format", "response_format.type must be text, json_object or json_schema, got "
                         + rf.path("type"));
@@ -134,8 +144,24 @@ final class StructuredOutputs {
             return compiler.compile(spec.kind(), spec.source());
         } catch (IllegalArgumentException e) {
             String what = spec.kind() == OutputConstraint.Kind.REGEX ? "the regex" : "the JSON schema";
-            throw new Http.BadRequest(spec.param(), spec.param() + ": " + what + " " + e.getMessage());
+            String param = e instanceof JsonSchemaAutomaton.Fault f ? spec.root() + path(f.at()) : spec.param();
+            throw new Http.BadRequest(param, spec.param() + ": " + what + " " + e.getMessage());
         }
+    }
+
+    /**
+     * A JSON pointer into a schema ({@code #/properties/a~1b/anyOf/1}) as a {@code param}'s tail: each name after a dot,
+     * each index of a list in brackets ({@code .properties.a/b.anyOf[1]}); {@code #} itself is nothing.
+     */
+    static String path(String pointer) {
+        StringBuilder b = new StringBuilder();
+        String[] parts = pointer.split("/", -1);
+        for (int i = 1; i < parts.length; i++) {
+            String seg = parts[i].replace("~1", "/").replace("~0", "~");
+            boolean index = i > 1 && LISTS.contains(parts[i - 1]) && seg.matches("[0-9]+");
+            b.append(index ? "[" + seg + "]" : "." + seg);
+        }
+        return b.toString();
     }
 
     /** The constraint's SGLang sampling parameter, as the router sends it to the engines. */

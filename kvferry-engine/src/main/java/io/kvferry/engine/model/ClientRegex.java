@@ -532,6 +532,57 @@ public final class ClientRegex {
     }
 
     /**
+     * The intersection of two automata with a cap: the strings both accept, minimal; a product of over {@link #MAX_NFA_STATES} reachable state pairs, or a minimal one of over {@link #MAX_STATES},
+     * is a refusal ("too complex"), as dk.brics's own would go on for as long as the pairs come.
+     */
+    static Automaton product(Automaton a, Automaton b) {
+        a = determinize(a, MAX_STATES);
+        b = determinize(b, MAX_STATES);
+        record Pair(State p, State q) {
+        }
+        Map<Pair, State> made = new HashMap<>();
+        ArrayDeque<Pair> work = new ArrayDeque<>();
+        Pair start = new Pair(a.getInitialState(), b.getInitialState());
+        State init = new State();
+        made.put(start, init);
+        work.add(start);
+        while (!work.isEmpty()) {
+            if ((made.size() & 255) == 0) checkDeadline();
+            Pair pq = work.poll();
+            State from = made.get(pq);
+            from.setAccept(pq.p().isAccept() && pq.q().isAccept());
+            List<Transition> qs = pq.q().getSortedTransitions(false);
+            for (Transition tp : pq.p().getSortedTransitions(false)) {
+                for (Transition tq : qs) {
+                    if (tq.getMax() < tp.getMin() || tq.getMin() > tp.getMax()) continue;
+                    char lo = (char) Math.max(tp.getMin(), tq.getMin()), hi = (char) Math.min(tp.getMax(), tq.getMax());
+                    step(made, work, from, lo, hi, new Pair(tp.getDest(), tq.getDest()));
+                }
+            }
+        }
+        Automaton d = new Automaton();
+        d.setInitialState(init);
+        d.setDeterministic(true);
+        d.reduce();
+        d.minimize();
+        if (d.getNumberOfStates() > MAX_STATES) throw new TooComplex("is too complex: its automaton has over " + MAX_STATES + " states");
+        return d;
+    }
+
+    private static <P> void step(Map<P, State> made, ArrayDeque<P> work, State from, char lo, char hi, P to) {
+        State dest = made.get(to);
+        if (dest == null) {
+            if (made.size() >= MAX_NFA_STATES) {
+                throw new TooComplex("is too complex: combining its automata takes over " + MAX_NFA_STATES + " states");
+            }
+            dest = new State();
+            made.put(to, dest);
+            work.add(to);
+        }
+        from.addTransition(new Transition(lo, hi, dest));
+    }
+
+    /**
      * The subset construction with a cap: {@code a} as a deterministic automaton of at most {@code maxStates} states, or a
      * refusal saying the language is too complex. (dk.brics's own would go on for as long as the states come.)
      */

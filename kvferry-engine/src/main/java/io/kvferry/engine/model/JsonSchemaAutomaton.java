@@ -6,43 +6,76 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dk.brics.automaton.Automaton;
 import dk.brics.automaton.BasicAutomata;
 
+import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * A JSON schema as the automaton of the compact JSON texts it admits (structured outputs' {@code json_schema}), for a
- * documented subset ({@code docs/SERVING.md}, "Structured outputs"):
+ * documented subset ({@code docs/SERVING.md}, "Structured outputs"); every text admitted is valid for the schema, and
+ * what could only be approximated is refused. A schema's keywords each give a language, intersected:
  * <ul>
  * <li>{@code type} (a name or a list of them): {@code object}, {@code string}, {@code integer}, {@code number},
- * {@code boolean}, {@code null}, {@code array};</li>
+ * {@code boolean}, {@code null}, {@code array}; without it, the types whose keywords the schema uses; {@code nullable};</li>
  * <li>an object's {@code properties} come in their declared order, each {@code required} one always, each other one
- * present or left out; no other property is generated ({@code additionalProperties} false, true or absent alike); an
- * object without {@code properties} is any JSON object ({@link #ANY_DEPTH} levels deep at most);</li>
- * <li>a string's {@code enum} / {@code const}, {@code minLength}, {@code maxLength} (up to {@link ClientRegex#MAX_REPEAT})
- * and {@code pattern} (matching the whole value; characters JSON would escape are not generated);</li>
+ * present or left out; no other property is generated ({@code additionalProperties} false, true, a schema or absent
+ * alike); an object without {@code properties} is any JSON object ({@link #ANY_DEPTH} levels deep at most), its values
+ * of {@code additionalProperties}' schema, none where it is false;</li>
+ * <li>a string's {@code minLength}, {@code maxLength} (up to {@link ClientRegex#MAX_REPEAT}), {@code pattern} (matching
+ * the whole value; characters JSON would escape are not generated) and {@code format} ({@link SchemaScalars#format});</li>
+ * <li>a number's {@code minimum}, {@code maximum}, {@code exclusiveMinimum}, {@code exclusiveMaximum}, {@code multipleOf}
+ * (exact: {@link SchemaScalars#number});</li>
  * <li>an array's {@code items} (absent: any JSON value), {@code minItems}, {@code maxItems};</li>
- * <li>{@code enum}, {@code const}, {@code anyOf}, {@code $ref} to {@code #/$defs/…} or {@code #/definitions/…} (not
- * recursive); annotations ({@code title}, {@code description}, {@code $schema}, {@code $id}, {@code $comment},
- * {@code examples}, {@code default}) are ignored.</li>
+ * <li>{@code enum}, {@code const}, {@code anyOf}, {@code allOf}, {@code oneOf} of branches no value can satisfy two of,
+ * {@code not} of {@code {}} or of a type alone, {@code $ref} to {@code #/$defs/…} or {@code #/definitions/…} (not
+ * recursive); annotations ({@link #ANNOTATIONS}) are ignored.</li>
  * </ul>
- * Any other keyword is refused with its name. Whitespace: none, except one optional space after each {@code ,} and
- * {@code :} (bounded, so a small model cannot loop on spaces). Numbers: an integer has at most 16 digits, a fraction at
- * most 16, an exponent at most 3 (so a number ends). Pure; callers serialize (as {@link ClientRegex}).
+ * Any other keyword is refused with its name and place ({@link Fault}). Whitespace: none, except one optional space after
+ * each {@code ,} and {@code :} (bounded, so a small model cannot loop on spaces). Numbers: an integer has at most 16
+ * digits, a fraction at most 16, an exponent at most 3 (so a number ends). Pure; callers serialize (as
+ * {@link ClientRegex}).
  */
 public final class JsonSchemaAutomaton {
     /** How deeply objects and arrays nest where the schema leaves them free (json_object, an object without properties). */
     public static final int ANY_DEPTH = 4;
+    /** How large an object's members may grow unminimized while it is built ({@link #compact}). */
+    static final int MINIMIZE_PAST = 4_000;
 
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final Set<String> ANNOTATIONS = Set.of("title", "description", "$schema", "$id", "$comment", "examples", "default");
+    private static final Set<String> ANNOTATIONS = Set.of("title", "description", "$schema", "$id", "$comment", "examples", "default",
+            "deprecated", "readOnly", "writeOnly", "discriminator");
     private static final Set<String> KNOWN = Set.of("type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
-            "$ref", "$defs", "definitions", "items", "minItems", "maxItems", "minLength", "maxLength", "pattern");
+            "allOf", "oneOf", "not", "$ref", "$defs", "definitions", "items", "minItems", "maxItems", "minLength", "maxLength", "pattern",
+            "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "nullable");
+    private static final Set<String> STRING_KEYS = Set.of("minLength", "maxLength", "pattern", "format");
+    private static final Set<String> NUMBER_KEYS = Set.of("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf");
+    private static final Set<String> ARRAY_KEYS = Set.of("items", "minItems", "maxItems");
+    private static final Set<String> OBJECT_KEYS = Set.of("properties", "required", "additionalProperties");
+
+    /**
+     * A refusal for how the schema is written, with where in it ({@link #at}: a JSON pointer, {@code #/properties/age});
+     * a complexity refusal ({@link ClientRegex.TooComplex}) names no place.
+     */
+    public static final class Fault extends IllegalArgumentException {
+        private final String at;
+
+        Fault(String message, String at) {
+            super(message);
+            this.at = at;
+        }
+
+        /** Where in the schema: a JSON pointer from its root, {@code #} for the root. */
+        public String at() {
+            return at;
+        }
+    }
 
     /**
      * A JSON string's characters: anything but a quote, a backslash and a control character, or an escape, never of half a
@@ -131,6 +164,20 @@ public final class JsonSchemaAutomaton {
     }
 
     private Automaton of(JsonNode s, String at) {
+        try {
+            return build(s, at);
+        } catch (Fault | ClientRegex.TooComplex e) {
+            throw e;
+        } catch (IllegalArgumentException e) {
+            throw new Fault(e.getMessage(), at);
+        }
+    }
+
+    /**
+     * The schema's keywords, each a language, intersected (JSON Schema's conjunction): {@code $ref}, {@code const} or
+     * {@code enum}, {@code anyOf}, the type's own keywords, each of {@code allOf}, {@code oneOf}; then less {@code not}'s.
+     */
+    private Automaton build(JsonNode s, String at) {
         ClientRegex.checkDeadline();
         if (s.isBoolean()) {
             if (s.booleanValue()) return anyValue(ANY_DEPTH - 1);
@@ -143,35 +190,226 @@ public final class JsonSchemaAutomaton {
                 throw new IllegalArgumentException("uses the keyword '" + k + "' at " + at + ", which structured outputs do not support");
             }
         }
-        if (s.has("$ref")) return ref(s, at);
-        if (s.has("const")) return value(s.get("const"));
-        if (s.has("enum")) {
+        List<Automaton> parts = new ArrayList<>();
+        if (s.has("$ref")) parts.add(ref(s, at));
+        if (s.has("const")) {
+            parts.add(value(s.get("const")));
+        } else if (s.has("enum")) {
             JsonNode e = s.get("enum");
             if (!e.isArray() || e.isEmpty()) throw new IllegalArgumentException("has enum at " + at + " that is not a non-empty list");
             List<Automaton> alts = new ArrayList<>();
             for (JsonNode v : e) alts.add(value(v));
-            return Automaton.union(alts);
+            parts.add(Automaton.union(alts));
         }
         if (s.has("anyOf")) {
-            JsonNode any = s.get("anyOf");
-            if (!any.isArray() || any.isEmpty()) throw new IllegalArgumentException("has anyOf at " + at + " that is not a non-empty list");
-            List<Automaton> alts = new ArrayList<>();
-            for (int i = 0; i < any.size(); i++) alts.add(of(any.get(i), at + "/anyOf/" + i));
-            return ClientRegex.minimal(Automaton.union(alts));
+            List<Automaton> alts = branches(s, "anyOf", at);
+            parts.add(ClientRegex.minimal(Automaton.union(alts)));
         }
+        Automaton typed = typed(s, at);
+        if (typed != null) parts.add(typed);
+        if (s.has("allOf")) parts.addAll(branches(s, "allOf", at));
+        if (s.has("oneOf")) parts.add(oneOf(s, at));
+        if (s.has("not")) parts.add(not(s.get("not"), at));
+        Automaton a = parts.isEmpty() ? anyValue(ANY_DEPTH - 1) : parts.getFirst();
+        for (int i = 1; i < parts.size(); i++) a = ClientRegex.product(a, parts.get(i));
+        JsonNode nullable = s.get("nullable");
+        if (nullable != null) {
+            if (!nullable.isBoolean()) throw new IllegalArgumentException("has nullable " + nullable + " at " + at + ", not a boolean");
+            // OpenAPI 3.0's: null besides the type; an enum or const lists its values itself (3.0.3), null among them or not.
+            if (nullable.booleanValue() && !s.has("enum") && !s.has("const")) a = a.union(lit("null"));
+        }
+        return ClientRegex.minimal(a);
+    }
+
+    /**
+     * oneOf, where its branches cannot both hold for one value (then it is their union, exactly): their JSON types differ
+     * ({@link #types}), or they are objects that both require a property whose const / enum values differ (a discriminated
+     * union). Else a refusal: the automata generate a subset of each branch's values (one layout, one order of
+     * properties), so a difference of them would admit a value another branch also holds.
+     */
+    private Automaton oneOf(JsonNode s, String at) {
+        List<Automaton> alts = branches(s, "oneOf", at);
+        JsonNode list = s.get("oneOf");
+        for (int i = 0; i < list.size(); i++) {
+            for (int j = i + 1; j < list.size(); j++) {
+                if (!disjoint(list.get(i), list.get(j), 0)) {
+                    throw new IllegalArgumentException("has oneOf at " + at + " whose branches " + i + " and " + j + " may both hold for one value;"
+                            + " structured outputs take a oneOf whose branches are of different types, or objects told apart by a required"
+                            + " property's const or enum");
+                }
+            }
+        }
+        return ClientRegex.minimal(Automaton.union(alts));
+    }
+
+    /**
+     * not, for the schemas whose values a text's first character tells: {@code {}} / {@code true} (nothing remains),
+     * {@code type} alone (annotations aside; not {@code integer}: 1.0 is one); else a refusal.
+     */
+    private Automaton not(JsonNode n, String at) {
+        Set<String> types = null;
+        boolean plain = n.isBoolean() ? n.booleanValue() : n.isObject();
+        if (plain && n.isObject()) {
+            for (Iterator<String> it = n.fieldNames(); it.hasNext(); ) {
+                String k = it.next();
+                if (!k.equals("type") && !ANNOTATIONS.contains(k)) plain = false;
+            }
+            if (plain && n.has("type")) {
+                types = typeNames(n.get("type"));
+                if (types == null || types.contains("integer")) plain = false;
+            }
+        }
+        if (!plain) {
+            throw new IllegalArgumentException("has not at " + at + " with " + n + "; structured"
+                    + " outputs take not of {} (nothing) or of a type alone (not integer)");
+        }
+        if (types == null) return BasicAutomata.makeEmpty();
+        Map<String, String> starts = Map.of("object", "{", "array", "\\[", "string", "\"", "number", "\\-0-9", "boolean", "tf", "null", "n");
+        if (!starts.keySet().containsAll(types)) throw new IllegalArgumentException("has not at " + at + " with the type " + n.get("type")
+                + ", not a JSON schema type name");
+        StringBuilder first = new StringBuilder();
+        for (Map.Entry<String, String> e : starts.entrySet()) if (!types.contains(e.getKey())) first.append(e.getValue());
+        // Any JSON value (as a schema without a type) of the types left.
+        return first.isEmpty() ? BasicAutomata.makeEmpty() : ClientRegex.product(anyValue(ANY_DEPTH - 1), regex("[" + first + "][\\s\\S]*"));
+    }
+
+    /** A type keyword's names, integer as itself; null where it is not a name or a list of names. */
+    private static Set<String> typeNames(JsonNode type) {
+        Set<String> names = new HashSet<>();
+        if (type.isTextual()) names.add(type.textValue());
+        else if (type.isArray()) for (JsonNode t : type) {
+            if (!t.isTextual()) return null;
+            names.add(t.textValue());
+        }
+        else return null;
+        return names;
+    }
+
+    /**
+     * The JSON types a schema's values can have, over-approximated (integer is number): its type, its const's or enum's
+     * values' types, its $ref's, its anyOf's union; else all of them.
+     */
+    private Set<String> types(JsonNode s, int depth) {
+        Set<String> all = Set.of("object", "array", "string", "number", "boolean", "null");
+        if (!s.isObject() || depth > 32) return all;
+        Set<String> out = new HashSet<>(all);
         JsonNode type = s.get("type");
+        if (type != null) {
+            Set<String> names = typeNames(type);
+            if (names != null) {
+                if (names.remove("integer")) names.add("number");
+                out.retainAll(names);
+            }
+        }
+        JsonNode values = s.has("const") ? JSON.createArrayNode().add(s.get("const")) : s.get("enum");
+        if (values != null && values.isArray()) {
+            Set<String> of = new HashSet<>();
+            for (JsonNode v : values) of.add(v.isNumber() ? "number" : v.getNodeType().name().toLowerCase(Locale.ROOT));
+            out.retainAll(of);
+        }
+        JsonNode target = refTarget(s);
+        if (target != null) out.retainAll(types(target, depth + 1));
+        if (s.path("anyOf").isArray()) {
+            Set<String> of = new HashSet<>();
+            for (JsonNode b : s.get("anyOf")) of.addAll(types(b, depth + 1));
+            out.retainAll(of);
+        }
+        if (s.path("allOf").isArray()) for (JsonNode b : s.get("allOf")) out.retainAll(types(b, depth + 1));
+        return out;
+    }
+
+    /** The schema a {@code $ref} names (null: none, or not one this compiler resolves). */
+    private JsonNode refTarget(JsonNode s) {
+        String ref = s.path("$ref").asText("");
+        if (ref.startsWith("#/$defs/")) return root.path("$defs").get(ref.substring("#/$defs/".length()));
+        if (ref.startsWith("#/definitions/")) return root.path("definitions").get(ref.substring("#/definitions/".length()));
+        return null;
+    }
+
+    /** Whether no value can hold for both schemas (false where it cannot tell). */
+    private boolean disjoint(JsonNode a, JsonNode b, int depth) {
+        Set<String> ta = types(a, 0);
+        ta.retainAll(types(b, 0));
+        if (ta.isEmpty()) return true;
+        if (depth > 32) return false;
+        // Objects told apart by a property both require, whose values differ.
+        JsonNode ra = refTarget(a), rb = refTarget(b);
+        if (ra != null) return disjoint(ra, b, depth + 1);
+        if (rb != null) return disjoint(a, rb, depth + 1);
+        if (!ta.equals(Set.of("object")) || !a.path("properties").isObject() || !b.path("properties").isObject()) return false;
+        for (JsonNode req : a.path("required")) {
+            if (!req.isTextual() || !contains(b.path("required"), req)) continue;
+            JsonNode pa = a.get("properties").get(req.textValue()), pb = b.get("properties").get(req.textValue());
+            if (pa == null || pb == null) continue;
+            if (valuesDisjoint(pa, pb) || disjoint(pa, pb, depth + 1)) return true;
+        }
+        return false;
+    }
+
+    /** Whether both schemas list their values (const / enum, through a $ref) and no value is in both (numbers by value). */
+    private boolean valuesDisjoint(JsonNode a, JsonNode b) {
+        List<JsonNode> va = values(a), vb = values(b);
+        if (va == null || vb == null) return false;
+        for (JsonNode x : va) {
+            for (JsonNode y : vb) {
+                if (x.equals(y) || x.isNumber() && y.isNumber() && x.decimalValue().compareTo(y.decimalValue()) == 0) return false;
+                if (!x.isValueNode() || !y.isValueNode()) return false; // objects and arrays: their numbers may compare equal
+            }
+        }
+        return true;
+    }
+
+    private List<JsonNode> values(JsonNode s) {
+        JsonNode t = refTarget(s);
+        if (t != null) return values(t);
+        if (s.has("const")) return List.of(s.get("const"));
+        JsonNode e = s.get("enum");
+        if (e == null || !e.isArray()) return null;
+        List<JsonNode> out = new ArrayList<>();
+        e.forEach(out::add);
+        return out;
+    }
+
+    private static boolean contains(JsonNode list, JsonNode v) {
+        for (JsonNode x : list) if (x.equals(v)) return true;
+        return false;
+    }
+
+    private List<Automaton> branches(JsonNode s, String key, String at) {
+        JsonNode list = s.get(key);
+        if (!list.isArray() || list.isEmpty()) throw new IllegalArgumentException("has " + key + " at " + at + " that is not a non-empty list");
+        List<Automaton> alts = new ArrayList<>();
+        for (int i = 0; i < list.size(); i++) alts.add(ClientRegex.minimal(of(list.get(i), at + "/" + key + "/" + i)));
+        return alts;
+    }
+
+    /**
+     * The language of {@code type} and its keywords; without a type, that of the types whose keywords the schema uses
+     * (a subset of what the schema admits: {@code {"minimum": 3}} generates numbers only); null where it uses none.
+     */
+    private Automaton typed(JsonNode s, String at) {
+        JsonNode type = s.get("type");
+        List<JsonNode> types = new ArrayList<>();
         if (type == null) {
-            if (s.has("properties")) return object(s, at);
-            if (s.has("items")) return array(s, at);
-            return anyValue(ANY_DEPTH - 1);
+            if (has(s, OBJECT_KEYS)) types.add(JSON.getNodeFactory().textNode("object"));
+            if (has(s, ARRAY_KEYS)) types.add(JSON.getNodeFactory().textNode("array"));
+            if (has(s, STRING_KEYS)) types.add(JSON.getNodeFactory().textNode("string"));
+            if (has(s, NUMBER_KEYS)) types.add(JSON.getNodeFactory().textNode("number"));
+            if (types.isEmpty()) return null;
+        } else if (type.isArray()) {
+            type.forEach(types::add);
+            if (types.isEmpty()) throw new IllegalArgumentException("has an empty type list at " + at);
+        } else {
+            types.add(type);
         }
-        if (type.isArray()) {
-            List<Automaton> alts = new ArrayList<>();
-            for (JsonNode t : type) alts.add(typed(s, t, at));
-            if (alts.isEmpty()) throw new IllegalArgumentException("has an empty type list at " + at);
-            return ClientRegex.minimal(Automaton.union(alts));
-        }
-        return typed(s, type, at);
+        List<Automaton> alts = new ArrayList<>();
+        for (JsonNode t : types) alts.add(typed(s, t, at));
+        return alts.size() == 1 ? alts.getFirst() : ClientRegex.minimal(Automaton.union(alts));
+    }
+
+    private static boolean has(JsonNode s, Set<String> keys) {
+        for (String k : keys) if (s.has(k)) return true;
+        return false;
     }
 
     private Automaton typed(JsonNode s, JsonNode type, String at) {
@@ -180,8 +418,8 @@ public final class JsonSchemaAutomaton {
             case "object" -> object(s, at);
             case "array" -> array(s, at);
             case "string" -> string(s, at);
-            case "integer" -> regex(INTEGER);
-            case "number" -> regex(NUMBER);
+            case "integer" -> number(s, true, at);
+            case "number" -> number(s, false, at);
             case "boolean" -> regex("true|false");
             case "null" -> lit("null");
             default -> throw new IllegalArgumentException("has the type '" + type.textValue() + "' at " + at + ", which is not a JSON schema type");
@@ -236,7 +474,10 @@ public final class JsonSchemaAutomaton {
             if (req != null && !req.isEmpty()) { // any object would include {}, which lacks them
                 throw new IllegalArgumentException("has required " + req + " at " + at + " without properties, which structured outputs do not support");
             }
-            return anyObject(ClientRegex.minimal(anyValue(ANY_DEPTH - 1)));
+            // Any member names, each value of additionalProperties' schema: none for false.
+            if (extra != null && extra.isBoolean() && !extra.booleanValue()) return lit("{}");
+            Automaton value = extra == null || extra.isBoolean() ? anyValue(ANY_DEPTH - 1) : of(extra, at + "/additionalProperties");
+            return anyObject(ClientRegex.minimal(value));
         }
         if (!props.isObject()) throw new IllegalArgumentException("has properties at " + at + " that are not an object");
         Set<String> required = new HashSet<>();
@@ -254,7 +495,7 @@ public final class JsonSchemaAutomaton {
         List<Boolean> needed = new ArrayList<>();
         for (Map.Entry<String, JsonNode> p : props.properties()) {
             Automaton key = value(JSON.getNodeFactory().textNode(p.getKey()));
-            members.add(ClientRegex.minimal(key.concatenate(colon()).concatenate(of(p.getValue(), at + "/properties/" + p.getKey()))));
+            members.add(ClientRegex.minimal(key.concatenate(colon()).concatenate(of(p.getValue(), at + "/properties/" + escape(p.getKey())))));
             needed.add(required.contains(p.getKey()));
         }
         // after[i][e]: the members from i on, e: whether one came before (then each starts with a comma).
@@ -267,10 +508,87 @@ public final class JsonSchemaAutomaton {
                 started = started.union(restStarted.clone());
                 fresh = fresh.union(restFresh.clone());
             }
-            restStarted = ClientRegex.minimal(started);
-            restFresh = ClientRegex.minimal(fresh);
+            restStarted = compact(started);
+            restFresh = compact(fresh);
         }
         return lit("{").concatenate(restFresh).concatenate(lit("}"));
+    }
+
+    /**
+     * An integer's or a number's language: unbounded, the plain syntax ({@link #INTEGER}, {@link #NUMBER}); with
+     * {@code minimum}, {@code maximum}, {@code exclusiveMinimum}, {@code exclusiveMaximum} (a number, or draft 4's boolean
+     * beside minimum / maximum) or {@code multipleOf}, exactly the values in range written without an exponent
+     * ({@link SchemaScalars#number}).
+     */
+    private Automaton number(JsonNode s, boolean integer, String at) {
+        if (!has(s, NUMBER_KEYS)) return regex(integer ? INTEGER : NUMBER);
+        SchemaScalars.Bound lo = bound(s, "minimum", "exclusiveMinimum", at), hi = bound(s, "maximum", "exclusiveMaximum", at);
+        BigDecimal multipleOf = null;
+        if (s.has("multipleOf")) {
+            multipleOf = decimal(s, "multipleOf", at);
+            if (multipleOf.signum() <= 0) throw new IllegalArgumentException("has multipleOf " + s.get("multipleOf") + " at " + at + ", not above 0");
+        }
+        if (lo.value() != null && hi.value() != null) {
+            int c = lo.value().compareTo(hi.value());
+            if (c > 0 || c == 0 && (lo.exclusive() || hi.exclusive())) {
+                throw new IllegalArgumentException("has a range at " + at + " that no number is in: " + range(lo, hi));
+            }
+        }
+        Automaton a = SchemaScalars.number(integer, lo, hi, multipleOf);
+        if (a.isEmpty()) {
+            throw new IllegalArgumentException("has a range at " + at + " that no " + (integer ? "integer" : "number")
+                    + (multipleOf == null ? "" : " multiple of " + multipleOf.toPlainString()) + " is in: " + range(lo, hi));
+        }
+        return a;
+    }
+
+    private static String range(SchemaScalars.Bound lo, SchemaScalars.Bound hi) {
+        return (lo.value() == null ? "(-inf" : (lo.exclusive() ? "(" : "[") + lo.value().toPlainString()) + ", "
+                + (hi.value() == null ? "+inf)" : hi.value().toPlainString() + (hi.exclusive() ? ")" : "]"));
+    }
+
+    /** A side of the range: the tighter of {@code key} (inclusive) and {@code exclusiveKey} (a number; draft 4: a boolean). */
+    private static SchemaScalars.Bound bound(JsonNode s, String key, String exclusiveKey, String at) {
+        BigDecimal inclusive = s.has(key) ? decimal(s, key, at) : null;
+        JsonNode ex = s.get(exclusiveKey);
+        if (ex == null) return new SchemaScalars.Bound(inclusive, false);
+        if (ex.isBoolean()) {
+            if (inclusive == null && ex.booleanValue()) {
+                throw new IllegalArgumentException("has " + exclusiveKey + " true at " + at + " without " + key);
+            }
+            return new SchemaScalars.Bound(inclusive, ex.booleanValue());
+        }
+        BigDecimal exclusive = decimal(s, exclusiveKey, at);
+        if (inclusive == null) return new SchemaScalars.Bound(exclusive, true);
+        int c = exclusive.compareTo(inclusive) * (key.equals("minimum") ? 1 : -1);
+        return c >= 0 ? new SchemaScalars.Bound(exclusive, true) : new SchemaScalars.Bound(inclusive, false);
+    }
+
+    private static BigDecimal decimal(JsonNode s, String key, String at) {
+        JsonNode v = s.get(key);
+        if (!v.isNumber()) throw new IllegalArgumentException("has " + key + " " + v + " at " + at + ", not a number");
+        BigDecimal d = v.decimalValue();
+        BigDecimal plain = d.stripTrailingZeros();
+        if (plain.precision() - plain.scale() > SchemaScalars.MAX_BOUND_DIGITS || plain.scale() > SchemaScalars.MAX_BOUND_DIGITS) {
+            throw new IllegalArgumentException("has " + key + " " + v + " at " + at + "; at most " + SchemaScalars.MAX_BOUND_DIGITS
+                    + " digits before and after the point are supported");
+        }
+        return d;
+    }
+
+    /** A JSON pointer's escapes of a property name ({@code ~} and {@code /}). */
+    private static String escape(String key) {
+        return key.replace("~", "~0").replace("/", "~1");
+    }
+
+    /**
+     * An object's members so far, deterministic; minimized only once past {@link #MINIMIZE_PAST} states (dk.brics's
+     * Hopcroft costs states × character classes each time: minimizing every step took seconds for a dozen members with
+     * formats), so the whole object is minimized once at the end.
+     */
+    private static Automaton compact(Automaton a) {
+        Automaton d = ClientRegex.determinize(a, ClientRegex.MAX_NFA_STATES);
+        return d.getNumberOfStates() > MINIMIZE_PAST ? ClientRegex.minimal(d) : d;
     }
 
     private Automaton array(JsonNode s, String at) {
@@ -301,6 +619,15 @@ public final class JsonSchemaAutomaton {
             Automaton within = p.intersection(plain);
             if (min > 0 || max >= 0) within = within.intersection(regex(max < 0 ? "[\\s\\S]{" + min + ",}" : "[\\s\\S]{" + min + "," + max + "}"));
             body = within;
+        }
+        JsonNode format = s.get("format");
+        if (format != null) {
+            Automaton f = format.isTextual() ? SchemaScalars.format(format.textValue()) : null;
+            if (f == null) {
+                throw new IllegalArgumentException("has the format " + format + " at " + at + ", which structured outputs do not support (they do "
+                        + String.join(", ", SchemaScalars.FORMATS) + ")");
+            }
+            body = ClientRegex.product(f, body);
         }
         return lit("\"").concatenate(body).concatenate(lit("\""));
     }

@@ -84,7 +84,7 @@ class EngineInputTest {
                 {"\"regex\":\"(a|b)*a(a|b){40}\"", "regex", "too complex"},
                 {"\"json_schema\":\"" + "[".repeat(2_000) + "\"", "json_schema", "is not valid JSON"},
                 {"\"json_schema\":\"{\\\"$ref\\\":\\\"#/$defs/a\\\",\\\"$defs\\\":{\\\"a\\\":{\\\"$ref\\\":\\\"#/$defs/a\\\"}}}\"",
-                        "json_schema", "recursive $ref"},
+                        "json_schema.$defs.a", "recursive $ref"}, // the param goes on to the fault's place in the schema
                 {"\"ebnf\":\"root ::= x\"", "ebnf", "not supported"},
         };
         long room = 9_000;
