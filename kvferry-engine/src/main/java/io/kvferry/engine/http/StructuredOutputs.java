@@ -51,6 +51,12 @@ final class StructuredOutputs {
         if (rf != null && !rf.isNull()) {
             if (!rf.isObject()) throw new Http.BadRequest("response_format", "response_format must be an object with a type, got " + rf);
             String type = rf.path("type").asText("");
+            if (rf.has("schema") && !rf.get("schema").isNull()) {
+                // Together's and Fireworks' {"type": "json_object", "schema": …}: vLLM drops the schema with a logged warning,
+                // which would answer any JSON object where the client asked for its schema.
+                throw new Http.BadRequest("response_format.schema", "response_format.schema is not supported: send the schema as"
+                        + " {\"type\": \"json_schema\", \"json_schema\": {\"name\": …, \"schema\": …}}");
+            }
             switch (type) {
                 case "text" -> {
                 }

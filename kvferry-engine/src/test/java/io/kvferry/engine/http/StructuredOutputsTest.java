@@ -285,6 +285,9 @@ class StructuredOutputsTest {
                 {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":"
                         + "{\"age\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"integer\",\"minimum\":\"3\"}]}}}}}",
                         "response_format.json_schema.schema.properties.age.anyOf[1]", "minimum \"3\" at #/properties/age/anyOf/1"},
+                // Together's and Fireworks' json_object with a schema: before, the schema was dropped (any object answered)
+                {"\"response_format\":{\"type\":\"json_object\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}",
+                        "response_format.schema", "response_format.schema is not supported"},
                 {"\"response_format\":{\"type\":\"xml\"}", "response_format", "must be text, json_object or json_schema"},
                 {"\"guided_choice\":[]", "guided_choice", "non-empty list of strings"},
                 {"\"guided_regex\":\"a\",\"response_format\":{\"type\":\"json_object\"}", "guided_regex", "response_format and guided_regex"},
