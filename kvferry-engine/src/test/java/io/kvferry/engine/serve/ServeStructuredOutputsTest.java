@@ -1,5 +1,6 @@
 package io.kvferry.engine.serve;
 
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.TestModels;
@@ -8,12 +9,14 @@ import io.kvferry.engine.model.ModelVariant;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.math.BigDecimal;
 import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
+import java.time.LocalDate;
 import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -21,7 +24,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * {@code kvferry serve}'s roles as {@link Roles} starts them: the engines get the model's tokenizer, so a structured output
- * runs across PD (an engine started without one refuses it: every constrained request was a 400 from the engines).
+ * runs across PD (an engine started without one refuses it: every constrained request was a 400 from the engines), a
+ * schema with bounded numbers and a date among them.
  */
 @Timeout(120)
 class ServeStructuredOutputsTest {
@@ -44,6 +48,28 @@ class ServeStructuredOutputsTest {
                 JsonNode choice = new ObjectMapper().readTree(r.body()).path("choices").path(0);
                 assertTrue(List.of("yes", "no").contains(choice.path("text").asText()), r.body());
                 assertEquals("stop", choice.path("finish_reason").asText(), r.body());
+            }
+            // Bounded numbers and a date across PD (prefill's first token, decode's rest): the answer parses and holds.
+            // The language is finite (bounded digits, one optional space), so every answer ends whole within max_tokens.
+            String schema = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":3,\"maximum\":42},"
+                    + "\"d\":{\"type\":\"string\",\"format\":\"date\"},\"x\":{\"type\":\"number\",\"exclusiveMinimum\":-1.5,\"maximum\":2.25}},"
+                    + "\"required\":[\"n\",\"d\",\"x\"],\"additionalProperties\":false,\"title\":\"Record\"}";
+            for (String sampling : List.of("\"temperature\":0", "\"temperature\":1,\"seed\":7", "\"temperature\":1.3,\"seed\":11")) {
+                HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + all.port() + "/v1/chat/completions"))
+                        .timeout(Duration.ofSeconds(60)).POST(HttpRequest.BodyPublishers.ofString("{\"messages\":[{\"role\":\"user\","
+                                + "\"content\":\"Once upon a time\"}],\"max_tokens\":80," + sampling + ",\"response_format\":{\"type\":"
+                                + "\"json_schema\",\"json_schema\":{\"name\":\"record\",\"strict\":true,\"schema\":" + schema + "}}}")).build(),
+                        HttpResponse.BodyHandlers.ofString());
+                assertEquals(200, r.statusCode(), r.body());
+                JsonNode choice = new ObjectMapper().readTree(r.body()).path("choices").path(0);
+                assertEquals("stop", choice.path("finish_reason").asText(), r.body());
+                JsonNode answer = new ObjectMapper().enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
+                        .readTree(choice.path("message").path("content").asText());
+                assertTrue(answer.get("n").isIntegralNumber() && answer.get("n").asInt() >= 3 && answer.get("n").asInt() <= 42, r.body());
+                LocalDate.parse(answer.get("d").asText()); // a calendar date, strictly
+                BigDecimal x = answer.get("x").decimalValue();
+                assertTrue(x.compareTo(new BigDecimal("-1.5")) > 0 && x.compareTo(new BigDecimal("2.25")) <= 0, r.body());
+                assertEquals(3, answer.size(), r.body());
             }
         }
     }
