@@ -287,7 +287,7 @@ public final class JsonSchemaAutomaton {
 
     /**
      * The JSON types a schema's values can have, over-approximated (integer is number): its type, its const's or enum's
-     * values' types, its $ref's, its anyOf's union; else all of them.
+     * values' types, its $ref's, its anyOf's union, its allOf's intersection, null for nullable; else all of them.
      */
     private Set<String> types(JsonNode s, int depth) {
         Set<String> all = Set.of("object", "array", "string", "number", "boolean", "null");
@@ -315,6 +315,7 @@ public final class JsonSchemaAutomaton {
             out.retainAll(of);
         }
         if (s.path("allOf").isArray()) for (JsonNode b : s.get("allOf")) out.retainAll(types(b, depth + 1));
+        if (s.path("nullable").asBoolean(false) && !s.has("enum") && !s.has("const")) out.add("null"); // as build adds it
         return out;
     }
 

@@ -384,6 +384,8 @@ class JsonSchemaKeywordsTest {
                         "not at #/properties/a with {\"const\":3}"},
                 {"{\"not\":{\"type\":\"integer\"}}", "#", "not at # with"},
                 {"{\"type\":\"integer\",\"oneOf\":[{\"minimum\":3},{\"maximum\":2}]}", "#", "may both hold"},
+                // both admit null (OpenAPI's nullable): a union would give null, which holds for both
+                {"{\"oneOf\":[{\"type\":\"string\",\"nullable\":true},{\"type\":\"null\"}]}", "#", "may both hold"},
         };
         for (String[] x : refused) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new OutputConstraint.Compiler(Tokenizer.synthetic(300))
