@@ -1,12 +1,16 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.ClientRegex;
 import io.kvferry.engine.model.JsonSchemaAutomaton;
 import io.kvferry.engine.model.OutputConstraint;
 
+import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -39,6 +43,8 @@ final class StructuredOutputs {
     /** json_object's schema: any JSON object (JsonSchemaAutomaton#ANY_DEPTH levels deep at most). */
     static final String ANY_OBJECT = "{\"type\":\"object\"}";
 
+    /** A schema's JSON text read with its decimals as written. */
+    private static final ObjectMapper DECIMALS = JsonMapper.builder().enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS).build();
     private static final Set<String> STRUCTURED_OUTPUTS_KEYS = Set.of("choice", "regex", "json", "json_object");
     /** A schema's keywords whose value is a list of schemas (their pointer segments after them are indices). */
     private static final Set<String> LISTS = Set.of("anyOf", "allOf", "oneOf");
@@ -70,7 +76,8 @@ final class StructuredOutputs {
                     if (schema == null || !schema.isObject()) {
                         throw new Http.BadRequest("response_format", "response_format.json_schema.schema must be a JSON schema (an object), got " + schema);
                     }
-                    found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema), "response_format", "response_format.json_schema.schema"));
+                    found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema, "response_format.json_schema.schema"), "response_format",
+                            "response_format.json_schema.schema"));
                 }
                 default -> throw new Http.BadRequest("response_format", "response_format.type must be text, json_object or json_schema, got "
                         + rf.path("type"));
@@ -187,13 +194,13 @@ final class StructuredOutputs {
                 JsonNode schema = v;
                 if (v.isTextual()) {
                     try {
-                        schema = Http.JSON.readTree(v.textValue());
+                        schema = DECIMALS.readTree(v.textValue()); // its numbers as written (no double between)
                     } catch (JsonProcessingException e) {
                         throw new Http.BadRequest(param, param + " is not valid JSON: " + e.getOriginalMessage());
                     }
                 }
                 if (schema == null || !schema.isObject()) throw new Http.BadRequest(param, param + " must be a JSON schema (an object, or its JSON text), got " + v);
-                found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema), param));
+                found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, compact(schema, param), param));
             }
             default -> {
                 if (!v.isArray() || v.isEmpty()) throw new Http.BadRequest(param, param + " must be a non-empty list of strings, got " + v);
@@ -214,6 +221,31 @@ final class StructuredOutputs {
                     + found.get(1).param() + " are both set");
         }
         return found.getFirst();
+    }
+
+    /**
+     * The schema as compact JSON, checked that each decimal number in it is the one the client wrote: the request body is
+     * read with doubles ({@link Http#JSON}), so a decimal of more than 15 significant digits (or past a double's range) may
+     * have been rounded, moving a bound; it is a 400 naming its place (a schema's JSON text, as SGLang's
+     * {@code json_schema} or {@code guided_json} as a string, is read exactly).
+     */
+    private static String compact(JsonNode schema, String param) {
+        checkDoubles(schema, param);
+        return compact(schema);
+    }
+
+    private static void checkDoubles(JsonNode n, String at) {
+        if (n.isDouble() || n.isFloat()) {
+            double d = n.doubleValue();
+            if (!Double.isFinite(d) || BigDecimal.valueOf(d).stripTrailingZeros().precision() > 15) {
+                throw new Http.BadRequest(at, at + " is " + n + ", a number of more than 15 significant digits or past a double's range:"
+                        + " the schema would be checked against it rounded (send the schema as JSON text to keep every digit)");
+            }
+        } else if (n.isObject()) {
+            for (Map.Entry<String, JsonNode> e : n.properties()) checkDoubles(e.getValue(), at + "." + e.getKey());
+        } else if (n.isArray()) {
+            for (int i = 0; i < n.size(); i++) checkDoubles(n.get(i), at + "[" + i + "]");
+        }
     }
 
     private static String compact(JsonNode schema) {

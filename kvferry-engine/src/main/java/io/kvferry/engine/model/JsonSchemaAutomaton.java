@@ -1,6 +1,7 @@
 package io.kvferry.engine.model;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dk.brics.automaton.Automaton;
@@ -48,7 +49,8 @@ public final class JsonSchemaAutomaton {
     /** How large an object's members may grow unminimized while it is built ({@link #compact}). */
     static final int MINIMIZE_PAST = 4_000;
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    /** Decimals as written: a bound read as a double would be rounded past 15 significant digits. */
+    private static final ObjectMapper JSON = new ObjectMapper().enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS);
     private static final Set<String> ANNOTATIONS = Set.of("title", "description", "$schema", "$id", "$comment", "examples", "default",
             "deprecated", "readOnly", "writeOnly", "discriminator");
     private static final Set<String> KNOWN = Set.of("type", "properties", "required", "additionalProperties", "enum", "const", "anyOf",
@@ -216,9 +218,11 @@ public final class JsonSchemaAutomaton {
         if (nullable != null) {
             if (!nullable.isBoolean()) throw new IllegalArgumentException("has nullable " + nullable + " at " + at + ", not a boolean");
             // OpenAPI 3.0's: null besides the type; an enum or const lists its values itself (3.0.3), null among them or not.
-            if (nullable.booleanValue() && !s.has("enum") && !s.has("const")) a = a.union(lit("null"));
+            if (nullable.booleanValue() && !s.has("enum") && !s.has("const")) {
+                a = ClientRegex.minimal(a.union(lit("null")));
+            }
         }
-        return ClientRegex.minimal(a);
+        return a; // a product is minimal; a part alone is as it was built (its parent minimizes it with its key)
     }
 
     /**
@@ -528,6 +532,10 @@ public final class JsonSchemaAutomaton {
         if (s.has("multipleOf")) {
             multipleOf = decimal(s, "multipleOf", at);
             if (multipleOf.signum() <= 0) throw new IllegalArgumentException("has multipleOf " + s.get("multipleOf") + " at " + at + ", not above 0");
+            if (SchemaScalars.residueStates(multipleOf) > SchemaScalars.MAX_MODULUS_STATES) {
+                throw new IllegalArgumentException("has multipleOf " + s.get("multipleOf") + " at " + at + ", whose automaton would need over "
+                        + SchemaScalars.MAX_MODULUS_STATES + " states (its digits M as an integer, times its fraction digits k + 3)");
+            }
         }
         if (lo.value() != null && hi.value() != null) {
             int c = lo.value().compareTo(hi.value());

@@ -198,10 +198,7 @@ final class SchemaScalars {
         BigDecimal s = m.stripTrailingZeros();
         int k = Math.max(0, s.scale());
         BigInteger big = s.movePointRight(k).toBigIntegerExact();
-        if (big.compareTo(BigInteger.valueOf(MAX_MODULUS_STATES)) > 0 || (big.longValue() * (k + 3)) > MAX_MODULUS_STATES) {
-            throw new IllegalArgumentException("multipleOf " + m.toPlainString() + ": at most " + MAX_MODULUS_STATES
-                    + " residue states are supported (its digits times its fraction digits)");
-        }
+        if (residueStates(m) > MAX_MODULUS_STATES) throw new IllegalArgumentException("multipleOf " + m.toPlainString() + " is too large");
         int mod = big.intValue(), last = Math.max(k, 1);
         // ip[r]: in the integer part, residue r; fp[j][r]: j fraction digits read (at the last, only zeros may follow).
         State start = new State(), sign = new State(), lead0 = new State();
@@ -238,6 +235,14 @@ final class SchemaScalars {
         a.setDeterministic(true);
         a.reduce();
         return a;
+    }
+
+    /** The states of {@link #multiple}'s automaton: M × (k + 3) for m = M / 10^k (saturating). */
+    static long residueStates(BigDecimal m) {
+        BigDecimal s = m.stripTrailingZeros();
+        int k = Math.max(0, s.scale());
+        BigInteger big = s.movePointRight(k).toBigIntegerExact();
+        return big.bitLength() > 40 ? Long.MAX_VALUE : big.longValue() * (k + 3);
     }
 
     /** Whether residue r after j of the k fraction digits is a multiple: r·10^(k-j) ≡ 0 (mod M). */

@@ -175,6 +175,14 @@ class JsonSchemaKeywordsTest {
         RunAutomaton both = compile("{\"type\":\"number\",\"minimum\":1,\"exclusiveMinimum\":1}"); // the tighter: > 1
         assertFalse(both.run("1") || both.run("1.0"));
         assertTrue(both.run("1.0001"));
+        // more digits than a double holds: read as written (before: 0.12345678901234566 after a double's rounding)
+        RunAutomaton fine = compile("{\"type\":\"number\",\"minimum\":0.12345678901234567,\"maximum\":1e0}");
+        assertTrue(fine.run("0.1234567890123457") && fine.run("1") && fine.run("0.9999999999999999"));
+        RunAutomaton above1 = compile("{\"type\":\"number\",\"minimum\":1.00000000000000001}"); // a double: 1.0
+        assertFalse(above1.run("1") || above1.run("1.0"));
+        assertTrue(above1.run("1.0000000000000001"));
+        // a fraction has at most 16 digits: the bound's 17th is compared, never generated
+        assertFalse(fine.run("0.12345678901234567") || fine.run("0.1234567890123456") || fine.run("1.0000000000000001"));
         RunAutomaton tiny = compile("{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1e-3}");
         assertTrue(tiny.run("0.001") && tiny.run("0.0000000000000001") && tiny.run("0.0010"));
         assertFalse(tiny.run("0") || tiny.run("0.0") || tiny.run("0.0011") || tiny.run("1e-3"));
@@ -375,7 +383,8 @@ class JsonSchemaKeywordsTest {
                 {"{\"type\":\"integer\",\"exclusiveMinimum\":2,\"exclusiveMaximum\":3}", "#", "no integer is in: (2, 3)"},
                 {"{\"type\":\"integer\",\"exclusiveMinimum\":true}", "#", "exclusiveMinimum true at # without minimum"},
                 {"{\"type\":\"number\",\"multipleOf\":0}", "#", "not above 0"},
-                {"{\"type\":\"number\",\"multipleOf\":123457}", "#", "residue states"},
+                {"{\"type\":\"number\",\"multipleOf\":123457}", "#", "multipleOf 123457 at #, whose automaton would need over 10000 states"},
+                {"{\"type\":\"number\",\"multipleOf\":1e-9999}", "#", "at most 100 digits"},
                 {"{\"type\":\"integer\",\"maximum\":1e200}", "#", "at most 100 digits"},
                 {"{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"object\",\"minProperties\":1}]}", "#/anyOf/1", "keyword 'minProperties' at #/anyOf/1"},
                 {"{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"type\":\"integer\",\"nullable\":1}}}", "#/$defs/a", "nullable 1"},
