@@ -252,7 +252,7 @@ public final class StatusClient {
     /**
      * The terminal view of a router's document ({@code GET /status.json} of {@code kvferry serve --role router}): its state,
      * requests in it and waiting, answered since start by status, tokens, the last minute's rates and latencies, its
-     * backends with their last health check, its tenants (names only) and its admission settings.
+     * backends with their last health check, its tenants (names only, their limits, rate buckets and refusals) and its admission settings.
      */
     static String renderRouter(JsonNode doc) {
         StringBuilder b = new StringBuilder();
@@ -281,14 +281,24 @@ public final class StatusClient {
         }
         b.append("\nbackends\n").append(backends.isEmpty() ? "  (none)\n" : backends.toString());
         if (doc.path("tenants").isArray()) {
-            Table tenants = new Table("tenant", "running", "waiting", "max concurrent");
+            Table tenants = new Table("tenant", "running", "waiting", "max concurrent", "requests/min left", "tokens/min left",
+                    "refused requests", "refused tokens");
             for (JsonNode t : doc.path("tenants")) {
                 tenants.row(text(t.path("name")), text(t.path("running")), text(t.path("waiting")),
-                        t.path("max_concurrent_requests").asInt() == 0 ? "no limit" : text(t.path("max_concurrent_requests")));
+                        t.path("max_concurrent_requests").asInt() == 0 ? "no limit" : text(t.path("max_concurrent_requests")),
+                        perMinute(t.path("remaining_requests"), t.path("requests_per_minute")),
+                        perMinute(t.path("remaining_tokens"), t.path("tokens_per_minute")),
+                        Long.toString(t.path("rate_limited_requests").asLong()), Long.toString(t.path("rate_limited_tokens").asLong()));
             }
             b.append("\ntenants\n").append(tenants.isEmpty() ? "  (none)\n" : tenants.toString());
         }
         return b.toString();
+    }
+
+    /** A tenant's per-minute limit as "REMAINING of LIMIT" (what its bucket holds now), or "no limit" (0 or absent). */
+    private static String perMinute(JsonNode remaining, JsonNode limit) {
+        if (limit.asLong() <= 0) return "no limit";
+        return remaining.asLong() + " of " + limit.asLong();
     }
 
     /** "p50 X ms  p99 Y ms (N requests)", or "no request" for a window without one. */

@@ -242,6 +242,15 @@ final class RouterMeters {
         return generatedTotal.sum();
     }
 
+    /**
+     * The requests {@code tenant}'s {@code limit} ({@link #LIMIT_REQUESTS}, {@link #LIMIT_TOKENS}) turned away since its meters
+     * were made (the router's start, or the reload that added it), as its {@link #RATE_LIMITED} series; 0 if unknown.
+     */
+    long rateLimitedCount(String tenant, String limit) {
+        Counter[] c = rateLimitedByTenant.get(tenant);
+        return c == null ? 0 : (long) c[limit.equals(LIMIT_REQUESTS) ? 0 : 1].count();
+    }
+
     /** A tenant's requests in the router now (waiting for its slot included), as its {@link #TENANT_RUNNING} gauge; 0 if unknown. */
     int tenantRunning(String name) {
         AtomicInteger n = runningByTenant.get(name);

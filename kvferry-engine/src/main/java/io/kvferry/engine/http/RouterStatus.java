@@ -20,7 +20,7 @@ import java.util.function.IntSupplier;
  * <p>The document: its backends (url, role, in rotation or not, requests in flight, the last health check's result and age, a
  * prefill's bootstrap registry), requests in the router and waiting for a slot, requests answered since start by status and
  * status class, tokens in and out, rates over the last minute, TTFT and end-to-end p50/p99 over the last minute
- * ({@link RecentLatencies}), the tenants' load and limits (names only, never keys), and the admission figures. It is open as
+ * ({@link RecentLatencies}), the tenants' load, limits, rate buckets and refusals (names only, never keys), and the admission figures. It is open as
  * {@code /health} and {@code /metrics} are, and names the tenants as {@code /metrics} does.
  *
  * <p>It never holds up a request: everything it reads is an immutable snapshot (the backend {@link Pool}, a backend's last
@@ -164,6 +164,17 @@ final class RouterStatus {
                 o.put("running", meters.tenantRunning(t.name()));
                 o.put("waiting", tenants.waiting(t.name()));
                 o.put("max_concurrent_requests", t.maxConcurrent());
+                // Its per-minute limits (0: none), what its buckets hold now (null without that limit), and the requests
+                // each turned away (RouterMeters.RATE_LIMITED's counts).
+                RateBucket rb = t.requests, tb = t.tokens;
+                o.put("requests_per_minute", t.requestsPerMinute());
+                o.put("tokens_per_minute", t.tokensPerMinute());
+                if (rb == null) o.putNull("remaining_requests");
+                else o.put("remaining_requests", rb.remaining());
+                if (tb == null) o.putNull("remaining_tokens");
+                else o.put("remaining_tokens", tb.remaining());
+                o.put("rate_limited_requests", meters.rateLimitedCount(t.name(), RouterMeters.LIMIT_REQUESTS));
+                o.put("rate_limited_tokens", meters.rateLimitedCount(t.name(), RouterMeters.LIMIT_TOKENS));
             }
         }
         return doc;

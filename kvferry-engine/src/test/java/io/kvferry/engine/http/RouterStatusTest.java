@@ -37,6 +37,7 @@ class RouterStatusTest {
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final String KEY_A = "status-tenant-a-key-0123456789";
     private static final String KEY_B = "status-tenant-b-key-0123456789";
+    private static final String KEY_C = "status-tenant-c-key-0123456789";
     private static final String COMPLETION = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0}";
 
     private static JsonNode status(Router r) throws Exception {
@@ -68,8 +69,10 @@ class RouterStatusTest {
     void theDocumentFollowsRequestsFailuresAndABackendGoingDown() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
         EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        // team-c's rate buckets read a clock that stands still: nothing refills while the test looks.
         Tenants tenants = Tenants.of(TenantsTest.file(TenantsTest.tenant("team-a", KEY_A, null),
-                TenantsTest.tenant("team-b", KEY_B, "\"max_concurrent_requests\":3")), "status-test-token");
+                TenantsTest.tenant("team-b", KEY_B, "\"max_concurrent_requests\":3"),
+                TenantsTest.tenant("team-c", KEY_C, "\"requests_per_minute\":2,\"tokens_per_minute\":300")), "status-test-token", () -> 0L);
         try (EngineStack stack = EngineStack.open(spec, "status-test");
              EngineStack other = EngineStack.open(spec, "status-test");
              Router router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl(), other.decodeUrl()), model.tokenizer(),
@@ -94,10 +97,23 @@ class RouterStatusTest {
             assertEquals(4, doc.path("config").path("max_concurrent_requests").asInt(), doc.toString());
             assertEquals(5000, doc.path("config").path("queue_timeout_ms").asLong(), doc.toString());
             assertTrue(doc.path("config").path("tenants").asBoolean(), doc.toString());
-            assertEquals(2, doc.path("tenants").size(), doc.toString());
-            assertEquals("team-a", doc.path("tenants").get(0).path("name").asText());
-            assertEquals(0, doc.path("tenants").get(0).path("max_concurrent_requests").asInt(-1), "no limit of its own");
+            assertEquals(3, doc.path("tenants").size(), doc.toString());
+            JsonNode teamA = doc.path("tenants").get(0);
+            assertEquals("team-a", teamA.path("name").asText());
+            assertEquals(0, teamA.path("max_concurrent_requests").asInt(-1), "no limit of its own");
             assertEquals(3, doc.path("tenants").get(1).path("max_concurrent_requests").asInt(), doc.toString());
+            // No per-minute limit: 0, and no bucket to read.
+            assertEquals(0, teamA.path("requests_per_minute").asInt(-1), teamA.toString());
+            assertEquals(0, teamA.path("tokens_per_minute").asInt(-1), teamA.toString());
+            assertTrue(teamA.path("remaining_requests").isNull() && teamA.path("remaining_tokens").isNull(), teamA.toString());
+            assertEquals(0, teamA.path("rate_limited_requests").asLong(-1), teamA.toString());
+            JsonNode teamC = doc.path("tenants").get(2);
+            assertEquals(2, teamC.path("requests_per_minute").asInt(), teamC.toString());
+            assertEquals(300, teamC.path("tokens_per_minute").asInt(), teamC.toString());
+            assertEquals(2, teamC.path("remaining_requests").asLong(-1), "a bucket starts full: " + teamC);
+            assertEquals(300, teamC.path("remaining_tokens").asLong(-1), teamC.toString());
+            assertEquals(0, teamC.path("rate_limited_requests").asLong(-1), teamC.toString());
+            assertEquals(0, teamC.path("rate_limited_tokens").asLong(-1), teamC.toString());
 
             // Requests that succeed: counted by status, their tokens, their TTFTs and latencies.
             for (int i = 0; i < 4; i++) {
@@ -152,7 +168,26 @@ class RouterStatusTest {
 
             // Open as /metrics is; names the tenants as /metrics does, never their keys.
             String body = EngineAuthTest.send(router.port(), "GET", RouterStatus.JSON_ROUTE, null, null).body();
-            assertFalse(body.contains(KEY_A) || body.contains(KEY_B), body);
+            assertFalse(body.contains(KEY_A) || body.contains(KEY_B) || body.contains(KEY_C), body);
+
+            // A rate-limited tenant: its buckets drain as it is served, and its refusals are counted by limit.
+            HttpResponse<String> last = null;
+            for (int i = 0; i < 2; i++) {
+                last = EngineAuthTest.send(router.port(), "POST", "/v1/completions", COMPLETION, "Bearer " + KEY_C);
+                assertEquals(200, last.statusCode(), last.body());
+            }
+            assertEquals(429, EngineAuthTest.send(router.port(), "POST", "/v1/completions", COMPLETION, "Bearer " + KEY_C).statusCode(),
+                    "a third request in the minute is over requests_per_minute 2");
+            assertEquals(400, EngineAuthTest.send(router.port(), "POST", "/v1/completions",
+                    "{\"prompt\":\"Once upon a time\",\"max_tokens\":400}", "Bearer " + KEY_C).statusCode(), "could never fit 300 tokens");
+            teamC = status(router).path("tenants").get(2);
+            assertEquals(0, teamC.path("remaining_requests").asLong(-1), teamC.toString());
+            // Each of the two used its whole budget (3 tokens): nothing came back after its x-ratelimit header was set.
+            long remainingTokens = Long.parseLong(last.headers().firstValue(RateLimits.REMAINING_TOKENS).orElseThrow());
+            assertTrue(remainingTokens < 300 - 2 * 3, last.headers().map().toString());
+            assertEquals(remainingTokens, teamC.path("remaining_tokens").asLong(-1), teamC.toString());
+            assertEquals(1, teamC.path("rate_limited_requests").asLong(-1), teamC.toString());
+            assertEquals(1, teamC.path("rate_limited_tokens").asLong(-1), "the 400 of tokens that never fit: " + teamC);
         }
     }
 

@@ -48,6 +48,12 @@ function ms(n) {
   return (n / 60000).toFixed(1) + ' min';
 }
 
+// A per-minute limit: what its bucket holds now of it ("120 of 600"), or "no limit" (0 or absent).
+function rate(remaining, perMinute) {
+  if (!perMinute) return 'no limit';
+  return {text: Number(remaining).toLocaleString('en-US') + ' of ' + Number(perMinute).toLocaleString('en-US'), cls: 'num'};
+}
+
 function pair(s) {
   return s && s.count > 0 ? ms(s.p50) + ' / ' + ms(s.p99) : '–';
 }
@@ -104,7 +110,9 @@ function render(doc) {
   document.getElementById('tenants-section').hidden = !Array.isArray(tenants);
   if (Array.isArray(tenants)) {
     fill('tenants', tenants.map(t => ({cells: [t.name, num(t.running), num(t.waiting),
-      t.max_concurrent_requests ? num(t.max_concurrent_requests) : 'no limit'], cls: 'tenant-row'})), 'no tenants');
+      t.max_concurrent_requests ? num(t.max_concurrent_requests) : 'no limit',
+      rate(t.remaining_requests, t.requests_per_minute), rate(t.remaining_tokens, t.tokens_per_minute),
+      num(t.rate_limited_requests || 0), num(t.rate_limited_tokens || 0)], cls: 'tenant-row'})), 'no tenants');
   }
 }
 
