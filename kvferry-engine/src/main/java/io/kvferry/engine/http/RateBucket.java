@@ -54,7 +54,14 @@ final class RateBucket {
      * nothing taken). More than {@link #limit} (a reload lowered it since the caller looked) is never taken.
      */
     long take(long units) {
-        int l = limit;
+        return take(units, limit);
+    }
+
+    /**
+     * As {@link #take(long)}, priced at {@code l} per minute: the limit the caller read ({@link #limit()}) and will give back
+     * at ({@link #give(long, int)}), so a reload between the two neither shrinks nor inflates what comes back.
+     */
+    long take(long units, int l) {
         if (units < 0) throw new IllegalArgumentException("take " + units);
         if (units > l) return WINDOW_NANOS * 2; // never fits; refused as over, until the caller sees the new limit
         long cost = Math.ceilDiv(units * WINDOW_NANOS, l);
@@ -68,10 +75,20 @@ final class RateBucket {
         }
     }
 
-    /** Gives back {@code units} taken before (a request's unused budget, or a take undone); a full bucket stays full. */
+    /** Gives back {@code units} taken before at the limit this bucket has now; a full bucket stays full. */
     void give(long units) {
+        give(units, limit);
+    }
+
+    /**
+     * Gives back {@code units} taken before at {@code perMinute} (a request's unused budget, or a take undone: the limit its
+     * take was priced at): the time they took, whatever limit a reload has set since (at a lowered one, a refund in units
+     * of the new limit was worth more than its charge, and refilled the bucket). A full bucket stays full.
+     */
+    void give(long units, int perMinute) {
         if (units <= 0) return;
-        long back = Math.min(units * WINDOW_NANOS / limit, WINDOW_NANOS); // rounded down: never more than was taken
+        // rounded down: never more than was taken; units * WINDOW_NANOS only below perMinute (no overflow)
+        long back = units >= perMinute ? WINDOW_NANOS : units * WINDOW_NANOS / perMinute;
         long now = nanos.getAsLong();
         for (;;) {
             long t = tat.get();

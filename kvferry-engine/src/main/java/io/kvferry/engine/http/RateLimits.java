@@ -53,33 +53,36 @@ final class RateLimits {
         if (t == null || t.requests == null && t.tokens == null) return;
         RateBucket requests = t.requests, tokens = t.tokens;
         long budget = 0, charge = 0;
+        // The limits as read once here: each take is priced at its own, and any refund given back at it (RateBucket#give).
+        int requestsLimit = requests == null ? 0 : requests.limit(), tokensLimit = tokens == null ? 0 : tokens.limit();
         if (tokens != null) {
             for (Ask a : asks) {
                 long b = budget(a, contextTokens);
                 budget += b;
                 charge += a.prompt().ids().length + b;
             }
-            if (charge > tokens.limit()) {
+            if (charge > tokensLimit) {
                 meters.rateLimited(t.name, RouterMeters.LIMIT_TOKENS);
-                throw new Http.BadRequest(budgetParam, "tenant " + t.name + "'s limit is " + tokens.limit() + " tokens per minute "
+                throw new Http.BadRequest(budgetParam, "tenant " + t.name + "'s limit is " + tokensLimit + " tokens per minute "
                         + "(tokens_per_minute in --tenants-file) and this request counts " + charge + " (prompt tokens plus " + budgetParam
                         + (asks.size() > 1 ? ", for each of its " + asks.size() + " choices or prompts" : "") + "): it can never fit; ask for fewer tokens");
             }
         }
         if (requests != null) {
-            long wait = requests.take(1);
-            if (wait > 0) throw refused(t, ex, meters, RouterMeters.LIMIT_REQUESTS, wait, requests.limit() + " requests per minute "
+            long wait = requests.take(1, requestsLimit);
+            if (wait > 0) throw refused(t, ex, meters, RouterMeters.LIMIT_REQUESTS, wait, requestsLimit + " requests per minute "
                     + "(requests_per_minute in --tenants-file)");
         }
         if (tokens != null) {
-            long wait = tokens.take(charge);
+            long wait = tokens.take(charge, tokensLimit);
             if (wait > 0) {
-                if (requests != null) requests.give(1); // not admitted: its request is not counted
-                throw refused(t, ex, meters, RouterMeters.LIMIT_TOKENS, wait, tokens.limit() + " tokens per minute (tokens_per_minute "
+                if (requests != null) requests.give(1, requestsLimit); // not admitted: its request is not counted
+                throw refused(t, ex, meters, RouterMeters.LIMIT_TOKENS, wait, tokensLimit + " tokens per minute (tokens_per_minute "
                         + "in --tenants-file): this request counts " + charge);
             }
             record.chargedTokens = tokens;
             record.chargedBudget = budget;
+            record.chargedLimit = tokensLimit;
         }
         headers(ex, requests, tokens);
     }
@@ -105,11 +108,14 @@ final class RateLimits {
         }
     }
 
-    /** Once the request is over: the budget its decodes did not use back to the tokens bucket it was charged to. */
+    /**
+     * Once the request is over: the budget its decodes did not use back to the tokens bucket it was charged to, at the limit
+     * it was charged at (a reload since may have changed the bucket's).
+     */
     static void settle(Router.RequestRecord record) {
         RateBucket b = record.chargedTokens;
         if (b == null) return;
         record.chargedTokens = null;
-        b.give(record.chargedBudget - Math.min(record.generated, record.chargedBudget));
+        b.give(record.chargedBudget - Math.min(record.generated, record.chargedBudget), record.chargedLimit);
     }
 }

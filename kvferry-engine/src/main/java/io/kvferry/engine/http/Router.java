@@ -89,6 +89,8 @@ public final class Router implements AutoCloseable {
         /** The tokens bucket this request's admission charged ({@link RateLimits#admit}), or null, and the completion budget in it. */
         RateBucket chargedTokens;
         long chargedBudget;
+        /** The {@code tokens_per_minute} the charge was priced at: the refund's ({@link RateBucket#give(long, int)}). */
+        int chargedLimit;
         /** The tokens the decode sent this request (or choice), whether it succeeded or not: what its budget's refund keeps. */
         int generated;
 

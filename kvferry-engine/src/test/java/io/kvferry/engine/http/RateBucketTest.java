@@ -82,6 +82,27 @@ class RateBucketTest {
         assertEquals(0, b.remaining());
     }
 
+    /**
+     * A refund is priced at the limit its take was ({@code give(units, perMinute)}): after a lower limit it gives back the time
+     * the take cost, not more; a refund of more units than a minute's (however many) fills the bucket, never overflows into
+     * a debt.
+     */
+    @Test
+    void aRefundIsPricedAtTheLimitItWasTakenAtAndNeverOverflows() {
+        AtomicLong clock = new AtomicLong();
+        RateBucket b = new RateBucket(1000, clock::get);
+        assertEquals(0, b.take(600, 1000));
+        b.limit(100);
+        assertEquals(40, b.remaining());
+        b.give(500, 1000);
+        assertEquals(90, b.remaining(), "500 of 1000 a minute back: 100 of the 600 still held, a tenth of the bucket");
+        b.give(200_000_000, 1000);
+        assertEquals(100, b.remaining());
+        assertEquals(0, b.take(100));
+        b.give(200_000_000); // units * WINDOW_NANOS would overflow a long
+        assertEquals(100, b.remaining(), "a refund fills the bucket, never empties it");
+    }
+
     /** Threads taking at once from a bucket whose clock stands still: exactly its capacity is taken, none beyond. */
     @Test
     @Timeout(60)

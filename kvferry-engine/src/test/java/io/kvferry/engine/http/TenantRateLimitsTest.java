@@ -21,6 +21,9 @@ import java.nio.file.Path;
 import java.nio.file.attribute.FileTime;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -309,6 +312,68 @@ class TenantRateLimitsTest {
         assertFalse(tenants.list().stream().anyMatch(t -> t.name().equals("c")));
         clock.addAndGet(15 * SECOND);
         assertEquals(1500, named(tenants, "a").tokens.remaining(), "refilling at the new limit: 1000 + 15 s of 2000 a minute");
+    }
+
+    /**
+     * A request's unused budget comes back as the time its charge took at the limit it was charged at: a reload that lowered
+     * the limit while it ran does not make its refund worth more (a refund of 399 tokens at a new 100 a minute refilled the
+     * whole bucket, its prompt's tokens and everyone else's debt with it), nor a raised one worth less.
+     */
+    @Test
+    @Timeout(60)
+    void aRefundAfterAReloadGivesBackWhatItsChargeTook() throws Exception {
+        AtomicLong clock = new AtomicLong(SECOND);
+        Path f = dir.resolve("tenants.json");
+        Files.writeString(f, file(tenant("a", KEY_A, "\"tokens_per_minute\":1000")));
+        FileTime t0 = Files.getLastModifiedTime(f);
+        Tenants tenants = Tenants.open(f, TOKEN, clock::get);
+        RateBucket bucket = named(tenants, "a").tokens;
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        HttpServer prefill = RouterErrorsTest.prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        RouterErrorsTest.answerHealthy(decode);
+        CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            entered.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                return;
+            }
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.start();
+        try (Router r = new Router(List.of(RouterErrorsTest.url(prefill)), List.of(RouterErrorsTest.url(decode)), tokenizer, CONTEXT, "m",
+                "127.0.0.1", 0, new Router.Access(TOKEN, null, tenants), new Router.Admission(0, Duration.ZERO), meters)) {
+            CompletableFuture<HttpResponse<String>> held = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return post(r.port(), "/v1/completions", "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She liked to play "
+                            + "outside in the sun with her friends.\",\"max_tokens\":400}", KEY_A);
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            assertTrue(entered.await(20, TimeUnit.SECONDS), "the request reached the decode");
+            Files.writeString(f, file(tenant("a", KEY_A, "\"tokens_per_minute\":100")));
+            Files.setLastModifiedTime(f, FileTime.fromMillis(t0.toMillis() + 10_000));
+            tenants.reloadIfChanged();
+            assertSame(bucket, named(tenants, "a").tokens);
+            release.countDown();
+            HttpResponse<String> a = held.get(20, TimeUnit.SECONDS);
+            assertEquals(200, a.statusCode(), a.body());
+            int p = JSON.readTree(a.body()).path("usage").path("prompt_tokens").intValue();
+            assertTrue(p > 20, "prompt tokens " + p);
+            counted(meters, "/v1/completions", 200, "a", 1);
+            // Held: its prompt and the 1 token generated, of 1000 a minute; at 100 a minute that fraction of the bucket.
+            assertEquals((1000 - p - 1) / 10, bucket.remaining(), "the prompt's tokens stay charged after the reload");
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
     }
 
     @Test
