@@ -9,7 +9,8 @@ import java.util.function.LongSupplier;
  * capacity {@link #limit} units refilling continuously at {@code limit} per minute. It starts full.
  *
  * <p>State: one {@link AtomicLong}, the bucket's "theoretical arrival time" (GCRA): the clock reading at which it will be full
- * again. Its debt is {@code max(tat - now, 0)} nanoseconds of refill, at most {@link #WINDOW_NANOS} (empty). A take or a
+ * again. Its debt is {@code max(tat - now, 0)} nanoseconds of refill, at most {@link #window} (empty: a minute, less the
+ * rounding of {@link #unitNanos}, the whole nanoseconds every unit is priced at, taken or given back). A take or a
  * give is one compare-and-set of that one long, retried on a race: no lock, no lost update, no allocation, and no take is
  * admitted beyond the capacity however many threads take at once (each CAS re-checks the debt it commits to).
  *
@@ -64,12 +65,12 @@ final class RateBucket {
     long take(long units, int l) {
         if (units < 0) throw new IllegalArgumentException("take " + units);
         if (units > l) return WINDOW_NANOS * 2; // never fits; refused as over, until the caller sees the new limit
-        long cost = Math.ceilDiv(units * WINDOW_NANOS, l);
+        long cost = units * unitNanos(l), window = window(l);
         long now = nanos.getAsLong();
         for (;;) {
             long t = tat.get();
             long next = Math.max(t, now) + cost;
-            long over = next - now - WINDOW_NANOS;
+            long over = next - now - window;
             if (over > 0) return over;
             if (tat.compareAndSet(t, next)) return 0;
         }
@@ -87,8 +88,7 @@ final class RateBucket {
      */
     void give(long units, int perMinute) {
         if (units <= 0) return;
-        // rounded down: never more than was taken; units * WINDOW_NANOS only below perMinute (no overflow)
-        long back = units >= perMinute ? WINDOW_NANOS : units * WINDOW_NANOS / perMinute;
+        long back = Math.min(units, perMinute) * unitNanos(perMinute); // exactly what the take cost
         long now = nanos.getAsLong();
         for (;;) {
             long t = tat.get();
@@ -99,8 +99,26 @@ final class RateBucket {
 
     /** The units the bucket holds now (rounded down). */
     long remaining() {
+        int l = limit;
         long debt = Math.max(tat.get() - nanos.getAsLong(), 0);
-        return Math.max(WINDOW_NANOS - debt, 0) * limit / WINDOW_NANOS;
+        return Math.max(window(l) - debt, 0) / unitNanos(l);
+    }
+
+    /**
+     * The refill time of one unit at {@code perMinute}: a minute's nanoseconds divided by it, rounded down (at least 600), so
+     * that every take and refund of a unit is the same whole number of nanoseconds: rounded up per take, a limit that does not
+     * divide a minute (7, 9, 7000) lost its last unit of a full bucket, and a take undone left one missing.
+     */
+    static long unitNanos(int perMinute) {
+        return WINDOW_NANOS / perMinute;
+    }
+
+    /**
+     * The bucket's capacity in time at {@code perMinute}: {@code perMinute} units' refill, a minute less the rounding of
+     * {@link #unitNanos} (under {@code perMinute} nanoseconds: at most 0.1 s of a minute, at the largest limits).
+     */
+    static long window(int perMinute) {
+        return unitNanos(perMinute) * perMinute;
     }
 
     /** A wait in nanoseconds ({@link #take}'s) as a {@code Retry-After}: whole seconds, rounded up, at least 1. */

@@ -83,6 +83,31 @@ class RateBucketTest {
     }
 
     /**
+     * A limit that does not divide a minute's nanoseconds (7, 9, 7000 a minute): a full bucket still takes its whole capacity
+     * one unit at a time (each unit's rounding made the last one over by a few nanoseconds: 6 of 7 requests, then a 429 with
+     * Retry-After 1), and a take undone leaves it as full as before.
+     */
+    @Test
+    void aLimitThatDoesNotDivideAMinuteStillHoldsItsWholeCapacity() {
+        for (int limit : new int[]{7, 9, 13, 7000, 99_999_989}) {
+            AtomicLong clock = new AtomicLong(42);
+            RateBucket b = new RateBucket(limit, clock::get);
+            assertEquals(0, b.take(1));
+            b.give(1); // a request refused for tokens gives its request back
+            assertEquals(limit, b.remaining(), limit + ": a take undone takes nothing");
+            int burst = Math.min(limit, 10_000);
+            for (int i = 0; i < burst; i++) assertEquals(0, b.take(1), limit + ": take " + i + " of a full bucket");
+            if (burst == limit) {
+                assertEquals(0, b.remaining(), limit + "");
+                assertTrue(b.take(1) > 0, limit + ": none beyond the capacity");
+            } else {
+                assertEquals(0, b.take(limit - burst), limit + ": the rest at once");
+                assertTrue(b.take(1) > 0, limit + ": none beyond the capacity");
+            }
+        }
+    }
+
+    /**
      * A refund is priced at the limit its take was ({@code give(units, perMinute)}): after a lower limit it gives back the time
      * the take cost, not more; a refund of more units than a minute's (however many) fills the bucket, never overflows into
      * a debt.
