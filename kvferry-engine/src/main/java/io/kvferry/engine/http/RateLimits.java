@@ -21,7 +21,7 @@ import java.util.List;
  * A request over a limit is a 429 {@code rate_limit_error} with {@code Retry-After} (the seconds until the bucket holds
  * what it needs, rounded up), counted in {@link RouterMeters#RATE_LIMITED}; a request whose tokens are more than the
  * whole {@code tokens_per_minute} is a 400: it could never fit, and OpenAI's clients retry 429s by themselves.
- * Each answer of a limited tenant carries OpenAI's {@code x-ratelimit-*} headers (what the buckets held just after
+ * Each answer of a limited tenant charged or refused here (the 400 too) carries OpenAI's {@code x-ratelimit-*} headers (what the buckets held just after
  * this request's charge).
  */
 final class RateLimits {
@@ -63,6 +63,7 @@ final class RateLimits {
             }
             if (charge > tokensLimit) {
                 meters.rateLimited(t.name, RouterMeters.LIMIT_TOKENS);
+                headers(ex, requests, tokens); // the limits it can never fit, as a 429 names them
                 throw new Http.BadRequest(budgetParam, "tenant " + t.name + "'s limit is " + tokensLimit + " tokens per minute "
                         + "(tokens_per_minute in --tenants-file) and this request counts " + charge + " (prompt tokens plus " + budgetParam
                         + (asks.size() > 1 ? ", for each of its " + asks.size() + " choices or prompts" : "") + "): it can never fit; ask for fewer tokens");

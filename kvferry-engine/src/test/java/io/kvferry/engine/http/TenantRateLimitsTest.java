@@ -205,6 +205,8 @@ class TenantRateLimitsTest {
             int calls = s.decodeCalls.get();
             HttpResponse<String> huge = post(r.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":200}", KEY_A);
             assertEquals(400, huge.statusCode(), huge.body());
+            assertEquals("100", header(huge, RateLimits.LIMIT_TOKENS), "a 400 of tokens that never fit names the limit");
+            assertEquals(Integer.toString(left), header(huge, RateLimits.REMAINING_TOKENS), "nothing taken");
             JsonNode e = JSON.readTree(huge.body()).path("error");
             assertEquals("invalid_request_error", e.path("type").asText());
             assertEquals("max_tokens", e.path("param").asText());
