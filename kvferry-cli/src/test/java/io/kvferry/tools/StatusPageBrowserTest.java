@@ -7,6 +7,7 @@ import io.kvferry.engine.serve.Roles;
 import io.kvferry.bench.BenchRunner;
 import io.kvferry.ops.ClusterStatus;
 import io.kvferry.ops.Ops;
+import io.kvferry.ops.OpsHandlers;
 import io.kvferry.ops.OpsServer;
 import io.kvferry.ops.RegistryOps;
 import io.kvferry.ops.StatusJson;
@@ -16,6 +17,7 @@ import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.Workload;
 import com.fasterxml.jackson.databind.JsonNode;
+import com.sun.net.httpserver.HttpServer;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -30,10 +32,12 @@ import org.openqa.selenium.chrome.ChromeOptions;
 import org.openqa.selenium.support.ui.WebDriverWait;
 
 import java.io.File;
+import java.net.InetSocketAddress;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -250,6 +254,73 @@ class StatusPageBrowserTest {
         } finally {
             browser.quit();
             service.close();
+        }
+    }
+
+    /**
+     * The router's page over a document of the test's own (served as a router serves it): each tenant's per-minute limits,
+     * what its buckets hold and the requests each limit turned away; every string from the document (a backend's URL, a
+     * check's failure, a tenant's name, the model) set as text: markup in them shows as written and runs nothing.
+     */
+    @Test
+    void theRoutersPageShowsTenantsRatesAndEveryStringAsText() throws Exception {
+        requireBrowser();
+        String hostile = "<img src=x onerror=\\\"document.title='pwned'\\\">";
+        String doc = """
+                {"kind":"router","pid":9,"model":"m<b>1</b>","now_ms":1,"uptime_ms":1,"status":"degraded",
+                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":true},
+                 "backends":[{"url":"http://p:1/HOSTILE","role":"prefill","healthy":true,"in_flight":0,"bootstrap":"HOSTILE",
+                   "last_check":"ok","last_check_age_ms":5},
+                  {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503 HOSTILE","last_check_age_ms":7}],
+                 "requests":{"running":0,"waiting":0,"total":0,"by_status":{},"by_class":{"2xx":0,"4xx":0,"5xx":0}},
+                 "tokens":{"prompt":0,"generated":0},"rates":{"window_s":0},"latency":{"window_s":60},
+                 "tenants":[{"name":"team-a","running":1,"waiting":0,"max_concurrent_requests":2,"requests_per_minute":600,
+                   "tokens_per_minute":20000,"remaining_requests":598,"remaining_tokens":1234,"rate_limited_requests":3,"rate_limited_tokens":4},
+                  {"name":"HOSTILE","running":0,"waiting":0,"max_concurrent_requests":0,"requests_per_minute":0,"tokens_per_minute":0,
+                   "remaining_requests":null,"remaining_tokens":null,"rate_limited_requests":0,"rate_limited_tokens":0}]}"""
+                .replace("HOSTILE", hostile);
+        HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 8);
+        String[][] routes = {{"/status", "text/html; charset=utf-8"}, {"/status.js", "text/javascript; charset=utf-8"},
+                {"/status.css", "text/css; charset=utf-8"}, {"/status.json", "application/json"}};
+        byte[][] bodies = {OpsHandlers.page("router.html"), OpsHandlers.page("router.js"),
+                OpsHandlers.page("status.css"), doc.getBytes(StandardCharsets.UTF_8)};
+        for (int i = 0; i < routes.length; i++) {
+            String type = routes[i][1];
+            byte[] body = bodies[i];
+            server.createContext(routes[i][0], ex -> {
+                ex.getResponseHeaders().set("Content-Type", type);
+                ex.sendResponseHeaders(200, body.length);
+                try (ex) {
+                    ex.getResponseBody().write(body);
+                }
+            });
+        }
+        server.start();
+        ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
+        WebDriver browser = new ChromeDriver(service, headless());
+        try {
+            browser.get("http://127.0.0.1:" + server.getAddress().getPort() + "/status");
+            WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
+            By tenants = By.cssSelector("#tenants tbody tr.tenant-row");
+            wait.until(b -> b.findElements(tenants).size() == 2);
+            List<String> rows = browser.findElements(tenants).stream()
+                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            assertEquals("team-a|1|0|2|598 of 600|1,234 of 20,000|3|4", rows.get(0));
+            assertEquals(hostile.replace("\\", "") + "|0|0|no limit|no limit|no limit|0|0", rows.get(1));
+            List<String> backends = browser.findElements(By.cssSelector("#backends tbody tr.backend-row")).stream()
+                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            assertTrue(backends.get(0).startsWith("prefill|http://p:1/" + hostile.replace("\\", "") + "|in rotation|"), backends.toString());
+            assertTrue(backends.get(0).endsWith("|" + hostile.replace("\\", "")), backends.toString());
+            assertTrue(backends.get(1).contains("|HTTP 503 " + hostile.replace("\\", "") + "|"), backends.toString());
+            assertTrue(browser.findElement(By.id("title")).getText().startsWith("kvferry router · m<b>1</b> · pid 9"),
+                    browser.findElement(By.id("title")).getText());
+            assertTrue(browser.findElements(By.tagName("img")).isEmpty(), "no markup of the document became an element");
+            assertEquals("kvferry router", browser.getTitle(), "no handler of the document's ran");
+        } finally {
+            browser.quit();
+            service.close();
+            server.stop(0);
         }
     }
 
