@@ -259,7 +259,7 @@ class StatusPageBrowserTest {
 
     /**
      * The router's page over a document of the test's own (served as a router serves it): each tenant's per-minute limits,
-     * what its buckets hold and the requests each limit turned away; every string from the document (a backend's URL, a
+     * what its buckets hold and the requests each limit turned away ("–" for a document without them); every string from the document (a backend's URL, a
      * check's failure, a tenant's name, the model) set as text: markup in them shows as written and runs nothing.
      */
     @Test
@@ -277,7 +277,8 @@ class StatusPageBrowserTest {
                  "tenants":[{"name":"team-a","running":1,"waiting":0,"max_concurrent_requests":2,"requests_per_minute":600,
                    "tokens_per_minute":20000,"remaining_requests":598,"remaining_tokens":1234,"rate_limited_requests":3,"rate_limited_tokens":4},
                   {"name":"HOSTILE","running":0,"waiting":0,"max_concurrent_requests":0,"requests_per_minute":0,"tokens_per_minute":0,
-                   "remaining_requests":null,"remaining_tokens":null,"rate_limited_requests":0,"rate_limited_tokens":0}]}"""
+                   "remaining_requests":null,"remaining_tokens":null,"rate_limited_requests":0,"rate_limited_tokens":0},
+                  {"name":"old","running":0,"waiting":0,"max_concurrent_requests":0}]}"""
                 .replace("HOSTILE", hostile);
         HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 8);
         String[][] routes = {{"/status", "text/html; charset=utf-8"}, {"/status.js", "text/javascript; charset=utf-8"},
@@ -303,11 +304,12 @@ class StatusPageBrowserTest {
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
             wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
             By tenants = By.cssSelector("#tenants tbody tr.tenant-row");
-            wait.until(b -> b.findElements(tenants).size() == 2);
+            wait.until(b -> b.findElements(tenants).size() == 3);
             List<String> rows = browser.findElements(tenants).stream()
                     .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
             assertEquals("team-a|1|0|2|598 of 600|1,234 of 20,000|3|4", rows.get(0));
             assertEquals(hostile.replace("\\", "") + "|0|0|no limit|no limit|no limit|0|0", rows.get(1));
+            assertEquals("old|0|0|no limit|–|–|–|–", rows.get(2), "a router's document without the rates' fields");
             List<String> backends = browser.findElements(By.cssSelector("#backends tbody tr.backend-row")).stream()
                     .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
             assertTrue(backends.get(0).startsWith("prefill|http://p:1/" + hostile.replace("\\", "") + "|in rotation|"), backends.toString());

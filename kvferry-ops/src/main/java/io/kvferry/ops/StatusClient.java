@@ -288,17 +288,26 @@ public final class StatusClient {
                         t.path("max_concurrent_requests").asInt() == 0 ? "no limit" : text(t.path("max_concurrent_requests")),
                         perMinute(t.path("remaining_requests"), t.path("requests_per_minute")),
                         perMinute(t.path("remaining_tokens"), t.path("tokens_per_minute")),
-                        Long.toString(t.path("rate_limited_requests").asLong()), Long.toString(t.path("rate_limited_tokens").asLong()));
+                        count(t.path("rate_limited_requests")), count(t.path("rate_limited_tokens")));
             }
             b.append("\ntenants\n").append(tenants.isEmpty() ? "  (none)\n" : tenants.toString());
         }
         return b.toString();
     }
 
-    /** A tenant's per-minute limit as "REMAINING of LIMIT" (what its bucket holds now), or "no limit" (0 or absent). */
+    /**
+     * A tenant's per-minute limit as "REMAINING of LIMIT" (what its bucket holds now), "no limit" (0), or "-" where the
+     * document has no such field (a router older than its tenants' rates in its status).
+     */
     private static String perMinute(JsonNode remaining, JsonNode limit) {
+        if (!limit.isNumber()) return "-";
         if (limit.asLong() <= 0) return "no limit";
         return remaining.asLong() + " of " + limit.asLong();
+    }
+
+    /** A count of the document, or "-" where it has none. */
+    private static String count(JsonNode n) {
+        return n.isNumber() ? Long.toString(n.asLong()) : "-";
     }
 
     /** "p50 X ms  p99 Y ms (N requests)", or "no request" for a window without one. */

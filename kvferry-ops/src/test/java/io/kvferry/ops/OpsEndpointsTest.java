@@ -191,7 +191,7 @@ class OpsEndpointsTest {
     }
 
     /**
-     * A router's document in the terminal: its tenants (with and without limits, their buckets and refusals) and its backends, a down one with its
+     * A router's document in the terminal: its tenants (with and without limits, their buckets and refusals; a router's document without them shows -) and its backends, a down one with its
      * last check's failure; the backends' words (a check's failure quotes an engine's answer) reach the terminal escaped.
      */
     @Test
@@ -209,7 +209,8 @@ class OpsEndpointsTest {
                  "tenants":[{"name":"team-a","running":2,"waiting":1,"max_concurrent_requests":2,"requests_per_minute":600,
                    "tokens_per_minute":20000,"remaining_requests":598,"remaining_tokens":1234,"rate_limited_requests":3,"rate_limited_tokens":4},
                   {"name":"team-b","running":1,"waiting":0,"max_concurrent_requests":0,"requests_per_minute":0,"tokens_per_minute":0,
-                   "remaining_requests":null,"remaining_tokens":null,"rate_limited_requests":0,"rate_limited_tokens":0}]}""");
+                   "remaining_requests":null,"remaining_tokens":null,"rate_limited_requests":0,"rate_limited_tokens":0},
+                  {"name":"old","running":0,"waiting":0,"max_concurrent_requests":0}]}""");
         String out = StatusClient.render(doc);
         assertTrue(out.startsWith("kvferry router process 9 serving m: degraded\n"), out);
         assertTrue(out.contains("requests: running 3  waiting 1  answered 10   by class: 2xx 9  4xx 1  5xx 0"), out);
@@ -220,7 +221,8 @@ class OpsEndpointsTest {
         assertFalse(out.contains("\u001b"), "no escape sequence reaches the terminal");
         assertTrue(out.matches("(?s).*\\ntenants\\n +tenant +running +waiting +max concurrent +requests/min left +tokens/min left"
                 + " +refused requests +refused tokens\\n +team-a +2 +1 +2 +598 of 600 +1234 of 20000 +3 +4\\n"
-                + " +team-b +1 +0 +no limit +no limit +no limit +0 +0\\n.*"), out);
+                + " +team-b +1 +0 +no limit +no limit +no limit +0 +0\\n"
+                + " +old +0 +0 +no limit +- +- +- +-\\n.*"), out);
     }
 
     @Test

@@ -41,6 +41,10 @@ function num(n) {
   return {text: Number(n).toLocaleString('en-US'), cls: 'num'};
 }
 
+function count(n) {
+  return n === undefined || n === null ? '–' : num(n);
+}
+
 function ms(n) {
   if (n === null || n === undefined) return '–';
   if (n < 1000) return (n < 10 ? Number(n).toFixed(1) : Math.round(n)) + ' ms';
@@ -48,8 +52,10 @@ function ms(n) {
   return (n / 60000).toFixed(1) + ' min';
 }
 
-// A per-minute limit: what its bucket holds now of it ("120 of 600"), or "no limit" (0 or absent).
+// A per-minute limit: what its bucket holds now of it ("120 of 600"), "no limit" (0), or "–" where the document has
+// none (a router older than its tenants' rates in its status).
 function rate(remaining, perMinute) {
+  if (perMinute === undefined || perMinute === null) return '–';
   if (!perMinute) return 'no limit';
   return {text: Number(remaining).toLocaleString('en-US') + ' of ' + Number(perMinute).toLocaleString('en-US'), cls: 'num'};
 }
@@ -112,7 +118,7 @@ function render(doc) {
     fill('tenants', tenants.map(t => ({cells: [t.name, num(t.running), num(t.waiting),
       t.max_concurrent_requests ? num(t.max_concurrent_requests) : 'no limit',
       rate(t.remaining_requests, t.requests_per_minute), rate(t.remaining_tokens, t.tokens_per_minute),
-      num(t.rate_limited_requests || 0), num(t.rate_limited_tokens || 0)], cls: 'tenant-row'})), 'no tenants');
+      count(t.rate_limited_requests), count(t.rate_limited_tokens)], cls: 'tenant-row'})), 'no tenants');
   }
 }
 
