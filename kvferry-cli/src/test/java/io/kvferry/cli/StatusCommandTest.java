@@ -23,6 +23,7 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -130,6 +131,12 @@ class StatusCommandTest {
                     "{\"prompt\":\"Once\",\"max_tokens\":-1}")) {
                 http.send(HttpRequest.newBuilder(URI.create("http://" + at + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(body))
                         .build(), HttpResponse.BodyHandlers.ofString());
+            }
+            // The router counts a request once its handler's finally ran, a moment after the client had the answer.
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (!http.send(HttpRequest.newBuilder(URI.create("http://" + at + "/status.json")).build(), HttpResponse.BodyHandlers.ofString())
+                    .body().contains("\"total\":3,") && System.nanoTime() < deadline) {
+                Thread.sleep(20);
             }
             Run text = run("status", "--router", at);
             assertEquals(0, text.code(), text.err());
