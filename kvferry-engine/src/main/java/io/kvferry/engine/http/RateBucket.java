@@ -21,8 +21,8 @@ final class RateBucket {
     /** The refill window: a full bucket refills in one minute. */
     static final long WINDOW_NANOS = TimeUnit.MINUTES.toNanos(1);
     /**
-     * The largest per-minute limit: {@code units * WINDOW_NANOS} and {@code WINDOW_NANOS * limit} stay within a long
-     * (6e10 * 1e8 = 6e18 &lt; 9.2e18).
+     * The largest per-minute limit: a unit is then still 600 whole nanoseconds ({@link #unitNanos}), so the rounding of a
+     * unit's price is a small part of it, and a take of at most the limit costs at most a minute.
      */
     static final int MAX_PER_MINUTE = 100_000_000;
 
