@@ -258,11 +258,23 @@ final class Http {
     }
 
     static void sendJson(HttpExchange ex, int status, Object body) throws IOException {
-        byte[] b = JSON.writeValueAsBytes(body);
-        ex.getResponseHeaders().set("Content-Type", "application/json; charset=utf-8");
-        ex.sendResponseHeaders(status, b.length);
+        send(ex, status, "application/json; charset=utf-8", JSON.writeValueAsBytes(body));
+    }
+
+    /**
+     * Answers with {@code body}; to a HEAD request, the same status and headers without it. The JDK's server logs a
+     * warning for every HEAD answered with a length, so an open route probed with HEAD would fill the log.
+     */
+    static void send(HttpExchange ex, int status, String contentType, byte[] body) throws IOException {
+        ex.getResponseHeaders().set("Content-Type", contentType);
+        if (ex.getRequestMethod().equals("HEAD")) {
+            ex.sendResponseHeaders(status, -1);
+            ex.close();
+            return;
+        }
+        ex.sendResponseHeaders(status, body.length);
         try (OutputStream o = ex.getResponseBody()) {
-            o.write(b);
+            o.write(body);
         }
     }
 
@@ -308,9 +320,14 @@ final class Http {
         return o;
     }
 
+    /**
+     * Whether the request's method is {@code expected}; else answers 405 naming it. A GET route takes HEAD too (HTTP's
+     * rule: the GET's status and headers, no body, {@link #send}).
+     */
     static boolean method(HttpExchange ex, String expected) throws IOException {
-        if (ex.getRequestMethod().equals(expected)) return true;
-        ex.getResponseHeaders().set("Allow", expected);
+        String m = ex.getRequestMethod();
+        if (m.equals(expected) || m.equals("HEAD") && expected.equals("GET")) return true;
+        ex.getResponseHeaders().set("Allow", expected.equals("GET") ? "GET, HEAD" : expected);
         sendError(ex, 405, "invalid_request_error", ex.getRequestMethod() + " " + ex.getRequestURI().getPath() + " is not allowed; use " + expected);
         return false;
     }

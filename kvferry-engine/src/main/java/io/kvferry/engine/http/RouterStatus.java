@@ -6,7 +6,6 @@ import com.sun.net.httpserver.HttpExchange;
 import io.kvferry.ops.OpsHandlers;
 
 import java.io.IOException;
-import java.io.OutputStream;
 import java.util.ArrayDeque;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -217,10 +216,6 @@ final class RouterStatus {
 
     private static void send(HttpExchange ex, String type, byte[] body) throws IOException {
         if (!Http.method(ex, "GET")) return;
-        ex.getResponseHeaders().set("Content-Type", type);
-        ex.sendResponseHeaders(200, body.length);
-        try (OutputStream o = ex.getResponseBody()) {
-            o.write(body);
-        }
+        Http.send(ex, 200, type, body);
     }
 }

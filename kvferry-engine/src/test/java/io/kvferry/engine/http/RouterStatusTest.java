@@ -266,11 +266,22 @@ class RouterStatusTest {
             assertTrue(script.body().contains("fetch('status.json'"), "the router's script polls its document");
             assertEquals(200, EngineAuthTest.send(router.port(), "GET", "/status.css", null, null).statusCode());
             assertEquals(404, EngineAuthTest.send(router.port(), "GET", "/status.jsonx", null, null).statusCode(), "exact paths only");
+            // HEAD on a GET route: its status and headers, no body (it was a 405 whose length made the JDK's server log a
+            // warning each time: a flood of HEADs on an open route filled the log); on a POST route, a 405 naming POST.
+            for (String path : new String[]{"/status", RouterStatus.JSON_ROUTE, "/status.js", "/status.css", "/health", "/v1/models"}) {
+                HttpResponse<String> head = EngineAuthTest.send(router.port(), "HEAD", path, null, null);
+                assertEquals(200, head.statusCode(), "HEAD " + path);
+                assertEquals("", head.body(), "HEAD " + path);
+                assertTrue(head.headers().firstValue("Content-Type").isPresent(), "HEAD " + path + ": " + head.headers());
+            }
+            HttpResponse<String> headOfPost = EngineAuthTest.send(router.port(), "HEAD", "/v1/completions", null, null);
+            assertEquals(405, headOfPost.statusCode());
+            assertEquals("POST", headOfPost.headers().firstValue("Allow").orElse(null));
             for (String path : new String[]{"/status", RouterStatus.JSON_ROUTE, "/status.js", "/status.css"}) {
                 for (String method : new String[]{"POST", "DELETE"}) {
                     HttpResponse<String> r = EngineAuthTest.send(router.port(), method, path, method.equals("POST") ? "{}" : null, null);
                     assertEquals(405, r.statusCode(), method + " " + path + ": " + r.body());
-                    assertEquals("GET", r.headers().firstValue("Allow").orElse(null), method + " " + path);
+                    assertEquals("GET, HEAD", r.headers().firstValue("Allow").orElse(null), method + " " + path);
                     JsonNode e = JSON.readTree(r.body()).path("error");
                     assertEquals(method + " " + path + " is not allowed; use GET", e.path("message").asText(), r.body());
                 }
