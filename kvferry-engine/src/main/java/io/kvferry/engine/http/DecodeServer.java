@@ -49,6 +49,8 @@ public final class DecodeServer implements AutoCloseable {
     private final BearerToken auth;
     /** Compiles the requests' structured outputs against the model's vocabulary; null: none (a structured output is a 400). */
     private final OutputConstraint.Compiler outputs;
+    /** Its graceful shutdown: /generate requests admitted, and whether it still admits ({@link Drain}). */
+    private final Drain drain = new Drain("decode");
 
     /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public DecodeServer(DecodeEngine engine, String host, int port) throws IOException {
@@ -66,14 +68,19 @@ public final class DecodeServer implements AutoCloseable {
         this.outputs = tokenizer == null ? null : new OutputConstraint.Compiler(tokenizer);
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
-        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
-        Http.engineRoutes(server, auth, engine::abort, () -> Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure()));
+        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(this::generate)));
+        Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure())));
         server.start();
     }
 
     /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */
     public void route(String path, HttpHandler handler) {
         server.createContext(path, handler);
+    }
+
+    /** Its graceful shutdown: {@link Drain#begin} refuses new /generate requests (503 draining) and fails /health. */
+    public Drain drain() {
+        return drain;
     }
 
     public int port() {

@@ -135,7 +135,9 @@ final class PdCall {
      * prefill or decode process gone since its last health check: it is out of rotation now), again on the others, with
      * a new room, while another instance of that role serves ({@link #MOST_RUNS} runs at most). Nothing reached the
      * client but keep-alive comments then, so the client sees one answer. Without it a request that met a dead backend
-     * before its health check did failed (500 or 502) though the other instances served on.
+     * before its health check did failed (500 or 502) though the other instances served on. A backend that answered the
+     * 503 of an engine draining for its shutdown ({@link Drain}) took nothing of the request either: the same, so a
+     * rolling restart shows its clients no error.
      */
     private Outcome admitted(Ask ask, Router.RequestRecord record, Output out, long arrived) throws Failure, IOException, InterruptedException {
         for (int run = 1; ; run++) {
@@ -192,6 +194,7 @@ final class PdCall {
             p.calls.remove(prefillCall);
             p.inFlight.decrementAndGet();
             if (e != null && Backends.isConnectionRefused(e)) Backends.markUnreachable(p, e);
+            if (e == null) outIfDraining(p, r);
             if (e != null || r.statusCode() != 200) backends.abort(d, room); // the decode would otherwise wait for KV that never comes
         });
         try {
@@ -211,6 +214,11 @@ final class PdCall {
                 ErrorBody err;
                 try (InputStream in = stalled.watch(dr.body())) { // an error answer is small: the rest of one that is not goes unread
                     err = ErrorBody.parse(dr.statusCode(), new String(in.readNBytes(Http.MAX_BODY_BYTES), StandardCharsets.UTF_8));
+                }
+                if (err.draining()) { // it took nothing: out of rotation, and the request runs again elsewhere
+                    takeOut(d, err);
+                    backends.abort(p, room);
+                    throw err.failure();
                 }
                 throw failedBeforeFirstToken(err, p, room, prefillCall);
             }
@@ -330,7 +338,10 @@ final class PdCall {
         } finally {
             p.inFlight.decrementAndGet();
         }
-        if (r.statusCode() != 200) throw ErrorBody.parse(r.statusCode(), r.body()).failure();
+        if (r.statusCode() != 200) {
+            outIfDraining(p, r);
+            throw ErrorBody.parse(r.statusCode(), r.body()).failure();
+        }
         JsonNode pre = Http.JSON.readTree(r.body());
         List<TokenLogprobs> input = null;
         if (ask.logprobStart() >= 0) {
@@ -462,6 +473,10 @@ final class PdCall {
     private Failure failedBeforeFirstToken(ErrorBody err, Backend p, long room, CompletableFuture<HttpResponse<String>> prefillCall) {
         backends.abort(p, room);
         ErrorBody prefillErr = prefillError(prefillCall, p);
+        if (prefillErr != null && prefillErr.draining()) { // the prefill took nothing: run it elsewhere
+            takeOut(p, prefillErr); // here too: the call's own callback may not have run yet
+            return prefillErr.failure();
+        }
         // A transfer the prefill failed or refused shows up on the decode as an abort (or not as a transfer
         // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
         // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
@@ -573,13 +588,37 @@ final class PdCall {
         }
     }
 
-    /** A backend's error answer: its status, and what its body says (type, transfer failure kind, message). */
-    private record ErrorBody(int status, String type, String kind, String message) {
+    /**
+     * A backend that answered {@code r}, a 503 of a draining engine ({@link Drain}), is out of rotation until a health
+     * check passes (its /health says draining until it stops; a new process in its place passes).
+     */
+    private static void outIfDraining(Backend b, HttpResponse<String> r) {
+        if (r.statusCode() == 503) {
+            ErrorBody err = ErrorBody.parse(r.statusCode(), r.body());
+            if (err.draining()) takeOut(b, err);
+        }
+    }
+
+    private static void takeOut(Backend b, ErrorBody draining) {
+        if (b.healthy) log.warn("{} is draining (shutting down): out of rotation ({})", b, draining.message());
+        b.healthy = false;
+    }
+
+    /**
+     * A backend's error answer: its status, and what its body says (type, transfer failure kind, message, and
+     * {@code draining}: the 503 of an engine shutting down, which took nothing of the request).
+     */
+    private record ErrorBody(int status, String type, String kind, String message, boolean draining) {
+        ErrorBody(int status, String type, String kind, String message) {
+            this(status, type, kind, message, false);
+        }
+
         static ErrorBody parse(int status, String body) {
             try {
                 JsonNode e = Http.JSON.readTree(body).path("error");
                 return new ErrorBody(status, e.hasNonNull("type") ? e.get("type").asText() : null,
-                        e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body));
+                        e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body),
+                        status == 503 && Drain.CODE.equals(e.path("code").asText(null)));
             } catch (IOException ex) {
                 return new ErrorBody(status, null, null, body);
             }
@@ -594,6 +633,8 @@ final class PdCall {
         }
 
         Failure failure() {
+            // Nothing of the request started there: the router runs it again on another instance (PdCall#admitted).
+            if (draining) return new Failure(503, "service_unavailable", null, message).asRefusedConnection();
             if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
             String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
             return new Failure(500, t, kind, message);

@@ -39,6 +39,8 @@ public final class PrefillServer implements AutoCloseable {
     private final BearerToken auth;
     /** Compiles the requests' structured outputs against the model's vocabulary; null: none (a structured output is a 400). */
     private final OutputConstraint.Compiler outputs;
+    /** Its graceful shutdown: /generate requests admitted, and whether it still admits ({@link Drain}). */
+    private final Drain drain = new Drain("prefill");
 
     /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port) throws IOException {
@@ -57,15 +59,20 @@ public final class PrefillServer implements AutoCloseable {
         this.bootstrapAddr = bootstrapAddr;
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
-        server.createContext("/generate", ex -> Http.handle(ex, this::generate));
-        Http.engineRoutes(server, auth, engine::abort, () -> Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
-                .put("bootstrap", bootstrapAddr).put("prefix_cache", engine.prefixCacheOn() ? "on" : "off"));
+        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(this::generate)));
+        Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
+                .put("bootstrap", bootstrapAddr).put("prefix_cache", engine.prefixCacheOn() ? "on" : "off")));
         server.start();
     }
 
     /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */
     public void route(String path, HttpHandler handler) {
         server.createContext(path, handler);
+    }
+
+    /** Its graceful shutdown: {@link Drain#begin} refuses new /generate requests (503 draining) and fails /health. */
+    public Drain drain() {
+        return drain;
     }
 
     public int port() {

@@ -115,6 +115,8 @@ public final class Router implements AutoCloseable {
     /** The tenants whose keys clients send instead of one API key (and who get their limits and salts), or null. */
     private final Tenants tenants;
     private final RouterMeters meters;
+    /** Its graceful shutdown: the serving routes' requests admitted, and whether it still admits ({@link Drain}). */
+    private final Drain drain = new Drain("router");
 
     /**
      * Who may call what. {@code backendToken}: the cluster token sent to the engines, whose /generate and /abort
@@ -265,7 +267,8 @@ public final class Router implements AutoCloseable {
             long arrived = System.nanoTime();
             RequestRecord record = new RequestRecord();
             try {
-                ScopedValue.where(RECORD, record).run(() -> Http.handle(ex, e -> {
+                // Draining (shutting down): a 503 whose code is draining, before anything else; else served to its end.
+                ScopedValue.where(RECORD, record).run(() -> Http.handle(ex, drain.admitting(e -> {
                     if (tenants != null) {
                         record.tenant = tenants.identify(e.getRequestHeaders().getFirst("Authorization"));
                         if (record.tenant == null) {
@@ -283,7 +286,7 @@ public final class Router implements AutoCloseable {
                         if (record.countedStatus == null) record.countedStatus = RouterMeters.CLIENT_CLOSED;
                         throw clientGone;
                     }
-                }));
+                })));
             } finally {
                 int status = record.countedStatus != null ? record.countedStatus
                         : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED;
@@ -300,6 +303,11 @@ public final class Router implements AutoCloseable {
                 meters.finished(route, status, tenant); // after its log line: a request counted is a request logged
             }
         });
+    }
+
+    /** Its graceful shutdown: {@link Drain#begin} refuses new requests (503 draining) and fails /health; those running go on. */
+    public Drain drain() {
+        return drain;
     }
 
     public int port() {
@@ -368,10 +376,10 @@ public final class Router implements AutoCloseable {
         long p = now.prefills().stream().filter(Backend::serves).count(), d = now.decodes().stream().filter(Backend::serves).count();
         // Degraded: a role has fewer healthy backends than it has, requests still served; unavailable: none of a role.
         boolean all = p == now.prefills().size() && d == now.decodes().size();
-        out.put("status", p == 0 || d == 0 ? "unavailable" : all ? "ok" : "degraded");
+        out.put("status", drain.draining() ? "draining" : p == 0 || d == 0 ? "unavailable" : all ? "ok" : "degraded");
         out.put("healthy_prefills", p);
         out.put("healthy_decodes", d);
-        Http.sendJson(ex, p > 0 && d > 0 ? 200 : 503, out);
+        Http.sendJson(ex, p > 0 && d > 0 && !drain.draining() ? 200 : 503, out); // draining: a load balancer stops sending
     }
 
     @Override

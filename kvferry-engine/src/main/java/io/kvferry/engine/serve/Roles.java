@@ -5,6 +5,7 @@ import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.api.Redacted;
 import io.kvferry.engine.http.DecodeServer;
+import io.kvferry.engine.http.Drain;
 import io.kvferry.engine.http.PrefillServer;
 import io.kvferry.engine.http.Router;
 import io.kvferry.engine.http.Tenants;
@@ -29,6 +30,7 @@ import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import java.io.IOException;
 import java.net.InetAddress;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
@@ -36,7 +38,8 @@ import java.util.Set;
 /**
  * Starts the serving roles ({@code kvferry serve}): a prefill instance (its bootstrap registry, engine
  * and HTTP server), a decode instance (engine and HTTP server), the router, or all three in one
- * process. Each returned role closes everything it started, in reverse order.
+ * process. Each returned role closes everything it started, in reverse order; {@link Role#drain} before that lets the
+ * requests it admitted end first (serve's shutdown: {@code --drain-timeout-s}).
  */
 public final class Roles {
     private Roles() {
@@ -49,6 +52,23 @@ public final class Roles {
         /** The port its bootstrap registry listens on (a prefill's; the one bound when 0 was asked), or -1: it has none. */
         default int bootstrapPort() {
             return -1;
+        }
+
+        /**
+         * Graceful shutdown, before {@link #close}: the role takes no new requests (503 {@code draining}; its /health
+         * answers 503 {@code "status": "draining"}) and waits up to {@code timeout} for those it admitted to end (a
+         * decode's stream, a prefill's forward and KV transfer, a router's whole request). Without a router in the same
+         * process the engines' requests are waited for; with one (no --role) the router's first, then the engines'.
+         *
+         * @return the requests still running at the timeout (0: all ended), which {@link #close} then cuts
+         */
+        default int drain(Duration timeout) throws InterruptedException {
+            return 0;
+        }
+
+        /** Requests admitted and not ended yet (the router's, in a process that has one). */
+        default int running() {
+            return 0;
         }
 
         @Override
@@ -117,8 +137,28 @@ public final class Roles {
 
     private static final class Stack implements Role {
         final List<AutoCloseable> parts = new ArrayList<>();
+        /** Its servers' drains, in the order they drain: a router's before its engines'. */
+        final List<Drain> drains = new ArrayList<>();
         int port;
         int bootstrapPort = -1;
+
+        @Override
+        public int drain(Duration timeout) throws InterruptedException {
+            long deadline = System.nanoTime() + timeout.toNanos();
+            int cut = 0;
+            for (Drain d : drains) {
+                d.begin();
+                int left = d.await(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
+                // Counted once: the engines of a router in this process run the router's requests, not others.
+                if (cut == 0) cut = left;
+            }
+            return cut;
+        }
+
+        @Override
+        public int running() {
+            return drains.isEmpty() ? 0 : drains.getFirst().running();
+        }
 
         @Override
         public int port() {
@@ -165,6 +205,7 @@ public final class Roles {
             engine.kvManagers().forEach(status::add);
             PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken(), o.model().tokenizer());
             s.parts.add(server);
+            s.drains.add(server.drain());
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
@@ -206,6 +247,7 @@ public final class Roles {
             engine.kvManagers().forEach(status::add);
             DecodeServer server = new DecodeServer(engine, o.host(), o.port(), o.authToken(), o.model().tokenizer());
             s.parts.add(server);
+            s.drains.add(server.drain());
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
@@ -242,6 +284,7 @@ public final class Roles {
         Router r = new Router(prefillUrls, decodeUrls, o.model().tokenizer(), o.model().weights().config.seqLen(), modelName(o.model()),
                 o.host(), o.port(), new Router.Access(o.authToken(), apiKey, tenants), admission, metrics);
         s.parts.add(r);
+        s.drains.add(r.drain());
         r.route("/metrics", OpsHandlers.metrics(metrics));
         s.port = r.port();
         return s;
@@ -290,6 +333,8 @@ public final class Roles {
             Role r = router(router, List.of("http://" + hostPort(prefill.publishedHost(), p.port())),
                     List.of("http://" + hostPort(decodeHost, d.port())), apiKey, admission, tenants);
             s.parts.add(r);
+            // The router's requests first (they are the engines' only ones), then the engines'.
+            for (Role part : List.of(r, p, d)) s.drains.addAll(((Stack) part).drains);
             s.port = r.port();
             return s;
         } catch (IOException | RuntimeException | Error e) { // an Error too: its servers' threads would keep the JVM alive

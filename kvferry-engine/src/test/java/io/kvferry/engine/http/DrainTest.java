@@ -1,0 +1,182 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.EngineSpec;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * An engine's graceful shutdown ({@link Drain}, {@code serve --drain-timeout-s}) on real engines: once draining, its
+ * /health answers 503 {@code draining} and a new /generate a 503 whose code is {@code draining}, while a request it admitted
+ * before runs to its end (a decode's whole stream; a prefill's forward and KV transfer, even when the request's decode
+ * half comes only after the drain began); at the timeout what is left is counted as cut. Each request is held at a known
+ * point by sending its two halves apart: a decode waits for its prefill's KV, a prefill for its decode.
+ */
+class DrainTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final HttpClient HTTP = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+    static final int TOKENS = 40;
+
+    /** A prefill and a decode of their own: a drain is for good. */
+    static EngineStack engines() throws Exception {
+        return EngineStack.open(new EngineSpec(ModelFiles.load(null, null).weights(), 1, 1, 16, 256, 8, 32), "drain-test");
+    }
+
+    static HttpRequest post(int port, String path, String body) {
+        return HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).header("Content-Type", "application/json")
+                .POST(HttpRequest.BodyPublishers.ofString(body)).build();
+    }
+
+    static HttpResponse<String> get(int port, String path) throws Exception {
+        return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).GET().build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    static String prefillBody(long room) {
+        return "{\"bootstrap_room\":" + room + ",\"input_ids\":[1,400,500,300]}";
+    }
+
+    static String decodeBody(EngineStack stack, long room) {
+        return "{\"bootstrap_room\":" + room + ",\"bootstrap_addr\":\"" + stack.addr + "\",\"input_ids\":[1,400,500,300],"
+                + "\"max_new_tokens\":" + TOKENS + ",\"sampling_params\":{\"ignore_eos\":true}}";
+    }
+
+    /** A draining server's /health: 503, status draining. */
+    static void assertHealthDraining(int port) throws Exception {
+        HttpResponse<String> h = get(port, "/health");
+        assertEquals(503, h.statusCode(), h.body());
+        assertEquals("draining", JSON.readTree(h.body()).path("status").asText(), h.body());
+    }
+
+    /** A new request to a draining server: 503 with the error code draining. */
+    static void assertRefusedDraining(HttpResponse<String> r) throws Exception {
+        assertEquals(503, r.statusCode(), r.body());
+        assertEquals("draining", JSON.readTree(r.body()).path("error").path("code").asText(), r.body());
+    }
+
+    /** A decode's stream to its end: its token events, and the finish event last (which lists every token). */
+    static List<JsonNode> readStream(InputStream body) throws Exception {
+        List<JsonNode> events = new ArrayList<>();
+        try (BufferedReader in = new BufferedReader(new InputStreamReader(body, StandardCharsets.UTF_8))) {
+            for (String line; (line = in.readLine()) != null; ) {
+                if (line.startsWith("data: ")) events.add(JSON.readTree(line.substring(6)));
+            }
+        }
+        return events;
+    }
+
+    static String text(HttpResponse<InputStream> r) {
+        try (InputStream in = r.body()) {
+            return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            return e.toString();
+        }
+    }
+
+    static void assertWhole(List<JsonNode> events) {
+        assertFalse(events.isEmpty());
+        JsonNode last = events.getLast();
+        assertTrue(last.has("finish_reason"), "the stream ends with its finish event: " + last);
+        assertEquals(TOKENS, last.path("tokens").size(), "every token generated: " + last);
+        assertEquals(TOKENS, events.stream().filter(e -> e.has("token")).count(), "every token streamed: " + events);
+    }
+
+    /**
+     * The decode admitted a request (its stream began: it waits for its prefill's KV); then it drains: /health and a new
+     * request say draining, and the admitted one, its prefill run now, streams every token; then the drain is done.
+     */
+    @Test
+    @Timeout(120)
+    void aDrainingDecodeFinishesTheStreamItAdmittedAndRefusesNewOnes() throws Exception {
+        EngineStack stack = engines();
+        Drain drain = stack.decodeServer.drain();
+        int decode = stack.decodeServer.port();
+        try (stack) {
+            HttpResponse<InputStream> running = HTTP.send(post(decode, "/generate", decodeBody(stack, 41)), HttpResponse.BodyHandlers.ofInputStream());
+            assertEquals(200, running.statusCode(), () -> "the stream begins while the request waits for its KV: " + text(running));
+            drain.begin();
+            assertHealthDraining(decode);
+            assertRefusedDraining(HTTP.send(post(decode, "/generate", decodeBody(stack, 42)), HttpResponse.BodyHandlers.ofString()));
+            assertEquals(1, drain.running());
+            HttpResponse<String> prefilled = HTTP.send(post(stack.prefillServer.port(), "/generate", prefillBody(41)),
+                    HttpResponse.BodyHandlers.ofString());
+            assertEquals(200, prefilled.statusCode(), prefilled.body());
+            assertWhole(readStream(running.body()));
+            assertEquals(0, drain.await(Duration.ofSeconds(60)), "the drain ends when its stream does");
+        }
+    }
+
+    /**
+     * The prefill admitted a request whose decode half has not come yet (it waits for the decode); then it drains: /health
+     * and a new request say draining, and the decode half, arriving now, still gets the request's KV: the prefill serves
+     * the transfers of the requests it took.
+     */
+    @Test
+    @Timeout(120)
+    void aDrainingPrefillServesTheTransferOfARequestItAdmitted() throws Exception {
+        EngineStack stack = engines();
+        Drain drain = stack.prefillServer.drain();
+        int prefill = stack.prefillServer.port();
+        try (stack) {
+            CompletableFuture<HttpResponse<String>> prefilled = HTTP.sendAsync(post(prefill, "/generate", prefillBody(51)),
+                    HttpResponse.BodyHandlers.ofString());
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (drain.running() == 0 && !prefilled.isDone() && System.nanoTime() < until) Thread.sleep(5); // the prefill took it
+            assertEquals(1, drain.running(), () -> prefilled.isDone() ? prefilled.join().body() : "not taken");
+            drain.begin();
+            assertHealthDraining(prefill);
+            assertRefusedDraining(HTTP.send(post(prefill, "/generate", prefillBody(52)), HttpResponse.BodyHandlers.ofString()));
+            HttpResponse<InputStream> decoded = HTTP.send(post(stack.decodeServer.port(), "/generate", decodeBody(stack, 51)),
+                    HttpResponse.BodyHandlers.ofInputStream());
+            assertEquals(200, decoded.statusCode());
+            assertWhole(readStream(decoded.body()));
+            HttpResponse<String> r = prefilled.get(60, TimeUnit.SECONDS);
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals(0, drain.await(Duration.ofSeconds(60)));
+        }
+    }
+
+    /** A request that would run past the drain timeout (its prefill never comes) is counted as cut when the timeout ends. */
+    @Test
+    @Timeout(120)
+    void theDrainTimeoutCountsARequestThatRunsLonger() throws Exception {
+        EngineStack stack = engines();
+        Drain drain = stack.decodeServer.drain();
+        int decode = stack.decodeServer.port();
+        try (stack) {
+            HttpResponse<InputStream> waiting = HTTP.send(post(decode, "/generate", decodeBody(stack, 61)), HttpResponse.BodyHandlers.ofInputStream());
+            assertEquals(200, waiting.statusCode(), () -> text(waiting));
+            drain.begin();
+            assertEquals(1, drain.await(Duration.ofMillis(200)), "its prefill never runs: it is still running at the timeout");
+            stack.close(); // what the role's close does then: the request is cut
+            List<JsonNode> events;
+            try {
+                events = readStream(waiting.body());
+            } catch (IOException cutMidChunk) {
+                events = List.of();
+            }
+            assertTrue(events.stream().noneMatch(e -> e.has("finish_reason")), "cut, not finished: " + events);
+        }
+    }
+}
