@@ -103,6 +103,12 @@ public final class ServeCommand implements Callable<Integer> {
             + "--max-concurrent-requests waits for a slot (0: refused at once). Default: ${DEFAULT-VALUE}.")
     long queueTimeoutMs;
 
+    @Option(names = "--drain-timeout-s", paramLabel = "SECONDS", defaultValue = "30", description = "Every role: at SIGTERM (or "
+            + "SIGINT) it first drains: new requests get 503 (error code draining) and /health 503 (status draining), the requests "
+            + "running go on to their end, for up to this long; then it stops, cutting what is left. 0: it stops at once. "
+            + "Default: ${DEFAULT-VALUE} (docs/SERVING.md, Shutdown and draining).")
+    long drainTimeoutS;
+
     @Option(names = "--api-key", hidden = true, description = "Refused: put the key in KVFERRY_API_KEY or a file.")
     String apiKeyOnTheCommandLine;
 
@@ -140,6 +146,9 @@ public final class ServeCommand implements Callable<Integer> {
         }
         return null;
     }
+
+    /** The longest drain: a request still running after an hour is cut anyway (an orchestrator would have long since). */
+    static final long MAX_DRAIN_TIMEOUT_S = 3600;
 
     /** The longest a request waits for a router slot: a client waiting longer has given up long before. */
     static final long MAX_QUEUE_TIMEOUT_MS = 3_600_000;
@@ -197,6 +206,26 @@ public final class ServeCommand implements Callable<Integer> {
                 + "other hosts reach it at";
     }
 
+    /** The role's drain ({@code --drain-timeout-s}; 0: none), each step a line on stdout. */
+    private void drain(Roles.Role r, String what) {
+        if (drainTimeoutS == 0) return;
+        System.out.println("kvferry serve: stopping: draining the " + what + " (new requests get 503 draining); waiting up to "
+                + drainTimeoutS + " s for the " + r.running() + " request(s) running");
+        System.out.flush();
+        long started = System.nanoTime();
+        int cut;
+        try {
+            cut = r.drain(Duration.ofSeconds(drainTimeoutS));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            cut = r.running();
+        }
+        long ms = (System.nanoTime() - started) / 1_000_000;
+        System.out.println(cut == 0 ? "kvferry serve: drained in " + ms + " ms: every request ended; stopping"
+                : "kvferry serve: drain timeout (" + drainTimeoutS + " s, --drain-timeout-s): cutting " + cut + " request(s) still running");
+        System.out.flush();
+    }
+
     @Override
     public Integer call() throws Exception {
         // A flag the chosen mode does not read was accepted and ignored (serve --tp 0 ran a tp1 prefill).
@@ -244,6 +273,11 @@ public final class ServeCommand implements Callable<Integer> {
         }
         if (queueTimeoutMs < 0 || queueTimeoutMs > MAX_QUEUE_TIMEOUT_MS) {
             System.err.println("kvferry serve: --queue-timeout-ms " + queueTimeoutMs + " is outside [0, " + MAX_QUEUE_TIMEOUT_MS + "] (one hour)");
+            return 2;
+        }
+        if (drainTimeoutS < 0 || drainTimeoutS > MAX_DRAIN_TIMEOUT_S) {
+            System.err.println("kvferry serve: --drain-timeout-s " + drainTimeoutS + " is outside [0, " + MAX_DRAIN_TIMEOUT_S
+                    + "] (0 = stop at once)");
             return 2;
         }
         Router.Admission admission = new Router.Admission(maxConcurrentRequests, Duration.ofMillis(queueTimeoutMs));
@@ -339,10 +373,16 @@ public final class ServeCommand implements Callable<Integer> {
                 role, token, REGISTER_RETRY);
         CountDownLatch stop = new CountDownLatch(1);
         Roles.Role r = started;
+        // SIGTERM/SIGINT: out of the router (registered), drain, close. A second signal while this runs changes nothing (the
+        // JVM runs its hooks once); SIGKILL stops it at once.
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            if (registered != null) registered.close();
-            r.close();
-            stop.countDown();
+            try {
+                if (registered != null) registered.close();
+                drain(r, what);
+            } finally {
+                r.close();
+                stop.countDown();
+            }
         }));
         System.out.println("kvferry serve: model " + model.description() + ", variant " + engine.variant.label());
         if (registered != null) {

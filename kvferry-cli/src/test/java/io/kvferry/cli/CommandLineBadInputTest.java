@@ -164,6 +164,14 @@ class CommandLineBadInputTest {
                 "--auth-token-file", tokenFile("t").toString()), "kvferry serve: --queue-timeout-ms is not used by --role prefill");
     }
 
+    /** --drain-timeout-s: negative, or beyond an hour, is refused before anything starts (every role reads it). */
+    @Test
+    void aDrainTimeoutOutOfRangeIsRefused() throws Exception {
+        assertOneLine(CliRun.of("serve", "--drain-timeout-s", "-1"), "kvferry serve: --drain-timeout-s -1 is outside [0, 3600] (0 = stop at once)");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--drain-timeout-s", "3601",
+                "--auth-token-file", tokenFile("t").toString()), "kvferry serve: --drain-timeout-s 3601 is outside [0, 3600] (0 = stop at once)");
+    }
+
     /** A rate so low its first arrival is hours away ran for ever; a bad --checksum word did not name the flag. */
     @Test
     void aRateTooLowAndABadChecksumWordNameTheirFlags() {
