@@ -9,6 +9,7 @@ import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
 import java.util.function.IntSupplier;
 
 /**
@@ -55,8 +56,13 @@ final class RouterStatus {
     private final ArrayDeque<Totals> samples = new ArrayDeque<>();
     private volatile Rates rates = new Rates(0, 0, 0, 0, 0);
 
-    /** @param waiting requests waiting for an admission slot now */
-    RouterStatus(Backends backends, RouterMeters meters, IntSupplier waiting, Tenants tenants, Router.Admission admission, String model) {
+    /** Whether the router is draining (shutting down: new requests refused, those running end). */
+    private final BooleanSupplier draining;
+
+    /** @param waiting requests waiting for an admission slot now; {@code draining} whether the router is draining */
+    RouterStatus(Backends backends, RouterMeters meters, IntSupplier waiting, Tenants tenants, Router.Admission admission, String model,
+                 BooleanSupplier draining) {
+        this.draining = draining;
         this.backends = backends;
         this.meters = meters;
         this.waiting = waiting;
@@ -117,7 +123,7 @@ final class RouterStatus {
             if (c == null) o.putNull("last_check_age_ms");
             else o.put("last_check_age_ms", Math.max(now - c.atMillis(), 0));
         }
-        doc.put("status", healthyPrefills == 0 || healthyDecodes == 0 ? "unavailable"
+        doc.put("status", draining.getAsBoolean() ? "draining" : healthyPrefills == 0 || healthyDecodes == 0 ? "unavailable"
                 : healthyPrefills == pool.prefills().size() && healthyDecodes == pool.decodes().size() ? "ok" : "degraded");
 
         ObjectNode requests = doc.putObject("requests");

@@ -140,6 +140,9 @@ class RouterDrainTest {
             assertEquals(1, router.drain().running(), "its first token came: the request runs");
             router.drain().begin();
             assertHealthDraining(router.port());
+            HttpResponse<String> status = DrainTest.get(router.port(), RouterStatus.JSON_ROUTE);
+            assertEquals(200, status.statusCode(), "the status page stays up while the router drains");
+            assertEquals("draining", JSON.readTree(status.body()).path("status").asText(), status.body());
             assertRefusedDraining(RouterCalls.post(router.port(), "/v1/completions", COMPLETION));
             release.countDown();
             for (String line; (line = in.readLine()) != null; ) if (line.startsWith("data: ")) events.add(line);
