@@ -2,10 +2,12 @@ package io.kvferry.engine.serving;
 
 import io.kvferry.api.DisaggregationMode;
 import io.kvferry.api.FailureKind;
+import io.kvferry.api.KVFerrySettings;
 import io.kvferry.api.KVManager;
 import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
+import io.kvferry.api.Knobs;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.kv.PrefixCache;
@@ -46,7 +48,9 @@ import java.util.concurrent.Executors;
  * hit and asks the prefill only for the rest, so a burst on a new prefix receives it once. It waits only on a request in
  * transfer: when that one fails or is aborted it looks the cache up again on the next pass and receives what is missing
  * itself; its own abort ends it with nothing held. A request that waits keeps no place: those behind it take pages
- * meanwhile, and once it is ready again it goes in its arrival order (before them).
+ * meanwhile, and once it is ready again it goes in its arrival order (before them). It waits at most half the bootstrap
+ * timeout from its arrival (a transfer waited for may hang until the waiting timeout, while its own prefill fails it
+ * after the bootstrap timeout without metadata); then it receives its prompt itself.
  */
 public final class DecodeEngine extends SchedulerThread {
     private static final Logger log = LoggerFactory.getLogger(DecodeEngine.class);
@@ -123,6 +127,13 @@ public final class DecodeEngine extends SchedulerThread {
      * several decodes would (the prefill's own in-batch sharing is tested so); true in service.
      */
     volatile boolean sharesInFlightPrefixes = true;
+    /**
+     * The longest a request waits for others' transfers of a prefix it shares, from its arrival: half the bootstrap
+     * timeout (the knob as this process reads it), since its prefill fails it (bootstrap_timeout) once it has had no
+     * metadata from the decode for the whole of that. A transfer waited for that hangs (its prefill stuck) is ended only
+     * by the waiting timeout, far later; the waiting request then receives its prompt itself.
+     */
+    private final long sharedPrefixWaitNanos;
     // The running batch's step, reused (at most one running request per aux row).
     private final Flight[] batch;
     private final int[] batchTokens, batchPositions, batchRows;
@@ -144,6 +155,8 @@ public final class DecodeEngine extends SchedulerThread {
         /** It waited for another request's pages at least once (counted once); {@code waitingNow}: on the last pass. */
         boolean waited, waitingNow;
         int row = -1, generated, prefixPages;
+        /** When it came to this decode (its wait for a shared prefix is bounded from then). */
+        final long arrivedNanos = System.nanoTime();
         long metadataNanos, landedNanos, landedBytes;
         double firstDecodeMs;
         float[] firstLogits;
@@ -176,6 +189,7 @@ public final class DecodeEngine extends SchedulerThread {
             throw e;
         }
         this.managers = m;
+        sharedPrefixWaitNanos = KVFerrySettings.fromEnvironment().getMillis(Knobs.BOOTSTRAP_TIMEOUT_MS, 1).toNanos() / 2;
         this.alloc = new PageAllocator(spec.pages(), spec.maxRequests());
         this.prefixCache = new PrefixCache(spec.pageSize());
         batch = new Flight[spec.maxRequests()];
@@ -421,12 +435,13 @@ public final class DecodeEngine extends SchedulerThread {
      * Whether the ready request waits for a shared prefix: it shares at least one full prompt page beyond what the cache
      * holds for it now with a request in the transfer queue, whose full pages join the cache once they landed; same cache
      * salt only (keys compared, then the tokens). Nothing is held while it waits. Counts the request once in the engine's
-     * deferrals.
+     * deferrals. Not once {@link #sharedPrefixWaitNanos} passed since it came: a hung transfer holds no one back for long.
      */
     private boolean waitsForSharedPrefix(Flight f) {
         f.waitingNow = false;
         int usable = f.prefixKeys.length;
         if (usable == 0 || transferring.isEmpty() || !sharesInFlightPrefixes) return false;
+        if (System.nanoTime() - f.arrivedNanos >= sharedPrefixWaitNanos) return false; // waited enough: receives it itself
         int[] prompt = f.req.prompt();
         int cached = -1;
         for (Flight l : transferring) {

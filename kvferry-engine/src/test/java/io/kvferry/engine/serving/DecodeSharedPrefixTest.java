@@ -48,9 +48,14 @@ class DecodeSharedPrefixTest {
     }
 
     private static Pd submit(PrefillEngine p, DecodeEngine d, long room, int[] prompt, String salt) {
+        return submit(p, d, null, room, prompt, salt);
+    }
+
+    /** @param bootstrapAddr the prefill's registry (null: the decode's own) */
+    private static Pd submit(PrefillEngine p, DecodeEngine d, String bootstrapAddr, long room, int[] prompt, String salt) {
         var pre = p.submit(new PrefillEngine.Request(room, prompt, Sampling.GREEDY, -1, 0, false, salt));
         CompletableFuture<Generation> gen = new CompletableFuture<>();
-        d.submit(new DecodeEngine.Request(room, null, prompt, MAX, Sampling.GREEDY, new DecodeEngine.TokenSink() {
+        d.submit(new DecodeEngine.Request(room, bootstrapAddr, prompt, MAX, Sampling.GREEDY, new DecodeEngine.TokenSink() {
             @Override
             public void onToken(int token) {
             }
@@ -289,5 +294,51 @@ class DecodeSharedPrefixTest {
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
             }
         }
+    }
+
+    /**
+     * The transfer waited for hangs (its prefill holds its chunks, as a stuck prefill would; the decode's waiting timeout,
+     * 300 s, is far off): the waiting request, whose own prefill (another one) is sound, stops waiting after half the
+     * bootstrap timeout and receives its prompt itself, so its prefill, which fails a room still Bootstrapping (no
+     * metadata from the decode) after the bootstrap timeout, never fails it for the other's hang; it is exact. Before, it
+     * waited until the hung transfer ended, and its prefill failed it first (bootstrap_timeout). The bootstrap timeout is
+     * 4 s here (the knob, as every engine of the test reads it), so the wait lasts 2 s.
+     */
+    @Test
+    void aWaitOnAHungTransferEndsBeforeTheWaitingRequestsBootstrapTimeout() throws Exception {
+        SplittableRandom r = new SplittableRandom(45);
+        int[] shared = DisaggregatedTest.prompt(r, 48);
+        int[] a = join(shared, DisaggregatedTest.prompt(r, 10)), b = join(shared, DisaggregatedTest.prompt(r, 6));
+        MeterRegistry meters = new SimpleMeterRegistry();
+        String before = System.getProperty("kvferry.bootstrapTimeoutMs");
+        System.setProperty("kvferry.bootstrapTimeoutMs", "4000");
+        try (KVBootstrapServer hung = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             KVBootstrapServer sound = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             ColocatedEngine colocated = new ColocatedEngine(SPEC);
+             PrefillEngine stuck = new PrefillEngine(SPEC, DisaggregatedTest.transfer("tcp", hung), false);
+             PrefillEngine p = new PrefillEngine(SPEC, DisaggregatedTest.transfer("tcp", sound), false);
+             DecodeEngine d = new DecodeEngine(SPEC, DisaggregatedTest.transfer("tcp", hung).withMeters(meters))) {
+            restore(before);
+            stuck.holdChunks = true;
+            Pd first = submit(stuck, d, 1, a, null);
+            await(d, () -> d.inTransfer(1), "request 1's transfer under way");
+            Pd waiting = submit(p, d, "127.0.0.1:" + sound.port(), 2, b, null);
+            await(d, () -> d.waitingForSharedPrefix(2), "request 2 waits for request 1's pages");
+            sameAnswer(colocated, b, waiting, "request 2, request 1 still hung");
+            assertEquals(2, waiting.pre.get(30, TimeUnit.SECONDS).room(), "request 2's prefill succeeded");
+            assertTrue(onScheduler(d, () -> d.inTransfer(1)), "request 1 still hung");
+            assertEquals(1, deferrals(meters), 0.0);
+            assertEquals(0, decodeCached(meters), 0.0, "request 2 received its whole prompt");
+            stuck.holdChunks = false;
+            sameAnswer(colocated, a, first, "request 1");
+            assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+        } finally {
+            restore(before);
+        }
+    }
+
+    private static void restore(String bootstrapTimeoutMs) {
+        if (bootstrapTimeoutMs == null) System.clearProperty("kvferry.bootstrapTimeoutMs");
+        else System.setProperty("kvferry.bootstrapTimeoutMs", bootstrapTimeoutMs);
     }
 }
