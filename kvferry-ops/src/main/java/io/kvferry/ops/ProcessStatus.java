@@ -34,8 +34,9 @@ public final class ProcessStatus implements Supplier<ObjectNode> {
 
     /**
      * The engine's part of the document, read at each {@link #get()}: {@code kv_pages} ({@code used}, {@code cached},
-     * {@code free}) and the prompt tokens served from its prefix cache ({@code cached_tokens}; the prefill's
-     * {@code prompt_tokens} and {@code prefix_deferrals} too), as the page and {@code kvferry status} show them.
+     * {@code free}), the prompt tokens served from its prefix cache ({@code cached_tokens}), the requests that waited for
+     * another's pages of a shared prefix ({@code prefix_deferrals}, each engine) and the prefill's {@code prompt_tokens},
+     * as the page and {@code kvferry status} show them.
      */
     public ProcessStatus engine(Supplier<ObjectNode> part) {
         engine = part;
