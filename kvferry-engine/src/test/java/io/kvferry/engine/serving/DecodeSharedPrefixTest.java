@@ -302,7 +302,8 @@ class DecodeSharedPrefixTest {
      * bootstrap timeout and receives its prompt itself, so its prefill, which fails a room still Bootstrapping (no
      * metadata from the decode) after the bootstrap timeout, never fails it for the other's hang; it is exact. Before, it
      * waited until the hung transfer ended, and its prefill failed it first (bootstrap_timeout). The bootstrap timeout is
-     * 4 s here (the knob, as every engine of the test reads it), so the wait lasts 2 s.
+     * 8 s here (the knob, as every engine of the test reads it), so the wait lasts 4 s (ample to see it wait, and 4 s
+     * left for its metadata, on a loaded machine).
      */
     @Test
     void aWaitOnAHungTransferEndsBeforeTheWaitingRequestsBootstrapTimeout() throws Exception {
@@ -311,7 +312,7 @@ class DecodeSharedPrefixTest {
         int[] a = join(shared, DisaggregatedTest.prompt(r, 10)), b = join(shared, DisaggregatedTest.prompt(r, 6));
         MeterRegistry meters = new SimpleMeterRegistry();
         String before = System.getProperty("kvferry.bootstrapTimeoutMs");
-        System.setProperty("kvferry.bootstrapTimeoutMs", "4000");
+        System.setProperty("kvferry.bootstrapTimeoutMs", "8000");
         try (KVBootstrapServer hung = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
              KVBootstrapServer sound = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
              ColocatedEngine colocated = new ColocatedEngine(SPEC);
