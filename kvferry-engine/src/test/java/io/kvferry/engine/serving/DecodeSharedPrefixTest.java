@@ -297,6 +297,38 @@ class DecodeSharedPrefixTest {
     }
 
     /**
+     * The same page-aligned prompt twice (64 tokens, 4 full pages), the second while the first's transfer is under way: it
+     * waits, then holds its whole prompt from the first's landed pages, so the prefill sends it no page, only the state and
+     * the aux row (decode_prefix_len = the prompt); exact, on a TP2 llama decode and TP1 hybrid and swa decodes (whose
+     * recurrent state and window pages the prefill still computes and sends whole).
+     */
+    @ParameterizedTest(name = "{0} decode TP{1}")
+    @CsvSource({"LLAMA, 2", "HYBRID, 1", "SWA, 1"})
+    void aWaitingRequestMayTakeItsWholePromptFromALandedOne(ModelVariant variant, int tp) throws Exception {
+        EngineSpec spec = new EngineSpec(DisaggregatedTest.MODELS.get(variant), 1, 1, 16, 64, 8, 16);
+        int[] prompt = DisaggregatedTest.prompt(new SplittableRandom(46), 64);
+        MeterRegistry meters = new SimpleMeterRegistry();
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "engine-test");
+             ColocatedEngine colocated = new ColocatedEngine(spec)) {
+            TransferSpec t = DisaggregatedTest.transfer("tcp", registry).withMeters(meters);
+            try (PrefillEngine p = new PrefillEngine(spec, t, false); DecodeEngine d = new DecodeEngine(spec.withParallelism(tp, 1), t)) {
+                p.holdChunks = true;
+                Pd first = submit(p, d, 1, prompt, null);
+                await(d, () -> d.inTransfer(1), "request 1's transfer under way");
+                Pd second = submit(p, d, 2, prompt, null);
+                await(d, () -> d.waitingForSharedPrefix(2), "request 2 waits");
+                p.holdChunks = false;
+                Generation a = sameAnswer(colocated, prompt, first, "request 1"), b = sameAnswer(colocated, prompt, second, "request 2");
+                assertEquals(64, decodeCached(meters), 0.0, "request 2 held its whole prompt");
+                assertEquals(0, second.pre.get(10, TimeUnit.SECONDS).kvPages(), "the prefill sent request 2 no page");
+                assertTrue(b.timings().bytes() < a.timings().bytes());
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS));
+                assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS));
+            }
+        }
+    }
+
+    /**
      * The transfer waited for hangs (its prefill holds its chunks, as a stuck prefill would; the decode's waiting timeout,
      * 300 s, is far off): the waiting request, whose own prefill (another one) is sound, stops waiting after half the
      * bootstrap timeout and receives its prompt itself, so its prefill, which fails a room still Bootstrapping (no
