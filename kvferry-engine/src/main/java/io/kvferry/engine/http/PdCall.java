@@ -144,7 +144,11 @@ final class PdCall {
             try {
                 return once(ask, record, out, arrived);
             } catch (Failure f) {
-                if (!f.refusedConnection || run == MOST_RUNS || !othersServe(backends.pool())) throw f;
+                if (!f.refusedConnection) throw f;
+                if (run == MOST_RUNS || !othersServe(backends.pool())) { // the client's answer: say no other instance took it
+                    throw new Failure(f.status, f.type, f.kind, f.getMessage() + " (run " + run + " of the request; no other instance "
+                            + "took it: " + (run == MOST_RUNS ? MOST_RUNS + " runs at most" : "none of that role serves now") + ")");
+                }
                 log.warn("room {}: {}; running the request again on another instance", record.room, f.getMessage());
             }
         }

@@ -355,7 +355,8 @@ public final class Router implements AutoCloseable {
         RequestRecord r = RECORD.get();
         r.countedStatus = f.status;
         r.failureKind = f.kind != null ? f.kind : f.type;
-        if (f.status == 429) ex.getResponseHeaders().set("Retry-After", Long.toString(f.retryAfterSeconds));
+        // A 503 too (no instance of a role serves, each met was draining or gone): the client may try again in a moment.
+        if (f.status == 429 || f.status == 503) ex.getResponseHeaders().set("Retry-After", Long.toString(f.retryAfterSeconds));
         if (events == null) {
             Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
             return;

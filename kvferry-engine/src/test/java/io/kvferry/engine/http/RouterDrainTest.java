@@ -24,6 +24,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static io.kvferry.engine.http.DrainTest.HTTP;
 import static io.kvferry.engine.http.DrainTest.JSON;
@@ -103,6 +104,40 @@ class RouterDrainTest {
             long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30); // the aborted rooms' pages come back
             while (a.decode.inFlight() > 0 && System.nanoTime() < until) Thread.sleep(10);
             assertEquals(0, a.decode.inFlight(), "no decode room left waiting for a prefill that refused it");
+        }
+    }
+
+    /**
+     * Every decode drains (two, stubs answering the draining 503): the request runs once on each, not more, and the client
+     * gets a 503 it can act on: Retry-After, and a message saying no other instance took it (not the engine's own
+     * "send it to another instance", which speaks to the router).
+     */
+    @Test
+    @Timeout(60)
+    void aRequestMeetingOnlyDrainingDecodesGetsA503WithRetryAfter() throws Exception {
+        AtomicInteger decodeCalls = new AtomicInteger();
+        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        Route draining = ex -> {
+            decodeCalls.incrementAndGet();
+            ex.getRequestBody().readAllBytes();
+            byte[] b = ("{\"error\":{\"type\":\"service_unavailable\",\"code\":\"draining\",\"message\":\"this decode is "
+                    + "draining (shutting down): it takes no new requests; send it to another instance\"}}").getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(503, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        };
+        HttpServer d1 = stub(draining, false), d2 = stub(draining, false);
+        try (Router router = router(List.of(url(prefill)), List.of(url(d1), url(d2)))) {
+            HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", COMPLETION);
+            assertEquals(503, r.statusCode(), r.body());
+            assertEquals("1", r.headers().firstValue("Retry-After").orElse(null), "a 503 the client may retry: " + r.headers().map());
+            String message = JSON.readTree(r.body()).path("error").path("message").asText();
+            assertTrue(message.contains("no other instance"), message);
+            assertEquals(2, decodeCalls.get(), "one run on each decode, no loop");
+        } finally {
+            prefill.stop(0);
+            d1.stop(0);
+            d2.stop(0);
         }
     }
 
