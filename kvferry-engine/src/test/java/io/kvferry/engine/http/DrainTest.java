@@ -24,6 +24,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -154,6 +155,48 @@ class DrainTest {
             HttpResponse<String> r = prefilled.get(60, TimeUnit.SECONDS);
             assertEquals(200, r.statusCode(), r.body());
             assertEquals(0, drain.await(Duration.ofSeconds(60)));
+        }
+    }
+
+    /**
+     * The prefill admitted a request whose decode half never comes (the decode refused it, or drained): the router's abort
+     * of the room ends it, so the prefill's drain does not wait for its bootstrap timeout.
+     */
+    @Test
+    @Timeout(120)
+    void aDrainingPrefillsRequestWhoseDecodeNeverComesEndsAtItsAbort() throws Exception {
+        EngineStack stack = engines();
+        Drain drain = stack.prefillServer.drain();
+        int prefill = stack.prefillServer.port();
+        try (stack) {
+            CompletableFuture<HttpResponse<String>> prefilled = HTTP.sendAsync(post(prefill, "/generate", prefillBody(71)),
+                    HttpResponse.BodyHandlers.ofString());
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (drain.running() == 0 && !prefilled.isDone() && System.nanoTime() < until) Thread.sleep(5); // the prefill took it
+            assertEquals(1, drain.running(), () -> prefilled.isDone() ? prefilled.join().body() : "not taken");
+            drain.begin();
+            assertEquals(200, HTTP.send(post(prefill, "/abort", "{\"bootstrap_room\":71}"), HttpResponse.BodyHandlers.ofString()).statusCode());
+            HttpResponse<String> r = prefilled.get(60, TimeUnit.SECONDS);
+            assertNotEquals(200, r.statusCode(), r.body());
+            assertEquals(0, drain.await(Duration.ofSeconds(60)), "the aborted request left the count");
+        }
+    }
+
+    /** A decode's admitted stream whose client goes away (waiting for its KV): its next keep-alive finds it, and it leaves the count. */
+    @Test
+    @Timeout(120)
+    void aDrainingDecodesStreamWhoseClientLeftLeavesTheCount() throws Exception {
+        EngineStack stack = engines();
+        Drain drain = stack.decodeServer.drain();
+        int decode = stack.decodeServer.port();
+        try (stack) {
+            HttpResponse<InputStream> waiting = HTTP.send(post(decode, "/generate", decodeBody(stack, 81)), HttpResponse.BodyHandlers.ofInputStream());
+            assertEquals(200, waiting.statusCode(), () -> text(waiting));
+            drain.begin();
+            assertEquals(1, drain.running());
+            waiting.body().close(); // the client (a router) went away before the end of the stream
+            assertEquals(0, drain.await(Duration.ofSeconds(60)), "the stream's end by a disconnect left the count");
+            assertEquals(0, drain.running());
         }
     }
 

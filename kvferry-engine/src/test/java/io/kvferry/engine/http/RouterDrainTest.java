@@ -142,6 +142,39 @@ class RouterDrainTest {
     }
 
     /**
+     * A decode's 503 whose code is not draining (an engine overloaded) is answered as before, a 500 of the backend's type
+     * (ErrorBody#failure): no run again, and no decode out of rotation.
+     */
+    @Test
+    @Timeout(60)
+    void aDecodes503WithoutTheDrainingCodeIsNotRunAgain() throws Exception {
+        AtomicInteger decodeCalls = new AtomicInteger();
+        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        Route busy = ex -> {
+            decodeCalls.incrementAndGet();
+            ex.getRequestBody().readAllBytes();
+            byte[] b = "{\"error\":{\"type\":\"service_unavailable\",\"code\":\"overloaded\",\"message\":\"busy\"}}"
+                    .getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(503, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        };
+        HttpServer d1 = stub(busy, false), d2 = stub(busy, false);
+        try (Router router = router(List.of(url(prefill)), List.of(url(d1), url(d2)))) {
+            HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", COMPLETION);
+            assertEquals(500, r.statusCode(), r.body());
+            assertEquals("service_unavailable", JSON.readTree(r.body()).path("error").path("type").asText(), r.body());
+            assertEquals(1, decodeCalls.get(), "run once");
+            JsonNode w = JSON.readTree(DrainTest.get(router.port(), "/workers").body());
+            for (JsonNode b : w.path("decodes")) assertTrue(b.path("healthy").asBoolean(), "no decode taken out: " + w);
+        } finally {
+            prefill.stop(0);
+            d1.stop(0);
+            d2.stop(0);
+        }
+    }
+
+    /**
      * The router drains while a stream runs through it (a stub decode holds it after its first token): /health and a new
      * request say draining, the stream then ends whole, and the drain with it.
      */
