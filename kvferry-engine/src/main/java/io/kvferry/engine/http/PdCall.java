@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpExchange;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.metrics.LogSafe;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -604,7 +605,7 @@ final class PdCall {
     }
 
     private static void takeOut(Backend b, ErrorBody draining) {
-        if (b.healthy) log.warn("{} is draining (shutting down): out of rotation ({})", b, draining.message());
+        if (b.healthy) log.warn("{} is draining (shutting down): out of rotation ({})", b, LogSafe.text(draining.message()));
         b.healthy = false;
     }
 
@@ -638,7 +639,8 @@ final class PdCall {
 
         Failure failure() {
             // Nothing of the request started there: the router runs it again on another instance (PdCall#admitted).
-            if (draining) return new Failure(503, "service_unavailable", null, message).asRefusedConnection();
+            // Its message escaped (LogSafe): the router logs it when it runs the request again.
+            if (draining) return new Failure(503, "service_unavailable", null, LogSafe.text(message)).asRefusedConnection();
             if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
             String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
             return new Failure(500, t, kind, message);

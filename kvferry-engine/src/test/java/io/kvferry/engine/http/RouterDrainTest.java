@@ -9,10 +9,12 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
+import java.io.PrintStream;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.net.http.HttpResponse;
@@ -139,6 +141,40 @@ class RouterDrainTest {
             d1.stop(0);
             d2.stop(0);
         }
+    }
+
+    /**
+     * An engine's draining 503 puts its message in the router's log (the engine out of rotation, the request run again):
+     * escaped, as other text from the wire is (LogSafe), so an engine cannot end the line and forge the next one.
+     */
+    @Test
+    @Timeout(60)
+    void aDrainingEnginesMessageCannotForgeARouterLogLine() throws Exception {
+        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        Route draining = ex -> {
+            ex.getRequestBody().readAllBytes();
+            byte[] b = "{\"error\":{\"type\":\"service_unavailable\",\"code\":\"draining\",\"message\":\"draining\\nFORGED [main] INFO a line\"}}"
+                    .getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(503, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        };
+        HttpServer d1 = stub(draining, false), d2 = stub(draining, false);
+        PrintStream err = System.err;
+        ByteArrayOutputStream logged = new ByteArrayOutputStream();
+        try (Router router = router(List.of(url(prefill)), List.of(url(d1), url(d2)))) {
+            System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
+            HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", COMPLETION);
+            assertEquals(503, r.statusCode(), r.body());
+        } finally {
+            System.setErr(err);
+            prefill.stop(0);
+            d1.stop(0);
+            d2.stop(0);
+        }
+        String log = logged.toString(StandardCharsets.UTF_8);
+        assertTrue(log.contains("is draining"), "the router logged the draining engine: " + log);
+        assertTrue(log.lines().noneMatch(l -> l.startsWith("FORGED")), "a line forged by the engine: " + log);
     }
 
     /**
