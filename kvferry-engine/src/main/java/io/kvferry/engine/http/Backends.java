@@ -2,6 +2,7 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import io.kvferry.http.BearerToken;
+import io.kvferry.metrics.LogSafe;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -289,7 +290,8 @@ final class Backends {
      */
     static String roleMismatch(Backend b, JsonNode health) {
         String role = health.path("role").asText(null), listed = b.prefill ? "prefill" : "decode";
-        return role == null || role.equals(listed) ? null : "its /health says it is a " + role + " engine, listed as a " + listed;
+        // The role is the backend's text: escaped before it reaches the log, the status page and the /workers refusal.
+        return role == null || role.equals(listed) ? null : "its /health says it is a " + LogSafe.text(role) + " engine, listed as a " + listed;
     }
 
     /**
