@@ -39,12 +39,12 @@ final class Workers {
      */
     void workersRoute(HttpExchange ex) throws Exception {
         String method = ex.getRequestMethod();
-        if ("GET".equals(method)) {
+        if ("GET".equals(method) || "HEAD".equals(method)) { // HEAD: the GET's status and headers (Http.send)
             Http.sendJson(ex, 200, workersJson(backends.pool()));
             return;
         }
         if (!"POST".equals(method) && !"DELETE".equals(method)) {
-            ex.getResponseHeaders().set("Allow", "GET, POST, DELETE");
+            ex.getResponseHeaders().set("Allow", "GET, HEAD, POST, DELETE");
             Http.sendError(ex, 405, "invalid_request_error", method + " " + Router.WORKERS_ROUTE + " is not allowed; use GET, POST or DELETE");
             return;
         }

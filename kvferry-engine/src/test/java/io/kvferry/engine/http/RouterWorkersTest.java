@@ -224,7 +224,10 @@ class RouterWorkersTest {
             assertEquals("url", error(send(router, "DELETE", workers, null, BEARER), 400).path("param").asText());
             HttpResponse<String> put = send(router, "PUT", workers, "{}", BEARER);
             assertEquals(405, put.statusCode(), put.body());
-            assertEquals("GET, POST, DELETE", put.headers().firstValue("Allow").orElse(null));
+            assertEquals("GET, HEAD, POST, DELETE", put.headers().firstValue("Allow").orElse(null));
+            HttpResponse<String> head = send(router, "HEAD", workers, null, null); // a GET route answers HEAD, as the router's others
+            assertEquals(200, head.statusCode(), head.body());
+            assertEquals("", head.body());
             assertNull(JSON.readTree(send(router, "GET", workers + "x", null, null).body()).get("prefills"), "only the route itself");
 
             JsonNode list = JSON.readTree(send(router, "GET", workers, null, null).body());
