@@ -86,8 +86,10 @@ public final class ServeCommand implements Callable<Integer> {
     Path apiKeyFile;
 
     @Option(names = "--tenants-file", paramLabel = "FILE", description = "Router (and serve without --role): tenants, each with its "
-            + "own key clients send (Authorization: Bearer KEY), max_concurrent_requests and prefix-cache isolation (cache_salt "
-            + "isolated or shared), as JSON {\"tenants\": [{\"name\", \"key\", \"max_concurrent_requests\", \"cache_salt\"}]}; "
+            + "own key clients send (Authorization: Bearer KEY), max_concurrent_requests, requests_per_minute and "
+            + "tokens_per_minute (429 with Retry-After beyond them) and prefix-cache isolation (cache_salt isolated or shared), "
+            + "as JSON {\"tenants\": [{\"name\", \"key\", \"max_concurrent_requests\", \"requests_per_minute\", "
+            + "\"tokens_per_minute\", \"cache_salt\"}]}; "
             + "re-read when it changes. Not with --api-key-file / KVFERRY_API_KEY (docs/SERVING.md, Tenants).")
     Path tenantsFile;
 
