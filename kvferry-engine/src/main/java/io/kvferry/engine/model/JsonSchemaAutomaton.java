@@ -11,6 +11,7 @@ import java.math.BigDecimal;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.IdentityHashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
@@ -94,6 +95,11 @@ public final class JsonSchemaAutomaton {
     private final Set<String> resolving = new HashSet<>();
     /** Each definition's automaton, built once per schema: a definition used twice at each of n levels is n builds, not 2^n. */
     private final Map<String, Automaton> resolved = new HashMap<>();
+    /**
+     * {@link #types} by schema node (identity): a definition reached through n levels of anyOf with w $refs each to the
+     * next was w^n walks (4^14: minutes past the deadline, holding the one compile slot), now one per node.
+     */
+    private final Map<JsonNode, Set<String>> typesOf = new IdentityHashMap<>();
 
     private JsonSchemaAutomaton(JsonNode root) {
         this.root = root;
@@ -208,20 +214,20 @@ public final class JsonSchemaAutomaton {
             parts.add(ClientRegex.minimal(Automaton.union(alts)));
         }
         Automaton typed = typed(s, at);
+        JsonNode nullable = s.get("nullable");
+        if (nullable != null) {
+            if (!nullable.isBoolean()) throw new IllegalArgumentException("has nullable " + nullable + " at " + at + ", not a boolean");
+            // OpenAPI 3.0's: null besides the type, and only there: the schema's other keywords (allOf, oneOf, not, $ref,
+            // an enum or const, which lists its values itself, 3.0.3) still hold for it. Without a type (nor a type's
+            // keywords) null is no further value: a schema without a type admits null unless another keyword rules it out.
+            if (nullable.booleanValue() && typed != null) typed = ClientRegex.minimal(typed.union(lit("null")));
+        }
         if (typed != null) parts.add(typed);
         if (s.has("allOf")) parts.addAll(branches(s, "allOf", at));
         if (s.has("oneOf")) parts.add(oneOf(s, at));
         if (s.has("not")) parts.add(not(s.get("not"), at));
         Automaton a = parts.isEmpty() ? anyValue(ANY_DEPTH - 1) : parts.getFirst();
         for (int i = 1; i < parts.size(); i++) a = ClientRegex.product(a, parts.get(i));
-        JsonNode nullable = s.get("nullable");
-        if (nullable != null) {
-            if (!nullable.isBoolean()) throw new IllegalArgumentException("has nullable " + nullable + " at " + at + ", not a boolean");
-            // OpenAPI 3.0's: null besides the type; an enum or const lists its values itself (3.0.3), null among them or not.
-            if (nullable.booleanValue() && !s.has("enum") && !s.has("const")) {
-                a = ClientRegex.minimal(a.union(lit("null")));
-            }
-        }
         return a; // a product is minimal; a part alone is as it was built (its parent minimizes it with its key)
     }
 
@@ -295,13 +301,17 @@ public final class JsonSchemaAutomaton {
      */
     private Set<String> types(JsonNode s, int depth) {
         Set<String> all = Set.of("object", "array", "string", "number", "boolean", "null");
-        if (!s.isObject() || depth > 32) return all;
+        if (!s.isObject() || depth > 32) return new HashSet<>(all);
+        Set<String> known = typesOf.get(s);
+        if (known != null) return new HashSet<>(known); // one reached deeper may be all of them: still an over-approximation
+        ClientRegex.checkDeadline();
         Set<String> out = new HashSet<>(all);
         JsonNode type = s.get("type");
         if (type != null) {
             Set<String> names = typeNames(type);
             if (names != null) {
                 if (names.remove("integer")) names.add("number");
+                if (s.path("nullable").asBoolean(false)) names.add("null"); // as build adds it, beside the type
                 out.retainAll(names);
             }
         }
@@ -319,7 +329,7 @@ public final class JsonSchemaAutomaton {
             out.retainAll(of);
         }
         if (s.path("allOf").isArray()) for (JsonNode b : s.get("allOf")) out.retainAll(types(b, depth + 1));
-        if (s.path("nullable").asBoolean(false) && !s.has("enum") && !s.has("const")) out.add("null"); // as build adds it
+        typesOf.put(s, Set.copyOf(out));
         return out;
     }
 
