@@ -508,9 +508,19 @@ public final class JsonSchemaAutomaton {
         }
         List<Automaton> members = new ArrayList<>();
         List<Boolean> needed = new ArrayList<>();
+        long states = 0;
         for (Map.Entry<String, JsonNode> p : props.properties()) {
             Automaton key = value(JSON.getNodeFactory().textNode(p.getKey()));
-            members.add(ClientRegex.minimal(key.concatenate(colon()).concatenate(of(p.getValue(), at + "/properties/" + escape(p.getKey())))));
+            Automaton m = ClientRegex.minimal(key.concatenate(colon()).concatenate(of(p.getValue(), at + "/properties/" + escape(p.getKey()))));
+            // Each member's states stay apart in the object's minimal automaton (what follows a member differs by its
+            // place): past the cap together, the object is refused now, not after seconds of joining them (30 members
+            // {} were 5 s to the deadline, and a variation of the names escapes the refusals remembered).
+            states += m.getNumberOfStates();
+            if (states > ClientRegex.MAX_STATES) {
+                throw new ClientRegex.TooComplex("is too complex: the members of its object at " + at + " have over "
+                        + ClientRegex.MAX_STATES + " automaton states together");
+            }
+            members.add(m);
             needed.add(required.contains(p.getKey()));
         }
         // after[i][e]: the members from i on, e: whether one came before (then each starts with a comma).
