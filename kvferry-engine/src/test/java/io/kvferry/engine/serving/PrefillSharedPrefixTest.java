@@ -84,6 +84,9 @@ class PrefillSharedPrefixTest {
 
     private static void sameAnswer(ColocatedEngine colocated, int[] prompt, Pd pd, String what) throws Exception {
         Generation e = colocated.generate(prompt, MAX, Sampling.GREEDY, TOP, -1), g = pd.gen.get(60, TimeUnit.SECONDS);
+        // The prefill's half too: it ends (its pages released) once its sender sees the decode's Success, which may come
+        // after the decode generated every token; a test that then counts the prefill's pages must not overtake it.
+        pd.pre.get(60, TimeUnit.SECONDS);
         assertArrayEquals(e.tokens(), g.tokens(), what);
         assertArrayEquals(e.firstLogits(), g.firstLogits(), 0f, what);
         DisaggregatedTest.assertSameLogprobs(e, g, what);
