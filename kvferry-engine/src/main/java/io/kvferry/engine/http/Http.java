@@ -5,6 +5,7 @@ import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.cfg.JsonNodeFeature;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
@@ -36,6 +37,18 @@ final class Http {
     static final ObjectMapper JSON = JsonMapper.builder()
             .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
             .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+            .build();
+    /**
+     * Request bodies ({@link #readJson}): as {@link #JSON}, with every decimal kept as its client wrote it (a BigDecimal,
+     * trailing zeros too), never rounded to a double: a structured output's schema sent as a JSON object carries bounds
+     * such as {@code 1.00000000000000001} that a double would move. Fields read as numbers ({@code temperature}) take
+     * their double or float from it as before.
+     */
+    static final ObjectMapper REQUEST_JSON = JsonMapper.builder()
+            .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+            .enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
+            .disable(JsonNodeFeature.STRIP_TRAILING_BIGDECIMAL_ZEROES)
             .build();
     /** Largest request body read by the router (a prompt of the model's whole context is far smaller). */
     static final int MAX_BODY_BYTES = 1 << 20;
@@ -249,7 +262,7 @@ final class Http {
         ExchangeGate.requestRead();
         if (body.length == 0) throw new BadRequest("empty request body; expected a JSON object");
         try {
-            JsonNode n = JSON.readTree(body);
+            JsonNode n = REQUEST_JSON.readTree(body);
             if (n == null || !n.isObject()) throw new BadRequest("the request body must be a JSON object");
             return n;
         } catch (JsonProcessingException e) {

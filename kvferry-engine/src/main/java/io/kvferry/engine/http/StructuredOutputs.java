@@ -224,10 +224,9 @@ final class StructuredOutputs {
     }
 
     /**
-     * The schema as compact JSON, checked that each decimal number in it is the one the client wrote: the request body is
-     * read with doubles ({@link Http#JSON}), so a decimal of more than 15 significant digits (or past a double's range) may
-     * have been rounded, moving a bound; it is a 400 naming its place (a schema's JSON text, as SGLang's
-     * {@code json_schema} or {@code guided_json} as a string, is read exactly).
+     * The schema as compact JSON, its decimals as the client wrote them: a request body is read keeping them exact
+     * ({@link Http#REQUEST_JSON}). A tree that came another way with doubles in it is checked: a decimal of more than 15
+     * significant digits (or past a double's range) may have been rounded, moving a bound, and is a 400 naming its place.
      */
     private static String compact(JsonNode schema, String param) {
         checkDoubles(schema, param);

@@ -285,10 +285,10 @@ class StructuredOutputsTest {
                 {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":"
                         + "{\"age\":{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"integer\",\"minimum\":\"3\"}]}}}}}",
                         "response_format.json_schema.schema.properties.age.anyOf[1]", "minimum \"3\" at #/properties/age/anyOf/1"},
-                // the body is read with doubles: a bound it would round is refused, naming it (a schema's text is read exactly)
+                // the body keeps its decimals exact: these bounds are an empty range (read as doubles both were 1, and 1 passed)
                 {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":"
-                        + "{\"x\":{\"type\":\"number\",\"minimum\":0.12345678901234567}}}}}",
-                        "response_format.json_schema.schema.properties.x.minimum", "more than 15 significant digits"},
+                        + "{\"x\":{\"type\":\"number\",\"minimum\":1.00000000000000002,\"maximum\":1.00000000000000001}}}}}",
+                        "response_format.json_schema.schema.properties.x", "1.00000000000000002"},
                 // Together's and Fireworks' json_object with a schema: before, the schema was dropped (any object answered)
                 {"\"response_format\":{\"type\":\"json_object\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}",
                         "response_format.schema", "response_format.schema is not supported"},
