@@ -30,6 +30,7 @@ import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * The PD call of one request: once the router admits it ({@link Router.Admission}: a 429 when no slot frees within the
@@ -195,12 +196,16 @@ final class PdCall {
         CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
         p.calls.add(prefillCall);
+        // Set once the decode's first token came: its KV landed whole (the decode emits it only then), so the prefill is
+        // needed no more, and a prefill that fails after that (killed before its answer reached the router) ends nothing.
+        AtomicBoolean landed = new AtomicBoolean();
         prefillCall.whenComplete((r, e) -> {
             p.calls.remove(prefillCall);
             p.inFlight.decrementAndGet();
             if (e != null && Backends.isConnectionRefused(e)) Backends.markUnreachable(p, e);
             if (e == null) outIfDraining(p, r);
-            if (e != null || r.statusCode() != 200) backends.abort(d, room); // the decode would otherwise wait for KV that never comes
+            // The decode would otherwise wait for KV that never comes.
+            if ((e != null || r.statusCode() != 200) && !landed.get()) backends.abort(d, room);
         });
         try {
             HttpResponse<InputStream> dr;
@@ -244,6 +249,7 @@ final class PdCall {
                     }
                     JsonNode ev = decodeEvent(line.substring(6), d, p, room);
                     if (ev.has("token")) {
+                        landed.set(true);
                         int tok = ev.get("token").intValue();
                         if (tokens.isEmpty()) { // the prompt's part comes first: the prefill answers once its KV landed
                             if (ask.logprobStart() >= 0) input = awaitInputLogprobs(prefillCall, p, d, room, ids, ask.logprobStart());
@@ -292,7 +298,8 @@ final class PdCall {
                         ErrorBody err = new ErrorBody(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
                                 e.path("message").asText());
                         // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
-                        throw tokens.isEmpty() ? failedBeforeFirstToken(err, p, room, prefillCall) : err.failure();
+                        if (tokens.isEmpty()) throw failedBeforeFirstToken(err, p, room, prefillCall);
+                        throw abortedForItsPrefill(err, p, prefillCall).failure();
                     } else if (ev.has("finish_reason")) {
                         // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
                         int before = all.length();
@@ -490,6 +497,17 @@ final class PdCall {
             return refusedConnection(prefillCall) ? prefillErr.failure().asRefusedConnection() : prefillErr.failure();
         }
         return err.failure();
+    }
+
+    /**
+     * A decode's error after its first token: an abort the router sent it because the prefill failed in the moment the
+     * first token was on its way (the prefill's failure is the real reason, and the client gets its kind); else the
+     * decode's own error.
+     */
+    private static ErrorBody abortedForItsPrefill(ErrorBody err, Backend p, CompletableFuture<HttpResponse<String>> prefillCall) {
+        if (!FailureKind.ABORTED.label().equals(err.kind()) || !prefillCall.isDone()) return err;
+        ErrorBody prefillErr = prefillError(prefillCall, p);
+        return prefillErr != null && !prefillErr.draining() ? prefillErr : err;
     }
 
     /** Whether the prefill call failed because the prefill refused its connection (so nothing of it started there). */

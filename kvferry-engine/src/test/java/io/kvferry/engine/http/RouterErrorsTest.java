@@ -37,6 +37,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -269,6 +270,85 @@ class RouterErrorsTest {
                 JsonNode error = JSON.readTree(data.get(data.size() - 2)).path("error");
                 assertTrue(error.path("message").asText().contains("the decode lost its prefill"), route[0] + ": " + r.body());
             }
+        } finally {
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /**
+     * A prefill that fails after the decode's first token reached the client (a prefill process killed once its KV
+     * landed, before its answer reached the router): the decode needs it no more, and the stream goes on to its end.
+     * Before, the router aborted the decode whenever the prefill's call failed, and the client's answer ended with the
+     * decode's "Aborted by AbortReq." (a clean-clone CI run of ServeCommandTest#killingAPrefill… met it).
+     */
+    @Test
+    @Timeout(60)
+    void aPrefillThatFailsAfterTheFirstTokenEndsNothing() throws Exception {
+        CountDownLatch clientHasToken = new CountDownLatch(1), prefillFailed = new CountDownLatch(1), aborted = new CountDownLatch(1);
+        HttpServer prefill = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(prefill);
+        prefill.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            try {
+                clientHasToken.await(30, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            byte[] b = "{\"error\":{\"type\":\"internal_error\",\"message\":\"the prefill fell over\"}}".getBytes(StandardCharsets.UTF_8);
+            ex.sendResponseHeaders(500, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+            prefillFailed.countDown();
+        });
+        prefill.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        prefill.start();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(200, 0);
+            OutputStream o = ex.getResponseBody();
+            o.write("data: {\"token\":300}\n\n".getBytes(StandardCharsets.UTF_8));
+            o.flush();
+            boolean abortCame = false;
+            try {
+                prefillFailed.await(30, TimeUnit.SECONDS);
+                abortCame = aborted.await(3, TimeUnit.SECONDS); // the router's abort, if it sends one, comes at once
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            o.write((abortCame ? "data: {\"error\":{\"type\":\"kv_transfer_error\",\"kind\":\"aborted\",\"message\":\"Aborted by AbortReq.\"}}\n\n"
+                    : "data: {\"token\":301}\n\ndata: {\"finish_reason\":\"length\"}\n\n").getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.createContext("/abort", ex -> {
+            ex.getRequestBody().readAllBytes();
+            aborted.countDown();
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                "127.0.0.1", 0)) {
+            HttpResponse<Stream<String>> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port()
+                    + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Hi\",\"max_tokens\":2,\"stream\":true}")).build(),
+                    HttpResponse.BodyHandlers.ofLines());
+            assertEquals(200, r.statusCode());
+            List<String> data = new ArrayList<>();
+            for (var it = r.body().iterator(); it.hasNext(); ) {
+                String line = it.next();
+                if (!line.startsWith("data: ")) continue;
+                data.add(line.substring(6));
+                clientHasToken.countDown(); // the client has the first token: now the prefill fails
+            }
+            assertEquals("[DONE]", data.getLast(), data.toString());
+            assertTrue(data.stream().noneMatch(d -> d.contains("\"error\"")), "the stream went on to its end: " + data);
+            assertEquals(1, aborted.getCount(), "the decode was not aborted: its KV had landed");
         } finally {
             decode.stop(0);
             prefill.stop(0);
