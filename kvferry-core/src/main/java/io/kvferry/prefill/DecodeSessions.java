@@ -94,7 +94,7 @@ final class DecodeSessions {
             // A decode that stops reading would hold the workers admitted to its link (and its own rooms) forever.
             for (DecodeLink s : links) {
                 if (s.connection.writeStalledFor() > stall.toMillis()) {
-                    log.warn("decode session {}: no write progress for {} ms; closing it", s, stall.toMillis());
+                    log.warn("decode {}: no write progress for {} ms; closing it", s, stall.toMillis());
                     s.connection.close(FailureKind.PEER_LOST, "no write progress for " + stall.toMillis() + " ms");
                 }
             }
@@ -106,7 +106,7 @@ final class DecodeSessions {
                 telemetry.heartbeatsMissed(s.connection.newlyMissedHeartbeats(beat));
                 if (!s.connection.heartbeat(beat, dead)) {
                     telemetry.heartbeatTimedOut();
-                    log.warn("decode session {}: {}", s, s.connection.closeReason());
+                    log.warn("decode {}: {}", s, s.connection.closeReason());
                 }
             }
         });
@@ -255,7 +255,7 @@ final class DecodeSessions {
             why = Failures.message(e);
             // The message may quote the peer's HELLO (a refused kv_cache_dtype): escaped before it is logged.
             if (!closed && !(e instanceof ClosedChannelException)) {
-                if (link.hello != null) log.warn("decode session {}: {}", link, LogSafe.text(why));
+                if (link.hello != null) log.warn("decode {}: {}", link, LogSafe.text(why));
                 else unauthenticatedFailure(link, why);
             }
         } finally {
@@ -284,7 +284,7 @@ final class DecodeSessions {
      * kept from doing.
      */
     private void unauthenticatedFailure(DecodeLink link, String why) {
-        unauthenticatedWarn.log(log, "decode session {}: {}", link, LogSafe.text(why));
+        unauthenticatedWarn.log(log, "decode {}: {}", link, LogSafe.text(why));
     }
 
     /** Warnings logged so far about connections that failed before their HELLO was accepted (tests). */

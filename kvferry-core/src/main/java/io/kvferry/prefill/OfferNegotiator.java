@@ -73,7 +73,7 @@ final class OfferNegotiator implements AutoCloseable {
                     String slow = path.slowerThanTcp();
                     if (slow == null) return path;
                     if (!backend.isAuto()) {
-                        log.warn("decode session {}: {} is slower than kvferry's tcp data path here: {} (backend auto takes tcp)",
+                        log.warn("decode {}: {} is slower than kvferry's tcp data path here: {} (backend auto takes tcp)",
                                 peer, name, slow);
                         if (!fallback.isEmpty()) fallback.append("; ");
                         fallback.append(name).append(" is slower than tcp here: ").append(slow);
@@ -85,7 +85,7 @@ final class OfferNegotiator implements AutoCloseable {
                     why = e.getMessage() != null ? e.getMessage() : e.getClass().getSimpleName();
                 } catch (IOException | RuntimeException e) {
                     why = "unusable offer: " + e.getMessage();
-                    log.warn("decode session {}: {} offer refused: {}", peer, LogSafe.text(name), LogSafe.text(e.getMessage())); // the decode's text
+                    log.warn("decode {}: {} offer refused: {}", peer, LogSafe.text(name), LogSafe.text(e.getMessage())); // the decode's text
                 }
             }
             if (!fallback.isEmpty()) fallback.append("; ");
