@@ -123,6 +123,21 @@ public final class PrefixCache {
     }
 
     /**
+     * How many leading full pages two prompts share, at most {@code limit}: none across cache salts (null: unsalted);
+     * else the leading pages whose keys ({@link #keys(int[], int, String)}) are equal, if the tokens of those pages are
+     * equal too, and none if they are not (a key collision: nothing shared). Pure: what the engines' schedulers ask of a
+     * ready request and one in flight before deciding whether it waits for the other's pages.
+     */
+    public static int sharedPages(int pageSize, int limit, int[] a, long[] aKeys, String aSalt, int[] b, long[] bKeys,
+            String bSalt) {
+        if (!Objects.equals(aSalt, bSalt)) return 0;
+        int n = Math.min(limit, Math.min(aKeys.length, bKeys.length)), shared = 0;
+        while (shared < n && aKeys[shared] == bKeys[shared]) shared++;
+        int tokens = shared * pageSize;
+        return shared > 0 && Arrays.equals(a, 0, tokens, b, 0, tokens) ? shared : 0;
+    }
+
+    /**
      * The cached pages of the longest cached prefix of {@code tokens} (whose page keys are {@code keys}),
      * referenced for the caller.
      */

@@ -22,7 +22,6 @@ import java.util.Arrays;
 import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
@@ -445,14 +444,11 @@ public final class DecodeEngine extends SchedulerThread {
         int[] prompt = f.req.prompt();
         int cached = -1;
         for (Flight l : transferring) {
-            if (!Objects.equals(l.req.cacheSalt(), f.req.cacheSalt())) continue;
-            int n = Math.min(usable, l.prefixKeys.length), shared = 0;
-            while (shared < n && l.prefixKeys[shared] == f.prefixKeys[shared]) shared++;
-            if (shared == 0) continue;
+            int shared = PrefixCache.sharedPages(spec.pageSize(), usable, prompt, f.prefixKeys, f.req.cacheSalt(),
+                    l.req.prompt(), l.prefixKeys, l.req.cacheSalt());
+            if (shared == 0) continue; // none, another salt's, or a key collision: nothing to wait for
             if (cached < 0) cached = prefixCache.cachedPages(prompt, f.prefixKeys, usable, f.req.cacheSalt(), false);
             if (shared <= cached) continue; // all it shares with that one is cached already (that one's hit, say)
-            int tokens = shared * spec.pageSize();
-            if (!Arrays.equals(l.req.prompt(), 0, tokens, prompt, 0, tokens)) continue; // a key collision: nothing to wait for
             f.waitingNow = true;
             if (!f.waited) {
                 f.waited = true;

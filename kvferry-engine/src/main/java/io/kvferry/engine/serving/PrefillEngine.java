@@ -19,7 +19,6 @@ import java.util.Arrays;
 import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
-import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.stream.IntStream;
@@ -482,18 +481,17 @@ public final class PrefillEngine extends SchedulerThread {
         if (f.cacheKeys == null) f.cacheKeys = prefixCache.keys(prompt, prompt.length / spec.pageSize(), f.req.cacheSalt());
         int cached = -1;
         for (Flight l : forward) {
-            if (l.cacheKeys == null || !Objects.equals(l.req.cacheSalt(), f.req.cacheSalt())) continue;
-            int n = Math.min(usable, l.cacheKeys.length), shared = 0;
-            while (shared < n && l.cacheKeys[shared] == f.cacheKeys[shared]) shared++;
+            if (l.cacheKeys == null) continue;
+            int shared;
             if (snapshots) { // a hit ends at a page with a state snapshot: the one it will keep, at its own boundary
                 int at = l.snapshotAt / spec.pageSize();
-                shared = l.snapshotAt > 0 && at <= shared ? at : 0;
+                shared = at > 0 && at <= usable && sharedPages(f, l, at) == at ? at : 0;
+            } else {
+                shared = sharedPages(f, l, usable);
             }
-            if (shared == 0) continue;
+            if (shared == 0) continue; // none, another salt's, or a key collision: nothing to wait for
             if (cached < 0) cached = prefixCache.cachedPages(prompt, f.cacheKeys, usable, f.req.cacheSalt(), snapshots);
             if (shared <= cached) continue;
-            int tokens = shared * spec.pageSize();
-            if (!Arrays.equals(l.req.prompt(), 0, tokens, prompt, 0, tokens)) continue; // a key collision: nothing to wait for
             f.waitingNow = true;
             if (!f.waited) {
                 f.waited = true;
@@ -502,6 +500,12 @@ public final class PrefillEngine extends SchedulerThread {
             return true;
         }
         return false;
+    }
+
+    /** The leading full prompt pages, at most {@code limit}, that the two requests share (keys, then tokens; same salt). */
+    private int sharedPages(Flight f, Flight l, int limit) {
+        return PrefixCache.sharedPages(spec.pageSize(), limit, f.req.prompt(), f.cacheKeys, f.req.cacheSalt(),
+                l.req.prompt(), l.cacheKeys, l.req.cacheSalt());
     }
 
     /**
