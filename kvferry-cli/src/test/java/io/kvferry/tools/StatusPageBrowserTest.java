@@ -281,9 +281,9 @@ class StatusPageBrowserTest {
                   {"name":"old","running":0,"waiting":0,"max_concurrent_requests":0}]}"""
                 .replace("HOSTILE", hostile);
         HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 8);
-        String[][] routes = {{"/status", "text/html; charset=utf-8"}, {"/status.js", "text/javascript; charset=utf-8"},
-                {"/status.css", "text/css; charset=utf-8"}, {"/status.json", "application/json"}};
-        byte[][] bodies = {OpsHandlers.page("router.html"), OpsHandlers.page("router.js"),
+        String[][] routes = {{"/status", "text/html; charset=utf-8"}, {"/common.js", "text/javascript; charset=utf-8"},
+                {"/status.js", "text/javascript; charset=utf-8"}, {"/status.css", "text/css; charset=utf-8"}, {"/status.json", "application/json"}};
+        byte[][] bodies = {OpsHandlers.page("router.html"), OpsHandlers.page("common.js"), OpsHandlers.page("router.js"),
                 OpsHandlers.page("status.css"), doc.getBytes(StandardCharsets.UTF_8)};
         for (int i = 0; i < routes.length; i++) {
             String type = routes[i][1];

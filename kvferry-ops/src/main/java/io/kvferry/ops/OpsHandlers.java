@@ -21,21 +21,22 @@ import java.util.function.Supplier;
  * The operating routes of a kvferry process, as JDK {@link HttpHandler}s so they can be served on a
  * port of their own ({@link OpsServer}), on the bootstrap registry's port (its {@code mount}), or on an
  * engine's HTTP server: {@code /metrics} (Prometheus text), {@code /status} (the page: plain HTML and
- * JavaScript, no build step), {@code /status.js}, {@code /status.css} and {@code /status.json}. The router's status page
- * ({@code router.html}, {@code router.js}, this {@code status.css}) is here too; the router serves it ({@link #page}).
+ * JavaScript, no build step), {@code /common.js} (the helpers it shares with the router's page), {@code /status.js},
+ * {@code /status.css} and {@code /status.json}. The router's status page ({@code router.html}, {@code router.js}, this
+ * {@code common.js} and {@code status.css}) is here too; the router serves it ({@link #page}).
  */
 public final class OpsHandlers {
     private static final Logger log = LoggerFactory.getLogger(OpsHandlers.class);
     private static final String WEB = "/io/kvferry/ops/web/";
     private static final Map<String, String> ASSETS = Map.of(
-            "/status", "status.html", "/status.js", "status.js", "/status.css", "status.css");
+            "/status", "status.html", "/common.js", "common.js", "/status.js", "status.js", "/status.css", "status.css");
 
     private OpsHandlers() {}
 
     /** Every route: path → handler. */
     public static Map<String, HttpHandler> routes(PrometheusMeterRegistry registry, Supplier<? extends JsonNode> status) {
-        return Map.of("/metrics", metrics(registry), "/status", asset("status.html"), "/status.js", asset("status.js"),
-                "/status.css", asset("status.css"), "/status.json", json(status));
+        return Map.of("/metrics", metrics(registry), "/status", asset("status.html"), "/common.js", asset("common.js"),
+                "/status.js", asset("status.js"), "/status.css", asset("status.css"), "/status.json", json(status));
     }
 
     /** Adds every route to an HTTP server (e.g. an engine's). */
@@ -90,7 +91,7 @@ public final class OpsHandlers {
     }
 
     /**
-     * A page file of this module's ({@code status.css}, the router's {@code router.html} and {@code router.js}), for a server
+     * A page file of this module's ({@code common.js}, {@code status.css}, the router's {@code router.html} and {@code router.js}), for a server
      * that answers its routes itself (the router's /status, whose wrong methods are answered as its other routes').
      */
     public static byte[] page(String name) {

@@ -69,7 +69,11 @@ class OpsEndpointsTest {
         HttpResponse<String> page = get(s.baseUrl() + "/status");
         assertEquals(200, page.statusCode());
         assertTrue(page.body().contains("<script src=\"status.js\">"), page.body());
+        assertTrue(page.body().contains("<script src=\"common.js\"></script>\n<script src=\"status.js\">"), "the shared helpers first: " + page.body());
         assertTrue(get(s.baseUrl() + "/status.js").body().contains("function render(doc)"));
+        HttpResponse<String> common = get(s.baseUrl() + "/common.js");
+        assertTrue(common.headers().firstValue("Content-Type").orElse("").startsWith("text/javascript"), common.headers().toString());
+        assertTrue(common.body().contains("function fill(tableId, rows, empty)"), common.body());
         assertTrue(get(s.baseUrl() + "/status.css").headers().firstValue("Content-Type").orElse("").startsWith("text/css"));
         JsonNode doc = StatusJson.MAPPER.readTree(get(s.baseUrl() + "/status.json").body());
         assertEquals("process", doc.path("kind").asText());
@@ -79,6 +83,9 @@ class OpsEndpointsTest {
         HttpResponse<String> post = http.send(HttpRequest.newBuilder(URI.create(s.baseUrl() + "/metrics"))
                 .POST(HttpRequest.BodyPublishers.ofString("x")).build(), HttpResponse.BodyHandlers.ofString());
         assertEquals(405, post.statusCode());
+        HttpResponse<String> postScript = http.send(HttpRequest.newBuilder(URI.create(s.baseUrl() + "/common.js"))
+                .POST(HttpRequest.BodyPublishers.ofString("x")).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(405, postScript.statusCode());
         assertEquals("http://127.0.0.1:" + s.port() + "/status.json", s.statusJsonUrl());
     }
 
@@ -125,6 +132,7 @@ class OpsEndpointsTest {
         assertTrue(scrape.contains(RegistryOps.REGISTERED + " 2.0"), scrape);
         assertTrue(scrape.contains(RegistryOps.EXPECTED + " 2.0"), scrape);
         assertEquals(200, get(base + "/status").statusCode());
+        assertEquals(200, get(base + "/common.js").statusCode(), "the page's shared helpers, on the registry's port too");
         assertEquals("OK", get(base + "/health").body());
         assertThrows(IllegalArgumentException.class, () -> registry.mount("/route", ex -> { }));
         // The terminal view shows the same.

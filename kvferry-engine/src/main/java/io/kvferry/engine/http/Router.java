@@ -247,6 +247,7 @@ public final class Router implements AutoCloseable {
         server.createContext("/status", ex -> Http.handle(ex, status::page));
         server.createContext(RouterStatus.JSON_ROUTE, ex -> Http.handle(ex, status::json));
         server.createContext("/status.js", ex -> Http.handle(ex, status::script));
+        server.createContext("/common.js", ex -> Http.handle(ex, status::common));
         server.createContext("/status.css", ex -> Http.handle(ex, status::style));
         server.start();
     }

@@ -15,7 +15,7 @@ import java.util.function.IntSupplier;
 /**
  * The router's own status: {@code GET /status.json}, its view of the serving stack as one document ({@code "kind": "router"}),
  * and {@code GET /status}, the page that shows it live ({@code router.html} and {@code router.js} of kvferry-ops, with the
- * process pages' {@code status.css}); {@code kvferry status --router} renders the same document in a terminal.
+ * process pages' {@code common.js} and {@code status.css}); {@code kvferry status --router} renders the same document in a terminal.
  *
  * <p>The document: its backends (url, role, in rotation or not, requests in flight, the last health check's result and age, a
  * prefill's bootstrap registry), requests in the router and waiting for a slot, requests answered since start by status and
@@ -41,6 +41,7 @@ final class RouterStatus {
     private final long startedMillis = System.currentTimeMillis();
     private final byte[] page = OpsHandlers.page("router.html");
     private final byte[] script = OpsHandlers.page("router.js");
+    private final byte[] common = OpsHandlers.page("common.js");
     private final byte[] style = OpsHandlers.page("status.css");
 
     /** The totals at one moment (the health thread's samples). */
@@ -213,6 +214,11 @@ final class RouterStatus {
     /** {@code GET /status.js}: the page's script. */
     void script(HttpExchange ex) throws IOException {
         send(ex, "text/javascript; charset=utf-8", script);
+    }
+
+    /** {@code GET /common.js}: the helpers the page shares with the process pages (loaded before its script). */
+    void common(HttpExchange ex) throws IOException {
+        send(ex, "text/javascript; charset=utf-8", common);
     }
 
     /** {@code GET /status.css}: the process pages' style. */

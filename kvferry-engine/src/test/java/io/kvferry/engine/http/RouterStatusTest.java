@@ -261,14 +261,20 @@ class RouterStatusTest {
             assertEquals(200, page.statusCode());
             assertTrue(page.headers().firstValue("Content-Type").orElse("").startsWith("text/html"), page.headers().toString());
             assertTrue(page.body().contains("<title>kvferry router</title>") && page.body().contains("src=\"status.js\""), page.body());
+            assertTrue(page.body().indexOf("src=\"common.js\"") >= 0 && page.body().indexOf("src=\"common.js\"") < page.body().indexOf("src=\"status.js\""),
+                    "the shared helpers load before the page's script: " + page.body());
             HttpResponse<String> script = EngineAuthTest.send(router.port(), "GET", "/status.js", null, null);
             assertEquals(200, script.statusCode());
             assertTrue(script.body().contains("fetch('status.json'"), "the router's script polls its document");
+            HttpResponse<String> common = EngineAuthTest.send(router.port(), "GET", "/common.js", null, null);
+            assertEquals(200, common.statusCode());
+            assertTrue(common.headers().firstValue("Content-Type").orElse("").startsWith("text/javascript"), common.headers().toString());
+            assertTrue(common.body().contains("function fill(tableId, rows, empty)"), "the helpers the page's script uses");
             assertEquals(200, EngineAuthTest.send(router.port(), "GET", "/status.css", null, null).statusCode());
             assertEquals(404, EngineAuthTest.send(router.port(), "GET", "/status.jsonx", null, null).statusCode(), "exact paths only");
             // HEAD on a GET route: its status and headers, no body (it was a 405 whose length made the JDK's server log a
             // warning each time: a flood of HEADs on an open route filled the log); on a POST route, a 405 naming POST.
-            for (String path : new String[]{"/status", RouterStatus.JSON_ROUTE, "/status.js", "/status.css", "/health", "/v1/models"}) {
+            for (String path : new String[]{"/status", RouterStatus.JSON_ROUTE, "/common.js", "/status.js", "/status.css", "/health", "/v1/models"}) {
                 HttpResponse<String> head = EngineAuthTest.send(router.port(), "HEAD", path, null, null);
                 assertEquals(200, head.statusCode(), "HEAD " + path);
                 assertEquals("", head.body(), "HEAD " + path);
@@ -277,7 +283,7 @@ class RouterStatusTest {
             HttpResponse<String> headOfPost = EngineAuthTest.send(router.port(), "HEAD", "/v1/completions", null, null);
             assertEquals(405, headOfPost.statusCode());
             assertEquals("POST", headOfPost.headers().firstValue("Allow").orElse(null));
-            for (String path : new String[]{"/status", RouterStatus.JSON_ROUTE, "/status.js", "/status.css"}) {
+            for (String path : new String[]{"/status", RouterStatus.JSON_ROUTE, "/common.js", "/status.js", "/status.css"}) {
                 for (String method : new String[]{"POST", "DELETE"}) {
                     HttpResponse<String> r = EngineAuthTest.send(router.port(), method, path, method.equals("POST") ? "{}" : null, null);
                     assertEquals(405, r.statusCode(), method + " " + path + ": " + r.body());

@@ -1,50 +1,12 @@
 // kvferry status page: polls status.json once a second and renders it. Plain JavaScript, no build step, no
 // library: the chart is drawn on a canvas by hand. Every value from the document is set as text (never as
-// HTML), since session ids and failure reasons came from peers.
+// HTML), since session ids and failure reasons came from peers. el, fill and num are common.js's (loaded first).
 'use strict';
 
 const STATES = ['Bootstrapping', 'WaitingForInput', 'Transferring', 'Success', 'Failed'];
 const WINDOW_MS = 120000;
 const samples = []; // {t: ms, gbps}
 let previous = null; // {t, bytes}
-
-function el(tag, text, cls) {
-  const e = document.createElement(tag);
-  if (text !== undefined && text !== null) e.textContent = String(text);
-  if (cls) e.className = cls;
-  return e;
-}
-
-function fill(tableId, rows, empty) {
-  const body = document.querySelector('#' + tableId + ' tbody');
-  body.replaceChildren();
-  if (rows.length === 0) {
-    const tr = el('tr', null, 'empty');
-    const td = el('td', empty);
-    td.colSpan = document.querySelectorAll('#' + tableId + ' thead th').length;
-    tr.appendChild(td);
-    body.appendChild(tr);
-    return;
-  }
-  for (const r of rows) {
-    const tr = el('tr', null, r.cls || '');
-    for (const c of r.cells) {
-      const td = el('td');
-      if (c !== null && typeof c === 'object') {
-        td.textContent = String(c.text);
-        if (c.cls) td.className = c.cls;
-      } else {
-        td.textContent = c === null || c === undefined ? '' : String(c);
-      }
-      tr.appendChild(td);
-    }
-    body.appendChild(tr);
-  }
-}
-
-function num(n) {
-  return {text: Number(n).toLocaleString('en-US'), cls: 'num'};
-}
 
 function bytes(n) {
   if (n < 1e6) return n + ' B';
