@@ -87,6 +87,11 @@ public final class DecodeServer implements AutoCloseable {
         return server.getAddress().getPort();
     }
 
+    /** Its structured-output compiler (tests). */
+    OutputConstraint.Compiler outputs() {
+        return outputs;
+    }
+
     /** What the scheduler thread hands the handler: a token, the end, or an error. */
     private record Event(int token, TokenLogprobs logprobs, Generation done, String error, FailureKind kind, boolean refused) {
         Event(int token, Generation done, String error, FailureKind kind) {

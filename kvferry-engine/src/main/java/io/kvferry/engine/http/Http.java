@@ -121,7 +121,8 @@ final class Http {
     }
 
     /**
-     * Runs a route's handler: a bad request is a 400 naming it, anything else a 500 with its message; the
+     * Runs a route's handler: a bad request is a 400 naming it, an {@link Unavailable} a 503 with {@code Retry-After},
+     * anything else a 500 with its message; the
      * exchange is closed. The path must equal the route's exactly (the JDK matches by prefix, which would
      * let {@code /v1/completionsXYZ} run a completion): anything else is a 404. A route that ends in
      * {@code /} ({@code /v1/models/}) is the parent of its paths: it takes those longer than it, and its handler reads the rest.
@@ -140,6 +141,9 @@ final class Http {
                 h.handle(ex);
             } catch (BadRequest e) {
                 sendError(ex, 400, "invalid_request_error", null, e.param, e.getMessage());
+            } catch (Unavailable e) {
+                ex.getResponseHeaders().set("Retry-After", Long.toString(e.retryAfterSeconds));
+                sendError(ex, 503, "service_unavailable", null, e.param, e.getMessage());
             } catch (IllegalArgumentException e) {
                 sendError(ex, 400, "invalid_request_error", e.getMessage());
             } catch (Exception e) {
@@ -225,6 +229,22 @@ final class Http {
         BadRequest(String param, String message) {
             super(message);
             this.param = param;
+        }
+    }
+
+    /**
+     * Not the client's fault: the server cannot serve the request now (e.g. its structured-output compiler is busy); a 503
+     * {@code service_unavailable} with {@code Retry-After}, naming the request field it concerns.
+     */
+    static final class Unavailable extends RuntimeException {
+        /** The field whose work could not be done, or null. */
+        final String param;
+        final long retryAfterSeconds;
+
+        Unavailable(String param, String message, long retryAfterSeconds) {
+            super(message);
+            this.param = param;
+            this.retryAfterSeconds = retryAfterSeconds;
         }
     }
 

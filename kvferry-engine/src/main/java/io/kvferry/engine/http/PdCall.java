@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
@@ -649,7 +650,8 @@ final class PdCall {
 
         /**
          * What the client gets: a backend's client error (4xx: the request can never succeed, a retry is no use)
-         * passes through with its status as an invalid_request_error; a server error is a 500 of the backend's type.
+         * passes through with its status as an invalid_request_error; an engine's 503 service_unavailable (its structured
+         * output's compiler busy) as a 503 with {@code Retry-After}; another server error is a 500 of the backend's type.
          */
         boolean clientError() {
             return status >= 400 && status < 500;
@@ -660,6 +662,10 @@ final class PdCall {
             // Its message escaped (LogSafe): the router logs it when it runs the request again.
             if (draining) return new Failure(503, "service_unavailable", null, LogSafe.text(message)).asRefusedConnection();
             if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
+            // An engine's compiler of structured outputs was busy (Http.Unavailable): a 503 to try again, as the router's own.
+            if (status == 503 && "service_unavailable".equals(type)) {
+                return new Failure(503, type, kind, message).retryAfter(OutputConstraint.Busy.RETRY_AFTER_SECONDS);
+            }
             String t = type != null ? type : kind != null ? "kv_transfer_error" : "internal_error";
             return new Failure(500, t, kind, message);
         }

@@ -79,6 +79,11 @@ public final class PrefillServer implements AutoCloseable {
         return server.getAddress().getPort();
     }
 
+    /** Its structured-output compiler (tests). */
+    OutputConstraint.Compiler outputs() {
+        return outputs;
+    }
+
     private void generate(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "POST") || !Http.authorized(ex, auth)) return;
         JsonNode req = Http.readJson(ex, Http.engineBodyLimit(engine.spec().model().config.seqLen()));

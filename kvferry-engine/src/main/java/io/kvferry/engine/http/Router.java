@@ -117,6 +117,8 @@ public final class Router implements AutoCloseable {
     private final RouterMeters meters;
     /** Its graceful shutdown: the serving routes' requests admitted, and whether it still admits ({@link Drain}). */
     private final Drain drain = new Drain("router");
+    /** Compiles the requests' structured outputs (the router checks them before any engine work). */
+    private final OutputConstraint.Compiler outputs;
 
     /**
      * Who may call what. {@code backendToken}: the cluster token sent to the engines, whose /generate and /abort
@@ -226,7 +228,7 @@ public final class Router implements AutoCloseable {
         if (tenants != null) backends.every(tenants::reloadIfChanged, TENANTS_CHECK_MILLIS); // the file re-read when it changes
         pd = new PdCall(backends, probing.streamIdle(), tokenizer, contextTokens, meters, admission, slots);
         PromptResolver resolver = new PromptResolver(tokenizer, contextTokens);
-        OutputConstraint.Compiler outputs = new OutputConstraint.Compiler(tokenizer);
+        outputs = new OutputConstraint.Compiler(tokenizer);
         OpenAiRoutes openAi = new OpenAiRoutes(pd, resolver, tokenizer, modelName, started, outputs);
         GenerateRoute generate = new GenerateRoute(pd, resolver, tokenizer, outputs);
         TokenizeRoutes tokenize = new TokenizeRoutes(tokenizer, contextTokens);
@@ -313,6 +315,11 @@ public final class Router implements AutoCloseable {
 
     public int port() {
         return server.getAddress().getPort();
+    }
+
+    /** Its structured-output compiler (tests). */
+    OutputConstraint.Compiler outputs() {
+        return outputs;
     }
 
     /** How often the router looks at the tenants file's modification time. */

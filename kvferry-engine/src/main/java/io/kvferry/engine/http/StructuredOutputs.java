@@ -147,7 +147,10 @@ final class StructuredOutputs {
         return one(found);
     }
 
-    /** The spec compiled ({@code compiler} null: an engine started without a tokenizer); a bad one is a 400 naming its field. */
+    /**
+     * The spec compiled ({@code compiler} null: an engine started without a tokenizer); a bad one is a 400 naming its field,
+     * one the busy compiler could not take in time ({@link OutputConstraint.Busy}) a 503 naming it, with {@code Retry-After}.
+     */
     static OutputConstraint compile(Spec spec, OutputConstraint.Compiler compiler) {
         if (spec == null) return null;
         if (compiler == null) {
@@ -155,6 +158,9 @@ final class StructuredOutputs {
         }
         try {
             return compiler.compile(spec.kind(), spec.source());
+        } catch (OutputConstraint.Busy e) {
+            String what = spec.kind() == OutputConstraint.Kind.REGEX ? "the regex" : "the JSON schema";
+            throw new Http.Unavailable(spec.param(), spec.param() + ": " + what + " " + e.getMessage(), e.retryAfterSeconds());
         } catch (IllegalArgumentException e) {
             String what = spec.kind() == OutputConstraint.Kind.REGEX ? "the regex" : "the JSON schema";
             String param = e instanceof JsonSchemaAutomaton.Fault f ? spec.root() + path(f.at()) : spec.param();

@@ -68,7 +68,7 @@ public final class ClientRegex {
         }
     }
 
-    /** A refusal once the running compilation is past its deadline (a compilation runs one at a time: it bounds the wait). */
+    /** A refusal once the running compilation is past its deadline (a compilation runs one at a time: it bounds each turn). */
     static void checkDeadline() {
         long[] d = DEADLINE.get();
         if (d != null && System.nanoTime() - d[0] > 0) {

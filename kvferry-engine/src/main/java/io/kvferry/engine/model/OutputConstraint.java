@@ -15,7 +15,9 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Objects;
 import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
@@ -249,11 +251,33 @@ public final class OutputConstraint {
     }
 
     /**
+     * A spec not compiled because the compiler stayed busy ({@link Compiler#MAX_WAIT_MS}: others' compilations, one at a
+     * time, held it): the server's state, not the spec's fault, so not an {@link IllegalArgumentException}. Its message
+     * reads after the field's name, as a refusal's does; the request may be sent again after {@link #retryAfterSeconds}.
+     */
+    public static final class Busy extends RuntimeException {
+        /** When to try again: one compilation's deadline, in whole seconds. */
+        public static final long RETRY_AFTER_SECONDS = (Compiler.DEADLINE_MS + 999) / 1_000;
+
+        Busy(long waitedNanos) {
+            super("was not compiled: the structured-output compiler is busy (it compiles one spec at a time, each for up to "
+                    + Compiler.DEADLINE_MS + " ms, and this one waited " + waitedNanos / 1_000_000 + " ms for it); send the request again later");
+        }
+
+        /** When to try again: one compilation's deadline, in whole seconds. */
+        public long retryAfterSeconds() {
+            return RETRY_AFTER_SECONDS;
+        }
+    }
+
+    /**
      * Compiles constraints against one tokenizer's vocabulary and keeps the last {@link #CACHED} of them by spec, so a
      * spec sent again (every sample of a request, the prefill and the decode of it) is compiled once; the cache also keeps
      * at most {@link #CACHED_TABLE} table entries in all (one near {@link #MAX_TABLE} is 16 MB). Thread-safe: one
      * compilation at a time (dk.brics's state numbering is a static counter; and it bounds the CPU a client can take), each
-     * refused past {@link #DEADLINE_MS} so the next waits no longer; a cached spec is answered without waiting for one.
+     * refused past {@link #DEADLINE_MS}; a cached spec is answered without waiting for one. Those waiting for the compiler
+     * take it in arrival order (a fair lock), each at most {@link #MAX_WAIT_MS}: past that it is refused as {@link Busy}
+     * (the server's state, not the spec's: not remembered), so a queue of slow specs holds a new one up a bounded time.
      * A spec refused for its complexity (the deadline, the bounds on its automaton and table: {@link ClientRegex.TooComplex})
      * is remembered too, the last {@link #REFUSED} of them by their SHA-256 with the refusal's message, so a client sending
      * it again is refused at once with the same message instead of holding the compiler up to the deadline again; other
@@ -265,27 +289,43 @@ public final class OutputConstraint {
         public static final int REFUSED = 256;
         /** Most table entries (states × character classes, 4 bytes each) the cache keeps in all: 64 MiB. */
         static final long CACHED_TABLE = 16_000_000;
-        /** How long one compilation may take before it is refused ("too complex"): the next waits at most this long. */
+        /** How long one compilation may take before it is refused ("too complex"). */
         public static final long DEADLINE_MS = 5_000;
+        /**
+         * How long a compilation waits for the compiler (the one running and those queued before it) before it is refused as
+         * {@link Busy}: two deadlines, so a spec behind the running compilation and one more waiting is compiled, and one
+         * behind a longer queue of slow specs (a client sending many) is answered within this, not after all of them.
+         */
+        public static final long MAX_WAIT_MS = 2 * DEADLINE_MS;
         private final TokenTexts texts;
         private final long deadlineNanos, cachedTable;
-        /** Held while compiling (one at a time); the cache has its own lock, so a cached spec never waits for a compilation. */
-        final Object compiling = new Object();
+        private volatile long maxWaitNanos;
+        /**
+         * Held while compiling (one at a time), taken in arrival order ({@code synchronized} let a newcomer wait behind any
+         * number of others, unbounded); the cache has its own lock, so a cached spec never waits for a compilation.
+         */
+        final ReentrantLock compiling = new ReentrantLock(true);
         private long tableEntries;
         private final LinkedHashMap<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true);
         /** Refused specs' messages by the SHA-256 of their key (a schema may be a megabyte), least recently used first; under {@link #cache}'s lock. */
         private final LinkedHashMap<ByteBuffer, String> refused = new LinkedHashMap<>(16, 0.75f, true);
         /** How many compilations were started (tests). */
         final AtomicLong compilations = new AtomicLong();
+        private final AtomicLong busyRefusals = new AtomicLong();
 
         public Compiler(Tokenizer tokenizer) {
             this(tokenizer, DEADLINE_MS * 1_000_000, CACHED_TABLE);
         }
 
         Compiler(Tokenizer tokenizer, long deadlineNanos, long cachedTable) {
+            this(tokenizer, deadlineNanos, cachedTable, MAX_WAIT_MS * 1_000_000);
+        }
+
+        Compiler(Tokenizer tokenizer, long deadlineNanos, long cachedTable, long maxWaitNanos) {
             this.texts = new TokenTexts(tokenizer);
             this.deadlineNanos = deadlineNanos;
             this.cachedTable = cachedTable;
+            this.maxWaitNanos = maxWaitNanos;
         }
 
         /** A regex's constraint; a refusal's message says what is wrong (it reads after the field's name: "regex is …"). */
@@ -303,7 +343,20 @@ public final class OutputConstraint {
             ByteBuffer digest = digest(key);
             OutputConstraint c = cached(key, digest);
             if (c != null) return c;
-            synchronized (compiling) {
+            boolean held;
+            try {
+                held = compiling.tryLock(maxWaitNanos, TimeUnit.NANOSECONDS); // fair: in arrival order, even with a timeout
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                held = false;
+            }
+            if (!held) {
+                c = cached(key, digest); // compiled (or refused) by another meanwhile
+                if (c != null) return c;
+                busyRefusals.incrementAndGet();
+                throw new Busy(maxWaitNanos);
+            }
+            try {
                 c = cached(key, digest);
                 if (c != null) return c;
                 compilations.incrementAndGet();
@@ -328,7 +381,24 @@ public final class OutputConstraint {
                     }
                 }
                 return c;
+            } finally {
+                compiling.unlock();
             }
+        }
+
+        /** Sets how long a compilation waits for the compiler (tests: a short wait for a compiler built elsewhere). */
+        void maxWait(long nanos) {
+            maxWaitNanos = nanos;
+        }
+
+        /** How long a compilation waits for the compiler, in nanoseconds. */
+        long maxWait() {
+            return maxWaitNanos;
+        }
+
+        /** How many compilations were refused as {@link Busy}. */
+        public long busyRefusals() {
+            return busyRefusals.get();
         }
 
         /** The spec's constraint if cached, null if it is neither cached nor refused before; a refusal remembered is thrown again. */

@@ -178,8 +178,8 @@ class RouterDrainTest {
     }
 
     /**
-     * A decode's 503 whose code is not draining (an engine overloaded) is answered as before, a 500 of the backend's type
-     * (ErrorBody#failure): no run again, and no decode out of rotation.
+     * A decode's 503 whose code is not draining (an engine overloaded, e.g. its structured-output compiler busy) is a 503
+     * with Retry-After (ErrorBody#failure; it was a 500 of the backend's type): no run again, and no decode out of rotation.
      */
     @Test
     @Timeout(60)
@@ -198,8 +198,9 @@ class RouterDrainTest {
         HttpServer d1 = stub(busy, false), d2 = stub(busy, false);
         try (Router router = router(List.of(url(prefill)), List.of(url(d1), url(d2)))) {
             HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", COMPLETION);
-            assertEquals(500, r.statusCode(), r.body());
+            assertEquals(503, r.statusCode(), r.body());
             assertEquals("service_unavailable", JSON.readTree(r.body()).path("error").path("type").asText(), r.body());
+            assertTrue(r.headers().firstValue("Retry-After").isPresent(), r.headers().map().toString());
             assertEquals(1, decodeCalls.get(), "run once");
             JsonNode w = JSON.readTree(DrainTest.get(router.port(), "/workers").body());
             for (JsonNode b : w.path("decodes")) assertTrue(b.path("healthy").asBoolean(), "no decode taken out: " + w);

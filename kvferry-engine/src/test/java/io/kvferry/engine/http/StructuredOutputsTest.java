@@ -5,6 +5,7 @@ import com.fasterxml.jackson.core.io.JsonEOFException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.TestModels;
+import io.kvferry.engine.model.CompilerSlot;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
@@ -343,6 +344,60 @@ class StructuredOutputsTest {
             }
         }
         awaitPagesReturned();
+    }
+
+    /**
+     * A spec the busy compiler cannot take in time is a 503 service_unavailable with Retry-After naming the field (not the
+     * client's fault: not a 400, never a 500), at the router on each route and at each engine's /generate; an engine's
+     * passes through the router as a 503 too (the router's error body names no engine field).
+     */
+    @Test
+    @Timeout(60)
+    void aBusyCompilerIsA503WithRetryAfterAtTheRouterAndAtTheEngines() throws Exception {
+        long wait = TimeUnit.MILLISECONDS.toNanos(20);
+        String[][] router503 = {
+                {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":8,\"guided_regex\":\"busy[0-9]{2}\"}", "guided_regex", "the regex"},
+                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":8,\"response_format\":"
+                        + "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"integer\",\"maximum\":77}}}}",
+                        "response_format", "the JSON schema"},
+                {"/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":8,\"regex\":\"busy[0-9]{3}\"}}", "sampling_params.regex", "the regex"},
+        };
+        try (CompilerSlot held = CompilerSlot.hold(router.outputs(), wait)) {
+            for (String[] c : router503) assertBusy(router.port(), c[0], c[1], c[2], c[3]);
+        }
+        String ids = Arrays.toString(promptIds).replace(" ", "");
+        long room = 9_000;
+        for (OutputConstraint.Compiler engine : new OutputConstraint.Compiler[]{stack.prefillServer.outputs(), stack.decodeServer.outputs()}) {
+            int port = engine == stack.prefillServer.outputs() ? stack.prefillServer.port() : stack.decodeServer.port();
+            String body = "{\"bootstrap_room\":" + room++ + ",\"input_ids\":" + ids + ",\"bootstrap_addr\":\"" + stack.addr
+                    + "\",\"max_new_tokens\":4,\"sampling_params\":{\"temperature\":0,\"json_schema\":\"{\\\"type\\\":\\\"boolean\\\"}\"}}";
+            try (CompilerSlot held = CompilerSlot.hold(engine, wait)) {
+                assertBusy(port, "/generate", body, "sampling_params.json_schema", "the JSON schema");
+            }
+        }
+        // The router's compiler free, the engines' busy: their 503 passes through as one (it was a 500 of type service_unavailable).
+        try (CompilerSlot p = CompilerSlot.hold(stack.prefillServer.outputs(), wait); CompilerSlot d = CompilerSlot.hold(stack.decodeServer.outputs(), wait)) {
+            assertBusy(router.port(), "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":8,\"guided_regex\":\"held[0-9]{2}\"}", null,
+                    "sampling_params.regex: the regex");
+        }
+        // Free again: the same spec is served.
+        JsonNode g = RouterCalls.ok(router.port(), "/generate", "{\"text\":\"" + PROMPT + "\",\"sampling_params\":{\"max_new_tokens\":8,"
+                + "\"temperature\":0,\"regex\":\"busy[0-9]{3}\"}}");
+        assertWholeMatch("busy[0-9]{3}", g.path("text").asText(), "after the compiler is free");
+        awaitPagesReturned();
+    }
+
+    static void assertBusy(int port, String path, String body, String param, String what) throws Exception {
+        HttpResponse<String> r = RouterCalls.post(port, path, body);
+        assertEquals(503, r.statusCode(), port + path + " " + body + " -> " + r.body());
+        assertEquals("5", r.headers().firstValue("Retry-After").orElse(null), r.body());
+        JsonNode error = JSON.readTree(r.body()).path("error");
+        assertEquals("service_unavailable", error.path("type").asText(), r.body());
+        assertEquals(param, error.path("param").asText(null), r.body());
+        assertTrue(error.has("code") && error.get("code").isNull(), r.body());
+        String field = param == null ? "" : param + ": ";
+        assertTrue(error.path("message").asText().startsWith(field + what + " was not compiled: the structured-output compiler is busy"),
+                r.body());
     }
 
     static void assertBadRequest(String path, String body, String param, String message) throws Exception {

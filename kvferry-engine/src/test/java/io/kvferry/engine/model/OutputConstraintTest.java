@@ -9,6 +9,7 @@ import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
 import net.jqwik.api.constraints.IntRange;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -17,12 +18,12 @@ import java.util.List;
 import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
@@ -370,25 +371,40 @@ class OutputConstraintTest {
     void aCachedSpecDoesNotWaitForAnotherCompilation() throws Exception {
         OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
         OutputConstraint cached = c.regex("(yes|no)");
-        CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
-        Thread compiling = Thread.ofPlatform().start(() -> {
-            synchronized (c.compiling) {
-                held.countDown();
-                try {
-                    release.await();
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-            }
-        });
-        try {
-            held.await();
+        try (CompilerSlot held = CompilerSlot.hold(c)) {
             var again = CompletableFuture.supplyAsync(() -> c.regex("(yes|no)"));
             assertSame(cached, again.get(60, TimeUnit.SECONDS));
-        } finally {
-            release.countDown();
-            compiling.join();
         }
+    }
+
+    /**
+     * A spec not cached waits for the compiler a bounded time, then is refused as busy (the server's state: not an
+     * IllegalArgumentException, not remembered); before, it waited behind every compilation queued, each up to the deadline.
+     */
+    @Test
+    @Timeout(60)
+    void anUncachedSpecIsRefusedAsBusyPastTheBoundedWait() throws Exception {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300), OutputConstraint.Compiler.DEADLINE_MS * 1_000_000,
+                OutputConstraint.Compiler.CACHED_TABLE, TimeUnit.MILLISECONDS.toNanos(20));
+        assertTrue(c.compiling.isFair(), "those waiting take the compiler in arrival order");
+        try (CompilerSlot held = CompilerSlot.hold(c)) {
+            RuntimeException e = assertThrows(RuntimeException.class, () -> c.regex("[a-z]+"));
+            OutputConstraint.Busy busy = assertInstanceOf(OutputConstraint.Busy.class, e);
+            assertFalse(e instanceof IllegalArgumentException, "not the spec's fault");
+            assertTrue(e.getMessage().startsWith("was not compiled: the structured-output compiler is busy"), e.getMessage());
+            assertTrue(e.getMessage().contains("waited 20 ms"), e.getMessage());
+            assertEquals(5, busy.retryAfterSeconds());
+            assertEquals(0, c.compilations.get());
+            assertEquals(1, c.busyRefusals());
+            assertEquals(0, c.refusedCount(), "a busy refusal is not remembered");
+        }
+        assertTrue(c.regex("[a-z]+").matches("abc"), "compiled once the compiler is free");
+    }
+
+    /** The default wait is two deadlines: the running compilation and one queued before it. */
+    @Test
+    void theDefaultWaitIsTwoDeadlines() {
+        assertEquals(2 * OutputConstraint.Compiler.DEADLINE_MS, OutputConstraint.Compiler.MAX_WAIT_MS);
     }
 
     /** A string's \\u escapes name whole characters: an escaped surrogate pair counted two toward minLength (one for a validator). */
