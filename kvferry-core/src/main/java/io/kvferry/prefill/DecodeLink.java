@@ -31,6 +31,8 @@ final class DecodeLink {
     /** The nonce this rank challenged the connection with (its HELLO must answer it). Reader thread. */
     byte[] challenge;
     volatile Hello hello;
+    /** {@link #label()}, once {@link #hello} is set (it is set once); a race computes the same text twice. */
+    private volatile String label;
     /** The session key both sides derived at registration (never sent); stripes and resumptions prove it. */
     volatile byte[] sessionKey;
     /** What this link verifies: the stronger of the two sides' checksum settings. */
@@ -100,8 +102,13 @@ final class DecodeLink {
      * never the id itself.
      */
     String label() {
+        String l = label;
+        if (l != null) return l;
         Hello h = hello;
-        return h == null ? "unregistered session" : LogSafe.session(h.sessionId());
+        if (h == null) return "unregistered session";
+        // Once: a lost link's every room names it in its failure reason (thousands at once), each a SHA-256 otherwise.
+        label = l = LogSafe.session(h.sessionId());
+        return l;
     }
 
     /** For logs and failure reasons: the session's label and the peer's address. */
