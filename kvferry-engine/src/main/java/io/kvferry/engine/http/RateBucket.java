@@ -46,10 +46,6 @@ final class RateBucket {
         return limit;
     }
 
-    long now() {
-        return nanos.getAsLong();
-    }
-
     /**
      * Takes {@code units} if the bucket holds them now: 0 when taken, else the nanoseconds until it will (more than 0;
      * nothing taken). More than {@link #limit} (a reload lowered it since the caller looked) is never taken.
