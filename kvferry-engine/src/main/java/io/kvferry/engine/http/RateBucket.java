@@ -101,6 +101,33 @@ final class RateBucket {
     }
 
     /**
+     * The nanoseconds until the bucket is full again if nothing more is taken (0 when full): OpenAI's {@code
+     * x-ratelimit-reset-*} ({@link #resetForm}).
+     */
+    long untilFull() {
+        return Math.max(tat.get() - nanos.getAsLong(), 0);
+    }
+
+    /**
+     * A duration in OpenAI's {@code x-ratelimit-reset-*} form, Go's {@code time.Duration} text as its API sends it
+     * ({@code 1s}, {@code 6m0s}, {@code 120ms}, {@code 4m12.172s}), rounded up to whole milliseconds (a client waiting that
+     * long finds the bucket full): {@code 0s} for nothing; under a second, whole milliseconds ({@code 250ms}); from a second
+     * on, hours and minutes where there are any, then the seconds with up to three decimals, trailing zeros dropped.
+     */
+    static String resetForm(long nanos) {
+        long ms = Math.ceilDiv(Math.max(nanos, 0), TimeUnit.MILLISECONDS.toNanos(1));
+        if (ms == 0) return "0s";
+        if (ms < 1000) return ms + "ms";
+        StringBuilder b = new StringBuilder();
+        long h = ms / 3_600_000, m = ms / 60_000 % 60, s = ms / 1000 % 60, frac = ms % 1000;
+        if (h > 0) b.append(h).append('h');
+        if (h > 0 || m > 0) b.append(m).append('m');
+        b.append(s);
+        if (frac > 0) b.append('.').append(Long.toString(1000 + frac).substring(1).replaceFirst("0+$", ""));
+        return b.append('s').toString();
+    }
+
+    /**
      * The refill time of one unit at {@code perMinute}: a minute's nanoseconds divided by it, rounded down (at least 600), so
      * that every take and refund of a unit is the same whole number of nanoseconds: rounded up per take, a limit that does not
      * divide a minute (7, 9, 7000) lost its last unit of a full bucket, and a take undone left one missing.

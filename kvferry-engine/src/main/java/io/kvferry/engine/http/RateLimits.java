@@ -22,13 +22,15 @@ import java.util.List;
  * what it needs, rounded up), counted in {@link RouterMeters#RATE_LIMITED}; a request whose tokens are more than the
  * whole {@code tokens_per_minute} is a 400: it could never fit, and OpenAI's clients retry 429s by themselves.
  * Each answer of a limited tenant charged or refused here (the 400 too) carries OpenAI's {@code x-ratelimit-*} headers (what the buckets held just after
- * this request's charge).
+ * this request's charge), {@code x-ratelimit-reset-*} included (the time until the bucket would be full again).
  */
 final class RateLimits {
     static final String LIMIT_REQUESTS = "x-ratelimit-limit-requests";
     static final String REMAINING_REQUESTS = "x-ratelimit-remaining-requests";
     static final String LIMIT_TOKENS = "x-ratelimit-limit-tokens";
     static final String REMAINING_TOKENS = "x-ratelimit-remaining-tokens";
+    static final String RESET_REQUESTS = "x-ratelimit-reset-requests";
+    static final String RESET_TOKENS = "x-ratelimit-reset-tokens";
 
     private RateLimits() {
     }
@@ -96,16 +98,21 @@ final class RateLimits {
                 .retryAfter(seconds);
     }
 
-    /** The {@code x-ratelimit-*} headers of the limits the tenant has: each limit, and what its bucket holds now. */
+    /**
+     * The {@code x-ratelimit-*} headers of the limits the tenant has: each limit, what its bucket holds now, and the time
+     * until it is full again if nothing more is taken ({@link RateBucket#resetForm}).
+     */
     private static void headers(HttpExchange ex, RateBucket requests, RateBucket tokens) {
         Headers h = ex.getResponseHeaders();
         if (requests != null) {
             h.set(LIMIT_REQUESTS, Integer.toString(requests.limit()));
             h.set(REMAINING_REQUESTS, Long.toString(requests.remaining()));
+            h.set(RESET_REQUESTS, RateBucket.resetForm(requests.untilFull()));
         }
         if (tokens != null) {
             h.set(LIMIT_TOKENS, Integer.toString(tokens.limit()));
             h.set(REMAINING_TOKENS, Long.toString(tokens.remaining()));
+            h.set(RESET_TOKENS, RateBucket.resetForm(tokens.untilFull()));
         }
     }
 

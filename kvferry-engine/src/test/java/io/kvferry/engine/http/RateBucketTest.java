@@ -50,6 +50,28 @@ class RateBucketTest {
     }
 
     @Test
+    void untilFullIsTheRefillStillOwedInOpenAisDurationForm() {
+        AtomicLong clock = new AtomicLong(5 * SECOND);
+        RateBucket b = new RateBucket(2, clock::get); // one every 30 s
+        assertEquals(0, b.untilFull());
+        assertEquals("0s", RateBucket.resetForm(b.untilFull()), "full: nothing to wait for");
+        b.take(1);
+        assertEquals("30s", RateBucket.resetForm(b.untilFull()));
+        b.take(1);
+        assertEquals("1m0s", RateBucket.resetForm(b.untilFull()), "OpenAI's 6m0s form: minutes, then seconds");
+        clock.addAndGet(59 * SECOND + 750_000_000L);
+        assertEquals("250ms", RateBucket.resetForm(b.untilFull()), "under a second: milliseconds");
+        clock.addAndGet(SECOND);
+        assertEquals(0, b.untilFull(), "full again, never below 0");
+        assertEquals("1ms", RateBucket.resetForm(1), "rounded up to whole milliseconds");
+        assertEquals("1.5s", RateBucket.resetForm(1_500_000_000L));
+        assertEquals("4m12.172s", RateBucket.resetForm(252_172_000_000L));
+        assertEquals("1.001s", RateBucket.resetForm(1_000_000_001L));
+        assertEquals("1h0m0s", RateBucket.resetForm(TimeUnit.HOURS.toNanos(1)));
+        assertEquals("0s", RateBucket.resetForm(-3));
+    }
+
+    @Test
     void severalUnitsAtOnceAndTheirRefund() {
         AtomicLong clock = new AtomicLong();
         RateBucket b = new RateBucket(1000, clock::get);

@@ -139,10 +139,13 @@ class TenantRateLimitsTest {
             assertEquals(200, first.statusCode(), first.body());
             assertEquals("2", header(first, RateLimits.LIMIT_REQUESTS), "a stream's answer carries them too");
             assertEquals("1", header(first, RateLimits.REMAINING_REQUESTS));
+            assertEquals("30s", header(first, RateLimits.RESET_REQUESTS), "one request of 2 a minute refills in 30 s");
             assertNull(header(first, RateLimits.LIMIT_TOKENS), "no tokens_per_minute: no tokens headers");
             HttpResponse<String> second = post(r.port(), "/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":1}}", KEY_A);
             assertEquals(200, second.statusCode(), second.body());
             assertEquals("0", header(second, RateLimits.REMAINING_REQUESTS));
+            assertEquals("1m0s", header(second, RateLimits.RESET_REQUESTS), "empty: full again in a minute, OpenAI's form");
+            assertNull(header(second, RateLimits.RESET_TOKENS));
             assertEquals(2, s.decodeCalls.get());
 
             for (String[] route : new String[][]{{"/v1/completions", body}, {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}"},
@@ -151,6 +154,7 @@ class TenantRateLimitsTest {
                 assertEquals(429, third.statusCode(), route[0] + ": " + third.body());
                 assertEquals("30", header(third, "Retry-After"), "one request of 2 a minute refills in 30 s");
                 assertEquals("0", header(third, RateLimits.REMAINING_REQUESTS));
+                assertEquals("1m0s", header(third, RateLimits.RESET_REQUESTS));
                 JsonNode e = JSON.readTree(third.body()).path("error");
                 assertEquals("rate_limit_error", e.path("type").asText(), third.body());
                 assertEquals("tenant a is over its limit of 2 requests per minute (requests_per_minute in --tenants-file); retry in 30 s",
@@ -191,6 +195,9 @@ class TenantRateLimitsTest {
             assertEquals("100", header(one, RateLimits.LIMIT_TOKENS));
             assertEquals(Integer.toString(100 - p - 20), header(one, RateLimits.REMAINING_TOKENS), "prompt and max_tokens charged at admission");
             assertEquals("9", header(one, RateLimits.REMAINING_REQUESTS));
+            assertEquals("6s", header(one, RateLimits.RESET_REQUESTS), "1 request of 10 a minute");
+            assertEquals(RateBucket.resetForm((p + 20) * 600_000_000L), header(one, RateLimits.RESET_TOKENS), "p + 20 tokens at 0.6 s each");
+            assertTrue(header(one, RateLimits.RESET_TOKENS).matches("1[2-7](\\.[0-9]+)?s"), header(one, RateLimits.RESET_TOKENS));
             counted(meters, "/v1/completions", 200, "a", 1);
             assertEquals(100 - p - 1, bucket.remaining(), "the 19 tokens the decode did not send given back");
 
