@@ -42,6 +42,16 @@ final class RouterMeters {
     static final String LIMIT_REQUESTS = "requests";
     static final String LIMIT_TOKENS = "tokens";
     /**
+     * Requests a concurrency limit turned away (429 once no slot freed within {@code --queue-timeout-ms}), tagged {@code
+     * limit}: {@link #LIMIT_ROUTER} or {@link #LIMIT_TENANT}; with tenants, {@code tenant} too. A meter of its own, not a
+     * {@link #RATE_LIMITED} tag: that one counts a tenant's per-minute quota (and exists only with tenants); this one the
+     * router's load, with or without tenants.
+     */
+    static final String ADMISSION_REFUSED = "kvferry_router_admission_refused";
+    /** The {@code limit} tags of {@link #ADMISSION_REFUSED}: {@code --max-concurrent-requests}'s, a tenant's {@code max_concurrent_requests}'. */
+    static final String LIMIT_ROUTER = "router";
+    static final String LIMIT_TENANT = "tenant";
+    /**
      * The {@code tenant} tag of a request no tenant's key opened (a 401), or of one whose tenant a reload removed while it
      * ran (its series went with it), on a router with tenants.
      */
@@ -82,6 +92,8 @@ final class RouterMeters {
     private final Map<String, AtomicInteger> runningByTenant = new ConcurrentHashMap<>();
     /** Per tenant (byTenant): its rate-limited counters, {requests, tokens}, made with its other meters (0 until one counts). */
     private final Map<String, Counter[]> rateLimitedByTenant = new ConcurrentHashMap<>();
+    /** The {@link #ADMISSION_REFUSED} counters by limit and (byTenant) tenant tag ({@link #key}'s form, the limit for the route). */
+    private final Map<String, Counter> admissionRefused = new ConcurrentHashMap<>();
 
     /** @param registry where the meters go; null for nowhere (a registry of its own nobody reads) */
     RouterMeters(MeterRegistry registry) {
@@ -127,6 +139,29 @@ final class RouterMeters {
     void admission(Semaphore slots) {
         Gauge.builder(WAITING, slots, Semaphore::getQueueLength).description("Router: requests waiting for a slot (--max-concurrent-requests)")
                 .register(registry);
+        if (!byTenant) refusedCounter(LIMIT_ROUTER, null); // its series is there from the start (with tenants, each one's is made at its first)
+    }
+
+    /**
+     * A request of {@code tenant} (null: none, or a router without tenants) turned away by a concurrency {@code limit}
+     * ({@link #LIMIT_ROUTER}, {@link #LIMIT_TENANT}): 429 after {@code --queue-timeout-ms}.
+     */
+    void admissionRefused(String tenant, String limit) {
+        refusedCounter(limit, tenant).increment();
+    }
+
+    private Counter refusedCounter(String limit, String tenant) {
+        String t = !byTenant ? null : tenant == null ? NO_TENANT : tenant;
+        Counter c = admissionRefused.get(key(limit, 0, t));
+        if (c != null) return c;
+        synchronized (this) { // as finished: a series made only for a tenant still configured (forgetTenant holds this too)
+            String tag = byTenant ? tag(tenant) : null;
+            return admissionRefused.computeIfAbsent(key(limit, 0, tag), k -> {
+                Counter.Builder b = Counter.builder(ADMISSION_REFUSED).description("Router: requests a concurrency limit turned away (429 past "
+                        + "--queue-timeout-ms): limit=router --max-concurrent-requests, limit=tenant a tenant's max_concurrent_requests").tag("limit", limit);
+                return (tag == null ? b : b.tag("tenant", tag)).register(registry);
+            });
+        }
     }
 
     private Counter promptTokens(String tenant) {
@@ -151,6 +186,7 @@ final class RouterMeters {
                 .description("Router: a tenant's requests waiting for one of its slots (its max_concurrent_requests)")
                 .tag("tenant", name).register(registry);
         rateLimitedByTenant.put(name, new Counter[]{rateLimitedCounter(name, LIMIT_REQUESTS), rateLimitedCounter(name, LIMIT_TOKENS)});
+        refusedCounter(LIMIT_TENANT, name); // its series from the start: any tenant may get a max_concurrent_requests
     }
 
     private Counter rateLimitedCounter(String tenant, String limit) {
@@ -173,9 +209,10 @@ final class RouterMeters {
         tokensByTenant.remove(name);
         rateLimitedByTenant.remove(name);
         requests.keySet().removeIf(k -> k.endsWith(' ' + name));
+        admissionRefused.keySet().removeIf(k -> k.endsWith(' ' + name));
         for (Meter m : registry.find(TENANT_RUNNING).tag("tenant", name).meters()) registry.remove(m);
         for (Meter m : registry.find(TENANT_WAITING).tag("tenant", name).meters()) registry.remove(m);
-        for (String counter : new String[]{REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS, RATE_LIMITED}) {
+        for (String counter : new String[]{REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS, RATE_LIMITED, ADMISSION_REFUSED}) {
             for (Meter m : registry.find(counter).tag("tenant", name).meters()) registry.remove(m);
         }
     }

@@ -41,6 +41,8 @@ import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -195,8 +197,12 @@ class RouterErrorsTest {
                 decodeCalls.set(0);
                 entered.set(new CountDownLatch(1));
                 release.set(new CountDownLatch(1));
+                SimpleMeterRegistry meters = new SimpleMeterRegistry();
                 try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
-                        "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(1, wait), null)) {
+                        "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(1, wait), meters)) {
+                    Counter refused = meters.find(RouterMeters.ADMISSION_REFUSED).tags("limit", RouterMeters.LIMIT_ROUTER).counter();
+                    assertNotNull(refused, "its series is there from the start");
+                    assertNull(meters.find(RouterMeters.ADMISSION_REFUSED).tagKeys("tenant").counter(), "no tenant tag without tenants");
                     CompletableFuture<HttpResponse<String>> first = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
                             + router.port() + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
                             HttpResponse.BodyHandlers.ofString());
@@ -209,6 +215,7 @@ class RouterErrorsTest {
                         assertEquals("rate_limit_error", e.path("type").asText(), second.body());
                         assertTrue(e.path("message").asText().contains("its limit of 1 requests at once (--max-concurrent-requests)"), second.body());
                         assertEquals(1, decodeCalls.get(), "the refused request reached no backend");
+                        assertEquals(1, refused.count(), "counted on /metrics");
                         release.get().countDown();
                     } else {
                         CompletableFuture<HttpResponse<String>> second = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
@@ -222,6 +229,7 @@ class RouterErrorsTest {
                         HttpResponse<String> r = second.get(30, TimeUnit.SECONDS);
                         assertEquals(200, r.statusCode(), "served once the first ended: " + r.body());
                         assertEquals(2, decodeCalls.get());
+                        assertEquals(0, refused.count(), "a request that waited and was served is not refused");
                     }
                     assertEquals(200, first.get(30, TimeUnit.SECONDS).statusCode());
                     assertEquals(200, send(router.port(), "/v1/completions", body).statusCode(), "the slot is free again");

@@ -546,6 +546,10 @@ class TenantsTest {
             assertTrue(e.path("message").asText().contains("tenant a is serving its limit of 1 requests at once (max_concurrent_requests "
                     + "in --tenants-file) and none ended within 200 ms"), second.body());
             assertEquals(1, decodeCalls.get(), "the refused request reached no backend");
+            assertEquals(1, meters.find(RouterMeters.ADMISSION_REFUSED).tags("tenant", "a", "limit", RouterMeters.LIMIT_TENANT).counter().count(),
+                    "a's refusal counted on /metrics, under a's limit");
+            assertEquals(0, meters.find(RouterMeters.ADMISSION_REFUSED).tags("tenant", "b", "limit", RouterMeters.LIMIT_TENANT).counter().count());
+            assertNull(meters.find(RouterMeters.ADMISSION_REFUSED).tags("limit", RouterMeters.LIMIT_ROUTER).counter(), "no router limit here");
             assertEquals(200, post(r.port(), "/v1/completions", body, KEY_B).statusCode(), "b is served while a is at its limit");
             assertEquals(1, tenants.inFlight("a"), "a's held request");
             assertEquals(0, tenants.inFlight("b"));
