@@ -257,6 +257,6 @@ public final class DecodeServer implements AutoCloseable {
 
     @Override
     public void close() {
-        Http.stop(server);
+        Http.stop(server, drain);
     }
 }

@@ -2,6 +2,9 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.micrometer.core.instrument.FunctionCounter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
 
 import java.io.IOException;
 import java.time.Duration;
@@ -15,16 +18,31 @@ import java.util.concurrent.locks.ReentrantLock;
  * the requests admitted before run to their end, which {@link #await} waits for. A request is admitted by {@link #enter}
  * and leaves by {@link #exit}: a decode's whole stream, a prefill's forward and KV transfer (its answer comes once the
  * KV reached the decode), a router's whole request.
+ *
+ * <p>On its server's {@code /metrics} ({@link #register}): {@link #DRAINING} 1 once draining, and {@link #REQUESTS} the
+ * requests under way when it began, by how they ended: {@code end="completed"} ran to their end, {@code end="cut"} were
+ * still running when {@link #await} gave up (closing the server cuts them). Tagged {@code role}, the server's.
  */
 public final class Drain {
     /** The error {@code code} of a draining server's 503, which a router reads as "nothing started here: run it elsewhere". */
     public static final String CODE = "draining";
+    /** The gauge: 1 while the server drains (from {@link #begin} to its close), else 0. */
+    public static final String DRAINING = "kvferry_draining";
+    /** The counter of the requests a drain met, tagged {@code end}: {@link #COMPLETED} or {@link #CUT}. */
+    public static final String REQUESTS = "kvferry_drain_requests";
+    public static final String COMPLETED = "completed";
+    public static final String CUT = "cut";
 
     private final String what;
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition idle = lock.newCondition();
     private int running;
     private volatile boolean draining;
+    /** Requests admitted before the drain that ended during it, before any cut; those cut at its timeout. Under the lock. */
+    private long completed;
+    private long cut;
+    /** Whether {@link #await} gave up with requests running: they are cut, and one ending after is not counted completed. */
+    private boolean cutDone;
 
     /** @param what the server, for its 503's message ("decode", "router") */
     public Drain(String what) {
@@ -47,6 +65,7 @@ public final class Drain {
     void exit() {
         lock.lock();
         try {
+            if (draining && !cutDone) completed++;
             if (--running == 0) idle.signalAll();
         } finally {
             lock.unlock();
@@ -87,7 +106,33 @@ public final class Drain {
         lock.lock();
         try {
             while (running > 0 && left > 0) left = idle.awaitNanos(left);
+            if (running > 0 && draining && !cutDone) {
+                cutDone = true;
+                cut += running;
+            }
             return running;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Its meters in {@code registry}, tagged {@code role} as this drain's server ({@link #DRAINING}, {@link #REQUESTS}),
+     * there from the start at 0.
+     */
+    public void register(MeterRegistry registry) {
+        Gauge.builder(DRAINING, this, d -> d.draining ? 1 : 0).description("1 while the server drains (--drain-timeout-s: shutting down, "
+                + "new requests get 503 draining)").tag("role", what).register(registry);
+        FunctionCounter.builder(REQUESTS, this, d -> d.count(false)).description("Requests a drain met, by how they ended: completed (ran to "
+                + "their end) or cut (still running at --drain-timeout-s)").tags("role", what, "end", COMPLETED).register(registry);
+        FunctionCounter.builder(REQUESTS, this, d -> d.count(true)).description("Requests a drain met, by how they ended: completed (ran to "
+                + "their end) or cut (still running at --drain-timeout-s)").tags("role", what, "end", CUT).register(registry);
+    }
+
+    private double count(boolean wasCut) {
+        lock.lock();
+        try {
+            return wasCut ? cut : completed;
         } finally {
             lock.unlock();
         }

@@ -105,9 +105,25 @@ final class Http {
         return s;
     }
 
-    /** Stops a server from {@link #server} and its gate. */
+    /**
+     * How long a drained server's close waits for the exchanges under way to end ({@link #stop(HttpServer, Drain)}): the
+     * 503 draining answers of requests that arrived as it closed, and the requests a drain timeout cut.
+     */
+    static final int DRAINED_STOP_GRACE_SECONDS = 1;
+
+    /** Stops a server from {@link #server} and its gate at once: the exchanges under way are cut. */
     static void stop(HttpServer s) {
-        s.stop(0);
+        stop(s, null);
+    }
+
+    /**
+     * Stops a server from {@link #server} and its gate. Once {@code drain} has begun (a graceful shutdown), its listener
+     * closes first (new connections are refused), then the exchanges under way get up to {@link #DRAINED_STOP_GRACE_SECONDS}
+     * to end (the JDK's stop returns as soon as none is left), so a request that reached it as it closed gets its 503
+     * draining answer instead of a reset; only then are its connections closed. Not draining: at once, as before.
+     */
+    static void stop(HttpServer s, Drain drain) {
+        s.stop(drain != null && drain.draining() ? DRAINED_STOP_GRACE_SECONDS : 0);
         if (s.getExecutor() instanceof ExchangeGate g) g.close();
     }
 

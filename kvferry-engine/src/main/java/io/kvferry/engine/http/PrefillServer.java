@@ -137,6 +137,6 @@ public final class PrefillServer implements AutoCloseable {
 
     @Override
     public void close() {
-        Http.stop(server);
+        Http.stop(server, drain);
     }
 }

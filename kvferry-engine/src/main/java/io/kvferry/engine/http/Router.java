@@ -393,7 +393,7 @@ public final class Router implements AutoCloseable {
 
     @Override
     public void close() {
-        Http.stop(server);
+        Http.stop(server, drain);
         backends.close();
     }
 }

@@ -206,6 +206,7 @@ public final class Roles {
             PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken(), o.model().tokenizer());
             s.parts.add(server);
             s.drains.add(server.drain());
+            server.drain().register(metrics);
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
@@ -248,6 +249,7 @@ public final class Roles {
             DecodeServer server = new DecodeServer(engine, o.host(), o.port(), o.authToken(), o.model().tokenizer());
             s.parts.add(server);
             s.drains.add(server.drain());
+            server.drain().register(metrics);
             OpsHandlers.routes(metrics, status).forEach(server::route);
             s.port = server.port();
             return s;
@@ -285,6 +287,7 @@ public final class Roles {
                 o.host(), o.port(), new Router.Access(o.authToken(), apiKey, tenants), admission, metrics);
         s.parts.add(r);
         s.drains.add(r.drain());
+        r.drain().register(metrics);
         r.route("/metrics", OpsHandlers.metrics(metrics));
         s.port = r.port();
         return s;

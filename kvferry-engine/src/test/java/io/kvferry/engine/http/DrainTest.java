@@ -4,6 +4,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.EngineSpec;
+import com.sun.net.httpserver.HttpServer;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -11,6 +13,8 @@ import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
+import java.io.OutputStream;
+import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -26,6 +30,7 @@ import java.util.concurrent.TimeUnit;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.fail;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -220,6 +225,79 @@ class DrainTest {
                 events = List.of();
             }
             assertTrue(events.stream().noneMatch(e -> e.has("finish_reason")), "cut, not finished: " + events);
+        }
+    }
+
+    private static double drained(SimpleMeterRegistry m, String end) {
+        return m.find(Drain.REQUESTS).tags("role", "decode", "end", end).functionCounter().count();
+    }
+
+    /**
+     * A drain's meters: the draining gauge, and the requests under way when it began by how they ended (completed, or cut
+     * at the timeout; one ending after the cut is not counted completed; one ending before the drain is not counted).
+     */
+    @Test
+    void aDrainCountsTheRequestsItMetByHowTheyEnded() throws Exception {
+        Drain drain = new Drain("decode");
+        SimpleMeterRegistry m = new SimpleMeterRegistry();
+        drain.register(m);
+        assertEquals(0, m.find(Drain.DRAINING).tag("role", "decode").gauge().value());
+        assertEquals(0, drained(m, Drain.COMPLETED), "there from the start");
+        for (int i = 0; i < 4; i++) assertTrue(drain.enter());
+        drain.exit(); // before the drain: not one it met
+        drain.begin();
+        assertEquals(1, m.find(Drain.DRAINING).tag("role", "decode").gauge().value());
+        assertFalse(drain.enter(), "refused once draining");
+        drain.exit();
+        assertEquals(1, drained(m, Drain.COMPLETED));
+        assertEquals(2, drain.await(Duration.ZERO), "two still running at the timeout");
+        assertEquals(2, drained(m, Drain.CUT));
+        drain.exit(); // a cut one ending as the server closes
+        assertEquals(1, drained(m, Drain.COMPLETED), "cut, not completed");
+        assertEquals(1, drain.await(Duration.ZERO));
+        assertEquals(2, drained(m, Drain.CUT), "a drain cuts once");
+    }
+
+    /**
+     * A drained server's close lets the exchange under way end, so a request that reached it as it closed gets its 503
+     * draining answer, not a reset: here one whose body is still coming when the close begins (a JDK {@code stop(0)} closed
+     * its connection at once).
+     */
+    @Test
+    @Timeout(60)
+    void aRequestReachingADrainedServerAsItClosesGetsTheDrainingAnswer() throws Exception {
+        HttpServer server = Http.server("127.0.0.1", 0);
+        Drain drain = new Drain("decode");
+        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(e -> Http.sendJson(e, 200, JSON.createObjectNode()))));
+        server.start();
+        ExchangeGate gate = (ExchangeGate) server.getExecutor();
+        drain.begin();
+        try (Socket c = new Socket("127.0.0.1", server.getAddress().getPort())) {
+            OutputStream out = c.getOutputStream();
+            out.write(("POST /generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n{}")
+                    .getBytes(StandardCharsets.US_ASCII)); // half its body
+            out.flush();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (gate.underWay() == 0 && System.nanoTime() < deadline) Thread.sleep(2);
+            assertEquals(1, gate.underWay(), "the server is reading the request");
+            Thread closing = Thread.ofPlatform().start(() -> Http.stop(server, drain));
+            // The close under way: its listener closed and waiting for the exchange (or, cutting at once, done).
+            while (closing.getState() != Thread.State.TIMED_WAITING && closing.getState() != Thread.State.TERMINATED
+                    && System.nanoTime() < deadline) {
+                Thread.sleep(2);
+            }
+            String answer;
+            try {
+                out.write("  ".getBytes(StandardCharsets.US_ASCII)); // the rest of its body
+                out.flush();
+                answer = new String(c.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            } catch (IOException reset) {
+                answer = reset.toString();
+            }
+            closing.join(TimeUnit.SECONDS.toMillis(30));
+            assertFalse(closing.isAlive(), "closed");
+            if (!answer.startsWith("HTTP/1.1 503")) fail("not the draining answer: " + answer);
+            assertTrue(answer.contains("\"code\":\"draining\""), answer);
         }
     }
 }

@@ -13,6 +13,7 @@ import java.net.http.HttpResponse;
 import java.time.Duration;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * {@link Roles.Role#drain} of the one-process cluster ({@code serve} without {@code --role}): its router drains (then its
@@ -39,6 +40,10 @@ class RoleDrainTest {
             HttpResponse<String> r = http.send(completion, HttpResponse.BodyHandlers.ofString());
             assertEquals(503, r.statusCode(), r.body());
             assertEquals("draining", JSON.readTree(r.body()).path("error").path("code").asText(), r.body());
+            String metrics = http.send(HttpRequest.newBuilder(URI.create(base + "/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
+            assertTrue(metrics.contains("kvferry_draining{role=\"router\"} 1.0"), metrics);
+            assertTrue(metrics.contains("kvferry_drain_requests_total{end=\"completed\",role=\"router\"} 0.0"), "the one request ended before");
+            assertTrue(metrics.contains("kvferry_drain_requests_total{end=\"cut\",role=\"router\"} 0.0"), metrics);
         }
     }
 }
