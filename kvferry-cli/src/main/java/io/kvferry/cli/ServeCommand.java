@@ -105,6 +105,10 @@ public final class ServeCommand implements Callable<Integer> {
             + "--max-concurrent-requests waits for a slot (0: refused at once). Default: ${DEFAULT-VALUE}.")
     long queueTimeoutMs;
 
+    @Option(names = "--max-backends", defaultValue = "256", description = "Router (and serve without --role): the most backends "
+            + "(prefills and decodes together) it holds; POST /workers beyond it gets 403 (code max_backends). Default: ${DEFAULT-VALUE}.")
+    int maxBackends;
+
     @Option(names = "--drain-timeout-s", paramLabel = "SECONDS", defaultValue = "30", description = "Every role: at SIGTERM (or "
             + "SIGINT) it first drains: new requests get 503 (error code draining) and /health 503 (status draining), the requests "
             + "running go on to their end, for up to this long; then it stops, cutting what is left. 0: it stops at once. "
@@ -176,6 +180,7 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--log-requests", List.of("router", "embedded"));
         ONLY_FOR.put("--max-concurrent-requests", List.of("router", "embedded"));
         ONLY_FOR.put("--queue-timeout-ms", List.of("router", "embedded"));
+        ONLY_FOR.put("--max-backends", List.of("router", "embedded"));
         // The engines' own: a router reads the model (tokenizer, context) and its backends' URLs, none of these.
         for (String engineFlag : List.of("--transport", "--page-size", "--pages", "--max-requests", "--chunk-tokens", "--model-variant")) {
             ONLY_FOR.put(engineFlag, List.of("prefill", "decode", "embedded"));
@@ -277,12 +282,17 @@ public final class ServeCommand implements Callable<Integer> {
             System.err.println("kvferry serve: --queue-timeout-ms " + queueTimeoutMs + " is outside [0, " + MAX_QUEUE_TIMEOUT_MS + "] (one hour)");
             return 2;
         }
+        if (maxBackends < Router.Admission.MIN_BACKENDS || maxBackends > Router.Admission.MAX_BACKENDS) {
+            System.err.println("kvferry serve: --max-backends " + maxBackends + " is outside [" + Router.Admission.MIN_BACKENDS + ", "
+                    + Router.Admission.MAX_BACKENDS + "] (at least a prefill and a decode)");
+            return 2;
+        }
         if (drainTimeoutS < 0 || drainTimeoutS > MAX_DRAIN_TIMEOUT_S) {
             System.err.println("kvferry serve: --drain-timeout-s " + drainTimeoutS + " is outside [0, " + MAX_DRAIN_TIMEOUT_S
                     + "] (0 = stop at once)");
             return 2;
         }
-        Router.Admission admission = new Router.Admission(maxConcurrentRequests, Duration.ofMillis(queueTimeoutMs));
+        Router.Admission admission = new Router.Admission(maxConcurrentRequests, Duration.ofMillis(queueTimeoutMs), maxBackends);
         if (logRequests) {
             // Before the router's class makes its loggers: slf4j-simple reads a logger's level when it is made.
             System.setProperty("org.slf4j.simpleLogger.log.io.kvferry.router.requests", "info");
@@ -353,6 +363,11 @@ public final class ServeCommand implements Callable<Integer> {
                 case "router" -> {
                     if (prefills.isEmpty() || decodes.isEmpty()) {
                         System.err.println("kvferry serve --role router: give at least one --prefill URL and one --decode URL");
+                        return 2;
+                    }
+                    if (prefills.size() + decodes.size() > maxBackends) {
+                        System.err.println("kvferry serve --role router: " + (prefills.size() + decodes.size()) + " --prefill and --decode URLs, "
+                                + "more than --max-backends " + maxBackends);
                         return 2;
                     }
                     if (token == null) { // the engines' /generate and /abort take the cluster token

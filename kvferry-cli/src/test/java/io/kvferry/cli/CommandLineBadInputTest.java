@@ -162,6 +162,13 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("serve", "--queue-timeout-ms", "99999999"), "kvferry serve: --queue-timeout-ms 99999999 is outside [0, 3600000]");
         assertOneLine(CliRun.of("serve", "--role", "prefill", "--port", "0", "--bootstrap-port", "0", "--queue-timeout-ms", "5",
                 "--auth-token-file", tokenFile("t").toString()), "kvferry serve: --queue-timeout-ms is not used by --role prefill");
+        assertOneLine(CliRun.of("serve", "--max-backends", "1"), "kvferry serve: --max-backends 1 is outside [2, 4096] (at least a prefill and a decode)");
+        assertOneLine(CliRun.of("serve", "--max-backends", "5000"), "kvferry serve: --max-backends 5000 is outside [2, 4096] (at least a prefill and a decode)");
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--max-backends", "8", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry serve: --max-backends is not used by --role decode");
+        assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--max-backends", "2", "--prefill", "http://127.0.0.1:1",
+                "--decode", "http://127.0.0.1:2", "--decode", "http://127.0.0.1:3", "--auth-token-file", tokenFile("t").toString()),
+                "kvferry serve --role router: 3 --prefill and --decode URLs, more than --max-backends 2");
     }
 
     /** --drain-timeout-s: negative, or beyond an hour, is refused before anything starts (every role reads it). */

@@ -318,12 +318,13 @@ final class Backends {
 
     /**
      * Adds {@code b} to the pool, on the health thread, unless a backend of its URL and role is there already (then that
-     * one is returned and nothing changes); null when added.
+     * one is returned and nothing changes); null when added; {@link Full} when the pool holds {@code max} backends already.
      */
-    Backend addIfAbsent(Backend b) throws Exception {
+    Backend addIfAbsent(Backend b, int max) throws Exception {
         return onHealthThread(() -> {
             Backend other = pool.find(b.url, b.prefill);
             if (other != null) return other;
+            if (pool.all().size() >= max) throw new Full();
             pool = pool.with(b);
             meters.backend(b);
             return null;
@@ -366,6 +367,13 @@ final class Backends {
             if (!client.awaitTermination(Duration.ofSeconds(5))) log.warn("router: backend calls still in flight after close");
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+        }
+    }
+
+    /** {@link #addIfAbsent}'s refusal: the pool holds its most backends already ({@code --max-backends}). */
+    static final class Full extends Exception {
+        Full() {
+            super(null, null, false, false);
         }
     }
 }

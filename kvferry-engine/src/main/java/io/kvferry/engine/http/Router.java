@@ -57,14 +57,31 @@ public final class Router implements AutoCloseable {
      * slot before it is answered 429 with {@code Retry-After} (0: at once). A burst beyond what the engines'
      * pages and slots hold is turned away at the door instead of queueing in them without bound.
      */
-    public record Admission(int maxConcurrent, Duration queueTimeout) {
+    public record Admission(int maxConcurrent, Duration queueTimeout, int maxBackends) {
         public static final Admission UNLIMITED = new Admission(0, Duration.ZERO);
+        /** {@code serve --max-backends}: the default, and its range (at least a prefill and a decode). */
+        public static final int DEFAULT_MAX_BACKENDS = 256;
+        public static final int MIN_BACKENDS = 2;
+        public static final int MAX_BACKENDS = 4096;
 
+        /**
+         * @param maxBackends the most backends (prefills and decodes together) the router holds: its {@code --prefill} and
+         *                    {@code --decode} URLs, then {@code POST /workers} refused beyond it, so its pool, health loop and
+         *                    status document stay bounded
+         */
         public Admission {
             if (maxConcurrent < 0) throw new IllegalArgumentException("max concurrent requests must be >= 0 (0 = no limit), got " + maxConcurrent);
             if (queueTimeout == null || queueTimeout.isNegative()) {
                 throw new IllegalArgumentException("the queue timeout must be >= 0, got " + queueTimeout);
             }
+            if (maxBackends < MIN_BACKENDS || maxBackends > MAX_BACKENDS) {
+                throw new IllegalArgumentException("max backends must be in [" + MIN_BACKENDS + ", " + MAX_BACKENDS + "], got " + maxBackends);
+            }
+        }
+
+        /** At most {@link #DEFAULT_MAX_BACKENDS} backends. */
+        public Admission(int maxConcurrent, Duration queueTimeout) {
+            this(maxConcurrent, queueTimeout, DEFAULT_MAX_BACKENDS);
         }
     }
 
@@ -203,6 +220,10 @@ public final class Router implements AutoCloseable {
         this.clientAuth = BearerToken.of(access.apiKey());
         this.tenants = access.tenants();
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
+        if (prefills.size() + decodes.size() > admission.maxBackends()) {
+            throw new IllegalArgumentException("the router is given " + (prefills.size() + decodes.size()) + " backends, more than its limit of "
+                    + admission.maxBackends() + " (--max-backends)");
+        }
         Pool first = new Pool(List.of(), List.of());
         for (String p : prefills) first = first.with(new Backend(p, true, null));
         for (String d : decodes) first = first.with(new Backend(d, false, null));
@@ -232,7 +253,7 @@ public final class Router implements AutoCloseable {
         OpenAiRoutes openAi = new OpenAiRoutes(pd, resolver, tokenizer, modelName, started, outputs);
         GenerateRoute generate = new GenerateRoute(pd, resolver, tokenizer, outputs);
         TokenizeRoutes tokenize = new TokenizeRoutes(tokenizer, contextTokens);
-        Workers workers = new Workers(backends, clusterToken);
+        Workers workers = new Workers(backends, clusterToken, admission.maxBackends());
         server = Http.server(host, port);
         serving(OpenAiShape.COMPLETION.route, openAi::completions);
         serving(OpenAiShape.CHAT.route, openAi::chatCompletions);

@@ -24,16 +24,20 @@ final class Workers {
     private final Backends backends;
     /** The cluster token, which the changes need; null: the router refuses them. */
     private final BearerToken clusterToken;
+    /** The most backends the pool holds ({@code --max-backends}): an add beyond it is refused. */
+    private final int maxBackends;
 
-    Workers(Backends backends, BearerToken clusterToken) {
+    Workers(Backends backends, BearerToken clusterToken, int maxBackends) {
         this.backends = backends;
         this.clusterToken = clusterToken;
+        this.maxBackends = maxBackends;
     }
 
     /**
      * {@code /workers}, the router's backends changed while it serves: {@code GET} lists them (open, as
      * {@code /metrics}, which names them too); {@code POST {"url", "worker_type": "prefill"|"decode"}} adds one
-     * that passes a health check now; {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
+     * that passes a health check now, unless the router holds {@code --max-backends} already (403, code {@code
+     * max_backends}); {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
      * end there). Changes need the cluster token: whoever may add a backend may send it every prompt, so a
      * router without a token refuses them.
      */
@@ -80,19 +84,38 @@ final class Workers {
             Http.sendError(ex, 409, "invalid_request_error", null, "url", there + " is a backend of this router already");
             return;
         }
+        if (backends.pool().all().size() >= maxBackends) { // before its health check: a full router calls nobody
+            full(ex, b);
+            return;
+        }
         // Checked here, not on the health thread (a check may take the probe timeout): it joins only if it serves now.
         String refused = backends.firstCheck(b);
         if (refused != null) {
             Http.sendError(ex, 502, "bad_gateway", null, "url", b + " was not added: " + refused);
             return;
         }
-        Backend clash = backends.addIfAbsent(b);
+        Backend clash;
+        try {
+            clash = backends.addIfAbsent(b, maxBackends);
+        } catch (Backends.Full f) { // another add took the last place meanwhile
+            full(ex, b);
+            return;
+        }
         if (clash != null) {
             Http.sendError(ex, 409, "invalid_request_error", null, "url", clash + " is a backend of this router already");
             return;
         }
         log.info("{} added through {}", b, Router.WORKERS_ROUTE);
         Http.sendJson(ex, 200, workerJson(b));
+    }
+
+    /**
+     * The 403 of an add to a router holding {@code --max-backends} already: not a 409 (a registering engine counts a 409 as
+     * in) and not a 5xx (asking again changes nothing until a backend leaves).
+     */
+    private void full(HttpExchange ex, Backend b) throws Exception {
+        Http.sendCodedError(ex, 403, "invalid_request_error", "url", "max_backends", b + " was not added: this router holds its limit of "
+                + maxBackends + " backends (--max-backends); remove one first (DELETE " + Router.WORKERS_ROUTE + ") or start it with a higher limit");
     }
 
     private void removeWorker(HttpExchange ex) throws Exception {

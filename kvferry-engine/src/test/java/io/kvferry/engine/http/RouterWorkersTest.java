@@ -86,6 +86,40 @@ class RouterWorkersTest {
         return m.find(RouterMeters.BACKEND_UP).tag("backend", url).gauge() != null;
     }
 
+    /**
+     * --max-backends: an add to a router holding its limit is refused (403, code max_backends, naming the limit) before
+     * any health check, and nothing changes; once one leaves, an add fits again. A router given more URLs than its limit
+     * does not start.
+     */
+    @Test
+    @Timeout(120)
+    void aRouterAtItsMaxBackendsRefusesAnAddNamingTheLimit() throws Exception {
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(),
+                model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
+                new Router.Admission(0, Duration.ZERO, 3), meters)) {
+            assertEquals(200, send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER).statusCode(), "3 of 3");
+            HttpResponse<String> full = send(router, "POST", Router.WORKERS_ROUTE, add(second.prefillUrl(), "prefill"), BEARER);
+            JsonNode e = error(full, 403);
+            assertEquals("max_backends", e.path("code").asText(), full.body());
+            assertEquals("url", e.path("param").asText(), full.body());
+            assertTrue(e.path("message").asText().contains("this router holds its limit of 3 backends (--max-backends)"), full.body());
+            assertFalse(hasBackendGauge(meters, second.prefillUrl()));
+            JsonNode list = JSON.readTree(send(router, "GET", Router.WORKERS_ROUTE, null, null).body());
+            assertEquals(1, list.path("prefills").size(), list.toString());
+            assertEquals(2, list.path("decodes").size(), list.toString());
+            assertEquals(200, send(router, "DELETE", removal(second.decodeUrl()), null, BEARER).statusCode());
+            assertEquals(200, send(router, "POST", Router.WORKERS_ROUTE, add(second.prefillUrl(), "prefill"), BEARER).statusCode(),
+                    "fits again once one left");
+        }
+        IllegalArgumentException tooMany = assertThrows(IllegalArgumentException.class, () -> new Router(List.of(first.prefillUrl()),
+                List.of(first.decodeUrl(), second.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(), "m", "127.0.0.1", 0,
+                Router.Access.NONE, new Router.Admission(0, Duration.ZERO, 2), null));
+        assertEquals("the router is given 3 backends, more than its limit of 2 (--max-backends)", tooMany.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> new Router.Admission(0, Duration.ZERO, 1));
+        assertEquals(Router.Admission.DEFAULT_MAX_BACKENDS, Router.Admission.UNLIMITED.maxBackends());
+    }
+
     @Test
     @Timeout(120)
     void aDecodeAddedServesAndOneRemovedGetsNoMore() throws Exception {
