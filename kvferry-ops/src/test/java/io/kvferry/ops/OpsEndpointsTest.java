@@ -74,6 +74,9 @@ class OpsEndpointsTest {
         HttpResponse<String> common = get(s.baseUrl() + "/common.js");
         assertTrue(common.headers().firstValue("Content-Type").orElse("").startsWith("text/javascript"), common.headers().toString());
         assertTrue(common.body().contains("function fill(tableId, rows, empty)"), common.body());
+        assertTrue(common.body().contains("async function poll(render)"), "the pages' refresh loop: " + common.body());
+        String script = get(s.baseUrl() + "/status.js").body();
+        assertTrue(script.contains("poll(render);") && !script.contains("setTimeout"), "the page polls through common.js's loop: " + script);
         assertTrue(get(s.baseUrl() + "/status.css").headers().firstValue("Content-Type").orElse("").startsWith("text/css"));
         JsonNode doc = StatusJson.MAPPER.readTree(get(s.baseUrl() + "/status.json").body());
         assertEquals("process", doc.path("kind").asText());

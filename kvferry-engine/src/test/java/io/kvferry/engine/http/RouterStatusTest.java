@@ -265,11 +265,13 @@ class RouterStatusTest {
                     "the shared helpers load before the page's script: " + page.body());
             HttpResponse<String> script = EngineAuthTest.send(router.port(), "GET", "/status.js", null, null);
             assertEquals(200, script.statusCode());
-            assertTrue(script.body().contains("fetch('status.json'"), "the router's script polls its document");
+            assertTrue(script.body().contains("poll(render);"), "the router's script polls its document, through common.js");
+            assertFalse(script.body().contains("setTimeout"), "not a loop of its own");
             HttpResponse<String> common = EngineAuthTest.send(router.port(), "GET", "/common.js", null, null);
             assertEquals(200, common.statusCode());
             assertTrue(common.headers().firstValue("Content-Type").orElse("").startsWith("text/javascript"), common.headers().toString());
             assertTrue(common.body().contains("function fill(tableId, rows, empty)"), "the helpers the page's script uses");
+            assertTrue(common.body().contains("async function poll(render)") && common.body().contains("fetch('status.json'"), "the refresh loop");
             assertEquals(200, EngineAuthTest.send(router.port(), "GET", "/status.css", null, null).statusCode());
             assertEquals(404, EngineAuthTest.send(router.port(), "GET", "/status.jsonx", null, null).statusCode(), "exact paths only");
             // HEAD on a GET route: its status and headers, no body (it was a 405 whose length made the JDK's server log a

@@ -1,6 +1,6 @@
-// kvferry status pages' shared helpers (the process and cluster page's status.js, the router page's router.js; each
-// page loads this script first). Plain JavaScript, no build step, no library. Values are set as text (never as HTML):
-// what the pages show came from peers, the router's flags and its backends.
+// kvferry status pages' shared helpers and refresh loop (the process and cluster page's status.js, the router
+// page's router.js; each page loads this script first). Plain JavaScript, no build step, no library. Values are set
+// as text (never as HTML): what the pages show came from peers, the router's flags and its backends.
 'use strict';
 
 function el(tag, text, cls) {
@@ -39,4 +39,20 @@ function fill(tableId, rows, empty) {
 
 function num(n) {
   return {text: Number(n).toLocaleString('en-US'), cls: 'num'};
+}
+
+// The pages' refresh: fetches status.json at once, renders it (or shows why it failed in the page's #error), and
+// fetches it again a second after each answer, so a slow answer never stacks requests. Each page calls it last.
+async function poll(render) {
+  const error = document.getElementById('error');
+  try {
+    const r = await fetch('status.json', {cache: 'no-store'});
+    if (!r.ok) throw new Error('status.json answered HTTP ' + r.status);
+    render(await r.json());
+    error.hidden = true;
+  } catch (e) {
+    error.textContent = String(e.message || e);
+    error.hidden = false;
+  }
+  setTimeout(() => poll(render), 1000);
 }

@@ -84,18 +84,5 @@ function render(doc) {
   }
 }
 
-async function tick() {
-  const error = document.getElementById('error');
-  try {
-    const r = await fetch('status.json', {cache: 'no-store'});
-    if (!r.ok) throw new Error('status.json answered HTTP ' + r.status);
-    render(await r.json());
-    error.hidden = true;
-  } catch (e) {
-    error.textContent = String(e.message || e);
-    error.hidden = false;
-  }
-  setTimeout(tick, 1000);
-}
-
-tick();
+// Fetches status.json now and a second after each answer (common.js).
+poll(render);
