@@ -123,7 +123,12 @@ final class Http {
      * draining answer instead of a reset; only then are its connections closed. Not draining: at once, as before.
      */
     static void stop(HttpServer s, Drain drain) {
-        s.stop(drain != null && drain.draining() ? DRAINED_STOP_GRACE_SECONDS : 0);
+        stop(s, drain, DRAINED_STOP_GRACE_SECONDS);
+    }
+
+    /** {@link #stop(HttpServer, Drain)} with a grace of its own (tests give one no loaded machine can run out of). */
+    static void stop(HttpServer s, Drain drain, int drainedGraceSeconds) {
+        s.stop(drain != null && drain.draining() ? drainedGraceSeconds : 0);
         if (s.getExecutor() instanceof ExchangeGate g) g.close();
     }
 
