@@ -27,7 +27,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * (the first token) and the decode (the rest) mask alike with no state handed over, and the answer equals a colocated
  * run's token for token. Compiled once per spec ({@link Compiler}: a bounded cache); immutable, so shared by requests.
  *
- * <p>Travels as its {@link #kind} ({@code regex}, {@code json_schema}) and {@link #source}, SGLang's sampling parameters.
+ * <p>Travels as its {@link #kind} ({@code regex}, {@code json_schema}: SGLang's sampling parameters; {@code tool_calls}:
+ * kvferry's, the router's to the engines) and {@link #source}.
  * Token texts: a text piece counts as its characters when it decodes as whole UTF-8 characters; a byte-fallback piece
  * ({@code <0xHH>}) counts as its character when the byte is ASCII; any other byte piece, a piece that is part of a
  * character, and the special pieces (unknown, BOS, EOS) are never generated under a constraint, except the end: EOS (and
@@ -39,7 +40,9 @@ import java.util.concurrent.locks.ReentrantLock;
 public final class OutputConstraint {
     /** Which SGLang sampling parameter carries it. */
     public enum Kind {
-        REGEX("regex"), JSON_SCHEMA("json_schema");
+        REGEX("regex"), JSON_SCHEMA("json_schema"),
+        /** Tool calls ({@link ToolCalls#language}): the router's, never a client's on {@code /generate}. */
+        TOOL_CALLS("tool_calls");
 
         public final String param;
 
@@ -362,7 +365,11 @@ public final class OutputConstraint {
                 compilations.incrementAndGet();
                 try {
                     c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
-                            kind == Kind.REGEX ? ClientRegex.compile(source) : JsonSchemaAutomaton.compile(source), texts));
+                            switch (kind) {
+                                case REGEX -> ClientRegex.compile(source);
+                                case JSON_SCHEMA -> JsonSchemaAutomaton.compile(source);
+                                case TOOL_CALLS -> ToolCalls.language(source);
+                            }, texts));
                 } catch (ClientRegex.TooComplex e) {
                     synchronized (cache) {
                         refused.put(digest, e.getMessage());

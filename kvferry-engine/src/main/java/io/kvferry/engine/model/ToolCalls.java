@@ -1,0 +1,206 @@
+package io.kvferry.engine.model;
+
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dk.brics.automaton.Automaton;
+import dk.brics.automaton.BasicAutomata;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Tool calls (OpenAI's function calling) as text the model writes, Hermes' wire format (as Qwen's and Hermes' models
+ * write it): one call is {@code <tool_call>{"name": "NAME", "arguments": ARGS}</tool_call>}, ARGS a JSON object valid for
+ * the tool's {@code parameters} schema; several calls are joined by {@link #BETWEEN}. Three pure parts: {@link #render}
+ * (a call as that text, also how a conversation's earlier calls enter the prompt), {@link #parse} (the text back into
+ * calls, or null where it is not calls) and {@link #language} (the regular language of the answers a request admits,
+ * structured outputs' {@link OutputConstraint.Kind#TOOL_CALLS}, compiled to the token mask alike by the router, the
+ * prefill and the decode).
+ *
+ * <p>The language's source is JSON: {@code {"mode": "auto"|"required", "parallel": bool, "tools": [{"name": N,
+ * "parameters": SCHEMA as JSON text}, …]}}. {@code required}: one call of any of the tools, or (parallel) one or more
+ * joined by {@link #BETWEEN}; {@code auto}: those, or any text that does not start with {@link #OPEN}. A tool's call is
+ * its wrapper, literal, around its schema's automaton ({@link JsonSchemaAutomaton}: what it admits is valid for the
+ * schema).
+ */
+public final class ToolCalls {
+    /** What opens a call. */
+    public static final String OPEN = "<tool_call>";
+    /** What closes a call. */
+    public static final String CLOSE = "</tool_call>";
+    /** What joins two calls of one answer. */
+    public static final String BETWEEN = "\n";
+
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private ToolCalls() {
+    }
+
+    /** One call: the tool's name and its arguments, a JSON object's text. */
+    public record Call(String name, String arguments) {
+    }
+
+    /**
+     * A refusal of a tool's {@code parameters} schema: which tool ({@link #tool}, its index in the source) and where in its
+     * schema ({@link #at}, a JSON pointer, as {@link JsonSchemaAutomaton.Fault#at}).
+     */
+    public static final class Fault extends IllegalArgumentException {
+        private final int tool;
+        private final String at;
+
+        Fault(int tool, String at, String message) {
+            super(message);
+            this.tool = tool;
+            this.at = at;
+        }
+
+        public int tool() {
+            return tool;
+        }
+
+        public String at() {
+            return at;
+        }
+    }
+
+    /** The text of one call: its arguments as given (compact JSON, as {@link #parse} gives them). */
+    public static String render(Call c) {
+        try {
+            return OPEN + "{\"name\": " + JSON.writeValueAsString(c.name()) + ", \"arguments\": " + c.arguments() + "}" + CLOSE;
+        } catch (JsonProcessingException e) {
+            throw new IllegalStateException(e); // a string always writes
+        }
+    }
+
+    /** The text of several calls, joined by {@link #BETWEEN}. */
+    public static String render(List<Call> calls) {
+        StringBuilder b = new StringBuilder();
+        for (Call c : calls) {
+            if (!b.isEmpty()) b.append(BETWEEN);
+            b.append(render(c));
+        }
+        return b.toString();
+    }
+
+    /**
+     * The calls {@code text} is, or null where it is not wholly calls: each {@link #OPEN}, a JSON object with exactly a
+     * string {@code name} and an object {@code arguments} (in either order, any JSON whitespace), {@link #CLOSE}; calls
+     * joined by {@link #BETWEEN}; nothing before, between or after. Text cut anywhere (max_tokens), malformed JSON or any
+     * other key is null. Each call's arguments are their text with the whitespace outside strings removed ({@link #compact}).
+     */
+    public static List<Call> parse(String text) {
+        List<Call> calls = new ArrayList<>();
+        int at = 0;
+        while (true) {
+            if (!text.startsWith(OPEN, at)) return null;
+            at += OPEN.length();
+            String name = null, args = null;
+            int end;
+            try (JsonParser p = JSON.getFactory().createParser(text.substring(at))) {
+                if (p.nextToken() != JsonToken.START_OBJECT) return null;
+                JsonToken t;
+                while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
+                    String key = p.currentName();
+                    JsonToken v = p.nextToken();
+                    if (key.equals("name") && name == null && v == JsonToken.VALUE_STRING) {
+                        name = p.getText();
+                    } else if (key.equals("arguments") && args == null && v == JsonToken.START_OBJECT) {
+                        int from = (int) p.currentTokenLocation().getCharOffset();
+                        p.skipChildren();
+                        args = compact(text.substring(at + from, at + (int) p.currentLocation().getCharOffset()));
+                    } else {
+                        return null;
+                    }
+                }
+                if (t != JsonToken.END_OBJECT || name == null || args == null) return null;
+                end = at + (int) p.currentLocation().getCharOffset();
+            } catch (IOException e) {
+                return null; // malformed or cut JSON
+            }
+            if (!text.startsWith(CLOSE, end)) return null;
+            calls.add(new Call(name, args));
+            at = end + CLOSE.length();
+            if (at == text.length()) return calls;
+            if (!text.startsWith(BETWEEN, at)) return null;
+            at += BETWEEN.length();
+        }
+    }
+
+    /** JSON text with the whitespace outside its strings removed (it is otherwise as written: numbers, escapes). */
+    public static String compact(String json) {
+        StringBuilder b = new StringBuilder(json.length());
+        boolean inString = false, escaped = false;
+        for (int i = 0; i < json.length(); i++) {
+            char c = json.charAt(i);
+            if (inString) {
+                if (escaped) escaped = false;
+                else if (c == '\\') escaped = true;
+                else if (c == '"') inString = false;
+            } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+                continue;
+            } else if (c == '"') {
+                inString = true;
+            }
+            b.append(c);
+        }
+        return b.toString();
+    }
+
+    /** The language's source ({@link #language}): mode {@code auto} or {@code required}, each tool's name and schema text. */
+    public static String source(String mode, boolean parallel, List<String> names, List<String> schemas) {
+        ObjectNode s = JSON.createObjectNode();
+        s.put("mode", mode);
+        s.put("parallel", parallel);
+        ArrayNode tools = s.putArray("tools");
+        for (int i = 0; i < names.size(); i++) tools.addObject().put("name", names.get(i)).put("parameters", schemas.get(i));
+        return s.toString();
+    }
+
+    /**
+     * The automaton of the answers {@code source} admits (see the class comment); a tool's schema refused is a {@link Fault}
+     * naming the tool and the place, anything else wrong with the source an {@link IllegalArgumentException}.
+     */
+    public static Automaton language(String source) {
+        JsonNode s;
+        try {
+            s = JSON.readTree(source);
+        } catch (JsonProcessingException e) {
+            throw new IllegalArgumentException("is not valid JSON: " + e.getOriginalMessage());
+        }
+        String mode = s == null ? "" : s.path("mode").asText("");
+        if (!mode.equals("auto") && !mode.equals("required")) throw new IllegalArgumentException("mode must be auto or required, got " + s);
+        JsonNode tools = s.path("tools");
+        if (!tools.isArray() || tools.isEmpty()) throw new IllegalArgumentException("tools must be a non-empty array, got " + tools);
+        List<Automaton> calls = new ArrayList<>();
+        for (int i = 0; i < tools.size(); i++) {
+            JsonNode name = tools.get(i).path("name"), parameters = tools.get(i).path("parameters");
+            if (!name.isTextual() || !parameters.isTextual()) {
+                throw new IllegalArgumentException("tools[" + i + "] needs a name and its parameters' schema as JSON text, got " + tools.get(i));
+            }
+            Automaton args;
+            try {
+                args = JsonSchemaAutomaton.compile(parameters.textValue());
+            } catch (JsonSchemaAutomaton.Fault f) {
+                throw new Fault(i, f.at(), f.getMessage());
+            }
+            String head = render(new Call(name.textValue(), "\0"));
+            int cut = head.indexOf('\0');
+            calls.add(BasicAutomata.makeString(head.substring(0, cut)).concatenate(args).concatenate(BasicAutomata.makeString(head.substring(cut + 1))));
+            ClientRegex.checkDeadline();
+        }
+        Automaton one = ClientRegex.minimal(Automaton.union(calls));
+        Automaton answer = one;
+        if (s.path("parallel").asBoolean(true)) answer = one.concatenate(BasicAutomata.makeString(BETWEEN).concatenate(one.clone()).repeat());
+        if (mode.equals("auto")) {
+            Automaton text = BasicAutomata.makeAnyString().minus(BasicAutomata.makeString(OPEN).concatenate(BasicAutomata.makeAnyString()));
+            answer = answer.union(text);
+        }
+        return ClientRegex.minimal(answer);
+    }
+}
