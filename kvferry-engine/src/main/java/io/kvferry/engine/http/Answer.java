@@ -30,6 +30,8 @@ final class Answer {
     final String modelName;
     final Tokenizer tokenizer;
     final PdCall pd;
+    /** A chat's tool calling (null: none): each choice's text made its tool calls where it is calls ({@link ChatTools}). */
+    ChatTools.Tools tools;
     private OutputStream events;
     /** The failure that is the request's answer (the first before any byte was sent). */
     Failure early;

@@ -1,7 +1,11 @@
 package io.kvferry.engine.http;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.engine.model.ToolCalls;
 
+import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -16,10 +20,17 @@ import java.util.Set;
  * its answer. The order is the client's (a system or developer message sent first stays first), so nothing is moved;
  * an assistant message is text of the story so far, so a client can ask the model to continue it. Content given as
  * text parts is those parts' texts, joined the same way.
+ *
+ * <p>Tool calling's history ({@link ChatTools}): an assistant message's {@code tool_calls} (its content then null,
+ * absent or text before them) is the text the model would have written for them ({@link ToolCalls#render}: each
+ * {@code <tool_call>{"name": …, "arguments": …}</tool_call>}, joined by {@code "\n"}, its arguments compact); a
+ * {@code tool} message's content (the tool's result) is text like any other, its {@code tool_call_id} one of an earlier
+ * assistant message's calls. Legacy function calling (role {@code function}, a message's {@code function_call}) is
+ * refused with what to send instead.
  */
 final class ChatPrompt {
-    /** The roles a message may have: OpenAI's, less {@code tool} and {@code function} (tools are refused). */
-    static final Set<String> ROLES = Set.of("system", "developer", "user", "assistant");
+    /** The roles a message may have: OpenAI's, less the legacy {@code function} (send {@code tool}). */
+    static final Set<String> ROLES = Set.of("system", "developer", "user", "assistant", "tool");
     /** What joins two messages' contents (and two text parts of one). */
     static final String SEPARATOR = "\n";
 
@@ -31,25 +42,82 @@ final class ChatPrompt {
         if (messages == null || !messages.isArray()) throw new Http.BadRequest("messages", "messages must be an array of messages, got " + messages);
         if (messages.isEmpty()) throw new Http.BadRequest("messages", "messages must hold at least one message");
         StringBuilder prompt = new StringBuilder();
+        Set<String> callIds = new HashSet<>();
         for (int i = 0; i < messages.size(); i++) {
             String at = "messages[" + i + "]";
             JsonNode m = messages.get(i);
             if (!m.isObject()) throw new Http.BadRequest(at, at + " must be an object with role and content, got " + m);
             JsonNode role = m.get("role");
-            if (role == null || !role.isTextual() || !ROLES.contains(role.textValue())) {
-                throw new Http.BadRequest(at + ".role", at + ".role must be one of system, developer, user, assistant (tools are not supported), got "
-                        + role);
+            if (role != null && "function".equals(role.asText(null)) && role.isTextual()) {
+                throw new Http.BadRequest(at + ".role", at + ".role function (legacy function calling) is not supported: send the tool's result as"
+                        + " a message of role tool with its tool_call_id");
             }
-            for (String tooling : List.of("tool_calls", "function_call", "audio")) {
-                JsonNode v = m.get(tooling);
-                if (v != null && !v.isNull() && !(v.isArray() && v.isEmpty())) {
-                    throw new Http.BadRequest(at + "." + tooling, at + "." + tooling + " is not supported (must be null or absent)");
+            if (role == null || !role.isTextual() || !ROLES.contains(role.textValue())) {
+                throw new Http.BadRequest(at + ".role", at + ".role must be one of system, developer, user, assistant, tool, got " + role);
+            }
+            JsonNode fc = m.get("function_call");
+            if (fc != null && !fc.isNull()) {
+                throw new Http.BadRequest(at + ".function_call", at + ".function_call (legacy function calling) is not supported: send tool_calls");
+            }
+            JsonNode audio = m.get("audio");
+            if (audio != null && !audio.isNull()) throw new Http.BadRequest(at + ".audio", at + ".audio is not supported (must be null or absent)");
+            JsonNode calls = m.get("tool_calls");
+            boolean hasCalls = calls != null && !calls.isNull() && !(calls.isArray() && calls.isEmpty());
+            if (hasCalls && !role.textValue().equals("assistant")) {
+                throw new Http.BadRequest(at + ".tool_calls", at + ".tool_calls: only an assistant message has tool calls");
+            }
+            if (role.textValue().equals("tool")) {
+                JsonNode id = m.get("tool_call_id");
+                if (id == null || !id.isTextual() || !callIds.contains(id.textValue())) {
+                    throw new Http.BadRequest(at + ".tool_call_id", at + ".tool_call_id must be the id of a call of an earlier assistant message's"
+                            + " tool_calls " + callIds.stream().sorted().toList() + ", got " + id);
                 }
             }
             if (i > 0) prompt.append(SEPARATOR);
-            prompt.append(content(m.get("content"), at + ".content"));
+            JsonNode c = m.get("content");
+            if (hasCalls) {
+                if (c != null && !c.isNull()) {
+                    String text = content(c, at + ".content");
+                    if (!text.isEmpty()) prompt.append(text).append(SEPARATOR);
+                }
+                prompt.append(calls(calls, at + ".tool_calls", callIds));
+            } else {
+                prompt.append(content(c, at + ".content"));
+            }
         }
         return prompt.toString();
+    }
+
+    /** An assistant message's tool calls as the model's text ({@link ToolCalls#render}); their ids go into {@code ids}. */
+    private static String calls(JsonNode calls, String at, Set<String> ids) {
+        if (!calls.isArray()) throw new Http.BadRequest(at, at + " must be an array of tool calls, got " + calls);
+        List<ToolCalls.Call> out = new ArrayList<>();
+        for (int j = 0; j < calls.size(); j++) {
+            String cat = at + "[" + j + "]";
+            JsonNode call = calls.get(j);
+            if (!call.isObject()) throw new Http.BadRequest(cat, cat + " must be {\"id\": …, \"type\": \"function\", \"function\": {…}}, got " + call);
+            JsonNode id = call.get("id");
+            if (id == null || !id.isTextual() || id.textValue().isEmpty()) throw new Http.BadRequest(cat + ".id", cat + ".id must be a string, got " + id);
+            JsonNode type = call.get("type");
+            if (type != null && !type.isNull() && !"function".equals(type.asText(null))) {
+                throw new Http.BadRequest(cat + ".type", cat + ".type must be function, got " + type);
+            }
+            JsonNode name = call.path("function").path("name");
+            if (!name.isTextual()) throw new Http.BadRequest(cat + ".function.name", cat + ".function.name must be a string, got " + name);
+            JsonNode args = call.path("function").path("arguments");
+            String argsText = args.isTextual() ? args.textValue() : null;
+            try {
+                if (argsText == null || !Http.JSON.readTree(argsText).isObject()) argsText = null;
+            } catch (JsonProcessingException e) {
+                argsText = null;
+            }
+            if (argsText == null) {
+                throw new Http.BadRequest(cat + ".function.arguments", cat + ".function.arguments must be a JSON object's text, got " + args);
+            }
+            ids.add(id.textValue());
+            out.add(new ToolCalls.Call(name.textValue(), ToolCalls.compact(argsText)));
+        }
+        return ToolCalls.render(out);
     }
 
     /** A message's content: a string, or an array of {@code {"type": "text", "text": ...}} parts. */
@@ -77,14 +145,13 @@ final class ChatPrompt {
 
     /**
      * Chat parameters that would change the answer and that this engine does not implement, each with what a
-     * request may send instead: tools and function calling, audio, predicted output ({@code response_format} is
-     * implemented: {@link StructuredOutputs}). {@code n} and the sampling parameters ({@link RequestParams#rules}) are the router's for both routes.
+     * request may send instead: legacy function calling (send {@code tools}: {@link ChatTools}), audio, predicted output
+     * ({@code response_format} is implemented: {@link StructuredOutputs}). {@code n} and the sampling parameters
+     * ({@link RequestParams#rules}) are the router's for both routes.
      */
     private static final Map<String, String> UNSUPPORTED = Map.of(
-            "tools", "null, [] or absent",
-            "tool_choice", "null, \"none\" or absent",
-            "functions", "null, [] or absent",
-            "function_call", "null, \"none\" or absent",
+            "functions", "null, [] or absent: legacy function calling, send tools",
+            "function_call", "null, \"none\" or absent: legacy function calling, send tools and tool_choice",
             "audio", "null or absent",
             "prediction", "null or absent",
             "modalities", "[\"text\"], null or absent");
@@ -100,8 +167,8 @@ final class ChatPrompt {
 
     private static boolean isNoOp(String key, JsonNode v) {
         return switch (key) {
-            case "tools", "functions" -> v.isArray() && v.isEmpty();
-            case "tool_choice", "function_call" -> v.isTextual() && "none".equals(v.textValue());
+            case "functions" -> v.isArray() && v.isEmpty();
+            case "function_call" -> v.isTextual() && "none".equals(v.textValue());
             case "modalities" -> v.isArray() && v.size() == 1 && "text".equals(v.get(0).asText(null));
             default -> false;
         };

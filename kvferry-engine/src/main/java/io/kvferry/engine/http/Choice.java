@@ -1,11 +1,14 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.engine.model.ToolCalls;
 
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -13,7 +16,10 @@ import java.util.List;
  * naming its index. {@code echo} (completions): its text starts with its prompt as sent, and the log
  * probabilities, when asked, cover the prompt's tokens (the first one's null, OpenAI's legacy shape) then the
  * completion's, {@code text_offset} over the echoed text. A stream sends the prompt's part as the choice's first
- * chunk, before its first token's (with max_tokens 0, before its last chunk).
+ * chunk, before its first token's (with max_tokens 0, before its last chunk). A chat with tool calling ({@link ChatTools})
+ * answers calls as {@code tool_calls}; streamed, the text that may be calls is held back until the choice ends (only then
+ * is it known whether max_tokens cut it, which leaves it text), then sent as {@code delta.tool_calls}, so the stream's
+ * deltas add up to the whole answer.
  */
 final class Choice implements Output {
     final Answer a;
@@ -25,6 +31,14 @@ final class Choice implements Output {
     int streamedChars;
     int streamedLogprobs;
     boolean promptSent;
+    /**
+     * Tool calling streamed ({@link Answer#tools}): the text not sent yet, while it may be calls (all of it where the answer
+     * must be calls; in auto, while it is {@link ToolCalls#OPEN}'s start), with its tokens' log probabilities; {@code plain}
+     * once auto's text is known to be text (then streamed as any).
+     */
+    private final StringBuilder held = new StringBuilder();
+    private final List<TokenLogprobs> heldLogprobs = new ArrayList<>();
+    private boolean plain;
     Router.RequestRecord record;
     Outcome outcome;
 
@@ -69,6 +83,18 @@ final class Choice implements Output {
     public void onToken(int tok, String text, TokenLogprobs logprobs, int offset) throws IOException {
         a.check();
         if (!a.stream) return;
+        if (a.tools != null && !plain) {
+            held.append(text);
+            if (logprobs != null) heldLogprobs.add(logprobs);
+            String h = held.toString();
+            if (a.tools.mode() != ChatTools.Mode.AUTO || h.startsWith(ToolCalls.OPEN) || ToolCalls.OPEN.startsWith(h)) return;
+            plain = true; // auto's text: what was held goes now, the rest as it comes
+            streamedChars += h.length();
+            JsonNode lp = heldLogprobs.isEmpty() ? null : a.shape.logprobs(a.tokenizer, heldLogprobs, new int[heldLogprobs.size()], 0, heldLogprobs.size());
+            streamedLogprobs += heldLogprobs.size();
+            a.send(chunk(h, null, lp));
+            return;
+        }
         streamedChars += text.length();
         // A chunk carries the log probabilities of its token.
         JsonNode lp = logprobs == null ? null : a.shape.logprobs(a.tokenizer, List.of(logprobs), new int[]{shift + offset}, 0, 1);
@@ -93,6 +119,19 @@ final class Choice implements Output {
         Outcome o = outcome;
         JsonNode lp = o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
                 : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
+        List<ToolCalls.Call> calls = plain ? null : ChatTools.calls(a.tools, o.text(), o.finish());
+        if (calls != null) { // held back until now: a cut (length) would have made it text
+            for (ArrayNode d : ChatTools.deltas(calls)) {
+                ObjectNode c = chunk("", null, null);
+                ((ObjectNode) c.get("choices").get(0).get("delta")).set("tool_calls", d);
+                a.send(c);
+            }
+            ObjectNode fin = chunk("", o.finish(), lp);
+            ((ObjectNode) fin.get("choices").get(0)).put("finish_reason", a.tools.finishReason());
+            fin.set("kvferry", Answer.extension(o));
+            a.send(fin);
+            return;
+        }
         ObjectNode fin = chunk(o.text().substring(streamedChars), o.finish(), lp);
         fin.set("kvferry", Answer.extension(o));
         a.send(fin);
@@ -109,7 +148,10 @@ final class Choice implements Output {
         if (o.inputLogprobs() != null) lp = LogprobsShape.append(promptLogprobs(ask.prompt(), o.inputLogprobs()), lp);
         String text = a.echo ? ask.prompt().text() + o.text() : o.text();
         ObjectNode one = a.shape.answer(a.id, a.created, a.modelName, text, o.finish(), false, false, lp);
-        return Answer.indexed(one, at).get("choices").get(0);
+        ObjectNode choice = (ObjectNode) Answer.indexed(one, at).get("choices").get(0);
+        List<ToolCalls.Call> calls = ChatTools.calls(a.tools, o.text(), o.finish());
+        if (calls != null) ChatTools.whole(choice, a.tools, calls);
+        return choice;
     }
 
     /**

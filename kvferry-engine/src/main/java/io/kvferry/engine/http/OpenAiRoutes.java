@@ -61,7 +61,7 @@ final class OpenAiRoutes {
         Ask ask = RequestParams.ask(req, prompts.getFirst(), maxTokens, sampleLogprobs, echo && logprobs >= 0 ? 0 : -1, tokenizer.vocabSize(), outputs);
         resolver.checkMinTokensFit(ask.rules().minTokens(), prompts, "min_tokens");
         answer(ex, req, OpenAiShape.COMPLETION, choices(ask, prompts, bestOf), echo, bestOf > n ? new BestOf(n, bestOf, logprobs >= 0) : null,
-                "max_tokens");
+                "max_tokens", null);
     }
 
     /**
@@ -88,6 +88,7 @@ final class OpenAiRoutes {
         JsonNode req = Http.readJson(ex);
         Prompt prompt = Prompt.text(ChatPrompt.of(req.get("messages")));
         RequestParams.refuseUnsupported(req, OpenAiShape.CHAT);
+        ChatTools.Tools tools = ChatTools.of(req);
         int maxTokens = Http.intField(req, "max_completion_tokens", Integer.MAX_VALUE, 1, Integer.MAX_VALUE);
         int older = Http.intField(req, "max_tokens", maxTokens, 1, Integer.MAX_VALUE);
         if (req.hasNonNull("max_completion_tokens") && req.hasNonNull("max_tokens") && older != maxTokens) {
@@ -95,10 +96,10 @@ final class OpenAiRoutes {
                     + ") differ; send max_completion_tokens alone");
         }
         prompt = resolver.resolve(prompt, "messages");
-        Ask ask = RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize(), outputs);
+        Ask ask = RequestParams.ask(req, prompt, older, RequestParams.chatLogprobs(req), -1, tokenizer.vocabSize(), outputs, tools);
         resolver.checkMinTokensFit(ask.rules().minTokens(), List.of(prompt), "min_tokens");
         answer(ex, req, OpenAiShape.CHAT, choices(ask, List.of(prompt), RequestParams.n(req, 1)), false, null,
-                req.hasNonNull("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
+                req.hasNonNull("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", tools);
     }
 
     /**
@@ -112,10 +113,11 @@ final class OpenAiRoutes {
      * lists them by index, its usage their sum, its {@code kvferry} extension theirs ({@code choices}); a stream's chunks
      * come interleaved, each naming its choice, the usage only in the {@code include_usage} chunk ({@link Answer}). Before
      * any runs, the request is charged to its tenant's per-minute limits ({@link RateLimits}; {@code budgetParam}: the
-     * field a 400 of them names).
+     * field a 400 of them names). {@code tools}: a chat's tool calling (null: none), which shapes each choice's answer
+     * ({@link ChatTools}).
      */
-    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo, BestOf bestOf, String budgetParam)
-            throws Exception {
+    private void answer(HttpExchange ex, JsonNode req, OpenAiShape shape, List<Ask> asks, boolean echo, BestOf bestOf, String budgetParam,
+                        ChatTools.Tools tools) throws Exception {
         boolean stream = Http.booleanField(req, "stream", false);
         try {
             pd.admitRates(asks, budgetParam, ex); // the tenant's per-minute limits, once for the request, before any choice runs
@@ -124,6 +126,7 @@ final class OpenAiRoutes {
             return;
         }
         Answer a = new Answer(ex, shape, stream, RequestParams.includeUsage(req) && stream, echo, asks.size(), modelName, tokenizer, pd);
+        a.tools = tools;
         List<Choice> choices = new ArrayList<>();
         for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));
         Router.RequestRecord record = Router.RECORD.get();

@@ -6,6 +6,7 @@ import io.kvferry.engine.model.SamplingRules;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.OptionalLong;
 import java.util.function.Predicate;
@@ -84,9 +85,26 @@ final class RequestParams {
      * ({@link StructuredOutputs#openAi}, compiled by {@code outputs}: checked before any engine work).
      */
     static Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize, OutputConstraint.Compiler outputs) {
+        return ask(req, prompt, maxTokens, topLogprobs, logprobStart, vocabSize, outputs, null);
+    }
+
+    /**
+     * As above, with a chat's tool calling ({@link ChatTools}; null: none), the request's structured output then: a request
+     * that also sets one of its own is a 400 naming both.
+     */
+    static Ask ask(JsonNode req, Prompt prompt, int maxTokens, int topLogprobs, int logprobStart, int vocabSize, OutputConstraint.Compiler outputs,
+                   ChatTools.Tools tools) {
+        StructuredOutputs.Spec spec = StructuredOutputs.openAi(req);
+        if (tools != null) {
+            if (spec != null) {
+                throw new Http.BadRequest(spec.param(), "tools (tool_choice " + tools.mode().name().toLowerCase(Locale.ROOT) + ") and "
+                        + spec.param() + " are both set: the answer is the tool calls' language; send tool_choice none, or no " + spec.param());
+            }
+            spec = tools.spec();
+        }
         return new Ask(prompt, maxTokens, SamplingParams.temperature(req, 1.0f, "temperature"), // OpenAI's default
                 SamplingParams.topP(req, 1.0f, "top_p"), topK(req), seed(req), StopSequences.parse(req.get("stop"), "stop"), topLogprobs, logprobStart,
-                rules(req, "min_tokens", null, maxTokens, vocabSize).withConstraint(StructuredOutputs.compile(StructuredOutputs.openAi(req), outputs)),
+                rules(req, "min_tokens", null, maxTokens, vocabSize).withConstraint(StructuredOutputs.compile(spec, outputs)),
                 EngineInput.cacheSalt(req));
     }
 

@@ -9,6 +9,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.ClientRegex;
 import io.kvferry.engine.model.JsonSchemaAutomaton;
 import io.kvferry.engine.model.OutputConstraint;
+import io.kvferry.engine.model.ToolCalls;
 
 import java.math.BigDecimal;
 import java.util.ArrayList;
@@ -144,6 +145,12 @@ final class StructuredOutputs {
             }
             found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, schema.textValue(), "sampling_params.json_schema"));
         }
+        // The router's tool calling (ChatTools) to the engines; the router's own /generate refuses it (not SGLang's).
+        JsonNode tools = sp.get("tool_calls");
+        if (tools != null && !tools.isNull()) {
+            if (!tools.isTextual()) throw new Http.BadRequest("sampling_params.tool_calls", "sampling_params.tool_calls must be a string, got " + tools);
+            found.add(new Spec(OutputConstraint.Kind.TOOL_CALLS, tools.textValue(), "sampling_params.tool_calls"));
+        }
         return one(found);
     }
 
@@ -159,13 +166,23 @@ final class StructuredOutputs {
         try {
             return compiler.compile(spec.kind(), spec.source());
         } catch (OutputConstraint.Busy e) {
-            String what = spec.kind() == OutputConstraint.Kind.REGEX ? "the regex" : "the JSON schema";
-            throw new Http.Unavailable(spec.param(), spec.param() + ": " + what + " " + e.getMessage(), e.retryAfterSeconds());
+            throw new Http.Unavailable(spec.param(), spec.param() + ": " + what(spec) + " " + e.getMessage(), e.retryAfterSeconds());
+        } catch (ToolCalls.Fault f) {
+            // A tool's parameters schema: its place in the request (ChatTools.of: the root, or the tool's index in the source).
+            String root = spec.root().equals(spec.param()) ? "tools[" + f.tool() + "].function.parameters" : spec.root();
+            throw new Http.BadRequest(root + path(f.at()), root + ": the JSON schema " + f.getMessage());
         } catch (IllegalArgumentException e) {
-            String what = spec.kind() == OutputConstraint.Kind.REGEX ? "the regex" : "the JSON schema";
             String param = e instanceof JsonSchemaAutomaton.Fault f ? spec.root() + path(f.at()) : spec.param();
-            throw new Http.BadRequest(param, spec.param() + ": " + what + " " + e.getMessage());
+            throw new Http.BadRequest(param, spec.param() + ": " + what(spec) + " " + e.getMessage());
         }
+    }
+
+    private static String what(Spec spec) {
+        return switch (spec.kind()) {
+            case REGEX -> "the regex";
+            case JSON_SCHEMA -> "the JSON schema";
+            case TOOL_CALLS -> "the tool calls' language";
+        };
     }
 
     /**
@@ -234,7 +251,7 @@ final class StructuredOutputs {
      * ({@link Http#REQUEST_JSON}). A tree that came another way with doubles in it is checked: a decimal of more than 15
      * significant digits (or past a double's range) may have been rounded, moving a bound, and is a 400 naming its place.
      */
-    private static String compact(JsonNode schema, String param) {
+    static String compact(JsonNode schema, String param) {
         checkDoubles(schema, param);
         return compact(schema);
     }

@@ -12,14 +12,20 @@ import com.openai.errors.OpenAIServiceException;
 import com.openai.errors.RateLimitException;
 import com.openai.errors.SseException;
 import com.openai.errors.UnauthorizedException;
+import com.openai.helpers.ChatCompletionAccumulator;
+import com.openai.models.FunctionDefinition;
+import com.openai.models.FunctionParameters;
 import com.openai.models.ResponseFormatJsonSchema;
 import com.openai.models.chat.completions.ChatCompletion;
 import com.openai.models.chat.completions.ChatCompletionChunk;
 import com.openai.models.chat.completions.ChatCompletionContentPart;
 import com.openai.models.chat.completions.ChatCompletionContentPartImage;
 import com.openai.models.chat.completions.ChatCompletionCreateParams;
+import com.openai.models.chat.completions.ChatCompletionMessageFunctionToolCall;
+import com.openai.models.chat.completions.ChatCompletionMessageToolCall;
 import com.openai.models.chat.completions.ChatCompletionStreamOptions;
 import com.openai.models.chat.completions.ChatCompletionTokenLogprob;
+import com.openai.models.chat.completions.ChatCompletionToolChoiceOption;
 import com.openai.models.chat.completions.ChatCompletionToolMessageParam;
 import com.openai.models.completions.Completion;
 import com.openai.models.completions.CompletionChoice;
@@ -273,6 +279,53 @@ class OpenAiClientCompatTest {
         }
     }
 
+    /**
+     * Tool calling as the client sends and reads it: tools defined with its builders (one with a parameters schema), a
+     * required choice answered with calls the client parses ({@code tool_calls}, finish reason {@code tool_calls}, arguments
+     * valid JSON for the schema); the stream accumulated by the client's {@code ChatCompletionAccumulator} is the same
+     * answer; the assistant's message sent back with the tool's result goes on.
+     */
+    @Test
+    @Timeout(60)
+    void toolCallsParseAsTheClientsToolCalls() throws Exception {
+        FunctionDefinition weather = FunctionDefinition.builder().name("get_weather").description("The weather in a city")
+                .parameters(FunctionParameters.builder().putAdditionalProperty("type", JsonValue.from("object"))
+                        .putAdditionalProperty("properties", JsonValue.from(Map.of("city", Map.of("type", "string", "maxLength", 8))))
+                        .putAdditionalProperty("required", JsonValue.from(List.of("city"))).build()).build();
+        ChatCompletionCreateParams params = ChatCompletionCreateParams.builder().model("stories260K").addUserMessage("Weather in Paris?")
+                .addFunctionTool(weather).addFunctionTool(FunctionDefinition.builder().name("now").build())
+                .toolChoice(ChatCompletionToolChoiceOption.Auto.REQUIRED).parallelToolCalls(false).maxCompletionTokens(120).temperature(1.0).seed(3).build();
+        ChatCompletion whole = client.chat().completions().create(params).validate();
+        ChatCompletion.Choice choice = whole.choices().getFirst();
+        assertEquals(ChatCompletion.Choice.FinishReason.TOOL_CALLS, choice.finishReason(), whole.toString());
+        assertTrue(choice.message().content().isEmpty(), "no content beside calls: " + whole);
+        List<ChatCompletionMessageToolCall> calls = choice.message().toolCalls().orElseThrow();
+        assertFalse(calls.isEmpty());
+        ObjectMapper json = new ObjectMapper();
+        for (ChatCompletionMessageToolCall call : calls) {
+            ChatCompletionMessageFunctionToolCall f = call.asFunction();
+            assertTrue(f.id().startsWith("call_"), f.id());
+            JsonNode args = json.readTree(f.function().arguments());
+            if (f.function().name().equals("get_weather")) assertTrue(args.path("city").isTextual(), f.function().arguments());
+            else assertEquals("now", f.function().name());
+        }
+        ChatCompletionAccumulator acc = ChatCompletionAccumulator.create();
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(params)) {
+            s.stream().forEach(acc::accumulate);
+        }
+        ChatCompletion.Choice streamed = acc.chatCompletion().choices().getFirst();
+        assertEquals(choice.finishReason(), streamed.finishReason());
+        List<ChatCompletionMessageToolCall> streamedCalls = streamed.message().toolCalls().orElseThrow();
+        assertEquals(calls.size(), streamedCalls.size());
+        for (int i = 0; i < calls.size(); i++) {
+            assertEquals(calls.get(i).asFunction().function(), streamedCalls.get(i).asFunction().function(), "the same seed, the same calls");
+        }
+        ChatCompletion next = client.chat().completions().create(params.toBuilder().addMessage(choice.message())
+                .addMessage(ChatCompletionToolMessageParam.builder().toolCallId(calls.getFirst().asFunction().id()).content("Sunny.").build())
+                .toolChoice(ChatCompletionToolChoiceOption.Auto.NONE).maxCompletionTokens(8).build()).validate();
+        assertTrue(next.choices().getFirst().message().content().isPresent(), next.toString());
+    }
+
     private static ChatCompletionCreateParams.Builder chat(long maxTokens) {
         return ChatCompletionCreateParams.builder().model("stories260K").addSystemMessage("Tom had a red ball.").addUserMessage(PROMPT)
                 .maxCompletionTokens(maxTokens).temperature(0.0).seed(7);
@@ -387,13 +440,13 @@ class OpenAiClientCompatTest {
         assertError(n, 400, "invalid_request_error", "n must be in [1, 64], got 65");
         assertEquals("n", n.param().orElse(null));
         BadRequestException tools = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
-                .putAdditionalBodyProperty("tools", JsonValue.from(List.of(Map.of("type", "function", "function", Map.of("name", "f"))))).build()));
-        assertError(tools, 400, "invalid_request_error", "tools is not supported");
-        assertEquals("tools", tools.param().orElse(null));
+                .addFunctionTool(FunctionDefinition.builder().name("two words").build()).build()));
+        assertError(tools, 400, "invalid_request_error", "tools[0].function.name must be 1 to 64 letters, digits, _ or -");
+        assertEquals("tools[0].function.name", tools.param().orElse(null));
         BadRequestException tool = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
                 .addMessage(ChatCompletionToolMessageParam.builder().toolCallId("call-1").content("42").build()).build()));
-        assertError(tool, 400, "invalid_request_error", "messages[2].role must be one of system, developer, user, assistant");
-        assertEquals("messages[2].role", tool.param().orElse(null));
+        assertError(tool, 400, "invalid_request_error", "messages[2].tool_call_id must be the id of a call of an earlier assistant message's");
+        assertEquals("messages[2].tool_call_id", tool.param().orElse(null));
         BadRequestException image = assertThrows(BadRequestException.class, () -> client.chat().completions().create(chat(4)
                 .addUserMessageOfArrayOfContentParts(List.of(ChatCompletionContentPart.ofImageUrl(ChatCompletionContentPartImage.builder()
                         .imageUrl(ChatCompletionContentPartImage.ImageUrl.builder().url("https://example.com/a.png").build()).build()))).build()));

@@ -289,8 +289,9 @@ class ServeTest {
 
     /**
      * /v1/chat/completions refuses, with a 400 whose {@code param} names the field, what it cannot do: more than one
-     * choice, tools and function calling, log probabilities, structured output, messages that are missing, empty,
-     * of a role outside system/developer/user/assistant, or of content that is not text; and what /v1/completions
+     * choice, bad tools and legacy function calling, log probabilities, structured output, messages that are missing, empty,
+     * of a role outside system/developer/user/assistant/tool, a tool message answering no call, or of content that is not
+     * text; and what /v1/completions
      * refuses of the sampling parameters. Its no-op values pass.
      */
     @Test
@@ -304,21 +305,21 @@ class ServeTest {
                 {"{\"messages\":[\"hi\"]}", "messages[0]", "messages[0] must be an object"},
                 {"{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role", "messages[0].role must be one of"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":\"b\",\"tool_call_id\":\"c\"}]}",
-                        "messages[1].role", "(tools are not supported), got \"tool\""},
-                {"{\"messages\":[{\"role\":\"function\",\"content\":\"b\",\"name\":\"f\"}]}", "messages[0].role", "got \"function\""},
+                        "messages[1].tool_call_id", "must be the id of a call of an earlier assistant message's tool_calls [], got \"c\""},
+                {"{\"messages\":[{\"role\":\"function\",\"content\":\"b\",\"name\":\"f\"}]}", "messages[0].role", "role function (legacy function calling) is not supported"},
                 {"{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content", "must be a string or an array of text parts, got null"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":null}]}", "messages[0].content", "got null"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content", "got 5"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x/a.png\"}}]}]}",
                         "messages[0].content[0].type", "must be a text part"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":7}]}]}", "messages[0].content[0].text", "must be a string"},
-                {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\"}]}]}", "messages[0].tool_calls",
-                        "not supported"},
+                {"{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\"}]}]}",
+                        "messages[0].tool_calls[0].function.name", "must be a string"},
                 {"{\"messages\":[{\"role\":\"user\",\"content\":\"Once\\ud800\"}]}", "messages[0].content", "unpaired UTF-16 surrogate"},
                 {"{" + msgs + ",\"n\":0}", "n", "n must be in [1, 64], got 0"},
                 {"{" + msgs + ",\"n\":65}", "n", "n must be in [1, 64], got 65"},
-                {"{" + msgs + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools", "tools is not supported"},
-                {"{" + msgs + ",\"tool_choice\":\"auto\"}", "tool_choice", "tool_choice is not supported"},
+                {"{" + msgs + ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f g\"}}]}", "tools[0].function.name", "1 to 64"},
+                {"{" + msgs + ",\"tool_choice\":\"required\"}", "tool_choice", "needs tools"},
                 {"{" + msgs + ",\"functions\":[{\"name\":\"f\"}]}", "functions", "functions is not supported"},
                 {"{" + msgs + ",\"function_call\":\"auto\"}", "function_call", "function_call is not supported"},
                 {"{" + msgs + ",\"logprobs\":\"yes\"}", "logprobs", "logprobs must be true or false"},
@@ -332,8 +333,8 @@ class ServeTest {
                 {"{" + msgs + ",\"stop\":[\"\"]}", null, "stop"},
                 {"{" + msgs + ",\"stream_options\":3}", "stream_options", "stream_options must be an object"},
                 // Every unsupported parameter at once, each named; param names the first.
-                {"{" + msgs + ",\"n\":3,\"tools\":[{}],\"audio\":{}}", "audio",
-                        "audio is not supported (must be null or absent), got {}; tools is not supported"},
+                {"{" + msgs + ",\"n\":3,\"functions\":[{}],\"audio\":{}}", "audio",
+                        "audio is not supported (must be null or absent), got {}; functions is not supported"},
         };
         for (String[] c : cases) {
             HttpResponse<String> r = post("/v1/chat/completions", c[0]);

@@ -1,0 +1,202 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.model.OutputConstraint;
+import io.kvferry.engine.model.ToolCalls;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.regex.Pattern;
+
+/**
+ * OpenAI's tool calling on {@code /v1/chat/completions} (docs/SERVING.md, "Tool calling"): the request's {@code tools},
+ * {@code tool_choice} and {@code parallel_tool_calls} checked (a 400 whose {@code param} names the place,
+ * {@code tools[1].function.name}) and made a structured output of kind {@link OutputConstraint.Kind#TOOL_CALLS}
+ * ({@link ToolCalls#language}: the model writes the calls under the token mask, each tool's {@code parameters} schema always
+ * enforced, {@code strict} or not); and a finished choice's text made OpenAI's {@code tool_calls} ({@link ToolCalls#parse}).
+ */
+final class ChatTools {
+    /** A tool's name, as OpenAI allows it. */
+    static final Pattern NAME = Pattern.compile("[A-Za-z0-9_-]{1,64}");
+    /** A tool without {@code parameters}: its arguments are {@code {}}. */
+    static final String NO_PARAMETERS = "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}";
+
+    private ChatTools() {
+    }
+
+    /** What {@code tool_choice} asks: {@code auto}, {@code required}, or one named tool. */
+    enum Mode { AUTO, REQUIRED, NAMED }
+
+    /** A request's tool calling: its mode, whether several calls may come, and the structured output that writes them. */
+    record Tools(Mode mode, boolean parallel, StructuredOutputs.Spec spec) {
+        /** The finish reason of an answer that is calls: {@code stop} for a named tool_choice (as OpenAI), else {@code tool_calls}. */
+        String finishReason() {
+            return mode == Mode.NAMED ? "stop" : "tool_calls";
+        }
+    }
+
+    /**
+     * The request's tool calling, or null where it has none ({@code tools} absent, null or empty, or {@code tool_choice}
+     * {@code none}): every fault a 400 naming its place. The spec's {@code param} is {@code tools} and its {@code root}
+     * where a tool's schema fault goes on from: {@code tools} (the fault's tool index then names it) or, for a named
+     * choice, that tool's {@code tools[k].function.parameters}.
+     */
+    static Tools of(JsonNode req) {
+        boolean parallel = true;
+        JsonNode par = req.get("parallel_tool_calls");
+        if (par != null && !par.isNull()) {
+            if (!par.isBoolean()) throw new Http.BadRequest("parallel_tool_calls", "parallel_tool_calls must be true or false, got " + par);
+            parallel = par.booleanValue();
+        }
+        List<String> names = new ArrayList<>(), schemas = new ArrayList<>();
+        JsonNode tools = req.get("tools");
+        if (tools != null && !tools.isNull()) {
+            if (!tools.isArray()) throw new Http.BadRequest("tools", "tools must be an array of {\"type\": \"function\", \"function\": {…}}, got " + tools);
+            for (int i = 0; i < tools.size(); i++) tool(tools.get(i), "tools[" + i + "]", names, schemas);
+        }
+        JsonNode choice = req.get("tool_choice");
+        Mode mode;
+        String named = null;
+        if (choice == null || choice.isNull()) {
+            mode = names.isEmpty() ? null : Mode.AUTO;
+        } else if (choice.isTextual()) {
+            mode = switch (choice.textValue()) {
+                case "none" -> null;
+                case "auto" -> names.isEmpty() ? null : Mode.AUTO;
+                case "required" -> Mode.REQUIRED;
+                default -> throw new Http.BadRequest("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\":"
+                        + " {\"name\": …}}, got " + choice);
+            };
+        } else if (choice.isObject()) {
+            if (!"function".equals(choice.path("type").asText(null)) || !choice.path("type").isTextual()) {
+                throw new Http.BadRequest("tool_choice.type", "tool_choice.type must be function, got " + choice.path("type"));
+            }
+            JsonNode name = choice.path("function").path("name");
+            if (!name.isTextual()) throw new Http.BadRequest("tool_choice.function.name", "tool_choice.function.name must be a string, got " + name);
+            named = name.textValue();
+            mode = Mode.NAMED;
+        } else {
+            throw new Http.BadRequest("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": …}},"
+                    + " got " + choice);
+        }
+        if (mode == null) return null;
+        if (names.isEmpty()) throw new Http.BadRequest("tool_choice", "tool_choice " + choice + " needs tools (none are given)");
+        if (mode == Mode.NAMED) {
+            int k = names.indexOf(named);
+            if (k < 0) {
+                throw new Http.BadRequest("tool_choice.function.name", "tool_choice.function.name " + named + " is none of the tools' names "
+                        + names);
+            }
+            String source = ToolCalls.source("required", false, List.of(named), List.of(schemas.get(k)));
+            return new Tools(mode, false, new StructuredOutputs.Spec(OutputConstraint.Kind.TOOL_CALLS, source, "tools",
+                    "tools[" + k + "].function.parameters"));
+        }
+        String source = ToolCalls.source(mode == Mode.AUTO ? "auto" : "required", parallel, names, schemas);
+        return new Tools(mode, parallel, new StructuredOutputs.Spec(OutputConstraint.Kind.TOOL_CALLS, source, "tools", "tools"));
+    }
+
+    private static void tool(JsonNode t, String at, List<String> names, List<String> schemas) {
+        if (t == null || !t.isObject()) throw new Http.BadRequest(at, at + " must be {\"type\": \"function\", \"function\": {…}}, got " + t);
+        JsonNode type = t.get("type");
+        if (type == null || !type.isTextual() || !type.textValue().equals("function")) {
+            throw new Http.BadRequest(at + ".type", at + ".type must be function, got " + type);
+        }
+        JsonNode f = t.get("function");
+        if (f == null || !f.isObject()) throw new Http.BadRequest(at + ".function", at + ".function must be an object with a name, got " + f);
+        JsonNode name = f.get("name");
+        if (name == null || !name.isTextual() || !NAME.matcher(name.textValue()).matches()) {
+            throw new Http.BadRequest(at + ".function.name", at + ".function.name must be 1 to 64 letters, digits, _ or -, got " + name);
+        }
+        if (names.contains(name.textValue())) {
+            throw new Http.BadRequest(at + ".function.name", at + ".function.name " + name + " is another tool's name too: each must be unique");
+        }
+        JsonNode description = f.get("description");
+        if (description != null && !description.isNull() && !description.isTextual()) {
+            throw new Http.BadRequest(at + ".function.description", at + ".function.description must be a string, got " + description);
+        }
+        JsonNode strict = f.get("strict");
+        if (strict != null && !strict.isNull() && !strict.isBoolean()) {
+            throw new Http.BadRequest(at + ".function.strict", at + ".function.strict must be true or false, got " + strict);
+        }
+        JsonNode parameters = f.get("parameters");
+        String schema;
+        if (parameters == null || parameters.isNull()) {
+            schema = NO_PARAMETERS;
+        } else {
+            String pat = at + ".function.parameters";
+            if (!parameters.isObject()) throw new Http.BadRequest(pat, pat + " must be a JSON schema (an object), got " + parameters);
+            JsonNode ptype = parameters.get("type");
+            if (ptype != null && !(ptype.isTextual() && ptype.textValue().equals("object"))) {
+                throw new Http.BadRequest(pat + ".type", pat + ".type must be object (a call's arguments are a JSON object), got " + ptype);
+            }
+            schema = StructuredOutputs.compact(parameters, pat);
+        }
+        names.add(name.textValue());
+        schemas.add(schema);
+    }
+
+    /**
+     * The calls a finished choice's text is, or null where its text is the answer: no tools, max_tokens cut it
+     * ({@code length}), or (auto) the model answered in text.
+     */
+    static List<ToolCalls.Call> calls(Tools t, String text, Finish finish) {
+        if (t == null || "length".equals(finish.reason())) return null;
+        return ToolCalls.parse(text);
+    }
+
+    /** A call's id: {@code call_} and 24 random letters and digits. */
+    static String id() {
+        String digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        StringBuilder b = new StringBuilder("call_");
+        for (int i = 0; i < 24; i++) b.append(digits.charAt(ThreadLocalRandom.current().nextInt(digits.length())));
+        return b.toString();
+    }
+
+    /** OpenAI's {@code tool_calls} of a message: each {@code {id, type, function: {name, arguments}}}. */
+    static ArrayNode message(List<ToolCalls.Call> calls) {
+        ArrayNode out = Http.JSON.createArrayNode();
+        for (ToolCalls.Call c : calls) {
+            ObjectNode call = out.addObject();
+            call.put("id", id());
+            call.put("type", "function");
+            call.putObject("function").put("name", c.name()).put("arguments", c.arguments());
+        }
+        return out;
+    }
+
+    /**
+     * A whole answer's choice made the calls': its message's {@code content} null and its {@code tool_calls}, its
+     * {@code finish_reason} the tools' ({@link Tools#finishReason}).
+     */
+    static void whole(ObjectNode choice, Tools t, List<ToolCalls.Call> calls) {
+        ObjectNode message = (ObjectNode) choice.get("message");
+        message.putNull("content");
+        message.set("tool_calls", message(calls));
+        choice.put("finish_reason", t.finishReason());
+    }
+
+    /**
+     * A stream's {@code delta.tool_calls} of the calls, in order: for each call its head ({@code index}, {@code id},
+     * {@code type}, {@code function.name}, {@code function.arguments} empty), then its arguments' fragment. Concatenated
+     * per index (as the SDKs accumulate them) they are the whole answer's {@code tool_calls}.
+     */
+    static List<ArrayNode> deltas(List<ToolCalls.Call> calls) {
+        List<ArrayNode> out = new ArrayList<>();
+        ArrayNode all = message(calls);
+        for (int i = 0; i < all.size(); i++) {
+            ObjectNode head = ((ObjectNode) all.get(i)).deepCopy();
+            head.put("index", i);
+            String args = head.path("function").path("arguments").asText();
+            ((ObjectNode) head.get("function")).put("arguments", "");
+            out.add(Http.JSON.createArrayNode().add(head));
+            ObjectNode frag = Http.JSON.createObjectNode();
+            frag.put("index", i);
+            frag.putObject("function").put("arguments", args);
+            out.add(Http.JSON.createArrayNode().add(frag));
+        }
+        return out;
+    }
+}
