@@ -168,7 +168,9 @@ final class StructuredOutputs {
         } catch (OutputConstraint.Busy e) {
             throw new Http.Unavailable(spec.param(), spec.param() + ": " + what(spec) + " " + e.getMessage(), e.retryAfterSeconds());
         } catch (ToolCalls.Fault f) {
-            // A tool's parameters schema: its place in the request (ChatTools.of: the root, or the tool's index in the source).
+            // A tool's parameters schema: its place in a chat's request (ChatTools.of: the root, or the tool's index in the
+            // source); an engine's sampling_params.tool_calls (the router checked it first) names that field.
+            if (!spec.param().equals("tools")) throw new Http.BadRequest(spec.param(), spec.param() + ": tools[" + f.tool() + "]: " + f.getMessage());
             String root = spec.root().equals(spec.param()) ? "tools[" + f.tool() + "].function.parameters" : spec.root();
             throw new Http.BadRequest(root + path(f.at()), root + ": the JSON schema " + f.getMessage());
         } catch (IllegalArgumentException e) {
