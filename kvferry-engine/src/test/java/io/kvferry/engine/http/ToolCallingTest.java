@@ -189,12 +189,13 @@ class ToolCallingTest {
     @Test
     void aStreamsDeltasAddUpToTheWholeAnswer() throws Exception {
         List<ObjectNode> bodies = new ArrayList<>();
-        bodies.add(request("Weather?", 11).put("tool_choice", "required").put("n", 2));
+        bodies.add(request("Weather?", 11).put("tool_choice", "required").put("n", 2).put("logprobs", true));
         ObjectNode named = request("Add.", 12);
         named.putObject("tool_choice").put("type", "function").putObject("function").put("name", "get_weather");
         bodies.add(named);
         bodies.add(request("Once upon a time", 13).put("max_tokens", 30).put("logprobs", true).put("top_logprobs", 2));
         bodies.add(request("Cut short", 14).put("tool_choice", "required").put("max_tokens", 6)); // length: the raw text
+        int callsCompared = 0, lengthCompared = 0;
         for (ObjectNode body : bodies) {
             JsonNode whole = chat(body);
             ObjectNode streamed = body.deepCopy().put("stream", true);
@@ -229,7 +230,9 @@ class ToolCallingTest {
                 }
                 assertEquals(w.path("finish_reason").asText(), finish, body + ": " + w);
                 JsonNode message = w.path("message");
+                if (w.path("finish_reason").asText().equals("length") && body.path("tool_choice").asText().equals("required")) lengthCompared++;
                 if (message.has("tool_calls")) {
+                    callsCompared++;
                     assertFalse(anyContent, "calls, no content: " + events);
                     assertEquals(message.path("tool_calls").size(), calls.size());
                     for (int k = 0; k < calls.size(); k++) {
@@ -246,6 +249,8 @@ class ToolCallingTest {
                 if (body.has("logprobs")) assertEquals(w.path("logprobs").path("content").size(), logprobs, "every token's log probabilities");
             }
         }
+        assertTrue(callsCompared >= 2, "calls were streamed: " + callsCompared);
+        assertEquals(1, lengthCompared, "a cut answer that would have been calls streams as its raw text");
     }
 
     @Test
