@@ -28,7 +28,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * OpenAI tool calling on /v1/chat/completions through the router, a prefill (the first token) and a decode (the rest),
  * with the real checkpoint: the model has no tool training, so its calls are written under the token mask of the tools'
  * language ({@link ToolCalls}). tool_choice required (two tools, parallel or one call), named, auto (text or calls, both
- * well-formed); a stream's deltas add up to the whole answer for the same seed; a conversation with an assistant's calls
+ * well-formed); a stream's deltas add up to the whole answer for the same seed (calls, a length cut, auto's text, auto's
+ * text held back while it was a call's opening); a conversation with an assistant's calls
  * and the tool's result goes on; bad tools and conflicts are 400s naming the place.
  */
 class ToolCallingTest {
@@ -80,6 +81,14 @@ class ToolCallingTest {
         r.set("tools", tools());
         r.put("max_tokens", 200).put("seed", seed).put("temperature", 1.0);
         return r;
+    }
+
+    /** The token whose text is {@code <} (a byte piece in stories260K's vocabulary). */
+    static int lessThan() {
+        for (int t = 0; t < tokenizer.vocabSize(); t++) {
+            if (tokenizer.tokenText(t).equals("<0x3C>") || tokenizer.tokenText(t).equals("<")) return t;
+        }
+        throw new AssertionError("no token for <");
     }
 
     static JsonNode chat(ObjectNode body) throws Exception {
@@ -195,6 +204,10 @@ class ToolCallingTest {
         bodies.add(named);
         bodies.add(request("Once upon a time", 13).put("max_tokens", 30).put("logprobs", true).put("top_logprobs", 2));
         bodies.add(request("Cut short", 14).put("tool_choice", "required").put("max_tokens", 6)); // length: the raw text
+        // auto's text that starts as a call's opening does ("<"), held back until it is known to be text ("<<"), then sent.
+        ObjectNode lt = request("Once upon a time", 15).put("max_tokens", 8).put("logprobs", true);
+        lt.putObject("logit_bias").put(String.valueOf(lessThan()), 100);
+        bodies.add(lt);
         int callsCompared = 0, lengthCompared = 0;
         for (ObjectNode body : bodies) {
             JsonNode whole = chat(body);
@@ -245,6 +258,7 @@ class ToolCallingTest {
                 } else {
                     assertTrue(calls.isEmpty(), events.toString());
                     assertEquals(message.path("content").asText(), content.toString(), body.toString());
+                    if (body.has("logit_bias")) assertTrue(content.toString().startsWith("<<"), content.toString());
                 }
                 if (body.has("logprobs")) assertEquals(w.path("logprobs").path("content").size(), logprobs, "every token's log probabilities");
             }
