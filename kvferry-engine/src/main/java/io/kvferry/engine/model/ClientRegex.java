@@ -37,6 +37,12 @@ public final class ClientRegex {
     public static final int MAX_STATES = 20_000;
     /** Most states of an automaton before it is made deterministic (the expression's size, repetitions expanded). */
     static final int MAX_NFA_STATES = 50_000;
+    /**
+     * Most work (states × transitions) of one minimization ({@link #minimize}), the one step of a compilation that cannot
+     * stop at its deadline: 1 to 2 s on a 2-core VM, so a compilation overruns its deadline by about that at most. The
+     * largest the tests' legitimate schemas need is 2.5e8 (7,766 states × 32,535 transitions), forty required dates 4.5e8.
+     */
+    static final long MAX_MINIMIZE_WORK = 1_500_000_000L;
     /** Deepest nesting of groups (the parser recurses once per level: deeper would overflow the HTTP thread's stack). */
     public static final int MAX_DEPTH = 256;
 
@@ -95,8 +101,24 @@ public final class ClientRegex {
     /** {@code a} deterministic (at most {@link #MAX_STATES} states, else a refusal) and minimal. */
     public static Automaton minimal(Automaton a) {
         Automaton d = determinize(a, MAX_STATES);
-        d.minimize();
+        minimize(d);
         return d;
+    }
+
+    /**
+     * {@code d} (deterministic) minimized in place, if its size allows: dk.brics's Hopcroft cannot be interrupted at a
+     * deadline and its blocks are linked lists whose removals cost a block's length, so it runs in up to about states ×
+     * transitions steps (39,791 states × 372,086 transitions: 7.4 s on a 2-core VM, past the 5 s deadline; 10,323 ×
+     * 43,613: 0.44 s). Past {@link #MAX_MINIMIZE_WORK} of them it is refused before it starts, naming the sizes; past
+     * the deadline too.
+     */
+    static void minimize(Automaton d) {
+        checkDeadline();
+        if ((long) d.getNumberOfStates() * d.getNumberOfTransitions() > MAX_MINIMIZE_WORK) {
+            throw new TooComplex("is too complex: minimizing its automaton of " + d.getNumberOfStates() + " states and "
+                    + d.getNumberOfTransitions() + " transitions is over the budget of " + MAX_MINIMIZE_WORK + " (states × transitions)");
+        }
+        d.minimize();
     }
 
     /** The literal strings as an expression of this syntax: each one's punctuation escaped, the strings alternated. */
@@ -564,7 +586,7 @@ public final class ClientRegex {
         d.setInitialState(init);
         d.setDeterministic(true);
         d.reduce();
-        d.minimize();
+        minimize(d);
         if (d.getNumberOfStates() > MAX_STATES) throw new TooComplex("is too complex: its automaton has over " + MAX_STATES + " states");
         return d;
     }

@@ -223,11 +223,22 @@ public final class JsonSchemaAutomaton {
             if (nullable.booleanValue() && typed != null) typed = ClientRegex.minimal(typed.union(lit("null")));
         }
         if (typed != null) parts.add(typed);
+        int first = parts.size();
         if (s.has("allOf")) parts.addAll(branches(s, "allOf", at));
+        int last = parts.size();
         if (s.has("oneOf")) parts.add(oneOf(s, at));
         if (s.has("not")) parts.add(not(s.get("not"), at));
         Automaton a = parts.isEmpty() ? anyValue(ANY_DEPTH - 1) : parts.getFirst();
-        for (int i = 1; i < parts.size(); i++) a = ClientRegex.product(a, parts.get(i));
+        for (int i = 1; i < parts.size(); i++) {
+            try {
+                a = ClientRegex.product(a, parts.get(i));
+            } catch (ClientRegex.TooComplex e) {
+                // Name what was being joined: an allOf branch, or the keywords (anyOf, the type's, oneOf, not) together.
+                String what = i >= first && i < last ? "allOf's branch " + (i - first) : "its keywords";
+                throw new ClientRegex.TooComplex("is too complex at " + at + " (joining " + what + " with what comes before it): "
+                        + e.getMessage().replaceFirst("^is too complex: ", ""));
+            }
+        }
         return a; // a product is minimal; a part alone is as it was built (its parent minimizes it with its key)
     }
 
@@ -563,7 +574,13 @@ public final class JsonSchemaAutomaton {
                 throw new IllegalArgumentException("has a range at " + at + " that no number is in: " + range(lo, hi));
             }
         }
-        Automaton a = SchemaScalars.number(integer, lo, hi, multipleOf);
+        Automaton a;
+        try {
+            a = SchemaScalars.number(integer, lo, hi, multipleOf);
+        } catch (ClientRegex.TooComplex e) {
+            throw new ClientRegex.TooComplex("is too complex at " + at + " (its range and multipleOf " + s.get("multipleOf") + "): "
+                    + e.getMessage().replaceFirst("^is too complex: ", ""));
+        }
         if (a.isEmpty()) {
             throw new IllegalArgumentException("has a range at " + at + " that no " + (integer ? "integer" : "number")
                     + (multipleOf == null ? "" : " multiple of " + multipleOf.toPlainString()) + " is in: " + range(lo, hi));
@@ -645,8 +662,9 @@ public final class JsonSchemaAutomaton {
             }
             // The pattern's characters as themselves: a quote, a backslash or a control character would need an escape.
             Automaton plain = regex("[^\"\\\\\\x00-\\x1f]*");
-            Automaton within = p.intersection(plain);
-            if (min > 0 || max >= 0) within = within.intersection(regex(max < 0 ? "[\\s\\S]{" + min + ",}" : "[\\s\\S]{" + min + "," + max + "}"));
+            // The capped product (dk.brics's intersection has no bound: a 8,193-state pattern within maxLength 256 is 2M states).
+            Automaton within = ClientRegex.product(p, plain);
+            if (min > 0 || max >= 0) within = ClientRegex.product(within, regex(max < 0 ? "[\\s\\S]{" + min + ",}" : "[\\s\\S]{" + min + "," + max + "}"));
             body = within;
         }
         JsonNode format = s.get("format");
