@@ -159,7 +159,12 @@ final class Http {
                     notFound(ex);
                     return;
                 }
-                h.handle(ex);
+                // Whom the structured-output compiler's turns are shared between: the caller's address (the router names the
+                // tenant where it has tenants).
+                ScopedValue.where(StructuredOutputs.CLIENT, StructuredOutputs.caller(ex)).call(() -> {
+                    h.handle(ex);
+                    return null;
+                });
             } catch (BadRequest e) {
                 sendError(ex, 400, "invalid_request_error", null, e.param, e.getMessage());
             } catch (Unavailable e) {

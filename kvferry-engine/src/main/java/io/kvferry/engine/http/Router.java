@@ -305,7 +305,14 @@ public final class Router implements AutoCloseable {
                         return;
                     }
                     try {
-                        handler.handle(e);
+                        if (record.tenant == null) {
+                            handler.handle(e);
+                        } else { // the compiler's turns shared between the tenants, not the addresses
+                            ScopedValue.where(StructuredOutputs.CLIENT, StructuredOutputs.tenant(record.tenant.name)).call(() -> {
+                                handler.handle(e);
+                                return null;
+                            });
+                        }
                     } catch (IOException clientGone) { // a failure of the router's own reads and writes: the client's connection
                         if (record.countedStatus == null) record.countedStatus = RouterMeters.CLIENT_CLOSED;
                         throw clientGone;

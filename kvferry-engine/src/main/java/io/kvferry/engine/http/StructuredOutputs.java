@@ -6,12 +6,14 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.sun.net.httpserver.HttpExchange;
 import io.kvferry.engine.model.ClientRegex;
 import io.kvferry.engine.model.JsonSchemaAutomaton;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.ToolCalls;
 
 import java.math.BigDecimal;
+import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -39,6 +41,26 @@ final class StructuredOutputs {
         Spec(OutputConstraint.Kind kind, String source, String param) {
             this(kind, source, param, param);
         }
+    }
+
+    /**
+     * The client a request's compilation is for ({@link OutputConstraint.Compiler#compile(OutputConstraint.Kind, String,
+     * String)}: the compiler's turns go round-robin between clients): bound by {@link Http#handle} to the caller's
+     * address ({@link #caller}), and by the router to the tenant where it has tenants ({@link #tenant}); unbound: one
+     * client for all.
+     */
+    static final ScopedValue<String> CLIENT = ScopedValue.newInstance();
+
+    /** The client of a request from {@code ex}'s peer: its IP address (not the port: one client opens many connections). */
+    static String caller(HttpExchange ex) {
+        InetSocketAddress peer = ex.getRemoteAddress();
+        if (peer == null) return OutputConstraint.Compiler.ANYONE;
+        return "address " + (peer.getAddress() != null ? peer.getAddress().getHostAddress() : peer.getHostString());
+    }
+
+    /** The client of a tenant's request. */
+    static String tenant(String name) {
+        return "tenant " + name;
     }
 
     /** json_object's schema: any JSON object (JsonSchemaAutomaton#ANY_DEPTH levels deep at most). */
@@ -164,7 +186,7 @@ final class StructuredOutputs {
             throw new Http.BadRequest(spec.param(), spec.param() + ": structured outputs need the model's tokenizer, and this server was started without one");
         }
         try {
-            return compiler.compile(spec.kind(), spec.source());
+            return compiler.compile(spec.kind(), spec.source(), CLIENT.orElse(OutputConstraint.Compiler.ANYONE));
         } catch (OutputConstraint.Busy e) {
             throw new Http.Unavailable(spec.param(), spec.param() + ": " + what(spec) + " " + e.getMessage(), e.retryAfterSeconds());
         } catch (ToolCalls.Fault f) {

@@ -13,11 +13,10 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.Objects;
 import java.util.TreeSet;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
@@ -254,7 +253,7 @@ public final class OutputConstraint {
     }
 
     /**
-     * A spec not compiled because the compiler stayed busy ({@link Compiler#MAX_WAIT_MS}: others' compilations, one at a
+     * A spec not compiled because the compiler stayed busy ({@link Compiler#MAX_WAIT_MS}: other compilations, one at a
      * time, held it): the server's state, not the spec's fault, so not an {@link IllegalArgumentException}. Its message
      * reads after the field's name, as a refusal's does; the request may be sent again after {@link #retryAfterSeconds}.
      */
@@ -279,8 +278,10 @@ public final class OutputConstraint {
      * at most {@link #CACHED_TABLE} table entries in all (one near {@link #MAX_TABLE} is 16 MB). Thread-safe: one
      * compilation at a time (dk.brics's state numbering is a static counter; and it bounds the CPU a client can take), each
      * refused past {@link #DEADLINE_MS}; a cached spec is answered without waiting for one. Those waiting for the compiler
-     * take it in arrival order (a fair lock), each at most {@link #MAX_WAIT_MS}: past that it is refused as {@link Busy}
-     * (the server's state, not the spec's: not remembered), so a queue of slow specs holds a new one up a bounded time.
+     * queue by client ({@link #compile(Kind, String, String)}: the tenant, else the caller's address) and the compiler is
+     * handed round-robin between the clients ({@link FairSlot}), so a client with many slow specs queued delays another
+     * client by one compilation at most; each waits at most {@link #MAX_WAIT_MS}: past that it is refused as {@link Busy}
+     * (the server's state, not the spec's: not remembered).
      * A spec refused for its complexity (the deadline, the bounds on its automaton and table: {@link ClientRegex.TooComplex})
      * is remembered too, the last {@link #REFUSED} of them by their SHA-256 with the refusal's message, so a client sending
      * it again is refused at once with the same message instead of holding the compiler up to the deadline again; other
@@ -300,14 +301,17 @@ public final class OutputConstraint {
          * behind a longer queue of slow specs (a client sending many) is answered within this, not after all of them.
          */
         public static final long MAX_WAIT_MS = 2 * DEADLINE_MS;
+        /** The client of a compilation whose caller names none. */
+        public static final String ANYONE = "-";
         private final TokenTexts texts;
         private final long deadlineNanos, cachedTable;
         private volatile long maxWaitNanos;
         /**
-         * Held while compiling (one at a time), taken in arrival order ({@code synchronized} let a newcomer wait behind any
-         * number of others, unbounded); the cache has its own lock, so a cached spec never waits for a compilation.
+         * Held while compiling (one at a time), handed round-robin between the clients waiting (a fair lock let one client's
+         * queued specs hold every other client up for all of them); the cache has its own lock, so a cached spec never
+         * waits for a compilation.
          */
-        final ReentrantLock compiling = new ReentrantLock(true);
+        final FairSlot compiling = new FairSlot();
         private long tableEntries;
         private final LinkedHashMap<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true);
         /** Refused specs' messages by the SHA-256 of their key (a schema may be a megabyte), least recently used first; under {@link #cache}'s lock. */
@@ -341,14 +345,24 @@ public final class OutputConstraint {
             return compile(Kind.JSON_SCHEMA, schema);
         }
 
+        /** As {@link #compile(Kind, String, String)} for one client that stands for all (tests, a caller that knows none). */
         public OutputConstraint compile(Kind kind, String source) {
+            return compile(kind, source, ANYONE);
+        }
+
+        /**
+         * The spec's constraint, compiled for {@code client} (the tenant, or the caller's address: whom the compiler's
+         * turns are shared between) where it is not cached; a refusal's message says what is wrong, {@link Busy} where the
+         * compiler was not free within {@link #MAX_WAIT_MS}.
+         */
+        public OutputConstraint compile(Kind kind, String source, String client) {
             String key = kind.param + '\0' + source;
             ByteBuffer digest = digest(key);
             OutputConstraint c = cached(key, digest);
             if (c != null) return c;
             boolean held;
             try {
-                held = compiling.tryLock(maxWaitNanos, TimeUnit.NANOSECONDS); // fair: in arrival order, even with a timeout
+                held = compiling.acquire(client, maxWaitNanos); // each client's in arrival order, the clients in turn
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 held = false;
@@ -389,7 +403,7 @@ public final class OutputConstraint {
                 }
                 return c;
             } finally {
-                compiling.unlock();
+                compiling.release();
             }
         }
 
@@ -401,6 +415,11 @@ public final class OutputConstraint {
         /** How long a compilation waits for the compiler, in nanoseconds. */
         long maxWait() {
             return maxWaitNanos;
+        }
+
+        /** The clients waiting for the compiler, in the order of their turns, with how many specs each. */
+        public Map<String, Integer> queued() {
+            return compiling.queued();
         }
 
         /** How many compilations were refused as {@link Busy}. */

@@ -23,7 +23,10 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -384,6 +387,38 @@ class StructuredOutputsTest {
         JsonNode g = RouterCalls.ok(router.port(), "/generate", "{\"text\":\"" + PROMPT + "\",\"sampling_params\":{\"max_new_tokens\":8,"
                 + "\"temperature\":0,\"regex\":\"busy[0-9]{3}\"}}");
         assertWholeMatch("busy[0-9]{3}", g.path("text").asText(), "after the compiler is free");
+        awaitPagesReturned();
+    }
+
+    /**
+     * Without tenants the compiler's turns are the callers' addresses, at the router (its clients') and at each engine's
+     * /generate (its caller's): a spec waiting for a busy compiler is queued as 127.0.0.1's, and served once it is free.
+     */
+    @Test
+    @Timeout(60)
+    void theCompilersTurnsAreTheCallersAddresses() throws Exception {
+        Object[][] cases = {
+                {router.outputs(), "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":4,\"guided_regex\":\"turn[0-9]{2}\"}"},
+                // through the router, whose compiler is free: the prefill's /generate waits for its own, as the router's call
+                {stack.prefillServer.outputs(), "/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":4,\"regex\":\"turn[0-9]{3}\"}}"},
+        };
+        for (Object[] c : cases) {
+            OutputConstraint.Compiler compiler = (OutputConstraint.Compiler) c[0];
+            CompletableFuture<HttpResponse<String>> sent;
+            try (CompilerSlot held = CompilerSlot.hold(compiler, TimeUnit.SECONDS.toNanos(60))) {
+                sent = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        return RouterCalls.post(router.port(), (String) c[1], (String) c[2]);
+                    } catch (Exception e) {
+                        throw new CompletionException(e);
+                    }
+                }, t -> Thread.ofPlatform().start(t));
+                while (compiler.queued().isEmpty()) Thread.yield(); // queued: the compiler's state, not a time
+                assertEquals(Map.of("address 127.0.0.1", 1), compiler.queued(), (String) c[1]);
+            }
+            HttpResponse<String> answer = sent.get(60, TimeUnit.SECONDS);
+            assertEquals(200, answer.statusCode(), answer.body());
+        }
         awaitPagesReturned();
     }
 

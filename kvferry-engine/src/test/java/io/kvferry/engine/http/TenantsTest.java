@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.CompilerSlot;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.EngineSpec;
@@ -23,8 +24,11 @@ import java.nio.file.Path;
 import java.nio.file.attribute.FileTime;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
@@ -159,6 +163,39 @@ class TenantsTest {
             assertEquals(1, RouterErrorsTest.requests(plain, "/v1/completions", 200, 1));
             assertTrue(plain.find(RouterMeters.REQUESTS).meters().stream().allMatch(m -> m.getId().getTag("tenant") == null));
             assertTrue(plain.find(RouterMeters.PROMPT_TOKENS).meters().stream().allMatch(m -> m.getId().getTag("tenant") == null));
+        }
+    }
+
+    /**
+     * The router's structured-output compiler takes turns between tenants (not between addresses: every client here is
+     * 127.0.0.1): each tenant's uncached specs wait in their own queue, and all are served once the compiler is free.
+     */
+    @Test
+    @Timeout(120)
+    void theCompilersTurnsAreTheTenants() throws Exception {
+        Tenants tenants = Tenants.of(file(tenant("team-a", KEY_A, null), tenant("team-b", KEY_B, null)), TOKEN);
+        try (Router r = router(tenants, new SimpleMeterRegistry())) {
+            List<CompletableFuture<HttpResponse<String>>> sent = new ArrayList<>();
+            try (CompilerSlot held = CompilerSlot.hold(r.outputs(), TimeUnit.SECONDS.toNanos(60))) {
+                String[][] specs = {{KEY_A, "tenant team-a", "a[0-9]{2}"}, {KEY_A, "tenant team-a", "b[0-9]{2}"}, {KEY_B, "tenant team-b", "c[0-9]{2}"}};
+                for (String[] spec : specs) {
+                    int before = r.outputs().queued().getOrDefault(spec[1], 0);
+                    String body = "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"guided_regex\":\"" + spec[2] + "\"}";
+                    sent.add(CompletableFuture.supplyAsync(() -> {
+                        try {
+                            return post(r.port(), "/v1/completions", body, spec[0]);
+                        } catch (Exception e) {
+                            throw new CompletionException(e);
+                        }
+                    }, t -> Thread.ofPlatform().start(t)));
+                    while (r.outputs().queued().getOrDefault(spec[1], 0) == before) Thread.yield(); // queued: the compiler's state
+                }
+                assertEquals(Map.of("tenant team-a", 2, "tenant team-b", 1), r.outputs().queued());
+            }
+            for (CompletableFuture<HttpResponse<String>> f : sent) {
+                HttpResponse<String> answer = f.get(60, TimeUnit.SECONDS);
+                assertEquals(200, answer.statusCode(), answer.body());
+            }
         }
     }
 

@@ -4,6 +4,8 @@ import java.util.concurrent.CountDownLatch;
 
 /** Tests' hold on a compiler's slot: another thread takes it (as a long compilation would) until closed (its wait as it was then). */
 public final class CompilerSlot implements AutoCloseable {
+    /** The client the slot is held for. */
+    public static final String HOLDER = "compiler-slot-holder";
     private final CountDownLatch release = new CountDownLatch(1);
     private final Thread holder;
     private final OutputConstraint.Compiler compiler;
@@ -15,14 +17,19 @@ public final class CompilerSlot implements AutoCloseable {
         this.waitBefore = waitBefore;
         CountDownLatch held = new CountDownLatch(1);
         holder = Thread.ofPlatform().name("compiler-slot-holder").start(() -> {
-            c.compiling.lock();
+            try {
+                if (!c.compiling.acquire(HOLDER, Long.MAX_VALUE)) throw new IllegalStateException("the slot was not taken");
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
             try {
                 held.countDown();
                 release.await();
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             } finally {
-                c.compiling.unlock();
+                c.compiling.release();
             }
         });
         held.await();

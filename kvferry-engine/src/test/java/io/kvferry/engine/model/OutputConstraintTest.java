@@ -424,7 +424,6 @@ class OutputConstraintTest {
     void anUncachedSpecIsRefusedAsBusyPastTheBoundedWait() throws Exception {
         OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300), OutputConstraint.Compiler.DEADLINE_MS * 1_000_000,
                 OutputConstraint.Compiler.CACHED_TABLE, TimeUnit.MILLISECONDS.toNanos(20));
-        assertTrue(c.compiling.isFair(), "those waiting take the compiler in arrival order");
         try (CompilerSlot held = CompilerSlot.hold(c)) {
             RuntimeException e = assertThrows(RuntimeException.class, () -> c.regex("[a-z]+"));
             OutputConstraint.Busy busy = assertInstanceOf(OutputConstraint.Busy.class, e);
@@ -437,6 +436,32 @@ class OutputConstraintTest {
             assertEquals(0, c.refusedCount(), "a busy refusal is not remembered");
         }
         assertTrue(c.regex("[a-z]+").matches("abc"), "compiled once the compiler is free");
+    }
+
+    /**
+     * Uncached specs wait for the compiler by client, and the compiler goes round-robin between them (FairSlotTest): here
+     * A's two specs and B's one queue apart, and each is compiled once the compiler is free.
+     */
+    @Test
+    @Timeout(60)
+    void uncachedSpecsQueueByTheirClient() throws Exception {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
+        List<CompletableFuture<OutputConstraint>> specs = new ArrayList<>();
+        try (CompilerSlot held = CompilerSlot.hold(c)) {
+            String[][] sent = {{"A", "a+"}, {"A", "b+"}, {"B", "c+"}};
+            for (String[] s : sent) {
+                int before = c.compiling.waiting(s[0]);
+                specs.add(CompletableFuture.supplyAsync(() -> c.compile(OutputConstraint.Kind.REGEX, s[1], s[0]), r -> Thread.ofPlatform().start(r)));
+                while (c.compiling.waiting(s[0]) == before) Thread.yield(); // queued: the slot's state, not a time
+            }
+            assertEquals(Map.of("A", 2, "B", 1), c.queued());
+            assertEquals(CompilerSlot.HOLDER, c.compiling.holder());
+        }
+        assertTrue(specs.get(0).get(60, TimeUnit.SECONDS).matches("aa"));
+        assertTrue(specs.get(1).get(60, TimeUnit.SECONDS).matches("bb"));
+        assertTrue(specs.get(2).get(60, TimeUnit.SECONDS).matches("cc"));
+        assertEquals(3, c.compilations.get());
+        assertEquals(Map.of(), c.queued());
     }
 
     /** The default wait is two deadlines: the running compilation and one queued before it. */
