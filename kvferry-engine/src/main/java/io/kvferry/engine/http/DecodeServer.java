@@ -7,6 +7,7 @@ import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
 import io.kvferry.engine.model.OutputConstraint;
+import io.micrometer.core.instrument.MeterRegistry;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.DecodeEngine;
@@ -71,6 +72,11 @@ public final class DecodeServer implements AutoCloseable {
         server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(this::generate)));
         Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure())));
         server.start();
+    }
+
+    /** Publishes its structured-output compiler's meters ({@link StructuredOutputMeters}) in {@code registry}, its process's. */
+    public void meters(MeterRegistry registry) {
+        StructuredOutputMeters.bind(registry, outputs);
     }
 
     /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */

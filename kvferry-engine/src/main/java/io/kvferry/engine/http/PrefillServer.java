@@ -8,6 +8,7 @@ import com.sun.net.httpserver.HttpServer;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.engine.model.OutputConstraint;
+import io.micrometer.core.instrument.MeterRegistry;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.PrefillEngine;
@@ -63,6 +64,11 @@ public final class PrefillServer implements AutoCloseable {
         Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
                 .put("bootstrap", bootstrapAddr).put("prefix_cache", engine.prefixCacheOn() ? "on" : "off")));
         server.start();
+    }
+
+    /** Publishes its structured-output compiler's meters ({@link StructuredOutputMeters}) in {@code registry}, its process's. */
+    public void meters(MeterRegistry registry) {
+        StructuredOutputMeters.bind(registry, outputs);
     }
 
     /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */

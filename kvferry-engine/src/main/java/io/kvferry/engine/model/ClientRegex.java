@@ -57,8 +57,25 @@ public final class ClientRegex {
      * its automaton and table. The compiler remembers these ({@link OutputConstraint.Compiler}), as they cost time to reach.
      */
     static final class TooComplex extends IllegalArgumentException {
+        private final boolean deadline;
+
         TooComplex(String message) {
+            this(message, false);
+        }
+
+        private TooComplex(String message, boolean deadline) {
             super(message);
+            this.deadline = deadline;
+        }
+
+        /** Whether the compilation's deadline refused it (not one of the bounds on its size). */
+        boolean deadline() {
+            return deadline;
+        }
+
+        /** The same refusal (the deadline's or a bound's) with {@code message}, which says where it happened. */
+        TooComplex reworded(String message) {
+            return new TooComplex(message, deadline);
         }
     }
 
@@ -78,7 +95,7 @@ public final class ClientRegex {
     static void checkDeadline() {
         long[] d = DEADLINE.get();
         if (d != null && System.nanoTime() - d[0] > 0) {
-            throw new TooComplex("is too complex: it took over " + d[1] / 1_000_000 + " ms to compile");
+            throw new TooComplex("is too complex: it took over " + d[1] / 1_000_000 + " ms to compile", true);
         }
     }
 

@@ -235,7 +235,7 @@ public final class JsonSchemaAutomaton {
             } catch (ClientRegex.TooComplex e) {
                 // Name what was being joined: an allOf branch, or the keywords (anyOf, the type's, oneOf, not) together.
                 String what = i >= first && i < last ? "allOf's branch " + (i - first) : "its keywords";
-                throw new ClientRegex.TooComplex("is too complex at " + at + " (joining " + what + " with what comes before it): "
+                throw e.reworded("is too complex at " + at + " (joining " + what + " with what comes before it): "
                         + e.getMessage().replaceFirst("^is too complex: ", ""));
             }
         }
@@ -578,7 +578,7 @@ public final class JsonSchemaAutomaton {
         try {
             a = SchemaScalars.number(integer, lo, hi, multipleOf);
         } catch (ClientRegex.TooComplex e) {
-            throw new ClientRegex.TooComplex("is too complex at " + at + " (its range and multipleOf " + s.get("multipleOf") + "): "
+            throw e.reworded("is too complex at " + at + " (its range and multipleOf " + s.get("multipleOf") + "): "
                     + e.getMessage().replaceFirst("^is too complex: ", ""));
         }
         if (a.isEmpty()) {
@@ -658,7 +658,7 @@ public final class JsonSchemaAutomaton {
                 p = ClientRegex.compile(pattern.textValue());
             } catch (IllegalArgumentException e) {
                 String what = "has a pattern at " + at + " that " + e.getMessage();
-                throw e instanceof ClientRegex.TooComplex ? new ClientRegex.TooComplex(what) : new IllegalArgumentException(what);
+                throw e instanceof ClientRegex.TooComplex t ? t.reworded(what) : new IllegalArgumentException(what);
             }
             // The pattern's characters as themselves: a quote, a backslash or a control character would need an escape.
             Automaton plain = regex("[^\"\\\\\\x00-\\x1f]*");

@@ -13,10 +13,12 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.LongAdder;
 
 /**
  * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
@@ -301,6 +303,20 @@ public final class OutputConstraint {
          * behind a longer queue of slow specs (a client sending many) is answered within this, not after all of them.
          */
         public static final long MAX_WAIT_MS = 2 * DEADLINE_MS;
+        /**
+         * What became of a spec sent for compiling ({@code kvferry_structured_output_compiles_total{outcome}}): compiled now,
+         * answered from the cache, refused (a 400: how it is written, a bound on its size, or a refusal remembered), stopped
+         * at the deadline (a 400 too), or not compiled because the compiler stayed busy (a 503).
+         */
+        public enum Outcome {
+            COMPILED, CACHED, REFUSED, DEADLINE, BUSY;
+
+            /** Its name as a metric's tag. */
+            public String label() {
+                return name().toLowerCase(Locale.ROOT);
+            }
+        }
+
         /** The client of a compilation whose caller names none. */
         public static final String ANYONE = "-";
         private final TokenTexts texts;
@@ -318,7 +334,8 @@ public final class OutputConstraint {
         private final LinkedHashMap<ByteBuffer, String> refused = new LinkedHashMap<>(16, 0.75f, true);
         /** How many compilations were started (tests). */
         final AtomicLong compilations = new AtomicLong();
-        private final AtomicLong busyRefusals = new AtomicLong();
+        private final LongAdder[] outcomes = new LongAdder[Outcome.values().length];
+        private final LongAdder compiled = new LongAdder(), compileNanos = new LongAdder();
 
         public Compiler(Tokenizer tokenizer) {
             this(tokenizer, DEADLINE_MS * 1_000_000, CACHED_TABLE);
@@ -329,6 +346,7 @@ public final class OutputConstraint {
         }
 
         Compiler(Tokenizer tokenizer, long deadlineNanos, long cachedTable, long maxWaitNanos) {
+            for (int i = 0; i < outcomes.length; i++) outcomes[i] = new LongAdder();
             this.texts = new TokenTexts(tokenizer);
             this.deadlineNanos = deadlineNanos;
             this.cachedTable = cachedTable;
@@ -358,7 +376,7 @@ public final class OutputConstraint {
         public OutputConstraint compile(Kind kind, String source, String client) {
             String key = kind.param + '\0' + source;
             ByteBuffer digest = digest(key);
-            OutputConstraint c = cached(key, digest);
+            OutputConstraint c = cachedCounted(key, digest);
             if (c != null) return c;
             boolean held;
             try {
@@ -368,15 +386,16 @@ public final class OutputConstraint {
                 held = false;
             }
             if (!held) {
-                c = cached(key, digest); // compiled (or refused) by another meanwhile
+                c = cachedCounted(key, digest); // compiled (or refused) by another meanwhile
                 if (c != null) return c;
-                busyRefusals.incrementAndGet();
+                count(Outcome.BUSY);
                 throw new Busy(maxWaitNanos);
             }
             try {
-                c = cached(key, digest);
+                c = cachedCounted(key, digest);
                 if (c != null) return c;
                 compilations.incrementAndGet();
+                long started = System.nanoTime();
                 try {
                     c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
                             switch (kind) {
@@ -385,12 +404,17 @@ public final class OutputConstraint {
                                 case TOOL_CALLS -> ToolCalls.language(source);
                             }, texts));
                 } catch (ClientRegex.TooComplex e) {
+                    compiled(started, e.deadline() ? Outcome.DEADLINE : Outcome.REFUSED);
                     synchronized (cache) {
                         refused.put(digest, e.getMessage());
                         if (refused.size() > REFUSED) refused.pollFirstEntry();
                     }
                     throw e;
+                } catch (IllegalArgumentException e) { // how it is written
+                    compiled(started, Outcome.REFUSED);
+                    throw e;
                 }
+                compiled(started, Outcome.COMPILED);
                 synchronized (cache) {
                     cache.put(key, c);
                     tableEntries += c.tableEntries();
@@ -405,6 +429,50 @@ public final class OutputConstraint {
             } finally {
                 compiling.release();
             }
+        }
+
+        /** {@link #cached}, counted: a cached spec as {@link Outcome#CACHED}, a refusal remembered as {@link Outcome#REFUSED}. */
+        private OutputConstraint cachedCounted(String key, ByteBuffer digest) {
+            OutputConstraint c;
+            try {
+                c = cached(key, digest);
+            } catch (ClientRegex.TooComplex e) {
+                count(Outcome.REFUSED);
+                throw e;
+            }
+            if (c != null) count(Outcome.CACHED);
+            return c;
+        }
+
+        private void count(Outcome o) {
+            outcomes[o.ordinal()].increment();
+        }
+
+        /** A compilation that ran (the slot held): its outcome and its time. */
+        private void compiled(long started, Outcome o) {
+            compileNanos.add(System.nanoTime() - started);
+            compiled.increment();
+            count(o);
+        }
+
+        /** How many specs had {@code o} as their outcome. */
+        public long outcomes(Outcome o) {
+            return outcomes[o.ordinal()].sum();
+        }
+
+        /** How many compilations ran (the slot held: compiled, refused after compiling, or stopped at the deadline). */
+        public long compileCount() {
+            return compiled.sum();
+        }
+
+        /** Their time in all, in seconds. */
+        public double compileSeconds() {
+            return compileNanos.sum() / 1e9;
+        }
+
+        /** How many specs wait for the compiler. */
+        public int waiting() {
+            return compiling.waiting();
         }
 
         /** Sets how long a compilation waits for the compiler (tests: a short wait for a compiler built elsewhere). */
@@ -424,7 +492,7 @@ public final class OutputConstraint {
 
         /** How many compilations were refused as {@link Busy}. */
         public long busyRefusals() {
-            return busyRefusals.get();
+            return outcomes(Outcome.BUSY);
         }
 
         /** The spec's constraint if cached, null if it is neither cached nor refused before; a refusal remembered is thrown again. */

@@ -204,6 +204,7 @@ public final class Roles {
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
             PrefillServer server = new PrefillServer(engine, addr, o.host(), o.port(), o.authToken(), o.model().tokenizer());
+            server.meters(metrics);
             s.parts.add(server);
             s.drains.add(server.drain());
             server.drain().register(metrics);
@@ -247,6 +248,7 @@ public final class Roles {
             s.parts.add(engine);
             engine.kvManagers().forEach(status::add);
             DecodeServer server = new DecodeServer(engine, o.host(), o.port(), o.authToken(), o.model().tokenizer());
+            server.meters(metrics);
             s.parts.add(server);
             s.drains.add(server.drain());
             server.drain().register(metrics);

@@ -342,6 +342,19 @@ class OutputConstraintTest {
         assertFalse(model.matches("{}"));
     }
 
+    /** A compilation stopped at its deadline is counted as such, apart from the other refusals, and its time with the rest. */
+    @Test
+    void theOutcomesTellTheDeadlineFromTheOtherRefusals() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300), 0, OutputConstraint.Compiler.CACHED_TABLE);
+        assertThrows(IllegalArgumentException.class, () -> c.regex("(a|b)*a(a|b){8}"));
+        assertThrows(IllegalArgumentException.class, () -> c.jsonSchema("{\"allOf\":[{\"type\":\"integer\"},{\"minimum\":3}]}"));
+        assertThrows(IllegalArgumentException.class, () -> c.regex("(a|b)*a(a|b){8}")); // remembered: refused, not compiled again
+        assertEquals(2, c.outcomes(OutputConstraint.Compiler.Outcome.DEADLINE));
+        assertEquals(1, c.outcomes(OutputConstraint.Compiler.Outcome.REFUSED));
+        assertEquals(0, c.outcomes(OutputConstraint.Compiler.Outcome.COMPILED));
+        assertEquals(2, c.compileCount());
+    }
+
     /**
      * A spec refused for its complexity is remembered: sent again it is refused at once with the same message, without a
      * compilation (it used to be compiled anew each time, up to the deadline with the one compilation slot held).

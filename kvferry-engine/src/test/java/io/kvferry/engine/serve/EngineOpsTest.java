@@ -93,6 +93,16 @@ class EngineOpsTest {
             assertEquals(1, cluster.path("prefill_ranks").size());
             assertEquals("local", cluster.path("processes").get(0).path("url").asText());
             assertEquals("engine-prefill", cluster.path("processes").get(0).path("status").path("role").asText());
+            // Each process's structured-output compiler on its /metrics: the router's and each engine's compiled the spec once.
+            HttpResponse<String> constrained = send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once\",\"max_tokens\":4,\"guided_regex\":\"(yes|no)\"}")));
+            assertEquals(200, constrained.statusCode(), constrained.body());
+            for (int port : new int[]{prefill.port(), decode.port(), router.port()}) {
+                String m = get("http://127.0.0.1:" + port + "/metrics");
+                assertTrue(m.contains("kvferry_structured_output_compiles_total{outcome=\"compiled\"} 1.0"), m);
+                assertTrue(m.contains("kvferry_structured_output_compiles_total{outcome=\"busy\"} 0.0"), m);
+                assertTrue(m.contains("kvferry_structured_output_compile_seconds_count 1"), m);
+            }
             assertEquals(404, send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + bootstrapPort + "/metrics")).GET()).statusCode(),
                     "the prefill role's metrics are on its engine port only: one scrape target per process");
         }
