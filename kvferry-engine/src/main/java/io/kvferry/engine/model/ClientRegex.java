@@ -39,8 +39,9 @@ public final class ClientRegex {
     static final int MAX_NFA_STATES = 50_000;
     /**
      * Most work (states × transitions) of one minimization ({@link #minimize}), the one step of a compilation that cannot
-     * stop at its deadline: 1 to 2 s on a 2-core VM, so a compilation overruns its deadline by about that at most. The
-     * largest the tests' legitimate schemas need is 2.5e8 (7,766 states × 32,535 transitions), forty required dates 4.5e8.
+     * stop at its deadline: 1 to 2 s on a quiet 2-core VM (a few under heavy load), so a compilation overruns its deadline
+     * by about that at most. The largest the tests' legitimate schemas need is 2.5e8 (7,766 states × 32,535 transitions),
+     * forty required dates 4.5e8.
      */
     static final long MAX_MINIMIZE_WORK = 1_500_000_000L;
     /** Deepest nesting of groups (the parser recurses once per level: deeper would overflow the HTTP thread's stack). */

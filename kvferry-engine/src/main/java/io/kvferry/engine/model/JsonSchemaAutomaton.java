@@ -642,6 +642,14 @@ public final class JsonSchemaAutomaton {
         if (max >= 0 && max < min) throw new IllegalArgumentException("has maxItems " + max + " below minItems " + min + " at " + at);
         JsonNode items = s.get("items");
         Automaton item = items == null ? anyValue(ANY_DEPTH - 1) : ClientRegex.minimal(of(items, at + "/items"));
+        // The list's copies of its item (and a comma each), counted before they are made: dk.brics's repeat builds them
+        // uninterruptibly (an array of up to 256 arrays of up to 256 dates made 3.8M states for 77 s past the deadline).
+        long copies = max < 0 ? min + 1L : Math.max(max, 1);
+        if ((item.getNumberOfStates() + 3L) * copies > ClientRegex.MAX_NFA_STATES) {
+            throw new ClientRegex.TooComplex("is too large at " + at + ": " + copies + " copies (" + (max < 0 ? "minItems " + min : "maxItems " + max)
+                    + ") of its items' automaton of " + item.getNumberOfStates() + " states would pass " + ClientRegex.MAX_NFA_STATES
+                    + " automaton states before determinization");
+        }
         return list(item, min, max);
     }
 

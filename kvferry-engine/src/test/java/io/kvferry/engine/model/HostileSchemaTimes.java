@@ -33,6 +33,8 @@ public final class HostileSchemaTimes {
         }
         out.add(new String[]{"allOf of 6 multipleOf", all.append("]}").toString()});
         out.add(new String[]{"40 required dates", object(r, 40, "{\"type\":\"string\",\"format\":\"date\"}", true)});
+        out.add(new String[]{"256 × 256 dates, nested", "{\"title\":\"" + (char) ('a' + r) + "\",\"type\":\"array\",\"items\":{\"type\":\"array\","
+                + "\"items\":{\"type\":\"string\",\"format\":\"date\"},\"maxItems\":256},\"maxItems\":256}"});
         return out;
     }
 

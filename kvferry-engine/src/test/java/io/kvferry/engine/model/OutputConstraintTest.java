@@ -342,6 +342,24 @@ class OutputConstraintTest {
         assertFalse(model.matches("{}"));
     }
 
+    /**
+     * An array's copies of its item are counted before dk.brics's repeat makes them (uninterruptibly): up to 256 arrays of
+     * up to 256 dates made 3.8M states and ran 77 s past the 5 s deadline; now refused at once, naming maxItems and the
+     * item's (deterministic) states. A small item repeated 256 times still compiles.
+     */
+    @Test
+    void anArraysCopiesOfItsItemAreBoundedBeforeTheyAreMade() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> c.jsonSchema("{\"type\":\"array\",\"items\":{\"type\":"
+                + "\"array\",\"items\":{\"type\":\"string\",\"format\":\"date\"},\"maxItems\":256},\"maxItems\":256}"));
+        assertEquals("is too large at #: 256 copies (maxItems 256) of its items' automaton of 8961 states would pass "
+                + ClientRegex.MAX_NFA_STATES + " automaton states before determinization", e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> c.jsonSchema("{\"type\":\"object\",\"properties\":{\"xs\":{\"type\":\"array\","
+                + "\"minItems\":60}}}"));
+        assertTrue(e.getMessage().startsWith("is too large at #/properties/xs: 61 copies (minItems 60) of its items' automaton of "), e.getMessage());
+        assertTrue(c.jsonSchema("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"maxItems\":256}").matches("[1, 2, 3]"));
+    }
+
     /** A compilation stopped at its deadline is counted as such, apart from the other refusals, and its time with the rest. */
     @Test
     void theOutcomesTellTheDeadlineFromTheOtherRefusals() {
