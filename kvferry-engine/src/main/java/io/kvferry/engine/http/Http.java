@@ -459,7 +459,7 @@ final class Http {
      */
     static long roomField(JsonNode n) {
         long room = longField(n, "bootstrap_room");
-        if (room < 0) throw new BadRequest("bootstrap_room must be >= 0, got " + room);
+        if (room < 0) throw new BadRequest("bootstrap_room", "bootstrap_room must be >= 0, got " + room);
         return room;
     }
 
