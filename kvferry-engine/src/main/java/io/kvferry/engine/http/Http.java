@@ -19,6 +19,11 @@ import java.io.OutputStream;
 import java.io.UncheckedIOException;
 import java.net.BindException;
 import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.CharBuffer;
+import java.nio.charset.CharsetDecoder;
+import java.nio.charset.CoderResult;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.function.LongConsumer;
@@ -307,13 +312,38 @@ final class Http {
         }
         ExchangeGate.requestRead();
         if (body.length == 0) throw new BadRequest("empty request body; expected a JSON object");
+        String text = utf8(body);
         try {
-            JsonNode n = REQUEST_JSON.readTree(body);
+            JsonNode n = REQUEST_JSON.readTree(text);
             if (n == null || !n.isObject()) throw new BadRequest("the request body must be a JSON object");
             return n;
         } catch (JsonProcessingException e) {
             throw new BadRequest("malformed JSON: " + e.getOriginalMessage());
         }
+    }
+
+    /**
+     * A request body as text: strict UTF-8 (JSON's encoding, RFC 8259), a byte order mark at its start left out. The JSON
+     * parser alone took some malformed bytes silently: an overlong {@code C0 AF} as {@code /}, a surrogate's {@code ED A0 80}
+     * as half a pair, {@code F4 90 80 80} (past U+10FFFF) as two; a prompt or stop string would then hold text the client
+     * never sent. A 400 names the first malformed byte's offset instead.
+     */
+    static String utf8(byte[] body) {
+        CharsetDecoder decoder = StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
+                .onUnmappableCharacter(CodingErrorAction.REPORT);
+        ByteBuffer in = ByteBuffer.wrap(body);
+        CharBuffer out = CharBuffer.allocate(body.length);
+        CoderResult r = decoder.decode(in, out, true);
+        if (r.isUnderflow()) r = decoder.flush(out);
+        if (r.isError()) {
+            int at = in.position();
+            StringBuilder bytes = new StringBuilder();
+            for (int i = at; i < Math.min(body.length, at + r.length()); i++) bytes.append(String.format(" %02X", body[i] & 0xFF));
+            throw new BadRequest("the request body is not valid UTF-8: malformed bytes" + bytes + " at byte " + at);
+        }
+        out.flip();
+        if (out.hasRemaining() && out.get(0) == '\uFEFF') out.position(1); // a byte order mark, as the parser skipped it before
+        return out.toString();
     }
 
     static void sendJson(HttpExchange ex, int status, Object body) throws IOException {

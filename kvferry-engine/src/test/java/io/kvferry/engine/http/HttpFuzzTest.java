@@ -12,11 +12,13 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
@@ -85,5 +87,39 @@ class HttpFuzzTest {
                 assertEquals("bootstrap_room must be >= 0, got -1", e.path("message").asText(), url + path + " -> " + e);
             }
         }
+    }
+
+    static HttpResponse<String> postBytes(int port, String path, byte[] body) throws Exception {
+        return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).header("Authorization", "Bearer " + TOKEN)
+                .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /**
+     * Malformed UTF-8 the JSON parser took silently (an overlong '/', a lone surrogate's bytes, a code point past U+10FFFF,
+     * read as two lone surrogates) is a 400 naming the bytes and their offset, on the router and on an engine alike.
+     */
+    @Example
+    void aBodyOfMalformedUtf8IsA400NamingTheBytes() throws Exception {
+        byte[][] bad = {{(byte) 0xc0, (byte) 0xaf}, {(byte) 0xed, (byte) 0xa0, (byte) 0x80}, {(byte) 0xf4, (byte) 0x90, (byte) 0x80, (byte) 0x80}};
+        String[] named = {"C0", "ED", "F4"};
+        for (int i = 0; i < bad.length; i++) {
+            for (String[] at : new String[][] {{"router", "/tokenize", "{\"prompt\":\"ab"}, {"router", "/v1/completions", "{\"stop\":\"x"},
+                    {"decode", "/abort", "{\"x\":\""}}) {
+                byte[] head = at[2].getBytes(StandardCharsets.UTF_8), tail = "\",\"prompt\":\"a\",\"bootstrap_room\":1}".getBytes(StandardCharsets.UTF_8);
+                byte[] body = new byte[head.length + bad[i].length + tail.length];
+                System.arraycopy(head, 0, body, 0, head.length);
+                System.arraycopy(bad[i], 0, body, head.length, bad[i].length);
+                System.arraycopy(tail, 0, body, head.length + bad[i].length, tail.length);
+                int port = at[0].equals("router") ? router.port() : EngineInputTest.port(stack.decodeUrl());
+                JsonNode e = refused(postBytes(port, at[1], body), at[1] + " " + named[i]);
+                String message = e.path("message").asText();
+                assertTrue(message.startsWith("the request body is not valid UTF-8: malformed bytes " + named[i]) && message.endsWith(" at byte " + head.length),
+                        at[1] + " -> " + e);
+            }
+        }
+        // A byte order mark is still no fault, and well-formed text of every length still reads.
+        byte[] bom = "\uFEFF{\"prompt\":\"\u00e9\uD83D\uDE00\"}".getBytes(StandardCharsets.UTF_8);
+        HttpResponse<String> ok = postBytes(router.port(), "/tokenize", bom);
+        assertEquals(200, ok.statusCode(), ok.body());
     }
 }
