@@ -25,7 +25,8 @@ final class StopSequences {
     }
 
     /**
-     * {@code stop} of a request: absent or null, a string, or a list of 1 to 4 non-empty strings.
+     * {@code stop} of a request: absent or null, a string, or a list of 1 to 4 non-empty strings, none holding half a UTF-16
+     * surrogate pair.
      *
      * @param param the field as the error's {@code param} names it ({@code stop}, {@code sampling_params.stop})
      */
@@ -46,6 +47,9 @@ final class StopSequences {
         for (String s : out) {
             if (s.isEmpty()) throw new Http.BadRequest(param, "stop strings must not be empty");
             if (s.length() > MAX_CHARS) throw new Http.BadRequest(param, "stop strings must be at most " + MAX_CHARS + " characters, got " + s.length());
+            // Half a surrogate pair never matches whole text, but it matched the first half of an emoji's pair: the answer was cut
+            // inside a character, and its text ended in a lone surrogate.
+            PromptResolver.refuseLoneSurrogate(s, param);
         }
         return out.isEmpty() ? NONE : new StopSequences(out);
     }

@@ -122,4 +122,18 @@ class HttpFuzzTest {
         HttpResponse<String> ok = postBytes(router.port(), "/tokenize", bom);
         assertEquals(200, ok.statusCode(), ok.body());
     }
+
+    /** Half a surrogate pair as a stop string could match the first half of an emoji's pair and cut the answer inside it. */
+    @Example
+    void aStopStringWithALoneSurrogateIsA400() throws Exception {
+        String[][] cases = {{"/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2,\"stop\":[\"a\",\"\\ud83d\"]}", "stop"},
+                {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}],\"max_tokens\":2,\"stop\":\"x\\ude00\"}", "stop"},
+                {"/generate", "{\"text\":\"Once\",\"sampling_params\":{\"max_new_tokens\":2,\"stop\":\"\\ud800\"}}", "sampling_params.stop"}};
+        for (String[] c : cases) {
+            JsonNode e = refused(post(router.port(), c[0], c[1]), c[1]);
+            assertEquals(c[2], e.path("param").asText(null), c[1] + " -> " + e);
+            assertTrue(e.path("message").asText().contains("unpaired UTF-16 surrogate"), c[1] + " -> " + e);
+        }
+        assertIdle("the stop strings");
+    }
 }
