@@ -155,7 +155,11 @@ final class RequestParams {
         JsonNode o = req.get("stream_options");
         if (o == null || o.isNull()) return false;
         if (!o.isObject()) throw new Http.BadRequest("stream_options", "stream_options must be an object, got " + o);
-        return Http.booleanField(o, "include_usage", false);
+        try {
+            return Http.booleanField(o, "include_usage", false);
+        } catch (Http.BadRequest e) { // named from the body's top, as every other field's param is
+            throw new Http.BadRequest("stream_options.include_usage", "stream_options." + e.getMessage());
+        }
     }
 
     /** The seed, when the request names one (any long; without one the room is the seed). */

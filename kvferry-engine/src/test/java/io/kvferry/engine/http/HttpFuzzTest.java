@@ -136,4 +136,13 @@ class HttpFuzzTest {
         }
         assertIdle("the stop strings");
     }
+
+    /** {@code stream_options.include_usage} of the wrong type was named {@code include_usage}, not from the body's top. */
+    @Example
+    void aBadIncludeUsageNamesStreamOptions() throws Exception {
+        JsonNode e = refused(post(router.port(), "/v1/completions", "{\"prompt\":\"Once\",\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"}}"),
+                "include_usage");
+        assertEquals("stream_options.include_usage", e.path("param").asText(null), e.toString());
+        assertEquals("stream_options.include_usage must be true or false, got \"yes\"", e.path("message").asText(), e.toString());
+    }
 }
