@@ -302,10 +302,22 @@ final class Http {
         return readJson(ex, MAX_BODY_BYTES);
     }
 
-    /** Reads a JSON object body of at most {@code maxBytes}; a longer one is a 400 naming the limit. */
+    /**
+     * Reads a JSON object body of at most {@code maxBytes}; a longer one is a 400 naming the limit, and so is a body whose
+     * chunked framing is broken (a chunk size that is no hex number, a chunk longer than its size said): the client's fault,
+     * once answered as a 500 with the JDK's "invalid chunk length". The connection closes after that 400, its framing lost.
+     */
     static JsonNode readJson(HttpExchange ex, int maxBytes) throws IOException {
         InputStream in = ex.getRequestBody();
-        byte[] body = in.readNBytes(maxBytes + 1);
+        byte[] body;
+        try {
+            body = in.readNBytes(maxBytes + 1);
+        } catch (IOException e) {
+            // The JDK's chunked reader's faults of framing ("invalid chunk length", "… header", "… end"); any other: the client went away.
+            if (e.getMessage() == null || !e.getMessage().startsWith("invalid chunk")) throw e;
+            ex.getResponseHeaders().set("Connection", "close");
+            throw new BadRequest("malformed chunked request body: " + e.getMessage());
+        }
         if (body.length > maxBytes) {
             discardBody(ex);
             throw new BadRequest("request body over " + maxBytes + " bytes");

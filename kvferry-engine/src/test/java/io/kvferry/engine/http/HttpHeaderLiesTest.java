@@ -1,0 +1,104 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * A chunked request body sent on a raw socket to the router ({@link HttpFuzzTest}'s stack): read as any other when
+ * well-formed; a 400 naming the fault, not a 500, when its chunked framing is broken.
+ */
+class HttpHeaderLiesTest {
+    static final String BODY = "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}";
+    static final String HEAD = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+
+    @BeforeAll
+    static void start() throws Exception {
+        HttpFuzzTest.start();
+    }
+
+    @AfterAll
+    static void stop() {
+        HttpFuzzTest.stop();
+    }
+
+    /** What comes back for {@code request} on a fresh connection until the server closes it (30 s at most: "<<TIMEOUT>>" then). */
+    static String exchange(byte[] request) throws IOException {
+        try (Socket s = new Socket("127.0.0.1", HttpFuzzTest.router.port())) {
+            s.setSoTimeout(30_000);
+            OutputStream o = s.getOutputStream();
+            o.write(request);
+            o.flush();
+            ByteArrayOutputStream got = new ByteArrayOutputStream();
+            InputStream in = s.getInputStream();
+            byte[] buf = new byte[8192];
+            int n;
+            try {
+                while ((n = in.read(buf)) > 0) got.write(buf, 0, n);
+            } catch (SocketTimeoutException e) {
+                return got.toString(StandardCharsets.UTF_8) + "<<TIMEOUT>>";
+            } catch (IOException reset) {
+                // a server that closes with bytes of ours unread resets the connection: what it answered first stands
+            }
+            return got.toString(StandardCharsets.UTF_8);
+        }
+    }
+
+    static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.US_ASCII);
+    }
+
+    static String chunked(String body) {
+        return Integer.toHexString(body.length()) + "\r\n" + body + "\r\n0\r\n\r\n";
+    }
+
+    static int status(String answer) {
+        assertTrue(answer.startsWith("HTTP/1.1 "), answer);
+        return Integer.parseInt(answer.substring(9, 12));
+    }
+
+    /** The JSON error object of an answer of ours (not one the JDK's server makes before any route runs). */
+    static JsonNode error(String answer) throws Exception {
+        return HttpFuzzTest.JSON.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).path("error");
+    }
+
+    /** A well-formed chunked body is read as any other; one whose chunked framing is broken is a 400, not a 500. */
+    @Test
+    @Timeout(60)
+    void aChunkedBodyIsReadAndBrokenChunksAreA400() throws Exception {
+        String ok = exchange(bytes(HEAD + "Transfer-Encoding: chunked\r\n\r\n" + chunked(BODY)));
+        assertEquals(200, status(ok), ok);
+        assertEquals(HttpFuzzTest.normalText, error(ok).isMissingNode() ? HttpFuzzTest.JSON.readTree(ok.substring(ok.indexOf("\r\n\r\n") + 4))
+                .path("choices").get(0).path("text").asText() : null, ok);
+        for (String broken : List.of("zz\r\n" + BODY + "\r\n0\r\n\r\n", "5\r\n" + BODY + "\r\n0\r\n\r\n", "-1\r\n" + BODY + "\r\n0\r\n\r\n")) {
+            String got = exchange(bytes(HEAD + "Transfer-Encoding: chunked\r\n\r\n" + broken));
+            assertEquals(400, status(got), broken + " -> " + got);
+            JsonNode e = error(got);
+            assertTrue(e.path("message").asText().startsWith("malformed chunked request body: invalid chunk"), broken + " -> " + got);
+            assertEquals("invalid_request_error", e.path("type").asText(), got);
+        }
+        // Chunks past the body limit: the limit's 400, as a body of that Content-Length gets.
+        ByteArrayOutputStream big = new ByteArrayOutputStream();
+        big.write(bytes(HEAD + "Transfer-Encoding: chunked\r\n\r\n"));
+        for (int i = 0; i < 20; i++) big.write(bytes("10000\r\n" + "a".repeat(0x10000) + "\r\n"));
+        big.write(bytes("0\r\n\r\n"));
+        String got = exchange(big.toByteArray());
+        assertEquals(400, status(got), got);
+        assertEquals("request body over " + Http.MAX_BODY_BYTES + " bytes", error(got).path("message").asText(), got);
+        HttpFuzzTest.assertIdle("chunked bodies");
+    }
+}
