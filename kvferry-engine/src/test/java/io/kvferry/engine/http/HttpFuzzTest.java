@@ -2,32 +2,57 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.EngineSpec;
+import net.jqwik.api.Arbitraries;
+import net.jqwik.api.Arbitrary;
+import net.jqwik.api.Combinators;
 import net.jqwik.api.Example;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.Provide;
+import net.jqwik.api.ShrinkingMode;
 import net.jqwik.api.lifecycle.AfterContainer;
 import net.jqwik.api.lifecycle.BeforeContainer;
 
+import java.io.ByteArrayOutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
- * Bad input on the HTTP surface, case by case, each refused with a 400 that names what is wrong: a router with a prefill
- * and a decode in this JVM, on the real checkpoint.
+ * Bad input on the HTTP surface: a valid request of each POST route (the router's OpenAI routes, /generate, /tokenize,
+ * /detokenize, /workers; an engine's /abort) mutated one way at a time (a field of the wrong JSON type, null, a huge,
+ * negative or non-finite number, a deep value, a key twice, an unknown key, invalid UTF-8 or a lone surrogate, a truncated
+ * or empty body, a string near the body limit, another Content-Type) is answered 2xx or 4xx (a 503 only as documented, with
+ * Retry-After; a 502 only by /workers, for a URL it cannot reach), a 4xx with OpenAI's error object whose {@code message}
+ * says what is wrong and whose {@code param} names the mutated field where one is at fault. A normal request sent beside
+ * each still gets its normal answer, and afterwards the engines hold no pages and the router no request.
+ * The header lies (Content-Length, chunked) are {@link HttpHeaderLiesTest}'s.
  */
 class HttpFuzzTest {
     static final ObjectMapper JSON = new ObjectMapper();
     static final HttpClient HTTP = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+    /** Runs the normal request sent beside each bad one. */
+    static final ExecutorService BESIDE = Executors.newVirtualThreadPerTaskExecutor();
     /** The cluster token: the engines' /generate and /abort and the router's POST /workers take it; every case sends it. */
     static final String TOKEN = "http-fuzz-test";
     static final String NORMAL = "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}";
@@ -76,6 +101,11 @@ class HttpFuzzTest {
         return JSON.readTree(r.body()).path("error");
     }
 
+    static HttpResponse<String> postBytes(int port, String path, byte[] body) throws Exception {
+        return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).header("Authorization", "Bearer " + TOKEN)
+                .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
     /** A negative room on an engine's /abort named no field: its param was null. */
     @Example
     void aNegativeRoomNamesBootstrapRoom() throws Exception {
@@ -87,11 +117,6 @@ class HttpFuzzTest {
                 assertEquals("bootstrap_room must be >= 0, got -1", e.path("message").asText(), url + path + " -> " + e);
             }
         }
-    }
-
-    static HttpResponse<String> postBytes(int port, String path, byte[] body) throws Exception {
-        return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).header("Authorization", "Bearer " + TOKEN)
-                .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build(), HttpResponse.BodyHandlers.ofString());
     }
 
     /**
@@ -144,5 +169,233 @@ class HttpFuzzTest {
                 "include_usage");
         assertEquals("stream_options.include_usage", e.path("param").asText(null), e.toString());
         assertEquals("stream_options.include_usage must be true or false, got \"yes\"", e.path("message").asText(), e.toString());
+    }
+
+    /** A POST route and a valid body of it. */
+    record Route(String name, String path, String engine, String body) {
+        int port() {
+            return engine == null ? router.port() : EngineInputTest.port(engine.equals("prefill") ? stack.prefillUrl() : stack.decodeUrl());
+        }
+
+        @Override
+        public String toString() {
+            return name;
+        }
+    }
+
+    static List<Route> routes() {
+        return List.of(
+                new Route("completions", "/v1/completions", null, "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,"
+                        + "\"top_p\":1,\"seed\":7,\"n\":1,\"logprobs\":1,\"echo\":false,\"stop\":[\"\\n\\n\"],\"stream\":false,\"frequency_penalty\":0,"
+                        + "\"logit_bias\":{\"1\":0},\"min_tokens\":1,\"user\":\"u\"}"),
+                new Route("chat", "/v1/chat/completions", null, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                        + "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Once upon a time\"}]}],\"max_completion_tokens\":4,"
+                        + "\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":true,\"top_logprobs\":1,"
+                        + "\"presence_penalty\":0.5,\"top_k\":5}"),
+                new Route("generate", "/generate", null, "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":4,\"temperature\":0,"
+                        + "\"top_k\":5,\"stop\":[\".\"],\"min_new_tokens\":1,\"stop_token_ids\":[2],\"repetition_penalty\":1.1},\"stream\":false,"
+                        + "\"return_logprob\":true,\"top_logprobs_num\":1,\"logprob_start_len\":0}"),
+                new Route("tokenize", "/tokenize", null, "{\"prompt\":\"Once upon a time\",\"add_special_tokens\":true,\"return_token_strs\":true}"),
+                new Route("detokenize", "/detokenize", null, "{\"tokens\":[1,403,407]}"),
+                new Route("workers", "/workers", null, "{\"url\":\"" + stack.decodeUrl() + "\",\"worker_type\":\"decode\"}"),
+                new Route("prefill abort", "/abort", "prefill", "{\"bootstrap_room\":12345}"),
+                new Route("decode abort", "/abort", "decode", "{\"bootstrap_room\":12346}"));
+    }
+
+    /** One bad request: its route, body bytes, Content-Type (null: none), and the field mutated (null: the body as a whole). */
+    record Case(Route route, byte[] body, String contentType, String field, String what) {
+        @Override
+        public String toString() {
+            String shown = new String(body, StandardCharsets.UTF_8);
+            return route + " [" + what + "] " + (shown.length() > 300 ? shown.substring(0, 300) + "…(" + body.length + " bytes)" : shown);
+        }
+    }
+
+    /** Raw JSON values of the wrong type, size or sign, or not JSON at all. */
+    static final List<String> VALUES = List.of("null", "true", "false", "0", "-1", "1", "2", "65", "2147483647", "2147483648", "-2147483649",
+            "9223372036854775807", "9223372036854775808", "-9223372036854775809", "1e308", "1e309", "-1e309", "1e-400", "0.5", "-0.0",
+            "3.4028236e38", "1e999999999", "-1e999999999", "1e-999999999", "123456789012345678901234567890", "NaN", "Infinity", "-Infinity",
+            "\"\"", "\"x\"", "\"\\ud800\"", "\"a\\udc00b\"", "\"a\\u0000b\"", "\"12\"", "\"true\"", "[]", "[null]", "[1,\"a\"]", "[[1,2],[3]]",
+            "{}", "{\"a\":1}", "{\"type\":\"text\"}", "\"\uD83D\uDE00\u00e9\"");
+
+    /** Raw bytes that are no valid UTF-8 (or UTF-8 of a lone surrogate), placed inside a string value. */
+    static final List<byte[]> BAD_UTF8 = List.of(new byte[] {'"', 'a', (byte) 0xff, 'b', '"'}, new byte[] {'"', (byte) 0xc3, '"'},
+            new byte[] {'"', (byte) 0xed, (byte) 0xa0, (byte) 0x80, '"'}, new byte[] {'"', (byte) 0xc0, (byte) 0xaf, '"'},
+            new byte[] {'"', (byte) 0xf4, (byte) 0x90, (byte) 0x80, (byte) 0x80, '"'}, new byte[] {'"', (byte) 0xe2, (byte) 0x82, '"'});
+
+    static String deep(String open, String close, int depth) {
+        return open.repeat(depth) + "1" + close.repeat(depth);
+    }
+
+    /** Where a value can be mutated: every field of the body, nested ones with their path ({@code sampling_params.top_k}, {@code messages[1].content}). */
+    static List<String[]> holes(JsonNode body, String at, String pointer, List<String[]> out) {
+        if (body.isObject()) {
+            for (Iterator<Map.Entry<String, JsonNode>> it = body.fields(); it.hasNext();) {
+                Map.Entry<String, JsonNode> e = it.next();
+                String path = at.isEmpty() ? e.getKey() : at + "." + e.getKey();
+                out.add(new String[] {path, pointer + "/" + e.getKey()});
+                holes(e.getValue(), path, pointer + "/" + e.getKey(), out);
+            }
+        } else if (body.isArray()) {
+            for (int i = 0; i < body.size(); i++) {
+                out.add(new String[] {at + "[" + i + "]", pointer + "/" + i});
+                holes(body.get(i), at + "[" + i + "]", pointer + "/" + i, out);
+            }
+        }
+        return out;
+    }
+
+    /** {@code body} with the value at {@code pointer} replaced by {@code raw}'s bytes. */
+    static byte[] replaced(String body, String pointer, byte[] raw) throws Exception {
+        JsonNode copy = JSON.readTree(body);
+        String parent = pointer.substring(0, pointer.lastIndexOf('/')), last = pointer.substring(pointer.lastIndexOf('/') + 1);
+        JsonNode p = parent.isEmpty() ? copy : copy.at(parent);
+        if (p instanceof ObjectNode o) o.put(last, "\u0000hole\u0000");
+        else ((ArrayNode) p).set(Integer.parseInt(last), "\u0000hole\u0000");
+        String text = JSON.writeValueAsString(copy);
+        String hole = JSON.writeValueAsString("\u0000hole\u0000");
+        int at = text.indexOf(hole);
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        out.write(text.substring(0, at).getBytes(StandardCharsets.UTF_8));
+        out.write(raw);
+        out.write(text.substring(at + hole.length()).getBytes(StandardCharsets.UTF_8));
+        return out.toByteArray();
+    }
+
+    static byte[] utf8(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    @Provide
+    Arbitrary<Case> cases() {
+        Arbitrary<Route> route = Arbitraries.of(routes());
+        return Combinators.combine(route, Arbitraries.integers().between(0, 99), Arbitraries.integers().between(0, Integer.MAX_VALUE))
+                .as((r, kind, pick) -> {
+                    try {
+                        return mutate(r, kind, pick);
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                });
+    }
+
+    /** One mutation of {@code r}'s body: {@code kind} chooses the sort, {@code pick} the field and value. */
+    static Case mutate(Route r, int kind, int pick) throws Exception {
+        String body = r.body();
+        List<String[]> holes = holes(JSON.readTree(body), "", "", new ArrayList<>());
+        String[] hole = holes.get(pick % holes.size());
+        String ct = "application/json";
+        if (kind < 50) { // a field's value of another type or size
+            String v = VALUES.get(pick / holes.size() % VALUES.size());
+            return new Case(r, replaced(body, hole[1], utf8(v)), ct, hole[0], "value " + v);
+        }
+        if (kind < 56) { // a value nested deeper than anything reads (and deeper than the parser takes)
+            int depth = new int[] {50, 900, 1100, 5000}[pick % 4];
+            String v = pick % 8 < 4 ? deep("[", "]", depth) : deep("{\"a\":", "}", depth);
+            return new Case(r, replaced(body, hole[1], utf8(v)), ct, hole[0], "depth " + depth);
+        }
+        if (kind < 62) { // invalid UTF-8
+            byte[] v = BAD_UTF8.get(pick / holes.size() % BAD_UTF8.size());
+            return new Case(r, replaced(body, hole[1], v), ct, hole[0], "bad utf-8");
+        }
+        if (kind < 66) { // the field left out
+            JsonNode copy = JSON.readTree(body);
+            String parent = hole[1].substring(0, hole[1].lastIndexOf('/')), last = hole[1].substring(hole[1].lastIndexOf('/') + 1);
+            JsonNode p = parent.isEmpty() ? copy : copy.at(parent);
+            if (p instanceof ObjectNode o) o.remove(last);
+            else ((ArrayNode) p).remove(Integer.parseInt(last));
+            return new Case(r, JSON.writeValueAsBytes(copy), ct, hole[0], "removed");
+        }
+        if (kind < 70) { // a key twice: the first key of the body again, with another value
+            String first = JSON.readTree(body).fieldNames().next();
+            String v = VALUES.get(pick % VALUES.size());
+            return new Case(r, utf8(body.substring(0, body.length() - 1) + ",\"" + first + "\":" + v + "}"), ct, null, "duplicate " + first);
+        }
+        if (kind < 74) { // an unknown key, at the top or in a nested object
+            String v = VALUES.get(pick % VALUES.size());
+            return new Case(r, utf8("{\"zz_unknown\":" + v + "," + body.substring(1)), ct, null, "unknown key");
+        }
+        if (kind < 80) { // the body cut short
+            int at = pick % body.length();
+            return new Case(r, utf8(body.substring(0, at)), ct, null, "truncated at " + at);
+        }
+        if (kind < 84) { // another Content-Type, or none
+            String other = new String[] {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", null,
+                    "application/json; charset=latin1"}[pick % 5];
+            return new Case(r, utf8(body), other, null, "content-type " + other);
+        }
+        if (kind < 88) { // not an object
+            String v = new String[] {"", " ", "null", "[]", "[" + body + "]", "\"x\"", "1", body + body, body + "]", "\uFEFF" + body,
+                    "{", "}", "{\"a\"}", "{,}"}[pick % 14];
+            return new Case(r, utf8(v), ct, null, "body " + (v.length() > 20 ? v.substring(0, 20) : v));
+        }
+        if (kind < 94) { // a string near the body limit (a little under or over it)
+            int size = Http.MAX_BODY_BYTES - body.length() - 64 + (pick % 3 == 0 ? 200 : 0);
+            String v = pick % 2 == 0 ? "\"" + "a".repeat(size) + "\"" : "\"" + "é".repeat(size / 2) + "\"";
+            return new Case(r, replaced(body, hole[1], utf8(v)), ct, hole[0], "long string");
+        }
+        // a number with many digits, where numbers go
+        String v = pick % 2 == 0 ? "1" + "0".repeat(2000 + pick % 5000) : "0." + "0".repeat(2000) + "1";
+        return new Case(r, replaced(body, hole[1], utf8(v)), ct, hole[0], "long number");
+    }
+
+    static HttpResponse<String> send(Case c) throws Exception {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + c.route().port() + c.route().path()))
+                .timeout(Duration.ofSeconds(60)).header("Authorization", "Bearer " + TOKEN).POST(HttpRequest.BodyPublishers.ofByteArray(c.body()));
+        if (c.contentType() != null) b.header("Content-Type", c.contentType());
+        return HTTP.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /** The first name of a field's path: {@code sampling_params} of {@code sampling_params.top_k}, {@code messages} of {@code messages[1].role}. */
+    static String root(String path) {
+        int dot = path.indexOf('.'), bracket = path.indexOf('[');
+        int end = dot < 0 ? bracket : bracket < 0 ? dot : Math.min(dot, bracket);
+        return end < 0 ? path : path.substring(0, end);
+    }
+
+    @Property(tries = 500, shrinking = ShrinkingMode.OFF)
+    void aBadRequestIsRefusedNamingItsFieldAndHarmsNoOther(@ForAll("cases") Case c) throws Exception {
+        check(c);
+    }
+
+    /** The property of one case: thrown as an AssertionError naming the case when it does not hold. */
+    static void check(Case c) throws Exception {
+        CompletableFuture<HttpResponse<String>> beside = CompletableFuture.supplyAsync(() -> {
+            try {
+                return RouterCalls.post(router.port(), "/v1/completions", NORMAL);
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        }, BESIDE);
+        HttpResponse<String> r = send(c);
+        int s = r.statusCode();
+        boolean documented5xx = s == 503 && r.headers().firstValue("Retry-After").isPresent()
+                || s == 502 && c.route().name().equals("workers");
+        assertTrue(s >= 200 && s < 300 || s >= 400 && s < 500 || documented5xx, c + " -> " + s + " " + r.body());
+        if (s >= 400) {
+            JsonNode error = JSON.readTree(r.body()).path("error");
+            assertTrue(error.path("message").isTextual() && !error.path("message").asText().isBlank(), c + " -> " + r.body());
+            assertTrue(error.path("type").isTextual(), c + " -> " + r.body());
+            assertTrue(error.has("param") && (error.get("param").isNull() || error.get("param").isTextual()), c + " -> " + r.body());
+            String message = error.path("message").asText();
+            boolean bodyLevel = message.startsWith("malformed JSON") || message.startsWith("request body over") || message.startsWith("empty request body")
+                    || message.startsWith("the request body is not valid UTF-8");
+            if (s == 400 && c.field() != null && !bodyLevel) {
+                // The field at fault is the one mutated, named from the body's top (sampling_params.top_k, messages[1].role).
+                assertTrue(error.path("param").isTextual(), "a 400 of a field names it: " + c + " -> " + r.body());
+                // Or a field the mutated one constrains: logprobs false, and top_logprobs is the field that asks too much.
+                String named = root(error.path("param").asText());
+                assertTrue(named.equals(root(c.field())) || JSON.readTree(c.body()).has(named), "a 400 of a field names it: " + c + " -> " + r.body());
+            }
+        } else if (r.headers().firstValue("Content-Type").orElse("").startsWith("text/event-stream")) {
+            List<String> lines = r.body().lines().filter(l -> l.startsWith("data: ")).toList();
+            assertEquals("data: [DONE]", lines.getLast(), c + " -> " + r.body());
+        } else {
+            assertNotNull(JSON.readTree(r.body()), c + " -> " + r.body());
+        }
+        HttpResponse<String> normal = beside.get(60, TimeUnit.SECONDS);
+        assertEquals(200, normal.statusCode(), c + ": the request beside it -> " + normal.body());
+        assertEquals(normalText, JSON.readTree(normal.body()).path("choices").get(0).path("text").asText(), c + ": the request beside it");
+        assertIdle(c);
     }
 }

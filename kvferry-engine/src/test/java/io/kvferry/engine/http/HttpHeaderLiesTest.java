@@ -13,14 +13,21 @@ import java.io.OutputStream;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * A chunked request body sent on a raw socket to the router ({@link HttpFuzzTest}'s stack): read as any other when
- * well-formed; a 400 naming the fault, not a 500, when its chunked framing is broken.
+ * Requests whose headers lie about their body, sent on raw sockets to the router ({@link HttpFuzzTest}'s stack): each is
+ * answered with a 4xx (or, for a transfer coding the server does not know, HTTP's 501), or, when the body never comes, its
+ * connection is closed once the request read deadline (10 s) passes; never a 500, never a hang. A normal request still gets
+ * its normal answer after them, and nothing is left held.
  */
 class HttpHeaderLiesTest {
     static final String BODY = "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}";
@@ -76,6 +83,33 @@ class HttpHeaderLiesTest {
         return HttpFuzzTest.JSON.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).path("error");
     }
 
+    /** Framing the JDK's server refuses before a route runs: its own 400 (or 501), and the connection closed. */
+    @Test
+    @Timeout(60)
+    void headersThatContradictThemselvesAreRefused() throws Exception {
+        String[][] cases = {
+                {"Content-Length: abc\r\n", "400"},
+                {"Content-Length: -5\r\n", "400"},
+                {"Content-Length: 5\r\nContent-Length: " + BODY.length() + "\r\n", "400"},
+                {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "400"},
+                {"Transfer-Encoding: gzip\r\n", "501"}, // RFC 9112 6.1: a transfer coding the server does not know
+        };
+        for (String[] c : cases) {
+            String got = exchange(bytes(HEAD + c[0] + "\r\n" + BODY));
+            assertEquals(Integer.parseInt(c[1]), status(got), c[0] + " -> " + got);
+        }
+        HttpFuzzTest.assertIdle("contradicting headers");
+    }
+
+    /** A Content-Length shorter than the body: the body read is cut there, a 400 naming the JSON's fault. */
+    @Test
+    @Timeout(60)
+    void aContentLengthShorterThanTheBodyIsA400() throws Exception {
+        String got = exchange(bytes(HEAD + "Content-Length: 10\r\n\r\n" + BODY));
+        assertEquals(400, status(got), got);
+        assertTrue(error(got).path("message").asText().startsWith("malformed JSON: "), got);
+    }
+
     /** A well-formed chunked body is read as any other; one whose chunked framing is broken is a 400, not a 500. */
     @Test
     @Timeout(60)
@@ -100,5 +134,33 @@ class HttpHeaderLiesTest {
         assertEquals(400, status(got), got);
         assertEquals("request body over " + Http.MAX_BODY_BYTES + " bytes", error(got).path("message").asText(), got);
         HttpFuzzTest.assertIdle("chunked bodies");
+    }
+
+    /**
+     * A body that never comes (a Content-Length past what is sent, a huge one, chunks that stop): the connection is closed
+     * once the request read deadline passes, and a normal request sent meanwhile is served.
+     */
+    @Test
+    @Timeout(90)
+    void aBodyThatNeverComesHasItsConnectionClosed() throws Exception {
+        List<CompletableFuture<String>> stalled = new ArrayList<>();
+        for (String head : List.of("Content-Length: 500\r\n\r\n" + BODY, "Content-Length: 99999999999\r\n\r\n" + BODY,
+                "Transfer-Encoding: chunked\r\n\r\n40\r\n" + BODY)) {
+            stalled.add(CompletableFuture.supplyAsync(() -> {
+                try {
+                    return exchange(bytes(HEAD + head));
+                } catch (IOException e) {
+                    return "<<" + e + ">>";
+                }
+            }, Executors.newVirtualThreadPerTaskExecutor()));
+        }
+        JsonNode normal = RouterCalls.ok(HttpFuzzTest.router.port(), "/v1/completions", HttpFuzzTest.NORMAL);
+        assertEquals(HttpFuzzTest.normalText, normal.path("choices").get(0).path("text").asText());
+        for (CompletableFuture<String> s : stalled) {
+            String got = s.get(60, TimeUnit.SECONDS);
+            assertFalse(got.endsWith("<<TIMEOUT>>"), "still open after 30 s: " + got);
+            assertFalse(got.startsWith("HTTP/1.1 5"), got);
+        }
+        HttpFuzzTest.assertIdle("stalled bodies");
     }
 }
