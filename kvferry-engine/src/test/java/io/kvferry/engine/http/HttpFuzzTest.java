@@ -25,9 +25,11 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -45,8 +47,9 @@ import static org.junit.jupiter.api.Assertions.fail;
  * or empty body, a string near the body limit, another Content-Type) is answered 2xx or 4xx (a 503 only as documented, with
  * Retry-After; a 502 only by /workers, for a URL it cannot reach), a 4xx with OpenAI's error object whose {@code message}
  * says what is wrong and whose {@code param} names the mutated field where one is at fault. A normal request sent beside
- * each still gets its normal answer, and afterwards the engines hold no pages and the router no request.
- * The header lies (Content-Length, chunked) are {@link HttpHeaderLiesTest}'s.
+ * each still gets its normal answer, and afterwards the engines hold no pages and run no request.
+ * Many at once, each beside a normal request, harm none of those either. The header lies (Content-Length, chunked) are
+ * {@link HttpHeaderLiesTest}'s.
  */
 class HttpFuzzTest {
     static final ObjectMapper JSON = new ObjectMapper();
@@ -76,7 +79,46 @@ class HttpFuzzTest {
         if (stack != null) stack.close();
     }
 
-    /** Every engine page given back and the router running nothing, within 20 s. */
+    /**
+     * Many bad requests at once, each beside a normal one: none of the bad is a 5xx (but /workers' documented 502), every
+     * normal one gets its normal answer, and nothing is held afterwards.
+     */
+    @Example
+    void manyBadRequestsAtOnceHarmNoneBesideThem() throws Exception {
+        Random random = new Random(20261207);
+        List<String> faults = Collections.synchronizedList(new ArrayList<>());
+        for (int round = 0; round < 4; round++) {
+            List<Thread> running = new ArrayList<>();
+            for (int i = 0; i < 40; i++) {
+                Case c = mutate(routes().get(random.nextInt(routes().size())), random.nextInt(100), random.nextInt(Integer.MAX_VALUE));
+                running.add(Thread.ofVirtual().start(() -> {
+                    try {
+                        HttpResponse<String> r = send(c);
+                        if (r.statusCode() >= 500 && !(r.statusCode() == 502 && c.route().name().equals("workers"))) {
+                            faults.add(c + " -> " + r.statusCode() + " " + r.body());
+                        }
+                    } catch (Exception e) {
+                        faults.add(c + " -> " + e);
+                    }
+                }));
+                running.add(Thread.ofVirtual().start(() -> {
+                    try {
+                        HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", NORMAL);
+                        if (r.statusCode() != 200 || !normalText.equals(JSON.readTree(r.body()).path("choices").path(0).path("text").asText())) {
+                            faults.add("the normal request -> " + r.statusCode() + " " + r.body());
+                        }
+                    } catch (Exception e) {
+                        faults.add("the normal request -> " + e);
+                    }
+                }));
+            }
+            for (Thread t : running) t.join();
+        }
+        assertEquals(List.of(), faults);
+        assertIdle("bad requests at once");
+    }
+
+    /** Every engine page given back and no request running on either engine, within 20 s. */
     static void assertIdle(Object after) throws Exception {
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         int p, d, running;
