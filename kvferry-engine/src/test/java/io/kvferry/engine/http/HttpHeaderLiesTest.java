@@ -83,7 +83,7 @@ class HttpHeaderLiesTest {
         return HttpFuzzTest.JSON.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).path("error");
     }
 
-    /** Framing the JDK's server refuses before a route runs: its own 400 (or 501), and the connection closed. */
+    /** Framing (and a request URI) the JDK's server refuses before a route runs: its own 400 (or 501), and the connection closed. */
     @Test
     @Timeout(60)
     void headersThatContradictThemselvesAreRefused() throws Exception {
@@ -97,6 +97,12 @@ class HttpHeaderLiesTest {
         for (String[] c : cases) {
             String got = exchange(bytes(HEAD + c[0] + "\r\n" + BODY));
             assertEquals(Integer.parseInt(c[1]), status(got), c[0] + " -> " + got);
+        }
+        // A request URI that is no URI (a bad percent escape), on a route that reads its query and one that does not.
+        for (String line : List.of("POST /v1/completions?x=%ZZ HTTP/1.1\r\n", "DELETE /workers?url=%ZZ HTTP/1.1\r\n")) {
+            String got = exchange(bytes(line + "Host: x\r\nConnection: close\r\nAuthorization: Bearer " + HttpFuzzTest.TOKEN
+                    + "\r\nContent-Length: " + BODY.length() + "\r\n\r\n" + BODY));
+            assertEquals(400, status(got), line + " -> " + got);
         }
         HttpFuzzTest.assertIdle("contradicting headers");
     }
