@@ -221,12 +221,17 @@ final class RequestParams {
      * OpenAI parameters that would change the answer and that this engine does not implement: a 400
      * naming every such parameter the request sets, rather than an answer that silently differs from
      * what was asked (or a client fixing them one round trip at a time). Fields that change nothing
-     * here ({@code model}, {@code user}, {@code stream_options}, …) are accepted. The penalties, {@code logit_bias} and
+     * here ({@code model}, {@code user}: strings; {@code stream_options}, …) are accepted. The penalties, {@code logit_bias} and
      * vLLM's sampling extensions are implemented ({@link #rules}); each route's own are checked here
      * ({@link ChatPrompt#refuseUnsupported}).
      */
     static void refuseUnsupported(JsonNode req, OpenAiShape shape) {
         Refusals refused = new Refusals();
+        // Accepted whatever they say, but as OpenAI types them: a number or an object there is a client's mistake.
+        for (String named : List.of("model", "user")) {
+            JsonNode v = req.get(named);
+            if (v != null && !v.isNull() && !v.isTextual()) refused.add(named, named + " must be a string, got " + v);
+        }
         if (shape == OpenAiShape.CHAT) {
             JsonNode echo = req.get("echo");
             if (echo != null && !echo.isNull() && !(echo.isBoolean() && !echo.booleanValue())) {

@@ -268,6 +268,9 @@ class ServeTest {
                 {"{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop"},
                 {"{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream"},
+                // model and user change nothing, but a value of another type than OpenAI's string is the client's mistake.
+                {"{\"prompt\":\"x\",\"model\":5}", "model must be a string, got 5"},
+                {"{\"prompt\":\"x\",\"user\":{\"id\":1}}", "user must be a string"},
                 // JSON can hold half a surrogate pair; UTF-8 cannot: it became '?' and the model answered another prompt.
                 {"{\"prompt\":\"Once\\ud800\"}", "unpaired UTF-16 surrogate \\ud800 at character 4"},
                 {"{\"prompt\":\"\\udc00 upon\"}", "unpaired UTF-16 surrogate \\udc00 at character 0"},
