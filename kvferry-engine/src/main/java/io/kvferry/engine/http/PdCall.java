@@ -108,7 +108,7 @@ final class PdCall {
         Tenants.Tenant tenant = record.tenant;
         // The tenant's slot first, then the router's: a request waiting on its tenant's limit holds none of the router's.
         if (tenant != null && !Tenants.admit(tenant, admission.queueTimeout().toNanos())) {
-            meters.admissionRefused(tenant.name, RouterMeters.LIMIT_TENANT);
+            if (record.firstAdmissionRefusal()) meters.admissionRefused(tenant.name, RouterMeters.LIMIT_TENANT); // once per request
             throw new Failure(429, "rate_limit_error", "tenant " + tenant.name + " is serving its limit of " + tenant.maxConcurrent
                     + " requests at once (max_concurrent_requests in --tenants-file) and none ended within "
                     + admission.queueTimeout().toMillis() + " ms (--queue-timeout-ms); retry later");
@@ -117,7 +117,7 @@ final class PdCall {
             if (slots == null) return admitted(ask, record, out, arrived);
             long left = admission.queueTimeout().toNanos() - (System.nanoTime() - arrived); // one wait in all, both limits
             if (!slots.tryAcquire(Math.max(left, 0), TimeUnit.NANOSECONDS)) {
-                meters.admissionRefused(tenant == null ? null : tenant.name, RouterMeters.LIMIT_ROUTER);
+                if (record.firstAdmissionRefusal()) meters.admissionRefused(tenant == null ? null : tenant.name, RouterMeters.LIMIT_ROUTER);
                 throw new Failure(429, "rate_limit_error", "the router is serving its limit of " + admission.maxConcurrent()
                         + " requests at once (--max-concurrent-requests) and none ended within " + admission.queueTimeout().toMillis()
                         + " ms (--queue-timeout-ms); retry later");

@@ -17,6 +17,7 @@ import java.io.OutputStream;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
@@ -111,11 +112,23 @@ public final class Router implements AutoCloseable {
         /** The tokens the decode sent this request (or choice), whether it succeeded or not: what its budget's refund keeps. */
         int generated;
 
+        /**
+         * Whether a concurrency limit turned this request away already (one of its choices or batch entries), shared by
+         * its {@link #child} records: {@link RouterMeters#ADMISSION_REFUSED} counts the request once, as its one 429.
+         */
+        private AtomicBoolean admissionRefused = new AtomicBoolean();
+
         /** The record of one choice (or batch entry) of this request: its own room and tokens, the request's tenant. */
         RequestRecord child() {
             RequestRecord c = new RequestRecord();
             c.tenant = tenant;
+            c.admissionRefused = admissionRefused;
             return c;
+        }
+
+        /** True the first time a concurrency limit turns this request (any of its choices or batch entries) away. */
+        boolean firstAdmissionRefusal() {
+            return admissionRefused.compareAndSet(false, true);
         }
     }
 

@@ -42,7 +42,8 @@ final class RouterMeters {
     static final String LIMIT_REQUESTS = "requests";
     static final String LIMIT_TOKENS = "tokens";
     /**
-     * Requests a concurrency limit turned away (429 once no slot freed within {@code --queue-timeout-ms}), tagged {@code
+     * Requests a concurrency limit turned away (429 once no slot freed within {@code --queue-timeout-ms}; a request once,
+     * however many of its choices or batch entries were: {@link Router.RequestRecord#firstAdmissionRefusal}), tagged {@code
      * limit}: {@link #LIMIT_ROUTER} or {@link #LIMIT_TENANT}; with tenants, {@code tenant} too. A meter of its own, not a
      * {@link #RATE_LIMITED} tag: that one counts a tenant's per-minute quota (and exists only with tenants); this one the
      * router's load, with or without tenants.

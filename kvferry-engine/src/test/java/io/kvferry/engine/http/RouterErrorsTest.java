@@ -216,6 +216,14 @@ class RouterErrorsTest {
                         assertTrue(e.path("message").asText().contains("its limit of 1 requests at once (--max-concurrent-requests)"), second.body());
                         assertEquals(1, decodeCalls.get(), "the refused request reached no backend");
                         assertEquals(1, refused.count(), "counted on /metrics");
+                        // A request of several choices (n) or prompts (a batch): each choice is refused, the request once.
+                        HttpResponse<String> several = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":1,\"n\":3}");
+                        assertEquals(429, several.statusCode(), several.body());
+                        HttpResponse<String> batch = send(router.port(), "/generate", "{\"text\":[\"Hi\",\"Ho\",\"Ha\"],"
+                                + "\"sampling_params\":{\"max_new_tokens\":1}}");
+                        assertEquals(429, batch.statusCode(), batch.body());
+                        assertEquals(1, decodeCalls.get(), "the refused requests reached no backend");
+                        assertEquals(3, refused.count(), "one per request refused, as its 429 answers: not one per choice or prompt");
                         release.get().countDown();
                     } else {
                         CompletableFuture<HttpResponse<String>> second = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:"
