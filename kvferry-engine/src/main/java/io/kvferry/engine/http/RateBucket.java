@@ -9,7 +9,7 @@ import java.util.function.LongSupplier;
  * capacity {@link #limit} units refilling continuously at {@code limit} per minute. It starts full.
  *
  * <p>State: one {@link AtomicLong}, the bucket's "theoretical arrival time" (GCRA): the clock reading at which it will be full
- * again. Its debt is {@code max(tat - now, 0)} nanoseconds of refill, at most {@link #window} (empty: a minute, less the
+ * again (readings compared by their difference, as {@link System#nanoTime}'s must be). Its debt is {@code max(tat - now, 0)} nanoseconds of refill, at most {@link #window} (empty: a minute, less the
  * rounding of {@link #unitNanos}, the whole nanoseconds every unit is priced at, taken or given back). A take or a
  * give is one compare-and-set of that one long, retried on a race: no lock, no lost update, no allocation, and no take is
  * admitted beyond the capacity however many threads take at once (each CAS re-checks the debt it commits to).
@@ -65,7 +65,7 @@ final class RateBucket {
         long now = nanos.getAsLong();
         for (;;) {
             long t = tat.get();
-            long next = Math.max(t, now) + cost;
+            long next = later(t, now) + cost;
             long over = next - now - window;
             if (over > 0) return over;
             if (tat.compareAndSet(t, next)) return 0;
@@ -88,9 +88,18 @@ final class RateBucket {
         long now = nanos.getAsLong();
         for (;;) {
             long t = tat.get();
-            if (t <= now) return; // full already
-            if (tat.compareAndSet(t, Math.max(t - back, now))) return;
+            if (t - now <= 0) return; // full already
+            if (tat.compareAndSet(t, later(t - back, now))) return;
         }
+    }
+
+    /**
+     * The later of two clock readings: by their difference, as {@link System#nanoTime}'s must be compared (its origin is
+     * arbitrary; a reading near {@link Long#MAX_VALUE} plus a minute wraps, and {@link Math#max} would take the wrapped
+     * one for the earlier, forgetting the bucket's debt).
+     */
+    private static long later(long a, long b) {
+        return a - b > 0 ? a : b;
     }
 
     /** The units the bucket holds now (rounded down). */

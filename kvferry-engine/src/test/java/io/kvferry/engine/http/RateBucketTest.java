@@ -71,6 +71,31 @@ class RateBucketTest {
         assertEquals("0s", RateBucket.resetForm(-3));
     }
 
+    /**
+     * System.nanoTime's origin is arbitrary (its readings may be negative, or near Long.MAX_VALUE and wrap): the bucket
+     * compares readings by their difference, so a bucket whose full time lies past the wrap is as empty as any other.
+     */
+    @Test
+    void aClockThatWrapsAroundLongMaxValue() {
+        AtomicLong clock = new AtomicLong(Long.MAX_VALUE - 10 * SECOND);
+        RateBucket b = new RateBucket(2, clock::get); // one every 30 s
+        assertEquals(0, b.take(1));
+        assertEquals(0, b.take(1), "its full time wrapped past Long.MAX_VALUE");
+        assertEquals(0, b.remaining());
+        assertEquals("1m0s", RateBucket.resetForm(b.untilFull()));
+        assertEquals(30 * SECOND, b.take(1), "empty: the next fits in 30 s, as on any clock");
+        clock.addAndGet(20 * SECOND); // the clock itself wraps now
+        assertEquals(10 * SECOND, b.take(1));
+        b.give(1, 2);
+        assertEquals(1, b.remaining(), "a refund across the wrap");
+        assertEquals("10s", RateBucket.resetForm(b.untilFull()));
+        clock.addAndGet(10 * SECOND);
+        assertEquals(2, b.remaining(), "full again");
+        b.give(1, 2);
+        assertEquals(0, b.take(2), "a full bucket stays full: a refund gives nothing beyond it");
+        assertTrue(b.take(1) > 0);
+    }
+
     @Test
     void severalUnitsAtOnceAndTheirRefund() {
         AtomicLong clock = new AtomicLong();
