@@ -425,7 +425,15 @@ class TenantsTest {
         ts.list().forEach(t -> m.tenant(t.name(), ts));
         m.started();
         m.tenantStarted("b");
+        m.admissionRefused("b", RouterMeters.LIMIT_ROUTER); // b's series of the router's limit, made at its first refusal
+        assertEquals(1, registry.find(RouterMeters.ADMISSION_REFUSED).tags("tenant", "b", "limit", RouterMeters.LIMIT_ROUTER).counter().count());
         m.forgetTenant("b"); // the reload, while b's request runs
+        assertTrue(registry.find(RouterMeters.ADMISSION_REFUSED).tag("tenant", "b").meters().isEmpty(), "b's refusal series went with it");
+        m.admissionRefused("b", RouterMeters.LIMIT_TENANT);
+        m.admissionRefused("b", RouterMeters.LIMIT_ROUTER);
+        assertTrue(registry.find(RouterMeters.ADMISSION_REFUSED).tag("tenant", "b").meters().isEmpty(), "no refusal series of b again");
+        assertEquals(1, registry.find(RouterMeters.ADMISSION_REFUSED).tags("tenant", RouterMeters.NO_TENANT, "limit", RouterMeters.LIMIT_ROUTER)
+                .counter().count(), "counted under -");
         m.succeeded(1_000, 5, 2, b);
         m.finished("/v1/completions", 200, "b");
         assertTrue(registry.find(RouterMeters.REQUESTS).tag("tenant", "b").meters().isEmpty(), "no request series of b");
