@@ -366,6 +366,27 @@ class RouterWorkersTest {
         }
     }
 
+    /**
+     * A router at its --max-backends: an engine registering a new URL gets the 403 max_backends, which ends its attempts at
+     * once (no retry spins on it), naming the limit; one it has already (a restart) is a 409 there too, counted as in.
+     */
+    @Test
+    @Timeout(60)
+    void aFullRouterEndsTheAttemptsNamingItsLimitAndStillTakesAnEngineItHas() throws Exception {
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "m", "127.0.0.1", 0, new Router.Access(TOKEN, null), new Router.Admission(0, Duration.ZERO, 2), null)) {
+            try (WorkerRegistration reg = new WorkerRegistration(url(router), second.decodeUrl(), "decode", TOKEN, Duration.ofHours(1))) {
+                String why = message(assertThrows(ExecutionException.class, () -> reg.registered().get(30, TimeUnit.SECONDS)));
+                assertTrue(why.contains("HTTP 403") && why.contains("max_backends") && why.contains("its limit of 2 backends (--max-backends)"), why);
+            }
+            try (WorkerRegistration reg = new WorkerRegistration(url(router), first.decodeUrl(), "decode", TOKEN, Duration.ofHours(1))) {
+                reg.registered().get(30, TimeUnit.SECONDS);
+            }
+            assertEquals(0, workers(router).path("decodes").size(), "the one it had, removed when it stopped");
+            assertEquals(1, workers(router).path("prefills").size());
+        }
+    }
+
     /** A router that has the engine already (its flags name it, or the engine restarted): registered, and removed at its stop. */
     @Test
     @Timeout(60)
