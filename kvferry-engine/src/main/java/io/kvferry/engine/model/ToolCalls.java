@@ -27,7 +27,7 @@ import java.util.List;
  * "parameters": SCHEMA as JSON text}, …]}}. {@code required}: one call of any of the tools, or (parallel) one or more
  * joined by {@link #BETWEEN}; {@code auto}: those, or any text that does not start with {@link #OPEN}. A tool's call is
  * its wrapper, literal, around its schema's automaton ({@link JsonSchemaAutomaton}: what it admits is valid for the
- * schema).
+ * schema) less any value but an object (a schema that admits no object is a {@link Fault}).
  */
 public final class ToolCalls {
     /** What opens a call. */
@@ -189,6 +189,10 @@ public final class ToolCalls {
             } catch (JsonSchemaAutomaton.Fault f) {
                 throw new Fault(i, f.at(), f.getMessage());
             }
+            // Only an object is arguments (parse): a schema that admits other values ({}, an anyOf with a string branch)
+            // would let the model write a call the parser rejects, so the answer would silently be text.
+            args = ClientRegex.product(args, BasicAutomata.makeChar('{').concatenate(BasicAutomata.makeAnyString()));
+            if (args.isEmpty()) throw new Fault(i, "#", "admits no JSON object, and a call's arguments are an object");
             String head = render(new Call(name.textValue(), "\0"));
             int cut = head.indexOf('\0');
             calls.add(BasicAutomata.makeString(head.substring(0, cut)).concatenate(args).concatenate(BasicAutomata.makeString(head.substring(cut + 1))));

@@ -142,6 +142,23 @@ class ToolCallsTest {
     }
 
     @Test
+    void aCallsArgumentsAreAlwaysAnObjectWhateverTheSchemaAdmits() {
+        // parameters {} (any JSON value), an anyOf with a string branch, an enum of numbers: the parser reads only an object's
+        // arguments, so a call with a string or a number would be no calls at all (required's answer then silently text).
+        for (String schema : List.of("{}", "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"object\"}]}")) {
+            RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source("required", true, List.of("f"), List.of(schema))));
+            assertFalse(run.run("<tool_call>{\"name\": \"f\", \"arguments\": 5}</tool_call>"), schema);
+            assertFalse(run.run("<tool_call>{\"name\": \"f\", \"arguments\": \"x\"}</tool_call>"), schema);
+            assertTrue(run.run("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"), schema);
+        }
+        // A schema that admits no object at all is a fault naming the tool.
+        ToolCalls.Fault f = assertThrows(ToolCalls.Fault.class, () -> ToolCalls.language(ToolCalls.source("required", true, List.of("a", "b"),
+                List.of(SCHEMAS[0], "{\"enum\":[1,2]}"))));
+        assertEquals(1, f.tool());
+        assertEquals("#", f.at());
+    }
+
+    @Test
     void aToolsSchemaFaultNamesTheToolAndThePlace() {
         ToolCalls.Fault f = assertThrows(ToolCalls.Fault.class, () -> ToolCalls.language(ToolCalls.source("required", true, List.of("a", "b"),
                 List.of(SCHEMAS[0], "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"patternProperties\":{}}}}"))));
