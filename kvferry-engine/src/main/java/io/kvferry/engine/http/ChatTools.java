@@ -40,9 +40,8 @@ final class ChatTools {
 
     /**
      * The request's tool calling, or null where it has none ({@code tools} absent, null or empty, or {@code tool_choice}
-     * {@code none}): every fault a 400 naming its place. The spec's {@code param} is {@code tools} and its {@code root}
-     * where a tool's schema fault goes on from: {@code tools} (the fault's tool index then names it) or, for a named
-     * choice, that tool's {@code tools[k].function.parameters}.
+     * {@code none}): every fault a 400 naming its place. The spec's {@code param} and {@code root} are {@code tools}:
+     * a tool's schema fault names the tool by its index (a named choice's source holds every tool too, so each is checked).
      */
     static Tools of(JsonNode req) {
         boolean parallel = true;
@@ -90,9 +89,9 @@ final class ChatTools {
                 throw new Http.BadRequest("tool_choice.function.name", "tool_choice.function.name " + named + " is none of the tools' names "
                         + names);
             }
-            String source = ToolCalls.source("required", false, List.of(named), List.of(schemas.get(k)));
-            return new Tools(mode, false, new StructuredOutputs.Spec(OutputConstraint.Kind.TOOL_CALLS, source, "tools",
-                    "tools[" + k + "].function.parameters"));
+            // Every tool's schema compiled (OpenAI validates them all), the calls the named tool's alone.
+            String source = ToolCalls.source("required", false, names, schemas, named);
+            return new Tools(mode, false, new StructuredOutputs.Spec(OutputConstraint.Kind.TOOL_CALLS, source, "tools", "tools"));
         }
         String source = ToolCalls.source(mode == Mode.AUTO ? "auto" : "required", parallel, names, schemas);
         return new Tools(mode, parallel, new StructuredOutputs.Spec(OutputConstraint.Kind.TOOL_CALLS, source, "tools", "tools"));

@@ -24,8 +24,10 @@ import java.util.List;
  * prefill and the decode).
  *
  * <p>The language's source is JSON: {@code {"mode": "auto"|"required", "parallel": bool, "tools": [{"name": N,
- * "parameters": SCHEMA as JSON text}, …]}}. {@code required}: one call of any of the tools, or (parallel) one or more
- * joined by {@link #BETWEEN}; {@code auto}: those, or any text that does not start with {@link #OPEN}. A tool's call is
+ * "parameters": SCHEMA as JSON text}, …], "name": N?}}. {@code required}: one call of any of the tools, or (parallel) one or
+ * more joined by {@link #BETWEEN}; {@code auto}: those, or any text that does not start with {@link #OPEN}; {@code name}
+ * (a named tool_choice, with {@code required}): the calls are of that tool alone, every tool's schema still compiled, so
+ * a fault in any is refused as OpenAI refuses it. A tool's call is
  * its wrapper, literal, around its schema's automaton ({@link JsonSchemaAutomaton}: what it admits is valid for the
  * schema) less any value but an object (a schema that admits no object is a {@link Fault}).
  */
@@ -154,11 +156,17 @@ public final class ToolCalls {
 
     /** The language's source ({@link #language}): mode {@code auto} or {@code required}, each tool's name and schema text. */
     public static String source(String mode, boolean parallel, List<String> names, List<String> schemas) {
+        return source(mode, parallel, names, schemas, null);
+    }
+
+    /** As above, the calls of the tool {@code only} alone (a named tool_choice; null: of any). */
+    public static String source(String mode, boolean parallel, List<String> names, List<String> schemas, String only) {
         ObjectNode s = JSON.createObjectNode();
         s.put("mode", mode);
         s.put("parallel", parallel);
         ArrayNode tools = s.putArray("tools");
         for (int i = 0; i < names.size(); i++) tools.addObject().put("name", names.get(i)).put("parameters", schemas.get(i));
+        if (only != null) s.put("name", only);
         return s.toString();
     }
 
@@ -177,6 +185,10 @@ public final class ToolCalls {
         if (!mode.equals("auto") && !mode.equals("required")) throw new IllegalArgumentException("mode must be auto or required, got " + s);
         JsonNode tools = s.path("tools");
         if (!tools.isArray() || tools.isEmpty()) throw new IllegalArgumentException("tools must be a non-empty array, got " + tools);
+        JsonNode only = s.path("name");
+        if (!only.isMissingNode() && !(only.isTextual() && mode.equals("required"))) {
+            throw new IllegalArgumentException("name (the one tool called) must be a string, with mode required, got " + only);
+        }
         List<Automaton> calls = new ArrayList<>();
         for (int i = 0; i < tools.size(); i++) {
             JsonNode name = tools.get(i).path("name"), parameters = tools.get(i).path("parameters");
@@ -195,9 +207,12 @@ public final class ToolCalls {
             if (args.isEmpty()) throw new Fault(i, "#", "admits no JSON object, and a call's arguments are an object");
             String head = render(new Call(name.textValue(), "\0"));
             int cut = head.indexOf('\0');
-            calls.add(BasicAutomata.makeString(head.substring(0, cut)).concatenate(args).concatenate(BasicAutomata.makeString(head.substring(cut + 1))));
+            if (only.isMissingNode() || only.textValue().equals(name.textValue())) {
+                calls.add(BasicAutomata.makeString(head.substring(0, cut)).concatenate(args).concatenate(BasicAutomata.makeString(head.substring(cut + 1))));
+            }
             ClientRegex.checkDeadline();
         }
+        if (calls.isEmpty()) throw new IllegalArgumentException("name " + only + " is none of the tools' names");
         Automaton one = ClientRegex.minimal(Automaton.union(calls));
         Automaton answer = one;
         if (s.path("parallel").asBoolean(true)) answer = one.concatenate(BasicAutomata.makeString(BETWEEN).concatenate(one.clone()).repeat());

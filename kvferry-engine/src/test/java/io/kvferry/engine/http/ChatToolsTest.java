@@ -52,9 +52,8 @@ class ChatToolsTest {
         source = JSON.readTree(named.spec().source());
         assertEquals("required", source.path("mode").asText());
         assertEquals(false, source.path("parallel").asBoolean());
-        assertEquals(1, source.path("tools").size());
-        assertEquals("now", source.path("tools").path(0).path("name").asText());
-        assertEquals("tools[1].function.parameters", named.spec().root());
+        assertEquals(2, source.path("tools").size(), "every tool, each schema checked");
+        assertEquals("now", source.path("name").asText());
         assertEquals("stop", named.finishReason());
         assertNull(ChatTools.of(req("\"tool_choice\":\"none\"")));
         assertNull(ChatTools.of(JSON.readTree("{\"tools\":[]}")));
@@ -112,6 +111,20 @@ class ChatToolsTest {
         ObjectNode engine = JSON.createObjectNode().put("tool_calls", ToolCalls.source("required", true, List.of("a"), List.of(bad)));
         e = assertThrows(Http.BadRequest.class, () -> SamplingParams.parse(engine, 0, 512, compiler));
         assertEquals("sampling_params.tool_calls", e.param, e.getMessage());
+    }
+
+    @Test
+    void aNamedToolChoiceStillChecksEveryTool() throws Exception {
+        // As OpenAI: every tool is validated, not only the one tool_choice names; the answer is still that tool's one call.
+        OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(Tokenizer.synthetic(512));
+        ObjectNode r = req("\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}");
+        OutputConstraint c = StructuredOutputs.compile(ChatTools.of(r).spec(), compiler);
+        assertTrue(c.matches("<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>"));
+        assertTrue(!c.matches("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"), "only the named tool");
+        ((ObjectNode) r.get("tools").get(0).get("function")).set("parameters",
+                JSON.readTree("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"patternProperties\":{}}}}"));
+        Http.BadRequest e = assertThrows(Http.BadRequest.class, () -> StructuredOutputs.compile(ChatTools.of(r).spec(), compiler));
+        assertEquals("tools[0].function.parameters.properties.x", e.param, e.getMessage());
     }
 
     @Test
