@@ -64,7 +64,7 @@ final class ChatTools {
         } else if (choice.isTextual()) {
             mode = switch (choice.textValue()) {
                 case "none" -> null;
-                case "auto" -> names.isEmpty() ? null : Mode.AUTO;
+                case "auto" -> Mode.AUTO; // without tools a 400 below, as OpenAI's and vLLM's
                 case "required" -> Mode.REQUIRED;
                 default -> throw new Http.BadRequest("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\":"
                         + " {\"name\": …}}, got " + choice);

@@ -57,7 +57,7 @@ class ChatToolsTest {
         assertEquals("stop", named.finishReason());
         assertNull(ChatTools.of(req("\"tool_choice\":\"none\"")));
         assertNull(ChatTools.of(JSON.readTree("{\"tools\":[]}")));
-        assertNull(ChatTools.of(JSON.readTree("{\"tool_choice\":\"auto\"}")));
+        assertNull(ChatTools.of(JSON.readTree("{\"tool_choice\":\"none\"}")), "none without tools: nothing to ignore");
     }
 
     @Test
@@ -80,6 +80,8 @@ class ChatToolsTest {
                 {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":{\"type\":\"function\"}}",
                         "tool_choice.function.name"},
                 {"{\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"a\"}}}", "tool_choice"},
+                {"{\"tool_choice\":\"auto\"}", "tool_choice"}, // as OpenAI and vLLM: only allowed when tools are given
+                {"{\"tools\":[],\"tool_choice\":\"auto\"}", "tool_choice"},
                 {"{\"parallel_tool_calls\":1}", "parallel_tool_calls"},
         };
         for (String[] c : cases) {
