@@ -185,6 +185,8 @@ public final class ToolCalls {
         if (!mode.equals("auto") && !mode.equals("required")) throw new IllegalArgumentException("mode must be auto or required, got " + s);
         JsonNode tools = s.path("tools");
         if (!tools.isArray() || tools.isEmpty()) throw new IllegalArgumentException("tools must be a non-empty array, got " + tools);
+        JsonNode parallel = s.path("parallel");
+        if (!parallel.isMissingNode() && !parallel.isBoolean()) throw new IllegalArgumentException("parallel must be true or false, got " + parallel);
         JsonNode only = s.path("name");
         if (!only.isMissingNode() && !(only.isTextual() && mode.equals("required"))) {
             throw new IllegalArgumentException("name (the one tool called) must be a string, with mode required, got " + only);
@@ -215,7 +217,7 @@ public final class ToolCalls {
         if (calls.isEmpty()) throw new IllegalArgumentException("name " + only + " is none of the tools' names");
         Automaton one = ClientRegex.minimal(Automaton.union(calls));
         Automaton answer = one;
-        if (s.path("parallel").asBoolean(true)) answer = one.concatenate(BasicAutomata.makeString(BETWEEN).concatenate(one.clone()).repeat());
+        if (parallel.asBoolean(true)) answer = one.concatenate(BasicAutomata.makeString(BETWEEN).concatenate(one.clone()).repeat());
         if (mode.equals("auto")) {
             Automaton text = BasicAutomata.makeAnyString().minus(BasicAutomata.makeString(OPEN).concatenate(BasicAutomata.makeAnyString()));
             answer = answer.union(text);

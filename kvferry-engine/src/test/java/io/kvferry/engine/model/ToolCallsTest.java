@@ -159,6 +159,18 @@ class ToolCallsTest {
     }
 
     @Test
+    void aHostileSourceIsARefusalNeverACrashOrAGuess() {
+        // An engine's sampling_params.tool_calls need not come from the router: each is an IllegalArgumentException (a 400).
+        String f = "[{\"name\":\"f\",\"parameters\":\"{}\"}]";
+        for (String source : List.of("", "null", "[]", "{}", "{\"mode\":\"auto\"}", "{\"mode\":\"auto\",\"tools\":[5]}",
+                "{\"mode\":\"auto\",\"tools\":[{\"name\":\"f\",\"parameters\":\"[\"}]}", "{\"mode\":\"required\",\"name\":5,\"tools\":" + f + "}",
+                "{\"mode\":\"auto\",\"name\":\"f\",\"tools\":" + f + "}", "{\"mode\":\"required\",\"name\":\"g\",\"tools\":" + f + "}",
+                "{\"mode\":\"required\",\"parallel\":\"no\",\"tools\":" + f + "}", "[".repeat(5000))) {
+            assertThrows(IllegalArgumentException.class, () -> ToolCalls.language(source), source);
+        }
+    }
+
+    @Test
     void aToolsSchemaFaultNamesTheToolAndThePlace() {
         ToolCalls.Fault f = assertThrows(ToolCalls.Fault.class, () -> ToolCalls.language(ToolCalls.source("required", true, List.of("a", "b"),
                 List.of(SCHEMAS[0], "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"patternProperties\":{}}}}"))));
