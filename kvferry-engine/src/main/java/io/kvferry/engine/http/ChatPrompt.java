@@ -104,6 +104,7 @@ final class ChatPrompt {
             }
             JsonNode name = call.path("function").path("name");
             if (!name.isTextual()) throw new Http.BadRequest(cat + ".function.name", cat + ".function.name must be a string, got " + name);
+            PromptResolver.refuseLoneSurrogate(name.textValue(), cat + ".function.name"); // the prompt's text, as a content's
             JsonNode args = call.path("function").path("arguments");
             String argsText = args.isTextual() ? args.textValue() : null;
             try {
@@ -114,6 +115,7 @@ final class ChatPrompt {
             if (argsText == null) {
                 throw new Http.BadRequest(cat + ".function.arguments", cat + ".function.arguments must be a JSON object's text, got " + args);
             }
+            PromptResolver.refuseLoneSurrogate(argsText, cat + ".function.arguments");
             ids.add(id.textValue());
             out.add(new ToolCalls.Call(name.textValue(), ToolCalls.compact(argsText)));
         }

@@ -159,6 +159,20 @@ class ChatToolsTest {
     }
 
     @Test
+    void aLoneSurrogateInAHistorysCallIsA400NamingIt() throws Exception {
+        // As a content's: UTF-8 has no encoding for it (it would silently become ?), and the 400 names where it is.
+        for (String[] c : new String[][]{{"now\ud800", "{}", "name"}, {"now", "{\"a\":\"x\udc00\"}", "arguments"}}) {
+            ObjectNode call = JSON.createObjectNode().put("id", "call_1").put("type", "function");
+            call.putObject("function").put("name", c[0]).put("arguments", c[1]);
+            ArrayNode messages = JSON.createArrayNode();
+            messages.addObject().put("role", "user").put("content", "Time?");
+            messages.addObject().put("role", "assistant").putNull("content").putArray("tool_calls").add(call);
+            Http.BadRequest e = assertThrows(Http.BadRequest.class, () -> ChatPrompt.of(messages), c[2]);
+            assertEquals("messages[1].tool_calls[0].function." + c[2], e.param, e.getMessage());
+        }
+    }
+
+    @Test
     void aStreamsDeltasAddUpToTheMessagesCalls() {
         List<ToolCalls.Call> calls = List.of(new ToolCalls.Call("a", "{\"x\":1}"), new ToolCalls.Call("b", "{}"));
         ArrayNode message = ChatTools.message(calls);
