@@ -54,6 +54,9 @@ final class ChatTools {
         JsonNode tools = req.get("tools");
         if (tools != null && !tools.isNull()) {
             if (!tools.isArray()) throw new Http.BadRequest("tools", "tools must be an array of {\"type\": \"function\", \"function\": {…}}, got " + tools);
+            if (tools.size() > ToolCalls.MAX_TOOLS) {
+                throw new Http.BadRequest("tools", "tools has " + tools.size() + " tools, at most " + ToolCalls.MAX_TOOLS + " (OpenAI's limit)");
+            }
             for (int i = 0; i < tools.size(); i++) tool(tools.get(i), "tools[" + i + "]", names, schemas);
         }
         JsonNode choice = req.get("tool_choice");

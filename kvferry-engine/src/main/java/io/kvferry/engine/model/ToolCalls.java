@@ -38,6 +38,8 @@ public final class ToolCalls {
     public static final String CLOSE = "</tool_call>";
     /** What joins two calls of one answer. */
     public static final String BETWEEN = "\n";
+    /** The most tools a request may have: OpenAI's bound ({@code tools} array too long past it). */
+    public static final int MAX_TOOLS = 128;
 
     private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -185,6 +187,7 @@ public final class ToolCalls {
         if (!mode.equals("auto") && !mode.equals("required")) throw new IllegalArgumentException("mode must be auto or required, got " + s);
         JsonNode tools = s.path("tools");
         if (!tools.isArray() || tools.isEmpty()) throw new IllegalArgumentException("tools must be a non-empty array, got " + tools);
+        if (tools.size() > MAX_TOOLS) throw new IllegalArgumentException("tools has " + tools.size() + " tools, at most " + MAX_TOOLS);
         JsonNode parallel = s.path("parallel");
         if (!parallel.isMissingNode() && !parallel.isBoolean()) throw new IllegalArgumentException("parallel must be true or false, got " + parallel);
         JsonNode only = s.path("name");

@@ -91,6 +91,20 @@ class ChatToolsTest {
     }
 
     @Test
+    void atMost128ToolsAsOpenAi() throws Exception {
+        // OpenAI's bound ("array too long ... maximum length 128", param tools): it bounds the work a request can ask of the
+        // router before its compilation's deadline (the checks of each tool, a name unique among all).
+        ArrayNode tools = JSON.createArrayNode();
+        for (int i = 0; i < 128; i++) tools.addObject().put("type", "function").putObject("function").put("name", "t" + i);
+        ObjectNode r = JSON.createObjectNode().set("tools", tools);
+        assertEquals(ChatTools.Mode.AUTO, ChatTools.of(r).mode());
+        tools.addObject().put("type", "function").putObject("function").put("name", "t128");
+        Http.BadRequest e = assertThrows(Http.BadRequest.class, () -> ChatTools.of(r));
+        assertEquals("tools", e.param, e.getMessage());
+        assertTrue(e.getMessage().contains("at most 128"), e.getMessage());
+    }
+
+    @Test
     void theEnginesGetTheSameConstraintAndSchemaFaultsNameTheirPlace() throws Exception {
         OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(Tokenizer.synthetic(512));
         ChatTools.Tools tools = ChatTools.of(req("\"tool_choice\":\"required\""));

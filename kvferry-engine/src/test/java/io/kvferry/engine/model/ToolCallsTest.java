@@ -165,8 +165,9 @@ class ToolCallsTest {
         for (String source : List.of("", "null", "[]", "{}", "{\"mode\":\"auto\"}", "{\"mode\":\"auto\",\"tools\":[5]}",
                 "{\"mode\":\"auto\",\"tools\":[{\"name\":\"f\",\"parameters\":\"[\"}]}", "{\"mode\":\"required\",\"name\":5,\"tools\":" + f + "}",
                 "{\"mode\":\"auto\",\"name\":\"f\",\"tools\":" + f + "}", "{\"mode\":\"required\",\"name\":\"g\",\"tools\":" + f + "}",
-                "{\"mode\":\"required\",\"parallel\":\"no\",\"tools\":" + f + "}", "[".repeat(5000))) {
-            assertThrows(IllegalArgumentException.class, () -> ToolCalls.language(source), source);
+                "{\"mode\":\"required\",\"parallel\":\"no\",\"tools\":" + f + "}", "[".repeat(5000),
+                "{\"mode\":\"auto\",\"tools\":" + ("," + f.substring(1, f.length() - 1)).repeat(ToolCalls.MAX_TOOLS + 1).replaceFirst(",", "[") + "]}")) {
+            assertThrows(IllegalArgumentException.class, () -> ToolCalls.language(source), () -> source.substring(0, Math.min(200, source.length())));
         }
     }
 
