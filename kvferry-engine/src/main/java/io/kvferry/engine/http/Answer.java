@@ -78,7 +78,11 @@ final class Answer {
             events = Http.startEvents(ex);
             if (shape == OpenAiShape.CHAT) {
                 for (int i = 0; i < count; i++) {
-                    Http.event(events, Http.JSON.writeValueAsString(indexed(shape.answer(id, created, modelName, "", null, true, true), i)));
+                    ObjectNode role = indexed(shape.answer(id, created, modelName, "", null, true, true), i);
+                    // An answer that must be calls (required, named): content null, as OpenAI's, so a client's accumulated
+                    // message is the whole answer's (content null beside its tool_calls, not "").
+                    if (tools != null && tools.mode() != ChatTools.Mode.AUTO) ((ObjectNode) role.get("choices").get(0).get("delta")).putNull("content");
+                    Http.event(events, Http.JSON.writeValueAsString(role));
                 }
             }
         }

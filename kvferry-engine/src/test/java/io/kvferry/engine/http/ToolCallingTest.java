@@ -217,6 +217,7 @@ class ToolCallingTest {
                 JsonNode w = whole.path("choices").path(i);
                 StringBuilder content = new StringBuilder();
                 boolean anyContent = false;
+                int contentChunks = 0;
                 Map<Integer, ObjectNode> calls = new TreeMap<>();
                 String finish = null;
                 int logprobs = 0;
@@ -225,6 +226,7 @@ class ToolCallingTest {
                         if (c.path("index").asInt() != i) continue;
                         JsonNode d = c.path("delta");
                         if (d.path("content").isTextual()) {
+                            contentChunks++;
                             content.append(d.path("content").asText());
                             anyContent |= !d.path("content").asText().isEmpty();
                         }
@@ -247,6 +249,11 @@ class ToolCallingTest {
                 if (message.has("tool_calls")) {
                     callsCompared++;
                     assertFalse(anyContent, "calls, no content: " + events);
+                    if (!body.path("tool_choice").asText("").equals("auto") && body.has("tool_choice")) {
+                        // The answer must be calls: the role's chunk has content null, as OpenAI's, so an SDK's accumulated
+                        // message is the whole one's (content null, not "").
+                        assertEquals(0, contentChunks, "no content, not even \"\": " + events);
+                    }
                     assertEquals(message.path("tool_calls").size(), calls.size());
                     for (int k = 0; k < calls.size(); k++) {
                         JsonNode wc = message.path("tool_calls").path(k);
