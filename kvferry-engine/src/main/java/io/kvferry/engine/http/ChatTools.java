@@ -8,6 +8,7 @@ import io.kvferry.engine.model.ToolCalls;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.regex.Pattern;
 
@@ -100,6 +101,9 @@ final class ChatTools {
         return new Tools(mode, parallel, new StructuredOutputs.Spec(OutputConstraint.Kind.TOOL_CALLS, source, "tools", "tools"));
     }
 
+    /** The fields of a tool's {@code function}, OpenAI's; any other is refused. */
+    private static final Set<String> FUNCTION_KEYS = Set.of("name", "description", "parameters", "strict");
+
     private static void tool(JsonNode t, String at, List<String> names, List<String> schemas) {
         if (t == null || !t.isObject()) throw new Http.BadRequest(at, at + " must be {\"type\": \"function\", \"function\": {…}}, got " + t);
         JsonNode type = t.get("type");
@@ -108,6 +112,13 @@ final class ChatTools {
         }
         JsonNode f = t.get("function");
         if (f == null || !f.isObject()) throw new Http.BadRequest(at + ".function", at + ".function must be an object with a name, got " + f);
+        for (String key : (Iterable<String>) f::fieldNames) {
+            // A misspelt "paramters" would make a tool of no arguments, silently: the function's keys are OpenAI's four.
+            if (!FUNCTION_KEYS.contains(key)) {
+                throw new Http.BadRequest(at + ".function." + key, at + ".function." + key + " is not a function's field (name, description,"
+                        + " parameters, strict)");
+            }
+        }
         JsonNode name = f.get("name");
         if (name == null || !name.isTextual() || !NAME.matcher(name.textValue()).matches()) {
             throw new Http.BadRequest(at + ".function.name", at + ".function.name must be 1 to 64 letters, digits, _ or -, got " + name);

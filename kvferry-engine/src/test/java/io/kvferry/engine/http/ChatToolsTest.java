@@ -72,6 +72,9 @@ class ChatToolsTest {
                 {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}},{\"type\":\"function\",\"function\":{\"name\":\"a\"}}]}",
                         "tools[1].function.name"},
                 {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"description\":1}}]}", "tools[0].function.description"},
+                // A misspelt parameters would silently be a tool of no arguments.
+                {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"paramters\":{\"type\":\"object\"}}}]}",
+                        "tools[0].function.paramters"},
                 {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":[]}}]}", "tools[0].function.parameters"},
                 {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"type\":\"array\"}}}]}",
                         "tools[0].function.parameters.type"},
