@@ -88,6 +88,23 @@ class FairSlotTest {
         assertEquals(List.of("A2"), turns);
     }
 
+    /**
+     * A null client (a caller of the public {@code Compiler.compile} that names none) is one client like any other: its
+     * waiter queued, the slot handed on past it. Its key once made the hand-off throw (null.equals) and the slot stayed
+     * held for good: every later compilation busy.
+     */
+    @Test
+    void aNullClientIsAClientLikeAnyOther() throws InterruptedException {
+        assertTrue(slot.acquire("H", 0));
+        queue(null, "N1");
+        queue("A", "A1");
+        queue(null, "N2");
+        releaseAndJoin();
+        assertEquals(List.of("N1", "A1", "N2"), turns);
+        assertNull(slot.holder(), "free again");
+        assertEquals(0, slot.waiting());
+    }
+
     /** A wait that runs out is refused and leaves its queue; nothing is handed to it later. */
     @Test
     void aWaitThatRunsOutLeavesTheQueue() throws InterruptedException {
