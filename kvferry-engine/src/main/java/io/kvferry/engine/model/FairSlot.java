@@ -3,6 +3,7 @@ package io.kvferry.engine.model;
 import java.util.ArrayDeque;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Objects;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -12,7 +13,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * gives the slot back it goes to the first waiting client of the rotation other than the one that held it (that one goes
  * on only where no other waits); the client served goes to the rotation's tail. So a client with N specs queued delays
  * another client by at most one turn (the one running), and k clients waiting each wait at most k - 1 turns, however
- * many each sends. A waiter waits a bounded time ({@link #acquire}) and then leaves its queue.
+ * many each sends. A waiter waits a bounded time ({@link #acquire}) and then leaves its queue. A null client is one
+ * client like any other.
  *
  * <p>All of its state is under its own lock; a waiter is woken by its own condition, only when the slot is handed to it.
  */
@@ -81,14 +83,19 @@ final class FairSlot {
     /** Under the lock: the slot to the first waiting client of the rotation other than the holder's (else the holder's). */
     private void handOver() {
         String next = null;
+        boolean found = false; // a null client is a key too: not "none"
         for (String c : queues.keySet()) {
-            if (!c.equals(holder)) {
+            if (!Objects.equals(c, holder)) {
                 next = c;
+                found = true;
                 break;
             }
         }
-        if (next == null && queues.containsKey(holder)) next = holder;
-        if (next == null) {
+        if (!found && queues.containsKey(holder)) {
+            next = holder;
+            found = true;
+        }
+        if (!found) {
             held = false;
             holder = null;
             return;
