@@ -395,7 +395,13 @@ class HttpFuzzTest {
         return end < 0 ? path : path.substring(0, end);
     }
 
-    @Property(tries = 500, shrinking = ShrinkingMode.OFF)
+    /**
+     * The property over 500 cases of a fixed seed: the same cases every run, so a build fails only for a change of its
+     * own (a seed drawn per run, against a whole serving stack, could find a new case in any CI run and fail a build that
+     * changed nothing). To explore, run it with another seed (or none: jqwik then draws one and prints it); a case found
+     * that way becomes an {@code @Example} of its own, or the fixed seed moves to one that holds it.
+     */
+    @Property(tries = 500, shrinking = ShrinkingMode.OFF, seed = "20261207")
     void aBadRequestIsRefusedNamingItsFieldAndHarmsNoOther(@ForAll("cases") Case c) throws Exception {
         check(c);
     }
