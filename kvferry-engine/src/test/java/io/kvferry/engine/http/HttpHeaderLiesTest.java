@@ -15,6 +15,7 @@ import java.net.SocketTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
@@ -140,6 +141,22 @@ class HttpHeaderLiesTest {
         assertEquals(400, status(got), got);
         assertEquals("request body over " + Http.MAX_BODY_BYTES + " bytes", error(got).path("message").asText(), got);
         HttpFuzzTest.assertIdle("chunked bodies");
+    }
+
+    /**
+     * A broken chunked body's 400 closes the connection by itself (the client asked to keep it open): the request sent
+     * after it on that connection is never read, as its framing is lost. Asked for in the answer (Connection: close).
+     */
+    @Test
+    @Timeout(60)
+    void aBrokenChunkedBodyClosesItsConnection() throws Exception {
+        String keepAlive = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+        String next = keepAlive + "Content-Length: " + BODY.length() + "\r\n\r\n" + BODY;
+        String got = exchange(bytes(keepAlive + "Transfer-Encoding: chunked\r\n\r\nzz\r\n" + BODY + "\r\n0\r\n\r\n" + next));
+        assertEquals(400, status(got), got);
+        assertTrue(got.toLowerCase(Locale.ROOT).contains("\r\nconnection: close\r\n"), got);
+        assertEquals(1, got.split("HTTP/1.1 ", -1).length - 1, "one answer, then the connection closed: " + got);
+        HttpFuzzTest.assertIdle("a broken chunked body");
     }
 
     /**
