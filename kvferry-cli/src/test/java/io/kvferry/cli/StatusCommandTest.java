@@ -72,7 +72,8 @@ class StatusCommandTest {
     /**
      * Both engines' prefix caches on {@code kvferry status}: after a prompt of more than a page (16 tokens) sent twice,
      * the prefill's cluster view and the decode's own status document each show the engine's KV pages with some cached
-     * and the prompt tokens its cache served, as its status.json says them (the prefill's prompt tokens too).
+     * and the prompt tokens its cache served, as its status.json says them (the prefill's prompt tokens too), its drain state
+     * and its structured-output compiler; once the decode drains, its row says so.
      */
     @Test
     @Timeout(120)
@@ -107,9 +108,28 @@ class StatusCommandTest {
                 assertEquals(0, text.code(), text.err());
                 String row = name + " " + doc.path("pid").asText() + " +0 +" + pages.path("cached").asInt() + " +" + pages.path("free").asInt()
                         + " +" + e.path("cached_tokens").asInt() + " +" + (e.has("prompt_tokens") ? e.path("prompt_tokens").asInt() : "-")
-                        + " +" + (e.has("prefix_deferrals") ? e.path("prefix_deferrals").asInt() : "-");
+                        + " +" + (e.has("prefix_deferrals") ? e.path("prefix_deferrals").asInt() : "-") + " +no";
                 assertTrue(Pattern.compile("(?m)^ +" + row + " *$").matcher(text.out()).find(), "a row '" + row + "' in: " + text.out());
+                // Its structured-output compiler: no spec sent, so nothing compiled and no mean compile time.
+                assertEquals(false, e.path("draining").asBoolean(true), doc.toString());
+                JsonNode outputs = e.path("structured_outputs");
+                assertEquals(0, outputs.path("outcomes").path("compiled").asInt(-1), doc.toString());
+                assertTrue(outputs.path("mean_compile_ms").isNull(), doc.toString());
+                String outputsRow = name + " " + doc.path("pid").asText() + " +0 +0 +0 +0 +0 +0 +-";
+                assertTrue(Pattern.compile("(?m)^structured outputs .*\n(.*\n)* +" + outputsRow + " *$").matcher(text.out()).find(),
+                        "a row '" + outputsRow + "' under structured outputs in: " + text.out());
             }
+            // A draining decode says so, with the requests its drain met (none running: none completed, none cut).
+            assertEquals(0, decode.drain(Duration.ZERO));
+            JsonNode doc = new ObjectMapper().readTree(http.send(HttpRequest.newBuilder(
+                    URI.create("http://127.0.0.1:" + decode.port() + "/status.json")).build(), HttpResponse.BodyHandlers.ofString()).body());
+            assertTrue(doc.path("engine").path("draining").asBoolean(), doc.toString());
+            assertEquals(0, doc.path("engine").path("drain").path("completed").asInt(-1), doc.toString());
+            assertEquals(0, doc.path("engine").path("drain").path("cut").asInt(-1), doc.toString());
+            Run text = run("status", "--bootstrap", "127.0.0.1:" + decode.port());
+            assertEquals(0, text.code(), text.err());
+            assertTrue(Pattern.compile("(?m)^ +engine-decode " + doc.path("pid").asText() + " .* +draining: 0 completed, 0 cut *$")
+                    .matcher(text.out()).find(), text.out());
         }
     }
 
@@ -148,7 +168,11 @@ class StatusCommandTest {
             assertTrue(out.contains("tokens: prompt ") && out.contains("  generated 8"), out);
             assertTrue(Pattern.compile("last 60 s: TTFT p50 [0-9.]+ ms  p99 [0-9.]+ ms \\(2 requests\\)   end-to-end p50 [0-9.]+ ms  p99 [0-9.]+ ms "
                     + "\\(2 requests\\)").matcher(out).find(), out);
-            assertTrue(out.contains("admission: max concurrent requests no limit  queue timeout 0 ms  tenants no"), out);
+            assertTrue(out.contains("admission: max concurrent requests no limit  queue timeout 0 ms  tenants no  max backends 256\n"), out);
+            // Its structured-output compiler: no spec sent, nothing compiled; no drain began, so no drain line.
+            assertTrue(Pattern.compile("(?m)^structured outputs .*\n +compiler +compiled +cached +refused +deadline +busy +waiting +mean compile ms *\n"
+                    + " +router +0 +0 +0 +0 +0 +0 +- *$").matcher(out).find(), out);
+            assertTrue(!out.contains("\ndrain:"), out);
             assertTrue(Pattern.compile("(?m)^ +prefill +http://127\\.0\\.0\\.1:" + prefill.port() + " +up +0 +ok +[0-9]+ +127\\.0\\.0\\.1:"
                     + prefill.bootstrapPort() + " *$").matcher(out).find(), out);
             assertTrue(Pattern.compile("(?m)^ +decode +http://127\\.0\\.0\\.1:" + decode.port() + " +up +0 +ok +[0-9]+ +- *$").matcher(out).find(), out);

@@ -22,6 +22,7 @@ import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.openqa.selenium.By;
+import org.openqa.selenium.JavascriptExecutor;
 import org.openqa.selenium.OutputType;
 import org.openqa.selenium.TakesScreenshot;
 import org.openqa.selenium.WebDriver;
@@ -117,7 +118,8 @@ class StatusPageBrowserTest {
 
     /**
      * The engines' processes show their KV pages (used, cached by the prefix cache, free) and the prompt tokens their
-     * prefix caches served, the prefill's prompt tokens and requests that waited for a shared prefix too: a cluster view of an engine-prefill and an engine-decode
+     * prefix caches served, the prefill's prompt tokens and requests that waited for a shared prefix too, their drains and
+     * structured-output compilers: a cluster view of an engine-prefill and an engine-decode
      * document shaped as the engine roles serve theirs (StatusCommandTest checks those against real engines).
      */
     @Test
@@ -132,7 +134,9 @@ class StatusPageBrowserTest {
         JsonNode prefill = StatusJson.MAPPER.readTree("{\"kind\":\"process\",\"role\":\"engine-prefill\",\"pid\":7,\"now_ms\":1,"
                 + "\"uptime_ms\":1,\"ranks\":[" + rank.formatted("prefill") + "]," + totals + ","
                 + "\"engine\":{\"kv_pages\":{\"used\":3,\"cached\":5,\"free\":56},\"cached_tokens\":1600,\"prompt_tokens\":4096,"
-                + "\"prefix_deferrals\":12}}");
+                + "\"prefix_deferrals\":12,\"draining\":true,\"drain\":{\"completed\":4,\"cut\":1},"
+                + "\"structured_outputs\":{\"outcomes\":{\"compiled\":2,\"cached\":5,\"refused\":0,\"deadline\":1,\"busy\":0},"
+                + "\"waiting\":1,\"compiles\":3,\"compile_seconds\":0.0375,\"mean_compile_ms\":12.5}}}");
         JsonNode decode = StatusJson.MAPPER.readTree("{\"kind\":\"process\",\"role\":\"engine-decode\",\"pid\":8,\"now_ms\":1,"
                 + "\"uptime_ms\":1,\"ranks\":[" + rank.formatted("decode") + "]," + totals + ","
                 + "\"engine\":{\"kv_pages\":{\"used\":0,\"cached\":2,\"free\":62},\"cached_tokens\":32}}");
@@ -151,8 +155,15 @@ class StatusPageBrowserTest {
             wait.until(b -> b.findElements(engines).size() == 2);
             List<String> rows = browser.findElements(engines).stream()
                     .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).sorted().toList();
-            assertEquals(List.of("engine-decode 8|0|2|62|32|–|–", "engine-prefill 7|3|5|56|1,600|4,096|12"), rows);
+            assertEquals(List.of("engine-decode 8|0|2|62|32|–|–|–", "engine-prefill 7|3|5|56|1,600|4,096|12|draining: 4 completed, 1 cut"), rows,
+                    "the decode's document has no drain state (an older engine's): –");
             assertTrue(browser.findElement(By.id("engines-section")).getAttribute("hidden") == null, "the engines table shows");
+            // The prefill's structured-output compiler; the decode's document has none, so no row of it.
+            By outputs = By.xpath("//table[@id='outputs']/tbody/tr[not(contains(@class,'empty'))]");
+            wait.until(b -> b.findElements(outputs).size() == 1);
+            assertEquals("engine-prefill 7|2|5|0|1|0|1|12.50 ms", String.join("|", browser.findElement(outputs).findElements(By.tagName("td"))
+                    .stream().map(WebElement::getText).toList()));
+            assertTrue(browser.findElement(By.id("outputs-section")).getAttribute("hidden") == null, "the structured outputs table shows");
         } finally {
             browser.quit();
             service.close();
@@ -259,16 +270,29 @@ class StatusPageBrowserTest {
 
     /**
      * The router's page over a document of the test's own (served as a router serves it): each tenant's per-minute limits,
-     * what its buckets hold and the requests each limit turned away ("–" for a document without them); every string from the document (a backend's URL, a
-     * check's failure, a tenant's name, the model) set as text: markup in them shows as written and runs nothing.
+     * what its buckets hold and the requests each limit turned away ("–" for a document without them); its backend cap, drain counts and
+     * structured-output compiler; every string from the document (a backend's URL, a check's failure, a tenant's name, the model, an outcome's name) set as text: markup in them shows as written and runs nothing.
      */
+    /**
+     * The cells of each row of the table {@code id}'s body, joined by |: read in one script, as the page re-renders its tables
+     * each second (elements found one call earlier may be gone).
+     */
+    @SuppressWarnings("unchecked")
+    private static List<String> rowsOf(WebDriver browser, String id) {
+        return (List<String>) ((JavascriptExecutor) browser).executeScript("return Array.from(document.querySelectorAll('#' + arguments[0]"
+                + " + ' tbody tr')).map(r => Array.from(r.cells).map(c => c.textContent).join('|'))", id);
+    }
+
     @Test
     void theRoutersPageShowsTenantsRatesAndEveryStringAsText() throws Exception {
         requireBrowser();
         String hostile = "<img src=x onerror=\\\"document.title='pwned'\\\">";
         String doc = """
                 {"kind":"router","pid":9,"model":"m<b>1</b>","now_ms":1,"uptime_ms":1,"status":"degraded",
-                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":true},
+                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":true,"max_backends":64},
+                 "drain":{"completed":5,"cut":2},
+                 "structured_outputs":{"outcomes":{"compiled":3,"cached":1200,"HOSTILE":1},"waiting":2,"compiles":4,
+                   "compile_seconds":0.006,"mean_compile_ms":1.5},
                  "backends":[{"url":"http://p:1/HOSTILE","role":"prefill","healthy":true,"in_flight":0,"bootstrap":"HOSTILE",
                    "last_check":"ok","last_check_age_ms":5},
                   {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503 HOSTILE","last_check_age_ms":7}],
@@ -315,6 +339,12 @@ class StatusPageBrowserTest {
             assertTrue(backends.get(0).startsWith("prefill|http://p:1/" + hostile.replace("\\", "") + "|in rotation|"), backends.toString());
             assertTrue(backends.get(0).endsWith("|" + hostile.replace("\\", "")), backends.toString());
             assertTrue(backends.get(1).contains("|HTTP 503 " + hostile.replace("\\", "") + "|"), backends.toString());
+            // The backend cap, the drain's counts and the compiler's figures (an outcome's name from the document set as text too).
+            assertTrue(rowsOf(browser, "config").contains("max backends|64"), rowsOf(browser, "config").toString());
+            assertEquals(List.of("completed|5", "cut|2"), rowsOf(browser, "drain"));
+            assertTrue(browser.findElement(By.id("drain-section")).getAttribute("hidden") == null, "a drain began: its section shows");
+            assertEquals(List.of("compiled|3", "cached|1,200", hostile.replace("\\", "") + "|1", "waiting now|2", "compilations run|4",
+                    "mean compile time|1.5 ms"), rowsOf(browser, "outputs"));
             assertTrue(browser.findElement(By.id("title")).getText().startsWith("kvferry router · m<b>1</b> · pid 9"),
                     browser.findElement(By.id("title")).getText());
             assertTrue(browser.findElements(By.tagName("img")).isEmpty(), "no markup of the document became an element");

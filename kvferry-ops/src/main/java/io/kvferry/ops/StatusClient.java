@@ -199,18 +199,23 @@ public final class StatusClient {
                 totals.path("rooms_concluded").asLong(), bytes(totals.path("bytes").asLong())));
         b.append("failures by kind: ").append(counts(totals.path("failures_by_kind"))).append('\n');
         // The reference engine's processes: their KV pages and what their prefix caches served.
-        Table engines = new Table("process", "pages used", "cached", "free", "cached tokens", "prompt tokens", "prefix waits");
+        Table engines = new Table("process", "pages used", "cached", "free", "cached tokens", "prompt tokens", "prefix waits", "drain");
+        Table outputs = outputsTable("process");
         for (JsonNode p : processes) {
             JsonNode e = p.path("engine");
             if (!e.isObject()) continue;
             JsonNode pages = e.path("kv_pages");
-            engines.row(text(p.path("role")) + " " + text(p.path("pid")), text(pages.path("used")), text(pages.path("cached")),
+            String process = text(p.path("role")) + " " + text(p.path("pid"));
+            engines.row(process, text(pages.path("used")), text(pages.path("cached")),
                     text(pages.path("free")), text(e.path("cached_tokens")), e.has("prompt_tokens") ? text(e.path("prompt_tokens")) : "-",
-                    e.has("prefix_deferrals") ? text(e.path("prefix_deferrals")) : "-");
+                    e.has("prefix_deferrals") ? text(e.path("prefix_deferrals")) : "-", drain(e.path("draining"), e.path("drain")));
+            if (e.path("structured_outputs").isObject()) outputsRow(outputs, process, e.path("structured_outputs"));
         }
         if (!engines.isEmpty()) {
-            b.append("\nengines (KV pages; prompt tokens served from the prefix cache; requests that waited for a shared prefix)\n").append(engines);
+            b.append("\nengines (KV pages; prompt tokens served from the prefix cache; requests that waited for a shared prefix; drain: "
+                    + "no, or the requests a drain met: completed, cut)\n").append(engines);
         }
+        if (!outputs.isEmpty()) b.append("\nstructured outputs (specs by outcome since start; waiting now; mean compile time)\n").append(outputs);
 
         Table peers = new Table("rank", "peer", "address", "data path", "rooms", "silent ms");
         List<String> pathNotes = new ArrayList<>();
@@ -252,7 +257,9 @@ public final class StatusClient {
     /**
      * The terminal view of a router's document ({@code GET /status.json} of {@code kvferry serve --role router}): its state,
      * requests in it and waiting, answered since start by status, tokens, the last minute's rates and latencies, its
-     * backends with their last health check, its tenants (names only, their limits, rate buckets and refusals) and its admission settings.
+     * backends with their last health check, its tenants (names only, their limits, rate buckets and refusals), its admission settings
+     * ({@code --max-backends} among them), its drain once begun (the requests it met: completed, cut) and its structured-output
+     * compiler (specs by outcome, waiting now, mean compile time).
      */
     static String renderRouter(JsonNode doc) {
         StringBuilder b = new StringBuilder();
@@ -269,9 +276,19 @@ public final class StatusClient {
         b.append(String.format("last %d s: TTFT %s   end-to-end %s%n", lat.path("window_s").asInt(), percentiles(lat.path("ttft_ms")),
                 percentiles(lat.path("e2e_ms"))));
         JsonNode c = doc.path("config");
-        b.append(String.format("admission: max concurrent requests %s  queue timeout %d ms  tenants %s%n",
+        b.append(String.format("admission: max concurrent requests %s  queue timeout %d ms  tenants %s%s%n",
                 c.path("max_concurrent_requests").asInt() == 0 ? "no limit" : text(c.path("max_concurrent_requests")),
-                c.path("queue_timeout_ms").asLong(), c.path("tenants").asBoolean() ? "yes" : "no"));
+                c.path("queue_timeout_ms").asLong(), c.path("tenants").asBoolean() ? "yes" : "no",
+                c.path("max_backends").isNumber() ? "  max backends " + c.path("max_backends").asLong() : ""));
+        if (doc.path("drain").isObject()) {
+            b.append(String.format("drain: %s completed  %s cut (the requests running when it began)%n", count(doc.path("drain").path("completed")),
+                    count(doc.path("drain").path("cut"))));
+        }
+        if (doc.path("structured_outputs").isObject()) {
+            Table outputs = outputsTable("compiler");
+            outputsRow(outputs, "router", doc.path("structured_outputs"));
+            b.append("\nstructured outputs (specs by outcome since start; waiting now; mean compile time)\n").append(outputs);
+        }
         Table backends = new Table("role", "url", "state", "in flight", "last check", "age ms", "bootstrap");
         for (JsonNode be : doc.path("backends")) {
             backends.row(text(be.path("role")), text(be.path("url")), be.path("healthy").asBoolean() ? "up" : "DOWN",
@@ -303,6 +320,26 @@ public final class StatusClient {
         if (!limit.isNumber()) return "-";
         if (limit.asLong() <= 0) return "no limit";
         return remaining.asLong() + " of " + limit.asLong();
+    }
+
+    /** The table of structured-output compilers' figures, one row each ({@link #outputsRow}). */
+    private static Table outputsTable(String first) {
+        return new Table(first, "compiled", "cached", "refused", "deadline", "busy", "waiting", "mean compile ms");
+    }
+
+    /** A compiler's {@code structured_outputs} object as a row: its outcomes' counts, the specs waiting, the mean compile time. */
+    private static void outputsRow(Table t, String who, JsonNode o) {
+        JsonNode by = o.path("outcomes");
+        t.row(who, count(by.path("compiled")), count(by.path("cached")), count(by.path("refused")), count(by.path("deadline")),
+                count(by.path("busy")), count(o.path("waiting")),
+                o.path("mean_compile_ms").isNumber() ? String.format("%.2f", o.path("mean_compile_ms").asDouble()) : "-");
+    }
+
+    /** An engine's drain state: "-" (a document without it), "no", or the requests its drain met. */
+    private static String drain(JsonNode draining, JsonNode drain) {
+        if (!draining.isBoolean()) return "-";
+        if (!draining.asBoolean()) return "no";
+        return "draining: " + count(drain.path("completed")) + " completed, " + count(drain.path("cut")) + " cut";
     }
 
     /** A count of the document, or "-" where it has none. */

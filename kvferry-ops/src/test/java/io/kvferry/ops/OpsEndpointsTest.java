@@ -203,13 +203,16 @@ class OpsEndpointsTest {
 
     /**
      * A router's document in the terminal: its tenants (with and without limits, their buckets and refusals; a router's document without them shows -) and its backends, a down one with its
-     * last check's failure; the backends' words (a check's failure quotes an engine's answer) reach the terminal escaped.
+     * last check's failure; its backend cap, its drain's counts and its structured-output compiler's figures; the backends' words (a check's failure quotes an engine's answer) reach the terminal escaped.
      */
     @Test
     void aRouterDocumentRendersItsBackendsAndTenants() throws Exception {
         JsonNode doc = StatusJson.MAPPER.readTree("""
                 {"kind":"router","pid":9,"model":"m","now_ms":1,"uptime_ms":1,"status":"degraded",
-                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":true},
+                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":true,"max_backends":64},
+                 "drain":{"completed":5,"cut":2},
+                 "structured_outputs":{"outcomes":{"compiled":3,"cached":7,"refused":1,"deadline":0,"busy":2},"waiting":1,
+                   "compiles":4,"compile_seconds":0.006,"mean_compile_ms":1.5},
                  "backends":[{"url":"http://p:1","role":"prefill","healthy":true,"in_flight":2,"bootstrap":"p:8998","last_check":"ok",
                    "last_check_age_ms":120},
                   {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503\\u001b[2J","last_check_age_ms":7}],
@@ -226,7 +229,10 @@ class OpsEndpointsTest {
         assertTrue(out.startsWith("kvferry router process 9 serving m: degraded\n"), out);
         assertTrue(out.contains("requests: running 3  waiting 1  answered 10   by class: 2xx 9  4xx 1  5xx 0"), out);
         assertTrue(out.contains("last 60 s: TTFT p50 12.5 ms  p99 40.0 ms (9 requests)   end-to-end no request"), out);
-        assertTrue(out.contains("admission: max concurrent requests no limit  queue timeout 0 ms  tenants yes"), out);
+        assertTrue(out.contains("admission: max concurrent requests no limit  queue timeout 0 ms  tenants yes  max backends 64\n"), out);
+        assertTrue(out.contains("\ndrain: 5 completed  2 cut (the requests running when it began)\n"), out);
+        assertTrue(out.matches("(?s).*\nstructured outputs [^\n]*\n +compiler +compiled +cached +refused +deadline +busy +waiting"
+                + " +mean compile ms\n +router +3 +7 +1 +0 +2 +1 +1\\.50\n.*"), out);
         assertTrue(out.matches("(?s).*\\n +prefill +http://p:1 +up +2 +ok +120 +p:8998\\n.*"), out);
         assertTrue(out.matches("(?s).*\\n +decode +http://d:2 +DOWN +0 +HTTP 503\\\\u001b\\[2J +7 +-\\n.*"), out);
         assertFalse(out.contains("\u001b"), "no escape sequence reaches the terminal");
@@ -251,8 +257,16 @@ class OpsEndpointsTest {
                      "rooms":0,"stripes":0,"silent_millis":7}],
                    "bytes_moved":5000000,"rooms_concluded":3}],
                  "totals":{"bytes":5000000,"rooms_concluded":3,"peers":1,"rooms_by_state":{"Transferring":1},
-                   "failures_by_kind":{"peer_lost":1}}}""");
+                   "failures_by_kind":{"peer_lost":1}},
+                 "engine":{"kv_pages":{"used":1,"cached":2,"free":3},"cached_tokens":32,"prefix_deferrals":0,"draining":true,
+                   "drain":{"completed":4,"cut":1},
+                   "structured_outputs":{"outcomes":{"compiled":2,"cached":0,"refused":0,"deadline":1,"busy":0},"waiting":0,
+                     "compiles":3,"compile_seconds":0.03,"mean_compile_ms":10}}}""");
         String text = StatusClient.render(doc);
+        // The engine's row ends with its drain; its compiler's row under structured outputs.
+        assertTrue(text.matches("(?s).*\n +decode 42 +1 +2 +3 +32 +- +0 +draining: 4 completed, 1 cut\n.*"), text);
+        assertTrue(text.matches("(?s).*\nstructured outputs [^\n]*\n +process +compiled +cached +refused +deadline +busy +waiting"
+                + " +mean compile ms\n +decode 42 +2 +0 +0 +1 +0 +0 +10\\.00\n.*"), text);
         assertTrue(text.startsWith("kvferry decode process 42"), text);
         assertTrue(text.contains("rooms by state: Transferring 1   concluded: 3   bytes moved: 5.0 MB"), text);
         assertTrue(text.contains("failures by kind: peer_lost 1"), text);

@@ -129,7 +129,8 @@ public final class Drain {
                 + "their end) or cut (still running at --drain-timeout-s)").tags("role", what, "end", CUT).register(registry);
     }
 
-    private double count(boolean wasCut) {
+    /** The requests the drain met that {@link #COMPLETED completed}, or ({@code wasCut}) were {@link #CUT cut}: its meters', its router's status. */
+    double count(boolean wasCut) {
         lock.lock();
         try {
             return wasCut ? cut : completed;

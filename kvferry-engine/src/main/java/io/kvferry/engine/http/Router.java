@@ -279,7 +279,7 @@ public final class Router implements AutoCloseable {
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, workers::workersRoute));
         // The router's status page and document: open, as /health and /metrics (it names the tenants as /metrics does).
-        RouterStatus status = new RouterStatus(backends, meters, pd::waitingForAdmission, tenants, admission, modelName, drain::draining);
+        RouterStatus status = new RouterStatus(backends, meters, pd::waitingForAdmission, tenants, admission, modelName, drain, outputs);
         backends.every(status::sample, 1_000);
         server.createContext("/status", ex -> Http.handle(ex, status::page));
         server.createContext(RouterStatus.JSON_ROUTE, ex -> Http.handle(ex, status::json));

@@ -3,13 +3,13 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.ops.OpsHandlers;
 
 import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
-import java.util.function.BooleanSupplier;
 import java.util.function.IntSupplier;
 
 /**
@@ -20,7 +20,9 @@ import java.util.function.IntSupplier;
  * <p>The document: its backends (url, role, in rotation or not, requests in flight, the last health check's result and age, a
  * prefill's bootstrap registry), requests in the router and waiting for a slot, requests answered since start by status and
  * status class, tokens in and out, rates over the last minute, TTFT and end-to-end p50/p99 over the last minute
- * ({@link RecentLatencies}), the tenants' load, limits, rate buckets and refusals (names only, never keys), and the admission figures. It is open as
+ * ({@link RecentLatencies}), the tenants' load, limits, rate buckets and refusals (names only, never keys), the admission figures
+ * (the {@code --max-backends} cap among them), its structured-output compiler's outcomes, waiting specs and mean compile time
+ * ({@link StructuredOutputMeters#status}), and once a drain began the requests it met, completed or cut ({@link Drain}). It is open as
  * {@code /health} and {@code /metrics} are, and names the tenants as {@code /metrics} does.
  *
  * <p>It never holds up a request: everything it reads is an immutable snapshot (the backend {@link Pool}, a backend's last
@@ -57,13 +59,16 @@ final class RouterStatus {
     private final ArrayDeque<Totals> samples = new ArrayDeque<>();
     private volatile Rates rates = new Rates(0, 0, 0, 0, 0);
 
-    /** Whether the router is draining (shutting down: new requests refused, those running end). */
-    private final BooleanSupplier draining;
+    /** The router's graceful shutdown: whether it drains (new requests refused, those running end), and the requests it met. */
+    private final Drain drain;
+    /** The router's structured-output compiler. */
+    private final OutputConstraint.Compiler outputs;
 
-    /** @param waiting requests waiting for an admission slot now; {@code draining} whether the router is draining */
+    /** @param waiting requests waiting for an admission slot now; {@code drain} the router's, {@code outputs} its compiler */
     RouterStatus(Backends backends, RouterMeters meters, IntSupplier waiting, Tenants tenants, Router.Admission admission, String model,
-                 BooleanSupplier draining) {
-        this.draining = draining;
+                 Drain drain, OutputConstraint.Compiler outputs) {
+        this.drain = drain;
+        this.outputs = outputs;
         this.backends = backends;
         this.meters = meters;
         this.waiting = waiting;
@@ -105,6 +110,7 @@ final class RouterStatus {
         config.put("max_concurrent_requests", admission.maxConcurrent());
         config.put("queue_timeout_ms", admission.queueTimeout().toMillis());
         config.put("tenants", tenants != null);
+        config.put("max_backends", admission.maxBackends());
 
         Pool pool = backends.pool();
         ArrayNode list = doc.putArray("backends");
@@ -124,8 +130,14 @@ final class RouterStatus {
             if (c == null) o.putNull("last_check_age_ms");
             else o.put("last_check_age_ms", Math.max(now - c.atMillis(), 0));
         }
-        doc.put("status", draining.getAsBoolean() ? "draining" : healthyPrefills == 0 || healthyDecodes == 0 ? "unavailable"
+        boolean draining = drain.draining();
+        doc.put("status", draining ? "draining" : healthyPrefills == 0 || healthyDecodes == 0 ? "unavailable"
                 : healthyPrefills == pool.prefills().size() && healthyDecodes == pool.decodes().size() ? "ok" : "degraded");
+        if (draining) { // the requests running when it began: ended since, or cut at --drain-timeout-s
+            ObjectNode d = doc.putObject("drain");
+            d.put("completed", (long) drain.count(false));
+            d.put("cut", (long) drain.count(true));
+        }
 
         ObjectNode requests = doc.putObject("requests");
         int waitingNow = waiting.getAsInt();
@@ -161,6 +173,8 @@ final class RouterStatus {
         latency.put("window_s", WINDOW_SECONDS);
         latency.set("ttft_ms", summary(meters.recentTtft.summary(WINDOW_SECONDS)));
         latency.set("e2e_ms", summary(meters.recentE2e.summary(WINDOW_SECONDS)));
+
+        doc.set("structured_outputs", StructuredOutputMeters.status(outputs));
 
         if (tenants != null) {
             ArrayNode ts = doc.putArray("tenants");

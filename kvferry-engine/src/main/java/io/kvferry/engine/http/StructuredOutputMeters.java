@@ -1,5 +1,7 @@
 package io.kvferry.engine.http;
 
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.OutputConstraint;
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.FunctionTimer;
@@ -7,6 +9,7 @@ import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 
 import java.util.concurrent.TimeUnit;
+import java.util.function.ToLongFunction;
 
 /**
  * A structured-output compiler's meters on its process's {@code /metrics} (the router's, each engine role's), read from
@@ -14,8 +17,11 @@ import java.util.concurrent.TimeUnit;
  * deadline, busy: {@link OutputConstraint.Compiler.Outcome}), {@code kvferry_structured_output_compile_seconds} (the
  * compilations that ran, holding the compiler: their count and their time) and
  * {@code kvferry_structured_output_compiles_waiting} (specs waiting for the compiler now).
+ *
+ * <p>The same figures as a status document's {@code structured_outputs} object ({@link #status}): the router's
+ * {@code /status.json} from its compiler, an engine's ({@code engine.structured_outputs}) from its registry.
  */
-final class StructuredOutputMeters {
+public final class StructuredOutputMeters {
     static final String COMPILES = "kvferry_structured_output_compiles";
     static final String COMPILE_TIME = "kvferry_structured_output_compile";
     static final String WAITING = "kvferry_structured_output_compiles_waiting";
@@ -37,5 +43,40 @@ final class StructuredOutputMeters {
                 .register(registry);
         Gauge.builder(WAITING, compiler, OutputConstraint.Compiler::waiting)
                 .description("Structured-output specs waiting for the compiler (one compiles at a time)").register(registry);
+    }
+
+    /**
+     * {@code compiler}'s figures as a status document shows them: {@code outcomes} (each {@link OutputConstraint.Compiler.Outcome}'s
+     * count since start), {@code waiting} (specs waiting for the compiler now), {@code compiles} and {@code compile_seconds} (the
+     * compilations that ran, and their time in all) and {@code mean_compile_ms} (null before the first).
+     */
+    static ObjectNode status(OutputConstraint.Compiler compiler) {
+        return status(compiler::outcomes, compiler.waiting(), compiler.compileCount(), compiler.compileSeconds());
+    }
+
+    /**
+     * The same object read from {@code registry}'s meters ({@link #bind}): an engine's status document, built from its
+     * process's registry. Null where the registry holds no compiler's meters (a server without the tokenizer).
+     */
+    public static ObjectNode status(MeterRegistry registry) {
+        FunctionTimer t = registry.find(COMPILE_TIME).functionTimer();
+        Gauge w = registry.find(WAITING).gauge();
+        if (t == null || w == null) return null;
+        return status(o -> {
+            FunctionCounter c = registry.find(COMPILES).tag("outcome", o.label()).functionCounter();
+            return c == null ? 0 : (long) c.count();
+        }, (int) w.value(), (long) t.count(), t.totalTime(TimeUnit.SECONDS));
+    }
+
+    private static ObjectNode status(ToLongFunction<OutputConstraint.Compiler.Outcome> outcomes, int waiting, long compiles, double seconds) {
+        ObjectNode o = JsonNodeFactory.instance.objectNode();
+        ObjectNode by = o.putObject("outcomes");
+        for (OutputConstraint.Compiler.Outcome x : OutputConstraint.Compiler.Outcome.values()) by.put(x.label(), outcomes.applyAsLong(x));
+        o.put("waiting", waiting);
+        o.put("compiles", compiles);
+        o.put("compile_seconds", Math.round(seconds * 1e6) / 1e6);
+        if (compiles == 0) o.putNull("mean_compile_ms");
+        else o.put("mean_compile_ms", Math.round(seconds * 1e3 / compiles * 1000) / 1000.0);
+        return o;
     }
 }

@@ -8,6 +8,7 @@ import io.kvferry.engine.http.DecodeServer;
 import io.kvferry.engine.http.Drain;
 import io.kvferry.engine.http.PrefillServer;
 import io.kvferry.engine.http.Router;
+import io.kvferry.engine.http.StructuredOutputMeters;
 import io.kvferry.engine.http.Tenants;
 import io.kvferry.engine.model.Model;
 import io.kvferry.engine.model.ModelFiles;
@@ -23,6 +24,7 @@ import io.kvferry.ops.ProcessStatus;
 import io.kvferry.ops.RegistryOps;
 import io.kvferry.ops.StatusJson;
 import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
@@ -220,7 +222,9 @@ public final class Roles {
     /**
      * The engine's part of its status document, from its scheduler's meters in the process's registry: KV pages
      * {@code used}, {@code cached} (its prefix cache) and {@code free}, prompt tokens served from the prefix cache, and
-     * the prefill's prompt tokens (cached or computed) and requests that waited for another's pages of a shared prefix.
+     * the prefill's prompt tokens (cached or computed) and requests that waited for another's pages of a shared prefix;
+     * whether it drains ({@code draining}) and, once it does, the requests its drain met ({@code drain}: {@code completed},
+     * {@code cut}); its structured-output compiler's figures ({@code structured_outputs}, {@link StructuredOutputMeters#status}).
      */
     static ObjectNode engineStatus(MeterRegistry metrics, String role) {
         ObjectNode e = StatusJson.MAPPER.createObjectNode();
@@ -235,6 +239,20 @@ public final class Roles {
         if (prompt != null) e.put("prompt_tokens", (long) prompt.count());
         Counter deferrals = metrics.find("kvferry_engine_prefix_deferrals").tag("role", role).counter();
         if (deferrals != null) e.put("prefix_deferrals", (long) deferrals.count());
+        Gauge draining = metrics.find(Drain.DRAINING).tag("role", role).gauge();
+        if (draining != null) {
+            boolean on = draining.value() > 0;
+            e.put("draining", on);
+            if (on) { // the requests running when it began: ended since, or cut at --drain-timeout-s
+                ObjectNode d = e.putObject("drain");
+                for (String end : List.of(Drain.COMPLETED, Drain.CUT)) {
+                    FunctionCounter c = metrics.find(Drain.REQUESTS).tags("role", role, "end", end).functionCounter();
+                    d.put(end, c == null ? 0 : (long) c.count());
+                }
+            }
+        }
+        ObjectNode outputs = StructuredOutputMeters.status(metrics);
+        if (outputs != null) e.set("structured_outputs", outputs);
         return e;
     }
 

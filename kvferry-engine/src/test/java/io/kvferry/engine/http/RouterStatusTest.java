@@ -25,13 +25,15 @@ import java.util.function.Predicate;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
  * The router's own status ({@link RouterStatus}): {@code GET /status.json} over real engines follows the requests answered (by
  * status, tokens, TTFT and end-to-end percentiles, rates), a request that fails, a backend that goes down, the tenants' names and
  * limits (never their keys) and the admission settings; over stubs that hold a request, the requests running and waiting for a
- * slot; {@code GET /status} is the page; a wrong method is a 405 naming GET, as the router's other routes answer.
+ * slot, the backend cap, the structured-output compiler and a drain; {@code GET /status} is the page; a wrong method is a 405 naming GET,
+ * as the router's other routes answer.
  */
 class RouterStatusTest {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -243,6 +245,77 @@ class RouterStatusTest {
             assertEquals(0, doc.path("requests").path("waiting").asInt(-1), doc.toString());
             assertEquals(2, doc.path("requests").path("by_status").path("200").asLong(), doc.toString());
             assertEquals(0, backend(doc, RouterErrorsTest.url(decode)).path("in_flight").asInt(-1), doc.toString());
+        } finally {
+            release.countDown();
+            decode.stop(0);
+            prefill.stop(0);
+        }
+    }
+
+    /**
+     * The {@code --max-backends} cap under config; the structured-output compiler's outcomes, compilations and mean compile
+     * time; no drain section until a drain begins, then the requests it met: one held at the decode when it began, completed
+     * once released.
+     */
+    @Test
+    @Timeout(60)
+    void theBackendCapTheCompilerAndADrainAreShown() throws Exception {
+        HttpServer prefill = RouterErrorsTest.prefillStub();
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        RouterErrorsTest.answerHealthy(decode);
+        CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            entered.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.start();
+        HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+        try (Router router = new Router(List.of(RouterErrorsTest.url(prefill)), List.of(RouterErrorsTest.url(decode)),
+                ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, Router.Access.NONE,
+                new Router.Admission(0, Duration.ZERO, 7), null)) {
+            JsonNode doc = status(router);
+            assertEquals(7, doc.path("config").path("max_backends").asInt(), doc.toString());
+            JsonNode outputs = doc.path("structured_outputs");
+            for (String o : List.of("compiled", "cached", "refused", "deadline", "busy")) {
+                assertEquals(0, outputs.path("outcomes").path(o).asLong(-1), o + ": " + outputs);
+            }
+            assertEquals(0, outputs.path("waiting").asInt(-1), outputs.toString());
+            assertEquals(0, outputs.path("compiles").asLong(-1), outputs.toString());
+            assertTrue(outputs.path("mean_compile_ms").isNull(), "no compilation yet: " + outputs);
+            assertFalse(doc.has("drain"), "no drain began: " + doc);
+
+            router.outputs().regex("(yes|no)");
+            router.outputs().regex("(yes|no)");
+            assertThrows(IllegalArgumentException.class, () -> router.outputs().regex("(unclosed"));
+            outputs = status(router).path("structured_outputs");
+            assertEquals(1, outputs.path("outcomes").path("compiled").asLong(), outputs.toString());
+            assertEquals(1, outputs.path("outcomes").path("cached").asLong(), outputs.toString());
+            assertEquals(1, outputs.path("outcomes").path("refused").asLong(), outputs.toString());
+            assertEquals(router.outputs().compileCount(), outputs.path("compiles").asLong(), outputs.toString());
+            assertTrue(outputs.path("mean_compile_ms").isNumber() && outputs.path("mean_compile_ms").asDouble() >= 0, outputs.toString());
+
+            CompletableFuture<HttpResponse<String>> held = http.sendAsync(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port()
+                    + "/v1/completions")).POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Hi\",\"max_tokens\":1}")).build(),
+                    HttpResponse.BodyHandlers.ofString());
+            assertTrue(entered.await(30, TimeUnit.SECONDS), "the request reached the decode");
+            router.drain().begin();
+            doc = status(router);
+            assertEquals("draining", doc.path("status").asText(), doc.toString());
+            assertEquals(0, doc.path("drain").path("completed").asLong(-1), doc.toString());
+            assertEquals(0, doc.path("drain").path("cut").asLong(-1), doc.toString());
+            release.countDown();
+            assertEquals(200, held.get(30, TimeUnit.SECONDS).statusCode());
+            doc = statusOnce(router, d -> d.path("drain").path("completed").asLong() == 1);
+            assertEquals(0, doc.path("drain").path("cut").asLong(-1), doc.toString());
         } finally {
             release.countDown();
             decode.stop(0);

@@ -72,7 +72,17 @@ function render(doc) {
     ['max concurrent requests', c.max_concurrent_requests ? c.max_concurrent_requests : 'no limit'],
     ['queue timeout', c.queue_timeout_ms ? ms(c.queue_timeout_ms) : '0 (over the limit: 429 at once)'],
     ['tenants', c.tenants ? 'yes (--tenants-file)' : 'no'],
+    ['max backends', c.max_backends ? num(c.max_backends) : '–'],
   ].map(([k, v]) => ({cells: [k, v]})), '');
+
+  // Once a drain began (status draining): the requests running then, ended since or cut at --drain-timeout-s.
+  const drain = doc.drain;
+  document.getElementById('drain-section').hidden = !drain || typeof drain !== 'object';
+  if (drain && typeof drain === 'object') {
+    fill('drain', [['completed', count(drain.completed)], ['cut', count(drain.cut)]].map(([k, v]) => ({cells: [k, v]})), '');
+  }
+
+  document.getElementById('outputs-section').hidden = !outputsTable('outputs', doc.structured_outputs);
 
   const tenants = doc.tenants;
   document.getElementById('tenants-section').hidden = !Array.isArray(tenants);
@@ -82,6 +92,19 @@ function render(doc) {
       rate(t.remaining_requests, t.requests_per_minute), rate(t.remaining_tokens, t.tokens_per_minute),
       count(t.rate_limited_requests), count(t.rate_limited_tokens)], cls: 'tenant-row'})), 'no tenants');
   }
+}
+
+// The structured-output compiler's figures (status.json's structured_outputs) as rows of the table tableId; false where the
+// document has none (a router older than them).
+function outputsTable(tableId, o) {
+  if (!o || typeof o !== 'object') return false;
+  const by = o.outcomes || {};
+  const rows = Object.entries(by).map(([k, v]) => [k, count(v)]);
+  rows.push(['waiting now', count(o.waiting)]);
+  rows.push(['compilations run', count(o.compiles)]);
+  rows.push(['mean compile time', o.mean_compile_ms === null || o.mean_compile_ms === undefined ? '–' : ms(o.mean_compile_ms)]);
+  fill(tableId, rows.map(([k, v]) => ({cells: [k, v], cls: 'outputs-row'})), '');
+  return true;
 }
 
 // Fetches status.json now and a second after each answer (common.js).

@@ -109,8 +109,18 @@ function render(doc) {
     const e = p.status.engine, pages = e.kv_pages || {};
     return {cells: [p.status.role + ' ' + p.status.pid, num(pages.used ?? 0), num(pages.cached ?? 0), num(pages.free ?? 0),
       num(e.cached_tokens ?? 0), e.prompt_tokens === undefined ? '–' : num(e.prompt_tokens),
-      e.prefix_deferrals === undefined ? '–' : num(e.prefix_deferrals)], cls: 'engine-row'};
+      e.prefix_deferrals === undefined ? '–' : num(e.prefix_deferrals), drainState(e)], cls: 'engine-row'};
   }), 'no engine');
+
+  // Their structured-output compilers: specs by outcome since start, waiting now, mean compile time.
+  const compilers = engines.filter(p => p.status.engine.structured_outputs !== null && typeof p.status.engine.structured_outputs === 'object');
+  document.getElementById('outputs-section').hidden = compilers.length === 0;
+  fill('outputs', compilers.map(p => {
+    const o = p.status.engine.structured_outputs, by = o.outcomes || {};
+    return {cells: [p.status.role + ' ' + p.status.pid, num(by.compiled ?? 0), num(by.cached ?? 0), num(by.refused ?? 0),
+      num(by.deadline ?? 0), num(by.busy ?? 0), num(o.waiting ?? 0),
+      o.mean_compile_ms === null || o.mean_compile_ms === undefined ? '–' : Number(o.mean_compile_ms).toFixed(2) + ' ms'], cls: 'outputs-row'};
+  }), 'no compiler');
 
   const peers = [];
   for (const {rank} of ranks) for (const p of rank.peers) {
@@ -200,3 +210,12 @@ function drawChart(now) {
 
 // Fetches status.json now and a second after each answer (common.js).
 poll(render);
+
+// An engine's drain: '–' (a document without it), 'no', or the requests its drain met (completed, cut at --drain-timeout-s).
+function drainState(e) {
+  if (typeof e.draining !== 'boolean') return '–';
+  if (!e.draining) return 'no';
+  const d = e.drain || {};
+  return {text: 'draining: ' + Number(d.completed ?? 0).toLocaleString('en-US') + ' completed, '
+    + Number(d.cut ?? 0).toLocaleString('en-US') + ' cut', cls: 'down'};
+}
