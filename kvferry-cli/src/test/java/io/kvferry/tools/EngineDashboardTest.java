@@ -19,8 +19,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * docs/grafana/kvferry.json's panels of the reference engine's scheduler gauges against the real scrapes of a
- * prefill and a decode role, after they served a completion through the router. (kvferry's own series are
+ * docs/grafana/kvferry.json's panels of the reference engine's scheduler gauges, drains and structured-output compilers
+ * against the real scrapes of a prefill and a decode role, after they served a completion through the router. (kvferry's own series are
  * checked by BenchMetricsTest, whose processes run no engine.)
  */
 class EngineDashboardTest {
@@ -29,6 +29,15 @@ class EngineDashboardTest {
      * kvferry_engine_cached_tokens, kvferry_engine_prompt_tokens, kvferry_engine_prefix_deferrals.
      */
     static final String ENGINE_GAUGES = "kvferry_engine_";
+    /** The drain's meters and the structured-output compiler's, which every serving role has (the bench has neither). */
+    static final List<String> SERVING_METERS = List.of("kvferry_draining", "kvferry_drain_requests_total", "kvferry_structured_output_compiles_total",
+            "kvferry_structured_output_compile_seconds_sum", "kvferry_structured_output_compile_seconds_count",
+            "kvferry_structured_output_compiles_waiting");
+
+    /** Whether a metric is the engines' to show (this test's to check), not kvferry's transfers' (BenchMetricsTest's). */
+    static boolean engineSeries(String name) {
+        return name.startsWith(ENGINE_GAUGES) || SERVING_METERS.contains(name);
+    }
 
     @Test
     @Timeout(120)
@@ -50,11 +59,20 @@ class EngineDashboardTest {
             }
             String prefillScrape = scrape(http, prefill.port()), decodeScrape = scrape(http, decode.port());
             Path dashboard = Path.of("..", "docs", "grafana", "kvferry.json");
+            assertTrue(GrafanaDashboardCheck.metricsQueried(dashboard).containsAll(SERVING_METERS),
+                    "the dashboard shows the drains and the structured-output compilers: " + GrafanaDashboardCheck.metricsQueried(dashboard));
             int checked = GrafanaDashboardCheck.assertEverySeriesExists(dashboard, List.of(prefillScrape, decodeScrape),
-                    name -> name.startsWith(ENGINE_GAUGES));
+                    EngineDashboardTest::engineSeries);
             // Requests per queue, KV pages used/cached/free, aux rows used/free, KV page usage; the prefix caches: cached and
-            // prompt tokens/s, the prefill's hit ratio, cached pages per engine; the requests that waited for a shared prefix.
-            assertEquals(9, checked, "queries of the engines' gauges on the dashboard");
+            // prompt tokens/s, the prefill's hit ratio, cached pages per engine; the requests that waited for a shared prefix;
+            // processes draining and the requests drains met; the compilers' outcomes, mean compile time and specs waiting.
+            assertEquals(14, checked, "queries of the engines' meters on the dashboard");
+            // The drain panels select by role: each engine's scrape has its own role's series.
+            for (String scrape : List.of(prefillScrape, decodeScrape)) {
+                String role = scrape == prefillScrape ? "prefill" : "decode";
+                assertTrue(scrape.contains("kvferry_draining{role=\"" + role + "\"} 0.0"), role + ": " + scrape);
+                assertTrue(scrape.contains("kvferry_drain_requests_total{end=\"cut\",role=\"" + role + "\"} 0.0"), role + ": " + scrape);
+            }
             // The shared-prefix waits panel's query (by role) has a series on both engines: each counts its own waits.
             for (String scrape : List.of(prefillScrape, decodeScrape)) {
                 String role = scrape == prefillScrape ? "prefill" : "decode";

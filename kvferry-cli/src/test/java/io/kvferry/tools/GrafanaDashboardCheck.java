@@ -21,7 +21,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 /**
  * A Grafana dashboard against real scrapes: every metric its queries name exists, with every label they group by
- * and every {@code label="value"} they select.
+ * (but the target's, {@link #TARGET_LABELS}, which Prometheus adds) and every {@code label="value"} they select.
  */
 final class GrafanaDashboardCheck {
     private static final Pattern METRIC = Pattern.compile("\\b(kvferry_[a-z0-9_]+)\\b");
@@ -31,7 +31,22 @@ final class GrafanaDashboardCheck {
     /** An exact matcher in a selector; regex and negative matchers ({@code =~}, {@code !=}) are not checked. */
     private static final Pattern EXACT = Pattern.compile("([a-z_]+)\\s*=\\s*\"([^\"$]*)\"");
 
+    /** The labels Prometheus attaches to every series it scrapes (the target's), which no process's own scrape has. */
+    static final Set<String> TARGET_LABELS = Set.of("instance", "job");
+
     private GrafanaDashboardCheck() {}
+
+    /** The kvferry metrics the dashboard's queries name. */
+    static Set<String> metricsQueried(Path dashboard) throws IOException {
+        Set<String> names = new HashSet<>();
+        for (JsonNode panel : new ObjectMapper().readTree(dashboard.toFile()).path("panels")) {
+            for (JsonNode target : panel.path("targets")) {
+                Matcher m = METRIC.matcher(target.path("expr").asText());
+                while (m.find()) names.add(m.group(1));
+            }
+        }
+        return names;
+    }
 
     static void assertEverySeriesExists(Path dashboard, List<String> scrapes) throws IOException {
         assertEverySeriesExists(dashboard, scrapes, name -> true);
@@ -63,6 +78,7 @@ final class GrafanaDashboardCheck {
                 Matcher by = BY.matcher(expr);
                 while (by.find()) for (String l : by.group(1).split(",")) grouped.add(l.strip());
                 grouped.remove("le");
+                grouped.removeAll(TARGET_LABELS);
                 for (String name : names) {
                     List<BenchMetricsTest.Sample> series = samples.stream().filter(s -> s.name().equals(name)).toList();
                     if (series.isEmpty()) fail("panel '" + panel.path("title").asText() + "' queries " + name + ", which no scrape has");

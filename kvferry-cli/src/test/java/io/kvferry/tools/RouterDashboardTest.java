@@ -21,8 +21,12 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
-/** docs/grafana/kvferry-router.json against a real router's scrape, after it served a completion through real engines. */
+/**
+ * docs/grafana/kvferry-router.json against a real router's scrape, after it served a completion through real engines: every
+ * series it queries (its drain's and its structured-output compiler's among them) is there.
+ */
 class RouterDashboardTest {
     @Test
     @Timeout(180)
@@ -40,7 +44,10 @@ class RouterDashboardTest {
         try (Roles.Role cluster = Roles.all(o, o, o, null, Router.Admission.UNLIMITED, tenants)) {
             scrapes.add(scrapeAfterACompletion(cluster.port(), "router-dashboard-tenant-key"));
         }
-        GrafanaDashboardCheck.assertEverySeriesExists(Path.of("..", "docs", "grafana", "kvferry-router.json"), scrapes);
+        Path dashboard = Path.of("..", "docs", "grafana", "kvferry-router.json");
+        assertTrue(GrafanaDashboardCheck.metricsQueried(dashboard).containsAll(EngineDashboardTest.SERVING_METERS),
+                "the router's dashboard shows its drain and its structured-output compiler: " + GrafanaDashboardCheck.metricsQueried(dashboard));
+        GrafanaDashboardCheck.assertEverySeriesExists(dashboard, scrapes);
     }
 
     private static String scrapeAfterACompletion(int port, String key) throws Exception {
