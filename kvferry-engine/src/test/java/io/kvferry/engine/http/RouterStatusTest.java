@@ -8,6 +8,7 @@ import io.kvferry.engine.serving.EngineSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -199,23 +200,8 @@ class RouterStatusTest {
     @Timeout(60)
     void requestsRunningAndWaitingForASlotAreShown() throws Exception {
         HttpServer prefill = RouterErrorsTest.prefillStub();
-        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        RouterErrorsTest.answerHealthy(decode);
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
-        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
-        decode.createContext("/generate", ex -> {
-            ex.getRequestBody().readAllBytes();
-            entered.countDown();
-            try {
-                release.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            ex.sendResponseHeaders(200, 0);
-            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
-            ex.close();
-        });
-        decode.start();
+        HttpServer decode = heldDecode(entered, release);
         HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
         String body = "{\"prompt\":\"Hi\",\"max_tokens\":1}";
         List<CompletableFuture<HttpResponse<String>>> sent = new ArrayList<>();
@@ -261,23 +247,8 @@ class RouterStatusTest {
     @Timeout(60)
     void theBackendCapTheCompilerAndADrainAreShown() throws Exception {
         HttpServer prefill = RouterErrorsTest.prefillStub();
-        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-        RouterErrorsTest.answerHealthy(decode);
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
-        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
-        decode.createContext("/generate", ex -> {
-            ex.getRequestBody().readAllBytes();
-            entered.countDown();
-            try {
-                release.await();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-            ex.sendResponseHeaders(200, 0);
-            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
-            ex.close();
-        });
-        decode.start();
+        HttpServer decode = heldDecode(entered, release);
         HttpClient http = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
         try (Router router = new Router(List.of(RouterErrorsTest.url(prefill)), List.of(RouterErrorsTest.url(decode)),
                 ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, Router.Access.NONE,
@@ -371,5 +342,26 @@ class RouterStatusTest {
             decode.stop(0);
             prefill.stop(0);
         }
+    }
+
+    /** A decode stub whose {@code /generate} counts {@code entered} down, then holds its answer (one token) until {@code release}. */
+    private static HttpServer heldDecode(CountDownLatch entered, CountDownLatch release) throws IOException {
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        RouterErrorsTest.answerHealthy(decode);
+        decode.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        decode.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            entered.countDown();
+            try {
+                release.await();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            ex.sendResponseHeaders(200, 0);
+            ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+            ex.close();
+        });
+        decode.start();
+        return decode;
     }
 }
