@@ -51,8 +51,8 @@ public final class ServeCommand implements Callable<Integer> {
     String advertiseHost;
 
     @Option(names = "--register-with", paramLabel = "URL", description = "Prefill/decode role: a router (e.g. http://10.0.0.9:8000) this "
-            + "engine adds itself to through its /workers once it serves, and leaves when it stops; a router not up yet is tried for "
-            + "60 s. Needs the cluster token (the router's too).")
+            + "engine adds itself to through its /workers once it serves, and leaves when it stops; a router not up yet, or full "
+            + "(403 max_backends), is tried for 60 s. Needs the cluster token (the router's too).")
     String registerWith;
 
     @Option(names = "--register-as", paramLabel = "URL", description = "With --register-with: this engine's URL as the router reaches it. "
@@ -106,7 +106,8 @@ public final class ServeCommand implements Callable<Integer> {
     long queueTimeoutMs;
 
     @Option(names = "--max-backends", defaultValue = "256", description = "Router (and serve without --role): the most backends "
-            + "(prefills and decodes together) it holds; POST /workers beyond it gets 403 (code max_backends). Default: ${DEFAULT-VALUE}.")
+            + "(prefills and decodes together) it holds; POST /workers beyond it gets 403 (code max_backends; a "
+            + "--register-with engine keeps trying, as for a router not up yet). Default: ${DEFAULT-VALUE}.")
     int maxBackends;
 
     @Option(names = "--drain-timeout-s", paramLabel = "SECONDS", defaultValue = "30", description = "Every role: at SIGTERM (or "
@@ -121,7 +122,7 @@ public final class ServeCommand implements Callable<Integer> {
     @Spec
     CommandSpec spec;
 
-    /** How long {@code --register-with} tries a router that is not up yet. */
+    /** How long {@code --register-with} tries a router that is not up yet, or full (403 {@code max_backends}). */
     static final Duration REGISTER_RETRY = Duration.ofSeconds(60);
 
     /**

@@ -111,7 +111,8 @@ final class Workers {
 
     /**
      * The 403 of an add to a router holding {@code --max-backends} already: not a 409 (a registering engine counts a 409 as
-     * in) and not a 5xx (asking again changes nothing until a backend leaves).
+     * in) and not a 5xx (the router is not failing: only a backend leaving makes room); a registering engine
+     * ({@code WorkerRegistration}) keeps trying on this code.
      */
     private void full(HttpExchange ex, Backend b) throws Exception {
         Http.sendCodedError(ex, 403, "invalid_request_error", "url", "max_backends", b + " was not added: this router holds its limit of "

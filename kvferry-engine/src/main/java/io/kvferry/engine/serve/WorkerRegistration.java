@@ -22,8 +22,10 @@ import java.util.concurrent.CompletableFuture;
  * before its servers close, so the router sends it nothing new while it drains.
  *
  * <p>A router not up yet, or one answering 5xx, is tried again every {@link #RETRY_EVERY} until {@code retryFor}
- * has passed; a refusal that a retry cannot change (a 4xx: a wrong token, a URL the router calls bad, a router
- * without {@code /workers}) ends the attempts at once. A router that has the URL in that role already (409: the
+ * has passed. So is a router that is full (403 with code {@code max_backends}, its {@code --max-backends}): in a
+ * rolling update the new engine can register a moment before the old one leaves, and the room it waits for comes
+ * then; that is logged once. Any other refusal that a retry cannot change (a 4xx: a wrong token, a URL the router
+ * calls bad, a router without {@code /workers}) ends the attempts at once. A router that has the URL in that role already (409: the
  * engine restarted, or the router's flags name it) counts as taking it. Either way the engine serves on
  * and the outcome is logged; {@link #registered()} completes with it. One virtual thread makes the attempts;
  * close() stops it and waits for it, so the removal cannot overtake an addition in flight.
@@ -76,7 +78,9 @@ public final class WorkerRegistration implements AutoCloseable {
         long deadline = System.nanoTime() + retryFor.toNanos();
         ObjectNode body = JSON.createObjectNode().put("url", selfUrl).put("worker_type", workerType);
         String last;
+        boolean fullLogged = false;
         while (true) {
+            boolean full = false;
             try {
                 HttpResponse<String> r = client.send(HttpRequest.newBuilder(workers).timeout(CALL_TIMEOUT).header("Authorization", authorization)
                         .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
@@ -87,7 +91,16 @@ public final class WorkerRegistration implements AutoCloseable {
                     return;
                 }
                 last = "HTTP " + r.statusCode() + ": " + r.body();
-                if (r.statusCode() >= 400 && r.statusCode() < 500) break; // asking again changes nothing
+                full = isFull(r);
+                if (full) { // the room it waits for comes when another backend leaves (a rolling update)
+                    if (!fullLogged) {
+                        fullLogged = true;
+                        log.warn("the router at {} is full (403 max_backends, its --max-backends) and did not take {} {}; trying again every {} s "
+                                + "for up to {} s in all, until a backend leaves", workers, workerType, selfUrl, RETRY_EVERY.toSeconds(), retryFor.toSeconds());
+                    }
+                } else if (r.statusCode() >= 400 && r.statusCode() < 500) {
+                    break; // asking again changes nothing
+                }
             } catch (IOException e) {
                 last = e.toString();
             } catch (InterruptedException e) {
@@ -98,7 +111,11 @@ public final class WorkerRegistration implements AutoCloseable {
                 last = "still failing after " + retryFor.toSeconds() + " s, the last: " + last;
                 break;
             }
-            log.info("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType, selfUrl, last, RETRY_EVERY.toSeconds());
+            if (!full) {
+                log.info("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType, selfUrl, last, RETRY_EVERY.toSeconds());
+            } else {
+                log.debug("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType, selfUrl, last, RETRY_EVERY.toSeconds());
+            }
             try {
                 Thread.sleep(RETRY_EVERY);
             } catch (InterruptedException e) {
@@ -110,6 +127,16 @@ public final class WorkerRegistration implements AutoCloseable {
                 + "(--prefill/--decode, or POST /workers)", workers, workerType, selfUrl, last);
         registered.completeExceptionally(new IllegalStateException("the router at " + workers + " did not take " + workerType + " " + selfUrl
                 + ": " + last));
+    }
+
+    /** A 403 whose error code is {@code max_backends}: the router holds its {@code --max-backends}, a room that can come. */
+    private static boolean isFull(HttpResponse<String> r) {
+        if (r.statusCode() != 403) return false;
+        try {
+            return "max_backends".equals(JSON.readTree(r.body()).path("error").path("code").asText(null));
+        } catch (IOException | RuntimeException e) {
+            return false; // not the router's JSON error: a plain refusal
+        }
     }
 
     /** Stops the attempts and, if the router took this engine, takes it out (a few seconds at most). */

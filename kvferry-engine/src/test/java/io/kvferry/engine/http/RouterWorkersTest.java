@@ -22,6 +22,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -367,23 +368,78 @@ class RouterWorkersTest {
     }
 
     /**
-     * A router at its --max-backends: an engine registering a new URL gets the 403 max_backends, which ends its attempts at
-     * once (no retry spins on it), naming the limit; one it has already (a restart) is a 409 there too, counted as in.
+     * A router at its --max-backends: an engine registering a new URL gets the 403 max_backends, which it tries again as a
+     * router not up yet (a rolling update: the new pod registers a moment before the old one leaves), until the retry time
+     * has passed, then names the limit; one it has already (a restart) is a 409 there too, counted as in.
      */
     @Test
     @Timeout(60)
-    void aFullRouterEndsTheAttemptsNamingItsLimitAndStillTakesAnEngineItHas() throws Exception {
+    void aFullRouterIsTriedUntilTheRetryTimeHasPassedAndStillTakesAnEngineItHas() throws Exception {
         try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
                 "m", "127.0.0.1", 0, new Router.Access(TOKEN, null), new Router.Admission(0, Duration.ZERO, 2), null)) {
-            try (WorkerRegistration reg = new WorkerRegistration(url(router), second.decodeUrl(), "decode", TOKEN, Duration.ofHours(1))) {
+            try (WorkerRegistration reg = new WorkerRegistration(url(router), second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(2))) {
                 String why = message(assertThrows(ExecutionException.class, () -> reg.registered().get(30, TimeUnit.SECONDS)));
-                assertTrue(why.contains("HTTP 403") && why.contains("max_backends") && why.contains("its limit of 2 backends (--max-backends)"), why);
+                assertTrue(why.contains("still failing after 2 s") && why.contains("HTTP 403") && why.contains("max_backends")
+                        && why.contains("its limit of 2 backends (--max-backends)"), why);
             }
             try (WorkerRegistration reg = new WorkerRegistration(url(router), first.decodeUrl(), "decode", TOKEN, Duration.ofHours(1))) {
                 reg.registered().get(30, TimeUnit.SECONDS);
             }
             assertEquals(0, workers(router).path("decodes").size(), "the one it had, removed when it stopped");
             assertEquals(1, workers(router).path("prefills").size());
+        }
+    }
+
+    /**
+     * A rolling update against a router at its --max-backends: the new engine registers while the old one is still in, is
+     * refused (403 max_backends) and keeps trying; once the old one leaves (DELETE /workers) the new one gets in within its
+     * retry time. Before, that first 403 ended its attempts, and the new engine never served. The engine registers through a
+     * pass-through in front of the router that counts the refusals, so the removal comes only after one.
+     */
+    @Test
+    @Timeout(60)
+    void aFullRouterTakesARegisteringEngineOnceABackendLeaves() throws Exception {
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "m", "127.0.0.1", 0, new Router.Access(TOKEN, null), new Router.Admission(0, Duration.ZERO, 2), null)) {
+            AtomicInteger refusedFull = new AtomicInteger();
+            HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+            front.createContext(Router.WORKERS_ROUTE, ex -> {
+                try {
+                    String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+                    HttpResponse<String> r = EngineAuthTest.send(router.port(), ex.getRequestMethod(), ex.getRequestURI().toString(),
+                            body.isEmpty() ? null : body, ex.getRequestHeaders().getFirst("Authorization"));
+                    if (r.statusCode() == 403 && "max_backends".equals(JSON.readTree(r.body()).path("error").path("code").asText())) {
+                        refusedFull.incrementAndGet();
+                    }
+                    byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
+                    ex.getResponseHeaders().set("Content-Type", "application/json");
+                    ex.sendResponseHeaders(r.statusCode(), b.length == 0 ? -1 : b.length);
+                    if (b.length > 0) ex.getResponseBody().write(b);
+                } catch (Exception e) {
+                    ex.sendResponseHeaders(599, -1);
+                } finally {
+                    ex.close();
+                }
+            });
+            front.start();
+            try (WorkerRegistration reg = new WorkerRegistration(URI.create("http://127.0.0.1:" + front.getAddress().getPort()),
+                    second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(40))) {
+                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+                while (refusedFull.get() == 0 && !reg.registered().isDone() && System.nanoTime() < until) {
+                    Thread.sleep(20);
+                }
+                assertTrue(refusedFull.get() > 0, "the full router refused the new engine: " + refusedFull.get());
+                assertFalse(reg.registered().isCompletedExceptionally(), "a 403 max_backends ended the attempts: "
+                        + (reg.registered().isDone() ? message(assertThrows(ExecutionException.class, () -> reg.registered().get())) : ""));
+                assertEquals(200, send(router, "DELETE", removal(first.decodeUrl()), null, BEARER).statusCode(), "the old one leaves");
+                reg.registered().get(30, TimeUnit.SECONDS);
+                JsonNode w = workers(router);
+                assertEquals(1, w.path("decodes").size(), w.toString());
+                assertEquals(second.decodeUrl(), w.path("decodes").get(0).path("url").asText(), w.toString());
+            } finally {
+                front.stop(0);
+            }
+            assertEquals(0, workers(router).path("decodes").size(), "removed when it stopped");
         }
     }
 
