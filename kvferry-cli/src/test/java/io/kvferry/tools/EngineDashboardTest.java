@@ -67,11 +67,13 @@ class EngineDashboardTest {
             // prompt tokens/s, the prefill's hit ratio, cached pages per engine; the requests that waited for a shared prefix;
             // processes draining and the requests drains met; the compilers' outcomes, mean compile time and specs waiting.
             assertEquals(14, checked, "queries of the engines' meters on the dashboard");
-            // The drain panels select by role: each engine's scrape has its own role's series.
+            // The drain and structured-output panels select by role: each engine's scrape has its own role's series.
             for (String scrape : List.of(prefillScrape, decodeScrape)) {
                 String role = scrape == prefillScrape ? "prefill" : "decode";
                 assertTrue(scrape.contains("kvferry_draining{role=\"" + role + "\"} 0.0"), role + ": " + scrape);
                 assertTrue(scrape.contains("kvferry_drain_requests_total{end=\"cut\",role=\"" + role + "\"} 0.0"), role + ": " + scrape);
+                assertTrue(scrape.contains("kvferry_structured_output_compiles_waiting{role=\"" + role + "\"} 0.0"), role + ": " + scrape);
+                assertTrue(scrape.contains("kvferry_structured_output_compiles_total{outcome=\"busy\",role=\"" + role + "\"} 0.0"), role + ": " + scrape);
             }
             // The shared-prefix waits panel's query (by role) has a series on both engines: each counts its own waits.
             for (String scrape : List.of(prefillScrape, decodeScrape)) {

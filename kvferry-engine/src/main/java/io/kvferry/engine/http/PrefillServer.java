@@ -68,7 +68,7 @@ public final class PrefillServer implements AutoCloseable {
 
     /** Publishes its structured-output compiler's meters ({@link StructuredOutputMeters}) in {@code registry}, its process's. */
     public void meters(MeterRegistry registry) {
-        StructuredOutputMeters.bind(registry, outputs);
+        StructuredOutputMeters.bind(registry, outputs, "prefill");
     }
 
     /** Serves {@code path} with {@code handler} too (the process's /metrics and /status). */

@@ -263,7 +263,7 @@ public final class Router implements AutoCloseable {
         pd = new PdCall(backends, probing.streamIdle(), tokenizer, contextTokens, meters, admission, slots);
         PromptResolver resolver = new PromptResolver(tokenizer, contextTokens);
         outputs = new OutputConstraint.Compiler(tokenizer);
-        StructuredOutputMeters.bind(metrics, outputs);
+        StructuredOutputMeters.bind(metrics, outputs, "router");
         OpenAiRoutes openAi = new OpenAiRoutes(pd, resolver, tokenizer, modelName, started, outputs);
         GenerateRoute generate = new GenerateRoute(pd, resolver, tokenizer, outputs);
         TokenizeRoutes tokenize = new TokenizeRoutes(tokenizer, contextTokens);

@@ -304,7 +304,7 @@ public final class OutputConstraint {
          */
         public static final long MAX_WAIT_MS = 2 * DEADLINE_MS;
         /**
-         * What became of a spec sent for compiling ({@code kvferry_structured_output_compiles_total{outcome}}): compiled now,
+         * What became of a spec sent for compiling ({@code kvferry_structured_output_compiles_total{role,outcome}}): compiled now,
          * answered from the cache, refused (a 400: how it is written, a bound on its size, or a refusal remembered), stopped
          * at the deadline (a 400 too), or not compiled because the compiler stayed busy (a 503).
          */

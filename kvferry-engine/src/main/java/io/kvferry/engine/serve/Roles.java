@@ -251,7 +251,7 @@ public final class Roles {
                 }
             }
         }
-        ObjectNode outputs = StructuredOutputMeters.status(metrics);
+        ObjectNode outputs = StructuredOutputMeters.status(metrics, role);
         if (outputs != null) e.set("structured_outputs", outputs);
         return e;
     }

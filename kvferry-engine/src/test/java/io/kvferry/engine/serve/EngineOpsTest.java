@@ -97,11 +97,15 @@ class EngineOpsTest {
             HttpResponse<String> constrained = send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
                     .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once\",\"max_tokens\":4,\"guided_regex\":\"(yes|no)\"}")));
             assertEquals(200, constrained.statusCode(), constrained.body());
-            for (int port : new int[]{prefill.port(), decode.port(), router.port()}) {
-                String m = get("http://127.0.0.1:" + port + "/metrics");
-                assertTrue(m.contains("kvferry_structured_output_compiles_total{outcome=\"compiled\"} 1.0"), m);
-                assertTrue(m.contains("kvferry_structured_output_compiles_total{outcome=\"busy\"} 0.0"), m);
-                assertTrue(m.contains("kvferry_structured_output_compile_seconds_count 1"), m);
+            // Each tagged with its role, as kvferry_draining{role}: a dashboard splits them by role.
+            String[] roles = {"prefill", "decode", "router"};
+            int[] ports = {prefill.port(), decode.port(), router.port()};
+            for (int i = 0; i < ports.length; i++) {
+                String m = get("http://127.0.0.1:" + ports[i] + "/metrics"), role = roles[i];
+                assertTrue(m.contains("kvferry_structured_output_compiles_total{outcome=\"compiled\",role=\"" + role + "\"} 1.0"), m);
+                assertTrue(m.contains("kvferry_structured_output_compiles_total{outcome=\"busy\",role=\"" + role + "\"} 0.0"), m);
+                assertTrue(m.contains("kvferry_structured_output_compile_seconds_count{role=\"" + role + "\"} 1"), m);
+                assertTrue(m.contains("kvferry_structured_output_compiles_waiting{role=\"" + role + "\"} 0.0"), m);
             }
             assertEquals(404, send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + bootstrapPort + "/metrics")).GET()).statusCode(),
                     "the prefill role's metrics are on its engine port only: one scrape target per process");
