@@ -200,7 +200,7 @@ final class ChatTools {
         List<ArrayNode> out = new ArrayList<>();
         ArrayNode all = message(calls);
         for (int i = 0; i < all.size(); i++) {
-            ObjectNode head = ((ObjectNode) all.get(i)).deepCopy();
+            ObjectNode head = (ObjectNode) all.get(i); // built here: changed in place
             head.put("index", i);
             String args = head.path("function").path("arguments").asText();
             ((ObjectNode) head.get("function")).put("arguments", "");

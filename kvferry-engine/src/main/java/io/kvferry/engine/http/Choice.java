@@ -86,9 +86,9 @@ final class Choice implements Output {
         if (a.tools != null && !plain) {
             held.append(text);
             if (logprobs != null) heldLogprobs.add(logprobs);
-            String h = held.toString();
-            if (a.tools.mode() != ChatTools.Mode.AUTO || h.startsWith(ToolCalls.OPEN) || ToolCalls.OPEN.startsWith(h)) return;
+            if (a.tools.mode() != ChatTools.Mode.AUTO || mayBeCalls()) return;
             plain = true; // auto's text: what was held goes now, the rest as it comes
+            String h = held.toString();
             streamedChars += h.length();
             JsonNode lp = heldLogprobs.isEmpty() ? null : a.shape.logprobs(a.tokenizer, heldLogprobs, new int[heldLogprobs.size()], 0, heldLogprobs.size());
             streamedLogprobs += heldLogprobs.size();
@@ -106,6 +106,18 @@ final class Choice implements Output {
     public void onKeepAlive() throws IOException {
         a.check();
         if (a.stream) a.keepAlive();
+    }
+
+    /**
+     * Whether auto's held text may still be calls: it and {@link ToolCalls#OPEN} agree as far as both go (compared in place,
+     * not copied per token: a call's held text grows to the whole answer).
+     */
+    private boolean mayBeCalls() {
+        int n = Math.min(held.length(), ToolCalls.OPEN.length());
+        for (int i = 0; i < n; i++) {
+            if (held.charAt(i) != ToolCalls.OPEN.charAt(i)) return false;
+        }
+        return true;
     }
 
     /**

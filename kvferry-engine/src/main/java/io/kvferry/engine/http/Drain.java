@@ -123,10 +123,10 @@ public final class Drain {
     public void register(MeterRegistry registry) {
         Gauge.builder(DRAINING, this, d -> d.draining ? 1 : 0).description("1 while the server drains (--drain-timeout-s: shutting down, "
                 + "new requests get 503 draining)").tag("role", what).register(registry);
-        FunctionCounter.builder(REQUESTS, this, d -> d.count(false)).description("Requests a drain met, by how they ended: completed (ran to "
-                + "their end) or cut (still running at --drain-timeout-s)").tags("role", what, "end", COMPLETED).register(registry);
-        FunctionCounter.builder(REQUESTS, this, d -> d.count(true)).description("Requests a drain met, by how they ended: completed (ran to "
-                + "their end) or cut (still running at --drain-timeout-s)").tags("role", what, "end", CUT).register(registry);
+        for (boolean wasCut : new boolean[]{false, true}) {
+            FunctionCounter.builder(REQUESTS, this, d -> d.count(wasCut)).description("Requests a drain met, by how they ended: completed (ran "
+                    + "to their end) or cut (still running at --drain-timeout-s)").tags("role", what, "end", wasCut ? CUT : COMPLETED).register(registry);
+        }
     }
 
     /** The requests the drain met that {@link #COMPLETED completed}, or ({@code wasCut}) were {@link #CUT cut}: its meters', its router's status. */

@@ -419,6 +419,11 @@ public final class Router implements AutoCloseable {
     /** The parent route of OpenAI's model retrieval, {@code GET /v1/models/{model}}. */
     static final String MODEL_ROUTE = "/v1/models/";
     static final String WORKERS_ROUTE = "/workers";
+    /**
+     * The error {@code code} of a {@code POST /workers} refused because the router holds its {@code --max-backends}: a
+     * registering engine ({@code WorkerRegistration}) reads it as "full now, a place may come" and keeps trying.
+     */
+    public static final String BACKENDS_FULL_CODE = "max_backends";
 
     private void healthRoute(HttpExchange ex) throws Exception {
         if (!Http.method(ex, "GET")) return;

@@ -190,10 +190,10 @@ final class StructuredOutputs {
         } catch (OutputConstraint.Busy e) {
             throw new Http.Unavailable(spec.param(), spec.param() + ": " + what(spec) + " " + e.getMessage(), e.retryAfterSeconds());
         } catch (ToolCalls.Fault f) {
-            // A tool's parameters schema: its place in a chat's request (ChatTools.of: the root, or the tool's index in the
-            // source); an engine's sampling_params.tool_calls (the router checked it first) names that field.
+            // A tool's parameters schema: its place in a chat's request (ChatTools.of: the source lists every tool, in the
+            // request's order); an engine's sampling_params.tool_calls (the router checked it first) names that field.
             if (!spec.param().equals("tools")) throw new Http.BadRequest(spec.param(), spec.param() + ": tools[" + f.tool() + "]: " + f.getMessage());
-            String root = spec.root().equals(spec.param()) ? "tools[" + f.tool() + "].function.parameters" : spec.root();
+            String root = "tools[" + f.tool() + "].function.parameters";
             throw new Http.BadRequest(root + path(f.at()), root + ": the JSON schema " + f.getMessage());
         } catch (IllegalArgumentException e) {
             String param = e instanceof JsonSchemaAutomaton.Fault f ? spec.root() + path(f.at()) : spec.param();

@@ -115,7 +115,7 @@ final class Workers {
      * ({@code WorkerRegistration}) keeps trying on this code.
      */
     private void full(HttpExchange ex, Backend b) throws Exception {
-        Http.sendCodedError(ex, 403, "invalid_request_error", "url", "max_backends", b + " was not added: this router holds its limit of "
+        Http.sendCodedError(ex, 403, "invalid_request_error", "url", Router.BACKENDS_FULL_CODE, b + " was not added: this router holds its limit of "
                 + maxBackends + " backends (--max-backends); remove one first (DELETE " + Router.WORKERS_ROUTE + ") or start it with a higher limit");
     }
 

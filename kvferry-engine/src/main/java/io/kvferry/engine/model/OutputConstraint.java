@@ -17,7 +17,6 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.TreeSet;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
 
 /**
@@ -332,8 +331,6 @@ public final class OutputConstraint {
         private final LinkedHashMap<String, OutputConstraint> cache = new LinkedHashMap<>(16, 0.75f, true);
         /** Refused specs' messages by the SHA-256 of their key (a schema may be a megabyte), least recently used first; under {@link #cache}'s lock. */
         private final LinkedHashMap<ByteBuffer, String> refused = new LinkedHashMap<>(16, 0.75f, true);
-        /** How many compilations were started (tests). */
-        final AtomicLong compilations = new AtomicLong();
         private final LongAdder[] outcomes = new LongAdder[Outcome.values().length];
         private final LongAdder compiled = new LongAdder(), compileNanos = new LongAdder();
 
@@ -394,8 +391,8 @@ public final class OutputConstraint {
             try {
                 c = cachedCounted(key, digest);
                 if (c != null) return c;
-                compilations.incrementAndGet();
                 long started = System.nanoTime();
+                Outcome outcome = Outcome.REFUSED; // unless it compiles: how it is written, or a bound on its size
                 try {
                     c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
                             switch (kind) {
@@ -403,18 +400,17 @@ public final class OutputConstraint {
                                 case JSON_SCHEMA -> JsonSchemaAutomaton.compile(source);
                                 case TOOL_CALLS -> ToolCalls.language(source);
                             }, texts));
+                    outcome = Outcome.COMPILED;
                 } catch (ClientRegex.TooComplex e) {
-                    compiled(started, e.deadline() ? Outcome.DEADLINE : Outcome.REFUSED);
+                    if (e.deadline()) outcome = Outcome.DEADLINE;
                     synchronized (cache) {
                         refused.put(digest, e.getMessage());
                         if (refused.size() > REFUSED) refused.pollFirstEntry();
                     }
                     throw e;
-                } catch (IllegalArgumentException e) { // how it is written
-                    compiled(started, Outcome.REFUSED);
-                    throw e;
+                } finally {
+                    compiled(started, outcome);
                 }
-                compiled(started, Outcome.COMPILED);
                 synchronized (cache) {
                     cache.put(key, c);
                     tableEntries += c.tableEntries();

@@ -2,9 +2,11 @@ package io.kvferry.engine.serve;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.kvferry.engine.http.Router;
 import io.kvferry.http.BearerToken;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.slf4j.event.Level;
 
 import java.io.IOException;
 import java.net.URI;
@@ -111,11 +113,9 @@ public final class WorkerRegistration implements AutoCloseable {
                 last = "still failing after " + retryFor.toSeconds() + " s, the last: " + last;
                 break;
             }
-            if (!full) {
-                log.info("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType, selfUrl, last, RETRY_EVERY.toSeconds());
-            } else {
-                log.debug("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType, selfUrl, last, RETRY_EVERY.toSeconds());
-            }
+            // A full router's retries were announced once (above): each one after at debug.
+            log.atLevel(full ? Level.DEBUG : Level.INFO).log("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType,
+                    selfUrl, last, RETRY_EVERY.toSeconds());
             try {
                 Thread.sleep(RETRY_EVERY);
             } catch (InterruptedException e) {
@@ -133,7 +133,7 @@ public final class WorkerRegistration implements AutoCloseable {
     private static boolean isFull(HttpResponse<String> r) {
         if (r.statusCode() != 403) return false;
         try {
-            return "max_backends".equals(JSON.readTree(r.body()).path("error").path("code").asText(null));
+            return Router.BACKENDS_FULL_CODE.equals(JSON.readTree(r.body()).path("error").path("code").asText(null));
         } catch (IOException | RuntimeException e) {
             return false; // not the router's JSON error: a plain refusal
         }

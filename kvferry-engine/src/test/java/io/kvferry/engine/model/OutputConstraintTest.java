@@ -386,21 +386,21 @@ class OutputConstraintTest {
         };
         for (String[] spec : specs) {
             OutputConstraint.Kind kind = spec[0].equals("regex") ? OutputConstraint.Kind.REGEX : OutputConstraint.Kind.JSON_SCHEMA;
-            long before = c.compilations.get();
+            long before = c.compileCount();
             IllegalArgumentException first = assertThrows(IllegalArgumentException.class, () -> c.compile(kind, spec[1]));
             assertTrue(first.getMessage().contains("too large"), first.getMessage());
-            assertEquals(before + 1, c.compilations.get());
+            assertEquals(before + 1, c.compileCount());
             IllegalArgumentException again = assertThrows(IllegalArgumentException.class, () -> c.compile(kind, spec[1]));
             assertEquals(first.getMessage(), again.getMessage());
-            assertEquals(before + 1, c.compilations.get(), "refused from memory");
+            assertEquals(before + 1, c.compileCount(), "refused from memory");
         }
         // The same text as the other kind is another spec.
         assertThrows(IllegalArgumentException.class, () -> c.jsonSchema(specs[0][1]));
-        assertEquals(3, c.compilations.get());
+        assertEquals(3, c.compileCount());
         // How a spec is written is quick to check again: not remembered.
         assertThrows(IllegalArgumentException.class, () -> c.regex("(ab"));
         assertThrows(IllegalArgumentException.class, () -> c.regex("(ab"));
-        assertEquals(5, c.compilations.get());
+        assertEquals(5, c.compileCount());
         assertEquals(2, c.refusedCount());
     }
 
@@ -414,12 +414,12 @@ class OutputConstraintTest {
             assertThrows(IllegalArgumentException.class, () -> c.regex("a{" + k + "}")); // past the deadline of 0
         }
         assertEquals(n, c.refusedCount());
-        assertEquals(n + 1, c.compilations.get());
+        assertEquals(n + 1, c.compileCount());
         assertThrows(IllegalArgumentException.class, () -> c.regex("a{" + n + "}"));
-        assertEquals(n + 1, c.compilations.get(), "the newest is remembered");
+        assertEquals(n + 1, c.compileCount(), "the newest is remembered");
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> c.regex("a{0}"));
         assertTrue(e.getMessage().contains("too complex: it took over 0 ms to compile"), e.getMessage());
-        assertEquals(n + 2, c.compilations.get(), "the least recently used was let go, so compiled again");
+        assertEquals(n + 2, c.compileCount(), "the least recently used was let go, so compiled again");
         assertEquals(n, c.refusedCount());
     }
 
@@ -462,7 +462,7 @@ class OutputConstraintTest {
             assertTrue(e.getMessage().startsWith("was not compiled: the structured-output compiler is busy"), e.getMessage());
             assertTrue(e.getMessage().contains("waited 20 ms"), e.getMessage());
             assertEquals(5, busy.retryAfterSeconds());
-            assertEquals(0, c.compilations.get());
+            assertEquals(0, c.compileCount());
             assertEquals(1, c.busyRefusals());
             assertEquals(0, c.refusedCount(), "a busy refusal is not remembered");
         }
@@ -491,7 +491,7 @@ class OutputConstraintTest {
         assertTrue(specs.get(0).get(60, TimeUnit.SECONDS).matches("aa"));
         assertTrue(specs.get(1).get(60, TimeUnit.SECONDS).matches("bb"));
         assertTrue(specs.get(2).get(60, TimeUnit.SECONDS).matches("cc"));
-        assertEquals(3, c.compilations.get());
+        assertEquals(3, c.compileCount());
         assertEquals(Map.of(), c.queued());
     }
 
