@@ -17,9 +17,11 @@ import java.util.List;
 /**
  * Tool calls (OpenAI's function calling) as text the model writes, Hermes' wire format (as Qwen's and Hermes' models
  * write it): one call is {@code <tool_call>{"name": "NAME", "arguments": ARGS}</tool_call>}, ARGS a JSON object valid for
- * the tool's {@code parameters} schema; several calls are joined by {@link #BETWEEN}. Three pure parts: {@link #render}
- * (a call as that text, also how a conversation's earlier calls enter the prompt), {@link #parse} (the text back into
- * calls, or null where it is not calls) and {@link #language} (the regular language of the answers a request admits,
+ * the tool's {@code parameters} schema; several calls are joined by {@link #BETWEEN}. Pure parts: {@link #render}
+ * (a call as that text, also how a conversation's earlier calls enter the prompt), {@link #parse} (a whole text back into
+ * calls, or null where it is not calls), {@link Scanner} (the text read as it is generated, as an answer's calls are
+ * streamed and made: what {@link #parse} gives on whole calls, the calls so far on a cut one) and {@link #language} (the
+ * regular language of the answers a request admits,
  * structured outputs' {@link OutputConstraint.Kind#TOOL_CALLS}, compiled to the token mask alike by the router, the
  * prefill and the decode).
  *
@@ -133,6 +135,138 @@ public final class ToolCalls {
             if (at == text.length()) return calls;
             if (!text.startsWith(BETWEEN, at)) return null;
             at += BETWEEN.length();
+        }
+    }
+
+    /**
+     * One step of calls read as they are generated ({@link Scanner#push}): call {@code index}'s head (its {@code name}
+     * complete, {@code arguments} empty) or, {@code name} null, the next characters of its arguments (compact, as
+     * {@link #compact} gives them).
+     */
+    public record Delta(int index, String name, String arguments) {
+    }
+
+    /**
+     * Calls read as their text is generated, character by character, each character once (linear in the text; nothing held
+     * is copied again): the layout the tools' {@link #language} admits, {@link #OPEN}{@code {"name": "NAME", "arguments": }
+     * ARGS{@code }}{@link #CLOSE}, calls joined by {@link #BETWEEN} (JSON whitespace in ARGS is left out, as {@link #compact}
+     * does, and tolerated after it). A call exists once its name is complete (its closing quote read); its arguments are the
+     * characters read so far, so a text cut anywhere (max_tokens, a stop string) gives the calls so far, the last one's
+     * arguments possibly not yet valid JSON. Text out of that layout (never under the language's mask) ends the reading:
+     * {@link #failed}, the calls so far kept. On a whole call text it gives what {@link #parse} gives.
+     */
+    public static final class Scanner {
+        private static final String HEAD, MID, TAIL;
+
+        static {
+            String r = render(new Call("N", "A"));
+            int name = r.indexOf("\"N\"") + 1, args = r.lastIndexOf('A');
+            HEAD = r.substring(0, name); // <tool_call>{"name": "
+            MID = r.substring(name + 2, args); // , "arguments": (after the name's closing quote)
+            TAIL = r.substring(args + 1); // }</tool_call>
+        }
+
+        private enum State { HEAD, NAME, MID, ARGS, AFTER_ARGS, TAIL, BETWEEN, FAILED }
+
+        private State state = State.HEAD;
+        /** Characters of the current literal (HEAD, MID, TAIL, BETWEEN) read. */
+        private int matched;
+        private int depth;
+        private boolean inString, escaped;
+        private final StringBuilder name = new StringBuilder();
+        private final List<String> names = new ArrayList<>();
+        private final List<StringBuilder> arguments = new ArrayList<>();
+
+        /** Reads the next characters; the calls' heads and argument fragments they complete, in order (consecutive characters of one call's arguments one fragment). */
+        public List<Delta> push(CharSequence text) {
+            List<Delta> out = new ArrayList<>();
+            int fragmentFrom = -1; // where in the current call's arguments this push's fragment starts
+            for (int i = 0; i < text.length() && state != State.FAILED; i++) {
+                char c = text.charAt(i);
+                switch (state) {
+                    case HEAD -> literal(c, HEAD, State.NAME);
+                    case NAME -> {
+                        if (c == '"') {
+                            names.add(name.toString());
+                            arguments.add(new StringBuilder());
+                            name.setLength(0);
+                            out.add(new Delta(names.size() - 1, names.getLast(), ""));
+                            state = State.MID;
+                            matched = 0;
+                        } else if (c == '\\' || c < 0x20) {
+                            state = State.FAILED; // a tool's name has no escapes (ChatTools.NAME)
+                        } else {
+                            name.append(c);
+                        }
+                    }
+                    case MID -> literal(c, MID, State.ARGS);
+                    case ARGS -> {
+                        StringBuilder args = arguments.getLast();
+                        if (!inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) continue;
+                        if (args.isEmpty() && c != '{') {
+                            state = State.FAILED;
+                            continue;
+                        }
+                        if (fragmentFrom < 0) fragmentFrom = args.length();
+                        args.append(c);
+                        if (inString) {
+                            if (escaped) escaped = false;
+                            else if (c == '\\') escaped = true;
+                            else if (c == '"') inString = false;
+                        } else if (c == '"') {
+                            inString = true;
+                        } else if (c == '{' || c == '[') {
+                            depth++;
+                        } else if ((c == '}' || c == ']') && --depth == 0) {
+                            out.add(fragment(fragmentFrom));
+                            fragmentFrom = -1;
+                            state = State.AFTER_ARGS;
+                        }
+                    }
+                    case AFTER_ARGS -> {
+                        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+                        state = State.TAIL;
+                        matched = 0;
+                        literal(c, TAIL, State.BETWEEN);
+                    }
+                    case TAIL -> literal(c, TAIL, State.BETWEEN);
+                    case BETWEEN -> literal(c, BETWEEN, State.HEAD);
+                    default -> throw new IllegalStateException(state.toString());
+                }
+            }
+            if (fragmentFrom >= 0) out.add(fragment(fragmentFrom));
+            return out;
+        }
+
+        private Delta fragment(int from) {
+            StringBuilder args = arguments.getLast();
+            return new Delta(arguments.size() - 1, null, args.substring(from));
+        }
+
+        private void literal(char c, String lit, State next) {
+            if (c != lit.charAt(matched)) {
+                state = State.FAILED;
+            } else if (++matched == lit.length()) {
+                state = next;
+                matched = 0;
+            }
+        }
+
+        /** The calls read so far (each with a complete name), their arguments as read. */
+        public List<Call> calls() {
+            List<Call> out = new ArrayList<>(names.size());
+            for (int i = 0; i < names.size(); i++) out.add(new Call(names.get(i), arguments.get(i).toString()));
+            return out;
+        }
+
+        /** Whether the text read so far is one or more whole calls, nothing after the last one's {@link #CLOSE}. */
+        public boolean complete() {
+            return state == State.BETWEEN && matched == 0; // reached only by a call's TAIL
+        }
+
+        /** Whether the text left the calls' layout (the calls so far are kept; nothing more is read). */
+        public boolean failed() {
+            return state == State.FAILED;
         }
     }
 

@@ -110,6 +110,21 @@ class ToolCallsTest {
             }
             callsSeen++;
             assertFalse(calls.isEmpty());
+            // Read as a stream reads it, in pieces: the same calls, whole; every cut of it reads without leaving the layout,
+            // its calls those whose names are complete, each one's arguments a start of the whole one's.
+            ToolCalls.Scanner whole = new ToolCalls.Scanner();
+            for (int at = 0; at < text.length(); at += 5) whole.push(text.substring(at, Math.min(text.length(), at + 5)));
+            assertEquals(calls, whole.calls(), text);
+            assertTrue(whole.complete(), text);
+            int cut = r.nextInt(text.length());
+            ToolCalls.Scanner part = new ToolCalls.Scanner();
+            part.push(text.substring(0, cut));
+            assertFalse(part.failed() || part.complete() && !text.startsWith(ToolCalls.BETWEEN, cut), text + " cut at " + cut);
+            List<ToolCalls.Call> partCalls = part.calls();
+            for (int k = 0; k < partCalls.size(); k++) {
+                assertEquals(calls.get(k).name(), partCalls.get(k).name());
+                assertTrue(calls.get(k).arguments().startsWith(partCalls.get(k).arguments()), text + " cut at " + cut);
+            }
             if (!parallel) assertEquals(1, calls.size(), text);
             for (ToolCalls.Call c : calls) {
                 int tool = names.indexOf(c.name());
