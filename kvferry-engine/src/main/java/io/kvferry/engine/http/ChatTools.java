@@ -17,7 +17,8 @@ import java.util.regex.Pattern;
  * {@code tool_choice} and {@code parallel_tool_calls} checked (a 400 whose {@code param} names the place,
  * {@code tools[1].function.name}) and made a structured output of kind {@link OutputConstraint.Kind#TOOL_CALLS}
  * ({@link ToolCalls#language}: the model writes the calls under the token mask, each tool's {@code parameters} schema always
- * enforced, {@code strict} or not); and a finished choice's text made OpenAI's {@code tool_calls} ({@link ToolCalls#parse}).
+ * enforced, {@code strict} or not); and a choice's text made OpenAI's {@code tool_calls}, whole or streamed call by call and
+ * argument fragment by fragment ({@link ToolCalls.Scanner}).
  */
 final class ChatTools {
     /** A tool's name, as OpenAI allows it. */
@@ -152,12 +153,38 @@ final class ChatTools {
     }
 
     /**
-     * The calls a finished choice's text is, or null where its text is the answer: no tools, max_tokens cut it
-     * ({@code length}), or (auto) the model answered in text.
+     * Whether a choice's text is answered as calls: tool calling on, and the answer must be calls ({@code required}, a
+     * named tool) or (auto) the text starts with {@link ToolCalls#OPEN}; else the text is the answer ({@code content}).
      */
-    static List<ToolCalls.Call> calls(Tools t, String text, Finish finish) {
-        if (t == null || "length".equals(finish.reason())) return null;
-        return ToolCalls.parse(text);
+    static boolean isCalls(Tools t, CharSequence text) {
+        if (t == null) return false;
+        if (t.mode() != Mode.AUTO) return true;
+        if (text.length() < ToolCalls.OPEN.length()) return false;
+        for (int i = 0; i < ToolCalls.OPEN.length(); i++) {
+            if (text.charAt(i) != ToolCalls.OPEN.charAt(i)) return false;
+        }
+        return true;
+    }
+
+    /**
+     * The calls a finished choice's text is, read as a stream reads them ({@link ToolCalls.Scanner}), or null where its text
+     * is the answer ({@link #isCalls}). A text cut short (max_tokens, a stop string) is the calls whose names are complete,
+     * the last one's arguments as generated (OpenAI's rule), never plain content.
+     */
+    static ToolCalls.Scanner calls(Tools t, String text) {
+        if (!isCalls(t, text)) return null;
+        ToolCalls.Scanner s = new ToolCalls.Scanner();
+        s.push(text);
+        return s;
+    }
+
+    /**
+     * The finish reason of an answer that is calls: the tools' ({@link Tools#finishReason}) where the calls are whole and
+     * the answer ended of itself (or at a stop string after a call); else the answer's own ({@code length}, or
+     * {@code stop} for a stop string that cut a call short).
+     */
+    static String finishReason(Tools t, ToolCalls.Scanner calls, Finish finish) {
+        return calls.complete() && !"length".equals(finish.reason()) ? t.finishReason() : finish.reason();
     }
 
     /** A call's id: {@code call_} and 24 random letters and digits. */
@@ -181,35 +208,47 @@ final class ChatTools {
     }
 
     /**
-     * A whole answer's choice made the calls': its message's {@code content} null and its {@code tool_calls}, its
-     * {@code finish_reason} the tools' ({@link Tools#finishReason}).
+     * A whole answer's choice made the calls': its message's {@code content} null and its {@code tool_calls} (absent where a
+     * cut left no call with a complete name), its {@code finish_reason} {@link #finishReason}.
      */
-    static void whole(ObjectNode choice, Tools t, List<ToolCalls.Call> calls) {
+    static void whole(ObjectNode choice, Tools t, ToolCalls.Scanner calls, Finish finish) {
         ObjectNode message = (ObjectNode) choice.get("message");
         message.putNull("content");
-        message.set("tool_calls", message(calls));
-        choice.put("finish_reason", t.finishReason());
+        List<ToolCalls.Call> all = calls.calls();
+        if (!all.isEmpty()) message.set("tool_calls", message(all));
+        choice.put("finish_reason", finishReason(t, calls, finish));
     }
 
     /**
-     * A stream's {@code delta.tool_calls} of the calls, in order: for each call its head ({@code index}, {@code id},
-     * {@code type}, {@code function.name}, {@code function.arguments} empty), then its arguments' fragment. Concatenated
-     * per index (as the SDKs accumulate them) they are the whole answer's {@code tool_calls}.
+     * A stream's {@code delta.tool_calls}, OpenAI's: a call's head ({@code index}, {@code id}, {@code type},
+     * {@code function.name}, {@code function.arguments} empty) as soon as its name is complete, then its arguments'
+     * fragments as they are generated ({@code index}, {@code function.arguments}); concatenated per index (as the SDKs
+     * accumulate them) they are the whole answer's {@code tool_calls}, the ids aside.
      */
-    static List<ArrayNode> deltas(List<ToolCalls.Call> calls) {
-        List<ArrayNode> out = new ArrayList<>();
-        ArrayNode all = message(calls);
-        for (int i = 0; i < all.size(); i++) {
-            ObjectNode head = (ObjectNode) all.get(i); // built here: changed in place
-            head.put("index", i);
-            String args = head.path("function").path("arguments").asText();
-            ((ObjectNode) head.get("function")).put("arguments", "");
-            out.add(Http.JSON.createArrayNode().add(head));
-            ObjectNode frag = Http.JSON.createObjectNode();
-            frag.put("index", i);
-            frag.putObject("function").put("arguments", args);
-            out.add(Http.JSON.createArrayNode().add(frag));
+    static final class Stream {
+        private final ToolCalls.Scanner scanner = new ToolCalls.Scanner();
+
+        /** The next text of the answer: its deltas, each a {@code tool_calls} array of one entry, in order (none: nothing to send yet). */
+        List<ArrayNode> push(CharSequence text) {
+            List<ArrayNode> out = new ArrayList<>();
+            for (ToolCalls.Delta d : scanner.push(text)) {
+                ObjectNode entry = Http.JSON.createObjectNode();
+                entry.put("index", d.index());
+                if (d.name() != null) {
+                    entry.put("id", id());
+                    entry.put("type", "function");
+                    entry.putObject("function").put("name", d.name()).put("arguments", "");
+                } else {
+                    entry.putObject("function").put("arguments", d.arguments());
+                }
+                out.add(Http.JSON.createArrayNode().add(entry));
+            }
+            return out;
         }
-        return out;
+
+        /** What was read: the calls so far, whether they are whole. */
+        ToolCalls.Scanner calls() {
+            return scanner;
+        }
     }
 }

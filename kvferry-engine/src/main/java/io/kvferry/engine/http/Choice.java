@@ -17,9 +17,9 @@ import java.util.List;
  * probabilities, when asked, cover the prompt's tokens (the first one's null, OpenAI's legacy shape) then the
  * completion's, {@code text_offset} over the echoed text. A stream sends the prompt's part as the choice's first
  * chunk, before its first token's (with max_tokens 0, before its last chunk). A chat with tool calling ({@link ChatTools})
- * answers calls as {@code tool_calls}; streamed, the text that may be calls is held back until the choice ends (only then
- * is it known whether max_tokens cut it, which leaves it text), then sent as {@code delta.tool_calls}, so the stream's
- * deltas add up to the whole answer.
+ * answers calls as {@code tool_calls}; streamed, as OpenAI streams them: each call's head once its name is complete, then
+ * its arguments' fragments as their tokens come ({@link ChatTools.Stream}), a cut leaving the calls so far (never
+ * content), so the stream's deltas add up to the whole answer.
  */
 final class Choice implements Output {
     final Answer a;
@@ -32,13 +32,16 @@ final class Choice implements Output {
     int streamedLogprobs;
     boolean promptSent;
     /**
-     * Tool calling streamed ({@link Answer#tools}): the text not sent yet, while it may be calls (all of it where the answer
-     * must be calls; in auto, while it is {@link ToolCalls#OPEN}'s start), with its tokens' log probabilities; {@code plain}
-     * once auto's text is known to be text (then streamed as any).
+     * Tool calling streamed ({@link Answer#tools}): auto's text not sent yet while it is {@link ToolCalls#OPEN}'s start;
+     * the log probabilities of the tokens no chunk carried yet (held text's, or tokens that wrote only a call's wrapping);
+     * {@code plain} once auto's text is known to be text (then streamed as any); {@code calls} once the answer is known to
+     * be calls (at once where it must be), which reads the text as it comes ({@code scanned}: its characters read).
      */
     private final StringBuilder held = new StringBuilder();
     private final List<TokenLogprobs> heldLogprobs = new ArrayList<>();
     private boolean plain;
+    private ChatTools.Stream calls;
+    private int scanned;
     Router.RequestRecord record;
     Outcome outcome;
 
@@ -84,9 +87,19 @@ final class Choice implements Output {
         a.check();
         if (!a.stream) return;
         if (a.tools != null && !plain) {
-            held.append(text);
             if (logprobs != null) heldLogprobs.add(logprobs);
-            if (a.tools.mode() != ChatTools.Mode.AUTO || mayBeCalls()) return;
+            if (calls != null) {
+                sendCalls(text);
+                return;
+            }
+            held.append(text);
+            if (a.tools.mode() == ChatTools.Mode.AUTO && mayBeCalls() && held.length() < ToolCalls.OPEN.length()) return;
+            if (ChatTools.isCalls(a.tools, held)) { // the answer is calls: read as they come, from the held text on
+                calls = new ChatTools.Stream();
+                sendCalls(held);
+                held.setLength(0);
+                return;
+            }
             plain = true; // auto's text: what was held goes now, the rest as it comes
             String h = held.toString();
             streamedChars += h.length();
@@ -106,6 +119,26 @@ final class Choice implements Output {
     public void onKeepAlive() throws IOException {
         a.check();
         if (a.stream) a.keepAlive();
+    }
+
+    /**
+     * The calls' deltas the answer's next {@code text} completes, each a chunk of {@code delta.tool_calls}; the first
+     * carries the log probabilities no chunk had yet (a token that wrote only a call's wrapping sends nothing: its log
+     * probabilities go with the next delta, or the last chunk).
+     */
+    private void sendCalls(CharSequence text) throws IOException {
+        scanned += text.length();
+        for (ArrayNode d : calls.push(text)) {
+            JsonNode lp = null;
+            if (!heldLogprobs.isEmpty()) {
+                lp = a.shape.logprobs(a.tokenizer, heldLogprobs, new int[heldLogprobs.size()], 0, heldLogprobs.size());
+                streamedLogprobs += heldLogprobs.size();
+                heldLogprobs.clear();
+            }
+            ObjectNode c = chunk("", null, lp);
+            ((ObjectNode) c.get("choices").get(0).get("delta")).set("tool_calls", d);
+            a.send(c);
+        }
     }
 
     /**
@@ -129,24 +162,26 @@ final class Choice implements Output {
     private void finish() throws IOException {
         if (!a.stream) return;
         Outcome o = outcome;
-        JsonNode lp = o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
-                : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
-        List<ToolCalls.Call> calls = plain ? null : ChatTools.calls(a.tools, o.text(), o.finish());
-        if (calls != null) { // held back until now: a cut (length) would have made it text
-            for (ArrayNode d : ChatTools.deltas(calls)) {
-                ObjectNode c = chunk("", null, null);
-                ((ObjectNode) c.get("choices").get(0).get("delta")).set("tool_calls", d);
-                a.send(c);
-            }
-            ObjectNode fin = chunk("", o.finish(), lp);
-            ((ObjectNode) fin.get("choices").get(0)).put("finish_reason", a.tools.finishReason());
+        if (a.tools != null && !plain && (calls != null || ChatTools.isCalls(a.tools, o.text()))) {
+            // The rest of the calls' text: what a possible stop string's start held back (all of it where auto's text was
+            // still undecided), the calls so far as they stand at the cut.
+            if (calls == null) calls = new ChatTools.Stream();
+            sendCalls(o.text().substring(scanned));
+            ObjectNode fin = chunk("", o.finish(), unsentLogprobs(o));
+            ((ObjectNode) fin.get("choices").get(0)).put("finish_reason", ChatTools.finishReason(a.tools, calls.calls(), o.finish()));
             fin.set("kvferry", Answer.extension(o));
             a.send(fin);
             return;
         }
-        ObjectNode fin = chunk(o.text().substring(streamedChars), o.finish(), lp);
+        ObjectNode fin = chunk(o.text().substring(streamedChars), o.finish(), unsentLogprobs(o));
         fin.set("kvferry", Answer.extension(o));
         a.send(fin);
+    }
+
+    /** The log probabilities of the choice's tokens no chunk carried yet (null: none, or none asked for). */
+    private JsonNode unsentLogprobs(Outcome o) {
+        return o.logprobs() == null || streamedLogprobs == o.tokens().length ? null
+                : a.shape.logprobs(a.tokenizer, o.logprobs(), shifted(o.textOffsets(), shift), streamedLogprobs, o.tokens().length);
     }
 
     /**
@@ -161,8 +196,8 @@ final class Choice implements Output {
         String text = a.echo ? ask.prompt().text() + o.text() : o.text();
         ObjectNode one = a.shape.answer(a.id, a.created, a.modelName, text, o.finish(), false, false, lp);
         ObjectNode choice = (ObjectNode) Answer.indexed(one, at).get("choices").get(0);
-        List<ToolCalls.Call> calls = ChatTools.calls(a.tools, o.text(), o.finish());
-        if (calls != null) ChatTools.whole(choice, a.tools, calls);
+        ToolCalls.Scanner read = ChatTools.calls(a.tools, o.text());
+        if (read != null) ChatTools.whole(choice, a.tools, read, o.finish());
         return choice;
     }
 

@@ -11,9 +11,14 @@ import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.model.ToolCalls;
 import org.junit.jupiter.api.Test;
 
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -22,7 +27,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * Tool calling's pure parts at the router: tools / tool_choice / parallel_tool_calls read into the tools' language (its
  * mode and tools) or refused with a 400 naming the place; the router → engine translation (sampling_params.tool_calls,
  * parsed back to the same constraint); a conflict with another structured output; the history rendered into the prompt;
- * a stream's deltas adding up to the message's calls.
+ * a stream's deltas (each name once complete, then its arguments' fragments as they come) adding up to the message's calls,
+ * a cut leaving the calls so far.
  */
 class ChatToolsTest {
     static final ObjectMapper JSON = new ObjectMapper();
@@ -189,28 +195,126 @@ class ChatToolsTest {
         }
     }
 
-    @Test
-    void aStreamsDeltasAddUpToTheMessagesCalls() {
-        List<ToolCalls.Call> calls = List.of(new ToolCalls.Call("a", "{\"x\":1}"), new ToolCalls.Call("b", "{}"));
-        ArrayNode message = ChatTools.message(calls);
-        List<ArrayNode> deltas = ChatTools.deltas(calls);
-        for (int i = 0; i < calls.size(); i++) {
-            StringBuilder args = new StringBuilder();
-            String name = null;
-            for (ArrayNode d : deltas) {
-                for (JsonNode tc : d) {
-                    if (tc.path("index").asInt() != i) continue;
-                    if (tc.has("id")) {
-                        name = tc.path("function").path("name").asText();
-                        assertEquals("function", tc.path("type").asText());
-                        assertTrue(tc.path("id").asText().startsWith("call_"));
-                    }
-                    args.append(tc.path("function").path("arguments").asText());
-                }
+    /** Every delta of a stream fed {@code text} {@code step} characters at a time, in order (one entry each). */
+    static List<JsonNode> deltas(String text, int step) {
+        ChatTools.Stream s = new ChatTools.Stream();
+        List<JsonNode> out = new ArrayList<>();
+        for (int i = 0; i < text.length(); i += step) {
+            for (ArrayNode d : s.push(text.substring(i, Math.min(text.length(), i + step)))) {
+                assertEquals(1, d.size(), "one entry a chunk: " + d);
+                out.add(d.get(0));
             }
-            assertEquals(message.get(i).path("function").path("name").asText(), name);
-            assertEquals(message.get(i).path("function").path("arguments").asText(), args.toString());
         }
-        assertNull(ChatTools.calls(ChatTools.of(JSON.createObjectNode().put("tool_choice", "none")), "x", Finish.token(2, true)));
+        return out;
+    }
+
+    /** The deltas accumulated per index as the SDKs do: {index: {id, type, function: {name, arguments}}}, checking each head. */
+    static Map<Integer, ObjectNode> accumulate(List<JsonNode> deltas) {
+        Map<Integer, ObjectNode> calls = new TreeMap<>();
+        for (JsonNode d : deltas) {
+            int i = d.path("index").asInt();
+            if (d.has("id")) {
+                assertTrue(d.path("id").asText().matches("call_[A-Za-z0-9]{24}"), d.toString());
+                assertEquals("function", d.path("type").asText());
+                assertEquals("", d.path("function").path("arguments").asText(), "a head's arguments are empty: " + d);
+                assertNull(calls.put(i, d.deepCopy()), "one head a call: " + d);
+                assertEquals(calls.size() - 1, i, "indices in order from 0: " + d);
+            } else {
+                ObjectNode f = (ObjectNode) calls.get(i).get("function"); // a fragment after its call's head
+                assertNotNull(f, "a fragment before its head: " + d);
+                assertEquals(1, d.path("function").size(), "a fragment has its arguments alone: " + d);
+                f.put("arguments", f.path("arguments").asText() + d.path("function").path("arguments").asText());
+            }
+        }
+        return calls;
+    }
+
+    @Test
+    void aStreamSendsEachNameThenItsArgumentsAsTheyCome() {
+        List<ToolCalls.Call> calls = List.of(new ToolCalls.Call("get_weather", "{\"city\":\"Paris, \\\"FR\\\"\",\"days\":[1, 2]}"),
+                new ToolCalls.Call("now", "{}"));
+        String text = ToolCalls.render(calls);
+        for (int step : new int[]{1, 2, 3, 7, text.length()}) {
+            List<JsonNode> deltas = deltas(text, step);
+            Map<Integer, ObjectNode> got = accumulate(deltas);
+            assertEquals(List.of(0, 1), List.copyOf(got.keySet()), "two parallel calls: indices 0 and 1");
+            for (int i = 0; i < calls.size(); i++) {
+                assertEquals(calls.get(i).name(), got.get(i).path("function").path("name").asText());
+                assertEquals(ToolCalls.compact(calls.get(i).arguments()), got.get(i).path("function").path("arguments").asText(),
+                        "fragments concatenate to the whole arguments (step " + step + ")");
+            }
+            if (step == 1) { // a character a push: the arguments as they come, one fragment each of their characters
+                assertEquals(ToolCalls.compact(calls.get(0).arguments()).length(),
+                        deltas.stream().filter(d -> d.path("index").asInt() == 0 && !d.has("id")).count());
+            }
+        }
+        // The head goes as soon as the name's closing quote comes, before any argument; nothing while the name is incomplete.
+        ChatTools.Stream s = new ChatTools.Stream();
+        assertTrue(s.push("<tool_call>{\"name\": \"get_wea").isEmpty(), "no head for a name not yet complete");
+        List<ArrayNode> head = s.push("ther\"");
+        assertEquals(1, head.size());
+        assertEquals("get_weather", head.getFirst().get(0).path("function").path("name").asText());
+        assertTrue(s.push(", \"arguments\": ").isEmpty(), "the wrapping is never sent");
+        List<ArrayNode> frag = s.push("{\"ci");
+        assertEquals("{\"ci", frag.getFirst().get(0).path("function").path("arguments").asText());
+        assertEquals(0, frag.getFirst().get(0).path("index").asInt());
+        // A push that ends one call's arguments and begins the next call's name: the fragment, then nothing more yet.
+        List<ArrayNode> end = s.push("ty\": \"X\"}}</tool_call>\n<tool_call>{\"name\": \"n");
+        assertEquals(1, end.size(), end.toString());
+        assertEquals("ty\":\"X\"}", end.getFirst().get(0).path("function").path("arguments").asText(), "compact, as the whole answer's");
+        assertFalse(s.calls().complete());
+        assertEquals(1, s.calls().calls().size(), "the second name is not complete yet");
+    }
+
+    @Test
+    void aCutLeavesTheCallsSoFarWithTheirArgumentsAsGenerated() throws Exception {
+        ChatTools.Tools required = ChatTools.of(req("\"tool_choice\":\"required\""));
+        String whole = ToolCalls.render(List.of(new ToolCalls.Call("get_weather", "{\"city\":\"Paris\"}"), new ToolCalls.Call("now", "{}")));
+        String cut = whole.substring(0, whole.indexOf("Par") + 3); // max_tokens ended it inside the first call's arguments
+        ObjectNode choice = choice(cut);
+        ChatTools.whole(choice, required, ChatTools.calls(required, cut), Finish.LENGTH);
+        assertEquals("length", choice.path("finish_reason").asText(), "OpenAI's rule: a cut call is still calls, finish length");
+        assertTrue(choice.path("message").path("content").isNull(), choice.toString());
+        assertEquals(1, choice.path("message").path("tool_calls").size(), choice.toString());
+        assertEquals("{\"city\":\"Par", choice.path("message").path("tool_calls").path(0).path("function").path("arguments").asText());
+        // The stream's deltas up to the cut are the same calls.
+        Map<Integer, ObjectNode> streamed = accumulate(deltas(cut, 2));
+        assertEquals(choice.path("message").path("tool_calls").path(0).path("function"), streamed.get(0).path("function"));
+        // A stop string that cut the call: finish stop, the same partial call.
+        choice = choice(cut);
+        ChatTools.whole(choice, required, ChatTools.calls(required, cut), Finish.string("is"));
+        assertEquals("stop", choice.path("finish_reason").asText());
+        assertEquals(1, choice.path("message").path("tool_calls").size());
+        // A cut before the second name is complete: only the first call (a name not complete is no call).
+        String second = whole.substring(0, whole.lastIndexOf("now") + 2);
+        choice = choice(second);
+        ChatTools.whole(choice, required, ChatTools.calls(required, second), Finish.LENGTH);
+        assertEquals(1, choice.path("message").path("tool_calls").size(), choice.toString());
+        assertEquals("{\"city\":\"Paris\"}", choice.path("message").path("tool_calls").path(0).path("function").path("arguments").asText());
+        // A cut before any name is complete: no call at all, content null, no tool_calls.
+        choice = choice("<tool_call>{\"na");
+        ChatTools.whole(choice, required, ChatTools.calls(required, "<tool_call>{\"na"), Finish.LENGTH);
+        assertTrue(choice.path("message").path("content").isNull());
+        assertFalse(choice.path("message").has("tool_calls"), choice.toString());
+        assertEquals("length", choice.path("finish_reason").asText());
+        // Whole calls: the tools' finish reason where the answer ended of itself; a length end (max_tokens just after them) stays length.
+        choice = choice(whole);
+        ChatTools.whole(choice, required, ChatTools.calls(required, whole), Finish.token(2, true));
+        assertEquals("tool_calls", choice.path("finish_reason").asText());
+        assertEquals(2, choice.path("message").path("tool_calls").size());
+        choice = choice(whole);
+        ChatTools.whole(choice, required, ChatTools.calls(required, whole), Finish.LENGTH);
+        assertEquals("length", choice.path("finish_reason").asText());
+        // auto: text that does not start a call is the answer; text that does is calls, cut or not.
+        ChatTools.Tools auto = ChatTools.of(req(""));
+        assertNull(ChatTools.calls(auto, "Once upon"));
+        assertNull(ChatTools.calls(auto, "<tool_ca"), "still only the opening's start: text");
+        assertEquals(1, ChatTools.calls(auto, cut).calls().size());
+        assertNull(ChatTools.calls(ChatTools.of(JSON.createObjectNode().put("tool_choice", "none")), "x"));
+    }
+
+    /** A whole answer's chat choice of {@code text}, as the route shapes it before the calls are made of it. */
+    static ObjectNode choice(String text) {
+        return (ObjectNode) OpenAiShape.CHAT.answer("id", 0, "m", text, Finish.LENGTH, false, false).get("choices").get(0);
     }
 }

@@ -282,8 +282,8 @@ class OpenAiClientCompatTest {
     /**
      * Tool calling as the client sends and reads it: tools defined with its builders (one with a parameters schema), a
      * required choice answered with calls the client parses ({@code tool_calls}, finish reason {@code tool_calls}, arguments
-     * valid JSON for the schema); the stream accumulated by the client's {@code ChatCompletionAccumulator} is the same
-     * answer; the assistant's message sent back with the tool's result goes on.
+     * valid JSON for the schema); the stream, its arguments in several chunks as OpenAI's, accumulated by the client's
+     * {@code ChatCompletionAccumulator} is the same answer; the assistant's message sent back with the tool's result goes on.
      */
     @Test
     @Timeout(60)
@@ -310,9 +310,21 @@ class OpenAiClientCompatTest {
             else assertEquals("now", f.function().name());
         }
         ChatCompletionAccumulator acc = ChatCompletionAccumulator.create();
+        int[] argumentChunks = {0};
         try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(params)) {
-            s.stream().forEach(acc::accumulate);
+            s.stream().forEach(chunk -> {
+                acc.accumulate(chunk);
+                for (ChatCompletionChunk.Choice c : chunk.choices()) {
+                    for (ChatCompletionChunk.Choice.Delta.ToolCall tc : c.delta().toolCalls().orElse(List.of())) {
+                        if (tc.id().isEmpty() && tc.function().flatMap(ChatCompletionChunk.Choice.Delta.ToolCall.Function::arguments).isPresent()) {
+                            argumentChunks[0]++;
+                        }
+                    }
+                }
+            });
         }
+        // As OpenAI streams them: each call's head, then its arguments in fragments as they are generated.
+        assertTrue(argumentChunks[0] > calls.size(), "several argument chunks: " + argumentChunks[0]);
         ChatCompletion.Choice streamed = acc.chatCompletion().choices().getFirst();
         assertEquals(choice.finishReason(), streamed.finishReason());
         List<ChatCompletionMessageToolCall> streamedCalls = streamed.message().toolCalls().orElseThrow();

@@ -15,6 +15,7 @@ import org.junit.jupiter.api.Test;
 
 import java.net.http.HttpResponse;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -28,8 +29,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * OpenAI tool calling on /v1/chat/completions through the router, a prefill (the first token) and a decode (the rest),
  * with the real checkpoint: the model has no tool training, so its calls are written under the token mask of the tools'
  * language ({@link ToolCalls}). tool_choice required (two tools, parallel or one call), named, auto (text or calls, both
- * well-formed); a stream's deltas add up to the whole answer for the same seed (calls, a length cut, auto's text, auto's
- * text held back while it was a call's opening); a conversation with an assistant's calls
+ * well-formed); a stream's deltas add up to the whole answer for the same seed (calls, their arguments streamed in
+ * several fragments as OpenAI's; a length cut before a name, and one inside a call's arguments, both the calls so far;
+ * auto's text, auto's text held back while it was a call's opening); a conversation with an assistant's calls
  * and the tool's result goes on; bad tools and conflicts are 400s naming the place.
  */
 class ToolCallingTest {
@@ -137,9 +139,11 @@ class ToolCallingTest {
             ObjectNode body = request("What is the weather in Paris, and what is 2 plus 3?", seed).put("tool_choice", "required");
             JsonNode answer = chat(body);
             JsonNode choice = answer.path("choices").path(0);
-            if (choice.path("finish_reason").asText().equals("length")) { // cut: the raw text, no calls
-                assertTrue(choice.path("message").path("content").asText().startsWith(ToolCalls.OPEN), answer.toString());
-                assertFalse(choice.path("message").has("tool_calls"));
+            if (choice.path("finish_reason").asText().equals("length")) { // cut: the calls so far (OpenAI's rule), never text
+                assertTrue(choice.path("message").path("content").isNull(), answer.toString());
+                for (JsonNode call : choice.path("message").path("tool_calls")) {
+                    assertTrue(List.of("get_weather", "add", "now").contains(call.path("function").path("name").asText()), answer.toString());
+                }
                 continue;
             }
             List<JsonNode> calls = assertCalls(choice, "tool_calls");
@@ -203,12 +207,18 @@ class ToolCallingTest {
         named.putObject("tool_choice").put("type", "function").putObject("function").put("name", "get_weather");
         bodies.add(named);
         bodies.add(request("Once upon a time", 13).put("max_tokens", 30).put("logprobs", true).put("top_logprobs", 2));
-        bodies.add(request("Cut short", 14).put("tool_choice", "required").put("max_tokens", 6)); // length: the raw text
+        bodies.add(request("Cut short", 14).put("tool_choice", "required").put("max_tokens", 6)); // length before a name: no call
+        // length inside the first call's arguments: that call, its arguments as generated (a start of the whole answer's).
+        ObjectNode full = request("What is the weather in Paris?", 16).put("tool_choice", "required").put("logprobs", true);
+        JsonNode fullAnswer = chat(full);
+        String fullArgs = fullAnswer.path("choices").path(0).path("message").path("tool_calls").path(0).path("function").path("arguments").asText();
+        int cutAt = midArguments(fullAnswer.path("kvferry").path("token_ids"));
+        bodies.add(full.deepCopy().put("max_tokens", cutAt));
         // auto's text that starts as a call's opening does ("<"), held back until it is known to be text ("<<"), then sent.
         ObjectNode lt = request("Once upon a time", 15).put("max_tokens", 8).put("logprobs", true);
         lt.putObject("logit_bias").put(String.valueOf(lessThan()), 100);
         bodies.add(lt);
-        int callsCompared = 0, lengthCompared = 0;
+        int callsCompared = 0, lengthCompared = 0, cutCompared = 0, fragmented = 0;
         for (ObjectNode body : bodies) {
             JsonNode whole = chat(body);
             ObjectNode streamed = body.deepCopy().put("stream", true);
@@ -219,6 +229,7 @@ class ToolCallingTest {
                 boolean anyContent = false;
                 int contentChunks = 0;
                 Map<Integer, ObjectNode> calls = new TreeMap<>();
+                Map<Integer, Integer> fragments = new TreeMap<>();
                 String finish = null;
                 int logprobs = 0;
                 for (JsonNode e : events) {
@@ -236,6 +247,7 @@ class ToolCallingTest {
                                 acc.put("id", tc.path("id").asText()).put("type", tc.path("type").asText());
                                 acc.putObject("function").put("name", tc.path("function").path("name").asText()).put("arguments", "");
                             }
+                            if (!tc.has("id")) fragments.merge(tc.path("index").asInt(), 1, Integer::sum);
                             ObjectNode f = (ObjectNode) acc.get("function");
                             f.put("arguments", f.path("arguments").asText() + tc.path("function").path("arguments").asText());
                         }
@@ -261,17 +273,48 @@ class ToolCallingTest {
                         assertTrue(sc.path("id").asText().startsWith("call_"));
                         assertEquals(wc.path("type"), sc.path("type"));
                         assertEquals(wc.path("function"), sc.path("function"), body + ": " + events);
+                        // OpenAI's stream: the arguments come as they are generated, a few characters a token, not at once.
+                        if (wc.path("function").path("arguments").asText().length() > 8) {
+                            assertTrue(fragments.getOrDefault(k, 0) > 1, "arguments in several fragments: " + events);
+                            fragmented++;
+                        }
+                    }
+                    if (w.path("finish_reason").asText().equals("length")) {
+                        cutCompared++;
+                        assertTrue(message.path("content").isNull(), w.toString());
+                        String args = message.path("tool_calls").path(0).path("function").path("arguments").asText();
+                        assertTrue(fullArgs.startsWith(args) && args.length() < fullArgs.length() && args.length() > 1,
+                                "the arguments as generated up to the cut: " + args + " of " + fullArgs);
                     }
                 } else {
                     assertTrue(calls.isEmpty(), events.toString());
-                    assertEquals(message.path("content").asText(), content.toString(), body.toString());
+                    if (body.path("tool_choice").asText().equals("required")) { // cut before a name: no call, content null
+                        assertTrue(message.path("content").isNull() && !message.has("tool_calls"), w.toString());
+                        assertEquals(0, contentChunks, "no content, not even \"\": " + events);
+                    } else {
+                        assertEquals(message.path("content").asText(), content.toString(), body.toString());
+                    }
                     if (body.has("logit_bias")) assertTrue(content.toString().startsWith("<<"), content.toString());
                 }
                 if (body.has("logprobs")) assertEquals(w.path("logprobs").path("content").size(), logprobs, "every token's log probabilities");
             }
         }
         assertTrue(callsCompared >= 2, "calls were streamed: " + callsCompared);
-        assertEquals(1, lengthCompared, "a cut answer that would have been calls streams as its raw text");
+        assertEquals(2, lengthCompared, "the two cut answers were compared");
+        assertEquals(1, cutCompared, "a cut inside a call's arguments streams that call, as the whole answer has it: " + fullAnswer);
+        assertTrue(fragmented >= 2, "calls' arguments were streamed in fragments: " + fragmented);
+    }
+
+    /** A number of tokens, of an answer's {@code tokens}, whose text ends inside its first call's arguments (a few characters in). */
+    static int midArguments(JsonNode tokens) {
+        int[] ids = new int[tokens.size()];
+        for (int i = 0; i < ids.length; i++) ids[i] = tokens.get(i).asInt();
+        for (int k = 1; k <= ids.length; k++) {
+            ToolCalls.Scanner s = new ToolCalls.Scanner();
+            s.push(tokenizer.decode(Arrays.copyOf(ids, k)));
+            if (!s.calls().isEmpty() && s.calls().getFirst().arguments().length() >= 4) return k;
+        }
+        throw new AssertionError("no call with arguments in " + tokens);
     }
 
     @Test
