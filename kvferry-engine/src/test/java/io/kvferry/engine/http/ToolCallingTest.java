@@ -214,6 +214,10 @@ class ToolCallingTest {
         String fullArgs = fullAnswer.path("choices").path(0).path("message").path("tool_calls").path(0).path("function").path("arguments").asText();
         int cutAt = midArguments(fullAnswer.path("kvferry").path("token_ids"));
         bodies.add(full.deepCopy().put("max_tokens", cutAt));
+        // A stop string inside the first call's arguments: that call up to it, finish_reason stop.
+        ObjectNode stopped = full.deepCopy();
+        stopped.putArray("stop").add(stopInArguments(fullAnswer.path("kvferry").path("token_ids")));
+        bodies.add(stopped);
         // auto's text that starts as a call's opening does ("<"), held back until it is known to be text ("<<"), then sent.
         ObjectNode lt = request("Once upon a time", 15).put("max_tokens", 8).put("logprobs", true);
         lt.putObject("logit_bias").put(String.valueOf(lessThan()), 100);
@@ -279,8 +283,9 @@ class ToolCallingTest {
                             fragmented++;
                         }
                     }
-                    if (w.path("finish_reason").asText().equals("length")) {
+                    if (w.path("finish_reason").asText().equals("length") || body.has("stop")) {
                         cutCompared++;
+                        assertEquals(body.has("stop") ? "stop" : "length", w.path("finish_reason").asText(), w.toString());
                         assertTrue(message.path("content").isNull(), w.toString());
                         String args = message.path("tool_calls").path(0).path("function").path("arguments").asText();
                         assertTrue(fullArgs.startsWith(args) && args.length() < fullArgs.length() && args.length() > 1,
@@ -301,8 +306,23 @@ class ToolCallingTest {
         }
         assertTrue(callsCompared >= 2, "calls were streamed: " + callsCompared);
         assertEquals(2, lengthCompared, "the two cut answers were compared");
-        assertEquals(1, cutCompared, "a cut inside a call's arguments streams that call, as the whole answer has it: " + fullAnswer);
+        assertEquals(2, cutCompared, "a cut inside a call's arguments (max_tokens, a stop string) streams that call, as the whole answer has it: "
+                + fullAnswer);
         assertTrue(fragmented >= 2, "calls' arguments were streamed in fragments: " + fragmented);
+    }
+
+    /** A stop string (two characters) found first inside the first call's arguments of an answer's {@code tokens}, past their opening. */
+    static String stopInArguments(JsonNode tokens) {
+        int[] ids = new int[tokens.size()];
+        for (int i = 0; i < ids.length; i++) ids[i] = tokens.get(i).asInt();
+        String text = tokenizer.decode(ids);
+        String open = ", \"arguments\": {";
+        int from = text.indexOf(open) + open.length() + 1, to = text.indexOf("}" + ToolCalls.CLOSE);
+        for (int j = from; j + 2 < to; j++) {
+            String stop = text.substring(j, j + 2);
+            if (text.indexOf(stop) == j) return stop;
+        }
+        throw new AssertionError("no stop string fits in " + text);
     }
 
     /** A number of tokens, of an answer's {@code tokens}, whose text ends inside its first call's arguments (a few characters in). */
