@@ -54,6 +54,27 @@ class ToolCallsTest {
     }
 
     @Test
+    void theScannerReadsTheMasksLayoutAndStopsOutsideIt() {
+        String text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2.50, \"x } y\\\"\"], \"b\": {}}}</tool_call>\n"
+                + "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>";
+        ToolCalls.Scanner s = new ToolCalls.Scanner();
+        List<ToolCalls.Delta> deltas = s.push(text);
+        assertEquals(ToolCalls.parse(text), s.calls());
+        assertTrue(s.complete());
+        assertEquals(List.of(new ToolCalls.Delta(0, "f", ""), new ToolCalls.Delta(0, null, "{\"a\":[1,2.50,\"x } y\\\"\"],\"b\":{}}"),
+                new ToolCalls.Delta(1, "g", ""), new ToolCalls.Delta(1, null, "{}")), deltas, "a brace in a string is no end");
+        // parse takes another key order; the mask never writes it, and the scanner stops there, keeping nothing of it.
+        ToolCalls.Scanner other = new ToolCalls.Scanner();
+        assertTrue(other.push("<tool_call>{\"arguments\":{},\"name\":\"g\"}</tool_call>").isEmpty());
+        assertTrue(other.failed() && other.calls().isEmpty() && !other.complete());
+        // Text after the calls: failed, the calls so far kept, not complete.
+        ToolCalls.Scanner after = new ToolCalls.Scanner();
+        after.push(text + " ");
+        assertTrue(after.failed() && !after.complete());
+        assertEquals(2, after.calls().size());
+    }
+
+    @Test
     void malformedTextIsNoCalls() {
         String[] bad = {
                 "", "hello", " <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
