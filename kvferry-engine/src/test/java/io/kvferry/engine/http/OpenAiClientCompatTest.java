@@ -283,7 +283,8 @@ class OpenAiClientCompatTest {
      * Tool calling as the client sends and reads it: tools defined with its builders (one with a parameters schema), a
      * required choice answered with calls the client parses ({@code tool_calls}, finish reason {@code tool_calls}, arguments
      * valid JSON for the schema); the stream, its arguments in several chunks as OpenAI's, accumulated by the client's
-     * {@code ChatCompletionAccumulator} is the same answer; the assistant's message sent back with the tool's result goes on.
+     * {@code ChatCompletionAccumulator} is the same answer, a max_tokens cut inside the arguments too (the call so far,
+     * finish reason length); the assistant's message sent back with the tool's result goes on.
      */
     @Test
     @Timeout(60)
@@ -336,6 +337,31 @@ class OpenAiClientCompatTest {
                 .addMessage(ChatCompletionToolMessageParam.builder().toolCallId(calls.getFirst().asFunction().id()).content("Sunny.").build())
                 .toolChoice(ChatCompletionToolChoiceOption.Auto.NONE).maxCompletionTokens(8).build()).validate();
         assertTrue(next.choices().getFirst().message().content().isPresent(), next.toString());
+        // max_tokens cutting the call inside its arguments (the fewest tokens giving 4 of its characters): the client reads
+        // the call with its arguments so far and finish reason length (OpenAI's rule), streamed and accumulated as whole.
+        String fullArgs = calls.getFirst().asFunction().function().arguments();
+        assertTrue(fullArgs.length() > 5, "a call with arguments to cut: " + whole);
+        long lo = 1, hi = whole.usage().orElseThrow().completionTokens();
+        while (lo < hi) {
+            long mid = (lo + hi) / 2;
+            ChatCompletion c = client.chat().completions().create(params.toBuilder().maxCompletionTokens(mid).build()).validate();
+            int got = c.choices().getFirst().message().toolCalls().map(t -> t.getFirst().asFunction().function().arguments().length()).orElse(0);
+            if (got >= 4) hi = mid;
+            else lo = mid + 1;
+        }
+        ChatCompletionCreateParams cut = params.toBuilder().maxCompletionTokens(lo).build();
+        ChatCompletion.Choice cutWhole = client.chat().completions().create(cut).validate().choices().getFirst();
+        assertEquals(ChatCompletion.Choice.FinishReason.LENGTH, cutWhole.finishReason());
+        assertTrue(cutWhole.message().content().isEmpty(), cutWhole.toString());
+        ChatCompletionMessageFunctionToolCall.Function cutCall = cutWhole.message().toolCalls().orElseThrow().getFirst().asFunction().function();
+        assertTrue(fullArgs.startsWith(cutCall.arguments()) && cutCall.arguments().length() < fullArgs.length(), cutCall + " of " + fullArgs);
+        ChatCompletionAccumulator cutAcc = ChatCompletionAccumulator.create();
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(cut)) {
+            s.stream().forEach(cutAcc::accumulate);
+        }
+        ChatCompletion.Choice cutStreamed = cutAcc.chatCompletion().choices().getFirst();
+        assertEquals(ChatCompletion.Choice.FinishReason.LENGTH, cutStreamed.finishReason());
+        assertEquals(cutCall, cutStreamed.message().toolCalls().orElseThrow().getFirst().asFunction().function(), "the same cut call, streamed");
     }
 
     private static ChatCompletionCreateParams.Builder chat(long maxTokens) {
