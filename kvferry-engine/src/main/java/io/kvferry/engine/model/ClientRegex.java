@@ -38,12 +38,14 @@ public final class ClientRegex {
     /** Most states of an automaton before it is made deterministic (the expression's size, repetitions expanded). */
     static final int MAX_NFA_STATES = 50_000;
     /**
-     * Most work (states × transitions) of one minimization ({@link #minimize}), the one step of a compilation that cannot
-     * stop at its deadline: 1 to 2 s on a quiet 2-core VM (a few under heavy load), so a compilation overruns its deadline
-     * by about that at most. The largest the tests' legitimate schemas need is 2.5e8 (7,766 states × 32,535 transitions),
-     * forty required dates 4.5e8.
+     * Most transitions by character class of one minimization ({@link #minimize}, {@link DfaMinimizer}): a bound on its
+     * memory, not its time, which the compilation's deadline bounds (the minimizer checks it every few thousand steps).
+     * Each costs 44 bytes of the refinement's arrays (one transition over a range is one per class inside it, so these
+     * can outgrow the automaton itself): 2M is 88 MB while it runs. The largest the tests' and the harness's legitimate
+     * schemas need is 82,382, the hostile allOf of six multipleOf 372,086; 2M took 7.8 s on the loaded 2-core VM, past
+     * the deadline anyway (docs/PERFORMANCE.md, session 13).
      */
-    static final long MAX_MINIMIZE_WORK = 1_500_000_000L;
+    static final long MAX_MINIMIZE_TRANSITIONS = 2_000_000L;
     /** Deepest nesting of groups (the parser recurses once per level: deeper would overflow the HTTP thread's stack). */
     public static final int MAX_DEPTH = 256;
 
@@ -124,19 +126,14 @@ public final class ClientRegex {
     }
 
     /**
-     * {@code d} (deterministic) minimized in place, if its size allows: dk.brics's Hopcroft cannot be interrupted at a
-     * deadline and its blocks are linked lists whose removals cost a block's length, so it runs in up to about states ×
-     * transitions steps (39,791 states × 372,086 transitions: 7.4 s on a 2-core VM, past the 5 s deadline; 10,323 ×
-     * 43,613: 0.44 s). Past {@link #MAX_MINIMIZE_WORK} of them it is refused before it starts, naming the sizes; past
-     * the deadline too.
+     * {@code d} (deterministic) minimized in place by {@link DfaMinimizer}, which stops at the compilation's deadline
+     * (dk.brics's Hopcroft could not: 39,791 states × 372,086 transitions ran 6–7 s past the 5 s deadline, so a budget of
+     * states × transitions refused such before they started); past {@link #MAX_MINIMIZE_TRANSITIONS} of its transitions
+     * by character class it is refused before its arrays are made, naming the sizes.
      */
     static void minimize(Automaton d) {
         checkDeadline();
-        if ((long) d.getNumberOfStates() * d.getNumberOfTransitions() > MAX_MINIMIZE_WORK) {
-            throw new TooComplex("is too complex: minimizing its automaton of " + d.getNumberOfStates() + " states and "
-                    + d.getNumberOfTransitions() + " transitions is over the budget of " + MAX_MINIMIZE_WORK + " (states × transitions)");
-        }
-        d.minimize();
+        DfaMinimizer.minimize(d);
     }
 
     /** The literal strings as an expression of this syntax: each one's punctuation escaped, the strings alternated. */
