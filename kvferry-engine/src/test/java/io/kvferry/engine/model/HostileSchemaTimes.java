@@ -5,9 +5,10 @@ import java.util.List;
 import java.util.Locale;
 
 /**
- * Compile times of hostile JSON schemas (docs/PERFORMANCE.md, "Structured-output compiler: hostile schemas"): a small
- * harness, not a test. Each schema is compiled {@code runs} times (default 3) by one warm {@link OutputConstraint.Compiler},
- * each run with new property names (or a new title: a letter per run) so that no cache answers, and its wall time and outcome printed.
+ * Compile times of hostile JSON schemas (docs/PERFORMANCE.md, "Structured-output compiler: hostile schemas"), then of
+ * realistic ones (a tool's arguments, an extraction, an order, an event; session 13): a small harness, not a test. Each
+ * schema is compiled {@code runs} times (default 3) by one warm {@link OutputConstraint.Compiler}, each run with new
+ * property names (or a new title: a letter per run) so that no cache answers, and its wall time and outcome printed.
  *
  * <pre>
  * mvn -q -B -o package -DskipTests -Dcheckstyle.skip=true
@@ -38,6 +39,32 @@ public final class HostileSchemaTimes {
         return out;
     }
 
+    /** Realistic schemas (what clients send for tools and extractions), each for run {@code r} (a new title). */
+    static List<String[]> realistic(int r) {
+        String t = "\"title\":\"" + (char) ('a' + r) + "\",";
+        List<String[]> out = new ArrayList<>();
+        out.add(new String[]{"weather tool arguments", "{" + t + "\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\"},"
+                + "\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":14}},"
+                + "\"required\":[\"location\"],\"additionalProperties\":false}"});
+        out.add(new String[]{"person extraction", "{" + t + "\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":64},"
+                + "\"age\":{\"type\":\"integer\",\"minimum\":0},\"email\":{\"type\":\"string\",\"format\":\"email\"},"
+                + "\"phone\":{\"type\":\"string\",\"pattern\":\"^\\\\+?[0-9 ()-]{7,20}$\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":8}},"
+                + "\"required\":[\"name\",\"email\"]}"});
+        out.add(new String[]{"order with line items", "{" + t + "\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
+                + "\"status\":{\"enum\":[\"pending\",\"paid\",\"shipped\",\"cancelled\"]},\"items\":{\"type\":\"array\",\"minItems\":1,"
+                + "\"items\":{\"type\":\"object\",\"properties\":{\"sku\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{4}$\"},"
+                + "\"quantity\":{\"type\":\"integer\",\"minimum\":1},\"price\":{\"type\":\"number\"}},\"required\":[\"sku\",\"quantity\"]}},"
+                + "\"total\":{\"type\":\"number\"},\"placed\":{\"type\":\"string\",\"format\":\"date-time\"}},\"required\":[\"id\",\"status\",\"items\"]}"});
+        out.add(new String[]{"calendar event", "{" + t + "\"type\":\"object\",\"properties\":{\"summary\":{\"type\":\"string\"},"
+                + "\"start\":{\"type\":\"string\",\"format\":\"date-time\"},\"end\":{\"type\":\"string\",\"format\":\"date-time\"},"
+                + "\"attendees\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"email\":{\"type\":\"string\",\"format\":\"email\"},"
+                + "\"optional\":{\"type\":\"boolean\"}},\"required\":[\"email\"]}},\"location\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}},"
+                + "\"required\":[\"summary\",\"start\",\"end\"]}"});
+        out.add(new String[]{"any JSON object", "{" + t + "\"type\":\"object\"}"});
+        out.add(new String[]{"12 dates and numbers", object(r, 12, "{\"anyOf\":[{\"type\":\"string\",\"format\":\"date\"},{\"type\":\"number\"}]}", true)});
+        return out;
+    }
+
     private static String object(int r, int n, String member, boolean required) {
         StringBuilder b = new StringBuilder("{\"type\":\"object\",\"properties\":{");
         StringBuilder req = new StringBuilder();
@@ -60,7 +87,9 @@ public final class HostileSchemaTimes {
         OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
         c.jsonSchema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"date\"},\"b\":{\"type\":\"integer\"}}}"); // warm-up
         for (int r = 0; r < runs; r++) {
-            for (String[] s : schemas(r)) {
+            List<String[]> all = new ArrayList<>(schemas(r));
+            all.addAll(realistic(r));
+            for (String[] s : all) {
                 long t0 = System.nanoTime();
                 String outcome;
                 try {
