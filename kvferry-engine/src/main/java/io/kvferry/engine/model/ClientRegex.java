@@ -41,9 +41,11 @@ public final class ClientRegex {
      * Most transitions by character class of one minimization ({@link #minimize}, {@link DfaMinimizer}): a bound on its
      * memory, not its time, which the compilation's deadline bounds (the minimizer checks it every few thousand steps).
      * Each costs 44 bytes of the refinement's arrays (one transition over a range is one per class inside it, so these
-     * can outgrow the automaton itself): 2M is 88 MB while it runs. The largest the tests' and the harness's legitimate
-     * schemas need is 82,382, the hostile allOf of six multipleOf 372,086; 2M took 7.8 s on the loaded 2-core VM, past
-     * the deadline anyway (docs/PERFORMANCE.md, session 13).
+     * can outgrow the automaton itself): 2M is 88 MB while it runs. The largest {@code HostileSchemaTimes}'s legitimate
+     * schemas need is 82,382, its hostile allOf of six multipleOf 372,086; 2M (200,000 random states × 10 letters) took
+     * 2.4 s at load 3.6 and 7.8 s at load 7 on the shared 2-core VM, 4M 4.9 s at load 3.2 (1 GB resident with its
+     * automaton): 2M is about the most the 5 s deadline lets finish on a busy machine, so the bound refuses little the
+     * deadline would let through, at half 4M's memory (docs/PERFORMANCE.md, session 13).
      */
     static final long MAX_MINIMIZE_TRANSITIONS = 2_000_000L;
     /** Deepest nesting of groups (the parser recurses once per level: deeper would overflow the HTTP thread's stack). */
