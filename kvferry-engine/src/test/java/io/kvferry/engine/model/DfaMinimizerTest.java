@@ -8,6 +8,7 @@ import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
 import org.junit.jupiter.api.Test;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
@@ -68,6 +69,27 @@ class DfaMinimizerTest {
         Automaton nfa = BasicAutomata.makeChar('a').union(BasicAutomata.makeString("ab"));
         assertFalse(nfa.isDeterministic());
         assertThrows(IllegalArgumentException.class, () -> DfaMinimizer.minimize(nfa, () -> { }, Long.MAX_VALUE));
+    }
+
+    /**
+     * What the compiler makes of realistic schemas and expressions (Unicode classes, string formats, nested objects:
+     * minimized by {@link DfaMinimizer} at each level) is minimal by dk.brics's measure too: its own minimize keeps the
+     * states and transitions as they are, and the language.
+     */
+    @Test
+    void compiledSchemasAndExpressionsAreMinimalByDkBricsToo() {
+        List<Automaton> compiled = new ArrayList<>();
+        for (String[] schema : HostileSchemaTimes.realistic(0)) compiled.add(JsonSchemaAutomaton.compile(schema[1]));
+        for (String regex : List.of("[^\"\\\\]*@[a-z]+\\.(com|org)", "\\w+\\s\\d{1,3}", "(\\S|\\u00e9)+\\.?", "[\\s\\S]{2,5}x")) {
+            compiled.add(ClientRegex.compile(regex));
+        }
+        for (Automaton a : compiled) {
+            Automaton theirs = a.clone();
+            theirs.minimize();
+            assertEquals(theirs.getNumberOfStates(), a.getNumberOfStates());
+            assertEquals(theirs.getNumberOfTransitions(), a.getNumberOfTransitions());
+            assertTrue(theirs.subsetOf(a) && a.subsetOf(theirs));
+        }
     }
 
     /**
