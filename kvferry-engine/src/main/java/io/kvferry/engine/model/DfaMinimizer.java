@@ -24,8 +24,8 @@ import java.util.Map;
  * transition per class inside it; the refinement runs over those. The minimal automaton is built from each block's
  * first state's own transitions (their ranges as they were, those into dead states left out, adjacent ranges to one
  * state merged): the automaton dk.brics's {@link Automaton#minimize} makes, up to the states' identity (the tests
- * compare the two's languages and sizes). Every step counts toward the next check but dk.brics's own {@code
- * getSortedTransitions} of a state and the arrays' allocation.
+ * compare the two's languages and sizes). Every state and transition visited counts toward the next check (a state's
+ * {@code getSortedTransitions}, a sort, an allocation and a loop over the states alone do not: each is short).
  *
  * <p>Memory: 44 bytes per labelled transition (eleven int arrays of that length), so their count is bounded
  * ({@link ClientRegex#MAX_MINIMIZE_TRANSITIONS}) and counted before those arrays are allocated; the arrays per
@@ -90,6 +90,7 @@ final class DfaMinimizer {
         for (int s = 0; s < n; s++) {
             first[s] = k;
             for (Transition t : sorted.get(s)) {
+                tick();
                 if (k > first[s] && t.getMin() <= hi[k - 1]) {
                     throw new IllegalArgumentException("the automaton to minimize is not deterministic");
                 }
@@ -108,7 +109,10 @@ final class DfaMinimizer {
         // The labelled transitions: a transition over [lo, hi] is one per class whose representative is inside it (a
         // deterministic state's ranges are disjoint, so each (state, class) comes once).
         long count = 0;
-        for (int t = 0; t < m; t++) count += lowerBound(reps, hi[t] + 1) - lowerBound(reps, lo[t]);
+        for (int t = 0; t < m; t++) {
+            tick();
+            count += lowerBound(reps, hi[t] + 1) - lowerBound(reps, lo[t]);
+        }
         if (count > maxTransitions) {
             throw new ClientRegex.TooComplex("is too complex: minimizing its automaton of " + n + " states and " + m
                     + " transitions takes " + count + " transitions by character class, over the bound of " + maxTransitions);
