@@ -41,8 +41,8 @@ public final class ClientRegex {
      * Most transitions by character class of one minimization ({@link #minimize}, {@link DfaMinimizer}): a bound on its
      * memory, not its time, which the compilation's deadline bounds (the minimizer checks it every few thousand steps).
      * Each costs 44 bytes of the refinement's arrays (one transition over a range is one per class inside it, so these
-     * can outgrow the automaton itself): 2M is 88 MB while it runs. The largest {@code HostileSchemaTimes}'s legitimate
-     * schemas need is 82,382, its hostile allOf of six multipleOf 372,086; 2M (200,000 random states × 10 letters) took
+     * can outgrow the automaton itself): 2M is 88 MB while it runs. {@code HostileSchemaTimes}'s realistic schemas need at
+     * most 14,088, its twenty optional emails 89,518, its hostile ones up to 372,086 (the allOf of six multipleOf); 2M (200,000 random states × 10 letters) took
      * 2.4 s at load 3.6 and 7.8 s at load 7 on the shared 2-core VM, 4M 4.9 s at load 3.2 (1 GB resident with its
      * automaton): 2M is about the most the 5 s deadline lets finish on a busy machine, so the bound refuses little the
      * deadline would let through, at half 4M's memory (docs/PERFORMANCE.md, session 13).
