@@ -170,7 +170,7 @@ final class RequestParams {
     /** The {@code sampling_params} of {@code /generate} that this engine implements. */
     static final List<String> GENERATE_SAMPLING_PARAMS = List.of("max_new_tokens", "temperature", "top_p", "top_k", "seed", "stop",
             "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p", "logit_bias", "min_new_tokens", "ignore_eos", "stop_token_ids",
-            "regex", "json_schema");
+            "regex", "json_schema", "ebnf");
 
     /** The value of a parameter the engine does not implement that leaves the answer as the engine gives it. */
     private record NoOp(String value, Predicate<JsonNode> is) {
@@ -185,8 +185,7 @@ final class RequestParams {
             Map.entry("n", new NoOp("1", v -> v.isIntegralNumber() && v.longValue() == 1)),
             Map.entry("no_stop_trim", new NoOp("false", v -> v.isBoolean() && !v.booleanValue())),
             Map.entry("skip_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
-            Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())),
-            Map.entry("ebnf", new NoOp("null", v -> false)));
+            Map.entry("spaces_between_special_tokens", new NoOp("true", v -> v.isBoolean() && v.booleanValue())));
 
     /**
      * The parameters a request sets that the engine does not implement, each with why: a 400 names them all at once

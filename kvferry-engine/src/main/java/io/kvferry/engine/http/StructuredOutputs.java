@@ -25,8 +25,9 @@ import java.util.Set;
  * {@code guided_regex}, {@code guided_json} and {@code structured_outputs} ({@code choice}, {@code regex}, {@code json},
  * {@code json_object}) on the OpenAI routes; SGLang's {@code regex} and {@code json_schema} in {@code /generate}'s
  * {@code sampling_params}, which is also how the router hands it to the engines (a choice list as a regex, a
- * {@code json_object} as the schema {@code {"type":"object"}}, a schema as compact JSON). At most one per request; grammars
- * ({@code guided_grammar}, {@code ebnf}) are refused. Each refusal is a 400 naming the field.
+ * {@code json_object} as the schema {@code {"type":"object"}}, a schema as compact JSON); grammars (GBNF: vLLM's
+ * {@code guided_grammar} and {@code structured_outputs.grammar}, SGLang's {@code ebnf}) travel to the engines as
+ * {@code sampling_params.ebnf}. At most one per request. Each refusal is a 400 naming the field.
  */
 final class StructuredOutputs {
     private StructuredOutputs() {
@@ -68,7 +69,7 @@ final class StructuredOutputs {
 
     /** A schema's JSON text read with its decimals as written. */
     private static final ObjectMapper DECIMALS = JsonMapper.builder().enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS).build();
-    private static final Set<String> STRUCTURED_OUTPUTS_KEYS = Set.of("choice", "regex", "json", "json_object");
+    private static final Set<String> STRUCTURED_OUTPUTS_KEYS = Set.of("choice", "regex", "json", "json_object", "grammar");
     /** A schema's keywords whose value is a list of schemas (their pointer segments after them are indices). */
     private static final Set<String> LISTS = Set.of("anyOf", "allOf", "oneOf");
     private static final Set<String> BACKEND_OPTIONS = Set.of("disable_fallback", "disable_additional_properties");
@@ -111,11 +112,7 @@ final class StructuredOutputs {
             throw new Http.BadRequest("guided_whitespace_pattern", "guided_whitespace_pattern is not supported (a JSON answer's whitespace is fixed:"
                     + " at most one space after each , and :)");
         }
-        JsonNode grammar = req.get("guided_grammar");
-        if (grammar != null && !grammar.isNull()) {
-            throw new Http.BadRequest("guided_grammar", "guided_grammar is not supported (grammars are not built here: use guided_regex, guided_json"
-                    + " or guided_choice)");
-        }
+        add(found, req, "guided_grammar", "guided_grammar", "grammar");
         add(found, req, "guided_regex", "guided_regex", "regex");
         add(found, req, "guided_json", "guided_json", "json");
         add(found, req, "guided_choice", "guided_choice", "choice");
@@ -131,10 +128,10 @@ final class StructuredOutputs {
                     throw new Http.BadRequest("structured_outputs." + e.getKey(),
                             "structured_outputs." + e.getKey() + " must be true or false, got " + e.getValue());
                 }
-                String what = e.getKey().equals("grammar") ? "structured_outputs.grammar is not supported (grammars are not built here)"
-                        : "structured_outputs." + e.getKey() + " is not supported (this engine takes choice, regex, json or json_object)";
-                throw new Http.BadRequest("structured_outputs." + e.getKey(), what);
+                throw new Http.BadRequest("structured_outputs." + e.getKey(), "structured_outputs." + e.getKey()
+                        + " is not supported (this engine takes choice, regex, json, json_object or grammar)");
             }
+            add(found, so, "grammar", "structured_outputs.grammar", "grammar");
             add(found, so, "regex", "structured_outputs.regex", "regex");
             add(found, so, "json", "structured_outputs.json", "json");
             add(found, so, "choice", "structured_outputs.choice", "choice");
@@ -147,13 +144,9 @@ final class StructuredOutputs {
         return one(found);
     }
 
-    /** {@code /generate}'s (and the engines') {@code sampling_params} constraint: SGLang's {@code regex} or {@code json_schema}; null for none. */
+    /** {@code /generate}'s (and the engines') {@code sampling_params} constraint: SGLang's {@code regex}, {@code json_schema} or {@code ebnf}; null for none. */
     static Spec sglang(JsonNode sp) {
         if (sp == null || !sp.isObject()) return null;
-        JsonNode ebnf = sp.get("ebnf");
-        if (ebnf != null && !ebnf.isNull()) {
-            throw new Http.BadRequest("sampling_params.ebnf", "sampling_params.ebnf is not supported (grammars are not built here: use regex or json_schema)");
-        }
         List<Spec> found = new ArrayList<>();
         JsonNode regex = sp.get("regex");
         if (regex != null && !regex.isNull()) {
@@ -167,6 +160,7 @@ final class StructuredOutputs {
             }
             found.add(new Spec(OutputConstraint.Kind.JSON_SCHEMA, schema.textValue(), "sampling_params.json_schema"));
         }
+        add(found, sp, "ebnf", "sampling_params.ebnf", "grammar");
         // The router's tool calling (ChatTools) to the engines; the router's own /generate refuses it (not SGLang's).
         JsonNode tools = sp.get("tool_calls");
         if (tools != null && !tools.isNull()) {
@@ -206,6 +200,7 @@ final class StructuredOutputs {
             case REGEX -> "the regex";
             case JSON_SCHEMA -> "the JSON schema";
             case TOOL_CALLS -> "the tool calls' language";
+            case EBNF -> "the grammar";
         };
     }
 
@@ -233,6 +228,10 @@ final class StructuredOutputs {
         JsonNode v = in.get(key);
         if (v == null || v.isNull()) return;
         switch (as) {
+            case "grammar" -> {
+                if (!v.isTextual()) throw new Http.BadRequest(param, param + " must be a string (a grammar: GBNF, root ::= …), got " + v);
+                found.add(new Spec(OutputConstraint.Kind.EBNF, v.textValue(), param));
+            }
             case "regex" -> {
                 if (!v.isTextual()) throw new Http.BadRequest(param, param + " must be a string (a regular expression), got " + v);
                 found.add(new Spec(OutputConstraint.Kind.REGEX, v.textValue(), param));

@@ -11,11 +11,14 @@ import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.atomic.LongAdder;
 
@@ -27,8 +30,14 @@ import java.util.concurrent.atomic.LongAdder;
  * (the first token) and the decode (the rest) mask alike with no state handed over, and the answer equals a colocated
  * run's token for token. Compiled once per spec ({@link Compiler}: a bounded cache); immutable, so shared by requests.
  *
- * <p>Travels as its {@link #kind} ({@code regex}, {@code json_schema}: SGLang's sampling parameters; {@code tool_calls}:
- * kvferry's, the router's to the engines) and {@link #source}.
+ * <p>Two languages behind the one {@link #mask}: a DFA (regex, JSON schema, tool calls: dk.brics's automaton, its state an
+ * int) or a grammar's exact context-free language ({@link Kind#EBNF}: an {@link EbnfGrammar} read by an {@link Earley}
+ * recognizer, its state the chart of Earley sets after the output's characters, replayed from the start at each step as
+ * the DFA's is; the tokens' texts are checked against it in one walk of their trie). A grammar's run-time work is bounded
+ * ({@link Earley#MAX_ITEMS}, {@link Earley#MAX_WORK}): a request past a bound fails with {@link Exceeded}, naming its grammar.
+ *
+ * <p>Travels as its {@link #kind} ({@code regex}, {@code json_schema}, {@code ebnf}: SGLang's sampling parameters;
+ * {@code tool_calls}: kvferry's, the router's to the engines) and {@link #source}.
  * Token texts: a text piece counts as its characters when it decodes as whole UTF-8 characters; a byte-fallback piece
  * ({@code <0xHH>}) counts as its character when the byte is ASCII; any other byte piece, a piece that is part of a
  * character, and the special pieces (unknown, BOS, EOS) are never generated under a constraint, except the end: EOS (and
@@ -42,7 +51,9 @@ public final class OutputConstraint {
     public enum Kind {
         REGEX("regex"), JSON_SCHEMA("json_schema"),
         /** Tool calls ({@link ToolCalls#language}): the router's, never a client's on {@code /generate}. */
-        TOOL_CALLS("tool_calls");
+        TOOL_CALLS("tool_calls"),
+        /** A grammar (GBNF: {@link EbnfGrammar}): SGLang's {@code ebnf}, vLLM's {@code guided_grammar}. */
+        EBNF("ebnf");
 
         public final String param;
 
@@ -59,6 +70,19 @@ public final class OutputConstraint {
     /** Whether a state has a next character on the way to a match. */
     private final boolean[] continues;
     private final TokenTexts texts;
+    /** The grammar's recognizer ({@link Kind#EBNF}; then the DFA's fields above are null), else null. */
+    private final Earley grammar;
+
+    /**
+     * A request whose grammar passed a run-time bound of its recognizer ({@link Earley#MAX_ITEMS} items in one Earley set,
+     * {@link Earley#MAX_WORK} steps for one token): the request ends with this error (the engine answers it as failed, the
+     * router passes it to the client), its grammar named; no other request is touched.
+     */
+    public static final class Exceeded extends RuntimeException {
+        Exceeded(String message) {
+            super(message);
+        }
+    }
 
     /** Most entries of a compiled table (states × character classes: 4 bytes each), so 64 cached constraints stay bounded. */
     static final long MAX_TABLE = 4_000_000;
@@ -80,6 +104,7 @@ public final class OutputConstraint {
         ClientRegex.checkDeadline();
         this.run = new RunAutomaton(a);
         this.texts = texts;
+        this.grammar = null;
         int n = run.getSize();
         char[] points = run.getCharIntervals();
         live = new boolean[n];
@@ -130,6 +155,22 @@ public final class OutputConstraint {
         if (!live[run.getInitialState()]) throw new IllegalArgumentException("matches no text at all");
     }
 
+    /** A grammar's constraint ({@link Kind#EBNF}); its first Earley set within the bounds, else refused as too complex. */
+    private OutputConstraint(String source, EbnfGrammar g, TokenTexts texts) {
+        this.kind = Kind.EBNF;
+        this.source = source;
+        this.texts = texts;
+        this.grammar = new Earley(g);
+        this.run = null;
+        this.live = null;
+        this.continues = null;
+        try {
+            grammar.start(new Earley.Budget());
+        } catch (Earley.Over e) {
+            throw new ClientRegex.TooComplex("is too complex: its first Earley set has " + e.getMessage());
+        }
+    }
+
     public Kind kind() {
         return kind;
     }
@@ -144,6 +185,7 @@ public final class OutputConstraint {
      * {@code step} output tokens. -1: outside the language (never, for an output sampled under this constraint).
      */
     public int state(int[] seq, int promptLength, int step) {
+        if (grammar != null) throw new IllegalStateException("a grammar's state is its Earley chart: see wholeMatch");
         int s = run.getInitialState();
         for (int i = 0; i < step && s >= 0; i++) {
             char[] text = texts.text(seq[promptLength + i - 1], seq[promptLength + i]);
@@ -153,7 +195,27 @@ public final class OutputConstraint {
         return s >= 0 && live[s] ? s : -1;
     }
 
-    /** Whether the output that led to {@code state} is a whole match. */
+    /** Whether the output so far (as {@link #state}'s arguments say) is a whole match, whatever the language. */
+    public boolean wholeMatch(int[] seq, int promptLength, int step) {
+        if (grammar == null) return complete(state(seq, promptLength, step));
+        List<Earley.ItemSet> chart = chart(seq, promptLength, step, new Earley.Budget());
+        return chart != null && grammar.complete(chart);
+    }
+
+    /** The grammar's chart after the output so far; null where it left the language (never, for an output sampled under it). */
+    private List<Earley.ItemSet> chart(int[] seq, int promptLength, int step, Earley.Budget b) {
+        List<Earley.ItemSet> chart = grammar.start(b);
+        for (int i = 0; i < step; i++) {
+            char[] text = texts.text(seq[promptLength + i - 1], seq[promptLength + i]);
+            if (text == null) return null;
+            for (char c : text) {
+                if (!grammar.read(chart, c, b)) return null;
+            }
+        }
+        return chart;
+    }
+
+    /** Whether the output that led to {@code state} is a whole match (a DFA's state). */
     public boolean complete(int state) {
         return state >= 0 && run.isAccept(state);
     }
@@ -164,6 +226,10 @@ public final class OutputConstraint {
      * here ({@code ignore_eos}, {@code min_tokens}); where nothing is left, EOS alone stays (finite).
      */
     public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds) {
+        if (grammar != null) {
+            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds);
+            return;
+        }
         int s = state(seq, promptLength, step);
         int prev = seq[promptLength + step - 1];
         boolean whole = complete(s);
@@ -184,6 +250,36 @@ public final class OutputConstraint {
         if (!any) logits[Tokenizer.EOS] = 0f;
     }
 
+    /**
+     * {@link #mask} for a grammar: the chart after the output so far (replayed from the start), then the tokens whose
+     * text leaves a non-empty Earley set, found in one walk of the token texts' trie; the end as for a DFA.
+     */
+    private void maskGrammar(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds) {
+        int prev = seq[promptLength + step - 1];
+        boolean[] ok = new boolean[logits.length];
+        boolean whole;
+        try {
+            Earley.Budget b = new Earley.Budget();
+            List<Earley.ItemSet> chart = chart(seq, promptLength, step, b);
+            whole = chart != null && grammar.complete(chart);
+            if (chart != null) grammar.viable(texts.trie(prev), chart, ok, b);
+        } catch (Earley.Over e) {
+            throw new Exceeded("the grammar (" + this + ") passed a bound of its recognizer at output token " + step + ": " + e.getMessage()
+                    + " (a grammar this ambiguous is not served: docs/SERVING.md, \"Structured outputs\")");
+        }
+        boolean any = false;
+        for (int t = 0; t < logits.length; t++) {
+            if (logits[t] == Float.NEGATIVE_INFINITY) continue;
+            boolean allowed;
+            if (Arrays.binarySearch(stopTokenIds, t) >= 0) allowed = whole && stopAllowed;
+            else if (Tokenizer.endsSequence(t)) allowed = whole && eosAllowed;
+            else allowed = ok[t];
+            if (allowed) any = true;
+            else logits[t] = Float.NEGATIVE_INFINITY;
+        }
+        if (!any) logits[Tokenizer.EOS] = 0f;
+    }
+
     private boolean leadsOn(int s, char[] text) {
         if (text == null) return false;
         for (int k = 0; k < text.length; k++) {
@@ -195,12 +291,28 @@ public final class OutputConstraint {
 
     /** The compiled table's entries (states × character classes), what the constraint holds beside the shared texts. */
     long tableEntries() {
+        if (grammar != null) return grammar.g.symbols();
         return (long) run.getSize() * (run.getCharIntervals().length + 1);
+    }
+
+    /** Whether {@code text} begins a whole match: a prefix of some text of the language (tests). */
+    public boolean startsMatch(String text) {
+        if (grammar != null) {
+            Earley.Budget b = new Earley.Budget();
+            List<Earley.ItemSet> chart = grammar.start(b);
+            for (int i = 0; i < text.length(); i++) {
+                if (!grammar.read(chart, text.charAt(i), b)) return false;
+            }
+            return true;
+        }
+        int s = run.getInitialState();
+        for (int i = 0; i < text.length() && s >= 0; i++) s = run.step(s, text.charAt(i));
+        return s >= 0 && live[s];
     }
 
     /** Whether {@code text} is a whole match (tests). */
     public boolean matches(String text) {
-        return run.run(text);
+        return grammar != null ? grammar.matches(text) : run.run(text);
     }
 
     @Override
@@ -224,6 +336,8 @@ public final class OutputConstraint {
      */
     static final class TokenTexts {
         private final char[][] texts, afterBos;
+        /** The texts as tries (a grammar's mask walks them), built when a grammar first needs them. */
+        private volatile Trie trie, trieAfterBos;
 
         TokenTexts(Tokenizer tok) {
             int n = tok.vocabSize();
@@ -250,6 +364,58 @@ public final class OutputConstraint {
 
         char[] text(int prev, int token) {
             return prev == Tokenizer.BOS ? afterBos[token] : texts[token];
+        }
+
+        /** The trie of the token texts after {@code prev} (after BOS: without the one leading space). */
+        Trie trie(int prev) {
+            if (prev == Tokenizer.BOS) {
+                Trie t = trieAfterBos;
+                if (t == null) trieAfterBos = t = Trie.of(afterBos);
+                return t;
+            }
+            Trie t = trie;
+            if (t == null) trie = t = Trie.of(texts);
+            return t;
+        }
+    }
+
+    /** A trie of token texts: each node's next characters (ascending) and children, and the tokens whose text ends there. */
+    static final class Trie {
+        final char[] keys;
+        final Trie[] kids;
+        final int[] tokens;
+
+        private Trie(char[] keys, Trie[] kids, int[] tokens) {
+            this.keys = keys;
+            this.kids = kids;
+            this.tokens = tokens;
+        }
+
+        static Trie of(char[][] texts) {
+            Builder root = new Builder();
+            for (int t = 0; t < texts.length; t++) {
+                if (texts[t] == null) continue;
+                Builder n = root;
+                for (char c : texts[t]) n = n.kids.computeIfAbsent(c, k -> new Builder());
+                n.tokens.add(t);
+            }
+            return root.build();
+        }
+
+        private static final class Builder {
+            final TreeMap<Character, Builder> kids = new TreeMap<>();
+            final List<Integer> tokens = new ArrayList<>();
+
+            Trie build() {
+                char[] keys = new char[kids.size()];
+                Trie[] built = new Trie[kids.size()];
+                int i = 0;
+                for (Map.Entry<Character, Builder> e : kids.entrySet()) {
+                    keys[i] = e.getKey();
+                    built[i++] = e.getValue().build();
+                }
+                return new Trie(keys, built, tokens.stream().mapToInt(Integer::intValue).toArray());
+            }
         }
     }
 
@@ -360,6 +526,11 @@ public final class OutputConstraint {
             return compile(Kind.JSON_SCHEMA, schema);
         }
 
+        /** A grammar's constraint (GBNF); a refusal's message says what is wrong and where (line, column). */
+        public OutputConstraint ebnf(String grammar) {
+            return compile(Kind.EBNF, grammar);
+        }
+
         /** As {@link #compile(Kind, String, String)} for one client that stands for all (tests, a caller that knows none). */
         public OutputConstraint compile(Kind kind, String source) {
             return compile(kind, source, ANYONE);
@@ -394,11 +565,14 @@ public final class OutputConstraint {
                 long started = System.nanoTime();
                 Outcome outcome = Outcome.REFUSED; // unless it compiles: how it is written, or a bound on its size
                 try {
-                    c = ClientRegex.withDeadline(deadlineNanos, () -> new OutputConstraint(kind, source,
+                    c = ClientRegex.withDeadline(deadlineNanos, () -> kind == Kind.EBNF
+                            ? new OutputConstraint(source, EbnfGrammar.parse(source), texts)
+                            : new OutputConstraint(kind, source,
                             switch (kind) {
                                 case REGEX -> ClientRegex.compile(source);
                                 case JSON_SCHEMA -> JsonSchemaAutomaton.compile(source);
                                 case TOOL_CALLS -> ToolCalls.language(source);
+                                case EBNF -> throw new IllegalStateException("a grammar has no automaton");
                             }, texts));
                     outcome = Outcome.COMPILED;
                 } catch (ClientRegex.TooComplex e) {

@@ -11,6 +11,7 @@ import io.kvferry.api.Knobs;
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.kv.PrefixCache;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.runtime.ShardedModel;
@@ -421,7 +422,17 @@ public final class DecodeEngine extends SchedulerThread {
                 Flight f = batch[i];
                 batch[i] = null;
                 if (f.generated == 1) f.firstDecodeMs = stepMs;
-                int token = f.req.sampling().sample(logits[i], f.generated, f.seq, f.req.prompt().length);
+                int token;
+                try {
+                    token = f.req.sampling().sample(logits[i], f.generated, f.seq, f.req.prompt().length);
+                } catch (OutputConstraint.Exceeded e) {
+                    // Its grammar passed a bound of the recognizer: this request ends with that error, the batch goes on.
+                    running.remove(f);
+                    release(f);
+                    f.told = true;
+                    f.req.sink().onError(null, e.getMessage());
+                    continue;
+                }
                 emit(f, token, f.req.topLogprobs() < 0 ? null : TokenLogprobs.of(logits[i], token, f.req.topLogprobs()));
             }
             moved = true;

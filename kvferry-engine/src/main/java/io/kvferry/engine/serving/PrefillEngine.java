@@ -10,6 +10,7 @@ import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
 import io.kvferry.engine.kv.PrefixCache;
 import io.kvferry.engine.model.LayerKind;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.runtime.ShardedModel;
@@ -409,17 +410,30 @@ public final class PrefillEngine extends SchedulerThread {
                 else fail(f);
                 moved = true;
             } else if (!holdChunks) {
-                forwardChunk(f);
-                f.started = true;
-                if (f.computed == f.req.prompt().length) {
+                boolean computed;
+                try {
+                    forwardChunk(f);
+                    computed = true;
+                } catch (OutputConstraint.Exceeded e) {
+                    // Its grammar passed a bound of the recognizer at the first token: this request fails with that error (the
+                    // decode hears the abort; the router answers the prefill's error), the others go on.
                     forward.removeFirst();
-                    offerToCache(f); // the requests waiting for its pages take them on the next pass
-                    if (f.senders != null) {
-                        inflight.add(f);
-                    } else { // prefill-only: done once computed, nothing sent
-                        Result r = new Result(f.req.room(), -1, f.computeNanos / 1e6, 0, 0, f.inputLogprobs, f.cachedPages * spec.pageSize());
-                        release(f, true);
-                        f.done.complete(r);
+                    f.senders.abort();
+                    failWith(f, e);
+                    computed = false;
+                }
+                if (computed) {
+                    f.started = true;
+                    if (f.computed == f.req.prompt().length) {
+                        forward.removeFirst();
+                        offerToCache(f); // the requests waiting for its pages take them on the next pass
+                        if (f.senders != null) {
+                            inflight.add(f);
+                        } else { // prefill-only: done once computed, nothing sent
+                            Result r = new Result(f.req.room(), -1, f.computeNanos / 1e6, 0, 0, f.inputLogprobs, f.cachedPages * spec.pageSize());
+                            release(f, true);
+                            f.done.complete(r);
+                        }
                     }
                 }
                 moved = true;

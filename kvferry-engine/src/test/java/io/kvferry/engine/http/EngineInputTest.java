@@ -85,7 +85,7 @@ class EngineInputTest {
                 {"\"json_schema\":\"" + "[".repeat(2_000) + "\"", "json_schema", "is not valid JSON"},
                 {"\"json_schema\":\"{\\\"$ref\\\":\\\"#/$defs/a\\\",\\\"$defs\\\":{\\\"a\\\":{\\\"$ref\\\":\\\"#/$defs/a\\\"}}}\"",
                         "json_schema.$defs.a", "recursive $ref"}, // the param goes on to the fault's place in the schema
-                {"\"ebnf\":\"root ::= x\"", "ebnf", "not supported"},
+                {"\"ebnf\":\"root ::= x\"", "ebnf", "the grammar has an undefined rule 'x' at line 1, column 10"},
         };
         long room = 9_000;
         for (String url : List.of(stack.prefillUrl(), stack.decodeUrl())) {

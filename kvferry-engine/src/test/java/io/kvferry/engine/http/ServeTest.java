@@ -392,8 +392,9 @@ class ServeTest {
     @Timeout(60)
     void generateRefusesSamplingParamsTheEngineDoesNotImplement() throws Exception {
         String[][] cases = {
-                {"\"n\":2,\"ebnf\":\"root ::= x\"", "sampling_params: n is not supported (must be 1, null or absent), got 2; "
-                        + "ebnf is not supported (must be null or absent), got \"root ::= x\""},
+                {"\"n\":2,\"no_stop_trim\":true", "sampling_params: n is not supported (must be 1, null or absent), got 2; "
+                        + "no_stop_trim is not supported (must be false, null or absent), got true"},
+                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf: the grammar has an undefined rule 'x' at line 1, column 10"},
                 {"\"top_k\":0", "top_k must be -1 (no limit) or at least 1, got 0"},
                 // The sampling parameters it implements, out of range (SamplingParamsTest: each of them).
                 {"\"min_p\":1.1", "min_p must be in [0, 1]"},
@@ -405,7 +406,7 @@ class ServeTest {
                 {"\"stop_token_ids\":[13.5]", "stop_token_ids must be a list of token ids"},
                 {"\"regex\":\"a(?=b)\"", "sampling_params.regex: the regex has a lookahead '(?=' at position 1"},
                 {"\"temprature\":0.5", "temprature is not supported (this engine implements max_new_tokens, temperature, top_p, top_k, seed, stop, "
-                        + "frequency_penalty, presence_penalty, repetition_penalty, min_p, logit_bias, min_new_tokens, ignore_eos, stop_token_ids, regex, json_schema)"},
+                        + "frequency_penalty, presence_penalty, repetition_penalty, min_p, logit_bias, min_new_tokens, ignore_eos, stop_token_ids, regex, json_schema, ebnf)"},
         };
         for (String[] c : cases) {
             String body = "{\"text\":\"Once upon a time\",\"sampling_params\":{\"max_new_tokens\":4," + c[0] + "}}";

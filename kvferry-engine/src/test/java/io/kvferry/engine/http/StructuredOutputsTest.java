@@ -39,7 +39,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * Structured outputs through the router, a TP2 prefill (the first token) and a TP1 decode (the rest), as vLLM's and
  * SGLang's clients send them: regex on the three routes (greedy and seeded, whole and streamed; the answer a colocated
  * run's, token for token, and a whole match when it stops), choices, JSON schemas (OpenAI's response_format, vLLM's guided_json and
- * structured_outputs), json_object; and the refusals (a bad regex, an unsupported keyword, two constraints, grammars), a
+ * structured_outputs), json_object; and the refusals (a bad regex, an unsupported keyword, two constraints, a bad grammar), a
  * 400 naming the field at the router and at each engine.
  */
 class StructuredOutputsTest {
@@ -300,8 +300,12 @@ class StructuredOutputsTest {
                 {"\"guided_choice\":[]", "guided_choice", "non-empty list of strings"},
                 {"\"guided_regex\":\"a\",\"response_format\":{\"type\":\"json_object\"}", "guided_regex", "response_format and guided_regex"},
                 {"\"guided_regex\":\"a\",\"guided_choice\":[\"b\"]", "guided_choice", "guided_regex and guided_choice"},
-                {"\"guided_grammar\":\"root ::= x\"", "guided_grammar", "guided_grammar is not supported"},
-                {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "structured_outputs.grammar", "not supported"},
+                {"\"guided_grammar\":\"root ::= x\"", "guided_grammar", "guided_grammar: the grammar has an undefined rule 'x' at line 1, column 10"},
+                {"\"structured_outputs\":{\"grammar\":\"root ::= x\"}", "structured_outputs.grammar",
+                        "structured_outputs.grammar: the grammar has an undefined rule 'x' at line 1, column 10"},
+                {"\"guided_grammar\":\"root ::= [a-\"", "guided_grammar", "character class '[' never closed at line 1, column 10"},
+                {"\"guided_grammar\":7", "guided_grammar", "guided_grammar must be a string"},
+                {"\"guided_grammar\":\"root ::= \\\"a\\\"\",\"guided_regex\":\"a\"", "guided_regex", "guided_grammar and guided_regex are both set"},
                 {"\"structured_outputs\":{\"regex\":\"a\",\"whitespace_pattern\":\" *\"}", "structured_outputs.whitespace_pattern", "not supported"},
                 {"\"guided_whitespace_pattern\":\" *\",\"guided_json\":{}", "guided_whitespace_pattern", "whitespace is fixed"},
         };
@@ -317,7 +321,9 @@ class StructuredOutputsTest {
                         "keyword 'patternProperties'"},
                 {"\"json_schema\":{\"type\":\"object\"}", "sampling_params.json_schema", "must be a string"},
                 {"\"regex\":\"a\",\"json_schema\":\"{}\"", "sampling_params.json_schema", "sampling_params.regex and sampling_params.json_schema"},
-                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf", "ebnf"},
+                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf", "sampling_params.ebnf: the grammar has an undefined rule 'x' at line 1, column 10"},
+                {"\"ebnf\":\"start ::= \\\"a\\\"\"", "sampling_params.ebnf", "has no root rule"},
+                {"\"regex\":\"a\",\"ebnf\":\"root ::= \\\"a\\\"\"", "sampling_params.ebnf", "sampling_params.regex and sampling_params.ebnf are both set"},
         };
         for (String[] c : sglang) {
             assertBadRequest("/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":8," + c[0] + "}}", c[1], c[2]);
@@ -332,7 +338,7 @@ class StructuredOutputsTest {
                         "not above 0"},
                 {"\"json_schema\":\"[1,2]\"", "sampling_params.json_schema", "must be a JSON object"},
                 {"\"regex\":\"a\",\"json_schema\":\"{}\"", "sampling_params.json_schema", "both set"},
-                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf", "not supported"},
+                {"\"ebnf\":\"root ::= x\"", "sampling_params.ebnf", "undefined rule 'x' at line 1, column 10"},
         };
         long room = 8_000;
         for (String[] c : engine) {

@@ -1,0 +1,198 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.TestModels;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.OutputConstraint;
+import io.kvferry.engine.model.Sampling;
+import io.kvferry.engine.model.SamplingRules;
+import io.kvferry.engine.model.Tokenizer;
+import io.kvferry.engine.serving.ColocatedEngine;
+import io.kvferry.engine.serving.EngineSpec;
+import io.kvferry.engine.serving.Generation;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.net.http.HttpResponse;
+import java.util.List;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Grammars (GBNF) through the router, a TP2 prefill (the first token) and a TP1 decode (the rest): recursive grammars
+ * on /generate ({@code ebnf}), /v1/completions ({@code guided_grammar}, whole and streamed) and chat
+ * ({@code structured_outputs.grammar}), the answer a colocated run's token for token, a whole match of the grammar when
+ * it stops and a prefix of one when cut; and a grammar that passes a run-time bound of the recogniser, at the first
+ * token (the prefill's) or later (the decode's): the request ends with an error naming the grammar, and the engines
+ * serve the next request as before.
+ */
+class GrammarOutputsTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final String PROMPT = "Once upon a time";
+    static final int MAX = 40;
+    static Tokenizer tokenizer;
+    static OutputConstraint.Compiler compiler;
+    static EngineStack stack;
+    static Router router;
+    static ColocatedEngine colocated;
+    static int[] promptIds;
+
+    @BeforeAll
+    static void start() throws Exception {
+        TestModels.requireStories();
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        tokenizer = model.tokenizer();
+        compiler = new OutputConstraint.Compiler(tokenizer);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 32, 32);
+        stack = EngineStack.open(spec.withParallelism(2, 1), spec, "grammar-outputs-test", null);
+        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), tokenizer, model.weights().config.seqLen(),
+                "test-model", "127.0.0.1", 0);
+        colocated = new ColocatedEngine(spec.withMaxRequests(1));
+        promptIds = tokenizer.encode(PROMPT, true, false);
+    }
+
+    @AfterAll
+    static void stop() {
+        for (AutoCloseable c : new AutoCloseable[]{router, stack, colocated}) {
+            try {
+                if (c != null) c.close();
+            } catch (Exception ignored) {
+                // closing the rest
+            }
+        }
+    }
+
+    /** Recursive grammars: nested parentheses inside a left-recursive list; left-recursive arithmetic; a small JSON. */
+    static final String[] GRAMMARS = {
+            """
+            root ::= name " " verb " " things "."
+            name ::= "Lily" | "Tom" | "Sue"
+            verb ::= "saw" | "had" | "liked"
+            things ::= things " and " thing | thing
+            thing ::= ("a " | "the ") [a-z]+ | "(" things ")"
+            """,
+            """
+            root ::= expr
+            expr ::= expr ("+" | "-") term | term
+            term ::= [0-9]{1,3} | "(" expr ")"
+            """,
+            """
+            root ::= object
+            value ::= object | array | string | [0-9]+ | "true" | "false" | "null"
+            object ::= "{" ( pair ( ", " pair )* )? "}"
+            pair ::= string ": " value
+            array ::= "[" ( value ( ", " value )* )? "]"
+            string ::= "\\"" [a-z ]{0,12} "\\""
+            """,
+    };
+    /** Greedy, and seeded temperature / top-p. */
+    static final String[] SAMPLINGS = {"\"temperature\":0", "\"temperature\":0.9,\"top_p\":0.95,\"seed\":11"};
+
+    static Sampling sampling(int s, OutputConstraint c) {
+        SamplingRules r = SamplingRules.NONE.withConstraint(c);
+        return s == 0 ? new Sampling(0f, 1f, 0, -1, r) : new Sampling(0.9f, 0.95f, 11, -1, r);
+    }
+
+    static void assertWholeOrPrefix(OutputConstraint c, String text, boolean stopped, String what) {
+        if (stopped) assertTrue(c.matches(text), what + ": '" + text + "' is not a whole match");
+        else assertTrue(c.startsMatch(text), what + ": '" + text + "' is not a prefix of a match");
+    }
+
+    @Test
+    @Timeout(180)
+    void grammarAnswersMatchOnEveryRouteAndEqualColocated() throws Exception {
+        int stops = 0;
+        for (String grammar : GRAMMARS) {
+            OutputConstraint c = compiler.ebnf(grammar);
+            String q = JSON.writeValueAsString(grammar);
+            for (int s = 0; s < SAMPLINGS.length; s++) {
+                Generation ref = colocated.generate(promptIds, MAX, sampling(s, c));
+                String refText = tokenizer.decode(ref.tokens());
+                String what = grammar.lines().findFirst().orElseThrow() + " " + SAMPLINGS[s];
+                assertWholeOrPrefix(c, refText, ref.finishReason().equals("stop"), what);
+                if (ref.finishReason().equals("stop")) stops++;
+                // SGLang's /generate (ebnf): the colocated run's tokens.
+                JsonNode g = RouterCalls.ok(router.port(), "/generate", "{\"text\":\"" + PROMPT + "\",\"sampling_params\":{\"max_new_tokens\":" + MAX
+                        + "," + SAMPLINGS[s] + ",\"ebnf\":" + q + "}}");
+                assertArrayEquals(ref.tokens(), SamplingParamsTest.ids(g.get("output_ids")), what);
+                assertEquals(refText, g.get("text").asText(), what);
+                // vLLM's guided_grammar and structured_outputs.grammar on /v1/completions: the same text and finish.
+                for (String field : new String[]{"\"guided_grammar\":" + q, "\"structured_outputs\":{\"grammar\":" + q + "}"}) {
+                    JsonNode r = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX + ","
+                            + SAMPLINGS[s] + "," + field + "}");
+                    JsonNode choice = r.path("choices").path(0);
+                    assertEquals(refText, choice.path("text").asText(), what + " " + field);
+                    assertEquals(ref.finishReason(), choice.path("finish_reason").asText(), what + " " + field);
+                }
+                StringBuilder streamed = new StringBuilder();
+                for (JsonNode e : RouterCalls.events(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":" + MAX
+                        + "," + SAMPLINGS[s] + ",\"stream\":true,\"guided_grammar\":" + q + "}")) {
+                    streamed.append(e.path("choices").path(0).path("text").asText(""));
+                }
+                assertEquals(refText, streamed.toString(), what + " streamed");
+                // A chat (its own prompt): a whole match when it stops, a prefix of one when cut.
+                JsonNode chat = RouterCalls.ok(router.port(), "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"" + PROMPT
+                        + "\"}],\"max_tokens\":" + MAX + "," + SAMPLINGS[s] + ",\"structured_outputs\":{\"grammar\":" + q + "}}");
+                JsonNode cc = chat.path("choices").path(0);
+                assertWholeOrPrefix(c, cc.path("message").path("content").asText(), cc.path("finish_reason").asText().equals("stop"), "chat " + what);
+            }
+        }
+        assertTrue(stops >= 2, "some answers finish whole: " + stops);
+    }
+
+    /** s ::= "a" | s s | s^10 (five times): highly ambiguous; passes the recogniser's bound after some 80 characters. */
+    static String ambiguous() {
+        StringBuilder g = new StringBuilder("root ::= s\ns ::= \"a\" | s s");
+        for (int i = 0; i < 5; i++) g.append(" | s s s s s s s s s s");
+        return g.toString();
+    }
+
+    /** 2,000 nullable rules in a row: compiles (its first set is within the bounds), but the first token's mask passes the bound. */
+    static String ambiguousAtOnce() {
+        StringBuilder g = new StringBuilder("root ::=");
+        for (int i = 0; i < 2_000; i++) g.append(" e").append(i);
+        for (int i = 0; i < 2_000; i++) g.append("\ne").append(i).append(" ::= \"a\" | \"\"");
+        return g.toString();
+    }
+
+    @Test
+    @Timeout(180)
+    void aGrammarPastARunTimeBoundEndsItsRequestWithAnErrorNamingIt() throws Exception {
+        // Later than the first token: the decode's mask passes the bound; the request fails with the grammar named.
+        String[] grammars = {ambiguous(), ambiguousAtOnce()};
+        for (String grammar : grammars) {
+            String q = JSON.writeValueAsString(grammar);
+            for (String[] call : new String[][]{
+                    {"/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"ebnf\":" + q + "}}"},
+                    {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"guided_grammar\":" + q + "}"}}) {
+                HttpResponse<String> r = RouterCalls.post(router.port(), call[0], call[1]);
+                assertEquals(500, r.statusCode(), r.body().substring(0, Math.min(300, r.body().length())));
+                String message = JSON.readTree(r.body()).path("error").path("message").asText();
+                assertTrue(message.contains("the grammar (ebnf=root ::=") && message.contains("passed a bound of its recognizer at output token"),
+                        message);
+            }
+            // Streamed: past the first token, the tokens so far then an error event naming it; at the first token (the
+            // prefill's mask) no stream has begun: the error answer itself.
+            String streamed = "{\"prompt\":\"x\",\"max_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"guided_grammar\":" + q + "}";
+            if (grammar.equals(ambiguous())) {
+                List<JsonNode> events = RouterCalls.events(router.port(), "/v1/completions", streamed);
+                assertTrue(events.size() > 2, "tokens before the error: " + events.size());
+                assertTrue(events.getLast().path("error").path("message").asText().contains("passed a bound"), events.getLast().toString());
+            } else {
+                HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", streamed);
+                assertEquals(500, r.statusCode());
+                assertTrue(r.body().contains("passed a bound of its recognizer at output token 0"), r.body().substring(0, Math.min(300, r.body().length())));
+            }
+        }
+        // The engines go on: a plain request and a constrained one are served as before.
+        JsonNode ok = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":8,\"temperature\":0,"
+                + "\"guided_grammar\":" + JSON.writeValueAsString(GRAMMARS[0]) + "}");
+        assertTrue(compiler.ebnf(GRAMMARS[0]).startsMatch(ok.path("choices").path(0).path("text").asText()), ok.toString());
+        assertEquals(200, RouterCalls.post(router.port(), "/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":4}}").statusCode());
+    }
+}
