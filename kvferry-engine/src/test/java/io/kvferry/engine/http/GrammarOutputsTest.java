@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.TestModels;
+import io.kvferry.engine.model.HostileGrammars;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
@@ -145,26 +146,11 @@ class GrammarOutputsTest {
         assertTrue(stops >= 2, "some answers finish whole: " + stops);
     }
 
-    /** s ::= "a" | s s | s^10 (five times): highly ambiguous; passes the recogniser's bound after some 80 characters. */
-    static String ambiguous() {
-        StringBuilder g = new StringBuilder("root ::= s\ns ::= \"a\" | s s");
-        for (int i = 0; i < 5; i++) g.append(" | s s s s s s s s s s");
-        return g.toString();
-    }
-
-    /** 2,000 nullable rules in a row: compiles (its first set is within the bounds), but the first token's mask passes the bound. */
-    static String ambiguousAtOnce() {
-        StringBuilder g = new StringBuilder("root ::=");
-        for (int i = 0; i < 2_000; i++) g.append(" e").append(i);
-        for (int i = 0; i < 2_000; i++) g.append("\ne").append(i).append(" ::= \"a\" | \"\"");
-        return g.toString();
-    }
-
     @Test
     @Timeout(180)
     void aGrammarPastARunTimeBoundEndsItsRequestWithAnErrorNamingIt() throws Exception {
         // Later than the first token: the decode's mask passes the bound; the request fails with the grammar named.
-        String[] grammars = {ambiguous(), ambiguousAtOnce()};
+        String[] grammars = {HostileGrammars.ambiguous(), HostileGrammars.ambiguousAtOnce()};
         for (String grammar : grammars) {
             String q = JSON.writeValueAsString(grammar);
             for (String[] call : new String[][]{
@@ -179,7 +165,7 @@ class GrammarOutputsTest {
             // Streamed: past the first token, the tokens so far then an error event naming it; at the first token (the
             // prefill's mask) no stream has begun: the error answer itself.
             String streamed = "{\"prompt\":\"x\",\"max_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"guided_grammar\":" + q + "}";
-            if (grammar.equals(ambiguous())) {
+            if (grammar.equals(HostileGrammars.ambiguous())) {
                 List<JsonNode> events = RouterCalls.events(router.port(), "/v1/completions", streamed);
                 assertTrue(events.size() > 2, "tokens before the error: " + events.size());
                 assertTrue(events.getLast().path("error").path("message").asText().contains("passed a bound"), events.getLast().toString());

@@ -287,7 +287,7 @@ class EbnfGrammarTest {
     void anAmbiguousGrammarPassesARunTimeBoundWithAClearError() throws Exception {
         TestModels.requireStories();
         Tokenizer tok = ModelFiles.load(null, null).tokenizer();
-        String hostile = hostile();
+        String hostile = HostileGrammars.ambiguous();
         OutputConstraint c = new OutputConstraint.Compiler(tok).ebnf(hostile);
         int a = -1;
         for (int t = Tokenizer.EOS + 1; t < tok.vocabSize() && a < 0; t++) {
@@ -301,12 +301,5 @@ class EbnfGrammarTest {
                 () -> c.mask(new float[tok.vocabSize()], seq, prompt.length, 150, true, true, new int[0]));
         assertTrue(e.getMessage().startsWith("the grammar (ebnf=root ::= s") && e.getMessage().contains("passed a bound of its recognizer at output token 150"),
                 e.getMessage());
-    }
-
-    /** s ::= "a" | s s | s s s … (ten of them), that one five times: every split of "a…a" is a parse, many times over. */
-    static String hostile() {
-        StringBuilder g = new StringBuilder("root ::= s\ns ::= \"a\" | s s");
-        for (int i = 0; i < 5; i++) g.append(" | s s s s s s s s s s");
-        return g.toString();
     }
 }

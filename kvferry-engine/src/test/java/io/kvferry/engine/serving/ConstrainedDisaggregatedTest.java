@@ -3,6 +3,7 @@ package io.kvferry.engine.serving;
 import io.kvferry.KVFerry;
 import io.kvferry.api.KVBootstrapServer;
 import io.kvferry.engine.TestModels;
+import io.kvferry.engine.model.HostileGrammars;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
@@ -18,12 +19,15 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -119,6 +123,90 @@ class ConstrainedDisaggregatedTest {
                 assertTrue(stops >= samplings.size() / 2, "most constrained answers finish whole: " + stops + " of " + samplings.size());
                 assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS), "prefill pages not returned");
                 assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS), "decode pages not returned");
+            }
+        }
+    }
+
+    /** Recursive grammars (GBNF): a left-recursive list with nested groups, balanced parentheses, a small JSON object. */
+    static final String[] GRAMMARS = {
+            "root ::= name \" \" verb \" \" things \".\"\nname ::= \"Lily\" | \"Tom\"\nverb ::= \"saw\" | \"had\"\n"
+                    + "things ::= things \" and \" thing | thing\nthing ::= (\"a \" | \"the \") [a-z]+ | \"(\" things \")\"",
+            "root ::= \"(\" root \")\" root | \"x\"",
+            "root ::= obj\nobj ::= \"{\" (pair (\", \" pair)*)? \"}\"\npair ::= \"\\\"\" [a-z]{1,8} \"\\\": \" (obj | [0-9]{1,3})",
+    };
+
+    /**
+     * Grammars across PD: each answer a colocated run's token for token, a whole sentence of its grammar when it stops and
+     * a prefix of one when cut; in the same batch, a grammar that passes the recogniser's bound at the first token (the
+     * prefill's mask) and one that passes it later (the decode's) fail their own requests alone, naming the grammar,
+     * and every page comes back.
+     */
+    @ParameterizedTest(name = "{0} over tcp")
+    @MethodSource("layouts")
+    @Timeout(180)
+    void grammarAnswersAreSentencesAndEqualColocatedAndABoundFailsOnlyItsRequest(Layout l) throws Exception {
+        int[] prompt = tokenizer.encode("Once upon a time", true, false);
+        List<Sampling> samplings = new ArrayList<>();
+        List<OutputConstraint> constraints = new ArrayList<>();
+        for (String g : GRAMMARS) {
+            OutputConstraint c = compiler.ebnf(g);
+            constraints.add(c);
+            samplings.add(new Sampling(0f, 1f, 0, -1, SamplingRules.NONE.withConstraint(c)));
+            constraints.add(c);
+            samplings.add(new Sampling(0.9f, 0.95f, 21, -1, SamplingRules.NONE.withConstraint(c)));
+        }
+        int max = 40;
+        List<Generation> expected = new ArrayList<>();
+        try (ColocatedEngine c = new ColocatedEngine(base.withMaxRequests(1))) {
+            for (Sampling s : samplings) expected.add(c.generate(prompt, max, s));
+        }
+        SamplingRules ignoreEos = SamplingRules.of(0, 0, 1, 0, Map.of(), 0, true, new int[0]);
+        Sampling later = new Sampling(0f, 1f, 0, -1, ignoreEos.withConstraint(compiler.ebnf(HostileGrammars.ambiguous())));
+        Sampling atOnce = new Sampling(0f, 1f, 0, -1, ignoreEos.withConstraint(compiler.ebnf(HostileGrammars.ambiguousAtOnce())));
+        try (KVBootstrapServer registry = KVFerry.startBootstrapServer("127.0.0.1", 0, "constrained-grammar-test")) {
+            TransferSpec t = new TransferSpec("tcp", "127.0.0.1:" + registry.port(), "constrained-grammar-test", "127.0.0.1");
+            try (PrefillEngine p = new PrefillEngine(base.withParallelism(l.ptp(), l.ppp()), t);
+                 DecodeEngine d = new DecodeEngine(base.withParallelism(l.dtp(), l.dpp()), t)) {
+                List<CompletableFuture<Generation>> gens = new ArrayList<>();
+                List<CompletableFuture<PrefillEngine.Result>> pres = new ArrayList<>();
+                for (int i = 0; i < samplings.size(); i++) {
+                    pres.add(p.submit(new PrefillEngine.Request(9_500 + i, prompt, samplings.get(i))));
+                    gens.add(DisaggregatedTest.decode(d, 9_500 + i, prompt, max, samplings.get(i)));
+                }
+                CompletableFuture<PrefillEngine.Result> laterPre = p.submit(new PrefillEngine.Request(9_600, prompt, later));
+                CompletableFuture<Generation> laterGen = DisaggregatedTest.decode(d, 9_600, prompt, 150, later);
+                CompletableFuture<PrefillEngine.Result> atOncePre = p.submit(new PrefillEngine.Request(9_601, prompt, atOnce));
+                CompletableFuture<Generation> atOnceGen = DisaggregatedTest.decode(d, 9_601, prompt, 150, atOnce);
+                int stops = 0;
+                for (int i = 0; i < samplings.size(); i++) {
+                    Generation g = gens.get(i).get(60, TimeUnit.SECONDS);
+                    pres.get(i).get(30, TimeUnit.SECONDS);
+                    String what = l + ", " + constraints.get(i) + ", " + samplings.get(i);
+                    assertArrayEquals(expected.get(i).tokens(), g.tokens(), what);
+                    assertEquals(expected.get(i).finishReason(), g.finishReason(), what);
+                    String text = tokenizer.decode(g.tokens());
+                    if (g.finishReason().equals("stop")) {
+                        stops++;
+                        assertTrue(constraints.get(i).matches(text), what + ": '" + text + "' is a whole sentence");
+                    } else {
+                        assertTrue(constraints.get(i).startsMatch(text), what + ": '" + text + "' is a prefix of a sentence");
+                    }
+                }
+                assertTrue(stops >= 2, "some grammar answers finish whole: " + stops);
+                // The decode's bound: the prefill's part went through, the decode ends the request with the error.
+                laterPre.get(30, TimeUnit.SECONDS);
+                ExecutionException e = assertThrows(ExecutionException.class, () -> laterGen.get(60, TimeUnit.SECONDS));
+                assertTrue(e.getCause().getMessage().contains("the grammar (ebnf=root ::= s") && e.getCause().getMessage().contains("passed a bound"),
+                        e.getCause().getMessage());
+                // The prefill's bound (its first token's mask): the prefill fails it with the error, the decode hears the abort.
+                ExecutionException pe = assertThrows(ExecutionException.class, () -> atOncePre.get(30, TimeUnit.SECONDS));
+                assertInstanceOf(OutputConstraint.Exceeded.class, pe.getCause());
+                assertTrue(pe.getCause().getMessage().contains("at output token 0"), pe.getCause().getMessage());
+                assertThrows(ExecutionException.class, () -> atOnceGen.get(60, TimeUnit.SECONDS));
+                assertEquals(0, p.outstanding().get(10, TimeUnit.SECONDS), "prefill pages not returned");
+                assertEquals(0, d.outstanding().get(10, TimeUnit.SECONDS), "decode pages not returned");
+                assertEquals(null, p.failure(), "the prefill's scheduler goes on");
+                assertEquals(null, d.failure(), "the decode's scheduler goes on");
             }
         }
     }

@@ -1,0 +1,28 @@
+package io.kvferry.engine.model;
+
+/** Grammars that compile but pass a run-time bound of the recogniser ({@link Earley#MAX_ITEMS}, {@link Earley#MAX_WORK}). */
+public final class HostileGrammars {
+    private HostileGrammars() {
+    }
+
+    /**
+     * s ::= "a" | s s | s s s … (ten of them), that one five times: every split of "a…a" is a parse, many times over; the
+     * steps of one token pass the bound after some 80 characters (the decode's mask).
+     */
+    public static String ambiguous() {
+        StringBuilder g = new StringBuilder("root ::= s\ns ::= \"a\" | s s");
+        for (int i = 0; i < 5; i++) g.append(" | s s s s s s s s s s");
+        return g.toString();
+    }
+
+    /**
+     * 2,000 nullable rules in a row: compiles (its first Earley set is within the bounds), but the first token's mask
+     * (the prefill's) passes the bound on steps.
+     */
+    public static String ambiguousAtOnce() {
+        StringBuilder g = new StringBuilder("root ::=");
+        for (int i = 0; i < 2_000; i++) g.append(" e").append(i);
+        for (int i = 0; i < 2_000; i++) g.append("\ne").append(i).append(" ::= \"a\" | \"\"");
+        return g.toString();
+    }
+}
