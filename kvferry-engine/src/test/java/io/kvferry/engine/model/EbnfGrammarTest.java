@@ -302,4 +302,32 @@ class EbnfGrammarTest {
         assertTrue(e.getMessage().startsWith("the grammar (ebnf=root ::= s") && e.getMessage().contains("passed a bound of its recognizer at output token 150"),
                 e.getMessage());
     }
+
+    /**
+     * A grammar goes through the same compiler as a regex or a schema: cached by its text (sent again, not compiled
+     * again), a refusal for its size remembered (refused again without compiling), one for how it is written not kept.
+     */
+    @Test
+    void theCompilerCachesGrammarsAndRemembersTheirComplexityRefusals() throws Exception {
+        TestModels.requireStories();
+        OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(ModelFiles.load(null, null).tokenizer());
+        String g = "root ::= \"(\" root \")\" | \"x\"";
+        OutputConstraint c = compiler.ebnf(g);
+        assertEquals(OutputConstraint.Kind.EBNF, c.kind());
+        assertEquals(g, c.source());
+        assertTrue(c == compiler.ebnf(g), "the cached constraint");
+        assertTrue(c == compiler.compile(OutputConstraint.Kind.EBNF, g), "the cached constraint");
+        assertEquals(1, compiler.compileCount());
+        assertEquals(2, compiler.outcomes(OutputConstraint.Compiler.Outcome.CACHED));
+        assertFalse(c.equals(compiler.regex("\\(x\\)")), "a regex of another text is another constraint");
+        String big = "root ::= \"a\"{0,1000} \"b\"{0,1000} \"c\"{0,1000}";
+        for (int i = 0; i < 2; i++) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> compiler.ebnf(big));
+            assertTrue(e.getMessage().contains("more than " + EbnfGrammar.MAX_SYMBOLS + " symbols"), e.getMessage());
+        }
+        assertEquals(3, compiler.compileCount(), "the second refusal from memory: " + compiler.compileCount());
+        assertEquals(1, compiler.refusedCount());
+        for (int i = 0; i < 2; i++) assertThrows(IllegalArgumentException.class, () -> compiler.ebnf("root ::= x"));
+        assertEquals(5, compiler.compileCount(), "a fault in how it is written is found again, not kept");
+    }
 }
