@@ -17,7 +17,7 @@ final class Earley {
     /** Most items in one Earley set. */
     static final int MAX_ITEMS = 10_000;
     /** Most steps (items processed, items looked at for a completion or a scan) in one call: one mask, one state. */
-    static final long MAX_WORK = 20_000_000;
+    static final long MAX_WORK = 5_000_000;
     private static final int END = Integer.MIN_VALUE;
 
     final EbnfGrammar g;

@@ -182,7 +182,8 @@ public final class OutputConstraint {
 
     /**
      * The automaton's state after the output so far: {@code seq} holds the prompt ({@code promptLength} tokens) and then
-     * {@code step} output tokens. -1: outside the language (never, for an output sampled under this constraint).
+     * {@code step} output tokens. -1: outside the language (never, for an output sampled under this constraint). A DFA's
+     * (a grammar's state is its Earley chart, not an int: {@link #wholeMatch} asks it whether the output is whole).
      */
     public int state(int[] seq, int promptLength, int step) {
         if (grammar != null) throw new IllegalStateException("a grammar's state is its Earley chart: see wholeMatch");
@@ -264,7 +265,7 @@ public final class OutputConstraint {
             whole = chart != null && grammar.complete(chart);
             if (chart != null) grammar.viable(texts.trie(prev), chart, ok, b);
         } catch (Earley.Over e) {
-            throw new Exceeded("the grammar (" + this + ") passed a bound of its recognizer at output token " + step + ": " + e.getMessage()
+            throw new Exceeded("the grammar (" + toString().replace("\n", "\\n") + ") passed a bound of its recognizer at output token " + step + ": " + e.getMessage()
                     + " (a grammar this ambiguous is not served: docs/SERVING.md, \"Structured outputs\")");
         }
         boolean any = false;

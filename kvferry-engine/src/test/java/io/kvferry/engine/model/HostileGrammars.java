@@ -7,7 +7,7 @@ public final class HostileGrammars {
 
     /**
      * s ::= "a" | s s | s s s … (ten of them), that one five times: every split of "a…a" is a parse, many times over; the
-     * steps of one token pass the bound after some 80 characters (the decode's mask).
+     * steps of one token pass the bound after some 50 characters (the decode's mask).
      */
     public static String ambiguous() {
         StringBuilder g = new StringBuilder("root ::= s\ns ::= \"a\" | s s");
@@ -16,13 +16,13 @@ public final class HostileGrammars {
     }
 
     /**
-     * 2,000 nullable rules in a row: compiles (its first Earley set is within the bounds), but the first token's mask
-     * (the prefill's) passes the bound on steps.
+     * 1,000 nullable rules in a row: compiles (its first Earley set is within the bounds), but the first token's mask
+     * (the prefill's) passes the bound on steps (its first set alone takes 1.5M).
      */
     public static String ambiguousAtOnce() {
         StringBuilder g = new StringBuilder("root ::=");
-        for (int i = 0; i < 2_000; i++) g.append(" e").append(i);
-        for (int i = 0; i < 2_000; i++) g.append("\ne").append(i).append(" ::= \"a\" | \"\"");
+        for (int i = 0; i < 1_000; i++) g.append(" e").append(i);
+        for (int i = 0; i < 1_000; i++) g.append("\ne").append(i).append(" ::= \"a\" | \"\"");
         return g.toString();
     }
 }
