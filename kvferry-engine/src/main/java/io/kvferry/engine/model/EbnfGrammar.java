@@ -284,9 +284,14 @@ public final class EbnfGrammar {
         }
 
         private List<Integer> postfix(List<Integer> item, int at) {
-            while (pos < s.length()) {
-                char c = s.charAt(pos);
-                if (c != '*' && c != '+' && c != '?' && c != '{') break;
+            while (true) {
+                int before = pos;
+                skip(); // llama.cpp takes space before an operator ("x *"); no rule starts with one, so a newline too
+                char c = pos < s.length() ? s.charAt(pos) : ' ';
+                if (c != '*' && c != '+' && c != '?' && c != '{') {
+                    pos = before;
+                    break;
+                }
                 int opAt = pos;
                 pos++;
                 int sym = item.size() == 1 ? item.getFirst() : wrap(item, at);

@@ -60,6 +60,7 @@ class EbnfGrammarTest {
                 """, List.of("hi Lily", "hello Tom"), List.of("hi", "hey Tom", "hi Lily Tom"));
         check("root ::= a | \na ::= \"x\"", List.of("", "x"), List.of("xx"));
         check("root ::= x-y_1\nx-y_1 ::= \"ok\"", List.of("ok"), List.of("o"));
+        check("root ::= \"a\" * [b] {1,2} (\"c\") +", List.of("bc", "aabbcc"), List.of("ac", "abbbc")); // space before an operator
     }
 
     @Test
