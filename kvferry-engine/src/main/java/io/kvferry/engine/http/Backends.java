@@ -1,6 +1,7 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.http.BearerToken;
 import io.kvferry.metrics.LogSafe;
 import org.slf4j.Logger;
@@ -248,6 +249,10 @@ final class Backends {
     HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
         HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
         if (clusterToken != null) r.header("Authorization", clusterToken.header());
+        // Whom the request is for (the tenant, else the caller's address): the engine's compiler queues it by that, not by
+        // the router's address; believed only on a request with the cluster token (StructuredOutputs#forwardedClient).
+        String client = StructuredOutputs.CLIENT.orElse(OutputConstraint.Compiler.ANYONE);
+        if (!OutputConstraint.Compiler.ANYONE.equals(client)) r.header(StructuredOutputs.CLIENT_HEADER, client);
         if (headersWithin != null) r.timeout(headersWithin);
         return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
     }

@@ -60,7 +60,8 @@ public final class PrefillServer implements AutoCloseable {
         this.bootstrapAddr = bootstrapAddr;
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
-        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(this::generate)));
+        // The compiler's client: the router's X-Kvferry-Client on a request with the cluster token, else the caller's address.
+        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(StructuredOutputs.forwardedClient(auth, this::generate))));
         Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
                 .put("bootstrap", bootstrapAddr).put("prefix_cache", engine.prefixCacheOn() ? "on" : "off")));
         server.start();

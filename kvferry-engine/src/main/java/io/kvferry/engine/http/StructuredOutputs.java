@@ -11,6 +11,7 @@ import io.kvferry.engine.model.ClientRegex;
 import io.kvferry.engine.model.JsonSchemaAutomaton;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.ToolCalls;
+import io.kvferry.http.BearerToken;
 
 import java.math.BigDecimal;
 import java.net.InetSocketAddress;
@@ -47,8 +48,8 @@ final class StructuredOutputs {
     /**
      * The client a request's compilation is for ({@link OutputConstraint.Compiler#compile(OutputConstraint.Kind, String,
      * String)}: the compiler's turns go round-robin between clients): bound by {@link Http#handle} to the caller's
-     * address ({@link #caller}), and by the router to the tenant where it has tenants ({@link #tenant}); unbound: one
-     * client for all.
+     * address ({@link #caller}), by the router to the tenant where it has tenants ({@link #tenant}), and at an engine to
+     * the client the router names ({@link #forwardedClient}); unbound: one client for all.
      */
     static final ScopedValue<String> CLIENT = ScopedValue.newInstance();
 
@@ -62,6 +63,43 @@ final class StructuredOutputs {
     /** The client of a tenant's request. */
     static String tenant(String name) {
         return "tenant " + name;
+    }
+
+    /**
+     * The header in which the router names the client of a request it forwards to an engine ({@link #CLIENT}'s value there:
+     * {@code tenant NAME} or {@code address IP}), so the engines' compilers share their turns between the router's clients,
+     * not give them all to the router's one address.
+     */
+    static final String CLIENT_HEADER = "X-Kvferry-Client";
+    /** The longest {@link #CLIENT_HEADER} an engine takes (a tenant's name is 64 characters at most; an IPv6 address 45). */
+    static final int CLIENT_HEADER_MAX = 128;
+
+    /**
+     * Runs an engine's route {@code h} with {@link #CLIENT} bound to the router's {@link #CLIENT_HEADER} where the request
+     * carries the cluster token {@code auth}: only a router holds it. Without a token on the engine ({@code auth} null:
+     * anyone may call it), without the header, or with one that is not short printable ASCII, the client stays the
+     * caller's address ({@link Http#handle}): a header from a caller not proven to be the router is never believed.
+     */
+    static Http.Handler forwardedClient(BearerToken auth, Http.Handler h) {
+        return ex -> {
+            String named = ex.getRequestHeaders().getFirst(CLIENT_HEADER);
+            if (auth == null || named == null || !auth.accepts(ex.getRequestHeaders().getFirst("Authorization")) || !printable(named)) {
+                h.handle(ex);
+                return;
+            }
+            ScopedValue.where(CLIENT, named).call(() -> {
+                h.handle(ex);
+                return null;
+            });
+        };
+    }
+
+    private static boolean printable(String s) {
+        if (s.isEmpty() || s.length() > CLIENT_HEADER_MAX) return false;
+        for (int i = 0; i < s.length(); i++) {
+            if (s.charAt(i) < 0x20 || s.charAt(i) > 0x7e) return false;
+        }
+        return true;
     }
 
     /** json_object's schema: any JSON object (JsonSchemaAutomaton#ANY_DEPTH levels deep at most). */

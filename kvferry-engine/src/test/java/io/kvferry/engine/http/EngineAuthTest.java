@@ -2,7 +2,9 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.model.CompilerSlot;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.serving.EngineSpec;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -12,8 +14,13 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -82,5 +89,66 @@ class EngineAuthTest {
                 assertFalse(JSON.readTree(r.body()).path("choices").path(0).path("text").asText().isEmpty(), r.body());
             }
         }
+    }
+
+    /**
+     * An engine's structured-output compiler queues a request by the client the router names in X-Kvferry-Client only
+     * where the request carries the cluster token: a caller without it is refused before anything is compiled, and an
+     * engine without a token (anyone may call it) queues by the caller's address whatever the header says.
+     */
+    @Test
+    @Timeout(120)
+    void theEnginesBelieveTheClientHeaderOnlyWithTheClusterToken() throws Exception {
+        ModelFiles.Loaded model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        try (EngineStack tokened = EngineStack.open(spec, spec, TOKEN, TOKEN); EngineStack open = EngineStack.open(spec, TOKEN)) {
+            OutputConstraint.Compiler c = tokened.prefillServer.outputs();
+            List<CompletableFuture<HttpResponse<String>>> sent = new ArrayList<>();
+            try (CompilerSlot held = CompilerSlot.hold(c, TimeUnit.SECONDS.toNanos(60))) {
+                HttpResponse<String> forged = generate(tokened.prefillServer.port(), 21, "x[0-9]{2}", null, "tenant forged");
+                assertRefused(forged);
+                assertEquals(Map.of(), c.queued(), "nothing compiled for a caller without the token");
+                sent.add(queued(c, tokened.prefillServer.port(), 22, "y[0-9]{2}", "Bearer " + TOKEN, "tenant team-a", "tenant team-a"));
+                sent.add(queued(c, tokened.prefillServer.port(), 23, "z[0-9]{2}", "Bearer " + TOKEN, "tenant team-b", "tenant team-b"));
+                assertEquals(Map.of("tenant team-a", 1, "tenant team-b", 1), c.queued());
+            }
+            OutputConstraint.Compiler anyone = open.prefillServer.outputs();
+            try (CompilerSlot held = CompilerSlot.hold(anyone, TimeUnit.SECONDS.toNanos(60))) {
+                sent.add(queued(anyone, open.prefillServer.port(), 24, "w[0-9]{2}", null, "tenant forged", "address 127.0.0.1"));
+                assertEquals(Map.of("address 127.0.0.1", 1), anyone.queued(), "no token on the engine: the header is not believed");
+            }
+            for (CompletableFuture<HttpResponse<String>> f : sent) {
+                HttpResponse<String> r = f.get(60, TimeUnit.SECONDS);
+                assertEquals(200, r.statusCode(), r.body());
+            }
+        }
+    }
+
+    /** A prefill-only /generate constrained by {@code regex}, its client named {@code client} (null: no header). */
+    private static HttpResponse<String> generate(int port, long room, String regex, String authorization, String client) throws Exception {
+        String body = "{\"bootstrap_room\":" + room + ",\"input_ids\":[1,2,3],\"prefill_only\":true,\"sampling_params\":{\"regex\":\""
+                + regex + "\"}}";
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/generate")).timeout(Duration.ofSeconds(60));
+        if (authorization != null) b.header("Authorization", authorization);
+        if (client != null) b.header(StructuredOutputs.CLIENT_HEADER, client);
+        return http.send(b.POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /** {@link #generate} sent from another thread, returned once {@code c} has it queued as {@code expected}'s. */
+    private static CompletableFuture<HttpResponse<String>> queued(OutputConstraint.Compiler c, int port, long room, String regex,
+            String authorization, String client, String expected) {
+        int before = c.queued().getOrDefault(expected, 0);
+        CompletableFuture<HttpResponse<String>> f = CompletableFuture.supplyAsync(() -> {
+            try {
+                return generate(port, room, regex, authorization, client);
+            } catch (Exception e) {
+                throw new CompletionException(e);
+            }
+        }, t -> Thread.ofPlatform().start(t));
+        while (c.queued().getOrDefault(expected, 0) == before) { // queued: the compiler's state, not a time
+            if (f.isDone()) return f; // answered without queuing: the caller's assertions say how
+            Thread.yield();
+        }
+        return f;
     }
 }

@@ -43,6 +43,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 /**
  * The router's tenants ({@code --tenants-file}): each key serves its tenant and no other key is let in; a tenant's
@@ -191,6 +192,44 @@ class TenantsTest {
                     while (r.outputs().queued().getOrDefault(spec[1], 0) == before) Thread.yield(); // queued: the compiler's state
                 }
                 assertEquals(Map.of("tenant team-a", 2, "tenant team-b", 1), r.outputs().queued());
+            }
+            for (CompletableFuture<HttpResponse<String>> f : sent) {
+                HttpResponse<String> answer = f.get(60, TimeUnit.SECONDS);
+                assertEquals(200, answer.statusCode(), answer.body());
+            }
+        }
+    }
+
+    /**
+     * The engines' compilers take turns between the tenants too: the router names each request's tenant to the engines
+     * (X-Kvferry-Client, with the cluster token), so the prefill's compiler, held, has each tenant's specs in their own
+     * queue, not all of them under the router's one address.
+     */
+    @Test
+    @Timeout(120)
+    void theEnginesCompilersTurnsAreTheTenantsToo() throws Exception {
+        Tenants tenants = Tenants.of(file(tenant("team-a", KEY_A, null), tenant("team-b", KEY_B, null)), TOKEN);
+        var engine = stack.prefillServer.outputs();
+        try (Router r = router(tenants, new SimpleMeterRegistry())) {
+            List<CompletableFuture<HttpResponse<String>>> sent = new ArrayList<>();
+            try (CompilerSlot held = CompilerSlot.hold(engine, TimeUnit.SECONDS.toNanos(60))) {
+                String[][] specs = {{KEY_A, "tenant team-a", "d[0-9]{2}"}, {KEY_A, "tenant team-a", "e[0-9]{2}"}, {KEY_B, "tenant team-b", "f[0-9]{2}"}};
+                for (String[] spec : specs) {
+                    int before = engine.queued().getOrDefault(spec[1], 0);
+                    String body = "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"guided_regex\":\"" + spec[2] + "\"}";
+                    sent.add(CompletableFuture.supplyAsync(() -> {
+                        try {
+                            return post(r.port(), "/v1/completions", body, spec[0]);
+                        } catch (Exception e) {
+                            throw new CompletionException(e);
+                        }
+                    }, t -> Thread.ofPlatform().start(t)));
+                    while (engine.queued().getOrDefault(spec[1], 0) == before) { // queued at the prefill: its compiler's state
+                        if (sent.getLast().isDone()) fail("answered without queuing at the prefill as " + spec[1] + ": " + sent.getLast().get().body());
+                        Thread.yield();
+                    }
+                }
+                assertEquals(Map.of("tenant team-a", 2, "tenant team-b", 1), engine.queued());
             }
             for (CompletableFuture<HttpResponse<String>> f : sent) {
                 HttpResponse<String> answer = f.get(60, TimeUnit.SECONDS);
