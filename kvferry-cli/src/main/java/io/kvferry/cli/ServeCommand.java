@@ -366,6 +366,11 @@ public final class ServeCommand implements Callable<Integer> {
                         System.err.println("kvferry serve --role router: give at least one --prefill URL and one --decode URL");
                         return 2;
                     }
+                    String twice = Router.givenTwice(prefills, decodes); // else counted twice against --max-backends
+                    if (twice != null) {
+                        System.err.println("kvferry serve --role router: " + twice);
+                        return 2;
+                    }
                     if (prefills.size() + decodes.size() > maxBackends) {
                         System.err.println("kvferry serve --role router: " + (prefills.size() + decodes.size()) + " --prefill and --decode URLs, "
                                 + "more than --max-backends " + maxBackends);

@@ -1,5 +1,6 @@
 package io.kvferry.cli;
 
+import io.kvferry.engine.http.Router;
 import io.kvferry.registry.BootstrapRegistryServer;
 import io.kvferry.registry.RegistryOptions;
 import org.junit.jupiter.api.Test;
@@ -15,6 +16,7 @@ import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -169,6 +171,24 @@ class CommandLineBadInputTest {
         assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--max-backends", "2", "--prefill", "http://127.0.0.1:1",
                 "--decode", "http://127.0.0.1:2", "--decode", "http://127.0.0.1:3", "--auth-token-file", tokenFile("t").toString()),
                 "kvferry serve --role router: 3 --prefill and --decode URLs, more than --max-backends 2");
+    }
+
+    /**
+     * A backend URL given twice in one role is refused before anything starts, named with its flag (it would count twice
+     * against --max-backends for one server, as POST /workers answers 409 for a URL held already); a trailing slash makes
+     * no other URL. One URL as a prefill and as a decode is two backends (one server may answer as both).
+     */
+    @Test
+    void aBackendUrlGivenTwiceIsRefused() throws Exception {
+        String token = tokenFile("t").toString();
+        assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--max-backends", "3", "--prefill", "http://127.0.0.1:1",
+                "--decode", "http://127.0.0.1:2", "--decode", "http://127.0.0.1:2", "--decode", "http://127.0.0.1:3", "--auth-token-file", token),
+                "kvferry serve --role router: --decode http://127.0.0.1:2 is given twice: give each decode once");
+        assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--prefill", "http://127.0.0.1:1", "--prefill", "http://127.0.0.1:1/",
+                "--decode", "http://127.0.0.1:2", "--auth-token-file", token),
+                "kvferry serve --role router: --prefill http://127.0.0.1:1 is given twice (as http://127.0.0.1:1 and http://127.0.0.1:1/): "
+                        + "give each prefill once");
+        assertNull(Router.givenTwice(List.of("http://127.0.0.1:1"), List.of("http://127.0.0.1:1")), "a prefill and a decode: two backends");
     }
 
     /** --drain-timeout-s: negative, or beyond an hour, is refused before anything starts (every role reads it). */

@@ -14,8 +14,11 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.io.OutputStream;
+import java.net.URI;
 import java.time.Duration;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -145,6 +148,33 @@ public final class Router implements AutoCloseable {
     /** The tenants whose keys clients send instead of one API key (and who get their limits and salts), or null. */
     private final Tenants tenants;
     private final RouterMeters meters;
+    /**
+     * The first backend URL given twice in one role ({@code --prefill}, {@code --decode}; compared as the router holds them, so
+     * {@code http://h:1} and {@code http://h:1/} are one), as the refusal's message; null when each is given once. A URL given
+     * twice would count twice against {@code --max-backends} for one server (as {@code POST /workers} answers 409 for a URL
+     * held already). A URL that is not one is left to the router's own check, which names it.
+     */
+    public static String givenTwice(List<String> prefills, List<String> decodes) {
+        for (boolean prefill : new boolean[]{true, false}) {
+            Map<URI, String> seen = new HashMap<>();
+            for (String url : prefill ? prefills : decodes) {
+                URI u;
+                try {
+                    u = Backend.parse(url, prefill);
+                } catch (IllegalArgumentException notAUrl) {
+                    continue;
+                }
+                String before = seen.putIfAbsent(u, url);
+                if (before != null) {
+                    String flag = prefill ? "--prefill" : "--decode";
+                    return flag + " " + u + " is given twice" + (before.equals(url) ? "" : " (as " + before + " and " + url + ")")
+                            + ": give each " + (prefill ? "prefill" : "decode") + " once";
+                }
+            }
+        }
+        return null;
+    }
+
     /** Its graceful shutdown: the serving routes' requests admitted, and whether it still admits ({@link Drain}). */
     private final Drain drain = new Drain("router");
     /** Compiles the requests' structured outputs (the router checks them before any engine work). */
@@ -233,6 +263,8 @@ public final class Router implements AutoCloseable {
         this.clientAuth = BearerToken.of(access.apiKey());
         this.tenants = access.tenants();
         if (prefills.isEmpty() || decodes.isEmpty()) throw new IllegalArgumentException("the router needs at least one prefill and one decode");
+        String twice = givenTwice(prefills, decodes);
+        if (twice != null) throw new IllegalArgumentException(twice);
         if (prefills.size() + decodes.size() > admission.maxBackends()) {
             throw new IllegalArgumentException("the router is given " + (prefills.size() + decodes.size()) + " backends, more than its limit of "
                     + admission.maxBackends() + " (--max-backends)");

@@ -200,7 +200,12 @@ class RouterWorkersTest {
     void aBackendGivenTwiceInARoleIsRefusedAtStart() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> new Router(
                 List.of(first.prefillUrl()), List.of(first.decodeUrl(), first.decodeUrl() + "/"), model.tokenizer(), 512, "m", "127.0.0.1", 0));
-        assertEquals("decode " + first.decodeUrl() + " is given twice", e.getMessage());
+        assertEquals("--decode " + first.decodeUrl() + " is given twice (as " + first.decodeUrl() + " and " + first.decodeUrl() + "/): give each "
+                + "decode once", e.getMessage());
+        // Refused as given twice, not as more than --max-backends (2: one decode counted twice).
+        e = assertThrows(IllegalArgumentException.class, () -> new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), first.decodeUrl()),
+                model.tokenizer(), 512, "m", "127.0.0.1", 0, Router.Access.NONE, new Router.Admission(0, Duration.ZERO, 2), null));
+        assertEquals("--decode " + first.decodeUrl() + " is given twice: give each decode once", e.getMessage());
     }
 
     @Test
