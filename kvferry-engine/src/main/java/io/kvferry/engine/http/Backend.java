@@ -29,6 +29,24 @@ final class Backend {
     record Check(String result, long atMillis) {
     }
 
+    /**
+     * When it went out of rotation ({@link #serves} false at a health check), on the router's clock
+     * ({@link Backends#clock}, nanoseconds), while {@link #outOfRotation}: how long it has been out is what lets a full
+     * router's add replace it ({@link Backends#replaceable}). Written by the health thread only, after each check.
+     */
+    volatile long outSinceNanos;
+    volatile boolean outOfRotation;
+
+    /** After a health check at {@code nowNanos}: in rotation, or out of it since its first check that found it out. */
+    void rotation(long nowNanos) {
+        if (serves()) {
+            outOfRotation = false;
+        } else if (!outOfRotation) {
+            outSinceNanos = nowNanos;
+            outOfRotation = true;
+        }
+    }
+
     /** Records a health check's result (the health thread's). */
     void checked(String result) {
         lastCheck = new Check(result, System.currentTimeMillis());

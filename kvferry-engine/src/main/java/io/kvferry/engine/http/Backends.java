@@ -26,6 +26,7 @@ import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.function.LongSupplier;
 
 /**
  * The router's backends: who they are (one immutable {@link Pool}), whether they serve (the health thread's checks,
@@ -64,10 +65,42 @@ final class Backends {
         this.clusterToken = clusterToken;
         this.meters = meters;
         client = HttpClient.newBuilder().connectTimeout(probing.connectTimeout()).executor(Executors.newVirtualThreadPerTaskExecutor()).build();
-        first.all().forEach(this::checkHealth);
+        first.all().forEach(this::check);
         health = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("kvferry-router-health").unstarted(r));
-        health.scheduleWithFixedDelay(() -> pool.all().forEach(this::checkHealth),
+        health.scheduleWithFixedDelay(() -> pool.all().forEach(this::check),
                 probing.every().toMillis(), probing.every().toMillis(), TimeUnit.MILLISECONDS);
+    }
+
+    /**
+     * How long a backend must have been out of rotation (failing its health checks, or its /health answering not 200) before
+     * an add to a full router ({@code --max-backends}) replaces it: 30 s, thirty rounds of checks at the default second and
+     * ten times the 3 s a backend takes to be marked down, so a backend that restarts (a JVM is up in a few seconds) or a
+     * blip of the network never loses its place, while an engine that was SIGKILLed and never came back does, to the
+     * replacement that registers in a rolling update. Not a flag: a router at its limit is rare, and DELETE /workers stays.
+     */
+    static final Duration REPLACE_AFTER = Duration.ofSeconds(30);
+
+    /** The router's clock for {@link #REPLACE_AFTER} (nanoseconds, as {@link System#nanoTime}); tests move it on. */
+    volatile LongSupplier clock = System::nanoTime;
+
+    /** One health check, then where it leaves the backend: in rotation, or out of it since when. */
+    private void check(Backend b) {
+        checkHealth(b);
+        b.rotation(clock.getAsLong());
+    }
+
+    /**
+     * Of {@code pool}'s backends in {@code prefill}'s role, the one out of rotation the longest, if that is at least
+     * {@link #REPLACE_AFTER}; else null.
+     */
+    Backend replaceable(Pool in, boolean prefill) {
+        long now = clock.getAsLong();
+        Backend oldest = null;
+        for (Backend b : prefill ? in.prefills() : in.decodes()) {
+            if (!b.outOfRotation || b.serves() || now - b.outSinceNanos < REPLACE_AFTER.toNanos()) continue;
+            if (oldest == null || b.outSinceNanos - oldest.outSinceNanos < 0) oldest = b;
+        }
+        return oldest;
     }
 
     /** The backends now: the snapshot a request picks from. */
@@ -321,18 +354,33 @@ final class Backends {
         }
     }
 
+    /** What an add did: the backend of its URL and role held already ({@code clash}: nothing changed), or the one it replaced (null: none). */
+    record Added(Backend clash, Backend replaced) {
+    }
+
     /**
      * Adds {@code b} to the pool, on the health thread, unless a backend of its URL and role is there already (then that
-     * one is returned and nothing changes); null when added; {@link Full} when the pool holds {@code max} backends already.
+     * one is the answer's {@code clash} and nothing changes). Where the pool holds {@code max} backends already, {@code b}
+     * takes the place of the backend of its role out of rotation the longest, if that is {@link #REPLACE_AFTER} at least
+     * ({@link #replaceable}; logged at WARN); else {@link Full}.
      */
-    Backend addIfAbsent(Backend b, int max) throws Exception {
+    Added addIfAbsent(Backend b, int max) throws Exception {
         return onHealthThread(() -> {
             Backend other = pool.find(b.url, b.prefill);
-            if (other != null) return other;
-            if (pool.all().size() >= max) throw new Full();
+            if (other != null) return new Added(other, null);
+            Backend out = null;
+            if (pool.all().size() >= max) {
+                out = replaceable(pool, b.prefill);
+                if (out == null) throw new Full();
+                log.warn("{} replaces {}, out of rotation for {} s ({}): the router holds its limit of {} backends (--max-backends); "
+                                + "its {} request(s) in flight end there", b, out, TimeUnit.NANOSECONDS.toSeconds(clock.getAsLong() - out.outSinceNanos),
+                        out.lastCheck == null ? "no health check yet" : out.lastCheck.result(), max, out.inFlight.get());
+                pool = pool.without(out);
+                meters.forget(out);
+            }
             pool = pool.with(b);
             meters.backend(b);
-            return null;
+            return new Added(null, out);
         });
     }
 

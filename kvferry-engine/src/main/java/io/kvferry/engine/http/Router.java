@@ -391,6 +391,11 @@ public final class Router implements AutoCloseable {
         return server.getAddress().getPort();
     }
 
+    /** Its backends (tests). */
+    Backends backends() {
+        return backends;
+    }
+
     /** Its structured-output compiler (tests). */
     OutputConstraint.Compiler outputs() {
         return outputs;

@@ -36,8 +36,9 @@ final class Workers {
     /**
      * {@code /workers}, the router's backends changed while it serves: {@code GET} lists them (open, as
      * {@code /metrics}, which names them too); {@code POST {"url", "worker_type": "prefill"|"decode"}} adds one
-     * that passes a health check now, unless the router holds {@code --max-backends} already (403, code {@code
-     * max_backends}); {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
+     * that passes a health check now; where the router holds {@code --max-backends} already, in the place of the backend
+     * of its role out of rotation the longest if that is {@link Backends#REPLACE_AFTER} at least, else not (403, code
+     * {@code max_backends}); {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
      * end there). Changes need the cluster token: whoever may add a backend may send it every prompt, so a
      * router without a token refuses them.
      */
@@ -84,7 +85,8 @@ final class Workers {
             Http.sendError(ex, 409, "invalid_request_error", null, "url", there + " is a backend of this router already");
             return;
         }
-        if (backends.pool().all().size() >= maxBackends) { // before its health check: a full router calls nobody
+        Pool now = backends.pool();
+        if (now.all().size() >= maxBackends && backends.replaceable(now, prefill) == null) { // before its health check: a full router calls nobody
             full(ex, b);
             return;
         }
@@ -94,18 +96,18 @@ final class Workers {
             Http.sendError(ex, 502, "bad_gateway", null, "url", b + " was not added: " + refused);
             return;
         }
-        Backend clash;
+        Backends.Added added;
         try {
-            clash = backends.addIfAbsent(b, maxBackends);
-        } catch (Backends.Full f) { // another add took the last place meanwhile
+            added = backends.addIfAbsent(b, maxBackends);
+        } catch (Backends.Full f) { // another add took the last place meanwhile, or the one out of rotation came back
             full(ex, b);
             return;
         }
-        if (clash != null) {
-            Http.sendError(ex, 409, "invalid_request_error", null, "url", clash + " is a backend of this router already");
+        if (added.clash() != null) {
+            Http.sendError(ex, 409, "invalid_request_error", null, "url", added.clash() + " is a backend of this router already");
             return;
         }
-        log.info("{} added through {}", b, Router.WORKERS_ROUTE);
+        if (added.replaced() == null) log.info("{} added through {}", b, Router.WORKERS_ROUTE); // a replacement: Backends' WARN line
         Http.sendJson(ex, 200, workerJson(b));
     }
 
@@ -116,7 +118,8 @@ final class Workers {
      */
     private void full(HttpExchange ex, Backend b) throws Exception {
         Http.sendCodedError(ex, 403, "invalid_request_error", "url", Router.BACKENDS_FULL_CODE, b + " was not added: this router holds its limit of "
-                + maxBackends + " backends (--max-backends); remove one first (DELETE " + Router.WORKERS_ROUTE + ") or start it with a higher limit");
+                + maxBackends + " backends (--max-backends) and none of its " + (b.prefill ? "prefills" : "decodes") + " has been out of rotation for "
+                + Backends.REPLACE_AFTER.toSeconds() + " s; remove one first (DELETE " + Router.WORKERS_ROUTE + ") or start it with a higher limit");
     }
 
     private void removeWorker(HttpExchange ex) throws Exception {

@@ -98,7 +98,7 @@ public final class WorkerRegistration implements AutoCloseable {
                     if (!fullLogged) {
                         fullLogged = true;
                         log.warn("the router at {} is full (403 max_backends, its --max-backends) and did not take {} {}; trying again every {} s "
-                                + "for up to {} s in all, until a backend leaves", workers, workerType, selfUrl, RETRY_EVERY.toSeconds(), retryFor.toSeconds());
+                                + "for up to {} s in all, until a backend leaves or one of its role has been out of rotation for 30 s (the router then replaces it)", workers, workerType, selfUrl, RETRY_EVERY.toSeconds(), retryFor.toSeconds());
                     }
                 } else if (r.statusCode() >= 400 && r.statusCode() < 500) {
                     break; // asking again changes nothing

@@ -12,6 +12,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.URI;
@@ -119,6 +120,44 @@ class RouterWorkersTest {
         assertEquals("the router is given 3 backends, more than its limit of 2 (--max-backends)", tooMany.getMessage());
         assertThrows(IllegalArgumentException.class, () -> new Router.Admission(0, Duration.ZERO, 1));
         assertEquals(Router.Admission.DEFAULT_MAX_BACKENDS, Router.Admission.UNLIMITED.maxBackends());
+    }
+
+    /**
+     * A full router's add takes the place of the backend of its role out of rotation the longest, once that has been out
+     * for {@link Backends#REPLACE_AFTER} (a SIGKILLed engine in a rolling update: its replacement registers while it is
+     * still in the pool), never of one in rotation or of the other role, and not before: then the 403 as before. The dead
+     * decode (nothing listens at its port) is out from the router's first check; the router's clock is moved on, not waited for.
+     */
+    @Test
+    @Timeout(120)
+    void aFullRoutersAddReplacesABackendOutOfRotationLongEnough() throws Exception {
+        String dead;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            dead = "http://127.0.0.1:" + s.getLocalPort(); // closed below: nothing listens there
+        }
+        SimpleMeterRegistry meters = new SimpleMeterRegistry();
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
+                model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
+                new Router.Admission(0, Duration.ZERO, 3), meters)) {
+            assertFalse(workers(router).path("decodes").get(1).path("healthy").asBoolean(), workers(router).toString());
+            JsonNode early = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER), 403);
+            assertEquals("max_backends", early.path("code").asText(), early.toString());
+            assertTrue(early.path("message").asText().contains("none of its decodes has been out of rotation for 30 s"), early.toString());
+            long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.SECONDS.toNanos(1);
+            router.backends().clock = () -> System.nanoTime() + later;
+            JsonNode otherRole = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.prefillUrl(), "prefill"), BEARER), 403);
+            assertEquals("max_backends", otherRole.path("code").asText(), "no prefill is out of rotation: " + otherRole);
+            HttpResponse<String> replaced = send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER);
+            assertEquals(200, replaced.statusCode(), replaced.body());
+            JsonNode w = workers(router);
+            assertEquals(2, w.path("decodes").size(), w.toString());
+            assertEquals(first.decodeUrl(), w.path("decodes").get(0).path("url").asText(), "the one in rotation stays: " + w);
+            assertEquals(second.decodeUrl(), w.path("decodes").get(1).path("url").asText(), w.toString());
+            assertFalse(hasBackendGauge(meters, dead), "the replaced backend's meters go with it");
+            assertTrue(hasBackendGauge(meters, second.decodeUrl()));
+            JsonNode none = error(send(router, "POST", Router.WORKERS_ROUTE, add(dead, "decode"), BEARER), 403);
+            assertEquals("max_backends", none.path("code").asText(), "every decode serves: nothing to replace: " + none);
+        }
     }
 
     @Test
