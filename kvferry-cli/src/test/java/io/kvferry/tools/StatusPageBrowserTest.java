@@ -44,9 +44,11 @@ import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicReference;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -114,6 +116,84 @@ class StatusPageBrowserTest {
             browser.quit();
             service.close();
         }
+    }
+
+    /**
+     * A server that stops answering (its status.json hangs) leaves the page marked stale, not showing its last figures as
+     * current: each fetch is aborted after 3 s (common.js poll), #error says "not updated for N s: status.json did not answer
+     * within 3 s" and the figures are dimmed; once the server answers again the marker goes. The page waits on its own
+     * state (WebDriverWait), the server's hang on a latch: no sleep.
+     */
+    @Test
+    void aHungStatusJsonMarksThePageStaleUntilItAnswersAgain() throws Exception {
+        requireBrowser();
+        byte[] doc = """
+                {"kind":"process","role":"prefill","pid":7,"now_ms":1,"uptime_ms":1,
+                 "ranks":[{"role":"prefill","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"tcp","endpoint":"h:1",
+                   "rooms_by_state":{},"oldest_rooms":[],"recent_failures":[],"failures_by_kind":{},
+                   "peers":[{"name":"session-a","address":"h:2","data_path":"tcp","data_path_note":"","rooms":0,"stripes":0,"silent_millis":3}],
+                   "bytes_moved":0,"rooms_concluded":42}],
+                 "totals":{"bytes":0,"rooms_concluded":42,"peers":1,"rooms_by_state":{},"failures_by_kind":{}}}"""
+                .getBytes(StandardCharsets.UTF_8);
+        AtomicReference<CountDownLatch> hang = new AtomicReference<>(); // set: status.json waits on it, answering nothing
+        HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 8);
+        server.setExecutor(Executors.newVirtualThreadPerTaskExecutor()); // a hung exchange holds no other
+        String[][] routes = {{"/status", "text/html; charset=utf-8", "status.html"}, {"/common.js", "text/javascript; charset=utf-8", "common.js"},
+                {"/status.js", "text/javascript; charset=utf-8", "status.js"}, {"/status.css", "text/css; charset=utf-8", "status.css"}};
+        for (String[] route : routes) {
+            byte[] body = OpsHandlers.page(route[2]);
+            server.createContext(route[0], ex -> {
+                ex.getResponseHeaders().set("Content-Type", route[1]);
+                ex.sendResponseHeaders(200, body.length);
+                try (ex) {
+                    ex.getResponseBody().write(body);
+                }
+            });
+        }
+        server.createContext("/status.json", ex -> {
+            try (ex) {
+                CountDownLatch held = hang.get();
+                if (held != null) held.await();
+                ex.getResponseHeaders().set("Content-Type", "application/json");
+                ex.sendResponseHeaders(200, doc.length);
+                ex.getResponseBody().write(doc);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        server.start();
+        ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
+        WebDriver browser = new ChromeDriver(service, headless());
+        try {
+            browser.get("http://127.0.0.1:" + server.getAddress().getPort() + "/status");
+            WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
+            wait.until(b -> b.findElement(By.id("rooms-concluded")).getText().equals("42"));
+            assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, "fresh: no marker");
+
+            CountDownLatch held = new CountDownLatch(1);
+            hang.set(held);
+            wait.until(b -> b.findElement(By.id("error")).getAttribute("hidden") == null);
+            String marker = browser.findElement(By.id("error")).getText();
+            assertTrue(marker.matches("not updated for [0-9]+ s: status\\.json did not answer within 3 s"), marker);
+            assertTrue(bodyIsStale(browser), "the figures are dimmed");
+            assertEquals("42", browser.findElement(By.id("rooms-concluded")).getText(), "the last figures stay, marked as old");
+
+            hang.set(null);
+            held.countDown();
+            wait.until(b -> b.findElement(By.id("error")).getAttribute("hidden") != null);
+            assertTrue(!bodyIsStale(browser), "fresh again: not dimmed");
+        } finally {
+            browser.quit();
+            service.close();
+            CountDownLatch held = hang.getAndSet(null);
+            if (held != null) held.countDown();
+            server.stop(0);
+        }
+    }
+
+    private static boolean bodyIsStale(WebDriver browser) {
+        return (Boolean) ((JavascriptExecutor) browser).executeScript("return document.body.classList.contains('stale')");
     }
 
     /**

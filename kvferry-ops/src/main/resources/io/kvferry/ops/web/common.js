@@ -41,18 +41,36 @@ function num(n) {
   return {text: Number(n).toLocaleString('en-US'), cls: 'num'};
 }
 
-// The pages' refresh: fetches status.json at once, renders it (or shows why it failed in the page's #error), and
-// fetches it again a second after each answer, so a slow answer never stacks requests. Each page calls it last.
+// How long one fetch of status.json (its answer and body) may take: a server that hangs would otherwise leave the page
+// waiting for ever, its last figures shown as if current.
+const POLL_TIMEOUT_MS = 3000;
+// When the page last rendered a status.json (ms since the epoch; null: not yet).
+let lastRendered = null;
+
+// The pages' refresh: fetches status.json at once, renders it, and fetches it again a second after each answer (or
+// failure), so a slow answer never stacks requests. A fetch that fails, answers other than 200, or takes more than
+// POLL_TIMEOUT_MS (it is aborted) leaves the figures as they were and marks the page stale: #error says
+// "not updated for N s: <why>" (N since the last document rendered) and the body has the class "stale" (the figures
+// dimmed), until a fetch succeeds again. Each page calls it last.
 async function poll(render) {
   const error = document.getElementById('error');
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), POLL_TIMEOUT_MS);
   try {
-    const r = await fetch('status.json', {cache: 'no-store'});
+    const r = await fetch('status.json', {cache: 'no-store', signal: ctl.signal});
     if (!r.ok) throw new Error('status.json answered HTTP ' + r.status);
-    render(await r.json());
+    render(await r.json()); // the body is read under the same limit
+    lastRendered = Date.now();
     error.hidden = true;
+    document.body.classList.remove('stale');
   } catch (e) {
-    error.textContent = String(e.message || e);
+    const why = ctl.signal.aborted ? 'status.json did not answer within ' + POLL_TIMEOUT_MS / 1000 + ' s' : String(e.message || e);
+    error.textContent = (lastRendered === null ? 'not updated yet: '
+        : 'not updated for ' + Math.round((Date.now() - lastRendered) / 1000) + ' s: ') + why;
     error.hidden = false;
+    document.body.classList.add('stale');
+  } finally {
+    clearTimeout(timer);
   }
   setTimeout(() => poll(render), 1000);
 }
