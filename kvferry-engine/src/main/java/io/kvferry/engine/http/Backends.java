@@ -280,12 +280,18 @@ final class Backends {
 
     /** @param headersWithin the limit on the answer's status line and headers (not its body); null for none */
     HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
+        return post(b, path, body, headersWithin, null);
+    }
+
+    /**
+     * @param client whom the request is for ({@link Router.RequestRecord#client}), sent as {@link StructuredOutputs#CLIENT_HEADER}: the
+     *               engine's compiler queues it by that, not by the router's address; null (or {@link OutputConstraint.Compiler#ANYONE}): none
+     */
+    HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin, String client) throws IOException {
         HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
         if (clusterToken != null) r.header("Authorization", clusterToken.header());
-        // Whom the request is for (the tenant, else the caller's address): the engine's compiler queues it by that, not by
-        // the router's address; believed only on a request with the cluster token (StructuredOutputs#forwardedClient).
-        String client = StructuredOutputs.CLIENT.orElse(OutputConstraint.Compiler.ANYONE);
-        if (!OutputConstraint.Compiler.ANYONE.equals(client)) r.header(StructuredOutputs.CLIENT_HEADER, client);
+        // Believed by the engine only on a request with the cluster token (StructuredOutputs#forwardedClient).
+        if (client != null && !OutputConstraint.Compiler.ANYONE.equals(client)) r.header(StructuredOutputs.CLIENT_HEADER, client);
         if (headersWithin != null) r.timeout(headersWithin);
         return r.POST(HttpRequest.BodyPublishers.ofByteArray(Http.JSON.writeValueAsBytes(body))).build();
     }

@@ -196,7 +196,7 @@ final class PdCall {
         }
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
-        CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body),
+        CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body, null, record.client),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
         p.calls.add(prefillCall);
         // Set once the decode's first token came: its KV landed whole (the decode emits it only then), so the prefill is
@@ -214,7 +214,7 @@ final class PdCall {
             HttpResponse<InputStream> dr;
             try {
                 // The status line comes within a keep-alive interval (DecodeServer): a decode silent for streamIdle hangs.
-                dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit()), HttpResponse.BodyHandlers.ofInputStream());
+                dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit(), record.client), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
                 if (e instanceof HttpTimeoutException && !Backends.isConnectTimeout(e)) throw hung(d, p, room);
                 backends.abort(p, room);
@@ -344,7 +344,7 @@ final class PdCall {
         body.put("prefill_only", true);
         p.inFlight.incrementAndGet();
         HttpResponse<String> r;
-        CompletableFuture<HttpResponse<String>> call = backends.sendAsync(backends.post(p, "/generate", body),
+        CompletableFuture<HttpResponse<String>> call = backends.sendAsync(backends.post(p, "/generate", body, null, record.client),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
         p.calls.add(call); // failed, as a PD request's prefill call is, when the health checks find the prefill unreachable
         call.whenComplete((x, e) -> p.calls.remove(call));

@@ -105,6 +105,12 @@ public final class Router implements AutoCloseable {
         Integer countedStatus;
         /** The client's tenant (its key's, {@link Tenants}); null on a router without tenants. */
         Tenants.Tenant tenant;
+        /**
+         * Whom the request is for, as the engines' compilers queue it ({@link StructuredOutputs#CLIENT_HEADER}: the tenant,
+         * else the caller's address); null: none named. Kept here, not read from the scoped value where a call is made: a
+         * choice's or batch entry's thread has no binding of its own.
+         */
+        String client;
         /** The tenant's count of requests running that this request is in ({@link RouterMeters#tenantStarted}), or null. */
         AtomicInteger tenantRunning;
         /** The tokens bucket this request's admission charged ({@link RateLimits#admit}), or null, and the completion budget in it. */
@@ -125,6 +131,7 @@ public final class Router implements AutoCloseable {
         RequestRecord child() {
             RequestRecord c = new RequestRecord();
             c.tenant = tenant;
+            c.client = client;
             c.admissionRefused = admissionRefused;
             return c;
         }
@@ -350,6 +357,9 @@ public final class Router implements AutoCloseable {
                             "needs the router's API key (Authorization: Bearer KEY; the key of --api-key-file / KVFERRY_API_KEY)")) {
                         return;
                     }
+                    // Http.handle bound the caller's address
+                    record.client = record.tenant != null ? StructuredOutputs.tenant(record.tenant.name)
+                            : StructuredOutputs.CLIENT.orElse(OutputConstraint.Compiler.ANYONE);
                     try {
                         if (record.tenant == null) {
                             handler.handle(e);

@@ -213,10 +213,13 @@ class TenantsTest {
         try (Router r = router(tenants, new SimpleMeterRegistry())) {
             List<CompletableFuture<HttpResponse<String>>> sent = new ArrayList<>();
             try (CompilerSlot held = CompilerSlot.hold(engine, TimeUnit.SECONDS.toNanos(60))) {
-                String[][] specs = {{KEY_A, "tenant team-a", "d[0-9]{2}"}, {KEY_A, "tenant team-a", "e[0-9]{2}"}, {KEY_B, "tenant team-b", "f[0-9]{2}"}};
+                // The last with n = 2: each choice runs on a thread of its own, and its calls name its tenant too (two queued).
+                String[][] specs = {{KEY_A, "tenant team-a", "d[0-9]{2}", "1"}, {KEY_A, "tenant team-a", "e[0-9]{2}", "1"},
+                    {KEY_B, "tenant team-b", "f[0-9]{2}", "2"}};
                 for (String[] spec : specs) {
                     int before = engine.queued().getOrDefault(spec[1], 0);
-                    String body = "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"guided_regex\":\"" + spec[2] + "\"}";
+                    String body = "{\"prompt\":\"Once\",\"max_tokens\":3,\"n\":" + spec[3] + ",\"guided_regex\":\"" + spec[2] + "\"}";
+                    int choices = Integer.parseInt(spec[3]);
                     sent.add(CompletableFuture.supplyAsync(() -> {
                         try {
                             return post(r.port(), "/v1/completions", body, spec[0]);
@@ -224,12 +227,12 @@ class TenantsTest {
                             throw new CompletionException(e);
                         }
                     }, t -> Thread.ofPlatform().start(t)));
-                    while (engine.queued().getOrDefault(spec[1], 0) == before) { // queued at the prefill: its compiler's state
+                    while (engine.queued().getOrDefault(spec[1], 0) < before + choices) { // queued at the prefill: its compiler's state
                         if (sent.getLast().isDone()) fail("answered without queuing at the prefill as " + spec[1] + ": " + sent.getLast().get().body());
                         Thread.yield();
                     }
                 }
-                assertEquals(Map.of("tenant team-a", 2, "tenant team-b", 1), engine.queued());
+                assertEquals(Map.of("tenant team-a", 2, "tenant team-b", 2), engine.queued());
             }
             for (CompletableFuture<HttpResponse<String>> f : sent) {
                 HttpResponse<String> answer = f.get(60, TimeUnit.SECONDS);
