@@ -79,9 +79,7 @@ final class Answer {
             if (shape == OpenAiShape.CHAT) {
                 for (int i = 0; i < count; i++) {
                     ObjectNode role = indexed(shape.answer(id, created, modelName, "", null, true, true), i);
-                    // An answer that must be calls (required, named): content null, as OpenAI's, so a client's accumulated
-                    // message is the whole answer's (content null beside its tool_calls, not "").
-                    if (tools != null && tools.mode() != ChatTools.Mode.AUTO) ((ObjectNode) role.get("choices").get(0).get("delta")).putNull("content");
+                    if (tools != null) ChatTools.roleDelta(tools, (ObjectNode) role.get("choices").get(0).get("delta"));
                     Http.event(events, Http.JSON.writeValueAsString(role));
                 }
             }

@@ -187,6 +187,17 @@ final class ChatTools {
         return calls.complete() && !"length".equals(finish.reason()) ? t.finishReason() : finish.reason();
     }
 
+    /**
+     * A stream's role chunk's {@code delta} under tool calling, so that a client's accumulated message is the whole answer's
+     * (content null beside its tool_calls, never ""): an answer that must be calls (required, named) says content null, as
+     * OpenAI's; under auto, where the role goes before the answer is known to be text or calls, no content at all (a text
+     * answer's chunks then carry it, "" included: {@link Choice}).
+     */
+    static void roleDelta(Tools t, ObjectNode delta) {
+        if (t.mode() == Mode.AUTO) delta.remove("content");
+        else delta.putNull("content");
+    }
+
     /** A call's id: {@code call_} and 24 random letters and digits. */
     static String id() {
         String digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

@@ -173,7 +173,11 @@ final class Choice implements Output {
             a.send(fin);
             return;
         }
-        ObjectNode fin = chunk(o.text().substring(streamedChars), o.finish(), unsentLogprobs(o));
+        String rest = o.text().substring(streamedChars);
+        ObjectNode fin = chunk(rest, o.finish(), unsentLogprobs(o));
+        // Auto's text that no chunk carried yet (all of it was held, or it is empty): its content here, "" included, as
+        // auto's role chunk has none (ChatTools.roleDelta).
+        if (a.tools != null && !plain) ((ObjectNode) fin.get("choices").get(0).get("delta")).put("content", rest);
         fin.set("kvferry", Answer.extension(o));
         a.send(fin);
     }

@@ -4,6 +4,14 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.openai.core.ObjectMappers;
+import com.openai.helpers.ChatCompletionAccumulator;
+import com.openai.models.chat.completions.ChatCompletion;
+import com.openai.models.chat.completions.ChatCompletionChunk;
+import com.sun.net.httpserver.Headers;
+import com.sun.net.httpserver.HttpContext;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpPrincipal;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.SamplingRules;
@@ -11,6 +19,13 @@ import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.model.ToolCalls;
 import org.junit.jupiter.api.Test;
 
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -316,5 +331,120 @@ class ChatToolsTest {
     /** A whole answer's chat choice of {@code text}, as the route shapes it before the calls are made of it. */
     static ObjectNode choice(String text) {
         return (ObjectNode) OpenAiShape.CHAT.answer("id", 0, "m", text, Finish.LENGTH, false, false).get("choices").get(0);
+    }
+
+    /** An exchange whose response body is kept: what a stream's {@link Answer} writes, read back as its events. */
+    static final class Recorded extends HttpExchange {
+        final ByteArrayOutputStream body = new ByteArrayOutputStream();
+        private final Headers response = new Headers();
+
+        /** The {@code data:} events written, but [DONE]. */
+        List<String> events() {
+            List<String> out = new ArrayList<>();
+            for (String e : body.toString(StandardCharsets.UTF_8).split("\n\n")) {
+                if (e.startsWith("data: ") && !e.equals("data: [DONE]")) out.add(e.substring("data: ".length()));
+            }
+            return out;
+        }
+
+        @Override public Headers getRequestHeaders() {
+            return new Headers();
+        }
+
+        @Override public Headers getResponseHeaders() {
+            return response;
+        }
+
+        @Override public URI getRequestURI() {
+            return URI.create("/v1/chat/completions");
+        }
+
+        @Override public String getRequestMethod() {
+            return "POST";
+        }
+
+        @Override public HttpContext getHttpContext() {
+            return null;
+        }
+
+        @Override public void close() {
+        }
+
+        @Override public InputStream getRequestBody() {
+            return new ByteArrayInputStream(new byte[0]);
+        }
+
+        @Override public OutputStream getResponseBody() {
+            return body;
+        }
+
+        @Override public void sendResponseHeaders(int code, long length) {
+        }
+
+        @Override public InetSocketAddress getRemoteAddress() {
+            return new InetSocketAddress(0);
+        }
+
+        @Override public int getResponseCode() {
+            return 200;
+        }
+
+        @Override public InetSocketAddress getLocalAddress() {
+            return new InetSocketAddress(0);
+        }
+
+        @Override public String getProtocol() {
+            return "HTTP/1.1";
+        }
+
+        @Override public Object getAttribute(String name) {
+            return null;
+        }
+
+        @Override public void setAttribute(String name, Object value) {
+        }
+
+        @Override public void setStreams(InputStream i, OutputStream o) {
+        }
+
+        @Override public HttpPrincipal getPrincipal() {
+            return null;
+        }
+    }
+
+    /** A stream's chunk of a choice's {@code tool_calls} delta, as {@link Choice} sends it. */
+    static ObjectNode callsChunk(ArrayNode delta, Finish finish) {
+        ObjectNode c = OpenAiShape.CHAT.answer("chatcmpl-1", 1, "m", "", finish, true, false);
+        if (delta != null) ((ObjectNode) c.get("choices").get(0).get("delta")).set("tool_calls", delta);
+        return c;
+    }
+
+    @Test
+    void anAutoAnswerOfCallsAccumulatesAsTheWholeOneContentNull() throws Exception {
+        // Under auto the role's chunk goes before the answer is known to be text or calls: it must not say content "",
+        // which an SDK keeps beside the calls (the whole answer's content is null). Each mode's role chunk, then the calls'.
+        String text = ToolCalls.render(new ToolCalls.Call("get_weather", "{\"city\": \"Paris\"}"));
+        for (String mode : new String[]{"", "\"tool_choice\":\"required\""}) {
+            Recorded ex = new Recorded();
+            Answer a = new Answer(ex, OpenAiShape.CHAT, true, false, false, 1, "m", null, null);
+            a.tools = ChatTools.of(req(mode));
+            ChatTools.Stream s = new ChatTools.Stream();
+            for (int i = 0; i < text.length(); i += 4) {
+                for (ArrayNode d : s.push(text.substring(i, Math.min(text.length(), i + 4)))) a.send(callsChunk(d, null));
+            }
+            ObjectNode fin = callsChunk(null, Finish.token(2, true));
+            ((ObjectNode) fin.get("choices").get(0)).put("finish_reason", ChatTools.finishReason(a.tools, s.calls(), Finish.token(2, true)));
+            a.send(fin);
+            ChatCompletionAccumulator acc = ChatCompletionAccumulator.create();
+            for (String e : ex.events()) acc.accumulate(ObjectMappers.jsonMapper().readValue(e, ChatCompletionChunk.class));
+            ChatCompletion.Choice streamed = acc.chatCompletion().choices().getFirst();
+            ObjectNode whole = choice(text);
+            ChatTools.whole(whole, a.tools, ChatTools.calls(a.tools, text), Finish.token(2, true));
+            assertTrue(whole.path("message").path("content").isNull());
+            assertTrue(streamed.message().content().isEmpty(), mode + ": content null, as the whole answer's: " + ex.events());
+            assertEquals(whole.path("message").path("tool_calls").path(0).path("function").path("arguments").asText(),
+                    streamed.message().toolCalls().orElseThrow().getFirst().asFunction().function().arguments());
+            assertEquals(ChatCompletion.Choice.FinishReason.TOOL_CALLS, streamed.finishReason());
+        }
     }
 }

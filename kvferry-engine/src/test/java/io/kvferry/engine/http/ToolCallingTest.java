@@ -222,7 +222,12 @@ class ToolCallingTest {
         ObjectNode lt = request("Once upon a time", 15).put("max_tokens", 8).put("logprobs", true);
         lt.putObject("logit_bias").put(String.valueOf(lessThan()), 100);
         bodies.add(lt);
-        int callsCompared = 0, lengthCompared = 0, cutCompared = 0, fragmented = 0;
+        // auto's text that a stop string cut to nothing: content "", streamed too (auto's role chunk has no content).
+        String story = chat(request("Once upon a time", 17).put("max_tokens", 8)).path("choices").path(0).path("message").path("content").asText();
+        ObjectNode empty = request("Once upon a time", 17).put("max_tokens", 8);
+        empty.putArray("stop").add(story.substring(0, Math.min(2, story.length())));
+        bodies.add(empty);
+        int callsCompared = 0, lengthCompared = 0, cutCompared = 0, fragmented = 0, emptied = 0;
         for (ObjectNode body : bodies) {
             JsonNode whole = chat(body);
             ObjectNode streamed = body.deepCopy().put("stream", true);
@@ -265,11 +270,9 @@ class ToolCallingTest {
                 if (message.has("tool_calls")) {
                     callsCompared++;
                     assertFalse(anyContent, "calls, no content: " + events);
-                    if (!body.path("tool_choice").asText("").equals("auto") && body.has("tool_choice")) {
-                        // The answer must be calls: the role's chunk has content null, as OpenAI's, so an SDK's accumulated
-                        // message is the whole one's (content null, not "").
-                        assertEquals(0, contentChunks, "no content, not even \"\": " + events);
-                    }
+                    // The role's chunk has content null (the answer must be calls, as OpenAI's) or none (auto), so an SDK's
+                    // accumulated message is the whole one's (content null, not "").
+                    assertEquals(0, contentChunks, "no content, not even \"\": " + events);
                     assertEquals(message.path("tool_calls").size(), calls.size());
                     for (int k = 0; k < calls.size(); k++) {
                         JsonNode wc = message.path("tool_calls").path(k);
@@ -298,6 +301,11 @@ class ToolCallingTest {
                         assertEquals(0, contentChunks, "no content, not even \"\": " + events);
                     } else {
                         assertEquals(message.path("content").asText(), content.toString(), body.toString());
+                        assertTrue(contentChunks > 0, "a text answer's content, \"\" too, is in a chunk: " + events);
+                        if (body.has("stop")) {
+                            assertEquals("", message.path("content").asText(), w.toString());
+                            emptied++;
+                        }
                     }
                     if (body.has("logit_bias")) assertTrue(content.toString().startsWith("<<"), content.toString());
                 }
@@ -309,6 +317,7 @@ class ToolCallingTest {
         assertEquals(2, cutCompared, "a cut inside a call's arguments (max_tokens, a stop string) streams that call, as the whole answer has it: "
                 + fullAnswer);
         assertTrue(fragmented >= 2, "calls' arguments were streamed in fragments: " + fragmented);
+        assertEquals(1, emptied, "auto's text cut to nothing by a stop string was compared");
     }
 
     /** A stop string (two characters) found first inside the first call's arguments of an answer's {@code tokens}, past their opening. */
