@@ -180,11 +180,12 @@ final class ChatTools {
 
     /**
      * The finish reason of an answer that is calls: the tools' ({@link Tools#finishReason}) where the calls are whole and
-     * the answer ended of itself (or at a stop string after a call); else the answer's own ({@code length}, or
-     * {@code stop} for a stop string that cut a call short).
+     * the answer ended of itself (or at a stop string after a call, before the next one's name is complete:
+     * {@link ToolCalls.Scanner#whole}); else the answer's own ({@code length}, or {@code stop} for a stop string that cut a
+     * call short, or came before any).
      */
     static String finishReason(Tools t, ToolCalls.Scanner calls, Finish finish) {
-        return calls.complete() && !"length".equals(finish.reason()) ? t.finishReason() : finish.reason();
+        return calls.whole() && !"length".equals(finish.reason()) ? t.finishReason() : finish.reason();
     }
 
     /**

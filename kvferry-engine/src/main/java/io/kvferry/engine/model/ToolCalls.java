@@ -264,6 +264,15 @@ public final class ToolCalls {
             return state == State.BETWEEN && matched == 0; // reached only by a call's TAIL
         }
 
+        /**
+         * Whether every call read is whole (one or more, each with its {@link #CLOSE}), a cut there cutting none short: the
+         * text ends after a call's {@link #CLOSE} or in the next one's wrapping before its name is complete (a call that
+         * does not exist yet, {@link #calls}).
+         */
+        public boolean whole() {
+            return !names.isEmpty() && (state == State.BETWEEN || state == State.HEAD || state == State.NAME);
+        }
+
         /** Whether the text left the calls' layout (the calls so far are kept; nothing more is read). */
         public boolean failed() {
             return state == State.FAILED;

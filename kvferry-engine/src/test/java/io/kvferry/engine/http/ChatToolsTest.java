@@ -328,6 +328,30 @@ class ChatToolsTest {
         assertNull(ChatTools.calls(ChatTools.of(JSON.createObjectNode().put("tool_choice", "none")), "x"));
     }
 
+    @Test
+    void aStopStringBetweenTwoCallsCutsNoCallShort() throws Exception {
+        // A stop string that matched after a whole call, in the next one's wrapping before its name is complete: every
+        // call shown is whole, so the finish reason is the tools' (as where the stop matched just after the call); one
+        // that matched inside a call (its arguments, its closing wrapping) cut that call short: stop.
+        ChatTools.Tools required = ChatTools.of(req("\"tool_choice\":\"required\""));
+        String first = ToolCalls.render(new ToolCalls.Call("get_weather", "{\"city\":\"Paris\"}"));
+        String second = ToolCalls.render(new ToolCalls.Call("now", "{}"));
+        for (String cut : new String[]{first, first + "\n", first + "\n<tool_", first + "\n" + second.substring(0, second.indexOf("now") + 2)}) {
+            ObjectNode choice = choice(cut);
+            ChatTools.whole(choice, required, ChatTools.calls(required, cut), Finish.string("x"));
+            assertEquals("tool_calls", choice.path("finish_reason").asText(), cut);
+            assertEquals(1, choice.path("message").path("tool_calls").size(), cut);
+            choice = choice(cut);
+            ChatTools.whole(choice, required, ChatTools.calls(required, cut), Finish.LENGTH);
+            assertEquals("length", choice.path("finish_reason").asText(), cut);
+        }
+        for (String cut : new String[]{first.substring(0, first.length() - 3), first.substring(0, first.indexOf("Par")), "<tool_call>{\"na", ""}) {
+            ObjectNode choice = choice(cut);
+            ChatTools.whole(choice, required, ChatTools.calls(required, cut), Finish.string("x"));
+            assertEquals("stop", choice.path("finish_reason").asText(), cut);
+        }
+    }
+
     /** A whole answer's chat choice of {@code text}, as the route shapes it before the calls are made of it. */
     static ObjectNode choice(String text) {
         return (ObjectNode) OpenAiShape.CHAT.answer("id", 0, "m", text, Finish.LENGTH, false, false).get("choices").get(0);
