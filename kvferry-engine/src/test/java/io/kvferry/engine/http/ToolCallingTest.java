@@ -31,7 +31,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * language ({@link ToolCalls}). tool_choice required (two tools, parallel or one call), named, auto (text or calls, both
  * well-formed); a stream's deltas add up to the whole answer for the same seed (calls, their arguments streamed in
  * several fragments as OpenAI's; a length cut before a name, and one inside a call's arguments, both the calls so far;
- * auto's text, auto's text held back while it was a call's opening); a conversation with an assistant's calls
+ * auto's text, auto's text held back while it was a call's opening; parallel calls cut at many places, the same calls,
+ * finish reason and log probabilities, streamed and whole); a conversation with an assistant's calls
  * and the tool's result goes on; bad tools and conflicts are 400s naming the place.
  */
 class ToolCallingTest {
@@ -318,6 +319,52 @@ class ToolCallingTest {
                 + fullAnswer);
         assertTrue(fragmented >= 2, "calls' arguments were streamed in fragments: " + fragmented);
         assertEquals(1, emptied, "auto's text cut to nothing by a stop string was compared");
+    }
+
+    @Test
+    void theStreamIsTheWholeAnswerAtEveryCut() throws Exception {
+        // Differential: parallel calls cut by max_tokens every few tokens and by a stop string at every few characters
+        // (in a name, the wrapping, the arguments, between the calls): streamed, the same calls (accumulated per index),
+        // finish reason, no content, and every token's log probabilities once, in order, on the chunks.
+        ObjectNode base = request("Weather and sums?", 20).put("tool_choice", "required").put("logprobs", true).put("top_logprobs", 1);
+        JsonNode full = chat(base);
+        int[] ids = new int[full.path("kvferry").path("token_ids").size()];
+        for (int i = 0; i < ids.length; i++) ids[i] = full.path("kvferry").path("token_ids").get(i).asInt();
+        String text = tokenizer.decode(ids);
+        List<ObjectNode> bodies = new ArrayList<>();
+        for (int k = 1; k < ids.length; k += 9) bodies.add(base.deepCopy().put("max_tokens", k));
+        for (int at = 0; at + 2 <= text.length(); at += 13) {
+            ObjectNode b = base.deepCopy();
+            b.putArray("stop").add(text.substring(at, at + 2));
+            bodies.add(b);
+        }
+        for (ObjectNode body : bodies) {
+            JsonNode w = chat(body).path("choices").path(0);
+            List<JsonNode> events = RouterCalls.events(router.port(), "/v1/chat/completions", body.deepCopy().put("stream", true).toString());
+            Map<Integer, ObjectNode> calls = new TreeMap<>();
+            ArrayNode logprobs = JSON.createArrayNode();
+            String finish = null;
+            for (JsonNode e : events) {
+                for (JsonNode c : e.path("choices")) {
+                    assertFalse(c.path("delta").hasNonNull("content"), "calls, no content: " + events);
+                    for (JsonNode tc : c.path("delta").path("tool_calls")) {
+                        ObjectNode acc = calls.computeIfAbsent(tc.path("index").asInt(), k -> JSON.createObjectNode());
+                        if (tc.has("id")) acc.put("name", tc.path("function").path("name").asText()).put("arguments", "");
+                        acc.put("arguments", acc.path("arguments").asText() + tc.path("function").path("arguments").asText());
+                    }
+                    c.path("logprobs").path("content").forEach(logprobs::add);
+                    if (c.hasNonNull("finish_reason")) finish = c.path("finish_reason").asText();
+                }
+            }
+            String at = body.path("max_tokens") + " " + body.path("stop") + ": " + w;
+            assertEquals(w.path("finish_reason").asText(), finish, at);
+            assertEquals(w.path("logprobs").path("content"), logprobs, at);
+            assertTrue(w.path("message").path("content").isNull(), at);
+            ArrayNode whole = JSON.createArrayNode();
+            w.path("message").path("tool_calls").forEach(c -> whole.add(c.path("function")));
+            assertEquals(whole, JSON.valueToTree(List.copyOf(calls.values())), at + " " + events);
+        }
+        assertTrue(full.path("choices").path(0).path("message").path("tool_calls").size() > 1, "parallel calls to cut: " + full);
     }
 
     /** A stop string (two characters) found first inside the first call's arguments of an answer's {@code tokens}, past their opening. */
