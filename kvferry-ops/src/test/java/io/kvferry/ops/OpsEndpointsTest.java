@@ -203,7 +203,7 @@ class OpsEndpointsTest {
 
     /**
      * A router's document in the terminal: its tenants (with and without limits, their buckets and refusals; a router's document without them shows -) and its backends, a down one with its
-     * last check's failure; its backend cap, its drain's counts and its structured-output compiler's figures; the backends' words (a check's failure quotes an engine's answer) reach the terminal escaped.
+     * last check's failure (and how long it has been out of rotation, where the document says); its backend cap, its drain's counts and its structured-output compiler's figures; the backends' words (a check's failure quotes an engine's answer) reach the terminal escaped.
      */
     @Test
     void aRouterDocumentRendersItsBackendsAndTenants() throws Exception {
@@ -215,7 +215,9 @@ class OpsEndpointsTest {
                    "compiles":4,"compile_seconds":0.006,"mean_compile_ms":1.5},
                  "backends":[{"url":"http://p:1","role":"prefill","healthy":true,"in_flight":2,"bootstrap":"p:8998","last_check":"ok",
                    "last_check_age_ms":120},
-                  {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503\\u001b[2J","last_check_age_ms":7}],
+                  {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503\\u001b[2J","last_check_age_ms":7},
+                  {"url":"http://d:3","role":"decode","healthy":false,"in_flight":0,"out_of_rotation_ms":31500,"last_check":"HTTP 503",
+                   "last_check_age_ms":9}],
                  "requests":{"running":3,"waiting":1,"total":10,"by_status":{"200":9,"499":1},"by_class":{"2xx":9,"4xx":1,"5xx":0}},
                  "tokens":{"prompt":100,"generated":50},
                  "rates":{"window_s":60,"requests_per_s":0.5,"server_errors_per_s":0,"prompt_tokens_per_s":5,"generated_tokens_per_s":2.5},
@@ -235,6 +237,7 @@ class OpsEndpointsTest {
                 + " +mean compile ms\n +router +3 +7 +1 +0 +2 +1 +1\\.50\n.*"), out);
         assertTrue(out.matches("(?s).*\\n +prefill +http://p:1 +up +2 +ok +120 +p:8998\\n.*"), out);
         assertTrue(out.matches("(?s).*\\n +decode +http://d:2 +DOWN +0 +HTTP 503\\\\u001b\\[2J +7 +-\\n.*"), out);
+        assertTrue(out.matches("(?s).*\\n +decode +http://d:3 +DOWN 31 s +0 +HTTP 503 +9 +-\\n.*"), "out of rotation for how long: " + out);
         assertFalse(out.contains("\u001b"), "no escape sequence reaches the terminal");
         assertTrue(out.matches("(?s).*\\ntenants\\n +tenant +running +waiting +max concurrent +requests/min left +tokens/min left"
                 + " +refused requests +refused tokens\\n +team-a +2 +1 +2 +598 of 600 +1234 of 20000 +3 +4\\n"

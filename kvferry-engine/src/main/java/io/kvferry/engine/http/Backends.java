@@ -103,6 +103,16 @@ final class Backends {
         return oldest;
     }
 
+    /**
+     * How long {@code b} has been out of rotation (ms, on {@link #clock}), as the health thread recorded it
+     * ({@link Backend#rotation}): what {@link #replaceable} compares with {@link #REPLACE_AFTER}; null while it serves, or
+     * before a health check found it out (a request that found it refused takes it out at once, its check follows).
+     */
+    Long outOfRotationMillis(Backend b) {
+        if (b.serves() || !b.outOfRotation) return null;
+        return Math.max(TimeUnit.NANOSECONDS.toMillis(clock.getAsLong() - b.outSinceNanos), 0);
+    }
+
     /** The backends now: the snapshot a request picks from. */
     Pool pool() {
         return pool;

@@ -17,7 +17,7 @@ import java.util.function.IntSupplier;
  * and {@code GET /status}, the page that shows it live ({@code router.html} and {@code router.js} of kvferry-ops, with the
  * process pages' {@code common.js} and {@code status.css}); {@code kvferry status --router} renders the same document in a terminal.
  *
- * <p>The document: its backends (url, role, in rotation or not, requests in flight, the last health check's result and age, a
+ * <p>The document: its backends (url, role, in rotation or not and for how long out of it, requests in flight, the last health check's result and age, a
  * prefill's bootstrap registry), requests in the router and waiting for a slot, requests answered since start by status and
  * status class, tokens in and out, rates over the last minute, TTFT and end-to-end p50/p99 over the last minute
  * ({@link RecentLatencies}), the tenants' load, limits, rate buckets and refusals (names only, never keys), the admission figures
@@ -111,6 +111,7 @@ final class RouterStatus {
         config.put("queue_timeout_ms", admission.queueTimeout().toMillis());
         config.put("tenants", tenants != null);
         config.put("max_backends", admission.maxBackends());
+        config.put("replace_after_ms", Backends.REPLACE_AFTER.toMillis());
 
         Pool pool = backends.pool();
         ArrayNode list = doc.putArray("backends");
@@ -124,6 +125,10 @@ final class RouterStatus {
             if (serves && !b.prefill) healthyDecodes++;
             o.put("healthy", serves);
             o.put("in_flight", b.inFlight.get());
+            // How long it has been out (null: in rotation): at Backends.REPLACE_AFTER a full router's add may replace it.
+            Long out = backends.outOfRotationMillis(b);
+            if (out == null) o.putNull("out_of_rotation_ms");
+            else o.put("out_of_rotation_ms", out.longValue());
             if (b.prefill) o.put("bootstrap", b.bootstrap);
             Backend.Check c = b.lastCheck;
             o.put("last_check", c == null ? null : c.result());

@@ -166,6 +166,16 @@ class RouterStatusTest {
             assertEquals("degraded", doc.path("status").asText(), doc.toString());
             JsonNode down = backend(doc, gone);
             assertTrue(down.path("last_check").asText().startsWith("connection refused"), down.toString());
+            // How long it has been out, on the router's clock (what a full router's add compares with its 30 s): moved on, not waited for.
+            doc = statusOnce(router, d -> backend(d, gone).path("out_of_rotation_ms").isNumber());
+            assertTrue(backend(doc, gone).path("out_of_rotation_ms").asLong(-1) >= 0, doc.toString());
+            assertTrue(backend(doc, stack.decodeUrl()).path("out_of_rotation_ms").isNull(), "in rotation: null: " + doc);
+            assertEquals(Backends.REPLACE_AFTER.toMillis(), doc.path("config").path("replace_after_ms").asLong(), doc.toString());
+            long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.SECONDS.toNanos(1);
+            router.backends().clock = () -> System.nanoTime() + later;
+            long out = backend(status(router), gone).path("out_of_rotation_ms").asLong(-1);
+            assertTrue(out >= TimeUnit.NANOSECONDS.toMillis(later), "out for " + out + " ms");
+            router.backends().clock = System::nanoTime;
             assertTrue(backend(doc, stack.decodeUrl()).path("healthy").asBoolean(), "the other decode still serves: " + doc);
             assertEquals(200, EngineAuthTest.send(router.port(), "POST", "/v1/completions", COMPLETION, "Bearer " + KEY_A).statusCode());
             statusOnce(router, d -> d.path("requests").path("by_status").path("200").asLong() == 5);

@@ -44,7 +44,10 @@ function render(doc) {
     + Number(tokens.generated).toLocaleString('en-US');
 
   fill('backends', (doc.backends || []).map(b => ({cells: [b.role, b.url,
-    b.healthy ? {text: 'in rotation', cls: 'up'} : {text: 'out of rotation', cls: 'down'}, num(b.in_flight),
+    // How long out (the health thread's record; a router older than the field: none): a full router's add replaces
+    // the one of its role out the longest once that is config.replace_after_ms.
+    b.healthy ? {text: 'in rotation', cls: 'up'} : {text: 'out of rotation' + (typeof b.out_of_rotation_ms === 'number'
+      ? ' for ' + ms(b.out_of_rotation_ms) : ''), cls: 'down'}, num(b.in_flight),
     {text: b.last_check === null || b.last_check === undefined ? '–' : b.last_check, cls: 'reason'},
     b.last_check_age_ms === null || b.last_check_age_ms === undefined ? '–' : ms(b.last_check_age_ms) + ' ago',
     b.role === 'prefill' ? (b.bootstrap || '–') : ''], cls: 'backend-row'})), 'no backends');
@@ -73,6 +76,7 @@ function render(doc) {
     ['queue timeout', c.queue_timeout_ms ? ms(c.queue_timeout_ms) : '0 (over the limit: 429 at once)'],
     ['tenants', c.tenants ? 'yes (--tenants-file)' : 'no'],
     ['max backends', c.max_backends ? num(c.max_backends) : '–'],
+    ['full: replaces one out of rotation for', c.replace_after_ms ? ms(c.replace_after_ms) : '–'],
   ].map(([k, v]) => ({cells: [k, v]})), '');
 
   // Once a drain began (status draining): the requests running then, ended since or cut at --drain-timeout-s.
