@@ -30,6 +30,7 @@ import org.openqa.selenium.WebElement;
 import org.openqa.selenium.chrome.ChromeDriver;
 import org.openqa.selenium.chrome.ChromeDriverService;
 import org.openqa.selenium.chrome.ChromeOptions;
+import org.openqa.selenium.logging.LogType;
 import org.openqa.selenium.support.ui.WebDriverWait;
 
 import java.io.File;
@@ -44,6 +45,7 @@ import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -121,25 +123,39 @@ class StatusPageBrowserTest {
     /**
      * A server that stops answering (its status.json hangs) leaves the page marked stale, not showing its last figures as
      * current: each fetch is aborted after 3 s (common.js poll), #error says "not updated for N s: status.json did not answer
-     * within 3 s" and the figures are dimmed; once the server answers again the marker goes. The page waits on its own
-     * state (WebDriverWait), the server's hang on a latch: no sleep.
+     * within 3 s" and the figures are dimmed; once the server answers again the marker goes, and nothing reached the console
+     * (no script error, no aborted fetch). An engine's page and the router's alike. The page waits on its own state
+     * (WebDriverWait), the server's hang on a latch: no sleep.
      */
     @Test
     void aHungStatusJsonMarksThePageStaleUntilItAnswersAgain() throws Exception {
         requireBrowser();
-        byte[] doc = """
+        String process = """
                 {"kind":"process","role":"prefill","pid":7,"now_ms":1,"uptime_ms":1,
                  "ranks":[{"role":"prefill","tp_rank":0,"pp_rank":0,"dp_rank":0,"cp_rank":0,"backend":"tcp","endpoint":"h:1",
                    "rooms_by_state":{},"oldest_rooms":[],"recent_failures":[],"failures_by_kind":{},
                    "peers":[{"name":"session-a","address":"h:2","data_path":"tcp","data_path_note":"","rooms":0,"stripes":0,"silent_millis":3}],
                    "bytes_moved":0,"rooms_concluded":42}],
-                 "totals":{"bytes":0,"rooms_concluded":42,"peers":1,"rooms_by_state":{},"failures_by_kind":{}}}"""
-                .getBytes(StandardCharsets.UTF_8);
+                 "totals":{"bytes":0,"rooms_concluded":42,"peers":1,"rooms_by_state":{},"failures_by_kind":{}}}""";
+        staleUntilItAnswersAgain("status.html", "status.js", process, By.id("rooms-concluded"), "42");
+        String router = """
+                {"kind":"router","pid":9,"model":"m","now_ms":1,"uptime_ms":1,"status":"ok",
+                 "config":{"max_concurrent_requests":0,"queue_timeout_ms":0,"tenants":false,"max_backends":64,"replace_after_ms":30000},
+                 "backends":[{"url":"http://p:1","role":"prefill","healthy":true,"in_flight":0,"out_of_rotation_ms":null,"bootstrap":"p:2",
+                   "last_check":"ok","last_check_age_ms":5}],
+                 "requests":{"running":0,"waiting":0,"total":0,"by_status":{},"by_class":{"2xx":0,"4xx":0,"5xx":0}},
+                 "tokens":{"prompt":0,"generated":0},"rates":{"window_s":0},"latency":{"window_s":60}}""";
+        staleUntilItAnswersAgain("router.html", "router.js", router, By.id("title"), "kvferry router · m · pid 9");
+    }
+
+    /** {@link #aHungStatusJsonMarksThePageStaleUntilItAnswersAgain} on one page ({@code html} and its {@code js}), rendered once {@code figure} reads {@code shown}. */
+    private static void staleUntilItAnswersAgain(String html, String js, String document, By figure, String shown) throws Exception {
+        byte[] doc = document.getBytes(StandardCharsets.UTF_8);
         AtomicReference<CountDownLatch> hang = new AtomicReference<>(); // set: status.json waits on it, answering nothing
         HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 8);
         server.setExecutor(Executors.newVirtualThreadPerTaskExecutor()); // a hung exchange holds no other
-        String[][] routes = {{"/status", "text/html; charset=utf-8", "status.html"}, {"/common.js", "text/javascript; charset=utf-8", "common.js"},
-                {"/status.js", "text/javascript; charset=utf-8", "status.js"}, {"/status.css", "text/css; charset=utf-8", "status.css"}};
+        String[][] routes = {{"/status", "text/html; charset=utf-8", html}, {"/common.js", "text/javascript; charset=utf-8", "common.js"},
+                {"/status.js", "text/javascript; charset=utf-8", js}, {"/status.css", "text/css; charset=utf-8", "status.css"}};
         for (String[] route : routes) {
             byte[] body = OpsHandlers.page(route[2]);
             server.createContext(route[0], ex -> {
@@ -163,26 +179,32 @@ class StatusPageBrowserTest {
         });
         server.start();
         ChromeDriverService service = new ChromeDriverService.Builder().usingDriverExecutable(DRIVER).usingAnyFreePort().build();
-        WebDriver browser = new ChromeDriver(service, headless());
+        ChromeOptions options = headless();
+        options.setCapability("goog:loggingPrefs", Map.of("browser", "ALL")); // the console, read at the end
+        WebDriver browser = new ChromeDriver(service, options);
         try {
             browser.get("http://127.0.0.1:" + server.getAddress().getPort() + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
-            wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
-            wait.until(b -> b.findElement(By.id("rooms-concluded")).getText().equals("42"));
-            assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, "fresh: no marker");
+            wait.withMessage(() -> html + " says: " + browser.findElement(By.id("error")).getText());
+            wait.until(b -> b.findElement(figure).getText().equals(shown));
+            assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, html + " fresh: no marker");
 
             CountDownLatch held = new CountDownLatch(1);
             hang.set(held);
             wait.until(b -> b.findElement(By.id("error")).getAttribute("hidden") == null);
             String marker = browser.findElement(By.id("error")).getText();
-            assertTrue(marker.matches("not updated for [0-9]+ s: status\\.json did not answer within 3 s"), marker);
-            assertTrue(bodyIsStale(browser), "the figures are dimmed");
-            assertEquals("42", browser.findElement(By.id("rooms-concluded")).getText(), "the last figures stay, marked as old");
+            assertTrue(marker.matches("not updated for [0-9]+ s: status\\.json did not answer within 3 s"), html + ": " + marker);
+            assertTrue(bodyIsStale(browser), html + ": the figures are dimmed");
+            assertEquals(shown, browser.findElement(figure).getText(), html + ": the last figures stay, marked as old");
 
             hang.set(null);
             held.countDown();
             wait.until(b -> b.findElement(By.id("error")).getAttribute("hidden") != null);
-            assertTrue(!bodyIsStale(browser), "fresh again: not dimmed");
+            assertTrue(!bodyIsStale(browser), html + " fresh again: not dimmed");
+            List<String> console = browser.manage().logs().get(LogType.BROWSER).getAll().stream()
+                    .map(e -> e.getLevel() + " " + e.getMessage()).toList();
+            // The aborted fetches log nothing; the browser's own favicon.ico, which this test's server has not, is no page error.
+            assertTrue(console.stream().noneMatch(m -> m.startsWith("SEVERE") && !m.contains("/favicon.ico ")), html + ": no error in the console: " + console);
         } finally {
             browser.quit();
             service.close();
