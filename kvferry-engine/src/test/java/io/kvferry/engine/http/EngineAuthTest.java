@@ -94,7 +94,8 @@ class EngineAuthTest {
     /**
      * An engine's structured-output compiler queues a request by the client the router names in X-Kvferry-Client only
      * where the request carries the cluster token: a caller without it is refused before anything is compiled, and an
-     * engine without a token (anyone may call it) queues by the caller's address whatever the header says.
+     * engine without a token (anyone may call it) queues by the caller's address whatever the header says, as one with it
+     * does for a header longer than {@link StructuredOutputs#CLIENT_HEADER_MAX}.
      */
     @Test
     @Timeout(120)
@@ -111,6 +112,10 @@ class EngineAuthTest {
                 sent.add(queued(c, tokened.prefillServer.port(), 22, "y[0-9]{2}", "Bearer " + TOKEN, "tenant team-a", "tenant team-a"));
                 sent.add(queued(c, tokened.prefillServer.port(), 23, "z[0-9]{2}", "Bearer " + TOKEN, "tenant team-b", "tenant team-b"));
                 assertEquals(Map.of("tenant team-a", 1, "tenant team-b", 1), c.queued());
+                // Longer than CLIENT_HEADER_MAX (or not printable ASCII): not believed even with the token, the caller's address.
+                String tooLong = "tenant " + "x".repeat(StructuredOutputs.CLIENT_HEADER_MAX);
+                sent.add(queued(c, tokened.prefillServer.port(), 25, "v[0-9]{2}", "Bearer " + TOKEN, tooLong, "address 127.0.0.1"));
+                assertEquals(Map.of("tenant team-a", 1, "tenant team-b", 1, "address 127.0.0.1", 1), c.queued());
             }
             OutputConstraint.Compiler anyone = open.prefillServer.outputs();
             try (CompilerSlot held = CompilerSlot.hold(anyone, TimeUnit.SECONDS.toNanos(60))) {

@@ -17,6 +17,9 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.net.InetSocketAddress;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -203,14 +206,15 @@ class TenantsTest {
     /**
      * The engines' compilers take turns between the tenants too: the router names each request's tenant to the engines
      * (X-Kvferry-Client, with the cluster token), so the prefill's compiler, held, has each tenant's specs in their own
-     * queue, not all of them under the router's one address.
+     * queue, not all of them under the router's one address. A client's own X-Kvferry-Client (team-a's naming team-b, to
+     * take its turns) reaches no engine: the router names the tenant its key opened.
      */
     @Test
     @Timeout(120)
     void theEnginesCompilersTurnsAreTheTenantsToo() throws Exception {
         Tenants tenants = Tenants.of(file(tenant("team-a", KEY_A, null), tenant("team-b", KEY_B, null)), TOKEN);
         var engine = stack.prefillServer.outputs();
-        try (Router r = router(tenants, new SimpleMeterRegistry())) {
+        try (Router r = router(tenants, new SimpleMeterRegistry()); HttpClient client = HttpClient.newHttpClient()) {
             List<CompletableFuture<HttpResponse<String>>> sent = new ArrayList<>();
             try (CompilerSlot held = CompilerSlot.hold(engine, TimeUnit.SECONDS.toNanos(60))) {
                 // The last with n = 2: each choice runs on a thread of its own, and its calls name its tenant too (two queued).
@@ -222,7 +226,10 @@ class TenantsTest {
                     int choices = Integer.parseInt(spec[3]);
                     sent.add(CompletableFuture.supplyAsync(() -> {
                         try {
-                            return post(r.port(), "/v1/completions", body, spec[0]);
+                            return client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + r.port() + "/v1/completions"))
+                                    .timeout(Duration.ofSeconds(60)).header("Authorization", "Bearer " + spec[0])
+                                    .header(StructuredOutputs.CLIENT_HEADER, "tenant " + (spec[0].equals(KEY_A) ? "team-b" : "team-a"))
+                                    .POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
                         } catch (Exception e) {
                             throw new CompletionException(e);
                         }
