@@ -20,7 +20,11 @@ import java.net.URLEncoder;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -158,6 +162,72 @@ class RouterWorkersTest {
             JsonNode none = error(send(router, "POST", Router.WORKERS_ROUTE, add(dead, "decode"), BEARER), 403);
             assertEquals("max_backends", none.path("code").asText(), "every decode serves: nothing to replace: " + none);
         }
+    }
+
+    /**
+     * Two adds racing for the one place a dead decode frees at a full router: the replacement's check and swap are one step
+     * on the health thread, so exactly one takes it (200), the other gets the 403 max_backends, and the router holds its
+     * limit, never more. Two URLs of one live decode (127.0.0.1 and localhost: two backends to the router). Started
+     * together on a latch, whichever wins: the outcome is the same.
+     */
+    @Test
+    @Timeout(120)
+    void racingAddsToAFullRouterReplaceTheDeadBackendOnce() throws Exception {
+        String dead;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            dead = "http://127.0.0.1:" + s.getLocalPort(); // closed below: nothing listens there
+        }
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
+                model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
+                new Router.Admission(0, Duration.ZERO, 3), new SimpleMeterRegistry())) {
+            long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.SECONDS.toNanos(1);
+            router.backends().clock = () -> System.nanoTime() + later;
+            String[] urls = {second.decodeUrl(), second.decodeUrl().replace("127.0.0.1", "localhost")};
+            CountDownLatch go = new CountDownLatch(1);
+            List<CompletableFuture<HttpResponse<String>>> adds = new ArrayList<>();
+            for (String u : urls) {
+                adds.add(CompletableFuture.supplyAsync(() -> {
+                    try {
+                        go.await();
+                        return send(router, "POST", Router.WORKERS_ROUTE, add(u, "decode"), BEARER);
+                    } catch (Exception e) {
+                        throw new CompletionException(e);
+                    }
+                }, t -> Thread.ofPlatform().start(t)));
+            }
+            go.countDown();
+            List<Integer> statuses = new ArrayList<>();
+            for (var f : adds) statuses.add(f.get(60, TimeUnit.SECONDS).statusCode());
+            statuses.sort(null);
+            assertEquals(List.of(200, 403), statuses, "one takes the dead decode's place, the other finds the router full");
+            JsonNode w = workers(router);
+            assertEquals(2, w.path("decodes").size(), w.toString());
+            assertEquals(first.decodeUrl(), w.path("decodes").get(0).path("url").asText(), w.toString());
+            assertTrue(List.of(urls).contains(w.path("decodes").get(1).path("url").asText()), w.toString());
+        }
+    }
+
+    /**
+     * A backend's time out of rotation (what the replacement at --max-backends reads) starts at the first health check that
+     * finds it out, stays while it is out, and starts again after a check that finds it serving: a backend that flaps keeps
+     * its place, its clock never adding up the times it was out.
+     */
+    @Test
+    void aBackendsTimeOutOfRotationStartsAgainAfterItServed() {
+        Backend b = new Backend("http://127.0.0.1:1", false, null);
+        b.rotation(100);
+        assertFalse(b.outOfRotation, "serving");
+        b.healthy = false;
+        b.rotation(200);
+        b.rotation(300);
+        assertTrue(b.outOfRotation);
+        assertEquals(200, b.outSinceNanos, "out since its first check out");
+        b.healthy = true;
+        b.rotation(400);
+        assertFalse(b.outOfRotation, "back: its clock stops");
+        b.healthy = false;
+        b.rotation(500);
+        assertEquals(500, b.outSinceNanos, "out again: from then, not from 200");
     }
 
     @Test
