@@ -13,6 +13,7 @@ import java.net.URI;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The router's {@code /workers} route: its backends ({@link Backends}) listed, added and removed while it serves. The
@@ -117,9 +118,22 @@ final class Workers {
      * ({@code WorkerRegistration}) keeps trying on this code.
      */
     private void full(HttpExchange ex, Backend b) throws Exception {
+        // The one of its role out the longest, if any: how long until an add replaces it (the caller's retries, or the operator's).
+        Backend longest = null;
+        long longestMs = -1;
+        Pool now = backends.pool();
+        for (Backend x : b.prefill ? now.prefills() : now.decodes()) {
+            Long ms = backends.outOfRotationMillis(x);
+            if (ms != null && ms > longestMs) {
+                longest = x;
+                longestMs = ms;
+            }
+        }
         Http.sendCodedError(ex, 403, "invalid_request_error", "url", Router.BACKENDS_FULL_CODE, b + " was not added: this router holds its limit of "
                 + maxBackends + " backends (--max-backends) and none of its " + (b.prefill ? "prefills" : "decodes") + " has been out of rotation for "
-                + Backends.REPLACE_AFTER.toSeconds() + " s; remove one first (DELETE " + Router.WORKERS_ROUTE + ") or start it with a higher limit");
+                + Backends.REPLACE_AFTER.toSeconds() + " s" + (longest == null ? "" : " (" + longest + " has been out for "
+                + TimeUnit.MILLISECONDS.toSeconds(longestMs) + " s)") + "; remove one first (DELETE " + Router.WORKERS_ROUTE
+                + ") or start it with a higher limit");
     }
 
     private void removeWorker(HttpExchange ex) throws Exception {

@@ -147,6 +147,8 @@ class RouterWorkersTest {
             JsonNode early = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER), 403);
             assertEquals("max_backends", early.path("code").asText(), early.toString());
             assertTrue(early.path("message").asText().contains("none of its decodes has been out of rotation for 30 s"), early.toString());
+            assertTrue(early.path("message").asText().matches(".* \\(decode " + dead + " has been out for [0-9]+ s\\); remove one first .*"),
+                    "how long the one out the longest has been: " + early);
             long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.SECONDS.toNanos(1);
             router.backends().clock = () -> System.nanoTime() + later;
             JsonNode otherRole = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.prefillUrl(), "prefill"), BEARER), 403);
