@@ -177,7 +177,7 @@ final class Workers {
         return null;
     }
 
-    private static ObjectNode workersJson(Pool p) {
+    private ObjectNode workersJson(Pool p) {
         ObjectNode out = Http.JSON.createObjectNode();
         ArrayNode prefills = out.putArray("prefills"), decodes = out.putArray("decodes");
         p.prefills().forEach(b -> prefills.add(workerJson(b)));
@@ -185,11 +185,15 @@ final class Workers {
         return out;
     }
 
-    private static ObjectNode workerJson(Backend b) {
+    private ObjectNode workerJson(Backend b) {
         ObjectNode o = Http.JSON.createObjectNode();
         o.put("url", b.url.toString());
         o.put("worker_type", b.prefill ? "prefill" : "decode");
         o.put("healthy", b.serves());
+        // As /status.json: how long out of rotation (null in rotation), what a full router's add compares with 30 s.
+        Long out = backends.outOfRotationMillis(b);
+        if (out == null) o.putNull("out_of_rotation_ms");
+        else o.put("out_of_rotation_ms", out.longValue());
         o.put("in_flight", b.inFlight.get());
         if (b.prefill) o.put("bootstrap", b.bootstrap);
         return o;

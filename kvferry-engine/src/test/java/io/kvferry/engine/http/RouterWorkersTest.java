@@ -144,6 +144,8 @@ class RouterWorkersTest {
                 model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
                 new Router.Admission(0, Duration.ZERO, 3), meters)) {
             assertFalse(workers(router).path("decodes").get(1).path("healthy").asBoolean(), workers(router).toString());
+            assertTrue(workers(router).path("decodes").get(1).path("out_of_rotation_ms").isNumber(), "out since the constructor's check: " + workers(router));
+            assertTrue(workers(router).path("decodes").get(0).path("out_of_rotation_ms").isNull(), "in rotation: " + workers(router));
             JsonNode early = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER), 403);
             assertEquals("max_backends", early.path("code").asText(), early.toString());
             assertTrue(early.path("message").asText().contains("none of its decodes has been out of rotation for 30 s"), early.toString());
