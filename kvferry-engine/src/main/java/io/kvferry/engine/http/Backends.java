@@ -284,16 +284,8 @@ final class Backends {
         }
     }
 
-    HttpRequest post(Backend b, String path, JsonNode body) throws IOException {
-        return post(b, path, body, null);
-    }
-
-    /** @param headersWithin the limit on the answer's status line and headers (not its body); null for none */
-    HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin) throws IOException {
-        return post(b, path, body, headersWithin, null);
-    }
-
     /**
+     * @param headersWithin the limit on the answer's status line and headers (not its body); null for none
      * @param client whom the request is for ({@link Router.RequestRecord#client}), sent as {@link StructuredOutputs#CLIENT_HEADER}: the
      *               engine's compiler queues it by that, not by the router's address; null (or {@link OutputConstraint.Compiler#ANYONE}): none
      */
@@ -323,7 +315,7 @@ final class Backends {
     /** Any answer means the engine has the abort (an unknown room is remembered there); no answer is tried again until {@code deadline}. */
     private void abort(Backend b, long room, long deadline) {
         try {
-            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room)), HttpResponse.BodyHandlers.discarding())
+            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room), null, null), HttpResponse.BodyHandlers.discarding())
                     .whenComplete((answer, failed) -> {
                         if (failed == null || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_PAUSE_MILLIS) > deadline) return;
                         try {
