@@ -10,14 +10,23 @@ import java.util.List;
  * the dot past it, so an empty completion is never missed). A chart is the list of Earley sets after each character of
  * the output; a set is never empty for a prefix of some sentence (every rule kept derives text: {@link EbnfGrammar}
  * drops the others), so a token is viable where scanning its text leaves a non-empty set. Immutable and shared; each
- * call carries its own chart and its {@link Budget}: at most {@link #MAX_ITEMS} items in one set and {@link #MAX_WORK}
- * steps in one call, past which {@link Over} is thrown (a hostile, highly ambiguous grammar), never a hang.
+ * call carries its own chart (a request's, kept between its steps: {@link OutputConstraint.Progress}) and its
+ * {@link Budget}: at most {@link #MAX_ITEMS} items in one set and {@link #MAX_WORK} steps of one token's new work, past
+ * which {@link Over} is thrown (a hostile, highly ambiguous grammar), never a hang.
  */
 final class Earley {
     /** Most items in one Earley set. */
     static final int MAX_ITEMS = 10_000;
-    /** Most steps (items processed, items looked at for a completion or a scan) in one call: one mask, one state. */
+    /**
+     * Most steps (items processed, items looked at for a completion or a scan) of one output token's new work: extending
+     * the request's chart by the last token's text (at the first token: the first set) and the mask's walk of the token texts.
+     */
     static final long MAX_WORK = 5_000_000;
+    /**
+     * Most items in one request's chart, all its sets together (about 8 bytes each once a set is closed): the chart grows
+     * with the output (items per character × characters), kept by the request between its steps.
+     */
+    static final long MAX_CHART_ITEMS = 2_000_000;
     private static final int END = Integer.MIN_VALUE;
 
     final EbnfGrammar g;
@@ -34,11 +43,25 @@ final class Earley {
 
     /** One call's work so far. */
     static final class Budget {
+        private final long limit;
         private long work;
+
+        /** One output token's new work: at most {@link #MAX_WORK} steps. */
+        Budget() {
+            this(MAX_WORK);
+        }
+
+        /** At most {@code limit} steps (a chart rebuilt by replay: {@link #MAX_WORK} for each token it reads). */
+        Budget(long limit) {
+            this.limit = limit;
+        }
 
         void spend(long n) {
             work += n;
-            if (work > MAX_WORK) throw new Over("more than " + MAX_WORK + " steps of the Earley recognizer for one token");
+            if (work > limit) {
+                throw new Over(limit == MAX_WORK ? "more than " + MAX_WORK + " steps of the Earley recognizer for one token"
+                        : "more than " + limit + " steps of the Earley recognizer to rebuild the chart");
+            }
         }
 
         long work() {
@@ -91,6 +114,14 @@ final class Earley {
             origin[size] = o;
             size++;
             return true;
+        }
+
+        /** Drops the hash of a closed set (nothing is added to it any more) and trims its arrays: 8 bytes an item. */
+        void compact() {
+            if (keys == null) return;
+            keys = null;
+            dp = Arrays.copyOf(dp, size);
+            origin = Arrays.copyOf(origin, size);
         }
 
         private void rehash() {

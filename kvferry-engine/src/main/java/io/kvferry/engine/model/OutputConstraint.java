@@ -32,9 +32,11 @@ import java.util.concurrent.atomic.LongAdder;
  *
  * <p>Two languages behind the one {@link #mask}: a DFA (regex, JSON schema, tool calls: dk.brics's automaton, its state an
  * int) or a grammar's exact context-free language ({@link Kind#EBNF}: an {@link EbnfGrammar} read by an {@link Earley}
- * recognizer, its state the chart of Earley sets after the output's characters, replayed from the start at each step as
- * the DFA's is; the tokens' texts are checked against it in one walk of their trie). A grammar's run-time work is bounded
- * ({@link Earley#MAX_ITEMS}, {@link Earley#MAX_WORK}): a request past a bound fails with {@link Exceeded}, naming its grammar.
+ * recognizer, its state the chart of Earley sets after the output's characters, kept by the request between its steps
+ * ({@link Progress}: extended by the last token's text; still a function of the output alone, rebuilt by replay where the
+ * request has none, as the decode's first step); the tokens' texts are checked against it in one walk of their trie). A
+ * grammar's run-time work is bounded ({@link Earley#MAX_ITEMS}, {@link Earley#MAX_WORK} a token's new work,
+ * {@link Earley#MAX_CHART_ITEMS}): a request past a bound fails with {@link Exceeded}, naming its grammar.
  *
  * <p>Travels as its {@link #kind} ({@code regex}, {@code json_schema}, {@code ebnf}: SGLang's sampling parameters;
  * {@code tool_calls}: kvferry's, the router's to the engines) and {@link #source}.
@@ -75,7 +77,7 @@ public final class OutputConstraint {
 
     /**
      * A request whose grammar passed a run-time bound of its recognizer ({@link Earley#MAX_ITEMS} items in one Earley set,
-     * {@link Earley#MAX_WORK} steps for one token): the request ends with this error (the engine answers it as failed, the
+     * {@link Earley#MAX_WORK} steps for one token's new work, {@link Earley#MAX_CHART_ITEMS} items in its chart): the request ends with this error (the engine answers it as failed, the
      * router passes it to the client), its grammar named; no other request is touched.
      */
     public static final class Exceeded extends RuntimeException {
@@ -227,8 +229,17 @@ public final class OutputConstraint {
      * here ({@code ignore_eos}, {@code min_tokens}); where nothing is left, EOS alone stays (finite).
      */
     public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds) {
+        mask(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, null);
+    }
+
+    /**
+     * {@link #mask(float[], int[], int, int, boolean, boolean, int[])} with the request's {@link Progress} ({@code null}:
+     * none kept, a grammar's chart replayed from the start): the mask is the same either way.
+     */
+    public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
+                     Progress progress) {
         if (grammar != null) {
-            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds);
+            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress);
             return;
         }
         int s = state(seq, promptLength, step);
@@ -252,19 +263,25 @@ public final class OutputConstraint {
     }
 
     /**
-     * {@link #mask} for a grammar: the chart after the output so far (replayed from the start), then the tokens whose
-     * text leaves a non-empty Earley set, found in one walk of the token texts' trie; the end as for a DFA.
+     * {@link #mask} for a grammar: the request's chart after the output so far ({@link Progress}: the last step's, extended
+     * by the last token's text), then the tokens whose text leaves a non-empty Earley set, found in one walk of the token
+     * texts' trie; the end as for a DFA. The bound on steps ({@link Earley#MAX_WORK}) is charged for this step's new work
+     * alone (the extension and the walk), the same whether the chart was kept or rebuilt, so the prefill and the decode
+     * decide it alike; the chart's size is bounded too ({@link Earley#MAX_CHART_ITEMS}).
      */
-    private void maskGrammar(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds) {
+    private void maskGrammar(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
+                             Progress progress) {
         int prev = seq[promptLength + step - 1];
         boolean[] ok = new boolean[logits.length];
         boolean whole;
         try {
             Earley.Budget b = new Earley.Budget();
-            List<Earley.ItemSet> chart = chart(seq, promptLength, step, b);
+            List<Earley.ItemSet> chart = progress.advance(this, seq, promptLength, step, b);
             whole = chart != null && grammar.complete(chart);
             if (chart != null) grammar.viable(texts.trie(prev), chart, ok, b);
+            progress.lastStep = b.work();
         } catch (Earley.Over e) {
+            progress.clear();
             throw new Exceeded("the grammar (" + toString().replace("\n", "\\n") + ") passed a bound of its recognizer at output token " + step + ": " + e.getMessage()
                     + " (a grammar this ambiguous is not served: docs/SERVING.md, \"Structured outputs\")");
         }
@@ -279,6 +296,121 @@ public final class OutputConstraint {
             else logits[t] = Float.NEGATIVE_INFINITY;
         }
         if (!any) logits[Tokenizer.EOS] = 0f;
+    }
+
+    /**
+     * A request's progress through its grammar: the Earley chart after its output so far, kept between its steps so a step
+     * extends it by the last token's text instead of replaying the whole output (a step's work no longer grows with the
+     * output). Owned by whoever owns the request's generation state (the decode's flight, the colocated engine's loop: one
+     * thread, one request; never shared), dropped when the request ends ({@link #clear}). Only an optimisation: the chart is
+     * a function of the output alone, and where the one kept is not the previous step's (the decode's first step, after the
+     * prefill's first token; a progress of another constraint) it is rebuilt by replay, that rebuild not charged to the
+     * step's bound but bounded itself by {@link Earley#MAX_WORK} for each output token it reads. A DFA's state is not kept.
+     */
+    public static final class Progress {
+        private final long maxItems;
+        private OutputConstraint of;
+        /** The chart after {@link #tokens} output tokens; null: none kept, or the output left the language. */
+        private List<Earley.ItemSet> chart;
+        private int tokens = -1;
+        /** Its sets closed so far (compacted), and their items. */
+        private int compacted;
+        private long items;
+        /** The work of the last extension (to {@link #tokens}), and of the last step in all (tests: constant per step). */
+        private long lastExtension, lastStep;
+
+        public Progress() {
+            this(Earley.MAX_CHART_ITEMS);
+        }
+
+        /** With at most {@code maxItems} items in the chart (tests: a bound a short output reaches). */
+        Progress(long maxItems) {
+            this.maxItems = maxItems;
+        }
+
+        /** Drops the chart (the request ended, or failed). */
+        public void clear() {
+            of = null;
+            chart = null;
+            tokens = -1;
+            compacted = 0;
+            items = 0;
+        }
+
+        /** The steps of the last mask: its extension of the chart and its walk of the token texts (tests). */
+        long lastStepWork() {
+            return lastStep;
+        }
+
+        /** Items the chart holds. */
+        long items() {
+            return chart == null ? 0 : items + chart.getLast().size;
+        }
+
+        /**
+         * The chart after the {@code step} output tokens of {@code seq}, this step's new work charged to {@code b}: the first
+         * set at step 0, else the extension by token {@code step - 1}'s text (where the chart kept is that of {@code step - 1}
+         * tokens; rebuilt by replay, uncharged, otherwise). Null where the output left the language.
+         */
+        List<Earley.ItemSet> advance(OutputConstraint c, int[] seq, int promptLength, int step, Earley.Budget b) {
+            if (of != c || tokens > step || tokens < step - 1) {
+                clear();
+                of = c;
+                if (step > 0) { // a rebuild: the steps that sampled those tokens each passed the bound, so it is within this one
+                    Earley.Budget rebuild = new Earley.Budget(Earley.MAX_WORK * step);
+                    begin(c, rebuild);
+                    for (int i = 0; i < step - 1 && chart != null; i++) extend(c, seq, promptLength, i, rebuild);
+                }
+            }
+            if (tokens == step) { // this step's chart kept (the mask asked again): its extension's work charged again
+                b.spend(lastExtension);
+                return chart;
+            }
+            long before = b.work();
+            if (step == 0) begin(c, b);
+            else if (chart != null) extend(c, seq, promptLength, step - 1, b);
+            else tokens = step; // the output left the language: it stays out
+            lastExtension = b.work() - before;
+            return chart;
+        }
+
+        private void begin(OutputConstraint c, Earley.Budget b) {
+            chart = c.grammar.start(b);
+            tokens = 0;
+            compacted = 0;
+            items = 0;
+            count();
+        }
+
+        /** Reads output token {@code i}'s text into the chart (that of {@code i} tokens). */
+        private void extend(OutputConstraint c, int[] seq, int promptLength, int i, Earley.Budget b) {
+            tokens = i + 1;
+            char[] text = c.texts.text(seq[promptLength + i - 1], seq[promptLength + i]);
+            if (text == null) {
+                chart = null;
+                return;
+            }
+            for (char ch : text) {
+                if (!c.grammar.read(chart, ch, b)) {
+                    chart = null;
+                    return;
+                }
+            }
+            count();
+        }
+
+        /** Compacts the sets closed since the last count (all but the last) and checks the chart's size. */
+        private void count() {
+            int last = chart.size() - 1;
+            for (; compacted < last; compacted++) {
+                Earley.ItemSet s = chart.get(compacted);
+                s.compact();
+                items += s.size;
+            }
+            if (items() > maxItems) {
+                throw new Earley.Over("more than " + maxItems + " items in the request's Earley chart (items per character × the output's characters)");
+            }
+        }
     }
 
     private boolean leadsOn(int s, char[] text) {

@@ -48,9 +48,17 @@ public record Sampling(float temperature, float topP, long seed, int topK, Sampl
      * the {@code step} output tokens so far.
      */
     public int sample(float[] logits, int step, int[] seq, int promptLength) {
+        return sample(logits, step, seq, promptLength, null);
+    }
+
+    /**
+     * {@link #sample(float[], int, int[], int)} with the request's {@link OutputConstraint.Progress} through its structured
+     * output, kept by the caller between the request's steps (null: none; the token is the same).
+     */
+    public int sample(float[] logits, int step, int[] seq, int promptLength, OutputConstraint.Progress progress) {
         if (!rules.changesLogits(step)) return pick(logits, step);
         float[] ruled = logits.clone();
-        rules.apply(ruled, step, seq, promptLength);
+        rules.apply(ruled, step, seq, promptLength, progress);
         return pick(ruled, step);
     }
 

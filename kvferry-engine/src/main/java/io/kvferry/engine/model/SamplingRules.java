@@ -150,6 +150,14 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
      * sequence whose first {@code promptLength} tokens are the prompt and whose next {@code step} are the output so far.
      */
     public void apply(float[] logits, int step, int[] seq, int promptLength) {
+        apply(logits, step, seq, promptLength, null);
+    }
+
+    /**
+     * {@link #apply(float[], int, int[], int)} with the request's {@link OutputConstraint.Progress} through its constraint
+     * (null: none kept; the result is the same, a grammar's chart replayed from the start).
+     */
+    public void apply(float[] logits, int step, int[] seq, int promptLength, OutputConstraint.Progress progress) {
         if (step < minTokens) {
             for (int t : stopTokenIds) logits[t] = Float.NEGATIVE_INFINITY;
             if (!ignoreEos) {
@@ -175,7 +183,9 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
                 logits[t] -= presencePenalty;
             }
         }
-        if (constraint != null) constraint.mask(logits, seq, promptLength, step, !ignoreEos && step >= minTokens, step >= minTokens, stopTokenIds);
+        if (constraint != null) {
+            constraint.mask(logits, seq, promptLength, step, !ignoreEos && step >= minTokens, step >= minTokens, stopTokenIds, progress);
+        }
     }
 
     /**

@@ -2,6 +2,7 @@ package io.kvferry.engine.serving;
 
 import io.kvferry.engine.kv.KvPool;
 import io.kvferry.engine.kv.PageAllocator;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.runtime.ShardedModel;
@@ -78,7 +79,8 @@ public final class ColocatedEngine implements AutoCloseable {
             int n = 0;
             String reason = "length";
             List<TokenLogprobs> logprobs = topLogprobs >= 0 ? new ArrayList<>() : null;
-            int tok = sampling.sample(logits, 0, seq, prompt.length);
+            OutputConstraint.Progress progress = new OutputConstraint.Progress(); // this generation's alone
+            int tok = sampling.sample(logits, 0, seq, prompt.length, progress);
             while (true) {
                 if (logprobs != null) logprobs.add(TokenLogprobs.of(logits, tok, topLogprobs));
                 out[n++] = tok;
@@ -90,7 +92,7 @@ public final class ColocatedEngine implements AutoCloseable {
                 if (n == out.length) break;
                 int pos = prompt.length + n - 1;
                 logits = model.forward(seq, pos, pos + 1, table, row, true);
-                tok = sampling.sample(logits, n, seq, prompt.length);
+                tok = sampling.sample(logits, n, seq, prompt.length, progress);
             }
             return new Generation(0, Arrays.copyOf(out, n), first, reason, Generation.Timings.NONE, logprobs, input);
         } finally {

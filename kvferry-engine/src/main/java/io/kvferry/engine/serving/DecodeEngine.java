@@ -165,6 +165,8 @@ public final class DecodeEngine extends SchedulerThread {
         boolean aborted;
         /** Its sink heard the end (a room whose clear failed stays releasing after that). */
         boolean told;
+        /** Its progress through its structured output (a grammar's Earley chart), this thread's alone; cleared when it ends. */
+        final OutputConstraint.Progress progress = new OutputConstraint.Progress();
 
         Flight(Request req) {
             this.req = req;
@@ -424,7 +426,7 @@ public final class DecodeEngine extends SchedulerThread {
                 if (f.generated == 1) f.firstDecodeMs = stepMs;
                 int token;
                 try {
-                    token = f.req.sampling().sample(logits[i], f.generated, f.seq, f.req.prompt().length);
+                    token = f.req.sampling().sample(logits[i], f.generated, f.seq, f.req.prompt().length, f.progress);
                 } catch (OutputConstraint.Exceeded e) {
                     // Its grammar passed a bound of the recognizer: this request ends with that error, the batch goes on.
                     running.remove(f);
@@ -614,6 +616,7 @@ public final class DecodeEngine extends SchedulerThread {
      * when its KV landed, and stay; a request that ended before that added nothing: its pages may be half written).
      */
     private void release(Flight f) {
+        f.progress.clear();
         if (f.pages != null) {
             prefixCache.release(f.prefixKeys, f.refs); // the cache's pages stay the cache's
             alloc.freePages(f.own);
