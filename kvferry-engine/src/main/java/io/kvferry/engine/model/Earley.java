@@ -206,7 +206,7 @@ final class Earley {
 
     /** Whether {@code text} is a whole sentence (tests, the compiler's checks). */
     boolean matches(CharSequence text) {
-        Budget b = new Budget();
+        Budget b = new Budget(MAX_WORK * (text.length() + 1L));
         List<ItemSet> chart = start(b);
         for (int i = 0; i < text.length(); i++) {
             if (!read(chart, text.charAt(i), b)) return false;

@@ -201,7 +201,7 @@ public final class OutputConstraint {
     /** Whether the output so far (as {@link #state}'s arguments say) is a whole match, whatever the language. */
     public boolean wholeMatch(int[] seq, int promptLength, int step) {
         if (grammar == null) return complete(state(seq, promptLength, step));
-        List<Earley.ItemSet> chart = chart(seq, promptLength, step, new Earley.Budget());
+        List<Earley.ItemSet> chart = chart(seq, promptLength, step, new Earley.Budget(Earley.MAX_WORK * (step + 1L)));
         return chart != null && grammar.complete(chart);
     }
 
@@ -431,7 +431,7 @@ public final class OutputConstraint {
     /** Whether {@code text} begins a whole match: a prefix of some text of the language (tests). */
     public boolean startsMatch(String text) {
         if (grammar != null) {
-            Earley.Budget b = new Earley.Budget();
+            Earley.Budget b = new Earley.Budget(Earley.MAX_WORK * (text.length() + 1L));
             List<Earley.ItemSet> chart = grammar.start(b);
             for (int i = 0; i < text.length(); i++) {
                 if (!grammar.read(chart, text.charAt(i), b)) return false;

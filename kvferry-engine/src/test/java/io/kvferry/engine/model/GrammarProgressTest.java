@@ -162,4 +162,27 @@ class GrammarProgressTest {
         c.mask(new float[vocab], seq, prompt.length, f - 1, true, true, new int[0], new OutputConstraint.Progress(limit));
         c.mask(new float[vocab], seq, prompt.length, f, true, true, new int[0]); // the served bound is far above
     }
+
+    /**
+     * The whole-match and prefix checks (tests, the compiler's) read a long output as the masks do: bounded by the
+     * steps a token times its tokens, not by one token's bound (they threw the recognizer's own error past 5M steps).
+     */
+    @Test
+    void theWholeMatchOfALongOutputIsAnswered() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        int vocab = tok.vocabSize();
+        OutputConstraint c = new OutputConstraint.Compiler(tok).ebnf(JSON_GRAMMAR);
+        OutputConstraint.TokenTexts texts = new OutputConstraint.TokenTexts(tok);
+        int open = token(texts, vocab, "{"), quote = token(texts, vocab, "\""), word = token(texts, vocab, null);
+        int n = 2 + 120_000 / texts.text(-1, word).length;
+        int[] prompt = tok.encode("x", true, false);
+        int[] seq = Arrays.copyOf(prompt, prompt.length + n);
+        seq[prompt.length] = open;
+        seq[prompt.length + 1] = quote;
+        Arrays.fill(seq, prompt.length + 2, seq.length, word);
+        assertTrue(!c.wholeMatch(seq, prompt.length, n));
+        String text = "{\"" + new String(texts.text(-1, word)).repeat(n - 2);
+        assertTrue(c.startsMatch(text) && !c.matches(text) && c.matches(text + "\":1}"));
+    }
 }
