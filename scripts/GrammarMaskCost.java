@@ -14,7 +14,8 @@ import java.util.Map;
  * The cost of a grammar's mask (Earley, the request's chart kept between steps: {@link OutputConstraint.Progress}) against a DFA's, on the real model
  * (stories260K): a 128-token JSON answer sampled colocated under a JSON grammar and under json_object's DFA
  * (tokens/s of the whole generation, model included), then the mask alone, both constraints masking the same
- * answer's 128 steps. Not a test. Run from the repository root after `mvn -q -B -o package -DskipTests`:
+ * answer's 128 steps (the grammar's chart kept between the steps, as a request keeps it, and replayed from the start
+ * at each step, as before it was kept). Not a test. Run from the repository root after `mvn -q -B -o package -DskipTests`:
  *
  * <pre>
  * java -cp 'kvferry-cli/target/classes:kvferry-cli/target/lib/*' scripts/GrammarMaskCost.java
@@ -59,18 +60,40 @@ public class GrammarMaskCost {
             int[] seq = Arrays.copyOf(prompt, prompt.length + out.length);
             System.arraycopy(out, 0, seq, prompt.length, out.length);
             if (!grammar.startsMatch(text)) throw new IllegalStateException("the grammar does not take the DFA's answer");
-            for (OutputConstraint c : new OutputConstraint[]{dfa, grammar, dfa, grammar}) {
+            // dfa, the grammar with its chart kept (as requests do), the grammar replayed from the start at each step (as
+            // before the chart was kept: no Progress), interleaved twice.
+            OutputConstraint[] order = {dfa, grammar, grammar, dfa, grammar, grammar};
+            boolean[] kept = {true, true, false, true, true, false};
+            for (int k = 0; k < order.length; k++) {
+                OutputConstraint c = order[k];
                 long t0 = System.nanoTime();
                 int reps = 20;
                 for (int rep = 0; rep < reps; rep++) {
-                    OutputConstraint.Progress progress = new OutputConstraint.Progress(); // one answer's, as a request keeps it
+                    OutputConstraint.Progress progress = kept[k] ? new OutputConstraint.Progress() : null; // one answer's, as a request keeps it
                     for (int step = 0; step < out.length; step++) {
                         c.mask(new float[tok.vocabSize()], seq, prompt.length, step, true, true, new int[0], progress);
                     }
                 }
                 double perMask = (System.nanoTime() - t0) / 1e3 / reps / out.length;
-                System.out.printf("mask alone, %-5s: %8.1f µs per step (mean over the answer's %d steps)%n", c.kind().param, perMask, out.length);
+                System.out.printf("mask alone, %-5s%s: %8.1f µs per step (mean over the answer's %d steps)%n", c.kind().param,
+                        c == dfa ? "" : kept[k] ? " (chart kept)" : " (replayed)", perMask, out.length);
             }
+            // The recognizer's steps (what the bound counts; deterministic, whatever the machine's load): a step's with the
+            // chart kept, against the replay's (the rebuild and the step: what the bound counted before the chart was kept).
+            OutputConstraint.Progress progress = new OutputConstraint.Progress();
+            long keptSum = 0, keptMax = 0, replaySum = 0, replayMax = 0;
+            for (int step = 0; step < out.length; step++) {
+                grammar.mask(new float[tok.vocabSize()], seq, prompt.length, step, true, true, new int[0], progress);
+                OutputConstraint.Progress fresh = new OutputConstraint.Progress();
+                grammar.mask(new float[tok.vocabSize()], seq, prompt.length, step, true, true, new int[0], fresh);
+                keptSum += progress.lastStepWork();
+                keptMax = Math.max(keptMax, progress.lastStepWork());
+                long replay = fresh.lastRebuildWork() + fresh.lastStepWork();
+                replaySum += replay;
+                replayMax = Math.max(replayMax, replay);
+            }
+            System.out.printf("recognizer steps a step, chart kept: mean %,d, max %,d, the answer %,d; replayed: mean %,d, max %,d (the last), the answer %,d (%d characters)%n",
+                    keptSum / out.length, keptMax, keptSum, replaySum / out.length, replayMax, replaySum, text.length());
         }
     }
 }

@@ -317,7 +317,7 @@ public final class OutputConstraint {
         private int compacted;
         private long items;
         /** The work of the last extension (to {@link #tokens}), and of the last step in all (tests: constant per step). */
-        private long lastExtension, lastStep;
+        private long lastExtension, lastStep, lastRebuild;
 
         public Progress() {
             this(Earley.MAX_CHART_ITEMS);
@@ -337,9 +337,14 @@ public final class OutputConstraint {
             items = 0;
         }
 
-        /** The steps of the last mask: its extension of the chart and its walk of the token texts (tests). */
-        long lastStepWork() {
+        /** The recognizer steps the last mask charged against the bound: its extension of the chart and its walk of the token texts. */
+        public long lastStepWork() {
             return lastStep;
+        }
+
+        /** The recognizer steps of the last rebuild by replay (not charged to its step), 0 where the chart was kept. */
+        public long lastRebuildWork() {
+            return lastRebuild;
         }
 
         /** Items the chart holds. */
@@ -353,6 +358,7 @@ public final class OutputConstraint {
          * tokens; rebuilt by replay, uncharged, otherwise). Null where the output left the language.
          */
         List<Earley.ItemSet> advance(OutputConstraint c, int[] seq, int promptLength, int step, Earley.Budget b) {
+            lastRebuild = 0;
             if (of != c || tokens > step || tokens < step - 1) {
                 clear();
                 of = c;
@@ -360,6 +366,7 @@ public final class OutputConstraint {
                     Earley.Budget rebuild = new Earley.Budget(Earley.MAX_WORK * step);
                     begin(c, rebuild);
                     for (int i = 0; i < step - 1 && chart != null; i++) extend(c, seq, promptLength, i, rebuild);
+                    lastRebuild = rebuild.work();
                 }
             }
             if (tokens == step) { // this step's chart kept (the mask asked again): its extension's work charged again
