@@ -390,7 +390,10 @@ public final class EbnfGrammar {
                 }
                 ranges.add(new int[]{lo, hi});
             }
-            if (ranges.isEmpty()) throw fault("has an empty character class '[]'", at);
+            if (ranges.isEmpty()) { // llama.cpp reads either as no symbol at all (the empty string): refused, not guessed
+                throw fault(negated ? "has an empty character class '[^]' (any one character is written .; a ']' in a class \\])"
+                        : "has an empty character class '[]' (a ']' in a class is written \\])", at);
+            }
             char[] set = normalise(ranges);
             if (!negated) return terminal(set);
             // Every character but these: the BMP's (no surrogates) not in the class, and any surrogate pair.

@@ -47,6 +47,7 @@ class EbnfGrammarTest {
         check("root ::= [^\"\\\\]*", List.of("", "abc", "é", "😀x"), List.of("\"", "a\\b"));
         check("root ::= [\\]\\-\\[^]", List.of("]", "-", "[", "^"), List.of("a", "\\"));
         check("root ::= . .", List.of("ab", "😀x", "é!"), List.of("a", "abc"));
+        check("root ::= [-a] [a-] [^-]", List.of("-ab", "a-x"), List.of("-a-", "b-a")); // '-' first or last is itself
         check("root ::= \"a\"{3}", List.of("aaa"), List.of("aa", "aaaa"));
         check("root ::= \"ab\"{2,}", List.of("abab", "ababab"), List.of("ab", "aba", ""));
         check("root ::= [x]{1,3} \"y\"?", List.of("x", "xxx", "xxy", "xy"), List.of("", "xxxx", "y", "xyy"));
@@ -76,6 +77,8 @@ class EbnfGrammarTest {
                 {"root ::= \"abc", "string literal never closed at line 1, column 10"},
                 {"root ::= [a-", "character class '[' never closed at line 1, column 10"},
                 {"root ::= []", "empty character class"},
+                {"root ::= []a]", "has an empty character class '[]' (a ']' in a class is written \\]) at line 1, column 10"},
+                {"root ::= [^]", "has an empty character class '[^]' (any one character is written .; a ']' in a class \\]) at line 1, column 10"},
                 {"root ::= [z-a]", "wrong order"},
                 {"root ::= (\"a\"", "'(' never closed at line 1, column 10"},
                 {"root ::= \"a\")", "')' with no '('"},
