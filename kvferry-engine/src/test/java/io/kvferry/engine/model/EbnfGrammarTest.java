@@ -276,6 +276,50 @@ class EbnfGrammarTest {
         assertTrue(end[Tokenizer.EOS] != Float.NEGATIVE_INFINITY && end[open] != Float.NEGATIVE_INFINITY && end[close] == Float.NEGATIVE_INFINITY);
     }
 
+    /**
+     * A grammar masks as the DFA of its regex under every rule of the end (EOS and BOS allowed or not: ignore_eos,
+     * min_tokens; stop token ids allowed or not, one of them a text token), after a prompt of BOS alone (the first token's
+     * text loses its leading space) and after a longer one, on a path of tokens through the language: the empty string's
+     * language (EOS alone), optional and repeated parts, non-ASCII text; the grammar's chart kept across the path.
+     */
+    @Test
+    void aGrammarMasksAsItsRegexUnderEveryRuleOfTheEnd() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(tok);
+        int vocab = tok.vocabSize();
+        String[][] pairs = {{"root ::= \"\"", "()"}, {"root ::= \"a\"?", "a?"}, {"root ::= \"Once\" \" upon\"?", "Once( upon)?"},
+                {"root ::= [A-Z] [a-z]* (\" \" [a-z]+)* \".\"", "[A-Z][a-z]*( [a-z]+)*\\."}, {"root ::= \"é\" | \"\\n\"", "é|\n"}};
+        int[][] prompts = {tok.encode("", true, false), tok.encode("x", true, false)};
+        assertEquals(1, prompts[0].length);
+        for (String[] pr : pairs) {
+            OutputConstraint g = compiler.ebnf(pr[0]), re = compiler.regex(pr[1]);
+            for (int[] prompt : prompts) {
+                int[] seq = prompt.clone();
+                SplittableRandom r = new SplittableRandom(1);
+                OutputConstraint.Progress progress = new OutputConstraint.Progress();
+                for (int step = 0; step < 20; step++) {
+                    for (int flags = 0; flags < 4; flags++) {
+                        for (int[] stops : new int[][]{{}, {Tokenizer.EOS + 1, 100}}) {
+                            float[] lg = new float[vocab], lr = new float[vocab];
+                            g.mask(lg, seq, prompt.length, step, (flags & 1) != 0, (flags & 2) != 0, stops, progress);
+                            re.mask(lr, seq, prompt.length, step, (flags & 1) != 0, (flags & 2) != 0, stops);
+                            assertTrue(Arrays.equals(lr, lg), pr[0] + ", prompt " + prompt.length + ", step " + step + ", flags " + flags);
+                        }
+                    }
+                    float[] l = new float[vocab];
+                    re.mask(l, seq, prompt.length, step, false, false, new int[0]);
+                    List<Integer> ok = new ArrayList<>();
+                    for (int t = Tokenizer.EOS + 1; t < vocab; t++) if (l[t] == 0f) ok.add(t);
+                    if (ok.isEmpty()) break;
+                    seq = Arrays.copyOf(seq, seq.length + 1);
+                    seq[seq.length - 1] = ok.get(r.nextInt(ok.size()));
+                }
+                assertTrue(g.wholeMatch(seq, prompt.length, seq.length - prompt.length) || pr[0].contains("[A-Z]"), pr[0]);
+            }
+        }
+    }
+
     private static boolean depthOk(int depth, String text) {
         for (char c : text.toCharArray()) {
             depth += c == '(' ? 1 : -1;
