@@ -23,10 +23,16 @@ final class Earley {
      */
     static final long MAX_WORK = 5_000_000;
     /**
-     * Most items in one request's chart, all its sets together (about 8 bytes each once a set is closed): the chart grows
-     * with the output (items per character × characters), kept by the request between its steps.
+     * What a set of a chart costs beside its items (the object, its two arrays' headers, the chart's slot: ~100 bytes),
+     * in items (8 bytes each once the set is closed).
      */
-    static final long MAX_CHART_ITEMS = 2_000_000;
+    static final int SET_ITEMS = 12;
+    /**
+     * Most items in one request's chart, all its sets together, each set counting {@link #SET_ITEMS} more for itself
+     * (one set a character of the output): about 8 bytes each, some 32 MB. The chart grows with the output ((items
+     * per character + {@link #SET_ITEMS}) × characters), kept by the request between its steps.
+     */
+    static final long MAX_CHART_ITEMS = 4_000_000;
     private static final int END = Integer.MIN_VALUE;
 
     final EbnfGrammar g;

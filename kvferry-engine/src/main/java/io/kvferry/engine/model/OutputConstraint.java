@@ -323,7 +323,7 @@ public final class OutputConstraint {
             this(Earley.MAX_CHART_ITEMS);
         }
 
-        /** With at most {@code maxItems} items in the chart (tests: a bound a short output reaches). */
+        /** With at most {@code maxItems} in the chart, as {@link #size} counts (tests: a bound a short output reaches). */
         Progress(long maxItems) {
             this.maxItems = maxItems;
         }
@@ -350,6 +350,11 @@ public final class OutputConstraint {
         /** Items the chart holds. */
         long items() {
             return chart == null ? 0 : items + chart.getLast().size;
+        }
+
+        /** The chart's size as its bound counts it: its items, and {@link Earley#SET_ITEMS} for each of its sets. */
+        long size() {
+            return chart == null ? 0 : items() + (long) Earley.SET_ITEMS * chart.size();
         }
 
         /**
@@ -414,8 +419,9 @@ public final class OutputConstraint {
                 s.compact();
                 items += s.size;
             }
-            if (items() > maxItems) {
-                throw new Earley.Over("more than " + maxItems + " items in the request's Earley chart (items per character × the output's characters)");
+            if (size() > maxItems) {
+                throw new Earley.Over("more than " + maxItems + " items in the request's Earley chart (its sets' items and "
+                        + Earley.SET_ITEMS + " for each set, one a character of the output)");
             }
         }
     }

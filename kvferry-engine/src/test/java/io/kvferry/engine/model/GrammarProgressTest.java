@@ -81,7 +81,7 @@ class GrammarProgressTest {
         c.mask(kept, seq, prompt.length, n, true, true, new int[0], p);
         c.mask(replayed, seq, prompt.length, n, true, true, new int[0]);
         assertArrayEquals(replayed, kept);
-        assertTrue(p.items() < Earley.MAX_CHART_ITEMS, "items: " + p.items());
+        assertTrue(p.size() < Earley.MAX_CHART_ITEMS, "size: " + p.size());
     }
 
     /**
@@ -161,6 +161,38 @@ class GrammarProgressTest {
                 () -> c.mask(new float[vocab], seq, prompt.length, f, true, true, new int[0], new OutputConstraint.Progress(limit)));
         c.mask(new float[vocab], seq, prompt.length, f - 1, true, true, new int[0], new OutputConstraint.Progress(limit));
         c.mask(new float[vocab], seq, prompt.length, f, true, true, new int[0]); // the served bound is far above
+    }
+
+    /**
+     * A grammar of few items a character (a plain text) still has a set a character, which costs more than its items:
+     * the chart's bound counts each set as {@link Earley#SET_ITEMS} items too, so a long output's sets are bounded, not
+     * only its items (an output of 2M characters under {@code [a-z ]*} held ~200 MB of sets within a bound on items).
+     */
+    @Test
+    void theChartsBoundCountsItsSets() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        int vocab = tok.vocabSize();
+        OutputConstraint c = new OutputConstraint.Compiler(tok).ebnf("root ::= [a-z ]*");
+        OutputConstraint.TokenTexts texts = new OutputConstraint.TokenTexts(tok);
+        int word = token(texts, vocab, null), limit = 20_000;
+        int n = 20_000;
+        int[] prompt = tok.encode("x", true, false);
+        int[] seq = Arrays.copyOf(prompt, prompt.length + n);
+        Arrays.fill(seq, prompt.length, seq.length, word);
+        OutputConstraint.Progress p = new OutputConstraint.Progress(limit);
+        int step = 0;
+        long items = 0;
+        try {
+            for (; step < n; step++) {
+                c.mask(new float[vocab], seq, prompt.length, step, true, true, new int[0], p);
+                items = p.items();
+            }
+        } catch (OutputConstraint.Exceeded e) {
+            assertTrue(e.getMessage().contains("more than " + limit + " items in the request's Earley chart (its sets' items and "
+                    + Earley.SET_ITEMS + " for each set"), e.getMessage());
+        }
+        assertTrue(step < n && items < limit / 2, "failed at step " + step + " with " + items + " items");
     }
 
     /**
