@@ -418,7 +418,7 @@ public final class PrefillEngine extends SchedulerThread {
                     // Its grammar passed a bound of the recognizer at the first token: this request fails with that error (the
                     // decode hears the abort; the router answers the prefill's error), the others go on.
                     forward.removeFirst();
-                    f.senders.abort();
+                    if (f.senders != null) f.senders.abort(); // null for a prefill-only request (it samples nothing), checked as everywhere else
                     failWith(f, e);
                     computed = false;
                 }
