@@ -9,6 +9,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.LongUnaryOperator;
 
 /**
  * Minimization of a deterministic dk.brics {@link Automaton} that stops at the compilation's deadline: Valmari and
@@ -18,24 +19,30 @@ import java.util.Map;
  * transitions steps).
  *
  * <p>The alphabet is the automaton's characters grouped into classes: two characters are in one class when every state
- * sends both to the same state (or neither anywhere), found by a sweep over the transitions' range ends (each class's
- * signature is a sum of 64-bit hashes of the (state, destination) pairs covering it, two of them: 128 bits, so two
- * different sets of pairs share one with a chance of about 2^-128). A state's transition over a range is one labelled
- * transition per class inside it; the refinement runs over those. The minimal automaton is built from each block's
- * first state's own transitions (their ranges as they were, those into dead states left out, adjacent ranges to one
- * state merged): the automaton dk.brics's {@link Automaton#minimize} makes, up to the states' identity (the tests
- * compare the two's languages and sizes). Every state and transition visited counts toward the next check (a state's
- * {@code getSortedTransitions}, a sort, an allocation and a loop over the states alone do not: each is short).
+ * sends both to the same state (or neither anywhere). A sweep over the transitions' range ends groups them by a
+ * signature (a sum of 64-bit hashes of the (state, destination) pairs covering them, two of them: 128 bits), then an
+ * exact check visits each state's ranges and splits the classes state by state should two different sets of pairs have
+ * shared a signature (a chance of about 2^-128; the tests force it with a poor hash), so the classes are exact, never a
+ * merge of characters some state tells apart. The check costs one step per elementary interval a state's ranges cover
+ * (on the harness's schemas 1.0–1.14 times the transitions by class, under 5 ms for the largest). A state's transition
+ * over a range is one labelled transition per class inside it; the refinement runs over those. The minimal automaton is
+ * built from each block's first state's own transitions (their ranges as they were, those into dead states left out,
+ * adjacent ranges to one state merged): the automaton dk.brics's {@link Automaton#minimize} makes, up to the states'
+ * identity (the tests compare the two's languages and sizes). Every state, transition and interval visited counts toward
+ * the next check (a state's {@code getSortedTransitions}, a sort, an allocation, a loop over the states alone and the
+ * refinement's single passes over its labelled transitions, at most the bound's 2M simple steps, do not: each is short).
  *
  * <p>Memory: 44 bytes per labelled transition (eleven int arrays of that length), so their count is bounded
- * ({@link ClientRegex#MAX_MINIMIZE_TRANSITIONS}) and counted before those arrays are allocated; the arrays per
- * transition of the automaton (about 56 bytes each) are less than dk.brics's own objects for it.
+ * ({@link ClientRegex#MAX_MINIMIZE_TRANSITIONS}) and counted before those arrays are
+ * allocated, by the grouped classes (the exact ones are as many or more: counted again if the check split any); the
+ * arrays per transition of the automaton (about 72 bytes each) are less than dk.brics's own objects for it.
  */
 final class DfaMinimizer {
     /** Steps (a transition or a state visited) between two deadline checks: a few tens of microseconds. */
     static final int CHECK_EVERY = 4096;
 
     private final Runnable check;
+    private final LongUnaryOperator hash;
     private long steps;
 
     // The refinement's arrays (Valmari's names): transitions' tails, labels and heads; adjacency; the marks and worklist.
@@ -43,8 +50,9 @@ final class DfaMinimizer {
     private int mm, rr, w;
     private Partition blocks, cords;
 
-    private DfaMinimizer(Runnable check) {
+    private DfaMinimizer(Runnable check, LongUnaryOperator hash) {
         this.check = check;
+        this.hash = hash;
     }
 
     /** {@code a} (deterministic) minimized in place, checking the running compilation's deadline as it goes. */
@@ -57,9 +65,18 @@ final class DfaMinimizer {
      * refusal ({@link ClientRegex.TooComplex}) past {@code maxTransitions} labelled transitions, before they are made.
      */
     static void minimize(Automaton a, Runnable check, long maxTransitions) {
+        minimize(a, check, maxTransitions, DfaMinimizer::mix);
+    }
+
+    /**
+     * As {@link #minimize(Automaton, Runnable, long)}, the character classes' signatures made from {@code hash} of each
+     * (state, destination) pair (tests give a poor one, so that different classes share a signature and the exact check
+     * that follows the grouping must split them).
+     */
+    static void minimize(Automaton a, Runnable check, long maxTransitions, LongUnaryOperator hash) {
         if (a.getSingleton() != null) return; // a string's automaton is minimal (dk.brics leaves it as it is too)
         if (!a.isDeterministic()) throw new IllegalArgumentException("the automaton to minimize is not deterministic");
-        new DfaMinimizer(check).run(a, maxTransitions);
+        new DfaMinimizer(check, hash).run(a, maxTransitions);
     }
 
     private void tick() {
@@ -105,18 +122,12 @@ final class DfaMinimizer {
         sorted = null;
         index = null;
 
-        int[] reps = classes(from, lo, hi, to, m);
-        // The labelled transitions: a transition over [lo, hi] is one per class whose representative is inside it (a
-        // deterministic state's ranges are disjoint, so each (state, class) comes once).
-        long count = 0;
-        for (int t = 0; t < m; t++) {
-            tick();
-            count += lowerBound(reps, hi[t] + 1) - lowerBound(reps, lo[t]);
-        }
-        if (count > maxTransitions) {
-            throw new ClientRegex.TooComplex("is too complex: minimizing its automaton of " + n + " states and " + m
-                    + " transitions takes " + count + " transitions by character class, over the bound of " + maxTransitions);
-        }
+        // The classes as their signatures group them, then checked exactly (split where two classes share a signature).
+        // The count of labelled transitions by the grouped classes is refused first: exact classes are as many or more.
+        Classes grouped = classes(from, lo, hi, to, m);
+        long count = bound(count(grouped.reps, lo, hi, m), n, m, maxTransitions);
+        int[] reps = exact(grouped, lo, hi, to, first, n);
+        if (reps != grouped.reps) count = bound(count(reps, lo, hi, m), n, m, maxTransitions);
         mm = (int) count;
         tails = new int[mm];
         labels = new int[mm];
@@ -175,11 +186,43 @@ final class DfaMinimizer {
     }
 
     /**
-     * The alphabet's classes: the characters (as the elementary intervals between the transitions' range ends) grouped
-     * by the (state, destination) pairs whose transitions cover them; returns each class's representative character
-     * (its lowest), ascending, the class's label its index.
+     * The labelled transitions by classes {@code reps}: a transition over [lo, hi] is one per class whose representative
+     * is inside it (a deterministic state's ranges are disjoint, so each (state, class) comes once).
      */
-    private int[] classes(int[] from, int[] lo, int[] hi, int[] to, int m) {
+    private long count(int[] reps, int[] lo, int[] hi, int m) {
+        long count = 0;
+        for (int t = 0; t < m; t++) {
+            tick();
+            count += lowerBound(reps, hi[t] + 1) - lowerBound(reps, lo[t]);
+        }
+        return count;
+    }
+
+    /** {@code count} labelled transitions, or a refusal past {@code maxTransitions}. */
+    private static long bound(long count, int n, int m, long maxTransitions) {
+        long max = maxTransitions;
+        if (count > max) {
+            throw new ClientRegex.TooComplex("is too complex: minimizing its automaton of " + n + " states and " + m
+                    + " transitions takes " + count + " transitions by character class, over the bound of " + max);
+        }
+        return count;
+    }
+
+    /**
+     * Classes of the alphabet's elementary intervals (between consecutive range ends {@code points[0 .. p)}, the last
+     * U+FFFF + 1): {@code of[e]} the class of interval {@code e}, {@code k} classes numbered in order of their first
+     * interval; {@code reps} each class's representative character (its lowest), ascending.
+     */
+    private record Classes(int[] points, int p, int[] of, int k, int[] reps) {
+    }
+
+    /**
+     * The alphabet's classes as grouped by signature: the characters (as the elementary intervals between the
+     * transitions' range ends) grouped by the sums of hashes of the (state, destination) pairs whose transitions cover
+     * them. Characters with the same pairs share a signature, so a class is a union of the exact classes; two different
+     * sets of pairs share one only by chance (about 2^-128 with the default hash), which {@link #exact} catches.
+     */
+    private Classes classes(int[] from, int[] lo, int[] hi, int[] to, int m) {
         int[] points = new int[2 * m + 2];
         for (int t = 0; t < m; t++) {
             points[2 * t] = lo[t];
@@ -197,7 +240,7 @@ final class DfaMinimizer {
             tick();
             int i = Arrays.binarySearch(points, 0, p, lo[t]), e = Arrays.binarySearch(points, 0, p, hi[t] + 1);
             long pair = (long) from[t] << 32 | to[t];
-            long h1 = mix(pair ^ 0x9E3779B97F4A7C15L), h2 = mix(pair ^ 0xC2B2AE3D27D4EB4FL);
+            long h1 = hash.applyAsLong(pair ^ 0x9E3779B97F4A7C15L), h2 = hash.applyAsLong(pair ^ 0xC2B2AE3D27D4EB4FL);
             sig1[i] += h1;
             sig1[e] -= h1;
             sig2[i] += h2;
@@ -207,15 +250,92 @@ final class DfaMinimizer {
         }
         Map<Sig, Integer> ids = new HashMap<>();
         int[] reps = new int[p];
+        int[] of = new int[p - 1];
         int k = 0;
         long s1 = 0, s2 = 0;
         for (int e = 0; e + 1 < p; e++) {
             tick();
             s1 += sig1[e];
             s2 += sig2[e];
-            if (ids.putIfAbsent(new Sig(s1, s2), k) == null) reps[k++] = points[e];
+            Integer c = ids.putIfAbsent(new Sig(s1, s2), k);
+            if (c == null) {
+                of[e] = k;
+                reps[k++] = points[e];
+            } else {
+                of[e] = c;
+            }
         }
-        return Arrays.copyOf(reps, k);
+        return new Classes(points, p, of, k, Arrays.copyOf(reps, k));
+    }
+
+    /**
+     * The exact classes: {@code grouped}'s representatives when every state sends all of each class's intervals to one
+     * place (or none of them anywhere), checked interval by interval over each state's ranges; else the classes split
+     * exactly ({@link #split}). The check visits each interval a state's transitions cover once: at most states ×
+     * intervals, each a step toward the deadline check.
+     */
+    private int[] exact(Classes grouped, int[] lo, int[] hi, int[] to, int[] first, int n) {
+        int k = grouped.k;
+        int[] of = grouped.of, size = new int[k], seenBy = new int[k], dest = new int[k], covered = new int[k], touched = new int[k];
+        for (int c : of) size[c]++;
+        Arrays.fill(seenBy, -1);
+        for (int s = 0; s < n; s++) {
+            int touches = 0;
+            for (int t = first[s]; t < first[s + 1]; t++) {
+                for (int e = interval(grouped, lo[t]), end = interval(grouped, hi[t] + 1); e < end; e++) {
+                    tick();
+                    int c = of[e];
+                    if (seenBy[c] != s) {
+                        seenBy[c] = s;
+                        dest[c] = to[t];
+                        covered[c] = 1;
+                        touched[touches++] = c;
+                    } else if (dest[c] != to[t]) {
+                        return split(grouped, lo, hi, to, first, n);
+                    } else {
+                        covered[c]++;
+                    }
+                }
+            }
+            for (int i = 0; i < touches; i++) {
+                if (covered[touched[i]] != size[touched[i]]) return split(grouped, lo, hi, to, first, n);
+            }
+        }
+        return grouped.reps;
+    }
+
+    /** The index of the elementary interval starting at {@code point} (a range end). */
+    private static int interval(Classes c, int point) {
+        return Arrays.binarySearch(c.points, 0, c.p, point);
+    }
+
+    /**
+     * The exact classes, by refining the intervals state by state on where each state sends them (none anywhere its own
+     * destination): O(states × intervals), only when signatures grouped two different classes (chance about 2^-128).
+     */
+    private int[] split(Classes grouped, int[] lo, int[] hi, int[] to, int[] first, int n) {
+        int intervals = grouped.p - 1;
+        int[] of = new int[intervals], dest = new int[intervals];
+        int k = 1;
+        for (int s = 0; s < n; s++) {
+            Arrays.fill(dest, -1);
+            for (int t = first[s]; t < first[s + 1]; t++) {
+                for (int e = interval(grouped, lo[t]), end = interval(grouped, hi[t] + 1); e < end; e++) {
+                    tick();
+                    dest[e] = to[t];
+                }
+            }
+            Map<Long, Integer> ids = new HashMap<>();
+            for (int e = 0; e < intervals; e++) {
+                tick();
+                Integer c = ids.putIfAbsent((long) of[e] << 32 | dest[e] + 1, ids.size());
+                of[e] = c == null ? ids.size() - 1 : c;
+            }
+            k = ids.size();
+        }
+        int[] reps = new int[k];
+        for (int e = intervals; e-- > 0;) reps[of[e]] = grouped.points[e]; // each class's lowest interval last
+        return reps;
     }
 
     /** SplitMix64's finalizer: a 64-bit hash of {@code z}. */
