@@ -33,13 +33,16 @@ import java.util.function.LongUnaryOperator;
  * refinement's single passes over its labelled transitions, at most the bound's 2M simple steps, do not: each is short).
  *
  * <p>Memory: 44 bytes per labelled transition (eleven int arrays of that length), so their count is bounded
- * ({@link ClientRegex#MAX_MINIMIZE_TRANSITIONS}) and counted before those arrays are
+ * ({@link ClientRegex#MAX_MINIMIZE_TRANSITIONS}, and never past an array's length) and counted before those arrays are
  * allocated, by the grouped classes (the exact ones are as many or more: counted again if the check split any); the
  * arrays per transition of the automaton (about 72 bytes each) are less than dk.brics's own objects for it.
  */
 final class DfaMinimizer {
     /** Steps (a transition or a state visited) between two deadline checks: a few tens of microseconds. */
     static final int CHECK_EVERY = 4096;
+
+    /** The most labelled transitions the arrays can hold (a Java array's length, less the VM's header slack). */
+    private static final long MAX_ARRAY = Integer.MAX_VALUE - 8;
 
     private final Runnable check;
     private final LongUnaryOperator hash;
@@ -198,9 +201,9 @@ final class DfaMinimizer {
         return count;
     }
 
-    /** {@code count} labelled transitions, or a refusal past {@code maxTransitions}. */
+    /** {@code count} labelled transitions, or a refusal past {@code maxTransitions} (or past what an array holds). */
     private static long bound(long count, int n, int m, long maxTransitions) {
-        long max = maxTransitions;
+        long max = Math.min(maxTransitions, MAX_ARRAY);
         if (count > max) {
             throw new ClientRegex.TooComplex("is too complex: minimizing its automaton of " + n + " states and " + m
                     + " transitions takes " + count + " transitions by character class, over the bound of " + max);

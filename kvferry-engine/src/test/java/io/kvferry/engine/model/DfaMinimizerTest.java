@@ -183,6 +183,33 @@ class DfaMinimizerTest {
         assertEquals(1, chain.getNumberOfStates());
     }
 
+    /**
+     * More transitions by class than an array holds (32,768 states each over every character, after a state that tells
+     * all 65,536 characters apart: 2^31 + 65,536): refused by what an array holds even with no bound given, never cast
+     * to a negative length.
+     */
+    @Test
+    void transitionsByClassPastAnArraysLengthAreRefusedWhateverTheBound() {
+        State fan = new State();
+        for (int c = 0; c <= Character.MAX_VALUE; c++) {
+            State leaf = new State();
+            leaf.setAccept(true);
+            fan.addTransition(new Transition((char) c, leaf));
+        }
+        State next = fan;
+        for (int i = 0; i < 32_768; i++) {
+            State s = new State();
+            s.addTransition(new Transition(Character.MIN_VALUE, Character.MAX_VALUE, next));
+            next = s;
+        }
+        Automaton a = new Automaton();
+        a.setInitialState(next);
+        a.setDeterministic(true);
+        ClientRegex.TooComplex e = assertThrows(ClientRegex.TooComplex.class, () -> DfaMinimizer.minimize(a, () -> { }, Long.MAX_VALUE));
+        assertTrue(e.getMessage().endsWith("takes 2147549184 transitions by character class, over the bound of " + (Integer.MAX_VALUE - 8)),
+                e.getMessage());
+    }
+
     /** {@code n} states in a chain over 'a'; {@code loop}: every state accepting and the last looping (a*), else only the last accepts. */
     private static Automaton chain(int n, boolean loop) {
         State[] s = new State[n];
