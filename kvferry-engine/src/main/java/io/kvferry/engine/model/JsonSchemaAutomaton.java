@@ -628,9 +628,11 @@ public final class JsonSchemaAutomaton {
     }
 
     /**
-     * An object's members so far, deterministic; minimized only once past {@link #MINIMIZE_PAST} states (dk.brics's
-     * Hopcroft costs states × character classes each time: minimizing every step took seconds for a dozen members with
-     * formats), so the whole object is minimized once at the end.
+     * An object's members so far, deterministic; minimized only once past {@link #MINIMIZE_PAST} states, else once at
+     * the end with the whole object. The threshold dates from dk.brics's Hopcroft (states × character classes each
+     * time: minimizing every step took seconds for a dozen members with formats); with {@link DfaMinimizer} a lower one
+     * is a trade, not a gain (thread CPU time, warm, interleaved: 0 or 1,000 took the twenty optional emails from
+     * 1.6 to 1.2 s and forty required dates from 0.3 to 0.4–0.5 s; docs/PERFORMANCE.md, session 13), so it stays.
      */
     private static Automaton compact(Automaton a) {
         Automaton d = ClientRegex.determinize(a, ClientRegex.MAX_NFA_STATES);
