@@ -35,7 +35,9 @@ import java.util.function.LongUnaryOperator;
  * <p>Memory: 44 bytes per labelled transition (eleven int arrays of that length), so their count is bounded
  * ({@link ClientRegex#MAX_MINIMIZE_TRANSITIONS}, and never past an array's length) and counted before those arrays are
  * allocated, by the grouped classes (the exact ones are as many or more: counted again if the check split any); the
- * arrays per transition of the automaton (about 72 bytes each) are less than dk.brics's own objects for it.
+ * arrays per transition of the automaton (its ends, states and range ends: about 28 bytes each, with the sorted lists'
+ * references) are less than dk.brics's own objects for it, and those per elementary interval (signatures, classes:
+ * 24 bytes) at most 65,537 long.
  */
 final class DfaMinimizer {
     /** Steps (a transition or a state visited) between two deadline checks: a few tens of microseconds. */
