@@ -9,14 +9,19 @@ import org.slf4j.LoggerFactory;
 import org.slf4j.event.Level;
 
 import java.io.IOException;
+import java.net.ConnectException;
 import java.net.URI;
 import java.net.URLEncoder;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * An engine role's entry in a router's backends ({@code serve --register-with}): it adds itself through the
@@ -29,8 +34,19 @@ import java.util.concurrent.CompletableFuture;
  * then; that is logged once. Any other refusal that a retry cannot change (a 4xx: a wrong token, a URL the router
  * calls bad, a router without {@code /workers}) ends the attempts at once. A router that has the URL in that role already (409: the
  * engine restarted, or the router's flags name it) counts as taking it. Either way the engine serves on
- * and the outcome is logged; {@link #registered()} completes with it. One virtual thread makes the attempts;
- * close() stops it and waits for it, so the removal cannot overtake an addition in flight.
+ * and the outcome is logged; {@link #registered()} completes with it.
+ *
+ * <p>Once in, the engine re-asserts its entry every {@code reassertEvery} (default {@link #DEFAULT_REASSERT_EVERY}, each
+ * wait drawn within &plusmn;20% of it so engines started together do not call in step), the same {@code POST /workers}:
+ * a router that restarted (a new pod, a crash) forgot every registered engine, and one that replaced this engine (a
+ * full router replaces a backend out of rotation for 30 s: a partitioned engine) does not take it back by itself. A 409
+ * (it has it) is the normal answer and silent; a 200 means the router had lost it (one INFO line); a router unreachable
+ * or answering 5xx (or 408, 429) is tried again at the next tick, with one WARN when that starts and one INFO when it
+ * answers again; a full router (403 {@code max_backends}) is tried at each tick, logged once; any other 4xx (a wrong
+ * token, a URL refused) ends the re-assertions with an ERROR, as configuration that a retry cannot fix.
+ *
+ * <p>One virtual thread makes the attempts, then the re-assertions; close() stops it and waits for it, so neither an
+ * addition nor a re-assertion in flight can overtake the removal.
  */
 public final class WorkerRegistration implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(WorkerRegistration.class);
@@ -38,6 +54,31 @@ public final class WorkerRegistration implements AutoCloseable {
     static final Duration RETRY_EVERY = Duration.ofSeconds(1);
     /** One call's limit: the router checks the engine's health before it answers (2 s at most there). */
     static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * How often a registered engine re-asserts its entry: 5 s, so a router restarted (or one that dropped the engine)
+     * serves with it again within some 5 s of answering, a few of the router's own health rounds (1 s, 3 s to mark a
+     * backend down). The router answers the usual 409 from its pool's snapshot (a volatile read and a scan of its
+     * backends, no lock, not on its health thread): 256 engines at 5 s are some 51 small requests a second, against the
+     * 256 health checks a second the router makes of them anyway.
+     */
+    public static final Duration DEFAULT_REASSERT_EVERY = Duration.ofSeconds(5);
+    /** The bounds of {@code serve --register-interval-s}: under a second is a load for nothing, over 5 minutes an outage. */
+    public static final long MIN_REASSERT_S = 1;
+    public static final long MAX_REASSERT_S = 300;
+
+    /** What one re-assertion found ({@link #reassertNow}). */
+    public enum Reassertion {
+        /** 409: the router has this engine (the usual answer). */
+        HELD,
+        /** 200: the router had lost this engine (restarted, or it removed or replaced it) and took it again. */
+        RE_REGISTERED,
+        /** No answer, or a 5xx (408, 429): tried again at the next tick. */
+        FAILING,
+        /** 403 {@code max_backends}: the router is full; tried again at the next tick. */
+        FULL,
+        /** Any other 4xx: the re-assertions end (configuration a retry cannot fix). */
+        STOPPED
+    }
 
     private final URI workers;
     private final String selfUrl;
@@ -45,10 +86,19 @@ public final class WorkerRegistration implements AutoCloseable {
     private final String authorization;
     private final HttpClient client = HttpClient.newBuilder().connectTimeout(CALL_TIMEOUT).build();
     private final CompletableFuture<Void> registered = new CompletableFuture<>();
+    private final Duration reassertEvery;
+    private final ObjectNode body;
     private final Thread attempts;
+    /** Guards {@link #asked} and {@link #ended}; {@link #tickAsked} wakes the re-assertions for {@link #reassertNow}. */
+    private final ReentrantLock tick = new ReentrantLock();
+    private final Condition tickAsked = tick.newCondition();
+    /** A re-assertion asked for now ({@link #reassertNow}), completed with what it found; null: none. */
+    private CompletableFuture<Reassertion> asked;
+    /** Why there are no re-assertions (any more), null while they run or before they start. */
+    private String ended;
 
     /**
-     * Starts the attempts.
+     * Starts the attempts; once in, the entry is re-asserted every {@link #DEFAULT_REASSERT_EVERY}.
      *
      * @param router     the router's base URL, e.g. {@code http://10.0.0.9:8000}
      * @param selfUrl    this engine's URL as the router must reach it
@@ -57,13 +107,37 @@ public final class WorkerRegistration implements AutoCloseable {
      * @param retryFor   how long a router that is not up yet is tried
      */
     public WorkerRegistration(URI router, String selfUrl, String workerType, String token, Duration retryFor) {
+        this(router, selfUrl, workerType, token, retryFor, DEFAULT_REASSERT_EVERY);
+    }
+
+    /**
+     * Starts the attempts; once in, the entry is re-asserted every {@code reassertEvery} (&plusmn;20%).
+     *
+     * @param router        the router's base URL, e.g. {@code http://10.0.0.9:8000}
+     * @param selfUrl       this engine's URL as the router must reach it
+     * @param workerType    {@code prefill} or {@code decode}
+     * @param token         the cluster token, which the router's {@code /workers} changes need
+     * @param retryFor      how long a router that is not up yet is tried
+     * @param reassertEvery how often the engine, once in, re-asserts its entry (positive)
+     */
+    public WorkerRegistration(URI router, String selfUrl, String workerType, String token, Duration retryFor, Duration reassertEvery) {
+        if (reassertEvery.isNegative() || reassertEvery.isZero()) throw new IllegalArgumentException("reassertEvery must be positive: " + reassertEvery);
         this.workers = router.resolve("/workers");
         this.selfUrl = selfUrl;
         this.workerType = workerType;
+        this.reassertEvery = reassertEvery;
+        this.body = JSON.createObjectNode().put("url", selfUrl).put("worker_type", workerType);
         BearerToken auth = BearerToken.of(token);
         if (auth == null) throw new IllegalArgumentException("registering with a router needs the cluster token");
         this.authorization = auth.header();
-        this.attempts = Thread.ofVirtual().name("kvferry-worker-registration").start(() -> attempt(retryFor));
+        this.attempts = Thread.ofVirtual().name("kvferry-worker-registration").start(() -> {
+            try {
+                if (attempt(retryFor)) reassertions();
+                else end("never registered: " + registered.exceptionNow().getMessage());
+            } finally {
+                end("closed");
+            }
+        });
     }
 
     /** This engine's URL as the router is given it. */
@@ -76,21 +150,20 @@ public final class WorkerRegistration implements AutoCloseable {
         return registered;
     }
 
-    private void attempt(Duration retryFor) {
+    /** The first registration: whether the router took the engine ({@link #registered} completes either way). */
+    private boolean attempt(Duration retryFor) {
         long deadline = System.nanoTime() + retryFor.toNanos();
-        ObjectNode body = JSON.createObjectNode().put("url", selfUrl).put("worker_type", workerType);
         String last;
         boolean fullLogged = false;
         while (true) {
             boolean full = false;
             try {
-                HttpResponse<String> r = client.send(HttpRequest.newBuilder(workers).timeout(CALL_TIMEOUT).header("Authorization", authorization)
-                        .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+                HttpResponse<String> r = post();
                 if (r.statusCode() == 200 || r.statusCode() == 409) { // 409: it has this URL in this role already (a restart, or its flags)
                     log.info("registered with the router at {} as {} {}{}", workers, workerType, selfUrl,
                             r.statusCode() == 409 ? " (it had it already)" : "");
                     registered.complete(null);
-                    return;
+                    return true;
                 }
                 last = "HTTP " + r.statusCode() + ": " + r.body();
                 full = isFull(r);
@@ -107,7 +180,7 @@ public final class WorkerRegistration implements AutoCloseable {
                 last = e.toString();
             } catch (InterruptedException e) {
                 registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"));
-                return;
+                return false;
             }
             if (System.nanoTime() + RETRY_EVERY.toNanos() > deadline) {
                 last = "still failing after " + retryFor.toSeconds() + " s, the last: " + last;
@@ -120,13 +193,140 @@ public final class WorkerRegistration implements AutoCloseable {
                 Thread.sleep(RETRY_EVERY);
             } catch (InterruptedException e) {
                 registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"));
-                return;
+                return false;
             }
         }
         log.error("not registered with the router at {} as {} {}: {}; this engine serves on, the router must be given it otherwise "
                 + "(--prefill/--decode, or POST /workers)", workers, workerType, selfUrl, last);
         registered.completeExceptionally(new IllegalStateException("the router at " + workers + " did not take " + workerType + " " + selfUrl
                 + ": " + last));
+        return false;
+    }
+
+    private HttpResponse<String> post() throws IOException, InterruptedException {
+        return client.send(HttpRequest.newBuilder(workers).timeout(CALL_TIMEOUT).header("Authorization", authorization)
+                .POST(HttpRequest.BodyPublishers.ofString(body.toString())).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /**
+     * Re-asserts this engine's entry now, without waiting for the next tick (tests; the ticks go on as before): the
+     * future completes with what the router answered. It fails when there are no re-assertions: before the first
+     * registration it waits for it; after one that failed, after a 4xx ended them, or after close, it fails at once.
+     */
+    public CompletableFuture<Reassertion> reassertNow() {
+        tick.lock();
+        try {
+            if (ended != null) return CompletableFuture.failedFuture(new IllegalStateException("no re-assertions: " + ended));
+            if (asked == null) asked = new CompletableFuture<>();
+            tickAsked.signal();
+            return asked;
+        } finally {
+            tick.unlock();
+        }
+    }
+
+    /** No re-assertions from now on ({@code why}, unless one was given already); one asked for fails naming it. */
+    private void end(String why) {
+        tick.lock();
+        try {
+            if (ended == null) ended = why;
+            if (asked != null) asked.completeExceptionally(new IllegalStateException("no re-assertions: " + ended));
+            asked = null;
+        } finally {
+            tick.unlock();
+        }
+    }
+
+    /** Waits for the next tick ({@link #reassertEvery}, &plusmn;20%) or a {@link #reassertNow}; that one's future, or null. */
+    private CompletableFuture<Reassertion> nextTick() throws InterruptedException {
+        long every = reassertEvery.toNanos();
+        long left = ThreadLocalRandom.current().nextLong(every - every / 5, every + every / 5 + 1);
+        tick.lock();
+        try {
+            while (asked == null && left > 0) left = tickAsked.awaitNanos(left);
+            CompletableFuture<Reassertion> now = asked;
+            asked = null;
+            return now;
+        } finally {
+            tick.unlock();
+        }
+    }
+
+    /** The re-assertions, one a tick, until close (an interrupt) or a refusal a retry cannot change. */
+    private void reassertions() {
+        boolean failing = false, fullLogged = false;
+        while (true) {
+            CompletableFuture<Reassertion> now = null;
+            try {
+                now = nextTick();
+                HttpResponse<String> r;
+                String failure = null;
+                try {
+                    r = postOnceMore();
+                } catch (IOException e) {
+                    r = null;
+                    failure = e.toString();
+                }
+                int status = r == null ? 0 : r.statusCode();
+                Reassertion found;
+                if (status == 409) {
+                    found = Reassertion.HELD;
+                } else if (status == 200) {
+                    found = Reassertion.RE_REGISTERED;
+                    log.info("re-registered with the router at {} as {} {} (it had forgotten this engine)", workers, workerType, selfUrl);
+                } else if (r != null && isFull(r)) {
+                    found = Reassertion.FULL;
+                    if (!fullLogged) {
+                        fullLogged = true;
+                        log.warn("the router at {} no longer has {} {} and is full (403 max_backends, its --max-backends); trying again every "
+                                + "~{} s, until a backend leaves or one of its role has been out of rotation for 30 s", workers, workerType, selfUrl,
+                                reassertEvery.toSeconds());
+                    }
+                } else if (r == null || status >= 500 || status == 408 || status == 429) {
+                    found = Reassertion.FAILING;
+                    if (failure == null) failure = "HTTP " + status + ": " + r.body();
+                    if (!failing) {
+                        log.warn("re-asserting {} {} with the router at {} fails ({}); trying again every ~{} s (a line says when it answers again)",
+                                workerType, selfUrl, workers, failure, reassertEvery.toSeconds());
+                    } else {
+                        log.debug("re-asserting {} {} with the router at {} still fails: {}", workerType, selfUrl, workers, failure);
+                    }
+                } else {
+                    log.error("stopped re-asserting {} {} with the router at {}: HTTP {}: {}; the configuration is wrong (the token, the URL), "
+                            + "and the router must be given this engine otherwise (--prefill/--decode, or POST /workers)", workerType, selfUrl,
+                            workers, status, r.body());
+                    end("the router at " + workers + " refused it: HTTP " + status);
+                    if (now != null) now.complete(Reassertion.STOPPED);
+                    return;
+                }
+                if (failing && found != Reassertion.FAILING && found != Reassertion.RE_REGISTERED) {
+                    log.info("the router at {} answers again ({})", workers, found == Reassertion.HELD ? "it has " + workerType + " " + selfUrl : "full");
+                }
+                failing = found == Reassertion.FAILING;
+                if (found == Reassertion.HELD || found == Reassertion.RE_REGISTERED) fullLogged = false;
+                if (now != null) now.complete(found);
+            } catch (InterruptedException e) {
+                end("closed");
+                if (now != null) now.completeExceptionally(new IllegalStateException("no re-assertions: closed"));
+                return;
+            }
+        }
+    }
+
+    /**
+     * {@link #post}, and once more at once if it got no answer on a connection that was made: a pooled connection the
+     * router closed (it restarted) fails the first try, and adding what the router has is a 409, so a second is harmless.
+     * A connect that failed or timed out is not tried again: nothing listens, or answers, there now.
+     */
+    private HttpResponse<String> postOnceMore() throws IOException, InterruptedException {
+        try {
+            return post();
+        } catch (IOException e) {
+            for (Throwable c = e; c != null; c = c.getCause()) {
+                if (c instanceof ConnectException || c instanceof HttpTimeoutException) throw e;
+            }
+            return post();
+        }
     }
 
     /** A 403 whose error code is {@code max_backends}: the router holds its {@code --max-backends}, a room that can come. */
@@ -139,7 +339,10 @@ public final class WorkerRegistration implements AutoCloseable {
         }
     }
 
-    /** Stops the attempts and, if the router took this engine, takes it out (a few seconds at most). */
+    /**
+     * Stops the attempts (or the re-assertions) and, if the router took this engine, takes it out (a few seconds at most).
+     * A router that no longer has it (it restarted, or removed or replaced it: 404) has nothing to take out.
+     */
     @Override
     public void close() {
         attempts.interrupt();
@@ -154,6 +357,8 @@ public final class WorkerRegistration implements AutoCloseable {
                 HttpResponse<String> r = client.send(HttpRequest.newBuilder(removal).timeout(Duration.ofSeconds(3))
                         .header("Authorization", authorization).DELETE().build(), HttpResponse.BodyHandlers.ofString());
                 if (r.statusCode() == 200) log.info("removed from the router at {}", workers);
+                else if (r.statusCode() == 404) log.info("the router at {} no longer had {} {} (it had forgotten or replaced it): nothing to remove",
+                        workers, workerType, selfUrl);
                 else log.warn("the router at {} did not remove {} {}: HTTP {}: {}", workers, workerType, selfUrl, r.statusCode(), r.body());
             } catch (IOException e) {
                 log.warn("could not remove {} {} from the router at {}: {}", workerType, selfUrl, workers, e.toString());

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serve.WorkerRegistration;
+import io.kvferry.engine.serve.WorkerRegistration.Reassertion;
 import io.kvferry.engine.serving.EngineSpec;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.AfterAll;
@@ -12,6 +13,8 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
@@ -22,6 +25,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CountDownLatch;
@@ -585,6 +589,132 @@ class RouterWorkersTest {
                 Duration.ofSeconds(2))) {
             String why = message(assertThrows(ExecutionException.class, () -> reg.registered().get(30, TimeUnit.SECONDS)));
             assertTrue(why.contains("still failing after 2 s") && why.contains("ConnectException"), why);
+        }
+    }
+
+    // Once in, an engine re-asserts its entry (every 5 s by default): the tests below give an hour, so only their
+    // reassertNow() calls, each answered with what the router said, make re-assertions.
+
+    private static final Duration NO_TICKS = Duration.ofHours(1);
+    private static final String REG_LOG = " io.kvferry.engine.serve.WorkerRegistration - ";
+
+    /** What {@code body} logs (slf4j-simple writes to System.err as it is when a line is logged), then its result. */
+    private static <T> T logged(StringBuilder log, Callable<T> body) throws Exception {
+        PrintStream err = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(buf, true, StandardCharsets.UTF_8));
+        try {
+            return body.call();
+        } finally {
+            System.setErr(err);
+            log.append(buf.toString(StandardCharsets.UTF_8));
+            err.print(buf.toString(StandardCharsets.UTF_8));
+        }
+    }
+
+    private static Reassertion reassert(WorkerRegistration reg) throws Exception {
+        return reg.reassertNow().get(30, TimeUnit.SECONDS);
+    }
+
+    /**
+     * A router that restarts (a new one on the same address) has only the backends of its flags: the engine registered
+     * with the old one is in the new one's pool after its next re-assertion (200, one INFO line), and requests are served
+     * through it; the re-assertions while no router answers log one WARN line for them all, the 409s nothing. Before, it
+     * stayed out for good.
+     */
+    @Test
+    @Timeout(120)
+    void aRestartedRouterGetsTheEngineBackAtTheNextTick() throws Exception {
+        int port;
+        WorkerRegistration reg;
+        StringBuilder log = new StringBuilder();
+        try (Router before = router(0)) {
+            port = before.port();
+            reg = new WorkerRegistration(url(before), second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(30), NO_TICKS);
+            reg.registered().get(30, TimeUnit.SECONDS);
+            assertEquals(Reassertion.HELD, logged(log, () -> reassert(reg)), "the router has it: 409");
+        }
+        assertFalse(log.toString().contains(REG_LOG), "a 409 logs nothing: " + log);
+        // While no router listens: each tick fails, one WARN line for them all.
+        assertEquals(Reassertion.FAILING, logged(log, () -> reassert(reg)));
+        assertEquals(Reassertion.FAILING, logged(log, () -> reassert(reg)));
+        assertEquals(1, log.toString().lines().filter(l -> l.contains("WARN" + REG_LOG + "re-asserting decode " + second.decodeUrl()
+                + " with the router at ") && l.contains("fails (")).count(), log.toString());
+        assertEquals(1, log.toString().lines().filter(l -> l.contains(REG_LOG)).count(), "the second failure logs nothing: " + log);
+        try (Router after = router(port); reg) {
+            assertEquals(1, workers(after).path("decodes").size(), "the new router has its flags' decode only");
+            assertEquals(Reassertion.RE_REGISTERED, logged(log, () -> reassert(reg)));
+            assertTrue(log.toString().contains("INFO" + REG_LOG + "re-registered with the router at " + url(after) + "/workers as decode "
+                    + second.decodeUrl() + " (it had forgotten this engine)"), log.toString());
+            JsonNode w = workers(after);
+            assertEquals(2, w.path("decodes").size(), w.toString());
+            assertEquals(second.decodeUrl(), w.path("decodes").get(1).path("url").asText(), w.toString());
+            // Served through it: the flags' decode taken out, the re-registered one is the only decode.
+            assertEquals(200, send(after, "DELETE", removal(first.decodeUrl()), null, BEARER).statusCode());
+            HttpResponse<String> r = send(after, "POST", "/v1/completions", COMPLETION, null);
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals(Reassertion.HELD, reassert(reg), "and in it from then on");
+        }
+    }
+
+    /**
+     * A router that removed the engine (DELETE /workers, as it would be after a replacement) takes it back at its next
+     * re-assertion; an engine the router no longer has at its stop is told 404, which is INFO (nothing was left to
+     * remove), not a WARN.
+     */
+    @Test
+    @Timeout(120)
+    void aRouterThatRemovedTheEngineGetsItBackAndAStopItNoLongerHasIsNoWarning() throws Exception {
+        try (Router router = router(0)) {
+            try (WorkerRegistration reg = new WorkerRegistration(url(router), second.prefillUrl(), "prefill", TOKEN, Duration.ofSeconds(30), NO_TICKS)) {
+                reg.registered().get(30, TimeUnit.SECONDS);
+                assertEquals(200, send(router, "DELETE", removal(second.prefillUrl()), null, BEARER).statusCode());
+                assertEquals(1, workers(router).path("prefills").size());
+                assertEquals(Reassertion.RE_REGISTERED, reassert(reg));
+                JsonNode w = workers(router);
+                assertEquals(2, w.path("prefills").size(), w.toString());
+                assertEquals(second.addr, w.path("prefills").get(1).path("bootstrap").asText(), w.toString());
+            }
+            assertEquals(1, workers(router).path("prefills").size(), "removed when it stopped");
+            StringBuilder log = new StringBuilder();
+            WorkerRegistration reg = new WorkerRegistration(url(router), second.prefillUrl(), "prefill", TOKEN, Duration.ofSeconds(30), NO_TICKS);
+            reg.registered().get(30, TimeUnit.SECONDS);
+            assertEquals(200, send(router, "DELETE", removal(second.prefillUrl()), null, BEARER).statusCode());
+            logged(log, () -> {
+                reg.close();
+                return null;
+            });
+            String said = log.toString();
+            assertTrue(said.contains("INFO" + REG_LOG + "the router at " + url(router) + "/workers no longer had prefill " + second.prefillUrl()
+                    + " (it had forgotten or replaced it): nothing to remove"), said);
+            assertFalse(said.contains("WARN" + REG_LOG), said);
+            assertThrows(ExecutionException.class, () -> reg.reassertNow().get(30, TimeUnit.SECONDS), "no re-assertions after close");
+        }
+    }
+
+    /**
+     * A re-assertion refused with a 4xx other than a full router's (here 401: the router restarted with another cluster
+     * token) ends them with an ERROR naming it: asking again would change nothing.
+     */
+    @Test
+    @Timeout(120)
+    void aRefusedReassertionEndsThem() throws Exception {
+        int port;
+        WorkerRegistration reg;
+        try (Router before = router(0)) {
+            port = before.port();
+            reg = new WorkerRegistration(url(before), second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(30), NO_TICKS);
+            reg.registered().get(30, TimeUnit.SECONDS);
+        }
+        StringBuilder log = new StringBuilder();
+        try (Router other = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "m", "127.0.0.1", port, new Router.Access("another-" + TOKEN, null), null); reg) {
+            assertEquals(Reassertion.STOPPED, logged(log, () -> reassert(reg)));
+            assertTrue(log.toString().contains("ERROR" + REG_LOG + "stopped re-asserting decode " + second.decodeUrl() + " with the router at "
+                    + url(other) + "/workers: HTTP 401"), log.toString());
+            String why = message(assertThrows(ExecutionException.class, () -> reg.reassertNow().get(30, TimeUnit.SECONDS)));
+            assertTrue(why.contains("no re-assertions: the router at " + url(other) + "/workers refused it: HTTP 401"), why);
+            assertEquals(1, workers(other).path("decodes").size(), "not added");
         }
     }
 }
