@@ -52,13 +52,19 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Option(names = "--register-with", paramLabel = "URL", description = "Prefill/decode role: a router (e.g. http://10.0.0.9:8000) this "
             + "engine adds itself to through its /workers once it serves, and leaves when it stops; a router not up yet, or full "
-            + "(403 max_backends), is tried for 60 s. Needs the cluster token (the router's too).")
+            + "(403 max_backends), is tried for 60 s; once in, it re-asserts its entry every --register-interval-s, so a router "
+            + "that restarted or dropped it takes it back. Needs the cluster token (the router's too).")
     String registerWith;
 
     @Option(names = "--register-as", paramLabel = "URL", description = "With --register-with: this engine's URL as the router reaches it. "
             + "Default: http://ADDRESS:PORT with --advertise-host (a prefill's) or --host, and the bound port; needed when that is a "
             + "wildcard (0.0.0.0, ::).")
     String registerAs;
+
+    @Option(names = "--register-interval-s", paramLabel = "SECONDS", description = "With --register-with: how often the engine, once in, "
+            + "re-asserts its entry (POST /workers again, each wait within 20% of it), so a router that restarted, or removed or "
+            + "replaced it, takes it back; the usual answer, 409 (it has it), is silent. In [1, 300]. Default: 5.")
+    Long registerIntervalS;
 
     @Option(names = "--tp", defaultValue = "1", description = "Prefill/decode role: tensor-parallel ranks (in process). Default: ${DEFAULT-VALUE}.")
     int tp;
@@ -126,13 +132,21 @@ public final class ServeCommand implements Callable<Integer> {
     static final Duration REGISTER_RETRY = Duration.ofSeconds(60);
 
     /**
-     * What is wrong with {@code --register-with} / {@code --register-as}, or null: each must be an http(s) URL with a host
-     * and a port, {@code --register-as} needs {@code --register-with}, and without it the engine's own address must not be
+     * What is wrong with {@code --register-with} / {@code --register-as} / {@code --register-interval-s}, or null: each URL
+     * must be an http(s) URL with a host and a port, the other two need {@code --register-with}, the interval is in
+     * [{@link WorkerRegistration#MIN_REASSERT_S}, {@link WorkerRegistration#MAX_REASSERT_S}], and without it the engine's own address must not be
      * a wildcard (the router could not reach it there).
      */
     String registrationProblem() {
         if (registerAs != null && registerWith == null) return "--register-as is used only with --register-with (the router to register with)";
+        if (registerIntervalS != null && registerWith == null) {
+            return "--register-interval-s is used only with --register-with (the router to register with)";
+        }
         if (registerWith == null) return null;
+        if (registerIntervalS != null && (registerIntervalS < WorkerRegistration.MIN_REASSERT_S || registerIntervalS > WorkerRegistration.MAX_REASSERT_S)) {
+            return "--register-interval-s " + registerIntervalS + " is outside [" + WorkerRegistration.MIN_REASSERT_S + ", "
+                    + WorkerRegistration.MAX_REASSERT_S + "] (seconds between re-assertions of the entry)";
+        }
         for (String[] flag : new String[][]{{"--register-with", registerWith}, {"--register-as", registerAs}}) {
             if (flag[1] == null) continue;
             URI u;
@@ -169,6 +183,7 @@ public final class ServeCommand implements Callable<Integer> {
         ONLY_FOR.put("--prefill-cache", List.of("prefill", "embedded"));
         ONLY_FOR.put("--register-with", List.of("prefill", "decode"));
         ONLY_FOR.put("--register-as", List.of("prefill", "decode"));
+        ONLY_FOR.put("--register-interval-s", List.of("prefill", "decode"));
         ONLY_FOR.put("--tp", List.of("prefill", "decode"));
         ONLY_FOR.put("--pp", List.of("prefill", "decode"));
         ONLY_FOR.put("--prefill-tp", List.of("embedded"));
@@ -393,7 +408,7 @@ public final class ServeCommand implements Callable<Integer> {
         // Added to the router once it serves; out of it first at the stop, so the router sends nothing new while it closes.
         WorkerRegistration registered = registerWith == null ? null : new WorkerRegistration(URI.create(registerWith),
                 registerAs != null ? registerAs : "http://" + Roles.hostPort(advertiseHost != null ? advertiseHost : engine.host, started.port()),
-                role, token, REGISTER_RETRY);
+                role, token, REGISTER_RETRY, registerIntervalS == null ? WorkerRegistration.DEFAULT_REASSERT_EVERY : Duration.ofSeconds(registerIntervalS));
         CountDownLatch stop = new CountDownLatch(1);
         Roles.Role r = started;
         // SIGTERM/SIGINT: out of the router (registered), drain, close. A second signal while this runs changes nothing (the

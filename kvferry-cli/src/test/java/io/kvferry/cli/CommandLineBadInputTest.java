@@ -191,6 +191,23 @@ class CommandLineBadInputTest {
         assertNull(Router.givenTwice(List.of("http://127.0.0.1:1"), List.of("http://127.0.0.1:1")), "a prefill and a decode: two backends");
     }
 
+    /**
+     * --register-interval-s: how often a --register-with engine re-asserts its entry; refused out of [1, 300] s, without
+     * --register-with, and where no engine registers (a router).
+     */
+    @Test
+    void aRegisterIntervalOutOfRangeOrWithoutARouterIsRefused() throws Exception {
+        String token = tokenFile("t").toString();
+        assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--register-interval-s", "5", "--auth-token-file", token),
+                "kvferry serve: --register-interval-s is used only with --register-with (the router to register with)");
+        for (String bad : List.of("0", "301", "-5")) {
+            assertOneLine(CliRun.of("serve", "--role", "decode", "--port", "0", "--register-with", "http://127.0.0.1:1", "--register-interval-s", bad,
+                    "--auth-token-file", token), "kvferry serve: --register-interval-s " + bad + " is outside [1, 300] (seconds between re-assertions of the entry)");
+        }
+        assertOneLine(CliRun.of("serve", "--role", "router", "--port", "0", "--register-interval-s", "5", "--prefill", "http://127.0.0.1:1",
+                "--decode", "http://127.0.0.1:2", "--auth-token-file", token), "kvferry serve: --register-interval-s is not used by --role router");
+    }
+
     /** --drain-timeout-s: negative, or beyond an hour, is refused before anything starts (every role reads it). */
     @Test
     void aDrainTimeoutOutOfRangeIsRefused() throws Exception {
