@@ -717,4 +717,57 @@ class RouterWorkersTest {
             assertEquals(1, workers(other).path("decodes").size(), "not added");
         }
     }
+
+    /**
+     * A full router that no longer has the engine (it was replaced, and the replacement holds the place): each
+     * re-assertion gets the 403 max_backends, logged once, and the engine is taken back once there is room.
+     */
+    @Test
+    @Timeout(120)
+    void aFullRouterThatLostTheEngineTakesItBackOnceThereIsRoom() throws Exception {
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "m", "127.0.0.1", 0, new Router.Access(TOKEN, null), new Router.Admission(0, Duration.ZERO, 3), null);
+             WorkerRegistration reg = new WorkerRegistration(url(router), second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(30), NO_TICKS)) {
+            reg.registered().get(30, TimeUnit.SECONDS);
+            assertEquals(200, send(router, "DELETE", removal(second.decodeUrl()), null, BEARER).statusCode());
+            assertEquals(200, send(router, "POST", Router.WORKERS_ROUTE, add(second.prefillUrl(), "prefill"), BEARER).statusCode(), "3 of 3");
+            StringBuilder log = new StringBuilder();
+            assertEquals(Reassertion.FULL, logged(log, () -> reassert(reg)));
+            assertEquals(Reassertion.FULL, logged(log, () -> reassert(reg)));
+            assertEquals(1, log.toString().lines().filter(l -> l.contains(REG_LOG)).count(), log.toString());
+            assertTrue(log.toString().contains("WARN" + REG_LOG + "the router at " + url(router) + "/workers no longer has decode " + second.decodeUrl()
+                    + " and is full (403 max_backends"), log.toString());
+            assertEquals(200, send(router, "DELETE", removal(second.prefillUrl()), null, BEARER).statusCode(), "room again");
+            assertEquals(Reassertion.RE_REGISTERED, reassert(reg));
+            assertEquals(2, workers(router).path("decodes").size());
+        }
+    }
+
+    /**
+     * A router down for a while that comes back with the engine (its flags name it): the failing re-assertions log one
+     * WARN, the first 409 after them one INFO, and the ones after that nothing.
+     */
+    @Test
+    @Timeout(120)
+    void aRouterThatComesBackWithTheEngineLogsOneWarnAndOneInfo() throws Exception {
+        int port;
+        WorkerRegistration reg;
+        try (Router before = router(0)) {
+            port = before.port();
+            reg = new WorkerRegistration(url(before), first.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(30), NO_TICKS);
+            reg.registered().get(30, TimeUnit.SECONDS);
+        }
+        StringBuilder log = new StringBuilder();
+        assertEquals(Reassertion.FAILING, logged(log, () -> reassert(reg)));
+        assertEquals(Reassertion.FAILING, logged(log, () -> reassert(reg)));
+        try (Router after = router(port); reg) {
+            assertEquals(Reassertion.HELD, logged(log, () -> reassert(reg)));
+            assertEquals(Reassertion.HELD, logged(log, () -> reassert(reg)));
+            List<String> lines = log.toString().lines().filter(l -> l.contains(REG_LOG)).toList();
+            assertEquals(2, lines.size(), log.toString());
+            assertTrue(lines.get(0).contains("WARN" + REG_LOG + "re-asserting decode " + first.decodeUrl()), lines.get(0));
+            assertTrue(lines.get(1).contains("INFO" + REG_LOG + "the router at " + url(after) + "/workers answers again (it has decode "
+                    + first.decodeUrl() + ")"), lines.get(1));
+        }
+    }
 }
