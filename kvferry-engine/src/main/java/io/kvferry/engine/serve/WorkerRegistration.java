@@ -45,8 +45,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * answers again; a full router (403 {@code max_backends}) is tried at each tick, logged once; any other 4xx (a wrong
  * token, a URL refused) ends the re-assertions with an ERROR, as configuration that a retry cannot fix.
  *
- * <p>One virtual thread makes the attempts, then the re-assertions; close() stops it and waits for it, so neither an
- * addition nor a re-assertion in flight can overtake the removal.
+ * <p>One virtual thread makes the attempts, then the re-assertions; close() stops it and waits for it, a re-assertion in
+ * flight let end first (up to {@link #FINISH_WITHIN}), so no addition can land after the removal.
  */
 public final class WorkerRegistration implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(WorkerRegistration.class);
@@ -92,10 +92,21 @@ public final class WorkerRegistration implements AutoCloseable {
     /** Guards {@link #asked} and {@link #ended}; {@link #tickAsked} wakes the re-assertions for {@link #reassertNow}. */
     private final ReentrantLock tick = new ReentrantLock();
     private final Condition tickAsked = tick.newCondition();
+    /** Signalled when a POST ends ({@link #posting} false), which close() waits for. */
+    private final Condition postEnded = tick.newCondition();
     /** A re-assertion asked for now ({@link #reassertNow}), completed with what it found; null: none. */
     private CompletableFuture<Reassertion> asked;
     /** Why there are no re-assertions (any more), null while they run or before they start. */
     private String ended;
+    /** close() was called: no re-assertion starts from now on. */
+    private boolean closing;
+    /** A re-assertion's POST is in flight: close() lets it end (up to {@link #FINISH_WITHIN}) rather than cut it. */
+    private boolean posting;
+    /**
+     * How long close() waits for a re-assertion in flight before it cuts it: cut, its POST may still reach the router and
+     * re-add the engine after the DELETE that follows; waited for, the DELETE comes after it. As long as the DELETE's own limit.
+     */
+    static final Duration FINISH_WITHIN = Duration.ofSeconds(3);
 
     /**
      * Starts the attempts; once in, the entry is re-asserted every {@link #DEFAULT_REASSERT_EVERY}.
@@ -158,7 +169,7 @@ public final class WorkerRegistration implements AutoCloseable {
         while (true) {
             boolean full = false;
             try {
-                HttpResponse<String> r = post();
+                HttpResponse<String> r = postUnlessClosing(false);
                 if (r.statusCode() == 200 || r.statusCode() == 409) { // 409: it has this URL in this role already (a restart, or its flags)
                     log.info("registered with the router at {} as {} {}{}", workers, workerType, selfUrl,
                             r.statusCode() == 409 ? " (it had it already)" : "");
@@ -243,10 +254,38 @@ public final class WorkerRegistration implements AutoCloseable {
         long left = ThreadLocalRandom.current().nextLong(every - every / 5, every + every / 5 + 1);
         tick.lock();
         try {
-            while (asked == null && left > 0) left = tickAsked.awaitNanos(left);
+            while (asked == null && left > 0 && !closing) left = tickAsked.awaitNanos(left);
+            if (closing) throw new InterruptedException("closed");
             CompletableFuture<Reassertion> now = asked;
             asked = null;
             return now;
+        } finally {
+            tick.unlock();
+        }
+    }
+
+    /** {@link #post} (once more: {@link #postOnceMore}), which close() lets end; not begun once close() was called. */
+    private HttpResponse<String> postUnlessClosing(boolean onceMore) throws IOException, InterruptedException {
+        tick.lock();
+        try {
+            if (closing) throw new InterruptedException("closed");
+            posting = true;
+        } finally {
+            tick.unlock();
+        }
+        try {
+            return onceMore ? postOnceMore() : post();
+        } finally {
+            posted();
+        }
+    }
+
+    /** The POST has ended: close() may go on. */
+    private void posted() {
+        tick.lock();
+        try {
+            posting = false;
+            postEnded.signalAll();
         } finally {
             tick.unlock();
         }
@@ -262,7 +301,7 @@ public final class WorkerRegistration implements AutoCloseable {
                 HttpResponse<String> r;
                 String failure = null;
                 try {
-                    r = postOnceMore();
+                    r = postUnlessClosing(true);
                 } catch (IOException e) {
                     r = null;
                     failure = e.toString();
@@ -341,12 +380,23 @@ public final class WorkerRegistration implements AutoCloseable {
 
     /**
      * Stops the attempts (or the re-assertions) and, if the router took this engine, takes it out (a few seconds at most).
-     * A router that no longer has it (it restarted, or removed or replaced it: 404) has nothing to take out.
+     * A router that no longer has it (it restarted, or removed or replaced it: 404) has nothing to take out. A POST in
+     * flight (an attempt, a re-assertion) ends first, up to {@link #FINISH_WITHIN}, so its add cannot land after the DELETE.
      */
     @Override
     public void close() {
-        attempts.interrupt();
         try {
+            tick.lock();
+            try {
+                closing = true;
+                tickAsked.signal();
+                // A POST in flight ends first (no other begins after it), so its add cannot land after the DELETE below.
+                long left = FINISH_WITHIN.toNanos();
+                while (posting && left > 0) left = postEnded.awaitNanos(left);
+            } finally {
+                tick.unlock();
+            }
+            attempts.interrupt();
             attempts.join(CALL_TIMEOUT.toMillis() + 1000);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

@@ -24,13 +24,16 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -768,6 +771,66 @@ class RouterWorkersTest {
             assertTrue(lines.get(0).contains("WARN" + REG_LOG + "re-asserting decode " + first.decodeUrl()), lines.get(0));
             assertTrue(lines.get(1).contains("INFO" + REG_LOG + "the router at " + url(after) + "/workers answers again (it has decode "
                     + first.decodeUrl() + ")"), lines.get(1));
+        }
+    }
+
+    /**
+     * An engine stopping while a re-assertion is in flight lets it end before its DELETE: cut, its POST still reached the
+     * router and re-added the engine after the DELETE, which met nothing (404), leaving a dead engine in the pool. A
+     * pass-through in front of the router holds the POST until close() is waiting for it (or, cut, has sent its DELETE).
+     */
+    @Test
+    @Timeout(120)
+    void aStopLetsAReassertionInFlightEndBeforeItsRemoval() throws Exception {
+        try (Router router = router(0)) {
+            CountDownLatch gotPost = new CountDownLatch(1), release = new CountDownLatch(1);
+            AtomicInteger deletes = new AtomicInteger();
+            AtomicBoolean hold = new AtomicBoolean();
+            HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+            front.setExecutor(Executors.newVirtualThreadPerTaskExecutor()); // a DELETE is answered while a POST is held
+            front.createContext(Router.WORKERS_ROUTE, ex -> {
+                try {
+                    String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+                    if ("DELETE".equals(ex.getRequestMethod())) deletes.incrementAndGet();
+                    if ("POST".equals(ex.getRequestMethod()) && hold.get()) {
+                        gotPost.countDown();
+                        assertTrue(release.await(60, TimeUnit.SECONDS));
+                    }
+                    HttpResponse<String> r = EngineAuthTest.send(router.port(), ex.getRequestMethod(), ex.getRequestURI().toString(),
+                            body.isEmpty() ? null : body, ex.getRequestHeaders().getFirst("Authorization"));
+                    byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
+                    ex.sendResponseHeaders(r.statusCode(), b.length == 0 ? -1 : b.length);
+                    if (b.length > 0) ex.getResponseBody().write(b);
+                } catch (Exception e) {
+                    ex.sendResponseHeaders(599, -1);
+                } finally {
+                    ex.close();
+                }
+            });
+            front.start();
+            try {
+                WorkerRegistration reg = new WorkerRegistration(URI.create("http://127.0.0.1:" + front.getAddress().getPort()), second.decodeUrl(),
+                        "decode", TOKEN, Duration.ofSeconds(30), NO_TICKS);
+                reg.registered().get(30, TimeUnit.SECONDS);
+                assertEquals(200, send(router, "DELETE", removal(second.decodeUrl()), null, BEARER).statusCode(), "the router lost it");
+                hold.set(true);
+                CompletableFuture<Reassertion> inFlight = reg.reassertNow();
+                assertTrue(gotPost.await(30, TimeUnit.SECONDS));
+                Thread stopping = Thread.ofPlatform().start(reg::close);
+                // Until close() waits for the POST (in its condition's awaitNanos), or has sent its DELETE without.
+                while (deletes.get() == 0 && Arrays.stream(stopping.getStackTrace()).noneMatch(f -> f.getMethodName().equals("awaitNanos"))) {
+                    Thread.onSpinWait();
+                }
+                release.countDown();
+                stopping.join(30_000);
+                assertFalse(stopping.isAlive());
+                assertEquals(Reassertion.RE_REGISTERED, inFlight.get(30, TimeUnit.SECONDS), "the re-assertion in flight ended");
+                assertEquals(1, deletes.get());
+                JsonNode w = workers(router);
+                assertEquals(1, w.path("decodes").size(), "the removal came after the re-add: " + w);
+            } finally {
+                front.stop(0);
+            }
         }
     }
 }
