@@ -26,15 +26,16 @@ import java.util.concurrent.atomic.LongAdder;
  * A request's structured output (constrained decoding): the language its output must belong to, as a deterministic
  * automaton over the output's characters, and the vocabulary's token texts, so that before each sampling step the tokens
  * whose text would take the output outside the language are masked ({@link #mask}). The state is a pure function of the
- * output so far (its tokens' texts run through the automaton from the start), as {@link SamplingRules} are: the prefill
- * (the first token) and the decode (the rest) mask alike with no state handed over, and the answer equals a colocated
- * run's token for token. Compiled once per spec ({@link Compiler}: a bounded cache); immutable, so shared by requests.
+ * output so far (its tokens' texts run through the automaton from the start), as {@link SamplingRules} are: the request
+ * keeps it between its steps ({@link Progress}: extended by the last token's text, so a step's work does not grow with
+ * the output) and rebuilds it by replay where it has none (the decode's first step), so the prefill (the first token)
+ * and the decode (the rest) mask alike with no state handed over, and the answer equals a colocated run's token for
+ * token. Compiled once per spec ({@link Compiler}: a bounded cache); immutable, so shared by requests.
  *
  * <p>Two languages behind the one {@link #mask}: a DFA (regex, JSON schema, tool calls: dk.brics's automaton, its state an
- * int) or a grammar's exact context-free language ({@link Kind#EBNF}: an {@link EbnfGrammar} read by an {@link Earley}
- * recognizer, its state the chart of Earley sets after the output's characters, kept by the request between its steps
- * ({@link Progress}: extended by the last token's text; still a function of the output alone, rebuilt by replay where the
- * request has none, as the decode's first step); the tokens' texts are checked against it in one walk of their trie). A
+ * int, each token's text run from it) or a grammar's exact context-free language ({@link Kind#EBNF}: an {@link EbnfGrammar}
+ * read by an {@link Earley} recognizer, its state the chart of Earley sets after the output's characters; the tokens'
+ * texts are checked against it in one walk of their trie); either state kept in the request's {@link Progress}. A
  * grammar's run-time work is bounded ({@link Earley#MAX_ITEMS}, {@link Earley#MAX_WORK} a token's new work,
  * {@link Earley#MAX_CHART_ITEMS}): a request past a bound fails with {@link Exceeded}, naming its grammar.
  *
@@ -186,6 +187,7 @@ public final class OutputConstraint {
      * The automaton's state after the output so far: {@code seq} holds the prompt ({@code promptLength} tokens) and then
      * {@code step} output tokens. -1: outside the language (never, for an output sampled under this constraint). A DFA's
      * (a grammar's state is its Earley chart, not an int: {@link #wholeMatch} asks it whether the output is whole).
+     * Replayed from the start, O(output) steps: a request's mask keeps it instead ({@link Progress}), equal to this.
      */
     public int state(int[] seq, int promptLength, int step) {
         if (grammar != null) throw new IllegalStateException("a grammar's state is its Earley chart: see wholeMatch");
@@ -234,7 +236,8 @@ public final class OutputConstraint {
 
     /**
      * {@link #mask(float[], int[], int, int, boolean, boolean, int[])} with the request's {@link Progress} ({@code null}:
-     * none kept, a grammar's chart replayed from the start): the mask is the same either way.
+     * none kept, a grammar's chart or a DFA's state ({@link #state}) replayed from the start): the mask is the same either
+     * way.
      */
     public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
                      Progress progress) {
@@ -242,10 +245,12 @@ public final class OutputConstraint {
             maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress);
             return;
         }
-        int s = state(seq, promptLength, step);
+        int s = progress == null ? state(seq, promptLength, step) : progress.advanceDfa(this, seq, promptLength, step);
         int prev = seq[promptLength + step - 1];
         boolean whole = complete(s);
         boolean any = false;
+        long work = 0; // the automaton's steps through the token texts (the vocabulary check)
+        boolean goesOn = s >= 0 && continues[s];
         for (int t = 0; t < logits.length; t++) {
             if (logits[t] == Float.NEGATIVE_INFINITY) continue;
             boolean ok;
@@ -253,12 +258,22 @@ public final class OutputConstraint {
                 ok = whole && stopAllowed;
             } else if (Tokenizer.endsSequence(t)) {
                 ok = whole && eosAllowed;
+            } else if (goesOn) {
+                char[] text = texts.text(prev, t);
+                ok = false;
+                if (text != null) {
+                    int q = s, k = 0;
+                    while (k < text.length && q >= 0) q = run.step(q, text[k++]);
+                    work += k;
+                    ok = q >= 0 && live[q];
+                }
             } else {
-                ok = s >= 0 && continues[s] && leadsOn(s, texts.text(prev, t));
+                ok = false;
             }
             if (ok) any = true;
             else logits[t] = Float.NEGATIVE_INFINITY;
         }
+        if (progress != null) progress.lastStep = progress.lastExtension + work;
         if (!any) logits[Tokenizer.EOS] = 0f;
     }
 
@@ -299,24 +314,31 @@ public final class OutputConstraint {
     }
 
     /**
-     * A request's progress through its grammar: the Earley chart after its output so far, kept between its steps so a step
-     * extends it by the last token's text instead of replaying the whole output (a step's work no longer grows with the
-     * output). Owned by whoever owns the request's generation state (the decode's flight, the colocated engine's loop: one
-     * thread, one request; never shared), dropped when the request ends ({@link #clear}). Only an optimisation: the chart is
-     * a function of the output alone, and where the one kept is not the previous step's (the decode's first step, after the
-     * prefill's first token; a progress of another constraint) it is rebuilt by replay, that rebuild not charged to the
-     * step's bound but bounded itself by {@link Earley#MAX_WORK} for each output token it reads. A DFA's state is not kept.
+     * A request's progress through its constraint: a grammar's Earley chart, or a DFA's state, after its output so far,
+     * kept between its steps so a step extends it by the last token's text instead of replaying the whole output (a
+     * step's work no longer grows with the output). Owned by whoever owns the request's generation state (the decode's
+     * flight, the colocated engine's loop: one thread, one request; never shared), dropped when the request ends
+     * ({@link #clear}). Only an optimisation: the chart and the state are functions of the output alone, and where the one
+     * kept is not the previous step's (the decode's first step, after the prefill's first token; a progress of another
+     * constraint) it is rebuilt by replay; a grammar's rebuild is not charged to the step's bound but bounded itself by
+     * {@link Earley#MAX_WORK} for each output token it reads (a DFA has no run-time bound: a step is at most the last
+     * token's characters and a vocabulary's).
      */
     public static final class Progress {
         private final long maxItems;
         private OutputConstraint of;
         /** The chart after {@link #tokens} output tokens; null: none kept, or the output left the language. */
         private List<Earley.ItemSet> chart;
+        /** A DFA's state after {@link #tokens} output tokens; -1: outside the language (or none kept). */
+        private int state = -1;
         private int tokens = -1;
         /** Its sets closed so far (compacted), and their items. */
         private int compacted;
         private long items;
-        /** The work of the last extension (to {@link #tokens}), and of the last step in all (tests: constant per step). */
+        /**
+         * The work of the last extension (to {@link #tokens}), and of the last step in all (tests: constant per step), and
+         * of the last rebuild: a grammar's recognizer steps, a DFA's automaton steps (one a character read).
+         */
         private long lastExtension, lastStep, lastRebuild;
 
         public Progress() {
@@ -332,17 +354,22 @@ public final class OutputConstraint {
         public void clear() {
             of = null;
             chart = null;
+            state = -1;
             tokens = -1;
             compacted = 0;
             items = 0;
         }
 
-        /** The recognizer steps the last mask charged against the bound: its extension of the chart and its walk of the token texts. */
+        /**
+         * The steps of the last mask's own work: a grammar's recognizer steps charged against the bound (its extension of
+         * the chart and its walk of the token texts), a DFA's automaton steps (the last token's characters, and those of the
+         * token texts checked from the state); a rebuild's apart ({@link #lastRebuildWork}).
+         */
         public long lastStepWork() {
             return lastStep;
         }
 
-        /** The recognizer steps of the last rebuild by replay (not charged to its step), 0 where the chart was kept. */
+        /** The steps of the last rebuild by replay (a grammar's: not charged to its step), 0 where the chart or state was kept. */
         public long lastRebuildWork() {
             return lastRebuild;
         }
@@ -386,6 +413,42 @@ public final class OutputConstraint {
             return chart;
         }
 
+        /**
+         * A DFA's state after the {@code step} output tokens of {@code seq} (-1: outside the language), as
+         * {@link OutputConstraint#state} replays it: the state kept, extended by token {@code step - 1}'s text where the
+         * one kept is that of {@code step - 1} tokens, else rebuilt by replay ({@link #lastRebuildWork}).
+         */
+        int advanceDfa(OutputConstraint c, int[] seq, int promptLength, int step) {
+            lastRebuild = 0;
+            if (of != c || tokens > step || tokens < step - 1) {
+                clear();
+                of = c;
+                state = c.run.getInitialState();
+                tokens = 0;
+                lastExtension = 0;
+                long rebuild = 0;
+                for (int i = 0; i < step - 1; i++) rebuild += extendDfa(c, seq, promptLength, i);
+                lastRebuild = rebuild;
+            }
+            if (tokens < step) lastExtension = extendDfa(c, seq, promptLength, step - 1); // else this step's, asked again
+            return state;
+        }
+
+        /** Reads output token {@code i}'s text into the DFA's state (that of {@code i} tokens); its automaton steps. */
+        private int extendDfa(OutputConstraint c, int[] seq, int promptLength, int i) {
+            tokens = i + 1;
+            if (state < 0) return 0; // out of the language: it stays out
+            char[] text = c.texts.text(seq[promptLength + i - 1], seq[promptLength + i]);
+            if (text == null) {
+                state = -1;
+                return 0;
+            }
+            int s = state, k = 0;
+            while (k < text.length && s >= 0) s = c.run.step(s, text[k++]);
+            state = s >= 0 && c.live[s] ? s : -1; // a dead state leads only to dead ones: -1 now is -1 at the end
+            return k;
+        }
+
         private void begin(OutputConstraint c, Earley.Budget b) {
             chart = c.grammar.start(b);
             tokens = 0;
@@ -424,15 +487,6 @@ public final class OutputConstraint {
                         + Earley.SET_ITEMS + " for each set, one a character of the output)");
             }
         }
-    }
-
-    private boolean leadsOn(int s, char[] text) {
-        if (text == null) return false;
-        for (int k = 0; k < text.length; k++) {
-            s = run.step(s, text[k]);
-            if (s < 0) return false;
-        }
-        return live[s];
     }
 
     /** The compiled table's entries (states × character classes), what the constraint holds beside the shared texts. */

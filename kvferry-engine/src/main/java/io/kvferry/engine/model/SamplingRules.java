@@ -155,7 +155,7 @@ public record SamplingRules(float frequencyPenalty, float presencePenalty, float
 
     /**
      * {@link #apply(float[], int, int[], int)} with the request's {@link OutputConstraint.Progress} through its constraint
-     * (null: none kept; the result is the same, a grammar's chart replayed from the start).
+     * (null: none kept; the result is the same, a grammar's chart or a DFA's state replayed from the start).
      */
     public void apply(float[] logits, int step, int[] seq, int promptLength, OutputConstraint.Progress progress) {
         if (step < minTokens) {

@@ -165,7 +165,7 @@ public final class DecodeEngine extends SchedulerThread {
         boolean aborted;
         /** Its sink heard the end (a room whose clear failed stays releasing after that). */
         boolean told;
-        /** Its progress through its structured output (a grammar's Earley chart), this thread's alone; cleared when it ends. */
+        /** Its progress through its structured output (a grammar's Earley chart, a DFA's state), this thread's alone; cleared when it ends. */
         final OutputConstraint.Progress progress = new OutputConstraint.Progress();
 
         Flight(Request req) {
