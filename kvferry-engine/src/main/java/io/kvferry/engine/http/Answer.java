@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
+import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Tokenizer;
 
 import java.io.IOException;
@@ -35,6 +36,11 @@ final class Answer {
     private OutputStream events;
     /** The failure that is the request's answer (the first before any byte was sent). */
     Failure early;
+    /**
+     * The request's structured-output field as the client named it ({@code guided_grammar}, {@code structured_outputs.grammar}):
+     * a grammar's error from the engines, which name it {@code sampling_params.ebnf}, names this instead; null: none.
+     */
+    String constraintParam;
     /** The first failure of a choice after the stream began (the request is counted with its status). */
     Failure streamFailure;
     /** The first choice's end that is neither an outcome nor a failure: the client left, a 400 (thrown on). */
@@ -97,14 +103,15 @@ final class Answer {
 
     /** A choice failed: the request's answer if nothing was sent yet, else its error event (naming its index when there are several). */
     synchronized void failed(int index, Failure f) throws IOException {
-        Failure named = count == 1 ? f : new Failure(f.status, f.type, f.kind, "choice " + index + ": " + f.getMessage());
+        Failure named = (count == 1 ? f : new Failure(f.status, f.type, f.kind, "choice " + index + ": " + f.getMessage()))
+                .param(f.param != null && constraintParam != null && f.param.equals(OutputConstraint.Exceeded.PARAM) ? constraintParam : f.param);
         if (events == null) {
             if (early == null) early = named;
             cancel();
             return;
         }
         if (streamFailure == null) streamFailure = named;
-        ObjectNode ev = Http.errorEvent(named.type, named.kind, named.getMessage());
+        ObjectNode ev = Http.errorEvent(named.type, named.kind, named.param, named.getMessage());
         if (count > 1) ((ObjectNode) ev.get("error")).put("index", index);
         Http.event(events, Http.JSON.writeValueAsString(ev));
     }

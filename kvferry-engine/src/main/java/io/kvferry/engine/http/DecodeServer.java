@@ -99,8 +99,15 @@ public final class DecodeServer implements AutoCloseable {
         return outputs;
     }
 
-    /** What the scheduler thread hands the handler: a token, the end, or an error. */
-    private record Event(int token, TokenLogprobs logprobs, Generation done, String error, FailureKind kind, boolean refused) {
+    /**
+     * What the scheduler thread hands the handler: a token, the end, or an error; {@code refused}: the client's error (a
+     * refusal, or a grammar past its bound: {@code param} the field), a 400 or, its stream begun, an event of that type.
+     */
+    private record Event(int token, TokenLogprobs logprobs, Generation done, String error, FailureKind kind, boolean refused, String param) {
+        Event(int token, TokenLogprobs logprobs, Generation done, String error, FailureKind kind, boolean refused) {
+            this(token, logprobs, done, error, kind, refused, null);
+        }
+
         Event(int token, Generation done, String error, FailureKind kind) {
             this(token, null, done, error, kind, false);
         }
@@ -150,6 +157,11 @@ public final class DecodeServer implements AutoCloseable {
             public void onRefused(String message) {
                 events.add(new Event(-1, null, null, message, null, true));
             }
+
+            @Override
+            public void onClientError(String param, String message) {
+                events.add(new Event(-1, null, null, message, null, true, param));
+            }
         }, topLogprobs, salt));
         OutputStream out = null;
         List<Event> batch = new ArrayList<>();
@@ -168,11 +180,12 @@ public final class DecodeServer implements AutoCloseable {
                 for (Event e : batch) {
                     if (e.error() != null) {
                         if (out == null && e.refused()) {
-                            Http.sendError(ex, 400, "invalid_request_error", e.error());
+                            Http.sendError(ex, 400, "invalid_request_error", null, e.param(), e.error());
                         } else if (out == null) {
                             Http.sendError(ex, 500, errorType(e.kind()), e.kind() == null ? null : e.kind().label(), e.error());
-                        } else {
-                            data.append("data: ").append(Http.JSON.writeValueAsString(Http.errorEvent(errorType(e.kind()), e.kind() == null ? null : e.kind().label(), e.error()))).append("\n\n");
+                        } else { // the client's error mid-stream (a grammar past its bound) as its type: the router answers it as a 400
+                            String type = e.refused() ? "invalid_request_error" : errorType(e.kind());
+                            data.append("data: ").append(Http.JSON.writeValueAsString(Http.errorEvent(type, e.kind() == null ? null : e.kind().label(), e.param(), e.error()))).append("\n\n");
                             Http.write(out, data);
                         }
                         return;

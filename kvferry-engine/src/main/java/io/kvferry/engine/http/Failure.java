@@ -13,6 +13,8 @@ final class Failure extends Exception {
     final boolean refusedConnection;
     /** A 429's {@code Retry-After} in seconds (1 unless a tenant's rate says more: {@link RateLimits}). */
     long retryAfterSeconds = 1;
+    /** The request's field at fault (the error's {@code param}), null for none: a client error an engine named one for. */
+    String param;
 
     Failure(int status, String type, String message) {
         this(status, type, null, message);
@@ -33,6 +35,12 @@ final class Failure extends Exception {
     /** This failure, answered with {@code Retry-After: seconds}. */
     Failure retryAfter(long seconds) {
         retryAfterSeconds = seconds;
+        return this;
+    }
+
+    /** This failure, naming {@code param} as the field at fault. */
+    Failure param(String param) {
+        this.param = param;
         return this;
     }
 

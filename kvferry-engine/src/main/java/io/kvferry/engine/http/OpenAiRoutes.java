@@ -127,6 +127,8 @@ final class OpenAiRoutes {
         }
         Answer a = new Answer(ex, shape, stream, RequestParams.includeUsage(req) && stream, echo, asks.size(), modelName, tokenizer, pd);
         a.tools = tools;
+        StructuredOutputs.Spec spec = StructuredOutputs.openAi(req); // checked already: the field a grammar's error names
+        a.constraintParam = spec == null ? null : spec.param();
         List<Choice> choices = new ArrayList<>();
         for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));
         Router.RequestRecord record = Router.RECORD.get();

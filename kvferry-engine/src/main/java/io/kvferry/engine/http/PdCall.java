@@ -298,8 +298,11 @@ final class PdCall {
                         toClient(() -> out.onToken(tok, piece, tokLp, before), d, p, room);
                     } else if (ev.has("error")) {
                         JsonNode e = ev.path("error");
-                        ErrorBody err = new ErrorBody(500, e.path("type").asText("internal_error"), e.hasNonNull("kind") ? e.get("kind").asText() : null,
-                                e.path("message").asText());
+                        // The client's error (a grammar past its run-time bound: its type, its field) as a 400, else a 500.
+                        String type = e.path("type").asText("internal_error");
+                        ErrorBody err = new ErrorBody("invalid_request_error".equals(type) ? 400 : 500, type,
+                                e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(), false,
+                                e.hasNonNull("param") ? e.get("param").asText() : null);
                         // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
                         if (tokens.isEmpty()) throw failedBeforeFirstToken(err, p, room, prefillCall);
                         throw abortedForItsPrefill(err, p, prefillCall).failure();
@@ -634,9 +637,9 @@ final class PdCall {
      * A backend's error answer: its status, and what its body says (type, transfer failure kind, message, and
      * {@code draining}: the 503 of an engine shutting down, which took nothing of the request).
      */
-    private record ErrorBody(int status, String type, String kind, String message, boolean draining) {
+    private record ErrorBody(int status, String type, String kind, String message, boolean draining, String param) {
         ErrorBody(int status, String type, String kind, String message) {
-            this(status, type, kind, message, false);
+            this(status, type, kind, message, false, null);
         }
 
         static ErrorBody parse(int status, String body) {
@@ -644,7 +647,7 @@ final class PdCall {
                 JsonNode e = Http.JSON.readTree(body).path("error");
                 return new ErrorBody(status, e.hasNonNull("type") ? e.get("type").asText() : null,
                         e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body),
-                        status == 503 && Drain.CODE.equals(e.path("code").asText(null)));
+                        status == 503 && Drain.CODE.equals(e.path("code").asText(null)), e.hasNonNull("param") ? e.get("param").asText() : null);
             } catch (IOException ex) {
                 return new ErrorBody(status, null, null, body);
             }
@@ -663,7 +666,7 @@ final class PdCall {
             // Nothing of the request started there: the router runs it again on another instance (PdCall#admitted).
             // Its message escaped (LogSafe): the router logs it when it runs the request again.
             if (draining) return new Failure(503, "service_unavailable", null, LogSafe.text(message)).asRefusedConnection();
-            if (clientError()) return new Failure(status, "invalid_request_error", kind, message);
+            if (clientError()) return new Failure(status, "invalid_request_error", kind, message).param(param);
             // An engine's compiler of structured outputs was busy (Http.Unavailable): a 503 to try again, as the router's own.
             if (status == 503 && "service_unavailable".equals(type)) {
                 return new Failure(503, type, kind, message).retryAfter(OutputConstraint.Busy.RETRY_AFTER_SECONDS);

@@ -117,6 +117,7 @@ public final class PrefillServer implements AutoCloseable {
             Throwable c = e.getCause();
             if (c instanceof KVTransferException t) Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
             else if (c instanceof IllegalArgumentException) Http.sendError(ex, 400, "invalid_request_error", c.getMessage()); // its room already in flight
+            else if (c instanceof OutputConstraint.Exceeded) Http.sendError(ex, 400, "invalid_request_error", null, OutputConstraint.Exceeded.PARAM, c.getMessage());
             else Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
         }
     }

@@ -455,10 +455,10 @@ public final class Router implements AutoCloseable {
         // A 503 too (no instance of a role serves, each met was draining or gone): the client may try again in a moment.
         if (f.status == 429 || f.status == 503) ex.getResponseHeaders().set("Retry-After", Long.toString(f.retryAfterSeconds));
         if (events == null) {
-            Http.sendError(ex, f.status, f.type, f.kind, f.getMessage());
+            Http.sendError(ex, f.status, f.type, f.kind, f.param, f.getMessage());
             return;
         }
-        Http.event(events, Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.getMessage())));
+        Http.event(events, Http.JSON.writeValueAsString(Http.errorEvent(f.type, f.kind, f.param, f.getMessage())));
         Http.event(events, "[DONE]");
         events.close();
     }

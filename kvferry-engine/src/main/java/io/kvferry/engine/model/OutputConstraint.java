@@ -78,10 +78,17 @@ public final class OutputConstraint {
 
     /**
      * A request whose grammar passed a run-time bound of its recognizer ({@link Earley#MAX_ITEMS} items in one Earley set,
-     * {@link Earley#MAX_WORK} steps for one token's new work, {@link Earley#MAX_CHART_ITEMS} items in its chart): the request ends with this error (the engine answers it as failed, the
-     * router passes it to the client), its grammar named; no other request is touched.
+     * {@link Earley#MAX_WORK} steps for one token's new work, {@link Earley#MAX_CHART_ITEMS} items in its chart): the request ends with this error, its grammar named,
+     * as the client's error (the engines answer it as an {@code invalid_request_error} naming {@link #PARAM}, the router
+     * a 400 naming the field as the client did, or that error event where its stream began); no other request is touched.
      */
     public static final class Exceeded extends RuntimeException {
+        /**
+         * The field at fault as the engines name it (their {@code sampling_params}): the client's error, a 400 where no
+         * stream has begun (the router names the field as the client did).
+         */
+        public static final String PARAM = "sampling_params.ebnf";
+
         Exceeded(String message) {
             super(message);
         }

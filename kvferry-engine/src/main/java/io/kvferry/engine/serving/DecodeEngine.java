@@ -72,6 +72,14 @@ public final class DecodeEngine extends SchedulerThread {
         default void onRefused(String message) {
             onError(null, message);
         }
+
+        /**
+         * The request failed while it ran for what the client sent ({@link OutputConstraint.Exceeded}: its grammar passed a
+         * run-time bound): the client's error, {@code param} the request's field at fault as the engine names it.
+         */
+        default void onClientError(String param, String message) {
+            onError(null, message);
+        }
     }
 
     /**
@@ -432,7 +440,7 @@ public final class DecodeEngine extends SchedulerThread {
                     running.remove(f);
                     release(f);
                     f.told = true;
-                    f.req.sink().onError(null, e.getMessage());
+                    f.req.sink().onClientError(OutputConstraint.Exceeded.PARAM, e.getMessage());
                     continue;
                 }
                 emit(f, token, f.req.topLogprobs() < 0 ? null : TokenLogprobs.of(logits[i], token, f.req.topLogprobs()));

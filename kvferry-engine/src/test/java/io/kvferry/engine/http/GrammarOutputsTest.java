@@ -153,12 +153,21 @@ class GrammarOutputsTest {
         String[] grammars = {HostileGrammars.ambiguous(), HostileGrammars.ambiguousAtOnce()};
         for (String grammar : grammars) {
             String q = JSON.writeValueAsString(grammar);
+            // Not streamed: the client's grammar is at fault, a 400 naming its field as the client named it.
             for (String[] call : new String[][]{
-                    {"/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"ebnf\":" + q + "}}"},
-                    {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"guided_grammar\":" + q + "}"}}) {
+                    {"/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"ebnf\":" + q + "}}",
+                            "sampling_params.ebnf"},
+                    {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":150,\"temperature\":0,\"ignore_eos\":true,\"guided_grammar\":" + q + "}",
+                            "guided_grammar"},
+                    {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":150,\"temperature\":0,"
+                            + "\"ignore_eos\":true,\"structured_outputs\":{\"grammar\":" + q + "}}", "structured_outputs.grammar"}}) {
                 HttpResponse<String> r = RouterCalls.post(router.port(), call[0], call[1]);
-                assertEquals(500, r.statusCode(), r.body().substring(0, Math.min(300, r.body().length())));
-                String message = JSON.readTree(r.body()).path("error").path("message").asText();
+                String what = call[0] + ": " + r.body().substring(0, Math.min(300, r.body().length()));
+                assertEquals(400, r.statusCode(), what);
+                JsonNode error = JSON.readTree(r.body()).path("error");
+                assertEquals("invalid_request_error", error.path("type").asText(), what);
+                assertEquals(call[2], error.path("param").asText(), what);
+                String message = error.path("message").asText();
                 assertTrue(message.contains("the grammar (ebnf=root ::=") && message.contains("passed a bound of its recognizer at output token"),
                         message);
             }
@@ -168,10 +177,14 @@ class GrammarOutputsTest {
             if (grammar.equals(HostileGrammars.ambiguous())) {
                 List<JsonNode> events = RouterCalls.events(router.port(), "/v1/completions", streamed);
                 assertTrue(events.size() > 2, "tokens before the error: " + events.size());
-                assertTrue(events.getLast().path("error").path("message").asText().contains("passed a bound"), events.getLast().toString());
+                JsonNode error = events.getLast().path("error");
+                assertTrue(error.path("message").asText().contains("passed a bound"), events.getLast().toString());
+                assertEquals("invalid_request_error", error.path("type").asText(), events.getLast().toString());
+                assertEquals("guided_grammar", error.path("param").asText(), events.getLast().toString());
             } else {
                 HttpResponse<String> r = RouterCalls.post(router.port(), "/v1/completions", streamed);
-                assertEquals(500, r.statusCode());
+                assertEquals(400, r.statusCode(), r.body());
+                assertEquals("guided_grammar", JSON.readTree(r.body()).path("error").path("param").asText(), r.body());
                 assertTrue(r.body().contains("passed a bound of its recognizer at output token 0"), r.body().substring(0, Math.min(300, r.body().length())));
             }
         }

@@ -198,6 +198,9 @@ class ConstrainedDisaggregatedTest {
                 ExecutionException e = assertThrows(ExecutionException.class, () -> laterGen.get(60, TimeUnit.SECONDS));
                 assertTrue(e.getCause().getMessage().contains("the grammar (ebnf=root ::= s") && e.getCause().getMessage().contains("passed a bound"),
                         e.getCause().getMessage());
+                // The client's error, its field named (the decode server answers it as invalid_request_error, the router a 400).
+                assertInstanceOf(IllegalArgumentException.class, e.getCause());
+                assertTrue(e.getCause().getMessage().startsWith(OutputConstraint.Exceeded.PARAM + ": "), e.getCause().getMessage());
                 // The prefill's bound (its first token's mask): the prefill fails it with the error, the decode hears the abort.
                 ExecutionException pe = assertThrows(ExecutionException.class, () -> atOncePre.get(30, TimeUnit.SECONDS));
                 assertInstanceOf(OutputConstraint.Exceeded.class, pe.getCause());

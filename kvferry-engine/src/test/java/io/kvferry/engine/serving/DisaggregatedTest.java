@@ -117,6 +117,11 @@ class DisaggregatedTest {
             public void onError(FailureKind kind, String message) {
                 out.completeExceptionally(new IllegalStateException(message));
             }
+
+            @Override
+            public void onClientError(String param, String message) { // the client's error: its field named
+                out.completeExceptionally(new IllegalArgumentException(param + ": " + message));
+            }
         }, topLogprobs));
         return out;
     }
