@@ -13,6 +13,7 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.IdentityHashMap;
 import java.util.Iterator;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -66,7 +67,7 @@ public final class JsonSchemaAutomaton {
      * A refusal for how the schema is written, with where in it ({@link #at}: a JSON pointer, {@code #/properties/age});
      * a complexity refusal ({@link ClientRegex.TooComplex}) names no place.
      */
-    public static final class Fault extends IllegalArgumentException {
+    public static sealed class Fault extends IllegalArgumentException permits Recursive {
         private final String at;
 
         Fault(String message, String at) {
@@ -101,12 +102,64 @@ public final class JsonSchemaAutomaton {
      */
     private final Map<JsonNode, Set<String>> typesOf = new IdentityHashMap<>();
 
-    private JsonSchemaAutomaton(JsonNode root) {
+    /**
+     * Where the schema's {@code $ref}s recurse ({@link JsonSchemaGrammar}): each recursive one is a hole, a control
+     * character (never in a JSON text this class generates) standing for its definition's language, by ref; null: a
+     * recursive {@code $ref} is refused ({@link Recursive}).
+     */
+    private final Map<String, Character> holes;
+    /** Where each hole's {@code $ref} was first met (a refusal's place). */
+    private final Map<String, String> holeAt = new HashMap<>();
+
+    /** A recursive {@code $ref}'s refusal on the DFA path: {@link #language} then takes the grammar path. */
+    static final class Recursive extends Fault {
+        Recursive(String message, String at) {
+            super(message, at);
+        }
+    }
+
+    /** A schema's language: its automaton (DFA path), or where its {@code $ref}s recurse, its grammar. */
+    public record Language(Automaton automaton, EbnfGrammar grammar) {
+    }
+
+    private JsonSchemaAutomaton(JsonNode root, Map<String, Character> holes) {
         this.root = root;
+        this.holes = holes;
     }
 
     /** The automaton of the schema given as JSON text; a refusal names what is wrong (a keyword, a value). */
     public static Automaton compile(String schema) {
+        JsonNode n = parse(schema);
+        return ClientRegex.minimal(new JsonSchemaAutomaton(n, null).of(n, "#"));
+    }
+
+    /**
+     * The schema's language as structured outputs serve it: its automaton ({@link #compile}), or where a {@code $ref}
+     * recurses, the exact grammar {@link JsonSchemaGrammar} makes of it (the same layout); a refusal as {@link #compile}'s.
+     */
+    public static Language language(String schema) {
+        JsonNode n = parse(schema);
+        try {
+            return new Language(ClientRegex.minimal(new JsonSchemaAutomaton(n, null).of(n, "#")), null);
+        } catch (Recursive r) {
+            return new Language(null, grammar(n));
+        }
+    }
+
+    /** The grammar path for any schema (tests: a non-recursive schema's grammar against its automaton). */
+    static EbnfGrammar grammar(String schema) {
+        return grammar(parse(schema));
+    }
+
+    private static EbnfGrammar grammar(JsonNode n) {
+        JsonSchemaAutomaton c = new JsonSchemaAutomaton(n, new LinkedHashMap<>());
+        Automaton top = ClientRegex.minimal(c.of(n, "#"));
+        Map<Character, Automaton> defs = new LinkedHashMap<>();
+        for (Map.Entry<String, Character> h : c.holes.entrySet()) defs.put(h.getValue(), c.resolved.get(h.getKey()));
+        return JsonSchemaGrammar.of(top, defs, c.holes, c.holeAt);
+    }
+
+    private static JsonNode parse(String schema) {
         JsonNode n;
         try {
             n = JSON.readTree(schema);
@@ -114,7 +167,7 @@ public final class JsonSchemaAutomaton {
             throw new IllegalArgumentException("is not valid JSON: " + e.getOriginalMessage());
         }
         if (n == null || !n.isObject()) throw new IllegalArgumentException("must be a JSON object (a schema), got " + n);
-        return ClientRegex.minimal(new JsonSchemaAutomaton(n).of(n, "#"));
+        return n;
     }
 
     /** Any JSON value of at most {@code depth} nested objects and arrays (0: scalars only). */
@@ -229,6 +282,16 @@ public final class JsonSchemaAutomaton {
         if (s.has("oneOf")) parts.add(oneOf(s, at));
         if (s.has("not")) parts.add(not(s.get("not"), at));
         Automaton a = parts.isEmpty() ? anyValue(ANY_DEPTH - 1) : parts.getFirst();
+        if (holes != null && parts.size() > 1) {
+            // A hole is one character for a whole value: a product would take it for that character, not its language.
+            for (Automaton p : parts) {
+                if (JsonSchemaGrammar.hasHole(p)) {
+                    throw new IllegalArgumentException("has a recursive $ref at " + at + " (or below it) beside other keywords that constrain the"
+                            + " same value (allOf, oneOf, not, or $ref, anyOf, enum / const and the type's keywords together), which structured"
+                            + " outputs do not support for a recursive schema: write the recursive part as a $ref or anyOf alone");
+                }
+            }
+        }
         for (int i = 1; i < parts.size(); i++) {
             try {
                 a = ClientRegex.product(a, parts.get(i));
@@ -466,7 +529,20 @@ public final class JsonSchemaAutomaton {
             throw new IllegalArgumentException("has $ref '" + ref + "' at " + at + "; only #/$defs/<name> and #/definitions/<name> are supported");
         }
         if (target == null) throw new IllegalArgumentException("has $ref '" + ref + "' at " + at + ", which names no definition");
-        if (!resolving.add(ref)) throw new IllegalArgumentException("has a recursive $ref '" + ref + "' at " + at + ", which structured outputs do not support");
+        if (!resolving.add(ref)) {
+            if (holes == null) throw new Recursive("has a recursive $ref '" + ref + "' at " + at + ", which structured outputs do not support", at);
+            Character h = holes.get(ref);
+            if (h == null) {
+                if (holes.size() >= JsonSchemaGrammar.MAX_HOLES) {
+                    throw new IllegalArgumentException("has over " + JsonSchemaGrammar.MAX_HOLES + " recursive definitions (at " + at + ", $ref '"
+                            + ref + "'), which structured outputs do not support");
+                }
+                h = (char) holes.size();
+                holes.put(ref, h);
+                holeAt.put(ref, at);
+            }
+            return BasicAutomata.makeChar(h);
+        }
         Automaton done = resolved.get(ref);
         if (done != null) {
             resolving.remove(ref);

@@ -165,9 +165,12 @@ public final class OutputConstraint {
         if (!live[run.getInitialState()]) throw new IllegalArgumentException("matches no text at all");
     }
 
-    /** A grammar's constraint ({@link Kind#EBNF}); its first Earley set within the bounds, else refused as too complex. */
-    private OutputConstraint(String source, EbnfGrammar g, TokenTexts texts) {
-        this.kind = Kind.EBNF;
+    /**
+     * A grammar's constraint ({@link Kind#EBNF}, or a recursive schema's {@link Kind#JSON_SCHEMA}:
+     * {@link JsonSchemaAutomaton#language}); its first Earley set within the bounds, else refused as too complex.
+     */
+    private OutputConstraint(Kind kind, String source, EbnfGrammar g, TokenTexts texts) {
+        this.kind = kind;
         this.source = source;
         this.texts = texts;
         this.grammar = new Earley(g);
@@ -772,15 +775,19 @@ public final class OutputConstraint {
                 long started = System.nanoTime();
                 Outcome outcome = Outcome.REFUSED; // unless it compiles: how it is written, or a bound on its size
                 try {
-                    c = ClientRegex.withDeadline(deadlineNanos, () -> kind == Kind.EBNF
-                            ? new OutputConstraint(source, EbnfGrammar.parse(source), texts)
-                            : new OutputConstraint(kind, source,
+                    c = ClientRegex.withDeadline(deadlineNanos, () -> {
+                        if (kind == Kind.EBNF) return new OutputConstraint(kind, source, EbnfGrammar.parse(source), texts);
+                        // A schema whose $refs recurse is served by its grammar (the DFA path's layout), under this kind.
+                        JsonSchemaAutomaton.Language schema = kind == Kind.JSON_SCHEMA ? JsonSchemaAutomaton.language(source) : null;
+                        if (schema != null && schema.grammar() != null) return new OutputConstraint(kind, source, schema.grammar(), texts);
+                        return new OutputConstraint(kind, source,
                             switch (kind) {
                                 case REGEX -> ClientRegex.compile(source);
-                                case JSON_SCHEMA -> JsonSchemaAutomaton.compile(source);
+                                case JSON_SCHEMA -> schema.automaton();
                                 case TOOL_CALLS -> ToolCalls.language(source);
                                 case EBNF -> throw new IllegalStateException("a grammar has no automaton");
-                            }, texts));
+                            }, texts);
+                    });
                     outcome = Outcome.COMPILED;
                 } catch (ClientRegex.TooComplex e) {
                     if (e.deadline()) outcome = Outcome.DEADLINE;

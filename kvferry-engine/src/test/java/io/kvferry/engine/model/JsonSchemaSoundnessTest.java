@@ -69,7 +69,7 @@ class JsonSchemaSoundnessTest {
     }
 
     /** A random schema's parts; definitions go into {@code defs}. */
-    private record Gen(SplittableRandom r, ObjectNode defs) {
+    record Gen(SplittableRandom r, ObjectNode defs) {
         JsonNode schema(int depth) {
             int kind = r.nextInt(depth <= 0 ? 7 : 16);
             ObjectNode s = F.objectNode();

@@ -1,0 +1,239 @@
+package io.kvferry.engine.model;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dk.brics.automaton.RunAutomaton;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.constraints.IntRange;
+import net.jqwik.api.statistics.Statistics;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Recursive {@code $ref}s served by a grammar ({@link JsonSchemaGrammar}, through {@link JsonSchemaAutomaton#language}):
+ * a tree node, a linked list, mutual recursion, recursion through anyOf and arrays, each exact in the DFA path's layout;
+ * a recursion that never ends and a recursive $ref beside other keywords refused; the grammar's size bounded; and, for
+ * non-recursive schemas, the grammar path accepts exactly what the DFA does (texts the DFA generates and mutations).
+ */
+class JsonSchemaGrammarTest {
+    static final String TREE = """
+            {"$defs":{"Node":{"type":"object","properties":{"value":{"type":"integer"},
+            "children":{"type":"array","items":{"$ref":"#/$defs/Node"}}},"required":["value","children"]}},
+            "$ref":"#/$defs/Node"}""";
+    static final String LIST = """
+            {"definitions":{"L":{"type":"object","properties":{"v":{"type":"string","maxLength":3},
+            "next":{"anyOf":[{"$ref":"#/definitions/L"},{"type":"null"}]}},"required":["v","next"]}},
+            "type":"object","properties":{"head":{"$ref":"#/definitions/L"}},"required":["head"]}""";
+    static final String MUTUAL = """
+            {"$defs":{"A":{"type":"object","properties":{"name":{"enum":["x","y"]},"b":{"$ref":"#/$defs/B"}},"required":["name"]},
+            "B":{"type":"array","items":{"$ref":"#/$defs/A"},"maxItems":2}},"$ref":"#/$defs/A"}""";
+    static final String EXPR = """
+            {"$defs":{"E":{"anyOf":[{"type":"integer","minimum":0,"maximum":99},
+            {"type":"array","items":{"$ref":"#/$defs/E"},"minItems":1,"maxItems":3}]}},"$ref":"#/$defs/E"}""";
+
+    private static EbnfGrammar grammarOf(String schema) {
+        JsonSchemaAutomaton.Language l = JsonSchemaAutomaton.language(schema);
+        assertNull(l.automaton(), "a recursive schema takes the grammar path");
+        assertNotNull(l.grammar());
+        return l.grammar();
+    }
+
+    private static boolean startsMatch(Earley e, String text) {
+        Earley.Budget b = new Earley.Budget(Earley.MAX_WORK * (text.length() + 1L));
+        List<Earley.ItemSet> chart = e.start(b);
+        for (int i = 0; i < text.length(); i++) if (!e.read(chart, text.charAt(i), b)) return false;
+        return true;
+    }
+
+    @Test
+    void aTreeNodeNestsToAnyDepthInTheDfaLayout() {
+        Earley e = new Earley(grammarOf(TREE));
+        assertTrue(e.matches("{\"value\":1,\"children\":[]}"));
+        assertTrue(e.matches("{\"value\": -12, \"children\": [{\"value\":2,\"children\":[]}, {\"value\":3,\"children\":[]}]}"));
+        String deep = "{\"value\":0,\"children\":[]}";
+        for (int i = 1; i <= 12; i++) deep = "{\"value\":" + i + ",\"children\":[" + deep + "]}";
+        assertTrue(e.matches(deep), deep);
+        assertFalse(e.matches("{\"value\":1}"), "required children");
+        assertFalse(e.matches("{\"children\":[],\"value\":1}"), "the declared order, as the DFA path");
+        assertFalse(e.matches("{\"value\":1,\"children\":[]} "), "no trailing space");
+        assertFalse(e.matches("{\"value\":1,  \"children\":[]}"), "one optional space at most");
+        assertFalse(e.matches("{\"value\":1.5,\"children\":[]}"), "an integer");
+        assertFalse(e.matches("{\"value\":1,\"children\":[1]}"), "items are nodes");
+        assertTrue(startsMatch(e, "{\"value\":1,\"children\":[{\"value\":2,\"ch"));
+        assertFalse(startsMatch(e, "{\"value\":1,\"children\":[{\"valu3"));
+        // The DFA path alone (tool calls' parameters) still refuses it, as before.
+        JsonSchemaAutomaton.Fault f = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.compile(TREE));
+        assertTrue(f.getMessage().contains("recursive $ref"), f.getMessage());
+    }
+
+    @Test
+    void aLinkedListEndsInNullWithItsLeafKeywordsExact() {
+        Earley e = new Earley(grammarOf(LIST));
+        assertTrue(e.matches("{\"head\":{\"v\":\"a\",\"next\":null}}"));
+        assertTrue(e.matches("{\"head\": {\"v\": \"abc\", \"next\": {\"v\":\"\",\"next\":{\"v\":\"\\u00e9\",\"next\":null}}}}"));
+        assertFalse(e.matches("{\"head\":{\"v\":\"abcd\",\"next\":null}}"), "maxLength 3");
+        assertFalse(e.matches("{\"head\":{\"v\":\"a\"}}"), "next is required");
+        assertFalse(e.matches("{\"head\":{\"v\":\"a\",\"next\":{}}}"), "a node or null");
+    }
+
+    @Test
+    void mutualRecursionAThroughBToA() {
+        Earley e = new Earley(grammarOf(MUTUAL));
+        assertTrue(e.matches("{\"name\":\"x\"}"));
+        assertTrue(e.matches("{\"name\":\"x\",\"b\":[{\"name\":\"y\",\"b\":[]},{\"name\":\"x\",\"b\":[{\"name\":\"y\"}]}]}"));
+        assertFalse(e.matches("{\"name\":\"x\",\"b\":[{\"name\":\"y\"},{\"name\":\"y\"},{\"name\":\"y\"}]}"), "maxItems 2");
+        assertFalse(e.matches("{\"name\":\"z\"}"), "the enum");
+    }
+
+    @Test
+    void recursionThroughAnyOfAndArrays() {
+        Earley e = new Earley(grammarOf(EXPR));
+        assertTrue(e.matches("7"));
+        assertTrue(e.matches("[1,[2,[3, 99]],4]"));
+        assertFalse(e.matches("[]"), "minItems 1");
+        assertFalse(e.matches("[1,2,3,4]"), "maxItems 3");
+        assertFalse(e.matches("[100]"), "maximum 99");
+    }
+
+    @Test
+    void aRecursionThatNeverEndsMatchesNoText() {
+        String schema = """
+                {"$defs":{"N":{"type":"object","properties":{"child":{"$ref":"#/$defs/N"}},"required":["child"]}},"$ref":"#/$defs/N"}""";
+        JsonSchemaAutomaton.Fault e = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.language(schema));
+        assertTrue(e.getMessage().startsWith("matches no text at all: its recursive $ref '#/$defs/N'"), e.getMessage());
+        assertEquals("#/$defs/N/properties/child", e.at());
+        // Made optional, it ends.
+        assertNotNull(JsonSchemaAutomaton.language(schema.replace("\"required\":[\"child\"]", "\"required\":[]")).grammar());
+    }
+
+    @Test
+    void aRecursiveRefBesideOtherKeywordsIsRefusedWithItsPlace() {
+        String schema = """
+                {"$defs":{"N":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/N","type":"object"}}}}},
+                "$ref":"#/$defs/N"}""";
+        JsonSchemaAutomaton.Fault f = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.language(schema));
+        assertTrue(f.getMessage().contains("recursive $ref") && f.getMessage().contains("beside other keywords"), f.getMessage());
+        assertEquals("#/$defs/N/properties/kids/items", f.at());
+    }
+
+    @Test
+    void theGrammarsSizeIsBounded() {
+        // An enum of 1,000 unrelated words: a trie of thousands of states, each a rule.
+        StringBuilder words = new StringBuilder();
+        SplittableRandom r = new SplittableRandom(7);
+        for (int i = 0; i < 1_000; i++) {
+            words.append(i == 0 ? "\"" : ",\"");
+            for (int k = 0; k < 10; k++) words.append((char) ('a' + r.nextInt(26)));
+            words.append('"');
+        }
+        String schema = "{\"$defs\":{\"N\":{\"type\":\"object\",\"properties\":{\"w\":{\"enum\":[" + words
+                + "]},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/N\"}}}}},\"$ref\":\"#/$defs/N\"}";
+        ClientRegex.TooComplex e = assertThrows(ClientRegex.TooComplex.class, () -> JsonSchemaAutomaton.language(schema));
+        assertTrue(e.getMessage().contains("over " + JsonSchemaGrammar.MAX_SYMBOLS + " symbols"), e.getMessage());
+    }
+
+    @Test
+    void aNonRecursiveSchemaKeepsTheDfaPath() {
+        JsonSchemaAutomaton.Language l = JsonSchemaAutomaton.language("{\"$defs\":{\"P\":{\"type\":\"integer\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/P\"}}");
+        assertNotNull(l.automaton());
+        assertNull(l.grammar());
+    }
+
+    /**
+     * For random non-recursive schemas (the soundness test's generator: every keyword of the subset, $defs included),
+     * the grammar path accepts exactly what the DFA does, whole and as a prefix: on texts the DFA generates and on
+     * mutations of them (a character deleted, inserted, replaced; a piece repeated).
+     */
+    @Property(tries = 80, seed = "20261207")
+    void theGrammarPathAcceptsWhatTheDfaDoes(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        ObjectNode root = JsonNodeFactory.instance.objectNode();
+        ObjectNode defs = JsonNodeFactory.instance.objectNode();
+        JsonNode body = new JsonSchemaSoundnessTest.Gen(r, defs).schema(3);
+        if (body.isObject()) root.setAll((ObjectNode) body);
+        else root.set("allOf", JsonNodeFactory.instance.arrayNode().add(body));
+        if (!defs.isEmpty()) root.set("$defs", defs);
+        String schema = root.toString();
+        RunAutomaton run;
+        try {
+            run = new RunAutomaton(JsonSchemaAutomaton.compile(schema));
+        } catch (IllegalArgumentException e) {
+            Statistics.label("schema").collect("refused");
+            return;
+        }
+        EbnfGrammar g;
+        try {
+            g = JsonSchemaAutomaton.grammar(schema);
+        } catch (ClientRegex.TooComplex e) {
+            Statistics.label("schema").collect("grammar too large");
+            return;
+        } catch (IllegalArgumentException e) {
+            // The DFA matched nothing: both refuse (OutputConstraint says "matches no text at all").
+            assertNull(OutputConstraintTest.walk(run, r, 10), schema + ": " + e.getMessage());
+            return;
+        }
+        Statistics.label("schema").collect("compared");
+        Earley earley = new Earley(g);
+        String alphabet = "{}[],:\" 0123456789-.eEtrufalsn\\x";
+        for (int i = 0; i < 12; i++) {
+            String text = OutputConstraintTest.walk(run, r, 40);
+            if (text == null) return;
+            List<String> cases = new ArrayList<>(List.of(text));
+            for (int m = 0; m < 6 && !text.isEmpty(); m++) {
+                int at = r.nextInt(text.length() + 1);
+                char c = alphabet.charAt(r.nextInt(alphabet.length()));
+                int k = Math.min(text.length(), at + 1 + r.nextInt(6));
+                cases.add(switch (m % 4) {
+                    case 0 -> text.substring(0, Math.min(at, text.length() - 1)) + text.substring(Math.min(at, text.length() - 1) + 1);
+                    case 1 -> text.substring(0, at) + c + text.substring(at);
+                    case 2 -> at < text.length() ? text.substring(0, at) + c + text.substring(at + 1) : text + c;
+                    default -> text.substring(0, k) + text.substring(Math.min(at, k), k) + text.substring(k);
+                });
+            }
+            for (String t : cases) {
+                assertEquals(run.run(t), earley.matches(t), schema + " whole: " + t);
+                for (int p = 0; p <= t.length(); p += 1 + t.length() / 8) {
+                    String pre = t.substring(0, p);
+                    assertEquals(dfaStarts(run, pre), startsMatch(earley, pre), schema + " prefix: " + pre);
+                }
+            }
+        }
+    }
+
+    /** Whether a DFA text begins with {@code text} (a live state after it). */
+    private static boolean dfaStarts(RunAutomaton run, String text) {
+        int s = run.getInitialState();
+        for (int i = 0; i < text.length() && s >= 0; i++) s = run.step(s, text.charAt(i));
+        if (s < 0) return false;
+        // live: some accepting state reachable
+        ArrayDeque<Integer> q = new ArrayDeque<>(List.of(s));
+        boolean[] seen = new boolean[run.getSize()];
+        seen[s] = true;
+        char[] points = run.getCharIntervals();
+        while (!q.isEmpty()) {
+            int x = q.poll();
+            if (run.isAccept(x)) return true;
+            for (char c : points) {
+                int t = run.step(x, c);
+                if (t >= 0 && !seen[t]) {
+                    seen[t] = true;
+                    q.add(t);
+                }
+            }
+        }
+        return false;
+    }
+}
