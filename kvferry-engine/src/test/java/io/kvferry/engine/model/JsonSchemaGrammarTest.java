@@ -1,6 +1,7 @@
 package io.kvferry.engine.model;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dk.brics.automaton.RunAutomaton;
@@ -25,8 +26,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 /**
  * Recursive {@code $ref}s served by a grammar ({@link JsonSchemaGrammar}, through {@link JsonSchemaAutomaton#language}):
  * a tree node, a linked list, mutual recursion, recursion through anyOf and arrays, each exact in the DFA path's layout;
- * a recursion that never ends and a recursive $ref beside other keywords refused; the grammar's size bounded; and, for
- * non-recursive schemas, the grammar path accepts exactly what the DFA does (texts the DFA generates and mutations).
+ * a recursion that never ends and a recursive $ref beside other keywords refused; the grammar's size bounded; each
+ * recursive schema against the DFA of its unrolling to a few levels; and, for non-recursive schemas, the grammar path
+ * accepts exactly what the DFA does (texts the DFA generates and mutations).
  */
 class JsonSchemaGrammarTest {
     static final String TREE = """
@@ -211,6 +213,73 @@ class JsonSchemaGrammarTest {
                 }
             }
         }
+    }
+
+    /**
+     * The recursive schemas against their unrolling: each definition copied per level, a $ref at level i naming level
+     * i + 1's copy and the last level's {@code {"not": {}}} (nothing), compiled on the DFA path. Every text the 3-level
+     * unrolling's DFA generates is a whole match of the grammar; a single-character mutation of one is a match of the
+     * grammar exactly where it is of the 5-level unrolling (an edit adds a level at most), whole and as a prefix.
+     */
+    @Test
+    void recursiveSchemasMatchTheirUnrollingsDfa() throws Exception {
+        SplittableRandom r = new SplittableRandom(20261207);
+        String alphabet = "{}[],:\" 0123456789-.nulxyv";
+        for (String schema : List.of(TREE, LIST, MUTUAL, EXPR)) {
+            Earley e = new Earley(grammarOf(schema));
+            RunAutomaton shallow = new RunAutomaton(JsonSchemaAutomaton.compile(unroll(schema, 3)));
+            RunAutomaton deeper = new RunAutomaton(JsonSchemaAutomaton.compile(unroll(schema, 5)));
+            int nested = 0;
+            for (int i = 0; i < 40; i++) {
+                String text = OutputConstraintTest.walk(shallow, r, 50);
+                assertNotNull(text, schema);
+                assertTrue(e.matches(text), schema + " admits " + text);
+                if (text.indexOf('[', 1) > 0 || text.indexOf('{', 1) > 0) nested++;
+                for (int m = 0; m < 8; m++) {
+                    int at = r.nextInt(text.length());
+                    char c = alphabet.charAt(r.nextInt(alphabet.length()));
+                    String t = switch (m % 3) {
+                        case 0 -> text.substring(0, at) + text.substring(at + 1);
+                        case 1 -> text.substring(0, at) + c + text.substring(at);
+                        default -> text.substring(0, at) + c + text.substring(at + 1);
+                    };
+                    assertEquals(deeper.run(t), e.matches(t), schema + " whole: " + t);
+                    String pre = t.substring(0, r.nextInt(t.length() + 1));
+                    assertEquals(dfaStarts(deeper, pre), startsMatch(e, pre), schema + " prefix: " + pre);
+                }
+            }
+            assertTrue(nested > 5, schema + ": the walks nest (" + nested + ")");
+        }
+    }
+
+    /** {@code schema} with its definitions copied per level (0..levels-1), the last level's $refs nothing. */
+    static String unroll(String schema, int levels) throws Exception {
+        ObjectNode root = (ObjectNode) JsonSchemaKeywordsTest.JSON.readTree(schema);
+        String key = root.has("$defs") ? "$defs" : "definitions";
+        ObjectNode defs = (ObjectNode) root.remove(key);
+        ObjectNode out = JsonNodeFactory.instance.objectNode();
+        for (int level = 0; level < levels; level++) {
+            for (var d : defs.properties()) out.set(d.getKey() + level, relink(d.getValue().deepCopy(), key, level + 1, levels));
+        }
+        ObjectNode top = (ObjectNode) relink(root, key, 0, levels);
+        top.set(key, out);
+        return top.toString();
+    }
+
+    private static JsonNode relink(JsonNode n, String key, int level, int levels) {
+        if (n.isObject()) {
+            ObjectNode o = (ObjectNode) n;
+            if (o.has("$ref")) {
+                String name = o.get("$ref").textValue().substring(("#/" + key + "/").length());
+                if (level >= levels) return JsonNodeFactory.instance.objectNode().set("not", JsonNodeFactory.instance.objectNode());
+                o.put("$ref", "#/" + key + "/" + name + level);
+                return o;
+            }
+            for (var f : List.copyOf(o.properties())) o.set(f.getKey(), relink(f.getValue(), key, level, levels));
+        } else if (n.isArray()) {
+            for (int i = 0; i < n.size(); i++) ((ArrayNode) n).set(i, relink(n.get(i), key, level, levels));
+        }
+        return n;
     }
 
     /** Whether a DFA text begins with {@code text} (a live state after it). */
