@@ -65,6 +65,7 @@ final class JsonSchemaGrammar {
         StringBuilder g = new StringBuilder();
         long symbols = 2 + 2; // root ::= a0s0, and the parser's start ::= root
         for (int k = 0; k < automata.size(); k++) {
+            ClientRegex.checkDeadline();
             for (Map.Entry<State, Integer> e : numbers.get(k).entrySet()) {
                 State s = e.getKey();
                 // The transitions by target: one character class each; a hole's apart.

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import dk.brics.automaton.RunAutomaton;
+import io.kvferry.engine.TestModels;
 import net.jqwik.api.ForAll;
 import net.jqwik.api.Property;
 import net.jqwik.api.constraints.IntRange;
@@ -133,7 +134,13 @@ class JsonSchemaGrammarTest {
 
     @Test
     void theGrammarsSizeIsBounded() {
-        // An enum of 1,000 unrelated words: a trie of thousands of states, each a rule.
+        String schema = bigSchema();
+        ClientRegex.TooComplex e = assertThrows(ClientRegex.TooComplex.class, () -> JsonSchemaAutomaton.language(schema));
+        assertTrue(e.getMessage().contains("over " + JsonSchemaGrammar.MAX_SYMBOLS + " symbols"), e.getMessage());
+    }
+
+    /** A recursive node with an enum of 1,000 unrelated words: a trie of thousands of states, each a rule. */
+    private static String bigSchema() {
         StringBuilder words = new StringBuilder();
         SplittableRandom r = new SplittableRandom(7);
         for (int i = 0; i < 1_000; i++) {
@@ -141,10 +148,34 @@ class JsonSchemaGrammarTest {
             for (int k = 0; k < 10; k++) words.append((char) ('a' + r.nextInt(26)));
             words.append('"');
         }
-        String schema = "{\"$defs\":{\"N\":{\"type\":\"object\",\"properties\":{\"w\":{\"enum\":[" + words
+        return "{\"$defs\":{\"N\":{\"type\":\"object\",\"properties\":{\"w\":{\"enum\":[" + words
                 + "]},\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/N\"}}}}},\"$ref\":\"#/$defs/N\"}";
-        ClientRegex.TooComplex e = assertThrows(ClientRegex.TooComplex.class, () -> JsonSchemaAutomaton.language(schema));
-        assertTrue(e.getMessage().contains("over " + JsonSchemaGrammar.MAX_SYMBOLS + " symbols"), e.getMessage());
+    }
+
+    /**
+     * Through the compiler (the router's and each engine's): the kind stays json_schema, a second compile is the cache's
+     * (counted CACHED, not compiled again), the table counted is the grammar's symbols; a size refusal is remembered
+     * (counted REFUSED, not compiled again) as a DFA's is.
+     */
+    @Test
+    void theCompilerCachesAndCountsARecursiveSchemaAsAnyOther() throws Exception {
+        TestModels.requireStories();
+        OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(ModelFiles.load(null, null).tokenizer());
+        OutputConstraint c = compiler.jsonSchema(TREE);
+        assertEquals(OutputConstraint.Kind.JSON_SCHEMA, c.kind());
+        assertEquals(TREE, c.source());
+        assertEquals(grammarOf(TREE).symbols(), c.tableEntries(), "the grammar's symbols, as an ebnf spec's");
+        assertTrue(c.matches("{\"value\":1,\"children\":[{\"value\":2,\"children\":[{\"value\":3,\"children\":[]}]}]}"));
+        assertTrue(c.startsMatch("{\"value\":1,\"children\":[{\"value\":2,\"children\":[{"));
+        assertEquals(c, compiler.jsonSchema(TREE));
+        assertEquals(1, compiler.outcomes(OutputConstraint.Compiler.Outcome.COMPILED));
+        assertEquals(1, compiler.outcomes(OutputConstraint.Compiler.Outcome.CACHED));
+        long compiles = compiler.compileCount();
+        String big = bigSchema();
+        assertThrows(ClientRegex.TooComplex.class, () -> compiler.jsonSchema(big));
+        assertThrows(ClientRegex.TooComplex.class, () -> compiler.jsonSchema(big));
+        assertEquals(compiles + 1, compiler.compileCount(), "the refusal remembered");
+        assertEquals(2, compiler.outcomes(OutputConstraint.Compiler.Outcome.REFUSED));
     }
 
     @Test
