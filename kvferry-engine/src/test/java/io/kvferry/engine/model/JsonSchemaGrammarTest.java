@@ -111,6 +111,28 @@ class JsonSchemaGrammarTest {
         assertFalse(e.matches("[100]"), "maximum 99");
     }
 
+    /** Pydantic v2's schemas as it writes them: list["Comment"] = [], Optional["Node"] = None, a $ref with a description. */
+    @Test
+    void pydanticsRecursiveModels() {
+        String comment = """
+                {"$defs":{"Comment":{"properties":{"author":{"title":"Author","type":"string"},"text":{"title":"Text","type":"string"},
+                "replies":{"default":[],"items":{"$ref":"#/$defs/Comment"},"title":"Replies","type":"array"}},
+                "required":["author","text"],"title":"Comment","type":"object"}},"$ref":"#/$defs/Comment"}""";
+        Earley e = new Earley(grammarOf(comment));
+        assertTrue(e.matches("{\"author\":\"a\",\"text\":\"b\"}"));
+        assertTrue(e.matches("{\"author\":\"a\",\"text\":\"b\",\"replies\":[{\"author\":\"c\",\"text\":\"d\",\"replies\":[]}]}"));
+        assertFalse(e.matches("{\"author\":\"a\",\"replies\":[]}"));
+        String node = """
+                {"$defs":{"Node":{"properties":{"value":{"title":"Value","type":"integer"},
+                "next":{"anyOf":[{"$ref":"#/$defs/Node","description":"the rest"},{"type":"null"}],"default":null}},
+                "required":["value"],"title":"Node","type":"object"}},"properties":{"head":{"$ref":"#/$defs/Node"}},
+                "required":["head"],"title":"LinkedList","type":"object"}""";
+        Earley n = new Earley(grammarOf(node));
+        assertTrue(n.matches("{\"head\":{\"value\":1,\"next\":{\"value\":2,\"next\":{\"value\":3}}}}"));
+        assertTrue(n.matches("{\"head\":{\"value\":1,\"next\":null}}"));
+        assertFalse(n.matches("{\"head\":{\"value\":1,\"next\":{\"next\":null}}}"));
+    }
+
     @Test
     void aRecursionThatNeverEndsMatchesNoText() {
         String schema = """
