@@ -38,7 +38,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * <li>an array's {@code items} (absent: any JSON value), {@code minItems}, {@code maxItems};</li>
  * <li>{@code enum}, {@code const}, {@code anyOf}, {@code allOf}, {@code oneOf} of branches no value can satisfy two of,
  * {@code not} of {@code {}} or of a type alone, {@code $ref} to {@code #/$defs/…} or {@code #/definitions/…} (not
- * recursive); annotations ({@link #ANNOTATIONS}) are ignored.</li>
+ * recursive in {@link #compile}; {@link #language} serves a recursive one by a grammar, {@link JsonSchemaGrammar});
+ * annotations ({@link #ANNOTATIONS}) are ignored.</li>
  * </ul>
  * Any other keyword is refused with its name and place ({@link Fault}). Whitespace: none, except one optional space after
  * each {@code ,} and {@code :} (bounded, so a small model cannot loop on spaces). Numbers: an integer has at most 16
