@@ -21,7 +21,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * A JSON schema whose {@code $ref} recurses (a tree node whose kids are nodes) through the router, a TP2 prefill (the
+ * JSON schemas whose {@code $ref}s recurse (a tree node whose kids are nodes, a linked list, mutual recursion) through
+ * the router, a TP2 prefill (the
  * first token) and a TP1 decode (the rest), served by its grammar ({@code JsonSchemaGrammar}) under the kind
  * {@code json_schema}: on /generate ({@code sampling_params.json_schema}) the colocated run's tokens, on /v1/completions
  * ({@code response_format} json_schema) its text and finish; each answer JSON valid for the schema when it stops, a prefix
@@ -36,6 +37,10 @@ class RecursiveSchemaOutputsTest {
     /** A linked list whose next is a node or null, both required: the model must choose at each step. */
     static final String LIST = "{\"$defs\":{\"L\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},"
             + "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/L\"},{\"type\":\"null\"}]}},\"required\":[\"v\",\"next\"]}},\"$ref\":\"#/$defs/L\"}";
+    /** Mutual recursion B -> A -> B from a forced first level (stories260K answers {"next": 3}: the recursion is offered, not taken). */
+    static final String NEST = "{\"$defs\":{\"B\":{\"anyOf\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},{\"$ref\":\"#/$defs/A\"}]},"
+            + "\"A\":{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#/$defs/B\"}},\"required\":[\"next\"]}},"
+            + "\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#/$defs/B\"}},\"required\":[\"next\"]}";
     static Tokenizer tokenizer;
     static OutputConstraint.Compiler compiler;
     static EngineStack stack;
@@ -91,11 +96,18 @@ class RecursiveSchemaOutputsTest {
         return next != null && (next.isNull() || validList(next));
     }
 
+    /** {@link #NEST}'s meaning: an object whose one member next is an integer 0..9 or such an object. */
+    static boolean validNest(JsonNode v) {
+        if (!v.isObject() || v.size() != 1 || !v.has("next")) return false;
+        JsonNode n = v.get("next");
+        return n.isInt() ? n.intValue() >= 0 && n.intValue() <= 9 : validNest(n);
+    }
+
     static void assertValidOrPrefix(OutputConstraint c, String schema, String text, boolean stopped, String what) throws Exception {
         if (stopped) {
             assertTrue(c.matches(text), what + ": '" + text + "' is not a whole match");
             JsonNode v = GrammarOutputsTest.JSON.readTree(text);
-            assertTrue(schema.equals(SCHEMA) ? validNode(v) : validList(v), what + ": '" + text + "' is not valid for the schema");
+            assertTrue(schema.equals(SCHEMA) ? validNode(v) : schema.equals(LIST) ? validList(v) : validNest(v), what + ": '" + text + "' is not valid for the schema");
         } else {
             assertTrue(c.startsMatch(text), what + ": '" + text + "' is not a prefix of a match");
         }
@@ -105,12 +117,12 @@ class RecursiveSchemaOutputsTest {
     @Timeout(180)
     void recursiveSchemaAnswersAreValidAndEqualColocated() throws Exception {
         int stops = 0;
-        for (String schema : new String[]{SCHEMA, LIST}) {
+        for (String schema : new String[]{SCHEMA, LIST, NEST}) {
             OutputConstraint c = compiler.jsonSchema(schema);
             assertEquals(OutputConstraint.Kind.JSON_SCHEMA, c.kind(), "the kind the client sent");
             String q = GrammarOutputsTest.JSON.writeValueAsString(schema);
             for (int s = 0; s < GrammarOutputsTest.SAMPLINGS.length; s++) {
-                String sampling = (schema.equals(SCHEMA) ? "tree " : "list ") + GrammarOutputsTest.SAMPLINGS[s];
+                String sampling = (schema.equals(SCHEMA) ? "tree " : schema.equals(LIST) ? "list " : "nest ") + GrammarOutputsTest.SAMPLINGS[s];
                 Generation ref = colocated.generate(promptIds, MAX, GrammarOutputsTest.sampling(s, c));
                 String refText = tokenizer.decode(ref.tokens());
                 assertValidOrPrefix(c, schema, refText, ref.finishReason().equals("stop"), sampling);
