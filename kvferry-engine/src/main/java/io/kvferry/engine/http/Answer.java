@@ -3,7 +3,6 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.sun.net.httpserver.HttpExchange;
-import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Tokenizer;
 
 import java.io.IOException;
@@ -37,8 +36,9 @@ final class Answer {
     /** The failure that is the request's answer (the first before any byte was sent). */
     Failure early;
     /**
-     * The request's structured-output field as the client named it ({@code guided_grammar}, {@code structured_outputs.grammar}):
-     * a grammar's error from the engines, which name it {@code sampling_params.ebnf}, names this instead; null: none.
+     * The request's structured-output field as the client named it ({@code guided_grammar}, {@code structured_outputs.grammar},
+     * {@code response_format}): a grammar's error from the engines, which PdCall names as it sent the constraint
+     * ({@code sampling_params.ebnf} or {@code .json_schema}), names this instead; null: none.
      */
     String constraintParam;
     /** The first failure of a choice after the stream began (the request is counted with its status). */
@@ -104,7 +104,7 @@ final class Answer {
     /** A choice failed: the request's answer if nothing was sent yet, else its error event (naming its index when there are several). */
     synchronized void failed(int index, Failure f) throws IOException {
         Failure named = (count == 1 ? f : new Failure(f.status, f.type, f.kind, "choice " + index + ": " + f.getMessage()))
-                .param(f.param != null && constraintParam != null && f.param.equals(OutputConstraint.Exceeded.PARAM) ? constraintParam : f.param);
+                .param(f.param == null ? null : constraintParam); // an engine's only param: the constraint's field (PdCall), renamed
         if (events == null) {
             if (early == null) early = named;
             cancel();

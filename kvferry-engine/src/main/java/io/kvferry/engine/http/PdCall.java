@@ -149,6 +149,9 @@ final class PdCall {
             try {
                 return once(ask, record, out, arrived);
             } catch (Failure f) {
+                // An engine's param is only ever a grammar past its bound (ErrorBody): the field the router sent the
+                // request's constraint in (its /generate name, which the OpenAI routes rename), none for a request without one.
+                if (f.param != null) f.param(constraintField(ask));
                 if (!f.refusedConnection) throw f;
                 if (run == MOST_RUNS || !othersServe(backends.pool())) { // the client's answer: say no other instance took it
                     throw new Failure(f.status, f.type, f.kind, f.getMessage() + " (run " + run + " of the request; no other instance "
@@ -157,6 +160,15 @@ final class PdCall {
                 log.warn("room {}: {}; running the request again on another instance", record.room, f.getMessage());
             }
         }
+    }
+
+    /**
+     * The field an engine's grammar-bound error names, as the router sent the request's constraint ({@code sampling_params.ebnf},
+     * or {@code sampling_params.json_schema} for a recursive schema: the engines call both {@code sampling_params.ebnf}); null without one.
+     */
+    private static String constraintField(Ask ask) {
+        OutputConstraint c = ask.rules().constraint();
+        return c == null ? null : "sampling_params." + c.kind().param;
     }
 
     /** Whether a prefill and a decode still serve (the one that refused is out of rotation). */
@@ -298,11 +310,13 @@ final class PdCall {
                         toClient(() -> out.onToken(tok, piece, tokLp, before), d, p, room);
                     } else if (ev.has("error")) {
                         JsonNode e = ev.path("error");
-                        // The client's error (a grammar past its run-time bound: its type, its field) as a 400, else a 500.
+                        // The client's error as a 400: a grammar past its run-time bound (its type, its field), or before the first
+                        // token a refusal (what its error answer would have been); any other event, whatever it claims, a 500.
                         String type = e.path("type").asText("internal_error");
-                        ErrorBody err = new ErrorBody("invalid_request_error".equals(type) ? 400 : 500, type,
-                                e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(), false,
-                                e.hasNonNull("param") ? e.get("param").asText() : null);
+                        String param = ErrorBody.grammarParam(e);
+                        boolean client = "invalid_request_error".equals(type) && (tokens.isEmpty() || param != null && ask.rules().constraint() != null);
+                        ErrorBody err = new ErrorBody(client ? 400 : 500, client || !"invalid_request_error".equals(type) ? type : "internal_error",
+                                e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(), false, client ? param : null);
                         // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
                         if (tokens.isEmpty()) throw failedBeforeFirstToken(err, p, room, prefillCall);
                         throw abortedForItsPrefill(err, p, prefillCall).failure();
@@ -647,10 +661,18 @@ final class PdCall {
                 JsonNode e = Http.JSON.readTree(body).path("error");
                 return new ErrorBody(status, e.hasNonNull("type") ? e.get("type").asText() : null,
                         e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(body),
-                        status == 503 && Drain.CODE.equals(e.path("code").asText(null)), e.hasNonNull("param") ? e.get("param").asText() : null);
+                        status == 503 && Drain.CODE.equals(e.path("code").asText(null)), grammarParam(e));
             } catch (IOException ex) {
                 return new ErrorBody(status, null, null, body);
             }
+        }
+
+        /**
+         * An engine error's {@code param} where it is the one an engine names, a grammar past its run-time bound
+         * ({@link OutputConstraint.Exceeded#PARAM}); else null: an engine's (or a peer's) other text is not the client's field.
+         */
+        static String grammarParam(JsonNode error) {
+            return OutputConstraint.Exceeded.PARAM.equals(error.path("param").asText(null)) ? OutputConstraint.Exceeded.PARAM : null;
         }
 
         /**

@@ -1014,6 +1014,106 @@ class RouterErrorsTest {
         }
     }
 
+    /** A decode stub whose /generate answers {@code status} with {@code body} (200: an event stream), and /abort 200. */
+    static HttpServer decodeAnswering(int status, String body) throws Exception {
+        HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(decode);
+        decode.createContext("/generate", ex -> {
+            byte[] b = body.getBytes(StandardCharsets.UTF_8);
+            if (status == 200) ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(status, status == 200 ? 0 : b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        decode.createContext("/abort", ex -> {
+            ex.sendResponseHeaders(200, -1);
+            ex.close();
+        });
+        decode.start();
+        return decode;
+    }
+
+    /**
+     * An engine's error names a {@code param} only for a grammar past its run-time bound ({@code sampling_params.ebnf},
+     * OutputConstraint.Exceeded), and the router answers it naming the field the client sent, never the engine's text: an
+     * engine's (or a hostile peer's) other {@code param} is not passed on, nor {@code sampling_params.ebnf} for a request
+     * with no structured output, and a recursive JSON schema's bound names {@code sampling_params.json_schema} on
+     * /generate (the client sent no ebnf) and {@code response_format} on the OpenAI routes.
+     */
+    @Test
+    @Timeout(60)
+    void anEnginesErrorParamReachesTheClientOnlyAsTheGrammarFieldItSent() throws Exception {
+        HttpServer prefill = prefillStub();
+        String schema = "{\\\"type\\\":\\\"object\\\"}";
+        String[][] cases = {
+            // {the engine's param, route, body, the param the client must get ("" none)}
+            {"api_key", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}", ""},
+            {"sampling_params.ebnf", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3}", ""},
+            {"sampling_params.ebnf", "/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":3}}", ""},
+            {"sampling_params.ebnf", "/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":3,\"json_schema\":\"" + schema + "\"}}",
+                    "sampling_params.json_schema"},
+            {"sampling_params.ebnf", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"response_format\":{\"type\":\"json_schema\","
+                    + "\"json_schema\":{\"name\":\"o\",\"schema\":{\"type\":\"object\"}}}}", "response_format"},
+            {"sampling_params.ebnf", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"guided_grammar\":\"root ::= [a-z]+\"}", "guided_grammar"},
+        };
+        try {
+            for (String[] c : cases) {
+                HttpServer decode = decodeAnswering(400, "{\"error\":{\"type\":\"invalid_request_error\",\"param\":\"" + c[0]
+                        + "\",\"message\":\"refused\"}}");
+                try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                        "127.0.0.1", 0)) {
+                    HttpResponse<String> r = send(router.port(), c[1], c[2]);
+                    String what = c[0] + " on " + c[1] + " " + c[2] + ": " + r.body();
+                    assertEquals(400, r.statusCode(), what);
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertEquals("invalid_request_error", e.path("type").asText(), what);
+                    assertEquals(c[3], e.path("param").asText(""), what);
+                } finally {
+                    decode.stop(0);
+                }
+            }
+        } finally {
+            prefill.stop(0);
+        }
+    }
+
+    /**
+     * A decode's error event after the request's first token is the client's 400 only for a grammar past its bound (its
+     * {@code param} {@code sampling_params.ebnf}, the request constrained); another event, whatever type it claims, is
+     * the decode's failure (a 500), with no {@code param} from the decode.
+     */
+    @Test
+    @Timeout(60)
+    void aDecodesErrorEventAfterTokensIsA400OnlyForAGrammarPastItsBound() throws Exception {
+        HttpServer prefill = prefillStub();
+        String[][] cases = {
+            // {the event's param, the request's structured output, the status the client must get, its param}
+            {"admin.secret", "", "500", ""},
+            {"sampling_params.ebnf", "", "500", ""},
+            {"sampling_params.ebnf", ",\"guided_grammar\":\"root ::= [a-z]+\"", "400", "guided_grammar"},
+        };
+        try {
+            for (String[] c : cases) {
+                HttpServer decode = decodeAnswering(200, "data: {\"token\":300}\n\ndata: {\"error\":{\"type\":\"invalid_request_error\","
+                        + "\"param\":\"" + c[0] + "\",\"message\":\"past it\"}}\n\n");
+                try (Router router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m",
+                        "127.0.0.1", 0)) {
+                    HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3" + c[1] + "}");
+                    String what = c[0] + " " + c[1] + ": " + r.body();
+                    assertEquals(Integer.parseInt(c[2]), r.statusCode(), what);
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertEquals(c[3], e.path("param").asText(""), what);
+                    if (r.statusCode() == 500) assertEquals("internal_error", e.path("type").asText(), what);
+                    assertTrue(e.path("message").asText().contains("past it"), what);
+                } finally {
+                    decode.stop(0);
+                }
+            }
+        } finally {
+            prefill.stop(0);
+        }
+    }
+
     static HttpServer prefillStub() throws Exception {
         HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         answerHealthy(stub);
