@@ -62,7 +62,7 @@ public final class ServeCommand implements Callable<Integer> {
     String registerAs;
 
     @Option(names = "--register-interval-s", paramLabel = "SECONDS", description = "With --register-with: how often the engine, once in, "
-            + "re-asserts its entry (POST /workers again, each wait within 20% of it), so a router that restarted, or removed or "
+            + "re-asserts its entry (POST /workers again, each wait within 20%% of it), so a router that restarted, or removed or "
             + "replaced it, takes it back; the usual answer, 409 (it has it), is silent. In [1, 300]. Default: 5.")
     Long registerIntervalS;
 
