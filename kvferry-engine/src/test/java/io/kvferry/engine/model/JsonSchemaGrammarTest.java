@@ -111,6 +111,37 @@ class JsonSchemaGrammarTest {
         assertFalse(e.matches("[100]"), "maximum 99");
     }
 
+    /**
+     * A hole is a control character (U+0000 to U+001F) read as its definition's whole value: no leaf may admit one raw,
+     * or the grammar would take a nested value's text where the leaf's character goes. A user's pattern
+     * ({@code [\x00-\x1f]}, {@code .}, a negated class), a format, a const, a string: the leaf in the recursive schema
+     * accepts exactly what its DFA alone does, a node's text inside it included ({@code {}}, with its quotes
+     * {@code {"k":[]}}); an additionalProperties key never holds a node.
+     */
+    @Test
+    void noTextCharacterReadsAsAHole() {
+        for (String leaf : new String[]{"{\"type\":\"string\",\"pattern\":\"^[\\\\x00-\\\\x1f]*$\"}",
+                "{\"type\":\"string\",\"pattern\":\"^.*$\"}", "{\"type\":\"string\",\"pattern\":\"^[^a]*$\"}",
+                "{\"type\":\"string\",\"format\":\"email\"}", "{\"const\":\"\\u0000\"}", "{\"type\":\"string\"}"}) {
+            String schema = "{\"$defs\":{\"N\":{\"type\":\"object\",\"properties\":{\"s\":" + leaf
+                    + ",\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/N\"}}}}},\"$ref\":\"#/$defs/N\"}";
+            Earley e = new Earley(grammarOf(schema));
+            RunAutomaton alone = new RunAutomaton(JsonSchemaAutomaton.compile("{\"type\":\"object\",\"properties\":{\"s\":" + leaf + "}}"));
+            for (String v : new String[]{"{}", "a{}", "{\"k\":[]}", "{\"k\":[{}]}b", "\\u0000", "", "x@y.io"}) {
+                String t = "{\"s\":\"" + v + "\"}";
+                assertEquals(alone.run(t), e.matches(t), leaf + ": " + t);
+            }
+            for (char c = 0; c < JsonSchemaGrammar.MAX_HOLES; c++) assertFalse(startsMatch(e, "{\"s\":\"" + c), leaf + ": raw U+" + (int) c);
+            assertTrue(e.matches("{\"k\":[{}]}"), leaf);
+        }
+        String extra = "{\"$defs\":{\"N\":{\"type\":\"object\",\"additionalProperties\":{\"$ref\":\"#/$defs/N\"}}},\"$ref\":\"#/$defs/N\"}";
+        Earley x = new Earley(grammarOf(extra));
+        assertTrue(x.matches("{\"a\":{\"b\":{}}}"));
+        assertTrue(x.matches("{\"{}\":{}}"), "a name of braces, as text");
+        assertFalse(x.matches("{\"{\"a\":{}}\":{}}"), "a node with its quotes as a name");
+        assertFalse(x.matches("{\"a\":1}"));
+    }
+
     /** Pydantic v2's schemas as it writes them: list["Comment"] = [], Optional["Node"] = None, a $ref with a description. */
     @Test
     void pydanticsRecursiveModels() {
