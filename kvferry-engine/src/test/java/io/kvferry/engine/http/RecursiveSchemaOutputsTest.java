@@ -1,12 +1,9 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import io.kvferry.engine.TestModels;
-import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.ColocatedEngine;
-import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.Generation;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -14,7 +11,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.util.Iterator;
-import java.util.List;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -47,30 +43,22 @@ class RecursiveSchemaOutputsTest {
     static Router router;
     static ColocatedEngine colocated;
     static int[] promptIds;
+    static ConstrainedStack fixture;
 
     @BeforeAll
     static void start() throws Exception {
-        TestModels.requireStories();
-        ModelFiles.Loaded model = ModelFiles.load(null, null);
-        tokenizer = model.tokenizer();
-        compiler = new OutputConstraint.Compiler(tokenizer);
-        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 32, 32);
-        stack = EngineStack.open(spec.withParallelism(2, 1), spec, "recursive-schema-test", null);
-        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), tokenizer, model.weights().config.seqLen(),
-                "test-model", "127.0.0.1", 0);
-        colocated = new ColocatedEngine(spec.withMaxRequests(1));
+        fixture = ConstrainedStack.open("recursive-schema-test");
+        tokenizer = fixture.tokenizer;
+        compiler = fixture.compiler;
+        stack = fixture.stack;
+        router = fixture.router;
+        colocated = fixture.colocated;
         promptIds = tokenizer.encode(PROMPT, true, false);
     }
 
     @AfterAll
     static void stop() {
-        for (AutoCloseable c : new AutoCloseable[]{router, stack, colocated}) {
-            try {
-                if (c != null) c.close();
-            } catch (Exception ignored) {
-                // closing the rest
-            }
-        }
+        if (fixture != null) fixture.close();
     }
 
     /** The schema's meaning, checked here apart from the compiler: a name of at most 8 characters, at most 2 kids, each a node. */

@@ -4,15 +4,12 @@ import com.fasterxml.jackson.core.JsonParseException;
 import com.fasterxml.jackson.core.io.JsonEOFException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import io.kvferry.engine.TestModels;
 import io.kvferry.engine.model.CompilerSlot;
-import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.ColocatedEngine;
-import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.engine.serving.Generation;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -52,30 +49,22 @@ class StructuredOutputsTest {
     static Router router;
     static ColocatedEngine colocated;
     static int[] promptIds;
+    static ConstrainedStack fixture;
 
     @BeforeAll
     static void start() throws Exception {
-        TestModels.requireStories();
-        ModelFiles.Loaded model = ModelFiles.load(null, null);
-        tokenizer = model.tokenizer();
-        compiler = new OutputConstraint.Compiler(tokenizer);
-        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 32, 32);
-        stack = EngineStack.open(spec.withParallelism(2, 1), spec, "structured-outputs-test", null);
-        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), tokenizer, model.weights().config.seqLen(),
-                "test-model", "127.0.0.1", 0);
-        colocated = new ColocatedEngine(spec.withMaxRequests(1));
+        fixture = ConstrainedStack.open("structured-outputs-test");
+        tokenizer = fixture.tokenizer;
+        compiler = fixture.compiler;
+        stack = fixture.stack;
+        router = fixture.router;
+        colocated = fixture.colocated;
         promptIds = tokenizer.encode(PROMPT, true, false);
     }
 
     @AfterAll
     static void stop() {
-        for (AutoCloseable c : new AutoCloseable[]{router, stack, colocated}) {
-            try {
-                if (c != null) c.close();
-            } catch (Exception ignored) {
-                // closing the rest
-            }
-        }
+        if (fixture != null) fixture.close();
     }
 
     static String quoted(String s) throws Exception {
