@@ -1,8 +1,6 @@
 package io.kvferry.engine.model;
 
-import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
-import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -10,7 +8,6 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import dk.brics.automaton.Automaton;
 import dk.brics.automaton.BasicAutomata;
 
-import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -18,9 +15,8 @@ import java.util.List;
  * Tool calls (OpenAI's function calling) as text the model writes, Hermes' wire format (as Qwen's and Hermes' models
  * write it): one call is {@code <tool_call>{"name": "NAME", "arguments": ARGS}</tool_call>}, ARGS a JSON object valid for
  * the tool's {@code parameters} schema; several calls are joined by {@link #BETWEEN}. Pure parts: {@link #render}
- * (a call as that text, also how a conversation's earlier calls enter the prompt), {@link #parse} (a whole text back into
- * calls, or null where it is not calls), {@link Scanner} (the text read as it is generated, as an answer's calls are
- * streamed and made: what {@link #parse} gives on whole calls, the calls so far on a cut one) and {@link #language} (the
+ * (a call as that text, also how a conversation's earlier calls enter the prompt), {@link Scanner} (the text read as it
+ * is generated, as an answer's calls are streamed and made: the calls on whole calls, the calls so far on a cut one) and {@link #language} (the
  * regular language of the answers a request admits,
  * structured outputs' {@link OutputConstraint.Kind#TOOL_CALLS}, compiled to the token mask alike by the router, the
  * prefill and the decode).
@@ -75,7 +71,7 @@ public final class ToolCalls {
         }
     }
 
-    /** The text of one call: its arguments as given (compact JSON, as {@link #parse} gives them). */
+    /** The text of one call: its arguments as given (compact JSON, as {@link Scanner} reads them). */
     public static String render(Call c) {
         try {
             return OPEN + "{\"name\": " + JSON.writeValueAsString(c.name()) + ", \"arguments\": " + c.arguments() + "}" + CLOSE;
@@ -95,50 +91,6 @@ public final class ToolCalls {
     }
 
     /**
-     * The calls {@code text} is, or null where it is not wholly calls: each {@link #OPEN}, a JSON object with exactly a
-     * string {@code name} and an object {@code arguments} (in either order, any JSON whitespace), {@link #CLOSE}; calls
-     * joined by {@link #BETWEEN}; nothing before, between or after. Text cut anywhere (max_tokens), malformed JSON or any
-     * other key is null. Each call's arguments are their text with the whitespace outside strings removed ({@link #compact}).
-     */
-    public static List<Call> parse(String text) {
-        List<Call> calls = new ArrayList<>();
-        int at = 0;
-        while (true) {
-            if (!text.startsWith(OPEN, at)) return null;
-            at += OPEN.length();
-            String name = null, args = null;
-            int end;
-            try (JsonParser p = JSON.getFactory().createParser(text.substring(at))) {
-                if (p.nextToken() != JsonToken.START_OBJECT) return null;
-                JsonToken t;
-                while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
-                    String key = p.currentName();
-                    JsonToken v = p.nextToken();
-                    if (key.equals("name") && name == null && v == JsonToken.VALUE_STRING) {
-                        name = p.getText();
-                    } else if (key.equals("arguments") && args == null && v == JsonToken.START_OBJECT) {
-                        int from = (int) p.currentTokenLocation().getCharOffset();
-                        p.skipChildren();
-                        args = compact(text.substring(at + from, at + (int) p.currentLocation().getCharOffset()));
-                    } else {
-                        return null;
-                    }
-                }
-                if (t != JsonToken.END_OBJECT || name == null || args == null) return null;
-                end = at + (int) p.currentLocation().getCharOffset();
-            } catch (IOException e) {
-                return null; // malformed or cut JSON
-            }
-            if (!text.startsWith(CLOSE, end)) return null;
-            calls.add(new Call(name, args));
-            at = end + CLOSE.length();
-            if (at == text.length()) return calls;
-            if (!text.startsWith(BETWEEN, at)) return null;
-            at += BETWEEN.length();
-        }
-    }
-
-    /**
      * One step of calls read as they are generated ({@link Scanner#push}): call {@code index}'s head (its {@code name}
      * complete, {@code arguments} empty) or, {@code name} null, the next characters of its arguments (compact, as
      * {@link #compact} gives them).
@@ -153,7 +105,7 @@ public final class ToolCalls {
      * does, and tolerated after it). A call exists once its name is complete (its closing quote read); its arguments are the
      * characters read so far, so a text cut anywhere (max_tokens, a stop string) gives the calls so far, the last one's
      * arguments possibly not yet valid JSON. Text out of that layout (never under the language's mask) ends the reading:
-     * {@link #failed}, the calls so far kept. On a whole call text it gives what {@link #parse} gives.
+     * {@link #failed}, the calls so far kept. On a whole call text it gives the calls (tests: what a JSON parser reads in it).
      */
     public static final class Scanner {
         private static final String HEAD, MID, TAIL;

@@ -37,10 +37,10 @@ class ToolCallsTest {
         List<ToolCalls.Call> calls = new ArrayList<>();
         for (int i = 1 + r.nextInt(3); i > 0; i--) calls.add(new ToolCalls.Call(name(r), value(r, 2, true).toString()));
         String text = ToolCalls.render(calls);
-        assertEquals(calls, ToolCalls.parse(text), text);
+        assertEquals(calls, ToolCallsReference.parse(text), text);
         // Cut anywhere: no calls, unless the cut falls right after a whole call (then the calls before it).
         for (int cut = 0; cut < text.length(); cut++) {
-            List<ToolCalls.Call> got = ToolCalls.parse(text.substring(0, cut));
+            List<ToolCalls.Call> got = ToolCallsReference.parse(text.substring(0, cut));
             if (got != null) assertEquals(calls.subList(0, got.size()), got, text.substring(0, cut));
             if (got != null) assertEquals(ToolCalls.render(got), text.substring(0, cut));
         }
@@ -48,9 +48,9 @@ class ToolCallsTest {
 
     @Test
     void spacesInTheModelsJsonAreDroppedFromTheArguments() {
-        List<ToolCalls.Call> calls = ToolCalls.parse("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2.50, \"x y\"], \"b\": {}}}</tool_call>");
+        List<ToolCalls.Call> calls = ToolCallsReference.parse("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1, 2.50, \"x y\"], \"b\": {}}}</tool_call>");
         assertEquals(List.of(new ToolCalls.Call("f", "{\"a\":[1,2.50,\"x y\"],\"b\":{}}")), calls);
-        assertEquals(List.of(new ToolCalls.Call("g", "{}")), ToolCalls.parse("<tool_call>{\"arguments\":{},\"name\":\"g\"}</tool_call>"));
+        assertEquals(List.of(new ToolCalls.Call("g", "{}")), ToolCallsReference.parse("<tool_call>{\"arguments\":{},\"name\":\"g\"}</tool_call>"));
     }
 
     @Test
@@ -59,7 +59,7 @@ class ToolCallsTest {
                 + "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>";
         ToolCalls.Scanner s = new ToolCalls.Scanner();
         List<ToolCalls.Delta> deltas = s.push(text);
-        assertEquals(ToolCalls.parse(text), s.calls());
+        assertEquals(ToolCallsReference.parse(text), s.calls());
         assertTrue(s.complete());
         assertEquals(List.of(new ToolCalls.Delta(0, "f", ""), new ToolCalls.Delta(0, null, "{\"a\":[1,2.50,\"x } y\\\"\"],\"b\":{}}"),
                 new ToolCalls.Delta(1, "g", ""), new ToolCalls.Delta(1, null, "{}")), deltas, "a brace in a string is no end");
@@ -92,7 +92,7 @@ class ToolCallsTest {
                 "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": }}</tool_call>",
                 "<tool_call>[]</tool_call>",
         };
-        for (String text : bad) assertNull(ToolCalls.parse(text), text);
+        for (String text : bad) assertNull(ToolCallsReference.parse(text), text);
     }
 
     /** Tools' schemas, each with its validator's view. */
@@ -123,7 +123,7 @@ class ToolCallsTest {
         for (int i = 0; i < 40; i++) {
             String text = OutputConstraintTest.walk(run, r, r.nextInt(200));
             assertNotNull(text);
-            List<ToolCalls.Call> calls = ToolCalls.parse(text);
+            List<ToolCalls.Call> calls = ToolCallsReference.parse(text);
             if (calls == null) {
                 assertEquals("auto", mode, "required admits only calls: " + text);
                 assertFalse(text.startsWith(ToolCalls.OPEN), "auto's text does not start a call: " + text);
