@@ -103,7 +103,7 @@ final class Answer {
 
     /** A choice failed: the request's answer if nothing was sent yet, else its error event (naming its index when there are several). */
     synchronized void failed(int index, Failure f) throws IOException {
-        Failure named = (count == 1 ? f : new Failure(f.status, f.type, f.kind, "choice " + index + ": " + f.getMessage()))
+        Failure named = (count == 1 ? f : f.withMessage("choice " + index + ": " + f.getMessage()))
                 .param(f.param == null ? null : constraintParam); // an engine's only param: the constraint's field (PdCall), renamed
         if (events == null) {
             if (early == null) early = named;

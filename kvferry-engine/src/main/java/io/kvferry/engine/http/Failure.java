@@ -44,6 +44,14 @@ final class Failure extends Exception {
         return this;
     }
 
+    /**
+     * This failure with another message (a choice's or a batch text's, naming it): its status, type, kind, param and
+     * {@link #retryAfterSeconds} kept, so a 503 or 429 of one choice of several says the {@code Retry-After} one choice alone would.
+     */
+    Failure withMessage(String message) {
+        return new Failure(status, type, kind, message).retryAfter(retryAfterSeconds).param(param);
+    }
+
     /** This failure, marked as one a refused connection caused ({@link #refusedConnection}). */
     Failure asRefusedConnection() {
         return new Failure(status, type, kind, getMessage(), true);

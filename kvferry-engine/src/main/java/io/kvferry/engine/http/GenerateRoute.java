@@ -193,7 +193,7 @@ final class GenerateRoute {
                 try {
                     outcomes[index] = pd.run(asks.get(index), record, out);
                 } catch (Failure f) {
-                    failure.compareAndSet(null, new Failure(f.status, f.type, f.kind, field + "[" + index + "]: " + f.getMessage()).param(f.param));
+                    failure.compareAndSet(null, f.withMessage(field + "[" + index + "]: " + f.getMessage()));
                     cancelled.set(true);
                 } catch (Exception e) {
                     thrown.compareAndSet(null, e);

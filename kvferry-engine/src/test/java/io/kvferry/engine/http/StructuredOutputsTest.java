@@ -386,6 +386,38 @@ class StructuredOutputsTest {
     }
 
     /**
+     * The engines' compilers busy, the router's free: a request of several choices (n = 2 on /v1/completions and chat) and a
+     * /generate batch are 503 with the Retry-After of one choice alone (the compiler's deadline). Before, the failure renamed
+     * for its choice ("choice 0: …", "text[0]: …") was rebuilt without it and said Retry-After: 1.
+     */
+    @Test
+    @Timeout(60)
+    void aBusyEngineCompilersRetryAfterIsKeptForSeveralChoicesAndABatch() throws Exception {
+        long wait = TimeUnit.MILLISECONDS.toNanos(20);
+        String[] several = {
+                "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":8,\"n\":2,\"guided_regex\":\"twice[0-9]{2}\"}",
+                "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":8,\"n\":2,\"guided_regex\":\"chat[0-9]{2}\"}",
+                "/generate", "{\"text\":[\"x\",\"y\"],\"sampling_params\":{\"max_new_tokens\":8,\"regex\":\"batch[0-9]{2}\"}}",
+        };
+        try (CompilerSlot p = CompilerSlot.hold(stack.prefillServer.outputs(), wait); CompilerSlot d = CompilerSlot.hold(stack.decodeServer.outputs(), wait)) {
+            HttpResponse<String> single = RouterCalls.post(router.port(), "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":8,\"guided_regex\":\"once[0-9]{2}\"}");
+            assertEquals(503, single.statusCode(), single.body());
+            String retryAfter = single.headers().firstValue("Retry-After").orElse(null);
+            assertEquals(Long.toString(OutputConstraint.Busy.RETRY_AFTER_SECONDS), retryAfter, "one choice: " + single.body());
+            for (int i = 0; i < several.length; i += 2) {
+                HttpResponse<String> r = RouterCalls.post(router.port(), several[i], several[i + 1]);
+                assertEquals(503, r.statusCode(), several[i] + " " + several[i + 1] + " -> " + r.body());
+                assertEquals(retryAfter, r.headers().firstValue("Retry-After").orElse(null), several[i] + " -> " + r.body());
+                JsonNode error = JSON.readTree(r.body()).path("error");
+                assertEquals("service_unavailable", error.path("type").asText(), r.body());
+                assertTrue(error.path("message").asText().matches("(choice [01]|text\\[[01]]): sampling_params\\.regex: the regex was not compiled: .*"),
+                        r.body());
+            }
+        }
+        awaitPagesReturned();
+    }
+
+    /**
      * Without tenants the compiler's turns are the callers' addresses, at the router (its clients') and at each engine's
      * /generate (its caller's): a spec waiting for a busy compiler is queued as 127.0.0.1's, and served once it is free.
      */
