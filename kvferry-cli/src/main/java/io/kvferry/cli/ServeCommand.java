@@ -51,9 +51,10 @@ public final class ServeCommand implements Callable<Integer> {
     String advertiseHost;
 
     @Option(names = "--register-with", paramLabel = "URL", description = "Prefill/decode role: a router (e.g. http://10.0.0.9:8000) this "
-            + "engine adds itself to through its /workers once it serves, and leaves when it stops; a router not up yet, or full "
-            + "(403 max_backends), is tried for 60 s; once in, it re-asserts its entry every --register-interval-s, so a router "
-            + "that restarted or dropped it takes it back. Needs the cluster token (the router's too).")
+            + "engine adds itself to through its /workers once it serves, and leaves when it stops; a router not up yet, answering "
+            + "5xx or full (403 max_backends) is tried every --register-interval-s until it takes the engine (another 4xx ends the "
+            + "tries); once in, it re-asserts its entry as often, so a router that restarted or dropped it takes it back. Needs the "
+            + "cluster token (the router's too).")
     String registerWith;
 
     @Option(names = "--register-as", paramLabel = "URL", description = "With --register-with: this engine's URL as the router reaches it. "
@@ -61,8 +62,8 @@ public final class ServeCommand implements Callable<Integer> {
             + "wildcard (0.0.0.0, ::).")
     String registerAs;
 
-    @Option(names = "--register-interval-s", paramLabel = "SECONDS", description = "With --register-with: how often the engine, once in, "
-            + "re-asserts its entry (POST /workers again, each wait within 20%% of it), so a router that restarted, or removed or "
+    @Option(names = "--register-interval-s", paramLabel = "SECONDS", description = "With --register-with: how often the engine tries "
+            + "a router that has not taken it yet, and, once in, re-asserts its entry (POST /workers again, each wait within 20%% of it), so a router that restarted, or removed or "
             + "replaced it, takes it back; the usual answer, 409 (it has it), is silent. In [1, 300]. Default: 5.")
     Long registerIntervalS;
 
@@ -127,9 +128,6 @@ public final class ServeCommand implements Callable<Integer> {
 
     @Spec
     CommandSpec spec;
-
-    /** How long {@code --register-with} tries a router that is not up yet, or full (403 {@code max_backends}). */
-    static final Duration REGISTER_RETRY = Duration.ofSeconds(60);
 
     /**
      * What is wrong with {@code --register-with} / {@code --register-as} / {@code --register-interval-s}, or null: each URL
@@ -408,7 +406,7 @@ public final class ServeCommand implements Callable<Integer> {
         // Added to the router once it serves; out of it first at the stop, so the router sends nothing new while it closes.
         WorkerRegistration registered = registerWith == null ? null : new WorkerRegistration(URI.create(registerWith),
                 registerAs != null ? registerAs : "http://" + Roles.hostPort(advertiseHost != null ? advertiseHost : engine.host, started.port()),
-                role, token, REGISTER_RETRY, registerIntervalS == null ? WorkerRegistration.DEFAULT_REASSERT_EVERY : Duration.ofSeconds(registerIntervalS));
+                role, token, registerIntervalS == null ? WorkerRegistration.DEFAULT_REASSERT_EVERY : Duration.ofSeconds(registerIntervalS));
         CountDownLatch stop = new CountDownLatch(1);
         Roles.Role r = started;
         // SIGTERM/SIGINT: out of the router (registered), drain, close. A second signal while this runs changes nothing (the

@@ -6,7 +6,6 @@ import io.kvferry.engine.http.Router;
 import io.kvferry.http.BearerToken;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.slf4j.event.Level;
 
 import java.io.IOException;
 import java.net.ConnectException;
@@ -28,13 +27,15 @@ import java.util.concurrent.locks.ReentrantLock;
  * router's {@code POST /workers} once it serves, and takes itself out ({@code DELETE /workers}) when it stops,
  * before its servers close, so the router sends it nothing new while it drains.
  *
- * <p>A router not up yet, or one answering 5xx, is tried again every {@link #RETRY_EVERY} until {@code retryFor}
- * has passed. So is a router that is full (403 with code {@code max_backends}, its {@code --max-backends}): in a
- * rolling update the new engine can register a moment before the old one leaves, and the room it waits for comes
- * then; that is logged once. Any other refusal that a retry cannot change (a 4xx: a wrong token, a URL the router
- * calls bad, a router without {@code /workers}) ends the attempts at once. A router that has the URL in that role already (409: the
- * engine restarted, or the router's flags name it) counts as taking it. Either way the engine serves on
- * and the outcome is logged; {@link #registered()} completes with it.
+ * <p>The first registration is tried at once, then on the re-assertions' schedule (below) until the router takes the
+ * engine: a router not up yet (an engine started before it), one answering 5xx (or 408, 429), and a full one (403 with code
+ * {@code max_backends}, its {@code --max-backends}: in a rolling update the new engine can register a moment before the old
+ * one leaves, and the room it waits for comes then) are each tried again at every tick, with no end, one WARN for them
+ * all and one INFO when the router takes it. Before, those attempts ended after 60 s, and an engine whose router came up
+ * later, or stayed full longer, was never in it. A refusal that a retry cannot change (any other 4xx: a wrong token, a URL
+ * the router calls bad, a router without {@code /workers}) ends the attempts at once, with an ERROR. A router that has the
+ * URL in that role already (409: the engine restarted, or the router's flags name it) counts as taking it. Either way the
+ * engine serves on; {@link #registered()} completes with the outcome.
  *
  * <p>Once in, the engine re-asserts its entry every {@code reassertEvery} (default {@link #DEFAULT_REASSERT_EVERY}, each
  * wait drawn within &plusmn;20% of it so engines started together do not call in step), the same {@code POST /workers}:
@@ -51,7 +52,6 @@ import java.util.concurrent.locks.ReentrantLock;
 public final class WorkerRegistration implements AutoCloseable {
     private static final Logger log = LoggerFactory.getLogger(WorkerRegistration.class);
     private static final ObjectMapper JSON = new ObjectMapper();
-    static final Duration RETRY_EVERY = Duration.ofSeconds(1);
     /** One call's limit: the router checks the engine's health before it answers (2 s at most there). */
     static final Duration CALL_TIMEOUT = Duration.ofSeconds(10);
     /**
@@ -109,29 +109,29 @@ public final class WorkerRegistration implements AutoCloseable {
     static final Duration FINISH_WITHIN = Duration.ofSeconds(3);
 
     /**
-     * Starts the attempts; once in, the entry is re-asserted every {@link #DEFAULT_REASSERT_EVERY}.
+     * Starts the attempts, which go on every {@link #DEFAULT_REASSERT_EVERY} until the router takes the engine; once in,
+     * the entry is re-asserted as often.
      *
      * @param router     the router's base URL, e.g. {@code http://10.0.0.9:8000}
      * @param selfUrl    this engine's URL as the router must reach it
      * @param workerType {@code prefill} or {@code decode}
      * @param token      the cluster token, which the router's {@code /workers} changes need
-     * @param retryFor   how long a router that is not up yet is tried
      */
-    public WorkerRegistration(URI router, String selfUrl, String workerType, String token, Duration retryFor) {
-        this(router, selfUrl, workerType, token, retryFor, DEFAULT_REASSERT_EVERY);
+    public WorkerRegistration(URI router, String selfUrl, String workerType, String token) {
+        this(router, selfUrl, workerType, token, DEFAULT_REASSERT_EVERY);
     }
 
     /**
-     * Starts the attempts; once in, the entry is re-asserted every {@code reassertEvery} (&plusmn;20%).
+     * Starts the attempts, which go on every {@code reassertEvery} (&plusmn;20%) until the router takes the engine; once in,
+     * the entry is re-asserted as often.
      *
      * @param router        the router's base URL, e.g. {@code http://10.0.0.9:8000}
      * @param selfUrl       this engine's URL as the router must reach it
      * @param workerType    {@code prefill} or {@code decode}
      * @param token         the cluster token, which the router's {@code /workers} changes need
-     * @param retryFor      how long a router that is not up yet is tried
-     * @param reassertEvery how often the engine, once in, re-asserts its entry (positive)
+     * @param reassertEvery how often the engine tries until the router takes it, and re-asserts its entry once in (positive)
      */
-    public WorkerRegistration(URI router, String selfUrl, String workerType, String token, Duration retryFor, Duration reassertEvery) {
+    public WorkerRegistration(URI router, String selfUrl, String workerType, String token, Duration reassertEvery) {
         if (reassertEvery.isNegative() || reassertEvery.isZero()) throw new IllegalArgumentException("reassertEvery must be positive: " + reassertEvery);
         this.workers = router.resolve("/workers");
         this.selfUrl = selfUrl;
@@ -143,7 +143,7 @@ public final class WorkerRegistration implements AutoCloseable {
         this.authorization = auth.header();
         this.attempts = Thread.ofVirtual().name("kvferry-worker-registration").start(() -> {
             try {
-                if (attempt(retryFor)) reassertions();
+                if (attempt()) reassertions();
                 else end("never registered: " + registered.exceptionNow().getMessage());
             } finally {
                 end("closed");
@@ -161,57 +161,51 @@ public final class WorkerRegistration implements AutoCloseable {
         return registered;
     }
 
-    /** The first registration: whether the router took the engine ({@link #registered} completes either way). */
-    private boolean attempt(Duration retryFor) {
-        long deadline = System.nanoTime() + retryFor.toNanos();
-        String last;
-        boolean fullLogged = false;
+    /**
+     * The first registration: whether the router took the engine ({@link #registered} completes either way). Tried at once,
+     * then at each tick ({@link #nextTick}) until the router takes it, or refuses it with a 4xx a retry cannot change.
+     */
+    private boolean attempt() {
+        String failing = null; // the first failure's kind, once its WARN line was logged
+        int tries = 0;
         while (true) {
-            boolean full = false;
+            String last;
             try {
-                HttpResponse<String> r = postUnlessClosing(false);
+                if (tries > 0) nextTick(false);
+                tries++;
+                HttpResponse<String> r = postUnlessClosing(tries > 1);
                 if (r.statusCode() == 200 || r.statusCode() == 409) { // 409: it has this URL in this role already (a restart, or its flags)
-                    log.info("registered with the router at {} as {} {}{}", workers, workerType, selfUrl,
-                            r.statusCode() == 409 ? " (it had it already)" : "");
+                    log.info("registered with the router at {} as {} {}{}{}", workers, workerType, selfUrl,
+                            r.statusCode() == 409 ? " (it had it already)" : "", tries == 1 ? "" : " (try " + tries + ")");
                     registered.complete(null);
                     return true;
                 }
                 last = "HTTP " + r.statusCode() + ": " + r.body();
-                full = isFull(r);
-                if (full) { // the room it waits for comes when another backend leaves (a rolling update)
-                    if (!fullLogged) {
-                        fullLogged = true;
-                        log.warn("the router at {} is full (403 max_backends, its --max-backends) and did not take {} {}; trying again every {} s "
-                                + "for up to {} s in all, until a backend leaves or one of its role has been out of rotation for 30 s (the router then replaces it)", workers, workerType, selfUrl, RETRY_EVERY.toSeconds(), retryFor.toSeconds());
-                    }
-                } else if (r.statusCode() >= 400 && r.statusCode() < 500) {
-                    break; // asking again changes nothing
+                if (isFull(r)) {
+                    last = "it is full (403 max_backends, its --max-backends): " + last;
+                } else if (r.statusCode() < 500 && r.statusCode() != 408 && r.statusCode() != 429) {
+                    log.error("not registered with the router at {} as {} {}: {}; the configuration is wrong (the token, the URL), this engine "
+                            + "serves on, and the router must be given it otherwise (--prefill/--decode, or POST /workers)", workers, workerType, selfUrl, last);
+                    registered.completeExceptionally(new IllegalStateException("the router at " + workers + " did not take " + workerType + " "
+                            + selfUrl + ": " + last));
+                    return false;
                 }
             } catch (IOException e) {
                 last = e.toString();
             } catch (InterruptedException e) {
-                registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"));
+                registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"
+                        + (failing == null ? "" : " (the last try: " + failing + ")")));
                 return false;
             }
-            if (System.nanoTime() + RETRY_EVERY.toNanos() > deadline) {
-                last = "still failing after " + retryFor.toSeconds() + " s, the last: " + last;
-                break;
+            if (failing == null) {
+                log.warn("the router at {} did not take {} {} yet ({}); trying again every ~{} s until it does (a line says when), as long as "
+                                + "this engine serves: a router not up yet, answering 5xx, or full (a backend that leaves, or one of this role out of "
+                                + "rotation for 30 s that it replaces, makes room)", workers, workerType, selfUrl, last, Math.max(1, reassertEvery.toSeconds()));
+            } else {
+                log.debug("the router at {} did not take {} {} yet ({})", workers, workerType, selfUrl, last);
             }
-            // A full router's retries were announced once (above): each one after at debug.
-            log.atLevel(full ? Level.DEBUG : Level.INFO).log("the router at {} did not take {} {} yet ({}); trying again in {} s", workers, workerType,
-                    selfUrl, last, RETRY_EVERY.toSeconds());
-            try {
-                Thread.sleep(RETRY_EVERY);
-            } catch (InterruptedException e) {
-                registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"));
-                return false;
-            }
+            failing = last;
         }
-        log.error("not registered with the router at {} as {} {}: {}; this engine serves on, the router must be given it otherwise "
-                + "(--prefill/--decode, or POST /workers)", workers, workerType, selfUrl, last);
-        registered.completeExceptionally(new IllegalStateException("the router at " + workers + " did not take " + workerType + " " + selfUrl
-                + ": " + last));
-        return false;
     }
 
     private HttpResponse<String> post() throws IOException, InterruptedException {
@@ -248,14 +242,19 @@ public final class WorkerRegistration implements AutoCloseable {
         }
     }
 
-    /** Waits for the next tick ({@link #reassertEvery}, &plusmn;20%) or a {@link #reassertNow}; that one's future, or null. */
-    private CompletableFuture<Reassertion> nextTick() throws InterruptedException {
+    /**
+     * Waits for the next tick ({@link #reassertEvery}, &plusmn;20%) or, with {@code take}, a {@link #reassertNow}; that one's
+     * future, or null. Without {@code take} (the first registration's retries) a re-assertion asked for is left for the
+     * re-assertions, which begin once the router has the engine.
+     */
+    private CompletableFuture<Reassertion> nextTick(boolean take) throws InterruptedException {
         long every = reassertEvery.toNanos();
         long left = ThreadLocalRandom.current().nextLong(every - every / 5, every + every / 5 + 1);
         tick.lock();
         try {
-            while (asked == null && left > 0 && !closing) left = tickAsked.awaitNanos(left);
+            while ((!take || asked == null) && left > 0 && !closing) left = tickAsked.awaitNanos(left);
             if (closing) throw new InterruptedException("closed");
+            if (!take) return null;
             CompletableFuture<Reassertion> now = asked;
             asked = null;
             return now;
@@ -297,7 +296,7 @@ public final class WorkerRegistration implements AutoCloseable {
         while (true) {
             CompletableFuture<Reassertion> now = null;
             try {
-                now = nextTick();
+                now = nextTick(true);
                 HttpResponse<String> r;
                 String failure = null;
                 try {
