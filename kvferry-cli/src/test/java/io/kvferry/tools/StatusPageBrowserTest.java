@@ -398,7 +398,7 @@ class StatusPageBrowserTest {
                  "backends":[{"url":"http://p:1/HOSTILE","role":"prefill","healthy":true,"in_flight":0,"bootstrap":"HOSTILE",
                    "last_check":"ok","last_check_age_ms":5},
                   {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503 HOSTILE","last_check_age_ms":7},
-                  {"url":"http://d:3","role":"decode","healthy":false,"in_flight":0,"out_of_rotation_ms":31000,"last_check":"HTTP 503",
+                  {"url":"http://d:3","role":"decode","healthy":false,"origin":"added","in_flight":0,"out_of_rotation_ms":31000,"last_check":"HTTP 503",
                    "last_check_age_ms":9}],
                  "requests":{"running":0,"waiting":0,"total":0,"by_status":{},"by_class":{"2xx":0,"4xx":0,"5xx":0}},
                  "tokens":{"prompt":0,"generated":0},"rates":{"window_s":0},"latency":{"window_s":60},
@@ -444,7 +444,8 @@ class StatusPageBrowserTest {
             assertTrue(backends.get(0).endsWith("|" + hostile.replace("\\", "")), backends.toString());
             assertTrue(backends.get(1).contains("|HTTP 503 " + hostile.replace("\\", "") + "|"), backends.toString());
             assertTrue(backends.get(1).contains("|out of rotation|"), "a document without out_of_rotation_ms: " + backends);
-            assertTrue(backends.get(2).startsWith("decode|http://d:3|out of rotation for 31.0 s|0|HTTP 503|"), "how long it is out: " + backends);
+            assertTrue(backends.get(2).startsWith("decode (added)|http://d:3|out of rotation for 31.0 s|0|HTTP 503|"),
+                    "how long it is out; added at run time (the others given at start say nothing): " + backends);
             assertTrue(rowsOf(browser, "config").contains("full: replaces one out of rotation for|30.0 s"), rowsOf(browser, "config").toString());
             // The backend cap, the drain's counts and the compiler's figures (an outcome's name from the document set as text too).
             assertTrue(rowsOf(browser, "config").contains("max backends|64"), rowsOf(browser, "config").toString());

@@ -291,8 +291,9 @@ public final class StatusClient {
         }
         Table backends = new Table("role", "url", "state", "in flight", "last check", "age ms", "bootstrap");
         for (JsonNode be : doc.path("backends")) {
-            // Out of rotation for how long (a full router's add replaces one out config.replace_after_ms): "DOWN 31 s".
-            backends.row(text(be.path("role")), text(be.path("url")), be.path("healthy").asBoolean() ? "up"
+            // Out of rotation for how long (a full router's add replaces one added at run time out config.replace_after_ms): "DOWN 31 s".
+            // One added at run time (POST /workers, a registration) says so: "decode (added)"; the others were given at start, kept.
+            backends.row(text(be.path("role")) + ("added".equals(be.path("origin").asText(null)) ? " (added)" : ""), text(be.path("url")), be.path("healthy").asBoolean() ? "up"
                             : "DOWN" + (be.path("out_of_rotation_ms").isNumber() ? " " + be.path("out_of_rotation_ms").asLong() / 1000 + " s" : ""),
                     text(be.path("in_flight")), clip(text(be.path("last_check")), 100),
                     be.path("last_check_age_ms").isNumber() ? text(be.path("last_check_age_ms")) : "-",

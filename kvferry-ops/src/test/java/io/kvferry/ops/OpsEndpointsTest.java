@@ -213,10 +213,10 @@ class OpsEndpointsTest {
                  "drain":{"completed":5,"cut":2},
                  "structured_outputs":{"outcomes":{"compiled":3,"cached":7,"refused":1,"deadline":0,"busy":2},"waiting":1,
                    "compiles":4,"compile_seconds":0.006,"mean_compile_ms":1.5},
-                 "backends":[{"url":"http://p:1","role":"prefill","healthy":true,"in_flight":2,"bootstrap":"p:8998","last_check":"ok",
+                 "backends":[{"url":"http://p:1","role":"prefill","healthy":true,"origin":"command_line","in_flight":2,"bootstrap":"p:8998","last_check":"ok",
                    "last_check_age_ms":120},
                   {"url":"http://d:2","role":"decode","healthy":false,"in_flight":0,"last_check":"HTTP 503\\u001b[2J","last_check_age_ms":7},
-                  {"url":"http://d:3","role":"decode","healthy":false,"in_flight":0,"out_of_rotation_ms":31500,"last_check":"HTTP 503",
+                  {"url":"http://d:3","role":"decode","healthy":false,"origin":"added","in_flight":0,"out_of_rotation_ms":31500,"last_check":"HTTP 503",
                    "last_check_age_ms":9}],
                  "requests":{"running":3,"waiting":1,"total":10,"by_status":{"200":9,"499":1},"by_class":{"2xx":9,"4xx":1,"5xx":0}},
                  "tokens":{"prompt":100,"generated":50},
@@ -237,7 +237,8 @@ class OpsEndpointsTest {
                 + " +mean compile ms\n +router +3 +7 +1 +0 +2 +1 +1\\.50\n.*"), out);
         assertTrue(out.matches("(?s).*\\n +prefill +http://p:1 +up +2 +ok +120 +p:8998\\n.*"), out);
         assertTrue(out.matches("(?s).*\\n +decode +http://d:2 +DOWN +0 +HTTP 503\\\\u001b\\[2J +7 +-\\n.*"), out);
-        assertTrue(out.matches("(?s).*\\n +decode +http://d:3 +DOWN 31 s +0 +HTTP 503 +9 +-\\n.*"), "out of rotation for how long: " + out);
+        assertTrue(out.matches("(?s).*\\n +decode \\(added\\) +http://d:3 +DOWN 31 s +0 +HTTP 503 +9 +-\\n.*"),
+                "out of rotation for how long; added at run time (the others given at start say nothing): " + out);
         assertFalse(out.contains("\u001b"), "no escape sequence reaches the terminal");
         assertTrue(out.matches("(?s).*\\ntenants\\n +tenant +running +waiting +max concurrent +requests/min left +tokens/min left"
                 + " +refused requests +refused tokens\\n +team-a +2 +1 +2 +598 of 600 +1234 of 20000 +3 +4\\n"

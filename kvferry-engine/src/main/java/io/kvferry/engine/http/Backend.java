@@ -10,6 +10,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class Backend {
     final URI url;
     final boolean prefill;
+    /**
+     * Given on the router's command line ({@code --prefill}/{@code --decode}): configuration, never replaced by a full
+     * router's add ({@link Backends#replaceable}); false for one added at run time ({@code POST /workers}, an engine's
+     * registration), which re-asserts itself if it comes back.
+     */
+    final boolean fromCommandLine;
     final AtomicInteger inFlight = new AtomicInteger();
     /** A prefill's /generate calls under way: failed when its health checks time out in a row (it is unreachable). */
     final Set<CompletableFuture<?>> calls = ConcurrentHashMap.newKeySet();
@@ -61,15 +67,25 @@ final class Backend {
         return healthy && (!prefill || bootstrap != null);
     }
 
+    /** One given on the router's command line ({@link #fromCommandLine}). */
     Backend(String url, boolean prefill, String bootstrap) {
-        this(url, prefill, bootstrap, prefill ? "--prefill" : "--decode");
+        this(url, prefill, bootstrap, prefill ? "--prefill" : "--decode", true);
     }
 
-    /** @param source what gave the URL, for its errors: a flag, or the field of a {@code /workers} request */
-    Backend(String url, boolean prefill, String bootstrap, String source) {
+    /**
+     * @param source          what gave the URL, for its errors: a flag, or the field of a {@code /workers} request
+     * @param fromCommandLine given on the router's command line (else added at run time)
+     */
+    Backend(String url, boolean prefill, String bootstrap, String source, boolean fromCommandLine) {
         this.url = parse(url, source);
         this.prefill = prefill;
         this.bootstrap = bootstrap;
+        this.fromCommandLine = fromCommandLine;
+    }
+
+    /** {@link #fromCommandLine} as {@code /status.json} and {@code /workers} name it: {@code command_line} or {@code added}. */
+    String origin() {
+        return fromCommandLine ? "command_line" : "added";
     }
 
     static URI parse(String url, boolean prefill) {

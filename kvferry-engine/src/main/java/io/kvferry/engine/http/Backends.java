@@ -72,8 +72,8 @@ final class Backends {
     }
 
     /**
-     * How long a backend must have been out of rotation (failing its health checks, or its /health answering not 200) before
-     * an add to a full router ({@code --max-backends}) replaces it: 30 s, thirty rounds of checks at the default second and
+     * How long a backend added at run time must have been out of rotation (failing its health checks, or its /health answering
+     * not 200) before an add to a full router ({@code --max-backends}) replaces it (one of the command line never is): 30 s, thirty rounds of checks at the default second and
      * ten times the 3 s a backend takes to be marked down, so a backend that restarts (a JVM is up in a few seconds) or a
      * blip of the network never loses its place, while an engine that was SIGKILLed and never came back does, to the
      * replacement that registers in a rolling update. Not a flag: a router at its limit is rare, and DELETE /workers stays.
@@ -90,14 +90,17 @@ final class Backends {
     }
 
     /**
-     * Of {@code pool}'s backends in {@code prefill}'s role, the one out of rotation the longest, if that is at least
-     * {@link #REPLACE_AFTER}; else null.
+     * Of {@code pool}'s backends in {@code prefill}'s role added at run time, the one out of rotation the longest, if that is
+     * at least {@link #REPLACE_AFTER}; else null. One given on the command line ({@link Backend#fromCommandLine}) is the
+     * router's configuration and never replaced: nothing would add it back (an engine added by registration re-asserts
+     * itself every few seconds; a URL of the flags does not), so one that took over 30 s to boot, or was down for
+     * maintenance, was lost for good.
      */
     Backend replaceable(Pool in, boolean prefill) {
         long now = clock.getAsLong();
         Backend oldest = null;
         for (Backend b : prefill ? in.prefills() : in.decodes()) {
-            if (!b.outOfRotation || b.serves() || now - b.outSinceNanos < REPLACE_AFTER.toNanos()) continue;
+            if (b.fromCommandLine || !b.outOfRotation || b.serves() || now - b.outSinceNanos < REPLACE_AFTER.toNanos()) continue;
             if (oldest == null || b.outSinceNanos - oldest.outSinceNanos < 0) oldest = b;
         }
         return oldest;
@@ -369,8 +372,8 @@ final class Backends {
     /**
      * Adds {@code b} to the pool, on the health thread, unless a backend of its URL and role is there already (then that
      * one is the answer's {@code clash} and nothing changes). Where the pool holds {@code max} backends already, {@code b}
-     * takes the place of the backend of its role out of rotation the longest, if that is {@link #REPLACE_AFTER} at least
-     * ({@link #replaceable}; logged at WARN); else {@link Full}.
+     * takes the place of the backend of its role added at run time out of rotation the longest, if that is
+     * {@link #REPLACE_AFTER} at least ({@link #replaceable}; logged at WARN); else {@link Full}.
      */
     Added addIfAbsent(Backend b, int max) throws Exception {
         return onHealthThread(() -> {

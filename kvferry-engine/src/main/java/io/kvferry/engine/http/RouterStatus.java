@@ -124,6 +124,7 @@ final class RouterStatus {
             if (serves && b.prefill) healthyPrefills++;
             if (serves && !b.prefill) healthyDecodes++;
             o.put("healthy", serves);
+            o.put("origin", b.origin()); // command_line (--prefill/--decode: never replaced at --max-backends) or added
             o.put("in_flight", b.inFlight.get());
             // How long it has been out (null: in rotation): at Backends.REPLACE_AFTER a full router's add may replace it.
             Long out = backends.outOfRotationMillis(b);

@@ -38,8 +38,8 @@ final class Workers {
      * {@code /workers}, the router's backends changed while it serves: {@code GET} lists them (open, as
      * {@code /metrics}, which names them too); {@code POST {"url", "worker_type": "prefill"|"decode"}} adds one
      * that passes a health check now; where the router holds {@code --max-backends} already, in the place of the backend
-     * of its role out of rotation the longest if that is {@link Backends#REPLACE_AFTER} at least, else not (403, code
-     * {@code max_backends}); {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
+     * of its role added at run time out of rotation the longest if that is {@link Backends#REPLACE_AFTER} at least, else not
+     * (403, code {@code max_backends}; one given on the command line is never replaced); {@code DELETE ?url=U[&worker_type=T]} takes one out of rotation (its requests in flight
      * end there). Changes need the cluster token: whoever may add a backend may send it every prompt, so a
      * router without a token refuses them.
      */
@@ -77,7 +77,7 @@ final class Workers {
         };
         Backend b;
         try {
-            b = new Backend(url, prefill, null, "url");
+            b = new Backend(url, prefill, null, "url", false);
         } catch (IllegalArgumentException e) {
             throw new Http.BadRequest("url", e.getMessage());
         }
@@ -120,22 +120,31 @@ final class Workers {
      * ({@code WorkerRegistration}) keeps trying on this code.
      */
     private void full(HttpExchange ex, Backend b) throws Exception {
-        // The one of its role out the longest, if any: how long until an add replaces it (the caller's retries, or the operator's).
-        Backend longest = null;
-        long longestMs = -1;
+        // The one of its role added at run time out the longest, if any: how long until an add replaces it (the caller's retries,
+        // or the operator's); and the one given on the command line out the longest, which is kept (configuration).
+        Backend longest = null, kept = null;
+        long longestMs = -1, keptMs = -1;
         Pool now = backends.pool();
         for (Backend x : b.prefill ? now.prefills() : now.decodes()) {
             Long ms = backends.outOfRotationMillis(x);
-            if (ms != null && ms > longestMs) {
+            if (ms == null) continue;
+            if (x.fromCommandLine && ms > keptMs) {
+                kept = x;
+                keptMs = ms;
+            } else if (!x.fromCommandLine && ms > longestMs) {
                 longest = x;
                 longestMs = ms;
             }
         }
+        String role = b.prefill ? "prefill" : "decode";
         Http.sendCodedError(ex, 403, "invalid_request_error", "url", Router.BACKENDS_FULL_CODE, b + " was not added: this router holds its limit of "
-                + maxBackends + " backends (--max-backends) and none of its " + (b.prefill ? "prefills" : "decodes") + " has been out of rotation for "
+                + maxBackends + " backends (--max-backends) and none of its " + role + "s added at run time has been out of rotation for "
                 + Backends.REPLACE_AFTER.toSeconds() + " s" + (longest == null ? "" : " (" + longest + " has been out for "
-                + TimeUnit.MILLISECONDS.toSeconds(longestMs) + " s)") + "; remove one first (DELETE " + Router.WORKERS_ROUTE
-                + ") or start it with a higher limit");
+                + TimeUnit.MILLISECONDS.toSeconds(longestMs) + " s)")
+                + (kept == null ? "" : "; " + kept + ", out of rotation for " + TimeUnit.MILLISECONDS.toSeconds(keptMs) + " s, was given at start (--"
+                + role + ") and is kept: a backend of the router's command line is never replaced (remove it with DELETE " + Router.WORKERS_ROUTE
+                + "?url=" + kept.url + "&worker_type=" + role + ")")
+                + "; remove one first (DELETE " + Router.WORKERS_ROUTE + ") or start it with a higher limit");
     }
 
     private void removeWorker(HttpExchange ex) throws Exception {
@@ -192,6 +201,7 @@ final class Workers {
         o.put("url", b.url.toString());
         o.put("worker_type", b.prefill ? "prefill" : "decode");
         o.put("healthy", b.serves());
+        o.put("origin", b.origin()); // command_line: never replaced at --max-backends
         // As /status.json: how long out of rotation (null in rotation), what a full router's add compares with 30 s.
         Long out = backends.outOfRotationMillis(b);
         if (out == null) o.putNull("out_of_rotation_ms");

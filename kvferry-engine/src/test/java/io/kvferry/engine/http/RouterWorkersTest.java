@@ -134,28 +134,62 @@ class RouterWorkersTest {
     }
 
     /**
-     * A full router's add takes the place of the backend of its role out of rotation the longest, once that has been out
-     * for {@link Backends#REPLACE_AFTER} (a SIGKILLed engine in a rolling update: its replacement registers while it is
-     * still in the pool), never of one in rotation or of the other role, and not before: then the 403 as before. The dead
-     * decode (nothing listens at its port) is out from the router's first check; the router's clock is moved on, not waited for.
+     * A stand-in decode added at run time (POST /workers): a server whose /health answers as a decode's, stopped once the
+     * router has it, so nothing listens at its URL; returned once the router's health checks have it out of rotation.
+     */
+    private static String addedThenGone(Router router) throws Exception {
+        HttpServer fake = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        fake.createContext("/health", ex -> {
+            byte[] b = "{\"status\":\"ok\",\"role\":\"decode\"}".getBytes(StandardCharsets.UTF_8);
+            ex.getResponseHeaders().set("Content-Type", "application/json");
+            ex.sendResponseHeaders(200, b.length);
+            ex.getResponseBody().write(b);
+            ex.close();
+        });
+        fake.start();
+        String url = "http://127.0.0.1:" + fake.getAddress().getPort();
+        try {
+            HttpResponse<String> added = send(router, "POST", Router.WORKERS_ROUTE, add(url, "decode"), BEARER);
+            assertEquals(200, added.statusCode(), added.body());
+            assertEquals("added", JSON.readTree(added.body()).path("origin").asText(), added.body());
+        } finally {
+            fake.stop(0);
+        }
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!outOfRotation(router, url) && System.nanoTime() < until) Thread.sleep(20); // the health thread's next round
+        assertTrue(outOfRotation(router, url), "out of rotation: " + workers(router));
+        return url;
+    }
+
+    private static boolean outOfRotation(Router router, String url) throws Exception {
+        for (JsonNode d : workers(router).path("decodes")) {
+            if (d.path("url").asText().equals(url)) return d.path("out_of_rotation_ms").isNumber();
+        }
+        return false;
+    }
+
+    /**
+     * A full router's add takes the place of the backend of its role added at run time out of rotation the longest, once
+     * that has been out for {@link Backends#REPLACE_AFTER} (a SIGKILLed engine in a rolling update: its replacement
+     * registers while it is still in the pool), never of one in rotation or of the other role, and not before: then the 403
+     * as before. The dead decode (added, then nothing listens at its port) is out from the router's next check; the
+     * router's clock is moved on, not waited for.
      */
     @Test
     @Timeout(120)
     void aFullRoutersAddReplacesABackendOutOfRotationLongEnough() throws Exception {
-        String dead;
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            dead = "http://127.0.0.1:" + s.getLocalPort(); // closed below: nothing listens there
-        }
         SimpleMeterRegistry meters = new SimpleMeterRegistry();
-        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(),
                 model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
                 new Router.Admission(0, Duration.ZERO, 3), meters)) {
+            String dead = addedThenGone(router);
             assertFalse(workers(router).path("decodes").get(1).path("healthy").asBoolean(), workers(router).toString());
-            assertTrue(workers(router).path("decodes").get(1).path("out_of_rotation_ms").isNumber(), "out since the constructor's check: " + workers(router));
             assertTrue(workers(router).path("decodes").get(0).path("out_of_rotation_ms").isNull(), "in rotation: " + workers(router));
+            assertEquals("command_line", workers(router).path("decodes").get(0).path("origin").asText(), workers(router).toString());
+            assertEquals("added", workers(router).path("decodes").get(1).path("origin").asText(), workers(router).toString());
             JsonNode early = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER), 403);
             assertEquals("max_backends", early.path("code").asText(), early.toString());
-            assertTrue(early.path("message").asText().contains("none of its decodes has been out of rotation for 30 s"), early.toString());
+            assertTrue(early.path("message").asText().contains("none of its decodes added at run time has been out of rotation for 30 s"), early.toString());
             assertTrue(early.path("message").asText().matches(".* \\(decode " + dead + " has been out for [0-9]+ s\\); remove one first .*"),
                     "how long the one out the longest has been: " + early);
             long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.SECONDS.toNanos(1);
@@ -176,6 +210,43 @@ class RouterWorkersTest {
     }
 
     /**
+     * A backend given on the router's command line is configuration: at a full router it is never replaced, however long it
+     * has been out of rotation (an engine that takes over 30 s to boot, or is down for maintenance: nothing would add it back,
+     * as a registered engine's re-assertions do theirs). The add is the 403 max_backends naming it as given at start and kept,
+     * and how to remove it; once removed (DELETE /workers), the add fits. /workers and /status.json say which is which.
+     */
+    @Test
+    @Timeout(120)
+    void aFullRouterNeverReplacesABackendGivenOnItsCommandLine() throws Exception {
+        String dead;
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            dead = "http://127.0.0.1:" + s.getLocalPort(); // closed below: nothing listens there
+        }
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
+                model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
+                new Router.Admission(0, Duration.ZERO, 3), new SimpleMeterRegistry())) {
+            assertTrue(workers(router).path("decodes").get(1).path("out_of_rotation_ms").isNumber(), "out since the constructor's check: " + workers(router));
+            assertEquals("command_line", workers(router).path("decodes").get(1).path("origin").asText(), workers(router).toString());
+            JsonNode status = JSON.readTree(send(router, "GET", "/status.json", null, null).body());
+            for (JsonNode b : status.path("backends")) assertEquals("command_line", b.path("origin").asText(), status.toString());
+            long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.HOURS.toNanos(1);
+            router.backends().clock = () -> System.nanoTime() + later;
+            JsonNode kept = error(send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER), 403);
+            assertEquals("max_backends", kept.path("code").asText(), kept.toString());
+            assertTrue(kept.path("message").asText().matches(".*none of its decodes added at run time has been out of rotation for 30 s; decode " + dead
+                    + ", out of rotation for [0-9]+ s, was given at start \\(--decode\\) and is kept: a backend of the router's command line is "
+                    + "never replaced \\(remove it with DELETE /workers\\?url=" + dead + "&worker_type=decode\\); remove one first .*"), kept.toString());
+            JsonNode w = workers(router);
+            assertEquals(2, w.path("decodes").size(), w.toString());
+            assertEquals(dead, w.path("decodes").get(1).path("url").asText(), "kept: " + w);
+            assertEquals(200, send(router, "DELETE", removal(dead) + "&worker_type=decode", null, BEARER).statusCode());
+            HttpResponse<String> added = send(router, "POST", Router.WORKERS_ROUTE, add(second.decodeUrl(), "decode"), BEARER);
+            assertEquals(200, added.statusCode(), "fits once the operator removed it: " + added.body());
+            assertEquals("added", JSON.readTree(added.body()).path("origin").asText(), added.body());
+        }
+    }
+
+    /**
      * Two adds racing for the one place a dead decode frees at a full router: the replacement's check and swap are one step
      * on the health thread, so exactly one takes it (200), the other gets the 403 max_backends, and the router holds its
      * limit, never more. Two URLs of one live decode (127.0.0.1 and localhost: two backends to the router). Started
@@ -184,13 +255,10 @@ class RouterWorkersTest {
     @Test
     @Timeout(120)
     void racingAddsToAFullRouterReplaceTheDeadBackendOnce() throws Exception {
-        String dead;
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            dead = "http://127.0.0.1:" + s.getLocalPort(); // closed below: nothing listens there
-        }
-        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
+        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl()), model.tokenizer(),
                 model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
                 new Router.Admission(0, Duration.ZERO, 3), new SimpleMeterRegistry())) {
+            addedThenGone(router);
             long later = Backends.REPLACE_AFTER.toNanos() + TimeUnit.SECONDS.toNanos(1);
             router.backends().clock = () -> System.nanoTime() + later;
             String[] urls = {second.decodeUrl(), second.decodeUrl().replace("127.0.0.1", "localhost")};

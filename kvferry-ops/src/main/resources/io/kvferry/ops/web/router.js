@@ -43,9 +43,10 @@ function render(doc) {
   document.getElementById('tokens').textContent = Number(tokens.prompt).toLocaleString('en-US') + ' / '
     + Number(tokens.generated).toLocaleString('en-US');
 
-  fill('backends', (doc.backends || []).map(b => ({cells: [b.role, b.url,
+  // One added at run time (POST /workers, a registration) says so; the others were given at start (origin command_line).
+  fill('backends', (doc.backends || []).map(b => ({cells: [b.origin === 'added' ? b.role + ' (added)' : b.role, b.url,
     // How long out (the health thread's record; a router older than the field: none): a full router's add replaces
-    // the one of its role out the longest once that is config.replace_after_ms.
+    // the one of its role added at run time out the longest once that is config.replace_after_ms.
     b.healthy ? {text: 'in rotation', cls: 'up'} : {text: 'out of rotation' + (typeof b.out_of_rotation_ms === 'number'
       ? ' for ' + ms(b.out_of_rotation_ms) : ''), cls: 'down'}, num(b.in_flight),
     {text: b.last_check === null || b.last_check === undefined ? '–' : b.last_check, cls: 'reason'},
