@@ -199,7 +199,7 @@ public final class WorkerRegistration implements AutoCloseable {
             }
             if (failing == null) {
                 log.warn("the router at {} did not take {} {} yet ({}); trying again every ~{} s until it does (a line says when), as long as "
-                                + "this engine serves: a router not up yet, answering 5xx, or full (a backend that leaves, or one of this role out of "
+                                + "this engine serves: a router not up yet, answering 5xx, or full (a backend that leaves, or one of this role added at run time out of "
                                 + "rotation for 30 s that it replaces, makes room)", workers, workerType, selfUrl, last, Math.max(1, reassertEvery.toSeconds()));
             } else {
                 log.debug("the router at {} did not take {} {} yet ({})", workers, workerType, selfUrl, last);
@@ -317,7 +317,7 @@ public final class WorkerRegistration implements AutoCloseable {
                     if (!fullLogged) {
                         fullLogged = true;
                         log.warn("the router at {} no longer has {} {} and is full (403 max_backends, its --max-backends); trying again every "
-                                + "~{} s, until a backend leaves or one of its role has been out of rotation for 30 s", workers, workerType, selfUrl,
+                                + "~{} s, until a backend leaves or one of its role added at run time has been out of rotation for 30 s", workers, workerType, selfUrl,
                                 reassertEvery.toSeconds());
                     }
                 } else if (r == null || status >= 500 || status == 408 || status == 429) {
