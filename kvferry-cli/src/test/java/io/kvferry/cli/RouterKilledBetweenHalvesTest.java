@@ -26,7 +26,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * A router SIGKILLed between the two halves of a request: its prefill half reached the prefill (a room waiting for its
  * decode, Bootstrapping), its decode half never reaches a decode, and nobody is left to abort the room. The prefill
  * cannot see its caller go (it answers only when the room ends); what ends the room is its bootstrap timeout
- * ({@code KVFERRY_BOOTSTRAP_TIMEOUT_MS}, 300 s by default, 6 s here). Meanwhile the room holds no KV page and no aux row
+ * ({@code KVFERRY_BOOTSTRAP_TIMEOUT_MS}, 300 s by default, 10 s here (the steps from the room's arrival to the checks after the kill well within it)). Meanwhile the room holds no KV page and no aux row
  * (a prefill takes them only once the decode's metadata came), and after the timeout nothing of it is left: no request
  * in a queue, none in flight, every page free again. Real processes: a prefill and a router; the router's decode is a
  * stand-in in this JVM that takes the decode half and holds it, so the kill falls between the halves every time.
@@ -89,7 +89,7 @@ class RouterKilledBetweenHalvesTest {
         decode.start();
         HttpClient http = HttpClient.newHttpClient();
         try {
-            Process prefill = spawn(List.of("--role", "prefill", "--bootstrap-port", "0"), Map.of("KVFERRY_BOOTSTRAP_TIMEOUT_MS", "6000"));
+            Process prefill = spawn(List.of("--role", "prefill", "--bootstrap-port", "0"), Map.of("KVFERRY_BOOTSTRAP_TIMEOUT_MS", "10000"));
             procs.add(prefill);
             String p = DemoCommand.awaitUrl(prefill, "prefill");
             double freeAtStart = meter(http, p, "kvferry_engine_kv_pages", "state=\"free\"");
@@ -111,7 +111,7 @@ class RouterKilledBetweenHalvesTest {
             assertEquals(0, meter(http, p, "kvferry_engine_kv_pages", "state=\"used\""), "a Bootstrapping room holds no page");
             assertEquals(0, meter(http, p, "kvferry_engine_aux_rows", "state=\"used\""), "nor an aux row");
 
-            // Its bootstrap timeout (6 s here; 300 s by default, beyond this wait) ends it: nothing of it is left.
+            // Its bootstrap timeout (10 s here; 300 s by default, beyond this wait) ends it: nothing of it is left.
             until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
             while (inFlight(http, p) != 0 && System.nanoTime() < until) Thread.sleep(100);
             assertEquals(0, inFlight(http, p), "the room ended at its bootstrap timeout");
