@@ -101,7 +101,7 @@ public final class ServeCommand implements Callable<Integer> {
     Path tenantsFile;
 
     @Option(names = "--log-requests", description = "Router (and serve without --role): one log line per request answered "
-            + "(route, status, room, tokens, TTFT, latency, failure kind), on the logger io.kvferry.router.requests.")
+            + "(route, status, room, tokens, TTFT, latency, failure kind, request id), on the logger io.kvferry.router.requests.")
     boolean logRequests;
 
     @Option(names = "--max-concurrent-requests", defaultValue = "0", description = "Router (and serve without --role): requests "

@@ -8,7 +8,6 @@ import io.kvferry.engine.model.Tokenizer;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.util.List;
-import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * One OpenAI answer under way: what its choices share. A stream is one response whose chunks the choices write in
@@ -48,7 +47,8 @@ final class Answer {
     /** Set when a choice failed before the stream began or the client left: the other choices stop. */
     private volatile boolean cancelled;
 
-    Answer(HttpExchange ex, OpenAiShape shape, boolean stream, boolean usageChunk, boolean echo, int count, String modelName,
+    /** {@code id}: the answer's, the shape's prefix and the request's id ({@link RequestId}), in every chunk and shared by its choices. */
+    Answer(HttpExchange ex, OpenAiShape shape, String id, boolean stream, boolean usageChunk, boolean echo, int count, String modelName,
            Tokenizer tokenizer, PdCall pd) {
         this.ex = ex;
         this.shape = shape;
@@ -59,7 +59,7 @@ final class Answer {
         this.modelName = modelName;
         this.tokenizer = tokenizer;
         this.pd = pd;
-        this.id = shape.idPrefix + Long.toHexString(ThreadLocalRandom.current().nextLong());
+        this.id = id;
     }
 
     /** An IOException (the choice's rooms are then aborted, as for a client gone) once the request is cancelled. */

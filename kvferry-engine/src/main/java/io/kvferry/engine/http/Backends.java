@@ -289,11 +289,13 @@ final class Backends {
 
     /**
      * @param headersWithin the limit on the answer's status line and headers (not its body); null for none
+     * @param requestId the request's id ({@link RequestId}), sent as {@code X-Request-Id}; null: none
      * @param client whom the request is for ({@link Router.RequestRecord#client}), sent as {@link StructuredOutputs#CLIENT_HEADER}: the
      *               engine's compiler queues it by that, not by the router's address; null (or {@link OutputConstraint.Compiler#ANYONE}): none
      */
-    HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin, String client) throws IOException {
+    HttpRequest post(Backend b, String path, JsonNode body, Duration headersWithin, String client, String requestId) throws IOException {
         HttpRequest.Builder r = HttpRequest.newBuilder(b.url.resolve(path)).header("Content-Type", "application/json");
+        if (requestId != null) r.header(RequestId.HEADER, requestId); // the engine's log lines about the request name it
         if (clusterToken != null) r.header("Authorization", clusterToken.header());
         // Believed by the engine only on a request with the cluster token (StructuredOutputs#forwardedClient).
         if (client != null && !OutputConstraint.Compiler.ANYONE.equals(client)) r.header(StructuredOutputs.CLIENT_HEADER, client);
@@ -311,18 +313,25 @@ final class Backends {
     static final long ABORT_RETRY_WINDOW_MILLIS = 60_000;
     static final long ABORT_RETRY_PAUSE_MILLIS = 1_000;
 
+    /** Aborts {@code room} on {@code b}, naming the request the calling thread serves ({@link RequestId#CURRENT}) if it is bound. */
     void abort(Backend b, long room) {
-        abort(b, room, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_WINDOW_MILLIS));
+        abort(b, room, RequestId.CURRENT.isBound() ? RequestId.CURRENT.get() : null); // orElse takes no null
+    }
+
+    /** As {@link #abort(Backend, long)}, naming {@code requestId} (null: none) in the abort's {@code X-Request-Id}. */
+    void abort(Backend b, long room, String requestId) {
+        abort(b, room, requestId, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_WINDOW_MILLIS));
     }
 
     /** Any answer means the engine has the abort (an unknown room is remembered there); no answer is tried again until {@code deadline}. */
-    private void abort(Backend b, long room, long deadline) {
+    private void abort(Backend b, long room, String requestId, long deadline) {
         try {
-            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room), null, null), HttpResponse.BodyHandlers.discarding())
+            client.sendAsync(post(b, "/abort", Http.JSON.createObjectNode().put("bootstrap_room", room), null, null, requestId),
+                            HttpResponse.BodyHandlers.discarding())
                     .whenComplete((answer, failed) -> {
                         if (failed == null || System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_RETRY_PAUSE_MILLIS) > deadline) return;
                         try {
-                            health.schedule(() -> abort(b, room, deadline), ABORT_RETRY_PAUSE_MILLIS, TimeUnit.MILLISECONDS);
+                            health.schedule(() -> abort(b, room, requestId, deadline), ABORT_RETRY_PAUSE_MILLIS, TimeUnit.MILLISECONDS);
                         } catch (RejectedExecutionException closed) {
                             // the router is closing
                         }

@@ -82,6 +82,8 @@ final class GenerateRoute {
             throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")
                     + ") is answered whole: stream must be false");
         }
+        Router.RequestRecord record = Router.RECORD.get();
+        List<String> rids = rids(req, record, parsed.batch() ? prompts.size() : 0, ex);
         List<Ask> asks = parsed.batch() ? OpenAiRoutes.choices(ask, prompts, 1) : List.of(ask);
         try {
             pd.admitRates(asks, "sampling_params.max_new_tokens", ex); // the tenant's per-minute limits, once for the request
@@ -90,7 +92,7 @@ final class GenerateRoute {
             return;
         }
         if (parsed.batch()) {
-            generateBatch(ex, asks, withText, field);
+            generateBatch(ex, asks, rids, withText, field);
             return;
         }
         OutputStream[] events = new OutputStream[1];
@@ -99,7 +101,7 @@ final class GenerateRoute {
         List<List<TokenLogprobs>> input = new ArrayList<>(1); // the prompt's, once known
         int[][] ids = new int[1][]; // the prompt's tokens, once input token logprobs need them
         try {
-            Outcome o = pd.run(ask, Router.RECORD.get(), new Output() {
+            Outcome o = pd.run(ask, record, new Output() {
                 @Override
                 public void onPrompt(List<TokenLogprobs> inputLogprobs) {
                     if (inputLogprobs != null) input.add(inputLogprobs);
@@ -128,7 +130,7 @@ final class GenerateRoute {
                     Http.write(events[0], Http.KEEP_ALIVE);
                 }
             });
-            ObjectNode out = generated(o, ask, ids, withText);
+            ObjectNode out = generated(o, record.requestId, ask, ids, withText);
             if (stream) {
                 if (events[0] == null) events[0] = Http.startEvents(ex);
                 Http.event(events[0], Http.JSON.writeValueAsString(out));
@@ -142,14 +144,56 @@ final class GenerateRoute {
         }
     }
 
-    /** SGLang's answer of one finished request. */
-    private ObjectNode generated(Outcome o, Ask ask, int[][] ids, boolean withText) {
+    /**
+     * SGLang's {@code rid}: the request's id ({@link RequestId}), a string for one prompt, a list of one per prompt for a
+     * batch ({@code batch} prompts; 0: one prompt). One prompt's becomes the request's (its answer's {@code X-Request-Id} and
+     * {@code meta_info.id}); a client's {@code X-Request-Id} that differs is a 400 naming {@code rid}. Returns a batch's
+     * entries' ids (without {@code rid}: the request's id, {@code -<i>} after it), null for one prompt.
+     */
+    static List<String> rids(JsonNode req, Router.RequestRecord record, int batch, HttpExchange ex) {
+        JsonNode rid = req.get("rid");
+        boolean none = rid == null || rid.isNull();
+        if (batch == 0) {
+            if (none) return null;
+            if (!rid.isTextual()) throw new Http.BadRequest("rid", "rid must be a string for one prompt (a list of strings for a batch), got " + rid.getNodeType());
+            String id = rid.textValue();
+            RequestId.check(id, "rid");
+            if (record.requestIdGiven && !id.equals(record.requestId)) {
+                throw new Http.BadRequest("rid", "rid and the X-Request-Id header name different ids; send one of them, or the same id in both");
+            }
+            record.requestId = id;
+            ex.getResponseHeaders().set(RequestId.HEADER, id);
+            return null;
+        }
+        List<String> ids = new ArrayList<>(batch);
+        if (none) {
+            for (int i = 0; i < batch; i++) ids.add(record.requestId + "-" + i);
+            return ids;
+        }
+        if (!rid.isArray()) {
+            throw new Http.BadRequest("rid", "a batch's rid must be a list of strings, one per prompt (" + batch + "), got " + rid.getNodeType());
+        }
+        if (rid.size() != batch) throw new Http.BadRequest("rid", "rid has " + rid.size() + " ids for a batch of " + batch + " prompts: give one per prompt");
+        for (int i = 0; i < batch; i++) {
+            JsonNode e = rid.get(i);
+            String param = "rid[" + i + "]";
+            if (!e.isTextual()) throw new Http.BadRequest(param, param + " must be a string, got " + e.getNodeType());
+            RequestId.check(e.textValue(), param);
+            int before = ids.indexOf(e.textValue());
+            if (before >= 0) throw new Http.BadRequest(param, param + " repeats rid[" + before + "]: each prompt of a batch needs its own id");
+            ids.add(e.textValue());
+        }
+        return ids;
+    }
+
+    /** SGLang's answer of one finished request; {@code id}: its {@code meta_info.id}, the request's (or batch entry's) id. */
+    private ObjectNode generated(Outcome o, String id, Ask ask, int[][] ids, boolean withText) {
         ObjectNode out = Http.JSON.createObjectNode();
         out.put("text", o.text());
         ArrayNode outputIds = out.putArray("output_ids");
         for (int t : o.tokens()) outputIds.add(t);
         ObjectNode meta = out.putObject("meta_info");
-        meta.put("id", Long.toString(o.room()));
+        meta.put("id", id); // SGLang's: the request's rid
         meta.put("prompt_tokens", o.promptTokens());
         meta.put("completion_tokens", o.tokens().length);
         meta.put("cached_tokens", o.cachedTokens()); // SGLang's: the prompt tokens the prefill took from its prefix cache
@@ -165,7 +209,7 @@ final class GenerateRoute {
      * list in the prompts' order. The first to fail fails the request (its message names {@code field[i]}: {@code text}
      * or {@code input_ids}), the others' rooms aborted at their next token or keep-alive.
      */
-    private void generateBatch(HttpExchange ex, List<Ask> asks, boolean withText, String field) throws Exception {
+    private void generateBatch(HttpExchange ex, List<Ask> asks, List<String> rids, boolean withText, String field) throws Exception {
         int count = asks.size();
         Outcome[] outcomes = new Outcome[count];
         List<Router.RequestRecord> records = new ArrayList<>();
@@ -176,7 +220,7 @@ final class GenerateRoute {
         Router.RequestRecord whole = Router.RECORD.get();
         for (int i = 0; i < count; i++) {
             int index = i;
-            Router.RequestRecord record = whole.child();
+            Router.RequestRecord record = whole.child(rids.get(i));
             records.add(record);
             Output out = new Output() {
                 @Override
@@ -214,7 +258,7 @@ final class GenerateRoute {
         }
         if (thrown.get() != null) throw thrown.get();
         ArrayNode all = Http.JSON.createArrayNode();
-        for (int i = 0; i < count; i++) all.add(generated(outcomes[i], asks.get(i), new int[1][], withText));
+        for (int i = 0; i < count; i++) all.add(generated(outcomes[i], rids.get(i), asks.get(i), new int[1][], withText));
         Http.sendJson(ex, 200, all);
     }
 

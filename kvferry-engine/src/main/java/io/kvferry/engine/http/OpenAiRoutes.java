@@ -125,19 +125,24 @@ final class OpenAiRoutes {
             Router.fail(ex, null, f);
             return;
         }
-        Answer a = new Answer(ex, shape, stream, RequestParams.includeUsage(req) && stream, echo, asks.size(), modelName, tokenizer, pd);
+        Router.RequestRecord record = Router.RECORD.get();
+        Answer a = new Answer(ex, shape, shape.idPrefix + record.requestId, stream, RequestParams.includeUsage(req) && stream, echo, asks.size(),
+                modelName, tokenizer, pd);
         a.tools = tools;
         StructuredOutputs.Spec spec = StructuredOutputs.openAi(req); // checked already: the field a grammar's error names
         a.constraintParam = spec == null ? null : spec.param();
         List<Choice> choices = new ArrayList<>();
         for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));
-        Router.RequestRecord record = Router.RECORD.get();
         if (choices.size() == 1) {
             choices.getFirst().run(record);
         } else {
-            // Each choice is a request of its own (its room, its prefill and decode, its admission slot), all at once.
+            // Each choice is a request of its own (its room, its prefill and decode, its admission slot), all at once; its
+            // engines are sent the request's id with its index after it (RequestId): one id a call, all found by the request's.
             List<Thread> threads = new ArrayList<>();
-            for (Choice c : choices) threads.add(Thread.ofVirtual().name("choice-" + c.index).start(() -> c.run(record.child())));
+            for (Choice c : choices) {
+                Router.RequestRecord child = record.child(record.requestId + "-" + c.index);
+                threads.add(Thread.ofVirtual().name("choice-" + c.index).start(() -> c.run(child)));
+            }
             try {
                 for (Thread t : threads) t.join();
             } catch (InterruptedException e) {

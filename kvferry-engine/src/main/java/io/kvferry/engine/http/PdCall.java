@@ -104,6 +104,25 @@ final class PdCall {
      * no slot frees within the queue timeout). Its TTFT and latency count from here, the wait included.
      */
     Outcome run(Ask ask, Router.RequestRecord record, Output out) throws Failure, IOException, InterruptedException {
+        if (record.requestId == null) return admit(ask, record, out);
+        // The aborts this thread sends name the request (Backends#abort): the engines' lines about them say whose room it was.
+        try {
+            return ScopedValue.where(RequestId.CURRENT, record.requestId).call(() -> admit(ask, record, out));
+        } catch (Failure f) {
+            // An engine's or the router's failure, not the client's: a line an operator follows by its id and room into the engines' lines.
+            if (f.status >= 500) {
+                log.warn("request failed: request_id={} room={} status={} kind={} reason={}", record.requestId, record.room < 0 ? "-" : Long.toString(record.room),
+                        f.status, LogSafe.value(f.kind != null ? f.kind : f.type), LogSafe.text(f.getMessage()));
+            }
+            throw f;
+        } catch (IOException | InterruptedException | RuntimeException e) {
+            throw e;
+        } catch (Exception e) { // admit throws no other
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private Outcome admit(Ask ask, Router.RequestRecord record, Output out) throws Failure, IOException, InterruptedException {
         long arrived = System.nanoTime();
         Tenants.Tenant tenant = record.tenant;
         // The tenant's slot first, then the router's: a request waiting on its tenant's limit holds none of the router's.
@@ -157,7 +176,7 @@ final class PdCall {
                     throw new Failure(f.status, f.type, f.kind, f.getMessage() + " (run " + run + " of the request; no other instance "
                             + "took it: " + (run == MOST_RUNS ? MOST_RUNS + " runs at most" : "none of that role serves now") + ")");
                 }
-                log.warn("room {}: {}; running the request again on another instance", record.room, f.getMessage());
+                log.warn("request_id={} room={}: {}; running the request again on another instance", record.requestId, record.room, f.getMessage());
             }
         }
     }
@@ -208,7 +227,7 @@ final class PdCall {
         }
         p.inFlight.incrementAndGet();
         d.inFlight.incrementAndGet();
-        CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body, null, record.client),
+        CompletableFuture<HttpResponse<String>> prefillCall = backends.sendAsync(backends.post(p, "/generate", body, null, record.client, record.requestId),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit())); // a few hundred bytes, or the prompt's logprobs
         p.calls.add(prefillCall);
         // Set once the decode's first token came: its KV landed whole (the decode emits it only then), so the prefill is
@@ -220,13 +239,13 @@ final class PdCall {
             if (e != null && Backends.isConnectionRefused(e)) Backends.markUnreachable(p, e);
             if (e == null) outIfDraining(p, r);
             // The decode would otherwise wait for KV that never comes.
-            if ((e != null || r.statusCode() != 200) && !landed.get()) backends.abort(d, room);
+            if ((e != null || r.statusCode() != 200) && !landed.get()) backends.abort(d, room, record.requestId); // not the request's thread
         });
         try {
             HttpResponse<InputStream> dr;
             try {
                 // The status line comes within a keep-alive interval (DecodeServer): a decode silent for streamIdle hangs.
-                dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit(), record.client), HttpResponse.BodyHandlers.ofInputStream());
+                dr = backends.send(backends.post(d, "/generate", decodeBody, stalled.limit(), record.client, record.requestId), HttpResponse.BodyHandlers.ofInputStream());
             } catch (IOException e) {
                 if (e instanceof HttpTimeoutException && !Backends.isConnectTimeout(e)) throw hung(d, p, room);
                 backends.abort(p, room);
@@ -361,7 +380,7 @@ final class PdCall {
         body.put("prefill_only", true);
         p.inFlight.incrementAndGet();
         HttpResponse<String> r;
-        CompletableFuture<HttpResponse<String>> call = backends.sendAsync(backends.post(p, "/generate", body, null, record.client),
+        CompletableFuture<HttpResponse<String>> call = backends.sendAsync(backends.post(p, "/generate", body, null, record.client, record.requestId),
                 HttpResponse.BodyHandlers.limiting(HttpResponse.BodyHandlers.ofString(), prefillAnswerLimit()));
         p.calls.add(call); // failed, as a PD request's prefill call is, when the health checks find the prefill unreachable
         call.whenComplete((x, e) -> p.calls.remove(call));

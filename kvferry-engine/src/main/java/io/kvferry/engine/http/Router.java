@@ -51,8 +51,10 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class Router implements AutoCloseable {
     /**
      * One INFO line per request answered on a serving route (off unless this logger is at INFO: {@code serve
-     * --log-requests}): route, status, room, tokens, TTFT and latency, and the failure's kind, so a request
-     * can be followed by its room into the engines' {@code room failed: room=…} lines.
+     * --log-requests}): route, status, room, tokens, TTFT and latency, the failure's kind and the request's id
+     * ({@code request_id=}, {@link RequestId}; {@code -} on a route without one), so a request can be followed by its id
+     * into the engines' {@code io.kvferry.engine.requests} lines ({@link EngineRequests}) and by its room into their
+     * {@code room failed: room=…} lines.
      */
     static final Logger REQUEST_LOG = LoggerFactory.getLogger("io.kvferry.router.requests");
 
@@ -96,6 +98,13 @@ public final class Router implements AutoCloseable {
      * request's failure status was counted (and its record logged) for the next ones.
      */
     static final class RequestRecord {
+        /**
+         * The request's id ({@link RequestId}) on a generation route, null on another (or before it is read); a choice's or
+         * batch entry's record holds the id its engines are sent ({@link #child(String)}).
+         */
+        String requestId;
+        /** Whether the client gave {@link #requestId} ({@code X-Request-Id}) rather than the router making it. */
+        boolean requestIdGiven;
         long room = -1;
         int promptTokens = -1;
         int completionTokens = -1;
@@ -127,9 +136,13 @@ public final class Router implements AutoCloseable {
          */
         private AtomicBoolean admissionRefused = new AtomicBoolean();
 
-        /** The record of one choice (or batch entry) of this request: its own room and tokens, the request's tenant. */
-        RequestRecord child() {
+        /**
+         * The record of one choice (or batch entry) of this request: its own room and tokens, the request's tenant, and
+         * {@code requestId}: the id its engines are sent and its log lines name ({@code <id>-<choice index>}, a batch entry's own).
+         */
+        RequestRecord child(String requestId) {
             RequestRecord c = new RequestRecord();
+            c.requestId = requestId;
             c.tenant = tenant;
             c.client = client;
             c.admissionRefused = admissionRefused;
@@ -308,13 +321,13 @@ public final class Router implements AutoCloseable {
         TokenizeRoutes tokenize = new TokenizeRoutes(tokenizer, contextTokens);
         Workers workers = new Workers(backends, clusterToken, admission.maxBackends());
         server = Http.server(host, port);
-        serving(OpenAiShape.COMPLETION.route, openAi::completions);
-        serving(OpenAiShape.CHAT.route, openAi::chatCompletions);
-        serving("/v1/models", openAi::models);
-        serving(MODEL_ROUTE, MODEL_ROUTE + "{model}", openAi::model);
-        serving("/generate", generate::generate);
-        serving("/tokenize", tokenize::tokenize);
-        serving("/detokenize", tokenize::detokenize);
+        serving(OpenAiShape.COMPLETION.route, true, openAi::completions);
+        serving(OpenAiShape.CHAT.route, true, openAi::chatCompletions);
+        serving("/v1/models", false, openAi::models);
+        serving(MODEL_ROUTE, MODEL_ROUTE + "{model}", false, openAi::model);
+        serving("/generate", true, generate::generate);
+        serving("/tokenize", false, tokenize::tokenize);
+        serving("/detokenize", false, tokenize::detokenize);
         server.createContext("/health", ex -> Http.handle(ex, this::healthRoute));
         server.createContext(WORKERS_ROUTE, ex -> Http.handle(ex, workers::workersRoute));
         // The router's status page and document: open, as /health and /metrics (it names the tenants as /metrics does).
@@ -331,21 +344,24 @@ public final class Router implements AutoCloseable {
     /**
      * A route that serves clients: it takes the API key (if the router has one) and is counted by its
      * outcome: the answer's status, or, for a stream that failed after its 200, the failure's, or
-     * {@link RouterMeters#CLIENT_CLOSED} when the client went away first.
+     * {@link RouterMeters#CLIENT_CLOSED} when the client went away first. {@code generation}: a route that generates
+     * ({@code /v1/completions}, {@code /v1/chat/completions}, {@code /generate}), whose requests have an id
+     * ({@link RequestId}: the client's {@code X-Request-Id} or a new one), which every answer carries and every log line names.
      */
-    private void serving(String route, Http.Handler handler) {
-        serving(route, route, handler);
+    private void serving(String route, boolean generation, Http.Handler handler) {
+        serving(route, route, generation, handler);
     }
 
-    /** As {@link #serving(String, Http.Handler)}, counted and logged as {@code label} (a parent route's: one label for its paths). */
-    private void serving(String path, String route, Http.Handler handler) {
+    /** As {@link #serving(String, boolean, Http.Handler)}, counted and logged as {@code label} (a parent route's: one label for its paths). */
+    private void serving(String path, String route, boolean generation, Http.Handler handler) {
         server.createContext(path, ex -> {
             meters.started();
             long arrived = System.nanoTime();
             RequestRecord record = new RequestRecord();
             try {
-                // Draining (shutting down): a 503 whose code is draining, before anything else; else served to its end.
-                ScopedValue.where(RECORD, record).run(() -> Http.handle(ex, drain.admitting(e -> {
+                // The request's id first (a malformed X-Request-Id is a 400 naming it), so every answer after carries it;
+                // then draining (shutting down): a 503 whose code is draining, before anything else; else served to its end.
+                Http.Handler admitting = drain.admitting(e -> {
                     if (tenants != null) {
                         record.tenant = tenants.identify(e.getRequestHeaders().getFirst("Authorization"));
                         if (record.tenant == null) {
@@ -373,16 +389,23 @@ public final class Router implements AutoCloseable {
                         if (record.countedStatus == null) record.countedStatus = RouterMeters.CLIENT_CLOSED;
                         throw clientGone;
                     }
-                })));
+                });
+                ScopedValue.where(RECORD, record).run(() -> Http.handle(ex, e -> {
+                    if (generation) {
+                        record.requestIdGiven = e.getRequestHeaders().containsKey(RequestId.HEADER);
+                        record.requestId = RequestId.of(e);
+                    }
+                    admitting.handle(e);
+                }));
             } finally {
                 int status = record.countedStatus != null ? record.countedStatus
                         : ex.getResponseCode() > 0 ? ex.getResponseCode() : RouterMeters.CLIENT_CLOSED;
                 String tenant = record.tenant == null ? null : record.tenant.name;
                 if (REQUEST_LOG.isInfoEnabled()) {
-                    REQUEST_LOG.info("request route={} status={} room={} prompt_tokens={} completion_tokens={} ttft_ms={} e2e_ms={} kind={}{}",
+                    REQUEST_LOG.info("request route={} status={} room={} prompt_tokens={} completion_tokens={} ttft_ms={} e2e_ms={} kind={} request_id={}{}",
                             route, status, record.room < 0 ? "-" : Long.toString(record.room), record.promptTokens, record.completionTokens,
                             String.format("%.1f", record.ttftMs), String.format("%.1f", (System.nanoTime() - arrived) / 1e6),
-                            record.failureKind == null ? "-" : LogSafe.value(record.failureKind),
+                            record.failureKind == null ? "-" : LogSafe.value(record.failureKind), record.requestId == null ? "-" : record.requestId,
                             tenants == null ? "" : " tenant=" + (tenant == null ? "-" : tenant));
                 }
                 if (record.tenantRunning != null) record.tenantRunning.decrementAndGet();

@@ -450,7 +450,7 @@ class ChatToolsTest {
         String text = ToolCalls.render(new ToolCalls.Call("get_weather", "{\"city\": \"Paris\"}"));
         for (String mode : new String[]{"", "\"tool_choice\":\"required\""}) {
             Recorded ex = new Recorded();
-            Answer a = new Answer(ex, OpenAiShape.CHAT, true, false, false, 1, "m", null, null);
+            Answer a = new Answer(ex, OpenAiShape.CHAT, "chatcmpl-test", true, false, false, 1, "m", null, null);
             a.tools = ChatTools.of(req(mode));
             ChatTools.Stream s = new ChatTools.Stream();
             for (int i = 0; i < text.length(); i += 4) {

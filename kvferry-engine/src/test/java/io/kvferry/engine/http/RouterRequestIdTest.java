@@ -1,0 +1,329 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.ModelFiles;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Request ids at the router ({@link RequestId}): a client's {@code X-Request-Id} (or SGLang's {@code rid}) is the request's
+ * id, else the router makes one; every answer of the generation routes carries it (whole, streamed, 400, 429), OpenAI's
+ * {@code id} is made of it, {@code /generate}'s {@code meta_info.id} is it, and the engines are sent it on every call (a
+ * choice's or batch entry's own). Stub engines record the ids they are sent.
+ */
+class RouterRequestIdTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final HttpClient HTTP = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+    static final String COMPLETION = "{\"prompt\":\"Hi\",\"max_tokens\":2}";
+
+    HttpServer prefill;
+    HttpServer decode;
+    Router router;
+    /** The X-Request-Id of each /generate call the engines got (null: none sent). */
+    final ConcurrentLinkedQueue<String> prefillIds = new ConcurrentLinkedQueue<>(), decodeIds = new ConcurrentLinkedQueue<>();
+    /** Set: the decode holds each request (keep-alives only) until released, counting {@link #atDecode} down as one comes. */
+    volatile CountDownLatch hold;
+    volatile CountDownLatch atDecode = new CountDownLatch(1);
+
+    @BeforeEach
+    void start() throws IOException {
+        prefill = stub(true);
+        decode = stub(false);
+        router = router(Router.Admission.UNLIMITED);
+    }
+
+    @AfterEach
+    void stop() {
+        if (hold != null) hold.countDown();
+        if (router != null) router.close();
+        prefill.stop(0);
+        decode.stop(0);
+    }
+
+    Router router(Router.Admission admission) throws IOException {
+        return new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0,
+                Router.Access.NONE, admission, null);
+    }
+
+    private HttpServer stub(boolean isPrefill) throws IOException {
+        HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 64);
+        s.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
+        RouterErrorsTest.answerHealthy(s);
+        s.createContext("/abort", ex -> answer(ex, 200, "{}"));
+        s.createContext("/generate", ex -> {
+            ex.getRequestBody().readAllBytes();
+            (isPrefill ? prefillIds : decodeIds).add(String.valueOf(ex.getRequestHeaders().getFirst("X-Request-Id")));
+            if (isPrefill) {
+                answer(ex, 200, "{}");
+                return;
+            }
+            ex.getResponseHeaders().add("Content-Type", "text/event-stream");
+            ex.sendResponseHeaders(200, 0);
+            try {
+                CountDownLatch h = hold;
+                atDecode.countDown();
+                while (h != null && !h.await(200, TimeUnit.MILLISECONDS)) {
+                    ex.getResponseBody().write(": keep-alive\n\n".getBytes(StandardCharsets.UTF_8));
+                    ex.getResponseBody().flush();
+                }
+                ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+            } catch (IOException | InterruptedException gone) {
+                // the router went away
+            }
+            ex.close();
+        });
+        s.start();
+        return s;
+    }
+
+    private static void answer(HttpExchange ex, int status, String body) throws IOException {
+        ex.getRequestBody().readAllBytes();
+        byte[] b = body.getBytes(StandardCharsets.UTF_8);
+        ex.sendResponseHeaders(status, b.length);
+        ex.getResponseBody().write(b);
+        ex.close();
+    }
+
+    private static String url(HttpServer s) {
+        return "http://127.0.0.1:" + s.getAddress().getPort();
+    }
+
+    HttpResponse<String> post(String path, String body, String requestId) throws Exception {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + path)).header("Content-Type", "application/json");
+        if (requestId != null) b.header("X-Request-Id", requestId);
+        return HTTP.send(b.POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    static String idOf(HttpResponse<?> r) {
+        return r.headers().firstValue("X-Request-Id").orElse(null);
+    }
+
+    static List<JsonNode> events(HttpResponse<String> r) throws IOException {
+        List<JsonNode> out = new ArrayList<>();
+        for (String l : r.body().lines().filter(l -> l.startsWith("data: ") && !l.equals("data: [DONE]")).toList()) {
+            out.add(JSON.readTree(l.substring(6)));
+        }
+        return out;
+    }
+
+    @Test
+    @Timeout(60)
+    void aClientsIdIsEchoedNamesTheAnswerAndReachesBothEngines() throws Exception {
+        HttpResponse<String> r = post("/v1/completions", COMPLETION, "0f8fad5b-d9cb-469f-a165-70867728950e");
+        assertEquals(200, r.statusCode(), r.body());
+        assertEquals("0f8fad5b-d9cb-469f-a165-70867728950e", idOf(r));
+        assertEquals("cmpl-0f8fad5b-d9cb-469f-a165-70867728950e", JSON.readTree(r.body()).path("id").asText(), r.body());
+        assertEquals(List.of("0f8fad5b-d9cb-469f-a165-70867728950e"), List.copyOf(prefillIds));
+        assertEquals(List.of("0f8fad5b-d9cb-469f-a165-70867728950e"), List.copyOf(decodeIds));
+
+        HttpResponse<String> chat = post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2}", "chat/1");
+        assertEquals(200, chat.statusCode(), chat.body());
+        assertEquals("chat/1", idOf(chat));
+        assertEquals("chatcmpl-chat/1", JSON.readTree(chat.body()).path("id").asText(), chat.body());
+    }
+
+    @Test
+    @Timeout(60)
+    void aStreamCarriesTheIdInItsHeadersAndEveryChunk() throws Exception {
+        for (String path : new String[]{"/v1/completions", "/v1/chat/completions"}) {
+            String body = path.equals("/v1/completions") ? "{\"prompt\":\"Hi\",\"max_tokens\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
+                    : "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"stream\":true}";
+            HttpResponse<String> r = post(path, body, "stream-1");
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals("stream-1", idOf(r));
+            List<JsonNode> chunks = events(r);
+            assertTrue(chunks.size() >= 2, r.body());
+            String prefix = path.equals("/v1/completions") ? "cmpl-" : "chatcmpl-";
+            for (JsonNode c : chunks) assertEquals(prefix + "stream-1", c.path("id").asText(), c.toString());
+        }
+        // The header comes with the status line, before the first event: held by a decode that sends only keep-alives.
+        hold = new CountDownLatch(1);
+        HttpResponse<InputStream> open = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/generate"))
+                .header("X-Request-Id", "early").POST(HttpRequest.BodyPublishers.ofString("{\"text\":\"Hi\",\"stream\":true}")).build(),
+                HttpResponse.BodyHandlers.ofInputStream());
+        assertEquals(200, open.statusCode());
+        assertEquals("early", idOf(open));
+        hold.countDown();
+        try (InputStream in = open.body()) {
+            String all = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+            assertTrue(all.contains("\"id\":\"early\""), all);
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void withoutAnIdTheRouterMakesOneForEachRequest() throws Exception {
+        Set<String> seen = new HashSet<>();
+        for (int i = 0; i < 5; i++) {
+            HttpResponse<String> r = post("/v1/completions", COMPLETION, null);
+            assertEquals(200, r.statusCode(), r.body());
+            String id = idOf(r);
+            assertTrue(id != null && id.matches("[0-9a-f]{32}"), "made: " + id);
+            assertTrue(seen.add(id), "the same id twice: " + id);
+            assertEquals("cmpl-" + id, JSON.readTree(r.body()).path("id").asText());
+        }
+        assertEquals(seen, Set.copyOf(decodeIds), "the engines got the ids the answers carry");
+        assertEquals(seen, Set.copyOf(prefillIds));
+    }
+
+    @Test
+    @Timeout(60)
+    void aClientErrorAfterTheIdIsKnownCarriesIt() throws Exception {
+        HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":-1}", "bad-request-1");
+        assertEquals(400, r.statusCode(), r.body());
+        assertEquals("bad-request-1", idOf(r));
+        HttpResponse<String> made = post("/generate", "{\"sampling_params\":[]}", null);
+        assertEquals(400, made.statusCode(), made.body());
+        assertTrue(idOf(made).matches("[0-9a-f]{32}"), made.headers().toString());
+        assertTrue(decodeIds.isEmpty(), "nothing reached an engine");
+    }
+
+    @Test
+    @Timeout(60)
+    void aRequestTurnedAwayAtAdmissionCarriesItsId() throws Exception {
+        router.close();
+        router = router(new Router.Admission(1, Duration.ZERO));
+        hold = new CountDownLatch(1);
+        // The one slot held: a stream whose decode sends only keep-alives until released.
+        CompletableFuture<HttpResponse<String>> first = CompletableFuture.supplyAsync(() -> {
+            try {
+                return post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2}", "holder");
+            } catch (Exception e) {
+                throw new RuntimeException(e);
+            }
+        });
+        assertTrue(atDecode.await(30, TimeUnit.SECONDS), "the first is at the decode: it holds the slot");
+        HttpResponse<String> r = post("/v1/completions", COMPLETION, "turned-away");
+        assertEquals(429, r.statusCode(), r.body());
+        assertEquals("turned-away", idOf(r));
+        hold.countDown();
+        assertEquals("holder", idOf(first.get(30, TimeUnit.SECONDS)));
+    }
+
+    @Test
+    @Timeout(60)
+    void aMalformedHeaderIsA400NamingIt() throws Exception {
+        for (String bad : new String[]{"has space", "x".repeat(129), "tab\there", "be\u0007ll"}) {
+            String answer = raw("/v1/completions", COMPLETION, bad);
+            assertTrue(answer.startsWith("HTTP/1.1 400"), bad + " -> " + answer);
+            JsonNode e = JSON.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).path("error");
+            assertEquals("invalid_request_error", e.path("type").asText(), answer);
+            assertEquals("X-Request-Id", e.path("param").asText(), answer);
+            assertTrue(e.path("message").asText().contains("1 to 128 characters"), answer);
+        }
+        assertTrue(decodeIds.isEmpty(), "nothing reached an engine");
+    }
+
+    /** One request sent as bytes (the JDK's client refuses a header value with a control character), its whole answer. */
+    private String raw(String path, String body, String requestId) throws IOException {
+        try (Socket s = new Socket("127.0.0.1", router.port())) {
+            s.getOutputStream().write(("POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nX-Request-Id: "
+                    + requestId + "\r\nContent-Length: " + body.length() + "\r\n\r\n" + body).getBytes(StandardCharsets.ISO_8859_1));
+            BufferedReader in = new BufferedReader(new InputStreamReader(s.getInputStream(), StandardCharsets.UTF_8));
+            StringBuilder b = new StringBuilder();
+            for (int c; (c = in.read()) >= 0; ) b.append((char) c);
+            return b.toString();
+        }
+    }
+
+    @Test
+    @Timeout(60)
+    void severalChoicesShareTheIdAndEachEngineCallNamesItsChoice() throws Exception {
+        HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2,\"n\":3}", "multi");
+        assertEquals(200, r.statusCode(), r.body());
+        assertEquals("multi", idOf(r));
+        JsonNode a = JSON.readTree(r.body());
+        assertEquals("cmpl-multi", a.path("id").asText());
+        assertEquals(3, a.path("choices").size(), r.body());
+        assertEquals(Set.of("multi-0", "multi-1", "multi-2"), Set.copyOf(decodeIds));
+        assertEquals(Set.of("multi-0", "multi-1", "multi-2"), Set.copyOf(prefillIds));
+    }
+
+    @Test
+    @Timeout(60)
+    void generatesRidIsTheRequestsIdAndMetaInfoId() throws Exception {
+        HttpResponse<String> one = post("/generate", "{\"text\":\"Hi\",\"rid\":\"sg-1\"}", null);
+        assertEquals(200, one.statusCode(), one.body());
+        assertEquals("sg-1", idOf(one));
+        assertEquals("sg-1", JSON.readTree(one.body()).path("meta_info").path("id").asText(), one.body());
+        assertEquals(List.of("sg-1"), List.copyOf(decodeIds));
+        // The same id in the header and rid is one id.
+        assertEquals(200, post("/generate", "{\"text\":\"Hi\",\"rid\":\"sg-2\"}", "sg-2").statusCode());
+        // Without rid: the header's, or the router's.
+        JsonNode byHeader = JSON.readTree(post("/generate", "{\"text\":\"Hi\"}", "sg-3").body());
+        assertEquals("sg-3", byHeader.path("meta_info").path("id").asText());
+        HttpResponse<String> made = post("/generate", "{\"text\":\"Hi\"}", null);
+        assertEquals(idOf(made), JSON.readTree(made.body()).path("meta_info").path("id").asText());
+
+        decodeIds.clear();
+        HttpResponse<String> batch = post("/generate", "{\"text\":[\"Hi\",\"Ho\"],\"rid\":[\"b-a\",\"b-b\"]}", "whole");
+        assertEquals(200, batch.statusCode(), batch.body());
+        assertEquals("whole", idOf(batch));
+        JsonNode all = JSON.readTree(batch.body());
+        assertEquals("b-a", all.path(0).path("meta_info").path("id").asText(), batch.body());
+        assertEquals("b-b", all.path(1).path("meta_info").path("id").asText(), batch.body());
+        assertEquals(Set.of("b-a", "b-b"), Set.copyOf(decodeIds));
+
+        decodeIds.clear();
+        HttpResponse<String> unnamed = post("/generate", "{\"text\":[\"Hi\",\"Ho\"]}", "bw");
+        assertEquals("bw-0", JSON.readTree(unnamed.body()).path(0).path("meta_info").path("id").asText(), unnamed.body());
+        assertEquals("bw-1", JSON.readTree(unnamed.body()).path(1).path("meta_info").path("id").asText(), unnamed.body());
+        assertEquals(Set.of("bw-0", "bw-1"), Set.copyOf(decodeIds));
+    }
+
+    @Test
+    @Timeout(60)
+    void aBadRidIsA400NamingIt() throws Exception {
+        String[][] cases = {
+                {"{\"text\":\"Hi\",\"rid\":7}", "rid"},
+                {"{\"text\":\"Hi\",\"rid\":[\"a\"]}", "rid"},
+                {"{\"text\":\"Hi\",\"rid\":\"has space\"}", "rid"},
+                {"{\"text\":\"Hi\",\"rid\":\"" + "x".repeat(129) + "\"}", "rid"},
+                {"{\"text\":[\"Hi\",\"Ho\"],\"rid\":\"one\"}", "rid"},
+                {"{\"text\":[\"Hi\",\"Ho\"],\"rid\":[\"a\"]}", "rid"},
+                {"{\"text\":[\"Hi\",\"Ho\"],\"rid\":[\"a\",3]}", "rid[1]"},
+                {"{\"text\":[\"Hi\",\"Ho\"],\"rid\":[\"a\",\"b\\nc\"]}", "rid[1]"},
+                {"{\"text\":[\"Hi\",\"Ho\"],\"rid\":[\"a\",\"a\"]}", "rid[1]"},
+        };
+        for (String[] c : cases) {
+            HttpResponse<String> r = post("/generate", c[0], null);
+            assertEquals(400, r.statusCode(), c[0] + " -> " + r.body());
+            assertEquals(c[1], JSON.readTree(r.body()).path("error").path("param").asText(), c[0] + " -> " + r.body());
+        }
+        HttpResponse<String> differ = post("/generate", "{\"text\":\"Hi\",\"rid\":\"one\"}", "other");
+        assertEquals(400, differ.statusCode(), differ.body());
+        assertEquals("rid", JSON.readTree(differ.body()).path("error").path("param").asText());
+        assertEquals("other", idOf(differ), "the 400 carries the id the request had when it was refused");
+        assertTrue(decodeIds.isEmpty(), "nothing reached an engine");
+    }
+}
