@@ -7,6 +7,7 @@ import com.sun.net.httpserver.HttpHandler;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.api.FailureKind;
 import io.kvferry.engine.model.OutputConstraint;
+import io.kvferry.engine.model.Sampling;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.kvferry.engine.model.TokenLogprobs;
 import io.kvferry.engine.model.Tokenizer;
@@ -52,6 +53,8 @@ public final class DecodeServer implements AutoCloseable {
     private final OutputConstraint.Compiler outputs;
     /** Its graceful shutdown: /generate requests admitted, and whether it still admits ({@link Drain}). */
     private final Drain drain = new Drain("decode");
+    /** Its requests' ids and the lines it logs about them ({@link EngineRequests}). */
+    private final EngineRequests requests = new EngineRequests("decode");
 
     /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public DecodeServer(DecodeEngine engine, String host, int port) throws IOException {
@@ -70,8 +73,9 @@ public final class DecodeServer implements AutoCloseable {
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
         // The compiler's client: the router's X-Kvferry-Client on a request with the cluster token, else the caller's address.
-        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(StructuredOutputs.forwardedClient(auth, this::generate))));
-        Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure())));
+        // The request's id first (RequestId: a malformed X-Request-Id is a 400), so a drain's 503 carries and logs it too.
+        server.createContext("/generate", ex -> Http.handle(ex, requests.identified(drain.admitting(StructuredOutputs.forwardedClient(auth, this::generate)))));
+        Http.engineRoutes(server, auth, requests, engine::abort, () -> drain.health(Http.engineHealth("decode", engine.spec(), engine.inFlight(), engine.failure())));
         server.start();
     }
 
@@ -132,6 +136,29 @@ public final class DecodeServer implements AutoCloseable {
                 ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : -1;
         String salt = EngineInput.cacheSalt(req);
         BlockingQueue<Event> events = new LinkedBlockingQueue<>();
+        boolean tracked = requests.started(room);
+        try {
+            decode(ex, room, addr, ids, max, sampling, topLogprobs, salt, events);
+        } finally {
+            if (tracked) requests.ended(room);
+        }
+    }
+
+    /** The request's run once read: its events, streamed (the status line at its first token or keep-alive). */
+    private void decode(HttpExchange ex, long room, String addr, int[] ids, int max, Sampling sampling, int topLogprobs,
+                        String salt, BlockingQueue<Event> events) throws Exception {
+        try {
+            submit(room, addr, ids, max, sampling, topLogprobs, salt, events);
+        } catch (IllegalArgumentException refused) { // admission: more pages than this decode has, no bootstrap address
+            requests.answered(room, 400, null, refused.getMessage());
+            throw refused;
+        }
+        stream(ex, room, events);
+    }
+
+    /** Hands the request to the engine, its sink putting its tokens, end or error on {@code events}. */
+    private void submit(long room, String addr, int[] ids, int max, Sampling sampling, int topLogprobs, String salt,
+                        BlockingQueue<Event> events) {
         engine.submit(new DecodeEngine.Request(room, addr, ids, max, sampling, new DecodeEngine.TokenSink() {
             @Override
             public void onToken(int token) {
@@ -163,6 +190,10 @@ public final class DecodeServer implements AutoCloseable {
                 events.add(new Event(-1, null, null, message, null, true, param));
             }
         }, topLogprobs, salt));
+    }
+
+    /** Streams the request's {@code events} to the router until its end, its error or the router gone (the room aborted then). */
+    private void stream(HttpExchange ex, long room, BlockingQueue<Event> events) throws Exception {
         OutputStream out = null;
         List<Event> batch = new ArrayList<>();
         try {
@@ -179,6 +210,7 @@ public final class DecodeServer implements AutoCloseable {
                 StringBuilder data = new StringBuilder();
                 for (Event e : batch) {
                     if (e.error() != null) {
+                        requests.answered(room, e.refused() ? 400 : 500, e.kind() == null ? null : e.kind().label(), e.error());
                         if (out == null && e.refused()) {
                             Http.sendError(ex, 400, "invalid_request_error", null, e.param(), e.error());
                         } else if (out == null) {
@@ -203,6 +235,7 @@ public final class DecodeServer implements AutoCloseable {
                 Http.write(out, data);
             }
         } catch (IOException gone) {
+            requests.aborted(room, "client_gone");
             engine.abort(room); // the client disconnected: free the room's pages (once safe) on this side
         }
     }

@@ -147,6 +147,9 @@ public final class Drain {
 
     /** The 503 of new work while draining: its body read and dropped first, so the client reads the answer. */
     void refuse(HttpExchange ex) throws IOException {
+        // A request with an id (RequestId: set on the answer's headers before this) is named in the engines' request log.
+        String id = ex.getResponseHeaders().getFirst(RequestId.HEADER);
+        if (id != null) EngineRequests.LOG.info("request refused: request_id={} role={} status=503 reason=draining", id, what);
         Http.discardBody(ex);
         ex.getResponseHeaders().set("Retry-After", "1");
         Http.sendCodedError(ex, 503, "service_unavailable", null, CODE, "this " + what + " is draining (shutting down): it "

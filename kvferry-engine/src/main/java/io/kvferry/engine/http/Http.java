@@ -222,12 +222,14 @@ final class Http {
      * The routes every engine server has besides /generate: {@code POST /abort} ({"bootstrap_room"}: the
      * router's abort of a request whose client went away) and {@code GET /health} (the engine's status).
      */
-    static void engineRoutes(HttpServer s, BearerToken auth, LongConsumer abort, Supplier<ObjectNode> health) {
-        s.createContext("/abort", ex -> handle(ex, e -> {
+    static void engineRoutes(HttpServer s, BearerToken auth, EngineRequests requests, LongConsumer abort, Supplier<ObjectNode> health) {
+        s.createContext("/abort", ex -> handle(ex, requests.identified(e -> {
             if (!method(e, "POST") || !authorized(e, auth)) return;
-            abort.accept(roomField(readJson(e)));
+            long room = roomField(readJson(e));
+            requests.aborted(room, "abort"); // named by the request in flight on it here (its /generate's id), else the abort's
+            abort.accept(room);
             sendJson(e, 200, JSON.createObjectNode().put("aborted", true));
-        }));
+        })));
         s.createContext("/health", ex -> handle(ex, e -> {
             if (!method(e, "GET")) return;
             ObjectNode body = health.get();

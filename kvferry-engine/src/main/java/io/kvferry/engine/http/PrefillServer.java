@@ -42,6 +42,8 @@ public final class PrefillServer implements AutoCloseable {
     private final OutputConstraint.Compiler outputs;
     /** Its graceful shutdown: /generate requests admitted, and whether it still admits ({@link Drain}). */
     private final Drain drain = new Drain("prefill");
+    /** Its requests' ids and the lines it logs about them ({@link EngineRequests}). */
+    private final EngineRequests requests = new EngineRequests("prefill");
 
     /** Without authentication: every client that reaches the port may call /generate and /abort (tests). */
     public PrefillServer(PrefillEngine engine, String bootstrapAddr, String host, int port) throws IOException {
@@ -61,8 +63,9 @@ public final class PrefillServer implements AutoCloseable {
         this.auth = BearerToken.of(authToken);
         server = Http.server(host, port);
         // The compiler's client: the router's X-Kvferry-Client on a request with the cluster token, else the caller's address.
-        server.createContext("/generate", ex -> Http.handle(ex, drain.admitting(StructuredOutputs.forwardedClient(auth, this::generate))));
-        Http.engineRoutes(server, auth, engine::abort, () -> drain.health(Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
+        // The request's id first (RequestId: a malformed X-Request-Id is a 400), so a drain's 503 carries and logs it too.
+        server.createContext("/generate", ex -> Http.handle(ex, requests.identified(drain.admitting(StructuredOutputs.forwardedClient(auth, this::generate)))));
+        Http.engineRoutes(server, auth, requests, engine::abort, () -> drain.health(Http.engineHealth("prefill", engine.spec(), engine.inFlight(), engine.failure())
                 .put("bootstrap", bootstrapAddr).put("prefix_cache", engine.prefixCacheOn() ? "on" : "off")));
         server.start();
     }
@@ -102,8 +105,15 @@ public final class PrefillServer implements AutoCloseable {
         int top = logprobs ? Http.intField(req, "top_logprobs_num", 0, 0, TokenLogprobs.MAX_TOP) : 0;
         boolean prefillOnly = Http.booleanField(req, "prefill_only", false);
         String salt = EngineInput.cacheSalt(req);
+        boolean tracked = requests.started(room);
         try {
-            PrefillEngine.Result r = engine.submit(new PrefillEngine.Request(room, ids, sampling, start, top, prefillOnly, salt)).get();
+            PrefillEngine.Result r;
+            try {
+                r = engine.submit(new PrefillEngine.Request(room, ids, sampling, start, top, prefillOnly, salt)).get();
+            } catch (IllegalArgumentException refused) { // admission: a prompt of more pages than this prefill has
+                requests.answered(room, 400, null, refused.getMessage());
+                throw refused;
+            }
             ObjectNode out = Http.JSON.createObjectNode();
             out.put("bootstrap_room", room);
             out.put("first_token", r.firstToken());
@@ -115,10 +125,21 @@ public final class PrefillServer implements AutoCloseable {
             Http.sendJson(ex, 200, out);
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
-            if (c instanceof KVTransferException t) Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
-            else if (c instanceof IllegalArgumentException) Http.sendError(ex, 400, "invalid_request_error", c.getMessage()); // its room already in flight
-            else if (c instanceof OutputConstraint.Exceeded) Http.sendError(ex, 400, "invalid_request_error", null, OutputConstraint.Exceeded.PARAM, c.getMessage());
-            else Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
+            if (c instanceof KVTransferException t) {
+                requests.answered(room, 500, t.kind().label(), t.getMessage()); // a transfer failed or timed out, or the room was aborted
+                Http.sendError(ex, 500, "kv_transfer_error", t.kind().label(), t.getMessage());
+            } else if (c instanceof IllegalArgumentException) { // its room already in flight
+                requests.answered(room, 400, null, c.getMessage());
+                Http.sendError(ex, 400, "invalid_request_error", c.getMessage());
+            } else if (c instanceof OutputConstraint.Exceeded) {
+                requests.answered(room, 400, null, c.getMessage());
+                Http.sendError(ex, 400, "invalid_request_error", null, OutputConstraint.Exceeded.PARAM, c.getMessage());
+            } else {
+                requests.answered(room, 500, null, String.valueOf(c.getMessage()));
+                Http.sendError(ex, 500, "internal_error", String.valueOf(c.getMessage()));
+            }
+        } finally {
+            if (tracked) requests.ended(room);
         }
     }
 

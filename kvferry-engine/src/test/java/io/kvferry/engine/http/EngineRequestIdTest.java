@@ -1,0 +1,185 @@
+package io.kvferry.engine.http;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.serving.EngineSpec;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Request ids at the engines ({@link RequestId}, {@link EngineRequests}), on a real prefill and decode of stories260K: each
+ * {@code /generate} echoes the caller's {@code X-Request-Id} (or one it made), refuses a malformed one, and every line it
+ * logs about a request's failure, refusal or abort names {@code request_id=ID room=N}, so one id is followed through the
+ * router's, the prefill's and the decode's logs.
+ */
+class EngineRequestIdTest {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final HttpClient HTTP = HttpClient.newBuilder().executor(Executors.newVirtualThreadPerTaskExecutor()).build();
+    static ModelFiles.Loaded model;
+    /** A decode of 2 pages: a request of prompt + max_tokens over 32 tokens is refused there. */
+    static EngineStack stack;
+    static Router router;
+
+    @BeforeAll
+    static void start() throws Exception {
+        model = ModelFiles.load(null, null);
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        stack = EngineStack.open(spec, spec.withPages(2), "request-id-test", null);
+        router = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), model.tokenizer(), model.weights().config.seqLen(),
+                "m", "127.0.0.1", 0);
+    }
+
+    @AfterAll
+    static void stop() {
+        if (router != null) router.close();
+        if (stack != null) stack.close();
+    }
+
+    static HttpResponse<String> post(String url, String body, String requestId) throws Exception {
+        HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(url)).header("Content-Type", "application/json");
+        if (requestId != null) b.header("X-Request-Id", requestId);
+        return HTTP.send(b.POST(HttpRequest.BodyPublishers.ofString(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /** A prefill call of the prompt alone (no decode takes its room). */
+    static String prefillOnly(long room) {
+        return "{\"bootstrap_room\":" + room + ",\"input_ids\":[1,2,3],\"prefill_only\":true}";
+    }
+
+    @Test
+    @Timeout(60)
+    void theEnginesEchoACallersIdAndMakeOneForACallerWithout() throws Exception {
+        HttpResponse<String> given = post(stack.prefillUrl() + "/generate", prefillOnly(11), "direct-1");
+        assertEquals(200, given.statusCode(), given.body());
+        assertEquals("direct-1", given.headers().firstValue("X-Request-Id").orElse(null));
+        HttpResponse<String> made = post(stack.prefillUrl() + "/generate", prefillOnly(12), null);
+        assertEquals(200, made.statusCode(), made.body());
+        assertTrue(made.headers().firstValue("X-Request-Id").orElse("").matches("[0-9a-f]{32}"), made.headers().toString());
+        // The decode's refusal (too few pages) carries it too; a router's choice id (<id>-<index>) past 128 characters is taken.
+        String longest = "x".repeat(RequestId.MAX_CHARS) + "-2147483647";
+        HttpResponse<String> refused = post(stack.decodeUrl() + "/generate", "{\"bootstrap_room\":13,\"bootstrap_addr\":\"" + stack.addr
+                + "\",\"input_ids\":[1,2,3],\"max_new_tokens\":100}", longest);
+        assertEquals(400, refused.statusCode(), refused.body());
+        assertEquals(longest, refused.headers().firstValue("X-Request-Id").orElse(null));
+    }
+
+    @Test
+    @Timeout(60)
+    void theEnginesRefuseAMalformedId() throws Exception {
+        for (String url : new String[]{stack.prefillUrl(), stack.decodeUrl()}) {
+            for (String bad : new String[]{"has space", "x".repeat(RequestId.ENGINE_MAX_CHARS + 1), "be\u0007ll"}) {
+                String body = prefillOnly(21);
+                String answer;
+                URI u = URI.create(url);
+                try (Socket s = new Socket(u.getHost(), u.getPort())) {
+                    s.getOutputStream().write(("POST /generate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nX-Request-Id: "
+                            + bad + "\r\nContent-Length: " + body.length() + "\r\n\r\n" + body).getBytes(StandardCharsets.ISO_8859_1));
+                    answer = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                }
+                assertTrue(answer.startsWith("HTTP/1.1 400"), url + " " + bad + " -> " + answer);
+                JsonNode e = JSON.readTree(answer.substring(answer.indexOf("\r\n\r\n") + 4)).path("error");
+                assertEquals("X-Request-Id", e.path("param").asText(), answer);
+            }
+        }
+    }
+
+    /**
+     * One id followed across the three: the decode refuses the request (too few pages) and the router aborts the room on
+     * the prefill; the router's request line, the decode's refusal and the prefill's abort and failure each name the id
+     * and the same room.
+     */
+    @Test
+    @Timeout(90)
+    void aFailedRequestsIdAndRoomAreInTheRoutersThePrefillsAndTheDecodesLines() throws Exception {
+        String log = captured(() -> {
+            HttpResponse<String> r = post("http://127.0.0.1:" + router.port() + "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":48}",
+                    "trace-me-42");
+            assertEquals(400, r.statusCode(), r.body());
+            assertEquals("trace-me-42", r.headers().firstValue("X-Request-Id").orElse(null));
+        }, l -> l.contains("role=prefill") && l.contains("request failed: request_id=trace-me-42"));
+        String decodeLine = line(log, "request refused: request_id=trace-me-42 room=", "role=decode");
+        Matcher m = Pattern.compile("room=(\\d+)").matcher(decodeLine);
+        assertTrue(m.find(), decodeLine);
+        String room = "room=" + m.group(1);
+        assertTrue(decodeLine.contains("status=400") && decodeLine.contains("pages"), decodeLine);
+        String prefillFailed = line(log, "request failed: request_id=trace-me-42 " + room, "role=prefill");
+        assertTrue(prefillFailed.contains("kind=aborted"), prefillFailed);
+        line(log, "request aborted: request_id=trace-me-42 " + room, "role=prefill by=abort");
+        line(log, "request route=/v1/completions status=400 " + room + " ", "request_id=trace-me-42");
+    }
+
+    /** A direct {@code /abort} (no id of its own) is logged with the id of the request in flight on that room, and so is its failure. */
+    @Test
+    @Timeout(90)
+    void anAbortNamesTheRequestInFlightOnItsRoom() throws Exception {
+        String log = captured(() -> {
+            // A prefill request whose decode never comes: it waits for its room's bootstrap until aborted.
+            CompletableFuture<HttpResponse<String>> waiting = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return post(stack.prefillUrl() + "/generate", "{\"bootstrap_room\":4242,\"input_ids\":[1,2,3]}", "waits-1");
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (stack.prefill.inFlight() == 0 && System.nanoTime() < until) Thread.sleep(10); // taken: its room is known
+            assertEquals(200, post(stack.prefillUrl() + "/abort", "{\"bootstrap_room\":4242}", null).statusCode());
+            HttpResponse<String> r = waiting.get(30, TimeUnit.SECONDS);
+            assertEquals(500, r.statusCode(), r.body());
+            assertEquals("waits-1", r.headers().firstValue("X-Request-Id").orElse(null));
+        }, l -> l.contains("request failed: request_id=waits-1"));
+        line(log, "request aborted: request_id=waits-1 room=4242 role=prefill by=abort", "");
+        assertTrue(line(log, "request failed: request_id=waits-1 room=4242 role=prefill status=500", "").contains("kind=aborted"), log);
+    }
+
+    private interface Run {
+        void run() throws Exception;
+    }
+
+    /** What slf4j-simple wrote while {@code run} ran and until a line matching {@code last} came (20 s at most). */
+    private static String captured(Run run, Predicate<String> last) throws Exception {
+        PrintStream err = System.err;
+        ByteArrayOutputStream logged = new ByteArrayOutputStream();
+        System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
+        try {
+            run.run();
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+            while (logged.toString(StandardCharsets.UTF_8).lines().noneMatch(last) && System.nanoTime() < until) {
+                Thread.sleep(10);
+            }
+        } finally {
+            System.setErr(err);
+            err.print(logged.toString(StandardCharsets.UTF_8)); // in the test's output, whatever came of it
+        }
+        return logged.toString(StandardCharsets.UTF_8);
+    }
+
+    /** The one log line holding {@code start} and {@code also}; fails naming the log when there is none. */
+    private static String line(String log, String start, String also) throws IOException {
+        return log.lines().filter(l -> l.contains(start) && l.contains(also)).findFirst()
+                .orElseThrow(() -> new AssertionError("no line with '" + start + "' and '" + also + "' in:\n" + log));
+    }
+}
