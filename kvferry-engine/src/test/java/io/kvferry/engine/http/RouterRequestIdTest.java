@@ -11,9 +11,11 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
+import java.io.PrintStream;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.URI;
@@ -228,6 +230,26 @@ class RouterRequestIdTest {
         assertEquals("turned-away", idOf(r));
         hold.countDown();
         assertEquals("holder", idOf(first.get(30, TimeUnit.SECONDS)));
+    }
+
+    /** A draining router's 503 carries the request's id, and its log line (on the engines' request logger) names it. */
+    @Test
+    @Timeout(60)
+    void aDrainsRefusalCarriesAndLogsTheId() throws Exception {
+        router.drain().begin();
+        PrintStream err = System.err;
+        ByteArrayOutputStream logged = new ByteArrayOutputStream();
+        HttpResponse<String> r;
+        try {
+            System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
+            r = post("/generate", "{\"text\":\"Hi\"}", "late-1");
+        } finally {
+            System.setErr(err);
+        }
+        assertEquals(503, r.statusCode(), r.body());
+        assertEquals("late-1", idOf(r));
+        String log = logged.toString(StandardCharsets.UTF_8);
+        assertTrue(log.contains("request refused: request_id=late-1 role=router status=503 reason=draining"), log);
     }
 
     @Test
