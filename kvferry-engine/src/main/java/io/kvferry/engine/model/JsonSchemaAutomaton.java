@@ -153,11 +153,31 @@ public final class JsonSchemaAutomaton {
     }
 
     private static EbnfGrammar grammar(JsonNode n) {
+        return holed(n).grammar();
+    }
+
+    /**
+     * A schema compiled with its recursive {@code $ref}s as holes ({@link JsonSchemaGrammar}): the root's automaton
+     * ({@link #top}), each recursive definition's by its hole ({@link #defs}, holes inside), each hole's {@code $ref}
+     * ({@link #refs}) and where it was first met ({@link #refAt}). {@link #grammar}: the schema's grammar.
+     */
+    record Holed(Automaton top, Map<Character, Automaton> defs, Map<String, Character> refs, Map<String, String> refAt) {
+        EbnfGrammar grammar() {
+            return JsonSchemaGrammar.of(top, defs, refs, refAt);
+        }
+    }
+
+    /** The schema given as JSON text compiled with its recursive $refs as holes (tool calls' grammar: {@link ToolCalls}). */
+    static Holed holed(String schema) {
+        return holed(parse(schema));
+    }
+
+    private static Holed holed(JsonNode n) {
         JsonSchemaAutomaton c = new JsonSchemaAutomaton(n, new LinkedHashMap<>());
         Automaton top = ClientRegex.minimal(c.of(n, "#"));
         Map<Character, Automaton> defs = new LinkedHashMap<>();
         for (Map.Entry<String, Character> h : c.holes.entrySet()) defs.put(h.getValue(), c.resolved.get(h.getKey()));
-        return JsonSchemaGrammar.of(top, defs, c.holes, c.holeAt);
+        return new Holed(top, defs, c.holes, c.holeAt);
     }
 
     private static JsonNode parse(String schema) {

@@ -47,57 +47,16 @@ final class JsonSchemaGrammar {
      * derive their definitions; {@code refs} names each hole's definition, {@code refAt} where its $ref is (for messages).
      */
     static EbnfGrammar of(Automaton top, Map<Character, Automaton> defs, Map<String, Character> refs, Map<String, String> refAt) {
-        List<Automaton> automata = new ArrayList<>();
-        automata.add(top);
+        Rules rules = new Rules("is too complex: its recursive $refs (" + String.join(", ", refs.keySet()) + ") make a grammar of over "
+                + MAX_SYMBOLS + " symbols (its automata's states and transitions)");
         Map<Character, Integer> index = new HashMap<>();
-        for (Map.Entry<Character, Automaton> d : defs.entrySet()) {
-            index.put(d.getKey(), automata.size());
-            automata.add(d.getValue());
-        }
-        // Each automaton's states numbered, its initial state first.
-        List<Map<State, Integer>> numbers = new ArrayList<>();
-        for (Automaton a : automata) {
-            Map<State, Integer> n = new LinkedHashMap<>();
-            n.put(a.getInitialState(), 0);
-            for (State s : a.getStates()) n.putIfAbsent(s, n.size());
-            numbers.add(n);
-        }
-        StringBuilder g = new StringBuilder();
-        long symbols = 2 + 2; // root ::= a0s0, and the parser's start ::= root
-        for (int k = 0; k < automata.size(); k++) {
-            ClientRegex.checkDeadline();
-            for (Map.Entry<State, Integer> e : numbers.get(k).entrySet()) {
-                State s = e.getKey();
-                // The transitions by target: one character class each; a hole's apart.
-                Map<Integer, StringBuilder> classes = new TreeMap<>();
-                List<String> alts = new ArrayList<>();
-                for (Transition t : s.getTransitions()) {
-                    int target = numbers.get(k).get(t.getDest());
-                    char lo = t.getMin(), hi = t.getMax();
-                    for (char c = lo; c <= hi && c < MAX_HOLES; c++) {
-                        Integer def = index.get(c);
-                        if (def == null) continue; // no such hole (not generated): no text
-                        alts.add("a" + def + "s0 a" + k + "s" + target);
-                    }
-                    if (hi >= MAX_HOLES) {
-                        char from = (char) Math.max(lo, MAX_HOLES);
-                        classes.computeIfAbsent(target, x -> new StringBuilder()).append(hex(from)).append('-').append(hex(hi));
-                    }
-                }
-                for (Map.Entry<Integer, StringBuilder> c : classes.entrySet()) alts.add("[" + c.getValue() + "] a" + k + "s" + c.getKey());
-                if (s.isAccept()) alts.add("\"\"");
-                symbols += 3L * alts.size() - (s.isAccept() ? 2 : 0);
-                if (symbols > MAX_SYMBOLS) {
-                    throw new ClientRegex.TooComplex("is too complex: its recursive $refs (" + String.join(", ", refs.keySet())
-                            + ") make a grammar of over " + MAX_SYMBOLS + " symbols (its automata's states and transitions)");
-                }
-                if (alts.isEmpty()) alts.add("a" + k + "s" + e.getValue()); // a dead state: derives no text (pruned)
-                g.append('a').append(k).append('s').append(e.getValue()).append(" ::= ").append(String.join(" | ", alts)).append('\n');
-            }
-        }
-        String rules = g.toString();
+        int k = 1;
+        for (Character h : defs.keySet()) index.put(h, k++);
+        rules.add(0, top, index);
+        for (Map.Entry<Character, Automaton> d : defs.entrySet()) rules.add(index.get(d.getKey()), d.getValue(), index);
+        String text = rules.text();
         try {
-            return EbnfGrammar.parse("root ::= a0s0\n" + rules);
+            return EbnfGrammar.parse("root ::= " + start(0) + "\n" + text);
         } catch (ClientRegex.TooComplex e) {
             throw e;
         } catch (IllegalArgumentException e) {
@@ -105,7 +64,7 @@ final class JsonSchemaGrammar {
             // Name the first definition that derives no text (each tried as the root).
             for (Map.Entry<String, Character> r : refs.entrySet()) {
                 try {
-                    EbnfGrammar.parse("root ::= a" + index.get(r.getValue()) + "s0\n" + rules);
+                    EbnfGrammar.parse("root ::= " + start(index.get(r.getValue())) + "\n" + text);
                 } catch (IllegalArgumentException none) {
                     throw new JsonSchemaAutomaton.Fault("matches no text at all: its recursive $ref '" + r.getKey() + "' at " + refAt.get(r.getKey())
                             + " never ends (a value that must hold itself, with no way out such as an optional property, an empty array"
@@ -113,6 +72,75 @@ final class JsonSchemaGrammar {
                 }
             }
             throw new IllegalArgumentException("matches no text at all");
+        }
+    }
+
+    /** The rule that derives automaton {@code k}'s language ({@link Rules#add}). */
+    static String start(int k) {
+        return "a" + k + "s0";
+    }
+
+    /**
+     * Right-linear rules of automata, each numbered by its caller ({@link #start}: its first rule): a state a rule, a
+     * transition its character class followed by the target's rule, an accepting state an empty alternative; a hole's
+     * transition (a character below U+0020 that {@code holes} maps) the rules of the automaton it names, then the target's.
+     * Counted as {@link EbnfGrammar} counts symbols, refused past {@link #MAX_SYMBOLS} ({@link ClientRegex.TooComplex}).
+     */
+    static final class Rules {
+        private final StringBuilder g = new StringBuilder();
+        private final String tooComplex;
+        private long symbols = 2 + 2; // root ::= …, and the parser's start ::= root
+
+        /** {@code tooComplex}: the refusal's message past {@link #MAX_SYMBOLS}. */
+        Rules(String tooComplex) {
+            this.tooComplex = tooComplex;
+        }
+
+        /** Symbols of rules written elsewhere (the caller's own around these), counted toward the bound. */
+        void count(long more) {
+            symbols += more;
+            if (symbols > MAX_SYMBOLS) throw new ClientRegex.TooComplex(tooComplex);
+        }
+
+        /**
+         * Automaton {@code k}'s rules: a character below U+0020 in {@code holes} is its automaton's value, one not in it no
+         * text (a hole of no definition: never generated); {@code holes} null: every character is itself (no holes).
+         */
+        void add(int k, Automaton a, Map<Character, Integer> holes) {
+            ClientRegex.checkDeadline();
+            Map<State, Integer> numbers = new LinkedHashMap<>();
+            numbers.put(a.getInitialState(), 0);
+            for (State s : a.getStates()) numbers.putIfAbsent(s, numbers.size());
+            char plainFrom = holes == null ? 0 : (char) MAX_HOLES;
+            for (Map.Entry<State, Integer> e : numbers.entrySet()) {
+                State s = e.getKey();
+                // The transitions by target: one character class each; a hole's apart.
+                Map<Integer, StringBuilder> classes = new TreeMap<>();
+                List<String> alts = new ArrayList<>();
+                for (Transition t : s.getTransitions()) {
+                    int target = numbers.get(t.getDest());
+                    char lo = t.getMin(), hi = t.getMax();
+                    for (char c = lo; c <= hi && c < plainFrom; c++) {
+                        Integer def = holes.get(c);
+                        if (def == null) continue; // no such hole (not generated): no text
+                        alts.add(start(def) + " a" + k + "s" + target);
+                    }
+                    if (hi >= plainFrom) {
+                        char from = (char) Math.max(lo, plainFrom);
+                        classes.computeIfAbsent(target, x -> new StringBuilder()).append(hex(from)).append('-').append(hex(hi));
+                    }
+                }
+                for (Map.Entry<Integer, StringBuilder> c : classes.entrySet()) alts.add("[" + c.getValue() + "] a" + k + "s" + c.getKey());
+                if (s.isAccept()) alts.add("\"\"");
+                count(3L * alts.size() - (s.isAccept() ? 2 : 0));
+                if (alts.isEmpty()) alts.add("a" + k + "s" + e.getValue()); // a dead state: derives no text (pruned)
+                g.append('a').append(k).append('s').append(e.getValue()).append(" ::= ").append(String.join(" | ", alts)).append('\n');
+            }
+        }
+
+        /** The rules so far, one a line. */
+        String text() {
+            return g.toString();
         }
     }
 

@@ -777,14 +777,15 @@ public final class OutputConstraint {
                 try {
                     c = ClientRegex.withDeadline(deadlineNanos, () -> {
                         if (kind == Kind.EBNF) return new OutputConstraint(kind, source, EbnfGrammar.parse(source), texts);
-                        // A schema whose $refs recurse is served by its grammar (the DFA path's layout), under this kind.
-                        JsonSchemaAutomaton.Language schema = kind == Kind.JSON_SCHEMA ? JsonSchemaAutomaton.language(source) : null;
+                        // A schema whose $refs recurse (or tool calls with such parameters) is served by its grammar (the DFA
+                        // path's layout), under this kind.
+                        JsonSchemaAutomaton.Language schema = kind == Kind.JSON_SCHEMA ? JsonSchemaAutomaton.language(source)
+                                : kind == Kind.TOOL_CALLS ? ToolCalls.language(source) : null;
                         if (schema != null && schema.grammar() != null) return new OutputConstraint(kind, source, schema.grammar(), texts);
                         return new OutputConstraint(kind, source,
                             switch (kind) {
                                 case REGEX -> ClientRegex.compile(source);
-                                case JSON_SCHEMA -> schema.automaton();
-                                case TOOL_CALLS -> ToolCalls.language(source);
+                                case JSON_SCHEMA, TOOL_CALLS -> schema.automaton();
                                 case EBNF -> throw new IllegalStateException("a grammar has no automaton");
                             }, texts);
                     });

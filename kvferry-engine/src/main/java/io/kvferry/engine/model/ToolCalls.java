@@ -9,7 +9,9 @@ import dk.brics.automaton.Automaton;
 import dk.brics.automaton.BasicAutomata;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * Tool calls (OpenAI's function calling) as text the model writes, Hermes' wire format (as Qwen's and Hermes' models
@@ -17,7 +19,7 @@ import java.util.List;
  * the tool's {@code parameters} schema; several calls are joined by {@link #BETWEEN}. Pure parts: {@link #render}
  * (a call as that text, also how a conversation's earlier calls enter the prompt), {@link Scanner} (the text read as it
  * is generated, as an answer's calls are streamed and made: the calls on whole calls, the calls so far on a cut one) and {@link #language} (the
- * regular language of the answers a request admits,
+ * language of the answers a request admits, regular, or a grammar where a called tool's parameters recurse,
  * structured outputs' {@link OutputConstraint.Kind#TOOL_CALLS}, compiled to the token mask alike by the router, the
  * prefill and the decode).
  *
@@ -27,7 +29,8 @@ import java.util.List;
  * (a named tool_choice, with {@code required}): the calls are of that tool alone, every tool's schema still compiled, so
  * a fault in any is refused as OpenAI refuses it. A tool's call is
  * its wrapper, literal, around its schema's automaton ({@link JsonSchemaAutomaton}: what it admits is valid for the
- * schema) less any value but an object (a schema that admits no object is a {@link Fault}).
+ * schema) less any value but an object (a schema that admits no object is a {@link Fault}); a recursive schema's automaton
+ * has holes, each recursive definition a rule of the grammar ({@link JsonSchemaGrammar}).
  */
 public final class ToolCalls {
     /** What opens a call. */
@@ -268,10 +271,13 @@ public final class ToolCalls {
     }
 
     /**
-     * The automaton of the answers {@code source} admits (see the class comment); a tool's schema refused is a {@link Fault}
-     * naming the tool and the place, anything else wrong with the source an {@link IllegalArgumentException}.
+     * The language of the answers {@code source} admits (see the class comment): its automaton, or where a called tool's
+     * {@code parameters} recurse ({@code $ref}s a tree's nodes, a filter's sub-expressions), its exact grammar
+     * ({@link #grammar}: the same layout, each recursive definition a rule); a tool's schema refused is a {@link Fault}
+     * naming the tool and the place, a tool's bound passed a {@link ClientRegex.TooComplex} naming the tool, anything
+     * else wrong with the source an {@link IllegalArgumentException}.
      */
-    public static Automaton language(String source) {
+    public static JsonSchemaAutomaton.Language language(String source) {
         JsonNode s;
         try {
             s = JSON.readTree(source);
@@ -289,37 +295,114 @@ public final class ToolCalls {
         if (!only.isMissingNode() && !(only.isTextual() && mode.equals("required"))) {
             throw new IllegalArgumentException("name (the one tool called) must be a string, with mode required, got " + only);
         }
-        List<Automaton> calls = new ArrayList<>();
+        List<String> names = new ArrayList<>();
+        List<Automaton> args = new ArrayList<>();
+        List<JsonSchemaAutomaton.Holed> holed = new ArrayList<>();
+        boolean recursive = false;
         for (int i = 0; i < tools.size(); i++) {
             JsonNode name = tools.get(i).path("name"), parameters = tools.get(i).path("parameters");
             if (!name.isTextual() || !parameters.isTextual()) {
                 throw new IllegalArgumentException("tools[" + i + "] needs a name and its parameters' schema as JSON text, got " + tools.get(i));
             }
-            Automaton args;
+            Automaton a;
+            JsonSchemaAutomaton.Holed h = null;
             try {
-                args = JsonSchemaAutomaton.compile(parameters.textValue());
+                try {
+                    a = JsonSchemaAutomaton.compile(parameters.textValue());
+                } catch (JsonSchemaAutomaton.Recursive r) {
+                    // Its $refs recurse: compiled with holes, and its own grammar built, so that its refusals (a recursion
+                    // with no way out, over 32 definitions, its size) name this tool as response_format's name the schema.
+                    h = JsonSchemaAutomaton.holed(parameters.textValue());
+                    h.grammar();
+                    a = h.top();
+                }
             } catch (JsonSchemaAutomaton.Fault f) {
                 throw new Fault(i, f.at(), f.getMessage());
+            } catch (ClientRegex.TooComplex e) {
+                throw e.reworded("is too complex at tools[" + i + "] (" + name.textValue() + "): its parameters' schema " + e.getMessage());
             }
             // Only an object is arguments (parse): a schema that admits other values ({}, an anyOf with a string branch)
-            // would let the model write a call the parser rejects, so the answer would silently be text.
-            args = ClientRegex.product(args, BasicAutomata.makeChar('{').concatenate(BasicAutomata.makeAnyString()));
-            if (args.isEmpty()) throw new Fault(i, "#", "admits no JSON object, and a call's arguments are an object");
-            String head = render(new Call(name.textValue(), "\0"));
-            int cut = head.indexOf('\0');
+            // would let the model write a call the parser rejects, so the answer would silently be text. (A hole is never
+            // a value's first character, so the product keeps a recursive tool's holes as they are.)
+            a = ClientRegex.product(a, BasicAutomata.makeChar('{').concatenate(BasicAutomata.makeAnyString()));
+            if (a.isEmpty()) throw new Fault(i, "#", "admits no JSON object, and a call's arguments are an object");
             if (only.isMissingNode() || only.textValue().equals(name.textValue())) {
-                calls.add(BasicAutomata.makeString(head.substring(0, cut)).concatenate(args).concatenate(BasicAutomata.makeString(head.substring(cut + 1))));
+                names.add(name.textValue());
+                args.add(a);
+                holed.add(h);
+                recursive |= h != null;
             }
             ClientRegex.checkDeadline();
         }
-        if (calls.isEmpty()) throw new IllegalArgumentException("name " + only + " is none of the tools' names");
+        if (names.isEmpty()) throw new IllegalArgumentException("name " + only + " is none of the tools' names");
+        if (recursive) return new JsonSchemaAutomaton.Language(null, grammar(mode.equals("auto"), parallel.asBoolean(true), names, args, holed));
+        List<Automaton> calls = new ArrayList<>();
+        for (int i = 0; i < names.size(); i++) {
+            String head = render(new Call(names.get(i), "\0"));
+            int cut = head.indexOf('\0');
+            calls.add(BasicAutomata.makeString(head.substring(0, cut)).concatenate(args.get(i)).concatenate(BasicAutomata.makeString(head.substring(cut + 1))));
+        }
         Automaton one = ClientRegex.minimal(Automaton.union(calls));
         Automaton answer = one;
         if (parallel.asBoolean(true)) answer = one.concatenate(BasicAutomata.makeString(BETWEEN).concatenate(one.clone()).repeat());
-        if (mode.equals("auto")) {
-            Automaton text = BasicAutomata.makeAnyString().minus(BasicAutomata.makeString(OPEN).concatenate(BasicAutomata.makeAnyString()));
-            answer = answer.union(text);
+        if (mode.equals("auto")) answer = answer.union(text());
+        return new JsonSchemaAutomaton.Language(ClientRegex.minimal(answer), null);
+    }
+
+    /** auto's text answer: any text that does not start with {@link #OPEN}. */
+    private static Automaton text() {
+        return BasicAutomata.makeAnyString().minus(BasicAutomata.makeString(OPEN).concatenate(BasicAutomata.makeAnyString()));
+    }
+
+    /**
+     * The grammar of the calls where a tool's parameters recurse: the layout {@link #language}'s automaton has, in rules
+     * ({@link JsonSchemaGrammar.Rules}): {@code root ::= calls} (auto: {@code | } the text's automaton as rules), {@code calls}
+     * one call or (parallel) one then {@link #BETWEEN} and more, a call each tool's literal wrapping around its arguments'
+     * automaton (a recursive tool's with its holes, each recursive definition an automaton of its own, holes inside).
+     */
+    private static EbnfGrammar grammar(boolean auto, boolean parallel, List<String> names, List<Automaton> args,
+                                       List<JsonSchemaAutomaton.Holed> holed) {
+        JsonSchemaGrammar.Rules rules = new JsonSchemaGrammar.Rules("is too complex: the tool calls' grammar (its tools' parameters, one"
+                + " of them recursive) is over " + JsonSchemaGrammar.MAX_SYMBOLS + " symbols (their automata's states and transitions)");
+        StringBuilder g = new StringBuilder("root ::= calls" + (auto ? " | " + JsonSchemaGrammar.start(0) : "") + "\n");
+        g.append("calls ::= one").append(parallel ? " | one " + literal(BETWEEN) + " calls" : "").append('\n');
+        StringBuilder one = new StringBuilder("one ::= ");
+        if (auto) rules.add(0, text(), null);
+        rules.count(8);
+        int k = 1;
+        for (int i = 0; i < names.size(); i++) {
+            String head = render(new Call(names.get(i), "\0"));
+            int cut = head.indexOf('\0'), a = k++;
+            JsonSchemaAutomaton.Holed h = holed.get(i);
+            try {
+                if (h == null) {
+                    rules.add(a, args.get(i), null);
+                } else {
+                    Map<Character, Integer> index = new HashMap<>();
+                    for (Character c : h.defs().keySet()) index.put(c, k++);
+                    rules.add(a, args.get(i), index);
+                    for (Map.Entry<Character, Automaton> d : h.defs().entrySet()) rules.add(index.get(d.getKey()), d.getValue(), index);
+                }
+            } catch (ClientRegex.TooComplex e) {
+                throw e.reworded(e.getMessage() + ", passed at tools[" + i + "] (" + names.get(i) + ")");
+            }
+            g.append("call").append(i).append(" ::= ").append(literal(head.substring(0, cut))).append(' ').append(JsonSchemaGrammar.start(a))
+                    .append(' ').append(literal(head.substring(cut + 1))).append('\n');
+            one.append(i == 0 ? "" : " | ").append("call").append(i);
+            rules.count(head.length() + 4L); // the literals' characters, the rule's and the alternative's
         }
-        return ClientRegex.minimal(answer);
+        return EbnfGrammar.parse(g + one.toString() + "\n" + rules.text());
+    }
+
+    /** A GBNF string literal of {@code s} (a tool's name is of {@code A-Za-z0-9_-}; the wrapping's quotes and line break escaped). */
+    private static String literal(String s) {
+        StringBuilder b = new StringBuilder("\"");
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (c == '"' || c == '\\') b.append('\\').append(c);
+            else if (c < 0x20 || c > 0x7e) b.append(String.format("\\u%04X", (int) c));
+            else b.append(c);
+        }
+        return b.append('"').toString();
     }
 }

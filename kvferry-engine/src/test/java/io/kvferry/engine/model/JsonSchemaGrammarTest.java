@@ -54,7 +54,7 @@ class JsonSchemaGrammarTest {
         return l.grammar();
     }
 
-    private static boolean startsMatch(Earley e, String text) {
+    static boolean startsMatch(Earley e, String text) {
         Earley.Budget b = new Earley.Budget(Earley.MAX_WORK * (text.length() + 1L));
         List<Earley.ItemSet> chart = e.start(b);
         for (int i = 0; i < text.length(); i++) if (!e.read(chart, text.charAt(i), b)) return false;
@@ -77,7 +77,7 @@ class JsonSchemaGrammarTest {
         assertFalse(e.matches("{\"value\":1,\"children\":[1]}"), "items are nodes");
         assertTrue(startsMatch(e, "{\"value\":1,\"children\":[{\"value\":2,\"ch"));
         assertFalse(startsMatch(e, "{\"value\":1,\"children\":[{\"valu3"));
-        // The DFA path alone (tool calls' parameters) still refuses it, as before.
+        // The DFA path alone (compile) still refuses it: language takes the grammar path.
         JsonSchemaAutomaton.Fault f = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.compile(TREE));
         assertTrue(f.getMessage().contains("recursive $ref"), f.getMessage());
     }
@@ -367,7 +367,7 @@ class JsonSchemaGrammarTest {
     }
 
     /** Whether a DFA text begins with {@code text} (a live state after it). */
-    private static boolean dfaStarts(RunAutomaton run, String text) {
+    static boolean dfaStarts(RunAutomaton run, String text) {
         int s = run.getInitialState();
         for (int i = 0; i < text.length() && s >= 0; i++) s = run.step(s, text.charAt(i));
         if (s < 0) return false;

@@ -118,7 +118,7 @@ class ToolCallsTest {
         }
         String mode = r.nextBoolean() ? "auto" : "required";
         boolean parallel = r.nextBoolean();
-        RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source(mode, parallel, names, schemas)));
+        RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source(mode, parallel, names, schemas)).automaton());
         int callsSeen = 0;
         for (int i = 0; i < 40; i++) {
             String text = OutputConstraintTest.walk(run, r, r.nextInt(200));
@@ -162,14 +162,14 @@ class ToolCallsTest {
 
     @Test
     void aNamedCallIsExactlyOneOfThatTool() {
-        RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source("required", false, List.of("get_weather"), List.of(SCHEMAS[1]))));
+        RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source("required", false, List.of("get_weather"), List.of(SCHEMAS[1]))).automaton());
         assertTrue(run.run("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"));
         assertTrue(run.run("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome\",\"unit\":\"c\"}}</tool_call>"));
         assertFalse(run.run("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}</tool_call>"), "city is required");
         assertFalse(run.run("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n"
                 + "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"), "one call");
         assertFalse(run.run("Paris"));
-        RunAutomaton auto = new RunAutomaton(ToolCalls.language(ToolCalls.source("auto", true, List.of("f"), List.of(SCHEMAS[0]))));
+        RunAutomaton auto = new RunAutomaton(ToolCalls.language(ToolCalls.source("auto", true, List.of("f"), List.of(SCHEMAS[0]))).automaton());
         assertTrue(auto.run("Once upon a time"));
         assertTrue(auto.run("<tool"), "a text that only starts like a call's opening");
         assertTrue(auto.run(""));
@@ -182,7 +182,7 @@ class ToolCallsTest {
         // parameters {} (any JSON value), an anyOf with a string branch, an enum of numbers: the parser reads only an object's
         // arguments, so a call with a string or a number would be no calls at all (required's answer then silently text).
         for (String schema : List.of("{}", "{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"object\"}]}")) {
-            RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source("required", true, List.of("f"), List.of(schema))));
+            RunAutomaton run = new RunAutomaton(ToolCalls.language(ToolCalls.source("required", true, List.of("f"), List.of(schema))).automaton());
             assertFalse(run.run("<tool_call>{\"name\": \"f\", \"arguments\": 5}</tool_call>"), schema);
             assertFalse(run.run("<tool_call>{\"name\": \"f\", \"arguments\": \"x\"}</tool_call>"), schema);
             assertTrue(run.run("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"), schema);
