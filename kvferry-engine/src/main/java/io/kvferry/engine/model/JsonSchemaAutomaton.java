@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dk.brics.automaton.Automaton;
 import dk.brics.automaton.BasicAutomata;
+import dk.brics.automaton.Transition;
 
 import java.math.BigDecimal;
 import java.util.ArrayList;
@@ -296,6 +297,7 @@ public final class JsonSchemaAutomaton {
             // keywords) null is no further value: a schema without a type admits null unless another keyword rules it out.
             if (nullable.booleanValue() && typed != null) typed = ClientRegex.minimal(typed.union(lit("null")));
         }
+        int typedAt = typed == null ? -1 : parts.size();
         if (typed != null) parts.add(typed);
         int first = parts.size();
         if (s.has("allOf")) parts.addAll(branches(s, "allOf", at));
@@ -305,11 +307,17 @@ public final class JsonSchemaAutomaton {
         Automaton a = parts.isEmpty() ? anyValue(ANY_DEPTH - 1) : parts.getFirst();
         if (holes != null && parts.size() > 1) {
             // A hole is one character for a whole value: a product would take it for that character, not its language.
+            // A bare type beside it (a $ref or an anyOf) is exact as a filter of the value's first character.
+            if (parts.size() == 2 && typedAt >= 0 && JsonSchemaGrammar.hasHole(parts.get(1 - typedAt))) {
+                Automaton filtered = typeBeside(s, parts.get(1 - typedAt));
+                if (filtered != null) return filtered;
+            }
             for (Automaton p : parts) {
                 if (JsonSchemaGrammar.hasHole(p)) {
                     throw new IllegalArgumentException("has a recursive $ref at " + at + " (or below it) beside other keywords that constrain the"
-                            + " same value (allOf, oneOf, not, or $ref, anyOf, enum / const and the type's keywords together), which structured"
-                            + " outputs do not support for a recursive schema: write the recursive part as a $ref or anyOf alone");
+                            + " same value (allOf, oneOf, not, or $ref, anyOf, enum / const and the type's keywords together; a bare type is"
+                            + " served, but not integer alone), which structured outputs do not support for a recursive schema: write the"
+                            + " recursive part as a $ref or anyOf alone");
                 }
             }
         }
@@ -324,6 +332,43 @@ public final class JsonSchemaAutomaton {
             }
         }
         return a; // a product is minimal; a part alone is as it was built (its parent minimizes it with its key)
+    }
+
+    /**
+     * A bare {@code type} (no keyword of a type's, {@code nullable} aside) beside {@code a}, a language with holes: the
+     * values of {@code a} whose JSON type is one of those named, exactly, by the value's first character ({@code {} [ "}, a
+     * digit or {@code -}, {@code t f}, {@code n}); a hole there (the value is a recursive definition's, or may be) only where
+     * every value of that definition is of a type named ({@link #types}), left out where none is. Null where that cannot be
+     * exact: a type's keyword beside it, {@code integer} without {@code number} (1.5 and 1 begin alike), a hole whose
+     * definition's values may be of a type named and of another (the caller refuses it).
+     */
+    private Automaton typeBeside(JsonNode s, Automaton a) {
+        if (has(s, OBJECT_KEYS) || has(s, ARRAY_KEYS) || has(s, STRING_KEYS) || has(s, NUMBER_KEYS)) return null;
+        Set<String> names = typeNames(s.get("type"));
+        if (names == null) return null;
+        if (s.path("nullable").asBoolean(false)) names.add("null");
+        if (names.remove("integer") && !names.contains("number")) return null;
+        Map<String, String> starts = Map.of("object", "{", "array", "[", "string", "\"", "number", "-0123456789", "boolean", "tf", "null", "n");
+        if (!starts.keySet().containsAll(names)) return null; // an unknown name: typed refused it already
+        StringBuilder first = new StringBuilder();
+        for (String n : names) first.append(starts.get(n));
+        Map<Character, String> refOf = new HashMap<>();
+        for (Map.Entry<String, Character> h : holes.entrySet()) refOf.put(h.getValue(), h.getKey());
+        for (Transition t : a.getInitialState().getTransitions()) {
+            for (char c = t.getMin(); c <= t.getMax() && c < JsonSchemaGrammar.MAX_HOLES; c++) {
+                String ref = refOf.get(c);
+                if (ref == null) continue;
+                JsonNode target = refTarget(JSON.createObjectNode().put("$ref", ref));
+                Set<String> of = types(target, 0), outside = new HashSet<>(of);
+                outside.removeAll(names);
+                if (outside.isEmpty()) first.append(c); // every value of it is of a type named
+                else if (outside.size() < of.size()) return null; // some are, some not: not told by the first character
+                // else none is: no value of it holds
+            }
+        }
+        List<Automaton> chars = new ArrayList<>();
+        for (int i = 0; i < first.length(); i++) chars.add(BasicAutomata.makeChar(first.charAt(i)));
+        return ClientRegex.product(a, Automaton.union(chars).concatenate(BasicAutomata.makeAnyString()));
     }
 
     /**

@@ -178,11 +178,60 @@ class JsonSchemaGrammarTest {
     @Test
     void aRecursiveRefBesideOtherKeywordsIsRefusedWithItsPlace() {
         String schema = """
-                {"$defs":{"N":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/N","type":"object"}}}}},
+                {"$defs":{"N":{"type":"object","properties":{"kids":{"type":"array","items":{"$ref":"#/$defs/N","type":"object","required":[]}}}}},
                 "$ref":"#/$defs/N"}""";
         JsonSchemaAutomaton.Fault f = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.language(schema));
         assertTrue(f.getMessage().contains("recursive $ref") && f.getMessage().contains("beside other keywords"), f.getMessage());
         assertEquals("#/$defs/N/properties/kids/items", f.at());
+    }
+
+    /**
+     * Annotations beside a recursive $ref (Pydantic writes description, title and default there) are ignored, as on the DFA
+     * path: the same grammar as without them, the unrolling's language. A bare type beside a recursive $ref or anyOf is
+     * served exactly (the value's first character filtered; a definition none of whose values is of the type left out),
+     * against the unrolling's DFA, at the root too; a type's keywords, integer alone, a definition some of whose values are
+     * of the type and some not, and other keywords beside it stay refused, naming the place.
+     */
+    @Test
+    void annotationsAndABareTypeBesideARecursiveRef() throws Exception {
+        SplittableRandom r = new SplittableRandom(20261208);
+        String annotations = "\"description\":\"a kid\",\"title\":\"Kid\",\"default\":{},\"examples\":[{}],\"$comment\":\"c\","
+                + "\"deprecated\":false,\"readOnly\":true,\"writeOnly\":false";
+        String annotated = TREE.replace("\"items\":{\"$ref\":\"#/$defs/Node\"}", "\"items\":{\"$ref\":\"#/$defs/Node\"," + annotations + "}")
+                .replace("\"$ref\":\"#/$defs/Node\"}", "\"$ref\":\"#/$defs/Node\",\"title\":\"Tree\",\"description\":\"the root\"}");
+        assertTrue(annotated.contains("\"readOnly\"") && annotated.contains("\"Tree\""), annotated);
+        assertEquals(grammarOf(TREE).symbols(), grammarOf(annotated).symbols(), "the same grammar");
+        assertMatchesItsUnrolling(annotated, r);
+        // A bare type: at the root beside the $ref, at the items beside the $ref, an anyOf narrowed by a type list, and an
+        // optional member whose type no node has (left out).
+        String typed = """
+                {"$defs":{"Node":{"type":"object","properties":{"value":{"type":"integer"},
+                "children":{"type":"array","items":{"$ref":"#/$defs/Node","type":"object"}},
+                "next":{"anyOf":[{"$ref":"#/$defs/Node"},{"type":"null"},{"type":"string","maxLength":2}],"type":["object","null"]},
+                "alt":{"$ref":"#/$defs/Node","type":"string"}},"required":["value","children"]}},
+                "$ref":"#/$defs/Node","type":"object"}""";
+        assertMatchesItsUnrolling(typed, r);
+        Earley e = new Earley(grammarOf(typed));
+        assertTrue(e.matches("{\"value\":1,\"children\":[],\"next\":null}"));
+        assertTrue(e.matches("{\"value\":1,\"children\":[],\"next\":{\"value\":2,\"children\":[]}}"));
+        assertFalse(e.matches("{\"value\":1,\"children\":[],\"next\":\"ab\"}"), "a string is not of the type list");
+        assertFalse(startsMatch(e, "{\"value\":1,\"children\":[],\"alt\":"), "no node is a string");
+        String[][] refused = {
+                {"\"type\":\"object\",\"properties\":{}", "#/$defs/Node/properties/children/items"},
+                {"\"type\":\"integer\"", "#/$defs/Node/properties/children/items"},
+                {"\"enum\":[{}]", "#/$defs/Node/properties/children/items"},
+                {"\"type\":\"object\",\"allOf\":[{}]", "#/$defs/Node/properties/children/items"},
+        };
+        for (String[] c : refused) {
+            String schema = TREE.replace("\"items\":{\"$ref\":\"#/$defs/Node\"}", "\"items\":{\"$ref\":\"#/$defs/Node\"," + c[0] + "}");
+            JsonSchemaAutomaton.Fault f = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.language(schema), c[0]);
+            assertTrue(f.getMessage().contains("beside other keywords"), f.getMessage());
+            assertEquals(c[1], f.at(), c[0]);
+        }
+        // A definition some of whose values are arrays and some numbers, beside the type array: not told by a first character.
+        String expr = EXPR.replace("\"items\":{\"$ref\":\"#/$defs/E\"}", "\"items\":{\"$ref\":\"#/$defs/E\",\"type\":\"array\"}");
+        JsonSchemaAutomaton.Fault f = assertThrows(JsonSchemaAutomaton.Fault.class, () -> JsonSchemaAutomaton.language(expr));
+        assertEquals("#/$defs/E/anyOf/1/items", f.at());
     }
 
     @Test
@@ -308,32 +357,35 @@ class JsonSchemaGrammarTest {
     @Test
     void recursiveSchemasMatchTheirUnrollingsDfa() throws Exception {
         SplittableRandom r = new SplittableRandom(20261207);
+        for (String schema : List.of(TREE, LIST, MUTUAL, EXPR)) assertMatchesItsUnrolling(schema, r);
+    }
+
+    /** {@link #recursiveSchemasMatchTheirUnrollingsDfa} for one schema. */
+    static void assertMatchesItsUnrolling(String schema, SplittableRandom r) throws Exception {
         String alphabet = "{}[],:\" 0123456789-.nulxyv";
-        for (String schema : List.of(TREE, LIST, MUTUAL, EXPR)) {
-            Earley e = new Earley(grammarOf(schema));
-            RunAutomaton shallow = new RunAutomaton(JsonSchemaAutomaton.compile(unroll(schema, 3)));
-            RunAutomaton deeper = new RunAutomaton(JsonSchemaAutomaton.compile(unroll(schema, 5)));
-            int nested = 0;
-            for (int i = 0; i < 40; i++) {
-                String text = OutputConstraintTest.walk(shallow, r, 50);
-                assertNotNull(text, schema);
-                assertTrue(e.matches(text), schema + " admits " + text);
-                if (text.indexOf('[', 1) > 0 || text.indexOf('{', 1) > 0) nested++;
-                for (int m = 0; m < 8; m++) {
-                    int at = r.nextInt(text.length());
-                    char c = alphabet.charAt(r.nextInt(alphabet.length()));
-                    String t = switch (m % 3) {
-                        case 0 -> text.substring(0, at) + text.substring(at + 1);
-                        case 1 -> text.substring(0, at) + c + text.substring(at);
-                        default -> text.substring(0, at) + c + text.substring(at + 1);
-                    };
-                    assertEquals(deeper.run(t), e.matches(t), schema + " whole: " + t);
-                    String pre = t.substring(0, r.nextInt(t.length() + 1));
-                    assertEquals(dfaStarts(deeper, pre), startsMatch(e, pre), schema + " prefix: " + pre);
-                }
+        Earley e = new Earley(grammarOf(schema));
+        RunAutomaton shallow = new RunAutomaton(JsonSchemaAutomaton.compile(unroll(schema, 3)));
+        RunAutomaton deeper = new RunAutomaton(JsonSchemaAutomaton.compile(unroll(schema, 5)));
+        int nested = 0;
+        for (int i = 0; i < 40; i++) {
+            String text = OutputConstraintTest.walk(shallow, r, 50);
+            assertNotNull(text, schema);
+            assertTrue(e.matches(text), schema + " admits " + text);
+            if (text.indexOf('[', 1) > 0 || text.indexOf('{', 1) > 0) nested++;
+            for (int m = 0; m < 8; m++) {
+                int at = r.nextInt(text.length());
+                char c = alphabet.charAt(r.nextInt(alphabet.length()));
+                String t = switch (m % 3) {
+                    case 0 -> text.substring(0, at) + text.substring(at + 1);
+                    case 1 -> text.substring(0, at) + c + text.substring(at);
+                    default -> text.substring(0, at) + c + text.substring(at + 1);
+                };
+                assertEquals(deeper.run(t), e.matches(t), schema + " whole: " + t);
+                String pre = t.substring(0, r.nextInt(t.length() + 1));
+                assertEquals(dfaStarts(deeper, pre), startsMatch(e, pre), schema + " prefix: " + pre);
             }
-            assertTrue(nested > 5, schema + ": the walks nest (" + nested + ")");
         }
+        assertTrue(nested > 5, schema + ": the walks nest (" + nested + ")");
     }
 
     /** {@code schema} with its definitions copied per level (0..levels-1), the last level's $refs nothing. */

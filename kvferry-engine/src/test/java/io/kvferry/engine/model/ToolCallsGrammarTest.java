@@ -146,6 +146,21 @@ class ToolCallsGrammarTest {
         assertEquals(0, f.tool());
     }
 
+    /**
+     * A tool's parameters as an MCP server or Pydantic writes a recursive model: the root a $ref beside {@code "type":
+     * "object"} (MCP requires it) and annotations, a $ref beside a description inside: served (a 400 before), the calls'
+     * arguments those of the plain schema.
+     */
+    @Test
+    void aRootRefBesideTypeObjectAndAnnotationsIsServed() {
+        String mcp = JsonSchemaGrammarTest.TREE.substring(0, JsonSchemaGrammarTest.TREE.length() - 1) + ",\"type\":\"object\",\"title\":\"Tree\"}";
+        mcp = mcp.replace("\"items\":{\"$ref\":\"#/$defs/Node\"}", "\"items\":{\"$ref\":\"#/$defs/Node\",\"description\":\"a kid\",\"default\":{}}");
+        assertTrue(mcp.endsWith("\"type\":\"object\",\"title\":\"Tree\"}") && mcp.contains("a kid"), mcp);
+        Earley e = grammar(source("required", true, List.of(mcp, WEATHER), null));
+        assertTrue(e.matches("<tool_call>{\"name\": \"tree\", \"arguments\": {\"value\":1,\"children\":[{\"value\":2,\"children\":[]}]}}</tool_call>"));
+        assertFalse(e.matches("<tool_call>{\"name\": \"tree\", \"arguments\": {\"value\":1}}</tool_call>"));
+    }
+
     @Test
     void refusalsNameTheToolAndThePlace() {
         String never = "{\"type\":\"object\",\"properties\":{\"n\":{\"$ref\":\"#/$defs/N\"}},\"required\":[\"n\"],\"$defs\":{\"N\":{\"type\":\"object\","
@@ -165,7 +180,7 @@ class ToolCallsGrammarTest {
         assertEquals(1, m.tool());
         assertTrue(m.getMessage().contains("over " + JsonSchemaGrammar.MAX_HOLES + " recursive definitions"), m.getMessage());
         // A recursive $ref beside keywords that constrain the same value: its place.
-        String beside = JsonSchemaGrammarTest.TREE.replace("\"items\":{\"$ref\":\"#/$defs/Node\"}", "\"items\":{\"$ref\":\"#/$defs/Node\",\"type\":\"object\"}");
+        String beside = JsonSchemaGrammarTest.TREE.replace("\"items\":{\"$ref\":\"#/$defs/Node\"}", "\"items\":{\"$ref\":\"#/$defs/Node\",\"type\":\"object\",\"required\":[]}");
         ToolCalls.Fault b = assertThrows(ToolCalls.Fault.class, () -> ToolCalls.language(source("required", true, List.of(beside), null)));
         assertEquals("#/$defs/Node/properties/children/items", b.at());
         // The grammar's size: a recursive tool with a large enum, named.
