@@ -83,14 +83,22 @@ final class Answer {
             check();
             events = Http.startEvents(ex);
             if (shape == OpenAiShape.CHAT) {
-                for (int i = 0; i < count; i++) {
-                    ObjectNode role = indexed(shape.answer(id, created, modelName, "", null, true, true), i);
-                    if (tools != null) ChatTools.roleDelta(tools, (ObjectNode) role.get("choices").get(0).get("delta"));
-                    Http.event(events, Http.JSON.writeValueAsString(role));
-                }
+                // Under tool_choice auto with one choice, it names its role itself once its answer is known to be text or
+                // calls (Choice, ChatTools.rolePerChoice).
+                for (int i = 0; i < count && !ChatTools.rolePerChoice(tools, count); i++) Http.event(events, Http.JSON.writeValueAsString(role(i, null)));
             }
         }
         return events;
+    }
+
+    /**
+     * A chat's role chunk for choice {@code index}: content {@code ""} (a plain answer's, OpenAI's), under tool calling
+     * {@link ChatTools#roleDelta}'s ({@code text}: whether auto's answer is text, null where not known yet).
+     */
+    ObjectNode role(int index, Boolean text) {
+        ObjectNode role = indexed(shape.answer(id, created, modelName, "", null, true, true), index);
+        if (tools != null) ChatTools.roleDelta(tools, text, (ObjectNode) role.get("choices").get(0).get("delta"));
+        return role;
     }
 
     synchronized void send(ObjectNode chunk) throws IOException {

@@ -190,13 +190,25 @@ final class ChatTools {
 
     /**
      * A stream's role chunk's {@code delta} under tool calling, so that a client's accumulated message is the whole answer's
-     * (content null beside its tool_calls, never ""): an answer that must be calls (required, named) says content null, as
-     * OpenAI's; under auto, where the role goes before the answer is known to be text or calls, no content at all (a text
-     * answer's chunks then carry it, "" included: {@link Choice}).
+     * and each chunk OpenAI's: an answer of calls says content null (as OpenAI's; never "", which an SDK's accumulator
+     * keeps beside the calls), a text answer (auto's, known to be text: {@code text} true) content "" (as OpenAI's plain
+     * answer); {@code text} null, auto's answer not known yet (several choices: {@link #rolePerChoice}), no content at all
+     * (a text answer's chunks then carry it, "" included: {@link Choice}).
      */
-    static void roleDelta(Tools t, ObjectNode delta) {
-        if (t.mode() == Mode.AUTO) delta.remove("content");
-        else delta.putNull("content");
+    static void roleDelta(Tools t, Boolean text, ObjectNode delta) {
+        if (t.mode() != Mode.AUTO || Boolean.FALSE.equals(text)) delta.putNull("content");
+        else if (text == null) delta.remove("content");
+        else delta.put("content", "");
+    }
+
+    /**
+     * Whether a stream's choice sends its own role chunk, once its answer is known to be text or calls (tool_choice auto, as
+     * {@link #roleDelta} differs by the answer), rather than the stream's start sending it: with one choice. With several
+     * the start sends each one's (without content), as openai-java's {@code ChatCompletionAccumulator} ends once every
+     * choice it has seen has finished: a choice whose first chunk came after another's last would be refused.
+     */
+    static boolean rolePerChoice(Tools t, int choices) {
+        return t != null && t.mode() == Mode.AUTO && choices == 1;
     }
 
     /** A call's id: {@code call_} and 24 random letters and digits. */

@@ -42,6 +42,8 @@ final class Choice implements Output {
     private boolean plain;
     private ChatTools.Stream calls;
     private int scanned;
+    /** Whether this choice's role chunk went (auto's, sent once its answer is known to be text or calls: {@link #role}). */
+    private boolean roleSent;
     Router.RequestRecord record;
     Outcome outcome;
 
@@ -95,12 +97,14 @@ final class Choice implements Output {
             held.append(text);
             if (a.tools.mode() == ChatTools.Mode.AUTO && mayBeCalls() && held.length() < ToolCalls.OPEN.length()) return;
             if (ChatTools.isCalls(a.tools, held)) { // the answer is calls: read as they come, from the held text on
+                role(false);
                 calls = new ChatTools.Stream();
                 sendCalls(held);
                 held.setLength(0);
                 return;
             }
             plain = true; // auto's text: what was held goes now, the rest as it comes
+            role(true);
             String h = held.toString();
             streamedChars += h.length();
             JsonNode lp = heldLogprobs.isEmpty() ? null : a.shape.logprobs(a.tokenizer, heldLogprobs, new int[heldLogprobs.size()], 0, heldLogprobs.size());
@@ -142,6 +146,16 @@ final class Choice implements Output {
     }
 
     /**
+     * Under auto with one choice ({@link ChatTools#rolePerChoice}), its role chunk, once: content "" before a text answer
+     * (as OpenAI's), null before calls; the stream's start sent none.
+     */
+    private void role(boolean text) throws IOException {
+        if (roleSent || !ChatTools.rolePerChoice(a.tools, a.count)) return;
+        roleSent = true;
+        a.send(a.role(index, text));
+    }
+
+    /**
      * Whether auto's held text may still be calls: it and {@link ToolCalls#OPEN} agree as far as both go (compared in place,
      * not copied per token: a call's held text grows to the whole answer).
      */
@@ -165,6 +179,7 @@ final class Choice implements Output {
         if (a.tools != null && !plain && (calls != null || ChatTools.isCalls(a.tools, o.text()))) {
             // The rest of the calls' text: what a possible stop string's start held back (all of it where auto's text was
             // still undecided), the calls so far as they stand at the cut.
+            role(false);
             if (calls == null) calls = new ChatTools.Stream();
             sendCalls(o.text().substring(scanned));
             ObjectNode fin = chunk("", o.finish(), unsentLogprobs(o));
@@ -173,10 +188,11 @@ final class Choice implements Output {
             a.send(fin);
             return;
         }
+        role(true);
         String rest = o.text().substring(streamedChars);
         ObjectNode fin = chunk(rest, o.finish(), unsentLogprobs(o));
-        // Auto's text that no chunk carried yet (all of it was held, or it is empty): its content here, "" included, as
-        // auto's role chunk has none (ChatTools.roleDelta).
+        // Auto's text that no chunk carried yet (all of it was held, or it is empty): its content here, "" included (with
+        // several choices their role chunks had no content).
         if (a.tools != null && !plain) ((ObjectNode) fin.get("choices").get(0).get("delta")).put("content", rest);
         fin.set("kvferry", Answer.extension(o));
         a.send(fin);

@@ -364,6 +364,66 @@ class OpenAiClientCompatTest {
         assertEquals(cutCall, cutStreamed.message().toolCalls().orElseThrow().getFirst().asFunction().function(), "the same cut call, streamed");
     }
 
+    /**
+     * Under tool_choice auto, a text answer streams as OpenAI's plain answer: its first chunk the role with content ""
+     * ({@code delta: {"role": "assistant", "content": ""}}), the client's accumulated message the whole answer's content
+     * (with n 2, each choice's role chunk at the stream's start, without content, the accumulation still whole); a
+     * required answer's role chunk keeps content null (an accumulated message of calls has no content beside them).
+     */
+    @Test
+    @Timeout(60)
+    void autosTextAnswerStreamsAsOpenAisPlainAnswer() {
+        FunctionDefinition weather = FunctionDefinition.builder().name("get_weather")
+                .parameters(FunctionParameters.builder().putAdditionalProperty("type", JsonValue.from("object"))
+                        .putAdditionalProperty("properties", JsonValue.from(Map.of("city", Map.of("type", "string", "maxLength", 8))))
+                        .putAdditionalProperty("required", JsonValue.from(List.of("city"))).build()).build();
+        for (long n : new long[]{1, 2}) {
+            ChatCompletionCreateParams params = chat(12).addFunctionTool(weather).toolChoice(ChatCompletionToolChoiceOption.Auto.AUTO).n(n)
+                    .temperature(1.0).build();
+            ChatCompletion whole = client.chat().completions().create(params).validate();
+            ChatCompletionAccumulator acc = ChatCompletionAccumulator.create();
+            List<ChatCompletionChunk> chunks = new ArrayList<>();
+            try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(params)) {
+                s.stream().forEach(c -> {
+                    c.validate();
+                    chunks.add(c);
+                    acc.accumulate(c);
+                });
+            }
+            for (int i = 0; i < n; i++) {
+                ChatCompletion.Choice w = whole.choices().get(i);
+                assertTrue(w.message().toolCalls().isEmpty() && w.message().content().isPresent(), "a story, as text: " + whole);
+                ChatCompletionChunk.Choice.Delta first = null;
+                for (ChatCompletionChunk c : chunks) {
+                    for (ChatCompletionChunk.Choice ch : c.choices()) if (ch.index() == i && first == null) first = ch.delta();
+                }
+                assertNotNull(first);
+                assertTrue(first.role().isPresent(), first.toString());
+                // One choice: OpenAI's first chunk of a text answer. Several: each role chunk goes at the stream's start, before
+                // its answer is known (without content): the client's accumulator ends once every choice it saw has finished.
+                if (n == 1) assertEquals(Optional.of(""), first._content().asString(), "OpenAI's first chunk of a text answer: " + first);
+                else assertTrue(first._content().isMissing(), first.toString());
+                ChatCompletion.Choice streamed = acc.chatCompletion().choices().stream().filter(c -> c.index() == w.index()).findFirst().orElseThrow();
+                assertEquals(w.message().content(), streamed.message().content(), "the accumulated message is the whole answer's");
+                assertEquals(w.finishReason(), streamed.finishReason());
+                assertTrue(streamed.message().toolCalls().map(List::isEmpty).orElse(true), streamed.toString());
+            }
+        }
+        // required: the role chunk's content stays null, so the accumulated message of calls has none.
+        ChatCompletionCreateParams required = chat(60).addFunctionTool(weather).toolChoice(ChatCompletionToolChoiceOption.Auto.REQUIRED).build();
+        ChatCompletionAccumulator acc = ChatCompletionAccumulator.create();
+        List<ChatCompletionChunk> chunks = new ArrayList<>();
+        try (StreamResponse<ChatCompletionChunk> s = client.chat().completions().createStreaming(required)) {
+            s.stream().forEach(c -> {
+                chunks.add(c);
+                acc.accumulate(c);
+            });
+        }
+        assertTrue(chunks.getFirst().choices().getFirst().delta()._content().isNull(), chunks.getFirst().toString());
+        assertTrue(acc.chatCompletion().choices().getFirst().message().content().isEmpty(), acc.chatCompletion().toString());
+        assertFalse(acc.chatCompletion().choices().getFirst().message().toolCalls().orElseThrow().isEmpty());
+    }
+
     private static ChatCompletionCreateParams.Builder chat(long maxTokens) {
         return ChatCompletionCreateParams.builder().model("stories260K").addSystemMessage("Tom had a red ball.").addUserMessage(PROMPT)
                 .maxCompletionTokens(maxTokens).temperature(0.0).seed(7);

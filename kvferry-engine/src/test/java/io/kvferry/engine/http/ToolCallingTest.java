@@ -223,7 +223,7 @@ class ToolCallingTest {
         ObjectNode lt = request("Once upon a time", 15).put("max_tokens", 8).put("logprobs", true);
         lt.putObject("logit_bias").put(String.valueOf(lessThan()), 100);
         bodies.add(lt);
-        // auto's text that a stop string cut to nothing: content "", streamed too (auto's role chunk has no content).
+        // auto's text that a stop string cut to nothing: content "", streamed too (its role chunk's, as OpenAI's).
         String story = chat(request("Once upon a time", 17).put("max_tokens", 8)).path("choices").path(0).path("message").path("content").asText();
         ObjectNode empty = request("Once upon a time", 17).put("max_tokens", 8);
         empty.putArray("stop").add(story.substring(0, Math.min(2, story.length())));
