@@ -23,7 +23,8 @@ import java.util.Set;
  *
  * <p>Tool calling's history ({@link ChatTools}): an assistant message's {@code tool_calls} (its content then null,
  * absent or text before them) is the text the model would have written for them ({@link ToolCalls#render}: each
- * {@code <tool_call>{"name": …, "arguments": …}</tool_call>}, joined by {@code "\n"}, its arguments compact); a
+ * {@code <tool_call>{"name": …, "arguments": …}</tool_call>}, joined by {@code "\n"}, its arguments compact, or as sent
+ * where they are not a JSON object's text: a cut call's); a
  * {@code tool} message's content (the tool's result) is text like any other, its {@code tool_call_id} one of an earlier
  * assistant message's calls. Legacy function calling (role {@code function}, a message's {@code function_call}) is
  * refused with what to send instead.
@@ -106,18 +107,22 @@ final class ChatPrompt {
             if (!name.isTextual()) throw new Http.BadRequest(cat + ".function.name", cat + ".function.name must be a string, got " + name);
             PromptResolver.refuseLoneSurrogate(name.textValue(), cat + ".function.name"); // the prompt's text, as a content's
             JsonNode args = call.path("function").path("arguments");
-            String argsText = args.isTextual() ? args.textValue() : null;
+            if (!args.isTextual()) {
+                throw new Http.BadRequest(cat + ".function.arguments", cat + ".function.arguments must be a string (the arguments' JSON text,"
+                        + " as the answer gave them), got " + args);
+            }
+            String argsText = PromptResolver.refuseLoneSurrogate(args.textValue(), cat + ".function.arguments");
+            // A whole call's arguments (a JSON object's text) compact, as the model writes them; any other string (a call cut
+            // by max_tokens, finish_reason length: its arguments as generated, not valid JSON) as sent, as OpenAI takes any.
+            boolean object;
             try {
-                if (argsText == null || !Http.JSON.readTree(argsText).isObject()) argsText = null;
+                JsonNode parsed = Http.JSON.readTree(argsText);
+                object = parsed != null && parsed.isObject();
             } catch (JsonProcessingException e) {
-                argsText = null;
+                object = false;
             }
-            if (argsText == null) {
-                throw new Http.BadRequest(cat + ".function.arguments", cat + ".function.arguments must be a JSON object's text, got " + args);
-            }
-            PromptResolver.refuseLoneSurrogate(argsText, cat + ".function.arguments");
             ids.add(id.textValue());
-            out.add(new ToolCalls.Call(name.textValue(), ToolCalls.compact(argsText)));
+            out.add(new ToolCalls.Call(name.textValue(), object ? ToolCalls.compact(argsText) : argsText));
         }
         return ToolCalls.render(out);
     }

@@ -196,6 +196,36 @@ class ChatToolsTest {
         assertEquals("messages[2].tool_call_id", e.param);
     }
 
+    /**
+     * A call cut by max_tokens (finish_reason length) sent back in the history: its arguments, any string (OpenAI takes any),
+     * are rendered as sent, where a whole call's are compact as before; what is not a string is a 400 naming it.
+     */
+    @Test
+    void aCutCallsArgumentsInTheHistoryAreRenderedAsSent() throws Exception {
+        for (String cut : new String[]{"{\"city\":\"Par", "{\"city\": \"Pa", "{", "", "[1]", "{\"a\":1}}", "not json"}) {
+            ObjectNode call = JSON.createObjectNode().put("id", "call_1").put("type", "function");
+            call.putObject("function").put("name", "get_weather").put("arguments", cut);
+            ArrayNode messages = JSON.createArrayNode();
+            messages.addObject().put("role", "user").put("content", "Weather?");
+            messages.addObject().put("role", "assistant").putNull("content").putArray("tool_calls").add(call);
+            messages.addObject().put("role", "tool").put("tool_call_id", "call_1").put("content", "Cut.");
+            String expected = "Weather?\n<tool_call>{\"name\": \"get_weather\", \"arguments\": " + (cut.equals("{\"a\":1}}") ? "{\"a\":1}}" : cut)
+                    + "}</tool_call>\nCut.";
+            assertEquals(expected, ChatPrompt.of(messages), cut);
+        }
+        for (String bad : new String[]{"{\"arguments\":{\"city\":\"Paris\"}}", "{\"arguments\":null}", "{}", "{\"arguments\":5}"}) {
+            ObjectNode call = JSON.createObjectNode().put("id", "call_1").put("type", "function");
+            ObjectNode f = (ObjectNode) JSON.readTree(bad);
+            f.put("name", "get_weather");
+            call.set("function", f);
+            ArrayNode messages = JSON.createArrayNode();
+            messages.addObject().put("role", "assistant").putNull("content").putArray("tool_calls").add(call);
+            Http.BadRequest e = assertThrows(Http.BadRequest.class, () -> ChatPrompt.of(messages), bad);
+            assertEquals("messages[0].tool_calls[0].function.arguments", e.param, e.getMessage());
+            assertTrue(e.getMessage().contains("must be a string"), e.getMessage());
+        }
+    }
+
     @Test
     void aLoneSurrogateInAHistorysCallIsA400NamingIt() throws Exception {
         // As a content's: UTF-8 has no encoding for it (it would silently become ?), and the 400 names where it is.

@@ -23,6 +23,7 @@ import java.util.TreeMap;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -410,6 +411,20 @@ class ToolCallingTest {
         String prompt = "What is the weather in Paris?\n" + ToolCalls.render(new ToolCalls.Call("get_weather",
                 call.path("function").path("arguments").asText())) + "\nSunny and warm.";
         assertEquals(tokenizer.encode(prompt, true, false).length, answer.path("usage").path("prompt_tokens").asInt(), prompt);
+        // A call cut by max_tokens inside its arguments (finish_reason length, its arguments not valid JSON) sent back: served,
+        // its arguments in the prompt as sent.
+        ObjectNode cutAsk = first.deepCopy().put("max_tokens", midArguments(chat(first).path("kvferry").path("token_ids")));
+        JsonNode cutAnswer = chat(cutAsk).path("choices").path(0);
+        assertEquals("length", cutAnswer.path("finish_reason").asText(), cutAnswer.toString());
+        JsonNode cutCall = cutAnswer.path("message").path("tool_calls").path(0);
+        String cutArgs = cutCall.path("function").path("arguments").asText();
+        assertThrows(Exception.class, () -> JSON.readTree(cutArgs).isObject(), "not valid JSON: " + cutArgs);
+        ObjectNode goOn = request("What is the weather in Paris?", 5).put("max_tokens", 16);
+        ((ArrayNode) goOn.get("messages")).add(cutAnswer.path("message"));
+        ((ArrayNode) goOn.get("messages")).addObject().put("role", "tool").put("tool_call_id", cutCall.path("id").asText()).put("content", "Cut.");
+        JsonNode served = chat(goOn);
+        String cutPrompt = "What is the weather in Paris?\n" + ToolCalls.render(new ToolCalls.Call("get_weather", cutArgs)) + "\nCut.";
+        assertEquals(tokenizer.encode(cutPrompt, true, false).length, served.path("usage").path("prompt_tokens").asInt(), cutPrompt);
         // A tool message must answer a call made before.
         ObjectNode wrong = next.deepCopy();
         ((ObjectNode) wrong.get("messages").get(2)).put("tool_call_id", "call_nobody");
@@ -454,7 +469,7 @@ class ToolCallingTest {
                 {"[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"a\","
                         + "\"arguments\":\"{}\"}}]}]", "messages[0].tool_calls", "only an assistant"},
                 {"[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"a\","
-                        + "\"arguments\":\"[1]\"}}]}]", "messages[0].tool_calls[0].function.arguments", "JSON object"},
+                        + "\"arguments\":[1]}}]}]", "messages[0].tool_calls[0].function.arguments", "must be a string"},
                 {"[{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"x\"}]", "messages[0].tool_call_id", "earlier assistant message"},
         };
         for (String[] m : messages) {
