@@ -130,7 +130,7 @@ final class OpenAiRoutes {
                 modelName, tokenizer, pd);
         a.tools = tools;
         StructuredOutputs.Spec spec = StructuredOutputs.openAi(req); // checked already: the field a grammar's error names
-        a.constraintParam = spec == null ? null : spec.param();
+        a.constraintParam = spec != null ? spec.param() : tools != null ? "tools" : null; // tools: their calls' grammar (recursive parameters)
         List<Choice> choices = new ArrayList<>();
         for (int i = 0; i < asks.size(); i++) choices.add(new Choice(a, i, asks.get(i)));
         if (choices.size() == 1) {

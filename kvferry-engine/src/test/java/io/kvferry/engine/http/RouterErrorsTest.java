@@ -1038,7 +1038,7 @@ class RouterErrorsTest {
      * OutputConstraint.Exceeded), and the router answers it naming the field the client sent, never the engine's text: an
      * engine's (or a hostile peer's) other {@code param} is not passed on, nor {@code sampling_params.ebnf} for a request
      * with no structured output, and a recursive JSON schema's bound names {@code sampling_params.json_schema} on
-     * /generate (the client sent no ebnf) and {@code response_format} on the OpenAI routes.
+     * /generate (the client sent no ebnf) and {@code response_format} on the OpenAI routes, tool calls' {@code tools}.
      */
     @Test
     @Timeout(60)
@@ -1055,6 +1055,9 @@ class RouterErrorsTest {
             {"sampling_params.ebnf", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"response_format\":{\"type\":\"json_schema\","
                     + "\"json_schema\":{\"name\":\"o\",\"schema\":{\"type\":\"object\"}}}}", "response_format"},
             {"sampling_params.ebnf", "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":3,\"guided_grammar\":\"root ::= [a-z]+\"}", "guided_grammar"},
+            // Tool calls whose parameters recurse are a grammar too: the client's field is tools.
+            {"sampling_params.ebnf", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,"
+                    + "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", "tools"},
         };
         try {
             for (String[] c : cases) {
