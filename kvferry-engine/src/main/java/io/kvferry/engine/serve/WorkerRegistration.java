@@ -17,6 +17,7 @@ import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.EnumSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.locks.Condition;
@@ -30,8 +31,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * <p>The first registration is tried at once, then on the re-assertions' schedule (below) until the router takes the
  * engine: a router not up yet (an engine started before it), one answering 5xx (or 408, 429), and a full one (403 with code
  * {@code max_backends}, its {@code --max-backends}: in a rolling update the new engine can register a moment before the old
- * one leaves, and the room it waits for comes then) are each tried again at every tick, with no end, one WARN for them
- * all and one INFO when the router takes it. Before, those attempts ended after 60 s, and an engine whose router came up
+ * one leaves, and the room it waits for comes then) are each tried again at every tick, with no end, one WARN for each of
+ * those three kinds of failure met (not for each try: a long outage whose cause changes, a router answering 503 while it
+ * starts and then full, names what the engine waits for now) and one INFO when the router takes it. Before, those attempts ended after 60 s, and an engine whose router came up
  * later, or stayed full longer, was never in it. A refusal that a retry cannot change (any other 4xx: a wrong token, a URL
  * the router calls bad, a router without {@code /workers}) ends the attempts at once, with an ERROR. A router that has the
  * URL in that role already (409: the engine restarted, or the router's flags name it) counts as taking it. Either way the
@@ -161,15 +163,29 @@ public final class WorkerRegistration implements AutoCloseable {
         return registered;
     }
 
+    /** What a first registration's failed try found, each kind logged at WARN once ({@link #attempt}). */
+    private enum FirstFailure {
+        /** No answer: a router not up yet, or unreachable. */
+        UNREACHABLE,
+        /** A 5xx, 408 or 429. */
+        FAILING,
+        /** 403 {@code max_backends}. */
+        FULL
+    }
+
     /**
      * The first registration: whether the router took the engine ({@link #registered} completes either way). Tried at once,
      * then at each tick ({@link #nextTick}) until the router takes it, or refuses it with a 4xx a retry cannot change.
      */
     private boolean attempt() {
-        String failing = null; // the first failure's kind, once its WARN line was logged
+        String failing = null; // the last failure, once its line was logged
+        // The kinds of failure logged at WARN so far: one line for each (not each try), so a long outage whose cause changes
+        // (a router that starts answering 503, then is full) names what the engine waits for now.
+        EnumSet<FirstFailure> warned = EnumSet.noneOf(FirstFailure.class);
         int tries = 0;
         while (true) {
             String last;
+            FirstFailure kind;
             try {
                 if (tries > 0) nextTick(false);
                 tries++;
@@ -181,8 +197,10 @@ public final class WorkerRegistration implements AutoCloseable {
                     return true;
                 }
                 last = "HTTP " + r.statusCode() + ": " + r.body();
+                kind = FirstFailure.FAILING;
                 if (isFull(r)) {
                     last = "it is full (403 max_backends, its --max-backends): " + last;
+                    kind = FirstFailure.FULL;
                 } else if (r.statusCode() < 500 && r.statusCode() != 408 && r.statusCode() != 429) {
                     log.error("not registered with the router at {} as {} {}: {}; the configuration is wrong (the token, the URL), this engine "
                             + "serves on, and the router must be given it otherwise (--prefill/--decode, or POST /workers)", workers, workerType, selfUrl, last);
@@ -192,12 +210,13 @@ public final class WorkerRegistration implements AutoCloseable {
                 }
             } catch (IOException e) {
                 last = e.toString();
+                kind = FirstFailure.UNREACHABLE;
             } catch (InterruptedException e) {
                 registered.completeExceptionally(new IllegalStateException("stopped before the router at " + workers + " took it"
                         + (failing == null ? "" : " (the last try: " + failing + ")")));
                 return false;
             }
-            if (failing == null) {
+            if (warned.add(kind)) {
                 log.warn("the router at {} did not take {} {} yet ({}); trying again every ~{} s until it does (a line says when), as long as "
                                 + "this engine serves: a router not up yet, answering 5xx, or full (a backend that leaves, or one of this role added at run time out of "
                                 + "rotation for 30 s that it replaces, makes room)", workers, workerType, selfUrl, last, Math.max(1, reassertEvery.toSeconds()));

@@ -727,6 +727,68 @@ class RouterWorkersTest {
     // Once in, an engine re-asserts its entry (every 5 s by default): the tests below give an hour, so only their
     // reassertNow() calls, each answered with what the router said, make re-assertions.
 
+    /**
+     * A first registration whose failure changes kind during a long outage (a router answering 503 while it starts, then
+     * full: 403 max_backends) says so: one WARN for each kind (unreachable, 5xx/408/429, full), not only for the first, so
+     * the log names what the engine waits for now (a full router needs a backend to leave, or a higher limit). Before, the
+     * full router's refusals after a 503 were DEBUG only: the log said "HTTP 503" for as long as the router stayed full.
+     * Repeats of a kind are still silent, and it lands at its fifth try (one INFO).
+     */
+    @Test
+    @Timeout(60)
+    void aFirstRegistrationWhoseFailureChangesKindWarnsOncePerKind() throws Exception {
+        try (Router router = router(0)) {
+            String full = "{\"error\":{\"message\":\"this router holds its limit\",\"type\":\"invalid_request_error\",\"code\":\""
+                    + Router.BACKENDS_FULL_CODE + "\"}}";
+            String busy = "{\"error\":{\"message\":\"try later\",\"type\":\"service_unavailable\",\"code\":null}}";
+            int[] statuses = {503, 503, 403, 403};
+            String[] bodies = {busy, busy, full, full};
+            AtomicInteger posts = new AtomicInteger();
+            HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+            front.createContext(Router.WORKERS_ROUTE, ex -> {
+                try {
+                    String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+                    int n = "POST".equals(ex.getRequestMethod()) ? posts.getAndIncrement() : statuses.length;
+                    if (n < statuses.length) {
+                        byte[] b = bodies[n].getBytes(StandardCharsets.UTF_8);
+                        ex.sendResponseHeaders(statuses[n], b.length);
+                        ex.getResponseBody().write(b);
+                        return;
+                    }
+                    HttpResponse<String> r = EngineAuthTest.send(router.port(), ex.getRequestMethod(), ex.getRequestURI().toString(),
+                            body.isEmpty() ? null : body, ex.getRequestHeaders().getFirst("Authorization"));
+                    byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
+                    ex.sendResponseHeaders(r.statusCode(), b.length == 0 ? -1 : b.length);
+                    if (b.length > 0) ex.getResponseBody().write(b);
+                } catch (Exception e) {
+                    ex.sendResponseHeaders(599, -1);
+                } finally {
+                    ex.close();
+                }
+            });
+            front.start();
+            StringBuilder log = new StringBuilder();
+            URI at = URI.create("http://127.0.0.1:" + front.getAddress().getPort());
+            try {
+                logged(log, () -> {
+                    try (WorkerRegistration reg = new WorkerRegistration(at, second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(1))) {
+                        reg.registered().get(30, TimeUnit.SECONDS);
+                    }
+                    return null;
+                });
+            } finally {
+                front.stop(0);
+            }
+            String warned = "WARN" + REG_LOG + "the router at " + at + "/workers did not take decode " + second.decodeUrl() + " yet (";
+            List<String> lines = log.toString().lines().filter(l -> l.contains(REG_LOG) && !l.contains("remove")).toList(); // not the stop's
+            assertEquals(3, lines.size(), log.toString());
+            assertTrue(lines.get(0).contains(warned + "HTTP 503: "), lines.get(0));
+            assertTrue(lines.get(1).contains(warned + "it is full (403 max_backends, its --max-backends): HTTP 403: "), lines.get(1));
+            assertTrue(lines.get(2).contains("INFO" + REG_LOG + "registered with the router at " + at + "/workers as decode " + second.decodeUrl()
+                    + " (try 5)"), lines.get(2));
+        }
+    }
+
     private static final Duration NO_TICKS = Duration.ofHours(1);
     private static final String REG_LOG = " io.kvferry.engine.serve.WorkerRegistration - ";
 
