@@ -789,6 +789,40 @@ class RouterWorkersTest {
         }
     }
 
+    /**
+     * An engine stopped (SIGTERM: close()) while its first registration is still being tried (the router answers 503, the next
+     * try an hour away): close() ends the tries at once, their thread with them (no re-assertion is left to ask for), sends no
+     * DELETE (the router never took it), and registered() fails naming the stop.
+     */
+    @Test
+    @Timeout(60)
+    void aStopDuringTheFirstRegistrationsRetriesEndsThemAndRemovesNothing() throws Exception {
+        AtomicInteger posts = new AtomicInteger(), deletes = new AtomicInteger();
+        HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        front.createContext(Router.WORKERS_ROUTE, ex -> {
+            ex.getRequestBody().readAllBytes();
+            (("POST".equals(ex.getRequestMethod())) ? posts : deletes).incrementAndGet();
+            ex.sendResponseHeaders(503, -1);
+            ex.close();
+        });
+        front.start();
+        try {
+            WorkerRegistration reg = new WorkerRegistration(URI.create("http://127.0.0.1:" + front.getAddress().getPort()), second.decodeUrl(),
+                    "decode", TOKEN, NO_TICKS);
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (posts.get() == 0 && System.nanoTime() < until) Thread.sleep(20);
+            assertEquals(1, posts.get(), "the first try");
+            reg.close();
+            String why = message(assertThrows(ExecutionException.class, () -> reg.registered().get(30, TimeUnit.SECONDS)));
+            assertTrue(why.contains("stopped before the router at"), why);
+            assertTrue(reg.reassertNow().isCompletedExceptionally(), "the tries' thread ended with close()");
+            assertEquals(1, posts.get(), "no try after the stop");
+            assertEquals(0, deletes.get(), "nothing to remove: the router never took it");
+        } finally {
+            front.stop(0);
+        }
+    }
+
     private static final Duration NO_TICKS = Duration.ofHours(1);
     private static final String REG_LOG = " io.kvferry.engine.serve.WorkerRegistration - ";
 
