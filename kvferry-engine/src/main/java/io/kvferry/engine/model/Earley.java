@@ -34,11 +34,33 @@ final class Earley {
      */
     static final long MAX_CHART_ITEMS = 4_000_000;
     private static final int END = Integer.MIN_VALUE;
+    /**
+     * Most context levels a {@link GrammarMaskCache} precomputation follows a completion up through ({@link #soleParent}):
+     * past them the context is left to the run-time check.
+     */
+    static final int MAX_LEVELS = 16;
+    /** {@link #soleParent}: the start symbol's (the end of the text follows it), and a nonterminal whose parents vary. */
+    private static final int NO_PARENT = -2, PARENTS_VARY = -1;
+    /** A widened precomputation's origin for any context ({@link ItemSet#widen}). */
+    static final int ANY = Integer.MIN_VALUE;
 
     final EbnfGrammar g;
     /** Each production's first dotted position; each dotted position's symbol after the dot ({@link #END}: none) and production. */
     private final int[] dpStart, next, prodOf;
     private final int accept;
+    /**
+     * Static contexts, for the mask's precomputation ({@link GrammarMaskCache}): each nonterminal's one occurrence
+     * (dotted position before it) outside its own left-recursive alternatives ({@code X ::= X …}), where it has exactly
+     * one, else {@link #PARENTS_VARY}; {@link #NO_PARENT} for the start. Where an item of {@code X} has origin {@code o},
+     * {@code X} was predicted at {@code o}, by an item at that one occurrence (nothing else predicts it) and with all of
+     * {@code X}'s own alternatives {@code X ::= •X …} there too: the items a completion of {@code X} from {@code o} advances are
+     * exactly those, whatever the chart.
+     */
+    private final int[] soleParent;
+    /** Each nonterminal's left-recursive alternatives {@code X ::= X …}: the dotted positions after that first {@code X}. */
+    private final int[][] selfLeft;
+    /** Each nonterminal's occurrences: every dotted position before it. */
+    private final int[][] occurrences;
 
     /** A run-time bound passed: what passed it. */
     static final class Over extends RuntimeException {
@@ -92,17 +114,56 @@ final class Earley {
             }
         }
         accept = dpStart[g.startProduction] + 1;
+        int nts = g.names.length;
+        soleParent = new int[nts];
+        int[] others = new int[nts];
+        List<List<Integer>> self = new ArrayList<>(), all = new ArrayList<>();
+        for (int x = 0; x < nts; x++) {
+            self.add(new ArrayList<>());
+            all.add(new ArrayList<>());
+        }
+        for (int d = 0; d < n; d++) {
+            int x = next[d];
+            if (x < 0) continue; // a terminal, or the end
+            all.get(x).add(d);
+            int p = prodOf[d];
+            if (g.lhs[p] == x && d == dpStart[p]) {
+                self.get(x).add(d + 1);
+            } else {
+                others[x]++;
+                soleParent[x] = d;
+            }
+        }
+        selfLeft = new int[nts][];
+        occurrences = new int[nts][];
+        for (int x = 0; x < nts; x++) {
+            if (others[x] != 1) soleParent[x] = PARENTS_VARY;
+            selfLeft[x] = self.get(x).stream().mapToInt(Integer::intValue).toArray();
+            occurrences[x] = all.get(x).stream().mapToInt(Integer::intValue).toArray();
+        }
+        soleParent[g.start] = NO_PARENT; // never on a right side: only the end of the text follows it
     }
 
-    /** An Earley set: its items (dotted position, origin), each once. */
+    /**
+     * An Earley set: its items (dotted position, origin), each once. In a chart an origin is the index of a set; in a
+     * {@link GrammarMaskCache} precomputation's a negative origin stands for a context level ({@link #close}), and
+     * {@link #context} says a completion there reached a context that varies with the chart.
+     */
     static final class ItemSet {
         int[] dp = new int[16], origin = new int[16];
         int size;
+        /** A precomputation's set only: whether an item completed into a context that varies (left to the run-time check). */
+        boolean context;
+        /**
+         * A widened precomputation's set (and those read after it): a completion into a context that varies goes on into
+         * every occurrence of its nonterminal, origin {@link #ANY}, and so on up: a language that holds every chart's.
+         */
+        boolean widen;
         private long[] keys = new long[32];
         private int used;
 
         boolean add(int d, int o) {
-            long key = ((long) d << 32 | o) + 1; // 0: an empty slot
+            long key = ((long) d << 32 | (o & 0xFFFF_FFFFL)) + 1; // 0: an empty slot (a negative origin: a context level)
             int mask = keys.length - 1;
             int h = (int) (mix(key) & mask);
             while (keys[h] != 0) {
@@ -165,7 +226,10 @@ final class Earley {
         for (int k = 0; k < s.size; k++) {
             int x = next[s.dp[k]];
             if (x != END && x < 0 && g.has(-x - 1, c)) {
-                if (t == null) t = new ItemSet();
+                if (t == null) {
+                    t = new ItemSet();
+                    t.widen = s.widen;
+                }
                 t.add(s.dp[k] + 1, s.origin[k]);
             }
         }
@@ -173,6 +237,11 @@ final class Earley {
         chart.add(t);
         close(chart, b);
         return true;
+    }
+
+    /** Closes the chart's last set (a {@link GrammarMaskCache} precomputation's first set). */
+    void closeLast(List<ItemSet> chart, Budget b) {
+        close(chart, b);
     }
 
     /** Whether the chart's text so far is a whole sentence (the root complete from the start). */
@@ -184,7 +253,13 @@ final class Earley {
         return false;
     }
 
-    /** Predicts and completes the last set of the chart to its closure. */
+    /**
+     * Predicts and completes the last set of the chart to its closure. An item whose origin is negative (a
+     * precomputation's: context level {@code -o - 1}, {@link GrammarMaskCache}) completes into its static context where
+     * its nonterminal has one ({@link #soleParent}: its own left-recursive alternatives at the same level, its one parent at
+     * the next), into nothing after the start (the end of the text), else marks the set {@link ItemSet#context} (and, in
+     * a widened set, goes on into every occurrence of its nonterminal, origin {@link #ANY}).
+     */
     private void close(List<ItemSet> chart, Budget b) {
         int i = chart.size() - 1;
         ItemSet cur = chart.get(i);
@@ -193,6 +268,22 @@ final class Earley {
             int x = next[d];
             if (x == END) {
                 int lhs = g.lhs[prodOf[d]];
+                if (o < 0) {
+                    int parent = soleParent[lhs];
+                    if (parent == NO_PARENT) continue;
+                    if (parent == PARENTS_VARY || o <= -MAX_LEVELS) { // ANY too
+                        cur.context = true;
+                        if (cur.widen) {
+                            b.spend(occurrences[lhs].length + 1);
+                            for (int q : occurrences[lhs]) cur.add(q + 1, ANY);
+                        }
+                        continue;
+                    }
+                    b.spend(selfLeft[lhs].length + 1);
+                    for (int s : selfLeft[lhs]) cur.add(s, o);
+                    cur.add(parent + 1, o - 1);
+                    continue;
+                }
                 ItemSet from = chart.get(o);
                 int n = from.size; // where o == i, the items so far: one waiting on lhs later predicts it, nullable, and moves on
                 b.spend(n);
@@ -220,6 +311,25 @@ final class Earley {
         return complete(chart);
     }
 
+    /** Dotted positions (items' first field). */
+    int positions() {
+        return next.length;
+    }
+
+    /**
+     * Whether an item at {@code dp} may be in a chart's last set with an origin before it (or be the start's first item):
+     * the items a {@link GrammarMaskCache} precomputes for (the dot past the first symbol and before the end, or the start's
+     * first item). The others are predicted in the last set, or complete: what they accept their parents there do too.
+     */
+    boolean kernelPosition(int dp) {
+        return next[dp] != END && (dp != dpStart[prodOf[dp]] || dp == dpStart[g.startProduction]);
+    }
+
+    /** Whether item ({@code dp}, {@code origin}) of the set at {@code at} is one of the items the mask is the union over. */
+    boolean kernel(int dp, int origin, int at) {
+        return next[dp] != END && (origin < at || dp == dpStart[g.startProduction]);
+    }
+
     /**
      * Marks in {@code ok} the tokens below {@code node} whose text (the path to them) the chart's language goes on with:
      * one walk of the token texts' trie, each character read once for all the tokens that share the prefix before it,
@@ -232,6 +342,27 @@ final class Earley {
             for (int t : kid.tokens) ok[t] = true;
             if (kid.keys.length > 0) viable(kid, chart, ok, b);
             chart.removeLast();
+        }
+    }
+
+    /**
+     * {@link #viable(OutputConstraint.Trie, List, boolean[], Budget)} restricted to the tokens set in {@code only} (by
+     * their index in the trie's order, {@link OutputConstraint.Trie#order}): a subtree with none of them is never read.
+     * The tokens of the nodes it reads into are marked, the others' left as they are.
+     */
+    void viable(OutputConstraint.Trie node, List<ItemSet> chart, boolean[] ok, Budget b, long[] only) {
+        OutputConstraint.Trie[] kids = node.kids;
+        if (kids.length == 0) return;
+        int p = GrammarMaskCache.nextSet(only, kids[0].lo);
+        while (p >= 0 && p < node.hi) {
+            int i = GrammarMaskCache.kid(kids, p);
+            OutputConstraint.Trie kid = kids[i];
+            if (read(chart, node.keys[i], b)) {
+                for (int t : kid.tokens) ok[t] = true;
+                if (kid.keys.length > 0) viable(kid, chart, ok, b, only);
+                chart.removeLast();
+            }
+            p = GrammarMaskCache.nextSet(only, kid.hi);
         }
     }
 }

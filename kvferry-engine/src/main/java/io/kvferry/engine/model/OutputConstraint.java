@@ -34,8 +34,10 @@ import java.util.concurrent.atomic.LongAdder;
  *
  * <p>Two languages behind the one {@link #mask}: a DFA (regex, JSON schema, tool calls: dk.brics's automaton, its state an
  * int, each token's text run from it) or a grammar's exact context-free language ({@link Kind#EBNF}: an {@link EbnfGrammar}
- * read by an {@link Earley} recognizer, its state the chart of Earley sets after the output's characters; the tokens'
- * texts are checked against it in one walk of their trie); either state kept in the request's {@link Progress}. A
+ * read by an {@link Earley} recognizer, its state the chart of Earley sets after the output's characters; the mask is
+ * precomputed per Earley item at compile time ({@link GrammarMaskCache}), the tokens whose fate depends on the chart
+ * checked against it at each step, else (a grammar past the precomputation's bounds) the tokens' texts are checked against
+ * it in one walk of their trie); either state kept in the request's {@link Progress}. A
  * grammar's run-time work is bounded ({@link Earley#MAX_ITEMS}, {@link Earley#MAX_WORK} a token's new work,
  * {@link Earley#MAX_CHART_ITEMS}): a request past a bound fails with {@link Exceeded}, naming its grammar.
  *
@@ -75,6 +77,8 @@ public final class OutputConstraint {
     private final TokenTexts texts;
     /** The grammar's recognizer ({@link Kind#EBNF}; then the DFA's fields above are null), else null. */
     private final Earley grammar;
+    /** The grammar's mask precomputed per item ({@link GrammarMaskCache}); null: a DFA, or a grammar past its bounds (the full walk). */
+    private final GrammarMaskCache maskCache;
 
     /**
      * A request whose grammar passed a run-time bound of its recognizer ({@link Earley#MAX_ITEMS} items in one Earley set,
@@ -115,6 +119,7 @@ public final class OutputConstraint {
         this.run = new RunAutomaton(a);
         this.texts = texts;
         this.grammar = null;
+        this.maskCache = null;
         int n = run.getSize();
         char[] points = run.getCharIntervals();
         live = new boolean[n];
@@ -182,6 +187,17 @@ public final class OutputConstraint {
         } catch (Earley.Over e) {
             throw new ClientRegex.TooComplex("is too complex: its first Earley set has " + e.getMessage());
         }
+        this.maskCache = GrammarMaskCache.build(grammar, texts.trie(), MAX_TABLE - g.symbols(), GrammarMaskCache.MAX_WORK);
+    }
+
+    /** Whether the grammar's mask is precomputed ({@link GrammarMaskCache}), not a walk of the whole trie at each step (tests, figures). */
+    public boolean maskCached() {
+        return maskCache != null;
+    }
+
+    /** The recognizer's steps its {@link GrammarMaskCache} took to precompute, and its size in ints (figures); -1 each without one. */
+    public long[] maskCacheCost() {
+        return maskCache == null ? new long[]{-1, -1} : new long[]{maskCache.work, maskCache.ints()};
     }
 
     public Kind kind() {
@@ -252,7 +268,7 @@ public final class OutputConstraint {
     public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
                      Progress progress) {
         if (grammar != null) {
-            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress);
+            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress, true, Earley.MAX_WORK);
             return;
         }
         int s = progress == null ? state(seq, promptLength, step) : progress.advanceDfa(this, seq, promptLength, step);
@@ -289,21 +305,31 @@ public final class OutputConstraint {
 
     /**
      * {@link #mask} for a grammar: the request's chart after the output so far ({@link Progress}: the last step's, extended
-     * by the last token's text), then the tokens whose text leaves a non-empty Earley set, found in one walk of the token
-     * texts' trie; the end as for a DFA. The bound on steps ({@link Earley#MAX_WORK}) is charged for this step's new work
-     * alone (the extension and the walk), the same whether the chart was kept or rebuilt, so the prefill and the decode
-     * decide it alike; the chart's size is bounded too ({@link Earley#MAX_CHART_ITEMS}).
+     * by the last token's text), then the tokens whose text leaves a non-empty Earley set: the precomputed mask's
+     * ({@link GrammarMaskCache}: the union over the last set's items of the tokens they accept whatever the chart, and the
+     * context-dependent ones checked against the chart), or, where it has none ({@code cached} false, a grammar past its
+     * bounds, the texts after BOS), one walk of the whole token texts' trie: the same tokens. The end as for a DFA. The
+     * bound on steps ({@code maxWork}: a request's {@link Earley#MAX_WORK}) is charged for this step's new work alone (the
+     * extension, and the check or the walk), the same whether the chart was kept or rebuilt, so the prefill and the decode
+     * decide it alike (whether a grammar has its precomputed mask is the same on every engine: its bounds are counts); the
+     * chart's size is bounded too ({@link Earley#MAX_CHART_ITEMS}).
      */
     private void maskGrammar(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
-                             Progress progress) {
+                             Progress progress, boolean cached, long maxWork) {
         int prev = seq[promptLength + step - 1];
         boolean[] ok = new boolean[logits.length];
         boolean whole;
         try {
-            Earley.Budget b = new Earley.Budget();
+            Earley.Budget b = new Earley.Budget(maxWork);
             List<Earley.ItemSet> chart = progress.advance(this, seq, promptLength, step, b);
             whole = chart != null && grammar.complete(chart);
-            if (chart != null) grammar.viable(texts.trie(prev), chart, ok, b);
+            Trie trie = texts.trie(prev);
+            progress.lastChecked = -1;
+            if (chart != null && cached && maskCache != null && maskCache.trie == trie) {
+                progress.lastChecked = maskCache.viable(grammar, chart, ok, b);
+            } else if (chart != null) {
+                grammar.viable(trie, chart, ok, b);
+            }
             progress.lastStep = b.work();
         } catch (Earley.Over e) {
             progress.clear();
@@ -321,6 +347,19 @@ public final class OutputConstraint {
             else logits[t] = Float.NEGATIVE_INFINITY;
         }
         if (!any) logits[Tokenizer.EOS] = 0f;
+    }
+
+    /**
+     * The mask as {@link #mask(float[], int[], int, int, boolean, boolean, int[], Progress)} makes it, a grammar's by the
+     * walk of the whole trie at every step, never its {@link GrammarMaskCache}: the reference the cache is held equal to
+     * (tests, figures), at most {@code maxWork} steps a token (a request's: {@link Earley#MAX_WORK}; the figures at a large
+     * vocabulary: the walk passes it).
+     */
+    public void maskFullWalk(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
+                             Progress progress, long maxWork) {
+        if (grammar == null) throw new IllegalStateException("a DFA's mask has no cache");
+        maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress, false,
+                maxWork);
     }
 
     /**
@@ -350,6 +389,8 @@ public final class OutputConstraint {
          * of the last rebuild: a grammar's recognizer steps, a DFA's automaton steps (one a character read).
          */
         private long lastExtension, lastStep, lastRebuild;
+        /** How many tokens the last grammar mask checked against the chart past its cache ({@link GrammarMaskCache}); -1: the full walk. */
+        private int lastChecked = -1;
 
         public Progress() {
             this(Earley.MAX_CHART_ITEMS);
@@ -377,6 +418,14 @@ public final class OutputConstraint {
          */
         public long lastStepWork() {
             return lastStep;
+        }
+
+        /**
+         * How many tokens the last grammar mask checked against the chart, the context-dependent ones its
+         * {@link GrammarMaskCache} left (-1: it walked the whole trie).
+         */
+        public int lastCheckedTokens() {
+            return lastChecked;
         }
 
         /** The steps of the last rebuild by replay (a grammar's: not charged to its step), 0 where the chart or state was kept. */
@@ -501,7 +550,7 @@ public final class OutputConstraint {
 
     /** The compiled table's entries (states × character classes), what the constraint holds beside the shared texts. */
     long tableEntries() {
-        if (grammar != null) return grammar.g.symbols();
+        if (grammar != null) return grammar.g.symbols() + (maskCache == null ? 0 : maskCache.ints());
         return (long) run.getSize() * (run.getCharIntervals().length + 1);
     }
 
@@ -576,6 +625,11 @@ public final class OutputConstraint {
             return prev == Tokenizer.BOS ? afterBos[token] : texts[token];
         }
 
+        /** The trie of the token texts after any token but BOS. */
+        Trie trie() {
+            return trie(-1);
+        }
+
         /** The trie of the token texts after {@code prev} (after BOS: without the one leading space). */
         Trie trie(int prev) {
             if (prev == Tokenizer.BOS) {
@@ -589,11 +643,20 @@ public final class OutputConstraint {
         }
     }
 
-    /** A trie of token texts: each node's next characters (ascending) and children, and the tokens whose text ends there. */
+    /**
+     * A trie of token texts: each node's next characters (ascending) and children, and the tokens whose text ends there.
+     * The trie's order numbers its tokens depth first (a node's own tokens, then its children's in order), so a subtree's
+     * tokens are one range of it, {@code [lo, hi)}, the node's own first; the root's {@link #order} maps it back to the ids
+     * (a {@link GrammarMaskCache}'s sets are ranges of it).
+     */
     static final class Trie {
         final char[] keys;
         final Trie[] kids;
         final int[] tokens;
+        /** The subtree's tokens in the trie's order: {@code [lo, hi)}; set once, before the trie is shared. */
+        int lo, hi;
+        /** The root's: each index of the trie's order, its token (else null). */
+        int[] order;
 
         private Trie(char[] keys, Trie[] kids, int[] tokens) {
             this.keys = keys;
@@ -609,7 +672,23 @@ public final class OutputConstraint {
                 for (char c : texts[t]) n = n.kids.computeIfAbsent(c, k -> new Builder());
                 n.tokens.add(t);
             }
-            return root.build();
+            Trie trie = root.build();
+            int[] count = new int[1];
+            trie.number(null, count);
+            trie.order = new int[count[0]];
+            trie.number(trie.order, new int[1]);
+            return trie;
+        }
+
+        /** Numbers the subtree from {@code at[0]} on (its lo, hi), its tokens written to {@code order} where given. */
+        private void number(int[] order, int[] at) {
+            lo = at[0];
+            for (int t : tokens) {
+                if (order != null) order[at[0]] = t;
+                at[0]++;
+            }
+            for (Trie kid : kids) kid.number(order, at);
+            hi = at[0];
         }
 
         private static final class Builder {

@@ -1,0 +1,252 @@
+package io.kvferry.engine.model;
+
+import io.kvferry.engine.TestModels;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.constraints.IntRange;
+import org.junit.jupiter.api.Test;
+
+import java.util.Arrays;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * The grammar's precomputed mask ({@link GrammarMaskCache}) equals the walk of the whole trie against the chart
+ * ({@link Earley#viable(OutputConstraint.Trie, List, boolean[], Earley.Budget)}, the reference) for every chart: random
+ * grammars (EbnfGrammarTest's: recursive ones with nullable rules, cycles, left and right recursion; regular ones with
+ * every repetition; the two mixed) × random vocabularies × random accepted prefixes; and on the real tokenizer
+ * (stories260K) with the grammars of GrammarOutputsTest and GrammarProgressTest along random answers, the end tokens
+ * included. Checked to fail when the context-dependent tokens are not checked against the chart (the cache's union
+ * alone), and when the static contexts are taken for the whole context (no context-dependent tokens at all).
+ */
+class GrammarMaskCacheTest {
+    private static final long LOTS = Long.MAX_VALUE / 4;
+
+    /** Random token texts over {@code alphabet}: one to four characters, some texts twice (two tokens, one trie node); 0-2 none (the specials). */
+    static char[][] vocabulary(SplittableRandom r, String alphabet, int n) {
+        char[][] texts = new char[n][];
+        for (int t = 3; t < n; t++) {
+            if (t > 3 && r.nextInt(10) == 0) {
+                texts[t] = texts[3 + r.nextInt(t - 3)].clone();
+                continue;
+            }
+            char[] c = new char[1 + r.nextInt(4)];
+            for (int k = 0; k < c.length; k++) c[k] = alphabet.charAt(r.nextInt(alphabet.length()));
+            texts[t] = c;
+        }
+        return texts;
+    }
+
+    /**
+     * Along random accepted prefixes of {@code e}'s language (each character one the chart takes), the cache's mask equals
+     * the full walk's at every length; answers how many tokens the cache left to the chart in all.
+     */
+    static long assertSameMasks(Earley e, char[][] texts, SplittableRandom r, String alphabet, String what) {
+        OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
+        GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(cache, what);
+        long checked = 0;
+        for (int path = 0; path < 5; path++) {
+            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+            StringBuilder prefix = new StringBuilder();
+            for (int len = 0; len < 10; len++) {
+                boolean[] full = new boolean[texts.length], cached = new boolean[texts.length];
+                e.viable(trie, chart, full, new Earley.Budget(LOTS));
+                int sets = chart.size();
+                checked += cache.viable(e, chart, cached, new Earley.Budget(LOTS));
+                assertEquals(sets, chart.size(), "the chart is left as it was");
+                if (!Arrays.equals(full, cached)) {
+                    StringBuilder diff = new StringBuilder();
+                    for (int t = 0; t < texts.length; t++) {
+                        if (full[t] != cached[t]) diff.append(' ').append(new String(texts[t])).append(full[t] ? "(+)" : "(-)");
+                    }
+                    assertArrayEquals(full, cached, what + "after '" + prefix + "': the full walk's (+) the cache's (-):" + diff);
+                }
+                char next = 0;
+                int from = r.nextInt(alphabet.length());
+                for (int k = 0; k < alphabet.length() && next == 0; k++) {
+                    char c = alphabet.charAt((from + k) % alphabet.length());
+                    if (e.read(chart, c, new Earley.Budget(LOTS))) next = c;
+                }
+                if (next == 0) break;
+                prefix.append(next);
+            }
+        }
+        return checked;
+    }
+
+    @Property(seed = "20261207", tries = 300)
+    void recursiveGrammars(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        EbnfGrammarTest.Recursive g = EbnfGrammarTest.randomRecursive(r);
+        Earley e;
+        try {
+            e = new Earley(EbnfGrammar.parse(g.text()));
+        } catch (IllegalArgumentException derivesNothing) {
+            return;
+        }
+        assertSameMasks(e, vocabulary(r, "abc", 40), r, "abc", g.text());
+    }
+
+    @Property(seed = "20261207", tries = 300)
+    void regularGrammars(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        EbnfGrammarTest.Both b = EbnfGrammarTest.random(r, 4);
+        String text = r.nextBoolean() ? "root ::= " + b.gbnf() : "root ::= body \"d\"? body\nbody ::= " + b.gbnf();
+        assertSameMasks(new Earley(EbnfGrammar.parse(text)), vocabulary(r, "abcd", 50), r, "abcd", text + "\n");
+    }
+
+    /**
+     * Three rules whose alternatives mix rule references (any recursion) with regular parts and repetitions (the
+     * flattening's left-recursive and single-use nonterminals: the static contexts) under postfix operators.
+     */
+    @Property(seed = "20261207", tries = 300)
+    void mixedGrammars(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        String[] names = {"root", "n1", "n2"};
+        StringBuilder text = new StringBuilder();
+        for (String name : names) {
+            text.append(name).append(" ::=");
+            int alts = 1 + r.nextInt(3);
+            for (int a = 0; a < alts; a++) {
+                if (a > 0) text.append(" |");
+                int len = r.nextInt(4);
+                if (len == 0) text.append(" \"\"");
+                for (int k = 0; k < len; k++) {
+                    String sym = switch (r.nextInt(6)) {
+                        case 0, 1 -> names[r.nextInt(3)];
+                        case 2 -> "\"" + "abcd".charAt(r.nextInt(4)) + "\"";
+                        case 3 -> "\"ab\"";
+                        default -> "(" + EbnfGrammarTest.random(r, 2).gbnf() + ")";
+                    };
+                    text.append(' ').append(sym).append(new String[]{"", "", "*", "+", "?", "{1,2}"}[r.nextInt(6)]);
+                }
+            }
+            text.append('\n');
+        }
+        Earley e;
+        try {
+            e = new Earley(EbnfGrammar.parse(text.toString()));
+        } catch (IllegalArgumentException derivesNothing) {
+            return;
+        }
+        assertSameMasks(e, vocabulary(r, "abcd", 50), r, "abcd", text.toString());
+    }
+
+    /** The grammars of GrammarOutputsTest (there in the http package), GrammarProgressTest's JSON, and two small ones. */
+    static final String[] GRAMMARS = {
+            """
+            root ::= name " " verb " " things "."
+            name ::= "Lily" | "Tom" | "Sue"
+            verb ::= "saw" | "had" | "liked"
+            things ::= things " and " thing | thing
+            thing ::= ("a " | "the ") [a-z]+ | "(" things ")"
+            """,
+            """
+            root ::= expr
+            expr ::= expr ("+" | "-") term | term
+            term ::= [0-9]{1,3} | "(" expr ")"
+            """,
+            """
+            root ::= object
+            value ::= object | array | string | [0-9]+ | "true" | "false" | "null"
+            object ::= "{" ( pair ( ", " pair )* )? "}"
+            pair ::= string ": " value
+            array ::= "[" ( value ( ", " value )* )? "]"
+            string ::= "\\"" [a-z ]{0,12} "\\""
+            """,
+            GrammarProgressTest.JSON_GRAMMAR,
+            "root ::= \"(\" root \")\" root | \"\"",
+            "root ::= [a-z ]* (\".\" | \"!\")",
+    };
+
+    /**
+     * On the real tokenizer: along random answers (each token drawn from the reference's mask, end tokens aside), with
+     * the end allowed or not, stop token ids or none, and after a prompt of BOS alone (the first step's texts lose a
+     * leading space: the full walk, which the cache is not for), the mask with the cache equals the full walk's.
+     */
+    @Test
+    void theRealTokenizerMasksAlikeAlongRandomAnswers() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(tok);
+        int vocab = tok.vocabSize();
+        SplittableRandom r = new SplittableRandom(20261207);
+        long checked = 0, steps = 0;
+        for (String grammar : GRAMMARS) {
+            OutputConstraint c = compiler.ebnf(grammar);
+            assertTrue(c.maskCached(), grammar);
+            for (int path = 0; path < 6; path++) {
+                int[] seq = path == 0 ? new int[]{Tokenizer.BOS} : tok.encode("Once upon a time", true, false);
+                int promptLength = seq.length;
+                OutputConstraint.Progress kept = new OutputConstraint.Progress(), reference = new OutputConstraint.Progress();
+                for (int step = 0; step < 48; step++) {
+                    boolean eos = r.nextInt(4) > 0, stop = r.nextBoolean();
+                    int[] stopIds = r.nextBoolean() ? new int[0] : new int[]{Tokenizer.EOS + 1 + r.nextInt(vocab - 3)};
+                    float[] cached = new float[vocab], full = new float[vocab];
+                    c.mask(cached, seq, promptLength, step, eos, stop, stopIds, kept);
+                    c.maskFullWalk(full, seq, promptLength, step, eos, stop, stopIds, reference, Earley.MAX_WORK);
+                    assertArrayEquals(full, cached, grammar + " step " + step + " after '" + tok.decode(Arrays.copyOfRange(seq, promptLength, seq.length)) + "'");
+                    if (kept.lastCheckedTokens() >= 0) {
+                        checked += kept.lastCheckedTokens();
+                        steps++;
+                    }
+                    int[] open = new int[vocab];
+                    int n = 0;
+                    for (int t = Tokenizer.EOS + 1; t < vocab; t++) if (full[t] != Float.NEGATIVE_INFINITY && Arrays.binarySearch(stopIds, t) < 0) open[n++] = t;
+                    if (n == 0) break;
+                    seq = Arrays.copyOf(seq, seq.length + 1);
+                    seq[seq.length - 1] = open[r.nextInt(n)];
+                }
+            }
+        }
+        assertTrue(steps > 500, "steps through the cache: " + steps);
+        // The precomputed sets decide almost every token: the chart checks fewer than one a step on average (322 in
+        // 1,348 steps when written), where the full walk reads the whole vocabulary's trie at every step.
+        assertTrue(checked < steps, "tokens checked against the chart: " + checked + " in " + steps + " steps");
+    }
+
+    /**
+     * Past a bound the grammar is served by the full walk, never refused for it (its memory, its steps: counts, the same
+     * on every engine); past the compile's deadline it is refused as any spec is; the cache counts in the compiler's bound.
+     */
+    @Test
+    void pastItsBoundsAGrammarIsServedByTheFullWalk() throws Exception {
+        TestModels.requireStories();
+        Tokenizer tok = ModelFiles.load(null, null).tokenizer();
+        Earley e = new Earley(EbnfGrammar.parse(GrammarProgressTest.JSON_GRAMMAR));
+        OutputConstraint.Trie trie = new OutputConstraint.TokenTexts(tok).trie();
+        GrammarMaskCache whole = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(whole);
+        assertTrue(whole.ints() > 100 && whole.ints() < OutputConstraint.MAX_TABLE, "its size: " + whole.ints());
+        assertTrue(whole.work < GrammarMaskCache.MAX_WORK / 100, "its steps: " + whole.work);
+        assertNull(GrammarMaskCache.build(e, trie, whole.ints() - 1, LOTS), "over its memory bound");
+        assertNull(GrammarMaskCache.build(e, trie, LOTS, whole.work - 1), "over its steps");
+        assertNotNull(GrammarMaskCache.build(e, trie, whole.ints(), whole.work), "at both");
+        // A grammar whose precomputation passes a bound (a set of more than MAX_ITEMS items) compiles, and masks by the walk.
+        OutputConstraint.Compiler compiler = new OutputConstraint.Compiler(tok);
+        OutputConstraint hostile = compiler.ebnf(HostileGrammars.ambiguousAtOnce());
+        assertFalse(hostile.maskCached());
+        OutputConstraint json = compiler.ebnf(GrammarProgressTest.JSON_GRAMMAR);
+        assertTrue(json.maskCached());
+        assertEquals(EbnfGrammar.parse(GrammarProgressTest.JSON_GRAMMAR).symbols() + whole.ints(), json.tableEntries(), "counted in the cache's bound");
+        int[] seq = tok.encode("Once upon a time", true, false);
+        OutputConstraint.Progress p = new OutputConstraint.Progress();
+        json.mask(new float[tok.vocabSize()], seq, seq.length, 0, true, true, new int[0], p);
+        assertEquals(0, p.lastCheckedTokens(), "the first set's mask: all precomputed");
+        json.maskFullWalk(new float[tok.vocabSize()], seq, seq.length, 0, true, true, new int[0], p, Earley.MAX_WORK);
+        assertEquals(-1, p.lastCheckedTokens(), "the full walk");
+        // The compile's deadline: checked as the precomputation goes, a refusal as for any spec.
+        OutputConstraint.Compiler late = new OutputConstraint.Compiler(tok, 1, OutputConstraint.Compiler.CACHED_TABLE);
+        ClientRegex.TooComplex refused = assertThrows(ClientRegex.TooComplex.class, () -> late.ebnf(GrammarProgressTest.JSON_GRAMMAR));
+        assertTrue(refused.deadline(), refused.getMessage());
+    }
+}
