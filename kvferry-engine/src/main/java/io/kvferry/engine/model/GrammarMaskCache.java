@@ -19,7 +19,8 @@ import java.util.List;
  * <li><b>accepted</b> ({@link #acc}): its whole text read leaves the set non-empty: the item's own rule (and its static
  * context) goes on with it, so the output goes on with it whatever the chart;</li>
  * <li><b>context-dependent</b> ({@link #dep}): not accepted, but a prefix of its text (the empty one included) reached
- * a varying context: the rest depends on the chart;</li>
+ * a varying context: the rest depends on the chart; narrowed to those a widened walk takes (one that follows a varying
+ * context into every occurrence of its nonterminal, origin {@link Earley#ANY}: a language that holds every chart's);</li>
  * <li>else <b>rejected</b> through that item, whatever the chart.</li>
  * </ul>
  * At run time ({@link #viable}) the mask is the union of the accepted sets of the last set's items of those positions (the
@@ -29,8 +30,8 @@ import java.util.List;
  * those items, so the rest is rejected. Exactly the full walk's mask (GrammarMaskCacheTest holds them equal).
  *
  * <p>The sets are ranges of the trie's order ({@link OutputConstraint.Trie#lo}: a subtree is one range), two ints a
- * range. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, counted
- * in the compiler's cache as table entries) and the recognizer's bounds ({@link Earley#MAX_ITEMS} a set, {@link #MAX_WORK}
+ * range. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
+ * grammar's symbols, counted in the compiler's cache as table entries) and the recognizer's bounds ({@link Earley#MAX_ITEMS} a set, {@link #MAX_WORK}
  * steps); past any, {@link #build} answers null and the grammar is served by the full walk (the same mask, the old cost),
  * never refused for it. These bounds are counts, so a grammar has its cache on every engine or on none: the step's bound
  * ({@link Earley#MAX_WORK}), charged for the walk it does, is passed at the same token by the prefill and the decode. The
