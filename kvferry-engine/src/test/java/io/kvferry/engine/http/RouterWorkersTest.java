@@ -14,6 +14,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.io.PrintStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
@@ -678,29 +679,8 @@ class RouterWorkersTest {
         try (Router router = router(0)) {
             int[] script = {503, 429, 408};
             AtomicInteger posts = new AtomicInteger();
-            HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-            front.createContext(Router.WORKERS_ROUTE, ex -> {
-                try {
-                    String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
-                    int n = "POST".equals(ex.getRequestMethod()) ? posts.getAndIncrement() : script.length;
-                    if (n < script.length) {
-                        byte[] b = ("{\"error\":{\"message\":\"try later\",\"type\":\"service_unavailable\",\"code\":null}}").getBytes(StandardCharsets.UTF_8);
-                        ex.sendResponseHeaders(script[n], b.length);
-                        ex.getResponseBody().write(b);
-                        return;
-                    }
-                    HttpResponse<String> r = EngineAuthTest.send(router.port(), ex.getRequestMethod(), ex.getRequestURI().toString(),
-                            body.isEmpty() ? null : body, ex.getRequestHeaders().getFirst("Authorization"));
-                    byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
-                    ex.sendResponseHeaders(r.statusCode(), b.length == 0 ? -1 : b.length);
-                    if (b.length > 0) ex.getResponseBody().write(b);
-                } catch (Exception e) {
-                    ex.sendResponseHeaders(599, -1);
-                } finally {
-                    ex.close();
-                }
-            });
-            front.start();
+            String busy = "{\"error\":{\"message\":\"try later\",\"type\":\"service_unavailable\",\"code\":null}}";
+            HttpServer front = scriptedFront(router, script, new String[] {busy, busy, busy}, posts);
             StringBuilder log = new StringBuilder();
             URI at = URI.create("http://127.0.0.1:" + front.getAddress().getPort());
             try {
@@ -744,29 +724,7 @@ class RouterWorkersTest {
             int[] statuses = {503, 503, 403, 403};
             String[] bodies = {busy, busy, full, full};
             AtomicInteger posts = new AtomicInteger();
-            HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
-            front.createContext(Router.WORKERS_ROUTE, ex -> {
-                try {
-                    String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
-                    int n = "POST".equals(ex.getRequestMethod()) ? posts.getAndIncrement() : statuses.length;
-                    if (n < statuses.length) {
-                        byte[] b = bodies[n].getBytes(StandardCharsets.UTF_8);
-                        ex.sendResponseHeaders(statuses[n], b.length);
-                        ex.getResponseBody().write(b);
-                        return;
-                    }
-                    HttpResponse<String> r = EngineAuthTest.send(router.port(), ex.getRequestMethod(), ex.getRequestURI().toString(),
-                            body.isEmpty() ? null : body, ex.getRequestHeaders().getFirst("Authorization"));
-                    byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
-                    ex.sendResponseHeaders(r.statusCode(), b.length == 0 ? -1 : b.length);
-                    if (b.length > 0) ex.getResponseBody().write(b);
-                } catch (Exception e) {
-                    ex.sendResponseHeaders(599, -1);
-                } finally {
-                    ex.close();
-                }
-            });
-            front.start();
+            HttpServer front = scriptedFront(router, statuses, bodies, posts);
             StringBuilder log = new StringBuilder();
             URI at = URI.create("http://127.0.0.1:" + front.getAddress().getPort());
             try {
@@ -825,6 +783,37 @@ class RouterWorkersTest {
 
     private static final Duration NO_TICKS = Duration.ofHours(1);
     private static final String REG_LOG = " io.kvferry.engine.serve.WorkerRegistration - ";
+
+    /**
+     * A pass-through in front of the router's /workers whose first POSTs are answered by the script (status i with body i),
+     * each later request passed to the router with the caller's Authorization; {@code posts} counts the POSTs. Started.
+     */
+    private static HttpServer scriptedFront(Router router, int[] statuses, String[] bodies, AtomicInteger posts) throws IOException {
+        HttpServer front = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        front.createContext(Router.WORKERS_ROUTE, ex -> {
+            try {
+                String body = new String(ex.getRequestBody().readAllBytes(), StandardCharsets.UTF_8);
+                int n = "POST".equals(ex.getRequestMethod()) ? posts.getAndIncrement() : statuses.length;
+                if (n < statuses.length) {
+                    byte[] b = bodies[n].getBytes(StandardCharsets.UTF_8);
+                    ex.sendResponseHeaders(statuses[n], b.length);
+                    ex.getResponseBody().write(b);
+                    return;
+                }
+                HttpResponse<String> r = EngineAuthTest.send(router.port(), ex.getRequestMethod(), ex.getRequestURI().toString(),
+                        body.isEmpty() ? null : body, ex.getRequestHeaders().getFirst("Authorization"));
+                byte[] b = r.body().getBytes(StandardCharsets.UTF_8);
+                ex.sendResponseHeaders(r.statusCode(), b.length == 0 ? -1 : b.length);
+                if (b.length > 0) ex.getResponseBody().write(b);
+            } catch (Exception e) {
+                ex.sendResponseHeaders(599, -1);
+            } finally {
+                ex.close();
+            }
+        });
+        front.start();
+        return front;
+    }
 
     /** What {@code body} logs (slf4j-simple writes to System.err as it is when a line is logged), then its result. */
     private static <T> T logged(StringBuilder log, Callable<T> body) throws Exception {
