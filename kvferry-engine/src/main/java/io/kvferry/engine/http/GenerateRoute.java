@@ -47,6 +47,9 @@ final class GenerateRoute {
         if (!Http.method(ex, "POST")) return;
         JsonNode req = Http.readJson(ex);
         Prompt.Parsed parsed = RequestParams.generatePrompts(req);
+        // rid (the request's id, or its batch entries') before any other field, so each of their 400s carries it.
+        Router.RequestRecord record = Router.RECORD.get();
+        List<String> rids = rids(req, record, parsed.batch() ? parsed.prompts().size() : 0, ex);
         String field = parsed.prompts().getFirst().given() ? "input_ids" : "text";
         List<Prompt> prompts = resolver.resolve(parsed, field);
         Prompt prompt = prompts.getFirst();
@@ -82,8 +85,6 @@ final class GenerateRoute {
             throw new Http.BadRequest("stream", "a batch (" + (field.equals("text") ? "text a list" : "input_ids a list of lists")
                     + ") is answered whole: stream must be false");
         }
-        Router.RequestRecord record = Router.RECORD.get();
-        List<String> rids = rids(req, record, parsed.batch() ? prompts.size() : 0, ex);
         List<Ask> asks = parsed.batch() ? OpenAiRoutes.choices(ask, prompts, 1) : List.of(ask);
         try {
             pd.admitRates(asks, "sampling_params.max_new_tokens", ex); // the tenant's per-minute limits, once for the request

@@ -325,6 +325,21 @@ class RouterRequestIdTest {
 
     @Test
     @Timeout(60)
+    void aFieldsErrorCarriesTheRidOfItsRequest() throws Exception {
+        // rid is the request's id from the moment the body is read: a 400 of another field (read after it) carries it,
+        // not an id the router made, which the client never saw.
+        HttpResponse<String> r = post("/generate", "{\"text\":\"Hi\",\"rid\":\"sg-bad\",\"sampling_params\":{\"max_new_tokens\":-1}}", null);
+        assertEquals(400, r.statusCode(), r.body());
+        assertEquals("sampling_params.max_new_tokens", JSON.readTree(r.body()).path("error").path("param").asText(), r.body());
+        assertEquals("sg-bad", idOf(r));
+        HttpResponse<String> batch = post("/generate", "{\"text\":[\"Hi\",\"Ho\"],\"rid\":[\"b-1\",\"b-1\"],\"sampling_params\":{\"max_new_tokens\":-1}}", null);
+        assertEquals(400, batch.statusCode(), batch.body());
+        assertEquals("rid[1]", JSON.readTree(batch.body()).path("error").path("param").asText(), "the request's ids are read first: " + batch.body());
+        assertTrue(decodeIds.isEmpty(), "nothing reached an engine");
+    }
+
+    @Test
+    @Timeout(60)
     void aBadRidIsA400NamingIt() throws Exception {
         String[][] cases = {
                 {"{\"text\":\"Hi\",\"rid\":7}", "rid"},
