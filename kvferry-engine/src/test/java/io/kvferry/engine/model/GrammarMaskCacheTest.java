@@ -57,7 +57,7 @@ class GrammarMaskCacheTest {
         for (int path = 0; path < 5; path++) {
             List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
             StringBuilder prefix = new StringBuilder();
-            for (int len = 0; len < 10; len++) {
+            for (int len = 0; len < 14; len++) {
                 boolean[] full = new boolean[texts.length], cached = new boolean[texts.length];
                 e.viable(trie, chart, full, new Earley.Budget(LOTS));
                 int sets = chart.size();
@@ -139,6 +139,65 @@ class GrammarMaskCacheTest {
             return;
         }
         assertSameMasks(e, vocabulary(r, "abcd", 50), r, "abcd", text.toString());
+    }
+
+    /**
+     * Harder than the three above: five rules (any mutual recursion, root used nested as well as at the root), nullable
+     * chains (empty alternatives, rules of optional rules), multi-character literals and classes under postfix
+     * operators, and vocabularies of one to six characters (texts that cross several rules' ends); 1,200 grammars from
+     * three fixed bases, each along longer random prefixes, against the full walk at every length.
+     */
+    @Test
+    void harderRandomGrammarsAtThreeSeeds() {
+        int tried = 0;
+        for (long base : new long[]{7, 20261207, 987654321}) {
+            for (int k = 0; k < 400; k++) {
+                SplittableRandom r = new SplittableRandom(base * 1_000_003L + k);
+                String text = hardGrammar(r);
+                Earley e;
+                try {
+                    e = new Earley(EbnfGrammar.parse(text));
+                } catch (IllegalArgumentException derivesNothing) {
+                    continue;
+                }
+                tried++;
+                char[][] texts = new char[60][];
+                for (int t = 3; t < texts.length; t++) {
+                    char[] c = new char[1 + r.nextInt(r.nextInt(4) == 0 ? 6 : 3)];
+                    for (int i = 0; i < c.length; i++) c[i] = "abc".charAt(r.nextInt(3));
+                    texts[t] = c;
+                }
+                assertSameMasks(e, texts, r, "abc", text);
+            }
+        }
+        assertTrue(tried > 600, "grammars tried: " + tried);
+    }
+
+    private static String hardGrammar(SplittableRandom r) {
+        String[] names = {"root", "n1", "n2", "n3", "n4"};
+        StringBuilder text = new StringBuilder();
+        for (String name : names) {
+            text.append(name).append(" ::=");
+            int alts = 1 + r.nextInt(3);
+            for (int a = 0; a < alts; a++) {
+                if (a > 0) text.append(" |");
+                int len = r.nextInt(5);
+                if (len == 0) text.append(" \"\"");
+                for (int k = 0; k < len; k++) {
+                    String sym = switch (r.nextInt(8)) {
+                        case 0, 1, 2 -> names[r.nextInt(names.length)];
+                        case 3 -> "\"" + "abc".charAt(r.nextInt(3)) + "\"";
+                        case 4 -> "\"" + "abc".charAt(r.nextInt(3)) + "abc".charAt(r.nextInt(3)) + "\"";
+                        case 5 -> "[ab]";
+                        case 6 -> "(" + names[r.nextInt(names.length)] + " \"" + "abc".charAt(r.nextInt(3)) + "\"" + ")";
+                        default -> "(" + EbnfGrammarTest.random(r, 2).gbnf() + ")";
+                    };
+                    text.append(' ').append(sym).append(new String[]{"", "", "", "*", "+", "?", "{0,2}"}[r.nextInt(7)]);
+                }
+            }
+            text.append('\n');
+        }
+        return text.toString();
     }
 
     /** The grammars of GrammarOutputsTest (there in the http package), GrammarProgressTest's JSON, and two small ones. */
