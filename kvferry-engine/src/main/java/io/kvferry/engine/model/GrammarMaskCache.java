@@ -40,9 +40,14 @@ import java.util.List;
 final class GrammarMaskCache {
     /**
      * Most recognizer steps of one precomputation: a count, not a time, so that whether a grammar has its cache is the
-     * same on every engine (the prefill's and the decode's charge a step's bound alike).
+     * same on every engine (the prefill's and the decode's charge a step's bound alike). Sized to the compile's deadline
+     * ({@link OutputConstraint.Compiler#DEADLINE_MS}, 5 s), which refuses a grammar past it (and remembers the refusal): at
+     * some 10 ns a step (94 million in 0.9 s, docs/PERFORMANCE.md) 100 million take about 1 s, a fifth of the deadline, so a
+     * machine several times slower or busier still compiles within it; past the bound the grammar is served by the full
+     * walk, never refused (400 million, about 4 s, could pass the deadline on a loaded machine: a grammar served before the
+     * cache refused).
      */
-    static final long MAX_WORK = 400_000_000L;
+    static final long MAX_WORK = 100_000_000L;
 
     /** The trie whose order the sets are in (the texts after any token but BOS). */
     final OutputConstraint.Trie trie;

@@ -274,6 +274,18 @@ class GrammarMaskCacheTest {
     }
 
     /**
+     * The precomputation's step bound leaves the compile's deadline its room on a busy machine: at the measured 10 ns or
+     * so a step (docs/PERFORMANCE.md: 94 million steps in 0.9 s) it is at most a fifth of the deadline, which refuses (and
+     * remembers the refusal) where the bound serves by the full walk. 400 million steps (about 4 s) was not.
+     */
+    @Test
+    void theStepBoundFitsAFifthOfTheCompileDeadline() {
+        long nanosAStep = 10;
+        assertTrue(GrammarMaskCache.MAX_WORK * nanosAStep <= OutputConstraint.Compiler.DEADLINE_MS * 1_000_000 / 5,
+                "bound " + GrammarMaskCache.MAX_WORK + " steps, deadline " + OutputConstraint.Compiler.DEADLINE_MS + " ms");
+    }
+
+    /**
      * Past a bound the grammar is served by the full walk, never refused for it (its memory, its steps: counts, the same
      * on every engine); past the compile's deadline it is refused as any spec is; the cache counts in the compiler's bound.
      */
