@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.kvferry.engine.model.HostileGrammars;
 import io.kvferry.engine.model.OutputConstraint;
+import io.kvferry.engine.model.RecursiveGrammars;
 import io.kvferry.engine.model.Sampling;
 import io.kvferry.engine.model.SamplingRules;
 import io.kvferry.engine.model.Tokenizer;
@@ -58,28 +59,7 @@ class GrammarOutputsTest {
     }
 
     /** Recursive grammars: nested parentheses inside a left-recursive list; left-recursive arithmetic; a small JSON. */
-    static final String[] GRAMMARS = {
-            """
-            root ::= name " " verb " " things "."
-            name ::= "Lily" | "Tom" | "Sue"
-            verb ::= "saw" | "had" | "liked"
-            things ::= things " and " thing | thing
-            thing ::= ("a " | "the ") [a-z]+ | "(" things ")"
-            """,
-            """
-            root ::= expr
-            expr ::= expr ("+" | "-") term | term
-            term ::= [0-9]{1,3} | "(" expr ")"
-            """,
-            """
-            root ::= object
-            value ::= object | array | string | [0-9]+ | "true" | "false" | "null"
-            object ::= "{" ( pair ( ", " pair )* )? "}"
-            pair ::= string ": " value
-            array ::= "[" ( value ( ", " value )* )? "]"
-            string ::= "\\"" [a-z ]{0,12} "\\""
-            """,
-    };
+    static final List<String> GRAMMARS = RecursiveGrammars.EXAMPLES;
     /** Greedy, and seeded temperature / top-p. */
     static final String[] SAMPLINGS = {"\"temperature\":0", "\"temperature\":0.9,\"top_p\":0.95,\"seed\":11"};
 
@@ -179,8 +159,8 @@ class GrammarOutputsTest {
         }
         // The engines go on: a plain request and a constrained one are served as before.
         JsonNode ok = RouterCalls.ok(router.port(), "/v1/completions", "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":8,\"temperature\":0,"
-                + "\"guided_grammar\":" + JSON.writeValueAsString(GRAMMARS[0]) + "}");
-        assertTrue(compiler.ebnf(GRAMMARS[0]).startsMatch(ok.path("choices").path(0).path("text").asText()), ok.toString());
+                + "\"guided_grammar\":" + JSON.writeValueAsString(GRAMMARS.get(0)) + "}");
+        assertTrue(compiler.ebnf(GRAMMARS.get(0)).startsMatch(ok.path("choices").path(0).path("text").asText()), ok.toString());
         assertEquals(200, RouterCalls.post(router.port(), "/generate", "{\"text\":\"x\",\"sampling_params\":{\"max_new_tokens\":4}}").statusCode());
     }
 }

@@ -9,6 +9,7 @@ import org.junit.jupiter.api.Test;
 import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
+import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -200,32 +201,11 @@ class GrammarMaskCacheTest {
         return text.toString();
     }
 
-    /** The grammars of GrammarOutputsTest (there in the http package), GrammarProgressTest's JSON, and two small ones. */
-    static final String[] GRAMMARS = {
-            """
-            root ::= name " " verb " " things "."
-            name ::= "Lily" | "Tom" | "Sue"
-            verb ::= "saw" | "had" | "liked"
-            things ::= things " and " thing | thing
-            thing ::= ("a " | "the ") [a-z]+ | "(" things ")"
-            """,
-            """
-            root ::= expr
-            expr ::= expr ("+" | "-") term | term
-            term ::= [0-9]{1,3} | "(" expr ")"
-            """,
-            """
-            root ::= object
-            value ::= object | array | string | [0-9]+ | "true" | "false" | "null"
-            object ::= "{" ( pair ( ", " pair )* )? "}"
-            pair ::= string ": " value
-            array ::= "[" ( value ( ", " value )* )? "]"
-            string ::= "\\"" [a-z ]{0,12} "\\""
-            """,
+    /** The grammars of GrammarOutputsTest ({@link RecursiveGrammars}), GrammarProgressTest's JSON, and two small ones. */
+    static final List<String> GRAMMARS = Stream.concat(RecursiveGrammars.EXAMPLES.stream(), Stream.of(
             GrammarProgressTest.JSON_GRAMMAR,
             "root ::= \"(\" root \")\" root | \"\"",
-            "root ::= [a-z ]* (\".\" | \"!\")",
-    };
+            "root ::= [a-z ]* (\".\" | \"!\")")).toList();
 
     /**
      * On the real tokenizer: along random answers (each token drawn from the reference's mask, end tokens aside), with
