@@ -278,6 +278,11 @@ public final class ToolCalls {
      * else wrong with the source an {@link IllegalArgumentException}.
      */
     public static JsonSchemaAutomaton.Language language(String source) {
+        return language(source, false);
+    }
+
+    /** {@link #language}, its grammar also where no called tool recurses ({@code grammar} true: the tests hold it to the DFA). */
+    static JsonSchemaAutomaton.Language language(String source, boolean grammar) {
         JsonNode s;
         try {
             s = JSON.readTree(source);
@@ -335,7 +340,7 @@ public final class ToolCalls {
             ClientRegex.checkDeadline();
         }
         if (names.isEmpty()) throw new IllegalArgumentException("name " + only + " is none of the tools' names");
-        if (recursive) return new JsonSchemaAutomaton.Language(null, grammar(mode.equals("auto"), parallel.asBoolean(true), names, args, holed));
+        if (recursive || grammar) return new JsonSchemaAutomaton.Language(null, grammar(mode.equals("auto"), parallel.asBoolean(true), names, args, holed));
         List<Automaton> calls = new ArrayList<>();
         for (int i = 0; i < names.size(); i++) {
             String head = render(new Call(names.get(i), "\0"));

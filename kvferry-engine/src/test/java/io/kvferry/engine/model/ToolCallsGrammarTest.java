@@ -1,10 +1,17 @@
 package io.kvferry.engine.model;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import dk.brics.automaton.RunAutomaton;
 import io.kvferry.engine.TestModels;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.constraints.IntRange;
+import net.jqwik.api.statistics.Statistics;
 import org.junit.jupiter.api.Test;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 
@@ -104,6 +111,74 @@ class ToolCallsGrammarTest {
             }
             if (c.only() == null || !c.only().equals("get_weather")) assertTrue(nested > 3, c + ": the walks nest (" + nested + ")");
             if (c.parallel()) assertTrue(several > 0, c + ": parallel calls walked");
+        }
+    }
+
+    /**
+     * For random tool sets without recursion (one to three tools, each parameters an object of the soundness test's random
+     * schemas, $defs included), the calls' grammar ({@link ToolCalls#language} forced onto its grammar path) accepts
+     * exactly what their DFA does, whole and as a prefix, in every mode (auto, required, a named tool; parallel_tool_calls
+     * true and false): on texts the DFA generates (auto's: its text and its calls), several calls joined, and mutations of
+     * them (a character of the calls' wrapping, a line break or a space inserted, deleted or replaced).
+     */
+    @Property(tries = 40, seed = "20261207")
+    void theCallsGrammarAcceptsWhatTheDfaDoesForToolsWithoutRecursion(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        int tools = 1 + r.nextInt(3);
+        List<String> schemas = new ArrayList<>();
+        for (int t = 0; t < tools; t++) {
+            ObjectNode root = JsonNodeFactory.instance.objectNode().put("type", "object");
+            ObjectNode defs = JsonNodeFactory.instance.objectNode();
+            ObjectNode props = root.putObject("properties");
+            for (int p = 0, n = 1 + r.nextInt(2); p < n; p++) props.set("p" + p, new JsonSchemaSoundnessTest.Gen(r, defs).schema(2));
+            if (r.nextBoolean()) root.putArray("required").add("p0");
+            if (!defs.isEmpty()) root.set("$defs", defs);
+            schemas.add(root.toString());
+        }
+        String mode = r.nextBoolean() ? "auto" : "required";
+        boolean parallel = r.nextBoolean();
+        String only = mode.equals("required") && r.nextInt(3) == 0 ? List.of("tree", "get_weather", "search").get(r.nextInt(tools)) : null;
+        String source = source(mode, parallel, schemas, only);
+        String calledSource = source("required", parallel, schemas, only);
+        RunAutomaton run;
+        RunAutomaton called;
+        try {
+            run = new RunAutomaton(ToolCalls.language(source).automaton());
+            called = new RunAutomaton(ToolCalls.language(calledSource).automaton());
+        } catch (IllegalArgumentException e) {
+            Statistics.label("tools").collect("refused");
+            return;
+        }
+        Earley e;
+        try {
+            e = new Earley(ToolCalls.language(source, true).grammar());
+        } catch (ClientRegex.TooComplex tooLarge) {
+            Statistics.label("tools").collect("grammar too large");
+            return;
+        }
+        Statistics.label("tools").collect("compared " + mode + (parallel ? " parallel" : "") + (only != null ? " named" : ""));
+        String alphabet = "{}[],:\" 0123456789-.eEtrufalsnp<>/_\n\\x";
+        for (int i = 0; i < 8; i++) {
+            // auto's own walks are mostly text: every other one walks its calls (required's language, a part of auto's).
+            String text = OutputConstraintTest.walk(i % 2 == 0 ? called : run, r, 60);
+            if (text == null) return;
+            List<String> cases = new ArrayList<>(List.of(text, text + "\n" + text, text + " " + text, text + text));
+            for (int m = 0; m < 8 && !text.isEmpty(); m++) {
+                int at = r.nextInt(text.length());
+                char c = alphabet.charAt(r.nextInt(alphabet.length()));
+                cases.add(switch (m % 3) {
+                    case 0 -> text.substring(0, at) + text.substring(at + 1);
+                    case 1 -> text.substring(0, at) + c + text.substring(at);
+                    default -> text.substring(0, at) + c + text.substring(at + 1);
+                });
+            }
+            for (String t : cases) {
+                assertEquals(run.run(t), e.matches(t), source + " whole: " + t);
+                for (int p = 0; p <= t.length(); p += 1 + t.length() / 6) {
+                    String pre = t.substring(0, p);
+                    assertEquals(JsonSchemaGrammarTest.dfaStarts(run, pre), JsonSchemaGrammarTest.startsMatch(e, pre), source + " prefix: " + pre);
+                }
+            }
         }
     }
 
