@@ -256,7 +256,7 @@ class JsonSchemaGrammarTest {
 
     /**
      * Through the compiler (the router's and each engine's): the kind stays json_schema, a second compile is the cache's
-     * (counted CACHED, not compiled again), the table counted is the grammar's symbols; a size refusal is remembered
+     * (counted CACHED, not compiled again), the table counted is the grammar's symbols and its precomputed mask's ints; a size refusal is remembered
      * (counted REFUSED, not compiled again) as a DFA's is.
      */
     @Test
@@ -266,7 +266,8 @@ class JsonSchemaGrammarTest {
         OutputConstraint c = compiler.jsonSchema(TREE);
         assertEquals(OutputConstraint.Kind.JSON_SCHEMA, c.kind());
         assertEquals(TREE, c.source());
-        assertEquals(grammarOf(TREE).symbols(), c.tableEntries(), "the grammar's symbols, as an ebnf spec's");
+        long cacheInts = Math.max(0, c.maskCacheCost()[1]); // the precomputed mask's ints (GrammarMaskCache), counted beside
+        assertEquals(grammarOf(TREE).symbols() + cacheInts, c.tableEntries(), "the grammar's symbols and its mask cache, as an ebnf spec's");
         assertTrue(c.matches("{\"value\":1,\"children\":[{\"value\":2,\"children\":[{\"value\":3,\"children\":[]}]}]}"));
         assertTrue(c.startsMatch("{\"value\":1,\"children\":[{\"value\":2,\"children\":[{"));
         assertEquals(c, compiler.jsonSchema(TREE));
