@@ -119,7 +119,8 @@ class EngineRequestIdTest {
                     "trace-me-42");
             assertEquals(400, r.statusCode(), r.body());
             assertEquals("trace-me-42", r.headers().firstValue("X-Request-Id").orElse(null));
-        }, l -> l.contains("role=prefill") && l.contains("request failed: request_id=trace-me-42"));
+        }, l -> l.contains("role=prefill") && l.contains("request failed: request_id=trace-me-42"),
+                l -> l.contains("request route=/v1/completions status=400 ") && l.contains("request_id=trace-me-42")); // the router logs after its answer
         String decodeLine = line(log, "request refused: request_id=trace-me-42 room=", "role=decode");
         Matcher m = Pattern.compile("room=(\\d+)").matcher(decodeLine);
         assertTrue(m.find(), decodeLine);
@@ -159,15 +160,19 @@ class EngineRequestIdTest {
         void run() throws Exception;
     }
 
-    /** What slf4j-simple wrote while {@code run} ran and until a line matching {@code last} came (20 s at most). */
-    private static String captured(Run run, Predicate<String> last) throws Exception {
+    /**
+     * What slf4j-simple wrote while {@code run} ran and until a line matching each of {@code awaited} came (20 s at most):
+     * a process may write its line after its answer (the router's request line), so the answer alone does not say it is there.
+     */
+    @SafeVarargs
+    private static String captured(Run run, Predicate<String>... awaited) throws Exception {
         PrintStream err = System.err;
         ByteArrayOutputStream logged = new ByteArrayOutputStream();
         System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
         try {
             run.run();
             long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-            while (logged.toString(StandardCharsets.UTF_8).lines().noneMatch(last) && System.nanoTime() < until) {
+            while (!allLogged(logged.toString(StandardCharsets.UTF_8), awaited) && System.nanoTime() < until) {
                 Thread.sleep(10);
             }
         } finally {
@@ -175,6 +180,13 @@ class EngineRequestIdTest {
             err.print(logged.toString(StandardCharsets.UTF_8)); // in the test's output, whatever came of it
         }
         return logged.toString(StandardCharsets.UTF_8);
+    }
+
+    private static boolean allLogged(String log, Predicate<String>[] awaited) {
+        for (Predicate<String> line : awaited) {
+            if (log.lines().noneMatch(line)) return false;
+        }
+        return true;
     }
 
     /** The one log line holding {@code start} and {@code also}; fails naming the log when there is none. */
