@@ -65,8 +65,8 @@ final class EngineRequests {
      * by the request in flight here on that room, else by the running exchange's id (an abort's own header), else {@code -}.
      */
     void aborted(long room, String by) {
-        String id = rooms.get(room);
-        if (id == null) id = RequestId.CURRENT.orElse("-");
-        LOG.info("request aborted: request_id={} room={} role={} by={}{}", id, room, role, by, rooms.containsKey(room) ? "" : " (not in flight here)");
+        String inFlight = rooms.get(room); // read once: the line's id and its "not in flight" agree
+        String id = inFlight != null ? inFlight : RequestId.CURRENT.orElse("-");
+        LOG.info("request aborted: request_id={} room={} role={} by={}{}", id, room, role, by, inFlight != null ? "" : " (not in flight here)");
     }
 }
