@@ -1,5 +1,7 @@
 package io.kvferry.chaos;
 
+import io.kvferry.transport.RoomChoice;
+
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
@@ -30,9 +32,7 @@ public final class WriteCorruption {
 
     /** Whether the room is one this run damages. */
     public boolean chosen(long room) {
-        if (probability <= 0) return false;
-        long h = mix(room ^ seed);
-        return (h >>> 11) * 0x1.0p-53 < probability;
+        return RoomChoice.chosen(room, seed, probability);
     }
 
     /**
@@ -55,12 +55,5 @@ public final class WriteCorruption {
 
     void malformed() {
         malformedStreams.incrementAndGet();
-    }
-
-    /** SplitMix64's finaliser: a well-spread hash of the room. */
-    private static long mix(long z) {
-        z = (z ^ (z >>> 30)) * 0xbf58476d1ce4e5b9L;
-        z = (z ^ (z >>> 27)) * 0x94d049bb133111ebL;
-        return z ^ (z >>> 31);
     }
 }

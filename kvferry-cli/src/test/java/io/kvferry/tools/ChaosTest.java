@@ -9,6 +9,7 @@ import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.RoleReport;
 import io.kvferry.testkit.Workload;
+import io.kvferry.transport.RoomChoice;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -111,8 +112,12 @@ class ChaosTest {
     @CsvSource({"tcp,full", "tcp,off", "shm,full", "shm,off"})
     @Timeout(180)
     void corruptionIsCaughtWithChecksumsAndShowsWithout(String transport, String checksum) throws Exception {
-        BenchConfig c = new BenchConfig(ModelShape.preset("llama-3.1-8b"), new Workload(12, 256, 16, 128, 4, 0, 5L), transport, 1,
+        Workload w = new Workload(12, 256, 16, 128, 4, 0, 5L);
+        BenchConfig c = new BenchConfig(ModelShape.preset("llama-3.1-8b"), w, transport, 1,
                 "chaos-token").withFaultTimeouts(2000, 90_000).withChecksum(ChecksumMode.parse(checksum));
+        // The prefill's hook (shm) damages the rooms RoomChoice picks: which ones is fixed by the workload, so the count is known.
+        long hooked = w.generate().stream().filter(q -> RoomChoice.chosen(q.room(), RoomChoice.PREFILL_HOOK_SALT, 0.5)).count();
+        assertTrue(hooked > 0 && hooked < w.totalRequests(), () -> "the workload should have damaged and undamaged rooms: " + hooked);
         ChaosRunner.Result r = new ChaosRunner(c, new PrintStream(OutputStream.nullOutputStream()), 100).run("corrupt");
         assertTrue(r.passed(), r::toString);
         assertEquals(0, r.hung(), r::toString);
@@ -125,12 +130,14 @@ class ChaosTest {
             if (transport.equals("tcp")) {
                 assertTrue(r.corruption().injected() > 0, r::toString);
                 assertEquals(r.corruption().injected(), r.integrityFailures(), () -> "each damaged room fails once, as integrity: " + r);
+            } else {
+                assertEquals(hooked, r.integrityFailures(), () -> "each room the hook damaged fails once, as integrity: " + r);
             }
             assertEquals(r.failed(), r.integrityFailures(), () -> "only the damaged rooms fail: " + r);
         } else {
             assertTrue(r.corrupted() > 0, () -> "the damage must show without checksums: " + r);
             assertEquals(0, r.integrityFailures(), r::toString);
-            if (transport.equals("tcp")) assertEquals(r.corruption().injected(), r.corrupted(), r::toString);
+            assertEquals(transport.equals("tcp") ? r.corruption().injected() : hooked, r.corrupted(), r::toString);
         }
     }
 

@@ -17,6 +17,7 @@ import io.kvferry.metrics.LogSafe;
 import io.kvferry.session.Failures;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.PageDigest;
+import io.kvferry.transport.RoomChoice;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -26,7 +27,6 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.List;
-import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * Moves one chunk of one room to each of its destinations, on the room's transfer strand: plans
@@ -81,7 +81,8 @@ final class ChunkExecutor {
         if (st == KVPoll.Failed || !rooms.isTracked(room.room)) return;
         if (room.firstSendNanos == 0) {
             room.firstSendNanos = System.nanoTime();
-            room.corruptPending = corruptionInjection > 0 && ThreadLocalRandom.current().nextDouble() < corruptionInjection;
+            // Chosen by the room, not drawn: a run damages the same rooms every time (its workload fixes the rooms).
+            room.corruptPending = RoomChoice.chosen(room.room, RoomChoice.PREFILL_HOOK_SALT, corruptionInjection);
         }
         PrefillRoom.Destination current = null;
         try {

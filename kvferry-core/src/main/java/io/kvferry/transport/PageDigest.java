@@ -119,10 +119,7 @@ public final class PageDigest {
         };
     }
 
-    /** SplitMix64's finalizer: a cheap, well-spread 64-bit mix. */
-    static long mix(long z) {
-        z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
-        z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
-        return z ^ (z >>> 31);
+    private static long mix(long z) {
+        return RoomChoice.mix(z);
     }
 }
