@@ -1,6 +1,6 @@
 package io.kvferry.chaos;
 
-import io.kvferry.transport.RoomChoice;
+import io.kvferry.api.RoomChoice;
 
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;

@@ -1,6 +1,7 @@
 package io.kvferry.tools;
 
 import io.kvferry.api.ChecksumMode;
+import io.kvferry.api.RoomChoice;
 import io.kvferry.chaos.ChaosRunner;
 import io.kvferry.chaos.net.LinkImpairment;
 import io.kvferry.chaos.net.Netns;
@@ -9,7 +10,6 @@ import io.kvferry.testkit.BenchConfig;
 import io.kvferry.testkit.ModelShape;
 import io.kvferry.testkit.RoleReport;
 import io.kvferry.testkit.Workload;
-import io.kvferry.transport.RoomChoice;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;

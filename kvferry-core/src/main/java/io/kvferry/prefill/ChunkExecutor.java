@@ -3,6 +3,7 @@ package io.kvferry.prefill;
 import io.kvferry.api.FailureKind;
 import io.kvferry.api.KVManagerConfig;
 import io.kvferry.api.KVPoll;
+import io.kvferry.api.RoomChoice;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SegmentCrc;
 import io.kvferry.plan.CopyPlan;
@@ -17,7 +18,6 @@ import io.kvferry.metrics.LogSafe;
 import io.kvferry.session.Failures;
 import io.kvferry.transport.DataPath;
 import io.kvferry.transport.PageDigest;
-import io.kvferry.transport.RoomChoice;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 

@@ -1,6 +1,7 @@
 package io.kvferry.transport;
 
 import io.kvferry.api.ChecksumMode;
+import io.kvferry.api.RoomChoice;
 import io.kvferry.memory.RegisteredMemory;
 import io.kvferry.memory.SegmentCrc;
 import io.kvferry.plan.CopyPlan;

@@ -1,4 +1,4 @@
-package io.kvferry.transport;
+package io.kvferry.api;
 
 import org.junit.jupiter.api.Test;
 

@@ -1,4 +1,4 @@
-package io.kvferry.transport;
+package io.kvferry.api;
 
 /**
  * A pure, seeded choice of rooms: whether a room is one of a fraction picked by a hash of
