@@ -101,6 +101,7 @@ final class GenerateRoute {
         List<TokenLogprobs> logprobsSoFar = new ArrayList<>();
         List<List<TokenLogprobs>> input = new ArrayList<>(1); // the prompt's, once known
         int[][] ids = new int[1][]; // the prompt's tokens, once input token logprobs need them
+        int[] completion = new int[1]; // the tokens streamed so far
         try {
             Outcome o = pd.run(ask, record, new Output() {
                 @Override
@@ -115,9 +116,15 @@ final class GenerateRoute {
                     if (events[0] == null) events[0] = Http.startEvents(ex);
                     ObjectNode e = Http.JSON.createObjectNode();
                     e.put("text", sofar.toString()); // SGLang streams the text so far
-                    if (logprobs != null) { // and, asked, the log probabilities so far (SGLang's meta_info, not incremental)
+                    // and SGLang's meta_info on every chunk: the request's id, no finish_reason yet, the tokens so far
+                    // (cached_tokens and e2e_latency come with the last chunk: the prefill's answer may not be in yet).
+                    ObjectNode meta = e.putObject("meta_info");
+                    meta.put("id", record.requestId);
+                    meta.putNull("finish_reason");
+                    meta.put("prompt_tokens", ask.prompt().ids().length);
+                    meta.put("completion_tokens", ++completion[0]);
+                    if (logprobs != null) { // and, asked, the log probabilities so far (SGLang's, not incremental)
                         logprobsSoFar.add(logprobs);
-                        ObjectNode meta = e.putObject("meta_info");
                         if (!input.isEmpty()) inputLogprobsMeta(meta, input.getFirst(), ask, ids, withText);
                         logprobsMeta(meta, logprobsSoFar, logprobsSoFar.size(), topLogprobs, withText);
                     }

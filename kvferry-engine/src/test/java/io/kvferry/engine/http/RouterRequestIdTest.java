@@ -323,6 +323,31 @@ class RouterRequestIdTest {
         assertEquals(Set.of("bw-0", "bw-1"), Set.copyOf(decodeIds));
     }
 
+    /**
+     * A streamed {@code /generate}: every chunk carries SGLang's {@code meta_info} with the request's {@code id} (SGLang's does;
+     * only the last one did), a token's chunk {@code finish_reason} null and the tokens so far, the last one its whole fields.
+     */
+    @Test
+    @Timeout(60)
+    void everyChunkOfAStreamedGenerateCarriesMetaInfoId() throws Exception {
+        HttpResponse<String> r = post("/generate", "{\"text\":\"Hi\",\"rid\":\"sg-stream\",\"stream\":true}", null);
+        assertEquals(200, r.statusCode(), r.body());
+        assertEquals("sg-stream", idOf(r));
+        List<JsonNode> chunks = events(r);
+        assertEquals(2, chunks.size(), "the stub decode's one token, then the last chunk: " + r.body());
+        for (JsonNode c : chunks) assertEquals("sg-stream", c.path("meta_info").path("id").asText(null), c.toString());
+        JsonNode token = chunks.getFirst().path("meta_info");
+        assertTrue(token.has("finish_reason") && token.get("finish_reason").isNull(), token.toString());
+        assertEquals(1, token.path("completion_tokens").asInt(), token.toString());
+        JsonNode last = chunks.getLast().path("meta_info");
+        assertEquals(token.path("prompt_tokens").asInt(), last.path("prompt_tokens").asInt(), r.body());
+        assertEquals("length", last.path("finish_reason").path("type").asText(), r.body());
+        assertEquals(1, last.path("completion_tokens").asInt(), r.body());
+        // Without rid: the header's id, on every chunk too.
+        List<JsonNode> byHeader = events(post("/generate", "{\"text\":\"Hi\",\"stream\":true}", "sg-stream-2"));
+        for (JsonNode c : byHeader) assertEquals("sg-stream-2", c.path("meta_info").path("id").asText(null), c.toString());
+    }
+
     @Test
     @Timeout(60)
     void aFieldsErrorCarriesTheRidOfItsRequest() throws Exception {
