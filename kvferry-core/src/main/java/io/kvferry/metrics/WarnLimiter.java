@@ -10,7 +10,8 @@ import java.util.function.LongSupplier;
  * One kind of warning a peer can trigger as fast as it sends (a refused write, a connection that failed
  * before its HELLO, a frame an authenticated peer had no business sending): logged at warn at most once a
  * second, naming how many more of the kind came since, the others at debug. A line each would flood the
- * log and drown the lines that matter. One limiter per kind; thread-safe, allocation-free when quiet.
+ * log and drown the lines that matter. One limiter per kind; thread-safe, allocation-free when quiet. A kind that is
+ * not a warning (a client's refused request, logged at info) takes its level ({@link #WarnLimiter(LongSupplier, String, boolean)}).
  */
 public final class WarnLimiter {
     /** Between two warnings of one kind. */
@@ -22,20 +23,28 @@ public final class WarnLimiter {
     private final AtomicLong last;
     private final AtomicLong quiet = new AtomicLong();
     private final AtomicLong warnings = new AtomicLong();
+    /** The once-a-second line at info, not warn. */
+    private final boolean info;
 
     /**
      * @param clock nanoseconds, as {@link System#nanoTime} (a manager's ticker: tests hold it still)
      * @param kind  what the lines are about, plural, as the warning names the quiet ones: "(and 12 more KIND, logged at debug)"
      */
     public WarnLimiter(LongSupplier clock, String kind) {
+        this(clock, kind, false);
+    }
+
+    /** As {@link #WarnLimiter(LongSupplier, String)}, its once-a-second line at info when {@code info}, else at warn. */
+    public WarnLimiter(LongSupplier clock, String kind, boolean info) {
+        this.info = info;
         this.clock = clock;
         this.kind = kind;
         this.last = new AtomicLong(clock.getAsLong() - EVERY_NANOS);
     }
 
     /**
-     * Logs {@code format} with {@code args} on {@code log}: at warn when a second has passed since this
-     * kind's last warning (with how many were quiet since appended), else at debug.
+     * Logs {@code format} with {@code args} on {@code log}: at warn (info, for a limiter made so) when a second has
+     * passed since this kind's last warning (with how many were quiet since appended), else at debug.
      */
     public void log(Logger log, String format, Object... args) {
         long now = clock.getAsLong(), before = last.get();
@@ -43,16 +52,21 @@ public final class WarnLimiter {
             long n = quiet.getAndSet(0);
             warnings.incrementAndGet();
             if (n == 0) {
-                log.warn(format, args);
+                line(log, format, args);
             } else {
                 Object[] more = Arrays.copyOf(args, args.length + 1);
                 more[args.length] = n;
-                log.warn(format + " (and {} more " + kind + ", logged at debug)", more);
+                line(log, format + " (and {} more " + kind + ", logged at debug)", more);
             }
         } else {
             quiet.incrementAndGet();
             if (log.isDebugEnabled()) log.debug(format, args);
         }
+    }
+
+    private void line(Logger log, String format, Object[] args) {
+        if (info) log.info(format, args);
+        else log.warn(format, args);
     }
 
     /** Warnings logged so far (tests count them: one per second however many came). */

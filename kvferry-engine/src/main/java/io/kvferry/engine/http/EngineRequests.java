@@ -1,10 +1,12 @@
 package io.kvferry.engine.http;
 
 import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.WarnLimiter;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.LongSupplier;
 
 /**
  * An engine server's requests by id ({@link RequestId}): each {@code /generate} and {@code /abort} exchange's id (the
@@ -13,6 +15,11 @@ import java.util.concurrent.ConcurrentHashMap;
  * (a transfer's, a timeout, an internal error: WARN), a refusal (admission, a grammar past its bound, a room in flight,
  * a drain: INFO) and an abort (its client gone, {@code /abort}: INFO). The id is in the message, not in a thread's
  * context: the lines come from the exchange's own thread, and the id's rule keeps each one line.
+ *
+ * <p>A refusal of the request's fields, before its room is taken ({@link Http.BadRequest} of a {@code /generate} or
+ * {@code /abort}: a malformed field, {@code X-Request-Id} itself), is a {@code request refused} line too, at INFO at most
+ * once a second ({@link WarnLimiter}: the others at DEBUG, the next INFO line counting them): a client sends those as
+ * fast as it likes, and each costs the engine nothing else.
  *
  * <p>State: the rooms of the requests in flight here and their ids, so an {@code /abort} (which names a room) is logged
  * with the request it ends; an entry lives from the request's start to its answer.
@@ -23,20 +30,53 @@ final class EngineRequests {
 
     private final String role;
     private final ConcurrentHashMap<Long, String> rooms = new ConcurrentHashMap<>();
+    /** The refusals of requests' fields: one INFO line a second at most ({@link #refusedField}). */
+    private final WarnLimiter fieldRefusals;
 
     EngineRequests(String role) {
-        this.role = role;
+        this(role, System::nanoTime);
     }
 
-    /** {@code route} with its exchange's id read first ({@link RequestId#ofEngine}: echoed, a malformed one a 400) and bound. */
+    /** @param clock nanoseconds, as {@link System#nanoTime}, for the bound on {@link #refusedField}'s lines (tests hold it still) */
+    EngineRequests(String role, LongSupplier clock) {
+        this.role = role;
+        this.fieldRefusals = new WarnLimiter(clock, "requests refused for their fields", true);
+    }
+
+    /**
+     * {@code route} with its exchange's id read first ({@link RequestId#ofEngine}: echoed, a malformed one a 400) and bound;
+     * a 400 of its fields ({@link Http.BadRequest}, the malformed id's too) is logged ({@link #refusedField}) on its way to
+     * {@link Http#handle}, which answers it.
+     */
     Http.Handler identified(Http.Handler route) {
         return ex -> {
-            String id = RequestId.ofEngine(ex);
+            String id;
+            try {
+                id = RequestId.ofEngine(ex);
+            } catch (Http.BadRequest malformed) {
+                refusedField("-", malformed); // the request has no id: its header is the fault
+                throw malformed;
+            }
             ScopedValue.where(RequestId.CURRENT, id).call(() -> {
-                route.handle(ex);
+                try {
+                    route.handle(ex);
+                } catch (Http.BadRequest refused) {
+                    refusedField(id, refused);
+                    throw refused;
+                }
                 return null;
             });
         };
+    }
+
+    /**
+     * The request {@code id} ({@code -}: none) was refused for a field ({@code refused}'s param, or {@code -}) before its
+     * room was taken: {@code request refused: request_id=… role=… status=400 param=… reason=…}, the client's text in its
+     * reason escaped ({@link LogSafe}); at INFO once a second at most, the others at DEBUG ({@link WarnLimiter}).
+     */
+    void refusedField(String id, Http.BadRequest refused) {
+        fieldRefusals.log(LOG, "request refused: request_id={} role={} status=400 param={} reason={}", id, role,
+                LogSafe.value(refused.param), LogSafe.text(refused.getMessage()));
     }
 
     /** The running exchange's request has {@code room} here, until {@link #ended}; false: another request has it already. */

@@ -156,6 +156,50 @@ class EngineRequestIdTest {
         assertTrue(line(log, "request failed: request_id=waits-1 room=4242 role=prefill status=500", "").contains("kind=aborted"), log);
     }
 
+    /**
+     * A 400 of a field, before the request's room is taken, is a {@code request refused} line naming the id, the role, the
+     * field and what was wrong, the client's text escaped (one line): on a stack of its own, so no other test's refusal
+     * came within the second its bound ({@link #fieldRefusalsAreLoggedAtInfoOnceASecond}) keeps to.
+     */
+    @Test
+    @Timeout(90)
+    void aRefusalOfAFieldIsLoggedWithTheRequestsId() throws Exception {
+        EngineSpec spec = new EngineSpec(model.weights(), 1, 1, 16, 1024, 64, 32);
+        try (EngineStack own = EngineStack.open(spec, spec, "field-refusal-test", null)) {
+            String log = captured(() -> {
+                HttpResponse<String> p = post(own.prefillUrl() + "/generate", "{\"bootstrap_room\":5,\"input_ids\":[1,2,3],\"return_logprob\":\"yes\"}", "bad-field-1");
+                assertEquals(400, p.statusCode(), p.body());
+                assertEquals("bad-field-1", p.headers().firstValue("X-Request-Id").orElse(null));
+                HttpResponse<String> d = post(own.decodeUrl() + "/generate", "{\"bootstrap_room\":6,\"bootstrap_addr\":\"evil\\nrequest refused: forged\",\"input_ids\":[1]}",
+                        "bad-field-2");
+                assertEquals(400, d.statusCode(), d.body());
+            }, l -> l.contains("request_id=bad-field-1"), l -> l.contains("request_id=bad-field-2"));
+            String prefill = line(log, "request refused: request_id=bad-field-1 role=prefill status=400 param=return_logprob reason=", "");
+            assertTrue(prefill.contains("return_logprob must be true or false"), prefill);
+            String decode = line(log, "request refused: request_id=bad-field-2 role=decode status=400 param=- reason=", "");
+            assertTrue(decode.contains("evil\\nrequest refused: forged"), "the client's newline escaped: " + decode);
+            assertTrue(log.lines().noneMatch(l -> l.startsWith("request refused: forged")), log);
+        }
+    }
+
+    /** Field refusals come as fast as a client sends them: one INFO line a second at most, the next one counting the others. */
+    @Test
+    @Timeout(30)
+    void fieldRefusalsAreLoggedAtInfoOnceASecond() throws Exception {
+        long[] now = {0};
+        EngineRequests requests = new EngineRequests("prefill", () -> now[0]);
+        String log = captured(() -> {
+            requests.refusedField("flood-1", new Http.BadRequest("temperature", "temperature must be a number"));
+            requests.refusedField("flood-2", new Http.BadRequest("temperature", "temperature must be a number"));
+            requests.refusedField("flood-3", new Http.BadRequest("temperature", "temperature must be a number"));
+            now[0] += TimeUnit.SECONDS.toNanos(1);
+            requests.refusedField("flood-4", new Http.BadRequest("top_p", "top_p must be a number"));
+        }, l -> l.contains("request_id=flood-4"));
+        line(log, "INFO io.kvferry.engine.requests - request refused: request_id=flood-1 role=prefill status=400 param=temperature", "");
+        assertTrue(!log.contains("request_id=flood-2") && !log.contains("request_id=flood-3"), "at DEBUG: " + log);
+        line(log, "request refused: request_id=flood-4 role=prefill status=400 param=top_p", "(and 2 more requests refused for their fields, logged at debug)");
+    }
+
     private interface Run {
         void run() throws Exception;
     }
