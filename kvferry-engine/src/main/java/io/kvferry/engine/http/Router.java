@@ -57,6 +57,8 @@ public final class Router implements AutoCloseable {
      * {@code room failed: room=…} lines.
      */
     static final Logger REQUEST_LOG = LoggerFactory.getLogger("io.kvferry.router.requests");
+    /** The router's own log (PdCall's too): a request's failure, an unexpected exception's 500 ({@link #unexpected}). */
+    private static final Logger log = LoggerFactory.getLogger(Router.class);
 
     /**
      * How many requests the router serves at once (0: no limit) and how long one over the limit waits for a
@@ -395,7 +397,14 @@ public final class Router implements AutoCloseable {
                         record.requestIdGiven = e.getRequestHeaders().containsKey(RequestId.HEADER);
                         record.requestId = RequestId.of(e);
                     }
-                    admitting.handle(e);
+                    try {
+                        admitting.handle(e);
+                    } catch (Http.BadRequest | Http.Unavailable | IllegalArgumentException | IOException answered) {
+                        throw answered; // a 400 or 503 of the request's, or the client gone: Http.handle answers it
+                    } catch (Exception bug) {
+                        unexpected(route, record, bug);
+                        throw bug; // Http.handle answers it 500, with the X-Request-Id set when the id was read
+                    }
                 }));
             } finally {
                 int status = record.countedStatus != null ? record.countedStatus
@@ -413,6 +422,32 @@ public final class Router implements AutoCloseable {
                 meters.finished(route, status, tenant); // after its log line: a request counted is a request logged
             }
         });
+    }
+
+    /**
+     * A request answered 500 for an exception nothing expected (a bug): {@code request failed: request_id=… route=… room=…
+     * status=500 kind=internal_error reason=…} at ERROR with its stack trace, so the 500 the client got (its X-Request-Id)
+     * leads to it. Its text escaped ({@link LogSafe}); the trace, which would print the messages as they are, only when
+     * every message of it is clean (else at DEBUG).
+     */
+    private static void unexpected(String route, RequestRecord record, Exception bug) {
+        String id = record.requestId == null ? "-" : record.requestId, room = record.room < 0 ? "-" : Long.toString(record.room);
+        String format = "request failed: request_id={} route={} room={} status=500 kind=internal_error reason={}";
+        if (clean(bug)) {
+            log.error(format, id, route, room, LogSafe.text(bug.toString()), bug);
+        } else {
+            log.error(format + " (its stack trace at DEBUG: its text holds control characters)", id, route, room, LogSafe.text(bug.toString()));
+            log.debug("the stack trace of request {}'s 500", id, bug);
+        }
+    }
+
+    /** Whether the messages of {@code t} and its causes (the first few) are as {@link LogSafe#text} would print them. */
+    private static boolean clean(Throwable t) {
+        for (int depth = 0; t != null && depth < 8; t = t.getCause(), depth++) {
+            String m = t.getMessage();
+            if (m != null && !m.equals(LogSafe.text(m))) return false;
+        }
+        return true;
     }
 
     /** Its graceful shutdown: {@link Drain#begin} refuses new requests (503 draining) and fails /health; those running go on. */

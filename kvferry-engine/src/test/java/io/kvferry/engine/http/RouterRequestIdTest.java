@@ -56,6 +56,8 @@ class RouterRequestIdTest {
     /** Set: the decode holds each request (keep-alives only) until released, counting {@link #atDecode} down as one comes. */
     volatile CountDownLatch hold;
     volatile CountDownLatch atDecode = new CountDownLatch(1);
+    /** The decode's one token event. */
+    volatile String tokenEvent = "{\"token\":300}";
 
     @BeforeEach
     void start() throws IOException {
@@ -98,7 +100,7 @@ class RouterRequestIdTest {
                     ex.getResponseBody().write(": keep-alive\n\n".getBytes(StandardCharsets.UTF_8));
                     ex.getResponseBody().flush();
                 }
-                ex.getResponseBody().write("data: {\"token\":300}\n\ndata: {\"finish_reason\":\"length\"}\n\n".getBytes(StandardCharsets.UTF_8));
+                ex.getResponseBody().write(("data: " + tokenEvent + "\n\ndata: {\"finish_reason\":\"length\"}\n\n").getBytes(StandardCharsets.UTF_8));
             } catch (IOException | InterruptedException gone) {
                 // the router went away
             }
@@ -250,6 +252,35 @@ class RouterRequestIdTest {
         assertEquals("late-1", idOf(r));
         String log = logged.toString(StandardCharsets.UTF_8);
         assertTrue(log.contains("request refused: request_id=late-1 role=router status=503 reason=draining"), log);
+    }
+
+    /**
+     * A 500 of an exception the router did not expect (here a decode's token event whose {@code top_tokens} is an object,
+     * a shape its reader does not check) carries the request's id and is logged naming it, with the exception.
+     */
+    @Test
+    @Timeout(60)
+    void anUnexpectedExceptionsAnswerCarriesTheIdAndItsLineNamesIt() throws Exception {
+        tokenEvent = "{\"token\":300,\"logprob\":-0.5,\"top_tokens\":{\"a\":1},\"top_logprobs\":[-0.5]}";
+        PrintStream err = System.err;
+        ByteArrayOutputStream logged = new ByteArrayOutputStream();
+        HttpResponse<String> r;
+        try {
+            System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
+            r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2,\"logprobs\":1}", "boom-1");
+        } finally {
+            System.setErr(err);
+        }
+        err.print(logged.toString(StandardCharsets.UTF_8));
+        assertEquals(500, r.statusCode(), r.body());
+        assertEquals("internal_error", JSON.readTree(r.body()).path("error").path("type").asText(), r.body());
+        assertEquals("boom-1", idOf(r));
+        String log = logged.toString(StandardCharsets.UTF_8);
+        String line = log.lines().filter(l -> l.contains("request failed: request_id=boom-1 ")).findFirst()
+                .orElseThrow(() -> new AssertionError("no request failed line for boom-1 in:\n" + log));
+        assertTrue(line.contains("ERROR") && line.contains("status=500") && line.contains("route=/v1/completions")
+                && line.contains("NullPointerException"), line);
+        assertTrue(log.contains("\tat io.kvferry.engine.http."), "with its stack trace: " + log);
     }
 
     @Test
