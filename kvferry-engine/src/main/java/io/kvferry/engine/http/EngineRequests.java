@@ -13,8 +13,9 @@ import java.util.function.LongSupplier;
  * router's {@code X-Request-Id}, a malformed one a 400; a new one for a caller that sends none), echoed in the answer,
  * and the lines it logs about one request on {@link #LOG}, each naming {@code request_id=ID room=N role=R}: a failure
  * (a transfer's, a timeout, an internal error: WARN), a refusal (admission, a grammar past its bound, a room in flight,
- * a drain: INFO) and an abort (its client gone, {@code /abort}: INFO). The id is in the message, not in a thread's
- * context: the lines come from the exchange's own thread, and the id's rule keeps each one line.
+ * a drain: INFO) and an abort (its client gone, {@code /abort}: INFO; an {@code /abort} of a room not in flight here:
+ * DEBUG, {@link #aborted}). The id is in the message, not in a thread's context: the lines come from the exchange's own
+ * thread, and the id's rule keeps each one line.
  *
  * <p>A refusal of the request's fields, before its room is taken ({@link Http.BadRequest} of a {@code /generate} or
  * {@code /abort}: a malformed field, {@code X-Request-Id} itself), is a {@code request refused} line too, at INFO at most
@@ -102,11 +103,16 @@ final class EngineRequests {
 
     /**
      * The request on {@code room} is aborted {@code by} ({@code client_gone}, {@code abort}: the {@code /abort} route): named
-     * by the request in flight here on that room, else by the running exchange's id (an abort's own header), else {@code -}.
+     * by the request in flight here on that room (INFO), else by the running exchange's id (an abort's own header), else
+     * {@code -}, with {@code (not in flight here)} at DEBUG: that is routine, not news (the router aborts both halves when a
+     * stop string ends a request or its client leaves, one of them often done already; a client races its own end).
      */
     void aborted(long room, String by) {
-        String inFlight = rooms.get(room); // read once: the line's id and its "not in flight" agree
-        String id = inFlight != null ? inFlight : RequestId.CURRENT.orElse("-");
-        LOG.info("request aborted: request_id={} room={} role={} by={}{}", id, room, role, by, inFlight != null ? "" : " (not in flight here)");
+        String inFlight = rooms.get(room); // read once: the line's id and its level agree
+        if (inFlight != null) {
+            LOG.info("request aborted: request_id={} room={} role={} by={}", inFlight, room, role, by);
+        } else if (LOG.isDebugEnabled()) {
+            LOG.debug("request aborted: request_id={} room={} role={} by={} (not in flight here)", RequestId.CURRENT.orElse("-"), room, role, by);
+        }
     }
 }

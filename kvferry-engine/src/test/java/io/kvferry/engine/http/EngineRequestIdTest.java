@@ -157,6 +157,22 @@ class EngineRequestIdTest {
     }
 
     /**
+     * An {@code /abort} of a room not in flight here is routine (the router aborts both halves when a stop string ends a
+     * request, or its client leaves, after one of them is done; a client races its own end): DEBUG, not INFO. The line is
+     * written before the abort's answer, so the answer says it would be there.
+     */
+    @Test
+    @Timeout(60)
+    void anAbortOfARoomNotInFlightIsNotLoggedAtInfo() throws Exception {
+        String log = captured(() -> {
+            HttpResponse<String> r = post(stack.prefillUrl() + "/abort", "{\"bootstrap_room\":777001}", "late-abort-1");
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals("late-abort-1", r.headers().firstValue("X-Request-Id").orElse(null));
+        });
+        assertTrue(log.lines().noneMatch(l -> l.contains("request_id=late-abort-1")), log);
+    }
+
+    /**
      * A 400 of a field, before the request's room is taken, is a {@code request refused} line naming the id, the role, the
      * field and what was wrong, the client's text escaped (one line): on a stack of its own, so no other test's refusal
      * came within the second its bound ({@link #fieldRefusalsAreLoggedAtInfoOnceASecond}) keeps to.
