@@ -41,8 +41,10 @@ import java.util.UUID;
  *                            the prefill has not published (four times that while it publishes others)
  * @param allCpRanksTransfer  every prefill CP rank sends its contiguous share of the pages (set on both
  *                            sides); otherwise only CP rank 0 sends and the others are dummies
- * @param failureInjectionProbability test hook (SGLang's SGLANG_TEST_DISAGG_FAILURE_PROB): the chance that
- *                            a request fails on this rank once it is under way, with "Injected failure"; 0 = off
+ * @param failureInjectionProbability test hook (SGLang's SGLANG_TEST_DISAGG_FAILURE_PROB): the fraction of
+ *                            rooms that fail on this rank once under way, with "Injected failure"; 0 = off. The
+ *                            rooms are picked by a hash of the room, the prefill's and the decode's apart
+ *                            ({@code RoomChoice}), not by a draw: a run injects into the same rooms every time
  * @param advertiseHost       prefill: host published in the registry instead of listenHost (null = listenHost),
  *                            e.g. a NAT or proxy address
  * @param advertisePort       prefill: port published instead of the bound one (0 = the bound port)

@@ -32,7 +32,7 @@ public final class Knobs {
     public static final Knob TCP_STRIPES = new Knob("kvferry.tcpStripes", "KVFERRY_TCP_STRIPES", "1",
             "decode: TCP connections per prefill rank for data (1 = the control connection carries data)", "");
     public static final Knob FAILURE_INJECTION = new Knob("kvferry.failureInjectionProbability", "KVFERRY_TEST_DISAGG_FAILURE_PROB", "0",
-            "test hook: the chance a request fails once under way, with 'Injected failure'", "SGLANG_TEST_DISAGG_FAILURE_PROB");
+            "test hook: the fraction of rooms (picked by a hash of the room, each side its own) that fail once under way, with 'Injected failure'", "SGLANG_TEST_DISAGG_FAILURE_PROB");
 
     public static final Knob CHECKSUM = new Knob("kvferry.checksum", "KVFERRY_CHECKSUM", "off",
             "both: verify transfers against the prefill's CRC32C digests: off, sampled (1 page or WRITE in 8, every aux row) or full;"

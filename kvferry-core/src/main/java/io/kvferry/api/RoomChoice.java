@@ -15,6 +15,15 @@ public final class RoomChoice {
      */
     public static final long PREFILL_HOOK_SALT = 0x6B76_6665_7272_7921L;
 
+    /**
+     * Keys the prefill's failure-injection hook ({@code failureInjectionProbability}); the decode's has
+     * its own salt, so the two sides pick independent rooms (and neither the rooms the corruption hook picks).
+     */
+    public static final long PREFILL_FAILURE_SALT = 0x7072_6566_6169_6C21L;
+
+    /** Keys the decode's failure-injection hook ({@code failureInjectionProbability}). */
+    public static final long DECODE_FAILURE_SALT = 0x6465_6366_6169_6C21L;
+
     /** Whether {@code room} is chosen: true for about {@code probability} of all rooms, the same every call. */
     public static boolean chosen(long room, long salt, double probability) {
         if (probability <= 0) return false;

@@ -15,6 +15,7 @@ import io.kvferry.registry.RegistryException;
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomFeed;
 import io.kvferry.session.RoomStatusTable;
+import io.kvferry.transport.RoomChoice;
 
 import java.io.IOException;
 import java.lang.foreign.ValueLayout;
@@ -26,7 +27,6 @@ import java.util.TreeSet;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicLongArray;
 
 /** One request on one decode rank; owned by the scheduler thread that calls it. */
@@ -71,7 +71,8 @@ final class DecodeKVReceiver implements KVReceiver {
         this.room = room;
         this.slot = room.slot;
         double p = manager.config().failureInjectionProbability();
-        injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
+        // a hash of the room, not a draw: a run injects into the same rooms every time (RoomChoice)
+        injectFailure = RoomChoice.chosen(room.room, RoomChoice.DECODE_FAILURE_SALT, p);
         RoomFeed<KVReceiver> feed = manager.feed();
         feedEntry = feed == null ? null : feed.join(this);
         if (feedEntry != null) slot.watch(feedEntry);

@@ -10,11 +10,11 @@ import io.kvferry.api.KVTransferMetric;
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomFeed;
 import io.kvferry.session.RoomStatusTable;
+import io.kvferry.transport.RoomChoice;
 
 import java.util.Arrays;
 import java.util.List;
 import java.util.TreeSet;
-import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * One request on one prefill rank. Owned by the scheduler thread that calls it; the transfer
@@ -48,7 +48,8 @@ final class PrefillKVSender implements KVSender {
         if (dummy) slot.advance(KVPoll.WaitingForInput); // it waits for no decode
         bootstrapDeadlineTick = room.createdTick + Failures.deadlineNanos(manager.config().bootstrapTimeout());
         double p = manager.config().failureInjectionProbability();
-        injectFailure = p > 0 && ThreadLocalRandom.current().nextDouble() < p;
+        // a hash of the room, not a draw: a run injects into the same rooms every time (RoomChoice)
+        injectFailure = RoomChoice.chosen(room.room, RoomChoice.PREFILL_FAILURE_SALT, p);
         RoomFeed<KVSender> feed = manager.feed();
         feedEntry = feed == null ? null : feed.join(this);
         if (feedEntry != null) {

@@ -22,6 +22,7 @@ import io.kvferry.protocol.WriteList;
 import io.kvferry.registry.BootstrapClient;
 import io.kvferry.registry.RankEndpoint;
 import io.kvferry.transport.ControlConnection;
+import io.kvferry.transport.RoomChoice;
 import io.kvferry.transport.WriteRejectedException;
 import io.kvferry.memory.SharedMemory;
 import io.kvferry.transport.WriteSink;
@@ -454,6 +455,56 @@ class SafetyTest extends TransferTestBase {
         assertEquals(FailureKind.INJECTED, injected.kind());
         assertEquals(KVPoll.Failed, awaitTerminal(r::poll));
         assertEquals(FailureKind.INJECTED, failed(r::failureException).kind());
+    }
+
+    /**
+     * At 0.5 the hook fails exactly the rooms RoomChoice picks for its side (a hash of the room, the
+     * prefill's and the decode's salts apart), not a random half: a test that needs some room failed (or
+     * some left) can count on the workload's rooms. With a draw, this set equality failed but once in 65,536
+     * per side, and a run of a few rooms could fail none.
+     */
+    @Test
+    void theFailureInjectionHookFailsTheRoomsItsHashPicksOnEachSide() {
+        TestRank pm = rank(), dm = rank();
+        KVManager p = KVFerry.createManager("tcp", pm.args(0, PAGE_SIZE), DisaggregationMode.PREFILL,
+                cfg(1, 0).failureInjectionProbability(0.5).build());
+        closeables.add(p);
+        p.registerToBootstrap();
+        KVManager d = decode(dm, "tcp", cfg(1, 0).failureInjectionProbability(0.5).build(), 0, PAGE_SIZE);
+        List<Long> failedOnPrefill = new ArrayList<>(), failedOnDecode = new ArrayList<>();
+        List<Long> pickedOnPrefill = new ArrayList<>(), pickedOnDecode = new ArrayList<>();
+        for (long room = 300; room < 316; room++) {
+            if (RoomChoice.chosen(room, RoomChoice.PREFILL_FAILURE_SALT, 0.5)) pickedOnPrefill.add(room);
+            if (RoomChoice.chosen(room, RoomChoice.DECODE_FAILURE_SALT, 0.5)) pickedOnDecode.add(room);
+            KVReceiver r = d.createReceiver(addr, room);
+            bootstrap(r, 0);
+            KVSender s = p.createSender(addr, room);
+            r.sendMetadata(new int[]{(int) (room % 4)}, 0, null, 0);
+            // The decode's hook fires on its first poll after the metadata went out, the prefill's on its first
+            // poll past Bootstrapping; a room neither picks waits for its data (nothing is sent here).
+            KVPoll onDecode = r.poll();
+            if (onDecode == KVPoll.Failed && failed(r::failureException).kind() == FailureKind.INJECTED) failedOnDecode.add(room);
+            KVPoll onPrefill = awaitPast(s::poll, KVPoll.Bootstrapping);
+            if (onPrefill == KVPoll.Failed && failed(s::failureException).kind() == FailureKind.INJECTED
+                    && !failedOnDecode.contains(room)) {
+                failedOnPrefill.add(room);
+            }
+            r.abort();
+            s.abort();
+        }
+        List<Long> expectedOnPrefill = new ArrayList<>(pickedOnPrefill);
+        expectedOnPrefill.removeAll(pickedOnDecode); // the decode's injection (an abort) ends such a room first
+        assertTrue(!pickedOnDecode.isEmpty() && pickedOnDecode.size() < 16 && !expectedOnPrefill.isEmpty(),
+                "rooms 300-315 should be picked and left on both sides: " + pickedOnPrefill + " " + pickedOnDecode);
+        assertEquals(pickedOnDecode, failedOnDecode, "the decode's hook");
+        assertEquals(expectedOnPrefill, failedOnPrefill, "the prefill's hook");
+    }
+
+    private static KVPoll awaitPast(Supplier<KVPoll> p, KVPoll state) {
+        long deadline = System.nanoTime() + 20_000_000_000L;
+        KVPoll st;
+        while ((st = p.get()) == state && System.nanoTime() < deadline) Thread.onSpinWait();
+        return st;
     }
 
     /**
