@@ -216,7 +216,7 @@ class WriteGateProperties {
         return code == 0 ? Region.KV : code == 1 ? Region.AUX : Region.STATE;
     }
 
-    @Property(tries = 500)
+    @Property(seed = "20261207", tries = 500)
     void theGateAdmitsOnlyOwnedCoveredBytesEachOnce(@ForAll boolean sliced, @ForAll @Size(max = 8) List<@IntRange(min = 0, max = PAGES - 1) Integer> pageIds,
                                                     @ForAll @IntRange(min = -1, max = ROWS - 1) int aux,
                                                     @ForAll @Size(max = SLOTS) List<@IntRange(min = 0, max = SLOTS - 1) Integer> slotIds,

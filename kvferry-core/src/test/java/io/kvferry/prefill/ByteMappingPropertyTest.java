@@ -91,7 +91,7 @@ class ByteMappingPropertyTest {
         }
     }
 
-    @Property(tries = 500)
+    @Property(seed = "20261207", tries = 500)
     void everyDecodeByteComesFromTheRightPrefillByte(@ForAll @IntRange(min = 0, max = 5) int headsChoice,
                                                      @ForAll @IntRange(min = 0, max = 3) int pLog, @ForAll @IntRange(min = 0, max = 3) int dLog,
                                                      @ForAll boolean mla, @ForAll @IntRange(min = 1, max = 3) int headBytes,
@@ -226,7 +226,7 @@ class ByteMappingPropertyTest {
      * TRANSFER_INFO check lets through lies inside the buffers that decode declared, and its coverage
      * fits them: no arithmetic overflow turns a declared size into a write elsewhere.
      */
-    @Property(tries = 400)
+    @Property(seed = "20261207", tries = 400)
     void hostileDecodeGeometryIsRefusedOrPlannedInsideItsBuffers(@ForAll @IntRange(min = 0, max = 2) int pLog,
                                                                   @ForAll @IntRange(min = 1, max = 12) int decodeTp,
                                                                   @ForAll @IntRange(min = 0, max = 40) int engineRank, @ForAll long seed) {

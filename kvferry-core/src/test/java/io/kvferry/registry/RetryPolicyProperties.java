@@ -13,7 +13,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 class RetryPolicyProperties {
 
-    @Property(tries = 300)
+    @Property(seed = "20261207", tries = 300)
     void backoffDoublesWithinJitterAndNeverExceedsTheCap(@ForAll @IntRange(min = 1, max = 200) int retry,
                                                          @ForAll @LongRange(min = 0, max = 5_000) long initialMs,
                                                          @ForAll @LongRange(min = 0, max = 60_000) long extraCapMs,

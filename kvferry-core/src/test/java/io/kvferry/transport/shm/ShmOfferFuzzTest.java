@@ -81,7 +81,7 @@ class ShmOfferFuzzTest {
         }
     }
 
-    @Property(tries = 300)
+    @Property(seed = "20261207", tries = 300)
     void mutatedOffersAreRefusedCleanly(@ForAll @Size(min = 1, max = 6) List<@IntRange(min = 0, max = 1 << 20) Integer> positions,
                                         @ForAll @Size(min = 1, max = 6) List<@IntRange(min = 1, max = 255) Integer> xors,
                                         @ForAll @IntRange(min = 0, max = 1 << 20) int cut, @ForAll boolean truncate) {
@@ -92,14 +92,14 @@ class ShmOfferFuzzTest {
         connectOrRefuse(b);
     }
 
-    @Property(tries = 300)
+    @Property(seed = "20261207", tries = 300)
     void randomOffersAreRefusedCleanly(@ForAll @Size(max = 600) byte[] noise) {
         decodeOrRefuse(noise);
         connectOrRefuse(noise);
     }
 
     /** A NUL in a path (Java cannot even make a Path of it), a slot past the fence, windows past the file. */
-    @Property(tries = 50)
+    @Property(seed = "20261207", tries = 50)
     void pathsSlotsAndWindowsOutsideTheArenaAreRefused(@ForAll @IntRange(min = 0, max = 5) int which) {
         ShmOffer o = ShmOffer.decode(offer);
         List<ShmOffer.Entry> entries = new ArrayList<>(o.entries());

@@ -210,7 +210,7 @@ class RateBucketTest {
      * Over any sequence of takes, refunds of what was taken and clock steps: what is held (taken less given back) never passes
      * the capacity plus the refill since the start.
      */
-    @Property(tries = 300)
+    @Property(seed = "20261207", tries = 300)
     void whatIsHeldNeverPassesTheCapacityPlusTheRefill(@ForAll @IntRange(min = 1, max = 500) int limit,
                                                        @ForAll @Size(max = 60) List<@IntRange(min = 0, max = 600) Integer> takes,
                                                        @ForAll @Size(max = 60) List<@IntRange(min = 0, max = 20_000) Integer> stepsMillis) {

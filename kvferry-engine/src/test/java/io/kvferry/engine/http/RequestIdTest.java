@@ -53,7 +53,7 @@ class RequestIdTest {
     }
 
     /** Any string of the rule's characters of 1 to 128 is an id, as it is. */
-    @Property(tries = 300)
+    @Property(seed = "20261207", tries = 300)
     void everyStringOfTheAlphabetIsTaken(@ForAll @StringLength(min = 1, max = 128) @CharRange(from = 'a', to = 'z') @CharRange(from = 'A', to = 'Z')
                                          @CharRange(from = '0', to = '9') @Chars({'.', '_', '~', ':', '@', '+', '=', '/', '-'}) String id) {
         assertTrue(RequestId.valid(id), id);
@@ -61,7 +61,7 @@ class RequestIdTest {
     }
 
     /** Any string with a character outside the rule is refused, wherever that character is. */
-    @Property(tries = 300)
+    @Property(seed = "20261207", tries = 300)
     void aStringWithAnyOtherCharacterIsRefused(@ForAll @StringLength(max = 60) @CharRange(from = 'a', to = 'z') String before,
                                                @ForAll char bad, @ForAll @StringLength(max = 60) @CharRange(from = '0', to = '9') String after) {
         boolean allowed = Character.isLetterOrDigit(bad) && bad < 128 || "._~:@+=/-".indexOf(bad) >= 0;

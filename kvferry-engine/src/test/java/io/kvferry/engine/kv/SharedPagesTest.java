@@ -28,7 +28,7 @@ class SharedPagesTest {
     }
 
     /** The result equals a brute-force count over random prompts whose keys collide often (and are made to collide). */
-    @Property(tries = 500)
+    @Property(seed = "20261207", tries = 500)
     void equalsABruteForceCount(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
         SplittableRandom r = new SplittableRandom(seed);
         int pageSize = 1 + r.nextInt(4);

@@ -70,7 +70,7 @@ class JsonSchemaKeywordsTest {
         return new RunAutomaton(JsonSchemaAutomaton.compile(schema));
     }
 
-    @Property(tries = 40)
+    @Property(seed = "20261207", tries = 40)
     void integerRangesAcceptExactlyTheIntegersInThem(@ForAll @IntRange(min = 0, max = 1_000_000) int seed,
                                                      @ForAll @LongRange(min = -100_000_000_000L, max = 100_000_000_000L) long center) throws Exception {
         SplittableRandom r = new SplittableRandom(seed);
@@ -102,7 +102,7 @@ class JsonSchemaKeywordsTest {
         soundWalks(run, schema, v -> v.isIntegralNumber() && inRange(v.decimalValue(), lo, hi));
     }
 
-    @Property(tries = 40)
+    @Property(seed = "20261207", tries = 40)
     void numberRangesAcceptExactlyTheDecimalsInThem(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
         SplittableRandom r = new SplittableRandom(seed);
         long center = r.nextLong(-1000, 1001);
@@ -136,7 +136,7 @@ class JsonSchemaKeywordsTest {
         soundWalks(run, schema, v -> v.isNumber() && inRange(v.decimalValue(), lo, hi));
     }
 
-    @Property(tries = 40)
+    @Property(seed = "20261207", tries = 40)
     void multiplesAcceptExactlyTheMultiples(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
         SplittableRandom r = new SplittableRandom(seed);
         BigDecimal m = switch (r.nextInt(3)) {
@@ -188,7 +188,7 @@ class JsonSchemaKeywordsTest {
         assertFalse(tiny.run("0") || tiny.run("0.0") || tiny.run("0.0011") || tiny.run("1e-3"));
     }
 
-    @Property(tries = 30)
+    @Property(seed = "20261207", tries = 30)
     void datesAreExactlyTheCalendarsDates(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
         RunAutomaton run = compile("{\"type\":\"string\",\"format\":\"date\"}");
         SplittableRandom r = new SplittableRandom(seed);
@@ -210,7 +210,7 @@ class JsonSchemaKeywordsTest {
         });
     }
 
-    @Property(tries = 30)
+    @Property(seed = "20261207", tries = 30)
     void formattedStringsSatisfyTheirFormat(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) throws Exception {
         SplittableRandom r = new SplittableRandom(seed);
         soundWalks(FORMATS.get("date-time"), "date-time", v -> {
@@ -295,7 +295,7 @@ class JsonSchemaKeywordsTest {
         return true;
     }
 
-    @Property(tries = 30)
+    @Property(seed = "20261207", tries = 30)
     void allOfIntersectsOneOfOfDisjointBranchesIsTheirUnionAndNotLeavesTheOtherTypes(@ForAll @IntRange(min = 0, max = 1_000_000) int seed)
             throws Exception {
         SplittableRandom r = new SplittableRandom(seed);
