@@ -27,7 +27,7 @@ import static org.junit.jupiter.api.Assertions.fail;
  * (a division by a zero unit, an overflow to a negative count). Slices are drawn plausible (a unit
  * dividing the item, a range inside it) and then, often, broken in one field.
  */
-class HostileCoverageProperties {
+class HostileCoveragePropertiesTest {
     private static final Arena ARENA = Arena.ofShared();
     private static final long PAGE = 8L << 20, AUX = 64, SLOT = 1024;
     private static final RegisteredMemory MEMORY = memory();

@@ -11,7 +11,7 @@ import java.util.Random;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-class RetryPolicyProperties {
+class RetryPolicyPropertiesTest {
 
     @Property(seed = "20261207", tries = 300)
     void backoffDoublesWithinJitterAndNeverExceedsTheCap(@ForAll @IntRange(min = 1, max = 200) int retry,

@@ -37,7 +37,7 @@ import static org.junit.jupiter.api.Assertions.fail;
  * no destination byte twice; anything else is a {@link WriteRejectedException} (never another
  * throwable). A model of every byte of the decode's memory checks each admitted write.
  */
-class WriteGateProperties {
+class WriteGatePropertiesTest {
     private static final long PAGE = 256, AUX = 64, SLOT = 128;
     private static final int PAGES = 16, ROWS = 4, SLOTS = 4;
     private static final Arena ARENA = Arena.ofShared(); // lives with the test JVM: a few KiB
