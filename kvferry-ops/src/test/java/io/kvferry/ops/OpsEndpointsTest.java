@@ -15,8 +15,9 @@ import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
 import java.net.ConnectException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
+import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -104,10 +105,12 @@ class OpsEndpointsTest {
         assertTrue(empty.path("topology").isNull());
 
         OpsServer up = processEndpoint(Ops.newRegistry(), "prefill");
-        int dead;
-        try (ServerSocket s = new ServerSocket(0)) {
-            dead = s.getLocalPort(); // closed again: nothing listens there
-        }
+        // Held, bound and never listening (closed after the test): a connect there is refused, and no server can be
+        // given the port meanwhile, as one bound to port 0 could once a closed ServerSocket(0) had freed it.
+        Socket hold = new Socket();
+        closeables.add(hold);
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        int dead = hold.getLocalPort();
         String deadUrl = "http://127.0.0.1:" + dead + "/status.json";
         try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + registry.port(), TOKEN)) {
             c.registerRank(reg(0, 5000, up.statusJsonUrl()));
@@ -152,11 +155,10 @@ class OpsEndpointsTest {
         StatusClient.StatusException e = assertThrows(StatusClient.StatusException.class,
                 () -> StatusClient.fetch("127.0.0.1:" + plain.port(), Duration.ofSeconds(5)));
         assertTrue(e.getMessage().contains("404") && e.getMessage().contains("SGLang"), e.getMessage());
-        int closed;
-        try (ServerSocket s = new ServerSocket(0)) {
-            closed = s.getLocalPort();
-        }
-        int port = closed;
+        Socket hold = new Socket(); // bound, never listening: refused, and no server can take the port meanwhile
+        closeables.add(hold);
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        int port = hold.getLocalPort();
         e = assertThrows(StatusClient.StatusException.class, () -> StatusClient.fetch("127.0.0.1:" + port, Duration.ofSeconds(5)));
         assertTrue(e.getMessage().startsWith("cannot reach http://127.0.0.1:" + port), e.getMessage());
     }

@@ -14,7 +14,9 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-import java.net.ServerSocket;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -281,11 +283,13 @@ class PromptLogprobsTest {
     @Test
     @Timeout(60)
     void aPromptOnlyRequestNeverCallsADecode() throws Exception {
-        int deadPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            deadPort = s.getLocalPort(); // closed below: nothing listens there
-        }
-        try (Router alone = new Router(List.of(stack.prefillUrl()), List.of("http://127.0.0.1:" + deadPort), tokenizer,
+        // Held, bound and never listening: a connect there is refused, and no server (this test's own, bound to port 0
+        // next) can be given the port while it is held. A ServerSocket(0) closed at once freed it: the next bind(0)
+        // could take it, about once in 7,000 binds, and then the "dead" peer answered.
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        int deadPort = hold.getLocalPort();
+        try (hold; Router alone = new Router(List.of(stack.prefillUrl()), List.of("http://127.0.0.1:" + deadPort), tokenizer,
                 model.weights().config.seqLen(), "test-model", "127.0.0.1", 0)) {
             String body = "{\"prompt\":\"" + PROMPT + "\",\"max_tokens\":0,\"echo\":true,\"logprobs\":3}";
             HttpResponse<String> r = http.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + alone.port() + "/v1/completions"))

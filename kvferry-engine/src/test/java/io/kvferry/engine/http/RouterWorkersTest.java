@@ -19,6 +19,7 @@ import java.io.PrintStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
+import java.net.Socket;
 import java.net.URI;
 import java.net.URLEncoder;
 import java.net.http.HttpResponse;
@@ -400,11 +401,13 @@ class RouterWorkersTest {
     @Test
     @Timeout(60)
     void badChangesAreRefusedNamingWhatWasWrong() throws Exception {
-        int deadPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            deadPort = s.getLocalPort();
-        }
-        try (Router router = router(new Router.Access(TOKEN, null), null)) {
+        // Held, bound and never listening: a connect there is refused, and no server (this test's own, bound to port 0
+        // next) can be given the port while it is held. A ServerSocket(0) closed at once freed it: the next bind(0)
+        // could take it, about once in 7,000 binds, and then the "dead" peer answered.
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        int deadPort = hold.getLocalPort();
+        try (hold; Router router = router(new Router.Access(TOKEN, null), null)) {
             String workers = Router.WORKERS_ROUTE;
             assertEquals("worker_type", error(send(router, "POST", workers, add(second.decodeUrl(), "both"), BEARER), 400).path("param").asText());
             assertEquals("url", error(send(router, "POST", workers, add("ftp://h:1", "decode"), BEARER), 400).path("param").asText());
