@@ -5,6 +5,7 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVReceiver;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
+import io.kvferry.api.RoomChoice;
 import io.kvferry.metrics.HandshakeRefusal;
 import io.kvferry.plan.PlanException;
 import io.kvferry.protocol.Coverage;
@@ -15,7 +16,6 @@ import io.kvferry.registry.RegistryException;
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomFeed;
 import io.kvferry.session.RoomStatusTable;
-import io.kvferry.transport.RoomChoice;
 
 import java.io.IOException;
 import java.lang.foreign.ValueLayout;

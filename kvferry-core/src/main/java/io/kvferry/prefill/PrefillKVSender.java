@@ -6,11 +6,11 @@ import io.kvferry.api.KVPoll;
 import io.kvferry.api.KVSender;
 import io.kvferry.api.KVTransferException;
 import io.kvferry.api.KVTransferMetric;
+import io.kvferry.api.RoomChoice;
 
 import io.kvferry.session.Failures;
 import io.kvferry.session.RoomFeed;
 import io.kvferry.session.RoomStatusTable;
-import io.kvferry.transport.RoomChoice;
 
 import java.util.Arrays;
 import java.util.List;
