@@ -24,9 +24,9 @@ import org.junit.jupiter.api.Timeout;
 import org.openqa.selenium.By;
 import org.openqa.selenium.JavascriptExecutor;
 import org.openqa.selenium.OutputType;
+import org.openqa.selenium.StaleElementReferenceException;
 import org.openqa.selenium.TakesScreenshot;
 import org.openqa.selenium.WebDriver;
-import org.openqa.selenium.WebElement;
 import org.openqa.selenium.chrome.ChromeDriver;
 import org.openqa.selenium.chrome.ChromeDriverService;
 import org.openqa.selenium.chrome.ChromeOptions;
@@ -107,12 +107,13 @@ class StatusPageBrowserTest {
         try (OpsServer ops = OpsServer.start("127.0.0.1", 0, Ops.newRegistry(), () -> doc)) {
             browser.get(ops.baseUrl() + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             By rows = By.xpath("//table[@id='peers']/tbody/tr[not(contains(@class,'empty'))]");
             wait.until(b -> b.findElements(rows).size() == 2);
-            List<WebElement> peers = browser.findElements(rows);
-            String noted = peers.get(0).findElements(By.tagName("td")).get(3).getText();
+            List<String> peers = rowTexts(browser, "#peers tbody tr:not(.empty)", "|");
+            String noted = peers.get(0).split("\\|")[3];
             assertEquals("tcp — ucx not used: slower than tcp here (UCX reaches this decode over tcp with no RMA lane)", noted);
-            assertEquals("shm", peers.get(1).findElements(By.tagName("td")).get(3).getText());
+            assertEquals("shm", peers.get(1).split("\\|")[3]);
             assertTrue(browser.findElement(By.id("engines-section")).getAttribute("hidden") != null, "no engine: no engines table");
         } finally {
             browser.quit();
@@ -185,6 +186,7 @@ class StatusPageBrowserTest {
         try {
             browser.get("http://127.0.0.1:" + server.getAddress().getPort() + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             wait.withMessage(() -> html + " says: " + browser.findElement(By.id("error")).getText());
             wait.until(b -> b.findElement(figure).getText().equals(shown));
             assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, html + " fresh: no marker");
@@ -252,19 +254,18 @@ class StatusPageBrowserTest {
             cluster.watch(d.statusJsonUrl());
             browser.get("http://127.0.0.1:" + registry.port() + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
             By engines = By.xpath("//table[@id='engines']/tbody/tr[not(contains(@class,'empty'))]");
             wait.until(b -> b.findElements(engines).size() == 2);
-            List<String> rows = browser.findElements(engines).stream()
-                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).sorted().toList();
+            List<String> rows = rowTexts(browser, "#engines tbody tr:not(.empty)", "|").stream().sorted().toList();
             assertEquals(List.of("engine-decode 8|0|2|62|32|–|–|–", "engine-prefill 7|3|5|56|1,600|4,096|12|draining: 4 completed, 1 cut"), rows,
                     "the decode's document has no drain state (an older engine's): –");
             assertTrue(browser.findElement(By.id("engines-section")).getAttribute("hidden") == null, "the engines table shows");
             // The prefill's structured-output compiler; the decode's document has none, so no row of it.
             By outputs = By.xpath("//table[@id='outputs']/tbody/tr[not(contains(@class,'empty'))]");
             wait.until(b -> b.findElements(outputs).size() == 1);
-            assertEquals("engine-prefill 7|2|5|0|1|0|1|12.50 ms", String.join("|", browser.findElement(outputs).findElements(By.tagName("td"))
-                    .stream().map(WebElement::getText).toList()));
+            assertEquals(List.of("engine-prefill 7|2|5|0|1|0|1|12.50 ms"), rowTexts(browser, "#outputs tbody tr:not(.empty)", "|"));
             assertTrue(browser.findElement(By.id("outputs-section")).getAttribute("hidden") == null, "the structured outputs table shows");
         } finally {
             browser.quit();
@@ -299,16 +300,17 @@ class StatusPageBrowserTest {
             cluster.watch(badProcess.statusJsonUrl());
             browser.get("http://127.0.0.1:" + registry.port() + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
             By processes = By.xpath("//table[@id='processes']/tbody/tr[not(contains(@class,'empty'))]");
             wait.until(b -> b.findElements(processes).size() == 2);
-            List<WebElement> rows = browser.findElements(processes);
-            assertTrue(rows.get(0).getText().contains(" up"), rows.get(0).getText());
-            String down = rows.get(1).getText();
+            List<String> rows = rowTexts(browser, "#processes tbody tr:not(.empty)", " ");
+            assertTrue(rows.get(0).contains(" up"), rows.get(0));
+            String down = rows.get(1);
             assertTrue(down.contains("down: not a kvferry process status document: ranks[0]"), "the malformed one is down, saying why: " + down);
             By peers = By.xpath("//table[@id='peers']/tbody/tr[not(contains(@class,'empty'))]");
             wait.until(b -> b.findElements(peers).size() == 1);
-            assertTrue(browser.findElement(peers).getText().contains("session-a"));
+            assertTrue(rowTexts(browser, "#peers tbody tr:not(.empty)", " ").getFirst().contains("session-a"));
             assertTrue(browser.findElement(By.id("error")).getAttribute("hidden") != null, browser.findElement(By.id("error")).getText());
         } finally {
             browser.quit();
@@ -334,11 +336,11 @@ class StatusPageBrowserTest {
             String base = "http://127.0.0.1:" + router.port();
             browser.get(base + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
             By backends = By.cssSelector("#backends tbody tr.backend-row");
             wait.until(b -> b.findElements(backends).size() == 2);
-            List<String> rows = browser.findElements(backends).stream()
-                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            List<String> rows = rowTexts(browser, "#backends tbody tr.backend-row", "|");
             assertTrue(rows.get(0).startsWith("prefill|http://127.0.0.1:" + prefill.port() + "|in rotation|0|ok|"), rows.toString());
             assertTrue(rows.get(0).endsWith("|127.0.0.1:" + prefill.bootstrapPort()), rows.toString());
             assertTrue(rows.get(1).startsWith("decode|http://127.0.0.1:" + decode.port() + "|in rotation|0|ok|"), rows.toString());
@@ -351,8 +353,7 @@ class StatusPageBrowserTest {
                         HttpResponse.BodyHandlers.ofString());
             }
             wait.until(b -> b.findElement(By.id("total")).getText().equals("4"));
-            List<String> byStatus = browser.findElements(By.cssSelector("#by-status tbody tr.status-row")).stream()
-                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            List<String> byStatus = rowTexts(browser, "#by-status tbody tr.status-row", "|");
             assertEquals(List.of("200|3", "400|1"), byStatus);
             assertTrue(browser.findElement(By.id("ttft")).getText().matches("[0-9.]+ ms / [0-9.]+ ms"), browser.findElement(By.id("ttft")).getText());
             assertTrue(browser.findElement(By.id("e2e")).getText().matches("[0-9.]+ ms / [0-9.]+ ms"), browser.findElement(By.id("e2e")).getText());
@@ -371,10 +372,16 @@ class StatusPageBrowserTest {
     }
 
     /**
-     * The router's page over a document of the test's own (served as a router serves it): each tenant's per-minute limits,
-     * what its buckets hold and the requests each limit turned away ("–" for a document without them); its backend cap, drain counts and
-     * structured-output compiler; every string from the document (a backend's URL, a check's failure, a tenant's name, the model, an outcome's name) set as text: markup in them shows as written and runs nothing.
+     * The rows' cells' rendered text (trimmed), joined by {@code separator}, read in one script: the page rebuilds its
+     * tables on every poll (once a second), so rows read element by element could go stale between two calls (a CI run
+     * met a StaleElementReferenceException reading the backends table).
      */
+    @SuppressWarnings("unchecked")
+    private static List<String> rowTexts(WebDriver browser, String rowsSelector, String separator) {
+        return (List<String>) ((JavascriptExecutor) browser).executeScript("return Array.from(document.querySelectorAll(arguments[0]))"
+                + ".map(r => Array.from(r.cells).map(c => c.innerText.trim()).join(arguments[1]))", rowsSelector, separator);
+    }
+
     /**
      * The cells of each row of the table {@code id}'s body, joined by |: read in one script, as the page re-renders its tables
      * each second (elements found one call earlier may be gone).
@@ -385,6 +392,11 @@ class StatusPageBrowserTest {
                 + " + ' tbody tr')).map(r => Array.from(r.cells).map(c => c.textContent).join('|'))", id);
     }
 
+    /**
+     * The router's page over a document of the test's own (served as a router serves it): each tenant's per-minute limits,
+     * what its buckets hold and the requests each limit turned away ("–" for a document without them); its backend cap, drain counts and
+     * structured-output compiler; every string from the document (a backend's URL, a check's failure, a tenant's name, the model, an outcome's name) set as text: markup in them shows as written and runs nothing.
+     */
     @Test
     void theRoutersPageShowsTenantsRatesAndEveryStringAsText() throws Exception {
         requireBrowser();
@@ -430,16 +442,15 @@ class StatusPageBrowserTest {
         try {
             browser.get("http://127.0.0.1:" + server.getAddress().getPort() + "/status");
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(60), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             wait.withMessage(() -> "the page says: " + browser.findElement(By.id("error")).getText());
             By tenants = By.cssSelector("#tenants tbody tr.tenant-row");
             wait.until(b -> b.findElements(tenants).size() == 3);
-            List<String> rows = browser.findElements(tenants).stream()
-                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            List<String> rows = rowTexts(browser, "#tenants tbody tr.tenant-row", "|");
             assertEquals("team-a|1|0|2|598 of 600|1,234 of 20,000|3|4", rows.get(0));
             assertEquals(hostile.replace("\\", "") + "|0|0|no limit|no limit|no limit|0|0", rows.get(1));
             assertEquals("old|0|0|no limit|–|–|–|–", rows.get(2), "a router's document without the rates' fields");
-            List<String> backends = browser.findElements(By.cssSelector("#backends tbody tr.backend-row")).stream()
-                    .map(r -> String.join("|", r.findElements(By.tagName("td")).stream().map(WebElement::getText).toList())).toList();
+            List<String> backends = rowTexts(browser, "#backends tbody tr.backend-row", "|");
             assertTrue(backends.get(0).startsWith("prefill|http://p:1/" + hostile.replace("\\", "") + "|in rotation|"), backends.toString());
             assertTrue(backends.get(0).endsWith("|" + hostile.replace("\\", "")), backends.toString());
             assertTrue(backends.get(1).contains("|HTTP 503 " + hostile.replace("\\", "") + "|"), backends.toString());
@@ -490,11 +501,12 @@ class StatusPageBrowserTest {
         try {
             browser.get(url);
             WebDriverWait wait = new WebDriverWait(browser, Duration.ofSeconds(90), Duration.ofMillis(200));
+            wait.ignoring(StaleElementReferenceException.class); // rows are rebuilt once a second
             // The registered prefill rank is listed with its endpoint.
             wait.until(b -> !b.findElements(By.cssSelector("#topology tbody tr.rank-row")).isEmpty());
-            List<WebElement> ranks = browser.findElements(By.cssSelector("#topology tbody tr.rank-row"));
+            List<String> ranks = rowTexts(browser, "#topology tbody tr.rank-row", " ");
             assertEquals(1, ranks.size());
-            assertTrue(ranks.getFirst().getText().startsWith("0 0 0 0 127.0.0.1:"), ranks.getFirst().getText());
+            assertTrue(ranks.getFirst().startsWith("0 0 0 0 127.0.0.1:"), ranks.getFirst());
             assertTrue(browser.findElement(By.id("title")).getText().startsWith("kvferry cluster"));
             // Room counts change and the chart draws a non-zero bandwidth while the bench runs.
             String first = wait.until(b -> {
