@@ -46,7 +46,8 @@ final class RequestParams {
             if (!ids.isArray()) throw new Http.BadRequest("input_ids", "input_ids must be a list of token ids or a list of such lists, got " + ids);
             return Prompt.parseList(ids, "input_ids", false, true);
         }
-        if (!hasText) throw new Http.BadRequest("text", "text (a string or a list of strings) or input_ids (a list of token ids or a list of such lists) is required");
+        // The field the client sent as null, if it sent one of them so: the param names what it wrote.
+        if (!hasText) throw new Http.BadRequest(text == null && ids != null ? "input_ids" : "text", "text (a string or a list of strings) or input_ids (a list of token ids or a list of such lists) is required");
         if (text.isArray()) return Prompt.parseList(text, "text", true, false);
         return new Prompt.Parsed(List.of(Prompt.text(Http.textField(req, "text"))), false);
     }

@@ -30,7 +30,9 @@ final class TokenizeRoutes {
         JsonNode req = Http.readJson(ex);
         boolean hasPrompt = req.hasNonNull("prompt"), hasMessages = req.hasNonNull("messages");
         if (hasPrompt == hasMessages) {
-            throw new Http.BadRequest("prompt", hasPrompt ? "send one of prompt and messages, not both"
+            // Neither: the field the client sent as null, if it sent one of them so (the param names what it wrote).
+            String param = hasPrompt || req.has("prompt") || !req.has("messages") ? "prompt" : "messages";
+            throw new Http.BadRequest(param, hasPrompt ? "send one of prompt and messages, not both"
                     : "prompt (a string) or messages (a chat's) is required");
         }
         String text = hasPrompt ? PromptResolver.refuseLoneSurrogate(Http.textField(req, "prompt"), "prompt") : ChatPrompt.of(req.get("messages"));
