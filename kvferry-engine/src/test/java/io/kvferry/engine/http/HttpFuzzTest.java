@@ -1,8 +1,10 @@
 package io.kvferry.engine.http;
 
+import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.EngineSpec;
@@ -206,6 +208,40 @@ class HttpFuzzTest {
         assertIdle("the stop strings");
     }
 
+    /**
+     * Every POST route asked with another method (with the valid body, or none; /workers' own GET, HEAD and DELETE aside),
+     * at a path under it or with a query: a 4xx with
+     * OpenAI's error object, and a HEAD's answer has no body.
+     */
+    @Example
+    void anotherMethodOrPathIsA4xxWithAnErrorObject() throws Exception {
+        List<String> faults = new ArrayList<>();
+        for (Route r : routes()) {
+            for (String method : List.of("GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "HEAD", "FOO")) {
+                // /workers: GET and HEAD list the workers, DELETE removes one (WorkersTest's)
+                if (r.name().equals("workers") && List.of("GET", "HEAD", "DELETE").contains(method)) continue;
+                for (String path : List.of(r.path(), r.path() + "/x", r.path() + "?stream=true")) {
+                    HttpRequest.Builder b = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + r.port() + path)).timeout(Duration.ofSeconds(60))
+                            .header("Authorization", "Bearer " + TOKEN);
+                    b.method(method, method.equals("GET") || method.equals("HEAD") || method.equals("TRACE") ? HttpRequest.BodyPublishers.noBody()
+                            : HttpRequest.BodyPublishers.ofString(r.body()));
+                    HttpResponse<String> a = HTTP.send(b.build(), HttpResponse.BodyHandlers.ofString());
+                    String what = method + " " + r.port() + path + " -> " + a.statusCode() + " " + a.body();
+                    if (path.contains("?") && method.equals("FOO") && a.statusCode() < 300) continue;
+                    if (a.statusCode() >= 500 || a.statusCode() < 400 && !(path.contains("?") && a.statusCode() == 200)) {
+                        faults.add(what);
+                    } else if (method.equals("HEAD")) {
+                        if (!a.body().isEmpty()) faults.add(what);
+                    } else if (a.statusCode() >= 400 && !JSON.readTree(a.body()).path("error").path("message").isTextual()) {
+                        faults.add(what);
+                    }
+                }
+            }
+        }
+        assertEquals(List.of(), faults);
+        assertIdle("other methods");
+    }
+
     /** A prompt field sent as null, and no other: the 400 named the other field (text for input_ids, prompt for messages). */
     @Example
     void aPromptFieldSentAsNullIsTheOneNamed() throws Exception {
@@ -331,6 +367,57 @@ class HttpFuzzTest {
     /** The property over the rich bodies: 400 cases of its own fixed seed (see the plain bodies' property for why fixed). */
     @Property(tries = 400, shrinking = ShrinkingMode.OFF, seed = "20261208")
     void aBadRichRequestIsRefusedNamingItsFieldAndHarmsNoOther(@ForAll("richCases") Case c) throws Exception {
+        check(c);
+    }
+
+    /** Reads numbers as written (1e999999999 stays a number, not Infinity, when written back). */
+    static final ObjectMapper EXACT = JsonMapper.builder().enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
+            .enable(DeserializationFeature.USE_BIG_INTEGER_FOR_INTS).build();
+
+    /**
+     * Two to four fields of {@code r}'s body changed at once, each to one of {@link #VALUES} (those JSON reads), drawn from
+     * {@code pick}: fields whose checks meet (n with best_of, stream with stream_options, tools with tool_choice).
+     * Its field is the fields changed, joined by {@code |}.
+     */
+    static Case mutateMany(Route r, int pick) throws Exception {
+        Random random = new Random(pick);
+        JsonNode copy = EXACT.readTree(r.body());
+        List<String[]> holes = holes(copy, "", "", new ArrayList<>());
+        holes.removeIf(h -> h[0].equals("prefill_only")); // as mutate's
+        List<String> fields = new ArrayList<>();
+        int count = 2 + random.nextInt(3);
+        for (int i = 0; i < count; i++) {
+            String[] hole = holes.get(random.nextInt(holes.size()));
+            String parent = hole[1].substring(0, hole[1].lastIndexOf('/')), last = hole[1].substring(hole[1].lastIndexOf('/') + 1);
+            JsonNode p = parent.isEmpty() ? copy : copy.at(parent);
+            JsonNode v;
+            try {
+                v = EXACT.readTree(VALUES.get(random.nextInt(VALUES.size())));
+            } catch (Exception notJson) { // NaN, Infinity: mutate's alone
+                continue;
+            }
+            if (p instanceof ObjectNode o && o.has(last)) o.set(last, v);
+            else if (p instanceof ArrayNode a && last.matches("[0-9]+") && Integer.parseInt(last) < a.size()) a.set(Integer.parseInt(last), v);
+            else continue; // a field inside one changed before
+            fields.add(hole[0]);
+        }
+        return new Case(r, EXACT.writeValueAsBytes(copy), "application/json", fields.isEmpty() ? null : String.join("|", fields), "fields " + fields);
+    }
+
+    @Provide
+    Arbitrary<Case> manyFieldCases() {
+        return Combinators.combine(Arbitraries.of(richRoutes()), Arbitraries.integers().between(0, Integer.MAX_VALUE)).as((r, pick) -> {
+            try {
+                return mutateMany(r, pick);
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        });
+    }
+
+    /** Several fields wrong at once: the 400 names one of them (or a field beside them they constrain). */
+    @Property(tries = 300, shrinking = ShrinkingMode.OFF, seed = "20261209")
+    void manyBadFieldsAtOnceAreRefusedNamingOne(@ForAll("manyFieldCases") Case c) throws Exception {
         check(c);
     }
 
@@ -528,8 +615,10 @@ class HttpFuzzTest {
                 // Or a field the mutated one constrains: logprobs false, and top_logprobs is the field that asks too much.
                 String named = root(error.path("param").asText());
                 // Or, for a field left out, one it could have been sent instead of, the message naming both (text or input_ids).
-                assertTrue(named.equals(root(c.field())) || JSON.readTree(c.body()).has(named) || message.contains(root(c.field())),
-                        "a 400 of a field names it: " + c + " -> " + r.body());
+                // Several changed at once (a|b): any of them.
+                boolean ok = JSON.readTree(c.body()).has(named);
+                for (String field : c.field().split("\\|")) ok |= named.equals(root(field)) || message.contains(root(field));
+                assertTrue(ok, "a 400 of a field names it: " + c + " -> " + r.body());
             }
         } else if (r.headers().firstValue("Content-Type").orElse("").startsWith("text/event-stream")) {
             List<String> lines = r.body().lines().filter(l -> l.startsWith("data: ")).toList();
