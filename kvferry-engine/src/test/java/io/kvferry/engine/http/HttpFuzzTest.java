@@ -36,6 +36,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import java.util.stream.IntStream;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -240,6 +242,45 @@ class HttpFuzzTest {
         }
         assertEquals(List.of(), faults);
         assertIdle("other methods");
+    }
+
+    /**
+     * Wide values near the body limit: a field holding tens of thousands of entries (prompts, messages, stop strings,
+     * logit_bias keys, tools, choices, rids, token ids) is answered as any bad request is (check), within its bound.
+     */
+    @Example
+    void wideValuesAreRefusedOrServedAndHarmNoOther() throws Exception {
+        Route completions = routes().get(0), chat = routes().get(1), generate = routes().get(2);
+        String[][] wide = {
+                {"completions", "prompt", "[" + "\"a\",".repeat(100_000) + "\"a\"]"},
+                {"completions", "prompt", "[" + "1,".repeat(300_000) + "1]"},
+                {"completions", "prompt", "[" + "[1],".repeat(100_000) + "[1]]"},
+                {"completions", "stop", "[" + "\"ab\",".repeat(100_000) + "\"a\"]"},
+                {"completions", "logit_bias", "{" + IntStream.range(0, 60_000).mapToObj(i -> "\"" + i + "\":1").collect(
+                        Collectors.joining(",")) + "}"},
+                {"chat", "messages", "[" + "{\"role\":\"user\",\"content\":\"a\"},".repeat(30_000) + "{\"role\":\"user\",\"content\":\"a\"}]"},
+                {"chat", "messages", "[{\"role\":\"user\",\"content\":[" + "{\"type\":\"text\",\"text\":\"a\"},".repeat(30_000)
+                        + "{\"type\":\"text\",\"text\":\"a\"}]}]"},
+                {"chat", "tools", "[" + IntStream.range(0, 8_000).mapToObj(i -> "{\"type\":\"function\",\"function\":{\"name\":\"f" + i
+                        + "\"}}").collect(Collectors.joining(",")) + "]"},
+                {"chat", "guided_choice", "[" + IntStream.range(0, 50_000).mapToObj(i -> "\"c" + i + "\"").collect(
+                        Collectors.joining(",")) + "]"},
+                {"generate", "text", "[" + "\"a\",".repeat(100_000) + "\"a\"]"},
+                {"generate", "sampling_params.stop_token_ids", "[" + "2,".repeat(200_000) + "2]"},
+        };
+        for (String[] w : wide) {
+            Route r = w[0].equals("completions") ? completions : w[0].equals("chat") ? chat : generate;
+            String pointer = "/" + w[1].replace('.', '/');
+            check(new Case(r, replacedOrAdded(r.body(), pointer, utf8(w[2])), "application/json", w[1], "wide " + w[1]));
+        }
+    }
+
+    /** As {@link #replaced}, adding the field where the body has none. */
+    static byte[] replacedOrAdded(String body, String pointer, byte[] raw) throws Exception {
+        JsonNode copy = JSON.readTree(body);
+        String parent = pointer.substring(0, pointer.lastIndexOf('/')), last = pointer.substring(pointer.lastIndexOf('/') + 1);
+        ((ObjectNode) (parent.isEmpty() ? copy : copy.at(parent))).put(last, 0);
+        return replaced(JSON.writeValueAsString(copy), pointer, raw);
     }
 
     /** A prompt field sent as null, and no other: the 400 named the other field (text for input_ids, prompt for messages). */
