@@ -159,36 +159,45 @@ public class GrammarMaskCost {
                 int[] out = greedy(tok, k[2]);
                 int[] seq = Arrays.copyOf(prompt, prompt.length + out.length);
                 System.arraycopy(out, 0, seq, prompt.length, out.length);
-                double[] micros = new double[2];
-                long[] steps = new long[2];
-                long checked = 0;
+                // Three ways, interleaved in each round: the full walk (mode 0), the precomputed mask without the
+                // shared-suffix groups (1: session 14's, maskUngrouped), with them (2: mask); the same tokens (held equal here).
+                double[] micros = new double[3];
+                long[] steps = new long[3], checked = new long[3];
                 int reps = Math.max(1, 64_000 / size);
+                float[][] reference = new float[out.length][];
                 for (int round = 0; round <= VOCAB_ROUNDS; round++) { // round 0 warms up
-                    for (int mode = 0; mode < 2; mode++) {
+                    for (int mode = 0; mode < 3; mode++) {
                         long work = 0, seen = 0, started = System.nanoTime();
                         for (int rep = 0; rep < reps; rep++) {
                             OutputConstraint.Progress progress = new OutputConstraint.Progress();
                             for (int step = 0; step < out.length; step++) {
                                 float[] logits = new float[size];
                                 if (mode == 0) c.maskFullWalk(logits, seq, prompt.length, step, true, true, new int[0], progress, Long.MAX_VALUE / 4);
+                                else if (mode == 1) c.maskUngrouped(logits, seq, prompt.length, step, true, true, new int[0], progress);
                                 else c.mask(logits, seq, prompt.length, step, true, true, new int[0], progress);
                                 if (logits[out[step]] == Float.NEGATIVE_INFINITY) throw new IllegalStateException(k[0] + ": token " + step + " masked");
+                                if (round == 0 && rep == 0) {
+                                    if (mode == 0) reference[step] = logits;
+                                    else if (!Arrays.equals(reference[step], logits)) throw new IllegalStateException(k[0] + ": mode " + mode + " step " + step + " differs");
+                                }
                                 work += progress.lastStepWork();
-                                if (mode == 1) seen += progress.lastCheckedTokens();
+                                if (mode > 0) seen += progress.lastCheckedTokens();
                             }
                         }
                         long nanos = System.nanoTime() - started;
                         if (round > 0) {
                             micros[mode] += nanos / 1e3 / reps / out.length;
                             steps[mode] += work / reps / out.length;
-                            if (mode == 1) checked += seen / reps;
+                            checked[mode] += seen / reps;
                         }
                     }
                 }
                 long[] cost = c.maskCacheCost();
-                System.out.printf("%,7d tokens  %-8s %3d masks  full walk %9.1f µs %,10d steps | precomputed %7.1f µs %,7d steps %7.2f tokens checked"
-                                + " | compile %,7.1f ms, %,11d steps, %,7d ints%n", size, k[0], out.length, micros[0] / VOCAB_ROUNDS, steps[0] / VOCAB_ROUNDS,
-                        micros[1] / VOCAB_ROUNDS, steps[1] / VOCAB_ROUNDS, (double) checked / VOCAB_ROUNDS / out.length, compileMs, cost[0], cost[1]);
+                System.out.printf("%,7d tokens  %-8s %3d masks  full walk %9.1f µs %,10d steps | ungrouped %7.1f µs %,7d steps %7.2f checked"
+                                + " | grouped %7.1f µs %,7d steps %7.2f checked | compile %,7.1f ms, %,11d steps, %,7d ints%n", size, k[0], out.length,
+                        micros[0] / VOCAB_ROUNDS, steps[0] / VOCAB_ROUNDS, micros[1] / VOCAB_ROUNDS, steps[1] / VOCAB_ROUNDS,
+                        (double) checked[1] / VOCAB_ROUNDS / out.length, micros[2] / VOCAB_ROUNDS, steps[2] / VOCAB_ROUNDS,
+                        (double) checked[2] / VOCAB_ROUNDS / out.length, compileMs, cost[0], cost[1]);
             }
         }
     }

@@ -325,6 +325,11 @@ final class Earley {
         return next[dp] != END && (dp != dpStart[prodOf[dp]] || dp == dpStart[g.startProduction]);
     }
 
+    /** Whether {@code dp} is at the end of its production (an item there is complete: its completion is done in its set). */
+    boolean atEnd(int dp) {
+        return next[dp] == END;
+    }
+
     /** Whether item ({@code dp}, {@code origin}) of the set at {@code at} is one of the items the mask is the union over. */
     boolean kernel(int dp, int origin, int at) {
         return next[dp] != END && (origin < at || dp == dpStart[g.startProduction]);

@@ -2,7 +2,10 @@ package io.kvferry.engine.model;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * A grammar's token mask precomputed per Earley item kind (xgrammar's "adaptive token mask cache", arXiv 2411.15100,
@@ -29,8 +32,20 @@ import java.util.List;
  * Earley.Budget, long[])}: the trie walk restricted to them); every token viable from the chart is viable through one of
  * those items, so the rest is rejected. Exactly the full walk's mask (GrammarMaskCacheTest holds them equal).
  *
+ * <p>Shared suffixes (session 15): a large vocabulary has thousands of context-dependent tokens such as JSON's
+ * {@code word",} inside a string (a key's end or a value's: only the chart says), each read through the whole chart,
+ * and they share no prefix. But each is a prefix read within the item's own rule ({@code word}) into a state that
+ * decides alone how the rest reads ({@link #state}: the items not complete nor predicted there, their context levels
+ * and the text their other origins were read after), then a suffix ({@code ",}) from the point just before a varying
+ * context is reached. Tokens of one position with the same state and suffix share their fate through that position's
+ * items whatever the chart, so the precomputation groups them ({@link SharedSuffix}, two trie nodes or more) and the
+ * run time reads one text of each group through the chart's items at that position (the last set's kernel items there,
+ * closed in its place: exact for that position alone, as the group is) and takes or leaves the whole group. The rest
+ * of the context-dependent tokens (those whose context is reached at their first character, such as {@code ",} itself,
+ * which share prefixes in the trie) are checked by the restricted walk as before.
+ *
  * <p>The sets are ranges of the trie's order ({@link OutputConstraint.Trie#lo}: a subtree is one range), two ints a
- * range. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
+ * range; a group's text counts two characters an int. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
  * grammar's symbols, counted in the compiler's cache as table entries) and the recognizer's bounds ({@link Earley#MAX_ITEMS} a set, {@link #MAX_WORK}
  * steps); past any, {@link #build} answers null and the grammar is served by the full walk (the same mask, the old cost),
  * never refused for it. These bounds are counts, so a grammar has its cache on every engine or on none: the step's bound
@@ -51,18 +66,50 @@ final class GrammarMaskCache {
 
     /** The trie whose order the sets are in (the texts after any token but BOS). */
     final OutputConstraint.Trie trie;
-    /** Each dotted position's accepted and context-dependent tokens, ranges {@code lo, hi, …} of the trie's order; null: not a kernel position. */
+    /**
+     * Each dotted position's accepted tokens, and its context-dependent ones not in a {@link SharedSuffix} group (checked
+     * against the chart by one restricted walk of the trie), ranges {@code lo, hi, …} of the trie's order; null: not a
+     * kernel position.
+     */
     private final int[][] acc, dep;
+    /** Each dotted position's context-dependent tokens grouped by the state they reach and the text left after it; null: none. */
+    private final SharedSuffix[][] groups;
     private final long ints;
     /** The precomputation's recognizer steps (the figures). */
     final long work;
 
-    private GrammarMaskCache(OutputConstraint.Trie trie, int[][] acc, int[][] dep, long ints, long work) {
+    /**
+     * Context-dependent tokens of one dotted position {@code d} whose fate through {@code d}'s items is one: each token's
+     * text is a prefix read without reaching a varying context, into the same state ({@link #state}: the
+     * precomputation's items that decide what it reads on), then the same rest (its suffix). Whatever the chart, the items an item at {@code d} leads to after any of those prefixes are the
+     * same (the levels stand for the same sets of the chart), so the rest reads alike: one token's text ({@link #text},
+     * the representative) read through the chart's items at {@code d} decides them all. JSON's {@code word",} and
+     * {@code word":} inside a string (the string's parents vary: a key or a value) are two such groups of some
+     * thousand tokens at a large vocabulary, each token once read through the whole chart.
+     */
+    private record SharedSuffix(char[] text, int[] members) {
+    }
+
+    private GrammarMaskCache(OutputConstraint.Trie trie, int[][] acc, int[][] dep, SharedSuffix[][] groups, long ints, long work) {
         this.trie = trie;
         this.acc = acc;
         this.dep = dep;
+        this.groups = groups;
         this.ints = ints;
         this.work = work;
+    }
+
+    /** How many {@link SharedSuffix} groups, and the tokens in them, all positions together (tests, figures). */
+    long[] groupsAndMembers() {
+        long count = 0, members = 0;
+        for (SharedSuffix[] gs : groups) {
+            if (gs == null) continue;
+            for (SharedSuffix g : gs) {
+                count++;
+                for (int i = 0; i < g.members.length; i += 2) members += g.members[i + 1] - g.members[i];
+            }
+        }
+        return new long[]{count, members};
     }
 
     /** Its size in ints (4 bytes each): what the compiler's cache counts. */
@@ -78,6 +125,7 @@ final class GrammarMaskCache {
     static GrammarMaskCache build(Earley e, OutputConstraint.Trie trie, long maxInts, long maxWork) {
         int n = e.positions();
         int[][] acc = new int[n][], dep = new int[n][];
+        SharedSuffix[][] groups = new SharedSuffix[n][];
         Earley.Budget b = new Earley.Budget(maxWork);
         long ints = 0;
         try {
@@ -86,21 +134,64 @@ final class GrammarMaskCache {
                 ClientRegex.checkDeadline();
                 Walk w = new Walk(e, b);
                 List<Earley.ItemSet> chart = first(e, d, false, b);
-                w.walk(trie, chart, chart.getFirst().context);
+                w.walk(trie, chart, chart.getFirst().context ? 0 : NO_CONTEXT);
                 acc[d] = w.acc.toArray();
+                dep[d] = new int[0];
                 if (w.dep.size > 0) { // narrowed to the tokens some chart may take: those a widened walk takes
                     long[] maybe = new long[(trie.order.length + 63) >>> 6];
                     set(maybe, w.dep.toArray());
                     w.widened(trie, first(e, d, true, b), maybe);
+                    long[] left = new long[maybe.length];
+                    set(left, w.dep2.toArray());
+                    groups[d] = w.group(trie, left);
+                    dep[d] = ranges(left);
                 }
-                dep[d] = w.dep2.toArray();
                 ints += acc[d].length + dep[d].length + 8; // 8: the two arrays' headers
+                if (groups[d] != null) {
+                    for (SharedSuffix g : groups[d]) ints += (g.text.length + 1) / 2 + g.members.length + 8;
+                }
                 if (ints > maxInts) return null;
             }
         } catch (Earley.Over over) {
             return null;
         }
-        return new GrammarMaskCache(trie, acc, dep, ints, b.work());
+        return new GrammarMaskCache(trie, acc, dep, groups, ints, b.work());
+    }
+
+    /** {@link Walk#walk}'s depth of the first set that reached a varying context on the path: none yet. */
+    private static final int NO_CONTEXT = Integer.MAX_VALUE;
+
+    /**
+     * The state of a precomputation's set at {@code index} of its chart, {@code path} the text read to it: what decides
+     * how it reads on, whatever the chart. Its items not complete and not predicted in it (those follow from the others;
+     * the complete ones are done), sorted, each its dotted position and origin (a context level, or a set of this walk),
+     * then the text that made the walk's sets those origins name (up to the last of them). Two sets of one
+     * precomputation in the same state read any text alike whatever the chart: their items are the same, a context level
+     * stands for the same sets of the chart in both, and a set of the walk is the same set (the same text read to it).
+     */
+    static String state(Earley e, Earley.ItemSet s, int index, CharSequence path) {
+        long[] items = new long[s.size];
+        int n = 0, sets = 0;
+        for (int k = 0; k < s.size; k++) {
+            int dp = s.dp[k], o = s.origin[k];
+            if (e.atEnd(dp) || o == index) continue;
+            if (o >= 0) sets = Math.max(sets, o);
+            items[n++] = (long) dp << 32 | (o & 0xFFFF_FFFFL);
+        }
+        Arrays.sort(items, 0, n);
+        StringBuilder key = new StringBuilder(n * 4 + 1 + sets);
+        for (int k = 0; k < n; k++) {
+            long item = items[k];
+            key.append((char) (item >>> 48)).append((char) (item >>> 32)).append((char) (item >>> 16)).append((char) item);
+        }
+        return key.append('\uFFFE').append(path, 0, sets).toString();
+    }
+
+    /** The ranges of the set bits, ascending. */
+    private static int[] ranges(long[] bits) {
+        Ranges r = new Ranges();
+        for (int p = nextSet(bits, 0); p >= 0; p = nextSet(bits, p + 1)) r.add(p, p + 1);
+        return r.toArray();
     }
 
     /** The precomputation's first set: the item at {@code d} alone, its origin context level 0, closed; {@code widen}: {@link Earley.ItemSet#widen}. */
@@ -120,26 +211,108 @@ final class GrammarMaskCache {
         final Earley.Budget b;
         /** The accepted tokens, the context-dependent ones, and those of them a widened walk takes. */
         final Ranges acc = new Ranges(), dep = new Ranges(), dep2 = new Ranges();
+        /**
+         * The context-dependent subtrees in the trie's order (disjoint, ascending), each with the point of the path to it
+         * just before a varying context was first reached: its depth (the prefix's length; 0: none past the start) and
+         * {@link #state}.
+         */
+        final List<DependentSubtree> subtrees = new ArrayList<>();
+        /** The text read to the node {@link #walk} is at. */
+        private final StringBuilder path = new StringBuilder();
         int reads;
+
+        record DependentSubtree(int lo, int hi, int depth, String state) {
+        }
 
         Walk(Earley e, Earley.Budget b) {
             this.e = e;
             this.b = b;
         }
 
-        /** The tokens below {@code node}; {@code context}: a prefix of the path to it (itself included) reached a varying context. */
-        void walk(OutputConstraint.Trie node, List<Earley.ItemSet> chart, boolean context) {
+        /**
+         * The tokens below {@code node}; {@code contextAt}: the depth (chart index) of the first set on the path to it
+         * (itself included) that reached a varying context, {@link #NO_CONTEXT} where none did.
+         */
+        void walk(OutputConstraint.Trie node, List<Earley.ItemSet> chart, int contextAt) {
+            DependentSubtree split = null; // the path's clean point, found at this node's first dependent subtree
             for (int i = 0; i < node.keys.length; i++) {
                 if ((++reads & 1023) == 0) ClientRegex.checkDeadline();
                 OutputConstraint.Trie kid = node.kids[i];
                 if (e.read(chart, node.keys[i], b)) {
                     if (kid.tokens.length > 0) acc.add(kid.lo, kid.lo + kid.tokens.length);
-                    if (kid.keys.length > 0) walk(kid, chart, context || chart.getLast().context);
+                    int depth = chart.size() - 1;
+                    path.append(node.keys[i]);
+                    if (kid.keys.length > 0) walk(kid, chart, contextAt != NO_CONTEXT || !chart.getLast().context ? contextAt : depth);
+                    path.setLength(depth - 1);
                     chart.removeLast();
-                } else if (context) {
+                } else if (contextAt != NO_CONTEXT) {
                     dep.add(kid.lo, kid.hi);
+                    if (split == null) { // the last set before the first that reached a varying context (0: the start's own)
+                        int c = contextAt - 1;
+                        split = c < 1 ? new DependentSubtree(0, 0, 0, null) : new DependentSubtree(0, 0, c, state(e, chart.get(c), c, path));
+                    }
+                    subtrees.add(new DependentSubtree(kid.lo, kid.hi, split.depth, split.state));
                 }
             }
+        }
+
+        /**
+         * Groups the tokens set in {@code left} (the narrowed context-dependent ones) by their path's clean state and the
+         * text after it ({@link SharedSuffix}), clearing from {@code left} those of a group of two trie nodes or more (the
+         * others stay for the walk of the trie against the chart, which shares their prefixes). Null: no group.
+         */
+        SharedSuffix[] group(OutputConstraint.Trie root, long[] left) {
+            Map<String, List<int[]>> byKey = new LinkedHashMap<>();
+            Map<String, String> text = new HashMap<>();
+            collect(root, left, new StringBuilder(), byKey, text);
+            List<SharedSuffix> out = new ArrayList<>();
+            for (Map.Entry<String, List<int[]>> g : byKey.entrySet()) {
+                if (g.getValue().size() < 2) continue;
+                Ranges members = new Ranges();
+                for (int[] r : g.getValue()) {
+                    members.add(r[0], r[1]);
+                    for (int p = r[0]; p < r[1]; p++) left[p >>> 6] &= ~(1L << p);
+                }
+                out.add(new SharedSuffix(text.get(g.getKey()).toCharArray(), members.toArray()));
+            }
+            return out.isEmpty() ? null : out.toArray(new SharedSuffix[0]);
+        }
+
+        /** The tokens of {@code only} below {@code node} (the path to it {@code path}), keyed by clean state and suffix. */
+        private void collect(OutputConstraint.Trie node, long[] only, StringBuilder path, Map<String, List<int[]>> byKey,
+                             Map<String, String> text) {
+            OutputConstraint.Trie[] kids = node.kids;
+            if (kids.length == 0) return;
+            int p = nextSet(only, kids[0].lo);
+            while (p >= 0 && p < node.hi) {
+                int i = kid(kids, p);
+                OutputConstraint.Trie kid = kids[i];
+                path.append(node.keys[i]);
+                if (kid.tokens.length > 0 && nextSet(only, kid.lo) == kid.lo) {
+                    DependentSubtree at = subtree(kid.lo);
+                    if (at.depth > 0) {
+                        String key = at.state + '\uFFFF' + path.substring(at.depth);
+                        byKey.computeIfAbsent(key, k -> new ArrayList<>()).add(new int[]{kid.lo, kid.lo + kid.tokens.length});
+                        text.putIfAbsent(key, path.toString());
+                    }
+                }
+                if (kid.keys.length > 0) collect(kid, only, path, byKey, text);
+                path.setLength(path.length() - 1);
+                p = nextSet(only, kid.hi);
+            }
+        }
+
+        /** The dependent subtree holding the token at {@code p} of the trie's order. */
+        private DependentSubtree subtree(int p) {
+            int lo = 0, hi = subtrees.size() - 1;
+            while (lo < hi) {
+                int mid = (lo + hi + 1) >>> 1;
+                if (subtrees.get(mid).lo <= p) lo = mid;
+                else hi = mid - 1;
+            }
+            DependentSubtree s = subtrees.get(lo);
+            if (p < s.lo || p >= s.hi) throw new IllegalStateException("token " + p + " is in no dependent subtree");
+            return s;
         }
 
         /**
@@ -198,24 +371,38 @@ final class GrammarMaskCache {
     /**
      * Marks in {@code ok} the tokens the chart's language goes on with, as {@link Earley#viable(OutputConstraint.Trie,
      * List, boolean[], Earley.Budget)} does from {@link #trie}'s root: the union of the last set's items' accepted
-     * tokens, and the context-dependent ones outside it checked against the chart ({@code b} charged for those).
-     * Answers how many tokens were checked against the chart.
+     * tokens; each {@link SharedSuffix} group not in it decided by its one text read through the chart's items at its
+     * position (the last set in their place, closed); the other context-dependent tokens outside it checked against the
+     * chart ({@code b} charged for those). {@code grouped} false: every context-dependent token checked against the
+     * chart, the groups' too (session 14's way, kept for the figures and the tests). Answers how many tokens and groups
+     * were checked against the chart.
      */
-    int viable(Earley e, List<Earley.ItemSet> chart, boolean[] ok, Earley.Budget b) {
+    int viable(Earley e, List<Earley.ItemSet> chart, boolean[] ok, Earley.Budget b, boolean grouped) {
         int[] order = trie.order;
         long[] yes = new long[(order.length + 63) >>> 6], maybe = new long[yes.length];
         Earley.ItemSet s = chart.getLast();
         int at = chart.size() - 1;
         boolean[] seen = new boolean[acc.length];
+        int[] kernels = new int[s.size];
+        int n = 0;
         for (int k = 0; k < s.size; k++) {
             int d = s.dp[k];
             if (seen[d] || !e.kernel(d, s.origin[k], at)) continue;
             seen[d] = true;
+            kernels[n++] = d;
             if (acc[d] == null) throw new IllegalStateException("no precomputed mask for dotted position " + d);
             set(yes, acc[d]);
             set(maybe, dep[d]);
+            if (!grouped && groups[d] != null) {
+                for (SharedSuffix g : groups[d]) set(maybe, g.members);
+            }
         }
         int checked = 0;
+        if (grouped) {
+            for (int i = 0; i < n; i++) {
+                if (groups[kernels[i]] != null) checked += decideGroups(e, chart, kernels[i], yes, b);
+            }
+        }
         for (int w = 0; w < yes.length; w++) {
             maybe[w] &= ~yes[w];
             checked += Long.bitCount(maybe[w]);
@@ -223,6 +410,48 @@ final class GrammarMaskCache {
         }
         if (checked > 0) e.viable(trie, chart, ok, b, maybe);
         return checked;
+    }
+
+    /**
+     * Reads each {@link SharedSuffix} group's text of position {@code d} not already all in {@code yes} through the
+     * chart's items at {@code d} (the kernel ones: origins before the last set; their set closed in the last set's place,
+     * the chart left as it was), and sets the members of those it reads whole in {@code yes}. Answers how many it read.
+     */
+    private int decideGroups(Earley e, List<Earley.ItemSet> chart, int d, long[] yes, Earley.Budget b) {
+        int at = chart.size() - 1, read = 0;
+        Earley.ItemSet last = chart.getLast(), threads = null;
+        try {
+            for (SharedSuffix g : groups[d]) {
+                if (allSet(yes, g.members)) continue;
+                if (threads == null) {
+                    threads = new Earley.ItemSet();
+                    for (int k = 0; k < last.size; k++) {
+                        if (last.dp[k] == d && e.kernel(d, last.origin[k], at)) threads.add(d, last.origin[k]);
+                    }
+                    chart.set(at, threads);
+                    e.closeLast(chart, b);
+                }
+                read++;
+                int c = 0;
+                while (c < g.text.length && e.read(chart, g.text[c], b)) c++;
+                for (int k = 0; k < c; k++) chart.removeLast();
+                if (c == g.text.length) set(yes, g.members);
+            }
+        } finally {
+            while (chart.size() > at + 1) chart.removeLast();
+            chart.set(at, last);
+        }
+        return read;
+    }
+
+    /** Whether all the ranges' bits are set. */
+    private static boolean allSet(long[] bits, int[] ranges) {
+        for (int i = 0; i < ranges.length; i += 2) {
+            for (int p = ranges[i]; p < ranges[i + 1]; p++) {
+                if ((bits[p >>> 6] & 1L << p) == 0) return false;
+            }
+        }
+        return true;
     }
 
     /** Sets the ranges' bits. */

@@ -268,7 +268,8 @@ public final class OutputConstraint {
     public void mask(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
                      Progress progress) {
         if (grammar != null) {
-            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress, true, Earley.MAX_WORK);
+            maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress, Mask.CACHED,
+                    Earley.MAX_WORK);
             return;
         }
         int s = progress == null ? state(seq, promptLength, step) : progress.advanceDfa(this, seq, promptLength, step);
@@ -307,15 +308,15 @@ public final class OutputConstraint {
      * {@link #mask} for a grammar: the request's chart after the output so far ({@link Progress}: the last step's, extended
      * by the last token's text), then the tokens whose text leaves a non-empty Earley set: the precomputed mask's
      * ({@link GrammarMaskCache}: the union over the last set's items of the tokens they accept whatever the chart, and the
-     * context-dependent ones checked against the chart), or, where it has none ({@code cached} false, a grammar past its
-     * bounds, the texts after BOS), one walk of the whole token texts' trie: the same tokens. The end as for a DFA. The
+     * context-dependent ones decided against the chart, a group sharing a suffix at a time), or, where it has none
+     * ({@code how} {@link Mask#FULL_WALK}, a grammar past its bounds, the texts after BOS), one walk of the whole token texts' trie: the same tokens. The end as for a DFA. The
      * bound on steps ({@code maxWork}: a request's {@link Earley#MAX_WORK}) is charged for this step's new work alone (the
      * extension, and the check or the walk), the same whether the chart was kept or rebuilt, so the prefill and the decode
      * decide it alike (whether a grammar has its precomputed mask is the same on every engine: its bounds are counts); the
      * chart's size is bounded too ({@link Earley#MAX_CHART_ITEMS}).
      */
     private void maskGrammar(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
-                             Progress progress, boolean cached, long maxWork) {
+                             Progress progress, Mask how, long maxWork) {
         int prev = seq[promptLength + step - 1];
         boolean[] ok = new boolean[logits.length];
         boolean whole;
@@ -325,8 +326,8 @@ public final class OutputConstraint {
             whole = chart != null && grammar.complete(chart);
             Trie trie = texts.trie(prev);
             progress.lastChecked = -1;
-            if (chart != null && cached && maskCache != null && maskCache.trie == trie) {
-                progress.lastChecked = maskCache.viable(grammar, chart, ok, b);
+            if (chart != null && how != Mask.FULL_WALK && maskCache != null && maskCache.trie == trie) {
+                progress.lastChecked = maskCache.viable(grammar, chart, ok, b, how == Mask.CACHED);
             } else if (chart != null) {
                 grammar.viable(trie, chart, ok, b);
             }
@@ -358,8 +359,30 @@ public final class OutputConstraint {
     public void maskFullWalk(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
                              Progress progress, long maxWork) {
         if (grammar == null) throw new IllegalStateException("a DFA's mask has no cache");
-        maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress, false,
-                maxWork);
+        maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress,
+                Mask.FULL_WALK, maxWork);
+    }
+
+    /**
+     * The mask as {@link #mask(float[], int[], int, int, boolean, boolean, int[], Progress)} makes it, a grammar's by its
+     * {@link GrammarMaskCache} without the shared-suffix groups (every context-dependent token checked against the
+     * chart: session 14's way), the same tokens: for the figures (scripts/GrammarMaskCost.java) and the tests.
+     */
+    public void maskUngrouped(float[] logits, int[] seq, int promptLength, int step, boolean eosAllowed, boolean stopAllowed, int[] stopTokenIds,
+                              Progress progress) {
+        if (grammar == null) throw new IllegalStateException("a DFA's mask has no cache");
+        maskGrammar(logits, seq, promptLength, step, eosAllowed, stopAllowed, stopTokenIds, progress == null ? new Progress() : progress,
+                Mask.UNGROUPED, Earley.MAX_WORK);
+    }
+
+    /** How a grammar's mask is made: all three give the same tokens. */
+    private enum Mask {
+        /** The walk of the whole trie against the chart (the reference). */
+        FULL_WALK,
+        /** The precomputed mask, every context-dependent token checked against the chart (session 14). */
+        UNGROUPED,
+        /** The precomputed mask, the context-dependent tokens with a shared suffix decided a group at a time. */
+        CACHED
     }
 
     /**

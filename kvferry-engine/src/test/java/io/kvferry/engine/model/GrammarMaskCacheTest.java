@@ -6,6 +6,7 @@ import net.jqwik.api.Property;
 import net.jqwik.api.constraints.IntRange;
 import org.junit.jupiter.api.Test;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -26,7 +27,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * every repetition; the two mixed) × random vocabularies × random accepted prefixes; and on the real tokenizer
  * (stories260K) with the grammars of GrammarOutputsTest and GrammarProgressTest along random answers, the end tokens
  * included. Checked to fail when the context-dependent tokens are not checked against the chart (the cache's union
- * alone), and when the static contexts are taken for the whole context (no context-dependent tokens at all).
+ * alone), and when the static contexts are taken for the whole context (no context-dependent tokens at all). Each mask
+ * is held equal with the shared-suffix groups and without them (session 14's way); the groups' own tests (JSON keys and
+ * values over a small alphabet, a rule with several parents, the two small grammars below) fail when a group is taken
+ * without reading its text, and when a group is keyed by its suffix alone (not its state).
  */
 class GrammarMaskCacheTest {
     private static final long LOTS = Long.MAX_VALUE / 4;
@@ -59,17 +63,24 @@ class GrammarMaskCacheTest {
             List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
             StringBuilder prefix = new StringBuilder();
             for (int len = 0; len < 14; len++) {
-                boolean[] full = new boolean[texts.length], cached = new boolean[texts.length];
+                boolean[] full = new boolean[texts.length];
                 e.viable(trie, chart, full, new Earley.Budget(LOTS));
-                int sets = chart.size();
-                checked += cache.viable(e, chart, cached, new Earley.Budget(LOTS));
-                assertEquals(sets, chart.size(), "the chart is left as it was");
-                if (!Arrays.equals(full, cached)) {
-                    StringBuilder diff = new StringBuilder();
-                    for (int t = 0; t < texts.length; t++) {
-                        if (full[t] != cached[t]) diff.append(' ').append(new String(texts[t])).append(full[t] ? "(+)" : "(-)");
+                for (boolean grouped : new boolean[]{true, false}) {
+                    boolean[] cached = new boolean[texts.length];
+                    int sets = chart.size();
+                    Earley.ItemSet last = chart.getLast();
+                    int n = cache.viable(e, chart, cached, new Earley.Budget(LOTS), grouped);
+                    if (grouped) checked += n;
+                    assertEquals(sets, chart.size(), "the chart is left as it was");
+                    assertTrue(last == chart.getLast(), "the chart's last set is put back");
+                    if (!Arrays.equals(full, cached)) {
+                        StringBuilder diff = new StringBuilder();
+                        for (int t = 0; t < texts.length; t++) {
+                            if (full[t] != cached[t]) diff.append(' ').append(new String(texts[t])).append(full[t] ? "(+)" : "(-)");
+                        }
+                        assertArrayEquals(full, cached, what + "after '" + prefix + "'" + (grouped ? "" : " (ungrouped)")
+                                + ": the full walk's (+) the cache's (-):" + diff);
                     }
-                    assertArrayEquals(full, cached, what + "after '" + prefix + "': the full walk's (+) the cache's (-):" + diff);
                 }
                 char next = 0;
                 int from = r.nextInt(alphabet.length());
@@ -199,6 +210,200 @@ class GrammarMaskCacheTest {
             text.append('\n');
         }
         return text.toString();
+    }
+
+    /**
+     * JSON over a small alphabet: a string is a key (then {@code :}) or a value (then {@code ,} {@code ]} {@code \}}),
+     * values nest: the string rule has several parents with different continuations, and so has value.
+     */
+    static final String SMALL_JSON = """
+            root ::= value
+            value ::= object | array | string | "1"
+            object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"
+            array ::= "[" ( value ( "," value )* )? "]"
+            string ::= "\\"" [ab]* "\\""
+            """;
+    static final String JSON_ALPHABET = "ab\"{}[],:1";
+    /** JSON punctuation that crosses a string's end and its parents' ({@code a",} {@code "]}} {@code ":}). */
+    private static final String[] JSON_PIECES = {"\"", "\",", "\":", "\"]", "\"}", "\"]}", "\"}]", "\"],", "\"},", ",\"", ":\"", "{\"",
+        "[\"", "]", "}", "],", "},", "]}", "}]", ",", ":", "{", "[", "1", ",1", ":1", "1]", "1}", "1,", "\":\"", "\",\""};
+
+    /**
+     * Random token texts that span the ends of JSON strings and values: a word of {@code [ab]} (up to three characters)
+     * alone, before or after a piece of JSON punctuation ({@link #JSON_PIECES}), or the piece alone; 0-2 none.
+     */
+    static char[][] jsonVocabulary(SplittableRandom r, int n) {
+        char[][] texts = new char[n][];
+        for (int t = 3; t < n; t++) {
+            StringBuilder word = new StringBuilder();
+            for (int k = r.nextInt(4); k > 0; k--) word.append(r.nextBoolean() ? 'a' : 'b');
+            String piece = JSON_PIECES[r.nextInt(JSON_PIECES.length)];
+            String text = switch (r.nextInt(4)) {
+                case 0 -> word.isEmpty() ? piece : word.toString();
+                case 1 -> word + piece;
+                case 2 -> piece + word;
+                default -> piece;
+            };
+            texts[t] = text.toCharArray();
+        }
+        return texts;
+    }
+
+    /**
+     * Keys and values: along random prefixes of {@link #SMALL_JSON} (nested objects and arrays), with vocabularies whose
+     * tokens span a string's end and what follows it, the cache's mask (its shared-suffix groups deciding {@code ab",}
+     * and {@code ab":} a group at a time) equals the full walk's.
+     */
+    @Property(seed = "20261207", tries = 200)
+    void jsonKeysAndValuesWithTokensAcrossTheirEnds(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        assertSameMasks(new Earley(EbnfGrammar.parse(SMALL_JSON)), jsonVocabulary(r, 120), r, JSON_ALPHABET, SMALL_JSON);
+    }
+
+    /**
+     * Random grammars where a string-like rule (and the random rules) have several parents, each with its own
+     * continuation (any of {@code , : ] [} or a rule, under postfix operators): the cache equals the full walk.
+     */
+    @Property(seed = "20261207", tries = 300)
+    void aRuleWithSeveralParentsAndDifferentContinuations(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        String[] names = {"root", "x", "y"};
+        String[] symbols = {"s", "s", "x", "y", "\",\"", "\":\"", "\"]\"", "\"[\"", "\"1\"", "(s \":\" x)", "(\"[\" y \"]\")"};
+        StringBuilder text = new StringBuilder();
+        for (String name : names) {
+            text.append(name).append(" ::=");
+            int alts = 1 + r.nextInt(3);
+            for (int a = 0; a < alts; a++) {
+                if (a > 0) text.append(" |");
+                int len = 1 + r.nextInt(3);
+                for (int k = 0; k < len; k++) {
+                    text.append(' ').append(symbols[r.nextInt(symbols.length)]).append(new String[]{"", "", "", "*", "?", "+"}[r.nextInt(6)]);
+                }
+            }
+            text.append('\n');
+        }
+        text.append("s ::= \"\\\"\" [ab]* \"\\\"\"\n");
+        Earley e;
+        try {
+            e = new Earley(EbnfGrammar.parse(text.toString()));
+        } catch (IllegalArgumentException derivesNothing) {
+            return;
+        }
+        assertSameMasks(e, jsonVocabulary(r, 120), r, JSON_ALPHABET, text.toString());
+    }
+
+    /**
+     * The groups at work on {@link #SMALL_JSON}: inside a string, {@code b":} goes on after a key and not after a value,
+     * {@code b",} the other way, {@code b"]} in an array; each decided by one read of its group's text, the full walk's
+     * mask either way, and fewer tokens checked than without the groups.
+     */
+    @Test
+    void aStringsEndIsDecidedByItsParentsAGroupAtATime() {
+        Earley e = new Earley(EbnfGrammar.parse(SMALL_JSON));
+        String[] words = {"a", "b", "ab", "ba", "aa", "bb", "aab", "abb", "bab"};
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (String w : words) {
+            for (String end : new String[]{"\",", "\":", "\"]", "\"}", "\""}) vocab.add(w + end);
+        }
+        char[][] texts = vocab.stream().map(t -> t.isEmpty() ? null : t.toCharArray()).toArray(char[][]::new);
+        OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
+        GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(cache);
+        assertTrue(cache.groupsAndMembers()[0] > 0 && cache.groupsAndMembers()[1] > 2 * cache.groupsAndMembers()[0],
+                "groups, tokens in them: " + Arrays.toString(cache.groupsAndMembers()));
+        String[][] cases = { // prefix, a token that goes on, one that does not
+            {"{\"a", "ab\":", "ab\","}, {"{\"a\":\"b", "ab\",", "ab\":"}, {"[\"a", "bab\"]", "bab\":"}, {"{\"a\":[\"b", "b\"]", "b\"}"},
+            {"{\"a\":{\"b", "aa\":", "aa\"}"}, {"[[\"", "ba\"]", "ba\"}"}};
+        for (String[] c : cases) {
+            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
+            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length], ungrouped = new boolean[texts.length];
+            e.viable(trie, chart, full, new Earley.Budget(LOTS));
+            int checkedGrouped = cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
+            int checkedUngrouped = cache.viable(e, chart, ungrouped, new Earley.Budget(LOTS), false);
+            assertArrayEquals(full, grouped, c[0]);
+            assertArrayEquals(full, ungrouped, c[0]);
+            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
+            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
+            assertTrue(checkedGrouped < checkedUngrouped, c[0] + ": checked " + checkedGrouped + " grouped, " + checkedUngrouped + " not");
+        }
+    }
+
+    /**
+     * A group's state names the walk's sets its items began in by the text read to them: after {@code <ak} and
+     * {@code <bk} the items are the same ({@code q} begun after the first letter), but what {@code q}'s end goes on
+     * with is not ({@code y} ends after {@code akc.}, waits for {@code ,} after {@code bkc.}): {@code akc.;} and
+     * {@code bkc.;} are not one group (in one they would take one fate); held against the full walk.
+     */
+    @Test
+    void aGroupsStateNamesTheTextItsItemsBeganAfter() {
+        String grammar = """
+                root ::= x ";" | "(" x ")"
+                x ::= "<" y
+                y ::= "a" q | "b" q ","
+                q ::= "k" [c]* "."
+                """;
+        Earley e = new Earley(EbnfGrammar.parse(grammar));
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (String first : new String[]{"a", "b"}) {
+            for (String cs : new String[]{"", "c", "cc", "ccc"}) {
+                for (String end : new String[]{";", ")", ",;", ",)"}) vocab.add(first + "k" + cs + "." + end);
+            }
+        }
+        char[][] texts = vocab.stream().map(t -> t.isEmpty() ? null : t.toCharArray()).toArray(char[][]::new);
+        OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
+        GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(cache);
+        assertTrue(cache.groupsAndMembers()[0] > 0, "groups: " + Arrays.toString(cache.groupsAndMembers()));
+        String[][] cases = {{"<", "akc.;", "bkc.;"}, {"<", "bkc.,;", "akc.,;"}, {"(<", "akcc.)", "bkcc.)"}, {"(<", "bk.,)", "bk.,;"}};
+        for (String[] c : cases) {
+            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
+            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length];
+            e.viable(trie, chart, full, new Earley.Budget(LOTS));
+            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
+            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
+            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
+            assertArrayEquals(full, grouped, c[0]);
+        }
+    }
+
+    /**
+     * A group is the state and the suffix, not the suffix alone: after {@code <ac} and {@code <bc} the suffix {@code .!;}
+     * reaches {@code x}'s end (a context that varies) at {@code .} in both, but after {@code b} the {@code !} is still
+     * {@code y}'s own, after {@code a} it is {@code x}'s parent's: {@code bc.!;} goes on after {@code <}, {@code ac.!;}
+     * does not (it does after {@code [<}: each is some chart's, so neither is left out by the widened walk).
+     */
+    @Test
+    void aGroupIsItsStateAndItsSuffix() {
+        String grammar = """
+                root ::= x ";" | "(" x ")" | "[" x "!;"
+                x ::= "<" y
+                y ::= "a" [c]* "." | "b" [c]* "." "!"?
+                """;
+        Earley e = new Earley(EbnfGrammar.parse(grammar));
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (String first : new String[]{"a", "b"}) {
+            for (String cs : new String[]{"", "c", "cc"}) {
+                for (String end : new String[]{".;", ".)", ".!;", ".!)"}) vocab.add(first + cs + end);
+            }
+        }
+        char[][] texts = vocab.stream().map(t -> t.isEmpty() ? null : t.toCharArray()).toArray(char[][]::new);
+        OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
+        GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(cache);
+        assertTrue(cache.groupsAndMembers()[0] > 0, "groups: " + Arrays.toString(cache.groupsAndMembers()));
+        String[][] cases = {{"<", "bc.!;", "ac.!;"}, {"<", "ac.;", "ac.)"}, {"(<", "bcc.!)", "acc.!)"}, {"[<", "ac.!;", "ac.;"}};
+        for (String[] c : cases) {
+            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
+            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length];
+            e.viable(trie, chart, full, new Earley.Budget(LOTS));
+            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
+            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
+            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
+            assertArrayEquals(full, grouped, c[0]);
+        }
     }
 
     /** The grammars of GrammarOutputsTest ({@link RecursiveGrammars}), GrammarProgressTest's JSON, and two small ones. */
