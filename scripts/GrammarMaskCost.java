@@ -28,7 +28,8 @@ import java.util.SplittableRandom;
  * answer's 128 steps (the grammar's chart kept between the steps, as a request keeps it, and replayed from the start
  * at each step, as before it was kept). Then ({@link #vocabularies}; alone with the argument {@code vocab}) the mask at
  * large vocabularies, stories260K's 512 token texts and generated ones to 32,000 and 128,000: the walk of the whole
- * trie against the precomputed mask (GrammarMaskCache), interleaved. Not a test. Run from the repository root after
+ * trie, the precomputed mask (GrammarMaskCache) without its shared-suffix groups (session 14's) and with them, interleaved,
+ * the three masks held equal at each step. Not a test. Run from the repository root after
  * `mvn -q -B -o package -DskipTests`:
  *
  * <pre>
@@ -134,9 +135,10 @@ public class GrammarMaskCost {
     /**
      * The mask at 512, 32,000 and 128,000 token texts, for the JSON grammar and the sentence grammar: each answer's tokens
      * (the longest token text that goes on with the answer, step by step) masked with the chart kept, by the walk of the
-     * whole trie (maskFullWalk, the reference) and by the precomputed mask, interleaved in rounds; µs per mask, the
-     * recognizer's steps per mask (the chart's extension by the last token, then the walk or the check of the
-     * context-dependent tokens), the tokens checked against the chart, and the compilation (the precomputation in it).
+     * whole trie (maskFullWalk, the reference), by the precomputed mask without its shared-suffix groups (maskUngrouped:
+     * session 14's) and with them (mask), interleaved in rounds; µs per mask, the recognizer's steps per mask (the
+     * chart's extension by the last token, then the walk or the check of the context-dependent tokens), the tokens and
+     * groups checked against the chart, and the compilation (the precomputation in it).
      */
     static void vocabularies() throws Exception {
         Path dir = ModelFiles.findModelDir().orElseThrow(() -> new IllegalStateException("no stories260K (KVFERRY_MODELS)"));
