@@ -330,10 +330,11 @@ class GrammarMaskCacheTest {
     }
 
     /**
-     * A group's state names the walk's sets its items began in by the text read to them: after {@code <ak} and
-     * {@code <bk} the items are the same ({@code q} begun after the first letter), but what {@code q}'s end goes on
-     * with is not ({@code y} ends after {@code akc.}, waits for {@code ,} after {@code bkc.}): {@code akc.;} and
-     * {@code bkc.;} are not one group (in one they would take one fate); held against the full walk.
+     * Items that began in the walk's own sets: after {@code <akc} and {@code <bkc} the items left are the same
+     * ({@code q} begun after the first letter), what {@code q}'s end goes on with is not ({@code y} ends after
+     * {@code akc.}, waits for {@code ,} after {@code bkc.}); the groups' masks along those prefixes, held against the full
+     * walk. (Not a check of the state's text part: {@code bkc.;} is rejected outright, in no group; a key without that
+     * text passed this and the properties.)
      */
     @Test
     void aGroupsStateNamesTheTextItsItemsBeganAfter() {
