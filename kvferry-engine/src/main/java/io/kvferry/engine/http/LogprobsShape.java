@@ -157,18 +157,32 @@ final class LogprobsShape {
         return out;
     }
 
-    /** A decode's token event's log probabilities ({@link DecodeServer#tokenEvent}), or null when it has none. */
-    static TokenLogprobs fromEvent(JsonNode ev, int token) {
+    /**
+     * A decode's token event's log probabilities ({@link DecodeServer#tokenEvent}), or null when it has none; an event whose
+     * {@code logprob} is no finite number, or whose {@code top_tokens} and {@code top_logprobs} are not arrays of one length
+     * (at most {@code maxTop}) of token ids of the model's {@code vocab} and finite numbers, is a {@link PdCall.BadAnswer}
+     * (the request's 502: a top token's text is named by the tokenizer, which refuses an id outside the vocabulary).
+     */
+    static TokenLogprobs fromEvent(JsonNode ev, int token, int vocab, int maxTop) throws PdCall.BadAnswer {
         JsonNode lp = ev.get("logprob");
-        if (lp == null || !lp.isNumber()) return null;
-        JsonNode ids = ev.path("top_tokens"), vals = ev.path("top_logprobs");
-        int n = Math.min(ids.size(), vals.size());
+        if (lp == null || lp.isNull()) return null;
+        float logprob = PdCall.finite(lp, "logprob");
+        JsonNode ids = ev.get("top_tokens"), vals = ev.get("top_logprobs");
+        if (ids == null && vals == null) return new TokenLogprobs(token, logprob, new int[0], new float[0]);
+        if (ids == null || vals == null || !ids.isArray() || !vals.isArray() || ids.size() != vals.size()) {
+            throw new PdCall.BadAnswer("top_tokens " + PdCall.shown(ids) + " and top_logprobs " + PdCall.shown(vals)
+                    + " are not two arrays of one length");
+        }
+        if (ids.size() > maxTop) {
+            throw new PdCall.BadAnswer(ids.size() + " top_tokens, more than the " + maxTop + " the request asked for");
+        }
+        int n = ids.size();
         int[] top = new int[n];
         float[] topLp = new float[n];
         for (int k = 0; k < n; k++) {
-            top[k] = ids.get(k).intValue();
-            topLp[k] = vals.get(k).floatValue();
+            top[k] = PdCall.tokenId(ids.get(k), vocab, "top_tokens[" + k + "]");
+            topLp[k] = PdCall.finite(vals.get(k), "top_logprobs[" + k + "]");
         }
-        return new TokenLogprobs(token, lp.floatValue(), top, topLp);
+        return new TokenLogprobs(token, logprob, top, topLp);
     }
 }

@@ -1,6 +1,7 @@
 package io.kvferry.engine.http;
 
 import io.kvferry.api.FailureKind;
+import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -282,75 +283,93 @@ final class PdCall {
                         continue;
                     }
                     JsonNode ev = decodeEvent(line.substring(6), d, p, room);
-                    if (ev.has("token")) {
-                        landed.set(true);
-                        int tok = ev.get("token").intValue();
-                        if (tokens.isEmpty()) { // the prompt's part comes first: the prefill answers once its KV landed
-                            if (ask.logprobStart() >= 0) input = awaitInputLogprobs(prefillCall, p, d, room, ids, ask.logprobStart());
-                            List<TokenLogprobs> prompt = input;
-                            toClient(() -> out.onPrompt(prompt), d, p, room);
-                        }
-                        if (ttft < 0) {
-                            long sinceArrival = System.nanoTime() - start;
-                            ttft = sinceArrival / 1e6;
-                            record.ttftMs = ttft;
-                            meters.firstToken(sinceArrival);
-                        }
-                        tokens.add(tok);
-                        int before = all.length();
-                        TokenLogprobs lp = null;
-                        if (logprobs != null) {
-                            lp = LogprobsShape.fromEvent(ev, tok);
-                            if (lp == null) {
+                    try {
+                        if (ev == null || !ev.isObject()) throw new BadAnswer("an event that is no JSON object: " + shown(ev));
+                        if (ev.has("token")) {
+                            landed.set(true);
+                            int tok = tokenId(ev.get("token"), tokenizer.vocabSize(), "token");
+                            if (tokens.size() >= ask.maxTokens()) {
+                                throw new BadAnswer("token " + tok + " after the " + ask.maxTokens() + " tokens the request asked for (max_new_tokens)");
+                            }
+                            if (tokens.isEmpty()) { // the prompt's part comes first: the prefill answers once its KV landed
+                                if (ask.logprobStart() >= 0) input = awaitInputLogprobs(prefillCall, p, d, room, ids, ask.logprobStart(),
+                                        Math.max(ask.topLogprobs(), 0));
+                                List<TokenLogprobs> prompt = input;
+                                toClient(() -> out.onPrompt(prompt), d, p, room);
+                            }
+                            if (ttft < 0) {
+                                long sinceArrival = System.nanoTime() - start;
+                                ttft = sinceArrival / 1e6;
+                                record.ttftMs = ttft;
+                                meters.firstToken(sinceArrival);
+                            }
+                            tokens.add(tok);
+                            int before = all.length();
+                            TokenLogprobs lp = null;
+                            if (logprobs != null) {
+                                lp = LogprobsShape.fromEvent(ev, tok, tokenizer.vocabSize(), ask.topLogprobs());
+                                if (lp == null) {
+                                    backends.abort(d, room);
+                                    backends.abort(p, room);
+                                    throw new Failure(502, "bad_gateway", d + " sent token " + tok + " of room " + room
+                                            + " without the log probabilities the request asked for (a decode older than the router?)");
+                                }
+                                logprobs.add(lp);
+                                offsets.add(before);
+                            }
+                            // A stop token id ends the answer without its text, as vLLM and SGLang leave it out (EOS and BOS have none).
+                            all.append(ask.rules().isStopTokenId(tok) && ask.rules().ends(tok, tokens.size() - 1) ? "" : text.push(tok));
+                            // No stop string ends the answer before min_tokens (vLLM's check): only a match ending in later text counts.
+                            StopSequences.Match stop = tokens.size() < ask.rules().minTokens() ? null : ask.stop().match(all, before);
+                            if (stop != null) {
+                                // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
                                 backends.abort(d, room);
                                 backends.abort(p, room);
-                                throw new Failure(502, "bad_gateway", d + " sent token " + tok + " of room " + room
-                                        + " without the log probabilities the request asked for (a decode older than the router?)");
+                                all.setLength(stop.at());
+                                record.completionTokens = tokens.size();
+                                return outcome(record, ids, tokens, all, Finish.string(stop.string()), ttft, start, prefillCall, p, null, logprobs, offsets, input);
                             }
-                            logprobs.add(lp);
-                            offsets.add(before);
-                        }
-                        // A stop token id ends the answer without its text, as vLLM and SGLang leave it out (EOS and BOS have none).
-                        all.append(ask.rules().isStopTokenId(tok) && ask.rules().ends(tok, tokens.size() - 1) ? "" : text.push(tok));
-                        // No stop string ends the answer before min_tokens (vLLM's check): only a match ending in later text counts.
-                        StopSequences.Match stop = tokens.size() < ask.rules().minTokens() ? null : ask.stop().match(all, before);
-                        if (stop != null) {
-                            // Done: the decode would go on to max_tokens; abort frees its pages now (as a disconnect does).
-                            backends.abort(d, room);
-                            backends.abort(p, room);
-                            all.setLength(stop.at());
+                            int sendable = all.length() - ask.stop().heldBack(all);
+                            String piece = sendable > sent ? all.substring(sent, sendable) : "";
+                            sent = Math.max(sent, sendable);
+                            TokenLogprobs tokLp = lp;
+                            toClient(() -> out.onToken(tok, piece, tokLp, before), d, p, room);
+                        } else if (ev.has("error")) {
+                            JsonNode e = ev.path("error");
+                            if (!e.isObject()) throw new BadAnswer("an error event whose error is no JSON object: " + shown(e));
+                            for (String f : new String[]{"type", "kind", "message", "param"}) {
+                                JsonNode v = e.get(f);
+                                if (v != null && !v.isNull() && !v.isTextual()) throw new BadAnswer("an error event whose " + f + " " + shown(v) + " is no string");
+                            }
+                            // The client's error as a 400: a grammar past its run-time bound (its type, its field), or before the first
+                            // token a refusal (what its error answer would have been); any other event, whatever it claims, a 500.
+                            String type = e.path("type").asText("internal_error");
+                            String param = ErrorBody.grammarParam(e);
+                            boolean client = "invalid_request_error".equals(type) && (tokens.isEmpty() || param != null && ask.rules().constraint() != null);
+                            ErrorBody err = new ErrorBody(client ? 400 : 500, client || !"invalid_request_error".equals(type) ? type : "internal_error",
+                                    e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(), false, client ? param : null);
+                            // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
+                            if (tokens.isEmpty()) throw failedBeforeFirstToken(err, p, room, prefillCall);
+                            throw abortedForItsPrefill(err, p, prefillCall).failure();
+                        } else if (ev.has("finish_reason")) {
+                            // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
+                            int before = all.length();
+                            all.append(text.finish());
+                            JsonNode timings = finishEvent(ev, tokenizer.vocabSize());
+                            Finish finish = decodeFinish(ev, tokens, ask);
+                            StopSequences.Match stop = tokens.size() < ask.rules().minTokens() ? null : ask.stop().match(all, before);
+                            if (stop != null) {
+                                all.setLength(stop.at());
+                                finish = Finish.string(stop.string());
+                            }
                             record.completionTokens = tokens.size();
-                            return outcome(record, ids, tokens, all, Finish.string(stop.string()), ttft, start, prefillCall, null, logprobs, offsets, input);
+                            return outcome(record, ids, tokens, all, finish, ttft, start, prefillCall, p, timings, logprobs, offsets, input);
                         }
-                        int sendable = all.length() - ask.stop().heldBack(all);
-                        String piece = sendable > sent ? all.substring(sent, sendable) : "";
-                        sent = Math.max(sent, sendable);
-                        TokenLogprobs tokLp = lp;
-                        toClient(() -> out.onToken(tok, piece, tokLp, before), d, p, room);
-                    } else if (ev.has("error")) {
-                        JsonNode e = ev.path("error");
-                        // The client's error as a 400: a grammar past its run-time bound (its type, its field), or before the first
-                        // token a refusal (what its error answer would have been); any other event, whatever it claims, a 500.
-                        String type = e.path("type").asText("internal_error");
-                        String param = ErrorBody.grammarParam(e);
-                        boolean client = "invalid_request_error".equals(type) && (tokens.isEmpty() || param != null && ask.rules().constraint() != null);
-                        ErrorBody err = new ErrorBody(client ? 400 : 500, client || !"invalid_request_error".equals(type) ? type : "internal_error",
-                                e.hasNonNull("kind") ? e.get("kind").asText() : null, e.path("message").asText(), false, client ? param : null);
-                        // Before the first token (a stream begun on a keep-alive) it is what an error answer would have been.
-                        if (tokens.isEmpty()) throw failedBeforeFirstToken(err, p, room, prefillCall);
-                        throw abortedForItsPrefill(err, p, prefillCall).failure();
-                    } else if (ev.has("finish_reason")) {
-                        // An incomplete UTF-8 sequence at the end becomes U+FFFD, as Tokenizer.decode gives it.
-                        int before = all.length();
-                        all.append(text.finish());
-                        Finish finish = decodeFinish(ev, tokens, ask);
-                        StopSequences.Match stop = tokens.size() < ask.rules().minTokens() ? null : ask.stop().match(all, before);
-                        if (stop != null) {
-                            all.setLength(stop.at());
-                            finish = Finish.string(stop.string());
-                        }
-                        record.completionTokens = tokens.size();
-                        return outcome(record, ids, tokens, all, finish, ttft, start, prefillCall, ev.get("timings"), logprobs, offsets, input);
+                        // An object event of none of those keys is skipped (an engine newer than the router may send more).
+                    } catch (BadAnswer bad) {
+                        backends.abort(d, room);
+                        backends.abort(p, room);
+                        throw malformed(d, "event", room, bad);
                     }
                 }
             } finally {
@@ -393,11 +412,16 @@ final class PdCall {
             outIfDraining(p, r);
             throw ErrorBody.parse(r.statusCode(), r.body()).failure();
         }
-        JsonNode pre = Http.JSON.readTree(r.body());
+        JsonNode pre;
         List<TokenLogprobs> input = null;
-        if (ask.logprobStart() >= 0) {
-            input = inputLogprobs(pre, ids, ask.logprobStart());
-            if (input == null) throw missingInputLogprobs(p, room);
+        try {
+            pre = prefillAnswer(r.body(), ids.length);
+            if (ask.logprobStart() >= 0) {
+                input = inputLogprobs(pre, ids, ask.logprobStart(), tokenizer.vocabSize(), Math.max(ask.topLogprobs(), 0));
+                if (input == null) throw missingInputLogprobs(p, room);
+            }
+        } catch (BadAnswer bad) {
+            throw malformed(p, "answer", room, bad);
         }
         out.onPrompt(input);
         long took = System.nanoTime() - start;
@@ -451,13 +475,16 @@ final class PdCall {
 
     /** The prefill's answer with the input token log probabilities asked for, waited for at the first token. */
     private List<TokenLogprobs> awaitInputLogprobs(CompletableFuture<HttpResponse<String>> prefillCall, Backend p, Backend d, long room,
-                                                   int[] ids, int start) throws Failure, InterruptedException {
+                                                   int[] ids, int start, int top) throws Failure, InterruptedException {
         List<TokenLogprobs> input = null;
         try {
             HttpResponse<String> r = prefillCall.get(stalled.limit().toMillis(), TimeUnit.MILLISECONDS);
-            if (r.statusCode() == 200) input = inputLogprobs(Http.JSON.readTree(r.body()), ids, start);
-        } catch (ExecutionException | TimeoutException | IOException e) {
+            if (r.statusCode() == 200) input = inputLogprobs(prefillAnswer(r.body(), ids.length), ids, start, tokenizer.vocabSize(), top);
+        } catch (ExecutionException | TimeoutException e) {
             // no answer: as a missing one
+        } catch (BadAnswer bad) { // an answer, broken
+            backends.abort(d, room);
+            throw malformed(p, "answer", room, bad);
         }
         if (input != null) return input;
         backends.abort(d, room);
@@ -471,9 +498,11 @@ final class PdCall {
 
     /**
      * The prefill's {@code meta_info.input_token_logprobs} (and {@code input_top_logprobs}) for positions [start, ids.length),
-     * the first prompt token's null; null when the answer lacks them or they do not match the prompt.
+     * the first prompt token's null; null when the answer lacks them or they do not match the prompt; a {@link BadAnswer}
+     * when a position's log probability is no finite number or its top ones are not triples of a finite number and a token
+     * id of the model's {@code vocab}, at most {@code maxTop}.
      */
-    static List<TokenLogprobs> inputLogprobs(JsonNode pre, int[] ids, int start) {
+    static List<TokenLogprobs> inputLogprobs(JsonNode pre, int[] ids, int start, int vocab, int maxTop) throws BadAnswer {
         JsonNode lps = pre.path("meta_info").path("input_token_logprobs"), tops = pre.path("meta_info").path("input_top_logprobs");
         if (!lps.isArray() || lps.size() != ids.length - start) return null;
         List<TokenLogprobs> out = new ArrayList<>();
@@ -486,14 +515,17 @@ final class PdCall {
                 continue;
             }
             JsonNode top = tops.path(i);
-            int n = top.isArray() ? top.size() : 0;
+            if (!top.isMissingNode() && !top.isArray() || top.size() > maxTop) {
+                throw new BadAnswer("input_top_logprobs[" + i + "] " + shown(top) + " is not an array of at most " + maxTop + " triples");
+            }
+            int n = top.size();
             int[] topIds = new int[n];
             float[] topLps = new float[n];
             for (int k = 0; k < n; k++) {
-                topIds[k] = top.get(k).path(1).intValue();
-                topLps[k] = top.get(k).path(0).floatValue();
+                topIds[k] = tokenId(top.get(k).get(1), vocab, "input_top_logprobs[" + i + "][" + k + "][1]");
+                topLps[k] = finite(top.get(k).get(0), "input_top_logprobs[" + i + "][" + k + "][0]");
             }
-            out.add(new TokenLogprobs(ids[start + i], e.path(0).floatValue(), topIds, topLps));
+            out.add(new TokenLogprobs(ids[start + i], finite(e.get(0), "input_token_logprobs[" + i + "][0]"), topIds, topLps));
         }
         return out;
     }
@@ -603,6 +635,94 @@ final class PdCall {
     }
 
     /**
+     * What is wrong with an engine's answer the router read (a decode's event, a prefill's answer: a wrong JSON type, a
+     * missing field, a token id outside the model's vocabulary, a negative count): the request's 502 {@code bad_gateway}
+     * naming the engine ({@link #malformed}), never the 400 or 500 its reading would otherwise have thrown. No stack trace:
+     * it is an answer, not a bug.
+     */
+    static final class BadAnswer extends Exception {
+        BadAnswer(String what) {
+            super(what, null, false, false);
+        }
+    }
+
+    /** The 502 of {@code b}'s broken {@code what} ("event", "answer") on {@code room}; its rooms are the caller's to abort. */
+    private static Failure malformed(Backend b, String what, long room, BadAnswer bad) {
+        return new Failure(502, "bad_gateway", b + " sent a malformed " + what + " on room " + room + ": " + bad.getMessage());
+    }
+
+    /** An engine's JSON value in a message: short (its first 40 characters), its control characters escaped ({@link LogSafe}). */
+    static String shown(JsonNode n) {
+        if (n == null || n.isMissingNode()) return "(none)";
+        String s = n.toString();
+        return LogSafe.text(s.length() > 40 ? s.substring(0, 40) + "..." : s);
+    }
+
+    /** An engine's token id: an integral JSON number in {@code [0, vocab)}. */
+    static int tokenId(JsonNode n, int vocab, String field) throws BadAnswer {
+        if (n == null || !n.isIntegralNumber() || !n.canConvertToInt() || n.intValue() < 0 || n.intValue() >= vocab) {
+            throw new BadAnswer(field + " " + shown(n) + " is not a token id of the model's vocabulary of " + vocab);
+        }
+        return n.intValue();
+    }
+
+    /** An engine's log probability: a JSON number that is finite as a float (a client's JSON has no Infinity). */
+    static float finite(JsonNode n, String field) throws BadAnswer {
+        float v = n != null && n.isNumber() ? n.floatValue() : Float.NaN;
+        if (!Float.isFinite(v)) throw new BadAnswer(field + " " + shown(n) + " is not a finite number");
+        return v;
+    }
+
+    /** An engine's count or time: a JSON number, finite and not negative (integral where {@code integral}), when present. */
+    private static void amount(JsonNode o, String field, boolean integral, long most) throws BadAnswer {
+        JsonNode n = o.get(field);
+        if (n == null) return;
+        if (!n.isNumber() || integral && !n.isIntegralNumber() || !Double.isFinite(n.doubleValue()) || n.doubleValue() < 0 || n.doubleValue() > most) {
+            throw new BadAnswer(field + " " + shown(n) + " is not " + (integral ? "a count" : "a time") + " in [0, " + most + "]");
+        }
+    }
+
+    /**
+     * A decode's finish event checked: {@code finish_reason} {@code stop} or {@code length}, {@code matched} (when present) a
+     * token id, {@code timings} (when present) an object of counts and times. Returns its timings (null: none).
+     */
+    private static JsonNode finishEvent(JsonNode ev, int vocab) throws BadAnswer {
+        JsonNode reason = ev.get("finish_reason");
+        if (!reason.isTextual() || !"stop".equals(reason.textValue()) && !"length".equals(reason.textValue())) {
+            throw new BadAnswer("finish_reason " + shown(reason) + " is neither \"stop\" nor \"length\"");
+        }
+        if (ev.has("matched")) tokenId(ev.get("matched"), vocab, "matched");
+        JsonNode timings = ev.get("timings");
+        if (timings == null || timings.isNull()) return null;
+        if (!timings.isObject()) throw new BadAnswer("timings " + shown(timings) + " is no JSON object");
+        amount(timings, "transfer_ms", false, Long.MAX_VALUE);
+        amount(timings, "first_decode_ms", false, Long.MAX_VALUE);
+        amount(timings, "bytes", true, Long.MAX_VALUE);
+        return timings;
+    }
+
+    /**
+     * A prefill's 200 answer: a JSON object whose {@code cached_tokens} (when present) is a count of at most the prompt's
+     * {@code promptTokens}, whose {@code kv_pages} a count and whose times ({@code compute_ms}, {@code send_ms}) are times.
+     */
+    static JsonNode prefillAnswer(String body, int promptTokens) throws BadAnswer {
+        JsonNode pre;
+        try {
+            pre = Http.JSON.readTree(body);
+        } catch (JsonProcessingException e) {
+            throw new BadAnswer("no JSON: " + LogSafe.text(String.valueOf(e.getOriginalMessage())));
+        }
+        if (pre == null || !pre.isObject()) throw new BadAnswer("an answer that is no JSON object: " + shown(pre));
+        amount(pre, "cached_tokens", true, promptTokens);
+        amount(pre, "kv_pages", true, Integer.MAX_VALUE);
+        amount(pre, "compute_ms", false, Long.MAX_VALUE);
+        amount(pre, "send_ms", false, Long.MAX_VALUE);
+        JsonNode meta = pre.get("meta_info");
+        if (meta != null && !meta.isObject()) throw new BadAnswer("meta_info " + shown(meta) + " is no JSON object");
+        return pre;
+    }
+
+    /**
      * Why the decode ended the request, from its finish event: {@code length}, or {@code stop} at the token its
      * {@code matched} names (a decode that does not name it ended at its last token), the model's end (EOS / BOS, vLLM's
      * null {@code stop_reason}) unless the request ignores it, else one of its stop token ids.
@@ -617,18 +737,25 @@ final class PdCall {
 
     /** The finished request; its text is whole (a stream sends what it has not sent yet with the last event). */
     private Outcome outcome(Router.RequestRecord record, int[] ids, List<Integer> tokens, CharSequence text, Finish finish, double ttft,
-                            long start, CompletableFuture<HttpResponse<String>> prefillCall, JsonNode decodeTimings,
-                            List<TokenLogprobs> logprobs, List<Integer> offsets, List<TokenLogprobs> input) {
+                            long start, CompletableFuture<HttpResponse<String>> prefillCall, Backend p, JsonNode decodeTimings,
+                            List<TokenLogprobs> logprobs, List<Integer> offsets, List<TokenLogprobs> input) throws Failure {
         long room = record.room;
         long took = System.nanoTime() - start;
-        meters.succeeded(took, ids.length, tokens.size(), record.tenant);
-        JsonNode pre = null;
+        HttpResponse<String> pr = null;
         try {
-            HttpResponse<String> pr = prefillCall.get(5, TimeUnit.SECONDS);
-            if (pr.statusCode() == 200) pre = Http.JSON.readTree(pr.body());
+            pr = prefillCall.get(5, TimeUnit.SECONDS);
         } catch (Exception e) {
             // timings are a bonus; the tokens are what the client asked for
         }
+        JsonNode pre = null;
+        if (pr != null && pr.statusCode() == 200) {
+            try {
+                pre = prefillAnswer(pr.body(), ids.length); // a 200 that is no answer is a broken prefill, not a missing one
+            } catch (BadAnswer bad) {
+                throw malformed(p, "answer", room, bad);
+            }
+        }
+        meters.succeeded(took, ids.length, tokens.size(), record.tenant);
         int[] toks = tokens.stream().mapToInt(Integer::intValue).toArray();
         return new Outcome(room, ids.length, toks, text.toString(), finish, ttft, took / 1e6, pre, decodeTimings, logprobs,
                 logprobs == null ? null : offsets.stream().mapToInt(Integer::intValue).toArray(), input);

@@ -5,6 +5,12 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
+import io.micrometer.core.instrument.Meter;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.distribution.DistributionStatisticConfig;
+import io.micrometer.core.instrument.distribution.pause.PauseDetector;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -16,6 +22,8 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.URI;
@@ -255,19 +263,22 @@ class RouterRequestIdTest {
     }
 
     /**
-     * A 500 of an exception the router did not expect (here a decode's token event whose {@code top_tokens} is an object,
-     * a shape its reader does not check) carries the request's id and is logged naming it, with the exception.
+     * A 500 of an exception the router did not expect (here its metrics backend failing as the first token is recorded: no
+     * engine answer reaches an unchecked path any more, RouterBadEngineAnswerTest) carries the request's id and is logged
+     * naming it, with the exception.
      */
     @Test
     @Timeout(60)
     void anUnexpectedExceptionsAnswerCarriesTheIdAndItsLineNamesIt() throws Exception {
-        tokenEvent = "{\"token\":300,\"logprob\":-0.5,\"top_tokens\":{\"a\":1},\"top_logprobs\":[-0.5]}";
+        router.close();
+        router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0,
+                Router.Access.NONE, Router.Admission.UNLIMITED, failingTtft());
         PrintStream err = System.err;
         ByteArrayOutputStream logged = new ByteArrayOutputStream();
         HttpResponse<String> r;
         try {
             System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
-            r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2,\"logprobs\":1}", "boom-1");
+            r = post("/v1/completions", COMPLETION, "boom-1");
         } finally {
             System.setErr(err);
         }
@@ -279,8 +290,27 @@ class RouterRequestIdTest {
         String line = log.lines().filter(l -> l.contains("request failed: request_id=boom-1 ")).findFirst()
                 .orElseThrow(() -> new AssertionError("no request failed line for boom-1 in:\n" + log));
         assertTrue(line.contains("ERROR") && line.contains("status=500") && line.contains("route=/v1/completions")
-                && line.contains("NullPointerException"), line);
+                && line.contains("IllegalStateException: the metrics backend failed"), line);
         assertTrue(log.contains("\tat io.kvferry.engine.http."), "with its stack trace: " + log);
+    }
+
+    /** A registry whose time-to-first-token timer throws when it records: a bug's unchecked exception mid-request. */
+    static MeterRegistry failingTtft() {
+        return new SimpleMeterRegistry() {
+            @Override
+            protected Timer newTimer(Meter.Id id, DistributionStatisticConfig config, PauseDetector pauses) {
+                Timer real = super.newTimer(id, config, pauses);
+                if (!id.getName().equals(RouterMeters.TTFT)) return real;
+                return (Timer) Proxy.newProxyInstance(Timer.class.getClassLoader(), new Class<?>[]{Timer.class}, (proxy, m, args) -> {
+                    if (m.getName().equals("record") && args != null && args.length == 2) throw new IllegalStateException("the metrics backend failed");
+                    try {
+                        return m.invoke(real, args);
+                    } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                    }
+                });
+            }
+        };
     }
 
     @Test
