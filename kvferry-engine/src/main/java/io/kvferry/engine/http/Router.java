@@ -16,9 +16,13 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.net.URI;
 import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.Collections;
 import java.util.HashMap;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -441,11 +445,27 @@ public final class Router implements AutoCloseable {
         }
     }
 
-    /** Whether the messages of {@code t} and its causes (the first few) are as {@link LogSafe#text} would print them. */
-    private static boolean clean(Throwable t) {
-        for (int depth = 0; t != null && depth < 8; t = t.getCause(), depth++) {
-            String m = t.getMessage();
-            if (m != null && !m.equals(LogSafe.text(m))) return false;
+    /** The most throwables {@link #clean} reads in one trace; a trace of more is not clean. */
+    static final int MOST_IN_TRACE = 64;
+
+    /**
+     * Whether every line the stack trace of {@code t} would print with a message in it is as {@link LogSafe#text} would
+     * print it: {@code t}'s, each cause's and each suppressed exception's {@code toString} (as {@code printStackTrace}
+     * prints them: a subclass's own message included), each once (a cycle ends there); a trace of more than
+     * {@link #MOST_IN_TRACE} of them is not. Only the first 8 causes were read: a ninth's newline printed as it is.
+     */
+    static boolean clean(Throwable t) {
+        Set<Throwable> seen = Collections.newSetFromMap(new IdentityHashMap<>());
+        ArrayDeque<Throwable> todo = new ArrayDeque<>();
+        todo.push(t);
+        while (!todo.isEmpty()) {
+            Throwable x = todo.pop();
+            if (!seen.add(x)) continue;
+            if (seen.size() > MOST_IN_TRACE) return false;
+            String line = x.toString();
+            if (!line.equals(LogSafe.text(line))) return false;
+            if (x.getCause() != null) todo.push(x.getCause());
+            for (Throwable suppressed : x.getSuppressed()) todo.push(suppressed);
         }
         return true;
     }

@@ -43,6 +43,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -292,6 +293,24 @@ class RouterRequestIdTest {
         assertTrue(line.contains("ERROR") && line.contains("status=500") && line.contains("route=/v1/completions")
                 && line.contains("IllegalStateException: the metrics backend failed"), line);
         assertTrue(log.contains("\tat io.kvferry.engine.http."), "with its stack trace: " + log);
+    }
+
+    /**
+     * The 500's stack trace is logged only when no line of it holds a control character (else at DEBUG): every cause's
+     * (a ninth's too: only 8 were read) and every suppressed exception's message; a cause cycle ends the walk.
+     */
+    @Test
+    void aTraceIsCleanOnlyWhenEveryLineOfItIs() {
+        Exception chain = new IllegalStateException("forged\nrequest failed: request_id=someone-else");
+        for (int i = 0; i < 9; i++) chain = new RuntimeException("wrapper " + i, chain);
+        assertFalse(Router.clean(chain), "a ninth cause's newline");
+        Exception outer = new RuntimeException("outer");
+        outer.addSuppressed(new IllegalStateException("a\rb"));
+        assertFalse(Router.clean(outer), "a suppressed exception's carriage return");
+        assertTrue(Router.clean(new RuntimeException("plain", new IllegalStateException("cause"))));
+        Exception a = new RuntimeException("a"), b = new RuntimeException("b", a);
+        a.initCause(b);
+        assertTrue(Router.clean(a), "a cycle of causes");
     }
 
     /** A registry whose time-to-first-token timer throws when it records: a bug's unchecked exception mid-request. */
