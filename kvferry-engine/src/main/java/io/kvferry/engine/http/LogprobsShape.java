@@ -180,8 +180,8 @@ final class LogprobsShape {
         int[] top = new int[n];
         float[] topLp = new float[n];
         for (int k = 0; k < n; k++) {
-            top[k] = PdCall.tokenId(ids.get(k), vocab, "top_tokens[" + k + "]");
-            topLp[k] = PdCall.finite(vals.get(k), "top_logprobs[" + k + "]");
+            top[k] = PdCall.tokenId(ids.get(k), vocab, "top_tokens", k, -1);
+            topLp[k] = PdCall.finite(vals.get(k), "top_logprobs", k, -1);
         }
         return new TokenLogprobs(token, logprob, top, topLp);
     }

@@ -522,10 +522,10 @@ final class PdCall {
             int[] topIds = new int[n];
             float[] topLps = new float[n];
             for (int k = 0; k < n; k++) {
-                topIds[k] = tokenId(top.get(k).get(1), vocab, "input_top_logprobs[" + i + "][" + k + "][1]");
-                topLps[k] = finite(top.get(k).get(0), "input_top_logprobs[" + i + "][" + k + "][0]");
+                topIds[k] = tokenId(top.get(k).get(1), vocab, "the token id of input_top_logprobs", i, k);
+                topLps[k] = finite(top.get(k).get(0), "the logprob of input_top_logprobs", i, k);
             }
-            out.add(new TokenLogprobs(ids[start + i], finite(e.get(0), "input_token_logprobs[" + i + "][0]"), topIds, topLps));
+            out.add(new TokenLogprobs(ids[start + i], finite(e.get(0), "the logprob of input_token_logprobs", i, -1), topIds, topLps));
         }
         return out;
     }
@@ -660,17 +660,34 @@ final class PdCall {
 
     /** An engine's token id: an integral JSON number in {@code [0, vocab)}. */
     static int tokenId(JsonNode n, int vocab, String field) throws BadAnswer {
+        return tokenId(n, vocab, field, -1, -1);
+    }
+
+    /**
+     * As {@link #tokenId(JsonNode, int, String)}, of {@code field[i][k]} (an index below 0: none): the name is made only for
+     * the message of a bad one, nothing per token of a valid answer.
+     */
+    static int tokenId(JsonNode n, int vocab, String field, int i, int k) throws BadAnswer {
         if (n == null || !n.isIntegralNumber() || !n.canConvertToInt() || n.intValue() < 0 || n.intValue() >= vocab) {
-            throw new BadAnswer(field + " " + shown(n) + " is not a token id of the model's vocabulary of " + vocab);
+            throw new BadAnswer(at(field, i, k) + " " + shown(n) + " is not a token id of the model's vocabulary of " + vocab);
         }
         return n.intValue();
     }
 
     /** An engine's log probability: a JSON number that is finite as a float (a client's JSON has no Infinity). */
     static float finite(JsonNode n, String field) throws BadAnswer {
+        return finite(n, field, -1, -1);
+    }
+
+    /** As {@link #finite(JsonNode, String)}, of {@code field[i][k]}, named as {@link #tokenId(JsonNode, int, String, int, int)}. */
+    static float finite(JsonNode n, String field, int i, int k) throws BadAnswer {
         float v = n != null && n.isNumber() ? n.floatValue() : Float.NaN;
-        if (!Float.isFinite(v)) throw new BadAnswer(field + " " + shown(n) + " is not a finite number");
+        if (!Float.isFinite(v)) throw new BadAnswer(at(field, i, k) + " " + shown(n) + " is not a finite number");
         return v;
+    }
+
+    private static String at(String field, int i, int k) {
+        return field + (i >= 0 ? "[" + i + "]" : "") + (k >= 0 ? "[" + k + "]" : "");
     }
 
     /** An engine's count or time: a JSON number, finite and not negative (integral where {@code integral}), when present. */

@@ -187,6 +187,30 @@ class RouterBadEngineAnswerTest {
         }
     }
 
+    /**
+     * A prefill's input token log probabilities whose top token id is outside the vocabulary (a prompt-only {@code /generate}:
+     * the prefill alone answers): before, passed on as it came (a 200 naming a token the model does not have; with the
+     * tokens' text asked, the tokenizer's IllegalArgumentException, a 400).
+     */
+    @Example
+    void anInputTopTokenOutsideTheVocabularyIsA502() throws Exception {
+        String body = "{\"input_ids\":[1,5,6],\"sampling_params\":{\"max_new_tokens\":0},\"return_logprob\":true,\"logprob_start_len\":0,"
+                + "\"top_logprobs_num\":1}";
+        String meta = ",\"meta_info\":{\"input_token_logprobs\":[[null,1,null],[-0.5,5,null],[-0.6,6,null]],\"input_top_logprobs\":[null,TOP,"
+                + "[[-0.6,6,null]]]}}";
+        prefillBody = PREFILL.substring(0, PREFILL.length() - 1) + meta.replace("TOP", "[[-0.5,5,null]]");
+        try {
+            assertEquals(200, post("/generate", body, "input-ok").statusCode(), "the valid answer is served");
+            prefillBody = PREFILL.substring(0, PREFILL.length() - 1) + meta.replace("TOP", "[[-0.5,99999,null]]");
+            HttpResponse<String> r = post("/generate", body, "bad-input-top-1");
+            assertEquals(502, r.statusCode(), r.body());
+            badGateway(r, "bad-input-top-1", prefill, false, "input top token 99999");
+            assertTrue(r.body().contains("input_top_logprobs[1][0]"), r.body());
+        } finally {
+            prefillBody = PREFILL;
+        }
+    }
+
     /** One broken answer: which event (or the prefill's answer), which field, what in its place. */
     record Mutation(int target, String field, String value) {
         @Override
