@@ -258,7 +258,7 @@ final class PdCall {
             if (dr.statusCode() != 200) {
                 ErrorBody err;
                 try (InputStream in = stalled.watch(dr.body())) { // an error answer is small: the rest of one that is not goes unread
-                    err = ErrorBody.parse(dr.statusCode(), new String(in.readNBytes(Http.MAX_BODY_BYTES), StandardCharsets.UTF_8));
+                    err = ErrorBody.parse(d, dr.statusCode(), new String(in.readNBytes(Http.MAX_BODY_BYTES), StandardCharsets.UTF_8));
                 }
                 if (err.draining()) { // it took nothing: out of rotation, and the request runs again elsewhere
                     takeOut(d, err);
@@ -410,7 +410,7 @@ final class PdCall {
         }
         if (r.statusCode() != 200) {
             outIfDraining(p, r);
-            throw ErrorBody.parse(r.statusCode(), r.body()).failure();
+            throw ErrorBody.parse(p, r.statusCode(), r.body()).failure();
         }
         JsonNode pre;
         List<TokenLogprobs> input = null;
@@ -564,7 +564,9 @@ final class PdCall {
         // failure at all): the prefill's reason, and its status, are the real ones. Not when the decode refused
         // the request (a 4xx, e.g. too few pages): that is the client's answer, and the prefill's error is then
         // only the abort sent to it just now.
-        if (prefillErr != null && !err.clientError() && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
+        // A decode's answer that is no engine's (ErrorBody#parse's bad_gateway) is its own fault, whatever the prefill says after the abort.
+        if (prefillErr != null && !err.clientError() && !"bad_gateway".equals(err.type())
+                && (err.kind() == null || FailureKind.ABORTED.label().equals(err.kind()))) {
             return refusedConnection(prefillCall) ? prefillErr.failure().asRefusedConnection() : prefillErr.failure();
         }
         return err.failure();
@@ -781,7 +783,7 @@ final class PdCall {
     private static ErrorBody prefillError(CompletableFuture<HttpResponse<String>> call, Backend p) {
         try {
             HttpResponse<String> r = call.get(3, TimeUnit.SECONDS);
-            return r.statusCode() == 200 ? null : ErrorBody.parse(r.statusCode(), r.body());
+            return r.statusCode() == 200 ? null : ErrorBody.parse(p, r.statusCode(), r.body());
         } catch (ExecutionException | CancellationException e) {
             if (e instanceof CancellationException || e.getCause() instanceof CancellationException) { // failed by checkHealth
                 String why = p.unreachable;
@@ -800,7 +802,7 @@ final class PdCall {
      */
     private static void outIfDraining(Backend b, HttpResponse<String> r) {
         if (r.statusCode() == 503) {
-            ErrorBody err = ErrorBody.parse(r.statusCode(), r.body());
+            ErrorBody err = ErrorBody.parse(b, r.statusCode(), r.body());
             if (err.draining()) takeOut(b, err);
         }
     }
@@ -819,7 +821,15 @@ final class PdCall {
             this(status, type, kind, message, false, null);
         }
 
-        static ErrorBody parse(int status, String body) {
+        /**
+         * {@code from}'s answer of {@code status} (not 200) and {@code body}. A status that is no error (a 1xx, 204, 3xx, or
+         * past 599) is no answer an engine gives: a 502 {@code bad_gateway} naming it ({@link #failure}; a 500 before).
+         */
+        static ErrorBody parse(Backend from, int status, String body) {
+            if (status < 400 || status > 599) {
+                return new ErrorBody(status, "bad_gateway", null, from + " answered HTTP " + status + ", no engine's answer: "
+                        + LogSafe.text(body.length() > 80 ? body.substring(0, 80) + "..." : body));
+            }
             try {
                 JsonNode e = Http.JSON.readTree(body).path("error");
                 return new ErrorBody(status, e.hasNonNull("type") ? e.get("type").asText() : null,
@@ -851,6 +861,7 @@ final class PdCall {
             // Nothing of the request started there: the router runs it again on another instance (PdCall#admitted).
             // Its message escaped (LogSafe): the router logs it when it runs the request again.
             if (draining) return new Failure(503, "service_unavailable", null, LogSafe.text(message)).asRefusedConnection();
+            if (status < 400 || status > 599) return new Failure(502, "bad_gateway", message); // parse's: no engine's answer
             if (clientError()) return new Failure(status, "invalid_request_error", kind, message).param(param);
             // An engine's compiler of structured outputs was busy (Http.Unavailable): a 503 to try again, as the router's own.
             if (status == 503 && "service_unavailable".equals(type)) {

@@ -47,6 +47,9 @@ class RouterBadEngineAnswerTest {
     /** The prefill's 200 answer and the decode's events (each a {@code data:} line; the stream ends after the last). */
     static volatile String prefillBody = PREFILL;
     static volatile List<String> decodeEvents = List.of(TOKEN, FINISH);
+    /** The status of the decode's and the prefill's answer (200: the events, the prefill's body). */
+    static volatile int decodeStatus = 200;
+    static volatile int prefillStatus = 200;
 
     @BeforeContainer
     static void start() throws IOException {
@@ -67,11 +70,11 @@ class RouterBadEngineAnswerTest {
         HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 64);
         s.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
         RouterErrorsTest.answerHealthy(s);
-        s.createContext("/abort", ex -> answer(ex, "{}"));
+        s.createContext("/abort", ex -> answer(ex, 200, "{}"));
         s.createContext("/generate", ex -> {
             ex.getRequestBody().readAllBytes();
-            if (isPrefill) {
-                answer(ex, prefillBody);
+            if (isPrefill || decodeStatus != 200) {
+                answer(ex, isPrefill ? prefillStatus : decodeStatus, isPrefill ? prefillBody : "<html>moved</html>");
                 return;
             }
             ex.getResponseHeaders().add("Content-Type", "text/event-stream");
@@ -89,11 +92,11 @@ class RouterBadEngineAnswerTest {
         return s;
     }
 
-    private static void answer(HttpExchange ex, String body) throws IOException {
+    private static void answer(HttpExchange ex, int status, String body) throws IOException {
         ex.getRequestBody().readAllBytes();
         byte[] b = body.getBytes(StandardCharsets.UTF_8);
-        ex.sendResponseHeaders(200, b.length);
-        ex.getResponseBody().write(b);
+        ex.sendResponseHeaders(status, status == 204 || status == 304 ? -1 : b.length);
+        if (status != 204 && status != 304) ex.getResponseBody().write(b);
         ex.close();
     }
 
@@ -208,6 +211,33 @@ class RouterBadEngineAnswerTest {
             assertTrue(r.body().contains("input_top_logprobs[1][0]"), r.body());
         } finally {
             prefillBody = PREFILL;
+        }
+    }
+
+    /**
+     * An engine answering a status that is no engine's answer (a redirect, a 204: a proxy in the way, another server on the
+     * port) is a 502 naming it: a 500 {@code internal_error} before.
+     */
+    @Example
+    void anAnswerOfAStatusNoEngineGivesIsA502() throws Exception {
+        for (int status : new int[]{302, 204}) {
+            decodeStatus = status;
+            try {
+                HttpResponse<String> r = post("/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2}", "decode-" + status);
+                assertEquals(502, r.statusCode(), r.body());
+                badGateway(r, "decode-" + status, decode, false, "decode HTTP " + status);
+                assertTrue(r.body().contains("answered HTTP " + status), r.body());
+            } finally {
+                decodeStatus = 200;
+            }
+            prefillStatus = status;
+            try {
+                HttpResponse<String> r = post("/generate", "{\"input_ids\":[1,5,6],\"sampling_params\":{\"max_new_tokens\":0}}", "prefill-" + status);
+                assertEquals(502, r.statusCode(), r.body());
+                badGateway(r, "prefill-" + status, prefill, false, "prefill HTTP " + status);
+            } finally {
+                prefillStatus = 200;
+            }
         }
     }
 
