@@ -428,6 +428,27 @@ class RouterRequestIdTest {
         for (JsonNode c : byHeader) assertEquals("sg-stream-2", c.path("meta_info").path("id").asText(null), c.toString());
     }
 
+    /**
+     * A streamed {@code /generate}'s token chunks count the tokens so far ({@code completion_tokens} 1, 2, …: with one token
+     * a counter stuck at 1 passed {@link #everyChunkOfAStreamedGenerateCarriesMetaInfoId}), the last chunk all of them.
+     */
+    @Test
+    @Timeout(60)
+    void aStreamedGeneratesChunksCountTheTokensSoFar() throws Exception {
+        tokenEvent = "{\"token\":300}\n\ndata: {\"token\":301}"; // two token events
+        HttpResponse<String> r = post("/generate", "{\"text\":\"Hi\",\"sampling_params\":{\"max_new_tokens\":2},\"stream\":true}", "sg-count");
+        assertEquals(200, r.statusCode(), r.body());
+        List<JsonNode> chunks = events(r);
+        assertEquals(3, chunks.size(), "two tokens, then the last chunk: " + r.body());
+        for (int i = 0; i < 2; i++) {
+            JsonNode meta = chunks.get(i).path("meta_info");
+            assertEquals(i + 1, meta.path("completion_tokens").asInt(-1), meta.toString());
+            assertTrue(meta.get("finish_reason").isNull(), meta.toString());
+            assertEquals("sg-count", meta.path("id").asText(), meta.toString());
+        }
+        assertEquals(2, chunks.getLast().path("meta_info").path("completion_tokens").asInt(), r.body());
+    }
+
     @Test
     @Timeout(60)
     void aFieldsErrorCarriesTheRidOfItsRequest() throws Exception {
