@@ -42,7 +42,12 @@ import java.util.Map;
  * run time reads one text of each group through the chart's items at that position (the last set's kernel items there,
  * closed in its place: exact for that position alone, as the group is) and takes or leaves the whole group. The rest
  * of the context-dependent tokens (those whose context is reached at their first character, such as {@code ",} itself,
- * which share prefixes in the trie) are checked by the restricted walk as before.
+ * which share prefixes in the trie) are checked by the restricted walk as before. Both the position's items alone and
+ * the state's text are needed (GrammarMaskCacheTest has a grammar where each one's lack gives a wrong mask): the group's
+ * text read through the whole last set may go on through another item there that takes it and not the other members
+ * (a literal {@code ["a",]} beside a string after {@code ["}: {@code b",} taken with {@code a",}); and items alike that
+ * began after different texts complete into different items ({@code r} begun after {@code x} or after {@code y}, its end
+ * going on with {@code 2} after one and not the other), so the state names the text up to their last origin.
  *
  * <p>The sets are ranges of the trie's order ({@link OutputConstraint.Trie#lo}: a subtree is one range), two ints a
  * range; a group's text counts two characters an int. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
@@ -375,7 +380,8 @@ final class GrammarMaskCache {
      * position (the last set in their place, closed); the other context-dependent tokens outside it checked against the
      * chart ({@code b} charged for those). {@code grouped} false: every context-dependent token checked against the
      * chart, the groups' too (session 14's way, kept for the figures and the tests). Answers how many tokens and groups
-     * were checked against the chart.
+     * were checked against the chart. A bound passed ({@link Earley.Over}) leaves the chart as it was (its sets, the last
+     * one put back), though the caller drops a request's chart then anyway ({@link OutputConstraint.Progress#clear}).
      */
     int viable(Earley e, List<Earley.ItemSet> chart, boolean[] ok, Earley.Budget b, boolean grouped) {
         int[] order = trie.order;
@@ -408,7 +414,13 @@ final class GrammarMaskCache {
             checked += Long.bitCount(maybe[w]);
             for (long bits = yes[w]; bits != 0; bits &= bits - 1) ok[order[w << 6 | Long.numberOfTrailingZeros(bits)]] = true;
         }
-        if (checked > 0) e.viable(trie, chart, ok, b, maybe);
+        if (checked > 0) {
+            try {
+                e.viable(trie, chart, ok, b, maybe);
+            } finally { // a bound passed mid-walk (Earley.Over) leaves the chart as it was, as the groups' reads do
+                while (chart.size() > at + 1) chart.removeLast();
+            }
+        }
         return checked;
     }
 

@@ -30,7 +30,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * alone), and when the static contexts are taken for the whole context (no context-dependent tokens at all). Each mask
  * is held equal with the shared-suffix groups and without them (session 14's way); the groups' own tests (JSON keys and
  * values over a small alphabet, a rule with several parents, the two small grammars below) fail when a group is taken
- * without reading its text, and when a group is keyed by its suffix alone (not its state).
+ * without reading its text, and when a group is keyed by its suffix alone (not its state); two more fail each when a
+ * group's text is read through the whole last set (not its position's items alone) and when its state leaves out the
+ * text its items' other origins were read after.
  */
 class GrammarMaskCacheTest {
     private static final long LOTS = Long.MAX_VALUE / 4;
@@ -334,7 +336,7 @@ class GrammarMaskCacheTest {
      * ({@code q} begun after the first letter), what {@code q}'s end goes on with is not ({@code y} ends after
      * {@code akc.}, waits for {@code ,} after {@code bkc.}); the groups' masks along those prefixes, held against the full
      * walk. (Not a check of the state's text part: {@code bkc.;} is rejected outright, in no group; a key without that
-     * text passed this and the properties.)
+     * text passes this and the properties, and fails {@link #aGroupsStateNamesTheTextItsItemsOtherOriginsWereReadAfter}.)
      */
     @Test
     void aGroupsStateNamesTheTextItsItemsBeganAfter() {
@@ -405,6 +407,118 @@ class GrammarMaskCacheTest {
             assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
             assertArrayEquals(full, grouped, c[0]);
         }
+    }
+
+    /**
+     * The masks after each prefix of {@code cases} ({prefix, a token that goes on, one that does not}): the full walk's
+     * takes the first and not the second, and the cache's with its groups equals it; the cache has groups.
+     */
+    private static void assertGroupsMaskAlike(String grammar, List<String> vocab, String[][] cases) {
+        Earley e = new Earley(EbnfGrammar.parse(grammar));
+        char[][] texts = vocab.stream().map(t -> t.isEmpty() ? null : t.toCharArray()).toArray(char[][]::new);
+        OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
+        GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(cache);
+        assertTrue(cache.groupsAndMembers()[0] > 0, "groups: " + Arrays.toString(cache.groupsAndMembers()));
+        for (String[] c : cases) {
+            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
+            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length];
+            e.viable(trie, chart, full, new Earley.Budget(LOTS));
+            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
+            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
+            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
+            assertArrayEquals(full, grouped, c[0]);
+        }
+    }
+
+    /**
+     * A group is read through its position's items alone, not the whole last set: after {@code ["} the string's items
+     * (its parent then wants {@code ]}) and the literal {@code ["a",]}'s share the last set. {@code a",} and {@code b",}
+     * are one group of the string's position ({@code a} or {@code b} read within the string, then {@code ",}), its text
+     * {@code a",}: through the string's items it does not go on, through the literal's it does (accepted there
+     * whatever the chart). Read through the whole last set, the group's text would go on and take {@code b",} with it,
+     * which nothing takes after {@code ["}.
+     */
+    @Test
+    void aGroupIsReadThroughItsPositionsItemsAlone() {
+        String grammar = """
+                root ::= "[" s "]" | "{" s ":" s "}" | "(" s "," ")" | "[\\"a\\",]"
+                s ::= "\\"" [ab]* "\\""
+                """;
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (String w : new String[]{"a", "b", "ab", "ba"}) {
+            for (String end : new String[]{"\",", "\"]", "\":", "\"}"}) vocab.add(w + end);
+        }
+        String[][] cases = {{"[\"", "a\",", "b\","}, {"[\"", "ab\"]", "ab\","}, {"(\"", "b\",", "b\"]"}, {"{\"", "ba\":", "a\"]"}};
+        assertGroupsMaskAlike(grammar, vocab, cases);
+    }
+
+    /**
+     * A group's state names the text its items' other origins were read after: after {@code xA} and {@code yA} (or
+     * {@code C}) the items left are the same ({@code r} begun after the first letter, {@code B} to come), but {@code r}'s end goes on
+     * to {@code v}'s own {@code 2} after {@code x} and not after {@code y}, and both end {@code w} there (a context that
+     * varies). So after {@code aq} ({@code w}'s parent wants {@code ;}) {@code xAB2;} goes on and {@code yAB2;} does not
+     * (after {@code bq} both do: each is some chart's, in no way left out by the widened walk). The groups are
+     * {@code xAB2;} with {@code xCB2;}, and {@code y…} likewise; a state without that text would make the four one group,
+     * {@code xAB2;} its text, and take {@code yAB2;} after {@code aq}.
+     */
+    @Test
+    void aGroupsStateNamesTheTextItsItemsOtherOriginsWereReadAfter() {
+        String grammar = """
+                root ::= "a" w ";" | "b" w "2;"
+                w ::= "q" v
+                v ::= "x" r | "x" r "2" | "y" r
+                r ::= [AC] "B"
+                """;
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (String first : new String[]{"x", "y"}) {
+            for (String mid : new String[]{"A", "C"}) {
+                for (String end : new String[]{"B2;", "B;", "B2", "B2;;"}) vocab.add(first + mid + end);
+            }
+        }
+        String[][] cases = {{"aq", "xAB2;", "yAB2;"}, {"aq", "yCB;", "yCB2;"}, {"bq", "yAB2;", "xCB;"}, {"bq", "xCB2;", "yAB;"}};
+        assertGroupsMaskAlike(grammar, vocab, cases);
+    }
+
+    /**
+     * A bound passed while the groups are read or the other context-dependent tokens are walked against the chart (the
+     * step budget, at every count short of the mask's whole work) throws {@link Earley.Over} and leaves the chart as it
+     * was: its sets (the last one put back in place of the group's items) and their items; the mask with enough steps is
+     * then the full walk's. (Checked to fail with the groups' restore out of its finally, and without the walk's.)
+     */
+    @Test
+    void aBoundPassedWhileTheGroupsAreReadLeavesTheChartAsItWas() {
+        Earley e = new Earley(EbnfGrammar.parse(SMALL_JSON));
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (String w : new String[]{"a", "b", "ab", "ba", "aab"}) {
+            for (String end : new String[]{"\",", "\":", "\"]", "\"}"}) vocab.add(w + end);
+        }
+        vocab.addAll(List.of("\",", "\":", "\"]", "\"]}"));
+        char[][] texts = vocab.stream().map(t -> t.isEmpty() ? null : t.toCharArray()).toArray(char[][]::new);
+        OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
+        GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
+        assertNotNull(cache);
+        List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+        for (char ch : "{\"a\":[\"b".toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)));
+        List<Earley.ItemSet> sets = List.copyOf(chart);
+        int[] sizes = chart.stream().mapToInt(s -> s.size).toArray();
+        Earley.Budget enough = new Earley.Budget(LOTS);
+        int checked = cache.viable(e, chart, new boolean[texts.length], enough, true);
+        assertTrue(checked > 0 && enough.work() > 0, "groups read: " + checked + ", steps: " + enough.work());
+        for (long limit = 0; limit < enough.work(); limit++) {
+            long l = limit;
+            assertThrows(Earley.Over.class, () -> cache.viable(e, chart, new boolean[texts.length], new Earley.Budget(l), true), "limit " + l);
+            assertEquals(sets.size(), chart.size(), "limit " + limit);
+            for (int i = 0; i < sets.size(); i++) {
+                assertTrue(sets.get(i) == chart.get(i), "limit " + limit + ": set " + i + " put back");
+                assertEquals(sizes[i], chart.get(i).size, "limit " + limit + ": set " + i + "'s items");
+            }
+        }
+        boolean[] full = new boolean[texts.length], cached = new boolean[texts.length];
+        e.viable(trie, chart, full, new Earley.Budget(LOTS));
+        cache.viable(e, chart, cached, new Earley.Budget(LOTS), true);
+        assertArrayEquals(full, cached);
     }
 
     /** The grammars of GrammarOutputsTest ({@link RecursiveGrammars}), GrammarProgressTest's JSON, and two small ones. */
