@@ -82,6 +82,11 @@ final class GrammarMaskCache {
     private final long ints;
     /** The precomputation's recognizer steps (the figures). */
     final long work;
+    /**
+     * The characters of the clean states ({@link #state}) the precomputation built (tests): each set's once, however
+     * many trie nodes below it their tokens' context is reached under, so at most some four a step of {@link #work}.
+     */
+    final long stateChars;
 
     /**
      * Context-dependent tokens of one dotted position {@code d} whose fate through {@code d}'s items is one: each token's
@@ -95,13 +100,15 @@ final class GrammarMaskCache {
     private record SharedSuffix(char[] text, int[] members) {
     }
 
-    private GrammarMaskCache(OutputConstraint.Trie trie, int[][] acc, int[][] dep, SharedSuffix[][] groups, long ints, long work) {
+    private GrammarMaskCache(OutputConstraint.Trie trie, int[][] acc, int[][] dep, SharedSuffix[][] groups, long ints, long work,
+                             long stateChars) {
         this.trie = trie;
         this.acc = acc;
         this.dep = dep;
         this.groups = groups;
         this.ints = ints;
         this.work = work;
+        this.stateChars = stateChars;
     }
 
     /** How many {@link SharedSuffix} groups, and the tokens in them, all positions together (tests, figures). */
@@ -132,7 +139,7 @@ final class GrammarMaskCache {
         int[][] acc = new int[n][], dep = new int[n][];
         SharedSuffix[][] groups = new SharedSuffix[n][];
         Earley.Budget b = new Earley.Budget(maxWork);
-        long ints = 0;
+        long ints = 0, stateChars = 0;
         try {
             for (int d = 0; d < n; d++) {
                 if (!e.kernelPosition(d)) continue;
@@ -140,6 +147,7 @@ final class GrammarMaskCache {
                 Walk w = new Walk(e, b);
                 List<Earley.ItemSet> chart = first(e, d, false, b);
                 w.walk(trie, chart, chart.getFirst().context ? 0 : NO_CONTEXT);
+                stateChars += w.stateChars;
                 acc[d] = w.acc.toArray();
                 dep[d] = new int[0];
                 if (w.dep.size > 0) { // narrowed to the tokens some chart may take: those a widened walk takes
@@ -160,7 +168,7 @@ final class GrammarMaskCache {
         } catch (Earley.Over over) {
             return null;
         }
-        return new GrammarMaskCache(trie, acc, dep, groups, ints, b.work());
+        return new GrammarMaskCache(trie, acc, dep, groups, ints, b.work(), stateChars);
     }
 
     /** {@link Walk#walk}'s depth of the first set that reached a varying context on the path: none yet. */
@@ -219,14 +227,28 @@ final class GrammarMaskCache {
         /**
          * The context-dependent subtrees in the trie's order (disjoint, ascending), each with the point of the path to it
          * just before a varying context was first reached: its depth (the prefix's length; 0: none past the start) and
-         * {@link #state}.
+         * {@link #state}, as its number in {@link #stateIds}.
          */
         final List<DependentSubtree> subtrees = new ArrayList<>();
+        /**
+         * The clean states met, each numbered once: a subtree and a group's key hold the number, not the state (a set's
+         * items, up to {@link Earley#MAX_ITEMS} of them), so that their memory is the trie's, not the trie's times a set's.
+         */
+        private final Map<String, Integer> stateIds = new HashMap<>();
+        /**
+         * The set whose state was built last and its number: every trie node below the point where a varying context was
+         * first reached splits at that same set (the walk's chart holds it until it leaves the subtree; a set read later
+         * is a new one), so each set's state is built once, not once a node.
+         */
+        private Earley.ItemSet stateSet;
+        private int stateId;
+        /** The characters of the states built. */
+        long stateChars;
         /** The text read to the node {@link #walk} is at. */
         private final StringBuilder path = new StringBuilder();
         int reads;
 
-        record DependentSubtree(int lo, int hi, int depth, String state) {
+        record DependentSubtree(int lo, int hi, int depth, int state) {
         }
 
         Walk(Earley e, Earley.Budget b) {
@@ -254,11 +276,23 @@ final class GrammarMaskCache {
                     dep.add(kid.lo, kid.hi);
                     if (split == null) { // the last set before the first that reached a varying context (0: the start's own)
                         int c = contextAt - 1;
-                        split = c < 1 ? new DependentSubtree(0, 0, 0, null) : new DependentSubtree(0, 0, c, state(e, chart.get(c), c, path));
+                        split = c < 1 ? new DependentSubtree(0, 0, 0, -1) : new DependentSubtree(0, 0, c, stateId(chart.get(c), c));
                     }
                     subtrees.add(new DependentSubtree(kid.lo, kid.hi, split.depth, split.state));
                 }
             }
+        }
+
+        /** The number of the state of {@code s}, the walk's set at {@code index} ({@link #state}, built once a set). */
+        private int stateId(Earley.ItemSet s, int index) {
+            if (s != stateSet) {
+                String state = state(e, s, index, path);
+                stateChars += state.length();
+                Integer id = stateIds.putIfAbsent(state, stateIds.size());
+                stateId = id == null ? stateIds.size() - 1 : id;
+                stateSet = s;
+            }
+            return stateId;
         }
 
         /**
@@ -296,7 +330,8 @@ final class GrammarMaskCache {
                 if (kid.tokens.length > 0 && nextSet(only, kid.lo) == kid.lo) {
                     DependentSubtree at = subtree(kid.lo);
                     if (at.depth > 0) {
-                        String key = at.state + '\uFFFF' + path.substring(at.depth);
+                        String key = new StringBuilder(2 + path.length() - at.depth).append((char) (at.state >>> 16))
+                                .append((char) at.state).append(path, at.depth, path.length()).toString();
                         byKey.computeIfAbsent(key, k -> new ArrayList<>()).add(new int[]{kid.lo, kid.lo + kid.tokens.length});
                         text.putIfAbsent(key, path.toString());
                     }

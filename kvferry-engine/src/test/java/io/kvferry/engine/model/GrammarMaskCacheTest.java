@@ -521,6 +521,36 @@ class GrammarMaskCacheTest {
         assertArrayEquals(full, cached);
     }
 
+    /**
+     * A clean state is built once a set, not once a trie node: after {@code k} a set of some 400 items ({@code y}'s
+     * alternatives), then {@code 0} reaches {@code x}'s end (a context that varies) while {@code y}'s own letters go on,
+     * so every node below {@code k0} has a context-dependent child ({@code !}) that splits at that same set. Built at
+     * each node, its state (four characters an item) was built hundreds of times over, memory held by the subtrees and
+     * the groups' keys that no bound counted (a set's items times the trie's nodes); now once (the masks still the full
+     * walk's).
+     */
+    @Test
+    void aCleanStateIsBuiltOnceASetNotOnceANode() {
+        StringBuilder grammar = new StringBuilder("root ::= \"a\" x [a-z!]* | \"b\" x [a-z!]* \";\"\nx ::= \"q\" y\ny ::= \"k\" \"0\" [a-z]*");
+        for (int i = 0; i < 400; i++) grammar.append(" | \"k\" \"1\" \"").append(i).append('"');
+        grammar.append('\n');
+        Earley e = new Earley(EbnfGrammar.parse(grammar.toString()));
+        SplittableRandom r = new SplittableRandom(20261207);
+        char[][] texts = new char[400][];
+        for (int t = 3; t < texts.length; t++) {
+            StringBuilder word = new StringBuilder("k0");
+            for (int k = 1 + r.nextInt(5); k > 0; k--) word.append((char) ('a' + r.nextInt(26)));
+            texts[t] = word.append('!').toString().toCharArray();
+        }
+        GrammarMaskCache cache = GrammarMaskCache.build(e, OutputConstraint.Trie.of(texts), LOTS, LOTS);
+        assertNotNull(cache);
+        // The big set's state is some 1,600 characters (401 items); built at each node below k0 with a child ! (some 350)
+        // it came to 553,725.
+        assertTrue(cache.stateChars > 1_600 && cache.stateChars < 4_000 && cache.stateChars <= 4 * cache.work,
+                "state characters " + cache.stateChars + ", steps " + cache.work);
+        assertSameMasks(e, texts, r, "abqk0!;", grammar.toString());
+    }
+
     /** The grammars of GrammarOutputsTest ({@link RecursiveGrammars}), GrammarProgressTest's JSON, and two small ones. */
     static final List<String> GRAMMARS = Stream.concat(RecursiveGrammars.EXAMPLES.stream(), Stream.of(
             GrammarProgressTest.JSON_GRAMMAR,
