@@ -522,6 +522,41 @@ class GrammarMaskCacheTest {
     }
 
     /**
+     * Grammars biased toward what a group's exactness rests on: a rule {@code w} with several parents, each its own
+     * continuation; inside it, {@code r} begun after different letters ({@code v}'s alternatives, some with their own
+     * continuation after {@code r}: the same items left, different completions); and literal alternatives of the root
+     * beside {@code w} that spell a token's text (another item in the last set that takes one member of a group and not
+     * the others). Tokens are a letter, {@code r}'s text and a continuation: the groups' members. The cache with its groups
+     * equals the full walk along random prefixes. (Checked to fail when a group's text is read through the whole last
+     * set, and when its state leaves out the text its items' other origins were read after.)
+     */
+    @Property(seed = "20261207", tries = 300)
+    void groupsOfTokensWhoseItemsBeganAfterDifferentTexts(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
+        SplittableRandom r = new SplittableRandom(seed);
+        String[] ends = {"", ";", "2", "2;", ";;", "2;2", ";2"};
+        String[] rs = {"[AC] \"B\"", "[AC] \"B\"?", "[AC]+ \"B\"", "[AC] [B2]"};
+        List<String> vocab = new ArrayList<>(List.of("", "", ""));
+        for (int t = 3; t < 60; t++) {
+            String text = "xyz".charAt(r.nextInt(3)) + (r.nextBoolean() ? "A" : "C") + (r.nextInt(4) == 0 ? "C" : "") + (r.nextInt(5) > 0 ? "B" : "")
+                    + ends[r.nextInt(ends.length)];
+            vocab.add(r.nextInt(8) == 0 ? ends[1 + r.nextInt(ends.length - 1)] : text);
+        }
+        StringBuilder g = new StringBuilder("root ::=");
+        int parents = 2 + r.nextInt(2);
+        for (int i = 0; i < parents; i++) g.append(i > 0 ? " |" : "").append(" \"").append("abc".charAt(i)).append("\" w \"").append(ends[1 + r.nextInt(ends.length - 1)]).append('"');
+        for (int k = r.nextInt(3); k > 0; k--) g.append(" | \"").append("abc".charAt(r.nextInt(parents))).append('q').append(vocab.get(3 + r.nextInt(vocab.size() - 3))).append('"');
+        g.append("\nw ::= \"q\" v\nv ::=");
+        for (int i = 0; i < 3; i++) {
+            char letter = "xyz".charAt(i);
+            g.append(i > 0 ? " |" : "").append(" \"").append(letter).append("\" r");
+            if (r.nextBoolean()) g.append(" | \"").append(letter).append("\" r \"").append(ends[1 + r.nextInt(ends.length - 1)]).append('"');
+        }
+        g.append("\nr ::= ").append(rs[r.nextInt(rs.length)]).append('\n');
+        char[][] texts = vocab.stream().map(t -> t.isEmpty() ? null : t.toCharArray()).toArray(char[][]::new);
+        assertSameMasks(new Earley(EbnfGrammar.parse(g.toString())), texts, r, "abcqxyzACB2;", g.toString());
+    }
+
+    /**
      * A clean state is built once a set, not once a trie node: after {@code k} a set of some 400 items ({@code y}'s
      * alternatives), then {@code 0} reaches {@code x}'s end (a context that varies) while {@code y}'s own letters go on,
      * so every node below {@code k0} has a context-dependent child ({@code !}) that splits at that same set. Built at
