@@ -47,7 +47,9 @@ import java.util.Map;
  * text read through the whole last set may go on through another item there that takes it and not the other members
  * (a literal {@code ["a",]} beside a string after {@code ["}: {@code b",} taken with {@code a",}); and items alike that
  * began after different texts complete into different items ({@code r} begun after {@code x} or after {@code y}, its end
- * going on with {@code 2} after one and not the other), so the state names the text up to their last origin.
+ * going on with {@code 2} after one and not the other), so the state names the text up to their last origin. A state
+ * is built once a set of the precomputation (not once a trie node below it) and keyed by its number, so the grouping's
+ * memory at compile time is the trie's plus the states of the sets the steps made, not a set's items a node.
  *
  * <p>The sets are ranges of the trie's order ({@link OutputConstraint.Trie#lo}: a subtree is one range), two ints a
  * range; a group's text counts two characters an int. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
