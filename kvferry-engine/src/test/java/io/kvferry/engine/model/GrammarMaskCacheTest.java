@@ -359,16 +359,7 @@ class GrammarMaskCacheTest {
         assertNotNull(cache);
         assertTrue(cache.groupsAndMembers()[0] > 0, "groups: " + Arrays.toString(cache.groupsAndMembers()));
         String[][] cases = {{"<", "akc.;", "bkc.;"}, {"<", "bkc.,;", "akc.,;"}, {"(<", "akcc.)", "bkcc.)"}, {"(<", "bk.,)", "bk.,;"}};
-        for (String[] c : cases) {
-            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
-            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
-            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length];
-            e.viable(trie, chart, full, new Earley.Budget(LOTS));
-            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
-            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
-            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
-            assertArrayEquals(full, grouped, c[0]);
-        }
+        assertGroupedCases(e, trie, cache, vocab, cases);
     }
 
     /**
@@ -397,16 +388,7 @@ class GrammarMaskCacheTest {
         assertNotNull(cache);
         assertTrue(cache.groupsAndMembers()[0] > 0, "groups: " + Arrays.toString(cache.groupsAndMembers()));
         String[][] cases = {{"<", "bc.!;", "ac.!;"}, {"<", "ac.;", "ac.)"}, {"(<", "bcc.!)", "acc.!)"}, {"[<", "ac.!;", "ac.;"}};
-        for (String[] c : cases) {
-            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
-            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
-            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length];
-            e.viable(trie, chart, full, new Earley.Budget(LOTS));
-            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
-            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
-            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
-            assertArrayEquals(full, grouped, c[0]);
-        }
+        assertGroupedCases(e, trie, cache, vocab, cases);
     }
 
     /**
@@ -420,16 +402,7 @@ class GrammarMaskCacheTest {
         GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
         assertNotNull(cache);
         assertTrue(cache.groupsAndMembers()[0] > 0, "groups: " + Arrays.toString(cache.groupsAndMembers()));
-        for (String[] c : cases) {
-            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
-            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
-            boolean[] full = new boolean[texts.length], grouped = new boolean[texts.length];
-            e.viable(trie, chart, full, new Earley.Budget(LOTS));
-            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
-            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
-            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
-            assertArrayEquals(full, grouped, c[0]);
-        }
+        assertGroupedCases(e, trie, cache, vocab, cases);
     }
 
     /**
@@ -684,5 +657,23 @@ class GrammarMaskCacheTest {
         OutputConstraint.Compiler late = new OutputConstraint.Compiler(tok, 1, OutputConstraint.Compiler.CACHED_TABLE);
         ClientRegex.TooComplex refused = assertThrows(ClientRegex.TooComplex.class, () -> late.ebnf(GrammarProgressTest.JSON_GRAMMAR));
         assertTrue(refused.deadline(), refused.getMessage());
+    }
+
+    /**
+     * Each case {prefix, a token the full walk takes after it, one it refuses}: the full walk says so, and the grouped mask
+     * equals it.
+     */
+    private static void assertGroupedCases(Earley e, OutputConstraint.Trie trie, GrammarMaskCache cache, List<String> vocab,
+                                           String[][] cases) {
+        for (String[] c : cases) {
+            List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
+            for (char ch : c[0].toCharArray()) assertTrue(e.read(chart, ch, new Earley.Budget(LOTS)), c[0]);
+            boolean[] full = new boolean[vocab.size()], grouped = new boolean[vocab.size()];
+            e.viable(trie, chart, full, new Earley.Budget(LOTS));
+            cache.viable(e, chart, grouped, new Earley.Budget(LOTS), true);
+            assertTrue(full[vocab.indexOf(c[1])], c[0] + " then " + c[1]);
+            assertFalse(full[vocab.indexOf(c[2])], c[0] + " then " + c[2]);
+            assertArrayEquals(full, grouped, c[0]);
+        }
     }
 }
