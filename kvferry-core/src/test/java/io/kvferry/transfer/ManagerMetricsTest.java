@@ -38,6 +38,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -66,7 +67,7 @@ class ManagerMetricsTest extends TransferTestBase {
         long deadline = System.nanoTime() + 20_000_000_000L;
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > deadline) throw new AssertionError("not within 20 s: " + what);
-            Thread.onSpinWait();
+            LockSupport.parkNanos(1_000_000); // not a spin: on two cores it would take the core the recording thread needs
         }
     }
 
@@ -88,9 +89,12 @@ class ManagerMetricsTest extends TransferTestBase {
             assertLanded(t, dm);
             bytes += 3 * PAGE_BYTES * BUFFERS + 64 + 128 + 256 + 512;
         }
-        // Each side records a room right after its status moved, on the thread that moved it: wait for the last one.
-        eventually(() -> meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", "prefill").summary().count() == 3
-                && meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", "decode").summary().count() == 3, "3 rooms recorded");
+        // Each side records a room right after its status moved, on the thread that moved it, one meter after another: wait
+        // for every per-room meter read below (a CI run read the decode's total_mb one room short after its latency's third).
+        eventually(() -> recorded(KVFerryMeters.TRANSFER_LATENCY_MS, "prefill") == 3 && recorded(KVFerryMeters.TRANSFER_LATENCY_MS, "decode") == 3
+                && recorded(KVFerryMeters.TRANSFER_TOTAL_MB, "prefill") == 3 && recorded(KVFerryMeters.TRANSFER_TOTAL_MB, "decode") == 3
+                && recorded(KVFerryMeters.TRANSFER_BOOTSTRAP_MS, "prefill") == 3 && recorded(KVFerryMeters.TRANSFER_BOOTSTRAP_MS, "decode") == 3
+                && recorded(KVFerryMeters.TRANSFER_ALLOC_MS, "decode") == 3, "3 rooms recorded");
         for (String role : new String[]{"prefill", "decode"}) {
             assertEquals(3, meters.find(KVFerryMeters.TRANSFER_LATENCY_MS).tags("role", role, "transport", "tcp").summary().count(), role);
             assertEquals(bytes / 1e6, meters.find(KVFerryMeters.TRANSFER_TOTAL_MB).tags("role", role).summary().totalAmount(), 1e-9, role);
