@@ -52,7 +52,7 @@ import java.util.Map;
  * memory at compile time is the trie's plus the states of the sets the steps made, not a set's items a node.
  *
  * <p>The sets are ranges of the trie's order ({@link OutputConstraint.Trie#lo}: a subtree is one range), two ints a
- * range; a group's text counts two characters an int. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
+ * range; a group's text counts two characters an int, its record and arrays {@link #GROUP_OVERHEAD}. Bounded: at most {@code maxInts} ints in all (the compiler's: {@link OutputConstraint#MAX_TABLE}, 16 MB, less the
  * grammar's symbols, counted in the compiler's cache as table entries) and the recognizer's bounds ({@link Earley#MAX_ITEMS} a set, {@link #MAX_WORK}
  * steps); past any, {@link #build} answers null and the grammar is served by the full walk (the same mask, the old cost),
  * never refused for it. These bounds are counts, so a grammar has its cache on every engine or on none: the step's bound
@@ -163,7 +163,8 @@ final class GrammarMaskCache {
                 }
                 ints += acc[d].length + dep[d].length + 8; // 8: the two arrays' headers
                 if (groups[d] != null) {
-                    for (SharedSuffix g : groups[d]) ints += (g.text.length + 1) / 2 + g.members.length + 8;
+                    ints += POSITION_GROUPS_OVERHEAD + groups[d].length;
+                    for (SharedSuffix g : groups[d]) ints += (g.text.length + 1) / 2 + g.members.length + GROUP_OVERHEAD;
                 }
                 if (ints > maxInts) return null;
             }
@@ -172,6 +173,15 @@ final class GrammarMaskCache {
         }
         return new GrammarMaskCache(trie, acc, dep, groups, ints, b.work(), stateChars);
     }
+
+    /**
+     * What a {@link SharedSuffix} holds beyond its text and members, in ints: the record (a header of 3 and its two
+     * references, rounded up to 6) and its two arrays' headers (4 each). Counted so the compiler's bound sees a grammar of
+     * many small groups as it is (8 counted about half of it).
+     */
+    static final int GROUP_OVERHEAD = 14;
+    /** A position's array of groups: its header (4 ints); each slot one more. */
+    static final int POSITION_GROUPS_OVERHEAD = 4;
 
     /** {@link Walk#walk}'s depth of the first set that reached a varying context on the path: none yet. */
     private static final int NO_CONTEXT = Integer.MAX_VALUE;
