@@ -10,7 +10,7 @@ import java.io.IOException;
 import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -206,7 +206,6 @@ class BootstrapClientTest {
     void refusedRegistrationsFailAtOnce() {
         try (BootstrapClient noToken = new BootstrapClient("127.0.0.1:" + server.port(), null, RetryPolicy.defaults());
              BootstrapClient wrong = new BootstrapClient("127.0.0.1:" + server.port(), "nope", RetryPolicy.defaults())) {
-            long t0 = System.nanoTime();
             RegistryException e = assertThrows(RegistryException.class, () -> noToken.registerRank(reg(1, 0, 1, 0, 9000)));
             assertEquals(401, e.statusCode());
             assertEquals("Unauthorized", e.responseBody());
@@ -214,24 +213,30 @@ class BootstrapClientTest {
             assertEquals(401, assertThrows(RegistryException.class, () -> wrong.registerDpRank(1, 0)).statusCode());
             RegistryException bad = assertThrows(RegistryException.class, () -> client.registerRank(reg(1, 3, 1, 0, 9000)));
             assertEquals(400, bad.statusCode());
-            assertTrue(bad.getMessage().contains("attn_tp_rank"), bad.getMessage());
-            // The default policy waits a second before its first retry: finishing sooner proves none happened.
-            assertTrue(System.nanoTime() - t0 < Duration.ofMillis(900).toNanos());
+            assertTrue(bad.getMessage().contains("attn_tp_rank") && bad.getMessage().contains("(not retried)"), bad.getMessage());
+            // Each refusal is thrown from its first answer ("not retried"); the attempts themselves are counted against a
+            // stub in retriesServerErrorsButNotClientErrors. This once asserted the three calls took under 0.9 s (the default
+            // policy's first wait is 1 s), a timing that a loaded CI machine's first HttpClient exchanges can exceed.
         }
         assertEquals(503, assertThrows(RegistryException.class, client::fetchTopology).statusCode());
     }
 
     @Test
     void registrationRetriesUntilALateServerComesUp() throws Exception {
-        int port;
-        try (ServerSocket probe = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            port = probe.getLocalPort();
-        }
-        RetryPolicy patient = new RetryPolicy(40, Duration.ofMillis(20), Duration.ofMillis(50), Duration.ofSeconds(1));
+        // The port is held (bound, never listening) until the server starts there: meanwhile every attempt is refused and
+        // nothing else can be given it. Freed by a closed ServerSocket(0) instead, it could be taken by another bind(0) (or
+        // be a retry's own ephemeral port) before the server's bind. Released just before that bind, in this thread: only
+        // another process's bind landing on this one port in those microseconds could take it.
+        Socket hold = heldPort();
+        int port = hold.getLocalPort();
+        // Attempts for at least 10 s (waits jittered into [25, 50] ms after the first few): the server's start, a thread
+        // away, may take seconds on a loaded machine. 40 attempts gave it about one second.
+        RetryPolicy patient = new RetryPolicy(400, Duration.ofMillis(20), Duration.ofMillis(50), Duration.ofSeconds(1));
         try (BootstrapClient late = new BootstrapClient("127.0.0.1:" + port, TOKEN, patient)) {
             CompletableFuture<Void> reg = CompletableFuture.runAsync(() -> late.registerRank(reg(1, 0, 1, 0, 9000)));
-            Thread.sleep(200);
+            Thread.sleep(200); // time for some refused attempts; not a condition: fewer only test less
             assertFalse(reg.isDone(), "registration cannot have succeeded before the server exists");
+            hold.close();
             BootstrapRegistryServer s = BootstrapRegistryServer.start("127.0.0.1", port, RegistryOptions.defaults(TOKEN));
             extra.add(s);
             reg.get();
@@ -241,7 +246,7 @@ class BootstrapClientTest {
 
     @Test
     void givesUpOnAnUnreachableRegistryWithAClearError() throws Exception {
-        int port = closedPort();
+        int port = heldPort().getLocalPort();
         RetryPolicy three = new RetryPolicy(3, Duration.ofMillis(5), Duration.ofMillis(10), Duration.ofSeconds(1));
         try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + port, TOKEN, three)) {
             RegistryException e = assertThrows(RegistryException.class, () -> c.registerRank(reg(1, 0, 1, 0, 9000)));
@@ -255,7 +260,7 @@ class BootstrapClientTest {
 
     @Test
     void healthIsFalseAgainstAClosedPort() throws Exception {
-        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + closedPort(), null, FAST)) {
+        try (BootstrapClient c = new BootstrapClient("127.0.0.1:" + heldPort().getLocalPort(), null, FAST)) {
             assertFalse(c.health());
         }
         assertTrue(client.health());
@@ -293,6 +298,12 @@ class BootstrapClientTest {
             script.clear();
             script.add(new int[]{400});
             assertEquals(400, assertThrows(RegistryException.class, () -> c.registerDpRank(1, 0)).statusCode());
+            assertEquals(1, hits.get());
+
+            hits.set(0);
+            script.clear();
+            script.add(new int[]{401});
+            assertEquals(401, assertThrows(RegistryException.class, () -> c.registerRank(reg(1, 0, 1, 0, 9000))).statusCode());
             assertEquals(1, hits.get());
 
             hits.set(0);
@@ -363,9 +374,15 @@ class BootstrapClientTest {
         }
     }
 
-    private static int closedPort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            return s.getLocalPort();
-        }
+    /**
+     * A loopback port bound and never listening, held until the test ends: a connect there is refused, and no server (nor a
+     * client's ephemeral port) can be given it meanwhile. A ServerSocket(0) closed at once freed its port for the next
+     * bind(0), this test's own or another process's, and then the "unreachable" registry could answer.
+     */
+    private Socket heldPort() throws IOException {
+        Socket hold = new Socket();
+        extra.add(hold);
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        return hold;
     }
 }
