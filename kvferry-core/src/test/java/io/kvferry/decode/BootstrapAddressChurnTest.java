@@ -10,7 +10,7 @@ import org.junit.jupiter.api.Test;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.net.InetSocketAddress;
-import java.nio.channels.ServerSocketChannel;
+import java.net.Socket;
 import java.time.Duration;
 
 import static io.kvferry.PlayedPrefill.awaitUntil;
@@ -32,12 +32,16 @@ class BootstrapAddressChurnTest {
         return Thread.getAllStackTraces().keySet().stream().filter(t -> t.isAlive() && t.getName().contains("SelectorManager")).count();
     }
 
-    /** A port nothing listens on (bound, then closed): a lookup there is refused at once, on any loopback address. */
-    private static int closedPort() throws IOException {
-        try (ServerSocketChannel s = ServerSocketChannel.open()) {
-            s.bind(new InetSocketAddress("127.0.0.1", 0));
-            return ((InetSocketAddress) s.getLocalAddress()).getPort();
-        }
+    /**
+     * A port nothing listens on, held for the test: bound on the wildcard address and never listening, so a lookup there is
+     * refused at once on any loopback address, and no server can bind that port on any address meanwhile. It was bound on
+     * 127.0.0.1 and closed at once: the next bind(0), another process's or a lookup's own ephemeral port, could take it, and
+     * then a "dead" registry answered or a lookup hung.
+     */
+    private static Socket heldPort() throws IOException {
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress("0.0.0.0", 0));
+        return hold;
     }
 
     @Test
@@ -50,9 +54,9 @@ class BootstrapAddressChurnTest {
             args.addKvBuffer(arena.allocate(8 * 1024, 64), 1024);
             DecodeKVManager decode = new DecodeKVManager(args, KVManagerConfig.builder().attnTp(1, 0).bootstrap("127.0.0.1", 1)
                     .authToken("churn-test-token").prefillInfoTimeout(Duration.ZERO).build(), Backend.of("tcp"));
-            try {
+            try (Socket hold = heldPort()) {
                 long before = selectorThreads();
-                int port = closedPort();
+                int port = hold.getLocalPort();
                 for (int i = 0; i < ADDRESSES; i++) {
                     // Distinct addresses, all loopback, where nothing listens.
                     KVReceiver room = decode.createReceiver("127.0.0." + (2 + i) + ":" + port, 500 + i);
