@@ -7,7 +7,6 @@ import io.kvferry.engine.model.ModelVariant;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -56,12 +55,9 @@ class EngineOpsTest {
     @Test
     void eachRoleServesItsMetricsAndStatusAndTheRegistryTheCluster() throws Exception {
         ModelFiles.Loaded model = ModelFiles.load(null, null);
-        int bootstrapPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            bootstrapPort = s.getLocalPort();
-        }
-        Roles.Options o = new Roles.Options(model, ModelVariant.LLAMA, 1, 1, 16, 256, 8, 32, "tcp", "127.0.0.1", 0, bootstrapPort,
-                "ops-test");
+        // The prefill's registry binds port 0 and the role says which it got: a port taken from a ServerSocket(0) closed at
+        // once was free for any other bind(0) until the registry's own.
+        Roles.Options o = new Roles.Options(model, ModelVariant.LLAMA, 1, 1, 16, 256, 8, 32, "tcp", "127.0.0.1", 0, 0, "ops-test");
         try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o.withPorts(0, 0));
              Roles.Role router = Roles.router(o, List.of("http://127.0.0.1:" + prefill.port()), List.of("http://127.0.0.1:" + decode.port()))) {
             HttpResponse<String> done = send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
@@ -88,7 +84,7 @@ class EngineOpsTest {
             JsonNode ds = new ObjectMapper().readTree(get("http://127.0.0.1:" + decode.port() + "/status.json"));
             assertEquals("engine-decode", ds.path("role").asText());
             assertEquals(1, ds.path("ranks").get(0).path("rooms_concluded").asInt());
-            JsonNode cluster = new ObjectMapper().readTree(get("http://127.0.0.1:" + bootstrapPort + "/status.json"));
+            JsonNode cluster = new ObjectMapper().readTree(get("http://127.0.0.1:" + prefill.bootstrapPort() + "/status.json"));
             assertEquals("cluster", cluster.path("kind").asText());
             assertEquals(1, cluster.path("prefill_ranks").size());
             assertEquals("local", cluster.path("processes").get(0).path("url").asText());
@@ -107,7 +103,7 @@ class EngineOpsTest {
                 assertTrue(m.contains("kvferry_structured_output_compile_seconds_count{role=\"" + role + "\"} 1"), m);
                 assertTrue(m.contains("kvferry_structured_output_compiles_waiting{role=\"" + role + "\"} 0.0"), m);
             }
-            assertEquals(404, send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + bootstrapPort + "/metrics")).GET()).statusCode(),
+            assertEquals(404, send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + prefill.bootstrapPort() + "/metrics")).GET()).statusCode(),
                     "the prefill role's metrics are on its engine port only: one scrape target per process");
         }
     }

@@ -10,7 +10,9 @@ import org.junit.jupiter.api.Timeout;
 import java.io.IOException;
 import java.net.Inet6Address;
 import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.net.ServerSocket;
+import java.net.Socket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -48,31 +50,35 @@ class PublishedAddressTest {
                 HttpResponse.BodyHandlers.ofString());
     }
 
+    /** Options whose prefill's registry binds port 0: the role says which port it got ({@link Roles.Role#bootstrapPort}). */
     private static Roles.Options options(String host) throws Exception {
-        int bootstrapPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            bootstrapPort = s.getLocalPort();
-        }
-        return new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 4, 32, "tcp", host, 0, bootstrapPort,
+        return new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 4, 32, "tcp", host, 0, 0,
                 "published-test");
     }
 
     @Test
     void aWildcardPrefillIsRefusedWithoutAnAdvertisedHostAndPublishesThatOneWithIt() throws Exception {
-        Roles.Options o = options("0.0.0.0");
+        // The refused prefill names a port, to see it left free: one held (bound, never listening) until just before, so
+        // no other bind could be given it meanwhile. A ServerSocket(0) closed at once freed it for any other process's bind(0)
+        // until this test's own bind below, which then failed. What is left is the microseconds between the release and that
+        // bind, in this thread, with no bind of this test's between.
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress("0.0.0.0", 0));
+        Roles.Options o = options("0.0.0.0").withPorts(0, hold.getLocalPort());
+        hold.close();
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Roles.prefill(o).close());
-        assertTrue(e.getMessage().contains("--host 0.0.0.0 binds every address") && e.getMessage().contains("--advertise-host"),
-                e.getMessage());
         try (ServerSocket taken = new ServerSocket(o.bootstrapPort())) {
             assertTrue(taken.isBound(), "the refused prefill left its registry's port free");
         }
-        try (Roles.Role prefill = Roles.prefill(o.withAdvertiseHost("127.0.0.1"));
+        assertTrue(e.getMessage().contains("--host 0.0.0.0 binds every address") && e.getMessage().contains("--advertise-host"),
+                e.getMessage());
+        try (Roles.Role prefill = Roles.prefill(o.withPorts(0, 0).withAdvertiseHost("127.0.0.1"));
              Roles.Role decode = Roles.decode(o.withPorts(0, 0));
              Roles.Role router = Roles.router(o.withPorts(0, 0), List.of("http://127.0.0.1:" + prefill.port()),
                      List.of("http://127.0.0.1:" + decode.port()))) {
-            assertEquals("127.0.0.1:" + o.bootstrapPort(), get("http://127.0.0.1:" + prefill.port() + "/health").path("bootstrap").asText(),
+            assertEquals("127.0.0.1:" + prefill.bootstrapPort(), get("http://127.0.0.1:" + prefill.port() + "/health").path("bootstrap").asText(),
                     "the router hands this to the decodes");
-            JsonNode ranks = get("http://127.0.0.1:" + o.bootstrapPort() + "/status.json").path("prefill_ranks");
+            JsonNode ranks = get("http://127.0.0.1:" + prefill.bootstrapPort() + "/status.json").path("prefill_ranks");
             assertTrue(ranks.get(0).path("endpoint").asText().startsWith("127.0.0.1:"), ranks.toString());
             HttpResponse<String> r = complete("http://127.0.0.1:" + router.port());
             assertEquals(200, r.statusCode(), r.body());
@@ -106,7 +112,7 @@ class PublishedAddressTest {
         try (Roles.Role prefill = Roles.prefill(o); Roles.Role decode = Roles.decode(o.withPorts(0, 0));
              Roles.Role router = Roles.router(o.withPorts(0, 0), List.of("http://[::1]:" + prefill.port()),
                      List.of("http://[::1]:" + decode.port()))) {
-            assertEquals("[::1]:" + o.bootstrapPort(), get("http://[::1]:" + prefill.port() + "/health").path("bootstrap").asText());
+            assertEquals("[::1]:" + prefill.bootstrapPort(), get("http://[::1]:" + prefill.port() + "/health").path("bootstrap").asText());
             HttpResponse<String> r = complete("http://[::1]:" + router.port());
             assertEquals(200, r.statusCode(), r.body());
         }

@@ -10,7 +10,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.math.BigDecimal;
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -32,12 +31,10 @@ class ServeStructuredOutputsTest {
     @Test
     void theRolesServeStructuredOutputs() throws Exception {
         TestModels.requireStories();
-        int bootstrapPort;
-        try (ServerSocket s = new ServerSocket(0)) {
-            bootstrapPort = s.getLocalPort();
-        }
+        // The prefill's registry binds port 0 (the engines find it through the role): a port taken from a ServerSocket(0)
+        // closed at once was free for any other bind(0) until the registry's own.
         Roles.Options o = new Roles.Options(ModelFiles.load(null, null), ModelVariant.LLAMA, 1, 1, 16, 64, 4, 32, "tcp", "127.0.0.1", 0,
-                bootstrapPort, "serve-structured-test");
+                0, "serve-structured-test");
         HttpClient http = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
         try (Roles.Role all = Roles.all(o.withPorts(0, 0), o, o.withPorts(0, 0))) {
             for (String field : List.of("\"guided_choice\":[\"yes\",\"no\"]", "\"guided_regex\":\"(yes|no)\"")) {
