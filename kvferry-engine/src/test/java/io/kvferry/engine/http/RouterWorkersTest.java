@@ -18,7 +18,6 @@ import java.io.IOException;
 import java.io.PrintStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
 import java.net.Socket;
 import java.net.URI;
 import java.net.URLEncoder;
@@ -220,11 +219,12 @@ class RouterWorkersTest {
     @Test
     @Timeout(120)
     void aFullRouterNeverReplacesABackendGivenOnItsCommandLine() throws Exception {
-        String dead;
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            dead = "http://127.0.0.1:" + s.getLocalPort(); // closed below: nothing listens there
-        }
-        try (Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
+        // Held, bound and never listening: a connect there is refused, and no server (this test's router, bound to port 0
+        // next) can be given the port while it is held. A ServerSocket(0) closed at once freed it for that very bind(0).
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        String dead = "http://127.0.0.1:" + hold.getLocalPort();
+        try (hold; Router router = new Router(List.of(first.prefillUrl()), List.of(first.decodeUrl(), dead), model.tokenizer(),
                 model.weights().config.seqLen(), "m", "127.0.0.1", 0, new Router.Access(TOKEN, null),
                 new Router.Admission(0, Duration.ZERO, 3), new SimpleMeterRegistry())) {
             assertTrue(workers(router).path("decodes").get(1).path("out_of_rotation_ms").isNumber(), "out since the constructor's check: " + workers(router));
@@ -535,21 +535,25 @@ class RouterWorkersTest {
     @Test
     @Timeout(60)
     void anEngineStartedBeforeItsRouterIsTakenOnceTheRouterStartsAndServesThroughIt() throws Exception {
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort(); // nothing listens there until the router starts
-        }
+        // Nothing listens on the port until the router starts: it is held (bound, never listening) till then, so the
+        // registration's tries are refused and no other bind, nor a try's own ephemeral port, can be given it. Freed by a
+        // closed ServerSocket(0) instead, it was open to any bind(0) for the seconds before the router's. What is left is
+        // the microseconds between the release and the router's bind, in this thread.
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        int port = hold.getLocalPort();
         URI at = URI.create("http://127.0.0.1:" + port);
         String warned = "WARN" + REG_LOG + "the router at " + at + "/workers did not take decode " + second.decodeUrl() + " yet (";
         StringBuilder log = new StringBuilder();
         ByteArrayOutputStream said = new ByteArrayOutputStream();
         PrintStream err = System.err;
         System.setErr(new PrintStream(said, true, StandardCharsets.UTF_8));
-        try (WorkerRegistration reg = new WorkerRegistration(at, second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(1))) {
+        try (hold; WorkerRegistration reg = new WorkerRegistration(at, second.decodeUrl(), "decode", TOKEN, Duration.ofSeconds(1))) {
             long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
             while (!said.toString(StandardCharsets.UTF_8).contains(warned) && System.nanoTime() < until) Thread.sleep(20); // a poll: the log copy is not free on 2 cores
             assertTrue(said.toString(StandardCharsets.UTF_8).contains(warned), "the first try failed, one WARN: " + said);
             assertFalse(reg.registered().isDone(), "registered with no router");
+            hold.close();
             try (Router router = router(port)) {
                 reg.registered().get(30, TimeUnit.SECONDS);
                 JsonNode w = workers(router);
