@@ -469,8 +469,9 @@ class ServeCommandTest {
     }
 
     /**
-     * A prefill process killed while requests wait on it: each of its requests ends within 3 s with an
-     * HTTP 500 naming the failure, and the router goes on serving through the other prefill.
+     * A prefill process killed while requests wait on it: each of its requests ends with an HTTP 500 naming the failure,
+     * seen by the connections' loss (within 9 s: never the 10 s heartbeat timeout), and the router goes on serving
+     * through the other prefill.
      */
     @Test
     @Timeout(180)
@@ -515,10 +516,14 @@ class ServeCommandTest {
                 String msg = JSON.readTree(o.body()).path("error").path("message").asText();
                 assertTrue(!msg.isBlank(), o.body());
                 String kind = JSON.readTree(o.body()).path("error").path("kind").asText();
-                assertTrue(Set.of("peer_lost", "heartbeat_timeout", "prefill_unreachable", "transfer_error").contains(kind),
-                        "a lost prefill is a typed transfer failure: " + o.body());
+                // Ended by the connections' loss, not by the 10 s heartbeat timeout (nor a later one): its kind says which.
+                assertTrue(Set.of("peer_lost", "prefill_unreachable", "transfer_error").contains(kind),
+                        "a lost prefill is a typed transfer failure, seen by its connections' loss: " + o.body());
+                // A bound for "not left to a timeout", under the heartbeat's 10 s. It was 3 s: 40 requests failing at
+                // once across four JVMs on a loaded 2-core machine can take longer to come back (a heartbeat_timeout,
+                // once allowed above, could never have met it).
                 double after = (o.endNanos() - killedAt) / 1e9;
-                assertTrue(after < 3.0, "a request of the killed prefill ended " + after + " s after the kill: " + msg);
+                assertTrue(after < 9.0, "a request of the killed prefill ended " + after + " s after the kill: " + msg);
             }
             assertTrue(failed > 0, "the kill hit no request (all 40 were done before it)");
             // New requests go to the surviving prefill.
