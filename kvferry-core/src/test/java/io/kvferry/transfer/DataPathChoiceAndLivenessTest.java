@@ -132,7 +132,9 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
             long t0 = System.nanoTime();
             await(r::poll, KVPoll.Failed);
             long ms = (System.nanoTime() - t0) / 1_000_000;
-            assertTrue(ms < 3000, "detected after " + ms + " ms");
+            // The kind says the heartbeats found it; the bound (50 heartbeat timeouts) says "not left to the 300 s waiting
+            // timeout" with room for a loaded machine. It was 3 s, a scheduler's figure on two busy cores.
+            assertTrue(ms < 15_000, "detected after " + ms + " ms");
             KVTransferException e = failed(r::failureException);
             assertEquals(FailureKind.HEARTBEAT_TIMEOUT, e.kind());
             String why = e.getMessage();
@@ -158,7 +160,9 @@ class DataPathChoiceAndLivenessTest extends TransferTestBase {
             long t0 = System.nanoTime();
             await(s::poll, KVPoll.Failed);
             long ms = (System.nanoTime() - t0) / 1_000_000;
-            assertTrue(ms < 3000, "detected after " + ms + " ms");
+            // The kind says the heartbeats found it; the bound (50 heartbeat timeouts) says "not left to the 300 s waiting
+            // timeout" with room for a loaded machine. It was 3 s, a scheduler's figure on two busy cores.
+            assertTrue(ms < 15_000, "detected after " + ms + " ms");
             KVTransferException e = failed(s::failureException);
             assertEquals(FailureKind.HEARTBEAT_TIMEOUT, e.kind());
             String why = e.getMessage();
