@@ -124,7 +124,9 @@ class SafetyTest extends TransferTestBase {
     void aRoomIdUsedAgainIsAbortedWithoutCuttingTheLink() throws Exception {
         TestRank pm = rank(), dm = rank();
         KVManager p = prefill(pm, "shm", 1, 0, PAGE_SIZE);
-        KVManager d = decode(dm, "shm", cfg(1, 0).build(), 0, PAGE_SIZE);
+        // A clear() that waited for its ABORT_ACK would wait 30 s: it must end before half of them. The bound was 2.5 s of
+        // the default 5 s, a figure a loaded 2-core machine can reach; the acknowledgement comes at once, so this costs nothing.
+        KVManager d = decode(dm, "shm", cfg(1, 0).abortAckTimeout(Duration.ofSeconds(30)).build(), 0, PAGE_SIZE);
         KVReceiver other = d.createReceiver(addr, 9);
         KVSender otherSender = waitingForInput(p, other, 9, new int[]{10, 11}, 1);
 
@@ -142,7 +144,7 @@ class SafetyTest extends TransferTestBase {
         long start = System.nanoTime();
         again.clear(); // a second ABORT of room 5 on this link
         long millis = (System.nanoTime() - start) / 1_000_000;
-        assertTrue(millis < 2500, "clear() of the reused room waited " + millis + " ms for its ABORT_ACK");
+        assertTrue(millis < 15_000, "clear() of the reused room waited " + millis + " ms for its ABORT_ACK");
         assertNotEquals(KVPoll.Failed, other.poll(), "the link was cut under another room");
         assertNotEquals(KVPoll.Failed, otherSender.poll());
     }
