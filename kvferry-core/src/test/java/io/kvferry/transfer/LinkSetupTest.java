@@ -28,6 +28,7 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 
 import static io.kvferry.PlayedPrefill.wholeCoverage;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -64,6 +65,13 @@ class LinkSetupTest extends TransferTestBase {
         }
     }
 
+    /**
+     * The connect deadline of the frame refusals: a refusal must come well before it (half), which a decode reading the
+     * announced body would not. It was 5 s with a bound of 2.5 s, a figure a loaded 2-core machine can reach; the
+     * refusals come at once, so the longer deadline costs no time.
+     */
+    private static final Duration REFUSAL_DEADLINE = Duration.ofSeconds(30);
+
     private KVManager decodeWith(Duration connectTimeout) {
         return decode(rank(), "tcp", cfg(1, 0).connectTimeout(connectTimeout).build(), 0, PAGE_SIZE);
     }
@@ -86,7 +94,8 @@ class LinkSetupTest extends TransferTestBase {
     private static long msToConclude(KVReceiver r) {
         long t0 = System.nanoTime();
         KVPoll st;
-        while (!(st = r.poll()).isTerminal() && System.nanoTime() - t0 < 30_000_000_000L) Thread.onSpinWait();
+        // Parked between polls: a spinning test thread took one of two cores from the resolver thread it waited for.
+        while (!(st = r.poll()).isTerminal() && System.nanoTime() - t0 < 30_000_000_000L) LockSupport.parkNanos(200_000);
         assertTrue(st.isTerminal(), "room " + r.bootstrapRoom() + " still " + st);
         return (System.nanoTime() - t0) / 1_000_000;
     }
@@ -144,16 +153,16 @@ class LinkSetupTest extends TransferTestBase {
     @Test
     void prefillRankThatOpensWithAnotherFrameIsRefusedBeforeItsBodyIsRead() throws Exception {
         try (FakeRank hostile = new FakeRank()) {
-            KVManager d = decodeWith(Duration.ofSeconds(5));
+            KVManager d = decodeWith(REFUSAL_DEADLINE);
             KVReceiver r = d.createReceiver(hostile.addr, 60);
             AtomicLong ms = new AtomicLong();
             Thread init = Thread.ofPlatform().daemon().start(() -> ms.set(timedInit(r) + msToConclude(r)));
             try (SocketChannel ch = hostile.server.accept()) {
                 // A 16 MiB TRANSFER_INFO announced and never sent: reading its body would wait for the deadline.
                 sendHeaderOnly(ch, MessageType.TRANSFER_INFO, MessageType.TRANSFER_INFO.maxBodyBytes());
-                init.join(10_000);
+                init.join(REFUSAL_DEADLINE.toMillis());
             }
-            assertTrue(ms.get() < 2500, "the decode waited " + ms.get() + " ms for the body of a frame it must refuse");
+            assertTrue(ms.get() < REFUSAL_DEADLINE.toMillis() / 2, "the decode waited " + ms.get() + " ms for the body of a frame it must refuse");
             String why = failure(r::failureException);
             assertTrue(why.contains("expected CHALLENGE from an unauthenticated peer, got TRANSFER_INFO"), why);
         }
@@ -162,7 +171,7 @@ class LinkSetupTest extends TransferTestBase {
     /** CHALLENGE, the decode's HELLO read, then {@code type} with {@code bodyLength} announced and never sent. */
     private String refusalAfterChallenge(MessageType type, int bodyLength) throws Exception {
         try (FakeRank hostile = new FakeRank()) {
-            KVManager d = decodeWith(Duration.ofSeconds(5));
+            KVManager d = decodeWith(REFUSAL_DEADLINE);
             KVReceiver r = d.createReceiver(hostile.addr, 61);
             AtomicLong ms = new AtomicLong();
             Thread init = Thread.ofPlatform().daemon().start(() -> ms.set(timedInit(r) + msToConclude(r)));
@@ -171,9 +180,9 @@ class LinkSetupTest extends TransferTestBase {
                 c.send(new Challenge(Handshake.nonce()));
                 assertInstanceOf(Hello.class, c.read());
                 sendHeaderOnly(ch, type, bodyLength);
-                init.join(10_000);
+                init.join(REFUSAL_DEADLINE.toMillis());
             }
-            assertTrue(ms.get() < 2500, "the decode waited " + ms.get() + " ms for the body of a frame it must refuse");
+            assertTrue(ms.get() < REFUSAL_DEADLINE.toMillis() / 2, "the decode waited " + ms.get() + " ms for the body of a frame it must refuse");
             return failure(r::failureException);
         }
     }
