@@ -12,7 +12,9 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -25,6 +27,17 @@ class EngineOpsTest {
 
     private HttpResponse<String> send(HttpRequest.Builder b) throws Exception {
         return http.send(b.timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /** The scrape at {@code url} once it holds every one of {@code lines} (30 s at most; then the last scrape, to fail on). */
+    private String metricsOnce(String url, String... lines) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        String m = get(url);
+        while (!Arrays.stream(lines).allMatch(m::contains) && System.nanoTime() < deadline) {
+            Thread.sleep(20); // a poll interval
+            m = get(url);
+        }
+        return m;
     }
 
     private String get(String url) throws Exception {
@@ -63,16 +76,23 @@ class EngineOpsTest {
             HttpResponse<String> done = send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + router.port() + "/v1/completions"))
                     .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}")));
             assertEquals(200, done.statusCode(), done.body());
-            String pm = get("http://127.0.0.1:" + prefill.port() + "/metrics");
-            assertTrue(pm.contains("kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\",dp_rank=\"0\",pp_rank=\"0\",role=\"prefill\","
-                    + "tp_rank=\"0\",transport=\"tcp\"} 1"), pm);
-            String dm = get("http://127.0.0.1:" + decode.port() + "/metrics");
+            // Each engine records its room's meters and frees its request on its own threads, which may run just after
+            // the client has its answer (the prefill's latency once its last status went out; the decode's pages once
+            // its last chunk did): read once the request has ended on both, not right after the answer.
+            String prefillLatency = "kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\",dp_rank=\"0\",pp_rank=\"0\",role=\"prefill\","
+                    + "tp_rank=\"0\",transport=\"tcp\"} 1";
+            String prefillDone = "kvferry_engine_requests{queue=\"inflight\",role=\"prefill\"} 0.0";
+            String decodeDone = "kvferry_engine_kv_pages{role=\"decode\",state=\"free\"} 256.0";
+            String pm = metricsOnce("http://127.0.0.1:" + prefill.port() + "/metrics", prefillLatency, prefillDone);
+            assertTrue(pm.contains(prefillLatency), pm);
+            String dm = metricsOnce("http://127.0.0.1:" + decode.port() + "/metrics", "kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\"",
+                    decodeDone);
             assertTrue(dm.contains("kvferry_kv_transfer_latency_ms_count{cp_rank=\"0\",dp_rank=\"0\",pp_rank=\"0\",role=\"decode\","), dm);
             // The engines' own gauges: the request ended, so no queue holds it and no page is used (its prompt fits no full page to cache).
             assertTrue(dm.contains("kvferry_engine_requests{queue=\"running\",role=\"decode\"} 0.0"), dm);
             assertTrue(dm.contains("kvferry_engine_kv_pages{role=\"decode\",state=\"used\"} 0.0"), dm);
-            assertTrue(dm.contains("kvferry_engine_kv_pages{role=\"decode\",state=\"free\"} 256.0"), dm);
-            assertTrue(pm.contains("kvferry_engine_requests{queue=\"inflight\",role=\"prefill\"} 0.0"), pm);
+            assertTrue(dm.contains(decodeDone), dm);
+            assertTrue(pm.contains(prefillDone), pm);
             assertTrue(pm.contains("kvferry_engine_kv_pages{role=\"prefill\",state=\"free\"} 256.0"), pm);
             // The prefill's prefix cache: on, the prompt too short for a full page to reuse; its counter and pages are there.
             assertTrue(pm.contains("kvferry_engine_kv_pages{role=\"prefill\",state=\"cached\"} 0.0"), pm);
