@@ -154,8 +154,16 @@ class ServeAcrossHostsTest {
             awaitHealthy(d, routerPort);
             Answer again = http(d, NetnsLink.DECODE_ADDR, routerPort, "POST", "/v1/completions", REQUEST);
             assertEquals(200, again.status(), again.body());
+            // The decode frees the request's pages on its own thread once its last chunk went out, which may be just after
+            // the router answered: polled (30 s at most), not read once right after the answer.
+            String free = "kvferry_engine_kv_pages{role=\"decode\",state=\"free\"} 64.0";
+            long until = System.nanoTime() + 30_000_000_000L;
             String metrics = http(d, NetnsLink.DECODE_ADDR, decodePort, "GET", "/metrics", null).body();
-            assertTrue(metrics.contains("kvferry_engine_kv_pages{role=\"decode\",state=\"free\"} 64.0"), metrics);
+            while (!metrics.contains(free) && System.nanoTime() < until) {
+                Thread.sleep(50); // a poll interval
+                metrics = http(d, NetnsLink.DECODE_ADDR, decodePort, "GET", "/metrics", null).body();
+            }
+            assertTrue(metrics.contains(free), metrics);
         } finally {
             for (Process pr : procs) pr.destroyForcibly();
             for (Process pr : procs) pr.waitFor();
