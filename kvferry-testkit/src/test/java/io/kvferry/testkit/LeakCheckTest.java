@@ -19,10 +19,7 @@ class LeakCheckTest {
     void detectsLeakedThreadSocketAndNativeMemoryAndForgetsReleasedOnes() throws Exception {
         // Earlier tests in this JVM may leave unreachable direct buffers; a collection during the check
         // would free them and hide the 4 MiB below. Collect (and let the cleaner run) first.
-        for (int i = 0; i < 3; i++) {
-            System.gc();
-            Thread.sleep(100);
-        }
+        settleNativeMemory();
         LeakCheck.Snapshot base = LeakCheck.baseline();
         CountDownLatch stop = new CountDownLatch(1);
         Thread leakedThread = Thread.ofPlatform().daemon().name("kvferry-leak-test").start(() -> {
@@ -59,15 +56,38 @@ class LeakCheckTest {
     /** Direct memory only the garbage collector still has to return (nothing references it) is not a leak. */
     @Test
     void anUnreachableDirectBufferIsNoLeak() throws Exception {
-        for (int i = 0; i < 3; i++) {
-            System.gc();
-            Thread.sleep(100);
-        }
+        settleNativeMemory();
         LeakCheck.Snapshot base = LeakCheck.baseline();
         long held = allocateAndDrop(1 << 20);
         assertTrue(held >= 1 << 20);
         LeakCheck.Leaks leaks = LeakCheck.since(base, 5000);
         assertEquals(0, leaks.nativeBytes(), () -> leaks.toString());
+    }
+
+    /**
+     * Collects until native memory stops falling: two rounds in a row (a collection, then a wait of
+     * 100 ms, 400 ms, then 1.6 s) that free nothing more, 30 s at most. Three collections 100 ms apart stood for this: the cleaner
+     * thread, which returns an unreachable buffer's memory after a collection found it, may not run within them on a
+     * loaded machine, and a buffer freed during the check then hid the 4 MiB the first test must see.
+     */
+    private static void settleNativeMemory() throws InterruptedException {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        long last = Long.MAX_VALUE;
+        int still = 0;
+        long wait = 100;
+        while (still < 2 && System.nanoTime() < deadline) {
+            System.gc();
+            Thread.sleep(wait);
+            long now = LeakCheck.snapshot().nativeBytes();
+            if (now < last) {
+                still = 0;
+                wait = 100;
+            } else {
+                still++;
+                wait = Math.min(wait * 4, 1600);
+            }
+            last = Math.min(last, now);
+        }
     }
 
     private static long allocateAndDrop(int bytes) {
