@@ -151,7 +151,8 @@ public final class DecodeServer implements AutoCloseable {
             submit(room, addr, ids, max, sampling, topLogprobs, salt, events);
         } catch (IllegalArgumentException refused) { // admission: more pages than this decode has, no bootstrap address
             requests.answered(room, 400, null, refused.getMessage());
-            throw refused;
+            Http.sendError(ex, 400, "invalid_request_error", refused.getMessage()); // the client's: answered here, not a bug's 500
+            return;
         }
         stream(ex, room, events);
     }

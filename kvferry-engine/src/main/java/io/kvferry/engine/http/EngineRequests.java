@@ -13,7 +13,7 @@ import java.util.function.LongSupplier;
  * router's {@code X-Request-Id}, a malformed one a 400; a new one for a caller that sends none), echoed in the answer,
  * and the lines it logs about one request on {@link #LOG}, each naming {@code request_id=ID room=N role=R}: a failure
  * (a transfer's, a timeout, an internal error: WARN), a refusal (admission, a grammar past its bound, a room in flight,
- * a drain: INFO) and an abort (its client gone, {@code /abort}: INFO; an {@code /abort} of a room not in flight here:
+ * a drain: INFO), an unexpected exception's 500 (a bug: ERROR, {@link #unexpected}) and an abort (its client gone, {@code /abort}: INFO; an {@code /abort} of a room not in flight here:
  * DEBUG, {@link #aborted}). The id is in the message, not in a thread's context: the lines come from the exchange's own
  * thread, and the id's rule keeps each one line.
  *
@@ -64,6 +64,11 @@ final class EngineRequests {
                 } catch (Http.BadRequest refused) {
                     refusedField(id, refused);
                     throw refused;
+                } catch (Http.Unavailable busy) {
+                    throw busy;
+                } catch (RuntimeException bug) { // an IllegalArgumentException too: the client's faults are BadRequests
+                    unexpected(id, bug);
+                    throw bug; // Http.handle answers it 500
                 }
                 return null;
             });
@@ -78,6 +83,21 @@ final class EngineRequests {
     void refusedField(String id, Http.BadRequest refused) {
         fieldRefusals.log(LOG, "request refused: request_id={} role={} status=400 param={} reason={}", id, role,
                 LogSafe.value(refused.param), LogSafe.text(refused.getMessage()));
+    }
+
+    /**
+     * The request {@code id} is answered 500 for an exception nothing expected (a bug, {@link Http#handle}): {@code request
+     * failed: request_id=… role=… status=500 kind=internal_error reason=…} at ERROR with its stack trace, as the router's
+     * ({@link Router#unexpected}): its text escaped, the trace only when clean ({@link Router#clean}, else at DEBUG).
+     */
+    void unexpected(String id, Exception bug) {
+        String format = "request failed: request_id={} role={} status=500 kind=internal_error reason={}";
+        if (Router.clean(bug)) {
+            LOG.error(format, id, role, LogSafe.text(bug.toString()), bug);
+        } else {
+            LOG.error(format + " (its stack trace at DEBUG: its text holds control characters)", id, role, LogSafe.text(bug.toString()));
+            LOG.debug("the stack trace of request {}'s 500", id, bug);
+        }
     }
 
     /** The running exchange's request has {@code room} here, until {@link #ended}; false: another request has it already. */

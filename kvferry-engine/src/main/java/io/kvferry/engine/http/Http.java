@@ -150,8 +150,11 @@ final class Http {
     }
 
     /**
-     * Runs a route's handler: a bad request is a 400 naming it, an {@link Unavailable} a 503 with {@code Retry-After},
-     * anything else a 500 with its message; the
+     * Runs a route's handler: a bad request ({@link BadRequest}) is a 400 naming it, an {@link Unavailable} a 503 with
+     * {@code Retry-After}, anything else a 500 {@code internal_error} with its message: an {@link IllegalArgumentException}
+     * too, which was a 400 until a bug's reached clients so, unlogged (the router's and the engines' generation routes log
+     * the 500 at ERROR: {@link Router}, {@link EngineRequests#identified}); a check of the client's input throws
+     * {@link BadRequest}. The
      * exchange is closed. The path must equal the route's exactly (the JDK matches by prefix, which would
      * let {@code /v1/completionsXYZ} run a completion): anything else is a 404. A route that ends in
      * {@code /} ({@code /v1/models/}) is the parent of its paths: it takes those longer than it, and its handler reads the rest.
@@ -178,9 +181,7 @@ final class Http {
             } catch (Unavailable e) {
                 ex.getResponseHeaders().set("Retry-After", Long.toString(e.retryAfterSeconds));
                 sendError(ex, 503, "service_unavailable", null, e.param, e.getMessage());
-            } catch (IllegalArgumentException e) {
-                sendError(ex, 400, "invalid_request_error", e.getMessage());
-            } catch (Exception e) {
+            } catch (Exception e) { // a bug, an IllegalArgumentException too: a client's fault is a BadRequest
                 sendError(ex, 500, "internal_error", String.valueOf(e.getMessage()));
             }
         } catch (IOException ignored) {

@@ -112,7 +112,8 @@ public final class PrefillServer implements AutoCloseable {
                 r = engine.submit(new PrefillEngine.Request(room, ids, sampling, start, top, prefillOnly, salt)).get();
             } catch (IllegalArgumentException refused) { // admission: a prompt of more pages than this prefill has
                 requests.answered(room, 400, null, refused.getMessage());
-                throw refused;
+                Http.sendError(ex, 400, "invalid_request_error", refused.getMessage()); // the client's: answered here, not a bug's 500
+                return;
             }
             ObjectNode out = Http.JSON.createObjectNode();
             out.put("bootstrap_room", room);

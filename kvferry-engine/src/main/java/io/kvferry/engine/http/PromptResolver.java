@@ -35,7 +35,12 @@ final class PromptResolver {
                     + contextTokens + " tokens can hold (a token stands for at most " + tokenizer.maxTokenBytes()
                     + " bytes) with room for one output token");
         }
-        int[] ids = tokenizer.encode(prompt, true, false);
+        int[] ids;
+        try {
+            ids = tokenizer.encode(prompt, true, false);
+        } catch (IllegalArgumentException e) { // a vocab without the byte-fallback token a character of the prompt needs
+            throw new Http.BadRequest(e.getMessage());
+        }
         if (ids.length >= contextTokens) {
             throw new Http.BadRequest("the prompt has " + ids.length + " tokens; the model's context is " + contextTokens
                     + " and must leave room for one output token");

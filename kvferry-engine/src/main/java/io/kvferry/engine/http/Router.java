@@ -403,9 +403,9 @@ public final class Router implements AutoCloseable {
                     }
                     try {
                         admitting.handle(e);
-                    } catch (Http.BadRequest | Http.Unavailable | IllegalArgumentException | IOException answered) {
+                    } catch (Http.BadRequest | Http.Unavailable | IOException answered) {
                         throw answered; // a 400 or 503 of the request's, or the client gone: Http.handle answers it
-                    } catch (Exception bug) {
+                    } catch (Exception bug) { // an IllegalArgumentException too: the client's faults are BadRequests
                         unexpected(route, record, bug);
                         throw bug; // Http.handle answers it 500, with the X-Request-Id set when the id was read
                     }

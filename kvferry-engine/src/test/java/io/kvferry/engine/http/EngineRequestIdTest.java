@@ -2,6 +2,7 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.serving.EngineSpec;
 import org.junit.jupiter.api.AfterAll;
@@ -22,6 +23,7 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Predicate;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -214,6 +216,37 @@ class EngineRequestIdTest {
         line(log, "INFO io.kvferry.engine.requests - request refused: request_id=flood-1 role=prefill status=400 param=temperature", "");
         assertTrue(!log.contains("request_id=flood-2") && !log.contains("request_id=flood-3"), "at DEBUG: " + log);
         line(log, "request refused: request_id=flood-4 role=prefill status=400 param=top_p", "(and 2 more requests refused for their fields, logged at debug)");
+    }
+
+    /**
+     * An IllegalArgumentException a bug throws in an engine's route is no client's fault: a 500 internal_error, logged at
+     * ERROR naming the request's id and role, with its stack trace (it was an unlogged 400 once: refusals are BadRequest).
+     */
+    @Test
+    @Timeout(30)
+    void aBugsIllegalArgumentExceptionIsA500LoggedAtError() throws Exception {
+        EngineRequests requests = new EngineRequests("decode");
+        HttpServer s = Http.server("127.0.0.1", 0);
+        s.createContext("/generate", ex -> Http.handle(ex, requests.identified(e -> {
+            e.getRequestBody().readAllBytes();
+            throw new IllegalArgumentException("a bug's own argument check");
+        })));
+        s.start();
+        try {
+            AtomicReference<HttpResponse<String>> answer = new AtomicReference<>();
+            String log = captured(() -> answer.set(post("http://127.0.0.1:" + s.getAddress().getPort() + "/generate", "{}", "engine-bug-1")),
+                    l -> l.contains("request_id=engine-bug-1"));
+            HttpResponse<String> r = answer.get();
+            assertEquals(500, r.statusCode(), r.body());
+            JsonNode e = JSON.readTree(r.body()).path("error");
+            assertEquals("internal_error", e.path("type").asText(), r.body());
+            assertEquals("a bug's own argument check", e.path("message").asText(), r.body());
+            line(log, "ERROR io.kvferry.engine.requests - request failed: request_id=engine-bug-1 role=decode status=500 kind=internal_error",
+                    "reason=java.lang.IllegalArgumentException: a bug's own argument check");
+            assertTrue(log.contains("\tat io.kvferry.engine.http."), "with its stack trace: " + log);
+        } finally {
+            Http.stop(s);
+        }
     }
 
     private interface Run {

@@ -4,11 +4,13 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.EngineSpec;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -24,9 +26,14 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -133,6 +140,46 @@ class RouterErrorsTest {
             ex.getResponseBody().write(b);
             ex.close();
         });
+    }
+
+    /**
+     * A prompt with a character the router's tokenizer cannot encode (a vocab without the byte-fallback token it needs: here
+     * of 100 pieces, bytes up to 0x60 only) is the client's fault, a 400 naming the field on each route that encodes one
+     * (/v1/completions, /v1/chat/completions, /tokenize), not a 500: the tokenizer says so with an IllegalArgumentException,
+     * which a route no longer answers 400 by itself.
+     */
+    @Test
+    @Timeout(60)
+    void aPromptTheTokenizerCannotEncodeIsA400NamingTheField(@TempDir Path dir) throws Exception {
+        ByteBuffer buf = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN).putInt(6);
+        List<String> pieces = new ArrayList<>(List.of("<unk>", "\n<s>\n", "\n</s>\n"));
+        for (int b = 0; b < 0x61; b++) pieces.add(String.format("<0x%02X>", b));
+        for (String piece : pieces) buf.putFloat(0f).putInt(piece.length()).put(piece.getBytes(StandardCharsets.ISO_8859_1));
+        Path file = dir.resolve("tokenizer.bin");
+        Files.write(file, Arrays.copyOf(buf.array(), buf.position()));
+        Tokenizer tokenizer = Tokenizer.load(file, pieces.size());
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(stub);
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        String cannot = "cannot encode byte 0xc3: vocab of 100 has no byte-fallback token 198";
+        try (Router router = new Router(List.of(url), List.of(url), tokenizer, 512, "m", "127.0.0.1", 0)) {
+            for (String[] c : new String[][]{{"/v1/completions", "{\"prompt\":\"AB\u00e9\",\"max_tokens\":3}", "prompt"},
+                    {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"AB\u00e9\"}],\"max_tokens\":3}", "messages"},
+                    {"/generate", "{\"text\":\"AB\u00e9\",\"sampling_params\":{\"max_new_tokens\":3}}", "text"},
+                    {"/tokenize", "{\"prompt\":\"AB\u00e9\"}", "prompt"}}) {
+                HttpResponse<String> r = send(router.port(), c[0], c[1]);
+                assertEquals(400, r.statusCode(), c[0] + " -> " + r.body());
+                JsonNode e = JSON.readTree(r.body()).path("error");
+                assertEquals("invalid_request_error", e.path("type").asText(), c[0] + " -> " + r.body());
+                assertEquals(c[2], e.path("param").asText(), c[0] + " -> " + r.body());
+                // The chat's text is its template's too: its first byte without a token (a lowercase letter's) is named.
+                if (c[2].equals("messages")) assertTrue(e.path("message").asText().matches("cannot encode byte 0x[0-9a-f]{2}: vocab of 100 has.*"), r.body());
+                else assertEquals(cannot, e.path("message").asText(), c[0] + " -> " + r.body());
+            }
+        } finally {
+            stub.stop(0);
+        }
     }
 
     /**

@@ -41,6 +41,7 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -296,6 +297,40 @@ class RouterRequestIdTest {
     }
 
     /**
+     * An IllegalArgumentException a bug throws mid-request is no client's fault: a 500 internal_error carrying the request's
+     * id, logged at ERROR naming it with its stack trace, as any other unexpected exception (it was an unlogged 400 once:
+     * client refusals are Http.BadRequest).
+     */
+    @Test
+    @Timeout(60)
+    void aBugsIllegalArgumentExceptionIsA500LoggedWithTheId() throws Exception {
+        router.close();
+        router = new Router(List.of(url(prefill)), List.of(url(decode)), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0,
+                Router.Access.NONE, Router.Admission.UNLIMITED, failingTtft(() -> new IllegalArgumentException("a bug's own argument check")));
+        PrintStream err = System.err;
+        ByteArrayOutputStream logged = new ByteArrayOutputStream();
+        HttpResponse<String> r;
+        try {
+            System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
+            r = post("/v1/completions", COMPLETION, "iae-bug-1");
+        } finally {
+            System.setErr(err);
+        }
+        err.print(logged.toString(StandardCharsets.UTF_8));
+        assertEquals(500, r.statusCode(), r.body());
+        JsonNode e = JSON.readTree(r.body()).path("error");
+        assertEquals("internal_error", e.path("type").asText(), r.body());
+        assertEquals("a bug's own argument check", e.path("message").asText(), r.body());
+        assertEquals("iae-bug-1", idOf(r));
+        String log = logged.toString(StandardCharsets.UTF_8);
+        String line = log.lines().filter(l -> l.contains("request failed: request_id=iae-bug-1 ")).findFirst()
+                .orElseThrow(() -> new AssertionError("no request failed line for iae-bug-1 in:\n" + log));
+        assertTrue(line.contains("ERROR") && line.contains("status=500") && line.contains("route=/v1/completions")
+                && line.contains("kind=internal_error") && line.contains("IllegalArgumentException: a bug's own argument check"), line);
+        assertTrue(log.contains("\tat io.kvferry.engine.http."), "with its stack trace: " + log);
+    }
+
+    /**
      * The 500's stack trace is logged only when no line of it holds a control character (else at DEBUG): every cause's
      * (a ninth's too: only 8 were read) and every suppressed exception's message; a cause cycle ends the walk.
      */
@@ -315,13 +350,18 @@ class RouterRequestIdTest {
 
     /** A registry whose time-to-first-token timer throws when it records: a bug's unchecked exception mid-request. */
     static MeterRegistry failingTtft() {
+        return failingTtft(() -> new IllegalStateException("the metrics backend failed"));
+    }
+
+    /** As {@link #failingTtft()}, the timer throwing {@code bug}'s exception. */
+    static MeterRegistry failingTtft(Supplier<RuntimeException> bug) {
         return new SimpleMeterRegistry() {
             @Override
             protected Timer newTimer(Meter.Id id, DistributionStatisticConfig config, PauseDetector pauses) {
                 Timer real = super.newTimer(id, config, pauses);
                 if (!id.getName().equals(RouterMeters.TTFT)) return real;
                 return (Timer) Proxy.newProxyInstance(Timer.class.getClassLoader(), new Class<?>[]{Timer.class}, (proxy, m, args) -> {
-                    if (m.getName().equals("record") && args != null && args.length == 2) throw new IllegalStateException("the metrics backend failed");
+                    if (m.getName().equals("record") && args != null && args.length == 2) throw bug.get();
                     try {
                         return m.invoke(real, args);
                     } catch (InvocationTargetException e) {
