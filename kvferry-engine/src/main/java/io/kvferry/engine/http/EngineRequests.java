@@ -4,6 +4,7 @@ import io.kvferry.metrics.LogSafe;
 import io.kvferry.metrics.WarnLimiter;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.slf4j.event.Level;
 
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.LongSupplier;
@@ -33,6 +34,8 @@ final class EngineRequests {
     private final ConcurrentHashMap<Long, String> rooms = new ConcurrentHashMap<>();
     /** The refusals of requests' fields: one INFO line a second at most ({@link #refusedField}). */
     private final WarnLimiter fieldRefusals;
+    /** The 500s of unexpected exceptions (bugs): one ERROR line with its stack trace a second at most ({@link #unexpected}). */
+    private final WarnLimiter unexpectedErrors;
 
     EngineRequests(String role) {
         this(role, System::nanoTime);
@@ -42,6 +45,7 @@ final class EngineRequests {
     EngineRequests(String role, LongSupplier clock) {
         this.role = role;
         this.fieldRefusals = new WarnLimiter(clock, "requests refused for their fields", true);
+        this.unexpectedErrors = new WarnLimiter(clock, "unexpected exceptions' 500s", Level.ERROR);
     }
 
     /**
@@ -88,14 +92,15 @@ final class EngineRequests {
     /**
      * The request {@code id} is answered 500 for an exception nothing expected (a bug, {@link Http#handle}): {@code request
      * failed: request_id=… role=… status=500 kind=internal_error reason=…} at ERROR with its stack trace, as the router's
-     * ({@link Router#unexpected}): its text escaped, the trace only when clean ({@link Router#clean}, else at DEBUG).
+     * ({@link Router#unexpected}): its text escaped, the trace only when clean ({@link Router#clean}, else at DEBUG), at
+     * ERROR once a second at most, the others at DEBUG.
      */
     void unexpected(String id, Exception bug) {
         String format = "request failed: request_id={} role={} status=500 kind=internal_error reason={}";
         if (Router.clean(bug)) {
-            LOG.error(format, id, role, LogSafe.text(bug.toString()), bug);
+            unexpectedErrors.log(LOG, format, id, role, LogSafe.text(bug.toString()), bug);
         } else {
-            LOG.error(format + " (its stack trace at DEBUG: its text holds control characters)", id, role, LogSafe.text(bug.toString()));
+            unexpectedErrors.log(LOG, format + " (its stack trace at DEBUG: its text holds control characters)", id, role, LogSafe.text(bug.toString()));
             LOG.debug("the stack trace of request {}'s 500", id, bug);
         }
     }

@@ -8,9 +8,11 @@ import io.kvferry.engine.model.OutputConstraint;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.http.BearerToken;
 import io.kvferry.metrics.LogSafe;
+import io.kvferry.metrics.WarnLimiter;
 import io.micrometer.core.instrument.MeterRegistry;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.slf4j.event.Level;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -63,6 +65,8 @@ public final class Router implements AutoCloseable {
     static final Logger REQUEST_LOG = LoggerFactory.getLogger("io.kvferry.router.requests");
     /** The router's own log (PdCall's too): a request's failure, an unexpected exception's 500 ({@link #unexpected}). */
     private static final Logger log = LoggerFactory.getLogger(Router.class);
+    /** Its unexpected exceptions' 500s ({@link #unexpected}): one ERROR line with its stack trace a second at most. */
+    private final WarnLimiter unexpectedErrors = new WarnLimiter(System::nanoTime, "unexpected exceptions' 500s", Level.ERROR);
 
     /**
      * How many requests the router serves at once (0: no limit) and how long one over the limit waits for a
@@ -406,7 +410,7 @@ public final class Router implements AutoCloseable {
                     } catch (Http.BadRequest | Http.Unavailable | IOException answered) {
                         throw answered; // a 400 or 503 of the request's, or the client gone: Http.handle answers it
                     } catch (Exception bug) { // an IllegalArgumentException too: the client's faults are BadRequests
-                        unexpected(route, record, bug);
+                        unexpected(unexpectedErrors, route, record.requestId, record.room, bug);
                         throw bug; // Http.handle answers it 500, with the X-Request-Id set when the id was read
                     }
                 }));
@@ -432,15 +436,17 @@ public final class Router implements AutoCloseable {
      * A request answered 500 for an exception nothing expected (a bug): {@code request failed: request_id=… route=… room=…
      * status=500 kind=internal_error reason=…} at ERROR with its stack trace, so the 500 the client got (its X-Request-Id)
      * leads to it. Its text escaped ({@link LogSafe}); the trace, which would print the messages as they are, only when
-     * every message of it is clean (else at DEBUG).
+     * every message of it is clean (else at DEBUG). At ERROR once a second at most ({@code errors}, the router's
+     * {@link #unexpectedErrors}): a bug that every request meets would log a trace a request; the others at DEBUG, the next
+     * ERROR line counting them.
      */
-    private static void unexpected(String route, RequestRecord record, Exception bug) {
-        String id = record.requestId == null ? "-" : record.requestId, room = record.room < 0 ? "-" : Long.toString(record.room);
+    static void unexpected(WarnLimiter errors, String route, String requestId, long roomId, Exception bug) {
+        String id = requestId == null ? "-" : requestId, room = roomId < 0 ? "-" : Long.toString(roomId);
         String format = "request failed: request_id={} route={} room={} status=500 kind=internal_error reason={}";
         if (clean(bug)) {
-            log.error(format, id, route, room, LogSafe.text(bug.toString()), bug);
+            errors.log(log, format, id, route, room, LogSafe.text(bug.toString()), bug);
         } else {
-            log.error(format + " (its stack trace at DEBUG: its text holds control characters)", id, route, room, LogSafe.text(bug.toString()));
+            errors.log(log, format + " (its stack trace at DEBUG: its text holds control characters)", id, route, room, LogSafe.text(bug.toString()));
             log.debug("the stack trace of request {}'s 500", id, bug);
         }
     }

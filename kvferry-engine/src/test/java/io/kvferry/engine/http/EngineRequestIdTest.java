@@ -249,6 +249,24 @@ class EngineRequestIdTest {
         }
     }
 
+    /** A bug every request meets: one ERROR line with its trace a second at most, the next one counting the others. */
+    @Test
+    @Timeout(30)
+    void unexpectedExceptionsAreLoggedAtErrorOnceASecond() throws Exception {
+        long[] now = {0};
+        EngineRequests requests = new EngineRequests("prefill", () -> now[0]);
+        String log = captured(() -> {
+            for (int i = 1; i <= 3; i++) requests.unexpected("bug-" + i, new IllegalStateException("the same bug"));
+            now[0] += TimeUnit.SECONDS.toNanos(1);
+            requests.unexpected("bug-4", new IllegalStateException("the same bug"));
+        }, l -> l.contains("request_id=bug-4"));
+        line(log, "ERROR io.kvferry.engine.requests - request failed: request_id=bug-1 role=prefill status=500", "");
+        assertTrue(!log.contains("request_id=bug-2") && !log.contains("request_id=bug-3"), "at DEBUG: " + log);
+        line(log, "ERROR io.kvferry.engine.requests - request failed: request_id=bug-4 role=prefill status=500",
+                "(and 2 more unexpected exceptions' 500s, logged at debug)");
+        assertEquals(2, log.lines().filter(l -> l.equals("java.lang.IllegalStateException: the same bug")).count(), "two traces: " + log);
+    }
+
     private interface Run {
         void run() throws Exception;
     }

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
+import io.kvferry.metrics.WarnLimiter;
 import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
@@ -15,6 +16,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.slf4j.event.Level;
 
 import java.io.BufferedReader;
 import java.io.ByteArrayOutputStream;
@@ -328,6 +330,34 @@ class RouterRequestIdTest {
         assertTrue(line.contains("ERROR") && line.contains("status=500") && line.contains("route=/v1/completions")
                 && line.contains("kind=internal_error") && line.contains("IllegalArgumentException: a bug's own argument check"), line);
         assertTrue(log.contains("\tat io.kvferry.engine.http."), "with its stack trace: " + log);
+    }
+
+    /**
+     * A bug every request meets logs one ERROR line with its stack trace a second at most (the clock held here): the others
+     * at DEBUG, the next ERROR line saying how many were left out, its trace still after it.
+     */
+    @Test
+    void unexpectedExceptionsAreLoggedAtErrorOnceASecond() throws Exception {
+        long[] now = {0};
+        WarnLimiter errors = new WarnLimiter(() -> now[0], "unexpected exceptions' 500s", Level.ERROR);
+        PrintStream err = System.err;
+        ByteArrayOutputStream logged = new ByteArrayOutputStream();
+        try {
+            System.setErr(new PrintStream(logged, true, StandardCharsets.UTF_8)); // slf4j-simple writes to System.err as it is now
+            for (int i = 1; i <= 3; i++) Router.unexpected(errors, "/v1/completions", "flood-" + i, 7, new IllegalStateException("the same bug"));
+            now[0] += TimeUnit.SECONDS.toNanos(1);
+            Router.unexpected(errors, "/v1/completions", "flood-4", 7, new IllegalStateException("the same bug"));
+        } finally {
+            System.setErr(err);
+        }
+        String log = logged.toString(StandardCharsets.UTF_8);
+        err.print(log);
+        assertTrue(log.lines().anyMatch(l -> l.contains("ERROR io.kvferry.engine.http.Router - request failed: request_id=flood-1 ")), log);
+        assertTrue(!log.contains("request_id=flood-2") && !log.contains("request_id=flood-3"), "at DEBUG: " + log);
+        String fourth = log.lines().filter(l -> l.contains("request_id=flood-4")).findFirst().orElseThrow(() -> new AssertionError(log));
+        assertTrue(fourth.contains("ERROR") && fourth.endsWith("reason=java.lang.IllegalStateException: the same bug"
+                + " (and 2 more unexpected exceptions' 500s, logged at debug)"), fourth);
+        assertEquals(2, log.lines().filter(l -> l.equals("java.lang.IllegalStateException: the same bug")).count(), "two traces: " + log);
     }
 
     /**
