@@ -3,7 +3,6 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import net.jqwik.api.Arbitraries;
@@ -25,6 +24,8 @@ import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.concurrent.Executors;
 
+import static io.kvferry.engine.http.EngineStubs.answer;
+import static io.kvferry.engine.http.EngineStubs.url;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -90,18 +91,6 @@ class RouterBadEngineAnswerTest {
         });
         s.start();
         return s;
-    }
-
-    private static void answer(HttpExchange ex, int status, String body) throws IOException {
-        ex.getRequestBody().readAllBytes();
-        byte[] b = body.getBytes(StandardCharsets.UTF_8);
-        ex.sendResponseHeaders(status, status == 204 || status == 304 ? -1 : b.length);
-        if (status != 204 && status != 304) ex.getResponseBody().write(b);
-        ex.close();
-    }
-
-    private static String url(HttpServer s) {
-        return "http://127.0.0.1:" + s.getAddress().getPort();
     }
 
     static HttpResponse<String> post(String path, String body, String id) throws Exception {

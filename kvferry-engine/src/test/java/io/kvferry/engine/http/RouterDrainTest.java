@@ -16,7 +16,6 @@ import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.io.PrintStream;
 import java.net.InetSocketAddress;
-import java.net.URI;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -32,6 +31,8 @@ import static io.kvferry.engine.http.DrainTest.HTTP;
 import static io.kvferry.engine.http.DrainTest.JSON;
 import static io.kvferry.engine.http.DrainTest.assertHealthDraining;
 import static io.kvferry.engine.http.DrainTest.assertRefusedDraining;
+import static io.kvferry.engine.http.EngineStubs.answer;
+import static io.kvferry.engine.http.EngineStubs.url;
 import static io.kvferry.engine.http.RouterErrorsTest.NO_CHECKS;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
@@ -118,7 +119,7 @@ class RouterDrainTest {
     @Timeout(60)
     void aRequestMeetingOnlyDrainingDecodesGetsA503WithRetryAfter() throws Exception {
         AtomicInteger decodeCalls = new AtomicInteger();
-        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        HttpServer prefill = stub(ex -> answer(ex, 200, "{}"), true);
         Route draining = ex -> {
             decodeCalls.incrementAndGet();
             ex.getRequestBody().readAllBytes();
@@ -150,7 +151,7 @@ class RouterDrainTest {
     @Test
     @Timeout(60)
     void aDrainingEnginesMessageCannotForgeARouterLogLine() throws Exception {
-        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        HttpServer prefill = stub(ex -> answer(ex, 200, "{}"), true);
         Route draining = ex -> {
             ex.getRequestBody().readAllBytes();
             byte[] b = "{\"error\":{\"type\":\"service_unavailable\",\"code\":\"draining\",\"message\":\"draining\\nFORGED [main] INFO a line\"}}"
@@ -185,7 +186,7 @@ class RouterDrainTest {
     @Timeout(60)
     void aDecodes503WithoutTheDrainingCodeIsNotRunAgain() throws Exception {
         AtomicInteger decodeCalls = new AtomicInteger();
-        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        HttpServer prefill = stub(ex -> answer(ex, 200, "{}"), true);
         Route busy = ex -> {
             decodeCalls.incrementAndGet();
             ex.getRequestBody().readAllBytes();
@@ -219,7 +220,7 @@ class RouterDrainTest {
     @Timeout(120)
     void aDrainingRouterLetsItsRunningStreamFinish() throws Exception {
         CountDownLatch release = new CountDownLatch(1);
-        HttpServer prefill = stub(ex -> answer(ex, "{}"), true);
+        HttpServer prefill = stub(ex -> answer(ex, 200, "{}"), true);
         HttpServer decode = stub(ex -> {
             ex.getRequestBody().readAllBytes();
             ex.getResponseHeaders().add("Content-Type", "text/event-stream");
@@ -268,22 +269,11 @@ class RouterDrainTest {
     private static HttpServer stub(Route generate, boolean prefill) throws IOException {
         HttpServer s = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         s.setExecutor(Executors.newVirtualThreadPerTaskExecutor());
-        s.createContext("/health", ex -> answer(ex, prefill ? "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}" : "{\"status\":\"ok\"}"));
-        s.createContext("/abort", ex -> answer(ex, "{}"));
+        s.createContext("/health", ex -> answer(ex, 200, prefill ? "{\"status\":\"ok\",\"bootstrap\":\"127.0.0.1:1\"}" : "{\"status\":\"ok\"}"));
+        s.createContext("/abort", ex -> answer(ex, 200, "{}"));
         s.createContext("/generate", generate::handle);
         s.start();
         return s;
     }
 
-    private static void answer(HttpExchange ex, String body) throws IOException {
-        ex.getRequestBody().readAllBytes();
-        byte[] b = body.getBytes(StandardCharsets.UTF_8);
-        ex.sendResponseHeaders(200, b.length);
-        ex.getResponseBody().write(b);
-        ex.close();
-    }
-
-    private static String url(HttpServer s) {
-        return URI.create("http://127.0.0.1:" + s.getAddress().getPort()).toString();
-    }
 }

@@ -2,7 +2,6 @@ package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.metrics.WarnLimiter;
@@ -45,6 +44,8 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
+import static io.kvferry.engine.http.EngineStubs.answer;
+import static io.kvferry.engine.http.EngineStubs.url;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -120,18 +121,6 @@ class RouterRequestIdTest {
         });
         s.start();
         return s;
-    }
-
-    private static void answer(HttpExchange ex, int status, String body) throws IOException {
-        ex.getRequestBody().readAllBytes();
-        byte[] b = body.getBytes(StandardCharsets.UTF_8);
-        ex.sendResponseHeaders(status, b.length);
-        ex.getResponseBody().write(b);
-        ex.close();
-    }
-
-    private static String url(HttpServer s) {
-        return "http://127.0.0.1:" + s.getAddress().getPort();
     }
 
     HttpResponse<String> post(String path, String body, String requestId) throws Exception {

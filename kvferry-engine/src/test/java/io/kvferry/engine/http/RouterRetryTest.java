@@ -1,7 +1,6 @@
 package io.kvferry.engine.http;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.model.ModelFiles;
 import org.junit.jupiter.api.Test;
@@ -18,10 +17,11 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
+import static io.kvferry.engine.http.EngineStubs.answer;
+import static io.kvferry.engine.http.EngineStubs.url;
 import static io.kvferry.engine.http.RouterErrorsTest.JSON;
 import static io.kvferry.engine.http.RouterErrorsTest.NO_CHECKS;
 import static io.kvferry.engine.http.RouterErrorsTest.send;
-import static io.kvferry.engine.http.RouterErrorsTest.url;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 
@@ -89,13 +89,6 @@ class RouterRetryTest {
             });
             servers.add(s);
             return s;
-        }
-
-        private static void answer(HttpExchange ex, int status, String body) throws IOException {
-            byte[] b = body.getBytes(StandardCharsets.UTF_8);
-            ex.sendResponseHeaders(status, b.length);
-            ex.getResponseBody().write(b);
-            ex.close();
         }
 
         @Override
