@@ -25,6 +25,8 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -152,6 +154,40 @@ class HttpFuzzTest {
     static HttpResponse<String> postBytes(int port, String path, byte[] body) throws Exception {
         return HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).header("Authorization", "Bearer " + TOKEN)
                 .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    /**
+     * Text the router's tokenizer cannot encode is the client's fault: a router over this stack whose tokenizer lacks the
+     * byte-fallback tokens past 0x60 ({@link RouterErrorsTest#withoutHighByteTokens}: every lowercase letter) refuses every
+     * route's body with text in it (each plain and rich body of the router's routes) with a 4xx and its error object,
+     * never a 5xx; the text ones with the tokenizer's 400 naming the route's field. This suite's own tokenizer has every
+     * byte's token, so its cases never meet that refusal, which the tokenizer reports with an IllegalArgumentException (a
+     * 500 where a route does not answer it: Http.handle's).
+     */
+    @Example
+    void textTheRoutersTokenizerCannotEncodeIsA4xxNeverA500() throws Exception {
+        Path file = Files.createTempFile("http-fuzz-tokenizer", ".bin");
+        try (Router small = new Router(List.of(stack.prefillUrl()), List.of(stack.decodeUrl()), RouterErrorsTest.withoutHighByteTokens(file),
+                512, "m", "127.0.0.1", 0, TOKEN)) {
+            Map<String, String> fields = Map.of("completions", "prompt", "chat", "messages", "generate", "text", "tokenize", "prompt");
+            List<Route> all = new ArrayList<>(routes());
+            all.addAll(richRoutes());
+            for (Route r : all) {
+                if (r.engine() != null || r.name().equals("workers")) continue; // no text: the engines' and /workers' bodies
+                HttpResponse<String> a = post(small.port(), r.path(), r.body());
+                String what = r + " -> " + a.statusCode() + " " + a.body();
+                assertTrue(a.statusCode() >= 400 && a.statusCode() < 500, what);
+                JsonNode e = JSON.readTree(a.body()).path("error");
+                assertTrue(e.path("message").isTextual() && e.path("type").isTextual() && e.has("param"), what);
+                if (fields.containsKey(r.name())) {
+                    assertEquals(fields.get(r.name()), e.path("param").asText(null), what);
+                    assertTrue(e.path("message").asText().startsWith("cannot encode byte 0x"), what);
+                }
+            }
+        } finally {
+            Files.delete(file);
+        }
+        assertIdle("text the router's tokenizer cannot encode");
     }
 
     /** A negative room on an engine's /abort named no field: its param was null. */

@@ -151,13 +151,7 @@ class RouterErrorsTest {
     @Test
     @Timeout(60)
     void aPromptTheTokenizerCannotEncodeIsA400NamingTheField(@TempDir Path dir) throws Exception {
-        ByteBuffer buf = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN).putInt(6);
-        List<String> pieces = new ArrayList<>(List.of("<unk>", "\n<s>\n", "\n</s>\n"));
-        for (int b = 0; b < 0x61; b++) pieces.add(String.format("<0x%02X>", b));
-        for (String piece : pieces) buf.putFloat(0f).putInt(piece.length()).put(piece.getBytes(StandardCharsets.ISO_8859_1));
-        Path file = dir.resolve("tokenizer.bin");
-        Files.write(file, Arrays.copyOf(buf.array(), buf.position()));
-        Tokenizer tokenizer = Tokenizer.load(file, pieces.size());
+        Tokenizer tokenizer = withoutHighByteTokens(dir.resolve("tokenizer.bin"));
         HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         answerHealthy(stub);
         stub.start();
@@ -180,6 +174,20 @@ class RouterErrorsTest {
         } finally {
             stub.stop(0);
         }
+    }
+
+    /**
+     * A tokenizer (written to {@code file}) of 100 pieces: llama2.c's three specials and the byte tokens of 0x00 to 0x60
+     * only, so a lowercase letter or any byte past it has no byte-fallback token: its encode refuses them ("cannot encode
+     * byte 0x..").
+     */
+    static Tokenizer withoutHighByteTokens(Path file) throws IOException {
+        ByteBuffer buf = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN).putInt(6);
+        List<String> pieces = new ArrayList<>(List.of("<unk>", "\n<s>\n", "\n</s>\n"));
+        for (int b = 0; b < 0x61; b++) pieces.add(String.format("<0x%02X>", b));
+        for (String piece : pieces) buf.putFloat(0f).putInt(piece.length()).put(piece.getBytes(StandardCharsets.ISO_8859_1));
+        Files.write(file, Arrays.copyOf(buf.array(), buf.position()));
+        return Tokenizer.load(file, pieces.size());
     }
 
     /**
