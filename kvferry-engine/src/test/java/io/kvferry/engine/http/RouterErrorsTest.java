@@ -1005,11 +1005,12 @@ class RouterErrorsTest {
         HttpServer decode = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
         answerHealthy(decode);
         decode.start();
-        int deadPort;
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            deadPort = s.getLocalPort(); // closed below: nothing listens there
-        }
-        try (Router router = new Router(List.of(url(prefill)), List.of(url(decode), "http://127.0.0.1:" + deadPort),
+        // Held, bound and never listening: a connect there is refused, and no server (this test's router, bound to port 0
+        // next) can be given the port while it is held. A ServerSocket(0) closed at once freed it for that very bind(0).
+        Socket hold = new Socket();
+        hold.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+        int deadPort = hold.getLocalPort();
+        try (hold; Router router = new Router(List.of(url(prefill)), List.of(url(decode), "http://127.0.0.1:" + deadPort),
                 ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0, NO_CHECKS)) {
             HttpResponse<String> h = send(router.port(), "/health", null);
             assertEquals(200, h.statusCode(), h.body());
@@ -1227,14 +1228,13 @@ class RouterErrorsTest {
         } finally {
             for (Socket s : held) s.close();
         }
-        int port;
-        try (ServerSocket gone = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            port = gone.getLocalPort();
+        try (Socket gone = new Socket()) { // bound, never listening: refused, and no other bind can be given the port meanwhile
+            gone.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0));
+            HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + gone.getLocalPort() + "/health")).build();
+            IOException refused = assertThrows(IOException.class, () -> c.send(req, HttpResponse.BodyHandlers.discarding()));
+            assertTrue(Backends.isConnectionRefused(refused), refused.toString());
+            assertFalse(Backends.isConnectTimeout(refused), refused.toString());
         }
-        HttpRequest req = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/health")).build();
-        IOException refused = assertThrows(IOException.class, () -> c.send(req, HttpResponse.BodyHandlers.discarding()));
-        assertTrue(Backends.isConnectionRefused(refused), refused.toString());
-        assertFalse(Backends.isConnectTimeout(refused), refused.toString());
     }
 
     /**
