@@ -8,8 +8,12 @@ import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.SplittableRandom;
+import java.util.function.Function;
+import java.util.function.ToIntFunction;
 import java.util.stream.Stream;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
@@ -39,13 +43,21 @@ class GrammarMaskCacheTest {
 
     /** Random token texts over {@code alphabet}: one to four characters, some texts twice (two tokens, one trie node); 0-2 none (the specials). */
     static char[][] vocabulary(SplittableRandom r, String alphabet, int n) {
+        return vocabulary(r, alphabet, n, true, q -> 1 + q.nextInt(4));
+    }
+
+    /**
+     * Random token texts over {@code alphabet}, each {@code length} characters (drawn from {@code r}); where {@code twice},
+     * one in ten after the first a copy of an earlier one (two tokens, one trie node); 0-2 none (the specials).
+     */
+    static char[][] vocabulary(SplittableRandom r, String alphabet, int n, boolean twice, ToIntFunction<SplittableRandom> length) {
         char[][] texts = new char[n][];
         for (int t = 3; t < n; t++) {
-            if (t > 3 && r.nextInt(10) == 0) {
+            if (twice && t > 3 && r.nextInt(10) == 0) {
                 texts[t] = texts[3 + r.nextInt(t - 3)].clone();
                 continue;
             }
-            char[] c = new char[1 + r.nextInt(4)];
+            char[] c = new char[length.applyAsInt(r)];
             for (int k = 0; k < c.length; k++) c[k] = alphabet.charAt(r.nextInt(alphabet.length()));
             texts[t] = c;
         }
@@ -53,20 +65,49 @@ class GrammarMaskCacheTest {
     }
 
     /**
+     * Random rules named {@code names} (in that order, the first the root), each of one to three alternatives of
+     * {@code minLength} to {@code minLength + lengths - 1} symbols (none: {@code ""}), each symbol drawn by {@code symbol}
+     * and followed by one of {@code postfixes}.
+     */
+    static String randomRules(SplittableRandom r, String[] names, int minLength, int lengths, Function<SplittableRandom, String> symbol,
+                              String[] postfixes) {
+        StringBuilder text = new StringBuilder();
+        for (String name : names) {
+            text.append(name).append(" ::=");
+            int alts = 1 + r.nextInt(3);
+            for (int a = 0; a < alts; a++) {
+                if (a > 0) text.append(" |");
+                int len = minLength + r.nextInt(lengths);
+                if (len == 0) text.append(" \"\"");
+                for (int k = 0; k < len; k++) text.append(' ').append(symbol.apply(r)).append(postfixes[r.nextInt(postfixes.length)]);
+            }
+            text.append('\n');
+        }
+        return text.toString();
+    }
+
+    /**
      * Along random accepted prefixes of {@code e}'s language (each character one the chart takes), the cache's mask equals
-     * the full walk's at every length; answers how many tokens the cache left to the chart in all.
+     * the full walk's at every length, with the shared-suffix groups and without them; answers how many tokens the cache
+     * left to the chart in all. The full walk (the reference, most of the time) is computed once a prefix: the paths
+     * share their first characters, and a prefix's chart is the same whichever path read it.
      */
     static long assertSameMasks(Earley e, char[][] texts, SplittableRandom r, String alphabet, String what) {
         OutputConstraint.Trie trie = OutputConstraint.Trie.of(texts);
         GrammarMaskCache cache = GrammarMaskCache.build(e, trie, LOTS, LOTS);
         assertNotNull(cache, what);
         long checked = 0;
+        Map<String, boolean[]> reference = new HashMap<>();
         for (int path = 0; path < 5; path++) {
             List<Earley.ItemSet> chart = e.start(new Earley.Budget(LOTS));
             StringBuilder prefix = new StringBuilder();
             for (int len = 0; len < 14; len++) {
-                boolean[] full = new boolean[texts.length];
-                e.viable(trie, chart, full, new Earley.Budget(LOTS));
+                boolean[] full = reference.get(prefix.toString());
+                if (full == null) {
+                    full = new boolean[texts.length];
+                    e.viable(trie, chart, full, new Earley.Budget(LOTS));
+                    reference.put(prefix.toString(), full);
+                }
                 for (boolean grouped : new boolean[]{true, false}) {
                     boolean[] cached = new boolean[texts.length];
                     int sets = chart.size();
@@ -126,33 +167,19 @@ class GrammarMaskCacheTest {
     void mixedGrammars(@ForAll @IntRange(min = 0, max = 1_000_000) int seed) {
         SplittableRandom r = new SplittableRandom(seed);
         String[] names = {"root", "n1", "n2"};
-        StringBuilder text = new StringBuilder();
-        for (String name : names) {
-            text.append(name).append(" ::=");
-            int alts = 1 + r.nextInt(3);
-            for (int a = 0; a < alts; a++) {
-                if (a > 0) text.append(" |");
-                int len = r.nextInt(4);
-                if (len == 0) text.append(" \"\"");
-                for (int k = 0; k < len; k++) {
-                    String sym = switch (r.nextInt(6)) {
-                        case 0, 1 -> names[r.nextInt(3)];
-                        case 2 -> "\"" + "abcd".charAt(r.nextInt(4)) + "\"";
-                        case 3 -> "\"ab\"";
-                        default -> "(" + EbnfGrammarTest.random(r, 2).gbnf() + ")";
-                    };
-                    text.append(' ').append(sym).append(new String[]{"", "", "*", "+", "?", "{1,2}"}[r.nextInt(6)]);
-                }
-            }
-            text.append('\n');
-        }
+        String text = randomRules(r, names, 0, 4, q -> switch (q.nextInt(6)) {
+            case 0, 1 -> names[q.nextInt(3)];
+            case 2 -> "\"" + "abcd".charAt(q.nextInt(4)) + "\"";
+            case 3 -> "\"ab\"";
+            default -> "(" + EbnfGrammarTest.random(q, 2).gbnf() + ")";
+        }, new String[]{"", "", "*", "+", "?", "{1,2}"});
         Earley e;
         try {
-            e = new Earley(EbnfGrammar.parse(text.toString()));
+            e = new Earley(EbnfGrammar.parse(text));
         } catch (IllegalArgumentException derivesNothing) {
             return;
         }
-        assertSameMasks(e, vocabulary(r, "abcd", 50), r, "abcd", text.toString());
+        assertSameMasks(e, vocabulary(r, "abcd", 50), r, "abcd", text);
     }
 
     /**
@@ -175,12 +202,7 @@ class GrammarMaskCacheTest {
                     continue;
                 }
                 tried++;
-                char[][] texts = new char[60][];
-                for (int t = 3; t < texts.length; t++) {
-                    char[] c = new char[1 + r.nextInt(r.nextInt(4) == 0 ? 6 : 3)];
-                    for (int i = 0; i < c.length; i++) c[i] = "abc".charAt(r.nextInt(3));
-                    texts[t] = c;
-                }
+                char[][] texts = vocabulary(r, "abc", 60, false, q -> 1 + q.nextInt(q.nextInt(4) == 0 ? 6 : 3));
                 assertSameMasks(e, texts, r, "abc", text);
             }
         }
@@ -189,29 +211,14 @@ class GrammarMaskCacheTest {
 
     private static String hardGrammar(SplittableRandom r) {
         String[] names = {"root", "n1", "n2", "n3", "n4"};
-        StringBuilder text = new StringBuilder();
-        for (String name : names) {
-            text.append(name).append(" ::=");
-            int alts = 1 + r.nextInt(3);
-            for (int a = 0; a < alts; a++) {
-                if (a > 0) text.append(" |");
-                int len = r.nextInt(5);
-                if (len == 0) text.append(" \"\"");
-                for (int k = 0; k < len; k++) {
-                    String sym = switch (r.nextInt(8)) {
-                        case 0, 1, 2 -> names[r.nextInt(names.length)];
-                        case 3 -> "\"" + "abc".charAt(r.nextInt(3)) + "\"";
-                        case 4 -> "\"" + "abc".charAt(r.nextInt(3)) + "abc".charAt(r.nextInt(3)) + "\"";
-                        case 5 -> "[ab]";
-                        case 6 -> "(" + names[r.nextInt(names.length)] + " \"" + "abc".charAt(r.nextInt(3)) + "\"" + ")";
-                        default -> "(" + EbnfGrammarTest.random(r, 2).gbnf() + ")";
-                    };
-                    text.append(' ').append(sym).append(new String[]{"", "", "", "*", "+", "?", "{0,2}"}[r.nextInt(7)]);
-                }
-            }
-            text.append('\n');
-        }
-        return text.toString();
+        return randomRules(r, names, 0, 5, q -> switch (q.nextInt(8)) {
+            case 0, 1, 2 -> names[q.nextInt(names.length)];
+            case 3 -> "\"" + "abc".charAt(q.nextInt(3)) + "\"";
+            case 4 -> "\"" + "abc".charAt(q.nextInt(3)) + "abc".charAt(q.nextInt(3)) + "\"";
+            case 5 -> "[ab]";
+            case 6 -> "(" + names[q.nextInt(names.length)] + " \"" + "abc".charAt(q.nextInt(3)) + "\"" + ")";
+            default -> "(" + EbnfGrammarTest.random(q, 2).gbnf() + ")";
+        }, new String[]{"", "", "", "*", "+", "?", "{0,2}"});
     }
 
     /**
@@ -271,27 +278,15 @@ class GrammarMaskCacheTest {
         SplittableRandom r = new SplittableRandom(seed);
         String[] names = {"root", "x", "y"};
         String[] symbols = {"s", "s", "x", "y", "\",\"", "\":\"", "\"]\"", "\"[\"", "\"1\"", "(s \":\" x)", "(\"[\" y \"]\")"};
-        StringBuilder text = new StringBuilder();
-        for (String name : names) {
-            text.append(name).append(" ::=");
-            int alts = 1 + r.nextInt(3);
-            for (int a = 0; a < alts; a++) {
-                if (a > 0) text.append(" |");
-                int len = 1 + r.nextInt(3);
-                for (int k = 0; k < len; k++) {
-                    text.append(' ').append(symbols[r.nextInt(symbols.length)]).append(new String[]{"", "", "", "*", "?", "+"}[r.nextInt(6)]);
-                }
-            }
-            text.append('\n');
-        }
-        text.append("s ::= \"\\\"\" [ab]* \"\\\"\"\n");
+        String text = randomRules(r, names, 1, 3, q -> symbols[q.nextInt(symbols.length)], new String[]{"", "", "", "*", "?", "+"})
+                + "s ::= \"\\\"\" [ab]* \"\\\"\"\n";
         Earley e;
         try {
-            e = new Earley(EbnfGrammar.parse(text.toString()));
+            e = new Earley(EbnfGrammar.parse(text));
         } catch (IllegalArgumentException derivesNothing) {
             return;
         }
-        assertSameMasks(e, jsonVocabulary(r, 120), r, JSON_ALPHABET, text.toString());
+        assertSameMasks(e, jsonVocabulary(r, 120), r, JSON_ALPHABET, text);
     }
 
     /**
