@@ -347,6 +347,8 @@ final class Http {
             return n;
         } catch (JsonProcessingException e) {
             throw new BadRequest("malformed JSON: " + e.getOriginalMessage());
+        } catch (NumberFormatException e) { // a decimal no BigDecimal holds (an exponent past an int's: 1e9999999999999), Jackson's
+            throw new BadRequest("malformed JSON: " + e.getMessage());
         }
     }
 

@@ -281,6 +281,8 @@ final class StructuredOutputs {
                         schema = DECIMALS.readTree(v.textValue()); // its numbers as written (no double between)
                     } catch (JsonProcessingException e) {
                         throw new Http.BadRequest(param, param + " is not valid JSON: " + e.getOriginalMessage());
+                    } catch (NumberFormatException e) { // a decimal no BigDecimal holds (1e9999999999999): Jackson's, an IllegalArgumentException
+                        throw new Http.BadRequest(param, param + " is not valid JSON: " + e.getMessage());
                     }
                 }
                 if (schema == null || !schema.isObject()) throw new Http.BadRequest(param, param + " must be a JSON schema (an object, or its JSON text), got " + v);

@@ -191,6 +191,52 @@ class RouterErrorsTest {
     }
 
     /**
+     * A number whose exponent is past an int's ({@code 1e-2147483649}, {@code 1e9999999999999}) is no BigDecimal: Jackson reads the body's decimals as
+     * BigDecimals and throws a NumberFormatException, an IllegalArgumentException that Http.handle answers 500 where no
+     * route converts it. It is the client's malformed JSON: a 400 on every route that reads a body (the router's, and an
+     * engine's, which reads it with the same {@link Http#readJson}), and a 400 naming the field for a schema sent as JSON
+     * text ({@code guided_json}, {@code structured_outputs.json}).
+     */
+    @Test
+    @Timeout(60)
+    void aNumberNoBigDecimalHoldsIsA400NotA500() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(stub);
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        try (Router router = new Router(List.of(url), List.of(url), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            for (String huge : List.of("1e9999999999999", "-1e-9999999999", "1e-2147483649", "0e99999999999999999999")) {
+                for (String[] c : new String[][]{{"/v1/completions", "{\"prompt\":\"A\",\"max_tokens\":3,\"temperature\":" + huge + "}"},
+                        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"A\"}],\"top_p\":" + huge + "}"},
+                        {"/generate", "{\"text\":\"A\",\"sampling_params\":{\"max_new_tokens\":" + huge + "}}"},
+                        {"/tokenize", "{\"prompt\":\"A\",\"x\":[" + huge + "]}"}}) {
+                    HttpResponse<String> r = send(router.port(), c[0], c[1]);
+                    assertEquals(400, r.statusCode(), c[0] + " " + huge + " -> " + r.body());
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertEquals("invalid_request_error", e.path("type").asText(), r.body());
+                    assertTrue(e.path("message").asText().startsWith("malformed JSON: "), r.body());
+                    assertTrue(e.path("message").asText().contains(huge.substring(1)), r.body());
+                }
+                String schema = "\"{\\\"type\\\":\\\"number\\\",\\\"maximum\\\":" + huge + "}\"";
+                for (String[] c : new String[][]{{"guided_json", "\"guided_json\":" + schema},
+                        {"structured_outputs.json", "\"structured_outputs\":{\"json\":" + schema + "}"}}) {
+                    HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"A\",\"max_tokens\":3," + c[1] + "}");
+                    assertEquals(400, r.statusCode(), c[0] + " " + huge + " -> " + r.body());
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertEquals(c[0], e.path("param").asText(), r.body());
+                    assertTrue(e.path("message").asText().startsWith(c[0] + " is not valid JSON: "), r.body());
+                }
+            }
+        } finally {
+            stub.stop(0);
+        }
+        // An engine's body: the same reader.
+        Http.BadRequest engine = assertThrows(Http.BadRequest.class,
+                () -> Http.parseObject("{\"bootstrap_room\":1,\"input_ids\":[1],\"max_new_tokens\":1e-2147483649}".getBytes(StandardCharsets.UTF_8)));
+        assertTrue(engine.getMessage().startsWith("malformed JSON: "), engine.getMessage());
+    }
+
+    /**
      * A backend that fails one exchange (here it drops the connection without an answer) fails that
      * request with a 502, but stays in rotation: only a refused connection or its health checks take it out.
      */
