@@ -756,8 +756,14 @@ public final class JsonSchemaAutomaton {
         JsonNode v = s.get(key);
         if (!v.isNumber()) throw new IllegalArgumentException("has " + key + " " + v + " at " + at + ", not a number");
         BigDecimal d = v.decimalValue();
-        BigDecimal plain = d.stripTrailingZeros();
-        if (plain.precision() - plain.scale() > SchemaScalars.MAX_BOUND_DIGITS || plain.scale() > SchemaScalars.MAX_BOUND_DIGITS) {
+        // A zero's scale is no digit of it, but arithmetic and printing would take it as written (0e-2147483647: two
+        // billion zeros after the point): one past the digits allowed is plain 0.
+        if (d.signum() == 0) return Math.abs((long) d.scale()) > SchemaScalars.MAX_BOUND_DIGITS ? BigDecimal.ZERO : d;
+        // The digits before the point counted in a long (stripping zeros leaves the count as it is): an exponent near an
+        // int's end (1e2147483647, scale -2147483647) overflowed precision() - scale() to a negative count, and the bound
+        // went on to arithmetic that failed (a 500) or would have printed it whole; stripping 10e2147483648's zero underflows.
+        BigDecimal plain = (long) d.precision() - d.scale() > SchemaScalars.MAX_BOUND_DIGITS ? null : d.stripTrailingZeros();
+        if (plain == null || plain.scale() > SchemaScalars.MAX_BOUND_DIGITS) {
             throw new IllegalArgumentException("has " + key + " " + v + " at " + at + "; at most " + SchemaScalars.MAX_BOUND_DIGITS
                     + " digits before and after the point are supported");
         }

@@ -237,6 +237,51 @@ class RouterErrorsTest {
     }
 
     /**
+     * A schema's bound or multipleOf whose exponent is near an int's end (1e2147483647, 1e2147483648, 10e2147483648: a
+     * BigDecimal's scale at Integer.MIN_VALUE or next to it) is past the 100 digits a bound may have: a 400 naming the
+     * field. The digit check's {@code precision() - scale()} overflowed an int and let it through, and the automaton's
+     * arithmetic then threw ArithmeticException "Underflow": a 500 (or a bound printed in full: gigabytes). A zero of such
+     * an exponent is 0.
+     */
+    @Test
+    @Timeout(60)
+    void aSchemaBoundWhoseExponentOverflowsTheDigitCheckIsA400() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(stub);
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        try (Router router = new Router(List.of(url), List.of(url), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            for (String huge : List.of("1e2147483647", "1e2147483648", "10e2147483648", "-1e2147483648")) {
+                for (String[] c : new String[][]{
+                        {"/v1/completions", "{\"prompt\":\"A\",\"guided_json\":{\"type\":\"number\",\"maximum\":" + huge + "}}", "guided_json"},
+                        {"/v1/completions", "{\"prompt\":\"A\",\"guided_json\":{\"type\":\"integer\",\"exclusiveMinimum\":" + huge + "}}", "guided_json"},
+                        {"/v1/completions", "{\"prompt\":\"A\",\"guided_json\":{\"type\":\"number\",\"multipleOf\":" + huge.replace("-", "") + "}}", "guided_json"},
+                        {"/v1/completions", "{\"prompt\":\"A\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+                                + "\"schema\":{\"type\":\"number\",\"minimum\":" + huge + "}}}}", "response_format.json_schema.schema"},
+                        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"A\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                                + "{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"maximum\":" + huge + "}}}}}]}",
+                                "tools[0].function.parameters.properties.a"}}) {
+                    HttpResponse<String> r = send(router.port(), c[0], c[1]);
+                    assertEquals(400, r.statusCode(), c[1] + " -> " + r.body());
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertEquals(c[2], e.path("param").asText(), r.body());
+                    assertTrue(e.path("message").asText().contains("at most 100 digits before and after the point are supported"), r.body());
+                }
+            }
+            // A zero is a bound whatever its exponent (its scale no digit of it), served as 0: not printed with two billion zeros.
+            for (String zero : List.of("0e-2147483647", "0e2147483648")) {
+                HttpResponse<String> r = send(router.port(), "/v1/completions", "{\"prompt\":\"A\",\"guided_json\":{\"type\":\"number\",\"minimum\":1,"
+                        + "\"maximum\":" + zero + "}}");
+                assertEquals(400, r.statusCode(), zero + " -> " + r.body());
+                assertEquals("guided_json: the JSON schema has a range at # that no number is in: [1, 0]", JSON.readTree(r.body()).path("error").path("message").asText(),
+                        r.body());
+            }
+        } finally {
+            stub.stop(0);
+        }
+    }
+
+    /**
      * A backend that fails one exchange (here it drops the connection without an answer) fails that
      * request with a 502, but stays in rotation: only a refused connection or its health checks take it out.
      */
