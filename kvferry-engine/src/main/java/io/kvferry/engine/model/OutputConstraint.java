@@ -12,7 +12,6 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -100,6 +99,9 @@ public final class OutputConstraint {
 
     /** Most entries of a compiled table (states × character classes: 4 bytes each), so 64 cached constraints stay bounded. */
     static final long MAX_TABLE = 4_000_000;
+
+    /** The tokens {@link Tokenizer#endsSequence} names (BOS, EOS): a grammar's mask decides them by the request's rules. */
+    static final int[] SEQUENCE_ENDS = {Tokenizer.BOS, Tokenizer.EOS};
 
     private OutputConstraint(Kind kind, String source, Automaton a, TokenTexts texts) {
         this.kind = kind;
@@ -278,10 +280,12 @@ public final class OutputConstraint {
         boolean any = false;
         long work = 0; // the automaton's steps through the token texts (the vocabulary check)
         boolean goesOn = s >= 0 && continues[s];
+        int nextStop = 0; // stopTokenIds are ascending: a cursor, not a search a token
         for (int t = 0; t < logits.length; t++) {
+            while (nextStop < stopTokenIds.length && stopTokenIds[nextStop] < t) nextStop++;
             if (logits[t] == Float.NEGATIVE_INFINITY) continue;
             boolean ok;
-            if (Arrays.binarySearch(stopTokenIds, t) >= 0) {
+            if (nextStop < stopTokenIds.length && stopTokenIds[nextStop] == t) {
                 ok = whole && stopAllowed;
             } else if (Tokenizer.endsSequence(t)) {
                 ok = whole && eosAllowed;
@@ -337,15 +341,19 @@ public final class OutputConstraint {
             throw new Exceeded("the grammar (" + toString().replace("\n", "\\n") + ") passed a bound of its recognizer at output token " + step + ": " + e.getMessage()
                     + " (a grammar this ambiguous is not served: docs/SERVING.md, \"Structured outputs\")");
         }
+        // The tokens the request's own rules decide, set in ok before the one pass over the vocabulary (a stop token id's
+        // rule over EOS's, as it was): that pass then reads ok alone, with no search a token (at 128,000 tokens the search
+        // and the branches were a good part of a mask's floor).
+        for (int t : SEQUENCE_ENDS) {
+            if (t < ok.length) ok[t] = whole && eosAllowed;
+        }
+        for (int t : stopTokenIds) {
+            if (t < ok.length) ok[t] = whole && stopAllowed;
+        }
         boolean any = false;
         for (int t = 0; t < logits.length; t++) {
-            if (logits[t] == Float.NEGATIVE_INFINITY) continue;
-            boolean allowed;
-            if (Arrays.binarySearch(stopTokenIds, t) >= 0) allowed = whole && stopAllowed;
-            else if (Tokenizer.endsSequence(t)) allowed = whole && eosAllowed;
-            else allowed = ok[t];
-            if (allowed) any = true;
-            else logits[t] = Float.NEGATIVE_INFINITY;
+            if (!ok[t]) logits[t] = Float.NEGATIVE_INFINITY;
+            else if (logits[t] != Float.NEGATIVE_INFINITY) any = true;
         }
         if (!any) logits[Tokenizer.EOS] = 0f;
     }

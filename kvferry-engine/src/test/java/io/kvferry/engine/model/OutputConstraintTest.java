@@ -60,6 +60,16 @@ class OutputConstraintTest {
         return out;
     }
 
+    /** A grammar's mask sets the sequence-ending tokens by the request's rules from this list: it must be the tokens endsSequence names. */
+    @Test
+    void theSequenceEndsAreTheTokensEndsSequenceNames() {
+        for (int t = 0; t < 100_000; t++) {
+            boolean listed = false;
+            for (int e : OutputConstraint.SEQUENCE_ENDS) listed |= e == t;
+            assertEquals(Tokenizer.endsSequence(t), listed, "token " + t);
+        }
+    }
+
     @Test
     void theTranslatorAcceptsTheSameStringsAsJavaUtilRegex() {
         SplittableRandom r = new SplittableRandom(5);
