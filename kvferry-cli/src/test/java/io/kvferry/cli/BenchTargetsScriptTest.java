@@ -44,6 +44,23 @@ class BenchTargetsScriptTest {
         }
     }
 
+    /**
+     * The bench runs' own logs (the script names them; the temporary directory is gone once the test ends), their last
+     * 80 lines each: a CI failure whose bench exited non-zero once showed only "exited 1; see …/shm.1.log".
+     */
+    static String runLogs(Path out) throws IOException {
+        StringBuilder b = new StringBuilder();
+        if (!Files.isDirectory(out)) return "";
+        try (var files = Files.list(out)) {
+            for (Path f : files.filter(x -> x.toString().endsWith(".log")).sorted().toList()) {
+                List<String> lines = Files.readAllLines(f, StandardCharsets.UTF_8);
+                b.append("\n---- ").append(f.getFileName()).append(" (last 80 of ").append(lines.size()).append(" lines)\n");
+                for (String line : lines.subList(Math.max(0, lines.size() - 80), lines.size())) b.append(line).append('\n');
+            }
+        }
+        return b.toString();
+    }
+
     /** A launcher like ./kvferry that runs the CLI from this test JVM's class path (no build, no stamp). */
     static Path launcher(Path dir) throws IOException {
         Path l = dir.resolve("kvferry");
@@ -60,8 +77,9 @@ class BenchTargetsScriptTest {
         Path out = dir.resolve("runs");
         Result r = script(launcher(dir), "--rounds", "1", "--only", "shm", "--out", out.toString(),
                 "--extra", "--requests 2 --warmup 0 --prompt-tokens 64");
-        assertEquals(0, r.code(), r.out());
-        assertTrue(Pattern.compile("\\| shm data path ÷ paired memcpy \\| [0-9.]+ \\| [0-9.]+ \\| ≥ 1\\.0 \\|").matcher(r.out()).find(), r.out());
+        assertEquals(0, r.code(), r.out() + runLogs(out));
+        assertTrue(Pattern.compile("\\| shm data path ÷ paired memcpy \\| [0-9.]+ \\| [0-9.]+ \\| ≥ 1\\.0 \\|").matcher(r.out()).find(),
+                r.out() + runLogs(out));
         assertTrue(Files.readString(out.resolve("shm.1.json")).contains("\"ratio_datapath_to_paired_memcpy\""));
     }
 
