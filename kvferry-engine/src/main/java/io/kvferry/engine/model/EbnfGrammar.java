@@ -25,6 +25,11 @@ public final class EbnfGrammar {
     public static final int MAX_SYMBOLS = 10_000;
     /** Largest count of a {@code {m,n}} repetition. */
     public static final int MAX_COUNT = 1_000;
+    /**
+     * Deepest nesting of groups {@code ( … )}: the parser descends once per group, and a few thousand nested ones overflowed
+     * its stack (a StackOverflowError: the router's connection dropped with no answer). The regex limit's.
+     */
+    public static final int MAX_DEPTH = ClientRegex.MAX_DEPTH;
 
     /** Productions: the left side (a nonterminal) and the right side (a symbol &gt;= 0 a nonterminal, &lt; 0 terminal {@code -s-1}). */
     final int[] lhs;
@@ -109,6 +114,8 @@ public final class EbnfGrammar {
         private final Map<String, Integer> terminalIds = new HashMap<>();
         private int symbols;
         private int anyChar = -1;
+        /** Groups open around the parser's place. */
+        private int depth;
 
         Parser(String s) {
             this.s = s;
@@ -265,8 +272,11 @@ public final class EbnfGrammar {
                 case '(' -> {
                     pos++;
                     if (pos < s.length() && s.charAt(pos) == '=') throw fault("has a lookahead assertion '(=', which is not supported", at);
+                    if (depth >= MAX_DEPTH) throw fault("has groups '(' nested deeper than " + MAX_DEPTH, at);
                     int id = nonterminal("<group " + names.size() + ">");
+                    depth++;
                     alternatives(id, true);
+                    depth--;
                     skip();
                     if (pos >= s.length() || s.charAt(pos) != ')') throw fault("has a '(' never closed", at);
                     pos++;

@@ -282,6 +282,35 @@ class RouterErrorsTest {
     }
 
     /**
+     * A grammar of groups nested thousands deep ({@code root ::= ((((… "x" …))))}) is a 400 naming the field: the
+     * grammar parser descended once per group and overflowed its stack, a StackOverflowError that dropped the
+     * connection with no answer at all. Groups may nest 256 deep, as a regex's.
+     */
+    @Test
+    @Timeout(60)
+    void aGrammarOfGroupsNestedThousandsDeepIsA400() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(stub);
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        try (Router router = new Router(List.of(url), List.of(url), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            String grammar = JSON.writeValueAsString("root ::= " + "(".repeat(20_000) + "\"x\"" + ")".repeat(20_000));
+            for (String[] c : new String[][]{
+                    {"/v1/completions", "{\"prompt\":\"A\",\"guided_grammar\":" + grammar + "}", "guided_grammar"},
+                    {"/v1/completions", "{\"prompt\":\"A\",\"structured_outputs\":{\"grammar\":" + grammar + "}}", "structured_outputs.grammar"},
+                    {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"A\"}],\"guided_grammar\":" + grammar + "}", "guided_grammar"}}) {
+                HttpResponse<String> r = send(router.port(), c[0], c[1]);
+                assertEquals(400, r.statusCode(), c[0] + " " + c[2] + " -> " + r.body());
+                JsonNode e = JSON.readTree(r.body()).path("error");
+                assertEquals(c[2], e.path("param").asText(), r.body());
+                assertEquals(c[2] + ": the grammar has groups '(' nested deeper than 256 at line 1, column 266", e.path("message").asText(), r.body());
+            }
+        } finally {
+            stub.stop(0);
+        }
+    }
+
+    /**
      * A backend that fails one exchange (here it drops the connection without an answer) fails that
      * request with a 502, but stays in rotation: only a refused connection or its health checks take it out.
      */

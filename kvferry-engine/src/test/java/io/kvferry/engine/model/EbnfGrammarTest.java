@@ -103,6 +103,15 @@ class EbnfGrammarTest {
                 () -> EbnfGrammar.parse("root ::= \"a\"{0,1000} \"b\"{0,1000} \"c\"{0,1000}"));
         assertInstanceOf(ClientRegex.TooComplex.class, big);
         assertTrue(big.getMessage().contains("more than " + EbnfGrammar.MAX_SYMBOLS + " symbols"), big.getMessage());
+        // Groups nested at most 256 deep: the parser descends once per group, and thousands overflowed its stack (a
+        // StackOverflowError, no refusal); one past the limit is refused where that group opens.
+        int most = EbnfGrammar.MAX_DEPTH;
+        check("root ::= " + "(".repeat(most) + "\"x\"" + ")".repeat(most), List.of("x"), List.of("", "xx"));
+        for (int depth : new int[]{EbnfGrammar.MAX_DEPTH + 1, 100_000}) {
+            String g = "root ::= " + "(".repeat(depth) + "\"x\"" + ")".repeat(depth);
+            IllegalArgumentException deep = assertThrows(IllegalArgumentException.class, () -> EbnfGrammar.parse(g), "depth " + depth);
+            assertEquals("has groups '(' nested deeper than 256 at line 1, column " + (10 + EbnfGrammar.MAX_DEPTH), deep.getMessage());
+        }
     }
 
     @Test
