@@ -52,6 +52,13 @@ public final class JsonSchemaAutomaton {
     public static final int ANY_DEPTH = 4;
     /** How large an object's members may grow unminimized while it is built ({@link #compact}). */
     static final int MINIMIZE_PAST = 4_000;
+    /**
+     * How deeply schemas may nest while one is built ({@code properties}, {@code items}, {@code anyOf} … and each
+     * {@code $ref}'s definition a level more): the build recurses once a level, some 2 KB of stack each, and a chain of
+     * thousands of {@code $ref}s (a few bytes each: Jackson's nesting limit does not see it) overflowed the request thread's
+     * stack, so the client got no answer at all; 510 levels overflowed a 1 MB stack. Real schemas nest a few levels.
+     */
+    public static final int MAX_BUILD_DEPTH = 128;
 
     /** Decimals as written: a bound read as a double would be rounded past 15 significant digits. */
     private static final ObjectMapper JSON = new ObjectMapper().enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS);
@@ -96,6 +103,8 @@ public final class JsonSchemaAutomaton {
 
     private final JsonNode root;
     private final Set<String> resolving = new HashSet<>();
+    /** The schemas being built, nested ({@link #build}): at most {@link #MAX_BUILD_DEPTH}. */
+    private int depth;
     /** Each definition's automaton, built once per schema: a definition used twice at each of n levels is n builds, not 2^n. */
     private final Map<String, Automaton> resolved = new HashMap<>();
     /**
@@ -247,12 +256,19 @@ public final class JsonSchemaAutomaton {
     }
 
     private Automaton of(JsonNode s, String at) {
+        if (depth >= MAX_BUILD_DEPTH) {
+            throw new Fault("nests schemas over " + MAX_BUILD_DEPTH + " deep at " + at + " (each $ref's definition a level more), which structured "
+                    + "outputs do not support", at);
+        }
+        depth++;
         try {
             return build(s, at);
         } catch (Fault | ClientRegex.TooComplex e) {
             throw e;
         } catch (IllegalArgumentException e) {
             throw new Fault(e.getMessage(), at);
+        } finally {
+            depth--;
         }
     }
 

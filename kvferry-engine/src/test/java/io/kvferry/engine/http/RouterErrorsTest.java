@@ -3,6 +3,7 @@ package io.kvferry.engine.http;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.sun.net.httpserver.HttpServer;
+import io.kvferry.engine.model.JsonSchemaAutomaton;
 import io.kvferry.engine.model.ModelFiles;
 import io.kvferry.engine.model.Tokenizer;
 import io.kvferry.engine.serving.EngineSpec;
@@ -308,6 +309,44 @@ class RouterErrorsTest {
         } finally {
             stub.stop(0);
         }
+    }
+
+    /**
+     * A chain of thousands of $refs (each definition naming the next: a few bytes each, flat in the document, so Jackson's
+     * nesting limit never sees it) overflowed the schema compiler's stack and the client got no answer at all. A chain
+     * within the bound still compiles, to the last definition's language.
+     */
+    @Test
+    @Timeout(60)
+    void aSchemaOfThousandsOfChainedRefsIsA400() throws Exception {
+        HttpServer stub = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 16);
+        answerHealthy(stub);
+        stub.start();
+        String url = "http://127.0.0.1:" + stub.getAddress().getPort();
+        try (Router router = new Router(List.of(url), List.of(url), ModelFiles.load(null, null).tokenizer(), 512, "m", "127.0.0.1", 0)) {
+            for (int links : new int[]{3_000, JsonSchemaAutomaton.MAX_BUILD_DEPTH}) {
+                StringBuilder defs = new StringBuilder();
+                for (int i = 0; i < links; i++) defs.append("\"d").append(i).append("\":{\"$ref\":\"#/$defs/d").append(i + 1).append("\"},");
+                String schema = "{\"$defs\":{" + defs + "\"d" + links + "\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/d0\"}";
+                for (String[] c : new String[][]{
+                        {"/v1/completions", "{\"prompt\":\"A\",\"guided_json\":" + schema + "}", "guided_json"},
+                        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"A\"}],\"response_format\":{\"type\":\"json_schema\","
+                                + "\"json_schema\":{\"name\":\"n\",\"schema\":" + schema + "}}}", "response_format.json_schema.schema"}}) {
+                    HttpResponse<String> r = send(router.port(), c[0], c[1]);
+                    assertEquals(400, r.statusCode(), links + " " + c[0] + " -> " + r.body());
+                    JsonNode e = JSON.readTree(r.body()).path("error");
+                    assertTrue(e.path("param").asText().startsWith(c[2] + ".$defs.d"), r.body()); // where the chain passed the bound
+                    assertTrue(e.path("message").asText().contains("nests schemas over " + JsonSchemaAutomaton.MAX_BUILD_DEPTH + " deep"), r.body());
+                }
+            }
+        } finally {
+            stub.stop(0);
+        }
+        StringBuilder defs = new StringBuilder();
+        int within = JsonSchemaAutomaton.MAX_BUILD_DEPTH - 2;
+        for (int i = 0; i < within; i++) defs.append("\"d").append(i).append("\":{\"$ref\":\"#/$defs/d").append(i + 1).append("\"},");
+        var a = JsonSchemaAutomaton.compile("{\"$defs\":{" + defs + "\"d" + within + "\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/d0\"}");
+        assertTrue(a.run("42") && !a.run("\"x\""), "a chain of " + within + " $refs is the integers");
     }
 
     /**
