@@ -12,6 +12,9 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import io.kvferry.engine.serving.EngineSpec;
 import io.kvferry.http.BearerToken;
+import io.kvferry.metrics.LogSafe;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
@@ -38,6 +41,8 @@ import java.util.function.Supplier;
  * on virtual threads, so a streamed response waiting for tokens holds no platform thread.
  */
 final class Http {
+    private static final Logger log = LoggerFactory.getLogger(Http.class);
+
     /**
      * Strict on what it parses, as the bootstrap registry's mapper: a key twice or content after the
      * object is refused, not read as one of the values the sender may not have meant.
@@ -183,6 +188,9 @@ final class Http {
                 sendError(ex, 503, "service_unavailable", null, e.param, e.getMessage());
             } catch (Exception e) { // a bug, an IllegalArgumentException too: a client's fault is a BadRequest
                 sendError(ex, 500, "internal_error", String.valueOf(e.getMessage()));
+            } catch (StackOverflowError e) { // a bug too (a nesting no check bounded): answered, not a dropped connection
+                log.error("{} {}: a StackOverflowError, answered 500", LogSafe.text(ex.getRequestMethod()), LogSafe.text(ex.getRequestURI().getPath()));
+                sendError(ex, 500, "internal_error", "the request overflowed the server's stack (a nesting no check bounded)");
             }
         } catch (IOException ignored) {
             // the client went away

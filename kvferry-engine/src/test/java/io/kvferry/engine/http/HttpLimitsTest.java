@@ -38,8 +38,27 @@ class HttpLimitsTest {
             Thread.sleep(READ_TIMEOUT.toMillis() * 3); // a long answer (a token stream) is not cut: only reading the request is timed
             Http.sendJson(e, 200, Http.JSON.createObjectNode().put("slow", true));
         }));
+        server.createContext("/deep", ex -> Http.handle(ex, e -> recurse(Http.readJson(e).path("n").asInt())));
         server.start();
         return server;
+    }
+
+    /** A bug's unbounded recursion: it overflows the stack for a large enough {@code n}. */
+    static int recurse(int n) {
+        return n <= 0 ? 0 : 1 + recurse(n - 1);
+    }
+
+    /**
+     * A handler that overflows its stack (a nesting no check bounded: a grammar's groups and a schema's $refs did) is answered
+     * 500, not a connection dropped with no answer at all; the server serves the next request.
+     */
+    @Test
+    void aStackOverflowIsAnswered500NotADroppedConnection() throws Exception {
+        start(64);
+        HttpResponse<String> r = post("/deep", "{\"n\":100000000}");
+        assertEquals(500, r.statusCode(), r.body());
+        assertTrue(r.body().contains("overflowed the server's stack"), r.body());
+        assertEquals(200, post("/echo", "{\"a\":1}").statusCode());
     }
 
     @AfterEach
