@@ -191,9 +191,32 @@ public final class ClientRegex {
             parts.add(quantified(atom(depth)));
         }
         if (parts.isEmpty()) return BasicAutomata.makeEmptyString();
-        Automaton a = Automaton.concatenate(parts);
+        Automaton a = concatenation(parts);
         checkSize(a);
         return a;
+    }
+
+    /** Parts concatenated at most this many at a time ({@link #concatenation}). */
+    static final int CONCATENATION_BATCH = 32;
+
+    /**
+     * The parts concatenated. dk.brics joins them by epsilon moves: each part's accepting states take the next part's
+     * start's transitions, so a run of parts that accept the empty string ({@code .*} 2,000 times, 4,000 characters) gave
+     * every state a transition to each later one: millions of transitions, built for minutes with no look at the deadline,
+     * the compiler's turn held meanwhile. So at most {@link #CONCATENATION_BATCH} at a time, the deadline checked between,
+     * and a batch that grew more transitions than a few per state made minimal (deterministic: {@code .*.*…} is one
+     * state) before the batches are joined the same way; the same language.
+     */
+    static Automaton concatenation(List<Automaton> parts) {
+        if (parts.size() <= CONCATENATION_BATCH) return Automaton.concatenate(parts);
+        List<Automaton> batches = new ArrayList<>();
+        for (int i = 0; i < parts.size(); i += CONCATENATION_BATCH) {
+            checkDeadline();
+            Automaton b = Automaton.concatenate(parts.subList(i, Math.min(parts.size(), i + CONCATENATION_BATCH)));
+            if (b.getNumberOfTransitions() > 4L * b.getNumberOfStates() + 64) b = minimal(b);
+            batches.add(b);
+        }
+        return concatenation(batches);
     }
 
     private static void checkSize(Automaton a) {

@@ -305,6 +305,27 @@ class OutputConstraintTest {
         assertTrue(c.matches("-12") && !c.matches("1.5"));
     }
 
+    /**
+     * A long run of parts that accept the empty string ({@code .*} 4,000 times) compiles, within the compiler's deadline,
+     * to {@code .*}: dk.brics's concatenation gave each state a transition to every later one (millions), built for minutes
+     * with no look at the deadline while the compiler's turn was held; now a batch at a time, each made minimal. A long
+     * literal keeps its exact language across the batches.
+     */
+    @Test
+    @Timeout(600)
+    void aLongRunOfStarsCompilesWithinTheDeadline() {
+        OutputConstraint.Compiler c = new OutputConstraint.Compiler(Tokenizer.synthetic(300));
+        OutputConstraint stars = c.regex(".*".repeat(4_000));
+        assertTrue(stars.matches("") && stars.matches("any text at all") && stars.matches("x".repeat(500)));
+        String literal = "abcdefghij".repeat(100) + "(x|yz)*" + "0123456789".repeat(50);
+        Automaton a = ClientRegex.compile(literal);
+        assertTrue(a.run("abcdefghij".repeat(100) + "xyzx" + "0123456789".repeat(50)));
+        assertFalse(a.run("abcdefghij".repeat(100) + "xy" + "0123456789".repeat(50)));
+        assertFalse(a.run("abcdefghij".repeat(99) + "0123456789".repeat(50)));
+        assertTrue(ClientRegex.compile(".*".repeat(3 * ClientRegex.CONCATENATION_BATCH + 1) + "a").run("bba"));
+        assertFalse(ClientRegex.compile(".*".repeat(3 * ClientRegex.CONCATENATION_BATCH + 1) + "a").run("bab"));
+    }
+
     /** A compilation past the compiler's deadline is a refusal (the next one waits no longer than that). */
     @Test
     void aCompilationPastItsDeadlineIsRefused() {
