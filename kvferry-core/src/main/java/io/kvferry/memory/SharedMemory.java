@@ -18,7 +18,6 @@ import java.nio.file.attribute.FileAttribute;
 import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
-import java.time.Instant;
 import java.util.EnumSet;
 import java.util.HexFormat;
 import java.util.Map;
@@ -93,7 +92,7 @@ public final class SharedMemory implements AutoCloseable {
         ProcessHandle self = ProcessHandle.current();
         byte[] rnd = new byte[6];
         RANDOM.nextBytes(rnd);
-        Path path = DIR.resolve(PREFIX + self.pid() + "-" + startMillis(self) + "-ns" + pidNamespace() + "-"
+        Path path = DIR.resolve(PREFIX + self.pid() + "-" + startMillis(self.pid()) + "-ns" + pidNamespace() + "-"
                 + HexFormat.of().formatHex(rnd) + "-" + label);
         Arena arena = Arena.ofShared();
         // CREATE_NEW is O_CREAT|O_EXCL: a name that exists (a planted file or symlink) fails instead of
@@ -193,13 +192,30 @@ public final class SharedMemory implements AutoCloseable {
         }
     }
 
-    private static long startMillis(ProcessHandle p) {
-        return p.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
+    /** Above this a recorded start is epoch milliseconds (kvferry before boot-relative starts; 2001 on), not since boot (31 years). */
+    static final long EPOCH_RECORDED = 1_000_000_000_000L;
+
+    /**
+     * When process {@code pid} started, in milliseconds since boot: {@code /proc/PID/stat}'s starttime (its 22nd field, in
+     * clock ticks: Linux's USER_HZ, 100 a second), 0 when it cannot be read. Not the JDK's {@code startInstant()}: that adds
+     * the boot time of {@code /proc/stat}, the wall clock less the time since boot, read once per JVM and moved by any step of
+     * the wall clock (NTP, a VM restored from a snapshot), so two processes started either side of a step told the same
+     * process's start time a second or hours apart, and each sweep deleted the other's live files (a decode's pool: its shm
+     * back end could not start).
+     */
+    static long startMillis(long pid) {
+        try {
+            String stat = Files.readString(Path.of("/proc", Long.toString(pid), "stat"));
+            String[] after = stat.substring(stat.lastIndexOf(')') + 2).split(" "); // the name, field 2, may hold spaces and ')'
+            return Long.parseLong(after[22 - 3]) * 10;
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
     }
 
-    /** This process's start time in epoch milliseconds (0 when unknown), as file names and fences record it. */
+    /** This process's start in milliseconds since boot (0 when unknown), as file names and fences record it ({@link #startMillis(long)}). */
     public static long startMillis() {
-        return startMillis(ProcessHandle.current());
+        return startMillis(ProcessHandle.current().pid());
     }
 
     /**
@@ -231,7 +247,11 @@ public final class SharedMemory implements AutoCloseable {
     public static boolean provablyGone(long pid, long startMillis, long pidNamespace) {
         if (pidNamespace == 0 || PID_NAMESPACE == 0 || pidNamespace != PID_NAMESPACE) return false;
         return !ProcessHandle.of(pid).filter(ProcessHandle::isAlive)
-                .map(p -> startMillis == 0 || Math.abs(startMillis(p) - startMillis) < 1000)
+                .map(p -> {
+                    long started = startMillis(pid); // 0: unreadable, so not provably another process
+                    // A start past EPOCH_RECORDED is an older kvferry's epoch milliseconds, not comparable: not provably gone.
+                    return startMillis == 0 || started == 0 || startMillis > EPOCH_RECORDED || Math.abs(started - startMillis) < 1000;
+                })
                 .orElse(false);
     }
 
